@@ -1,0 +1,166 @@
+"""The `logicrank` command line: one subcommand per job.
+
+Options build the validated configs in :mod:`schemas.config`; a bad value or an unknown
+name (model, measure, method) fails before Ray starts or a model loads.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+
+from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, RayConfig, RetrieveConfig
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
+err = Console(stderr=True)
+out = Console()
+
+Backend = Annotated[str, typer.Option(help="Encoder backend: torch (reference) or openvino (faster on CPU).")]
+Model = Annotated[str, typer.Option(help="Registered embedding model name or a local model directory.")]
+RayAddress = Annotated[str | None, typer.Option(help="Ray cluster address; default: start a local cluster.")]
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    from jobs.index import IndexJobError
+    from pipelines.corpus import CorpusError
+    from pipelines.embed import ModelError
+    from pipelines.evaluate.measures import MeasureError
+    from pipelines.store import StoreError
+    from pipelines.topics import TopicsError
+    from schemas.tables import SchemaError
+
+    return (IndexJobError, CorpusError, ModelError, MeasureError, StoreError, TopicsError, SchemaError, ValidationError, ValueError)
+
+
+def _run(fn, *args, **kwargs):
+    """Run a job; a user error prints one clear message and exits 2 (no traceback)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        return fn(*args, **kwargs)
+    except _user_errors() as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _ray(address: str | None, actors: int) -> RayConfig:
+    return RayConfig(address=address, embed_actors=actors)
+
+
+@app.command()
+def index(
+    corpus: Annotated[str, typer.Argument(help="BEIR dir, JSONL(.gz) or Parquet file/dir; local path or pyarrow URI.")],
+    db: Annotated[str, typer.Option(help="LanceDB directory or URI.")] = "data/lancedb",
+    table: str = "docs",
+    format: Annotated[str, typer.Option(help="auto | beir | jsonl | parquet")] = "auto",
+    model: Model = "all-MiniLM-L6-v2",
+    backend: Backend = "torch",
+    batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = 64,
+    actors: Annotated[int, typer.Option(help="Embedding actors.")] = 1,
+    delete_missing: Annotated[bool, typer.Option(help="Delete stored documents absent from this snapshot.")] = True,
+    max_reject_fraction: float = 0.01,
+    max_doc_bytes: int = 1 << 20,
+    ann_threshold: Annotated[int, typer.Option(help="Build an ANN index from this many rows.")] = 100_000,
+    tag: Annotated[str | None, typer.Option(help="LanceDB tag for this run.")] = None,
+    ray_address: RayAddress = None,
+    out: Annotated[Path, typer.Option(help="Run directory (manifest, rejects).")] = Path("runs/index"),
+    progress: Annotated[bool, typer.Option(help="Show a live progress line.")] = True,
+):
+    """Embed a corpus into a LanceDB table, incrementally by content hash."""
+    from jobs.index import run_index
+
+    cfg = _run(
+        IndexConfig,
+        corpus=corpus,
+        db=db,
+        table=table,
+        format=format,
+        embed=EmbedConfig(model=model, backend=backend, batch_size=batch_size),
+        ray=_ray(ray_address, actors),
+        delete_missing=delete_missing,
+        max_reject_fraction=max_reject_fraction,
+        max_doc_bytes=max_doc_bytes,
+        ann_threshold=ann_threshold,
+        tag=tag,
+    )
+    s = _run(run_index, cfg, out, progress=progress)
+    out_line = (
+        f"inserted {s.inserted}, updated {s.updated}, unchanged {s.unchanged}, deleted {s.deleted}, "
+        f"rejected {s.rejected} {s.rejects_by_reason or ''}; table {cfg.table!r} v{s.table_version} "
+        f"({s.table_rows} rows), tag {s.tag}, {s.seconds:.1f} s. Manifest: {out / 'manifest.json'}"
+    )
+    typer.echo(out_line)
+
+
+@app.command()
+def retrieve(
+    queries: Annotated[str, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet.")],
+    db: str = "data/lancedb",
+    table: str = "docs",
+    method: Annotated[list[str], typer.Option(help="dense | bm25 | hybrid (repeat for several).")] = ["dense"],  # noqa: B006
+    k: int = 100,
+    model: Model = "all-MiniLM-L6-v2",
+    backend: Backend = "torch",
+    trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = False,
+    out: Path = Path("runs/retrieve"),
+):
+    """Retrieve the top k documents per query; writes one run table per method."""
+    from jobs.retrieve import run_retrieve
+
+    cfg = _run(
+        RetrieveConfig, queries=queries, db=db, table=table, methods=tuple(method), k=k,
+        embed=EmbedConfig(model=model, backend=backend), trec=trec,
+    )
+    for rid, path in _run(run_retrieve, cfg, out).items():
+        typer.echo(f"{rid}: {path}")
+
+
+@app.command()
+def evaluate(
+    qrels: Annotated[str, typer.Argument(help="BEIR qrels TSV (or a BEIR dir) or TREC qrels.")],
+    runs: Annotated[list[str], typer.Argument(help="Run tables (Parquet) or TREC run files.")],
+    measure: Annotated[list[str], typer.Option(help="Measure names, e.g. nDCG@10 P@1 R@100 MRR MAP F1@10.")] = [  # noqa: B006
+        "nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10",
+    ],
+    baseline: Annotated[str | None, typer.Option(help="run_id to test the others against (default: the first).")] = None,
+    test: Annotated[str, typer.Option(help="t-test | randomisation")] = "t-test",
+    correction: Annotated[str, typer.Option(help="holm | bonferroni | bh")] = "holm",
+    out: Path = Path("runs/evaluate"),
+):
+    """Evaluate runs: metrics table, significance tests, Markdown report and plot."""
+    from jobs.evaluate import run_evaluate
+    from pipelines.evaluate.measures import parse_measures
+    from pipelines.evaluate.report import summary_frame
+
+    _run(parse_measures, measure)
+    cfg = _run(
+        EvaluateConfig, qrels=qrels, runs=tuple(runs), measures=tuple(measure), baseline=baseline,
+        test=test, correction=correction,
+    )
+    metrics = _run(run_evaluate, cfg, out)
+    typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
+    typer.echo(f"report: {out / 'report.md'}")
+
+
+@app.command("main")
+def main_job(
+    out: Annotated[Path, typer.Option(help="Where the index, runs and report go.")] = Path("runs/scifact"),
+    backend: Backend = "openvino",
+    ray_address: RayAddress = None,
+    progress: bool = True,
+):
+    """The main job on embedded defaults: index bundled SciFact, dense/BM25/hybrid, evaluate."""
+    from jobs.main_job import run_main
+
+    result = _run(run_main, out, EmbedConfig(backend=backend), RayConfig(address=ray_address), progress=progress, echo=typer.echo)
+    if not result["reproduced"]:
+        raise typer.Exit(1)
+
+
+if __name__ == "__main__":
+    app()

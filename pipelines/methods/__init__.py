@@ -1,0 +1,1 @@
+"""Retrieval methods. Each maps a queries table to a ranked run table (RUN contract)."""

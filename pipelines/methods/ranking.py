@@ -1,0 +1,33 @@
+"""Turn scored (query, document) pairs into a ranked run table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from schemas.tables import RUN
+
+
+def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Table:
+    """``pairs`` has query_id, doc_id, score; keep each query's top ``k``.
+
+    Higher score ranks first; equal scores are ordered by doc_id so runs are deterministic.
+    """
+    df = pairs[["query_id", "doc_id", "score"]].sort_values(
+        ["query_id", "score", "doc_id"], ascending=[True, False, True], kind="stable"
+    )
+    df = df.drop_duplicates(["query_id", "doc_id"], keep="first")
+    df["rank"] = df.groupby("query_id", sort=False).cumcount().astype(np.int32) + 1
+    df = df[df["rank"] <= k]
+    return pa.table(
+        {
+            "query_id": pa.array(df["query_id"].astype(str), pa.string()),
+            "doc_id": pa.array(df["doc_id"].astype(str), pa.string()),
+            "rank": pa.array(df["rank"], pa.int32()),
+            "score": pa.array(df["score"].astype(np.float64), pa.float64()),
+            "method": pa.array([method] * len(df), pa.string()),
+            "run_id": pa.array([run_id] * len(df), pa.string()),
+        },
+        schema=RUN,
+    )

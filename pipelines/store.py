@@ -1,0 +1,181 @@
+"""LanceDB document store: upsert by content hash, delete, search, versions and tags.
+
+One writer per table (LanceDB commits conflict under concurrent writers): the index job
+funnels every write through one :class:`DocStore`. Every write is a keyed
+``merge_insert`` on ``doc_id``, so a write repeated after a crash never duplicates a row.
+No user text is ever pasted into a LanceDB filter string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.tables import docs_schema
+
+_META_MODEL = b"logicrank.model"
+_FTS_COLUMNS = ("title", "text")
+
+
+class StoreError(RuntimeError):
+    """The table cannot be used as asked (wrong model, missing, ...)."""
+
+
+class DocStore:
+    """A LanceDB table of documents (the ``docs`` contract)."""
+
+    def __init__(self, uri: str, name: str = "docs"):
+        self.uri, self.name = uri, name
+        self.db = lancedb.connect(uri)
+        self._table = None
+
+    # -- lifecycle ---------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.name in self.db.table_names(limit=1 << 30)
+
+    @property
+    def table(self):
+        if self._table is None:
+            if not self.exists():
+                raise StoreError(f"store: no table {self.name!r} in {self.uri!r}; run `logicrank index` first.")
+            self._table = self.db.open_table(self.name)
+        return self._table
+
+    def open_or_create(self, dim: int, model_id: str):
+        """Open the table, checking it was embedded with ``model_id``; create it when absent."""
+        if not self.exists():
+            schema = docs_schema(dim).with_metadata({_META_MODEL: model_id.encode()})
+            self._table = self.db.create_table(self.name, schema=schema)
+            return self._table
+        found = self.model_id()
+        if found != model_id:
+            raise StoreError(
+                f"store: table {self.name!r} holds vectors from {found!r}, not {model_id!r}; "
+                "index into a new table (--table) or delete this one."
+            )
+        return self.table
+
+    def model_id(self) -> str | None:
+        meta = self.table.schema.metadata or {}
+        value = meta.get(_META_MODEL)
+        return value.decode() if value else None
+
+    @property
+    def dim(self) -> int:
+        return self.table.schema.field("vector").type.list_size
+
+    @property
+    def version(self) -> int:
+        return int(self.table.version)
+
+    def count(self) -> int:
+        return int(self.table.count_rows())
+
+    # -- reads -------------------------------------------------------------------
+    def hashes(self) -> pa.Table:
+        """(doc_id, content_hash) of every stored document: what a re-index diffs against."""
+        if not self.exists():
+            return pa.table({"doc_id": pa.array([], pa.string()), "content_hash": pa.array([], pa.string())})
+        return self.table.to_lance().to_table(columns=["doc_id", "content_hash"])
+
+    def scan(self, columns: Sequence[str], batch_rows: int = 8192):
+        """Stream record batches of ``columns`` (bounded memory)."""
+        yield from self.table.to_lance().to_batches(columns=list(columns), batch_size=batch_rows)
+
+    # -- writes ------------------------------------------------------------------
+    def upsert(self, docs: pa.Table) -> None:
+        """Insert new and replace changed documents, keyed by doc_id (idempotent)."""
+        if docs.num_rows == 0:
+            return
+        n = docs.num_rows
+        if "indexed_at" not in docs.column_names:
+            now = pa.array(np.full(n, np.datetime64(datetime.now(UTC).replace(tzinfo=None), "us")), pa.timestamp("us", tz="UTC"))
+            docs = docs.append_column("indexed_at", now)
+        docs = docs.select(self.table.schema.names).cast(self.table.schema)
+        (
+            self.table.merge_insert("doc_id")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute(docs)
+        )
+
+    def delete_absent(self, keep_ids: pa.Array) -> int:
+        """Delete every document whose id is not in ``keep_ids``; returns how many went.
+
+        Makes no commit (no new version) when nothing is absent.
+        """
+        stored = self.hashes().column("doc_id")
+        if pc.all(pc.is_in(stored, value_set=pa.array(keep_ids, pa.string()))).as_py() in (True, None):
+            return 0
+        before = self.count()
+        keep = pa.table({"doc_id": pa.array(keep_ids, pa.string())})
+        (
+            self.table.merge_insert("doc_id")
+            .when_not_matched_by_source_delete()
+            .execute(keep)
+        )
+        return before - self.count()
+
+    def build_indexes(self, ann_threshold: int) -> dict[str, str]:
+        """Scalar index on doc_id, full-text index on title and text, ANN index when large."""
+        t = self.table
+        built = {}
+        t.create_scalar_index("doc_id", index_type="BTREE", replace=True)
+        built["doc_id"] = "BTREE"
+        for col in _FTS_COLUMNS:
+            t.create_fts_index(col, replace=True, with_position=False)
+            built[col] = "FTS"
+        n = self.count()
+        if n >= ann_threshold:
+            partitions = max(1, int(np.sqrt(n)))
+            t.create_index(
+                metric="cosine",
+                vector_column_name="vector",
+                index_type="IVF_HNSW_SQ",
+                num_partitions=partitions,
+                replace=True,
+            )
+            built["vector"] = f"IVF_HNSW_SQ(partitions={partitions})"
+        return built
+
+    def has_ann_index(self) -> bool:
+        return any("vector" in idx.columns for idx in self.table.list_indices())
+
+    def tag(self, name: str) -> None:
+        tags = self.table.tags
+        if name in tags.list():
+            tags.update(name, self.version)
+        else:
+            tags.create(name, self.version)
+
+    # -- search ------------------------------------------------------------------
+    def vector_search(self, vectors: np.ndarray, k: int, exact: bool | None = None) -> pa.Table:
+        """Top-k by cosine for each query vector: (query_index, doc_id, score = cos)."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if len(vectors) == 0:
+            return pa.table({"query_index": pa.array([], pa.int32()), "doc_id": pa.array([], pa.string()), "score": pa.array([], pa.float64())})
+        q = self.table.search(list(vectors), vector_column_name="vector").metric("cosine").limit(k).select(["doc_id", "_distance"])
+        if exact or (exact is None and not self.has_ann_index()):
+            q = q.bypass_vector_index()
+        res = q.to_arrow()
+        if "query_index" not in res.column_names:  # a single query comes back unbatched
+            res = res.append_column("query_index", pa.array(np.zeros(res.num_rows, np.int32)))
+        score = pa.array(1.0 - res.column("_distance").to_numpy().astype(np.float64))
+        return pa.table({"query_index": res.column("query_index").cast(pa.int32()), "doc_id": res.column("doc_id"), "score": score})
+
+    def text_search(self, text: str, k: int) -> pa.Table:
+        """BM25 over title and text: (doc_id, score). The text is matched, never parsed as syntax."""
+        from lancedb.query import MultiMatchQuery
+
+        res = (
+            self.table.search(MultiMatchQuery(text, list(_FTS_COLUMNS)), query_type="fts")
+            .limit(k)
+            .select(["doc_id", "_score"])
+            .to_arrow()
+        )
+        return pa.table({"doc_id": res.column("doc_id"), "score": res.column("_score").cast(pa.float64())})

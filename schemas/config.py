@@ -1,0 +1,98 @@
+"""Validated job configurations.
+
+Every job reads one of these at start; a bad value fails here, before Ray starts or
+a model loads. The same config runs on a laptop and on a Ray cluster: placement
+(address, actors, GPUs) is configuration, never a code fork.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def digest(self) -> str:
+        """A stable hash of the config, for manifests and rerun detection."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class RayConfig(_Config):
+    """Where the Ray work runs and how it is placed."""
+
+    address: str | None = Field(None, description="Ray cluster address; None starts a local cluster.")
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of the local cluster (ignored with address).")
+    object_store_memory: int = Field(1 << 30, ge=1 << 26)
+    embed_actors: int = Field(1, ge=1, description="Size of the embedding actor pool.")
+    embed_num_cpus: float = Field(1.0, ge=0)
+    embed_num_gpus: float = Field(0.0, ge=0, description="GPUs per embedding actor on a GPU cluster.")
+    batch_rows: int = Field(512, ge=1, description="Rows per Ray Data batch into the embedder.")
+
+
+class EmbedConfig(_Config):
+    """The sentence-transformers encoder."""
+
+    model: str = Field("all-MiniLM-L6-v2", description="A registered model name or a local model directory.")
+    backend: Literal["torch", "openvino"] = "torch"
+    batch_size: int = Field(64, ge=1, description="Texts per forward pass.")
+    max_seq_length: int | None = Field(None, ge=8, description="Token window; None keeps the model's own.")
+    device: str = "cpu"
+    threads: int | None = Field(
+        None, ge=1, description="Torch threads per encoder; None uses every core of the node (Ray pins actors to 1)."
+    )
+
+
+class IndexConfig(_Config):
+    corpus: str = Field(description="Corpus path or pyarrow filesystem URI (BEIR dir, JSONL(.gz), Parquet).")
+    db: str = Field(description="LanceDB directory or URI.")
+    table: str = "docs"
+    format: Literal["auto", "beir", "jsonl", "parquet"] = "auto"
+    embed: EmbedConfig = EmbedConfig()
+    ray: RayConfig = RayConfig()
+    delete_missing: bool = Field(True, description="Delete documents absent from this snapshot.")
+    max_reject_fraction: float = Field(0.01, ge=0, le=1)
+    max_doc_bytes: int = Field(1 << 20, ge=1, description="Title + text larger than this is rejected.")
+    write_batch_rows: int = Field(4096, ge=1, description="Rows per LanceDB commit.")
+    ann_threshold: int = Field(100_000, ge=1, description="Build an ANN index from this many rows; exact below.")
+    tag: str | None = Field(None, description="LanceDB tag for this index run; default index-<time>.")
+
+
+Method = Literal["dense", "bm25", "hybrid"]
+
+
+class RetrieveConfig(_Config):
+    queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL or Parquet.")
+    db: str
+    table: str = "docs"
+    methods: tuple[Method, ...] = ("dense",)
+    k: int = Field(100, ge=1, le=10_000)
+    hybrid_depth: int = Field(100, ge=1, description="Depth of each list fused by hybrid.")
+    rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
+    embed: EmbedConfig = EmbedConfig()
+    trec: bool = Field(False, description="Also write a TREC run file per method.")
+    run_tag: str | None = Field(None, description="Prefix of run ids; default the method name.")
+
+    @field_validator("methods")
+    @classmethod
+    def _unique(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("give at least one method")
+        if len(set(v)) != len(v):
+            raise ValueError(f"methods repeat: {list(v)}")
+        return v
+
+
+class EvaluateConfig(_Config):
+    qrels: str
+    runs: tuple[str, ...] = Field(min_length=1)
+    measures: tuple[str, ...] = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
+    baseline: str | None = Field(None, description="run_id to test the others against; default the first.")
+    test: Literal["t-test", "randomisation"] = "t-test"
+    correction: Literal["holm", "bonferroni", "bh"] = "holm"
+    alpha: float = Field(0.05, gt=0, lt=1)

@@ -1,0 +1,148 @@
+"""Arrow schemas of every table that crosses a stage: the contracts of logicrank.
+
+One name for one thing: a column called ``doc_id`` is the same string everywhere.
+Each stage states which of these it reads and writes and checks its input with
+:func:`require_columns` on entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+# corpus: what a reader yields for a valid document.
+CORPUS = pa.schema(
+    [
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("title", pa.string()),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("metadata", pa.string()),  # JSON text
+    ]
+)
+
+# rejects: a row that could not become a corpus row, and why.
+REJECTS = pa.schema(
+    [
+        pa.field("source", pa.string(), nullable=False),  # file path or URI
+        pa.field("location", pa.int64(), nullable=False),  # 1-based line (JSONL) or 0-based row (Parquet)
+        pa.field("doc_id", pa.string()),  # when one could be read
+        pa.field("reason", pa.string(), nullable=False),  # one of REJECT_REASONS
+        pa.field("detail", pa.string()),
+    ]
+)
+
+REJECT_REASONS = (
+    "malformed_json",
+    "invalid_utf8",
+    "missing_id",
+    "empty_text",
+    "oversized",
+    "duplicate_id",
+    "bad_field_type",
+)
+
+
+def docs_schema(dim: int) -> pa.Schema:
+    """docs (LanceDB): corpus columns + content hash, embedding and index time."""
+    return pa.schema(
+        list(CORPUS)
+        + [
+            pa.field("content_hash", pa.string(), nullable=False),
+            pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
+            pa.field("indexed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        ]
+    )
+
+
+QUERIES = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("logical_query", pa.string()),
+    ]
+)
+
+QRELS = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("relevance", pa.int32(), nullable=False),
+    ]
+)
+
+RUN = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),  # 1-based
+        pa.field("score", pa.float64(), nullable=False),
+        pa.field("method", pa.string(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),
+    ]
+)
+
+METRICS = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("query_id", pa.string(), nullable=False),  # "all" for the aggregate
+        pa.field("measure", pa.string(), nullable=False),  # canonical name, e.g. "nDCG@10"
+        pa.field("value", pa.float64(), nullable=False),
+    ]
+)
+
+SIGNIFICANCE = pa.schema(
+    [
+        pa.field("measure", pa.string(), nullable=False),
+        pa.field("baseline", pa.string(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("mean_baseline", pa.float64(), nullable=False),
+        pa.field("mean_run", pa.float64(), nullable=False),
+        pa.field("test", pa.string(), nullable=False),
+        pa.field("p_value", pa.float64(), nullable=False),
+        pa.field("p_adjusted", pa.float64(), nullable=False),
+        pa.field("correction", pa.string(), nullable=False),
+        pa.field("significant", pa.bool_(), nullable=False),
+    ]
+)
+
+AGGREGATE_QUERY_ID = "all"
+
+
+class SchemaError(ValueError):
+    """A table handed to a stage lacks columns the stage needs."""
+
+
+def require_columns(table: pa.Table | pa.Schema, contract: pa.Schema | Iterable[str], stage: str) -> None:
+    """Raise :class:`SchemaError` naming the stage, the missing and the found columns.
+
+    Only names are checked; types are enforced by :func:`conform`.
+    """
+    names = contract.names if isinstance(contract, pa.Schema) else list(contract)
+    found = table.names if isinstance(table, pa.Schema) else table.column_names
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise SchemaError(
+            f"{stage}: input lacks column(s) {missing}; found {list(found)}; "
+            f"the stage needs {names}."
+        )
+
+
+def conform(table: pa.Table, contract: pa.Schema, stage: str) -> pa.Table:
+    """Select and cast ``table``'s columns to ``contract`` (in its order); returns a new table."""
+    require_columns(table, contract, stage)
+    columns = []
+    for field in contract:
+        col = table.column(field.name)
+        if not col.type.equals(field.type):
+            try:
+                col = col.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaError(
+                    f"{stage}: column {field.name!r} has type {col.type}, "
+                    f"which does not convert to {field.type}: {exc}"
+                ) from exc
+        if not field.nullable and col.null_count:
+            raise SchemaError(f"{stage}: column {field.name!r} has {col.null_count} null(s); it must have none.")
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=contract)

@@ -1,0 +1,36 @@
+"""Shared test helpers: small real corpora cut from bundled SciFact."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines.datasets import scifact
+
+
+def scifact_docs(n: int, text_chars: int = 300) -> list[dict]:
+    """The first ``n`` SciFact documents, abstracts cut to ``text_chars`` (fast to embed)."""
+    out = []
+    with gzip.open(scifact().corpus, "rt", encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            out.append({"_id": d["_id"], "title": d["title"], "text": d["text"][:text_chars]})
+            if len(out) == n:
+                break
+    return out
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def docs300() -> list[dict]:
+    return scifact_docs(300)

@@ -1,0 +1,117 @@
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.corpus import PARSED, CorpusError, content_hash, iter_corpus, list_sources, validate_record
+from tests.conftest import write_jsonl
+
+
+def _read_all(location, **kw) -> pa.Table:
+    return pa.concat_tables(list(iter_corpus(location, **kw)))
+
+
+ROWS = [{"_id": "a", "title": "T", "text": "alpha"}, {"_id": "b", "text": "beta", "metadata": {"k": 1}}]
+
+
+def test_jsonl_plain_and_gzip_read_the_same(tmp_path):
+    write_jsonl(tmp_path / "c.jsonl", ROWS)
+    with gzip.open(tmp_path / "c.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in ROWS)
+    plain, gz = _read_all(str(tmp_path / "c.jsonl")), _read_all(str(tmp_path / "c.jsonl.gz"))
+    assert plain.schema == PARSED
+    assert plain.drop(["_source"]).equals(gz.drop(["_source"]))
+    assert plain.column("doc_id").to_pylist() == ["a", "b"]
+    assert plain.column("metadata").to_pylist() == [None, '{"k": 1}']
+    assert plain.column("_reason").to_pylist() == [None, None]
+    assert plain.column("_location").to_pylist() == [1, 2]
+
+
+def test_beir_dir_parquet_and_uri(tmp_path):
+    beir = tmp_path / "beir"
+    write_jsonl(beir / "corpus.jsonl", ROWS)
+    write_jsonl(beir / "queries.jsonl", [{"_id": "q", "text": "x"}])  # must be ignored
+    assert [s.kind for s in list_sources(str(beir))] == ["jsonl"]
+    assert _read_all(str(beir)).num_rows == 2
+
+    pq.write_table(pa.table({"doc_id": ["x", "y"], "text": ["one", ""]}), tmp_path / "p.parquet")
+    t = _read_all(str(tmp_path / "p.parquet"))
+    assert t.column("_reason").to_pylist() == [None, "empty_text"]
+    assert t.column("_location").to_pylist() == [0, 1]
+
+    uri = (tmp_path / "beir").as_uri()  # a pyarrow filesystem URI
+    via_uri = _read_all(uri)
+    assert via_uri.column("doc_id").to_pylist() == ["a", "b"]
+    assert via_uri.column("_source")[0].as_py().startswith("file://")
+
+
+def test_every_bad_row_is_kept_with_reason_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    lines = [
+        b'{"_id": "ok1", "text": "fine"}',
+        b'{"_id": "x", "text": "unterminated',
+        b'{"text": "no id"}',
+        b'{"_id": "  ", "text": "blank id"}',
+        b'{"_id": "e", "text": "   "}',
+        b'{"_id": "u", "text": "bad \xff\xfe bytes"}',
+        b'["not", "an", "object"]',
+        b'{"_id": ["list"], "text": "t"}',
+        b'{"_id": "big", "text": "' + b"y" * 200 + b'"}',
+        b"",
+        b'{"_id": 7, "text": "int ids are fine"}',
+    ]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    t = _read_all(str(path), max_doc_bytes=100, batch_rows=3)
+    got = list(zip(t.column("_location").to_pylist(), t.column("_reason").to_pylist(), strict=True))
+    assert got == [
+        (1, None),
+        (2, "malformed_json"),
+        (3, "missing_id"),
+        (4, "missing_id"),
+        (5, "empty_text"),
+        (6, "invalid_utf8"),
+        (7, "malformed_json"),
+        (8, "bad_field_type"),
+        (9, "oversized"),
+        (11, None),
+    ]
+    assert t.column("doc_id").to_pylist()[-1] == "7"
+    assert all(d for d in t.column("_detail").to_pylist()[1:-1])
+
+
+def test_an_overlong_line_is_skipped_without_losing_the_next(tmp_path):
+    path = tmp_path / "long.jsonl"
+    huge = b'{"_id": "h", "text": "' + b"z" * 3_000_000 + b'"}'
+    path.write_bytes(huge + b'\n{"_id": "after", "text": "kept"}\n')
+    t = _read_all(str(path), max_doc_bytes=1000)
+    assert t.column("_reason").to_pylist() == ["oversized", None]
+    assert t.column("doc_id").to_pylist() == [None, "after"]
+
+
+def test_batches_are_bounded(tmp_path):
+    write_jsonl(tmp_path / "c.jsonl", [{"_id": str(i), "text": "t"} for i in range(25)])
+    sizes = [b.num_rows for b in iter_corpus(str(tmp_path / "c.jsonl"), batch_rows=10)]
+    assert sizes == [10, 10, 5]
+
+
+def test_content_hash_tracks_content_only():
+    assert content_hash("t", "x", None) == content_hash("t", "x", None)
+    assert content_hash("t", "x", None) != content_hash("t", "x ", None)
+    assert content_hash(None, "x", None) != content_hash("", "x", None)
+    fields, reason, _ = validate_record({"_id": "a", "text": "x", "metadata": {"b": 1, "a": 2}}, 100)
+    assert reason is None and fields["metadata"] == '{"a": 2, "b": 1}'
+
+
+def test_bad_locations_fail_clearly(tmp_path):
+    with pytest.raises(CorpusError, match="nothing at"):
+        list_sources(str(tmp_path / "missing"))
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(CorpusError, match="cannot tell the format"):
+        list_sources(str(tmp_path / "notes.txt"))
+    mixed = tmp_path / "mixed"
+    write_jsonl(mixed / "a.jsonl", ROWS)
+    pq.write_table(pa.table({"doc_id": ["x"], "text": ["t"]}), mixed / "b.parquet")
+    with pytest.raises(CorpusError, match="mixes JSONL and Parquet"):
+        list_sources(str(mixed))
