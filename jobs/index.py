@@ -74,7 +74,10 @@ def _plan(cfg: IndexConfig, sources: list[Source], stored_ref):
 
     ds = ray.data.from_items([{"source_index": i} for i in range(len(sources))], override_num_blocks=len(sources))
     ds = ds.map_batches(
-        _ReadSources(sources, cfg.ray.batch_rows, cfg.max_doc_bytes), batch_size=1, batch_format="pyarrow"
+        _ReadSources(sources, cfg.ray.batch_rows, cfg.max_doc_bytes),
+        batch_size=1,
+        batch_format="pyarrow",
+        num_cpus=_READ_CPUS,  # light work; distinct resources also keep it from fusing into the embed actors
     )
     return ds.map_batches(
         _EmbedActor,
@@ -85,6 +88,22 @@ def _plan(cfg: IndexConfig, sources: list[Source], stored_ref):
         num_cpus=cfg.ray.embed_num_cpus,
         num_gpus=cfg.ray.embed_num_gpus or None,
     )
+
+
+_READ_CPUS = 0.5
+
+
+def _check_fits(cfg: IndexConfig, resources: dict) -> None:
+    """An actor pool that takes every CPU leaves none for the reader: Ray would wait forever."""
+    cpus, gpus = resources.get("CPU", 0), resources.get("GPU", 0)
+    need_cpu = cfg.ray.embed_actors * cfg.ray.embed_num_cpus + _READ_CPUS
+    need_gpu = cfg.ray.embed_actors * cfg.ray.embed_num_gpus
+    if need_cpu > cpus or need_gpu > gpus:
+        raise IndexJobError(
+            f"index: {cfg.ray.embed_actors} embedding actor(s) x ({cfg.ray.embed_num_cpus} CPU, {cfg.ray.embed_num_gpus} GPU) "
+            f"+ {_READ_CPUS} CPU for the reader needs {need_cpu} CPU / {need_gpu} GPU; the cluster has {cpus} / {gpus}. "
+            "Lower --actors (or the per-actor resources)."
+        )
 
 
 def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> IndexSummary:
@@ -106,6 +125,7 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows)
 
     with ray_session(cfg.ray) as ray:
+        _check_fits(cfg, ray.cluster_resources())
         with rundir.timed("diff_load"):
             stored = store.hashes()
         stored_ref = ray.put(stored)

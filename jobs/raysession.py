@@ -26,16 +26,18 @@ def ray_session(config: RayConfig):
     warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
     started = False
     if not ray.is_initialized():
-        kwargs = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": True}
+        kwargs = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": True}
         if config.address:
             ray.init(address=config.address, **kwargs)
         else:
             ray.init(num_cpus=config.num_cpus, object_store_memory=config.object_store_memory, **kwargs)
         started = True
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
     ctx.execution_options.preserve_order = True
+    ctx.target_max_block_size = config.block_bytes
     try:
         yield ray
     finally:

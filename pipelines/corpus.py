@@ -21,7 +21,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-
 # The reader's output: corpus columns plus provenance and the verdict.
 PARSED = pa.schema(
     [

@@ -71,8 +71,12 @@ class Embedder:
     def __init__(self, config: EmbedConfig):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         import torch
+        import transformers
         from sentence_transformers import SentenceTransformer
+
+        transformers.utils.logging.disable_progress_bar()
 
         torch.set_num_threads(config.threads or os.cpu_count() or 1)
         self.config = config
@@ -125,7 +129,12 @@ class _OpenVINOEncoder:
         hf = st_model[0].auto_model.eval()
         example = self.tokenizer(["an example", "another example text"], padding=True, return_tensors="pt")
         self.inputs = list(example.keys())
-        with torch.no_grad():
+        import warnings
+
+        # Tracing warns that shape checks become constants; the converted model keeps
+        # dynamic batch and sequence axes, and tests compare it with the torch backend.
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             converted = ov.convert_model(hf, example_input=dict(example))
         self.compiled = ov.Core().compile_model(converted, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT"})
         self._ov = ov

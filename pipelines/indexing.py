@@ -118,7 +118,7 @@ class RejectSink:
 class IndexWriter:
     """The single writer: dedups ids, routes rejects, upserts in chunks of ``chunk_rows``."""
 
-    def __init__(self, store: "DocStore", model_id: str, rejects: RejectSink, chunk_rows: int = 4096):
+    def __init__(self, store: DocStore, model_id: str, rejects: RejectSink, chunk_rows: int = 4096):
         self.store, self.model_id, self.rejects, self.chunk_rows = store, model_id, rejects, chunk_rows
         self.seen: set[str] = set()
         self.counts: Counter[str] = Counter()
@@ -183,10 +183,15 @@ class IndexWriter:
         self.counts["reject"] += len(bad) + len(dup)
 
     def flush(self) -> None:
+        """Upsert everything pending, ``chunk_rows`` rows per commit."""
         if not self._pending:
             return
-        chunk = pa.concat_tables(self._pending)
+        pending = pa.concat_tables(self._pending)
         self._pending, self._pending_rows = [], 0
+        for start in range(0, pending.num_rows, self.chunk_rows):
+            self._write(pending.slice(start, self.chunk_rows))
+
+    def _write(self, chunk: pa.Table) -> None:
         lists = chunk.column("vector").combine_chunks()
         dim = len(lists[0])
         if (pc.list_value_length(lists).to_numpy() != dim).any():

@@ -33,6 +33,7 @@ class RayConfig(_Config):
     embed_num_cpus: float = Field(1.0, ge=0)
     embed_num_gpus: float = Field(0.0, ge=0, description="GPUs per embedding actor on a GPU cluster.")
     batch_rows: int = Field(512, ge=1, description="Rows per Ray Data batch into the embedder.")
+    block_bytes: int = Field(1 << 20, ge=1 << 12, description="Target Ray Data block size: small blocks spread work over actors.")
 
 
 class EmbedConfig(_Config):

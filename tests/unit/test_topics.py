@@ -1,0 +1,49 @@
+import pyarrow as pa
+import pytest
+
+from pipelines.datasets import scifact
+from pipelines.methods.hybrid import rrf
+from pipelines.methods.ranking import rank_pairs
+from pipelines.topics import TopicsError, read_qrels, read_queries, read_run, write_trec_run
+from schemas.tables import QRELS, RUN
+
+
+def test_bundled_scifact_reads():
+    d = scifact()
+    q = read_queries(d.queries)
+    assert q.num_rows == 300 and q.column("query_id")[0].as_py() == "1"
+    qr = read_qrels(d.qrels)
+    assert qr.schema == QRELS and qr.num_rows == 339
+
+
+def test_trec_formats_and_errors(tmp_path):
+    (tmp_path / "q.trec").write_text("q1 0 d1 2\nq1 0 d2 0\n")
+    assert read_qrels(tmp_path / "q.trec").column("relevance").to_pylist() == [2, 0]
+    (tmp_path / "bad.tsv").write_text("q1 d1\n")
+    with pytest.raises(TopicsError, match="line 1 has 2 fields"):
+        read_qrels(tmp_path / "bad.tsv")
+    (tmp_path / "dup.jsonl").write_text('{"_id": "1", "text": "a"}\n{"_id": "1", "text": "b"}\n')
+    with pytest.raises(TopicsError, match="duplicate query ids"):
+        read_queries(tmp_path / "dup.jsonl")
+
+
+def test_rank_pairs_orders_and_breaks_ties_by_doc_id(tmp_path):
+    import pandas as pd
+
+    pairs = pd.DataFrame({"query_id": ["a"] * 4, "doc_id": ["z", "y", "x", "w"], "score": [0.5, 0.9, 0.5, 0.1]})
+    run = rank_pairs(pairs, 3, "m", "r")
+    assert run.schema == RUN
+    assert run.column("doc_id").to_pylist() == ["y", "x", "z"]
+    assert run.column("rank").to_pylist() == [1, 2, 3]
+    path = write_trec_run(run, tmp_path / "r.trec")
+    back = read_run(path)
+    assert back.column("doc_id").to_pylist() == ["y", "x", "z"] and back.column("run_id")[0].as_py() == "r"
+
+
+def test_rrf_fuses_by_reciprocal_rank():
+    def run(docs):
+        return pa.table({"query_id": ["q"] * len(docs), "doc_id": docs, "rank": pa.array(range(1, len(docs) + 1), pa.int32())})
+
+    fused = rrf([run(["a", "b", "c"]), run(["c", "a"])], k=10, rrf_k=60)
+    assert fused.column("doc_id").to_pylist() == ["a", "c", "b"]
+    assert fused.column("score")[0].as_py() == pytest.approx(1 / 61 + 1 / 62)
