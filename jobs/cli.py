@@ -48,8 +48,8 @@ def _run(fn, *args, **kwargs):
         raise typer.Exit(2) from None
 
 
-def _ray(address: str | None, actors: int) -> RayConfig:
-    return RayConfig(address=address, embed_actors=actors)
+def _ray(address: str | None, actors: int, gpus_per_actor: float = 0.0) -> RayConfig:
+    return RayConfig(address=address, embed_actors=actors, embed_num_gpus=gpus_per_actor)
 
 
 @app.command()
@@ -62,6 +62,7 @@ def index(
     backend: Backend = "torch",
     batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = 64,
     actors: Annotated[int, typer.Option(help="Embedding actors.")] = 1,
+    gpus_per_actor: Annotated[float, typer.Option(help="GPUs per embedding actor (0 on CPU nodes).")] = 0.0,
     delete_missing: Annotated[bool, typer.Option(help="Delete stored documents absent from this snapshot.")] = True,
     max_reject_fraction: float = 0.01,
     max_doc_bytes: int = 1 << 20,
@@ -80,8 +81,8 @@ def index(
         db=db,
         table=table,
         format=format,
-        embed=EmbedConfig(model=model, backend=backend, batch_size=batch_size),
-        ray=_ray(ray_address, actors),
+        embed=EmbedConfig(model=model, backend=backend, batch_size=batch_size, device="cuda" if gpus_per_actor else "cpu"),
+        ray=_ray(ray_address, actors, gpus_per_actor),
         delete_missing=delete_missing,
         max_reject_fraction=max_reject_fraction,
         max_doc_bytes=max_doc_bytes,
@@ -102,11 +103,15 @@ def retrieve(
     queries: Annotated[str, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet.")],
     db: str = "data/lancedb",
     table: str = "docs",
-    method: Annotated[list[str], typer.Option(help="dense | bm25 | hybrid (repeat for several).")] = ["dense"],  # noqa: B006
+    method: Annotated[list[str], typer.Option(help="dense | bm25 | hybrid | itlr (repeat for several).")] = ["dense"],  # noqa: B006
     k: int = 100,
     model: Model = "all-MiniLM-L6-v2",
     backend: Backend = "torch",
     trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = False,
+    itlr_mode: Annotated[str, typer.Option(help="itlr: exact (every document) | ann (re-score ANN candidates).")] = "exact",
+    operators: Annotated[str, typer.Option(help="itlr: e.g. and=product,or=sum,not=complement.")] = "",
+    calibration: Annotated[str, typer.Option(help="itlr: none | zscore | sigmoid (needs --labels).")] = "none",
+    labels: Annotated[str | None, typer.Option(help="itlr sigmoid: JSONL of doc_id + present terms.")] = None,
     out: Path = Path("runs/retrieve"),
 ):
     """Retrieve the top k documents per query; writes one run table per method."""
@@ -114,7 +119,8 @@ def retrieve(
 
     cfg = _run(
         RetrieveConfig, queries=queries, db=db, table=table, methods=tuple(method), k=k,
-        embed=EmbedConfig(model=model, backend=backend), trec=trec,
+        embed=EmbedConfig(model=model, backend=backend), trec=trec, itlr_mode=itlr_mode,
+        operators=operators or "and=product,or=sum,not=complement", calibration=calibration, labels=labels,
     )
     for rid, path in _run(run_retrieve, cfg, out).items():
         typer.echo(f"{rid}: {path}")
@@ -145,6 +151,38 @@ def evaluate(
     metrics = _run(run_evaluate, cfg, out)
     typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
     typer.echo(f"report: {out / 'report.md'}")
+
+
+@app.command("itlr-bench")
+def itlr_bench(
+    out: Annotated[Path, typer.Option(help="Where the generated data, index and tables go.")] = Path("runs/itlr-bench"),
+    per_template: Annotated[int, typer.Option(help="Queries per template (32 templates).")] = 10,
+    seed: int = 0,
+    backend: Backend = "openvino",
+):
+    """ITLR's synthetic logical benchmark from SciFact text: Table 1 (by negations) and Table 2 (operators)."""
+    from jobs.itlr_bench import run_itlr_bench
+
+    res = _run(run_itlr_bench, out, EmbedConfig(backend=backend), RayConfig(), per_template, seed, echo=typer.echo)
+    typer.echo(res["report"].read_text())
+
+
+@app.command()
+def ablate(
+    queries: Annotated[str, typer.Argument(help="Queries with a logical_query column.")],
+    qrels: str,
+    db: str = "data/lancedb",
+    table: str = "docs",
+    measure: str = "nDCG@10",
+    model: Model = "all-MiniLM-L6-v2",
+    backend: Backend = "torch",
+    out: Path = Path("runs/ablate"),
+):
+    """ITLR operator ablation: every AND x OR x NOT family, one exact pass, one table."""
+    from jobs.ablate import run_ablate
+
+    df = _run(run_ablate, queries, qrels, db, out, EmbedConfig(model=model, backend=backend), table, measure)
+    typer.echo(df.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
 
 
 @app.command("main")

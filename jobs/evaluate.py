@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic, write_text_atomic
 from pipelines.evaluate.core import evaluate_run
@@ -16,9 +17,15 @@ from schemas.config import EvaluateConfig
 
 
 def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation") -> pa.Table:
-    """Writes metrics.parquet, significance.parquet, report.md, plots/per_query.png; returns the metrics."""
+    """Writes metrics.parquet, significance.parquet, report.md, plots/per_query.png; returns the metrics.
+
+    Skipped (the stored metrics returned) when config, qrels and runs are unchanged.
+    """
     measures = parse_measures(cfg.measures)  # a bad name fails before anything is read
     rundir = RunDir(out, "evaluate")
+    inputs = {"qrels": file_fingerprint(cfg.qrels), "runs": [file_fingerprint(p) for p in cfg.runs]}
+    if rundir.is_fresh(cfg.digest(), inputs):
+        return pq.read_table(rundir.path / "metrics.parquet")
     qrels = read_qrels(cfg.qrels)
     tables = []
     for path in cfg.runs:
@@ -45,7 +52,7 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     rundir.write_manifest(
         cfg.model_dump(mode="json"),
         cfg.digest(),
-        {"qrels": file_fingerprint(cfg.qrels), "runs": [file_fingerprint(p) for p in cfg.runs]},
+        inputs,
         outputs,
         measures=[str(m) for m in measures],
         run_ids=run_ids,

@@ -7,18 +7,30 @@ table version are unchanged.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
 
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic
 from pipelines.embed import Embedder, model_id, resolve_model
+from pipelines.logic.fuzzy import Operators
 from pipelines.methods.bm25 import bm25
 from pipelines.methods.dense import dense
 from pipelines.methods.hybrid import rrf
+from pipelines.methods.itlr import (
+    Calibration,
+    ann_candidates,
+    parse_queries,
+    score_candidates,
+    score_exact,
+    term_scores,
+)
+from pipelines.methods.ranking import rank_pairs
 from pipelines.store import DocStore, StoreError
 from pipelines.topics import read_queries, write_trec_run
 from schemas.config import RetrieveConfig
+from schemas.tables import RUN, conform
 
 
 def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
@@ -26,7 +38,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
     rundir = RunDir(out, "retrieve")
     queries = read_queries(cfg.queries)
     store = DocStore(cfg.db, cfg.table)
-    needs_vectors = any(m in ("dense", "hybrid") for m in cfg.methods)
+    needs_vectors = any(m in ("dense", "hybrid", "itlr") for m in cfg.methods)
     if needs_vectors:
         resolve_model(cfg.embed.model)
         if store.model_id() != model_id(cfg.embed):
@@ -36,6 +48,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
             )
     run_ids = {m: f"{cfg.run_tag}-{m}" if cfg.run_tag else m for m in cfg.methods}
     outputs = {m: f"runs/{rid}.parquet" for m, rid in run_ids.items()}
+    extra_outputs = [f"term_scores/{run_ids['itlr']}.parquet"] if "itlr" in cfg.methods else []
     inputs = {"queries": file_fingerprint(cfg.queries), "table": {"db": cfg.db, "name": cfg.table, "version": store.version}}
     if rundir.is_fresh(cfg.digest(), inputs):
         return {run_ids[m]: rundir.path / o for m, o in outputs.items()}
@@ -54,13 +67,19 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
         return cache[method, depth]
 
     produced: dict[str, pa.Table] = {}
+    extra: dict = {}
     for method in cfg.methods:
-        if method == "hybrid":
+        if method == "itlr":
+            with rundir.timed("itlr"):
+                pairs, scores, extra = _itlr(cfg, queries, store, embedder)
+            run = rank_pairs(pairs, cfg.k, "itlr", run_ids["itlr"])
+            write_parquet_atomic(scores, rundir.path / extra_outputs[0])
+        elif method == "hybrid":
             run = rrf([scored("dense", cfg.hybrid_depth), scored("bm25", cfg.hybrid_depth)], cfg.k, cfg.rrf_k)
         else:
             run = scored(method, cfg.k)
         rid = run_ids[method]
-        run = run.set_column(run.schema.get_field_index("run_id"), "run_id", pa.array([rid] * run.num_rows, pa.string()))
+        run = conform(run.set_column(run.schema.get_field_index("run_id"), "run_id", pa.array([rid] * run.num_rows, pa.string())), RUN, "retrieve")
         produced[rid] = run
         write_parquet_atomic(run, rundir.path / outputs[method])
         if cfg.trec:
@@ -70,9 +89,64 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
         cfg.model_dump(mode="json"),
         cfg.digest(),
         inputs,
-        list(outputs.values()),
+        list(outputs.values()) + extra_outputs,
+        itlr=extra or None,
         model=model_id(cfg.embed) if needs_vectors else None,
         rows={rid: t.num_rows for rid, t in produced.items()},
         queries=queries.num_rows,
     )
     return {run_ids[m]: rundir.path / o for m, o in outputs.items()}
+
+
+def _itlr(cfg: RetrieveConfig, queries: pa.Table, store: DocStore, embedder: Embedder):
+    """ITLR pairs, their term scores, and counts for the manifest."""
+    import numpy as np
+    import pandas as pd
+
+    parsed = parse_queries(queries)
+    terms = list(dict.fromkeys(t for q in parsed for t in q.ast.terms()))
+    term_vectors = embedder.encode(terms)  # each distinct term once, in one batch
+    ops = Operators.parse(cfg.operators)
+    calibration = _calibration(cfg, store, terms, term_vectors)
+    if cfg.itlr_mode == "ann":
+        candidates, exact_queries = ann_candidates(
+            parsed, terms, term_vectors, lambda v, k: store.vector_search(v, k, with_vectors=True), cfg.ann_k
+        )
+        frames = [score_candidates(parsed, terms, term_vectors, candidates, cfg.k, ops, calibration)]
+    else:
+        exact_queries, frames = parsed, []
+    if exact_queries:
+        blocks = ((b.column("doc_id").to_numpy(zero_copy_only=False),
+                   b.column("vector").flatten().to_numpy().reshape(b.num_rows, -1))
+                  for b in store.scan(["doc_id", "vector"], cfg.block_rows))
+        frames.append(score_exact(exact_queries, terms, term_vectors, blocks, cfg.k, [ops], calibration)[ops])
+    pairs = pd.concat(frames, ignore_index=True)
+    vectors = store.vectors_for(pairs["doc_id"].unique().tolist())
+    scores = term_scores(pairs, parsed, terms, term_vectors, vectors, calibration)
+    fallback = [q.query_id for q in parsed if q.status == "fallback"]
+    counts = {
+        "queries": len(parsed),
+        "fallback": len(fallback),
+        "fallback_query_ids": fallback[:100],
+        "unique_terms": len(terms),
+        "mode": cfg.itlr_mode,
+        "operators": str(ops),
+        "calibration": calibration.name,
+        "mean_candidates": float(np.mean([len(c[0]) for c in candidates.values()])) if cfg.itlr_mode == "ann" and candidates else None,
+    }
+    return pairs, scores, counts
+
+
+def _calibration(cfg: RetrieveConfig, store: DocStore, terms: list[str], term_vectors) -> Calibration:
+    if cfg.calibration == "none":
+        return Calibration()
+    if cfg.calibration == "zscore":
+        sample = store.sample_vectors(cfg.calibration_sample)
+        return Calibration.zscore(terms, sample @ term_vectors.T)
+    if not cfg.labels:
+        raise ValueError("retrieve: calibration 'sigmoid' is supervised; give --labels (JSONL of doc_id and present terms).")
+    from pipelines.methods.itlr import labelled_scores
+
+    labels = [json.loads(line) for line in Path(cfg.labels).read_text(encoding="utf-8").splitlines() if line.strip()]
+    vectors = store.vectors_for(sorted({r["doc_id"] for r in labels}))
+    return Calibration.fit_sigmoid(labelled_scores(labels, terms, term_vectors, vectors))

@@ -126,17 +126,23 @@ class _OpenVINOEncoder:
         self.tokenizer = st_model.tokenizer
         self.max_len = st_model.max_seq_length
         self.batch_size = batch_size
-        hf = st_model[0].auto_model.eval()
         example = self.tokenizer(["an example", "another example text"], padding=True, return_tensors="pt")
         self.inputs = list(example.keys())
-        import warnings
+        core = ov.Core()
+        cached = _ov_cache_dir(path) / "model.xml"
+        if cached.exists():
+            converted = core.read_model(cached)
+        else:
+            import warnings
 
-        # Tracing warns that shape checks become constants; the converted model keeps
-        # dynamic batch and sequence axes, and tests compare it with the torch backend.
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            converted = ov.convert_model(hf, example_input=dict(example))
-        self.compiled = ov.Core().compile_model(converted, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT"})
+            hf = st_model[0].auto_model.eval()
+            # Tracing warns that shape checks become constants; the converted model keeps
+            # dynamic batch and sequence axes, and tests compare it with the torch backend.
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                converted = ov.convert_model(hf, example_input=dict(example))
+            _save_atomic(ov, converted, cached)
+        self.compiled = core.compile_model(converted, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT"})
         self._ov = ov
 
     def encode(self, texts: list[str], dim: int) -> np.ndarray:
@@ -157,6 +163,35 @@ class _OpenVINOEncoder:
             queue.start_async({k: enc[k] for k in self.inputs}, (idx, enc["attention_mask"][..., None].astype(np.float32)))
         queue.wait_all()
         return out
+
+
+def _ov_cache_dir(model_path: str) -> Path:
+    """Where the converted model lives: keyed by the model's files and the library versions."""
+    import hashlib
+    from importlib import metadata
+
+    root = Path(os.environ.get("LOGICRANK_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "logicrank"))
+    h = hashlib.sha256()
+    for f in sorted(Path(model_path).rglob("*")):
+        if f.is_file():
+            h.update(f"{f.relative_to(model_path)}:{f.stat().st_size}:{f.stat().st_mtime_ns}".encode())
+    for pkg in ("openvino", "transformers", "torch"):
+        h.update(f"{pkg}={metadata.version(pkg)}".encode())
+    return root / "openvino" / h.hexdigest()[:16]
+
+
+def _save_atomic(ov, model, target: Path) -> None:
+    """Save the IR beside the target, then rename the directory: readers never see half."""
+    import shutil
+    import tempfile
+
+    target.parent.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent.parent))
+    ov.save_model(model, tmp / target.name, compress_to_fp16=False)
+    try:
+        tmp.rename(target.parent)
+    except OSError:  # another process won the race; its copy is identical
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def to_fixed_size_list(vectors: np.ndarray) -> pa.FixedSizeListArray:

@@ -83,6 +83,25 @@ class DocStore:
             return pa.table({"doc_id": pa.array([], pa.string()), "content_hash": pa.array([], pa.string())})
         return self.table.to_lance().to_table(columns=["doc_id", "content_hash"])
 
+    def vectors_for(self, doc_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """doc_id -> vector for the given ids (a pyarrow expression filter, not a SQL string)."""
+        if len(doc_ids) == 0:
+            return {}
+        t = self.table.to_lance().to_table(columns=["doc_id", "vector"], filter=pc.field("doc_id").isin(list(doc_ids)))
+        vecs = t.column("vector").combine_chunks().flatten().to_numpy().reshape(t.num_rows, -1)
+        return dict(zip(t.column("doc_id").to_pylist(), vecs, strict=True))
+
+    def sample_vectors(self, n: int, seed: int = 0) -> np.ndarray:
+        """Up to ``n`` document vectors drawn uniformly (all of them for a small table)."""
+        ds = self.table.to_lance()
+        total = ds.count_rows()
+        if total <= n:
+            t = ds.to_table(columns=["vector"])
+        else:
+            rows = np.sort(np.random.default_rng(seed).choice(total, size=n, replace=False))
+            t = ds.take(rows, columns=["vector"])
+        return t.column("vector").combine_chunks().flatten().to_numpy().reshape(t.num_rows, -1)
+
     def scan(self, columns: Sequence[str], batch_rows: int = 8192):
         """Stream record batches of ``columns`` (bounded memory)."""
         yield from self.table.to_lance().to_batches(columns=list(columns), batch_size=batch_rows)
@@ -154,19 +173,23 @@ class DocStore:
             tags.create(name, self.version)
 
     # -- search ------------------------------------------------------------------
-    def vector_search(self, vectors: np.ndarray, k: int, exact: bool | None = None) -> pa.Table:
-        """Top-k by cosine for each query vector: (query_index, doc_id, score = cos)."""
+    def vector_search(self, vectors: np.ndarray, k: int, exact: bool | None = None, with_vectors: bool = False) -> pa.Table:
+        """Top-k by cosine for each query vector: (query_index, doc_id, score = cos[, vector])."""
         vectors = np.asarray(vectors, dtype=np.float32)
         if len(vectors) == 0:
             return pa.table({"query_index": pa.array([], pa.int32()), "doc_id": pa.array([], pa.string()), "score": pa.array([], pa.float64())})
-        q = self.table.search(list(vectors), vector_column_name="vector").metric("cosine").limit(k).select(["doc_id", "_distance"])
+        columns = ["doc_id", "_distance"] + (["vector"] if with_vectors else [])
+        q = self.table.search(list(vectors), vector_column_name="vector").metric("cosine").limit(k).select(columns)
         if exact or (exact is None and not self.has_ann_index()):
             q = q.bypass_vector_index()
         res = q.to_arrow()
         if "query_index" not in res.column_names:  # a single query comes back unbatched
             res = res.append_column("query_index", pa.array(np.zeros(res.num_rows, np.int32)))
         score = pa.array(1.0 - res.column("_distance").to_numpy().astype(np.float64))
-        return pa.table({"query_index": res.column("query_index").cast(pa.int32()), "doc_id": res.column("doc_id"), "score": score})
+        out = {"query_index": res.column("query_index").cast(pa.int32()), "doc_id": res.column("doc_id"), "score": score}
+        if with_vectors:
+            out["vector"] = res.column("vector")
+        return pa.table(out)
 
     def text_search(self, text: str, k: int) -> pa.Table:
         """BM25 over title and text: (doc_id, score). The text is matched, never parsed as syntax."""

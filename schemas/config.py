@@ -64,7 +64,7 @@ class IndexConfig(_Config):
     tag: str | None = Field(None, description="LanceDB tag for this index run; default index-<time>.")
 
 
-Method = Literal["dense", "bm25", "hybrid"]
+Method = Literal["dense", "bm25", "hybrid", "itlr"]
 
 
 class RetrieveConfig(_Config):
@@ -77,7 +77,21 @@ class RetrieveConfig(_Config):
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
     embed: EmbedConfig = EmbedConfig()
     trec: bool = Field(False, description="Also write a TREC run file per method.")
+    itlr_mode: Literal["exact", "ann"] = Field("exact", description="itlr: score every document, or re-score ANN candidates.")
+    operators: str = Field("and=product,or=sum,not=complement", description="itlr: fuzzy operator families.")
+    calibration: Literal["none", "zscore", "sigmoid"] = "none"
+    calibration_sample: int = Field(10_000, ge=10, description="itlr zscore: corpus sample size for term statistics.")
+    labels: str | None = Field(None, description="itlr sigmoid: JSONL of {doc_id, present: [terms]} to fit on.")
+    ann_k: int = Field(100, ge=1, description="itlr ann: neighbours per positive term.")
+    block_rows: int = Field(8192, ge=1, description="itlr exact: document vectors per block.")
     run_tag: str | None = Field(None, description="Prefix of run ids; default the method name.")
+
+    @field_validator("operators")
+    @classmethod
+    def _ops(cls, v: str) -> str:
+        from pipelines.logic.fuzzy import Operators
+
+        return str(Operators.parse(v))
 
     @field_validator("methods")
     @classmethod

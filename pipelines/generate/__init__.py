@@ -1,0 +1,1 @@
+"""Dataset generation: synthetic logical benchmarks built from real text."""

@@ -1,0 +1,135 @@
+"""ITLR's synthetic logical benchmark, built deterministically from real SciFact text.
+
+All 32 templates of 3-term queries: two binary operators (AND / OR, 4 ways) times a NOT on
+any subset of the three terms (8 ways), read with the usual precedence. For a query:
+
+- its three topics are three distinct SciFact documents; a topic's term is its title;
+- a generated document "matching" a set of topics is the first sentence of each of those
+  topics' abstracts (each cut to ``max_words`` words, so three stay inside the encoder's
+  256-token window); the empty set is a sentence from an unrelated document;
+- positives: topic sets for which the query is true; hard negatives: sets for which it is
+  false and that differ from a kept positive by moving exactly one term to the other side;
+  up to 3 of each per query (the paper's setting).
+
+Output, BEIR layout: ``corpus.jsonl``, ``queries.jsonl`` (with ``logical_query``,
+``negations``, ``template``), ``qrels/test.tsv``, and ``labels.jsonl`` (which topics each
+generated document contains: what supervised calibration learns from).
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.logic.query import holds, parse, quote
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+
+
+@dataclass(frozen=True)
+class Template:
+    ops: tuple[str, str]
+    negated: tuple[bool, bool, bool]
+
+    @property
+    def negations(self) -> int:
+        return sum(self.negated)
+
+    @property
+    def name(self) -> str:
+        parts = [("NOT " if n else "") + v for n, v in zip(self.negated, "abc", strict=True)]
+        return f"{parts[0]} {self.ops[0]} {parts[1]} {self.ops[1]} {parts[2]}"
+
+    def logical(self, terms: tuple[str, str, str]) -> str:
+        parts = [("NOT " if n else "") + quote(t) for n, t in zip(self.negated, terms, strict=True)]
+        return f"{parts[0]} {self.ops[0]} {parts[1]} {self.ops[1]} {parts[2]}"
+
+    def natural(self, terms: tuple[str, str, str]) -> str:
+        """What a user would type: the same words without quotes."""
+        parts = [("not " if n else "") + t.rstrip(".") for n, t in zip(self.negated, terms, strict=True)]
+        return f"{parts[0]} {self.ops[0].lower()} {parts[1]} {self.ops[1].lower()} {parts[2]}"
+
+
+TEMPLATES: tuple[Template, ...] = tuple(
+    Template(ops, neg) for ops in itertools.product(("AND", "OR"), repeat=2) for neg in itertools.product((False, True), repeat=3)
+)
+
+
+def first_sentence(text: str, max_words: int) -> str:
+    sentence = _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
+    words = sentence.split()
+    return " ".join(words[:max_words])
+
+
+def _topics(corpus_path: Path, max_words: int) -> list[tuple[str, str]]:
+    """(title, first sentence) of every SciFact document with both."""
+    out = []
+    with gzip.open(corpus_path, "rt", encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            title, sentence = (d.get("title") or "").strip(), first_sentence(d.get("text") or "", max_words)
+            if 3 <= len(title.split()) <= 30 and len(sentence.split()) >= 8 and '"' not in title:
+                out.append((title, sentence))
+    return out
+
+
+def generate(corpus_path: str | Path, out: str | Path, per_template: int = 10, seed: int = 0, max_words: int = 55) -> dict[str, int]:
+    """Write the benchmark to ``out``; returns counts. Same inputs, same files."""
+    rng = random.Random(seed)
+    topics = _topics(Path(corpus_path), max_words)
+    out = Path(out)
+    (out / "qrels").mkdir(parents=True, exist_ok=True)
+    docs, queries, qrels, labels = [], [], [], []
+    subsets = [frozenset(s) for r in range(4) for s in itertools.combinations(range(3), r)]
+    for t_idx, template in enumerate(TEMPLATES):
+        for rep in range(per_template):
+            qid = f"syn-{t_idx:02d}-{rep:03d}"
+            picked = rng.sample(range(len(topics)), 4)  # three topics and one unrelated sentence
+            terms = tuple(topics[i][0] for i in picked[:3])
+            ast = parse(template.logical(terms))  # type: ignore[arg-type]
+            truth = {s: holds(ast, {terms[i] for i in s}) for s in subsets}
+            positives = [s for s in subsets if truth[s]]
+            rng.shuffle(positives)
+            positives = positives[:3]
+            hard = {s ^ {i} for s in positives for i in range(3)}
+            negatives = sorted((s for s in hard if not truth[s]), key=lambda s: (len(s), sorted(s)))
+            rng.shuffle(negatives)
+            negatives = negatives[:3]
+            for kind, sets in (("p", positives), ("n", negatives)):
+                for j, s in enumerate(sets):
+                    doc_id = f"{qid}-{kind}{j}"
+                    order = sorted(s)
+                    rng.shuffle(order)
+                    text = " ".join(topics[picked[i]][1] for i in order) if order else topics[picked[3]][1]
+                    docs.append({"_id": doc_id, "title": "", "text": text})
+                    labels.append({"doc_id": doc_id, "query_id": qid, "present": [terms[i] for i in sorted(s)]})
+                    if kind == "p":
+                        qrels.append((qid, doc_id, 1))
+            queries.append(
+                {
+                    "_id": qid,
+                    "text": template.natural(terms),  # type: ignore[arg-type]
+                    "logical_query": template.logical(terms),  # type: ignore[arg-type]
+                    "negations": template.negations,
+                    "template": template.name,
+                    "terms": list(terms),
+                }
+            )
+    _write_jsonl(out / "corpus.jsonl", docs)
+    _write_jsonl(out / "queries.jsonl", queries)
+    _write_jsonl(out / "labels.jsonl", labels)
+    with open(out / "qrels" / "test.tsv", "w", encoding="utf-8") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        f.writelines(f"{q}\t{d}\t{r}\n" for q, d, r in qrels)
+    return {"queries": len(queries), "docs": len(docs), "positives": len(qrels)}
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")

@@ -1,0 +1,200 @@
+"""Logical queries: AST, parser and canonical printer.
+
+    >>> q = parse('("dog" OR "cat" AND "mouse") AND NOT "giraffe"')
+    >>> print(q)
+    ("dog" OR "cat" AND "mouse") AND NOT "giraffe"
+    >>> q.terms()
+    ('dog', 'cat', 'mouse', 'giraffe')
+
+A chain ``a AND b AND c`` is one n-ary node; explicit parentheses are kept as structure, so
+``parse(str(q)) == q`` for every AST and ``str(parse(str(q))) == str(q)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from pipelines.logic.grammar import to_lark
+
+
+class Node:
+    """Base of the AST. Nodes are immutable and hashable."""
+
+    def terms(self) -> tuple[str, ...]:
+        """Distinct term texts in first-appearance order."""
+        out: dict[str, None] = {}
+        _collect(self, out)
+        return tuple(out)
+
+    def negations(self) -> int:
+        return _count_not(self)
+
+    def __str__(self) -> str:
+        return to_text(self)
+
+
+@dataclass(frozen=True, repr=False)
+class Term(Node):
+    text: str
+
+    def __repr__(self) -> str:
+        return f"Term({self.text!r})"
+
+
+@dataclass(frozen=True, repr=False)
+class Not(Node):
+    child: Node
+
+    def __repr__(self) -> str:
+        return f"Not({self.child!r})"
+
+
+@dataclass(frozen=True, repr=False)
+class And(Node):
+    children: tuple[Node, ...]
+
+    def __post_init__(self):
+        if len(self.children) < 2:
+            raise ValueError("And needs at least two children")
+
+    def __repr__(self) -> str:
+        return f"And({', '.join(map(repr, self.children))})"
+
+
+@dataclass(frozen=True, repr=False)
+class Or(Node):
+    children: tuple[Node, ...]
+
+    def __post_init__(self):
+        if len(self.children) < 2:
+            raise ValueError("Or needs at least two children")
+
+    def __repr__(self) -> str:
+        return f"Or({', '.join(map(repr, self.children))})"
+
+
+def _collect(node: Node, out: dict[str, None]) -> None:
+    if isinstance(node, Term):
+        out.setdefault(node.text, None)
+    elif isinstance(node, Not):
+        _collect(node.child, out)
+    else:
+        for c in node.children:  # type: ignore[attr-defined]
+            _collect(c, out)
+
+
+def _count_not(node: Node) -> int:
+    if isinstance(node, Term):
+        return 0
+    if isinstance(node, Not):
+        return 1 + _count_not(node.child)
+    return sum(_count_not(c) for c in node.children)  # type: ignore[attr-defined]
+
+
+# -- printing ------------------------------------------------------------------------------
+def quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def unquote(token: str) -> str:
+    body = token[1:-1]
+    out, i = [], 0
+    while i < len(body):
+        if body[i] == "\\" and i + 1 < len(body):
+            out.append(body[i + 1])
+            i += 2
+        else:
+            out.append(body[i])
+            i += 1
+    return "".join(out)
+
+
+def to_text(node: Node) -> str:
+    """The canonical text: upper-case keywords, single spaces, only needed parentheses."""
+    if isinstance(node, Term):
+        return quote(node.text)
+    if isinstance(node, Not):
+        inner = to_text(node.child)
+        return f"NOT {inner}" if isinstance(node.child, Term) else f"NOT ({inner})"
+    if isinstance(node, And):
+        # an And child in parentheses is a nested group, kept as such; Or binds looser
+        return " AND ".join(f"({to_text(c)})" if isinstance(c, (And, Or)) else to_text(c) for c in node.children)
+    if isinstance(node, Or):
+        return " OR ".join(f"({to_text(c)})" if isinstance(c, Or) else to_text(c) for c in node.children)
+    raise TypeError(f"not a query node: {node!r}")
+
+
+# -- parsing -------------------------------------------------------------------------------
+class QueryParseError(ValueError):
+    """A logical query that does not parse; the message shows where, with a caret."""
+
+    def __init__(self, query: str, position: int, expected: str):
+        self.query, self.position, self.expected = query, position, expected
+        line = query.replace("\n", " ")
+        super().__init__(
+            f"cannot parse logical query at position {position}: {expected}\n  {line}\n  {' ' * position}^"
+        )
+
+
+@cache
+def _parser():
+    from lark import Lark
+
+    return Lark(to_lark(), parser="lalr", maybe_placeholders=False)
+
+
+def _build(tree) -> Node:
+    from lark import Token
+
+    if isinstance(tree, Token):
+        return Term(unquote(str(tree)))
+    kids = [c for c in tree.children if not (isinstance(c, Token) and c.type in ("AND", "OR", "NOT"))]
+    if tree.data == "start":
+        return _build(kids[0])
+    if tree.data == "not_expr":
+        return Not(_build(kids[0]))
+    if tree.data == "atom":  # "(" or_expr ")": the parenthesised group itself
+        return _build(kids[0])
+    nodes = tuple(_build(k) for k in kids)
+    return And(nodes) if tree.data == "and_expr" else Or(nodes)
+
+
+_NAMES = {"LPAR": "'('", "RPAR": "')'", "TERM": "a quoted term", "AND": "AND", "OR": "OR", "NOT": "NOT"}
+
+
+def parse(query: str) -> Node:
+    """Parse a logical query; raises :class:`QueryParseError` naming the position."""
+    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+    if not isinstance(query, str):
+        raise TypeError(f"a logical query is a string, not {type(query).__name__}")
+    try:
+        tree = _parser().parse(query)
+    except UnexpectedToken as exc:
+        if exc.token.type == "$END":
+            raise QueryParseError(query, len(query), "the query ends too early") from None
+        expected = ", ".join(sorted(_NAMES.get(t, t) for t in exc.expected)) or "something else"
+        raise QueryParseError(query, exc.pos_in_stream or 0, f"unexpected {str(exc.token)!r}; expected {expected}") from None
+    except UnexpectedCharacters as exc:
+        ch = query[exc.pos_in_stream] if exc.pos_in_stream < len(query) else ""
+        hint = " (terms must be double-quoted)" if ch.isalnum() else ""
+        if ch == '"':
+            hint = " (an unterminated quoted term?)"
+        raise QueryParseError(query, exc.pos_in_stream, f"unexpected character {ch!r}{hint}") from None
+    except UnexpectedEOF:
+        raise QueryParseError(query, len(query), "the query ends too early") from None
+    except UnexpectedInput as exc:  # any other lark input error
+        raise QueryParseError(query, getattr(exc, "pos_in_stream", 0) or 0, str(exc).splitlines()[0]) from None
+    return _build(tree)
+
+
+def holds(node: Node, present: set[str]) -> bool:
+    """Crisp truth of the query for a document containing exactly the terms in ``present``."""
+    if isinstance(node, Term):
+        return node.text in present
+    if isinstance(node, Not):
+        return not holds(node.child, present)
+    if isinstance(node, And):
+        return all(holds(c, present) for c in node.children)
+    return any(holds(c, present) for c in node.children)  # type: ignore[attr-defined]

@@ -1,0 +1,302 @@
+"""ITLR: inference-time logical reasoning over dense scores (ACL 2025, arXiv 2503.17860).
+
+A query's ``logical_query`` (e.g. ``"vitamin D" AND NOT "bone health"``) is parsed; each
+distinct term across all queries is embedded once; every document gets one cosine per
+term; per-term scores are optionally calibrated, then composed along the parse tree with
+named fuzzy operator families (:mod:`pipelines.logic.fuzzy`).
+
+Candidate modes:
+
+- ``exact``: every document is scored. Document vectors stream in blocks; per block one
+  (block x terms) matrix product, then composition, and a running top-k per query, so
+  memory is bounded by block size + queries x k whatever the corpus size. NOT is exact:
+  a document's negated-term scores are always known.
+- ``ann``: candidates are the union of each *positive* term's top ``ann_k`` neighbours
+  (terms not under an odd number of NOTs); candidates are then re-scored exactly on every
+  term, negated ones included. NOT can therefore only demote candidates, never bring in a
+  document no positive term found. A query with no positive term (``NOT "x"``) is scored
+  in exact mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from pipelines.logic.fuzzy import Operators, compile_query
+from pipelines.logic.query import Node, Not, QueryParseError, Term, parse
+from schemas.tables import QUERIES, require_columns
+
+TERM_SCORES = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("term_id", pa.int32(), nullable=False),  # index into the run's unique terms
+        pa.field("term", pa.string(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),  # raw cosine
+        pa.field("calibrated", pa.float64(), nullable=False),  # what was composed
+    ]
+)
+
+
+@dataclass(frozen=True)
+class LogicalQuery:
+    query_id: str
+    ast: Node
+    status: str  # ok | fallback
+    error: str | None = None
+
+
+def parse_queries(queries: pa.Table) -> list[LogicalQuery]:
+    """Parse every query's logical form; a missing or bad one falls back to the raw text as
+    a single term (kept, with the reason), never dropped."""
+    require_columns(queries, QUERIES, "itlr")
+    out = []
+    for qid, text, logical in zip(*(queries.column(c).to_pylist() for c in ("query_id", "text", "logical_query")), strict=True):
+        if not logical:
+            out.append(LogicalQuery(qid, Term(text), "fallback", "no logical_query"))
+            continue
+        try:
+            out.append(LogicalQuery(qid, parse(logical), "ok"))
+        except QueryParseError as exc:
+            out.append(LogicalQuery(qid, Term(text), "fallback", str(exc).splitlines()[0]))
+    return out
+
+
+def positive_terms(node: Node, negated: bool = False) -> set[str]:
+    """Terms that appear at least once under an even number of NOTs."""
+    if isinstance(node, Term):
+        return set() if negated else {node.text}
+    if isinstance(node, Not):
+        return positive_terms(node.child, not negated)
+    return set().union(*(positive_terms(c, negated) for c in node.children))  # type: ignore[attr-defined]
+
+
+# -- calibration ---------------------------------------------------------------------------
+@dataclass
+class Calibration:
+    """Maps raw cosines (docs x terms) to the values composed.
+
+    - ``none``: raw cosines;
+    - ``zscore`` (unsupervised): Phi((s - mean_t) / std_t), the term's mean and std over a
+      corpus sample: "how unusually high is this score for this term", in (0, 1);
+    - ``sigmoid`` (supervised, the paper's appendix): sigmoid((s - tau_t) * lambda_t), fitted
+      per term on labelled positive and negative documents.
+    """
+
+    name: str = "none"
+    params: dict[str, tuple[float, float]] = field(default_factory=dict)  # term -> (a, b)
+
+    NAMES = ("none", "zscore", "sigmoid")
+
+    def __post_init__(self):
+        if self.name not in self.NAMES:
+            raise ValueError(f"unknown calibration {self.name!r}; valid: {', '.join(self.NAMES)}.")
+
+    @classmethod
+    def zscore(cls, terms: Sequence[str], sample_scores: np.ndarray) -> Calibration:
+        """``sample_scores``: (sample docs x terms) raw cosines."""
+        mean, std = sample_scores.mean(axis=0), sample_scores.std(axis=0)
+        return cls("zscore", {t: (float(m), float(max(s, 1e-6))) for t, m, s in zip(terms, mean, std, strict=True)})
+
+    @classmethod
+    def fit_sigmoid(cls, labelled: dict[str, tuple[np.ndarray, np.ndarray]]) -> Calibration:
+        """``labelled``: term -> (scores of positives, scores of negatives)."""
+        from sklearn.linear_model import LogisticRegression
+
+        params = {}
+        for term, (pos, neg) in labelled.items():
+            x = np.concatenate([pos, neg]).reshape(-1, 1)
+            y = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
+            if len(pos) == 0 or len(neg) == 0:
+                continue  # nothing to separate: the term stays uncalibrated
+            lr = LogisticRegression(C=100.0).fit(x, y)
+            lam = float(lr.coef_[0, 0])
+            tau = -float(lr.intercept_[0]) / lam if lam else 0.0
+            params[term] = (tau, lam)
+        return cls("sigmoid", params)
+
+    def apply(self, S: np.ndarray, terms: Sequence[str]) -> np.ndarray:
+        if self.name == "none":
+            return S
+        from scipy.special import expit, ndtr
+
+        out = np.array(S, dtype=np.float64, copy=True)
+        for j, t in enumerate(terms):
+            if t not in self.params:
+                continue
+            a, b = self.params[t]
+            out[:, j] = ndtr((S[:, j] - a) / b) if self.name == "zscore" else expit((S[:, j] - a) * b)
+        return out
+
+
+# -- scoring -------------------------------------------------------------------------------
+class _TopK:
+    """Running top-k (score, doc) per query over streamed blocks."""
+
+    def __init__(self, n_queries: int, k: int):
+        self.k = k
+        self.scores = np.full((n_queries, 0), -np.inf)
+        self.docs = np.empty((n_queries, 0), dtype=object)
+
+    def push(self, block_scores: np.ndarray, block_docs: np.ndarray) -> None:
+        scores = np.concatenate([self.scores, block_scores], axis=1)
+        docs = np.concatenate([self.docs, np.broadcast_to(block_docs, block_scores.shape)], axis=1)
+        if scores.shape[1] > self.k:
+            keep = np.argpartition(-scores, self.k - 1, axis=1)[:, : self.k]
+            scores = np.take_along_axis(scores, keep, axis=1)
+            docs = np.take_along_axis(docs, keep, axis=1)
+        self.scores, self.docs = scores, docs
+
+
+def score_exact(
+    queries: Sequence[LogicalQuery],
+    terms: Sequence[str],
+    term_vectors: np.ndarray,
+    doc_blocks: Iterable[tuple[np.ndarray, np.ndarray]],
+    k: int,
+    operators: Sequence[Operators],
+    calibration: Calibration,
+) -> dict[Operators, pd.DataFrame]:
+    """Top-k (query_id, doc_id, score) per operator choice, every document scored.
+
+    ``doc_blocks`` yields (doc_ids, unit vectors) blocks; composing several operator
+    choices costs one pass over the corpus.
+    """
+    compiled = {ops: [compile_query(q.ast, terms, ops) for q in queries] for ops in operators}
+    tops = {ops: _TopK(len(queries), k) for ops in operators}
+    T = np.asarray(term_vectors, dtype=np.float32)
+    for ids, vecs in doc_blocks:
+        S = calibration.apply(np.asarray(vecs, dtype=np.float32) @ T.T, terms)
+        ids = np.asarray(ids, dtype=object)
+        for ops, fs in compiled.items():
+            block = np.stack([f(S) for f in fs]) if fs else np.zeros((0, len(ids)))
+            tops[ops].push(block, ids)
+    return {ops: _pairs(queries, top) for ops, top in tops.items()}
+
+
+def score_candidates(
+    queries: Sequence[LogicalQuery],
+    terms: Sequence[str],
+    term_vectors: np.ndarray,
+    candidates: dict[str, tuple[np.ndarray, np.ndarray]],
+    k: int,
+    ops: Operators,
+    calibration: Calibration,
+) -> pd.DataFrame:
+    """Exact re-scoring of each query's own candidates: query_id -> (doc_ids, vectors)."""
+    frames = []
+    T = np.asarray(term_vectors, dtype=np.float32)
+    for q in queries:
+        ids, vecs = candidates.get(q.query_id, (np.empty(0, dtype=object), np.zeros((0, T.shape[1]), np.float32)))
+        if len(ids) == 0:
+            continue
+        S = calibration.apply(np.asarray(vecs, dtype=np.float32) @ T.T, terms)
+        scores = compile_query(q.ast, terms, ops)(S)
+        order = np.argsort(-scores, kind="stable")[:k]
+        frames.append(pd.DataFrame({"query_id": q.query_id, "doc_id": np.asarray(ids)[order], "score": scores[order]}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
+
+
+def _pairs(queries: Sequence[LogicalQuery], top: _TopK) -> pd.DataFrame:
+    n, k = top.scores.shape
+    df = pd.DataFrame(
+        {
+            "query_id": np.repeat([q.query_id for q in queries], k),
+            "doc_id": top.docs.reshape(-1),
+            "score": top.scores.reshape(-1),
+        }
+    )
+    return df[np.isfinite(df["score"])]
+
+
+def term_scores(
+    pairs: pd.DataFrame,
+    queries: Sequence[LogicalQuery],
+    terms: Sequence[str],
+    term_vectors: np.ndarray,
+    doc_vectors: dict[str, np.ndarray],
+    calibration: Calibration,
+) -> pa.Table:
+    """The per-term scores behind each ranked (query, document) pair (TERM_SCORES)."""
+    index = {t: i for i, t in enumerate(terms)}
+    by_query = {q.query_id: q for q in queries}
+    cols: dict[str, list] = {name: [] for name in TERM_SCORES.names}
+    T = np.asarray(term_vectors, dtype=np.float32)
+    for qid, group in pairs.groupby("query_id", sort=False):
+        q_terms = by_query[qid].ast.terms()
+        idx = [index[t] for t in q_terms]
+        V = np.stack([doc_vectors[d] for d in group["doc_id"]])
+        raw = V @ T[idx].T
+        cal = calibration.apply(raw, q_terms)
+        for r, doc in enumerate(group["doc_id"]):
+            for c, t in enumerate(q_terms):
+                cols["query_id"].append(qid)
+                cols["doc_id"].append(doc)
+                cols["term_id"].append(idx[c])
+                cols["term"].append(t)
+                cols["score"].append(float(raw[r, c]))
+                cols["calibrated"].append(float(cal[r, c]))
+    return pa.table(cols, schema=TERM_SCORES)
+
+
+def ann_candidates(
+    queries: Sequence[LogicalQuery],
+    terms: Sequence[str],
+    term_vectors: np.ndarray,
+    search,
+    ann_k: int,
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[LogicalQuery]]:
+    """Union of each positive term's ``ann_k`` nearest documents, per query.
+
+    ``search(vectors, k)`` returns a table (query_index, doc_id, vector) as
+    :meth:`pipelines.store.DocStore.vector_search` does. Returns the candidates and the
+    queries without a positive term (to be scored exactly).
+    """
+    index = {t: i for i, t in enumerate(terms)}
+    wanted = sorted({t for q in queries for t in positive_terms(q.ast)}, key=index.__getitem__)
+    found: dict[str, dict[str, np.ndarray]] = {t: {} for t in wanted}
+    if wanted:
+        hits = search(np.asarray(term_vectors)[[index[t] for t in wanted]], ann_k)
+        vecs = hits.column("vector").combine_chunks().flatten().to_numpy().reshape(hits.num_rows, -1)
+        for qi, doc, v in zip(hits.column("query_index").to_pylist(), hits.column("doc_id").to_pylist(), vecs, strict=True):
+            found[wanted[qi]][doc] = v
+    candidates, no_positive = {}, []
+    for q in queries:
+        pos = positive_terms(q.ast)
+        if not pos:
+            no_positive.append(q)
+            continue
+        union: dict[str, np.ndarray] = {}
+        for t in sorted(pos, key=index.__getitem__):
+            union.update(found[t])
+        candidates[q.query_id] = (np.array(list(union), dtype=object), np.stack(list(union.values())))
+    return candidates, no_positive
+
+
+def labelled_scores(
+    labels: Sequence[dict], terms: Sequence[str], term_vectors: np.ndarray, doc_vectors: dict[str, np.ndarray]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per term: cosines of labelled documents that contain it (positives) and that do not
+    (negatives). ``labels`` rows: ``{"doc_id", "present": [terms], "query_id"?}``; with a
+    query_id, a term's negatives are the other documents of its queries' groups."""
+    index = {t: i for i, t in enumerate(terms)}
+    T = np.asarray(term_vectors, dtype=np.float32)
+    groups: dict[str | None, list[dict]] = {}
+    for r in labels:
+        if r["doc_id"] in doc_vectors:
+            groups.setdefault(r.get("query_id"), []).append(r)
+    pos: dict[str, list[float]] = {t: [] for t in terms}
+    neg: dict[str, list[float]] = {t: [] for t in terms}
+    for rows in groups.values():
+        group_terms = {t for r in rows for t in r["present"] if t in index}
+        for r in rows:
+            v = doc_vectors[r["doc_id"]]
+            present = set(r["present"])
+            for t in group_terms:
+                (pos if t in present else neg)[t].append(float(v @ T[index[t]]))
+    return {t: (np.array(pos[t]), np.array(neg[t])) for t in terms if pos[t] or neg[t]}

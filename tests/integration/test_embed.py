@@ -1,0 +1,29 @@
+"""The packaged MiniLM through both backends."""
+
+import numpy as np
+import pytest
+
+from pipelines.embed import Embedder, ModelError, _ov_cache_dir, resolve_model
+from schemas.config import EmbedConfig
+from tests.conftest import scifact_docs
+
+pytestmark = pytest.mark.integration
+
+
+def test_openvino_matches_torch_and_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOGICRANK_CACHE", str(tmp_path))
+    texts = [d["title"] + " " + d["text"] for d in scifact_docs(24)] + ["short", "a b c"]
+    ref = Embedder(EmbedConfig()).encode(texts)
+    np.testing.assert_allclose(np.linalg.norm(ref, axis=1), 1, atol=1e-5)
+    first = Embedder(EmbedConfig(backend="openvino"))
+    cache = _ov_cache_dir(resolve_model("all-MiniLM-L6-v2"))
+    assert (cache / "model.xml").exists() and str(cache).startswith(str(tmp_path))
+    again = Embedder(EmbedConfig(backend="openvino"))  # reads the cached IR
+    for e in (first, again):
+        got = e.encode(texts)
+        assert got.shape == ref.shape and (got * ref).sum(axis=1).min() > 0.9999
+
+
+def test_unknown_model_lists_the_registry():
+    with pytest.raises(ModelError, match=r"unknown model 'nope'; registered: \['all-MiniLM-L6-v2'\]"):
+        Embedder(EmbedConfig(model="nope"))

@@ -1,0 +1,93 @@
+"""index -> retrieve (dense, bm25, hybrid) -> evaluate, through the CLI and the jobs."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from jobs.cli import app
+from jobs.evaluate import run_evaluate
+from jobs.retrieve import run_retrieve
+from schemas.config import EvaluateConfig, RayConfig, RetrieveConfig
+from schemas.tables import RUN
+from tests.conftest import write_jsonl
+
+pytestmark = pytest.mark.integration
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory, docs300):
+    """A 300-document index built through the CLI, with 40 title queries and their qrels."""
+    from jobs.raysession import ray_session
+
+    root = tmp_path_factory.mktemp("e2e")
+    corpus = write_jsonl(root / "corpus.jsonl", docs300)
+    with ray_session(RayConfig(num_cpus=2)):
+        res = runner.invoke(app, ["index", str(corpus), "--db", str(root / "db"), "--out", str(root / "index"), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "inserted 300" in res.output
+    picked = docs300[::7][:40]
+    write_jsonl(root / "queries.jsonl", [{"_id": f"q{i}", "text": d["title"]} for i, d in enumerate(picked)])
+    (root / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\t{d['_id']}\t1\n" for i, d in enumerate(picked)))
+    return root
+
+
+def test_retrieve_and_evaluate_all_methods(indexed, tmp_path):
+    cfg = RetrieveConfig(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), methods=("dense", "bm25", "hybrid"), k=20, trec=True)
+    runs = run_retrieve(cfg, tmp_path / "retrieve")
+    assert set(runs) == {"dense", "bm25", "hybrid"}
+    for rid, path in runs.items():
+        run = pq.read_table(path)
+        assert run.schema == RUN and set(run.column("run_id").to_pylist()) == {rid}
+        per_query = run.group_by("query_id").aggregate([("doc_id", "count")]).column("doc_id_count").to_pylist()
+        assert len(per_query) == 40 and max(per_query) == 20
+        if rid == "dense":  # exact cosine ranks every document; BM25 only those sharing a term
+            assert min(per_query) == 20
+        assert (tmp_path / "retrieve" / "runs" / f"{rid}.trec").exists()
+
+    # rerun with unchanged config, queries and table version: skipped, files untouched
+    mtime = runs["dense"].stat().st_mtime_ns
+    run_retrieve(cfg, tmp_path / "retrieve")
+    assert runs["dense"].stat().st_mtime_ns == mtime
+
+    metrics = run_evaluate(
+        EvaluateConfig(qrels=str(indexed / "qrels.tsv"), runs=tuple(str(p) for p in runs.values()), measures=("P@1", "nDCG@10")),
+        tmp_path / "eval",
+    ).to_pandas()
+    agg = metrics[metrics["query_id"] == "all"].set_index(["run_id", "measure"])["value"]
+    # a title finds its own abstract: every method must rank it first almost always
+    for rid in runs:
+        assert agg[rid, "P@1"] >= 0.9, (rid, agg[rid, "P@1"])
+    report = (tmp_path / "eval" / "report.md").read_text()
+    assert "| dense |" in report and "## Significance" in report and "plots/per_query.png" in report
+    assert (tmp_path / "eval" / "plots" / "per_query.png").stat().st_size > 5000
+    manifest = json.loads((tmp_path / "eval" / "manifest.json").read_text())
+    assert manifest["measures"] == ["P@1", "nDCG@10"] and manifest["status"] == "ok"
+
+
+def test_cli_errors_are_one_clear_line(indexed, tmp_path):
+    res = runner.invoke(app, ["evaluate", str(indexed / "qrels.tsv"), "x.parquet", "--measure", "nDCG@1O"])
+    assert res.exit_code == 2 and "unknown measure 'nDCG@1O'" in res.output and "Traceback" not in res.output
+
+    res = runner.invoke(app, ["index", str(tmp_path / "nope"), "--db", str(tmp_path / "db"), "--no-progress"])
+    assert res.exit_code == 2 and "nothing at" in res.output
+
+    res = runner.invoke(app, ["retrieve", str(indexed / "queries.jsonl"), "--db", str(tmp_path / "empty"), "--method", "bm25"])
+    assert res.exit_code == 2 and "run `logicrank index` first" in res.output
+
+    res = runner.invoke(app, ["retrieve", str(indexed / "queries.jsonl"), "--db", str(indexed / "db"), "--model", "no-such-model"])
+    assert res.exit_code == 2 and "unknown model 'no-such-model'" in res.output and "all-MiniLM-L6-v2" in res.output
+
+
+def test_an_actor_pool_too_big_for_the_cluster_fails_fast(indexed, tmp_path):
+    from jobs.raysession import ray_session
+
+    with ray_session(RayConfig(num_cpus=2)):
+        res = runner.invoke(
+            app, ["index", str(indexed / "corpus.jsonl"), "--db", str(indexed / "db"), "--actors", "2", "--no-progress", "--out", str(tmp_path)]
+        )
+    assert res.exit_code == 2 and "Lower --actors" in res.output

@@ -1,0 +1,116 @@
+import doctest
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pipelines.logic.fuzzy as fuzzy_mod
+import pipelines.logic.query as query_mod
+from pipelines.logic.fuzzy import OperatorError, Operators, compile_query
+from pipelines.logic.grammar import to_gbnf, to_lark
+from pipelines.logic.query import And, Not, Or, QueryParseError, Term, parse, to_text
+
+# -- AST strategies -------------------------------------------------------------------------
+_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+_terms = st.builds(Term, _text)
+
+
+def _extend(children):
+    group = st.lists(children, min_size=2, max_size=4).map(tuple)
+    return st.one_of(st.builds(Not, children), st.builds(And, group), st.builds(Or, group))
+
+
+asts = st.recursive(_terms, _extend, max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(asts)
+def test_random_asts_round_trip_and_print_is_a_fixed_point(ast):
+    text = to_text(ast)
+    assert parse(text) == ast
+    assert to_text(parse(text)) == text
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.text(alphabet='"\\()ANDORNOTandornot xy\n\t', max_size=40) | st.text(max_size=40))
+def test_random_strings_parse_or_raise_the_parse_error(s):
+    try:
+        ast = parse(s)
+    except QueryParseError as exc:
+        assert 0 <= exc.position <= len(s)
+        assert "^" in str(exc)
+    else:
+        assert to_text(parse(to_text(ast))) == to_text(ast)
+
+
+def test_precedence_chains_case_and_escapes():
+    assert parse('"a" OR "b" AND NOT "c"') == Or((Term("a"), And((Term("b"), Not(Term("c"))))))
+    assert parse('"a" and "b" AND "c"') == And((Term("a"), Term("b"), Term("c")))
+    assert parse('("a" OR "b") AND "c"') == And((Or((Term("a"), Term("b"))), Term("c")))
+    assert parse('not ("a" or "b")') == Not(Or((Term("a"), Term("b"))))
+    assert parse(r'"say \"hi\" \\ bye"') == Term('say "hi" \\ bye')
+    assert to_text(parse('  "x"   or("y")  ')) == '"x" OR "y"'
+
+
+@pytest.mark.parametrize(
+    "bad, position, words",
+    [
+        ('"a" AND', 7, "ends too early"),
+        ('dog AND "x"', 0, "double-quoted"),
+        ('"a" OR OR "b"', 7, "expected"),
+        ('NOT NOT "a"', 4, "a quoted term"),
+        ('"a" "b"', 4, "unexpected"),
+    ],
+)
+def test_parse_errors_name_the_position_with_a_caret(bad, position, words):
+    with pytest.raises(QueryParseError) as exc:
+        parse(bad)
+    assert exc.value.position == position and words in str(exc.value)
+    caret_line = str(exc.value).splitlines()[-1]
+    assert caret_line.index("^") == 2 + position
+
+
+def test_both_grammars_come_from_one_source():
+    lark, gbnf = to_lark(), to_gbnf()
+    for rule in ("or_expr", "and_expr", "not_expr", "atom"):
+        assert f"?{rule}:" in lark and f"{rule.replace('_', '-')} ::=" in gbnf
+    assert '"NOT" ws atom' in gbnf and 'ws "AND" ws' in gbnf
+
+
+# -- composition ----------------------------------------------------------------------------
+def test_worked_example_from_the_paper():
+    q = parse('("dog" OR "cat" AND "mouse") AND NOT "giraffe"')
+    rng = np.random.default_rng(0)
+    S = rng.uniform(0, 1, (50, 4))
+    dog, cat, mouse, giraffe = S.T
+    got = compile_query(q, ["dog", "cat", "mouse", "giraffe"], Operators())(S)
+    np.testing.assert_allclose(got, (dog + cat * mouse) * (1 - giraffe))
+
+
+def test_families_by_name():
+    q = parse('"a" AND "b" OR NOT "c"')
+    S = np.array([[0.2, 0.5, 0.4]])
+    cases = {
+        "": 0.2 * 0.5 + (1 - 0.4),
+        "and=min,or=max": max(min(0.2, 0.5), 0.6),
+        "and=sum,or=prob,not=reciprocal": 1 - (1 - 0.7) * (1 - 1 / 0.4),
+    }
+    for spec, expected in cases.items():
+        assert compile_query(q, ["a", "b", "c"], Operators.parse(spec))(S)[0] == pytest.approx(expected)
+    assert len(Operators.grid()) == 3 * 3 * 2
+    assert str(Operators.parse("or=max")) == "and=product,or=max,not=complement"
+
+
+def test_unknown_family_lists_the_valid_ones():
+    with pytest.raises(OperatorError, match="unknown and family 'mean'; valid: product, sum, min"):
+        Operators.parse("and=mean")
+    with pytest.raises(OperatorError, match="op=family"):
+        Operators.parse("xor=sum")
+    with pytest.raises(ValueError, match="no score column"):
+        compile_query(parse('"a"'), ["b"], Operators())
+
+
+def test_module_doctests():
+    for mod in (query_mod, fuzzy_mod):
+        assert doctest.testmod(mod).failed == 0
