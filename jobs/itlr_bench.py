@@ -63,7 +63,8 @@ def run_itlr_bench(out: str | Path, embed: EmbedConfig, ray: RayConfig, per_temp
             "sigmoid": Calibration.fit_sigmoid(labelled_scores(labels, terms, T, dict(zip(ids, V, strict=True)))),
         }
         table1, ablation = evaluate_synthetic(
-            parsed, [meta[q.query_id]["negations"] for q in parsed], own, ids, V, Q, terms, T, calibrations, read_qrels(syn / "qrels" / "test.tsv")
+            parsed, [meta[q.query_id]["negations"] for q in parsed], own, ids, V, Q, terms, T, calibrations,
+            read_qrels(syn / "qrels" / "test.tsv"), {r["doc_id"]: r["present"] for r in labels},
         )
     write_parquet_atomic(_arrow(table1), out / "itlr_table1.parquet")
     write_parquet_atomic(_arrow(ablation), out / "itlr_ablation.parquet")

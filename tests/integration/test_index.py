@@ -24,16 +24,6 @@ pytestmark = pytest.mark.integration
 RAY = RayConfig(num_cpus=2, batch_rows=64)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_cluster():
-    import ray
-
-    from jobs.raysession import ray_session
-
-    with ray_session(RAY):
-        yield ray
-
-
 def _cfg(corpus: Path, db: Path, **kw) -> IndexConfig:
     return IndexConfig(corpus=str(corpus), db=str(db), ray=RAY, write_batch_rows=kw.pop("write_batch_rows", 128), **kw)
 

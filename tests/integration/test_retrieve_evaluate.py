@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from jobs.cli import app
 from jobs.evaluate import run_evaluate
 from jobs.retrieve import run_retrieve
-from schemas.config import EvaluateConfig, RayConfig, RetrieveConfig
+from schemas.config import EvaluateConfig, RetrieveConfig
 from schemas.tables import RUN
 from tests.conftest import write_jsonl
 
@@ -22,12 +22,9 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory, docs300):
     """A 300-document index built through the CLI, with 40 title queries and their qrels."""
-    from jobs.raysession import ray_session
-
     root = tmp_path_factory.mktemp("e2e")
     corpus = write_jsonl(root / "corpus.jsonl", docs300)
-    with ray_session(RayConfig(num_cpus=2)):
-        res = runner.invoke(app, ["index", str(corpus), "--db", str(root / "db"), "--out", str(root / "index"), "--no-progress"])
+    res = runner.invoke(app, ["index", str(corpus), "--db", str(root / "db"), "--out", str(root / "index"), "--no-progress"])
     assert res.exit_code == 0, res.output
     assert "inserted 300" in res.output
     picked = docs300[::7][:40]
@@ -84,10 +81,7 @@ def test_cli_errors_are_one_clear_line(indexed, tmp_path):
 
 
 def test_an_actor_pool_too_big_for_the_cluster_fails_fast(indexed, tmp_path):
-    from jobs.raysession import ray_session
-
-    with ray_session(RayConfig(num_cpus=2)):
-        res = runner.invoke(
-            app, ["index", str(indexed / "corpus.jsonl"), "--db", str(indexed / "db"), "--actors", "2", "--no-progress", "--out", str(tmp_path)]
-        )
+    res = runner.invoke(
+        app, ["index", str(indexed / "corpus.jsonl"), "--db", str(indexed / "db"), "--actors", "2", "--no-progress", "--out", str(tmp_path)]
+    )
     assert res.exit_code == 2 and "Lower --actors" in res.output

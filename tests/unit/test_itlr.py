@@ -1,0 +1,158 @@
+import itertools
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipelines.datasets import scifact
+from pipelines.generate.synthetic import TEMPLATES, generate
+from pipelines.logic.fuzzy import Operators, compile_query
+from pipelines.logic.query import holds, parse
+from pipelines.methods.itlr import (
+    Calibration,
+    ann_candidates,
+    parse_queries,
+    positive_terms,
+    score_candidates,
+    score_exact,
+    term_scores,
+)
+
+
+def _unit(rng, n, d=16):
+    v = rng.normal(size=(n, d)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _queries(rows):
+    return pa.table(
+        {"query_id": [r[0] for r in rows], "text": [r[1] for r in rows], "logical_query": [r[2] for r in rows]},
+    )
+
+
+@pytest.fixture
+def setup():
+    rng = np.random.default_rng(3)
+    docs, terms = _unit(rng, 237), ["a", "b", "c", "d"]
+    T = _unit(rng, 4)
+    qs = parse_queries(_queries([
+        ("q1", "x", '"a" AND NOT "b"'),
+        ("q2", "x", '("a" OR "c") AND "d"'),
+        ("q3", "x", 'NOT "c"'),
+        ("q4", "plain text", None),
+        ("q5", "broken", '"a" AND'),
+    ]))
+    return docs, np.array([f"d{i}" for i in range(len(docs))], dtype=object), terms, T, qs
+
+
+def test_parse_queries_falls_back_and_keeps_every_row(setup):
+    *_, qs = setup
+    assert [q.status for q in qs] == ["ok", "ok", "ok", "fallback", "fallback"]
+    assert qs[3].ast == parse('"plain text"') and "no logical_query" in qs[3].error
+    assert "position 7" in qs[4].error
+
+
+def test_exact_streaming_equals_brute_force(setup):
+    docs, ids, terms, T, qs = setup
+    qs = qs[:3]
+    ops = [Operators(), Operators("min", "max", "reciprocal")]
+    blocks = [(ids[i : i + 50], docs[i : i + 50]) for i in range(0, len(docs), 50)]
+    got = score_exact(qs, terms, T, blocks, 10, ops, Calibration())
+    S = docs @ T.T
+    for o in ops:
+        for q in qs:
+            full = compile_query(q.ast, terms, o)(S)
+            expected = set(ids[np.argsort(-full)[:10]])
+            top = got[o][got[o]["query_id"] == q.query_id]
+            assert set(top["doc_id"]) == expected
+            np.testing.assert_allclose(np.sort(top["score"].to_numpy())[::-1], np.sort(full)[::-1][:10], rtol=1e-5)
+
+
+def test_positive_terms_and_ann_candidates(setup):
+    docs, ids, terms, T, qs = setup
+    assert positive_terms(parse('"a" AND NOT ("b" OR NOT "c")')) == {"a", "c"}
+    assert positive_terms(parse('NOT "c"')) == set()
+
+    def search(vectors, k):  # exact nearest neighbours, the store's contract
+        sims = vectors @ docs.T
+        top = np.argsort(-sims, axis=1)[:, :k]
+        return pa.table({
+            "query_index": np.repeat(np.arange(len(vectors)), k).astype(np.int32),
+            "doc_id": ids[top].reshape(-1),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(docs[top].reshape(-1)), docs.shape[1]),
+        })
+
+    cands, exact = ann_candidates(qs[:3], terms, T, search, 20)
+    assert [q.query_id for q in exact] == ["q3"]
+    a_top = set(ids[np.argsort(-(docs @ T[0]))[:20]])
+    c_top = set(ids[np.argsort(-(docs @ T[2]))[:20]])
+    d_top = set(ids[np.argsort(-(docs @ T[3]))[:20]])
+    assert set(cands["q1"][0]) == a_top  # NOT "b" adds no candidates
+    assert set(cands["q2"][0]) == a_top | c_top | d_top
+    # re-scoring candidates exactly gives the exact scores of those documents
+    run = score_candidates(qs[:2], terms, T, cands, 5, Operators(), Calibration())
+    S = docs @ T.T
+    for q in qs[:2]:
+        full = dict(zip(ids, compile_query(q.ast, terms, Operators())(S), strict=True))
+        for r in run[run["query_id"] == q.query_id].itertuples():
+            assert r.score == pytest.approx(full[r.doc_id], rel=1e-5)
+
+
+def test_calibrations():
+    rng = np.random.default_rng(0)
+    pos, neg = rng.normal(0.6, 0.05, 400), rng.normal(0.3, 0.05, 400)
+    cal = Calibration.fit_sigmoid({"t": (pos, neg)})
+    tau, lam = cal.params["t"]
+    assert 0.4 < tau < 0.5 and lam > 20  # the boundary sits between the classes
+    out = cal.apply(np.array([[0.3], [0.45], [0.6]]), ["t"])[:, 0]
+    assert out[0] < 0.05 and 0.2 < out[1] < 0.8 and out[2] > 0.95
+    z = Calibration.zscore(["t", "u"], np.c_[rng.normal(0.2, 0.1, 1000), rng.normal(0.5, 0.01, 1000)])
+    got = z.apply(np.array([[0.2, 0.5], [0.4, 0.52]]), ["t", "u"])
+    np.testing.assert_allclose(got[0], [0.5, 0.5], atol=0.05)
+    assert got[1, 0] > 0.95 and got[1, 1] > 0.95  # two standard deviations up, whatever the scale
+    with pytest.raises(ValueError, match="valid: none, zscore, sigmoid"):
+        Calibration("platt")
+
+
+def test_term_scores_table(setup):
+    docs, ids, terms, T, qs = setup
+    run = score_exact(qs[:1], terms, T, [(ids, docs)], 3, [Operators()], Calibration())[Operators()]
+    table = term_scores(run, qs[:1], terms, T, dict(zip(ids, docs, strict=True)), Calibration())
+    assert table.num_rows == 3 * 2 and set(table.column("term").to_pylist()) == {"a", "b"}
+    d0 = table.column("doc_id")[0].as_py()
+    assert table.column("score")[0].as_py() == pytest.approx(float(docs[list(ids).index(d0)] @ T[0]), rel=1e-5)
+
+
+def test_generator_is_deterministic_and_correct(tmp_path):
+    assert len(TEMPLATES) == 32 and len({t.name for t in TEMPLATES}) == 32
+    assert sorted(t.negations for t in TEMPLATES).count(0) == 4
+    a = generate(scifact().corpus, tmp_path / "a", per_template=2, seed=7)
+    generate(scifact().corpus, tmp_path / "b", per_template=2, seed=7)
+    for name in ("corpus.jsonl", "queries.jsonl", "labels.jsonl", "qrels/test.tsv"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert a["queries"] == 64
+    queries = {q["_id"]: q for q in map(json.loads, (tmp_path / "a" / "queries.jsonl").read_text().splitlines())}
+    labels = [json.loads(x) for x in (tmp_path / "a" / "labels.jsonl").read_text().splitlines()]
+    relevant = {tuple(x.split("\t")[:2]) for x in (tmp_path / "a" / "qrels" / "test.tsv").read_text().splitlines()[1:]}
+    by_query = {}
+    for r in labels:
+        by_query.setdefault(r["query_id"], []).append(r)
+    for qid, rows in by_query.items():
+        ast = parse(queries[qid]["logical_query"])
+        pos = [set(r["present"]) for r in rows if (qid, r["doc_id"]) in relevant]
+        neg = [set(r["present"]) for r in rows if (qid, r["doc_id"]) not in relevant]
+        assert 1 <= len(pos) <= 3 and len(neg) <= 3
+        assert all(holds(ast, p) for p in pos) and not any(holds(ast, n) for n in neg)
+        # each negative is a positive with exactly one term moved to the other side
+        assert all(any(len(n ^ p) == 1 for p in pos) for n in neg)
+        assert queries[qid]["negations"] == ast.negations()
+    words = [len(json.loads(x)["text"].split()) for x in (tmp_path / "a" / "corpus.jsonl").read_text().splitlines()]
+    assert max(words) <= 3 * 55
+
+
+def test_every_template_is_satisfiable_by_some_topic_set():
+    for t in TEMPLATES:
+        ast = parse(t.logical(("a", "b", "c")))
+        sets = [set(s) for r in range(4) for s in itertools.combinations("abc", r)]
+        assert any(holds(ast, s) for s in sets)
