@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv main test test-unit bench lint clean
+.PHONY: venv main test test-unit bench bench-index bench-itlr lint clean
 
 venv: $(STAMP)
 
@@ -30,8 +30,13 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-bench: $(STAMP)
+bench: bench-index bench-itlr
+
+bench-index: $(STAMP)
 	$(BIN)/python tests/perf/bench_index.py --out runs/bench
+
+bench-itlr: $(STAMP)
+	$(BIN)/python tests/perf/bench_itlr.py --out runs/bench
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -110,7 +110,7 @@ def _itlr(cfg: RetrieveConfig, queries: pa.Table, store: DocStore, embedder: Emb
     calibration = _calibration(cfg, store, terms, term_vectors)
     if cfg.itlr_mode == "ann":
         candidates, exact_queries = ann_candidates(
-            parsed, terms, term_vectors, lambda v, k: store.vector_search(v, k, with_vectors=True), cfg.ann_k
+            parsed, terms, term_vectors, lambda v, k: store.vector_search(v, k, with_vectors=True, nprobes=cfg.ann_nprobes), cfg.ann_k
         )
         frames = [score_candidates(parsed, terms, term_vectors, candidates, cfg.k, ops, calibration)]
     else:

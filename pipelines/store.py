@@ -173,8 +173,13 @@ class DocStore:
             tags.create(name, self.version)
 
     # -- search ------------------------------------------------------------------
-    def vector_search(self, vectors: np.ndarray, k: int, exact: bool | None = None, with_vectors: bool = False) -> pa.Table:
-        """Top-k by cosine for each query vector: (query_index, doc_id, score = cos[, vector])."""
+    def vector_search(
+        self, vectors: np.ndarray, k: int, exact: bool | None = None, with_vectors: bool = False, nprobes: int | None = None
+    ) -> pa.Table:
+        """Top-k by cosine for each query vector: (query_index, doc_id, score = cos[, vector]).
+
+        Exact when the table has no ANN index (or ``exact``); ``nprobes`` trades the ANN
+        index's speed for recall (LanceDB's default when None)."""
         vectors = np.asarray(vectors, dtype=np.float32)
         if len(vectors) == 0:
             return pa.table({"query_index": pa.array([], pa.int32()), "doc_id": pa.array([], pa.string()), "score": pa.array([], pa.float64())})
@@ -182,6 +187,8 @@ class DocStore:
         q = self.table.search(list(vectors), vector_column_name="vector").metric("cosine").limit(k).select(columns)
         if exact or (exact is None and not self.has_ann_index()):
             q = q.bypass_vector_index()
+        elif nprobes:
+            q = q.nprobes(nprobes)
         res = q.to_arrow()
         if "query_index" not in res.column_names:  # a single query comes back unbatched
             res = res.append_column("query_index", pa.array(np.zeros(res.num_rows, np.int32)))

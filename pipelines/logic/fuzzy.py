@@ -81,7 +81,7 @@ class Operators:
 
 
 def compile_query(node: Node, columns: Sequence[str], ops: Operators) -> Callable[[np.ndarray], np.ndarray]:
-    """A function from an (n_docs x len(columns)) matrix to n_docs composed scores.
+    """A function from an (n_docs x len(columns)) float matrix to n_docs composed scores.
 
     ``columns`` names the matrix's columns (term texts); every term of ``node`` must be one.
     """
@@ -103,4 +103,5 @@ def compile_query(node: Node, columns: Sequence[str], ops: Operators) -> Callabl
         return lambda S: combine([f(S) for f in fs])
 
     f = build(node)
-    return lambda S: np.asarray(f(np.asarray(S, dtype=np.float64)), dtype=np.float64)
+    # composes in the matrix's own float type (float32 on the hot path), never copying it
+    return lambda S: f(np.asarray(S))

@@ -125,7 +125,7 @@ class Calibration:
             return S
         from scipy.special import expit, ndtr
 
-        out = np.array(S, dtype=np.float64, copy=True)
+        out = np.array(S, copy=True)
         for j, t in enumerate(terms):
             if t not in self.params:
                 continue
@@ -136,21 +136,38 @@ class Calibration:
 
 # -- scoring -------------------------------------------------------------------------------
 class _TopK:
-    """Running top-k (score, doc) per query over streamed blocks."""
+    """Running top-k (score, row position) per query over streamed blocks."""
 
     def __init__(self, n_queries: int, k: int):
         self.k = k
-        self.scores = np.full((n_queries, 0), -np.inf)
-        self.docs = np.empty((n_queries, 0), dtype=object)
+        self.scores = np.full((n_queries, 0), -np.inf, dtype=np.float32)
+        self.rows = np.zeros((n_queries, 0), dtype=np.int64)
 
-    def push(self, block_scores: np.ndarray, block_docs: np.ndarray) -> None:
+    def push(self, block_scores: np.ndarray, first_row: int) -> None:
+        n_q, width = block_scores.shape
+        if self.scores.shape[1] == self.k:
+            # only scores above a query's current k-th best can enter: gather those first
+            hit_q, hit_col = np.nonzero(block_scores > self.scores.min(axis=1, keepdims=True))
+            if len(hit_q) < n_q * width // 4:
+                per_q = np.bincount(hit_q, minlength=n_q)
+                width = max(int(per_q.max()), 1)
+                slot = np.arange(len(hit_q)) - np.repeat(np.cumsum(per_q) - per_q, per_q)
+                scores = np.full((n_q, width), -np.inf, dtype=block_scores.dtype)
+                rows = np.zeros((n_q, width), dtype=np.int64)
+                scores[hit_q, slot] = block_scores[hit_q, hit_col]
+                rows[hit_q, slot] = first_row + hit_col
+                self._merge(scores, rows)
+                return
+        rows = np.broadcast_to(np.arange(first_row, first_row + width, dtype=np.int64), (n_q, width))
+        self._merge(block_scores, rows)
+
+    def _merge(self, block_scores: np.ndarray, block_rows: np.ndarray) -> None:
         scores = np.concatenate([self.scores, block_scores], axis=1)
-        docs = np.concatenate([self.docs, np.broadcast_to(block_docs, block_scores.shape)], axis=1)
+        rows = np.concatenate([self.rows, block_rows], axis=1)
         if scores.shape[1] > self.k:
             keep = np.argpartition(-scores, self.k - 1, axis=1)[:, : self.k]
-            scores = np.take_along_axis(scores, keep, axis=1)
-            docs = np.take_along_axis(docs, keep, axis=1)
-        self.scores, self.docs = scores, docs
+            scores, rows = np.take_along_axis(scores, keep, axis=1), np.take_along_axis(rows, keep, axis=1)
+        self.scores, self.rows = scores, rows
 
 
 def score_exact(
@@ -165,18 +182,25 @@ def score_exact(
     """Top-k (query_id, doc_id, score) per operator choice, every document scored.
 
     ``doc_blocks`` yields (doc_ids, unit vectors) blocks; composing several operator
-    choices costs one pass over the corpus.
+    choices costs one pass over the corpus. Per block: one (block x terms) product, cast
+    each query composed over the columns of its own terms. The product is computed
+    terms-major (T @ V.T) and viewed transposed, so each term's column is contiguous; the
+    composition runs in float32.
     """
     compiled = {ops: [compile_query(q.ast, terms, ops) for q in queries] for ops in operators}
     tops = {ops: _TopK(len(queries), k) for ops in operators}
     T = np.asarray(term_vectors, dtype=np.float32)
-    for ids, vecs in doc_blocks:
-        S = calibration.apply(np.asarray(vecs, dtype=np.float32) @ T.T, terms)
-        ids = np.asarray(ids, dtype=object)
+    ids: list[np.ndarray] = []
+    seen = 0
+    for block_ids, vecs in doc_blocks:
+        S = calibration.apply((T @ np.asarray(vecs, dtype=np.float32).T).T, terms)
         for ops, fs in compiled.items():
-            block = np.stack([f(S) for f in fs]) if fs else np.zeros((0, len(ids)))
-            tops[ops].push(block, ids)
-    return {ops: _pairs(queries, top) for ops, top in tops.items()}
+            block = np.stack([f(S) for f in fs]) if fs else np.zeros((0, len(block_ids)))
+            tops[ops].push(block, seen)
+        ids.append(np.asarray(block_ids, dtype=object))
+        seen += len(block_ids)
+    all_ids = np.concatenate(ids) if ids else np.empty(0, dtype=object)
+    return {ops: _pairs(queries, top, all_ids) for ops, top in tops.items()}
 
 
 def score_candidates(
@@ -202,12 +226,12 @@ def score_candidates(
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
 
 
-def _pairs(queries: Sequence[LogicalQuery], top: _TopK) -> pd.DataFrame:
+def _pairs(queries: Sequence[LogicalQuery], top: _TopK, ids: np.ndarray) -> pd.DataFrame:
     n, k = top.scores.shape
     df = pd.DataFrame(
         {
             "query_id": np.repeat([q.query_id for q in queries], k),
-            "doc_id": top.docs.reshape(-1),
+            "doc_id": ids[top.rows.reshape(-1)] if len(ids) else np.empty(0, dtype=object),
             "score": top.scores.reshape(-1),
         }
     )
