@@ -114,3 +114,37 @@ def test_unknown_family_lists_the_valid_ones():
 def test_module_doctests():
     for mod in (query_mod, fuzzy_mod):
         assert doctest.testmod(mod).failed == 0
+
+
+# -- the decoding grammar (GBNF) against the parser -------------------------------------------
+_gen_terms = st.builds(Term, st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12))
+gen_asts = st.recursive(_gen_terms, _extend, max_leaves=10)
+
+
+@pytest.fixture(scope="module")
+def gbnf():
+    import xgrammar as xg
+    from xgrammar.testing import _is_grammar_accept_string  # xgrammar's own acceptance check
+
+    grammar = xg.Grammar.from_ebnf(to_gbnf())
+    return lambda s: _is_grammar_accept_string(grammar, s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(gen_asts)
+def test_what_the_parser_prints_the_decoder_grammar_accepts(gbnf, ast):
+    assert gbnf(to_text(ast))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet='"\\() ANDORT xy', max_size=30))
+def test_every_string_the_decoder_grammar_accepts_parses(gbnf, s):
+    if gbnf(s):
+        parse(s)  # raises if not
+
+
+def test_decoder_grammar_examples(gbnf):
+    for ok in ['"a" AND NOT "b"', '("a" OR "b") AND "c"', r'"x\"y" OR "z"', 'NOT ("a" AND "b")']:
+        assert gbnf(ok), ok
+    for bad in ['"a" AND', "dog", 'NOT NOT "a"', '""', '"a" and "b"']:  # generated keywords are upper case
+        assert not gbnf(bad), bad
