@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic, write_text_atomic
@@ -31,7 +32,7 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     for path in cfg.runs:
         run = read_run(path)
         for rid in run.column("run_id").unique().to_pylist():
-            one = run.filter(pa.compute.equal(run.column("run_id"), rid))
+            one = run.filter(pc.equal(run.column("run_id"), rid))
             tables.append(evaluate_run(one, qrels, measures, rid))
     metrics = pa.concat_tables(tables)
     run_ids = list(dict.fromkeys(metrics.column("run_id").to_pylist()))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.evaluate import run_evaluate
 from jobs.index import run_index
@@ -49,7 +49,7 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
         out / "evaluate",
         title="SciFact (BEIR test): dense vs BM25 vs hybrid",
     )
-    agg = metrics.filter(pa.compute.equal(metrics.column("query_id"), AGGREGATE_QUERY_ID)).to_pandas()
+    agg = metrics.filter(pc.equal(metrics.column("query_id"), AGGREGATE_QUERY_ID)).to_pandas()
     ndcg = agg[agg["measure"] == "nDCG@10"].set_index("run_id")["value"].to_dict()
     dense = ndcg.get("dense")
     reproduced = dense is not None and abs(dense - PUBLISHED_DENSE_NDCG10) <= TOLERANCE

@@ -50,6 +50,8 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
     outputs = {m: f"runs/{rid}.parquet" for m, rid in run_ids.items()}
     extra_outputs = [f"term_scores/{run_ids['itlr']}.parquet"] if "itlr" in cfg.methods else []
     inputs = {"queries": file_fingerprint(cfg.queries), "table": {"db": cfg.db, "name": cfg.table, "version": store.version}}
+    if cfg.labels:
+        inputs["labels"] = file_fingerprint(cfg.labels)
     if rundir.is_fresh(cfg.digest(), inputs):
         return {run_ids[m]: rundir.path / o for m, o in outputs.items()}
 
@@ -118,7 +120,7 @@ def _itlr(cfg: RetrieveConfig, queries: pa.Table, store: DocStore, embedder: Emb
     if exact_queries:
         blocks = ((b.column("doc_id").to_numpy(zero_copy_only=False),
                    b.column("vector").flatten().to_numpy().reshape(b.num_rows, -1))
-                  for b in store.scan(["doc_id", "vector"], cfg.block_rows))
+                  for b in store.scan(["doc_id", "vector"], cfg.block_rows, read_ahead=True))
         frames.append(score_exact(exact_queries, terms, term_vectors, blocks, cfg.k, [ops], calibration)[ops])
     pairs = pd.concat(frames, ignore_index=True)
     vectors = store.vectors_for(pairs["doc_id"].unique().tolist())

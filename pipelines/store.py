@@ -102,9 +102,24 @@ class DocStore:
             t = ds.take(rows, columns=["vector"])
         return t.column("vector").combine_chunks().flatten().to_numpy().reshape(t.num_rows, -1)
 
-    def scan(self, columns: Sequence[str], batch_rows: int = 8192):
-        """Stream record batches of ``columns`` (bounded memory)."""
-        yield from self.table.to_lance().to_batches(columns=list(columns), batch_size=batch_rows)
+    def scan(self, columns: Sequence[str], batch_rows: int = 8192, read_ahead: bool = False):
+        """Stream record batches of ``columns`` (bounded memory).
+
+        ``read_ahead`` decodes the next batch on a thread while the caller works on this one
+        (at most two batches in memory).
+        """
+        batches = self.table.to_lance().to_batches(columns=list(columns), batch_size=batch_rows)
+        if not read_ahead:
+            yield from batches
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        it = iter(batches)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(next, it, None)
+            while (batch := pending.result()) is not None:
+                pending = pool.submit(next, it, None)
+                yield batch
 
     # -- writes ------------------------------------------------------------------
     def upsert(self, docs: pa.Table) -> None:
@@ -151,7 +166,10 @@ class DocStore:
             built[col] = "FTS"
         n = self.count()
         if n >= ann_threshold:
-            partitions = max(1, int(np.sqrt(n)))
+            # HNSW does the fine search inside each IVF partition, so partitions stay few
+            # (about one per million rows). Measured on 100k generated vectors: recall@100
+            # 0.995 with one partition, 0.65 with sqrt(n) = 316 at LanceDB's default probes.
+            partitions = max(1, n // 1_000_000)
             t.create_index(
                 metric="cosine",
                 vector_column_name="vector",

@@ -84,7 +84,7 @@ class RetrieveConfig(_Config):
     labels: str | None = Field(None, description="itlr sigmoid: JSONL of {doc_id, present: [terms]} to fit on.")
     ann_k: int = Field(100, ge=1, description="itlr ann: neighbours per positive term.")
     ann_nprobes: int | None = Field(None, ge=1, description="itlr ann: IVF partitions probed (None: LanceDB's default).")
-    block_rows: int = Field(8192, ge=1, description="itlr exact: document vectors per block.")
+    block_rows: int = Field(32768, ge=1, description="itlr exact: document vectors per block.")
     run_tag: str | None = Field(None, description="Prefix of run ids; default the method name.")
 
     @field_validator("operators")

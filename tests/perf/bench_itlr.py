@@ -93,7 +93,7 @@ def main() -> None:
 
     t = time.perf_counter()
     blocks = ((b.column("doc_id").to_numpy(zero_copy_only=False), b.column("vector").flatten().to_numpy().reshape(b.num_rows, -1))
-              for b in store.scan(["doc_id", "vector"], 32768))
+              for b in store.scan(["doc_id", "vector"], 32768, read_ahead=True))
     exact = score_exact(parsed, term_texts, T, blocks, args.k, [ops], cal)[ops]
     exact_s = time.perf_counter() - t
 

@@ -1,0 +1,57 @@
+"""DocStore on a real LanceDB table (no Ray, no model: generated vectors)."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipelines.embed import to_fixed_size_list
+from pipelines.store import DocStore, StoreError
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def store(tmp_path):
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(50, 8)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    s = DocStore(str(tmp_path / "db"))
+    s.open_or_create(8, "gen")
+    s.upsert(pa.table({
+        "doc_id": [f"d{i}" for i in range(50)], "title": [None] * 50,
+        "text": [f"apple banana {i}" if i % 2 else f"cherry {i}" for i in range(50)],
+        "metadata": [None] * 50, "content_hash": ["h"] * 50, "vector": to_fixed_size_list(v),
+    }))
+    s.build_indexes(ann_threshold=10**9)
+    return s, v
+
+
+def test_scan_read_ahead_and_vectors_by_id(store):
+    s, v = store
+    plain = pa.Table.from_batches(list(s.scan(["doc_id", "vector"], 7)))
+    ahead = pa.Table.from_batches(list(s.scan(["doc_id", "vector"], 7, read_ahead=True)))
+    assert plain.equals(ahead) and plain.num_rows == 50
+    got = s.vectors_for(["d3", "d40", "missing"])
+    assert set(got) == {"d3", "d40"}
+    np.testing.assert_allclose(got["d40"], v[40])
+
+
+def test_delete_absent_commits_only_when_something_goes(store):
+    s, _ = store
+    version = s.version
+    assert s.delete_absent(pa.array([f"d{i}" for i in range(50)])) == 0 and s.version == version
+    assert s.delete_absent(pa.array([f"d{i}" for i in range(45)])) == 5 and s.count() == 45
+
+
+@pytest.mark.parametrize("text", ["apple's \"pie\"", "AND OR NOT ( ) : *", "'; drop table docs; --", "banana\n\\"])
+def test_text_search_never_parses_user_text(store, text):
+    s, _ = store
+    hits = s.text_search(text, 5)  # must not raise, whatever the syntax in it
+    assert hits.num_rows <= 5
+    assert s.count() == 50
+
+
+def test_open_with_another_model_is_refused(store):
+    s, _ = store
+    with pytest.raises(StoreError, match="holds vectors from 'gen'"):
+        DocStore(s.uri).open_or_create(8, "other")
