@@ -156,31 +156,24 @@ class IndexWriter:
         bad = [i for i, a in enumerate(actions) if a == "reject"]
         if bad:
             rows = batch.take(bad)
-            self.rejects.write(
-                pa.table(
-                    {
-                        "source": rows.column("_source"),
-                        "location": rows.column("_location"),
-                        "doc_id": rows.column("doc_id"),
-                        "reason": rows.column("_reason"),
-                        "detail": rows.column("_detail"),
-                    }
-                )
-            )
+            self._write_rejects(rows, rows.column("_reason"), rows.column("_detail"))
         if dup:
-            rows = batch.take(dup)
-            self.rejects.write(
-                pa.table(
-                    {
-                        "source": rows.column("_source"),
-                        "location": rows.column("_location"),
-                        "doc_id": rows.column("doc_id"),
-                        "reason": pa.array(["duplicate_id"] * len(dup)),
-                        "detail": pa.array(["an earlier row of this snapshot has this id; the first one is kept"] * len(dup)),
-                    }
-                )
-            )
+            note = "an earlier row of this snapshot has this id; the first one is kept"
+            self._write_rejects(batch.take(dup), pa.array(["duplicate_id"] * len(dup)), pa.array([note] * len(dup)))
         self.counts["reject"] += len(bad) + len(dup)
+
+    def _write_rejects(self, rows: pa.Table, reasons, details) -> None:
+        self.rejects.write(
+            pa.table(
+                {
+                    "source": rows.column("_source"),
+                    "location": rows.column("_location"),
+                    "doc_id": rows.column("doc_id"),
+                    "reason": reasons,
+                    "detail": details,
+                }
+            )
+        )
 
     def flush(self) -> None:
         """Upsert everything pending, ``chunk_rows`` rows per commit."""

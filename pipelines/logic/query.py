@@ -51,27 +51,23 @@ class Not(Node):
 
 
 @dataclass(frozen=True, repr=False)
-class And(Node):
+class _Nary(Node):
     children: tuple[Node, ...]
 
     def __post_init__(self):
         if len(self.children) < 2:
-            raise ValueError("And needs at least two children")
+            raise ValueError(f"{type(self).__name__} needs at least two children")
 
     def __repr__(self) -> str:
-        return f"And({', '.join(map(repr, self.children))})"
+        return f"{type(self).__name__}({', '.join(map(repr, self.children))})"
 
 
-@dataclass(frozen=True, repr=False)
-class Or(Node):
-    children: tuple[Node, ...]
+class And(_Nary):
+    """All children hold (a chain ``a AND b AND c`` is one node)."""
 
-    def __post_init__(self):
-        if len(self.children) < 2:
-            raise ValueError("Or needs at least two children")
 
-    def __repr__(self) -> str:
-        return f"Or({', '.join(map(repr, self.children))})"
+class Or(_Nary):
+    """Some child holds."""
 
 
 def _collect(node: Node, out: dict[str, None]) -> None:
