@@ -84,6 +84,8 @@ def compile_query(node: Node, columns: Sequence[str], ops: Operators) -> Callabl
     """A function from an (n_docs x len(columns)) float matrix to n_docs composed scores.
 
     ``columns`` names the matrix's columns (term texts); every term of ``node`` must be one.
+    The function also takes any array whose last axis is the columns (e.g. queries x docs x
+    slots, to compose many queries of one shape at once).
     """
     index = {t: i for i, t in enumerate(columns)}
     missing = [t for t in node.terms() if t not in index]
@@ -94,7 +96,7 @@ def compile_query(node: Node, columns: Sequence[str], ops: Operators) -> Callabl
     def build(n: Node) -> Callable[[np.ndarray], np.ndarray]:
         if isinstance(n, Term):
             j = index[n.text]
-            return lambda S: S[:, j]
+            return lambda S: S[..., j]  # last axis: a 2-d (docs x terms) or a stacked 3-d input
         if isinstance(n, Not):
             f = build(n.child)
             return lambda S: not_f(f(S))

@@ -187,20 +187,52 @@ def score_exact(
     terms-major (T @ V.T) and viewed transposed, so each term's column is contiguous; the
     composition runs in float32.
     """
-    compiled = {ops: [compile_query(q.ast, terms, ops) for q in queries] for ops in operators}
+    groups = _shape_groups(queries, terms)
+    compiled = {ops: [compile_query(shape, slots, ops) for shape, slots, _, _ in groups] for ops in operators}
     tops = {ops: _TopK(len(queries), k) for ops in operators}
     T = np.asarray(term_vectors, dtype=np.float32)
     ids: list[np.ndarray] = []
     seen = 0
     for block_ids, vecs in doc_blocks:
-        S = calibration.apply((T @ np.asarray(vecs, dtype=np.float32).T).T, terms)
+        # terms-major product: each term's scores are one contiguous row
+        M = np.ascontiguousarray(calibration.apply((T @ np.asarray(vecs, dtype=np.float32).T).T, terms).T)
         for ops, fs in compiled.items():
-            block = np.stack([f(S) for f in fs]) if fs else np.zeros((0, len(block_ids)))
+            block = np.empty((len(queries), M.shape[1]), dtype=M.dtype)
+            for f, (_, _, rows, idx) in zip(fs, groups, strict=True):
+                block[rows] = f(M[idx].transpose(0, 2, 1))  # (queries of this shape, docs, slots)
             tops[ops].push(block, seen)
         ids.append(np.asarray(block_ids, dtype=object))
         seen += len(block_ids)
     all_ids = np.concatenate(ids) if ids else np.empty(0, dtype=object)
     return {ops: _pairs(queries, top, all_ids) for ops, top in tops.items()}
+
+
+def _shape_groups(queries: Sequence[LogicalQuery], terms: Sequence[str]):
+    """Queries grouped by the shape of their formula (terms replaced by slots in order of
+    first appearance): [(shape AST, slot names, query rows, term index per query x slot)]."""
+    index = {t: i for i, t in enumerate(terms)}
+    by_shape: dict[str, list[int]] = {}
+    slotted: dict[str, Node] = {}
+    for row, q in enumerate(queries):
+        slots = {t: f"{i}" for i, t in enumerate(q.ast.terms())}
+        shape = _relabel(q.ast, slots)
+        key = str(shape)
+        by_shape.setdefault(key, []).append(row)
+        slotted[key] = shape
+    out = []
+    for key, rows in by_shape.items():
+        n_slots = len(slotted[key].terms())
+        idx = np.array([[index[t] for t in queries[r].ast.terms()] for r in rows], dtype=np.int64).reshape(len(rows), n_slots)
+        out.append((slotted[key], [str(i) for i in range(n_slots)], np.array(rows), idx))
+    return out
+
+
+def _relabel(node: Node, names: dict[str, str]) -> Node:
+    if isinstance(node, Term):
+        return Term(names[node.text])
+    if isinstance(node, Not):
+        return Not(_relabel(node.child, names))
+    return type(node)(tuple(_relabel(c, names) for c in node.children))  # type: ignore[attr-defined]
 
 
 def score_candidates(
