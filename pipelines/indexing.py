@@ -29,9 +29,6 @@ from schemas.tables import CORPUS, REJECTS
 if TYPE_CHECKING:  # the embedding actor imports this module: keep lancedb out of it
     from pipelines.store import DocStore
 
-ACTIONS = ("reject", "unchanged", "update", "insert")
-
-
 def classify(batch: pa.Table, stored: dict[str, str]) -> pa.Array:
     """The action for each row of a PARSED batch, given stored ``doc_id -> content_hash``."""
     out = []

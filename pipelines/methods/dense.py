@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import pyarrow as pa
 
 from pipelines.embed import Embedder
@@ -19,7 +18,3 @@ def dense(queries: pa.Table, store: DocStore, embedder: Embedder, k: int, run_id
     hits["query_id"] = [qids[i] for i in hits["query_index"]]
     return rank_pairs(hits, k, "dense", run_id)
 
-
-def dense_pairs(queries: pa.Table, store: DocStore, embedder: Embedder, k: int) -> pd.DataFrame:
-    """Scored pairs (query_id, doc_id, score) before ranking, for fusion."""
-    return dense(queries, store, embedder, k).select(["query_id", "doc_id", "score"]).to_pandas()
