@@ -35,8 +35,7 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     terms = list(dict.fromkeys(t for q in parsed for t in q.ast.terms()))
     T = Embedder(embed).encode(terms)
     grid = Operators.grid()
-    blocks = ((b.column("doc_id").to_numpy(zero_copy_only=False), b.column("vector").flatten().to_numpy().reshape(b.num_rows, -1))
-              for b in store.scan(["doc_id", "vector"], 32768, read_ahead=True))
+    blocks = store.vector_blocks()
     with rundir.timed("score"):
         pairs = score_exact(parsed, terms, T, blocks, k, grid, Calibration())
     rows = []

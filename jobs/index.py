@@ -145,7 +145,10 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
     too_many = fraction > cfg.max_reject_fraction
 
     if not too_many:
-        if cfg.delete_missing and store.exists():
+        # the ids stored before this run are already in hand: only a snapshot that misses
+        # some of them needs the delete pass (which reads the table's ids again)
+        absent = cfg.delete_missing and any(d not in writer.seen for d in stored.column("doc_id").to_pylist())
+        if absent and store.exists():
             with rundir.timed("delete"):
                 summary.deleted = store.delete_absent(pa.array(sorted(writer.seen), pa.string()))
         if store.exists():

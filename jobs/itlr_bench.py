@@ -36,11 +36,9 @@ def run_itlr_bench(out: str | Path, embed: EmbedConfig, ray: RayConfig, per_temp
     with ray_session(ray), rundir.timed("index"):
         run_index(IndexConfig(corpus=str(syn / "corpus.jsonl"), db=str(db), embed=embed, ray=ray), out / "index")
     store = DocStore(str(db))
-    ids, vecs = [], []
-    for b in store.scan(["doc_id", "vector"]):
-        ids += b.column("doc_id").to_pylist()
-        vecs.append(b.column("vector").flatten().to_numpy().reshape(b.num_rows, -1))
-    V = np.concatenate(vecs)
+    blocks = list(store.vector_blocks(read_ahead=False))
+    ids = [d for block_ids, _ in blocks for d in block_ids]
+    V = np.concatenate([v for _, v in blocks])
     queries = read_queries(syn / "queries.jsonl")
     meta = {r["_id"]: r for r in map(json.loads, (syn / "queries.jsonl").read_text().splitlines())}
     labels = [json.loads(line) for line in (syn / "labels.jsonl").read_text().splitlines()]

@@ -118,9 +118,7 @@ def _itlr(cfg: RetrieveConfig, queries: pa.Table, store: DocStore, embedder: Emb
     else:
         exact_queries, frames = parsed, []
     if exact_queries:
-        blocks = ((b.column("doc_id").to_numpy(zero_copy_only=False),
-                   b.column("vector").flatten().to_numpy().reshape(b.num_rows, -1))
-                  for b in store.scan(["doc_id", "vector"], cfg.block_rows, read_ahead=True))
+        blocks = store.vector_blocks(cfg.block_rows)
         frames.append(score_exact(exact_queries, terms, term_vectors, blocks, cfg.k, [ops], calibration)[ops])
     pairs = pd.concat(frames, ignore_index=True)
     vectors = store.vectors_for(pairs["doc_id"].unique().tolist())

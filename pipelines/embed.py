@@ -194,6 +194,13 @@ def _save_atomic(ov, model, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def to_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A FixedSizeList vector column -> (n, dim) float32 (the inverse of to_fixed_size_list)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return column.flatten().to_numpy().reshape(len(column), -1)
+
+
 def to_fixed_size_list(vectors: np.ndarray) -> pa.FixedSizeListArray:
     """(n, dim) float32 -> Arrow FixedSizeList, the column type LanceDB searches."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)

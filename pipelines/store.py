@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.embed import to_matrix
 from schemas.tables import docs_schema
 
 _META_MODEL = b"logicrank.model"
@@ -88,8 +89,7 @@ class DocStore:
         if len(doc_ids) == 0:
             return {}
         t = self.table.to_lance().to_table(columns=["doc_id", "vector"], filter=pc.field("doc_id").isin(list(doc_ids)))
-        vecs = t.column("vector").combine_chunks().flatten().to_numpy().reshape(t.num_rows, -1)
-        return dict(zip(t.column("doc_id").to_pylist(), vecs, strict=True))
+        return dict(zip(t.column("doc_id").to_pylist(), to_matrix(t.column("vector")), strict=True))
 
     def sample_vectors(self, n: int, seed: int = 0) -> np.ndarray:
         """Up to ``n`` document vectors drawn uniformly (all of them for a small table)."""
@@ -100,7 +100,12 @@ class DocStore:
         else:
             rows = np.sort(np.random.default_rng(seed).choice(total, size=n, replace=False))
             t = ds.take(rows, columns=["vector"])
-        return t.column("vector").combine_chunks().flatten().to_numpy().reshape(t.num_rows, -1)
+        return to_matrix(t.column("vector"))
+
+    def vector_blocks(self, batch_rows: int = 32768, read_ahead: bool = True):
+        """(doc_ids, (n, dim) float32 vectors) blocks of the whole table, streamed."""
+        for b in self.scan(["doc_id", "vector"], batch_rows, read_ahead):
+            yield b.column("doc_id").to_numpy(zero_copy_only=False), to_matrix(b.column("vector"))
 
     def scan(self, columns: Sequence[str], batch_rows: int = 8192, read_ahead: bool = False):
         """Stream record batches of ``columns`` (bounded memory).

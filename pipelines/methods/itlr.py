@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from pipelines.embed import to_matrix
 from pipelines.logic.fuzzy import Operators, compile_query
 from pipelines.logic.query import Node, Not, QueryParseError, Term, parse
 from schemas.tables import QUERIES, require_columns
@@ -318,7 +319,7 @@ def ann_candidates(
     found: dict[str, dict[str, np.ndarray]] = {t: {} for t in wanted}
     if wanted:
         hits = search(np.asarray(term_vectors)[[index[t] for t in wanted]], ann_k)
-        vecs = hits.column("vector").combine_chunks().flatten().to_numpy().reshape(hits.num_rows, -1)
+        vecs = to_matrix(hits.column("vector"))
         for qi, doc, v in zip(hits.column("query_index").to_pylist(), hits.column("doc_id").to_pylist(), vecs, strict=True):
             found[wanted[qi]][doc] = v
     candidates, no_positive = {}, []

@@ -90,8 +90,7 @@ def main() -> None:
 
     def run_exact():
         t = time.perf_counter()
-        blocks = ((b.column("doc_id").to_numpy(zero_copy_only=False), b.column("vector").flatten().to_numpy().reshape(b.num_rows, -1))
-                  for b in store.scan(["doc_id", "vector"], 32768, read_ahead=True))
+        blocks = store.vector_blocks(32768)
         result = score_exact(parsed, term_texts, T, blocks, args.k, [ops], cal)[ops]
         return time.perf_counter() - t, result
 
