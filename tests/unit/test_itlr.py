@@ -1,3 +1,4 @@
+import dataclasses
 import itertools
 import json
 
@@ -53,20 +54,25 @@ def test_parse_queries_falls_back_and_keeps_every_row(setup):
     assert "position 7" in qs[4].error
 
 
-def test_exact_streaming_equals_brute_force(setup):
+@pytest.mark.parametrize(("block", "threads", "copies"), [(50, 1, 1), (50, 3, 1), (7, 2, 1), (237, 4, 1), (50, 2, 3)])
+def test_exact_streaming_equals_brute_force(setup, block, threads, copies):
+    # blocks narrower than k, one block for everything, more threads than a block's columns;
+    # copies > 1: terms repeat across queries, so the product runs over unique terms + a gather
     docs, ids, terms, T, qs = setup
-    qs = qs[:3]
+    qs = [dataclasses.replace(q, query_id=f"{q.query_id}-{c}") for c in range(copies) for q in qs[:3]]
     ops = [Operators(), Operators("min", "max", "reciprocal")]
-    blocks = [(ids[i : i + 50], docs[i : i + 50]) for i in range(0, len(docs), 50)]
-    got = score_exact(qs, terms, T, blocks, 10, ops, Calibration())
+    blocks = [(ids[i : i + block], docs[i : i + block]) for i in range(0, len(docs), block)]
+    got = score_exact(qs, terms, T, blocks, 10, ops, Calibration(), threads=threads)
     S = docs @ T.T
     for o in ops:
         for q in qs:
             full = compile_query(q.ast, terms, o)(S)
-            expected = set(ids[np.argsort(-full)[:10]])
             top = got[o][got[o]["query_id"] == q.query_id]
-            assert set(top["doc_id"]) == expected
+            # the k best scores, each on the document that has it (NOT = reciprocal ties at 1/eps)
             np.testing.assert_allclose(np.sort(top["score"].to_numpy())[::-1], np.sort(full)[::-1][:10], rtol=1e-5)
+            row = {d: i for i, d in enumerate(ids)}
+            np.testing.assert_allclose(full[[row[d] for d in top["doc_id"]]], top["score"].to_numpy(), rtol=1e-5)
+            assert top["doc_id"].is_unique
 
 
 def test_positive_terms_and_ann_candidates(setup):
