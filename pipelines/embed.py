@@ -170,7 +170,9 @@ def _ov_cache_dir(model_path: str) -> Path:
     import hashlib
     from importlib import metadata
 
-    root = Path(os.environ.get("LOGICRANK_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "logicrank"))
+    from pipelines.paths import cache_root
+
+    root = cache_root()
     h = hashlib.sha256()
     for f in sorted(Path(model_path).rglob("*")):
         if f.is_file():

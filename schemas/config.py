@@ -64,7 +64,55 @@ class IndexConfig(_Config):
     tag: str | None = Field(None, description="LanceDB tag for this index run; default index-<time>.")
 
 
-Method = Literal["dense", "bm25", "hybrid", "itlr"]
+class LLMConfig(_Config):
+    """One vLLM engine. On this CPU: the prepared SmolLM2, float32, eager. On a GPU cluster:
+    a checkpoint directory, ``dtype=auto``/``bfloat16``, ``enforce_eager=False``,
+    ``tensor_parallel_size`` = GPUs per engine (and as many GPUs per Ray actor)."""
+
+    model: str = Field("smollm2-135m-instruct", description="A registered model name (prepared locally) or a checkpoint directory.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: float32 on CPU (bf16 logits are too coarse for True/False scoring there), the model's own on GPU."
+    )
+    max_model_len: int = Field(2048, ge=64)
+    tensor_parallel_size: int = Field(1, ge=1)
+    enforce_eager: bool = Field(True, description="Eager start-up takes seconds; compiled graphs take minutes on CPU.")
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    cpu_kv_cache_gib: int = Field(1, ge=1, description="KV cache on CPU (VLLM_CPU_KVCACHE_SPACE).")
+    max_num_seqs: int = Field(64, ge=1, description="Sequences per engine step.")
+    seed: int = 0
+    chat: bool = Field(True, description="Wrap generation prompts in the tokenizer's chat template, when it has one.")
+    labels: tuple[str, str] = Field((" True", " False"), description="truth(): the label tokens read after the prompt.")
+    cache: str | None = Field("default", description="Persistent cache (SQLite) path; 'default' = <cache root>/llm/cache.sqlite; None = off.")
+
+
+class DecomposeConfig(_Config):
+    """`logicrank decompose`: one row per (query, method) from an actor pool of engines."""
+
+    queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL or Parquet.")
+    llm: LLMConfig = LLMConfig()
+    ray: RayConfig = RayConfig()
+    methods: tuple[Literal["itlr", "orlog", "reasoning"], ...] = ("itlr", "orlog", "reasoning")
+    constrained: bool = Field(True, description="Decode itlr under its grammar and orlog under its JSON schema.")
+    itlr_max_tokens: int = Field(256, ge=8)
+    orlog_max_tokens: int = Field(384, ge=8)
+    reasoning_max_tokens: int = Field(256, ge=8)
+    max_term_chars: int = Field(64, ge=1, description="itlr: longest term the grammar lets the model write.")
+    temperature: float = Field(0.0, ge=0)
+    actors: int = Field(1, ge=1, description="Engines (Ray actors).")
+    actor_num_cpus: float = Field(1.0, gt=0, description="CPUs per engine actor (its thread count on CPU).")
+    actor_num_gpus: float = Field(0.0, ge=0, description="GPUs per engine actor on a GPU cluster (= tensor_parallel_size).")
+    batch_rows: int = Field(64, ge=1, description="Queries per actor call (one batched engine call per method).")
+
+    @field_validator("methods")
+    @classmethod
+    def _some(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError(f"give each method once: {list(v)}")
+        return v
+
+
+Method = Literal["dense", "bm25", "hybrid", "itlr", "expansion"]
 
 
 class RetrieveConfig(_Config):
@@ -86,6 +134,9 @@ class RetrieveConfig(_Config):
     ann_nprobes: int | None = Field(None, ge=1, description="itlr ann: IVF partitions probed (None: LanceDB's default).")
     block_rows: int = Field(32768, ge=1, description="itlr exact: document vectors per block.")
     run_tag: str | None = Field(None, description="Prefix of run ids; default the method name.")
+    decompositions: str | None = Field(
+        None, description="A decompositions table (`logicrank decompose`): itlr takes its logical queries, expansion its texts."
+    )
 
     @field_validator("operators")
     @classmethod

@@ -63,6 +63,30 @@ QUERIES = pa.schema(
     ]
 )
 
+# decompositions: one row per (query, method) from the LLM; never dropped (see status).
+DECOMPOSITION_METHODS = ("itlr", "orlog", "reasoning")
+DECOMPOSITION_STATUS = ("ok", "fallback", "error")  # fallback: output unusable; error: the engine failed
+ATOM = pa.struct([pa.field("id", pa.string(), nullable=False), pa.field("text", pa.string(), nullable=False)])
+DECOMPOSITIONS = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("method", pa.string(), nullable=False),  # one of DECOMPOSITION_METHODS
+        pa.field("model", pa.string(), nullable=False),  # model id (name@checksum)
+        pa.field("prompt_sha", pa.string(), nullable=False),  # the prompt template's hash
+        pa.field("raw_output", pa.string()),  # what the model wrote (null on error)
+        # itlr: over quoted text terms; orlog: over quoted atom ids ("a1" AND NOT "a2")
+        pa.field("logical_query", pa.string()),
+        pa.field("atoms", pa.list_(ATOM)),  # orlog: statements about {x}
+        pa.field("expansion", pa.string()),  # reasoning: the text embedded as the query
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("generated_tokens", pa.int32(), nullable=False),
+        pa.field("cached", pa.bool_(), nullable=False),  # read from the persistent LLM cache
+    ]
+)
+
 QRELS = pa.schema(
     [
         pa.field("query_id", pa.string(), nullable=False),

@@ -1,0 +1,146 @@
+"""`logicrank decompose`: LLM decompositions of a queries table, on an actor pool of engines.
+
+Ray Data splits the queries into batches; each actor holds one vLLM engine (behind the
+persistent cache) and writes DECOMPOSITIONS rows: one per (query, method), whatever the
+model writes. The driver checks that every (query, method) came back exactly once, then
+writes ``<out>/decompositions.parquet`` atomically and a manifest with the counts by
+method and status, the tokens, the cache hits, the model id and the template hashes.
+
+Why our own actor class rather than ``ray.data.llm``: see the README ("LLM layer").
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs.raysession import ray_session
+from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic
+from pipelines.llm import prompts
+from pipelines.llm.decompose import TEMPLATES, DecomposeSettings, decompose
+from pipelines.llm.models import resolve
+from pipelines.topics import read_queries
+from schemas.config import DecomposeConfig
+from schemas.tables import DECOMPOSITIONS, conform
+
+
+class DecomposeJobError(RuntimeError):
+    """Rows were lost or duplicated, or the actor pool cannot be placed."""
+
+
+@dataclass
+class DecomposeSummary:
+    path: Path
+    rows: int
+    by_status: dict[str, dict[str, int]] = field(default_factory=dict)  # method -> status -> rows
+    prompts_run: int = 0  # rows computed by an engine (not cache hits, not errors)
+    cache_hits: int = 0
+    seconds: float = 0.0
+    skipped: bool = False
+
+
+def settings_of(cfg: DecomposeConfig) -> DecomposeSettings:
+    return DecomposeSettings(
+        methods=cfg.methods,
+        constrained=cfg.constrained,
+        max_tokens=(("itlr", cfg.itlr_max_tokens), ("orlog", cfg.orlog_max_tokens), ("reasoning", cfg.reasoning_max_tokens)),
+        max_term_chars=cfg.max_term_chars,
+        temperature=cfg.temperature,
+        seed=cfg.llm.seed if cfg.temperature > 0 else None,
+    )
+
+
+class _DecomposeActor:
+    """One engine per actor; the engine starts on the first cache miss."""
+
+    def __init__(self, llm, settings: DecomposeSettings):
+        from pipelines.llm.engine import LLMClient
+
+        self.client = LLMClient(llm)
+        self.settings = settings
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return decompose(self.client, batch.column("query_id").to_pylist(), batch.column("text").to_pylist(), self.settings)
+
+
+def _check_fits(cfg: DecomposeConfig, resources: dict) -> None:
+    need_cpu, need_gpu = cfg.actors * cfg.actor_num_cpus, cfg.actors * cfg.actor_num_gpus
+    if need_cpu > resources.get("CPU", 0) or need_gpu > resources.get("GPU", 0):
+        raise DecomposeJobError(
+            f"decompose: {cfg.actors} engine actor(s) x ({cfg.actor_num_cpus} CPU, {cfg.actor_num_gpus} GPU) do not fit the "
+            f"cluster ({resources.get('CPU', 0)} CPU, {resources.get('GPU', 0)} GPU); lower --actors or the per-actor resources."
+        )
+
+
+def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False, echo=print) -> DecomposeSummary:
+    start = time.perf_counter()
+    rundir = RunDir(out, "decompose")
+    queries = read_queries(cfg.queries).select(["query_id", "text"])
+    resolved = resolve(cfg.llm.model, log=echo)  # prepares a registered model once, before any actor starts
+    templates = {m: prompts.load(TEMPLATES[m]).sha for m in cfg.methods}
+    inputs = {"queries": file_fingerprint(cfg.queries), "model": resolved.model_id, "templates": templates}
+    target = rundir.path / "decompositions.parquet"
+    if rundir.is_fresh(cfg.digest(), inputs):
+        prev = rundir.previous() or {}
+        return DecomposeSummary(target, prev.get("rows", 0), prev.get("by_status", {}), skipped=True)
+
+    llm = cfg.llm.model_copy(update={"model": str(resolved.path)}) if cfg.llm.model != str(resolved.path) else cfg.llm
+    settings = settings_of(cfg)
+    n = queries.num_rows
+    parts: list[pa.Table] = []
+    with ray_session(cfg.ray) as ray, rundir.timed("decompose"):
+        _check_fits(cfg, ray.cluster_resources())
+        ds = ray.data.from_arrow(queries).repartition(max(1, math.ceil(n / cfg.batch_rows)))
+        ds = ds.map_batches(
+            _DecomposeActor,
+            fn_constructor_kwargs={"llm": llm, "settings": settings},
+            compute=ray.data.ActorPoolStrategy(size=cfg.actors),
+            batch_size=cfg.batch_rows,
+            batch_format="pyarrow",
+            num_cpus=cfg.actor_num_cpus,
+            num_gpus=cfg.actor_num_gpus or None,
+        )
+        done = 0
+        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            parts.append(batch)
+            done += batch.num_rows
+            if progress:
+                echo(f"decompose: {done // len(cfg.methods)}/{n} queries")
+    table = conform(pa.concat_tables(parts) if parts else DECOMPOSITIONS.empty_table(), DECOMPOSITIONS, "decompose")
+    _check_conserved(queries, table, cfg.methods)
+    write_parquet_atomic(table, target)
+
+    by_status: dict[str, dict[str, int]] = {}
+    for method, status in zip(table.column("method").to_pylist(), table.column("status").to_pylist(), strict=True):
+        by_status.setdefault(method, Counter())[status] += 1
+    cached = pc.sum(table.column("cached")).as_py() or 0
+    errors = sum(c.get("error", 0) for c in by_status.values())
+    summary = DecomposeSummary(
+        target, table.num_rows, {m: dict(c) for m, c in by_status.items()},
+        prompts_run=table.num_rows - cached - errors, cache_hits=cached, seconds=time.perf_counter() - start,
+    )
+    fresh = pc.invert(table.column("cached"))
+    rundir.write_manifest(
+        cfg.model_dump(mode="json"), cfg.digest(), inputs, ["decompositions.parquet"],
+        rows=table.num_rows, queries=n, by_status=summary.by_status, model=resolved.model_id, prompt_sha=templates,
+        prompts_run=summary.prompts_run, cache_hits=cached,
+        prompt_tokens=pc.sum(pc.filter(table.column("prompt_tokens"), fresh)).as_py() or 0,
+        generated_tokens=pc.sum(pc.filter(table.column("generated_tokens"), fresh)).as_py() or 0,
+    )
+    return summary
+
+
+def _check_conserved(queries: pa.Table, table: pa.Table, methods) -> None:
+    """Every (query, method) exactly once."""
+    want = Counter((q, m) for q in queries.column("query_id").to_pylist() for m in methods)
+    got = Counter(zip(table.column("query_id").to_pylist(), table.column("method").to_pylist(), strict=True))
+    if got != want:
+        lost, extra = want - got, got - want
+        raise DecomposeJobError(f"decompose: rows not conserved: {sum(lost.values())} missing (e.g. {list(lost)[:3]}), "
+                                f"{sum(extra.values())} unexpected (e.g. {list(extra)[:3]})")

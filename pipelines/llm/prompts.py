@@ -1,0 +1,51 @@
+"""Prompt templates: text files in ``pipelines/llm/prompts/``, one per task.
+
+Placeholders use ``string.Template`` syntax (``$question``, ``${context}``), so JSON
+examples and the ``{x}`` entity placeholder in templates need no escaping. Every output
+records its template's hash (``sha``): editing a file changes the hash, which changes the
+cache key and the manifest, so results never mix template versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+
+class PromptError(ValueError):
+    """An unknown template, or a field missing from a render."""
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    text: str
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+    @property
+    def fields(self) -> set[str]:
+        return {m.group("named") or m.group("braced") for m in string.Template.pattern.finditer(self.text)} - {None}
+
+    def render(self, **values: str) -> str:
+        missing = self.fields - values.keys()
+        if missing:
+            raise PromptError(f"template {self.name!r} needs {sorted(missing)}")
+        return string.Template(self.text).substitute(values)
+
+
+def names() -> list[str]:
+    return sorted(p.name.removesuffix(".txt") for p in resources.files("pipelines.llm").joinpath("prompts").iterdir() if p.name.endswith(".txt"))
+
+
+@cache
+def load(name: str) -> Template:
+    path = resources.files("pipelines.llm").joinpath("prompts", f"{name}.txt")
+    if not path.is_file():
+        raise PromptError(f"no prompt template {name!r}; have: {', '.join(names())}")
+    return Template(name, path.read_text(encoding="utf-8"))

@@ -1,0 +1,154 @@
+"""The LLM layer on real vLLM (CPU build) with a tiny random Llama built at test time."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.llm import prompts
+from pipelines.llm.decompose import orlog_schema, parse_output
+from pipelines.llm.engine import Constraint, Engine, LLMClient
+from pipelines.logic.grammar import to_gbnf
+from pipelines.logic.query import parse
+from schemas.config import DecomposeConfig, LLMConfig
+from tests.conftest import write_jsonl
+from tests.integration.conftest import RAY
+from tests.tiny_llm import build_tiny_llm
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    return build_tiny_llm(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_cfg(tiny_dir):
+    return LLMConfig(model=str(tiny_dir), max_model_len=1024, cache=None, max_num_seqs=64)
+
+
+@pytest.fixture(scope="session")
+def engine(tiny_cfg):
+    return Engine(tiny_cfg)
+
+
+QUESTIONS = [f"question {i}: {w}" for i, w in enumerate(["vitamin D benefits other than bone", "museums in Paris but not art", "cells"] * 20)]
+
+
+def test_grammar_constrained_itlr_outputs_parse(engine):
+    # random sampling from a random model: the grammar alone makes outputs well formed
+    gens = engine.generate(QUESTIONS, Constraint("grammar", to_gbnf(24)), max_tokens=400, temperature=1.0)
+    finished = [g for g in gens if g.finish_reason == "stop"]
+    assert len(finished) >= 0.8 * len(gens)
+    for g in finished:
+        parse(g.text)  # raises if not
+    for g in gens:
+        parsed = parse_output("itlr", "q", g)
+        assert parsed.status == ("ok" if g.finish_reason == "stop" else "fallback")
+        if g.finish_reason != "stop":
+            assert "max_tokens" in parsed.error
+
+
+def test_json_regex_and_choice_constraints(engine):
+    gens = engine.generate(QUESTIONS[:20], Constraint("json", orlog_schema(max_atoms=3, max_chars=30)), max_tokens=400, temperature=1.0)
+    finished = [g for g in gens if g.finish_reason == "stop"]
+    assert len(finished) >= 15
+    for g in finished:
+        obj = json.loads(g.text, strict=False)
+        assert set(obj) == {"atoms", "form"} and 1 <= len(obj["atoms"]) <= 3
+        assert all(re.fullmatch(r"a[0-9]{1,2}", a["id"]) for a in obj["atoms"])
+    regex = engine.generate(QUESTIONS[:10], Constraint("regex", "[abc]{3}-[0-9]{2}"), max_tokens=20, temperature=1.0)
+    assert all(re.fullmatch(r"[abc]{3}-[0-9]{2}", g.text) for g in regex)
+    choice = engine.generate(QUESTIONS[:10], Constraint("choice", ["yes", "no"]), max_tokens=5, temperature=1.0)
+    assert {g.text for g in choice} <= {"yes", "no"}
+
+
+def test_truth_agrees_with_a_transformers_forward_pass(engine, tiny_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    template = prompts.load("truth")
+    texts = [template.render(context=f"Document {i}: some cells grow.\n", statement=f"thing {i} is {c}") for i, c in enumerate(["red", "blue", "a cell"] * 8)]
+    got = engine.truth(texts)
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+    t_id, f_id = engine.label_ids
+    for text, g in zip(texts, got, strict=True):
+        with torch.no_grad():
+            logits = model(**tok(text, return_tensors="pt")).logits[0, -1]
+        zt, zf = float(logits[t_id]), float(logits[f_id])
+        assert g.exact
+        assert abs(g.logit_true - zt) < 1e-2 and abs(g.logit_false - zf) < 1e-2
+        assert abs(g.p_true - 1 / (1 + np.exp(zf - zt))) < 1e-2
+    assert np.std([g.p_true for g in got]) > 0.05  # the comparison is not between constants
+
+
+def test_a_cached_rerun_makes_no_engine_call(tiny_cfg, engine, tmp_path):
+    cfg = tiny_cfg.model_copy(update={"cache": str(tmp_path / "cache.sqlite")})
+    template = prompts.load("itlr_decompose")
+    values = [{"question": q} for q in QUESTIONS[:12]]
+    first = LLMClient(cfg)
+    first._engine = engine  # share the session's engine (one KV cache per process)
+    a = first.generate(template, values, Constraint("grammar", to_gbnf(24)), max_tokens=64)
+    assert first.stats["engine_calls"] == 1 and first.stats["prompts_run"] == 12
+    again = LLMClient(cfg)  # a new process would see the same: the cache is on disk
+    b = again.generate(template, values, Constraint("grammar", to_gbnf(24)), max_tokens=64)
+    assert again.stats["engine_calls"] == 0 and again._engine is None and again.stats["cache_hits"] == 12
+    assert [g.text for g in a] == [g.text for g in b] and all(g.cached for g in b)
+    # another sampling parameter (or template, or model) is another key: a miss
+    again._engine = engine
+    again.generate(template, values[:2], Constraint("grammar", to_gbnf(24)), max_tokens=65)
+    assert again.stats["engine_calls"] == 1 and again.stats["prompts_run"] == 2
+
+
+def _decompose_cfg(tmp_path, tiny_cfg, n, **kw) -> DecomposeConfig:
+    queries = write_jsonl(tmp_path / "queries.jsonl", [{"_id": f"q{i}", "text": QUESTIONS[i]} for i in range(n)])
+    return DecomposeConfig(
+        queries=str(queries), llm=tiny_cfg.model_copy(update={"cache": str(tmp_path / "cache.sqlite")}), ray=RAY,
+        itlr_max_tokens=200, orlog_max_tokens=200, reasoning_max_tokens=16, max_term_chars=16, batch_rows=4, **kw,
+    )
+
+
+def test_decompose_job_conserves_rows_and_counts_fallbacks(tmp_path, tiny_cfg):
+    from jobs.decompose import run_decompose
+
+    cfg = _decompose_cfg(tmp_path, tiny_cfg, 10, constrained=False)
+    s = run_decompose(cfg, tmp_path / "free")
+    table = pq.read_table(s.path)
+    assert table.num_rows == 30
+    assert Counter(zip(table.column("query_id").to_pylist(), table.column("method").to_pylist(), strict=True)) == Counter(
+        {(f"q{i}", m): 1 for i in range(10) for m in ("itlr", "orlog", "reasoning")}
+    )
+    rows = table.to_pylist()
+    # a random model without a grammar does not write JSON: every orlog row falls back to the question
+    orlog = [r for r in rows if r["method"] == "orlog"]
+    assert all(r["status"] == "fallback" and r["error"] for r in orlog)
+    assert all(r["atoms"][0]["text"].endswith(QUESTIONS[int(r["query_id"][1:])]) for r in orlog)
+    manifest = json.loads((tmp_path / "free" / "manifest.json").read_text())
+    assert manifest["by_status"]["orlog"] == {"fallback": 10}
+    assert sum(manifest["by_status"]["itlr"].values()) == 10 and manifest["prompts_run"] == 30
+    for r in rows:  # every row is usable downstream, fallback or not
+        if r["method"] == "itlr":
+            parse(r["logical_query"])
+        assert r["model"].startswith("tiny-llama@") and len(r["prompt_sha"]) == 16
+
+
+def test_constrained_decompose_then_rerun_from_cache(tmp_path, tiny_cfg):
+    from jobs.decompose import run_decompose
+
+    cfg = _decompose_cfg(tmp_path, tiny_cfg, 8, methods=("itlr", "orlog"))
+    first = run_decompose(cfg, tmp_path / "a")
+    rows = pq.read_table(first.path).to_pylist()
+    for r in rows:
+        parse(r["logical_query"])
+        if r["status"] == "fallback":
+            assert r["method"] == "orlog" or "max_tokens" in r["error"]
+    assert first.prompts_run == 16 and first.cache_hits == 0
+    assert run_decompose(cfg, tmp_path / "a").skipped  # same inputs and config: nothing to do
+    second = run_decompose(cfg, tmp_path / "b")  # a new run directory: every prompt from the cache
+    assert second.prompts_run == 0 and second.cache_hits == 16
+    assert pq.read_table(second.path).drop(["cached"]).equals(pq.read_table(first.path).drop(["cached"]))
