@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv main test test-unit bench bench-index bench-itlr lint clean
+.PHONY: venv main test test-unit bench bench-index bench-itlr bench-llm lint clean
 
 venv: $(STAMP)
 
@@ -30,13 +30,16 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-bench: bench-index bench-itlr
+bench: bench-index bench-itlr bench-llm
 
 bench-index: $(STAMP)
 	$(BIN)/python tests/perf/bench_index.py --out runs/bench
 
 bench-itlr: $(STAMP)
 	$(BIN)/python tests/perf/bench_itlr.py --out runs/bench
+
+bench-llm: $(STAMP)
+	$(BIN)/python tests/perf/bench_llm.py --out runs/bench
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, RayConfig, RetrieveConfig
+from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
 err = Console(stderr=True)
@@ -27,15 +27,18 @@ RayAddress = Annotated[str | None, typer.Option(help="Ray cluster address; defau
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
+    from jobs.decompose import DecomposeJobError
     from jobs.index import IndexJobError
     from pipelines.corpus import CorpusError
     from pipelines.embed import ModelError
     from pipelines.evaluate.measures import MeasureError
+    from pipelines.llm.engine import LLMConfigError
+    from pipelines.llm.models import LLMModelError
     from pipelines.store import StoreError
     from pipelines.topics import TopicsError
     from schemas.tables import SchemaError
 
-    return (IndexJobError, CorpusError, ModelError, MeasureError, StoreError, TopicsError, SchemaError, ValidationError, ValueError)
+    return (IndexJobError, DecomposeJobError, LLMConfigError, LLMModelError, CorpusError, ModelError, MeasureError, StoreError, TopicsError, SchemaError, ValidationError, ValueError)
 
 
 def _run(fn, *args, **kwargs):
@@ -103,7 +106,7 @@ def retrieve(
     queries: Annotated[str, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet.")],
     db: str = "data/lancedb",
     table: str = "docs",
-    method: Annotated[list[str], typer.Option(help="dense | bm25 | hybrid | itlr (repeat for several).")] = ["dense"],  # noqa: B006
+    method: Annotated[list[str], typer.Option(help="dense | bm25 | hybrid | itlr | expansion (repeat for several).")] = ["dense"],  # noqa: B006
     k: int = 100,
     model: Model = "all-MiniLM-L6-v2",
     backend: Backend = "torch",
@@ -112,6 +115,9 @@ def retrieve(
     operators: Annotated[str, typer.Option(help="itlr: e.g. and=product,or=sum,not=complement.")] = "",
     calibration: Annotated[str, typer.Option(help="itlr: none | zscore | sigmoid (needs --labels).")] = "none",
     labels: Annotated[str | None, typer.Option(help="itlr sigmoid: JSONL of doc_id + present terms.")] = None,
+    decompositions: Annotated[
+        str | None, typer.Option(help="Decompositions table: itlr uses its logical queries, expansion its reasoning texts.")
+    ] = None,
     out: Path = Path("runs/retrieve"),
 ):
     """Retrieve the top k documents per query; writes one run table per method."""
@@ -121,6 +127,7 @@ def retrieve(
         RetrieveConfig, queries=queries, db=db, table=table, methods=tuple(method), k=k,
         embed=EmbedConfig(model=model, backend=backend), trec=trec, itlr_mode=itlr_mode,
         operators=operators or "and=product,or=sum,not=complement", calibration=calibration, labels=labels,
+        decompositions=decompositions,
     )
     for rid, path in _run(run_retrieve, cfg, out).items():
         typer.echo(f"{rid}: {path}")
@@ -151,6 +158,67 @@ def evaluate(
     metrics = _run(run_evaluate, cfg, out)
     typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
     typer.echo(f"report: {out / 'report.md'}")
+
+
+@app.command()
+def decompose(
+    queries: Annotated[str, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet.")],
+    model: Annotated[str, typer.Option(help="Registered LLM name or a checkpoint directory.")] = "smollm2-135m-instruct",
+    method: Annotated[list[str], typer.Option(help="itlr | orlog | reasoning (repeat; default all).")] = ["itlr", "orlog", "reasoning"],  # noqa: B006
+    constrained: Annotated[bool, typer.Option(help="Grammar / JSON-schema constrained decoding.")] = True,
+    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")] = "auto",
+    max_model_len: int = 2048,
+    tensor_parallel_size: int = 1,
+    compiled: Annotated[bool, typer.Option(help="Compiled graphs (slow start, faster steps) instead of eager.")] = False,
+    actors: Annotated[int, typer.Option(help="Engine actors.")] = 1,
+    cpus_per_actor: float = 1.0,
+    gpus_per_actor: Annotated[float, typer.Option(help="GPUs per engine actor (= tensor parallel size on GPU nodes).")] = 0.0,
+    batch_rows: int = 64,
+    cache: Annotated[str | None, typer.Option(help="LLM cache file; 'default' under the cache root; 'none' to disable.")] = "default",
+    ray_address: RayAddress = None,
+    out: Path = Path("runs/decompose"),
+    progress: bool = True,
+):
+    """Decompose queries with an LLM: ITLR logical queries, OrLog atoms + form, reasoning expansions."""
+    from jobs.decompose import run_decompose
+
+    llm = _run(
+        LLMConfig, model=model, dtype=dtype, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
+        enforce_eager=not compiled, cache=None if cache == "none" else cache,
+    )
+    cfg = _run(
+        DecomposeConfig, queries=queries, llm=llm, ray=RayConfig(address=ray_address), methods=tuple(method),
+        constrained=constrained, actors=actors, actor_num_cpus=cpus_per_actor, actor_num_gpus=gpus_per_actor, batch_rows=batch_rows,
+    )
+    s = _run(run_decompose, cfg, out, progress=progress, echo=typer.echo)
+    note = " (unchanged: skipped)" if s.skipped else f", {s.prompts_run} prompts run, {s.cache_hits} from cache, {s.seconds:.1f} s"
+    typer.echo(f"{s.rows} rows {s.by_status}{note}. Table: {s.path}")
+
+
+models_app = typer.Typer(no_args_is_help=True, help="LLM checkpoints that ship inside packages.")
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("list")
+def models_list():
+    """Registered models and whether they are prepared."""
+    from pipelines.llm.models import MARKER, REGISTRY, prepared_dir
+
+    for name, spec in REGISTRY.items():
+        state = "prepared" if (prepared_dir(name) / MARKER).is_file() else "not prepared"
+        typer.echo(f"{name}: {state} ({prepared_dir(name)}); from {spec.package}. {spec.note}")
+
+
+@models_app.command("prepare")
+def models_prepare(
+    name: Annotated[str, typer.Argument(help="A registered model.")] = "smollm2-135m-instruct",
+    force: Annotated[bool, typer.Option(help="Rebuild even when the checkpoint checks out.")] = False,
+):
+    """Turn a packaged model into a local checkpoint (idempotent; verified by checksum)."""
+    from pipelines.llm.models import prepare
+
+    r = _run(prepare, name, force=force, log=typer.echo)
+    typer.echo(f"{r.model_id}: {r.path}")
 
 
 @app.command("itlr-bench")

@@ -11,7 +11,6 @@ Why our own actor class rather than ``ray.data.llm``: see the README ("LLM layer
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -96,7 +95,8 @@ def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False,
     parts: list[pa.Table] = []
     with ray_session(cfg.ray) as ray, rundir.timed("decompose"):
         _check_fits(cfg, ray.cluster_resources())
-        ds = ray.data.from_arrow(queries).repartition(max(1, math.ceil(n / cfg.batch_rows)))
+        # one in-memory block per batch: no repartition task competes with the actors for CPUs
+        ds = ray.data.from_arrow([queries.slice(i, cfg.batch_rows) for i in range(0, max(n, 1), cfg.batch_rows)])
         ds = ds.map_batches(
             _DecomposeActor,
             fn_constructor_kwargs={"llm": llm, "settings": settings},

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from jobs.evaluate import run_evaluate
 from jobs.index import run_index
 from jobs.itlr_bench import run_itlr_bench
+from jobs.llm_demo import run_llm_demo
 from jobs.raysession import ray_session
 from jobs.retrieve import run_retrieve
 from jobs.rundir import write_text_atomic
@@ -34,16 +35,16 @@ def run_main(out: str | Path, embed: EmbedConfig, ray: RayConfig, progress: bool
 def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, echo) -> dict:
     data = scifact()
     db = str(out / "lancedb")
-    echo(f"[1/4] index {data.corpus} -> {db}")
+    echo(f"[1/5] index {data.corpus} -> {db}")
     summary = run_index(IndexConfig(corpus=str(data.corpus), db=db, embed=embed, ray=ray), out / "index", progress=progress)
     echo(f"      {summary.inserted} inserted, {summary.updated} updated, {summary.unchanged} unchanged, "
          f"{summary.deleted} deleted, {summary.rejected} rejected in {summary.seconds:.1f} s (table v{summary.table_version})")
-    echo("[2/4] retrieve 300 queries: dense, bm25, hybrid")
+    echo("[2/5] retrieve 300 queries: dense, bm25, hybrid")
     runs = run_retrieve(
         RetrieveConfig(queries=str(data.queries), db=db, methods=("dense", "bm25", "hybrid"), k=100, embed=embed, trec=True),
         out / "retrieve",
     )
-    echo("[3/4] evaluate")
+    echo("[3/5] evaluate")
     metrics = run_evaluate(
         EvaluateConfig(qrels=str(data.qrels), runs=tuple(str(p) for p in runs.values())),
         out / "evaluate",
@@ -57,20 +58,25 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
         echo(f"      nDCG@10 {rid:7s} {v:.4f}")
     echo(f"      dense vs published MTEB {PUBLISHED_DENSE_NDCG10}: {dense:.4f} -> "
          f"{'reproduced' if reproduced else 'NOT reproduced'} (tolerance {TOLERANCE})")
-    echo("[4/4] ITLR synthetic logical benchmark (32 templates x 10 queries from SciFact text)")
+    echo("[4/5] ITLR synthetic logical benchmark (32 templates x 10 queries from SciFact text)")
     itlr = run_itlr_bench(out / "itlr", embed, ray, echo=echo)
     t1 = itlr["table1"]
     for setting in ("own", "pooled"):
         for method in ("base", "itlr"):
             row = t1[(t1["setting"] == setting) & (t1["method"] == method)].set_index("negations")["ndcg@10"]
             echo(f"      {setting:6s} {method:5s} nDCG@10 by negations 0/1/2/3: " + "/".join(f"{row[n]:.3f}" for n in range(4)))
+    echo("[5/5] LLM decomposition -> ITLR (SmolLM2-135M on vLLM: plumbing and demo, not quality)")
+    llm = run_llm_demo(out / "llm", out / "itlr", embed, ray, echo=echo)
+    for rid, v in llm["ndcg@10"].items():
+        echo(f"      nDCG@10 {rid:18s} {v:.4f}")
     _link_reports(out)
     echo(f"report: {out / 'report.md'}")
-    return {"index": asdict(summary), "ndcg@10": ndcg, "reproduced": reproduced}
+    return {"index": asdict(summary), "ndcg@10": ndcg, "reproduced": reproduced, "llm": llm["ndcg@10"]}
 
 
 def _link_reports(out: Path) -> None:
     """One entry page: the retrieval report, then the ITLR tables."""
     retrieval = (out / "evaluate" / "report.md").read_text(encoding="utf-8").replace("](plots/", "](evaluate/plots/")
     itlr = (out / "itlr" / "itlr_report.md").read_text(encoding="utf-8").replace("# ITLR", "## ITLR", 1)
-    write_text_atomic(retrieval + "\n" + itlr, out / "report.md")
+    llm = (out / "llm" / "llm_report.md").read_text(encoding="utf-8")
+    write_text_atomic(retrieval + "\n" + itlr + "\n" + llm, out / "report.md")

@@ -11,9 +11,11 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic
 from pipelines.embed import Embedder, model_id, resolve_model
+from pipelines.llm.decompose import apply_to_queries
 from pipelines.logic.fuzzy import Operators
 from pipelines.methods.bm25 import bm25
 from pipelines.methods.dense import dense
@@ -37,8 +39,9 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
     """Returns run_id -> run table path."""
     rundir = RunDir(out, "retrieve")
     queries = read_queries(cfg.queries)
+    decompositions = pq.read_table(cfg.decompositions) if cfg.decompositions else None
     store = DocStore(cfg.db, cfg.table)
-    needs_vectors = any(m in ("dense", "hybrid", "itlr") for m in cfg.methods)
+    needs_vectors = any(m in ("dense", "hybrid", "itlr", "expansion") for m in cfg.methods)
     if needs_vectors:
         resolve_model(cfg.embed.model)
         if store.model_id() != model_id(cfg.embed):
@@ -52,6 +55,8 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
     inputs = {"queries": file_fingerprint(cfg.queries), "table": {"db": cfg.db, "name": cfg.table, "version": store.version}}
     if cfg.labels:
         inputs["labels"] = file_fingerprint(cfg.labels)
+    if cfg.decompositions:
+        inputs["decompositions"] = file_fingerprint(cfg.decompositions)
     if rundir.is_fresh(cfg.digest(), inputs):
         return {run_ids[m]: rundir.path / o for m, o in outputs.items()}
 
@@ -72,10 +77,14 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
     extra: dict = {}
     for method in cfg.methods:
         if method == "itlr":
+            itlr_queries = apply_to_queries(queries, decompositions, "itlr") if decompositions is not None else queries
             with rundir.timed("itlr"):
-                pairs, scores, extra = _itlr(cfg, queries, store, embedder)
+                pairs, scores, extra = _itlr(cfg, itlr_queries, store, embedder)
             run = rank_pairs(pairs, cfg.k, "itlr", run_ids["itlr"])
             write_parquet_atomic(scores, rundir.path / extra_outputs[0])
+        elif method == "expansion":  # BRIGHT-style baseline: dense retrieval of the LLM's reasoning text
+            with rundir.timed("expansion"):
+                run = dense(apply_to_queries(queries, decompositions, "reasoning"), store, embedder, cfg.k)
         elif method == "hybrid":
             run = rrf([scored("dense", cfg.hybrid_depth), scored("bm25", cfg.hybrid_depth)], cfg.k, cfg.rrf_k)
         else:

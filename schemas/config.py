@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Config(BaseModel):
@@ -77,6 +77,9 @@ class LLMConfig(_Config):
     tensor_parallel_size: int = Field(1, ge=1)
     enforce_eager: bool = Field(True, description="Eager start-up takes seconds; compiled graphs take minutes on CPU.")
     enable_prefix_caching: bool = True
+    block_size: int | None = Field(
+        None, ge=16, description="KV cache block (tokens), the unit of prefix caching; CPU needs a multiple of 32. None: 32 on CPU, vLLM's default on GPU."
+    )
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     cpu_kv_cache_gib: int = Field(1, ge=1, description="KV cache on CPU (VLLM_CPU_KVCACHE_SPACE).")
     max_num_seqs: int = Field(64, ge=1, description="Sequences per engine step.")
@@ -97,7 +100,9 @@ class DecomposeConfig(_Config):
     itlr_max_tokens: int = Field(256, ge=8)
     orlog_max_tokens: int = Field(384, ge=8)
     reasoning_max_tokens: int = Field(256, ge=8)
-    max_term_chars: int = Field(64, ge=1, description="itlr: longest term the grammar lets the model write.")
+    max_term_chars: int | None = Field(
+        None, ge=1, description="itlr: longest term the grammar allows (None: unbounded; a bound makes xgrammar slow)."
+    )
     temperature: float = Field(0.0, ge=0)
     actors: int = Field(1, ge=1, description="Engines (Ray actors).")
     actor_num_cpus: float = Field(1.0, gt=0, description="CPUs per engine actor (its thread count on CPU).")
@@ -153,6 +158,12 @@ class RetrieveConfig(_Config):
         if len(set(v)) != len(v):
             raise ValueError(f"methods repeat: {list(v)}")
         return v
+
+    @model_validator(mode="after")
+    def _expansion_needs_decompositions(self):
+        if "expansion" in self.methods and not self.decompositions:
+            raise ValueError("method 'expansion' embeds the LLM's reasoning text: give --decompositions (from `logicrank decompose`).")
+        return self
 
 
 class EvaluateConfig(_Config):

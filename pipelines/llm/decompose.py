@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from pipelines.llm import prompts
 from pipelines.llm.engine import Constraint, Generation, LLMClient
@@ -132,7 +133,7 @@ class DecomposeSettings:
     methods: tuple[str, ...] = ("itlr", "orlog", "reasoning")
     constrained: bool = True  # False: no grammar/schema (to test and measure the fallbacks)
     max_tokens: tuple[tuple[str, int], ...] = (("itlr", 256), ("orlog", 384), ("reasoning", 256))
-    max_term_chars: int = 64
+    max_term_chars: int | None = None
     temperature: float = 0.0
     seed: int | None = None
 
@@ -181,3 +182,23 @@ def _generate_isolating_failures(client, template, questions, constraint, max_to
                 out.append(exc)
         return out
 
+
+
+def apply_to_queries(queries: pa.Table, decompositions: pa.Table, method: str) -> pa.Table:
+    """The queries with what ``method``'s decomposition gives them: ``itlr`` sets
+    ``logical_query``, ``reasoning`` replaces ``text`` by the expansion. Every query must
+    have its row (fallback rows count: they carry the raw question)."""
+    from schemas.tables import require_columns
+
+    require_columns(decompositions, ["query_id", "method", "logical_query", "expansion", "status"], "decompositions")
+    rows = decompositions.filter(pa.compute.equal(decompositions.column("method"), method)).to_pylist()
+    by_id = {r["query_id"]: r for r in rows}
+    qids = queries.column("query_id").to_pylist()
+    missing = [q for q in qids if q not in by_id]
+    if missing:
+        raise ValueError(f"decompositions: no {method} row for {len(missing)} queries (e.g. {missing[:3]}); run `logicrank decompose` on these queries.")
+    if method == "itlr":
+        values = [by_id[q]["logical_query"] for q in qids]
+        return queries.set_column(queries.schema.get_field_index("logical_query"), "logical_query", pa.array(values, pa.string()))
+    values = [by_id[q]["expansion"] for q in qids]
+    return queries.set_column(queries.schema.get_field_index("text"), "text", pa.array(values, pa.string()))

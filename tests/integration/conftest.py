@@ -12,3 +12,17 @@ def ray_cluster():
 
     with ray_session(RAY) as ray:
         yield ray
+
+
+@pytest.fixture(scope="session")
+def synthetic(tmp_path_factory):
+    """The ITLR benchmark's layout, small: 32 queries (one per template), ~150 documents, indexed."""
+    from jobs.index import run_index
+    from pipelines.datasets import scifact
+    from pipelines.generate.synthetic import generate
+    from schemas.config import IndexConfig
+
+    root = tmp_path_factory.mktemp("itlr")
+    generate(scifact().corpus, root / "syn", per_template=1, seed=3)
+    run_index(IndexConfig(corpus=str(root / "syn" / "corpus.jsonl"), db=str(root / "db")), root / "index")
+    return root

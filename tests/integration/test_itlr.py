@@ -7,24 +7,13 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.index import run_index
 from jobs.retrieve import run_retrieve
-from pipelines.datasets import scifact
-from pipelines.generate.synthetic import generate
 from pipelines.methods.itlr import TERM_SCORES
 from pipelines.store import DocStore
-from schemas.config import IndexConfig, RetrieveConfig
+from schemas.config import RetrieveConfig
 from schemas.tables import RUN
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def synthetic(tmp_path_factory):
-    root = tmp_path_factory.mktemp("itlr")
-    generate(scifact().corpus, root / "syn", per_template=1, seed=3)  # 32 queries, ~150 documents
-    run_index(IndexConfig(corpus=str(root / "syn" / "corpus.jsonl"), db=str(root / "db")), root / "index")
-    return root
 
 
 def _cfg(root, **kw) -> RetrieveConfig:

