@@ -20,6 +20,9 @@ from jobs.decompose import run_decompose
 from jobs.evaluate import run_evaluate
 from jobs.retrieve import run_retrieve
 from jobs.rundir import write_text_atomic
+from pipelines.evaluate.synthetic import pooled_qrels
+from pipelines.methods.itlr import parse_queries
+from pipelines.topics import read_queries
 from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, LLMConfig, RayConfig, RetrieveConfig
 from schemas.tables import AGGREGATE_QUERY_ID
 
@@ -31,12 +34,17 @@ def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, 
     syn = itlr_dir / "synthetic"
     rows = [json.loads(line) for line in (syn / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
     keep = [r for r in rows if int(r["_id"].rsplit("-", 1)[1]) < per_template]
-    ids = {r["_id"] for r in keep}
     queries = out / "queries.jsonl"
     write_text_atomic("".join(json.dumps(r) + "\n" for r in keep), queries)
-    qrels_lines = (syn / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines()
+    # ground truth over the pooled corpus (as the benchmark's "pooled" setting): a document is
+    # relevant when the gold formula holds for the topics it contains, whichever question made it
+    present = {r["doc_id"]: r["present"] for r in map(json.loads, (syn / "labels.jsonl").read_text(encoding="utf-8").splitlines())}
+    truth = pooled_qrels(parse_queries(read_queries(queries)), present)
     qrels = out / "qrels.tsv"
-    write_text_atomic("\n".join([qrels_lines[0]] + [line for line in qrels_lines[1:] if line.split("\t")[0] in ids]) + "\n", qrels)
+    write_text_atomic(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{r}\n" for q, d, r in zip(*(truth.column(c).to_pylist() for c in truth.column_names), strict=True)),
+        qrels,
+    )
 
     cpus = float(ray_mod.cluster_resources().get("CPU", 1)) if ray_mod.is_initialized() else 1.0
     cfg = DecomposeConfig(
@@ -44,7 +52,7 @@ def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, 
     )
     echo(f"      decompose {len(keep)} questions with {cfg.llm.model} (itlr, orlog, reasoning)")
     dec = run_decompose(cfg, out / "decompose", echo=echo)
-    echo(f"      {dec.by_status}; {dec.prompts_run} prompts run, {dec.cache_hits} from cache")
+    echo(f"      {dec.by_status}; " + ("unchanged inputs: skipped" if dec.skipped else f"{dec.prompts_run} prompts run, {dec.cache_hits} from cache"))
     db = str(itlr_dir / "lancedb")
     gold = run_retrieve(RetrieveConfig(queries=str(queries), db=db, methods=("dense", "itlr"), k=100, embed=embed, run_tag="gold"), out / "retrieve-gold")
     llm = run_retrieve(
@@ -77,7 +85,8 @@ def _report(n: int, dec, ndcg: dict[str, float], cfg: DecomposeConfig) -> str:
         "## LLM decomposition -> ITLR (SmolLM2-135M-Instruct: plumbing and demo only)",
         "",
         f"{n} questions of the ITLR benchmark above (one per template), decomposed by `{manifest['model']}` on vLLM "
-        f"(CPU, one Ray actor), then retrieved over the pooled benchmark corpus. A 135M model copies its prompt's "
+        f"(CPU, one Ray actor), then retrieved over the pooled benchmark corpus and judged by its ground truth "
+        "(a document is relevant when the gold formula holds for the topics it contains). A 135M model copies its prompt's "
         "examples more than it reads the question: **these numbers show that the path runs end to end, not what "
         "an LLM decomposition is worth.** Point `--model` at a real instruction model (e.g. Qwen2.5-7B-Instruct "
         "on a GPU node) for that.",

@@ -11,19 +11,7 @@ import pyarrow as pa
 
 from pipelines.llm import prompts
 from schemas.config import LLMConfig, RayConfig
-
-TRUTH_SCORES = pa.schema(
-    [
-        pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("p_true", pa.float64(), nullable=False),
-        pa.field("logit_true", pa.float64(), nullable=False),
-        pa.field("logit_false", pa.float64(), nullable=False),
-        pa.field("exact", pa.bool_(), nullable=False),
-        pa.field("prompt_tokens", pa.int32(), nullable=False),
-        pa.field("cached_prompt_tokens", pa.int32(), nullable=False),
-        pa.field("cached", pa.bool_(), nullable=False),
-    ]
-)
+from schemas.tables import TRUTH_SCORES
 
 
 class _TruthActor:

@@ -87,6 +87,20 @@ DECOMPOSITIONS = pa.schema(
     ]
 )
 
+# truth scores: P(True) of one prompt from one forward pass (jobs/score.py)
+TRUTH_SCORES = pa.schema(
+    [
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("p_true", pa.float64(), nullable=False),
+        pa.field("logit_true", pa.float64(), nullable=False),
+        pa.field("logit_false", pa.float64(), nullable=False),
+        pa.field("exact", pa.bool_(), nullable=False),
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("cached_prompt_tokens", pa.int32(), nullable=False),
+        pa.field("cached", pa.bool_(), nullable=False),
+    ]
+)
+
 QRELS = pa.schema(
     [
         pa.field("query_id", pa.string(), nullable=False),

@@ -12,7 +12,6 @@ Goals (issue 3): exact / matmul <= 2; ann recall@10 against exact >= 0.95.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from pipelines.embed import to_fixed_size_list  # noqa: E402
 from pipelines.logic.fuzzy import Operators  # noqa: E402
 from pipelines.methods.itlr import Calibration, ann_candidates, parse_queries, score_candidates, score_exact  # noqa: E402
 from pipelines.store import DocStore  # noqa: E402
+from tests.perf.report import write_report  # noqa: E402
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -137,9 +137,6 @@ def main() -> None:
         "ann_s": ann_s, "speedup_ann_vs_exact": exact_s / ann_s, "ann_recall_at_k": recall,
         "mean_ann_candidates": float(np.mean([len(c[0]) for c in cands.values()])),
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_itlr.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         f"# ITLR scoring benchmark ({n} generated vectors, dim {args.dim}, {args.queries} queries x 3 terms, one run; "
         f"medians of {args.repeat} interleaved repeats, exact/matmul ranged {min(ratios):.2f}-{max(ratios):.2f})",
@@ -150,9 +147,7 @@ def main() -> None:
         f"| {matmul_s:.3f} | {scan_s:.3f} | {exact_s:.3f} | {exact_s / matmul_s:.2f} "
         f"| {ann_s:.3f} | {exact_s / ann_s:.2f} | {recall:.3f} | {recall_x:.3f} | {result['mean_ann_candidates']:.0f} |",
     ]
-    (out / "bench_itlr.md").write_text("\n".join(lines) + "\n")
-    print(json.dumps(result, indent=2))
-    print("\n".join(lines))
+    write_report(args.out, "bench_itlr", result, lines)
 
 
 if __name__ == "__main__":

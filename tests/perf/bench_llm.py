@@ -32,6 +32,7 @@ from pipelines.datasets import scifact  # noqa: E402
 from pipelines.llm import prompts  # noqa: E402
 from pipelines.llm.models import resolve  # noqa: E402
 from schemas.config import LLMConfig, RayConfig  # noqa: E402
+from tests.perf.report import write_report  # noqa: E402
 
 STATEMENTS = ["{t} reports a clinical trial", "{t} is about cancer", "{t} studies mice", "{t} is a review article"]
 
@@ -122,9 +123,6 @@ def main() -> None:
         "max_abs_p_true_diff_vs_hf": diff, "prompt_tokens": prompt_tokens, "prefix_cached_tokens": cached_tokens,
         "startup_eager_s": eager_s, "startup_compiled_s": compiled_s,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_llm.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         f"# LLM True/False scoring benchmark ({resolved.model_id}, {n} prompts, {cpus} CPUs, one run)",
         "",
@@ -134,9 +132,7 @@ def main() -> None:
         f"| {ray_rate:.1f} | {inproc_rate:.1f} | {hf_rate:.2f} | {ray_rate / hf_rate:.1f} | {inproc_rate / hf_rate:.1f} | {diff:.1e} "
         f"| {cached_tokens} / {prompt_tokens} | {eager_s:.1f} | {compiled_s if compiled_s is None else f'{compiled_s:.1f}'} |",
     ]
-    (out / "bench_llm.md").write_text("\n".join(lines) + "\n")
-    print(json.dumps(result, indent=2))
-    print("\n".join(lines))
+    write_report(args.out, "bench_llm", result, lines)
 
 
 if __name__ == "__main__":

@@ -153,3 +153,35 @@ def test_prepare_is_idempotent_and_rebuilds_a_damaged_checkpoint(tmp_path, monke
     c = models.prepare("smollm2-135m-instruct", root=tmp_path)
     assert len(calls) == 2 and c == a and (c.path / "model.safetensors").read_bytes() == b"weights"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+
+def test_lost_or_duplicated_decomposition_rows_fail_the_job():
+    import pyarrow as pa
+
+    from jobs.decompose import DecomposeJobError, _check_conserved
+
+    queries = pa.table({"query_id": ["q1", "q2"]})
+    good = pa.table({"query_id": ["q1", "q2", "q1", "q2"], "method": ["itlr", "itlr", "orlog", "orlog"]})
+    _check_conserved(queries, good, ("itlr", "orlog"))
+    lost = good.slice(0, 3)
+    with pytest.raises(DecomposeJobError, match=r"1 missing \(e.g. \[\('q2', 'orlog'\)\]\)"):
+        _check_conserved(queries, lost, ("itlr", "orlog"))
+    twice = pa.concat_tables([good, good.slice(0, 1)])
+    with pytest.raises(DecomposeJobError, match="1 unexpected"):
+        _check_conserved(queries, twice, ("itlr", "orlog"))
+
+
+def test_apply_decompositions_to_queries():
+    import pyarrow as pa
+
+    from pipelines.llm.decompose import apply_to_queries
+    from schemas.tables import QUERIES
+
+    queries = pa.table({"query_id": ["q1", "q2"], "text": ["a b", "c"], "logical_query": [None, None]}, schema=QUERIES)
+    dec = pa.table({
+        "query_id": ["q1", "q2", "q1"], "method": ["itlr", "itlr", "reasoning"],
+        "logical_query": ['"a" AND NOT "b"', '"c"', None], "expansion": [None, None, "about a"], "status": ["ok", "fallback", "ok"],
+    })
+    assert apply_to_queries(queries, dec, "itlr").column("logical_query").to_pylist() == ['"a" AND NOT "b"', '"c"']
+    with pytest.raises(ValueError, match=r"no reasoning row for 1 queries \(e.g. \['q2'\]\)"):
+        apply_to_queries(queries, dec, "reasoning")
