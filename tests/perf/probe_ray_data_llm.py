@@ -42,13 +42,14 @@ def main() -> None:
     try:
         config = vLLMEngineProcessorConfig(
             model_source=str(resolved.path),
-            engine_kwargs={"dtype": "float32", "enforce_eager": True, "max_model_len": 2048, "logprobs_mode": "raw_logits"},
+            engine_kwargs={"dtype": "float32", "enforce_eager": True, "max_model_len": 2048, "logprobs_mode": "raw_logits", "block_size": 32},
             concurrency=1,
             batch_size=64,
-            apply_chat_template=False,
-            tokenize=False,
-            detokenize=False,
+            chat_template_stage=False,
+            tokenize_stage=False,
+            detokenize_stage=False,
             placement_group_config={"bundles": [{"CPU": 1}]},
+            log_engine_metrics=False,  # its Ray-Prometheus metrics fail to import on this stack
         )
         processor = build_processor(
             config,
