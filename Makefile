@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv main test test-unit bench bench-index bench-itlr bench-llm lint clean
+.PHONY: venv main test test-unit bench bench-index bench-itlr bench-llm bench-posterior lint clean
 
 venv: $(STAMP)
 
@@ -30,7 +30,7 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-bench: bench-index bench-itlr bench-llm
+bench: bench-index bench-itlr bench-llm bench-posterior
 
 bench-index: $(STAMP)
 	$(BIN)/python tests/perf/bench_index.py --out runs/bench
@@ -40,6 +40,9 @@ bench-itlr: $(STAMP)
 
 bench-llm: $(STAMP)
 	$(BIN)/python tests/perf/bench_llm.py --out runs/bench
+
+bench-posterior: $(STAMP)
+	$(BIN)/python tests/perf/bench_posterior.py --out runs/bench
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
