@@ -106,7 +106,7 @@ def retrieve(
     queries: Annotated[str, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet.")],
     db: str = "data/lancedb",
     table: str = "docs",
-    method: Annotated[list[str], typer.Option(help="dense | bm25 | hybrid | itlr | expansion (repeat for several).")] = ["dense"],  # noqa: B006
+    method: Annotated[list[str], typer.Option(help="dense | bm25 | hybrid | itlr | expansion | orlog | reasoner (repeat).")] = ["dense"],  # noqa: B006
     k: int = 100,
     model: Model = "all-MiniLM-L6-v2",
     backend: Backend = "torch",
@@ -118,6 +118,14 @@ def retrieve(
     decompositions: Annotated[
         str | None, typer.Option(help="Decompositions table: itlr uses its logical queries, expansion its reasoning texts.")
     ] = None,
+    orlog_base: Annotated[str, typer.Option(help="orlog/reasoner: base retriever bm25 | dense | hybrid.")] = "bm25",
+    orlog_k: Annotated[int, typer.Option(help="orlog/reasoner: candidates reranked per query.")] = 20,
+    orlog_calibration: Annotated[str, typer.Option(help="orlog: none | content-free | pool-mean.")] = "none",
+    orlog_reasoner: Annotated[str, typer.Option(help="orlog: compiled (exact, vectorised) | problog (reference).")] = "compiled",
+    orlog_context: Annotated[bool, typer.Option(help="orlog: put the candidate's text before each statement.")] = True,
+    llm_model: Annotated[str, typer.Option(help="orlog/reasoner: LLM name or checkpoint directory.")] = "smollm2-135m-instruct",
+    gpus_per_actor: Annotated[float, typer.Option(help="orlog/reasoner: GPUs per scoring engine actor.")] = 0.0,
+    ray_address: RayAddress = None,
     out: Path = Path("runs/retrieve"),
 ):
     """Retrieve the top k documents per query; writes one run table per method."""
@@ -127,7 +135,9 @@ def retrieve(
         RetrieveConfig, queries=queries, db=db, table=table, methods=tuple(method), k=k,
         embed=EmbedConfig(model=model, backend=backend), trec=trec, itlr_mode=itlr_mode,
         operators=operators or "and=product,or=sum,not=complement", calibration=calibration, labels=labels,
-        decompositions=decompositions,
+        decompositions=decompositions, orlog_base=orlog_base, orlog_k=orlog_k, orlog_calibration=orlog_calibration,
+        orlog_reasoner=orlog_reasoner, orlog_context=orlog_context, llm=LLMConfig(model=llm_model), ray=RayConfig(address=ray_address),
+        score_num_gpus=gpus_per_actor,
     )
     for rid, path in _run(run_retrieve, cfg, out).items():
         typer.echo(f"{rid}: {path}")

@@ -52,6 +52,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
     run_ids = {m: f"{cfg.run_tag}-{m}" if cfg.run_tag else m for m in cfg.methods}
     outputs = {m: f"runs/{rid}.parquet" for m, rid in run_ids.items()}
     extra_outputs = [f"term_scores/{run_ids['itlr']}.parquet"] if "itlr" in cfg.methods else []
+    extra_outputs += [f"predicate_scores/{run_ids['orlog']}.parquet"] if "orlog" in cfg.methods else []
     inputs = {"queries": file_fingerprint(cfg.queries), "table": {"db": cfg.db, "name": cfg.table, "version": store.version}}
     if cfg.labels:
         inputs["labels"] = file_fingerprint(cfg.labels)
@@ -79,12 +80,20 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
         if method == "itlr":
             itlr_queries = apply_to_queries(queries, decompositions, "itlr") if decompositions is not None else queries
             with rundir.timed("itlr"):
-                pairs, scores, extra = _itlr(cfg, itlr_queries, store, embedder)
+                pairs, scores, extra["itlr"] = _itlr(cfg, itlr_queries, store, embedder)
             run = rank_pairs(pairs, cfg.k, "itlr", run_ids["itlr"])
             write_parquet_atomic(scores, rundir.path / extra_outputs[0])
         elif method == "expansion":  # BRIGHT-style baseline: dense retrieval of the LLM's reasoning text
             with rundir.timed("expansion"):
                 run = dense(apply_to_queries(queries, decompositions, "reasoning"), store, embedder, cfg.k)
+        elif method in ("orlog", "reasoner"):
+            base = rrf([scored("dense", cfg.hybrid_depth), scored("bm25", cfg.hybrid_depth)], cfg.orlog_k, cfg.rrf_k) if cfg.orlog_base == "hybrid" else scored(cfg.orlog_base, cfg.orlog_k)
+            with rundir.timed(method):
+                pairs, predicates, cost = _orlog(cfg, method, queries, decompositions, store, base)
+            run = rank_pairs(pairs, cfg.k, method, run_ids[method])
+            extra[method] = cost
+            if predicates is not None:
+                write_parquet_atomic(predicates, rundir.path / f"predicate_scores/{run_ids[method]}.parquet")
         elif method == "hybrid":
             run = rrf([scored("dense", cfg.hybrid_depth), scored("bm25", cfg.hybrid_depth)], cfg.k, cfg.rrf_k)
         else:
@@ -101,7 +110,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
         cfg.digest(),
         inputs,
         list(outputs.values()) + extra_outputs,
-        itlr=extra or None,
+        **extra,
         model=model_id(cfg.embed) if needs_vectors else None,
         rows={rid: t.num_rows for rid, t in produced.items()},
         queries=queries.num_rows,
@@ -144,6 +153,68 @@ def _itlr(cfg: RetrieveConfig, queries: pa.Table, store: DocStore, embedder: Emb
         "mean_candidates": float(np.mean([len(c[0]) for c in candidates.values()])) if cfg.itlr_mode == "ann" and candidates else None,
     }
     return pairs, scores, counts
+
+
+def _orlog(cfg: RetrieveConfig, method: str, queries: pa.Table, decompositions, store: DocStore, base: pa.Table):
+    """OrLog or its LLM-as-reasoner baseline over ``base``'s top orlog_k: rerank pairs
+    (score, tiebreak = base rank), predicate scores (orlog), and cost counts."""
+    from jobs.score import score_truth
+    from pipelines.methods import orlog
+
+    cands = base.select(["query_id", "doc_id", "rank"]).to_pandas().rename(columns={"rank": "base_rank"})
+    cands = cands[cands["base_rank"] <= cfg.orlog_k]
+    docs = store.rows_for(cands["doc_id"].unique().tolist(), ["title", "text"]).to_pylist()
+    names = {d["doc_id"]: (d["title"] or d["doc_id"]).strip() for d in docs}
+    contexts = _contexts(cfg, docs) if cfg.orlog_context else {}
+    score = lambda t: score_truth(  # noqa: E731
+        pa.Table.from_pandas(t[["prompt_id", "context", "statement"]], preserve_index=False), cfg.llm, cfg.ray,
+        cfg.score_actors, cfg.score_num_cpus, cfg.score_num_gpus,
+    ).to_pandas()
+    if method == "reasoner":
+        prompts = orlog.reasoner_prompts(queries, cands, names, contexts)
+        res = prompts.merge(score(prompts), on="prompt_id")
+        pairs = res.assign(score=res["p_true"], tiebreak=res["base_rank"])
+        return pairs, None, _cost(res, len(res), 0)
+    qs = orlog.orlog_queries(queries, decompositions)
+    prompts = orlog.truth_prompts(qs, cands, names, contexts)
+    res = prompts.merge(score(prompts), on="prompt_id")
+    cf, n_cf = None, 0
+    if cfg.orlog_calibration == "content-free":
+        cf_prompts = orlog.content_free_prompts(qs)
+        cf = cf_prompts.merge(score(cf_prompts), on="prompt_id")
+        n_cf = len(cf)
+    res["p_calibrated"] = orlog.calibrate(res, cfg.orlog_calibration, cf)
+    post = orlog.posteriors(qs, res, cfg.orlog_reasoner)
+    pairs = post.assign(tiebreak=post["base_rank"])
+    cost = _cost(res, int(len(cands)), n_cf)
+    cost["fallback_decompositions"] = sum(q.status != "ok" for q in qs)
+    return pairs, orlog.predicate_scores(res), cost
+
+
+def _contexts(cfg: RetrieveConfig, docs: list[dict]) -> dict[str, str]:
+    """Each candidate's title and text, cut to the token budget of the scoring model's tokenizer."""
+    from transformers import AutoTokenizer
+
+    from pipelines.llm.models import resolve
+
+    tok = AutoTokenizer.from_pretrained(resolve(cfg.llm.model).path)
+    out = {}
+    for d in docs:
+        text = f"{d['title'] or ''}. {d['text']}".strip(". ")
+        ids = tok.encode(text, add_special_tokens=False)[: cfg.orlog_context_tokens]
+        out[d["doc_id"]] = f"Document: {tok.decode(ids)}\n"
+    return out
+
+
+def _cost(res, pairs: int, extra_passes: int) -> dict:
+    """Per (query, candidate) pair: forward passes, prompt tokens (and prefix-cache hits),
+    generated tokens (one per pass: no decoding)."""
+    passes = len(res) + extra_passes
+    return {
+        "pairs": pairs, "forward_passes": passes, "forward_passes_per_pair": passes / max(pairs, 1),
+        "prompt_tokens": int(res["prompt_tokens"].sum()), "prefix_cached_tokens": int(res["cached_prompt_tokens"].sum()),
+        "generated_tokens_per_pair": passes / max(pairs, 1), "llm_cache_hits": int(res["cached"].sum()),
+    }
 
 
 def _calibration(cfg: RetrieveConfig, store: DocStore, terms: list[str], term_vectors) -> Calibration:

@@ -84,11 +84,15 @@ class DocStore:
             return pa.table({"doc_id": pa.array([], pa.string()), "content_hash": pa.array([], pa.string())})
         return self.table.to_lance().to_table(columns=["doc_id", "content_hash"])
 
+    def rows_for(self, doc_ids: Sequence[str], columns: Sequence[str]) -> pa.Table:
+        """The given columns of the given documents (a pyarrow expression filter, not a SQL string)."""
+        return self.table.to_lance().to_table(columns=list(dict.fromkeys(["doc_id", *columns])), filter=pc.field("doc_id").isin(list(doc_ids)))
+
     def vectors_for(self, doc_ids: Sequence[str]) -> dict[str, np.ndarray]:
         """doc_id -> vector for the given ids (a pyarrow expression filter, not a SQL string)."""
         if len(doc_ids) == 0:
             return {}
-        t = self.table.to_lance().to_table(columns=["doc_id", "vector"], filter=pc.field("doc_id").isin(list(doc_ids)))
+        t = self.rows_for(doc_ids, ["vector"])
         return dict(zip(t.column("doc_id").to_pylist(), to_matrix(t.column("vector")), strict=True))
 
     def sample_vectors(self, n: int, seed: int = 0) -> np.ndarray:

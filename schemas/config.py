@@ -117,7 +117,7 @@ class DecomposeConfig(_Config):
         return v
 
 
-Method = Literal["dense", "bm25", "hybrid", "itlr", "expansion"]
+Method = Literal["dense", "bm25", "hybrid", "itlr", "expansion", "orlog", "reasoner"]
 
 
 class RetrieveConfig(_Config):
@@ -142,6 +142,18 @@ class RetrieveConfig(_Config):
     decompositions: str | None = Field(
         None, description="A decompositions table (`logicrank decompose`): itlr takes its logical queries, expansion its texts."
     )
+    # orlog (and its LLM-as-reasoner baseline): rerank a base retriever's top k
+    orlog_base: Literal["bm25", "dense", "hybrid"] = "bm25"
+    orlog_k: int = Field(20, ge=1, description="Candidates reranked per query.")
+    orlog_context: bool = Field(True, description="Put the candidate's text before each statement.")
+    orlog_context_tokens: int = Field(256, ge=1, description="Token budget of that text.")
+    orlog_calibration: Literal["none", "content-free", "pool-mean"] = "none"
+    orlog_reasoner: Literal["compiled", "problog"] = Field("compiled", description="problog: one ProbLog program per candidate (reference).")
+    llm: LLMConfig = LLMConfig()
+    ray: RayConfig = RayConfig()
+    score_actors: int = Field(1, ge=1, description="Engine actors for True/False scoring.")
+    score_num_cpus: float = Field(1.0, gt=0)
+    score_num_gpus: float = Field(0.0, ge=0)
 
     @field_validator("operators")
     @classmethod
@@ -160,9 +172,10 @@ class RetrieveConfig(_Config):
         return v
 
     @model_validator(mode="after")
-    def _expansion_needs_decompositions(self):
-        if "expansion" in self.methods and not self.decompositions:
-            raise ValueError("method 'expansion' embeds the LLM's reasoning text: give --decompositions (from `logicrank decompose`).")
+    def _needs_decompositions(self):
+        for m in ("expansion", "orlog"):
+            if m in self.methods and not self.decompositions:
+                raise ValueError(f"method {m!r} reads the LLM's decompositions: give --decompositions (from `logicrank decompose`).")
         return self
 
 

@@ -101,6 +101,19 @@ TRUTH_SCORES = pa.schema(
     ]
 )
 
+# predicate_scores: OrLog's P(True) per (query, candidate, atom) (raw logits of the label tokens)
+PREDICATE_SCORES = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("atom_id", pa.string(), nullable=False),
+        pa.field("atom", pa.string(), nullable=False),
+        pa.field("p_true", pa.float64(), nullable=False),  # uncalibrated
+        pa.field("logit_true", pa.float64(), nullable=False),
+        pa.field("logit_false", pa.float64(), nullable=False),
+    ]
+)
+
 QRELS = pa.schema(
     [
         pa.field("query_id", pa.string(), nullable=False),

@@ -12,10 +12,12 @@ from schemas.tables import RUN
 def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Table:
     """``pairs`` has query_id, doc_id, score; keep each query's top ``k``.
 
-    Higher score ranks first; equal scores are ordered by doc_id so runs are deterministic.
+    Higher score ranks first; equal scores are ordered by a ``tiebreak`` column when the
+    pairs have one (lower first, e.g. a base rank), then by doc_id, so runs are deterministic.
     """
-    df = pairs[["query_id", "doc_id", "score"]].sort_values(
-        ["query_id", "score", "doc_id"], ascending=[True, False, True], kind="stable"
+    extra = ["tiebreak"] if "tiebreak" in pairs.columns else []
+    df = pairs[["query_id", "doc_id", "score", *extra]].sort_values(
+        ["query_id", "score", *extra, "doc_id"], ascending=[True, False, *[True] * len(extra), True], kind="stable"
     )
     df = df.drop_duplicates(["query_id", "doc_id"], keep="first")
     df["rank"] = df.groupby("query_id", sort=False).cumcount().astype(np.int32) + 1

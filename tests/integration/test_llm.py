@@ -177,3 +177,46 @@ def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, syn
     scores = pq.read_table(tmp_path / "r" / "term_scores" / "itlr.parquet").to_pandas()
     for qid, group in scores.groupby("query_id"):
         assert set(group["term"]) == set(parse(logical[qid]).terms())
+
+
+def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg, synthetic):
+    import pyarrow as pa
+
+    from jobs.retrieve import run_retrieve
+    from schemas.config import RetrieveConfig
+    from schemas.tables import DECOMPOSITIONS, PREDICATE_SCORES
+
+    queries = synthetic / "syn" / "queries.jsonl"
+    qids = [json.loads(line)["_id"] for line in queries.read_text().splitlines()][:6]
+    write_jsonl(tmp_path / "q.jsonl", [json.loads(line) for line in queries.read_text().splitlines()][:6])
+    atoms = [{"id": "a1", "text": "{x} mentions cells"}, {"id": "a2", "text": "{x} is about 'cancer' :- \\+ %"}]
+    dec = pa.Table.from_pylist([
+        {"query_id": q, "method": "orlog", "model": "hand", "prompt_sha": "-", "raw_output": None, "logical_query": '"a1" AND NOT "a2"',
+         "atoms": atoms, "expansion": None, "status": "ok", "error": None, "finish_reason": None, "prompt_tokens": 0,
+         "generated_tokens": 0, "cached": False} for q in qids
+    ], schema=DECOMPOSITIONS)
+    pq.write_table(dec, tmp_path / "dec.parquet")
+    k = 5
+    cfg = RetrieveConfig(
+        queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("bm25", "orlog", "reasoner"), k=k, orlog_k=k,
+        decompositions=str(tmp_path / "dec.parquet"), llm=tiny_cfg, ray=RAY, orlog_context_tokens=32,
+    )
+    runs = run_retrieve(cfg, tmp_path / "r")
+    preds = pq.read_table(tmp_path / "r" / "predicate_scores" / "orlog.parquet")
+    assert preds.schema == PREDICATE_SCORES and preds.num_rows == 6 * k * 2  # k candidates x 2 atoms per query
+    p = preds.to_pandas().pivot_table(index=["query_id", "doc_id"], columns="atom_id", values="p_true")
+    run = pq.read_table(runs["orlog"]).to_pandas()
+    base = pq.read_table(runs["bm25"]).to_pandas().set_index(["query_id", "doc_id"])["rank"]
+    assert len(run) == 6 * k and set(zip(run["query_id"], run["doc_id"], strict=True)) == set(base.index)
+    for qid, r in run.groupby("query_id"):
+        r = r.sort_values("rank")
+        expected = (p.loc[qid, "a1"] * (1 - p.loc[qid, "a2"])).loc[r["doc_id"]].to_numpy()
+        np.testing.assert_allclose(r["score"].to_numpy(), expected, atol=1e-9)  # the exact posterior
+        assert (np.diff(r["score"].to_numpy()) <= 0).all() and r["score"].between(0, 1).all()
+        ties = r[r["score"].duplicated(keep=False)]
+        for _, group in ties.groupby("score"):  # ties keep the base order
+            assert list(base.loc[[(qid, d) for d in group["doc_id"]]]) == sorted(base.loc[[(qid, d) for d in group["doc_id"]]])
+    assert len(pq.read_table(runs["reasoner"])) == 6 * k
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert manifest["orlog"]["forward_passes_per_pair"] == 2.0 and manifest["reasoner"]["forward_passes_per_pair"] == 1.0
+    assert manifest["orlog"]["pairs"] == 6 * k and manifest["orlog"]["generated_tokens_per_pair"] == 2.0

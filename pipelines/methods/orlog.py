@@ -1,0 +1,126 @@
+"""OrLog (arXiv 2601.23085): predicate plausibility from True/False logits, composed by exact
+probabilistic inference, to rerank a base retriever's top k.
+
+Per query: atoms about an entity ``{x}`` and a logical form over their ids (the ``orlog``
+rows of a decompositions table). Per (candidate, atom): one truth prompt, the candidate's
+text first (so the atoms of one candidate share a cached prefix), then the atom with the
+candidate's name in place of ``{x}``. P(True) per pair, optionally calibrated, are the
+probabilities of independent facts; the posterior of the form (compiled once per query,
+all candidates at once) reranks the candidates, ties in base order.
+
+The LLM-as-reasoner baseline asks the whole question of each candidate in one prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from pipelines.logic.probability import compile_probability, problog_probability
+from pipelines.logic.query import Node, parse
+from schemas.tables import PREDICATE_SCORES
+
+PLACEHOLDER = "{x}"
+CALIBRATIONS = ("none", "content-free", "pool-mean")
+CONTENT_FREE = "N/A"
+
+
+@dataclass(frozen=True)
+class OrlogQuery:
+    query_id: str
+    question: str
+    atoms: tuple[tuple[str, str], ...]  # (id, text with {x})
+    form: Node  # over atom ids
+    status: str  # the decomposition's status
+
+
+def orlog_queries(queries: pa.Table, decompositions: pa.Table) -> list[OrlogQuery]:
+    rows = {r["query_id"]: r for r in decompositions.to_pylist() if r["method"] == "orlog"}
+    missing = [q for q in queries.column("query_id").to_pylist() if q not in rows]
+    if missing:
+        raise ValueError(f"orlog: no orlog decomposition for {len(missing)} queries (e.g. {missing[:3]}); run `logicrank decompose`.")
+    return [
+        OrlogQuery(qid, text, tuple((a["id"], a["text"]) for a in rows[qid]["atoms"]), parse(rows[qid]["logical_query"]), rows[qid]["status"])
+        for qid, text in zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True)
+    ]
+
+
+def truth_prompts(queries: Sequence[OrlogQuery], candidates: pd.DataFrame, names: dict[str, str], contexts: dict[str, str]) -> pd.DataFrame:
+    """One row per (query, candidate, atom), a candidate's atoms consecutive (shared prefix).
+
+    ``candidates``: query_id, doc_id, base_rank; ``names``/``contexts``: doc_id -> the
+    entity's name and its (truncated) description, "" for none."""
+    rows = []
+    by_query = {q.query_id: q for q in queries}
+    for qid, doc, rank in candidates[["query_id", "doc_id", "base_rank"]].itertuples(index=False):
+        for atom_id, atom in by_query[qid].atoms:
+            rows.append({
+                "query_id": qid, "doc_id": doc, "base_rank": rank, "atom_id": atom_id, "atom": atom,
+                "context": contexts.get(doc, ""), "statement": atom.replace(PLACEHOLDER, names[doc]),
+            })
+    out = pd.DataFrame(rows, columns=["query_id", "doc_id", "base_rank", "atom_id", "atom", "context", "statement"])
+    out.insert(0, "prompt_id", [f"p{i}" for i in range(len(out))])
+    return out
+
+
+def content_free_prompts(queries: Sequence[OrlogQuery]) -> pd.DataFrame:
+    """Each atom about a content-free entity ("N/A", no description): the calibration input."""
+    rows = [{"query_id": q.query_id, "atom_id": a, "context": "", "statement": t.replace(PLACEHOLDER, CONTENT_FREE)} for q in queries for a, t in q.atoms]
+    out = pd.DataFrame(rows, columns=["query_id", "atom_id", "context", "statement"])
+    out.insert(0, "prompt_id", [f"cf{i}" for i in range(len(out))])
+    return out
+
+
+def calibrate(scored: pd.DataFrame, mode: str, content_free: pd.DataFrame | None = None) -> np.ndarray:
+    """P(True) per row after calibration of the logit difference d = z_True - z_False:
+    ``none``: sigmoid(d); ``content-free``: sigmoid(d - d of the atom about "N/A");
+    ``pool-mean``: sigmoid(d - mean d of the atom over the query's candidates)."""
+    if mode not in CALIBRATIONS:
+        raise ValueError(f"unknown calibration {mode!r}; valid: {', '.join(CALIBRATIONS)}")
+    d = (scored["logit_true"] - scored["logit_false"]).to_numpy(dtype=np.float64)
+    if mode == "content-free":
+        cf = content_free.assign(d=content_free["logit_true"] - content_free["logit_false"]).set_index(["query_id", "atom_id"])["d"]
+        d = d - cf.loc[list(zip(scored["query_id"], scored["atom_id"], strict=True))].to_numpy()
+    elif mode == "pool-mean":
+        d = d - scored.assign(d=d).groupby(["query_id", "atom_id"])["d"].transform("mean").to_numpy()
+    return 1.0 / (1.0 + np.exp(-d))
+
+
+def posteriors(queries: Sequence[OrlogQuery], scored: pd.DataFrame, reasoner: str = "compiled") -> pd.DataFrame:
+    """(query_id, doc_id, base_rank, score=posterior): each form compiled once, its
+    candidates evaluated in one call on their (candidates x atoms) P(True) matrix; or, with
+    ``reasoner="problog"``, one ProbLog program per candidate (the reference)."""
+    frames = []
+    for q in queries:
+        rows = scored[scored["query_id"] == q.query_id]
+        if rows.empty:
+            continue
+        atom_ids = [a for a, _ in q.atoms]
+        P = rows.pivot_table(index=["doc_id", "base_rank"], columns="atom_id", values="p_calibrated", sort=False)[atom_ids]
+        if reasoner == "problog":
+            post = np.array([problog_probability(q.form, dict(zip(atom_ids, row, strict=True))) for row in P.to_numpy()])
+        else:
+            post = compile_probability(q.form, atom_ids)(P.to_numpy())
+        frames.append(pd.DataFrame({"query_id": q.query_id, "doc_id": P.index.get_level_values(0), "base_rank": P.index.get_level_values(1), "score": post}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "base_rank", "score"])
+
+
+def predicate_scores(scored: pd.DataFrame) -> pa.Table:
+    cols = {c: scored[c] for c in ("query_id", "doc_id", "atom_id", "atom", "p_true", "logit_true", "logit_false")}
+    return pa.Table.from_pandas(pd.DataFrame(cols), schema=PREDICATE_SCORES, preserve_index=False)
+
+
+def reasoner_prompts(queries: pa.Table, candidates: pd.DataFrame, names: dict[str, str], contexts: dict[str, str]) -> pd.DataFrame:
+    """LLM-as-reasoner baseline: one prompt per (query, candidate) asking the whole question."""
+    text = dict(zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True))
+    out = pd.DataFrame({
+        "query_id": candidates["query_id"], "doc_id": candidates["doc_id"], "base_rank": candidates["base_rank"],
+        "context": [contexts.get(d, "") for d in candidates["doc_id"]],
+        "statement": [f"{names[d]} is an answer to the question: {text[q]}" for q, d in zip(candidates["query_id"], candidates["doc_id"], strict=True)],
+    })
+    out.insert(0, "prompt_id", [f"r{i}" for i in range(len(out))])
+    return out
