@@ -164,7 +164,7 @@ def _orlog(cfg: RetrieveConfig, method: str, queries: pa.Table, decompositions, 
     cands = base.select(["query_id", "doc_id", "rank"]).to_pandas().rename(columns={"rank": "base_rank"})
     cands = cands[cands["base_rank"] <= cfg.orlog_k]
     docs = store.rows_for(cands["doc_id"].unique().tolist(), ["title", "text"]).to_pylist()
-    names = {d["doc_id"]: (d["title"] or d["doc_id"]).strip() for d in docs}
+    names = {d["doc_id"]: (d["title"] or "").strip() or "This document" for d in docs}
     contexts = _contexts(cfg, docs) if cfg.orlog_context else {}
     score = lambda t: score_truth(  # noqa: E731
         pa.Table.from_pandas(t[["prompt_id", "context", "statement"]], preserve_index=False), cfg.llm, cfg.ray,

@@ -106,6 +106,15 @@ def unquote(token: str) -> str:
     return "".join(out)
 
 
+def relabel(node: Node, names: dict[str, str]) -> Node:
+    """The same formula with each term's text replaced by ``names[text]``."""
+    if isinstance(node, Term):
+        return Term(names[node.text])
+    if isinstance(node, Not):
+        return Not(relabel(node.child, names))
+    return type(node)(tuple(relabel(c, names) for c in node.children))  # type: ignore[attr-defined]
+
+
 def to_text(node: Node) -> str:
     """The canonical text: upper-case keywords, single spaces, only needed parentheses."""
     if isinstance(node, Term):

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from pipelines.embed import to_matrix
 from pipelines.logic.fuzzy import Operators, compile_query
-from pipelines.logic.query import Node, Not, QueryParseError, Term, parse
+from pipelines.logic.query import Node, Not, QueryParseError, Term, parse, relabel
 from schemas.tables import QUERIES, require_columns
 
 TERM_SCORES = pa.schema(
@@ -260,7 +260,7 @@ def _shape_groups(queries: Sequence[LogicalQuery], terms: Sequence[str]):
     slotted: dict[str, Node] = {}
     for row, q in enumerate(queries):
         slots = {t: f"{i}" for i, t in enumerate(q.ast.terms())}
-        shape = _relabel(q.ast, slots)
+        shape = relabel(q.ast, slots)
         key = str(shape)
         by_shape.setdefault(key, []).append(row)
         slotted[key] = shape
@@ -270,14 +270,6 @@ def _shape_groups(queries: Sequence[LogicalQuery], terms: Sequence[str]):
         idx = np.array([[index[t] for t in queries[r].ast.terms()] for r in rows], dtype=np.int64).reshape(len(rows), n_slots)
         out.append((slotted[key], [str(i) for i in range(n_slots)], np.array(rows), idx))
     return out
-
-
-def _relabel(node: Node, names: dict[str, str]) -> Node:
-    if isinstance(node, Term):
-        return Term(names[node.text])
-    if isinstance(node, Not):
-        return Not(_relabel(node.child, names))
-    return type(node)(tuple(_relabel(c, names) for c in node.children))  # type: ignore[attr-defined]
 
 
 def score_candidates(
