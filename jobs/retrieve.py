@@ -41,7 +41,9 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
     queries = read_queries(cfg.queries)
     decompositions = pq.read_table(cfg.decompositions) if cfg.decompositions else None
     store = DocStore(cfg.db, cfg.table)
-    needs_vectors = any(m in ("dense", "hybrid", "itlr", "expansion") for m in cfg.methods)
+    needs_vectors = any(m in ("dense", "hybrid", "itlr", "expansion") for m in cfg.methods) or (
+        any(m in ("orlog", "reasoner") for m in cfg.methods) and cfg.orlog_base in ("dense", "hybrid")
+    )
     if needs_vectors:
         resolve_model(cfg.embed.model)
         if store.model_id() != model_id(cfg.embed):

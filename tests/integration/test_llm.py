@@ -222,3 +222,15 @@ def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg,
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert manifest["orlog"]["forward_passes_per_pair"] == 2.0 and manifest["reasoner"]["forward_passes_per_pair"] == 1.0
     assert manifest["orlog"]["pairs"] == 6 * k and manifest["orlog"]["generated_tokens_per_pair"] == 2.0
+
+
+def test_reasoner_alone_over_a_dense_base(tmp_path, tiny_cfg, synthetic):
+    from jobs.retrieve import run_retrieve
+    from schemas.config import RetrieveConfig
+
+    rows = (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:2]
+    write_jsonl(tmp_path / "q.jsonl", [json.loads(r) for r in rows])
+    cfg = RetrieveConfig(queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("reasoner",), k=3, orlog_base="dense",
+                         orlog_k=3, llm=tiny_cfg, ray=RAY, orlog_context=False)
+    run = pq.read_table(run_retrieve(cfg, tmp_path / "r")["reasoner"])
+    assert run.num_rows == 2 * 3
