@@ -14,6 +14,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
+def _distinct_methods(v: tuple[str, ...]) -> tuple[str, ...]:
+    """A job's methods: at least one, each once."""
+    if not v:
+        raise ValueError("give at least one method")
+    if len(set(v)) != len(v):
+        raise ValueError(f"methods repeat: {list(v)}")
+    return v
+
+
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -109,12 +118,7 @@ class DecomposeConfig(_Config):
     actor_num_gpus: float = Field(0.0, ge=0, description="GPUs per engine actor on a GPU cluster (= tensor_parallel_size).")
     batch_rows: int = Field(64, ge=1, description="Queries per actor call (one batched engine call per method).")
 
-    @field_validator("methods")
-    @classmethod
-    def _some(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        if not v or len(set(v)) != len(v):
-            raise ValueError(f"give each method once: {list(v)}")
-        return v
+    _methods = field_validator("methods")(lambda v: _distinct_methods(v))
 
 
 Method = Literal["dense", "bm25", "hybrid", "itlr", "expansion", "orlog", "reasoner"]
@@ -162,14 +166,7 @@ class RetrieveConfig(_Config):
 
         return str(Operators.parse(v))
 
-    @field_validator("methods")
-    @classmethod
-    def _unique(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        if not v:
-            raise ValueError("give at least one method")
-        if len(set(v)) != len(v):
-            raise ValueError(f"methods repeat: {list(v)}")
-        return v
+    _methods = field_validator("methods")(lambda v: _distinct_methods(v))
 
     @model_validator(mode="after")
     def _needs_decompositions(self):
