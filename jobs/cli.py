@@ -124,6 +124,8 @@ def retrieve(
     orlog_reasoner: Annotated[str, typer.Option(help="orlog: compiled (exact, vectorised) | problog (reference).")] = "compiled",
     orlog_context: Annotated[bool, typer.Option(help="orlog: put the candidate's text before each statement.")] = True,
     llm_model: Annotated[str, typer.Option(help="orlog/reasoner: LLM name or checkpoint directory.")] = "smollm2-135m-instruct",
+    actors: Annotated[int, typer.Option(help="orlog/reasoner: scoring engine actors.")] = 1,
+    cpus_per_actor: Annotated[float, typer.Option(help="orlog/reasoner: CPUs per scoring engine actor.")] = 1.0,
     gpus_per_actor: Annotated[float, typer.Option(help="orlog/reasoner: GPUs per scoring engine actor.")] = 0.0,
     ray_address: RayAddress = None,
     out: Path = Path("runs/retrieve"),
@@ -137,7 +139,7 @@ def retrieve(
         operators=operators or "and=product,or=sum,not=complement", calibration=calibration, labels=labels,
         decompositions=decompositions, orlog_base=orlog_base, orlog_k=orlog_k, orlog_calibration=orlog_calibration,
         orlog_reasoner=orlog_reasoner, orlog_context=orlog_context, llm=LLMConfig(model=llm_model), ray=RayConfig(address=ray_address),
-        score_num_gpus=gpus_per_actor,
+        score_actors=actors, score_num_cpus=cpus_per_actor, score_num_gpus=gpus_per_actor,
     )
     for rid, path in _run(run_retrieve, cfg, out).items():
         typer.echo(f"{rid}: {path}")

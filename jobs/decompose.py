@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.raysession import ray_session
+from jobs.raysession import ray_session, require_fit
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic
 from pipelines.llm import prompts
 from pipelines.llm.decompose import TEMPLATES, DecomposeSettings, decompose
@@ -68,15 +68,6 @@ class _DecomposeActor:
         return decompose(self.client, batch.column("query_id").to_pylist(), batch.column("text").to_pylist(), self.settings)
 
 
-def _check_fits(cfg: DecomposeConfig, resources: dict) -> None:
-    need_cpu, need_gpu = cfg.actors * cfg.actor_num_cpus, cfg.actors * cfg.actor_num_gpus
-    if need_cpu > resources.get("CPU", 0) or need_gpu > resources.get("GPU", 0):
-        raise DecomposeJobError(
-            f"decompose: {cfg.actors} engine actor(s) x ({cfg.actor_num_cpus} CPU, {cfg.actor_num_gpus} GPU) do not fit the "
-            f"cluster ({resources.get('CPU', 0)} CPU, {resources.get('GPU', 0)} GPU); lower --actors or the per-actor resources."
-        )
-
-
 def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False, echo=print) -> DecomposeSummary:
     start = time.perf_counter()
     rundir = RunDir(out, "decompose")
@@ -94,7 +85,7 @@ def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False,
     n = queries.num_rows
     parts: list[pa.Table] = []
     with ray_session(cfg.ray) as ray, rundir.timed("decompose"):
-        _check_fits(cfg, ray.cluster_resources())
+        require_fit("decompose", cfg.actors, cfg.actor_num_cpus, cfg.actor_num_gpus, ray.cluster_resources(), DecomposeJobError)
         # one in-memory block per batch: no repartition task competes with the actors for CPUs
         ds = ray.data.from_arrow([queries.slice(i, cfg.batch_rows) for i in range(0, max(n, 1), cfg.batch_rows)])
         ds = ds.map_batches(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jobs.raysession import ray_session
+from jobs.raysession import ray_session, require_fit
 from jobs.rundir import RunDir
 from pipelines.corpus import Source, list_sources, read_source
 from pipelines.embed import model_id, resolve_model
@@ -93,19 +93,6 @@ def _plan(cfg: IndexConfig, sources: list[Source], stored_ref):
 _READ_CPUS = 0.5
 
 
-def _check_fits(cfg: IndexConfig, resources: dict) -> None:
-    """An actor pool that takes every CPU leaves none for the reader: Ray would wait forever."""
-    cpus, gpus = resources.get("CPU", 0), resources.get("GPU", 0)
-    need_cpu = cfg.ray.embed_actors * cfg.ray.embed_num_cpus + _READ_CPUS
-    need_gpu = cfg.ray.embed_actors * cfg.ray.embed_num_gpus
-    if need_cpu > cpus or need_gpu > gpus:
-        raise IndexJobError(
-            f"index: {cfg.ray.embed_actors} embedding actor(s) x ({cfg.ray.embed_num_cpus} CPU, {cfg.ray.embed_num_gpus} GPU) "
-            f"+ {_READ_CPUS} CPU for the reader needs {need_cpu} CPU / {need_gpu} GPU; the cluster has {cpus} / {gpus}. "
-            "Lower --actors (or the per-actor resources)."
-        )
-
-
 def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> IndexSummary:
     """Index ``cfg.corpus`` into ``cfg.db``/``cfg.table``; outputs (rejects, manifest) go to ``out``."""
     start = time.perf_counter()
@@ -125,7 +112,10 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows)
 
     with ray_session(cfg.ray) as ray:
-        _check_fits(cfg, ray.cluster_resources())
+        require_fit(
+            "index", cfg.ray.embed_actors, cfg.ray.embed_num_cpus, cfg.ray.embed_num_gpus, ray.cluster_resources(),
+            IndexJobError, reserve_cpus=_READ_CPUS, hint="lower --actors (or the per-actor resources)",
+        )
         with rundir.timed("diff_load"):
             stored = store.hashes()
         stored_ref = ray.put(stored)

@@ -21,9 +21,11 @@ def ray_session(config: RayConfig):
 
     import ray
 
-    # Ray starts its processes with fork+exec; lancedb's warning about fork is for forks
+    # ray.init starts the GCS server and raylet with subprocess.Popen(preexec_fn=...), a
+    # fork that execs at once (traced); lance's and lancedb's fork warnings are for forks
     # that keep running Python, which these do not.
     warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
+    warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
     started = False
     if not ray.is_initialized():
         kwargs = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": True}
@@ -43,3 +45,27 @@ def ray_session(config: RayConfig):
     finally:
         if started:
             ray.shutdown()
+
+
+def require_fit(
+    job: str,
+    actors: int,
+    num_cpus: float,
+    num_gpus: float,
+    resources: dict,
+    error: type[Exception],
+    reserve_cpus: float = 0.0,
+    hint: str = "lower --actors or the per-actor resources",
+) -> None:
+    """Raise ``error`` when an actor pool (plus ``reserve_cpus`` for other stages) exceeds the cluster.
+
+    Ray Data would otherwise wait forever for resources that never free up.
+    """
+    cpus, gpus = resources.get("CPU", 0), resources.get("GPU", 0)
+    need_cpu, need_gpu = actors * num_cpus + reserve_cpus, actors * num_gpus
+    if need_cpu > cpus or need_gpu > gpus:
+        extra = f" + {reserve_cpus} CPU for the reader" if reserve_cpus else ""
+        raise error(
+            f"{job}: {actors} actor(s) x ({num_cpus} CPU, {num_gpus} GPU){extra} need {need_cpu} CPU / {need_gpu} GPU; "
+            f"the cluster has {cpus} / {gpus}. {hint[0].upper() + hint[1:]}."
+        )

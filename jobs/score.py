@@ -50,13 +50,14 @@ def score_truth(
     template: str = "truth",
 ) -> pa.Table:
     """TRUTH_SCORES for every row of ``table`` (prompt_id, context, statement), in order."""
-    from jobs.raysession import ray_session
+    from jobs.raysession import ray_session, require_fit
     from pipelines.llm.models import resolve
 
     resolved = resolve(llm.model)  # prepare once on the driver, before the actors start
     llm = llm.model_copy(update={"model": str(resolved.path)})
     n = table.num_rows
     with ray_session(ray_cfg) as ray:
+        require_fit("score", actors, actor_num_cpus, actor_num_gpus, ray.cluster_resources(), ValueError)
         ds = ray.data.from_arrow([table.slice(i, batch_rows) for i in range(0, max(n, 1), batch_rows)])
         ds = ds.map_batches(
             _TruthActor,

@@ -234,3 +234,19 @@ def test_reasoner_alone_over_a_dense_base(tmp_path, tiny_cfg, synthetic):
                          orlog_k=3, llm=tiny_cfg, ray=RAY, orlog_context=False)
     run = pq.read_table(run_retrieve(cfg, tmp_path / "r")["reasoner"])
     assert run.num_rows == 2 * 3
+
+
+def test_a_scoring_pool_too_big_for_the_cluster_fails_fast(tmp_path, tiny_dir, synthetic):
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+
+    rows = (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:1]
+    write_jsonl(tmp_path / "q.jsonl", [json.loads(r) for r in rows])
+    res = CliRunner().invoke(app, [
+        "retrieve", str(tmp_path / "q.jsonl"), "--db", str(synthetic / "db"), "--method", "reasoner", "--orlog-base", "bm25",
+        "--llm-model", str(tiny_dir), "--actors", "3", "--out", str(tmp_path / "r"),
+    ])
+    assert res.exit_code == 2, res.output
+    assert "score: 3 actor(s) x (1.0 CPU, 0.0 GPU) need 3.0 CPU" in res.output and "Lower --actors" in res.output
+    assert not (tmp_path / "r" / "runs" / "reasoner.parquet").exists()
