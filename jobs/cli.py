@@ -121,7 +121,9 @@ def retrieve(
     orlog_base: Annotated[str, typer.Option(help="orlog/reasoner: base retriever bm25 | dense | hybrid.")] = "bm25",
     orlog_k: Annotated[int, typer.Option(help="orlog/reasoner: candidates reranked per query.")] = 20,
     orlog_calibration: Annotated[str, typer.Option(help="orlog: none | content-free | pool-mean.")] = "none",
-    orlog_reasoner: Annotated[str, typer.Option(help="orlog: compiled (exact, vectorised) | problog (reference).")] = "compiled",
+    orlog_reasoner: Annotated[
+        str, typer.Option("--orlog-reasoner", "--reasoner", help="orlog: compiled (exact, vectorised) | problog (reference).")
+    ] = "compiled",
     orlog_context: Annotated[bool, typer.Option(help="orlog: put the candidate's text before each statement.")] = True,
     llm_model: Annotated[str, typer.Option(help="orlog/reasoner: LLM name or checkpoint directory.")] = "smollm2-135m-instruct",
     actors: Annotated[int, typer.Option(help="orlog/reasoner: scoring engine actors.")] = 1,

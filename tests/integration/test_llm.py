@@ -7,6 +7,7 @@ import re
 from collections import Counter
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -182,8 +183,6 @@ def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, syn
 
 
 def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg, synthetic):
-    import pyarrow as pa
-
     from jobs.retrieve import run_retrieve
     from schemas.config import RetrieveConfig
     from schemas.tables import DECOMPOSITIONS, PREDICATE_SCORES
@@ -245,8 +244,39 @@ def test_a_scoring_pool_too_big_for_the_cluster_fails_fast(tmp_path, tiny_dir, s
     write_jsonl(tmp_path / "q.jsonl", [json.loads(r) for r in rows])
     res = CliRunner().invoke(app, [
         "retrieve", str(tmp_path / "q.jsonl"), "--db", str(synthetic / "db"), "--method", "reasoner", "--orlog-base", "bm25",
-        "--llm-model", str(tiny_dir), "--actors", "3", "--out", str(tmp_path / "r"),
+        "--llm-model", str(tiny_dir), "--reasoner", "problog", "--actors", "3", "--out", str(tmp_path / "r"),
     ])
     assert res.exit_code == 2, res.output
     assert "score: 3 actor(s) x (1.0 CPU, 0.0 GPU) need 3.0 CPU" in res.output and "Lower --actors" in res.output
     assert not (tmp_path / "r" / "runs" / "reasoner.parquet").exists()
+
+
+def test_orlog_with_problog_as_the_reasoner_gives_the_compiled_posteriors(tmp_path, tiny_cfg, synthetic):
+    """The reference reasoner on the same predicate scores (served from the LLM cache on the second run)."""
+    from jobs.retrieve import run_retrieve
+    from schemas.config import RetrieveConfig
+    from schemas.tables import DECOMPOSITIONS
+
+    rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:3]]
+    write_jsonl(tmp_path / "q.jsonl", rows)
+    atoms = [{"id": "a1", "text": "{x} mentions cells"}, {"id": "a2", "text": "{x} is about cancer"}, {"id": "a3", "text": "{x} is a study"}]
+    dec = pa.Table.from_pylist([
+        {"query_id": r["_id"], "method": "orlog", "model": "hand", "prompt_sha": "-", "raw_output": None,
+         "logical_query": '("a1" AND NOT "a2") OR ("a2" AND "a3") OR NOT "a1"', "atoms": atoms, "expansion": None, "status": "ok",
+         "error": None, "finish_reason": None, "prompt_tokens": 0, "generated_tokens": 0, "cached": False} for r in rows
+    ], schema=DECOMPOSITIONS)
+    pq.write_table(dec, tmp_path / "dec.parquet")
+    llm = tiny_cfg.model_copy(update={"cache": str(tmp_path / "cache.sqlite")})
+    scores = {}
+    for reasoner in ("compiled", "problog"):
+        cfg = RetrieveConfig(
+            queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("orlog",), k=4, orlog_k=4, orlog_base="bm25",
+            decompositions=str(tmp_path / "dec.parquet"), llm=llm, ray=RAY, orlog_context_tokens=32, orlog_calibration="pool-mean",
+            orlog_reasoner=reasoner,
+        )
+        run = pq.read_table(run_retrieve(cfg, tmp_path / reasoner)["orlog"]).to_pandas()
+        scores[reasoner] = run.set_index(["query_id", "doc_id"])["score"].sort_index()
+    assert len(scores["compiled"]) == 3 * 4 and scores["compiled"].index.equals(scores["problog"].index)
+    np.testing.assert_allclose(scores["problog"].to_numpy(), scores["compiled"].to_numpy(), atol=1e-9)
+    manifest = json.loads((tmp_path / "problog" / "manifest.json").read_text())
+    assert manifest["orlog"]["llm_cache_hits"] == manifest["orlog"]["forward_passes"] == 3 * 4 * 3

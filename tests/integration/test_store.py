@@ -55,3 +55,19 @@ def test_open_with_another_model_is_refused(store):
     s, _ = store
     with pytest.raises(StoreError, match="holds vectors from 'gen'"):
         DocStore(s.uri).open_or_create(8, "other")
+
+
+def test_rows_by_id_never_parse_the_ids(tmp_path):
+    ids = ["it's", "a\"b", "x') OR ('1'='1", "'; drop table docs; --", "line\nbreak", "back\\slash", "plain"]
+    v = np.eye(len(ids), 8, dtype=np.float32)
+    s = DocStore(str(tmp_path / "db"))
+    s.open_or_create(8, "gen")
+    s.upsert(pa.table({
+        "doc_id": ids, "title": ids, "text": ["t"] * len(ids), "metadata": [None] * len(ids),
+        "content_hash": ["h"] * len(ids), "vector": to_fixed_size_list(v),
+    }))
+    for i, doc_id in enumerate(ids):
+        got = s.rows_for([doc_id], ["title"]).to_pylist()
+        assert got == [{"doc_id": doc_id, "title": doc_id}]
+        np.testing.assert_array_equal(s.vectors_for([doc_id])[doc_id], v[i])
+    assert s.rows_for(["x"], ["title"]).num_rows == 0 and s.count() == len(ids)
