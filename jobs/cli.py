@@ -24,6 +24,11 @@ out = Console()
 Backend = Annotated[str, typer.Option(help="Encoder backend: torch (reference) or openvino (faster on CPU).")]
 Model = Annotated[str, typer.Option(help="Registered embedding model name or a local model directory.")]
 RayAddress = Annotated[str | None, typer.Option(help="Ray cluster address; default: start a local cluster.")]
+LLMDtype = Annotated[str, typer.Option(help="LLM dtype: auto | float32 | bfloat16 | float16.")]
+LLMMaxLen = Annotated[int, typer.Option(help="LLM context length (tokens).")]
+TensorParallel = Annotated[int, typer.Option(help="GPUs per vLLM engine.")]
+Compiled = Annotated[bool, typer.Option(help="Compiled graphs (slow start, faster steps) instead of eager.")]
+LLMCache = Annotated[str, typer.Option(help="LLM cache file; 'default' under the cache root; 'none' to disable.")]
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -49,6 +54,13 @@ def _run(fn, *args, **kwargs):
     except _user_errors() as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def _llm(model: str, dtype: str, max_model_len: int, tensor_parallel_size: int, compiled: bool, cache: str) -> LLMConfig:
+    return _run(
+        LLMConfig, model=model, dtype=dtype, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
+        enforce_eager=not compiled, cache=None if cache == "none" else cache,
+    )
 
 
 def _ray(address: str | None, actors: int, gpus_per_actor: float = 0.0) -> RayConfig:
@@ -126,6 +138,11 @@ def retrieve(
     ] = "compiled",
     orlog_context: Annotated[bool, typer.Option(help="orlog: put the candidate's text before each statement.")] = True,
     llm_model: Annotated[str, typer.Option(help="orlog/reasoner: LLM name or checkpoint directory.")] = "smollm2-135m-instruct",
+    llm_dtype: LLMDtype = "auto",
+    llm_max_model_len: LLMMaxLen = 2048,
+    tensor_parallel_size: TensorParallel = 1,
+    compiled: Compiled = False,
+    llm_cache: LLMCache = "default",
     actors: Annotated[int, typer.Option(help="orlog/reasoner: scoring engine actors.")] = 1,
     cpus_per_actor: Annotated[float, typer.Option(help="orlog/reasoner: CPUs per scoring engine actor.")] = 1.0,
     gpus_per_actor: Annotated[float, typer.Option(help="orlog/reasoner: GPUs per scoring engine actor.")] = 0.0,
@@ -135,12 +152,13 @@ def retrieve(
     """Retrieve the top k documents per query; writes one run table per method."""
     from jobs.retrieve import run_retrieve
 
+    llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache)
     cfg = _run(
         RetrieveConfig, queries=queries, db=db, table=table, methods=tuple(method), k=k,
         embed=EmbedConfig(model=model, backend=backend), trec=trec, itlr_mode=itlr_mode,
         operators=operators or "and=product,or=sum,not=complement", calibration=calibration, labels=labels,
         decompositions=decompositions, orlog_base=orlog_base, orlog_k=orlog_k, orlog_calibration=orlog_calibration,
-        orlog_reasoner=orlog_reasoner, orlog_context=orlog_context, llm=LLMConfig(model=llm_model), ray=RayConfig(address=ray_address),
+        orlog_reasoner=orlog_reasoner, orlog_context=orlog_context, llm=llm, ray=RayConfig(address=ray_address),
         score_actors=actors, score_num_cpus=cpus_per_actor, score_num_gpus=gpus_per_actor,
     )
     for rid, path in _run(run_retrieve, cfg, out).items():
@@ -180,15 +198,15 @@ def decompose(
     model: Annotated[str, typer.Option(help="Registered LLM name or a checkpoint directory.")] = "smollm2-135m-instruct",
     method: Annotated[list[str], typer.Option(help="itlr | orlog | reasoning (repeat; default all).")] = ["itlr", "orlog", "reasoning"],  # noqa: B006
     constrained: Annotated[bool, typer.Option(help="Grammar / JSON-schema constrained decoding.")] = True,
-    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")] = "auto",
-    max_model_len: int = 2048,
-    tensor_parallel_size: int = 1,
-    compiled: Annotated[bool, typer.Option(help="Compiled graphs (slow start, faster steps) instead of eager.")] = False,
+    dtype: LLMDtype = "auto",
+    max_model_len: LLMMaxLen = 2048,
+    tensor_parallel_size: TensorParallel = 1,
+    compiled: Compiled = False,
     actors: Annotated[int, typer.Option(help="Engine actors.")] = 1,
     cpus_per_actor: float = 1.0,
     gpus_per_actor: Annotated[float, typer.Option(help="GPUs per engine actor (= tensor parallel size on GPU nodes).")] = 0.0,
     batch_rows: int = 64,
-    cache: Annotated[str | None, typer.Option(help="LLM cache file; 'default' under the cache root; 'none' to disable.")] = "default",
+    cache: LLMCache = "default",
     ray_address: RayAddress = None,
     out: Path = Path("runs/decompose"),
     progress: bool = True,
@@ -196,10 +214,7 @@ def decompose(
     """Decompose queries with an LLM: ITLR logical queries, OrLog atoms + form, reasoning expansions."""
     from jobs.decompose import run_decompose
 
-    llm = _run(
-        LLMConfig, model=model, dtype=dtype, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
-        enforce_eager=not compiled, cache=None if cache == "none" else cache,
-    )
+    llm = _llm(model, dtype, max_model_len, tensor_parallel_size, compiled, cache)
     cfg = _run(
         DecomposeConfig, queries=queries, llm=llm, ray=RayConfig(address=ray_address), methods=tuple(method),
         constrained=constrained, actors=actors, actor_num_cpus=cpus_per_actor, actor_num_gpus=gpus_per_actor, batch_rows=batch_rows,

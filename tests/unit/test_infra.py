@@ -40,4 +40,4 @@ def test_manifest_commands_parse(manifest):
 
 def test_every_manifest_has_a_logicrank_command():
     found = [m.name for m in INFRA.glob("*.yaml") if any(_commands(d) for d in yaml.safe_load_all(m.read_text()) if d)]
-    assert set(found) >= {"rayjob-index.yaml", "cronjob-reindex.yaml", "rayjob-decompose.yaml"}
+    assert set(found) >= {"rayjob-index.yaml", "cronjob-reindex.yaml", "rayjob-decompose.yaml", "rayjob-orlog.yaml"}
