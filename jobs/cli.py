@@ -148,6 +148,7 @@ def retrieve(
     gpus_per_actor: Annotated[float, typer.Option(help="orlog/reasoner: GPUs per scoring engine actor.")] = 0.0,
     ray_address: RayAddress = None,
     out: Path = Path("runs/retrieve"),
+    progress: Annotated[bool, typer.Option(help="Print LLM scoring progress (orlog/reasoner).")] = True,
 ):
     """Retrieve the top k documents per query; writes one run table per method."""
     from jobs.retrieve import run_retrieve
@@ -161,7 +162,7 @@ def retrieve(
         orlog_reasoner=orlog_reasoner, orlog_context=orlog_context, llm=llm, ray=RayConfig(address=ray_address),
         score_actors=actors, score_num_cpus=cpus_per_actor, score_num_gpus=gpus_per_actor,
     )
-    for rid, path in _run(run_retrieve, cfg, out).items():
+    for rid, path in _run(run_retrieve, cfg, out, echo=typer.echo if progress else None).items():
         typer.echo(f"{rid}: {path}")
 
 

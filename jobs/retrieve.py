@@ -8,6 +8,7 @@ table version are unchanged.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,8 +36,8 @@ from schemas.config import RetrieveConfig
 from schemas.tables import RUN, conform
 
 
-def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
-    """Returns run_id -> run table path."""
+def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """Returns run_id -> run table path; ``echo`` (if given) receives progress lines of LLM scoring."""
     rundir = RunDir(out, "retrieve")
     queries = read_queries(cfg.queries)
     decompositions = pq.read_table(cfg.decompositions) if cfg.decompositions else None
@@ -91,7 +92,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path) -> dict[str, Path]:
         elif method in ("orlog", "reasoner"):
             base = rrf([scored("dense", cfg.hybrid_depth), scored("bm25", cfg.hybrid_depth)], cfg.orlog_k, cfg.rrf_k) if cfg.orlog_base == "hybrid" else scored(cfg.orlog_base, cfg.orlog_k)
             with rundir.timed(method):
-                pairs, predicates, cost = _orlog(cfg, method, queries, decompositions, store, base)
+                pairs, predicates, cost = _orlog(cfg, method, queries, decompositions, store, base, echo)
             run = rank_pairs(pairs, cfg.k, method, run_ids[method])
             extra[method] = cost
             if predicates is not None:
@@ -157,7 +158,7 @@ def _itlr(cfg: RetrieveConfig, queries: pa.Table, store: DocStore, embedder: Emb
     return pairs, scores, counts
 
 
-def _orlog(cfg: RetrieveConfig, method: str, queries: pa.Table, decompositions, store: DocStore, base: pa.Table):
+def _orlog(cfg: RetrieveConfig, method: str, queries: pa.Table, decompositions, store: DocStore, base: pa.Table, echo=None):
     """OrLog or its LLM-as-reasoner baseline over ``base``'s top orlog_k: rerank pairs
     (score, tiebreak = base rank), predicate scores (orlog), and cost counts."""
     from jobs.score import score_truth
@@ -170,7 +171,7 @@ def _orlog(cfg: RetrieveConfig, method: str, queries: pa.Table, decompositions, 
     contexts = _contexts(cfg, docs) if cfg.orlog_context else {}
     score = lambda t: score_truth(  # noqa: E731
         pa.Table.from_pandas(t[["prompt_id", "context", "statement"]], preserve_index=False), cfg.llm, cfg.ray,
-        cfg.score_actors, cfg.score_num_cpus, cfg.score_num_gpus,
+        cfg.score_actors, cfg.score_num_cpus, cfg.score_num_gpus, echo=echo and (lambda line: echo(f"{method}: {line}")),
     ).to_pandas()
     if method == "reasoner":
         prompts = orlog.reasoner_prompts(queries, cands, names, contexts)

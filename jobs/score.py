@@ -48,8 +48,12 @@ def score_truth(
     actor_num_gpus: float = 0.0,
     batch_rows: int = 256,
     template: str = "truth",
+    echo=None,
 ) -> pa.Table:
-    """TRUTH_SCORES for every row of ``table`` (prompt_id, context, statement), in order."""
+    """TRUTH_SCORES for every row of ``table`` (prompt_id, context, statement), in order.
+
+    ``echo`` (if given) receives a progress line per batch scored.
+    """
     from jobs.raysession import ray_session, require_fit
     from pipelines.llm.models import resolve
 
@@ -68,7 +72,12 @@ def score_truth(
             num_cpus=actor_num_cpus,
             num_gpus=actor_num_gpus or None,
         )
-        parts = list(ds.iter_batches(batch_format="pyarrow", batch_size=None))
+        parts, done = [], 0
+        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            parts.append(batch)
+            done += batch.num_rows
+            if echo:
+                echo(f"{done}/{n} prompts scored")
     out = pa.concat_tables(parts) if parts else TRUTH_SCORES.empty_table()
     if out.column("prompt_id").to_pylist() != table.column("prompt_id").to_pylist():
         raise RuntimeError(f"score: {n} prompts in, {out.num_rows} scores out, or out of order")

@@ -274,8 +274,10 @@ def test_orlog_with_problog_as_the_reasoner_gives_the_compiled_posteriors(tmp_pa
             decompositions=str(tmp_path / "dec.parquet"), llm=llm, ray=RAY, orlog_context_tokens=32, orlog_calibration="pool-mean",
             orlog_reasoner=reasoner,
         )
-        run = pq.read_table(run_retrieve(cfg, tmp_path / reasoner)["orlog"]).to_pandas()
+        lines: list[str] = []
+        run = pq.read_table(run_retrieve(cfg, tmp_path / reasoner, echo=lines.append)["orlog"]).to_pandas()
         scores[reasoner] = run.set_index(["query_id", "doc_id"])["score"].sort_index()
+        assert lines and lines[-1] == "orlog: 36/36 prompts scored"  # progress, per batch
     assert len(scores["compiled"]) == 3 * 4 and scores["compiled"].index.equals(scores["problog"].index)
     np.testing.assert_allclose(scores["problog"].to_numpy(), scores["compiled"].to_numpy(), atol=1e-9)
     manifest = json.loads((tmp_path / "problog" / "manifest.json").read_text())
