@@ -114,7 +114,7 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
     with ray_session(cfg.ray) as ray:
         require_fit(
             "index", cfg.ray.embed_actors, cfg.ray.embed_num_cpus, cfg.ray.embed_num_gpus, ray.cluster_resources(),
-            IndexJobError, reserve_cpus=_READ_CPUS, hint="lower --actors (or the per-actor resources)",
+            IndexJobError, reserve_cpus=_READ_CPUS,
         )
         with rundir.timed("diff_load"):
             stored = store.hashes()

@@ -55,9 +55,8 @@ def require_fit(
     resources: dict,
     error: type[Exception],
     reserve_cpus: float = 0.0,
-    hint: str = "lower --actors or the per-actor resources",
 ) -> None:
-    """Raise ``error`` when an actor pool (plus ``reserve_cpus`` for other stages) exceeds the cluster.
+    """Raise ``error`` when an actor pool (plus ``reserve_cpus`` for the job's reader) exceeds the cluster.
 
     Ray Data would otherwise wait forever for resources that never free up.
     """
@@ -67,5 +66,5 @@ def require_fit(
         extra = f" + {reserve_cpus} CPU for the reader" if reserve_cpus else ""
         raise error(
             f"{job}: {actors} actor(s) x ({num_cpus} CPU, {num_gpus} GPU){extra} need {need_cpu} CPU / {need_gpu} GPU; "
-            f"the cluster has {cpus} / {gpus}. {hint[0].upper() + hint[1:]}."
+            f"the cluster has {cpus} / {gpus}. Lower --actors or the per-actor resources."
         )
