@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from jobs.raysession import ray_session, require_fit
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic
+from pipelines.errors import UserError
 from pipelines.llm import prompts
 from pipelines.llm.decompose import TEMPLATES, DecomposeSettings, decompose
 from pipelines.llm.models import resolve
@@ -29,7 +30,7 @@ from schemas.config import DecomposeConfig
 from schemas.tables import DECOMPOSITIONS, conform
 
 
-class DecomposeJobError(RuntimeError):
+class DecomposeJobError(UserError, RuntimeError):
     """Rows were lost or duplicated, or the actor pool cannot be placed."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -9,47 +10,60 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic, write_text_atomic
-from pipelines.evaluate.core import evaluate_run
+from pipelines.evaluate.core import EvaluationError, evaluate_run, query_coverage
 from pipelines.evaluate.measures import parse_measures
-from pipelines.evaluate.report import markdown_report, per_query_plot
+from pipelines.evaluate.report import coverage_notes, markdown_report, per_query_plot
 from pipelines.evaluate.significance import compare
-from pipelines.topics import read_qrels, read_run
+from pipelines.topics import DUPLICATES_REMOVED, read_qrels, read_run
 from schemas.config import EvaluateConfig
 
 
 def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation") -> pa.Table:
     """Writes metrics.parquet, significance.parquet, report.md, plots/per_query.png; returns the metrics.
 
+    Runs and qrels are read and checked by :mod:`pipelines.topics` (the numbers equal
+    trec_eval's, or a one-line error says why not); ``cfg.dedupe`` keeps each repeated
+    (query, doc) pair's best-ranked row instead of refusing the run. The manifest records,
+    per run_id, ``missing_queries`` (qrels queries without results: they score 0) and
+    ``queries_without_qrels`` (not evaluated), and per run file ``duplicates_removed``.
     Skipped (the stored metrics returned) when config, qrels and runs are unchanged.
     """
     measures = parse_measures(cfg.measures)  # a bad name fails before anything is read
+    for kind, path in [("qrels", cfg.qrels), *(("run", p) for p in cfg.runs)]:
+        if not Path(path).exists():
+            raise EvaluationError(f"evaluate: no {kind} file at {str(path)!r}; check the path.")
+    dedupe = bool(getattr(cfg, "dedupe", False))
     rundir = RunDir(out, "evaluate")
     inputs = {"qrels": file_fingerprint(cfg.qrels), "runs": [file_fingerprint(p) for p in cfg.runs]}
-    if rundir.is_fresh(cfg.digest(), inputs):
+    if rundir.is_fresh(cfg.digest(), inputs) and "missing_queries" in (rundir.previous() or {}):
         return pq.read_table(rundir.path / "metrics.parquet")
     qrels = read_qrels(cfg.qrels)
-    tables = []
+    tables, missing, without_qrels, removed = [], {}, {}, {}
     for path in cfg.runs:
-        run = read_run(path)
+        run = read_run(path, duplicates="first" if dedupe else "refuse")
+        removed[str(path)] = int(run.schema.metadata[DUPLICATES_REMOVED])
         for rid in run.column("run_id").unique().to_pylist():
             one = run.filter(pc.equal(run.column("run_id"), rid))
             tables.append(evaluate_run(one, qrels, measures, rid))
+            missing[rid], without_qrels[rid] = query_coverage(one, qrels)
     metrics = pa.concat_tables(tables)
     run_ids = list(dict.fromkeys(metrics.column("run_id").to_pylist()))
     if len(run_ids) != len(tables):
-        raise ValueError(f"evaluate: run ids repeat across the given runs: {run_ids}; give each run a distinct run_id.")
+        raise EvaluationError(f"evaluate: run ids repeat across the given runs: {run_ids}; give each run a distinct run_id.")
     baseline = cfg.baseline or run_ids[0]
     if baseline not in run_ids:
-        raise ValueError(f"evaluate: baseline {baseline!r} is not among the runs {run_ids}.")
+        raise EvaluationError(f"evaluate: baseline {baseline!r} is not among the runs {run_ids}; pick one of them.")
     sig = compare(metrics, baseline, cfg.test, cfg.correction, cfg.alpha) if len(run_ids) > 1 else None
 
+    n_queries = len(set(qrels.column("query_id").to_pylist()))
     write_parquet_atomic(metrics, rundir.path / "metrics.parquet")
     outputs = ["metrics.parquet", "report.md", "plots/per_query.png"]
     if sig is not None:
         write_parquet_atomic(sig, rundir.path / "significance.parquet")
         outputs.append("significance.parquet")
     per_query_plot(metrics, str(measures[0]), baseline, rundir.path / "plots" / "per_query.png")
-    write_text_atomic(markdown_report(metrics, sig, "plots/per_query.png", title), rundir.path / "report.md")
+    notes = coverage_notes(missing, without_qrels, n_queries, removed)
+    write_text_atomic(markdown_report(metrics, sig, "plots/per_query.png", title, notes), rundir.path / "report.md")
     rundir.write_manifest(
         cfg.model_dump(mode="json"),
         cfg.digest(),
@@ -57,5 +71,27 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
         outputs,
         measures=[str(m) for m in measures],
         run_ids=run_ids,
+        qrels_queries=n_queries,
+        missing_queries=missing,
+        queries_without_qrels=without_qrels,
+        duplicates_removed=removed,
     )
     return metrics
+
+
+def missing_query_counts(out: str | Path) -> dict[str, int]:
+    """{run_id: qrels queries the run has no result for} from the manifest in ``out``."""
+    return dict(_manifest(out).get("missing_queries", {}))
+
+
+def evaluation_notes(out: str | Path) -> list[str]:
+    """The notes of report.md (queries a run misses or the qrels lack, rows dedupe dropped), to print."""
+    m = _manifest(out)
+    return coverage_notes(
+        m.get("missing_queries", {}), m.get("queries_without_qrels", {}), m.get("qrels_queries", 0), m.get("duplicates_removed", {})
+    )
+
+
+def _manifest(out: str | Path) -> dict:
+    path = Path(out) / "manifest.json"
+    return json.loads(path.read_text()) if path.exists() else {}

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from pipelines.errors import UserError
 from schemas.config import EmbedConfig
 
 
@@ -35,7 +36,7 @@ MODELS: dict[str, Callable[[], str]] = {
 }
 
 
-class ModelError(ValueError):
+class ModelError(UserError, ValueError):
     """The configured embedding model cannot be found or loaded."""
 
 

@@ -1,8 +1,26 @@
 """Queries, qrels and runs: readers and writers for the formats users bring.
 
 - queries: BEIR ``queries.jsonl`` (``_id``, ``text``), JSONL with ``query_id``/``qid``, or Parquet;
-- qrels: BEIR TSV (``query-id corpus-id score`` with a header) or TREC (``qid 0 docno rel``);
-- runs: our Parquet run table, or a TREC run file (``qid Q0 docno rank score tag``).
+- qrels: BEIR TSV (first line the header ``query-id<TAB>corpus-id<TAB>score``, or with
+  ``query_id``/``qid``; every line split on tabs only, so ids may hold spaces) or TREC
+  (``qid 0 docno rel``, no header, split on any whitespace; ``qid docno rel`` is accepted too);
+- runs: our Parquet run table (RUN), or a TREC run file (``qid Q0 docno rank score tag``).
+
+Evaluation must equal trec_eval or refuse, so the readers follow trec_eval's rules and every
+refusal names the file, what is wrong and the fix:
+
+- a TREC run is ranked as trec_eval ranks it: by score descending, equal scores by docno
+  descending (byte order, trec_eval's reverse ``strcmp``); its rank column is ignored and
+  ``rank`` is recomputed;
+- a Parquet run is ranked by its ``rank`` column, so each stage's own tie-break holds; within
+  a query, ranks must be distinct positive integers and a better (lower) rank must never
+  have a strictly lower score than a worse one (equal scores may take any order);
+- scores must be finite, and a run or qrels file must have at least one row;
+- a (query, doc) pair may appear once in a run (as trec_eval, we refuse repeats;
+  ``duplicates="first"`` keeps each pair's best-ranked row instead and counts the others)
+  and once in the qrels;
+- a TREC run line cannot carry an empty id or one holding whitespace: ``write_trec_run``
+  refuses them (the Parquet run carries any id).
 """
 
 from __future__ import annotations
@@ -10,18 +28,25 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Literal
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from schemas.tables import QRELS, QUERIES, RUN, conform
+from pipelines.errors import UserError
+from schemas.tables import QRELS, QUERIES, RUN, conform, require_columns
 
 _QID_KEYS = ("query_id", "_id", "qid", "id")
 _QTEXT_KEYS = ("text", "query", "title")
+_BEIR_HEADER = ("query-id", "query_id", "qid")
+DUPLICATES_REMOVED = b"duplicates_removed"  # read_run's schema metadata: rows dropped by duplicates="first"
+Duplicates = Literal["refuse", "first"]
 
 
-class TopicsError(ValueError):
-    """A queries, qrels or run file cannot be read."""
+class TopicsError(UserError, ValueError):
+    """A queries, qrels or run file (or table) cannot be read or evaluated as it is."""
 
 
 def _open_text(path: Path):
@@ -67,62 +92,191 @@ def read_queries(path: str | Path) -> pa.Table:
 
 
 def read_qrels(path: str | Path) -> pa.Table:
-    """Qrels table (QRELS) from BEIR TSV or TREC qrels; a BEIR dir means its qrels/test.tsv."""
+    """Qrels table (QRELS) from BEIR TSV or TREC qrels; a BEIR dir means its qrels/test.tsv.
+
+    A file whose first line is a BEIR header is split on tabs, any other on whitespace.
+    Refuses an empty file and repeated (query, doc) pairs, as trec_eval does.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / "qrels" / "test.tsv"
     if not path.exists():
-        raise TopicsError(f"qrels: no file at {str(path)!r}.")
+        raise TopicsError(f"qrels: no file at {str(path)!r}; give a BEIR qrels TSV, a BEIR directory or a TREC qrels file.")
     qids, dids, rels = [], [], []
+    beir = False
     with _open_text(path) as f:
         for n, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
+            line = line.rstrip("\r\n")
+            if not line.strip():
                 continue
-            if n == 1 and parts[0].lower() in ("query-id", "query_id", "qid"):
-                continue  # BEIR header
-            if len(parts) == 3:
+            if n == 1 and line.split()[0].lower() in _BEIR_HEADER:
+                beir = True
+                continue
+            if beir:
+                parts = line.split("\t")
+                if len(parts) != 3:
+                    raise TopicsError(
+                        f"qrels {path}: line {n} has {len(parts)} tab-separated field(s); a BEIR qrels line has 3 "
+                        "(query-id<TAB>corpus-id<TAB>score): separate the fields with single tabs."
+                    )
                 q, d, r = parts
-            elif len(parts) == 4:
-                q, _, d, r = parts
             else:
-                raise TopicsError(f"qrels {path}: line {n} has {len(parts)} fields; expected 3 (BEIR) or 4 (TREC).")
+                parts = line.split()
+                if len(parts) == 3:
+                    q, d, r = parts
+                elif len(parts) == 4:
+                    q, _, d, r = parts
+                else:
+                    raise TopicsError(f"qrels {path}: line {n} has {len(parts)} fields; expected 4 (TREC: qid 0 docno rel) or 3.")
             try:
                 rel = int(float(r))
             except ValueError as exc:
                 raise TopicsError(f"qrels {path}: line {n}: relevance {r!r} is not a number.") from exc
             qids.append(q), dids.append(d), rels.append(rel)
-    return pa.table({"query_id": qids, "doc_id": dids, "relevance": pa.array(rels, pa.int32())}, schema=QRELS)
+    qrels = pa.table({"query_id": qids, "doc_id": dids, "relevance": pa.array(rels, pa.int32())}, schema=QRELS)
+    check_qrels(qrels, f"qrels {path}")
+    return qrels
 
 
-def read_run(path: str | Path) -> pa.Table:
-    """A run table (RUN) from Parquet or a TREC run file (run_id = the file's tag column)."""
+def check_qrels(qrels: pa.Table, source: str) -> None:
+    """Refuse qrels with no rows or with a (query, doc) pair judged twice; ``source`` names them."""
+    if qrels.num_rows == 0:
+        raise TopicsError(f"{source}: no judgements (the file is empty or holds only a header); give the qrels of the queries evaluated.")
+    df = qrels.select(["query_id", "doc_id"]).to_pandas()
+    dup = df[df.duplicated(keep="first")]
+    if len(dup):
+        raise TopicsError(
+            f"{source}: {len(dup)} row(s) repeat a (query, doc) pair, e.g. {_pairs(dup)}; "
+            "trec_eval refuses them too: judge each pair once."
+        )
+
+
+def read_run(path: str | Path, duplicates: Duplicates = "refuse") -> pa.Table:
+    """A run table (RUN) from Parquet or a TREC run file (run_id = the file's tag column).
+
+    A TREC run is re-ranked by score as trec_eval ranks it; a Parquet run keeps its ranks,
+    checked (module docstring). ``duplicates="first"`` keeps each repeated (query, doc)
+    pair's best-ranked row; the number of rows dropped is in the schema metadata under
+    ``DUPLICATES_REMOVED`` (see :func:`check_run`).
+    """
     path = Path(path)
     if not path.exists():
-        raise TopicsError(f"run: no file at {str(path)!r}.")
-    if path.suffix in (".parquet", ".pq"):
-        return conform(pq.read_table(path), RUN, f"run {path.name}")
-    cols: dict[str, list] = {name: [] for name in RUN.names}
+        raise TopicsError(f"run: no file at {str(path)!r}; give a run table (Parquet) or a TREC run file.")
+    table = conform(pq.read_table(path), RUN, f"run {path.name}") if path.suffix in (".parquet", ".pq") else _read_trec_run(path)
+    if table.num_rows == 0:
+        raise TopicsError(f"run {path}: no rows; an empty run cannot be evaluated: give the run file that holds results.")
+    return check_run(table, f"run {path}", duplicates)
+
+
+def _read_trec_run(path: Path) -> pa.Table:
+    cols: dict[str, list] = {"query_id": [], "doc_id": [], "score": [], "run_id": []}
     with _open_text(path) as f:
         for n, line in enumerate(f, 1):
             parts = line.split()
             if not parts:
                 continue
             if len(parts) != 6:
-                raise TopicsError(f"run {path}: line {n} has {len(parts)} fields; a TREC run line has 6.")
-            q, _, d, rank, score, tag = parts
-            for k, v in zip(RUN.names, (q, d, int(rank), float(score), "trec", tag), strict=True):
+                raise TopicsError(f"run {path}: line {n} has {len(parts)} fields; a TREC run line has 6 (qid Q0 docno rank score tag).")
+            q, _, d, _, score, tag = parts
+            try:
+                value = float(score)
+            except ValueError as exc:
+                raise TopicsError(f"run {path}: line {n}: score {score!r} is not a number.") from exc
+            for k, v in zip(cols, (q, d, value, tag), strict=True):
                 cols[k].append(v)
-    return pa.table(cols, schema=RUN)
+    if not cols["query_id"]:
+        return RUN.empty_table()
+    df = pd.DataFrame(cols).sort_values(
+        ["run_id", "query_id", "score", "doc_id"], ascending=[True, True, False, False], kind="stable"
+    )  # trec_eval's order; the file's rank column is ignored
+    df["rank"] = df.groupby(["run_id", "query_id"], sort=False).cumcount() + 1
+    df["method"] = "trec"
+    return pa.table({c: df[c].to_numpy() for c in RUN.names}, schema=RUN)  # NaN stays NaN, for check_run to name
+
+
+def check_run(run: pa.Table, source: str, duplicates: Duplicates = "refuse") -> pa.Table:
+    """Check a run table against the rules of the module docstring; ``source`` names it.
+
+    Needs ``query_id``, ``doc_id``, ``rank``; ``score`` and ``run_id`` are checked when
+    present. Returns the run, without the repeated pairs' worse-ranked rows when
+    ``duplicates="first"``, with their count in its schema metadata (``DUPLICATES_REMOVED``).
+    """
+    if duplicates not in ("refuse", "first"):
+        raise TopicsError(f"{source}: duplicates={duplicates!r}; use 'refuse' or 'first'.")
+    require_columns(run, ["query_id", "doc_id", "rank"], source)
+    df = run.select([c for c in ("run_id", "query_id", "doc_id", "rank", "score") if c in run.column_names]).to_pandas()
+    group = [c for c in ("run_id", "query_id") if c in df.columns]
+    if "score" in df:
+        bad = df[~np.isfinite(df["score"].to_numpy(dtype=float))]
+        if len(bad):
+            raise TopicsError(
+                f"{source}: {len(bad)} score(s) are NaN or infinite, e.g. for query {bad['query_id'].iloc[0]!r}, "
+                f"doc {bad['doc_id'].iloc[0]!r}; give every row a finite score."
+            )
+    df = df.sort_values([*group, "rank"], kind="stable")
+    repeated = df.duplicated([*group, "doc_id"], keep="first")
+    if repeated.any() and duplicates == "refuse":
+        raise TopicsError(
+            f"{source}: {int(repeated.sum())} row(s) repeat a (query, doc) pair, e.g. {_pairs(df[repeated])}; trec_eval refuses "
+            "them too: keep each pair once, or evaluate with dedupe to keep each pair's best-ranked row."
+        )
+    if repeated.any():
+        df = df[~repeated]
+        keep = np.zeros(run.num_rows, dtype=bool)
+        keep[df.index.to_numpy()] = True
+        run = run.filter(pa.array(keep))
+    _check_ranks(df, group, source)
+    return run.replace_schema_metadata({**(run.schema.metadata or {}), DUPLICATES_REMOVED: str(int(repeated.sum()))})
+
+
+def _check_ranks(df: pd.DataFrame, group: list[str], source: str) -> None:
+    """``df`` sorted by group then rank: ranks distinct positive integers, scores never rising."""
+    rank = df["rank"].astype(float)
+    bad = df[(rank < 1) | (rank % 1 != 0) | df.duplicated([*group, "rank"], keep=False)]
+    if len(bad):
+        raise TopicsError(
+            f"{source}: query {bad['query_id'].iloc[0]!r} has rank {bad['rank'].iloc[0]} for doc {bad['doc_id'].iloc[0]!r}; "
+            "ranks within a query must be distinct positive integers: rank the run again (higher score, better rank)."
+        )
+    if "score" not in df:
+        return
+    same = ~df[group].ne(df[group].shift()).any(axis=1)
+    rises = df[same & (df["score"] > df["score"].shift())]
+    if len(rises):
+        r = rises.iloc[0]
+        prev = df.iloc[df.index.get_loc(rises.index[0]) - 1]
+        raise TopicsError(
+            f"{source}: query {r['query_id']!r} puts doc {r['doc_id']!r} (score {float(r['score'])!r}) at rank {r['rank']}, after "
+            f"doc {prev['doc_id']!r} (score {float(prev['score'])!r}) at rank {prev['rank']}; a better rank must not have a lower score: "
+            "rank the run by score, or give it as a TREC file to have it ranked by score as trec_eval does."
+        )
+
+
+def _pairs(df: pd.DataFrame, n: int = 3) -> str:
+    pairs = df[["query_id", "doc_id"]].drop_duplicates().head(n)
+    return ", ".join(f"({q!r}, {d!r})" for q, d in pairs.itertuples(index=False))
 
 
 def write_trec_run(run: pa.Table, path: str | Path) -> Path:
-    """Write a run table as a TREC run file (sorted by query, then rank)."""
+    """Write a run table as a TREC run file (sorted by query, then rank; scores as Python's repr).
+
+    Refuses an empty id or one holding whitespace (query, doc or run id): a TREC line cannot
+    carry it. Read back, the file is ranked by score (trec_eval's rule), so equal scores come
+    back ordered by doc_id descending whatever their ranks were.
+    """
     path = Path(path)
-    df = conform(run, RUN, "write_trec_run").to_pandas().sort_values(["query_id", "rank"], kind="stable")
+    table = conform(run, RUN, "write_trec_run").sort_by([("query_id", "ascending"), ("rank", "ascending")])
+    for col in ("query_id", "doc_id", "run_id"):
+        bad = [v for v in table.column(col).unique().to_pylist() if v.split() != [v]]
+        if bad:
+            run_ids = table.column("run_id").unique().to_pylist()
+            raise TopicsError(
+                f"write_trec_run {path}: {col} {bad[0]!r} of run {run_ids[0]!r} is empty or holds whitespace "
+                f"({len(bad)} such id(s)); a TREC line cannot carry it: use the Parquet run instead."
+            )
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        for r in df.itertuples(index=False):
-            f.write(f"{r.query_id} Q0 {r.doc_id} {r.rank} {r.score:.6f} {r.run_id}\n")
+        for q, d, rank, score, rid in zip(*(table.column(c).to_pylist() for c in ("query_id", "doc_id", "rank", "score", "run_id")), strict=True):
+            f.write(f"{q} Q0 {d} {rank} {score!r} {rid}\n")
     tmp.replace(path)
     return path

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
+from pipelines.errors import UserError
+
 # corpus: what a reader yields for a valid document.
 CORPUS = pa.schema(
     [
@@ -36,6 +38,7 @@ REJECT_REASONS = (
     "malformed_json",
     "invalid_utf8",
     "missing_id",
+    "bad_id",
     "empty_text",
     "oversized",
     "duplicate_id",
@@ -160,7 +163,7 @@ SIGNIFICANCE = pa.schema(
 AGGREGATE_QUERY_ID = "all"
 
 
-class SchemaError(ValueError):
+class SchemaError(UserError, ValueError):
     """A table handed to a stage lacks columns the stage needs."""
 
 

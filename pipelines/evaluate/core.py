@@ -1,4 +1,13 @@
-"""Evaluate run tables against qrels into the long metrics table."""
+"""Evaluate run tables against qrels into the long metrics table.
+
+The numbers equal trec_eval's (``-c``) or the run is refused. A run is ranked by its
+``rank`` column: :func:`pipelines.topics.read_run` has already re-ranked a TREC file by
+score as trec_eval does (score descending, equal scores by docno descending), and a Parquet
+run keeps its stage's ranks, checked by :func:`pipelines.topics.check_run` (distinct
+positive ranks, never a better rank with a lower score; finite scores; each (query, doc)
+pair once). Qrels must judge each pair once. Qrels queries the run misses score 0; run
+queries absent from the qrels are not evaluated (:func:`query_coverage` counts both).
+"""
 
 from __future__ import annotations
 
@@ -8,14 +17,21 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from pipelines.errors import UserError
 from pipelines.evaluate.measures import Measure, RankedGains
+from pipelines.topics import Duplicates, check_qrels, check_run
 from schemas.tables import AGGREGATE_QUERY_ID, METRICS, QRELS, RUN, conform, require_columns
+
+
+class EvaluationError(UserError, ValueError):
+    """Runs that cannot be evaluated together as given (run ids, baseline)."""
 
 
 def ranked_gains(run: pa.Table, qrels: pa.Table, query_ids: Sequence[str], depth: int | None) -> RankedGains:
     """Relevance of each run's ranked documents for ``query_ids`` (in that order).
 
-    The ranking follows the run's ``rank`` column; ``depth`` None keeps the whole run.
+    The ranking follows the run's ``rank`` column (checked by :func:`evaluate_run`, not
+    here); ``depth`` None keeps the whole run.
     """
     require_columns(run, ["query_id", "doc_id", "rank"], "evaluate")
     require_columns(qrels, QRELS, "evaluate")
@@ -44,18 +60,23 @@ def ranked_gains(run: pa.Table, qrels: pa.Table, query_ids: Sequence[str], depth
     return RankedGains(gains=gains, ideal=ideal, n_relevant=n_rel)
 
 
-def evaluate_run(run: pa.Table, qrels: pa.Table, measures: Sequence[Measure], run_id: str | None = None) -> pa.Table:
+def evaluate_run(
+    run: pa.Table, qrels: pa.Table, measures: Sequence[Measure], run_id: str | None = None, duplicates: Duplicates = "refuse"
+) -> pa.Table:
     """Per-query values of every measure for one run, plus the mean as query ``all``.
 
-    Queries evaluated: those in the qrels (a query the run misses scores 0).
+    Queries evaluated: those in the qrels (a query the run misses scores 0, trec_eval -c).
+    The run and qrels are checked first (module docstring); ``duplicates="first"`` keeps
+    each repeated (query, doc) pair's best-ranked row instead of refusing the run.
     """
     require_columns(run, RUN.names[:3], "evaluate")
     qrels = conform(qrels, QRELS, "evaluate")
-    if run_id is None:
-        ids = run.column("run_id").unique().to_pylist() if "run_id" in run.column_names else []
-        if len(ids) != 1:
-            raise ValueError(f"evaluate: the run holds run_ids {ids[:5]}; evaluate one run at a time or pass run_id.")
-        run_id = ids[0]
+    check_qrels(qrels, "evaluate: qrels")
+    ids = run.column("run_id").unique().to_pylist() if "run_id" in run.column_names else []
+    if len(ids) > 1 or (run_id is None and not ids):
+        raise EvaluationError(f"evaluate: the run holds run_ids {ids[:5]}; evaluate one run at a time, or pass run_id for a run without one.")
+    run_id = run_id if run_id is not None else ids[0]
+    run = check_run(run, f"evaluate: run {run_id!r}", duplicates)
     query_ids = sorted(set(qrels.column("query_id").to_pylist()))
     depths = [m.depth for m in measures]
     depth = None if any(d is None for d in depths) else max(depths)
@@ -69,3 +90,10 @@ def evaluate_run(run: pa.Table, qrels: pa.Table, measures: Sequence[Measure], ru
     df = pd.concat(frames, ignore_index=True)
     df.insert(0, "run_id", run_id)
     return pa.Table.from_pandas(df, schema=METRICS, preserve_index=False)
+
+
+def query_coverage(run: pa.Table, qrels: pa.Table) -> tuple[int, int]:
+    """(qrels queries with no row in the run: they score 0, run queries absent from the qrels: not evaluated)."""
+    in_run = set(run.column("query_id").unique().to_pylist())
+    in_qrels = set(qrels.column("query_id").unique().to_pylist())
+    return len(in_qrels - in_run), len(in_run - in_qrels)

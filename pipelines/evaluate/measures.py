@@ -9,7 +9,12 @@ documents per query. Conventions follow trec_eval (the reference the tests compa
 - nDCG uses the graded relevance as gain and log2(rank + 1) as discount;
 - R, MAP and F1 divide by the number of relevant documents in the qrels (0 when none);
 - a qrels query with no row in the run scores 0 on every measure (trec_eval ``-c``);
-  queries in the run but not in the qrels are not evaluated.
+  queries in the run but not in the qrels are not evaluated;
+- the ranking is trec_eval's: a TREC run file is ranked by score descending, equal scores by
+  docno descending, whatever its rank column says; a Parquet run keeps its ``rank``, which
+  must agree with its scores (a better rank never has a lower score; ties in any order);
+- a run or qrels that repeats a (query, doc) pair, a run with a non-finite score, and an
+  empty run file or qrels are refused, never scored (``pipelines.topics`` checks the rules).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
+from pipelines.errors import UserError
 
 Kernel = Callable[["RankedGains", int | None], np.ndarray]
 
@@ -97,7 +104,7 @@ _BY_LOWER = {k.lower(): k for k in REGISTRY}
 _SYNTAX = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*(?:@\s*(\d+))?\s*$")
 
 
-class MeasureError(ValueError):
+class MeasureError(UserError, ValueError):
     """A measure name that does not parse; the message lists the valid ones."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +23,30 @@ def summary_frame(metrics: pa.Table) -> pd.DataFrame:
     return out.reindex(index=list(dict.fromkeys(agg["run_id"])), columns=list(dict.fromkeys(agg["measure"])))
 
 
-def markdown_report(metrics: pa.Table, significance: pa.Table | None, plot: str | None = None, title: str = "Evaluation") -> str:
+def coverage_notes(
+    missing: Mapping[str, int], without_qrels: Mapping[str, int], n_queries: int, duplicates_removed: Mapping[str, int] | None = None
+) -> list[str]:
+    """One line per run that misses qrels queries or has queries the qrels lack, and per run
+    file whose repeated (query, doc) rows were dropped; nothing when all is whole."""
+    lines = [
+        f"run {rid} has no results for {n} of {n_queries} qrels queries; they score 0 (trec_eval -c)."
+        for rid, n in missing.items() if n
+    ]
+    lines += [
+        f"run {rid} has results for {n} queries absent from the qrels; they are not evaluated (as trec_eval)."
+        for rid, n in without_qrels.items() if n
+    ]
+    lines += [
+        f"run file {path}: {n} repeated (query, doc) rows dropped (dedupe: each pair's best-ranked row kept)."
+        for path, n in (duplicates_removed or {}).items() if n
+    ]
+    return lines
+
+
+def markdown_report(
+    metrics: pa.Table, significance: pa.Table | None, plot: str | None = None, title: str = "Evaluation", notes: Sequence[str] = ()
+) -> str:
+    """The report; ``notes`` (e.g. :func:`coverage_notes`) are listed under the first line."""
     df = metrics.to_pandas()
     per_query = df[df["query_id"] != AGGREGATE_QUERY_ID]
     summary = summary_frame(metrics)
@@ -30,6 +54,8 @@ def markdown_report(metrics: pa.Table, significance: pa.Table | None, plot: str 
     n_queries = per_query["query_id"].nunique()
 
     lines = [f"# {title}", "", f"{len(summary)} run(s), {n_queries} queries (the qrels' queries).", ""]
+    if notes:
+        lines += [*(f"- {n}" for n in notes), ""]
     lines += ["## Summary", ""]
     lines.append("| run | " + " | ".join(summary.columns) + " |")
     lines.append("|---|" + "---:|" * len(summary.columns))

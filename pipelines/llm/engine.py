@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pipelines.errors import UserError
 from pipelines.llm.cache import LLMCache, cache_key, default_path
 from pipelines.llm.models import ResolvedModel, resolve
 from pipelines.llm.prompts import Template
@@ -29,7 +30,7 @@ from schemas.config import LLMConfig
 CONSTRAINT_KINDS = ("grammar", "regex", "choice", "json")
 
 
-class LLMConfigError(ValueError):
+class LLMConfigError(UserError, ValueError):
     """A configuration the loaded model cannot serve (e.g. label tokens that collide)."""
 
 

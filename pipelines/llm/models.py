@@ -19,12 +19,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.errors import UserError
 from pipelines.paths import cache_root
 
 MARKER = "logicrank-model.json"
 
 
-class LLMModelError(ValueError):
+class LLMModelError(UserError, ValueError):
     """An unknown model name, or a directory that is not a usable checkpoint."""
 
 

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from pipelines.errors import UserError
 
-class PromptError(ValueError):
+
+class PromptError(UserError, ValueError):
     """An unknown template, or a field missing from a render."""
 
 

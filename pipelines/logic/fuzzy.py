@@ -21,6 +21,7 @@ from functools import reduce
 
 import numpy as np
 
+from pipelines.errors import UserError
 from pipelines.logic.query import And, Node, Not, Term
 
 _EPS = 1e-6
@@ -44,7 +45,7 @@ FAMILIES = {"and": AND_FAMILIES, "or": OR_FAMILIES, "not": NOT_FAMILIES}
 DEFAULTS = {"and": "product", "or": "sum", "not": "complement"}
 
 
-class OperatorError(ValueError):
+class OperatorError(UserError, ValueError):
     """An unknown operator or family name; the message lists the valid ones."""
 
 

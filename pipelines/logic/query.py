@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+from pipelines.errors import UserError
 from pipelines.logic.grammar import to_lark
 
 
@@ -131,7 +132,7 @@ def to_text(node: Node) -> str:
 
 
 # -- parsing -------------------------------------------------------------------------------
-class QueryParseError(ValueError):
+class QueryParseError(UserError, ValueError):
     """A logical query that does not parse; the message shows where, with a caret."""
 
     def __init__(self, query: str, position: int, expected: str):

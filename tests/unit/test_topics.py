@@ -36,8 +36,9 @@ def test_rank_pairs_orders_and_breaks_ties_by_doc_id(tmp_path):
     assert run.column("doc_id").to_pylist() == ["y", "x", "z"]
     assert run.column("rank").to_pylist() == [1, 2, 3]
     path = write_trec_run(run, tmp_path / "r.trec")
-    back = read_run(path)
-    assert back.column("doc_id").to_pylist() == ["y", "x", "z"] and back.column("run_id")[0].as_py() == "r"
+    back = read_run(path)  # a TREC file is ranked as trec_eval ranks it: equal scores by doc_id descending
+    assert back.column("doc_id").to_pylist() == ["y", "z", "x"] and back.column("run_id")[0].as_py() == "r"
+    assert back.column("rank").to_pylist() == [1, 2, 3]
 
 
 def test_rrf_fuses_by_reciprocal_rank():

@@ -1,0 +1,248 @@
+"""Evaluation equals trec_eval (pytrec_eval, its C code) or refuses in one line naming the file.
+
+One test per fault found in the issue "Trust: evaluation never reports a wrong number".
+"""
+
+import json
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import pytrec_eval
+
+from jobs.evaluate import evaluation_notes, missing_query_counts, run_evaluate
+from pipelines.errors import UserError
+from pipelines.evaluate.core import EvaluationError, evaluate_run
+from pipelines.evaluate.measures import parse_measures
+from pipelines.topics import TopicsError, read_qrels, read_run, write_trec_run
+from schemas.config import EvaluateConfig
+from schemas.tables import AGGREGATE_QUERY_ID
+
+# our measure -> pytrec_eval's name
+TREC = {"nDCG@10": "ndcg_cut_10", "nDCG": "ndcg", "P@5": "P_5", "R@10": "recall_10", "MRR": "recip_rank", "MAP": "map"}
+MEASURES = parse_measures(TREC)
+
+
+def _run_table(rows, run_id="r"):
+    """rows: (query_id, doc_id, rank, score)."""
+    q, d, rank, score = zip(*rows, strict=True) if rows else ([], [], [], [])
+    n = len(q)
+    return pa.table(
+        {
+            "query_id": list(q), "doc_id": list(d), "rank": pa.array(rank, pa.int32()), "score": pa.array(score, pa.float64()),
+            "method": ["m"] * n, "run_id": [run_id] * n,
+        }
+    )
+
+
+def _qrels_table(rows):
+    q, d, r = zip(*rows, strict=True)
+    return pa.table({"query_id": list(q), "doc_id": list(d), "relevance": pa.array(r, pa.int32())})
+
+
+def _write_trec(path, rows, tag="r"):
+    path.write_text("".join(f"{q} Q0 {d} {rank} {score} {tag}\n" for q, d, rank, score in rows))
+    return path
+
+
+def _ours(run, qrels):
+    m = evaluate_run(run, qrels, MEASURES).to_pandas()
+    return m.set_index(["query_id", "measure"])["value"]
+
+
+def _assert_equals_trec_eval(run, qrels, trec_rows, qrels_rows):
+    """Our per-query values of ``run`` equal pytrec_eval's on the raw (query, doc, score) rows."""
+    ref_qrels, ref_run = {}, {}
+    for q, d, r in qrels_rows:
+        ref_qrels.setdefault(q, {})[d] = r
+    for q, d, _, s in trec_rows:
+        ref_run.setdefault(q, {})[d] = float(s)
+    res = pytrec_eval.RelevanceEvaluator(ref_qrels, {"ndcg_cut.10", "ndcg", "P.5", "recall.10", "recip_rank", "map"}).evaluate(ref_run)
+    ours = _ours(run, qrels)
+    for qid in ref_qrels:
+        for m, t in TREC.items():
+            expected = res[qid][t] if qid in res else 0.0  # trec_eval -c
+            assert ours[qid, m] == pytest.approx(expected, abs=1e-9), (qid, m)
+
+
+def _one_line(exc):
+    assert isinstance(exc.value, UserError) and "\n" not in str(exc.value)
+    return str(exc.value)
+
+
+QRELS = [("q1", "d1", 1), ("q1", "d2", 2), ("q2", "d3", 1)]
+
+
+def test_repeated_run_pairs_are_refused_or_deduped_only_when_asked(tmp_path):
+    # old code: nDCG@10 1.48, R@10 2.0, MAP 2.0 (values above 1) for this run
+    rows = [("q1", "d1", 1, 3), ("q1", "d1", 2, 2), ("q1", "d2", 3, 1), ("q1", "d2", 4, 0.5), ("q2", "d3", 1, 1), ("q2", "d3", 2, 0.5)]
+    path = _write_trec(tmp_path / "dup.trec", rows)
+    with pytest.raises(TopicsError) as exc:
+        read_run(path)
+    msg = _one_line(exc)
+    assert "dup.trec" in msg and "3 row(s) repeat a (query, doc) pair" in msg and "('q1', 'd1')" in msg and "dedupe" in msg
+    pq.write_table(_run_table(rows), tmp_path / "dup.parquet")
+    with pytest.raises(TopicsError, match=r"dup\.parquet: 3 row\(s\) repeat"):
+        read_run(tmp_path / "dup.parquet")
+    with pytest.raises(TopicsError, match=r"run 'r': 3 row\(s\) repeat"):
+        evaluate_run(_run_table(rows), _qrels_table(QRELS), MEASURES)
+
+    # dedupe keeps each pair's best-ranked row: the values are trec_eval's on the deduplicated run
+    kept = read_run(path, duplicates="first")
+    assert kept.num_rows == 3 and int(kept.schema.metadata[b"duplicates_removed"]) == 3
+    best = [("q1", "d1", 1, 3), ("q1", "d2", 3, 1), ("q2", "d3", 1, 1)]
+    _assert_equals_trec_eval(kept, _qrels_table(QRELS), best, QRELS)
+    deduped = evaluate_run(_run_table(rows), _qrels_table(QRELS), MEASURES, duplicates="first")
+    assert deduped.equals(evaluate_run(_run_table(best), _qrels_table(QRELS), MEASURES))
+
+    class DedupeConfig(EvaluateConfig):  # the field the CLI adds
+        dedupe: bool = True
+
+    qrels_path = tmp_path / "qrels.tsv"
+    qrels_path.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{r}\n" for q, d, r in QRELS))
+    metrics = run_evaluate(DedupeConfig(qrels=str(qrels_path), runs=(str(path),)), tmp_path / "eval").to_pandas()
+    assert metrics["value"].max() <= 1
+    manifest = json.loads((tmp_path / "eval" / "manifest.json").read_text())
+    assert manifest["duplicates_removed"] == {str(path): 3}
+    assert "3 repeated (query, doc) rows dropped" in (tmp_path / "eval" / "report.md").read_text()
+
+
+def test_trec_runs_are_ranked_by_score_like_trec_eval(tmp_path):
+    # old code ranked by the rank column: nDCG@10 0.0 here, trec_eval 1.0
+    rows = [("q1", f"d{i}", 20 - i, float(20 - i)) for i in range(1, 20)]  # d1 has the best score, the worst rank
+    qrels = [("q1", "d1", 2), ("q1", "d2", 1)]
+    run = read_run(_write_trec(tmp_path / "scrambled.trec", rows))
+    _assert_equals_trec_eval(run, _qrels_table(qrels), rows, qrels)
+    assert _ours(run, _qrels_table(qrels))["q1", "nDCG@10"] == 1.0
+
+    # ties: equal scores are ordered by docno descending, as trec_eval does (old code: nDCG@10 0.88, MAP 0.75)
+    ties = [("q1", "a", 1, 1.0), ("q1", "b", 2, 1.0), ("q1", "c", 3, 1.0), ("q1", "d", 4, 0.5)]
+    tie_qrels = [("q1", "a", 1), ("q1", "d", 1)]
+    run = read_run(_write_trec(tmp_path / "ties.trec", ties))
+    assert run.column("doc_id").to_pylist() == ["c", "b", "a", "d"] and run.column("rank").to_pylist() == [1, 2, 3, 4]
+    _assert_equals_trec_eval(run, _qrels_table(tie_qrels), ties, tie_qrels)
+
+    # many ties, scrambled ranks, graded qrels: every measure equals trec_eval's
+    rng = random.Random(7)
+    rows, qrels_rows = [], []
+    for q in range(8):
+        docs = rng.sample([f"doc{j}" for j in range(40)], 25)
+        rows += [(f"q{q}", d, rng.randint(1, 99), rng.choice([0.1, 0.5, 0.5, 1.0, 2.0])) for d in docs]
+        qrels_rows += [(f"q{q}", d, rng.randint(0, 3)) for d in rng.sample([f"doc{j}" for j in range(40)], 10)]
+    run = read_run(_write_trec(tmp_path / "random.trec", rows))
+    _assert_equals_trec_eval(run, _qrels_table(qrels_rows), rows, qrels_rows)
+
+
+def test_parquet_ranks_are_kept_but_checked(tmp_path):
+    # ties in score may take any rank order (a stage's own tie-break)
+    ok = _run_table([("q1", "d2", 1, 1.0), ("q1", "d1", 2, 1.0), ("q1", "d3", 3, 0.5)])
+    pq.write_table(ok, tmp_path / "ok.parquet")
+    assert read_run(tmp_path / "ok.parquet").column("rank").to_pylist() == [1, 2, 3]
+    # old code evaluated these silently by their rank column
+    bad = {
+        "rises.parquet": ([("q1", "d1", 1, 0.5), ("q1", "d2", 2, 0.9)], "puts doc 'd2' (score 0.9) at rank 2, after doc 'd1'"),
+        "tie.parquet": ([("q1", "d1", 1, 0.9), ("q1", "d2", 1, 0.5)], "ranks within a query must be distinct positive"),
+        "zero.parquet": ([("q1", "d1", 0, 0.9), ("q1", "d2", 1, 0.5)], "has rank 0 for doc 'd1'"),
+    }
+    for name, (rows, match) in bad.items():
+        pq.write_table(_run_table(rows), tmp_path / name)
+        with pytest.raises(TopicsError) as exc:
+            read_run(tmp_path / name)
+        msg = _one_line(exc)
+        assert name in msg and "query 'q1'" in msg and match in msg
+    with pytest.raises(TopicsError, match="run 'r': query 'q1' puts doc 'd2'"):
+        evaluate_run(_run_table(bad["rises.parquet"][0]), _qrels_table(QRELS), MEASURES)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_scores_are_refused(tmp_path, value):
+    # old code: accepted silently (a run of NaN scores, ranked by its rank column, got nDCG@10 0.93)
+    rows = [("q1", "d1", 1, 1.0), ("q1", "d2", 2, float(value)), ("q2", "d3", 1, float(value))]
+    _write_trec(tmp_path / "run.trec", rows)
+    pq.write_table(_run_table(rows), tmp_path / "run.parquet")
+    for name in ("run.trec", "run.parquet"):
+        with pytest.raises(TopicsError) as exc:
+            read_run(tmp_path / name)
+        msg = _one_line(exc)
+        assert name in msg and "2 score(s) are NaN or infinite" in msg and "doc 'd" in msg
+
+
+def test_ids_a_trec_line_cannot_carry(tmp_path):
+    ok = _run_table([("q1", "d1", 1, 1.0)])
+    for col, value in [("doc_id", "d 1"), ("doc_id", "d\t1"), ("query_id", "q\n1"), ("doc_id", ""), ("run_id", "my run")]:
+        run = ok.set_column(ok.schema.get_field_index(col), col, pa.array([value]))
+        with pytest.raises(TopicsError) as exc:
+            write_trec_run(run, tmp_path / "r.trec")
+        msg = _one_line(exc)
+        assert f"{col} {value!r}" in msg and "use the Parquet run instead" in msg
+        assert not (tmp_path / "r.trec").exists()
+    # full-precision scores: a TREC file read back keeps the Parquet ranking
+    close = _run_table([("q1", "a", 1, 0.1 + 3e-9), ("q1", "b", 2, 0.1)])
+    assert read_run(write_trec_run(close, tmp_path / "c.trec")).column("doc_id").to_pylist() == ["a", "b"]
+
+    # BEIR qrels split on tabs only: ids with spaces survive; TREC qrels split on whitespace
+    (tmp_path / "beir.tsv").write_text("query-id\tcorpus-id\tscore\nq 1\td 1\t1\nq2\td2\t0\n")
+    assert read_qrels(tmp_path / "beir.tsv").to_pylist()[0] == {"query_id": "q 1", "doc_id": "d 1", "relevance": 1}
+    (tmp_path / "bad.tsv").write_text("QUERY_ID\tcorpus-id\tscore\nq1\td1\t1\nq1 d2 1\n")
+    with pytest.raises(TopicsError) as exc:
+        read_qrels(tmp_path / "bad.tsv")
+    assert "bad.tsv: line 3 has 1 tab-separated field(s)" in _one_line(exc)
+    (tmp_path / "trec.txt").write_text("q1 0 d1 1\nq1\t0\td2   0\n")
+    assert read_qrels(tmp_path / "trec.txt").column("doc_id").to_pylist() == ["d1", "d2"]
+
+
+def test_empty_and_missing_inputs_are_one_line_errors(tmp_path):
+    run = _write_trec(tmp_path / "run.trec", [("q1", "d1", 1, 1.0)])
+    for name, text in [("header.tsv", "query-id\tcorpus-id\tscore\n"), ("zero.tsv", "")]:
+        (tmp_path / name).write_text(text)  # old code: KeyError 'r' from the report
+        with pytest.raises(TopicsError) as exc:
+            run_evaluate(EvaluateConfig(qrels=str(tmp_path / name), runs=(str(run),)), tmp_path / "eval")
+        assert name in _one_line(exc) and "no judgements" in str(exc.value)
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("q1 0 d1 1\n")
+    for q, r, what in [(tmp_path / "nope.tsv", run, "qrels"), (qrels, tmp_path / "nope.trec", "run")]:
+        with pytest.raises(EvaluationError) as exc:  # old code: FileNotFoundError from the fingerprint
+            run_evaluate(EvaluateConfig(qrels=str(q), runs=(str(r),)), tmp_path / "eval")
+        assert f"no {what} file at" in _one_line(exc) and "nope." in str(exc.value)
+    (tmp_path / "empty.trec").write_text("\n")
+    pq.write_table(_run_table([]), tmp_path / "empty.parquet")
+    for name in ("empty.trec", "empty.parquet"):
+        with pytest.raises(TopicsError) as exc:  # old code: ArrowInvalid "Must pass at least one table"
+            run_evaluate(EvaluateConfig(qrels=str(qrels), runs=(str(tmp_path / name),)), tmp_path / "eval")
+        assert name in _one_line(exc) and "no rows" in str(exc.value)
+    assert not (tmp_path / "eval" / "metrics.parquet").exists()
+
+
+def test_repeated_qrels_pairs_are_refused(tmp_path):
+    # old code: nDCG@10 0.61 for a run ranking the only relevant document first (trec_eval refuses)
+    (tmp_path / "dup.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td1\t1\n")
+    with pytest.raises(TopicsError) as exc:
+        read_qrels(tmp_path / "dup.tsv")
+    assert "dup.tsv: 1 row(s) repeat a (query, doc) pair, e.g. ('q1', 'd1')" in _one_line(exc)
+    with pytest.raises(TopicsError, match=r"qrels: 1 row\(s\) repeat"):
+        evaluate_run(_run_table([("q1", "d1", 1, 1.0)]), _qrels_table([("q1", "d1", 1), ("q1", "d1", 2)]), MEASURES)
+
+
+def test_queries_missing_from_a_run_are_counted_and_reported(tmp_path):
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(4)))
+    full = _write_trec(tmp_path / "full.trec", [(f"q{i}", f"d{i}", 1, 1.0) for i in range(4)], tag="full")
+    part = _write_trec(tmp_path / "part.trec", [("q0", "d0", 1, 1.0), ("q9", "d9", 1, 1.0), ("q8", "d0", 1, 1.0)], tag="part")
+    out = tmp_path / "eval"
+    metrics = run_evaluate(EvaluateConfig(qrels=str(qrels), runs=(str(full), str(part)), measures=("P@1",)), out).to_pandas()
+    agg = metrics[metrics["query_id"] == AGGREGATE_QUERY_ID].set_index("run_id")["value"]
+    assert agg["full"] == 1.0 and agg["part"] == 0.25  # the 3 missing queries score 0 (trec_eval -c)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["missing_queries"] == {"full": 0, "part": 3} and manifest["queries_without_qrels"] == {"full": 0, "part": 2}
+    assert missing_query_counts(out) == {"full": 0, "part": 3}
+    notes = evaluation_notes(out)
+    assert notes == [
+        "run part has no results for 3 of 4 qrels queries; they score 0 (trec_eval -c).",
+        "run part has results for 2 queries absent from the qrels; they are not evaluated (as trec_eval).",
+    ]
+    report = (out / "report.md").read_text()
+    assert all(n in report for n in notes) and "run full" not in report
+    # a rerun is skipped and the counts stay readable
+    run_evaluate(EvaluateConfig(qrels=str(qrels), runs=(str(full), str(part)), measures=("P@1",)), out)
+    assert missing_query_counts(out) == {"full": 0, "part": 3}
