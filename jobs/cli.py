@@ -8,16 +8,26 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from pipelines.errors import UserError
 from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
+
+
+@app.callback()
+def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also show Ray's and vLLM's own log lines.")] = False):
+    """logicrank: logic-aware retrieval at scale."""
+    from jobs.raysession import VERBOSE_ENV
+
+    if verbose:
+        os.environ[VERBOSE_ENV] = "1"
 err = Console(stderr=True)
 out = Console()
 
@@ -31,29 +41,39 @@ Compiled = Annotated[bool, typer.Option(help="Compiled graphs (slow start, faste
 LLMCache = Annotated[str, typer.Option(help="LLM cache file; 'default' under the cache root; 'none' to disable.")]
 
 
-def _user_errors() -> tuple[type[Exception], ...]:
-    from jobs.decompose import DecomposeJobError
-    from jobs.index import IndexJobError
-    from pipelines.corpus import CorpusError
-    from pipelines.embed import ModelError
-    from pipelines.evaluate.measures import MeasureError
-    from pipelines.llm.engine import LLMConfigError
-    from pipelines.llm.models import LLMModelError
-    from pipelines.store import StoreError
-    from pipelines.topics import TopicsError
-    from schemas.tables import SchemaError
-
-    return (IndexJobError, DecomposeJobError, LLMConfigError, LLMModelError, CorpusError, ModelError, MeasureError, StoreError, TopicsError, SchemaError, ValidationError, ValueError)
-
-
 def _run(fn, *args, **kwargs):
-    """Run a job; a user error prints one clear message and exits 2 (no traceback)."""
+    """Run a job or build a config. A user error (:class:`UserError`, or a config value
+    pydantic rejects) prints one line and exits 2; anything else is a bug and keeps its traceback."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         return fn(*args, **kwargs)
-    except _user_errors() as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    except UserError as exc:
+        _fail(str(exc))
+    except ValidationError as exc:
+        _fail(validation_message(exc))
+
+
+def _fail(message: str) -> NoReturn:
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2) from None
+
+
+# config fields whose command-line option has another name
+_OPTION_NAMES = {"methods": "method", "measures": "measure", "runs": "runs", "score_actors": "actors",
+                 "score_num_cpus": "cpus-per-actor", "score_num_gpus": "gpus-per-actor", "embed_actors": "actors",
+                 "actor_num_cpus": "cpus-per-actor", "actor_num_gpus": "gpus-per-actor", "enforce_eager": "compiled"}
+
+
+def validation_message(exc: ValidationError) -> str:
+    """A pydantic error as one line: each bad option, the value given, what it accepts."""
+    parts = []
+    for e in exc.errors(include_url=False):
+        names = [x for x in e["loc"] if isinstance(x, str)]
+        option = "--" + _OPTION_NAMES.get(names[-1], names[-1]).replace("_", "-") if names else exc.title
+        msg = e["msg"].replace("Input should be", "must be").replace("Value error, ", "")
+        given = f" {e['input']!r}" if "input" in e and not isinstance(e["input"], dict) else ""
+        parts.append(f"{option}{given}: {msg}")
+    return f"{exc.title}: " + "; ".join(parts)
 
 
 def _llm(model: str, dtype: str, max_model_len: int, tensor_parallel_size: int, compiled: bool, cache: str) -> LLMConfig:
@@ -79,7 +99,11 @@ def index(
     actors: Annotated[int, typer.Option(help="Embedding actors.")] = 1,
     gpus_per_actor: Annotated[float, typer.Option(help="GPUs per embedding actor (0 on CPU nodes).")] = 0.0,
     delete_missing: Annotated[bool, typer.Option(help="Delete stored documents absent from this snapshot.")] = True,
-    max_reject_fraction: float = 0.01,
+    max_delete_fraction: Annotated[float, typer.Option(help="Refuse a snapshot that would delete more than this share of the table.")] = 0.1,
+    allow_mass_delete: Annotated[bool, typer.Option(help="Delete past --max-delete-fraction (an empty snapshot never deletes).")] = False,
+    prune_after_hours: Annotated[float, typer.Option(help="Prune untagged table versions older than this after a successful run.")] = 168.0,
+    write_batch_rows: Annotated[int, typer.Option(help="Rows per LanceDB commit.")] = 4096,
+    max_reject_fraction: Annotated[float, typer.Option(help="Fail when more than this share of rows is rejected.")] = 0.01,
     max_doc_bytes: int = 1 << 20,
     ann_threshold: Annotated[int, typer.Option(help="Build an ANN index from this many rows.")] = 100_000,
     tag: Annotated[str | None, typer.Option(help="LanceDB tag for this run.")] = None,
@@ -99,18 +123,45 @@ def index(
         embed=EmbedConfig(model=model, backend=backend, batch_size=batch_size, device="cuda" if gpus_per_actor else "cpu"),
         ray=_ray(ray_address, actors, gpus_per_actor),
         delete_missing=delete_missing,
+        max_delete_fraction=max_delete_fraction,
+        allow_mass_delete=allow_mass_delete,
+        prune_after_hours=prune_after_hours,
+        write_batch_rows=write_batch_rows,
         max_reject_fraction=max_reject_fraction,
         max_doc_bytes=max_doc_bytes,
         ann_threshold=ann_threshold,
         tag=tag,
     )
     s = _run(run_index, cfg, out, progress=progress)
-    out_line = (
+    m = s.maintenance
+    nothing = " (nothing changed)" if not (s.embedded or s.deleted) else ""
+    typer.echo(
         f"inserted {s.inserted}, updated {s.updated}, unchanged {s.unchanged}, deleted {s.deleted}, "
-        f"rejected {s.rejected} {s.rejects_by_reason or ''}; table {cfg.table!r} v{s.table_version} "
-        f"({s.table_rows} rows), tag {s.tag}, {s.seconds:.1f} s. Manifest: {out / 'manifest.json'}"
+        f"rejected {s.rejected} {s.rejects_by_reason or ''}{nothing}; table {cfg.table!r} v{s.table_version} "
+        f"({s.table_rows} rows), tag {s.tag}; maintenance: {m.get('fragments_removed', 0)} fragments compacted, "
+        f"{m.get('versions_pruned', 0)} old versions pruned; {s.seconds:.1f} s. Manifest: {out / 'manifest.json'}"
     )
-    typer.echo(out_line)
+
+
+@app.command()
+def restore(
+    version: Annotated[str, typer.Option(help="The version number or tag to bring back (see the index manifest).")],
+    db: Annotated[str, typer.Option(help="LanceDB directory or URI.")] = "data/lancedb",
+    table: str = "docs",
+):
+    """Make an earlier version of a table the latest one again (a new version; nothing is lost)."""
+    from pipelines.store import DocStore
+    from pipelines.writelock import TableLock
+
+    target: int | str = int(version) if version.isdigit() else version
+    lock = TableLock(db, table, "restore")
+    _run(lock.acquire)
+    try:
+        store = DocStore(db, table)
+        new = _run(store.restore, target)
+    finally:
+        lock.release()
+    typer.echo(f"table {table!r} in {db!r}: version {target} restored as v{new} ({store.count()} rows).")
 
 
 @app.command()

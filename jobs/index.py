@@ -2,19 +2,25 @@
 
 Plan: one read task per source file (a generator: bounded memory) -> an actor pool that
 classifies rows by content hash and embeds only new and changed documents -> the driver,
-the table's one writer, which upserts in chunks. Then: delete ids missing from the
-snapshot, build indexes, tag the version, write the manifest.
+the table's one writer, which upserts in chunks. Then: the guards, delete ids missing from
+the snapshot, maintain the table (compact, indexes over every row, prune old untagged
+versions), tag the version, write the manifest.
+
+One writer per table: the run holds the table's lock (:mod:`pipelines.writelock`) from
+start to end; a second run is refused before it reads anything.
 
 Crash safety: every chunk is a keyed upsert, so a rerun after a kill finds the written
 documents unchanged, writes the rest, and ends with the table a clean run would give.
-Deletes run only after the whole snapshot was read and passed the reject threshold.
+Deletes run only after the whole snapshot was read and passed the guards: the reject
+threshold, a snapshot with no valid document (never deletes), and the share of the table
+a snapshot may delete (``max_delete_fraction``).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,12 +29,14 @@ from jobs.raysession import ray_session, require_fit
 from jobs.rundir import RunDir
 from pipelines.corpus import Source, list_sources, read_source
 from pipelines.embed import model_id, resolve_model
+from pipelines.errors import UserError
 from pipelines.indexing import EmbedStage, IndexWriter, RejectSink
 from pipelines.store import DocStore
+from pipelines.writelock import TableLock
 from schemas.config import IndexConfig
 
 
-class IndexJobError(RuntimeError):
+class IndexJobError(UserError, RuntimeError):
     """The index job stopped; the message says why and what to do."""
 
 
@@ -44,7 +52,10 @@ class IndexSummary:
     rejects_by_reason: dict[str, int] = field(default_factory=dict)
     table_version: int | None = None
     table_rows: int = 0
-    indexes: dict[str, str] = field(default_factory=dict)
+    absent: int = 0  # stored documents missing from the snapshot
+    redelivered: int = 0  # source rows Ray delivered twice (a retried task), written once
+    indexes: list[str] = field(default_factory=list)  # rebuilt from scratch by maintenance
+    maintenance: dict = field(default_factory=dict)
     tag: str | None = None
     seconds: float = 0.0
 
@@ -94,11 +105,22 @@ _READ_CPUS = 0.5
 
 
 def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> IndexSummary:
-    """Index ``cfg.corpus`` into ``cfg.db``/``cfg.table``; outputs (rejects, manifest) go to ``out``."""
+    """Index ``cfg.corpus`` into ``cfg.db``/``cfg.table``; outputs (rejects, manifest) go to ``out``.
+
+    Holds the table's write lock for the whole run (a second run is refused at start).
+    Refuses, with a non-zero exit and the command that restores the table: too many
+    rejects; a snapshot with no valid document (it never deletes anything); a snapshot that
+    would delete more than ``max_delete_fraction`` of the table (unless ``allow_mass_delete``).
+    """
     start = time.perf_counter()
     rundir = RunDir(out, "index")
     sources = list_sources(cfg.corpus, cfg.format)  # fails before Ray or a model loads
     resolve_model(cfg.embed.model)
+    with TableLock(cfg.db, cfg.table, "index"):
+        return _index_locked(cfg, rundir, sources, progress, start)
+
+
+def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float) -> IndexSummary:
     mid = model_id(cfg.embed)
     store = DocStore(cfg.db, cfg.table)
     if store.exists() and store.model_id() != mid:
@@ -111,66 +133,97 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
     rejects = RejectSink(rundir.path / "rejects.parquet")
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows)
 
-    with ray_session(cfg.ray) as ray:
-        require_fit(
-            "index", cfg.ray.embed_actors, cfg.ray.embed_num_cpus, cfg.ray.embed_num_gpus, ray.cluster_resources(),
-            IndexJobError, reserve_cpus=_READ_CPUS,
-        )
-        with rundir.timed("diff_load"):
-            stored = store.hashes()
-        stored_ref = ray.put(stored)
-        with rundir.timed("stream"), _progress(progress) as tick:
-            for batch in _plan(cfg, sources, stored_ref).iter_batches(batch_size=None, batch_format="pyarrow"):
-                writer.consume(batch)
-                tick(batch.num_rows, writer)
-            writer.flush()
-    rejects.close()
+    try:
+        with ray_session(cfg.ray) as ray:
+            require_fit(
+                "index", cfg.ray.embed_actors, cfg.ray.embed_num_cpus, cfg.ray.embed_num_gpus, ray.cluster_resources(),
+                IndexJobError, reserve_cpus=_READ_CPUS,
+            )
+            with rundir.timed("diff_load"):
+                stored = store.hashes()
+            stored_ref = ray.put(stored)
+            with rundir.timed("stream"), _progress(progress) as tick:
+                for batch in _plan(cfg, sources, stored_ref).iter_batches(batch_size=None, batch_format="pyarrow"):
+                    writer.consume(batch)
+                    tick(batch.num_rows, writer)
+                writer.flush()
+    finally:
+        rejects.close()  # what was rejected stays on disk, whatever stopped the run
 
     c = writer.counts
     summary.inserted, summary.updated, summary.unchanged = c["insert"], c["update"], c["unchanged"]
     summary.rejected, summary.rows_read = c["reject"], writer.rows_read
     summary.embedded = summary.inserted + summary.updated
+    summary.redelivered = writer.redelivered
     summary.rejects_by_reason = dict(rejects.reasons)
-    fraction = summary.rejected / summary.rows_read if summary.rows_read else 0.0
-    too_many = fraction > cfg.max_reject_fraction
+    summary.absent = sum(d not in writer.seen for d in stored.column("doc_id").to_pylist())
+    failure = _refusal(cfg, summary, stored.num_rows, bool(writer.seen), rejects.path, _restore_hint(cfg, store, version_before))
 
-    if not too_many:
-        # the ids stored before this run are already in hand: only a snapshot that misses
-        # some of them needs the delete pass (which reads the table's ids again)
-        absent = cfg.delete_missing and any(d not in writer.seen for d in stored.column("doc_id").to_pylist())
-        if absent and store.exists():
+    if failure is None:
+        if cfg.delete_missing and summary.absent and store.exists():
             with rundir.timed("delete"):
                 summary.deleted = store.delete_absent(pa.array(sorted(writer.seen), pa.string()))
         if store.exists():
-            changed = store.version != version_before or summary.embedded or summary.deleted
-            if changed or not store.table.list_indices():
-                with rundir.timed("indexes"):
-                    summary.indexes = store.build_indexes(cfg.ann_threshold)
+            changed = store.version != version_before or bool(summary.embedded or summary.deleted)
+            with rundir.timed("maintain"):
+                summary.maintenance = store.maintain(cfg.ann_threshold, timedelta(hours=cfg.prune_after_hours), changed)
+            summary.indexes = summary.maintenance["indexes_rebuilt"]
             summary.tag = cfg.tag or f"index-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
             store.tag(summary.tag)
     if store.exists():
         summary.table_version, summary.table_rows = store.version, store.count()
     summary.seconds = round(time.perf_counter() - start, 3)
 
-    status = "failed" if too_many else "ok"
     rundir.write_manifest(
         cfg.model_dump(mode="json"),
         cfg.digest(),
         {"corpus": [s.fingerprint() for s in sources]},
         ["rejects.parquet"],
-        status=status,
+        status="failed" if failure else "ok",
         model=mid,
-        table={"db": cfg.db, "name": cfg.table, "version": summary.table_version, "rows": summary.table_rows},
+        table={"db": cfg.db, "name": cfg.table, "version_before": version_before, "version": summary.table_version, "rows": summary.table_rows},
         counts=asdict(summary),
+        error=failure,
     )
-    if too_many:
-        raise IndexJobError(
-            f"index: {summary.rejected} of {summary.rows_read} rows rejected ({fraction:.1%} > max_reject_fraction "
-            f"{cfg.max_reject_fraction:.1%}); reasons {summary.rejects_by_reason}. The good rows were written, but "
-            f"no document was deleted and no tag made. See {rejects.path} for each row's source and reason; fix the "
-            "corpus or raise --max-reject-fraction."
-        )
+    if failure:
+        raise IndexJobError(failure)
     return summary
+
+
+def _refusal(cfg: IndexConfig, s: IndexSummary, stored: int, any_valid: bool, rejects: Path, restore: str) -> str | None:
+    """Why this snapshot must not change the table further (no deletes, no tag), or None."""
+    fraction = s.rejected / s.rows_read if s.rows_read else 0.0
+    if fraction > cfg.max_reject_fraction:
+        return (
+            f"index: {s.rejected} of {s.rows_read} rows rejected ({fraction:.1%} > max_reject_fraction "
+            f"{cfg.max_reject_fraction:.1%}); reasons {s.rejects_by_reason}. No document was deleted and no tag made. "
+            f"See {rejects} for each row's source and reason; fix the corpus or raise --max-reject-fraction.{restore}"
+        )
+    if not any_valid:
+        return (
+            f"index: the snapshot {cfg.corpus!r} holds no valid document ({s.rows_read} rows read, {s.rejected} rejected); "
+            f"an empty snapshot never deletes anything, so the table is unchanged. Check the corpus path and format."
+        )
+    share = s.absent / stored if stored else 0.0
+    if cfg.delete_missing and share > cfg.max_delete_fraction and not cfg.allow_mass_delete:
+        return (
+            f"index: this snapshot would delete {s.absent} of the {stored} documents in table {cfg.table!r} "
+            f"({share:.1%} > max_delete_fraction {cfg.max_delete_fraction:.1%}); refused, nothing was deleted. If the "
+            f"deletions are meant, rerun with --allow-mass-delete (or raise --max-delete-fraction).{restore}"
+        )
+    return None
+
+
+def _restore_hint(cfg: IndexConfig, store: DocStore, version_before: int | None) -> str:
+    """How to put the table back as it was before this run, for refusal messages."""
+    if version_before is None:
+        return ""
+    if store.exists() and store.version == version_before:
+        return f" The table is unchanged (v{version_before})."
+    return (
+        f" New and changed documents were written (now v{store.version}); to return to the table as it was before this run: "
+        f"logicrank restore --db {cfg.db} --table {cfg.table} --version {version_before}"
+    )
 
 
 class _progress:

@@ -4,9 +4,78 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import sys
+import threading
 from contextlib import contextmanager
+from pathlib import Path
 
 from schemas.config import RayConfig
+
+VERBOSE_ENV = "LOGICRANK_VERBOSE"  # set by `logicrank --verbose`
+_QUIET = {
+    # Ray Data: console at ERROR (its INFO/WARNING lines stay in the session's ray-data.log)
+    "RAY_DATA_LOGGING_CONFIG": str(Path(__file__).with_name("ray_data_quiet.yaml")),
+    # vLLM's per-engine WARNING lines, in every actor the local cluster starts
+    "VLLM_LOGGING_LEVEL": "ERROR",
+}
+
+
+def verbose() -> bool:
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+def quiet_logs() -> None:
+    """Unless ``--verbose``: only the job's own progress and summary reach the terminal.
+
+    Set before Ray starts, so the raylet and the workers it spawns inherit them; a variable
+    the user set already wins. On a remote cluster, set them in the image or the RayJob."""
+    if not verbose():
+        for key, value in _QUIET.items():
+            os.environ.setdefault(key, value)
+
+
+# Lines Ray's C++ core writes straight to file descriptor 2, known to be noise for our jobs:
+# Ray Data puts every actor-pool UDF in the object store itself, and the core worker then
+# notes, at error level, that such an actor's restart needs that object (it is owned by the
+# driver, which outlives the job's actors).
+_NATIVE_NOISE = re.compile(rb"core_worker\.cc:\d+: Actor with class name: .* has constructor arguments in the object store")
+
+
+@contextmanager
+def _drop_native_noise():
+    """While open, lines matching :data:`_NATIVE_NOISE` written to fd 2 are dropped; every
+    other byte passes through unchanged, in order."""
+    if verbose():
+        yield
+        return
+    sys.stderr.flush()
+    original = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def pump():
+        with os.fdopen(read_end, "rb", buffering=0) as src:
+            pending = b""
+            while chunk := src.read(65536):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                out = b"".join(line + b"\n" for line in lines if not _NATIVE_NOISE.search(line))
+                if out:
+                    os.write(original, out)
+            if pending and not _NATIVE_NOISE.search(pending):
+                os.write(original, pending)
+
+    thread = threading.Thread(target=pump, daemon=True, name="stderr-filter")
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(original, 2)  # closes the pipe's last write end: the pump drains and stops
+        thread.join(timeout=5)
+        os.close(original)
 
 
 @contextmanager
@@ -17,6 +86,7 @@ def ray_session(config: RayConfig):
     """
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    quiet_logs()
     import warnings
 
     import ray
@@ -28,7 +98,7 @@ def ray_session(config: RayConfig):
     warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
     started = False
     if not ray.is_initialized():
-        kwargs = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": True}
+        kwargs = {"include_dashboard": False, "logging_level": logging.INFO if verbose() else logging.ERROR, "log_to_driver": True}
         if config.address:
             ray.init(address=config.address, **kwargs)
         else:
@@ -41,7 +111,8 @@ def ray_session(config: RayConfig):
     ctx.execution_options.preserve_order = True
     ctx.target_max_block_size = config.block_bytes
     try:
-        yield ray
+        with _drop_native_noise():
+            yield ray
     finally:
         if started:
             ray.shutdown()

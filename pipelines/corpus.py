@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from pipelines.errors import UserError
 
 # The reader's output: corpus columns plus provenance and the verdict.
 PARSED = pa.schema(
@@ -40,9 +43,11 @@ ID_KEYS = ("doc_id", "_id", "id", "docid", "docno")
 TEXT_KEYS = ("text", "contents", "body")
 _JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
+# A directory holding any of these is a BEIR directory, whose corpus must be corpus.jsonl[.gz].
+_BEIR_MARKERS = ("queries.jsonl", "queries.jsonl.gz", "qrels")
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError, ValueError):
     """The corpus location or layout cannot be read."""
 
 
@@ -107,8 +112,13 @@ def list_sources(location: str, fmt: str = "auto") -> list[Source]:
             candidate = f"{path.rstrip('/')}/{name}"
             if fs.get_file_info(candidate).type == pafs.FileType.File:
                 return [source(candidate, "jsonl")]
-        if fmt == "beir":
-            raise CorpusError(f"corpus: {location!r} is not a BEIR directory (no corpus.jsonl or corpus.jsonl.gz).")
+        top = sorted(f.base_name for f in fs.get_file_info(pafs.FileSelector(path)))
+        if fmt == "beir" or any(n in _BEIR_MARKERS for n in top):
+            # a BEIR directory without its corpus file: never index its queries as documents
+            raise CorpusError(
+                f"corpus: {location!r} is laid out as a BEIR directory but holds no corpus.jsonl or corpus.jsonl.gz "
+                f"(found: {', '.join(top[:10]) or 'nothing'}); give the directory that holds the corpus, or the corpus file itself."
+            )
 
     files = sorted(
         f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if f.type == pafs.FileType.File
@@ -144,10 +154,15 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
     doc_id = _first(obj, ID_KEYS)
     if isinstance(doc_id, bool) or (doc_id is not None and not isinstance(doc_id, (str, int))):
         return empty, "bad_field_type", f"id must be a string, got {type(doc_id).__name__}"
-    doc_id = None if doc_id is None else str(doc_id).strip()
+    doc_id = None if doc_id is None else str(doc_id)
     fields = dict(empty, doc_id=doc_id or None)
-    if not doc_id:
+    if not doc_id or not doc_id.strip():
         return fields, "missing_id", f"none of {list(ID_KEYS)} holds a non-empty id"
+    if doc_id != doc_id.strip() or any(unicodedata.category(c) == "Cc" for c in doc_id):
+        # ids are stored exactly as given; one that differs from another only by surrounding
+        # whitespace, or holds a tab or newline, is almost surely a mistake (and no TSV or
+        # TREC file can carry it), so it is refused rather than silently changed
+        return fields, "bad_id", f"id {doc_id!r} has surrounding whitespace or a control character (tab, newline)"
     title, text, metadata = obj.get("title"), _first(obj, TEXT_KEYS), obj.get("metadata")
     if title is not None and not isinstance(title, str):
         return fields, "bad_field_type", f"title must be a string, got {type(title).__name__}"

@@ -113,12 +113,20 @@ class RejectSink:
 
 
 class IndexWriter:
-    """The single writer: dedups ids, routes rejects, upserts in chunks of ``chunk_rows``."""
+    """The single writer: dedups ids, routes rejects, upserts in chunks of ``chunk_rows``.
+
+    ``seen`` maps each id kept to the key of the source row it came from. A row delivered
+    twice (a task Ray re-ran after losing a worker) has the same key and is dropped quietly
+    (counted as ``redelivered``); a second row with the same id elsewhere in the snapshot is
+    a ``duplicate_id`` reject.
+    """
 
     def __init__(self, store: DocStore, model_id: str, rejects: RejectSink, chunk_rows: int = 4096):
         self.store, self.model_id, self.rejects, self.chunk_rows = store, model_id, rejects, chunk_rows
-        self.seen: set[str] = set()
+        self.seen: dict[str, int] = {}
         self.counts: Counter[str] = Counter()
+        self.redelivered = 0
+        self._rejected_at: set[int] = set()
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
 
@@ -129,34 +137,38 @@ class IndexWriter:
     def consume(self, batch: pa.Table) -> None:
         actions = batch.column("_action").to_pylist()
         ids = batch.column("doc_id").to_pylist()
-        keep, dup = [], []
-        for i, (doc_id, action) in enumerate(zip(ids, actions, strict=True)):
-            if action == "reject":
-                continue
-            if doc_id in self.seen:
+        keys = [hash(k) for k in zip(batch.column("_source").to_pylist(), batch.column("_location").to_pylist(), strict=True)]
+        keep, dup, bad = [], [], []
+        for i, (doc_id, action, key) in enumerate(zip(ids, actions, keys, strict=True)):
+            if self.seen.get(doc_id) == key or (action == "reject" and key in self._rejected_at):
+                self.redelivered += 1  # this very source row was delivered before
+            elif action == "reject":
+                self._rejected_at.add(key)
+                bad.append(i)
+            elif doc_id in self.seen:
+                self._rejected_at.add(key)
                 dup.append(i)
             else:
-                self.seen.add(doc_id)
+                self.seen[doc_id] = key
                 keep.append(i)
-        self._reject(batch, actions, dup)
-        kept = batch.take(keep)
+        self._reject(batch, bad, dup)
+        kept = batch.take(pa.array(keep, pa.int64()))
         kept_actions = kept.column("_action").to_pylist()
         self.counts.update(kept_actions)
         write = [i for i, a in enumerate(kept_actions) if a in ("insert", "update")]
         if write:
-            self._pending.append(kept.take(write))
+            self._pending.append(kept.take(pa.array(write, pa.int64())))
             self._pending_rows += len(write)
         if self._pending_rows >= self.chunk_rows:
             self.flush()
 
-    def _reject(self, batch: pa.Table, actions: list[str], dup: list[int]) -> None:
-        bad = [i for i, a in enumerate(actions) if a == "reject"]
+    def _reject(self, batch: pa.Table, bad: list[int], dup: list[int]) -> None:
         if bad:
-            rows = batch.take(bad)
+            rows = batch.take(pa.array(bad, pa.int64()))
             self._write_rejects(rows, rows.column("_reason"), rows.column("_detail"))
         if dup:
             note = "an earlier row of this snapshot has this id; the first one is kept"
-            self._write_rejects(batch.take(dup), pa.array(["duplicate_id"] * len(dup)), pa.array([note] * len(dup)))
+            self._write_rejects(batch.take(pa.array(dup, pa.int64())), pa.array(["duplicate_id"] * len(dup)), pa.array([note] * len(dup)))
         self.counts["reject"] += len(bad) + len(dup)
 
     def _write_rejects(self, rows: pa.Table, reasons, details) -> None:

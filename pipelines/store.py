@@ -9,7 +9,7 @@ No user text is ever pasted into a LanceDB filter string.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import lancedb
 import numpy as np
@@ -17,13 +17,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.embed import to_matrix
+from pipelines.errors import UserError
 from schemas.tables import docs_schema
 
 _META_MODEL = b"logicrank.model"
 _FTS_COLUMNS = ("title", "text")
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError, RuntimeError):
     """The table cannot be used as asked (wrong model, missing, ...)."""
 
 
@@ -188,6 +189,64 @@ class DocStore:
             )
             built["vector"] = f"IVF_HNSW_SQ(partitions={partitions})"
         return built
+
+    def index_coverage(self) -> dict[str, int]:
+        """Index name -> rows it does not cover (0 everywhere after :meth:`maintain`)."""
+        t = self.table
+        out = {}
+        for idx in t.list_indices():
+            stats = t.index_stats(idx.name)
+            out[idx.name] = int(stats.num_unindexed_rows) if stats is not None else self.count()
+        return out
+
+    def maintain(self, ann_threshold: int, prune_older_than: timedelta, changed: bool = True) -> dict:
+        """After a successful write: compact small fragments, bring every index up to date so it
+        covers every row, and prune versions older than ``prune_older_than`` that no tag names.
+
+        Indexes are built when missing (or when the table crossed ``ann_threshold``) and
+        otherwise updated incrementally; an index still missing rows afterwards is rebuilt.
+        Tagged versions are never pruned, so every earlier index run stays restorable. With
+        ``changed`` False and every index complete, only the pruning runs (no new version).
+        """
+        t = self.table
+        names = {c for idx in t.list_indices() for c in idx.columns}
+        wanted = {"doc_id", *_FTS_COLUMNS} | ({"vector"} if self.count() >= ann_threshold else set())
+        complete = wanted <= names and not any(self.index_coverage().values())
+        built: dict[str, str] = {}
+        fragments = (0, 0)
+        if changed or not complete:
+            compaction = t.to_lance().optimize.compact_files()
+            fragments = (int(compaction.fragments_removed), int(compaction.fragments_added))
+            t.checkout_latest()
+            built = self.build_indexes(ann_threshold) if not wanted <= names else {}
+            if not built:
+                t.to_lance().optimize.optimize_indices()
+                t.checkout_latest()
+                if any(self.index_coverage().values()):
+                    built = self.build_indexes(ann_threshold)
+        cleanup = t.to_lance().cleanup_old_versions(older_than=prune_older_than, error_if_tagged_old_versions=False)
+        t.checkout_latest()
+        return {
+            "fragments_removed": fragments[0],
+            "fragments_added": fragments[1],
+            "indexes_rebuilt": sorted(built),
+            "unindexed_rows": self.index_coverage(),
+            "versions_pruned": int(cleanup.old_versions),
+            "bytes_pruned": int(cleanup.bytes_removed),
+            "versions_left": len(t.list_versions()),
+        }
+
+    def restore(self, version: int | str) -> int:
+        """Make ``version`` (a number or a tag) the latest version again; returns the new version."""
+        t = self.table
+        versions = [v["version"] for v in t.list_versions()]
+        tags = t.tags.list()
+        if version not in versions and version not in tags:
+            raise StoreError(
+                f"store: table {self.name!r} has no version {version!r}; versions kept: {versions[-10:]}, tags: {sorted(tags)[-10:]}."
+            )
+        t.restore(version)
+        return self.version
 
     def has_ann_index(self) -> bool:
         return any("vector" in idx.columns for idx in self.table.list_indices())

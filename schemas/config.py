@@ -66,6 +66,13 @@ class IndexConfig(_Config):
     embed: EmbedConfig = EmbedConfig()
     ray: RayConfig = RayConfig()
     delete_missing: bool = Field(True, description="Delete documents absent from this snapshot.")
+    max_delete_fraction: float = Field(
+        0.1, ge=0, le=1, description="Refuse a snapshot that would delete more than this fraction of the table."
+    )
+    allow_mass_delete: bool = Field(False, description="Delete past max_delete_fraction (an empty snapshot still deletes nothing).")
+    prune_after_hours: float = Field(
+        168.0, ge=0, description="After a successful run, prune untagged table versions older than this (tagged ones never)."
+    )
     max_reject_fraction: float = Field(0.01, ge=0, le=1)
     max_doc_bytes: int = Field(1 << 20, ge=1, description="Title + text larger than this is rejected.")
     write_batch_rows: int = Field(4096, ge=1, description="Rows per LanceDB commit.")
