@@ -73,7 +73,7 @@ def validation_message(exc: ValidationError) -> str:
         msg = e["msg"].replace("Input should be", "must be").replace("Value error, ", "")
         given = f" {e['input']!r}" if "input" in e and not isinstance(e["input"], dict) else ""
         parts.append(f"{option}{given}: {msg}")
-    return f"{exc.title}: " + "; ".join(parts)
+    return f"{exc.title.removesuffix('Config').lower()}: " + "; ".join(parts)
 
 
 def _llm(model: str, dtype: str, max_model_len: int, tensor_parallel_size: int, compiled: bool, cache: str) -> LLMConfig:
@@ -84,7 +84,7 @@ def _llm(model: str, dtype: str, max_model_len: int, tensor_parallel_size: int, 
 
 
 def _ray(address: str | None, actors: int, gpus_per_actor: float = 0.0) -> RayConfig:
-    return RayConfig(address=address, embed_actors=actors, embed_num_gpus=gpus_per_actor)
+    return _run(RayConfig, address=address, embed_actors=actors, embed_num_gpus=gpus_per_actor)
 
 
 @app.command()
@@ -120,7 +120,7 @@ def index(
         db=db,
         table=table,
         format=format,
-        embed=EmbedConfig(model=model, backend=backend, batch_size=batch_size, device="cuda" if gpus_per_actor else "cpu"),
+        embed=_run(EmbedConfig, model=model, backend=backend, batch_size=batch_size, device="cuda" if gpus_per_actor else "cpu"),
         ray=_ray(ray_address, actors, gpus_per_actor),
         delete_missing=delete_missing,
         max_delete_fraction=max_delete_fraction,
@@ -207,10 +207,10 @@ def retrieve(
     llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache)
     cfg = _run(
         RetrieveConfig, queries=queries, db=db, table=table, methods=tuple(method), k=k,
-        embed=EmbedConfig(model=model, backend=backend), trec=trec, itlr_mode=itlr_mode,
+        embed=_run(EmbedConfig, model=model, backend=backend), trec=trec, itlr_mode=itlr_mode,
         operators=operators or "and=product,or=sum,not=complement", calibration=calibration, labels=labels,
         decompositions=decompositions, orlog_base=orlog_base, orlog_k=orlog_k, orlog_calibration=orlog_calibration,
-        orlog_reasoner=orlog_reasoner, orlog_context=orlog_context, llm=llm, ray=RayConfig(address=ray_address),
+        orlog_reasoner=orlog_reasoner, orlog_context=orlog_context, llm=llm, ray=_run(RayConfig, address=ray_address),
         score_actors=actors, score_num_cpus=cpus_per_actor, score_num_gpus=gpus_per_actor,
     )
     for rid, path in _run(run_retrieve, cfg, out, echo=typer.echo if progress else None).items():
@@ -227,20 +227,25 @@ def evaluate(
     baseline: Annotated[str | None, typer.Option(help="run_id to test the others against (default: the first).")] = None,
     test: Annotated[str, typer.Option(help="t-test | randomisation")] = "t-test",
     correction: Annotated[str, typer.Option(help="holm | bonferroni | bh")] = "holm",
+    dedupe: Annotated[
+        bool, typer.Option(help="Keep each repeated (query, doc) pair's best-ranked row (default: refuse such a run, as trec_eval).")
+    ] = False,
     out: Path = Path("runs/evaluate"),
 ):
     """Evaluate runs: metrics table, significance tests, Markdown report and plot."""
-    from jobs.evaluate import run_evaluate
+    from jobs.evaluate import evaluation_notes, run_evaluate
     from pipelines.evaluate.measures import parse_measures
     from pipelines.evaluate.report import summary_frame
 
     _run(parse_measures, measure)
     cfg = _run(
         EvaluateConfig, qrels=qrels, runs=tuple(runs), measures=tuple(measure), baseline=baseline,
-        test=test, correction=correction,
+        test=test, correction=correction, dedupe=dedupe,
     )
-    metrics = _run(run_evaluate, cfg, out)
+    metrics = _run(run_evaluate, cfg, out, echo=typer.echo)
     typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
+    for line in evaluation_notes(out):
+        typer.echo(line)
     typer.echo(f"report: {out / 'report.md'}")
 
 
@@ -268,7 +273,7 @@ def decompose(
 
     llm = _llm(model, dtype, max_model_len, tensor_parallel_size, compiled, cache)
     cfg = _run(
-        DecomposeConfig, queries=queries, llm=llm, ray=RayConfig(address=ray_address), methods=tuple(method),
+        DecomposeConfig, queries=queries, llm=llm, ray=_run(RayConfig, address=ray_address), methods=tuple(method),
         constrained=constrained, actors=actors, actor_num_cpus=cpus_per_actor, actor_num_gpus=gpus_per_actor, batch_rows=batch_rows,
     )
     s = _run(run_decompose, cfg, out, progress=progress, echo=typer.echo)
@@ -312,7 +317,7 @@ def itlr_bench(
     """ITLR's synthetic logical benchmark from SciFact text: Table 1 (by negations) and Table 2 (operators)."""
     from jobs.itlr_bench import run_itlr_bench
 
-    res = _run(run_itlr_bench, out, EmbedConfig(backend=backend), RayConfig(), per_template, seed, echo=typer.echo)
+    res = _run(run_itlr_bench, out, _run(EmbedConfig, backend=backend), _run(RayConfig), per_template, seed, echo=typer.echo)
     typer.echo(res["report"].read_text())
 
 
@@ -330,7 +335,7 @@ def ablate(
     """ITLR operator ablation: every AND x OR x NOT family, one exact pass, one table."""
     from jobs.ablate import run_ablate
 
-    df = _run(run_ablate, queries, qrels, db, out, EmbedConfig(model=model, backend=backend), table, measure)
+    df = _run(run_ablate, queries, qrels, db, out, _run(EmbedConfig, model=model, backend=backend), table, measure)
     typer.echo(df.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
 
 
@@ -344,7 +349,7 @@ def main_job(
     """The main job on embedded defaults: index bundled SciFact, dense/BM25/hybrid, evaluate."""
     from jobs.main_job import run_main
 
-    result = _run(run_main, out, EmbedConfig(backend=backend), RayConfig(address=ray_address), progress=progress, echo=typer.echo)
+    result = _run(run_main, out, _run(EmbedConfig, backend=backend), _run(RayConfig, address=ray_address), progress=progress, echo=typer.echo)
     if not result["reproduced"]:
         raise typer.Exit(1)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +19,7 @@ from pipelines.topics import DUPLICATES_REMOVED, read_qrels, read_run
 from schemas.config import EvaluateConfig
 
 
-def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation") -> pa.Table:
+def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation", echo: Callable[[str], None] | None = None) -> pa.Table:
     """Writes metrics.parquet, significance.parquet, report.md, plots/per_query.png; returns the metrics.
 
     Runs and qrels are read and checked by :mod:`pipelines.topics` (the numbers equal
@@ -32,10 +33,12 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     for kind, path in [("qrels", cfg.qrels), *(("run", p) for p in cfg.runs)]:
         if not Path(path).exists():
             raise EvaluationError(f"evaluate: no {kind} file at {str(path)!r}; check the path.")
-    dedupe = bool(getattr(cfg, "dedupe", False))
+    dedupe = cfg.dedupe
     rundir = RunDir(out, "evaluate")
     inputs = {"qrels": file_fingerprint(cfg.qrels), "runs": [file_fingerprint(p) for p in cfg.runs]}
     if rundir.is_fresh(cfg.digest(), inputs) and "missing_queries" in (rundir.previous() or {}):
+        if echo:
+            echo(f"evaluate: config, qrels and runs unchanged since the last run: skipped; metrics in {rundir.path / 'metrics.parquet'}")
         return pq.read_table(rundir.path / "metrics.parquet")
     qrels = read_qrels(cfg.qrels)
     tables, missing, without_qrels, removed = [], {}, {}, {}

@@ -98,6 +98,7 @@ def _plan(cfg: IndexConfig, sources: list[Source], stored_ref):
         batch_format="pyarrow",
         num_cpus=cfg.ray.embed_num_cpus,
         num_gpus=cfg.ray.embed_num_gpus or None,
+        **({"resources": dict(cfg.ray.embed_resources)} if cfg.ray.embed_resources else {}),
     )
 
 
@@ -137,7 +138,7 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
         with ray_session(cfg.ray) as ray:
             require_fit(
                 "index", cfg.ray.embed_actors, cfg.ray.embed_num_cpus, cfg.ray.embed_num_gpus, ray.cluster_resources(),
-                IndexJobError, reserve_cpus=_READ_CPUS,
+                IndexJobError, reserve_cpus=_READ_CPUS, custom=cfg.ray.embed_resources,
             )
             with rundir.timed("diff_load"):
                 stored = store.hashes()

@@ -126,11 +126,19 @@ def require_fit(
     resources: dict,
     error: type[Exception],
     reserve_cpus: float = 0.0,
+    custom: dict[str, float] | None = None,
 ) -> None:
     """Raise ``error`` when an actor pool (plus ``reserve_cpus`` for the job's reader) exceeds the cluster.
 
-    Ray Data would otherwise wait forever for resources that never free up.
+    ``custom``: the custom Ray resources each actor also needs. Ray Data would otherwise
+    wait forever for resources that never free up.
     """
+    for name, amount in (custom or {}).items():
+        if actors * amount > resources.get(name, 0):
+            raise error(
+                f"{job}: {actors} actor(s) x {amount} {name!r} need {actors * amount} {name!r}; the cluster has "
+                f"{resources.get(name, 0)}. Lower --actors or add nodes that offer {name!r}."
+            )
     cpus, gpus = resources.get("CPU", 0), resources.get("GPU", 0)
     need_cpu, need_gpu = actors * num_cpus + reserve_cpus, actors * num_gpus
     if need_cpu > cpus or need_gpu > gpus:

@@ -31,7 +31,7 @@ from pipelines.methods.itlr import (
 )
 from pipelines.methods.ranking import rank_pairs
 from pipelines.store import DocStore, StoreError
-from pipelines.topics import read_queries, write_trec_run
+from pipelines.topics import TopicsError, read_queries, write_trec_run
 from schemas.config import RetrieveConfig
 from schemas.tables import RUN, conform
 
@@ -39,7 +39,9 @@ from schemas.tables import RUN, conform
 def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], None] | None = None) -> dict[str, Path]:
     """Returns run_id -> run table path; ``echo`` (if given) receives progress lines of LLM scoring."""
     rundir = RunDir(out, "retrieve")
-    queries = read_queries(cfg.queries)
+    queries, itlr_input, blank = _split_blank(read_queries(cfg.queries))
+    if queries.num_rows == 0 and itlr_input.num_rows == 0:
+        raise TopicsError(f"queries {cfg.queries}: every query's text is blank; give queries with text.")
     decompositions = pq.read_table(cfg.decompositions) if cfg.decompositions else None
     store = DocStore(cfg.db, cfg.table)
     needs_vectors = any(m in ("dense", "hybrid", "itlr", "expansion") for m in cfg.methods) or (
@@ -61,8 +63,14 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         inputs["labels"] = file_fingerprint(cfg.labels)
     if cfg.decompositions:
         inputs["decompositions"] = file_fingerprint(cfg.decompositions)
+    if blank and echo:
+        echo(f"retrieve: {len(blank)} quer{'y has' if len(blank) == 1 else 'ies have'} a blank text and get no results "
+             f"from the text methods (e.g. {blank[:3]}); they score 0 in evaluation.")
     if rundir.is_fresh(cfg.digest(), inputs):
+        if echo:
+            echo(f"retrieve: config, queries and table v{store.version} unchanged since the last run: skipped; runs in {rundir.path / 'runs'}")
         return {run_ids[m]: rundir.path / o for m, o in outputs.items()}
+    depth = max(cfg.hybrid_depth, cfg.k)  # fusing two lists shallower than k would cut the run short
 
     embedder = None
     if needs_vectors:
@@ -81,7 +89,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     extra: dict = {}
     for method in cfg.methods:
         if method == "itlr":
-            itlr_queries = apply_to_queries(queries, decompositions, "itlr") if decompositions is not None else queries
+            itlr_queries = apply_to_queries(queries, decompositions, "itlr") if decompositions is not None else itlr_input
             with rundir.timed("itlr"):
                 pairs, scores, extra["itlr"] = _itlr(cfg, itlr_queries, store, embedder)
             run = rank_pairs(pairs, cfg.k, "itlr", run_ids["itlr"])
@@ -90,7 +98,8 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
             with rundir.timed("expansion"):
                 run = dense(apply_to_queries(queries, decompositions, "reasoning"), store, embedder, cfg.k)
         elif method in ("orlog", "reasoner"):
-            base = rrf([scored("dense", cfg.hybrid_depth), scored("bm25", cfg.hybrid_depth)], cfg.orlog_k, cfg.rrf_k) if cfg.orlog_base == "hybrid" else scored(cfg.orlog_base, cfg.orlog_k)
+            hybrid_depth = max(cfg.hybrid_depth, cfg.orlog_k)
+            base = rrf([scored("dense", hybrid_depth), scored("bm25", hybrid_depth)], cfg.orlog_k, cfg.rrf_k) if cfg.orlog_base == "hybrid" else scored(cfg.orlog_base, cfg.orlog_k)
             with rundir.timed(method):
                 pairs, predicates, cost = _orlog(cfg, method, queries, decompositions, store, base, echo)
             run = rank_pairs(pairs, cfg.k, method, run_ids[method])
@@ -98,7 +107,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
             if predicates is not None:
                 write_parquet_atomic(predicates, rundir.path / f"predicate_scores/{run_ids[method]}.parquet")
         elif method == "hybrid":
-            run = rrf([scored("dense", cfg.hybrid_depth), scored("bm25", cfg.hybrid_depth)], cfg.k, cfg.rrf_k)
+            run = rrf([scored("dense", depth), scored("bm25", depth)], cfg.k, cfg.rrf_k)
         else:
             run = scored(method, cfg.k)
         rid = run_ids[method]
@@ -116,9 +125,31 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         **extra,
         model=model_id(cfg.embed) if needs_vectors else None,
         rows={rid: t.num_rows for rid, t in produced.items()},
-        queries=queries.num_rows,
+        queries=queries.num_rows + len(blank),
+        blank_queries=len(blank),
+        blank_query_ids=blank[:100],
+        hybrid_depth=depth,
     )
     return {run_ids[m]: rundir.path / o for m, o in outputs.items()}
+
+
+def _split_blank(queries: pa.Table) -> tuple[pa.Table, pa.Table, list[str]]:
+    """(queries for the text methods, queries for itlr, ids of queries whose text is blank).
+
+    A blank text asks for nothing: every text method returns no results for it (rather than
+    dense ranking the whole corpus by the empty string's vector while BM25 returns nothing).
+    itlr still runs a blank-text query that carries its own logical form. Blank queries are
+    counted in the manifest and score 0 in evaluation (trec_eval -c's rule for a query
+    without results)."""
+    import pyarrow.compute as pc
+
+    def blank(col: pa.ChunkedArray) -> pa.ChunkedArray:
+        return pc.fill_null(pc.equal(pc.utf8_trim_whitespace(col), ""), True)
+
+    text_blank = blank(queries.column("text"))
+    no_form = blank(queries.column("logical_query"))
+    ids = queries.filter(text_blank).column("query_id").to_pylist()
+    return queries.filter(pc.invert(text_blank)), queries.filter(pc.invert(pc.and_(text_blank, no_form))), ids
 
 
 def _itlr(cfg: RetrieveConfig, queries: pa.Table, store: DocStore, embedder: Embedder):
@@ -227,7 +258,7 @@ def _calibration(cfg: RetrieveConfig, store: DocStore, terms: list[str], term_ve
         sample = store.sample_vectors(cfg.calibration_sample)
         return Calibration.zscore(terms, sample @ term_vectors.T)
     if not cfg.labels:
-        raise ValueError("retrieve: calibration 'sigmoid' is supervised; give --labels (JSONL of doc_id and present terms).")
+        raise StoreError("retrieve: calibration 'sigmoid' is supervised; give --labels (JSONL of doc_id and present terms).")
     from pipelines.methods.itlr import labelled_scores
 
     labels = [json.loads(line) for line in Path(cfg.labels).read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from pipelines.errors import UserError
 from pipelines.llm import prompts
 from schemas.config import LLMConfig, RayConfig
 from schemas.tables import TRUTH_SCORES
+
+
+class ScoreJobError(UserError, RuntimeError):
+    """The scoring job cannot run as configured; the message says what to change."""
 
 
 class _TruthActor:
@@ -49,10 +54,12 @@ def score_truth(
     batch_rows: int = 256,
     template: str = "truth",
     echo=None,
+    actor_resources: dict[str, float] | None = None,
 ) -> pa.Table:
     """TRUTH_SCORES for every row of ``table`` (prompt_id, context, statement), in order.
 
-    ``echo`` (if given) receives a progress line per batch scored.
+    ``echo`` (if given) receives a progress line per batch scored. ``actor_resources``:
+    custom Ray resources per engine actor (only nodes offering them host one).
     """
     from jobs.raysession import ray_session, require_fit
     from pipelines.llm.models import resolve
@@ -61,7 +68,7 @@ def score_truth(
     llm = llm.model_copy(update={"model": str(resolved.path)})
     n = table.num_rows
     with ray_session(ray_cfg) as ray:
-        require_fit("score", actors, actor_num_cpus, actor_num_gpus, ray.cluster_resources(), ValueError)
+        require_fit("score", actors, actor_num_cpus, actor_num_gpus, ray.cluster_resources(), ScoreJobError, custom=actor_resources)
         ds = ray.data.from_arrow([table.slice(i, batch_rows) for i in range(0, max(n, 1), batch_rows)])
         ds = ds.map_batches(
             _TruthActor,
@@ -71,6 +78,7 @@ def score_truth(
             batch_format="pyarrow",
             num_cpus=actor_num_cpus,
             num_gpus=actor_num_gpus or None,
+            **({"resources": dict(actor_resources)} if actor_resources else {}),
         )
         parts, done = [], 0
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):

@@ -69,6 +69,8 @@ def read_queries(path: str | Path) -> pa.Table:
                     break
         if "logical_query" not in table.column_names:
             table = table.append_column("logical_query", pa.nulls(table.num_rows, pa.string()))
+        if table.num_rows == 0:
+            raise TopicsError(f"queries {path}: no queries (the table has no rows); give the queries to run.")
         return conform(table, QUERIES, f"queries {path.name}")
     rows = []
     with _open_text(path) as f:
@@ -84,6 +86,8 @@ def read_queries(path: str | Path) -> pa.Table:
                     f"queries {path}: line {n} is not a JSON object with an id ({list(_QID_KEYS)}) and a text ({list(_QTEXT_KEYS)})."
                 ) from exc
             rows.append({"query_id": str(qid), "text": str(text), "logical_query": obj.get("logical_query")})
+    if not rows:
+        raise TopicsError(f"queries {path}: no queries (the file is empty); give the queries to run.")
     ids = [r["query_id"] for r in rows]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})[:5]

@@ -41,6 +41,9 @@ class RayConfig(_Config):
     embed_actors: int = Field(1, ge=1, description="Size of the embedding actor pool.")
     embed_num_cpus: float = Field(1.0, ge=0)
     embed_num_gpus: float = Field(0.0, ge=0, description="GPUs per embedding actor on a GPU cluster.")
+    embed_resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources per embedding actor, e.g. {'embed': 1}: only nodes offering them host one."
+    )
     batch_rows: int = Field(512, ge=1, description="Rows per Ray Data batch into the embedder.")
     block_bytes: int = Field(1 << 20, ge=1 << 12, description="Target Ray Data block size: small blocks spread work over actors.")
 
@@ -191,3 +194,4 @@ class EvaluateConfig(_Config):
     test: Literal["t-test", "randomisation"] = "t-test"
     correction: Literal["holm", "bonferroni", "bh"] = "holm"
     alpha: float = Field(0.05, gt=0, lt=1)
+    dedupe: bool = Field(False, description="Keep each repeated (query, doc) pair's best-ranked row instead of refusing the run.")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
+from pipelines.errors import UserError
 from pipelines.llm import prompts
 from pipelines.llm.engine import Constraint, Generation, LLMClient
 from pipelines.logic.grammar import to_gbnf
@@ -34,6 +35,10 @@ TEMPLATES = {"itlr": "itlr_decompose", "orlog": "orlog_decompose", "reasoning": 
 MAX_ATOMS = 8
 ATOM_ID = re.compile(r"^a[0-9]{1,2}$")
 PLACEHOLDER = "{x}"
+
+
+class DecompositionsError(UserError, ValueError):
+    """A decompositions table does not cover the queries it is used with."""
 
 
 def orlog_schema(max_atoms: int = MAX_ATOMS, max_chars: int = 200) -> dict:
@@ -196,7 +201,7 @@ def apply_to_queries(queries: pa.Table, decompositions: pa.Table, method: str) -
     qids = queries.column("query_id").to_pylist()
     missing = [q for q in qids if q not in by_id]
     if missing:
-        raise ValueError(f"decompositions: no {method} row for {len(missing)} queries (e.g. {missing[:3]}); run `logicrank decompose` on these queries.")
+        raise DecompositionsError(f"decompositions: no {method} row for {len(missing)} queries (e.g. {missing[:3]}); run `logicrank decompose` on these queries.")
     if method == "itlr":
         values = [by_id[q]["logical_query"] for q in qids]
         return queries.set_column(queries.schema.get_field_index("logical_query"), "logical_query", pa.array(values, pa.string()))

@@ -60,8 +60,11 @@ RULES: dict[str, object] = {
 }
 START = next(iter(RULES))
 
-# A term: any characters but an unescaped quote or backslash, or an escape pair.
+# A term: any characters but an unescaped quote or backslash, or an escape pair. The regex
+# admits "" so the parser can name an empty term; the parser refuses a term whose text holds
+# only BLANK characters, and the GBNF encodes the same rule (a non-blank character inside).
 _TERM_REGEX = r'"(?:[^"\\]|\\.)*"'
+BLANK = " \t\r\n"
 
 
 def _lark(node) -> str:
@@ -144,7 +147,9 @@ def to_gbnf(max_term_chars: int | None = None) -> str:
     lines = [f"root ::= {START.replace('_', '-')}"]
     lines += [f"{name.replace('_', '-')} ::= {_gbnf(body)}" for name, body in RULES.items()]
     lines += [
-        f'term ::= "\\"" {chars} "\\""',
+        f'term ::= "\\"" blank* solid {chars.replace("+", "*").replace("{1,", "{0,")} "\\""',
+        'blank ::= [ \\t\\r]',
+        'solid ::= [^"\\\\\\n \\t\\r] | "\\\\" ["\\\\]',
         'char ::= [^"\\\\\\n] | "\\\\" ["\\\\]',
         'ws ::= " "',
     ]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from pipelines.errors import UserError
-from pipelines.logic.grammar import to_lark
+from pipelines.logic.grammar import BLANK, to_lark
 
 
 class Node:
@@ -150,19 +150,22 @@ def _parser():
     return Lark(to_lark(), parser="lalr", maybe_placeholders=False)
 
 
-def _build(tree) -> Node:
+def _build(tree, query: str) -> Node:
     from lark import Token
 
     if isinstance(tree, Token):
-        return Term(unquote(str(tree)))
+        text = unquote(str(tree))
+        if not text.strip(BLANK):
+            raise QueryParseError(query, tree.start_pos or 0, "an empty term; a term holds at least one non-blank character")
+        return Term(text)
     kids = [c for c in tree.children if not (isinstance(c, Token) and c.type in ("AND", "OR", "NOT"))]
     if tree.data == "start":
-        return _build(kids[0])
+        return _build(kids[0], query)
     if tree.data == "not_expr":
-        return Not(_build(kids[0]))
+        return Not(_build(kids[0], query))
     if tree.data == "atom":  # "(" or_expr ")": the parenthesised group itself
-        return _build(kids[0])
-    nodes = tuple(_build(k) for k in kids)
+        return _build(kids[0], query)
+    nodes = tuple(_build(k, query) for k in kids)
     return And(nodes) if tree.data == "and_expr" else Or(nodes)
 
 
@@ -192,7 +195,7 @@ def parse(query: str) -> Node:
         raise QueryParseError(query, len(query), "the query ends too early") from None
     except UnexpectedInput as exc:  # any other lark input error
         raise QueryParseError(query, getattr(exc, "pos_in_stream", 0) or 0, str(exc).splitlines()[0]) from None
-    return _build(tree)
+    return _build(tree, query)
 
 
 def holds(node: Node, present: set[str]) -> bool:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from pipelines.llm.decompose import DecompositionsError
 from pipelines.logic.probability import compile_probability, problog_probability
 from pipelines.logic.query import Node, parse
 from schemas.tables import PREDICATE_SCORES
@@ -42,7 +43,7 @@ def orlog_queries(queries: pa.Table, decompositions: pa.Table) -> list[OrlogQuer
     rows = {r["query_id"]: r for r in decompositions.to_pylist() if r["method"] == "orlog"}
     missing = [q for q in queries.column("query_id").to_pylist() if q not in rows]
     if missing:
-        raise ValueError(f"orlog: no orlog decomposition for {len(missing)} queries (e.g. {missing[:3]}); run `logicrank decompose`.")
+        raise DecompositionsError(f"orlog: no orlog decomposition for {len(missing)} queries (e.g. {missing[:3]}); run `logicrank decompose`.")
     return [
         OrlogQuery(qid, text, tuple((a["id"], a["text"]) for a in rows[qid]["atoms"]), parse(rows[qid]["logical_query"]), rows[qid]["status"])
         for qid, text in zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True)

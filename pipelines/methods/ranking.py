@@ -13,11 +13,12 @@ def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Tabl
     """``pairs`` has query_id, doc_id, score; keep each query's top ``k``.
 
     Higher score ranks first; equal scores are ordered by a ``tiebreak`` column when the
-    pairs have one (lower first, e.g. a base rank), then by doc_id, so runs are deterministic.
+    pairs have one (lower first, e.g. a base rank), then by doc_id descending: trec_eval's
+    rule, so a run and its TREC file evaluate alike. Runs are deterministic.
     """
     extra = ["tiebreak"] if "tiebreak" in pairs.columns else []
     df = pairs[["query_id", "doc_id", "score", *extra]].sort_values(
-        ["query_id", "score", *extra, "doc_id"], ascending=[True, False, *[True] * len(extra), True], kind="stable"
+        ["query_id", "score", *extra, "doc_id"], ascending=[True, False, *[True] * len(extra), False], kind="stable"
     )
     df = df.drop_duplicates(["query_id", "doc_id"], keep="first")
     df["rank"] = df.groupby("query_id", sort=False).cumcount().astype(np.int32) + 1

@@ -96,12 +96,9 @@ def test_repeated_run_pairs_are_refused_or_deduped_only_when_asked(tmp_path):
     deduped = evaluate_run(_run_table(rows), _qrels_table(QRELS), MEASURES, duplicates="first")
     assert deduped.equals(evaluate_run(_run_table(best), _qrels_table(QRELS), MEASURES))
 
-    class DedupeConfig(EvaluateConfig):  # the field the CLI adds
-        dedupe: bool = True
-
     qrels_path = tmp_path / "qrels.tsv"
     qrels_path.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{r}\n" for q, d, r in QRELS))
-    metrics = run_evaluate(DedupeConfig(qrels=str(qrels_path), runs=(str(path),)), tmp_path / "eval").to_pandas()
+    metrics = run_evaluate(EvaluateConfig(qrels=str(qrels_path), runs=(str(path),), dedupe=True), tmp_path / "eval").to_pandas()
     assert metrics["value"].max() <= 1
     manifest = json.loads((tmp_path / "eval" / "manifest.json").read_text())
     assert manifest["duplicates_removed"] == {str(path): 3}

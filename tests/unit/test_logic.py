@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 import pipelines.logic.fuzzy as fuzzy_mod
 import pipelines.logic.query as query_mod
 from pipelines.logic.fuzzy import OperatorError, Operators, compile_query
-from pipelines.logic.grammar import to_gbnf, to_lark
+from pipelines.logic.grammar import BLANK, to_gbnf, to_lark
 from pipelines.logic.query import And, Not, Or, QueryParseError, Term, parse, to_text
 
 # -- AST strategies -------------------------------------------------------------------------
-_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12).filter(lambda t: t.strip(BLANK))
 _terms = st.builds(Term, _text)
 
 
@@ -117,7 +117,9 @@ def test_module_doctests():
 
 
 # -- the decoding grammar (GBNF) against the parser -------------------------------------------
-_gen_terms = st.builds(Term, st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12))
+_gen_terms = st.builds(
+    Term, st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12).filter(lambda t: t.strip(BLANK))
+)
 gen_asts = st.recursive(_gen_terms, _extend, max_leaves=10)
 
 
@@ -146,5 +148,12 @@ def test_every_string_the_decoder_grammar_accepts_parses(gbnf, s):
 def test_decoder_grammar_examples(gbnf):
     for ok in ['"a" AND NOT "b"', '("a" OR "b") AND "c"', r'"x\"y" OR "z"', 'NOT ("a" AND "b")']:
         assert gbnf(ok), ok
-    for bad in ['"a" AND', "dog", 'NOT NOT "a"', '""', '"a" and "b"']:  # generated keywords are upper case
+    for bad in ['"a" AND', "dog", 'NOT NOT "a"', '""', '" "', '"a" OR "\t "', '"a" and "b"']:  # generated keywords are upper case
         assert not gbnf(bad), bad
+
+
+@pytest.mark.parametrize(("query", "position"), [('"" AND ""', 0), ('"a" OR "  "', 7), ('NOT ("x" AND "\t")', 13)])
+def test_an_empty_or_blank_term_is_a_parse_error(query, position):
+    with pytest.raises(QueryParseError, match="an empty term") as exc:
+        parse(query)
+    assert exc.value.position == position

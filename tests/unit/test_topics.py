@@ -33,10 +33,10 @@ def test_rank_pairs_orders_and_breaks_ties_by_doc_id(tmp_path):
     pairs = pd.DataFrame({"query_id": ["a"] * 4, "doc_id": ["z", "y", "x", "w"], "score": [0.5, 0.9, 0.5, 0.1]})
     run = rank_pairs(pairs, 3, "m", "r")
     assert run.schema == RUN
-    assert run.column("doc_id").to_pylist() == ["y", "x", "z"]
+    assert run.column("doc_id").to_pylist() == ["y", "z", "x"]  # equal scores: doc_id descending, as trec_eval
     assert run.column("rank").to_pylist() == [1, 2, 3]
     path = write_trec_run(run, tmp_path / "r.trec")
-    back = read_run(path)  # a TREC file is ranked as trec_eval ranks it: equal scores by doc_id descending
+    back = read_run(path)  # a TREC file is ranked as trec_eval ranks it: the same order
     assert back.column("doc_id").to_pylist() == ["y", "z", "x"] and back.column("run_id")[0].as_py() == "r"
     assert back.column("rank").to_pylist() == [1, 2, 3]
 
