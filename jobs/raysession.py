@@ -18,6 +18,11 @@ _QUIET = {
     "RAY_DATA_LOGGING_CONFIG": str(Path(__file__).with_name("ray_data_quiet.yaml")),
     # vLLM's per-engine WARNING lines, in every actor the local cluster starts
     "VLLM_LOGGING_LEVEL": "ERROR",
+    # torch's Python loggers ("Triton not available") and C++ warnings (NUMA binding) in the engines
+    "TORCH_LOGS": "-torch",
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
+    # progress bars drawn inside actors (vLLM's checkpoint loading); the job prints its own progress
+    "TQDM_DISABLE": "1",
 }
 
 

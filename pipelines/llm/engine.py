@@ -169,6 +169,8 @@ class Engine:
                 logprobs_mode="raw_logits",
                 # compact JSON: otherwise a JSON schema lets a model spend its tokens on whitespace
                 structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
+                # the checkpoint-loading bar follows the job's quiet switch (TQDM_DISABLE, jobs/raysession.py)
+                use_tqdm_on_load=not os.environ.get("TQDM_DISABLE"),
             )
             self.startup_s = time.perf_counter() - t
             self.label_ids, self.label_note = label_token_ids(self._llm.get_tokenizer(), self.cfg.labels)

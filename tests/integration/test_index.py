@@ -17,6 +17,7 @@ import pytest
 from jobs.index import IndexJobError, run_index
 from pipelines.corpus import content_hash
 from pipelines.store import DocStore
+from pipelines.writelock import TableLockedError
 from schemas.config import IndexConfig, RayConfig
 from tests.conftest import write_jsonl
 
@@ -71,8 +72,20 @@ def test_index_reindex_and_incremental_changes(tmp_path, docs300):
     added = [{"_id": f"new-{i}", "title": f"New {i}", "text": f"a new abstract number {i} about proteins"} for i in range(4)]
     snapshot += added
     write_jsonl(corpus, snapshot)
-    s3 = run_index(_cfg(corpus, db), tmp_path / "run3")
+    versions_before = len(DocStore(str(db)).table.list_versions())
+    s3 = run_index(_cfg(corpus, db, prune_after_hours=0), tmp_path / "run3")
     assert (s3.inserted, s3.updated, s3.deleted, s3.unchanged, s3.embedded) == (4, 3, 2, 295, 7)
+    # maintenance: fragments compacted, every index covers every row, untagged versions pruned, tags kept
+    store = DocStore(str(db))
+    coverage = store.index_coverage()
+    assert set(coverage) == {"doc_id_idx", "title_idx", "text_idx"} and set(coverage.values()) == {0}
+    assert s.maintenance["fragments_removed"] >= 2  # the first run's chunk commits were compacted
+    assert s3.maintenance["versions_pruned"] > 0
+    assert len(store.table.list_versions()) < versions_before
+    assert {s.tag, s2.tag, s3.tag} <= set(store.table.tags.list())
+    store.table.checkout(s.tag)  # the first run's version is still readable
+    assert store.table.count_rows() == 300
+    store.table.checkout_latest()
     third = _table(db)
     assert third.num_rows == 302 and _contents(third) == _expected(snapshot)
     assert not deleted & set(third.column("doc_id").to_pylist())
@@ -134,19 +147,26 @@ def test_killed_mid_write_then_rerun_equals_a_clean_run(tmp_path, docs300):
     killed_at = None
     versions = db / "docs.lance" / "_versions"
     deadline = time.time() + 240
+    other = write_jsonl(tmp_path / "other.jsonl", [dict(r, text="another snapshot") for r in docs300[:50]])
+    refused = None
     while time.time() < deadline and child.poll() is None:
         # each commit adds a manifest: kill after the create and a few upserts
         if versions.is_dir() and len(list(versions.glob("*.manifest"))) >= 4:
+            # a second writer while the first one writes: refused at start, naming the holder
+            with pytest.raises(TableLockedError) as refused:
+                run_index(_cfg(other, db), tmp_path / "second")
             os.killpg(child.pid, signal.SIGKILL)
             break
         time.sleep(0.01)
+    assert refused is not None and f"pid {child.pid}" in str(refused.value)
     child.wait(timeout=60)
     killed_at = DocStore(str(db)).count()
     child.wait(timeout=60)
     assert 0 < killed_at < 300, f"the child must die mid-write for this test to mean anything (rows: {killed_at})"
 
+    # the kernel dropped the dead writer's lock; the rerun embeds exactly what is missing
     s = run_index(_cfg(corpus, db), tmp_path / "resume")
-    assert s.unchanged >= killed_at and s.inserted == 300 - s.unchanged
+    assert (s.unchanged, s.embedded, s.inserted) == (killed_at, 300 - killed_at, 300 - killed_at)
     resumed = _table(db)
     clean_db = tmp_path / "clean"
     run_index(_cfg(corpus, clean_db), tmp_path / "clean_run")
@@ -167,3 +187,48 @@ def test_a_table_from_another_model_is_refused(tmp_path, docs300):
     other = _cfg(corpus, db).model_copy(update={"embed": _cfg(corpus, db).embed.model_copy(update={"max_seq_length": 128})})
     with pytest.raises(IndexJobError, match="holds vectors from 'all-MiniLM-L6-v2'"):
         run_index(other, tmp_path / "r2")
+
+
+def test_snapshots_that_would_empty_the_table_are_refused_and_restorable(tmp_path, docs300):
+    docs = docs300[:60]
+    corpus, db = write_jsonl(tmp_path / "c.jsonl", docs), tmp_path / "db"
+    first = run_index(_cfg(corpus, db), tmp_path / "r1")
+    v1 = first.table_version
+
+    # an empty snapshot (before: "deleted 60", status ok) never deletes anything
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(IndexJobError, match="holds no valid document .*never deletes anything, so the table is unchanged"):
+        run_index(_cfg(empty, db, allow_mass_delete=True), tmp_path / "r2")
+    assert DocStore(str(db)).count() == 60 and DocStore(str(db)).version == v1
+
+    # every row bad (before: an Arrow array_take traceback and no rejects file): rejects written, table untouched
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"_id": "a"}\n{"text": "no id"}\nnot json\n')
+    with pytest.raises(IndexJobError, match=r"3 of 3 rows rejected .* The table is unchanged"):
+        run_index(_cfg(bad, db), tmp_path / "r3")
+    assert [r["reason"] for r in pa.parquet.read_table(tmp_path / "r3" / "rejects.parquet").to_pylist()] == [
+        "empty_text", "missing_id", "malformed_json"]
+    assert json.loads((tmp_path / "r3" / "manifest.json").read_text())["status"] == "failed"
+    assert DocStore(str(db)).version == v1
+
+    # a snapshot that drops 10 of 60 (17% > 10%) and revises one: refused before any delete,
+    # and the message gives the command that brings the table back
+    shrunk = [dict(docs[0], text="revised")] + docs[1:50]
+    write_jsonl(corpus, shrunk)
+    with pytest.raises(IndexJobError, match=r"would delete 10 of the 60 documents .*--allow-mass-delete") as exc:
+        run_index(_cfg(corpus, db), tmp_path / "r4")
+    assert DocStore(str(db)).count() == 60
+    command = str(exc.value).split("before this run: ")[1]
+    assert command == f"logicrank restore --db {db} --table docs --version {v1}"
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+
+    res = CliRunner().invoke(app, command.split()[1:])
+    assert res.exit_code == 0, res.output
+    assert _contents(_table(db)) == _expected(docs)
+
+    # the same snapshot with the explicit override deletes them
+    s = run_index(_cfg(corpus, db, allow_mass_delete=True), tmp_path / "r5")
+    assert (s.deleted, s.updated) == (10, 1) and _contents(_table(db)) == _expected(shrunk)

@@ -282,3 +282,24 @@ def test_orlog_with_problog_as_the_reasoner_gives_the_compiled_posteriors(tmp_pa
     np.testing.assert_allclose(scores["problog"].to_numpy(), scores["compiled"].to_numpy(), atol=1e-9)
     manifest = json.loads((tmp_path / "problog" / "manifest.json").read_text())
     assert manifest["orlog"]["llm_cache_hits"] == manifest["orlog"]["forward_passes"] == 3 * 4 * 3
+
+
+def test_an_llm_job_prints_only_its_own_progress_and_summary(tiny_dir, tmp_path):
+    """A real `logicrank decompose` process on the tiny model: before, every engine actor
+    printed vLLM's WARNING lines, torch's warnings and a checkpoint-loading bar."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": f"question {i} about cells"}) + "\n" for i in range(4)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VLLM_", "TORCH_", "TQDM_", "LOGICRANK_VERBOSE"))}
+    res = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "decompose", str(queries), "--model", str(tiny_dir), "--method", "reasoning",
+         "--cache", "none", "--out", str(tmp_path / "d")],
+        capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[2], timeout=400,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip() == "", res.stderr
+    assert res.stdout.splitlines()[-1].startswith("4 rows {'reasoning'")

@@ -85,3 +85,76 @@ def test_an_actor_pool_too_big_for_the_cluster_fails_fast(indexed, tmp_path):
         app, ["index", str(indexed / "corpus.jsonl"), "--db", str(indexed / "db"), "--actors", "2", "--no-progress", "--out", str(tmp_path)]
     )
     assert res.exit_code == 2 and "Lower --actors" in res.output
+
+
+def test_hybrid_fuses_deep_enough_for_k(indexed, tmp_path):
+    # before: --k 250 gave the union of two top-100 lists (at most 200 per query)
+    cfg = RetrieveConfig(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), methods=("hybrid",), k=250)
+    run = pq.read_table(run_retrieve(cfg, tmp_path / "r")["hybrid"])
+    per_query = run.group_by("query_id").aggregate([("doc_id", "count")]).column("doc_id_count").to_pylist()
+    assert len(per_query) == 40 and set(per_query) == {250}
+    assert json.loads((tmp_path / "r" / "manifest.json").read_text())["hybrid_depth"] == 250
+
+
+def test_blank_queries_get_no_results_from_any_method_and_are_counted(indexed, tmp_path):
+    # before: dense ranked 100 documents for the empty string, bm25 none, silently
+    queries = write_jsonl(tmp_path / "q.jsonl", [{"_id": "ok", "text": "protein folding"}, {"_id": "blank", "text": "  "}])
+    lines: list[str] = []
+    cfg = RetrieveConfig(queries=str(queries), db=str(indexed / "db"), methods=("dense", "bm25", "hybrid"), k=10)
+    for path in run_retrieve(cfg, tmp_path / "r", echo=lines.append).values():
+        assert set(pq.read_table(path).column("query_id").to_pylist()) == {"ok"}
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert (manifest["queries"], manifest["blank_queries"], manifest["blank_query_ids"]) == (2, 1, ["blank"])
+    assert any("1 query has a blank text" in line for line in lines)
+    # a rerun that is skipped says so
+    run_retrieve(cfg, tmp_path / "r", echo=lines.append)
+    assert "skipped" in lines[-1]
+
+
+def test_user_errors_are_one_line_and_bugs_keep_their_traceback(indexed, tmp_path, monkeypatch):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    cases = [
+        (["retrieve", str(empty), "--db", str(indexed / "db")], "no queries (the file is empty)"),
+        (["retrieve", str(indexed / "queries.jsonl"), "--method", "splade"], "--method 'splade': must be 'dense', 'bm25'"),
+        (["retrieve", str(indexed / "queries.jsonl"), "--k", "0"], "--k 0: must be greater than or equal to 1"),
+        (["evaluate", str(indexed / "qrels.tsv"), "x.parquet", "--test", "wilcoxon"], "--test 'wilcoxon': must be 't-test' or 'randomisation'"),
+        (["index", str(indexed / "corpus.jsonl"), "--actors", "0"], "--actors 0: must be greater than or equal to 1"),
+        (["evaluate", str(tmp_path / "missing.tsv"), "x.parquet"], "no qrels file at"),
+    ]
+    for args, expected in cases:
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert expected in res.output and "Traceback" not in res.output, (args, res.output)
+        assert len(res.output.strip().splitlines()) == 1, res.output  # one line, not a pydantic dump
+
+    # an internal bug is not dressed up as a user error: its exception (and traceback) reaches the user
+    import jobs.retrieve
+
+    def broken(*args, **kwargs):
+        raise ValueError("an internal bug")
+
+    monkeypatch.setattr(jobs.retrieve, "run_retrieve", broken)
+    res = runner.invoke(app, ["retrieve", str(indexed / "queries.jsonl"), "--db", str(indexed / "db")])
+    assert res.exit_code == 1 and isinstance(res.exception, ValueError)
+
+
+def test_default_output_is_the_jobs_own(tmp_path, docs300):
+    """A real `logicrank index` process: no Ray/vLLM log lines unless --verbose."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    corpus = write_jsonl(tmp_path / "c.jsonl", docs300[:20])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VLLM_", "LOGICRANK_VERBOSE"))}
+    cli = [sys.executable, "-m", "jobs.cli"]
+    cwd = Path(__file__).resolve().parents[2]
+    quiet = subprocess.run([*cli, "index", str(corpus), "--db", str(tmp_path / "db"), "--out", str(tmp_path / "i"), "--no-progress"],
+                           capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr.strip() == "", quiet.stderr  # before: core_worker.cc, "Progress bars disabled", "Dataset ... finished"
+    assert quiet.stdout.count("\n") == 1 and quiet.stdout.startswith("inserted 20")
+    loud = subprocess.run([*cli, "--verbose", "index", str(corpus), "--db", str(tmp_path / "db2"), "--out", str(tmp_path / "j"), "--no-progress"],
+                          capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+    assert loud.returncode == 0 and "execution finished" in loud.stderr + loud.stdout

@@ -115,3 +115,30 @@ def test_bad_locations_fail_clearly(tmp_path):
     pq.write_table(pa.table({"doc_id": ["x"], "text": ["t"]}), mixed / "b.parquet")
     with pytest.raises(CorpusError, match="mixes JSONL and Parquet"):
         list_sources(str(mixed))
+
+
+def test_a_beir_directory_without_its_corpus_file_is_refused(tmp_path):
+    # before: the directory's queries.jsonl was indexed as the corpus
+    beir = tmp_path / "beir"
+    write_jsonl(beir / "queries.jsonl", [{"_id": "q", "text": "x"}])
+    (beir / "qrels").mkdir()
+    with pytest.raises(CorpusError, match=r"BEIR directory but holds no corpus.jsonl .*found: qrels, queries.jsonl"):
+        list_sources(str(beir))
+    with pytest.raises(CorpusError, match="holds no corpus.jsonl"):
+        list_sources(str(beir), "beir")
+    # a plain directory of JSONL files is still a corpus
+    write_jsonl(tmp_path / "plain" / "part-1.jsonl", ROWS)
+    assert len(list_sources(str(tmp_path / "plain"))) == 1
+
+
+@pytest.mark.parametrize(
+    ("doc_id", "reason"),
+    [(" spaced ", "bad_id"), ("spaced ", "bad_id"), ("tab\there", "bad_id"), ("line\nbreak", "bad_id"), ("   ", "missing_id"),
+     ("inner space", None), ("spaced", None), (7, None)],
+)
+def test_ids_are_kept_exactly_or_refused(doc_id, reason):
+    # before: ' spaced ' was silently stored as 'spaced', colliding with another document's id
+    fields, got, _ = validate_record({"_id": doc_id, "text": "t"}, 1 << 20)
+    assert got == reason
+    if reason is None:
+        assert fields["doc_id"] == str(doc_id)

@@ -1,0 +1,77 @@
+"""One writer per table: the kernel lock on local paths, the verified lease elsewhere."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pipelines.writelock import TableLock, TableLockedError
+
+
+def test_a_second_writer_is_refused_naming_the_first_and_a_released_lock_is_free(tmp_path):
+    first = TableLock(str(tmp_path), "docs", "index")
+    first.acquire()
+    with pytest.raises(TableLockedError, match=r"table 'docs' .* is being written by index on host .*, pid \d+, since"):
+        TableLock(str(tmp_path), "docs", "index").acquire()
+    with TableLock(str(tmp_path), "other", "index"):  # another table is another lock
+        pass
+    first.release()
+    with TableLock(str(tmp_path), "docs", "restore"):
+        pass
+
+
+def test_a_dead_holder_leaves_no_stale_lock(tmp_path):
+    # the kernel drops a flock with its process: a killed index run never blocks the next one
+    code = f"from pipelines.writelock import TableLock; l = TableLock({str(tmp_path)!r}, 'docs', 'index'); l.acquire(); print('held', flush=True); import time; time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        with pytest.raises(TableLockedError, match=f"pid {child.pid}"):
+            TableLock(str(tmp_path), "docs", "index").acquire()
+    finally:
+        child.kill()
+        child.wait()
+    with TableLock(str(tmp_path), "docs", "index"):
+        pass
+
+
+def test_the_lease_refuses_a_live_holder_and_takes_over_an_expired_one(tmp_path):
+    uri = f"file://{tmp_path}"
+    first = TableLock(uri, "docs", "index", ttl_s=0.6, settle_s=0.05, kind="lease")
+    first.acquire()
+    with pytest.raises(TableLockedError, match="is being written by index"):
+        TableLock(uri, "docs", "index", ttl_s=0.6, settle_s=0.05, kind="lease").acquire()
+    time.sleep(0.5)  # renewed every ttl/3: still held past its first expiry
+    with pytest.raises(TableLockedError):
+        TableLock(uri, "docs", "index", ttl_s=0.6, settle_s=0.05, kind="lease").acquire()
+    first._stop.set()  # the holder stops renewing (as if it died) ...
+    first._renewer.join()
+    time.sleep(0.7)  # ... and its lease expires
+    with TableLock(uri, "docs", "index", ttl_s=0.6, settle_s=0.05, kind="lease"):
+        pass
+    first._renewer = None
+
+
+def test_racing_lease_contenders_end_with_one_holder(tmp_path):
+    import threading
+
+    uri, won, lost = f"file://{tmp_path}", [], []
+    gate = threading.Barrier(4)
+
+    def contend():
+        lock = TableLock(uri, "docs", "index", ttl_s=30, settle_s=0.3, kind="lease")
+        gate.wait()
+        try:
+            lock.acquire()
+            won.append(lock)
+        except TableLockedError:
+            lost.append(lock)
+
+    threads = [threading.Thread(target=contend) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(won) == 1 and len(lost) == 3
+    won[0].release()
