@@ -60,7 +60,7 @@ def _fail(message: str) -> NoReturn:
 
 # config fields whose command-line option has another name
 _OPTION_NAMES = {"methods": "method", "measures": "measure", "runs": "runs", "score_actors": "actors",
-                 "score_num_cpus": "cpus-per-actor", "score_num_gpus": "gpus-per-actor", "embed_actors": "actors",
+                 "score_num_cpus": "cpus-per-actor", "score_num_gpus": "gpus-per-actor", "embed_actors": "actors", "embed_num_gpus": "gpus-per-actor",
                  "actor_num_cpus": "cpus-per-actor", "actor_num_gpus": "gpus-per-actor", "enforce_eager": "compiled"}
 
 
@@ -154,6 +154,8 @@ def restore(
     from pipelines.writelock import TableLock
 
     target: int | str = int(version) if version.isdigit() else version
+    if not _run(DocStore, db, table).exists():
+        _fail(f"restore: no table {table!r} in {db!r}; check --db and --table.")
     lock = TableLock(db, table, "restore")
     _run(lock.acquire)
     try:
@@ -171,6 +173,7 @@ def retrieve(
     table: str = "docs",
     method: Annotated[list[str], typer.Option(help="dense | bm25 | hybrid | itlr | expansion | orlog | reasoner (repeat).")] = ["dense"],  # noqa: B006
     k: int = 100,
+    hybrid_depth: Annotated[int, typer.Option(help="hybrid: depth of each fused list (at least --k is used).")] = 100,
     model: Model = "all-MiniLM-L6-v2",
     backend: Backend = "torch",
     trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = False,
@@ -206,14 +209,14 @@ def retrieve(
 
     llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache)
     cfg = _run(
-        RetrieveConfig, queries=queries, db=db, table=table, methods=tuple(method), k=k,
+        RetrieveConfig, queries=queries, db=db, table=table, methods=tuple(method), k=k, hybrid_depth=hybrid_depth,
         embed=_run(EmbedConfig, model=model, backend=backend), trec=trec, itlr_mode=itlr_mode,
         operators=operators or "and=product,or=sum,not=complement", calibration=calibration, labels=labels,
         decompositions=decompositions, orlog_base=orlog_base, orlog_k=orlog_k, orlog_calibration=orlog_calibration,
         orlog_reasoner=orlog_reasoner, orlog_context=orlog_context, llm=llm, ray=_run(RayConfig, address=ray_address),
         score_actors=actors, score_num_cpus=cpus_per_actor, score_num_gpus=gpus_per_actor,
     )
-    for rid, path in _run(run_retrieve, cfg, out, echo=typer.echo if progress else None).items():
+    for rid, path in _run(run_retrieve, cfg, out, echo=typer.echo, progress=progress).items():
         typer.echo(f"{rid}: {path}")
 
 

@@ -134,5 +134,5 @@ def _check_conserved(queries: pa.Table, table: pa.Table, methods) -> None:
     got = Counter(zip(table.column("query_id").to_pylist(), table.column("method").to_pylist(), strict=True))
     if got != want:
         lost, extra = want - got, got - want
-        raise DecomposeJobError(f"decompose: rows not conserved: {sum(lost.values())} missing (e.g. {list(lost)[:3]}), "
+        raise RuntimeError(f"decompose: rows not conserved (a bug): {sum(lost.values())} missing (e.g. {list(lost)[:3]}), "
                                 f"{sum(extra.values())} unexpected (e.g. {list(extra)[:3]})")

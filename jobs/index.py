@@ -103,6 +103,7 @@ def _plan(cfg: IndexConfig, sources: list[Source], stored_ref):
 
 
 _READ_CPUS = 0.5
+_AUTO_TAG = "index-"  # the tag each run makes when none is given; only these expire
 
 
 def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> IndexSummary:
@@ -117,11 +118,11 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
     rundir = RunDir(out, "index")
     sources = list_sources(cfg.corpus, cfg.format)  # fails before Ray or a model loads
     resolve_model(cfg.embed.model)
-    with TableLock(cfg.db, cfg.table, "index"):
-        return _index_locked(cfg, rundir, sources, progress, start)
+    with TableLock(cfg.db, cfg.table, "index") as lock:
+        return _index_locked(cfg, rundir, sources, progress, start, lock)
 
 
-def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float) -> IndexSummary:
+def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float, lock: TableLock) -> IndexSummary:
     mid = model_id(cfg.embed)
     store = DocStore(cfg.db, cfg.table)
     if store.exists() and store.model_id() != mid:
@@ -132,13 +133,13 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
     summary = IndexSummary()
     version_before = store.version if store.exists() else None
     rejects = RejectSink(rundir.path / "rejects.parquet")
-    writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows)
+    writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held)
 
     try:
         with ray_session(cfg.ray) as ray:
             require_fit(
                 "index", cfg.ray.embed_actors, cfg.ray.embed_num_cpus, cfg.ray.embed_num_gpus, ray.cluster_resources(),
-                IndexJobError, reserve_cpus=_READ_CPUS, custom=cfg.ray.embed_resources,
+                IndexJobError, reserve_cpus=_READ_CPUS, custom=dict(cfg.ray.embed_resources),
             )
             with rundir.timed("diff_load"):
                 stored = store.hashes()
@@ -169,8 +170,9 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
             with rundir.timed("maintain"):
                 summary.maintenance = store.maintain(cfg.ann_threshold, timedelta(hours=cfg.prune_after_hours), changed)
             summary.indexes = summary.maintenance["indexes_rebuilt"]
-            summary.tag = cfg.tag or f"index-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
+            summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
             store.tag(summary.tag)
+            summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG, cfg.keep_index_tags)
     if store.exists():
         summary.table_version, summary.table_rows = store.version, store.count()
     summary.seconds = round(time.perf_counter() - start, 3)
@@ -203,7 +205,8 @@ def _refusal(cfg: IndexConfig, s: IndexSummary, stored: int, any_valid: bool, re
     if not any_valid:
         return (
             f"index: the snapshot {cfg.corpus!r} holds no valid document ({s.rows_read} rows read, {s.rejected} rejected); "
-            f"an empty snapshot never deletes anything, so the table is unchanged. Check the corpus path and format."
+            f"an empty snapshot never deletes anything, so the table is unchanged. Check the corpus path and format"
+            + (f"; see {rejects} for each rejected row's reason." if s.rejected else ".")
         )
     share = s.absent / stored if stored else 0.0
     if cfg.delete_missing and share > cfg.max_delete_fraction and not cfg.allow_mass_delete:

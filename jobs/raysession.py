@@ -50,8 +50,18 @@ _NATIVE_NOISE = re.compile(rb"core_worker\.cc:\d+: Actor with class name: .* has
 @contextmanager
 def _drop_native_noise():
     """While open, lines matching :data:`_NATIVE_NOISE` written to fd 2 are dropped; every
-    other byte passes through unchanged, in order."""
-    if verbose():
+    other byte passes through unchanged, in order.
+
+    A pump thread forwards the pipe to the real stderr as soon as bytes arrive; it owns that
+    descriptor and closes it only once the pipe is drained, so a child that inherited the pipe
+    still reaches the terminal. A hard crash (abort) inside the block can lose its last
+    native line here; Ray also writes every such line to the session's log files."""
+    try:
+        os.fstat(2)
+    except OSError:  # no stderr at all: nothing to filter
+        yield
+        return
+    if verbose() or sys.stderr is None:
         yield
         return
     sys.stderr.flush()
@@ -61,16 +71,19 @@ def _drop_native_noise():
     os.close(write_end)
 
     def pump():
-        with os.fdopen(read_end, "rb", buffering=0) as src:
-            pending = b""
-            while chunk := src.read(65536):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                out = b"".join(line + b"\n" for line in lines if not _NATIVE_NOISE.search(line))
-                if out:
-                    os.write(original, out)
-            if pending and not _NATIVE_NOISE.search(pending):
-                os.write(original, pending)
+        try:
+            with os.fdopen(read_end, "rb", buffering=0) as src:
+                pending = b""
+                while chunk := src.read(65536):
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    out = b"".join(line + b"\n" for line in lines if not _NATIVE_NOISE.search(line))
+                    if out:
+                        os.write(original, out)
+                if pending and not _NATIVE_NOISE.search(pending):
+                    os.write(original, pending)
+        finally:
+            os.close(original)
 
     thread = threading.Thread(target=pump, daemon=True, name="stderr-filter")
     thread.start()
@@ -78,9 +91,8 @@ def _drop_native_noise():
         yield
     finally:
         sys.stderr.flush()
-        os.dup2(original, 2)  # closes the pipe's last write end: the pump drains and stops
-        thread.join(timeout=5)
-        os.close(original)
+        os.dup2(original, 2)  # closes our write end: the pump drains the pipe and stops
+        thread.join(timeout=5)  # a child still holding the pipe keeps it running, harmlessly
 
 
 @contextmanager

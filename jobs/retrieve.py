@@ -36,8 +36,9 @@ from schemas.config import RetrieveConfig
 from schemas.tables import RUN, conform
 
 
-def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], None] | None = None) -> dict[str, Path]:
-    """Returns run_id -> run table path; ``echo`` (if given) receives progress lines of LLM scoring."""
+def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], None] | None = None, progress: bool = True) -> dict[str, Path]:
+    """Returns run_id -> run table path. ``echo`` (if given) receives notes (blank queries, a
+    skipped rerun) and, with ``progress``, the progress lines of LLM scoring."""
     rundir = RunDir(out, "retrieve")
     queries, itlr_input, blank = _split_blank(read_queries(cfg.queries))
     if queries.num_rows == 0 and itlr_input.num_rows == 0:
@@ -101,7 +102,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
             hybrid_depth = max(cfg.hybrid_depth, cfg.orlog_k)
             base = rrf([scored("dense", hybrid_depth), scored("bm25", hybrid_depth)], cfg.orlog_k, cfg.rrf_k) if cfg.orlog_base == "hybrid" else scored(cfg.orlog_base, cfg.orlog_k)
             with rundir.timed(method):
-                pairs, predicates, cost = _orlog(cfg, method, queries, decompositions, store, base, echo)
+                pairs, predicates, cost = _orlog(cfg, method, queries, decompositions, store, base, echo if progress else None)
             run = rank_pairs(pairs, cfg.k, method, run_ids[method])
             extra[method] = cost
             if predicates is not None:

@@ -121,8 +121,12 @@ class IndexWriter:
     a ``duplicate_id`` reject.
     """
 
-    def __init__(self, store: DocStore, model_id: str, rejects: RejectSink, chunk_rows: int = 4096):
+    def __init__(
+        self, store: DocStore, model_id: str, rejects: RejectSink, chunk_rows: int = 4096, before_commit: Callable[[], None] = lambda: None
+    ):
+        """``before_commit`` runs before every write (the job checks it still holds the table's lock)."""
         self.store, self.model_id, self.rejects, self.chunk_rows = store, model_id, rejects, chunk_rows
+        self.before_commit = before_commit
         self.seen: dict[str, int] = {}
         self.counts: Counter[str] = Counter()
         self.redelivered = 0
@@ -140,7 +144,7 @@ class IndexWriter:
         keys = [hash(k) for k in zip(batch.column("_source").to_pylist(), batch.column("_location").to_pylist(), strict=True)]
         keep, dup, bad = [], [], []
         for i, (doc_id, action, key) in enumerate(zip(ids, actions, keys, strict=True)):
-            if self.seen.get(doc_id) == key or (action == "reject" and key in self._rejected_at):
+            if self.seen.get(doc_id) == key or key in self._rejected_at:
                 self.redelivered += 1  # this very source row was delivered before
             elif action == "reject":
                 self._rejected_at.add(key)
@@ -200,5 +204,6 @@ class IndexWriter:
             raise ValueError("index: the embedder returned vectors of different sizes in one run")
         fixed = pa.FixedSizeListArray.from_arrays(lists.flatten(), dim)
         chunk = chunk.set_column(chunk.schema.get_field_index("vector"), "vector", fixed)
+        self.before_commit()
         self.store.open_or_create(dim, self.model_id)
         self.store.upsert(chunk.select(CORPUS.names + ["content_hash", "vector"]))

@@ -236,6 +236,16 @@ class DocStore:
             "versions_left": len(t.list_versions()),
         }
 
+    def drop_old_tags(self, prefix: str, keep: int) -> list[str]:
+        """Delete all but the newest ``keep`` tags named ``prefix...`` (names sort by time), so
+        their versions can be pruned later; other tags are never touched. Returns those dropped."""
+        tags = self.table.tags
+        names = sorted(n for n in tags.list() if n.startswith(prefix))
+        dropped = names[: max(0, len(names) - keep)]
+        for name in dropped:
+            tags.delete(name)
+        return dropped
+
     def restore(self, version: int | str) -> int:
         """Make ``version`` (a number or a tag) the latest version again; returns the new version."""
         t = self.table

@@ -61,7 +61,7 @@ def read_queries(path: str | Path) -> pa.Table:
     if not path.exists():
         raise TopicsError(f"queries: no file at {str(path)!r}.")
     if path.suffix in (".parquet", ".pq"):
-        table = pq.read_table(path)
+        table = _read_parquet(path, "queries")
         if "query_id" not in table.column_names:
             for alt in _QID_KEYS[1:]:
                 if alt in table.column_names:
@@ -93,6 +93,13 @@ def read_queries(path: str | Path) -> pa.Table:
         dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
         raise TopicsError(f"queries {path}: duplicate query ids {dup}.")
     return pa.Table.from_pylist(rows, schema=QUERIES)
+
+
+def _read_parquet(path: Path, what: str) -> pa.Table:
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TopicsError(f"{what} {path}: not a readable Parquet file ({str(exc).splitlines()[0]}); give the {what} file logicrank wrote.") from exc
 
 
 def read_qrels(path: str | Path) -> pa.Table:
@@ -166,7 +173,7 @@ def read_run(path: str | Path, duplicates: Duplicates = "refuse") -> pa.Table:
     path = Path(path)
     if not path.exists():
         raise TopicsError(f"run: no file at {str(path)!r}; give a run table (Parquet) or a TREC run file.")
-    table = conform(pq.read_table(path), RUN, f"run {path.name}") if path.suffix in (".parquet", ".pq") else _read_trec_run(path)
+    table = conform(_read_parquet(path, "run"), RUN, f"run {path.name}") if path.suffix in (".parquet", ".pq") else _read_trec_run(path)
     if table.num_rows == 0:
         raise TopicsError(f"run {path}: no rows; an empty run cannot be evaluated: give the run file that holds results.")
     return check_run(table, f"run {path}", duplicates)

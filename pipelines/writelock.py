@@ -70,6 +70,7 @@ class TableLock:
         self._holder: Holder | None = None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
+        self._lost: str | None = None  # lease only: why it is no longer ours
 
     # -- the public face ----------------------------------------------------------
     def __enter__(self) -> TableLock:
@@ -83,6 +84,15 @@ class TableLock:
     def acquire(self) -> None:
         (self._flock if self.kind == "flock" else self._lease)()
 
+    def ensure_held(self) -> None:
+        """Raise :class:`TableLockedError` if the lease was lost (renewal failed, or another run
+        took it over); the writer calls this before every commit. A kernel lock cannot be lost."""
+        if self._lost:
+            raise TableLockedError(
+                f"{self.job}: lost the write lease on table {self.table!r} in {self.db!r} ({self._lost}); stopped before "
+                "writing more. Nothing written is lost: rerun to finish (each write is a keyed upsert)."
+            )
+
     def release(self) -> None:
         if self._fd is not None:
             import fcntl
@@ -95,7 +105,8 @@ class TableLock:
             self._renewer.join()
             self._renewer = None
             fs, path = self._lease_path()
-            if self._read(fs, path) == self._holder:
+            current = self._read(fs, path)
+            if current is not None and self._holder is not None and current.token == self._holder.token:
                 fs.delete_file(path)
 
     def _refuse(self, holder: Holder | None) -> TableLockedError:
@@ -152,15 +163,25 @@ class TableLock:
         time.sleep(self.settle_s)  # every contender's write has landed; the last one won
         if self._read(fs, path) != me:
             raise self._refuse(self._read(fs, path))
-        self._holder = me
+        self._holder, self._lost = me, None
         self._stop.clear()
         self._renewer = threading.Thread(target=self._renew, args=(fs, path), daemon=True, name=f"lease-{self.table}")
         self._renewer.start()
 
     def _renew(self, fs: pafs.FileSystem, path: str) -> None:
+        """Every ttl/3: extend the lease if it is still ours; otherwise, or on any error, record
+        the loss (:meth:`ensure_held` then stops the writer) and stop renewing."""
         while not self._stop.wait(self.ttl_s / 3):
-            self._holder = Holder(**{**self._holder.__dict__, "expires": time.time() + self.ttl_s})  # type: ignore[union-attr]
-            self._write(fs, path, self._holder)
+            try:
+                current = self._read(fs, path)
+                if current is None or self._holder is None or current.token != self._holder.token:
+                    self._lost = f"taken over by {current.describe()}" if current else "the lease file disappeared"
+                    return
+                self._holder = Holder(**{**self._holder.__dict__, "expires": time.time() + self.ttl_s})
+                self._write(fs, path, self._holder)
+            except Exception as exc:  # noqa: BLE001 - any failure to renew means the lease may lapse
+                self._lost = f"renewal failed: {exc}"
+                return
 
 
 def _dump(holder: Holder) -> bytes:

@@ -41,11 +41,17 @@ class RayConfig(_Config):
     embed_actors: int = Field(1, ge=1, description="Size of the embedding actor pool.")
     embed_num_cpus: float = Field(1.0, ge=0)
     embed_num_gpus: float = Field(0.0, ge=0, description="GPUs per embedding actor on a GPU cluster.")
-    embed_resources: dict[str, float] = Field(
-        default_factory=dict, description="Custom Ray resources per embedding actor, e.g. {'embed': 1}: only nodes offering them host one."
+    embed_resources: tuple[tuple[str, float], ...] = Field(
+        (), description="Custom Ray resources per embedding actor, e.g. {'embed': 1}: only nodes offering them host one."
     )
     batch_rows: int = Field(512, ge=1, description="Rows per Ray Data batch into the embedder.")
     block_bytes: int = Field(1 << 20, ge=1 << 12, description="Target Ray Data block size: small blocks spread work over actors.")
+
+    @field_validator("embed_resources", mode="before")
+    @classmethod
+    def _resources(cls, v):
+        """A mapping is kept as sorted (name, amount) pairs: the config stays hashable and its digest stable."""
+        return tuple(sorted(dict(v).items())) if isinstance(v, dict) else v
 
 
 class EmbedConfig(_Config):
@@ -75,6 +81,9 @@ class IndexConfig(_Config):
     allow_mass_delete: bool = Field(False, description="Delete past max_delete_fraction (an empty snapshot still deletes nothing).")
     prune_after_hours: float = Field(
         168.0, ge=0, description="After a successful run, prune untagged table versions older than this (tagged ones never)."
+    )
+    keep_index_tags: int = Field(
+        30, ge=1, description="Keep the newest N tags this job made itself (index-<time>); older ones are dropped so their versions can be pruned."
     )
     max_reject_fraction: float = Field(0.01, ge=0, le=1)
     max_doc_bytes: int = Field(1 << 20, ge=1, description="Title + text larger than this is rejected.")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+import pyarrow.compute
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -158,3 +160,16 @@ def test_default_output_is_the_jobs_own(tmp_path, docs300):
     loud = subprocess.run([*cli, "--verbose", "index", str(corpus), "--db", str(tmp_path / "db2"), "--out", str(tmp_path / "j"), "--no-progress"],
                           capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
     assert loud.returncode == 0 and "execution finished" in loud.stderr + loud.stdout
+
+
+def test_evaluate_tells_the_terminal_about_missing_queries_and_skips(indexed, tmp_path):
+    run = pq.read_table(run_retrieve(RetrieveConfig(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), k=10),
+                                     tmp_path / "r")["dense"])
+    partial = tmp_path / "partial.parquet"
+    pq.write_table(run.filter(pa.compute.not_equal(run.column("query_id"), "q0")), partial)
+    args = ["evaluate", str(indexed / "qrels.tsv"), str(partial), "--out", str(tmp_path / "e")]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "has no results for 1 of 40 qrels queries" in res.output
+    res = runner.invoke(app, args)
+    assert "skipped" in res.output and "has no results for 1 of 40" in res.output

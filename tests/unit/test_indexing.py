@@ -44,11 +44,13 @@ def test_a_redelivered_row_is_written_once_and_a_repeated_id_is_a_reject(tmp_pat
     first = _batch([("a", "f.jsonl", 1, None), ("b", "f.jsonl", 2, None), (None, "f.jsonl", 3, "malformed_json")])
     writer.consume(first)
     writer.consume(first)  # Ray re-ran the task that produced this batch after losing a worker
-    writer.consume(_batch([("a", "f.jsonl", 9, None), ("c", "f.jsonl", 10, None)]))  # line 9 reuses id "a"
+    second = _batch([("a", "f.jsonl", 9, None), ("c", "f.jsonl", 10, None)])  # line 9 reuses id "a"
+    writer.consume(second)
+    writer.consume(second)  # redelivered too: its duplicate is not rejected twice
     writer.flush()
     sink.close()
     assert store.written == ["a", "b", "c"]
-    assert writer.redelivered == 3
+    assert writer.redelivered == 5
     assert writer.counts == {"insert": 3, "reject": 2}
     rejects = pq.read_table(tmp_path / "rejects.parquet").to_pylist()
     assert [(r["location"], r["reason"]) for r in rejects] == [(3, "malformed_json"), (9, "duplicate_id")]

@@ -62,7 +62,7 @@ def test_racing_lease_contenders_end_with_one_holder(tmp_path):
     gate = threading.Barrier(4)
 
     def contend():
-        lock = TableLock(uri, "docs", "index", ttl_s=30, settle_s=0.3, kind="lease")
+        lock = TableLock(uri, "docs", "index", ttl_s=30, settle_s=1.0, kind="lease")
         gate.wait()
         try:
             lock.acquire()
@@ -75,3 +75,19 @@ def test_racing_lease_contenders_end_with_one_holder(tmp_path):
     [t.join() for t in threads]
     assert len(won) == 1 and len(lost) == 3
     won[0].release()
+
+
+def test_a_lease_taken_over_or_gone_stops_the_writer_before_its_next_commit(tmp_path):
+    from pipelines.writelock import Holder, _dump
+
+    uri = f"file://{tmp_path}"
+    lock = TableLock(uri, "docs", "index", ttl_s=0.3, settle_s=0.05, kind="lease")
+    lock.acquire()
+    lock.ensure_held()
+    intruder = Holder.me("index", time.time() + 60)
+    (tmp_path / "_locks" / "docs.lease").write_bytes(_dump(intruder))  # e.g. after a long pause, another run took it
+    time.sleep(0.4)
+    with pytest.raises(TableLockedError, match="lost the write lease .*taken over by index"):
+        lock.ensure_held()
+    lock.release()  # leaves the new holder's lease alone
+    assert (tmp_path / "_locks" / "docs.lease").read_bytes() == _dump(intruder)
