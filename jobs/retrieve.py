@@ -259,7 +259,7 @@ def _calibration(cfg: RetrieveConfig, store: DocStore, terms: list[str], term_ve
         sample = store.sample_vectors(cfg.calibration_sample)
         return Calibration.zscore(terms, sample @ term_vectors.T)
     if not cfg.labels:
-        raise StoreError("retrieve: calibration 'sigmoid' is supervised; give --labels (JSONL of doc_id and present terms).")
+        raise TopicsError("retrieve: calibration 'sigmoid' is supervised; give --labels (JSONL of doc_id and present terms).")
     from pipelines.methods.itlr import labelled_scores
 
     labels = [json.loads(line) for line in Path(cfg.labels).read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -188,10 +188,12 @@ class RetrieveConfig(_Config):
     _methods = field_validator("methods")(lambda v: _distinct_methods(v))
 
     @model_validator(mode="after")
-    def _needs_decompositions(self):
+    def _needs_inputs(self):
         for m in ("expansion", "orlog"):
             if m in self.methods and not self.decompositions:
                 raise ValueError(f"method {m!r} reads the LLM's decompositions: give --decompositions (from `logicrank decompose`).")
+        if "itlr" in self.methods and self.calibration == "sigmoid" and not self.labels:
+            raise ValueError("itlr calibration 'sigmoid' is supervised: give --labels (JSONL of doc_id and present terms).")
         return self
 
 
