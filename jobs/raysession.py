@@ -67,23 +67,21 @@ def _drop_native_noise():
     sys.stderr.flush()
     original = os.dup(2)
     read_end, write_end = os.pipe()
+    pipe = _identity(write_end)
     os.dup2(write_end, 2)
     os.close(write_end)
 
     def pump():
-        try:
-            with os.fdopen(read_end, "rb", buffering=0) as src:
-                pending = b""
-                while chunk := src.read(65536):
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    out = b"".join(line + b"\n" for line in lines if not _NATIVE_NOISE.search(line))
-                    if out:
-                        os.write(original, out)
-                if pending and not _NATIVE_NOISE.search(pending):
-                    os.write(original, pending)
-        finally:
-            os.close(original)
+        with os.fdopen(read_end, "rb", buffering=0) as src:
+            pending = b""
+            while chunk := src.read(65536):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                out = b"".join(line + b"\n" for line in lines if not _NATIVE_NOISE.search(line))
+                if out:
+                    os.write(original, out)
+            if pending and not _NATIVE_NOISE.search(pending):
+                os.write(original, pending)
 
     thread = threading.Thread(target=pump, daemon=True, name="stderr-filter")
     thread.start()
@@ -91,8 +89,21 @@ def _drop_native_noise():
         yield
     finally:
         sys.stderr.flush()
-        os.dup2(original, 2)  # closes our write end: the pump drains the pipe and stops
-        thread.join(timeout=5)  # a child still holding the pipe keeps it running, harmlessly
+        # Put the real stderr back only if fd 2 is still our pipe: whoever replaced it since
+        # (pytest's capture does, between tests) owns it now, and the pipe is closed already.
+        if _identity(2) == pipe:
+            os.dup2(original, 2)  # closes our write end: the pump drains the pipe and stops
+        thread.join(timeout=5)
+        if not thread.is_alive():  # a child still holding the pipe keeps the pump (and original) alive
+            os.close(original)
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 @contextmanager
