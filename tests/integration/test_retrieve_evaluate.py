@@ -29,6 +29,8 @@ def indexed(tmp_path_factory, docs300):
     res = runner.invoke(app, ["index", str(corpus), "--db", str(root / "db"), "--out", str(root / "index"), "--no-progress"])
     assert res.exit_code == 0, res.output
     assert "inserted 300" in res.output
+    again = runner.invoke(app, ["index", str(corpus), "--db", str(root / "db"), "--out", str(root / "index2"), "--no-progress"])
+    assert again.exit_code == 0 and "unchanged 300" in again.output and "(nothing changed)" in again.output, again.output
     picked = docs300[::7][:40]
     write_jsonl(root / "queries.jsonl", [{"_id": f"q{i}", "text": d["title"]} for i, d in enumerate(picked)])
     (root / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\t{d['_id']}\t1\n" for i, d in enumerate(picked)))

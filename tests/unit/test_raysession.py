@@ -18,3 +18,38 @@ def test_a_pool_that_does_not_fit_names_what_it_needs(actors, cpus, gpus, reserv
     with pytest.raises(KeyError) as exc:
         require_fit("score", actors, cpus, gpus, {"CPU": 2.0, "GPU": 1.0}, KeyError, reserve_cpus=reserve)
     assert needs in str(exc.value) and "the cluster has 2.0 / 1.0" in str(exc.value) and "Lower --actors" in str(exc.value)
+
+
+def test_the_stderr_filter_drops_only_the_known_native_line(capfd, monkeypatch):
+    import os
+
+    from jobs.raysession import VERBOSE_ENV, _drop_native_noise
+
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    noise = (b"[2026-11-22 13:14:23,994 E 4800 4800] core_worker.cc:2465: Actor with class name: 'MapWorker(X)' and ID: 'ab' "
+             b"has constructor arguments in the object store and max_restarts > 0. See ...\n")
+    with _drop_native_noise():
+        os.write(2, b"kept before\n" + noise + b"kept after, no newline")
+    assert capfd.readouterr().err == "kept before\nkept after, no newline"
+
+
+def test_the_stderr_filter_leaves_a_replaced_fd2_alone(capfd, monkeypatch):
+    import os
+    import tempfile
+
+    from jobs.raysession import VERBOSE_ENV, _drop_native_noise
+
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    with tempfile.TemporaryFile() as other:
+        saved = os.dup(2)
+        try:
+            with _drop_native_noise():
+                os.write(2, b"through the filter\n")
+                os.dup2(other.fileno(), 2)  # someone else (pytest's capture, say) takes fd 2 over
+            os.write(2, b"to the new owner\n")  # still theirs: the filter did not put its own back
+            other.seek(0)
+            assert other.read() == b"to the new owner\n"
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    assert "through the filter" in capfd.readouterr().err
