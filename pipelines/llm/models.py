@@ -141,7 +141,7 @@ def _move_into_place(tmp: Path, target: Path) -> None:
 
 
 def _convert_gguf(source: Path, spec: Packaged, out: Path) -> None:
-    """De-quantise a GGUF into a float32 Llama checkpoint (DESIGN.md's recipe)."""
+    """De-quantise a GGUF into a float32 Llama checkpoint (drop the quantization config, reload into a fresh LlamaForCausalLM, save)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
