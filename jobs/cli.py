@@ -153,13 +153,14 @@ def restore(
     from pipelines.store import DocStore
     from pipelines.writelock import TableLock
 
-    target: int | str = int(version) if version.isdigit() else version
-    if not _run(DocStore, db, table).exists():
+    store = _run(DocStore, db, table)
+    if not store.exists():
         _fail(f"restore: no table {table!r} in {db!r}; check --db and --table.")
+    # a tag first (a tag may be all digits), else a version number
+    target: int | str = int(version) if version.isdigit() and version not in store.table.tags.list() else version
     lock = TableLock(db, table, "restore")
     _run(lock.acquire)
     try:
-        store = DocStore(db, table)
         new = _run(store.restore, target)
     finally:
         lock.release()

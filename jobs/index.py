@@ -18,6 +18,7 @@ a snapshot may delete (``max_delete_fraction``).
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -103,7 +104,8 @@ def _plan(cfg: IndexConfig, sources: list[Source], stored_ref):
 
 
 _READ_CPUS = 0.5
-_AUTO_TAG = "index-"  # the tag each run makes when none is given; only these expire
+_AUTO_TAG = "index-"  # the tag each run makes when none is given: index-<UTC time>; only these expire
+_AUTO_TAG_NAME = re.compile(r"index-\d{8}T\d{12}Z")
 
 
 def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> IndexSummary:
@@ -162,17 +164,20 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
     failure = _refusal(cfg, summary, stored.num_rows, bool(writer.seen), rejects.path, _restore_hint(cfg, store, version_before))
 
     if failure is None:
+        lock.ensure_held()  # (a lease can lapse; each step below changes the table)
         if cfg.delete_missing and summary.absent and store.exists():
             with rundir.timed("delete"):
                 summary.deleted = store.delete_absent(pa.array(sorted(writer.seen), pa.string()))
         if store.exists():
             changed = store.version != version_before or bool(summary.embedded or summary.deleted)
+            lock.ensure_held()
             with rundir.timed("maintain"):
                 summary.maintenance = store.maintain(cfg.ann_threshold, timedelta(hours=cfg.prune_after_hours), changed)
             summary.indexes = summary.maintenance["indexes_rebuilt"]
             summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
+            lock.ensure_held()
             store.tag(summary.tag)
-            summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG, cfg.keep_index_tags)
+            summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG_NAME, cfg.keep_index_tags)
     if store.exists():
         summary.table_version, summary.table_rows = store.version, store.count()
     summary.seconds = round(time.perf_counter() - start, 3)

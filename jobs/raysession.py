@@ -52,19 +52,20 @@ def _drop_native_noise():
     """While open, lines matching :data:`_NATIVE_NOISE` written to fd 2 are dropped; every
     other byte passes through unchanged, in order.
 
-    A pump thread forwards the pipe to the real stderr as soon as bytes arrive; it owns that
-    descriptor and closes it only once the pipe is drained, so a child that inherited the pipe
-    still reaches the terminal. A hard crash (abort) inside the block can lose its last
-    native line here; Ray also writes every such line to the session's log files."""
+    A pump thread forwards the pipe to the real stderr as soon as a line is complete, writing
+    every byte (waiting out a full pipe); the real stderr's descriptor is closed only after the
+    pump has drained the pipe, so a child that inherited the pipe still reaches the terminal.
+    A hard crash (abort) inside the block can lose its last native line here; Ray also writes
+    every such line to the session's log files."""
     try:
         os.fstat(2)
     except OSError:  # no stderr at all: nothing to filter
         yield
         return
-    if verbose() or sys.stderr is None:
+    if verbose():
         yield
         return
-    sys.stderr.flush()
+    _flush_stderr()
     original = os.dup(2)
     read_end, write_end = os.pipe()
     pipe = _identity(write_end)
@@ -77,18 +78,16 @@ def _drop_native_noise():
             while chunk := src.read(65536):
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
-                out = b"".join(line + b"\n" for line in lines if not _NATIVE_NOISE.search(line))
-                if out:
-                    os.write(original, out)
+                _write_all(original, b"".join(line + b"\n" for line in lines if not _NATIVE_NOISE.search(line)))
             if pending and not _NATIVE_NOISE.search(pending):
-                os.write(original, pending)
+                _write_all(original, pending)
 
     thread = threading.Thread(target=pump, daemon=True, name="stderr-filter")
     thread.start()
     try:
         yield
     finally:
-        sys.stderr.flush()
+        _flush_stderr()
         # Put the real stderr back only if fd 2 is still our pipe: whoever replaced it since
         # (pytest's capture does, between tests) owns it now, and the pipe is closed already.
         if _identity(2) == pipe:
@@ -96,6 +95,29 @@ def _drop_native_noise():
         thread.join(timeout=5)
         if not thread.is_alive():  # a child still holding the pipe keeps the pump (and original) alive
             os.close(original)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte (a pipe may take part of them, or none for now); on an error that
+    waiting cannot fix, drop this chunk rather than stop forwarding the rest."""
+    import select
+
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            select.select([], [fd], [], 1.0)
+        except OSError:
+            return
+
+
+def _flush_stderr() -> None:
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _identity(fd: int) -> tuple[int, int] | None:

@@ -8,6 +8,7 @@ No user text is ever pasted into a LanceDB filter string.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -236,11 +237,12 @@ class DocStore:
             "versions_left": len(t.list_versions()),
         }
 
-    def drop_old_tags(self, prefix: str, keep: int) -> list[str]:
-        """Delete all but the newest ``keep`` tags named ``prefix...`` (names sort by time), so
-        their versions can be pruned later; other tags are never touched. Returns those dropped."""
+    def drop_old_tags(self, pattern: re.Pattern[str], keep: int) -> list[str]:
+        """Delete all but the newest ``keep`` tags whose whole name matches ``pattern`` (names
+        that sort by time), so their versions can be pruned later; any other tag is never
+        touched. Returns those dropped."""
         tags = self.table.tags
-        names = sorted(n for n in tags.list() if n.startswith(prefix))
+        names = sorted(n for n in tags.list() if pattern.fullmatch(n))
         dropped = names[: max(0, len(names) - keep)]
         for name in dropped:
             tags.delete(name)

@@ -98,8 +98,9 @@ def read_queries(path: str | Path) -> pa.Table:
 def _read_parquet(path: Path, what: str) -> pa.Table:
     try:
         return pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise TopicsError(f"{what} {path}: not a readable Parquet file ({str(exc).splitlines()[0]}); give the {what} file logicrank wrote.") from exc
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise TopicsError(f"{what} {path}: not a readable Parquet file ({reason}); give the {what} file logicrank wrote.") from exc
 
 
 def read_qrels(path: str | Path) -> pa.Table:

@@ -87,6 +87,9 @@ class TableLock:
     def ensure_held(self) -> None:
         """Raise :class:`TableLockedError` if the lease was lost (renewal failed, or another run
         took it over); the writer calls this before every commit. A kernel lock cannot be lost."""
+        expires = self._holder.expires if self._holder is not None else None
+        if not self._lost and expires is not None and time.time() >= expires - self.settle_s:
+            self._lost = "it expired before it was renewed (a long pause?)"
         if self._lost:
             raise TableLockedError(
                 f"{self.job}: lost the write lease on table {self.table!r} in {self.db!r} ({self._lost}); stopped before "
@@ -130,9 +133,13 @@ class TableLock:
             holder = _parse(os.pread(fd, 4096, 0))
             os.close(fd)
             raise self._refuse(holder) from None
-        self._holder = Holder.me(self.job)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, _dump(self._holder), 0)
+        try:
+            self._holder = Holder.me(self.job)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, _dump(self._holder), 0)
+        except BaseException:
+            os.close(fd)  # closing drops the lock too
+            raise
         self._fd = fd
 
     # -- an object store: a verified lease ------------------------------------------------
@@ -142,11 +149,12 @@ class TableLock:
 
     @staticmethod
     def _read(fs: pafs.FileSystem, path: str) -> Holder | None:
-        try:
-            with fs.open_input_stream(path) as f:
-                return _parse(f.read())
-        except (FileNotFoundError, OSError):
+        """The lease's holder, or None when there is no lease file. Any other failure to read
+        raises: it must never pass for "free"."""
+        if fs.get_file_info(path).type == pafs.FileType.NotFound:
             return None
+        with fs.open_input_stream(path) as f:
+            return _parse(f.read())
 
     def _write(self, fs: pafs.FileSystem, path: str, holder: Holder) -> None:
         with fs.open_output_stream(path) as f:
@@ -154,7 +162,16 @@ class TableLock:
 
     def _lease(self) -> None:
         fs, path = self._lease_path()
-        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        try:
+            fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            self._take_lease(fs, path)
+        except OSError as exc:
+            raise TableLockedError(
+                f"{self.job}: cannot read or write the lease {path!r} of table {self.table!r} ({exc}); refusing to write "
+                "without it. Check access to the database location and run again."
+            ) from exc
+
+    def _take_lease(self, fs: pafs.FileSystem, path: str) -> None:
         current = self._read(fs, path)
         if current is not None and (current.expires or 0) > time.time():
             raise self._refuse(current)

@@ -51,7 +51,11 @@ class RayConfig(_Config):
     @classmethod
     def _resources(cls, v):
         """A mapping is kept as sorted (name, amount) pairs: the config stays hashable and its digest stable."""
-        return tuple(sorted(dict(v).items())) if isinstance(v, dict) else v
+        pairs = tuple(sorted(dict(v).items())) if isinstance(v, dict) else v
+        for name, amount in pairs:
+            if amount < 0:
+                raise ValueError(f"embed_resources: {name!r} asks for {amount}; amounts must be >= 0")
+        return pairs
 
 
 class EmbedConfig(_Config):

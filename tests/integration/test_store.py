@@ -71,3 +71,14 @@ def test_rows_by_id_never_parse_the_ids(tmp_path):
         assert got == [{"doc_id": doc_id, "title": doc_id}]
         np.testing.assert_array_equal(s.vectors_for([doc_id])[doc_id], v[i])
     assert s.rows_for(["x"], ["title"]).num_rows == 0 and s.count() == len(ids)
+
+
+def test_only_the_jobs_own_tags_expire(store):
+    import re
+
+    s, _ = store
+    for name in ("index-baseline", "index-0-golden", "index-20260101T000000000000Z", "index-20260102T000000000000Z", "nightly-1"):
+        s.tag(name)
+    dropped = s.drop_old_tags(re.compile(r"index-\d{8}T\d{12}Z"), keep=1)
+    assert dropped == ["index-20260101T000000000000Z"]
+    assert set(s.table.tags.list()) == {"index-baseline", "index-0-golden", "index-20260102T000000000000Z", "nightly-1"}

@@ -91,3 +91,20 @@ def test_a_lease_taken_over_or_gone_stops_the_writer_before_its_next_commit(tmp_
         lock.ensure_held()
     lock.release()  # leaves the new holder's lease alone
     assert (tmp_path / "_locks" / "docs.lease").read_bytes() == _dump(intruder)
+
+
+def test_a_lease_not_renewed_in_time_stops_the_writer(tmp_path):
+    lock = TableLock(f"file://{tmp_path}", "docs", "index", ttl_s=0.6, settle_s=0.05, kind="lease")
+    lock.acquire()
+    lock._stop.set()  # the renewer stalls (a long pause of the whole process, say)
+    lock._renewer.join()
+    time.sleep(0.6)
+    with pytest.raises(TableLockedError, match="expired before it was renewed"):
+        lock.ensure_held()
+    lock._renewer = None
+
+
+def test_an_unreadable_lease_is_never_taken_for_a_free_one(tmp_path):
+    (tmp_path / "_locks" / "docs.lease").mkdir(parents=True)  # exists, but cannot be read as a file
+    with pytest.raises(TableLockedError, match="cannot read or write the lease"):
+        TableLock(f"file://{tmp_path}", "docs", "index", settle_s=0.05, kind="lease").acquire()
