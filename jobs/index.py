@@ -55,7 +55,6 @@ class IndexSummary:
     table_rows: int = 0
     absent: int = 0  # stored documents missing from the snapshot
     redelivered: int = 0  # source rows Ray delivered twice (a retried task), written once
-    indexes: list[str] = field(default_factory=list)  # rebuilt from scratch by maintenance
     maintenance: dict = field(default_factory=dict)
     tag: str | None = None
     seconds: float = 0.0
@@ -173,7 +172,6 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
             lock.ensure_held()
             with rundir.timed("maintain"):
                 summary.maintenance = store.maintain(cfg.ann_threshold, timedelta(hours=cfg.prune_after_hours), changed)
-            summary.indexes = summary.maintenance["indexes_rebuilt"]
             summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
             lock.ensure_held()
             store.tag(summary.tag)
