@@ -82,11 +82,6 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     return metrics
 
 
-def missing_query_counts(out: str | Path) -> dict[str, int]:
-    """{run_id: qrels queries the run has no result for} from the manifest in ``out``."""
-    return dict(_manifest(out).get("missing_queries", {}))
-
-
 def evaluation_notes(out: str | Path) -> list[str]:
     """The notes of report.md (queries a run misses or the qrels lack, rows dedupe dropped), to print."""
     m = _manifest(out)

@@ -71,7 +71,6 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         if echo:
             echo(f"retrieve: config, queries and table v{store.version} unchanged since the last run: skipped; runs in {rundir.path / 'runs'}")
         return {run_ids[m]: rundir.path / o for m, o in outputs.items()}
-    depth = max(cfg.hybrid_depth, cfg.k)  # fusing two lists shallower than k would cut the run short
 
     embedder = None
     if needs_vectors:
@@ -86,6 +85,11 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
                 cache[method, depth] = dense(queries, store, embedder, depth) if method == "dense" else bm25(queries, store, depth)
         return cache[method, depth]
 
+    def hybrid(k: int) -> pa.Table:
+        """RRF of dense and bm25 lists at least ``k`` deep, so the fused run can hold k results."""
+        d = max(cfg.hybrid_depth, k)
+        return rrf([scored("dense", d), scored("bm25", d)], k, cfg.rrf_k)
+
     produced: dict[str, pa.Table] = {}
     extra: dict = {}
     for method in cfg.methods:
@@ -99,8 +103,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
             with rundir.timed("expansion"):
                 run = dense(apply_to_queries(queries, decompositions, "reasoning"), store, embedder, cfg.k)
         elif method in ("orlog", "reasoner"):
-            hybrid_depth = max(cfg.hybrid_depth, cfg.orlog_k)
-            base = rrf([scored("dense", hybrid_depth), scored("bm25", hybrid_depth)], cfg.orlog_k, cfg.rrf_k) if cfg.orlog_base == "hybrid" else scored(cfg.orlog_base, cfg.orlog_k)
+            base = hybrid(cfg.orlog_k) if cfg.orlog_base == "hybrid" else scored(cfg.orlog_base, cfg.orlog_k)
             with rundir.timed(method):
                 pairs, predicates, cost = _orlog(cfg, method, queries, decompositions, store, base, echo if progress else None)
             run = rank_pairs(pairs, cfg.k, method, run_ids[method])
@@ -108,7 +111,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
             if predicates is not None:
                 write_parquet_atomic(predicates, rundir.path / f"predicate_scores/{run_ids[method]}.parquet")
         elif method == "hybrid":
-            run = rrf([scored("dense", depth), scored("bm25", depth)], cfg.k, cfg.rrf_k)
+            run = hybrid(cfg.k)
         else:
             run = scored(method, cfg.k)
         rid = run_ids[method]
@@ -129,7 +132,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         queries=queries.num_rows + len(blank),
         blank_queries=len(blank),
         blank_query_ids=blank[:100],
-        hybrid_depth=depth,
+        hybrid_depth=max(cfg.hybrid_depth, cfg.k),
     )
     return {run_ids[m]: rundir.path / o for m, o in outputs.items()}
 
@@ -258,9 +261,8 @@ def _calibration(cfg: RetrieveConfig, store: DocStore, terms: list[str], term_ve
     if cfg.calibration == "zscore":
         sample = store.sample_vectors(cfg.calibration_sample)
         return Calibration.zscore(terms, sample @ term_vectors.T)
-    if not cfg.labels:
-        raise TopicsError("retrieve: calibration 'sigmoid' is supervised; give --labels (JSONL of doc_id and present terms).")
-    from pipelines.methods.itlr import labelled_scores
+    from pipelines.methods.itlr import labelled_scores  # sigmoid: RetrieveConfig requires --labels
+
 
     labels = [json.loads(line) for line in Path(cfg.labels).read_text(encoding="utf-8").splitlines() if line.strip()]
     vectors = store.vectors_for(sorted({r["doc_id"] for r in labels}))
