@@ -16,9 +16,9 @@ from pipelines.embed import Embedder, model_id
 from pipelines.evaluate.core import evaluate_run
 from pipelines.evaluate.measures import parse_measure
 from pipelines.logic.fuzzy import Operators
-from pipelines.methods.itlr import Calibration, parse_queries, score_exact
+from pipelines.methods.itlr import Calibration, parse_queries, score_exact, unique_terms
 from pipelines.methods.ranking import rank_pairs
-from pipelines.store import DocStore, StoreError
+from pipelines.store import DocStore
 from pipelines.topics import read_qrels, read_queries
 from schemas.config import EmbedConfig
 
@@ -29,10 +29,9 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     rundir = RunDir(out, "ablate")
     queries, qrels = read_queries(queries_path), read_qrels(qrels_path)
     store = DocStore(db, table)
-    if store.model_id() != model_id(embed):
-        raise StoreError(f"ablate: table {table!r} holds {store.model_id()!r} vectors; use that model.")
+    store.require_model(model_id(embed), "ablate")
     parsed = parse_queries(queries)
-    terms = list(dict.fromkeys(t for q in parsed for t in q.ast.terms()))
+    terms = unique_terms(parsed)
     T = Embedder(embed).encode(terms)
     grid = Operators.grid()
     blocks = store.vector_blocks()

@@ -126,11 +126,8 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
 def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float, lock: TableLock) -> IndexSummary:
     mid = model_id(cfg.embed)
     store = DocStore(cfg.db, cfg.table)
-    if store.exists() and store.model_id() != mid:
-        raise IndexJobError(
-            f"index: table {cfg.table!r} in {cfg.db!r} holds vectors from {store.model_id()!r}, not {mid!r}; "
-            "index into a new table (--table) or delete this one."
-        )
+    if store.exists():
+        store.require_model(mid, "index", "index into a new table (--table) or delete this one")
     summary = IndexSummary()
     version_before = store.version if store.exists() else None
     rejects = RejectSink(rundir.path / "rejects.parquet")

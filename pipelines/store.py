@@ -36,6 +36,7 @@ class DocStore:
         self.uri, self.name = uri, name
         self.db = lancedb.connect(uri)
         self._table = None
+        self._lance = None  # the Lance dataset, for full-text search
 
     # -- lifecycle ---------------------------------------------------------------
     def exists(self) -> bool:
@@ -55,13 +56,14 @@ class DocStore:
             schema = docs_schema(dim).with_metadata({_META_MODEL: model_id.encode()})
             self._table = self.db.create_table(self.name, schema=schema)
             return self._table
-        found = self.model_id()
-        if found != model_id:
-            raise StoreError(
-                f"store: table {self.name!r} holds vectors from {found!r}, not {model_id!r}; "
-                "index into a new table (--table) or delete this one."
-            )
+        self.require_model(model_id, "store", "index into a new table (--table) or delete this one")
         return self.table
+
+    def require_model(self, expected: str, job: str, fix: str = "use the table's model (--model)") -> None:
+        """Raise :class:`StoreError` unless the table's vectors come from ``expected``."""
+        found = self.model_id()
+        if found != expected:
+            raise StoreError(f"{job}: table {self.name!r} in {self.uri!r} holds vectors from {found!r}, not {expected!r}; {fix}.")
 
     def model_id(self) -> str | None:
         meta = self.table.schema.metadata or {}
@@ -172,8 +174,8 @@ class DocStore:
         built = {}
         t.create_scalar_index("doc_id", index_type="BTREE", replace=True)
         built["doc_id"] = "BTREE"
-        for col in _FTS_COLUMNS:
-            t.create_fts_index(col, replace=True, with_position=False)
+        for col in _FTS_COLUMNS:  # English stemming and stop words, on the queries too (the same analyzer)
+            t.create_fts_index(col, replace=True, with_position=False, language="English", stem=True, remove_stop_words=True)
             built[col] = "FTS"
         n = self.count()
         if n >= ann_threshold:
@@ -297,13 +299,16 @@ class DocStore:
         return pa.table(out)
 
     def text_search(self, text: str, k: int) -> pa.Table:
-        """BM25 over title and text: (doc_id, score). The text is matched, never parsed as syntax."""
-        from lancedb.query import MultiMatchQuery
+        """BM25 over title and text as one combined field: (doc_id, score). The text is
+        matched, never parsed as syntax.
 
-        res = (
-            self.table.search(MultiMatchQuery(text, list(_FTS_COLUMNS)), query_type="fts")
-            .limit(k)
-            .select(["doc_id", "_score"])
-            .to_arrow()
-        )
+        Through the Lance dataset directly: the same search as ``table.search(...)``, about
+        2x faster per query (README, "BM25"). Title and text are scored as one field
+        (``CombinedFieldsQuery``), like a BM25 over their concatenation: nDCG@10 0.684 on
+        SciFact, against 0.677 for the sum of two per-field scores."""
+        from lance.query import CombinedFieldsQuery
+
+        if self._lance is None:
+            self._lance = self.table.to_lance()
+        res = self._lance.to_table(full_text_query=CombinedFieldsQuery(text, list(_FTS_COLUMNS)), columns=["doc_id", "_score"], limit=k)
         return pa.table({"doc_id": res.column("doc_id"), "score": res.column("_score").cast(pa.float64())})

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.errors import UserError
+from pipelines.files import atomic_path
 from schemas.tables import QRELS, QUERIES, RUN, conform, require_columns
 
 _QID_KEYS = ("query_id", "_id", "qid", "id")
@@ -286,9 +287,7 @@ def write_trec_run(run: pa.Table, path: str | Path) -> Path:
                 f"write_trec_run {path}: {col} {bad[0]!r} of run {run_ids[0]!r} is empty or holds whitespace "
                 f"({len(bad)} such id(s)); a TREC line cannot carry it: use the Parquet run instead."
             )
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for q, d, rank, score, rid in zip(*(table.column(c).to_pylist() for c in ("query_id", "doc_id", "rank", "score", "run_id")), strict=True):
             f.write(f"{q} Q0 {d} {rank} {score!r} {rid}\n")
-    tmp.replace(path)
     return path

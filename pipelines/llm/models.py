@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.errors import UserError
+from pipelines.files import sha256_file
 from pipelines.paths import cache_root
 
 MARKER = "logicrank-model.json"
@@ -55,19 +56,11 @@ class ResolvedModel:
     model_id: str  # recorded in every output: name@checksum for prepared models
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def checksum(directory: Path) -> str:
     """SHA-256 over the names and contents of a checkpoint's files (the marker excluded)."""
     h = hashlib.sha256()
     for f in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MARKER):
-        h.update(str(f.relative_to(directory)).encode() + b"\0" + _sha256(f).encode())
+        h.update(str(f.relative_to(directory)).encode() + b"\0" + sha256_file(f).encode())
     return h.hexdigest()
 
 
@@ -112,7 +105,7 @@ def prepare(name: str, root: Path | None = None, force: bool = False, log=lambda
             "name": name,
             "source_package": spec.package,
             "source_file": spec.filename,
-            "source_sha256": _sha256(source),
+            "source_sha256": sha256_file(source),
             "checksum": checksum(tmp),
             "note": spec.note,
         }

@@ -70,6 +70,11 @@ def parse_queries(queries: pa.Table) -> list[LogicalQuery]:
     return out
 
 
+def unique_terms(queries: Sequence[LogicalQuery]) -> list[str]:
+    """Every distinct term of the queries, in first-seen order (each is embedded once)."""
+    return list(dict.fromkeys(t for q in queries for t in q.ast.terms()))
+
+
 def positive_terms(node: Node, negated: bool = False) -> set[str]:
     """Terms that appear at least once under an even number of NOTs."""
     if isinstance(node, Term):

@@ -16,7 +16,7 @@ import pytest
 
 from jobs.index import IndexJobError, run_index
 from pipelines.corpus import content_hash
-from pipelines.store import DocStore
+from pipelines.store import DocStore, StoreError
 from pipelines.writelock import TableLockedError
 from schemas.config import IndexConfig, RayConfig
 from tests.conftest import write_jsonl
@@ -185,7 +185,7 @@ def test_a_table_from_another_model_is_refused(tmp_path, docs300):
     db = tmp_path / "db"
     run_index(_cfg(corpus, db), tmp_path / "r")
     other = _cfg(corpus, db).model_copy(update={"embed": _cfg(corpus, db).embed.model_copy(update={"max_seq_length": 128})})
-    with pytest.raises(IndexJobError, match="holds vectors from 'all-MiniLM-L6-v2'"):
+    with pytest.raises(StoreError, match="holds vectors from 'all-MiniLM-L6-v2'"):
         run_index(other, tmp_path / "r2")
 
 

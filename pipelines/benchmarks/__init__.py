@@ -1,0 +1,1 @@
+"""Method benchmarks that score methods directly (not through runs): ITLR's synthetic logical benchmark."""
