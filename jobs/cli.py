@@ -59,9 +59,8 @@ def _fail(message: str) -> NoReturn:
 
 
 # config fields whose command-line option has another name
-_OPTION_NAMES = {"methods": "method", "measures": "measure", "runs": "runs", "score_actors": "actors",
-                 "score_num_cpus": "cpus-per-actor", "score_num_gpus": "gpus-per-actor", "embed_actors": "actors", "embed_num_gpus": "gpus-per-actor",
-                 "actor_num_cpus": "cpus-per-actor", "actor_num_gpus": "gpus-per-actor", "enforce_eager": "compiled"}
+_OPTION_NAMES = {"methods": "method", "measures": "measure", "runs": "runs", "embed_actors": "actors", "embed_num_gpus": "gpus-per-actor",
+                 "enforce_eager": "compiled"}
 
 
 def validation_message(exc: ValidationError) -> str:
@@ -69,17 +68,20 @@ def validation_message(exc: ValidationError) -> str:
     parts = []
     for e in exc.errors(include_url=False):
         names = [x for x in e["loc"] if isinstance(x, str)]
-        option = "--" + _OPTION_NAMES.get(names[-1], names[-1]).replace("_", "-") if names else exc.title
         msg = e["msg"].replace("Input should be", "must be").replace("Value error, ", "")
+        if not names:  # a check of the config as a whole: its message names what is wrong
+            parts.append(msg)
+            continue
+        option = "--" + _OPTION_NAMES.get(names[-1], names[-1]).replace("_", "-")
         given = f" {e['input']!r}" if "input" in e and not isinstance(e["input"], dict) else ""
         parts.append(f"{option}{given}: {msg}")
     return f"{exc.title.removesuffix('Config').lower()}: " + "; ".join(parts)
 
 
-def _llm(model: str, dtype: str, max_model_len: int, tensor_parallel_size: int, compiled: bool, cache: str) -> LLMConfig:
+def _llm(model: str, dtype: str, max_model_len: int, tensor_parallel_size: int, compiled: bool, cache: str, **placement) -> LLMConfig:
     return _run(
         LLMConfig, model=model, dtype=dtype, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
-        enforce_eager=not compiled, cache=None if cache == "none" else cache,
+        enforce_eager=not compiled, cache=None if cache == "none" else cache, **placement,
     )
 
 
@@ -172,7 +174,11 @@ def retrieve(
     queries: Annotated[str, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet.")],
     db: str = "data/lancedb",
     table: str = "docs",
-    method: Annotated[list[str], typer.Option(help="dense | bm25 | hybrid | itlr | expansion | orlog | reasoner (repeat).")] = ["dense"],  # noqa: B006
+    pipelines: Annotated[
+        Path | None, typer.Option(help="YAML file of named pipelines (README, 'Pipelines'); replaces --method and the method options.")
+    ] = None,
+    method: Annotated[list[str] | None, typer.Option(help="A preset pipeline (repeat): see `logicrank stages`. Default: dense.")] = None,
+    run_tag: Annotated[str | None, typer.Option(help="Prefix of the presets' run ids.")] = None,
     k: int = 100,
     hybrid_depth: Annotated[int, typer.Option(help="hybrid: depth of each fused list (at least --k is used).")] = 100,
     model: Model = "all-MiniLM-L6-v2",
@@ -183,7 +189,7 @@ def retrieve(
     calibration: Annotated[str, typer.Option(help="itlr: none | zscore | sigmoid (needs --labels).")] = "none",
     labels: Annotated[str | None, typer.Option(help="itlr sigmoid: JSONL of doc_id + present terms.")] = None,
     decompositions: Annotated[
-        str | None, typer.Option(help="Decompositions table: itlr uses its logical queries, expansion its reasoning texts.")
+        str | None, typer.Option(help="Decompositions table (`logicrank decompose`) for itlr, expansion and orlog; without it they ask the LLM.")
     ] = None,
     orlog_base: Annotated[str, typer.Option(help="orlog/reasoner: base retriever bm25 | dense | hybrid.")] = "bm25",
     orlog_k: Annotated[int, typer.Option(help="orlog/reasoner: candidates reranked per query.")] = 20,
@@ -192,33 +198,77 @@ def retrieve(
         str, typer.Option("--orlog-reasoner", "--reasoner", help="orlog: compiled (exact, vectorised) | problog (reference).")
     ] = "compiled",
     orlog_context: Annotated[bool, typer.Option(help="orlog: put the candidate's text before each statement.")] = True,
-    llm_model: Annotated[str, typer.Option(help="orlog/reasoner: LLM name or checkpoint directory.")] = "smollm2-135m-instruct",
+    llm_model: Annotated[str, typer.Option(help="LLM name or checkpoint directory (every LLM stage).")] = "smollm2-135m-instruct",
     llm_dtype: LLMDtype = "auto",
     llm_max_model_len: LLMMaxLen = 2048,
     tensor_parallel_size: TensorParallel = 1,
     compiled: Compiled = False,
     llm_cache: LLMCache = "default",
-    actors: Annotated[int, typer.Option(help="orlog/reasoner: scoring engine actors.")] = 1,
-    cpus_per_actor: Annotated[float, typer.Option(help="orlog/reasoner: CPUs per scoring engine actor.")] = 1.0,
-    gpus_per_actor: Annotated[float, typer.Option(help="orlog/reasoner: GPUs per scoring engine actor.")] = 0.0,
+    actors: Annotated[int, typer.Option(help="Engine actors of the job's one LLM pool.")] = 1,
+    cpus_per_actor: Annotated[float, typer.Option(help="CPUs per engine actor.")] = 1.0,
+    gpus_per_actor: Annotated[float | None, typer.Option(help="GPUs per engine actor (default: the tensor-parallel size on GPU nodes).")] = None,
+    retrieve_actors: Annotated[int, typer.Option(help="Actors of the bulk-retrieval pool (dense, bm25 over query batches).")] = 1,
     ray_address: RayAddress = None,
     out: Path = Path("runs/retrieve"),
-    progress: Annotated[bool, typer.Option(help="Print LLM scoring progress (orlog/reasoner).")] = True,
+    progress: Annotated[bool, typer.Option(help="Print LLM progress.")] = True,
 ):
-    """Retrieve the top k documents per query; writes one run table per method."""
+    """Run named pipelines of stages (or --method presets); writes one run table per pipeline."""
     from jobs.retrieve import run_retrieve
 
-    llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache)
-    cfg = _run(
-        RetrieveConfig, queries=queries, db=db, table=table, methods=tuple(method), k=k, hybrid_depth=hybrid_depth,
-        embed=_run(EmbedConfig, model=model, backend=backend), trec=trec, itlr_mode=itlr_mode,
-        operators=operators or "and=product,or=sum,not=complement", calibration=calibration, labels=labels,
-        decompositions=decompositions, orlog_base=orlog_base, orlog_k=orlog_k, orlog_calibration=orlog_calibration,
-        orlog_reasoner=orlog_reasoner, orlog_context=orlog_context, llm=llm, ray=_run(RayConfig, address=ray_address),
-        score_actors=actors, score_num_cpus=cpus_per_actor, score_num_gpus=gpus_per_actor,
-    )
+    llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
+               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor)
+    common = dict(queries=queries, db=db, table=table, embed=_run(EmbedConfig, model=model, backend=backend), trec=trec, llm=llm,
+                  ray=_run(RayConfig, address=ray_address, retrieve_actors=retrieve_actors))
+    if pipelines is not None:
+        if method:
+            _fail("retrieve: give --pipelines or --method, not both (a pipelines file names its own pipelines).")
+        from pipelines.pipeline import MethodOptions
+
+        given = {"k": k, "hybrid_depth": hybrid_depth, "itlr_mode": itlr_mode, "operators": operators or None, "calibration": calibration,
+                 "labels": labels, "decompositions": decompositions, "orlog_base": orlog_base, "orlog_k": orlog_k,
+                 "orlog_calibration": orlog_calibration, "orlog_reasoner": orlog_reasoner, "orlog_context": orlog_context, "run_tag": run_tag}
+        defaults = {name: f.default for name, f in MethodOptions.model_fields.items()}
+        changed = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None and value != defaults.get(name)]
+        if changed:
+            _fail(f"retrieve: {', '.join(changed)} set(s) a --method preset's options; with --pipelines, set each stage's options in the file.")
+        cfg = _run(RetrieveConfig, pipelines=_run(_read_yaml, pipelines), **common)
+    else:
+        cfg = _run(
+            RetrieveConfig.preset, tuple(method or ["dense"]), run_tag, k=k, hybrid_depth=hybrid_depth, itlr_mode=itlr_mode,
+            operators=operators or "and=product,or=sum,not=complement", calibration=calibration, labels=labels,
+            decompositions=decompositions, orlog_base=orlog_base, orlog_k=orlog_k, orlog_calibration=orlog_calibration,
+            orlog_reasoner=orlog_reasoner, orlog_context=orlog_context, **common,
+        )
     for rid, path in _run(run_retrieve, cfg, out, echo=typer.echo, progress=progress).items():
         typer.echo(f"{rid}: {path}")
+
+
+def _read_yaml(path: Path) -> dict:
+    """The pipelines of a YAML file: its top-level mapping of name -> stages (or under a
+    ``pipelines:`` key)."""
+    import yaml
+
+    from pipelines.pipeline import PipelineError
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PipelineError(f"--pipelines {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise PipelineError(f"--pipelines {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    if isinstance(data, dict) and set(data) == {"pipelines"}:
+        data = data["pipelines"]
+    if not isinstance(data, dict) or not data:
+        raise PipelineError(f"--pipelines {path}: expected a mapping of pipeline names to lists of stages.")
+    return data
+
+
+@app.command()
+def stages():
+    """The registered stages (what each consumes and needs, its options) and the --method presets."""
+    from pipelines.pipeline import describe
+
+    typer.echo(describe())
 
 
 @app.command()
@@ -265,8 +315,8 @@ def decompose(
     compiled: Compiled = False,
     actors: Annotated[int, typer.Option(help="Engine actors.")] = 1,
     cpus_per_actor: float = 1.0,
-    gpus_per_actor: Annotated[float, typer.Option(help="GPUs per engine actor (= tensor parallel size on GPU nodes).")] = 0.0,
-    batch_rows: int = 64,
+    gpus_per_actor: Annotated[float | None, typer.Option(help="GPUs per engine actor (default: the tensor-parallel size on GPU nodes).")] = None,
+    batch_rows: Annotated[int, typer.Option(help="Prompts per engine call.")] = 64,
     cache: LLMCache = "default",
     ray_address: RayAddress = None,
     out: Path = Path("runs/decompose"),
@@ -275,10 +325,10 @@ def decompose(
     """Decompose queries with an LLM: ITLR logical queries, OrLog atoms + form, reasoning expansions."""
     from jobs.decompose import run_decompose
 
-    llm = _llm(model, dtype, max_model_len, tensor_parallel_size, compiled, cache)
+    llm = _llm(model, dtype, max_model_len, tensor_parallel_size, compiled, cache,
+               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor, batch_rows=batch_rows)
     cfg = _run(
-        DecomposeConfig, queries=queries, llm=llm, ray=_run(RayConfig, address=ray_address), methods=tuple(method),
-        constrained=constrained, actors=actors, actor_num_cpus=cpus_per_actor, actor_num_gpus=gpus_per_actor, batch_rows=batch_rows,
+        DecomposeConfig, queries=queries, llm=llm, ray=_run(RayConfig, address=ray_address), methods=tuple(method), constrained=constrained,
     )
     s = _run(run_decompose, cfg, out, progress=progress, echo=typer.echo)
     note = " (unchanged: skipped)" if s.skipped else f", {s.prompts_run} prompts run, {s.cache_hits} from cache, {s.seconds:.1f} s"

@@ -1,12 +1,12 @@
 """`logicrank decompose`: LLM decompositions of a queries table, on an actor pool of engines.
 
-Ray Data splits the queries into batches; each actor holds one vLLM engine (behind the
-persistent cache) and writes DECOMPOSITIONS rows: one per (query, method), whatever the
+The job's one LLM service (jobs/llm_service.py: an actor pool of vLLM engines behind the
+persistent cache) generates DECOMPOSITIONS rows: one per (query, method), whatever the
 model writes. The driver checks that every (query, method) came back exactly once, then
 writes ``<out>/decompositions.parquet`` atomically and a manifest with the counts by
 method and status, the tokens, the cache hits, the model id and the template hashes.
 
-Why our own actor class rather than ``ray.data.llm``: see the README ("LLM layer").
+
 """
 
 from __future__ import annotations
@@ -19,19 +19,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.raysession import ray_session, require_fit
+from jobs.llm_service import LLMService
+from jobs.raysession import ray_session
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic
-from pipelines.errors import UserError
 from pipelines.llm import prompts
 from pipelines.llm.decompose import TEMPLATES, DecomposeSettings, decompose
 from pipelines.llm.models import resolve
 from pipelines.topics import read_queries
 from schemas.config import DecomposeConfig
 from schemas.tables import DECOMPOSITIONS, conform
-
-
-class DecomposeJobError(UserError, RuntimeError):
-    """Rows were lost or duplicated, or the actor pool cannot be placed."""
 
 
 @dataclass
@@ -56,19 +52,6 @@ def settings_of(cfg: DecomposeConfig) -> DecomposeSettings:
     )
 
 
-class _DecomposeActor:
-    """One engine per actor; the engine starts on the first cache miss."""
-
-    def __init__(self, llm, settings: DecomposeSettings):
-        from pipelines.llm.engine import LLMClient
-
-        self.client = LLMClient(llm)
-        self.settings = settings
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        return decompose(self.client, batch.column("query_id").to_pylist(), batch.column("text").to_pylist(), self.settings)
-
-
 def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False, echo=print) -> DecomposeSummary:
     start = time.perf_counter()
     rundir = RunDir(out, "decompose")
@@ -81,30 +64,14 @@ def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False,
         prev = rundir.previous() or {}
         return DecomposeSummary(target, prev.get("rows", 0), prev.get("by_status", {}), skipped=True)
 
-    llm = cfg.llm.model_copy(update={"model": str(resolved.path)}) if cfg.llm.model != str(resolved.path) else cfg.llm
-    settings = settings_of(cfg)
     n = queries.num_rows
-    parts: list[pa.Table] = []
-    with ray_session(cfg.ray) as ray, rundir.timed("decompose"):
-        require_fit("decompose", cfg.actors, cfg.actor_num_cpus, cfg.actor_num_gpus, ray.cluster_resources(), DecomposeJobError)
-        # one in-memory block per batch: no repartition task competes with the actors for CPUs
-        ds = ray.data.from_arrow([queries.slice(i, cfg.batch_rows) for i in range(0, max(n, 1), cfg.batch_rows)])
-        ds = ds.map_batches(
-            _DecomposeActor,
-            fn_constructor_kwargs={"llm": llm, "settings": settings},
-            compute=ray.data.ActorPoolStrategy(size=cfg.actors),
-            batch_size=cfg.batch_rows,
-            batch_format="pyarrow",
-            num_cpus=cfg.actor_num_cpus,
-            num_gpus=cfg.actor_num_gpus or None,
-        )
-        done = 0
-        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            parts.append(batch)
-            done += batch.num_rows
-            if progress:
-                echo(f"decompose: {done // len(cfg.methods)}/{n} queries")
-    table = conform(pa.concat_tables(parts) if parts else DECOMPOSITIONS.empty_table(), DECOMPOSITIONS, "decompose")
+    with ray_session(cfg.ray), rundir.timed("decompose"):
+        llm = LLMService(cfg.llm, echo=(lambda line: echo(f"decompose: {line}")) if progress else None)
+        try:
+            table = decompose(llm, queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), settings_of(cfg))
+        finally:
+            pool = llm.close()
+    table = conform(table, DECOMPOSITIONS, "decompose")
     _check_conserved(queries, table, cfg.methods)
     write_parquet_atomic(table, target)
 
@@ -121,7 +88,7 @@ def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False,
     rundir.write_manifest(
         cfg.model_dump(mode="json"), cfg.digest(), inputs, ["decompositions.parquet"],
         rows=table.num_rows, queries=n, by_status=summary.by_status, model=resolved.model_id, prompt_sha=templates,
-        prompts_run=summary.prompts_run, cache_hits=cached,
+        prompts_run=summary.prompts_run, cache_hits=cached, llm=pool,
         prompt_tokens=pc.sum(pc.filter(table.column("prompt_tokens"), fresh)).as_py() or 0,
         generated_tokens=pc.sum(pc.filter(table.column("generated_tokens"), fresh)).as_py() or 0,
     )

@@ -14,19 +14,19 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.decompose import run_decompose
 from jobs.evaluate import run_evaluate
 from jobs.retrieve import run_retrieve
 from jobs.rundir import write_parquet_atomic, write_text_atomic
-from pipelines.evaluate.synthetic import pooled_qrels
+from pipelines.benchmarks.itlr import pooled_qrels
+from pipelines.evaluate.report import summary_frame
 from pipelines.logic.query import parse, relabel, to_text
 from pipelines.methods.itlr import parse_queries
 from pipelines.topics import read_queries
 from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, LLMConfig, RayConfig, RetrieveConfig
-from schemas.tables import AGGREGATE_QUERY_ID, DECOMPOSITIONS
+from schemas.tables import DECOMPOSITIONS
 
 
 def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, per_template: int = 1, echo=print) -> dict:
@@ -49,16 +49,15 @@ def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, 
     )
 
     cpus = float(ray_mod.cluster_resources().get("CPU", 1)) if ray_mod.is_initialized() else 1.0
-    cfg = DecomposeConfig(
-        queries=str(queries), llm=LLMConfig(), ray=ray, actor_num_cpus=min(cpus, 8.0), itlr_max_tokens=160, orlog_max_tokens=256, reasoning_max_tokens=128,
-    )
+    llm_cfg = LLMConfig(cpus_per_actor=min(cpus, 8.0))
+    cfg = DecomposeConfig(queries=str(queries), llm=llm_cfg, ray=ray, itlr_max_tokens=160, orlog_max_tokens=256, reasoning_max_tokens=128)
     echo(f"      decompose {len(keep)} questions with {cfg.llm.model} (itlr, orlog, reasoning)")
     dec = run_decompose(cfg, out / "decompose", echo=echo)
     echo(f"      {dec.by_status}; " + ("unchanged inputs: skipped" if dec.skipped else f"{dec.prompts_run} prompts run, {dec.cache_hits} from cache"))
     db = str(itlr_dir / "lancedb")
-    gold = run_retrieve(RetrieveConfig(queries=str(queries), db=db, methods=("dense", "itlr"), k=100, embed=embed, run_tag="gold"), out / "retrieve-gold")
+    gold = run_retrieve(RetrieveConfig.preset(("dense", "itlr"), "gold", queries=str(queries), db=db, k=100, embed=embed, ray=ray), out / "retrieve-gold")
     llm = run_retrieve(
-        RetrieveConfig(queries=str(queries), db=db, methods=("itlr", "expansion"), k=100, embed=embed, run_tag="smollm2", decompositions=str(dec.path)),
+        RetrieveConfig.preset(("itlr", "expansion"), "smollm2", queries=str(queries), db=db, k=100, embed=embed, decompositions=str(dec.path), ray=ray),
         out / "retrieve-llm",
     )
     # OrLog with gold atoms (one per benchmark term; SmolLM2 writes no usable atoms) and the
@@ -66,10 +65,9 @@ def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, 
     gold_dec = write_parquet_atomic(gold_orlog_decompositions(read_queries(queries)), out / "orlog_gold_decompositions.parquet")
     echo(f"      OrLog (gold atoms) and LLM-as-reasoner over dense's top 10, P(True) from {cfg.llm.model}")
     orl = run_retrieve(
-        RetrieveConfig(
-            queries=str(queries), db=db, methods=("dense", "orlog", "reasoner"), k=10, embed=embed, run_tag="top10",
-            decompositions=str(gold_dec), orlog_base="dense", orlog_k=10, orlog_context_tokens=128, llm=LLMConfig(), ray=ray,
-            score_num_cpus=min(cpus, 8.0),
+        RetrieveConfig.preset(
+            ("dense", "orlog", "reasoner"), "top10", queries=str(queries), db=db, k=10, embed=embed,
+            decompositions=str(gold_dec), orlog_base="dense", orlog_k=10, orlog_context_tokens=128, llm=llm_cfg, ray=ray,
         ),
         out / "retrieve-orlog",
     )
@@ -78,10 +76,9 @@ def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, 
         EvaluateConfig(qrels=str(qrels), runs=tuple(str(p) for p in runs)), out / "evaluate",
         title="LLM decomposition -> ITLR (SmolLM2-135M, plumbing only)",
     )
-    agg = metrics.filter(pc.equal(metrics.column("query_id"), AGGREGATE_QUERY_ID)).to_pandas()
-    ndcg = agg[agg["measure"] == "nDCG@10"].set_index("run_id")["value"].to_dict()
-    cost = json.loads((out / "retrieve-orlog" / "manifest.json").read_text())
-    report = _report(len(keep), dec, ndcg, cfg) + _orlog_report(ndcg, cost)
+    ndcg = summary_frame(metrics)["nDCG@10"].to_dict()
+    manifest = json.loads((out / "retrieve-orlog" / "manifest.json").read_text())
+    report = _report(len(keep), dec, ndcg, cfg) + _orlog_report(ndcg, manifest)
     write_text_atomic(report, out / "llm_report.md")
     return {"ndcg@10": ndcg, "by_status": dec.by_status, "report": out / "llm_report.md"}
 
@@ -102,7 +99,7 @@ def gold_orlog_decompositions(queries: pa.Table) -> pa.Table:
 
 
 def _orlog_report(ndcg: dict[str, float], manifest: dict) -> str:
-    o, r = manifest["orlog"], manifest["reasoner"]
+    o, r = (manifest["pipelines"][f"top10-{m}"]["stages"][-1] for m in ("orlog", "reasoner"))  # the reranker's cost counts
     lines = [
         "",
         "### OrLog (gold atoms) and LLM-as-reasoner, SmolLM2 as the True/False scorer",

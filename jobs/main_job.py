@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-import pyarrow.compute as pc
-
 from jobs.evaluate import run_evaluate
 from jobs.index import run_index
 from jobs.itlr_bench import run_itlr_bench
@@ -20,8 +18,8 @@ from jobs.raysession import ray_session
 from jobs.retrieve import run_retrieve
 from jobs.rundir import write_text_atomic
 from pipelines.datasets import scifact
+from pipelines.evaluate.report import summary_frame
 from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, RayConfig, RetrieveConfig
-from schemas.tables import AGGREGATE_QUERY_ID
 
 PUBLISHED_DENSE_NDCG10 = 0.645  # MTEB, all-MiniLM-L6-v2 on SciFact
 TOLERANCE = 0.005
@@ -41,7 +39,7 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
          f"{summary.deleted} deleted, {summary.rejected} rejected in {summary.seconds:.1f} s (table v{summary.table_version})")
     echo("[2/5] retrieve 300 queries: dense, bm25, hybrid")
     runs = run_retrieve(
-        RetrieveConfig(queries=str(data.queries), db=db, methods=("dense", "bm25", "hybrid"), k=100, embed=embed, trec=True),
+        RetrieveConfig.preset(("dense", "bm25", "hybrid"), queries=str(data.queries), db=db, k=100, embed=embed, trec=True, ray=ray),
         out / "retrieve",
     )
     echo("[3/5] evaluate")
@@ -50,8 +48,7 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
         out / "evaluate",
         title="SciFact (BEIR test): dense vs BM25 vs hybrid",
     )
-    agg = metrics.filter(pc.equal(metrics.column("query_id"), AGGREGATE_QUERY_ID)).to_pandas()
-    ndcg = agg[agg["measure"] == "nDCG@10"].set_index("run_id")["value"].to_dict()
+    ndcg = summary_frame(metrics)["nDCG@10"].to_dict()
     dense = ndcg.get("dense")
     reproduced = dense is not None and abs(dense - PUBLISHED_DENSE_NDCG10) <= TOLERANCE
     for rid, v in ndcg.items():

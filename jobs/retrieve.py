@@ -1,8 +1,21 @@
-"""`logicrank retrieve`: run queries against the LanceDB table with one or more methods.
+"""`logicrank retrieve`: run named pipelines of stages over one LanceDB table.
 
-Writes ``<out>/runs/<run_id>.parquet`` (RUN contract) per method, optionally a TREC run
-file beside it, and a manifest. Skipped on rerun when the config, the queries and the
-table version are unchanged.
+For each pipeline (run id -> stages) writes ``<out>/runs/<run_id>.parquet`` (RUN contract),
+optionally a TREC run file beside it, the side tables its stages produce
+(``<out>/<kind>/<run_id>.parquet``: term_scores, predicate_scores, decompositions) and one
+manifest. Every pipeline is validated before Ray starts or a model loads.
+
+Where the work runs:
+- per-query retrievers (dense, bm25) run over query batches on a Ray Data actor pool
+  (``ray.retrieve_actors``), each actor opening the table and the encoder once; the driver
+  only assembles the runs, checking that rows stay keyed by the input's query ids;
+- every stage that needs the LLM shares one engine pool per job (jobs/llm_service.py);
+- the rest (itlr, fusion, rewriters, the rerankers' composition) runs in the driver.
+
+Each stage's output is cached under ``<out>/stages/<prefix digest>/``: the digest covers the
+stages so far (their options, and the encoder or LLM config they use), the queries, the
+table version and the files they read. Pipelines that share a prefix compute it once, and a
+rerun that changes a later stage (orlog's depth, say) reuses the earlier ones.
 """
 
 from __future__ import annotations
@@ -12,258 +25,276 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic
-from pipelines.embed import Embedder, model_id, resolve_model
-from pipelines.llm.decompose import apply_to_queries
-from pipelines.logic.fuzzy import Operators
-from pipelines.methods.bm25 import bm25
-from pipelines.methods.dense import dense
-from pipelines.methods.hybrid import rrf
-from pipelines.methods.itlr import (
-    Calibration,
-    ann_candidates,
-    parse_queries,
-    score_candidates,
-    score_exact,
-    term_scores,
-)
-from pipelines.methods.ranking import rank_pairs
-from pipelines.store import DocStore, StoreError
+from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic, write_text_atomic
+from pipelines.embed import model_id, resolve_model
+from pipelines.errors import UserError
+from pipelines.pipeline import build, digest, validate
+from pipelines.stages import Context, Kind, Needs, Output, StageOptions
+from pipelines.store import DocStore
 from pipelines.topics import TopicsError, read_queries, write_trec_run
-from schemas.config import RetrieveConfig
+from schemas.config import EmbedConfig, RetrieveConfig
 from schemas.tables import RUN, conform
+
+
+class RetrieveJobError(UserError, RuntimeError):
+    """The retrieval actor pool cannot be placed on this cluster."""
 
 
 def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], None] | None = None, progress: bool = True) -> dict[str, Path]:
     """Returns run_id -> run table path. ``echo`` (if given) receives notes (blank queries, a
-    skipped rerun) and, with ``progress``, the progress lines of LLM scoring."""
+    skipped rerun) and, with ``progress``, the progress lines of LLM stages."""
     rundir = RunDir(out, "retrieve")
-    queries, itlr_input, blank = _split_blank(read_queries(cfg.queries))
-    if queries.num_rows == 0 and itlr_input.num_rows == 0:
-        raise TopicsError(f"queries {cfg.queries}: every query's text is blank; give queries with text.")
-    decompositions = pq.read_table(cfg.decompositions) if cfg.decompositions else None
+    queries = read_queries(cfg.queries)
     store = DocStore(cfg.db, cfg.table)
-    needs_vectors = any(m in ("dense", "hybrid", "itlr", "expansion") for m in cfg.methods) or (
-        any(m in ("orlog", "reasoner") for m in cfg.methods) and cfg.orlog_base in ("dense", "hybrid")
-    )
-    if needs_vectors:
+    needs = Needs()
+    for name, stages in cfg.pipelines.items():
+        needs = needs | validate(name, stages, frozenset(queries.column_names))
+    if needs.encoder:  # before Ray starts: a wrong model fails here
         resolve_model(cfg.embed.model)
-        if store.model_id() != model_id(cfg.embed):
-            raise StoreError(
-                f"retrieve: table {cfg.table!r} was embedded with {store.model_id()!r}; "
-                f"queries would be embedded with {model_id(cfg.embed)!r}. Use the table's model (--model)."
-            )
-    run_ids = {m: f"{cfg.run_tag}-{m}" if cfg.run_tag else m for m in cfg.methods}
-    outputs = {m: f"runs/{rid}.parquet" for m, rid in run_ids.items()}
-    extra_outputs = [f"term_scores/{run_ids['itlr']}.parquet"] if "itlr" in cfg.methods else []
-    extra_outputs += [f"predicate_scores/{run_ids['orlog']}.parquet"] if "orlog" in cfg.methods else []
+        store.require_model(model_id(cfg.embed), "retrieve")
+    missing = [f for f in dict.fromkeys(needs.files) if not Path(f).is_file()]
+    if missing:
+        raise TopicsError(f"retrieve: input file(s) not found: {missing}")
+    blank = _blank(queries.column("text")).to_pylist()
+    blank_ids = [q for q, b in zip(queries.column("query_id").to_pylist(), blank, strict=True) if b]
+    starts = {rid: build(stages[0]).reads for rid, stages in cfg.pipelines.items()}  # the query columns each pipeline starts from
+    if all(_with_content(queries, reads).num_rows == 0 for reads in starts.values()):
+        raise TopicsError(f"queries {cfg.queries}: every query's text is blank; give queries with text.")
+    outputs = {rid: f"runs/{rid}.parquet" for rid in cfg.pipelines}
     inputs = {"queries": file_fingerprint(cfg.queries), "table": {"db": cfg.db, "name": cfg.table, "version": store.version}}
-    if cfg.labels:
-        inputs["labels"] = file_fingerprint(cfg.labels)
-    if cfg.decompositions:
-        inputs["decompositions"] = file_fingerprint(cfg.decompositions)
-    if blank and echo:
-        echo(f"retrieve: {len(blank)} quer{'y has' if len(blank) == 1 else 'ies have'} a blank text and get no results "
-             f"from the text methods (e.g. {blank[:3]}); they score 0 in evaluation.")
+    inputs.update({f"file:{f}": file_fingerprint(f) for f in dict.fromkeys(needs.files)})
+    if blank_ids and echo:
+        echo(f"retrieve: {len(blank_ids)} quer{'y has' if len(blank_ids) == 1 else 'ies have'} a blank text and get no results "
+             f"from the text stages (e.g. {blank_ids[:3]}); they score 0 in evaluation.")
     if rundir.is_fresh(cfg.digest(), inputs):
         if echo:
             echo(f"retrieve: config, queries and table v{store.version} unchanged since the last run: skipped; runs in {rundir.path / 'runs'}")
-        return {run_ids[m]: rundir.path / o for m, o in outputs.items()}
+        return {rid: rundir.path / o for rid, o in outputs.items()}
 
-    embedder = None
-    if needs_vectors:
-        with rundir.timed("load_model"):
-            embedder = Embedder(cfg.embed)
-    cache: dict[tuple[str, int], pa.Table] = {}
+    from jobs.raysession import ray_session
 
-    def scored(method: str, depth: int) -> pa.Table:
-        """dense or bm25 to ``depth``, computed once (hybrid reuses them)."""
-        if (method, depth) not in cache:
-            with rundir.timed(f"{method}@{depth}"):
-                cache[method, depth] = dense(queries, store, embedder, depth) if method == "dense" else bm25(queries, store, depth)
-        return cache[method, depth]
-
-    def hybrid(k: int) -> pa.Table:
-        """RRF of dense and bm25 lists at least ``k`` deep, so the fused run can hold k results."""
-        d = max(cfg.hybrid_depth, k)
-        return rrf([scored("dense", d), scored("bm25", d)], k, cfg.rrf_k)
-
-    produced: dict[str, pa.Table] = {}
-    extra: dict = {}
-    for method in cfg.methods:
-        if method == "itlr":
-            itlr_queries = apply_to_queries(queries, decompositions, "itlr") if decompositions is not None else itlr_input
-            with rundir.timed("itlr"):
-                pairs, scores, extra["itlr"] = _itlr(cfg, itlr_queries, store, embedder)
-            run = rank_pairs(pairs, cfg.k, "itlr", run_ids["itlr"])
-            write_parquet_atomic(scores, rundir.path / extra_outputs[0])
-        elif method == "expansion":  # BRIGHT-style baseline: dense retrieval of the LLM's reasoning text
-            with rundir.timed("expansion"):
-                run = dense(apply_to_queries(queries, decompositions, "reasoning"), store, embedder, cfg.k)
-        elif method in ("orlog", "reasoner"):
-            base = hybrid(cfg.orlog_k) if cfg.orlog_base == "hybrid" else scored(cfg.orlog_base, cfg.orlog_k)
-            with rundir.timed(method):
-                pairs, predicates, cost = _orlog(cfg, method, queries, decompositions, store, base, echo if progress else None)
-            run = rank_pairs(pairs, cfg.k, method, run_ids[method])
-            extra[method] = cost
-            if predicates is not None:
-                write_parquet_atomic(predicates, rundir.path / f"predicate_scores/{run_ids[method]}.parquet")
-        elif method == "hybrid":
-            run = hybrid(cfg.k)
-        else:
-            run = scored(method, cfg.k)
-        rid = run_ids[method]
-        run = conform(run.set_column(run.schema.get_field_index("run_id"), "run_id", pa.array([rid] * run.num_rows, pa.string())), RUN, "retrieve")
-        produced[rid] = run
-        write_parquet_atomic(run, rundir.path / outputs[method])
-        if cfg.trec:
-            write_trec_run(run, rundir.path / f"runs/{rid}.trec")
-
+    with ray_session(cfg.ray):
+        executor = _Executor(cfg, store, rundir, inputs, echo if progress else None)
+        try:
+            executor.check_fit(needs)  # every pool fits the cluster, before any stage runs
+            written, report = [], {}
+            for rid, stages in cfg.pipelines.items():
+                state, steps = executor.pipeline(stages, _with_content(queries, starts[rid]), digest([executor.base, "input", starts[rid]]))
+                run = conform(state.run.set_column(state.run.schema.get_field_index("run_id"), "run_id", pa.array([rid] * state.run.num_rows, pa.string())), RUN, "retrieve")
+                write_parquet_atomic(run, rundir.path / outputs[rid])
+                if cfg.trec:
+                    write_trec_run(run, rundir.path / f"runs/{rid}.trec")
+                for kind, table in state.side.items():
+                    written.append(str(write_parquet_atomic(table, rundir.path / kind / f"{rid}.parquet").relative_to(rundir.path)))
+                report[rid] = {"rows": run.num_rows, "queries": len(set(run.column("query_id").to_pylist())), "stages": steps}
+        finally:
+            llm = executor.close()
     rundir.write_manifest(
-        cfg.model_dump(mode="json"),
-        cfg.digest(),
-        inputs,
-        list(outputs.values()) + extra_outputs,
-        **extra,
-        model=model_id(cfg.embed) if needs_vectors else None,
-        rows={rid: t.num_rows for rid, t in produced.items()},
-        queries=queries.num_rows + len(blank),
-        blank_queries=len(blank),
-        blank_query_ids=blank[:100],
-        hybrid_depth=max(cfg.hybrid_depth, cfg.k),
+        cfg.model_dump(mode="json"), cfg.digest(), inputs, list(outputs.values()) + written,
+        model=model_id(cfg.embed) if needs.encoder else None,
+        rows={rid: r["rows"] for rid, r in report.items()},
+        pipelines=report,
+        queries=queries.num_rows, blank_queries=len(blank_ids), blank_query_ids=blank_ids[:100],
+        llm=llm,
     )
-    return {run_ids[m]: rundir.path / o for m, o in outputs.items()}
+    return {rid: rundir.path / o for rid, o in outputs.items()}
 
 
-def _split_blank(queries: pa.Table) -> tuple[pa.Table, pa.Table, list[str]]:
-    """(queries for the text methods, queries for itlr, ids of queries whose text is blank).
-
-    A blank text asks for nothing: every text method returns no results for it (rather than
-    dense ranking the whole corpus by the empty string's vector while BM25 returns nothing).
-    itlr still runs a blank-text query that carries its own logical form. Blank queries are
-    counted in the manifest and score 0 in evaluation (trec_eval -c's rule for a query
-    without results)."""
-    import pyarrow.compute as pc
-
-    def blank(col: pa.ChunkedArray) -> pa.ChunkedArray:
-        return pc.fill_null(pc.equal(pc.utf8_trim_whitespace(col), ""), True)
-
-    text_blank = blank(queries.column("text"))
-    no_form = blank(queries.column("logical_query"))
-    ids = queries.filter(text_blank).column("query_id").to_pylist()
-    return queries.filter(pc.invert(text_blank)), queries.filter(pc.invert(pc.and_(text_blank, no_form))), ids
+def _blank(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pc.fill_null(pc.equal(pc.utf8_trim_whitespace(col), ""), True)
 
 
-def _itlr(cfg: RetrieveConfig, queries: pa.Table, store: DocStore, embedder: Embedder):
-    """ITLR pairs, their term scores, and counts for the manifest."""
-    import numpy as np
-    import pandas as pd
+def _with_content(queries: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    """The queries with something in at least one of ``columns`` (a stage's ``reads``).
 
-    parsed = parse_queries(queries)
-    terms = list(dict.fromkeys(t for q in parsed for t in q.ast.terms()))
-    term_vectors = embedder.encode(terms)  # each distinct term once, in one batch
-    ops = Operators.parse(cfg.operators)
-    calibration = _calibration(cfg, store, terms, term_vectors)
-    if cfg.itlr_mode == "ann":
-        candidates, exact_queries = ann_candidates(
-            parsed, terms, term_vectors, lambda v, k: store.vector_search(v, k, with_vectors=True, nprobes=cfg.ann_nprobes), cfg.ann_k
+    A blank text asks for nothing: the text stages return no results for it (rather than
+    dense ranking the whole corpus by the empty string's vector while BM25 returns
+    nothing); itlr still runs a blank-text query that carries its own logical form. Blank
+    queries are counted in the manifest and score 0 in evaluation (trec_eval -c's rule)."""
+    keep = pc.invert(_blank(queries.column(columns[0])))
+    for c in columns[1:]:
+        keep = pc.or_(keep, pc.invert(_blank(queries.column(c))))
+    return queries.filter(keep)
+
+
+class _State:
+    """What flows between stages: the queries, the run so far, the side tables."""
+
+    def __init__(self, queries: pa.Table, run: pa.Table | None = None, side: dict | None = None):
+        self.queries, self.run, self.side = queries, run, dict(side or {})
+
+
+class _Executor:
+    """Runs pipelines stage by stage, each stage's output cached by its prefix digest."""
+
+    def __init__(self, cfg: RetrieveConfig, store: DocStore, rundir: RunDir, inputs: dict, echo):
+        self.cfg, self.store, self.rundir, self.echo = cfg, store, rundir, echo
+        self.base = digest([inputs["queries"], inputs["table"]])  # a stage adds the files it reads itself
+        self.files = {k.removeprefix("file:"): v for k, v in inputs.items() if k.startswith("file:")}
+        self.memo: dict[str, Output] = {}
+        self._embedder = None
+        self._llm = None
+        self.ctx = Context(store, encoder=self._encoder, llm=self._llm_service, llm_model=None, echo=echo)
+
+    # the encoder and the LLM pool start on first use, once per job
+    def _encoder(self):
+        if self._embedder is None:
+            from pipelines.embed import Embedder
+
+            with self.rundir.timed("load_model"):
+                self._embedder = Embedder(self.cfg.embed)
+        return self._embedder
+
+    def _llm_service(self):
+        if self._llm is None:
+            from jobs.llm_service import LLMService
+
+            self._llm = LLMService(self.cfg.llm, echo=self.echo)
+            self.ctx.llm_model = str(self._llm.resolved.path)
+        return self._llm
+
+    def close(self) -> dict | None:
+        return self._llm.close() if self._llm is not None else None
+
+    def check_fit(self, needs: Needs) -> None:
+        import ray
+
+        from jobs.raysession import require_fit
+
+        r = self.cfg.ray
+        require_fit("retrieve", r.retrieve_actors, r.retrieve_num_cpus, 0.0, ray.cluster_resources(), RetrieveJobError)
+        if needs.llm:
+            self._llm_service().check_fit()
+
+    def pipeline(self, stages: tuple[StageOptions, ...], queries: pa.Table, key: str) -> tuple[_State, list[dict]]:
+        """Run ``stages`` from ``queries``, whose prefix digest is ``key``."""
+        state, steps = _State(queries), []
+        for options in stages:
+            stage = build(options)
+            prev, key = key, self._key(key, options, stage.needs())
+            runs = []
+            if stage.kind is Kind.RERANKER:
+                runs = [state.run]
+            elif stage.kind is Kind.FUSION:  # each sub-pipeline starts from this point's queries (and shares its cache)
+                for j, sub in enumerate(options.of):
+                    sub_state, sub_steps = self.pipeline(sub, state.queries, prev)
+                    runs.append(sub_state.run)
+                    steps.append({"stage": f"{options.stage}[{j + 1}]", "sub": sub_steps})
+            out, cached = self._stage(key, stage, state.queries, runs)
+            if out.queries is not None:
+                state.queries = out.queries
+            if out.run is not None:
+                state.run = out.run
+            for kind, table in out.side.items():
+                state.side[kind if kind not in state.side else f"{kind}.{len(steps)}"] = table
+            steps.append({"stage": options.stage, "digest": key, "cached": cached, **out.counts})
+        return state, steps
+
+    def _key(self, prev: str, options: StageOptions, needs: Needs) -> str:
+        parts = [prev, options.model_dump(mode="json")]
+        if needs.encoder:
+            parts.append(["embed", _embed_digest(self.cfg.embed)])
+        if needs.llm:
+            parts.append(["llm", self.cfg.llm.engine_digest()])
+        parts += [["file", self.files[f]] for f in needs.files]
+        return digest(parts)
+
+    def _stage(self, key: str, stage, queries: pa.Table, runs: list[pa.Table]) -> tuple[Output, bool]:
+        if key in self.memo:
+            return self.memo[key], True
+        where = self.rundir.path / "stages" / key
+        if (where / "done.json").is_file():
+            out = _load(where)
+            self.memo[key] = out
+            return out, True
+        with self.rundir.timed(f"{stage.name}:{key[:8]}"):
+            if stage.per_query and stage.kind is Kind.RETRIEVER:
+                out = Output(run=self._bulk(stage, queries))
+            else:
+                out = stage.run(self.ctx, queries, runs)
+        _save(out, where)
+        self.memo[key] = out
+        return out, False
+
+    def _bulk(self, stage, queries: pa.Table) -> pa.Table:
+        """A per-query retriever over query batches on a Ray Data actor pool."""
+        import ray
+
+        from pipelines.embed import resolve_model as resolved
+
+        r = self.cfg.ray
+        n = queries.num_rows
+        if n == 0:
+            return RUN.empty_table()
+        embed = self.cfg.embed.model_copy(update={"model": str(resolved(self.cfg.embed.model))}) if stage.needs().encoder else None
+        ds = ray.data.from_arrow([queries.slice(i, r.retrieve_batch_rows) for i in range(0, n, r.retrieve_batch_rows)])
+        ds = ds.map_batches(
+            _RetrieveActor,
+            fn_constructor_kwargs={"db": self.cfg.db, "table": self.cfg.table, "embed": embed, "options": stage.options},
+            compute=ray.data.ActorPoolStrategy(size=r.retrieve_actors),
+            batch_size=r.retrieve_batch_rows,
+            batch_format="pyarrow",
+            num_cpus=r.retrieve_num_cpus,
         )
-        frames = [score_candidates(parsed, terms, term_vectors, candidates, cfg.k, ops, calibration)]
-    else:
-        exact_queries, frames = parsed, []
-    if exact_queries:
-        blocks = store.vector_blocks(cfg.block_rows)
-        frames.append(score_exact(exact_queries, terms, term_vectors, blocks, cfg.k, [ops], calibration)[ops])
-    pairs = pd.concat(frames, ignore_index=True)
-    vectors = store.vectors_for(pairs["doc_id"].unique().tolist())
-    scores = term_scores(pairs, parsed, terms, term_vectors, vectors, calibration)
-    fallback = [q.query_id for q in parsed if q.status == "fallback"]
-    counts = {
-        "queries": len(parsed),
-        "fallback": len(fallback),
-        "fallback_query_ids": fallback[:100],
-        "unique_terms": len(terms),
-        "mode": cfg.itlr_mode,
-        "operators": str(ops),
-        "calibration": calibration.name,
-        "mean_candidates": float(np.mean([len(c[0]) for c in candidates.values()])) if cfg.itlr_mode == "ann" and candidates else None,
-    }
-    return pairs, scores, counts
+        parts = list(ds.iter_batches(batch_format="pyarrow", batch_size=None))
+        run = pa.concat_tables([conform(p, RUN, stage.name) for p in parts]) if parts else RUN.empty_table()
+        _check_keyed(run, queries, stage.name)
+        return run.sort_by([("query_id", "ascending"), ("rank", "ascending")])  # batches arrive in any order
 
 
-def _orlog(cfg: RetrieveConfig, method: str, queries: pa.Table, decompositions, store: DocStore, base: pa.Table, echo=None):
-    """OrLog or its LLM-as-reasoner baseline over ``base``'s top orlog_k: rerank pairs
-    (score, tiebreak = base rank), predicate scores (orlog), and cost counts."""
-    from jobs.score import score_truth
-    from pipelines.methods import orlog
+class _RetrieveActor:
+    """A Ray Data actor: the table and the encoder opened once, then one stage over query batches."""
 
-    cands = base.select(["query_id", "doc_id", "rank"]).to_pandas().rename(columns={"rank": "base_rank"})
-    cands = cands[cands["base_rank"] <= cfg.orlog_k]
-    docs = store.rows_for(cands["doc_id"].unique().tolist(), ["title", "text"]).to_pylist()
-    names = {d["doc_id"]: (d["title"] or "").strip() or "This document" for d in docs}
-    contexts = _contexts(cfg, docs) if cfg.orlog_context else {}
-    score = lambda t: score_truth(  # noqa: E731
-        pa.Table.from_pandas(t[["prompt_id", "context", "statement"]], preserve_index=False), cfg.llm, cfg.ray,
-        cfg.score_actors, cfg.score_num_cpus, cfg.score_num_gpus, echo=echo and (lambda line: echo(f"{method}: {line}")),
-    ).to_pandas()
-    if method == "reasoner":
-        prompts = orlog.reasoner_prompts(queries, cands, names, contexts)
-        res = prompts.merge(score(prompts), on="prompt_id")
-        pairs = res.assign(score=res["p_true"], tiebreak=res["base_rank"])
-        return pairs, None, _cost(res, len(res), 0)
-    qs = orlog.orlog_queries(queries, decompositions)
-    prompts = orlog.truth_prompts(qs, cands, names, contexts)
-    res = prompts.merge(score(prompts), on="prompt_id")
-    cf, n_cf = None, 0
-    if cfg.orlog_calibration == "content-free":
-        cf_prompts = orlog.content_free_prompts(qs)
-        cf = cf_prompts.merge(score(cf_prompts), on="prompt_id")
-        n_cf = len(cf)
-    res["p_calibrated"] = orlog.calibrate(res, cfg.orlog_calibration, cf)
-    post = orlog.posteriors(qs, res, cfg.orlog_reasoner)
-    pairs = post.assign(tiebreak=post["base_rank"])
-    cost = _cost(res, int(len(cands)), n_cf)
-    cost["fallback_decompositions"] = sum(q.status != "ok" for q in qs)
-    return pairs, orlog.predicate_scores(res), cost
+    def __init__(self, db: str, table: str, embed: EmbedConfig | None, options: StageOptions):
+        store = DocStore(db, table)
+        embedder = None
+        if embed is not None:
+            from pipelines.embed import Embedder
+
+            embedder = Embedder(embed)
+        self.ctx = Context(store, encoder=lambda: embedder)
+        self.stage = build(options)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return self.stage.run(self.ctx, batch, []).run
 
 
-def _contexts(cfg: RetrieveConfig, docs: list[dict]) -> dict[str, str]:
-    """Each candidate's title and text, cut to the token budget of the scoring model's tokenizer."""
-    from transformers import AutoTokenizer
-
-    from pipelines.llm.models import resolve
-
-    tok = AutoTokenizer.from_pretrained(resolve(cfg.llm.model).path)
-    out = {}
-    for d in docs:
-        text = f"{d['title'] or ''}. {d['text']}".strip(". ")
-        ids = tok.encode(text, add_special_tokens=False)[: cfg.orlog_context_tokens]
-        out[d["doc_id"]] = f"Document: {tok.decode(ids)}\n"
-    return out
+def _check_keyed(run: pa.Table, queries: pa.Table, stage: str) -> None:
+    """Rows conserved: every row belongs to an input query, each (query, doc) once, ranks 1..n."""
+    asked = set(queries.column("query_id").to_pylist())
+    df = run.select(["query_id", "doc_id", "rank"]).to_pandas()
+    stray = set(df["query_id"]) - asked
+    dup = df.duplicated(["query_id", "doc_id"]).sum()
+    ranks_ok = (df.groupby("query_id")["rank"].agg(lambda r: sorted(r) == list(range(1, len(r) + 1)))).all() if len(df) else True
+    if stray or dup or not ranks_ok:
+        raise RuntimeError(f"{stage}: the distributed run is not keyed by the input queries (a bug): "
+                           f"{len(stray)} unknown query ids, {dup} duplicate pairs, ranks contiguous: {ranks_ok}")
 
 
-def _cost(res, pairs: int, extra_passes: int) -> dict:
-    """Per (query, candidate) pair: forward passes, prompt tokens (and prefix-cache hits),
-    generated tokens (one per pass: no decoding)."""
-    passes = len(res) + extra_passes
-    return {
-        "pairs": pairs, "forward_passes": passes, "forward_passes_per_pair": passes / max(pairs, 1),
-        "prompt_tokens": int(res["prompt_tokens"].sum()), "prefix_cached_tokens": int(res["cached_prompt_tokens"].sum()),
-        "generated_tokens_per_pair": passes / max(pairs, 1), "llm_cache_hits": int(res["cached"].sum()),
-    }
+def _embed_digest(embed: EmbedConfig) -> str:
+    """What can change a vector: the model, its backend, batch size and token window (not the thread count)."""
+    return digest([model_id(embed), embed.backend, embed.batch_size, embed.max_seq_length])
 
 
-def _calibration(cfg: RetrieveConfig, store: DocStore, terms: list[str], term_vectors) -> Calibration:
-    if cfg.calibration == "none":
-        return Calibration()
-    if cfg.calibration == "zscore":
-        sample = store.sample_vectors(cfg.calibration_sample)
-        return Calibration.zscore(terms, sample @ term_vectors.T)
-    from pipelines.methods.itlr import labelled_scores  # sigmoid: RetrieveConfig requires --labels
+def _save(out: Output, where: Path) -> None:
+    if out.queries is not None:
+        write_parquet_atomic(out.queries, where / "queries.parquet")
+    if out.run is not None:
+        write_parquet_atomic(out.run, where / "run.parquet")
+    for kind, table in out.side.items():
+        write_parquet_atomic(table, where / f"side-{kind}.parquet")
+    write_text_atomic(json.dumps({"counts": out.counts, "side": sorted(out.side)}, default=str), where / "done.json")
 
 
-    labels = [json.loads(line) for line in Path(cfg.labels).read_text(encoding="utf-8").splitlines() if line.strip()]
-    vectors = store.vectors_for(sorted({r["doc_id"] for r in labels}))
-    return Calibration.fit_sigmoid(labelled_scores(labels, terms, term_vectors, vectors))
+def _load(where: Path) -> Output:
+    meta = json.loads((where / "done.json").read_text(encoding="utf-8"))
+    q, r = where / "queries.parquet", where / "run.parquet"
+    return Output(
+        queries=pq.read_table(q) if q.exists() else None,
+        run=pq.read_table(r) if r.exists() else None,
+        side={kind: pq.read_table(where / f"side-{kind}.parquet") for kind in meta["side"]},
+        counts=meta["counts"],
+    )

@@ -7,11 +7,9 @@ a model loads. The same config runs on a laptop and on a Ray cluster: placement
 
 from __future__ import annotations
 
-import hashlib
-import json
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 def _distinct_methods(v: tuple[str, ...]) -> tuple[str, ...]:
@@ -23,13 +21,27 @@ def _distinct_methods(v: tuple[str, ...]) -> tuple[str, ...]:
     return v
 
 
+def _resource_pairs(v, name: str) -> tuple[tuple[str, float], ...]:
+    """A mapping of custom Ray resources as sorted (name, amount) pairs: the config stays
+    hashable and its digest stable."""
+    pairs = tuple(sorted(dict(v).items())) if isinstance(v, dict) else tuple(tuple(p) for p in v)
+    for key, amount in pairs:
+        if amount < 0:
+            raise ValueError(f"{name}: {key!r} asks for {amount}; amounts must be >= 0")
+    return pairs
+
+
+_PLACEMENT = ("actors", "cpus_per_actor", "gpus_per_actor", "resources", "batch_rows", "cache")
+
+
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     def digest(self) -> str:
         """A stable hash of the config, for manifests and rerun detection."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        from pipelines.files import json_digest
+
+        return json_digest(self.model_dump(mode="json"))
 
 
 class RayConfig(_Config):
@@ -47,15 +59,13 @@ class RayConfig(_Config):
     batch_rows: int = Field(512, ge=1, description="Rows per Ray Data batch into the embedder.")
     block_bytes: int = Field(1 << 20, ge=1 << 12, description="Target Ray Data block size: small blocks spread work over actors.")
 
-    @field_validator("embed_resources", mode="before")
-    @classmethod
-    def _resources(cls, v):
-        """A mapping is kept as sorted (name, amount) pairs: the config stays hashable and its digest stable."""
-        pairs = tuple(sorted(dict(v).items())) if isinstance(v, dict) else v
-        for name, amount in pairs:
-            if amount < 0:
-                raise ValueError(f"embed_resources: {name!r} asks for {amount}; amounts must be >= 0")
-        return pairs
+    retrieve_actors: int = Field(1, ge=1, description="Size of the bulk-retrieval actor pool (dense, bm25 over query batches).")
+    retrieve_num_cpus: float = Field(1.0, gt=0, description="CPUs per retrieval actor.")
+    retrieve_batch_rows: int = Field(
+        1024, ge=1, description="Queries per retrieval batch (the encoder batches within it; results do not depend on it)."
+    )
+
+    _resources = field_validator("embed_resources", mode="before")(lambda v: _resource_pairs(v, "embed_resources"))
 
 
 class EmbedConfig(_Config):
@@ -119,6 +129,20 @@ class LLMConfig(_Config):
     chat: bool = Field(True, description="Wrap generation prompts in the tokenizer's chat template, when it has one.")
     labels: tuple[str, str] = Field((" True", " False"), description="truth(): the label tokens read after the prompt.")
     cache: str | None = Field("default", description="Persistent cache (SQLite) path; 'default' = <cache root>/llm/cache.sqlite; None = off.")
+    # placement of the job's one engine pool (jobs/llm_service.py); none of it changes a result
+    actors: int = Field(1, ge=1, description="Engines (Ray actors) in the job's one LLM pool.")
+    cpus_per_actor: float = Field(1.0, gt=0, description="CPUs per engine actor (its thread count on CPU).")
+    gpus_per_actor: float | None = Field(
+        None, ge=0, description="GPUs per engine actor; None: tensor_parallel_size on a cluster with GPUs, 0 without."
+    )
+    resources: tuple[tuple[str, float], ...] = Field((), description="Custom Ray resources per engine actor, e.g. {'llm': 1}.")
+    batch_rows: int = Field(64, ge=1, description="Prompts per actor call (one batched engine call).")
+
+    _resources = field_validator("resources", mode="before")(lambda v: _resource_pairs(v, "resources"))
+
+    def engine_digest(self) -> str:
+        """The digest of what changes the engine's outputs (placement and the cache path do not)."""
+        return self.model_copy(update={k: LLMConfig.model_fields[k].default for k in _PLACEMENT}).digest()
 
 
 class DecomposeConfig(_Config):
@@ -136,69 +160,62 @@ class DecomposeConfig(_Config):
         None, ge=1, description="itlr: longest term the grammar allows (None: unbounded; a bound makes xgrammar slow)."
     )
     temperature: float = Field(0.0, ge=0)
-    actors: int = Field(1, ge=1, description="Engines (Ray actors).")
-    actor_num_cpus: float = Field(1.0, gt=0, description="CPUs per engine actor (its thread count on CPU).")
-    actor_num_gpus: float = Field(0.0, ge=0, description="GPUs per engine actor on a GPU cluster (= tensor_parallel_size).")
-    batch_rows: int = Field(64, ge=1, description="Queries per actor call (one batched engine call per method).")
 
     _methods = field_validator("methods")(lambda v: _distinct_methods(v))
-
-
-Method = Literal["dense", "bm25", "hybrid", "itlr", "expansion", "orlog", "reasoner"]
 
 
 class RetrieveConfig(_Config):
+    """`logicrank retrieve`: named pipelines of stages over one table, one run each.
+
+    ``pipelines`` maps a run id to a list of stages (see pipelines/pipeline.py and the
+    README's "Pipelines"); its schema is the stage registry's. :meth:`preset` builds it from
+    ``--method`` names."""
+
     queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL or Parquet.")
     db: str
     table: str = "docs"
-    methods: tuple[Method, ...] = ("dense",)
-    k: int = Field(100, ge=1, le=10_000)
-    hybrid_depth: int = Field(100, ge=1, description="Depth of each list fused by hybrid.")
-    rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
+    pipelines: dict[str, tuple[Any, ...]] = Field(description="run id -> its stages.")
     embed: EmbedConfig = EmbedConfig()
-    trec: bool = Field(False, description="Also write a TREC run file per method.")
-    itlr_mode: Literal["exact", "ann"] = Field("exact", description="itlr: score every document, or re-score ANN candidates.")
-    operators: str = Field("and=product,or=sum,not=complement", description="itlr: fuzzy operator families.")
-    calibration: Literal["none", "zscore", "sigmoid"] = "none"
-    calibration_sample: int = Field(10_000, ge=10, description="itlr zscore: corpus sample size for term statistics.")
-    labels: str | None = Field(None, description="itlr sigmoid: JSONL of {doc_id, present: [terms]} to fit on.")
-    ann_k: int = Field(100, ge=1, description="itlr ann: neighbours per positive term.")
-    ann_nprobes: int | None = Field(None, ge=1, description="itlr ann: IVF partitions probed (None: LanceDB's default).")
-    block_rows: int = Field(32768, ge=1, description="itlr exact: document vectors per block.")
-    run_tag: str | None = Field(None, description="Prefix of run ids; default the method name.")
-    decompositions: str | None = Field(
-        None, description="A decompositions table (`logicrank decompose`): itlr takes its logical queries, expansion its texts."
-    )
-    # orlog (and its LLM-as-reasoner baseline): rerank a base retriever's top k
-    orlog_base: Literal["bm25", "dense", "hybrid"] = "bm25"
-    orlog_k: int = Field(20, ge=1, description="Candidates reranked per query.")
-    orlog_context: bool = Field(True, description="Put the candidate's text before each statement.")
-    orlog_context_tokens: int = Field(256, ge=1, description="Token budget of that text.")
-    orlog_calibration: Literal["none", "content-free", "pool-mean"] = "none"
-    orlog_reasoner: Literal["compiled", "problog"] = Field("compiled", description="problog: one ProbLog program per candidate (reference).")
     llm: LLMConfig = LLMConfig()
     ray: RayConfig = RayConfig()
-    score_actors: int = Field(1, ge=1, description="Engine actors for True/False scoring.")
-    score_num_cpus: float = Field(1.0, gt=0)
-    score_num_gpus: float = Field(0.0, ge=0)
+    trec: bool = Field(False, description="Also write a TREC run file per pipeline.")
 
-    @field_validator("operators")
+    @field_validator("pipelines", mode="before")
     @classmethod
-    def _ops(cls, v: str) -> str:
-        from pipelines.logic.fuzzy import Operators
+    def _stages(cls, v):
+        from pipelines.pipeline import parse_stages
 
-        return str(Operators.parse(v))
-
-    _methods = field_validator("methods")(lambda v: _distinct_methods(v))
+        if not isinstance(v, dict) or not v:
+            raise ValueError("give at least one named pipeline (run id -> list of stages)")
+        bad = [name for name in v if not isinstance(name, str) or not name.strip() or name != name.strip() or "/" in name]
+        if bad:
+            raise ValueError(f"pipeline names are run ids: non-blank, no surrounding spaces, no '/': {bad}")
+        out = {}
+        for name, stages in v.items():
+            try:
+                out[name] = parse_stages(stages)
+            except ValidationError as exc:  # name the pipeline, the stage and the option
+                where = lambda loc: f"stage {loc[0] + 1} ({'.'.join(map(str, loc[1:]))})" if loc and isinstance(loc[0], int) else "stages"  # noqa: E731
+                raise ValueError(f"pipeline {name!r}: " + "; ".join(
+                    f"{where(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors(include_url=False))) from None
+        return out
 
     @model_validator(mode="after")
-    def _needs_inputs(self):
-        for m in ("expansion", "orlog"):
-            if m in self.methods and not self.decompositions:
-                raise ValueError(f"method {m!r} reads the LLM's decompositions: give --decompositions (from `logicrank decompose`).")
-        if "itlr" in self.methods and self.calibration == "sigmoid" and not self.labels:
-            raise ValueError("itlr calibration 'sigmoid' is supervised: give --labels (JSONL of doc_id and present terms).")
+    def _whole(self):
+        from pipelines.pipeline import validate
+
+        for name, stages in self.pipelines.items():
+            validate(name, stages)
         return self
+
+    @classmethod
+    def preset(cls, methods: tuple[str, ...] | list[str] = ("dense",), run_tag: str | None = None, **fields) -> RetrieveConfig:
+        """A config from ``--method`` presets: ``fields`` holds this config's own fields and
+        the presets' flat options (:class:`pipelines.pipeline.MethodOptions`)."""
+        from pipelines.pipeline import MethodOptions, from_methods
+
+        own = {k: fields.pop(k) for k in list(fields) if k in cls.model_fields}
+        return cls(pipelines=from_methods(tuple(methods), MethodOptions(**fields), run_tag), **own)
 
 
 class EvaluateConfig(_Config):

@@ -90,7 +90,17 @@ DECOMPOSITIONS = pa.schema(
     ]
 )
 
-# truth scores: P(True) of one prompt from one forward pass (jobs/score.py)
+# query columns a decomposition stage (pipelines/stages/rewriters.py) adds to QUERIES, for
+# the stages after it: its status, and for orlog the atoms (logical_query then holds the
+# form over atom ids)
+DECOMPOSED_QUERY = pa.schema(
+    [
+        pa.field("decomposition_status", pa.string(), nullable=False),  # one of DECOMPOSITION_STATUS
+        pa.field("atoms", pa.list_(ATOM)),
+    ]
+)
+
+# truth scores: P(True) of one prompt from one forward pass (jobs/llm_service.py, jobs/score.py)
 TRUTH_SCORES = pa.schema(
     [
         pa.field("prompt_id", pa.string(), nullable=False),

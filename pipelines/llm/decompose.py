@@ -190,20 +190,29 @@ def _generate_isolating_failures(client, template, questions, constraint, max_to
 
 
 def apply_to_queries(queries: pa.Table, decompositions: pa.Table, method: str) -> pa.Table:
-    """The queries with what ``method``'s decomposition gives them: ``itlr`` sets
-    ``logical_query``, ``reasoning`` replaces ``text`` by the expansion. Every query must
-    have its row (fallback rows count: they carry the raw question)."""
-    from schemas.tables import require_columns
+    """The queries with what ``method``'s decomposition gives them, plus its
+    ``decomposition_status``: ``itlr`` sets ``logical_query``; ``orlog`` sets
+    ``logical_query`` (over atom ids) and adds ``atoms``; ``reasoning`` replaces ``text`` by
+    the expansion. Every query must have its row (fallback rows count: they carry the raw
+    question)."""
+    from schemas.tables import DECOMPOSED_QUERY, require_columns
 
-    require_columns(decompositions, ["query_id", "method", "logical_query", "expansion", "status"], "decompositions")
+    require_columns(decompositions, ["query_id", "method", "status", *{"itlr": ["logical_query"], "orlog": ["logical_query", "atoms"]}.get(method, ["expansion"])], "decompositions")
     rows = decompositions.filter(pa.compute.equal(decompositions.column("method"), method)).to_pylist()
     by_id = {r["query_id"]: r for r in rows}
     qids = queries.column("query_id").to_pylist()
     missing = [q for q in qids if q not in by_id]
     if missing:
         raise DecompositionsError(f"decompositions: no {method} row for {len(missing)} queries (e.g. {missing[:3]}); run `logicrank decompose` on these queries.")
-    if method == "itlr":
-        values = [by_id[q]["logical_query"] for q in qids]
-        return queries.set_column(queries.schema.get_field_index("logical_query"), "logical_query", pa.array(values, pa.string()))
-    values = [by_id[q]["expansion"] for q in qids]
-    return queries.set_column(queries.schema.get_field_index("text"), "text", pa.array(values, pa.string()))
+
+    def put(table: pa.Table, name: str, values, type_) -> pa.Table:
+        column = pa.array(values, type_)
+        i = table.schema.get_field_index(name)
+        return table.set_column(i, name, column) if i >= 0 else table.append_column(name, column)
+
+    picked = [by_id[q] for q in qids]
+    out = put(queries, "decomposition_status", [r["status"] for r in picked], DECOMPOSED_QUERY.field("decomposition_status").type)
+    if method == "reasoning":
+        return put(out, "text", [r["expansion"] for r in picked], pa.string())
+    out = put(out, "logical_query", [r["logical_query"] for r in picked], pa.string())
+    return put(out, "atoms", [r["atoms"] for r in picked], DECOMPOSED_QUERY.field("atoms").type) if method == "orlog" else out

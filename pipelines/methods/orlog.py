@@ -20,12 +20,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipelines.llm.decompose import DecompositionsError
+from pipelines.llm.decompose import PLACEHOLDER
 from pipelines.logic.probability import compile_probability, problog_probability
 from pipelines.logic.query import Node, parse
-from schemas.tables import PREDICATE_SCORES
+from schemas.tables import PREDICATE_SCORES, require_columns
 
-PLACEHOLDER = "{x}"
 CALIBRATIONS = ("none", "content-free", "pool-mean")
 CONTENT_FREE = "N/A"
 
@@ -39,14 +38,14 @@ class OrlogQuery:
     status: str  # the decomposition's status
 
 
-def orlog_queries(queries: pa.Table, decompositions: pa.Table) -> list[OrlogQuery]:
-    rows = {r["query_id"]: r for r in decompositions.to_pylist() if r["method"] == "orlog"}
-    missing = [q for q in queries.column("query_id").to_pylist() if q not in rows]
-    if missing:
-        raise DecompositionsError(f"orlog: no orlog decomposition for {len(missing)} queries (e.g. {missing[:3]}); run `logicrank decompose`.")
+def orlog_queries(queries: pa.Table) -> list[OrlogQuery]:
+    """Each query's atoms and form, from the columns the ``decomposition`` stage (target
+    orlog) adds: ``atoms``, ``logical_query`` (over atom ids), ``decomposition_status``."""
+    require_columns(queries, ["query_id", "text", "atoms", "logical_query", "decomposition_status"], "orlog")
+    cols = (queries.column(c).to_pylist() for c in ("query_id", "text", "atoms", "logical_query", "decomposition_status"))
     return [
-        OrlogQuery(qid, text, tuple((a["id"], a["text"]) for a in rows[qid]["atoms"]), parse(rows[qid]["logical_query"]), rows[qid]["status"])
-        for qid, text in zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True)
+        OrlogQuery(qid, text, tuple((a["id"], a["text"]) for a in atoms), parse(form), status)
+        for qid, text, atoms, form, status in zip(*cols, strict=True)
     ]
 
 

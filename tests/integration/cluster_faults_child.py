@@ -62,8 +62,8 @@ def start_cluster():
 
 
 def pool_actors(cluster) -> list[dict]:
-    """The Ray Data pool actors on the cluster (Ray Data names the actor class _MapWorker), from the GCS."""
-    return [a for a in cluster.global_state.actor_table(None).values() if "MapWorker" in a["ActorClassName"]]
+    """The pool actors on the cluster, from the GCS: Ray Data's (class _MapWorker) or the LLM service's (_EngineActor)."""
+    return [a for a in cluster.global_state.actor_table(None).values() if any(n in a["ActorClassName"] for n in ("MapWorker", "EngineActor"))]
 
 
 def placement(cluster, workers) -> dict | None:
@@ -209,14 +209,19 @@ def prompts_table(n: int):
 def run_score_case(work: Path, n: int, kill: bool, cluster, workers, kill_after: int) -> dict:
     import pyarrow.parquet as pq
 
-    from jobs.score import score_truth
+    import pyarrow as pa
+
+    from jobs.llm_service import LLMService
+    from jobs.raysession import ray_session
+    from pipelines.llm import prompts
+    from schemas.tables import TRUTH_SCORES
     from schemas.config import LLMConfig, RayConfig
     from tests.tiny_llm import build_tiny_llm
 
     model = work / "tiny-llama"
     if not (model / "config.json").exists():
         build_tiny_llm(model)
-    llm = LLMConfig(model=str(model), max_model_len=1024, cache=None, max_num_seqs=64)
+    llm = LLMConfig(model=str(model), max_model_len=1024, cache=None, max_num_seqs=64, actors=2, cpus_per_actor=1, resources={"worker": 1}, batch_rows=4)
     table = prompts_table(n)
     ray_cfg = RayConfig(address=cluster.address)
     t0 = time.perf_counter()
@@ -225,20 +230,31 @@ def run_score_case(work: Path, n: int, kill: bool, cluster, workers, kill_after:
 
     def echo(line: str) -> None:
         # called on the driver between batches: the kill lands while the rest are pending
-        done = int(line.split("/")[0])
+        done = int(line.split(": ")[-1].split("/")[0])
         progress.append((round(time.perf_counter() - t0, 2), done))
         if kill and not killer.done and done >= kill_after and (placed := placement(cluster, workers)):
             killer.kill(placed, done_at_kill=done)
 
-    kw = dict(actors=2, actor_num_cpus=1, actor_resources={"worker": 1}, batch_rows=4, echo=echo)
+    def score() -> pa.Table:
+        """The job's LLM service (as jobs/score.py uses it), keeping its counts."""
+        values = [{"context": c, "statement": s} for c, s in zip(table.column("context").to_pylist(), table.column("statement").to_pylist(), strict=True)]
+        with ray_session(ray_cfg):
+            service = LLMService(llm, echo=echo)
+            try:
+                res = service.truth(prompts.load("truth"), values, label="score")
+            finally:
+                result["pool"] = service.close()
+        cols = {f: [getattr(r, f) for r in res] for f in TRUTH_SCORES.names if f != "prompt_id"}
+        return pa.table({"prompt_id": table.column("prompt_id"), **cols}, schema=TRUTH_SCORES)
+
     result: dict = {"job": "score", "n": n}
     try:
-        out = score_truth(table, llm, ray_cfg, **kw)
+        out = score()
         result["outcome"] = "completed"
     except Exception as e:
         result["outcome"] = "failed-then-rerun"
         result["error"] = "".join(traceback.format_exception_only(e)).strip()[-2000:]
-        out = score_truth(table, llm, ray_cfg, **kw)
+        out = score()
     t_end = time.perf_counter()
     pq.write_table(out, work / "scores.parquet")
     result["kill"] = killer.info

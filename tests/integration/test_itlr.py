@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 
 def _cfg(root, **kw) -> RetrieveConfig:
-    return RetrieveConfig(queries=str(root / "syn" / "queries.jsonl"), db=str(root / "db"), **kw)
+    return RetrieveConfig.preset(queries=str(root / "syn" / "queries.jsonl"), db=str(root / "db"), **kw)
 
 
 def test_exact_and_ann_agree_on_the_candidates_ann_finds(synthetic, tmp_path):
@@ -31,8 +31,9 @@ def test_exact_and_ann_agree_on_the_candidates_ann_finds(synthetic, tmp_path):
     assert (a - e.loc[a.index]).abs().max() < 1e-5
     manifest = json.loads((tmp_path / "ann" / "manifest.json").read_text())
     distinct = {t for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines() for t in json.loads(line)["terms"]}
-    assert manifest["itlr"]["mode"] == "ann" and manifest["itlr"]["fallback"] == 0
-    assert manifest["itlr"]["unique_terms"] == len(distinct)  # each distinct term embedded once
+    counts = manifest["pipelines"]["ann-itlr"]["stages"][-1]
+    assert counts["mode"] == "ann" and counts["fallback"] == 0
+    assert counts["unique_terms"] == len(distinct)  # each distinct term embedded once
 
 
 def test_itlr_run_and_term_scores_conserve_rows(synthetic, tmp_path):
@@ -46,7 +47,7 @@ def test_itlr_run_and_term_scores_conserve_rows(synthetic, tmp_path):
 
 
 def test_sigmoid_calibration_needs_and_uses_labels(synthetic, tmp_path):
-    with pytest.raises(ValueError, match="give --labels"):
+    with pytest.raises(ValueError, match="give labels"):
         run_retrieve(_cfg(synthetic, methods=("itlr",), calibration="sigmoid"), tmp_path / "x")
     runs = run_retrieve(
         _cfg(synthetic, methods=("itlr",), k=5, calibration="sigmoid", labels=str(synthetic / "syn" / "labels.jsonl")), tmp_path / "s"

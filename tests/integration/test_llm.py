@@ -112,8 +112,8 @@ def test_a_cached_rerun_makes_no_engine_call(tiny_cfg, engine, tmp_path):
 def _decompose_cfg(tmp_path, tiny_cfg, n, **kw) -> DecomposeConfig:
     queries = write_jsonl(tmp_path / "queries.jsonl", [{"_id": f"q{i}", "text": QUESTIONS[i]} for i in range(n)])
     return DecomposeConfig(
-        queries=str(queries), llm=tiny_cfg.model_copy(update={"cache": str(tmp_path / "cache.sqlite")}), ray=RAY,
-        itlr_max_tokens=200, orlog_max_tokens=200, reasoning_max_tokens=16, max_term_chars=16, batch_rows=4, **kw,
+        queries=str(queries), llm=tiny_cfg.model_copy(update={"cache": str(tmp_path / "cache.sqlite"), "batch_rows": 4}), ray=RAY,
+        itlr_max_tokens=200, orlog_max_tokens=200, reasoning_max_tokens=16, max_term_chars=16, **kw,
     )
 
 
@@ -165,14 +165,14 @@ def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, syn
 
     queries = synthetic / "syn" / "queries.jsonl"
     cfg = DecomposeConfig(
-        queries=str(queries), llm=tiny_cfg.model_copy(update={"cache": str(tmp_path / "c.sqlite")}), ray=RAY,
-        methods=("itlr", "reasoning"), itlr_max_tokens=120, reasoning_max_tokens=12, max_term_chars=12, batch_rows=16,
+        queries=str(queries), llm=tiny_cfg.model_copy(update={"cache": str(tmp_path / "c.sqlite"), "batch_rows": 16}), ray=RAY,
+        methods=("itlr", "reasoning"), itlr_max_tokens=120, reasoning_max_tokens=12, max_term_chars=12,
     )
     dec = run_decompose(cfg, tmp_path / "dec")
     table = pq.read_table(dec.path).to_pylist()
     logical = {r["query_id"]: r["logical_query"] for r in table if r["method"] == "itlr"}
     runs = run_retrieve(
-        RetrieveConfig(queries=str(queries), db=str(synthetic / "db"), methods=("itlr", "expansion"), k=5, decompositions=str(dec.path)),
+        RetrieveConfig.preset(queries=str(queries), db=str(synthetic / "db"), methods=("itlr", "expansion"), k=5, decompositions=str(dec.path)),
         tmp_path / "r",
     )
     assert pq.read_table(runs["itlr"]).num_rows == 32 * 5 and pq.read_table(runs["expansion"]).num_rows == 32 * 5
@@ -198,7 +198,7 @@ def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg,
     ], schema=DECOMPOSITIONS)
     pq.write_table(dec, tmp_path / "dec.parquet")
     k = 5
-    cfg = RetrieveConfig(
+    cfg = RetrieveConfig.preset(
         queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("bm25", "orlog", "reasoner"), k=k, orlog_k=k,
         decompositions=str(tmp_path / "dec.parquet"), llm=tiny_cfg, ray=RAY, orlog_context_tokens=32,
     )
@@ -219,8 +219,11 @@ def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg,
             assert list(base.loc[[(qid, d) for d in group["doc_id"]]]) == sorted(base.loc[[(qid, d) for d in group["doc_id"]]])
     assert len(pq.read_table(runs["reasoner"])) == 6 * k
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
-    assert manifest["orlog"]["forward_passes_per_pair"] == 2.0 and manifest["reasoner"]["forward_passes_per_pair"] == 1.0
-    assert manifest["orlog"]["pairs"] == 6 * k and manifest["orlog"]["generated_tokens_per_pair"] == 2.0
+    orlog, reasoner = (manifest["pipelines"][m]["stages"][-1] for m in ("orlog", "reasoner"))
+    assert orlog["forward_passes_per_pair"] == 2.0 and reasoner["forward_passes_per_pair"] == 1.0
+    assert orlog["pairs"] == 6 * k and orlog["generated_tokens_per_pair"] == 2.0
+    # one LLM pool for the job, shared by orlog and the reasoner: one engine started
+    assert manifest["llm"]["pools"] == 1 and manifest["llm"]["actors_started"] == 1 and manifest["llm"]["engines_loaded"] == 1
 
 
 def test_reasoner_alone_over_a_dense_base(tmp_path, tiny_cfg, synthetic):
@@ -229,7 +232,7 @@ def test_reasoner_alone_over_a_dense_base(tmp_path, tiny_cfg, synthetic):
 
     rows = (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:2]
     write_jsonl(tmp_path / "q.jsonl", [json.loads(r) for r in rows])
-    cfg = RetrieveConfig(queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("reasoner",), k=3, orlog_base="dense",
+    cfg = RetrieveConfig.preset(queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("reasoner",), k=3, orlog_base="dense",
                          orlog_k=3, llm=tiny_cfg, ray=RAY, orlog_context=False)
     run = pq.read_table(run_retrieve(cfg, tmp_path / "r")["reasoner"])
     assert run.num_rows == 2 * 3
@@ -247,7 +250,7 @@ def test_a_scoring_pool_too_big_for_the_cluster_fails_fast(tmp_path, tiny_dir, s
         "--llm-model", str(tiny_dir), "--reasoner", "problog", "--actors", "3", "--out", str(tmp_path / "r"),
     ])
     assert res.exit_code == 2, res.output
-    assert "score: 3 actor(s) x (1.0 CPU, 0.0 GPU) need 3.0 CPU" in res.output and "Lower --actors" in res.output
+    assert "llm: 3 actor(s) x (1.0 CPU, 0.0 GPU) need 3.0 CPU" in res.output and "Lower --actors" in res.output
     assert not (tmp_path / "r" / "runs" / "reasoner.parquet").exists()
 
 
@@ -269,7 +272,7 @@ def test_orlog_with_problog_as_the_reasoner_gives_the_compiled_posteriors(tmp_pa
     llm = tiny_cfg.model_copy(update={"cache": str(tmp_path / "cache.sqlite")})
     scores = {}
     for reasoner in ("compiled", "problog"):
-        cfg = RetrieveConfig(
+        cfg = RetrieveConfig.preset(
             queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("orlog",), k=4, orlog_k=4, orlog_base="bm25",
             decompositions=str(tmp_path / "dec.parquet"), llm=llm, ray=RAY, orlog_context_tokens=32, orlog_calibration="pool-mean",
             orlog_reasoner=reasoner,
@@ -281,7 +284,8 @@ def test_orlog_with_problog_as_the_reasoner_gives_the_compiled_posteriors(tmp_pa
     assert len(scores["compiled"]) == 3 * 4 and scores["compiled"].index.equals(scores["problog"].index)
     np.testing.assert_allclose(scores["problog"].to_numpy(), scores["compiled"].to_numpy(), atol=1e-9)
     manifest = json.loads((tmp_path / "problog" / "manifest.json").read_text())
-    assert manifest["orlog"]["llm_cache_hits"] == manifest["orlog"]["forward_passes"] == 3 * 4 * 3
+    counts = manifest["pipelines"]["orlog"]["stages"][-1]
+    assert counts["llm_cache_hits"] == counts["forward_passes"] == 3 * 4 * 3
 
 
 def test_an_llm_job_prints_only_its_own_progress_and_summary(tiny_dir, tmp_path):

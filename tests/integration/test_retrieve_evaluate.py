@@ -38,7 +38,7 @@ def indexed(tmp_path_factory, docs300):
 
 
 def test_retrieve_and_evaluate_all_methods(indexed, tmp_path):
-    cfg = RetrieveConfig(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), methods=("dense", "bm25", "hybrid"), k=20, trec=True)
+    cfg = RetrieveConfig.preset(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), methods=("dense", "bm25", "hybrid"), k=20, trec=True)
     runs = run_retrieve(cfg, tmp_path / "retrieve")
     assert set(runs) == {"dense", "bm25", "hybrid"}
     for rid, path in runs.items():
@@ -93,18 +93,19 @@ def test_an_actor_pool_too_big_for_the_cluster_fails_fast(indexed, tmp_path):
 
 def test_hybrid_fuses_deep_enough_for_k(indexed, tmp_path):
     # before: --k 250 gave the union of two top-100 lists (at most 200 per query)
-    cfg = RetrieveConfig(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), methods=("hybrid",), k=250)
+    cfg = RetrieveConfig.preset(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), methods=("hybrid",), k=250)
     run = pq.read_table(run_retrieve(cfg, tmp_path / "r")["hybrid"])
     per_query = run.group_by("query_id").aggregate([("doc_id", "count")]).column("doc_id_count").to_pylist()
     assert len(per_query) == 40 and set(per_query) == {250}
-    assert json.loads((tmp_path / "r" / "manifest.json").read_text())["hybrid_depth"] == 250
+    fused = json.loads((tmp_path / "r" / "manifest.json").read_text())["config"]["pipelines"]["hybrid"][0]
+    assert fused["stage"] == "rrf" and [sub[0]["k"] for sub in fused["of"]] == [250, 250]
 
 
 def test_blank_queries_get_no_results_from_any_method_and_are_counted(indexed, tmp_path):
     # before: dense ranked 100 documents for the empty string, bm25 none, silently
     queries = write_jsonl(tmp_path / "q.jsonl", [{"_id": "ok", "text": "protein folding"}, {"_id": "blank", "text": "  "}])
     lines: list[str] = []
-    cfg = RetrieveConfig(queries=str(queries), db=str(indexed / "db"), methods=("dense", "bm25", "hybrid"), k=10)
+    cfg = RetrieveConfig.preset(queries=str(queries), db=str(indexed / "db"), methods=("dense", "bm25", "hybrid"), k=10)
     for path in run_retrieve(cfg, tmp_path / "r", echo=lines.append).values():
         assert set(pq.read_table(path).column("query_id").to_pylist()) == {"ok"}
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
@@ -120,7 +121,7 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(indexed, tmp_pat
     empty.write_text("")
     cases = [
         (["retrieve", str(empty), "--db", str(indexed / "db")], "no queries (the file is empty)"),
-        (["retrieve", str(indexed / "queries.jsonl"), "--method", "splade"], "--method 'splade': must be 'dense', 'bm25'"),
+        (["retrieve", str(indexed / "queries.jsonl"), "--method", "splade"], "unknown method 'splade'; presets: bm25, dense, expansion, hybrid"),
         (["retrieve", str(indexed / "queries.jsonl"), "--k", "0"], "--k 0: must be greater than or equal to 1"),
         (["evaluate", str(indexed / "qrels.tsv"), "x.parquet", "--test", "wilcoxon"], "--test 'wilcoxon': must be 't-test' or 'randomisation'"),
         (["index", str(indexed / "corpus.jsonl"), "--actors", "0"], "--actors 0: must be greater than or equal to 1"),
@@ -165,7 +166,7 @@ def test_default_output_is_the_jobs_own(tmp_path, docs300):
 
 
 def test_evaluate_tells_the_terminal_about_missing_queries_and_skips(indexed, tmp_path):
-    run = pq.read_table(run_retrieve(RetrieveConfig(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), k=10),
+    run = pq.read_table(run_retrieve(RetrieveConfig.preset(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), k=10),
                                      tmp_path / "r")["dense"])
     partial = tmp_path / "partial.parquet"
     pq.write_table(run.filter(pa.compute.not_equal(run.column("query_id"), "q0")), partial)
@@ -175,3 +176,37 @@ def test_evaluate_tells_the_terminal_about_missing_queries_and_skips(indexed, tm
     assert "has no results for 1 of 40 qrels queries" in res.output
     res = runner.invoke(app, args)
     assert "skipped" in res.output and "has no results for 1 of 40" in res.output
+
+
+def test_pipelines_share_prefixes_and_a_rerun_reuses_unchanged_stages(indexed, tmp_path):
+    """A pipelines file through the CLI: dense and bm25 are computed once for three pipelines;
+    a rerun that changes only the fusion reruns only the fusion."""
+    from schemas.config import RayConfig
+
+    spec = {"dense": ["dense"], "bm25": ["bm25"], "hybrid": [{"rrf": {"k": 20, "of": [["dense"], ["bm25"]]}}]}
+    f = tmp_path / "p.yaml"
+    f.write_text(json.dumps(spec))  # JSON is YAML
+    args = ["retrieve", str(indexed / "queries.jsonl"), "--db", str(indexed / "db"), "--pipelines", str(f), "--out", str(tmp_path / "r")]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    fused = manifest["pipelines"]["hybrid"]["stages"]
+    assert [s["sub"][0]["cached"] for s in fused[:2]] == [True, True] and fused[2]["cached"] is False
+    assert [s["stages"][0]["cached"] for s in (manifest["pipelines"]["dense"], manifest["pipelines"]["bm25"])] == [False, False]
+    assert manifest["llm"] is None  # no stage needed the LLM: no pool started
+
+    spec["hybrid"][0]["rrf"]["rrf_k"] = 10
+    f.write_text(json.dumps(spec))
+    assert runner.invoke(app, args).exit_code == 0
+    again = json.loads((tmp_path / "r" / "manifest.json").read_text())["pipelines"]
+    assert again["dense"]["stages"][0]["cached"] and again["bm25"]["stages"][0]["cached"] and not again["hybrid"]["stages"][2]["cached"]
+    assert pq.read_table(tmp_path / "r" / "runs" / "dense.parquet").num_rows == 40 * 100
+
+    # the same pipelines on a pool of two retrieval actors: the same runs
+    cfg = RetrieveConfig(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), pipelines={"dense": ["dense"], "bm25": ["bm25"]},
+                         ray=RayConfig(num_cpus=2, retrieve_actors=2, retrieve_batch_rows=7))
+    runs = run_retrieve(cfg, tmp_path / "two")
+    for rid in ("dense", "bm25"):
+        a, b = pq.read_table(runs[rid]), pq.read_table(tmp_path / "r" / "runs" / f"{rid}.parquet")
+        assert a.drop(["score"]).equals(b.drop(["score"])), rid  # same documents, ranks and order
+        assert max(abs(x - y) for x, y in zip(a.column("score").to_pylist(), b.column("score").to_pylist(), strict=True)) < 1e-5

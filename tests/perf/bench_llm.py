@@ -79,7 +79,7 @@ def main() -> None:
     from jobs.score import score_truth
 
     t = time.perf_counter()
-    ray_scores = score_truth(table, cfg, RayConfig(num_cpus=cpus), actor_num_cpus=cpus)
+    ray_scores = score_truth(table, cfg.model_copy(update={"cpus_per_actor": float(cpus)}), RayConfig(num_cpus=cpus))
     ray_s = time.perf_counter() - t
 
     # (2) the same engine in process, after start-up (the steady state of a long job)

@@ -47,9 +47,9 @@ def main() -> None:
     dec = write_parquet_atomic(gold_orlog_decompositions(read_queries(queries)), work / "dec.parquet")
     result: dict = {"queries": args.queries, "k": args.k, "cpus": cpus}
     for method in ("orlog", "reasoner"):
-        cfg = RetrieveConfig(
+        cfg = RetrieveConfig.preset(
             queries=str(queries), db=str(work / "db"), methods=(method,), k=args.k, orlog_base="dense", orlog_k=args.k,
-            decompositions=str(dec), orlog_context_tokens=128, llm=LLMConfig(cache=None), ray=ray, score_num_cpus=cpus,
+            decompositions=str(dec), orlog_context_tokens=128, llm=LLMConfig(cache=None, cpus_per_actor=cpus), ray=ray,
         )
         t = time.perf_counter()
         run_retrieve(cfg, work / method)

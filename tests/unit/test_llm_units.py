@@ -185,3 +185,14 @@ def test_apply_decompositions_to_queries():
     assert apply_to_queries(queries, dec, "itlr").column("logical_query").to_pylist() == ['"a" AND NOT "b"', '"c"']
     with pytest.raises(ValueError, match=r"no reasoning row for 1 queries \(e.g. \['q2'\]\)"):
         apply_to_queries(queries, dec, "reasoning")
+
+
+def test_prompts_sharing_a_prefix_are_batched_together():
+    from jobs.llm_service import prefix_batches
+
+    # two documents' statements, interleaved as a caller might send them
+    prompts = [f"Document {d}: text of {d}\nStatement {s}" for s in range(3) for d in ("B", "A")]
+    batches = prefix_batches(prompts, 3)
+    assert sorted(i for b in batches for i in b) == list(range(6))  # each prompt once
+    assert [{prompts[i].split(":")[0] for i in b} for b in batches] == [{"Document A"}, {"Document B"}]
+    assert prefix_batches([], 4) == []

@@ -2,6 +2,7 @@ import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
+from pipelines.pipeline import PipelineError
 from schemas.config import IndexConfig, RetrieveConfig
 from schemas.tables import QRELS, SchemaError, conform, require_columns
 
@@ -23,10 +24,10 @@ def test_conform_casts_and_rejects_nulls_without_mutating_input():
 
 
 def test_configs_validate_at_start():
-    with pytest.raises(ValidationError, match="methods"):
-        RetrieveConfig(queries="q", db="d", methods=("dense", "sparse"))
-    with pytest.raises(ValidationError, match="repeat"):
-        RetrieveConfig(queries="q", db="d", methods=("dense", "dense"))
+    with pytest.raises(PipelineError, match="unknown method 'sparse'; presets: bm25, dense"):
+        RetrieveConfig.preset(("dense", "sparse"), queries="q", db="d")
+    with pytest.raises(PipelineError, match="repeat"):
+        RetrieveConfig.preset(("dense", "dense"), queries="q", db="d")
     with pytest.raises(ValidationError):
         IndexConfig(corpus="c", db="d", max_reject_fraction=2)
     a, b = IndexConfig(corpus="c", db="d"), IndexConfig(corpus="c", db="d")

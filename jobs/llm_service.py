@@ -1,0 +1,230 @@
+"""One LLM service per job: a Ray actor pool of vLLM engines, started once, shared by every
+stage that needs the LLM (truth scoring, constrained and free generation).
+
+Each actor holds an :class:`~pipelines.llm.engine.LLMClient`: the persistent cache in front,
+the engine behind it, started on the first cache miss. The service has the client's
+``generate`` / ``truth`` interface, so stage code calls it as it would call one engine.
+Requests are sorted by their rendered prompt before they are cut into batches, so prompts
+that share a prefix (a document's atoms, one template's instructions) land in one engine
+batch and vLLM's prefix cache keeps working; results come back in the caller's order, each
+exactly once. An actor lost with its node is restarted by Ray where it fits (or replaced) and
+its batches are sent again; results are deterministic, so a batch re-sent after a loss gives
+what it would have given. Engines are spread over nodes.
+
+Placement is spelled once, in :class:`schemas.config.LLMConfig`: ``actors``,
+``cpus_per_actor``, ``gpus_per_actor`` (default: the tensor-parallel size on a cluster with
+GPUs, 0 without), ``resources``, ``batch_rows``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+
+from pipelines.errors import UserError
+from pipelines.llm.engine import Constraint, Generation, Truth
+from pipelines.llm.prompts import Template
+from schemas.config import LLMConfig
+
+
+def prefix_batches(prompts: Sequence[str], size: int) -> list[list[int]]:
+    """Prompt indices cut into batches of at most ``size``, in the order of the prompts' text:
+    prompts that share a prefix (one document's statements, one template's instructions) sit
+    side by side, so one engine batch holds them and vLLM's prefix cache reuses their blocks."""
+    order = sorted(range(len(prompts)), key=prompts.__getitem__)
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+class LLMServiceError(UserError, RuntimeError):
+    """The engine pool cannot be placed on this cluster, or every engine was lost."""
+
+
+class _EngineActor:
+    """One engine behind the cache (a Ray actor; heavy imports happen here, on the worker)."""
+
+    def __init__(self, cfg: LLMConfig):
+        from pipelines.llm.engine import LLMClient
+
+        self.client = LLMClient(cfg)
+
+    def ready(self) -> bool:
+        return True
+
+    def call(self, task: str, template: Template, values: list, kwargs: dict) -> list:
+        return getattr(self.client, task)(template, values, **kwargs)
+
+    def stats(self) -> dict:
+        return {**self.client.stats, "engine_loaded": int(self.client._engine is not None)}
+
+
+class LLMService:
+    """Started on first use; :meth:`close` ends the actors and returns the counts for the manifest."""
+
+    def __init__(self, cfg: LLMConfig, echo: Callable[[str], None] | None = None, replace_timeout_s: float = 600.0):
+        from pipelines.llm.models import resolve
+
+        self.resolved = resolve(cfg.model, log=echo or (lambda m: None))  # prepared once, on the driver
+        self.cfg = cfg.model_copy(update={"model": str(self.resolved.path)})
+        self.echo = echo
+        self.replace_timeout_s = replace_timeout_s
+        self._actors: list = []
+        self._ready: dict = {}  # actor -> bool
+        self.actors_started = 0
+        self.actors_lost = 0
+        self._retired: list[dict] = []
+
+    @property
+    def model_id(self) -> str:
+        return self.resolved.model_id
+
+    # ------------------------------------------------------------------ the client interface
+    def generate(
+        self, template: Template, values: Sequence[Mapping[str, str]], constraint: Constraint | None = None,
+        max_tokens: int = 256, temperature: float = 0.0, seed: int | None = None, label: str | None = None,
+    ) -> list[Generation]:
+        kwargs = {"constraint": constraint, "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+        return self._map("generate", template, values, kwargs, label)
+
+    def truth(self, template: Template, values: Sequence[Mapping[str, str]], label: str | None = None) -> list[Truth]:
+        return self._map("truth", template, values, {}, label)
+
+    # ------------------------------------------------------------------ the pool
+    def _gpus(self, ray) -> float:
+        if self.cfg.gpus_per_actor is not None:
+            return self.cfg.gpus_per_actor
+        return float(self.cfg.tensor_parallel_size) if ray.cluster_resources().get("GPU", 0) else 0.0
+
+    def _spawn(self, ray):
+        # SPREAD: one engine per node where they fit (a lost node takes one engine, not the pool);
+        # max_restarts: Ray restarts an actor whose node died wherever it fits; the batch it held
+        # fails (no task retries) and is sent again by _map
+        remote = ray.remote(_EngineActor).options(
+            num_cpus=self.cfg.cpus_per_actor, num_gpus=self._gpus(ray) or None, resources=dict(self.cfg.resources) or None,
+            scheduling_strategy="SPREAD", max_restarts=-1, max_task_retries=0,
+        )
+        actor = remote.remote(self.cfg)
+        self._actors.append(actor)
+        self._ready[actor] = False
+        self.actors_started += 1
+        return actor
+
+    def check_fit(self) -> None:
+        """Raise :class:`LLMServiceError` now if the pool cannot be placed on this cluster."""
+        import ray
+
+        from jobs.raysession import require_fit
+
+        if not ray.is_initialized():
+            raise RuntimeError("LLMService: start it inside the job's ray_session (a bug)")
+        require_fit("llm", self.cfg.actors, self.cfg.cpus_per_actor, self._gpus(ray), ray.cluster_resources(), LLMServiceError,
+                    custom=dict(self.cfg.resources))
+
+    def _start(self):
+        import ray
+
+        if self._actors:
+            return ray
+        self.check_fit()
+        for _ in range(self.cfg.actors):
+            self._spawn(ray)
+        return ray
+
+    def _map(self, task: str, template: Template, values: Sequence[Mapping[str, str]], kwargs: dict, label: str | None) -> list:
+        n = len(values)
+        if n == 0:
+            return []
+        ray = self._start()
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        chunks = prefix_batches([template.render(**v) for v in values], self.cfg.batch_rows)
+        results: list = [None] * n
+        pending = deque(range(len(chunks)))
+        inflight: dict = {}  # result ref -> (chunk index, actor)
+        readiness = {a.ready.remote(): a for a, ok in self._ready.items() if not ok}
+        done, lost_since = 0, None
+        while pending or inflight:
+            busy = Counter(a for _, a in inflight.values())
+            for actor in [a for a, ok in self._ready.items() if ok]:
+                while pending and busy[actor] < 2:  # two batches per engine: one running, one queued
+                    c = pending.popleft()
+                    ref = actor.call.remote(task, template, [dict(values[i]) for i in chunks[c]], kwargs)
+                    inflight[ref] = (c, actor)
+                    busy[actor] += 1
+            if not inflight and not readiness:
+                raise LLMServiceError(f"llm: every engine actor was lost and none could be restarted; {n - done} of {n} prompts unscored. Rerun the job (cached prompts are not recomputed).")
+            if not inflight:  # waiting for a replacement engine to come up
+                lost_since = lost_since or time.monotonic()
+                if time.monotonic() - lost_since > self.replace_timeout_s:
+                    raise LLMServiceError(f"llm: no engine actor could be placed for {self.replace_timeout_s:.0f} s after losing them all; check the cluster's nodes.")
+            ready, _ = ray.wait(list(inflight) + list(readiness), num_returns=1, timeout=5.0)
+            for ref in ready:
+                if ref in readiness:
+                    actor = readiness.pop(ref)
+                    try:
+                        ray.get(ref)
+                        self._ready[actor] = True
+                        lost_since = None
+                    except ActorDiedError as exc:  # it cannot come back (e.g. its engine failed to start): a new one, a few times
+                        if self.actors_started >= 3 * self.cfg.actors:
+                            cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+                            raise LLMServiceError(f"llm: engine actors keep dying ({self.actors_started} started); last: {cause}") from exc
+                        self._replace(ray, actor, readiness)
+                    except (RayActorError, ActorUnavailableError):  # restarting: ask again
+                        readiness[actor.ready.remote()] = actor
+                    continue
+                c, actor = inflight.pop(ref)
+                try:
+                    out = ray.get(ref)
+                except (RayActorError, ActorDiedError, ActorUnavailableError):
+                    pending.appendleft(c)  # sent again to another engine
+                    for other, (c2, a2) in list(inflight.items()):
+                        if a2 is actor:
+                            inflight.pop(other)
+                            pending.appendleft(c2)
+                    self._lose(actor, readiness)
+                    continue
+                if len(out) != len(chunks[c]):
+                    raise RuntimeError(f"llm: {len(chunks[c])} prompts in, {len(out)} results out (a bug)")
+                for i, r in zip(chunks[c], out, strict=True):
+                    results[i] = r
+                done += len(out)
+                if self.echo:
+                    self.echo(f"{label or task}: {done}/{n} prompts {'scored' if task == 'truth' else 'generated'}")
+        if any(r is None for r in results):
+            raise RuntimeError("llm: a prompt has no result (a bug)")
+        return results
+
+    def _lose(self, actor, readiness: dict) -> None:
+        """An actor's call failed with its process or node: use it again once Ray has restarted it."""
+        if self._ready.get(actor):
+            self._ready[actor] = False
+            self.actors_lost += 1
+            readiness[actor.ready.remote()] = actor
+
+    def _replace(self, ray, actor, readiness: dict) -> None:
+        """An actor that cannot be restarted: forget it and start a new one."""
+        if actor in self._ready:
+            del self._ready[actor]
+            self._actors.remove(actor)
+            new = self._spawn(ray)
+            readiness[new.ready.remote()] = new
+
+    def close(self) -> dict:
+        """End the actors; the counts for the manifest (actors started, engines loaded, cache use)."""
+        totals: Counter = Counter()
+        if self._actors:
+            import ray
+
+            for actor, ok in list(self._ready.items()):
+                if ok:
+                    with contextlib.suppress(Exception):  # a lost actor's counts are lost with it
+                        totals.update(ray.get(actor.stats.remote(), timeout=60))
+                ray.kill(actor)
+            self._actors.clear()
+            self._ready.clear()
+        return {
+            "model": self.model_id, "pools": int(self.actors_started > 0), "actors_started": self.actors_started,
+            "actors_lost": self.actors_lost, "engines_loaded": totals.pop("engine_loaded", 0), **dict(totals),
+        }

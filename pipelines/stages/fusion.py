@@ -1,0 +1,49 @@
+"""Reciprocal-rank fusion of sub-pipelines (``hybrid`` is rrf of dense and bm25)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import Field, field_validator
+
+from pipelines.methods.hybrid import rrf
+from pipelines.stages import preset, register
+from pipelines.stages.base import Context, Kind, Output, Stage, StageOptions
+from pipelines.stages.retrievers import BM25Options, DenseOptions
+
+
+class RRFOptions(StageOptions):
+    stage: Literal["rrf"] = "rrf"
+    k: int = Field(100, ge=1, le=10_000, description="Documents kept per query in the fused run.")
+    rrf_k: int = Field(60, ge=1, description="The fusion constant: score(d) = sum of 1 / (rrf_k + rank).")
+    of: tuple[tuple[Any, ...], ...] = Field(
+        description="The sub-pipelines to fuse (at least one), each a list of stages ending in a run; each starts from this stage's queries."
+    )
+
+    @field_validator("of", mode="before")
+    @classmethod
+    def _parse(cls, v):
+        from pipelines.pipeline import parse_stages
+
+        if not v:
+            raise ValueError("give at least one sub-pipeline to fuse")
+        return tuple(parse_stages(p) for p in v)
+
+
+@register
+class RRF(Stage):
+    """score(d) = sum over the sub-pipelines' runs of 1 / (rrf_k + rank(d)); absent adds 0."""
+
+    name = "rrf"
+    kind = Kind.FUSION
+    Options = RRFOptions
+
+    def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        return Output(run=rrf(runs, self.options.k, self.options.rrf_k))
+
+
+@preset("hybrid")
+def _hybrid(m) -> list[StageOptions]:
+    depth = max(m.hybrid_depth, m.k)  # each fused list at least k deep, so the fused run can hold k
+    return [RRFOptions(k=m.k, rrf_k=m.rrf_k, of=((DenseOptions(k=depth),), (BM25Options(k=depth),)))]

@@ -1,0 +1,162 @@
+"""OrLog and its LLM-as-reasoner baseline: rerankers whose evidence is the LLM's P(True).
+
+OrLog: one truth prompt per (candidate, atom), P(True) optionally calibrated, the exact
+posterior of the query's form reranks the candidates (side table ``predicate_scores``).
+The reasoner asks the whole question of each candidate in one prompt. Both keep the
+incoming run's order for ties, and count their cost (forward passes, tokens) per pair.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pandas as pd
+import pyarrow as pa
+from pydantic import Field
+
+from pipelines.llm import prompts as templates
+from pipelines.methods import orlog
+from pipelines.methods.ranking import rank_pairs
+from pipelines.stages import preset, register
+from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+
+
+class _RerankOptions(StageOptions):
+    k: int = Field(100, ge=1, le=10_000, description="Documents kept per query.")
+    depth: int | None = Field(None, ge=1, description="Rerank the incoming run's top `depth` per query (None: all of it).")
+    context: bool = Field(True, description="Put the candidate's text before each statement.")
+    context_tokens: int = Field(256, ge=1, description="Token budget of that text (the LLM's tokenizer).")
+
+
+class OrlogOptions(_RerankOptions):
+    stage: Literal["orlog"] = "orlog"
+    calibration: Literal["none", "content-free", "pool-mean"] = Field(
+        "none", description="P(True) calibration: none, content-free (against the atom about 'N/A'), pool-mean (against the candidates' mean)."
+    )
+    reasoner: Literal["compiled", "problog"] = Field("compiled", description="problog: one ProbLog program per candidate (reference).")
+
+
+class ReasonerOptions(_RerankOptions):
+    stage: Literal["reasoner"] = "reasoner"
+
+
+class _LLMReranker(Stage):
+    kind = Kind.RERANKER
+
+    def needs(self) -> Needs:
+        return Needs(llm=frozenset({"truth"}))
+
+    def _candidates(self, ctx: Context, run: pa.Table):
+        """(query_id, doc_id, base_rank) of the incoming run's top depth, the candidates'
+        names (their titles) and their texts cut to the token budget."""
+        cands = run.select(["query_id", "doc_id", "rank"]).to_pandas().rename(columns={"rank": "base_rank"})
+        if self.options.depth is not None:
+            cands = cands[cands["base_rank"] <= self.options.depth]
+        docs = ctx.store.rows_for(cands["doc_id"].unique().tolist(), ["title", "text"]).to_pylist()
+        names = {d["doc_id"]: (d["title"] or "").strip() or "This document" for d in docs}
+        contexts = _contexts(ctx.llm_model, docs, self.options.context_tokens) if self.options.context else {}
+        return cands, names, contexts
+
+    def _score(self, ctx: Context, prompts: pd.DataFrame) -> pd.DataFrame:
+        """The prompts with the LLM's truth scores (TRUTH_SCORES columns) beside them."""
+        values = prompts[["context", "statement"]].fillna({"context": ""}).to_dict("records")
+        res = ctx.llm_service().truth(templates.load("truth"), values, label=self.name)
+        return prompts.assign(
+            p_true=[r.p_true for r in res], logit_true=[r.logit_true for r in res], logit_false=[r.logit_false for r in res],
+            exact=[r.exact for r in res], prompt_tokens=[r.prompt_tokens for r in res],
+            cached_prompt_tokens=[r.cached_prompt_tokens for r in res], cached=[r.cached for r in res],
+        )
+
+
+@register
+class Orlog(_LLMReranker):
+    """OrLog: P(True) of each (candidate, atom) from one forward pass, optionally calibrated;
+    the exact posterior of the query's form reranks the candidates, ties in the incoming
+    order. Needs the ``atoms`` of a ``decomposition`` stage (target orlog) earlier in the
+    pipeline. Side table ``predicate_scores``."""
+
+    name = "orlog"
+    Options = OrlogOptions
+    requires = frozenset({"atoms"})
+
+    def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        o = self.options
+        cands, names, contexts = self._candidates(ctx, runs[0])
+        qs = orlog.orlog_queries(queries)
+        res = self._score(ctx, orlog.truth_prompts(qs, cands, names, contexts))
+        cf, n_cf = None, 0
+        if o.calibration == "content-free":
+            cf = self._score(ctx, orlog.content_free_prompts(qs))
+            n_cf = len(cf)
+        res["p_calibrated"] = orlog.calibrate(res, o.calibration, cf)
+        post = orlog.posteriors(qs, res, o.reasoner)
+        counts = _cost(res, len(cands), n_cf)
+        counts["fallback_decompositions"] = sum(q.status != "ok" for q in qs)
+        run = rank_pairs(post.assign(tiebreak=post["base_rank"]), o.k, "orlog", "orlog")
+        return Output(run=run, side={"predicate_scores": orlog.predicate_scores(res)}, counts=counts)
+
+
+@register
+class Reasoner(_LLMReranker):
+    """The LLM-as-reasoner baseline: P(True) of "<candidate> is an answer to the question"."""
+
+    name = "reasoner"
+    Options = ReasonerOptions
+
+    def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        cands, names, contexts = self._candidates(ctx, runs[0])
+        res = self._score(ctx, orlog.reasoner_prompts(queries, cands, names, contexts))
+        run = rank_pairs(res.assign(score=res["p_true"], tiebreak=res["base_rank"]), self.options.k, "reasoner", "reasoner")
+        return Output(run=run, counts=_cost(res, len(res), 0))
+
+
+def _contexts(model_dir: str, docs: list[dict], budget: int) -> dict[str, str]:
+    """Each candidate's title and text, cut to ``budget`` tokens of the scoring model's tokenizer."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    out = {}
+    for d in docs:
+        text = f"{d['title'] or ''}. {d['text']}".strip(". ")
+        ids = tok.encode(text, add_special_tokens=False)[:budget]
+        out[d["doc_id"]] = f"Document: {tok.decode(ids)}\n"
+    return out
+
+
+def _cost(res: pd.DataFrame, pairs: int, extra_passes: int) -> dict:
+    """Per (query, candidate) pair: forward passes, prompt tokens (and prefix-cache hits),
+    generated tokens (one per pass: no decoding)."""
+    passes = len(res) + extra_passes
+    return {
+        "pairs": pairs, "forward_passes": passes, "forward_passes_per_pair": passes / max(pairs, 1),
+        "prompt_tokens": int(res["prompt_tokens"].sum()), "prefix_cached_tokens": int(res["cached_prompt_tokens"].sum()),
+        "generated_tokens_per_pair": passes / max(pairs, 1), "llm_cache_hits": int(res["cached"].sum()),
+    }
+
+
+def _base(m, depth: int) -> list[StageOptions]:
+    """The first stage(s) of an orlog/reasoner preset: ``m.orlog_base`` to ``depth``."""
+    from pipelines.stages.fusion import RRFOptions
+    from pipelines.stages.retrievers import BM25Options, DenseOptions
+
+    if m.orlog_base == "hybrid":
+        d = max(m.hybrid_depth, depth)
+        return [RRFOptions(k=depth, rrf_k=m.rrf_k, of=((DenseOptions(k=d),), (BM25Options(k=d),)))]
+    return [DenseOptions(k=depth) if m.orlog_base == "dense" else BM25Options(k=depth)]
+
+
+@preset("orlog")
+def _orlog(m) -> list[StageOptions]:
+    from pipelines.stages.rewriters import DecompositionOptions
+
+    return [
+        DecompositionOptions(target="orlog", decompositions=m.decompositions),
+        *_base(m, m.orlog_k),
+        OrlogOptions(k=m.k, depth=m.orlog_k, context=m.orlog_context, context_tokens=m.orlog_context_tokens,
+                     calibration=m.orlog_calibration, reasoner=m.orlog_reasoner),
+    ]
+
+
+@preset("reasoner")
+def _reasoner(m) -> list[StageOptions]:
+    return [*_base(m, m.orlog_k), ReasonerOptions(k=m.k, depth=m.orlog_k, context=m.orlog_context, context_tokens=m.orlog_context_tokens)]

@@ -1,0 +1,97 @@
+"""First-stage retrievers over the LanceDB table: dense (cosine) and BM25 (full-text index)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pyarrow as pa
+from pydantic import Field
+
+from pipelines.methods.bm25 import bm25
+from pipelines.methods.dense import dense
+from pipelines.stages import preset, register
+from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+
+
+class DenseOptions(StageOptions):
+    stage: Literal["dense"] = "dense"
+    k: int = Field(100, ge=1, le=10_000, description="Documents kept per query.")
+
+
+@register
+class Dense(Stage):
+    """Embed each query's text; exact cosine top k from the table (ANN when the table has an index)."""
+
+    name = "dense"
+    kind = Kind.RETRIEVER
+    Options = DenseOptions
+    per_query = True
+
+    def needs(self) -> Needs:
+        return Needs(encoder=True)
+
+    def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        return Output(run=dense(queries, ctx.store, ctx.embedder(), self.options.k))
+
+
+class BM25Options(StageOptions):
+    stage: Literal["bm25"] = "bm25"
+    k: int = Field(100, ge=1, le=10_000, description="Documents kept per query.")
+
+
+@register
+class BM25(Stage):
+    """BM25 through the table's full-text index over title and text."""
+
+    name = "bm25"
+    kind = Kind.RETRIEVER
+    Options = BM25Options
+    per_query = True
+
+    def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        return Output(run=bm25(queries, ctx.store, self.options.k))
+
+
+@preset("dense")
+def _dense(m) -> list[StageOptions]:
+    return [DenseOptions(k=m.k)]
+
+
+@preset("bm25")
+def _bm25(m) -> list[StageOptions]:
+    return [BM25Options(k=m.k)]
+
+
+class RunFileOptions(StageOptions):
+    stage: Literal["run_file"] = "run_file"
+    path: str = Field(description="A run table (Parquet, RUN columns) or a TREC run file holding one run.")
+    k: int | None = Field(None, ge=1, le=10_000, description="Keep each query's top k (None: all of them).")
+
+
+@register
+class RunFile(Stage):
+    """A precomputed run as a first stage (PyTerrier's precomputed results): rerank or fuse
+    another system's run. Its rows for the pipeline's queries, ranks as in the file (a TREC
+    file is ranked as trec_eval ranks it)."""
+
+    name = "run_file"
+    kind = Kind.RETRIEVER
+    Options = RunFileOptions
+
+    def needs(self) -> Needs:
+        return Needs(files=(self.options.path,))
+
+    def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        import pyarrow.compute as pc
+
+        from pipelines.topics import read_run
+
+        run = read_run(self.options.path)
+        if len(set(run.column("run_id").to_pylist())) > 1:
+            from pipelines.topics import TopicsError
+
+            raise TopicsError(f"run_file {self.options.path}: holds several runs {sorted(set(run.column('run_id').to_pylist()))}; give one.")
+        run = run.filter(pc.is_in(run.column("query_id"), queries.column("query_id")))
+        if self.options.k is not None:
+            run = run.filter(pc.less_equal(run.column("rank"), self.options.k))
+        return Output(run=run.sort_by([("query_id", "ascending"), ("rank", "ascending")]), counts={"rows": run.num_rows})

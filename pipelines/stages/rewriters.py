@@ -1,0 +1,107 @@
+"""Rewriters: the LLM's decomposition of each query, read from a decompositions table (from
+`logicrank decompose`) or generated on the job's LLM service.
+
+- ``decomposition`` (target itlr): the logical query over text terms replaces the query's.
+- ``decomposition`` (target orlog): atoms about ``{x}`` and a form over their ids (``atoms``,
+  ``logical_query``), for the ``orlog`` reranker.
+- ``expansion``: the LLM's reasoning about what an answer contains replaces the query text
+  (the BRIGHT-style baseline: ``expansion`` then ``dense``).
+
+Every query keeps its row: an unusable output is a fallback carrying the raw question, and
+``decomposition_status`` says which.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from pipelines.llm.decompose import DecomposeSettings, apply_to_queries, decompose
+from pipelines.stages import preset, register
+from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+
+
+class DecompositionOptions(StageOptions):
+    stage: Literal["decomposition"] = "decomposition"
+    target: Literal["itlr", "orlog"] = Field(description="itlr: a logical query over text terms; orlog: atoms and a form over their ids.")
+    decompositions: str | None = Field(None, description="A decompositions table to read; None: generate on the job's LLM.")
+    constrained: bool = Field(True, description="LLM: decode under the grammar (itlr) or JSON schema (orlog).")
+    max_tokens: int | None = Field(None, ge=8, description="LLM: token budget (None: 256 for itlr, 384 for orlog).")
+    max_term_chars: int | None = Field(None, ge=1, description="LLM, itlr: longest term the grammar allows.")
+    temperature: float = Field(0.0, ge=0, description="LLM: sampling temperature (0: greedy, reproducible).")
+
+
+class ExpansionOptions(StageOptions):
+    stage: Literal["expansion"] = "expansion"
+    decompositions: str | None = Field(None, description="A decompositions table to read; None: generate on the job's LLM.")
+    max_tokens: int = Field(256, ge=8, description="LLM: token budget of the reasoning text.")
+    temperature: float = Field(0.0, ge=0, description="LLM: sampling temperature (0: greedy, reproducible).")
+
+
+class _Rewriter(Stage):
+    kind = Kind.REWRITER
+    method: str  # the decompositions table's method
+
+    def needs(self) -> Needs:
+        if self.options.decompositions:
+            return Needs(files=(self.options.decompositions,))
+        return Needs(llm=frozenset({"generate"}))
+
+    def _settings(self) -> DecomposeSettings:
+        o = self.options
+        budget = o.max_tokens or {"itlr": 256, "orlog": 384}.get(self.method, 256)
+        return DecomposeSettings(
+            methods=(self.method,), constrained=getattr(o, "constrained", True), max_tokens=((self.method, budget),),
+            max_term_chars=getattr(o, "max_term_chars", None), temperature=o.temperature,
+        )
+
+    def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        if self.options.decompositions:
+            table = pq.read_table(self.options.decompositions)
+            side = {}
+        else:
+            llm = ctx.llm_service()
+            table = decompose(llm, queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), self._settings())
+            side = {"decompositions": table}
+        out = apply_to_queries(queries, table, self.method)
+        return Output(queries=out, side=side, counts={"by_status": dict(Counter(out.column("decomposition_status").to_pylist()))})
+
+
+@register
+class Decomposition(_Rewriter):
+    """The LLM's decomposition of each query: for itlr, a logical query over text terms that
+    replaces the query's own; for orlog, atoms about {x} and a form over their ids (adds
+    ``atoms``). Read from a decompositions table, or generated on the job's LLM."""
+
+    name = "decomposition"
+    Options = DecompositionOptions
+
+    @property
+    def method(self) -> str:
+        return self.options.target
+
+    @property
+    def adds(self) -> frozenset[str]:
+        return frozenset({"atoms"}) if self.options.target == "orlog" else frozenset()
+
+
+@register
+class Expansion(_Rewriter):
+    """The LLM's reasoning about what an answer contains replaces the query text (the
+    BRIGHT-style baseline: expansion then dense). Read from a decompositions table, or
+    generated on the job's LLM (free text, within max_tokens)."""
+
+    name = "expansion"
+    Options = ExpansionOptions
+    method = "reasoning"
+
+
+@preset("expansion")
+def _expansion(m) -> list[StageOptions]:
+    from pipelines.stages.retrievers import DenseOptions
+
+    return [ExpansionOptions(decompositions=m.decompositions), DenseOptions(k=m.k)]

@@ -1,0 +1,127 @@
+"""Stages and pipelines as values: the registry, parsing, whole-pipeline validation, presets."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+import yaml
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from jobs.cli import app
+from pipelines.pipeline import MethodOptions, PipelineError, digest, from_methods, parse_stages, validate
+from pipelines.stages import Kind, Stage, StageOptions, register, stages
+from schemas.config import RetrieveConfig
+
+
+def _cfg(pipelines) -> RetrieveConfig:
+    return RetrieveConfig(queries="q.jsonl", db="db", pipelines=pipelines)
+
+
+def test_every_method_is_a_registered_stage():
+    assert {"dense", "bm25", "rrf", "itlr", "expansion", "decomposition", "orlog", "reasoner", "run_file"} <= set(stages())
+    for name, cls in stages().items():
+        assert cls.name == name and cls.Options.model_config["extra"] == "forbid"
+
+
+def test_stage_spellings_are_equivalent_and_unknown_ones_list_the_registry():
+    a, b, c = parse_stages(["dense"]), parse_stages([{"dense": None}]), parse_stages([{"stage": "dense", "k": 100}])
+    assert a == b == c
+    with pytest.raises(ValueError, match="unknown stage 'sparse'; registered stages: bm25, decomposition, dense"):
+        parse_stages(["sparse"])
+    with pytest.raises(ValidationError, match="extra_forbidden|Extra inputs"):
+        _cfg({"x": [{"dense": {"k": 5, "depth": 3}}]})
+    with pytest.raises(ValidationError, match="list of stages"):
+        _cfg({"x": "dense"})
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "message"),
+    [
+        ([], "has no stages"),
+        (["orlog"], r"stage 1 \(orlog\) reranks a run, but no stage before it produces one"),
+        (["bm25", "orlog"], r"stage 2 \(orlog\) needs query column\(s\) \['atoms'\]"),
+        ([{"decomposition": {"target": "itlr"}}], "produces no run"),
+        ([{"rrf": {"of": [["dense"], ["reasoner"]]}}], r"pipeline 'p/rrf\[2\]', stage 1 \(reasoner\) reranks a run"),
+    ],
+)
+def test_a_pipeline_is_validated_as_a_whole_before_any_work(pipeline, message):
+    with pytest.raises(ValidationError, match=message):
+        _cfg({"p": pipeline})
+
+
+def test_stages_fit_when_their_inputs_are_produced_before_them():
+    stages_ = parse_stages([{"decomposition": {"target": "orlog", "decompositions": "d.parquet"}}, "bm25", "orlog"])
+    needs = validate("p", stages_)
+    assert needs.llm == {"truth"} and needs.files == ("d.parquet",) and not needs.encoder
+    needs = validate("p", parse_stages([{"rrf": {"of": [["dense"], ["bm25"]]}}, {"reasoner": {"depth": 5}}]))
+    assert needs.encoder and needs.llm == {"truth"}
+    # without a table, the decomposition asks the LLM to generate
+    assert validate("p", parse_stages([{"decomposition": {"target": "itlr"}}, "itlr"])).llm == {"generate"}
+
+
+def test_presets_build_the_methods_pipelines():
+    p = from_methods(["dense", "hybrid", "orlog", "reasoner"], MethodOptions(k=250, hybrid_depth=100, orlog_k=7, decompositions="d.parquet"), "t")
+    assert list(p) == ["t-dense", "t-hybrid", "t-orlog", "t-reasoner"]
+    (fused,) = p["t-hybrid"]
+    assert fused.stage == "rrf" and fused.k == 250 and [s[0].k for s in fused.of] == [250, 250]  # at least k deep
+    assert [o.stage for o in p["t-orlog"]] == ["decomposition", "bm25", "orlog"]
+    assert p["t-orlog"][1].k == 7 and p["t-orlog"][2].depth == 7 and p["t-orlog"][2].k == 250
+    assert [o.stage for o in p["t-reasoner"]] == ["bm25", "reasoner"]
+    with pytest.raises(PipelineError, match="unknown method 'sparse'"):
+        from_methods(["sparse"])
+    with pytest.raises(PipelineError, match="sigmoid.*give labels"):
+        from_methods(["itlr"], MethodOptions(calibration="sigmoid"))
+
+
+def test_prefix_digests_depend_on_every_stage_so_far():
+    a, b = parse_stages(["dense"]), parse_stages([{"dense": {"k": 10}}])
+    assert digest(["x", a[0].model_dump(mode="json")]) == digest(["x", parse_stages(["dense"])[0].model_dump(mode="json")])
+    assert digest(["x", a[0].model_dump(mode="json")]) != digest(["x", b[0].model_dump(mode="json")])
+
+
+def test_a_stage_registers_once_with_its_own_name():
+    class Opts(StageOptions):
+        stage: Literal["other"] = "other"
+
+    class Bad(Stage):
+        name, kind, Options = "mine", Kind.RERANKER, Opts
+
+    with pytest.raises(RuntimeError, match="Options must declare stage"):
+        register(Bad)
+    with pytest.raises(RuntimeError, match="registered twice"):
+        register(stages()["dense"])
+
+
+def test_the_command_line_refuses_bad_pipeline_files_in_one_line(tmp_path):
+    runner = CliRunner()
+    bad = tmp_path / "p.yaml"
+    for text, message in [
+        ("x: [sparse]", "unknown stage 'sparse'; registered stages:"),
+        ("x: [orlog]", "reranks a run, but no stage before it produces one"),
+        ("x: [[dense]", "not valid YAML"),
+        ("x: [{dense: {k: 0}}]", "--pipelines: pipeline 'x': stage 1 (dense.k): must be greater than or equal to 1"),
+    ]:
+        bad.write_text(text)
+        res = runner.invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(bad)])
+        assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    res = runner.invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(bad), "--method", "bm25"])
+    assert res.exit_code == 2 and "not both" in res.output
+    res = runner.invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(tmp_path / "missing.yaml")])
+    assert res.exit_code == 2 and "missing.yaml" in res.output
+
+
+def test_a_pipelines_file_may_nest_under_a_pipelines_key(tmp_path):
+    from jobs.cli import _read_yaml
+
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump({"pipelines": {"d": ["dense"]}}))
+    assert list(_cfg(_read_yaml(f)).pipelines) == ["d"]
+
+
+def test_preset_options_are_refused_beside_a_pipelines_file(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("x: [dense]")
+    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(f), "--k", "10", "--orlog-k", "5"])
+    assert res.exit_code == 2 and "--k, --orlog-k set(s) a --method preset's options" in res.output, res.output
