@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv main test test-unit bench bench-index bench-itlr bench-llm bench-posterior bench-orlog lint clean
+.PHONY: venv main test test-unit bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval lint clean
 
 venv: $(STAMP)
 
@@ -30,7 +30,7 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-bench: bench-index bench-itlr bench-llm bench-posterior bench-orlog
+bench: bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval
 
 bench-index: $(STAMP)
 	$(BIN)/python tests/perf/bench_index.py --out runs/bench
@@ -46,6 +46,9 @@ bench-posterior: $(STAMP)
 
 bench-orlog: $(STAMP)
 	$(BIN)/python tests/perf/bench_orlog.py --out runs/bench
+
+bench-retrieval: $(STAMP)
+	$(BIN)/python tests/perf/bench_retrieval.py --out runs/bench
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

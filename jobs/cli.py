@@ -207,7 +207,9 @@ def retrieve(
     actors: Annotated[int, typer.Option(help="Engine actors of the job's one LLM pool.")] = 1,
     cpus_per_actor: Annotated[float, typer.Option(help="CPUs per engine actor.")] = 1.0,
     gpus_per_actor: Annotated[float | None, typer.Option(help="GPUs per engine actor (default: the tensor-parallel size on GPU nodes).")] = None,
+    llm_batch_rows: Annotated[int, typer.Option(help="Prompts per engine call of the LLM pool.")] = 64,
     retrieve_actors: Annotated[int, typer.Option(help="Actors of the bulk-retrieval pool (dense, bm25 over query batches).")] = 1,
+    retrieve_batch_rows: Annotated[int, typer.Option(help="Queries per batch of the bulk-retrieval pool.")] = 1024,
     ray_address: RayAddress = None,
     out: Path = Path("runs/retrieve"),
     progress: Annotated[bool, typer.Option(help="Print LLM progress.")] = True,
@@ -216,9 +218,9 @@ def retrieve(
     from jobs.retrieve import run_retrieve
 
     llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
-               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor)
+               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor, batch_rows=llm_batch_rows)
     common = dict(queries=queries, db=db, table=table, embed=_run(EmbedConfig, model=model, backend=backend), trec=trec, llm=llm,
-                  ray=_run(RayConfig, address=ray_address, retrieve_actors=retrieve_actors))
+                  ray=_run(RayConfig, address=ray_address, retrieve_actors=retrieve_actors, retrieve_batch_rows=retrieve_batch_rows))
     if pipelines is not None:
         if method:
             _fail("retrieve: give --pipelines or --method, not both (a pipelines file names its own pipelines).")

@@ -37,6 +37,16 @@ def prefix_batches(prompts: Sequence[str], size: int) -> list[list[int]]:
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
+def truth_table(prompt_ids, results: Sequence[Truth]):
+    """TRUTH_SCORES rows: each prompt's id beside its truth result."""
+    import pyarrow as pa
+
+    from schemas.tables import TRUTH_SCORES
+
+    cols = {f: [getattr(r, f) for r in results] for f in TRUTH_SCORES.names if f != "prompt_id"}
+    return pa.table({"prompt_id": prompt_ids, **cols}, schema=TRUTH_SCORES)
+
+
 class LLMServiceError(UserError, RuntimeError):
     """The engine pool cannot be placed on this cluster, or every engine was lost."""
 
@@ -53,7 +63,18 @@ class _EngineActor:
         return True
 
     def call(self, task: str, template: Template, values: list, kwargs: dict) -> list:
-        return getattr(self.client, task)(template, values, **kwargs)
+        if task == "truth":  # a batch the engine cannot score fails the job: scores are never guessed
+            return self.client.truth(template, values)
+        try:
+            return self.client.generate(template, values, **kwargs)
+        except Exception:  # noqa: BLE001 - one prompt at a time: a bad prompt fails alone, as an exception in its slot
+            out: list = []
+            for v in values:
+                try:
+                    out += self.client.generate(template, [v], **kwargs)
+                except Exception as exc:  # noqa: BLE001
+                    out.append(RuntimeError(f"{type(exc).__name__}: {exc}"))
+            return out
 
     def stats(self) -> dict:
         return {**self.client.stats, "engine_loaded": int(self.client._engine is not None)}
@@ -73,7 +94,8 @@ class LLMService:
         self._ready: dict = {}  # actor -> bool
         self.actors_started = 0
         self.actors_lost = 0
-        self._retired: list[dict] = []
+        self.pools = 0  # times the pool was started: 1 per job unless released to make room (see release)
+        self._totals: Counter = Counter()
 
     @property
     def model_id(self) -> str:
@@ -83,7 +105,9 @@ class LLMService:
     def generate(
         self, template: Template, values: Sequence[Mapping[str, str]], constraint: Constraint | None = None,
         max_tokens: int = 256, temperature: float = 0.0, seed: int | None = None, label: str | None = None,
-    ) -> list[Generation]:
+    ) -> list[Generation | Exception]:
+        """One Generation per prompt; a prompt the engine fails on gets its exception in its
+        slot instead (the caller records it), and the others are kept."""
         kwargs = {"constraint": constraint, "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
         return self._map("generate", template, values, kwargs, label)
 
@@ -127,6 +151,7 @@ class LLMService:
         if self._actors:
             return ray
         self.check_fit()
+        self.pools += 1
         for _ in range(self.cfg.actors):
             self._spawn(ray)
         return ray
@@ -141,6 +166,7 @@ class LLMService:
         chunks = prefix_batches([template.render(**v) for v in values], self.cfg.batch_rows)
         results: list = [None] * n
         pending = deque(range(len(chunks)))
+        attempts = Counter()
         inflight: dict = {}  # result ref -> (chunk index, actor)
         readiness = {a.ready.remote(): a for a, ok in self._ready.items() if not ok}
         done, lost_since = 0, None
@@ -178,6 +204,11 @@ class LLMService:
                 try:
                     out = ray.get(ref)
                 except (RayActorError, ActorDiedError, ActorUnavailableError):
+                    attempts[c] += 1
+                    if attempts[c] >= 3:  # a batch that kills its engine each time: stop, rather than loop
+                        raise LLMServiceError(f"llm: a batch of {len(chunks[c])} prompts lost its engine {attempts[c]} times "
+                                              f"(e.g. a prompt that crashes the engine or exhausts its memory); first prompt: "
+                                              f"{template.render(**values[chunks[c][0]])[:200]!r}") from None
                     pending.appendleft(c)  # sent again to another engine
                     for other, (c2, a2) in list(inflight.items()):
                         if a2 is actor:
@@ -211,20 +242,33 @@ class LLMService:
             new = self._spawn(ray)
             readiness[new.ready.remote()] = new
 
-    def close(self) -> dict:
-        """End the actors; the counts for the manifest (actors started, engines loaded, cache use)."""
-        totals: Counter = Counter()
+    def release(self) -> None:
+        """End the actors now, keeping their counts; the next request starts a new pool."""
         if self._actors:
             import ray
 
             for actor, ok in list(self._ready.items()):
                 if ok:
                     with contextlib.suppress(Exception):  # a lost actor's counts are lost with it
-                        totals.update(ray.get(actor.stats.remote(), timeout=60))
+                        self._totals.update(ray.get(actor.stats.remote(), timeout=60))
                 ray.kill(actor)
             self._actors.clear()
             self._ready.clear()
+
+    def holds(self) -> dict[str, float]:
+        """The resources the running pool holds (nothing when it is not running)."""
+        if not self._actors:
+            return {}
+        import ray
+
+        return {"CPU": len(self._actors) * self.cfg.cpus_per_actor, "GPU": len(self._actors) * self._gpus(ray)}
+
+    def close(self) -> dict:
+        """End the actors; the counts for the manifest (pools, actors started and lost,
+        engines loaded, cache use)."""
+        self.release()
+        totals = Counter(self._totals)
         return {
-            "model": self.model_id, "pools": int(self.actors_started > 0), "actors_started": self.actors_started,
+            "model": self.model_id, "pools": self.pools, "actors_started": self.actors_started,
             "actors_lost": self.actors_lost, "engines_loaded": totals.pop("engine_loaded", 0), **dict(totals),
         }

@@ -58,6 +58,11 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     missing = [f for f in dict.fromkeys(needs.files) if not Path(f).is_file()]
     if missing:
         raise TopicsError(f"retrieve: input file(s) not found: {missing}")
+    llm = None
+    if needs.llm:  # before Ray starts: an unknown model fails here (a registered one is prepared once)
+        from jobs.llm_service import LLMService
+
+        llm = LLMService(cfg.llm, echo=echo if progress else None)
     blank = _blank(queries.column("text")).to_pylist()
     blank_ids = [q for q, b in zip(queries.column("query_id").to_pylist(), blank, strict=True) if b]
     starts = {rid: build(stages[0]).reads for rid, stages in cfg.pipelines.items()}  # the query columns each pipeline starts from
@@ -77,7 +82,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     from jobs.raysession import ray_session
 
     with ray_session(cfg.ray):
-        executor = _Executor(cfg, store, rundir, inputs, echo if progress else None)
+        executor = _Executor(cfg, store, rundir, inputs, echo if progress else None, llm)
         try:
             executor.check_fit(needs)  # every pool fits the cluster, before any stage runs
             written, report = [], {}
@@ -87,8 +92,10 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
                 write_parquet_atomic(run, rundir.path / outputs[rid])
                 if cfg.trec:
                     write_trec_run(run, rundir.path / f"runs/{rid}.trec")
-                for kind, table in state.side.items():
-                    written.append(str(write_parquet_atomic(table, rundir.path / kind / f"{rid}.parquet").relative_to(rundir.path)))
+                for key, table in state.side.items():  # "<kind>" or "<kind>.<where>" -> <kind>/<run_id>[.<where>].parquet
+                    kind, _, where = key.partition(".")
+                    name = f"{rid}.{where}.parquet" if where else f"{rid}.parquet"
+                    written.append(str(write_parquet_atomic(table, rundir.path / kind / name).relative_to(rundir.path)))
                 report[rid] = {"rows": run.num_rows, "queries": len(set(run.column("query_id").to_pylist())), "stages": steps}
         finally:
             llm = executor.close()
@@ -130,14 +137,15 @@ class _State:
 class _Executor:
     """Runs pipelines stage by stage, each stage's output cached by its prefix digest."""
 
-    def __init__(self, cfg: RetrieveConfig, store: DocStore, rundir: RunDir, inputs: dict, echo):
+    def __init__(self, cfg: RetrieveConfig, store: DocStore, rundir: RunDir, inputs: dict, echo, llm=None):
         self.cfg, self.store, self.rundir, self.echo = cfg, store, rundir, echo
         self.base = digest([inputs["queries"], inputs["table"]])  # a stage adds the files it reads itself
         self.files = {k.removeprefix("file:"): v for k, v in inputs.items() if k.startswith("file:")}
+        self.version = inputs["table"]["version"]  # every reader of the table reads this version
         self.memo: dict[str, Output] = {}
         self._embedder = None
-        self._llm = None
-        self.ctx = Context(store, encoder=self._encoder, llm=self._llm_service, llm_model=None, echo=echo)
+        self._llm = llm  # the job's LLM service (None: no stage needs it); its actors start on first use
+        self.ctx = Context(store, encoder=self._encoder, llm=self._llm_service, llm_model=str(llm.resolved.path) if llm else None, echo=echo)
 
     # the encoder and the LLM pool start on first use, once per job
     def _encoder(self):
@@ -150,10 +158,7 @@ class _Executor:
 
     def _llm_service(self):
         if self._llm is None:
-            from jobs.llm_service import LLMService
-
-            self._llm = LLMService(self.cfg.llm, echo=self.echo)
-            self.ctx.llm_model = str(self._llm.resolved.path)
+            raise RuntimeError("a stage asked for the LLM but no stage declared Needs(llm=...) (a bug)")
         return self._llm
 
     def close(self) -> dict | None:
@@ -174,31 +179,38 @@ class _Executor:
         state, steps = _State(queries), []
         for options in stages:
             stage = build(options)
-            prev, key = key, self._key(key, options, stage.needs())
-            runs = []
+            runs, subs = [], []
             if stage.kind is Kind.RERANKER:
                 runs = [state.run]
             elif stage.kind is Kind.FUSION:  # each sub-pipeline starts from this point's queries (and shares its cache)
-                for j, sub in enumerate(options.of):
-                    sub_state, sub_steps = self.pipeline(sub, state.queries, prev)
+                for j, sub in enumerate(options.of, 1):
+                    sub_state, sub_steps = self.pipeline(sub, state.queries, key)
                     runs.append(sub_state.run)
-                    steps.append({"stage": f"{options.stage}[{j + 1}]", "sub": sub_steps})
+                    subs.append(sub_steps[-1]["digest"])  # the fusion's key covers everything its inputs depend on
+                    steps.append({"stage": f"{options.stage}[{j}]", "sub": sub_steps})
+                    for kind, table in sub_state.side.items():  # the sub-pipelines' side tables, as <kind>/<run_id>.rrf<j>...
+                        state.side[f"{kind}.{options.stage}{j}"] = table
+            key = self._key(key, stage, subs)
             out, cached = self._stage(key, stage, state.queries, runs)
             if out.queries is not None:
                 state.queries = out.queries
             if out.run is not None:
                 state.run = out.run
             for kind, table in out.side.items():
-                state.side[kind if kind not in state.side else f"{kind}.{len(steps)}"] = table
+                state.side[kind if kind not in state.side else f"{kind}.{len(steps) + 1}"] = table
             steps.append({"stage": options.stage, "digest": key, "cached": cached, **out.counts})
         return state, steps
 
-    def _key(self, prev: str, options: StageOptions, needs: Needs) -> str:
-        parts = [prev, options.model_dump(mode="json")]
+    def _key(self, prev: str, stage, subs: list[str]) -> str:
+        """The digest of a stage's output: the prefix before it, the stage (name, code version,
+        options), its sub-pipelines' digests, and what it reads: the encoder's config, the LLM
+        (its checkpoint's id, its engine config, the prompt templates) and its input files."""
+        needs = stage.needs()
+        parts = [prev, stage.name, stage.version, stage.options.model_dump(mode="json"), subs]
         if needs.encoder:
             parts.append(["embed", _embed_digest(self.cfg.embed)])
         if needs.llm:
-            parts.append(["llm", self.cfg.llm.engine_digest()])
+            parts.append(["llm", self._llm_service().model_id, self.cfg.llm.engine_digest(), _template_digest()])
         parts += [["file", self.files[f]] for f in needs.files]
         return digest(parts)
 
@@ -215,6 +227,10 @@ class _Executor:
                 out = Output(run=self._bulk(stage, queries))
             else:
                 out = stage.run(self.ctx, queries, runs)
+        if out.queries is not None and out.queries.column("query_id").to_pylist() != queries.column("query_id").to_pylist():
+            raise RuntimeError(f"{stage.name}: a rewriter must return one row per query, in order (a bug)")
+        if out.run is not None:
+            _check_keyed(out.run, queries, stage.name, contiguous=False)
         _save(out, where)
         self.memo[key] = out
         return out, False
@@ -229,11 +245,16 @@ class _Executor:
         n = queries.num_rows
         if n == 0:
             return RUN.empty_table()
+        if self._llm is not None:  # the LLM pool gives its CPUs/GPUs back when the retrieval pool would not fit beside it
+            free = ray.cluster_resources()
+            held = self._llm.holds()
+            if held and (r.retrieve_actors * r.retrieve_num_cpus > free.get("CPU", 0) - held["CPU"]):
+                self._llm.release()
         embed = self.cfg.embed.model_copy(update={"model": str(resolved(self.cfg.embed.model))}) if stage.needs().encoder else None
         ds = ray.data.from_arrow([queries.slice(i, r.retrieve_batch_rows) for i in range(0, n, r.retrieve_batch_rows)])
         ds = ds.map_batches(
             _RetrieveActor,
-            fn_constructor_kwargs={"db": self.cfg.db, "table": self.cfg.table, "embed": embed, "options": stage.options},
+            fn_constructor_kwargs={"db": self.cfg.db, "table": self.cfg.table, "version": self.version, "embed": embed, "options": stage.options},
             compute=ray.data.ActorPoolStrategy(size=r.retrieve_actors),
             batch_size=r.retrieve_batch_rows,
             batch_format="pyarrow",
@@ -248,8 +269,8 @@ class _Executor:
 class _RetrieveActor:
     """A Ray Data actor: the table and the encoder opened once, then one stage over query batches."""
 
-    def __init__(self, db: str, table: str, embed: EmbedConfig | None, options: StageOptions):
-        store = DocStore(db, table)
+    def __init__(self, db: str, table: str, version: int, embed: EmbedConfig | None, options: StageOptions):
+        store = DocStore(db, table, version=version)
         embedder = None
         if embed is not None:
             from pipelines.embed import Embedder
@@ -262,21 +283,29 @@ class _RetrieveActor:
         return self.stage.run(self.ctx, batch, []).run
 
 
-def _check_keyed(run: pa.Table, queries: pa.Table, stage: str) -> None:
-    """Rows conserved: every row belongs to an input query, each (query, doc) once, ranks 1..n."""
+def _check_keyed(run: pa.Table, queries: pa.Table, stage: str, contiguous: bool = True) -> None:
+    """Rows keyed by the input: every row belongs to an input query, each (query, doc) once,
+    and (``contiguous``) each query's ranks are 1..n."""
     asked = set(queries.column("query_id").to_pylist())
     df = run.select(["query_id", "doc_id", "rank"]).to_pandas()
     stray = set(df["query_id"]) - asked
-    dup = df.duplicated(["query_id", "doc_id"]).sum()
-    ranks_ok = (df.groupby("query_id")["rank"].agg(lambda r: sorted(r) == list(range(1, len(r) + 1)))).all() if len(df) else True
+    dup = int(df.duplicated(["query_id", "doc_id"]).sum())
+    ranks_ok = not contiguous or not len(df) or bool(df.groupby("query_id")["rank"].agg(lambda r: sorted(r) == list(range(1, len(r) + 1))).all())
     if stray or dup or not ranks_ok:
-        raise RuntimeError(f"{stage}: the distributed run is not keyed by the input queries (a bug): "
-                           f"{len(stray)} unknown query ids, {dup} duplicate pairs, ranks contiguous: {ranks_ok}")
+        raise RuntimeError(f"{stage}: the run is not keyed by the input queries (a bug): "
+                           f"{len(stray)} unknown query ids (e.g. {sorted(stray)[:3]}), {dup} duplicate pairs, ranks contiguous: {ranks_ok}")
 
 
 def _embed_digest(embed: EmbedConfig) -> str:
     """What can change a vector: the model, its backend, batch size and token window (not the thread count)."""
     return digest([model_id(embed), embed.backend, embed.batch_size, embed.max_seq_length])
+
+
+def _template_digest() -> str:
+    """Every prompt template's hash: an edited prompt is a new LLM stage output."""
+    from pipelines.llm import prompts
+
+    return digest(sorted((name, prompts.load(name).sha) for name in prompts.names()))
 
 
 def _save(out: Output, where: Path) -> None:

@@ -156,6 +156,6 @@ def describe() -> str:
         lines.append("")
     lines += ["## Presets (`--method NAME`)", "", "Each builds a pipeline from the method options of `logicrank retrieve`; on the defaults:", ""]
     for name, fn in sorted(presets().items()):
-        stages_ = fn(MethodOptions(decompositions="DECOMPOSITIONS" if name in ("expansion", "orlog") else None))
+        stages_ = fn(MethodOptions())
         lines.append(f"- `{name}`: " + " -> ".join(f"`{o.stage}`" for o in stages_))
     return "\n".join(lines) + "\n"

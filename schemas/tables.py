@@ -100,7 +100,7 @@ DECOMPOSED_QUERY = pa.schema(
     ]
 )
 
-# truth scores: P(True) of one prompt from one forward pass (jobs/llm_service.py, jobs/score.py)
+# truth scores: P(True) of one prompt from one forward pass (jobs/llm_service.py)
 TRUTH_SCORES = pa.schema(
     [
         pa.field("prompt_id", pa.string(), nullable=False),

@@ -88,6 +88,7 @@ class Stage:
     requires: ClassVar[frozenset[str]] = frozenset()  # query columns an earlier stage must add
     adds: ClassVar[frozenset[str]] = frozenset()  # query columns it adds (a rewriter)
     per_query: ClassVar[bool] = False  # each query's output depends on that query alone: the job may run it on Ray over query batches
+    version: ClassVar[int] = 1  # part of the cache digest: bump it when a change to the code changes the stage's output
 
     def __init__(self, options: StageOptions):
         self.options = options

@@ -135,23 +135,19 @@ def _cost(res: pd.DataFrame, pairs: int, extra_passes: int) -> dict:
 
 
 def _base(m, depth: int) -> list[StageOptions]:
-    """The first stage(s) of an orlog/reasoner preset: ``m.orlog_base`` to ``depth``."""
-    from pipelines.stages.fusion import RRFOptions
-    from pipelines.stages.retrievers import BM25Options, DenseOptions
+    """The first stage(s) of an orlog/reasoner preset: the ``m.orlog_base`` preset at k = ``depth``."""
+    from pipelines.stages import presets
 
-    if m.orlog_base == "hybrid":
-        d = max(m.hybrid_depth, depth)
-        return [RRFOptions(k=depth, rrf_k=m.rrf_k, of=((DenseOptions(k=d),), (BM25Options(k=d),)))]
-    return [DenseOptions(k=depth) if m.orlog_base == "dense" else BM25Options(k=depth)]
+    return presets()[m.orlog_base](m.model_copy(update={"k": depth}))
 
 
 @preset("orlog")
 def _orlog(m) -> list[StageOptions]:
     from pipelines.stages.rewriters import DecompositionOptions
 
-    return [
-        DecompositionOptions(target="orlog", decompositions=m.decompositions),
+    return [  # the base first: it is the same stage as the bm25/dense/hybrid preset at that k (computed once)
         *_base(m, m.orlog_k),
+        DecompositionOptions(target="orlog", decompositions=m.decompositions),
         OrlogOptions(k=m.k, depth=m.orlog_k, context=m.orlog_context, context_tokens=m.orlog_context_tokens,
                      calibration=m.orlog_calibration, reasoner=m.orlog_reasoner),
     ]

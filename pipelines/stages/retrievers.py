@@ -77,6 +77,7 @@ class RunFile(Stage):
     name = "run_file"
     kind = Kind.RETRIEVER
     Options = RunFileOptions
+    reads = ("query_id",)  # every query, blank text or not: the file decides which have results
 
     def needs(self) -> Needs:
         return Needs(files=(self.options.path,))

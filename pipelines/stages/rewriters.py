@@ -18,7 +18,7 @@ from typing import Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from pipelines.llm.decompose import DecomposeSettings, apply_to_queries, decompose
 from pipelines.stages import preset, register
@@ -34,12 +34,25 @@ class DecompositionOptions(StageOptions):
     max_term_chars: int | None = Field(None, ge=1, description="LLM, itlr: longest term the grammar allows.")
     temperature: float = Field(0.0, ge=0, description="LLM: sampling temperature (0: greedy, reproducible).")
 
+    _table_or_llm = model_validator(mode="after")(lambda self: _table_or_llm(self))
+
 
 class ExpansionOptions(StageOptions):
     stage: Literal["expansion"] = "expansion"
     decompositions: str | None = Field(None, description="A decompositions table to read; None: generate on the job's LLM.")
     max_tokens: int = Field(256, ge=8, description="LLM: token budget of the reasoning text.")
     temperature: float = Field(0.0, ge=0, description="LLM: sampling temperature (0: greedy, reproducible).")
+
+    _table_or_llm = model_validator(mode="after")(lambda self: _table_or_llm(self))
+
+
+def _table_or_llm(options: StageOptions) -> StageOptions:
+    """The LLM options apply when the stage generates: refuse them beside a table."""
+    if options.decompositions:
+        set_ = sorted(options.model_fields_set & {"constrained", "max_tokens", "max_term_chars", "temperature"})
+        if set_:
+            raise ValueError(f"{options.stage}: {set_} apply when the LLM generates; with a decompositions table, leave them out")
+    return options
 
 
 class _Rewriter(Stage):
@@ -53,7 +66,7 @@ class _Rewriter(Stage):
 
     def _settings(self) -> DecomposeSettings:
         o = self.options
-        budget = o.max_tokens or {"itlr": 256, "orlog": 384}.get(self.method, 256)
+        budget = o.max_tokens or dict(DecomposeSettings().max_tokens)[self.method]
         return DecomposeSettings(
             methods=(self.method,), constrained=getattr(o, "constrained", True), max_tokens=((self.method, budget),),
             max_term_chars=getattr(o, "max_term_chars", None), temperature=o.temperature,

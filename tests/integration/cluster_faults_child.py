@@ -207,14 +207,12 @@ def prompts_table(n: int):
 
 
 def run_score_case(work: Path, n: int, kill: bool, cluster, workers, kill_after: int) -> dict:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    import pyarrow as pa
-
-    from jobs.llm_service import LLMService
+    from jobs.llm_service import LLMService, truth_table
     from jobs.raysession import ray_session
     from pipelines.llm import prompts
-    from schemas.tables import TRUTH_SCORES
     from schemas.config import LLMConfig, RayConfig
     from tests.tiny_llm import build_tiny_llm
 
@@ -236,7 +234,7 @@ def run_score_case(work: Path, n: int, kill: bool, cluster, workers, kill_after:
             killer.kill(placed, done_at_kill=done)
 
     def score() -> pa.Table:
-        """The job's LLM service (as jobs/score.py uses it), keeping its counts."""
+        """The job's LLM service, as OrLog's scoring uses it, keeping its counts."""
         values = [{"context": c, "statement": s} for c, s in zip(table.column("context").to_pylist(), table.column("statement").to_pylist(), strict=True)]
         with ray_session(ray_cfg):
             service = LLMService(llm, echo=echo)
@@ -244,8 +242,7 @@ def run_score_case(work: Path, n: int, kill: bool, cluster, workers, kill_after:
                 res = service.truth(prompts.load("truth"), values, label="score")
             finally:
                 result["pool"] = service.close()
-        cols = {f: [getattr(r, f) for r in res] for f in TRUTH_SCORES.names if f != "prompt_id"}
-        return pa.table({"prompt_id": table.column("prompt_id"), **cols}, schema=TRUTH_SCORES)
+        return truth_table(table.column("prompt_id"), res)
 
     result: dict = {"job": "score", "n": n}
     try:

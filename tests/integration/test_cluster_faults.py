@@ -132,7 +132,7 @@ def test_scoring_job_survives_a_worker_node_killed_mid_job(tmp_path):
     scores = pq.read_table(work / "scores.parquet")
     ids = scores.column("prompt_id").to_pylist()
     expected = [f"p{i:04d}" for i in range(N_PROMPTS)]
-    assert ids == expected  # score_truth checks this too; here it is checked on what the job wrote
+    assert ids == expected  # the service checks this too; here it is checked on what the job wrote
     assert set(Counter(ids).values()) == {1}
     p = scores.column("p_true").to_pylist()
     assert all(math.isfinite(x) and 0.0 <= x <= 1.0 for x in p) and all(scores.column("exact").to_pylist())

@@ -226,16 +226,21 @@ def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg,
     assert manifest["llm"]["pools"] == 1 and manifest["llm"]["actors_started"] == 1 and manifest["llm"]["engines_loaded"] == 1
 
 
-def test_reasoner_alone_over_a_dense_base(tmp_path, tiny_cfg, synthetic):
+def test_reasoner_over_a_dense_base_then_a_retriever_that_needs_the_llm_pools_cpus(tmp_path, tiny_cfg, synthetic):
+    """Two engines take both of the cluster's CPUs; the bm25 pipeline after the reasoner needs
+    one for its retrieval actor: the LLM pool gives its CPUs back instead of the job hanging."""
     from jobs.retrieve import run_retrieve
     from schemas.config import RetrieveConfig
 
     rows = (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:2]
     write_jsonl(tmp_path / "q.jsonl", [json.loads(r) for r in rows])
-    cfg = RetrieveConfig.preset(queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("reasoner",), k=3, orlog_base="dense",
-                         orlog_k=3, llm=tiny_cfg, ray=RAY, orlog_context=False)
-    run = pq.read_table(run_retrieve(cfg, tmp_path / "r")["reasoner"])
-    assert run.num_rows == 2 * 3
+    llm = tiny_cfg.model_copy(update={"actors": 2, "cpus_per_actor": 1.0, "batch_rows": 2})
+    cfg = RetrieveConfig.preset(queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("reasoner", "bm25"), k=3, orlog_base="dense",
+                                orlog_k=3, llm=llm, ray=RAY, orlog_context=False)
+    runs = run_retrieve(cfg, tmp_path / "r")
+    assert pq.read_table(runs["reasoner"]).num_rows == 2 * 3 and pq.read_table(runs["bm25"]).num_rows == 2 * 3
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert manifest["llm"]["pools"] == 1 and manifest["llm"]["actors_started"] == 2
 
 
 def test_a_scoring_pool_too_big_for_the_cluster_fails_fast(tmp_path, tiny_dir, synthetic):

@@ -31,6 +31,13 @@ pytestmark = pytest.mark.integration
 REF = Path(__file__).parents[1] / "data" / "parity" / "reference"
 
 
+def _engine_actors() -> int:
+    """How many LLM engine actors this Ray cluster has ever created (alive or not)."""
+    from ray._private import state
+
+    return sum("_EngineActor" in a["ActorClassName"] for a in state.actors().values())
+
+
 def _same(path: Path, ref: str) -> None:
     new, old = pq.read_table(path), pq.read_table(REF / ref)
     assert new.schema == old.schema and new.num_rows == old.num_rows, ref
@@ -85,7 +92,9 @@ def test_itlr_expansion_and_llm_rerankers_match(synthetic, tmp_path):
         "llm-cf-orlog": [decomposition, {"dense": {"k": 5}}, {"orlog": {"k": 5, "depth": 5, "context_tokens": 32, "calibration": "content-free"}}],
     }
     out = tmp_path / "llm"
+    engines_before = _engine_actors()
     runs = run_retrieve(RetrieveConfig(queries=str(q6), db=db, pipelines=pipelines, llm=llm, ray=RAY), out)
+    assert _engine_actors() - engines_before == 1  # Ray's own actor table: one engine for the three LLM pipelines
     for rid, path in runs.items():
         _same(path, f"synthetic/{rid}.parquet")
     for rid in ("llm-orlog", "llm-cf-orlog"):

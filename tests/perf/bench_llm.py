@@ -3,7 +3,7 @@
     make bench-llm      # SmolLM2-135M-Instruct, 512 truth prompts (128 documents x 4 statements)
 
 On the same prompts (SciFact abstract as context, then a statement about it):
-  ray      truth() through the Ray job (jobs/score.py): one actor, one vLLM engine, batched,
+  ray      truth() through the job's LLM service (jobs/llm_service.py): one actor, one vLLM engine, batched,
            prefix caching on; timed end to end (actor and engine start included) and, in a
            second figure, in process after the engine has started;
   hf       one unbatched transformers forward pass per (candidate, predicate) pair, the way
@@ -75,11 +75,16 @@ def main() -> None:
     template = prompts.load("truth")
     texts = [template.render(context=c, statement=s) for c, s in zip(table.column("context").to_pylist(), table.column("statement").to_pylist(), strict=True)]
 
-    # (1) the Ray job, end to end
-    from jobs.score import score_truth
+    # (1) the job's LLM service on Ray, end to end (Ray, actor and engine start included)
+    from jobs.llm_service import LLMService, truth_table
+    from jobs.raysession import ray_session
 
     t = time.perf_counter()
-    ray_scores = score_truth(table, cfg.model_copy(update={"cpus_per_actor": float(cpus)}), RayConfig(num_cpus=cpus))
+    with ray_session(RayConfig(num_cpus=cpus)):
+        service = LLMService(cfg.model_copy(update={"cpus_per_actor": float(cpus), "batch_rows": 256}))
+        values = [{"context": c, "statement": s} for c, s in zip(table.column("context").to_pylist(), table.column("statement").to_pylist(), strict=True)]
+        ray_scores = truth_table(table.column("prompt_id"), service.truth(template, values))
+        service.close()
     ray_s = time.perf_counter() - t
 
     # (2) the same engine in process, after start-up (the steady state of a long job)

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from jobs.cli import app
-from pipelines.pipeline import MethodOptions, PipelineError, digest, from_methods, parse_stages, validate
+from pipelines.pipeline import MethodOptions, PipelineError, from_methods, parse_stages, validate
 from pipelines.stages import Kind, Stage, StageOptions, register, stages
 from schemas.config import RetrieveConfig
 
@@ -66,8 +66,8 @@ def test_presets_build_the_methods_pipelines():
     assert list(p) == ["t-dense", "t-hybrid", "t-orlog", "t-reasoner"]
     (fused,) = p["t-hybrid"]
     assert fused.stage == "rrf" and fused.k == 250 and [s[0].k for s in fused.of] == [250, 250]  # at least k deep
-    assert [o.stage for o in p["t-orlog"]] == ["decomposition", "bm25", "orlog"]
-    assert p["t-orlog"][1].k == 7 and p["t-orlog"][2].depth == 7 and p["t-orlog"][2].k == 250
+    assert [o.stage for o in p["t-orlog"]] == ["bm25", "decomposition", "orlog"]  # the base first: shared with the bm25 preset
+    assert p["t-orlog"][0].k == 7 and p["t-orlog"][2].depth == 7 and p["t-orlog"][2].k == 250
     assert [o.stage for o in p["t-reasoner"]] == ["bm25", "reasoner"]
     with pytest.raises(PipelineError, match="unknown method 'sparse'"):
         from_methods(["sparse"])
@@ -75,10 +75,31 @@ def test_presets_build_the_methods_pipelines():
         from_methods(["itlr"], MethodOptions(calibration="sigmoid"))
 
 
-def test_prefix_digests_depend_on_every_stage_so_far():
-    a, b = parse_stages(["dense"]), parse_stages([{"dense": {"k": 10}}])
-    assert digest(["x", a[0].model_dump(mode="json")]) == digest(["x", parse_stages(["dense"])[0].model_dump(mode="json")])
-    assert digest(["x", a[0].model_dump(mode="json")]) != digest(["x", b[0].model_dump(mode="json")])
+def test_a_stage_cache_key_covers_its_prefix_options_inputs_and_sub_pipelines(tmp_path):
+    from jobs.retrieve import _Executor
+    from jobs.rundir import RunDir
+    from pipelines.pipeline import build
+    from schemas.config import EmbedConfig
+
+    def executor(**cfg) -> _Executor:
+        config = RetrieveConfig(queries="q.jsonl", db="db", pipelines={"d": ["dense"]}, **cfg)
+        inputs = {"queries": {"sha256": "q"}, "table": {"version": 3}, "file:r.trec": {"sha256": "1"}}
+        return _Executor(config, None, RunDir(tmp_path, "retrieve"), inputs, None)
+
+    def key(ex, spec, prev="p", subs=()) -> str:
+        return ex._key(prev, build(parse_stages([spec])[0]), list(subs))
+
+    ex = executor()
+    assert key(ex, "dense") == key(executor(), "dense")  # stable
+    assert len({key(ex, "dense"), key(ex, {"dense": {"k": 10}}), key(ex, "dense", prev="other"), key(ex, "bm25")}) == 4
+    assert key(ex, "dense") != key(executor(embed=EmbedConfig(backend="openvino")), "dense")  # the encoder's config
+    assert key(ex, "bm25") == key(executor(embed=EmbedConfig(backend="openvino")), "bm25")  # bm25 does not embed
+    rrf = {"rrf": {"of": [["dense"], ["bm25"]]}}
+    assert key(ex, rrf, subs=["a", "b"]) != key(ex, rrf, subs=["a", "c"])  # a fusion covers what its inputs depend on
+    run_file = {"run_file": {"path": "r.trec"}}
+    changed = executor()
+    changed.files["r.trec"] = {"sha256": "2"}
+    assert key(ex, run_file) != key(changed, run_file)  # the files a stage reads
 
 
 def test_a_stage_registers_once_with_its_own_name():
