@@ -95,6 +95,7 @@ class LLMService:
         self.actors_started = 0
         self.actors_lost = 0
         self.pools = 0  # times the pool was started: 1 per job unless released to make room (see release)
+        self._pool_first = 0
         self._totals: Counter = Counter()
 
     @property
@@ -152,6 +153,7 @@ class LLMService:
             return ray
         self.check_fit()
         self.pools += 1
+        self._pool_first = self.actors_started  # this pool's budget of engine deaths starts here
         for _ in range(self.cfg.actors):
             self._spawn(ray)
         return ray
@@ -193,7 +195,7 @@ class LLMService:
                         self._ready[actor] = True
                         lost_since = None
                     except ActorDiedError as exc:  # it cannot come back (e.g. its engine failed to start): a new one, a few times
-                        if self.actors_started >= 3 * self.cfg.actors:
+                        if self.actors_started - self._pool_first >= 3 * self.cfg.actors:
                             cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
                             raise LLMServiceError(f"llm: engine actors keep dying ({self.actors_started} started); last: {cause}") from exc
                         self._replace(ray, actor, readiness)

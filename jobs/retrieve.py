@@ -65,12 +65,18 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         llm = LLMService(cfg.llm, echo=echo if progress else None)
     blank = _blank(queries.column("text")).to_pylist()
     blank_ids = [q for q, b in zip(queries.column("query_id").to_pylist(), blank, strict=True) if b]
-    starts = {rid: build(stages[0]).reads for rid, stages in cfg.pipelines.items()}  # the query columns each pipeline starts from
+    starts = {rid: _reads(stages[0]) for rid, stages in cfg.pipelines.items()}  # the query columns each pipeline starts from
     if all(_with_content(queries, reads).num_rows == 0 for reads in starts.values()):
         raise TopicsError(f"queries {cfg.queries}: every query's text is blank; give queries with text.")
     outputs = {rid: f"runs/{rid}.parquet" for rid in cfg.pipelines}
     inputs = {"queries": file_fingerprint(cfg.queries), "table": {"db": cfg.db, "name": cfg.table, "version": store.version}}
     inputs.update({f"file:{f}": file_fingerprint(f) for f in dict.fromkeys(needs.files)})
+    # what else changes a stage's output, so that an unchanged-looking rerun is not skipped wrongly
+    inputs["stages"] = sorted({(cls.name, cls.version) for cls in _stage_classes(cfg.pipelines.values())})
+    if needs.encoder:
+        inputs["encoder"] = model_id(cfg.embed)
+    if llm is not None:
+        inputs["llm"] = {"model": llm.model_id, "templates": _template_digest()}
     if blank_ids and echo:
         echo(f"retrieve: {len(blank_ids)} quer{'y has' if len(blank_ids) == 1 else 'ies have'} a blank text and get no results "
              f"from the text stages (e.g. {blank_ids[:3]}); they score 0 in evaluation.")
@@ -92,9 +98,8 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
                 write_parquet_atomic(run, rundir.path / outputs[rid])
                 if cfg.trec:
                     write_trec_run(run, rundir.path / f"runs/{rid}.trec")
-                for key, table in state.side.items():  # "<kind>" or "<kind>.<where>" -> <kind>/<run_id>[.<where>].parquet
-                    kind, _, where = key.partition(".")
-                    name = f"{rid}.{where}.parquet" if where else f"{rid}.parquet"
+                for (kind, where), table in state.side.items():  # <kind>/<run_id>.parquet, or <kind>/<run_id>@<where>.parquet
+                    name = f"{rid}@{where}.parquet" if where else f"{rid}.parquet"  # '@' is not allowed in a run id
                     written.append(str(write_parquet_atomic(table, rundir.path / kind / name).relative_to(rundir.path)))
                 report[rid] = {"rows": run.num_rows, "queries": len(set(run.column("query_id").to_pylist())), "stages": steps}
         finally:
@@ -108,6 +113,23 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         llm=llm,
     )
     return {rid: rundir.path / o for rid, o in outputs.items()}
+
+
+def _stage_classes(pipelines) -> list:
+    """Every stage class the pipelines use, sub-pipelines included."""
+    out = []
+    for stages in pipelines:
+        for options in stages:
+            out.append(type(build(options)))
+            out += _stage_classes(getattr(options, "of", ()))
+    return out
+
+
+def _reads(options: StageOptions) -> tuple[str, ...]:
+    """The query columns a pipeline starting with this stage reads (a fusion: its sub-pipelines')."""
+    if build(options).kind is Kind.FUSION:
+        return tuple(dict.fromkeys(c for sub in options.of for c in _reads(sub[0])))
+    return build(options).reads
 
 
 def _blank(col: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -131,6 +153,7 @@ class _State:
     """What flows between stages: the queries, the run so far, the side tables."""
 
     def __init__(self, queries: pa.Table, run: pa.Table | None = None, side: dict | None = None):
+        """``side``: (kind, where) -> table; where is "" for the pipeline's own stages."""
         self.queries, self.run, self.side = queries, run, dict(side or {})
 
 
@@ -177,7 +200,7 @@ class _Executor:
     def pipeline(self, stages: tuple[StageOptions, ...], queries: pa.Table, key: str) -> tuple[_State, list[dict]]:
         """Run ``stages`` from ``queries``, whose prefix digest is ``key``."""
         state, steps = _State(queries), []
-        for options in stages:
+        for i, options in enumerate(stages, 1):
             stage = build(options)
             runs, subs = [], []
             if stage.kind is Kind.RERANKER:
@@ -188,16 +211,16 @@ class _Executor:
                     runs.append(sub_state.run)
                     subs.append(sub_steps[-1]["digest"])  # the fusion's key covers everything its inputs depend on
                     steps.append({"stage": f"{options.stage}[{j}]", "sub": sub_steps})
-                    for kind, table in sub_state.side.items():  # the sub-pipelines' side tables, as <kind>/<run_id>.rrf<j>...
-                        state.side[f"{kind}.{options.stage}{j}"] = table
+                    for (kind, where), table in sub_state.side.items():  # kept, named by where they come from
+                        state.side[kind, f"{i}-{options.stage}{j}" + (f"-{where}" if where else "")] = table
             key = self._key(key, stage, subs)
             out, cached = self._stage(key, stage, state.queries, runs)
             if out.queries is not None:
                 state.queries = out.queries
             if out.run is not None:
                 state.run = out.run
-            for kind, table in out.side.items():
-                state.side[kind if kind not in state.side else f"{kind}.{len(steps) + 1}"] = table
+            for kind, table in out.side.items():  # a second table of a kind in one pipeline is named by its stage's position
+                state.side[kind, "" if (kind, "") not in state.side else f"{i}-{options.stage}"] = table
             steps.append({"stage": options.stage, "digest": key, "cached": cached, **out.counts})
         return state, steps
 

@@ -187,9 +187,9 @@ class RetrieveConfig(_Config):
 
         if not isinstance(v, dict) or not v:
             raise ValueError("give at least one named pipeline (run id -> list of stages)")
-        bad = [name for name in v if not isinstance(name, str) or not name or name.split() != [name] or "/" in name]
+        bad = [name for name in v if not isinstance(name, str) or not name or name.split() != [name] or "/" in name or "@" in name]
         if bad:
-            raise ValueError(f"pipeline names are run ids (file names, TREC tags): non-blank, no whitespace, no '/': {bad}")
+            raise ValueError(f"pipeline names are run ids (file names, TREC tags): non-blank, no whitespace, no '/' or '@': {bad}")
         out = {}
         for name, stages in v.items():
             try:

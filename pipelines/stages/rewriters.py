@@ -49,7 +49,8 @@ class ExpansionOptions(StageOptions):
 def _table_or_llm(options: StageOptions) -> StageOptions:
     """The LLM options apply when the stage generates: refuse them beside a table."""
     if options.decompositions:
-        set_ = sorted(options.model_fields_set & {"constrained", "max_tokens", "max_term_chars", "temperature"})
+        fields = type(options).model_fields
+        set_ = sorted(f for f in ("constrained", "max_tokens", "max_term_chars", "temperature") if f in fields and getattr(options, f) != fields[f].default)
         if set_:
             raise ValueError(f"{options.stage}: {set_} apply when the LLM generates; with a decompositions table, leave them out")
     return options

@@ -53,3 +53,17 @@ def test_sigmoid_calibration_needs_and_uses_labels(synthetic, tmp_path):
         _cfg(synthetic, methods=("itlr",), k=5, calibration="sigmoid", labels=str(synthetic / "syn" / "labels.jsonl")), tmp_path / "s"
     )
     assert pq.read_table(runs["itlr"]).num_rows == 32 * 5
+
+
+def test_side_tables_of_a_fused_sub_pipeline_are_kept(synthetic, tmp_path):
+    from schemas.config import RetrieveConfig as Config
+
+    cfg = Config(queries=str(synthetic / "syn" / "queries.jsonl"), db=str(synthetic / "db"),
+                 pipelines={"fused": [{"rrf": {"k": 5, "of": [[{"itlr": {"k": 10}}], [{"dense": {"k": 10}}]]}}]})
+    run = pq.read_table(run_retrieve(cfg, tmp_path / "r")["fused"])
+    assert run.num_rows == 32 * 5
+    scores = pq.read_table(tmp_path / "r" / "term_scores" / "fused@1-rrf1.parquet")
+    assert scores.schema == TERM_SCORES and scores.num_rows == 32 * 10 * 3
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert "term_scores/fused@1-rrf1.parquet" in manifest["outputs"]
+    assert manifest["inputs"]["stages"] == [["dense", 1], ["itlr", 1], ["rrf", 1]]

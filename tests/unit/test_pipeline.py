@@ -146,3 +146,12 @@ def test_preset_options_are_refused_beside_a_pipelines_file(tmp_path):
     f.write_text("x: [dense]")
     res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(f), "--k", "10", "--orlog-k", "5"])
     assert res.exit_code == 2 and "--k, --orlog-k set(s) a --method preset's options" in res.output, res.output
+
+
+def test_a_written_config_loads_again_and_llm_options_beside_a_table_are_refused():
+    cfg = RetrieveConfig.preset(("itlr", "orlog", "expansion"), queries="q", db="d", decompositions="d.parquet")
+    assert RetrieveConfig.model_validate(cfg.model_dump(mode="json")) == cfg  # what the manifest stores
+    with pytest.raises(ValidationError, match=r"\['temperature'\] apply when the LLM generates"):
+        _cfg({"x": [{"expansion": {"decompositions": "d.parquet", "temperature": 0.7}}, "dense"]})
+    with pytest.raises(ValidationError, match="no whitespace"):
+        _cfg({"a@b": ["dense"]})
