@@ -41,7 +41,8 @@ class BM25Options(StageOptions):
 
 @register
 class BM25(Stage):
-    """BM25 through the table's full-text index over title and text."""
+    """BM25 through the table's full-text indexes, title and text scored as one field, English
+    stemming and stop words on documents and queries alike."""
 
     name = "bm25"
     kind = Kind.RETRIEVER
