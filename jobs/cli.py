@@ -337,6 +337,18 @@ def decompose(
     typer.echo(f"{s.rows} rows {s.by_status}{note}. Table: {s.path}")
 
 
+@app.command("prepare-rulebench")
+def prepare_rulebench(
+    src: Annotated[Path, typer.Argument(help="Directory holding RuleBench ULogic's rules.json and test_data.json.")],
+    out: Annotated[Path, typer.Option(help="Where the BEIR layout goes (corpus.jsonl, queries.jsonl, qrels/test.tsv).")] = Path("data/rulebench-ulogic"),
+):
+    """Convert RuleBench ULogic (rule retrieval; not bundled: no declared licence) to the BEIR layout."""
+    from pipelines.datasets.rulebench import to_beir
+
+    counts = _run(to_beir, src, out)
+    typer.echo(f"{counts['rules']} rules, {counts['queries']} queries, {counts['qrels']} qrels -> {out}")
+
+
 models_app = typer.Typer(no_args_is_help=True, help="LLM checkpoints that ship inside packages.")
 app.add_typer(models_app, name="models")
 
