@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic, write_text_atomic
 from pipelines.embed import model_id, resolve_model
 from pipelines.errors import UserError
-from pipelines.pipeline import build, digest, validate
+from pipelines.files import json_digest
+from pipelines.pipeline import build, validate
 from pipelines.stages import Context, Kind, Needs, Output, StageOptions
 from pipelines.store import DocStore
 from pipelines.topics import TopicsError, read_queries, write_trec_run
@@ -93,7 +94,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
             executor.check_fit(needs)  # every pool fits the cluster, before any stage runs
             written, report = [], {}
             for rid, stages in cfg.pipelines.items():
-                state, steps = executor.pipeline(stages, _with_content(queries, starts[rid]), digest([executor.base, "input", starts[rid]]))
+                state, steps = executor.pipeline(stages, _with_content(queries, starts[rid]), json_digest([executor.base, "input", starts[rid]]))
                 run = conform(state.run.set_column(state.run.schema.get_field_index("run_id"), "run_id", pa.array([rid] * state.run.num_rows, pa.string())), RUN, "retrieve")
                 write_parquet_atomic(run, rundir.path / outputs[rid])
                 if cfg.trec:
@@ -127,9 +128,10 @@ def _stage_classes(pipelines) -> list:
 
 def _reads(options: StageOptions) -> tuple[str, ...]:
     """The query columns a pipeline starting with this stage reads (a fusion: its sub-pipelines')."""
-    if build(options).kind is Kind.FUSION:
+    stage = build(options)
+    if stage.kind is Kind.FUSION:
         return tuple(dict.fromkeys(c for sub in options.of for c in _reads(sub[0])))
-    return build(options).reads
+    return stage.reads
 
 
 def _blank(col: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -162,7 +164,7 @@ class _Executor:
 
     def __init__(self, cfg: RetrieveConfig, store: DocStore, rundir: RunDir, inputs: dict, echo, llm=None):
         self.cfg, self.store, self.rundir, self.echo = cfg, store, rundir, echo
-        self.base = digest([inputs["queries"], inputs["table"]])  # a stage adds the files it reads itself
+        self.base = json_digest([inputs["queries"], inputs["table"]])  # a stage adds the files it reads itself
         self.files = {k.removeprefix("file:"): v for k, v in inputs.items() if k.startswith("file:")}
         self.version = inputs["table"]["version"]  # every reader of the table reads this version
         self.memo: dict[str, Output] = {}
@@ -235,7 +237,7 @@ class _Executor:
         if needs.llm:
             parts.append(["llm", self._llm_service().model_id, self.cfg.llm.engine_digest(), _template_digest()])
         parts += [["file", self.files[f]] for f in needs.files]
-        return digest(parts)
+        return json_digest(parts)
 
     def _stage(self, key: str, stage, queries: pa.Table, runs: list[pa.Table]) -> tuple[Output, bool]:
         if key in self.memo:
@@ -245,15 +247,13 @@ class _Executor:
             out = _load(where)
             self.memo[key] = out
             return out, True
+        bulk = stage.per_query and stage.kind is Kind.RETRIEVER
         with self.rundir.timed(f"{stage.name}:{key[:8]}"):
-            if stage.per_query and stage.kind is Kind.RETRIEVER:
-                out = Output(run=self._bulk(stage, queries))
-            else:
-                out = stage.run(self.ctx, queries, runs)
+            out = Output(run=self._bulk(stage, queries)) if bulk else stage.run(self.ctx, queries, runs)
         if out.queries is not None and out.queries.column("query_id").to_pylist() != queries.column("query_id").to_pylist():
             raise RuntimeError(f"{stage.name}: a rewriter must return one row per query, in order (a bug)")
-        if out.run is not None:
-            _check_keyed(out.run, queries, stage.name, contiguous=False)
+        if out.run is not None:  # a run assembled from actor batches must also rank each query 1..n
+            _check_keyed(out.run, queries, stage.name, contiguous=bulk)
         _save(out, where)
         self.memo[key] = out
         return out, False
@@ -285,7 +285,6 @@ class _Executor:
         )
         parts = list(ds.iter_batches(batch_format="pyarrow", batch_size=None))
         run = pa.concat_tables([conform(p, RUN, stage.name) for p in parts]) if parts else RUN.empty_table()
-        _check_keyed(run, queries, stage.name)
         return run.sort_by([("query_id", "ascending"), ("rank", "ascending")])  # batches arrive in any order
 
 
@@ -313,7 +312,10 @@ def _check_keyed(run: pa.Table, queries: pa.Table, stage: str, contiguous: bool 
     df = run.select(["query_id", "doc_id", "rank"]).to_pandas()
     stray = set(df["query_id"]) - asked
     dup = int(df.duplicated(["query_id", "doc_id"]).sum())
-    ranks_ok = not contiguous or not len(df) or bool(df.groupby("query_id")["rank"].agg(lambda r: sorted(r) == list(range(1, len(r) + 1))).all())
+    ranks_ok = True
+    if contiguous and len(df):
+        df = df.sort_values(["query_id", "rank"], kind="stable")
+        ranks_ok = bool((df["rank"].to_numpy() == df.groupby("query_id", sort=False).cumcount().to_numpy() + 1).all())
     if stray or dup or not ranks_ok:
         raise RuntimeError(f"{stage}: the run is not keyed by the input queries (a bug): "
                            f"{len(stray)} unknown query ids (e.g. {sorted(stray)[:3]}), {dup} duplicate pairs, ranks contiguous: {ranks_ok}")
@@ -321,14 +323,14 @@ def _check_keyed(run: pa.Table, queries: pa.Table, stage: str, contiguous: bool 
 
 def _embed_digest(embed: EmbedConfig) -> str:
     """What can change a vector: the model, its backend, batch size and token window (not the thread count)."""
-    return digest([model_id(embed), embed.backend, embed.batch_size, embed.max_seq_length])
+    return json_digest([model_id(embed), embed.backend, embed.batch_size, embed.max_seq_length])
 
 
 def _template_digest() -> str:
     """Every prompt template's hash: an edited prompt is a new LLM stage output."""
     from pipelines.llm import prompts
 
-    return digest(sorted((name, prompts.load(name).sha) for name in prompts.names()))
+    return json_digest(sorted((name, prompts.load(name).sha) for name in prompts.names()))
 
 
 def _save(out: Output, where: Path) -> None:

@@ -16,7 +16,6 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from pipelines.errors import UserError
-from pipelines.files import json_digest
 from pipelines.stages import Kind, Needs, Stage, StageOptions, presets, stage_class, stages
 
 
@@ -59,11 +58,6 @@ def build(options: StageOptions) -> Stage:
     return stage_class(options.stage)(options)
 
 
-def dump(options: Sequence[StageOptions]) -> list[dict]:
-    """A pipeline in its config form (``{"stage": name, ...options}``), nested ones too."""
-    return [o.model_dump(mode="json") for o in options]
-
-
 def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str] = frozenset()) -> Needs:
     """Check the pipeline as a whole and return what it needs: each stage's input against what
     the stages before it produce (a reranker needs a run, orlog needs atoms), the pipeline
@@ -89,11 +83,6 @@ def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str]
     if not have_run:
         raise PipelineError(f"pipeline {name!r} produces no run; end it with a retriever, a reranker or rrf.")
     return needs
-
-
-def digest(parts: Sequence[Any]) -> str:
-    """A stable SHA-256 of JSON-able parts (16 hex digits), for prefixes and manifests."""
-    return json_digest(list(parts))
 
 
 class MethodOptions(BaseModel):
