@@ -136,12 +136,14 @@ def index(
     )
     s = _run(run_index, cfg, out, progress=progress)
     m = s.maintenance
-    nothing = " (nothing changed)" if not (s.embedded or s.deleted) else ""
+    rebuilt = m.get("indexes_rebuilt") or []
+    nothing = " (nothing changed)" if not (s.embedded or s.deleted or rebuilt) else ""
     typer.echo(
         f"inserted {s.inserted}, updated {s.updated}, unchanged {s.unchanged}, deleted {s.deleted}, "
         f"rejected {s.rejected} {s.rejects_by_reason or ''}{nothing}; table {cfg.table!r} v{s.table_version} "
         f"({s.table_rows} rows), tag {s.tag}; maintenance: {m.get('fragments_removed', 0)} fragments compacted, "
-        f"{m.get('versions_pruned', 0)} old versions pruned; {s.seconds:.1f} s. Manifest: {out / 'manifest.json'}"
+        f"{m.get('versions_pruned', 0)} old versions pruned{', indexes rebuilt: ' + ', '.join(rebuilt) if rebuilt else ''}; "
+        f"{s.seconds:.1f} s. Manifest: {out / 'manifest.json'}"
     )
 
 

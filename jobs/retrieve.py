@@ -56,6 +56,8 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     if needs.encoder:  # before Ray starts: a wrong model fails here
         resolve_model(cfg.embed.model)
         store.require_model(model_id(cfg.embed), "retrieve")
+    if needs.fulltext:
+        store.require_fts("retrieve")
     missing = [f for f in dict.fromkeys(needs.files) if not Path(f).is_file()]
     if missing:
         raise TopicsError(f"retrieve: input file(s) not found: {missing}")

@@ -9,6 +9,8 @@ directory and writes
     <out>/corpus.jsonl     one rule per line: _id = rule id, title "", text = the NL rule,
                            metadata {"fol": ...}
     <out>/queries.jsonl    _id = ulogic-<n> (the query's 0-based position), text = its input
+                           without the "Context:" and "Question:" label lines (facts, then
+                           the question, one per line), as the reference computations read it
     <out>/qrels/test.tsv   query-id, corpus-id, score 1 for each gold rule
 
 which `logicrank index` and `logicrank evaluate` read like any BEIR set. Nothing is dropped:
@@ -19,11 +21,21 @@ conversion with what to fix.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from pipelines.datasets import BeirDataset
 from pipelines.errors import UserError
 from pipelines.files import atomic_path
+
+_LABEL = re.compile(r"^\s*(Context|Question):\s*", re.IGNORECASE)
+
+
+def query_text(raw: str) -> str:
+    """A RuleBench input without its "Context:" / "Question:" labels (a label's own line goes;
+    a label before text on its line is cut off)."""
+    lines = (_LABEL.sub("", line).strip() for line in raw.splitlines())
+    return "\n".join(line for line in lines if line)
 
 
 class RuleBenchError(UserError, ValueError):
@@ -51,7 +63,7 @@ def to_beir(src: str | Path, out: str | Path) -> dict[str, int]:
     qrels = []
     for i, q in enumerate(data):
         gold = q.get("rule") if isinstance(q, dict) else None
-        if not isinstance(q, dict) or not str(q.get("input") or "").strip() or not isinstance(gold, list) or not gold:
+        if not isinstance(q, dict) or not query_text(str(q.get("input") or "")) or not isinstance(gold, list) or not gold:
             raise RuleBenchError(f"rulebench: query {i} needs a non-empty 'input' and a non-empty 'rule' list of ids.")
         unknown = [g for g in gold if str(g) not in rules]
         if unknown:
@@ -61,7 +73,7 @@ def to_beir(src: str | Path, out: str | Path) -> dict[str, int]:
     _write_lines(out / "corpus.jsonl", (
         json.dumps({"_id": rid, "title": "", "text": r["NL"].strip(), "metadata": {"fol": r.get("FOL")}}) for rid, r in rules.items()
     ))
-    _write_lines(ds.queries, (json.dumps({"_id": f"ulogic-{i}", "text": q["input"]}) for i, q in enumerate(data)))
+    _write_lines(ds.queries, (json.dumps({"_id": f"ulogic-{i}", "text": query_text(q["input"])}) for i, q in enumerate(data)))
     _write_lines(ds.qrels, ["query-id\tcorpus-id\tscore", *(f"{q}\t{d}\t1" for q, d in qrels)])
     return {"rules": len(rules), "queries": len(data), "qrels": len(qrels)}
 

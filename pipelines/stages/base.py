@@ -33,11 +33,12 @@ class Needs:
     """What a stage needs from the job, known before Ray starts or any model loads."""
 
     encoder: bool = False  # the sentence-transformers encoder of the table
+    fulltext: bool = False  # the table's full-text indexes (BM25)
     llm: frozenset[str] = frozenset()  # "truth" (P(True) scoring), "generate" (constrained or free text)
     files: tuple[str, ...] = ()  # input files the stage reads (checked to exist; fingerprinted for the cache)
 
     def __or__(self, other: Needs) -> Needs:
-        return Needs(self.encoder or other.encoder, self.llm | other.llm, self.files + other.files)
+        return Needs(self.encoder or other.encoder, self.fulltext or other.fulltext, self.llm | other.llm, self.files + other.files)
 
 
 class StageOptions(BaseModel):

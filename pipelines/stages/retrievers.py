@@ -41,13 +41,18 @@ class BM25Options(StageOptions):
 
 @register
 class BM25(Stage):
-    """BM25 through the table's full-text indexes, title and text scored as one field, English
-    stemming and stop words on documents and queries alike."""
+    """BM25 (k1 1.2, b 0.75) through the table's full-text indexes, title and text scored as
+    one field; English stemming and Lucene's English stop words on documents and queries
+    alike; a query term counts as often as the query repeats it."""
 
     name = "bm25"
     kind = Kind.RETRIEVER
     Options = BM25Options
     per_query = True
+    version = 2  # 2: Lucene's stop words, query-term frequency
+
+    def needs(self) -> Needs:
+        return Needs(fulltext=True)
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         return Output(run=bm25(queries, ctx.store, self.options.k))

@@ -36,7 +36,7 @@ def test_rules_become_the_corpus_and_gold_ids_the_qrels(tmp_path):
     assert [d["_id"] for d in corpus] == ["0", "1", "2"] and corpus[0]["text"] == RULES["0"]["NL"] and corpus[0]["metadata"]["fol"].startswith("Own(")
     queries = read_queries(tmp_path / "beir" / "queries.jsonl")
     assert queries.column("query_id").to_pylist() == ["ulogic-0", "ulogic-1"]
-    assert queries.column("text").to_pylist()[0] == QUERIES[0]["input"]
+    assert queries.column("text").to_pylist()[0] == "Alice owns a cat named Tom.\nCan Alice feed Tom?"  # labels gone
     qrels = read_qrels(tmp_path / "beir" / "qrels" / "test.tsv").to_pylist()
     assert {(r["query_id"], r["doc_id"], r["relevance"]) for r in qrels} == {("ulogic-0", "0", 1), ("ulogic-1", "1", 1)}
 
@@ -46,6 +46,7 @@ def test_rules_become_the_corpus_and_gold_ids_the_qrels(tmp_path):
     [
         (RULES, [{"input": "q", "rule": ["9"]}], r"query 0's gold rule\(s\) \['9'\] are not in rules.json"),
         (RULES, [{"input": " ", "rule": ["0"]}], "query 0 needs a non-empty 'input'"),
+        (RULES, [{"input": "Context:\nQuestion:\n", "rule": ["0"]}], "query 0 needs a non-empty 'input'"),
         ({"0": {"NL": ""}}, QUERIES, "without an NL text"),
         ([], QUERIES, "must map rule ids to rules"),
     ],
