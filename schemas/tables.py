@@ -100,6 +100,57 @@ DECOMPOSED_QUERY = pa.schema(
     ]
 )
 
+# induced_rules: SIAR's hypothetical rule per query (pipelines/methods/rules.py); never dropped
+INDUCTION_STATUS = ("ok", "fallback", "error")  # fallback: not an "If ..., then ..." rule (the query stands in); error: the engine failed
+INDUCED_RULES = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),  # model id (name@checksum)
+        pa.field("prompt_sha", pa.string(), nullable=False),  # the prompt template's hash
+        pa.field("raw_output", pa.string()),  # what the model wrote (null on error)
+        pa.field("rule", pa.string()),  # the induced rule (null unless status is ok)
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("cached_prompt_tokens", pa.int32(), nullable=False),
+        pa.field("generated_tokens", pa.int32(), nullable=False),
+        pa.field("cached", pa.bool_(), nullable=False),  # read from the persistent LLM cache
+    ]
+)
+
+# query columns the siar stage adds: the query's text before the rewrite (what a later
+# reranker reads), the induced rule and its status
+INDUCED_QUERY = pa.schema(
+    [
+        pa.field("original_text", pa.string(), nullable=False),
+        pa.field("induced_rule", pa.string()),
+        pa.field("induction_status", pa.string(), nullable=False),  # one of INDUCTION_STATUS
+    ]
+)
+
+# rerank_windows: R3's listwise LLM calls, one row per (query, window)
+RERANK_WINDOWS = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("window", pa.int32(), nullable=False),  # 0 = the first sent (the deepest)
+        pa.field("start", pa.int32(), nullable=False),  # 0-based positions [start, end) of the list reordered
+        pa.field("end", pa.int32(), nullable=False),
+        pa.field("raw_output", pa.string()),  # null on error
+        pa.field("permutation", pa.list_(pa.int32()), nullable=False),  # 1-based identifiers, best first, after repair
+        pa.field("unknown", pa.int32(), nullable=False),  # identifiers outside the window, dropped
+        pa.field("duplicate", pa.int32(), nullable=False),  # identifiers repeated, dropped
+        pa.field("missing", pa.int32(), nullable=False),  # identifiers never named, appended in their previous order
+        pa.field("status", pa.string(), nullable=False),  # ok | repaired | error (the window kept its order)
+        pa.field("error", pa.string()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("cached_prompt_tokens", pa.int32(), nullable=False),
+        pa.field("generated_tokens", pa.int32(), nullable=False),
+        pa.field("cached", pa.bool_(), nullable=False),
+    ]
+)
+
 # truth scores: P(True) of one prompt from one forward pass (jobs/llm_service.py)
 TRUTH_SCORES = pa.schema(
     [

@@ -26,3 +26,18 @@ def synthetic(tmp_path_factory):
     generate(scifact().corpus, root / "syn", per_template=1, seed=3)
     run_index(IndexConfig(corpus=str(root / "syn" / "corpus.jsonl"), db=str(root / "db")), root / "index")
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    """A tiny random Llama checkpoint (tests/tiny_llm.py), built once per session."""
+    from tests.tiny_llm import build_tiny_llm
+
+    return build_tiny_llm(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_cfg(tiny_dir):
+    from schemas.config import LLMConfig
+
+    return LLMConfig(model=str(tiny_dir), max_model_len=1024, cache=None, max_num_seqs=64)

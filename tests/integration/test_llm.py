@@ -16,20 +16,9 @@ from pipelines.llm.decompose import orlog_schema, parse_output
 from pipelines.llm.engine import Constraint, Engine, LLMClient
 from pipelines.logic.grammar import to_gbnf
 from pipelines.logic.query import parse
-from schemas.config import DecomposeConfig, LLMConfig
+from schemas.config import DecomposeConfig
 from tests.conftest import write_jsonl
 from tests.integration.conftest import RAY
-from tests.tiny_llm import build_tiny_llm
-
-
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory):
-    return build_tiny_llm(tmp_path_factory.mktemp("models") / "tiny-llama")
-
-
-@pytest.fixture(scope="session")
-def tiny_cfg(tiny_dir):
-    return LLMConfig(model=str(tiny_dir), max_model_len=1024, cache=None, max_num_seqs=64)
 
 
 @pytest.fixture(scope="session")

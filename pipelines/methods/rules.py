@@ -1,0 +1,274 @@
+"""SIAR and R3: rule retrieval by self-induction and listwise relevance re-estimation
+(ACL 2025, arXiv 2505.10870).
+
+Queries state concrete facts and ask a question; the corpus holds abstract rules with typed
+variables ("If Person X owns Animal Y, then Person X can feed Animal Y").
+
+- **SIAR** (:func:`induce`, :func:`rewrite`): before retrieval the LLM induces a
+  hypothetical rule from the query, few-shot (sum up the facts, replace concrete entities
+  by typed variables, state the relation as "If ..., then ..."). The output is decoded under
+  a regex of that shape, bounded in words (:func:`rule_regex`); an output that is not such a
+  rule (cut at max_tokens, or unconstrained and malformed) falls back to the query, is
+  counted, and the query keeps its row. The rule replaces the query's text (``rule``) or
+  goes before it (``rule+query``).
+- **R3** (:func:`rerank`): the LLM reads the query and a window of retrieved rules with
+  short identifiers ([1], [2], ...) and writes them reordered, RankGPT style; windows slide
+  from the back of the top n to its front (:func:`windows`). The output is decoded under the
+  permutation syntax (:func:`permutation_regex`) and read by :func:`parse_permutation`,
+  which accepts any string and always returns a permutation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from pipelines.llm import prompts
+from pipelines.llm.engine import Constraint, Generation
+from schemas.tables import INDUCED_RULES, RERANK_WINDOWS, RUN
+
+INDUCE_TEMPLATE = "siar_induce"
+RERANK_TEMPLATE = "r3_rerank"
+MODES = ("rule", "rule+query")
+
+# a finished rule: "If <condition>, then <conclusion>." on one line
+RULE = re.compile(r"If \S.*?, then \S[^\n]*\.")
+
+
+def rule_regex(condition_words: int = 40, conclusion_words: int = 30) -> str:
+    """The "If ..., then ..." shape as a regex for constrained decoding, bounded in words.
+
+    Words, not characters: xgrammar compiles a bounded repetition of a character class by
+    unrolling it (measured with SmolLM2's tokenizer: 1.0 s for 200 characters per clause,
+    1.9 s for 400 + 300), but a bounded repetition of a word pattern in about 0.05 s
+    whatever the bound. A word is any run of characters other than white space and '.',
+    so the rule ends at its one full stop."""
+    word = r"[^\s.]+"
+    return rf"If {word}(?: {word}){{0,{condition_words - 1}}}, then {word}(?: {word}){{0,{conclusion_words - 1}}}\."
+
+
+@dataclass(frozen=True)
+class InduceSettings:
+    constrained: bool = True
+    max_tokens: int = 96
+    condition_words: int = 40
+    conclusion_words: int = 30
+    temperature: float = 0.0
+    seed: int | None = None
+
+
+def query_prompt_text(text: str) -> str:
+    """A query's facts and question on one line (the templates put it after "Query:")."""
+    return " ".join(text.split())
+
+
+def parse_rule(gen: Generation) -> tuple[str | None, str | None]:
+    """(rule, None) for a finished "If ..., then ..." output; (None, why) otherwise."""
+    text = gen.text.strip()
+    if gen.finish_reason == "length":
+        return None, f"output cut at max_tokens ({gen.generated_tokens} tokens)"
+    m = RULE.fullmatch(text)
+    if m is None:
+        return None, f"not an 'If ..., then ...' rule: {text[:80]!r}"
+    return text, None
+
+
+def induce(llm, query_ids: Sequence[str], texts: Sequence[str], s: InduceSettings) -> pa.Table:
+    """INDUCED_RULES rows, one per query in order (a fallback or an error row included)."""
+    template = prompts.load(INDUCE_TEMPLATE)
+    constraint = Constraint("regex", rule_regex(s.condition_words, s.conclusion_words)) if s.constrained else None
+    values = [{"query": query_prompt_text(t)} for t in texts]
+    gens = llm.generate(template, values, constraint, s.max_tokens, s.temperature, s.seed, label="siar")
+    rows = []
+    for qid, gen in zip(query_ids, gens, strict=True):
+        if isinstance(gen, Exception):
+            rule, error, status, gen = None, f"engine: {type(gen).__name__}: {gen}", "error", None
+        else:
+            rule, error = parse_rule(gen)
+            status = "ok" if rule else "fallback"
+        rows.append({
+            "query_id": qid, "model": llm.model_id, "prompt_sha": template.sha, "raw_output": gen.text if gen else None,
+            "rule": rule, "status": status, "error": error, "finish_reason": gen.finish_reason if gen else None,
+            "prompt_tokens": gen.prompt_tokens if gen else 0, "cached_prompt_tokens": gen.cached_prompt_tokens if gen else 0,
+            "generated_tokens": gen.generated_tokens if gen else 0, "cached": bool(gen and gen.cached),
+        })
+    return pa.Table.from_pylist(rows, schema=INDUCED_RULES)
+
+
+def rewrite(queries: pa.Table, induced: pa.Table, mode: str) -> pa.Table:
+    """The queries with the induced rule as their text (``rule``) or before it
+    (``rule+query``), plus ``original_text``, ``induced_rule`` and ``induction_status``. A
+    query whose induction fell back keeps its text. ``induced`` is row-aligned with
+    ``queries``."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if induced.column("query_id").to_pylist() != queries.column("query_id").to_pylist():
+        raise ValueError("induced rules are not row-aligned with the queries (a bug)")
+    texts = queries.column("text").to_pylist()
+    rules = induced.column("rule").to_pylist()
+    new = [t if r is None else (r if mode == "rule" else f"{r}\n{t}") for t, r in zip(texts, rules, strict=True)]
+    out = queries
+    for name, values in (("original_text", texts), ("induced_rule", rules), ("induction_status", induced.column("status").to_pylist())):
+        if name in out.column_names:
+            out = out.drop_columns([name])
+        out = out.append_column(name, pa.array(values, pa.string()))
+    return out.set_column(out.schema.get_field_index("text"), "text", pa.array(new, pa.string()))
+
+
+# ---------------------------------------------------------------------------------------- R3
+def windows(n: int, window: int, stride: int) -> list[tuple[int, int]]:
+    """The [start, end) spans of a sliding window over a list of ``n``, back to front as in
+    RankGPT (window 20, stride 10: [80, 100), [70, 90), ..., [0, 20)); the last span always
+    starts at 0, so every position is read at least once."""
+    if n <= 0:
+        return []
+    if window < 2 or not 1 <= stride <= window:
+        raise ValueError(f"need window >= 2 and 1 <= stride <= window, got window {window}, stride {stride}")
+    spans, end = [], n
+    while True:
+        start = max(end - window, 0)
+        spans.append((start, end))
+        if start == 0:
+            return spans
+        end -= stride
+
+
+def permutation_regex(n: int) -> str:
+    """Exactly ``n`` bracketed identifiers from 1..n separated by " > " (a regex cannot
+    forbid repeats without listing every permutation: :func:`parse_permutation` drops them)."""
+    ident = "|".join(str(i) for i in range(n, 0, -1))  # longest first
+    return rf"\[(?:{ident})\](?: > \[(?:{ident})\]){{{n - 1}}}"
+
+
+@dataclass(frozen=True)
+class Repairs:
+    unknown: int = 0  # numbers outside 1..n, dropped
+    duplicate: int = 0  # identifiers named again, dropped
+    missing: int = 0  # identifiers never named, appended in their previous order
+
+    @property
+    def any(self) -> bool:
+        return bool(self.unknown or self.duplicate or self.missing)
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+def parse_permutation(text: str, n: int) -> tuple[list[int], Repairs]:
+    """Read a ranking of identifiers 1..n from whatever the model wrote: every run of digits
+    is an identifier (RankGPT's reading: "[3] > [1]", "3, 1", "3 then 1" all give 3, 1);
+    numbers outside 1..n are dropped, repeats dropped after their first mention, and the
+    identifiers never named appended in their previous order. Returns 0-based positions, a
+    permutation of range(n), and what was repaired. Never raises."""
+    seen: set[int] = set()
+    order: list[int] = []
+    unknown = duplicate = 0
+    for m in _NUMBER.finditer(text):
+        digits = m.group().lstrip("0")
+        i = int(digits) - 1 if digits and len(digits) <= 6 else -1
+        if not 0 <= i < n:
+            unknown += 1
+        elif i in seen:
+            duplicate += 1
+        else:
+            seen.add(i)
+            order.append(i)
+    missing = [i for i in range(n) if i not in seen]
+    return order + missing, Repairs(unknown, duplicate, len(missing))
+
+
+@dataclass(frozen=True)
+class RerankSettings:
+    n: int = 20
+    window: int = 20
+    stride: int = 10
+    doc_words: int = 100
+    constrained: bool = True
+    temperature: float = 0.0
+    seed: int | None = None
+
+    def max_tokens(self, size: int) -> int:
+        return 6 * size + 8  # "[12] > " is at most 5 tokens in the tokenizers measured, plus slack
+
+
+def rerank(llm, queries: dict[str, str], lists: dict[str, list[str]], texts: dict[str, str], s: RerankSettings) -> tuple[dict[str, list[str]], pa.Table]:
+    """Reorder each query's top ``s.n`` (``lists``: query_id -> doc ids, best first) by
+    sliding windows; deeper documents keep their place after them. ``queries``: query_id ->
+    the text the LLM reads; ``texts``: doc_id -> the rule's text. Windows of all queries at
+    the same step go to the LLM as one batch (a query's next window needs its last one's
+    order). Returns the new lists and RERANK_WINDOWS rows."""
+    template = prompts.load(RERANK_TEMPLATE)
+    order = {q: list(docs) for q, docs in lists.items()}
+    plans = {q: windows(min(s.n, len(docs)), s.window, s.stride) for q, docs in order.items()}
+    plans = {q: p for q, p in plans.items() if p and p[0][1] - p[0][0] >= 2}  # a single rule has nothing to reorder
+    rows = []
+    for step in range(max((len(p) for p in plans.values()), default=0)):
+        due = [(q, p[step]) for q, p in plans.items() if step < len(p)]
+        by_size: dict[int, list[tuple[str, tuple[int, int]]]] = {}
+        for q, span in due:
+            by_size.setdefault(span[1] - span[0], []).append((q, span))
+        for size, group in sorted(by_size.items()):  # one constraint per window size
+            values = [_window_prompt(queries[q], order[q][a:b], texts) for q, (a, b) in group]
+            constraint = Constraint("regex", permutation_regex(size)) if s.constrained else None
+            gens = llm.generate(template, values, constraint, s.max_tokens(size), s.temperature, s.seed, label="r3")
+            for (q, (a, b)), gen in zip(group, gens, strict=True):
+                rows.append(_apply(order[q], q, step, a, b, gen))
+    return order, pa.Table.from_pylist(rows, schema=RERANK_WINDOWS)
+
+
+def _window_prompt(query: str, docs: list[str], texts: dict[str, str]) -> dict[str, str]:
+    lines = [f"[{i}] {texts.get(d, '')}" for i, d in enumerate(docs, start=1)]
+    return {"query": query_prompt_text(query), "rules": "\n".join(lines), "n": str(len(docs))}
+
+
+def _apply(order: list[str], qid: str, step: int, a: int, b: int, gen) -> dict:
+    """Reorder ``order[a:b]`` in place by the window's output; the window's row."""
+    size = b - a
+    base = {"query_id": qid, "window": step, "start": a, "end": b}
+    if isinstance(gen, Exception):  # the window keeps its order
+        return {**base, "raw_output": None, "permutation": list(range(1, size + 1)), "unknown": 0, "duplicate": 0, "missing": 0,
+                "status": "error", "error": f"engine: {type(gen).__name__}: {gen}", "finish_reason": None,
+                "prompt_tokens": 0, "cached_prompt_tokens": 0, "generated_tokens": 0, "cached": False}
+    perm, rep = parse_permutation(gen.text, size)
+    order[a:b] = [order[a + i] for i in perm]
+    return {**base, "raw_output": gen.text, "permutation": [i + 1 for i in perm], "unknown": rep.unknown,
+            "duplicate": rep.duplicate, "missing": rep.missing, "status": "repaired" if rep.any else "ok", "error": None,
+            "finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens, "cached_prompt_tokens": gen.cached_prompt_tokens,
+            "generated_tokens": gen.generated_tokens, "cached": gen.cached}
+
+
+def to_run(lists: dict[str, list[str]], k: int, method: str, run_id: str) -> pa.Table:
+    """RUN rows from ordered lists: rank 1.., score = the list's length minus the position
+    (higher is better; the order is the LLM's, the score carries no more than that)."""
+    qids, docs, ranks, scores = [], [], [], []
+    for q in sorted(lists):
+        kept = lists[q][:k]
+        qids += [q] * len(kept)
+        docs += kept
+        ranks += range(1, len(kept) + 1)
+        scores += [float(len(lists[q]) - i) for i in range(len(kept))]
+    n = len(qids)
+    return pa.table({
+        "query_id": pa.array(qids, pa.string()), "doc_id": pa.array(docs, pa.string()), "rank": pa.array(ranks, pa.int32()),
+        "score": pa.array(np.asarray(scores, np.float64)), "method": pa.array([method] * n, pa.string()),
+        "run_id": pa.array([run_id] * n, pa.string()),
+    }, schema=RUN)
+
+
+def window_counts(table: pa.Table, n_queries: int) -> dict:
+    """The stage's manifest counts: totals and per-query means of windows, prompt tokens
+    (and prefix-cache hits), generated tokens and parse repairs."""
+    df = table.to_pandas()
+    q = max(n_queries, 1)
+    totals = {
+        "windows": len(df), "prompt_tokens": int(df["prompt_tokens"].sum()), "cached_prompt_tokens": int(df["cached_prompt_tokens"].sum()),
+        "generated_tokens": int(df["generated_tokens"].sum()), "repaired_windows": int((df["status"] == "repaired").sum()),
+        "unknown_ids": int(df["unknown"].sum()), "duplicate_ids": int(df["duplicate"].sum()), "missing_ids": int(df["missing"].sum()),
+        "error_windows": int((df["status"] == "error").sum()), "llm_cache_hits": int(df["cached"].sum()),
+    }
+    per_query = {key: round(totals[key] / q, 3) for key in ("windows", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "repaired_windows")}
+    return {"queries": n_queries, **totals, "per_query": per_query}

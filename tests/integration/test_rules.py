@@ -1,0 +1,115 @@
+"""SIAR and R3 end to end on a small rule set (written here, in RuleBench's layout) through
+logicrank's own prepare-rulebench, index and retrieve, with the tiny random LLM: outputs are
+random, so the assertions are on structure (every row kept, every window a permutation, the
+counts), never on content."""
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.methods import rules
+from schemas.tables import INDUCED_RULES, RERANK_WINDOWS
+from tests.integration.conftest import RAY
+
+pytestmark = pytest.mark.integration
+
+RULES = {
+    "0": "If Person X owns Animal Y, then Person X can feed Animal Y.",
+    "1": "If Person X works with Tool Y, then Person X needs to use Tool Y.",
+    "2": "If Person X practised Technique Y of Artwork Z, then Person X can imitate Artwork Z.",
+    "3": "If Person X is trained to rescue Animal Y, then Person X can rescue Animal Y.",
+    "4": "If Person X owns Plant Y, then Person X can water Plant Y.",
+    "5": "If Person X wants Game Y, then Person X can buy Game Y.",
+    "6": "If Person X drives Vehicle Y, and Vehicle Y needs Fuel Z, then Person X buys Fuel Z.",
+    "7": "If Person X studied Plant Y, then Person X can identify Plant Y.",
+    "8": "If Person X is allergic to Food Y, then Person X avoids Food Y.",
+    "9": "If Person X teaches Subject Y, then Person X knows Subject Y.",
+    "10": "If Animal X lives in Habitat Y, then Animal X adapts to Habitat Y.",
+    "11": "If Person X repairs Vehicle Y, then Person X has Tool Z.",
+}
+QUERIES = [
+    ("Context:\nAlice owns a cat named Tom.\nQuestion:\nCan Alice feed Tom?", ["0"]),
+    ("Context:\nSoftware engineer Bob works with his laptop.\nQuestion:\nDoes Bob need to use his laptop?", ["1"]),
+    ("Context:\nSarah practised the brush strokes of 'Starry Night'.\nQuestion:\nCan Sarah imitate 'Starry Night'?", ["2"]),
+    ("Context:\nJane drives a red car, and the red car needs petrol.\nQuestion:\nDoes Jane buy petrol?", ["6"]),
+]
+
+
+@pytest.fixture(scope="module")
+def rulebase(tmp_path_factory):
+    from jobs.index import run_index
+    from pipelines.datasets.rulebench import to_beir
+    from schemas.config import IndexConfig
+
+    root = tmp_path_factory.mktemp("rules")
+    (root / "src").mkdir()
+    (root / "src" / "rules.json").write_text(json.dumps({i: {"NL": t, "FOL": ""} for i, t in RULES.items()}))
+    (root / "src" / "test_data.json").write_text(json.dumps([{"input": q, "rule": g} for q, g in QUERIES]))
+    to_beir(root / "src", root / "beir")
+    run_index(IndexConfig(corpus=str(root / "beir"), db=str(root / "db")), root / "index")
+    return root
+
+
+def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutation(rulebase, tiny_cfg, tmp_path):
+    from jobs.retrieve import run_retrieve
+    from pipelines.pipeline import parse_stages
+    from schemas.config import RetrieveConfig
+
+    siar = {"siar": {"mode": "rule+query", "max_tokens": 48}}
+    pipelines = {
+        "siar-bm25": [siar, {"bm25": {"k": 8}}],
+        "siar-bm25-r3": [siar, {"bm25": {"k": 8}}, {"r3": {"k": 8, "n": 6, "window": 4, "stride": 2}}],
+        "rule-alone": [{"siar": {"mode": "rule", "max_tokens": 48}}, {"bm25": {"k": 8}}],
+    }
+    cfg = RetrieveConfig(
+        queries=str(rulebase / "beir" / "queries.jsonl"), db=str(rulebase / "db"),
+        pipelines={name: parse_stages(stages) for name, stages in pipelines.items()}, llm=tiny_cfg, ray=RAY,
+    )
+    out = tmp_path / "r"
+    runs = run_retrieve(cfg, out)
+    qids = [f"ulogic-{i}" for i in range(len(QUERIES))]
+
+    # SIAR: one induced rule row per query, whatever the model wrote; a rule only when it has the shape
+    induced = pq.read_table(out / "induced_rules" / "siar-bm25.parquet")
+    assert induced.schema == INDUCED_RULES and induced.column("query_id").to_pylist() == qids
+    for row in induced.to_pylist():
+        assert row["status"] in ("ok", "fallback") and row["model"] and row["prompt_tokens"] > 0
+        assert (row["rule"] is not None) == (row["status"] == "ok")
+        if row["rule"] is not None:
+            assert rules.RULE.fullmatch(row["rule"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    stages = manifest["pipelines"]["siar-bm25-r3"]["stages"]
+    assert stages[0]["fallbacks"] == sum(s != "ok" for s in induced.column("status").to_pylist())
+    # the rule-alone pipeline asks the same prompts: the LLM is asked once per query in all
+    assert manifest["llm"]["engines_loaded"] == 1
+
+    # R3: windows [2, 6) then [0, 4) per query; each output read as a permutation of its window
+    windows = pq.read_table(out / "rerank_windows" / "siar-bm25-r3.parquet")
+    assert windows.schema == RERANK_WINDOWS
+    for row in windows.to_pylist():
+        size = row["end"] - row["start"]
+        assert sorted(row["permutation"]) == list(range(1, size + 1)) and row["status"] in ("ok", "repaired")
+        assert row["generated_tokens"] > 0 and row["finish_reason"] == "stop"  # the regex ends the output
+    base = pq.read_table(runs["siar-bm25"]).to_pandas()
+    spans = {q: rules.windows(min(6, (base.query_id == q).sum()), 4, 2) for q in qids}  # [(2, 6), (0, 4)] for a full list
+    assert any(s == [(2, 6), (0, 4)] for s in spans.values())
+    got = {q: list(zip(g["start"], g["end"], strict=True)) for q, g in windows.to_pandas().groupby("query_id")}
+    assert got == {q: s for q, s in spans.items() if s and s[0][1] >= 2}
+    r3 = stages[-1]
+    assert r3["windows"] == windows.num_rows == sum(map(len, got.values())) and r3["queries"] == len(QUERIES)
+    assert r3["repaired_windows"] == sum(s == "repaired" for s in windows.column("status").to_pylist())
+
+    # R3 reorders what it is given: the same documents per query, those below n in place
+    after = pq.read_table(runs["siar-bm25-r3"]).to_pandas()
+    for q in qids:
+        b = base[base.query_id == q].sort_values("rank").doc_id.tolist()
+        a = after[after.query_id == q].sort_values("rank").doc_id.tolist()
+        assert sorted(a) == sorted(b) and a[6:] == b[6:]
+    assert after.groupby("query_id")["rank"].apply(lambda r: sorted(r) == list(range(1, len(r) + 1))).all()
+
+    # a changed R3 option reruns R3 alone: SIAR and BM25 come from the stage cache
+    cfg2 = cfg.model_copy(update={"pipelines": {"siar-bm25-r3": parse_stages([siar, {"bm25": {"k": 8}}, {"r3": {"k": 8, "n": 6, "window": 6}}])}})
+    run_retrieve(cfg2, out)
+    again = json.loads((out / "manifest.json").read_text())["pipelines"]["siar-bm25-r3"]["stages"]
+    assert [s["cached"] for s in again] == [True, True, False] and again[-1]["windows"] == len(got)  # one window of 6

@@ -1,0 +1,164 @@
+"""SIAR and R3 without an LLM: the rule shape, the permutation parser (property tests), the
+sliding windows, and the reranking loop driven by a scripted stand-in for the LLM."""
+
+import re
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipelines.llm.engine import Generation
+from pipelines.methods import rules
+
+
+def gen(text: str, finish: str = "stop") -> Generation:
+    return Generation(text, finish, prompt_tokens=10, cached_prompt_tokens=4, generated_tokens=5)
+
+
+# ------------------------------------------------------------------------------ SIAR
+def test_rule_regex_accepts_the_shape_within_its_word_bounds():
+    rx = re.compile(rules.rule_regex(condition_words=6, conclusion_words=6))
+    assert rx.fullmatch("If Person X owns Animal Y, then Person X can feed Animal Y.")
+    assert rx.fullmatch("If Person X, and Y, then Z.")  # commas may sit inside the condition
+    assert not rx.fullmatch("If Person X owns Animal Y then Person X can feed Animal Y.")  # no ", then"
+    assert not rx.fullmatch("If a b c d e f g, then z.")  # 7 condition words > 6
+    assert not rx.fullmatch("If a, then b c d e f g h.")  # 7 conclusion words > 6
+    assert not rx.fullmatch("If a, then b. More.")  # one full stop, at the end
+
+
+@pytest.mark.parametrize(
+    ("text", "finish", "ok"),
+    [
+        ("If Person X owns Animal Y, then Person X can feed Animal Y.", "stop", True),
+        ("  If Person X owns Animal Y, then Person X can feed Animal Y.\n", "stop", True),
+        ("If Person X owns Animal Y, then Person X can feed", "length", False),  # cut at max_tokens
+        ("Person X can feed Animal Y.", "stop", False),  # unconstrained and not the shape
+        ("If Person X owns Animal Y.", "stop", False),
+    ],
+)
+def test_parse_rule(text, finish, ok):
+    rule, why = rules.parse_rule(gen(text, finish))
+    assert (rule is not None) is ok and (why is None) is ok
+
+
+class ScriptedLLM:
+    """Stands in for the job's LLM service: answers each prompt with ``answer(values)``."""
+
+    model_id = "scripted@0"
+
+    def __init__(self, answer):
+        self.answer, self.calls = answer, []
+
+    def generate(self, template, values, constraint=None, max_tokens=256, temperature=0.0, seed=None, label=None):
+        self.calls.append((template.name, list(values), constraint, max_tokens))
+        return [self.answer(v) for v in values]
+
+
+def test_induce_keeps_every_row_and_rewrites_in_both_modes():
+    outputs = {"q0": gen("If Person X owns Animal Y, then Person X can feed Animal Y."), "q1": gen("Alice feeds Tom."),
+               "q2": RuntimeError("engine died")}
+    llm = ScriptedLLM(lambda v: outputs[next(q for q, t in TEXTS.items() if rules.query_prompt_text(t) == v["query"])])
+    induced = rules.induce(llm, list(TEXTS), list(TEXTS.values()), rules.InduceSettings())
+    assert induced.column("status").to_pylist() == ["ok", "fallback", "error"]
+    assert induced.column("rule").to_pylist()[1:] == [None, None]
+    assert llm.calls[0][2].kind == "regex" and llm.calls[0][0] == rules.INDUCE_TEMPLATE
+    queries = pa.table({"query_id": list(TEXTS), "text": list(TEXTS.values())})
+    alone = rules.rewrite(queries, induced, "rule")
+    both = rules.rewrite(queries, induced, "rule+query")
+    assert alone.column("text").to_pylist() == ["If Person X owns Animal Y, then Person X can feed Animal Y.", TEXTS["q1"], TEXTS["q2"]]
+    assert both.column("text").to_pylist()[0] == "If Person X owns Animal Y, then Person X can feed Animal Y.\n" + TEXTS["q0"]
+    assert both.column("original_text").to_pylist() == list(TEXTS.values())
+    assert both.column("induction_status").to_pylist() == ["ok", "fallback", "error"]
+
+
+TEXTS = {"q0": "Alice owns a cat named Tom.\nCan Alice feed Tom?", "q1": "Bob has a laptop.\nDoes Bob use it?", "q2": "x"}
+
+
+# ------------------------------------------------------------------------------ R3
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from("[]> ,0123456789\n abc-"), max_size=200) | st.text(max_size=200), st.integers(1, 40))
+def test_parse_permutation_never_fails_and_always_returns_a_permutation(text, n):
+    perm, rep = rules.parse_permutation(text, n)
+    assert sorted(perm) == list(range(n))
+    assert rep.missing == n - len({int(m) - 1 for m in re.findall(r"\d+", text) if len(m.lstrip("0")) <= 6 and 0 < int(m) <= n})
+
+
+@given(st.permutations(list(range(1, 21))))
+def test_a_clean_output_is_read_as_written(order):
+    perm, rep = rules.parse_permutation(" > ".join(f"[{i}]" for i in order), 20)
+    assert perm == [i - 1 for i in order] and not rep.any
+
+
+def test_parse_permutation_repairs():
+    perm, rep = rules.parse_permutation("[3] > [1] > [3] > [9] > [0] > junk " + "9" * 5000, 4)
+    assert perm == [2, 0, 1, 3]  # 3, 1, then the missing 2 and 4 in their previous order
+    assert (rep.unknown, rep.duplicate, rep.missing) == (3, 1, 2)
+
+
+def test_permutation_regex_holds_exactly_n_identifiers_from_1_to_n():
+    rx = re.compile(rules.permutation_regex(12))
+    assert rx.fullmatch(" > ".join(f"[{i}]" for i in range(12, 0, -1)))
+    assert rx.fullmatch(" > ".join(["[1]"] * 12))  # repeats pass the regex; the parser drops them
+    assert not rx.fullmatch(" > ".join(f"[{i}]" for i in range(1, 12)))  # 11
+    assert not rx.fullmatch(" > ".join(f"[{i}]" for i in range(1, 13)).replace("[12]", "[13]"))
+
+
+@pytest.mark.parametrize(
+    ("n", "window", "stride", "spans"),
+    [
+        (20, 20, 10, [(0, 20)]),
+        (100, 20, 10, [(80, 100), (70, 90), (60, 80), (50, 70), (40, 60), (30, 50), (20, 40), (10, 30), (0, 20)]),
+        (25, 20, 10, [(5, 25), (0, 15)]),  # the front is always read (RankGPT's loop would stop after (5, 25))
+        (7, 20, 10, [(0, 7)]),
+        (0, 20, 10, []),
+    ],
+)
+def test_windows_slide_back_to_front(n, window, stride, spans):
+    assert rules.windows(n, window, stride) == spans
+
+
+@given(st.integers(1, 300), st.integers(2, 40), st.data())
+def test_windows_cover_every_position_and_end_at_the_front(n, window, data):
+    stride = data.draw(st.integers(1, window))
+    spans = rules.windows(n, window, stride)
+    assert spans[0][1] == n and spans[-1][0] == 0
+    assert all(0 <= a < b <= n and b - a <= window for a, b in spans)
+    assert set().union(*(range(a, b) for a, b in spans)) == set(range(n))
+
+
+def _reverse(values):
+    return gen(" > ".join(f"[{i}]" for i in range(int(values["n"]), 0, -1)))
+
+
+def test_rerank_reverses_each_window_in_turn_and_keeps_the_tail():
+    docs = [f"d{i}" for i in range(35)]
+    llm = ScriptedLLM(_reverse)
+    s = rules.RerankSettings(n=30, window=20, stride=10)
+    out, table = rules.rerank(llm, {"q": "facts"}, {"q": docs}, {d: f"rule {d}" for d in docs}, s)
+    # windows [10, 30) then [0, 20), each reversed
+    once = docs[:10] + docs[10:30][::-1] + docs[30:]
+    want = once[:20][::-1] + once[20:]
+    assert out["q"] == want and out["q"][30:] == docs[30:]
+    assert table.column("start").to_pylist() == [10, 0] and set(table.column("status").to_pylist()) == {"ok"}
+    assert [c[3] for c in llm.calls] == [s.max_tokens(20)] * 2 and llm.calls[0][2].value == rules.permutation_regex(20)
+    counts = rules.window_counts(table, 1)
+    assert counts["windows"] == 2 and counts["per_query"]["prompt_tokens"] == 20 and counts["cached_prompt_tokens"] == 8
+
+
+def test_rerank_batches_one_step_of_every_query_and_repairs_or_keeps_order():
+    answers = {"qa": gen("[2] > [2] > [7]"), "qb": RuntimeError("lost")}
+    llm = ScriptedLLM(lambda v: answers["qa" if v["query"] == "a" else "qb"])
+    lists = {"qa": ["x", "y", "z"], "qb": ["u", "v"], "qc": ["w"]}  # qc: one rule, nothing to reorder
+    out, table = rules.rerank(llm, {"qa": "a", "qb": "b", "qc": "c"}, lists, {}, rules.RerankSettings())
+    assert out == {"qa": ["y", "x", "z"], "qb": ["u", "v"], "qc": ["w"]}
+    assert table.column("status").to_pylist() == ["repaired", "error"] or table.column("status").to_pylist() == ["error", "repaired"]
+    row = next(r for r in table.to_pylist() if r["query_id"] == "qa")
+    assert (row["unknown"], row["duplicate"], row["missing"], row["permutation"]) == (1, 1, 2, [2, 1, 3])
+    assert len(llm.calls) == 2  # one call per window size (3 and 2), both at step 0
+
+
+def test_to_run_ranks_and_cuts():
+    run = rules.to_run({"q1": ["a", "b", "c"], "q0": ["d"]}, k=2, method="r3", run_id="r3")
+    assert run.column("query_id").to_pylist() == ["q0", "q1", "q1"]
+    assert run.column("rank").to_pylist() == [1, 1, 2] and run.column("score").to_pylist() == [1.0, 3.0, 2.0]
