@@ -351,6 +351,42 @@ def prepare_rulebench(
     typer.echo(f"{counts['rules']} rules, {counts['queries']} queries, {counts['qrels']} qrels -> {out}")
 
 
+@app.command("bench-rules")
+def bench_rules(
+    src: Annotated[Path, typer.Argument(help="Directory holding RuleBench ULogic's rules.json and test_data.json.")],
+    out: Annotated[Path, typer.Option(help="Where the converted set, index, runs and report go.")] = Path("runs/rules"),
+    sample: Annotated[int | None, typer.Option(help="Run this many queries, drawn with --seed (default: all 830).")] = None,
+    seed: int = 0,
+    r3: Annotated[str, typer.Option(help="R3 over the best SIAR run of: both retrievers | better (higher vanilla R@n) | none.")] = "both",
+    r3_n: Annotated[int, typer.Option(help="R3: rules reranked per query (its windows: 20, stride 10).")] = 20,
+    model: Model = "all-MiniLM-L6-v2",
+    backend: Backend = "openvino",
+    llm_model: Annotated[str, typer.Option(help="LLM name or checkpoint directory (SIAR and R3).")] = "smollm2-135m-instruct",
+    llm_dtype: LLMDtype = "auto",
+    llm_max_model_len: LLMMaxLen = 2048,
+    tensor_parallel_size: TensorParallel = 1,
+    compiled: Compiled = False,
+    llm_cache: LLMCache = "default",
+    actors: Annotated[int, typer.Option(help="Engine actors of the job's one LLM pool.")] = 1,
+    cpus_per_actor: Annotated[float, typer.Option(help="CPUs per engine actor.")] = 1.0,
+    gpus_per_actor: Annotated[float | None, typer.Option(help="GPUs per engine actor (default: the tensor-parallel size on GPU nodes).")] = None,
+    ray_address: RayAddress = None,
+):
+    """Rule retrieval on RuleBench ULogic (read from a path): vanilla sparse/dense, SIAR, SIAR + R3, paper-style table."""
+    from jobs.rules_bench import run_rules_bench
+
+    if r3 not in ("both", "better", "none"):
+        _fail(f"bench-rules: --r3 {r3!r}: must be 'both', 'better' or 'none'")
+    if not 2 <= r3_n <= 1_000:
+        _fail(f"bench-rules: --r3-n {r3_n}: must be between 2 and 1000")
+    llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
+               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor)
+    res = _run(run_rules_bench, src, out, _run(EmbedConfig, model=model, backend=backend), _run(RayConfig, address=ray_address), llm,
+               sample=sample, seed=seed, r3=r3, r3_n=r3_n, echo=typer.echo)
+    typer.echo(res["report"].read_text(encoding="utf-8"))
+    typer.echo(f"report: {res['report']}")
+
+
 models_app = typer.Typer(no_args_is_help=True, help="LLM checkpoints that ship inside packages.")
 app.add_typer(models_app, name="models")
 
@@ -415,11 +451,15 @@ def main_job(
     backend: Backend = "openvino",
     ray_address: RayAddress = None,
     progress: bool = True,
+    rulebench: Annotated[
+        str | None, typer.Option(envvar="LOGICRANK_RULEBENCH", help="RuleBench ULogic's directory (not bundled) for the rules section; unset: skipped.")
+    ] = None,
 ):
     """The main job on embedded defaults: index bundled SciFact, dense/BM25/hybrid, evaluate."""
     from jobs.main_job import run_main
 
-    result = _run(run_main, out, _run(EmbedConfig, backend=backend), _run(RayConfig, address=ray_address), progress=progress, echo=typer.echo)
+    result = _run(run_main, out, _run(EmbedConfig, backend=backend), _run(RayConfig, address=ray_address), progress=progress, echo=typer.echo,
+                  rulebench=rulebench)
     if not result["reproduced"]:
         raise typer.Exit(1)
 

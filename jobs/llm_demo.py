@@ -31,8 +31,6 @@ from schemas.tables import DECOMPOSITIONS
 
 def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, per_template: int = 1, echo=print) -> dict:
     """``itlr_dir``: the ITLR benchmark's output (its synthetic data and LanceDB table)."""
-    import ray as ray_mod
-
     syn = itlr_dir / "synthetic"
     rows = [json.loads(line) for line in (syn / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
     keep = [r for r in rows if int(r["_id"].rsplit("-", 1)[1]) < per_template]
@@ -48,8 +46,7 @@ def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, 
         qrels,
     )
 
-    cpus = float(ray_mod.cluster_resources().get("CPU", 1)) if ray_mod.is_initialized() else 1.0
-    llm_cfg = LLMConfig(cpus_per_actor=min(cpus, 8.0))
+    llm_cfg = local_llm()
     cfg = DecomposeConfig(queries=str(queries), llm=llm_cfg, ray=ray, itlr_max_tokens=160, orlog_max_tokens=256, reasoning_max_tokens=128)
     echo(f"      decompose {len(keep)} questions with {cfg.llm.model} (itlr, orlog, reasoning)")
     dec = run_decompose(cfg, out / "decompose", echo=echo)
@@ -81,6 +78,14 @@ def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, 
     report = _report(len(keep), dec, ndcg, cfg) + _orlog_report(ndcg, manifest)
     write_text_atomic(report, out / "llm_report.md")
     return {"ndcg@10": ndcg, "by_status": dec.by_status, "report": out / "llm_report.md"}
+
+
+def local_llm() -> LLMConfig:
+    """The embedded LLM (SmolLM2) as one engine on up to 8 of the running cluster's CPUs."""
+    import ray
+
+    cpus = float(ray.cluster_resources().get("CPU", 1)) if ray.is_initialized() else 1.0
+    return LLMConfig(cpus_per_actor=min(cpus, 8.0))
 
 
 def gold_orlog_decompositions(queries: pa.Table) -> pa.Table:

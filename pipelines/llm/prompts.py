@@ -51,3 +51,12 @@ def load(name: str) -> Template:
     if not path.is_file():
         raise PromptError(f"no prompt template {name!r}; have: {', '.join(names())}")
     return Template(name, path.read_text(encoding="utf-8"))
+
+
+def cut_to_tokens(model_dir: str, texts: dict[str, str], budget: int) -> dict[str, str]:
+    """Each text cut to its first ``budget`` tokens of the model's tokenizer (the prompt
+    budget of a document in a reranking prompt)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    return {key: tok.decode(tok.encode(text, add_special_tokens=False)[:budget]) for key, text in texts.items()}

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from pipelines.llm import prompts
 from pipelines.llm.engine import Constraint, Generation
-from schemas.tables import INDUCED_RULES, RERANK_WINDOWS, RUN
+from schemas.tables import INDUCED_QUERY, INDUCED_RULES, RERANK_WINDOWS, RUN
 
 INDUCE_TEMPLATE = "siar_induce"
 RERANK_TEMPLATE = "r3_rerank"
@@ -69,12 +69,12 @@ def query_prompt_text(text: str) -> str:
 def parse_rule(gen: Generation) -> tuple[str | None, str | None]:
     """(rule, None) for a finished "If ..., then ..." output; (None, why) otherwise."""
     text = gen.text.strip()
+    first = text.split("\n", 1)[0].strip()  # an unconstrained model may go on after its rule
+    if RULE.fullmatch(first):
+        return first, None
     if gen.finish_reason == "length":
         return None, f"output cut at max_tokens ({gen.generated_tokens} tokens)"
-    m = RULE.fullmatch(text)
-    if m is None:
-        return None, f"not an 'If ..., then ...' rule: {text[:80]!r}"
-    return text, None
+    return None, f"not an 'If ..., then ...' rule: {text[:80]!r}"
 
 
 def induce(llm, query_ids: Sequence[str], texts: Sequence[str], s: InduceSettings) -> pa.Table:
@@ -115,7 +115,7 @@ def rewrite(queries: pa.Table, induced: pa.Table, mode: str) -> pa.Table:
     for name, values in (("original_text", texts), ("induced_rule", rules), ("induction_status", induced.column("status").to_pylist())):
         if name in out.column_names:
             out = out.drop_columns([name])
-        out = out.append_column(name, pa.array(values, pa.string()))
+        out = out.append_column(INDUCED_QUERY.field(name), pa.array(values, INDUCED_QUERY.field(name).type))
     return out.set_column(out.schema.get_field_index("text"), "text", pa.array(new, pa.string()))
 
 
@@ -123,18 +123,18 @@ def rewrite(queries: pa.Table, induced: pa.Table, mode: str) -> pa.Table:
 def windows(n: int, window: int, stride: int) -> list[tuple[int, int]]:
     """The [start, end) spans of a sliding window over a list of ``n``, back to front as in
     RankGPT (window 20, stride 10: [80, 100), [70, 90), ..., [0, 20)); the last span always
-    starts at 0, so every position is read at least once."""
+    is the front window [0, min(window, n)), so every position is read at least once and
+    the top of the list is reordered with a full window."""
     if n <= 0:
         return []
     if window < 2 or not 1 <= stride <= window:
         raise ValueError(f"need window >= 2 and 1 <= stride <= window, got window {window}, stride {stride}")
     spans, end = [], n
-    while True:
-        start = max(end - window, 0)
-        spans.append((start, end))
-        if start == 0:
-            return spans
+    while end - window > 0:
+        spans.append((end - window, end))
         end -= stride
+    spans.append((0, min(window, n)))  # the front window is a full one, whatever the stride left over
+    return spans
 
 
 def permutation_regex(n: int) -> str:
@@ -186,7 +186,6 @@ class RerankSettings:
     n: int = 20
     window: int = 20
     stride: int = 10
-    doc_words: int = 100
     constrained: bool = True
     temperature: float = 0.0
     seed: int | None = None
@@ -260,8 +259,9 @@ def to_run(lists: dict[str, list[str]], k: int, method: str, run_id: str) -> pa.
 
 
 def window_counts(table: pa.Table, n_queries: int) -> dict:
-    """The stage's manifest counts: totals and per-query means of windows, prompt tokens
-    (and prefix-cache hits), generated tokens and parse repairs."""
+    """The stage's manifest counts: totals, and per-query means and maxima, of windows, prompt
+    tokens (and prefix-cache hits), generated tokens and parse repairs (each query's own in
+    the ``rerank_windows`` side table)."""
     df = table.to_pandas()
     q = max(n_queries, 1)
     totals = {
@@ -270,5 +270,8 @@ def window_counts(table: pa.Table, n_queries: int) -> dict:
         "unknown_ids": int(df["unknown"].sum()), "duplicate_ids": int(df["duplicate"].sum()), "missing_ids": int(df["missing"].sum()),
         "error_windows": int((df["status"] == "error").sum()), "llm_cache_hits": int(df["cached"].sum()),
     }
-    per_query = {key: round(totals[key] / q, 3) for key in ("windows", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "repaired_windows")}
-    return {"queries": n_queries, **totals, "per_query": per_query}
+    keys = ("windows", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "repaired_windows")
+    by_query = df.assign(windows=1, repaired_windows=df["status"] == "repaired").groupby("query_id")[list(keys)].sum()
+    per_query = {key: round(totals[key] / q, 3) for key in keys}
+    per_query_max = {key: int(by_query[key].max()) if len(by_query) else 0 for key in keys}
+    return {"queries": n_queries, **totals, "per_query": per_query, "per_query_max": per_query_max}

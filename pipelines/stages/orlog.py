@@ -112,15 +112,8 @@ class Reasoner(_LLMReranker):
 
 def _contexts(model_dir: str, docs: list[dict], budget: int) -> dict[str, str]:
     """Each candidate's title and text, cut to ``budget`` tokens of the scoring model's tokenizer."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    out = {}
-    for d in docs:
-        text = f"{d['title'] or ''}. {d['text']}".strip(". ")
-        ids = tok.encode(text, add_special_tokens=False)[:budget]
-        out[d["doc_id"]] = f"Document: {tok.decode(ids)}\n"
-    return out
+    texts = {d["doc_id"]: f"{d['title'] or ''}. {d['text']}".strip(". ") for d in docs}
+    return {doc_id: f"Document: {text}\n" for doc_id, text in templates.cut_to_tokens(model_dir, texts, budget).items()}
 
 
 def _cost(res: pd.DataFrame, pairs: int, extra_passes: int) -> dict:

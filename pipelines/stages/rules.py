@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
+from pipelines.embed import document_text
+from pipelines.llm import prompts as templates
 from pipelines.methods import rules
 from pipelines.stages import register
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
@@ -68,7 +70,9 @@ class R3Options(StageOptions):
     n: int = Field(20, ge=2, le=1_000, description="Rerank the incoming run's top n; deeper documents keep their order after them.")
     window: int = Field(20, ge=2, le=100, description="Rules the LLM reads at once.")
     stride: int | None = Field(None, ge=1, le=100, description="Step between windows, back to front (None: half the window; RankGPT: 20 and 10).")
-    doc_words: int = Field(100, ge=1, description="Each rule's text cut to this many words.")
+    doc_tokens: int = Field(
+        96, ge=1, le=1_000, description="Each rule's text cut to this many tokens (a window's prompt must fit the LLM's context, or the window keeps its order and counts as an error)."
+    )
     constrained: bool = Field(True, description="Decode under the permutation syntax ([i] > [j] > ...).")
     temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible).")
 
@@ -106,11 +110,8 @@ class R3(Stage):
         texts_of = dict(zip(queries.column("query_id").to_pylist(), queries.column(column).to_pylist(), strict=True))
         top = sorted({d for docs in lists.values() for d in docs[: o.n]})
         docs = ctx.store.rows_for(top, ["title", "text"]).to_pylist()
-        texts = {d["doc_id"]: _cut(f"{d['title'] or ''} {d['text'] or ''}", o.doc_words) for d in docs}
-        settings = rules.RerankSettings(o.n, o.window, o.stride or max(1, o.window // 2), o.doc_words, o.constrained, o.temperature)
+        texts = templates.cut_to_tokens(ctx.llm_model, {d["doc_id"]: document_text(d["title"], d["text"] or "") for d in docs}, o.doc_tokens)
+        settings = rules.RerankSettings(o.n, o.window, o.stride or max(1, o.window // 2), o.constrained, o.temperature)
         reranked, table = rules.rerank(ctx.llm_service(), {q: texts_of[q] for q in lists}, lists, texts, settings)
         return Output(run=rules.to_run(reranked, o.k, "r3", "r3"), side={"rerank_windows": table}, counts=rules.window_counts(table, len(lists)))
 
-
-def _cut(text: str, words: int) -> str:
-    return " ".join(text.split()[:words])

@@ -4,6 +4,7 @@ random, so the assertions are on structure (every row kept, every window a permu
 counts), never on content."""
 
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -64,7 +65,8 @@ def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutatio
     }
     cfg = RetrieveConfig(
         queries=str(rulebase / "beir" / "queries.jsonl"), db=str(rulebase / "db"),
-        pipelines={name: parse_stages(stages) for name, stages in pipelines.items()}, llm=tiny_cfg, ray=RAY,
+        pipelines={name: parse_stages(stages) for name, stages in pipelines.items()}, ray=RAY,
+        llm=tiny_cfg.model_copy(update={"cache": str(tmp_path / "llm-cache.sqlite")}),
     )
     out = tmp_path / "r"
     runs = run_retrieve(cfg, out)
@@ -81,7 +83,9 @@ def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutatio
     manifest = json.loads((out / "manifest.json").read_text())
     stages = manifest["pipelines"]["siar-bm25-r3"]["stages"]
     assert stages[0]["fallbacks"] == sum(s != "ok" for s in induced.column("status").to_pylist())
-    # the rule-alone pipeline asks the same prompts: the LLM is asked once per query in all
+    # the rule-alone pipeline asks the same prompts: the engine is asked once per query, the
+    # other mode is served by the LLM cache
+    assert manifest["pipelines"]["rule-alone"]["stages"][0]["llm_cache_hits"] == len(QUERIES)
     assert manifest["llm"]["engines_loaded"] == 1
 
     # R3: windows [2, 6) then [0, 4) per query; each output read as a permutation of its window
@@ -91,6 +95,9 @@ def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutatio
         size = row["end"] - row["start"]
         assert sorted(row["permutation"]) == list(range(1, size + 1)) and row["status"] in ("ok", "repaired")
         assert row["generated_tokens"] > 0 and row["finish_reason"] == "stop"  # the regex ends the output
+        # what the random model wrote has the syntax (only repeats, and so missing ids, need repair)
+        assert re.fullmatch(rules.permutation_regex(size), row["raw_output"]) and row["unknown"] == 0
+        assert row["missing"] == row["duplicate"]
     base = pq.read_table(runs["siar-bm25"]).to_pandas()
     spans = {q: rules.windows(min(6, (base.query_id == q).sum()), 4, 2) for q in qids}  # [(2, 6), (0, 4)] for a full list
     assert any(s == [(2, 6), (0, 4)] for s in spans.values())
@@ -113,3 +120,20 @@ def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutatio
     run_retrieve(cfg2, out)
     again = json.loads((out / "manifest.json").read_text())["pipelines"]["siar-bm25-r3"]["stages"]
     assert [s["cached"] for s in again] == [True, True, False] and again[-1]["windows"] == len(got)  # one window of 6
+
+
+def test_the_benchmark_command_lays_out_the_papers_table(rulebase, tiny_cfg, tmp_path):
+    from jobs.rules_bench import PAPER_R1, run_rules_bench
+    from schemas.config import EmbedConfig
+
+    res = run_rules_bench(rulebase / "src", tmp_path / "bench", EmbedConfig(), RAY, tiny_cfg, sample=3, seed=1, r3="better", r3_n=4, echo=lambda _: None)
+    table = res["table"]
+    better = "sparse" if table.loc["sparse", "R@4"] >= table.loc["dense", "R@4"] else "dense"
+    assert set(table.index) == {"sparse", "dense", *(f"{r}-siar-{m}" for r in ("sparse", "dense") for m in ("rule", "rule+query")), f"{better}-siar-r3"}
+    report = res["report"].read_text()
+    rows = [line for line in report.splitlines() if line.startswith(("| sparse |", "| dense |"))]
+    assert len(rows) == 7 and sum("+R3" in r for r in rows) == 1
+    assert f"{PAPER_R1['sparse'][2]:.2f}" in report or f"{PAPER_R1['dense'][2]:.2f}" in report
+    vanilla = next(r for r in rows if r.startswith("| sparse | vanilla |")).split("|")
+    assert float(vanilla[3]) == pytest.approx(100 * table.loc["sparse", "R@1"], abs=0.006)
+    assert "3 of 4 queries (a sample drawn with seed 1)" in report and "SmolLM2-135M runs the whole path" not in report  # the tiny model is not SmolLM2

@@ -34,12 +34,14 @@ def test_rule_regex_accepts_the_shape_within_its_word_bounds():
         ("  If Person X owns Animal Y, then Person X can feed Animal Y.\n", "stop", True),
         ("If Person X owns Animal Y, then Person X can feed", "length", False),  # cut at max_tokens
         ("Person X can feed Animal Y.", "stop", False),  # unconstrained and not the shape
+        ("If Person X owns Animal Y, then Person X can feed Animal Y.\nQuery: and so on", "length", True),  # the first line is the rule
         ("If Person X owns Animal Y.", "stop", False),
     ],
 )
 def test_parse_rule(text, finish, ok):
     rule, why = rules.parse_rule(gen(text, finish))
     assert (rule is not None) is ok and (why is None) is ok
+    assert rule is None or rule == "If Person X owns Animal Y, then Person X can feed Animal Y."
 
 
 class ScriptedLLM:
@@ -109,7 +111,8 @@ def test_permutation_regex_holds_exactly_n_identifiers_from_1_to_n():
     [
         (20, 20, 10, [(0, 20)]),
         (100, 20, 10, [(80, 100), (70, 90), (60, 80), (50, 70), (40, 60), (30, 50), (20, 40), (10, 30), (0, 20)]),
-        (25, 20, 10, [(5, 25), (0, 15)]),  # the front is always read (RankGPT's loop would stop after (5, 25))
+        (25, 20, 10, [(5, 25), (0, 20)]),  # the front is always read, a full window (RankGPT's loop would stop after (5, 25))
+        (21, 20, 20, [(1, 21), (0, 20)]),  # not a one-rule window at the top
         (7, 20, 10, [(0, 7)]),
         (0, 20, 10, []),
     ],
@@ -122,7 +125,7 @@ def test_windows_slide_back_to_front(n, window, stride, spans):
 def test_windows_cover_every_position_and_end_at_the_front(n, window, data):
     stride = data.draw(st.integers(1, window))
     spans = rules.windows(n, window, stride)
-    assert spans[0][1] == n and spans[-1][0] == 0
+    assert spans[0][1] == n and spans[-1] == (0, min(window, n))
     assert all(0 <= a < b <= n and b - a <= window for a, b in spans)
     assert set().union(*(range(a, b) for a, b in spans)) == set(range(n))
 

@@ -1,0 +1,45 @@
+"""The rules benchmark's plumbing without Ray: the query sample and its qrels, and the main
+job's rules section when the set is absent."""
+
+import json
+
+import pytest
+
+from jobs.main_job import _rules
+from jobs.rules_bench import _sample
+from pipelines.datasets.rulebench import RuleBenchError
+
+
+def _beir(root, n=10):
+    (root / "qrels").mkdir(parents=True)
+    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": f"ulogic-{i}", "text": f"q{i}"}) + "\n" for i in range(n)))
+    rows = ["query-id\tcorpus-id\tscore"] + [f"ulogic-{i}\t{i % 3}\t1" for i in range(n)] + ["ulogic-0\t7\t1"]
+    (root / "qrels" / "test.tsv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def test_a_sample_cuts_queries_and_qrels_to_the_same_queries(tmp_path):
+    beir = _beir(tmp_path / "beir")
+    queries, qrels = _sample(beir, 4, seed=0)
+    ids = [json.loads(line)["_id"] for line in queries.read_text().splitlines()]
+    assert len(ids) == 4 == len(set(ids))
+    kept = {line.split("\t")[0] for line in qrels.read_text().splitlines()[1:]}
+    assert kept == set(ids)
+    first = queries.read_text()
+    assert _sample(beir, 4, seed=0) == (queries, qrels) and queries.read_text() == first  # seeded: the same sample
+    _sample(beir, 4, seed=5)
+    assert queries.read_text() != first  # another seed, another sample (4 of 10: 210 possible)
+    assert _sample(beir, None, seed=0) == (beir / "queries.jsonl", beir / "qrels" / "test.tsv")
+    with pytest.raises(RuleBenchError, match="--sample 11: must be between 1 and 10"):
+        _sample(beir, 11, seed=0)
+
+
+@pytest.mark.parametrize("given", [None, "missing-dir"])
+def test_without_the_set_the_rules_section_is_one_line_saying_how_to_get_it(tmp_path, given):
+    lines = []
+    path = str(tmp_path / given) if given else None
+    section = _rules(tmp_path / "rules", path, embed=None, ray=None, echo=lines.append)
+    body = section.splitlines()[2]
+    assert body.startswith("Rule retrieval (SIAR + R3): skipped, LOGICRANK_RULEBENCH")
+    assert "llm-rule-following" in body and "rules.json" in body
+    assert not (tmp_path / "rules").exists() and any("skipped" in line for line in lines)
