@@ -39,6 +39,10 @@ LLMMaxLen = Annotated[int, typer.Option(help="LLM context length (tokens).")]
 TensorParallel = Annotated[int, typer.Option(help="GPUs per vLLM engine.")]
 Compiled = Annotated[bool, typer.Option(help="Compiled graphs (slow start, faster steps) instead of eager.")]
 LLMCache = Annotated[str, typer.Option(help="LLM cache file; 'default' under the cache root; 'none' to disable.")]
+LLMModel = Annotated[str, typer.Option(help="LLM name or checkpoint directory (every LLM stage).")]
+LLMActors = Annotated[int, typer.Option(help="Engine actors of the job's one LLM pool.")]
+LLMCpus = Annotated[float, typer.Option(help="CPUs per engine actor.")]
+LLMGpus = Annotated[float | None, typer.Option(help="GPUs per engine actor (default: the tensor-parallel size on GPU nodes).")]
 
 
 def _run(fn, *args, **kwargs):
@@ -200,15 +204,15 @@ def retrieve(
         str, typer.Option("--orlog-reasoner", "--reasoner", help="orlog: compiled (exact, vectorised) | problog (reference).")
     ] = "compiled",
     orlog_context: Annotated[bool, typer.Option(help="orlog: put the candidate's text before each statement.")] = True,
-    llm_model: Annotated[str, typer.Option(help="LLM name or checkpoint directory (every LLM stage).")] = "smollm2-135m-instruct",
+    llm_model: LLMModel = "smollm2-135m-instruct",
     llm_dtype: LLMDtype = "auto",
     llm_max_model_len: LLMMaxLen = 2048,
     tensor_parallel_size: TensorParallel = 1,
     compiled: Compiled = False,
     llm_cache: LLMCache = "default",
-    actors: Annotated[int, typer.Option(help="Engine actors of the job's one LLM pool.")] = 1,
-    cpus_per_actor: Annotated[float, typer.Option(help="CPUs per engine actor.")] = 1.0,
-    gpus_per_actor: Annotated[float | None, typer.Option(help="GPUs per engine actor (default: the tensor-parallel size on GPU nodes).")] = None,
+    actors: LLMActors = 1,
+    cpus_per_actor: LLMCpus = 1.0,
+    gpus_per_actor: LLMGpus = None,
     llm_batch_rows: Annotated[int, typer.Option(help="Prompts per engine call of the LLM pool.")] = 64,
     retrieve_actors: Annotated[int, typer.Option(help="Actors of the bulk-retrieval pool (dense, bm25 over query batches).")] = 1,
     retrieve_batch_rows: Annotated[int, typer.Option(help="Queries per batch of the bulk-retrieval pool.")] = 1024,
@@ -319,7 +323,7 @@ def decompose(
     compiled: Compiled = False,
     actors: Annotated[int, typer.Option(help="Engine actors.")] = 1,
     cpus_per_actor: float = 1.0,
-    gpus_per_actor: Annotated[float | None, typer.Option(help="GPUs per engine actor (default: the tensor-parallel size on GPU nodes).")] = None,
+    gpus_per_actor: LLMGpus = None,
     batch_rows: Annotated[int, typer.Option(help="Prompts per engine call.")] = 64,
     cache: LLMCache = "default",
     ray_address: RayAddress = None,
@@ -361,15 +365,15 @@ def bench_rules(
     r3_n: Annotated[int, typer.Option(help="R3: rules reranked per query (its windows: 20, stride 10).")] = 20,
     model: Model = "all-MiniLM-L6-v2",
     backend: Backend = "openvino",
-    llm_model: Annotated[str, typer.Option(help="LLM name or checkpoint directory (SIAR and R3).")] = "smollm2-135m-instruct",
+    llm_model: LLMModel = "smollm2-135m-instruct",
     llm_dtype: LLMDtype = "auto",
     llm_max_model_len: LLMMaxLen = 2048,
     tensor_parallel_size: TensorParallel = 1,
     compiled: Compiled = False,
     llm_cache: LLMCache = "default",
-    actors: Annotated[int, typer.Option(help="Engine actors of the job's one LLM pool.")] = 1,
-    cpus_per_actor: Annotated[float, typer.Option(help="CPUs per engine actor.")] = 1.0,
-    gpus_per_actor: Annotated[float | None, typer.Option(help="GPUs per engine actor (default: the tensor-parallel size on GPU nodes).")] = None,
+    actors: LLMActors = 1,
+    cpus_per_actor: LLMCpus = 1.0,
+    gpus_per_actor: LLMGpus = None,
     ray_address: RayAddress = None,
 ):
     """Rule retrieval on RuleBench ULogic (read from a path): vanilla sparse/dense, SIAR, SIAR + R3, paper-style table."""
