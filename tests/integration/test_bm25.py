@@ -3,11 +3,13 @@ against: the same analyzer (Snowball English stemming, Lucene's English stop wor
 formula (Lucene's idf, k1 1.2, b 0.75; times k1 + 1) and the query's repeated terms counted as often as
 they occur. Real LanceDB tables, no model (generated vectors)."""
 
-import bm25s
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pytest
-import Stemmer
 
 from pipelines.embed import to_fixed_size_list
 from pipelines.store import ENGLISH_STOP_WORDS, DocStore, StoreError
@@ -31,27 +33,43 @@ def _table(path, n=300, seed=0):
     return s, [f"{t or ''} {x}".strip() for t, x in zip(titles, texts, strict=True)]
 
 
+_REFERENCE = """
+import json, sys
+import bm25s, Stemmer
+args = json.load(sys.stdin)
+stemmer = Stemmer.Stemmer("english")
+def tok(texts):  # the simple tokenizer keeps one-letter words ("Person X")
+    return bm25s.tokenize(texts, stopwords=args["stop"], stemmer=stemmer, token_pattern=r"(?u)\\b\\w+\\b", return_ids=False, show_progress=False)
+ref = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
+ref.index(tok(args["docs"]), show_progress=False)
+out = []
+for q in args["queries"]:
+    ids, scores = ref.retrieve(tok([q]), k=args["k"], show_progress=False, n_threads=1)
+    out.append([ids[0].tolist(), scores[0].tolist()])
+print(json.dumps(out))
+"""
+
+
+def _bm25s(docs: list[str], queries: list[str], k: int) -> list:
+    """bm25s's top k per query, computed in a child process: bm25s imports numba, whose
+    llvmlite objects break vLLM's kernel rebinding (``vllm.triton_utils.dispatcher``) in any
+    engine started later in this test process."""
+    args = json.dumps({"docs": docs, "queries": queries, "k": k, "stop": list(ENGLISH_STOP_WORDS)})
+    done = subprocess.run([sys.executable, "-c", _REFERENCE], input=args, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
 def test_bm25_is_lucenes_with_repeated_query_terms_counted(tmp_path):
     s, docs = _table(tmp_path / "db")
     s.build_indexes(ann_threshold=10**9)
-    stemmer = Stemmer.Stemmer("english")
-
-    def tok(texts):  # the simple tokenizer keeps one-letter words ("Person X")
-        return bm25s.tokenize(texts, stopwords=list(ENGLISH_STOP_WORDS), stemmer=stemmer, token_pattern=r"(?u)\b\w+\b",
-                              return_ids=False, show_progress=False)
-
-    ref = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
-    ref.index(tok(docs), show_progress=False)
     rng = np.random.default_rng(1)
     queries = ["Person X owns dog; the dog's owner feeds the dog. Can person X feed the dog?",
                "laptop laptop laptop engineer coding", "x x z can has from which"]
     queries += [" ".join(rng.choice(WORDS, size=12)) for _ in range(20)]  # repeats by chance
-    for q in queries:
+    for q, (ids, scores) in zip(queries, _bm25s(docs, queries, 10), strict=True):
         got = s.text_search(q, 10)
-        ids, scores = ref.retrieve(tok([q]), k=10, show_progress=False, n_threads=1)
         # (Lucene leaves out BM25's constant factor k1 + 1, which LanceDB keeps; the order is the same)
-        want = dict(zip((f"d{i}" for i in ids[0]), (2.2 * scores[0]).tolist(), strict=True))
-        want = {d: v for d, v in want.items() if v > 0}
+        want = {f"d{i}": 2.2 * v for i, v in zip(ids, scores, strict=True) if v > 0}
         np.testing.assert_allclose(got.column("score").to_numpy(), sorted(want.values(), reverse=True), rtol=1e-4, err_msg=q)
         clear = min(want.values()) if len(want) < 10 else sorted(want.values())[0] + 1e-3  # ties at the cut may differ
         assert {d for d, v in want.items() if v > clear} <= set(got.column("doc_id").to_pylist()), q
