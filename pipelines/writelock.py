@@ -157,8 +157,13 @@ class TableLock:
             return _parse(f.read())
 
     def _write(self, fs: pafs.FileSystem, path: str, holder: Holder) -> None:
-        with fs.open_output_stream(path) as f:
+        """Whole or not at all: written beside the lease, then renamed over it. Two
+        contenders writing the lease file itself at once could interleave their bytes (each
+        truncates on open, writes on close) into a file that names neither of them."""
+        tmp = f"{path}.{holder.token}.tmp"
+        with fs.open_output_stream(tmp) as f:
             f.write(_dump(holder))
+        fs.move(tmp, path)
 
     def _lease(self) -> None:
         fs, path = self._lease_path()
