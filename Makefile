@@ -22,11 +22,8 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 # RuleBench ULogic (the main job's rules section) is not bundled: no licence is declared. The
-# job reads its directory from LOGICRANK_RULEBENCH; on the team's machines it sits beside the
-# repository. Unset or absent: the section is skipped and the report says how to get the set.
-LOGICRANK_RULEBENCH ?= $(wildcard ../shared/data/rulebench/ulogic)
-export LOGICRANK_RULEBENCH
-
+# job reads its directory from the environment: `LOGICRANK_RULEBENCH=DIR make main`. Unset or
+# absent: the section is skipped and the report says how to get the set.
 main: $(STAMP)
 	$(BIN)/logicrank main --out runs/scifact
 

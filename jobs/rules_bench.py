@@ -33,7 +33,7 @@ OBTAIN = ("RuleBench ULogic is not bundled (no licence declared): get `dataset/u
           "llm-rule-following repository and give its directory")
 # SIAR paper (ACL 2025), ULogic, Qwen2.5-72B: R@1 of vanilla / +SIAR / +SIAR+R3 (its dense model is not ours)
 PAPER_R1 = {"sparse": (68.91, 74.82, 92.17), "dense": (30.36, 64.82, 88.19)}
-# reference computations on the full set (../METHODS: bm25s with Porter stemming and English
+# the issue's reference computations on the full set (bm25s with Porter stemming and English
 # stop words; all-MiniLM-L6-v2), vanilla R@1
 REFERENCE_R1 = {"sparse": 68.67, "dense": 57.11}
 # the SIAR mode the paper found best per retriever, the one R3 reranks
