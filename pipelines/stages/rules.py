@@ -54,13 +54,10 @@ class Siar(Stage):
         induced = rules.induce(ctx.llm_service(), queries.column("query_id").to_pylist(), source.to_pylist(), settings)
         out = rules.rewrite(queries.set_column(queries.schema.get_field_index("text"), "text", source), induced, o.mode)
         status = Counter(induced.column("status").to_pylist())
-        counts = {
-            "by_status": dict(status), "fallbacks": status["fallback"] + status["error"],
-            "prompt_tokens": pc.sum(induced.column("prompt_tokens")).as_py() or 0,
-            "cached_prompt_tokens": pc.sum(induced.column("cached_prompt_tokens")).as_py() or 0,
-            "generated_tokens": pc.sum(induced.column("generated_tokens")).as_py() or 0,
-            "llm_cache_hits": pc.sum(induced.column("cached")).as_py() or 0,
-        }
+        sums = {"prompt_tokens": "prompt_tokens", "cached_prompt_tokens": "cached_prompt_tokens", "generated_tokens": "generated_tokens",
+                "llm_cache_hits": "cached"}
+        counts = {"by_status": dict(status), "fallbacks": status["fallback"] + status["error"],
+                  **{key: pc.sum(induced.column(col)).as_py() or 0 for key, col in sums.items()}}
         return Output(queries=out, side={"induced_rules": induced}, counts=counts)
 
 
