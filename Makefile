@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv main test test-unit bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval lint clean
+.PHONY: venv main test test-unit bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag lint clean
 
 venv: $(STAMP)
 
@@ -33,7 +33,7 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-bench: bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval
+bench: bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag
 
 bench-index: $(STAMP)
 	$(BIN)/python tests/perf/bench_index.py --out runs/bench
@@ -52,6 +52,9 @@ bench-orlog: $(STAMP)
 
 bench-retrieval: $(STAMP)
 	$(BIN)/python tests/perf/bench_retrieval.py --out runs/bench
+
+bench-lag: $(STAMP)
+	$(BIN)/python tests/perf/bench_lag.py --out runs/bench
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

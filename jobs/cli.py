@@ -33,6 +33,7 @@ out = Console()
 
 Backend = Annotated[str, typer.Option(help="Encoder backend: torch (reference) or openvino (faster on CPU).")]
 Model = Annotated[str, typer.Option(help="Registered embedding model name or a local model directory.")]
+TitleSep = Annotated[str, typer.Option(help="Joins a document's title and text when embedding (BEIR/MTEB: a space); retrieve with the table's.")]
 RayAddress = Annotated[str | None, typer.Option(help="Ray cluster address; default: start a local cluster.")]
 LLMDtype = Annotated[str, typer.Option(help="LLM dtype: auto | float32 | bfloat16 | float16.")]
 LLMMaxLen = Annotated[int, typer.Option(help="LLM context length (tokens).")]
@@ -101,6 +102,7 @@ def index(
     format: Annotated[str, typer.Option(help="auto | beir | jsonl | parquet")] = "auto",
     model: Model = "all-MiniLM-L6-v2",
     backend: Backend = "torch",
+    title_sep: TitleSep = " ",
     batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = 64,
     actors: Annotated[int, typer.Option(help="Embedding actors.")] = 1,
     gpus_per_actor: Annotated[float, typer.Option(help="GPUs per embedding actor (0 on CPU nodes).")] = 0.0,
@@ -126,7 +128,7 @@ def index(
         db=db,
         table=table,
         format=format,
-        embed=_run(EmbedConfig, model=model, backend=backend, batch_size=batch_size, device="cuda" if gpus_per_actor else "cpu"),
+        embed=_run(EmbedConfig, model=model, backend=backend, batch_size=batch_size, title_sep=title_sep, device="cuda" if gpus_per_actor else "cpu"),
         ray=_ray(ray_address, actors, gpus_per_actor),
         delete_missing=delete_missing,
         max_delete_fraction=max_delete_fraction,
@@ -189,6 +191,7 @@ def retrieve(
     hybrid_depth: Annotated[int, typer.Option(help="hybrid: depth of each fused list (at least --k is used).")] = 100,
     model: Model = "all-MiniLM-L6-v2",
     backend: Backend = "torch",
+    title_sep: TitleSep = " ",
     trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = False,
     itlr_mode: Annotated[str, typer.Option(help="itlr: exact (every document) | ann (re-score ANN candidates).")] = "exact",
     operators: Annotated[str, typer.Option(help="itlr: e.g. and=product,or=sum,not=complement.")] = "",
@@ -225,7 +228,7 @@ def retrieve(
 
     llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
                actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor, batch_rows=llm_batch_rows)
-    common = dict(queries=queries, db=db, table=table, embed=_run(EmbedConfig, model=model, backend=backend), trec=trec, llm=llm,
+    common = dict(queries=queries, db=db, table=table, embed=_run(EmbedConfig, model=model, backend=backend, title_sep=title_sep), trec=trec, llm=llm,
                   ray=_run(RayConfig, address=ray_address, retrieve_actors=retrieve_actors, retrieve_batch_rows=retrieve_batch_rows))
     if pipelines is not None:
         if method:
@@ -281,8 +284,8 @@ def stages():
 
 @app.command()
 def evaluate(
-    qrels: Annotated[str, typer.Argument(help="BEIR qrels TSV (or a BEIR dir) or TREC qrels.")],
-    runs: Annotated[list[str], typer.Argument(help="Run tables (Parquet) or TREC run files.")],
+    qrels: Annotated[str | None, typer.Argument(help="BEIR qrels TSV (or a BEIR dir) or TREC qrels (not needed for --answers alone).")] = None,
+    runs: Annotated[list[str] | None, typer.Argument(help="Run tables (Parquet) or TREC run files.")] = None,
     measure: Annotated[list[str], typer.Option(help="Measure names, e.g. nDCG@10 P@1 R@100 MRR MAP F1@10.")] = [  # noqa: B006
         "nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10",
     ],
@@ -292,17 +295,25 @@ def evaluate(
     dedupe: Annotated[
         bool, typer.Option(help="Keep each repeated (query, doc) pair's best-ranked row (default: refuse such a run, as trec_eval).")
     ] = False,
+    answers: Annotated[list[str] | None, typer.Option(help="Answer tables (answers/<run_id>.parquet of a lag stage) or JSONL; repeat.")] = None,
+    gold: Annotated[str | None, typer.Option(help="Gold answers: answers.jsonl of `logicrank prepare-qa` (or its directory).")] = None,
+    qa_measure: Annotated[list[str], typer.Option(help="QA measures: EM TokenF1 Acc Judge.")] = ["EM", "TokenF1", "Acc"],  # noqa: B006
+    judge_llm: Annotated[str | None, typer.Option(help="The LLM of the Judge measure (a registered name or a checkpoint dir).")] = None,
     out: Path = Path("runs/evaluate"),
 ):
-    """Evaluate runs: metrics table, significance tests, Markdown report and plot."""
+    """Evaluate runs (and answers): metrics table, significance tests, Markdown report and plot."""
     from jobs.evaluate import evaluation_notes, run_evaluate
     from pipelines.evaluate.measures import parse_measures
+    from pipelines.evaluate.qa import parse_qa_measures
     from pipelines.evaluate.report import summary_frame
 
     _run(parse_measures, measure)
+    if answers:
+        _run(parse_qa_measures, qa_measure)
+    judge = _run(LLMConfig, model=judge_llm) if judge_llm else None
     cfg = _run(
-        EvaluateConfig, qrels=qrels, runs=tuple(runs), measures=tuple(measure), baseline=baseline,
-        test=test, correction=correction, dedupe=dedupe,
+        EvaluateConfig, qrels=qrels, runs=tuple(runs or ()), measures=tuple(measure), baseline=baseline,
+        test=test, correction=correction, dedupe=dedupe, answers=tuple(answers or ()), gold=gold, qa_measures=tuple(qa_measure), judge=judge,
     )
     metrics = _run(run_evaluate, cfg, out, echo=typer.echo)
     typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
@@ -387,6 +398,58 @@ def bench_rules(
                actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor)
     res = _run(run_rules_bench, src, out, _run(EmbedConfig, model=model, backend=backend), _run(RayConfig, address=ray_address), llm,
                sample=sample, seed=seed, r3=r3, r3_n=r3_n, echo=typer.echo)
+    typer.echo(res["report"].read_text(encoding="utf-8"))
+    typer.echo(f"report: {res['report']}")
+
+
+@app.command("prepare-qa")
+def prepare_qa(
+    name: Annotated[str, typer.Argument(help="musique | hotpotqa (bundled: 100 questions each).")],
+    out: Annotated[Path | None, typer.Option(help="Where the BEIR layout and answers.jsonl go (default data/<name>).")] = None,
+    src: Annotated[Path | None, typer.Option(help="Another question file of the same format instead of the bundled one.")] = None,
+    corpus: Annotated[Path | None, typer.Option(help="MuSiQue: the paragraph corpus file going with --src.")] = None,
+):
+    """Write a bundled multi-hop QA set (MuSiQue, HotpotQA) as BEIR (corpus, queries, qrels of gold paragraphs) plus answers.jsonl."""
+    from pipelines.datasets.qa import to_beir
+
+    out = out or Path("data") / name
+    counts = _run(to_beir, name, out, src, corpus)
+    typer.echo(f"{counts['docs']} paragraphs, {counts['queries']} questions, {counts['qrels']} gold paragraphs -> {out}")
+
+
+@app.command("bench-lag")
+def bench_lag(
+    name: Annotated[str, typer.Argument(help="musique (oracle table + LLM rows) | hotpotqa (LLM rows).")] = "musique",
+    out: Annotated[Path | None, typer.Option(help="Where the set, index, runs and report go (default runs/lag-<name>).")] = None,
+    sample: Annotated[int | None, typer.Option(help="LLM rows on this many questions, drawn with --seed (default: all 100).")] = None,
+    seed: int = 0,
+    llm_rows: Annotated[bool, typer.Option(help="Run RAG, LAG and the ablations with the LLM (--no-llm-rows: the oracle table only).")] = True,
+    judge: Annotated[bool, typer.Option(help="Add the LLM-judge accuracy (the same LLM judges).")] = False,
+    model: Model = "all-MiniLM-L6-v2",
+    backend: Backend = "openvino",
+    llm_model: LLMModel = "smollm2-135m-instruct",
+    llm_dtype: LLMDtype = "auto",
+    llm_max_model_len: LLMMaxLen = 2048,
+    tensor_parallel_size: TensorParallel = 1,
+    compiled: Compiled = False,
+    llm_cache: LLMCache = "default",
+    actors: LLMActors = 1,
+    cpus_per_actor: LLMCpus = 1.0,
+    gpus_per_actor: LLMGpus = None,
+    ray_address: RayAddress = None,
+):
+    """LAG on a bundled multi-hop set: the LLM-free oracle (MuSiQue), then RAG vs LAG and its ablations; QA and retrieval measures."""
+    from jobs.lag_bench import run_lag_bench
+    from pipelines.datasets.qa import SETS
+
+    if name not in SETS:
+        _fail(f"bench-lag: unknown set {name!r}; valid: {', '.join(SETS)}")
+    if name == "hotpotqa" and not llm_rows:
+        _fail("bench-lag: hotpotqa has no gold decompositions, so no oracle table; drop --no-llm-rows.")
+    llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
+               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor) if llm_rows else None
+    res = _run(run_lag_bench, name, out or Path(f"runs/lag-{name}"), _run(EmbedConfig, model=model, backend=backend),
+               _run(RayConfig, address=ray_address), llm, sample=sample, seed=seed, judge=judge, echo=typer.echo)
     typer.echo(res["report"].read_text(encoding="utf-8"))
     typer.echo(f"report: {res['report']}")
 

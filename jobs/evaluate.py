@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic, write_text_atomic
 from pipelines.evaluate.core import EvaluationError, evaluate_run, query_coverage
 from pipelines.evaluate.measures import parse_measures
+from pipelines.evaluate.qa import QAError, coverage, evaluate_answers, llm_judge, parse_qa_measures, read_gold, read_predictions
 from pipelines.evaluate.report import coverage_notes, markdown_report, per_query_plot
 from pipelines.evaluate.significance import compare
 from pipelines.topics import DUPLICATES_REMOVED, read_qrels, read_run
@@ -30,17 +31,24 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     Skipped (the stored metrics returned) when config, qrels and runs are unchanged.
     """
     measures = parse_measures(cfg.measures)  # a bad name fails before anything is read
-    for kind, path in [("qrels", cfg.qrels), *(("run", p) for p in cfg.runs)]:
+    qa_measures = parse_qa_measures(cfg.qa_measures) if cfg.answers else []
+    if "Judge" in qa_measures and cfg.judge is None:
+        raise QAError("evaluate: the Judge measure needs an LLM (--judge-llm MODEL); or drop Judge.")
+    given = ([("qrels", cfg.qrels)] if cfg.runs else []) + [("run", p) for p in cfg.runs] + [("answers", p) for p in cfg.answers]
+    for kind, path in given:
         if not Path(path).exists():
             raise EvaluationError(f"evaluate: no {kind} file at {str(path)!r}; check the path.")
     dedupe = cfg.dedupe
     rundir = RunDir(out, "evaluate")
-    inputs = {"qrels": file_fingerprint(cfg.qrels), "runs": [file_fingerprint(p) for p in cfg.runs]}
+    inputs = {"qrels": file_fingerprint(cfg.qrels) if cfg.runs else None, "runs": [file_fingerprint(p) for p in cfg.runs]}
+    if cfg.answers:
+        gold_file = Path(cfg.gold) / "answers.jsonl" if Path(cfg.gold).is_dir() else Path(cfg.gold)
+        inputs.update(gold=file_fingerprint(gold_file) if gold_file.is_file() else None, answers=[file_fingerprint(p) for p in cfg.answers])
     if rundir.is_fresh(cfg.digest(), inputs) and "missing_queries" in (rundir.previous() or {}):
         if echo:
             echo(f"evaluate: config, qrels and runs unchanged since the last run: skipped; metrics in {rundir.path / 'metrics.parquet'}")
         return pq.read_table(rundir.path / "metrics.parquet")
-    qrels = read_qrels(cfg.qrels)
+    qrels = read_qrels(cfg.qrels) if cfg.runs else None
     tables, missing, without_qrels, removed = [], {}, {}, {}
     for path in cfg.runs:
         run = read_run(path, duplicates="first" if dedupe else "refuse")
@@ -49,23 +57,31 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
             one = run.filter(pc.equal(run.column("run_id"), rid))
             tables.append(evaluate_run(one, qrels, measures, rid))
             missing[rid], without_qrels[rid] = query_coverage(one, qrels)
+    n_runs = len(tables)
+    unanswered, not_asked = {}, {}
+    if cfg.answers:
+        qa_tables, unanswered, not_asked = _evaluate_answers(cfg, qa_measures)
+        tables += qa_tables
     metrics = pa.concat_tables(tables)
     run_ids = list(dict.fromkeys(metrics.column("run_id").to_pylist()))
-    if len(run_ids) != len(tables):
+    run_only = list(dict.fromkeys(t.column("run_id")[0].as_py() for t in tables[:n_runs]))
+    if len(run_only) != n_runs:
         raise EvaluationError(f"evaluate: run ids repeat across the given runs: {run_ids}; give each run a distinct run_id.")
     baseline = cfg.baseline or run_ids[0]
     if baseline not in run_ids:
         raise EvaluationError(f"evaluate: baseline {baseline!r} is not among the runs {run_ids}; pick one of them.")
     sig = compare(metrics, baseline, cfg.test, cfg.correction, cfg.alpha) if len(run_ids) > 1 else None
 
-    n_queries = len(set(qrels.column("query_id").to_pylist()))
+    n_queries = len(set(qrels.column("query_id").to_pylist())) if qrels is not None else len(set(metrics.column("query_id").to_pylist())) - 1
     write_parquet_atomic(metrics, rundir.path / "metrics.parquet")
     outputs = ["metrics.parquet", "report.md", "plots/per_query.png"]
     if sig is not None:
         write_parquet_atomic(sig, rundir.path / "significance.parquet")
         outputs.append("significance.parquet")
-    per_query_plot(metrics, str(measures[0]), baseline, rundir.path / "plots" / "per_query.png")
-    notes = coverage_notes(missing, without_qrels, n_queries, removed)
+    per_query_plot(metrics, str(measures[0]) if cfg.runs else qa_measures[0], baseline, rundir.path / "plots" / "per_query.png")
+    notes = coverage_notes(missing, without_qrels, n_queries, removed) + [
+        f"answers {rid}: {n} gold question(s) without an answer; they score 0." for rid, n in unanswered.items() if n
+    ] + [f"answers {rid}: {n} answer(s) to questions the gold lacks; not evaluated." for rid, n in not_asked.items() if n]
     write_text_atomic(markdown_report(metrics, sig, "plots/per_query.png", title, notes), rundir.path / "report.md")
     rundir.write_manifest(
         cfg.model_dump(mode="json"),
@@ -78,8 +94,36 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
         missing_queries=missing,
         queries_without_qrels=without_qrels,
         duplicates_removed=removed,
+        qa_measures=qa_measures,
+        unanswered_questions=unanswered,
+        answers_without_gold=not_asked,
     )
     return metrics
+
+
+def _evaluate_answers(cfg: EvaluateConfig, measures: list[str]) -> tuple[list[pa.Table], dict[str, int], dict[str, int]]:
+    """QA metrics of each answers file (run id = its stem), the questions it leaves
+    unanswered and the answers the gold lacks; the Judge starts the LLM pool once."""
+    gold = read_gold(cfg.gold)
+    preds = {}
+    for path in cfg.answers:
+        rid = Path(path).stem
+        if rid in preds:
+            raise EvaluationError(f"evaluate: two answer files named {rid!r}; the file stem is the run id, so give each a distinct name.")
+        preds[rid] = read_predictions(path)
+    cover = {rid: coverage(p, gold) for rid, p in preds.items()}
+    if "Judge" not in measures:
+        return [evaluate_answers(p, gold, measures, rid) for rid, p in preds.items()], {r: c[0] for r, c in cover.items()}, {r: c[1] for r, c in cover.items()}
+    from jobs.llm_service import LLMService
+    from jobs.raysession import ray_session
+
+    with ray_session(cfg.ray):
+        llm = LLMService(cfg.judge)
+        try:
+            tables = [evaluate_answers(p, gold, measures, rid, judge=llm_judge(llm)) for rid, p in preds.items()]
+        finally:
+            llm.close()
+    return tables, {r: c[0] for r, c in cover.items()}, {r: c[1] for r, c in cover.items()}
 
 
 def evaluation_notes(out: str | Path) -> list[str]:

@@ -1,7 +1,9 @@
 """The main job: index bundled SciFact, retrieve with dense / BM25 / hybrid, evaluate; then
 ITLR's synthetic logical benchmark (base vs ITLR vs calibrated ITLR, operator ablation), the
-LLM path on SmolLM2, and rule retrieval (SIAR + R3) on a 100-query sample of RuleBench ULogic
-when its directory is given (``LOGICRANK_RULEBENCH``; the set is not bundled).
+LLM path on SmolLM2, rule retrieval (SIAR + R3) on a 100-query sample of RuleBench ULogic
+when its directory is given (``LOGICRANK_RULEBENCH``; the set is not bundled), and LAG on the
+bundled MuSiQue set (the LLM-free oracle table on all 100 questions, then RAG vs LAG with
+SmolLM2 on a sample).
 
 Dense nDCG@10 of all-MiniLM-L6-v2 on SciFact is published by MTEB as 0.645; this job
 reports how close a fresh index + retrieval + evaluation comes to it.
@@ -29,6 +31,7 @@ TOLERANCE = 0.005
 
 RULES_SAMPLE = 100  # queries of the rules section (the benchmark command runs all 830)
 RULES_R3_N = 10  # R3 reads the top 10 in one window here (20 in the benchmark): the job stays under 15 minutes
+LAG_SAMPLE = 20  # MuSiQue questions of the LAG section's LLM rows (the oracle table and `logicrank bench-lag` use all 100)
 
 
 def run_main(out: str | Path, embed: EmbedConfig, ray: RayConfig, progress: bool = True, echo=print, rulebench: str | None = None) -> dict:
@@ -41,16 +44,16 @@ def run_main(out: str | Path, embed: EmbedConfig, ray: RayConfig, progress: bool
 def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, echo, rulebench: str | None) -> dict:
     data = scifact()
     db = str(out / "lancedb")
-    echo(f"[1/6] index {data.corpus} -> {db}")
+    echo(f"[1/7] index {data.corpus} -> {db}")
     summary = run_index(IndexConfig(corpus=str(data.corpus), db=db, embed=embed, ray=ray), out / "index", progress=progress)
     echo(f"      {summary.inserted} inserted, {summary.updated} updated, {summary.unchanged} unchanged, "
          f"{summary.deleted} deleted, {summary.rejected} rejected in {summary.seconds:.1f} s (table v{summary.table_version})")
-    echo("[2/6] retrieve 300 queries: dense, bm25, hybrid")
+    echo("[2/7] retrieve 300 queries: dense, bm25, hybrid")
     runs = run_retrieve(
         RetrieveConfig.preset(("dense", "bm25", "hybrid"), queries=str(data.queries), db=db, k=100, embed=embed, trec=True, ray=ray),
         out / "retrieve",
     )
-    echo("[3/6] evaluate")
+    echo("[3/7] evaluate")
     metrics = run_evaluate(
         EvaluateConfig(qrels=str(data.qrels), runs=tuple(str(p) for p in runs.values())),
         out / "evaluate",
@@ -63,21 +66,23 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
         echo(f"      nDCG@10 {rid:7s} {v:.4f}")
     echo(f"      dense vs published MTEB {PUBLISHED_DENSE_NDCG10}: {dense:.4f} -> "
          f"{'reproduced' if reproduced else 'NOT reproduced'} (tolerance {TOLERANCE})")
-    echo("[4/6] ITLR synthetic logical benchmark (32 templates x 10 queries from SciFact text)")
+    echo("[4/7] ITLR synthetic logical benchmark (32 templates x 10 queries from SciFact text)")
     itlr = run_itlr_bench(out / "itlr", embed, ray, echo=echo)
     t1 = itlr["table1"]
     for setting in ("own", "pooled"):
         for method in ("base", "itlr"):
             row = t1[(t1["setting"] == setting) & (t1["method"] == method)].set_index("negations")["ndcg@10"]
             echo(f"      {setting:6s} {method:5s} nDCG@10 by negations 0/1/2/3: " + "/".join(f"{row[n]:.3f}" for n in range(4)))
-    echo("[5/6] LLM decomposition -> ITLR (SmolLM2-135M on vLLM: plumbing and demo, not quality)")
+    echo("[5/7] LLM decomposition -> ITLR (SmolLM2-135M on vLLM: plumbing and demo, not quality)")
     llm = run_llm_demo(out / "llm", out / "itlr", embed, ray, echo=echo)
     for rid, v in llm["ndcg@10"].items():
         echo(f"      nDCG@10 {rid:18s} {v:.4f}")
     rules = _rules(out / "rules", rulebench, embed, ray, echo)
-    _link_reports(out, rules)
+    lag = _lag(out / "lag", embed, ray, echo)
+    _link_reports(out, rules, lag["report"].read_text(encoding="utf-8"))
     echo(f"report: {out / 'report.md'}")
-    return {"index": asdict(summary), "ndcg@10": ndcg, "reproduced": reproduced, "llm": llm["ndcg@10"], "rules": rules}
+    return {"index": asdict(summary), "ndcg@10": ndcg, "reproduced": reproduced, "llm": llm["ndcg@10"], "rules": rules,
+            "lag_oracle": lag["oracle"]}
 
 
 def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig, echo) -> str:
@@ -85,7 +90,7 @@ def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig,
     from jobs.llm_demo import local_llm
     from jobs.rules_bench import ENV, OBTAIN, run_rules_bench
 
-    echo(f"[6/6] rule retrieval (RuleBench ULogic, {RULES_SAMPLE}-query sample): vanilla, SIAR, SIAR + R3 with SmolLM2")
+    echo(f"[6/7] rule retrieval (RuleBench ULogic, {RULES_SAMPLE}-query sample): vanilla, SIAR, SIAR + R3 with SmolLM2")
     missing = [f for f in ("rules.json", "test_data.json") if rulebench and not (Path(rulebench) / f).is_file()]
     if not rulebench or missing:
         why = f"{ENV} is not set" if not rulebench else f"{ENV}={rulebench} holds no {' or '.join(missing)}"
@@ -100,9 +105,22 @@ def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig,
     return res["report"].read_text(encoding="utf-8")
 
 
-def _link_reports(out: Path, rules: str) -> None:
-    """One entry page: the retrieval report, the ITLR tables, the LLM path, rule retrieval."""
+def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
+    """The LAG section: the oracle table on every MuSiQue question, RAG vs LAG with SmolLM2 on a sample."""
+    from jobs.lag_bench import run_lag_bench
+    from jobs.llm_demo import local_llm
+
+    echo(f"[7/7] LAG on MuSiQue (bundled): gold-chain oracle (100 questions, no LLM), then RAG vs LAG with SmolLM2 ({LAG_SAMPLE} questions)")
+    res = run_lag_bench("musique", out, embed, ray, local_llm(), sample=LAG_SAMPLE, echo=echo)
+    table = res["table"]
+    for rid in table.index:
+        echo(f"      {rid:18s} Acc {100 * table.loc[rid, 'Acc']:.1f}  EM {100 * table.loc[rid, 'EM']:.1f}  chain recall {table.loc[rid, 'R@100']:.4f}")
+    return res
+
+
+def _link_reports(out: Path, rules: str, lag: str) -> None:
+    """One entry page: the retrieval report, the ITLR tables, the LLM path, rule retrieval, LAG."""
     retrieval = (out / "evaluate" / "report.md").read_text(encoding="utf-8").replace("](plots/", "](evaluate/plots/")
     itlr = (out / "itlr" / "itlr_report.md").read_text(encoding="utf-8").replace("# ITLR", "## ITLR", 1)
     llm = (out / "llm" / "llm_report.md").read_text(encoding="utf-8")
-    write_text_atomic(retrieval + "\n" + itlr + "\n" + llm + "\n" + rules, out / "report.md")
+    write_text_atomic(retrieval + "\n" + itlr + "\n" + llm + "\n" + rules + "\n" + lag, out / "report.md")

@@ -23,7 +23,8 @@ from jobs.evaluate import run_evaluate
 from jobs.index import run_index
 from jobs.retrieve import run_retrieve
 from jobs.rundir import write_text_atomic
-from pipelines.datasets.rulebench import RuleBenchError, to_beir
+from pipelines.datasets.rulebench import to_beir
+from pipelines.errors import UserError
 from pipelines.evaluate.report import summary_frame
 from pipelines.pipeline import parse_stages
 from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig
@@ -51,7 +52,7 @@ def run_rules_bench(src: str | Path, out: str | Path, embed: EmbedConfig, ray: R
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     counts = to_beir(src, out / "beir")
-    queries, qrels = _sample(out / "beir", sample, seed)
+    queries, qrels = sample_queries(out / "beir", sample, seed, job="bench-rules")
     n_queries = len(queries.read_text(encoding="utf-8").splitlines())
     echo(f"      {counts['rules']} rules, {n_queries} of {counts['queries']} queries" + (f" (sample, seed {seed})" if sample else ""))
     db = str(out / "lancedb")
@@ -101,15 +102,16 @@ def _cfg(queries: Path, db: str, embed, ray, llm, pipelines: dict) -> RetrieveCo
                           pipelines={name: parse_stages(stages) for name, stages in pipelines.items()})
 
 
-def _sample(beir: Path, n: int | None, seed: int) -> tuple[Path, Path]:
-    """The queries and qrels to run: all of them, or ``n`` drawn with ``seed`` (both files cut
-    to the same queries: evaluation averages over the qrels' queries)."""
+def sample_queries(beir: Path, n: int | None, seed: int, job: str) -> tuple[Path, Path]:
+    """The queries and qrels of a BEIR directory to run: all of them, or ``n`` drawn with
+    ``seed`` (both files cut to the same queries, in ``<beir>/../sample/``: evaluation
+    averages over the qrels' queries)."""
     queries, qrels = beir / "queries.jsonl", beir / "qrels" / "test.tsv"
     if n is None:
         return queries, qrels
     lines = queries.read_text(encoding="utf-8").splitlines()
     if not 1 <= n <= len(lines):
-        raise RuleBenchError(f"bench-rules: --sample {n}: must be between 1 and {len(lines)}")
+        raise UserError(f"{job}: --sample {n}: must be between 1 and {len(lines)}")
     picked = sorted(random.Random(seed).sample(range(len(lines)), n))
     keep = {json.loads(lines[i])["_id"] for i in picked}
     out_q, out_r = beir.parent / "sample" / "queries.jsonl", beir.parent / "sample" / "qrels.tsv"

@@ -52,14 +52,15 @@ def resolve_model(name: str) -> str:
 
 
 def model_id(config: EmbedConfig) -> str:
-    """What identifies the vector space: the model and its token window (not the backend,
-    whose vectors agree to float precision)."""
-    return config.model if config.max_seq_length is None else f"{config.model}@seq{config.max_seq_length}"
+    """What identifies the vector space: the model, its token window and how a document's
+    title joins its text (not the backend, whose vectors agree to float precision)."""
+    out = config.model if config.max_seq_length is None else f"{config.model}@seq{config.max_seq_length}"
+    return out if config.title_sep == " " else f"{out}@title_sep{config.title_sep!r}"
 
 
-def document_text(title: str | None, text: str) -> str:
-    """The text embedded for a document: title and body (the BEIR/MTEB convention)."""
-    return f"{title} {text}".strip() if title else text
+def document_text(title: str | None, text: str, sep: str = " ") -> str:
+    """The text embedded for a document: title, ``sep``, body (the BEIR/MTEB convention: a space)."""
+    return f"{title}{sep}{text}".strip() if title else text
 
 
 class Embedder:

@@ -75,7 +75,7 @@ class EmbedStage:
             idx = np.flatnonzero(todo)
             titles = batch.column("title").take(idx).to_pylist()
             texts = batch.column("text").take(idx).to_pylist()
-            vecs = self.embedder.encode([document_text(t, x) for t, x in zip(titles, texts, strict=True)])
+            vecs = self.embedder.encode([document_text(t, x, self.embedder.config.title_sep) for t, x in zip(titles, texts, strict=True)])
             counts[idx] = vecs.shape[1]
             values = vecs.reshape(-1)
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)

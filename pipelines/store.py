@@ -115,6 +115,8 @@ class DocStore:
 
     def rows_for(self, doc_ids: Sequence[str], columns: Sequence[str]) -> pa.Table:
         """The given columns of the given documents (a pyarrow expression filter, not a SQL string)."""
+        if len(doc_ids) == 0:
+            return self.table.schema.empty_table().select(list(dict.fromkeys(["doc_id", *columns])))
         return self.table.to_lance().to_table(columns=list(dict.fromkeys(["doc_id", *columns])), filter=pc.field("doc_id").isin(list(doc_ids)))
 
     def vectors_for(self, doc_ids: Sequence[str]) -> dict[str, np.ndarray]:

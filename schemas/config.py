@@ -75,6 +75,9 @@ class EmbedConfig(_Config):
     backend: Literal["torch", "openvino"] = "torch"
     batch_size: int = Field(64, ge=1, description="Texts per forward pass.")
     max_seq_length: int | None = Field(None, ge=8, description="Token window; None keeps the model's own.")
+    title_sep: str = Field(
+        " ", max_length=8, description="Joins a document's title and text when embedding (BEIR/MTEB: a space); part of the table's model id, so a table never mixes two."
+    )
     device: str = "cpu"
     threads: int | None = Field(
         None, ge=1, description="Torch threads per encoder; None uses every core of the node (Ray pins actors to 1)."
@@ -219,11 +222,26 @@ class RetrieveConfig(_Config):
 
 
 class EvaluateConfig(_Config):
-    qrels: str
-    runs: tuple[str, ...] = Field(min_length=1)
+    qrels: str | None = Field(None, description="Qrels of the runs (BEIR TSV or dir, TREC qrels); needed when runs are given.")
+    runs: tuple[str, ...] = ()
     measures: tuple[str, ...] = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
+    answers: tuple[str, ...] = Field((), description="Answer tables (Parquet with query_id, answer, e.g. answers/<run_id>.parquet) or JSONL; run id = the file's stem.")
+    gold: str | None = Field(None, description="Gold answers (answers.jsonl of `logicrank prepare-qa`, or its BEIR dir); needed with answers.")
+    qa_measures: tuple[str, ...] = ("EM", "TokenF1", "Acc")
+    judge: LLMConfig | None = Field(None, description="The LLM of the Judge QA measure (None: Judge is not available).")
+    ray: RayConfig = Field(RayConfig(), description="Where the Judge's LLM pool runs (unused otherwise).")
     baseline: str | None = Field(None, description="run_id to test the others against; default the first.")
     test: Literal["t-test", "randomisation"] = "t-test"
     correction: Literal["holm", "bonferroni", "bh"] = "holm"
     alpha: float = Field(0.05, gt=0, lt=1)
     dedupe: bool = Field(False, description="Keep each repeated (query, doc) pair's best-ranked row instead of refusing the run.")
+
+    @model_validator(mode="after")
+    def _something_to_evaluate(self):
+        if not self.runs and not self.answers:
+            raise ValueError("give runs (with qrels) or answers (with gold) to evaluate")
+        if self.runs and not self.qrels:
+            raise ValueError("runs need qrels")
+        if self.answers and not self.gold:
+            raise ValueError("answers need gold (the answers.jsonl of `logicrank prepare-qa`)")
+        return self

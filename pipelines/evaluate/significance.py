@@ -79,7 +79,7 @@ def compare(
     for measure, block in df.groupby("measure", sort=False):
         wide = block.pivot(index="query_id", columns="run_id", values="value")
         others = [r for r in runs if r != baseline and r in wide.columns]
-        if not others:
+        if not others or baseline not in wide.columns:  # (a measure the baseline lacks: QA measures of answers-only runs)
             continue
         base = wide[baseline].to_numpy()
         pvals = [paired_p_value(base, wide[r].to_numpy(), test) for r in others]

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from jobs.main_job import _rules
-from jobs.rules_bench import _sample
-from pipelines.datasets.rulebench import RuleBenchError
+from jobs.rules_bench import sample_queries
+from pipelines.errors import UserError
 
 
 def _beir(root, n=10):
@@ -20,18 +20,18 @@ def _beir(root, n=10):
 
 def test_a_sample_cuts_queries_and_qrels_to_the_same_queries(tmp_path):
     beir = _beir(tmp_path / "beir")
-    queries, qrels = _sample(beir, 4, seed=0)
+    queries, qrels = sample_queries(beir, 4, seed=0, job="bench-rules")
     ids = [json.loads(line)["_id"] for line in queries.read_text().splitlines()]
     assert len(ids) == 4 == len(set(ids))
     kept = {line.split("\t")[0] for line in qrels.read_text().splitlines()[1:]}
     assert kept == set(ids)
     first = queries.read_text()
-    assert _sample(beir, 4, seed=0) == (queries, qrels) and queries.read_text() == first  # seeded: the same sample
-    _sample(beir, 4, seed=5)
+    assert sample_queries(beir, 4, seed=0, job="bench-rules") == (queries, qrels) and queries.read_text() == first  # seeded: the same sample
+    sample_queries(beir, 4, seed=5, job="bench-rules")
     assert queries.read_text() != first  # another seed, another sample (4 of 10: 210 possible)
-    assert _sample(beir, None, seed=0) == (beir / "queries.jsonl", beir / "qrels" / "test.tsv")
-    with pytest.raises(RuleBenchError, match="--sample 11: must be between 1 and 10"):
-        _sample(beir, 11, seed=0)
+    assert sample_queries(beir, None, seed=0, job="bench-rules") == (beir / "queries.jsonl", beir / "qrels" / "test.tsv")
+    with pytest.raises(UserError, match="--sample 11: must be between 1 and 10"):
+        sample_queries(beir, 11, seed=0, job="bench-rules")
 
 
 @pytest.mark.parametrize("given", [None, "missing-dir"])

@@ -1,0 +1,224 @@
+"""Question-answering measures, named by strings like the retrieval measures (``EM``,
+``TokenF1``, ``Acc``, ``Judge``; case-insensitive, no cutoff).
+
+- ``EM``: exact match after SQuAD's answer normalisation (lower case, no punctuation, no
+  articles a/an/the, single spaces), best over the gold answer and its aliases;
+- ``TokenF1``: SQuAD's token F1 on the normalised texts, best over the gold answers;
+- ``Acc``: contain-match accuracy (LAG's and many RAG papers' "accuracy"): 1 when a
+  normalised gold answer or alias is a substring of the normalised prediction;
+- ``Judge``: an LLM judge: one True/False truth prompt per question (``qa_judge`` template)
+  through the job's LLM pool; 1 when P(True) > 0.5. Needs an LLM (``logicrank evaluate
+  --judge-llm``).
+
+The rows are the retrieval metrics' (METRICS: run_id, query_id, measure, value, plus the
+mean as query ``all``), so significance tests and reports apply unchanged. Every gold
+question is evaluated: a question without a prediction (or with a blank one) scores 0, as a
+query without results does in retrieval; predictions for questions the gold lacks are not
+evaluated (counted).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.errors import UserError
+from schemas.tables import METRICS
+
+AGGREGATE_QUERY_ID = "all"
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+class QAError(UserError, ValueError):
+    """An unknown QA measure, or an answers or gold file that cannot be read."""
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's answer normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in str(text).lower() if ch not in _PUNCT)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, gold: Sequence[str]) -> float:
+    p = normalize_answer(prediction)
+    return float(any(p == normalize_answer(g) for g in gold))
+
+
+def token_f1(prediction: str, gold: Sequence[str]) -> float:
+    """SQuAD's token F1 (multiset overlap of normalised tokens), best over the gold answers."""
+    p = normalize_answer(prediction).split()
+    best = 0.0
+    for g in gold:
+        t = normalize_answer(g).split()
+        common = sum((Counter(p) & Counter(t)).values())
+        if common:
+            precision, recall = common / len(p), common / len(t)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def contain_match(prediction: str, gold: Sequence[str]) -> float:
+    """1 when a normalised gold answer (non-empty) occurs in the normalised prediction."""
+    p = normalize_answer(prediction)
+    return float(any((g := normalize_answer(a)) and g in p for a in gold))
+
+
+@dataclass(frozen=True)
+class _Spec:
+    kernel: Callable[[str, Sequence[str]], float] | None  # None: the judge (needs the LLM)
+    doc: str
+
+
+REGISTRY: dict[str, _Spec] = {
+    "EM": _Spec(exact_match, "exact match after SQuAD normalisation, best over the gold answer and aliases"),
+    "TokenF1": _Spec(token_f1, "SQuAD token F1, best over the gold answer and aliases"),
+    "Acc": _Spec(contain_match, "contain-match accuracy: a gold answer or alias is a substring of the normalised prediction"),
+    "Judge": _Spec(None, "LLM judge: P(True) > 0.5 on a True/False prompt (needs an LLM)"),
+}
+_BY_LOWER = {k.lower(): k for k in REGISTRY}
+
+
+def parse_qa_measures(texts: Iterable[str]) -> list[str]:
+    """Canonical names, repeats dropped; all bad names reported at once."""
+    out, bad = [], []
+    for t in texts:
+        name = _BY_LOWER.get(str(t).strip().lower())
+        if name is None:
+            bad.append(repr(t))
+        elif name not in out:
+            out.append(name)
+    if bad:
+        raise QAError(f"unknown QA measure(s) {', '.join(bad)}; valid: {', '.join(REGISTRY)}.")
+    return out
+
+
+# ------------------------------------------------------------------------------ files
+@dataclass(frozen=True)
+class Gold:
+    question: str | None
+    answers: tuple[str, ...]
+
+
+def read_gold(path: str | Path) -> dict[str, Gold]:
+    """query_id -> gold answers from an answers file (JSONL: query_id, answers [answer,
+    *aliases], optional question), as ``logicrank prepare-qa`` writes it; a BEIR directory
+    means its answers.jsonl."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "answers.jsonl"
+    if not path.is_file():
+        raise QAError(f"gold answers: no file at {str(path)!r}; give the answers.jsonl that `logicrank prepare-qa` writes.")
+    out = {}
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                qid, answers = str(obj["query_id"]), obj["answers"]
+                if isinstance(answers, str):
+                    answers = [answers]
+                if not answers or not all(isinstance(a, str) for a in answers):
+                    raise TypeError("answers must be a non-empty list of strings")
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise QAError(f"gold answers {path}: line {n} is not a JSON object with query_id and answers ({exc}).") from None
+            if qid in out:
+                raise QAError(f"gold answers {path}: query {qid!r} appears twice.")
+            out[qid] = Gold(obj.get("question"), tuple(answers))
+    if not out:
+        raise QAError(f"gold answers {path}: no answers (the file is empty).")
+    return out
+
+
+def read_predictions(path: str | Path) -> dict[str, str]:
+    """query_id -> predicted answer from an answers table (Parquet with query_id and answer,
+    as the lag stage writes it) or JSONL lines {"query_id", "answer"}. A repeated query is refused."""
+    path = Path(path)
+    if not path.is_file():
+        raise QAError(f"answers: no file at {str(path)!r}; give an answers table (answers/<run_id>.parquet) or JSONL.")
+    if path.suffix in (".parquet", ".pq"):
+        try:
+            t = pq.read_table(path, columns=["query_id", "answer"])
+        except (pa.ArrowInvalid, KeyError, OSError) as exc:
+            raise QAError(f"answers {path}: not a Parquet table with query_id and answer ({str(exc).splitlines()[0]}).") from None
+        pairs = list(zip(t.column("query_id").to_pylist(), t.column("answer").to_pylist(), strict=True))
+    else:
+        pairs = []
+        with path.open(encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        obj = json.loads(line)
+                        pairs.append((str(obj["query_id"]), obj.get("answer")))
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        raise QAError(f"answers {path}: line {n} is not a JSON object with query_id and answer.") from None
+    out: dict[str, str] = {}
+    for qid, answer in pairs:
+        if qid in out:
+            raise QAError(f"answers {path}: query {qid!r} has more than one answer; give one per question.")
+        out[qid] = answer or ""
+    return out
+
+
+# ------------------------------------------------------------------------------ evaluation
+Judge = Callable[[Sequence[str], Sequence[Sequence[str]], Sequence[str]], np.ndarray]  # (questions, gold, predictions) -> 0/1
+
+
+def evaluate_answers(predictions: dict[str, str], gold: dict[str, Gold], measures: Sequence[str], run_id: str, judge: Judge | None = None) -> pa.Table:
+    """Per-question values of every QA measure plus the mean as query ``all`` (METRICS rows)."""
+    names = parse_qa_measures(measures)
+    if "Judge" in names and judge is None:
+        raise QAError("the Judge measure needs an LLM; give one (logicrank evaluate --judge-llm MODEL) or drop Judge.")
+    ids = sorted(gold)
+    preds = [predictions.get(q, "") for q in ids]
+    frames = []
+    for name in names:
+        if name == "Judge":
+            questions = [gold[q].question or "" for q in ids]
+            values = np.asarray(judge(questions, [gold[q].answers for q in ids], preds), dtype=np.float64)
+        else:
+            kernel = REGISTRY[name].kernel
+            values = np.array([kernel(p, gold[q].answers) if p.strip() else 0.0 for q, p in zip(ids, preds, strict=True)], dtype=np.float64)
+        frames.append(pd.DataFrame({"query_id": ids, "measure": name, "value": values}))
+        frames.append(pd.DataFrame({"query_id": [AGGREGATE_QUERY_ID], "measure": [name], "value": [float(values.mean()) if len(values) else 0.0]}))
+    df = pd.concat(frames, ignore_index=True)
+    df.insert(0, "run_id", run_id)
+    return pa.Table.from_pandas(df, schema=METRICS, preserve_index=False)
+
+
+def coverage(predictions: dict[str, str], gold: dict[str, Gold]) -> tuple[int, int]:
+    """(gold questions without a prediction: they score 0, predictions for questions the gold lacks: not evaluated)."""
+    return len(gold.keys() - predictions.keys()), len(predictions.keys() - gold.keys())
+
+
+JUDGE_TEMPLATE = "qa_judge"
+
+
+def llm_judge(llm) -> Judge:
+    """The ``Judge`` measure on an LLM service (``.truth``): 1 when P(True) > 0.5 that the
+    prediction answers the question as the gold answer does; a blank prediction is 0 without a prompt."""
+    from pipelines.llm import prompts
+
+    template = prompts.load(JUDGE_TEMPLATE)
+
+    def judge(questions, golds, predictions):
+        asked = [i for i, p in enumerate(predictions) if p.strip()]
+        values = [{"question": " ".join(questions[i].split()), "gold": " / ".join(golds[i]), "prediction": " ".join(predictions[i].split())} for i in asked]
+        out = np.zeros(len(predictions))
+        for i, t in zip(asked, llm.truth(template, values, label="judge") if values else [], strict=True):
+            if isinstance(t, Exception):
+                raise QAError(f"the LLM judge failed on question {i}: {type(t).__name__}: {t}")
+            out[i] = float(t.p_true > 0.5)
+        return out
+
+    return judge

@@ -1,0 +1,349 @@
+"""LAG: logic-augmented generation (Xiao et al., PolyU, 2025; docs/lag.md).
+
+A complex question is answered in four parts, for all questions of a batch at once:
+
+1. **Decompose** (:func:`plan`): the LLM writes the question's atomic sub-questions in
+   dependency order as a JSON list (decoded under a JSON schema); a later sub-question
+   refers to an earlier one's answer as ``#k`` (1-based, MuSiQue's convention). A malformed
+   or cut output falls back to the question itself as the one step (counted). The plan can
+   also be the gold decomposition (oracle) or the question alone (standard RAG).
+2. **Solve in order** (:func:`solve`): in each round every active chain takes its next
+   sub-question; step 1 retrieves with the sub-question, step i+1 with
+   ``"A_i: <answer i>, Q_{i+1}: <sub-question i+1, placeholders filled>"`` (or, the paper's
+   ablation, the sub-question with its placeholders left in); top k (5) by the shared
+   encoder; the LLM answers from those passages in a few words or writes ``unknown``. One
+   batched retrieval and one batched LLM call per round, whatever the number of questions.
+3. **Terminate** (the logical terminator, each rule configurable, the one that fired
+   recorded): ``no_support`` (every top-k passage has cosine below ``min_support`` (0.3) to
+   the filled sub-question), ``unanswerable`` (the LLM cannot answer a sub-question whose
+   dependencies are all solved; one whose dependencies are not yet solved is deferred once),
+   ``redundant`` (more than ``redundant_share`` of the new passages have cosine above
+   ``redundancy`` (0.9) to a passage already in the context; a retried deferred
+   sub-question is exempt), ``budget`` (``t_max`` steps
+   taken with sub-questions left). A chain that solves its plan stops as ``done``.
+4. **Synthesise** (:func:`synthesise`): the LLM answers the question from the solved
+   sub-answers and the chain's passages; a chain with unsolved parts also gets the whole
+   question's own top k (retrieval-grounded fallback).
+
+The chain's passages, in the order they entered its context, are its run (score 1/rank),
+so retrieval measures (supporting-paragraph recall) apply to it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from pipelines.evaluate.qa import normalize_answer
+from pipelines.llm import prompts
+from pipelines.llm.engine import Constraint
+from schemas.tables import LAG_ANSWERS, LAG_STEPS, RUN
+
+DECOMPOSE_TEMPLATE = "lag_decompose"
+ANSWER_TEMPLATE = "lag_answer"
+SYNTHESIS_TEMPLATE = "lag_synthesize"
+PLACEHOLDER = re.compile(r"#(\d+)")
+UNKNOWN = "unknown"
+STOP_REASONS = ("done", "no_support", "unanswerable", "redundant", "budget", "error")
+PLANS = ("llm", "gold", "question")
+
+
+# ------------------------------------------------------------------------------ placeholders
+def fill(question: str, answers: dict[int, str]) -> str:
+    """``#k`` replaced by answer k where it is known; an unknown one is left as it is."""
+    return PLACEHOLDER.sub(lambda m: answers.get(int(m.group(1)), m.group(0)), question)
+
+
+def depends_on(question: str) -> set[int]:
+    """The (1-based) sub-questions whose answers ``question`` refers to."""
+    return {int(m) for m in PLACEHOLDER.findall(question)}
+
+
+def retrieval_text(sub_question: str, answers: dict[int, str], previous: int | None, with_answer: bool) -> str:
+    """What a step retrieves with. ``with_answer`` (LAG): the sub-question with its
+    placeholders filled, after ``"A_i: <answer i>, "`` of the previously solved step
+    (``previous``, 1-based) when there is one; otherwise (the ablation) the sub-question
+    as written, placeholders left in."""
+    if not with_answer:
+        return sub_question
+    filled = fill(sub_question, answers)
+    if previous is None:
+        return filled
+    return f"A_{previous}: {answers[previous]}, Q_{previous + 1}: {filled}"
+
+
+# ------------------------------------------------------------------------------ settings
+@dataclass(frozen=True)
+class LagSettings:
+    k: int = 5
+    t_max: int | None = 3
+    plan: str = "llm"  # llm | gold | question
+    answers: str = "llm"  # llm | gold (oracle sub-answers)
+    with_answer: bool = True  # the retrieval text carries the previous answer (False: the ablation)
+    order: str = "given"  # given | random (the ablation)
+    seed: int = 0
+    min_support: float | None = 0.3
+    redundancy: float | None = 0.9
+    redundant_share: float = 0.5
+    stop_unanswerable: bool = True
+    max_sub_questions: int = 4
+    decompose_tokens: int = 160
+    answer_words: int = 12
+    answer_tokens: int = 32
+    synthesis: bool = True
+    synthesis_passages: int = 10
+    temperature: float = 0.0
+
+
+def answer_regex(words: int) -> str:
+    """A short answer on one line: 1 to ``words`` words (bounded in words, as xgrammar
+    compiles word repetitions quickly; see rules.rule_regex)."""
+    return rf"[^\s]+(?: [^\s]+){{0,{words - 1}}}"
+
+
+def decompose_schema(max_items: int) -> dict:
+    return {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": max_items}
+
+
+# ------------------------------------------------------------------------------ chains
+@dataclass
+class Chain:
+    """One question's progress through the rounds."""
+
+    query_id: str
+    question: str
+    subs: list[str]  # the plan; sub-question j (1-based) is subs[j - 1]
+    gold: list[str] | None = None  # gold sub-answers (oracle)
+    plan_status: str = "ok"  # ok | fallback | error | gold | question
+    pending: deque = field(default_factory=deque)  # 1-based indices, in solving order
+    deferred: set = field(default_factory=set)
+    answers: dict = field(default_factory=dict)  # 1-based index -> answer
+    last_solved: int | None = None
+    context: list = field(default_factory=list)  # doc ids, in the order they came in
+    vectors: dict = field(default_factory=dict)  # doc id -> vector
+    steps: list = field(default_factory=list)
+    stop: str | None = None
+    answer: str | None = None
+    synthesis_status: str | None = None
+
+
+@dataclass(frozen=True)
+class Hit:
+    doc_id: str
+    score: float
+    vector: np.ndarray
+
+
+class Retriever:
+    """What the chain needs from the index: the encoder and a batched top-k search."""
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:  # (n, dim), unit length
+        raise NotImplementedError
+
+    def search(self, vectors: np.ndarray, k: int) -> list[list[Hit]]:  # best first, per row
+        raise NotImplementedError
+
+
+def parse_plan(text: str, max_items: int) -> tuple[list[str] | None, str | None]:
+    """(sub-questions, None) for a JSON list of 1..max_items non-blank strings; (None, why) otherwise."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON ({exc.msg}): {text[:80]!r}"
+    if not isinstance(value, list) or not value or not all(isinstance(s, str) and s.strip() for s in value):
+        return None, f"not a list of sub-questions: {text[:80]!r}"
+    if len(value) > max_items:
+        return None, f"{len(value)} sub-questions (at most {max_items})"
+    return [" ".join(s.split()) for s in value], None
+
+
+def plan(llm, query_ids: Sequence[str], questions: Sequence[str], s: LagSettings, gold: dict[str, list[dict]] | None = None) -> list[Chain]:
+    """One chain per question, in order, with its plan (never dropped: a failed
+    decomposition falls back to the question as its one step)."""
+    chains = []
+    if s.plan == "llm":
+        template = prompts.load(DECOMPOSE_TEMPLATE)
+        gens = llm.generate(template, [{"question": " ".join(q.split())} for q in questions], Constraint("json", decompose_schema(s.max_sub_questions)),
+                            s.decompose_tokens, s.temperature, None, label="lag:decompose")
+        for qid, q, gen in zip(query_ids, questions, gens, strict=True):
+            if isinstance(gen, Exception):
+                chains.append(Chain(qid, q, [q], plan_status="error"))
+                continue
+            subs, _why = parse_plan(gen.text, s.max_sub_questions)
+            chains.append(Chain(qid, q, subs, plan_status="ok") if subs else Chain(qid, q, [q], plan_status="fallback"))
+    elif s.plan == "gold":
+        missing = [q for q in query_ids if not (gold or {}).get(q)]
+        if missing:
+            raise ValueError(f"lag: no gold decomposition for {len(missing)} question(s) (e.g. {missing[:3]}); the answers file must hold one for each.")
+        for qid, q in zip(query_ids, questions, strict=True):
+            steps = gold[qid]
+            chains.append(Chain(qid, q, [st["question"] for st in steps], gold=[st["answer"] for st in steps], plan_status="gold"))
+    elif s.plan == "question":
+        chains = [Chain(qid, q, [q], plan_status="question") for qid, q in zip(query_ids, questions, strict=True)]
+    else:
+        raise ValueError(f"plan must be one of {PLANS}, not {s.plan!r}")
+    for c in chains:
+        order = list(range(1, len(c.subs) + 1))
+        if s.order == "random":  # seeded per question: the same question gets the same order in every run
+            random.Random(f"{s.seed}:{c.query_id}").shuffle(order)
+        c.pending = deque(order)
+    return chains
+
+
+def _cos_max(new: np.ndarray, old: np.ndarray) -> np.ndarray:
+    """For each row of ``new``, its largest cosine to a row of ``old`` (unit vectors)."""
+    if len(old) == 0:
+        return np.full(len(new), -1.0)
+    return (new @ old.T).max(axis=1)
+
+
+def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callable[[list[str]], dict[str, str]], s: LagSettings,
+          echo: Callable[[str], None] | None = None) -> None:
+    """Run the rounds until every chain has stopped; each round one batched encode, one
+    batched search and (``answers="llm"``) one batched LLM call."""
+    template = prompts.load(ANSWER_TEMPLATE)
+    constraint = Constraint("regex", answer_regex(s.answer_words))
+    rounds = 0
+    while True:
+        active = []
+        for c in chains:
+            if c.stop is not None:
+                continue
+            if not c.pending:
+                c.stop = "done"
+            elif s.t_max is not None and len(c.steps) >= s.t_max:
+                c.stop = "budget"
+            else:
+                active.append(c)
+        if not active:
+            return
+        rounds += 1
+        picks = [c.pending.popleft() for c in active]
+        texts = [retrieval_text(c.subs[j - 1], c.answers, c.last_solved, s.with_answer) for c, j in zip(active, picks, strict=True)]
+        filled = [fill(c.subs[j - 1], c.answers) for c, j in zip(active, picks, strict=True)]
+        vectors = retriever.encode(texts + filled)  # one batch: retrieval texts, then the sub-questions for the support test
+        hits = retriever.search(vectors[: len(texts)], s.k)
+        sub_vectors = vectors[len(texts):]
+        asking = []
+        for n, (c, j) in enumerate(zip(active, picks, strict=True)):
+            found = hits[n]
+            hv = np.stack([h.vector for h in found]) if found else np.zeros((0, vectors.shape[1]), np.float32)
+            support = float((hv @ sub_vectors[n]).max()) if len(found) else -1.0
+            near = _cos_max(hv, np.stack([c.vectors[d] for d in c.context])) if c.context else np.full(len(found), -1.0)
+            redundant_share = float((near > s.redundancy).mean()) if (s.redundancy is not None and len(found)) else 0.0
+            step = {"query_id": c.query_id, "step": len(c.steps) + 1, "sub_index": j, "sub_question": filled[n], "retrieval_text": texts[n],
+                    "doc_ids": [h.doc_id for h in found], "scores": [float(h.score) for h in found], "support": support,
+                    "redundant_share": redundant_share, "sub_answer": None, "status": None}
+            c.steps.append(step)
+            if s.min_support is not None and support < s.min_support:
+                step["status"], c.stop = "no_support", "no_support"
+            elif s.redundancy is not None and c.context and redundant_share > s.redundant_share and j not in c.deferred:
+                # (a retried sub-question is exempt: its placeholders are filled now, and its first look put its passages in the context)
+                step["status"], c.stop = "redundant", "redundant"
+            else:
+                for h in found:
+                    if h.doc_id not in c.vectors:
+                        c.context.append(h.doc_id)
+                        c.vectors[h.doc_id] = h.vector
+                asking.append((c, j, step))
+        if s.answers == "gold":
+            replies = [chain.gold[j - 1] for chain, j, _ in asking]
+        elif not asking:
+            replies = []
+        else:
+            texts_of = passage_texts(sorted({d for _, _, st in asking for d in st["doc_ids"]}))
+            values = [{"passages": _numbered([texts_of[d] for d in st["doc_ids"]]), "question": st["sub_question"]} for _, _, st in asking]
+            replies = llm.generate(template, values, constraint, s.answer_tokens, s.temperature, None, label=f"lag:round {rounds}")
+        for (c, j, step), reply in zip(asking, replies, strict=True):
+            if isinstance(reply, Exception):
+                step["status"], c.stop = "error", "error"
+                step["error"] = f"engine: {type(reply).__name__}: {reply}"
+                continue
+            answer = reply if isinstance(reply, str) else reply.text.strip()
+            if answer and normalize_answer(answer) != UNKNOWN:
+                step["status"], step["sub_answer"] = "answered", answer
+                c.answers[j] = answer
+                c.last_solved = j
+            elif not depends_on(c.subs[j - 1]) <= c.answers.keys() and j not in c.deferred:
+                step["status"] = "deferred"  # it may become answerable once what it refers to is solved
+                c.deferred.add(j)
+                c.pending.append(j)
+            elif s.stop_unanswerable:
+                step["status"], c.stop = "unanswerable", "unanswerable"
+            else:
+                step["status"] = "unanswerable"  # recorded; the chain goes on to its next sub-question
+        if echo:
+            echo(f"lag: round {rounds}: {len(active)} chains stepped, {sum(c.stop is None for c in chains)} still active")
+
+
+def _numbered(texts: Sequence[str]) -> str:
+    return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts, 1))
+
+
+def synthesise(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callable[[list[str]], dict[str, str]], s: LagSettings) -> None:
+    """Each chain's final answer. Without synthesis, the last solved sub-answer (``unknown``
+    when none). With it, one batched LLM call: the question, each sub-question with its
+    answer or "(unsolved)", and the chain's passages; a chain with an unsolved part first
+    gets the whole question's top k added (one batched search)."""
+    partial = [c for c in chains if len(c.answers) < len(c.subs)]
+    if s.synthesis and partial:
+        hits = retriever.search(retriever.encode([c.question for c in partial]), s.k)
+        for c, found in zip(partial, hits, strict=True):
+            for h in found:
+                if h.doc_id not in c.vectors:
+                    c.context.append(h.doc_id)
+                    c.vectors[h.doc_id] = h.vector
+    if not s.synthesis:
+        for c in chains:
+            c.answer = c.answers[c.last_solved] if c.last_solved is not None else UNKNOWN
+            c.synthesis_status = "last_sub_answer" if c.last_solved is not None else "unsolved"
+        return
+    template = prompts.load(SYNTHESIS_TEMPLATE)
+    texts_of = passage_texts(sorted({d for c in chains for d in c.context[: s.synthesis_passages]}))
+    values = []
+    for c in chains:
+        solved = "\n".join(f"Q{j}: {fill(q, c.answers)} A{j}: {c.answers.get(j, '(unsolved)')}" for j, q in enumerate(c.subs, 1))
+        values.append({"question": " ".join(c.question.split()), "sub_answers": solved,
+                       "passages": _numbered([texts_of[d] for d in c.context[: s.synthesis_passages]]) or "(none)"})
+    gens = llm.generate(template, values, Constraint("regex", answer_regex(s.answer_words)), s.answer_tokens, s.temperature, None, label="lag:synthesis")
+    for c, gen in zip(chains, gens, strict=True):
+        if isinstance(gen, Exception):
+            c.answer, c.synthesis_status = "", f"error: engine: {type(gen).__name__}: {gen}"
+        else:
+            c.answer, c.synthesis_status = gen.text.strip(), "ok"
+
+
+# ------------------------------------------------------------------------------ outputs
+def tables(chains: list[Chain], model: str | None, run_id: str) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(answers, steps, run): one answer row per chain, one step row per step taken, the
+    chain's passages ranked in the order they came in."""
+    shas = {name: prompts.load(t).sha for name, t in (("decompose", DECOMPOSE_TEMPLATE), ("answer", ANSWER_TEMPLATE), ("synthesis", SYNTHESIS_TEMPLATE))}
+    answers = pa.Table.from_pylist([{
+        "query_id": c.query_id, "answer": c.answer, "steps": len(c.steps), "stop_reason": c.stop, "plan_status": c.plan_status,
+        "sub_questions": c.subs, "solved": len(c.answers), "synthesis_status": c.synthesis_status, "model": model,
+        "prompt_shas": json.dumps(shas, sort_keys=True),
+    } for c in chains], schema=LAG_ANSWERS)
+    steps = pa.Table.from_pylist([{**st, "error": st.get("error")} for c in chains for st in c.steps], schema=LAG_STEPS)
+    rows = [{"query_id": c.query_id, "doc_id": d, "rank": r, "score": 1.0 / r, "method": "lag", "run_id": run_id}
+            for c in chains for r, d in enumerate(c.context, 1)]
+    return answers, steps, pa.Table.from_pylist(rows, schema=RUN)
+
+
+def counts(chains: list[Chain]) -> dict:
+    """The manifest's counts: stop reasons, plan statuses, steps per question."""
+    steps = [len(c.steps) for c in chains]
+    return {
+        "questions": len(chains),
+        "stop_reasons": dict(Counter(c.stop for c in chains)),
+        "plan_status": dict(Counter(c.plan_status for c in chains)),
+        "step_status": dict(Counter(st["status"] for c in chains for st in c.steps)),
+        "steps_mean": float(np.mean(steps)) if steps else 0.0,
+        "steps_max": max(steps, default=0),
+    }

@@ -1,0 +1,98 @@
+"""QA measures: SQuAD normalisation, EM, token F1, contain-match, the files they read, and
+the rows they write (every gold question scored; a missing answer scores 0)."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.evaluate import qa
+
+
+@pytest.mark.parametrize(("text", "norm"), [
+    ("The Eiffel Tower!", "eiffel tower"),
+    ("  an   apple, a day ", "apple day"),
+    ("G. Stanley Hall", "g stanley hall"),
+    ("Theatre", "theatre"),  # "the" only as a word
+])
+def test_normalize_answer_is_squads(text, norm):
+    assert qa.normalize_answer(text) == norm
+
+
+def test_exact_match_token_f1_and_contain_match():
+    gold = ["G. Stanley Hall", "Stanley Hall"]
+    assert qa.exact_match("stanley hall", gold) == 1.0 and qa.exact_match("Hall", gold) == 0.0
+    # SQuAD F1: "the first president was stanley hall" vs "stanley hall": 2 common of 5 predicted tokens (articles dropped)
+    assert qa.token_f1("the first president was Stanley Hall", gold) == pytest.approx(2 * (2 / 5) * 1.0 / (2 / 5 + 1.0))
+    assert qa.token_f1("nothing alike", gold) == 0.0
+    assert qa.contain_match("It was G. Stanley Hall, in 1892.", gold) == 1.0
+    assert qa.contain_match("Hall", gold) == 0.0
+    assert qa.contain_match("anything", ["the"]) == 0.0  # a gold answer that normalises to nothing matches nothing
+
+
+def test_parse_qa_measures_is_case_insensitive_and_reports_every_bad_name():
+    assert qa.parse_qa_measures(["em", "TOKENF1", "acc", "EM"]) == ["EM", "TokenF1", "Acc"]
+    with pytest.raises(qa.QAError, match=r"'F1@10', 'bleu'.*valid: EM, TokenF1, Acc, Judge"):
+        qa.parse_qa_measures(["EM", "F1@10", "bleu"])
+
+
+def test_every_gold_question_is_scored_and_a_missing_answer_scores_zero():
+    gold = {"q1": qa.Gold("Who?", ("Ann",)), "q2": qa.Gold("Where?", ("Paris",)), "q3": qa.Gold("When?", ("1900",))}
+    preds = {"q1": "Ann", "q2": "", "extra": "x"}  # q2 blank, q3 missing, extra not in the gold
+    t = qa.evaluate_answers(preds, gold, ["EM", "Acc"], "run")
+    df = t.to_pandas()
+    assert sorted(df[df.query_id != "all"].query_id.unique()) == ["q1", "q2", "q3"]
+    assert df[(df.query_id == "all") & (df.measure == "EM")].value.item() == pytest.approx(1 / 3)
+    assert qa.coverage(preds, gold) == (1, 1)
+
+
+def test_the_judge_needs_an_llm_and_uses_its_verdicts():
+    gold = {"q1": qa.Gold("Who?", ("Ann",)), "q2": qa.Gold("Where?", ("Paris",))}
+    with pytest.raises(qa.QAError, match="needs an LLM"):
+        qa.evaluate_answers({"q1": "Ann"}, gold, ["Judge"], "run")
+    seen = []
+
+    def judge(questions, golds, predictions):
+        seen.append((list(questions), list(predictions)))
+        return np.array([1.0, 0.0])
+
+    t = qa.evaluate_answers({"q1": "Ann", "q2": "Rome"}, gold, ["Judge"], "run", judge=judge).to_pandas()
+    assert seen == [(["Who?", "Where?"], ["Ann", "Rome"])] and t[t.query_id == "all"].value.item() == 0.5
+
+
+def test_llm_judge_asks_one_truth_prompt_per_non_blank_answer():
+    class Truths:
+        def __init__(self):
+            self.values = []
+
+        def truth(self, template, values, label=None):
+            self.values += values
+            return [type("T", (), {"p_true": 0.9 if v["prediction"] == "Ann" else 0.2})() for v in values]
+
+    llm = Truths()
+    out = qa.llm_judge(llm)(["Who?", "Where?", "When?"], [("Ann",), ("Paris",), ("1900",)], ["Ann", "Rome", " "])
+    assert list(out) == [1.0, 0.0, 0.0] and len(llm.values) == 2  # the blank answer is 0 without a prompt
+    assert llm.values[0] == {"question": "Who?", "gold": "Ann", "prediction": "Ann"}
+
+
+def test_reading_gold_and_predictions(tmp_path):
+    g = tmp_path / "answers.jsonl"
+    g.write_text(json.dumps({"query_id": "q1", "answers": ["Ann", "Anne"], "question": "Who?"}) + "\n\n"
+                 + json.dumps({"query_id": "q2", "answers": "Paris"}) + "\n")
+    gold = qa.read_gold(tmp_path)  # a directory means its answers.jsonl
+    assert gold == {"q1": qa.Gold("Who?", ("Ann", "Anne")), "q2": qa.Gold(None, ("Paris",))}
+    g.write_text(json.dumps({"query_id": "q1", "answers": []}) + "\n")
+    with pytest.raises(qa.QAError, match="line 1"):
+        qa.read_gold(g)
+    p = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"query_id": ["q1", "q2"], "answer": ["Ann", None]}), p)
+    assert qa.read_predictions(p) == {"q1": "Ann", "q2": ""}
+    pq.write_table(pa.table({"query_id": ["q1", "q1"], "answer": ["Ann", "Bob"]}), p)
+    with pytest.raises(qa.QAError, match="more than one answer"):
+        qa.read_predictions(p)
+    j = tmp_path / "a.jsonl"
+    j.write_text(json.dumps({"query_id": "q1", "answer": "Ann"}) + "\nnot json\n")
+    with pytest.raises(qa.QAError, match="line 2"):
+        qa.read_predictions(j)
