@@ -13,7 +13,16 @@ import pyarrow.parquet as pq
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic, write_text_atomic
 from pipelines.evaluate.core import EvaluationError, evaluate_run, query_coverage
 from pipelines.evaluate.measures import parse_measures
-from pipelines.evaluate.qa import QAError, coverage, evaluate_answers, llm_judge, parse_qa_measures, read_gold, read_predictions
+from pipelines.evaluate.qa import (
+    JUDGE_TEMPLATE,
+    QAError,
+    coverage,
+    evaluate_answers,
+    llm_judge,
+    parse_qa_measures,
+    read_gold,
+    read_predictions,
+)
 from pipelines.evaluate.report import coverage_notes, markdown_report, per_query_plot
 from pipelines.evaluate.significance import compare
 from pipelines.topics import DUPLICATES_REMOVED, read_qrels, read_run
@@ -44,6 +53,11 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     if cfg.answers:
         gold_file = Path(cfg.gold) / "answers.jsonl" if Path(cfg.gold).is_dir() else Path(cfg.gold)
         inputs.update(gold=file_fingerprint(gold_file) if gold_file.is_file() else None, answers=[file_fingerprint(p) for p in cfg.answers])
+        if "Judge" in qa_measures:  # an edited judge prompt or another checkpoint is a new evaluation
+            from pipelines.llm import prompts
+            from pipelines.llm.models import resolve
+
+            inputs["judge"] = {"template": prompts.load(JUDGE_TEMPLATE).sha, "model": resolve(cfg.judge.model, log=lambda m: None).model_id}
     if rundir.is_fresh(cfg.digest(), inputs) and "missing_queries" in (rundir.previous() or {}):
         if echo:
             echo(f"evaluate: config, qrels and runs unchanged since the last run: skipped; metrics in {rundir.path / 'metrics.parquet'}")
@@ -78,10 +92,9 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     if sig is not None:
         write_parquet_atomic(sig, rundir.path / "significance.parquet")
         outputs.append("significance.parquet")
-    per_query_plot(metrics, str(measures[0]) if cfg.runs else qa_measures[0], baseline, rundir.path / "plots" / "per_query.png")
-    notes = coverage_notes(missing, without_qrels, n_queries, removed) + [
-        f"answers {rid}: {n} gold question(s) without an answer; they score 0." for rid, n in unanswered.items() if n
-    ] + [f"answers {rid}: {n} answer(s) to questions the gold lacks; not evaluated." for rid, n in not_asked.items() if n]
+    per_query_plot(metrics, _plotted(metrics, baseline, [str(m) for m in measures] if cfg.runs else [], qa_measures), baseline,
+                   rundir.path / "plots" / "per_query.png")
+    notes = coverage_notes(missing, without_qrels, n_queries, removed) + _qa_notes(unanswered, not_asked)
     write_text_atomic(markdown_report(metrics, sig, "plots/per_query.png", title, notes), rundir.path / "report.md")
     rundir.write_manifest(
         cfg.model_dump(mode="json"),
@@ -126,12 +139,24 @@ def _evaluate_answers(cfg: EvaluateConfig, measures: list[str]) -> tuple[list[pa
     return tables, {r: c[0] for r, c in cover.items()}, {r: c[1] for r, c in cover.items()}
 
 
+def _plotted(metrics: pa.Table, baseline: str, measures: list[str], qa_measures: list[str]) -> str:
+    """The per-query plot's measure: the first one the baseline has (an answers-only baseline has no retrieval measure)."""
+    has = set(metrics.filter(pc.equal(metrics.column("run_id"), baseline)).column("measure").to_pylist())
+    return next(m for m in [*measures, *qa_measures] if m in has)
+
+
 def evaluation_notes(out: str | Path) -> list[str]:
-    """The notes of report.md (queries a run misses or the qrels lack, rows dedupe dropped), to print."""
+    """The notes of report.md (queries a run misses or the qrels lack, rows dedupe dropped,
+    questions an answers file leaves out), to print."""
     m = _manifest(out)
     return coverage_notes(
         m.get("missing_queries", {}), m.get("queries_without_qrels", {}), m.get("qrels_queries", 0), m.get("duplicates_removed", {})
-    )
+    ) + _qa_notes(m.get("unanswered_questions", {}), m.get("answers_without_gold", {}))
+
+
+def _qa_notes(unanswered: dict[str, int], not_asked: dict[str, int]) -> list[str]:
+    return [f"answers {rid}: {n} gold question(s) without an answer; they score 0." for rid, n in unanswered.items() if n] + [
+        f"answers {rid}: {n} answer(s) to questions the gold lacks; not evaluated." for rid, n in not_asked.items() if n]
 
 
 def _manifest(out: str | Path) -> dict:

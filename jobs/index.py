@@ -128,10 +128,11 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
     store = DocStore(cfg.db, cfg.table)
     if store.exists():
         store.require_model(mid, "index", "index into a new table (--table) or delete this one")
+        store.require_title_sep(cfg.embed.title_sep, "index")
     summary = IndexSummary()
     version_before = store.version if store.exists() else None
     rejects = RejectSink(rundir.path / "rejects.parquet")
-    writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held)
+    writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep)
 
     try:
         with ray_session(cfg.ray) as ray:

@@ -81,7 +81,9 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
     lag = _lag(out / "lag", embed, ray, echo)
     _link_reports(out, rules, lag["report"].read_text(encoding="utf-8"))
     echo(f"report: {out / 'report.md'}")
-    return {"index": asdict(summary), "ndcg@10": ndcg, "reproduced": reproduced, "llm": llm["ndcg@10"], "rules": rules,
+    if not lag["reproduced"]:
+        echo("      LAG oracle: NOT reproduced (see the table above)")
+    return {"index": asdict(summary), "ndcg@10": ndcg, "reproduced": reproduced and lag["reproduced"], "llm": llm["ndcg@10"], "rules": rules,
             "lag_oracle": lag["oracle"]}
 
 

@@ -52,10 +52,11 @@ def resolve_model(name: str) -> str:
 
 
 def model_id(config: EmbedConfig) -> str:
-    """What identifies the vector space: the model, its token window and how a document's
-    title joins its text (not the backend, whose vectors agree to float precision)."""
-    out = config.model if config.max_seq_length is None else f"{config.model}@seq{config.max_seq_length}"
-    return out if config.title_sep == " " else f"{out}@title_sep{config.title_sep!r}"
+    """What identifies the vector space: the model and its token window (not the backend,
+    whose vectors agree to float precision). How a document's title joins its text
+    (``title_sep``) is the table's own property, checked by the index job: queries do not
+    depend on it."""
+    return config.model if config.max_seq_length is None else f"{config.model}@seq{config.max_seq_length}"
 
 
 def document_text(title: str | None, text: str, sep: str = " ") -> str:

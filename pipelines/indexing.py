@@ -122,10 +122,11 @@ class IndexWriter:
     """
 
     def __init__(
-        self, store: DocStore, model_id: str, rejects: RejectSink, chunk_rows: int = 4096, before_commit: Callable[[], None] = lambda: None
+        self, store: DocStore, model_id: str, rejects: RejectSink, chunk_rows: int = 4096, before_commit: Callable[[], None] = lambda: None,
+        title_sep: str = " ",
     ):
         """``before_commit`` runs before every write (the job checks it still holds the table's lock)."""
-        self.store, self.model_id, self.rejects, self.chunk_rows = store, model_id, rejects, chunk_rows
+        self.store, self.model_id, self.rejects, self.chunk_rows, self.title_sep = store, model_id, rejects, chunk_rows, title_sep
         self.before_commit = before_commit
         self.seen: dict[str, int] = {}
         self.counts: Counter[str] = Counter()
@@ -205,5 +206,5 @@ class IndexWriter:
         fixed = pa.FixedSizeListArray.from_arrays(lists.flatten(), dim)
         chunk = chunk.set_column(chunk.schema.get_field_index("vector"), "vector", fixed)
         self.before_commit()
-        self.store.open_or_create(dim, self.model_id)
+        self.store.open_or_create(dim, self.model_id, self.title_sep)
         self.store.upsert(chunk.select(CORPUS.names + ["content_hash", "vector"]))

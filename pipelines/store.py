@@ -23,6 +23,7 @@ from pipelines.errors import UserError
 from schemas.tables import docs_schema
 
 _META_MODEL = b"logicrank.model"
+_META_TITLE_SEP = b"logicrank.title_sep"  # how documents' titles were joined to their text when embedded (absent: a space)
 _FTS_COLUMNS = ("title", "text")
 
 # BM25's analyzer, on documents and queries alike: LanceDB's simple tokenizer (split on
@@ -75,14 +76,27 @@ class DocStore:
                 self._table.checkout(self._version)
         return self._table
 
-    def open_or_create(self, dim: int, model_id: str):
-        """Open the table, checking it was embedded with ``model_id``; create it when absent."""
+    def open_or_create(self, dim: int, model_id: str, title_sep: str = " "):
+        """Open the table, checking it was embedded with ``model_id`` and ``title_sep``; create it when absent."""
         if not self.exists():
-            schema = docs_schema(dim).with_metadata({_META_MODEL: model_id.encode()})
+            schema = docs_schema(dim).with_metadata({_META_MODEL: model_id.encode(), _META_TITLE_SEP: title_sep.encode()})
             self._table = self.db.create_table(self.name, schema=schema)
             return self._table
         self.require_model(model_id, "store", "index into a new table (--table) or delete this one")
+        self.require_title_sep(title_sep, "store")
         return self.table
+
+    def title_sep(self) -> str:
+        """What joined each document's title to its text when it was embedded."""
+        value = (self.table.schema.metadata or {}).get(_META_TITLE_SEP)
+        return value.decode() if value is not None else " "
+
+    def require_title_sep(self, expected: str, job: str) -> None:
+        """Raise :class:`StoreError` unless the table's documents were embedded with ``expected`` between title and text."""
+        found = self.title_sep()
+        if found != expected:
+            raise StoreError(f"{job}: table {self.name!r} in {self.uri!r} embedded its documents as title + {found!r} + text, not {expected!r}; "
+                             f"index with --title-sep {found!r}, or into a new table (--table).")
 
     def require_model(self, expected: str, job: str, fix: str = "use the table's model (--model)") -> None:
         """Raise :class:`StoreError` unless the table's vectors come from ``expected``."""

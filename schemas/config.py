@@ -76,7 +76,7 @@ class EmbedConfig(_Config):
     batch_size: int = Field(64, ge=1, description="Texts per forward pass.")
     max_seq_length: int | None = Field(None, ge=8, description="Token window; None keeps the model's own.")
     title_sep: str = Field(
-        " ", max_length=8, description="Joins a document's title and text when embedding (BEIR/MTEB: a space); part of the table's model id, so a table never mixes two."
+        " ", max_length=8, description="Joins a document's title and text when embedding (BEIR/MTEB: a space); the table records it, and indexing into it with another is refused."
     )
     device: str = "cpu"
     threads: int | None = Field(
@@ -227,7 +227,7 @@ class EvaluateConfig(_Config):
     measures: tuple[str, ...] = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
     answers: tuple[str, ...] = Field((), description="Answer tables (Parquet with query_id, answer, e.g. answers/<run_id>.parquet) or JSONL; run id = the file's stem.")
     gold: str | None = Field(None, description="Gold answers (answers.jsonl of `logicrank prepare-qa`, or its BEIR dir); needed with answers.")
-    qa_measures: tuple[str, ...] = ("EM", "TokenF1", "Acc")
+    qa_measures: tuple[str, ...] = Field(("EM", "TokenF1", "Acc"), min_length=1)
     judge: LLMConfig | None = Field(None, description="The LLM of the Judge QA measure (None: Judge is not available).")
     ray: RayConfig = Field(RayConfig(), description="Where the Judge's LLM pool runs (unused otherwise).")
     baseline: str | None = Field(None, description="run_id to test the others against; default the first.")
@@ -242,6 +242,8 @@ class EvaluateConfig(_Config):
             raise ValueError("give runs (with qrels) or answers (with gold) to evaluate")
         if self.runs and not self.qrels:
             raise ValueError("runs need qrels")
+        if self.qrels and not self.runs:
+            raise ValueError(f"qrels {self.qrels} given without runs (a run given alone is read as the qrels: give QRELS RUN...)")
         if self.answers and not self.gold:
             raise ValueError("answers need gold (the answers.jsonl of `logicrank prepare-qa`)")
         return self

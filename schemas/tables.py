@@ -151,7 +151,7 @@ RERANK_WINDOWS = pa.schema(
     ]
 )
 
-# lag_answers: LAG's final answer, one row per question whatever stopped its chain
+# answers (side table of the lag stage): LAG's final answer, one row per question whatever stopped its chain
 LAG_ANSWERS = pa.schema(
     [
         pa.field("query_id", pa.string(), nullable=False),
@@ -161,13 +161,14 @@ LAG_ANSWERS = pa.schema(
         pa.field("plan_status", pa.string(), nullable=False),  # ok | fallback | error (LLM plan) | gold | question
         pa.field("sub_questions", pa.list_(pa.string()), nullable=False),  # the plan, #k = the k-th sub-question's answer
         pa.field("solved", pa.int32(), nullable=False),  # sub-questions answered
+        pa.field("fallback_doc_ids", pa.list_(pa.string()), nullable=False),  # the question's own top k the synthesis read first (unsolved parts)
         pa.field("synthesis_status", pa.string()),  # ok | error: ... | last_sub_answer | unsolved (no synthesis)
         pa.field("model", pa.string()),
         pa.field("prompt_shas", pa.string(), nullable=False),  # JSON: template -> sha of the prompts used
     ]
 )
 
-# lag_steps: one row per (question, step) of a LAG chain
+# lag_steps (side table of the lag stage): one row per (question, step) of a LAG chain
 LAG_STEPS = pa.schema(
     [
         pa.field("query_id", pa.string(), nullable=False),

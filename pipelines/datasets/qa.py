@@ -87,6 +87,20 @@ def musique(questions: Path, corpus: Path) -> tuple[list[dict], list[dict], list
     return docs, queries, qrels, answers
 
 
+def _hotpot_fields(q: dict) -> tuple[list[str], list[list[str]], set[str]]:
+    """(titles, sentences per paragraph, supporting titles) from either HotpotQA layout: the
+    official one (context: [[title, [sentences]], ...], supporting_facts: [[title, sent_id],
+    ...]) or the Hugging Face datasets one (context: {"title": [...], "sentences": [...]},
+    supporting_facts: {"title": [...], "sent_id": [...]}, the bundled file's)."""
+    context, facts = q["context"], q["supporting_facts"]
+    if isinstance(context, dict):
+        titles, sentences = context["title"], context["sentences"]
+    else:
+        titles, sentences = [c[0] for c in context], [c[1] for c in context]
+    supporting = set(facts["title"]) if isinstance(facts, dict) else {f[0] for f in facts}
+    return titles, sentences, supporting
+
+
 def hotpotqa(questions: Path) -> tuple[list[dict], list[dict], list[tuple[str, str]], list[dict]]:
     """(docs, queries, qrels, answers) of a HotpotQA (distractor) question file."""
     qs = _load(questions)
@@ -96,8 +110,7 @@ def hotpotqa(questions: Path) -> tuple[list[dict], list[dict], list[tuple[str, s
     for n, q in enumerate(qs):
         qid = f"hotpotqa-{n}"
         try:
-            titles, sentences = q["context"]["title"], q["context"]["sentences"]
-            supporting = set(q["supporting_facts"]["title"])
+            titles, sentences, supporting = _hotpot_fields(q)
             own = []
             for title, sents in zip(titles, sentences, strict=True):
                 key = (title, "".join(sents).strip())
@@ -111,10 +124,10 @@ def hotpotqa(questions: Path) -> tuple[list[dict], list[dict], list[tuple[str, s
             queries.append({"_id": qid, "text": q["question"]})
             qrels += [(qid, d) for d in gold]
             answers.append({"query_id": qid, "question": q["question"], "answers": [q["answer"]], "type": q.get("type") or ""})
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
             if isinstance(exc, QADataError):
                 raise
-            raise QADataError(f"hotpotqa: question {n} lacks {exc} (context, supporting_facts...).") from None
+            raise QADataError(f"hotpotqa: question {n} is not in HotpotQA's shape ({type(exc).__name__}: {exc}; needs question, answer, context, supporting_facts).") from None
     return docs, queries, qrels, answers
 
 

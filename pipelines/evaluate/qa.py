@@ -166,6 +166,8 @@ def read_predictions(path: str | Path) -> dict[str, str]:
     for qid, answer in pairs:
         if qid in out:
             raise QAError(f"answers {path}: query {qid!r} has more than one answer; give one per question.")
+        if answer is not None and not isinstance(answer, str):
+            raise QAError(f"answers {path}: query {qid!r}: the answer {answer!r} is not a string; write answers as text.")
         out[qid] = answer or ""
     return out
 

@@ -1,4 +1,4 @@
-"""LAG: logic-augmented generation (Xiao et al., PolyU, 2025; docs/lag.md).
+"""LAG: logic-augmented generation (Xiao et al., PolyU; README section "LAG").
 
 A complex question is answered in four parts, for all questions of a batch at once:
 
@@ -16,17 +16,20 @@ A complex question is answered in four parts, for all questions of a batch at on
 3. **Terminate** (the logical terminator, each rule configurable, the one that fired
    recorded): ``no_support`` (every top-k passage has cosine below ``min_support`` (0.3) to
    the filled sub-question), ``unanswerable`` (the LLM cannot answer a sub-question whose
-   dependencies are all solved; one whose dependencies are not yet solved is deferred once),
-   ``redundant`` (more than ``redundant_share`` of the new passages have cosine above
-   ``redundancy`` (0.9) to a passage already in the context; a retried deferred
+   dependencies are all solved; one whose dependencies are not yet solved is deferred once
+   to the end of the plan, and if they never get solved it is recorded and the chain goes on),
+   ``redundant`` (more than ``redundant_share`` of a step's passages have cosine above
+   ``redundancy`` (0.9) to a passage already in the context, a repeat included: the step's
+   sub-question is still answered from them, then the chain stops; a retried deferred
    sub-question is exempt), ``budget`` (``t_max`` steps
    taken with sub-questions left). A chain that solves its plan stops as ``done``.
 4. **Synthesise** (:func:`synthesise`): the LLM answers the question from the solved
-   sub-answers and the chain's passages; a chain with unsolved parts also gets the whole
-   question's own top k (retrieval-grounded fallback).
+   sub-answers and the chain's passages; a chain with unsolved parts also reads the whole
+   question's own top k, first (the retrieval-grounded fallback).
 
 The chain's passages, in the order they entered its context, are its run (score 1/rank),
-so retrieval measures (supporting-paragraph recall) apply to it.
+so retrieval measures (supporting-paragraph recall) apply to it; the fallback's passages
+are not part of it (they are listed in the answers table).
 """
 
 from __future__ import annotations
@@ -66,17 +69,18 @@ def depends_on(question: str) -> set[int]:
     return {int(m) for m in PLACEHOLDER.findall(question)}
 
 
-def retrieval_text(sub_question: str, answers: dict[int, str], previous: int | None, with_answer: bool) -> str:
-    """What a step retrieves with. ``with_answer`` (LAG): the sub-question with its
-    placeholders filled, after ``"A_i: <answer i>, "`` of the previously solved step
-    (``previous``, 1-based) when there is one; otherwise (the ablation) the sub-question
-    as written, placeholders left in."""
+def retrieval_text(sub_question: str, index: int, answers: dict[int, str], previous: int | None, with_answer: bool) -> str:
+    """What step ``index`` (the sub-question's 1-based place in the plan) retrieves with.
+    ``with_answer`` (LAG): the sub-question with its placeholders filled, after
+    ``"A_i: <answer i>, "`` of the last solved sub-question (``previous``) when there is one:
+    ``"A_1: <answer 1>, Q_2: <sub-question 2>"`` in the plan's order; otherwise (the
+    ablation) the sub-question as written, placeholders left in."""
     if not with_answer:
         return sub_question
     filled = fill(sub_question, answers)
     if previous is None:
         return filled
-    return f"A_{previous}: {answers[previous]}, Q_{previous + 1}: {filled}"
+    return f"A_{previous}: {answers[previous]}, Q_{index}: {filled}"
 
 
 # ------------------------------------------------------------------------------ settings
@@ -129,6 +133,7 @@ class Chain:
     context: list = field(default_factory=list)  # doc ids, in the order they came in
     vectors: dict = field(default_factory=dict)  # doc id -> vector
     steps: list = field(default_factory=list)
+    fallback: list = field(default_factory=list)  # the whole question's top k, for the synthesis of a chain with unsolved parts
     stop: str | None = None
     answer: str | None = None
     synthesis_status: str | None = None
@@ -226,7 +231,7 @@ def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callabl
             return
         rounds += 1
         picks = [c.pending.popleft() for c in active]
-        texts = [retrieval_text(c.subs[j - 1], c.answers, c.last_solved, s.with_answer) for c, j in zip(active, picks, strict=True)]
+        texts = [retrieval_text(c.subs[j - 1], j, c.answers, c.last_solved, s.with_answer) for c, j in zip(active, picks, strict=True)]
         filled = [fill(c.subs[j - 1], c.answers) for c, j in zip(active, picks, strict=True)]
         vectors = retriever.encode(texts + filled)  # one batch: retrieval texts, then the sub-questions for the support test
         hits = retriever.search(vectors[: len(texts)], s.k)
@@ -244,43 +249,52 @@ def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callabl
             c.steps.append(step)
             if s.min_support is not None and support < s.min_support:
                 step["status"], c.stop = "no_support", "no_support"
-            elif s.redundancy is not None and c.context and redundant_share > s.redundant_share and j not in c.deferred:
-                # (a retried sub-question is exempt: its placeholders are filled now, and its first look put its passages in the context)
-                step["status"], c.stop = "redundant", "redundant"
-            else:
-                for h in found:
-                    if h.doc_id not in c.vectors:
-                        c.context.append(h.doc_id)
-                        c.vectors[h.doc_id] = h.vector
-                asking.append((c, j, step))
+                continue
+            # a retried (deferred) sub-question is exempt: its first look put its passages in the context
+            saturated = s.redundancy is not None and bool(c.context) and redundant_share > s.redundant_share and j not in c.deferred
+            for h in found:
+                if h.doc_id not in c.vectors:
+                    c.context.append(h.doc_id)
+                    c.vectors[h.doc_id] = h.vector
+            asking.append((c, j, step, saturated))
         if s.answers == "gold":
-            replies = [chain.gold[j - 1] for chain, j, _ in asking]
+            replies = [chain.gold[j - 1] for chain, j, _, _ in asking]
         elif not asking:
             replies = []
         else:
-            texts_of = passage_texts(sorted({d for _, _, st in asking for d in st["doc_ids"]}))
-            values = [{"passages": _numbered([texts_of[d] for d in st["doc_ids"]]), "question": st["sub_question"]} for _, _, st in asking]
+            texts_of = passage_texts(sorted({d for _, _, st, _ in asking for d in st["doc_ids"]}))
+            values = [{"passages": _numbered([texts_of[d] for d in st["doc_ids"]]), "question": st["sub_question"]} for _, _, st, _ in asking]
             replies = llm.generate(template, values, constraint, s.answer_tokens, s.temperature, None, label=f"lag:round {rounds}")
-        for (c, j, step), reply in zip(asking, replies, strict=True):
+        for (c, j, step, saturated), reply in zip(asking, replies, strict=True):
             if isinstance(reply, Exception):
                 step["status"], c.stop = "error", "error"
                 step["error"] = f"engine: {type(reply).__name__}: {reply}"
                 continue
             answer = reply if isinstance(reply, str) else reply.text.strip()
+            solved_deps = depends_on(c.subs[j - 1]) <= c.answers.keys()
             if answer and normalize_answer(answer) != UNKNOWN:
                 step["status"], step["sub_answer"] = "answered", answer
                 c.answers[j] = answer
                 c.last_solved = j
-            elif not depends_on(c.subs[j - 1]) <= c.answers.keys() and j not in c.deferred:
+            elif not solved_deps and j not in c.deferred:
                 step["status"] = "deferred"  # it may become answerable once what it refers to is solved
                 c.deferred.add(j)
                 c.pending.append(j)
-            elif s.stop_unanswerable:
+            elif s.stop_unanswerable and solved_deps:
                 step["status"], c.stop = "unanswerable", "unanswerable"
-            else:
-                step["status"] = "unanswerable"  # recorded; the chain goes on to its next sub-question
+            else:  # recorded; the chain goes on (the rule is off, or what it refers to was never solved)
+                step["status"] = "unanswerable"
+            if saturated and c.stop is None and c.pending:  # the step was answered from what it found; retrieval adds nothing new: stop
+                c.stop = "redundant"
         if echo:
             echo(f"lag: round {rounds}: {len(active)} chains stepped, {sum(c.stop is None for c in chains)} still active")
+
+
+def synthesis_passages(c: Chain, budget: int) -> list[str]:
+    """The passages the synthesis reads: the question's own top k (a chain with unsolved
+    parts: the retrieval-grounded fallback) first, then the chain's context first in first,
+    ``budget`` in all, each once."""
+    return list(dict.fromkeys([*c.fallback, *c.context]))[:budget]
 
 
 def _numbered(texts: Sequence[str]) -> str:
@@ -296,22 +310,20 @@ def synthesise(chains: list[Chain], retriever: Retriever, llm, passage_texts: Ca
     if s.synthesis and partial:
         hits = retriever.search(retriever.encode([c.question for c in partial]), s.k)
         for c, found in zip(partial, hits, strict=True):
-            for h in found:
-                if h.doc_id not in c.vectors:
-                    c.context.append(h.doc_id)
-                    c.vectors[h.doc_id] = h.vector
+            c.fallback = [h.doc_id for h in found]
     if not s.synthesis:
         for c in chains:
             c.answer = c.answers[c.last_solved] if c.last_solved is not None else UNKNOWN
             c.synthesis_status = "last_sub_answer" if c.last_solved is not None else "unsolved"
         return
     template = prompts.load(SYNTHESIS_TEMPLATE)
-    texts_of = passage_texts(sorted({d for c in chains for d in c.context[: s.synthesis_passages]}))
+    read = {c.query_id: synthesis_passages(c, s.synthesis_passages) for c in chains}
+    texts_of = passage_texts(sorted({d for docs in read.values() for d in docs}))
     values = []
     for c in chains:
         solved = "\n".join(f"Q{j}: {fill(q, c.answers)} A{j}: {c.answers.get(j, '(unsolved)')}" for j, q in enumerate(c.subs, 1))
         values.append({"question": " ".join(c.question.split()), "sub_answers": solved,
-                       "passages": _numbered([texts_of[d] for d in c.context[: s.synthesis_passages]]) or "(none)"})
+                       "passages": _numbered([texts_of[d] for d in read[c.query_id]]) or "(none)"})
     gens = llm.generate(template, values, Constraint("regex", answer_regex(s.answer_words)), s.answer_tokens, s.temperature, None, label="lag:synthesis")
     for c, gen in zip(chains, gens, strict=True):
         if isinstance(gen, Exception):
@@ -321,13 +333,15 @@ def synthesise(chains: list[Chain], retriever: Retriever, llm, passage_texts: Ca
 
 
 # ------------------------------------------------------------------------------ outputs
-def tables(chains: list[Chain], model: str | None, run_id: str) -> tuple[pa.Table, pa.Table, pa.Table]:
+def tables(chains: list[Chain], model: str | None, run_id: str, s: LagSettings) -> tuple[pa.Table, pa.Table, pa.Table]:
     """(answers, steps, run): one answer row per chain, one step row per step taken, the
-    chain's passages ranked in the order they came in."""
-    shas = {name: prompts.load(t).sha for name, t in (("decompose", DECOMPOSE_TEMPLATE), ("answer", ANSWER_TEMPLATE), ("synthesis", SYNTHESIS_TEMPLATE))}
+    chain's passages ranked in the order they came in (the synthesis's fallback passages
+    are not the chain's: they are in the answers table)."""
+    used = {"decompose": (DECOMPOSE_TEMPLATE, s.plan == "llm"), "answer": (ANSWER_TEMPLATE, s.answers == "llm"), "synthesis": (SYNTHESIS_TEMPLATE, s.synthesis)}
+    shas = {name: prompts.load(t).sha for name, (t, asked) in used.items() if asked}
     answers = pa.Table.from_pylist([{
         "query_id": c.query_id, "answer": c.answer, "steps": len(c.steps), "stop_reason": c.stop, "plan_status": c.plan_status,
-        "sub_questions": c.subs, "solved": len(c.answers), "synthesis_status": c.synthesis_status, "model": model,
+        "sub_questions": c.subs, "solved": len(c.answers), "fallback_doc_ids": c.fallback, "synthesis_status": c.synthesis_status, "model": model,
         "prompt_shas": json.dumps(shas, sort_keys=True),
     } for c in chains], schema=LAG_ANSWERS)
     steps = pa.Table.from_pylist([{**st, "error": st.get("error")} for c in chains for st in c.steps], schema=LAG_STEPS)

@@ -101,7 +101,7 @@ class Lag(Stage):
         chains = lag.plan(llm, qids, texts, s, gold)
         lag.solve(chains, retriever, llm, passage_texts, s, echo=ctx.echo)
         lag.synthesise(chains, retriever, llm, passage_texts, s)
-        answers, steps, run = lag.tables(chains, llm.model_id if llm else None, "lag")
+        answers, steps, run = lag.tables(chains, llm.model_id if llm else None, "lag", s)
         return Output(run=run, side={"answers": answers, "lag_steps": steps}, counts=lag.counts(chains))
 
 
@@ -131,11 +131,20 @@ def read_decompositions(path: str | Path, query_ids: list[str]) -> dict[str, lis
     """query_id -> [{"question", "answer"}, ...] from an answers file; every asked question must have one."""
     out = {}
     with Path(path).open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
                 obj = json.loads(line)
-                if obj.get("decomposition"):
-                    out[str(obj["query_id"])] = obj["decomposition"]
+                steps = obj.get("decomposition") or []
+                if not isinstance(steps, list) or not all(isinstance(st, dict) and isinstance(st.get("question"), str) and isinstance(st.get("answer"), str)
+                                                          for st in steps):
+                    raise ValueError("each decomposition step needs a question and an answer (strings)")
+                qid = str(obj["query_id"])
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
+                raise LagError(f"lag: {path}: line {n} is not an answers line with query_id and a decomposition ({exc}).") from None
+            if steps:
+                out[qid] = steps
     missing = [q for q in query_ids if q not in out]
     if missing:
         raise LagError(f"lag: {path} holds no gold decomposition for {len(missing)} question(s) (e.g. {missing[:3]}); "

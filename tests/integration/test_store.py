@@ -57,6 +57,17 @@ def test_open_with_another_model_is_refused(store):
         DocStore(s.uri).open_or_create(8, "other")
 
 
+def test_the_table_keeps_its_title_separator_and_refuses_another(store, tmp_path):
+    s, _ = store
+    assert s.title_sep() == " "  # the default; also what a table written before the key existed reads as
+    with pytest.raises(StoreError, match=r"embedded its documents as title \+ ' ' \+ text, not '\. '; index with --title-sep ' '"):
+        DocStore(s.uri).open_or_create(8, "gen", ". ")
+    other = DocStore(str(tmp_path / "db2"))
+    other.open_or_create(8, "gen", ". ")
+    assert other.title_sep() == ". " and other.model_id() == "gen"  # the query side's model id does not change
+    assert s.rows_for([], ["title"]).num_rows == 0  # no ids: no rows (not a filter error)
+
+
 def test_rows_by_id_never_parse_the_ids(tmp_path):
     ids = ["it's", "a\"b", "x') OR ('1'='1", "'; drop table docs; --", "line\nbreak", "back\\slash", "plain"]
     v = np.eye(len(ids), 8, dtype=np.float32)

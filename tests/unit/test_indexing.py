@@ -14,7 +14,7 @@ class _RecordingStore:
     def __init__(self):
         self.written: list[str] = []
 
-    def open_or_create(self, dim, model_id):
+    def open_or_create(self, dim, model_id, title_sep=" "):
         pass
 
     def upsert(self, docs: pa.Table) -> None:

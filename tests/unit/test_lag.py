@@ -68,10 +68,12 @@ def test_fill_replaces_known_placeholders_and_keeps_unknown_ones():
 
 def test_retrieval_text_carries_the_previous_answer_or_leaves_placeholders():
     answers = {1: "American Psychological Association"}
-    assert lag.retrieval_text("What published JPI?", {}, None, True) == "What published JPI?"
-    assert (lag.retrieval_text("Who was the first president of #1 ?", answers, 1, True)
+    assert lag.retrieval_text("What published JPI?", 1, {}, None, True) == "What published JPI?"
+    assert (lag.retrieval_text("Who was the first president of #1 ?", 2, answers, 1, True)
             == "A_1: American Psychological Association, Q_2: Who was the first president of American Psychological Association ?")
-    assert lag.retrieval_text("Who was the first president of #1 ?", answers, 1, False) == "Who was the first president of #1 ?"
+    assert lag.retrieval_text("Who was the first president of #1 ?", 2, answers, 1, False) == "Who was the first president of #1 ?"
+    # out of the plan's order, each label names its own sub-question
+    assert lag.retrieval_text("When was #1 born?", 4, {3: "Ann"}, 3, True) == "A_3: Ann, Q_4: When was #1 born?"
 
 
 @pytest.mark.parametrize(("text", "ok"), [
@@ -105,19 +107,21 @@ def test_random_order_is_seeded_per_question():
 
 
 # ------------------------------------------------------------------------------ the chain
-# four passages on orthogonal axes; a text's vector is the axis its first word names
-AXES = {"alpha": unit(1, 0, 0, 0), "beta": unit(0, 1, 0, 0), "gamma": unit(0, 0, 1, 0), "delta": unit(0, 0, 0, 1)}
+# four passages on orthogonal axes; a text's vector is the axis its first word names; a fifth
+# axis holds no passage (a text there has cosine 0 to every passage)
+AXES = {"alpha": unit(1, 0, 0, 0, 0), "beta": unit(0, 1, 0, 0, 0), "gamma": unit(0, 0, 1, 0, 0), "delta": unit(0, 0, 0, 1, 0)}
+NOWHERE = unit(0, 0, 0, 0, 1)
 DOCS = {"d-alpha": AXES["alpha"], "d-beta": AXES["beta"], "d-gamma": AXES["gamma"], "d-delta": AXES["delta"]}
 
 
 def axis_of(text: str) -> np.ndarray:
     """A text's vector: the axis of the first axis name it contains after its 'Q_n:' part
-    (so the retrieval text "A_1: x, Q_2: beta ..." points at beta), a small mix otherwise."""
+    (so the retrieval text "A_1: x, Q_2: beta ..." points at beta), NOWHERE otherwise."""
     tail = text.split("Q_", 1)[-1].lower()
     for word in tail.replace(":", " ").replace("?", " ").split():
         if word in AXES:
             return AXES[word]
-    return unit(0.1, 0.1, 0.1, 0.1) * 0.2  # far from every passage (cosine 0.1)
+    return NOWHERE
 
 
 def run_chain(subs, replies, **settings):
@@ -143,7 +147,7 @@ def test_a_chain_that_solves_its_plan_stops_done_and_fills_placeholders():
 def test_no_support_fires_when_every_passage_is_far_from_the_sub_question():
     c, llm, _ = run_chain(["alpha: who?", "nothing matches this"], lambda q: "Ann")
     assert c.stop == "no_support" and c.steps[-1]["status"] == "no_support"
-    assert c.steps[-1]["support"] < 0.3 and len(llm.calls) == 1  # the LLM is not asked after the terminator fired
+    assert c.steps[-1]["support"] == pytest.approx(0.0) and len(llm.calls) == 1  # the LLM is not asked after the terminator fired
     assert c.context == ["d-alpha"]  # the unsupported passages do not enter the context
     off, _, _ = run_chain(["alpha: who?", "nothing matches this"], lambda q: "Ann", min_support=None, redundancy=None)
     assert off.stop == "done"
@@ -175,11 +179,26 @@ def test_a_sub_question_with_unsolved_dependencies_is_deferred_then_retried():
     assert c.stop == "done" and c.answers == {1: "Ann", 2: "Paris"}
 
 
+def test_a_sub_question_whose_dependency_is_never_solved_does_not_stop_the_chain():
+    """#1 stays unsolved (the rule is off for it), so #2's failure is recorded without stopping."""
+    subs = ["alpha: who?", "beta: what of #1?", "gamma: and?"]
+    c, _, _ = run_chain(subs, lambda q: "Ann" if q.startswith("gamma") else "unknown", t_max=6, stop_unanswerable=False, redundancy=None)
+    assert [(st["sub_index"], st["status"]) for st in c.steps] == [(1, "unanswerable"), (2, "deferred"), (3, "answered"), (2, "unanswerable")]
+    assert c.stop == "done"
+    strict, _, _ = run_chain(subs, lambda q: "unknown" if q.startswith("alpha") else "Ann", t_max=6)
+    assert strict.stop == "unanswerable" and len(strict.steps) == 1  # #1 has no dependencies: the rule fires at once
+
+
 def test_redundant_fires_when_most_new_passages_repeat_the_context():
-    c, _, _ = run_chain(["alpha: who?", "alpha: again?"], lambda q: "Ann")
+    """The step is still answered from what it found; the chain stops before its next one."""
+    subs = ["alpha: who?", "alpha: again?", "beta: then?"]
+    c, llm, _ = run_chain(subs, lambda q: "Ann")
     assert c.stop == "redundant" and c.steps[-1]["redundant_share"] == 1.0
-    off, _, _ = run_chain(["alpha: who?", "alpha: again?"], lambda q: "Ann", redundancy=None)
-    assert off.stop == "done"
+    assert [st["status"] for st in c.steps] == ["answered", "answered"] and len(llm.calls) == 2 and c.answers == {1: "Ann", 2: "Ann"}
+    off, _, _ = run_chain(subs, lambda q: "Ann", redundancy=None)
+    assert off.stop == "done" and len(off.steps) == 3
+    last, _, _ = run_chain(subs[:2], lambda q: "Ann")  # redundant on the last sub-question: nothing left to stop, the plan is done
+    assert last.stop == "done"
 
 
 def test_the_step_budget_is_respected():
@@ -211,7 +230,7 @@ def test_rounds_batch_all_questions_and_every_question_gets_one_answer_row():
     assert rounds == ["lag_answer"] * 3 + ["lag_synthesize"]  # 3 rounds (the budget) and one synthesis, for 4 questions
     assert len(llm.calls[0][1]) == 4 and len(llm.calls[-1][1]) == 4
     assert retriever.searches == 3 + 1  # one per round, and one for the fallback of the chains with unsolved parts
-    answers, steps, run = lag.tables(chains, llm.model_id, "lag")
+    answers, steps, run = lag.tables(chains, llm.model_id, "lag", s)
     assert answers.column("query_id").to_pylist() == ids and answers.column("answer").to_pylist() == ["Ann"] * 4
     assert steps.num_rows == sum(len(c.steps) for c in chains)
     counts = lag.counts(chains)
@@ -232,8 +251,23 @@ def test_synthesis_reads_sub_answers_and_marks_unsolved_parts():
     lag.synthesise(chains, VectorRetriever(DOCS, axis_of), llm, texts_of, s)
     prompt = llm.calls[-1][1][0]
     assert "Q1: alpha: who? A1: Ann" in prompt["sub_answers"] and "Q2: beta: of Ann? A2: (unsolved)" in prompt["sub_answers"]
-    assert chains[0].context == ["d-alpha", "d-beta"]  # the question's own top 1 came in for the unsolved part
+    assert chains[0].fallback == ["d-beta"] and chains[0].context == ["d-alpha"]  # the question's own top 1, for the unsolved part
+    assert prompt["passages"] == "[1] passage d-beta\n[2] passage d-alpha"  # the fallback first
     assert chains[0].answer == "Final" and chains[0].stop == "budget"
+    _, _, run = lag.tables(chains, "m", "lag", s)
+    assert run.column("doc_id").to_pylist() == ["d-alpha"]  # the run is the chain's own passages
+
+
+def test_the_fallback_reaches_the_synthesis_when_the_context_fills_its_budget():
+    s = lag.LagSettings(k=1, plan="gold", answers="llm", t_max=3, synthesis_passages=2, redundancy=None, stop_unanswerable=False)
+    subs = ["alpha: a?", "beta: b?", "gamma: c?", "delta: d?"]
+    gold = {"q": [{"question": x, "answer": "?"} for x in subs]}
+    llm = ScriptedLLM(lambda name, v: gen("x" if name == "lag_answer" else "Final"))
+    chains = lag.plan(llm, ["q"], ["delta question"], s, gold)
+    lag.solve(chains, VectorRetriever(DOCS, axis_of), llm, texts_of, s)
+    lag.synthesise(chains, VectorRetriever(DOCS, axis_of), llm, texts_of, s)
+    assert chains[0].context == ["d-alpha", "d-beta", "d-gamma"] and chains[0].fallback == ["d-delta"]
+    assert llm.calls[-1][1][0]["passages"] == "[1] passage d-delta\n[2] passage d-alpha"
 
 
 def test_an_engine_error_stops_the_chain_and_keeps_its_row():
@@ -242,6 +276,19 @@ def test_an_engine_error_stops_the_chain_and_keeps_its_row():
     llm = ScriptedLLM(lambda name, v: RuntimeError("boom"))
     lag.solve(chains, VectorRetriever(DOCS, axis_of), llm, texts_of, s)
     lag.synthesise(chains, VectorRetriever(DOCS, axis_of), llm, texts_of, s)
-    answers, steps, _ = lag.tables(chains, "m", "lag")
+    answers, steps, _ = lag.tables(chains, "m", "lag", s)
     assert chains[0].stop == "error" and steps.column("status").to_pylist() == ["error"] and answers.num_rows == 1
     assert answers.column("answer").to_pylist() == ["unknown"]
+
+
+def test_a_gold_file_without_what_the_oracle_needs_is_refused_with_its_line(tmp_path):
+    from pipelines.stages.lag import LagError, read_decompositions
+
+    f = tmp_path / "answers.jsonl"
+    f.write_text('{"query_id": "a", "decomposition": [{"question": "x?", "answer": "y"}]}\n{"query_id": "b", "decomposition": [{"question": "x?"}]}\n')
+    with pytest.raises(LagError, match="line 2 .*question and an answer"):
+        read_decompositions(f, ["a", "b"])
+    f.write_text('{"query_id": "a", "decomposition": [{"question": "x?", "answer": "y"}]}\n{"query_id": "b", "answers": ["z"]}\n')
+    with pytest.raises(LagError, match="no gold decomposition for 1 question"):
+        read_decompositions(f, ["a", "b"])
+    assert read_decompositions(f, ["a"]) == {"a": [{"question": "x?", "answer": "y"}]}

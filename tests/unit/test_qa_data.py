@@ -56,3 +56,17 @@ def test_a_gold_paragraph_missing_from_the_corpus_fails_the_conversion(tmp_path)
         qa.to_beir("hotpotqa", tmp_path / "out", tmp_path / "bad.json")
     with pytest.raises(qa.QADataError, match="unknown QA set"):
         qa.to_beir("2wiki", tmp_path / "out")
+
+
+def test_hotpotqa_reads_the_official_layout_too(tmp_path):
+    """context as [[title, [sentences]], ...] and supporting_facts as [[title, sent_id], ...]."""
+    bundled = json.loads(gzip.decompress(qa._BUNDLED["hotpotqa"][0].read_bytes()))[:5]
+    official = [dict(q, context=[[t, s] for t, s in zip(q["context"]["title"], q["context"]["sentences"], strict=True)],
+                     supporting_facts=[[t, i] for t, i in zip(q["supporting_facts"]["title"], q["supporting_facts"]["sent_id"], strict=True)])
+                for q in bundled]
+    (tmp_path / "hf.json").write_text(json.dumps(bundled))
+    (tmp_path / "official.json").write_text(json.dumps(official))
+    assert qa.hotpotqa(tmp_path / "hf.json") == qa.hotpotqa(tmp_path / "official.json")
+    (tmp_path / "broken.json").write_text(json.dumps([{"question": "q", "answer": "a", "context": 3, "supporting_facts": []}]))
+    with pytest.raises(qa.QADataError, match="question 0 is not in HotpotQA's shape"):
+        qa.hotpotqa(tmp_path / "broken.json")

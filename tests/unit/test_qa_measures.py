@@ -96,3 +96,46 @@ def test_reading_gold_and_predictions(tmp_path):
     j.write_text(json.dumps({"query_id": "q1", "answer": "Ann"}) + "\nnot json\n")
     with pytest.raises(qa.QAError, match="line 2"):
         qa.read_predictions(j)
+    j.write_text(json.dumps({"query_id": "q1", "answer": 1984}) + "\n")
+    with pytest.raises(qa.QAError, match="not a string"):
+        qa.read_predictions(j)
+
+
+def test_evaluate_config_refuses_what_it_cannot_evaluate():
+    from pydantic import ValidationError
+
+    from schemas.config import EvaluateConfig
+
+    with pytest.raises(ValidationError, match="give runs"):
+        EvaluateConfig()
+    with pytest.raises(ValidationError, match="given without runs"):  # `evaluate RUN --answers ...`: the run was read as the qrels
+        EvaluateConfig(qrels="runs/lag.parquet", answers=("a.parquet",), gold="g.jsonl")
+    with pytest.raises(ValidationError, match="answers need gold"):
+        EvaluateConfig(answers=("a.parquet",))
+    with pytest.raises(ValidationError, match="at least 1"):
+        EvaluateConfig(answers=("a.parquet",), gold="g.jsonl", qa_measures=())
+    assert EvaluateConfig(answers=("a.parquet",), gold="g.jsonl").qrels is None
+
+
+def test_the_evaluate_job_scores_answers_alone_or_beside_runs(tmp_path):
+    from jobs.evaluate import evaluation_notes, run_evaluate
+    from pipelines.evaluate.report import summary_frame
+    from schemas.config import EvaluateConfig
+
+    gold = tmp_path / "answers.jsonl"
+    gold.write_text("".join(json.dumps({"query_id": q, "answers": [a]}) + "\n" for q, a in (("q1", "Ann"), ("q2", "Paris"), ("q3", "1900"))))
+    pq.write_table(pa.table({"query_id": ["q1", "q2"], "answer": ["Ann", "It is Paris"]}), tmp_path / "lag.parquet")
+    pq.write_table(pa.table({"query_id": ["q1", "q2", "q3"], "answer": ["Bob", "Paris", "1900"]}), tmp_path / "rag.parquet")
+    out = tmp_path / "e1"
+    table = summary_frame(run_evaluate(EvaluateConfig(answers=(str(tmp_path / "lag.parquet"), str(tmp_path / "rag.parquet")), gold=str(gold)), out))
+    assert table.loc["lag"].tolist() == pytest.approx([1 / 3, (1 + 2 * (1 / 3) * 1 / (1 / 3 + 1)) / 3, 2 / 3])  # EM, TokenF1, Acc
+    assert table.loc["rag", "EM"] == pytest.approx(2 / 3)
+    assert evaluation_notes(out) == ["answers lag: 1 gold question(s) without an answer; they score 0."]
+    assert (out / "significance.parquet").is_file() and (out / "plots" / "per_query.png").is_file()
+    # beside a run, with an answers-only baseline: the plot takes a measure the baseline has
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    pq.write_table(pa.table({"query_id": ["q1"], "doc_id": ["d1"], "rank": [1], "score": [1.0], "method": ["x"], "run_id": ["lag"]}), tmp_path / "run.parquet")
+    mixed = summary_frame(run_evaluate(EvaluateConfig(qrels=str(tmp_path / "qrels.tsv"), runs=(str(tmp_path / "run.parquet"),), measures=("P@1",),
+                                                      answers=(str(tmp_path / "lag.parquet"), str(tmp_path / "rag.parquet")), gold=str(gold),
+                                                      baseline="rag"), tmp_path / "e2"))
+    assert mixed.loc["lag", "P@1"] == 1.0 and np.isnan(mixed.loc["rag", "P@1"]) and mixed.loc["rag", "EM"] == pytest.approx(2 / 3)
