@@ -31,7 +31,7 @@ TOLERANCE = 0.005
 
 RULES_SAMPLE = 100  # queries of the rules section (the benchmark command runs all 830)
 RULES_R3_N = 10  # R3 reads the top 10 in one window here (20 in the benchmark): the job stays under 15 minutes
-LAG_SAMPLE = 20  # MuSiQue questions of the LAG section's LLM rows (the oracle table and `logicrank bench-lag` use all 100)
+LAG_SAMPLE = 30  # MuSiQue questions of the LAG section's RAG and LAG rows (the oracle table and `logicrank bench-lag` use all 100)
 
 
 def run_main(out: str | Path, embed: EmbedConfig, ray: RayConfig, progress: bool = True, echo=print, rulebench: str | None = None) -> dict:
@@ -108,12 +108,13 @@ def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig,
 
 
 def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
-    """The LAG section: the oracle table on every MuSiQue question, RAG vs LAG with SmolLM2 on a sample."""
+    """The LAG section: the oracle table on every MuSiQue question, RAG vs LAG with SmolLM2 on a
+    sample (the ablations are in `logicrank bench-lag`)."""
     from jobs.lag_bench import run_lag_bench
     from jobs.llm_demo import local_llm
 
     echo(f"[7/7] LAG on MuSiQue (bundled): gold-chain oracle (100 questions, no LLM), then RAG vs LAG with SmolLM2 ({LAG_SAMPLE} questions)")
-    res = run_lag_bench("musique", out, embed, ray, local_llm(), sample=LAG_SAMPLE, echo=echo)
+    res = run_lag_bench("musique", out, embed, ray, local_llm(), sample=LAG_SAMPLE, llm_runs=("rag", "lag"), echo=echo)
     table = res["table"]
     for rid in table.index:
         echo(f"      {rid:18s} Acc {100 * table.loc[rid, 'Acc']:.1f}  EM {100 * table.loc[rid, 'EM']:.1f}  chain recall {table.loc[rid, 'R@100']:.4f}")

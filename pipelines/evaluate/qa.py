@@ -7,8 +7,9 @@
 - ``Acc``: contain-match accuracy (LAG's and many RAG papers' "accuracy"): 1 when a
   normalised gold answer or alias is a substring of the normalised prediction;
 - ``Judge``: an LLM judge: one True/False truth prompt per question (``qa_judge`` template)
-  through the job's LLM pool; 1 when P(True) > 0.5. Needs an LLM (``logicrank evaluate
-  --judge-llm``).
+  through an LLM pool (the evaluate job starts one); 1 when P(True) > 0.5; a blank answer
+  is 0 without a prompt. Needs an LLM (``logicrank evaluate --judge-llm``). A prompt the
+  engine fails on fails the evaluation: no figure rather than one that counted it as wrong.
 
 The rows are the retrieval metrics' (METRICS: run_id, query_id, measure, value, plus the
 mean as query ``all``), so significance tests and reports apply unchanged. Every gold

@@ -41,35 +41,21 @@ from schemas.config import EmbedConfig, IndexConfig, LLMConfig, RayConfig  # noq
 from tests.perf.report import write_report  # noqa: E402
 
 
-class OneCallPerPrompt:
-    """The naive client: every prompt is its own engine call (one question, one step)."""
+class Client:
+    """The stage's LLM client, counting engine calls: as shipped (one call per batch the stage
+    sends), or naive (``per_prompt``: every prompt its own call, one question and one step at a time)."""
 
-    def __init__(self, llm):
-        self.llm, self.calls = llm, 0
+    def __init__(self, llm, per_prompt: bool):
+        self.llm, self.per_prompt, self.calls = llm, per_prompt, 0
 
     @property
     def model_id(self):
         return self.llm.model_id
 
     def generate(self, template, values, *args, **kwargs):
-        out = []
-        for v in values:
-            self.calls += 1
-            out += self.llm.generate(template, [v], *args, **kwargs)
-        return out
-
-
-class Counting:
-    def __init__(self, llm):
-        self.llm, self.calls = llm, 0
-
-    @property
-    def model_id(self):
-        return self.llm.model_id
-
-    def generate(self, *args, **kwargs):
-        self.calls += 1
-        return self.llm.generate(*args, **kwargs)
+        batches = [[v] for v in values] if self.per_prompt else [values]
+        self.calls += len(batches)
+        return [g for batch in batches for g in self.llm.generate(template, batch, *args, **kwargs)]
 
 
 def main() -> None:
@@ -93,7 +79,7 @@ def main() -> None:
         llm.generate(prompts.load("lag_answer"), [{"passages": "[1] warm-up", "question": "warm-up?"}], max_tokens=4)  # engine start, untimed
         result: dict = {"questions": len(rows), "cpus": cpus, "llm": llm.model_id}
         outputs = {}
-        for mode, client in (("shared pool", Counting(llm)), ("naive: a call per question per step", OneCallPerPrompt(llm))):
+        for mode, client in (("shared pool", Client(llm, per_prompt=False)), ("naive: a call per question per step", Client(llm, per_prompt=True))):
             ctx = Context(DocStore(str(work / "db")), encoder=lambda: embedder, llm=lambda c=client: c, llm_model=str(llm.resolved.path))
             t = time.perf_counter()
             out = Lag(LagOptions()).run(ctx, queries, [])
