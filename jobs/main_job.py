@@ -31,7 +31,7 @@ TOLERANCE = 0.005
 
 RULES_SAMPLE = 100  # queries of the rules section (the benchmark command runs all 830)
 RULES_R3_N = 10  # R3 reads the top 10 in one window here (20 in the benchmark): the job stays under 15 minutes
-LAG_SAMPLE = 30  # MuSiQue questions of the LAG section's RAG and LAG rows (the oracle table and `logicrank bench-lag` use all 100)
+LAG_SAMPLE = 20  # MuSiQue questions of the LAG section's RAG and LAG rows (the oracle table and `logicrank bench-lag` use all 100)
 
 
 def run_main(out: str | Path, embed: EmbedConfig, ray: RayConfig, progress: bool = True, echo=print, rulebench: str | None = None) -> dict:
