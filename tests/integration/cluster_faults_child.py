@@ -119,13 +119,29 @@ class Killer:
             hosts = sorted(set(placed.values()) - {-1})
             victim = next((int(p) for p in prefer if p.isdigit() and int(p) in hosts), hosts[0])
             t = time.perf_counter()
+            node_id = self.workers[victim].node_id
             self.cluster.remove_node(self.workers[victim], allow_graceful=False)
+            # SIGKILL returns at once; wait until the cluster sees the node dead, so that the job
+            # cannot finish on it in the meantime (a fast job once did: nothing was lost, nothing tested)
+            dead = _wait_dead(node_id, timeout_s=60.0)
             self.info = {
-                "victim": victim, "victim_node": self.workers[victim].node_id, "placement": placed,
+                "victim": victim, "victim_node": node_id, "placement": placed,
                 "spread": sorted(placed.values()) == [0, 1], "at_s": round(t - self.t0, 2),
-                "kill_s": round(time.perf_counter() - t, 2), **seen,
+                "kill_s": round(time.perf_counter() - t, 2), "seen_dead": dead, **seen,
             }
             print(f"[cluster_faults] killed worker node {victim} at {self.info['at_s']} s: {seen}", file=sys.stderr, flush=True)
+
+
+def _wait_dead(node_id: str, timeout_s: float) -> bool:
+    """Poll the GCS until ``node_id`` is no longer alive (True), or give up after ``timeout_s`` (False)."""
+    import ray
+
+    end = time.perf_counter() + timeout_s
+    while time.perf_counter() < end:
+        if not any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes()):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def actors_after(cluster) -> list[dict]:

@@ -85,6 +85,7 @@ def _check_kill(r: dict, progress_key: str, n: int) -> None:
     assert kill, "the watcher never killed a worker node"
     assert kill["spread"], f"the two actors were not one per worker node: {kill['placement']}"
     assert 0 < kill[progress_key] < n, f"the kill must land mid-job for this test to mean anything ({progress_key}: {kill[progress_key]})"
+    assert kill["seen_dead"], "the killed node was never seen dead by the cluster"
     if r["job"] == "index":  # Ray Data restarted the killed node's actor on the surviving worker node
         assert any(a["restarts"] >= 1 for a in r["actors_after"]), r["actors_after"]
     else:  # the LLM service saw its engine lost (its batches went to the other engine, each prompt once: checked by the caller)
