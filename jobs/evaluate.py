@@ -125,8 +125,9 @@ def _evaluate_answers(cfg: EvaluateConfig, measures: list[str]) -> tuple[list[pa
             raise EvaluationError(f"evaluate: two answer files named {rid!r}; the file stem is the run id, so give each a distinct name.")
         preds[rid] = read_predictions(path)
     cover = {rid: coverage(p, gold) for rid, p in preds.items()}
+    unanswered, not_asked = {r: c[0] for r, c in cover.items()}, {r: c[1] for r, c in cover.items()}
     if "Judge" not in measures:
-        return [evaluate_answers(p, gold, measures, rid) for rid, p in preds.items()], {r: c[0] for r, c in cover.items()}, {r: c[1] for r, c in cover.items()}
+        return [evaluate_answers(p, gold, measures, rid) for rid, p in preds.items()], unanswered, not_asked
     from jobs.llm_service import LLMService
     from jobs.raysession import ray_session
 
@@ -136,7 +137,7 @@ def _evaluate_answers(cfg: EvaluateConfig, measures: list[str]) -> tuple[list[pa
             tables = [evaluate_answers(p, gold, measures, rid, judge=llm_judge(llm)) for rid, p in preds.items()]
         finally:
             llm.close()
-    return tables, {r: c[0] for r, c in cover.items()}, {r: c[1] for r, c in cover.items()}
+    return tables, unanswered, not_asked
 
 
 def _plotted(metrics: pa.Table, baseline: str, measures: list[str], qa_measures: list[str]) -> str:

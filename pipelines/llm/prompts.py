@@ -56,7 +56,13 @@ def load(name: str) -> Template:
 def cut_to_tokens(model_dir: str, texts: dict[str, str], budget: int) -> dict[str, str]:
     """Each text cut to its first ``budget`` tokens of the model's tokenizer (the prompt
     budget of a document in a reranking prompt)."""
+    tok = _tokenizer(model_dir)
+    return {key: tok.decode(tok.encode(text, add_special_tokens=False)[:budget]) for key, text in texts.items()}
+
+
+@cache
+def _tokenizer(model_dir: str):
+    """Loaded once per checkpoint (LAG cuts passages every round)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    return {key: tok.decode(tok.encode(text, add_special_tokens=False)[:budget]) for key, text in texts.items()}
+    return AutoTokenizer.from_pretrained(model_dir)
