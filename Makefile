@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv main test test-unit bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag lint clean
+.PHONY: venv main test test-unit bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate lint clean
 
 venv: $(STAMP)
 
@@ -33,7 +33,7 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-bench: bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag
+bench: bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate
 
 bench-index: $(STAMP)
 	$(BIN)/python tests/perf/bench_index.py --out runs/bench
@@ -55,6 +55,9 @@ bench-retrieval: $(STAMP)
 
 bench-lag: $(STAMP)
 	$(BIN)/python tests/perf/bench_lag.py --out runs/bench
+
+bench-generate: $(STAMP)
+	$(BIN)/python tests/perf/bench_generate.py --out runs/bench
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -455,6 +455,100 @@ def bench_lag(
         raise typer.Exit(1)
 
 
+generate_app = typer.Typer(no_args_is_help=True, help="Dataset generation: logical benchmarks from a corpus, with labels.")
+app.add_typer(generate_app, name="generate")
+
+
+@generate_app.command("itlr")
+def generate_itlr(
+    db: Annotated[str, typer.Option(help="LanceDB directory of the indexed corpus (`logicrank index`).")],
+    out: Annotated[Path, typer.Option(help="The dataset's directory (checkpoints too: rerun the same command to resume).")],
+    table: str = "docs",
+    docs: Annotated[int, typer.Option(help="Documents sampled for topics.")] = 32,
+    shard_docs: Annotated[int, typer.Option(help="Documents per shard (the unit of checkpoints).")] = 8,
+    questions_per_shard: Annotated[int, typer.Option(help="Logical queries filled from each shard's topics.")] = 8,
+    max_topics: Annotated[int, typer.Option(help="Topics kept per document.")] = 3,
+    seed: int = 0,
+    candidate: Annotated[list[str], typer.Option(help="Retrievers proposing documents to label (repeat): dense bm25 itlr.")] = ["dense", "bm25", "itlr"],  # noqa: B006
+    candidate_k: Annotated[int, typer.Option(help="Top k of each retriever; their union is judged.")] = 10,
+    dedup_threshold: Annotated[float, typer.Option(help="Near-duplicate questions: embedding cosine above this.")] = 0.95,
+    label_threshold: Annotated[float, typer.Option(help="A pair is relevant when P(True) >= this.")] = 0.5,
+    wave_shards: Annotated[int | None, typer.Option(help="Shards sent to the LLM pool at once (default 2 per engine actor).")] = None,
+    model: Model = "all-MiniLM-L6-v2",
+    backend: Backend = "openvino",
+    llm_model: LLMModel = "smollm2-135m-instruct",
+    llm_dtype: LLMDtype = "auto",
+    llm_max_model_len: LLMMaxLen = 2048,
+    tensor_parallel_size: TensorParallel = 1,
+    compiled: Compiled = False,
+    llm_cache: LLMCache = "default",
+    actors: LLMActors = 1,
+    cpus_per_actor: LLMCpus = 1.0,
+    gpus_per_actor: LLMGpus = None,
+    llm_batch_rows: Annotated[int, typer.Option(help="Prompts per engine call of the LLM pool.")] = 64,
+    ray_address: RayAddress = None,
+    progress: Annotated[bool, typer.Option(help="Print LLM progress.")] = False,
+):
+    """ITLR's real-corpus recipe: topics -> 32 templates -> questions -> candidates -> LLM labels (BEIR layout + dataset card)."""
+    from jobs.generate import run_generate
+    from schemas.config import GenerateConfig
+
+    llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
+               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor, batch_rows=llm_batch_rows)
+    cfg = _run(GenerateConfig, db=db, table=table, docs=docs, shard_docs=shard_docs, questions_per_shard=questions_per_shard,
+               max_topics=max_topics, seed=seed, candidates=tuple(candidate), candidate_k=candidate_k, dedup_threshold=dedup_threshold,
+               label_threshold=label_threshold, wave_shards=wave_shards, embed=_run(EmbedConfig, model=model, backend=backend), llm=llm,
+               ray=_run(RayConfig, address=ray_address))
+    _run(run_generate, cfg, out, echo=typer.echo, progress=progress)
+    typer.echo(f"card: {out / 'card.md'}")
+
+
+@generate_app.command("setlogic")
+def generate_setlogic(
+    out: Annotated[Path, typer.Option(help="Where the BEIR layout, gold decompositions and generation.json go.")] = Path("data/setlogic"),
+    per_template: Annotated[int, typer.Option(help="Queries per QUEST template (7 templates).")] = 20,
+    seed: int = 0,
+    src: Annotated[Path | None, typer.Option(help="A LIMIT-shaped directory (corpus, queries, qrels JSONL) instead of the bundled LIMIT-small.")] = None,
+):
+    """QUEST-style set-logic queries over LIMIT's like-lists, with exact gold sets (no LLM)."""
+    from pipelines.generate.setlogic import generate
+
+    c = _run(generate, out, per_template, seed, src)
+    typer.echo(f"{c['queries']} queries, {c['qrels']} gold pairs over {c['people']} people -> {out}")
+
+
+@app.command("bench-setlogic")
+def bench_setlogic(
+    out: Annotated[Path, typer.Option(help="Where the set, index, runs and report go.")] = Path("runs/setlogic"),
+    per_template: Annotated[int, typer.Option(help="Queries per QUEST template (7 templates).")] = 20,
+    seed: int = 0,
+    k: Annotated[int, typer.Option(help="Depth of R@k and F1@k (the predicted set).")] = 5,
+    orlog: Annotated[bool, typer.Option(help="Add OrLog with the gold atoms (LLM scoring; --no-orlog: dense, bm25, ITLR only).")] = True,
+    orlog_depth: Annotated[int, typer.Option(help="OrLog: bm25 candidates reranked per query.")] = 20,
+    model: Model = "all-MiniLM-L6-v2",
+    backend: Backend = "openvino",
+    llm_model: LLMModel = "smollm2-135m-instruct",
+    llm_dtype: LLMDtype = "auto",
+    llm_max_model_len: LLMMaxLen = 2048,
+    tensor_parallel_size: TensorParallel = 1,
+    compiled: Compiled = False,
+    llm_cache: LLMCache = "default",
+    actors: LLMActors = 1,
+    cpus_per_actor: LLMCpus = 1.0,
+    gpus_per_actor: LLMGpus = None,
+    ray_address: RayAddress = None,
+):
+    """Set-logic queries over LIMIT with exact gold: dense, bm25, ITLR (gold form), OrLog (gold atoms), by template."""
+    from jobs.setlogic_bench import run_setlogic_bench
+
+    llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
+               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor) if orlog else None
+    res = _run(run_setlogic_bench, out, _run(EmbedConfig, model=model, backend=backend), _run(RayConfig, address=ray_address), llm,
+               per_template=per_template, seed=seed, k=k, orlog_depth=orlog_depth, echo=typer.echo)
+    typer.echo(res["report"].read_text(encoding="utf-8"))
+    typer.echo(f"report: {res['report']}")
+
+
 models_app = typer.Typer(no_args_is_help=True, help="LLM checkpoints that ship inside packages.")
 app.add_typer(models_app, name="models")
 

@@ -3,7 +3,9 @@ ITLR's synthetic logical benchmark (base vs ITLR vs calibrated ITLR, operator ab
 LLM path on SmolLM2, rule retrieval (SIAR + R3) on a 100-query sample of RuleBench ULogic
 when its directory is given (``LOGICRANK_RULEBENCH``; the set is not bundled), and LAG on the
 bundled MuSiQue set (the LLM-free oracle table on all 100 questions, then RAG vs LAG with
-SmolLM2 on a sample).
+SmolLM2 on a sample), set-logic queries over LIMIT with exact gold (dense, bm25, ITLR with the
+gold logical query, OrLog with gold atoms), and a small demo of ITLR's real-corpus dataset
+generation over the SciFact index (SmolLM2: a demo, not a benchmark).
 
 Dense nDCG@10 of all-MiniLM-L6-v2 on SciFact is published by MTEB as 0.645; this job
 reports how close a fresh index + retrieval + evaluation comes to it.
@@ -11,6 +13,8 @@ reports how close a fresh index + retrieval + evaluation comes to it.
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -31,6 +35,9 @@ TOLERANCE = 0.005
 
 RULES_SAMPLE = 100  # queries of the rules section (the benchmark command runs all 830)
 RULES_R3_N = 10  # R3 reads the top 10 in one window here (20 in the benchmark): the job stays under 15 minutes
+SETLOGIC_PER_TEMPLATE = 5  # LIMIT set-logic queries per QUEST template (`logicrank bench-setlogic`: 20)
+SETLOGIC_ORLOG_DEPTH = 10  # OrLog reranks bm25's top 10 here (20 in the benchmark): the job stays under 15 minutes
+GENERATE_DOCS = 6  # the generation demo: one shard of 6 SciFact documents, 4 questions
 LAG_SAMPLE = 20  # MuSiQue questions of the LAG section's RAG and LAG rows (the oracle table and `logicrank bench-lag` use all 100)
 
 
@@ -44,16 +51,16 @@ def run_main(out: str | Path, embed: EmbedConfig, ray: RayConfig, progress: bool
 def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, echo, rulebench: str | None) -> dict:
     data = scifact()
     db = str(out / "lancedb")
-    echo(f"[1/7] index {data.corpus} -> {db}")
+    echo(f"[1/9] index {data.corpus} -> {db}")
     summary = run_index(IndexConfig(corpus=str(data.corpus), db=db, embed=embed, ray=ray), out / "index", progress=progress)
     echo(f"      {summary.inserted} inserted, {summary.updated} updated, {summary.unchanged} unchanged, "
          f"{summary.deleted} deleted, {summary.rejected} rejected in {summary.seconds:.1f} s (table v{summary.table_version})")
-    echo("[2/7] retrieve 300 queries: dense, bm25, hybrid")
+    echo("[2/9] retrieve 300 queries: dense, bm25, hybrid")
     runs = run_retrieve(
         RetrieveConfig.preset(("dense", "bm25", "hybrid"), queries=str(data.queries), db=db, k=100, embed=embed, trec=True, ray=ray),
         out / "retrieve",
     )
-    echo("[3/7] evaluate")
+    echo("[3/9] evaluate")
     metrics = run_evaluate(
         EvaluateConfig(qrels=str(data.qrels), runs=tuple(str(p) for p in runs.values())),
         out / "evaluate",
@@ -66,25 +73,27 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
         echo(f"      nDCG@10 {rid:7s} {v:.4f}")
     echo(f"      dense vs published MTEB {PUBLISHED_DENSE_NDCG10}: {dense:.4f} -> "
          f"{'reproduced' if reproduced else 'NOT reproduced'} (tolerance {TOLERANCE})")
-    echo("[4/7] ITLR synthetic logical benchmark (32 templates x 10 queries from SciFact text)")
+    echo("[4/9] ITLR synthetic logical benchmark (32 templates x 10 queries from SciFact text)")
     itlr = run_itlr_bench(out / "itlr", embed, ray, echo=echo)
     t1 = itlr["table1"]
     for setting in ("own", "pooled"):
         for method in ("base", "itlr"):
             row = t1[(t1["setting"] == setting) & (t1["method"] == method)].set_index("negations")["ndcg@10"]
             echo(f"      {setting:6s} {method:5s} nDCG@10 by negations 0/1/2/3: " + "/".join(f"{row[n]:.3f}" for n in range(4)))
-    echo("[5/7] LLM decomposition -> ITLR (SmolLM2-135M on vLLM: plumbing and demo, not quality)")
+    echo("[5/9] LLM decomposition -> ITLR (SmolLM2-135M on vLLM: plumbing and demo, not quality)")
     llm = run_llm_demo(out / "llm", out / "itlr", embed, ray, echo=echo)
     for rid, v in llm["ndcg@10"].items():
         echo(f"      nDCG@10 {rid:18s} {v:.4f}")
     rules = _rules(out / "rules", rulebench, embed, ray, echo)
     lag = _lag(out / "lag", embed, ray, echo)
-    _link_reports(out, rules, lag["report"].read_text(encoding="utf-8"))
+    setlogic = _setlogic(out / "setlogic", embed, ray, echo)
+    demo = _generate_demo(out / "generate", db, embed, ray, echo)
+    _link_reports(out, rules, lag["report"].read_text(encoding="utf-8"), setlogic, demo)
     echo(f"report: {out / 'report.md'}")
     if not lag["reproduced"]:
         echo("      LAG oracle: NOT reproduced (see the table above)")
     return {"index": asdict(summary), "ndcg@10": ndcg, "reproduced": reproduced and lag["reproduced"], "llm": llm["ndcg@10"], "rules": rules,
-            "lag_oracle": lag["oracle"]}
+            "lag_oracle": lag["oracle"], "setlogic": setlogic_summary(out / "setlogic")}
 
 
 def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig, echo) -> str:
@@ -92,7 +101,7 @@ def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig,
     from jobs.llm_demo import local_llm
     from jobs.rules_bench import ENV, OBTAIN, run_rules_bench
 
-    echo(f"[6/7] rule retrieval (RuleBench ULogic, {RULES_SAMPLE}-query sample): vanilla, SIAR, SIAR + R3 with SmolLM2")
+    echo(f"[6/9] rule retrieval (RuleBench ULogic, {RULES_SAMPLE}-query sample): vanilla, SIAR, SIAR + R3 with SmolLM2")
     missing = [f for f in ("rules.json", "test_data.json") if rulebench and not (Path(rulebench) / f).is_file()]
     if not rulebench or missing:
         why = f"{ENV} is not set" if not rulebench else f"{ENV}={rulebench} holds no {' or '.join(missing)}"
@@ -113,7 +122,7 @@ def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
     from jobs.lag_bench import run_lag_bench
     from jobs.llm_demo import local_llm
 
-    echo(f"[7/7] LAG on MuSiQue (bundled): gold-chain oracle (100 questions, no LLM), then RAG vs LAG with SmolLM2 ({LAG_SAMPLE} questions)")
+    echo(f"[7/9] LAG on MuSiQue (bundled): gold-chain oracle (100 questions, no LLM), then RAG vs LAG with SmolLM2 ({LAG_SAMPLE} questions)")
     res = run_lag_bench("musique", out, embed, ray, local_llm(), sample=LAG_SAMPLE, llm_runs=("rag", "lag"), echo=echo)
     table = res["table"]
     for rid in table.index:
@@ -121,9 +130,50 @@ def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
     return res
 
 
-def _link_reports(out: Path, rules: str, lag: str) -> None:
-    """One entry page: the retrieval report, the ITLR tables, the LLM path, rule retrieval, LAG."""
+def _setlogic(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> str:
+    from jobs.llm_demo import local_llm
+    from jobs.setlogic_bench import run_setlogic_bench
+
+    echo(f"[8/9] set-logic queries over LIMIT (exact gold, {SETLOGIC_PER_TEMPLATE} per QUEST template): dense, bm25, ITLR (gold form), "
+         f"OrLog (gold atoms, SmolLM2, top {SETLOGIC_ORLOG_DEPTH})")
+    res = run_setlogic_bench(out, embed, ray, local_llm(), per_template=SETLOGIC_PER_TEMPLATE, orlog_depth=SETLOGIC_ORLOG_DEPTH, echo=echo)
+    table = res["table"]
+    for rid in dict.fromkeys(table.index.get_level_values("run_id")):
+        row = table.loc[(rid, "all")]
+        echo(f"      {rid:6s} P@1 {row['P@1']:.3f}  R@5 {row['R@5']:.3f}  nDCG@10 {row['nDCG@10']:.3f}")
+    return res["report"].read_text(encoding="utf-8")
+
+
+def setlogic_summary(out: Path) -> dict:
+    import pandas as pd
+
+    m = pd.read_parquet(out / "evaluate" / "metrics.parquet")
+    agg = m[m["query_id"] == "all"]
+    return {f"{r.run_id} {r.measure}": float(r.value) for r in agg.itertuples()}
+
+
+def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo) -> str:
+    from jobs.generate import run_generate
+    from jobs.llm_demo import local_llm
+    from schemas.config import GenerateConfig
+
+    echo(f"[9/9] dataset generation demo: ITLR's real-corpus recipe on {GENERATE_DOCS} SciFact documents with SmolLM2 (a demo, not a benchmark)")
+    cfg = GenerateConfig(db=db, docs=GENERATE_DOCS, shard_docs=GENERATE_DOCS, questions_per_shard=4, candidate_k=3, document_tokens=128,
+                         embed=embed, ray=ray, llm=local_llm(),
+                         demo_note="Generated with SmolLM2-135M on a few documents: a demo of the pipeline, not a benchmark; its questions and labels are not a dataset to report numbers on.")
+    shutil.rmtree(out, ignore_errors=True)  # a demo: regenerated each run (a re-indexed table is a new version, which a resume refuses)
+    c = run_generate(cfg, out, echo=lambda m: None)
+    echo(f"      {c['questions']} questions, {c['labels']['pairs']} pairs judged, {c['labels']['relevant']} relevant; card: {out / 'card.md'}")
+    rows = [json.loads(line) for line in (out / "queries.jsonl").read_text(encoding="utf-8").splitlines()[:4]]
+    examples = [f"- `{r['logical_query']}` -> {r['text']!r} ({r['status']})" for r in rows]
+    card = (out / "card.md").read_text(encoding="utf-8").replace("# Generated dataset", "## Dataset generation demo", 1)
+    return card + "\nFirst questions (logical form -> question):\n\n" + "\n".join(examples) + "\n"
+
+
+def _link_reports(out: Path, rules: str, lag: str, setlogic: str, demo: str) -> None:
+    """One entry page: the retrieval report, the ITLR tables, the LLM path, rule retrieval, LAG,
+    set-logic queries over LIMIT, the generation demo."""
     retrieval = (out / "evaluate" / "report.md").read_text(encoding="utf-8").replace("](plots/", "](evaluate/plots/")
     itlr = (out / "itlr" / "itlr_report.md").read_text(encoding="utf-8").replace("# ITLR", "## ITLR", 1)
     llm = (out / "llm" / "llm_report.md").read_text(encoding="utf-8")
-    write_text_atomic(retrieval + "\n" + itlr + "\n" + llm + "\n" + rules + "\n" + lag, out / "report.md")
+    write_text_atomic("\n".join((retrieval, itlr, llm, rules, lag, setlogic, demo)), out / "report.md")

@@ -34,7 +34,7 @@ def measures(k: int) -> tuple[str, ...]:
 
 
 def run_setlogic_bench(out: str | Path, embed: EmbedConfig, ray: RayConfig, llm: LLMConfig | None, per_template: int = 20, seed: int = 0,
-                       k: int = 5, echo=print) -> dict:
+                       k: int = 5, orlog_depth: int = ORLOG_DEPTH, echo=print) -> dict:
     """``llm`` None: dense, bm25 and ITLR only (no OrLog row)."""
     out = Path(out)
     t0 = time.perf_counter()
@@ -49,8 +49,8 @@ def run_setlogic_bench(out: str | Path, embed: EmbedConfig, ray: RayConfig, llm:
         "dense": [{"dense": {"k": 100}}],
         "bm25": [{"bm25": {"k": 100}}],
         "itlr": [{"itlr": {"k": 100}}],
-        "orlog": [{"bm25": {"k": ORLOG_DEPTH}}, {"decomposition": {"target": "orlog", "decompositions": str(data / "decompositions.parquet")}},
-                  {"orlog": {"k": ORLOG_DEPTH, "context_tokens": 512}}],
+        "orlog": [{"bm25": {"k": orlog_depth}}, {"decomposition": {"target": "orlog", "decompositions": str(data / "decompositions.parquet")}},
+                  {"orlog": {"k": orlog_depth, "context_tokens": 512}}],
     }
     runs_ids = [r for r in RUNS if r != "orlog" or llm is not None]
     t = time.perf_counter()
@@ -63,7 +63,7 @@ def run_setlogic_bench(out: str | Path, embed: EmbedConfig, ray: RayConfig, llm:
     table = by_template(metrics.to_pandas(), data / "queries.jsonl")
     timings["all"] = time.perf_counter() - t0
     manifest = json.loads((out / "retrieve" / "manifest.json").read_text(encoding="utf-8"))
-    report = _report(counts, table, measures(k), manifest, llm, timings)
+    report = _report(counts, table, measures(k), manifest, llm, timings, orlog_depth)
     write_text_atomic(report, out / "setlogic_report.md")
     return {"counts": counts, "table": table, "report": out / "setlogic_report.md", "seconds": timings["all"]}
 
@@ -85,7 +85,7 @@ def by_template(metrics: pd.DataFrame, queries: Path) -> pd.DataFrame:
     return out.sort_index(key=lambda idx: idx.map(order) if idx.name == "template" else idx.map(runs.index))
 
 
-def _report(counts: dict, table: pd.DataFrame, names: tuple[str, ...], manifest: dict, llm: LLMConfig | None, timings: dict) -> str:
+def _report(counts: dict, table: pd.DataFrame, names: tuple[str, ...], manifest: dict, llm: LLMConfig | None, timings: dict, orlog_depth: int) -> str:
     lines = [
         "## Set-logic queries over LIMIT (exact gold)",
         "",
@@ -94,7 +94,7 @@ def _report(counts: dict, table: pd.DataFrame, names: tuple[str, ...], manifest:
         "each with its exact gold set computed from the lists (mean size per template: "
         + ", ".join(f"{t} {v}" for t, v in counts["gold_size"].items()) + "). "
         "ITLR scores the gold logical query (all-MiniLM-L6-v2 term cosines, product/sum/complement); OrLog reranks bm25's top "
-        f"{ORLOG_DEPTH} with the gold atoms (`{{x}} likes A`) and form, P(True) from the LLM with the person's like-list as context. "
+        f"{orlog_depth} with the gold atoms (`{{x}} likes A`) and form, P(True) from the LLM with the person's like-list as context. "
         f"{names[1]} and {names[2]} read the top k as the predicted set (QUEST's set view); a gold set of one caps {names[2]} at "
         f"{2 / (1 + int(names[2].split('@')[1])):.2f}.",
         "",

@@ -247,3 +247,37 @@ class EvaluateConfig(_Config):
         if self.answers and not self.gold:
             raise ValueError("answers need gold (the answers.jsonl of `logicrank prepare-qa`)")
         return self
+
+
+class GenerateConfig(_Config):
+    """`logicrank generate itlr`: ITLR's real-corpus recipe over an indexed table
+    (pipelines/generate/realcorpus.py). Everything that changes the dataset is here, so the
+    same config and table give the same dataset; placement (``llm.actors``, ``ray``) does not
+    change it."""
+
+    db: str = Field(description="LanceDB directory of the indexed corpus.")
+    table: str = "docs"
+    docs: int = Field(32, ge=3, description="Documents sampled (seeded) for topics.")
+    shard_docs: int = Field(8, ge=3, description="Documents per shard: the unit of work and of checkpoints.")
+    questions_per_shard: int = Field(8, ge=1, description="Logical queries filled from each shard's topics.")
+    max_topics: int = Field(3, ge=1, le=10, description="Topics kept per document.")
+    seed: int = 0
+    topic_tokens: int = Field(96, ge=8, description="Token budget of a document's topic list.")
+    question_tokens: int = Field(64, ge=8, description="Token budget of a question.")
+    document_tokens: int = Field(320, ge=16, description="A document cut to this many tokens in the topic and label prompts.")
+    candidates: tuple[Literal["dense", "bm25", "itlr"], ...] = Field(("dense", "bm25", "itlr"), min_length=1, description="Retrievers proposing documents to label (itlr: with the gold logical form).")
+    candidate_k: int = Field(10, ge=1, le=1000, description="Top k of each retriever; their union is judged.")
+    dedup_threshold: float = Field(0.95, gt=0, le=1, description="Near duplicates: question embeddings' cosine above this.")
+    label_threshold: float = Field(0.5, gt=0, lt=1, description="A pair is relevant (qrels) when P(True) >= this.")
+    wave_shards: int | None = Field(None, ge=1, description="Shards sent to the LLM pool at once (None: 2 per engine actor); a killed run loses at most one wave's work.")
+    demo_note: str | None = Field(None, description="A sentence the card prints in bold (e.g. that a small model made a demo, not a benchmark).")
+    embed: EmbedConfig = EmbedConfig()
+    llm: LLMConfig = LLMConfig()
+    ray: RayConfig = RayConfig()
+
+    _distinct = field_validator("candidates")(lambda v: _distinct_methods(v))
+
+    def dataset_digest(self) -> str:
+        """What changes the dataset: placement, the wave size, the LLM cache and the note do not."""
+        return self.model_copy(update={"wave_shards": None, "demo_note": None, "ray": RayConfig(),
+                                       "llm": self.llm.model_copy(update={k: LLMConfig.model_fields[k].default for k in _PLACEMENT})}).digest()

@@ -1,0 +1,303 @@
+"""`logicrank generate itlr`: ITLR's real-corpus recipe as a Ray job over an indexed table.
+
+Phases (the logic is in :mod:`pipelines.generate.realcorpus`; this module runs it):
+
+1. sample ``docs`` documents (seeded, from the table's sorted ids) and cut them into shards
+   of ``shard_docs``;
+2. per shard, on the job's LLM pool: topics, logical queries, questions;
+3. deduplicate the questions (exact, then near by embedding cosine);
+4. candidates: ``logicrank retrieve`` with the configured retrievers (ITLR with the gold
+   form), top k each, union;
+5. per shard of questions, on the LLM pool: one truth prompt per (question, candidate);
+6. the dataset: ``queries.jsonl``, ``qrels/test.tsv``, ``labels.parquet``, ``corpus.json``,
+   ``card.md``, ``generation.json``, ``manifest.json``.
+
+Shards go to the pool in waves (``wave_shards``, default two per engine actor), so every
+engine has work; each finished shard is written once, atomically, to
+``checkpoints/{topics,questions,labels}/shard-NNNNN.parquet`` and never rewritten
+(append-only). A killed run, rerun with the same config, reads the shards it has and does
+the rest: nothing is computed twice into the dataset, nothing is lost. A run directory holding
+another config's or another table version's checkpoints is refused. The same config and table
+give the same dataset (greedy decoding, seeded sampling, every ordering by id).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.rundir import RunDir, write_parquet_atomic, write_text_atomic
+from pipelines.errors import UserError
+from pipelines.generate import realcorpus as rc
+from pipelines.generate.synthetic import TEMPLATES
+from pipelines.store import DocStore
+from schemas.config import GenerateConfig
+
+TOPICS = pa.schema([("doc_id", pa.string()), ("shard", pa.int32()), ("topics", pa.list_(pa.string())), ("status", pa.string()),
+                    ("raw_output", pa.string())])
+QUESTIONS = pa.schema([
+    ("query_id", pa.string()), ("shard", pa.int32()), ("template", pa.string()), ("negations", pa.int32()), ("logical_query", pa.string()),
+    ("terms", pa.list_(pa.string())), ("source_doc_ids", pa.list_(pa.string())), ("text", pa.string()), ("status", pa.string()),
+    ("raw_output", pa.string()),
+])
+LABELS = pa.schema([
+    ("query_id", pa.string()), ("doc_id", pa.string()), ("sources", pa.list_(pa.string())), ("p_true", pa.float64()),
+    ("logit_true", pa.float64()), ("logit_false", pa.float64()), ("label", pa.int32()),
+])
+PROMPTS = ("gen_topics", "gen_question", "gen_relevance")
+
+
+class GenerateError(UserError, RuntimeError):
+    """A table to generate from that is missing or too small, or a run directory of another config."""
+
+
+def _shard_file(kind: str, shard: int) -> str:
+    return f"checkpoints/{kind}/shard-{shard:05d}.parquet"
+
+
+def sample_docs(store: DocStore, n: int, seed: int) -> list[str]:
+    ids = sorted(d for batch in store.scan(["doc_id"]) for d in batch.column(0).to_pylist())
+    if len(ids) < n:
+        raise GenerateError(f"generate: the table holds {len(ids)} documents; --docs {n} asks for more")
+    return sorted(random.Random(f"generate:{seed}:docs").sample(ids, n))
+
+
+def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], None] = print, progress: bool = False) -> dict:
+    """Returns the counts (also ``generation.json``)."""
+    from jobs.llm_service import LLMService
+    from jobs.raysession import ray_session
+    from pipelines.embed import model_id
+
+    out = Path(out)
+    t0 = time.perf_counter()
+    store = DocStore(cfg.db, cfg.table)
+    if not store.exists():
+        raise GenerateError(f"generate: no table {cfg.table!r} in {cfg.db}; index a corpus first (`logicrank index`)")
+    store.require_model(model_id(cfg.embed), "generate")
+    state = {"dataset_digest": cfg.dataset_digest(), "table_version": store.version}
+    _claim(out, state)
+    sample = sample_docs(store, cfg.docs, cfg.seed)
+    shards = [sample[i : i + cfg.shard_docs] for i in range(0, len(sample), cfg.shard_docs)]
+    llm = LLMService(cfg.llm, echo=echo if progress else None)
+    wave = cfg.wave_shards or 2 * cfg.llm.actors
+    timings: dict[str, float] = {}
+    with ray_session(cfg.ray):
+        try:
+            t = time.perf_counter()
+            done = _questions_phase(cfg, out, shards, llm, wave, echo)
+            timings["questions"] = time.perf_counter() - t
+            questions = pa.concat_tables([pq.read_table(out / _shard_file("questions", s)) for s in range(len(shards))]).combine_chunks()
+            t = time.perf_counter()
+            kept, dropped = _dedup(cfg, questions)
+            timings["dedup"] = time.perf_counter() - t
+            queries_path = out / "checkpoints" / "queries.jsonl"
+            _write_queries(kept, queries_path)
+            if _crowded(cfg):  # the retrievers' actors need the CPUs the engines hold: the next request starts the pool again
+                llm.release()
+            t = time.perf_counter()
+            candidates = _candidates(cfg, queries_path, out)
+            timings["candidates"] = time.perf_counter() - t
+            t = time.perf_counter()
+            labelled, done["label_shards_resumed"] = _labels_phase(cfg, out, store, kept, candidates, llm, wave, echo)
+            timings["labels"] = time.perf_counter() - t
+        finally:
+            llm_counts = llm.close()
+    labels = pa.concat_tables([pq.read_table(out / _shard_file("labels", s)) for s in labelled]).combine_chunks() if labelled else LABELS.empty_table()
+    counts = _finish(cfg, out, store, shards, kept, dropped, labels, llm, llm_counts, done, timings, t0)
+    echo(f"generate: {counts['questions']} questions ({counts['dedup']['exact']} exact and {counts['dedup']['near']} near duplicates removed), "
+         f"{counts['labels']['pairs']} pairs judged, {counts['labels']['relevant']} relevant -> {out}")
+    return counts
+
+
+def _crowded(cfg: GenerateConfig) -> bool:
+    import ray
+
+    return ray.available_resources().get("CPU", 0.0) < cfg.ray.retrieve_num_cpus
+
+
+def _claim(out: Path, state: dict) -> None:
+    path = out / "checkpoints" / "state.json"
+    if path.is_file():
+        held = json.loads(path.read_text(encoding="utf-8"))
+        if held != state:
+            raise GenerateError(f"generate: {out} holds the checkpoints of another config or table version ({held}); "
+                                "give a new --out, or remove that directory to start over")
+        return
+    write_text_atomic(json.dumps(state) + "\n", path)
+
+
+def _waves(todo: list[int], size: int) -> list[list[int]]:
+    return [todo[i : i + size] for i in range(0, len(todo), size)]
+
+
+def _questions_phase(cfg: GenerateConfig, out: Path, shards: list[list[str]], llm, wave: int, echo) -> dict:
+    """Topics and questions of every shard not yet checkpointed; returns what was resumed."""
+    from pipelines.llm import prompts
+    from pipelines.llm.engine import Constraint
+
+    todo = [s for s in range(len(shards)) if not (out / _shard_file("questions", s)).is_file()]
+    resumed = {"shards": len(shards), "question_shards_resumed": len(shards) - len(todo)}
+    if resumed["question_shards_resumed"]:
+        echo(f"generate: {resumed['question_shards_resumed']} of {len(shards)} shards' questions read from checkpoints")
+    store = DocStore(cfg.db, cfg.table)
+    for n, group in enumerate(_waves(todo, wave), 1):
+        topics: dict[int, pa.Table] = {}
+        need = [s for s in group if not (out / _shard_file("topics", s)).is_file()]
+        if need:
+            ids = [d for s in need for d in shards[s]]
+            rows = {r["doc_id"]: r for r in store.rows_for(ids, ["title", "text"]).to_pylist()}
+            texts = prompts.cut_to_tokens(str(llm.resolved.path), {d: f"{rows[d]['title'] or ''}. {rows[d]['text']}".strip(". ") for d in ids},
+                                          cfg.document_tokens)
+            gens = llm.generate(prompts.load("gen_topics"), [{"document": texts[d]} for d in ids],
+                                Constraint("json", rc.topics_schema(cfg.max_topics)), cfg.topic_tokens, 0.0, None, label="generate:topics")
+            by_doc = dict(zip(ids, gens, strict=True))
+            for s in need:
+                recs = []
+                for d in shards[s]:
+                    g = by_doc[d]
+                    raw = None if isinstance(g, Exception) else g.text
+                    ts = rc.parse_topics(raw, cfg.max_topics)
+                    status = "ok" if ts else "fallback"
+                    recs.append({"doc_id": d, "shard": s, "topics": ts or [rc.fallback_topic(rows[d]["title"], rows[d]["text"])],
+                                 "status": status, "raw_output": raw if raw is not None else f"error: {g}"})
+                write_parquet_atomic(pa.Table.from_pylist(recs, schema=TOPICS), out / _shard_file("topics", s))
+        for s in group:
+            topics[s] = pq.read_table(out / _shard_file("topics", s))
+        drafts = {s: rc.fill_templates(s, dict(zip(topics[s].column("doc_id").to_pylist(), topics[s].column("topics").to_pylist(), strict=True)),
+                                       cfg.questions_per_shard, cfg.seed) for s in group}
+        flat = [d for s in group for d in drafts[s]]
+        gens = llm.generate(prompts.load("gen_question"), [{"logical_query": d.logical_query} for d in flat],
+                            Constraint("regex", rc.QUESTION_REGEX), cfg.question_tokens, 0.0, None, label="generate:questions")
+        by_id = {d.query_id: g for d, g in zip(flat, gens, strict=True)}
+        for s in group:
+            recs = []
+            for d in drafts[s]:
+                g = by_id[d.query_id]
+                raw = None if isinstance(g, Exception) else g.text
+                q = rc.usable_question(raw)
+                recs.append({"query_id": d.query_id, "shard": s, "template": d.template.name, "negations": d.template.negations,
+                             "logical_query": d.logical_query, "terms": list(d.terms), "source_doc_ids": list(d.source_doc_ids),
+                             "text": q or rc.fallback_question(d), "status": "ok" if q else "fallback",
+                             "raw_output": raw if raw is not None else f"error: {g}"})
+            write_parquet_atomic(pa.Table.from_pylist(recs, schema=QUESTIONS), out / _shard_file("questions", s))
+        echo(f"generate: questions, wave {n}: shards {group[0]}-{group[-1]} of {len(shards)} written")
+    return resumed
+
+
+def _dedup(cfg: GenerateConfig, questions: pa.Table) -> tuple[pa.Table, dict[str, str]]:
+    from pipelines.embed import Embedder
+
+    questions = questions.sort_by("query_id")
+    texts = questions.column("text").to_pylist()
+    vectors = Embedder(cfg.embed).encode(texts) if texts else None
+    keep, dropped = rc.dedup(questions.column("query_id").to_pylist(), texts, vectors, cfg.dedup_threshold) if texts else ([], {})
+    return questions.take(pa.array(keep, pa.int64())), dropped
+
+
+def _write_queries(kept: pa.Table, path: Path) -> None:
+    rows = kept.select(["query_id", "text", "logical_query", "template", "negations", "terms", "source_doc_ids", "status"]).to_pylist()
+    lines = [json.dumps({"_id": r.pop("query_id"), **r}, ensure_ascii=False) for r in rows]
+    write_text_atomic("".join(line + "\n" for line in lines), path)
+
+
+def _candidates(cfg: GenerateConfig, queries: Path, out: Path) -> dict[str, dict[str, list[str]]]:
+    """query_id -> doc_id -> the retrievers that proposed it (union of each one's top k)."""
+    from jobs.retrieve import run_retrieve
+    from pipelines.pipeline import parse_stages
+    from schemas.config import RetrieveConfig
+
+    if not queries.read_text(encoding="utf-8").strip():
+        return {}
+    pipelines = {name: parse_stages([{name: {"k": cfg.candidate_k}}]) for name in cfg.candidates}
+    runs = run_retrieve(RetrieveConfig(queries=str(queries), db=cfg.db, table=cfg.table, embed=cfg.embed, ray=cfg.ray, pipelines=pipelines),
+                        out / "checkpoints" / "candidates", progress=False)
+    found: dict[str, dict[str, list[str]]] = {}
+    for name in cfg.candidates:
+        run = pq.read_table(runs[name], columns=["query_id", "doc_id"])
+        for q, d in zip(run.column("query_id").to_pylist(), run.column("doc_id").to_pylist(), strict=True):
+            found.setdefault(q, {}).setdefault(d, []).append(name)
+    return found
+
+
+def _labels_phase(cfg: GenerateConfig, out: Path, store: DocStore, kept: pa.Table, candidates: dict, llm, wave: int, echo) -> tuple[list[int], int]:
+    """Truth labels of every (question, candidate) pair, by shard of questions; returns the
+    shards labelled and how many of them were read from checkpoints."""
+    from pipelines.llm import prompts
+
+    by_shard: dict[int, list[dict]] = {}
+    for r in kept.select(["query_id", "shard", "text"]).to_pylist():
+        by_shard.setdefault(r["shard"], []).append(r)
+    shards = sorted(by_shard)
+    todo = [s for s in shards if not (out / _shard_file("labels", s)).is_file()]
+    if len(todo) < len(shards):
+        echo(f"generate: {len(shards) - len(todo)} of {len(shards)} shards' labels read from checkpoints")
+    template = prompts.load("gen_relevance")
+    for n, group in enumerate(_waves(todo, wave), 1):
+        pairs = [(q, d, candidates.get(q["query_id"], {})[d]) for s in group for q in by_shard[s] for d in sorted(candidates.get(q["query_id"], {}))]
+        ids = sorted({d for _, d, _ in pairs})
+        rows = {r["doc_id"]: r for r in store.rows_for(ids, ["title", "text"]).to_pylist()}
+        texts = prompts.cut_to_tokens(str(llm.resolved.path), {d: f"{rows[d]['title'] or ''}. {rows[d]['text']}".strip(". ") for d in ids},
+                                      cfg.document_tokens) if ids else {}
+        res = llm.truth(template, [{"document": texts[d], "question": q["text"]} for q, d, _ in pairs], label="generate:labels")
+        for s in group:
+            recs = [{"query_id": q["query_id"], "doc_id": d, "sources": src, "p_true": r.p_true, "logit_true": r.logit_true,
+                     "logit_false": r.logit_false, "label": int(r.p_true >= cfg.label_threshold)}
+                    for (q, d, src), r in zip(pairs, res, strict=True) if q["query_id"] in {x["query_id"] for x in by_shard[s]}]
+            write_parquet_atomic(pa.Table.from_pylist(recs, schema=LABELS), out / _shard_file("labels", s))
+        echo(f"generate: labels, wave {n}: {len(pairs)} pairs of shards {group[0]}-{group[-1]} written")
+    return shards, len(shards) - len(todo)
+
+
+def _finish(cfg: GenerateConfig, out: Path, store: DocStore, shards, kept: pa.Table, dropped: dict, labels: pa.Table, llm, llm_counts: dict,
+            resumed: dict, timings: dict, t0: float) -> dict:
+    from pipelines.embed import model_id
+    from pipelines.llm import prompts
+
+    rundir = RunDir(out, "generate")
+    labels = labels.sort_by([("query_id", "ascending"), ("doc_id", "ascending")])
+    write_parquet_atomic(labels, out / "labels.parquet")
+    write_text_atomic((out / "checkpoints" / "queries.jsonl").read_text(encoding="utf-8"), out / "queries.jsonl")
+    rel = labels.filter(pa.compute.equal(labels.column("label"), 1))
+    write_text_atomic("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in zip(rel.column("query_id").to_pylist(),
+                      rel.column("doc_id").to_pylist(), strict=True)), out / "qrels" / "test.tsv")
+    corpus = {"db": cfg.db, "table": cfg.table, "version": store.version, "documents": store.count(), "encoder": model_id(cfg.embed),
+              "title_sep": store.title_sep()}
+    write_text_atomic(json.dumps(corpus, indent=1) + "\n", out / "corpus.json")
+    topics = pa.concat_tables([pq.read_table(out / _shard_file("topics", s)) for s in range(len(shards))])
+    qs = kept
+    per_query = Counter({q: 0 for q in qs.column("query_id").to_pylist()})
+    per_query.update(rel.column("query_id").to_pylist())
+    templates = Counter(qs.column("template").to_pylist())
+    drafted = sum(pq.read_metadata(out / _shard_file("questions", s)).num_rows for s in range(len(shards)))
+    all_q = pa.concat_tables([pq.read_table(out / _shard_file("questions", s), columns=["status"]) for s in range(len(shards))])
+    counts = {
+        "name": out.name, "config": cfg.model_dump(mode="json"), "config_hash": cfg.dataset_digest(), "model": llm.model_id,
+        "encoder": model_id(cfg.embed), "prompts": {p: prompts.load(p).sha for p in PROMPTS}, "table_version": store.version,
+        "corpus_docs": store.count(), "docs_sampled": cfg.docs, "shards": len(shards), "topics": sum(len(t) for t in topics.column("topics").to_pylist()),
+        "topic_fallbacks": topics.column("status").to_pylist().count("fallback"), "drafted": drafted,
+        "question_fallbacks": all_q.column("status").to_pylist().count("fallback"),
+        "dedup": {"exact": sum(v.startswith("exact") for v in dropped.values()), "near": sum(v.startswith("near") for v in dropped.values()),
+                  "dropped": dropped},
+        "questions": qs.num_rows,
+        "per_template": {t.name: templates.get(t.name, 0) for t in TEMPLATES},
+        "per_negations": {str(k): v for k, v in sorted(Counter(qs.column("negations").to_pylist()).items())},
+        "labels": rc.label_counts(labels.column("p_true").to_pylist(), labels.column("label").to_pylist(), per_query),
+        "demo_note": cfg.demo_note, "resumed": resumed, "llm": llm_counts,
+        "timings": {k: round(v, 2) for k, v in timings.items()},
+    }
+    counts["seconds"] = round(time.perf_counter() - t0, 2)
+    write_text_atomic(rc.card(counts), out / "card.md")
+    write_text_atomic(json.dumps({k: v for k, v in counts.items() if k not in ("llm", "timings", "seconds", "resumed")}, indent=1, sort_keys=True) + "\n",
+                      out / "generation.json")
+    rundir.write_manifest(cfg.model_dump(mode="json"), cfg.digest(), {"table": corpus},
+                          ["queries.jsonl", "qrels/test.tsv", "labels.parquet", "corpus.json", "card.md", "generation.json"],
+                          model=llm.model_id, llm=llm_counts, counts={k: counts[k] for k in ("questions", "drafted", "shards")},
+                          resumed=resumed, timings=counts["timings"])
+    return counts

@@ -1,0 +1,209 @@
+"""ITLR's real-corpus recipe (paper appendix): logical questions about an indexed corpus,
+with LLM relevance labels. The pieces here are plain functions over lists and Arrow tables;
+``jobs/generate.py`` runs them on the job's LLM pool, shard by shard, with checkpoints.
+
+1. **Topics**: the LLM lists each sampled document's salient topics (a JSON list of short
+   strings, under a JSON schema). An output that does not parse, or holds no usable topic
+   (2 to 80 characters and at most 8 words, with a word of letters, no double quote or
+   backslash), falls back to the
+   document's title (counted).
+2. **Logical queries**: a shard's topics fill the 32 three-term templates of the synthetic
+   benchmark (``pipelines.generate.synthetic.TEMPLATES``: one source of templates). Query
+   ``j`` of shard ``s`` takes template ``(s * per_shard + j) mod 32``, so every template is
+   used as evenly as the count allows, and three topics of three different documents of the
+   shard (seeded per shard).
+3. **Questions**: the LLM turns each logical query into a natural question (one line ending
+   in '?', regex-constrained); the logical form stays beside it. An unusable output falls
+   back to the template's plain rendering ("a and not b or c?"), counted.
+4. **Deduplication**: exact (normalised text: lower case, punctuation and extra spaces
+   removed) then near duplicates (cosine of the questions' embeddings above a threshold),
+   in query-id order: the first of a group is kept; both counted.
+5. **Labels**: one truth prompt per (question, candidate document); the candidates are the
+   union of the configured retrievers' top k (dense, bm25, ITLR with the gold form). The
+   label table keeps P(True) and both logits; a pair is relevant when P(True) >= the
+   threshold (documented in the card).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipelines.generate.synthetic import TEMPLATES, Template
+
+MAX_TOPIC_CHARS = 80
+MAX_TOPIC_WORDS = 8
+QUESTION_REGEX = r"[A-Z][^\n\"?]{4,200}\?"  # one line, capitalised, ends in '?'
+
+
+def topics_schema(max_topics: int) -> dict:
+    return {"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": MAX_TOPIC_CHARS}, "minItems": 1, "maxItems": max_topics}
+
+
+def usable_topic(t: object) -> str | None:
+    if not isinstance(t, str):
+        return None
+    t = " ".join(t.split()).strip(" .,;:")
+    if not 2 <= len(t) <= MAX_TOPIC_CHARS or '"' in t or "\\" in t or len(t.split()) > MAX_TOPIC_WORDS or not re.search(r"[^\W\d_]{2}", t):
+        return None
+    return t
+
+
+def parse_topics(raw: str | None, max_topics: int) -> list[str]:
+    """Distinct usable topics of the LLM's JSON list, in order (empty: fall back)."""
+    try:
+        value = json.loads(raw or "")
+    except json.JSONDecodeError:
+        return []
+    if not isinstance(value, list):
+        return []
+    out: dict[str, None] = {}
+    for t in value:
+        u = usable_topic(t)
+        if u and u.lower() not in {k.lower() for k in out}:
+            out[u] = None
+    return list(out)[:max_topics]
+
+
+def fallback_topic(title: str | None, text: str) -> str:
+    """A document's title, or its first eight words, as one topic."""
+    base = usable_topic(title or "") or usable_topic(" ".join((text or "").split()[:8]).replace('"', "")) or "untitled document"
+    return base[:MAX_TOPIC_CHARS]
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A logical query before its question: its template, terms and where the terms came from."""
+
+    query_id: str
+    shard: int
+    template: Template
+    terms: tuple[str, str, str]
+    source_doc_ids: tuple[str, str, str]
+
+    @property
+    def logical_query(self) -> str:
+        return self.template.logical(self.terms)
+
+
+def template_for(shard: int, j: int, per_shard: int) -> Template:
+    return TEMPLATES[(shard * per_shard + j) % len(TEMPLATES)]
+
+
+def fill_templates(shard: int, topics: dict[str, list[str]], per_shard: int, seed: int) -> list[Draft]:
+    """``per_shard`` logical queries from the shard's topics (doc_id -> topics, documents with
+    at least one topic), each with three topics of three different documents; none when the
+    shard has fewer than three such documents."""
+    docs = sorted(d for d, ts in topics.items() if ts)
+    if len(docs) < 3:
+        return []
+    rng = random.Random(f"generate:{seed}:{shard}")
+    out = []
+    for j in range(per_shard):
+        picked = rng.sample(docs, 3)
+        terms = tuple(rng.choice(topics[d]) for d in picked)
+        if len({t.lower() for t in terms}) < 3:  # two documents gave the same topic: draw again once
+            picked = rng.sample(docs, 3)
+            terms = tuple(rng.choice(topics[d]) for d in picked)
+        out.append(Draft(f"gen-{shard:05d}-{j:03d}", shard, template_for(shard, j, per_shard), terms, tuple(picked)))  # type: ignore[arg-type]
+    return out
+
+
+def usable_question(text: str | None) -> str | None:
+    t = " ".join((text or "").split())
+    return t if re.fullmatch(QUESTION_REGEX, t) else None
+
+
+def fallback_question(d: Draft) -> str:
+    q = d.template.natural(d.terms)
+    return q[:1].upper() + q[1:] + "?"
+
+
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.lower().translate(_PUNCT).split())
+
+
+def dedup(query_ids: list[str], texts: list[str], vectors: np.ndarray, threshold: float) -> tuple[list[int], dict[str, str]]:
+    """Indices kept (in the given order) and, for each dropped query, why ('exact' or 'near
+    <kept id> <cosine>'). ``vectors``: normalised embeddings of ``texts``."""
+    kept: list[int] = []
+    dropped: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    for i, (qid, text) in enumerate(zip(query_ids, texts, strict=True)):
+        key = normalise(text)
+        if key in seen:
+            dropped[qid] = f"exact {seen[key]}"
+            continue
+        if kept:
+            sims = vectors[kept] @ vectors[i]
+            j = int(np.argmax(sims))
+            if sims[j] > threshold:
+                dropped[qid] = f"near {query_ids[kept[j]]} {sims[j]:.3f}"
+                continue
+        seen[key] = qid
+        kept.append(i)
+    return kept, dropped
+
+
+def label_counts(p_true: list[float], labels: list[int], per_query: Counter) -> dict:
+    """The card's label distribution: positives, P(True) histogram, positives per question."""
+    hist, edges = np.histogram(np.asarray(p_true, dtype=float), bins=10, range=(0.0, 1.0))
+    pos = np.asarray(list(per_query.values()) or [0])
+    return {
+        "pairs": len(labels), "relevant": int(sum(labels)), "relevant_share": round(float(np.mean(labels)) if labels else 0.0, 4),
+        "p_true_histogram": {f"{edges[i]:.1f}-{edges[i + 1]:.1f}": int(h) for i, h in enumerate(hist)},
+        "relevant_per_question": {"mean": round(float(pos.mean()), 3), "min": int(pos.min()), "max": int(pos.max()),
+                                  "questions_without_any": int((pos == 0).sum())},
+    }
+
+
+def card(c: dict) -> str:
+    """The dataset card (Markdown) from the job's counts."""
+    cfg = c["config"]
+    lines = [
+        f"# Generated dataset: {c['name']}",
+        "",
+        f"ITLR's real-corpus recipe over `{cfg['db']}` (table `{cfg['table']}`, version {c['table_version']}, {c['corpus_docs']:,} documents): "
+        f"{cfg['docs']} documents sampled with seed {cfg['seed']}, topics extracted by the LLM, the 32 three-term templates filled with them, "
+        "each logical query rewritten as a natural question by the LLM (the logical form is kept beside it), candidates from "
+        f"{', '.join(cfg['candidates'])} (top {cfg['candidate_k']} each, union), relevance judged by the LLM with one truth prompt per pair.",
+        "",
+    ]
+    if c.get("demo_note"):
+        lines += [f"**{c['demo_note']}**", ""]
+    lines += [
+        f"- Config hash: `{c['config_hash']}`; model: `{c['model']}`; encoder: `{c['encoder']}`.",
+        "- Prompt templates: " + ", ".join(f"`{k}` {v}" for k, v in c["prompts"].items()) + ".",
+        f"- Documents: {c['docs_sampled']} sampled in {c['shards']} shards of up to {cfg['shard_docs']}; topics: {c['topics']} "
+        f"({c['topic_fallbacks']} documents fell back to their title).",
+        f"- Questions: {c['drafted']} drafted, {c['question_fallbacks']} fell back to the plain rendering; "
+        f"{c['dedup']['exact']} exact and {c['dedup']['near']} near duplicates removed (cosine > {cfg['dedup_threshold']}); "
+        f"**{c['questions']} kept**.",
+        f"- Labels: {c['labels']['pairs']:,} (question, document) pairs judged; relevant when P(True) >= {cfg['label_threshold']} "
+        f"(qrels/test.tsv holds those): {c['labels']['relevant']:,} ({100 * c['labels']['relevant_share']:.1f}%); "
+        f"relevant per question mean {c['labels']['relevant_per_question']['mean']}, "
+        f"{c['labels']['relevant_per_question']['questions_without_any']} questions with none.",
+        "",
+        "| template | questions |", "|---|---:|",
+        *(f"| `{t}` | {n} |" for t, n in c["per_template"].items()),
+        "",
+        "| negations | questions |", "|---:|---:|",
+        *(f"| {k} | {n} |" for k, n in sorted(c["per_negations"].items())),
+        "",
+        "P(True) of the judged pairs: " + ", ".join(f"{k}: {v}" for k, v in c["labels"]["p_true_histogram"].items()) + ".",
+        "",
+        "Files: `queries.jsonl` (question, `logical_query`, template, negations, terms, source documents), `qrels/test.tsv`, "
+        "`labels.parquet` (every judged pair: P(True), logits, label, which retrievers proposed it), `corpus.json` (the table this "
+        "dataset refers to: evaluate against it), `generation.json` (these counts).",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""Dataset generation throughput: `generate itlr` with 1 and 2 engine actors (not a test).
+
+    make bench-generate     # SciFact (bundled), 32 documents, SmolLM2, LLM cache off
+
+Indexes bundled SciFact once, then runs the same generation config twice in one process, with
+one engine actor (1 CPU) and with two (1 CPU each); everything else is equal, so the two
+datasets must be equal too (the report checks it). Questions/s: drafted questions over the
+topics + questions phase; labels/s: judged pairs over the labelling phase; each phase's time
+includes starting its engines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from jobs.generate import run_generate  # noqa: E402
+from jobs.index import run_index  # noqa: E402
+from jobs.raysession import ray_session  # noqa: E402
+from pipelines.datasets import scifact  # noqa: E402
+from schemas.config import EmbedConfig, GenerateConfig, IndexConfig, LLMConfig, RayConfig  # noqa: E402
+from tests.perf.report import write_report  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=32)
+    ap.add_argument("--out", default="runs/bench")
+    args = ap.parse_args()
+    cpus = len(os.sched_getaffinity(0))
+    work = Path(tempfile.mkdtemp(prefix="logicrank-bench-generate-"))
+    embed = EmbedConfig(backend="openvino")
+    ray = RayConfig(num_cpus=cpus)
+    result: dict = {"docs": args.docs, "cpus": cpus}
+    with ray_session(ray):
+        run_index(IndexConfig(corpus=str(scifact().corpus), db=str(work / "db"), embed=embed, ray=ray), work / "index", progress=False)
+        for actors in (1, 2):
+            cfg = GenerateConfig(db=str(work / "db"), docs=args.docs, shard_docs=8, questions_per_shard=8, candidate_k=3, document_tokens=160,
+                                 embed=embed, ray=ray, llm=LLMConfig(cache=None, actors=actors, cpus_per_actor=1.0))
+            c = run_generate(cfg, work / f"actors-{actors}", echo=lambda m: None)
+            t = c["timings"]
+            result[f"{actors} actor(s)"] = {
+                "questions": c["drafted"], "labels": c["labels"]["pairs"], "seconds": c["seconds"], "timings": t,
+                "questions_per_s": c["drafted"] / t["questions"], "labels_per_s": c["labels"]["pairs"] / t["labels"],
+                "engines_loaded": c["llm"]["engines_loaded"],
+            }
+    one, two = result["1 actor(s)"], result["2 actor(s)"]
+    same = all((work / "actors-1" / f).read_bytes() == (work / "actors-2" / f).read_bytes() for f in ("queries.jsonl", "qrels/test.tsv"))
+    result["same_dataset"] = same
+    result["speedup_questions"] = two["questions_per_s"] / one["questions_per_s"]
+    result["speedup_labels"] = two["labels_per_s"] / one["labels_per_s"]
+    lines = [
+        f"# Dataset generation (`generate itlr`): 1 vs 2 engine actors ({args.docs} SciFact documents, SmolLM2, {cpus} CPUs, one run)",
+        "",
+        "| engine actors | questions | questions/s | labels | labels/s | job seconds |",
+        "|---:|---:|---:|---:|---:|---:|",
+        *[f"| {n} | {r['questions']} | {r['questions_per_s']:.2f} | {r['labels']} | {r['labels_per_s']:.2f} | {r['seconds']:.0f} |"
+          for n, r in ((1, one), (2, two))],
+        "",
+        f"2 actors vs 1: questions/s x{result['speedup_questions']:.2f}, labels/s x{result['speedup_labels']:.2f}. "
+        f"Same dataset from both: {same}. Each phase's time includes starting its engines (the pool is released while the "
+        "retrievers run, as two engines hold both CPUs).",
+        "",
+        json.dumps({k: v["timings"] for k, v in result.items() if isinstance(v, dict) and "timings" in v}),
+    ]
+    write_report(args.out, "bench_generate", result, lines)
+
+
+if __name__ == "__main__":
+    main()

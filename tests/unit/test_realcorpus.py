@@ -1,0 +1,68 @@
+"""ITLR's real-corpus recipe, the pieces without Ray or an LLM (the job: tests/integration/test_generate.py)."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from pipelines.generate import realcorpus as rc
+from pipelines.generate.synthetic import TEMPLATES
+from pipelines.logic.query import parse
+from schemas.config import GenerateConfig, LLMConfig, RayConfig
+
+
+def test_topics_parse_keep_usable_distinct_ones_and_fall_back_to_the_title():
+    raw = '["vitamin D", "Vitamin D", "] 2018-01-01", "a \\"quoted\\" one", "bone health", "x"]'
+    assert rc.parse_topics(raw, 3) == ["vitamin D", "bone health"]
+    assert rc.parse_topics("not json", 3) == [] and rc.parse_topics('{"a": 1}', 3) == []
+    assert rc.fallback_topic("Bone density in women.", "text") == "Bone density in women"
+    assert rc.fallback_topic("", 'The "first" eight words of the text are the topic here') == "The first eight words of the text are"
+
+
+def test_templates_are_filled_with_three_documents_topics_evenly_and_reproducibly():
+    topics = {f"d{i}": [f"topic {i}a", f"topic {i}b"] for i in range(5)} | {"empty": []}
+    drafts = rc.fill_templates(2, topics, 8, seed=7)
+    assert drafts == rc.fill_templates(2, topics, 8, seed=7) and drafts != rc.fill_templates(2, topics, 8, seed=8)
+    assert [d.template for d in drafts] == [TEMPLATES[(16 + j) % 32] for j in range(8)]
+    for d in drafts:
+        assert len(set(d.source_doc_ids)) == 3 and "empty" not in d.source_doc_ids
+        assert all(t in topics[doc] for t, doc in zip(d.terms, d.source_doc_ids, strict=True))
+        assert parse(d.logical_query).terms() == d.terms
+    counts = Counter(t for s in range(4) for t in (d.template.name for d in rc.fill_templates(s, topics, 8, 0)))
+    assert set(counts.values()) == {1} and len(counts) == 32  # 4 shards x 8: every template once
+    assert rc.fill_templates(0, {"a": ["x y"], "b": ["y z"]}, 4, 0) == []  # fewer than three documents with topics
+
+
+def test_questions_must_be_one_capitalised_line_ending_in_a_question_mark():
+    assert rc.usable_question("Which trials  report vitamin D?") == "Which trials report vitamin D?"
+    for bad in ("which trials?", "Which trials", 'Which "trials"?', "Why?", None):
+        assert rc.usable_question(bad) is None
+    d = rc.fill_templates(0, {f"d{i}": [f"t{i}"] for i in range(3)}, 1, 0)[0]
+    assert rc.usable_question(rc.fallback_question(d)) == rc.fallback_question(d)
+
+
+def test_dedup_drops_exact_then_near_duplicates_keeping_the_first():
+    ids = ["q1", "q2", "q3", "q4"]
+    texts = ["Which drugs lower IL-6?", "which drugs lower IL6", "Which drugs raise IL-6?", "What is bone density?"]
+    v = np.array([[1, 0, 0], [0.6, 0.8, 0], [0.999, 0.0447, 0], [0, 0, 1]], dtype=np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    kept, dropped = rc.dedup(ids, texts, v, threshold=0.95)
+    assert kept == [0, 3] and dropped["q2"] == "exact q1" and dropped["q3"].startswith("near q1 0.99")
+    kept, _ = rc.dedup(ids, texts, v, threshold=1.0)  # near-duplicate removal off: only the exact one goes
+    assert kept == [0, 2, 3]
+
+
+def test_label_counts():
+    c = rc.label_counts([0.05, 0.55, 0.95], [0, 1, 1], Counter({"q1": 2, "q2": 0}))
+    assert c["relevant"] == 2 and c["p_true_histogram"]["0.9-1.0"] == 1 and c["relevant_per_question"]["questions_without_any"] == 1
+
+
+def test_the_dataset_digest_ignores_placement_but_not_what_changes_the_data():
+    cfg = GenerateConfig(db="db")
+    moved = cfg.model_copy(update={"wave_shards": 7, "ray": RayConfig(address="ray://x:10001"),
+                                   "llm": LLMConfig(actors=4, batch_rows=8, cache=None), "demo_note": "demo"})
+    assert moved.dataset_digest() == cfg.dataset_digest()
+    assert cfg.model_copy(update={"seed": 1}).dataset_digest() != cfg.dataset_digest()
+    assert cfg.model_copy(update={"llm": LLMConfig(max_model_len=1024)}).dataset_digest() != cfg.dataset_digest()
+    with pytest.raises(ValueError, match="repeat"):
+        GenerateConfig(db="db", candidates=("dense", "dense"))
