@@ -65,7 +65,7 @@ def _fail(message: str) -> NoReturn:
 
 # config fields whose command-line option has another name
 _OPTION_NAMES = {"methods": "method", "measures": "measure", "runs": "runs", "embed_actors": "actors", "embed_num_gpus": "gpus-per-actor",
-                 "enforce_eager": "compiled"}
+                 "enforce_eager": "compiled", "candidates": "candidate"}
 
 
 def validation_message(exc: ValidationError) -> str:
@@ -455,6 +455,8 @@ def bench_lag(
         raise typer.Exit(1)
 
 
+DEMO_NOTE = ("Generated with SmolLM2-135M: a demo of the pipeline, not a benchmark; its questions and labels are not a dataset to "
+             "report numbers on.")
 generate_app = typer.Typer(no_args_is_help=True, help="Dataset generation: logical benchmarks from a corpus, with labels.")
 app.add_typer(generate_app, name="generate")
 
@@ -498,7 +500,8 @@ def generate_itlr(
     cfg = _run(GenerateConfig, db=db, table=table, docs=docs, shard_docs=shard_docs, questions_per_shard=questions_per_shard,
                max_topics=max_topics, seed=seed, candidates=tuple(candidate), candidate_k=candidate_k, dedup_threshold=dedup_threshold,
                label_threshold=label_threshold, wave_shards=wave_shards, embed=_run(EmbedConfig, model=model, backend=backend), llm=llm,
-               ray=_run(RayConfig, address=ray_address))
+               ray=_run(RayConfig, address=ray_address),
+               demo_note=DEMO_NOTE if "smollm2" in llm_model.lower() else None)
     _run(run_generate, cfg, out, echo=typer.echo, progress=progress)
     typer.echo(f"card: {out / 'card.md'}")
 

@@ -38,6 +38,7 @@ from pipelines.errors import UserError
 from pipelines.generate import realcorpus as rc
 from pipelines.generate.synthetic import TEMPLATES
 from pipelines.store import DocStore
+from schemas.config import _PLACEMENT as _LLM_PLACEMENT
 from schemas.config import GenerateConfig
 
 TOPICS = pa.schema([("doc_id", pa.string()), ("shard", pa.int32()), ("topics", pa.list_(pa.string())), ("status", pa.string()),
@@ -49,9 +50,10 @@ QUESTIONS = pa.schema([
 ])
 LABELS = pa.schema([
     ("query_id", pa.string()), ("doc_id", pa.string()), ("sources", pa.list_(pa.string())), ("p_true", pa.float64()),
-    ("logit_true", pa.float64()), ("logit_false", pa.float64()), ("label", pa.int32()),
+    ("logit_true", pa.float64()), ("logit_false", pa.float64()), ("exact", pa.bool_()), ("label", pa.int32()),
 ])
 PROMPTS = ("gen_topics", "gen_question", "gen_relevance")
+GENERATOR_VERSION = 1  # bump when the recipe's code changes what a shard holds: a resume then refuses older checkpoints
 
 
 class GenerateError(UserError, RuntimeError):
@@ -69,6 +71,25 @@ def sample_docs(store: DocStore, n: int, seed: int) -> list[str]:
     return sorted(random.Random(f"generate:{seed}:docs").sample(ids, n))
 
 
+def shard(sample: list[str], size: int) -> list[list[str]]:
+    """Shards of ``size`` documents; a last one too small to fill a template (fewer than
+    three documents) joins the one before it."""
+    shards = [sample[i : i + size] for i in range(0, len(sample), size)]
+    if len(shards) > 1 and len(shards[-1]) < 3:
+        last = shards.pop()
+        shards[-1] = shards[-1] + last
+    return shards
+
+
+def _document_texts(store: DocStore, ids: list[str], model_dir: str, budget: int) -> tuple[dict[str, dict], dict[str, str]]:
+    """The documents' rows and their "title. text" cut to ``budget`` tokens of the LLM's tokenizer."""
+    from pipelines.llm import prompts
+
+    rows = {r["doc_id"]: r for r in store.rows_for(ids, ["title", "text"]).to_pylist()}
+    texts = {d: f"{rows[d]['title'] or ''}. {rows[d]['text']}".strip(". ") for d in ids}
+    return rows, prompts.cut_to_tokens(model_dir, texts, budget) if ids else {}
+
+
 def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], None] = print, progress: bool = False) -> dict:
     """Returns the counts (also ``generation.json``)."""
     from jobs.llm_service import LLMService
@@ -81,17 +102,22 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
     if not store.exists():
         raise GenerateError(f"generate: no table {cfg.table!r} in {cfg.db}; index a corpus first (`logicrank index`)")
     store.require_model(model_id(cfg.embed), "generate")
-    state = {"dataset_digest": cfg.dataset_digest(), "table_version": store.version}
-    _claim(out, state)
+    if "bm25" in cfg.candidates:
+        store.require_fts("generate")
     sample = sample_docs(store, cfg.docs, cfg.seed)
-    shards = [sample[i : i + cfg.shard_docs] for i in range(0, len(sample), cfg.shard_docs)]
-    llm = LLMService(cfg.llm, echo=echo if progress else None)
+    shards = shard(sample, cfg.shard_docs)
+    llm = LLMService(cfg.llm, echo=echo if progress else None)  # an unknown model fails here, before the directory is claimed
+    from pipelines.llm import prompts
+
+    state = {"dataset_digest": cfg.dataset_digest(), "table_version": store.version, "model": llm.model_id,
+             "prompts": {p: prompts.load(p).sha for p in PROMPTS}, "generator": GENERATOR_VERSION}
+    _claim(out, state)
     wave = cfg.wave_shards or 2 * cfg.llm.actors
     timings: dict[str, float] = {}
     with ray_session(cfg.ray):
         try:
             t = time.perf_counter()
-            done = _questions_phase(cfg, out, shards, llm, wave, echo)
+            done = _questions_phase(cfg, out, store, shards, llm, wave, echo)
             timings["questions"] = time.perf_counter() - t
             questions = pa.concat_tables([pq.read_table(out / _shard_file("questions", s)) for s in range(len(shards))]).combine_chunks()
             t = time.perf_counter()
@@ -137,7 +163,7 @@ def _waves(todo: list[int], size: int) -> list[list[int]]:
     return [todo[i : i + size] for i in range(0, len(todo), size)]
 
 
-def _questions_phase(cfg: GenerateConfig, out: Path, shards: list[list[str]], llm, wave: int, echo) -> dict:
+def _questions_phase(cfg: GenerateConfig, out: Path, store: DocStore, shards: list[list[str]], llm, wave: int, echo) -> dict:
     """Topics and questions of every shard not yet checkpointed; returns what was resumed."""
     from pipelines.llm import prompts
     from pipelines.llm.engine import Constraint
@@ -146,15 +172,12 @@ def _questions_phase(cfg: GenerateConfig, out: Path, shards: list[list[str]], ll
     resumed = {"shards": len(shards), "question_shards_resumed": len(shards) - len(todo)}
     if resumed["question_shards_resumed"]:
         echo(f"generate: {resumed['question_shards_resumed']} of {len(shards)} shards' questions read from checkpoints")
-    store = DocStore(cfg.db, cfg.table)
     for n, group in enumerate(_waves(todo, wave), 1):
         topics: dict[int, pa.Table] = {}
         need = [s for s in group if not (out / _shard_file("topics", s)).is_file()]
         if need:
             ids = [d for s in need for d in shards[s]]
-            rows = {r["doc_id"]: r for r in store.rows_for(ids, ["title", "text"]).to_pylist()}
-            texts = prompts.cut_to_tokens(str(llm.resolved.path), {d: f"{rows[d]['title'] or ''}. {rows[d]['text']}".strip(". ") for d in ids},
-                                          cfg.document_tokens)
+            rows, texts = _document_texts(store, ids, str(llm.resolved.path), cfg.document_tokens)
             gens = llm.generate(prompts.load("gen_topics"), [{"document": texts[d]} for d in ids],
                                 Constraint("json", rc.topics_schema(cfg.max_topics)), cfg.topic_tokens, 0.0, None, label="generate:topics")
             by_doc = dict(zip(ids, gens, strict=True))
@@ -232,7 +255,7 @@ def _labels_phase(cfg: GenerateConfig, out: Path, store: DocStore, kept: pa.Tabl
     from pipelines.llm import prompts
 
     by_shard: dict[int, list[dict]] = {}
-    for r in kept.select(["query_id", "shard", "text"]).to_pylist():
+    for r in kept.select(["query_id", "shard", "text"]).to_pylist():  # shard: the question's, as drafted
         by_shard.setdefault(r["shard"], []).append(r)
     shards = sorted(by_shard)
     todo = [s for s in shards if not (out / _shard_file("labels", s)).is_file()]
@@ -241,15 +264,12 @@ def _labels_phase(cfg: GenerateConfig, out: Path, store: DocStore, kept: pa.Tabl
     template = prompts.load("gen_relevance")
     for n, group in enumerate(_waves(todo, wave), 1):
         pairs = [(q, d, candidates.get(q["query_id"], {})[d]) for s in group for q in by_shard[s] for d in sorted(candidates.get(q["query_id"], {}))]
-        ids = sorted({d for _, d, _ in pairs})
-        rows = {r["doc_id"]: r for r in store.rows_for(ids, ["title", "text"]).to_pylist()}
-        texts = prompts.cut_to_tokens(str(llm.resolved.path), {d: f"{rows[d]['title'] or ''}. {rows[d]['text']}".strip(". ") for d in ids},
-                                      cfg.document_tokens) if ids else {}
+        _, texts = _document_texts(store, sorted({d for _, d, _ in pairs}), str(llm.resolved.path), cfg.document_tokens)
         res = llm.truth(template, [{"document": texts[d], "question": q["text"]} for q, d, _ in pairs], label="generate:labels")
         for s in group:
             recs = [{"query_id": q["query_id"], "doc_id": d, "sources": src, "p_true": r.p_true, "logit_true": r.logit_true,
-                     "logit_false": r.logit_false, "label": int(r.p_true >= cfg.label_threshold)}
-                    for (q, d, src), r in zip(pairs, res, strict=True) if q["query_id"] in {x["query_id"] for x in by_shard[s]}]
+                     "logit_false": r.logit_false, "exact": r.exact, "label": int(r.p_true >= cfg.label_threshold)}
+                    for (q, d, src), r in zip(pairs, res, strict=True) if q["shard"] == s]
             write_parquet_atomic(pa.Table.from_pylist(recs, schema=LABELS), out / _shard_file("labels", s))
         echo(f"generate: labels, wave {n}: {len(pairs)} pairs of shards {group[0]}-{group[-1]} written")
     return shards, len(shards) - len(todo)
@@ -271,18 +291,17 @@ def _finish(cfg: GenerateConfig, out: Path, store: DocStore, shards, kept: pa.Ta
               "title_sep": store.title_sep()}
     write_text_atomic(json.dumps(corpus, indent=1) + "\n", out / "corpus.json")
     topics = pa.concat_tables([pq.read_table(out / _shard_file("topics", s)) for s in range(len(shards))])
+    drafted = pa.concat_tables([pq.read_table(out / _shard_file("questions", s), columns=["status"]) for s in range(len(shards))])
     qs = kept
     per_query = Counter({q: 0 for q in qs.column("query_id").to_pylist()})
     per_query.update(rel.column("query_id").to_pylist())
     templates = Counter(qs.column("template").to_pylist())
-    drafted = sum(pq.read_metadata(out / _shard_file("questions", s)).num_rows for s in range(len(shards)))
-    all_q = pa.concat_tables([pq.read_table(out / _shard_file("questions", s), columns=["status"]) for s in range(len(shards))])
     counts = {
         "name": out.name, "config": cfg.model_dump(mode="json"), "config_hash": cfg.dataset_digest(), "model": llm.model_id,
         "encoder": model_id(cfg.embed), "prompts": {p: prompts.load(p).sha for p in PROMPTS}, "table_version": store.version,
         "corpus_docs": store.count(), "docs_sampled": cfg.docs, "shards": len(shards), "topics": sum(len(t) for t in topics.column("topics").to_pylist()),
-        "topic_fallbacks": topics.column("status").to_pylist().count("fallback"), "drafted": drafted,
-        "question_fallbacks": all_q.column("status").to_pylist().count("fallback"),
+        "topic_fallbacks": topics.column("status").to_pylist().count("fallback"), "drafted": drafted.num_rows,
+        "question_fallbacks": drafted.column("status").to_pylist().count("fallback"),
         "dedup": {"exact": sum(v.startswith("exact") for v in dropped.values()), "near": sum(v.startswith("near") for v in dropped.values()),
                   "dropped": dropped},
         "questions": qs.num_rows,
@@ -294,7 +313,10 @@ def _finish(cfg: GenerateConfig, out: Path, store: DocStore, shards, kept: pa.Ta
     }
     counts["seconds"] = round(time.perf_counter() - t0, 2)
     write_text_atomic(rc.card(counts), out / "card.md")
-    write_text_atomic(json.dumps({k: v for k, v in counts.items() if k not in ("llm", "timings", "seconds", "resumed")}, indent=1, sort_keys=True) + "\n",
+    placement = ("wave_shards", "ray", "demo_note")  # generation.json: what the dataset depends on, not where it ran
+    data_only = {**counts, "config": {k: v for k, v in counts["config"].items() if k not in placement}}
+    data_only["config"]["llm"] = {k: v for k, v in data_only["config"]["llm"].items() if k not in _LLM_PLACEMENT}
+    write_text_atomic(json.dumps({k: v for k, v in data_only.items() if k not in ("name", "llm", "timings", "seconds", "resumed")}, indent=1, sort_keys=True) + "\n",
                       out / "generation.json")
     rundir.write_manifest(cfg.model_dump(mode="json"), cfg.digest(), {"table": corpus},
                           ["queries.jsonl", "qrels/test.tsv", "labels.parquet", "corpus.json", "card.md", "generation.json"],

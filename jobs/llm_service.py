@@ -165,7 +165,8 @@ class LLMService:
         ray = self._start()
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
-        # at most batch_rows per call, and no fewer batches than engines: a small request keeps every engine busy
+        # at most batch_rows per call, and no fewer batches than engines: a small request keeps every engine busy (at the
+        # price of splitting some shared prefixes between engines; with one engine nothing changes)
         chunks = prefix_batches([template.render(**v) for v in values], min(self.cfg.batch_rows, -(-n // max(len(self._actors), 1))))
         results: list = [None] * n
         pending = deque(range(len(chunks)))

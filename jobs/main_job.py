@@ -153,6 +153,7 @@ def setlogic_summary(out: Path) -> dict:
 
 
 def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo) -> str:
+    from jobs.cli import DEMO_NOTE
     from jobs.generate import run_generate
     from jobs.llm_demo import local_llm
     from schemas.config import GenerateConfig
@@ -160,7 +161,7 @@ def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo)
     echo(f"[9/9] dataset generation demo: ITLR's real-corpus recipe on {GENERATE_DOCS} SciFact documents with SmolLM2 (a demo, not a benchmark)")
     cfg = GenerateConfig(db=db, docs=GENERATE_DOCS, shard_docs=GENERATE_DOCS, questions_per_shard=4, candidate_k=3, document_tokens=128,
                          embed=embed, ray=ray, llm=local_llm(),
-                         demo_note="Generated with SmolLM2-135M on a few documents: a demo of the pipeline, not a benchmark; its questions and labels are not a dataset to report numbers on.")
+                         demo_note=DEMO_NOTE)
     shutil.rmtree(out, ignore_errors=True)  # a demo: regenerated each run (a re-indexed table is a new version, which a resume refuses)
     c = run_generate(cfg, out, echo=lambda m: None)
     echo(f"      {c['questions']} questions, {c['labels']['pairs']} pairs judged, {c['labels']['relevant']} relevant; card: {out / 'card.md'}")

@@ -63,7 +63,7 @@ def run_setlogic_bench(out: str | Path, embed: EmbedConfig, ray: RayConfig, llm:
     table = by_template(metrics.to_pandas(), data / "queries.jsonl")
     timings["all"] = time.perf_counter() - t0
     manifest = json.loads((out / "retrieve" / "manifest.json").read_text(encoding="utf-8"))
-    report = _report(counts, table, measures(k), manifest, llm, timings, orlog_depth)
+    report = _report(counts, table, measures(k), manifest, llm, timings, orlog_depth, embed.model)
     write_text_atomic(report, out / "setlogic_report.md")
     return {"counts": counts, "table": table, "report": out / "setlogic_report.md", "seconds": timings["all"]}
 
@@ -85,7 +85,7 @@ def by_template(metrics: pd.DataFrame, queries: Path) -> pd.DataFrame:
     return out.sort_index(key=lambda idx: idx.map(order) if idx.name == "template" else idx.map(runs.index))
 
 
-def _report(counts: dict, table: pd.DataFrame, names: tuple[str, ...], manifest: dict, llm: LLMConfig | None, timings: dict, orlog_depth: int) -> str:
+def _report(counts: dict, table: pd.DataFrame, names: tuple[str, ...], manifest: dict, llm: LLMConfig | None, timings: dict, orlog_depth: int, model: str) -> str:
     lines = [
         "## Set-logic queries over LIMIT (exact gold)",
         "",
@@ -93,12 +93,18 @@ def _report(counts: dict, table: pd.DataFrame, names: tuple[str, ...], manifest:
         f"{counts['queries']} QUEST-style queries ({counts['config']['per_template']} per template, seed {counts['config']['seed']}), "
         "each with its exact gold set computed from the lists (mean size per template: "
         + ", ".join(f"{t} {v}" for t, v in counts["gold_size"].items()) + "). "
-        "ITLR scores the gold logical query (all-MiniLM-L6-v2 term cosines, product/sum/complement); OrLog reranks bm25's top "
+        f"ITLR scores the gold logical query ({model} term cosines, product/sum/complement); OrLog reranks bm25's top "
         f"{orlog_depth} with the gold atoms (`{{x}} likes A`) and form, P(True) from the LLM with the person's like-list as context. "
         f"{names[1]} and {names[2]} read the top k as the predicted set (QUEST's set view); a gold set of one caps {names[2]} at "
         f"{2 / (1 + int(names[2].split('@')[1])):.2f}.",
         "",
     ]
+    if counts.get("negation_bites"):
+        lines += ["Queries whose NOT takes someone out of the positive part's answers: " + ", ".join(
+            f"{t} {n} of {counts['per_template'][t]}" for t, n in counts["negation_bites"].items()) + ". (On LIMIT-small no two people share "
+            "two items, so \"A and B\" has one answer at most and \"A and B but not C\" can only keep it: that template tests its AND part.)", ""]
+    if counts["short"]:
+        lines += ["Templates short of their count (too few valid draws): " + ", ".join(f"{t} {n} short" for t, n in counts["short"].items()) + ".", ""]
     if counts["rejected"]:
         lines += ["Draws rejected (empty gold set, whole corpus or a repeat): " + ", ".join(f"{k} {v}" for k, v in counts["rejected"].items()) + ".", ""]
     for measure in names:

@@ -184,7 +184,7 @@ def card(c: dict) -> str:
         f"- Config hash: `{c['config_hash']}`; model: `{c['model']}`; encoder: `{c['encoder']}`.",
         "- Prompt templates: " + ", ".join(f"`{k}` {v}" for k, v in c["prompts"].items()) + ".",
         f"- Documents: {c['docs_sampled']} sampled in {c['shards']} shards of up to {cfg['shard_docs']}; topics: {c['topics']} "
-        f"({c['topic_fallbacks']} documents fell back to their title).",
+        f"({c['topic_fallbacks']} documents' outputs were unusable: their title, or first words, became their one topic).",
         f"- Questions: {c['drafted']} drafted, {c['question_fallbacks']} fell back to the plain rendering; "
         f"{c['dedup']['exact']} exact and {c['dedup']['near']} near duplicates removed (cosine > {cfg['dedup_threshold']}); "
         f"**{c['questions']} kept**.",

@@ -18,12 +18,16 @@ Sampling (seeded; each template draws from its own stream, so the same seed give
 queries whatever ``per_template`` the other templates get): items of an AND come from one
 person's list (the gold set is never empty by chance); items of an OR are any items; a NOT
 item is taken from the list of another person who shares the positive items where there is
-one (a hard negative: it removes someone who would otherwise be an answer).
+one (a hard negative: it removes someone who would otherwise be an answer). Each query records
+whom its NOT items take out (``negated_out``) and ``generation.json`` counts the queries whose
+negation changes the answer (``negation_bites``): on LIMIT-small no two people share two
+items, so "A and B" has one answer at most and "A and B but not C" can only keep it (a C
+that removed it would leave nothing): there, that template tests the AND part alone.
 
 Output, BEIR layout plus the gold decompositions:
 
     <out>/corpus.jsonl           _id (the name, spaces as '_'), title (the name), text (verbatim)
-    <out>/queries.jsonl          _id, text, logical_query, template, items, atoms, form, gold
+    <out>/queries.jsonl          _id, text, logical_query, template, items, atoms, form, gold, negated_out
     <out>/qrels/test.tsv         every gold person of every query, relevance 1
     <out>/decompositions.parquet method 'orlog', the gold atoms and form (DECOMPOSITIONS), for
                                  a ``decomposition`` stage reading a table
@@ -223,10 +227,12 @@ def generate(out: str | Path, per_template: int = 20, seed: int = 0, root: str |
                 continue
             n = kept[t.name]
             kept[t.name] += 1
+            # the people the NOT items take out of the positive part's answers (none: the negation changes nothing here)
+            negated_out = sorted(set(gold_set(SetTemplate(t.name, t.positives, t.op), items[: t.positives], likes)) - set(gold)) if t.negatives else []
             queries.append({
                 "_id": f"setlogic-{t_idx}-{n:03d}", "text": t.question(items), "logical_query": t.logical(items), "template": t.name,
                 "items": list(items), "atoms": [{"id": f"a{i + 1}", "text": f"{{x}} likes {item}"} for i, item in enumerate(items)],
-                "form": t.form(), "gold": [doc_id(p) for p in gold],
+                "form": t.form(), "gold": [doc_id(p) for p in gold], "negated_out": [doc_id(p) for p in negated_out],
             })
     short = {t: per_template - kept[t] for t in templates if kept[t] < per_template}
     out = Path(out)
@@ -247,6 +253,8 @@ def generate(out: str | Path, per_template: int = 20, seed: int = 0, root: str |
         "people": len(people), "items": len(vocab), "queries": len(queries), "qrels": sum(len(q["gold"]) for q in queries),
         "per_template": dict(kept), "gold_size": {t: _mean([len(q["gold"]) for q in queries if q["template"] == t]) for t in kept},
         "rejected": dict(sorted(rejected.items())), "short": short,
+        "negation_bites": {t.name: sum(bool(q["negated_out"]) for q in queries if q["template"] == t.name) for t in TEMPLATES
+                           if t.negatives and t.name in kept},
     }
     with atomic_path(out / "generation.json") as tmp:
         tmp.write_text(json.dumps(counts, indent=1) + "\n", encoding="utf-8")

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -48,7 +49,9 @@ def test_a_dataset_is_complete_and_the_same_config_gives_the_same_dataset(synthe
     _same(a, tmp_path / "b")
     queries = [json.loads(line) for line in (a / "queries.jsonl").read_text().splitlines()]
     assert c["shards"] == 6 and c["drafted"] == 36 and len(queries) == c["questions"] == 36 - c["dedup"]["exact"] - c["dedup"]["near"]
-    assert sum(c["per_template"].values()) == c["questions"] and set(c["per_template"]) == {t.name for t in TEMPLATES}
+    assert sum(c["per_template"].values()) == c["questions"]
+    drafted = Counter(t for s in range(6) for t in pq.read_table(a / "checkpoints" / "questions" / f"shard-{s:05d}.parquet").column("template").to_pylist())
+    assert set(drafted) == {t.name for t in TEMPLATES} and sum(drafted.values()) == 36  # 6 shards x 6 questions: every template drafted
     for q in queries:  # the logical form beside the question, three terms from three different sampled documents
         assert q["logical_query"].count('"') >= 6 and len(set(q["source_doc_ids"])) == 3 and q["text"].endswith("?")
     labels = pq.read_table(a / "labels.parquet").to_pylist()

@@ -66,3 +66,11 @@ def test_the_dataset_digest_ignores_placement_but_not_what_changes_the_data():
     assert cfg.model_copy(update={"llm": LLMConfig(max_model_len=1024)}).dataset_digest() != cfg.dataset_digest()
     with pytest.raises(ValueError, match="repeat"):
         GenerateConfig(db="db", candidates=("dense", "dense"))
+
+
+def test_a_last_shard_too_small_for_a_template_joins_the_one_before():
+    from jobs.generate import shard
+
+    ids = [f"d{i}" for i in range(10)]
+    assert [len(s) for s in shard(ids, 4)] == [4, 6] and [len(s) for s in shard(ids[:9], 4)] == [4, 5]
+    assert [len(s) for s in shard([*ids, "d10"], 4)] == [4, 4, 3] and sum(shard(ids, 4), []) == ids

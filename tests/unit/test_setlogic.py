@@ -84,8 +84,16 @@ def test_gold_sets_equal_plain_set_algebra_and_are_neither_empty_nor_everyone(tm
     assert len(keys) == len(queries)  # no repeats
     qrels = (tmp_path / "qrels" / "test.tsv").read_text().splitlines()[1:]
     assert len(qrels) == counts["qrels"] == sum(len(q["gold"]) for q in queries)
-    buts = [q for q in queries if q["template"] == "A but not B"]
-    assert all(len(h[q["items"][0]]) == 1 or h[q["items"][0]] & h[q["items"][1]] for q in buts)  # hard negatives where possible
+    for q in queries:  # whom the NOT takes out of the positive part's answers
+        if q["template"] == "A but not B":
+            assert set(q["negated_out"]) == {setlogic.doc_id(p) for p in h[q["items"][0]] & h[q["items"][1]]}
+        elif q["template"] == "A and B but not C":
+            assert set(q["negated_out"]) == {setlogic.doc_id(p) for p in h[q["items"][0]] & h[q["items"][1]] & h[q["items"][2]]}
+        else:
+            assert q["negated_out"] == []
+    bites = counts["negation_bites"]
+    assert bites["A but not B"] == 15  # hard negatives: every NOT item is liked by the other holder of A
+    assert bites["A and B but not C"] == 0  # LIMIT-small: no two people share two items, so nothing is left to take out
 
 
 def test_same_seed_same_bytes_other_seed_other_queries(tmp_path):
