@@ -495,6 +495,9 @@ def generate_itlr(
     from jobs.generate import run_generate
     from schemas.config import GenerateConfig
 
+    bad = [c for c in candidate if c not in ("dense", "bm25", "itlr")]
+    if bad:
+        _fail(f"generate itlr: --candidate {bad[0]!r}: valid: dense, bm25, itlr")
     llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
                actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor, batch_rows=llm_batch_rows)
     cfg = _run(GenerateConfig, db=db, table=table, docs=docs, shard_docs=shard_docs, questions_per_shard=questions_per_shard,

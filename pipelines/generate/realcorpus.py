@@ -183,7 +183,7 @@ def card(c: dict) -> str:
     lines += [
         f"- Config hash: `{c['config_hash']}`; model: `{c['model']}`; encoder: `{c['encoder']}`.",
         "- Prompt templates: " + ", ".join(f"`{k}` {v}" for k, v in c["prompts"].items()) + ".",
-        f"- Documents: {c['docs_sampled']} sampled in {c['shards']} shards of up to {cfg['shard_docs']}; topics: {c['topics']} "
+        f"- Documents: {c['docs_sampled']} sampled in {c['shards']} shard(s) of {cfg['shard_docs']} (a last one too small joins the one before); topics: {c['topics']} "
         f"({c['topic_fallbacks']} documents' outputs were unusable: their title, or first words, became their one topic).",
         f"- Questions: {c['drafted']} drafted, {c['question_fallbacks']} fell back to the plain rendering; "
         f"{c['dedup']['exact']} exact and {c['dedup']['near']} near duplicates removed (cosine > {cfg['dedup_threshold']}); "
@@ -194,7 +194,10 @@ def card(c: dict) -> str:
         f"{c['labels']['relevant_per_question']['questions_without_any']} questions with none.",
         "",
         "| template | questions |", "|---|---:|",
-        *(f"| `{t}` | {n} |" for t, n in c["per_template"].items()),
+        *(f"| `{t}` | {n} |" for t, n in c["per_template"].items() if n),
+        "",
+        f"{sum(1 for n in c['per_template'].values() if not n)} of the {len(c['per_template'])} templates have no question "
+        "(query j of shard s takes template (s x questions per shard + j) mod 32: more documents cover them all).",
         "",
         "| negations | questions |", "|---:|---:|",
         *(f"| {k} | {n} |" for k, n in sorted(c["per_negations"].items())),

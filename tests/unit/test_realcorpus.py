@@ -74,3 +74,16 @@ def test_a_last_shard_too_small_for_a_template_joins_the_one_before():
     ids = [f"d{i}" for i in range(10)]
     assert [len(s) for s in shard(ids, 4)] == [4, 6] and [len(s) for s in shard(ids[:9], 4)] == [4, 5]
     assert [len(s) for s in shard([*ids, "d10"], 4)] == [4, 4, 3] and sum(shard(ids, 4), []) == ids
+
+
+def test_the_generate_commands_fail_in_one_line_on_user_mistakes(tmp_path):
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+
+    res = CliRunner().invoke(app, ["generate", "itlr", "--db", str(tmp_path / "none"), "--out", str(tmp_path / "o"), "--candidate", "foo"])
+    assert res.exit_code == 2 and "--candidate 'foo': valid: dense, bm25, itlr" in res.output
+    res = CliRunner().invoke(app, ["generate", "itlr", "--db", str(tmp_path / "none"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "no table 'docs'" in res.output and not (tmp_path / "o").exists()  # nothing claimed
+    res = CliRunner().invoke(app, ["generate", "setlogic", "--out", str(tmp_path / "s"), "--per-template", "2"])
+    assert res.exit_code == 0 and "14 queries" in res.output
