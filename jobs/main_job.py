@@ -1,6 +1,6 @@
 """The main job: index bundled SciFact, retrieve with dense / BM25 / hybrid, evaluate; then
 ITLR's synthetic logical benchmark (base vs ITLR vs calibrated ITLR, operator ablation), the
-LLM path on SmolLM2, rule retrieval (SIAR + R3) on a 100-query sample of RuleBench ULogic
+LLM path on SmolLM2, rule retrieval (SIAR + R3) on a 25-query sample of RuleBench ULogic
 when its directory is given (``LOGICRANK_RULEBENCH``; the set is not bundled), and LAG on the
 bundled MuSiQue set (the LLM-free oracle table on all 100 questions, then RAG vs LAG with
 SmolLM2 on a sample), set-logic queries over LIMIT with exact gold (dense, bm25, ITLR with the

@@ -1,9 +1,9 @@
 """Dataset generation throughput: `generate itlr` with 1 and 2 engine actors (not a test).
 
-    make bench-generate     # SciFact (bundled), 64 documents, SmolLM2, LLM cache off
+    make bench-generate     # SciFact (bundled), 48 documents, SmolLM2, LLM cache off
 
-Indexes bundled SciFact once, then runs the same generation config twice in one process, with
-one engine actor (1 CPU) and with two (1 CPU each); everything else is equal, so the two
+Indexes bundled SciFact once, then runs the same generation config twice, each in its own
+process and local Ray cluster, with one engine actor (1 CPU) and with two (1 CPU each); everything else is equal, so the two
 datasets must be equal too (the report checks it). Questions/s: drafted questions over the
 topics + questions phase; labels/s: judged pairs over the labelling phase; each phase's time
 includes starting its engines.
@@ -14,23 +14,32 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from jobs.generate import run_generate  # noqa: E402
 from jobs.index import run_index  # noqa: E402
 from jobs.raysession import ray_session  # noqa: E402
 from pipelines.datasets import scifact  # noqa: E402
 from schemas.config import EmbedConfig, GenerateConfig, IndexConfig, LLMConfig, RayConfig  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
+CHILD = """
+import faulthandler, json, sys
+faulthandler.dump_traceback_later(1500, exit=True)  # a hung run prints every thread's stack and stops
+from jobs.generate import run_generate
+from schemas.config import GenerateConfig
+c = run_generate(GenerateConfig.model_validate_json(sys.argv[1]), sys.argv[2], echo=lambda m: None)
+open(sys.argv[2] + "/counts.json", "w").write(json.dumps(c))
+"""
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", type=int, default=64)
+    ap.add_argument("--docs", type=int, default=48)
     ap.add_argument("--candidate-k", type=int, default=5)
     ap.add_argument("--out", default="runs/bench")
     args = ap.parse_args()
@@ -41,16 +50,18 @@ def main() -> None:
     result: dict = {"docs": args.docs, "cpus": cpus}
     with ray_session(ray):
         run_index(IndexConfig(corpus=str(scifact().corpus), db=str(work / "db"), embed=embed, ray=ray), work / "index", progress=False)
-        for actors in (1, 2):
-            cfg = GenerateConfig(db=str(work / "db"), docs=args.docs, shard_docs=8, questions_per_shard=8, candidate_k=args.candidate_k, document_tokens=160,
-                                 embed=embed, ray=ray, llm=LLMConfig(cache=None, actors=actors, cpus_per_actor=1.0))
-            c = run_generate(cfg, work / f"actors-{actors}", echo=lambda m: None)
-            t = c["timings"]
-            result[f"{actors} actor(s)"] = {
-                "questions": c["drafted"], "labels": c["labels"]["pairs"], "seconds": c["seconds"], "timings": t,
-                "questions_per_s": c["drafted"] / t["questions"], "labels_per_s": c["labels"]["pairs"] / t["labels"],
-                "engines_loaded": c["llm"]["engines_loaded"],
-            }
+    for actors in (1, 2):  # each run in its own process and Ray cluster, as a user runs the job
+        cfg = GenerateConfig(db=str(work / "db"), docs=args.docs, shard_docs=8, questions_per_shard=8, candidate_k=args.candidate_k, document_tokens=160,
+                             embed=embed, ray=ray, llm=LLMConfig(cache=None, actors=actors, cpus_per_actor=1.0))
+        subprocess.run([sys.executable, "-X", "faulthandler", "-c", CHILD, cfg.model_dump_json(), str(work / f"actors-{actors}")],
+                       check=True, cwd=Path(__file__).resolve().parents[2])
+        c = json.loads((work / f"actors-{actors}" / "counts.json").read_text())
+        t = c["timings"]
+        result[f"{actors} actor(s)"] = {
+            "questions": c["drafted"], "labels": c["labels"]["pairs"], "seconds": c["seconds"], "timings": t,
+            "questions_per_s": c["drafted"] / t["questions"], "labels_per_s": c["labels"]["pairs"] / t["labels"],
+            "engines_loaded": c["llm"]["engines_loaded"],
+        }
     one, two = result["1 actor(s)"], result["2 actor(s)"]
     same = all((work / "actors-1" / f).read_bytes() == (work / "actors-2" / f).read_bytes() for f in ("queries.jsonl", "qrels/test.tsv"))
     result["same_dataset"] = same
