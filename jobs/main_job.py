@@ -86,14 +86,14 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
         echo(f"      nDCG@10 {rid:18s} {v:.4f}")
     rules = _rules(out / "rules", rulebench, embed, ray, echo)
     lag = _lag(out / "lag", embed, ray, echo)
-    setlogic = _setlogic(out / "setlogic", embed, ray, echo)
+    setlogic, setlogic_all = _setlogic(out / "setlogic", embed, ray, echo)
     demo = _generate_demo(out / "generate", db, embed, ray, echo)
     _link_reports(out, rules, lag["report"].read_text(encoding="utf-8"), setlogic, demo)
     echo(f"report: {out / 'report.md'}")
     if not lag["reproduced"]:
         echo("      LAG oracle: NOT reproduced (see the table above)")
     return {"index": asdict(summary), "ndcg@10": ndcg, "reproduced": reproduced and lag["reproduced"], "llm": llm["ndcg@10"], "rules": rules,
-            "lag_oracle": lag["oracle"], "setlogic": setlogic_summary(out / "setlogic")}
+            "lag_oracle": lag["oracle"], "setlogic": setlogic_all}
 
 
 def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig, echo) -> str:
@@ -130,7 +130,7 @@ def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
     return res
 
 
-def _setlogic(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> str:
+def _setlogic(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> tuple[str, dict]:
     from jobs.llm_demo import local_llm
     from jobs.setlogic_bench import run_setlogic_bench
 
@@ -141,15 +141,13 @@ def _setlogic(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> str:
     for rid in dict.fromkeys(table.index.get_level_values("run_id")):
         row = table.loc[(rid, "all")]
         echo(f"      {rid:6s} P@1 {row['P@1']:.3f}  R@5 {row['R@5']:.3f}  nDCG@10 {row['nDCG@10']:.3f}")
-    return res["report"].read_text(encoding="utf-8")
+    return res["report"].read_text(encoding="utf-8"), setlogic_summary(table)
 
 
-def setlogic_summary(out: Path) -> dict:
-    import pandas as pd
-
-    m = pd.read_parquet(out / "evaluate" / "metrics.parquet")
-    agg = m[m["query_id"] == "all"]
-    return {f"{r.run_id} {r.measure}": float(r.value) for r in agg.itertuples()}
+def setlogic_summary(table) -> dict:
+    """'<run> <measure>' -> the mean over every set-logic query (the by-template table's 'all' rows)."""
+    overall = table.xs("all", level="template")
+    return {f"{rid} {measure}": float(v) for rid, row in overall.iterrows() for measure, v in row.items()}
 
 
 def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo) -> str:
