@@ -83,6 +83,17 @@ def validation_message(exc: ValidationError) -> str:
     return f"{exc.title.removesuffix('Config').lower()}: " + "; ".join(parts)
 
 
+def config_message(exc: ValidationError, path: Path) -> str:
+    """A pydantic error about a config file as one line: each bad key by its place in the file."""
+    parts = []
+    for e in exc.errors(include_url=False):
+        where = ".".join(str(x) for x in e["loc"])
+        msg = e["msg"].replace("Input should be", "must be").replace("Value error, ", "")
+        given = f" {e['input']!r}" if "input" in e and not isinstance(e["input"], dict | list) else ""
+        parts.append(f"{where}{given}: {msg}" if where else msg)
+    return f"config {path}: " + "; ".join(parts)
+
+
 def _llm(model: str, dtype: str, max_model_len: int, tensor_parallel_size: int, compiled: bool, cache: str, **placement) -> LLMConfig:
     return _run(
         LLMConfig, model=model, dtype=dtype, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
@@ -182,6 +193,9 @@ def retrieve(
     queries: Annotated[str, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet.")],
     db: str = "data/lancedb",
     table: str = "docs",
+    table_version: Annotated[
+        str | None, typer.Option(help="Read this version of the table: a number or a tag (e.g. nightly-2026-11-20); default the latest.")
+    ] = None,
     pipelines: Annotated[
         Path | None, typer.Option(help="YAML file of named pipelines (README, 'Pipelines'); replaces --method and the method options.")
     ] = None,
@@ -227,7 +241,7 @@ def retrieve(
 
     llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
                actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor, batch_rows=llm_batch_rows)
-    common = dict(queries=queries, db=db, table=table, embed=_run(EmbedConfig, model=model, backend=backend), trec=trec, llm=llm,
+    common = dict(queries=queries, db=db, table=table, table_version=table_version, embed=_run(EmbedConfig, model=model, backend=backend), trec=trec, llm=llm,
                   ray=_run(RayConfig, address=ray_address, retrieve_actors=retrieve_actors, retrieve_batch_rows=retrieve_batch_rows))
     if pipelines is not None:
         if method:
@@ -611,6 +625,78 @@ def ablate(
 
     df = _run(run_ablate, queries, qrels, db, out, _run(EmbedConfig, model=model, backend=backend), table, measure)
     typer.echo(df.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+
+
+@app.command()
+def nightly(
+    config: Annotated[Path, typer.Argument(help="The nightly config (YAML; README, 'Nightly operations'). Relative paths in it are from the working directory.")],
+    date: Annotated[str | None, typer.Option(help="The night, YYYY-MM-DD (default today, UTC); rerunning a night finishes it.")] = None,
+    at: Annotated[
+        str | None, typer.Option(help="Time travel: only evaluate the pipelines against this table version or tag (e.g. nightly-2026-11-20); no index, history or alert.")
+    ] = None,
+    ray_address: RayAddress = None,
+    progress: Annotated[bool, typer.Option(help="Show the index job's live counter and LLM progress.")] = False,
+):
+    """One night: re-index, maintain, evaluate, compare with the previous night, alert.
+
+    Exit codes: 0 the night finished without regression; 3 a measure regressed (alert written);
+    4 the night stopped before evaluation (re-index refused; the served tag did not move);
+    2 a bad config or input; 1 a crash (alert written; rerun the night to finish it)."""
+    from jobs.nightly import run_at, run_nightly
+    from schemas.config import NightlyConfig
+
+    data = _run(_read_config, config)
+    if ray_address:
+        data.setdefault("index", {}).setdefault("ray", {})["address"] = ray_address
+    try:
+        cfg = NightlyConfig.model_validate(data)
+    except ValidationError as exc:
+        _fail(config_message(exc, config))
+    if at is not None:
+        from pipelines.evaluate.report import summary_frame
+
+        for qs, metrics in _run(run_at, cfg, at, echo=typer.echo, progress=progress).items():
+            typer.echo(f"{qs} at table version {at}:")
+            typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
+        return
+    result = _run(run_nightly, cfg, date, echo=typer.echo, progress=progress)
+    alert = f"; alert {result.alert}" if result.alert else ""
+    typer.echo(f"night {result.date}: {result.status}{alert}; report {result.report or '(none: the night stopped)'}")
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+@app.command("nightly-demo")
+def nightly_demo(
+    out: Annotated[Path, typer.Option(help="Where the snapshots, the table and the nightly directory go (emptied first).")] = Path("runs/nightly-demo"),
+    corrupt_queries: Annotated[int, typer.Option(help="Night 3 swaps the texts of the relevant documents of this many queries.")] = 60,
+    backend: Backend = "openvino",
+    ray_address: RayAddress = None,
+):
+    """Three nights of `logicrank nightly` on bundled SciFact: baseline, a routine change, a corrupted snapshot."""
+    from jobs.nightly_demo import run_demo
+
+    results = _run(run_demo, out, corrupt_queries, echo=typer.echo, backend=backend, address=ray_address)
+    for r in results:
+        typer.echo(f"night {r.date}: {r.status} (exit code {r.exit_code})" + (f", alert {r.alert}" if r.alert else ""))
+    typer.echo(f"config: {out / 'nightly.yaml'}; report: {out / 'nightly' / 'report.md'}")
+    if [r.status for r in results] != ["ok", "ok", "regression"]:
+        _fail("nightly-demo: expected no alert on nights 1 and 2 and a regression on night 3; see the report.")
+
+
+def _read_config(path: Path) -> dict:
+    """A YAML config file's top-level mapping."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"config {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"config {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"config {path}: expected a mapping (out, index, query_sets, pipelines, ...).")
+    return data
 
 
 @app.command("main")

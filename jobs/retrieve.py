@@ -49,7 +49,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     skipped rerun) and, with ``progress``, the progress lines of LLM stages."""
     rundir = RunDir(out, "retrieve")
     queries = read_queries(cfg.queries)
-    store = DocStore(cfg.db, cfg.table)
+    store = DocStore(cfg.db, cfg.table, version=cfg.table_version)
     needs = Needs()
     for name, stages in cfg.pipelines.items():
         needs = needs | validate(name, stages, frozenset(queries.column_names))

@@ -71,10 +71,24 @@ class DocStore:
         if self._table is None:
             if not self.exists():
                 raise StoreError(f"store: no table {self.name!r} in {self.uri!r}; run `logicrank index` first.")
-            self._table = self.db.open_table(self.name)
+            table = self.db.open_table(self.name)
             if self._version is not None:
-                self._table.checkout(self._version)
+                self._checkout(table, self._version)
+            self._table = table
         return self._table
+
+    def _checkout(self, table, version: int | str) -> None:
+        """Read ``version`` (a number or a tag) of ``table``, or say which ones exist."""
+        tags = table.tags.list()
+        numbers = [v["version"] for v in table.list_versions()]
+        if isinstance(version, str) and version not in tags and version.isdigit():
+            version = int(version)
+        if version not in tags and version not in numbers:
+            raise StoreError(
+                f"store: table {self.name!r} in {self.uri!r} has no version or tag {version!r}; "
+                f"versions kept: {numbers[-10:]}, tags: {sorted(tags)[-10:]}."
+            )
+        table.checkout(version)
 
     def open_or_create(self, dim: int, model_id: str, title_sep: str = " "):
         """Open the table, checking it was embedded with ``model_id`` and ``title_sep``; create it when absent."""
@@ -333,12 +347,19 @@ class DocStore:
     def has_ann_index(self) -> bool:
         return any("vector" in idx.columns for idx in self.table.list_indices())
 
-    def tag(self, name: str) -> None:
+    def tag(self, name: str, version: int | None = None) -> None:
+        """Point tag ``name`` at ``version`` (default the latest), creating or moving it."""
         tags = self.table.tags
+        version = self.version if version is None else version
         if name in tags.list():
-            tags.update(name, self.version)
+            tags.update(name, version)
         else:
-            tags.create(name, self.version)
+            tags.create(name, version)
+
+    def tagged_version(self, name: str) -> int | None:
+        """The version tag ``name`` points at, or None without such a tag."""
+        tags = self.table.tags
+        return int(tags.get_version(name)) if name in tags.list() else None
 
     # -- search ------------------------------------------------------------------
     def vector_search(

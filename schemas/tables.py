@@ -296,3 +296,42 @@ def conform(table: pa.Table, contract: pa.Schema, stage: str) -> pa.Table:
             raise SchemaError(f"{stage}: column {field.name!r} has {col.null_count} null(s); it must have none.")
         columns.append(col)
     return pa.Table.from_arrays(columns, schema=contract)
+
+# `logicrank nightly` (jobs/nightly.py): one row per (night, query set, pipeline, measure)
+NIGHTLY_HISTORY = pa.schema(
+    [
+        pa.field("date", pa.string(), nullable=False),  # YYYY-MM-DD
+        pa.field("table_version", pa.int64(), nullable=False),
+        pa.field("tag", pa.string(), nullable=False),
+        pa.field("query_set", pa.string(), nullable=False),
+        pa.field("pipeline", pa.string(), nullable=False),
+        pa.field("measure", pa.string(), nullable=False),
+        pa.field("value", pa.float64(), nullable=False),
+        pa.field("queries", pa.int32(), nullable=False),
+        pa.field("config_hash", pa.string(), nullable=False),  # the pipeline, encoder, LLM and query set (not the corpus)
+        pa.field("regression", pa.bool_(), nullable=False),
+    ]
+)
+
+# one night's comparisons with an earlier one ("previous" night, or the pinned "baseline")
+NIGHTLY_COMPARISONS = pa.schema(
+    [
+        pa.field("query_set", pa.string(), nullable=False),
+        pa.field("pipeline", pa.string(), nullable=False),
+        pa.field("measure", pa.string(), nullable=False),
+        pa.field("against", pa.string(), nullable=False),  # previous | baseline
+        pa.field("old_date", pa.string(), nullable=False),
+        pa.field("new_date", pa.string(), nullable=False),
+        pa.field("old_table_version", pa.int64(), nullable=False),
+        pa.field("new_table_version", pa.int64(), nullable=False),
+        pa.field("old_value", pa.float64()),  # means over the paired queries; null when not compared
+        pa.field("new_value", pa.float64()),
+        pa.field("delta", pa.float64()),
+        pa.field("queries", pa.int32(), nullable=False),
+        pa.field("p_value", pa.float64()),
+        pa.field("p_adjusted", pa.float64()),
+        pa.field("max_drop", pa.float64()),  # the measure's rule (null: none, never a regression)
+        pa.field("regression", pa.bool_(), nullable=False),
+        pa.field("note", pa.string(), nullable=False),  # why not compared, or ""
+    ]
+)

@@ -1,0 +1,499 @@
+"""`logicrank nightly CONFIG.yaml`: one night of operations, as one resumable command.
+
+Steps, in order, each recorded in ``<out>/nights/<date>/state.json`` when done (a rerun of
+the night skips what is done and finishes the rest):
+
+1. index: the corpus snapshot into the table, incrementally (jobs/index.py: snapshot guard,
+   single-writer lock, compaction, indexes over every row); the version is tagged
+   ``nightly-<date>``. A refusal (too many rejects, the delete guard, a held lock) stops the
+   night here: no evaluation, the served tag stays where it was, and the alert says so.
+2. maintain: drop nightly tags past the newest ``keep_nightly_tags`` (never tonight's or the
+   pinned baseline's), then prune untagged versions past the retention.
+3. evaluate: every pipeline on every query set against tonight's table version
+   (`logicrank retrieve` + `logicrank evaluate`, each skipping work already done).
+4. compare: with the previous night of the history (and the pinned baseline night): paired
+   tests, corrected within each measure, and each measure's regression rule
+   (pipelines/evaluate/history.py).
+5. serve: move the served tag to tonight's version (unless a regression holds it back).
+6. history: tonight's rows replace any rows of the same date in ``history.parquet`` (so a
+   rerun never appends twice); plots and ``report.md`` are redrawn.
+7. alert: on a regression, ``alert.json`` + ``alert.md`` in the night's directory and each
+   configured receiver called once (one that failed is tried again by a rerun).
+
+Exit codes (:data:`EXIT_REGRESSION`, :data:`EXIT_STOPPED`) let cron and Kubernetes tell a
+regression from a stopped night from a crash. Only one nightly run per ``out`` at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from jobs.alerts import deliver
+from jobs.rundir import file_fingerprint, write_parquet_atomic, write_text_atomic
+from pipelines.errors import UserError
+from pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
+from pipelines.files import json_digest
+from pipelines.writelock import Holder, TableLock
+from schemas.config import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
+from schemas.tables import NIGHTLY_COMPARISONS
+
+EXIT_REGRESSION = 3  # the night finished and a measure regressed
+EXIT_STOPPED = 4  # the re-index (or maintenance) refused: nothing was evaluated, the served tag did not move
+TAG = re.compile(rf"{NIGHTLY_TAG_PREFIX}\d{{4}}-\d{{2}}-\d{{2}}")
+STEPS = ("index", "maintain", "evaluate", "compare", "serve", "history")
+
+
+class NightlyError(UserError, RuntimeError):
+    """The nightly run cannot start as asked; the message says why."""
+
+
+class _Stopped(Exception):
+    """A step that changes the table refused; the night ends before evaluation."""
+
+    def __init__(self, step: str, message: str):
+        super().__init__(message)
+        self.step = step
+
+
+@dataclass
+class NightResult:
+    date: str
+    status: str  # ok | regression | stopped
+    exit_code: int
+    table_version: int | None
+    served: dict
+    comparisons: pa.Table | None = None
+    alert: Path | None = None
+    receivers: dict[str, str] = field(default_factory=dict)
+    resumed: list[str] = field(default_factory=list)  # steps a previous run of this night had done
+    report: Path | None = None
+
+
+class _State:
+    """A night's record of finished steps (one JSON file, rewritten atomically)."""
+
+    def __init__(self, night: Path):
+        self.path = night / "state.json"
+        self.data = json.loads(self.path.read_text()) if self.path.exists() else {"steps": {}}
+
+    def done(self, step: str):
+        value = self.data["steps"].get(step)
+        return None if isinstance(value, dict) and "failed" in value else value
+
+    def record(self, step: str, value) -> None:
+        self.data["steps"][step] = value
+        self.save()
+
+    def save(self) -> None:
+        write_text_atomic(json.dumps(self.data, indent=2) + "\n", self.path)
+
+
+class _RootLock(TableLock):
+    """One nightly run per nightly directory (the kernel lock of jobs' table writers)."""
+
+    def __init__(self, root: Path):
+        super().__init__(str(root), "nightly", "nightly")
+
+    def _refuse(self, holder: Holder | None) -> NightlyError:
+        who = holder.describe() if holder else "another process"
+        return NightlyError(f"nightly: {self.db} is in use by another nightly run ({who}); one at a time. Wait for it, then run again.")
+
+
+def run_nightly(cfg: NightlyConfig, day: str | None = None, echo: Callable[[str], None] | None = None,
+                progress: bool = False) -> NightResult:
+    """Run (or finish) the night of ``day`` (YYYY-MM-DD, default today in UTC)."""
+    say = echo or (lambda m: None)
+    day = day or datetime.now(UTC).date().isoformat()
+    _require_date(day)
+    _require_inputs(cfg)
+    root = Path(cfg.out)
+    root.mkdir(parents=True, exist_ok=True)
+    with _RootLock(root):
+        night = root / "nights" / day
+        state = _State(night)
+        _claim(cfg, root, day, state)
+        from jobs.raysession import ray_session
+
+        with ray_session(cfg.index.ray):
+            return _Night(cfg, root, day, state, say, progress).run()
+
+
+def run_at(cfg: NightlyConfig, version: str, echo: Callable[[str], None] | None = None, progress: bool = False) -> dict[str, pa.Table]:
+    """Time travel: the configured pipelines on every query set against table ``version`` (a
+    tag such as ``nightly-2026-11-20``, or a number); writes ``<out>/at/<version>/``, touches
+    neither the table nor the history. Returns query set -> metrics."""
+    from jobs.evaluate import run_evaluate
+    from jobs.raysession import ray_session
+    from jobs.retrieve import run_retrieve
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", version):
+        raise NightlyError(f"nightly --at {version!r}: a table version is a number or a tag name.")
+    _require_inputs(cfg, baseline=False)
+    out = {}
+    with ray_session(cfg.index.ray):
+        for qs in cfg.query_sets:
+            where = Path(cfg.out) / "at" / version / "sets" / qs
+            runs = run_retrieve(cfg.retrieve_config(qs, version), where / "retrieve", echo=echo, progress=progress)
+            out[qs] = run_evaluate(cfg.evaluate_config(qs, tuple(str(runs[p]) for p in cfg.pipelines)), where / "evaluate",
+                                   title=f"{qs} at table version {version}")
+    return out
+
+
+def pipeline_hashes(cfg: NightlyConfig) -> dict[str, str]:
+    """'<query set>/<pipeline>' -> what defines its numbers apart from the corpus: its stages,
+    the encoder and LLM it uses, the queries and qrels."""
+    from pipelines.embed import model_id
+    from pipelines.pipeline import validate
+
+    out = {}
+    for qs, files in cfg.query_sets.items():
+        rcfg = cfg.retrieve_config(qs)
+        data = [file_fingerprint(files.queries).get("sha256"), file_fingerprint(files.qrels)]
+        data[1] = data[1].get("sha256", data[1].get("files"))
+        for name, stages in rcfg.pipelines.items():
+            needs = validate(name, stages)
+            out[f"{qs}/{name}"] = json_digest({
+                "stages": [s.model_dump(mode="json") for s in stages], "inputs": data,
+                "encoder": model_id(cfg.index.embed) if needs.encoder else None,
+                "llm": cfg.llm.engine_digest() if needs.llm else None,
+            })
+    return out
+
+
+class _Night:
+    def __init__(self, cfg: NightlyConfig, root: Path, day: str, state: _State, say: Callable[[str], None], progress: bool):
+        self.cfg, self.root, self.day, self.state, self.progress = cfg, root, day, state, progress
+        self.night = root / "nights" / day
+        self.tag = f"{NIGHTLY_TAG_PREFIX}{day}"
+        self.say = lambda m: say(f"nightly {day}: {m}")
+
+    def run(self) -> NightResult:
+        resumed = [s for s in STEPS if self.state.done(s)]
+        if resumed:
+            self.say(f"resuming; done before: {', '.join(resumed)}")
+        step = "index"
+        try:
+            for step in ("index", "maintain"):
+                if not self.state.done(step):
+                    getattr(self, f"_{step}")()
+            for step in ("evaluate", "compare", "serve", "history"):
+                if not self.state.done(step):
+                    getattr(self, f"_{step}")()
+            step = "report"
+            report = self._report()
+        except _Stopped as stop:
+            return self._stopped(stop, resumed)
+        except Exception as exc:  # a crash: say so to the receivers, then fail as before (a rerun resumes)
+            self._alert("failed", 1, step=step, message=f"{type(exc).__name__}: {exc}")
+            raise
+        comparisons = pq.read_table(self.night / "comparisons.parquet")
+        regressions = comparisons.filter(comparisons.column("regression"))
+        served = self.state.done("serve")
+        if regressions.num_rows:
+            alert, receivers = self._alert("regression", EXIT_REGRESSION, regressions=regressions, served=served)
+            status, code = "regression", EXIT_REGRESSION
+        else:
+            alert, receivers, status, code = None, {}, "ok", 0
+        return NightResult(self.day, status, code, self.state.done("index")["version"], served, comparisons, alert, receivers, resumed, report)
+
+    # -- steps that change the table ------------------------------------------------------
+    def _index(self) -> None:
+        from jobs.index import run_index
+
+        try:
+            s = run_index(self.cfg.index.model_copy(update={"tag": self.tag}), self.night / "index", progress=self.progress)
+        except UserError as exc:
+            self.state.record("index", {"failed": str(exc)})
+            raise _Stopped("index", str(exc)) from None
+        self.state.record("index", {"version": s.table_version, "tag": s.tag, "rows": s.table_rows, "inserted": s.inserted,
+                                    "updated": s.updated, "deleted": s.deleted, "unchanged": s.unchanged, "rejected": s.rejected})
+        self.say(f"index: inserted {s.inserted}, updated {s.updated}, deleted {s.deleted}, unchanged {s.unchanged}, "
+                 f"rejected {s.rejected}; table v{s.table_version} ({s.table_rows} rows) tagged {s.tag}")
+
+    def _maintain(self) -> None:
+        from pipelines.store import DocStore
+
+        keep = {self.tag} | ({f"{NIGHTLY_TAG_PREFIX}{self.cfg.baseline}"} if self.cfg.baseline else set())
+        try:
+            with TableLock(self.cfg.index.db, self.cfg.index.table, "nightly"):
+                store = DocStore(self.cfg.index.db, self.cfg.index.table)
+                names = sorted(n for n in store.table.tags.list() if TAG.fullmatch(n) and n <= self.tag)
+                dropped = [n for n in names[: max(0, len(names) - self.cfg.keep_nightly_tags)] if n not in keep]
+                for name in dropped:
+                    store.table.tags.delete(name)
+                m = store.maintain(self.cfg.index.ann_threshold, timedelta(hours=self.cfg.index.prune_after_hours), changed=False)
+        except UserError as exc:
+            self.state.record("maintain", {"failed": str(exc)})
+            raise _Stopped("maintain", str(exc)) from None
+        self.state.record("maintain", {"tags_dropped": dropped, **m})
+        self.say(f"maintain: {len(dropped)} old nightly tag(s) dropped, {m['versions_pruned']} version(s) pruned, "
+                 f"{m['versions_left']} kept; rows outside an index: {sum(m['unindexed_rows'].values())}")
+
+    def _serve(self) -> None:
+        from pipelines.store import DocStore
+
+        comparisons = pq.read_table(self.night / "comparisons.parquet")
+        version = self.state.done("index")["version"]
+        store = DocStore(self.cfg.index.db, self.cfg.index.table)
+        held = self.cfg.hold_served_on_regression and pc.any(comparisons.column("regression")).as_py()
+        if not held:
+            with TableLock(self.cfg.index.db, self.cfg.index.table, "nightly"):
+                store.tag(self.cfg.served_tag, version)
+        record = {"tag": self.cfg.served_tag, "version": store.tagged_version(self.cfg.served_tag), "held": bool(held)}
+        self.state.record("serve", record)
+        self.say(f"serve: tag {self.cfg.served_tag!r} " + (f"held at v{record['version']} (regression)" if held else f"now v{version}"))
+
+    # -- evaluation and comparison --------------------------------------------------------
+    def _evaluate(self) -> None:
+        from jobs.evaluate import run_evaluate
+        from jobs.retrieve import run_retrieve
+        from pipelines.evaluate.report import summary_frame
+
+        version = self.state.done("index")["version"]
+        for qs in self.cfg.query_sets:
+            where = self.night / "sets" / qs
+            runs = run_retrieve(self.cfg.retrieve_config(qs, version), where / "retrieve", echo=self.say if self.progress else None,
+                                progress=self.progress)
+            metrics = run_evaluate(self.cfg.evaluate_config(qs, tuple(str(runs[p]) for p in self.cfg.pipelines)), where / "evaluate",
+                                   title=f"Nightly {self.day}: {qs} (table v{version})")
+            frame = summary_frame(metrics)
+            self.say(f"evaluate {qs}: " + "; ".join(
+                f"{rid} " + ", ".join(f"{m} {frame.loc[rid, m]:.4f}" for m in self.cfg.measures if m in frame.columns) for rid in frame.index))
+        self.state.record("evaluate", {"hashes": pipeline_hashes(self.cfg), "version": version})
+
+    def _load(self, day: str, version: int, hashes: dict[str, str]) -> Night:
+        """A night's per-query metrics (query sets whose file is gone are left out)."""
+        metrics = {}
+        for qs in self.cfg.query_sets:
+            path = self.root / "nights" / day / "sets" / qs / "evaluate" / "metrics.parquet"
+            if path.exists():
+                metrics[qs] = pq.read_table(path)
+        pairs = {tuple(k.split("/", 1)): v for k, v in hashes.items()}
+        return Night(day, version, metrics, pairs)
+
+    def _tonight(self) -> Night:
+        ev = self.state.done("evaluate")
+        return self._load(self.day, ev["version"], ev["hashes"])
+
+    def _stored(self, day: str) -> Night:
+        """An earlier night, as the history recorded it."""
+        h = _history(self.root)
+        rows = h.filter(pc.equal(h.column("date"), day)).to_pylist()
+        hashes = {f"{r['query_set']}/{r['pipeline']}": r["config_hash"] for r in rows}
+        return self._load(day, rows[0]["table_version"], hashes)
+
+    def _compare(self) -> None:
+        cfg, new = self.cfg, self._tonight()
+        rules = {m: Rule(r.max_drop, r.significant) for m, r in cfg.regressions.items()}
+        history = _history(self.root)
+        earlier = sorted({d for d in history.column("date").to_pylist() if d < self.day}) if history is not None else []
+        parts = []
+        if earlier:
+            parts.append(compare_nights(self._stored(earlier[-1]), new, rules, "previous", cfg.test, cfg.correction, cfg.alpha))
+        baseline = cfg.baseline if cfg.baseline and cfg.baseline < self.day else None
+        if baseline:
+            parts.append(compare_nights(self._stored(baseline), new, rules, "baseline", cfg.test, cfg.correction, cfg.alpha))
+        table = pa.concat_tables(parts) if parts else NIGHTLY_COMPARISONS.empty_table()
+        write_parquet_atomic(table, self.night / "comparisons.parquet")
+        self.state.record("compare", {"previous": earlier[-1] if earlier else None, "baseline": baseline,
+                                      "regressions": int(pc.sum(table.column("regression")).as_py() or 0)})
+        for line in _comparison_lines(table):
+            self.say(line)
+        if not parts:
+            self.say("compare: the first night of the history; nothing to compare with")
+
+    def _history(self) -> None:
+        comparisons = pq.read_table(self.night / "comparisons.parquet")
+        merged = merge_history(_history(self.root), history_rows(self._tonight(), self.tag, comparisons))
+        write_parquet_atomic(merged, self.root / "history.parquet")
+        self.state.record("history", {"rows": merged.num_rows, "nights": len(set(merged.column("date").to_pylist()))})
+
+    # -- what people read -----------------------------------------------------------------
+    def _report(self) -> Path:
+        history = _history(self.root)
+        plots = [plot_history(history, m, self.root / "plots" / plot_file(m)) for m in self.cfg.measures]
+        comparisons = pq.read_table(self.night / "comparisons.parquet")
+        path = write_text_atomic(_markdown(self.cfg, history, comparisons, self.day, plots, self.root), self.root / "report.md")
+        self.say(f"history: {len(set(history.column('date').to_pylist()))} night(s); report {path}")
+        return path
+
+    def _alert(self, status: str, code: int, regressions: pa.Table | None = None, served: dict | None = None,
+               step: str | None = None, message: str | None = None) -> tuple[Path, dict[str, str]]:
+        index = self.state.done("index") or {}
+        compare = self.state.done("compare") or {}
+        history = _history(self.root)
+        old_versions = {}
+        for against in ("previous", "baseline"):
+            if compare.get(against) and history is not None:
+                rows = history.filter(pc.equal(history.column("date"), compare[against]))
+                old_versions[against] = {"date": compare[against], "table_version": rows.column("table_version")[0].as_py()}
+        alert = {
+            "date": self.day, "status": status, "exit_code": code, "step": step, "message": message,
+            "table": {"db": self.cfg.index.db, "name": self.cfg.index.table, "version": index.get("version"), "tag": index.get("tag")},
+            "compared_with": old_versions,
+            "served": served if served is not None else self._served(),
+            "regressions": regressions.to_pylist() if regressions is not None else [],
+            "report": str(self.root / "report.md"),
+            "night": str(self.night),
+        }
+        path = write_text_atomic(json.dumps(alert, indent=2) + "\n", self.night / "alert.json")
+        write_text_atomic(_alert_markdown(alert), self.night / "alert.md")
+        sent = self.state.data.setdefault("receivers", {}) if status == "regression" else {}
+        done = frozenset(r for r, v in sent.items() if v.startswith("ok"))
+        results = deliver(alert, self.cfg.alert, skip=done)
+        if status == "regression":
+            sent.update(results)
+            self.state.save()
+        for receiver, result in results.items():
+            self.say(f"alert {receiver}: {result}")
+        return path, {**{r: sent[r] for r in done}, **results}
+
+    def _served(self) -> dict:
+        """Where the served tag points now (read from the table)."""
+        from pipelines.store import DocStore
+
+        try:
+            store = DocStore(self.cfg.index.db, self.cfg.index.table)
+            version = store.tagged_version(self.cfg.served_tag) if store.exists() else None
+        except Exception as exc:  # noqa: BLE001 (an alert must go out even when the table cannot be read)
+            return {"tag": self.cfg.served_tag, "version": None, "error": str(exc)}
+        return {"tag": self.cfg.served_tag, "version": version}
+
+    def _stopped(self, stop: _Stopped, resumed: list[str]) -> NightResult:
+        served = self._served()
+        where = f"v{served['version']}" if served.get("version") is not None else "no version yet (no night has succeeded)"
+        message = (f"the {stop.step} step refused, so the night stopped before evaluation; the served tag "
+                   f"{served['tag']!r} stays at {where}. {stop}")
+        alert, receivers = self._alert("stopped", EXIT_STOPPED, served=served, step=stop.step, message=message)
+        self.say(f"STOPPED: {message}")
+        return NightResult(self.day, "stopped", EXIT_STOPPED, None, served, None, alert, receivers, resumed)
+
+
+def _history(root: Path) -> pa.Table | None:
+    path = root / "history.parquet"
+    return pq.read_table(path) if path.exists() else None
+
+
+def _require_date(day: str) -> None:
+    try:
+        night_date(day)
+    except ValueError as exc:
+        raise NightlyError(f"nightly --date: {exc}") from None
+
+
+def _require_inputs(cfg: NightlyConfig, baseline: bool = True) -> None:
+    """Fail before anything runs: query set files, the pinned baseline's stored night."""
+    for qs, files in cfg.query_sets.items():
+        for kind, path in (("queries", files.queries), ("qrels", files.qrels)):
+            if not Path(path).exists():
+                raise NightlyError(f"nightly: query set {qs!r}: no {kind} at {path!r}; check the config.")
+    if baseline and cfg.baseline:
+        history = _history(Path(cfg.out))
+        if history is not None and cfg.baseline not in set(history.column("date").to_pylist()):
+            raise NightlyError(f"nightly: the baseline night {cfg.baseline} is not in {Path(cfg.out) / 'history.parquet'}; "
+                               "pin a night that ran (its date), or remove baseline.")
+
+
+def _claim(cfg: NightlyConfig, root: Path, day: str, state: _State) -> None:
+    """Nights run in date order, and a night whose table step succeeded keeps its config."""
+    nights = root / "nights"
+    later = sorted(d.name for d in nights.iterdir() if d.name > day and _State(d).done("index")) if nights.exists() else []
+    if later:
+        raise NightlyError(f"nightly: night {later[-1]} already ran; nights run in date order. To evaluate an older table "
+                           f"version, use --at nightly-{day} (time travel).")
+    digest = cfg.night_digest()
+    claimed = state.data.get("config_hash")
+    if claimed and claimed != digest and state.done("index"):
+        raise NightlyError(f"nightly: night {day} ran with another config ({claimed}, this one {digest}); rerun it with that "
+                           f"config, or give another --date.")
+    if claimed != digest:
+        state.data["config_hash"] = digest
+        state.save()
+
+
+def _comparison_lines(table: pa.Table) -> list[str]:
+    lines = []
+    for r in table.to_pylist():
+        if r["regression"]:
+            lines.append(f"REGRESSION {r['pipeline']} / {r['query_set']} {r['measure']}: {r['old_value']:.4f} -> "
+                         f"{r['new_value']:.4f} ({r['delta']:+.4f}, p {r['p_adjusted']:.3g}) against the {r['against']} "
+                         f"night {r['old_date']} (v{r['old_table_version']} -> v{r['new_table_version']})")
+    if table.num_rows and not lines:
+        compared = table.filter(pc.is_valid(table.column("delta"))).num_rows
+        lines.append(f"compare: no regression ({compared} comparison(s) with {', '.join(sorted(set(table.column('old_date').to_pylist())))})")
+    return lines
+
+
+def _fmt(v) -> str:
+    return "" if v is None else f"{v:.4f}"
+
+
+def _signed(v) -> str:
+    return "" if v is None else f"{v:+.4f}"
+
+
+def _markdown(cfg: NightlyConfig, history: pa.Table, comparisons: pa.Table, day: str, plots: list[Path], root: Path) -> str:
+    nights = sorted(set(history.column("date").to_pylist()))
+    lines = [f"# Nightly evaluation: {cfg.index.table} in {cfg.index.db}", "",
+             f"{len(nights)} night(s), {nights[0]} to {nights[-1]}; latest written: {day}. History: `history.parquet`.", ""]
+    rules = ", ".join(f"{m}: drop > {r.max_drop}" + (f" and corrected p < {cfg.alpha}" if r.significant else "")
+                      for m, r in cfg.regressions.items())
+    lines += [f"Regression rules ({cfg.test}, {cfg.correction} within each measure): {rules or 'none'}.", ""]
+    lines += [f"## Night {day}", ""]
+    if comparisons.num_rows:
+        lines += ["| against | query set | pipeline | measure | old | new | delta | p (corrected) | regression | note |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in comparisons.to_pylist():
+            p = "" if r["p_adjusted"] is None else f"{r['p_adjusted']:.3g}"
+            lines.append(f"| {r['against']} {r['old_date']} (v{r['old_table_version']}) | {r['query_set']} | {r['pipeline']} | "
+                         f"{r['measure']} | {_fmt(r['old_value'])} | {_fmt(r['new_value'])} | "
+                         f"{_signed(r['delta'])} | {p} | "
+                         f"{'**yes**' if r['regression'] else ''} | {r['note']} |")
+    else:
+        lines.append("Nothing to compare with (the first night).")
+    lines += ["", "## History", ""]
+    df = history.to_pandas()
+    df["run"] = df["pipeline"] + " / " + df["query_set"]
+    for measure in cfg.measures:
+        wide = df[df["measure"] == measure].pivot(index="date", columns="run", values="value")
+        marks = df[df["measure"] == measure].pivot(index="date", columns="run", values="regression").fillna(False)
+        plot = next(p for p in plots if p.name == plot_file(measure))
+        lines += [f"### {measure}", "", f"![{measure} per night]({plot.relative_to(root)})", "",
+                  "| night | " + " | ".join(wide.columns) + " |", "|---" * (len(wide.columns) + 1) + "|"]
+        for d, row in wide.iterrows():
+            cells = [f"{v:.4f}" + (" **(regression)**" if marks.loc[d, c] else "") if v == v else "" for c, v in row.items()]
+            lines.append(f"| {d} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _alert_markdown(alert: dict) -> str:
+    t = alert["table"]
+    served = alert["served"]
+    lines = [f"# logicrank nightly {alert['date']}: {alert['status'].upper()}", ""]
+    if alert["message"]:
+        lines += [alert["message"], ""]
+    lines += [f"- table: `{t['name']}` in `{t['db']}`, tonight v{t['version']} ({t['tag']})" if t["version"] is not None
+              else f"- table: `{t['name']}` in `{t['db']}`: no new version tonight",
+              f"- served tag `{served['tag']}`: v{served.get('version')}"]
+    for against, old in alert["compared_with"].items():
+        lines.append(f"- compared with the {against} night {old['date']} (v{old['table_version']})")
+    if alert["regressions"]:
+        lines += ["", "| query set | pipeline | measure | against | old | new | delta | p (corrected) | table versions |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in alert["regressions"]:
+            lines.append(f"| {r['query_set']} | {r['pipeline']} | {r['measure']} | {r['against']} {r['old_date']} | {r['old_value']:.4f} | "
+                         f"{r['new_value']:.4f} | {r['delta']:+.4f} | {r['p_adjusted']:.3g} | v{r['old_table_version']} -> v{r['new_table_version']} |")
+    lines += ["", f"Report: `{alert['report']}`", ""]
+    return "\n".join(lines)
+
+

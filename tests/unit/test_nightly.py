@@ -1,0 +1,208 @@
+"""Nightly operations without Ray: the comparison and its regression rule, the history that
+never doubles a night, the alert receivers, the config's checks and the CLI's refusals."""
+
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from jobs.alerts import deliver
+from jobs.cli import app
+from jobs.nightly import NightlyError, _RootLock, run_nightly
+from pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
+from pipelines.evaluate.significance import adjust, paired_p_value
+from schemas.config import AlertConfig, NightlyConfig
+from schemas.tables import METRICS
+
+QUERIES = [f"q{i}" for i in range(20)]
+
+
+def _metrics(values: dict[str, np.ndarray], measure: str = "nDCG@10") -> pa.Table:
+    rows = []
+    for run_id, v in values.items():
+        rows += [{"run_id": run_id, "query_id": q, "measure": measure, "value": float(x)} for q, x in zip(QUERIES, v, strict=True)]
+        rows.append({"run_id": run_id, "query_id": "all", "measure": measure, "value": float(np.mean(v))})
+    return pa.Table.from_pylist(rows, schema=METRICS)
+
+
+def _night(date, version, values, hashes=None) -> Night:
+    return Night(date, version, {"s": _metrics(values)}, hashes or {("s", r): "h" for r in values})
+
+
+BASE = np.linspace(0.3, 0.9, 20)
+NOISE = np.random.default_rng(0).normal(0, 0.02, 20)
+
+
+def test_a_significant_drop_past_the_rule_is_a_regression_and_nothing_else_is():
+    old = _night("2026-11-20", 5, {"big": BASE, "small": BASE, "noisy": BASE, "up": BASE})
+    flip = np.where(np.arange(20) % 2 == 0, 0.1, -0.1)  # mean drop 0.02, but half the queries gain: not significant
+    new = _night("2026-11-21", 6, {"big": BASE - 0.2 + NOISE, "small": BASE - 0.005 + NOISE / 10, "noisy": BASE - 0.02 + flip,
+                                   "up": BASE + 0.2 + NOISE})
+    t = compare_nights(old, new, {"nDCG@10": Rule(0.01)}).to_pandas().set_index("pipeline")
+    assert t.loc["big", "regression"] and not t.loc["small", "regression"] and not t.loc["noisy", "regression"]
+    assert not t.loc["up", "regression"]  # a gain never is
+    assert t.loc["big", "delta"] == pytest.approx(np.mean(NOISE) - 0.2)
+    assert t.loc["noisy", "p_adjusted"] > 0.05 and -t.loc["noisy", "delta"] > 0.01
+    # the correction runs over the measure's family: Holm over the four pipelines
+    raw = [paired_p_value(BASE, v) for v in (BASE - 0.2 + NOISE, BASE - 0.005 + NOISE / 10, BASE - 0.02 + flip, BASE + 0.2 + NOISE)]
+    assert t["p_value"].tolist() == pytest.approx(raw)
+    assert t["p_adjusted"].tolist() == pytest.approx(list(adjust(raw, "holm")))
+    assert (t["old_table_version"].tolist(), t["new_table_version"].tolist()) == ([5] * 4, [6] * 4)
+    # without the significance requirement, the noisy drop past 0.01 is a regression too
+    loose = compare_nights(old, new, {"nDCG@10": Rule(0.01, significant=False)}).to_pandas().set_index("pipeline")
+    assert loose.loc["noisy", "regression"] and not loose.loc["small", "regression"]
+    # a measure without a rule is compared, never flagged
+    none = compare_nights(old, new, {}).to_pandas()
+    assert not none["regression"].any() and none["max_drop"].isna().all() and none["p_value"].notna().all()
+
+
+def test_a_changed_pipeline_or_a_new_one_is_not_compared():
+    old = _night("2026-11-20", 5, {"a": BASE, "b": BASE}, {("s", "a"): "h1", ("s", "b"): "h1"})
+    new = _night("2026-11-21", 6, {"a": BASE - 0.3 + NOISE, "b": BASE - 0.3 + NOISE, "c": BASE}, {("s", "a"): "h1", ("s", "b"): "h2", ("s", "c"): "h1"})
+    t = compare_nights(old, new, {"nDCG@10": Rule(0.01)}).to_pandas().set_index("pipeline")
+    assert t.loc["a", "regression"]
+    assert not t.loc["b", "regression"] and np.isnan(t.loc["b", "delta"]) and "changed since 2026-11-20" in t.loc["b", "note"]
+    assert not t.loc["c", "regression"] and "not in the previous night" in t.loc["c", "note"]
+
+
+def test_the_history_replaces_a_night_written_twice():
+    n1 = _night("2026-11-20", 5, {"a": BASE})
+    n2 = _night("2026-11-21", 6, {"a": BASE - 0.3 + NOISE})
+    comparisons = compare_nights(n1, n2, {"nDCG@10": Rule(0.01)})
+    h = merge_history(None, history_rows(n1, "nightly-2026-11-20", None))
+    h = merge_history(h, history_rows(n2, "nightly-2026-11-21", comparisons))
+    again = merge_history(h, history_rows(n2, "nightly-2026-11-21", comparisons))
+    assert again.equals(h) and h.num_rows == 2
+    rows = h.to_pylist()
+    assert [r["date"] for r in rows] == ["2026-11-20", "2026-11-21"] and [r["regression"] for r in rows] == [False, True]
+    assert rows[1]["value"] == pytest.approx(np.mean(BASE - 0.3 + NOISE)) and rows[1]["queries"] == 20 and rows[1]["table_version"] == 6
+    earlier = merge_history(h, history_rows(_night("2026-11-19", 4, {"a": BASE}), "nightly-2026-11-19", None))
+    assert earlier.column("date").to_pylist() == ["2026-11-19", "2026-11-20", "2026-11-21"]
+    with pytest.raises(ValueError, match="one night at a time"):
+        merge_history(h, pa.concat_tables([history_rows(n1, "t", None), history_rows(n2, "t", None)]))
+
+
+def test_the_plot_marks_regressions(tmp_path):
+    n1, n2 = _night("2026-11-20", 5, {"a": BASE}), _night("2026-11-21", 6, {"a": BASE - 0.3 + NOISE})
+    h = merge_history(merge_history(None, history_rows(n1, "t1", None)),
+                      history_rows(n2, "t2", compare_nights(n1, n2, {"nDCG@10": Rule(0.01)})))
+    path = plot_history(h, "nDCG@10", tmp_path / plot_file("nDCG@10"))
+    assert path.name == "nDCG_10.png" and path.stat().st_size > 5_000
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    bodies: list = []
+
+    def do_POST(self):  # noqa: N802
+        type(self).bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_receivers_get_the_alert_json_and_failures_are_reported_not_raised(tmp_path):
+    server = HTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sink = tmp_path / "alert.json"
+        script = f"import sys, pathlib; pathlib.Path({str(sink)!r}).write_bytes(sys.stdin.buffer.read())"
+        cfg = AlertConfig(webhook=f"http://127.0.0.1:{server.server_port}/hook", command=(sys.executable, "-c", script), timeout_s=10)
+        alert = {"date": "2026-11-21", "status": "regression", "regressions": [{"measure": "nDCG@10", "old_value": 0.7}]}
+        assert deliver(alert, cfg) == {"webhook": "ok: HTTP 200", "command": "ok: exit 0"}
+        assert _Recorder.bodies == [alert] and json.loads(sink.read_text()) == alert
+        assert deliver(alert, cfg, skip=frozenset({"webhook", "command"})) == {}
+        assert len(_Recorder.bodies) == 1
+    finally:
+        server.shutdown()
+    closed = AlertConfig(webhook=f"http://127.0.0.1:{server.server_port}/hook", command=(sys.executable, "-c", "import sys; sys.exit(5)"), timeout_s=5)
+    results = deliver({"status": "regression"}, closed)
+    assert results["webhook"].startswith("failed: ") and results["command"].startswith("failed: ") and "exited 5" in results["command"]
+
+
+def _config(tmp_path, **over) -> dict:
+    (tmp_path / "q.jsonl").write_text('{"_id": "1", "text": "x"}\n')
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n1\td1\t1\n")
+    base = {"out": str(tmp_path / "nightly"), "index": {"corpus": str(tmp_path / "corpus.jsonl"), "db": str(tmp_path / "db")},
+            "query_sets": {"s": {"queries": str(tmp_path / "q.jsonl"), "qrels": str(tmp_path / "qrels.tsv")}},
+            "pipelines": {"bm25": [{"stage": "bm25", "k": 10}]}}
+    return base | over
+
+
+@pytest.mark.parametrize(("over", "message"), [
+    ({"regressions": {"MAP": {}}}, "not among the measures"),
+    ({"measures": ["nDCG@10", "Bogus@3"]}, "Bogus@3"),
+    ({"query_sets": {"a b": {"queries": "q", "qrels": "r"}}}, "directory names"),
+    ({"baseline": "2026-13-01"}, "not a date YYYY-MM-DD"),
+    ({"served_tag": "nightly-x"}, "served_tag"),
+    ({"alert": {"webhook": "ftp://x"}}, r"not an http\(s\) URL"),
+    ({"pipelines": {"p": [{"stage": "orlog", "k": 5}]}}, "pipeline 'p'"),
+])
+def test_bad_configs_are_refused_with_the_reason(tmp_path, over, message):
+    with pytest.raises(ValidationError, match=message):
+        NightlyConfig.model_validate(_config(tmp_path, **over))
+
+
+def test_regression_rules_take_any_spelling_of_a_measure(tmp_path):
+    cfg = NightlyConfig.model_validate(_config(tmp_path, measures=["ndcg@10", "p@1"], regressions={"NDCG@10": {"max_drop": 0.02}}))
+    assert cfg.measures == ("nDCG@10", "P@1") and set(cfg.regressions) == {"nDCG@10"}
+    # placement and receivers do not change what a night means; the pipelines do
+    same = cfg.model_copy(update={"alert": AlertConfig(webhook="http://127.0.0.1:1/x"), "keep_nightly_tags": 3})
+    assert same.night_digest() == cfg.night_digest()
+    other = NightlyConfig.model_validate(_config(tmp_path, pipelines={"bm25": [{"stage": "bm25", "k": 20}]}))
+    assert other.night_digest() != cfg.night_digest()
+
+
+def _state(cfg: NightlyConfig, day: str, steps: dict, config_hash: str | None = None) -> None:
+    night = cfg.out + f"/nights/{day}"
+    import pathlib
+
+    pathlib.Path(night).mkdir(parents=True, exist_ok=True)
+    pathlib.Path(night, "state.json").write_text(json.dumps({"config_hash": config_hash or cfg.night_digest(), "steps": steps}))
+
+
+def test_nights_run_in_order_keep_their_config_and_one_at_a_time(tmp_path):
+    cfg = NightlyConfig.model_validate(_config(tmp_path))
+    _state(cfg, "2026-11-21", {"index": {"version": 3}})
+    with pytest.raises(NightlyError, match="night 2026-11-21 already ran; nights run in date order"):
+        run_nightly(cfg, "2026-11-20")
+    _state(cfg, "2026-11-22", {"index": {"version": 4}}, config_hash="another")
+    with pytest.raises(NightlyError, match="ran with another config"):
+        run_nightly(cfg, "2026-11-22")
+    with _RootLock(tmp_path / "nightly"), pytest.raises(NightlyError, match="in use by another nightly run"):
+        run_nightly(cfg, "2026-11-23")
+    with pytest.raises(NightlyError, match="not a date"):
+        run_nightly(cfg, "23-11-2026")
+    pq.write_table(pa.table({"date": ["2026-11-21"]}), tmp_path / "nightly" / "history.parquet")
+    with pytest.raises(NightlyError, match="baseline night 2026-11-01 is not in"):
+        run_nightly(cfg.model_copy(update={"baseline": "2026-11-01"}), "2026-11-23")
+
+
+def test_cli_refusals_are_one_line_exit_2(tmp_path):
+    import yaml
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["nightly", str(tmp_path / "absent.yaml")])
+    assert result.exit_code == 2 and "No such file" in result.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("out: [unclosed\n")
+    assert "not valid YAML" in runner.invoke(app, ["nightly", str(bad)]).output
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(yaml.safe_dump(_config(tmp_path, query_sets={"s": {"queries": str(tmp_path / "nope.jsonl"), "qrels": "x"}})))
+    result = runner.invoke(app, ["nightly", str(missing)])
+    assert result.exit_code == 2 and "query set 's': no queries at" in result.output
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text(yaml.safe_dump(_config(tmp_path, extra_field=1)))
+    result = runner.invoke(app, ["nightly", str(unknown)])
+    assert result.exit_code == 2 and f"config {unknown}: extra_field 1: Extra inputs are not permitted" in result.output
+    deep = tmp_path / "deep.yaml"
+    deep.write_text(yaml.safe_dump(_config(tmp_path, index={"corpus": "c", "db": "d", "embed": {"batch_size": 0}})))
+    assert "index.embed.batch_size 0: must be greater than or equal to 1" in runner.invoke(app, ["nightly", str(deep)]).output
