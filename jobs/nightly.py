@@ -38,10 +38,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.alerts import deliver
-from jobs.rundir import file_fingerprint, write_parquet_atomic, write_text_atomic
+from jobs.rundir import write_parquet_atomic, write_text_atomic
 from pipelines.errors import UserError
 from pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
-from pipelines.files import json_digest
+from pipelines.files import json_digest, sha256_file
 from pipelines.writelock import Holder, TableLock
 from schemas.config import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
 from schemas.tables import NIGHTLY_COMPARISONS
@@ -157,8 +157,7 @@ def pipeline_hashes(cfg: NightlyConfig) -> dict[str, str]:
     out = {}
     for qs, files in cfg.query_sets.items():
         rcfg = cfg.retrieve_config(qs)
-        data = [file_fingerprint(files.queries).get("sha256"), file_fingerprint(files.qrels)]
-        data[1] = data[1].get("sha256", data[1].get("files"))
+        data = [_content_digest(files.queries), _content_digest(files.qrels)]
         for name, stages in rcfg.pipelines.items():
             needs = validate(name, stages)
             out[f"{qs}/{name}"] = json_digest({
@@ -167,6 +166,14 @@ def pipeline_hashes(cfg: NightlyConfig) -> dict[str, str]:
                 "llm": cfg.llm.engine_digest() if needs.llm else None,
             })
     return out
+
+
+def _content_digest(path: str) -> str:
+    """The content of a file, or of every file under a directory (never their times)."""
+    p = Path(path)
+    if p.is_dir():
+        return json_digest({str(f.relative_to(p)): sha256_file(f) for f in sorted(p.rglob("*")) if f.is_file()})
+    return sha256_file(p)
 
 
 class _Night:
@@ -193,7 +200,10 @@ class _Night:
         except _Stopped as stop:
             return self._stopped(stop, resumed)
         except Exception as exc:  # a crash: say so to the receivers, then fail as before (a rerun resumes)
-            self._alert("failed", 1, step=step, message=f"{type(exc).__name__}: {exc}")
+            try:
+                self._alert("failed", 1, step=step, message=f"{type(exc).__name__}: {exc}")
+            except Exception as also:  # noqa: BLE001 (the crash itself is what must surface)
+                self.say(f"could not write or send the alert of this failure: {type(also).__name__}: {also}")
             raise
         comparisons = pq.read_table(self.night / "comparisons.parquet")
         regressions = comparisons.filter(comparisons.column("regression"))

@@ -90,10 +90,10 @@ def demo_config(out: Path, corpus: Path, queries: str, qrels: str, backend: str 
 def run_demo(out: str | Path, corrupt_queries: int = 60, echo: Callable[[str], None] | None = None,
              backend: str = "torch", address: str | None = None) -> list:
     """Three nights; returns their :class:`jobs.nightly.NightResult`."""
+    import shutil
+
     from jobs.nightly import run_nightly
     from schemas.config import NightlyConfig
-
-    import shutil
 
     out = Path(out)
     for part in ("nightly", "lancedb", "snapshots"):  # a demo starts from nothing (nights run in date order)

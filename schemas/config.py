@@ -359,9 +359,13 @@ class NightlyConfig(_Config):
 
         return tuple(str(m) for m in parse_measures(list(v)))
 
-    @field_validator("baseline")
+    @field_validator("baseline", mode="before")
     @classmethod
     def _date(cls, v):
+        from datetime import date
+
+        if isinstance(v, date):  # YAML reads an unquoted 2026-11-20 as a date
+            v = v.isoformat()
         if v is not None:
             night_date(v)
         return v

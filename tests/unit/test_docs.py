@@ -11,7 +11,7 @@ import yaml
 
 from pipelines.pipeline import describe
 from pipelines.stages import stages
-from schemas.config import RetrieveConfig
+from schemas.config import NightlyConfig, RetrieveConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -44,6 +44,9 @@ def test_readme_yaml_pipelines_validate():
     assert blocks, "README.md has no ```yaml pipeline example"
     for block in blocks:
         data = yaml.safe_load(block)
+        if isinstance(data, dict) and {"out", "index", "query_sets"} <= set(data):  # a nightly config (README, "Nightly operations")
+            assert NightlyConfig.model_validate(data).pipelines
+            continue
         if isinstance(data, dict) and set(data) == {"pipelines"}:  # as `logicrank retrieve --pipelines` reads it
             data = data["pipelines"]
         cfg = RetrieveConfig(queries="q", db="d", pipelines=data)

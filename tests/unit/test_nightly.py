@@ -154,6 +154,9 @@ def test_bad_configs_are_refused_with_the_reason(tmp_path, over, message):
 def test_regression_rules_take_any_spelling_of_a_measure(tmp_path):
     cfg = NightlyConfig.model_validate(_config(tmp_path, measures=["ndcg@10", "p@1"], regressions={"NDCG@10": {"max_drop": 0.02}}))
     assert cfg.measures == ("nDCG@10", "P@1") and set(cfg.regressions) == {"nDCG@10"}
+    import datetime
+
+    assert NightlyConfig.model_validate(_config(tmp_path, baseline=datetime.date(2026, 11, 20))).baseline == "2026-11-20"  # unquoted in YAML
     # placement and receivers do not change what a night means; the pipelines do
     same = cfg.model_copy(update={"alert": AlertConfig(webhook="http://127.0.0.1:1/x"), "keep_nightly_tags": 3})
     assert same.night_digest() == cfg.night_digest()
