@@ -270,16 +270,9 @@ def retrieve(
 def _read_yaml(path: Path) -> dict:
     """The pipelines of a YAML file: its top-level mapping of name -> stages (or under a
     ``pipelines:`` key)."""
-    import yaml
-
     from pipelines.pipeline import PipelineError
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PipelineError(f"--pipelines {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise PipelineError(f"--pipelines {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    data = _load_yaml(path, f"--pipelines {path}", PipelineError)
     if isinstance(data, dict) and set(data) == {"pipelines"}:
         data = data["pipelines"]
     if not isinstance(data, dict) or not data:
@@ -645,6 +638,8 @@ def nightly(
     from jobs.nightly import run_at, run_nightly
     from schemas.config import NightlyConfig
 
+    if at is not None and date is not None:
+        _fail("nightly: --at evaluates one table version and --date names a night to run; give one of them.")
     data = _run(_read_config, config)
     if ray_address:
         data.setdefault("index", {}).setdefault("ray", {})["address"] = ray_address
@@ -686,17 +681,22 @@ def nightly_demo(
 
 def _read_config(path: Path) -> dict:
     """A YAML config file's top-level mapping."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"config {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"config {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    data = _load_yaml(path, f"config {path}", UserError)
     if not isinstance(data, dict):
         raise UserError(f"config {path}: expected a mapping (out, index, query_sets, pipelines, ...).")
     return data
+
+
+def _load_yaml(path: Path, what: str, error: type[UserError]):
+    """A YAML file's content; an unreadable file or bad YAML is ``error`` naming ``what``."""
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise error(f"{what}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{what}: not valid YAML: {' '.join(str(exc).split())}") from None
 
 
 @app.command("main")

@@ -114,7 +114,7 @@ def run_nightly(cfg: NightlyConfig, day: str | None = None, echo: Callable[[str]
     say = echo or (lambda m: None)
     day = day or datetime.now(UTC).date().isoformat()
     _require_date(day)
-    _require_inputs(cfg)
+    _require_inputs(cfg, day)
     root = Path(cfg.out)
     root.mkdir(parents=True, exist_ok=True)
     with _RootLock(root):
@@ -187,32 +187,32 @@ class _Night:
         resumed = [s for s in STEPS if self.state.done(s)]
         if resumed:
             self.say(f"resuming; done before: {', '.join(resumed)}")
-        step = "index"
+        step = STEPS[0]
         try:
-            for step in ("index", "maintain"):
-                if not self.state.done(step):
-                    getattr(self, f"_{step}")()
-            for step in ("evaluate", "compare", "serve", "history"):
-                if not self.state.done(step):
-                    getattr(self, f"_{step}")()
+            try:
+                for step in STEPS:
+                    if not self.state.done(step):
+                        getattr(self, f"_{step}")()
+            except _Stopped as stop:
+                return self._stopped(stop, resumed)
+            step = "alert"
+            comparisons = pq.read_table(self.night / "comparisons.parquet")
+            regressions = comparisons.filter(comparisons.column("regression"))
+            served = self.state.done("serve")
+            if regressions.num_rows:  # sent before the report is drawn: a plotting failure cannot hold it back
+                alert, receivers = self._alert("regression", EXIT_REGRESSION, regressions=regressions, served=served)
+                status, code = "regression", EXIT_REGRESSION
+            else:
+                self._clear_alert()  # a clean finish after a failed or stopped run: no stale alert left behind
+                alert, receivers, status, code = None, {}, "ok", 0
             step = "report"
             report = self._report()
-        except _Stopped as stop:
-            return self._stopped(stop, resumed)
         except Exception as exc:  # a crash: say so to the receivers, then fail as before (a rerun resumes)
             try:
                 self._alert("failed", 1, step=step, message=f"{type(exc).__name__}: {exc}")
             except Exception as also:  # noqa: BLE001 (the crash itself is what must surface)
                 self.say(f"could not write or send the alert of this failure: {type(also).__name__}: {also}")
             raise
-        comparisons = pq.read_table(self.night / "comparisons.parquet")
-        regressions = comparisons.filter(comparisons.column("regression"))
-        served = self.state.done("serve")
-        if regressions.num_rows:
-            alert, receivers = self._alert("regression", EXIT_REGRESSION, regressions=regressions, served=served)
-            status, code = "regression", EXIT_REGRESSION
-        else:
-            alert, receivers, status, code = None, {}, "ok", 0
         return NightResult(self.day, status, code, self.state.done("index")["version"], served, comparisons, alert, receivers, resumed, report)
 
     # -- steps that change the table ------------------------------------------------------
@@ -249,18 +249,15 @@ class _Night:
                  f"{m['versions_left']} kept; rows outside an index: {sum(m['unindexed_rows'].values())}")
 
     def _serve(self) -> None:
+        """Move the served tag to tonight's version: its re-index succeeded (a regression is
+        alerted; undoing it is a person's call: `logicrank restore`, or re-tag)."""
         from pipelines.store import DocStore
 
-        comparisons = pq.read_table(self.night / "comparisons.parquet")
         version = self.state.done("index")["version"]
-        store = DocStore(self.cfg.index.db, self.cfg.index.table)
-        held = self.cfg.hold_served_on_regression and pc.any(comparisons.column("regression")).as_py()
-        if not held:
-            with TableLock(self.cfg.index.db, self.cfg.index.table, "nightly"):
-                store.tag(self.cfg.served_tag, version)
-        record = {"tag": self.cfg.served_tag, "version": store.tagged_version(self.cfg.served_tag), "held": bool(held)}
-        self.state.record("serve", record)
-        self.say(f"serve: tag {self.cfg.served_tag!r} " + (f"held at v{record['version']} (regression)" if held else f"now v{version}"))
+        with TableLock(self.cfg.index.db, self.cfg.index.table, "nightly"):
+            DocStore(self.cfg.index.db, self.cfg.index.table).tag(self.cfg.served_tag, version)
+        self.state.record("serve", {"tag": self.cfg.served_tag, "version": version})
+        self.say(f"serve: tag {self.cfg.served_tag!r} now v{version}")
 
     # -- evaluation and comparison --------------------------------------------------------
     def _evaluate(self) -> None:
@@ -281,12 +278,15 @@ class _Night:
         self.state.record("evaluate", {"hashes": pipeline_hashes(self.cfg), "version": version})
 
     def _load(self, day: str, version: int, hashes: dict[str, str]) -> Night:
-        """A night's per-query metrics (query sets whose file is gone are left out)."""
+        """A night's per-query metrics; refused when the files of a query set it evaluated are gone
+        (a comparison that silently skipped them could never flag a regression)."""
         metrics = {}
-        for qs in self.cfg.query_sets:
+        for qs in sorted({k.split("/", 1)[0] for k in hashes} & set(self.cfg.query_sets)):
             path = self.root / "nights" / day / "sets" / qs / "evaluate" / "metrics.parquet"
-            if path.exists():
-                metrics[qs] = pq.read_table(path)
+            if not path.exists():
+                raise NightlyError(f"nightly: night {day} is in the history but its per-query metrics {path} are gone; "
+                                   "restore them, or remove that night's rows from history.parquet to stop comparing with it.")
+            metrics[qs] = pq.read_table(path)
         pairs = {tuple(k.split("/", 1)): v for k, v in hashes.items()}
         return Night(day, version, metrics, pairs)
 
@@ -297,7 +297,9 @@ class _Night:
     def _stored(self, day: str) -> Night:
         """An earlier night, as the history recorded it."""
         h = _history(self.root)
-        rows = h.filter(pc.equal(h.column("date"), day)).to_pylist()
+        rows = h.filter(pc.equal(h.column("date"), day)).to_pylist() if h is not None else []
+        if not rows:
+            raise NightlyError(f"nightly: night {day} is not in {self.root / 'history.parquet'}; nothing to compare with.")
         hashes = {f"{r['query_set']}/{r['pipeline']}": r["config_hash"] for r in rows}
         return self._load(day, rows[0]["table_version"], hashes)
 
@@ -309,8 +311,8 @@ class _Night:
         parts = []
         if earlier:
             parts.append(compare_nights(self._stored(earlier[-1]), new, rules, "previous", cfg.test, cfg.correction, cfg.alpha))
-        baseline = cfg.baseline if cfg.baseline and cfg.baseline < self.day else None
-        if baseline:
+        baseline = cfg.baseline if cfg.baseline and cfg.baseline < self.day and cfg.baseline not in earlier[-1:] else None
+        if baseline:  # (a baseline that is also the previous night is compared once, as the previous)
             parts.append(compare_nights(self._stored(baseline), new, rules, "baseline", cfg.test, cfg.correction, cfg.alpha))
         table = pa.concat_tables(parts) if parts else NIGHTLY_COMPARISONS.empty_table()
         write_parquet_atomic(table, self.night / "comparisons.parquet")
@@ -340,12 +342,15 @@ class _Night:
                step: str | None = None, message: str | None = None) -> tuple[Path, dict[str, str]]:
         index = self.state.done("index") or {}
         compare = self.state.done("compare") or {}
-        history = _history(self.root)
         old_versions = {}
-        for against in ("previous", "baseline"):
-            if compare.get(against) and history is not None:
-                rows = history.filter(pc.equal(history.column("date"), compare[against]))
-                old_versions[against] = {"date": compare[against], "table_version": rows.column("table_version")[0].as_py()}
+        try:
+            history = _history(self.root)
+            for against in ("previous", "baseline"):
+                if compare.get(against) and history is not None:
+                    rows = history.filter(pc.equal(history.column("date"), compare[against]))
+                    old_versions[against] = {"date": compare[against], "table_version": rows.column("table_version")[0].as_py()}
+        except Exception as exc:  # noqa: BLE001 (the alert goes out without them)
+            old_versions = {"error": f"the history could not be read: {exc}"}
         alert = {
             "date": self.day, "status": status, "exit_code": code, "step": step, "message": message,
             "table": {"db": self.cfg.index.db, "name": self.cfg.index.table, "version": index.get("version"), "tag": index.get("tag")},
@@ -357,15 +362,20 @@ class _Night:
         }
         path = write_text_atomic(json.dumps(alert, indent=2) + "\n", self.night / "alert.json")
         write_text_atomic(_alert_markdown(alert), self.night / "alert.md")
+        # A regression alert reaches each receiver once per night (a rerun retries only the ones
+        # that failed); a stopped or failed run is news each time it happens.
         sent = self.state.data.setdefault("receivers", {}) if status == "regression" else {}
-        done = frozenset(r for r, v in sent.items() if v.startswith("ok"))
-        results = deliver(alert, self.cfg.alert, skip=done)
+        results = deliver(alert, self.cfg.alert, skip=frozenset(r for r, v in sent.items() if v.startswith("ok")))
         if status == "regression":
             sent.update(results)
             self.state.save()
         for receiver, result in results.items():
             self.say(f"alert {receiver}: {result}")
-        return path, {**{r: sent[r] for r in done}, **results}
+        return path, {**sent, **results}
+
+    def _clear_alert(self) -> None:
+        for name in ("alert.json", "alert.md"):
+            (self.night / name).unlink(missing_ok=True)
 
     def _served(self) -> dict:
         """Where the served tag points now (read from the table)."""
@@ -400,34 +410,35 @@ def _require_date(day: str) -> None:
         raise NightlyError(f"nightly --date: {exc}") from None
 
 
-def _require_inputs(cfg: NightlyConfig, baseline: bool = True) -> None:
+def _require_inputs(cfg: NightlyConfig, day: str | None = None, baseline: bool = True) -> None:
     """Fail before anything runs: query set files, the pinned baseline's stored night."""
     for qs, files in cfg.query_sets.items():
         for kind, path in (("queries", files.queries), ("qrels", files.qrels)):
             if not Path(path).exists():
                 raise NightlyError(f"nightly: query set {qs!r}: no {kind} at {path!r}; check the config.")
-    if baseline and cfg.baseline:
+    if baseline and cfg.baseline and cfg.baseline < day:
         history = _history(Path(cfg.out))
-        if history is not None and cfg.baseline not in set(history.column("date").to_pylist()):
+        if history is None or cfg.baseline not in set(history.column("date").to_pylist()):
             raise NightlyError(f"nightly: the baseline night {cfg.baseline} is not in {Path(cfg.out) / 'history.parquet'}; "
                                "pin a night that ran (its date), or remove baseline.")
 
 
 def _claim(cfg: NightlyConfig, root: Path, day: str, state: _State) -> None:
-    """Nights run in date order, and a night whose table step succeeded keeps its config."""
+    """Nights run in date order, and what a night has done keeps its config: after the re-index
+    its ``index`` section, after the evaluation all of it (a crash before evaluation can be
+    finished with corrected pipelines or query sets)."""
     nights = root / "nights"
     later = sorted(d.name for d in nights.iterdir() if d.name > day and _State(d).done("index")) if nights.exists() else []
     if later:
         raise NightlyError(f"nightly: night {later[-1]} already ran; nights run in date order. To evaluate an older table "
                            f"version, use --at nightly-{day} (time travel).")
-    digest = cfg.night_digest()
-    claimed = state.data.get("config_hash")
-    if claimed and claimed != digest and state.done("index"):
-        raise NightlyError(f"nightly: night {day} ran with another config ({claimed}, this one {digest}); rerun it with that "
-                           f"config, or give another --date.")
-    if claimed != digest:
-        state.data["config_hash"] = digest
-        state.save()
+    pinned = [("index", "index_digest", cfg.index_digest(), "index section"), ("evaluate", "config_hash", cfg.night_digest(), "config")]
+    for step, key, digest, what in pinned:
+        if state.done(step) and state.data.get(key, digest) != digest:
+            raise NightlyError(f"nightly: night {day} finished its {step} step with another {what} ({state.data[key]}, this "
+                               f"one {digest}); finish it with that config, or run the next night with this one.")
+    state.data.update({key: digest for _, key, digest, _ in pinned})
+    state.save()
 
 
 def _comparison_lines(table: pa.Table) -> list[str]:

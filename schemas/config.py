@@ -340,7 +340,6 @@ class NightlyConfig(_Config):
     baseline: str | None = Field(None, description="Also compare with this pinned night (its date, YYYY-MM-DD), e.g. a release's.")
     keep_nightly_tags: int = Field(14, ge=1, description="Keep the newest N nightly-<date> tags; older ones are dropped so their versions can be pruned.")
     served_tag: str = Field("served", description="The tag downstream readers serve: moved to each night whose re-index succeeded.")
-    hold_served_on_regression: bool = Field(False, description="Leave the served tag on the last night without a regression.")
     llm: LLMConfig = LLMConfig()
     alert: AlertConfig = AlertConfig()
 
@@ -400,13 +399,18 @@ class NightlyConfig(_Config):
                               test=self.test, correction=self.correction, alpha=self.alpha)
 
     def night_digest(self) -> str:
-        """What defines a night's results: placement, the alert receivers, retention and the
-        served tag's policy do not."""
+        """What defines a night's results: placement, the alert receivers and retention do not."""
         return self.model_copy(update={
-            "alert": AlertConfig(), "keep_nightly_tags": 14, "hold_served_on_regression": False,
-            "index": self.index.model_copy(update={"ray": RayConfig(), "prune_after_hours": 168.0}),
+            "alert": AlertConfig(), "keep_nightly_tags": 14, "index": self._index_part(),
             "llm": self.llm.model_copy(update={k: LLMConfig.model_fields[k].default for k in _PLACEMENT}),
         }).digest()
+
+    def index_digest(self) -> str:
+        """What defines a night's table version (the re-index), placement and retention aside."""
+        return self._index_part().digest()
+
+    def _index_part(self) -> IndexConfig:
+        return self.index.model_copy(update={"ray": RayConfig(), "prune_after_hours": 168.0})
 
 
 def night_date(value: str):

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.evaluate.report import save_figure
 from pipelines.evaluate.significance import adjust, paired_p_value
 from schemas.tables import AGGREGATE_QUERY_ID, METRICS, NIGHTLY_COMPARISONS, NIGHTLY_HISTORY, conform, require_columns
 
@@ -153,9 +154,4 @@ def plot_history(history: pa.Table, measure: str, path: str | Path) -> Path:
     ax.set_title(f"{measure} per night")
     ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

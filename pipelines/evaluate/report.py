@@ -125,6 +125,13 @@ def per_query_plot(metrics: pa.Table, measure: str, baseline: str, path: str | P
             ax.set_title(f"{run_id} - {baseline}: per-query {measure} ({wins} better, {losses} worse)")
             ax.set_ylabel(f"delta {measure}")
         ax.set_xlabel("queries, sorted")
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay out, write (creating the directory) and close a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

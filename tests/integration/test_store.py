@@ -93,3 +93,17 @@ def test_only_the_jobs_own_tags_expire(store):
     dropped = s.drop_old_tags(re.compile(r"index-\d{8}T\d{12}Z"), keep=1)
     assert dropped == ["index-20260101T000000000000Z"]
     assert set(s.table.tags.list()) == {"index-baseline", "index-0-golden", "index-20260102T000000000000Z", "nightly-1"}
+
+
+def test_a_version_is_read_by_number_digit_string_or_tag(store, tmp_path):
+    s, _ = store
+    s.tag("nightly-2026-11-20")
+    old, rows = s.version, s.count()
+    s.delete_absent(pa.array([f"d{i}" for i in range(40)]))
+    assert s.count() == 40
+    for version in (old, str(old), "nightly-2026-11-20"):  # `--table-version` arrives as text
+        past = DocStore(s.uri, s.name, version=version)
+        assert past.version == old and past.count() == rows
+        assert past.text_search("cherry", 50).num_rows == 25  # full-text search reads that version too
+    with pytest.raises(StoreError, match="no version or tag 'nightly-1999-01-01'; versions kept: .*tags: \\['nightly-2026-11-20'\\]"):
+        _ = DocStore(s.uri, s.name, version="nightly-1999-01-01").table

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from jobs.alerts import deliver
 from jobs.cli import app
-from jobs.nightly import NightlyError, _RootLock, run_nightly
+from jobs.nightly import NightlyError, _claim, _RootLock, _State, run_nightly
 from pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
 from pipelines.evaluate.significance import adjust, paired_p_value
 from schemas.config import AlertConfig, NightlyConfig
@@ -177,13 +177,24 @@ def test_nights_run_in_order_keep_their_config_and_one_at_a_time(tmp_path):
     _state(cfg, "2026-11-21", {"index": {"version": 3}})
     with pytest.raises(NightlyError, match="night 2026-11-21 already ran; nights run in date order"):
         run_nightly(cfg, "2026-11-20")
-    _state(cfg, "2026-11-22", {"index": {"version": 4}}, config_hash="another")
-    with pytest.raises(NightlyError, match="ran with another config"):
+    with pytest.raises(NightlyError, match="finished its evaluate step with another config"):
+        _state(cfg, "2026-11-22", {"index": {"version": 4}, "evaluate": {"version": 4}}, config_hash="another")
         run_nightly(cfg, "2026-11-22")
+    # before the evaluation only the index section is pinned: corrected pipelines may finish the night
+    other = NightlyConfig.model_validate(_config(tmp_path, pipelines={"bm25": [{"stage": "bm25", "k": 20}]}))
+    state = _State(tmp_path / "nightly" / "nights" / "2026-11-22")
+    state.data["steps"].pop("evaluate")
+    _claim(other, tmp_path / "nightly", "2026-11-22", state)
+    assert state.data["config_hash"] == other.night_digest()
+    moved = NightlyConfig.model_validate(_config(tmp_path, index={"corpus": "elsewhere", "db": str(tmp_path / "db")}))
+    with pytest.raises(NightlyError, match="finished its index step with another index section"):
+        _claim(moved, tmp_path / "nightly", "2026-11-22", state)
     with _RootLock(tmp_path / "nightly"), pytest.raises(NightlyError, match="in use by another nightly run"):
         run_nightly(cfg, "2026-11-23")
     with pytest.raises(NightlyError, match="not a date"):
         run_nightly(cfg, "23-11-2026")
+    with pytest.raises(NightlyError, match="baseline night 2026-11-01 is not in"):  # no history yet
+        run_nightly(cfg.model_copy(update={"baseline": "2026-11-01"}), "2026-11-23")
     pq.write_table(pa.table({"date": ["2026-11-21"]}), tmp_path / "nightly" / "history.parquet")
     with pytest.raises(NightlyError, match="baseline night 2026-11-01 is not in"):
         run_nightly(cfg.model_copy(update={"baseline": "2026-11-01"}), "2026-11-23")
@@ -202,6 +213,8 @@ def test_cli_refusals_are_one_line_exit_2(tmp_path):
     missing.write_text(yaml.safe_dump(_config(tmp_path, query_sets={"s": {"queries": str(tmp_path / "nope.jsonl"), "qrels": "x"}})))
     result = runner.invoke(app, ["nightly", str(missing)])
     assert result.exit_code == 2 and "query set 's': no queries at" in result.output
+    both = runner.invoke(app, ["nightly", str(missing), "--at", "nightly-2026-11-20", "--date", "2026-11-21"])
+    assert both.exit_code == 2 and "give one of them" in both.output
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text(yaml.safe_dump(_config(tmp_path, extra_field=1)))
     result = runner.invoke(app, ["nightly", str(unknown)])
