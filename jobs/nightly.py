@@ -296,7 +296,7 @@ class _Night:
 
     def _stored(self, day: str) -> Night:
         """An earlier night, as the history recorded it."""
-        h = _history(self.root)
+        h = _read_history(self.root)
         rows = h.filter(pc.equal(h.column("date"), day)).to_pylist() if h is not None else []
         if not rows:
             raise NightlyError(f"nightly: night {day} is not in {self.root / 'history.parquet'}; nothing to compare with.")
@@ -306,7 +306,7 @@ class _Night:
     def _compare(self) -> None:
         cfg, new = self.cfg, self._tonight()
         rules = {m: Rule(r.max_drop, r.significant) for m, r in cfg.regressions.items()}
-        history = _history(self.root)
+        history = _read_history(self.root)
         earlier = sorted({d for d in history.column("date").to_pylist() if d < self.day}) if history is not None else []
         parts = []
         if earlier:
@@ -325,13 +325,13 @@ class _Night:
 
     def _history(self) -> None:
         comparisons = pq.read_table(self.night / "comparisons.parquet")
-        merged = merge_history(_history(self.root), history_rows(self._tonight(), self.tag, comparisons))
+        merged = merge_history(_read_history(self.root), history_rows(self._tonight(), self.tag, comparisons))
         write_parquet_atomic(merged, self.root / "history.parquet")
         self.state.record("history", {"rows": merged.num_rows, "nights": len(set(merged.column("date").to_pylist()))})
 
     # -- what people read -----------------------------------------------------------------
     def _report(self) -> Path:
-        history = _history(self.root)
+        history = _read_history(self.root)
         plots = [plot_history(history, m, self.root / "plots" / plot_file(m)) for m in self.cfg.measures]
         comparisons = pq.read_table(self.night / "comparisons.parquet")
         path = write_text_atomic(_markdown(self.cfg, history, comparisons, self.day, plots, self.root), self.root / "report.md")
@@ -344,7 +344,7 @@ class _Night:
         compare = self.state.done("compare") or {}
         old_versions = {}
         try:
-            history = _history(self.root)
+            history = _read_history(self.root)
             for against in ("previous", "baseline"):
                 if compare.get(against) and history is not None:
                     rows = history.filter(pc.equal(history.column("date"), compare[against]))
@@ -398,7 +398,7 @@ class _Night:
         return NightResult(self.day, "stopped", EXIT_STOPPED, None, served, None, alert, receivers, resumed)
 
 
-def _history(root: Path) -> pa.Table | None:
+def _read_history(root: Path) -> pa.Table | None:
     path = root / "history.parquet"
     return pq.read_table(path) if path.exists() else None
 
@@ -417,7 +417,7 @@ def _require_inputs(cfg: NightlyConfig, day: str | None = None, baseline: bool =
             if not Path(path).exists():
                 raise NightlyError(f"nightly: query set {qs!r}: no {kind} at {path!r}; check the config.")
     if baseline and cfg.baseline and cfg.baseline < day:
-        history = _history(Path(cfg.out))
+        history = _read_history(Path(cfg.out))
         if history is None or cfg.baseline not in set(history.column("date").to_pylist()):
             raise NightlyError(f"nightly: the baseline night {cfg.baseline} is not in {Path(cfg.out) / 'history.parquet'}; "
                                "pin a night that ran (its date), or remove baseline.")
