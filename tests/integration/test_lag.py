@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from schemas.tables import LAG_ANSWERS, LAG_STEPS
+from tests.compare import close
 from tests.integration.conftest import RAY
 
 pytestmark = pytest.mark.integration
@@ -74,14 +75,18 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
     for rid, with_answer in (("chain", True), ("no-answer", False)):
         run = pq.read_table(runs[rid]).to_pylist()
         for a in answers:
-            steps, found = a["decomposition"], []
+            steps, found, step_scores = a["decomposition"], [], []
             for i, st in enumerate(steps):
                 filled = re.sub(r"#(\d+)", lambda m, s=steps: s[int(m.group(1)) - 1]["answer"], st["question"])
                 text = (filled if i == 0 else f"A_{i}: {steps[i - 1]['answer']}, Q_{i + 1}: {filled}") if with_answer else st["question"]
                 scores = mat @ enc.encode([text])[0]
-                found += [ids[j] for j in np.argsort(-scores, kind="stable")[:5] if ids[j] not in found]
+                new = [ids[j] for j in np.argsort(-scores, kind="stable")[:5] if ids[j] not in found]
+                found += new
+                step_scores += [dict(zip(ids, scores.tolist(), strict=True))] * len(new)
             got = [r["doc_id"] for r in sorted((r for r in run if r["query_id"] == a["query_id"]), key=lambda r: r["rank"])]
-            assert got == found, (rid, a["query_id"])
+            assert len(got) == len(found), (rid, a["query_id"])
+            for g, f, sc in zip(got, found, step_scores, strict=True):  # a swap only inside a tie (the encoders' batches differ)
+                assert g == f or close(sc[g], sc[f]), (rid, a["query_id"], g, f)
         steps_table = pq.read_table(out / "lag_steps" / f"{rid}.parquet")
         assert steps_table.schema == LAG_STEPS and steps_table.num_rows == sum(len(a["decomposition"]) for a in answers)
         assert set(steps_table.column("status").to_pylist()) == {"answered"}
