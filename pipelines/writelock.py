@@ -13,12 +13,21 @@ Two kinds, chosen by the database location:
 - an object-store URI (``s3://``, ``gs://``, ...): a lease file ``<db>/_locks/<table>.lease``
   written, then read back after ``settle_s``; the writer whose token is read back holds it
   (the store's last write wins, and every contender reads the winner). The holder renews it
-  every ``ttl_s / 3``; an expired lease may be taken over. Exclusion holds when a write
-  lands within ``settle_s`` (object stores with read-after-write consistency: S3, GCS).
+  every ``ttl_s / 3``; an expired lease may be taken over.
+
+The lease's guarantee, on a store with read-after-write consistency (S3, GCS, a local or
+mounted file system): **never two holders**, however slow a contender is. A contender claims
+the lease only if its own cycle (read "free", write its lease) took less than ``settle_s``;
+two holders X and Y (X's write first) would need Y to read "free" before X's write and to
+write after X's read-back, a cycle longer than ``settle_s``. A contender that was slower (a
+pause, a loaded machine) gives up without claiming and removes its lease if it is still
+there. What is not guaranteed is a winner: a race between contenders can end with none of
+them holding it (each is refused, "run again"), never with two.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -119,6 +128,12 @@ class TableLock:
             "Wait for that run to finish, then run again."
         )
 
+    def _slow(self) -> TableLockedError:
+        return TableLockedError(
+            f"{self.job}: could not take the write lease of table {self.table!r} in {self.db!r} within {self.settle_s:g} s "
+            "(another run contending for it, or a slow store); nothing was written. Run again."
+        )
+
     # -- a local path: the kernel's lock ----------------------------------------------
     def _flock(self) -> None:
         import fcntl
@@ -177,11 +192,19 @@ class TableLock:
             ) from exc
 
     def _take_lease(self, fs: pafs.FileSystem, path: str) -> None:
+        start = time.monotonic()
         current = self._read(fs, path)
         if current is not None and (current.expires or 0) > time.time():
             raise self._refuse(current)
         me = Holder.me(self.job, time.time() + self.ttl_s)
+        if time.monotonic() - start >= self.settle_s:  # too slow to write safely: another may have claimed it meanwhile
+            raise self._slow()
         self._write(fs, path, me)
+        if time.monotonic() - start >= self.settle_s:  # written too late: a contender may already hold it; never claim
+            with contextlib.suppress(OSError):
+                if self._read(fs, path) == me:
+                    fs.delete_file(path)
+            raise self._slow()
         time.sleep(self.settle_s)  # every contender's write has landed; the last one won
         if self._read(fs, path) != me:
             raise self._refuse(self._read(fs, path))
@@ -199,8 +222,17 @@ class TableLock:
                 if current is None or self._holder is None or current.token != self._holder.token:
                     self._lost = f"taken over by {current.describe()}" if current else "the lease file disappeared"
                     return
-                self._holder = Holder(**{**self._holder.__dict__, "expires": time.time() + self.ttl_s})
-                self._write(fs, path, self._holder)
+                # a lease that may have expired may be another's by now: never extend it
+                deadline = (self._holder.expires or 0) - self.settle_s
+                if time.time() >= deadline:
+                    self._lost = "it expired before it was renewed (a long pause?)"
+                    return
+                renewed = Holder(**{**self._holder.__dict__, "expires": time.time() + self.ttl_s})
+                self._write(fs, path, renewed)
+                if time.time() >= deadline:
+                    self._lost = "its renewal was written too late (a long pause?)"
+                    return
+                self._holder = renewed
             except Exception as exc:  # noqa: BLE001 - any failure to renew means the lease may lapse
                 self._lost = f"renewal failed: {exc}"
                 return

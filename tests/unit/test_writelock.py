@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -55,26 +56,88 @@ def test_the_lease_refuses_a_live_holder_and_takes_over_an_expired_one(tmp_path)
     first._renewer = None
 
 
-def test_racing_lease_contenders_end_with_one_holder(tmp_path):
+def test_racing_lease_contenders_never_both_hold(tmp_path):
+    """The lease's guarantee (pipelines/writelock.py): never two holders; a race may end with
+    none (each refused, 'run again'), and then nothing is left behind: the next run takes it.
+    A short settle time makes slow cycles likely on a loaded machine; the pauses that break
+    the old protocol are forced in the next test."""
     import threading
 
-    uri, won, lost = f"file://{tmp_path}", [], []
-    gate = threading.Barrier(4)
+    uri = f"file://{tmp_path}"
+    for _ in range(15):
+        won, gate = [], threading.Barrier(4)
+
+        def contend(won=won, gate=gate):
+            lock = TableLock(uri, "docs", "index", ttl_s=30, settle_s=0.02, kind="lease")
+            gate.wait()
+            try:
+                lock.acquire()
+                won.append(lock)
+            except TableLockedError:
+                pass
+
+        threads = [threading.Thread(target=contend) for _ in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert len(won) <= 1, f"{len(won)} contenders hold the lease at once"
+        for lock in won:
+            lock.ensure_held()
+            lock.release()
+        with TableLock(uri, "docs", "index", ttl_s=30, settle_s=0.02, kind="lease"):  # a race leaves nothing stale
+            pass
+
+
+class _Paused(TableLock):
+    """A contender that pauses (a GC pause, a loaded machine) after reading the lease free or
+    while its write is in flight, until another has claimed the lease."""
+
+    def __init__(self, *args, where: str, read: threading.Event, go: threading.Event, **kw):
+        super().__init__(*args, **kw)
+        self.where, self.read_done, self.go = where, read, go
+
+    def _read(self, fs, path):
+        current = super()._read(fs, path)
+        if not self.read_done.is_set():
+            self.read_done.set()
+            if self.where == "after read":
+                self.go.wait(10)
+        return current
+
+    def _write(self, fs, path, holder):
+        if self.where == "in write" and not self.go.is_set():
+            self.go.wait(10)
+        super()._write(fs, path, holder)
+
+
+@pytest.mark.parametrize("where", ["after read", "in write"])
+def test_a_contender_paused_past_the_settle_time_never_claims_the_lease(tmp_path, where):
+    """Y reads the lease free, then pauses; X takes the lease meanwhile. Before the fix, Y's
+    late write won its read-back and both held the lease."""
+    uri, read, go, refused = f"file://{tmp_path}", threading.Event(), threading.Event(), []
+    y = _Paused(uri, "docs", "index", ttl_s=0.6, settle_s=0.1, kind="lease", where=where, read=read, go=go)
 
     def contend():
-        lock = TableLock(uri, "docs", "index", ttl_s=30, settle_s=1.0, kind="lease")
-        gate.wait()
         try:
-            lock.acquire()
-            won.append(lock)
-        except TableLockedError:
-            lost.append(lock)
+            y.acquire()
+        except TableLockedError as exc:
+            refused.append(str(exc))
 
-    threads = [threading.Thread(target=contend) for _ in range(4)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    assert len(won) == 1 and len(lost) == 3
-    won[0].release()
+    t = threading.Thread(target=contend)
+    t.start()
+    assert read.wait(10)
+    x = TableLock(uri, "docs", "index", ttl_s=0.6, settle_s=0.1, kind="lease")
+    x.acquire()  # Y read "free" before X's write
+    go.set()
+    t.join()
+    assert refused and "could not take the write lease" in refused[0] and "nothing was written" in refused[0]
+    if where == "after read":  # Y gave up before writing: X's lease is untouched
+        time.sleep(0.5)
+        x.ensure_held()
+    else:  # Y's late write replaced X's lease (and Y removed it): X stops before its next commit, so still one writer
+        time.sleep(0.5)
+        with pytest.raises(TableLockedError, match="lost the write lease"):
+            x.ensure_held()
+    x.release()
 
 
 def test_a_lease_taken_over_or_gone_stops_the_writer_before_its_next_commit(tmp_path):
