@@ -25,8 +25,15 @@ from pipelines.evaluate.qa import (
 )
 from pipelines.evaluate.report import coverage_notes, markdown_report, per_query_plot
 from pipelines.evaluate.significance import compare
+from pipelines.files import reading
 from pipelines.topics import DUPLICATES_REMOVED, read_qrels, read_run
 from schemas.config import EvaluateConfig
+
+
+def _fingerprint(kind: str, path: str | Path) -> dict:
+    """The input's fingerprint; a file that cannot be read is a one-line refusal."""
+    with reading(kind, path, EvaluationError):
+        return file_fingerprint(path)
 
 
 def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation", echo: Callable[[str], None] | None = None) -> pa.Table:
@@ -49,10 +56,11 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
             raise EvaluationError(f"evaluate: no {kind} file at {str(path)!r}; check the path.")
     dedupe = cfg.dedupe
     rundir = RunDir(out, "evaluate")
-    inputs = {"qrels": file_fingerprint(cfg.qrels) if cfg.runs else None, "runs": [file_fingerprint(p) for p in cfg.runs]}
+    inputs = {"qrels": _fingerprint("qrels", cfg.qrels) if cfg.runs else None, "runs": [_fingerprint("run", p) for p in cfg.runs]}
     if cfg.answers:
         gold_file = Path(cfg.gold) / "answers.jsonl" if Path(cfg.gold).is_dir() else Path(cfg.gold)
-        inputs.update(gold=file_fingerprint(gold_file) if gold_file.is_file() else None, answers=[file_fingerprint(p) for p in cfg.answers])
+        inputs.update(gold=_fingerprint("gold answers", gold_file) if gold_file.is_file() else None,
+                      answers=[_fingerprint("answers", p) for p in cfg.answers])
         if "Judge" in qa_measures:  # an edited judge prompt or another checkpoint is a new evaluation
             from pipelines.llm import prompts
             from pipelines.llm.models import resolve

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from jobs.raysession import ray_session, require_fit
 from jobs.rundir import RunDir
-from pipelines.corpus import Source, list_sources, read_source
+from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from pipelines.embed import model_id, resolve_model
 from pipelines.errors import UserError
 from pipelines.indexing import EmbedStage, IndexWriter, RejectSink
@@ -68,7 +68,11 @@ class _ReadSources:
 
     def __call__(self, batch: pa.Table):
         for i in batch.column("source_index").to_pylist():
-            yield from read_source(self.sources[i], self.batch_rows, self.max_doc_bytes)
+            src = self.sources[i]
+            try:
+                yield from read_source(src, self.batch_rows, self.max_doc_bytes)
+            except SourceError as exc:  # sent in band, to the writer: no Ray task error, no retry
+                yield source_fault(src, exc)
 
 
 class _EmbedActor(EmbedStage):
@@ -118,6 +122,10 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
     start = time.perf_counter()
     rundir = RunDir(out, "index")
     sources = list_sources(cfg.corpus, cfg.format)  # fails before Ray or a model loads
+    try:
+        check_sources(sources)  # a file that cannot be opened, decompressed or read as text: refused now
+    except SourceError as exc:
+        raise IndexJobError(f"index: {exc} Nothing was read into the table.") from None
     resolve_model(cfg.embed.model)
     with TableLock(cfg.db, cfg.table, "index") as lock:
         return _index_locked(cfg, rundir, sources, progress, start, lock)
@@ -148,6 +156,14 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
                     writer.consume(batch)
                     tick(batch.num_rows, writer)
                 writer.flush()
+    except SourceError as exc:
+        failure = f"index: {exc} {_roll_back(cfg, store, version_before)} Nothing was deleted and no tag made; fix the file and rerun."
+        rundir.write_manifest(
+            cfg.model_dump(mode="json"), cfg.digest(), {"corpus": [s.fingerprint() for s in sources]}, ["rejects.parquet"],
+            status="failed", model=mid, table={"db": cfg.db, "name": cfg.table, "version_before": version_before},
+            counts={"rows_read": writer.rows_read}, error=failure,
+        )
+        raise IndexJobError(failure) from None
     finally:
         rejects.close()  # what was rejected stays on disk, whatever stopped the run
 
@@ -217,6 +233,19 @@ def _refusal(cfg: IndexConfig, s: IndexSummary, stored: int, any_valid: bool, re
             f"deletions are meant, rerun with --allow-mass-delete (or raise --max-delete-fraction).{restore}"
         )
     return None
+
+
+def _roll_back(cfg: IndexConfig, store: DocStore, version_before: int | None) -> str:
+    """Undo what this run wrote before its input failed; says what the table is now."""
+    if version_before is None:
+        if store.exists():  # this run created it
+            store.drop()
+            return f"No table {cfg.table!r} was left: this run had created it."
+        return f"No table {cfg.table!r} was created."
+    if store.version == version_before:
+        return f"The table is unchanged (v{version_before})."
+    store.restore(version_before)
+    return f"The documents written before the fault were rolled back: the table is as it was at v{version_before} (now v{store.version})."
 
 
 def _restore_hint(cfg: IndexConfig, store: DocStore, version_before: int | None) -> str:

@@ -15,6 +15,7 @@ import hashlib
 import json
 import unicodedata
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipelines.errors import UserError
+from pipelines.files import READ_ERRORS, not_text, read_fault, reading
 
 # The reader's output: corpus columns plus provenance and the verdict.
 PARSED = pa.schema(
@@ -49,6 +51,18 @@ _BEIR_MARKERS = ("queries.jsonl", "queries.jsonl.gz", "qrels")
 
 class CorpusError(UserError, ValueError):
     """The corpus location or layout cannot be read."""
+
+
+class SourceError(CorpusError):
+    """A corpus file cannot be read (cut off, corrupt, binary, unreadable): the whole run stops.
+
+    Unlike a bad row (a reject), a file that fails part-way hides every row after the fault,
+    so no snapshot read from it may change the table.
+    """
+
+
+UNREADABLE = "unreadable_source"  # the _reason of the one row a reader emits in place of a failed file
+_HEAD_BYTES = 1 << 16  # what check_sources reads of each file
 
 
 @dataclass(frozen=True)
@@ -91,10 +105,17 @@ def list_sources(location: str, fmt: str = "auto") -> list[Source]:
     ``fmt`` is ``auto``, ``beir`` (a directory holding ``corpus.jsonl[.gz]``), ``jsonl``
     or ``parquet`` (a file, or a directory of such files).
     """
+    with reading("corpus", location, CorpusError):  # e.g. a directory that cannot be listed
+        return _list_sources(location, fmt)
+
+
+def _list_sources(location: str, fmt: str) -> list[Source]:
     fs, path = _resolve(location)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
         raise CorpusError(f"corpus: nothing at {location!r}; give a BEIR directory, a JSONL(.gz) or Parquet file, or a directory of them.")
+    if info.type not in (pafs.FileType.File, pafs.FileType.Directory):
+        raise CorpusError(f"corpus {location}: neither a file nor a directory (a socket, device or pipe); give the corpus file or its directory.")
     prefix = location if "://" in location else ""
 
     def source(p: str, kind: str) -> Source:
@@ -273,7 +294,7 @@ def _parse_line(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | N
 def _read_parquet(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
     batch = _Batcher(src.uri, batch_rows)
     with src.filesystem.open_input_file(src.path) as f:
-        pf = pq.ParquetFile(f)
+        pf = pq.ParquetFile(f, page_checksum_verification=True)  # a page whose CRC the writer stored is checked
         row = 0
         for record_batch in pf.iter_batches(batch_size=batch_rows):
             for rec in record_batch.to_pylist():
@@ -303,11 +324,54 @@ def _decode_binary(rec: dict[str, Any]) -> dict[str, Any] | tuple[str, str]:
 
 
 def read_source(src: Source, batch_rows: int = 1024, max_doc_bytes: int = 1 << 20) -> Iterator[pa.Table]:
-    """Stream one source as PARSED tables of at most ``batch_rows`` rows."""
+    """Stream one source as PARSED tables of at most ``batch_rows`` rows.
+
+    Raises :class:`SourceError` (after the batches read before the fault) when the file
+    cannot be read to its end."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be >= 1")
     reader = _read_jsonl if src.kind == "jsonl" else _read_parquet
-    yield from reader(src, batch_rows, max_doc_bytes)
+    rows = 0
+    with _source_faults(src, lambda: rows):
+        for table in reader(src, batch_rows, max_doc_bytes):
+            rows += table.num_rows
+            yield table
+
+
+def check_sources(sources: list[Source]) -> None:
+    """Open every source and read its first bytes (a Parquet file: its footer), so that a
+    file that cannot be read at all, is not compressed as its name says, or is not text is
+    refused before any work starts. Raises :class:`SourceError`."""
+    for src in sources:
+        with _source_faults(src, lambda: 0):
+            if src.kind == "parquet":
+                with src.filesystem.open_input_file(src.path) as f:
+                    _ = pq.ParquetFile(f).metadata
+                continue
+            with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
+                head = stream.read(_HEAD_BYTES)
+            if not_text(head):
+                raise SourceError(f"corpus file {src.uri}: not UTF-8 text (it holds NUL bytes: a binary file, or UTF-16/32 text); "
+                                  "a JSONL corpus is UTF-8 text, one JSON object per line.")
+
+
+def source_fault(src: Source, error: SourceError) -> pa.Table:
+    """The one PARSED row a reader running in a Ray task sends in place of a failed file:
+    ``_reason`` :data:`UNREADABLE`, ``_detail`` the refusal. The job's writer raises it."""
+    row = {**_blank(), "content_hash": None, "_source": src.uri, "_location": -1, "_reason": UNREADABLE, "_detail": str(error)}
+    return pa.Table.from_pylist([row], schema=PARSED)
+
+
+@contextmanager
+def _source_faults(src: Source, rows_read) -> Iterator[None]:
+    try:
+        yield
+    except SourceError:
+        raise
+    except READ_ERRORS as exc:
+        n = rows_read()
+        where = f" after {n} rows" if n else ""
+        raise SourceError(f"corpus file {src.uri}: unreadable{where}: {read_fault(exc)}.") from exc
 
 
 def iter_corpus(location: str, fmt: str = "auto", batch_rows: int = 1024, max_doc_bytes: int = 1 << 20) -> Iterator[pa.Table]:

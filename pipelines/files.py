@@ -1,14 +1,17 @@
-"""Small file helpers used everywhere: content digests and atomic writes."""
+"""Small file helpers used everywhere: content digests, atomic writes, and read faults in words."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 
 def sha256_file(path: str | Path) -> str:
@@ -37,3 +40,53 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+# What reading a file can raise when the file itself is at fault (cut off, corrupt, binary,
+# unreadable); :func:`read_fault` says which in words. pyarrow's errors are OSError or
+# ArrowInvalid; gzip's are OSError, EOFError and zlib.error.
+READ_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, UnicodeDecodeError, pa.ArrowException)
+
+
+def read_fault(exc: BaseException) -> str:
+    """Why a file could not be read, in a few words and with the fix, for a one-line refusal."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text (a binary file, or text in another encoding); give the file as UTF-8 text"
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    low = first.lower()
+    if isinstance(exc, EOFError) or "truncated" in low or "end-of-stream" in low or "unexpected end" in low:
+        return "the compressed data ends early: the file is truncated (an interrupted download or copy?); fetch or write it again"
+    if isinstance(exc, zlib.error) or "inflate" in low or "crc check" in low or "not a gzipped file" in low or "compressed data" in low or "codec" in low:
+        return f"corrupt compressed data ({first}); fetch or write the file again"
+    if "checksum" in low:
+        return f"corrupt data ({first}); fetch or write the file again"
+    if "parquet magic bytes" in low or "parquet file size is 0" in low:
+        return "not a Parquet file, or its footer is damaged; give a whole Parquet file"
+    if isinstance(exc, IsADirectoryError):
+        return "a directory, not a file"
+    if isinstance(exc, PermissionError):
+        return "permission denied; make the file readable by this user"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot be read ({exc.strerror})"
+    return f"cannot be read ({first})"
+
+
+@contextmanager
+def reading(what: str, path: str | Path, error: type[Exception]) -> Iterator[None]:
+    """Inside the block, a fault of the file being read (:data:`READ_ERRORS`) becomes
+    ``error("<what> <path>: <why>")``: one line for the user, never a traceback. An error
+    the block raises itself (a :class:`~pipelines.errors.UserError`) passes unchanged."""
+    from pipelines.errors import UserError
+
+    try:
+        yield
+    except UserError:
+        raise
+    except READ_ERRORS as exc:
+        raise error(f"{what} {path}: {read_fault(exc)}.") from exc
+
+
+def not_text(head: bytes) -> bool:
+    """True when the first bytes of a file say it is not UTF-8 text: a NUL byte (binary
+    data, or UTF-16/32 text) appears. A single bad line is left to the row readers."""
+    return b"\x00" in head

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipelines.corpus import UNREADABLE, SourceError
 from pipelines.embed import Embedder, document_text
 from schemas.config import EmbedConfig
 from schemas.tables import CORPUS, REJECTS
@@ -140,6 +141,11 @@ class IndexWriter:
         return sum(self.counts.values())
 
     def consume(self, batch: pa.Table) -> None:
+        """Take one embedded batch. Raises :class:`~pipelines.corpus.SourceError` on the row a
+        reader sends in place of a file it could not read to its end."""
+        faults = pc.equal(batch.column("_reason"), UNREADABLE)
+        if pc.any(faults).as_py():
+            raise SourceError(batch.filter(faults).column("_detail")[0].as_py())
         actions = batch.column("_action").to_pylist()
         ids = batch.column("doc_id").to_pylist()
         keys = [hash(k) for k in zip(batch.column("_source").to_pylist(), batch.column("_location").to_pylist(), strict=True)]

@@ -100,6 +100,11 @@ class DocStore:
         self.require_title_sep(title_sep, "store")
         return self.table
 
+    def drop(self) -> None:
+        """Remove the table with every version and tag (the index job's undo of a table it created)."""
+        self.db.drop_table(self.name)
+        self._table = self._lance = None
+
     def title_sep(self) -> str:
         """What joined each document's title to its text when it was embedded."""
         value = (self.table.schema.metadata or {}).get(_META_TITLE_SEP)

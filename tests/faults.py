@@ -1,0 +1,67 @@
+"""Files damaged the ways real files are: cut off, corrupt, binary, or impossible to open.
+
+Each helper writes one damaged file and returns its path. Nothing here is random: the
+same call writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import socket
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def truncated_gzip(path: Path, data: bytes, keep: float = 0.5) -> Path:
+    """``data`` gzipped, cut after ``keep`` of its compressed bytes (an interrupted download)."""
+    z = gzip.compress(data, mtime=0)
+    path.write_bytes(z[: int(len(z) * keep)])
+    return path
+
+
+def corrupt_gzip(path: Path, data: bytes, at: float = 0.5) -> Path:
+    """``data`` gzipped whole, with 64 bytes from ``at`` of its length inverted (its CRC no longer matches)."""
+    z = bytearray(gzip.compress(data, mtime=0))
+    mid = int(len(z) * at)
+    z[mid : mid + 64] = bytes(b ^ 0xFF for b in z[mid : mid + 64])
+    path.write_bytes(bytes(z))
+    return path
+
+
+def binary(path: Path, size: int = 20_000) -> Path:
+    """Bytes that are not text (every byte value, NUL included), under a text file's name."""
+    path.write_bytes(bytes(range(256)) * (size // 256))
+    return path
+
+
+def corrupt_parquet_footer(path: Path, rows: list[dict]) -> Path:
+    """A Parquet file whose last 100 bytes (footer and magic) are overwritten."""
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    b = path.read_bytes()
+    path.write_bytes(b[:-100] + b"\x00" * 100)
+    return path
+
+
+def corrupt_parquet_row_group(path: Path, rows: list[dict], row_group_rows: int, bad_group: int, column: str = "text") -> Path:
+    """A gzip-compressed Parquet file of ``row_group_rows``-row groups whose ``bad_group``-th
+    group has its ``column`` pages damaged: the groups before it read, that one fails."""
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=row_group_rows, compression="gzip")
+    meta = pq.ParquetFile(path).metadata.row_group(bad_group)
+    chunk = next(meta.column(j) for j in range(meta.num_columns) if meta.column(j).path_in_schema == column)
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    b = bytearray(path.read_bytes())
+    for i in range(start + 30, start + chunk.total_compressed_size - 10):  # past the page header: the compressed data
+        b[i] ^= 0x5A
+    path.write_bytes(bytes(b))
+    return path
+
+
+def unopenable(path: Path) -> Path:
+    """A Unix socket where a file is expected: opening it for reading fails for every user,
+    root included (ENXIO), which no permission bit can do for root."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+    return path
+
