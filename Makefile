@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv main nightly-demo test test-unit bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate lint clean
+.PHONY: venv main nightly-demo test test-unit bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate soak-generate lint clean
 
 venv: $(STAMP)
 
@@ -62,6 +62,11 @@ bench-lag: $(STAMP)
 
 bench-generate: $(STAMP)
 	$(BIN)/python tests/perf/bench_generate.py --out runs/bench
+
+# Not part of `bench`: the generate integration case run RUNS times in one process (docs/failures.md).
+RUNS ?= 30
+soak-generate: $(STAMP)
+	$(BIN)/python -X faulthandler tests/perf/soak_generate.py --runs $(RUNS) --out runs/soak-generate
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

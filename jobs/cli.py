@@ -15,19 +15,27 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from pipelines.errors import UserError
+from jobs.watchdog import DEFAULT_TIMEOUT_S, watch
+from pipelines.errors import JobFailed, UserError
 from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
 
 
 @app.callback()
-def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also show Ray's and vLLM's own log lines.")] = False):
+def _main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also show Ray's and vLLM's own log lines.")] = False,
+    stall_timeout: Annotated[float, typer.Option(
+        help="A job that makes no progress for this many seconds writes every thread's stack into its run directory and exits 1 "
+             "(a rerun resumes); 0: never.", min=0)] = DEFAULT_TIMEOUT_S,
+):
     """logicrank: logic-aware retrieval at scale."""
+    global _stall_timeout
     from jobs.raysession import VERBOSE_ENV
 
     if verbose:
         os.environ[VERBOSE_ENV] = "1"
+    _stall_timeout = stall_timeout
 err = Console(stderr=True)
 out = Console()
 
@@ -48,7 +56,9 @@ LLMGpus = Annotated[float | None, typer.Option(help="GPUs per engine actor (defa
 
 def _run(fn, *args, **kwargs):
     """Run a job or build a config. A user error (:class:`UserError`, or a config value
-    pydantic rejects) prints one line and exits 2; anything else is a bug and keeps its traceback."""
+    pydantic rejects) prints one line and exits 2; a job that failed for a reason outside its
+    input (:class:`JobFailed`) prints one line and exits 1; anything else is a bug and keeps
+    its traceback."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         return fn(*args, **kwargs)
@@ -56,11 +66,25 @@ def _run(fn, *args, **kwargs):
         _fail(str(exc))
     except ValidationError as exc:
         _fail(validation_message(exc))
+    except JobFailed as exc:
+        _fail(str(exc), code=1)
 
 
-def _fail(message: str) -> NoReturn:
+_stall_timeout = DEFAULT_TIMEOUT_S  # the --stall-timeout of this invocation
+
+
+def _job(name: str, out: str | Path, fn, *args, **kwargs):
+    """Run a long job under the stall watchdog (jobs/watchdog.py), which writes its stacks into ``out``."""
+    def watched():
+        with watch(name, out, _stall_timeout):
+            return fn(*args, **kwargs)
+
+    return _run(watched)
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2) from None
+    raise typer.Exit(code) from None
 
 
 # config fields whose command-line option has another name
@@ -151,7 +175,7 @@ def index(
         ann_threshold=ann_threshold,
         tag=tag,
     )
-    s = _run(run_index, cfg, out, progress=progress)
+    s = _job("index", out, run_index, cfg, out, progress=progress)
     m = s.maintenance
     rebuilt = m.get("indexes_rebuilt") or []
     nothing = " (nothing changed)" if not (s.embedded or s.deleted or rebuilt) else ""
@@ -263,7 +287,7 @@ def retrieve(
             decompositions=decompositions, orlog_base=orlog_base, orlog_k=orlog_k, orlog_calibration=orlog_calibration,
             orlog_reasoner=orlog_reasoner, orlog_context=orlog_context, **common,
         )
-    for rid, path in _run(run_retrieve, cfg, out, echo=typer.echo, progress=progress).items():
+    for rid, path in _job("retrieve", out, run_retrieve, cfg, out, echo=typer.echo, progress=progress).items():
         typer.echo(f"{rid}: {path}")
 
 
@@ -321,7 +345,7 @@ def evaluate(
         EvaluateConfig, qrels=qrels, runs=tuple(runs or ()), measures=tuple(measure), baseline=baseline,
         test=test, correction=correction, dedupe=dedupe, answers=tuple(answers or ()), gold=gold, qa_measures=tuple(qa_measure), judge=judge,
     )
-    metrics = _run(run_evaluate, cfg, out, echo=typer.echo)
+    metrics = _job("evaluate", out, run_evaluate, cfg, out, echo=typer.echo)
     typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
     for line in evaluation_notes(out):
         typer.echo(line)
@@ -355,7 +379,7 @@ def decompose(
     cfg = _run(
         DecomposeConfig, queries=queries, llm=llm, ray=_run(RayConfig, address=ray_address), methods=tuple(method), constrained=constrained,
     )
-    s = _run(run_decompose, cfg, out, progress=progress, echo=typer.echo)
+    s = _job("decompose", out, run_decompose, cfg, out, progress=progress, echo=typer.echo)
     note = " (unchanged: skipped)" if s.skipped else f", {s.prompts_run} prompts run, {s.cache_hits} from cache, {s.seconds:.1f} s"
     typer.echo(f"{s.rows} rows {s.by_status}{note}. Table: {s.path}")
 
@@ -402,7 +426,7 @@ def bench_rules(
         _fail(f"bench-rules: --r3-n {r3_n}: must be between 2 and 1000")
     llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
                actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor)
-    res = _run(run_rules_bench, src, out, _run(EmbedConfig, model=model, backend=backend), _run(RayConfig, address=ray_address), llm,
+    res = _job("bench-rules", out, run_rules_bench, src, out, _run(EmbedConfig, model=model, backend=backend), _run(RayConfig, address=ray_address), llm,
                sample=sample, seed=seed, r3=r3, r3_n=r3_n, echo=typer.echo)
     typer.echo(res["report"].read_text(encoding="utf-8"))
     typer.echo(f"report: {res['report']}")
@@ -454,7 +478,7 @@ def bench_lag(
         _fail("bench-lag: hotpotqa has no gold decompositions, so no oracle table; drop --no-llm-rows.")
     llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
                actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor) if llm_rows else None
-    res = _run(run_lag_bench, name, out or Path(f"runs/lag-{name}"), _run(EmbedConfig, model=model, backend=backend),
+    res = _job("bench-lag", out or Path(f"runs/lag-{name}"), run_lag_bench, name, out or Path(f"runs/lag-{name}"), _run(EmbedConfig, model=model, backend=backend),
                _run(RayConfig, address=ray_address), llm, sample=sample, seed=seed, judge=judge, echo=typer.echo)
     typer.echo(res["report"].read_text(encoding="utf-8"))
     typer.echo(f"report: {res['report']}")
@@ -512,7 +536,7 @@ def generate_itlr(
                label_threshold=label_threshold, wave_shards=wave_shards, embed=_run(EmbedConfig, model=model, backend=backend), llm=llm,
                ray=_run(RayConfig, address=ray_address),
                demo_note=DEMO_NOTE if "smollm2" in llm_model.lower() else None)
-    _run(run_generate, cfg, out, echo=typer.echo, progress=progress)
+    _job("generate", out, run_generate, cfg, out, echo=typer.echo, progress=progress)
     typer.echo(f"card: {out / 'card.md'}")
 
 
@@ -556,7 +580,7 @@ def bench_setlogic(
 
     llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
                actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor) if orlog else None
-    res = _run(run_setlogic_bench, out, _run(EmbedConfig, model=model, backend=backend), _run(RayConfig, address=ray_address), llm,
+    res = _job("bench-setlogic", out, run_setlogic_bench, out, _run(EmbedConfig, model=model, backend=backend), _run(RayConfig, address=ray_address), llm,
                per_template=per_template, seed=seed, k=k, orlog_depth=orlog_depth, echo=typer.echo)
     typer.echo(res["report"].read_text(encoding="utf-8"))
     typer.echo(f"report: {res['report']}")
@@ -598,7 +622,7 @@ def itlr_bench(
     """ITLR's synthetic logical benchmark from SciFact text: Table 1 (by negations) and Table 2 (operators)."""
     from jobs.itlr_bench import run_itlr_bench
 
-    res = _run(run_itlr_bench, out, _run(EmbedConfig, backend=backend), _run(RayConfig), per_template, seed, echo=typer.echo)
+    res = _job("itlr-bench", out, run_itlr_bench, out, _run(EmbedConfig, backend=backend), _run(RayConfig), per_template, seed, echo=typer.echo)
     typer.echo(res["report"].read_text())
 
 
@@ -616,7 +640,7 @@ def ablate(
     """ITLR operator ablation: every AND x OR x NOT family, one exact pass, one table."""
     from jobs.ablate import run_ablate
 
-    df = _run(run_ablate, queries, qrels, db, out, _run(EmbedConfig, model=model, backend=backend), table, measure)
+    df = _job("ablate", out, run_ablate, queries, qrels, db, out, _run(EmbedConfig, model=model, backend=backend), table, measure)
     typer.echo(df.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
 
 
@@ -650,11 +674,11 @@ def nightly(
     if at is not None:
         from pipelines.evaluate.report import summary_frame
 
-        for qs, metrics in _run(run_at, cfg, at, echo=typer.echo, progress=progress).items():
+        for qs, metrics in _job("nightly", cfg.out, run_at, cfg, at, echo=typer.echo, progress=progress).items():
             typer.echo(f"{qs} at table version {at}:")
             typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
         return
-    result = _run(run_nightly, cfg, date, echo=typer.echo, progress=progress)
+    result = _job("nightly", cfg.out, run_nightly, cfg, date, echo=typer.echo, progress=progress)
     alert = f"; alert {result.alert}" if result.alert else ""
     typer.echo(f"night {result.date}: {result.status}{alert}; report {result.report or '(none: the night stopped)'}")
     if result.exit_code:
@@ -671,7 +695,7 @@ def nightly_demo(
     """Three nights of `logicrank nightly` on bundled SciFact: baseline, a routine change, a corrupted snapshot."""
     from jobs.nightly_demo import run_demo
 
-    results = _run(run_demo, out, corrupt_queries, echo=typer.echo, backend=backend, address=ray_address)
+    results = _job("nightly-demo", out, run_demo, out, corrupt_queries, echo=typer.echo, backend=backend, address=ray_address)
     for r in results:
         typer.echo(f"night {r.date}: {r.status} (exit code {r.exit_code})" + (f", alert {r.alert}" if r.alert else ""))
     typer.echo(f"config: {out / 'nightly.yaml'}; report: {out / 'nightly' / 'report.md'}")
@@ -712,7 +736,7 @@ def main_job(
     """The main job on embedded defaults: index bundled SciFact, dense/BM25/hybrid, evaluate."""
     from jobs.main_job import run_main
 
-    result = _run(run_main, out, _run(EmbedConfig, backend=backend), _run(RayConfig, address=ray_address), progress=progress, echo=typer.echo,
+    result = _job("main", out, run_main, out, _run(EmbedConfig, backend=backend), _run(RayConfig, address=ray_address), progress=progress, echo=typer.echo,
                   rulebench=rulebench)
     if not result["reproduced"]:
         raise typer.Exit(1)

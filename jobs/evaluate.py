@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic, write_text_atomic
+from jobs.watchdog import beat
 from pipelines.evaluate.core import EvaluationError, evaluate_run, query_coverage
 from pipelines.evaluate.measures import parse_measures
 from pipelines.evaluate.qa import (
@@ -79,6 +80,7 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
             one = run.filter(pc.equal(run.column("run_id"), rid))
             tables.append(evaluate_run(one, qrels, measures, rid))
             missing[rid], without_qrels[rid] = query_coverage(one, qrels)
+            beat(f"evaluate: run {rid} evaluated")
     n_runs = len(tables)
     unanswered, not_asked = {}, {}
     if cfg.answers:

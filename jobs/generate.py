@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.rundir import RunDir, write_parquet_atomic, write_text_atomic
+from jobs.watchdog import beat
 from pipelines.errors import UserError
 from pipelines.generate import realcorpus as rc
 from pipelines.generate.synthetic import TEMPLATES
@@ -211,6 +212,7 @@ def _questions_phase(cfg: GenerateConfig, out: Path, store: DocStore, shards: li
                              "raw_output": raw if raw is not None else f"error: {g}"})
             write_parquet_atomic(pa.Table.from_pylist(recs, schema=QUESTIONS), out / _shard_file("questions", s))
         echo(f"generate: questions, wave {n}: shards {group[0]}-{group[-1]} of {len(shards)} written")
+        beat(f"generate: questions wave {n} written")
     return resumed
 
 
@@ -272,6 +274,7 @@ def _labels_phase(cfg: GenerateConfig, out: Path, store: DocStore, kept: pa.Tabl
                     for (q, d, src), r in zip(pairs, res, strict=True) if q["shard"] == s]
             write_parquet_atomic(pa.Table.from_pylist(recs, schema=LABELS), out / _shard_file("labels", s))
         echo(f"generate: labels, wave {n}: {len(pairs)} pairs of shards {group[0]}-{group[-1]} written")
+        beat(f"generate: labels wave {n} written")
     return shards, len(shards) - len(todo)
 
 

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from jobs.raysession import ray_session, require_fit
 from jobs.rundir import RunDir
+from jobs.watchdog import beat
 from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from pipelines.embed import model_id, resolve_model
 from pipelines.errors import UserError
@@ -155,6 +156,7 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
                 for batch in _plan(cfg, sources, stored_ref).iter_batches(batch_size=None, batch_format="pyarrow"):
                     writer.consume(batch)
                     tick(batch.num_rows, writer)
+                    beat(f"index: {writer.rows_read} rows read")
                 writer.flush()
     except SourceError as exc:
         failure = f"index: {exc} {_roll_back(cfg, store, version_before)} Nothing was deleted and no tag made; fix the file and rerun."

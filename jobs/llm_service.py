@@ -23,8 +23,9 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 
-from pipelines.errors import UserError
-from pipelines.llm.engine import Constraint, Generation, Truth
+from jobs.watchdog import beat
+from pipelines.errors import JobFailed, UserError
+from pipelines.llm.engine import Constraint, EngineDied, Generation, Truth, describe, engine_dead
 from pipelines.llm.prompts import Template
 from schemas.config import LLMConfig
 
@@ -48,7 +49,11 @@ def truth_table(prompt_ids, results: Sequence[Truth]):
 
 
 class LLMServiceError(UserError, RuntimeError):
-    """The engine pool cannot be placed on this cluster, or every engine was lost."""
+    """The engine pool cannot be placed on this cluster."""
+
+
+class LLMEngineFailed(JobFailed):
+    """The pool cannot go on: its engines keep dying, or every engine actor was lost."""
 
 
 class _EngineActor:
@@ -63,18 +68,37 @@ class _EngineActor:
         return True
 
     def call(self, task: str, template: Template, values: list, kwargs: dict) -> list:
-        if task == "truth":  # a batch the engine cannot score fails the job: scores are never guessed
-            return self.client.truth(template, values)
+        """The batch's results. Raises :class:`EngineDied` when the engine stopped serving
+        (the pool restarts this actor and sends the batch again): a dead engine never turns
+        prompts into failures. With a live engine, a truth batch that fails fails the job
+        (scores are never guessed); a generation batch that fails is retried one prompt at a
+        time, and a prompt that fails alone gets its exception in its slot."""
         try:
+            if task == "truth":
+                return self.client.truth(template, values)
             return self.client.generate(template, values, **kwargs)
-        except Exception:  # noqa: BLE001 - one prompt at a time: a bad prompt fails alone, as an exception in its slot
-            out: list = []
-            for v in values:
-                try:
-                    out += self.client.generate(template, [v], **kwargs)
-                except Exception as exc:  # noqa: BLE001
-                    out.append(RuntimeError(f"{type(exc).__name__}: {exc}"))
-            return out
+        except Exception as exc:  # noqa: BLE001 - sorted out below
+            self._raise_if_dead(exc)
+            if task == "truth":
+                raise
+        out: list = []
+        for v in values:
+            try:
+                out += self.client.generate(template, [v], **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                self._raise_if_dead(exc)
+                out.append(RuntimeError(describe(exc)))
+        return out
+
+    def _raise_if_dead(self, exc: Exception) -> None:
+        if engine_dead(exc, self.client._engine):
+            raise EngineDied(describe(exc)) from None
+
+    def engine_alive(self) -> bool:
+        """False once the engine started and its core has died since (asked from the "health"
+        concurrency group, beside a call that may wait forever on the dead core)."""
+        engine = self.client._engine
+        return engine is None or not engine.core_dead()
 
     def stats(self) -> dict:
         return {**self.client.stats, "engine_loaded": int(self.client._engine is not None)}
@@ -94,6 +118,8 @@ class LLMService:
         self._ready: dict = {}  # actor -> bool
         self.actors_started = 0
         self.actors_lost = 0
+        self.engine_restarts = 0  # engines that died inside a live actor, restarted with it
+        self.last_engine_error: str | None = None
         self.pools = 0  # times the pool was started: 1 per job unless released to make room (see release)
         self._pool_first = 0
         self._totals: Counter = Counter()
@@ -125,7 +151,8 @@ class LLMService:
         # SPREAD: one engine per node where they fit (a lost node takes one engine, not the pool);
         # max_restarts: Ray restarts an actor whose node died wherever it fits; the batch it held
         # fails (no task retries) and is sent again by _map
-        remote = ray.remote(_EngineActor).options(
+        # a "health" concurrency group: engine_alive answers while a call holds the default group's one thread
+        remote = ray.remote(concurrency_groups={"health": 1})(_EngineActor).options(
             num_cpus=self.cfg.cpus_per_actor, num_gpus=self._gpus(ray) or None, resources=dict(self.cfg.resources) or None,
             scheduling_strategy="SPREAD", max_restarts=-1, max_task_retries=0,
         )
@@ -183,12 +210,20 @@ class LLMService:
                     inflight[ref] = (c, actor)
                     busy[actor] += 1
             if not inflight and not readiness:
-                raise LLMServiceError(f"llm: every engine actor was lost and none could be restarted; {n - done} of {n} prompts unscored. Rerun the job (cached prompts are not recomputed).")
+                raise LLMEngineFailed(f"llm: every engine actor of {self.model_id} was lost and none could be restarted; {n - done} of {n} "
+                                      "prompts unanswered. Rerun the job (cached prompts are not recomputed).")
             if not inflight:  # waiting for a replacement engine to come up
                 lost_since = lost_since or time.monotonic()
                 if time.monotonic() - lost_since > self.replace_timeout_s:
-                    raise LLMServiceError(f"llm: no engine actor could be placed for {self.replace_timeout_s:.0f} s after losing them all; check the cluster's nodes.")
+                    raise LLMEngineFailed(f"llm: no engine actor of {self.model_id} could be placed for {self.replace_timeout_s:.0f} s after "
+                                          "losing them all; check the cluster's nodes.")
             ready, _ = ray.wait(list(inflight) + list(readiness), num_returns=1, timeout=5.0)
+            if not ready:  # a batch still running: is its engine still alive? (vLLM's engine core can die under a waiting call)
+                for actor in self._dead_engines({a for _, a in inflight.values()}):
+                    batches = [c for c, a in inflight.values() if a is actor]
+                    self._engine_died(EngineDied("EngineDeadError: the engine core process died during a batch"))
+                    self._send_again(actor, inflight, pending, attempts, batches, chunks, template, values)
+                    self._restart(ray, actor, readiness)
             for ref in ready:
                 if ref in readiness:
                     actor = readiness.pop(ref)
@@ -196,40 +231,97 @@ class LLMService:
                         ray.get(ref)
                         self._ready[actor] = True
                         lost_since = None
+                        beat(f"{label or task}: an engine actor is ready")
                     except ActorDiedError as exc:  # it cannot come back (e.g. its engine failed to start): a new one, a few times
                         if self.actors_started - self._pool_first >= 3 * self.cfg.actors:
                             cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-                            raise LLMServiceError(f"llm: engine actors keep dying ({self.actors_started} started); last: {cause}") from exc
+                            raise LLMEngineFailed(f"llm: engine actors of {self.model_id} keep dying ({self.actors_started} started); "
+                                                  f"last: {cause}") from exc
                         self._replace(ray, actor, readiness)
                     except (RayActorError, ActorUnavailableError):  # restarting: ask again
+                        time.sleep(0.2)
                         readiness[actor.ready.remote()] = actor
                     continue
-                c, actor = inflight.pop(ref)
+                if ref not in inflight:  # a batch of an engine restarted meanwhile: already sent again
+                    continue
+                c, actor = inflight[ref]
                 try:
                     out = ray.get(ref)
-                except (RayActorError, ActorDiedError, ActorUnavailableError):
-                    attempts[c] += 1
-                    if attempts[c] >= 3:  # a batch that kills its engine each time: stop, rather than loop
-                        raise LLMServiceError(f"llm: a batch of {len(chunks[c])} prompts lost its engine {attempts[c]} times "
-                                              f"(e.g. a prompt that crashes the engine or exhausts its memory); first prompt: "
-                                              f"{template.render(**values[chunks[c][0]])[:200]!r}") from None
-                    pending.appendleft(c)  # sent again to another engine
-                    for other, (c2, a2) in list(inflight.items()):
-                        if a2 is actor:
-                            inflight.pop(other)
-                            pending.appendleft(c2)
-                    self._lose(actor, readiness)
+                except (RayActorError, ActorDiedError, ActorUnavailableError, EngineDied) as exc:
+                    died = isinstance(exc, EngineDied)  # the engine, inside a live actor; else the actor itself
+                    if died:
+                        self._engine_died(exc)
+                    self._send_again(actor, inflight, pending, attempts, [c], chunks, template, values, exc)
+                    if died:
+                        self._restart(ray, actor, readiness)
+                    else:
+                        self._lose(actor, readiness)
                     continue
+                inflight.pop(ref)
                 if len(out) != len(chunks[c]):
                     raise RuntimeError(f"llm: {len(chunks[c])} prompts in, {len(out)} results out (a bug)")
                 for i, r in zip(chunks[c], out, strict=True):
                     results[i] = r
                 done += len(out)
+                beat(f"{label or task}: {done}/{n} prompts")
                 if self.echo:
                     self.echo(f"{label or task}: {done}/{n} prompts {'scored' if task == 'truth' else 'generated'}")
         if any(r is None for r in results):
             raise RuntimeError("llm: a prompt has no result (a bug)")
         return results
+
+    def _send_again(self, actor, inflight: dict, pending: deque, attempts: Counter, failed: list[int], chunks, template, values,
+                    exc: BaseException | None = None) -> None:
+        """Every batch ``actor`` holds goes back to the front of the queue; a failed batch
+        (``failed``) that lost its engine three times stops the job instead of looping."""
+        for c in failed:
+            attempts[c] += 1
+            if attempts[c] >= 3:  # a batch that kills its engine each time
+                raise LLMEngineFailed(f"llm: a batch of {len(chunks[c])} prompts lost its engine of {self.model_id} {attempts[c]} "
+                                      f"times (e.g. a prompt that crashes the engine or exhausts its memory); last engine error: "
+                                      f"{self.last_engine_error or describe(exc)}; first prompt: "
+                                      f"{template.render(**values[chunks[c][0]])[:200]!r}")
+        for ref, (c, a) in list(inflight.items()):
+            if a is actor:
+                inflight.pop(ref)
+                pending.appendleft(c)
+
+    def _dead_engines(self, actors) -> list:
+        """Those of ``actors`` whose engine started and has died since; asked in the actors'
+        health group, which answers while a call waits. An actor that does not answer (busy
+        starting, lost) is left to the other checks."""
+        import ray
+
+        refs = {a.engine_alive.options(concurrency_group="health").remote(): a for a in actors}
+        try:
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=10.0)
+        except Exception:  # noqa: BLE001 - a lost actor is found when its batch fails
+            return []
+        dead = []
+        for ref in ready:
+            try:
+                if not ray.get(ref):
+                    dead.append(refs[ref])
+            except Exception:  # noqa: BLE001
+                continue
+        return dead
+
+    def _engine_died(self, exc: EngineDied) -> None:
+        """Count an engine death; past ``max_engine_restarts`` per engine actor, fail the job."""
+        cause = getattr(exc, "cause", None) or exc  # the actor's EngineDied, not Ray's wrapper with its traceback
+        self.engine_restarts += 1
+        self.last_engine_error = str(cause.args[0]) if cause.args else type(cause).__name__
+        limit = self.cfg.max_engine_restarts * self.cfg.actors
+        if self.engine_restarts > limit:
+            raise LLMEngineFailed(f"llm: the engine of {self.model_id} keeps dying ({self.engine_restarts} deaths, more than "
+                                  f"max_engine_restarts {self.cfg.max_engine_restarts} x {self.cfg.actors} actor(s)); last engine error: "
+                                  f"{self.last_engine_error}")
+
+    def _restart(self, ray, actor, readiness: dict) -> None:
+        """An actor whose engine died: Ray restarts its process (a new engine), then it is used again."""
+        self._ready[actor] = False
+        ray.kill(actor, no_restart=False)
+        readiness[actor.ready.remote()] = actor
 
     def _lose(self, actor, readiness: dict) -> None:
         """An actor's call failed with its process or node: use it again once Ray has restarted it."""
@@ -254,7 +346,7 @@ class LLMService:
             for actor, ok in list(self._ready.items()):
                 if ok:
                     with contextlib.suppress(Exception):  # a lost actor's counts are lost with it
-                        self._totals.update(ray.get(actor.stats.remote(), timeout=60))
+                        self._totals.update(ray.get(actor.stats.remote(), timeout=10))
                 ray.kill(actor)
             self._actors.clear()
             self._ready.clear()
@@ -274,5 +366,6 @@ class LLMService:
         totals = Counter(self._totals)
         return {
             "model": self.model_id, "pools": self.pools, "actors_started": self.actors_started,
-            "actors_lost": self.actors_lost, "engines_loaded": totals.pop("engine_loaded", 0), **dict(totals),
+            "actors_lost": self.actors_lost, "engine_restarts": self.engine_restarts, "last_engine_error": self.last_engine_error,
+            "engines_loaded": totals.pop("engine_loaded", 0), **dict(totals),
         }

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 
 from jobs.alerts import deliver
 from jobs.rundir import write_parquet_atomic, write_text_atomic
+from jobs.watchdog import beat
 from pipelines.errors import UserError
 from pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
 from pipelines.files import json_digest, sha256_file
@@ -193,6 +194,7 @@ class _Night:
                 for step in STEPS:
                     if not self.state.done(step):
                         getattr(self, f"_{step}")()
+                        beat(f"nightly {self.day}: {step} done")
             except _Stopped as stop:
                 return self._stopped(stop, resumed)
             step = "alert"

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic, write_text_atomic
+from jobs.watchdog import beat
 from pipelines.embed import model_id, resolve_model
 from pipelines.errors import UserError
 from pipelines.files import json_digest
@@ -258,6 +259,7 @@ class _Executor:
             _check_keyed(out.run, queries, stage.name, contiguous=bulk)
         _save(out, where)
         self.memo[key] = out
+        beat(f"retrieve: stage {stage.name} done")
         return out, False
 
     def _bulk(self, stage, queries: pa.Table) -> pa.Table:
@@ -285,7 +287,10 @@ class _Executor:
             batch_format="pyarrow",
             num_cpus=r.retrieve_num_cpus,
         )
-        parts = list(ds.iter_batches(batch_format="pyarrow", batch_size=None))
+        parts = []
+        for part in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            parts.append(part)
+            beat(f"retrieve: {stage.name}: {sum(p.num_rows for p in parts)} result rows")
         run = pa.concat_tables([conform(p, RUN, stage.name) for p in parts]) if parts else RUN.empty_table()
         return run.sort_by([("query_id", "ascending"), ("rank", "ascending")])  # batches arrive in any order
 

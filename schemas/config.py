@@ -32,7 +32,7 @@ def _resource_pairs(v, name: str) -> tuple[tuple[str, float], ...]:
     return pairs
 
 
-_PLACEMENT = ("actors", "cpus_per_actor", "gpus_per_actor", "resources", "batch_rows", "cache")
+_PLACEMENT = ("actors", "cpus_per_actor", "gpus_per_actor", "resources", "batch_rows", "cache", "engine_process", "max_engine_restarts")
 
 
 class _Config(BaseModel):
@@ -141,6 +141,13 @@ class LLMConfig(_Config):
     )
     resources: tuple[tuple[str, float], ...] = Field((), description="Custom Ray resources per engine actor, e.g. {'llm': 1}.")
     batch_rows: int = Field(64, ge=1, description="Prompts per actor call (one batched engine call).")
+    engine_process: Literal["inline", "separate"] = Field(
+        "inline", description="inline: vLLM's engine core runs in the actor's process (starts in seconds on CPU); separate: in a child "
+        "process of the actor (vLLM's own default, which overlaps scheduling with the forward pass on GPUs)."
+    )
+    max_engine_restarts: int = Field(
+        3, ge=0, description="Engine deaths (an engine that stopped inside its actor) the pool restarts per engine actor before the job fails."
+    )
 
     _resources = field_validator("resources", mode="before")(lambda v: _resource_pairs(v, "resources"))
 

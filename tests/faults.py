@@ -65,3 +65,32 @@ def unopenable(path: Path) -> Path:
         s.bind(str(path))
     return path
 
+
+def processes(part: str) -> list:
+    """This process's descendants (a local Ray cluster's workers and theirs) whose command line
+    holds ``part``: e.g. ``VLLM::EngineCore``, the engine core vLLM runs in a child process, or
+    ``_EngineActor``, a Ray engine actor. Nothing outside this test run is touched."""
+    import psutil
+
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if part in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.Error:  # gone meanwhile
+            continue
+    return out
+
+
+def kill_processes(part: str) -> int:
+    """SIGKILL the :func:`processes` holding ``part``; returns how many were killed."""
+    import psutil
+
+    killed = 0
+    for p in processes(part):
+        try:
+            p.kill()
+            killed += 1
+        except psutil.NoSuchProcess:
+            pass
+    return killed

@@ -34,6 +34,27 @@ class LLMConfigError(UserError, ValueError):
     """A configuration the loaded model cannot serve (e.g. label tokens that collide)."""
 
 
+class EngineDied(RuntimeError):
+    """The engine stopped serving inside a live actor (its core process died, or it failed
+    and no longer answers): the batch it held is unanswered, not failed. The pool restarts
+    the actor and sends the batch again."""
+
+
+def engine_dead(exc: BaseException, engine: Engine | None) -> bool:
+    """Whether ``exc``, raised by a batch, means the engine itself is gone rather than one bad
+    prompt: vLLM says so (``EngineDeadError``), the engine never started (its start raised),
+    or it fails a one-token probe."""
+    if any(t.__name__ == "EngineDeadError" for t in type(exc).__mro__):
+        return True
+    return engine is None or not engine.healthy()
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 @dataclass(frozen=True)
 class Constraint:
     """What a structured output must match: ``grammar`` (GBNF/EBNF), ``regex``, ``choice``
@@ -115,8 +136,9 @@ def p_true(z_true: float, z_false: float) -> float:
 
 
 def configure_vllm_env(cfg: LLMConfig) -> None:
-    """Process settings vLLM reads at engine start (on CPU: the engine runs in process, in eager mode)."""
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # parallelism comes from Ray actors
+    """Process settings vLLM reads at engine start (``engine_process``: the engine core in this
+    process, or in a child process of it)."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.engine_process == "separate" else "0"
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kv_cache_gib)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its per-step INFO lines drown a job's own output
@@ -175,6 +197,28 @@ class Engine:
             self.startup_s = time.perf_counter() - t
             self.label_ids, self.label_note = label_token_ids(self._llm.get_tokenizer(), self.cfg.labels)
         return self._llm
+
+    def healthy(self) -> bool:
+        """Whether the engine serves: a one-token request on a fixed prompt. False when it
+        never started (its start failed) or after its core died (an engine core process
+        killed, a fatal error inside the engine)."""
+        if self._llm is None:
+            return False
+        from vllm import SamplingParams
+
+        try:
+            self._llm.generate(["ping"], SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False)
+        except Exception:  # noqa: BLE001 - whatever it raises, it cannot serve
+            return False
+        return True
+
+    def core_dead(self) -> bool:
+        """True when the engine core runs in its own process (``engine_process: separate``) and
+        that process has died. vLLM's synchronous client marks it (``engine_dead``) but a call
+        already waiting for outputs is never woken, so the pool asks this from another thread.
+        An engine not started, or run inline, is never reported dead here."""
+        core = getattr(getattr(self._llm, "llm_engine", None), "engine_core", None)
+        return bool(getattr(getattr(core, "resources", None), "engine_dead", False))
 
     def start(self) -> Engine:
         """Start the engine now (it otherwise starts on first use); ``startup_s`` says how long it took."""

@@ -1,11 +1,13 @@
 """`logicrank generate itlr` on a real index, a real Ray pool and vLLM (a tiny random Llama:
 assert on structure, not content): complete, seeded, and resumable after a SIGKILL."""
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -14,9 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.generate import GenerateError, run_generate
+from jobs.llm_service import LLMEngineFailed
 from pipelines.generate.synthetic import TEMPLATES
 from schemas.config import GenerateConfig
 from tests.compare import assert_tables_close, close
+from tests.faults import kill_processes, processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,3 +109,110 @@ def test_a_killed_run_resumes_without_losing_or_repeating_rows(synthetic, tiny_c
     _same(clean[0], killed)  # nothing lost, nothing twice
     labels = pq.read_table(killed / "labels.parquet")
     assert len(set(zip(labels.column("query_id").to_pylist(), labels.column("doc_id").to_pylist(), strict=True))) == labels.num_rows
+
+
+class _KillAt:
+    """An echo callback that kills the processes holding ``part`` once at the first progress
+    line of each given phase (the LLM pool's lines: ``generate:questions: 6/6 ...``)."""
+
+    def __init__(self, part: str, phases: tuple[str, ...]):
+        self.part, self.left, self.killed = part, list(phases), []
+
+    def __call__(self, line: str) -> None:
+        for phase in self.left:
+            if line.startswith(f"{phase}:"):
+                self.left.remove(phase)
+                self.killed.append(kill_processes(self.part))
+                return
+
+
+def test_an_engine_killed_inside_its_actor_is_restarted_and_its_batch_sent_again(synthetic, tiny_cfg, tmp_path, clean):
+    """The engine core in its own process (vLLM's default on GPUs), killed mid-job once during
+    generation and once during truth scoring: the actor lives on with a dead engine. Every
+    prompt is answered by a restarted engine, none becomes an error, and the dataset equals an
+    uninterrupted run's."""
+    cfg = _cfg(synthetic, tiny_cfg, llm=tiny_cfg.model_copy(update={"cache": None, "engine_process": "separate"}))
+    killer = _KillAt("VLLM::EngineCore", ("generate:questions", "generate:labels"))
+    c = run_generate(cfg, tmp_path / "d", echo=killer, progress=True)
+    assert killer.left == [] and all(n >= 1 for n in killer.killed), killer.killed
+    assert c["llm"]["engine_restarts"] == 2 and c["llm"]["actors_lost"] == 0, c["llm"]
+    assert "EngineDeadError" in c["llm"]["last_engine_error"]
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    assert manifest["llm"]["engine_restarts"] == 2
+    for kind in ("topics", "questions"):
+        raw = pq.read_table(tmp_path / "d" / "checkpoints" / kind / "shard-00001.parquet").column("raw_output").to_pylist()
+        assert not any(r.startswith("error:") for r in raw)
+    _same(clean[0], tmp_path / "d")
+
+
+def test_an_engine_actor_killed_with_its_engine_is_restarted(synthetic, tiny_cfg, tmp_path, clean):
+    """The engine in the actor's own process (the default on CPU): killing that process kills
+    both; Ray restarts the actor and its batches are sent again."""
+    killer = _KillAt("_EngineActor", ("generate:questions", "generate:labels"))
+    c = run_generate(_cfg(synthetic, tiny_cfg), tmp_path / "e", echo=killer, progress=True)
+    assert killer.left == [] and all(n >= 1 for n in killer.killed), killer.killed
+    assert c["llm"]["actors_lost"] >= 1 and c["llm"]["engine_restarts"] == 0, c["llm"]
+    _same(clean[0], tmp_path / "e")
+
+
+def test_an_engine_that_keeps_dying_fails_the_job_in_one_line(synthetic, tiny_cfg, tmp_path):
+    cfg = _cfg(synthetic, tiny_cfg, llm=tiny_cfg.model_copy(update={"cache": None, "engine_process": "separate", "max_engine_restarts": 1}))
+    stop = threading.Event()
+
+    def keep_killing():
+        while not stop.is_set():
+            kill_processes("VLLM::EngineCore")
+            stop.wait(0.5)
+
+    killer = threading.Thread(target=keep_killing, daemon=True)
+    killer.start()
+    try:
+        with pytest.raises(LLMEngineFailed) as err:
+            run_generate(cfg, tmp_path / "f", echo=lambda m: None)
+    finally:
+        stop.set()
+        killer.join()
+    message = str(err.value)
+    assert "\n" not in message and "keeps dying" in message and "last engine error: " in message, message
+    assert tiny_cfg.model.split("/")[-1] in message or "tiny" in message, message
+    assert not (tmp_path / "f" / "card.md").exists()
+
+
+def test_a_stalled_run_stops_with_its_stacks_and_a_rerun_finishes_it(synthetic, tiny_dir, tmp_path, ray_cluster):
+    """The engines stop answering mid-job (their processes are paused: SIGSTOP), so the driver
+    waits with nothing to do, as in the hang seen once. The stall watchdog ends the command in
+    one line (exit 1) with every thread's stack in the run directory; the same command run
+    again resumes from the checkpoints and finishes."""
+    import psutil
+
+    out = tmp_path / "g"
+    address = ray_cluster.get_runtime_context().gcs_address
+    args = ["--stall-timeout", "15", "generate", "itlr", "--db", str(synthetic / "db"), "--out", str(out), "--docs", "12",
+            "--shard-docs", "4", "--questions-per-shard", "3", "--candidate-k", "3", "--wave-shards", "1", "--backend", "torch",
+            "--llm-model", str(tiny_dir), "--llm-max-model-len", "1024", "--llm-cache", "none", "--ray-address", address]
+    cmd = [sys.executable, "-c", "from jobs.cli import app; app()", *args]
+    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = out / "checkpoints" / "questions" / "shard-00000.parquet"
+    deadline = time.monotonic() + 300
+    while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    paused = processes("_EngineActor")
+    for p in paused:
+        p.suspend()
+    try:
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        for p in paused:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.resume()
+    assert first.exists() and paused, stderr[-2000:]
+    lines = stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, stderr[-3000:]
+    assert lines[0].startswith("error: generate: no progress for ") and "--stall-timeout 15" in lines[0], lines[0]
+    dumps = list(out.glob("stalled-*.txt"))
+    assert len(dumps) == 1 and str(dumps[0]) in lines[0]
+    assert "_map" in dumps[0].read_text()  # the driver's stack shows where it waited: the LLM pool
+    assert not (out / "card.md").exists()
+    rerun = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "shards' questions read from checkpoints" in rerun.stdout and (out / "card.md").exists()

@@ -1,0 +1,127 @@
+"""A stall watchdog for long jobs: no progress for too long ends the job, loudly.
+
+A job that waits forever (a lock never released, an engine that stopped answering, a Ray
+task that never returns) is worse than one that fails: an unattended nightly or generation
+run holds its cluster and reports nothing. Inside :func:`watch`, the job's loops call
+:func:`beat` whenever work finishes (a batch written, prompts answered, a stage done). When
+no beat comes for ``timeout_s`` seconds, the watchdog
+
+1. writes every thread's stack (``faulthandler``) and the last progress it saw into
+   ``<run dir>/stalled-<UTC time>.txt``;
+2. raises :class:`Stalled` in the job's main thread (a signal interrupts the wait it is stuck
+   in; whatever that wait raises becomes :class:`Stalled`), so the job's cleanup runs and the
+   command line prints one line and exits 1;
+3. if the main thread is still stuck ``grace_s`` seconds later, prints that line itself and
+   ends the process (exit 1).
+
+Every job resumes on a rerun (finished stages, shards and chunks are kept), so the fix for a
+stall is to look at the stacks and run the same command again.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pipelines.errors import JobFailed
+
+DEFAULT_TIMEOUT_S = 1800.0  # the longest step without progress seen on a GPU cluster is a large model's start (minutes)
+_SIGNAL = signal.SIGUSR2
+
+
+class Stalled(JobFailed):
+    """The job made no progress for longer than its stall timeout."""
+
+
+class _Watch:
+    def __init__(self, job: str, rundir: Path, timeout_s: float, grace_s: float):
+        self.job, self.rundir, self.timeout_s, self.grace_s = job, Path(rundir), timeout_s, grace_s
+        self.last = time.monotonic()
+        self.what = "started"
+        self.message: str | None = None
+        self.done = threading.Event()
+
+    def beat(self, what: str | None) -> None:
+        self.last = time.monotonic()
+        if what:
+            self.what = what
+
+    def run(self, main_thread: int, signalled: bool) -> None:
+        while not self.done.wait(min(5.0, self.timeout_s / 4)):
+            idle = time.monotonic() - self.last
+            if idle < self.timeout_s:
+                continue
+            stacks = self._dump(idle)
+            self.message = (f"{self.job}: no progress for {idle:.0f} s (--stall-timeout {self.timeout_s:g}); last progress: {self.what}. "
+                            f"Every thread's stack is in {stacks}; what finished is kept: run the same command again to resume.")
+            if signalled:
+                signal.pthread_kill(main_thread, _SIGNAL)  # raises Stalled in the main thread, wherever it waits
+            if not self.done.wait(self.grace_s):  # the main thread did not come back: end the process ourselves
+                sys.stderr.write(f"error: {self.message}\n")
+                sys.stderr.flush()
+                os._exit(1)
+            return
+
+    def _dump(self, idle: float) -> Path:
+        self.rundir.mkdir(parents=True, exist_ok=True)
+        path = self.rundir / f"stalled-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.txt"
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(f"{self.job}: no progress for {idle:.0f} s; last progress: {self.what}; pid {os.getpid()}\n\n")
+            f.flush()
+            faulthandler.dump_traceback(file=f, all_threads=True)
+        return path
+
+
+_current: _Watch | None = None
+
+
+def beat(what: str | None = None) -> None:
+    """Report progress (``what``: a few words, shown if the job stalls later). Free outside :func:`watch`."""
+    w = _current
+    if w is not None:
+        w.beat(what)
+
+
+@contextmanager
+def watch(job: str, rundir: str | Path, timeout_s: float | None, grace_s: float = 60.0) -> Iterator[None]:
+    """Run the block under the stall watchdog (module docstring); ``timeout_s`` None or 0: no watchdog."""
+    global _current
+    if not timeout_s:
+        yield
+        return
+    if _current is not None:  # a job inside a job (nightly -> index): the outer watch covers both
+        yield
+        return
+    w = _Watch(job, Path(rundir), timeout_s, grace_s)
+    main = threading.current_thread() is threading.main_thread()
+    previous = None
+    if main:
+        def _raise(signum, frame):
+            if w.message and not w.done.is_set():
+                raise Stalled(w.message)
+
+        previous = signal.signal(_SIGNAL, _raise)
+    thread = threading.Thread(target=w.run, args=(threading.main_thread().ident, main), daemon=True, name="stall-watchdog")
+    _current = w
+    thread.start()
+    try:
+        yield
+    except BaseException as exc:
+        # Once the watchdog fired, whatever escapes the block is the interrupted wait unwinding
+        # (a C extension such as Ray's may wrap the signal's exception in a SystemError).
+        if w.message and not isinstance(exc, Stalled):
+            raise Stalled(w.message) from exc
+        raise
+    finally:
+        w.done.set()
+        _current = None
+        if main:
+            signal.signal(_SIGNAL, previous)

@@ -1,0 +1,75 @@
+"""The stall watchdog, in child processes (it signals and may end its process): a job stuck
+on a lock is stopped with its stacks on disk; one whose main thread cannot be interrupted is
+ended after the grace period; one that reports progress is left alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PRELUDE = """
+import sys, threading, time
+from pathlib import Path
+from jobs.watchdog import Stalled, beat, watch
+out = Path(sys.argv[1])
+"""
+
+
+def _child(body: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", PRELUDE + body, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_a_job_waiting_on_a_lock_forever_is_stopped_with_every_threads_stack(tmp_path):
+    res = _child("""
+lock = threading.Lock()
+lock.acquire()
+def holder():  # a second thread, so the dump shows more than one
+    time.sleep(60)
+threading.Thread(target=holder, name="holder", daemon=True).start()
+try:
+    with watch("demo", out, timeout_s=1.0, grace_s=20):
+        beat("step 1 of 2 done")
+        lock.acquire()  # never released: the main thread waits forever
+except Stalled as exc:
+    print("STALLED", exc)
+    sys.exit(1)
+""", tmp_path)
+    assert res.returncode == 1, res.stderr
+    line = res.stdout.strip()
+    assert line.startswith("STALLED demo: no progress for ") and "last progress: step 1 of 2 done" in line, line
+    dumps = list(tmp_path.glob("stalled-*.txt"))
+    assert len(dumps) == 1 and str(dumps[0]) in line
+    text = dumps[0].read_text()
+    assert "last progress: step 1 of 2 done" in text
+    assert text.count("hread 0x") >= 3  # the main thread, the holder and the watchdog itself ("Current thread")
+    assert "lock.acquire()" in text or 'File "<string>"' in text
+
+
+def test_a_main_thread_that_cannot_be_interrupted_is_ended_after_the_grace_period(tmp_path):
+    res = _child("""
+import signal
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])  # the watchdog's signal never arrives
+with watch("demo", out, timeout_s=1.0, grace_s=1.0):
+    time.sleep(60)
+print("not reached")
+""", tmp_path)
+    assert res.returncode == 1 and "not reached" not in res.stdout
+    assert res.stderr.strip().splitlines()[-1].startswith("error: demo: no progress for "), res.stderr
+    assert len(list(tmp_path.glob("stalled-*.txt"))) == 1
+
+
+def test_progress_keeps_a_slow_job_alive_and_no_timeout_means_no_watchdog(tmp_path):
+    res = _child("""
+with watch("demo", out, timeout_s=1.0, grace_s=1.0):
+    for i in range(15):
+        time.sleep(0.2)
+        beat(f"item {i}")
+with watch("demo", out, timeout_s=0):
+    time.sleep(2)
+print("finished")
+""", tmp_path)
+    assert res.returncode == 0 and res.stdout.strip() == "finished", res.stderr
+    assert not list(tmp_path.glob("stalled-*.txt"))
