@@ -478,7 +478,8 @@ def bench_lag(
         _fail("bench-lag: hotpotqa has no gold decompositions, so no oracle table; drop --no-llm-rows.")
     llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
                actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor) if llm_rows else None
-    res = _job("bench-lag", out or Path(f"runs/lag-{name}"), run_lag_bench, name, out or Path(f"runs/lag-{name}"), _run(EmbedConfig, model=model, backend=backend),
+    out = out or Path(f"runs/lag-{name}")
+    res = _job("bench-lag", out, run_lag_bench, name, out, _run(EmbedConfig, model=model, backend=backend),
                _run(RayConfig, address=ray_address), llm, sample=sample, seed=seed, judge=judge, echo=typer.echo)
     typer.echo(res["report"].read_text(encoding="utf-8"))
     typer.echo(f"report: {res['report']}")

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic, write_text_atomic
+from jobs.rundir import RunDir, input_fingerprint, write_parquet_atomic, write_text_atomic
 from jobs.watchdog import beat
 from pipelines.evaluate.core import EvaluationError, evaluate_run, query_coverage
 from pipelines.evaluate.measures import parse_measures
@@ -26,15 +26,8 @@ from pipelines.evaluate.qa import (
 )
 from pipelines.evaluate.report import coverage_notes, markdown_report, per_query_plot
 from pipelines.evaluate.significance import compare
-from pipelines.files import reading
 from pipelines.topics import DUPLICATES_REMOVED, read_qrels, read_run
 from schemas.config import EvaluateConfig
-
-
-def _fingerprint(kind: str, path: str | Path) -> dict:
-    """The input's fingerprint; a file that cannot be read is a one-line refusal."""
-    with reading(kind, path, EvaluationError):
-        return file_fingerprint(path)
 
 
 def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation", echo: Callable[[str], None] | None = None) -> pa.Table:
@@ -57,11 +50,11 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
             raise EvaluationError(f"evaluate: no {kind} file at {str(path)!r}; check the path.")
     dedupe = cfg.dedupe
     rundir = RunDir(out, "evaluate")
-    inputs = {"qrels": _fingerprint("qrels", cfg.qrels) if cfg.runs else None, "runs": [_fingerprint("run", p) for p in cfg.runs]}
+    inputs = {"qrels": input_fingerprint("qrels", cfg.qrels, EvaluationError) if cfg.runs else None, "runs": [input_fingerprint("run", p, EvaluationError) for p in cfg.runs]}
     if cfg.answers:
         gold_file = Path(cfg.gold) / "answers.jsonl" if Path(cfg.gold).is_dir() else Path(cfg.gold)
-        inputs.update(gold=_fingerprint("gold answers", gold_file) if gold_file.is_file() else None,
-                      answers=[_fingerprint("answers", p) for p in cfg.answers])
+        inputs.update(gold=input_fingerprint("gold answers", gold_file, EvaluationError) if gold_file.is_file() else None,
+                      answers=[input_fingerprint("answers", p, EvaluationError) for p in cfg.answers])
         if "Judge" in qa_measures:  # an edited judge prompt or another checkpoint is a new evaluation
             from pipelines.llm import prompts
             from pipelines.llm.models import resolve

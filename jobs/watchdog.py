@@ -62,9 +62,11 @@ class _Watch:
             stacks = self._dump(idle)
             self.message = (f"{self.job}: no progress for {idle:.0f} s (--stall-timeout {self.timeout_s:g}); last progress: {self.what}. "
                             f"Every thread's stack is in {stacks}; what finished is kept: run the same command again to resume.")
-            if signalled:
+            for _ in range(2 if signalled else 0):  # a second signal halfway, should the job have caught the first one
                 signal.pthread_kill(main_thread, _SIGNAL)  # raises Stalled in the main thread, wherever it waits
-            if not self.done.wait(self.grace_s):  # the main thread did not come back: end the process ourselves
+                if self.done.wait(self.grace_s / 2):
+                    return
+            if signalled or not self.done.wait(self.grace_s):  # the main thread did not come back: end the process ourselves
                 sys.stderr.write(f"error: {self.message}\n")
                 sys.stderr.flush()
                 os._exit(1)
@@ -88,6 +90,34 @@ def beat(what: str | None = None) -> None:
     w = _current
     if w is not None:
         w.beat(what)
+
+
+@contextmanager
+def busy(what: str, every_s: float = 5.0) -> Iterator[None]:
+    """Around one long call that reports nothing itself (an index build over millions of rows):
+    progress is reported every ``every_s`` seconds as long as the process keeps using CPU
+    time, so a working step is never taken for a stall while one that waits on nothing
+    (a lock, a dead peer) still is."""
+    if _current is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def pulse():
+        used = time.process_time()
+        while not stop.wait(every_s):
+            now = time.process_time()
+            if now - used > 0.05 * every_s:  # at least 5% of one core since the last look
+                beat(what)
+            used = now
+
+    thread = threading.Thread(target=pulse, daemon=True, name="stall-watchdog-busy")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 @contextmanager

@@ -14,8 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +23,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipelines.errors import UserError
-from pipelines.files import READ_ERRORS, not_text, read_fault, reading
+from pipelines.files import not_text, reading
 
 # The reader's output: corpus columns plus provenance and the verdict.
 PARSED = pa.schema(
@@ -105,7 +104,7 @@ def list_sources(location: str, fmt: str = "auto") -> list[Source]:
     ``fmt`` is ``auto``, ``beir`` (a directory holding ``corpus.jsonl[.gz]``), ``jsonl``
     or ``parquet`` (a file, or a directory of such files).
     """
-    with reading("corpus", location, CorpusError):  # e.g. a directory that cannot be listed
+    with reading(f"corpus {location}", CorpusError):  # e.g. a directory that cannot be listed
         return _list_sources(location, fmt)
 
 
@@ -362,19 +361,11 @@ def source_fault(src: Source, error: SourceError) -> pa.Table:
     return pa.Table.from_pylist([row], schema=PARSED)
 
 
-@contextmanager
-def _source_faults(src: Source, rows_read) -> Iterator[None]:
-    try:
-        yield
-    except SourceError:
-        raise
-    except READ_ERRORS as exc:
+def _source_faults(src: Source, rows_read: Callable[[], int]):
+    """:func:`reading` for a corpus file: the refusal says how many rows came before the fault."""
+
+    def label() -> str:
         n = rows_read()
-        where = f" after {n} rows" if n else ""
-        raise SourceError(f"corpus file {src.uri}: unreadable{where}: {read_fault(exc)}.") from exc
+        return f"corpus file {src.uri}: unreadable" + (f" after {n} rows" if n else "")
 
-
-def iter_corpus(location: str, fmt: str = "auto", batch_rows: int = 1024, max_doc_bytes: int = 1 << 20) -> Iterator[pa.Table]:
-    """Every source of a corpus, streamed in order (the single-process reader)."""
-    for src in list_sources(location, fmt):
-        yield from read_source(src, batch_rows, max_doc_bytes)
+    return reading(label, SourceError)

@@ -13,6 +13,11 @@ class UserError(Exception):
     """A mistake in the user's input or configuration; the message says how to fix it."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type's name when it has none."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 class JobFailed(Exception):
     """The job stopped for a reason outside its input that it could not work around (an LLM
     engine that keeps dying, no progress for too long); the message names the cause. What

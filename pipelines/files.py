@@ -6,12 +6,14 @@ import hashlib
 import json
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+
+from pipelines.errors import UserError, first_line
 
 
 def sha256_file(path: str | Path) -> str:
@@ -44,15 +46,16 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 # What reading a file can raise when the file itself is at fault (cut off, corrupt, binary,
 # unreadable); :func:`read_fault` says which in words. pyarrow's errors are OSError or
-# ArrowInvalid; gzip's are OSError, EOFError and zlib.error.
-READ_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, UnicodeDecodeError, pa.ArrowException)
+# ArrowInvalid; gzip's are OSError, EOFError and zlib.error. (Not every ArrowException: a
+# type or conversion error is a bug in the reader, not a fault of the file.)
+READ_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, UnicodeDecodeError, pa.ArrowInvalid)
 
 
 def read_fault(exc: BaseException) -> str:
     """Why a file could not be read, in a few words and with the fix, for a one-line refusal."""
     if isinstance(exc, UnicodeDecodeError):
         return "not UTF-8 text (a binary file, or text in another encoding); give the file as UTF-8 text"
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    first = first_line(exc)
     low = first.lower()
     if isinstance(exc, EOFError) or "truncated" in low or "end-of-stream" in low or "unexpected end" in low:
         return "the compressed data ends early: the file is truncated (an interrupted download or copy?); fetch or write it again"
@@ -72,18 +75,17 @@ def read_fault(exc: BaseException) -> str:
 
 
 @contextmanager
-def reading(what: str, path: str | Path, error: type[Exception]) -> Iterator[None]:
+def reading(label: str | Callable[[], str], error: type[Exception]) -> Iterator[None]:
     """Inside the block, a fault of the file being read (:data:`READ_ERRORS`) becomes
-    ``error("<what> <path>: <why>")``: one line for the user, never a traceback. An error
-    the block raises itself (a :class:`~pipelines.errors.UserError`) passes unchanged."""
-    from pipelines.errors import UserError
-
+    ``error("<label>: <why>.")``: one line for the user, never a traceback. ``label`` names
+    the file ("queries data/q.jsonl"), or is called at the fault to say how far it got. An
+    error the block raises itself (a :class:`~pipelines.errors.UserError`) passes unchanged."""
     try:
         yield
     except UserError:
         raise
     except READ_ERRORS as exc:
-        raise error(f"{what} {path}: {read_fault(exc)}.") from exc
+        raise error(f"{label() if callable(label) else label}: {read_fault(exc)}.") from exc
 
 
 def not_text(head: bytes) -> bool:

@@ -74,7 +74,7 @@ def read_queries(path: str | Path) -> pa.Table:
             raise TopicsError(f"queries {path}: no queries (the table has no rows); give the queries to run.")
         return conform(table, QUERIES, f"queries {path.name}")
     rows = []
-    with reading("queries", path, TopicsError), _open_text(path) as f:
+    with reading(f"queries {path}", TopicsError), _open_text(path) as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -99,7 +99,7 @@ def read_queries(path: str | Path) -> pa.Table:
 def _read_parquet(path: Path, what: str) -> pa.Table:
     if path.is_dir():  # pyarrow would read a directory as a dataset, possibly of nothing
         raise TopicsError(f"{what} {path}: a directory, not a file; give the {what} file itself.")
-    with reading(what, path, TopicsError):
+    with reading(f"{what} {path}", TopicsError):
         return pq.read_table(path)
 
 
@@ -116,7 +116,7 @@ def read_qrels(path: str | Path) -> pa.Table:
         raise TopicsError(f"qrels: no file at {str(path)!r}; give a BEIR qrels TSV, a BEIR directory or a TREC qrels file.")
     qids, dids, rels = [], [], []
     beir = False
-    with reading("qrels", path, TopicsError), _open_text(path) as f:
+    with reading(f"qrels {path}", TopicsError), _open_text(path) as f:
         for n, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
             if not line.strip():
@@ -182,7 +182,7 @@ def read_run(path: str | Path, duplicates: Duplicates = "refuse") -> pa.Table:
 
 def _read_trec_run(path: Path) -> pa.Table:
     cols: dict[str, list] = {"query_id": [], "doc_id": [], "score": [], "run_id": []}
-    with reading("run", path, TopicsError), _open_text(path) as f:
+    with reading(f"run {path}", TopicsError), _open_text(path) as f:
         for n, line in enumerate(f, 1):
             parts = line.split()
             if not parts:

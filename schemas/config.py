@@ -146,7 +146,8 @@ class LLMConfig(_Config):
         "process of the actor (vLLM's own default, which overlaps scheduling with the forward pass on GPUs)."
     )
     max_engine_restarts: int = Field(
-        3, ge=0, description="Engine deaths (an engine that stopped inside its actor) the pool restarts per engine actor before the job fails."
+        3, ge=0, description="Engine deaths (an engine that stopped inside its live actor) a pool restarts, per engine actor it has: "
+        "past max_engine_restarts x actors deaths in one pool, the job fails."
     )
 
     _resources = field_validator("resources", mode="before")(lambda v: _resource_pairs(v, "resources"))

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pipelines.errors import UserError
+from pipelines.errors import UserError, first_line
 from pipelines.llm.cache import LLMCache, cache_key, default_path
 from pipelines.llm.models import ResolvedModel, resolve
 from pipelines.llm.prompts import Template
@@ -42,17 +42,18 @@ class EngineDied(RuntimeError):
 
 def engine_dead(exc: BaseException, engine: Engine | None) -> bool:
     """Whether ``exc``, raised by a batch, means the engine itself is gone rather than one bad
-    prompt: vLLM says so (``EngineDeadError``), the engine never started (its start raised),
-    or it fails a one-token probe."""
+    prompt: vLLM says so (``EngineDeadError``), the engine's start raised, or the started
+    engine fails a one-token probe. An error before the engine was used (a template, the
+    cache) is not the engine's."""
     if any(t.__name__ == "EngineDeadError" for t in type(exc).__mro__):
         return True
-    return engine is None or not engine.healthy()
+    return engine is not None and not engine.healthy()
 
 
 def describe(exc: BaseException) -> str:
     """An exception as one line: its type and the first line of its message."""
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    first = first_line(exc)
+    return type(exc).__name__ if first == type(exc).__name__ else f"{type(exc).__name__}: {first}"
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,7 @@ class Engine:
         self.startup_s: float | None = None
         self.label_ids: list[int] = []
         self.label_note: str | None = None
+        self.start_error: BaseException | None = None  # what the engine's start raised, if it failed
 
     @property
     def model_id(self) -> str:
@@ -177,33 +179,39 @@ class Engine:
             dtype = "float32" if self.cfg.dtype == "auto" and on_cpu else self.cfg.dtype
             block_size = self.cfg.block_size or (32 if on_cpu else None)
             t = time.perf_counter()
-            self._llm = LLM(
-                model=str(self.resolved.path),
-                dtype=dtype,
-                max_model_len=self.cfg.max_model_len,
-                tensor_parallel_size=self.cfg.tensor_parallel_size,
-                enforce_eager=self.cfg.enforce_eager,
-                enable_prefix_caching=self.cfg.enable_prefix_caching,
-                **({"block_size": block_size} if block_size else {}),
-                gpu_memory_utilization=self.cfg.gpu_memory_utilization,
-                max_num_seqs=self.cfg.max_num_seqs,
-                seed=self.cfg.seed,
-                logprobs_mode="raw_logits",
-                # compact JSON: otherwise a JSON schema lets a model spend its tokens on whitespace
-                structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
-                # the checkpoint-loading bar follows the job's quiet switch (TQDM_DISABLE, jobs/raysession.py)
-                use_tqdm_on_load=not os.environ.get("TQDM_DISABLE"),
-            )
+            try:
+                self._llm = LLM(
+                    model=str(self.resolved.path),
+                    dtype=dtype,
+                    max_model_len=self.cfg.max_model_len,
+                    tensor_parallel_size=self.cfg.tensor_parallel_size,
+                    enforce_eager=self.cfg.enforce_eager,
+                    enable_prefix_caching=self.cfg.enable_prefix_caching,
+                    **({"block_size": block_size} if block_size else {}),
+                    gpu_memory_utilization=self.cfg.gpu_memory_utilization,
+                    max_num_seqs=self.cfg.max_num_seqs,
+                    seed=self.cfg.seed,
+                    logprobs_mode="raw_logits",
+                    # compact JSON: otherwise a JSON schema lets a model spend its tokens on whitespace
+                    structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
+                    # the checkpoint-loading bar follows the job's quiet switch (TQDM_DISABLE, jobs/raysession.py)
+                    use_tqdm_on_load=not os.environ.get("TQDM_DISABLE"),
+                )
+            except Exception as exc:
+                self.start_error = exc
+                raise
             self.startup_s = time.perf_counter() - t
             self.label_ids, self.label_note = label_token_ids(self._llm.get_tokenizer(), self.cfg.labels)
         return self._llm
 
     def healthy(self) -> bool:
-        """Whether the engine serves: a one-token request on a fixed prompt. False when it
-        never started (its start failed) or after its core died (an engine core process
-        killed, a fatal error inside the engine)."""
-        if self._llm is None:
+        """Whether the engine serves: a one-token request on a fixed prompt. False when its
+        start failed or after its core died (an engine core process killed, a fatal error
+        inside the engine); True when it was never started (nothing to tell)."""
+        if self.start_error is not None:
             return False
+        if self._llm is None:
+            return True
         from vllm import SamplingParams
 
         try:

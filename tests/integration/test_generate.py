@@ -18,6 +18,7 @@ import pytest
 from jobs.generate import GenerateError, run_generate
 from jobs.llm_service import LLMEngineFailed
 from pipelines.generate.synthetic import TEMPLATES
+from pipelines.llm.models import resolve
 from schemas.config import GenerateConfig
 from tests.compare import assert_tables_close, close
 from tests.faults import kill_processes, processes
@@ -139,9 +140,10 @@ def test_an_engine_killed_inside_its_actor_is_restarted_and_its_batch_sent_again
     assert "EngineDeadError" in c["llm"]["last_engine_error"]
     manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
     assert manifest["llm"]["engine_restarts"] == 2
-    for kind in ("topics", "questions"):
-        raw = pq.read_table(tmp_path / "d" / "checkpoints" / kind / "shard-00001.parquet").column("raw_output").to_pylist()
-        assert not any(r.startswith("error:") for r in raw)
+    for kind in ("topics", "questions"):  # no prompt was turned into an error row
+        for shard in range(6):
+            raw = pq.read_table(tmp_path / "d" / "checkpoints" / kind / f"shard-{shard:05d}.parquet").column("raw_output").to_pylist()
+            assert not any(r.startswith("error:") for r in raw), (kind, shard)
     _same(clean[0], tmp_path / "d")
 
 
@@ -155,7 +157,7 @@ def test_an_engine_actor_killed_with_its_engine_is_restarted(synthetic, tiny_cfg
     _same(clean[0], tmp_path / "e")
 
 
-def test_an_engine_that_keeps_dying_fails_the_job_in_one_line(synthetic, tiny_cfg, tmp_path):
+def test_an_engine_that_keeps_dying_fails_the_job_in_one_line(synthetic, tiny_cfg, tiny_dir, tmp_path):
     cfg = _cfg(synthetic, tiny_cfg, llm=tiny_cfg.model_copy(update={"cache": None, "engine_process": "separate", "max_engine_restarts": 1}))
     stop = threading.Event()
 
@@ -173,8 +175,9 @@ def test_an_engine_that_keeps_dying_fails_the_job_in_one_line(synthetic, tiny_cf
         stop.set()
         killer.join()
     message = str(err.value)
-    assert "\n" not in message and "keeps dying" in message and "last engine error: " in message, message
-    assert tiny_cfg.model.split("/")[-1] in message or "tiny" in message, message
+    model = resolve(str(tiny_dir), log=lambda m: None).model_id
+    assert "\n" not in message and message.startswith(f"llm: the engine of {model} keeps dying"), message
+    assert "last engine error: " in message, message
     assert not (tmp_path / "f" / "card.md").exists()
 
 

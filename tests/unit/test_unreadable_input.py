@@ -54,12 +54,21 @@ def _faulty(kind: str, tmp: Path, data: bytes, name: str) -> tuple[Path, str]:
 KINDS = ["truncated", "corrupt", "binary", "unopenable"]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [*KINDS, "parquet"])
 def test_retrieve_refuses_an_unreadable_queries_file(tmp_path, kind):
-    path, words = _faulty(kind, tmp_path, QUERIES, "q.jsonl")
+    if kind == "parquet":
+        path, words = faults.corrupt_parquet_footer(tmp_path / "q.parquet", [{"_id": "1", "text": "q"}]), "not a Parquet file"
+    else:
+        path, words = _faulty(kind, tmp_path, QUERIES, "q.jsonl")
     _refused(["retrieve", str(path), "--db", str(tmp_path / "db"), "--method", "bm25", "--out", str(tmp_path / "out")],
              f"queries {path}: ", words)
     assert not (tmp_path / "out" / "runs").exists() and not (tmp_path / "db").exists()
+
+
+def test_decompose_refuses_an_unreadable_queries_file(tmp_path):
+    path = faults.truncated_gzip(tmp_path / "q.jsonl.gz", QUERIES)
+    _refused(["decompose", str(path), "--out", str(tmp_path / "out")], f"queries {path}: ", TRUNCATED)
+    assert not (tmp_path / "out" / "decompositions.parquet").exists()
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -86,12 +95,17 @@ def test_evaluate_refuses_an_unreadable_run_file(tmp_path, kind):
     assert not (tmp_path / "out" / "metrics.parquet").exists()
 
 
-def test_evaluate_refuses_unreadable_gold_answers(tmp_path):
+def test_evaluate_refuses_unreadable_answers_and_gold_answers(tmp_path):
     answers = tmp_path / "answers.jsonl"
     answers.write_text(json.dumps({"query_id": "q1", "answer": "x"}) + "\n")
-    gold = faults.binary(tmp_path / "gold.jsonl")
-    _refused(["evaluate", "--answers", str(answers), "--gold", str(gold), "--out", str(tmp_path / "out")],
-             f"gold answers {gold}: ", NOT_TEXT)
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text(json.dumps({"query_id": "q1", "answers": ["x"]}) + "\n")
+    bad_gold, bad_answers = faults.binary(tmp_path / "bad-gold.jsonl"), faults.binary(tmp_path / "bad-answers.jsonl")
+    _refused(["evaluate", "--answers", str(answers), "--gold", str(bad_gold), "--out", str(tmp_path / "out")],
+             f"gold answers {bad_gold}: ", NOT_TEXT)
+    _refused(["evaluate", "--answers", str(bad_answers), "--gold", str(gold), "--out", str(tmp_path / "out")],
+             f"answers {bad_answers}: ", NOT_TEXT)
+    assert not (tmp_path / "out" / "metrics.parquet").exists()
 
 
 CORPUS = "\n".join(json.dumps(d) for d in scifact_docs(200)).encode()

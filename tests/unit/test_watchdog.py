@@ -73,3 +73,41 @@ print("finished")
 """, tmp_path)
     assert res.returncode == 0 and res.stdout.strip() == "finished", res.stderr
     assert not list(tmp_path.glob("stalled-*.txt"))
+
+
+def test_a_long_call_that_works_is_not_a_stall_but_one_that_waits_is(tmp_path):
+    res = _child("""
+from jobs.watchdog import busy
+with watch("demo", out, timeout_s=1.0, grace_s=5):
+    with busy("building an index", every_s=0.2):
+        t = time.time()
+        while time.time() - t < 3:  # CPU work, no progress reported: busy reports it
+            sum(range(10000))
+print("worked")
+try:
+    with watch("demo", out, timeout_s=1.0, grace_s=5):
+        with busy("waiting", every_s=0.2):
+            time.sleep(30)  # no CPU used: a stall, busy or not
+except Stalled as exc:
+    print("STALLED", exc)
+""", tmp_path)
+    lines = res.stdout.strip().splitlines()
+    assert lines[0] == "worked" and lines[1].startswith("STALLED demo: no progress for "), res.stdout + res.stderr
+    assert len(list(tmp_path.glob("stalled-*.txt"))) == 1
+
+
+def test_a_job_that_cannot_finish_ends_the_command_in_one_line_with_exit_1(tmp_path, capsys):
+    import pytest
+    import typer
+
+    from jobs.cli import _job
+    from jobs.llm_service import LLMEngineFailed
+
+    def job():
+        raise LLMEngineFailed("llm: the engine of m@1 keeps dying (4 deaths, ...); last engine error: EngineDeadError: gone")
+
+    with pytest.raises(typer.Exit) as exit_:
+        _job("generate", tmp_path, job)
+    assert exit_.value.exit_code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: llm: the engine of m@1 keeps dying (4 deaths, ...); last engine error: EngineDeadError: gone"]
