@@ -369,3 +369,9 @@ def _source_faults(src: Source, rows_read: Callable[[], int]):
         return f"corpus file {src.uri}: unreadable" + (f" after {n} rows" if n else "")
 
     return reading(label, SourceError)
+
+
+def iter_corpus(location: str, fmt: str = "auto", batch_rows: int = 1024, max_doc_bytes: int = 1 << 20) -> Iterator[pa.Table]:
+    """Every source of a corpus, streamed in order (the single-process reader)."""
+    for src in list_sources(location, fmt):
+        yield from read_source(src, batch_rows, max_doc_bytes)
