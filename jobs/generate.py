@@ -104,7 +104,9 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
         raise GenerateError(f"generate: no table {cfg.table!r} in {cfg.db}; index a corpus first (`logicrank index`)")
     store.require_model(model_id(cfg.embed), "generate")
     if "bm25" in cfg.candidates:
-        store.require_fts("generate")
+        from pipelines.sparse import ensure_index
+
+        ensure_index(store)  # the BM25 index of this version, made once here rather than by every actor
     sample = sample_docs(store, cfg.docs, cfg.seed)
     shards = shard(sample, cfg.shard_docs)
     llm = LLMService(cfg.llm, echo=echo if progress else None)  # an unknown model fails here, before the directory is claimed

@@ -33,6 +33,7 @@ from pipelines.corpus import Source, SourceError, check_sources, list_sources, r
 from pipelines.embed import model_id, resolve_model
 from pipelines.errors import UserError, first_line
 from pipelines.indexing import EmbedStage, IndexWriter, RejectSink
+from pipelines.sparse import update_index
 from pipelines.store import DocStore
 from pipelines.writelock import TableLock
 from schemas.config import IndexConfig
@@ -188,6 +189,8 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
             lock.ensure_held()
             with rundir.timed("maintain"), busy("index: maintaining the table (compaction, indexes)"):
                 summary.maintenance = store.maintain(cfg.ann_threshold, timedelta(hours=cfg.prune_after_hours), changed)
+            with rundir.timed("bm25_index"), busy("index: the BM25 index of the new version"):
+                summary.maintenance["bm25_index"] = update_index(store)
             summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
             lock.ensure_held()
             store.tag(summary.tag)

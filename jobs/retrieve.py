@@ -57,8 +57,6 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     if needs.encoder:  # before Ray starts: a wrong model fails here
         resolve_model(cfg.embed.model)
         store.require_model(model_id(cfg.embed), "retrieve")
-    if needs.fulltext:
-        store.require_fts("retrieve")
     missing = [f for f in dict.fromkeys(needs.files) if not Path(f).is_file()]
     if missing:
         raise TopicsError(f"retrieve: input file(s) not found: {missing}")
@@ -88,6 +86,12 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         if echo:
             echo(f"retrieve: config, queries and table v{store.version} unchanged since the last run: skipped; runs in {rundir.path / 'runs'}")
         return {rid: rundir.path / o for rid, o in outputs.items()}
+
+    if needs.fulltext:  # the BM25 index of this version, made once here rather than by every actor
+        from pipelines.sparse import ensure_index
+
+        with rundir.timed("bm25_index"):
+            ensure_index(store)
 
     from jobs.raysession import ray_session
 

@@ -8,7 +8,6 @@ No user text is ever pasted into a LanceDB filter string.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -20,31 +19,21 @@ import pyarrow.compute as pc
 
 from pipelines.embed import to_matrix
 from pipelines.errors import UserError
+from pipelines.sparse import ENGLISH_STOP_WORDS, analyzer, open_index, prune_indexes
 from schemas.tables import docs_schema
 
 _META_MODEL = b"logicrank.model"
 _META_TITLE_SEP = b"logicrank.title_sep"  # how documents' titles were joined to their text when embedded (absent: a space)
 _FTS_COLUMNS = ("title", "text")
 
-# BM25's analyzer, on documents and queries alike: LanceDB's simple tokenizer (split on
-# non-alphanumerics, lower case, ASCII folding), English Snowball stemming, and Lucene's
-# English stop set (EnglishAnalyzer, also Pyserini's and bm25s's), not LanceDB's own
-# English list of about 180 words, which drops "can", "has", "own", "from", ...: on
-# RuleBench, where "X can feed Y" is the rule, that list costs 7 points of R@1.
-ENGLISH_STOP_WORDS = (
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not",
-    "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was",
-    "will", "with",
-)
+# LanceDB's full-text index analyzes text as the BM25 engine's analyzer does
+# (pipelines/sparse.py): simple tokenizer, English stemming, Lucene's English stop words.
 _FTS_ANALYZER = {"language": "English", "stem": True, "remove_stop_words": True, "custom_stop_words": list(ENGLISH_STOP_WORDS)}
 _WORD = re.compile(r"[^\W_]+")  # the simple tokenizer's words
 
 
-@functools.cache
 def _stemmer():
-    import Stemmer  # PyStemmer: the Snowball English stemmer LanceDB's analyzer uses
-
-    return Stemmer.Stemmer("english")
+    return analyzer().stemmer
 
 
 class StoreError(UserError, RuntimeError):
@@ -61,6 +50,7 @@ class DocStore:
         self.db = lancedb.connect(uri)
         self._table = None
         self._lance = None  # the Lance dataset, for full-text search
+        self._bm25 = None  # the BM25 engine's index of this version (pipelines/sparse.py)
 
     # -- lifecycle ---------------------------------------------------------------
     def exists(self) -> bool:
@@ -103,7 +93,7 @@ class DocStore:
     def drop(self) -> None:
         """Remove the table with every version and tag (the index job's undo of a table it created)."""
         self.db.drop_table(self.name)
-        self._table = self._lance = None
+        self._table = self._lance = self._bm25 = None
 
     def title_sep(self) -> str:
         """What joined each document's title to its text when it was embedded."""
@@ -316,6 +306,7 @@ class DocStore:
                     built = self.build_indexes(ann_threshold)
         cleanup = t.to_lance().cleanup_old_versions(older_than=prune_older_than, error_if_tagged_old_versions=False)
         t.checkout_latest()
+        prune_indexes(self, [v["version"] for v in t.list_versions()])
         return {
             "fragments_removed": fragments[0],
             "fragments_added": fragments[1],
@@ -391,6 +382,12 @@ class DocStore:
         if with_vectors:
             out["vector"] = res.column("vector")
         return pa.table(out)
+
+    def bm25_index(self):
+        """The BM25 engine's index of this version (pipelines/sparse.py), opened once."""
+        if self._bm25 is None:
+            self._bm25 = open_index(self)
+        return self._bm25
 
     def text_search(self, text: str, k: int) -> pa.Table:
         """BM25 (k1 1.2, b 0.75) over title and text as one combined field: the top ``k``

@@ -58,6 +58,10 @@ def test_index_reindex_and_incremental_changes(tmp_path, docs300):
     assert {"doc_id", "title", "text"} <= {c for i in store.table.list_indices() for c in i.columns}
     assert s.tag in store.table.tags.list()
     assert (tmp_path / "run1" / "manifest.json").exists()
+    # the BM25 index of the version the run ends at, beside the table
+    assert s.maintenance["bm25_index"] == {"how": "built", "analyzed": 300, "version": s.table_version, "docs": 300,
+                                           "terms": s.maintenance["bm25_index"]["terms"]}
+    assert (db / "_bm25" / "docs" / f"v{s.table_version}" / "meta.json").is_file()
 
     # unchanged snapshot: nothing embedded, nothing written, no new version
     s2 = run_index(_cfg(corpus, db), tmp_path / "run2")
@@ -81,6 +85,9 @@ def test_index_reindex_and_incremental_changes(tmp_path, docs300):
     assert set(coverage) == {"doc_id_idx", "title_idx", "text_idx"} and set(coverage.values()) == {0}
     assert s.maintenance["fragments_removed"] >= 2  # the first run's chunk commits were compacted
     assert s3.maintenance["versions_pruned"] > 0
+    bm = s3.maintenance["bm25_index"]  # patched from the first run's: only the 7 new or changed documents analyzed
+    assert (bm["how"], bm["from_version"], bm["analyzed"], bm["dropped"], bm["kept"], bm["version"]) == ("patched", s.table_version, 7, 5, 295, s3.table_version)
+    assert s2.maintenance["bm25_index"]["how"] == "current"
     assert len(store.table.list_versions()) < versions_before
     assert {s.tag, s2.tag, s3.tag} <= set(store.table.tags.list())
     store.table.checkout(s.tag)  # the first run's version is still readable

@@ -1,0 +1,399 @@
+"""BM25 as a batch engine: a sparse index kept beside the table, tied to its version.
+
+The index holds, for every document of one table version, the analyzed term counts of its
+title and of its text (two ``scipy.sparse`` CSR matrices, documents x vocabulary) and the
+document's content hash. Scoring a batch of queries is one sparse product
+``Q (queries x terms) @ W.T (terms x documents)`` followed by a top k per row, where ``W``
+holds each (document, term)'s BM25 weight.
+
+The scores are today's definition, the one LanceDB's full-text search computes with a
+``CombinedFieldsQuery`` over title and text (BM25F with Lucene's combined statistics):
+
+* the analyzer (:class:`Analyzer`): LanceDB's simple tokenizer (split on characters that
+  are not alphanumeric), tokens of 40 bytes or more dropped, lower case, Snowball English
+  stemming, Lucene's English stop words (matched after stemming), ASCII folding, in that
+  order; one analyzer for every BM25 path of the project, checked token for token against
+  LanceDB's on SciFact and RuleBench (tests/integration/test_sparse.py);
+* per term, the document frequency is the larger of its title and text frequencies, the
+  document count the larger of the two fields' (documents with at least one token in the
+  field), the average length the sum of both fields' tokens over that count;
+* a document's term frequency and length are its title's plus its text's;
+* ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, ``w = idf * (k1 + 1) * tf / (tf + k1 * (1 - b + b * dl / avgdl))``,
+  k1 1.2, b 0.75; a query term counts as often as the query repeats it.
+
+The index for version ``v`` of table ``t`` in database directory ``db`` lives in
+``db/_bm25/t/v<v>/``; :func:`open_index` builds it on first use (and saves it, where the
+database is a local directory), and :func:`update_index` makes the next version's by
+patching the nearest earlier one with the documents whose content hash changed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import tempfile
+import unicodedata
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+K1, B = 1.2, 0.75
+MAX_TOKEN_BYTES = 40  # LanceDB's max_token_length: tokens of this many UTF-8 bytes or more are dropped
+FORMAT = 1  # the on-disk layout; an index of another format is rebuilt
+
+# Lucene's English stop set (EnglishAnalyzer, also Pyserini's and bm25s's), not LanceDB's own
+# English list of about 180 words, which drops "can", "has", "own", "from", ...: on
+# RuleBench, where "X can feed Y" is the rule, that list costs 7 points of R@1.
+ENGLISH_STOP_WORDS = (
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not",
+    "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was",
+    "will", "with",
+)
+_WORD = re.compile(r"[^\W_]+")  # the simple tokenizer's words: runs of alphanumeric characters
+
+
+def _fold(token: str) -> str:
+    """ASCII folding: each character with an ASCII form (é -> e, ß -> ss, ¼ -> 14) becomes it;
+    the others (Greek, CJK, ...) stay."""
+    if token.isascii():
+        return token
+    return "".join(_fold_char(c) for c in token)
+
+
+@functools.cache
+def _fold_char(c: str) -> str:
+    special = {"ß": "ss", "æ": "ae", "Æ": "AE", "œ": "oe", "Œ": "OE", "ø": "o", "Ø": "O", "đ": "d", "Đ": "D",
+               "ł": "l", "Ł": "L", "þ": "th", "Þ": "TH", "ð": "d", "Ð": "D", "ı": "i", "ħ": "h", "Ħ": "H"}
+    if c in special:
+        return special[c]
+    ascii_part = "".join(x for x in unicodedata.normalize("NFKD", c) if x.isascii())
+    return ascii_part or c
+
+
+class Analyzer:
+    """Text -> BM25 terms, as LanceDB's full-text index analyzes title and text (module doc).
+
+    Words are memoised: a corpus repeats its words, so each distinct word is lowered,
+    stemmed and folded once."""
+
+    def __init__(self, stop_words: Iterable[str] = ENGLISH_STOP_WORDS):
+        import Stemmer  # PyStemmer: the Snowball English stemmer LanceDB's analyzer uses
+
+        self.stemmer = Stemmer.Stemmer("english")
+        self._stem = self.stemmer.stemWord
+        self._stop = frozenset(stop_words)
+        self._memo: dict[str, str | None] = {}
+
+    def _term(self, word: str) -> str | None:
+        if len(word.encode()) >= MAX_TOKEN_BYTES:
+            return None
+        lowered = word.lower() if word.isascii() else "".join(c.lower() for c in word)  # per character, as Rust's char::to_lowercase
+        stem = self._stem(lowered)
+        return None if stem in self._stop else _fold(stem)
+
+    def __call__(self, text: str | None) -> list[str]:
+        if not text:
+            return []
+        memo, out = self._memo, []
+        for word in _WORD.findall(text):
+            term = memo.get(word, 0)
+            if term == 0:
+                term = memo[word] = self._term(word)
+                if len(memo) > 2_000_000:  # bounded on corpora with huge vocabularies
+                    memo.clear()
+            if term is not None:
+                out.append(term)
+        return out
+
+
+@functools.cache
+def analyzer() -> Analyzer:
+    return Analyzer()
+
+
+class Vocabulary:
+    """term <-> id, growing as documents bring new terms (ids never change)."""
+
+    def __init__(self, terms: Sequence[str] = ()):
+        self.terms = list(terms)
+        self.ids = {t: i for i, t in enumerate(self.terms)}
+
+    def id(self, term: str) -> int:
+        i = self.ids.get(term)
+        if i is None:
+            i = self.ids[term] = len(self.terms)
+            self.terms.append(term)
+        return i
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+
+def _counts(texts: Iterable[str | None], vocab: Vocabulary, analyze: Analyzer) -> sp.csr_matrix:
+    """Documents x vocabulary term counts of ``texts`` (the vocabulary grows as needed)."""
+    indptr, indices, data = [0], [], []
+    for text in texts:
+        ids = np.fromiter((vocab.id(t) for t in analyze(text)), dtype=np.int64)
+        if len(ids):
+            uniq, cnt = np.unique(ids, return_counts=True)
+            indices.append(uniq)
+            data.append(cnt)
+            indptr.append(indptr[-1] + len(uniq))
+        else:
+            indptr.append(indptr[-1])
+    indices = np.concatenate(indices) if indices else np.empty(0, np.int64)
+    data = np.concatenate(data) if data else np.empty(0, np.int64)
+    return sp.csr_matrix((data.astype(np.int32), indices.astype(np.int32), np.asarray(indptr, np.int64)), shape=(len(indptr) - 1, len(vocab)))
+
+
+def _widen(m: sp.csr_matrix, cols: int) -> sp.csr_matrix:
+    return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], cols))
+
+
+class BM25Index:
+    """The BM25 statistics of one table version (module doc) and its batch search."""
+
+    def __init__(self, doc_ids: np.ndarray, hashes: np.ndarray, title: sp.csr_matrix, text: sp.csr_matrix, vocab: Vocabulary, version: int):
+        self.doc_ids, self.hashes, self.vocab, self.version = doc_ids, hashes, vocab, version
+        cols = len(vocab)
+        self.title, self.text = _widen(title, cols), _widen(text, cols)
+        self._weights = None  # terms x documents BM25 weights, made on first search
+
+    # -- building ----------------------------------------------------------------
+    @classmethod
+    def build(cls, batches: Iterable[pa.RecordBatch], version: int, analyze: Analyzer | None = None) -> BM25Index:
+        """From record batches of (doc_id, content_hash, title, text)."""
+        analyze = analyze or analyzer()
+        vocab, ids, hashes, titles, texts = Vocabulary(), [], [], [], []
+        for b in batches:
+            ids.append(b.column("doc_id").to_numpy(zero_copy_only=False))
+            hashes.append(b.column("content_hash").to_numpy(zero_copy_only=False))
+            titles.append(_counts(b.column("title").to_pylist(), vocab, analyze))
+            texts.append(_counts(b.column("text").to_pylist(), vocab, analyze))
+        cols = len(vocab)
+        stack = lambda ms: sp.vstack([_widen(m, cols) for m in ms], format="csr") if ms else sp.csr_matrix((0, cols), dtype=np.int32)  # noqa: E731
+        empty = np.empty(0, dtype=object)
+        return cls(np.concatenate(ids) if ids else empty, np.concatenate(hashes) if hashes else empty, stack(titles), stack(texts), vocab, version)
+
+    def patched(self, stored: pa.Table, read_rows, version: int, analyze: Analyzer | None = None) -> tuple[BM25Index, dict]:
+        """This index brought to another version of the table: ``stored`` is that version's
+        (doc_id, content_hash); ``read_rows(ids)`` returns its (doc_id, content_hash, title,
+        text) rows for the given ids. Documents whose hash is unchanged are kept as they are,
+        the others dropped and (when still stored) analyzed again."""
+        analyze = analyze or analyzer()
+        new_ids = stored.column("doc_id").to_numpy(zero_copy_only=False)
+        new_hashes = stored.column("content_hash").to_numpy(zero_copy_only=False)
+        old = dict(zip(self.doc_ids.tolist(), self.hashes.tolist(), strict=True))
+        keep_mask = np.fromiter((old.get(d) == h for d, h in zip(new_ids.tolist(), new_hashes.tolist(), strict=True)), bool, len(new_ids))
+        kept = set(new_ids[keep_mask].tolist())
+        rows = np.fromiter((d in kept for d in self.doc_ids.tolist()), bool, len(self.doc_ids))
+        fresh = read_rows(new_ids[~keep_mask].tolist())
+        vocab = Vocabulary(self.vocab.terms)
+        title = _counts(fresh.column("title").to_pylist(), vocab, analyze)
+        text = _counts(fresh.column("text").to_pylist(), vocab, analyze)
+        cols = len(vocab)
+        out = BM25Index(
+            np.concatenate([self.doc_ids[rows], fresh.column("doc_id").to_numpy(zero_copy_only=False)]),
+            np.concatenate([self.hashes[rows], fresh.column("content_hash").to_numpy(zero_copy_only=False)]),
+            sp.vstack([_widen(self.title[rows], cols), _widen(title, cols)], format="csr"),
+            sp.vstack([_widen(self.text[rows], cols), _widen(text, cols)], format="csr"),
+            vocab, version,
+        )
+        return out, {"kept": int(rows.sum()), "analyzed": fresh.num_rows, "dropped": int(len(self.doc_ids) - rows.sum())}
+
+    # -- statistics and weights ------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    def stats(self) -> dict:
+        """N, the average length, and per-term document frequencies (the combined statistics)."""
+        def field(m):
+            lengths = np.asarray(m.sum(axis=1)).ravel()
+            df = np.bincount(m.indices, minlength=m.shape[1])
+            return int((lengths > 0).sum()), int(lengths.sum()), df
+        nt, tt, dft = field(self.title)
+        nx, tx, dfx = field(self.text)
+        n = max(nt, nx)
+        return {"docs": n, "avgdl": (tt + tx) / n if n else 0.0, "df": np.maximum(dft, dfx)}
+
+    def weights(self) -> sp.csr_matrix:
+        """terms x documents BM25 weights (float32, as LanceDB scores)."""
+        if self._weights is None:
+            s = self.stats()
+            tf = (self.title + self.text).tocsr()
+            tf.sort_indices()
+            n, avgdl, df = s["docs"], s["avgdl"], s["df"]
+            idf = np.log1p((n - df + 0.5) / (df + 0.5))
+            dl = np.asarray(tf.sum(axis=1)).ravel().astype(np.float64)
+            norm = K1 * (1 - B + B * dl / avgdl) if avgdl else np.full(len(dl), K1)
+            row = np.repeat(np.arange(tf.shape[0]), np.diff(tf.indptr))
+            f = tf.data.astype(np.float64)
+            w = idf[tf.indices] * (K1 + 1) * f / (f + norm[row])
+            self._weights = sp.csr_matrix((w.astype(np.float32), tf.indices, tf.indptr), shape=tf.shape).T.tocsr()
+        return self._weights
+
+    # -- search ------------------------------------------------------------------
+    def query_matrix(self, texts: Sequence[str | None], analyze: Analyzer | None = None) -> sp.csr_matrix:
+        """queries x terms counts; terms the index has never seen are left out (they score 0)."""
+        analyze = analyze or analyzer()
+        ids = self.vocab.ids
+        indptr, indices = [0], []
+        for text in texts:
+            found = [i for i in (ids.get(t) for t in analyze(text)) if i is not None]
+            indices.extend(found)
+            indptr.append(len(indices))
+        data = np.ones(len(indices), np.float32)
+        q = sp.csr_matrix((data, np.asarray(indices, np.int32), np.asarray(indptr, np.int64)), shape=(len(texts), len(self.vocab)))
+        q.sum_duplicates()  # a repeated query term counts as often as it occurs
+        return q
+
+    def search(self, texts: Sequence[str | None], k: int, block: int = 256) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each text's top ``k`` as (document rows, scores), best first; documents tied with
+        the k-th score are all kept (the ranking breaks ties by doc id). Only documents with a
+        positive score come back."""
+        w = self.weights()
+        out = []
+        for i in range(0, len(texts), block):
+            s = (self.query_matrix(texts[i : i + block]) @ w).tocsr()
+            for r in range(s.shape[0]):
+                lo, hi = s.indptr[r], s.indptr[r + 1]
+                docs, scores = s.indices[lo:hi], s.data[lo:hi]
+                if len(scores) > k:
+                    kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+                    keep = scores >= kth
+                    docs, scores = docs[keep], scores[keep]
+                order = np.argsort(-scores, kind="stable")
+                out.append((docs[order], scores[order].astype(np.float64)))
+        return out
+
+    # -- storage -----------------------------------------------------------------
+    def save(self, path: Path) -> Path:
+        """Write the index to directory ``path`` atomically (a temporary sibling renamed)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+        try:
+            for name, m in (("title", self.title), ("text", self.text)):
+                sp.save_npz(tmp / f"{name}.npz", m, compressed=False)
+            pq.write_table(pa.table({"doc_id": pa.array(self.doc_ids, pa.string()), "content_hash": pa.array(self.hashes, pa.string())}), tmp / "docs.parquet")
+            pq.write_table(pa.table({"term": pa.array(self.vocab.terms, pa.string())}), tmp / "vocab.parquet")
+            (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": self.version, "docs": len(self), "terms": len(self.vocab)}))
+            if path.exists():
+                shutil.rmtree(path, ignore_errors=True)
+            try:
+                os.replace(tmp, path)
+            except OSError:  # another process saved this version meanwhile: theirs stands
+                if BM25Index.load(path) is None:
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> BM25Index | None:
+        """The index saved in ``path``; None when it is absent, partial or of another format."""
+        path = Path(path)
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+            if meta.get("format") != FORMAT:
+                return None
+            docs = pq.read_table(path / "docs.parquet")
+            vocab = Vocabulary(pq.read_table(path / "vocab.parquet").column("term").to_pylist())
+            title, text = (sp.load_npz(path / f"{n}.npz").tocsr() for n in ("title", "text"))
+        except (OSError, ValueError, KeyError, pa.ArrowInvalid):
+            return None
+        if docs.num_rows != meta["docs"] or len(vocab) != meta["terms"]:
+            return None
+        return cls(docs.column("doc_id").to_numpy(zero_copy_only=False), docs.column("content_hash").to_numpy(zero_copy_only=False),
+                   title, text, vocab, int(meta["version"]))
+
+
+# -- the index beside a table --------------------------------------------------------
+_COLUMNS = ["doc_id", "content_hash", "title", "text"]
+
+
+def index_root(store) -> Path | None:
+    """``<db>/_bm25/<table>``, or None where the database is not a local directory."""
+    uri = str(store.uri)
+    if "://" in uri and not uri.startswith("file://"):
+        return None
+    return Path(uri.removeprefix("file://")) / "_bm25" / store.name
+
+
+def _saved_versions(root: Path | None) -> list[int]:
+    if root is None or not root.is_dir():
+        return []
+    return sorted(int(p.name[1:]) for p in root.iterdir() if p.is_dir() and re.fullmatch(r"v\d+", p.name))
+
+
+def open_index(store, save: bool = True) -> BM25Index:
+    """The BM25 index of the store's version: loaded when saved, else made (patched from the
+    nearest earlier saved version, or built) and saved where the database is local."""
+    version, root = store.version, index_root(store)
+    if root is not None:
+        found = BM25Index.load(root / f"v{version}")
+        if found is not None:
+            return found
+    index, _ = make_index(store, root)
+    if save and root is not None:
+        index.save(root / f"v{version}")
+    return index
+
+
+def ensure_index(store) -> None:
+    """Make and save the store version's index unless it is saved (a job's driver, before its
+    actors open it); where the database is not local, each reader builds its own."""
+    root = index_root(store)
+    if root is not None and not (root / f"v{store.version}" / "meta.json").is_file():
+        open_index(store)
+
+
+def make_index(store, root: Path | None = None) -> tuple[BM25Index, dict]:
+    """Make the store version's index: patch the nearest earlier saved version when it
+    shares most documents, else build from a scan. Returns it and what was done."""
+    version = store.version
+    earlier = [v for v in _saved_versions(root) if v < version]
+    base = BM25Index.load(root / f"v{earlier[-1]}") if earlier else None
+    if base is not None:
+        stored = store.hashes()
+        changed = len(stored) - int(pc.sum(pc.is_in(stored.column("content_hash"), value_set=pa.array(base.hashes, pa.string()))).as_py() or 0)
+        if changed <= PATCH_LIMIT * max(1, len(stored)):
+            index, counts = base.patched(stored, lambda ids: store.rows_for(ids, _COLUMNS[1:]), version)
+            return index, {"how": "patched", "from_version": base.version, **counts}
+    index = BM25Index.build(store.scan(_COLUMNS, batch_rows=8192, read_ahead=True), version)
+    return index, {"how": "built", "analyzed": len(index)}
+
+
+PATCH_LIMIT = 0.5  # patch while at most this share of the documents changed (measured: docs/bm25.md)
+
+
+def update_index(store) -> dict:
+    """After a write (the index job): save the latest version's index, patched or built, and
+    return what was done (for the manifest)."""
+    root = index_root(store)
+    if root is None:
+        return {"how": "not saved (the database is not a local directory: each reader builds it)"}
+    path = root / f"v{store.version}"
+    if BM25Index.load(path) is not None:
+        return {"how": "current", "version": store.version}
+    index, done = make_index(store, root)
+    index.save(path)
+    return {**done, "version": store.version, "docs": len(index), "terms": len(index.vocab)}
+
+
+def prune_indexes(store, keep_versions: Iterable[int]) -> list[int]:
+    """Remove the saved indexes of versions the table no longer keeps; returns them."""
+    root = index_root(store)
+    keep = set(keep_versions)
+    gone = [v for v in _saved_versions(root) if v not in keep]
+    for v in gone:
+        shutil.rmtree(root / f"v{v}", ignore_errors=True)
+    return gone
