@@ -254,7 +254,7 @@ def retrieve(
     cpus_per_actor: LLMCpus = 1.0,
     gpus_per_actor: LLMGpus = None,
     llm_batch_rows: Annotated[int, typer.Option(help="Prompts per engine call of the LLM pool.")] = 64,
-    retrieve_actors: Annotated[int, typer.Option(help="Actors of the bulk-retrieval pool (dense, bm25 over query batches).")] = 1,
+    retrieve_actors: Annotated[int | None, typer.Option(help="Actors of the bulk-retrieval pool (dense, bm25 over query batches); default: sized to the cluster, and a small job runs in the driver.")] = None,
     retrieve_batch_rows: Annotated[int, typer.Option(help="Queries per batch of the bulk-retrieval pool.")] = 1024,
     ray_address: RayAddress = None,
     out: Path = Path("runs/retrieve"),

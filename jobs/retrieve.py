@@ -8,7 +8,11 @@ manifest. Every pipeline is validated before Ray starts or a model loads.
 Where the work runs:
 - per-query retrievers (dense, bm25) run over query batches on a Ray Data actor pool
   (``ray.retrieve_actors``), each actor opening the table and the encoder once; the driver
-  only assembles the runs, checking that rows stay keyed by the input's query ids;
+  only assembles the runs, checking that rows stay keyed by the input's query ids. Without
+  ``ray.retrieve_actors`` the driver first runs the stage on a probe of the queries, and
+  finishes there when the rest would take at most ``ray.retrieve_local_s`` (a pool costs
+  seconds to start: at SciFact's size a whole bm25 run takes less); otherwise the pool,
+  sized to the cluster's free CPUs, takes the rest;
 - every stage that needs the LLM shares one engine pool per job (jobs/llm_service.py);
 - the rest (itlr, fusion, rewriters, the rerankers' composition) runs in the driver.
 
@@ -202,7 +206,8 @@ class _Executor:
         from jobs.raysession import require_fit
 
         r = self.cfg.ray
-        require_fit("retrieve", r.retrieve_actors, r.retrieve_num_cpus, 0.0, ray.cluster_resources(), RetrieveJobError)
+        if r.retrieve_actors is not None:  # (a pool sized to the cluster fits it)
+            require_fit("retrieve", r.retrieve_actors, r.retrieve_num_cpus, 0.0, ray.cluster_resources(), RetrieveJobError)
         if needs.llm:
             self._llm_service().check_fit()
 
@@ -256,7 +261,7 @@ class _Executor:
             return out, True
         bulk = stage.per_query and stage.kind is Kind.RETRIEVER
         with self.rundir.timed(f"{stage.name}:{key[:8]}"):
-            out = Output(run=self._bulk(stage, queries)) if bulk else stage.run(self.ctx, queries, runs)
+            out = self._bulk(stage, queries) if bulk else stage.run(self.ctx, queries, runs)
         if out.queries is not None and out.queries.column("query_id").to_pylist() != queries.column("query_id").to_pylist():
             raise RuntimeError(f"{stage.name}: a rewriter must return one row per query, in order (a bug)")
         if out.run is not None:  # a run assembled from actor batches must also rank each query 1..n
@@ -266,8 +271,43 @@ class _Executor:
         beat(f"retrieve: stage {stage.name} done")
         return out, False
 
-    def _bulk(self, stage, queries: pa.Table) -> pa.Table:
-        """A per-query retriever over query batches on a Ray Data actor pool."""
+    def _bulk(self, stage, queries: pa.Table) -> Output:
+        """A per-query retriever over query batches: in the driver when the job is small
+        (module doc), else on a Ray Data actor pool. The counts say where it ran."""
+        import time
+
+        r = self.cfg.ray
+        n = queries.num_rows
+        if n == 0:
+            return Output(run=RUN.empty_table(), counts={"placement": "none"})
+        parts, done = [], 0
+        if r.retrieve_actors is None and r.retrieve_local_s > 0:
+            probe = min(n, max(1, r.retrieve_batch_rows // 4))
+            start = time.perf_counter()
+            parts.append(stage.run(self.ctx, queries.slice(0, probe), []).run)  # (opens the index or the encoder here once)
+            done = probe
+            rate = (time.perf_counter() - start) / probe
+            if rate * (n - done) <= r.retrieve_local_s:
+                for i in range(done, n, r.retrieve_batch_rows):
+                    parts.append(stage.run(self.ctx, queries.slice(i, r.retrieve_batch_rows), []).run)
+                    beat(f"retrieve: {stage.name}: {min(n, i + r.retrieve_batch_rows)} of {n} queries")
+                return Output(run=_assemble(parts, stage.name), counts={"placement": "driver"})
+        actors = r.retrieve_actors or self._pool_size()
+        parts += self._pool(stage, queries.slice(done), actors)
+        return Output(run=_assemble(parts, stage.name), counts={"placement": f"pool of {actors}" + (f" after {done} in the driver" if done else "")})
+
+    def _pool_size(self) -> int:
+        """As many retrieval actors as the cluster's CPUs hold beside the LLM pool (at least one)."""
+        import ray
+
+        r = self.cfg.ray
+        cpus = ray.cluster_resources().get("CPU", 1.0)
+        held = self._llm.holds() if self._llm is not None else None
+        if held and cpus - held["CPU"] >= r.retrieve_num_cpus:
+            cpus -= held["CPU"]
+        return max(1, int(cpus // r.retrieve_num_cpus))
+
+    def _pool(self, stage, queries: pa.Table, actors: int) -> list[pa.Table]:
         import ray
 
         from pipelines.embed import resolve_model as resolved
@@ -275,18 +315,18 @@ class _Executor:
         r = self.cfg.ray
         n = queries.num_rows
         if n == 0:
-            return RUN.empty_table()
+            return []
         if self._llm is not None:  # the LLM pool gives its CPUs/GPUs back when the retrieval pool would not fit beside it
             free = ray.cluster_resources()
             held = self._llm.holds()
-            if held and (r.retrieve_actors * r.retrieve_num_cpus > free.get("CPU", 0) - held["CPU"]):
+            if held and (actors * r.retrieve_num_cpus > free.get("CPU", 0) - held["CPU"]):
                 self._llm.release()
         embed = self.cfg.embed.model_copy(update={"model": str(resolved(self.cfg.embed.model))}) if stage.needs().encoder else None
         ds = ray.data.from_arrow([queries.slice(i, r.retrieve_batch_rows) for i in range(0, n, r.retrieve_batch_rows)])
         ds = ds.map_batches(
             _RetrieveActor,
             fn_constructor_kwargs={"db": self.cfg.db, "table": self.cfg.table, "version": self.version, "embed": embed, "options": stage.options},
-            compute=ray.data.ActorPoolStrategy(size=r.retrieve_actors),
+            compute=ray.data.ActorPoolStrategy(size=actors),
             batch_size=r.retrieve_batch_rows,
             batch_format="pyarrow",
             num_cpus=r.retrieve_num_cpus,
@@ -295,8 +335,12 @@ class _Executor:
         for part in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             parts.append(part)
             beat(f"retrieve: {stage.name}: {sum(p.num_rows for p in parts)} result rows")
-        run = pa.concat_tables([conform(p, RUN, stage.name) for p in parts]) if parts else RUN.empty_table()
-        return run.sort_by([("query_id", "ascending"), ("rank", "ascending")])  # batches arrive in any order
+        return parts
+
+
+def _assemble(parts: list[pa.Table], stage: str) -> pa.Table:
+    run = pa.concat_tables([conform(p, RUN, stage) for p in parts]) if parts else RUN.empty_table()
+    return run.sort_by([("query_id", "ascending"), ("rank", "ascending")])  # batches arrive in any order
 
 
 class _RetrieveActor:

@@ -166,6 +166,7 @@ class BM25Index:
         cols = len(vocab)
         self.title, self.text = _widen(title, cols), _widen(text, cols)
         self._weights = None  # terms x documents BM25 weights, made on first search
+        self._tiebreak_rows = None
 
     # -- building ----------------------------------------------------------------
     @classmethod
@@ -256,23 +257,33 @@ class BM25Index:
         return q
 
     def search(self, texts: Sequence[str | None], k: int, block: int = 256) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Each text's top ``k`` as (document rows, scores), best first; documents tied with
-        the k-th score are all kept (the ranking breaks ties by doc id). Only documents with a
+        """Each text's top ``k`` as (document rows, scores), ranked as runs are: score
+        descending, ties by doc id descending (trec_eval's order). Only documents with a
         positive score come back."""
         w = self.weights()
+        tiebreak = self._tiebreak()
         out = []
         for i in range(0, len(texts), block):
-            s = (self.query_matrix(texts[i : i + block]) @ w).tocsr()
+            s = self.query_matrix(texts[i : i + block]) @ w
+            indptr, indices, data = s.indptr, s.indices, s.data
             for r in range(s.shape[0]):
-                lo, hi = s.indptr[r], s.indptr[r + 1]
-                docs, scores = s.indices[lo:hi], s.data[lo:hi]
-                if len(scores) > k:
-                    kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+                lo, hi = indptr[r], indptr[r + 1]
+                docs, scores = indices[lo:hi], data[lo:hi]
+                if hi - lo > k:  # the k best and everything tied with the k-th
+                    kth = np.partition(scores, hi - lo - k)[hi - lo - k]
                     keep = scores >= kth
                     docs, scores = docs[keep], scores[keep]
-                order = np.argsort(-scores, kind="stable")
+                order = np.lexsort((tiebreak[docs], -scores))[:k]
                 out.append((docs[order], scores[order].astype(np.float64)))
         return out
+
+    def _tiebreak(self) -> np.ndarray:
+        """Per document row: its position when doc ids sort descending (ties rank by it)."""
+        if getattr(self, "_tiebreak_rows", None) is None or len(self._tiebreak_rows) != len(self):
+            rank = np.empty(len(self), np.int64)
+            rank[np.argsort(self.doc_ids.astype(str))[::-1]] = np.arange(len(self))
+            self._tiebreak_rows = rank
+        return self._tiebreak_rows
 
     # -- storage -----------------------------------------------------------------
     def save(self, path: Path) -> Path:

@@ -60,8 +60,15 @@ class RayConfig(_Config):
     batch_rows: int = Field(512, ge=1, description="Rows per Ray Data batch into the embedder.")
     block_bytes: int = Field(1 << 20, ge=1 << 12, description="Target Ray Data block size: small blocks spread work over actors.")
 
-    retrieve_actors: int = Field(1, ge=1, description="Size of the bulk-retrieval actor pool (dense, bm25 over query batches).")
+    retrieve_actors: int | None = Field(
+        None, ge=1, description="Size of the bulk-retrieval actor pool (dense, bm25 over query batches); None: as many as the "
+        "cluster's free CPUs hold, and a job small enough for retrieve_local_s runs in the driver instead."
+    )
     retrieve_num_cpus: float = Field(1.0, gt=0, description="CPUs per retrieval actor.")
+    retrieve_local_s: float = Field(
+        10.0, ge=0, description="With retrieve_actors None: a bulk retrieval whose work, timed on its first queries in the driver, "
+        "would take at most this many seconds there finishes there (starting a pool costs seconds); 0: always the pool."
+    )
     retrieve_batch_rows: int = Field(
         1024, ge=1, description="Queries per retrieval batch (the encoder batches within it; results do not depend on it)."
     )

@@ -195,6 +195,8 @@ def test_pipelines_share_prefixes_and_a_rerun_reuses_unchanged_stages(indexed, t
     assert [s["sub"][0]["cached"] for s in fused[:2]] == [True, True] and fused[2]["cached"] is False
     assert [s["stages"][0]["cached"] for s in (manifest["pipelines"]["dense"], manifest["pipelines"]["bm25"])] == [False, False]
     assert manifest["llm"] is None  # no stage needed the LLM: no pool started
+    # 40 queries by default: timed on a probe, small enough to finish in the driver (no pool started)
+    assert [manifest["pipelines"][r]["stages"][0]["placement"] for r in ("dense", "bm25")] == ["driver", "driver"]
 
     spec["hybrid"][0]["rrf"]["rrf_k"] = 10
     f.write_text(json.dumps(spec))
@@ -209,4 +211,14 @@ def test_pipelines_share_prefixes_and_a_rerun_reuses_unchanged_stages(indexed, t
     runs = run_retrieve(cfg, tmp_path / "two")
     for rid in ("dense", "bm25"):
         a, b = pq.read_table(runs[rid]), pq.read_table(tmp_path / "r" / "runs" / f"{rid}.parquet")
-        assert_runs_close(a, b, f"{rid}: two actors, batches of 7 vs one actor")  # same documents, ranks and order; scores to 1e-5
+        assert_runs_close(a, b, f"{rid}: two actors, batches of 7 vs the driver")  # same documents, ranks and order; scores to 1e-5
+    placed = json.loads((tmp_path / "two" / "manifest.json").read_text())["pipelines"]
+    assert placed["bm25"]["stages"][0]["placement"] == "pool of 2"
+
+    # no pool size given and a job too big for the driver (by its probe): a pool sized to the cluster takes the rest
+    cfg = cfg.model_copy(update={"ray": RayConfig(num_cpus=2, retrieve_batch_rows=8, retrieve_local_s=1e-9)})
+    runs = run_retrieve(cfg, tmp_path / "auto")
+    placed = json.loads((tmp_path / "auto" / "manifest.json").read_text())["pipelines"]
+    assert placed["bm25"]["stages"][0]["placement"] == "pool of 2 after 2 in the driver"
+    for rid in ("dense", "bm25"):
+        assert_runs_close(pq.read_table(runs[rid]), pq.read_table(tmp_path / "r" / "runs" / f"{rid}.parquet"), f"{rid}: probe + pool vs the driver")
