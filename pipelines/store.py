@@ -51,6 +51,7 @@ class DocStore:
         self._table = None
         self._lance = None  # the Lance dataset, for full-text search
         self._bm25 = None  # the BM25 engine's index of this version (pipelines/sparse.py)
+        self._matrix = None  # (doc ids, unit vectors) of this version, for the exact dense engine
 
     # -- lifecycle ---------------------------------------------------------------
     def exists(self) -> bool:
@@ -93,7 +94,7 @@ class DocStore:
     def drop(self) -> None:
         """Remove the table with every version and tag (the index job's undo of a table it created)."""
         self.db.drop_table(self.name)
-        self._table = self._lance = self._bm25 = None
+        self._table = self._lance = self._bm25 = self._matrix = None
 
     def title_sep(self) -> str:
         """What joined each document's title to its text when it was embedded."""
@@ -359,7 +360,8 @@ class DocStore:
 
     # -- search ------------------------------------------------------------------
     def vector_search(
-        self, vectors: np.ndarray, k: int, exact: bool | None = None, with_vectors: bool = False, nprobes: int | None = None
+        self, vectors: np.ndarray, k: int, exact: bool | None = None, with_vectors: bool = False, nprobes: int | None = None,
+        refine_factor: int | None = None,
     ) -> pa.Table:
         """Top-k by cosine for each query vector: (query_index, doc_id, score = cos[, vector]).
 
@@ -372,8 +374,11 @@ class DocStore:
         q = self.table.search(list(vectors), vector_column_name="vector").metric("cosine").limit(k).select(columns)
         if exact or (exact is None and not self.has_ann_index()):
             q = q.bypass_vector_index()
-        elif nprobes:
-            q = q.nprobes(nprobes)
+        else:
+            if nprobes:
+                q = q.nprobes(nprobes)
+            if refine_factor:  # re-rank refine_factor * k ANN candidates by their full vectors
+                q = q.refine_factor(refine_factor)
         res = q.to_arrow()
         if "query_index" not in res.column_names:  # a single query comes back unbatched
             res = res.append_column("query_index", pa.array(np.zeros(res.num_rows, np.int32)))
@@ -388,6 +393,20 @@ class DocStore:
         if self._bm25 is None:
             self._bm25 = open_index(self)
         return self._bm25
+
+    def vector_matrix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(doc ids, (n, dim) float32 unit vectors, tie-break) of this version, read once (the
+        exact dense engine's operand; a table past the ANN threshold is searched through its
+        index instead). The tie-break is each row's position when doc ids sort descending."""
+        if self._matrix is None:
+            blocks = list(self.vector_blocks())
+            ids = np.concatenate([b[0] for b in blocks]) if blocks else np.empty(0, object)
+            m = np.concatenate([b[1] for b in blocks]) if blocks else np.empty((0, self.dim), np.float32)
+            norms = np.linalg.norm(m, axis=1, keepdims=True)
+            tiebreak = np.empty(len(ids), np.int64)
+            tiebreak[np.argsort(ids.astype(str))[::-1]] = np.arange(len(ids))
+            self._matrix = (ids, np.ascontiguousarray(m / np.where(norms > 0, norms, 1), dtype=np.float32), tiebreak)
+        return self._matrix
 
     def text_search(self, text: str, k: int) -> pa.Table:
         """BM25 (k1 1.2, b 0.75) over title and text as one combined field: the top ``k``

@@ -1,20 +1,69 @@
-"""Dense retrieval: embed each query, cosine top-k from the LanceDB table."""
+"""Dense retrieval: the batch's queries encoded together, then each one's cosine top k.
+
+Below the table's ANN threshold (no vector index) the top k is exact: one blocked product of
+the queries with the version's unit vectors (held in memory once per process) and a partial
+sort. Past it, LanceDB's ANN index gives ``REFINE_FACTOR * k`` candidates per query, re-ranked
+by their full vectors (recall@10 against exact: docs/bm25.md's scale benchmark)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from pipelines.embed import Embedder
 from pipelines.methods.ranking import rank_pairs
 from pipelines.store import DocStore
-from schemas.tables import QUERIES, require_columns
+from schemas.tables import QUERIES, RUN, require_columns
+
+REFINE_FACTOR = 4
+_BLOCK_CELLS = 1 << 24  # queries x documents scored at once (64 MiB of float32)
 
 
 def dense(queries: pa.Table, store: DocStore, embedder: Embedder, k: int, run_id: str = "dense") -> pa.Table:
     require_columns(queries, QUERIES.names[:2], "dense")
     qids = queries.column("query_id").to_pylist()
     vectors = embedder.encode(queries.column("text").to_pylist())
-    hits = store.vector_search(vectors, k).to_pandas()
-    hits["query_id"] = [qids[i] for i in hits["query_index"]]
-    return rank_pairs(hits, k, "dense", run_id)
+    if store.has_ann_index():
+        hits = store.vector_search(vectors, k, refine_factor=REFINE_FACTOR).to_pandas()
+        hits["query_id"] = [qids[i] for i in hits["query_index"]]
+        return rank_pairs(hits, k, "dense", run_id)
+    return exact_top_k(qids, vectors, store, k, run_id)
+
+
+def exact_top_k(qids: list[str], vectors: np.ndarray, store: DocStore, k: int, run_id: str = "dense") -> pa.Table:
+    """Each query's exact cosine top ``k`` (ties at the cut by doc id descending, as
+    :func:`rank_pairs` orders them) as a RUN table."""
+    ids, matrix, tiebreak = store.vector_matrix()
+    n = len(ids)
+    q = np.asarray(vectors, np.float32)
+    q = q / np.where((norm := np.linalg.norm(q, axis=1, keepdims=True)) > 0, norm, 1)
+    take = min(n, k + 8)  # candidates per query: a few past k, so that ties at the cut are usually among them
+    rows, scores = [], []
+    block = max(1, _BLOCK_CELLS // max(1, n))
+    for i in range(0, len(q), block):
+        s = q[i : i + block] @ matrix.T
+        part = np.argpartition(-s, take - 1, axis=1)[:, :take] if take < n else np.broadcast_to(np.arange(n), (len(s), n))
+        ps = np.take_along_axis(s, part, axis=1)
+        order = np.lexsort((tiebreak[part], -ps), axis=1)[:, :k] if n else part
+        top, top_s = np.take_along_axis(part, order, axis=1), np.take_along_axis(ps, order, axis=1)
+        if take < n:  # a tie at the cut wider than the candidates taken: that query's whole tie, ranked
+            kth = top_s[:, -1:]
+            for r in np.flatnonzero((s >= kth).sum(axis=1) > take):
+                cand = np.flatnonzero(s[r] >= kth[r, 0])
+                pick = cand[np.lexsort((tiebreak[cand], -s[r, cand]))[:k]]
+                top[r], top_s[r] = pick, s[r, pick]
+        rows.append(top)
+        scores.append(top_s)
+    kk = min(k, n)
+    rows = np.concatenate(rows) if rows else np.empty((0, kk), np.int64)
+    scores = np.concatenate(scores).astype(np.float64) if scores else np.empty((0, kk))
+    total = rows.size
+    return pa.table({
+        "query_id": pa.array(np.repeat(np.asarray(qids, dtype=object), kk), pa.string()),
+        "doc_id": pa.array(ids[rows.ravel()], pa.string()),
+        "rank": pa.array(np.tile(np.arange(1, kk + 1, dtype=np.int32), len(qids)), pa.int32()),
+        "score": pa.array(scores.ravel(), pa.float64()),
+        "method": pa.array(["dense"] * total, pa.string()),
+        "run_id": pa.array([run_id] * total, pa.string()),
+    }, schema=RUN)
 
