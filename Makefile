@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv main nightly-demo test test-unit bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate soak-generate lint clean
+.PHONY: venv main nightly-demo test test-unit bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate bench-scale soak-generate lint clean
 
 venv: $(STAMP)
 
@@ -62,6 +62,10 @@ bench-lag: $(STAMP)
 
 bench-generate: $(STAMP)
 	$(BIN)/python tests/perf/bench_generate.py --out runs/bench
+
+# Not part of `bench` (about an hour on 2 cores): the cost curve at 10k, 100k and 1M documents (docs/bulk-retrieval.md).
+bench-scale: $(STAMP)
+	$(BIN)/python tests/perf/bench_scale.py --out runs/bench
 
 # Not part of `bench`: the generate integration case run RUNS times in one process (docs/failures.md).
 RUNS ?= 30

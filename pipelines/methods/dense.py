@@ -1,9 +1,11 @@
 """Dense retrieval: the batch's queries encoded together, then each one's cosine top k.
 
-Below the table's ANN threshold (no vector index) the top k is exact: one blocked product of
-the queries with the version's unit vectors (held in memory once per process) and a partial
-sort. Past it, LanceDB's ANN index gives ``REFINE_FACTOR * k`` candidates per query, re-ranked
-by their full vectors (recall@10 against exact: docs/bm25.md's scale benchmark)."""
+The top k is exact while the version's vectors fit in ``EXACT_MAX_BYTES``: one blocked
+product of the queries with the unit vectors (held in memory once per process) and a partial
+sort. On 2 cores at 100k documents that is 8x faster than LanceDB's ANN index (IVF_HNSW_SQ,
+refine 4: 75 q/s at recall@10 0.954) and it is exact (docs/bulk-retrieval.md). Past that
+size, LanceDB's ANN index gives ``REFINE_FACTOR * k`` candidates per query, re-ranked by their
+full vectors."""
 
 from __future__ import annotations
 
@@ -16,14 +18,15 @@ from pipelines.store import DocStore
 from schemas.tables import QUERIES, RUN, require_columns
 
 REFINE_FACTOR = 4
-_BLOCK_CELLS = 1 << 24  # queries x documents scored at once (64 MiB of float32)
+EXACT_MAX_BYTES = 4 << 30  # the vectors held for the exact product (4 GiB: 2.8M x 384 float32)
+_BLOCK_CELLS = 1 << 22  # queries x documents scored at once (16 MiB of float32)
 
 
 def dense(queries: pa.Table, store: DocStore, embedder: Embedder, k: int, run_id: str = "dense") -> pa.Table:
     require_columns(queries, QUERIES.names[:2], "dense")
     qids = queries.column("query_id").to_pylist()
     vectors = embedder.encode(queries.column("text").to_pylist())
-    if store.has_ann_index():
+    if store.count() * store.dim * 4 > EXACT_MAX_BYTES and store.has_ann_index():
         hits = store.vector_search(vectors, k, refine_factor=REFINE_FACTOR).to_pandas()
         hits["query_id"] = [qids[i] for i in hits["query_index"]]
         return rank_pairs(hits, k, "dense", run_id)

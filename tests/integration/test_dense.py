@@ -72,7 +72,7 @@ def test_ties_at_the_cut_go_by_doc_id_descending(tmp_path):
     assert run.column("rank").to_pylist() == [1, 2, 3]
 
 
-def test_past_the_ann_threshold_the_refined_search_keeps_recall(tmp_path):
+def test_past_the_exact_budget_the_refined_ann_search_keeps_recall(tmp_path, monkeypatch):
     rng = np.random.default_rng(2)
     centers = rng.normal(size=(50, DIM))
     docs = _unit(centers[rng.integers(0, 50, 6000)] + 0.6 * rng.normal(size=(6000, DIM)))
@@ -81,7 +81,13 @@ def test_past_the_ann_threshold_the_refined_search_keeps_recall(tmp_path):
     assert store.has_ann_index()
     queries = _unit(docs[rng.integers(0, 6000, 100)] + 0.3 * rng.normal(size=(100, DIM)))
     qids = [str(i) for i in range(100)]
+    import pipelines.methods.dense as engine
+
+    assert dense(pa.table({"query_id": qids, "text": qids}), store, _Encoder(queries), 10).equals(exact_top_k(qids, queries, store, 10))
+    monkeypatch.setattr(engine, "EXACT_MAX_BYTES", 1000)  # vectors past the budget: the ANN index answers
+    calls, search = [], store.vector_search
+    monkeypatch.setattr(store, "vector_search", lambda *a, **kw: calls.append(kw) or search(*a, **kw))
     run = dense(pa.table({"query_id": qids, "text": qids}), store, _Encoder(queries), 10).to_pandas()
     exact = exact_top_k(qids, queries, store, 10).to_pandas()
     recall = np.mean([len(set(run[run.query_id == q].doc_id) & set(exact[exact.query_id == q].doc_id)) / 10 for q in qids])
-    assert recall >= 0.95, recall
+    assert calls == [{"refine_factor": engine.REFINE_FACTOR}] and recall >= 0.95, (calls, recall)

@@ -1,0 +1,462 @@
+"""The cost curve of bulk retrieval from 10k to 1M documents, peers beside it (not a test).
+
+    make bench-scale                                            # 10k, 100k and 1M documents
+    python tests/perf/bench_scale.py --sizes 10000 --queries 300   # a smoke run
+
+The corpora: passages of two or three sentences drawn (seeded) from bundled SciFact's
+abstracts, titled by the abstract of their first sentence. Embedding 1M passages on 2 cores
+would take hours, so the vectors are written straight into the table: each passage's vector
+is the normalised mean of its sentences' real MiniLM vectors (OpenVINO, embedded once and
+cached) plus Gaussian noise (sigma 0.02 per dimension), so neighbours are as real
+vectors' are, not uniform. Queries: SciFact's 300 test queries repeated to ``--queries``,
+k = 100, encoded once (encoding does not grow with the corpus; its rate is reported apart).
+
+Each step runs in its own process, so its peak memory (max RSS) is its own:
+  table        write the passages and vectors into a new LanceDB table (append, 100k rows a commit)
+  fts          LanceDB's full-text indexes on title and text (what the index job still builds)
+  ann          the ANN index (IVF_HNSW_SQ), only from the ANN threshold (100k) as the index job does
+  bm25-build   the BM25 engine's index of the version, built from a table scan (pipelines/sparse.py)
+  reindex-1%   1% of the passages edited (new text and vector) and upserted, then the engine's index
+               patched from the previous version's, and, beside it, built anew (the decision)
+  bm25         logicrank's bm25 over the batch of queries, in process (pipelines/methods/bm25.py)
+  bm25s        bm25s 0.3 over title + text (its own tokenizer with PyStemmer and English stop words),
+               numpy backend (its default) and numba backend (JIT warmed on 10 queries first), 1 thread
+  dense        logicrank's exact dense engine (blocked product + partial sort) on the pre-encoded queries
+  dense-ann    LanceDB's ANN search with refinement (where the table has the index), its recall@10
+               against the exact run over the 300 distinct queries
+  numpy        one (queries x docs) product + argpartition top k over the table's vectors (the floor)
+  hybrid       RRF of the bm25 and dense runs
+  evaluate     nDCG@10, R@100 of the bm25 run against pseudo-qrels (a SciFact query's relevant
+               abstract -> the passages that open with one of its sentences)
+BLAS and the engines are limited to one thread in every step (per-core figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+K = 100
+STEPS = ("table", "fts", "ann", "bm25-build", "reindex-1%", "bm25", "bm25s", "dense", "dense-ann", "numpy", "hybrid", "evaluate")
+ANN_THRESHOLD = 100_000  # IndexConfig's default
+
+
+# -- the corpus ------------------------------------------------------------------------
+def _sentences(corpus: Path) -> tuple[list[str], list[int], list[str], list[str]]:
+    """(sentences, the abstract each comes from, abstract ids, abstract titles)."""
+    sents, owner, ids, titles = [], [], [], []
+    with gzip.open(corpus, "rt", encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            d = json.loads(line)
+            ids.append(d["_id"])
+            titles.append(d.get("title") or "")
+            for s in re.split(r"(?<=[.!?])\s+", d["text"]):
+                if len(s.split()) >= 4:
+                    sents.append(s)
+                    owner.append(i)
+    return sents, owner, ids, titles
+
+
+def _embedded(path: Path, texts: list[str], encoder: list) -> np.ndarray:
+    """``texts``' MiniLM vectors (OpenVINO), embedded once and cached at ``path``.
+    ``encoder`` holds the one Embedder of the process (a second one hung in a futex wait)."""
+    if path.exists():
+        v = np.load(path)
+        if len(v) == len(texts):
+            return v
+    if not encoder:
+        from pipelines.embed import Embedder
+        from schemas.config import EmbedConfig
+
+        encoder.append(Embedder(EmbedConfig(backend="openvino")))
+    t = time.perf_counter()
+    v = encoder[0].encode(texts).astype(np.float32)
+    print(f"embedded {len(texts):,} texts in {time.perf_counter() - t:.0f} s", flush=True)
+    np.save(path, v)
+    return v
+
+
+def _passages(n: int, seed: int, n_sent: int) -> list[list[int]]:
+    """Sentence indexes of n passages: two or three sentences each, far apart in the pool
+    (other abstracts); the first one's abstract titles the passage."""
+    rng = np.random.default_rng(seed)
+    lengths, starts = rng.integers(2, 4, n), rng.integers(0, n_sent, n)
+    return [[(int(s) + j * 7919) % n_sent for j in range(int(m))] for s, m in zip(starts, lengths, strict=True)]
+
+
+def _batches(n: int, seed: int, data: dict, rows: int = 100_000):
+    """Record batches of the passages (doc_id, title, text, ..., vector)."""
+    import pyarrow as pa
+
+    from pipelines.embed import to_fixed_size_list
+
+    sents, owner, titles, pool = data["sentences"], data["owner"], data["titles"], data["pool"]
+    rng = np.random.default_rng(seed + 1)
+    plist = _passages(n, seed, len(sents))
+    for i in range(0, n, rows):
+        part = plist[i : i + rows]
+        m = len(part)
+        vec = np.stack([pool[p].mean(axis=0) for p in part]) + rng.normal(0, 0.02, size=(m, pool.shape[1]))
+        vec /= np.linalg.norm(vec, axis=1, keepdims=True)
+        texts = [" ".join(sents[j] for j in p) for p in part]
+        yield pa.table({
+            "doc_id": [f"p{i + j:07d}" for j in range(m)], "title": [titles[owner[p[0]]] for p in part], "text": texts,
+            "metadata": [None] * m, "content_hash": [str(hash(t)) for t in texts], "vector": to_fixed_size_list(vec.astype(np.float32)),
+        })
+
+
+# -- steps (each in a child process) ------------------------------------------------
+def _child(args) -> dict:
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    work = Path(args.work)
+    data = _load_data(work)
+    db = str(work / f"db-{args.size}")
+    from pipelines.store import DocStore
+
+    step, n = args.step, args.size
+    queries, qvec = data["queries"], data["qvec"]
+    t0 = time.perf_counter()
+    out: dict = {}
+    if step == "table":
+        import shutil
+
+        shutil.rmtree(db, ignore_errors=True)
+        s = DocStore(db)
+        s.open_or_create(data["pool"].shape[1], "bench-scale (MiniLM sentence means + noise)")
+        import pyarrow as pa
+
+        for b in _batches(n, args.seed, data):
+            now = pa.array(np.full(b.num_rows, np.datetime64("2026-01-01T00:00:00", "us")), pa.timestamp("us", tz="UTC"))
+            s.table.add(b.append_column("indexed_at", now).select(s.table.schema.names).cast(s.table.schema))
+        out["rows"] = s.count()
+    elif step == "fts":
+        DocStore(db)._build_fts()
+    elif step == "ann":
+        if n < ANN_THRESHOLD:
+            return {"skipped": f"below the ANN threshold ({ANN_THRESHOLD:,})"}
+        out["index"] = DocStore(db).build_ann()
+    elif step == "bm25-build":
+        from pipelines import sparse
+
+        s = DocStore(db)
+        root = sparse.index_root(s)
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+        done = sparse.update_index(s)
+        out.update(done)
+    elif step == "reindex-1%":
+        from pipelines import sparse
+
+        s = DocStore(db)
+        m = max(1, n // 100)
+        rng = np.random.default_rng(args.seed + 2)
+        rows = np.sort(rng.choice(n, m, replace=False))
+        old = s.table.to_lance().take(rows).to_pydict()
+        import pyarrow as pa
+
+        from pipelines.embed import to_fixed_size_list
+
+        vec = np.asarray(old["vector"], np.float32) + rng.normal(0, 0.02, size=(m, data["pool"].shape[1])).astype(np.float32)
+        vec /= np.linalg.norm(vec, axis=1, keepdims=True)
+        texts = [t + " (revised in the 1% re-index)" for t in old["text"]]
+        t = time.perf_counter()
+        s.upsert(pa.table({"doc_id": old["doc_id"], "title": old["title"], "text": texts, "metadata": [None] * m,
+                           "content_hash": [str(hash(x)) for x in texts], "vector": to_fixed_size_list(vec)}))
+        out["upsert_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        from datetime import timedelta
+
+        s.maintain(ANN_THRESHOLD, timedelta(days=7))
+        out["maintain_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        done = sparse.update_index(s)
+        out["bm25_patch_s"] = time.perf_counter() - t
+        out["bm25"] = done
+        t = time.perf_counter()
+        sparse.BM25Index.build(s.scan(sparse._COLUMNS, 8192, read_ahead=True), s.version)
+        out["bm25_rebuild_s"] = time.perf_counter() - t
+        out["changed"] = m
+    elif step == "bm25":
+        import pyarrow as pa
+
+        from pipelines.methods.bm25 import bm25
+
+        s = DocStore(db)
+        t = time.perf_counter()
+        s.bm25_index().weights()
+        out["load_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        run = bm25(pa.table({"query_id": data["qids"], "text": queries}), s, K)
+        out["search_s"] = time.perf_counter() - t
+        out["qps"] = len(queries) / out["search_s"]
+        import pyarrow.parquet as pq
+
+        pq.write_table(run, work / f"run-bm25-{n}.parquet")
+    elif step == "bm25s":
+        import bm25s
+        import Stemmer
+
+        s = DocStore(db)
+        t = time.perf_counter()
+        docs = s.table.to_lance().to_table(columns=["title", "text"])
+        texts = [f"{a or ''} {b}" for a, b in zip(docs.column("title").to_pylist(), docs.column("text").to_pylist(), strict=True)]
+        del docs
+        out["read_s"] = time.perf_counter() - t
+        stem = Stemmer.Stemmer("english")
+        t = time.perf_counter()
+        tokens = bm25s.tokenize(texts, stopwords="en", stemmer=stem, show_progress=False)
+        del texts
+        results = {}
+        for backend in ("numpy", "numba"):
+            r = bm25s.BM25(backend=backend)
+            r.index(tokens, show_progress=False)
+            if backend == "numpy":
+                out["index_s"] = time.perf_counter() - t
+            if backend == "numba":  # JIT compile outside the timing
+                r.retrieve(bm25s.tokenize(queries[:10], stopwords="en", stemmer=stem, return_ids=False, show_progress=False), k=K, n_threads=1, show_progress=False)
+            t1 = time.perf_counter()
+            q = bm25s.tokenize(queries, stopwords="en", stemmer=stem, return_ids=False, show_progress=False)
+            r.retrieve(q, k=K, n_threads=1, show_progress=False)
+            results[backend] = len(queries) / (time.perf_counter() - t1)
+            del r
+        out["qps"], out["qps_numba"] = results["numpy"], results["numba"]
+    elif step == "dense":
+        from pipelines.methods.dense import exact_top_k
+
+        s = DocStore(db)
+        t = time.perf_counter()
+        s.vector_matrix()
+        out["load_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        run = exact_top_k(data["qids"], qvec, s, K)
+        out["search_s"] = time.perf_counter() - t
+        out["mode"] = "exact (blocked product)"
+        out["qps"] = len(queries) / out["search_s"]
+        import pyarrow.parquet as pq
+
+        pq.write_table(run, work / f"run-dense-{n}.parquet")
+    elif step == "dense-ann":
+        import pyarrow.parquet as pq
+
+        from pipelines.methods.dense import REFINE_FACTOR
+
+        s = DocStore(db)
+        if not s.has_ann_index():
+            return {"skipped": f"no ANN index below {ANN_THRESHOLD:,}"}
+        t = time.perf_counter()
+        s.vector_search(qvec, K, refine_factor=REFINE_FACTOR)
+        out["search_s"] = time.perf_counter() - t
+        out["qps"] = len(queries) / out["search_s"]
+        out["mode"] = f"ANN (IVF_HNSW_SQ, refine {REFINE_FACTOR})"
+        distinct = qvec[:300]  # recall@10 against the exact run of the same queries
+        ann = s.vector_search(distinct, 10, refine_factor=REFINE_FACTOR).to_pandas()
+        exact = pq.read_table(work / f"run-dense-{n}.parquet").to_pandas()
+        exact = exact[exact["rank"] <= 10]
+        rec = [len(set(ann[ann.query_index == i].doc_id) & set(exact[exact.query_id == data["qids"][i]].doc_id)) / 10 for i in range(len(distinct))]
+        out["recall@10"] = float(np.mean(rec))
+    elif step == "numpy":
+        s = DocStore(db)
+        t = time.perf_counter()
+        ids = np.concatenate([b[0] for b in s.vector_blocks()])
+        del ids
+        m = np.concatenate([b[1] for b in s.vector_blocks()])
+        out["load_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        block = max(1, (1 << 22) // len(m))
+        for i in range(0, len(qvec), block):
+            sc = qvec[i : i + block] @ m.T
+            part = np.argpartition(-sc, K - 1, axis=1)[:, :K]
+            np.take_along_axis(sc, part, axis=1).argsort(axis=1)
+        out["search_s"] = time.perf_counter() - t
+        out["qps"] = len(queries) / out["search_s"]
+    elif step == "hybrid":
+        import pyarrow.parquet as pq
+
+        from pipelines.methods.hybrid import rrf
+
+        a, b = pq.read_table(work / f"run-bm25-{n}.parquet"), pq.read_table(work / f"run-dense-{n}.parquet")
+        t = time.perf_counter()
+        rrf([a, b], K)
+        out["search_s"] = time.perf_counter() - t
+        out["qps"] = len(queries) / out["search_s"]
+    elif step == "evaluate":
+        import pyarrow.parquet as pq
+
+        from pipelines.evaluate.core import evaluate_run
+        from pipelines.evaluate.measures import parse_measures
+
+        run = pq.read_table(work / f"run-bm25-{n}.parquet")
+        qrels = _pseudo_qrels(n, args.seed, data)
+        t = time.perf_counter()
+        m = evaluate_run(run, qrels, parse_measures(["nDCG@10", "R@100"]), "bm25").to_pandas()
+        out["search_s"] = time.perf_counter() - t
+        out["qps"] = len(queries) / out["search_s"]
+        allq = m[m["query_id"] == "all"]
+        out.update({r["measure"]: round(float(r["value"]), 4) for _, r in allq.iterrows()})
+        out["qrels"] = qrels.num_rows
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _pseudo_qrels(n: int, seed: int, data: dict):
+    import pyarrow as pa
+
+    from pipelines.datasets import scifact
+    from pipelines.topics import read_qrels
+
+    base = read_qrels(scifact().qrels).to_pandas()
+    rel = {}
+    for q, d in zip(base["query_id"], base["doc_id"], strict=True):
+        rel.setdefault(str(d), set()).add(str(q))
+    owner, ids = data["owner"], data["abstract_ids"]
+    rows = {"query_id": [], "doc_id": [], "relevance": []}
+    copies = len(data["qids"]) // 300 if len(data["qids"]) >= 300 else 1
+    for i, p in enumerate(_passages(n, seed, len(data["sentences"]))):
+        for q in rel.get(str(ids[owner[p[0]]]), ()):
+            for c in range(copies):
+                rows["query_id"].append(f"{q}#{c}")
+                rows["doc_id"].append(f"p{i:07d}")
+                rows["relevance"].append(1)
+    return pa.table({"query_id": pa.array(rows["query_id"], pa.string()), "doc_id": pa.array(rows["doc_id"], pa.string()),
+                     "relevance": pa.array(rows["relevance"], pa.int32())})
+
+
+def _load_data(work: Path) -> dict:
+    import pickle
+
+    with open(work / "data.pkl", "rb") as f:
+        return pickle.load(f)
+
+
+def _prepare(work: Path, n_queries: int) -> dict:
+    """Sentences, their vectors, the queries and their vectors (cached in ``work``)."""
+    import pickle
+
+    from pipelines.datasets import scifact
+
+    data_path = work / "data.pkl"
+    data = scifact()
+    sents, owner, ids, titles = _sentences(data.corpus)
+    encoder: list = []
+    pool = _embedded(work / "sentence-vectors.npy", sents, encoder)
+    base = [json.loads(line) for line in data.queries.read_text(encoding="utf-8").splitlines() if line.strip()]
+    copies = max(1, n_queries // len(base))
+    queries = [q["text"] for _ in range(copies) for q in base][:n_queries]
+    qids = [f"{q['_id']}#{c}" for c in range(copies) for q in base][:n_queries]
+    qbase = _embedded(work / "query-vectors.npy", [q["text"] for q in base], encoder)
+    out = {"sentences": sents, "owner": owner, "abstract_ids": ids, "titles": titles, "pool": pool, "queries": queries, "qids": qids,
+           "qvec": np.tile(qbase, (copies, 1))[:n_queries]}
+    with open(data_path, "wb") as f:
+        pickle.dump(out, f)
+    return out
+
+
+def _run_step(work: Path, size: int, step: str, seed: int, timeout: int) -> dict:
+    """Run one step in a child process; its JSON result plus its peak RSS."""
+    cmd = [sys.executable, __file__, "--child", step, "--size", str(size), "--work", str(work), "--seed", str(seed)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    start = time.perf_counter()
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"error": f"timed out after {timeout} s"}
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        return {"error": (stderr.strip().splitlines() or ["?"])[-1][:300], "wall_s": wall}
+    res = json.loads(stdout.strip().splitlines()[-1])
+    res["wall_s"] = wall
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--queries", type=int, default=3000)
+    ap.add_argument("--steps", default=",".join(STEPS))
+    ap.add_argument("--out", default="runs/bench")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per step")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--size", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--work", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        args.step = args.child
+        res = _child(args)
+        # VmHWM: this process image's peak (getrusage's maxrss would carry the parent's over the fork)
+        hwm = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:"))
+        res["peak_rss_mib"] = int(hwm.split()[1]) / 1024
+        print(json.dumps(res, default=float))
+        return
+    t_all = time.perf_counter()
+    work = Path(args.out) / "scale"
+    work.mkdir(parents=True, exist_ok=True)
+    _prepare(work, args.queries)
+    rows = []
+    for size in (int(x) for x in args.sizes.split(",")):
+        for step in args.steps.split(","):
+            res = _run_step(work, size, step, args.seed, args.timeout)
+            rows.append({"size": size, "step": step, **res})
+            print(json.dumps(rows[-1], default=float), flush=True)
+    _report(args, rows, time.perf_counter() - t_all)
+
+
+def _report(args, rows: list[dict], total_s: float) -> None:
+    from tests.perf.report import write_report
+
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), platform.processor())
+    lines = [f"# Bulk retrieval cost curve ({args.queries:,} queries, k={K}; {os.cpu_count()} cores, {cpu}; one run, {total_s:.0f} s; one thread per step)", "",
+             "| docs | step | s | q/s | peak RSS MiB | notes |", "|---:|---|---:|---:|---:|---|"]
+    for r in rows:
+        notes = {k: v for k, v in r.items() if k not in ("size", "step", "seconds", "qps", "peak_rss_mib", "wall_s")}
+        qps = f"{r['qps']:.0f}" if "qps" in r else ""
+        secs = f"{r['seconds']:.2f}" if "seconds" in r else ""
+        peak = f"{r['peak_rss_mib']:.0f}" if "peak_rss_mib" in r else ""
+        lines.append(f"| {r['size']:,} | {r['step']} | {secs} | {qps} | {peak} | {json.dumps(notes, default=lambda x: round(float(x), 3))} |")
+    write_report(args.out, "bench_scale", {"queries": args.queries, "k": K, "cpu": cpu, "total_s": total_s, "rows": rows}, lines)
+    _plot(rows, Path(args.out) / "bench_scale.png")
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for step in STEPS:
+        pts = sorted((r["size"], r["seconds"]) for r in rows if r["step"] == step and "seconds" in r and "skipped" not in r)
+        if len(pts) >= 2:
+            ax.plot(*zip(*pts, strict=True), marker="o", label=step)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("documents")
+    ax.set_ylabel("seconds (one thread)")
+    ax.set_title("Bulk retrieval cost against corpus size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
