@@ -9,10 +9,11 @@ Where the work runs:
 - per-query retrievers (dense, bm25) run over query batches on a Ray Data actor pool
   (``ray.retrieve_actors``), each actor opening the table and the encoder once; the driver
   only assembles the runs, checking that rows stay keyed by the input's query ids. Without
-  ``ray.retrieve_actors`` the driver first runs the stage on a probe of the queries, and
-  finishes there when the rest would take at most ``ray.retrieve_local_s`` (a pool costs
-  seconds to start: at SciFact's size a whole bm25 run takes less); otherwise the pool,
-  sized to the cluster's free CPUs, takes the rest;
+  ``ray.retrieve_actors`` the driver first runs the stage on one query (opening the index
+  or loading the encoder) and times it on a probe of the next ones, and finishes there when
+  the rest would take at most ``ray.retrieve_local_s`` (a pool costs seconds to start and
+  each actor opens the index and the encoder again: at SciFact's size a whole bm25 run takes
+  less than the start); otherwise the pool, sized to the cluster's free CPUs, takes the rest;
 - every stage that needs the LLM shares one engine pool per job (jobs/llm_service.py);
 - the rest (itlr, fusion, rewriters, the rerankers' composition) runs in the driver.
 
@@ -282,11 +283,13 @@ class _Executor:
             return Output(run=RUN.empty_table(), counts={"placement": "none"})
         parts, done = [], 0
         if r.retrieve_actors is None and r.retrieve_local_s > 0:
-            probe = min(n, max(1, r.retrieve_batch_rows // 4))
+            parts.append(stage.run(self.ctx, queries.slice(0, 1), []).run)  # opens the index or loads the encoder, untimed
+            probe = min(n, 1 + max(1, r.retrieve_batch_rows // 4))
             start = time.perf_counter()
-            parts.append(stage.run(self.ctx, queries.slice(0, probe), []).run)  # (opens the index or the encoder here once)
+            if probe > 1:
+                parts.append(stage.run(self.ctx, queries.slice(1, probe - 1), []).run)
             done = probe
-            rate = (time.perf_counter() - start) / probe
+            rate = (time.perf_counter() - start) / max(1, probe - 1)
             if rate * (n - done) <= r.retrieve_local_s:
                 for i in range(done, n, r.retrieve_batch_rows):
                     parts.append(stage.run(self.ctx, queries.slice(i, r.retrieve_batch_rows), []).run)

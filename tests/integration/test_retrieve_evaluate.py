@@ -219,6 +219,6 @@ def test_pipelines_share_prefixes_and_a_rerun_reuses_unchanged_stages(indexed, t
     cfg = cfg.model_copy(update={"ray": RayConfig(num_cpus=2, retrieve_batch_rows=8, retrieve_local_s=1e-9)})
     runs = run_retrieve(cfg, tmp_path / "auto")
     placed = json.loads((tmp_path / "auto" / "manifest.json").read_text())["pipelines"]
-    assert placed["bm25"]["stages"][0]["placement"] == "pool of 2 after 2 in the driver"
+    assert placed["bm25"]["stages"][0]["placement"] == "pool of 2 after 3 in the driver"
     for rid in ("dense", "bm25"):
         assert_runs_close(pq.read_table(runs[rid]), pq.read_table(tmp_path / "r" / "runs" / f"{rid}.parquet"), f"{rid}: probe + pool vs the driver")
