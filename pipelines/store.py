@@ -406,8 +406,10 @@ class DocStore:
         return self._matrix
 
     def text_search(self, text: str, k: int) -> pa.Table:
-        """BM25 (k1 1.2, b 0.75) over title and text as one combined field: the top ``k``
-        (doc_id, score), best first. The text is matched, never parsed as syntax.
+        """BM25 (k1 1.2, b 0.75) over title and text as one combined field through LanceDB's
+        full-text index, one query at a time: the top ``k`` (doc_id, score), best first. The
+        text is matched, never parsed as syntax. Retrieval uses the batch engine
+        (:meth:`bm25_index`, pipelines/sparse.py); this is the reference it is tested against.
 
         A query term counts as often as it occurs in the query, as in Lucene, Pyserini and
         bm25s ("Alice's laptop ... her laptop" weighs "laptop" twice). LanceDB scores each
@@ -419,10 +421,9 @@ class DocStore:
         term is one search, as before.
 
         Through the Lance dataset directly: the same search as ``table.search(...)``, about
-        1.7x faster per query (README, "BM25"). Title and text are scored as one field
-        (``CombinedFieldsQuery``): exactly a BM25 over the text where documents have no title
-        (a rule base); with titles, LanceDB's combined statistics make scores differ from a
-        BM25 over the concatenation by a few percent (nDCG@10 on SciFact: README, "BM25")."""
+        1.7x faster per query. Title and text are scored as one field (``CombinedFieldsQuery``:
+        BM25F, pipelines/sparse.py). LanceDB's index, updated in place, keeps replaced and
+        deleted rows in its statistics until it is rebuilt; the engine's are the version's own."""
         rounds = self._query_rounds(text)
         if not rounds:
             return pa.table({"doc_id": pa.array([], pa.string()), "score": pa.array([], pa.float64())})
