@@ -190,7 +190,10 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
             with rundir.timed("maintain"), busy("index: maintaining the table (compaction, indexes)"):
                 summary.maintenance = store.maintain(cfg.ann_threshold, timedelta(hours=cfg.prune_after_hours), changed)
             with rundir.timed("bm25_index"), busy("index: the BM25 index of the new version"):
-                summary.maintenance["bm25_index"] = update_index(store)
+                try:
+                    summary.maintenance["bm25_index"] = update_index(store)
+                except OSError as exc:  # (a full disk, say): the table is done; readers build the index on first use
+                    summary.maintenance["bm25_index"] = {"how": "failed", "error": first_line(exc)}
             summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
             lock.ensure_held()
             store.tag(summary.tag)

@@ -295,7 +295,9 @@ class _Executor:
                     parts.append(stage.run(self.ctx, queries.slice(i, r.retrieve_batch_rows), []).run)
                     beat(f"retrieve: {stage.name}: {min(n, i + r.retrieve_batch_rows)} of {n} queries")
                 return Output(run=_assemble(parts, stage.name), counts={"placement": "driver"})
-        actors = r.retrieve_actors or self._pool_size()
+        batches = -(-(n - done) // r.retrieve_batch_rows)  # no more actors than batches
+        actors = r.retrieve_actors or min(self._pool_size(), max(1, batches))
+        self.store.release()  # the driver's copies of the index and the vectors: the actors hold their own
         parts += self._pool(stage, queries.slice(done), actors)
         return Output(run=_assemble(parts, stage.name), counts={"placement": f"pool of {actors}" + (f" after {done} in the driver" if done else "")})
 

@@ -29,6 +29,7 @@ patching the nearest earlier one with the documents whose content hash changed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -36,6 +37,7 @@ import re
 import shutil
 import tempfile
 import unicodedata
+import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -43,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import regex
 import scipy.sparse as sp
 
 K1, B = 1.2, 0.75
@@ -57,7 +60,9 @@ ENGLISH_STOP_WORDS = (
     "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was",
     "will", "with",
 )
-_WORD = re.compile(r"[^\W_]+")  # the simple tokenizer's words: runs of alphanumeric characters
+# the simple tokenizer's words: runs of Rust's alphanumeric characters (Alphabetic or Numeric,
+# which keeps Devanagari's and Arabic's combining vowel signs inside words; Python's isalnum does not)
+_WORD = regex.compile(r"[\p{Alphabetic}\p{N}]+")
 
 
 def _fold(token: str) -> str:
@@ -161,8 +166,11 @@ def _widen(m: sp.csr_matrix, cols: int) -> sp.csr_matrix:
 class BM25Index:
     """The BM25 statistics of one table version (module doc) and its batch search."""
 
-    def __init__(self, doc_ids: np.ndarray, hashes: np.ndarray, title: sp.csr_matrix, text: sp.csr_matrix, vocab: Vocabulary, version: int):
-        self.doc_ids, self.hashes, self.vocab, self.version = doc_ids, hashes, vocab, version
+    def __init__(self, doc_ids: np.ndarray, hashes: np.ndarray, title: sp.csr_matrix, text: sp.csr_matrix, vocab: Vocabulary, version: int,
+                 stamp: str = ""):
+        """``stamp``: when the table version was made (a table dropped and made again reuses its
+        version numbers; the stamp tells its versions apart)."""
+        self.doc_ids, self.hashes, self.vocab, self.version, self.stamp = doc_ids, hashes, vocab, version, stamp
         cols = len(vocab)
         self.title, self.text = _widen(title, cols), _widen(text, cols)
         self._weights = None  # terms x documents BM25 weights, made on first search
@@ -170,7 +178,7 @@ class BM25Index:
 
     # -- building ----------------------------------------------------------------
     @classmethod
-    def build(cls, batches: Iterable[pa.RecordBatch], version: int, analyze: Analyzer | None = None) -> BM25Index:
+    def build(cls, batches: Iterable[pa.RecordBatch], version: int, analyze: Analyzer | None = None, stamp: str = "") -> BM25Index:
         """From record batches of (doc_id, content_hash, title, text)."""
         analyze = analyze or analyzer()
         vocab, ids, hashes, titles, texts = Vocabulary(), [], [], [], []
@@ -182,9 +190,9 @@ class BM25Index:
         cols = len(vocab)
         stack = lambda ms: sp.vstack([_widen(m, cols) for m in ms], format="csr") if ms else sp.csr_matrix((0, cols), dtype=np.int32)  # noqa: E731
         empty = np.empty(0, dtype=object)
-        return cls(np.concatenate(ids) if ids else empty, np.concatenate(hashes) if hashes else empty, stack(titles), stack(texts), vocab, version)
+        return cls(np.concatenate(ids) if ids else empty, np.concatenate(hashes) if hashes else empty, stack(titles), stack(texts), vocab, version, stamp)
 
-    def patched(self, stored: pa.Table, read_rows, version: int, analyze: Analyzer | None = None) -> tuple[BM25Index, dict]:
+    def patched(self, stored: pa.Table, read_rows, version: int, stamp: str = "", analyze: Analyzer | None = None) -> tuple[BM25Index, dict]:
         """This index brought to another version of the table: ``stored`` is that version's
         (doc_id, content_hash); ``read_rows(ids)`` returns its (doc_id, content_hash, title,
         text) rows for the given ids. Documents whose hash is unchanged are kept as they are,
@@ -206,7 +214,7 @@ class BM25Index:
             np.concatenate([self.hashes[rows], fresh.column("content_hash").to_numpy(zero_copy_only=False)]),
             sp.vstack([_widen(self.title[rows], cols), _widen(title, cols)], format="csr"),
             sp.vstack([_widen(self.text[rows], cols), _widen(text, cols)], format="csr"),
-            vocab, version,
+            vocab, version, stamp,
         )
         return out, {"kept": int(rows.sum()), "analyzed": fresh.num_rows, "dropped": int(len(self.doc_ids) - rows.sum())}
 
@@ -287,44 +295,57 @@ class BM25Index:
 
     # -- storage -----------------------------------------------------------------
     def save(self, path: Path) -> Path:
-        """Write the index to directory ``path`` atomically (a temporary sibling renamed)."""
+        """Write the index to directory ``path``: into a temporary sibling, then renamed into
+        place. Where another process saved a valid index there meanwhile, that one stands."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
         try:
             for name, m in (("title", self.title), ("text", self.text)):
                 sp.save_npz(tmp / f"{name}.npz", m, compressed=False)
-            pq.write_table(pa.table({"doc_id": pa.array(self.doc_ids, pa.string()), "content_hash": pa.array(self.hashes, pa.string())}), tmp / "docs.parquet")
-            pq.write_table(pa.table({"term": pa.array(self.vocab.terms, pa.string())}), tmp / "vocab.parquet")
-            (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": self.version, "docs": len(self), "terms": len(self.vocab)}))
-            if path.exists():
-                shutil.rmtree(path, ignore_errors=True)
+            save_id = uuid.uuid4().hex  # in every file: a load never mixes the files of two saves
+            meta = {b"logicrank.save_id": save_id.encode()}
+            pq.write_table(pa.table({"doc_id": pa.array(self.doc_ids, pa.string()), "content_hash": pa.array(self.hashes, pa.string())})
+                           .replace_schema_metadata(meta), tmp / "docs.parquet")
+            pq.write_table(pa.table({"term": pa.array(self.vocab.terms, pa.string())}).replace_schema_metadata(meta), tmp / "vocab.parquet")
+            (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": self.version, "stamp": self.stamp, "save_id": save_id,
+                                                       "docs": len(self), "terms": len(self.vocab)}))
+            if BM25Index.load(path, self.stamp) is not None:
+                return path
+            if path.exists():  # damaged or another table's: moved aside, then replaced
+                aside = Path(tempfile.mkdtemp(prefix=f".{path.name}-old-", dir=path.parent))
+                with contextlib.suppress(OSError):  # (another process moved it first)
+                    os.replace(path, aside / "old")
+                shutil.rmtree(aside, ignore_errors=True)
             try:
                 os.replace(tmp, path)
             except OSError:  # another process saved this version meanwhile: theirs stands
-                if BM25Index.load(path) is None:
+                if BM25Index.load(path, self.stamp) is None:
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return path
 
     @classmethod
-    def load(cls, path: Path) -> BM25Index | None:
-        """The index saved in ``path``; None when it is absent, partial or of another format."""
+    def load(cls, path: Path, stamp: str | None = None) -> BM25Index | None:
+        """The index saved in ``path``; None when it is absent, partial, damaged, of another
+        format, or (with ``stamp``) of another table that had the same name and version."""
         path = Path(path)
         try:
             meta = json.loads((path / "meta.json").read_text())
-            if meta.get("format") != FORMAT:
+            if meta.get("format") != FORMAT or (stamp is not None and meta.get("stamp") != stamp):
                 return None
             docs = pq.read_table(path / "docs.parquet")
-            vocab = Vocabulary(pq.read_table(path / "vocab.parquet").column("term").to_pylist())
+            terms = pq.read_table(path / "vocab.parquet")
+            ids = {(t.schema.metadata or {}).get(b"logicrank.save_id", b"").decode() for t in (docs, terms)}
             title, text = (sp.load_npz(path / f"{n}.npz").tocsr() for n in ("title", "text"))
-        except (OSError, ValueError, KeyError, pa.ArrowInvalid):
-            return None
-        if docs.num_rows != meta["docs"] or len(vocab) != meta["terms"]:
+            shapes_ok = all(m.shape == (meta["docs"], meta["terms"]) for m in (title, text))
+            if ids != {meta["save_id"]} or docs.num_rows != meta["docs"] or terms.num_rows != meta["terms"] or not shapes_ok:
+                return None
+        except Exception:  # noqa: BLE001 (whatever a damaged file raises: zipfile, pickle, Arrow, JSON): rebuilt
             return None
         return cls(docs.column("doc_id").to_numpy(zero_copy_only=False), docs.column("content_hash").to_numpy(zero_copy_only=False),
-                   title, text, vocab, int(meta["version"]))
+                   title, text, Vocabulary(terms.column("term").to_pylist()), int(meta["version"]), meta["stamp"])
 
 
 # -- the index beside a table --------------------------------------------------------
@@ -348,9 +369,9 @@ def _saved_versions(root: Path | None) -> list[int]:
 def open_index(store, save: bool = True) -> BM25Index:
     """The BM25 index of the store's version: loaded when saved, else made (patched from the
     nearest earlier saved version, or built) and saved where the database is local."""
-    version, root = store.version, index_root(store)
+    version, root, stamp = store.version, index_root(store), store.version_stamp()
     if root is not None:
-        found = BM25Index.load(root / f"v{version}")
+        found = BM25Index.load(root / f"v{version}", stamp)
         if found is not None:
             return found
     index, _ = make_index(store, root)
@@ -363,23 +384,23 @@ def ensure_index(store) -> None:
     """Make and save the store version's index unless it is saved (a job's driver, before its
     actors open it); where the database is not local, each reader builds its own."""
     root = index_root(store)
-    if root is not None and not (root / f"v{store.version}" / "meta.json").is_file():
+    if root is not None and BM25Index.load(root / f"v{store.version}", store.version_stamp()) is None:
         open_index(store)
 
 
 def make_index(store, root: Path | None = None) -> tuple[BM25Index, dict]:
     """Make the store version's index: patch the nearest earlier saved version when it
     shares most documents, else build from a scan. Returns it and what was done."""
-    version = store.version
-    earlier = [v for v in _saved_versions(root) if v < version]
-    base = BM25Index.load(root / f"v{earlier[-1]}") if earlier else None
+    version, stamps = store.version, store.version_stamps()
+    earlier = [v for v in _saved_versions(root) if v < version and v in stamps]
+    base = BM25Index.load(root / f"v{earlier[-1]}", stamps[earlier[-1]]) if earlier else None
     if base is not None:
         stored = store.hashes()
         changed = len(stored) - int(pc.sum(pc.is_in(stored.column("content_hash"), value_set=pa.array(base.hashes, pa.string()))).as_py() or 0)
         if changed <= PATCH_LIMIT * max(1, len(stored)):
-            index, counts = base.patched(stored, lambda ids: store.rows_for(ids, _COLUMNS[1:]), version)
+            index, counts = base.patched(stored, lambda ids: store.rows_for(ids, _COLUMNS[1:]), version, stamps[version])
             return index, {"how": "patched", "from_version": base.version, **counts}
-    index = BM25Index.build(store.scan(_COLUMNS, batch_rows=8192, read_ahead=True), version)
+    index = BM25Index.build(store.scan(_COLUMNS, batch_rows=8192, read_ahead=True), version, stamp=stamps[version])
     return index, {"how": "built", "analyzed": len(index)}
 
 
@@ -393,7 +414,7 @@ def update_index(store) -> dict:
     if root is None:
         return {"how": "not saved (the database is not a local directory: each reader builds it)"}
     path = root / f"v{store.version}"
-    if BM25Index.load(path) is not None:
+    if BM25Index.load(path, store.version_stamp()) is not None:
         return {"how": "current", "version": store.version}
     index, done = make_index(store, root)
     index.save(path)
@@ -407,4 +428,16 @@ def prune_indexes(store, keep_versions: Iterable[int]) -> list[int]:
     gone = [v for v in _saved_versions(root) if v not in keep]
     for v in gone:
         shutil.rmtree(root / f"v{v}", ignore_errors=True)
+    import time
+
+    for leftover in root.glob(".v*-*") if root is not None and root.is_dir() else ():  # a save a crash cut short (an hour old)
+        if time.time() - leftover.stat().st_mtime > 3600:
+            shutil.rmtree(leftover, ignore_errors=True)
     return gone
+
+
+def drop_indexes(store) -> None:
+    """Remove every saved index of the store's table (the table itself was dropped)."""
+    root = index_root(store)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)

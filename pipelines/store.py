@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from pipelines.embed import to_matrix
 from pipelines.errors import UserError
-from pipelines.sparse import ENGLISH_STOP_WORDS, analyzer, open_index, prune_indexes
+from pipelines.sparse import ENGLISH_STOP_WORDS, analyzer, drop_indexes, open_index, prune_indexes
 from schemas.tables import docs_schema
 
 _META_MODEL = b"logicrank.model"
@@ -94,6 +94,7 @@ class DocStore:
     def drop(self) -> None:
         """Remove the table with every version and tag (the index job's undo of a table it created)."""
         self.db.drop_table(self.name)
+        drop_indexes(self)
         self._table = self._lance = self._bm25 = self._matrix = None
 
     def title_sep(self) -> str:
@@ -126,6 +127,14 @@ class DocStore:
     @property
     def version(self) -> int:
         return int(self.table.version)
+
+    def version_stamps(self) -> dict[int, str]:
+        """Version -> when it was made, for every version kept (a table dropped and made again
+        reuses version numbers, not times)."""
+        return {int(v["version"]): str(v["timestamp"]) for v in self.table.list_versions()}
+
+    def version_stamp(self) -> str:
+        return self.version_stamps().get(self.version, "")
 
     def count(self) -> int:
         return int(self.table.count_rows())
@@ -392,18 +401,29 @@ class DocStore:
         return self._bm25
 
     def vector_matrix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(doc ids, (n, dim) float32 unit vectors, tie-break) of this version, read once (the
-        exact dense engine's operand; a table past the ANN threshold is searched through its
-        index instead). The tie-break is each row's position when doc ids sort descending."""
+        """(doc ids, (n, dim) float32 unit vectors, tie-break) of this version, read once: the
+        exact dense engine's operand (pipelines/methods/dense.py; past its memory budget, the
+        ANN index answers instead). Blocks are normalised into one preallocated array, so the
+        read peaks at one copy. The tie-break is each row's position when doc ids sort descending."""
         if self._matrix is None:
-            blocks = list(self.vector_blocks())
-            ids = np.concatenate([b[0] for b in blocks]) if blocks else np.empty(0, object)
-            m = np.concatenate([b[1] for b in blocks]) if blocks else np.empty((0, self.dim), np.float32)
-            norms = np.linalg.norm(m, axis=1, keepdims=True)
+            n = self.count()
+            m = np.empty((n, self.dim), np.float32)
+            ids, at = [], 0
+            for block_ids, block in self.vector_blocks():
+                norms = np.linalg.norm(block, axis=1, keepdims=True)
+                m[at : at + len(block)] = block / np.where(norms > 0, norms, 1)
+                ids.append(block_ids)
+                at += len(block)
+            ids = np.concatenate(ids) if ids else np.empty(0, object)
+            m = m[:at]
             tiebreak = np.empty(len(ids), np.int64)
             tiebreak[np.argsort(ids.astype(str))[::-1]] = np.arange(len(ids))
-            self._matrix = (ids, np.ascontiguousarray(m / np.where(norms > 0, norms, 1), dtype=np.float32), tiebreak)
+            self._matrix = (ids, m, tiebreak)
         return self._matrix
+
+    def release(self) -> None:
+        """Forget the engines' in-memory operands (the BM25 index, the vectors) of this process."""
+        self._bm25 = self._matrix = None
 
     def text_search(self, text: str, k: int) -> pa.Table:
         """BM25 (k1 1.2, b 0.75) over title and text as one combined field through LanceDB's

@@ -59,8 +59,9 @@ def test_index_reindex_and_incremental_changes(tmp_path, docs300):
     assert s.tag in store.table.tags.list()
     assert (tmp_path / "run1" / "manifest.json").exists()
     # the BM25 index of the version the run ends at, beside the table
-    assert s.maintenance["bm25_index"] == {"how": "built", "analyzed": 300, "version": s.table_version, "docs": 300,
-                                           "terms": s.maintenance["bm25_index"]["terms"]}
+    saved = store.bm25_index()
+    assert saved.version == s.table_version and len(saved) == 300 and len(saved.vocab) > 1000
+    assert s.maintenance["bm25_index"] == {"how": "built", "analyzed": 300, "version": s.table_version, "docs": 300, "terms": len(saved.vocab)}
     assert (db / "_bm25" / "docs" / f"v{s.table_version}" / "meta.json").is_file()
 
     # unchanged snapshot: nothing embedded, nothing written, no new version

@@ -27,7 +27,7 @@ WORDS = ["person", "x", "owns", "animal", "y", "can", "feed", "rescue", "trained
 # underscores and apostrophes, tokens of 39, 40 and 41 bytes, stop words before and after stemming
 TRICKY = ["Café naïve façade Œuvre STRASSE straße Ærø Łódź", "IL-1β NF-κB μg/ml 5 μm ¼ ½ 1⁄2 x²", "snake_case it's O'Neil don't",
           "a" * 39 + " " + "b" * 40 + " " + "c" * 41 + " " + "é" * 20 + " " + "é" * 19, "thes these there's theirs ands ors nots",
-          "ΣΟΦΙΑ σοφία İstanbul ǅemal ﬁnance", "", "   ", "the a of"]
+          "ΣΟΦΙΑ σοφία İstanbul ǅemal ﬁnance", "हिंदी मराठी كَتَبَ الولد", "", "   ", "the a of"]
 
 
 def _store(path, docs: list[dict]) -> DocStore:
@@ -181,3 +181,35 @@ def test_an_index_the_table_lacks_is_built_and_a_damaged_one_rebuilt(tmp_path):
     assert sparse.BM25Index.load(path) is None
     b = DocStore(str(tmp_path / "db")).bm25_index()
     _equal_indexes(a, b)
+    whole = (path / "title.npz").read_bytes()
+    (path / "title.npz").write_bytes(whole[: len(whole) // 2])  # cut off: a zip without its directory
+    assert sparse.BM25Index.load(path) is None
+    _equal_indexes(a, DocStore(str(tmp_path / "db")).bm25_index())
+    assert sparse.BM25Index.load(path) is not None  # saved again, whole
+
+
+def test_ties_rank_by_doc_id_descending_as_runs_do(tmp_path):
+    """Documents with one text score alike: the engine ranks them by doc id descending
+    (trec_eval's order, rank_pairs'), at the cut too."""
+    docs = [{"_id": f"t{i:02d}", "title": None, "text": "dog owner feeds the dog"} for i in range(12)]
+    docs += [{"_id": f"o{i}", "title": None, "text": f"cat number {i} runs"} for i in range(30)]
+    store = _store(tmp_path / "db", docs)
+    from pipelines.methods.bm25 import bm25
+
+    run = bm25(pa.table({"query_id": ["q"], "text": ["dog owner"]}), store, 5)
+    assert run.column("doc_id").to_pylist() == ["t11", "t10", "t09", "t08", "t07"]
+    assert len(set(run.column("score").to_pylist())) == 1
+
+
+def test_an_index_of_a_dropped_table_is_not_reused_by_its_successor(tmp_path):
+    """A table dropped and made again reuses version numbers: its saved index must not."""
+    store = _store(tmp_path / "db", _rules(40))
+    first = store.bm25_index()
+    version = store.version
+    store.db.drop_table(store.name)  # (dropped behind logicrank's back: the index stays on disk)
+    again = _store(tmp_path / "db", [{"_id": "z1", "title": None, "text": "zebra crossing"}])
+    assert again.version == version  # the same number ...
+    index = again.bm25_index()  # ... but not the same table: rebuilt
+    assert index.doc_ids.tolist() == ["z1"] and len(first) == 42
+    again.drop()  # logicrank's own drop takes the indexes with it
+    assert not sparse.index_root(again).exists()
