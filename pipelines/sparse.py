@@ -404,7 +404,7 @@ def make_index(store, root: Path | None = None) -> tuple[BM25Index, dict]:
     return index, {"how": "built", "analyzed": len(index)}
 
 
-PATCH_LIMIT = 0.5  # patch while at most this share of the documents changed (measured: docs/bm25.md)
+PATCH_LIMIT = 0.5  # patch while at most this share of the documents changed (measured: docs/bulk-retrieval.md)
 
 
 def update_index(store) -> dict:
