@@ -348,6 +348,16 @@ class BM25Index:
                    title, text, Vocabulary(terms.column("term").to_pylist()), int(meta["version"]), meta["stamp"])
 
 
+def _saved(path: Path, stamp: str) -> bool:
+    """Whether ``path`` holds a saved index of this format and table version, by its meta.json
+    alone (a reader that finds its files damaged rebuilds them: :func:`open_index`)."""
+    try:
+        meta = json.loads((Path(path) / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return meta.get("format") == FORMAT and meta.get("stamp") == stamp
+
+
 # -- the index beside a table --------------------------------------------------------
 _COLUMNS = ["doc_id", "content_hash", "title", "text"]
 
@@ -384,7 +394,7 @@ def ensure_index(store) -> None:
     """Make and save the store version's index unless it is saved (a job's driver, before its
     actors open it); where the database is not local, each reader builds its own."""
     root = index_root(store)
-    if root is not None and BM25Index.load(root / f"v{store.version}", store.version_stamp()) is None:
+    if root is not None and not _saved(root / f"v{store.version}", store.version_stamp()):
         open_index(store)
 
 
@@ -414,7 +424,7 @@ def update_index(store) -> dict:
     if root is None:
         return {"how": "not saved (the database is not a local directory: each reader builds it)"}
     path = root / f"v{store.version}"
-    if BM25Index.load(path, store.version_stamp()) is not None:
+    if _saved(path, store.version_stamp()):
         return {"how": "current", "version": store.version}
     index, done = make_index(store, root)
     index.save(path)
