@@ -8,6 +8,7 @@ fail at job start with the registered choices.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -64,6 +65,26 @@ def document_text(title: str | None, text: str, sep: str = " ") -> str:
     return f"{title}{sep}{text}".strip() if title else text
 
 
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` where torch sees a GPU (a Ray actor given one), else ``cpu``."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_backend(config: EmbedConfig, device: str | None = None) -> str:
+    """The backend that encodes: ``auto`` -> openvino on a CPU where it is installed (1.2x
+    torch on SciFact abstracts here, docs/bulk-retrieval.md), torch on a GPU or without it."""
+    device = device or resolve_device(config.device)
+    if config.backend == "openvino" and device != "cpu":
+        raise ModelError(f"embed: the openvino backend runs on the CPU; device {device!r} needs backend torch (or auto).")
+    if config.backend != "auto":
+        return config.backend
+    return "openvino" if device == "cpu" and importlib.util.find_spec("openvino") is not None else "torch"
+
+
 class Embedder:
     """Encodes texts into L2-normalised float32 vectors.
 
@@ -83,12 +104,14 @@ class Embedder:
 
         torch.set_num_threads(config.threads or os.cpu_count() or 1)
         self.config = config
+        self.device = resolve_device(config.device)
+        self.backend = resolve_backend(config, self.device)
         path = resolve_model(config.model)
-        self.model = SentenceTransformer(path, device=config.device)
+        self.model = SentenceTransformer(path, device=self.device)
         if config.max_seq_length is not None:
             self.model.max_seq_length = config.max_seq_length
         self.dim = int(self.model.get_embedding_dimension())
-        self._ov = _OpenVINOEncoder(path, self.model, config.batch_size) if config.backend == "openvino" else None
+        self._ov = _OpenVINOEncoder(path, self.model, config.batch_size, config.threads) if self.backend == "openvino" else None
 
     @property
     def model_id(self) -> str:
@@ -119,7 +142,7 @@ class _OpenVINOEncoder:
     other models must use the torch backend. Requests run through an async queue.
     """
 
-    def __init__(self, path: str, st_model, batch_size: int):
+    def __init__(self, path: str, st_model, batch_size: int, threads: int | None = None):
         import openvino as ov
         import torch
 
@@ -145,7 +168,13 @@ class _OpenVINOEncoder:
                 warnings.simplefilter("ignore")
                 converted = ov.convert_model(hf, example_input=dict(example))
             _save_atomic(ov, converted, cached)
-        self.compiled = core.compile_model(converted, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT"})
+        # f32 always: on CPUs with bf16 units (Sapphire Rapids and later) OpenVINO's default is
+        # bf16 inference, whose vectors differ from torch's in the 3rd decimal (and which was
+        # slower here: 23 vs 36 docs/s on SciFact abstracts).
+        options = {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"}
+        if threads:  # several encoders on one node: each keeps to its share of the cores
+            options["INFERENCE_NUM_THREADS"] = threads
+        self.compiled = core.compile_model(converted, "CPU", options)
         self._ov = ov
 
     def encode(self, texts: list[str], dim: int) -> np.ndarray:

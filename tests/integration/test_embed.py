@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 def test_openvino_matches_torch_and_is_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("LOGICRANK_CACHE", str(tmp_path))
     texts = [d["title"] + " " + d["text"] for d in scifact_docs(24)] + ["short", "a b c"]
-    ref = Embedder(EmbedConfig()).encode(texts)
+    ref = Embedder(EmbedConfig(backend="torch")).encode(texts)
     np.testing.assert_allclose(np.linalg.norm(ref, axis=1), 1, atol=1e-5)
     first = Embedder(EmbedConfig(backend="openvino"))
     cache = _ov_cache_dir(resolve_model("all-MiniLM-L6-v2"))
@@ -21,7 +21,9 @@ def test_openvino_matches_torch_and_is_cached(tmp_path, monkeypatch):
     again = Embedder(EmbedConfig(backend="openvino"))  # reads the cached IR
     for e in (first, again):
         got = e.encode(texts)
-        assert got.shape == ref.shape and (got * ref).sum(axis=1).min() > 0.9999
+        assert got.shape == ref.shape
+        # f32 inference: 2e-7 apart here. OpenVINO's bf16 default on CPUs with bf16 units was 1.1e-3 apart.
+        np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
 
 
 def test_unknown_model_lists_the_registry():
