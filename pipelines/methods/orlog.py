@@ -94,19 +94,32 @@ def posteriors(queries: Sequence[OrlogQuery], scored: pd.DataFrame, reasoner: st
     """(query_id, doc_id, base_rank, score=posterior): each form compiled once, its
     candidates evaluated in one call on their (candidates x atoms) P(True) matrix; or, with
     ``reasoner="problog"``, one ProbLog program per candidate (the reference)."""
+    columns = ["query_id", "doc_id", "base_rank", "score"]
+    if scored.empty:
+        return pd.DataFrame(columns=columns)
+    # one pivot for every query (candidates x atom ids), then each query's rows by position:
+    # a per-query filter of ``scored`` would cost queries x rows (quadratic in the batch)
+    wide = scored.pivot_table(index=["query_id", "doc_id", "base_rank"], columns="atom_id", values="p_calibrated", sort=False)
+    values, col = wide.to_numpy(), {a: i for i, a in enumerate(wide.columns)}
+    keys = wide.index.get_level_values(0)
+    rows_of = pd.Series(np.arange(len(wide))).groupby(keys.to_numpy(), sort=False).indices
     frames = []
     for q in queries:
-        rows = scored[scored["query_id"] == q.query_id]
-        if rows.empty:
+        pos = rows_of.get(q.query_id)
+        if pos is None:
             continue
         atom_ids = [a for a, _ in q.atoms]
-        P = rows.pivot_table(index=["doc_id", "base_rank"], columns="atom_id", values="p_calibrated", sort=False)[atom_ids]
+        missing = [a for a in atom_ids if a not in col]
+        if missing:
+            raise KeyError(f"orlog: query {q.query_id!r} has no P(True) for atom(s) {missing}")
+        P = values[np.ix_(pos, [col[a] for a in atom_ids])]
         if reasoner == "problog":
-            post = np.array([problog_probability(q.form, dict(zip(atom_ids, row, strict=True))) for row in P.to_numpy()])
+            post = np.array([problog_probability(q.form, dict(zip(atom_ids, row, strict=True))) for row in P])
         else:
-            post = compile_probability(q.form, atom_ids)(P.to_numpy())
-        frames.append(pd.DataFrame({"query_id": q.query_id, "doc_id": P.index.get_level_values(0), "base_rank": P.index.get_level_values(1), "score": post}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "base_rank", "score"])
+            post = compile_probability(q.form, atom_ids)(P)
+        index = wide.index[pos]
+        frames.append(pd.DataFrame({"query_id": q.query_id, "doc_id": index.get_level_values(1), "base_rank": index.get_level_values(2), "score": post}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
 def predicate_scores(scored: pd.DataFrame) -> pa.Table:

@@ -40,3 +40,35 @@ def test_posteriors_per_candidate():
     np.testing.assert_allclose(post[["d1", "d2"]], [0.9 * 0.5, 0.6 * 0.9])
     reference = posteriors([Q], scored, reasoner="problog").set_index("doc_id")["score"]
     np.testing.assert_allclose(reference[["d1", "d2"]], post[["d1", "d2"]], atol=1e-12)
+
+
+def test_posteriors_of_a_batch_equal_each_query_alone():
+    """A batch of queries with their own atom ids (some shared, some not), rows shuffled: each
+    query's posteriors equal that query scored alone (row order is not part of the contract: the
+    stage ranks by score, ties by base rank)."""
+    rng = np.random.default_rng(3)
+    queries = [
+        Q,
+        OrlogQuery("q2", "", (("a1", "{x} is red"), ("a3", "{x} is round")), parse('"a1" OR "a3"'), "ok"),
+        OrlogQuery("q3", "", (("b1", "{x} is old"),), parse('NOT "b1"'), "ok"),
+        OrlogQuery("q4", "", (("a1", "{x} is tall"),), parse('"a1"'), "ok"),  # no candidates: no rows
+    ]
+    rows = [{"query_id": q.query_id, "doc_id": f"d{c}", "base_rank": c + 1, "atom_id": a, "p_calibrated": rng.uniform()}
+            for q in queries[:3] for c in range(5) for a, _ in q.atoms]
+    scored = pd.DataFrame(rows).sample(frac=1.0, random_state=1).reset_index(drop=True)
+    batch = posteriors(queries, scored)
+    assert list(dict.fromkeys(batch["query_id"])) == ["q1", "q2", "q3"]
+    for q in queries[:3]:
+        alone = posteriors([q], scored[scored["query_id"] == q.query_id]).sort_values("doc_id", ignore_index=True)
+        got = batch[batch["query_id"] == q.query_id].sort_values("doc_id", ignore_index=True)
+        assert list(got["doc_id"]) == list(alone["doc_id"]) and list(got["base_rank"]) == list(alone["base_rank"])
+        np.testing.assert_allclose(got["score"], alone["score"], rtol=0, atol=1e-12)
+        p = scored[scored["query_id"] == q.query_id].pivot_table(index="doc_id", columns="atom_id", values="p_calibrated")
+        expect = {"q1": lambda: p["a1"] * (1 - p["a2"]), "q2": lambda: 1 - (1 - p["a1"]) * (1 - p["a3"]), "q3": lambda: 1 - p["b1"]}[q.query_id]()
+        np.testing.assert_allclose(got.set_index("doc_id")["score"], expect[got["doc_id"]], atol=1e-12)
+
+
+def test_posteriors_name_a_missing_atom():
+    scored = pd.DataFrame({"query_id": ["q1"], "doc_id": ["d1"], "base_rank": [1], "atom_id": ["a1"], "p_calibrated": [0.5]})
+    with pytest.raises(KeyError, match=r"query 'q1' has no P\(True\) for atom\(s\) \['a2'\]"):
+        posteriors([Q], scored)
