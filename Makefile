@@ -40,7 +40,7 @@ test-unit: $(STAMP)
 bench: bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate
 
 bench-index: $(STAMP)
-	$(BIN)/python tests/perf/bench_index.py --out runs/bench
+	$(BIN)/python tests/perf/bench_index.py --backends auto,torch --placements default,2x0.75 --out runs/bench
 
 bench-itlr: $(STAMP)
 	$(BIN)/python tests/perf/bench_itlr.py --out runs/bench

@@ -39,7 +39,7 @@ def _main(
 err = Console(stderr=True)
 out = Console()
 
-Backend = Annotated[str, typer.Option(help="Encoder backend: torch (reference) or openvino (faster on CPU).")]
+Backend = Annotated[str, typer.Option(help="Encoder backend: auto (openvino on CPU where installed, torch on GPU), torch or openvino.")]
 Model = Annotated[str, typer.Option(help="Registered embedding model name or a local model directory.")]
 TitleSep = Annotated[str, typer.Option(help="Joins a document's title and text when embedding (BEIR/MTEB: a space); the table keeps it.")]
 RayAddress = Annotated[str | None, typer.Option(help="Ray cluster address; default: start a local cluster.")]
@@ -125,7 +125,7 @@ def _llm(model: str, dtype: str, max_model_len: int, tensor_parallel_size: int, 
     )
 
 
-def _ray(address: str | None, actors: int, gpus_per_actor: float = 0.0) -> RayConfig:
+def _ray(address: str | None, actors: int | None, gpus_per_actor: float | None = None) -> RayConfig:
     return _run(RayConfig, address=address, embed_actors=actors, embed_num_gpus=gpus_per_actor)
 
 
@@ -136,11 +136,11 @@ def index(
     table: str = "docs",
     format: Annotated[str, typer.Option(help="auto | beir | jsonl | parquet")] = "auto",
     model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "torch",
+    backend: Backend = "auto",
     title_sep: TitleSep = " ",
-    batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = 64,
-    actors: Annotated[int, typer.Option(help="Embedding actors.")] = 1,
-    gpus_per_actor: Annotated[float, typer.Option(help="GPUs per embedding actor (0 on CPU nodes).")] = 0.0,
+    batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = EmbedConfig.model_fields["batch_size"].default,
+    actors: Annotated[int | None, typer.Option(help="Embedding actors; default: one per GPU, or one per node on CPU nodes.")] = None,
+    gpus_per_actor: Annotated[float | None, typer.Option(help="GPUs per embedding actor; default: 1 where the cluster has GPUs, else 0.")] = None,
     delete_missing: Annotated[bool, typer.Option(help="Delete stored documents absent from this snapshot.")] = True,
     max_delete_fraction: Annotated[float, typer.Option(help="Refuse a snapshot that would delete more than this share of the table.")] = 0.1,
     allow_mass_delete: Annotated[bool, typer.Option(help="Delete past --max-delete-fraction (an empty snapshot never deletes).")] = False,
@@ -163,7 +163,7 @@ def index(
         db=db,
         table=table,
         format=format,
-        embed=_run(EmbedConfig, model=model, backend=backend, batch_size=batch_size, title_sep=title_sep, device="cuda" if gpus_per_actor else "cpu"),
+        embed=_run(EmbedConfig, model=model, backend=backend, batch_size=batch_size, title_sep=title_sep),
         ray=_ray(ray_address, actors, gpus_per_actor),
         delete_missing=delete_missing,
         max_delete_fraction=max_delete_fraction,
@@ -228,7 +228,7 @@ def retrieve(
     k: int = 100,
     hybrid_depth: Annotated[int, typer.Option(help="hybrid: depth of each fused list (at least --k is used).")] = 100,
     model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "torch",
+    backend: Backend = "auto",
     trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = False,
     itlr_mode: Annotated[str, typer.Option(help="itlr: exact (every document) | ann (re-score ANN candidates).")] = "exact",
     operators: Annotated[str, typer.Option(help="itlr: e.g. and=product,or=sum,not=complement.")] = "",
@@ -405,7 +405,7 @@ def bench_rules(
     r3: Annotated[str, typer.Option(help="R3 over the best SIAR run of: both retrievers | better (higher vanilla R@n) | none.")] = "both",
     r3_n: Annotated[int, typer.Option(help="R3: rules reranked per query (its windows: 20, stride 10).")] = 20,
     model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "openvino",
+    backend: Backend = "auto",
     llm_model: LLMModel = "smollm2-135m-instruct",
     llm_dtype: LLMDtype = "auto",
     llm_max_model_len: LLMMaxLen = 2048,
@@ -456,7 +456,7 @@ def bench_lag(
     llm_rows: Annotated[bool, typer.Option(help="Run RAG, LAG and the ablations with the LLM (--no-llm-rows: the oracle table only).")] = True,
     judge: Annotated[bool, typer.Option(help="Add the LLM-judge accuracy (the same LLM judges).")] = False,
     model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "openvino",
+    backend: Backend = "auto",
     llm_model: LLMModel = "smollm2-135m-instruct",
     llm_dtype: LLMDtype = "auto",
     llm_max_model_len: LLMMaxLen = 2048,
@@ -509,7 +509,7 @@ def generate_itlr(
     label_threshold: Annotated[float, typer.Option(help="A pair is relevant when P(True) >= this.")] = 0.5,
     wave_shards: Annotated[int | None, typer.Option(help="Shards sent to the LLM pool at once (default 2 per engine actor).")] = None,
     model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "openvino",
+    backend: Backend = "auto",
     llm_model: LLMModel = "smollm2-135m-instruct",
     llm_dtype: LLMDtype = "auto",
     llm_max_model_len: LLMMaxLen = 2048,
@@ -564,7 +564,7 @@ def bench_setlogic(
     orlog: Annotated[bool, typer.Option(help="Add OrLog with the gold atoms (LLM scoring; --no-orlog: dense, bm25, ITLR only).")] = True,
     orlog_depth: Annotated[int, typer.Option(help="OrLog: bm25 candidates reranked per query.")] = 20,
     model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "openvino",
+    backend: Backend = "auto",
     llm_model: LLMModel = "smollm2-135m-instruct",
     llm_dtype: LLMDtype = "auto",
     llm_max_model_len: LLMMaxLen = 2048,
@@ -618,7 +618,7 @@ def itlr_bench(
     out: Annotated[Path, typer.Option(help="Where the generated data, index and tables go.")] = Path("runs/itlr-bench"),
     per_template: Annotated[int, typer.Option(help="Queries per template (32 templates).")] = 10,
     seed: int = 0,
-    backend: Backend = "openvino",
+    backend: Backend = "auto",
 ):
     """ITLR's synthetic logical benchmark from SciFact text: Table 1 (by negations) and Table 2 (operators)."""
     from jobs.itlr_bench import run_itlr_bench
@@ -635,7 +635,7 @@ def ablate(
     table: str = "docs",
     measure: str = "nDCG@10",
     model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "torch",
+    backend: Backend = "auto",
     out: Path = Path("runs/ablate"),
 ):
     """ITLR operator ablation: every AND x OR x NOT family, one exact pass, one table."""
@@ -690,7 +690,7 @@ def nightly(
 def nightly_demo(
     out: Annotated[Path, typer.Option(help="Where the snapshots, the table and the nightly directory go (emptied first).")] = Path("runs/nightly-demo"),
     corrupt_queries: Annotated[int, typer.Option(help="Night 3 swaps the texts of the relevant documents of this many queries.")] = 60,
-    backend: Backend = "openvino",
+    backend: Backend = "auto",
     ray_address: RayAddress = None,
 ):
     """Three nights of `logicrank nightly` on bundled SciFact: baseline, a routine change, a corrupted snapshot."""
@@ -727,7 +727,7 @@ def _load_yaml(path: Path, what: str, error: type[UserError]):
 @app.command("main")
 def main_job(
     out: Annotated[Path, typer.Option(help="Where the index, runs and report go.")] = Path("runs/scifact"),
-    backend: Backend = "openvino",
+    backend: Backend = "auto",
     ray_address: RayAddress = None,
     progress: bool = True,
     rulebench: Annotated[

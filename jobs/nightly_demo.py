@@ -74,7 +74,7 @@ def write_jsonl(rows: list[dict], path: Path) -> Path:
     return path
 
 
-def demo_config(out: Path, corpus: Path, queries: str, qrels: str, backend: str = "torch", address: str | None = None) -> dict:
+def demo_config(out: Path, corpus: Path, queries: str, qrels: str, backend: str = "auto", address: str | None = None) -> dict:
     """The demo's nightly config: dense and bm25 on SciFact's test queries."""
     return {
         "out": str(out / "nightly"),
@@ -88,7 +88,7 @@ def demo_config(out: Path, corpus: Path, queries: str, qrels: str, backend: str 
 
 
 def run_demo(out: str | Path, corrupt_queries: int = 60, echo: Callable[[str], None] | None = None,
-             backend: str = "torch", address: str | None = None) -> list:
+             backend: str = "auto", address: str | None = None) -> list:
     """Three nights; returns their :class:`jobs.nightly.NightResult`."""
     import shutil
 

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from jobs.rundir import RunDir, input_fingerprint, write_parquet_atomic, write_text_atomic
 from jobs.watchdog import beat
-from pipelines.embed import model_id, resolve_model
+from pipelines.embed import model_id, resolve_backend, resolve_model
 from pipelines.errors import UserError
 from pipelines.files import json_digest
 from pipelines.pipeline import build, validate
@@ -382,8 +382,9 @@ def _check_keyed(run: pa.Table, queries: pa.Table, stage: str, contiguous: bool 
 
 
 def _embed_digest(embed: EmbedConfig) -> str:
-    """What can change a vector: the model, its backend, batch size and token window (not the thread count)."""
-    return json_digest([model_id(embed), embed.backend, embed.batch_size, embed.max_seq_length])
+    """What can change a vector: the model, the backend that runs it (``auto`` resolved), batch size and
+    token window (not the thread count)."""
+    return json_digest([model_id(embed), resolve_backend(embed), embed.batch_size, embed.max_seq_length])
 
 
 def _template_digest() -> str:

@@ -51,9 +51,17 @@ class RayConfig(_Config):
     address: str | None = Field(None, description="Ray cluster address; None starts a local cluster.")
     num_cpus: int | None = Field(None, ge=1, description="CPUs of the local cluster (ignored with address).")
     object_store_memory: int = Field(1 << 30, ge=1 << 26)
-    embed_actors: int = Field(1, ge=1, description="Size of the embedding actor pool.")
-    embed_num_cpus: float = Field(1.0, ge=0)
-    embed_num_gpus: float = Field(0.0, ge=0, description="GPUs per embedding actor on a GPU cluster.")
+    embed_actors: int | None = Field(
+        None, ge=1, description="Size of the embedding actor pool; None: sized to the cluster (one encoder per GPU, or on a "
+        "cluster without GPUs one per node, each with its node's cores; see docs/bulk-retrieval.md, Placement)."
+    )
+    embed_num_cpus: float | None = Field(
+        None, ge=0, description="CPUs per embedding actor (fractions allowed); None: 1 with GPUs or a given pool size, else the "
+        "smallest node's CPUs less the reader's share."
+    )
+    embed_num_gpus: float | None = Field(
+        None, ge=0, description="GPUs per embedding actor; None: 1 where the cluster has GPUs, else 0."
+    )
     embed_resources: tuple[tuple[str, float], ...] = Field(
         (), description="Custom Ray resources per embedding actor, e.g. {'embed': 1}: only nodes offering them host one."
     )
@@ -81,13 +89,15 @@ class EmbedConfig(_Config):
     """The sentence-transformers encoder."""
 
     model: str = Field("all-MiniLM-L6-v2", description="A registered model name or a local model directory.")
-    backend: Literal["torch", "openvino"] = "torch"
-    batch_size: int = Field(64, ge=1, description="Texts per forward pass.")
+    backend: Literal["auto", "torch", "openvino"] = Field(
+        "auto", description="auto: openvino on a CPU where it is installed, torch on a GPU (or without openvino)."
+    )
+    batch_size: int = Field(16, ge=1, description="Texts per forward pass.")
     max_seq_length: int | None = Field(None, ge=8, description="Token window; None keeps the model's own.")
     title_sep: str = Field(
         " ", max_length=8, description="Joins a document's title and text when embedding (BEIR/MTEB: a space); the table records it, and indexing into it with another is refused."
     )
-    device: str = "cpu"
+    device: str = Field("auto", description="auto: cuda where torch sees a GPU, else cpu; or a torch device name.")
     threads: int | None = Field(
         None, ge=1, description="Torch threads per encoder; None uses every core of the node (Ray pins actors to 1)."
     )

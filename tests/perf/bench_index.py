@@ -1,19 +1,19 @@
-"""Indexing benchmark: ratios measured side by side in one run (not a test).
+"""Indexing benchmark: the index job against bare batched encoding, side by side in one run (not a test).
 
-    make bench                      # SciFact, first 2,000 documents, both backends
-    python tests/perf/bench_index.py --docs 0 --backends openvino   # all 5,183
+    make bench-index                                   # all 5,183 SciFact documents, the default backend
+    python tests/perf/bench_index.py --docs 2000 --backends auto,torch --placements default,2x0.75
 
 For each backend, on the same texts:
-  unsorted sentence-transformers (torch), batches of 32 in corpus order;
-  plain    sentence-transformers `encode` (torch, sorts by length inside), model already loaded;
-  encoder  logicrank's Embedder for that backend, model already loaded;
-  ray      the full `logicrank index` job (Ray Data, actor pool, LanceDB writes, indexes),
-           cold: actor start and model load included;
-  reindex  the same job again on the unchanged corpus.
-Goals (issue 2): ray docs/s / plain docs/s >= 0.9; reindex s / full index s <= 0.1.
-The Ray figure includes starting the actor and loading the model; the plain and encoder
-figures are also given with their model load included, for a like-for-like ratio.
-An OpenVINO model converted once is cached (~/.cache/logicrank): run twice for warm figures.
+  encoder  logicrank's Embedder in one process with every core, one ``encode`` over all texts
+           (sorted by length inside, batches of ``EmbedConfig.batch_size``): the bare peer,
+           with and without its model load;
+  index    the full ``logicrank index`` job for each placement (``default``: the pool sized to
+           the cluster, what ``logicrank index`` does when no --actors is given; ``AxC``: A
+           actors of C CPUs, each with floor(cores / A) threads), cold: Ray's start, the actors'
+           start and model load, LanceDB writes, maintenance and the BM25 index included;
+  reindex  the default job again on the unchanged corpus.
+Goals (issue 24): default index docs/s >= 0.9x the bare encoder's with its load; reindex s <= 0.1x full.
+An OpenVINO model converted once is cached (LOGICRANK_CACHE): the first run of a fresh cache converts it.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from jobs.index import run_index  # noqa: E402
-from jobs.raysession import ray_session  # noqa: E402
 from pipelines.datasets import scifact  # noqa: E402
-from pipelines.embed import Embedder, document_text, resolve_model  # noqa: E402
+from pipelines.embed import Embedder, document_text  # noqa: E402
 from schemas.config import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
+from tests.perf.report import write_report  # noqa: E402
 
 
 def _corpus(n: int, path: Path) -> list[str]:
@@ -55,73 +55,64 @@ def _timed(fn):
     return time.perf_counter() - t, result
 
 
+def _placement(name: str, embed: EmbedConfig) -> tuple[RayConfig, EmbedConfig]:
+    if name == "default":
+        return RayConfig(), embed
+    actors, cpus = name.split("x")
+    threads = max(1, (os.cpu_count() or 1) // int(actors))
+    return RayConfig(embed_actors=int(actors), embed_num_cpus=float(cpus)), embed.model_copy(update={"threads": threads})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", type=int, default=2000, help="SciFact documents to use (0: all 5,183)")
-    ap.add_argument("--backends", default="torch,openvino")
+    ap.add_argument("--docs", type=int, default=0, help="SciFact documents to use (0: all 5,183)")
+    ap.add_argument("--backends", default="auto", help="comma-separated: auto, torch, openvino")
+    ap.add_argument("--placements", default="default", help="comma-separated: default, or AxC (A actors of C CPUs)")
     ap.add_argument("--out", default="runs/bench")
     args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="logicrank-bench-"))
     corpus = work / "corpus.jsonl"
     texts = _corpus(args.docs, corpus)
     n = len(texts)
     rows = []
-    ray_cfg = RayConfig()
-    from sentence_transformers import SentenceTransformer
-
-    load_s, model = _timed(lambda: SentenceTransformer(resolve_model(EmbedConfig().model), device="cpu"))
-    plain_s, _ = _timed(lambda: model.encode(texts, batch_size=32, normalize_embeddings=True))
-    # the same model and batch size, batches in corpus order (no sorting by length)
-    unsorted_s, _ = _timed(lambda: [model.encode(texts[i : i + 32], batch_size=32, normalize_embeddings=True) for i in range(0, n, 32)])
-    with ray_session(ray_cfg):
-        for backend in args.backends.split(","):
-            embed = EmbedConfig(backend=backend)
-            enc_load_s, enc = _timed(lambda embed=embed: Embedder(embed))
-            enc_s, _ = _timed(lambda enc=enc: enc.encode(texts))
-            del enc
-            db = work / f"db-{backend}"
-            cfg = IndexConfig(corpus=str(corpus), db=str(db), embed=embed, ray=ray_cfg)
-            full_s, full = _timed(lambda cfg=cfg, b=backend: run_index(cfg, work / f"run-{b}-full"))
-            re_s, again = _timed(lambda cfg=cfg, b=backend: run_index(cfg, work / f"run-{b}-again"))
-            assert full.inserted == n and again.embedded == 0, (full, again)
-            rows.append(
-                {
-                    "backend": backend,
-                    "docs": n,
-                    "plain_st_torch_docs_per_s": n / plain_s,
-                    "unsorted_batches_torch_docs_per_s": n / unsorted_s,
-                    "encoder_docs_per_s": n / enc_s,
-                    "ray_index_docs_per_s": n / full_s,
-                    "ratio_ray_vs_plain": (n / full_s) / (n / plain_s),
-                    "ratio_ray_vs_same_encoder": (n / full_s) / (n / enc_s),
-                    "ratio_ray_vs_plain_with_load": (plain_s + load_s) / full_s,
-                    "ratio_ray_vs_same_encoder_with_load": (enc_s + enc_load_s) / full_s,
-                    "full_index_s": full_s,
-                    "reindex_unchanged_s": re_s,
-                    "ratio_reindex_vs_full": re_s / full_s,
-                }
-            )
-            print(json.dumps(rows[-1], indent=2), flush=True)
+    for backend in args.backends.split(","):
+        embed = EmbedConfig(backend=backend)
+        load_s, enc = _timed(lambda embed=embed: Embedder(embed))
+        enc_s, _ = _timed(lambda enc=enc: enc.encode(texts))
+        resolved = enc.backend
+        del enc
+        for name in args.placements.split(","):
+            ray_cfg, embed_p = _placement(name, embed)
+            db = work / f"db-{backend}-{name}"
+            cfg = IndexConfig(corpus=str(corpus), db=str(db), embed=embed_p, ray=ray_cfg)
+            full_s, full = _timed(lambda cfg=cfg, db=db: run_index(cfg, db.with_name(db.name + "-full")))
+            re_s, again = _timed(lambda cfg=cfg, db=db: run_index(cfg, db.with_name(db.name + "-again"))) if name == "default" else (None, None)
+            assert full.inserted == n and (again is None or again.embedded == 0), (full, again)
+            rows.append({
+                "backend": resolved, "placement": name, "pool": full.placement, "docs": n,
+                "encoder_docs_per_s": n / enc_s, "encoder_load_s": load_s, "encoder_with_load_docs_per_s": n / (enc_s + load_s),
+                "index_s": full_s, "index_docs_per_s": n / full_s, "index_vs_encoder_with_load": (enc_s + load_s) / full_s,
+                "index_vs_encoder": enc_s / full_s, "reindex_unchanged_s": re_s, "reindex_vs_full": re_s / full_s if re_s else None,
+            })
+            print(json.dumps(rows[-1]), flush=True)
     shutil.rmtree(work, ignore_errors=True)
 
     lines = [
-        f"# Indexing benchmark ({n} SciFact docs, {os.cpu_count()} CPUs, one run)",
+        f"# Indexing benchmark ({n} SciFact documents, {os.cpu_count()} cores, one run)",
         "",
-        "| backend | unsorted batches torch docs/s | plain ST torch docs/s (sorted) | encoder docs/s | Ray index docs/s | Ray / plain (goal >= 0.9) | Ray / same encoder | Ray / plain, load included | Ray / same encoder, load included | full index s | unchanged re-index s | re-index / full (goal <= 0.1) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| backend | placement (pool) | bare encoder docs/s | bare encoder with its load docs/s | index job docs/s "
+        "| index / bare with load (goal >= 0.9) | index / bare | full index s | unchanged re-index s | re-index / full (goal <= 0.1) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        pool = r["pool"]
+        reindex = f"{r['reindex_unchanged_s']:.1f} | {r['reindex_vs_full']:.3f}" if r["reindex_unchanged_s"] else "- | -"
         lines.append(
-            f"| {r['backend']} | {r['unsorted_batches_torch_docs_per_s']:.1f} | {r['plain_st_torch_docs_per_s']:.1f} | {r['encoder_docs_per_s']:.1f} | {r['ray_index_docs_per_s']:.1f} "
-            f"| {r['ratio_ray_vs_plain']:.2f} | {r['ratio_ray_vs_same_encoder']:.2f} | {r['ratio_ray_vs_plain_with_load']:.2f} "
-            f"| {r['ratio_ray_vs_same_encoder_with_load']:.2f} | {r['full_index_s']:.1f} "
-            f"| {r['reindex_unchanged_s']:.1f} | {r['ratio_reindex_vs_full']:.3f} |"
+            f"| {r['backend']} | {r['placement']} ({pool['actors']} x {pool['num_cpus']:g} CPU, {pool['how']}) "
+            f"| {r['encoder_docs_per_s']:.1f} | {r['encoder_with_load_docs_per_s']:.1f} | {r['index_docs_per_s']:.1f} "
+            f"| {r['index_vs_encoder_with_load']:.2f} | {r['index_vs_encoder']:.2f} | {r['index_s']:.1f} | {reindex} |"
         )
-    (out / "bench_index.md").write_text("\n".join(lines) + "\n")
-    (out / "bench_index.json").write_text(json.dumps(rows, indent=2) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, "bench_index", rows, lines)
 
 
 if __name__ == "__main__":

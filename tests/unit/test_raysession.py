@@ -2,7 +2,8 @@
 
 import pytest
 
-from jobs.raysession import require_fit
+from jobs.raysession import EncoderPlacement, encoder_placement, require_fit
+from schemas.config import RayConfig
 
 
 def test_a_pool_that_fits_passes():
@@ -18,6 +19,37 @@ def test_a_pool_that_does_not_fit_names_what_it_needs(actors, cpus, gpus, reserv
     with pytest.raises(KeyError) as exc:
         require_fit("score", actors, cpus, gpus, {"CPU": 2.0, "GPU": 1.0}, KeyError, reserve_cpus=reserve)
     assert needs in str(exc.value) and "the cluster has 2.0 / 1.0" in str(exc.value) and "Lower --actors" in str(exc.value)
+
+
+def _node(cpu: float, gpu: float = 0.0, alive: bool = True, **custom) -> dict:
+    return {"Alive": alive, "Resources": {"CPU": cpu, **({"GPU": gpu} if gpu else {}), **custom}}
+
+
+@pytest.mark.parametrize(
+    ("config", "nodes", "placed"),
+    [
+        # no GPU: one encoder per node, each the smallest node's CPUs less the reader's 0.5
+        ({}, [_node(2)], EncoderPlacement(1, 1.5, 0.0, "one per node")),
+        ({}, [_node(2), _node(16), _node(8, alive=False)], EncoderPlacement(2, 1.5, 0.0, "one per node")),
+        ({}, [_node(1)], EncoderPlacement(1, 0.5, 0.0, "one per node")),
+        ({}, [_node(0), _node(4)], EncoderPlacement(1, 3.5, 0.0, "one per node")),  # a head node with no CPU hosts none
+        ({"embed_resources": {"embed": 1}}, [_node(8), _node(4, embed=1)], EncoderPlacement(1, 3.5, 0.0, "one per node")),
+        # GPUs: one encoder per GPU
+        ({}, [_node(8, gpu=2), _node(8, gpu=1)], EncoderPlacement(3, 1.0, 1.0, "one per GPU")),
+        ({"embed_num_gpus": 0.5}, [_node(8, gpu=2)], EncoderPlacement(4, 1.0, 0.5, "one per GPU")),
+        ({"embed_num_gpus": 0}, [_node(8, gpu=2)], EncoderPlacement(1, 7.5, 0.0, "one per node")),  # GPUs left alone
+        # given values are kept
+        ({"embed_actors": 2}, [_node(4)], EncoderPlacement(2, 1.0, 0.0, "given")),
+        ({"embed_actors": 2, "embed_num_cpus": 0.75}, [_node(2)], EncoderPlacement(2, 0.75, 0.0, "given")),
+        ({"embed_num_cpus": 1}, [_node(4), _node(4)], EncoderPlacement(2, 1.0, 0.0, "one per node")),
+    ],
+)
+def test_the_encoder_pool_is_sized_to_the_cluster(config, nodes, placed):
+    place = encoder_placement(RayConfig(**config), nodes, reserve_cpus=0.5)
+    assert place == placed
+    cluster = {"CPU": sum(n["Resources"]["CPU"] for n in nodes if n["Alive"]),
+               "GPU": sum(n["Resources"].get("GPU", 0) for n in nodes if n["Alive"])}
+    require_fit("index", place.actors, place.num_cpus, place.num_gpus, cluster, ValueError, reserve_cpus=0.5)  # and fits
 
 
 def test_the_stderr_filter_drops_only_the_known_native_line(capfd, monkeypatch):
