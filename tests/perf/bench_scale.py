@@ -27,6 +27,15 @@ Each step runs in its own process, so its peak memory (max RSS) is its own:
   numpy        the (queries x docs) product + argpartition top k over the table's vectors, in blocks of
                1,024 queries x 4,096 documents (the floor; unblocked, 1M documents stream from memory per query)
   hybrid       RRF of the bm25 and dense runs
+  itlr-exact   ITLR exact mode (pipelines/methods/itlr.py, score_exact: every document scored, top 10 kept)
+               over --queries logical queries of three terms (four shapes with AND, OR, NOT, as in
+               bench_itlr.py), the terms drawn (seeded) from SciFact's 300 queries, with their real vectors;
+               beside it, the (unique terms x docs) numpy product alone, the floor under any exact scoring
+  itlr-ann     ITLR ann mode (each positive term's 100 nearest by the table's vector search, the union
+               re-scored exactly), its recall@10 against itlr-exact
+  orlog        OrLog's LLM-free composition: the exact posterior of each logical query (its shape over
+               three atoms) over the bm25 run's top 100, given P(True)s (seeded uniform: the LLM's output,
+               not its cost)
   evaluate     nDCG@10, R@100 of the bm25 run against pseudo-qrels (a SciFact query's relevant
                abstract -> the passages that open with one of its sentences)
 BLAS and the engines are limited to one thread in every step (per-core figures).
@@ -50,7 +59,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 K = 100
-STEPS = ("table", "fts", "ann", "bm25-build", "reindex-1%", "bm25", "bm25s", "dense", "dense-ann", "numpy", "hybrid", "evaluate")
+STEPS = ("table", "fts", "ann", "bm25-build", "reindex-1%", "bm25", "bm25s", "dense", "dense-ann", "numpy", "hybrid",
+         "itlr-exact", "itlr-ann", "orlog", "evaluate")
+TEMPLATES = ('"{0}" AND "{1}" AND NOT "{2}"', '"{0}" OR "{1}" AND "{2}"', '("{0}" OR "{1}") AND NOT "{2}"', '"{0}" AND "{1}" OR "{2}"')
 ANN_THRESHOLD = 100_000  # IndexConfig's default
 
 
@@ -303,6 +314,65 @@ def _child(args) -> dict:
         rrf([a, b], K)
         out["search_s"] = time.perf_counter() - t
         out["qps"] = len(queries) / out["search_s"]
+    elif step in ("itlr-exact", "itlr-ann"):
+        import pyarrow.parquet as pq
+
+        from pipelines.logic.fuzzy import Operators
+        from pipelines.methods.itlr import Calibration, ann_candidates, score_candidates, score_exact
+
+        s = DocStore(db)
+        parsed, terms, T = _logic_queries(data, args.seed)
+        out["queries"], out["unique_terms"] = len(parsed), len(terms)
+        ops, cal = Operators(), Calibration()
+        if step == "itlr-exact":
+            t = time.perf_counter()
+            for _, v in s.vector_blocks(32768):
+                v @ T.T
+            out["numpy_product_s"] = time.perf_counter() - t
+            t = time.perf_counter()
+            run = score_exact(parsed, terms, T, s.vector_blocks(32768), 10, [ops], cal, threads=1)[ops]
+            out["search_s"] = time.perf_counter() - t
+            out["exact_vs_product"] = out["search_s"] / out["numpy_product_s"]
+            pq.write_table(pa_table(run), work / f"run-itlr-{n}.parquet")
+        else:
+            t = time.perf_counter()
+            cands, _ = ann_candidates(parsed, terms, T, lambda v, k: s.vector_search(v, k, with_vectors=True), 100)
+            run = score_candidates(parsed, terms, T, cands, 10, ops, cal)
+            out["search_s"] = time.perf_counter() - t
+            out["mode"] = "ANN (IVF_HNSW_SQ)" if s.has_ann_index() else "exact neighbours (no ANN index below the threshold)"
+            truth = pq.read_table(work / f"run-itlr-{n}.parquet").to_pandas().groupby("query_id")["doc_id"].apply(set)
+            found = run.groupby("query_id")["doc_id"].apply(set)
+            out["recall@10"] = float(np.mean([len(truth[q] & found.get(q, set())) / len(truth[q]) for q in truth.index]))
+        out["qps"] = len(parsed) / out["search_s"]
+    elif step == "orlog":
+        import pandas as pd
+        import pyarrow.parquet as pq
+
+        from pipelines.logic.query import parse
+        from pipelines.methods.orlog import OrlogQuery, posteriors
+
+        base = pq.read_table(work / f"run-bm25-{n}.parquet").to_pandas()
+        base = base.assign(query_id=base["query_id"].map({q: f"l{i}" for i, q in enumerate(data["qids"])}))
+        rng = np.random.default_rng(args.seed + 4)
+        t = time.perf_counter()
+        # each query's atoms have its own ids (a0, a1, a2), as the decomposition writes them
+        local = ("a0", "a1", "a2")
+        queries = [OrlogQuery(f"l{i}", "", tuple((a, f"{{x}} is about {a}") for a in local), parse(TEMPLATES[i % len(TEMPLATES)].format(*local)), "ok")
+                   for i in range(len(data["qids"]))]
+        atoms = {q.query_id: [a for a, _ in q.atoms] for q in queries}
+        cand = base[["query_id", "doc_id", "rank"]].rename(columns={"rank": "base_rank"})
+        per = cand["query_id"].map(lambda q: len(atoms[q])).to_numpy()
+        scored = cand.loc[cand.index.repeat(per)].reset_index(drop=True)
+        scored["atom_id"] = [a for q in cand["query_id"] for a in atoms[q]]
+        scored["p_calibrated"] = rng.uniform(size=len(scored))
+        out["build_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        post = posteriors(queries, scored)
+        out["search_s"] = time.perf_counter() - t
+        out["pairs"], out["candidates"] = len(scored), len(post)
+        out["us_per_candidate"] = 1e6 * out["search_s"] / len(post)
+        out["qps"] = len(queries) / out["search_s"]
+        assert isinstance(post, pd.DataFrame) and len(post) == len(cand)
     elif step == "evaluate":
         import pyarrow.parquet as pq
 
@@ -320,6 +390,29 @@ def _child(args) -> dict:
         out["qrels"] = qrels.num_rows
     out["seconds"] = time.perf_counter() - t0
     return out
+
+
+def pa_table(df):
+    import pyarrow as pa
+
+    return pa.Table.from_pandas(df, preserve_index=False)
+
+
+def _logic_queries(data: dict, seed: int):
+    """One logical query per benchmark query (``l<i>``, the i-th query's id mapped in orlog):
+    three distinct terms of SciFact's 300 queries in one of four shapes; the terms' vectors
+    are those queries' real vectors."""
+    import pyarrow as pa
+
+    from pipelines.methods.itlr import parse_queries
+
+    distinct = min(300, len(data["qvec"]))
+    rng = np.random.default_rng(seed + 3)
+    rows = []
+    for i in range(len(data["qids"])):
+        picks = rng.choice(distinct, 3, replace=False)
+        rows.append({"query_id": f"l{i}", "text": "x", "logical_query": TEMPLATES[i % len(TEMPLATES)].format(*(f"t{j}" for j in picks))})
+    return parse_queries(pa.Table.from_pylist(rows)), [f"t{j}" for j in range(distinct)], np.ascontiguousarray(data["qvec"][:distinct])
 
 
 def _pseudo_qrels(n: int, seed: int, data: dict):
@@ -402,6 +495,8 @@ def main() -> None:
     ap.add_argument("--out", default="runs/bench")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per step")
+    ap.add_argument("--merge", action="store_true", help="keep the earlier report's rows of the steps and sizes not run now "
+                    "(each row says when it was measured); the tables in <out>/scale must be the earlier run's")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--size", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--work", default=None, help=argparse.SUPPRESS)
@@ -419,12 +514,21 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     _prepare(work, args.queries)
     rows = []
-    for size in (int(x) for x in args.sizes.split(",")):
-        for step in args.steps.split(","):
+    today = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())
+    sizes, steps = [int(x) for x in args.sizes.split(",")], args.steps.split(",")
+    for size in sizes:
+        for step in steps:
             res = _run_step(work, size, step, args.seed, args.timeout)
-            rows.append({"size": size, "step": step, **res})
+            rows.append({"size": size, "step": step, "measured": today, **res})
             print(json.dumps(rows[-1], default=float), flush=True)
-    _report(args, rows, time.perf_counter() - t_all)
+    total_s = time.perf_counter() - t_all
+    if args.merge and (Path(args.out) / "bench_scale.json").exists():
+        earlier = json.loads((Path(args.out) / "bench_scale.json").read_text())
+        done = {(r["size"], r["step"]) for r in rows}
+        kept = [{"measured": "earlier run", **r} for r in earlier["rows"] if (r["size"], r["step"]) not in done]
+        rows = sorted(kept + rows, key=lambda r: (r["size"], STEPS.index(r["step"]) if r["step"] in STEPS else len(STEPS)))
+        total_s += earlier.get("total_s", 0.0)
+    _report(args, rows, total_s)
 
 
 def _report(args, rows: list[dict], total_s: float) -> None:
