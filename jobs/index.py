@@ -30,13 +30,13 @@ from jobs.raysession import EncoderPlacement, encoder_placement, ray_session, re
 from jobs.rundir import RunDir
 from jobs.watchdog import beat, busy
 from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
-from pipelines.embed import model_id, resolve_backend, resolve_model
+from pipelines.embed import concrete, model_id, resolve_model
 from pipelines.errors import UserError, first_line
 from pipelines.indexing import EmbedStage, IndexWriter, RejectSink
 from pipelines.sparse import update_index
 from pipelines.store import DocStore
 from pipelines.writelock import TableLock
-from schemas.config import IndexConfig
+from schemas.config import EmbedConfig, IndexConfig
 
 
 class IndexJobError(UserError, RuntimeError):
@@ -87,7 +87,7 @@ class _EmbedActor(EmbedStage):
         super().__init__(config, ray.get(stored_refs[0]))
 
 
-def _plan(cfg: IndexConfig, sources: list[Source], stored_ref, place: EncoderPlacement):
+def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored_ref, place: EncoderPlacement):
     import ray
 
     ds = ray.data.from_items([{"source_index": i} for i in range(len(sources))], override_num_blocks=len(sources))
@@ -99,12 +99,13 @@ def _plan(cfg: IndexConfig, sources: list[Source], stored_ref, place: EncoderPla
     )
     return ds.map_batches(
         _EmbedActor,
-        fn_constructor_kwargs={"config": cfg.embed, "stored_refs": [stored_ref]},  # a list: Ray passes the ref, not the value
+        fn_constructor_kwargs={"config": embed, "stored_refs": [stored_ref]},  # a list: Ray passes the ref, not the value
         compute=ray.data.ActorPoolStrategy(size=place.actors),
         batch_size=cfg.ray.batch_rows,
         batch_format="pyarrow",
         num_cpus=place.num_cpus,
         num_gpus=place.num_gpus or None,
+        **({"scheduling_strategy": "SPREAD"} if place.how == "one per node" else {}),
         **({"resources": dict(cfg.ray.embed_resources)} if cfg.ray.embed_resources else {}),
     )
 
@@ -130,7 +131,7 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
     except SourceError as exc:
         raise IndexJobError(f"index: {exc} Nothing was read into the table.") from None
     resolve_model(cfg.embed.model)
-    resolve_backend(cfg.embed, "cpu" if cfg.embed.device == "auto" else cfg.embed.device)  # openvino on cuda: refused now
+    concrete(cfg.embed)  # openvino asked to run on cuda: refused now
     with TableLock(cfg.db, cfg.table, "index") as lock:
         return _index_locked(cfg, rundir, sources, progress, start, lock)
 
@@ -148,9 +149,9 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
 
     try:
         with ray_session(cfg.ray) as ray:
-            place = encoder_placement(cfg.ray, ray.nodes(), _READ_CPUS)
-            device = cfg.embed.device if cfg.embed.device != "auto" else ("cuda" if place.num_gpus else "cpu")
-            summary.placement = {**asdict(place), "device": device, "backend": resolve_backend(cfg.embed, device)}
+            place = encoder_placement(cfg.ray, ray.nodes(), _READ_CPUS, cfg.embed)
+            embed = concrete(cfg.embed, gpu=place.num_gpus > 0)  # resolved here: an actor sees GPUs it did not reserve
+            summary.placement = {**asdict(place), "device": embed.device, "backend": embed.backend}
             require_fit(
                 "index", place.actors, place.num_cpus, place.num_gpus, ray.cluster_resources(),
                 IndexJobError, reserve_cpus=_READ_CPUS, custom=dict(cfg.ray.embed_resources),
@@ -159,7 +160,7 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
                 stored = store.hashes()
             stored_ref = ray.put(stored)
             with rundir.timed("stream"), _progress(progress) as tick:
-                for batch in _plan(cfg, sources, stored_ref, place).iter_batches(batch_size=None, batch_format="pyarrow"):
+                for batch in _plan(cfg, embed, sources, stored_ref, place).iter_batches(batch_size=None, batch_format="pyarrow"):
                     writer.consume(batch)
                     tick(batch.num_rows, writer)
                     beat(f"index: {writer.rows_read} rows read")

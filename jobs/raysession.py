@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from schemas.config import RayConfig
+from schemas.config import EmbedConfig, RayConfig
 
 VERBOSE_ENV = "LOGICRANK_VERBOSE"  # set by `logicrank --verbose`
 _QUIET = {
@@ -210,27 +210,29 @@ class EncoderPlacement:
     how: str
 
 
-def encoder_placement(config: RayConfig, nodes: list[dict], reserve_cpus: float) -> EncoderPlacement:
+def encoder_placement(config: RayConfig, nodes: list[dict], reserve_cpus: float, embed: EmbedConfig | None = None) -> EncoderPlacement:
     """Size the embedding pool from ``config`` and the cluster's alive ``nodes`` (``ray.nodes()``).
 
-    Given values are kept. Otherwise: where the cluster has GPUs, one encoder per GPU (1 CPU
-    each); without GPUs, one encoder per node offering ``embed_resources``, each holding the
+    Given values are kept. Otherwise: where the cluster has GPUs (and ``embed`` does not ask for
+    the CPU: device cpu or backend openvino), one encoder per GPU (1 CPU each); without GPUs, one encoder per node offering ``embed_resources``, each holding the
     smallest such node's CPUs less the reader's ``reserve_cpus`` (1.5 on two cores: fractional,
     so the reader fits beside it) and encoding with every core of its node. One encoder per node
-    rather than one per core: on two cores, two single-threaded encoders indexed SciFact at 0.6x
-    of one two-threaded encoder (docs/bulk-retrieval.md, Placement).
+    rather than one per core: on two cores, two single-threaded OpenVINO encoders indexed
+    SciFact at 0.56x of one two-threaded encoder (docs/bulk-retrieval.md, Placement).
     """
     custom = dict(config.embed_resources)
     alive = [n.get("Resources", {}) for n in nodes if n.get("Alive", True)]
     hosts = [r for r in alive if all(r.get(k, 0) >= v for k, v in custom.items())] or alive
     gpus_total = sum(r.get("GPU", 0) for r in hosts)
-    gpus = config.embed_num_gpus if config.embed_num_gpus is not None else (1.0 if gpus_total >= 1 else 0.0)
+    on_cpu = embed is not None and (embed.device == "cpu" or embed.backend == "openvino")
+    gpus = config.embed_num_gpus if config.embed_num_gpus is not None else (1.0 if gpus_total >= 1 and not on_cpu else 0.0)
     if config.embed_actors is not None:
         cpus = config.embed_num_cpus if config.embed_num_cpus is not None else 1.0
         return EncoderPlacement(config.embed_actors, cpus, gpus, "given")
     if gpus > 0:
         cpus = config.embed_num_cpus if config.embed_num_cpus is not None else 1.0
-        return EncoderPlacement(max(1, int(gpus_total // gpus)), cpus, gpus, "one per GPU")
+        fit = sum(int(r.get("GPU", 0) // gpus) for r in hosts)  # per node: a fraction of a GPU does not span two
+        return EncoderPlacement(max(1, fit), cpus, gpus, "one per GPU" if gpus == 1 else f"{gpus:g} GPU each")
     node_cpus = [r["CPU"] for r in hosts if r.get("CPU", 0) > 0] or [1.0]
     smallest = min(node_cpus)
     cpus = config.embed_num_cpus if config.embed_num_cpus is not None else max(smallest - reserve_cpus, min(smallest, 0.5))

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from jobs.rundir import RunDir, input_fingerprint, write_parquet_atomic, write_text_atomic
 from jobs.watchdog import beat
-from pipelines.embed import model_id, resolve_backend, resolve_model
+from pipelines.embed import concrete, model_id, resolve_model
 from pipelines.errors import UserError
 from pipelines.files import json_digest
 from pipelines.pipeline import build, validate
@@ -296,7 +296,8 @@ class _Executor:
                     beat(f"retrieve: {stage.name}: {min(n, i + r.retrieve_batch_rows)} of {n} queries")
                 return Output(run=_assemble(parts, stage.name), counts={"placement": "driver"})
         batches = -(-(n - done) // r.retrieve_batch_rows)  # no more actors than batches
-        actors = r.retrieve_actors or min(self._pool_size(), max(1, batches))
+        held = self.store.held_bytes()  # what the driver loaded for the stage: each actor loads it again
+        actors = r.retrieve_actors or pool_within_memory(min(self._pool_size(), max(1, batches)), held, _cluster_memory())
         self.store.release()  # the driver's copies of the index and the vectors: the actors hold their own
         parts += self._pool(stage, queries.slice(done), actors)
         return Output(run=_assemble(parts, stage.name), counts={"placement": f"pool of {actors}" + (f" after {done} in the driver" if done else "")})
@@ -326,7 +327,7 @@ class _Executor:
             held = self._llm.holds()
             if held and (actors * r.retrieve_num_cpus > free.get("CPU", 0) - held["CPU"]):
                 self._llm.release()
-        embed = self.cfg.embed.model_copy(update={"model": str(resolved(self.cfg.embed.model))}) if stage.needs().encoder else None
+        embed = concrete(self.cfg.embed).model_copy(update={"model": str(resolved(self.cfg.embed.model))}) if stage.needs().encoder else None
         ds = ray.data.from_arrow([queries.slice(i, r.retrieve_batch_rows) for i in range(0, n, r.retrieve_batch_rows)])
         ds = ds.map_batches(
             _RetrieveActor,
@@ -341,6 +342,25 @@ class _Executor:
             parts.append(part)
             beat(f"retrieve: {stage.name}: {sum(p.num_rows for p in parts)} result rows")
         return parts
+
+
+ACTOR_BASE_BYTES = 1 << 30  # an actor's own footprint beside the engine's data: Python, torch, the encoder, a batch
+
+
+def pool_within_memory(actors: int, engine_bytes: int, cluster_bytes: float) -> int:
+    """At most as many retrieval actors as the cluster's memory holds, each with its own copy
+    of the engine's data (``engine_bytes``, as the driver held it) plus ``ACTOR_BASE_BYTES``;
+    at least one. Unknown cluster memory (0): no cap."""
+    if cluster_bytes <= 0:
+        return actors
+    return max(1, min(actors, int(cluster_bytes // (engine_bytes + ACTOR_BASE_BYTES))))
+
+
+def _cluster_memory() -> float:
+    """Ray's ``memory`` resource of the cluster: what tasks and actors may use (bytes)."""
+    import ray
+
+    return float(ray.cluster_resources().get("memory", 0.0))
 
 
 def _assemble(parts: list[pa.Table], stage: str) -> pa.Table:
@@ -382,9 +402,11 @@ def _check_keyed(run: pa.Table, queries: pa.Table, stage: str, contiguous: bool 
 
 
 def _embed_digest(embed: EmbedConfig) -> str:
-    """What can change a vector: the model, the backend that runs it (``auto`` resolved), batch size and
-    token window (not the thread count)."""
-    return json_digest([model_id(embed), resolve_backend(embed), embed.batch_size, embed.max_seq_length])
+    """What can change a vector: the model, the backend that runs it and its precision, the device,
+    batch size and token window (not the thread count). Query encoders hold no GPU: ``auto`` is the CPU."""
+    embed = concrete(embed)
+    precision = "f32" if embed.backend == "openvino" else None  # (OpenVINO's bf16 default once gave other vectors)
+    return json_digest([model_id(embed), embed.backend, precision, embed.device, embed.batch_size, embed.max_seq_length])
 
 
 def _template_digest() -> str:

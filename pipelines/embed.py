@@ -65,24 +65,48 @@ def document_text(title: str | None, text: str, sep: str = " ") -> str:
     return f"{title}{sep}{text}".strip() if title else text
 
 
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` where torch sees a GPU (a Ray actor given one), else ``cpu``."""
-    if device != "auto":
-        return device
-    import torch
+def resolve_device(config: EmbedConfig, gpu: bool = False) -> str:
+    """``auto`` -> ``cuda`` for an encoder that holds a GPU (``gpu``: the index job's pool on GPU
+    nodes), else ``cpu``; never from what torch happens to see (Ray shows every GPU of a node to
+    actors that reserved none). ``openvino`` always runs on the CPU."""
+    if config.device != "auto":
+        return config.device
+    return "cuda" if gpu and config.backend != "openvino" else "cpu"
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
-
-def resolve_backend(config: EmbedConfig, device: str | None = None) -> str:
-    """The backend that encodes: ``auto`` -> openvino on a CPU where it is installed (1.2x
-    torch on SciFact abstracts here, docs/bulk-retrieval.md), torch on a GPU or without it."""
-    device = device or resolve_device(config.device)
+def resolve_backend(config: EmbedConfig, device: str) -> str:
+    """The backend that encodes: ``auto`` -> openvino on the CPU where it is installed and the
+    model mean-pools (1.13x torch on SciFact abstracts here, docs/bulk-retrieval.md), torch on
+    a GPU, without openvino, or for other models."""
     if config.backend == "openvino" and device != "cpu":
         raise ModelError(f"embed: the openvino backend runs on the CPU; device {device!r} needs backend torch (or auto).")
     if config.backend != "auto":
         return config.backend
-    return "openvino" if device == "cpu" and importlib.util.find_spec("openvino") is not None else "torch"
+    if device != "cpu" or importlib.util.find_spec("openvino") is None:
+        return "torch"
+    return "openvino" if _mean_pooled(resolve_model(config.model)) else "torch"
+
+
+def concrete(config: EmbedConfig, gpu: bool = False) -> EmbedConfig:
+    """``config`` with its device and backend resolved (see :func:`resolve_device`): what an
+    encoder runs, what a cache key and a manifest record. Idempotent."""
+    device = resolve_device(config, gpu)
+    return config.model_copy(update={"device": device, "backend": resolve_backend(config, device)})
+
+
+def _mean_pooled(path: str) -> bool:
+    """Whether the sentence-transformers model at ``path`` pools by the mean of its tokens only
+    (what the OpenVINO encoder implements); False when that cannot be read."""
+    import json
+
+    try:
+        modules = json.loads((Path(path) / "modules.json").read_text(encoding="utf-8"))
+        pooling = next(m for m in modules if m.get("type", "").endswith("Pooling"))
+        cfg = json.loads((Path(path) / pooling.get("path", "") / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, StopIteration):
+        return False
+    modes = {k: v for k, v in cfg.items() if k.startswith("pooling_mode_")}
+    return modes.get("pooling_mode_mean_tokens") is True and not any(v for k, v in modes.items() if k != "pooling_mode_mean_tokens")
 
 
 class Embedder:
@@ -103,9 +127,8 @@ class Embedder:
         transformers.utils.logging.disable_progress_bar()
 
         torch.set_num_threads(config.threads or os.cpu_count() or 1)
-        self.config = config
-        self.device = resolve_device(config.device)
-        self.backend = resolve_backend(config, self.device)
+        config = concrete(config)
+        self.config, self.device, self.backend = config, config.device, config.backend
         path = resolve_model(config.model)
         self.model = SentenceTransformer(path, device=self.device)
         if config.max_seq_length is not None:
@@ -170,7 +193,7 @@ class _OpenVINOEncoder:
             _save_atomic(ov, converted, cached)
         # f32 always: on CPUs with bf16 units (Sapphire Rapids and later) OpenVINO's default is
         # bf16 inference, whose vectors differ from torch's in the 3rd decimal (and which was
-        # slower here: 23 vs 36 docs/s on SciFact abstracts).
+        # slower here: 23 vs 37 docs/s on SciFact abstracts).
         options = {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"}
         if threads:  # several encoders on one node: each keeps to its share of the cores
             options["INFERENCE_NUM_THREADS"] = threads

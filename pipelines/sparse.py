@@ -233,6 +233,13 @@ class BM25Index:
         n = max(nt, nx)
         return {"docs": n, "avgdl": (tt + tx) / n if n else 0.0, "df": np.maximum(dft, dfx)}
 
+    def nbytes(self) -> int:
+        """Bytes this index holds in memory (its count matrices, once made its weights, and its
+        ids and hashes as Python strings: an estimate of 56 bytes per string object)."""
+        mats = [self.title, self.text] + ([self._weights] if self._weights is not None else [])
+        strings = (self.doc_ids.nbytes + self.hashes.nbytes) + 56 * (len(self.doc_ids) + len(self.hashes))
+        return sum(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes for m in mats) + strings
+
     def weights(self) -> sp.csr_matrix:
         """terms x documents BM25 weights (float32, as LanceDB scores)."""
         if self._weights is None:

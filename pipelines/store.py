@@ -394,6 +394,12 @@ class DocStore:
             out["vector"] = res.column("vector")
         return pa.table(out)
 
+    def held_bytes(self) -> int:
+        """Bytes of the engines' data this store holds in memory (the vectors, the BM25 index):
+        what each retrieval actor will hold again."""
+        held = sum(a.nbytes + (56 * len(a) if a.dtype == object else 0) for a in self._matrix) if self._matrix is not None else 0
+        return held + (self._bm25.nbytes() if self._bm25 is not None else 0)
+
     def bm25_index(self):
         """The BM25 engine's index of this version (pipelines/sparse.py), opened once."""
         if self._bm25 is None:

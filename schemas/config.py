@@ -92,14 +92,17 @@ class EmbedConfig(_Config):
     backend: Literal["auto", "torch", "openvino"] = Field(
         "auto", description="auto: openvino on a CPU where it is installed, torch on a GPU (or without openvino)."
     )
-    batch_size: int = Field(16, ge=1, description="Texts per forward pass.")
+    batch_size: int = Field(16, ge=1, description="Texts per forward pass (16 suits CPUs; on GPUs give more, e.g. 256).")
     max_seq_length: int | None = Field(None, ge=8, description="Token window; None keeps the model's own.")
     title_sep: str = Field(
         " ", max_length=8, description="Joins a document's title and text when embedding (BEIR/MTEB: a space); the table records it, and indexing into it with another is refused."
     )
-    device: str = Field("auto", description="auto: cuda where torch sees a GPU, else cpu; or a torch device name.")
+    device: str = Field(
+        "auto", description="auto: cuda for the index job's encoders on GPU nodes (each holds one), else cpu (query encoders "
+        "hold no GPU); or a torch device name."
+    )
     threads: int | None = Field(
-        None, ge=1, description="Torch threads per encoder; None uses every core of the node (Ray pins actors to 1)."
+        None, ge=1, description="Threads per encoder (torch's, or OpenVINO's inference threads); None uses every core of the node."
     )
 
 

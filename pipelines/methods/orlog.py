@@ -109,7 +109,8 @@ def posteriors(queries: Sequence[OrlogQuery], scored: pd.DataFrame, reasoner: st
         if pos is None:
             continue
         atom_ids = [a for a, _ in q.atoms]
-        missing = [a for a in atom_ids if a not in col]
+        # atom ids repeat across queries (a1, a2, ...): a column another query fills is not this query's P(True)
+        missing = [a for a in atom_ids if a not in col or np.isnan(values[pos, col[a]]).all()]
         if missing:
             raise KeyError(f"orlog: query {q.query_id!r} has no P(True) for atom(s) {missing}")
         P = values[np.ix_(pos, [col[a] for a in atom_ids])]

@@ -161,7 +161,7 @@ def run_index_case(work: Path, n: int, kill: bool, cluster, workers) -> dict:
     db = work / "db"
     cfg = IndexConfig(
         corpus=str(corpus), db=str(db), write_batch_rows=32,
-        embed=EmbedConfig(threads=1),  # one torch thread per actor: two actors share the machine's 2 cores
+        embed=EmbedConfig(threads=1),  # one encoder thread per actor (torch or OpenVINO): two actors share the 2 cores
         ray=RayConfig(address=cluster.address, embed_actors=2, embed_num_cpus=1, embed_resources={"worker": 1}, batch_rows=16,
                       block_bytes=1 << 12),  # small blocks: a stream of batches over both actors, not one block
     )

@@ -53,6 +53,10 @@ def test_exact_engine_equals_lancedb_exact_search(tmp_path):
     hits["query_id"] = [qids[i] for i in hits["query_index"]]
     assert_runs_close(mine, rank_pairs(hits, 100, "dense", "dense"), "exact engine vs LanceDB", rtol=1e-6, atol=1e-6)
     assert mine.column("rank").to_pylist()[:101] == list(range(1, 101)) + [1]
+    # what a retrieval actor will hold again (the pool's memory cap): the vectors' 3000 x DIM float32 and more
+    assert store.held_bytes() >= 3000 * DIM * 4
+    store.release()
+    assert store.held_bytes() == 0
 
 
 def test_ties_at_the_cut_go_by_doc_id_descending(tmp_path):

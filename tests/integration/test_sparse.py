@@ -86,6 +86,8 @@ def test_engine_scores_equal_lancedb_on_scifact(scifact_store):
     index = store.bm25_index()
     assert len(index) == 5183
     assert _assert_same_as_lancedb(store, index, queries, 100) == 300
+    w = index.weights()
+    assert store.held_bytes() >= index.nbytes() >= w.data.nbytes + w.indices.nbytes + index.title.data.nbytes + index.text.data.nbytes
 
 
 def test_engine_scores_equal_lancedb_on_rules_with_repeated_query_terms(tmp_path):

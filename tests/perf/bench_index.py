@@ -1,7 +1,7 @@
 """Indexing benchmark: the index job against bare batched encoding, side by side in one run (not a test).
 
-    make bench-index                                   # all 5,183 SciFact documents, the default backend
-    python tests/perf/bench_index.py --docs 2000 --backends auto,torch --placements default,2x0.75
+    make bench-index       # all 5,183 SciFact documents: backends auto and torch, placements default and 2x0.75
+    python tests/perf/bench_index.py --docs 2000 --backends auto --placements default   # a quicker run
 
 For each backend, on the same texts:
   encoder  logicrank's Embedder in one process with every core, one ``encode`` over all texts

@@ -510,6 +510,9 @@ def main() -> None:
         print(json.dumps(res, default=float))
         return
     t_all = time.perf_counter()
+    report = Path(args.out) / "bench_scale.json"
+    if args.merge and report.exists() and json.loads(report.read_text()).get("queries") != args.queries:
+        sys.exit(f"bench_scale: --merge needs the earlier run's --queries ({json.loads(report.read_text()).get('queries')})")
     work = Path(args.out) / "scale"
     work.mkdir(parents=True, exist_ok=True)
     _prepare(work, args.queries)
@@ -523,9 +526,11 @@ def main() -> None:
             print(json.dumps(rows[-1], default=float), flush=True)
     total_s = time.perf_counter() - t_all
     if args.merge and (Path(args.out) / "bench_scale.json").exists():
-        earlier = json.loads((Path(args.out) / "bench_scale.json").read_text())
+        report = Path(args.out) / "bench_scale.json"
+        earlier = json.loads(report.read_text())
+        when = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(report.stat().st_mtime))  # the earlier run's end
         done = {(r["size"], r["step"]) for r in rows}
-        kept = [{"measured": "earlier run", **r} for r in earlier["rows"] if (r["size"], r["step"]) not in done]
+        kept = [{"measured": when, **r} for r in earlier["rows"] if (r["size"], r["step"]) not in done]
         rows = sorted(kept + rows, key=lambda r: (r["size"], STEPS.index(r["step"]) if r["step"] in STEPS else len(STEPS)))
         total_s += earlier.get("total_s", 0.0)
     _report(args, rows, total_s)
@@ -536,7 +541,8 @@ def _report(args, rows: list[dict], total_s: float) -> None:
 
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
     cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), platform.processor())
-    lines = [f"# Bulk retrieval cost curve ({args.queries:,} queries, k={K}; {os.cpu_count()} cores, {cpu}; one run, {total_s:.0f} s; one thread per step)", "",
+    runs = "one run" if len({r.get("measured") for r in rows}) <= 1 else "rows from more than one run, each dated"
+    lines = [f"# Bulk retrieval cost curve ({args.queries:,} queries, k={K}; {os.cpu_count()} cores, {cpu}; {runs}, {total_s:.0f} s; one thread per step)", "",
              "| docs | step | s | q/s | peak RSS MiB | notes |", "|---:|---|---:|---:|---:|---|"]
     for r in rows:
         notes = {k: v for k, v in r.items() if k not in ("size", "step", "seconds", "qps", "peak_rss_mib", "wall_s")}

@@ -77,3 +77,7 @@ def test_posteriors_name_a_missing_atom():
     scored = pd.DataFrame({"query_id": ["q1"], "doc_id": ["d1"], "base_rank": [1], "atom_id": ["a1"], "p_calibrated": [0.5]})
     with pytest.raises(KeyError, match=r"query 'q1' has no P\(True\) for atom\(s\) \['a2'\]"):
         posteriors([Q], scored)
+    other = OrlogQuery("q2", "", (("a2", "{x} is blue"),), parse('"a2"'), "ok")  # a2 is filled, but by q2 only
+    both = pd.concat([scored, pd.DataFrame({"query_id": ["q2"], "doc_id": ["d1"], "base_rank": [1], "atom_id": ["a2"], "p_calibrated": [0.5]})])
+    with pytest.raises(KeyError, match=r"query 'q1' has no P\(True\) for atom\(s\) \['a2'\]"):
+        posteriors([Q, other], both)

@@ -3,7 +3,7 @@
 import pytest
 
 from jobs.raysession import EncoderPlacement, encoder_placement, require_fit
-from schemas.config import RayConfig
+from schemas.config import EmbedConfig, RayConfig
 
 
 def test_a_pool_that_fits_passes():
@@ -36,7 +36,8 @@ def _node(cpu: float, gpu: float = 0.0, alive: bool = True, **custom) -> dict:
         ({"embed_resources": {"embed": 1}}, [_node(8), _node(4, embed=1)], EncoderPlacement(1, 3.5, 0.0, "one per node")),
         # GPUs: one encoder per GPU
         ({}, [_node(8, gpu=2), _node(8, gpu=1)], EncoderPlacement(3, 1.0, 1.0, "one per GPU")),
-        ({"embed_num_gpus": 0.5}, [_node(8, gpu=2)], EncoderPlacement(4, 1.0, 0.5, "one per GPU")),
+        ({"embed_num_gpus": 0.5}, [_node(8, gpu=2)], EncoderPlacement(4, 1.0, 0.5, "0.5 GPU each")),
+        ({"embed_num_gpus": 0.7}, [_node(8, gpu=2), _node(8, gpu=1)], EncoderPlacement(3, 1.0, 0.7, "0.7 GPU each")),  # per node
         ({"embed_num_gpus": 0}, [_node(8, gpu=2)], EncoderPlacement(1, 7.5, 0.0, "one per node")),  # GPUs left alone
         # given values are kept
         ({"embed_actors": 2}, [_node(4)], EncoderPlacement(2, 1.0, 0.0, "given")),
@@ -45,7 +46,7 @@ def _node(cpu: float, gpu: float = 0.0, alive: bool = True, **custom) -> dict:
     ],
 )
 def test_the_encoder_pool_is_sized_to_the_cluster(config, nodes, placed):
-    place = encoder_placement(RayConfig(**config), nodes, reserve_cpus=0.5)
+    place = encoder_placement(RayConfig(**config), nodes, reserve_cpus=0.5, embed=EmbedConfig())
     assert place == placed
     cluster = {"CPU": sum(n["Resources"]["CPU"] for n in nodes if n["Alive"]),
                "GPU": sum(n["Resources"].get("GPU", 0) for n in nodes if n["Alive"])}
@@ -85,3 +86,54 @@ def test_the_stderr_filter_leaves_a_replaced_fd2_alone(capfd, monkeypatch):
             os.dup2(saved, 2)
             os.close(saved)
     assert "through the filter" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("actors", "engine_gib", "cluster_gib", "expected"),
+    [
+        (2, 0.01, 16, 2),  # SciFact's engines: the CPUs decide
+        (16, 4.0, 64, 12),  # 2.8M vectors per actor: 64 GiB hold 12 actors of 4 + 1 GiB, not 16
+        (8, 30.0, 24, 1),  # more than the cluster holds: one actor still runs (as the driver would)
+        (4, 1.0, 0, 4),  # memory unknown: no cap
+    ],
+)
+def test_the_retrieval_pool_is_capped_by_memory(actors, engine_gib, cluster_gib, expected):
+    from jobs.retrieve import pool_within_memory
+
+    assert pool_within_memory(actors, int(engine_gib * 2**30), cluster_gib * 2**30) == expected
+
+
+@pytest.mark.parametrize("embed", [EmbedConfig(device="cpu"), EmbedConfig(backend="openvino")])
+def test_an_encoder_asked_to_run_on_the_cpu_takes_no_gpu(embed):
+    place = encoder_placement(RayConfig(), [_node(8, gpu=2)], reserve_cpus=0.5, embed=embed)
+    assert place == EncoderPlacement(1, 7.5, 0.0, "one per node")
+
+
+def test_auto_resolves_the_device_from_the_placement_not_from_what_torch_sees():
+    from pipelines.embed import ModelError, concrete
+
+    assert concrete(EmbedConfig(), gpu=True).device == "cuda" and concrete(EmbedConfig(), gpu=True).backend == "torch"
+    assert concrete(EmbedConfig(), gpu=False).device == "cpu"  # an actor with no GPU reserved, a driver
+    assert concrete(EmbedConfig(backend="openvino"), gpu=True).device == "cpu"
+    assert concrete(EmbedConfig(backend="torch", device="cuda:1")).device == "cuda:1"
+    with pytest.raises(ModelError, match="the openvino backend runs on the CPU; device 'cuda' needs backend torch"):
+        concrete(EmbedConfig(backend="openvino", device="cuda"))
+    again = concrete(EmbedConfig())
+    assert concrete(again) == again  # idempotent
+
+
+def test_auto_picks_openvino_only_for_mean_pooled_models(tmp_path):
+    import json
+
+    from pipelines.embed import _mean_pooled, concrete, resolve_model
+
+    assert _mean_pooled(resolve_model("all-MiniLM-L6-v2"))
+    assert concrete(EmbedConfig()).backend == "openvino"  # installed with the project
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "modules.json").write_text(json.dumps([{"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
+    assert not _mean_pooled(str(tmp_path))
+    assert concrete(EmbedConfig(model=str(tmp_path))).backend == "torch"  # a CLS-pooled local model: torch, not a refusal
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True}))
+    assert concrete(EmbedConfig(model=str(tmp_path))).backend == "openvino"
+    assert not _mean_pooled(str(tmp_path / "missing"))
