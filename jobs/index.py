@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -97,17 +98,22 @@ def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored_re
         batch_format="pyarrow",
         num_cpus=_READ_CPUS,  # light work; distinct resources also keep it from fusing into the embed actors
     )
-    return ds.map_batches(
-        _EmbedActor,
-        fn_constructor_kwargs={"config": embed, "stored_refs": [stored_ref]},  # a list: Ray passes the ref, not the value
-        compute=ray.data.ActorPoolStrategy(size=place.actors),
-        batch_size=cfg.ray.batch_rows,
-        batch_format="pyarrow",
-        num_cpus=place.num_cpus,
-        num_gpus=place.num_gpus or None,
-        **({"scheduling_strategy": "SPREAD"} if place.how == "one per node" else {}),
-        **({"resources": dict(cfg.ray.embed_resources)} if cfg.ray.embed_resources else {}),
-    )
+    with warnings.catch_warnings():
+        # Ray 2.60 names no scheduling strategy among map_batches' parameters and warns that the
+        # generic remote args will go in 2.64 (requirements.lock pins 2.60): SPREAD puts one
+        # encoder on each node, as the placement sized it, not two on the largest.
+        warnings.filterwarnings("ignore", message=r".*ray_remote_args.* is deprecated")
+        return ds.map_batches(
+            _EmbedActor,
+            fn_constructor_kwargs={"config": embed, "stored_refs": [stored_ref]},  # a list: Ray passes the ref, not the value
+            compute=ray.data.ActorPoolStrategy(size=place.actors),
+            batch_size=cfg.ray.batch_rows,
+            batch_format="pyarrow",
+            num_cpus=place.num_cpus,
+            num_gpus=place.num_gpus or None,
+            **({"scheduling_strategy": "SPREAD"} if place.how == "one per node" else {}),
+            **({"resources": dict(cfg.ray.embed_resources)} if cfg.ray.embed_resources else {}),
+        )
 
 
 _READ_CPUS = 0.5
