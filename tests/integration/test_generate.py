@@ -137,7 +137,9 @@ def test_an_engine_killed_inside_its_actor_is_restarted_and_its_batch_sent_again
     c = run_generate(cfg, tmp_path / "d", echo=killer, progress=True)
     assert killer.left == [] and all(n >= 1 for n in killer.killed), killer.killed
     assert c["llm"]["engine_restarts"] == 2 and c["llm"]["actors_lost"] == 0, c["llm"]
-    assert "EngineDeadError" in c["llm"]["last_engine_error"]
+    # a killed core surfaces as vLLM's EngineDeadError, or, when the kill lands mid-request, as the
+    # dead core's socket failing under the call (found dead by the health probe): either is named
+    assert c["llm"]["last_engine_error"].startswith(("EngineDeadError", "ZMQError")), c["llm"]["last_engine_error"]
     manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
     assert manifest["llm"]["engine_restarts"] == 2
     for kind in ("topics", "questions"):  # no prompt was turned into an error row
