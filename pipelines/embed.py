@@ -162,7 +162,7 @@ class _OpenVINOEncoder:
     optimum-intel (what sentence-transformers' own ``backend="openvino"`` needs) pins an
     older transformers than vLLM, so we convert with ``openvino.convert_model`` and pool
     here. Only mean pooling + normalisation is supported (what the registered models use);
-    other models must use the torch backend. Requests run through an async queue.
+    other models must use the torch backend. Batches run on a pool of asynchronous requests.
     """
 
     def __init__(self, path: str, st_model, batch_size: int, threads: int | None = None):
@@ -201,22 +201,34 @@ class _OpenVINOEncoder:
         self._ov = ov
 
     def encode(self, texts: list[str], dim: int) -> np.ndarray:
+        """Batches in flight on the compiled model's optimal number of requests, pooled in
+        this thread. No Python callback runs on OpenVINO's threads: a callback (AsyncInferQueue)
+        needs the GIL there, and a model dropped while one of its threads still waits for the
+        GIL deadlocks the process (its destructor joins that thread holding the GIL)."""
         out = np.zeros((len(texts), dim), dtype=np.float32)
         order = np.argsort([len(t) for t in texts], kind="stable")
-        queue = self._ov.AsyncInferQueue(self.compiled, self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        requests = [self.compiled.create_infer_request() for _ in range(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))]
+        pending: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(requests)
 
-        def done(request, userdata):
-            idx, mask = userdata
-            hidden = request.get_output_tensor(0).data
+        def collect(slot: int) -> None:
+            requests[slot].wait()  # releases the GIL while the request runs
+            idx, mask = pending[slot]
+            hidden = requests[slot].get_output_tensor(0).data
             pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
             out[idx] = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+            pending[slot] = None
 
-        queue.set_callback(done)
-        for i in range(0, len(texts), self.batch_size):
+        for n, i in enumerate(range(0, len(texts), self.batch_size)):
+            slot = n % len(requests)
+            if pending[slot] is not None:
+                collect(slot)
             idx = order[i : i + self.batch_size]
             enc = self.tokenizer([texts[j] for j in idx], padding=True, truncation=True, max_length=self.max_len, return_tensors="np")
-            queue.start_async({k: enc[k] for k in self.inputs}, (idx, enc["attention_mask"][..., None].astype(np.float32)))
-        queue.wait_all()
+            requests[slot].start_async({k: enc[k] for k in self.inputs})  # inputs copied into the request's own tensors
+            pending[slot] = (idx, enc["attention_mask"][..., None].astype(np.float32))
+        for slot in range(len(requests)):
+            if pending[slot] is not None:
+                collect(slot)
         return out
 
 

@@ -1,5 +1,10 @@
 """The packaged MiniLM through both backends."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -24,6 +29,24 @@ def test_openvino_matches_torch_and_is_cached(tmp_path, monkeypatch):
         assert got.shape == ref.shape
         # f32 inference: 2e-7 apart here. OpenVINO's bf16 default on CPUs with bf16 units was 1.1e-3 apart.
         np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
+
+
+def test_openvino_encoders_made_and_dropped_in_one_process_never_deadlock(tmp_path):
+    """Jobs build an encoder per use (question dedup, query encoding) in a long-lived process.
+    With a Python callback on OpenVINO's threads (AsyncInferQueue), dropping a model whose
+    thread still waited for the GIL hung the process within two rounds of this loop, every
+    time; a hang here is a failure after the timeout, not a stuck suite."""
+    child = ("from pipelines.embed import Embedder; from schemas.config import EmbedConfig\n"
+             "texts = [f'text {i} about things ' * (i % 7 + 1) for i in range(40)]\n"
+             "for _ in range(10):\n"
+             "    assert Embedder(EmbedConfig(backend='openvino')).encode(texts).shape == (40, 384)\n")
+    root = Path(__file__).resolve().parents[2]
+    try:
+        done = subprocess.run([sys.executable, "-c", child], cwd=root, capture_output=True, text=True, timeout=240,
+                              env={**os.environ, "LOGICRANK_CACHE": str(tmp_path)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("ten OpenVINO encoders made and dropped in one process did not finish in 240 s (a deadlock)")
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_unknown_model_lists_the_registry():

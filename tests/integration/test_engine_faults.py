@@ -53,5 +53,7 @@ def test_a_core_that_dies_under_a_running_call_is_found_and_its_batch_sent_again
     counts = pool.close()
     assert killed == [1]
     assert counts["engine_restarts"] == 1 and counts["actors_lost"] == 0, counts
-    assert counts["last_engine_error"] == "EngineDeadError: the engine core process died during a batch", counts
+    # found dead by the pool's health query (the call waits on the dead core), or, when the kill lands
+    # mid-request, by the call itself: vLLM's EngineDeadError or the core's socket failing (ZMQError)
+    assert counts["last_engine_error"].startswith(("EngineDeadError", "ZMQError")), counts
     assert [g.text for g in got] == want  # every prompt answered once, by the restarted engine, as an uninterrupted pool answers it
