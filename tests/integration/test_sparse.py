@@ -215,3 +215,21 @@ def test_an_index_of_a_dropped_table_is_not_reused_by_its_successor(tmp_path):
     assert index.doc_ids.tolist() == ["z1"] and len(first) == 42
     again.drop()  # logicrank's own drop takes the indexes with it
     assert not sparse.index_root(again).exists()
+
+
+def test_the_compiled_search_equals_the_sparse_product_with_ties_by_doc_id_descending(tmp_path):
+    """The search loop against the definition it compiles: ``Q @ W.T`` with scipy, then score
+    descending and doc id descending; identical documents tie exactly, so the cut at k is decided
+    by doc id alone."""
+    docs = _rules(200, seed=3) + [{"_id": f"twin{i:02d}", "title": None, "text": "dog owner feeds the cat"} for i in range(30)]
+    index = _store(tmp_path / "db", docs).bm25_index()
+    queries = ["dog owner", "cat", "feeds feeds dog", "unseenword", "", *[" ".join(WORDS[i : i + 4]) for i in range(0, 28, 3)]]
+    product = (index.query_matrix(queries) @ index.weights()).toarray()
+    ids = index.doc_ids.astype(str)
+    for q, row, (rows, scores) in zip(queries, product, index.search(queries, 12), strict=True):
+        hit = np.flatnonzero(row > 0)
+        want = sorted(sorted(hit.tolist(), key=lambda d: ids[d], reverse=True), key=lambda d: -row[d])[:12]  # stable: ties keep id order
+        assert ids[rows].tolist() == ids[want].tolist(), q
+        np.testing.assert_allclose(scores, row[want], rtol=1e-6, atol=0)
+    twins = index.search(["dog owner feeds cat"], 5)[0][0]
+    assert ids[twins].tolist() == ["twin29", "twin28", "twin27", "twin26", "twin25"]
