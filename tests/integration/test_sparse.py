@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -233,3 +236,29 @@ def test_the_compiled_search_equals_the_sparse_product_with_ties_by_doc_id_desce
         np.testing.assert_allclose(scores, row[want], rtol=1e-6, atol=0)
     twins = index.search(["dog owner feeds cat"], 5)[0][0]
     assert ids[twins].tolist() == ["twin29", "twin28", "twin27", "twin26", "twin25"]
+
+
+def test_a_vllm_engine_starts_in_a_process_that_searched_first(tmp_path, tiny_cfg):
+    """The search loop loads numba; vLLM's engine start then scans every module's attributes
+    with ``vars()``, which llvmlite's library handle answers with a function wrapper (the scan
+    raised, and no engine could start in that process). The handle is wrapped when numba is
+    loaded: a search, then a real engine, in one process."""
+    child = (
+        "import sys\n"
+        "import numpy as np, scipy.sparse as sp\n"
+        "from pipelines import sparse\n"
+        "from pipelines.llm.engine import Engine\n"
+        "from schemas.config import LLMConfig\n"
+        "w = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32))\n"
+        "q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))\n"
+        "docs, scores, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data,\n"
+        "                                             np.arange(3), 2, np.zeros(3, np.float32), np.empty(3, np.int64))\n"
+        "assert docs[0, :found[0]].tolist() == [1, 2] and scores[0, :2].tolist() == [3.0, 2.0]\n"
+        "from llvmlite.binding import ffi\n"
+        "assert isinstance(vars(ffi.lib), dict) and not isinstance(getattr(ffi.lib._lib, '__dict__'), dict)  # wrapped; the raw handle is not scannable\n"
+        "engine = Engine(LLMConfig.model_validate_json(sys.argv[1]))\n"
+        "assert len(engine.generate(['hello'], max_tokens=4, temperature=0.0, seed=0)) == 1\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", child, tiny_cfg.model_dump_json()], cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]

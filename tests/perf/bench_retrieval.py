@@ -9,11 +9,12 @@ On one SciFact table (indexed once into <out>/retrieval/lancedb, or --db) and th
                      a fresh run directory; wall = the whole call (Ray start, actor start, model
                      load), stage = the stage's own timing from the manifest (no Ray start);
   bm25s              bm25s over title + " " + text (English stop words, Snowball stemmer),
-                     n_threads=1; index time apart, retrieval includes query tokenisation;
+                     n_threads=1, numpy (its default) and numba backends; index time apart,
+                     retrieval includes query tokenisation;
   numpy floor        the table's vectors as one matrix, queries encoded by the same Embedder;
                      Q @ D.T in chunks + argpartition top k, BLAS limited to one thread.
 nDCG@10 beside each, on the first copy of each query (every copy ranks alike).
-Goals (issue 24): job bm25 per core >= 0.8x bm25s per core (its default numpy backend) with
+Goals (issue 24): job bm25 per core >= 0.8x bm25s per core (its faster backend, numba) with
 nDCG@10 0.6851 unchanged; job dense q/s >= 0.8x the numpy floor's (encode + product).
 The encoder (OpenVINO) may use every core in the driver and in each actor: per-core figures
 divide by actors (the job) or by one (the references) all the same.
@@ -108,22 +109,27 @@ def main() -> None:
         corpus = [json.loads(line) for line in f]
     doc_ids = np.array([d["_id"] for d in corpus], dtype=object)
 
-    def bm25s_index():
-        tokens = bm25s.tokenize([f"{d.get('title') or ''} {d['text']}" for d in corpus], stopwords="en", stemmer=stemmer, show_progress=False)
-        retriever = bm25s.BM25()
-        retriever.index(tokens, show_progress=False)
-        return retriever
+    for backend in ("numpy", "numba"):  # numpy: bm25s.BM25()'s default; numba: its fastest (JIT warmed on 10 queries first)
 
-    index_s, retriever = _timed(bm25s_index)
+        def bm25s_index(backend=backend):
+            tokens = bm25s.tokenize([f"{d.get('title') or ''} {d['text']}" for d in corpus], stopwords="en", stemmer=stemmer, show_progress=False)
+            retriever = bm25s.BM25(backend=backend)
+            retriever.index(tokens, show_progress=False)
+            if backend == "numba":
+                retriever.retrieve(bm25s.tokenize(texts[:10], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False),
+                                   k=K, n_threads=1, show_progress=False)
+            return retriever
 
-    def bm25s_retrieve():
-        tokens = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
-        return retriever.retrieve(tokens, k=K, n_threads=1, show_progress=False)
+        index_s, retriever = _timed(bm25s_index)
 
-    s, (docs, scores) = _timed(bm25s_retrieve)
-    rows.append({"system": "bm25s (1 thread)", "method": "bm25", "cores": 1, "seconds": s, "qps": n / s, "index_s": index_s,
-                 "ndcg@10": _ndcg10(_pairs(qids[:300], docs[:300], scores[:300], doc_ids), qrels, "bm25s")})
-    print(rows[-1], flush=True)
+        def bm25s_retrieve(retriever=retriever):
+            tokens = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
+            return retriever.retrieve(tokens, k=K, n_threads=1, show_progress=False)
+
+        s, (docs, scores) = _timed(bm25s_retrieve)
+        rows.append({"system": f"bm25s {backend} (1 thread)", "method": "bm25", "cores": 1, "seconds": s, "qps": n / s, "index_s": index_s,
+                     "ndcg@10": _ndcg10(_pairs(qids[:300], docs[:300], scores[:300], doc_ids), qrels, "bm25s")})
+        print(rows[-1], flush=True)
 
     # -- numpy floor: one (queries x docs) product + top k ----------------------------
     from threadpoolctl import threadpool_limits
@@ -153,7 +159,7 @@ def main() -> None:
     rows.append({"system": f"encode ({args.backend}) + numpy product + top-k", "method": "dense", "cores": 1, "seconds": encode_s + prod_s,
                  "qps": floor_qps, "ndcg@10": ndcg, "encode_s": encode_s, "model_load_s": model_s})
     print(rows[-2], rows[-1], sep="\n", flush=True)
-    bm25s_per_core = rows[0]["qps"]
+    bm25s_per_core = max(rows[0]["qps"], rows[1]["qps"])  # the faster backend is the peer
 
     # -- the Ray job --------------------------------------------------------------------
     for method in ("bm25", "dense"):
@@ -191,7 +197,7 @@ def main() -> None:
         f"encoder {args.backend}; {machine['cpu_count']} cores ({cpu}), load average {machine['loadavg_at_end'][0]:.2f} at the end; one run, {total_s:.0f} s)",
         "",
         "Job rows: q/s from the stage's own timing (actor start and model load included, Ray start not); "
-        "wall: the whole run_retrieve call. Ratio: bm25 per core / bm25s per core (goal >= 0.8, nDCG@10 0.6851); "
+        "wall: the whole run_retrieve call. Ratio: bm25 per core / the faster bm25s backend per core (goal >= 0.8, nDCG@10 0.6851); "
         "dense q/s / encode+product q/s (goal >= 0.8). Default placement: in the driver when the job is small (its probe says).",
         "",
         "| system | method | cores | s | q/s | q/s per core | nDCG@10 | wall s | wall q/s | ratio | ratio (wall) |",
