@@ -160,30 +160,14 @@ def _counts(texts: Iterable[str | None], vocab: Vocabulary, analyze: Analyzer) -
     return sp.csr_matrix((data.astype(np.int32), indices.astype(np.int32), np.asarray(indptr, np.int64)), shape=(len(indptr) - 1, len(vocab)))
 
 
-class _ScannableLib:
-    """Forwards every attribute to llvmlite's library handle, and has a ``__dict__`` of its own."""
-
-    def __init__(self, lib):
-        self._lib = lib
-
-    def __getattr__(self, name):
-        return getattr(self._lib, name)
-
-
 def _import_numba():
-    """numba, imported so that a vLLM engine can still start in this process afterwards.
-
-    At engine start vLLM (``vllm/triton_utils/dispatcher.py``) reads ``vars(value)`` of every
-    attribute of every loaded module. llvmlite's library handle (``llvmlite.binding.ffi.lib``)
-    answers any attribute, ``__dict__`` included, with a function wrapper, so that scan raises
-    and the engine fails to start (seen with vLLM 0.32 and llvmlite 0.47). The handle is put
-    behind a forwarding object that has a real ``__dict__``; llvmlite calls through it
-    unchanged (tests/integration/test_sparse.py starts an engine after a search)."""
+    """numba, loaded so that a vLLM engine can still start in this process afterwards
+    (pipelines/llvmlite_compat.py; tests/integration/test_sparse.py starts one after a search)."""
     import numba
-    from llvmlite.binding import ffi
 
-    if not isinstance(ffi.lib, _ScannableLib) and not isinstance(getattr(ffi.lib, "__dict__", None), dict):
-        ffi.lib = _ScannableLib(ffi.lib)
+    from pipelines.llvmlite_compat import make_llvmlite_scannable
+
+    make_llvmlite_scannable()
     return numba
 
 
@@ -374,7 +358,8 @@ class BM25Index:
         for i in range(0, len(texts), block):
             q = self.query_matrix(texts[i : i + block])
             docs, scores, found = _top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data, tiebreak, k, acc, cand)
-            out.extend((docs[r, : found[r]], scores[r, : found[r]].astype(np.float64)) for r in range(q.shape[0]))
+            # copies: a view would keep the whole (block x k) arrays alive for a few hits
+            out.extend((docs[r, : found[r]].copy(), scores[r, : found[r]].astype(np.float64)) for r in range(q.shape[0]))
         return out
 
     def _tiebreak(self) -> np.ndarray:

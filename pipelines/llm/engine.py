@@ -169,6 +169,10 @@ class Engine:
         if self._llm is None:
             configure_vllm_env(self.cfg)
             import torch
+
+            from pipelines.llvmlite_compat import make_llvmlite_scannable
+
+            make_llvmlite_scannable()  # numba loaded in this process (the BM25 engine, bm25s) would stop vLLM's start
             from vllm import LLM
 
             # CPU defaults (measured here): float32, as bf16 logits are too coarse for

@@ -1,4 +1,4 @@
-"""BM25 over a batch of queries: one sparse product against the table version's BM25 index
+"""BM25 over a batch of queries: the table version's BM25 index searched by one compiled loop
 (pipelines/sparse.py), the same scores as LanceDB's full-text search over title and text."""
 
 from __future__ import annotations

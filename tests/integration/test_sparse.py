@@ -229,33 +229,41 @@ def test_the_compiled_search_equals_the_sparse_product_with_ties_by_doc_id_desce
     queries = ["dog owner", "cat", "feeds feeds dog", "unseenword", "", *[" ".join(WORDS[i : i + 4]) for i in range(0, 28, 3)]]
     product = (index.query_matrix(queries) @ index.weights()).toarray()
     ids = index.doc_ids.astype(str)
-    for q, row, (rows, scores) in zip(queries, product, index.search(queries, 12), strict=True):
-        hit = np.flatnonzero(row > 0)
-        want = sorted(sorted(hit.tolist(), key=lambda d: ids[d], reverse=True), key=lambda d: -row[d])[:12]  # stable: ties keep id order
-        assert ids[rows].tolist() == ids[want].tolist(), q
-        np.testing.assert_allclose(scores, row[want], rtol=1e-6, atol=0)
+    for k in (12, len(index) + 5):  # a cut inside the hits, and more room than documents
+        for q, row, (rows, scores) in zip(queries, product, index.search(queries, k), strict=True):
+            hit = np.flatnonzero(row > 0)
+            want = sorted(sorted(hit.tolist(), key=lambda d: ids[d], reverse=True), key=lambda d: -row[d])[:k]  # stable: ties keep id order
+            assert ids[rows].tolist() == ids[want].tolist(), (q, k)
+            np.testing.assert_allclose(scores, row[want], rtol=1e-6, atol=0)
     twins = index.search(["dog owner feeds cat"], 5)[0][0]
     assert ids[twins].tolist() == ["twin29", "twin28", "twin27", "twin26", "twin25"]
 
 
-def test_a_vllm_engine_starts_in_a_process_that_searched_first(tmp_path, tiny_cfg):
-    """The search loop loads numba; vLLM's engine start then scans every module's attributes
-    with ``vars()``, which llvmlite's library handle answers with a function wrapper (the scan
-    raised, and no engine could start in that process). The handle is wrapped when numba is
-    loaded: a search, then a real engine, in one process."""
-    child = (
+SEARCH_FIRST = (
+    "import numpy as np, scipy.sparse as sp\n"
+    "from pipelines import sparse\n"
+    "w = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32))\n"
+    "q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))\n"
+    "docs, scores, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data,\n"
+    "                                             np.arange(3), 2, np.zeros(3, np.float32), np.empty(3, np.int64))\n"
+    "assert docs[0, :found[0]].tolist() == [1, 2] and scores[0, :2].tolist() == [3.0, 2.0]\n"
+    "from llvmlite.binding import ffi\n"
+    "assert isinstance(vars(ffi.lib), dict) and not isinstance(getattr(ffi.lib._lib, '__dict__'), dict)  # wrapped; the raw handle is not scannable\n"
+)
+NUMBA_FIRST = "import numba\n"  # numba loaded by something else (bm25s's numba backend): the engine wraps the handle itself
+
+
+@pytest.mark.parametrize("before", [SEARCH_FIRST, NUMBA_FIRST], ids=["search", "bare-numba"])
+def test_a_vllm_engine_starts_in_a_process_that_loaded_numba_first(before, tiny_cfg):
+    """numba loaded first (the search loop, or anything else), then a vLLM engine in the same
+    process. vLLM's engine start reads ``vars()`` of every module attribute, which llvmlite's
+    library handle answered with a function wrapper: the scan raised and no engine started.
+    pipelines/llvmlite_compat.py wraps the handle (when the BM25 engine loads numba, and
+    before an LLM engine starts)."""
+    child = before + (
         "import sys\n"
-        "import numpy as np, scipy.sparse as sp\n"
-        "from pipelines import sparse\n"
         "from pipelines.llm.engine import Engine\n"
         "from schemas.config import LLMConfig\n"
-        "w = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32))\n"
-        "q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))\n"
-        "docs, scores, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data,\n"
-        "                                             np.arange(3), 2, np.zeros(3, np.float32), np.empty(3, np.int64))\n"
-        "assert docs[0, :found[0]].tolist() == [1, 2] and scores[0, :2].tolist() == [3.0, 2.0]\n"
-        "from llvmlite.binding import ffi\n"
-        "assert isinstance(vars(ffi.lib), dict) and not isinstance(getattr(ffi.lib._lib, '__dict__'), dict)  # wrapped; the raw handle is not scannable\n"
         "engine = Engine(LLMConfig.model_validate_json(sys.argv[1]))\n"
         "assert len(engine.generate(['hello'], max_tokens=4, temperature=0.0, seed=0)) == 1\n"
     )
