@@ -15,17 +15,15 @@ def bm25(queries: pa.Table, store: DocStore, k: int, run_id: str = "bm25") -> pa
     descending, ties by doc id descending."""
     require_columns(queries, QUERIES.names[:2], "bm25")
     index = store.bm25_index()
-    hits = index.search(queries.column("text").to_pylist(), k)
-    sizes = np.fromiter((len(rows) for rows, _ in hits), np.int64, len(hits))
-    total = int(sizes.sum())
-    rows = np.concatenate([r for r, _ in hits]) if total else np.empty(0, np.int64)
-    scores = np.concatenate([s for _, s in hits]) if total else np.empty(0)
+    sizes, rows, scores = index.search_flat(queries.column("text").to_pylist(), k)
+    total = len(rows)
     starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    label = lambda value: pa.array([value], pa.string()).take(np.zeros(total, np.int32))  # noqa: E731
     return pa.table({
-        "query_id": pa.array(np.repeat(np.asarray(queries.column("query_id").to_pylist(), dtype=object), sizes), pa.string()),
-        "doc_id": pa.array(index.doc_ids[rows], pa.string()),
+        "query_id": queries.column("query_id").combine_chunks().take(np.repeat(np.arange(len(sizes)), sizes)),
+        "doc_id": index.doc_id_array().take(rows),
         "rank": pa.array((np.arange(total) - starts + 1).astype(np.int32), pa.int32()),
         "score": pa.array(scores, pa.float64()),
-        "method": pa.array(["bm25"] * total, pa.string()),
-        "run_id": pa.array([run_id] * total, pa.string()),
+        "method": label("bm25"),
+        "run_id": label(run_id),
     }, schema=RUN)

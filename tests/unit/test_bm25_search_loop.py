@@ -1,0 +1,106 @@
+"""The BM25 search loop (pipelines/sparse.py, ``_top_k_kernel``) against the definition it
+computes, on sparse matrices made to hit each of its paths: per query, the float32 sum of its
+terms' weight rows, every document that scores, the best ``k`` by score then tiebreak rank.
+The loop estimates its cut from a strided sample of the scores and falls back to lower
+thresholds when fewer than ``k`` documents reach the estimate; the cases below put the scoring
+documents only where the sample looks, only where it does not, in exact ties, and in fewer than
+``k`` documents. Ids, ranks and scores are compared exactly (the same float32 additions in the
+same order)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from pipelines import sparse
+
+
+def _reference(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int) -> list[tuple[list[int], list[float]]]:
+    out = []
+    for r in range(q.shape[0]):
+        acc = np.zeros(w.shape[1], np.float32)
+        for p in range(q.indptr[r], q.indptr[r + 1]):
+            t, qv = q.indices[p], q.data[p]
+            lo, hi = w.indptr[t], w.indptr[t + 1]
+            np.add.at(acc, w.indices[lo:hi], np.float32(qv) * w.data[lo:hi])
+        hit = np.flatnonzero(acc > 0)
+        best = sorted(hit.tolist(), key=lambda d: (-acc[d], tiebreak[d]))[:k]
+        out.append((best, acc[best].tolist()))
+    return out
+
+
+def _search(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int) -> list[tuple[list[int], list[float]]]:
+    n = w.shape[1]
+    keys, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data, tiebreak, k,
+                                         np.zeros(n, np.float32), np.empty(n, np.int64))
+    row_of_rank = np.argsort(tiebreak)
+    out = []
+    for r in range(q.shape[0]):
+        ranks, scores = sparse.decode_keys(keys[r, : found[r]])
+        out.append((row_of_rank[ranks].tolist(), scores.tolist()))
+    return out
+
+
+def _weights(rows: list[np.ndarray], values: list[np.ndarray], n: int) -> sp.csr_matrix:
+    """terms x documents: term i scores documents ``rows[i]`` with ``values[i]``."""
+    indptr = np.cumsum([0] + [len(r) for r in rows])
+    order = [np.argsort(r, kind="stable") for r in rows]
+    indices = np.concatenate([r[o] for r, o in zip(rows, order, strict=True)] or [np.empty(0, np.int64)]).astype(np.int32)
+    data = np.concatenate([v[o] for v, o in zip(values, order, strict=True)] or [np.empty(0)]).astype(np.float32)
+    return sp.csr_matrix((data, indices, indptr.astype(np.int32)), shape=(len(rows), n))
+
+
+def _queries(rng, terms: int, nq: int) -> sp.csr_matrix:
+    rows = [rng.choice(terms, size=rng.integers(1, 6), replace=True) for _ in range(nq)]
+    q = sp.csr_matrix((np.ones(sum(map(len, rows)), np.float32), np.concatenate(rows).astype(np.int32),
+                       np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)), shape=(nq, terms))
+    q.sum_duplicates()
+    return q
+
+
+def _case(name: str, n: int, k: int, rng) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    stride = max(1, n // (8 * k))  # where the loop's sample looks
+    sampled = np.arange(0, n, stride)
+    unsampled = np.setdiff1d(np.arange(n), sampled)
+    if name == "random":
+        rows = [rng.choice(n, size=rng.integers(1, max(2, n // 3)), replace=False) for _ in range(12)]
+        values = [rng.random(len(r)) + 0.01 for r in rows]
+    elif name == "ties":  # two distinct weights: thousands of exact ties at any cut
+        rows = [rng.choice(n, size=rng.integers(1, max(2, n // 2)), replace=False) for _ in range(12)]
+        values = [rng.choice([1.0, 2.0], size=len(r)) for r in rows]
+    elif name == "only-sampled-high":  # the sample sees a few high scores, far fewer than k documents reach them
+        few = sampled[: max(1, min(len(sampled), 3))]
+        rest = rng.choice(unsampled, size=min(len(unsampled), 2 * k), replace=False) if len(unsampled) else np.empty(0, np.int64)
+        rows = [np.concatenate([few, rest]), sampled]
+        values = [np.concatenate([np.full(len(few), 50.0), rng.random(len(rest)) + 0.01]), rng.random(len(sampled)) * 0.01 + 0.001]
+    elif name == "only-unsampled":  # the sample sees no score at all
+        pick = rng.choice(unsampled, size=min(len(unsampled), 3 * k), replace=False) if len(unsampled) else np.arange(min(n, 3))
+        rows, values = [pick, pick[: len(pick) // 2]], [rng.random(len(pick)) + 0.01, rng.random(len(pick) // 2) + 0.01]
+    elif name == "fewer-than-k":
+        pick = rng.choice(n, size=min(n, max(1, k // 2)), replace=False)
+        rows, values = [pick], [rng.random(len(pick)) + 0.01]
+    else:
+        raise AssertionError(name)
+    w = _weights(rows, values, n)
+    return _queries(rng, w.shape[0], 25), w
+
+
+@pytest.mark.parametrize("name", ["random", "ties", "only-sampled-high", "only-unsampled", "fewer-than-k"])
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (7, 3), (7, 20), (1_000, 1), (1_000, 10), (5_000, 100), (20_000, 10), (20_000, 1_000)])
+def test_the_search_loop_returns_the_exact_top_k_whatever_its_sample_sees(name, n, k):
+    rng = np.random.default_rng(n * 1_000 + k)
+    q, w = _case(name, n, k, rng)
+    tiebreak = rng.permutation(n).astype(np.int64)  # doc ids descending, as a rank per row
+    got, want = _search(q, w, tiebreak, k), _reference(q, w, tiebreak, k)
+    for r, ((rows, scores), (want_rows, want_scores)) in enumerate(zip(got, want, strict=True)):
+        assert rows == want_rows, (name, n, k, r)
+        assert scores == want_scores, (name, n, k, r)  # the same float32 sums, in the same order
+
+
+def test_the_search_loop_over_an_empty_corpus_finds_nothing():
+    w = sp.csr_matrix((2, 0), dtype=np.float32)
+    q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))
+    keys, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data, np.empty(0, np.int64), 5,
+                                         np.zeros(0, np.float32), np.empty(0, np.int64))
+    assert found.tolist() == [0]
