@@ -29,6 +29,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -337,6 +338,11 @@ class _Executor:
             batch_format="pyarrow",
             num_cpus=r.retrieve_num_cpus,
         )
+        if hasattr(ds.context, "_max_num_blocks_in_streaming_gen_buffer"):
+            # Ray Data pauses an actor once 2 of its output blocks wait unread (its default); a
+            # batch's run is several blocks, so each batch waited on the driver's scheduling loop:
+            # 30,000 queries over 10k documents took 14.3 s on 1 actor, 8.1 s with this.
+            ds.context._max_num_blocks_in_streaming_gen_buffer = RESULT_BLOCKS_IN_FLIGHT
         parts = []
         for part in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             parts.append(part)
@@ -344,6 +350,7 @@ class _Executor:
         return parts
 
 
+RESULT_BLOCKS_IN_FLIGHT = 32  # output blocks a retrieval actor may have unread before Ray Data pauses it (_pool)
 ACTOR_BASE_BYTES = 1 << 30  # an actor's own footprint beside the engine's data: Python, torch, the encoder, a batch
 
 
@@ -364,8 +371,19 @@ def _cluster_memory() -> float:
 
 
 def _assemble(parts: list[pa.Table], stage: str) -> pa.Table:
-    run = pa.concat_tables([conform(p, RUN, stage) for p in parts]) if parts else RUN.empty_table()
-    return run.sort_by([("query_id", "ascending"), ("rank", "ascending")])  # batches arrive in any order
+    """The batches' runs as one, by query id then rank (batches arrive in any order). The sort
+    is Arrow's ``sort_by([query_id, rank])`` computed on integers: each row's query id replaced
+    by its position among the distinct ids in byte order (a string sort of millions of rows
+    cost seconds)."""
+    run = pa.concat_tables([conform(p, RUN, stage) for p in parts]).combine_chunks() if parts else RUN.empty_table()
+    if run.num_rows == 0:
+        return run
+    codes = run.column("query_id").dictionary_encode().chunk(0)  # one chunk after combine_chunks
+    ids = codes.dictionary
+    position = np.empty(len(ids), np.int64)
+    position[pc.sort_indices(ids).to_numpy()] = np.arange(len(ids))  # Arrow sorts strings by bytes, as sort_by does
+    order = np.lexsort((run.column("rank").to_numpy(), position[codes.indices.to_numpy()]))
+    return run.take(order)
 
 
 class _RetrieveActor:

@@ -39,7 +39,11 @@ Each step runs in its own process, so its peak memory (max RSS) is its own:
                not its cost)
   evaluate     nDCG@10, R@100 of the bm25 run against pseudo-qrels (a SciFact query's relevant
                abstract -> the passages that open with one of its sentences)
-BLAS and the engines are limited to one thread in every step (per-core figures).
+  bm25-pool    `logicrank retrieve` (run_retrieve) with bm25 on a pool of 1, then 2 retrieval actors
+               (Ray, 2 CPUs), the queries repeated 10 times (30,000 by default); the stage's seconds
+               from the manifest (the actors' start and index load included, Ray's start not)
+BLAS and the engines are limited to one thread in every step (per-core figures); bm25-pool's
+actors are one thread each.
 """
 
 from __future__ import annotations
@@ -61,7 +65,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 K = 100
 STEPS = ("table", "fts", "ann", "bm25-build", "reindex-1%", "bm25", "bm25s", "dense", "dense-ann", "numpy", "hybrid",
-         "itlr-exact", "itlr-ann", "orlog", "evaluate")
+         "itlr-exact", "itlr-ann", "orlog", "evaluate", "bm25-pool")
+NOT_PLOTTED = {"bm25-pool"}  # not one thread: the plot is per-core cost
+POOL_COPIES = 10  # bm25-pool runs the queries this many times over (30,000 by default)
 TEMPLATES = ('"{0}" AND "{1}" AND NOT "{2}"', '"{0}" OR "{1}" AND "{2}"', '("{0}" OR "{1}") AND NOT "{2}"', '"{0}" AND "{1}" OR "{2}"')
 ANN_THRESHOLD = 100_000  # IndexConfig's default
 
@@ -389,6 +395,32 @@ def _child(args) -> dict:
         allq = m[m["query_id"] == "all"]
         out.update({r["measure"]: round(float(r["value"]), 4) for _, r in allq.iterrows()})
         out["qrels"] = qrels.num_rows
+    elif step == "bm25-pool":
+        import shutil
+
+        from jobs.retrieve import run_retrieve
+        from schemas.config import RayConfig, RetrieveConfig
+
+        qpath = work / f"pool-queries-{n}.jsonl"
+        qpath.write_text("".join(json.dumps({"_id": f"{q}~{c}", "text": t}) + "\n"
+                                 for c in range(POOL_COPIES) for q, t in zip(data["qids"], queries, strict=True)), encoding="utf-8")
+        total = POOL_COPIES * len(queries)
+        for actors in (1, 2):
+            run_dir = work / f"pool-{n}-{actors}"
+            shutil.rmtree(run_dir, ignore_errors=True)  # the job caches stages by digest: start clean
+            cfg = RetrieveConfig.preset(("bm25",), queries=str(qpath), db=db, k=K, ray=RayConfig(num_cpus=2, retrieve_actors=actors))
+            t = time.perf_counter()
+            run_retrieve(cfg, run_dir, progress=False)
+            wall = time.perf_counter() - t
+            manifest = json.loads((run_dir / "manifest.json").read_text())
+            stage_s = next(v for key, v in manifest["timings_s"].items() if key.startswith("bm25:"))
+            assert manifest["pipelines"]["bm25"]["queries"] == total, manifest["pipelines"]
+            out[f"actors_{actors}"] = {"stage_s": stage_s, "qps": total / stage_s, "wall_s": wall,
+                                       "placement": manifest["pipelines"]["bm25"]["stages"][0]["placement"]}
+            shutil.rmtree(run_dir, ignore_errors=True)
+        out["queries"] = total
+        out["qps"] = out["actors_2"]["qps"]
+        out["two_over_one"] = out["actors_2"]["qps"] / out["actors_1"]["qps"]
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -563,6 +595,8 @@ def _plot(rows: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for step in STEPS:
+        if step in NOT_PLOTTED:
+            continue
         pts = sorted((r["size"], r["seconds"]) for r in rows if r["step"] == step and "seconds" in r and "skipped" not in r)
         if len(pts) >= 2:
             ax.plot(*zip(*pts, strict=True), marker="o", label=step)
