@@ -220,5 +220,7 @@ def test_pipelines_share_prefixes_and_a_rerun_reuses_unchanged_stages(indexed, t
     runs = run_retrieve(cfg, tmp_path / "auto")
     placed = json.loads((tmp_path / "auto" / "manifest.json").read_text())["pipelines"]
     assert placed["bm25"]["stages"][0]["placement"] == "pool of 2 after 3 in the driver"
+    # ... but not for an encoder on one CPU node: the driver's encoder already uses every core
+    assert placed["dense"]["stages"][0]["placement"] == "driver (one CPU node: its encoder uses every core)"
     for rid in ("dense", "bm25"):
         assert_runs_close(pq.read_table(runs[rid]), pq.read_table(tmp_path / "r" / "runs" / f"{rid}.parquet"), f"{rid}: probe + pool vs the driver")
