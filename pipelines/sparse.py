@@ -180,6 +180,7 @@ def _import_numba():
 
 
 _CHUNK = 64  # documents per vectorised count in the candidate pass
+_INSERTION_MAX = 128  # sample ranks kept by insertion; past it, np.partition (linear in the sample)
 
 
 @functools.cache
@@ -219,7 +220,7 @@ def _top_k_kernel():
         size = (n + stride - 1) // stride
         rank = min(size, (3 * k * size + 2 * n - 1) // (2 * n) + 1)  # ~1.5k documents expected at or above
         deep = min(size, 4 * rank)  # the fallback threshold: ~6k documents
-        top = np.empty(deep, np.float32)
+        top = np.empty(min(deep, _INSERTION_MAX), np.float32)
         tiny = np.float32(1e-30)  # "scores at all": every weight is positive
         full = n - n % _CHUNK
         for r in range(nq):
@@ -227,18 +228,25 @@ def _top_k_kernel():
                 t, qv = q_indices[p], q_data[p]
                 for j in range(w_indptr[t], w_indptr[t + 1]):
                     acc[w_indices[j]] += qv * w_data[j]
-            top[:] = 0  # the sample's largest, descending, by insertion
-            for i in range(0, n, stride):
-                s = acc[i]
-                if s > top[deep - 1]:
-                    j = deep - 1
-                    while j > 0 and top[j - 1] < s:
-                        top[j] = top[j - 1]
-                        j -= 1
-                    top[j] = s
+            if deep <= _INSERTION_MAX:  # the sample's largest, descending, by insertion (small k)
+                top[:] = 0
+                for i in range(0, n, stride):
+                    s = acc[i]
+                    if s > top[deep - 1]:
+                        j = deep - 1
+                        while j > 0 and top[j - 1] < s:
+                            top[j] = top[j - 1]
+                            j -= 1
+                        top[j] = s
+                cut, low_cut = top[rank - 1], top[deep - 1]
+            else:  # linear selection: insertion would cost ~ size x deep
+                sample = np.partition(acc[::stride].copy(), size - deep)
+                low_cut = sample[size - deep]
+                upper = sample[size - deep :].copy()
+                cut = np.partition(upper, deep - rank)[deep - rank]
             m = 0
             for attempt in range(3):
-                t = max(top[rank - 1], tiny) if attempt == 0 else max(top[deep - 1], tiny) if attempt == 1 else tiny
+                t = max(cut, tiny) if attempt == 0 else max(low_cut, tiny) if attempt == 1 else tiny
                 m = 0
                 for c0 in range(0, full, _CHUNK):
                     c = 0
@@ -355,7 +363,10 @@ class BM25Index:
         ids and hashes as Python strings: an estimate of 56 bytes per string object)."""
         mats = [self.title, self.text] + ([self._weights] if self._weights is not None else [])
         strings = (self.doc_ids.nbytes + self.hashes.nbytes) + 56 * (len(self.doc_ids) + len(self.hashes))
-        return sum(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes for m in mats) + strings
+        search = sum(a.nbytes for a in (self._tiebreak_rows, getattr(self, "_rows_by_rank", None)) if a is not None)
+        search += self._doc_id_array.nbytes if getattr(self, "_doc_id_array", None) is not None else 0
+        search += 120 * len(self._words)  # the query words' memo: a key string and an int per entry, about
+        return sum(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes for m in mats) + strings + search
 
     def weights(self) -> sp.csr_matrix:
         """terms x documents BM25 weights (float32, as LanceDB scores)."""

@@ -75,8 +75,8 @@ class RayConfig(_Config):
     retrieve_num_cpus: float = Field(1.0, gt=0, description="CPUs per retrieval actor.")
     retrieve_local_s: float = Field(
         30.0, ge=0, description="With retrieve_actors None: a bulk retrieval whose work, timed on its first queries in the driver, "
-        "would take at most this many seconds there finishes there (a pool costs seconds to start, and on one node the driver's "
-        "encoder already uses every core); 0: always the pool."
+        "would take at most this many seconds there finishes there (a pool costs seconds to start); so does one that encodes "
+        "queries on a single node without GPUs, whatever its size (the driver's encoder already uses every core); 0: always the pool."
     )
     retrieve_batch_rows: int = Field(
         1024, ge=1, description="Queries per retrieval batch (the encoder batches within it; results do not depend on it)."

@@ -3,7 +3,7 @@
 The top k is exact while the version's vectors fit in ``EXACT_MAX_BYTES``: one blocked
 product of the queries with the unit vectors (held in memory once per process) and a partial
 sort. On 2 cores at 100k documents that is 6x faster than LanceDB's ANN index (IVF_HNSW_SQ,
-refine 4: 93 q/s at recall@10 0.949) and it is exact (docs/bulk-retrieval.md). Past that
+refine 4: 92 q/s, recall@10 1.000) and it is exact (docs/bulk-retrieval.md). Past that
 size, LanceDB's ANN index gives ``REFINE_FACTOR * k`` candidates per query, re-ranked by their
 full vectors."""
 
