@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jobs.raysession import EncoderPlacement, encoder_placement, ray_session, require_fit
+from jobs.raysession import EncoderPlacement, encoder_placement, ray_session, require_fit, unread_blocks_allowed
 from jobs.rundir import RunDir
 from jobs.watchdog import beat, busy
 from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
@@ -103,7 +103,7 @@ def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored_re
         # generic remote args will go in 2.64 (requirements.lock pins 2.60): SPREAD puts one
         # encoder on each node, as the placement sized it, not two on the largest.
         warnings.filterwarnings("ignore", message=r".*ray_remote_args.* is deprecated")
-        return ds.map_batches(
+        return unread_blocks_allowed(ds.map_batches(
             _EmbedActor,
             fn_constructor_kwargs={"config": embed, "stored_refs": [stored_ref]},  # a list: Ray passes the ref, not the value
             compute=ray.data.ActorPoolStrategy(size=place.actors),
@@ -113,7 +113,7 @@ def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored_re
             num_gpus=place.num_gpus or None,
             **({"scheduling_strategy": "SPREAD"} if place.how == "one per node" else {}),
             **({"resources": dict(cfg.ray.embed_resources)} if cfg.ray.embed_resources else {}),
-        )
+        ))
 
 
 _READ_CPUS = 0.5

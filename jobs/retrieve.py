@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from jobs.raysession import unread_blocks_allowed
 from jobs.rundir import RunDir, input_fingerprint, write_parquet_atomic, write_text_atomic
 from jobs.watchdog import beat
 from pipelines.embed import concrete, model_id, resolve_model
@@ -352,11 +353,7 @@ class _Executor:
             batch_format="pyarrow",
             num_cpus=r.retrieve_num_cpus,
         )
-        if hasattr(ds.context, "_max_num_blocks_in_streaming_gen_buffer"):
-            # Ray Data pauses an actor once 2 of its output blocks wait unread (its default); a
-            # batch's run is several blocks, so each batch waited on the driver's scheduling loop:
-            # 30,000 queries over 10k documents took 14.3 s on 1 actor, 7.8 s with this.
-            ds.context._max_num_blocks_in_streaming_gen_buffer = RESULT_BLOCKS_IN_FLIGHT
+        unread_blocks_allowed(ds)  # results flow without pausing the actors (jobs/raysession.py)
         parts = []
         for part in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             parts.append(part)
@@ -364,7 +361,6 @@ class _Executor:
         return parts
 
 
-RESULT_BLOCKS_IN_FLIGHT = 32  # output blocks a retrieval actor may have unread before Ray Data pauses it (_pool)
 ACTOR_BASE_BYTES = 1 << 30  # an actor's own footprint beside the engine's data: Python, torch, the encoder, a batch
 
 
