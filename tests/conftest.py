@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from jobs.raysession import quiet_logs
 from pipelines.datasets import scifact
+
+# The test process is a driver like the command line's: Ray's quiet defaults are set before any
+# test imports Ray (some are read once, when Ray is imported).
+quiet_logs()
 
 
 def scifact_docs(n: int, text_chars: int = 300) -> list[dict]:
