@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -86,6 +87,19 @@ class _EmbedActor(EmbedStage):
         import ray
 
         super().__init__(config, ray.get(stored_refs[0]))
+
+
+def _embedded(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored: pa.Table, place: EncoderPlacement) -> Iterator[pa.Table]:
+    """The corpus's PARSED batches, classified and embedded, in the driver (a pool of 0 actors:
+    the sources read in turn, each batch encoded as it comes) or through the Ray Data plan."""
+    if place.actors == 0:
+        read, stage = _ReadSources(sources, cfg.ray.batch_rows, cfg.max_doc_bytes), EmbedStage(embed, stored)
+        for batch in read(pa.table({"source_index": list(range(len(sources)))})):
+            yield stage(batch)
+        return
+    import ray
+
+    yield from _plan(cfg, embed, sources, ray.put(stored), place).iter_batches(batch_size=None, batch_format="pyarrow")
 
 
 def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored_ref, place: EncoderPlacement):
@@ -155,18 +169,18 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
 
     try:
         with ray_session(cfg.ray) as ray:
-            place = encoder_placement(cfg.ray, ray.nodes(), _READ_CPUS, cfg.embed)
+            place = encoder_placement(cfg.ray, ray.nodes(), _READ_CPUS, cfg.embed, driver_node=ray.get_runtime_context().get_node_id())
             embed = concrete(cfg.embed, gpu=place.num_gpus > 0)  # resolved here: an actor sees GPUs it did not reserve
             summary.placement = {**asdict(place), "device": embed.device, "backend": embed.backend}
-            require_fit(
-                "index", place.actors, place.num_cpus, place.num_gpus, ray.cluster_resources(),
-                IndexJobError, reserve_cpus=_READ_CPUS, custom=dict(cfg.ray.embed_resources),
-            )
+            if place.actors:
+                require_fit(
+                    "index", place.actors, place.num_cpus, place.num_gpus, ray.cluster_resources(),
+                    IndexJobError, reserve_cpus=_READ_CPUS, custom=dict(cfg.ray.embed_resources),
+                )
             with rundir.timed("diff_load"):
                 stored = store.hashes()
-            stored_ref = ray.put(stored)
             with rundir.timed("stream"), _progress(progress) as tick:
-                for batch in _plan(cfg, embed, sources, stored_ref, place).iter_batches(batch_size=None, batch_format="pyarrow"):
+                for batch in _embedded(cfg, embed, sources, stored, place):
                     writer.consume(batch)
                     tick(batch.num_rows, writer)
                     beat(f"index: {writer.rows_read} rows read")

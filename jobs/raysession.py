@@ -214,7 +214,11 @@ class EncoderPlacement:
     how: str
 
 
-def encoder_placement(config: RayConfig, nodes: list[dict], reserve_cpus: float, embed: EmbedConfig | None = None) -> EncoderPlacement:
+IN_DRIVER = "driver (one CPU node: its encoder uses every core)"
+
+
+def encoder_placement(config: RayConfig, nodes: list[dict], reserve_cpus: float, embed: EmbedConfig | None = None,
+                      driver_node: str | None = None) -> EncoderPlacement:
     """Size the embedding pool from ``config`` and the cluster's alive ``nodes`` (``ray.nodes()``).
 
     Given values are kept. Otherwise: where the cluster has GPUs (and ``embed`` does not ask for
@@ -223,6 +227,10 @@ def encoder_placement(config: RayConfig, nodes: list[dict], reserve_cpus: float,
     so the reader fits beside it) and encoding with every core of its node. One encoder per node
     rather than one per core: on two cores, two single-threaded OpenVINO encoders indexed
     SciFact at 0.56x of one two-threaded encoder (docs/bulk-retrieval.md, Placement).
+
+    A cluster of one CPU node that is the driver's own (``driver_node``, its node id) gets no
+    pool at all (0 actors, :data:`IN_DRIVER`): the driver's encoder uses every core of that node
+    as the one actor would, without the pool's start and the batches' transfers.
     """
     custom = dict(config.embed_resources)
     alive = [n.get("Resources", {}) for n in nodes if n.get("Alive", True)]
@@ -237,6 +245,10 @@ def encoder_placement(config: RayConfig, nodes: list[dict], reserve_cpus: float,
         cpus = config.embed_num_cpus if config.embed_num_cpus is not None else 1.0
         fit = sum(int(r.get("GPU", 0) // gpus) for r in hosts)  # per node: a fraction of a GPU does not span two
         return EncoderPlacement(max(1, fit), cpus, gpus, "one per GPU" if gpus == 1 else f"{gpus:g} GPU each")
+    cpu_hosts = [n for n in nodes if n.get("Alive", True) and n.get("Resources", {}).get("CPU", 0) > 0]
+    if (driver_node is not None and not custom and config.embed_num_cpus is None and len(cpu_hosts) == 1
+            and cpu_hosts[0].get("NodeID") == driver_node):
+        return EncoderPlacement(0, 0.0, 0.0, IN_DRIVER)
     node_cpus = [r["CPU"] for r in hosts if r.get("CPU", 0) > 0] or [1.0]
     smallest = min(node_cpus)
     cpus = config.embed_num_cpus if config.embed_num_cpus is not None else max(smallest - reserve_cpus, min(smallest, 0.5))

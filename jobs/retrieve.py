@@ -316,7 +316,8 @@ class _Executor:
         if not stage.needs().encoder:
             return False
         alive = [node for node in ray.nodes() if node.get("Alive")]
-        return len(alive) == 1 and not ray.cluster_resources().get("GPU", 0)
+        here = ray.get_runtime_context().get_node_id()  # (a remote cluster's one node is not the driver's)
+        return len(alive) == 1 and alive[0].get("NodeID") == here and not ray.cluster_resources().get("GPU", 0)
 
     def _pool_size(self) -> int:
         """As many retrieval actors as the cluster's CPUs hold beside the LLM pool (at least one)."""

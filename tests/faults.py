@@ -82,6 +82,20 @@ def processes(part: str) -> list:
     return out
 
 
+def descendants() -> list[str]:
+    """Every descendant's pid and command line (cut to 120 characters): what a test that found
+    no process to kill saw instead."""
+    import psutil
+
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            out.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+        except psutil.Error:
+            continue
+    return out
+
+
 def kill_processes(part: str) -> int:
     """SIGKILL the :func:`processes` holding ``part``; returns how many were killed."""
     import psutil

@@ -63,6 +63,10 @@ def _placement(name: str, embed: EmbedConfig) -> tuple[RayConfig, EmbedConfig]:
     return RayConfig(embed_actors=int(actors), embed_num_cpus=float(cpus)), embed.model_copy(update={"threads": threads})
 
 
+def _pool(pool: dict) -> str:
+    return pool["how"] if not pool["actors"] else f"{pool['actors']} x {pool['num_cpus']:g} CPU, {pool['how']}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=0, help="SciFact documents to use (0: all 5,183)")
@@ -108,7 +112,7 @@ def main() -> None:
         pool = r["pool"]
         reindex = f"{r['reindex_unchanged_s']:.1f} | {r['reindex_vs_full']:.3f}" if r["reindex_unchanged_s"] else "- | -"
         lines.append(
-            f"| {r['backend']} | {r['placement']} ({pool['actors']} x {pool['num_cpus']:g} CPU, {pool['how']}) "
+            f"| {r['backend']} | {r['placement']} ({_pool(pool)}) "
             f"| {r['encoder_docs_per_s']:.1f} | {r['encoder_with_load_docs_per_s']:.1f} | {r['index_docs_per_s']:.1f} "
             f"| {r['index_vs_encoder_with_load']:.2f} | {r['index_vs_encoder']:.2f} | {r['index_s']:.1f} | {reindex} |"
         )

@@ -2,7 +2,7 @@
 
 import pytest
 
-from jobs.raysession import EncoderPlacement, encoder_placement, require_fit
+from jobs.raysession import IN_DRIVER, EncoderPlacement, encoder_placement, require_fit
 from schemas.config import EmbedConfig, RayConfig
 
 
@@ -21,8 +21,8 @@ def test_a_pool_that_does_not_fit_names_what_it_needs(actors, cpus, gpus, reserv
     assert needs in str(exc.value) and "the cluster has 2.0 / 1.0" in str(exc.value) and "Lower --actors" in str(exc.value)
 
 
-def _node(cpu: float, gpu: float = 0.0, alive: bool = True, **custom) -> dict:
-    return {"Alive": alive, "Resources": {"CPU": cpu, **({"GPU": gpu} if gpu else {}), **custom}}
+def _node(cpu: float, gpu: float = 0.0, alive: bool = True, node_id: str | None = None, **custom) -> dict:
+    return {"Alive": alive, "NodeID": node_id, "Resources": {"CPU": cpu, **({"GPU": gpu} if gpu else {}), **custom}}
 
 
 @pytest.mark.parametrize(
@@ -101,6 +101,26 @@ def test_the_retrieval_pool_is_capped_by_memory(actors, engine_gib, cluster_gib,
     from jobs.retrieve import pool_within_memory
 
     assert pool_within_memory(actors, int(engine_gib * 2**30), cluster_gib * 2**30) == expected
+
+
+@pytest.mark.parametrize(
+    ("config", "nodes", "how"),
+    [
+        ({}, [_node(2, node_id="d")], "driver"),  # one CPU node, the driver's own: no pool
+        ({}, [_node(2, node_id="d"), _node(2, node_id="w", alive=False)], "driver"),  # a dead node does not count
+        ({}, [_node(0, node_id="h"), _node(4, node_id="d")], "driver"),  # a head node without CPUs hosts no encoder
+        ({}, [_node(2, node_id="w")], "one per node"),  # a remote cluster's one node: the driver is elsewhere
+        ({}, [_node(2, node_id="d"), _node(2, node_id="w")], "one per node"),  # two nodes: one encoder on each
+        ({"embed_actors": 1}, [_node(2, node_id="d")], "given"),  # --actors: a pool, as asked
+        ({"embed_num_cpus": 1}, [_node(2, node_id="d")], "one per node"),  # CPUs each given: a pool
+        ({"embed_resources": {"embed": 1}}, [_node(2, node_id="d", embed=1)], "one per node"),  # nodes chosen by resource
+        ({}, [_node(8, gpu=1, node_id="d")], "one per GPU"),  # torch on a GPU: an actor holds it
+    ],
+)
+def test_one_cpu_node_that_is_the_drivers_encodes_in_the_driver(config, nodes, how):
+    place = encoder_placement(RayConfig(**config), nodes, reserve_cpus=0.5, embed=EmbedConfig(), driver_node="d")
+    assert (place == EncoderPlacement(0, 0.0, 0.0, IN_DRIVER)) == (how == "driver")
+    assert place.how.startswith(how) and (place.actors == 0) == (how == "driver")
 
 
 @pytest.mark.parametrize("embed", [EmbedConfig(device="cpu"), EmbedConfig(backend="openvino")])
