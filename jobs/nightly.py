@@ -14,7 +14,8 @@ the night skips what is done and finishes the rest):
 4. compare: with the previous night of the history (and the pinned baseline night): paired
    tests, corrected within each measure, and each measure's regression rule
    (pipelines/evaluate/history.py).
-5. serve: move the served tag to tonight's version (unless a regression holds it back).
+5. serve: move the served tag to tonight's version (a regression is alerted, not held back:
+   undoing it is a person's call, `logicrank restore` or a re-tag).
 6. history: tonight's rows replace any rows of the same date in ``history.parquet`` (so a
    rerun never appends twice); plots and ``report.md`` are redrawn.
 7. alert: on a regression, ``alert.json`` + ``alert.md`` in the night's directory and each

@@ -6,9 +6,12 @@ from jobs.raysession import IN_DRIVER, EncoderPlacement, encoder_placement, requ
 from schemas.config import EmbedConfig, RayConfig
 
 
-def test_a_pool_that_fits_passes():
-    require_fit("score", 2, 4, 1, {"CPU": 8.0, "GPU": 2.0}, ValueError)
-    require_fit("index", 1, 1, 0, {"CPU": 2.0}, ValueError, reserve_cpus=0.5)
+def test_a_pool_that_fits_exactly_passes_and_a_hair_more_is_refused():
+    require_fit("score", 2, 4, 1, {"CPU": 8.0, "GPU": 2.0}, ValueError)  # 8 CPU / 2 GPU: all of it
+    require_fit("index", 1, 1.5, 0, {"CPU": 2.0}, ValueError, reserve_cpus=0.5)  # 1.5 + the reader's 0.5
+    for args, reserve in [(("score", 2, 4.5, 1), 0.0), (("score", 3, 1, 1), 0.0), (("index", 1, 1.6, 0), 0.5)]:
+        with pytest.raises(ValueError, match="Lower --actors"):
+            require_fit(*args, {"CPU": 8.0 if args[0] == "score" else 2.0, "GPU": 2.0 if args[0] == "score" else 0.0}, ValueError, reserve_cpus=reserve)
 
 
 @pytest.mark.parametrize(
