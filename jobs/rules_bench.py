@@ -24,10 +24,10 @@ from jobs.index import run_index
 from jobs.retrieve import run_retrieve
 from jobs.rundir import write_text_atomic
 from pipelines.datasets.rulebench import to_beir
-from pipelines.errors import UserError
 from pipelines.evaluate.report import summary_frame
 from pipelines.pipeline import parse_stages
 from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig
+from schemas.errors import UserError
 
 ENV = "LOGICRANK_RULEBENCH"
 OBTAIN = ("RuleBench ULogic is not bundled (no licence declared): get `dataset/ulogic/` (rules.json, test_data.json) from the "
@@ -180,7 +180,7 @@ def _report(table: pd.DataFrame, manifest: dict, out: Path, llm: LLMConfig, n: i
         lines += [
             "**SmolLM2-135M runs the whole path end to end; it is not a rule inducer or a reranker.** The paper's gains "
             "(sparse 68.91 -> 74.82 -> 92.17 and dense 30.36 -> 64.82 -> 88.19 R@1) come from Qwen2.5-72B; measure them with "
-            "`logicrank bench-rules PATH --llm-model <checkpoint dir>` on a GPU cluster (README, 'Rule retrieval').",
+            "`logicrank bench-rules PATH --llm-model <checkpoint dir>` on a GPU cluster (docs/rules.md).",
             "",
         ]
     return "\n".join(lines)

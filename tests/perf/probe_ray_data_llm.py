@@ -5,7 +5,7 @@
 Builds a ray.data.llm vLLM processor on SmolLM2 with per-row sampling params
 (max_tokens=1, logprob_token_ids=[True, False]) and times it on the benchmark's prompts,
 or reports the error it fails with. The result decides between ray.data.llm and our own
-actor class (then jobs/score.py, now the LLM service in jobs/llm_service.py); the README records it.
+actor class (then jobs/score.py, now the LLM service in jobs/llm_service.py); docs/llm.md records it.
 """
 
 from __future__ import annotations

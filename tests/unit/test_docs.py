@@ -1,32 +1,34 @@
-"""The docs follow the code: docs/stages.md is `logicrank stages`' output, the README names
-every registered stage, and its YAML pipeline examples validate."""
+"""The docs follow the code: docs/stages.md is `logicrank stages`' output, docs/pipelines.md
+names every registered stage, every YAML pipeline example validates, every `logicrank`
+command line in a shell block names a real command and real options, every relative link
+resolves, and the README stays a front page."""
 
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
 
+from jobs.cli import app
 from pipelines.pipeline import describe
 from pipelines.stages import stages
 from schemas.config import NightlyConfig, RetrieveConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 STAGES_DOC = ROOT / "docs" / "stages.md"
+PIPELINES_DOC = ROOT / "docs" / "pipelines.md"
 REGENERATE = """.venv/bin/python -c "from pipelines.pipeline import describe; open('docs/stages.md','w').write(describe())\""""
+README_MAX_LINES = 250
 
 
-def _pipelines_section() -> str:
-    m = re.search(r"^## Pipelines\b.*?(?=^## )", README, re.S | re.M)
-    assert m, "README.md has no '## Pipelines' section"
-    return m.group(0)
-
-
-def _yaml_blocks() -> list[str]:
-    return re.findall(r"^```yaml\n(.*?)^```", README, re.S | re.M)
+def _blocks(lang: str) -> list[tuple[str, str]]:
+    """(page name, block text) of every fenced block of ``lang`` in the README and docs/."""
+    return [(p.name, b) for p in PAGES for b in re.findall(rf"^```{lang}\n(.*?)^```", p.read_text(encoding="utf-8"), re.S | re.M)]
 
 
 def test_stages_doc_is_describe():
@@ -35,19 +37,87 @@ def test_stages_doc_is_describe():
 
 @pytest.mark.parametrize("name", sorted(stages()))
 def test_every_stage_is_documented(name):
-    assert f"`{name}`" in _pipelines_section(), f"README.md's Pipelines section does not name stage {name!r}"
+    assert f"`{name}`" in PIPELINES_DOC.read_text(encoding="utf-8"), f"docs/pipelines.md does not name stage {name!r}"
     assert f"### `{name}` (" in STAGES_DOC.read_text(encoding="utf-8"), f"docs/stages.md lacks stage {name!r}; regenerate it"
 
 
-def test_readme_yaml_pipelines_validate():
-    blocks = _yaml_blocks()
-    assert blocks, "README.md has no ```yaml pipeline example"
-    for block in blocks:
+def test_yaml_pipelines_validate():
+    blocks = _blocks("yaml")
+    assert len(blocks) >= 3, "the docs have lost their ```yaml pipeline examples"
+    for page, block in blocks:
         data = yaml.safe_load(block)
-        if isinstance(data, dict) and {"out", "index", "query_sets"} <= set(data):  # a nightly config (README, "Nightly operations")
-            assert NightlyConfig.model_validate(data).pipelines
+        if isinstance(data, dict) and {"out", "index", "query_sets"} <= set(data):  # a nightly config (docs/operations.md)
+            assert NightlyConfig.model_validate(data).pipelines, page
             continue
         if isinstance(data, dict) and set(data) == {"pipelines"}:  # as `logicrank retrieve --pipelines` reads it
             data = data["pipelines"]
         cfg = RetrieveConfig(queries="q", db="d", pipelines=data)
-        assert list(cfg.pipelines) == list(data)
+        assert list(cfg.pipelines) == list(data), page
+
+
+def _command_lines(block: str) -> list[list[str]]:
+    """The `logicrank ...` invocations of a shell block: continuation lines joined, comments
+    dropped, each command of a `&&` / `;` / `|` chain on its own."""
+    out = []
+    for line in block.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        current: list[str] = []
+        for w in [*words, ";"]:
+            if w in ("&&", ";", "|", "||"):
+                if current and Path(current[0]).name == "logicrank":
+                    out.append(current[1:])
+                current = []
+            elif current or Path(w).name == "logicrank":
+                current.append(w)
+    return out
+
+
+def _check(group, args: list[str], where: str) -> None:
+    """``args`` (after ``logicrank``) name a command of ``group`` (typer's click command) and
+    only its options."""
+    command = group
+    words = list(args)
+    while hasattr(command, "commands"):  # a group (typer vendors click: duck-typed)
+        opts = {o for p in command.params for o in p.opts}
+        while words and words[0].startswith("-"):  # the group's own options (--verbose, --stall-timeout N)
+            name = words.pop(0).split("=")[0]
+            assert name in opts, f"{where}: `{name}` is not an option of `logicrank` ({' '.join(args)})"
+            param = next(p for p in command.params if name in p.opts)
+            if not getattr(param, "is_flag", False) and "=" not in name and words:
+                words.pop(0)
+        assert words, f"{where}: no command after `logicrank` ({' '.join(args)})"
+        name = words.pop(0)
+        sub = command.commands.get(name)
+        assert sub is not None, f"{where}: `logicrank {name}` is not a command ({' '.join(args)})"
+        command = sub
+    opts = {o for p in command.params for o in [*p.opts, *getattr(p, "secondary_opts", [])]}
+    for w in words:
+        if w.startswith("--"):
+            assert w.split("=")[0] in opts, f"{where}: `{w.split('=')[0]}` is not an option of `logicrank {command.name}` ({' '.join(args)})"
+
+
+def test_every_logicrank_command_line_in_the_docs_names_real_commands_and_options():
+    group = typer.main.get_command(app)
+    lines = [(page, cmd) for page, block in _blocks("sh") for cmd in _command_lines(block)]
+    assert len(lines) >= 20, "the docs have lost their command lines"
+    for page, args in lines:
+        _check(group, args, page)
+
+
+def test_every_relative_link_resolves():
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            assert (page.parent / target).exists(), f"{page.relative_to(ROOT)}: link to {target}, which does not exist"
+
+
+def test_the_readme_is_a_front_page():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; manuals go to docs/ (at most {README_MAX_LINES})"
+    assert sum(line.startswith("make ") for line in lines) == 2  # the two set-up commands
+
+
+def test_every_python_block_compiles():
+    for page, block in _blocks("python"):
+        compile(block, page, "exec")
