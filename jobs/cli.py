@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from jobs.watchdog import DEFAULT_TIMEOUT_S, watch
-from pipelines.errors import JobFailed, UserError
 from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig
+from schemas.errors import JobFailed, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
 
@@ -221,7 +221,7 @@ def retrieve(
         str | None, typer.Option(help="Read this version of the table: a number or a tag (e.g. nightly-2026-11-20); default the latest.")
     ] = None,
     pipelines: Annotated[
-        Path | None, typer.Option(help="YAML file of named pipelines (README, 'Pipelines'); replaces --method and the method options.")
+        Path | None, typer.Option(help="YAML file of named pipelines (docs/pipelines.md); replaces --method and the method options.")
     ] = None,
     method: Annotated[list[str] | None, typer.Option(help="A preset pipeline (repeat): see `logicrank stages`. Default: dense.")] = None,
     run_tag: Annotated[str | None, typer.Option(help="Prefix of the presets' run ids.")] = None,
@@ -487,8 +487,6 @@ def bench_lag(
         raise typer.Exit(1)
 
 
-DEMO_NOTE = ("Generated with SmolLM2-135M: a demo of the pipeline, not a benchmark; its questions and labels are not a dataset to "
-             "report numbers on.")
 generate_app = typer.Typer(no_args_is_help=True, help="Dataset generation: logical benchmarks from a corpus, with labels.")
 app.add_typer(generate_app, name="generate")
 
@@ -524,7 +522,7 @@ def generate_itlr(
     progress: Annotated[bool, typer.Option(help="Print LLM progress.")] = False,
 ):
     """ITLR's real-corpus recipe: topics -> 32 templates -> questions -> candidates -> LLM labels (BEIR layout + dataset card)."""
-    from jobs.generate import run_generate
+    from jobs.generate import DEMO_NOTE, run_generate
     from schemas.config import GenerateConfig
 
     bad = [c for c in candidate if c not in ("dense", "bm25", "itlr")]
@@ -647,7 +645,7 @@ def ablate(
 
 @app.command()
 def nightly(
-    config: Annotated[Path, typer.Argument(help="The nightly config (YAML; README, 'Nightly operations'). Relative paths in it are from the working directory.")],
+    config: Annotated[Path, typer.Argument(help="The nightly config (YAML; docs/operations.md). Relative paths in it are from the working directory.")],
     date: Annotated[str | None, typer.Option(help="The night, YYYY-MM-DD (default today, UTC); rerunning a night finishes it.")] = None,
     at: Annotated[
         str | None, typer.Option(help="Time travel: only evaluate the pipelines against this table version or tag (e.g. nightly-2026-11-20); no index, history or alert.")

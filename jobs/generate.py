@@ -35,12 +35,12 @@ import pyarrow.parquet as pq
 
 from jobs.rundir import RunDir, write_parquet_atomic, write_text_atomic
 from jobs.watchdog import beat
-from pipelines.errors import UserError
 from pipelines.generate import realcorpus as rc
 from pipelines.generate.synthetic import TEMPLATES
 from pipelines.store import DocStore
 from schemas.config import _PLACEMENT as _LLM_PLACEMENT
 from schemas.config import GenerateConfig
+from schemas.errors import UserError
 
 TOPICS = pa.schema([("doc_id", pa.string()), ("shard", pa.int32()), ("topics", pa.list_(pa.string())), ("status", pa.string()),
                     ("raw_output", pa.string())])
@@ -54,6 +54,9 @@ LABELS = pa.schema([
     ("logit_true", pa.float64()), ("logit_false", pa.float64()), ("exact", pa.bool_()), ("label", pa.int32()),
 ])
 PROMPTS = ("gen_topics", "gen_question", "gen_relevance")
+# the card's note when the generator is the bundled plumbing model
+DEMO_NOTE = ("Generated with SmolLM2-135M: a demo of the pipeline, not a benchmark; its questions and labels are not a dataset to "
+             "report numbers on.")
 GENERATOR_VERSION = 1  # bump when the recipe's code changes what a shard holds: a resume then refuses older checkpoints
 
 

@@ -33,12 +33,12 @@ from jobs.rundir import RunDir
 from jobs.watchdog import beat, busy
 from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from pipelines.embed import concrete, model_id, resolve_model
-from pipelines.errors import UserError, first_line
 from pipelines.indexing import EmbedStage, IndexWriter, RejectSink
 from pipelines.sparse import update_index
 from pipelines.store import DocStore
 from pipelines.writelock import TableLock
 from schemas.config import EmbedConfig, IndexConfig
+from schemas.errors import UserError, first_line
 
 
 class IndexJobError(UserError, RuntimeError):

@@ -24,10 +24,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 
 from jobs.watchdog import beat
-from pipelines.errors import JobFailed, UserError, first_line
 from pipelines.llm.engine import Constraint, EngineDied, Generation, Truth, describe, engine_dead
 from pipelines.llm.prompts import Template
 from schemas.config import LLMConfig
+from schemas.errors import JobFailed, UserError, first_line
 
 
 def prefix_batches(prompts: Sequence[str], size: int) -> list[list[int]]:

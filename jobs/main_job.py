@@ -151,8 +151,7 @@ def setlogic_summary(table) -> dict:
 
 
 def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo) -> str:
-    from jobs.cli import DEMO_NOTE
-    from jobs.generate import run_generate
+    from jobs.generate import DEMO_NOTE, run_generate
     from jobs.llm_demo import local_llm
     from schemas.config import GenerateConfig
 

@@ -41,11 +41,12 @@ import pyarrow.parquet as pq
 from jobs.alerts import deliver
 from jobs.rundir import write_parquet_atomic, write_text_atomic
 from jobs.watchdog import beat, busy
-from pipelines.errors import UserError
 from pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
-from pipelines.files import json_digest, sha256_file
+from pipelines.files import sha256_file
 from pipelines.writelock import Holder, TableLock
 from schemas.config import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
+from schemas.digest import json_digest
+from schemas.errors import UserError
 from schemas.tables import NIGHTLY_COMPARISONS
 
 EXIT_REGRESSION = 3  # the night finished and a measure regressed

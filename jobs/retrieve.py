@@ -38,13 +38,13 @@ from jobs.raysession import unread_blocks_allowed
 from jobs.rundir import RunDir, input_fingerprint, write_parquet_atomic, write_text_atomic
 from jobs.watchdog import beat
 from pipelines.embed import concrete, model_id, resolve_model
-from pipelines.errors import UserError
-from pipelines.files import json_digest
 from pipelines.pipeline import build, validate
 from pipelines.stages import Context, Kind, Needs, Output, StageOptions
 from pipelines.store import DocStore
 from pipelines.topics import TopicsError, read_queries, write_trec_run
 from schemas.config import EmbedConfig, RetrieveConfig
+from schemas.digest import json_digest
+from schemas.errors import UserError
 from schemas.tables import RUN, conform
 
 

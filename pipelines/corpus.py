@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pipelines.errors import UserError
 from pipelines.files import not_text, reading
+from schemas.errors import UserError
 
 # The reader's output: corpus columns plus provenance and the verdict.
 PARSED = pa.schema(

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipelines.errors import UserError
 from schemas.config import EmbedConfig
+from schemas.errors import UserError
 
 
 def _packaged(module: str) -> Callable[[], str]:

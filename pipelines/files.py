@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
-from pipelines.errors import UserError, first_line
+from schemas.errors import UserError, first_line
 
 
 def sha256_file(path: str | Path) -> str:
@@ -23,11 +21,6 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def json_digest(value: Any) -> str:
-    """A stable digest of a JSON-able value (keys sorted): 16 hex digits of its SHA-256."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @contextmanager
@@ -79,7 +72,7 @@ def reading(label: str | Callable[[], str], error: type[Exception]) -> Iterator[
     """Inside the block, a fault of the file being read (:data:`READ_ERRORS`) becomes
     ``error("<label>: <why>.")``: one line for the user, never a traceback. ``label`` names
     the file ("queries data/q.jsonl"), or is called at the fault to say how far it got. An
-    error the block raises itself (a :class:`~pipelines.errors.UserError`) passes unchanged."""
+    error the block raises itself (a :class:`~schemas.errors.UserError`) passes unchanged."""
     try:
         yield
     except UserError:

@@ -1,6 +1,6 @@
 """Pipelines as values: a list of stage options, validated as a whole before any work.
 
-A pipeline config (YAML, see the README's "Pipelines") names several pipelines; each is a
+A pipeline config (YAML, see docs/pipelines.md) names several pipelines; each is a
 list of stages, each stage written as ``name`` or ``{name: {options}}``. The schema is the
 registry's: every registered stage's options model, picked by name (no list of methods is
 kept here). ``--method X`` builds the preset pipeline X registered beside its stage.
@@ -10,48 +10,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from functools import cache
-from typing import Annotated, Any, Literal, Union
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipelines.errors import UserError
 from pipelines.stages import Kind, Needs, Stage, StageOptions, presets, stage_class, stages
+from pipelines.stages.registry import parse_stages as parse_stages  # part of this module's API: pipelines from their config form
+from schemas.errors import UserError
 
 
 class PipelineError(UserError, ValueError):
     """A pipeline whose stages do not fit together; the message names the pipeline, the
     stage and the fix."""
-
-
-@cache
-def _adapter() -> TypeAdapter:
-    options = tuple(cls.Options for cls in stages().values())
-    union = Annotated[Union[options], Field(discriminator="stage")]  # noqa: UP007 - a runtime tuple of types
-    return TypeAdapter(list[union])
-
-
-def _normal(spec: Any) -> Any:
-    """``"dense"`` and ``{"dense": {...}}`` as ``{"stage": "dense", ...}``; options models as they are."""
-    if isinstance(spec, StageOptions):
-        return spec
-    if isinstance(spec, str):
-        return {"stage": spec}
-    if isinstance(spec, dict) and "stage" not in spec and len(spec) == 1:
-        (name, options), = spec.items()
-        return {"stage": name, **(options or {})}
-    return spec
-
-
-def parse_stages(specs: Sequence[Any]) -> tuple[StageOptions, ...]:
-    """Stage options from their config form; an unknown stage name lists the registered ones."""
-    if isinstance(specs, (str, dict)) or not isinstance(specs, Sequence):
-        raise ValueError(f"a pipeline is a list of stages, not {type(specs).__name__}")
-    specs = [_normal(s) for s in specs]
-    for s in specs:
-        if isinstance(s, dict) and s.get("stage") not in stages():
-            raise ValueError(f"unknown stage {s.get('stage')!r}; registered stages: {', '.join(sorted(stages()))}")
-    return tuple(_adapter().validate_python(specs))
 
 
 def build(options: StageOptions) -> Stage:
@@ -129,7 +99,7 @@ def from_methods(methods: Sequence[str], options: MethodOptions | None = None, r
 
 def describe() -> str:
     """Every registered stage (kind, docstring, options with defaults) and every preset, as
-    Markdown: ``logicrank stages`` prints it, and the README's stage reference is this text."""
+    Markdown: ``logicrank stages`` prints it, and docs/stages.md is this text."""
     lines = ["## Stages", ""]
     for name, cls in sorted(stages().items()):
         doc = " ".join((cls.__doc__ or "").split())

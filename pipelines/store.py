@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.embed import to_matrix
-from pipelines.errors import UserError
 from pipelines.sparse import ENGLISH_STOP_WORDS, analyzer, drop_indexes, open_index, prune_indexes
+from schemas.errors import UserError
 from schemas.tables import docs_schema
 
 _META_MODEL = b"logicrank.model"

@@ -35,8 +35,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.errors import UserError
 from pipelines.files import atomic_path, reading
+from schemas.errors import UserError
 from schemas.tables import QRELS, QUERIES, RUN, conform, require_columns
 
 _QID_KEYS = ("query_id", "_id", "qid", "id")

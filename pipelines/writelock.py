@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 
 import pyarrow.fs as pafs
 
-from pipelines.errors import UserError
+from schemas.errors import UserError
 
 
 class TableLockedError(UserError, RuntimeError):

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from schemas.digest import json_digest
+
 
 def _distinct_methods(v: tuple[str, ...]) -> tuple[str, ...]:
     """A job's methods: at least one, each once."""
@@ -40,8 +42,6 @@ class _Config(BaseModel):
 
     def digest(self) -> str:
         """A stable hash of the config, for manifests and rerun detection."""
-        from pipelines.files import json_digest
-
         return json_digest(self.model_dump(mode="json"))
 
 
@@ -200,8 +200,8 @@ class DecomposeConfig(_Config):
 class RetrieveConfig(_Config):
     """`logicrank retrieve`: named pipelines of stages over one table, one run each.
 
-    ``pipelines`` maps a run id to a list of stages (see pipelines/pipeline.py and the
-    README's "Pipelines"); its schema is the stage registry's. :meth:`preset` builds it from
+    ``pipelines`` maps a run id to a list of stages (see pipelines/pipeline.py and
+    docs/pipelines.md); its schema is the stage registry's. :meth:`preset` builds it from
     ``--method`` names."""
 
     queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL or Parquet.")

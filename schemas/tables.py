@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
-from pipelines.errors import UserError
+from schemas.errors import UserError
 
 # corpus: what a reader yields for a valid document.
 CORPUS = pa.schema(

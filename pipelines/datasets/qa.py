@@ -29,8 +29,8 @@ import json
 from pathlib import Path
 
 from pipelines.datasets import _HERE
-from pipelines.errors import UserError
 from pipelines.files import atomic_path
+from schemas.errors import UserError
 
 SETS = ("musique", "hotpotqa")
 _BUNDLED = {

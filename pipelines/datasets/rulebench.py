@@ -25,8 +25,8 @@ import re
 from pathlib import Path
 
 from pipelines.datasets import BeirDataset
-from pipelines.errors import UserError
 from pipelines.files import atomic_path
+from schemas.errors import UserError
 
 _LABEL = re.compile(r"^\s*(Context|Question):\s*", re.IGNORECASE)
 

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipelines.errors import UserError
 from pipelines.evaluate.measures import Measure, RankedGains
 from pipelines.topics import Duplicates, check_qrels, check_run
+from schemas.errors import UserError
 from schemas.tables import AGGREGATE_QUERY_ID, METRICS, QRELS, RUN, conform, require_columns
 
 

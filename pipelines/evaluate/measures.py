@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.errors import UserError
+from schemas.errors import UserError
 
 Kernel = Callable[["RankedGains", int | None], np.ndarray]
 

@@ -32,8 +32,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.errors import UserError
 from pipelines.files import reading
+from schemas.errors import UserError
 from schemas.tables import METRICS
 
 AGGREGATE_QUERY_ID = "all"

@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.datasets import _HERE
-from pipelines.errors import UserError
 from pipelines.logic.query import holds, parse, quote
+from schemas.errors import UserError
 
 LIMIT_DIR = _HERE / "limit"
 GOLD_MODEL = "gold"  # the decompositions table's model for hand-derived (not generated) rows

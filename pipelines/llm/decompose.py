@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from pipelines.errors import UserError
 from pipelines.llm import prompts
 from pipelines.llm.engine import Constraint, Generation, LLMClient
 from pipelines.logic.grammar import to_gbnf
 from pipelines.logic.query import QueryParseError, parse, quote, to_text
+from schemas.errors import UserError
 from schemas.tables import DECOMPOSITIONS
 
 TEMPLATES = {"itlr": "itlr_decompose", "orlog": "orlog_decompose", "reasoning": "reasoning_expand"}

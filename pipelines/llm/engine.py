@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pipelines.errors import UserError, first_line
 from pipelines.llm.cache import LLMCache, cache_key, default_path
 from pipelines.llm.models import ResolvedModel, resolve
 from pipelines.llm.prompts import Template
 from schemas.config import LLMConfig
+from schemas.errors import UserError, first_line
 
 CONSTRAINT_KINDS = ("grammar", "regex", "choice", "json")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from pipelines.errors import UserError
+from schemas.errors import UserError
 
 
 class PromptError(UserError, ValueError):

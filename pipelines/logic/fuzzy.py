@@ -21,8 +21,8 @@ from functools import reduce
 
 import numpy as np
 
-from pipelines.errors import UserError
 from pipelines.logic.query import And, Node, Not, Term
+from schemas.errors import UserError
 
 _EPS = 1e-6
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from pipelines.errors import UserError
 from pipelines.logic.grammar import BLANK, to_lark
+from schemas.errors import UserError
 
 
 class Node:

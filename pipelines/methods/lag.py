@@ -1,4 +1,4 @@
-"""LAG: logic-augmented generation (Xiao et al., PolyU; README section "LAG").
+"""LAG: logic-augmented generation (Xiao et al., PolyU; docs/lag.md).
 
 A complex question is answered in four parts, for all questions of a batch at once:
 

@@ -8,8 +8,8 @@ import pyarrow as pa
 from pydantic import Field, field_validator
 
 from pipelines.methods.hybrid import rrf
-from pipelines.stages import preset, register
 from pipelines.stages.base import Context, Kind, Output, Stage, StageOptions
+from pipelines.stages.registry import parse_stages, preset, register
 from pipelines.stages.retrievers import BM25Options, DenseOptions
 
 
@@ -24,8 +24,6 @@ class RRFOptions(StageOptions):
     @field_validator("of", mode="before")
     @classmethod
     def _parse(cls, v):
-        from pipelines.pipeline import parse_stages
-
         if not v:
             raise ValueError("give at least one sub-pipeline to fuse")
         return tuple(parse_stages(p) for p in v)

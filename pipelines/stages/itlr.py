@@ -24,8 +24,8 @@ from pipelines.methods.itlr import (
     unique_terms,
 )
 from pipelines.methods.ranking import rank_pairs
-from pipelines.stages import preset, register
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from pipelines.stages.registry import preset, register
 
 
 class ITLROptions(StageOptions):

@@ -14,11 +14,11 @@ import pyarrow as pa
 from pydantic import Field, model_validator
 
 from pipelines.embed import document_text, to_matrix
-from pipelines.errors import UserError
 from pipelines.llm import prompts as templates
 from pipelines.methods import lag
-from pipelines.stages import register
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from pipelines.stages.registry import register
+from schemas.errors import UserError
 
 
 class LagOptions(StageOptions):

@@ -17,8 +17,8 @@ from pydantic import Field
 from pipelines.llm import prompts as templates
 from pipelines.methods import orlog
 from pipelines.methods.ranking import rank_pairs
-from pipelines.stages import preset, register
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from pipelines.stages.registry import preset, register
 
 
 class _RerankOptions(StageOptions):
@@ -129,7 +129,7 @@ def _cost(res: pd.DataFrame, pairs: int, extra_passes: int) -> dict:
 
 def _base(m, depth: int) -> list[StageOptions]:
     """The first stage(s) of an orlog/reasoner preset: the ``m.orlog_base`` preset at k = ``depth``."""
-    from pipelines.stages import presets
+    from pipelines.stages.registry import presets
 
     return presets()[m.orlog_base](m.model_copy(update={"k": depth}))
 

@@ -9,8 +9,8 @@ from pydantic import Field
 
 from pipelines.methods.bm25 import bm25
 from pipelines.methods.dense import dense
-from pipelines.stages import preset, register
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from pipelines.stages.registry import preset, register
 
 
 class DenseOptions(StageOptions):

@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
 from pipelines.llm.decompose import DecomposeSettings, apply_to_queries, decompose
-from pipelines.stages import preset, register
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from pipelines.stages.registry import preset, register
 
 
 class DecompositionOptions(StageOptions):

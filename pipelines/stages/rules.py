@@ -14,8 +14,8 @@ from pydantic import Field, model_validator
 from pipelines.embed import document_text
 from pipelines.llm import prompts as templates
 from pipelines.methods import rules
-from pipelines.stages import register
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from pipelines.stages.registry import register
 
 
 class SiarOptions(StageOptions):

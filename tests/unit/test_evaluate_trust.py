@@ -12,11 +12,11 @@ import pytest
 import pytrec_eval
 
 from jobs.evaluate import evaluation_notes, run_evaluate
-from pipelines.errors import UserError
 from pipelines.evaluate.core import EvaluationError, evaluate_run
 from pipelines.evaluate.measures import parse_measures
 from pipelines.topics import TopicsError, read_qrels, read_run, write_trec_run
 from schemas.config import EvaluateConfig
+from schemas.errors import UserError
 from schemas.tables import AGGREGATE_QUERY_ID
 
 # our measure -> pytrec_eval's name

@@ -7,7 +7,7 @@ import pytest
 
 from jobs.main_job import _rules
 from jobs.rules_bench import sample_queries
-from pipelines.errors import UserError
+from schemas.errors import UserError
 
 
 def _beir(root, n=10):

@@ -1,0 +1,84 @@
+"""The stage registry itself: stage classes and ``--method`` presets by name, and stage
+options parsed from their config form. A leaf: stage modules import it to register
+themselves, and :mod:`pipelines.stages` imports every stage module, so nothing here imports a
+stage module (no import circle)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Annotated, Any, TypeVar, Union
+
+from pydantic import Field, TypeAdapter
+
+from pipelines.stages.base import Stage, StageOptions
+
+_STAGES: dict[str, type[Stage]] = {}
+_PRESETS: dict[str, Callable] = {}
+S = TypeVar("S", bound=type[Stage])
+
+
+def register(cls: S) -> S:
+    """Class decorator: make a stage available to pipelines under ``cls.name``."""
+    if cls.name in _STAGES:
+        raise RuntimeError(f"stage {cls.name!r} registered twice ({_STAGES[cls.name].__module__}, {cls.__module__})")
+    declared = cls.Options.model_fields.get("stage")
+    if declared is None or declared.default != cls.name:
+        raise RuntimeError(f"stage {cls.name!r}: its Options must declare stage: Literal[{cls.name!r}] = {cls.name!r}")
+    _STAGES[cls.name] = cls
+    return cls
+
+
+def preset(name: str):
+    """Decorator: a ``--method NAME`` preset, a function from the flat method options
+    (:class:`pipelines.pipeline.MethodOptions`) to a list of stage options."""
+
+    def deco(fn):
+        if name in _PRESETS:
+            raise RuntimeError(f"preset {name!r} registered twice")
+        _PRESETS[name] = fn
+        return fn
+
+    return deco
+
+
+def stages() -> dict[str, type[Stage]]:
+    return dict(_STAGES)
+
+
+def presets() -> dict[str, Callable]:
+    return dict(_PRESETS)
+
+
+def stage_class(name: str) -> type[Stage]:
+    return _STAGES[name]
+
+
+@cache
+def _adapter() -> TypeAdapter:
+    options = tuple(cls.Options for cls in stages().values())
+    union = Annotated[Union[options], Field(discriminator="stage")]  # noqa: UP007 - a runtime tuple of types
+    return TypeAdapter(list[union])
+
+
+def _normal(spec: Any) -> Any:
+    """``"dense"`` and ``{"dense": {...}}`` as ``{"stage": "dense", ...}``; options models as they are."""
+    if isinstance(spec, StageOptions):
+        return spec
+    if isinstance(spec, str):
+        return {"stage": spec}
+    if isinstance(spec, dict) and "stage" not in spec and len(spec) == 1:
+        (name, options), = spec.items()
+        return {"stage": name, **(options or {})}
+    return spec
+
+
+def parse_stages(specs: Sequence[Any]) -> tuple[StageOptions, ...]:
+    """Stage options from their config form; an unknown stage name lists the registered ones."""
+    if isinstance(specs, (str, dict)) or not isinstance(specs, Sequence):
+        raise ValueError(f"a pipeline is a list of stages, not {type(specs).__name__}")
+    specs = [_normal(s) for s in specs]
+    for s in specs:
+        if isinstance(s, dict) and s.get("stage") not in stages():
+            raise ValueError(f"unknown stage {s.get('stage')!r}; registered stages: {', '.join(sorted(stages()))}")
+    return tuple(_adapter().validate_python(specs))

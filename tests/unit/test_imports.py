@@ -1,0 +1,106 @@
+"""The import graph of schemas/, pipelines/ and jobs/ (every import, also those inside
+functions): contracts at the bottom, no circles.
+
+- ``schemas`` imports nothing from ``pipelines`` or ``jobs``, but for the edges listed in
+  :data:`TO_GO` (RetrieveConfig and the nightly's config validate their pipelines and
+  measures with the stage registry; issue 25's redesign moves that validation up);
+- ``pipelines`` imports nothing from ``jobs``; no job imports the command line;
+- with the :data:`TO_GO` edges removed, the graph has no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("schemas", "pipelines", "jobs")
+TO_GO = {
+    ("schemas.config", "pipelines.pipeline"),
+    ("schemas.config", "pipelines.evaluate.measures"),
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (``from a.b import c`` counts ``a.b.c`` when
+    that is a module, else ``a.b``)."""
+    modules = _modules()
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                deps |= {known(a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                deps |= {known(f"{node.module}.{a.name}") for a in node.names}
+        graph[name] = deps - {None, name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (a path that ends where it starts), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(v: str) -> list[str] | None:
+        state[v] = 1
+        path.append(v)
+        for w in sorted(graph.get(v, ())):
+            if state.get(w) == 1:
+                return path[path.index(w):] + [w]
+            if w not in state and (found := visit(w)):
+                return found
+        state[v] = 2
+        path.pop()
+        return None
+
+    for v in sorted(graph):
+        if v not in state and (found := visit(v)):
+            return found
+    return None
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_the_graph_is_read():
+    graph = _graph()
+    assert "pipelines.store" in graph["jobs.index"] and "schemas.config" in graph["jobs.index"]
+    assert ("schemas.config", "pipelines.pipeline") in {(a, b) for a in graph for b in graph[a]}  # an import inside a function
+
+
+def test_layers():
+    graph = _graph()
+    edges = {(a, b) for a in graph for b in graph[a]}
+    upward = {(a, b) for a, b in edges if _top(a) == "schemas" and _top(b) != "schemas"}
+    assert upward <= TO_GO, f"schemas imports from above it: {sorted(upward - TO_GO)}"
+    assert upward == TO_GO, f"gone, take them off TO_GO: {sorted(TO_GO - upward)}"
+    assert not [(a, b) for a, b in edges if _top(a) == "pipelines" and _top(b) == "jobs"]
+    assert not [(a, b) for a, b in edges if b == "jobs.cli" and a != "jobs.cli"]
+
+
+def test_no_import_cycle_but_through_the_edges_to_go():
+    graph = {a: {b for b in deps if (a, b) not in TO_GO} for a, deps in _graph().items()}
+    cycle = _cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_a_cycle_is_found():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
