@@ -139,7 +139,7 @@ def index(
     backend: Backend = "auto",
     title_sep: TitleSep = " ",
     batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = EmbedConfig.model_fields["batch_size"].default,
-    actors: Annotated[int | None, typer.Option(help="Embedding actors; default: one per GPU, or one per node on CPU nodes.")] = None,
+    actors: Annotated[int | None, typer.Option(help="Embedding actors; default: none on a local cluster of one CPU node (the driver encodes), else one per GPU, or one per node on CPU nodes.")] = None,
     gpus_per_actor: Annotated[float | None, typer.Option(help="GPUs per embedding actor; default: 1 where the cluster has GPUs, else 0.")] = None,
     delete_missing: Annotated[bool, typer.Option(help="Delete stored documents absent from this snapshot.")] = True,
     max_delete_fraction: Annotated[float, typer.Option(help="Refuse a snapshot that would delete more than this share of the table.")] = 0.1,

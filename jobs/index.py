@@ -1,8 +1,10 @@
-"""`logicrank index`: stream a corpus through Ray Data into a LanceDB table.
+"""`logicrank index`: stream a corpus into a LanceDB table.
 
-Plan: one read task per source file (a generator: bounded memory) -> an actor pool that
-classifies rows by content hash and embeds only new and changed documents -> the driver,
-the table's one writer, which upserts in chunks. Then: the guards, delete ids missing from
+Plan: the sources read in turn (generators: bounded memory) -> classify rows by content hash
+and embed only new and changed documents -> the driver, the table's one writer, which upserts
+in chunks. Where the encoders run (jobs/raysession.py, ``encoder_placement``): on a local
+cluster of one CPU node, in the driver with every core; otherwise one read task per source
+file and a Ray Data actor pool of encoders. Then: the guards, delete ids missing from
 the snapshot, maintain the table (compact, indexes over every row, prune old untagged
 versions), tag the version, write the manifest.
 
@@ -22,13 +24,21 @@ import re
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 
-from jobs.raysession import EncoderPlacement, encoder_placement, ray_session, require_fit, unread_blocks_allowed
+from jobs.raysession import (
+    EncoderPlacement,
+    encoder_placement,
+    local_driver_node,
+    ray_session,
+    require_fit,
+    unread_blocks_allowed,
+)
 from jobs.rundir import RunDir
 from jobs.watchdog import beat, busy
 from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
@@ -169,7 +179,7 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
 
     try:
         with ray_session(cfg.ray) as ray:
-            place = encoder_placement(cfg.ray, ray.nodes(), _READ_CPUS, cfg.embed, driver_node=ray.get_runtime_context().get_node_id())
+            place = encoder_placement(cfg.ray, ray.nodes(), _READ_CPUS, cfg.embed, driver_node=local_driver_node(cfg.ray))
             embed = concrete(cfg.embed, gpu=place.num_gpus > 0)  # resolved here: an actor sees GPUs it did not reserve
             summary.placement = {**asdict(place), "device": embed.device, "backend": embed.backend}
             if place.actors:
@@ -179,8 +189,9 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
                 )
             with rundir.timed("diff_load"):
                 stored = store.hashes()
-            with rundir.timed("stream"), _progress(progress) as tick:
-                for batch in _embedded(cfg, embed, sources, stored, place):
+            # (closed on a fault too: the driver's encoder is let go before the roll-back)
+            with rundir.timed("stream"), _progress(progress) as tick, closing(_embedded(cfg, embed, sources, stored, place)) as batches:
+                for batch in batches:
                     writer.consume(batch)
                     tick(batch.num_rows, writer)
                     beat(f"index: {writer.rows_read} rows read")

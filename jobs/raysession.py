@@ -217,6 +217,18 @@ class EncoderPlacement:
 IN_DRIVER = "driver (one CPU node: its encoder uses every core)"
 
 
+def local_driver_node(config: RayConfig) -> str | None:
+    """The id of the node this driver runs on, where work may run in the driver instead of a
+    pool: only on a cluster no address was given for (one this process started, or joined
+    already initialised in process), never through Ray Client (whose node id is the remote
+    head's). A cluster joined by address is shared: its work goes to pools that reserve CPUs."""
+    import ray
+
+    if config.address is not None or ray.util.client.ray.is_connected():
+        return None
+    return ray.get_runtime_context().get_node_id()
+
+
 def encoder_placement(config: RayConfig, nodes: list[dict], reserve_cpus: float, embed: EmbedConfig | None = None,
                       driver_node: str | None = None) -> EncoderPlacement:
     """Size the embedding pool from ``config`` and the cluster's alive ``nodes`` (``ray.nodes()``).

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs.raysession import unread_blocks_allowed
+from jobs.raysession import local_driver_node, unread_blocks_allowed
 from jobs.rundir import RunDir, input_fingerprint, write_parquet_atomic, write_text_atomic
 from jobs.watchdog import beat
 from pipelines.embed import concrete, model_id, resolve_model
@@ -316,8 +316,8 @@ class _Executor:
         if not stage.needs().encoder:
             return False
         alive = [node for node in ray.nodes() if node.get("Alive")]
-        here = ray.get_runtime_context().get_node_id()  # (a remote cluster's one node is not the driver's)
-        return len(alive) == 1 and alive[0].get("NodeID") == here and not ray.cluster_resources().get("GPU", 0)
+        here = local_driver_node(self.cfg.ray)  # None on a cluster joined by address or through Ray Client
+        return here is not None and len(alive) == 1 and alive[0].get("NodeID") == here and not ray.cluster_resources().get("GPU", 0)
 
     def _pool_size(self) -> int:
         """As many retrieval actors as the cluster's CPUs hold beside the LLM pool (at least one)."""

@@ -52,8 +52,9 @@ class RayConfig(_Config):
     num_cpus: int | None = Field(None, ge=1, description="CPUs of the local cluster (ignored with address).")
     object_store_memory: int = Field(1 << 30, ge=1 << 26)
     embed_actors: int | None = Field(
-        None, ge=1, description="Size of the embedding actor pool; None: sized to the cluster (one encoder per GPU, or on a "
-        "cluster without GPUs one per node, each with its node's cores; see docs/bulk-retrieval.md, Placement)."
+        None, ge=1, description="Size of the embedding actor pool; None: sized to the cluster (on a local cluster of one "
+        "CPU node none: the driver encodes with every core; else one encoder per GPU, or one per node, each with its node's "
+        "cores; see docs/bulk-retrieval.md, Placement)."
     )
     embed_num_cpus: float | None = Field(
         None, ge=0, description="CPUs per embedding actor (fractions allowed); None: 1 with GPUs or a given pool size, else the "

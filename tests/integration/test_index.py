@@ -262,11 +262,16 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
     corpus = write_jsonl(tmp_path / "c.jsonl", docs300[:120])
     here = run_index(_cfg(corpus, tmp_path / "db-driver"), tmp_path / "driver")
     pool = run_index(_cfg(corpus, tmp_path / "db-pool").model_copy(update={"ray": RAY.model_copy(update={"embed_actors": 1})}), tmp_path / "pool")
-    assert here.placement["how"] == IN_DRIVER and here.placement["actors"] == 0
+    import ray
+
+    if ray.cluster_resources().get("GPU"):  # torch on the GPU: an actor holds it, even on one node
+        assert here.placement["how"] == "one per GPU" and here.placement["actors"] >= 1
+    else:
+        assert here.placement["how"] == IN_DRIVER and here.placement["actors"] == 0
     assert pool.placement["how"] == "given" and pool.placement["actors"] == 1
     assert (here.inserted, here.rejected, here.rows_read) == (pool.inserted, pool.rejected, pool.rows_read) == (120, 0, 120)
     a, b = _table(tmp_path / "db-driver"), _table(tmp_path / "db-pool")
     assert _contents(a) == _contents(b) == _expected(docs300[:120])
     va, vb = (np.stack(t.column("vector").to_numpy(zero_copy_only=False)) for t in (a, b))
     np.testing.assert_allclose(va, vb, rtol=RTOL, atol=ATOL)
-    assert json.loads((tmp_path / "driver" / "manifest.json").read_text())["counts"]["placement"]["how"] == IN_DRIVER
+    assert json.loads((tmp_path / "driver" / "manifest.json").read_text())["counts"]["placement"] == here.placement

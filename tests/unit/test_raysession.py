@@ -2,7 +2,7 @@
 
 import pytest
 
-from jobs.raysession import IN_DRIVER, EncoderPlacement, encoder_placement, require_fit
+from jobs.raysession import IN_DRIVER, EncoderPlacement, encoder_placement, local_driver_node, require_fit
 from schemas.config import EmbedConfig, RayConfig
 
 
@@ -183,3 +183,9 @@ def test_a_pools_batches_are_assembled_as_sort_by_query_id_then_rank_would():
     want = pa.concat_tables(parts).sort_by([("query_id", "ascending"), ("rank", "ascending")])
     assert got.equals(want)
     assert _assemble([], "bm25").num_rows == 0
+
+
+def test_a_cluster_joined_by_address_never_runs_work_in_the_driver():
+    """Shared: its work goes to pools that reserve CPUs (decided before Ray is asked anything)."""
+    assert local_driver_node(RayConfig(address="ray://head:10001")) is None
+    assert local_driver_node(RayConfig(address="10.0.0.1:6379")) is None
