@@ -238,7 +238,7 @@ def encoder_placement(config: RayConfig, nodes: list[dict], reserve_cpus: float,
     smallest such node's CPUs less the reader's ``reserve_cpus`` (1.5 on two cores: fractional,
     so the reader fits beside it) and encoding with every core of its node. One encoder per node
     rather than one per core: on two cores, two single-threaded OpenVINO encoders indexed
-    SciFact at 0.56x of one two-threaded encoder (docs/bulk-retrieval.md, Placement).
+    SciFact at 0.50x of one two-threaded encoder (docs/bulk-retrieval.md, Placement).
 
     A cluster of one CPU node that is the driver's own (``driver_node``, its node id) gets no
     pool at all (0 actors, :data:`IN_DRIVER`): the driver's encoder uses every core of that node
