@@ -11,10 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from jobs.rundir import RunDir, write_parquet_atomic, write_text_atomic
+from jobs.rundir import RunDir
 from pipelines.embed import Embedder, model_id
 from pipelines.evaluate.core import evaluate_run
 from pipelines.evaluate.measures import parse_measure
+from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.logic.fuzzy import Operators
 from pipelines.methods.itlr import Calibration, parse_queries, score_exact, unique_terms
 from pipelines.methods.ranking import rank_pairs

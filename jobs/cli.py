@@ -270,7 +270,7 @@ def retrieve(
     if pipelines is not None:
         if method:
             _fail("retrieve: give --pipelines or --method, not both (a pipelines file names its own pipelines).")
-        from pipelines.pipeline import MethodOptions
+        from pipelines.pipeline import MethodOptions, pipelines_file
 
         given = {"k": k, "hybrid_depth": hybrid_depth, "itlr_mode": itlr_mode, "operators": operators or None, "calibration": calibration,
                  "labels": labels, "decompositions": decompositions, "orlog_base": orlog_base, "orlog_k": orlog_k,
@@ -279,7 +279,7 @@ def retrieve(
         changed = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None and value != defaults.get(name)]
         if changed:
             _fail(f"retrieve: {', '.join(changed)} set(s) a --method preset's options; with --pipelines, set each stage's options in the file.")
-        cfg = _run(RetrieveConfig, pipelines=_run(_read_yaml, pipelines), **common)
+        cfg = _run(RetrieveConfig, pipelines=_run(pipelines_file, pipelines), **common)
     else:
         cfg = _run(
             RetrieveConfig.preset, tuple(method or ["dense"]), run_tag, k=k, hybrid_depth=hybrid_depth, itlr_mode=itlr_mode,
@@ -289,19 +289,6 @@ def retrieve(
         )
     for rid, path in _job("retrieve", out, run_retrieve, cfg, out, echo=typer.echo, progress=progress).items():
         typer.echo(f"{rid}: {path}")
-
-
-def _read_yaml(path: Path) -> dict:
-    """The pipelines of a YAML file: its top-level mapping of name -> stages (or under a
-    ``pipelines:`` key)."""
-    from pipelines.pipeline import PipelineError
-
-    data = _load_yaml(path, f"--pipelines {path}", PipelineError)
-    if isinstance(data, dict) and set(data) == {"pipelines"}:
-        data = data["pipelines"]
-    if not isinstance(data, dict) or not data:
-        raise PipelineError(f"--pipelines {path}: expected a mapping of pipeline names to lists of stages.")
-    return data
 
 
 @app.command()

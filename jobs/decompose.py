@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 
 from jobs.llm_service import LLMService
 from jobs.raysession import ray_session
-from jobs.rundir import RunDir, file_fingerprint, write_parquet_atomic
+from jobs.rundir import RunDir, file_fingerprint
+from pipelines.files import write_parquet_atomic
 from pipelines.llm import prompts
 from pipelines.llm.decompose import TEMPLATES, DecomposeSettings, decompose
 from pipelines.llm.models import resolve

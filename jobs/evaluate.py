@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs.rundir import RunDir, input_fingerprint, write_parquet_atomic, write_text_atomic
+from jobs.rundir import RunDir, input_fingerprint
 from jobs.watchdog import beat
 from pipelines.evaluate.core import EvaluationError, evaluate_run, query_coverage
 from pipelines.evaluate.measures import parse_measures
@@ -26,6 +26,7 @@ from pipelines.evaluate.qa import (
 )
 from pipelines.evaluate.report import coverage_notes, markdown_report, per_query_plot
 from pipelines.evaluate.significance import compare
+from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.topics import DUPLICATES_REMOVED, read_qrels, read_run
 from schemas.config import EvaluateConfig
 

@@ -33,8 +33,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.rundir import RunDir, write_parquet_atomic, write_text_atomic
+from jobs.rundir import RunDir
 from jobs.watchdog import beat
+from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.generate import realcorpus as rc
 from pipelines.generate.synthetic import TEMPLATES
 from pipelines.store import DocStore

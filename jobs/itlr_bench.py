@@ -14,10 +14,11 @@ import numpy as np
 
 from jobs.index import run_index
 from jobs.raysession import ray_session
-from jobs.rundir import RunDir, write_parquet_atomic, write_text_atomic
+from jobs.rundir import RunDir
 from pipelines.benchmarks.itlr import evaluate_synthetic, markdown
 from pipelines.datasets import scifact
 from pipelines.embed import Embedder, model_id
+from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.generate.synthetic import generate
 from pipelines.methods.itlr import Calibration, labelled_scores, parse_queries, unique_terms
 from pipelines.store import DocStore

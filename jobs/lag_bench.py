@@ -32,9 +32,9 @@ from jobs.evaluate import run_evaluate
 from jobs.index import run_index
 from jobs.retrieve import run_retrieve
 from jobs.rules_bench import sample_queries
-from jobs.rundir import write_parquet_atomic, write_text_atomic
 from pipelines.datasets.qa import to_beir
 from pipelines.evaluate.report import summary_frame
+from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.pipeline import parse_stages
 from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig
 

@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 from jobs.decompose import run_decompose
 from jobs.evaluate import run_evaluate
 from jobs.retrieve import run_retrieve
-from jobs.rundir import write_parquet_atomic, write_text_atomic
 from pipelines.benchmarks.itlr import pooled_qrels
 from pipelines.evaluate.report import summary_frame
+from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.logic.query import parse, relabel, to_text
 from pipelines.methods.itlr import parse_queries
 from pipelines.topics import read_queries

@@ -24,10 +24,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 
 from jobs.watchdog import beat
-from pipelines.llm.engine import Constraint, EngineDied, Generation, Truth, describe, engine_dead
+from pipelines.llm.engine import Constraint, EngineDied, Generation, LLMFailed, Truth, describe
 from pipelines.llm.prompts import Template
 from schemas.config import LLMConfig
-from schemas.errors import JobFailed, UserError, first_line
+from schemas.errors import UserError, first_line
 
 
 def prefix_batches(prompts: Sequence[str], size: int) -> list[list[int]]:
@@ -52,7 +52,7 @@ class LLMServiceError(UserError, RuntimeError):
     """The engine pool cannot be placed on this cluster."""
 
 
-class LLMEngineFailed(JobFailed):
+class LLMEngineFailed(LLMFailed):
     """The pool cannot go on: its engines keep dying, or every engine actor was lost."""
 
 
@@ -60,9 +60,9 @@ class _EngineActor:
     """One engine behind the cache (a Ray actor; heavy imports happen here, on the worker)."""
 
     def __init__(self, cfg: LLMConfig):
-        from pipelines.llm.engine import LLMClient
+        from pipelines.llm.engine import LocalLLM
 
-        self.client = LLMClient(cfg)
+        self.llm = LocalLLM(cfg, dead=EngineDied)
 
     def ready(self) -> str:
         """This actor process's Ray worker id: a restarted actor answers with a new one."""
@@ -71,40 +71,21 @@ class _EngineActor:
         return ray.get_runtime_context().get_worker_id()
 
     def call(self, task: str, template: Template, values: list, kwargs: dict) -> list:
-        """The batch's results. Raises :class:`EngineDied` when the engine stopped serving
-        (the pool restarts this actor and sends the batch again): a dead engine never turns
-        prompts into failures. With a live engine, a truth batch that fails fails the job
-        (scores are never guessed); a generation batch that fails is retried one prompt at a
-        time, and a prompt that fails alone gets its exception in its slot."""
-        try:
-            if task == "truth":
-                return self.client.truth(template, values)
-            return self.client.generate(template, values, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - sorted out below
-            self._raise_if_dead(exc)
-            if task == "truth":
-                raise
-        out: list = []
-        for v in values:
-            try:
-                out += self.client.generate(template, [v], **kwargs)
-            except Exception as exc:  # noqa: BLE001
-                self._raise_if_dead(exc)
-                out.append(RuntimeError(describe(exc)))
-        return out
-
-    def _raise_if_dead(self, exc: Exception) -> None:
-        if engine_dead(exc, self.client._engine):
-            raise EngineDied(describe(exc)) from None
+        """The batch's results, under the LLM failure contract (pipelines.llm.engine.LocalLLM):
+        a dead engine raises :class:`EngineDied` (the pool restarts this actor and sends the
+        batch again), a failed truth batch fails the job, a prompt that fails alone gets its
+        exception in its slot."""
+        if task == "truth":
+            return self.llm.truth(template, values)
+        return self.llm.generate(template, values, **kwargs)
 
     def engine_alive(self) -> bool:
         """False once the engine started and its core has died since (asked from the "health"
         concurrency group, beside a call that may wait forever on the dead core)."""
-        engine = self.client._engine
-        return engine is None or not engine.core_dead()
+        return self.llm.engine_alive()
 
     def stats(self) -> dict:
-        return {**self.client.stats, "engine_loaded": int(self.client._engine is not None)}
+        return {**self.llm.client.stats, "engine_loaded": int(self.llm.client._engine is not None)}
 
 
 class LLMService:

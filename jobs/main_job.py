@@ -24,9 +24,9 @@ from jobs.itlr_bench import run_itlr_bench
 from jobs.llm_demo import run_llm_demo
 from jobs.raysession import ray_session
 from jobs.retrieve import run_retrieve
-from jobs.rundir import write_text_atomic
 from pipelines.datasets import scifact
 from pipelines.evaluate.report import summary_frame
+from pipelines.files import write_text_atomic
 from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, RayConfig, RetrieveConfig
 
 PUBLISHED_DENSE_NDCG10 = 0.645  # MTEB, all-MiniLM-L6-v2 on SciFact

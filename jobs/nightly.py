@@ -39,10 +39,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.alerts import deliver
-from jobs.rundir import write_parquet_atomic, write_text_atomic
 from jobs.watchdog import beat, busy
 from pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
-from pipelines.files import sha256_file
+from pipelines.files import sha256_file, write_parquet_atomic, write_text_atomic
 from pipelines.writelock import Holder, TableLock
 from schemas.config import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
 from schemas.digest import json_digest

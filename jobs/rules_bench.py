@@ -22,9 +22,9 @@ import pyarrow.parquet as pq
 from jobs.evaluate import run_evaluate
 from jobs.index import run_index
 from jobs.retrieve import run_retrieve
-from jobs.rundir import write_text_atomic
 from pipelines.datasets.rulebench import to_beir
 from pipelines.evaluate.report import summary_frame
+from pipelines.files import write_text_atomic
 from pipelines.pipeline import parse_stages
 from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig
 from schemas.errors import UserError

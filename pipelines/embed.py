@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from schemas.config import EmbedConfig
+from schemas.digest import json_digest
 from schemas.errors import UserError
 
 
@@ -92,6 +93,14 @@ def concrete(config: EmbedConfig, gpu: bool = False) -> EmbedConfig:
     encoder runs, what a cache key and a manifest record. Idempotent."""
     device = resolve_device(config, gpu)
     return config.model_copy(update={"device": device, "backend": resolve_backend(config, device)})
+
+
+def encoder_digest(config: EmbedConfig) -> str:
+    """What can change a vector: the model, the backend that runs it and its precision, the device,
+    batch size and token window (not the thread count). Query encoders hold no GPU: ``auto`` is the CPU."""
+    config = concrete(config)
+    precision = "f32" if config.backend == "openvino" else None  # (OpenVINO's bf16 default once gave other vectors)
+    return json_digest([model_id(config), config.backend, precision, config.device, config.batch_size, config.max_seq_length])
 
 
 def _mean_pooled(path: str) -> bool:

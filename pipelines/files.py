@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from schemas.errors import UserError, first_line
 
@@ -42,6 +43,19 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 # ArrowInvalid; gzip's are OSError, EOFError and zlib.error. (Not every ArrowException: a
 # type or conversion error is a bug in the reader, not a fault of the file.)
 READ_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, UnicodeDecodeError, pa.ArrowInvalid)
+
+
+def write_parquet_atomic(table: pa.Table, path: str | Path) -> Path:
+    """Write to a temporary name beside ``path``, then rename: readers never see half a file."""
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+    return Path(path)
+
+
+def write_text_atomic(text: str, path: str | Path) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
 
 
 def read_fault(exc: BaseException) -> str:

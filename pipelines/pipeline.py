@@ -9,23 +9,26 @@ kept here). ``--method X`` builds the preset pipeline X registered beside its st
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipelines.stages import Kind, Needs, Stage, StageOptions, presets, stage_class, stages
+from pipelines.embed import encoder_digest
+from pipelines.llm.prompts import templates_digest
+from pipelines.runner import Hooks, Inputs, Result, StageCache, run_stages
+from pipelines.stages import Context, Kind, Needs, StageOptions, presets, stages
+from pipelines.stages.registry import build as build  # part of this module's API
 from pipelines.stages.registry import parse_stages as parse_stages  # part of this module's API: pipelines from their config form
-from schemas.errors import UserError
+from schemas.errors import UserError, first_line
 
 
 class PipelineError(UserError, ValueError):
     """A pipeline whose stages do not fit together; the message names the pipeline, the
     stage and the fix."""
-
-
-def build(options: StageOptions) -> Stage:
-    return stage_class(options.stage)(options)
 
 
 def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str] = frozenset()) -> Needs:
@@ -45,7 +48,7 @@ def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str]
             raise PipelineError(f"{where} needs query column(s) {sorted(missing)} that no stage before it adds; "
                                 f"put a stage that adds them first (for atoms: decomposition with target orlog).")
         if stage.kind is Kind.FUSION:
-            for j, sub in enumerate(o.of, 1):
+            for j, sub in enumerate(stage.children(), 1):
                 needs = needs | validate(f"{name}/{o.stage}[{j}]", sub, frozenset(cols))
         cols |= stage.adds
         have_run = have_run or stage.kind in (Kind.RETRIEVER, Kind.FUSION)
@@ -53,6 +56,99 @@ def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str]
     if not have_run:
         raise PipelineError(f"pipeline {name!r} produces no run; end it with a retriever, a reranker or rrf.")
     return needs
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A named pipeline: stages that run in any process (:mod:`pipelines.runner`).
+
+    >>> Pipeline.parse("hybrid", [{"rrf": {"of": [["dense"], ["bm25"]]}}])  # doctest: +SKIP
+    """
+
+    name: str
+    stages: tuple[StageOptions, ...]
+
+    @classmethod
+    def parse(cls, name: str, specs: Sequence[Any]) -> Pipeline:
+        """From the config form: ``["bm25", {"orlog": {"k": 20}}]``; validated."""
+        try:
+            pipeline = cls(name, parse_pipelines({name: specs})[name])
+        except ValueError as exc:
+            raise PipelineError(first_line(str(exc))) from None
+        pipeline.validate()
+        return pipeline
+
+    def validate(self, columns: frozenset[str] = frozenset({"query_id", "text"})) -> Needs:
+        return validate(self.name, self.stages, columns)
+
+    def run(self, ctx: Context, queries: pa.Table, cache: StageCache | None = None, inputs: Inputs | None = None,
+            hooks: Hooks | None = None) -> Result:
+        """Validate, then run every stage on ``queries`` (the QUERIES contract). ``cache``:
+        outputs already computed (default: a fresh one in memory); ``inputs``: what the keys
+        cover besides the stages (default: :meth:`Inputs.of` the queries and ``ctx.store``,
+        the files the stages read, and ``encoder`` / ``llm`` digests taken from ``ctx``);
+        ``hooks``: where per-query work runs (default: batches in this process)."""
+        needs = self.validate(frozenset(queries.column_names))
+        if inputs is None:
+            encoder = encoder_digest(ctx.embedder().config) if needs.encoder else None
+            llm = None
+            if needs.llm:
+                service = ctx.llm_service()
+                llm = (service.model_id, service.cfg.engine_digest(), templates_digest())
+            inputs = Inputs.of(queries, ctx.store, encoder, llm, dict.fromkeys(needs.files))
+        return run_stages(self.name, self.stages, ctx, queries, inputs, cache or StageCache(), hooks)
+
+
+def parse_pipelines(spec: Any) -> dict[str, tuple[StageOptions, ...]]:
+    """Named pipelines (run id -> stages) from their config form; ``ValueError`` names the
+    pipeline, the stage and the option. Run ids name files and TREC tags: non-blank, no
+    whitespace, no '/' or '@'."""
+    if not isinstance(spec, Mapping) or not spec:
+        raise ValueError("give at least one named pipeline (run id -> list of stages)")
+    bad = [name for name in spec if not isinstance(name, str) or not name or name.split() != [name] or "/" in name or "@" in name]
+    if bad:
+        raise ValueError(f"pipeline names are run ids (file names, TREC tags): non-blank, no whitespace, no '/' or '@': {bad}")
+    out = {}
+    for name, specs in spec.items():
+        try:
+            out[name] = parse_stages(specs)
+        except ValidationError as exc:  # name the pipeline, the stage and the option
+            where = lambda loc: f"stage {loc[0] + 1} ({'.'.join(map(str, loc[1:]))})" if loc and isinstance(loc[0], int) else "stages"  # noqa: E731
+            raise ValueError(f"pipeline {name!r}: " + "; ".join(
+                f"{where(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors(include_url=False))) from None
+        except ValueError as exc:
+            raise ValueError(f"pipeline {name!r}: {exc}") from None
+    return out
+
+
+def pipelines_file(path: str | Path) -> dict:
+    """A pipelines YAML file's mapping of name -> stages (or under a ``pipelines:`` key), not yet parsed."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PipelineError(f"pipelines file {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise PipelineError(f"pipelines file {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    if isinstance(data, dict) and set(data) == {"pipelines"}:
+        data = data["pipelines"]
+    if not isinstance(data, dict) or not data:
+        raise PipelineError(f"pipelines file {path}: expected a mapping of pipeline names to lists of stages.")
+    return data
+
+
+def read_pipelines(spec: Mapping[str, Any] | str | Path) -> dict[str, Pipeline]:
+    """Named pipelines from a mapping (run id -> stages) or a pipelines YAML file, each validated."""
+    data = pipelines_file(spec) if isinstance(spec, (str, Path)) else spec
+    try:
+        parsed = parse_pipelines(data)
+    except ValueError as exc:
+        raise PipelineError(first_line(str(exc))) from None
+    out = {name: Pipeline(name, stages) for name, stages in parsed.items()}
+    for pipeline in out.values():
+        pipeline.validate()
+    return out
 
 
 class MethodOptions(BaseModel):

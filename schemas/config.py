@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.digest import json_digest
 
@@ -34,7 +34,9 @@ def _resource_pairs(v, name: str) -> tuple[tuple[str, float], ...]:
     return pairs
 
 
-_PLACEMENT = ("actors", "cpus_per_actor", "gpus_per_actor", "resources", "batch_rows", "cache", "engine_process", "max_engine_restarts")
+OUTSIDE = {"outcome": False}
+"""``Field(..., json_schema_extra=OUTSIDE)``: the field cannot change a job's results (where the
+work runs, retention, who is alerted); :meth:`_Config.outcome` sets it to its default."""
 
 
 class _Config(BaseModel):
@@ -43,6 +45,29 @@ class _Config(BaseModel):
     def digest(self) -> str:
         """A stable hash of the config, for manifests and rerun detection."""
         return json_digest(self.model_dump(mode="json"))
+
+    @classmethod
+    def outside(cls) -> list[str]:
+        """The fields declared not to change results (``OUTSIDE``)."""
+        return [name for name, info in cls.model_fields.items() if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("outcome") is False]
+
+    def outcome(self):
+        """This config with every field declared outside the results at its default, in the
+        nested configs too: what an outcome digest hashes."""
+        outside = set(self.outside())
+        update = {}
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if name in outside:
+                update[name] = info.get_default(call_default_factory=True)
+            elif isinstance(value, _Config):
+                update[name] = value.outcome()
+        return self.model_copy(update=update)
+
+    def outcome_digest(self) -> str:
+        """The digest of :meth:`outcome`: equal for configs that differ only in placement,
+        retention or receivers."""
+        return self.outcome().digest()
 
 
 class RayConfig(_Config):
@@ -113,14 +138,15 @@ class IndexConfig(_Config):
     table: str = "docs"
     format: Literal["auto", "beir", "jsonl", "parquet"] = "auto"
     embed: EmbedConfig = EmbedConfig()
-    ray: RayConfig = RayConfig()
+    ray: RayConfig = Field(RayConfig(), json_schema_extra=OUTSIDE)
     delete_missing: bool = Field(True, description="Delete documents absent from this snapshot.")
     max_delete_fraction: float = Field(
         0.1, ge=0, le=1, description="Refuse a snapshot that would delete more than this fraction of the table."
     )
     allow_mass_delete: bool = Field(False, description="Delete past max_delete_fraction (an empty snapshot still deletes nothing).")
     prune_after_hours: float = Field(
-        168.0, ge=0, description="After a successful run, prune untagged table versions older than this (tagged ones never)."
+        168.0, ge=0, description="After a successful run, prune untagged table versions older than this (tagged ones never).",
+        json_schema_extra=OUTSIDE,
     )
     keep_index_tags: int = Field(
         30, ge=1, description="Keep the newest N tags this job made itself (index-<time>); older ones are dropped so their versions can be pruned."
@@ -154,29 +180,29 @@ class LLMConfig(_Config):
     seed: int = 0
     chat: bool = Field(True, description="Wrap generation prompts in the tokenizer's chat template, when it has one.")
     labels: tuple[str, str] = Field((" True", " False"), description="truth(): the label tokens read after the prompt.")
-    cache: str | None = Field("default", description="Persistent cache (SQLite) path; 'default' = <cache root>/llm/cache.sqlite; None = off.")
+    cache: str | None = Field("default", description="Persistent cache (SQLite) path; 'default' = <cache root>/llm/cache.sqlite; None = off.", json_schema_extra=OUTSIDE)
     # placement of the job's one engine pool (jobs/llm_service.py); none of it changes a result
-    actors: int = Field(1, ge=1, description="Engines (Ray actors) in the job's one LLM pool.")
-    cpus_per_actor: float = Field(1.0, gt=0, description="CPUs per engine actor (its thread count on CPU).")
+    actors: int = Field(1, ge=1, description="Engines (Ray actors) in the job's one LLM pool.", json_schema_extra=OUTSIDE)
+    cpus_per_actor: float = Field(1.0, gt=0, description="CPUs per engine actor (its thread count on CPU).", json_schema_extra=OUTSIDE)
     gpus_per_actor: float | None = Field(
-        None, ge=0, description="GPUs per engine actor; None: tensor_parallel_size on a cluster with GPUs, 0 without."
+        None, ge=0, description="GPUs per engine actor; None: tensor_parallel_size on a cluster with GPUs, 0 without.", json_schema_extra=OUTSIDE
     )
-    resources: tuple[tuple[str, float], ...] = Field((), description="Custom Ray resources per engine actor, e.g. {'llm': 1}.")
-    batch_rows: int = Field(64, ge=1, description="Prompts per actor call (one batched engine call).")
+    resources: tuple[tuple[str, float], ...] = Field((), description="Custom Ray resources per engine actor, e.g. {'llm': 1}.", json_schema_extra=OUTSIDE)
+    batch_rows: int = Field(64, ge=1, description="Prompts per actor call (one batched engine call).", json_schema_extra=OUTSIDE)
     engine_process: Literal["inline", "separate"] = Field(
         "inline", description="inline: vLLM's engine core runs in the actor's process (starts in seconds on CPU); separate: in a child "
-        "process of the actor (vLLM's own default, which overlaps scheduling with the forward pass on GPUs)."
+        "process of the actor (vLLM's own default, which overlaps scheduling with the forward pass on GPUs).", json_schema_extra=OUTSIDE
     )
     max_engine_restarts: int = Field(
         3, ge=0, description="Engine deaths (an engine that stopped inside its live actor) a pool restarts, per engine actor it has: "
-        "past max_engine_restarts x actors deaths in one pool, the job fails."
+        "past max_engine_restarts x actors deaths in one pool, the job fails.", json_schema_extra=OUTSIDE
     )
 
     _resources = field_validator("resources", mode="before")(lambda v: _resource_pairs(v, "resources"))
 
     def engine_digest(self) -> str:
         """The digest of what changes the engine's outputs (placement and the cache path do not)."""
-        return self.model_copy(update={k: LLMConfig.model_fields[k].default for k in _PLACEMENT}).digest()
+        return self.outcome_digest()
 
 
 class DecomposeConfig(_Config):
@@ -220,22 +246,9 @@ class RetrieveConfig(_Config):
     @field_validator("pipelines", mode="before")
     @classmethod
     def _stages(cls, v):
-        from pipelines.pipeline import parse_stages
+        from pipelines.pipeline import parse_pipelines
 
-        if not isinstance(v, dict) or not v:
-            raise ValueError("give at least one named pipeline (run id -> list of stages)")
-        bad = [name for name in v if not isinstance(name, str) or not name or name.split() != [name] or "/" in name or "@" in name]
-        if bad:
-            raise ValueError(f"pipeline names are run ids (file names, TREC tags): non-blank, no whitespace, no '/' or '@': {bad}")
-        out = {}
-        for name, stages in v.items():
-            try:
-                out[name] = parse_stages(stages)
-            except ValidationError as exc:  # name the pipeline, the stage and the option
-                where = lambda loc: f"stage {loc[0] + 1} ({'.'.join(map(str, loc[1:]))})" if loc and isinstance(loc[0], int) else "stages"  # noqa: E731
-                raise ValueError(f"pipeline {name!r}: " + "; ".join(
-                    f"{where(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors(include_url=False))) from None
-        return out
+        return parse_pipelines(v)
 
     @model_validator(mode="after")
     def _whole(self):
@@ -303,18 +316,19 @@ class GenerateConfig(_Config):
     candidate_k: int = Field(10, ge=1, le=1000, description="Top k of each retriever; their union is judged.")
     dedup_threshold: float = Field(0.95, gt=0, le=1, description="Near duplicates: question embeddings' cosine above this.")
     label_threshold: float = Field(0.5, gt=0, lt=1, description="A pair is relevant (qrels) when P(True) >= this.")
-    wave_shards: int | None = Field(None, ge=1, description="Shards sent to the LLM pool at once (None: 2 per engine actor); a killed run loses at most one wave's work.")
-    demo_note: str | None = Field(None, description="A sentence the card prints in bold (e.g. that a small model made a demo, not a benchmark).")
+    wave_shards: int | None = Field(None, ge=1, description="Shards sent to the LLM pool at once (None: 2 per engine actor); a killed run loses at most one wave's work.",
+                                    json_schema_extra=OUTSIDE)
+    demo_note: str | None = Field(None, description="A sentence the card prints in bold (e.g. that a small model made a demo, not a benchmark).",
+                                  json_schema_extra=OUTSIDE)
     embed: EmbedConfig = EmbedConfig()
     llm: LLMConfig = LLMConfig()
-    ray: RayConfig = RayConfig()
+    ray: RayConfig = Field(RayConfig(), json_schema_extra=OUTSIDE)
 
     _distinct = field_validator("candidates")(lambda v: _distinct_methods(v))
 
     def dataset_digest(self) -> str:
         """What changes the dataset: placement, the wave size, the LLM cache and the note do not."""
-        return self.model_copy(update={"wave_shards": None, "demo_note": None, "ray": RayConfig(),
-                                       "llm": self.llm.model_copy(update={k: LLMConfig.model_fields[k].default for k in _PLACEMENT})}).digest()
+        return self.outcome_digest()
 
 
 class QuerySetConfig(_Config):
@@ -368,10 +382,11 @@ class NightlyConfig(_Config):
     correction: Literal["holm", "bonferroni", "bh"] = Field("holm", description="Within each measure, over every (pipeline, query set) compared that night.")
     alpha: float = Field(0.05, gt=0, lt=1)
     baseline: str | None = Field(None, description="Also compare with this pinned night (its date, YYYY-MM-DD), e.g. a release's.")
-    keep_nightly_tags: int = Field(14, ge=1, description="Keep the newest N nightly-<date> tags; older ones are dropped so their versions can be pruned.")
+    keep_nightly_tags: int = Field(14, ge=1, description="Keep the newest N nightly-<date> tags; older ones are dropped so their versions can be pruned.",
+                                   json_schema_extra=OUTSIDE)
     served_tag: str = Field("served", description="The tag downstream readers serve: moved to each night whose re-index succeeded.")
     llm: LLMConfig = LLMConfig()
-    alert: AlertConfig = AlertConfig()
+    alert: AlertConfig = Field(AlertConfig(), json_schema_extra=OUTSIDE)
 
     @field_validator("query_sets")
     @classmethod
@@ -429,18 +444,13 @@ class NightlyConfig(_Config):
                               test=self.test, correction=self.correction, alpha=self.alpha)
 
     def night_digest(self) -> str:
-        """What defines a night's results: placement, the alert receivers and retention do not."""
-        return self.model_copy(update={
-            "alert": AlertConfig(), "keep_nightly_tags": 14, "index": self._index_part(),
-            "llm": self.llm.model_copy(update={k: LLMConfig.model_fields[k].default for k in _PLACEMENT}),
-        }).digest()
+        """What defines a night's results: placement, the alert receivers and retention do not
+        (the fields declared ``OUTSIDE``, here and in the nested configs)."""
+        return self.outcome_digest()
 
     def index_digest(self) -> str:
         """What defines a night's table version (the re-index), placement and retention aside."""
-        return self._index_part().digest()
-
-    def _index_part(self) -> IndexConfig:
-        return self.index.model_copy(update={"ray": RayConfig(), "prune_after_hours": 168.0})
+        return self.index.outcome_digest()
 
 
 def night_date(value: str):

@@ -25,13 +25,18 @@ from pipelines.llm.cache import LLMCache, cache_key, default_path
 from pipelines.llm.models import ResolvedModel, resolve
 from pipelines.llm.prompts import Template
 from schemas.config import LLMConfig
-from schemas.errors import UserError, first_line
+from schemas.errors import JobFailed, UserError, first_line
 
 CONSTRAINT_KINDS = ("grammar", "regex", "choice", "json")
 
 
 class LLMConfigError(UserError, ValueError):
     """A configuration the loaded model cannot serve (e.g. label tokens that collide)."""
+
+
+class LLMFailed(JobFailed):
+    """The LLM cannot go on (its engine died in this process; on a pool, its engines keep
+    dying): the job stops, and what it finished is kept."""
 
 
 class EngineDied(RuntimeError):
@@ -359,3 +364,61 @@ class LLMClient:
                 self.stats["cached_prompt_tokens"] += r.cached_prompt_tokens
                 self.stats["generated_tokens"] += getattr(r, "generated_tokens", 1)
         return results
+
+
+class LocalLLM:
+    """An LLM in this process with the stages' failure contract
+    (:class:`pipelines.stages.base.LLM`): a generation batch that fails is retried one prompt
+    at a time, and a prompt that fails alone gets its exception in its slot; a truth batch
+    that fails raises (scores are never guessed); a dead engine raises ``dead`` (by default
+    :class:`LLMFailed`; an engine actor raises :class:`EngineDied`, so its pool restarts it
+    and sends the batch again: a dead engine never turns prompts into failures)."""
+
+    def __init__(self, cfg: LLMConfig, log: Any = None, dead: type[Exception] = LLMFailed):
+        self.client = LLMClient(cfg, log)
+        self.dead = dead
+
+    @property
+    def cfg(self) -> LLMConfig:
+        return self.client.cfg
+
+    @property
+    def model_id(self) -> str:
+        return self.client.model_id
+
+    @property
+    def model_dir(self) -> str:
+        """The checkpoint's directory (its tokenizer cuts passages to a token budget)."""
+        return str(self.client.resolved.path)
+
+    def generate(self, template: Template, values: Sequence[Mapping[str, str]], constraint: Constraint | None = None,
+                 max_tokens: int = 256, temperature: float = 0.0, seed: int | None = None, label: str | None = None) -> list:
+        kwargs = {"constraint": constraint, "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+        try:
+            return self.client.generate(template, values, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - sorted out below
+            self._raise_if_dead(exc)
+        out: list = []
+        for v in values:
+            try:
+                out += self.client.generate(template, [v], **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                self._raise_if_dead(exc)
+                out.append(RuntimeError(describe(exc)))
+        return out
+
+    def truth(self, template: Template, values: Sequence[Mapping[str, str]], label: str | None = None) -> list[Truth]:
+        try:
+            return self.client.truth(template, values)
+        except Exception as exc:
+            self._raise_if_dead(exc)
+            raise
+
+    def engine_alive(self) -> bool:
+        """False once the engine started and its core has died since."""
+        engine = self.client._engine
+        return engine is None or not engine.core_dead()
+
+    def _raise_if_dead(self, exc: Exception) -> None:
+        if engine_dead(exc, self.client._engine):
+            raise self.dead(describe(exc)) from None  # (the pool records this line as the engine's last error)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from schemas.digest import json_digest
 from schemas.errors import UserError
 
 
@@ -51,6 +52,11 @@ def load(name: str) -> Template:
     if not path.is_file():
         raise PromptError(f"no prompt template {name!r}; have: {', '.join(names())}")
     return Template(name, path.read_text(encoding="utf-8"))
+
+
+def templates_digest() -> str:
+    """Every prompt template's hash: an edited prompt is a new LLM stage output."""
+    return json_digest(sorted((name, load(name).sha) for name in names()))
 
 
 def cut_to_tokens(model_dir: str, texts: dict[str, str], budget: int) -> dict[str, str]:

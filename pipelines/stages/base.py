@@ -2,18 +2,20 @@
 
 A stage states what it consumes and produces (its :class:`Kind`), its validated options (a
 pydantic model with ``extra="forbid"``), the query columns it reads and adds, and what it
-needs from the job (:class:`Needs`: the encoder, the LLM for truth scores or generation).
-It registers itself with :func:`pipelines.stages.register`; the pipeline config schema is
-derived from that registry. No Ray here: the job (jobs/retrieve.py) decides placement and
-hands each stage a :class:`Context` with the table, the encoder and the LLM service.
+needs from the job (:class:`Needs`: the encoder, the LLM for truth scores or generation)
+and the side tables it writes, with their schemas. It registers itself with
+:func:`pipelines.stages.register`; the pipeline config schema is derived from that registry.
+No Ray here: :mod:`pipelines.runner` runs a pipeline in any process, handing each stage a
+:class:`Context` (the table, the encoder and the LLM, typed by the protocols below); a job
+(jobs/retrieve.py) decides where per-query work runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
@@ -58,22 +60,69 @@ class Output:
     counts: dict[str, Any] = field(default_factory=dict)
 
 
+class Store(Protocol):
+    """The table one pipeline run reads, at one version (:class:`pipelines.store.DocStore`)."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def dim(self) -> int: ...
+    def count(self) -> int: ...
+    def rows_for(self, doc_ids: Sequence[str], columns: Sequence[str]) -> pa.Table: ...
+    def vectors_for(self, doc_ids: Sequence[str]) -> dict[str, Any]: ...
+    def sample_vectors(self, n: int, seed: int = 0) -> Any: ...
+    def vector_blocks(self, batch_rows: int = 32768, read_ahead: bool = True) -> Iterator[Any]: ...
+    def vector_search(self, *args: Any, **kwargs: Any) -> Any: ...
+    def bm25_index(self) -> Any: ...
+    def held_bytes(self) -> int: ...
+    def release(self) -> None: ...
+
+
+class Encoder(Protocol):
+    """The table's sentence encoder (:class:`pipelines.embed.Embedder`)."""
+
+    config: Any  # schemas.config.EmbedConfig (its digest is part of the cache keys)
+
+    @property
+    def model_id(self) -> str: ...
+    def encode(self, texts: Sequence[str]) -> Any: ...  # float32 (n, dim), unit length
+
+
+class LLM(Protocol):
+    """An LLM behind the prompt cache: :class:`pipelines.llm.local.LocalLLM` in this process,
+    ``jobs.llm_service.LLMService`` on a pool of engine actors. One failure contract for both:
+
+    - ``generate``: a prompt the engine fails on gets its exception in its slot (the caller
+      records it as an ``error`` row) and the other prompts are kept;
+    - ``truth``: a batch that fails raises (scores are never guessed);
+    - an engine that cannot go on raises :class:`schemas.errors.JobFailed` (both calls).
+    """
+
+    cfg: Any  # schemas.config.LLMConfig
+
+    @property
+    def model_id(self) -> str: ...
+    def generate(self, template: Any, values: Sequence[Mapping[str, str]], constraint: Any = None, max_tokens: int = 256,
+                 temperature: float = 0.0, seed: int | None = None, label: str | None = None) -> list[Any]: ...
+    def truth(self, template: Any, values: Sequence[Mapping[str, str]], label: str | None = None) -> list[Any]: ...
+
+
 @dataclass
 class Context:
-    """What the job hands every stage. The encoder and the LLM service start on first use."""
+    """What a runner hands every stage. The encoder and the LLM start on first use."""
 
-    store: Any  # pipelines.store.DocStore
-    encoder: Callable[[], Any] | None = None  # () -> pipelines.embed.Embedder
-    llm: Callable[[], Any] | None = None  # () -> an LLM service with .truth(...) and .generate(...)
+    store: Store
+    encoder: Callable[[], Encoder] | None = None
+    llm: Callable[[], LLM] | None = None
     llm_model: str | None = None  # the LLM's checkpoint directory (for its tokenizer)
     echo: Callable[[str], None] | None = None  # progress lines
 
-    def embedder(self):
+    def embedder(self) -> Encoder:
         if self.encoder is None:
             raise RuntimeError("this stage needs the encoder but declared no Needs(encoder=True) (a bug)")
         return self.encoder()
 
-    def llm_service(self):
+    def llm_service(self) -> LLM:
         if self.llm is None:
             raise RuntimeError("this stage needs the LLM but declared no Needs(llm=...) (a bug)")
         return self.llm()
@@ -90,12 +139,17 @@ class Stage:
     adds: ClassVar[frozenset[str]] = frozenset()  # query columns it adds (a rewriter)
     per_query: ClassVar[bool] = False  # each query's output depends on that query alone: the job may run it on Ray over query batches
     version: ClassVar[int] = 1  # part of the cache digest: bump it when a change to the code changes the stage's output
+    side_tables: ClassVar[Mapping[str, pa.Schema]] = {}  # the side tables it may write, by kind; the runner conforms them
 
     def __init__(self, options: StageOptions):
         self.options = options
 
     def needs(self) -> Needs:
         return Needs()
+
+    def children(self) -> tuple[tuple[StageOptions, ...], ...]:
+        """The sub-pipelines a fusion runs (each from this stage's queries); () for the rest."""
+        return ()
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         """``runs``: [] for a retriever or rewriter, [the run so far] for a reranker, the

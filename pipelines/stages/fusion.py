@@ -37,6 +37,9 @@ class RRF(Stage):
     kind = Kind.FUSION
     Options = RRFOptions
 
+    def children(self) -> tuple[tuple[StageOptions, ...], ...]:
+        return self.options.of
+
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         return Output(run=rrf(runs, self.options.k, self.options.rrf_k))
 

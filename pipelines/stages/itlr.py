@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pipelines.logic.fuzzy import Operators
 from pipelines.methods.itlr import (
+    TERM_SCORES,
     Calibration,
     ann_candidates,
     labelled_scores,
@@ -62,6 +63,7 @@ class ITLR(Stage):
     term) score behind the run."""
 
     name = "itlr"
+    side_tables = {"term_scores": TERM_SCORES}
     kind = Kind.RETRIEVER
     Options = ITLROptions
     reads = ("text", "logical_query")  # a blank-text query still runs when it carries its logical form

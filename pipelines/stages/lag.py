@@ -19,6 +19,7 @@ from pipelines.methods import lag
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from pipelines.stages.registry import register
 from schemas.errors import UserError
+from schemas.tables import LAG_ANSWERS, LAG_STEPS
 
 
 class LagOptions(StageOptions):
@@ -74,6 +75,7 @@ class Lag(Stage):
     synthesis: false`` it needs no LLM (the oracle measurement)."""
 
     name = "lag"
+    side_tables = {"answers": LAG_ANSWERS, "lag_steps": LAG_STEPS}
     kind = Kind.RETRIEVER
     Options = LagOptions
 

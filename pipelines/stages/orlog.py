@@ -19,6 +19,7 @@ from pipelines.methods import orlog
 from pipelines.methods.ranking import rank_pairs
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from pipelines.stages.registry import preset, register
+from schemas.tables import PREDICATE_SCORES
 
 
 class _RerankOptions(StageOptions):
@@ -41,6 +42,7 @@ class ReasonerOptions(_RerankOptions):
 
 
 class _LLMReranker(Stage):
+    side_tables = {"predicate_scores": PREDICATE_SCORES}
     kind = Kind.RERANKER
 
     def needs(self) -> Needs:

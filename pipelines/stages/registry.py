@@ -54,6 +54,11 @@ def stage_class(name: str) -> type[Stage]:
     return _STAGES[name]
 
 
+def build(options: StageOptions) -> Stage:
+    """The stage these options configure."""
+    return stage_class(options.stage)(options)
+
+
 @cache
 def _adapter() -> TypeAdapter:
     options = tuple(cls.Options for cls in stages().values())

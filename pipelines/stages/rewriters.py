@@ -23,6 +23,7 @@ from pydantic import Field, model_validator
 from pipelines.llm.decompose import DecomposeSettings, apply_to_queries, decompose
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from pipelines.stages.registry import preset, register
+from schemas.tables import DECOMPOSITIONS
 
 
 class DecompositionOptions(StageOptions):
@@ -59,6 +60,7 @@ def _table_or_llm(options: StageOptions) -> StageOptions:
 class _Rewriter(Stage):
     kind = Kind.REWRITER
     method: str  # the decompositions table's method
+    side_tables = {"decompositions": DECOMPOSITIONS}
 
     def needs(self) -> Needs:
         if self.options.decompositions:

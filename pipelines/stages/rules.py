@@ -16,6 +16,7 @@ from pipelines.llm import prompts as templates
 from pipelines.methods import rules
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from pipelines.stages.registry import register
+from schemas.tables import INDUCED_RULES, RERANK_WINDOWS
 
 
 class SiarOptions(StageOptions):
@@ -39,6 +40,7 @@ class Siar(Stage):
     ``induction_status``; side table ``induced_rules``."""
 
     name = "siar"
+    side_tables = {"induced_rules": INDUCED_RULES}
     kind = Kind.REWRITER
     Options = SiarOptions
     adds = frozenset({"original_text", "induced_rule", "induction_status"})
@@ -91,6 +93,7 @@ class R3(Stage):
     ``rerank_windows``; the manifest counts windows, tokens and repairs per query."""
 
     name = "r3"
+    side_tables = {"rerank_windows": RERANK_WINDOWS}
     kind = Kind.RERANKER
     Options = R3Options
 

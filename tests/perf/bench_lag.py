@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from jobs.index import run_index  # noqa: E402
 from jobs.lag_bench import TITLE_SEP  # noqa: E402
 from jobs.raysession import ray_session  # noqa: E402
-from jobs.rundir import write_text_atomic  # noqa: E402
 from pipelines.datasets.qa import to_beir  # noqa: E402
 from pipelines.embed import Embedder  # noqa: E402
+from pipelines.files import write_text_atomic  # noqa: E402
 from pipelines.llm import prompts  # noqa: E402
 from pipelines.stages import Context  # noqa: E402
 from pipelines.stages.lag import Lag, LagOptions  # noqa: E402

@@ -94,35 +94,6 @@ def test_presets_build_the_methods_pipelines():
         from_methods(["itlr"], MethodOptions(calibration="sigmoid"))
 
 
-def test_a_stage_cache_key_covers_its_prefix_options_inputs_and_sub_pipelines(tmp_path):
-    from jobs.retrieve import _Executor
-    from jobs.rundir import RunDir
-    from pipelines.pipeline import build
-    from schemas.config import EmbedConfig
-
-    def executor(**cfg) -> _Executor:
-        config = RetrieveConfig(queries="q.jsonl", db="db", pipelines={"d": ["dense"]}, **cfg)
-        inputs = {"queries": {"sha256": "q"}, "table": {"version": 3}, "file:r.trec": {"sha256": "1"}}
-        return _Executor(config, None, RunDir(tmp_path, "retrieve"), inputs, None)
-
-    def key(ex, spec, prev="p", subs=()) -> str:
-        return ex._key(prev, build(parse_stages([spec])[0]), list(subs))
-
-    ex = executor()
-    assert key(ex, "dense") == key(executor(), "dense")  # stable
-    assert len({key(ex, "dense"), key(ex, {"dense": {"k": 10}}), key(ex, "dense", prev="other"), key(ex, "bm25")}) == 4
-    torch, openvino = executor(embed=EmbedConfig(backend="torch")), executor(embed=EmbedConfig(backend="openvino"))
-    assert key(torch, "dense") != key(openvino, "dense")  # the encoder's backend
-    assert key(ex, "dense") in {key(torch, "dense"), key(openvino, "dense")}  # auto is keyed as what it resolves to
-    assert key(ex, "bm25") == key(openvino, "bm25")  # bm25 does not embed
-    rrf = {"rrf": {"of": [["dense"], ["bm25"]]}}
-    assert key(ex, rrf, subs=["a", "b"]) != key(ex, rrf, subs=["a", "c"])  # a fusion covers what its inputs depend on
-    run_file = {"run_file": {"path": "r.trec"}}
-    changed = executor()
-    changed.files["r.trec"] = {"sha256": "2"}
-    assert key(ex, run_file) != key(changed, run_file)  # the files a stage reads
-
-
 def test_a_stage_registers_once_with_its_own_name():
     class Opts(StageOptions):
         stage: Literal["other"] = "other"
@@ -154,12 +125,20 @@ def test_the_command_line_refuses_bad_pipeline_files_in_one_line(tmp_path):
     assert res.exit_code == 2 and "missing.yaml" in res.output
 
 
-def test_a_pipelines_file_may_nest_under_a_pipelines_key(tmp_path):
-    from jobs.cli import _read_yaml
+def test_a_pipelines_file_may_nest_under_a_pipelines_key_and_a_bad_one_is_one_line(tmp_path):
+    from pipelines.pipeline import Pipeline, pipelines_file, read_pipelines
 
     f = tmp_path / "p.yaml"
-    f.write_text(yaml.safe_dump({"pipelines": {"d": ["dense"]}}))
-    assert list(_cfg(_read_yaml(f)).pipelines) == ["d"]
+    f.write_text(yaml.safe_dump({"pipelines": {"d": ["dense"], "b": [{"bm25": {"k": 5}}]}}, sort_keys=False))
+    assert list(_cfg(pipelines_file(f)).pipelines) == ["d", "b"]
+    assert read_pipelines(f)["b"] == Pipeline.parse("b", [{"bm25": {"k": 5}}]) and read_pipelines(f)["b"].stages[0].k == 5
+    for text, error in [("d: [dense", "not valid YAML"), ("[dense]", "expected a mapping of pipeline names"),
+                        ("d: [{bm25: {k: 0}}]", r"pipeline 'd': stage 1 \(bm25.k\): Input should be greater than or equal to 1"),
+                        ("d: [orlog]", "reranks a run, but no stage before it produces one")]:
+        f.write_text(text)
+        with pytest.raises(PipelineError, match=error) as info:
+            read_pipelines(f)
+        assert "\n" not in str(info.value)
 
 
 def test_preset_options_are_refused_beside_a_pipelines_file(tmp_path):

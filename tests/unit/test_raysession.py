@@ -162,29 +162,6 @@ def test_auto_picks_openvino_only_for_mean_pooled_models(tmp_path):
     assert not _mean_pooled(str(tmp_path / "missing"))
 
 
-def test_a_pools_batches_are_assembled_as_sort_by_query_id_then_rank_would():
-    """jobs/retrieve.py's _assemble sorts on integer codes; Arrow's string sort is the definition
-    (byte order: upper case before lower, digits before letters, non-ASCII last, "q10" before "q2")."""
-    import numpy as np
-    import pyarrow as pa
-
-    from jobs.retrieve import _assemble
-    from schemas.tables import RUN
-
-    rng = np.random.default_rng(7)
-    ids = ["q10", "q2", "Q1", "q1", "é1", "e1", "10", "q1 ", "ß", "z"] + [f"q{i}" for i in rng.permutation(40)]
-    parts = []
-    for chunk in np.array_split(rng.permutation(len(ids)), 6):  # batches in any order, each query's ranks shuffled
-        rows = [(ids[q], f"d{rng.integers(1000)}", r) for q in chunk for r in rng.permutation(np.arange(1, rng.integers(1, 6) + 1))]
-        parts.append(pa.table({"query_id": [a for a, _, _ in rows], "doc_id": [b for _, b, _ in rows],
-                               "rank": pa.array([int(c) for _, _, c in rows], pa.int32()), "score": [1.0 / c for _, _, c in rows],
-                               "method": ["bm25"] * len(rows), "run_id": ["bm25"] * len(rows)}, schema=RUN))
-    got = _assemble(parts, "bm25")
-    want = pa.concat_tables(parts).sort_by([("query_id", "ascending"), ("rank", "ascending")])
-    assert got.equals(want)
-    assert _assemble([], "bm25").num_rows == 0
-
-
 def test_a_cluster_joined_by_address_never_runs_work_in_the_driver():
     """Shared: its work goes to pools that reserve CPUs (decided before Ray is asked anything)."""
     assert local_driver_node(RayConfig(address="ray://head:10001")) is None

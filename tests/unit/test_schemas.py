@@ -32,3 +32,28 @@ def test_configs_validate_at_start():
         IndexConfig(corpus="c", db="d", max_reject_fraction=2)
     a, b = IndexConfig(corpus="c", db="d"), IndexConfig(corpus="c", db="d")
     assert a.digest() == b.digest() != IndexConfig(corpus="c", db="d", table="t").digest()
+
+
+def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_stay_valid():
+    from schemas.config import GenerateConfig, IndexConfig, LLMConfig, NightlyConfig
+
+    assert NightlyConfig.outside() == ["keep_nightly_tags", "alert"]
+    assert IndexConfig.outside() == ["ray", "prune_after_hours"]
+    assert GenerateConfig.outside() == ["wave_shards", "demo_note", "ray"]
+    assert set(LLMConfig.outside()) == {"cache", "actors", "cpus_per_actor", "gpus_per_actor", "resources", "batch_rows", "engine_process",
+                                        "max_engine_restarts"}
+    cfg = NightlyConfig.model_validate({
+        "out": "n", "index": {"corpus": "c", "db": "d", "prune_after_hours": 5, "ray": {"num_cpus": 2}, "keep_index_tags": 3},
+        "query_sets": {"s": {"queries": "q.jsonl", "qrels": "r.tsv"}}, "pipelines": {"b": ["bm25"]}, "keep_nightly_tags": 3,
+        "llm": {"actors": 2, "seed": 4}, "alert": {"webhook": "http://x"}})
+    gen = GenerateConfig(db="d", wave_shards=3, demo_note="x", llm={"actors": 2, "seed": 1}, ray={"num_cpus": 2})
+    # the digests the code before the declarations computed (nights and datasets on disk hold them)
+    assert (cfg.night_digest(), cfg.index_digest(), LLMConfig(actors=3, max_model_len=512).engine_digest(), gen.dataset_digest()) == (
+        "33fefb66f83d1185", "3dd0f319652dd1d4", "8cdddac020f815d3", "e34890f4a9c50e72")
+    placement = cfg.model_copy(update={"keep_nightly_tags": 9, "alert": cfg.alert.model_copy(update={"webhook": None}),
+                                       "index": cfg.index.model_copy(update={"ray": cfg.index.ray.model_copy(update={"num_cpus": 8}), "prune_after_hours": 1.0}),
+                                       "llm": cfg.llm.model_copy(update={"actors": 4, "cache": None})})
+    assert placement.night_digest() == cfg.night_digest() and placement.index_digest() == cfg.index_digest()
+    assert placement.digest() != cfg.digest()  # the plain digest (a job's rerun check) sees everything
+    for changed in ({"llm": cfg.llm.model_copy(update={"seed": 5})}, {"index": cfg.index.model_copy(update={"keep_index_tags": 4})}):
+        assert cfg.model_copy(update=changed).night_digest() != cfg.night_digest()

@@ -1,0 +1,93 @@
+"""A pipeline run in process (pipelines/runner.py, as a notebook runs it, and through the
+Python API ``import logicrank``) writes what the retrieve job writes: the same runs (ids and
+ranks exactly, scores within tests/compare.py's tolerance) and the same side tables, from the
+same stage code without Ray or a job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.retrieve import run_retrieve
+from pipelines.embed import Embedder
+from pipelines.evaluate.core import evaluate_run
+from pipelines.evaluate.measures import parse_measures
+from pipelines.pipeline import Pipeline
+from pipelines.runner import StageCache
+from pipelines.stages import Context
+from pipelines.store import DocStore
+from pipelines.topics import read_qrels, read_queries
+from schemas.config import EmbedConfig, RetrieveConfig
+from schemas.tables import METRICS, RUN
+from tests.compare import assert_runs_close, assert_tables_close
+from tests.integration.conftest import RAY
+
+pytestmark = pytest.mark.integration
+DEC = Path(__file__).parents[1] / "data" / "parity" / "reference" / "synthetic" / "decompositions.parquet"
+
+
+@pytest.fixture(scope="module")
+def job(synthetic, tmp_path_factory):
+    """The retrieve job's runs of four presets on the synthetic table."""
+    queries, db = synthetic / "syn" / "queries.jsonl", str(synthetic / "db")
+    cfg = RetrieveConfig.preset(("dense", "bm25", "hybrid", "itlr"), queries=str(queries), db=db, k=10, decompositions=str(DEC), ray=RAY)
+    out = tmp_path_factory.mktemp("job")
+    return cfg, run_retrieve(cfg, out), out
+
+
+def test_pipelines_run_in_process_equal_the_retrieve_jobs_runs_and_side_tables(synthetic, job):
+    queries, db = synthetic / "syn" / "queries.jsonl", str(synthetic / "db")
+    cfg, runs, out = job
+
+    encoder = Embedder(EmbedConfig())
+    ctx = Context(DocStore(db), encoder=lambda: encoder)
+    cache = StageCache()
+    table = read_queries(queries)
+    for rid, stages in cfg.pipelines.items():
+        result = Pipeline(rid, stages).run(ctx, table, cache)
+        at_cut = assert_runs_close(result.run, pq.read_table(runs[rid]), f"{rid}: in process vs the job")
+        assert result.run.num_rows > 0
+        if rid == "itlr":
+            assert set(result.side) == {"term_scores/itlr"}
+            assert_tables_close(result.side["term_scores/itlr"], pq.read_table(out / "term_scores" / "itlr.parquet"),
+                                ["query_id", "doc_id", "term_id"], "term_scores", may_differ=at_cut)
+    again = Pipeline("hybrid", cfg.pipelines["hybrid"]).run(ctx, table, cache)  # every stage from the shared cache
+    assert [s["sub"][0]["cached"] for s in again.steps[:2]] == [True, True] and again.steps[2]["cached"]
+
+
+def test_the_python_api_retrieves_what_the_job_does_and_evaluates_and_compares_the_runs(synthetic, job):
+    import logicrank as lr
+
+    cfg, runs, _ = job
+    table = lr.open_table(synthetic / "db")
+    assert table.version == DocStore(str(synthetic / "db")).version and len(table) > 100
+    pipes = lr.preset("dense", "bm25", "hybrid", "itlr", k=10, decompositions=str(DEC))
+    assert {rid: p.stages for rid, p in pipes.items()} == dict(cfg.pipelines)  # presets as the CLI builds them
+    results: dict = {}
+    got = lr.retrieve(table, synthetic / "syn" / "queries.jsonl", pipes, results=results)
+    for rid, path in runs.items():
+        mine = got.filter(pa.compute.equal(got.column("run_id"), rid))
+        assert_runs_close(mine, pq.read_table(path), f"{rid}: the Python API vs the job")
+    assert set(results["itlr"].side) == {"term_scores/itlr"}
+    frame = lr.retrieve(table, lr.read_queries(synthetic / "syn" / "queries.jsonl"), [pipes["bm25"]], pandas=True)
+    assert list(frame.columns) == RUN.names and len(frame) == sum(r == "bm25" for r in got.column("run_id").to_pylist())
+
+    qrels = synthetic / "syn" / "qrels" / "test.tsv"
+    metrics = lr.evaluate(got, qrels, ["nDCG@10", "R@100"])
+    assert metrics.schema.equals(METRICS)
+    for rid, path in runs.items():  # the same figures as each job run evaluated alone
+        want = evaluate_run(pq.read_table(path), read_qrels(qrels), parse_measures(["nDCG@10", "R@100"]))
+        mine = metrics.filter(pa.compute.equal(metrics.column("run_id"), rid))
+        assert_tables_close(mine, want, ["run_id", "query_id", "measure"], f"{rid} metrics")
+    sig = lr.compare(metrics, baseline="bm25")
+    assert sorted(set(sig.column("run_id").to_pylist())) == ["dense", "hybrid", "itlr"] and set(sig.column("measure").to_pylist()) == {"nDCG@10", "R@100"}
+
+    with pytest.raises(lr.PipelineError, match="no table 'nope'"):
+        lr.open_table(synthetic / "db", "nope")
+    with pytest.raises(lr.PipelineError, match="give open_table\\(llm=LLMConfig"):
+        lr.retrieve(table, synthetic / "syn" / "queries.jsonl", lr.pipelines({"o": [{"decomposition": {"target": "orlog"}}, "bm25", "orlog"]}))
+    with pytest.raises(lr.PipelineError, match="pipeline 'x'.*unknown stage 'bm52'"):
+        lr.pipelines({"x": ["bm52"]})
