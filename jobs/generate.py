@@ -39,8 +39,7 @@ from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.generate import realcorpus as rc
 from pipelines.generate.synthetic import TEMPLATES
 from pipelines.store import DocStore
-from schemas.config import _PLACEMENT as _LLM_PLACEMENT
-from schemas.config import GenerateConfig
+from schemas.config import GenerateConfig, LLMConfig
 from schemas.errors import UserError
 
 TOPICS = pa.schema([("doc_id", pa.string()), ("shard", pa.int32()), ("topics", pa.list_(pa.string())), ("status", pa.string()),
@@ -322,9 +321,9 @@ def _finish(cfg: GenerateConfig, out: Path, store: DocStore, shards, kept: pa.Ta
     }
     counts["seconds"] = round(time.perf_counter() - t0, 2)
     write_text_atomic(rc.card(counts), out / "card.md")
-    placement = ("wave_shards", "ray", "demo_note")  # generation.json: what the dataset depends on, not where it ran
-    data_only = {**counts, "config": {k: v for k, v in counts["config"].items() if k not in placement}}
-    data_only["config"]["llm"] = {k: v for k, v in data_only["config"]["llm"].items() if k not in _LLM_PLACEMENT}
+    # generation.json: what the dataset depends on, not where it ran (the fields declared outside the outcome)
+    data_only = {**counts, "config": {k: v for k, v in counts["config"].items() if k not in GenerateConfig.outside()}}
+    data_only["config"]["llm"] = {k: v for k, v in data_only["config"]["llm"].items() if k not in LLMConfig.outside()}
     write_text_atomic(json.dumps({k: v for k, v in data_only.items() if k not in ("name", "llm", "timings", "seconds", "resumed")}, indent=1, sort_keys=True) + "\n",
                       out / "generation.json")
     rundir.write_manifest(cfg.model_dump(mode="json"), cfg.digest(), {"table": corpus},

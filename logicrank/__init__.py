@@ -29,20 +29,22 @@ from pipelines.evaluate.significance import compare as _compare
 from pipelines.pipeline import MethodOptions, Pipeline, PipelineError, from_methods, read_pipelines
 from pipelines.runner import Result, StageCache
 from pipelines.stages import Context
-from pipelines.topics import read_qrels, read_queries, read_run
+from pipelines.topics import queries_table, read_qrels, read_queries, read_run
 from schemas.config import EmbedConfig, LLMConfig
+from schemas.errors import UserError  # every mistake in the input raises one (a one-line message)
 from schemas.tables import RUN
 
 __all__ = ["Pipeline", "PipelineError", "Result", "StageCache", "Table", "compare", "evaluate", "open_table", "pipelines", "preset", "read_qrels",
-           "read_queries", "read_run", "retrieve"]
+           "read_queries", "read_run", "retrieve", "UserError"]
 
 DEFAULT_MEASURES = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
 
 
 class Table:
     """A LanceDB table of documents (made by ``logicrank index``) at one version, with the
-    encoder its vectors came from and, given an LLM config, an LLM in this process; each
-    starts on first use. Use it as the ``table`` of :func:`retrieve`."""
+    encoder its vectors came from and, given an LLM config, an LLM in this process (its
+    checkpoint is prepared here; the engine starts on the first prompt the cache misses).
+    Use it as the ``table`` of :func:`retrieve`."""
 
     def __init__(self, db: str | Path, name: str = "docs", version: int | None = None, embed: EmbedConfig | None = None,
                  llm: LLMConfig | None = None):
@@ -105,13 +107,14 @@ def preset(*methods: str, **options: Any) -> dict[str, Pipeline]:
 
 def retrieve(table: Table, queries: pa.Table | str | Path, pipes: Mapping[str, Pipeline] | Iterable[Pipeline],
              cache: StageCache | str | Path | None = None, pandas: bool = False, results: dict[str, Result] | None = None):
-    """Run each pipeline on ``queries`` (a table with query_id and text, or a queries file);
-    returns every run as one table with the RUN columns (``pandas``: a DataFrame). ``cache``:
+    """Run each pipeline on ``queries`` (a table with query_id and text, checked as a queries
+    file is, or a queries file); returns every run as one table with the RUN columns
+    (``pandas``: a DataFrame; a pipeline that found nothing has no rows: evaluate it by
+    naming it in :func:`evaluate`'s ``run_ids``). ``cache``:
     a :class:`StageCache` or a directory to keep stage outputs in (pipelines that share a
     prefix compute it once either way). Pass a dict as ``results`` to get each pipeline's
     :class:`Result` (its side tables and steps) too."""
-    if not isinstance(queries, pa.Table):
-        queries = read_queries(queries)
+    queries = queries_table(queries, "retrieve: queries") if isinstance(queries, pa.Table) else read_queries(queries)
     if not isinstance(cache, StageCache):
         cache = StageCache(cache)
     pipes = list(pipes.values()) if isinstance(pipes, Mapping) else list(pipes)
@@ -129,19 +132,22 @@ def retrieve(table: Table, queries: pa.Table | str | Path, pipes: Mapping[str, P
     return out.to_pandas() if pandas else out
 
 
-def evaluate(runs: pa.Table | Any, qrels: pa.Table | str | Path, measures: Sequence[str] = DEFAULT_MEASURES) -> pa.Table:
+def evaluate(runs: pa.Table | Any, qrels: pa.Table | str | Path, measures: Sequence[str] = DEFAULT_MEASURES,
+             run_ids: Sequence[str] | None = None) -> pa.Table:
     """Per-query values and means (query ``all``) of ``measures`` for every run in ``runs``
     (RUN columns; a DataFrame is taken too), trec_eval's rules: a query of the qrels a run
-    misses scores 0. ``qrels``: a table (query_id, doc_id, relevance) or a file."""
+    misses scores 0. ``qrels``: a table (query_id, doc_id, relevance) or a file. ``run_ids``:
+    the runs to evaluate (default: those with rows); a named run with no rows scores 0."""
     if not isinstance(runs, pa.Table):
         runs = pa.Table.from_pandas(runs, preserve_index=False)
     if not isinstance(qrels, pa.Table):
         qrels = read_qrels(qrels)
     parsed = parse_measures(measures)
-    ids = list(dict.fromkeys(runs.column("run_id").to_pylist()))
+    ids = list(run_ids) if run_ids is not None else list(dict.fromkeys(runs.column("run_id").to_pylist()))
     if not ids:
-        raise PipelineError("evaluate: the runs table is empty.")
-    return pa.concat_tables([evaluate_run(runs.filter(pa.compute.equal(runs.column("run_id"), rid)), qrels, parsed, rid) for rid in ids])
+        raise PipelineError("evaluate: no runs: the table is empty and no run_ids were named.")
+    per_run = [runs.filter(pa.compute.equal(runs.column("run_id"), rid)) for rid in ids]
+    return pa.concat_tables([evaluate_run(run, qrels, parsed, rid) for run, rid in zip(per_run, ids, strict=True)])
 
 
 def compare(metrics: pa.Table, baseline: str, test: str = "t-test", correction: str = "holm", alpha: float = 0.05) -> pa.Table:

@@ -48,6 +48,8 @@ def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str]
             raise PipelineError(f"{where} needs query column(s) {sorted(missing)} that no stage before it adds; "
                                 f"put a stage that adds them first (for atoms: decomposition with target orlog).")
         if stage.kind is Kind.FUSION:
+            if not stage.children():
+                raise PipelineError(f"{where} fuses no sub-pipelines (a fusion stage returns them from children()).")
             for j, sub in enumerate(stage.children(), 1):
                 needs = needs | validate(f"{name}/{o.stage}[{j}]", sub, frozenset(cols))
         cols |= stage.adds
@@ -89,6 +91,10 @@ class Pipeline:
         the files the stages read, and ``encoder`` / ``llm`` digests taken from ``ctx``);
         ``hooks``: where per-query work runs (default: batches in this process)."""
         needs = self.validate(frozenset(queries.column_names))
+        if needs.encoder and ctx.encoder is None:
+            raise PipelineError(f"pipeline {self.name!r} encodes queries: give its Context an encoder (Context(store, encoder=...)).")
+        if needs.llm and ctx.llm is None:
+            raise PipelineError(f"pipeline {self.name!r} asks the LLM: give its Context an LLM (Context(store, llm=...)).")
         if inputs is None:
             encoder = encoder_digest(ctx.embedder().config) if needs.encoder else None
             llm = None

@@ -33,6 +33,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.files import atomic_path, reading
@@ -62,17 +63,7 @@ def read_queries(path: str | Path) -> pa.Table:
     if not path.exists():
         raise TopicsError(f"queries: no file at {str(path)!r}.")
     if path.suffix in (".parquet", ".pq"):
-        table = _read_parquet(path, "queries")
-        if "query_id" not in table.column_names:
-            for alt in _QID_KEYS[1:]:
-                if alt in table.column_names:
-                    table = table.rename_columns(["query_id" if c == alt else c for c in table.column_names])
-                    break
-        if "logical_query" not in table.column_names:
-            table = table.append_column("logical_query", pa.nulls(table.num_rows, pa.string()))
-        if table.num_rows == 0:
-            raise TopicsError(f"queries {path}: no queries (the table has no rows); give the queries to run.")
-        return conform(table, QUERIES, f"queries {path.name}")
+        return queries_table(_read_parquet(path, "queries"), f"queries {path}")
     rows = []
     with reading(f"queries {path}", TopicsError), _open_text(path) as f:
         for n, line in enumerate(f, 1):
@@ -94,6 +85,28 @@ def read_queries(path: str | Path) -> pa.Table:
         dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
         raise TopicsError(f"queries {path}: duplicate query ids {dup}.")
     return pa.Table.from_pylist(rows, schema=QUERIES)
+
+
+def queries_table(table: pa.Table, source: str) -> pa.Table:
+    """A table of queries as the QUERIES contract: the id column under any of its usual names,
+    ids as strings, ``logical_query`` added when absent; no rows or a repeated id is refused
+    (``source`` names the input in the one-line error)."""
+    if "query_id" not in table.column_names:
+        for alt in _QID_KEYS[1:]:
+            if alt in table.column_names:
+                table = table.rename_columns(["query_id" if c == alt else c for c in table.column_names])
+                break
+    if "logical_query" not in table.column_names:
+        table = table.append_column("logical_query", pa.nulls(table.num_rows, pa.string()))
+    if table.num_rows == 0:
+        raise TopicsError(f"{source}: no queries (the table has no rows); give the queries to run.")
+    table = conform(table, QUERIES, source)
+    ids = table.column("query_id")
+    if pc.count_distinct(ids).as_py() != len(ids):
+        counts = pc.value_counts(ids)
+        dup = sorted(v["values"] for v in counts.to_pylist() if v["counts"] > 1)[:5]
+        raise TopicsError(f"{source}: duplicate query ids {dup}.")
+    return table
 
 
 def _read_parquet(path: Path, what: str) -> pa.Table:

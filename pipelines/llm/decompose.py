@@ -28,7 +28,7 @@ from pipelines.llm import prompts
 from pipelines.llm.engine import Constraint, Generation, LLMClient
 from pipelines.logic.grammar import to_gbnf
 from pipelines.logic.query import QueryParseError, parse, quote, to_text
-from schemas.errors import UserError
+from schemas.errors import JobFailed, UserError
 from schemas.tables import DECOMPOSITIONS
 
 TEMPLATES = {"itlr": "itlr_decompose", "orlog": "orlog_decompose", "reasoning": "reasoning_expand"}
@@ -178,11 +178,15 @@ def _generate_isolating_failures(client, template, questions, constraint, max_to
     values = [{"question": q} for q in questions]
     try:
         return client.generate(template, values, constraint, max_tokens, s.temperature, s.seed)
+    except JobFailed:  # the LLM cannot go on: the job stops (never a table of "error" rows, cached as if answered)
+        raise
     except Exception:  # noqa: BLE001 - isolate below, and record each failure
         out: list = []
         for v in values:
             try:
                 out += client.generate(template, [v], constraint, max_tokens, s.temperature, s.seed)
+            except JobFailed:
+                raise
             except Exception as exc:  # noqa: BLE001
                 out.append(exc)
         return out

@@ -89,7 +89,7 @@ class Encoder(Protocol):
 
 
 class LLM(Protocol):
-    """An LLM behind the prompt cache: :class:`pipelines.llm.local.LocalLLM` in this process,
+    """An LLM behind the prompt cache: :class:`pipelines.llm.engine.LocalLLM` in this process,
     ``jobs.llm_service.LLMService`` on a pool of engine actors. One failure contract for both:
 
     - ``generate``: a prompt the engine fails on gets its exception in its slot (the caller

@@ -82,6 +82,12 @@ def test_the_python_api_retrieves_what_the_job_does_and_evaluates_and_compares_t
         want = evaluate_run(pq.read_table(path), read_qrels(qrels), parse_measures(["nDCG@10", "R@100"]))
         mine = metrics.filter(pa.compute.equal(metrics.column("run_id"), rid))
         assert_tables_close(mine, want, ["run_id", "query_id", "measure"], f"{rid} metrics")
+    empty = lr.evaluate(got, qrels, ["nDCG@10"], run_ids=["bm25", "nothing"])  # a run with no rows is named, and scores 0
+    nothing = empty.filter(pa.compute.equal(empty.column("run_id"), "nothing"))
+    assert nothing.num_rows == metrics.filter(pa.compute.equal(metrics.column("run_id"), "bm25")).num_rows // 2
+    assert set(nothing.column("value").to_pylist()) == {0.0}
+    with pytest.raises(lr.UserError, match="duplicate query ids"):
+        lr.retrieve(table, pa.table({"query_id": [1, 1], "text": ["a", "b"]}), [pipes["bm25"]])
     sig = lr.compare(metrics, baseline="bm25")
     assert sorted(set(sig.column("run_id").to_pylist())) == ["dense", "hybrid", "itlr"] and set(sig.column("measure").to_pylist()) == {"nDCG@10", "R@100"}
 

@@ -196,3 +196,28 @@ def test_prompts_sharing_a_prefix_are_batched_together():
     assert sorted(i for b in batches for i in b) == list(range(6))  # each prompt once
     assert [{prompts[i].split(":")[0] for i in b} for b in batches] == [{"Document A"}, {"Document B"}]
     assert prefix_batches([], 4) == []
+
+
+def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_rows():
+    """The LLM failure contract (pipelines.stages.base.LLM): a prompt that fails alone is an
+    ``error`` row, but an engine that cannot go on raises JobFailed, never cached as answers."""
+    from pipelines.llm.decompose import DecomposeSettings, decompose
+    from pipelines.llm.engine import LLMFailed
+
+    class _Failing:  # an LLM client, failing as LocalLLM's contract says
+        model_id = "m"
+
+        def __init__(self, error):
+            self.error, self.calls = error, 0
+
+        def generate(self, template, values, *args, **kwargs):
+            self.calls += 1
+            raise self.error
+
+    one_bad = _Failing(ValueError("prompt longer than the window"))
+    table = decompose(one_bad, ["q1", "q2"], ["a?", "b?"], DecomposeSettings(methods=("itlr",)))
+    assert table.column("status").to_pylist() == ["error", "error"] and one_bad.calls == 3  # the batch, then each prompt alone
+    dead = _Failing(LLMFailed("EngineDeadError: the core died"))
+    with pytest.raises(LLMFailed, match="core died"):
+        decompose(dead, ["q1", "q2"], ["a?", "b?"], DecomposeSettings(methods=("itlr",)))
+    assert dead.calls == 1

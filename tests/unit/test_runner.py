@@ -57,16 +57,25 @@ def test_a_pipeline_runs_in_process_and_a_second_process_reads_its_stages_from_t
 def test_a_blank_query_gets_no_results_and_the_pipeline_validates_first(two_runs):
     queries, a, b, tmp = two_runs
     with pytest.raises(ValueError, match="reranks a run, but no stage before it produces one"):
-        Pipeline.parse("bad", [{"orlog": {}}]).run(Context(store=_NoTable()), queries)
+        Pipeline("bad", parse_stages([{"orlog": {}}])).run(Context(store=_NoTable()), queries)
+    with pytest.raises(ValueError, match="'e' encodes queries: give its Context an encoder"):
+        Pipeline.parse("e", ["dense"]).run(Context(store=_NoTable()), queries)
+    with pytest.raises(ValueError, match="'o' asks the LLM: give its Context an LLM"):
+        Pipeline.parse("o", [{"decomposition": {"target": "orlog"}}, "bm25", "orlog"]).run(Context(store=_NoTable()), queries)
+    from pipelines.stages.fusion import RRFOptions
+
+    with pytest.raises(ValueError, match=r"stage 1 \(rrf\) fuses no sub-pipelines"):
+        Pipeline("f", (RRFOptions.model_construct(k=10, rrf_k=60, of=()),)).validate()
     blank = pa.table({"query_id": ["q1", "q2"], "text": ["   ", "second"]})
     dense = Pipeline.parse("d", ["dense"])
     seen = []
+    encoder = Context(store=_NoTable(), encoder=lambda: None)  # never called: the hook below does the work
 
     def hook(stage, ctx, qs):  # the per-query hook sees only the queries with text
         seen.append(qs.column("query_id").to_pylist())
         return Output(run=RUN.empty_table())
 
-    out = dense.run(Context(store=_NoTable()), blank, inputs=Inputs("b", encoder="e"), hooks=Hooks(map_queries=hook))
+    out = dense.run(encoder, blank, inputs=Inputs("b", encoder="e"), hooks=Hooks(map_queries=hook))
     assert seen == [["q2"]] and out.run.num_rows == 0
 
 
@@ -133,6 +142,12 @@ def test_a_stage_cache_key_covers_its_prefix_options_inputs_and_sub_pipelines():
     assert key(auto, run_file) != key(Inputs("b", files={"r.trec": {"sha256": "2"}}), run_file)  # the files a stage reads
     llm = {"orlog": {}}
     assert key(Inputs("b", llm=("m", "e", "t1")), llm) != key(Inputs("b", llm=("m", "e", "t2")), llm)  # the prompts
+    # the keys the job computed before the runner moved out of it (stage caches on disk hold them)
+    from schemas.digest import json_digest
+
+    job = Inputs(json_digest([{"sha256": "q"}, {"version": 3}]), files={"r.trec": {"sha256": "1"}})
+    assert job.base == "96e956efbd128398"
+    assert (key(job, "bm25", subs=["s"]), key(job, run_file, subs=["s"])) == ("dd10f08a8359c24a", "cd335ffc1c7569b3")
     with pytest.raises(ValueError, match="give Inputs an encoder digest"):
         key(Inputs("b"), "dense")
 

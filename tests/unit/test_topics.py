@@ -48,3 +48,17 @@ def test_rrf_fuses_by_reciprocal_rank():
     fused = rrf([run(["a", "b", "c"]), run(["c", "a"])], k=10, rrf_k=60)
     assert fused.column("doc_id").to_pylist() == ["a", "c", "b"]
     assert fused.column("score")[0].as_py() == pytest.approx(1 / 61 + 1 / 62)
+
+
+def test_a_queries_table_is_checked_as_a_queries_file_is(tmp_path):
+    import pyarrow.parquet as pq
+
+    from pipelines.topics import queries_table
+
+    t = queries_table(pa.table({"qid": [1, 2], "text": ["a", "b"], "extra": [0, 0]}), "notebook")
+    assert t.column_names == ["query_id", "text", "logical_query"] and t.column("query_id").to_pylist() == ["1", "2"]
+    with pytest.raises(TopicsError, match=r"^notebook: duplicate query ids \['1'\]\.$"):
+        queries_table(pa.table({"query_id": [1, 1, 2], "text": ["a", "b", "c"]}), "notebook")
+    pq.write_table(pa.table({"query_id": ["x", "x"], "text": ["a", "b"]}), tmp_path / "q.parquet")
+    with pytest.raises(TopicsError, match=r"duplicate query ids \['x'\]"):  # a Parquet file was read without this check
+        read_queries(tmp_path / "q.parquet")
