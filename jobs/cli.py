@@ -221,29 +221,18 @@ def retrieve(
         str | None, typer.Option(help="Read this version of the table: a number or a tag (e.g. nightly-2026-11-20); default the latest.")
     ] = None,
     pipelines: Annotated[
-        Path | None, typer.Option(help="YAML file of named pipelines (docs/pipelines.md); replaces --method and the method options.")
+        Path | None, typer.Option(help="YAML file of named pipelines (docs/pipelines.md); replaces --method and its options.")
     ] = None,
     method: Annotated[list[str] | None, typer.Option(help="A preset pipeline (repeat): see `logicrank stages`. Default: dense.")] = None,
     run_tag: Annotated[str | None, typer.Option(help="Prefix of the presets' run ids.")] = None,
-    k: int = 100,
-    hybrid_depth: Annotated[int, typer.Option(help="hybrid: depth of each fused list (at least --k is used).")] = 100,
+    k: Annotated[int | None, typer.Option(help="The presets' k (as --set k=N).")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="A preset option, KEY=VALUE (repeat), e.g. itlr_mode=ann, orlog_k=20, "
+                                       "decompositions=PATH; `logicrank stages` lists them with their defaults.")
+    ] = None,
     model: Model = "all-MiniLM-L6-v2",
     backend: Backend = "auto",
     trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = False,
-    itlr_mode: Annotated[str, typer.Option(help="itlr: exact (every document) | ann (re-score ANN candidates).")] = "exact",
-    operators: Annotated[str, typer.Option(help="itlr: e.g. and=product,or=sum,not=complement.")] = "",
-    calibration: Annotated[str, typer.Option(help="itlr: none | zscore | sigmoid (needs --labels).")] = "none",
-    labels: Annotated[str | None, typer.Option(help="itlr sigmoid: JSONL of doc_id + present terms.")] = None,
-    decompositions: Annotated[
-        str | None, typer.Option(help="Decompositions table (`logicrank decompose`) for itlr, expansion and orlog; without it they ask the LLM.")
-    ] = None,
-    orlog_base: Annotated[str, typer.Option(help="orlog/reasoner: base retriever bm25 | dense | hybrid.")] = "bm25",
-    orlog_k: Annotated[int, typer.Option(help="orlog/reasoner: candidates reranked per query.")] = 20,
-    orlog_calibration: Annotated[str, typer.Option(help="orlog: none | content-free | pool-mean.")] = "none",
-    orlog_reasoner: Annotated[
-        str, typer.Option("--orlog-reasoner", "--reasoner", help="orlog: compiled (exact, vectorised) | problog (reference).")
-    ] = "compiled",
-    orlog_context: Annotated[bool, typer.Option(help="orlog: put the candidate's text before each statement.")] = True,
     llm_model: LLMModel = "smollm2-135m-instruct",
     llm_dtype: LLMDtype = "auto",
     llm_max_model_len: LLMMaxLen = 2048,
@@ -270,23 +259,17 @@ def retrieve(
     if pipelines is not None:
         if method:
             _fail("retrieve: give --pipelines or --method, not both (a pipelines file names its own pipelines).")
-        from pipelines.pipeline import MethodOptions, pipelines_file
+        from pipelines.pipeline import pipelines_file
 
-        given = {"k": k, "hybrid_depth": hybrid_depth, "itlr_mode": itlr_mode, "operators": operators or None, "calibration": calibration,
-                 "labels": labels, "decompositions": decompositions, "orlog_base": orlog_base, "orlog_k": orlog_k,
-                 "orlog_calibration": orlog_calibration, "orlog_reasoner": orlog_reasoner, "orlog_context": orlog_context, "run_tag": run_tag}
-        defaults = {name: f.default for name, f in MethodOptions.model_fields.items()}
-        changed = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None and value != defaults.get(name)]
-        if changed:
-            _fail(f"retrieve: {', '.join(changed)} set(s) a --method preset's options; with --pipelines, set each stage's options in the file.")
+        given = [name for name, value in (("--k", k), ("--set", set_), ("--run-tag", run_tag)) if value]
+        if given:
+            _fail(f"retrieve: {', '.join(given)} set(s) a --method preset's options; with --pipelines, set each stage's options in the file.")
         cfg = _run(RetrieveConfig, pipelines=_run(pipelines_file, pipelines), **common)
     else:
-        cfg = _run(
-            RetrieveConfig.preset, tuple(method or ["dense"]), run_tag, k=k, hybrid_depth=hybrid_depth, itlr_mode=itlr_mode,
-            operators=operators or "and=product,or=sum,not=complement", calibration=calibration, labels=labels,
-            decompositions=decompositions, orlog_base=orlog_base, orlog_k=orlog_k, orlog_calibration=orlog_calibration,
-            orlog_reasoner=orlog_reasoner, orlog_context=orlog_context, **common,
-        )
+        from pipelines.pipeline import from_methods, method_options
+
+        options = _run(method_options, set_ or (), **({"k": k} if k is not None else {}))
+        cfg = _run(RetrieveConfig, pipelines=_run(from_methods, tuple(method or ["dense"]), options, run_tag), **common)
     for rid, path in _job("retrieve", out, run_retrieve, cfg, out, echo=typer.echo, progress=progress).items():
         typer.echo(f"{rid}: {path}")
 

@@ -158,28 +158,48 @@ def read_pipelines(spec: Mapping[str, Any] | str | Path) -> dict[str, Pipeline]:
 
 
 class MethodOptions(BaseModel):
-    """The flat options behind ``--method`` presets (the command line's retrieve options)."""
+    """The flat options behind ``--method`` presets, set on the command line with
+    ``--set KEY=VALUE`` (repeatable; ``logicrank stages`` lists them)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    k: int = Field(100, ge=1, le=10_000)
-    hybrid_depth: int = Field(100, ge=1, description="Depth of each list fused by hybrid.")
-    rrf_k: int = Field(60, ge=1)
-    itlr_mode: Literal["exact", "ann"] = "exact"
-    operators: str = "and=product,or=sum,not=complement"
-    calibration: Literal["none", "zscore", "sigmoid"] = "none"
-    calibration_sample: int = Field(10_000, ge=10)
-    labels: str | None = None
-    ann_k: int = Field(100, ge=1)
-    ann_nprobes: int | None = Field(None, ge=1)
-    block_rows: int = Field(32768, ge=1)
-    decompositions: str | None = None
-    orlog_base: Literal["bm25", "dense", "hybrid"] = "bm25"
-    orlog_k: int = Field(20, ge=1)
-    orlog_context: bool = True
-    orlog_context_tokens: int = Field(256, ge=1)
-    orlog_calibration: Literal["none", "content-free", "pool-mean"] = "none"
-    orlog_reasoner: Literal["compiled", "problog"] = "compiled"
+    k: int = Field(100, ge=1, le=10_000, description="Documents kept per query in each preset's run.")
+    hybrid_depth: int = Field(100, ge=1, description="hybrid: depth of each fused list (at least k is used).")
+    rrf_k: int = Field(60, ge=1, description="hybrid: the fusion constant.")
+    itlr_mode: Literal["exact", "ann"] = Field("exact", description="itlr: exact (every document) | ann (re-score ANN candidates).")
+    operators: str = Field("and=product,or=sum,not=complement", description="itlr: the fuzzy operators.")
+    calibration: Literal["none", "zscore", "sigmoid"] = Field("none", description="itlr: per-term score calibration (sigmoid needs labels).")
+    calibration_sample: int = Field(10_000, ge=10, description="itlr zscore: documents sampled per term.")
+    labels: str | None = Field(None, description="itlr sigmoid: JSONL of doc_id + present terms.")
+    ann_k: int = Field(100, ge=1, description="itlr ann: candidates per term.")
+    ann_nprobes: int | None = Field(None, ge=1, description="itlr ann: IVF partitions probed (none: LanceDB's default).")
+    block_rows: int = Field(32768, ge=1, description="itlr exact: documents scored per block.")
+    decompositions: str | None = Field(
+        None, description="Decompositions table (`logicrank decompose`) for itlr, expansion and orlog; without it they ask the LLM.")
+    orlog_base: Literal["bm25", "dense", "hybrid"] = Field("bm25", description="orlog/reasoner: the base retriever.")
+    orlog_k: int = Field(20, ge=1, description="orlog/reasoner: candidates reranked per query.")
+    orlog_context: bool = Field(True, description="orlog: put the candidate's text before each statement.")
+    orlog_context_tokens: int = Field(256, ge=1, description="orlog: tokens of the candidate's text kept.")
+    orlog_calibration: Literal["none", "content-free", "pool-mean"] = Field("none", description="orlog: logit calibration.")
+    orlog_reasoner: Literal["compiled", "problog"] = Field("compiled", description="orlog: compiled (exact, vectorised) | problog (reference).")
+
+
+def method_options(overrides: Sequence[str] = (), **given: Any) -> MethodOptions:
+    """Method options from ``KEY=VALUE`` overrides (``--set``) over ``given``; a wrong key or
+    value is one line naming it (``none`` sets an optional option to None)."""
+    values = dict(given)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in MethodOptions.model_fields:
+            raise PipelineError(f"--set {item!r}: give KEY=VALUE with KEY one of {', '.join(MethodOptions.model_fields)}.")
+        optional = not MethodOptions.model_fields[key].is_required() and MethodOptions.model_fields[key].default is None
+        values[key] = None if optional and value.strip().lower() in ("none", "null", "") else value.strip()
+    try:
+        return MethodOptions(**values)
+    except ValidationError as exc:
+        parts = [f"{'.'.join(map(str, e['loc']))}={e.get('input')}: {e['msg'].replace('Input should be', 'must be')}" for e in exc.errors(include_url=False)]
+        raise PipelineError("method option " + "; ".join(parts)) from None
 
 
 def from_methods(methods: Sequence[str], options: MethodOptions | None = None, run_tag: str | None = None) -> dict[str, tuple[StageOptions, ...]]:
@@ -215,8 +235,11 @@ def describe() -> str:
             default = "required" if info.is_required() else json.dumps(info.default)
             lines.append(f"| `{field}` | `{default}` | {info.description or ''} |")
         lines.append("")
-    lines += ["## Presets (`--method NAME`)", "", "Each builds a pipeline from the method options of `logicrank retrieve`; on the defaults:", ""]
+    lines += ["## Presets (`--method NAME`)", "", "Each builds a pipeline from the method options below; on the defaults:", ""]
     for name, fn in sorted(presets().items()):
         stages_ = fn(MethodOptions())
         lines.append(f"- `{name}`: " + " -> ".join(f"`{o.stage}`" for o in stages_))
+    lines += ["", "## Method options (`logicrank retrieve --set KEY=VALUE`)", "", "| option | default | meaning |", "|---|---|---|"]
+    for field, info in MethodOptions.model_fields.items():
+        lines.append(f"| `{field}` | `{json.dumps(info.default)}` | {info.description or ''} |")
     return "\n".join(lines) + "\n"

@@ -123,7 +123,7 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(indexed, tmp_pat
     cases = [
         (["retrieve", str(empty), "--db", str(indexed / "db")], "no queries (the file is empty)"),
         (["retrieve", str(indexed / "queries.jsonl"), "--method", "splade"], "unknown method 'splade'; presets: bm25, dense, expansion, hybrid"),
-        (["retrieve", str(indexed / "queries.jsonl"), "--k", "0"], "--k 0: must be greater than or equal to 1"),
+        (["retrieve", str(indexed / "queries.jsonl"), "--k", "0"], "method option k=0: must be greater than or equal to 1"),
         (["evaluate", str(indexed / "qrels.tsv"), "x.parquet", "--test", "wilcoxon"], "--test 'wilcoxon': must be 't-test' or 'randomisation'"),
         (["index", str(indexed / "corpus.jsonl"), "--actors", "0"], "--actors 0: must be greater than or equal to 1"),
         (["evaluate", str(tmp_path / "missing.tsv"), "x.parquet"], "no qrels file at"),

@@ -144,8 +144,8 @@ def test_a_pipelines_file_may_nest_under_a_pipelines_key_and_a_bad_one_is_one_li
 def test_preset_options_are_refused_beside_a_pipelines_file(tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text("x: [dense]")
-    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(f), "--k", "10", "--orlog-k", "5"])
-    assert res.exit_code == 2 and "--k, --orlog-k set(s) a --method preset's options" in res.output, res.output
+    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(f), "--k", "10", "--set", "orlog_k=5"])
+    assert res.exit_code == 2 and "--k, --set set(s) a --method preset's options" in res.output, res.output
 
 
 def test_a_written_config_loads_again_and_llm_options_beside_a_table_are_refused():
@@ -155,3 +155,19 @@ def test_a_written_config_loads_again_and_llm_options_beside_a_table_are_refused
         _cfg({"x": [{"expansion": {"decompositions": "d.parquet", "temperature": 0.7}}, "dense"]})
     with pytest.raises(ValidationError, match="no whitespace"):
         _cfg({"a@b": ["dense"]})
+
+
+def test_preset_options_are_set_by_key_typed_by_the_options_model_and_a_mistake_is_one_line():
+    from pipelines.pipeline import method_options
+
+    o = method_options(["itlr_mode=ann", "orlog-k=5", "orlog_context=false", "ann_nprobes=none", "decompositions=d.parquet"], k=7)
+    assert (o.itlr_mode, o.orlog_k, o.orlog_context, o.ann_nprobes, o.decompositions, o.k) == ("ann", 5, False, None, "d.parquet", 7)
+    assert method_options(["operators=and=min,or=max,not=complement"]).operators == "and=min,or=max,not=complement"  # split at the first '='
+    assert method_options() == MethodOptions()
+    for bad, message in [(["orlog_kk=5"], "--set 'orlog_kk=5': give KEY=VALUE with KEY one of k, hybrid_depth"),
+                         (["orlog_k"], "give KEY=VALUE"), (["orlog_k=0"], "^method option orlog_k=0: must be greater than or equal to 1$"),
+                         (["itlr_mode=fast"], "itlr_mode=fast: must be 'exact' or 'ann'")]:
+        with pytest.raises(PipelineError, match=message):
+            method_options(bad)
+    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--set", "itlr_mode=fast"])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "itlr_mode" in res.output, res.output
