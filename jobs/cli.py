@@ -692,6 +692,30 @@ def _load_yaml(path: Path, what: str, error: type[UserError]):
         raise error(f"{what}: not valid YAML: {' '.join(str(exc).split())}") from None
 
 
+@app.command()
+def experiment(
+    file: Annotated[Path, typer.Argument(help="An experiment file (docs/experiments.md; shipped ones in jobs/experiments/).")],
+    out: Annotated[Path | None, typer.Option(help="Where the index, runs and report go; default runs/experiments/<name>.")] = None,
+    model: Model = "all-MiniLM-L6-v2",
+    backend: Backend = "auto",
+    llm_model: LLMModel = "smollm2-135m-instruct",
+    ray_address: RayAddress = None,
+    progress: bool = True,
+):
+    """Run an experiment: index its dataset, run its pipelines, evaluate, check its reference figures, write one report."""
+    from jobs.experiment import load, run_experiment
+
+    exp = _run(load, file)
+    out = out or Path("runs/experiments") / exp.name
+    result = _job("experiment", out, run_experiment, exp, out, _run(EmbedConfig, model=model, backend=backend),
+                  _run(RayConfig, address=ray_address), _run(LLMConfig, model=llm_model), progress=progress, echo=typer.echo)
+    for rid, row in result.summary.iterrows():
+        typer.echo(f"{rid}: " + "  ".join(f"{m} {v:.4f}" for m, v in row.items()))
+    for c in result.checks:
+        typer.echo(f"reference {c.reference.run} {c.reference.measure}: {c.got:.4f} vs {c.reference.value} ± {c.reference.tolerance}: reproduced")
+    typer.echo(f"report: {result.report}")
+
+
 @app.command("main")
 def main_job(
     out: Annotated[Path, typer.Option(help="Where the index, runs and report go.")] = Path("runs/scifact"),

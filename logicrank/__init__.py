@@ -13,6 +13,7 @@ want a cluster; this is for looking at one. docs/python-api.md walks through it:
     runs = lr.retrieve(table, queries, pipes)  # an Arrow table with the RUN columns
     metrics = lr.evaluate(runs, lr.read_qrels("pipelines/datasets/scifact/qrels/test.tsv"), ["nDCG@10"])
     lr.compare(metrics, baseline="bm25")
+    lr.run_experiment("jobs/experiments/scifact.yaml")  # a whole benchmark, on a local Ray cluster
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from schemas.errors import UserError  # every mistake in the input raises one (a
 from schemas.tables import RUN
 
 __all__ = ["Pipeline", "PipelineError", "Result", "StageCache", "Table", "compare", "evaluate", "open_table", "pipelines", "preset", "read_qrels",
-           "read_queries", "read_run", "retrieve", "UserError"]
+           "read_queries", "read_run", "retrieve", "run_experiment", "UserError"]
 
 DEFAULT_MEASURES = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
 
@@ -154,3 +155,15 @@ def compare(metrics: pa.Table, baseline: str, test: str = "t-test", correction: 
     """Each other run against ``baseline`` on every measure of ``metrics`` (from
     :func:`evaluate`): paired test, p-values adjusted across runs (SIGNIFICANCE columns)."""
     return _compare(metrics, baseline, test, correction, alpha)
+
+
+def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, strict: bool = True, **placement: Any):
+    """Run an experiment file (or a ``jobs.experiment.Experiment``) through the jobs, on a
+    local Ray cluster unless ``placement`` gives ``ray=RayConfig(address=...)``; returns its
+    ``ExperimentResult`` (summary, metrics, groups, reference checks, report path).
+    ``placement``: ``embed``, ``ray``, ``llm`` configs. docs/experiments.md."""
+    from jobs.experiment import Experiment, load
+    from jobs.experiment import run_experiment as run
+
+    exp = experiment if isinstance(experiment, Experiment) else load(experiment)
+    return run(exp, out or Path("runs/experiments") / exp.name, strict=strict, **placement)

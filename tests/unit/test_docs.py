@@ -49,6 +49,11 @@ def test_yaml_pipelines_validate():
         if isinstance(data, dict) and {"out", "index", "query_sets"} <= set(data):  # a nightly config (docs/operations.md)
             assert NightlyConfig.model_validate(data).pipelines, page
             continue
+        if isinstance(data, dict) and {"name", "title", "dataset"} <= set(data):  # an experiment file (docs/experiments.md)
+            from jobs.experiment import Experiment
+
+            assert Experiment.model_validate(data).pipelines, page
+            continue
         if isinstance(data, dict) and set(data) == {"pipelines"}:  # as `logicrank retrieve --pipelines` reads it
             data = data["pipelines"]
         cfg = RetrieveConfig(queries="q", db="d", pipelines=data)

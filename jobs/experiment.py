@@ -1,0 +1,291 @@
+"""`logicrank experiment FILE`: one benchmark as a value and a YAML file, PyTerrier's
+``Experiment`` in logicrank's terms.
+
+An experiment names a dataset (a bundled set, a BEIR directory, or a converter's output), an
+index recipe, named pipelines (or ``--method`` presets), measures, a baseline for the
+significance tests, query columns to group the per-query figures by, reference figures with
+tolerances, and caveats. Running it indexes the corpus, runs every pipeline in one retrieve
+job (one LLM pool), evaluates, groups, checks the references and renders one report,
+``<out>/experiment.md``; a reference missed fails the run after the report is written
+(``strict``). The files that ship are in ``jobs/experiments/`` (docs/experiments.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from schemas.config import EmbedConfig, LLMConfig, RayConfig
+from schemas.errors import JobFailed, UserError
+
+EXPERIMENTS = Path(__file__).parent / "experiments"  # the experiment files that ship
+
+
+class ExperimentError(UserError, ValueError):
+    """An experiment file that cannot run (bad YAML, an unknown dataset, an unset variable)."""
+
+
+class ReferenceMissed(JobFailed):
+    """A figure fell outside its reference's tolerance: the report is written, the run fails."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Dataset(_Model):
+    """Where the queries, qrels and corpus come from: exactly one of ``bundled`` (a set in
+    pipelines/datasets), ``beir`` (a BEIR directory: corpus.jsonl, queries.jsonl,
+    qrels/test.tsv). Paths may name environment variables (``${LOGICRANK_RULEBENCH}``)."""
+
+    bundled: Literal["scifact"] | None = None
+    beir: str | None = None
+    qrels: str = Field("qrels/test.tsv", description="The qrels file inside a BEIR directory.")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.bundled is None) == (self.beir is None):
+            raise ValueError("give exactly one of bundled, beir")
+        return self
+
+
+class Reference(_Model):
+    """A figure the run must reproduce: ``run``'s ``measure`` within ``tolerance`` of ``value``."""
+
+    run: str
+    measure: str
+    value: float
+    tolerance: float = Field(ge=0)
+    source: str = Field(description="Where the figure comes from (a paper, a published leaderboard, a reference computation).")
+
+
+class Experiment(_Model):
+    """One benchmark (module docstring)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    title: str
+    dataset: Dataset
+    index: dict[str, Any] = Field(default_factory=dict, description="IndexConfig fields besides corpus and db (e.g. ann_threshold).")
+    pipelines: dict[str, Any] | None = Field(None, description="Named pipelines (run id -> stages), as in a pipelines file.")
+    presets: tuple[str, ...] = Field((), description="--method presets, run beside the pipelines.")
+    preset_options: dict[str, Any] = Field(default_factory=dict, description="The presets' method options (logicrank stages lists them).")
+    measures: tuple[str, ...] = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
+    baseline: str | None = Field(None, description="The run the others are tested against (default: the first).")
+    group_by: tuple[str, ...] = Field((), description="Query fields (in the queries file) to group per-query figures by, e.g. template.")
+    references: tuple[Reference, ...] = ()
+    caveats: tuple[str, ...] = ()
+    trec: bool = Field(False, description="Also write TREC run files.")
+
+    @model_validator(mode="after")
+    def _something_to_run(self):
+        """Everything checked before any work: the pipelines, the presets and their options, the measures."""
+        from pipelines.evaluate.measures import parse_measures
+        from pipelines.pipeline import from_methods, method_options, read_pipelines
+
+        if not self.pipelines and not self.presets:
+            raise ValueError("give pipelines or presets (or both)")
+        names = list(read_pipelines(self.pipelines)) if self.pipelines else []
+        if self.presets:
+            names += list(from_methods(self.presets, method_options(**self.preset_options)))
+        if len(set(names)) != len(names):
+            raise ValueError(f"pipelines and presets both name {sorted({n for n in names if names.count(n) > 1})}")
+        parse_measures(self.measures)
+        unknown = sorted({r.run for r in self.references} - set(names)) + ([self.baseline] if self.baseline and self.baseline not in names else [])
+        if unknown:
+            raise ValueError(f"references or baseline name runs that are not among the pipelines {names}: {unknown}")
+        return self
+
+
+def load(path: str | Path) -> Experiment:
+    """An experiment file; a mistake is one line naming the file and the key."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ExperimentError(f"experiment {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ExperimentError(f"experiment {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    try:
+        return Experiment.model_validate(data)
+    except ValidationError as exc:
+        parts = [f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors(include_url=False)]
+        raise ExperimentError(f"experiment {path}: " + "; ".join(parts)) from None
+
+
+@dataclass
+class ReferenceCheck:
+    reference: Reference
+    got: float | None  # None: the run or the measure is not in the results
+
+    @property
+    def ok(self) -> bool:
+        return self.got is not None and abs(self.got - self.reference.value) <= self.reference.tolerance
+
+
+@dataclass
+class ExperimentResult:
+    """What a run of an experiment gives: the per-query metrics (METRICS), the summary (runs
+    x measures), the significance tests, the grouped means, the reference checks, the
+    report and the runs' files."""
+
+    experiment: Experiment
+    metrics: pa.Table
+    summary: pd.DataFrame
+    significance: pa.Table | None
+    groups: dict[str, pd.DataFrame]
+    checks: list[ReferenceCheck]
+    report: Path
+    runs: dict[str, Path]
+    index: Any  # jobs.index.IndexSummary: the index run's counts and table version
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def reproduced(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+def run_experiment(exp: Experiment, out: str | Path, embed: EmbedConfig | None = None, ray: RayConfig | None = None,
+                   llm: LLMConfig | None = None, strict: bool = True, progress: bool = True, echo=None) -> ExperimentResult:
+    """Index, retrieve, evaluate, group, check, report (module docstring), on one Ray
+    cluster. ``embed``, ``ray``, ``llm``: the placement and models of this run (the file
+    holds the benchmark itself)."""
+    from jobs.raysession import ray_session
+
+    with ray_session(ray or RayConfig()):
+        return _run(exp, Path(out), embed or EmbedConfig(), ray or RayConfig(), llm or LLMConfig(), strict, progress, echo)
+
+
+def _run(exp: Experiment, out: Path, embed: EmbedConfig, ray: RayConfig, llm: LLMConfig, strict: bool, progress: bool, echo) -> ExperimentResult:
+    import time
+
+    from jobs.evaluate import run_evaluate
+    from jobs.index import run_index
+    from jobs.retrieve import run_retrieve
+    from pipelines.evaluate.report import summary_frame
+    from pipelines.files import write_text_atomic
+    from pipelines.pipeline import from_methods, method_options
+    from schemas.config import EvaluateConfig, IndexConfig, RetrieveConfig
+
+    corpus, queries, qrels = _dataset(exp.dataset)
+    pipelines = dict(exp.pipelines or {})
+    if exp.presets:
+        pipelines.update(from_methods(exp.presets, method_options(**exp.preset_options)))
+    cfg = RetrieveConfig(queries=str(queries), db=str(out / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    index = run_index(IndexConfig(corpus=str(corpus), db=cfg.db, embed=embed, ray=ray, **exp.index), out / "index", progress=progress)
+    timings["index"] = time.perf_counter() - t
+    t = time.perf_counter()
+    runs = run_retrieve(cfg, out / "retrieve", echo=echo, progress=progress)
+    timings["retrieve"] = time.perf_counter() - t
+    t = time.perf_counter()
+    metrics = run_evaluate(EvaluateConfig(qrels=str(qrels), runs=tuple(str(p) for p in runs.values()), measures=exp.measures,
+                                          baseline=exp.baseline), out / "evaluate", title=exp.title)
+    timings["evaluate"] = time.perf_counter() - t
+    summary = summary_frame(metrics)
+    sig_path = out / "evaluate" / "significance.parquet"
+    significance = pq.read_table(sig_path) if sig_path.is_file() else None
+    groups = {g: _grouped(metrics, queries, g) for g in exp.group_by}
+    checks = [ReferenceCheck(r, _value(summary, r.run, r.measure)) for r in exp.references]
+    result = ExperimentResult(exp, metrics, summary, significance, groups, checks, out / "experiment.md", runs, index, timings)
+    write_text_atomic(render(result), result.report)
+    missed = [c for c in checks if not c.ok]
+    if missed and strict:
+        raise ReferenceMissed(f"experiment {exp.name}: {len(missed)} reference figure(s) missed: " + "; ".join(
+            f"{c.reference.run} {c.reference.measure} {_fmt(c.got)} vs {c.reference.value} ± {c.reference.tolerance}" for c in missed)
+            + f" (report: {result.report})")
+    return result
+
+
+def _dataset(d: Dataset) -> tuple[Path, Path, Path]:
+    """(corpus, queries, qrels) of the dataset."""
+    if d.bundled is not None:
+        from pipelines import datasets
+
+        data = getattr(datasets, d.bundled)()
+        return Path(data.corpus), Path(data.queries), Path(data.qrels)
+    root = Path(_expand(d.beir))
+    files = (root / "corpus.jsonl", root / "queries.jsonl", root / d.qrels)
+    missing = [str(f) for f in files if not f.exists() and not Path(str(f) + ".gz").exists()]
+    if missing:
+        raise ExperimentError(f"dataset {d.beir}: no {', '.join(missing)} (a BEIR directory holds corpus.jsonl, queries.jsonl and {d.qrels})")
+    return root, files[1], files[2]
+
+
+def _expand(path: str) -> str:
+    expanded = os.path.expandvars(path)
+    if "$" in expanded:
+        raise ExperimentError(f"dataset path {path!r}: an environment variable in it is not set")
+    return expanded
+
+
+def _value(summary: pd.DataFrame, run: str, measure: str) -> float | None:
+    from pipelines.evaluate.measures import parse_measure
+
+    name = str(parse_measure(measure))
+    return float(summary.loc[run, name]) if run in summary.index and name in summary.columns else None
+
+
+def _grouped(metrics: pa.Table, queries: Path, column: str) -> pd.DataFrame:
+    """Mean of each run's per-query values by a field of the queries file (rows: (run, group);
+    columns: measures; plus the number of queries per group)."""
+    from schemas.tables import AGGREGATE_QUERY_ID
+
+    groups = {}
+    for line in queries.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            qid = str(row.get("_id", row.get("query_id")))
+            value = row.get(column, (row.get("metadata") or {}).get(column))
+            if value is None:
+                raise ExperimentError(f"group_by {column!r}: query {qid} has no such field")
+            groups[qid] = str(value)
+    df = metrics.to_pandas()
+    df = df[df["query_id"] != AGGREGATE_QUERY_ID]
+    df[column] = df["query_id"].map(groups)
+    table = df.pivot_table(index=["run_id", column], columns="measure", values="value", aggfunc="mean", sort=False)
+    counts = df[df["measure"] == df["measure"].iloc[0]].groupby(["run_id", column], sort=False).size()
+    return table.assign(queries=counts)
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+def render(r: ExperimentResult) -> str:
+    """The experiment's one report (Markdown)."""
+    exp = r.experiment
+    d = exp.dataset
+    lines = [f"# {exp.title}", "", f"Dataset: {d.bundled or d.beir} (table v{r.index.table_version}); measures over the qrels' queries "
+             "(a query a run misses scores 0, trec_eval -c).", ""]
+    measures = list(r.summary.columns)
+    lines += ["| run | " + " | ".join(measures) + " |", "|---|" + "---:|" * len(measures)]
+    lines += [f"| {run} | " + " | ".join(f"{row[m]:.4f}" for m in measures) + " |" for run, row in r.summary.iterrows()]
+    if r.significance is not None and r.significance.num_rows:
+        sig = r.significance.to_pandas()
+        lines += ["", f"Against `{sig['baseline'].iloc[0]}` ({sig['test'].iloc[0]}, {sig['correction'].iloc[0]} within each measure; "
+                  "* significant):", "", "| run | measure | mean | baseline | p adjusted |", "|---|---|---:|---:|---:|"]
+        lines += [f"| {s.run_id} | {s.measure} | {s.mean_run:.4f} | {s.mean_baseline:.4f} | {s.p_adjusted:.3g}{' *' if s.significant else ''} |"
+                  for s in sig.itertuples()]
+    for column, table in r.groups.items():
+        cols = [c for c in table.columns if c != "queries"]
+        lines += ["", f"By {column}:", "", f"| run | {column} | queries | " + " | ".join(cols) + " |", "|---|---|---:|" + "---:|" * len(cols)]
+        lines += [f"| {run} | {g} | {row['queries']} | " + " | ".join(f"{row[c]:.4f}" for c in cols) + " |" for (run, g), row in table.iterrows()]
+    if r.checks:
+        lines += ["", "References:", "", "| run | measure | here | reference | tolerance | source | |", "|---|---|---:|---:|---:|---|---|"]
+        lines += [f"| {c.reference.run} | {c.reference.measure} | {_fmt(c.got)} | {c.reference.value} | {c.reference.tolerance} | "
+                  f"{c.reference.source} | {'reproduced' if c.ok else '**missed**'} |" for c in r.checks]
+    if exp.caveats:
+        lines += [""] + [f"**{c}**" for c in exp.caveats]
+    lines += ["", "Time: " + ", ".join(f"{k} {v:.0f} s" for k, v in r.timings.items()) + ".", ""]
+    return "\n".join(lines)

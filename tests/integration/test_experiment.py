@@ -1,0 +1,101 @@
+"""`logicrank experiment FILE` (jobs/experiment.py): a benchmark as a file. The runner gives
+the table the jobs give when run by hand (the main job's retrieval section moved to
+jobs/experiments/scifact.yaml), groups per-query figures, fails a missed reference after
+writing its report, and refuses a bad file in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from jobs.cli import app
+from jobs.evaluate import run_evaluate
+from jobs.experiment import EXPERIMENTS, ExperimentError, ReferenceMissed, load, run_experiment
+from jobs.index import run_index
+from jobs.retrieve import run_retrieve
+from pipelines.evaluate.report import summary_frame
+from schemas.config import EvaluateConfig, IndexConfig, RetrieveConfig
+from tests.compare import assert_runs_close
+from tests.conftest import write_jsonl
+from tests.integration.conftest import RAY
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def beir(tmp_path_factory, docs300):
+    """A BEIR directory: 300 SciFact documents, 40 title queries in two templates, their qrels."""
+    root = tmp_path_factory.mktemp("beir")
+    write_jsonl(root / "corpus.jsonl", docs300)
+    picked = docs300[::7][:40]
+    write_jsonl(root / "queries.jsonl", [{"_id": f"q{i}", "text": d["title"], "metadata": {"template": "AB"[i % 2]}} for i, d in enumerate(picked)])
+    (root / "qrels").mkdir()
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\t{d['_id']}\t1\n" for i, d in enumerate(picked)))
+    return root
+
+
+def _file(tmp_path, **over) -> dict:
+    spec = {"name": "small", "title": "Small", "dataset": {"beir": str(over.pop("beir"))}, "presets": ["dense", "bm25", "hybrid"],
+            "preset_options": {"k": 100}, "measures": ["nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10"], "trec": True, **over}
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+    return spec
+
+
+def test_an_experiment_gives_the_table_of_its_jobs_run_by_hand_groups_and_checks_references(beir, tmp_path):
+    # by hand, as the main job ran its retrieval section before it became jobs/experiments/scifact.yaml
+    db = str(tmp_path / "hand" / "lancedb")
+    run_index(IndexConfig(corpus=str(beir), db=db, ray=RAY), tmp_path / "hand" / "index", progress=False)
+    runs = run_retrieve(RetrieveConfig.preset(("dense", "bm25", "hybrid"), queries=str(beir / "queries.jsonl"), db=db, k=100, trec=True, ray=RAY),
+                        tmp_path / "hand" / "retrieve")
+    hand = summary_frame(run_evaluate(EvaluateConfig(qrels=str(beir / "qrels" / "test.tsv"), runs=tuple(map(str, runs.values()))),
+                                      tmp_path / "hand" / "evaluate"))
+
+    _file(tmp_path, beir=beir, group_by=["template"],
+          references=[{"run": "bm25", "measure": "ndcg@10", "value": round(float(hand.loc["bm25", "nDCG@10"]), 4), "tolerance": 0.001,
+                       "source": "the same jobs by hand"}], caveats=["A test corpus."])
+    res = run_experiment(load(tmp_path / "e.yaml"), tmp_path / "exp", ray=RAY, progress=False)
+    assert list(res.summary.index) == list(hand.index) and list(res.summary.columns) == list(hand.columns)
+    np.testing.assert_allclose(res.summary.to_numpy(), hand.to_numpy(), rtol=1e-6, atol=1e-9)  # float kernels: same machine, same order
+    for rid in runs:
+        assert_runs_close(pq.read_table(res.runs[rid]), pq.read_table(runs[rid]), f"{rid}: experiment vs by hand")
+        assert (tmp_path / "exp" / "retrieve" / "runs" / f"{rid}.trec").is_file()
+    assert res.reproduced and res.checks[0].got == pytest.approx(hand.loc["bm25", "nDCG@10"], abs=1e-9)
+    by = res.groups["template"]
+    assert set(by.index) == {(r, t) for r in runs for t in "AB"} and set(by["queries"]) == {20}
+    per_query = res.metrics.to_pandas()
+    a = per_query[(per_query.run_id == "dense") & (per_query.measure == "P@1") & per_query.query_id.isin([f"q{i}" for i in range(0, 40, 2)])]
+    assert by.loc[("dense", "A"), "P@1"] == pytest.approx(a.value.mean(), abs=1e-12)
+    report = res.report.read_text()
+    assert "| bm25 | nDCG@10 |" in report and "reproduced" in report and "By template:" in report and "**A test corpus.**" in report
+
+    _file(tmp_path, beir=beir, references=[{"run": "dense", "measure": "nDCG@10", "value": 0.0, "tolerance": 0.01, "source": "wrong"}])
+    with pytest.raises(ReferenceMissed, match=r"1 reference figure\(s\) missed: dense nDCG@10 \d\.\d{4} vs 0\.0 ± 0\.01"):
+        run_experiment(load(tmp_path / "e.yaml"), tmp_path / "exp", ray=RAY, progress=False)  # a rerun: every job skipped, unchanged
+    assert "**missed**" in (tmp_path / "exp" / "experiment.md").read_text()
+
+
+def test_a_bad_experiment_file_is_one_line_and_the_shipped_ones_load(tmp_path, monkeypatch):
+    for path in sorted(EXPERIMENTS.glob("*.yaml")):
+        load(path)
+    assert (EXPERIMENTS / "scifact.yaml").is_file()
+    monkeypatch.delenv("NO_SUCH_DIR", raising=False)
+    for spec, message in [({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}}, "give pipelines or presets"),
+                          ({"name": "x", "title": "x", "dataset": {}, "presets": ["dense"]}, "dataset: give exactly one of bundled, beir"),
+                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["dense"], "measure": ["P@1"]},
+                           "measure: Extra inputs are not permitted"),
+                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "pipelines": {"o": ["orlog"]}},
+                           "pipeline 'o', stage 1 \\(orlog\\) reranks a run"),
+                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "measures": ["nDCG@ten"]}, "nDCG@ten"),
+                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "baseline": "dense"},
+                           r"not among the pipelines \['bm25'\]: \['dense'\]"),
+                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "pipelines": {"bm25": ["bm25"]}},
+                           r"both name \['bm25'\]")]:
+        (tmp_path / "bad.yaml").write_text(yaml.safe_dump(spec))
+        with pytest.raises(ExperimentError, match=message):
+            load(tmp_path / "bad.yaml")
+    (tmp_path / "env.yaml").write_text(yaml.safe_dump({"name": "x", "title": "x", "dataset": {"beir": "${NO_SUCH_DIR}/ulogic"}, "presets": ["bm25"]}))
+    res = CliRunner().invoke(app, ["experiment", str(tmp_path / "env.yaml"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and res.output.strip() == "error: dataset path '${NO_SUCH_DIR}/ulogic': an environment variable in it is not set", res.output
