@@ -44,17 +44,28 @@ class _Model(BaseModel):
 class Dataset(_Model):
     """Where the queries, qrels and corpus come from: exactly one of ``bundled`` (a set in
     pipelines/datasets), ``beir`` (a BEIR directory: corpus.jsonl, queries.jsonl,
-    qrels/test.tsv). Paths may name environment variables (``${LOGICRANK_RULEBENCH}``)."""
+    qrels/test.tsv) or ``rulebench`` (a RuleBench set's directory, rules.json and
+    test_data.json, converted as `logicrank prepare-rulebench` does). Paths may name
+    environment variables (``${LOGICRANK_RULEBENCH}``). ``sample``: that many queries drawn
+    with ``seed`` (queries and qrels cut alike)."""
 
     bundled: Literal["scifact"] | None = None
     beir: str | None = None
+    rulebench: str | None = None
     qrels: str = Field("qrels/test.tsv", description="The qrels file inside a BEIR directory.")
+    sample: int | None = Field(None, ge=1)
+    seed: int = 0
 
     @model_validator(mode="after")
     def _one(self):
-        if (self.bundled is None) == (self.beir is None):
-            raise ValueError("give exactly one of bundled, beir")
+        if sum(x is not None for x in (self.bundled, self.beir, self.rulebench)) != 1:
+            raise ValueError("give exactly one of bundled, beir, rulebench")
         return self
+
+    @property
+    def label(self) -> str:
+        where = self.bundled or os.path.expandvars(self.beir or "") or f"RuleBench {os.path.expandvars(self.rulebench or '')}"
+        return where + (f", a sample of {self.sample} queries (seed {self.seed})" if self.sample else "")
 
 
 class Reference(_Model):
@@ -176,7 +187,7 @@ def _run(exp: Experiment, out: Path, embed: EmbedConfig, ray: RayConfig, llm: LL
     from pipelines.pipeline import from_methods, method_options
     from schemas.config import EvaluateConfig, IndexConfig, RetrieveConfig
 
-    corpus, queries, qrels = _dataset(exp.dataset)
+    corpus, queries, qrels = _dataset(exp.dataset, out)
     pipelines = dict(exp.pipelines or {})
     if exp.presets:
         pipelines.update(from_methods(exp.presets, method_options(**exp.preset_options)))
@@ -207,19 +218,30 @@ def _run(exp: Experiment, out: Path, embed: EmbedConfig, ray: RayConfig, llm: LL
     return result
 
 
-def _dataset(d: Dataset) -> tuple[Path, Path, Path]:
-    """(corpus, queries, qrels) of the dataset."""
+def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
+    """(corpus, queries, qrels) of the dataset; a conversion or a sample is written under ``out``."""
+    from jobs.rules_bench import sample_queries
+
     if d.bundled is not None:
         from pipelines import datasets
 
         data = getattr(datasets, d.bundled)()
-        return Path(data.corpus), Path(data.queries), Path(data.qrels)
-    root = Path(_expand(d.beir))
-    files = (root / "corpus.jsonl", root / "queries.jsonl", root / d.qrels)
-    missing = [str(f) for f in files if not f.exists() and not Path(str(f) + ".gz").exists()]
-    if missing:
-        raise ExperimentError(f"dataset {d.beir}: no {', '.join(missing)} (a BEIR directory holds corpus.jsonl, queries.jsonl and {d.qrels})")
-    return root, files[1], files[2]
+        corpus, root, qrels = Path(data.corpus), Path(data.queries).parent, str(Path(data.qrels).relative_to(Path(data.queries).parent))
+    else:
+        if d.rulebench is not None:
+            from pipelines.datasets.rulebench import to_beir
+
+            to_beir(_expand(d.rulebench), out / "beir")
+            root, qrels = out / "beir", "qrels/test.tsv"
+        else:
+            root, qrels = Path(_expand(d.beir)), d.qrels
+        files = (root / "corpus.jsonl", root / "queries.jsonl", root / qrels)
+        missing = [str(f) for f in files if not f.exists() and not Path(str(f) + ".gz").exists()]
+        if missing:
+            raise ExperimentError(f"dataset {d.beir}: no {', '.join(missing)} (a BEIR directory holds corpus.jsonl, queries.jsonl and {qrels})")
+        corpus = root
+    queries, qrels_path = sample_queries(root, d.sample, d.seed, "experiment", out=out / "sample", qrels=qrels)
+    return corpus, queries, qrels_path
 
 
 def _expand(path: str) -> str:
@@ -266,7 +288,7 @@ def render(r: ExperimentResult) -> str:
     """The experiment's one report (Markdown)."""
     exp = r.experiment
     d = exp.dataset
-    lines = [f"# {exp.title}", "", f"Dataset: {d.bundled or d.beir} (table v{r.index.table_version}); measures over the qrels' queries "
+    lines = [f"# {exp.title}", "", f"Dataset: {d.label} (table v{r.index.table_version}); measures over the qrels' queries "
              "(a query a run misses scores 0, trec_eval -c).", ""]
     measures = list(r.summary.columns)
     lines += ["| run | " + " | ".join(measures) + " |", "|---|" + "---:|" * len(measures)]

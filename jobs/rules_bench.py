@@ -102,11 +102,11 @@ def _cfg(queries: Path, db: str, embed, ray, llm, pipelines: dict) -> RetrieveCo
                           pipelines={name: parse_stages(stages) for name, stages in pipelines.items()})
 
 
-def sample_queries(beir: Path, n: int | None, seed: int, job: str) -> tuple[Path, Path]:
+def sample_queries(beir: Path, n: int | None, seed: int, job: str, out: Path | None = None, qrels: str = "qrels/test.tsv") -> tuple[Path, Path]:
     """The queries and qrels of a BEIR directory to run: all of them, or ``n`` drawn with
-    ``seed`` (both files cut to the same queries, in ``<beir>/../sample/``: evaluation
-    averages over the qrels' queries)."""
-    queries, qrels = beir / "queries.jsonl", beir / "qrels" / "test.tsv"
+    ``seed`` (both files cut to the same queries, in ``out``, by default ``<beir>/../sample/``:
+    evaluation averages over the qrels' queries)."""
+    queries, qrels = beir / "queries.jsonl", beir / qrels
     if n is None:
         return queries, qrels
     lines = queries.read_text(encoding="utf-8").splitlines()
@@ -114,7 +114,8 @@ def sample_queries(beir: Path, n: int | None, seed: int, job: str) -> tuple[Path
         raise UserError(f"{job}: --sample {n}: must be between 1 and {len(lines)}")
     picked = sorted(random.Random(seed).sample(range(len(lines)), n))
     keep = {json.loads(lines[i])["_id"] for i in picked}
-    out_q, out_r = beir.parent / "sample" / "queries.jsonl", beir.parent / "sample" / "qrels.tsv"
+    out = out or beir.parent / "sample"
+    out_q, out_r = out / "queries.jsonl", out / "qrels.tsv"
     write_text_atomic("".join(lines[i] + "\n" for i in picked), out_q)
     rows = qrels.read_text(encoding="utf-8").splitlines()
     write_text_atomic("\n".join([rows[0], *(r for r in rows[1:] if r.split("\t")[0] in keep)]) + "\n", out_r)

@@ -137,3 +137,16 @@ def test_the_benchmark_command_lays_out_the_papers_table(rulebase, tiny_cfg, tmp
     vanilla = next(r for r in rows if r.startswith("| sparse | vanilla |")).split("|")
     assert float(vanilla[3]) == pytest.approx(100 * table.loc["sparse", "R@1"], abs=0.006)
     assert "3 of 4 queries (a sample drawn with seed 1)" in report and "SmolLM2-135M runs the whole path" not in report  # the tiny model is not SmolLM2
+
+    # its vanilla rows as an experiment file gives them (jobs/experiments/rulebench-vanilla.yaml, on this set and sample)
+    import yaml
+
+    from jobs.experiment import EXPERIMENTS, Experiment, run_experiment
+
+    spec = yaml.safe_load((EXPERIMENTS / "rulebench-vanilla.yaml").read_text())
+    spec["dataset"] = {"rulebench": str(rulebase / "src"), "sample": 3, "seed": 1}
+    spec["references"] = []  # the full set's figures
+    exp = run_experiment(Experiment.model_validate(spec), tmp_path / "experiment", ray=RAY, progress=False).summary
+    for run in ("sparse", "dense"):
+        for measure in ("R@1", "R@5", "R@10", "R@20", "MRR"):
+            assert exp.loc[run, measure] == pytest.approx(table.loc[run, measure], abs=1e-12), (run, measure)
