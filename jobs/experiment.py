@@ -41,30 +41,42 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class SetLogic(_Model):
+    """LIMIT set-logic queries with exact gold, generated (`logicrank generate setlogic`)."""
+
+    per_template: int = Field(20, ge=1)
+    seed: int = 0
+
+
 class Dataset(_Model):
     """Where the queries, qrels and corpus come from: exactly one of ``bundled`` (a set in
     pipelines/datasets), ``beir`` (a BEIR directory: corpus.jsonl, queries.jsonl,
     qrels/test.tsv) or ``rulebench`` (a RuleBench set's directory, rules.json and
-    test_data.json, converted as `logicrank prepare-rulebench` does). Paths may name
+    test_data.json, converted as `logicrank prepare-rulebench` does) or ``setlogic`` (LIMIT
+set-logic queries generated with exact gold). Paths may name
     environment variables (``${LOGICRANK_RULEBENCH}``). ``sample``: that many queries drawn
     with ``seed`` (queries and qrels cut alike)."""
 
     bundled: Literal["scifact"] | None = None
     beir: str | None = None
     rulebench: str | None = None
+    setlogic: SetLogic | None = None
     qrels: str = Field("qrels/test.tsv", description="The qrels file inside a BEIR directory.")
     sample: int | None = Field(None, ge=1)
     seed: int = 0
 
     @model_validator(mode="after")
     def _one(self):
-        if sum(x is not None for x in (self.bundled, self.beir, self.rulebench)) != 1:
-            raise ValueError("give exactly one of bundled, beir, rulebench")
+        if sum(x is not None for x in (self.bundled, self.beir, self.rulebench, self.setlogic)) != 1:
+            raise ValueError("give exactly one of bundled, beir, rulebench, setlogic")
         return self
 
     @property
     def label(self) -> str:
-        where = self.bundled or os.path.expandvars(self.beir or "") or f"RuleBench {os.path.expandvars(self.rulebench or '')}"
+        if self.setlogic is not None:
+            where = f"LIMIT set-logic queries ({self.setlogic.per_template} per template, seed {self.setlogic.seed})"
+        else:
+            where = self.bundled or os.path.expandvars(self.beir or "") or f"RuleBench {os.path.expandvars(self.rulebench or '')}"
         return where + (f", a sample of {self.sample} queries (seed {self.seed})" if self.sample else "")
 
 
@@ -233,6 +245,11 @@ def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
 
             to_beir(_expand(d.rulebench), out / "beir")
             root, qrels = out / "beir", "qrels/test.tsv"
+        elif d.setlogic is not None:
+            from pipelines.generate.setlogic import generate
+
+            generate(out / "data", per_template=d.setlogic.per_template, seed=d.setlogic.seed)
+            root, qrels = out / "data", "qrels/test.tsv"
         else:
             root, qrels = Path(_expand(d.beir)), d.qrels
         files = (root / "corpus.jsonl", root / "queries.jsonl", root / qrels)

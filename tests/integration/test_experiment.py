@@ -99,3 +99,23 @@ def test_a_bad_experiment_file_is_one_line_and_the_shipped_ones_load(tmp_path, m
     (tmp_path / "env.yaml").write_text(yaml.safe_dump({"name": "x", "title": "x", "dataset": {"beir": "${NO_SUCH_DIR}/ulogic"}, "presets": ["bm25"]}))
     res = CliRunner().invoke(app, ["experiment", str(tmp_path / "env.yaml"), "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and res.output.strip() == "error: dataset path '${NO_SUCH_DIR}/ulogic': an environment variable in it is not set", res.output
+
+
+def test_the_setlogic_experiment_gives_bench_setlogics_llm_free_rows_by_template(tmp_path):
+    from jobs.experiment import Experiment
+    from jobs.setlogic_bench import run_setlogic_bench
+    from schemas.config import EmbedConfig
+
+    bench = run_setlogic_bench(tmp_path / "bench", EmbedConfig(), RAY, None, per_template=3, echo=lambda _: None)["table"]
+    spec = yaml.safe_load((EXPERIMENTS / "setlogic-exact.yaml").read_text())
+    spec["dataset"]["setlogic"]["per_template"] = 3
+    res = run_experiment(Experiment.model_validate(spec), tmp_path / "exp", ray=RAY, progress=False)
+    grouped = res.groups["template"]
+    measures = ["P@1", "R@5", "F1@5", "nDCG@10"]
+    from pipelines.generate.setlogic import TEMPLATE_NAMES
+
+    assert {(r, t) for r, t in bench.index if t != "all"} == set(grouped.index) and len(grouped) == 3 * len(TEMPLATE_NAMES)  # dense, bm25, itlr x each template
+    for (run, template), row in grouped.iterrows():
+        np.testing.assert_allclose(row[measures].to_numpy(float), bench.loc[(run, template), measures].to_numpy(float), rtol=0, atol=1e-12)
+    for run in ("dense", "bm25", "itlr"):
+        np.testing.assert_allclose(res.summary.loc[run, measures].to_numpy(float), bench.loc[(run, "all"), measures].to_numpy(float), rtol=0, atol=1e-12)
