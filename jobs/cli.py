@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from jobs.watchdog import DEFAULT_TIMEOUT_S, watch
-from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig
+from pipelines.config import RetrieveConfig
+from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig
 from schemas.errors import JobFailed, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
@@ -629,7 +630,7 @@ def nightly(
     4 the night stopped before evaluation (re-index refused; the served tag did not move);
     2 a bad config or input; 1 a crash (alert written; rerun the night to finish it)."""
     from jobs.nightly import run_at, run_nightly
-    from schemas.config import NightlyConfig
+    from jobs.nightly_config import NightlyConfig
 
     if at is not None and date is not None:
         _fail("nightly: --at evaluates one table version and --date names a night to run; give one of them.")

@@ -194,10 +194,11 @@ def _run(exp: Experiment, out: Path, embed: EmbedConfig, ray: RayConfig, llm: LL
     from jobs.evaluate import run_evaluate
     from jobs.index import run_index
     from jobs.retrieve import run_retrieve
+    from pipelines.config import RetrieveConfig
     from pipelines.evaluate.report import summary_frame
     from pipelines.files import write_text_atomic
     from pipelines.pipeline import from_methods, method_options
-    from schemas.config import EvaluateConfig, IndexConfig, RetrieveConfig
+    from schemas.config import EvaluateConfig, IndexConfig
 
     corpus, queries, qrels = _dataset(exp.dataset, out)
     pipelines = dict(exp.pipelines or {})

@@ -240,8 +240,8 @@ def _write_queries(kept: pa.Table, path: Path) -> None:
 def _candidates(cfg: GenerateConfig, queries: Path, out: Path) -> dict[str, dict[str, list[str]]]:
     """query_id -> doc_id -> the retrievers that proposed it (union of each one's top k)."""
     from jobs.retrieve import run_retrieve
+    from pipelines.config import RetrieveConfig
     from pipelines.pipeline import parse_stages
-    from schemas.config import RetrieveConfig
 
     if not queries.read_text(encoding="utf-8").strip():
         return {}

@@ -32,11 +32,12 @@ from jobs.evaluate import run_evaluate
 from jobs.index import run_index
 from jobs.retrieve import run_retrieve
 from jobs.rules_bench import sample_queries
+from pipelines.config import RetrieveConfig
 from pipelines.datasets.qa import to_beir
 from pipelines.evaluate.report import summary_frame
 from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.pipeline import parse_stages
-from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig
+from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig
 
 TITLE_SEP = ". "
 # the reference computation (all-MiniLM-L6-v2 over MuSiQue's 1,890 paragraphs)

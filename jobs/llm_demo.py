@@ -20,12 +20,13 @@ from jobs.decompose import run_decompose
 from jobs.evaluate import run_evaluate
 from jobs.retrieve import run_retrieve
 from pipelines.benchmarks.itlr import pooled_qrels
+from pipelines.config import RetrieveConfig
 from pipelines.evaluate.report import summary_frame
 from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.logic.query import parse, relabel, to_text
 from pipelines.methods.itlr import parse_queries
 from pipelines.topics import read_queries
-from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, LLMConfig, RayConfig, RetrieveConfig
+from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, LLMConfig, RayConfig
 from schemas.tables import DECOMPOSITIONS
 
 

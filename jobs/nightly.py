@@ -39,11 +39,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.alerts import deliver
+from jobs.nightly_config import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
 from jobs.watchdog import beat, busy
 from pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
 from pipelines.files import sha256_file, write_parquet_atomic, write_text_atomic
 from pipelines.writelock import Holder, TableLock
-from schemas.config import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
 from schemas.digest import json_digest
 from schemas.errors import UserError
 from schemas.tables import NIGHTLY_COMPARISONS

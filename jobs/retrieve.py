@@ -35,6 +35,7 @@ import pyarrow as pa
 from jobs.raysession import local_driver_node, unread_blocks_allowed
 from jobs.rundir import RunDir, input_fingerprint
 from jobs.watchdog import beat
+from pipelines.config import RetrieveConfig
 from pipelines.embed import concrete, encoder_digest, model_id, resolve_model
 from pipelines.files import write_parquet_atomic
 from pipelines.llm.prompts import templates_digest
@@ -43,7 +44,7 @@ from pipelines.runner import Hooks, Inputs, StageCache, assemble, blank, reads, 
 from pipelines.stages import Context, Needs, Output, StageOptions
 from pipelines.store import DocStore
 from pipelines.topics import TopicsError, read_queries, write_trec_run
-from schemas.config import EmbedConfig, RetrieveConfig
+from schemas.config import EmbedConfig
 from schemas.digest import json_digest
 from schemas.errors import UserError
 from schemas.tables import RUN

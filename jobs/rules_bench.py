@@ -22,11 +22,12 @@ import pyarrow.parquet as pq
 from jobs.evaluate import run_evaluate
 from jobs.index import run_index
 from jobs.retrieve import run_retrieve
+from pipelines.config import RetrieveConfig
 from pipelines.datasets.rulebench import to_beir
 from pipelines.evaluate.report import summary_frame
 from pipelines.files import write_text_atomic
 from pipelines.pipeline import parse_stages
-from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig
+from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig
 from schemas.errors import UserError
 
 ENV = "LOGICRANK_RULEBENCH"

@@ -20,10 +20,11 @@ import pandas as pd
 from jobs.evaluate import run_evaluate
 from jobs.index import run_index
 from jobs.retrieve import run_retrieve
+from pipelines.config import RetrieveConfig
 from pipelines.files import write_text_atomic
 from pipelines.generate.setlogic import TEMPLATE_NAMES, generate
 from pipelines.pipeline import parse_stages
-from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig, RetrieveConfig
+from schemas.config import EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig
 
 RUNS = ("dense", "bm25", "itlr", "orlog")
 ORLOG_DEPTH = 20  # the paper's top-20 candidates

@@ -16,8 +16,9 @@ from jobs.evaluate import run_evaluate
 from jobs.experiment import EXPERIMENTS, ExperimentError, ReferenceMissed, load, run_experiment
 from jobs.index import run_index
 from jobs.retrieve import run_retrieve
+from pipelines.config import RetrieveConfig
 from pipelines.evaluate.report import summary_frame
-from schemas.config import EvaluateConfig, IndexConfig, RetrieveConfig
+from schemas.config import EvaluateConfig, IndexConfig
 from tests.compare import assert_runs_close
 from tests.conftest import write_jsonl
 from tests.integration.conftest import RAY

@@ -8,9 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.retrieve import run_retrieve
+from pipelines.config import RetrieveConfig
 from pipelines.methods.itlr import TERM_SCORES
 from pipelines.store import DocStore
-from schemas.config import RetrieveConfig
 from schemas.tables import RUN
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def test_sigmoid_calibration_needs_and_uses_labels(synthetic, tmp_path):
 
 
 def test_side_tables_of_a_fused_sub_pipeline_are_kept(synthetic, tmp_path):
-    from schemas.config import RetrieveConfig as Config
+    from pipelines.config import RetrieveConfig as Config
 
     cfg = Config(queries=str(synthetic / "syn" / "queries.jsonl"), db=str(synthetic / "db"),
                  pipelines={"fused": [{"rrf": {"k": 5, "of": [[{"itlr": {"k": 10}}], [{"dense": {"k": 10}}]]}}]})

@@ -56,9 +56,9 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
     import re
 
     from jobs.retrieve import run_retrieve
+    from pipelines.config import RetrieveConfig
     from pipelines.embed import Embedder
     from pipelines.pipeline import parse_stages
-    from schemas.config import RetrieveConfig
 
     root, beir, embed, answers, docs = musique_slice
     gold = str(beir / "answers.jsonl")
@@ -106,9 +106,10 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
 def test_the_llm_chain_on_the_tiny_model_keeps_every_question_and_its_budget(musique_slice, tiny_cfg, tmp_path):
     from jobs.evaluate import run_evaluate
     from jobs.retrieve import run_retrieve
+    from pipelines.config import RetrieveConfig
     from pipelines.evaluate.report import summary_frame
     from pipelines.pipeline import parse_stages
-    from schemas.config import EvaluateConfig, RetrieveConfig
+    from schemas.config import EvaluateConfig
 
     root, beir, embed, answers, _ = musique_slice
     short = {"decompose_tokens": 64, "answer_tokens": 8, "passage_tokens": 32}

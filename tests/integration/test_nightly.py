@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.nightly import EXIT_REGRESSION, EXIT_STOPPED, NightlyError, run_at, run_nightly
+from jobs.nightly_config import NightlyConfig
 from jobs.nightly_demo import changed, corrupted, read_docs, relevant_ids, write_jsonl
 from pipelines.datasets import scifact
 from pipelines.store import DocStore
 from pipelines.writelock import TableLock
-from schemas.config import NightlyConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 D1, D2, D3, D4 = "2026-11-20", "2026-11-21", "2026-11-22", "2026-11-23"
@@ -106,7 +106,7 @@ def three_nights(world, ray_cluster):
     write_jsonl(snapshots[D2], root / "corpus.jsonl")
     address = ray_cluster.get_runtime_context().gcs_address
     spec = cfg.model_copy(update={"index": cfg.index.model_copy(update={"ray": cfg.index.ray.model_copy(update={"address": address})})})
-    child = ("import sys; from jobs.nightly import run_nightly; from schemas.config import NightlyConfig; "
+    child = ("import sys; from jobs.nightly import run_nightly; from jobs.nightly_config import NightlyConfig; "
              "run_nightly(NightlyConfig.model_validate_json(sys.argv[1]), sys.argv[2])")
     proc = subprocess.Popen([sys.executable, "-c", child, spec.model_dump_json(), D2], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

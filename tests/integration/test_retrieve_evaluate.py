@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from jobs.cli import app
 from jobs.evaluate import run_evaluate
 from jobs.retrieve import run_retrieve
-from schemas.config import EvaluateConfig, RetrieveConfig
+from pipelines.config import RetrieveConfig
+from schemas.config import EvaluateConfig
 from schemas.tables import RUN
 from tests.compare import assert_runs_close
 from tests.conftest import write_jsonl

@@ -54,8 +54,8 @@ def rulebase(tmp_path_factory):
 
 def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutation(rulebase, tiny_cfg, tmp_path):
     from jobs.retrieve import run_retrieve
+    from pipelines.config import RetrieveConfig
     from pipelines.pipeline import parse_stages
-    from schemas.config import RetrieveConfig
 
     siar = {"siar": {"mode": "rule+query", "max_tokens": 48}}
     pipelines = {

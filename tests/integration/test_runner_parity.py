@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.retrieve import run_retrieve
+from pipelines.config import RetrieveConfig
 from pipelines.embed import Embedder
 from pipelines.evaluate.core import evaluate_run
 from pipelines.evaluate.measures import parse_measures
@@ -20,7 +21,7 @@ from pipelines.runner import StageCache
 from pipelines.stages import Context
 from pipelines.store import DocStore
 from pipelines.topics import read_qrels, read_queries
-from schemas.config import EmbedConfig, RetrieveConfig
+from schemas.config import EmbedConfig
 from schemas.tables import METRICS, RUN
 from tests.compare import assert_runs_close, assert_tables_close
 from tests.integration.conftest import RAY

@@ -23,11 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from jobs.index import run_index  # noqa: E402
 from jobs.llm_demo import gold_orlog_decompositions  # noqa: E402
 from jobs.retrieve import run_retrieve  # noqa: E402
+from pipelines.config import RetrieveConfig  # noqa: E402
 from pipelines.datasets import scifact  # noqa: E402
 from pipelines.files import write_parquet_atomic, write_text_atomic  # noqa: E402
 from pipelines.generate.synthetic import generate  # noqa: E402
 from pipelines.topics import read_queries  # noqa: E402
-from schemas.config import IndexConfig, LLMConfig, RayConfig, RetrieveConfig  # noqa: E402
+from schemas.config import IndexConfig, LLMConfig, RayConfig  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
 

@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from jobs.index import run_index  # noqa: E402
 from jobs.retrieve import run_retrieve  # noqa: E402
+from pipelines.config import RetrieveConfig  # noqa: E402
 from pipelines.datasets import scifact  # noqa: E402
 from pipelines.embed import Embedder  # noqa: E402
 from pipelines.evaluate.core import evaluate_run  # noqa: E402
@@ -50,7 +51,7 @@ from pipelines.evaluate.measures import parse_measures  # noqa: E402
 from pipelines.methods.ranking import rank_pairs  # noqa: E402
 from pipelines.store import DocStore  # noqa: E402
 from pipelines.topics import read_qrels  # noqa: E402
-from schemas.config import EmbedConfig, IndexConfig, RayConfig, RetrieveConfig  # noqa: E402
+from schemas.config import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
 from schemas.tables import AGGREGATE_QUERY_ID  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 

@@ -401,7 +401,8 @@ def _child(args) -> dict:
         import shutil
 
         from jobs.retrieve import run_retrieve
-        from schemas.config import RayConfig, RetrieveConfig
+        from pipelines.config import RetrieveConfig
+        from schemas.config import RayConfig
 
         qpath = work / f"pool-queries-{n}.jsonl"
         qpath.write_text("".join(json.dumps({"_id": f"{q}~{c}", "text": t}) + "\n"

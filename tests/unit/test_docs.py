@@ -14,9 +14,10 @@ import typer
 import yaml
 
 from jobs.cli import app
+from jobs.nightly_config import NightlyConfig
+from pipelines.config import RetrieveConfig
 from pipelines.pipeline import describe
 from pipelines.stages import stages
-from schemas.config import NightlyConfig, RetrieveConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from jobs.alerts import deliver
 from jobs.cli import app
 from jobs.nightly import NightlyError, _claim, _RootLock, _State, run_nightly
+from jobs.nightly_config import AlertConfig, NightlyConfig
 from pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
 from pipelines.evaluate.significance import adjust, paired_p_value
-from schemas.config import AlertConfig, NightlyConfig
 from schemas.tables import METRICS
 
 QUERIES = [f"q{i}" for i in range(20)]

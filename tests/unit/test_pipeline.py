@@ -10,9 +10,9 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from jobs.cli import app
+from pipelines.config import RetrieveConfig
 from pipelines.pipeline import MethodOptions, PipelineError, from_methods, parse_stages, validate
 from pipelines.stages import Kind, Stage, StageOptions, presets, register, stages
-from schemas.config import RetrieveConfig
 
 
 def _cfg(pipelines) -> RetrieveConfig:

@@ -2,8 +2,9 @@ import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
+from pipelines.config import RetrieveConfig
 from pipelines.pipeline import PipelineError
-from schemas.config import IndexConfig, RetrieveConfig
+from schemas.config import IndexConfig
 from schemas.tables import QRELS, SchemaError, conform, require_columns
 
 
@@ -35,7 +36,8 @@ def test_configs_validate_at_start():
 
 
 def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_stay_valid():
-    from schemas.config import GenerateConfig, IndexConfig, LLMConfig, NightlyConfig
+    from jobs.nightly_config import NightlyConfig
+    from schemas.config import GenerateConfig, IndexConfig, LLMConfig
 
     assert NightlyConfig.outside() == ["keep_nightly_tags", "alert"]
     assert IndexConfig.outside() == ["ray", "prune_after_hours"]

@@ -38,7 +38,8 @@ from jobs.retrieve import run_retrieve
 from pipelines.datasets import scifact
 from pipelines.generate.synthetic import generate
 from pipelines.logic.query import parse, relabel, to_text
-from schemas.config import IndexConfig, LLMConfig, RayConfig, RetrieveConfig
+from schemas.config import IndexConfig, LLMConfig, RayConfig
+from pipelines.config import RetrieveConfig
 from schemas.tables import DECOMPOSITIONS
 from tests.conftest import scifact_docs, write_jsonl
 from tests.tiny_llm import build_tiny_llm
