@@ -1,143 +1,21 @@
-"""LanceDB document store: upsert by content hash, delete, search, versions and tags.
-
-One writer per table (LanceDB commits conflict under concurrent writers): the index job
-funnels every write through one :class:`DocStore`. Every write is a keyed
-``merge_insert`` on ``doc_id``, so a write repeated after a crash never duplicates a row.
-No user text is ever pasted into a LanceDB filter string.
-"""
+"""Reading the table: rows and vectors by id, scans, exact and ANN vector search, the BM25
+engine's index and the full-text reference search, what the engines hold in memory."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
 
-import lancedb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.embed import to_matrix
-from pipelines.sparse import ENGLISH_STOP_WORDS, analyzer, drop_indexes, open_index, prune_indexes
-from schemas.errors import UserError
-from schemas.tables import docs_schema
-
-_META_MODEL = b"logicrank.model"
-_META_TITLE_SEP = b"logicrank.title_sep"  # how documents' titles were joined to their text when embedded (absent: a space)
-_FTS_COLUMNS = ("title", "text")
-
-# LanceDB's full-text index analyzes text as the BM25 engine's analyzer does
-# (pipelines/sparse.py): simple tokenizer, English stemming, Lucene's English stop words.
-_FTS_ANALYZER = {"language": "English", "stem": True, "remove_stop_words": True, "custom_stop_words": list(ENGLISH_STOP_WORDS)}
-_WORD = re.compile(r"[^\W_]+")  # the simple tokenizer's words
+from pipelines.sparse import open_index
+from pipelines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _WORD, StoreError, _stemmer
 
 
-def _stemmer():
-    return analyzer().stemmer
-
-
-class StoreError(UserError, RuntimeError):
-    """The table cannot be used as asked (wrong model, missing, ...)."""
-
-
-class DocStore:
-    """A LanceDB table of documents (the ``docs`` contract)."""
-
-    def __init__(self, uri: str, name: str = "docs", version: int | None = None):
-        """``version``: read that version of the table (a job's readers all read the version
-        it started with), else the latest."""
-        self.uri, self.name, self._version = uri, name, version
-        self.db = lancedb.connect(uri)
-        self._table = None
-        self._lance = None  # the Lance dataset, for full-text search
-        self._bm25 = None  # the BM25 engine's index of this version (pipelines/sparse.py)
-        self._matrix = None  # (doc ids, unit vectors) of this version, for the exact dense engine
-
-    # -- lifecycle ---------------------------------------------------------------
-    def exists(self) -> bool:
-        return self.name in self.db.table_names(limit=1 << 30)
-
-    @property
-    def table(self):
-        if self._table is None:
-            if not self.exists():
-                raise StoreError(f"store: no table {self.name!r} in {self.uri!r}; run `logicrank index` first.")
-            table = self.db.open_table(self.name)
-            if self._version is not None:
-                self._checkout(table, self._version)
-            self._table = table
-        return self._table
-
-    def _checkout(self, table, version: int | str) -> None:
-        """Read ``version`` (a number or a tag) of ``table``, or say which ones exist."""
-        tags = table.tags.list()
-        numbers = [v["version"] for v in table.list_versions()]
-        if isinstance(version, str) and version not in tags and version.isdigit():
-            version = int(version)
-        if version not in tags and version not in numbers:
-            raise StoreError(
-                f"store: table {self.name!r} in {self.uri!r} has no version or tag {version!r}; "
-                f"versions kept: {numbers[-10:]}, tags: {sorted(tags)[-10:]}."
-            )
-        table.checkout(version)
-
-    def open_or_create(self, dim: int, model_id: str, title_sep: str = " "):
-        """Open the table, checking it was embedded with ``model_id`` and ``title_sep``; create it when absent."""
-        if not self.exists():
-            schema = docs_schema(dim).with_metadata({_META_MODEL: model_id.encode(), _META_TITLE_SEP: title_sep.encode()})
-            self._table = self.db.create_table(self.name, schema=schema)
-            return self._table
-        self.require_model(model_id, "store", "index into a new table (--table) or delete this one")
-        self.require_title_sep(title_sep, "store")
-        return self.table
-
-    def drop(self) -> None:
-        """Remove the table with every version and tag (the index job's undo of a table it created)."""
-        self.db.drop_table(self.name)
-        drop_indexes(self)
-        self._table = self._lance = self._bm25 = self._matrix = None
-
-    def title_sep(self) -> str:
-        """What joined each document's title to its text when it was embedded."""
-        value = (self.table.schema.metadata or {}).get(_META_TITLE_SEP)
-        return value.decode() if value is not None else " "
-
-    def require_title_sep(self, expected: str, job: str) -> None:
-        """Raise :class:`StoreError` unless the table's documents were embedded with ``expected`` between title and text."""
-        found = self.title_sep()
-        if found != expected:
-            raise StoreError(f"{job}: table {self.name!r} in {self.uri!r} embedded its documents as title + {found!r} + text, not {expected!r}; "
-                             f"index with --title-sep {found!r}, or into a new table (--table).")
-
-    def require_model(self, expected: str, job: str, fix: str = "use the table's model (--model)") -> None:
-        """Raise :class:`StoreError` unless the table's vectors come from ``expected``."""
-        found = self.model_id()
-        if found != expected:
-            raise StoreError(f"{job}: table {self.name!r} in {self.uri!r} holds vectors from {found!r}, not {expected!r}; {fix}.")
-
-    def model_id(self) -> str | None:
-        meta = self.table.schema.metadata or {}
-        value = meta.get(_META_MODEL)
-        return value.decode() if value else None
-
-    @property
-    def dim(self) -> int:
-        return self.table.schema.field("vector").type.list_size
-
-    @property
-    def version(self) -> int:
-        return int(self.table.version)
-
-    def version_stamps(self) -> dict[int, str]:
-        """Version -> when it was made, for every version kept (a table dropped and made again
-        reuses version numbers, not times)."""
-        return {int(v["version"]): str(v["timestamp"]) for v in self.table.list_versions()}
-
-    def version_stamp(self) -> str:
-        return self.version_stamps().get(self.version, "")
-
-    def count(self) -> int:
-        return int(self.table.count_rows())
+class Reading:
+    """The read side of :class:`pipelines.store.DocStore` (what stages see: pipelines.stages.base.Store)."""
 
     # -- reads -------------------------------------------------------------------
     def hashes(self) -> pa.Table:
@@ -194,65 +72,6 @@ class DocStore:
                 pending = pool.submit(next, it, None)
                 yield batch
 
-    # -- writes ------------------------------------------------------------------
-    def upsert(self, docs: pa.Table) -> None:
-        """Insert new and replace changed documents, keyed by doc_id (idempotent)."""
-        if docs.num_rows == 0:
-            return
-        n = docs.num_rows
-        if "indexed_at" not in docs.column_names:
-            now = pa.array(np.full(n, np.datetime64(datetime.now(UTC).replace(tzinfo=None), "us")), pa.timestamp("us", tz="UTC"))
-            docs = docs.append_column("indexed_at", now)
-        docs = docs.select(self.table.schema.names).cast(self.table.schema)
-        (
-            self.table.merge_insert("doc_id")
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute(docs)
-        )
-
-    def delete_absent(self, keep_ids: pa.Array) -> int:
-        """Delete every document whose id is not in ``keep_ids``; returns how many went.
-
-        Makes no commit (no new version) when nothing is absent.
-        """
-        stored = self.hashes().column("doc_id")
-        if pc.all(pc.is_in(stored, value_set=pa.array(keep_ids, pa.string()))).as_py() in (True, None):
-            return 0
-        before = self.count()
-        keep = pa.table({"doc_id": pa.array(keep_ids, pa.string())})
-        (
-            self.table.merge_insert("doc_id")
-            .when_not_matched_by_source_delete()
-            .execute(keep)
-        )
-        return before - self.count()
-
-    def build_indexes(self, ann_threshold: int) -> dict[str, str]:
-        """Scalar index on doc_id, full-text index on title and text, ANN index when large."""
-        t = self.table
-        built = {}
-        t.create_scalar_index("doc_id", index_type="BTREE", replace=True)
-        built["doc_id"] = "BTREE"
-        built.update(self._build_fts())
-        if self.count() >= ann_threshold:
-            built["vector"] = self.build_ann()
-        return built
-
-    def build_ann(self) -> str:
-        """The ANN index over the vectors; returns what it is."""
-        # HNSW does the fine search inside each IVF partition, so partitions stay few
-        # (about one per million rows). Measured on 100k generated vectors: recall@100
-        # 0.995 with one partition, 0.65 with sqrt(n) = 316 at LanceDB's default probes.
-        partitions = max(1, self.count() // 1_000_000)
-        self.table.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", num_partitions=partitions, replace=True)
-        return f"IVF_HNSW_SQ(partitions={partitions})"
-
-    def _build_fts(self) -> dict[str, str]:
-        for col in _FTS_COLUMNS:
-            self.table.create_fts_index(col, replace=True, with_position=False, **_FTS_ANALYZER)
-        return dict.fromkeys(_FTS_COLUMNS, "FTS")
-
     def fts_current(self) -> bool:
         """Whether the full-text indexes exist and analyze text as this version of logicrank
         does (a table indexed by an older one is re-analyzed by the next ``logicrank index``)."""
@@ -281,88 +100,8 @@ class DocStore:
             out[idx.name] = int(stats.num_unindexed_rows) if stats is not None else self.count()
         return out
 
-    def maintain(self, ann_threshold: int, prune_older_than: timedelta, changed: bool = True) -> dict:
-        """After a successful write: compact small fragments, bring every index up to date so it
-        covers every row, and prune versions older than ``prune_older_than`` that no tag names.
-
-        Indexes are built when missing (or when the table crossed ``ann_threshold``) and
-        otherwise updated incrementally; an index still missing rows afterwards is rebuilt, and
-        so is a full-text index made with another analyzer than :data:`ENGLISH_STOP_WORDS`'s.
-        Tagged versions are never pruned, so every earlier index run stays restorable. With
-        ``changed`` False and every index complete, only the pruning runs (no new version).
-        """
-        t = self.table
-        names = {c for idx in t.list_indices() for c in idx.columns}
-        wanted = {"doc_id", *_FTS_COLUMNS} | ({"vector"} if self.count() >= ann_threshold else set())
-        fts_current = self.fts_current()
-        complete = wanted <= names and not any(self.index_coverage().values()) and fts_current
-        built: dict[str, str] = {}
-        fragments = (0, 0)
-        if changed or not complete:
-            compaction = t.to_lance().optimize.compact_files()
-            fragments = (int(compaction.fragments_removed), int(compaction.fragments_added))
-            t.checkout_latest()
-            built = self.build_indexes(ann_threshold) if not wanted <= names else {}
-            if not built:
-                if not fts_current:  # indexed by an older analyzer: re-analyze the text
-                    built = self._build_fts()
-                    t.checkout_latest()
-                t.to_lance().optimize.optimize_indices()
-                t.checkout_latest()
-                if any(self.index_coverage().values()):
-                    built = self.build_indexes(ann_threshold)
-        cleanup = t.to_lance().cleanup_old_versions(older_than=prune_older_than, error_if_tagged_old_versions=False)
-        t.checkout_latest()
-        prune_indexes(self, [v["version"] for v in t.list_versions()])
-        return {
-            "fragments_removed": fragments[0],
-            "fragments_added": fragments[1],
-            "indexes_rebuilt": sorted(built),
-            "unindexed_rows": self.index_coverage(),
-            "versions_pruned": int(cleanup.old_versions),
-            "bytes_pruned": int(cleanup.bytes_removed),
-            "versions_left": len(t.list_versions()),
-        }
-
-    def drop_old_tags(self, pattern: re.Pattern[str], keep: int) -> list[str]:
-        """Delete all but the newest ``keep`` tags whose whole name matches ``pattern`` (names
-        that sort by time), so their versions can be pruned later; any other tag is never
-        touched. Returns those dropped."""
-        tags = self.table.tags
-        names = sorted(n for n in tags.list() if pattern.fullmatch(n))
-        dropped = names[: max(0, len(names) - keep)]
-        for name in dropped:
-            tags.delete(name)
-        return dropped
-
-    def restore(self, version: int | str) -> int:
-        """Make ``version`` (a number or a tag) the latest version again; returns the new version."""
-        t = self.table
-        versions = [v["version"] for v in t.list_versions()]
-        tags = t.tags.list()
-        if version not in versions and version not in tags:
-            raise StoreError(
-                f"store: table {self.name!r} has no version {version!r}; versions kept: {versions[-10:]}, tags: {sorted(tags)[-10:]}."
-            )
-        t.restore(version)
-        return self.version
-
     def has_ann_index(self) -> bool:
         return any("vector" in idx.columns for idx in self.table.list_indices())
-
-    def tag(self, name: str, version: int | None = None) -> None:
-        """Point tag ``name`` at ``version`` (default the latest), creating or moving it."""
-        tags = self.table.tags
-        version = self.version if version is None else version
-        if name in tags.list():
-            tags.update(name, version)
-        else:
-            tags.create(name, version)
-
-    def tagged_version(self, name: str) -> int | None:
-        """The version tag ``name`` points at, or None without such a tag."""
-        tags = self.table.tags
-        return int(tags.get_version(name)) if name in tags.list() else None
 
     # -- search ------------------------------------------------------------------
     def vector_search(

@@ -1,0 +1,23 @@
+"""LanceDB document store: upsert by content hash, delete, search, versions and tags.
+
+One writer per table (LanceDB commits conflict under concurrent writers): the index job
+funnels every write through one :class:`DocStore`. Every write is a keyed
+``merge_insert`` on ``doc_id``, so a write repeated after a crash never duplicates a row.
+No user text is ever pasted into a LanceDB filter string.
+"""
+
+from __future__ import annotations
+
+from pipelines.sparse import ENGLISH_STOP_WORDS
+from pipelines.store.base import StoreError, TableHandle
+from pipelines.store.reading import Reading, _summed_top_k
+from pipelines.store.versions import Versions
+from pipelines.store.writing import Writing
+
+__all__ = ["ENGLISH_STOP_WORDS", "DocStore", "StoreError", "_summed_top_k"]
+
+
+class DocStore(Reading, Writing, Versions, TableHandle):
+    """A LanceDB table of documents (the ``docs`` contract), in parts: reading
+    (pipelines/store/reading.py), writing (writing.py), versions (versions.py), over one table
+    handle (base.py)."""
