@@ -40,13 +40,16 @@ import re
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field, model_validator
 
 from pipelines.evaluate.qa import normalize_answer
 from pipelines.llm import prompts
 from pipelines.llm.engine import Constraint
+from pipelines.options import StageOptions
 from schemas.tables import LAG_ANSWERS, LAG_STEPS, RUN
 
 DECOMPOSE_TEMPLATE = "lag_decompose"
@@ -83,27 +86,44 @@ def retrieval_text(sub_question: str, index: int, answers: dict[int, str], previ
     return f"A_{previous}: {answers[previous]}, Q_{index}: {filled}"
 
 
-# ------------------------------------------------------------------------------ settings
-@dataclass(frozen=True)
-class LagSettings:
-    k: int = 5
-    t_max: int | None = 3
-    plan: str = "llm"  # llm | gold | question
-    answers: str = "llm"  # llm | gold (oracle sub-answers)
-    with_answer: bool = True  # the retrieval text carries the previous answer (False: the ablation)
-    order: str = "given"  # given | random (the ablation)
-    seed: int = 0
-    min_support: float | None = 0.3
-    redundancy: float | None = 0.9
-    redundant_share: float = 0.5
-    stop_unanswerable: bool = True
-    max_sub_questions: int = 4
-    decompose_tokens: int = 160
-    answer_words: int = 12
-    answer_tokens: int = 32
-    synthesis: bool = True
-    synthesis_passages: int = 10
-    temperature: float = 0.0
+# ------------------------------------------------------------------------------ options
+class LagOptions(StageOptions):
+    stage: Literal["lag"] = "lag"
+    k: int = Field(5, ge=1, le=100, description="Passages retrieved per step (and for the fallback of a chain with unsolved parts).")
+    t_max: int | None = Field(3, ge=1, le=20, description="Step budget: a chain stops ('budget') after this many steps (None: no budget).")
+    plan: Literal["llm", "gold", "question"] = Field(
+        "llm", description="Sub-questions from the LLM, from the gold file's decomposition (oracle), or the question alone as one step (standard RAG)."
+    )
+    sub_answers: Literal["llm", "gold"] = Field("llm", description="Sub-answers from the LLM, or the gold file's (oracle; needs plan: gold).")
+    gold: str | None = Field(None, description="Answers file with each question's gold decomposition (answers.jsonl of `logicrank prepare-qa musique`).")
+    retrieval_text: Literal["answer", "question"] = Field(
+        "answer", description="Step i+1 retrieves with 'A_i: <answer>, Q_{i+1}: <sub-question, filled>' (LAG) or the sub-question as written (the ablation)."
+    )
+    order: Literal["given", "random"] = Field("given", description="Solve the sub-questions in the plan's order, or shuffled per question (the ablation).")
+    seed: int = Field(0, description="Seed of the random order.")
+    min_support: float | None = Field(0.3, description="Stop ('no_support') when every top-k passage has cosine below this to the sub-question (None: off).")
+    redundancy: float | None = Field(0.9, description="A new passage is redundant above this cosine to the context (None: the rule is off).")
+    redundant_share: float = Field(0.5, ge=0, lt=1, description="Stop ('redundant') when more than this share of a step's passages are redundant.")
+    stop_unanswerable: bool = Field(True, description="Stop ('unanswerable') when the LLM cannot answer a sub-question whose dependencies are solved.")
+    max_sub_questions: int = Field(4, ge=1, le=10, description="Longest plan the decomposition's JSON schema allows.")
+    decompose_tokens: int = Field(160, ge=16, description="Token budget of the decomposition; a cut output falls back to the question.")
+    answer_words: int = Field(12, ge=1, le=50, description="Longest (sub-)answer, in words (constrained decoding).")
+    answer_tokens: int = Field(32, ge=4, description="Token budget of a (sub-)answer.")
+    passage_tokens: int = Field(96, ge=8, le=1_000, description="Each passage cut to this many tokens in a prompt.")
+    synthesis: bool = Field(True, description="Answer the question from the sub-answers and passages (False: the last sub-answer is the answer).")
+    synthesis_passages: int = Field(10, ge=1, le=50, description="Passages of the chain's context the synthesis prompt reads, first in first.")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible).")
+
+    @model_validator(mode="after")
+    def _gold_fits(self):
+        if self.sub_answers == "gold" and self.plan != "gold":
+            raise ValueError("sub_answers: gold needs plan: gold (gold answers belong to the gold sub-questions)")
+        if "gold" in (self.plan, self.sub_answers) and not self.gold:
+            raise ValueError("plan or sub_answers 'gold' needs gold: the answers file holding the decompositions")
+        return self
+
+    def uses_llm(self) -> bool:
+        return self.plan == "llm" or self.sub_answers == "llm" or self.synthesis
 
 
 def answer_regex(words: int) -> str:
@@ -169,7 +189,7 @@ def parse_plan(text: str, max_items: int) -> tuple[list[str] | None, str | None]
     return [" ".join(s.split()) for s in value], None
 
 
-def plan(llm, query_ids: Sequence[str], questions: Sequence[str], s: LagSettings, gold: dict[str, list[dict]] | None = None) -> list[Chain]:
+def plan(llm, query_ids: Sequence[str], questions: Sequence[str], s: LagOptions, gold: dict[str, list[dict]] | None = None) -> list[Chain]:
     """One chain per question, in order, with its plan (never dropped: a failed
     decomposition falls back to the question as its one step)."""
     chains = []
@@ -209,7 +229,7 @@ def _cos_max(new: np.ndarray, old: np.ndarray) -> np.ndarray:
     return (new @ old.T).max(axis=1)
 
 
-def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callable[[list[str]], dict[str, str]], s: LagSettings,
+def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callable[[list[str]], dict[str, str]], s: LagOptions,
           echo: Callable[[str], None] | None = None) -> None:
     """Run the rounds until every chain has stopped; each round one batched encode, one
     batched search and (``answers="llm"``) one batched LLM call."""
@@ -231,7 +251,7 @@ def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callabl
             return
         rounds += 1
         picks = [c.pending.popleft() for c in active]
-        texts = [retrieval_text(c.subs[j - 1], j, c.answers, c.last_solved, s.with_answer) for c, j in zip(active, picks, strict=True)]
+        texts = [retrieval_text(c.subs[j - 1], j, c.answers, c.last_solved, s.retrieval_text == "answer") for c, j in zip(active, picks, strict=True)]
         filled = [fill(c.subs[j - 1], c.answers) for c, j in zip(active, picks, strict=True)]
         vectors = retriever.encode(texts + filled)  # one batch: retrieval texts, then the sub-questions for the support test
         hits = retriever.search(vectors[: len(texts)], s.k)
@@ -257,7 +277,7 @@ def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callabl
                     c.context.append(h.doc_id)
                     c.vectors[h.doc_id] = h.vector
             asking.append((c, j, step, saturated))
-        if s.answers == "gold":
+        if s.sub_answers == "gold":
             replies = [chain.gold[j - 1] for chain, j, _, _ in asking]
         elif not asking:
             replies = []
@@ -301,7 +321,7 @@ def _numbered(texts: Sequence[str]) -> str:
     return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts, 1))
 
 
-def synthesise(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callable[[list[str]], dict[str, str]], s: LagSettings) -> None:
+def synthesise(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callable[[list[str]], dict[str, str]], s: LagOptions) -> None:
     """Each chain's final answer. Without synthesis, the last solved sub-answer (``unknown``
     when none). With it, one batched LLM call: the question, each sub-question with its
     answer or "(unsolved)", and the chain's passages; a chain with an unsolved part first
@@ -333,11 +353,11 @@ def synthesise(chains: list[Chain], retriever: Retriever, llm, passage_texts: Ca
 
 
 # ------------------------------------------------------------------------------ outputs
-def tables(chains: list[Chain], model: str | None, run_id: str, s: LagSettings) -> tuple[pa.Table, pa.Table, pa.Table]:
+def tables(chains: list[Chain], model: str | None, run_id: str, s: LagOptions) -> tuple[pa.Table, pa.Table, pa.Table]:
     """(answers, steps, run): one answer row per chain, one step row per step taken, the
     chain's passages ranked in the order they came in (the synthesis's fallback passages
     are not the chain's: they are in the answers table)."""
-    used = {"decompose": (DECOMPOSE_TEMPLATE, s.plan == "llm"), "answer": (ANSWER_TEMPLATE, s.answers == "llm"), "synthesis": (SYNTHESIS_TEMPLATE, s.synthesis)}
+    used = {"decompose": (DECOMPOSE_TEMPLATE, s.plan == "llm"), "answer": (ANSWER_TEMPLATE, s.sub_answers == "llm"), "synthesis": (SYNTHESIS_TEMPLATE, s.synthesis)}
     shas = {name: prompts.load(t).sha for name, (t, asked) in used.items() if asked}
     answers = pa.Table.from_pylist([{
         "query_id": c.query_id, "answer": c.answer, "steps": len(c.steps), "stop_reason": c.stop, "plan_status": c.plan_status,

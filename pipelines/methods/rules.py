@@ -23,12 +23,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field, model_validator
 
 from pipelines.llm import prompts
 from pipelines.llm.engine import Constraint, Generation
+from pipelines.options import StageOptions
 from schemas.tables import INDUCED_QUERY, INDUCED_RULES, RERANK_WINDOWS, RUN
 
 INDUCE_TEMPLATE = "siar_induce"
@@ -51,14 +54,16 @@ def rule_regex(condition_words: int = 40, conclusion_words: int = 30) -> str:
     return rf"If {word}(?: {word}){{0,{condition_words - 1}}}, then {word}(?: {word}){{0,{conclusion_words - 1}}}\."
 
 
-@dataclass(frozen=True)
-class InduceSettings:
-    constrained: bool = True
-    max_tokens: int = 96
-    condition_words: int = 40
-    conclusion_words: int = 30
-    temperature: float = 0.0
-    seed: int | None = None
+class SiarOptions(StageOptions):
+    stage: Literal["siar"] = "siar"
+    mode: Literal["rule", "rule+query"] = Field(
+        "rule", description="The query's new text: the induced rule alone (best for dense in the paper) or the rule then the query (best for sparse)."
+    )
+    constrained: bool = Field(True, description="Decode under the 'If ..., then ...' regex (bounded in words).")
+    max_tokens: int = Field(96, ge=8, description="Token budget of the rule; an output cut there falls back to the query.")
+    condition_words: int = Field(40, ge=1, le=200, description="Longest 'If' clause the regex allows, in words.")
+    conclusion_words: int = Field(30, ge=1, le=200, description="Longest 'then' clause the regex allows, in words.")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible).")
 
 
 def query_prompt_text(text: str) -> str:
@@ -77,12 +82,12 @@ def parse_rule(gen: Generation) -> tuple[str | None, str | None]:
     return None, f"not an 'If ..., then ...' rule: {text[:80]!r}"
 
 
-def induce(llm, query_ids: Sequence[str], texts: Sequence[str], s: InduceSettings) -> pa.Table:
+def induce(llm, query_ids: Sequence[str], texts: Sequence[str], s: SiarOptions) -> pa.Table:
     """INDUCED_RULES rows, one per query in order (a fallback or an error row included)."""
     template = prompts.load(INDUCE_TEMPLATE)
     constraint = Constraint("regex", rule_regex(s.condition_words, s.conclusion_words)) if s.constrained else None
     values = [{"query": query_prompt_text(t)} for t in texts]
-    gens = llm.generate(template, values, constraint, s.max_tokens, s.temperature, s.seed, label="siar")
+    gens = llm.generate(template, values, constraint, s.max_tokens, s.temperature, None, label="siar")
     rows = []
     for qid, gen in zip(query_ids, gens, strict=True):
         if isinstance(gen, Exception):
@@ -181,20 +186,35 @@ def parse_permutation(text: str, n: int) -> tuple[list[int], Repairs]:
     return order + missing, Repairs(unknown, duplicate, len(missing))
 
 
-@dataclass(frozen=True)
-class RerankSettings:
-    n: int = 20
-    window: int = 20
-    stride: int = 10
-    constrained: bool = True
-    temperature: float = 0.0
-    seed: int | None = None
+class R3Options(StageOptions):
+    stage: Literal["r3"] = "r3"
+    k: int = Field(100, ge=1, le=10_000, description="Documents kept per query.")
+    n: int = Field(20, ge=2, le=1_000, description="Rerank the incoming run's top n; deeper documents keep their order after them.")
+    window: int = Field(20, ge=2, le=100, description="Rules the LLM reads at once.")
+    stride: int | None = Field(None, ge=1, le=100, description="Step between windows, back to front (None: half the window; RankGPT: 20 and 10).")
+    doc_tokens: int = Field(
+        96, ge=1, le=1_000, description="Each rule's text cut to this many tokens (a window's prompt must fit the LLM's context, or the window keeps its order and counts as an error)."
+    )
+    constrained: bool = Field(True, description="Decode under the permutation syntax ([i] > [j] > ...).")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible).")
 
-    def max_tokens(self, size: int) -> int:
+    @model_validator(mode="after")
+    def _stride_fits(self):
+        if self.stride is not None and self.stride > self.window:
+            raise ValueError(f"stride ({self.stride}) must not exceed window ({self.window})")
+        return self
+
+    @property
+    def step(self) -> int:
+        """The step between windows (half the window when ``stride`` is not given)."""
+        return self.stride or max(1, self.window // 2)
+
+    @staticmethod
+    def max_tokens(size: int) -> int:
         return 6 * size + 8  # "[12] > " is at most 5 tokens in the tokenizers measured, plus slack
 
 
-def rerank(llm, queries: dict[str, str], lists: dict[str, list[str]], texts: dict[str, str], s: RerankSettings) -> tuple[dict[str, list[str]], pa.Table]:
+def rerank(llm, queries: dict[str, str], lists: dict[str, list[str]], texts: dict[str, str], s: R3Options) -> tuple[dict[str, list[str]], pa.Table]:
     """Reorder each query's top ``s.n`` (``lists``: query_id -> doc ids, best first) by
     sliding windows; deeper documents keep their place after them. ``queries``: query_id ->
     the text the LLM reads; ``texts``: doc_id -> the rule's text. Windows of all queries at
@@ -202,7 +222,7 @@ def rerank(llm, queries: dict[str, str], lists: dict[str, list[str]], texts: dic
     order). Returns the new lists and RERANK_WINDOWS rows."""
     template = prompts.load(RERANK_TEMPLATE)
     order = {q: list(docs) for q, docs in lists.items()}
-    plans = {q: windows(min(s.n, len(docs)), s.window, s.stride) for q, docs in order.items()}
+    plans = {q: windows(min(s.n, len(docs)), s.window, s.step) for q, docs in order.items()}
     plans = {q: p for q, p in plans.items() if p and p[0][1] - p[0][0] >= 2}  # a single rule has nothing to reorder
     rows = []
     for step in range(max((len(p) for p in plans.values()), default=0)):
@@ -213,7 +233,7 @@ def rerank(llm, queries: dict[str, str], lists: dict[str, list[str]], texts: dic
         for size, group in sorted(by_size.items()):  # one constraint per window size
             values = [_window_prompt(queries[q], order[q][a:b], texts) for q, (a, b) in group]
             constraint = Constraint("regex", permutation_regex(size)) if s.constrained else None
-            gens = llm.generate(template, values, constraint, s.max_tokens(size), s.temperature, s.seed, label="r3")
+            gens = llm.generate(template, values, constraint, s.max_tokens(size), s.temperature, None, label="r3")
             for (q, (a, b)), gen in zip(group, gens, strict=True):
                 rows.append(_apply(order[q], q, step, a, b, gen))
     return order, pa.Table.from_pylist(rows, schema=RERANK_WINDOWS)

@@ -18,7 +18,8 @@ from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict
+
+from pipelines.options import StageOptions as StageOptions  # defined in a leaf: methods declare their options too
 
 
 class Kind(StrEnum):
@@ -43,10 +44,6 @@ class Needs:
         return Needs(self.encoder or other.encoder, self.fulltext or other.fulltext, self.llm | other.llm, self.files + other.files)
 
 
-class StageOptions(BaseModel):
-    """A stage's options. Subclasses declare ``stage: Literal["<name>"] = "<name>"``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 @dataclass

@@ -7,58 +7,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field, model_validator
 
 from pipelines.embed import document_text, to_matrix
 from pipelines.llm import prompts as templates
 from pipelines.methods import lag
-from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from pipelines.methods.lag import LagOptions
+from pipelines.stages.base import Context, Kind, Needs, Output, Stage
 from pipelines.stages.registry import register
 from schemas.errors import UserError
 from schemas.tables import LAG_ANSWERS, LAG_STEPS
-
-
-class LagOptions(StageOptions):
-    stage: Literal["lag"] = "lag"
-    k: int = Field(5, ge=1, le=100, description="Passages retrieved per step (and for the fallback of a chain with unsolved parts).")
-    t_max: int | None = Field(3, ge=1, le=20, description="Step budget: a chain stops ('budget') after this many steps (None: no budget).")
-    plan: Literal["llm", "gold", "question"] = Field(
-        "llm", description="Sub-questions from the LLM, from the gold file's decomposition (oracle), or the question alone as one step (standard RAG)."
-    )
-    sub_answers: Literal["llm", "gold"] = Field("llm", description="Sub-answers from the LLM, or the gold file's (oracle; needs plan: gold).")
-    gold: str | None = Field(None, description="Answers file with each question's gold decomposition (answers.jsonl of `logicrank prepare-qa musique`).")
-    retrieval_text: Literal["answer", "question"] = Field(
-        "answer", description="Step i+1 retrieves with 'A_i: <answer>, Q_{i+1}: <sub-question, filled>' (LAG) or the sub-question as written (the ablation)."
-    )
-    order: Literal["given", "random"] = Field("given", description="Solve the sub-questions in the plan's order, or shuffled per question (the ablation).")
-    seed: int = Field(0, description="Seed of the random order.")
-    min_support: float | None = Field(0.3, description="Stop ('no_support') when every top-k passage has cosine below this to the sub-question (None: off).")
-    redundancy: float | None = Field(0.9, description="A new passage is redundant above this cosine to the context (None: the rule is off).")
-    redundant_share: float = Field(0.5, ge=0, lt=1, description="Stop ('redundant') when more than this share of a step's passages are redundant.")
-    stop_unanswerable: bool = Field(True, description="Stop ('unanswerable') when the LLM cannot answer a sub-question whose dependencies are solved.")
-    max_sub_questions: int = Field(4, ge=1, le=10, description="Longest plan the decomposition's JSON schema allows.")
-    decompose_tokens: int = Field(160, ge=16, description="Token budget of the decomposition; a cut output falls back to the question.")
-    answer_words: int = Field(12, ge=1, le=50, description="Longest (sub-)answer, in words (constrained decoding).")
-    answer_tokens: int = Field(32, ge=4, description="Token budget of a (sub-)answer.")
-    passage_tokens: int = Field(96, ge=8, le=1_000, description="Each passage cut to this many tokens in a prompt.")
-    synthesis: bool = Field(True, description="Answer the question from the sub-answers and passages (False: the last sub-answer is the answer).")
-    synthesis_passages: int = Field(10, ge=1, le=50, description="Passages of the chain's context the synthesis prompt reads, first in first.")
-    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible).")
-
-    @model_validator(mode="after")
-    def _gold_fits(self):
-        if self.sub_answers == "gold" and self.plan != "gold":
-            raise ValueError("sub_answers: gold needs plan: gold (gold answers belong to the gold sub-questions)")
-        if "gold" in (self.plan, self.sub_answers) and not self.gold:
-            raise ValueError("plan or sub_answers 'gold' needs gold: the answers file holding the decompositions")
-        return self
-
-    def uses_llm(self) -> bool:
-        return self.plan == "llm" or self.sub_answers == "llm" or self.synthesis
 
 
 class LagError(UserError, ValueError):
@@ -84,13 +44,7 @@ class Lag(Stage):
         return Needs(encoder=True, llm=frozenset({"generate"}) if o.uses_llm() else frozenset(), files=(o.gold,) if o.gold else ())
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
-        o = self.options
-        s = lag.LagSettings(
-            k=o.k, t_max=o.t_max, plan=o.plan, answers=o.sub_answers, with_answer=o.retrieval_text == "answer", order=o.order, seed=o.seed,
-            min_support=o.min_support, redundancy=o.redundancy, redundant_share=o.redundant_share, stop_unanswerable=o.stop_unanswerable,
-            max_sub_questions=o.max_sub_questions, decompose_tokens=o.decompose_tokens, answer_words=o.answer_words, answer_tokens=o.answer_tokens,
-            synthesis=o.synthesis, synthesis_passages=o.synthesis_passages, temperature=o.temperature,
-        )
+        o = s = self.options  # the method reads the stage's options as they are
         llm = ctx.llm_service() if o.uses_llm() else None
         qids, texts = queries.column("query_id").to_pylist(), queries.column("text").to_pylist()
         gold = read_decompositions(o.gold, qids) if o.plan == "gold" else None

@@ -92,14 +92,14 @@ def test_llm_plan_falls_back_to_the_question_and_keeps_every_row():
         out = next(outputs)
         return out if isinstance(out, Exception) else gen(out)
 
-    chains = lag.plan(ScriptedLLM(answer), ["a", "b", "c"], ["QA", "QB", "QC"], lag.LagSettings())
+    chains = lag.plan(ScriptedLLM(answer), ["a", "b", "c"], ["QA", "QB", "QC"], lag.LagOptions())
     assert [c.query_id for c in chains] == ["a", "b", "c"]
     assert [c.plan_status for c in chains] == ["ok", "fallback", "error"]
     assert chains[0].subs == ["Who wrote X?", "When was #1 born?"] and chains[1].subs == ["QB"] and chains[2].subs == ["QC"]
 
 
 def test_random_order_is_seeded_per_question():
-    s = lag.LagSettings(plan="gold", answers="gold", order="random", seed=3)
+    s = lag.LagOptions(plan="gold", sub_answers="gold", order="random", seed=3, gold="gold.jsonl")
     gold = {q: [{"question": f"s{i}", "answer": f"a{i}"} for i in range(4)] for q in ("x", "y")}
     one = [list(c.pending) for c in lag.plan(None, ["x", "y"], ["X", "Y"], s, gold)]
     two = [list(c.pending) for c in lag.plan(None, ["y", "x"], ["Y", "X"], s, gold)]
@@ -126,7 +126,7 @@ def axis_of(text: str) -> np.ndarray:
 
 def run_chain(subs, replies, **settings):
     """One question with plan ``subs``; the LLM answers sub-questions by ``replies[sub]``."""
-    s = lag.LagSettings(k=1, plan="gold", answers="llm", synthesis=False, **settings)
+    s = lag.LagOptions(k=1, plan="gold", sub_answers="llm", synthesis=False, **settings, gold="gold.jsonl")
     chains = lag.plan(None, ["q"], ["the question"], s, {"q": [{"question": x, "answer": "?"} for x in subs]})
     llm = ScriptedLLM(lambda name, v: gen(replies(v["question"])))
     retriever = VectorRetriever(DOCS, axis_of)
@@ -167,7 +167,7 @@ def test_a_sub_question_with_unsolved_dependencies_is_deferred_then_retried():
     s = dict(order="random", seed=0)
     subs = ["alpha: who?", "beta: what of #1?"]
     for seed in range(20):  # find a seed that puts sub-question 2 first
-        order = list(lag.plan(None, ["q"], ["x"], lag.LagSettings(plan="gold", answers="gold", order="random", seed=seed),
+        order = list(lag.plan(None, ["q"], ["x"], lag.LagOptions(plan="gold", sub_answers="gold", order="random", seed=seed, gold="gold.jsonl"),
                               {"q": [{"question": x, "answer": "?"} for x in subs]})[0].pending)
         if order == [2, 1]:
             s["seed"] = seed
@@ -212,7 +212,7 @@ def test_the_step_budget_is_respected():
 def test_rounds_batch_all_questions_and_every_question_gets_one_answer_row():
     """Questions stopping for different reasons, all stepped together: one LLM call and one
     search per round, whatever the number of questions; one answer row each."""
-    s = lag.LagSettings(k=1, plan="gold", answers="llm", t_max=3)
+    s = lag.LagOptions(k=1, plan="gold", sub_answers="llm", t_max=3, gold="gold.jsonl")
     gold = {
         "done": [{"question": "alpha: who?", "answer": "?"}, {"question": "beta: of #1?", "answer": "?"}],
         "nosupport": [{"question": "alpha: who?", "answer": "?"}, {"question": "nothing here", "answer": "?"}],
@@ -243,7 +243,7 @@ def test_rounds_batch_all_questions_and_every_question_gets_one_answer_row():
 
 
 def test_synthesis_reads_sub_answers_and_marks_unsolved_parts():
-    s = lag.LagSettings(k=1, plan="gold", answers="llm", t_max=1)
+    s = lag.LagOptions(k=1, plan="gold", sub_answers="llm", t_max=1, gold="gold.jsonl")
     gold = {"q": [{"question": "alpha: who?", "answer": "?"}, {"question": "beta: of #1?", "answer": "?"}]}
     llm = ScriptedLLM(lambda name, v: gen("Ann" if name == "lag_answer" else "Final"))
     chains = lag.plan(llm, ["q"], ["beta question"], s, gold)
@@ -259,7 +259,7 @@ def test_synthesis_reads_sub_answers_and_marks_unsolved_parts():
 
 
 def test_the_fallback_reaches_the_synthesis_when_the_context_fills_its_budget():
-    s = lag.LagSettings(k=1, plan="gold", answers="llm", t_max=3, synthesis_passages=2, redundancy=None, stop_unanswerable=False)
+    s = lag.LagOptions(k=1, plan="gold", sub_answers="llm", t_max=3, synthesis_passages=2, redundancy=None, stop_unanswerable=False, gold="gold.jsonl")
     subs = ["alpha: a?", "beta: b?", "gamma: c?", "delta: d?"]
     gold = {"q": [{"question": x, "answer": "?"} for x in subs]}
     llm = ScriptedLLM(lambda name, v: gen("x" if name == "lag_answer" else "Final"))
@@ -271,7 +271,7 @@ def test_the_fallback_reaches_the_synthesis_when_the_context_fills_its_budget():
 
 
 def test_an_engine_error_stops_the_chain_and_keeps_its_row():
-    s = lag.LagSettings(k=1, plan="gold", answers="llm", synthesis=False)
+    s = lag.LagOptions(k=1, plan="gold", sub_answers="llm", synthesis=False, gold="gold.jsonl")
     chains = lag.plan(None, ["q"], ["x"], s, {"q": [{"question": "alpha: who?", "answer": "?"}]})
     llm = ScriptedLLM(lambda name, v: RuntimeError("boom"))
     lag.solve(chains, VectorRetriever(DOCS, axis_of), llm, texts_of, s)

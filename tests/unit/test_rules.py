@@ -61,7 +61,7 @@ def test_induce_keeps_every_row_and_rewrites_in_both_modes():
     outputs = {"q0": gen("If Person X owns Animal Y, then Person X can feed Animal Y."), "q1": gen("Alice feeds Tom."),
                "q2": RuntimeError("engine died")}
     llm = ScriptedLLM(lambda v: outputs[next(q for q, t in TEXTS.items() if rules.query_prompt_text(t) == v["query"])])
-    induced = rules.induce(llm, list(TEXTS), list(TEXTS.values()), rules.InduceSettings())
+    induced = rules.induce(llm, list(TEXTS), list(TEXTS.values()), rules.SiarOptions())
     assert induced.column("status").to_pylist() == ["ok", "fallback", "error"]
     assert induced.column("rule").to_pylist()[1:] == [None, None]
     assert llm.calls[0][2].kind == "regex" and llm.calls[0][0] == rules.INDUCE_TEMPLATE
@@ -137,7 +137,7 @@ def _reverse(values):
 def test_rerank_reverses_each_window_in_turn_and_keeps_the_tail():
     docs = [f"d{i}" for i in range(35)]
     llm = ScriptedLLM(_reverse)
-    s = rules.RerankSettings(n=30, window=20, stride=10)
+    s = rules.R3Options(n=30, window=20, stride=10)
     out, table = rules.rerank(llm, {"q": "facts"}, {"q": docs}, {d: f"rule {d}" for d in docs}, s)
     # windows [10, 30) then [0, 20), each reversed
     once = docs[:10] + docs[10:30][::-1] + docs[30:]
@@ -153,7 +153,7 @@ def test_rerank_batches_one_step_of_every_query_and_repairs_or_keeps_order():
     answers = {"qa": gen("[2] > [2] > [7]"), "qb": RuntimeError("lost")}
     llm = ScriptedLLM(lambda v: answers["qa" if v["query"] == "a" else "qb"])
     lists = {"qa": ["x", "y", "z"], "qb": ["u", "v"], "qc": ["w"]}  # qc: one rule, nothing to reorder
-    out, table = rules.rerank(llm, {"qa": "a", "qb": "b", "qc": "c"}, lists, {}, rules.RerankSettings())
+    out, table = rules.rerank(llm, {"qa": "a", "qb": "b", "qc": "c"}, lists, {}, rules.R3Options())
     assert out == {"qa": ["y", "x", "z"], "qb": ["u", "v"], "qc": ["w"]}
     assert table.column("status").to_pylist() == ["repaired", "error"] or table.column("status").to_pylist() == ["error", "repaired"]
     row = next(r for r in table.to_pylist() if r["query_id"] == "qa")

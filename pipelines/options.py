@@ -1,0 +1,13 @@
+"""The base of every stage's options, in a leaf module: a method declares its own options
+(pipelines/methods/lag.py's LagOptions) and its stage runs the method on them as they are,
+without copying them into a settings object."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class StageOptions(BaseModel):
+    """A stage's options. Subclasses declare ``stage: Literal["<name>"] = "<name>"``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
