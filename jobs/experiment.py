@@ -61,19 +61,22 @@ set-logic queries generated with exact gold). Paths may name
     beir: str | None = None
     rulebench: str | None = None
     setlogic: SetLogic | None = None
+    qa: Literal["musique", "hotpotqa"] | None = Field(None, description="A bundled multi-hop QA set, converted as `logicrank prepare-qa` does.")
     qrels: str = Field("qrels/test.tsv", description="The qrels file inside a BEIR directory.")
     sample: int | None = Field(None, ge=1)
     seed: int = 0
 
     @model_validator(mode="after")
     def _one(self):
-        if sum(x is not None for x in (self.bundled, self.beir, self.rulebench, self.setlogic)) != 1:
-            raise ValueError("give exactly one of bundled, beir, rulebench, setlogic")
+        if sum(x is not None for x in (self.bundled, self.beir, self.rulebench, self.setlogic, self.qa)) != 1:
+            raise ValueError("give exactly one of bundled, beir, rulebench, setlogic, qa")
         return self
 
     @property
     def label(self) -> str:
-        if self.setlogic is not None:
+        if self.qa is not None:
+            where = f"{self.qa} (bundled QA set)"
+        elif self.setlogic is not None:
             where = f"LIMIT set-logic queries ({self.setlogic.per_template} per template, seed {self.setlogic.seed})"
         else:
             where = self.bundled or os.path.expandvars(self.beir or "") or f"RuleBench {os.path.expandvars(self.rulebench or '')}"
@@ -97,7 +100,9 @@ class Experiment(_Model):
     title: str
     dataset: Dataset
     index: dict[str, Any] = Field(default_factory=dict, description="IndexConfig fields besides corpus and db (e.g. ann_threshold).")
-    pipelines: dict[str, Any] | None = Field(None, description="Named pipelines (run id -> stages), as in a pipelines file.")
+    embed: dict[str, Any] = Field(default_factory=dict, description="EmbedConfig fields the benchmark fixes for index and queries alike (e.g. title_sep).")
+    pipelines: dict[str, Any] | None = Field(None, description="Named pipelines (run id -> stages), as in a pipelines file; "
+                                             "'{dataset}' in an option stands for the dataset's directory (e.g. {dataset}/answers.jsonl).")
     presets: tuple[str, ...] = Field((), description="--method presets, run beside the pipelines.")
     preset_options: dict[str, Any] = Field(default_factory=dict, description="The presets' method options (logicrank stages lists them).")
     measures: tuple[str, ...] = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
@@ -201,7 +206,8 @@ def _run(exp: Experiment, out: Path, embed: EmbedConfig, ray: RayConfig, llm: LL
     from schemas.config import EvaluateConfig, IndexConfig
 
     corpus, queries, qrels = _dataset(exp.dataset, out)
-    pipelines = dict(exp.pipelines or {})
+    embed = embed.model_copy(update=exp.embed) if exp.embed else embed
+    pipelines = _in_dataset(dict(exp.pipelines or {}), str(_dataset_root(exp.dataset, out)))
     if exp.presets:
         pipelines.update(from_methods(exp.presets, method_options(**exp.preset_options)))
     cfg = RetrieveConfig(queries=str(queries), db=str(out / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)
@@ -246,6 +252,11 @@ def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
 
             to_beir(_expand(d.rulebench), out / "beir")
             root, qrels = out / "beir", "qrels/test.tsv"
+        elif d.qa is not None:
+            from pipelines.datasets.qa import to_beir as qa_to_beir
+
+            qa_to_beir(d.qa, out / "beir")
+            root, qrels = out / "beir", "qrels/test.tsv"
         elif d.setlogic is not None:
             from pipelines.generate.setlogic import generate
 
@@ -260,6 +271,28 @@ def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
         corpus = root
     queries, qrels_path = sample_queries(root, d.sample, d.seed, "experiment", out=out / "sample", qrels=qrels)
     return corpus, queries, qrels_path
+
+
+def _dataset_root(d: Dataset, out: Path) -> Path:
+    """The directory the dataset's files are in (before any sample)."""
+    if d.bundled is not None:
+        from pipelines import datasets
+
+        return Path(getattr(datasets, d.bundled)().queries).parent
+    if d.beir is not None:
+        return Path(_expand(d.beir))
+    return out / ("data" if d.setlogic is not None else "beir")
+
+
+def _in_dataset(value: Any, root: str) -> Any:
+    """``value`` with every '{dataset}' in its strings replaced by the dataset's directory."""
+    if isinstance(value, str):
+        return value.replace("{dataset}", root)
+    if isinstance(value, dict):
+        return {k: _in_dataset(v, root) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_in_dataset(v, root) for v in value]
+    return value
 
 
 def _expand(path: str) -> str:

@@ -120,3 +120,14 @@ def test_the_setlogic_experiment_gives_bench_setlogics_llm_free_rows_by_template
         np.testing.assert_allclose(row[measures].to_numpy(float), bench.loc[(run, template), measures].to_numpy(float), rtol=0, atol=1e-12)
     for run in ("dense", "bm25", "itlr"):
         np.testing.assert_allclose(res.summary.loc[run, measures].to_numpy(float), bench.loc[(run, "all"), measures].to_numpy(float), rtol=0, atol=1e-12)
+
+
+def test_the_lag_oracle_experiment_gives_bench_lags_oracle_chain_rows(tmp_path):
+    from jobs.lag_bench import run_lag_bench
+    from schemas.config import EmbedConfig
+
+    oracle = run_lag_bench("musique", tmp_path / "bench", EmbedConfig(), RAY, None, echo=lambda _: None)["oracle"]
+    res = run_experiment(load(EXPERIMENTS / "lag-oracle.yaml"), tmp_path / "exp", ray=RAY, progress=False)
+    for run in ("gold-chain", "gold-no-answer", "gold-random-order"):
+        assert res.summary.loc[run, "R@100"] == pytest.approx(oracle[run], abs=1e-12), run
+    assert res.reproduced and [c.reference.run for c in res.checks] == ["gold-chain", "gold-no-answer"]
