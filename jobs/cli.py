@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from jobs.watchdog import DEFAULT_TIMEOUT_S, watch
 from pipelines.config import RetrieveConfig
-from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, IndexConfig, LLMConfig, RayConfig
+from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, GenerateConfig, IndexConfig, LLMConfig, RayConfig
 from schemas.errors import JobFailed, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
@@ -53,6 +53,11 @@ LLMModel = Annotated[str, typer.Option(help="LLM name or checkpoint directory (e
 LLMActors = Annotated[int, typer.Option(help="Engine actors of the job's one LLM pool.")]
 LLMCpus = Annotated[float, typer.Option(help="CPUs per engine actor.")]
 LLMGpus = Annotated[float | None, typer.Option(help="GPUs per engine actor (default: the tensor-parallel size on GPU nodes).")]
+
+
+def _d(config, field: str):
+    """A config field's default, as the command line's: defaults are declared once, in the configs."""
+    return config.model_fields[field].default
 
 
 def _run(fn, *args, **kwargs):
@@ -134,23 +139,23 @@ def _ray(address: str | None, actors: int | None, gpus_per_actor: float | None =
 def index(
     corpus: Annotated[str, typer.Argument(help="BEIR dir, JSONL(.gz) or Parquet file/dir; local path or pyarrow URI.")],
     db: Annotated[str, typer.Option(help="LanceDB directory or URI.")] = "data/lancedb",
-    table: str = "docs",
-    format: Annotated[str, typer.Option(help="auto | beir | jsonl | parquet")] = "auto",
-    model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "auto",
-    title_sep: TitleSep = " ",
-    batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = EmbedConfig.model_fields["batch_size"].default,
+    table: str = _d(IndexConfig, "table"),
+    format: Annotated[str, typer.Option(help="auto | beir | jsonl | parquet")] = _d(IndexConfig, "format"),
+    model: Model = _d(EmbedConfig, "model"),
+    backend: Backend = _d(EmbedConfig, "backend"),
+    title_sep: TitleSep = _d(EmbedConfig, "title_sep"),
+    batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = _d(EmbedConfig, "batch_size"),
     actors: Annotated[int | None, typer.Option(help="Embedding actors; default: none on a local cluster of one CPU node (the driver encodes), else one per GPU, or one per node on CPU nodes.")] = None,
     gpus_per_actor: Annotated[float | None, typer.Option(help="GPUs per embedding actor; default: 1 where the cluster has GPUs, else 0.")] = None,
-    delete_missing: Annotated[bool, typer.Option(help="Delete stored documents absent from this snapshot.")] = True,
-    max_delete_fraction: Annotated[float, typer.Option(help="Refuse a snapshot that would delete more than this share of the table.")] = 0.1,
-    allow_mass_delete: Annotated[bool, typer.Option(help="Delete past --max-delete-fraction (an empty snapshot never deletes).")] = False,
-    prune_after_hours: Annotated[float, typer.Option(help="Prune untagged table versions older than this after a successful run.")] = 168.0,
-    write_batch_rows: Annotated[int, typer.Option(help="Rows per LanceDB commit.")] = 4096,
-    max_reject_fraction: Annotated[float, typer.Option(help="Fail when more than this share of rows is rejected.")] = 0.01,
-    max_doc_bytes: int = 1 << 20,
-    ann_threshold: Annotated[int, typer.Option(help="Build an ANN index from this many rows.")] = 100_000,
-    tag: Annotated[str | None, typer.Option(help="LanceDB tag for this run.")] = None,
+    delete_missing: Annotated[bool, typer.Option(help="Delete stored documents absent from this snapshot.")] = _d(IndexConfig, "delete_missing"),
+    max_delete_fraction: Annotated[float, typer.Option(help="Refuse a snapshot that would delete more than this share of the table.")] = _d(IndexConfig, "max_delete_fraction"),
+    allow_mass_delete: Annotated[bool, typer.Option(help="Delete past --max-delete-fraction (an empty snapshot never deletes).")] = _d(IndexConfig, "allow_mass_delete"),
+    prune_after_hours: Annotated[float, typer.Option(help="Prune untagged table versions older than this after a successful run.")] = _d(IndexConfig, "prune_after_hours"),
+    write_batch_rows: Annotated[int, typer.Option(help="Rows per LanceDB commit.")] = _d(IndexConfig, "write_batch_rows"),
+    max_reject_fraction: Annotated[float, typer.Option(help="Fail when more than this share of rows is rejected.")] = _d(IndexConfig, "max_reject_fraction"),
+    max_doc_bytes: int = _d(IndexConfig, "max_doc_bytes"),
+    ann_threshold: Annotated[int, typer.Option(help="Build an ANN index from this many rows.")] = _d(IndexConfig, "ann_threshold"),
+    tag: Annotated[str | None, typer.Option(help="LanceDB tag for this run.")] = _d(IndexConfig, "tag"),
     ray_address: RayAddress = None,
     out: Annotated[Path, typer.Option(help="Run directory (manifest, rejects).")] = Path("runs/index"),
     progress: Annotated[bool, typer.Option(help="Show a live progress line.")] = True,
@@ -217,7 +222,7 @@ def restore(
 def retrieve(
     queries: Annotated[str, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet.")],
     db: str = "data/lancedb",
-    table: str = "docs",
+    table: str = _d(RetrieveConfig, "table"),
     table_version: Annotated[
         str | None, typer.Option(help="Read this version of the table: a number or a tag (e.g. nightly-2026-11-20); default the latest.")
     ] = None,
@@ -231,21 +236,21 @@ def retrieve(
         list[str] | None, typer.Option("--set", help="A preset option, KEY=VALUE (repeat), e.g. itlr_mode=ann, orlog_k=20, "
                                        "decompositions=PATH; `logicrank stages` lists them with their defaults.")
     ] = None,
-    model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "auto",
-    trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = False,
-    llm_model: LLMModel = "smollm2-135m-instruct",
-    llm_dtype: LLMDtype = "auto",
-    llm_max_model_len: LLMMaxLen = 2048,
-    tensor_parallel_size: TensorParallel = 1,
+    model: Model = _d(EmbedConfig, "model"),
+    backend: Backend = _d(EmbedConfig, "backend"),
+    trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = _d(RetrieveConfig, "trec"),
+    llm_model: LLMModel = _d(LLMConfig, "model"),
+    llm_dtype: LLMDtype = _d(LLMConfig, "dtype"),
+    llm_max_model_len: LLMMaxLen = _d(LLMConfig, "max_model_len"),
+    tensor_parallel_size: TensorParallel = _d(LLMConfig, "tensor_parallel_size"),
     compiled: Compiled = False,
-    llm_cache: LLMCache = "default",
-    actors: LLMActors = 1,
-    cpus_per_actor: LLMCpus = 1.0,
+    llm_cache: LLMCache = _d(LLMConfig, "cache"),
+    actors: LLMActors = _d(LLMConfig, "actors"),
+    cpus_per_actor: LLMCpus = _d(LLMConfig, "cpus_per_actor"),
     gpus_per_actor: LLMGpus = None,
-    llm_batch_rows: Annotated[int, typer.Option(help="Prompts per engine call of the LLM pool.")] = 64,
+    llm_batch_rows: Annotated[int, typer.Option(help="Prompts per engine call of the LLM pool.")] = _d(LLMConfig, "batch_rows"),
     retrieve_actors: Annotated[int | None, typer.Option(help="Actors of the bulk-retrieval pool (dense, bm25 over query batches); default: sized to the cluster, and a small job runs in the driver.")] = None,
-    retrieve_batch_rows: Annotated[int, typer.Option(help="Queries per batch of the bulk-retrieval pool.")] = 1024,
+    retrieve_batch_rows: Annotated[int, typer.Option(help="Queries per batch of the bulk-retrieval pool.")] = _d(RayConfig, "retrieve_batch_rows"),
     ray_address: RayAddress = None,
     out: Path = Path("runs/retrieve"),
     progress: Annotated[bool, typer.Option(help="Print LLM progress.")] = True,
@@ -287,18 +292,16 @@ def stages():
 def evaluate(
     qrels: Annotated[str | None, typer.Argument(help="BEIR qrels TSV (or a BEIR dir) or TREC qrels (not needed for --answers alone).")] = None,
     runs: Annotated[list[str] | None, typer.Argument(help="Run tables (Parquet) or TREC run files.")] = None,
-    measure: Annotated[list[str], typer.Option(help="Measure names, e.g. nDCG@10 P@1 R@100 MRR MAP F1@10.")] = [  # noqa: B006
-        "nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10",
-    ],
+    measure: Annotated[list[str], typer.Option(help="Measure names, e.g. nDCG@10 P@1 R@100 MRR MAP F1@10.")] = list(_d(EvaluateConfig, "measures")),  # noqa: B006
     baseline: Annotated[str | None, typer.Option(help="run_id to test the others against (default: the first).")] = None,
-    test: Annotated[str, typer.Option(help="t-test | randomisation")] = "t-test",
-    correction: Annotated[str, typer.Option(help="holm | bonferroni | bh")] = "holm",
+    test: Annotated[str, typer.Option(help="t-test | randomisation")] = _d(EvaluateConfig, "test"),
+    correction: Annotated[str, typer.Option(help="holm | bonferroni | bh")] = _d(EvaluateConfig, "correction"),
     dedupe: Annotated[
         bool, typer.Option(help="Keep each repeated (query, doc) pair's best-ranked row (default: refuse such a run, as trec_eval).")
-    ] = False,
+    ] = _d(EvaluateConfig, "dedupe"),
     answers: Annotated[list[str] | None, typer.Option(help="Answer tables (answers/<run_id>.parquet of a lag stage) or JSONL; repeat.")] = None,
     gold: Annotated[str | None, typer.Option(help="Gold answers: answers.jsonl of `logicrank prepare-qa` (or its directory).")] = None,
-    qa_measure: Annotated[list[str], typer.Option(help="QA measures: EM TokenF1 Acc Judge.")] = ["EM", "TokenF1", "Acc"],  # noqa: B006
+    qa_measure: Annotated[list[str], typer.Option(help="QA measures: EM TokenF1 Acc Judge.")] = list(_d(EvaluateConfig, "qa_measures")),  # noqa: B006
     judge_llm: Annotated[str | None, typer.Option(help="The LLM of the Judge measure (a registered name or a checkpoint dir).")] = None,
     out: Path = Path("runs/evaluate"),
 ):
@@ -326,18 +329,18 @@ def evaluate(
 @app.command()
 def decompose(
     queries: Annotated[str, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet.")],
-    model: Annotated[str, typer.Option(help="Registered LLM name or a checkpoint directory.")] = "smollm2-135m-instruct",
-    method: Annotated[list[str], typer.Option(help="itlr | orlog | reasoning (repeat; default all).")] = ["itlr", "orlog", "reasoning"],  # noqa: B006
-    constrained: Annotated[bool, typer.Option(help="Grammar / JSON-schema constrained decoding.")] = True,
-    dtype: LLMDtype = "auto",
-    max_model_len: LLMMaxLen = 2048,
-    tensor_parallel_size: TensorParallel = 1,
+    model: Annotated[str, typer.Option(help="Registered LLM name or a checkpoint directory.")] = _d(LLMConfig, "model"),
+    method: Annotated[list[str], typer.Option(help="itlr | orlog | reasoning (repeat; default all).")] = list(_d(DecomposeConfig, "methods")),  # noqa: B006
+    constrained: Annotated[bool, typer.Option(help="Grammar / JSON-schema constrained decoding.")] = _d(DecomposeConfig, "constrained"),
+    dtype: LLMDtype = _d(LLMConfig, "dtype"),
+    max_model_len: LLMMaxLen = _d(LLMConfig, "max_model_len"),
+    tensor_parallel_size: TensorParallel = _d(LLMConfig, "tensor_parallel_size"),
     compiled: Compiled = False,
-    actors: Annotated[int, typer.Option(help="Engine actors.")] = 1,
-    cpus_per_actor: float = 1.0,
+    actors: Annotated[int, typer.Option(help="Engine actors.")] = _d(LLMConfig, "actors"),
+    cpus_per_actor: float = _d(LLMConfig, "cpus_per_actor"),
     gpus_per_actor: LLMGpus = None,
-    batch_rows: Annotated[int, typer.Option(help="Prompts per engine call.")] = 64,
-    cache: LLMCache = "default",
+    batch_rows: Annotated[int, typer.Option(help="Prompts per engine call.")] = _d(LLMConfig, "batch_rows"),
+    cache: LLMCache = _d(LLMConfig, "cache"),
     ray_address: RayAddress = None,
     out: Path = Path("runs/decompose"),
     progress: bool = True,
@@ -375,16 +378,16 @@ def bench_rules(
     seed: int = 0,
     r3: Annotated[str, typer.Option(help="R3 over the best SIAR run of: both retrievers | better (higher vanilla R@n) | none.")] = "both",
     r3_n: Annotated[int, typer.Option(help="R3: rules reranked per query (its windows: 20, stride 10).")] = 20,
-    model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "auto",
-    llm_model: LLMModel = "smollm2-135m-instruct",
-    llm_dtype: LLMDtype = "auto",
-    llm_max_model_len: LLMMaxLen = 2048,
-    tensor_parallel_size: TensorParallel = 1,
+    model: Model = _d(EmbedConfig, "model"),
+    backend: Backend = _d(EmbedConfig, "backend"),
+    llm_model: LLMModel = _d(LLMConfig, "model"),
+    llm_dtype: LLMDtype = _d(LLMConfig, "dtype"),
+    llm_max_model_len: LLMMaxLen = _d(LLMConfig, "max_model_len"),
+    tensor_parallel_size: TensorParallel = _d(LLMConfig, "tensor_parallel_size"),
     compiled: Compiled = False,
-    llm_cache: LLMCache = "default",
-    actors: LLMActors = 1,
-    cpus_per_actor: LLMCpus = 1.0,
+    llm_cache: LLMCache = _d(LLMConfig, "cache"),
+    actors: LLMActors = _d(LLMConfig, "actors"),
+    cpus_per_actor: LLMCpus = _d(LLMConfig, "cpus_per_actor"),
     gpus_per_actor: LLMGpus = None,
     ray_address: RayAddress = None,
 ):
@@ -426,16 +429,16 @@ def bench_lag(
     seed: int = 0,
     llm_rows: Annotated[bool, typer.Option(help="Run RAG, LAG and the ablations with the LLM (--no-llm-rows: the oracle table only).")] = True,
     judge: Annotated[bool, typer.Option(help="Add the LLM-judge accuracy (the same LLM judges).")] = False,
-    model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "auto",
-    llm_model: LLMModel = "smollm2-135m-instruct",
-    llm_dtype: LLMDtype = "auto",
-    llm_max_model_len: LLMMaxLen = 2048,
-    tensor_parallel_size: TensorParallel = 1,
+    model: Model = _d(EmbedConfig, "model"),
+    backend: Backend = _d(EmbedConfig, "backend"),
+    llm_model: LLMModel = _d(LLMConfig, "model"),
+    llm_dtype: LLMDtype = _d(LLMConfig, "dtype"),
+    llm_max_model_len: LLMMaxLen = _d(LLMConfig, "max_model_len"),
+    tensor_parallel_size: TensorParallel = _d(LLMConfig, "tensor_parallel_size"),
     compiled: Compiled = False,
-    llm_cache: LLMCache = "default",
-    actors: LLMActors = 1,
-    cpus_per_actor: LLMCpus = 1.0,
+    llm_cache: LLMCache = _d(LLMConfig, "cache"),
+    actors: LLMActors = _d(LLMConfig, "actors"),
+    cpus_per_actor: LLMCpus = _d(LLMConfig, "cpus_per_actor"),
     gpus_per_actor: LLMGpus = None,
     ray_address: RayAddress = None,
 ):
@@ -466,29 +469,29 @@ app.add_typer(generate_app, name="generate")
 def generate_itlr(
     db: Annotated[str, typer.Option(help="LanceDB directory of the indexed corpus (`logicrank index`).")],
     out: Annotated[Path, typer.Option(help="The dataset's directory (checkpoints too: rerun the same command to resume).")],
-    table: str = "docs",
-    docs: Annotated[int, typer.Option(help="Documents sampled for topics.")] = 32,
-    shard_docs: Annotated[int, typer.Option(help="Documents per shard (the unit of checkpoints).")] = 8,
-    questions_per_shard: Annotated[int, typer.Option(help="Logical queries filled from each shard's topics.")] = 8,
-    max_topics: Annotated[int, typer.Option(help="Topics kept per document.")] = 3,
-    seed: int = 0,
-    candidate: Annotated[list[str], typer.Option(help="Retrievers proposing documents to label (repeat): dense bm25 itlr.")] = ["dense", "bm25", "itlr"],  # noqa: B006
-    candidate_k: Annotated[int, typer.Option(help="Top k of each retriever; their union is judged.")] = 10,
-    dedup_threshold: Annotated[float, typer.Option(help="Near-duplicate questions: embedding cosine above this.")] = 0.95,
-    label_threshold: Annotated[float, typer.Option(help="A pair is relevant when P(True) >= this.")] = 0.5,
+    table: str = _d(GenerateConfig, "table"),
+    docs: Annotated[int, typer.Option(help="Documents sampled for topics.")] = _d(GenerateConfig, "docs"),
+    shard_docs: Annotated[int, typer.Option(help="Documents per shard (the unit of checkpoints).")] = _d(GenerateConfig, "shard_docs"),
+    questions_per_shard: Annotated[int, typer.Option(help="Logical queries filled from each shard's topics.")] = _d(GenerateConfig, "questions_per_shard"),
+    max_topics: Annotated[int, typer.Option(help="Topics kept per document.")] = _d(GenerateConfig, "max_topics"),
+    seed: int = _d(GenerateConfig, "seed"),
+    candidate: Annotated[list[str], typer.Option(help="Retrievers proposing documents to label (repeat): dense bm25 itlr.")] = list(_d(GenerateConfig, "candidates")),  # noqa: B006
+    candidate_k: Annotated[int, typer.Option(help="Top k of each retriever; their union is judged.")] = _d(GenerateConfig, "candidate_k"),
+    dedup_threshold: Annotated[float, typer.Option(help="Near-duplicate questions: embedding cosine above this.")] = _d(GenerateConfig, "dedup_threshold"),
+    label_threshold: Annotated[float, typer.Option(help="A pair is relevant when P(True) >= this.")] = _d(GenerateConfig, "label_threshold"),
     wave_shards: Annotated[int | None, typer.Option(help="Shards sent to the LLM pool at once (default 2 per engine actor).")] = None,
-    model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "auto",
-    llm_model: LLMModel = "smollm2-135m-instruct",
-    llm_dtype: LLMDtype = "auto",
-    llm_max_model_len: LLMMaxLen = 2048,
-    tensor_parallel_size: TensorParallel = 1,
+    model: Model = _d(EmbedConfig, "model"),
+    backend: Backend = _d(EmbedConfig, "backend"),
+    llm_model: LLMModel = _d(LLMConfig, "model"),
+    llm_dtype: LLMDtype = _d(LLMConfig, "dtype"),
+    llm_max_model_len: LLMMaxLen = _d(LLMConfig, "max_model_len"),
+    tensor_parallel_size: TensorParallel = _d(LLMConfig, "tensor_parallel_size"),
     compiled: Compiled = False,
-    llm_cache: LLMCache = "default",
-    actors: LLMActors = 1,
-    cpus_per_actor: LLMCpus = 1.0,
+    llm_cache: LLMCache = _d(LLMConfig, "cache"),
+    actors: LLMActors = _d(LLMConfig, "actors"),
+    cpus_per_actor: LLMCpus = _d(LLMConfig, "cpus_per_actor"),
     gpus_per_actor: LLMGpus = None,
-    llm_batch_rows: Annotated[int, typer.Option(help="Prompts per engine call of the LLM pool.")] = 64,
+    llm_batch_rows: Annotated[int, typer.Option(help="Prompts per engine call of the LLM pool.")] = _d(LLMConfig, "batch_rows"),
     ray_address: RayAddress = None,
     progress: Annotated[bool, typer.Option(help="Print LLM progress.")] = False,
 ):
