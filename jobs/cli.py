@@ -274,6 +274,8 @@ def retrieve(
     else:
         from pipelines.pipeline import from_methods, method_options
 
+        if k is not None and any(s.strip().replace("-", "_").startswith("k=") for s in set_ or ()):
+            _fail("retrieve: give the presets' k once, as --k N or --set k=N.")
         options = _run(method_options, set_ or (), **({"k": k} if k is not None else {}))
         cfg = _run(RetrieveConfig, pipelines=_run(from_methods, tuple(method or ["dense"]), options, run_tag), **common)
     for rid, path in _job("retrieve", out, run_retrieve, cfg, out, echo=typer.echo, progress=progress).items():
@@ -535,16 +537,16 @@ def bench_setlogic(
     k: Annotated[int, typer.Option(help="Depth of R@k and F1@k (the predicted set).")] = 5,
     orlog: Annotated[bool, typer.Option(help="Add OrLog with the gold atoms (LLM scoring; --no-orlog: dense, bm25, ITLR only).")] = True,
     orlog_depth: Annotated[int, typer.Option(help="OrLog: bm25 candidates reranked per query.")] = 20,
-    model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "auto",
-    llm_model: LLMModel = "smollm2-135m-instruct",
-    llm_dtype: LLMDtype = "auto",
-    llm_max_model_len: LLMMaxLen = 2048,
-    tensor_parallel_size: TensorParallel = 1,
+    model: Model = _d(EmbedConfig, "model"),
+    backend: Backend = _d(EmbedConfig, "backend"),
+    llm_model: LLMModel = _d(LLMConfig, "model"),
+    llm_dtype: LLMDtype = _d(LLMConfig, "dtype"),
+    llm_max_model_len: LLMMaxLen = _d(LLMConfig, "max_model_len"),
+    tensor_parallel_size: TensorParallel = _d(LLMConfig, "tensor_parallel_size"),
     compiled: Compiled = False,
-    llm_cache: LLMCache = "default",
-    actors: LLMActors = 1,
-    cpus_per_actor: LLMCpus = 1.0,
+    llm_cache: LLMCache = _d(LLMConfig, "cache"),
+    actors: LLMActors = _d(LLMConfig, "actors"),
+    cpus_per_actor: LLMCpus = _d(LLMConfig, "cpus_per_actor"),
     gpus_per_actor: LLMGpus = None,
     ray_address: RayAddress = None,
 ):
@@ -590,7 +592,7 @@ def itlr_bench(
     out: Annotated[Path, typer.Option(help="Where the generated data, index and tables go.")] = Path("runs/itlr-bench"),
     per_template: Annotated[int, typer.Option(help="Queries per template (32 templates).")] = 10,
     seed: int = 0,
-    backend: Backend = "auto",
+    backend: Backend = _d(EmbedConfig, "backend"),
 ):
     """ITLR's synthetic logical benchmark from SciFact text: Table 1 (by negations) and Table 2 (operators)."""
     from jobs.itlr_bench import run_itlr_bench
@@ -604,10 +606,10 @@ def ablate(
     queries: Annotated[str, typer.Argument(help="Queries with a logical_query column.")],
     qrels: str,
     db: str = "data/lancedb",
-    table: str = "docs",
+    table: str = _d(IndexConfig, "table"),
     measure: str = "nDCG@10",
-    model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "auto",
+    model: Model = _d(EmbedConfig, "model"),
+    backend: Backend = _d(EmbedConfig, "backend"),
     out: Path = Path("runs/ablate"),
 ):
     """ITLR operator ablation: every AND x OR x NOT family, one exact pass, one table."""
@@ -662,7 +664,7 @@ def nightly(
 def nightly_demo(
     out: Annotated[Path, typer.Option(help="Where the snapshots, the table and the nightly directory go (emptied first).")] = Path("runs/nightly-demo"),
     corrupt_queries: Annotated[int, typer.Option(help="Night 3 swaps the texts of the relevant documents of this many queries.")] = 60,
-    backend: Backend = "auto",
+    backend: Backend = _d(EmbedConfig, "backend"),
     ray_address: RayAddress = None,
 ):
     """Three nights of `logicrank nightly` on bundled SciFact: baseline, a routine change, a corrupted snapshot."""
@@ -700,9 +702,9 @@ def _load_yaml(path: Path, what: str, error: type[UserError]):
 def experiment(
     file: Annotated[Path, typer.Argument(help="An experiment file (docs/experiments.md; shipped ones in jobs/experiments/).")],
     out: Annotated[Path | None, typer.Option(help="Where the index, runs and report go; default runs/experiments/<name>.")] = None,
-    model: Model = "all-MiniLM-L6-v2",
-    backend: Backend = "auto",
-    llm_model: LLMModel = "smollm2-135m-instruct",
+    model: Model = _d(EmbedConfig, "model"),
+    backend: Backend = _d(EmbedConfig, "backend"),
+    llm_model: LLMModel = _d(LLMConfig, "model"),
     ray_address: RayAddress = None,
     progress: bool = True,
 ):
@@ -723,7 +725,7 @@ def experiment(
 @app.command("main")
 def main_job(
     out: Annotated[Path, typer.Option(help="Where the index, runs and report go.")] = Path("runs/scifact"),
-    backend: Backend = "auto",
+    backend: Backend = _d(EmbedConfig, "backend"),
     ray_address: RayAddress = None,
     progress: bool = True,
     rulebench: Annotated[

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from schemas.config import EmbedConfig, LLMConfig, RayConfig
+from schemas.config import EmbedConfig, IndexConfig, LLMConfig, RayConfig
 from schemas.errors import JobFailed, UserError
 
 EXPERIMENTS = Path(__file__).parent / "experiments"  # the experiment files that ship
@@ -52,8 +52,9 @@ class Dataset(_Model):
     """Where the queries, qrels and corpus come from: exactly one of ``bundled`` (a set in
     pipelines/datasets), ``beir`` (a BEIR directory: corpus.jsonl, queries.jsonl,
     qrels/test.tsv) or ``rulebench`` (a RuleBench set's directory, rules.json and
-    test_data.json, converted as `logicrank prepare-rulebench` does) or ``setlogic`` (LIMIT
-set-logic queries generated with exact gold). Paths may name
+    test_data.json, converted as `logicrank prepare-rulebench` does), ``setlogic`` (LIMIT
+    set-logic queries generated with exact gold) or ``qa`` (a bundled multi-hop QA set,
+    converted as `logicrank prepare-qa` does). Paths may name
     environment variables (``${LOGICRANK_RULEBENCH}``). ``sample``: that many queries drawn
     with ``seed`` (queries and qrels cut alike)."""
 
@@ -125,7 +126,20 @@ class Experiment(_Model):
             names += list(from_methods(self.presets, method_options(**self.preset_options)))
         if len(set(names)) != len(names):
             raise ValueError(f"pipelines and presets both name {sorted({n for n in names if names.count(n) > 1})}")
-        parse_measures(self.measures)
+        measures = [str(m) for m in parse_measures(self.measures)]
+        from pipelines.evaluate.measures import parse_measure
+
+        off = [f"{r.run} {r.measure}" for r in self.references if str(parse_measure(r.measure)) not in measures]
+        if off:
+            raise ValueError(f"references name measure(s) not among the measures {measures}: {off}")
+        fixed = sorted({"corpus", "db", "embed", "ray"} & set(self.index))
+        if fixed:
+            raise ValueError(f"index: {fixed} come from the dataset, the embed key and the command line, not the index recipe")
+        for key, config, values in (("embed", EmbedConfig, self.embed), ("index", IndexConfig, {"corpus": "-", "db": "-", **self.index})):
+            try:
+                config.model_validate(values)
+            except ValidationError as exc:
+                raise ValueError(f"{key}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))) from None
         unknown = sorted({r.run for r in self.references} - set(names)) + ([self.baseline] if self.baseline and self.baseline not in names else [])
         if unknown:
             raise ValueError(f"references or baseline name runs that are not among the pipelines {names}: {unknown}")
@@ -133,10 +147,13 @@ class Experiment(_Model):
 
 
 def load(path: str | Path) -> Experiment:
-    """An experiment file; a mistake is one line naming the file and the key."""
+    """An experiment file (or the name of one in jobs/experiments/, e.g. ``scifact``); a
+    mistake is one line naming the file and the key."""
     import yaml
 
     path = Path(path)
+    if not path.exists() and (EXPERIMENTS / f"{path.name}.yaml").is_file() and path.name == str(path):
+        path = EXPERIMENTS / f"{path.name}.yaml"
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -146,7 +163,7 @@ def load(path: str | Path) -> Experiment:
     try:
         return Experiment.model_validate(data)
     except ValidationError as exc:
-        parts = [f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors(include_url=False)]
+        parts = [(f"{'.'.join(map(str, e['loc']))}: " if e["loc"] else "") + e["msg"].removeprefix("Value error, ") for e in exc.errors(include_url=False)]
         raise ExperimentError(f"experiment {path}: " + "; ".join(parts)) from None
 
 
@@ -206,10 +223,13 @@ def _run(exp: Experiment, out: Path, embed: EmbedConfig, ray: RayConfig, llm: LL
     from schemas.config import EvaluateConfig, IndexConfig
 
     corpus, queries, qrels = _dataset(exp.dataset, out)
-    embed = embed.model_copy(update=exp.embed) if exp.embed else embed
-    pipelines = _in_dataset(dict(exp.pipelines or {}), str(_dataset_root(exp.dataset, out)))
+    embed = EmbedConfig.model_validate({**embed.model_dump(), **exp.embed})
+    for column in exp.group_by:  # before any work
+        _group_of(queries, column)
+    root = str(_dataset_root(exp.dataset, out))
+    pipelines = _in_dataset(dict(exp.pipelines or {}), root)
     if exp.presets:
-        pipelines.update(from_methods(exp.presets, method_options(**exp.preset_options)))
+        pipelines.update(from_methods(exp.presets, method_options(**_in_dataset(exp.preset_options, root))))
     cfg = RetrieveConfig(queries=str(queries), db=str(out / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)
     timings: dict[str, float] = {}
     t = time.perf_counter()
@@ -264,10 +284,11 @@ def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
             root, qrels = out / "data", "qrels/test.tsv"
         else:
             root, qrels = Path(_expand(d.beir)), d.qrels
-        files = (root / "corpus.jsonl", root / "queries.jsonl", root / qrels)
-        missing = [str(f) for f in files if not f.exists() and not Path(str(f) + ".gz").exists()]
+        missing = [str(f) for f in (root / "queries.jsonl", root / qrels) if not f.is_file()]
+        if not (root / "corpus.jsonl").is_file() and not (root / "corpus.jsonl.gz").is_file():
+            missing.insert(0, str(root / "corpus.jsonl"))
         if missing:
-            raise ExperimentError(f"dataset {d.beir}: no {', '.join(missing)} (a BEIR directory holds corpus.jsonl, queries.jsonl and {qrels})")
+            raise ExperimentError(f"dataset {d.label}: no {', '.join(missing)} (a BEIR directory holds corpus.jsonl(.gz), queries.jsonl and {qrels})")
         corpus = root
     queries, qrels_path = sample_queries(root, d.sample, d.seed, "experiment", out=out / "sample", qrels=qrels)
     return corpus, queries, qrels_path
@@ -314,6 +335,17 @@ def _grouped(metrics: pa.Table, queries: Path, column: str) -> pd.DataFrame:
     columns: measures; plus the number of queries per group)."""
     from schemas.tables import AGGREGATE_QUERY_ID
 
+    groups = _group_of(queries, column)
+    df = metrics.to_pandas()
+    df = df[df["query_id"] != AGGREGATE_QUERY_ID]
+    df[column] = df["query_id"].map(groups)
+    table = df.pivot_table(index=["run_id", column], columns="measure", values="value", aggfunc="mean", sort=False)
+    counts = df[df["measure"] == df["measure"].iloc[0]].groupby(["run_id", column], sort=False).size()
+    return table.assign(queries=counts)
+
+
+def _group_of(queries: Path, column: str) -> dict[str, str]:
+    """query id -> its value of ``column`` (a top-level field of the queries file, or under metadata)."""
     groups = {}
     for line in queries.read_text(encoding="utf-8").splitlines():
         if line.strip():
@@ -323,12 +355,7 @@ def _grouped(metrics: pa.Table, queries: Path, column: str) -> pd.DataFrame:
             if value is None:
                 raise ExperimentError(f"group_by {column!r}: query {qid} has no such field")
             groups[qid] = str(value)
-    df = metrics.to_pandas()
-    df = df[df["query_id"] != AGGREGATE_QUERY_ID]
-    df[column] = df["query_id"].map(groups)
-    table = df.pivot_table(index=["run_id", column], columns="measure", values="value", aggfunc="mean", sort=False)
-    counts = df[df["measure"] == df["measure"].iloc[0]].groupby(["run_id", column], sort=False).size()
-    return table.assign(queries=counts)
+    return groups
 
 
 def _fmt(v: float | None) -> str:

@@ -46,7 +46,7 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
     exp = load(EXPERIMENTS / "scifact.yaml")
     db = str(out / "lancedb")
     echo(f"[1/9] index {scifact().corpus} -> {db}; [2/9] retrieve 300 queries: dense, bm25, hybrid; [3/9] evaluate "
-         f"(experiment {EXPERIMENTS.name}/scifact.yaml)")
+         "(experiment jobs/experiments/scifact.yaml)")
     res = run_experiment(exp, out, embed, ray, strict=False, progress=progress)
     summary = res.index
     echo(f"      {summary.inserted} inserted, {summary.updated} updated, {summary.unchanged} unchanged, "

@@ -110,15 +110,19 @@ def sample_queries(beir: Path, n: int | None, seed: int, job: str, out: Path | N
     queries, qrels = beir / "queries.jsonl", beir / qrels
     if n is None:
         return queries, qrels
-    lines = queries.read_text(encoding="utf-8").splitlines()
+    rows = qrels.read_text(encoding="utf-8").splitlines()
+    judged = {r.split("\t")[0] for r in rows[1:] if r.strip()}
+    # drawn among the queries the qrels judge (evaluation averages over those): a BEIR queries
+    # file may hold other splits' queries too
+    lines = [line for line in queries.read_text(encoding="utf-8").splitlines() if line.strip() and str(json.loads(line)["_id"]) in judged]
     if not 1 <= n <= len(lines):
-        raise UserError(f"{job}: --sample {n}: must be between 1 and {len(lines)}")
+        flag = "--sample" if job.startswith("bench") else "sample"
+        raise UserError(f"{job}: {flag} {n}: must be between 1 and {len(lines)} (the queries the qrels judge)")
     picked = sorted(random.Random(seed).sample(range(len(lines)), n))
-    keep = {json.loads(lines[i])["_id"] for i in picked}
+    keep = {str(json.loads(lines[i])["_id"]) for i in picked}
     out = out or beir.parent / "sample"
     out_q, out_r = out / "queries.jsonl", out / "qrels.tsv"
     write_text_atomic("".join(lines[i] + "\n" for i in picked), out_q)
-    rows = qrels.read_text(encoding="utf-8").splitlines()
     write_text_atomic("\n".join([rows[0], *(r for r in rows[1:] if r.split("\t")[0] in keep)]) + "\n", out_r)
     return out_q, out_r
 

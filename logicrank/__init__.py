@@ -13,7 +13,7 @@ want a cluster; this is for looking at one. docs/python-api.md walks through it:
     runs = lr.retrieve(table, queries, pipes)  # an Arrow table with the RUN columns
     metrics = lr.evaluate(runs, lr.read_qrels("pipelines/datasets/scifact/qrels/test.tsv"), ["nDCG@10"])
     lr.compare(metrics, baseline="bm25")
-    lr.run_experiment("jobs/experiments/scifact.yaml")  # a whole benchmark, on a local Ray cluster
+    lr.run_experiment("scifact")  # a whole benchmark (jobs/experiments/scifact.yaml), on a local Ray cluster
 """
 
 from __future__ import annotations

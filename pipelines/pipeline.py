@@ -166,7 +166,7 @@ class MethodOptions(BaseModel):
     k: int = Field(100, ge=1, le=10_000, description="Documents kept per query in each preset's run.")
     hybrid_depth: int = Field(100, ge=1, description="hybrid: depth of each fused list (at least k is used).")
     rrf_k: int = Field(60, ge=1, description="hybrid: the fusion constant.")
-    itlr_mode: Literal["exact", "ann"] = Field("exact", description="itlr: exact (every document) | ann (re-score ANN candidates).")
+    itlr_mode: Literal["exact", "ann"] = Field("exact", description="itlr: exact (every document) or ann (re-score ANN candidates).")
     operators: str = Field("and=product,or=sum,not=complement", description="itlr: the fuzzy operators.")
     calibration: Literal["none", "zscore", "sigmoid"] = Field("none", description="itlr: per-term score calibration (sigmoid needs labels).")
     calibration_sample: int = Field(10_000, ge=10, description="itlr zscore: documents sampled per term.")
@@ -181,7 +181,7 @@ class MethodOptions(BaseModel):
     orlog_context: bool = Field(True, description="orlog: put the candidate's text before each statement.")
     orlog_context_tokens: int = Field(256, ge=1, description="orlog: tokens of the candidate's text kept.")
     orlog_calibration: Literal["none", "content-free", "pool-mean"] = Field("none", description="orlog: logit calibration.")
-    orlog_reasoner: Literal["compiled", "problog"] = Field("compiled", description="orlog: compiled (exact, vectorised) | problog (reference).")
+    orlog_reasoner: Literal["compiled", "problog"] = Field("compiled", description="orlog: compiled (exact, vectorised) or problog (reference).")
 
 
 def method_options(overrides: Sequence[str] = (), **given: Any) -> MethodOptions:

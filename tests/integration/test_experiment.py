@@ -80,8 +80,8 @@ def test_an_experiment_gives_the_table_of_its_jobs_run_by_hand_groups_and_checks
 
 def test_a_bad_experiment_file_is_one_line_and_the_shipped_ones_load(tmp_path, monkeypatch):
     for path in sorted(EXPERIMENTS.glob("*.yaml")):
-        load(path)
-    assert (EXPERIMENTS / "scifact.yaml").is_file()
+        assert load(path) == load(path.stem)  # a shipped file also by its name
+    assert len(list(EXPERIMENTS.glob("*.yaml"))) >= 5
     monkeypatch.delenv("NO_SUCH_DIR", raising=False)
     for spec, message in [({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}}, "give pipelines or presets"),
                           ({"name": "x", "title": "x", "dataset": {}, "presets": ["dense"]}, "dataset: give exactly one of bundled, beir"),
@@ -93,10 +93,18 @@ def test_a_bad_experiment_file_is_one_line_and_the_shipped_ones_load(tmp_path, m
                           ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "baseline": "dense"},
                            r"not among the pipelines \['bm25'\]: \['dense'\]"),
                           ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "pipelines": {"bm25": ["bm25"]}},
-                           r"both name \['bm25'\]")]:
+                           r"both name \['bm25'\]"),
+                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "embed": {"titel_sep": ". "}},
+                           "embed: titel_sep: Extra inputs are not permitted"),
+                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "index": {"corpus": "c"}},
+                           r"index: \['corpus'\] come from the dataset"),
+                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "measures": ["P@1"],
+                            "references": [{"run": "bm25", "measure": "nDCG@20", "value": 0.5, "tolerance": 0.1, "source": "s"}]},
+                           r"references name measure\(s\) not among the measures \['P@1'\]: \['bm25 nDCG@20'\]")]:
         (tmp_path / "bad.yaml").write_text(yaml.safe_dump(spec))
-        with pytest.raises(ExperimentError, match=message):
+        with pytest.raises(ExperimentError, match=message) as info:
             load(tmp_path / "bad.yaml")
+        assert "\n" not in str(info.value)
     (tmp_path / "env.yaml").write_text(yaml.safe_dump({"name": "x", "title": "x", "dataset": {"beir": "${NO_SUCH_DIR}/ulogic"}, "presets": ["bm25"]}))
     res = CliRunner().invoke(app, ["experiment", str(tmp_path / "env.yaml"), "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and res.output.strip() == "error: dataset path '${NO_SUCH_DIR}/ulogic': an environment variable in it is not set", res.output

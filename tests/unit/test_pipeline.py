@@ -171,3 +171,5 @@ def test_preset_options_are_set_by_key_typed_by_the_options_model_and_a_mistake_
             method_options(bad)
     res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--set", "itlr_mode=fast"])
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "itlr_mode" in res.output, res.output
+    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--k", "5", "--set", "k=6"])
+    assert res.exit_code == 2 and "give the presets' k once, as --k N or --set k=N" in res.output, res.output
