@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
@@ -31,7 +31,6 @@ from pipelines.logic.query import QueryParseError, parse, quote, to_text
 from schemas.errors import JobFailed, UserError
 from schemas.tables import DECOMPOSITIONS
 
-TEMPLATES = {"itlr": "itlr_decompose", "orlog": "orlog_decompose", "reasoning": "reasoning_expand"}
 MAX_ATOMS = 8
 ATOM_ID = re.compile(r"^a[0-9]{1,2}$")
 PLACEHOLDER = "{x}"
@@ -79,11 +78,20 @@ class Parsed:
 
 
 def fallback(method: str, question: str, error: str, status: str = "fallback") -> Parsed:
-    if method == "itlr":
-        return Parsed(status, logical_query=quote(question), error=error)
-    if method == "orlog":
-        atoms = [{"id": "a1", "text": f"{PLACEHOLDER} answers the question: {question}"}]
-        return Parsed(status, logical_query='"a1"', atoms=atoms, error=error)
+    """The raw question in ``method``'s shape (a row that is never dropped)."""
+    return KINDS[method].fallback(question, error, status)
+
+
+def _itlr_fallback(question: str, error: str, status: str) -> Parsed:
+    return Parsed(status, logical_query=quote(question), error=error)
+
+
+def _orlog_fallback(question: str, error: str, status: str) -> Parsed:
+    atoms = [{"id": "a1", "text": f"{PLACEHOLDER} answers the question: {question}"}]
+    return Parsed(status, logical_query='"a1"', atoms=atoms, error=error)
+
+
+def _reasoning_fallback(question: str, error: str, status: str) -> Parsed:
     return Parsed(status, expansion=question, error=error)
 
 
@@ -105,16 +113,24 @@ def read_form(form: str) -> str:
 
 
 def parse_output(method: str, question: str, gen: Generation) -> Parsed:
-    text = gen.text.strip()
-    if method == "reasoning":
-        return Parsed("ok", expansion=text) if text else fallback(method, question, "empty output")
-    if gen.finish_reason == "length":
+    """``method``'s reading of the LLM's output: ok, or a fallback saying why."""
+    if gen.finish_reason == "length" and not KINDS[method].cut_ok:
         return fallback(method, question, f"output cut at max_tokens ({gen.generated_tokens} tokens)")
-    if method == "itlr":
-        try:
-            return Parsed("ok", logical_query=to_text(parse(text)))
-        except QueryParseError as exc:
-            return fallback(method, question, str(exc).splitlines()[0])
+    return KINDS[method].parse(question, gen.text.strip())
+
+
+def _parse_reasoning(question: str, text: str) -> Parsed:
+    return Parsed("ok", expansion=text) if text else _reasoning_fallback(question, "empty output", "fallback")
+
+
+def _parse_itlr(question: str, text: str) -> Parsed:
+    try:
+        return Parsed("ok", logical_query=to_text(parse(text)))
+    except QueryParseError as exc:
+        return _itlr_fallback(question, str(exc).splitlines()[0], "fallback")
+
+
+def _parse_orlog(question: str, text: str) -> Parsed:
     try:
         obj = json.loads(text, strict=False)  # xgrammar lets raw control characters into strings
         atoms = obj["atoms"]
@@ -130,32 +146,28 @@ def parse_output(method: str, question: str, gen: Generation) -> Parsed:
             raise ValueError(f"the form uses undefined atoms {unknown}")
         return Parsed("ok", logical_query=form, atoms=[{"id": i, "text": t} for i, t in zip(ids, texts, strict=True)])
     except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and QueryParseError are ValueErrors
-        return fallback(method, question, f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+        return _orlog_fallback(question, f"{type(exc).__name__}: {str(exc).splitlines()[0]}", "fallback")
 
 
 @dataclass(frozen=True)
 class DecomposeSettings:
-    methods: tuple[str, ...] = ("itlr", "orlog", "reasoning")
+    methods: tuple[str, ...] = field(default_factory=lambda: tuple(KINDS))
     constrained: bool = True  # False: no grammar/schema (to test and measure the fallbacks)
-    max_tokens: tuple[tuple[str, int], ...] = (("itlr", 256), ("orlog", 384), ("reasoning", 256))
+    max_tokens: tuple[tuple[str, int], ...] = field(default_factory=lambda: tuple((k.name, k.max_tokens) for k in KINDS.values()))
     max_term_chars: int | None = None
     temperature: float = 0.0
     seed: int | None = None
 
 
 def constraint_for(method: str, s: DecomposeSettings) -> Constraint | None:
-    if not s.constrained or method == "reasoning":
-        return None
-    if method == "itlr":
-        return Constraint("grammar", to_gbnf(s.max_term_chars))
-    return Constraint("json", orlog_schema())
+    return KINDS[method].constraint(s) if s.constrained else None
 
 
 def decompose(client: LLMClient, query_ids: Sequence[str], questions: Sequence[str], s: DecomposeSettings) -> pa.Table:
     """DECOMPOSITIONS rows for every (query, method): len(query_ids) x len(methods)."""
     rows = []
     for method in s.methods:
-        template = prompts.load(TEMPLATES[method])
+        template = prompts.load(KINDS[method].template)
         gens = _generate_isolating_failures(client, template, questions, constraint_for(method, s), dict(s.max_tokens)[method], s)
         for qid, question, gen in zip(query_ids, questions, gens, strict=True):
             if isinstance(gen, Exception):
@@ -194,29 +206,80 @@ def _generate_isolating_failures(client, template, questions, constraint, max_to
 
 
 def apply_to_queries(queries: pa.Table, decompositions: pa.Table, method: str) -> pa.Table:
-    """The queries with what ``method``'s decomposition gives them, plus its
-    ``decomposition_status``: ``itlr`` sets ``logical_query``; ``orlog`` sets
-    ``logical_query`` (over atom ids) and adds ``atoms``; ``reasoning`` replaces ``text`` by
-    the expansion. Every query must have its row (fallback rows count: they carry the raw
-    question)."""
+    """The queries with what ``method``'s decomposition gives them (its kind's ``apply``:
+    ``itlr`` sets ``logical_query``; ``orlog`` sets ``logical_query`` (over atom ids) and adds
+    ``atoms``; ``reasoning`` replaces ``text`` by the expansion), plus its
+    ``decomposition_status``. Every query must have its row (fallback rows count: they carry
+    the raw question)."""
     from schemas.tables import DECOMPOSED_QUERY, require_columns
 
-    require_columns(decompositions, ["query_id", "method", "status", *{"itlr": ["logical_query"], "orlog": ["logical_query", "atoms"]}.get(method, ["expansion"])], "decompositions")
+    kind = KINDS[method]
+    require_columns(decompositions, ["query_id", "method", "status", *kind.columns], "decompositions")
     rows = decompositions.filter(pa.compute.equal(decompositions.column("method"), method)).to_pylist()
     by_id = {r["query_id"]: r for r in rows}
     qids = queries.column("query_id").to_pylist()
     missing = [q for q in qids if q not in by_id]
     if missing:
         raise DecompositionsError(f"decompositions: no {method} row for {len(missing)} queries (e.g. {missing[:3]}); run `logicrank decompose` on these queries.")
-
-    def put(table: pa.Table, name: str, values, type_) -> pa.Table:
-        column = pa.array(values, type_)
-        i = table.schema.get_field_index(name)
-        return table.set_column(i, name, column) if i >= 0 else table.append_column(name, column)
-
     picked = [by_id[q] for q in qids]
-    out = put(queries, "decomposition_status", [r["status"] for r in picked], DECOMPOSED_QUERY.field("decomposition_status").type)
-    if method == "reasoning":
-        return put(out, "text", [r["expansion"] for r in picked], pa.string())
-    out = put(out, "logical_query", [r["logical_query"] for r in picked], pa.string())
-    return put(out, "atoms", [r["atoms"] for r in picked], DECOMPOSED_QUERY.field("atoms").type) if method == "orlog" else out
+    out = _put(queries, "decomposition_status", [r["status"] for r in picked], DECOMPOSED_QUERY.field("decomposition_status").type)
+    return kind.apply(out, picked)
+
+
+def _put(table: pa.Table, name: str, values, type_) -> pa.Table:
+    column = pa.array(values, type_)
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, name, column) if i >= 0 else table.append_column(name, column)
+
+
+def _apply_logical_query(queries: pa.Table, rows: list[dict]) -> pa.Table:
+    return _put(queries, "logical_query", [r["logical_query"] for r in rows], pa.string())
+
+
+def _apply_atoms(queries: pa.Table, rows: list[dict]) -> pa.Table:
+    from schemas.tables import DECOMPOSED_QUERY
+
+    return _put(_apply_logical_query(queries, rows), "atoms", [r["atoms"] for r in rows], DECOMPOSED_QUERY.field("atoms").type)
+
+
+def _apply_expansion(queries: pa.Table, rows: list[dict]) -> pa.Table:
+    return _put(queries, "text", [r["expansion"] for r in rows], pa.string())
+
+
+# ------------------------------------------------------------------------------ the kinds
+@dataclass(frozen=True)
+class DecompositionKind:
+    """One kind of decomposition, registered by name: everything that lists kinds (the
+    settings' defaults, the prompt templates, parsing, fallbacks, what a query gets) reads
+    :data:`KINDS`. A new kind is a prompt file, one :func:`register_kind` here, and its name
+    in ``schemas.tables.DECOMPOSITION_METHODS`` (the table contract's allowed values; a test
+    keeps the two equal)."""
+
+    name: str
+    template: str  # the prompt file in pipelines/llm/prompts/
+    max_tokens: int  # the default token budget
+    constraint: Callable[[DecomposeSettings], Constraint | None]  # under constrained decoding
+    parse: Callable[[str, str], Parsed]  # (question, output text) -> ok or a fallback
+    fallback: Callable[[str, str, str], Parsed]  # (question, error, status) -> the raw question in this kind's shape
+    columns: tuple[str, ...]  # the decomposition table's columns it fills
+    apply: Callable[[pa.Table, list[dict]], pa.Table]  # the queries with its rows' values
+    cut_ok: bool = False  # an output cut at max_tokens is still usable (free text), not a fallback
+
+
+KINDS: dict[str, DecompositionKind] = {}
+
+
+def register_kind(kind: DecompositionKind) -> DecompositionKind:
+    if kind.name in KINDS:
+        raise RuntimeError(f"decomposition kind {kind.name!r} registered twice")
+    KINDS[kind.name] = kind
+    return kind
+
+
+register_kind(DecompositionKind("itlr", "itlr_decompose", 256, lambda s: Constraint("grammar", to_gbnf(s.max_term_chars)),
+                                _parse_itlr, _itlr_fallback, ("logical_query",), _apply_logical_query))
+register_kind(DecompositionKind("orlog", "orlog_decompose", 384, lambda s: Constraint("json", orlog_schema()),
+                                _parse_orlog, _orlog_fallback, ("logical_query", "atoms"), _apply_atoms))
+register_kind(DecompositionKind("reasoning", "reasoning_expand", 256, lambda s: None,
+                                _parse_reasoning, _reasoning_fallback, ("expansion",), _apply_expansion, cut_ok=True))
+TEMPLATES = {name: kind.template for name, kind in KINDS.items()}  # the prompt file of each kind

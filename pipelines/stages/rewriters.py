@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
-from pipelines.llm.decompose import DecomposeSettings, apply_to_queries, decompose
+from pipelines.llm.decompose import KINDS, DecomposeSettings, apply_to_queries, decompose
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from pipelines.stages.registry import preset, register
 from schemas.tables import DECOMPOSITIONS
@@ -69,7 +69,7 @@ class _Rewriter(Stage):
 
     def _settings(self) -> DecomposeSettings:
         o = self.options
-        budget = o.max_tokens or dict(DecomposeSettings().max_tokens)[self.method]
+        budget = o.max_tokens or KINDS[self.method].max_tokens
         return DecomposeSettings(
             methods=(self.method,), constrained=getattr(o, "constrained", True), max_tokens=((self.method, budget),),
             max_term_chars=getattr(o, "max_term_chars", None), temperature=o.temperature,

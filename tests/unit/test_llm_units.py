@@ -221,3 +221,28 @@ def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_r
     with pytest.raises(LLMFailed, match="core died"):
         decompose(dead, ["q1", "q2"], ["a?", "b?"], DecomposeSettings(methods=("itlr",)))
     assert dead.calls == 1
+
+
+def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_config_agree_with():
+    from typing import get_args
+
+    from pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings
+    from pipelines.llm.prompts import load
+    from schemas.config import DecomposeConfig
+    from schemas.tables import DECOMPOSITION_METHODS
+
+    assert tuple(KINDS) == DECOMPOSITION_METHODS
+    assert set(get_args(get_args(DecomposeConfig.model_fields["methods"].annotation)[0])) == set(KINDS)
+    assert DecomposeSettings().methods == tuple(KINDS) and dict(DecomposeSettings().max_tokens) == {k: v.max_tokens for k, v in KINDS.items()}
+    for name, kind in KINDS.items():
+        assert load(kind.template).text and TEMPLATES[name] == kind.template
+        assert kind.fallback("q?", "why", "fallback").status == "fallback"
+    assert _gen_cut_is_kept()
+
+
+def _gen_cut_is_kept() -> bool:
+    """A cut free-text output is kept (reasoning); a cut structured one is a fallback (itlr)."""
+    from pipelines.llm.decompose import parse_output
+
+    cut = _gen("some words about the answer", "length")
+    return parse_output("reasoning", "q", cut).status == "ok" and parse_output("itlr", "q", _gen('"a" AND', "length")).status == "fallback"
