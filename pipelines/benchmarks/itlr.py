@@ -16,9 +16,9 @@ import pyarrow as pa
 
 from pipelines.evaluate.core import evaluate_run
 from pipelines.evaluate.measures import parse_measure
-from pipelines.logic.fuzzy import Operators, compile_query
+from pipelines.logic.fuzzy import Operators
 from pipelines.logic.query import holds
-from pipelines.methods.itlr import Calibration, LogicalQuery
+from pipelines.methods.itlr import Calibration, LogicalQuery, compose
 from pipelines.methods.ranking import rank_pairs
 from schemas.tables import QRELS
 
@@ -61,9 +61,8 @@ def pooled_qrels(queries: Sequence[LogicalQuery], present: dict[str, list[str]])
 
 
 def itlr_scores(queries: Sequence[LogicalQuery], terms: Sequence[str], S: np.ndarray, ops: Operators, calibration: Calibration) -> np.ndarray:
-    """(queries x docs) ITLR scores from the (docs x terms) raw cosine matrix ``S``."""
-    C = calibration.apply(S, terms)
-    return np.stack([compile_query(q.ast, terms, ops)(C) for q in queries])
+    """(queries x docs) ITLR scores from the (docs x terms) raw cosine matrix ``S``: the method's own composition."""
+    return compose(queries, terms, S, ops, calibration)
 
 
 def evaluate_synthetic(

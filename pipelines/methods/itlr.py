@@ -277,6 +277,15 @@ def _shape_groups(queries: Sequence[LogicalQuery], terms: Sequence[str]):
     return out
 
 
+def compose(queries: Sequence[LogicalQuery], terms: Sequence[str], raw: np.ndarray, ops: Operators, calibration: Calibration) -> np.ndarray:
+    """(queries x docs) ITLR scores from the (docs x terms) raw cosines ``raw``: calibrated,
+    then each query's form composed with ``ops``. The re-scoring of candidates and the
+    synthetic benchmark's full matrices use it; :func:`score_exact` is the same composition in
+    blocks over the whole table (tests/unit/test_itlr.py holds them equal)."""
+    C = calibration.apply(np.asarray(raw, dtype=np.float32), terms)
+    return np.stack([compile_query(q.ast, terms, ops)(C) for q in queries]) if queries else np.zeros((0, len(raw)), np.float32)
+
+
 def score_candidates(
     queries: Sequence[LogicalQuery],
     terms: Sequence[str],
@@ -293,8 +302,7 @@ def score_candidates(
         ids, vecs = candidates.get(q.query_id, (np.empty(0, dtype=object), np.zeros((0, T.shape[1]), np.float32)))
         if len(ids) == 0:
             continue
-        S = calibration.apply(np.asarray(vecs, dtype=np.float32) @ T.T, terms)
-        scores = compile_query(q.ast, terms, ops)(S)
+        scores = compose([q], terms, np.asarray(vecs, dtype=np.float32) @ T.T, ops, calibration)[0]
         order = np.argsort(-scores, kind="stable")[:k]
         frames.append(pd.DataFrame({"query_id": q.query_id, "doc_id": np.asarray(ids)[order], "score": scores[order]}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])

@@ -13,6 +13,7 @@ from pipelines.logic.query import holds, parse
 from pipelines.methods.itlr import (
     Calibration,
     ann_candidates,
+    compose,
     parse_queries,
     positive_terms,
     score_candidates,
@@ -66,7 +67,7 @@ def test_exact_streaming_equals_brute_force(setup, block, threads, copies):
     S = docs @ T.T
     for o in ops:
         for q in qs:
-            full = compile_query(q.ast, terms, o)(S)
+            full = compose([q], terms, S, o, Calibration())[0]  # the method's own composition
             top = got[o][got[o]["query_id"] == q.query_id]
             # the k best scores, each on the document that has it (NOT = reciprocal ties at 1/eps)
             np.testing.assert_allclose(np.sort(top["score"].to_numpy())[::-1], np.sort(full)[::-1][:10], rtol=1e-5)
