@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from jobs.cli_config import EMBED, LLM, Bound, configured, read_file
+from jobs.cli_config import default as _d
 from jobs.watchdog import DEFAULT_TIMEOUT_S, watch
 from pipelines.config import RetrieveConfig
 from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, GenerateConfig, IndexConfig, LLMConfig, RayConfig
@@ -41,23 +43,15 @@ err = Console(stderr=True)
 out = Console()
 
 Backend = Annotated[str, typer.Option(help="Encoder backend: auto (openvino on CPU where installed, torch on GPU), torch or openvino.")]
-Model = Annotated[str, typer.Option(help="Registered embedding model name or a local model directory.")]
 TitleSep = Annotated[str, typer.Option(help="Joins a document's title and text when embedding (BEIR/MTEB: a space); the table keeps it.")]
 RayAddress = Annotated[str | None, typer.Option(help="Ray cluster address; default: start a local cluster.")]
-LLMDtype = Annotated[str, typer.Option(help="LLM dtype: auto | float32 | bfloat16 | float16.")]
-LLMMaxLen = Annotated[int, typer.Option(help="LLM context length (tokens).")]
-TensorParallel = Annotated[int, typer.Option(help="GPUs per vLLM engine.")]
-Compiled = Annotated[bool, typer.Option(help="Compiled graphs (slow start, faster steps) instead of eager.")]
-LLMCache = Annotated[str, typer.Option(help="LLM cache file; 'default' under the cache root; 'none' to disable.")]
-LLMModel = Annotated[str, typer.Option(help="LLM name or checkpoint directory (every LLM stage).")]
-LLMActors = Annotated[int, typer.Option(help="Engine actors of the job's one LLM pool.")]
-LLMCpus = Annotated[float, typer.Option(help="CPUs per engine actor.")]
-LLMGpus = Annotated[float | None, typer.Option(help="GPUs per engine actor (default: the tensor-parallel size on GPU nodes).")]
+def _tuple(values):  # a repeatable option's values (None: none given)
+    return tuple(values) if values else None
 
 
-def _d(config, field: str):
-    """A config field's default, as the command line's: defaults are declared once, in the configs."""
-    return config.model_fields[field].default
+LLM_ALL = LLM.at("llm")  # the LLM's options, setting the job config's llm
+DECOMPOSE_LLM = LLM_ALL.aliased(llm_model="--model", llm_dtype="--dtype", llm_max_model_len="--max-model-len", llm_cache="--cache",
+                                llm_batch_rows="--batch-rows")  # decompose's older names stay
 
 
 def _run(fn, *args, **kwargs):
@@ -124,25 +118,36 @@ def config_message(exc: ValidationError, path: Path) -> str:
     return f"config {path}: " + "; ".join(parts)
 
 
-def _llm(model: str, dtype: str, max_model_len: int, tensor_parallel_size: int, compiled: bool, cache: str, **placement) -> LLMConfig:
-    return _run(
-        LLMConfig, model=model, dtype=dtype, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
-        enforce_eager=not compiled, cache=None if cache == "none" else cache, **placement,
-    )
+def _parts(bound: Bound) -> tuple[EmbedConfig, RayConfig, LLMConfig]:
+    """The encoder, cluster and LLM configs of a command that passes them to its job alone."""
+    return _config(EmbedConfig, bound, "embed"), _config(RayConfig, bound, "ray"), _config(LLMConfig, bound, "llm")
 
 
-def _ray(address: str | None, actors: int | None, gpus_per_actor: float | None = None) -> RayConfig:
-    return _run(RayConfig, address=address, embed_actors=actors, embed_num_gpus=gpus_per_actor)
+def _config(config, bound: Bound, part: str = "", **computed):
+    """``config`` built from a command's bound options (jobs/cli_config.py: the config's
+    defaults < the command's < ``--config`` < the command line), ``part`` of it (``llm``)
+    for a command that builds its sub-configs alone; ``computed``: fields the command works
+    out itself. A bad value is one line (an option's name, or a key of the config file)."""
+    data = _run(bound.data, part)
+    data.update(computed)
+    try:
+        return config.model_validate(data)
+    except ValidationError as exc:
+        _fail(config_message(exc, bound.file) if bound.file is not None else validation_message(exc))
+
+
+_INDEX_FIELDS = ("corpus", "db", "table", "format", "delete_missing", "max_delete_fraction", "allow_mass_delete", "prune_after_hours",
+                 "write_batch_rows", "max_reject_fraction", "max_doc_bytes", "ann_threshold", "tag")
 
 
 @app.command()
+@configured(EMBED.at("embed"), config=IndexConfig, file=True, title_sep="embed.title_sep", batch_size="embed.batch_size",
+            actors="ray.embed_actors", gpus_per_actor="ray.embed_num_gpus", ray_address="ray.address", **{f: f for f in _INDEX_FIELDS})
 def index(
-    corpus: Annotated[str, typer.Argument(help="BEIR dir, JSONL(.gz) or Parquet file/dir; local path or pyarrow URI.")],
+    corpus: Annotated[str | None, typer.Argument(help="BEIR dir, JSONL(.gz) or Parquet file/dir; local path or pyarrow URI (or corpus: in --config).")] = None,
     db: Annotated[str, typer.Option(help="LanceDB directory or URI.")] = "data/lancedb",
     table: str = _d(IndexConfig, "table"),
     format: Annotated[str, typer.Option(help="auto | beir | jsonl | parquet")] = _d(IndexConfig, "format"),
-    model: Model = _d(EmbedConfig, "model"),
-    backend: Backend = _d(EmbedConfig, "backend"),
     title_sep: TitleSep = _d(EmbedConfig, "title_sep"),
     batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = _d(EmbedConfig, "batch_size"),
     actors: Annotated[int | None, typer.Option(help="Embedding actors; default: none on a local cluster of one CPU node (the driver encodes), else one per GPU, or one per node on CPU nodes.")] = None,
@@ -159,28 +164,13 @@ def index(
     ray_address: RayAddress = None,
     out: Annotated[Path, typer.Option(help="Run directory (manifest, rejects).")] = Path("runs/index"),
     progress: Annotated[bool, typer.Option(help="Show a live progress line.")] = True,
+    *,
+    bound: Bound,
 ):
     """Embed a corpus into a LanceDB table, incrementally by content hash."""
     from jobs.index import run_index
 
-    cfg = _run(
-        IndexConfig,
-        corpus=corpus,
-        db=db,
-        table=table,
-        format=format,
-        embed=_run(EmbedConfig, model=model, backend=backend, batch_size=batch_size, title_sep=title_sep),
-        ray=_ray(ray_address, actors, gpus_per_actor),
-        delete_missing=delete_missing,
-        max_delete_fraction=max_delete_fraction,
-        allow_mass_delete=allow_mass_delete,
-        prune_after_hours=prune_after_hours,
-        write_batch_rows=write_batch_rows,
-        max_reject_fraction=max_reject_fraction,
-        max_doc_bytes=max_doc_bytes,
-        ann_threshold=ann_threshold,
-        tag=tag,
-    )
+    cfg = _config(IndexConfig, bound)
     s = _job("index", out, run_index, cfg, out, progress=progress)
     m = s.maintenance
     rebuilt = m.get("indexes_rebuilt") or []
@@ -219,8 +209,10 @@ def restore(
 
 
 @app.command()
+@configured(EMBED.at("embed"), LLM_ALL, config=RetrieveConfig, file=True, queries="queries", db="db", table="table", table_version="table_version",
+            trec="trec", retrieve_actors="ray.retrieve_actors", retrieve_batch_rows="ray.retrieve_batch_rows", ray_address="ray.address")
 def retrieve(
-    queries: Annotated[str, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet.")],
+    queries: Annotated[str | None, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet (or queries: in --config).")] = None,
     db: str = "data/lancedb",
     table: str = _d(RetrieveConfig, "table"),
     table_version: Annotated[
@@ -236,48 +228,38 @@ def retrieve(
         list[str] | None, typer.Option("--set", help="A preset option, KEY=VALUE (repeat), e.g. itlr_mode=ann, orlog_k=20, "
                                        "decompositions=PATH; `logicrank stages` lists them with their defaults.")
     ] = None,
-    model: Model = _d(EmbedConfig, "model"),
-    backend: Backend = _d(EmbedConfig, "backend"),
     trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = _d(RetrieveConfig, "trec"),
-    llm_model: LLMModel = _d(LLMConfig, "model"),
-    llm_dtype: LLMDtype = _d(LLMConfig, "dtype"),
-    llm_max_model_len: LLMMaxLen = _d(LLMConfig, "max_model_len"),
-    tensor_parallel_size: TensorParallel = _d(LLMConfig, "tensor_parallel_size"),
-    compiled: Compiled = False,
-    llm_cache: LLMCache = _d(LLMConfig, "cache"),
-    actors: LLMActors = _d(LLMConfig, "actors"),
-    cpus_per_actor: LLMCpus = _d(LLMConfig, "cpus_per_actor"),
-    gpus_per_actor: LLMGpus = None,
-    llm_batch_rows: Annotated[int, typer.Option(help="Prompts per engine call of the LLM pool.")] = _d(LLMConfig, "batch_rows"),
     retrieve_actors: Annotated[int | None, typer.Option(help="Actors of the bulk-retrieval pool (dense, bm25 over query batches); default: sized to the cluster, and a small job runs in the driver.")] = None,
     retrieve_batch_rows: Annotated[int, typer.Option(help="Queries per batch of the bulk-retrieval pool.")] = _d(RayConfig, "retrieve_batch_rows"),
     ray_address: RayAddress = None,
     out: Path = Path("runs/retrieve"),
     progress: Annotated[bool, typer.Option(help="Print LLM progress.")] = True,
+    *,
+    bound: Bound,
 ):
     """Run named pipelines of stages (or --method presets); writes one run table per pipeline."""
     from jobs.retrieve import run_retrieve
 
-    llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
-               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor, batch_rows=llm_batch_rows)
-    common = dict(queries=queries, db=db, table=table, table_version=table_version, embed=_run(EmbedConfig, model=model, backend=backend), trec=trec, llm=llm,
-                  ray=_run(RayConfig, address=ray_address, retrieve_actors=retrieve_actors, retrieve_batch_rows=retrieve_batch_rows))
-    if pipelines is not None:
+    in_file = bound.file is not None and "pipelines" in _run(read_file, bound.file)
+    if pipelines is not None or in_file:
+        where = "--pipelines" if pipelines is not None else f"the pipelines of {bound.file}"
+        if pipelines is not None and in_file:
+            _fail(f"retrieve: --pipelines and {bound.file} both name pipelines; give them in one place.")
         if method:
-            _fail("retrieve: give --pipelines or --method, not both (a pipelines file names its own pipelines).")
-        from pipelines.pipeline import pipelines_file
-
+            _fail(f"retrieve: give {where} or --method, not both (a pipelines file names its own pipelines).")
         given = [name for name, value in (("--k", k), ("--set", set_), ("--run-tag", run_tag)) if value]
         if given:
-            _fail(f"retrieve: {', '.join(given)} set(s) a --method preset's options; with --pipelines, set each stage's options in the file.")
-        cfg = _run(RetrieveConfig, pipelines=_run(pipelines_file, pipelines), **common)
+            _fail(f"retrieve: {', '.join(given)} set(s) a --method preset's options; with {where}, set each stage's options there.")
+        from pipelines.pipeline import pipelines_file
+
+        cfg = _config(RetrieveConfig, bound, **({"pipelines": _run(pipelines_file, pipelines)} if pipelines is not None else {}))
     else:
         from pipelines.pipeline import from_methods, method_options
 
         if k is not None and any(s.strip().replace("-", "_").startswith("k=") for s in set_ or ()):
             _fail("retrieve: give the presets' k once, as --k N or --set k=N.")
         options = _run(method_options, set_ or (), **({"k": k} if k is not None else {}))
-        cfg = _run(RetrieveConfig, pipelines=_run(from_methods, tuple(method or ["dense"]), options, run_tag), **common)
+        cfg = _config(RetrieveConfig, bound, pipelines=_run(from_methods, tuple(method or ["dense"]), options, run_tag))
     for rid, path in _job("retrieve", out, run_retrieve, cfg, out, echo=typer.echo, progress=progress).items():
         typer.echo(f"{rid}: {path}")
 
@@ -291,6 +273,9 @@ def stages():
 
 
 @app.command()
+@configured(config=EvaluateConfig, file=True, qrels="qrels", runs=("runs", _tuple), measure=("measures", tuple), baseline="baseline", test="test",
+            correction="correction", dedupe="dedupe", answers=("answers", _tuple), gold="gold", qa_measure=("qa_measures", tuple),
+            judge_llm=("judge", lambda v: {"model": v} if v else None))
 def evaluate(
     qrels: Annotated[str | None, typer.Argument(help="BEIR qrels TSV (or a BEIR dir) or TREC qrels (not needed for --answers alone).")] = None,
     runs: Annotated[list[str] | None, typer.Argument(help="Run tables (Parquet) or TREC run files.")] = None,
@@ -306,6 +291,8 @@ def evaluate(
     qa_measure: Annotated[list[str], typer.Option(help="QA measures: EM TokenF1 Acc Judge.")] = list(_d(EvaluateConfig, "qa_measures")),  # noqa: B006
     judge_llm: Annotated[str | None, typer.Option(help="The LLM of the Judge measure (a registered name or a checkpoint dir).")] = None,
     out: Path = Path("runs/evaluate"),
+    *,
+    bound: Bound,
 ):
     """Evaluate runs (and answers): metrics table, significance tests, Markdown report and plot."""
     from jobs.evaluate import evaluation_notes, run_evaluate
@@ -313,14 +300,10 @@ def evaluate(
     from pipelines.evaluate.qa import parse_qa_measures
     from pipelines.evaluate.report import summary_frame
 
-    _run(parse_measures, measure)
-    if answers:
-        _run(parse_qa_measures, qa_measure)
-    judge = _run(LLMConfig, model=judge_llm) if judge_llm else None
-    cfg = _run(
-        EvaluateConfig, qrels=qrels, runs=tuple(runs or ()), measures=tuple(measure), baseline=baseline,
-        test=test, correction=correction, dedupe=dedupe, answers=tuple(answers or ()), gold=gold, qa_measures=tuple(qa_measure), judge=judge,
-    )
+    cfg = _config(EvaluateConfig, bound)
+    _run(parse_measures, cfg.measures)
+    if cfg.answers:
+        _run(parse_qa_measures, cfg.qa_measures)
     metrics = _job("evaluate", out, run_evaluate, cfg, out, echo=typer.echo)
     typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
     for line in evaluation_notes(out):
@@ -329,32 +312,22 @@ def evaluate(
 
 
 @app.command()
+@configured(DECOMPOSE_LLM, config=DecomposeConfig, file=True, queries="queries", method=("methods", tuple), constrained="constrained",
+            ray_address="ray.address")
 def decompose(
-    queries: Annotated[str, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet.")],
-    model: Annotated[str, typer.Option(help="Registered LLM name or a checkpoint directory.")] = _d(LLMConfig, "model"),
+    queries: Annotated[str | None, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet (or queries: in --config).")] = None,
     method: Annotated[list[str], typer.Option(help="itlr | orlog | reasoning (repeat; default all).")] = list(_d(DecomposeConfig, "methods")),  # noqa: B006
     constrained: Annotated[bool, typer.Option(help="Grammar / JSON-schema constrained decoding.")] = _d(DecomposeConfig, "constrained"),
-    dtype: LLMDtype = _d(LLMConfig, "dtype"),
-    max_model_len: LLMMaxLen = _d(LLMConfig, "max_model_len"),
-    tensor_parallel_size: TensorParallel = _d(LLMConfig, "tensor_parallel_size"),
-    compiled: Compiled = False,
-    actors: Annotated[int, typer.Option(help="Engine actors.")] = _d(LLMConfig, "actors"),
-    cpus_per_actor: float = _d(LLMConfig, "cpus_per_actor"),
-    gpus_per_actor: LLMGpus = None,
-    batch_rows: Annotated[int, typer.Option(help="Prompts per engine call.")] = _d(LLMConfig, "batch_rows"),
-    cache: LLMCache = _d(LLMConfig, "cache"),
     ray_address: RayAddress = None,
     out: Path = Path("runs/decompose"),
     progress: bool = True,
+    *,
+    bound: Bound,
 ):
     """Decompose queries with an LLM: ITLR logical queries, OrLog atoms + form, reasoning expansions."""
     from jobs.decompose import run_decompose
 
-    llm = _llm(model, dtype, max_model_len, tensor_parallel_size, compiled, cache,
-               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor, batch_rows=batch_rows)
-    cfg = _run(
-        DecomposeConfig, queries=queries, llm=llm, ray=_run(RayConfig, address=ray_address), methods=tuple(method), constrained=constrained,
-    )
+    cfg = _config(DecomposeConfig, bound)
     s = _job("decompose", out, run_decompose, cfg, out, progress=progress, echo=typer.echo)
     note = " (unchanged: skipped)" if s.skipped else f", {s.prompts_run} prompts run, {s.cache_hits} from cache, {s.seconds:.1f} s"
     typer.echo(f"{s.rows} rows {s.by_status}{note}. Table: {s.path}")
@@ -373,6 +346,7 @@ def prepare_rulebench(
 
 
 @app.command("bench-rules")
+@configured(EMBED.at("embed"), LLM_ALL, ray_address="ray.address")
 def bench_rules(
     src: Annotated[Path, typer.Argument(help="Directory holding RuleBench ULogic's rules.json and test_data.json.")],
     out: Annotated[Path, typer.Option(help="Where the converted set, index, runs and report go.")] = Path("runs/rules"),
@@ -380,18 +354,9 @@ def bench_rules(
     seed: int = 0,
     r3: Annotated[str, typer.Option(help="R3 over the best SIAR run of: both retrievers | better (higher vanilla R@n) | none.")] = "both",
     r3_n: Annotated[int, typer.Option(help="R3: rules reranked per query (its windows: 20, stride 10).")] = 20,
-    model: Model = _d(EmbedConfig, "model"),
-    backend: Backend = _d(EmbedConfig, "backend"),
-    llm_model: LLMModel = _d(LLMConfig, "model"),
-    llm_dtype: LLMDtype = _d(LLMConfig, "dtype"),
-    llm_max_model_len: LLMMaxLen = _d(LLMConfig, "max_model_len"),
-    tensor_parallel_size: TensorParallel = _d(LLMConfig, "tensor_parallel_size"),
-    compiled: Compiled = False,
-    llm_cache: LLMCache = _d(LLMConfig, "cache"),
-    actors: LLMActors = _d(LLMConfig, "actors"),
-    cpus_per_actor: LLMCpus = _d(LLMConfig, "cpus_per_actor"),
-    gpus_per_actor: LLMGpus = None,
     ray_address: RayAddress = None,
+    *,
+    bound: Bound,
 ):
     """Rule retrieval on RuleBench ULogic (read from a path): vanilla sparse/dense, SIAR, SIAR + R3, paper-style table."""
     from jobs.rules_bench import run_rules_bench
@@ -400,9 +365,7 @@ def bench_rules(
         _fail(f"bench-rules: --r3 {r3!r}: must be 'both', 'better' or 'none'")
     if not 2 <= r3_n <= 1_000:
         _fail(f"bench-rules: --r3-n {r3_n}: must be between 2 and 1000")
-    llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
-               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor)
-    res = _job("bench-rules", out, run_rules_bench, src, out, _run(EmbedConfig, model=model, backend=backend), _run(RayConfig, address=ray_address), llm,
+    res = _job("bench-rules", out, run_rules_bench, src, out, *_parts(bound),
                sample=sample, seed=seed, r3=r3, r3_n=r3_n, echo=typer.echo)
     typer.echo(res["report"].read_text(encoding="utf-8"))
     typer.echo(f"report: {res['report']}")
@@ -424,6 +387,7 @@ def prepare_qa(
 
 
 @app.command("bench-lag")
+@configured(EMBED.at("embed"), LLM_ALL, ray_address="ray.address")
 def bench_lag(
     name: Annotated[str, typer.Argument(help="musique (oracle table + LLM rows) | hotpotqa (LLM rows).")] = "musique",
     out: Annotated[Path | None, typer.Option(help="Where the set, index, runs and report go (default runs/lag-<name>).")] = None,
@@ -431,18 +395,9 @@ def bench_lag(
     seed: int = 0,
     llm_rows: Annotated[bool, typer.Option(help="Run RAG, LAG and the ablations with the LLM (--no-llm-rows: the oracle table only).")] = True,
     judge: Annotated[bool, typer.Option(help="Add the LLM-judge accuracy (the same LLM judges).")] = False,
-    model: Model = _d(EmbedConfig, "model"),
-    backend: Backend = _d(EmbedConfig, "backend"),
-    llm_model: LLMModel = _d(LLMConfig, "model"),
-    llm_dtype: LLMDtype = _d(LLMConfig, "dtype"),
-    llm_max_model_len: LLMMaxLen = _d(LLMConfig, "max_model_len"),
-    tensor_parallel_size: TensorParallel = _d(LLMConfig, "tensor_parallel_size"),
-    compiled: Compiled = False,
-    llm_cache: LLMCache = _d(LLMConfig, "cache"),
-    actors: LLMActors = _d(LLMConfig, "actors"),
-    cpus_per_actor: LLMCpus = _d(LLMConfig, "cpus_per_actor"),
-    gpus_per_actor: LLMGpus = None,
     ray_address: RayAddress = None,
+    *,
+    bound: Bound,
 ):
     """LAG on a bundled multi-hop set: the LLM-free oracle (MuSiQue), then RAG vs LAG and its ablations; QA and retrieval measures."""
     from jobs.lag_bench import run_lag_bench
@@ -452,11 +407,9 @@ def bench_lag(
         _fail(f"bench-lag: unknown set {name!r}; valid: {', '.join(SETS)}")
     if name == "hotpotqa" and not llm_rows:
         _fail("bench-lag: hotpotqa has no gold decompositions, so no oracle table; drop --no-llm-rows.")
-    llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
-               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor) if llm_rows else None
+    embed, ray, llm = _parts(bound)
     out = out or Path(f"runs/lag-{name}")
-    res = _job("bench-lag", out, run_lag_bench, name, out, _run(EmbedConfig, model=model, backend=backend),
-               _run(RayConfig, address=ray_address), llm, sample=sample, seed=seed, judge=judge, echo=typer.echo)
+    res = _job("bench-lag", out, run_lag_bench, name, out, embed, ray, llm if llm_rows else None, sample=sample, seed=seed, judge=judge, echo=typer.echo)
     typer.echo(res["report"].read_text(encoding="utf-8"))
     typer.echo(f"report: {res['report']}")
     if res["reproduced"] is False:  # the oracle is off the reference computation by more than its tolerance
@@ -467,10 +420,16 @@ generate_app = typer.Typer(no_args_is_help=True, help="Dataset generation: logic
 app.add_typer(generate_app, name="generate")
 
 
+_GENERATE_FIELDS = ("db", "table", "docs", "shard_docs", "questions_per_shard", "max_topics", "seed", "candidate_k", "dedup_threshold",
+                    "label_threshold", "wave_shards")
+
+
 @generate_app.command("itlr")
+@configured(EMBED.at("embed"), LLM_ALL, config=GenerateConfig, file=True, candidate=("candidates", tuple), ray_address="ray.address",
+            **{f: f for f in _GENERATE_FIELDS})
 def generate_itlr(
-    db: Annotated[str, typer.Option(help="LanceDB directory of the indexed corpus (`logicrank index`).")],
     out: Annotated[Path, typer.Option(help="The dataset's directory (checkpoints too: rerun the same command to resume).")],
+    db: Annotated[str | None, typer.Option(help="LanceDB directory of the indexed corpus (`logicrank index`); required, here or in --config.")] = None,
     table: str = _d(GenerateConfig, "table"),
     docs: Annotated[int, typer.Option(help="Documents sampled for topics.")] = _d(GenerateConfig, "docs"),
     shard_docs: Annotated[int, typer.Option(help="Documents per shard (the unit of checkpoints).")] = _d(GenerateConfig, "shard_docs"),
@@ -482,20 +441,10 @@ def generate_itlr(
     dedup_threshold: Annotated[float, typer.Option(help="Near-duplicate questions: embedding cosine above this.")] = _d(GenerateConfig, "dedup_threshold"),
     label_threshold: Annotated[float, typer.Option(help="A pair is relevant when P(True) >= this.")] = _d(GenerateConfig, "label_threshold"),
     wave_shards: Annotated[int | None, typer.Option(help="Shards sent to the LLM pool at once (default 2 per engine actor).")] = None,
-    model: Model = _d(EmbedConfig, "model"),
-    backend: Backend = _d(EmbedConfig, "backend"),
-    llm_model: LLMModel = _d(LLMConfig, "model"),
-    llm_dtype: LLMDtype = _d(LLMConfig, "dtype"),
-    llm_max_model_len: LLMMaxLen = _d(LLMConfig, "max_model_len"),
-    tensor_parallel_size: TensorParallel = _d(LLMConfig, "tensor_parallel_size"),
-    compiled: Compiled = False,
-    llm_cache: LLMCache = _d(LLMConfig, "cache"),
-    actors: LLMActors = _d(LLMConfig, "actors"),
-    cpus_per_actor: LLMCpus = _d(LLMConfig, "cpus_per_actor"),
-    gpus_per_actor: LLMGpus = None,
-    llm_batch_rows: Annotated[int, typer.Option(help="Prompts per engine call of the LLM pool.")] = _d(LLMConfig, "batch_rows"),
     ray_address: RayAddress = None,
     progress: Annotated[bool, typer.Option(help="Print LLM progress.")] = False,
+    *,
+    bound: Bound,
 ):
     """ITLR's real-corpus recipe: topics -> 32 templates -> questions -> candidates -> LLM labels (BEIR layout + dataset card)."""
     from jobs.generate import DEMO_NOTE, run_generate
@@ -504,13 +453,9 @@ def generate_itlr(
     bad = [c for c in candidate if c not in ("dense", "bm25", "itlr")]
     if bad:
         _fail(f"generate itlr: --candidate {bad[0]!r}: valid: dense, bm25, itlr")
-    llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
-               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor, batch_rows=llm_batch_rows)
-    cfg = _run(GenerateConfig, db=db, table=table, docs=docs, shard_docs=shard_docs, questions_per_shard=questions_per_shard,
-               max_topics=max_topics, seed=seed, candidates=tuple(candidate), candidate_k=candidate_k, dedup_threshold=dedup_threshold,
-               label_threshold=label_threshold, wave_shards=wave_shards, embed=_run(EmbedConfig, model=model, backend=backend), llm=llm,
-               ray=_run(RayConfig, address=ray_address),
-               demo_note=DEMO_NOTE if "smollm2" in llm_model.lower() else None)
+    cfg = _config(GenerateConfig, bound)
+    if cfg.demo_note is None and "smollm2" in cfg.llm.model.lower():
+        cfg = cfg.model_copy(update={"demo_note": DEMO_NOTE})
     _job("generate", out, run_generate, cfg, out, echo=typer.echo, progress=progress)
     typer.echo(f"card: {out / 'card.md'}")
 
@@ -530,6 +475,7 @@ def generate_setlogic(
 
 
 @app.command("bench-setlogic")
+@configured(EMBED.at("embed"), LLM_ALL, ray_address="ray.address")
 def bench_setlogic(
     out: Annotated[Path, typer.Option(help="Where the set, index, runs and report go.")] = Path("runs/setlogic"),
     per_template: Annotated[int, typer.Option(help="Queries per QUEST template (7 templates).")] = 20,
@@ -537,25 +483,15 @@ def bench_setlogic(
     k: Annotated[int, typer.Option(help="Depth of R@k and F1@k (the predicted set).")] = 5,
     orlog: Annotated[bool, typer.Option(help="Add OrLog with the gold atoms (LLM scoring; --no-orlog: dense, bm25, ITLR only).")] = True,
     orlog_depth: Annotated[int, typer.Option(help="OrLog: bm25 candidates reranked per query.")] = 20,
-    model: Model = _d(EmbedConfig, "model"),
-    backend: Backend = _d(EmbedConfig, "backend"),
-    llm_model: LLMModel = _d(LLMConfig, "model"),
-    llm_dtype: LLMDtype = _d(LLMConfig, "dtype"),
-    llm_max_model_len: LLMMaxLen = _d(LLMConfig, "max_model_len"),
-    tensor_parallel_size: TensorParallel = _d(LLMConfig, "tensor_parallel_size"),
-    compiled: Compiled = False,
-    llm_cache: LLMCache = _d(LLMConfig, "cache"),
-    actors: LLMActors = _d(LLMConfig, "actors"),
-    cpus_per_actor: LLMCpus = _d(LLMConfig, "cpus_per_actor"),
-    gpus_per_actor: LLMGpus = None,
     ray_address: RayAddress = None,
+    *,
+    bound: Bound,
 ):
     """Set-logic queries over LIMIT with exact gold: dense, bm25, ITLR (gold form), OrLog (gold atoms), by template."""
     from jobs.setlogic_bench import run_setlogic_bench
 
-    llm = _llm(llm_model, llm_dtype, llm_max_model_len, tensor_parallel_size, compiled, llm_cache,
-               actors=actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor) if orlog else None
-    res = _job("bench-setlogic", out, run_setlogic_bench, out, _run(EmbedConfig, model=model, backend=backend), _run(RayConfig, address=ray_address), llm,
+    embed, ray, llm = _parts(bound)
+    res = _job("bench-setlogic", out, run_setlogic_bench, out, embed, ray, llm if orlog else None,
                per_template=per_template, seed=seed, k=k, orlog_depth=orlog_depth, echo=typer.echo)
     typer.echo(res["report"].read_text(encoding="utf-8"))
     typer.echo(f"report: {res['report']}")
@@ -602,20 +538,21 @@ def itlr_bench(
 
 
 @app.command()
+@configured(EMBED.at("embed"))
 def ablate(
     queries: Annotated[str, typer.Argument(help="Queries with a logical_query column.")],
     qrels: str,
     db: str = "data/lancedb",
     table: str = _d(IndexConfig, "table"),
     measure: str = "nDCG@10",
-    model: Model = _d(EmbedConfig, "model"),
-    backend: Backend = _d(EmbedConfig, "backend"),
     out: Path = Path("runs/ablate"),
+    *,
+    bound: Bound,
 ):
     """ITLR operator ablation: every AND x OR x NOT family, one exact pass, one table."""
     from jobs.ablate import run_ablate
 
-    df = _job("ablate", out, run_ablate, queries, qrels, db, out, _run(EmbedConfig, model=model, backend=backend), table, measure)
+    df = _job("ablate", out, run_ablate, queries, qrels, db, out, _config(EmbedConfig, bound, "embed"), table, measure)
     typer.echo(df.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
 
 
@@ -699,22 +636,26 @@ def _load_yaml(path: Path, what: str, error: type[UserError]):
 
 
 @app.command()
+@configured(EMBED.at("embed"), LLM_ALL, ray_address="ray.address")
 def experiment(
     file: Annotated[Path, typer.Argument(help="An experiment file (docs/experiments.md; shipped ones in jobs/experiments/).")],
     out: Annotated[Path | None, typer.Option(help="Where the index, runs and report go; default runs/experiments/<name>.")] = None,
-    model: Model = _d(EmbedConfig, "model"),
-    backend: Backend = _d(EmbedConfig, "backend"),
-    llm_model: LLMModel = _d(LLMConfig, "model"),
+    sample: Annotated[int | None, typer.Option(help="Run this many of the dataset's queries, drawn with --seed (overrides the file's dataset.sample).")] = None,
+    seed: Annotated[int | None, typer.Option(help="The sample's seed (overrides the file's dataset.seed).")] = None,
     ray_address: RayAddress = None,
     progress: bool = True,
+    *,
+    bound: Bound,
 ):
     """Run an experiment: index its dataset, run its pipelines, evaluate, check its reference figures, write one report."""
-    from jobs.experiment import load, run_experiment
+    from jobs.experiment import load, run_experiment, with_sample
 
     exp = _run(load, file)
+    if sample is not None or seed is not None:
+        exp = _run(with_sample, exp, sample, seed)
     out = out or Path("runs/experiments") / exp.name
-    result = _job("experiment", out, run_experiment, exp, out, _run(EmbedConfig, model=model, backend=backend),
-                  _run(RayConfig, address=ray_address), _run(LLMConfig, model=llm_model), progress=progress, echo=typer.echo)
+    embed, ray, llm = _parts(bound)
+    result = _job("experiment", out, run_experiment, exp, out, embed, ray, llm, progress=progress, echo=typer.echo)
     for rid, row in result.summary.iterrows():
         typer.echo(f"{rid}: " + "  ".join(f"{m} {v:.4f}" for m, v in row.items()))
     for c in result.checks:

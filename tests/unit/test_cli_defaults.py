@@ -1,38 +1,25 @@
-"""Defaults are declared once, in the configs: every command line option that sets a config
-field reads its default from that field (``jobs.cli._d``), none repeats it as a literal."""
+"""Defaults are declared once, in the configs: every command line option bound to a config
+field (``jobs.cli_config.configured``) has that field's default, and no option repeats it as
+a literal; a config file plus options builds the config in the documented order."""
 
 from __future__ import annotations
 
 import ast
+import typing
 from pathlib import Path
 
 import pytest
 import typer
+from pydantic_core import PydanticUndefined
+from typer.testing import CliRunner
 
 from jobs.cli import app
+from jobs.cli_config import Bound
 from jobs.nightly_config import NightlyConfig  # noqa: F401 - every config importable beside the CLI
-from pipelines.config import RetrieveConfig
-from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, GenerateConfig, IndexConfig, LLMConfig, RayConfig
+from schemas.config import EmbedConfig, LLMConfig, RayConfig
 
-CFG = {c.__name__: c for c in (EmbedConfig, LLMConfig, IndexConfig, EvaluateConfig, DecomposeConfig, GenerateConfig, RayConfig, RetrieveConfig)}
-# command function -> option -> (config, field) it sets
-LLM = {"llm_model": ("LLMConfig", "model"), "llm_dtype": ("LLMConfig", "dtype"), "llm_max_model_len": ("LLMConfig", "max_model_len"),
-       "tensor_parallel_size": ("LLMConfig", "tensor_parallel_size"), "llm_cache": ("LLMConfig", "cache"), "actors": ("LLMConfig", "actors"),
-       "cpus_per_actor": ("LLMConfig", "cpus_per_actor"), "llm_batch_rows": ("LLMConfig", "batch_rows")}
-EMB = {"model": ("EmbedConfig", "model"), "backend": ("EmbedConfig", "backend"), "title_sep": ("EmbedConfig", "title_sep"), "batch_size": ("EmbedConfig", "batch_size")}
-MAP = {
-    "index": {**EMB, **{f: ("IndexConfig", f) for f in ("table", "format", "delete_missing", "max_delete_fraction", "allow_mass_delete", "prune_after_hours",
-                                                       "write_batch_rows", "max_reject_fraction", "max_doc_bytes", "ann_threshold", "tag")}},
-    "retrieve": {**EMB, **LLM, "table": ("RetrieveConfig", "table"), "trec": ("RetrieveConfig", "trec"), "retrieve_batch_rows": ("RayConfig", "retrieve_batch_rows")},
-    "evaluate": {"measure": ("EvaluateConfig", "measures"), "test": ("EvaluateConfig", "test"), "correction": ("EvaluateConfig", "correction"),
-                 "qa_measure": ("EvaluateConfig", "qa_measures"), "dedupe": ("EvaluateConfig", "dedupe")},
-    "decompose": {"model": ("LLMConfig", "model"), "method": ("DecomposeConfig", "methods"), "constrained": ("DecomposeConfig", "constrained"),
-                  "dtype": ("LLMConfig", "dtype"), "max_model_len": ("LLMConfig", "max_model_len"), "tensor_parallel_size": ("LLMConfig", "tensor_parallel_size"),
-                  "actors": ("LLMConfig", "actors"), "cpus_per_actor": ("LLMConfig", "cpus_per_actor"), "batch_rows": ("LLMConfig", "batch_rows"), "cache": ("LLMConfig", "cache")},
-    "ablate": {**EMB, "table": ("IndexConfig", "table")},
-    "generate_itlr": {**EMB, **LLM, **{f: ("GenerateConfig", f) for f in ("table", "docs", "shard_docs", "questions_per_shard", "max_topics", "seed",
-                                                                       "candidate_k", "dedup_threshold", "label_threshold")}, "candidate": ("GenerateConfig", "candidates")},
-}
+PARTS = {"embed": EmbedConfig, "llm": LLMConfig, "ray": RayConfig}  # a command bound to no one config: its sub-configs
+UNBOUND = {"backend": (EmbedConfig, "backend")}  # commands that pass the encoder's backend alone (main, itlr-bench, nightly-demo)
 CLI = Path(__file__).resolve().parents[2] / "jobs" / "cli.py"
 
 
@@ -46,32 +33,126 @@ def _commands() -> dict[str, object]:
     return out
 
 
-def _mapping(command: str) -> dict:
-    """The options of ``command`` that set config fields: its own list, else the encoder's and the LLM's."""
-    return MAP.get(command, {**EMB, **LLM})
+def _field(config, path: str):
+    """The pydantic field at a dotted ``path`` of ``config`` (None: the path's first part names the sub-config)."""
+    parts = path.split(".")
+    if config is None:
+        config, parts = PARTS[parts[0]], parts[1:]
+    for i, name in enumerate(parts):
+        field = config.model_fields[name]
+        if i < len(parts) - 1:
+            config = next(a for a in (field.annotation, *typing.get_args(field.annotation)) if isinstance(a, type) and hasattr(a, "model_fields"))
+    return field
 
 
-@pytest.mark.parametrize("command", sorted(_commands()))
-def test_each_option_that_sets_a_config_field_has_the_fields_default(command):
-    params = {p.name: p for p in _commands()[command].params}
-    checked = [option for option in _mapping(command) if option in params]  # (not every command has every option)
-    for option in checked:
-        config, field = _mapping(command)[option]
-        want = CFG[config].model_fields[field].default
+BOUND = {name: cmd for name, cmd in _commands().items() if getattr(cmd.callback, "bindings", None)}
+
+
+def test_the_commands_that_set_configs_are_bound():
+    assert {"index", "retrieve", "evaluate", "decompose", "generate_itlr", "bench_rules", "bench_lag", "bench_setlogic",
+            "experiment", "ablate"} <= set(BOUND)
+    assert sum(len(c.callback.bindings) for c in BOUND.values()) >= 120  # every option walked
+
+
+@pytest.mark.parametrize("command", sorted(BOUND))
+def test_each_bound_option_has_its_fields_default(command):
+    cmd = BOUND[command]
+    params = {p.name: p for p in cmd.params}
+    for option, (path, to_field) in cmd.callback.bindings.items():
+        field = _field(cmd.callback.config, path)  # a path that names no field fails here
         got = params[option].default
-        assert (tuple(got) if isinstance(got, list) else got) == want, (command, option, got, want)
+        if got is None or field.default is PydanticUndefined:  # None leaves the config's own; a required field has none
+            continue
+        got = to_field(got) if to_field else got
+        assert (tuple(got) if isinstance(got, list) else got) == field.default, (command, option, got, field.default)
+
+
+@pytest.mark.parametrize("command", sorted(set(_commands()) - set(BOUND)))
+def test_unbound_options_read_their_config(command):
+    params = {p.name: p for p in _commands()[command].params}
+    for option, (config, name) in UNBOUND.items():
+        if option in params:
+            assert params[option].default == config.model_fields[name].default
 
 
 def test_no_command_repeats_a_config_default_as_a_literal():
     tree = ast.parse(CLI.read_text(encoding="utf-8"))
-    literal = []
-    commands = set(_commands())
-    checked = 0
+    literal, checked = [], 0
+    commands = _commands()
     for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in commands):
+        bound = getattr(commands[fn.name].callback, "bindings", {})
         names = [a.arg for a in fn.args.args][-len(fn.args.defaults):] if fn.args.defaults else []
         for name, node in zip(names, fn.args.defaults, strict=True):
-            checked += name in _mapping(fn.name)
-            if name in _mapping(fn.name) and "_d(" not in ast.unparse(node):
+            field = _field(commands[fn.name].callback.config, bound[name][0]) if name in bound else None
+            declared = (field is not None and field.default is not PydanticUndefined and field.default is not None) or name in UNBOUND
+            checked += declared
+            if declared and "_d(" not in ast.unparse(node) and ast.unparse(node) != "None":  # None: the config's own
                 literal.append(f"{fn.name} --{name.replace('_', '-')} = {ast.unparse(node)}")
     assert not literal, f"give these defaults as _d(Config, field): {literal}"
-    assert checked >= 90, checked  # every command read (the walk found the options)
+    assert checked >= 35, checked  # the walk found the options (the shared blocks, in jobs/cli_config.py, read theirs by construction)
+
+
+def test_a_config_file_then_the_command_line():
+    """The order: the config's defaults < the command's < the file < the options given."""
+    values = {"db": "data/lancedb", "table": "docs", "embed.batch_size": 16, "embed.model": "m", "tag": None}
+    b = Bound(values, frozenset({"table"}), None)
+    assert b.data() == {"db": "data/lancedb", "table": "docs", "embed": {"batch_size": 16, "model": "m"}}  # a None default is left out
+    assert b.data("embed") == {"batch_size": 16, "model": "m"}
+
+
+def test_config_file_order(tmp_path):
+    f = tmp_path / "index.yaml"
+    f.write_text("db: /from/file\ntable: filetable\nembed: {batch_size: 8}\n")
+    values = {"db": "data/lancedb", "table": "cli", "embed.batch_size": 16, "embed.model": "m"}
+    b = Bound(values, frozenset({"table"}), f)
+    # the file beats the command's defaults; the option given beats the file; the file's embed merges into the defaults'
+    assert b.data() == {"db": "/from/file", "table": "cli", "embed": {"batch_size": 8, "model": "m"}}
+    assert b["embed.batch_size"] == 8
+
+
+runner = CliRunner()
+
+
+def _err(result) -> str:
+    return " ".join((result.stderr or result.output).split())
+
+
+def test_index_reads_a_config_file_and_an_option_overrides_it(tmp_path):
+    """Refused before any work: the file's values and the option given each show in the one-line error."""
+    f = tmp_path / "index.yaml"
+    f.write_text("corpus: /nowhere\nembed: {batch_size: 0}\n")
+    r = runner.invoke(app, ["index", "--config", str(f)])
+    assert r.exit_code == 2 and f"config {f}: embed.batch_size 0:" in _err(r), _err(r)
+    f.write_text("corpus: /nowhere\nembed: {batch_size: 8}\nmax_delete_fraction: 0.5\n")
+    r = runner.invoke(app, ["index", "--config", str(f), "--max-delete-fraction", "2"])
+    assert r.exit_code == 2 and "max_delete_fraction 2.0:" in _err(r), _err(r)
+    r = runner.invoke(app, ["index", "--config", str(tmp_path / "missing.yaml")])
+    assert r.exit_code == 2 and "missing.yaml" in _err(r), _err(r)
+    f.write_text("- a list\n")
+    r = runner.invoke(app, ["index", "--config", str(f)])
+    assert r.exit_code == 2 and "expected a mapping" in _err(r), _err(r)
+
+
+def test_a_required_field_missing_from_options_and_file(tmp_path):
+    r = runner.invoke(app, ["index"])
+    assert r.exit_code == 2 and "--corpus: Field required" in _err(r), _err(r)
+    f = tmp_path / "index.yaml"
+    f.write_text("db: x\n")
+    r = runner.invoke(app, ["index", "--config", str(f)])
+    assert r.exit_code == 2 and f"config {f}: corpus: Field required" in _err(r), _err(r)
+
+
+def test_evaluate_from_a_config_file(tmp_path):
+    """A real evaluation: qrels, runs and measures from the file, one measure overridden."""
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 2.0 a\nq1 Q0 d2 2 1.0 a\nq2 Q0 d1 1 2.0 a\nq2 Q0 d2 2 1.0 a\n")
+    f = tmp_path / "evaluate.yaml"
+    f.write_text(f"qrels: {qrels}\nruns: [{run}]\nmeasures: [P@1, MRR]\n")
+    r = runner.invoke(app, ["evaluate", "--config", str(f), "--out", str(tmp_path / "ev")])
+    assert r.exit_code == 0, r.output
+    assert "P@1" in r.output and "MRR" in r.output and "0.7500" in r.output and "nDCG@10" not in r.output
+    r = runner.invoke(app, ["evaluate", "--config", str(f), "--measure", "P@2", "--out", str(tmp_path / "ev2")])
+    assert r.exit_code == 0, r.output
+    assert "P@2" in r.output and "MRR" not in r.output

@@ -55,6 +55,11 @@ def test_yaml_pipelines_validate():
 
             assert Experiment.model_validate(data).pipelines, page
             continue
+        if isinstance(data, dict) and "corpus" in data:  # an index config (`logicrank index --config`, docs/usage.md)
+            from schemas.config import IndexConfig
+
+            IndexConfig.model_validate(data)
+            continue
         if isinstance(data, dict) and set(data) == {"pipelines"}:  # as `logicrank retrieve --pipelines` reads it
             data = data["pipelines"]
         cfg = RetrieveConfig(queries="q", db="d", pipelines=data)
