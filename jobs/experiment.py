@@ -167,6 +167,19 @@ def load(path: str | Path) -> Experiment:
         raise ExperimentError(f"experiment {path}: " + "; ".join(parts)) from None
 
 
+def with_sample(exp: Experiment, sample: int | None, seed: int | None) -> Experiment:
+    """``exp`` on a sample of its dataset's queries (``None`` keeps the file's value). Its
+    references hold for the file's queries, so a sample the file does not name drops them."""
+    dataset = exp.dataset.model_dump(exclude_none=True) | {k: v for k, v in (("sample", sample), ("seed", seed)) if v is not None}
+    same = (dataset.get("sample"), dataset.get("seed", 0)) == (exp.dataset.sample, exp.dataset.seed)
+    try:
+        dropped = {} if same or not exp.references else {
+            "references": (), "caveats": (*exp.caveats, "The file's references (figures of its own queries) are not checked on this sample.")}
+        return Experiment.model_validate(exp.model_dump(exclude_none=True) | {"dataset": dataset} | dropped)
+    except ValidationError as exc:
+        raise ExperimentError(f"experiment {exp.name}: " + "; ".join(e["msg"] for e in exc.errors(include_url=False))) from None
+
+
 @dataclass
 class ReferenceCheck:
     reference: Reference

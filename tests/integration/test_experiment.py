@@ -5,6 +5,8 @@ writing its report, and refuses a bad file in one line."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -110,23 +112,34 @@ def test_a_bad_experiment_file_is_one_line_and_the_shipped_ones_load(tmp_path, m
     assert res.exit_code == 2 and res.output.strip() == "error: dataset path '${NO_SUCH_DIR}/ulogic': an environment variable in it is not set", res.output
 
 
-def test_the_setlogic_experiment_gives_bench_setlogics_llm_free_rows_by_template(tmp_path):
+def test_the_setlogic_experiment_gives_bench_setlogics_table_by_template(tmp_path, tiny_cfg):
+    """jobs/experiments/setlogic.yaml (OrLog with the LLM included) against `bench-setlogic`'s
+    job, the same LLM; setlogic-exact.yaml is its LLM-free rows, stage for stage."""
     from jobs.experiment import Experiment
     from jobs.setlogic_bench import run_setlogic_bench
     from schemas.config import EmbedConfig
 
-    bench = run_setlogic_bench(tmp_path / "bench", EmbedConfig(), RAY, None, per_template=3, echo=lambda _: None)["table"]
-    spec = yaml.safe_load((EXPERIMENTS / "setlogic-exact.yaml").read_text())
+    # one LLM cache: the experiment's OrLog must ask exactly the prompts the job asked (checked below), and
+    # gets the job's P(True) back, so a rank is never decided by two engine runs' rounding
+    llm = tiny_cfg.model_copy(update={"cache": str(tmp_path / "llm.sqlite")})
+    bench = run_setlogic_bench(tmp_path / "bench", EmbedConfig(), RAY, llm, per_template=3, echo=lambda _: None)["table"]
+    spec = yaml.safe_load((EXPERIMENTS / "setlogic.yaml").read_text())
+    exact = yaml.safe_load((EXPERIMENTS / "setlogic-exact.yaml").read_text())
+    assert exact["pipelines"] == {r: p for r, p in spec["pipelines"].items() if r != "orlog"}
+    assert (exact["dataset"], exact["measures"], exact["group_by"]) == (spec["dataset"], spec["measures"], spec["group_by"])
     spec["dataset"]["setlogic"]["per_template"] = 3
-    res = run_experiment(Experiment.model_validate(spec), tmp_path / "exp", ray=RAY, progress=False)
+    res = run_experiment(Experiment.model_validate(spec), tmp_path / "exp", llm=llm, ray=RAY, progress=False)
+    orlog, job = (json.loads((tmp_path / d / "retrieve" / "manifest.json").read_text())["pipelines"]["orlog"]["stages"][-1] for d in ("exp", "bench"))
+    assert orlog["llm_cache_hits"] == orlog["forward_passes"] > job["llm_cache_hits"], (job, orlog)  # every prompt asked before
+    assert {k: orlog[k] for k in ("pairs", "forward_passes", "prompt_tokens")} == {k: job[k] for k in ("pairs", "forward_passes", "prompt_tokens")}
     grouped = res.groups["template"]
     measures = ["P@1", "R@5", "F1@5", "nDCG@10"]
     from pipelines.generate.setlogic import TEMPLATE_NAMES
 
-    assert {(r, t) for r, t in bench.index if t != "all"} == set(grouped.index) and len(grouped) == 3 * len(TEMPLATE_NAMES)  # dense, bm25, itlr x each template
+    assert {(r, t) for r, t in bench.index if t != "all"} == set(grouped.index) and len(grouped) == 4 * len(TEMPLATE_NAMES)  # dense, bm25, itlr, orlog
     for (run, template), row in grouped.iterrows():
         np.testing.assert_allclose(row[measures].to_numpy(float), bench.loc[(run, template), measures].to_numpy(float), rtol=0, atol=1e-12)
-    for run in ("dense", "bm25", "itlr"):
+    for run in ("dense", "bm25", "itlr", "orlog"):
         np.testing.assert_allclose(res.summary.loc[run, measures].to_numpy(float), bench.loc[(run, "all"), measures].to_numpy(float), rtol=0, atol=1e-12)
 
 

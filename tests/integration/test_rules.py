@@ -150,3 +150,19 @@ def test_the_benchmark_command_lays_out_the_papers_table(rulebase, tiny_cfg, tmp
     for run in ("sparse", "dense"):
         for measure in ("R@1", "R@5", "R@10", "R@20", "MRR"):
             assert exp.loc[run, measure] == pytest.approx(table.loc[run, measure], abs=1e-12), (run, measure)
+
+    # and the whole table, SIAR and R3 rows included, as jobs/experiments/rulebench-siar.yaml gives it (the same LLM;
+    # R3 over the top 4, as the command was run)
+    spec = yaml.safe_load((EXPERIMENTS / "rulebench-siar.yaml").read_text())
+    spec["dataset"] = {"rulebench": str(rulebase / "src"), "sample": 3, "seed": 1}
+    spec["references"] = []
+    spec["measures"] = [*spec["measures"], "R@4"]
+    for stages in spec["pipelines"].values():
+        for stage in stages:
+            if "r3" in stage:
+                stage["r3"]["n"] = 4
+    exp = run_experiment(Experiment.model_validate(spec), tmp_path / "experiment-siar", llm=tiny_cfg, ray=RAY, progress=False).summary
+    assert set(table.index) < set(exp.index)
+    for run in table.index:
+        for measure in ("R@1", "R@5", "R@10", "R@20", "MRR", "R@4"):
+            assert exp.loc[run, measure] == pytest.approx(table.loc[run, measure], abs=1e-12), (run, measure)
