@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pipelines.files import write_text_atomic
 from schemas.config import EmbedConfig, IndexConfig, LLMConfig, RayConfig
 from schemas.errors import JobFailed, UserError
 
@@ -109,6 +110,9 @@ class Experiment(_Model):
     measures: tuple[str, ...] = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
     baseline: str | None = Field(None, description="The run the others are tested against (default: the first).")
     group_by: tuple[str, ...] = Field((), description="Query fields (in the queries file) to group per-query figures by, e.g. template.")
+    qa_measures: tuple[str, ...] = Field((), description="QA measures (EM, TokenF1, Acc, Judge) of the runs that answer (LAG's answers "
+                                         "side table) against the dataset's gold answers (a qa dataset's answers.jsonl, or gold).")
+    gold: str | None = Field(None, description="Gold answers for qa_measures (default: a qa dataset's {dataset}/answers.jsonl).")
     references: tuple[Reference, ...] = ()
     caveats: tuple[str, ...] = ()
     trec: bool = Field(False, description="Also write TREC run files.")
@@ -127,11 +131,6 @@ class Experiment(_Model):
         if len(set(names)) != len(names):
             raise ValueError(f"pipelines and presets both name {sorted({n for n in names if names.count(n) > 1})}")
         measures = [str(m) for m in parse_measures(self.measures)]
-        from pipelines.evaluate.measures import parse_measure
-
-        off = [f"{r.run} {r.measure}" for r in self.references if str(parse_measure(r.measure)) not in measures]
-        if off:
-            raise ValueError(f"references name measure(s) not among the measures {measures}: {off}")
         fixed = sorted({"corpus", "db", "embed", "ray"} & set(self.index))
         if fixed:
             raise ValueError(f"index: {fixed} come from the dataset, the embed key and the command line, not the index recipe")
@@ -140,6 +139,17 @@ class Experiment(_Model):
                 config.model_validate(values)
             except ValidationError as exc:
                 raise ValueError(f"{key}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))) from None
+        if self.qa_measures:
+            from pipelines.evaluate.qa import parse_qa_measures
+
+            measures += parse_qa_measures(self.qa_measures)
+            if self.gold is None and self.dataset.qa is None:
+                raise ValueError("qa_measures need gold answers: a qa dataset, or gold (an answers.jsonl)")
+        elif self.gold is not None:
+            raise ValueError("gold is only read for qa_measures")
+        off = [f"{r.run} {r.measure}" for r in self.references if _measure_name(r.measure) not in measures]
+        if off:
+            raise ValueError(f"references name measure(s) not among the measures {measures}: {off}")
         unknown = sorted({r.run for r in self.references} - set(names)) + ([self.baseline] if self.baseline and self.baseline not in names else [])
         if unknown:
             raise ValueError(f"references or baseline name runs that are not among the pipelines {names}: {unknown}")
@@ -230,8 +240,8 @@ def _run(exp: Experiment, out: Path, embed: EmbedConfig, ray: RayConfig, llm: LL
     from jobs.index import run_index
     from jobs.retrieve import run_retrieve
     from pipelines.config import RetrieveConfig
+    from pipelines.evaluate.qa import parse_qa_measures
     from pipelines.evaluate.report import summary_frame
-    from pipelines.files import write_text_atomic
     from pipelines.pipeline import from_methods, method_options
     from schemas.config import EvaluateConfig, IndexConfig
 
@@ -252,8 +262,16 @@ def _run(exp: Experiment, out: Path, embed: EmbedConfig, ray: RayConfig, llm: LL
     runs = run_retrieve(cfg, out / "retrieve", echo=echo, progress=progress)
     timings["retrieve"] = time.perf_counter() - t
     t = time.perf_counter()
+    qa = {}
+    if exp.qa_measures:  # the runs that answered, against the gold of the queries run
+        answers = tuple(str(p) for rid in runs if (p := out / "retrieve" / "answers" / f"{rid}.parquet").is_file())
+        if not answers:
+            raise ExperimentError(f"experiment {exp.name}: qa_measures, but no pipeline answers (a LAG stage writes answers)")
+        gold = Path(_expand(exp.gold)) if exp.gold else _dataset_root(exp.dataset, out) / "answers.jsonl"
+        qa = dict(answers=answers, gold=str(_gold_of(gold, queries, out / "sample" / "answers.jsonl")), qa_measures=exp.qa_measures,
+                  judge=llm if "Judge" in parse_qa_measures(exp.qa_measures) else None, ray=ray)
     metrics = run_evaluate(EvaluateConfig(qrels=str(qrels), runs=tuple(str(p) for p in runs.values()), measures=exp.measures,
-                                          baseline=exp.baseline), out / "evaluate", title=exp.title)
+                                          baseline=exp.baseline, **qa), out / "evaluate", title=exp.title)
     timings["evaluate"] = time.perf_counter() - t
     summary = summary_frame(metrics)
     sig_path = out / "evaluate" / "significance.parquet"
@@ -307,6 +325,20 @@ def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
     return corpus, queries, qrels_path
 
 
+def _gold_of(gold: Path, queries: Path, to: Path) -> Path:
+    """The gold answers of the queries run: ``gold`` itself, or its lines of a sample's
+    queries written to ``to`` (a gold question without an answer would score 0)."""
+    if not gold.is_file():
+        raise ExperimentError(f"gold answers: no file at {str(gold)!r}")
+    keep = set(_group_of(queries, None))
+    lines = [line for line in gold.read_text(encoding="utf-8").splitlines() if line.strip()]
+    kept = [line for line in lines if str(json.loads(line)["query_id"]) in keep]
+    if len(kept) == len(lines):
+        return gold
+    write_text_atomic("".join(line + "\n" for line in kept), to)
+    return to
+
+
 def _dataset_root(d: Dataset, out: Path) -> Path:
     """The directory the dataset's files are in (before any sample)."""
     if d.bundled is not None:
@@ -336,10 +368,19 @@ def _expand(path: str) -> str:
     return expanded
 
 
-def _value(summary: pd.DataFrame, run: str, measure: str) -> float | None:
+def _measure_name(text: str) -> str:
+    """A retrieval or QA measure's canonical name (``ndcg@10`` -> ``nDCG@10``, ``em`` -> ``EM``)."""
     from pipelines.evaluate.measures import parse_measure
+    from pipelines.evaluate.qa import QAError, parse_qa_measures
 
-    name = str(parse_measure(measure))
+    try:
+        return parse_qa_measures([text])[0]
+    except QAError:
+        return str(parse_measure(text))
+
+
+def _value(summary: pd.DataFrame, run: str, measure: str) -> float | None:
+    name = _measure_name(measure)
     return float(summary.loc[run, name]) if run in summary.index and name in summary.columns else None
 
 
@@ -357,14 +398,15 @@ def _grouped(metrics: pa.Table, queries: Path, column: str) -> pd.DataFrame:
     return table.assign(queries=counts)
 
 
-def _group_of(queries: Path, column: str) -> dict[str, str]:
-    """query id -> its value of ``column`` (a top-level field of the queries file, or under metadata)."""
+def _group_of(queries: Path, column: str | None) -> dict[str, str]:
+    """query id -> its value of ``column`` (a top-level field of the queries file, or under
+    metadata; None: the id itself)."""
     groups = {}
     for line in queries.read_text(encoding="utf-8").splitlines():
         if line.strip():
             row = json.loads(line)
             qid = str(row.get("_id", row.get("query_id")))
-            value = row.get(column, (row.get("metadata") or {}).get(column))
+            value = qid if column is None else row.get(column, (row.get("metadata") or {}).get(column))
             if value is None:
                 raise ExperimentError(f"group_by {column!r}: query {qid} has no such field")
             groups[qid] = str(value)

@@ -143,12 +143,24 @@ def test_the_setlogic_experiment_gives_bench_setlogics_table_by_template(tmp_pat
         np.testing.assert_allclose(res.summary.loc[run, measures].to_numpy(float), bench.loc[(run, "all"), measures].to_numpy(float), rtol=0, atol=1e-12)
 
 
-def test_the_lag_oracle_experiment_gives_bench_lags_oracle_chain_rows(tmp_path):
+def test_the_lag_experiments_give_bench_lags_oracle_and_llm_rows(tmp_path, tiny_cfg):
+    """lag-oracle.yaml gives bench-lag's oracle chain rows on every question, and lag.yaml its
+    LLM rows (QA measures and chain recall) on the same sample, with the same LLM."""
     from jobs.lag_bench import run_lag_bench
     from schemas.config import EmbedConfig
 
-    oracle = run_lag_bench("musique", tmp_path / "bench", EmbedConfig(), RAY, None, echo=lambda _: None)["oracle"]
+    llm = tiny_cfg.model_copy(update={"cache": str(tmp_path / "llm.sqlite")})  # the experiment gets the job's answers back
+    bench = run_lag_bench("musique", tmp_path / "bench", EmbedConfig(), RAY, llm, sample=2, seed=3, echo=lambda _: None)
     res = run_experiment(load(EXPERIMENTS / "lag-oracle.yaml"), tmp_path / "exp", ray=RAY, progress=False)
     for run in ("gold-chain", "gold-no-answer", "gold-random-order"):
-        assert res.summary.loc[run, "R@100"] == pytest.approx(oracle[run], abs=1e-12), run
+        assert res.summary.loc[run, "R@100"] == pytest.approx(bench["oracle"][run], abs=1e-12), run
     assert res.reproduced and [c.reference.run for c in res.checks] == ["gold-chain", "gold-no-answer"]
+
+    from jobs.experiment import with_sample
+
+    res = run_experiment(with_sample(load(EXPERIMENTS / "lag.yaml"), 2, 3), tmp_path / "exp-llm", llm=llm, ray=RAY, progress=False)
+    table, measures = bench["table"], ["EM", "TokenF1", "Acc", "R@100"]
+    assert list(res.summary.index) == list(table.index) == ["rag", "lag", "lag-no-answer", "lag-random-order"]
+    np.testing.assert_allclose(res.summary[measures].to_numpy(float), table[measures].to_numpy(float), rtol=0, atol=1e-12)
+    scored = pq.read_table(tmp_path / "exp-llm" / "evaluate" / "metrics.parquet").to_pandas()
+    assert set(scored.loc[scored["measure"] == "EM", "query_id"]) - {"all"} == set(json.loads(x)["_id"] for x in (tmp_path / "exp-llm" / "sample" / "queries.jsonl").read_text().splitlines())

@@ -3,6 +3,8 @@ the command line (`logicrank experiment FILE --sample N`) replaces the file's ow
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from jobs.experiment import EXPERIMENTS, ExperimentError, load, with_sample
@@ -24,3 +26,20 @@ def test_a_sample_replaces_the_files_and_drops_its_references():
     assert with_sample(exp, None, None) == exp  # nothing given: the file as it is
     with pytest.raises(ExperimentError, match="greater than or equal to 1"):
         with_sample(exp, 0, None)
+
+
+def test_qa_measures_are_checked_before_any_work():
+    from jobs.experiment import Experiment
+
+    lag = load("lag").model_dump(exclude_none=True)
+    ok = Experiment.model_validate(lag | {"references": [{"run": "lag", "measure": "em", "value": 0.1, "tolerance": 0.1, "source": "x"}]})
+    assert ok.references[0].measure == "em"  # a QA measure may carry a reference
+    cases = {
+        "unknown QA measure(s) 'Exact'": lag | {"qa_measures": ["Exact"]},
+        "qa_measures need gold answers": lag | {"dataset": {"bundled": "scifact"}},
+        "gold is only read for qa_measures": lag | {"qa_measures": [], "gold": "answers.jsonl"},
+        "not among the measures": lag | {"references": [{"run": "lag", "measure": "Judge", "value": 0.1, "tolerance": 0.1, "source": "x"}]},
+    }
+    for why, spec in cases.items():
+        with pytest.raises(ValueError, match=re.escape(why)):
+            Experiment.model_validate(spec)
