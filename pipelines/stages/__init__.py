@@ -16,6 +16,6 @@ __all__ = ["Context", "Kind", "Needs", "Output", "Stage", "StageOptions", "parse
            "stage_class", "stages"]
 
 # the stages that ship with logicrank (each registers itself on import)
-from pipelines.stages import fusion, itlr, lag, mmr, orlog, retrievers, rewriters, rules  # noqa: E402, F401
+from pipelines.stages import cut, fusion, itlr, lag, mmr, orlog, retrievers, rewriters, rules  # noqa: E402, F401
 
 __all__ = ["Context", "Kind", "Needs", "Output", "Stage", "StageOptions", "preset", "presets", "register", "stage_class", "stages"]

@@ -152,9 +152,10 @@ def test_the_lag_experiments_give_bench_lags_oracle_and_llm_rows(tmp_path, tiny_
     llm = tiny_cfg.model_copy(update={"cache": str(tmp_path / "llm.sqlite")})  # the experiment gets the job's answers back
     bench = run_lag_bench("musique", tmp_path / "bench", EmbedConfig(), RAY, llm, sample=2, seed=3, echo=lambda _: None)
     res = run_experiment(load(EXPERIMENTS / "lag-oracle.yaml"), tmp_path / "exp", ray=RAY, progress=False)
-    for run in ("gold-chain", "gold-no-answer", "gold-random-order"):
+    assert list(res.summary.index) == list(bench["oracle"]) == ["question", "gold-chain", "gold-no-answer", "gold-random-order"]
+    for run in res.summary.index:
         assert res.summary.loc[run, "R@100"] == pytest.approx(bench["oracle"][run], abs=1e-12), run
-    assert res.reproduced and [c.reference.run for c in res.checks] == ["gold-chain", "gold-no-answer"]
+    assert res.reproduced and [c.reference.run for c in res.checks] == ["question", "gold-chain", "gold-no-answer"]
 
     from jobs.experiment import with_sample
 

@@ -1,0 +1,82 @@
+"""Cut: keep each query's top k of the incoming run, a fixed k or one per query.
+
+A per-query depth comes from a JSONL file with a line per query (``query_id`` or ``_id``)
+and a field holding a number or a list (its length counts): e.g. the whole question's top
+5 x hops of a multi-hop set, ``{cut: {depths: answers.jsonl, field: decomposition, times:
+5}}``. Scores, ranks and every other column pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field, model_validator
+
+from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from pipelines.stages.registry import register
+from schemas.errors import UserError
+
+
+class CutError(UserError, ValueError):
+    """A depths file that cannot give every query its depth."""
+
+
+class CutOptions(StageOptions):
+    stage: Literal["cut"] = "cut"
+    k: int | None = Field(None, ge=1, le=10_000, description="Keep each query's top k (or give depths).")
+    depths: str | None = Field(None, description="A JSONL file giving each query its depth: times x the value of field (a list: its length).")
+    field: str = Field("k", description="The depths file's field holding each query's depth.")
+    times: int = Field(1, ge=1, le=10_000, description="Multiplies each query's value from the depths file.")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.k is None) == (self.depths is None):
+            raise ValueError("cut: give k or depths (one of them)")
+        return self
+
+
+@register
+class Cut(Stage):
+    """Keep each query's top k of the incoming run: a fixed k, or times x a per-query value
+    read from a JSONL file."""
+
+    name = "cut"
+    kind = Kind.RERANKER
+    Options = CutOptions
+    reads = ("query_id",)  # every query the run holds, blank text or not
+
+    def needs(self) -> Needs:
+        return Needs(files=(self.options.depths,) if self.options.depths else ())
+
+    def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        run, o = runs[0], self.options
+        if o.k is not None:
+            keep = pc.less_equal(run.column("rank"), o.k)
+        else:
+            depth = read_depths(o.depths, o.field, o.times)
+            missing = sorted(set(run.column("query_id").to_pylist()) - set(depth))
+            if missing:
+                raise CutError(f"cut: {o.depths} gives no {o.field!r} for {len(missing)} quer(ies) of the run (e.g. {missing[:3]}).")
+            keep = pc.less_equal(run.column("rank"), pa.array([depth[q] for q in run.column("query_id").to_pylist()], pa.int32()))
+        kept = run.filter(keep)
+        return Output(run=kept, counts={"rows_in": run.num_rows, "rows_kept": kept.num_rows})
+
+
+def read_depths(path: str, field: str, times: int) -> dict[str, int]:
+    """query id -> times x the line's ``field`` (a number, or a list's length)."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                qid = str(row["query_id"] if "query_id" in row else row["_id"])
+                value = row[field]
+                out[qid] = times * (len(value) if isinstance(value, list) else int(value))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise CutError(f"cut: {path}: line {n} has no query id (query_id or _id) and {field!r} (a number or a list): {exc}") from None
+    return out
