@@ -642,15 +642,19 @@ def experiment(
     out: Annotated[Path | None, typer.Option(help="Where the index, runs and report go; default runs/experiments/<name>.")] = None,
     sample: Annotated[int | None, typer.Option(help="Run this many of the dataset's queries, drawn with --seed (overrides the file's dataset.sample).")] = None,
     seed: Annotated[int | None, typer.Option(help="The sample's seed (overrides the file's dataset.seed).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE (repeat): set a key of the file, dotted, the value read as YAML, "
+                                                  "e.g. dataset.rulebench=DIR or pipelines.orlog.0.bm25.k=5.")] = None,
     ray_address: RayAddress = None,
     progress: bool = True,
     *,
     bound: Bound,
 ):
     """Run an experiment: index its dataset, run its pipelines, evaluate, check its reference figures, write one report."""
-    from jobs.experiment import load, run_experiment, with_sample
+    from jobs.experiment import load, override, parse_sets, run_experiment, with_sample
 
     exp = _run(load, file)
+    if set_:
+        exp = _run(override, exp, _run(parse_sets, set_))
     if sample is not None or seed is not None:
         exp = _run(with_sample, exp, sample, seed)
     out = out or Path("runs/experiments") / exp.name

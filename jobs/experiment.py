@@ -177,17 +177,57 @@ def load(path: str | Path) -> Experiment:
         raise ExperimentError(f"experiment {path}: " + "; ".join(parts)) from None
 
 
-def with_sample(exp: Experiment, sample: int | None, seed: int | None) -> Experiment:
-    """``exp`` on a sample of its dataset's queries (``None`` keeps the file's value). Its
-    references hold for the file's queries, so a sample the file does not name drops them."""
-    dataset = exp.dataset.model_dump(exclude_none=True) | {k: v for k, v in (("sample", sample), ("seed", seed)) if v is not None}
-    same = (dataset.get("sample"), dataset.get("seed", 0)) == (exp.dataset.sample, exp.dataset.seed)
+def override(exp: Experiment, changes: dict[str, Any]) -> Experiment:
+    """``exp`` with each dotted key set to its value (``--set KEY=VALUE``):
+    ``{"dataset.sample": 25, "pipelines.orlog.0.bm25.k": 5}``; a number in the path indexes a
+    list (a pipeline's stages), a key that is not there is added (and validated). The file's
+    references are figures of its own dataset and pipelines: a change to the dataset, or to a
+    pipeline a reference names, drops them (a caveat says so)."""
+    spec = exp.model_dump(exclude_none=True)
+    for key, value in changes.items():
+        *path, last = key.split(".")
+        node: Any = spec
+        try:
+            for part in path:
+                node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+            if isinstance(node, list):
+                node[int(last)] = value
+            else:
+                node[last] = value
+        except (ValueError, IndexError, TypeError, AttributeError):
+            raise ExperimentError(f"experiment {exp.name}: --set {key}: no such place in the experiment") from None
     try:
-        dropped = {} if same or not exp.references else {
-            "references": (), "caveats": (*exp.caveats, "The file's references (figures of its own queries) are not checked on this sample.")}
-        return Experiment.model_validate(exp.model_dump(exclude_none=True) | {"dataset": dataset} | dropped)
+        got = Experiment.model_validate(spec)
     except ValidationError as exc:
-        raise ExperimentError(f"experiment {exp.name}: " + "; ".join(e["msg"] for e in exc.errors(include_url=False))) from None
+        raise ExperimentError(f"experiment {exp.name}: --set: " + "; ".join(
+            (f"{'.'.join(map(str, e['loc']))}: " if e["loc"] else "") + e["msg"].removeprefix("Value error, ") for e in exc.errors(include_url=False))) from None
+    moved = [r for r in got.references if got.dataset != exp.dataset or (got.pipelines or {}).get(r.run) != (exp.pipelines or {}).get(r.run)]
+    if moved:
+        kept = tuple(r for r in got.references if r not in moved)
+        got = got.model_copy(update={"references": kept, "caveats": (
+            *got.caveats, f"{len(moved)} of the file's references (figures of its own queries and pipelines) are not checked on this run.")})
+    return got
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as override's changes, each value read as YAML (``5`` a number, ``[a, b]`` a list)."""
+    import yaml
+
+    changes = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ExperimentError(f"--set {item!r}: give KEY=VALUE, KEY a dotted place in the experiment (dataset.sample=25)")
+        try:
+            changes[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ExperimentError(f"--set {item!r}: the value is not valid YAML") from None
+    return changes
+
+
+def with_sample(exp: Experiment, sample: int | None, seed: int | None) -> Experiment:
+    """``exp`` on a sample of its dataset's queries (``None`` keeps the file's value)."""
+    return override(exp, {f"dataset.{k}": v for k, v in (("sample", sample), ("seed", seed)) if v is not None})
 
 
 @dataclass
@@ -216,6 +256,7 @@ class ExperimentResult:
     runs: dict[str, Path]
     index: Any  # jobs.index.IndexSummary: the index run's counts and table version
     timings: dict[str, float] = field(default_factory=dict)
+    stages: dict[str, list[dict]] = field(default_factory=dict)  # run id -> its stages' counts (the retrieve manifest's)
 
     @property
     def reproduced(self) -> bool:
@@ -278,7 +319,8 @@ def _run(exp: Experiment, out: Path, embed: EmbedConfig, ray: RayConfig, llm: LL
     significance = pq.read_table(sig_path) if sig_path.is_file() else None
     groups = {g: _grouped(metrics, queries, g) for g in exp.group_by}
     checks = [ReferenceCheck(r, _value(summary, r.run, r.measure)) for r in exp.references]
-    result = ExperimentResult(exp, metrics, summary, significance, groups, checks, out / "experiment.md", runs, index, timings)
+    stages = {rid: p["stages"] for rid, p in json.loads((out / "retrieve" / "manifest.json").read_text(encoding="utf-8"))["pipelines"].items()}
+    result = ExperimentResult(exp, metrics, summary, significance, groups, checks, out / "experiment.md", runs, index, timings, stages)
     write_text_atomic(render(result), result.report)
     missed = [c for c in checks if not c.ok]
     if missed and strict:
@@ -440,7 +482,22 @@ def render(r: ExperimentResult) -> str:
         lines += ["", "References:", "", "| run | measure | here | reference | tolerance | source | |", "|---|---|---:|---:|---:|---|---|"]
         lines += [f"| {c.reference.run} | {c.reference.measure} | {_fmt(c.got)} | {c.reference.value} | {c.reference.tolerance} | "
                   f"{c.reference.source} | {'reproduced' if c.ok else '**missed**'} |" for c in r.checks]
+    if r.stages:
+        lines += ["", "Stages (the retrieve manifest's counts):", ""]
+        lines += [f"- `{rid}`: " + "; ".join(_stage_counts(c) for c in stages) for rid, stages in r.stages.items()]
     if exp.caveats:
         lines += [""] + [f"**{c}**" for c in exp.caveats]
     lines += ["", "Time: " + ", ".join(f"{k} {v:.0f} s" for k, v in r.timings.items()) + ".", ""]
     return "\n".join(lines)
+
+
+def _stage_counts(counts: dict) -> str:
+    """One stage's manifest entry in a line: its name, then its counts (nested ones flattened)."""
+    def fmt(v: Any) -> str:
+        if isinstance(v, dict):
+            return ", ".join(f"{k} {fmt(x)}" for k, x in v.items())
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    shown = {k: v for k, v in counts.items() if k not in ("stage", "digest", "cached", "placement")}
+    body = ", ".join(f"{k} {{{fmt(v)}}}" if isinstance(v, dict) else f"{k} {fmt(v)}" for k, v in shown.items())
+    return counts["stage"] + (" (cached)" if counts.get("cached") else "") + (f" ({body})" if body else "")

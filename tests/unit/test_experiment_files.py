@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from jobs.experiment import EXPERIMENTS, ExperimentError, load, with_sample
+from jobs.experiment import EXPERIMENTS, ExperimentError, load, override, with_sample
 
 
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.yaml")), ids=lambda p: p.stem)
@@ -21,7 +21,7 @@ def test_a_sample_replaces_the_files_and_drops_its_references():
     assert exp.references and exp.dataset.sample is None
     got = with_sample(exp, 25, 1)
     assert (got.dataset.sample, got.dataset.seed, got.dataset.rulebench) == (25, 1, exp.dataset.rulebench)
-    assert got.references == () and "not checked on this sample" in got.caveats[-1]
+    assert got.references == () and "not checked on this run" in got.caveats[-1]
     assert got.pipelines == exp.pipelines and got.measures == exp.measures
     assert with_sample(exp, None, None) == exp  # nothing given: the file as it is
     with pytest.raises(ExperimentError, match="greater than or equal to 1"):
@@ -43,3 +43,18 @@ def test_qa_measures_are_checked_before_any_work():
     for why, spec in cases.items():
         with pytest.raises(ValueError, match=re.escape(why)):
             Experiment.model_validate(spec)
+
+
+def test_override_sets_dotted_keys_and_drops_only_the_references_it_moves():
+    exp = load("lag-oracle")
+    got = override(exp, {"pipelines.question.1.cut.times": 3, "index.ann_threshold": 1000})
+    assert got.pipelines["question"][1] == {"cut": {"depths": "{dataset}/answers.jsonl", "field": "decomposition", "times": 3}}
+    assert got.index == {"ann_threshold": 1000} and got.pipelines["gold-chain"] == exp.pipelines["gold-chain"]
+    assert [r.run for r in got.references] == ["gold-chain", "gold-no-answer"]  # the question row moved
+    assert "1 of the file's references" in got.caveats[-1]
+    assert override(exp, {"pipelines": {"gold-chain": exp.pipelines["gold-chain"]}, "baseline": None, "references": []}).pipelines.keys() == {"gold-chain"}
+    assert override(exp, {}) == exp
+    for key, value, why in (("pipelines.question.7.cut.k", 3, "no such place"), ("dataset.qa", "nq", "dataset.qa: Input should be"),
+                            ("pipelines.question.1.cut.times", 0, "greater than or equal to 1")):
+        with pytest.raises(ExperimentError, match=why):
+            override(exp, {key: value})
