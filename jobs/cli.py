@@ -352,23 +352,15 @@ def bench_rules(
     out: Annotated[Path, typer.Option(help="Where the converted set, index, runs and report go.")] = Path("runs/rules"),
     sample: Annotated[int | None, typer.Option(help="Run this many queries, drawn with --seed (default: all 830).")] = None,
     seed: int = 0,
-    r3: Annotated[str, typer.Option(help="R3 over the best SIAR run of: both retrievers | better (higher vanilla R@n) | none.")] = "both",
-    r3_n: Annotated[int, typer.Option(help="R3: rules reranked per query (its windows: 20, stride 10).")] = 20,
+    r3_n: Annotated[int | None, typer.Option(help="R3: rules reordered per query (default: the file's, 20).", min=2, max=1000)] = None,
     ray_address: RayAddress = None,
     *,
     bound: Bound,
 ):
-    """Rule retrieval on RuleBench ULogic (read from a path): vanilla sparse/dense, SIAR, SIAR + R3, paper-style table."""
-    from jobs.rules_bench import run_rules_bench
+    """Rule retrieval on RuleBench ULogic (read from a path): vanilla, SIAR, SIAR + R3; jobs/experiments/rulebench-siar.yaml."""
+    from jobs import benchmarks
 
-    if r3 not in ("both", "better", "none"):
-        _fail(f"bench-rules: --r3 {r3!r}: must be 'both', 'better' or 'none'")
-    if not 2 <= r3_n <= 1_000:
-        _fail(f"bench-rules: --r3-n {r3_n}: must be between 2 and 1000")
-    res = _job("bench-rules", out, run_rules_bench, src, out, *_parts(bound),
-               sample=sample, seed=seed, r3=r3, r3_n=r3_n, echo=typer.echo)
-    typer.echo(res["report"].read_text(encoding="utf-8"))
-    typer.echo(f"report: {res['report']}")
+    _experiments("bench-rules", [_run(benchmarks.rules, src, sample, seed, r3_n)], out, bound)
 
 
 @app.command("prepare-qa")
@@ -390,7 +382,7 @@ def prepare_qa(
 @configured(EMBED.at("embed"), LLM_ALL, ray_address="ray.address")
 def bench_lag(
     name: Annotated[str, typer.Argument(help="musique (oracle table + LLM rows) | hotpotqa (LLM rows).")] = "musique",
-    out: Annotated[Path | None, typer.Option(help="Where the set, index, runs and report go (default runs/lag-<name>).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Where the set, index, runs and reports go (default runs/lag-<name>).")] = None,
     sample: Annotated[int | None, typer.Option(help="LLM rows on this many questions, drawn with --seed (default: all 100).")] = None,
     seed: int = 0,
     llm_rows: Annotated[bool, typer.Option(help="Run RAG, LAG and the ablations with the LLM (--no-llm-rows: the oracle table only).")] = True,
@@ -399,21 +391,15 @@ def bench_lag(
     *,
     bound: Bound,
 ):
-    """LAG on a bundled multi-hop set: the LLM-free oracle (MuSiQue), then RAG vs LAG and its ablations; QA and retrieval measures."""
-    from jobs.lag_bench import run_lag_bench
+    """LAG on a bundled multi-hop set: the LLM-free oracle (MuSiQue), then RAG vs LAG and its ablations; jobs/experiments/lag*.yaml."""
+    from jobs import benchmarks
     from pipelines.datasets.qa import SETS
 
     if name not in SETS:
         _fail(f"bench-lag: unknown set {name!r}; valid: {', '.join(SETS)}")
     if name == "hotpotqa" and not llm_rows:
         _fail("bench-lag: hotpotqa has no gold decompositions, so no oracle table; drop --no-llm-rows.")
-    embed, ray, llm = _parts(bound)
-    out = out or Path(f"runs/lag-{name}")
-    res = _job("bench-lag", out, run_lag_bench, name, out, embed, ray, llm if llm_rows else None, sample=sample, seed=seed, judge=judge, echo=typer.echo)
-    typer.echo(res["report"].read_text(encoding="utf-8"))
-    typer.echo(f"report: {res['report']}")
-    if res["reproduced"] is False:  # the oracle is off the reference computation by more than its tolerance
-        raise typer.Exit(1)
+    _experiments("bench-lag", _run(benchmarks.lag, name, sample, seed, judge, llm_rows), out or Path(f"runs/lag-{name}"), bound)
 
 
 generate_app = typer.Typer(no_args_is_help=True, help="Dataset generation: logical benchmarks from a corpus, with labels.")
@@ -482,19 +468,15 @@ def bench_setlogic(
     seed: int = 0,
     k: Annotated[int, typer.Option(help="Depth of R@k and F1@k (the predicted set).")] = 5,
     orlog: Annotated[bool, typer.Option(help="Add OrLog with the gold atoms (LLM scoring; --no-orlog: dense, bm25, ITLR only).")] = True,
-    orlog_depth: Annotated[int, typer.Option(help="OrLog: bm25 candidates reranked per query.")] = 20,
+    orlog_depth: Annotated[int | None, typer.Option(help="OrLog: bm25 candidates reranked per query (default: the file's, 20).")] = None,
     ray_address: RayAddress = None,
     *,
     bound: Bound,
 ):
-    """Set-logic queries over LIMIT with exact gold: dense, bm25, ITLR (gold form), OrLog (gold atoms), by template."""
-    from jobs.setlogic_bench import run_setlogic_bench
+    """Set-logic queries over LIMIT with exact gold: dense, bm25, ITLR (gold form), OrLog (gold atoms), by template; jobs/experiments/setlogic.yaml."""
+    from jobs import benchmarks
 
-    embed, ray, llm = _parts(bound)
-    res = _job("bench-setlogic", out, run_setlogic_bench, out, embed, ray, llm if orlog else None,
-               per_template=per_template, seed=seed, k=k, orlog_depth=orlog_depth, echo=typer.echo)
-    typer.echo(res["report"].read_text(encoding="utf-8"))
-    typer.echo(f"report: {res['report']}")
+    _experiments("bench-setlogic", [_run(benchmarks.setlogic, per_template, seed, k, orlog, orlog_depth)], out, bound)
 
 
 models_app = typer.Typer(no_args_is_help=True, help="LLM checkpoints that ship inside packages.")
@@ -643,28 +625,44 @@ def experiment(
     sample: Annotated[int | None, typer.Option(help="Run this many of the dataset's queries, drawn with --seed (overrides the file's dataset.sample).")] = None,
     seed: Annotated[int | None, typer.Option(help="The sample's seed (overrides the file's dataset.seed).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE (repeat): set a key of the file, dotted, the value read as YAML, "
-                                                  "e.g. dataset.rulebench=DIR or pipelines.orlog.0.bm25.k=5.")] = None,
+                                                  "e.g. dataset.rulebench=DIR, pipelines.orlog.0.bm25.k=5, or stages.r3.n=10 (every r3 stage).")] = None,
     ray_address: RayAddress = None,
     progress: bool = True,
     *,
     bound: Bound,
 ):
     """Run an experiment: index its dataset, run its pipelines, evaluate, check its reference figures, write one report."""
-    from jobs.experiment import load, override, parse_sets, run_experiment, with_sample
+    from jobs.experiment import load, override, parse_sets, with_sample
 
     exp = _run(load, file)
     if set_:
         exp = _run(override, exp, _run(parse_sets, set_))
     if sample is not None or seed is not None:
         exp = _run(with_sample, exp, sample, seed)
-    out = out or Path("runs/experiments") / exp.name
+    _experiments("experiment", [exp], out or Path("runs/experiments") / exp.name, bound, progress)
+
+
+def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool = True) -> None:
+    """Run experiments and print each run's figures, the references and the report's path;
+    several share one index (``out``) and write under ``out/<name>``. A missed reference
+    exits 1 after its report is written."""
+    from jobs.experiment import run_experiment
+
     embed, ray, llm = _parts(bound)
-    result = _job("experiment", out, run_experiment, exp, out, embed, ray, llm, progress=progress, echo=typer.echo)
-    for rid, row in result.summary.iterrows():
-        typer.echo(f"{rid}: " + "  ".join(f"{m} {v:.4f}" for m, v in row.items()))
-    for c in result.checks:
-        typer.echo(f"reference {c.reference.run} {c.reference.measure}: {c.got:.4f} vs {c.reference.value} ± {c.reference.tolerance}: reproduced")
-    typer.echo(f"report: {result.report}")
+    missed = []
+    for exp in exps:
+        where = out if len(exps) == 1 else out / exp.name
+        result = _job(job, out, run_experiment, exp, where, embed, ray, llm, strict=False, progress=progress, echo=typer.echo, table=out)
+        for rid, row in result.summary.iterrows():
+            typer.echo(f"{rid}: " + "  ".join(f"{m} {v:.4f}" for m, v in row.items()))
+        for c in result.checks:
+            got = "-" if c.got is None else f"{c.got:.4f}"
+            typer.echo(f"reference {c.reference.run} {c.reference.measure}: {got} vs {c.reference.value} ± {c.reference.tolerance}: "
+                       + ("reproduced" if c.ok else "MISSED"))
+            missed += [] if c.ok else [f"{exp.name} {c.reference.run} {c.reference.measure}"]
+        typer.echo(f"report: {result.report}")
+    if missed:
+        _fail(f"{job}: {len(missed)} reference figure(s) missed: {', '.join(missed)} (see the report)", code=1)
 
 
 @app.command("main")

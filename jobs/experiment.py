@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -184,7 +185,7 @@ def override(exp: Experiment, changes: dict[str, Any]) -> Experiment:
     references are figures of its own dataset and pipelines: a change to the dataset, or to a
     pipeline a reference names, drops them (a caveat says so)."""
     spec = exp.model_dump(exclude_none=True)
-    for key, value in changes.items():
+    for key, value in _every_stage(spec, changes).items():
         *path, last = key.split(".")
         node: Any = spec
         try:
@@ -207,6 +208,29 @@ def override(exp: Experiment, changes: dict[str, Any]) -> Experiment:
         got = got.model_copy(update={"references": kept, "caveats": (
             *got.caveats, f"{len(moved)} of the file's references (figures of its own queries and pipelines) are not checked on this run.")})
     return got
+
+
+def _every_stage(spec: dict, changes: dict[str, Any]) -> dict[str, Any]:
+    """``stages.NAME.OPTION`` keys spelled out for every stage NAME of every pipeline
+    (``stages.r3.n: 10`` -> ``pipelines.<run>.<i>.r3.n: 10``; a stage written as a bare name
+    gets its options written out in ``spec``); other keys as given."""
+    out = {}
+    for key, value in changes.items():
+        if not key.startswith("stages."):
+            out[key] = value
+            continue
+        _, name, *option = key.split(".", 2)
+        found = False
+        for rid, stages in (spec.get("pipelines") or {}).items():
+            for i, stage in enumerate(stages):
+                if stage == name or (isinstance(stage, dict) and set(stage) == {name}):
+                    if not isinstance(stage, dict) or stage[name] is None:
+                        stages[i] = {name: {}}
+                    out[f"pipelines.{rid}.{i}.{name}.{option[0] if option else ''}"] = value
+                    found = True
+        if not option or not found:
+            raise ExperimentError(f"experiment {spec['name']}: --set {key}: give stages.STAGE.OPTION for a stage the pipelines hold")
+    return out
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
@@ -264,17 +288,21 @@ class ExperimentResult:
 
 
 def run_experiment(exp: Experiment, out: str | Path, embed: EmbedConfig | None = None, ray: RayConfig | None = None,
-                   llm: LLMConfig | None = None, strict: bool = True, progress: bool = True, echo=None) -> ExperimentResult:
+                   llm: LLMConfig | None = None, strict: bool = True, progress: bool = True, echo=None,
+                   table: str | Path | None = None) -> ExperimentResult:
     """Index, retrieve, evaluate, group, check, report (module docstring), on one Ray
     cluster. ``embed``, ``ray``, ``llm``: the placement and models of this run (the file
-    holds the benchmark itself)."""
+    holds the benchmark itself). ``table``: where the index lives (``lancedb/`` and its
+    ``index/`` run; default ``out``): experiments over the same corpus and encoder can share
+    one, and a corpus already there is not encoded again."""
     from jobs.raysession import ray_session
 
     with ray_session(ray or RayConfig()):
-        return _run(exp, Path(out), embed or EmbedConfig(), ray or RayConfig(), llm or LLMConfig(), strict, progress, echo)
+        return _run(exp, Path(out), Path(table or out), embed or EmbedConfig(), ray or RayConfig(), llm or LLMConfig(), strict, progress, echo)
 
 
-def _run(exp: Experiment, out: Path, embed: EmbedConfig, ray: RayConfig, llm: LLMConfig, strict: bool, progress: bool, echo) -> ExperimentResult:
+def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayConfig, llm: LLMConfig, strict: bool, progress: bool,
+         echo) -> ExperimentResult:
     import time
 
     from jobs.evaluate import run_evaluate
@@ -294,10 +322,10 @@ def _run(exp: Experiment, out: Path, embed: EmbedConfig, ray: RayConfig, llm: LL
     pipelines = _in_dataset(dict(exp.pipelines or {}), root)
     if exp.presets:
         pipelines.update(from_methods(exp.presets, method_options(**_in_dataset(exp.preset_options, root))))
-    cfg = RetrieveConfig(queries=str(queries), db=str(out / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)
+    cfg = RetrieveConfig(queries=str(queries), db=str(table / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    index = run_index(IndexConfig(corpus=str(corpus), db=cfg.db, embed=embed, ray=ray, **exp.index), out / "index", progress=progress)
+    index = run_index(IndexConfig(corpus=str(corpus), db=cfg.db, embed=embed, ray=ray, **exp.index), table / "index", progress=progress)
     timings["index"] = time.perf_counter() - t
     t = time.perf_counter()
     runs = run_retrieve(cfg, out / "retrieve", echo=echo, progress=progress)
@@ -332,8 +360,6 @@ def _run(exp: Experiment, out: Path, embed: EmbedConfig, ray: RayConfig, llm: LL
 
 def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
     """(corpus, queries, qrels) of the dataset; a conversion or a sample is written under ``out``."""
-    from jobs.rules_bench import sample_queries
-
     if d.bundled is not None:
         from pipelines import datasets
 
@@ -363,7 +389,7 @@ def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
         if missing:
             raise ExperimentError(f"dataset {d.label}: no {', '.join(missing)} (a BEIR directory holds corpus.jsonl(.gz), queries.jsonl and {qrels})")
         corpus = root
-    queries, qrels_path = sample_queries(root, d.sample, d.seed, "experiment", out=out / "sample", qrels=qrels)
+    queries, qrels_path = sample_queries(root, d.sample, d.seed, out / "sample", qrels=qrels)
     return corpus, queries, qrels_path
 
 
@@ -379,6 +405,28 @@ def _gold_of(gold: Path, queries: Path, to: Path) -> Path:
         return gold
     write_text_atomic("".join(line + "\n" for line in kept), to)
     return to
+
+
+def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str = "qrels/test.tsv") -> tuple[Path, Path]:
+    """The queries and qrels of a BEIR directory to run: all of them, or ``n`` drawn with
+    ``seed`` among the queries the qrels judge (both files cut to the same queries, in
+    ``out``: evaluation averages over the qrels' queries)."""
+    queries, qrels = beir / "queries.jsonl", beir / qrels
+    if n is None:
+        return queries, qrels
+    rows = qrels.read_text(encoding="utf-8").splitlines()
+    judged = {r.split("\t")[0] for r in rows[1:] if r.strip()}
+    # drawn among the queries the qrels judge (evaluation averages over those): a BEIR queries
+    # file may hold other splits' queries too
+    lines = [line for line in queries.read_text(encoding="utf-8").splitlines() if line.strip() and str(json.loads(line)["_id"]) in judged]
+    if not 1 <= n <= len(lines):
+        raise ExperimentError(f"dataset sample {n}: must be between 1 and {len(lines)} (the queries the qrels judge)")
+    picked = sorted(random.Random(seed).sample(range(len(lines)), n))
+    keep = {str(json.loads(lines[i])["_id"]) for i in picked}
+    out_q, out_r = out / "queries.jsonl", out / "qrels.tsv"
+    write_text_atomic("".join(lines[i] + "\n" for i in picked), out_q)
+    write_text_atomic("\n".join([rows[0], *(r for r in rows[1:] if r.split("\t")[0] in keep)]) + "\n", out_r)
+    return out_q, out_r
 
 
 def _dataset_root(d: Dataset, out: Path) -> Path:
@@ -437,7 +485,7 @@ def _grouped(metrics: pa.Table, queries: Path, column: str) -> pd.DataFrame:
     df[column] = df["query_id"].map(groups)
     table = df.pivot_table(index=["run_id", column], columns="measure", values="value", aggfunc="mean", sort=False)
     counts = df[df["measure"] == df["measure"].iloc[0]].groupby(["run_id", column], sort=False).size()
-    return table.assign(queries=counts)
+    return table.assign(queries=counts.astype(int))
 
 
 def _group_of(queries: Path, column: str | None) -> dict[str, str]:

@@ -7,9 +7,10 @@ SmolLM2 on a sample), set-logic queries over LIMIT with exact gold (dense, bm25,
 gold logical query, OrLog with gold atoms), and a small demo of ITLR's real-corpus dataset
 generation over the SciFact index (SmolLM2: a demo, not a benchmark).
 
-The retrieval section is the experiment jobs/experiments/scifact.yaml (its reference: dense
-nDCG@10 of all-MiniLM-L6-v2 on SciFact, published by MTEB as 0.645); this job reports how
-close a fresh index + retrieval + evaluation comes to it.
+The retrieval, rules, LAG and set-logic sections are experiment files (jobs/experiments/:
+scifact.yaml, whose reference is dense nDCG@10 of all-MiniLM-L6-v2 on SciFact, published by
+MTEB as 0.645; rulebench-siar.yaml, lag-oracle.yaml, lag.yaml and setlogic.yaml on the
+samples below, as the bench commands run them: jobs/benchmarks.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+from jobs import benchmarks
 from jobs.experiment import EXPERIMENTS, load, run_experiment
 from jobs.itlr_bench import run_itlr_bench
 from jobs.llm_demo import run_llm_demo
@@ -28,7 +30,7 @@ from pipelines.files import write_text_atomic
 from schemas.config import EmbedConfig, RayConfig
 
 RULES_SAMPLE = 25  # queries of the rules section (the benchmark command runs all 830; 100 until the set-logic and generation sections came)
-RULES_R3_N = 10  # R3 reads the top 10 in one window here (20 in the benchmark): the job stays under 15 minutes
+RULES_R3_N = 10  # R3 reorders the top 10 here (20 in the benchmark): the job stays under 15 minutes
 SETLOGIC_PER_TEMPLATE = 5  # LIMIT set-logic queries per QUEST template (`logicrank bench-setlogic`: 20)
 SETLOGIC_ORLOG_DEPTH = 5  # OrLog reranks bm25's top 5 here (20 in the benchmark): the job stays under 15 minutes
 GENERATE_DOCS = 6  # the generation demo: one shard of 6 SciFact documents, 4 questions
@@ -73,7 +75,7 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
     lag = _lag(out / "lag", embed, ray, echo)
     setlogic, setlogic_all = _setlogic(out / "setlogic", embed, ray, echo)
     demo = _generate_demo(out / "generate", db, embed, ray, echo)
-    _link_reports(out, rules, lag["report"].read_text(encoding="utf-8"), setlogic, demo)
+    _link_reports(out, rules, lag["report"], setlogic, demo)
     echo(f"report: {out / 'report.md'}")
     if not lag["reproduced"]:
         echo("      LAG oracle: NOT reproduced (see the table above)")
@@ -82,57 +84,57 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
 
 
 def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig, echo) -> str:
-    """The rules section (markdown): the benchmark on a sample, or one line saying why not."""
+    """The rules section (markdown): rulebench-siar.yaml on a sample, or one line saying why not."""
     from jobs.llm_demo import local_llm
-    from jobs.rules_bench import ENV, OBTAIN, run_rules_bench
+    from pipelines.datasets.rulebench import ENV, OBTAIN
 
-    echo(f"[6/9] rule retrieval (RuleBench ULogic, {RULES_SAMPLE}-query sample): vanilla, SIAR, SIAR + R3 with SmolLM2")
+    echo(f"[6/9] rule retrieval (RuleBench ULogic, {RULES_SAMPLE}-query sample): vanilla, SIAR, SIAR + R3 with SmolLM2 "
+         "(experiment jobs/experiments/rulebench-siar.yaml)")
     missing = [f for f in ("rules.json", "test_data.json") if rulebench and not (Path(rulebench) / f).is_file()]
     if not rulebench or missing:
         why = f"{ENV} is not set" if not rulebench else f"{ENV}={rulebench} holds no {' or '.join(missing)}"
         line = f"Rule retrieval (SIAR + R3): skipped, {why}. {OBTAIN} as {ENV}=DIR."
         echo(f"      {line}")
         return f"## Rule retrieval\n\n{line}\n"
-    res = run_rules_bench(rulebench, out, embed, ray, local_llm(), sample=RULES_SAMPLE, r3="better",
-                          r3_n=RULES_R3_N, echo=echo)
-    table = res["table"]
-    for rid in table.index:
-        echo(f"      R@1 {rid:24s} {100 * table.loc[rid, 'R@1']:.2f}")
-    return res["report"].read_text(encoding="utf-8")
+    res = run_experiment(benchmarks.rules(rulebench, sample=RULES_SAMPLE, r3_n=RULES_R3_N), out, embed, ray, local_llm(), strict=False, progress=False)
+    for rid, v in res.summary["R@1"].items():
+        echo(f"      R@1 {rid:24s} {100 * v:.2f}")
+    return _section(res)
 
 
 def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
-    """The LAG section: the oracle table on every MuSiQue question, RAG vs LAG with SmolLM2 on a
-    sample (the ablations are in `logicrank bench-lag`)."""
-    from jobs.lag_bench import run_lag_bench
+    """The LAG section: the oracle table on every MuSiQue question (lag-oracle.yaml), RAG vs
+    LAG with SmolLM2 on a sample (lag.yaml; the ablations are in `logicrank bench-lag`), over
+    one index."""
     from jobs.llm_demo import local_llm
 
-    echo(f"[7/9] LAG on MuSiQue (bundled): gold-chain oracle (100 questions, no LLM), then RAG vs LAG with SmolLM2 ({LAG_SAMPLE} questions)")
-    res = run_lag_bench("musique", out, embed, ray, local_llm(), sample=LAG_SAMPLE, llm_runs=("rag", "lag"), echo=echo)
-    table = res["table"]
+    echo(f"[7/9] LAG on MuSiQue (bundled): gold-chain oracle (100 questions, no LLM), then RAG vs LAG with SmolLM2 ({LAG_SAMPLE} questions) "
+         "(experiments jobs/experiments/lag-oracle.yaml, lag.yaml)")
+    oracle, llm_rows = (run_experiment(exp, out / exp.name, embed, ray, local_llm(), strict=False, progress=False, table=out)
+                        for exp in benchmarks.lag("musique", sample=LAG_SAMPLE, runs=("rag", "lag")))
+    for c in oracle.checks:
+        echo(f"      oracle {c.reference.run:18s} recall {c.got:.4f} (reference {c.reference.value}: {'reproduced' if c.ok else 'NOT reproduced'})")
+    table = llm_rows.summary
     for rid in table.index:
         echo(f"      {rid:18s} Acc {100 * table.loc[rid, 'Acc']:.1f}  EM {100 * table.loc[rid, 'EM']:.1f}  chain recall {table.loc[rid, 'R@100']:.4f}")
-    return res
+    return {"oracle": oracle.summary["R@100"].to_dict(), "reproduced": oracle.reproduced, "report": _section(oracle) + "\n" + _section(llm_rows)}
 
 
 def _setlogic(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> tuple[str, dict]:
     from jobs.llm_demo import local_llm
-    from jobs.setlogic_bench import run_setlogic_bench
 
     echo(f"[8/9] set-logic queries over LIMIT (exact gold, {SETLOGIC_PER_TEMPLATE} per QUEST template): dense, bm25, ITLR (gold form), "
-         f"OrLog (gold atoms, SmolLM2, top {SETLOGIC_ORLOG_DEPTH})")
-    res = run_setlogic_bench(out, embed, ray, local_llm(), per_template=SETLOGIC_PER_TEMPLATE, orlog_depth=SETLOGIC_ORLOG_DEPTH, echo=echo)
-    table = res["table"]
-    for rid in dict.fromkeys(table.index.get_level_values("run_id")):
-        row = table.loc[(rid, "all")]
+         f"OrLog (gold atoms, SmolLM2, top {SETLOGIC_ORLOG_DEPTH}) (experiment jobs/experiments/setlogic.yaml)")
+    res = run_experiment(benchmarks.setlogic(per_template=SETLOGIC_PER_TEMPLATE, orlog_depth=SETLOGIC_ORLOG_DEPTH), out, embed, ray, local_llm(),
+                         strict=False, progress=False)
+    for rid, row in res.summary.iterrows():
         echo(f"      {rid:6s} P@1 {row['P@1']:.3f}  R@5 {row['R@5']:.3f}  nDCG@10 {row['nDCG@10']:.3f}")
-    return res["report"].read_text(encoding="utf-8"), setlogic_summary(table)
+    return _section(res), {f"{rid} {measure}": float(v) for rid, row in res.summary.iterrows() for measure, v in row.items()}
 
 
-def setlogic_summary(table) -> dict:
-    """'<run> <measure>' -> the mean over every set-logic query (the by-template table's 'all' rows)."""
-    overall = table.xs("all", level="template")
-    return {f"{rid} {measure}": float(v) for rid, row in overall.iterrows() for measure, v in row.items()}
+def _section(res) -> str:
+    """An experiment's report as a section of the entry page."""
+    return res.report.read_text(encoding="utf-8").replace("# ", "## ", 1)
 
 
 def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo) -> str:

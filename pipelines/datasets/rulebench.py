@@ -28,6 +28,10 @@ from pipelines.datasets import BeirDataset
 from pipelines.files import atomic_path
 from schemas.errors import UserError
 
+ENV = "LOGICRANK_RULEBENCH"  # the variable the main job and jobs/experiments/rulebench-*.yaml read the set's directory from
+OBTAIN = ("RuleBench ULogic is not bundled (no licence declared): get `dataset/ulogic/` (rules.json, test_data.json) from the "
+          "llm-rule-following repository and give its directory")
+
 _LABEL = re.compile(r"^\s*(Context|Question):\s*", re.IGNORECASE)
 
 

@@ -113,56 +113,57 @@ def test_a_bad_experiment_file_is_one_line_and_the_shipped_ones_load(tmp_path, m
     assert res.exit_code == 2 and res.output.strip() == "error: dataset path '${NO_SUCH_DIR}/ulogic': an environment variable in it is not set", res.output
 
 
-def test_the_setlogic_experiment_gives_bench_setlogics_table_by_template(tmp_path, tiny_cfg):
-    """jobs/experiments/setlogic.yaml (OrLog with the LLM included) against `bench-setlogic`'s
-    job, the same LLM; setlogic-exact.yaml is its LLM-free rows, stage for stage."""
-    from jobs.experiment import Experiment
-    from jobs.setlogic_bench import run_setlogic_bench
-    from schemas.config import EmbedConfig
-
-    # one LLM cache: the experiment's OrLog must ask exactly the prompts the job asked (checked below), and
-    # gets the job's P(True) back, so a rank is never decided by two engine runs' rounding
-    llm = tiny_cfg.model_copy(update={"cache": str(tmp_path / "llm.sqlite")})
-    bench = run_setlogic_bench(tmp_path / "bench", EmbedConfig(), RAY, llm, per_template=3, echo=lambda _: None)["table"]
-    spec = yaml.safe_load((EXPERIMENTS / "setlogic.yaml").read_text())
-    exact = yaml.safe_load((EXPERIMENTS / "setlogic-exact.yaml").read_text())
-    assert exact["pipelines"] == {r: p for r, p in spec["pipelines"].items() if r != "orlog"}
-    assert (exact["dataset"], exact["measures"], exact["group_by"]) == (spec["dataset"], spec["measures"], spec["group_by"])
-    spec["dataset"]["setlogic"]["per_template"] = 3
-    res = run_experiment(Experiment.model_validate(spec), tmp_path / "exp", llm=llm, ray=RAY, progress=False)
-    orlog, job = (json.loads((tmp_path / d / "retrieve" / "manifest.json").read_text())["pipelines"]["orlog"]["stages"][-1] for d in ("exp", "bench"))
-    assert orlog["llm_cache_hits"] == orlog["forward_passes"] > job["llm_cache_hits"], (job, orlog)  # every prompt asked before
-    assert {k: orlog[k] for k in ("pairs", "forward_passes", "prompt_tokens")} == {k: job[k] for k in ("pairs", "forward_passes", "prompt_tokens")}
-    grouped = res.groups["template"]
-    measures = ["P@1", "R@5", "F1@5", "nDCG@10"]
+def test_bench_setlogic_is_setlogic_yaml_whose_llm_free_rows_are_setlogic_exacts(tmp_path, tiny_cfg):
+    """`bench-setlogic` (jobs/benchmarks.py) runs jobs/experiments/setlogic.yaml: its dense,
+    bm25 and ITLR rows, by template and overall, equal setlogic-exact.yaml's on the same
+    queries, and OrLog reorders exactly BM25's top 20 of each query."""
+    from jobs import benchmarks
     from pipelines.generate.setlogic import TEMPLATE_NAMES
 
-    assert {(r, t) for r, t in bench.index if t != "all"} == set(grouped.index) and len(grouped) == 4 * len(TEMPLATE_NAMES)  # dense, bm25, itlr, orlog
-    for (run, template), row in grouped.iterrows():
-        np.testing.assert_allclose(row[measures].to_numpy(float), bench.loc[(run, template), measures].to_numpy(float), rtol=0, atol=1e-12)
-    for run in ("dense", "bm25", "itlr", "orlog"):
-        np.testing.assert_allclose(res.summary.loc[run, measures].to_numpy(float), bench.loc[(run, "all"), measures].to_numpy(float), rtol=0, atol=1e-12)
+    res = run_experiment(benchmarks.setlogic(per_template=3), tmp_path / "bench", llm=tiny_cfg, ray=RAY, progress=False)
+    exact = run_experiment(benchmarks.setlogic(per_template=3, orlog=False), tmp_path / "exact", ray=RAY, progress=False)
+    assert load("setlogic-exact").pipelines == {r: p for r, p in load("setlogic").pipelines.items() if r != "orlog"}
+    measures = ["P@1", "R@5", "F1@5", "nDCG@10"]
+    grouped = res.groups["template"]
+    assert len(grouped) == 4 * len(TEMPLATE_NAMES) and len(exact.groups["template"]) == 3 * len(TEMPLATE_NAMES)
+    for (run, template), row in exact.groups["template"].iterrows():
+        np.testing.assert_allclose(grouped.loc[(run, template), measures].to_numpy(float), row[measures].to_numpy(float), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.summary.loc[["dense", "bm25", "itlr"], measures].to_numpy(float),
+                               exact.summary.loc[["dense", "bm25", "itlr"], measures].to_numpy(float), rtol=0, atol=1e-12)
+    orlog, bm25 = (pq.read_table(res.runs[r]).to_pandas() for r in ("orlog", "bm25"))
+    top20 = bm25[bm25["rank"] <= 20].groupby("query_id")["doc_id"].apply(set)
+    assert orlog.groupby("query_id")["doc_id"].apply(set).to_dict() == top20.to_dict()
+    counts = res.stages["orlog"][-1]
+    assert counts["pairs"] == len(orlog) and counts["forward_passes"] > 0
 
 
-def test_the_lag_experiments_give_bench_lags_oracle_and_llm_rows(tmp_path, tiny_cfg):
-    """lag-oracle.yaml gives bench-lag's oracle chain rows on every question, and lag.yaml its
-    LLM rows (QA measures and chain recall) on the same sample, with the same LLM."""
-    from jobs.lag_bench import run_lag_bench
-    from schemas.config import EmbedConfig
+def test_bench_lag_is_lag_oracle_and_lag_yaml_over_one_index(tmp_path, tiny_cfg):
+    """`bench-lag musique` (jobs/benchmarks.py): lag-oracle.yaml on every question reproduces
+    its three references, and lag.yaml's LLM rows on a sample score every sampled question
+    (QA measures and chain recall), over the same index, not encoded twice."""
+    from jobs import benchmarks
 
-    llm = tiny_cfg.model_copy(update={"cache": str(tmp_path / "llm.sqlite")})  # the experiment gets the job's answers back
-    bench = run_lag_bench("musique", tmp_path / "bench", EmbedConfig(), RAY, llm, sample=2, seed=3, echo=lambda _: None)
-    res = run_experiment(load(EXPERIMENTS / "lag-oracle.yaml"), tmp_path / "exp", ray=RAY, progress=False)
-    assert list(res.summary.index) == list(bench["oracle"]) == ["question", "gold-chain", "gold-no-answer", "gold-random-order"]
-    for run in res.summary.index:
-        assert res.summary.loc[run, "R@100"] == pytest.approx(bench["oracle"][run], abs=1e-12), run
-    assert res.reproduced and [c.reference.run for c in res.checks] == ["question", "gold-chain", "gold-no-answer"]
+    oracle_exp, llm_exp = benchmarks.lag("musique", sample=2, seed=3)
+    oracle = run_experiment(oracle_exp, tmp_path / "oracle", ray=RAY, progress=False, table=tmp_path)
+    assert list(oracle.summary.index) == ["question", "gold-chain", "gold-no-answer", "gold-random-order"]
+    assert oracle.reproduced and [c.reference.run for c in oracle.checks] == ["question", "gold-chain", "gold-no-answer"]
+    assert oracle.index.inserted == 1890
 
-    from jobs.experiment import with_sample
+    res = run_experiment(llm_exp, tmp_path / "llm", llm=tiny_cfg, ray=RAY, progress=False, table=tmp_path)
+    assert res.index.inserted == 0 and res.index.unchanged == 1890  # the oracle's table
+    assert list(res.summary.index) == ["rag", "lag", "lag-no-answer", "lag-random-order"]
+    assert {"EM", "TokenF1", "Acc", "R@100"} <= set(res.summary.columns) and res.summary.notna().all().all()
+    scored = res.metrics.to_pandas()
+    asked = {json.loads(x)["_id"] for x in (tmp_path / "llm" / "sample" / "queries.jsonl").read_text().splitlines()}
+    assert len(asked) == 2
+    for measure in ("EM", "R@100"):
+        per_run = scored[(scored["measure"] == measure) & (scored["query_id"] != "all")].groupby("run_id")["query_id"].apply(set)
+        assert all(q == asked for q in per_run), measure  # every sampled question scored, no other
+    gold = [json.loads(x)["query_id"] for x in (tmp_path / "llm" / "sample" / "answers.jsonl").read_text().splitlines()]
+    assert sorted(gold) == sorted(asked)  # the gold cut to the sample
+    rag = res.stages["rag"][0]
+    assert rag["questions"] == 2 and rag["stage"] == "lag"
 
-    res = run_experiment(with_sample(load(EXPERIMENTS / "lag.yaml"), 2, 3), tmp_path / "exp-llm", llm=llm, ray=RAY, progress=False)
-    table, measures = bench["table"], ["EM", "TokenF1", "Acc", "R@100"]
-    assert list(res.summary.index) == list(table.index) == ["rag", "lag", "lag-no-answer", "lag-random-order"]
-    np.testing.assert_allclose(res.summary[measures].to_numpy(float), table[measures].to_numpy(float), rtol=0, atol=1e-12)
-    scored = pq.read_table(tmp_path / "exp-llm" / "evaluate" / "metrics.parquet").to_pandas()
-    assert set(scored.loc[scored["measure"] == "EM", "query_id"]) - {"all"} == set(json.loads(x)["_id"] for x in (tmp_path / "exp-llm" / "sample" / "queries.jsonl").read_text().splitlines())
+    hotpot = benchmarks.lag("hotpotqa", runs=("rag",), judge=True)
+    assert len(hotpot) == 1 and hotpot[0].dataset.qa == "hotpotqa" and hotpot[0].qa_measures[-1] == "Judge"
+    assert list(hotpot[0].pipelines) == ["rag"] and not any("MuSiQue" in c for c in hotpot[0].caveats)

@@ -122,47 +122,34 @@ def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutatio
     assert [s["cached"] for s in again] == [True, True, False] and again[-1]["windows"] == len(got)  # one window of 6
 
 
-def test_the_benchmark_command_lays_out_the_papers_table(rulebase, tiny_cfg, tmp_path):
-    from jobs.rules_bench import PAPER_R1, run_rules_bench
-    from schemas.config import EmbedConfig
+def test_bench_rules_is_rulebench_siar_yaml_with_its_options(rulebase, tiny_cfg, tmp_path):
+    """`logicrank bench-rules` (jobs/benchmarks.py) runs jobs/experiments/rulebench-siar.yaml on
+    the given set and sample, R3 over the top r3_n: its vanilla rows equal
+    rulebench-vanilla.yaml's on the same sample, and R3 only reorders what SIAR retrieved (the
+    same R@20 as its first stage)."""
+    from typer.testing import CliRunner
 
-    res = run_rules_bench(rulebase / "src", tmp_path / "bench", EmbedConfig(), RAY, tiny_cfg, sample=3, seed=1, r3="better", r3_n=4, echo=lambda _: None)
-    table = res["table"]
-    better = "sparse" if table.loc["sparse", "R@4"] >= table.loc["dense", "R@4"] else "dense"
-    assert set(table.index) == {"sparse", "dense", *(f"{r}-siar-{m}" for r in ("sparse", "dense") for m in ("rule", "rule+query")), f"{better}-siar-r3"}
-    report = res["report"].read_text()
-    rows = [line for line in report.splitlines() if line.startswith(("| sparse |", "| dense |"))]
-    assert len(rows) == 7 and sum("+R3" in r for r in rows) == 1
-    assert f"{PAPER_R1['sparse'][2]:.2f}" in report or f"{PAPER_R1['dense'][2]:.2f}" in report
-    vanilla = next(r for r in rows if r.startswith("| sparse | vanilla |")).split("|")
-    assert float(vanilla[3]) == pytest.approx(100 * table.loc["sparse", "R@1"], abs=0.006)
-    assert "3 of 4 queries (a sample drawn with seed 1)" in report and "SmolLM2-135M runs the whole path" not in report  # the tiny model is not SmolLM2
+    from jobs import benchmarks
+    from jobs.cli import app
+    from jobs.experiment import load, override, run_experiment
 
-    # its vanilla rows as an experiment file gives them (jobs/experiments/rulebench-vanilla.yaml, on this set and sample)
-    import yaml
+    exp = benchmarks.rules(rulebase / "src", sample=3, seed=1, r3_n=4)
+    assert exp.references == () and (exp.dataset.sample, exp.dataset.seed) == (3, 1)
+    assert [s["r3"]["n"] for rid in ("sparse-siar-r3", "dense-siar-r3") for s in exp.pipelines[rid] if "r3" in s] == [4, 4]
+    res = run_experiment(exp, tmp_path / "bench", llm=tiny_cfg, ray=RAY, progress=False)
+    table = res.summary
+    assert list(table.index) == list(load("rulebench-siar").pipelines)
+    assert len((tmp_path / "bench" / "sample" / "queries.jsonl").read_text().splitlines()) == 3
+    for rid, first in (("sparse-siar-r3", "sparse-siar-rule+query"), ("dense-siar-r3", "dense-siar-rule")):
+        assert table.loc[rid, "R@20"] == pytest.approx(table.loc[first, "R@20"], abs=1e-12), rid
+    report = res.report.read_text()
+    assert "Qwen2.5-72B" in report and "- `sparse-siar-r3`: siar" in report and "r3 (" in report  # the paper's figures, R3's counts
 
-    from jobs.experiment import EXPERIMENTS, Experiment, run_experiment
-
-    spec = yaml.safe_load((EXPERIMENTS / "rulebench-vanilla.yaml").read_text())
-    spec["dataset"] = {"rulebench": str(rulebase / "src"), "sample": 3, "seed": 1}
-    spec["references"] = []  # the full set's figures
-    exp = run_experiment(Experiment.model_validate(spec), tmp_path / "experiment", ray=RAY, progress=False).summary
+    vanilla = override(load("rulebench-vanilla"), {"dataset.rulebench": str(rulebase / "src"), "dataset.sample": 3, "dataset.seed": 1})
+    got = run_experiment(vanilla, tmp_path / "vanilla", ray=RAY, progress=False).summary
     for run in ("sparse", "dense"):
         for measure in ("R@1", "R@5", "R@10", "R@20", "MRR"):
-            assert exp.loc[run, measure] == pytest.approx(table.loc[run, measure], abs=1e-12), (run, measure)
+            assert got.loc[run, measure] == pytest.approx(table.loc[run, measure], abs=1e-12), (run, measure)
 
-    # and the whole table, SIAR and R3 rows included, as jobs/experiments/rulebench-siar.yaml gives it (the same LLM;
-    # R3 over the top 4, as the command was run)
-    spec = yaml.safe_load((EXPERIMENTS / "rulebench-siar.yaml").read_text())
-    spec["dataset"] = {"rulebench": str(rulebase / "src"), "sample": 3, "seed": 1}
-    spec["references"] = []
-    spec["measures"] = [*spec["measures"], "R@4"]
-    for stages in spec["pipelines"].values():
-        for stage in stages:
-            if "r3" in stage:
-                stage["r3"]["n"] = 4
-    exp = run_experiment(Experiment.model_validate(spec), tmp_path / "experiment-siar", llm=tiny_cfg, ray=RAY, progress=False).summary
-    assert set(table.index) < set(exp.index)
-    for run in table.index:
-        for measure in ("R@1", "R@5", "R@10", "R@20", "MRR", "R@4"):
-            assert exp.loc[run, measure] == pytest.approx(table.loc[run, measure], abs=1e-12), (run, measure)
+    bad = CliRunner().invoke(app, ["bench-rules", str(rulebase / "src"), "--r3-n", "1"])
+    assert bad.exit_code == 2 and "--r3-n" in bad.output

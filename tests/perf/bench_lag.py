@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from jobs.experiment import load  # noqa: E402
 from jobs.index import run_index  # noqa: E402
-from jobs.lag_bench import TITLE_SEP  # noqa: E402
 from jobs.raysession import ray_session  # noqa: E402
 from pipelines.datasets.qa import to_beir  # noqa: E402
 from pipelines.embed import Embedder  # noqa: E402
@@ -66,7 +66,7 @@ def main() -> None:
     cpus = len(os.sched_getaffinity(0))
     work = Path(tempfile.mkdtemp(prefix="logicrank-bench-lag-"))
     to_beir("musique", work / "beir")
-    embed = EmbedConfig(backend="openvino", title_sep=TITLE_SEP)
+    embed = EmbedConfig(backend="openvino", title_sep=load("lag").embed["title_sep"])
     ray = RayConfig(num_cpus=cpus)
     rows = (work / "beir" / "queries.jsonl").read_text(encoding="utf-8").splitlines()[: args.questions]
     queries = read_queries(write_text_atomic("\n".join(rows) + "\n", work / "queries.jsonl"))

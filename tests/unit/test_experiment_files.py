@@ -58,3 +58,11 @@ def test_override_sets_dotted_keys_and_drops_only_the_references_it_moves():
                             ("pipelines.question.1.cut.times", 0, "greater than or equal to 1")):
         with pytest.raises(ExperimentError, match=why):
             override(exp, {key: value})
+
+
+def test_a_reference_is_reproduced_within_its_tolerance_and_never_without_a_figure():
+    from jobs.experiment import Reference, ReferenceCheck
+
+    ref = Reference(run="question", measure="R@100", value=0.697, tolerance=0.01, source="x")
+    assert ReferenceCheck(ref, 0.6875).ok and ReferenceCheck(ref, 0.7065).ok
+    assert not ReferenceCheck(ref, 0.6865).ok and not ReferenceCheck(ref, 0.7075).ok and not ReferenceCheck(ref, None).ok

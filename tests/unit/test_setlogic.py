@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from jobs.setlogic_bench import by_template
+from jobs.experiment import _grouped
 from pipelines.generate import setlogic
 from pipelines.generate.setlogic import TEMPLATES, SetLogicError, generate, load_limit, parse_likes
 from pipelines.logic.query import parse
@@ -128,9 +128,14 @@ def test_unknown_templates_are_refused(tmp_path):
         generate(tmp_path, templates=("A xor B",))
 
 
-def test_measures_are_averaged_per_template_and_overall(tmp_path):
+def test_measures_are_averaged_per_template(tmp_path):
+    """An experiment's group_by (jobs/experiment.py): the mean of each run's per-query values by
+    a field of the queries file, the aggregate row left out, with the number of queries."""
+    import pyarrow as pa
+
     (tmp_path / "q.jsonl").write_text("".join(json.dumps({"_id": q, "template": t}) + "\n" for q, t in [("1", "A"), ("2", "A"), ("3", "A or B")]))
-    m = pd.DataFrame({"run_id": ["r"] * 4, "query_id": ["1", "2", "3", "all"], "measure": ["P@1"] * 4, "value": [1.0, 0.0, 1.0, 0.6667]})
-    t = by_template(m, tmp_path / "q.jsonl")
+    m = pa.Table.from_pandas(pd.DataFrame({"run_id": ["r"] * 4, "query_id": ["1", "2", "3", "all"], "measure": ["P@1"] * 4,
+                                           "value": [1.0, 0.0, 1.0, 0.6667]}))
+    t = _grouped(m, tmp_path / "q.jsonl", "template")
     assert t.loc[("r", "A"), "P@1"] == 0.5 and t.loc[("r", "A or B"), "P@1"] == 1.0
-    assert t.loc[("r", "all"), "P@1"] == pytest.approx(2 / 3)
+    assert t["queries"].to_dict() == {("r", "A"): 2, ("r", "A or B"): 1}

@@ -1,13 +1,12 @@
-"""The rules benchmark's plumbing without Ray: the query sample and its qrels, and the main
-job's rules section when the set is absent."""
+"""An experiment's query sample and its qrels (jobs/experiment.py), and the main job's rules
+section when the set is absent, without Ray."""
 
 import json
 
 import pytest
 
+from jobs.experiment import ExperimentError, sample_queries
 from jobs.main_job import _rules
-from jobs.rules_bench import sample_queries
-from schemas.errors import UserError
 
 
 def _beir(root, n=10):
@@ -20,18 +19,18 @@ def _beir(root, n=10):
 
 def test_a_sample_cuts_queries_and_qrels_to_the_same_queries(tmp_path):
     beir = _beir(tmp_path / "beir")
-    queries, qrels = sample_queries(beir, 4, seed=0, job="bench-rules")
+    queries, qrels = sample_queries(beir, 4, seed=0, out=tmp_path / "s")
     ids = [json.loads(line)["_id"] for line in queries.read_text().splitlines()]
     assert len(ids) == 4 == len(set(ids))
     kept = {line.split("\t")[0] for line in qrels.read_text().splitlines()[1:]}
     assert kept == set(ids)
     first = queries.read_text()
-    assert sample_queries(beir, 4, seed=0, job="bench-rules") == (queries, qrels) and queries.read_text() == first  # seeded: the same sample
-    sample_queries(beir, 4, seed=5, job="bench-rules")
+    assert sample_queries(beir, 4, seed=0, out=tmp_path / "s") == (queries, qrels) and queries.read_text() == first  # seeded: the same sample
+    sample_queries(beir, 4, seed=5, out=tmp_path / "s")
     assert queries.read_text() != first  # another seed, another sample (4 of 10: 210 possible)
-    assert sample_queries(beir, None, seed=0, job="bench-rules") == (beir / "queries.jsonl", beir / "qrels" / "test.tsv")
-    with pytest.raises(UserError, match="--sample 11: must be between 1 and 10"):
-        sample_queries(beir, 11, seed=0, job="bench-rules")
+    assert sample_queries(beir, None, seed=0, out=tmp_path / "s") == (beir / "queries.jsonl", beir / "qrels" / "test.tsv")
+    with pytest.raises(ExperimentError, match="sample 11: must be between 1 and 10"):
+        sample_queries(beir, 11, seed=0, out=tmp_path / "s")
 
 
 @pytest.mark.parametrize("given", [None, "missing-dir"])

@@ -1,0 +1,51 @@
+"""`bench-rules`, `bench-lag` and `bench-setlogic`: the experiment files that ship
+(jobs/experiments/) with each command's options as overrides. The commands and the main job's
+sections call these, so a benchmark's pipelines, measures and references live in its file
+alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobs.experiment import Experiment, load, override, with_sample
+
+
+def rules(src: str | Path, sample: int | None = None, seed: int = 0, r3_n: int | None = None) -> Experiment:
+    """RuleBench ULogic from ``src``: vanilla, SIAR, SIAR + R3 (rulebench-siar.yaml);
+    ``r3_n``: the rules R3 reorders per query (the file's: 20)."""
+    exp = override(load("rulebench-siar"), {"dataset.rulebench": str(src), **({"stages.r3.n": r3_n} if r3_n else {})})
+    return with_sample(exp, sample, seed if sample else None)
+
+
+def lag(name: str = "musique", sample: int | None = None, seed: int = 0, judge: bool = False, llm_rows: bool = True,
+        runs: tuple[str, ...] | None = None) -> list[Experiment]:
+    """The oracle table (lag-oracle.yaml; MuSiQue alone has gold decompositions), on every
+    question, then the LLM rows (lag.yaml) on the set, on ``sample`` questions drawn with
+    ``seed``; ``runs``: which of its rows (rag, lag and the two ablations); ``judge``: add
+    the LLM judge's accuracy."""
+    out = [load("lag-oracle")] if name == "musique" else []
+    if llm_rows:
+        exp = load("lag")
+        changes: dict = {}
+        if name != "musique":
+            changes |= {"name": f"lag-{name}", "dataset.qa": name, "title": f"{name}: RAG vs LAG and LAG's ablations",
+                        "caveats": [c for c in exp.caveats if "MuSiQue" not in c]}
+        if judge:
+            changes["qa_measures"] = [*exp.qa_measures, "Judge"]
+        if runs:
+            changes["pipelines"] = {rid: exp.pipelines[rid] for rid in runs}
+            if exp.baseline not in runs:
+                changes["baseline"] = None
+        out.append(with_sample(override(exp, changes), sample, seed if sample else None))
+    return out
+
+
+def setlogic(per_template: int = 20, seed: int = 0, k: int = 5, orlog: bool = True, orlog_depth: int | None = None) -> Experiment:
+    """LIMIT set-logic queries: dense, BM25, ITLR and, with ``orlog``, OrLog over BM25's top
+    ``orlog_depth`` (setlogic.yaml; without: setlogic-exact.yaml); R@k and F1@k read the top
+    ``k`` as the predicted set."""
+    changes = {"dataset.setlogic": {"per_template": per_template, "seed": seed}, "measures": ["P@1", f"R@{k}", f"F1@{k}", "nDCG@10"]}
+    if orlog and orlog_depth:
+        changes |= {"pipelines.orlog.0.bm25.k": orlog_depth, "pipelines.orlog.2.orlog.k": orlog_depth}
+    return override(load("setlogic" if orlog else "setlogic-exact"), changes)
