@@ -21,6 +21,7 @@ from jobs.watchdog import DEFAULT_TIMEOUT_S, watch
 from pipelines.config import RetrieveConfig
 from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, GenerateConfig, IndexConfig, LLMConfig, RayConfig
 from schemas.errors import JobFailed, UserError
+from schemas.tables import DECOMPOSITION_METHODS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
 
@@ -316,7 +317,7 @@ def evaluate(
             ray_address="ray.address")
 def decompose(
     queries: Annotated[str | None, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet (or queries: in --config).")] = None,
-    method: Annotated[list[str], typer.Option(help="itlr | orlog | reasoning (repeat; default all).")] = list(_d(DecomposeConfig, "methods")),  # noqa: B006
+    method: Annotated[list[str], typer.Option(help=f"{' | '.join(DECOMPOSITION_METHODS)} (repeat; default all).")] = list(_d(DecomposeConfig, "methods")),  # noqa: B006
     constrained: Annotated[bool, typer.Option(help="Grammar / JSON-schema constrained decoding.")] = _d(DecomposeConfig, "constrained"),
     ray_address: RayAddress = None,
     out: Path = Path("runs/decompose"),
@@ -399,7 +400,7 @@ def bench_lag(
         _fail(f"bench-lag: unknown set {name!r}; valid: {', '.join(SETS)}")
     if name == "hotpotqa" and not llm_rows:
         _fail("bench-lag: hotpotqa has no gold decompositions, so no oracle table; drop --no-llm-rows.")
-    _experiments("bench-lag", _run(benchmarks.lag, name, sample, seed, judge, llm_rows), out or Path(f"runs/lag-{name}"), bound)
+    _experiments("bench-lag", _run(benchmarks.lag, name, sample, seed, judge, llm_rows), out or Path(f"runs/lag-{name}"), bound, nested=True)
 
 
 generate_app = typer.Typer(no_args_is_help=True, help="Dataset generation: logical benchmarks from a corpus, with labels.")
@@ -468,7 +469,7 @@ def bench_setlogic(
     seed: int = 0,
     k: Annotated[int, typer.Option(help="Depth of R@k and F1@k (the predicted set).")] = 5,
     orlog: Annotated[bool, typer.Option(help="Add OrLog with the gold atoms (LLM scoring; --no-orlog: dense, bm25, ITLR only).")] = True,
-    orlog_depth: Annotated[int | None, typer.Option(help="OrLog: bm25 candidates reranked per query (default: the file's, 20).")] = None,
+    orlog_depth: Annotated[int | None, typer.Option(help="OrLog: bm25 candidates reranked per query (default: the file's, 20).", min=1, max=10_000)] = None,
     ray_address: RayAddress = None,
     *,
     bound: Bound,
@@ -642,16 +643,16 @@ def experiment(
     _experiments("experiment", [exp], out or Path("runs/experiments") / exp.name, bound, progress)
 
 
-def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool = True) -> None:
+def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool = True, nested: bool = False) -> None:
     """Run experiments and print each run's figures, the references and the report's path;
-    several share one index (``out``) and write under ``out/<name>``. A missed reference
-    exits 1 after its report is written."""
+    they share one index (``out``), and with ``nested`` each writes under ``out/<name>``. A
+    missed reference exits 1 after every report is written."""
     from jobs.experiment import run_experiment
 
     embed, ray, llm = _parts(bound)
     missed = []
     for exp in exps:
-        where = out if len(exps) == 1 else out / exp.name
+        where = out / exp.name if nested else out
         result = _job(job, out, run_experiment, exp, where, embed, ray, llm, strict=False, progress=progress, echo=typer.echo, table=out)
         for rid, row in result.summary.iterrows():
             typer.echo(f"{rid}: " + "  ".join(f"{m} {v:.4f}" for m, v in row.items()))

@@ -24,7 +24,7 @@ from jobs.raysession import ray_session
 from jobs.rundir import RunDir, file_fingerprint
 from pipelines.files import write_parquet_atomic
 from pipelines.llm import prompts
-from pipelines.llm.decompose import TEMPLATES, DecomposeSettings, decompose
+from pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings, decompose
 from pipelines.llm.models import resolve
 from pipelines.topics import read_queries
 from schemas.config import DecomposeConfig
@@ -46,7 +46,7 @@ def settings_of(cfg: DecomposeConfig) -> DecomposeSettings:
     return DecomposeSettings(
         methods=cfg.methods,
         constrained=cfg.constrained,
-        max_tokens=(("itlr", cfg.itlr_max_tokens), ("orlog", cfg.orlog_max_tokens), ("reasoning", cfg.reasoning_max_tokens)),
+        max_tokens=tuple((k.name, cfg.max_tokens.get(k.name, k.max_tokens)) for k in KINDS.values()),
         max_term_chars=cfg.max_term_chars,
         temperature=cfg.temperature,
         seed=cfg.llm.seed if cfg.temperature > 0 else None,

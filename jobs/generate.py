@@ -186,16 +186,9 @@ def _questions_phase(cfg: GenerateConfig, out: Path, store: DocStore, shards: li
             rows, texts = _document_texts(store, ids, str(llm.resolved.path), cfg.document_tokens)
             gens = llm.generate(prompts.load("gen_topics"), [{"document": texts[d]} for d in ids],
                                 Constraint("json", rc.topics_schema(cfg.max_topics)), cfg.topic_tokens, 0.0, None, label="generate:topics")
-            by_doc = dict(zip(ids, gens, strict=True))
+            by_doc = dict(zip(ids, map(_output, gens), strict=True))
             for s in need:
-                recs = []
-                for d in shards[s]:
-                    g = by_doc[d]
-                    raw = None if isinstance(g, Exception) else g.text
-                    ts = rc.parse_topics(raw, cfg.max_topics)
-                    status = "ok" if ts else "fallback"
-                    recs.append({"doc_id": d, "shard": s, "topics": ts or [rc.fallback_topic(rows[d]["title"], rows[d]["text"])],
-                                 "status": status, "raw_output": raw if raw is not None else f"error: {g}"})
+                recs = [rc.topic_row(d, s, by_doc[d], rows[d]["title"], rows[d]["text"], cfg.max_topics) for d in shards[s]]
                 write_parquet_atomic(pa.Table.from_pylist(recs, schema=TOPICS), out / _shard_file("topics", s))
         for s in group:
             topics[s] = pq.read_table(out / _shard_file("topics", s))
@@ -204,21 +197,18 @@ def _questions_phase(cfg: GenerateConfig, out: Path, store: DocStore, shards: li
         flat = [d for s in group for d in drafts[s]]
         gens = llm.generate(prompts.load("gen_question"), [{"logical_query": d.logical_query} for d in flat],
                             Constraint("regex", rc.QUESTION_REGEX), cfg.question_tokens, 0.0, None, label="generate:questions")
-        by_id = {d.query_id: g for d, g in zip(flat, gens, strict=True)}
+        by_id = {d.query_id: _output(g) for d, g in zip(flat, gens, strict=True)}
         for s in group:
-            recs = []
-            for d in drafts[s]:
-                g = by_id[d.query_id]
-                raw = None if isinstance(g, Exception) else g.text
-                q = rc.usable_question(raw)
-                recs.append({"query_id": d.query_id, "shard": s, "template": d.template.name, "negations": d.template.negations,
-                             "logical_query": d.logical_query, "terms": list(d.terms), "source_doc_ids": list(d.source_doc_ids),
-                             "text": q or rc.fallback_question(d), "status": "ok" if q else "fallback",
-                             "raw_output": raw if raw is not None else f"error: {g}"})
+            recs = [rc.question_row(d, s, by_id[d.query_id]) for d in drafts[s]]
             write_parquet_atomic(pa.Table.from_pylist(recs, schema=QUESTIONS), out / _shard_file("questions", s))
         echo(f"generate: questions, wave {n}: shards {group[0]}-{group[-1]} of {len(shards)} written")
         beat(f"generate: questions wave {n} written")
     return resumed
+
+
+def _output(gen) -> str | Exception:
+    """An engine result as the recipe reads it: the generated text, or the exception in its slot."""
+    return gen if isinstance(gen, Exception) else gen.text
 
 
 def _dedup(cfg: GenerateConfig, questions: pa.Table) -> tuple[pa.Table, dict[str, str]]:

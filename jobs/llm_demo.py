@@ -48,7 +48,7 @@ def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, 
     )
 
     llm_cfg = local_llm()
-    cfg = DecomposeConfig(queries=str(queries), llm=llm_cfg, ray=ray, itlr_max_tokens=160, orlog_max_tokens=256, reasoning_max_tokens=128)
+    cfg = DecomposeConfig(queries=str(queries), llm=llm_cfg, ray=ray, max_tokens={"itlr": 160, "orlog": 256, "reasoning": 128})
     echo(f"      decompose {len(keep)} questions with {cfg.llm.model} (itlr, orlog, reasoning)")
     dec = run_decompose(cfg, out / "decompose", echo=echo)
     echo(f"      {dec.by_status}; " + ("unchanged inputs: skipped" if dec.skipped else f"{dec.prompts_run} prompts run, {dec.cache_hits} from cache"))

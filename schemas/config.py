@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.digest import json_digest
+from schemas.tables import DECOMPOSITION_METHODS
 
 
 def _distinct_methods(v: tuple[str, ...]) -> tuple[str, ...]:
@@ -210,17 +211,29 @@ class DecomposeConfig(_Config):
     queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL or Parquet.")
     llm: LLMConfig = LLMConfig()
     ray: RayConfig = RayConfig()
-    methods: tuple[Literal["itlr", "orlog", "reasoning"], ...] = ("itlr", "orlog", "reasoning")
+    methods: tuple[str, ...] = Field(DECOMPOSITION_METHODS, description="Decomposition kinds to run (the table contract's DECOMPOSITION_METHODS).")
     constrained: bool = Field(True, description="Decode itlr under its grammar and orlog under its JSON schema.")
-    itlr_max_tokens: int = Field(256, ge=8)
-    orlog_max_tokens: int = Field(384, ge=8)
-    reasoning_max_tokens: int = Field(256, ge=8)
+    max_tokens: dict[str, int] = Field(default_factory=dict, description="A kind's token budget, e.g. {itlr: 160} (a kind left out: its own).")
     max_term_chars: int | None = Field(
         None, ge=1, description="itlr: longest term the grammar allows (None: unbounded; a bound makes xgrammar slow)."
     )
     temperature: float = Field(0.0, ge=0)
 
-    _methods = field_validator("methods")(lambda v: _distinct_methods(v))
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [m for m in v if m not in DECOMPOSITION_METHODS]
+        if unknown:
+            raise ValueError(f"unknown decomposition kind(s) {unknown}; valid: {', '.join(DECOMPOSITION_METHODS)}")
+        return _distinct_methods(v)
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _budgets(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = [f"{k}: {n}" for k, n in v.items() if k not in DECOMPOSITION_METHODS or n < 8]
+        if bad:
+            raise ValueError(f"max_tokens {bad}: give kinds of {', '.join(DECOMPOSITION_METHODS)}, each at least 8 tokens")
+        return dict(sorted(v.items()))
 
 
 class EvaluateConfig(_Config):

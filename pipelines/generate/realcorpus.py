@@ -125,6 +125,25 @@ def fallback_question(d: Draft) -> str:
     return q[:1].upper() + q[1:] + "?"
 
 
+def topic_row(doc_id: str, shard: int, output: str | Exception, title: str | None, text: str, max_topics: int) -> dict:
+    """A document's row of the topics table from the LLM's output (its text, or the exception
+    the engine raised): the parsed topics, or the title as the fallback (step 1)."""
+    raw = None if isinstance(output, Exception) else output
+    topics = parse_topics(raw, max_topics)
+    return {"doc_id": doc_id, "shard": shard, "topics": topics or [fallback_topic(title, text)], "status": "ok" if topics else "fallback",
+            "raw_output": raw if raw is not None else f"error: {output}"}
+
+
+def question_row(d: Draft, shard: int, output: str | Exception) -> dict:
+    """A draft's row of the questions table from the LLM's output (its text, or the exception
+    the engine raised): the question, or the template's plain rendering as the fallback (step 3)."""
+    raw = None if isinstance(output, Exception) else output
+    q = usable_question(raw)
+    return {"query_id": d.query_id, "shard": shard, "template": d.template.name, "negations": d.template.negations,
+            "logical_query": d.logical_query, "terms": list(d.terms), "source_doc_ids": list(d.source_doc_ids),
+            "text": q or fallback_question(d), "status": "ok" if q else "fallback", "raw_output": raw if raw is not None else f"error: {output}"}
+
+
 _PUNCT = str.maketrans("", "", string.punctuation)
 
 

@@ -23,15 +23,19 @@ from pydantic import Field, model_validator
 from pipelines.llm.decompose import KINDS, DecomposeSettings, apply_to_queries, decompose
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from pipelines.stages.registry import preset, register
-from schemas.tables import DECOMPOSITIONS
+from schemas.tables import DECOMPOSITIONS, QUERIES
+
+# the kinds that give a query a logical form (the rest, free text, are the expansion stage's)
+TARGETS = tuple(name for name, kind in KINDS.items() if "logical_query" in kind.columns)
 
 
 class DecompositionOptions(StageOptions):
     stage: Literal["decomposition"] = "decomposition"
-    target: Literal["itlr", "orlog"] = Field(description="itlr: a logical query over text terms; orlog: atoms and a form over their ids.")
+    target: Literal[TARGETS] = Field(description="itlr: a logical query over text terms; orlog: atoms and a form over their ids.")
     decompositions: str | None = Field(None, description="A decompositions table to read; None: generate on the job's LLM.")
     constrained: bool = Field(True, description="LLM: decode under the grammar (itlr) or JSON schema (orlog).")
-    max_tokens: int | None = Field(None, ge=8, description="LLM: token budget (None: 256 for itlr, 384 for orlog).")
+    max_tokens: int | None = Field(None, ge=8, description="LLM: token budget (None: the target's own, "
+                                   + ", ".join(f"{KINDS[t].max_tokens} for {t}" for t in TARGETS) + ").")
     max_term_chars: int | None = Field(None, ge=1, description="LLM, itlr: longest term the grammar allows.")
     temperature: float = Field(0.0, ge=0, description="LLM: sampling temperature (0: greedy, reproducible).")
 
@@ -102,7 +106,7 @@ class Decomposition(_Rewriter):
 
     @property
     def adds(self) -> frozenset[str]:
-        return frozenset({"atoms"}) if self.options.target == "orlog" else frozenset()
+        return frozenset(KINDS[self.options.target].columns) - set(QUERIES.names)  # orlog: atoms
 
 
 @register

@@ -102,7 +102,7 @@ def _decompose_cfg(tmp_path, tiny_cfg, n, **kw) -> DecomposeConfig:
     queries = write_jsonl(tmp_path / "queries.jsonl", [{"_id": f"q{i}", "text": QUESTIONS[i]} for i in range(n)])
     return DecomposeConfig(
         queries=str(queries), llm=tiny_cfg.model_copy(update={"cache": str(tmp_path / "cache.sqlite"), "batch_rows": 4}), ray=RAY,
-        itlr_max_tokens=200, orlog_max_tokens=200, reasoning_max_tokens=16, max_term_chars=16, **kw,
+        max_tokens={"itlr": 200, "orlog": 200, "reasoning": 16}, max_term_chars=16, **kw,
     )
 
 
@@ -155,7 +155,7 @@ def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, syn
     queries = synthetic / "syn" / "queries.jsonl"
     cfg = DecomposeConfig(
         queries=str(queries), llm=tiny_cfg.model_copy(update={"cache": str(tmp_path / "c.sqlite"), "batch_rows": 16}), ray=RAY,
-        methods=("itlr", "reasoning"), itlr_max_tokens=120, reasoning_max_tokens=12, max_term_chars=12,
+        methods=("itlr", "reasoning"), max_tokens={"itlr": 120, "reasoning": 12}, max_term_chars=12,
     )
     dec = run_decompose(cfg, tmp_path / "dec")
     table = pq.read_table(dec.path).to_pylist()

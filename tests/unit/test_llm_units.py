@@ -224,15 +224,23 @@ def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_r
 
 
 def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_config_agree_with():
-    from typing import get_args
+    import pytest
+    from pydantic import ValidationError
 
+    from jobs.decompose import settings_of
     from pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings
     from pipelines.llm.prompts import load
     from schemas.config import DecomposeConfig
     from schemas.tables import DECOMPOSITION_METHODS
 
     assert tuple(KINDS) == DECOMPOSITION_METHODS
-    assert set(get_args(get_args(DecomposeConfig.model_fields["methods"].annotation)[0])) == set(KINDS)
+    assert DecomposeConfig(queries="q").methods == tuple(KINDS)
+    assert settings_of(DecomposeConfig(queries="q")).max_tokens == DecomposeSettings().max_tokens  # each kind's own budget
+    assert dict(settings_of(DecomposeConfig(queries="q", max_tokens={"orlog": 99})).max_tokens) == {k: v.max_tokens for k, v in KINDS.items()} | {"orlog": 99}
+    for bad, why in (({"methods": ("itlr", "sql")}, "unknown decomposition kind"), ({"max_tokens": {"sql": 20}}, "give kinds of"),
+                     ({"max_tokens": {"itlr": 4}}, "at least 8 tokens"), ({"methods": ("itlr", "itlr")}, "methods repeat")):
+        with pytest.raises(ValidationError, match=why):
+            DecomposeConfig(queries="q", **bad)
     assert DecomposeSettings().methods == tuple(KINDS) and dict(DecomposeSettings().max_tokens) == {k: v.max_tokens for k, v in KINDS.items()}
     for name, kind in KINDS.items():
         assert load(kind.template).text and TEMPLATES[name] == kind.template

@@ -41,6 +41,21 @@ def test_questions_must_be_one_capitalised_line_ending_in_a_question_mark():
     assert rc.usable_question(rc.fallback_question(d)) == rc.fallback_question(d)
 
 
+def test_an_llm_output_becomes_its_row_or_the_counted_fallback_and_an_engine_error_is_kept():
+    row = rc.topic_row("d1", 3, '["vitamin D", "bone health"]', "Title.", "text", 3)
+    assert row == {"doc_id": "d1", "shard": 3, "topics": ["vitamin D", "bone health"], "status": "ok", "raw_output": '["vitamin D", "bone health"]'}
+    assert rc.topic_row("d1", 3, "not json", "Bone density.", "t", 3) | {"raw_output": "-"} == {
+        "doc_id": "d1", "shard": 3, "topics": ["Bone density"], "status": "fallback", "raw_output": "-"}
+    failed = rc.topic_row("d1", 3, RuntimeError("engine died"), "Bone density.", "t", 3)
+    assert failed["status"] == "fallback" and failed["raw_output"] == "error: engine died"
+    d = rc.fill_templates(0, {f"d{i}": [f"t{i}"] for i in range(3)}, 1, 0)[0]
+    ok = rc.question_row(d, 0, "Which trials report t0?")
+    assert (ok["text"], ok["status"], ok["logical_query"], ok["terms"]) == ("Which trials report t0?", "ok", d.logical_query, list(d.terms))
+    for output, raw in (("no question here", "no question here"), (ValueError("cut"), "error: cut")):
+        row = rc.question_row(d, 0, output)
+        assert (row["text"], row["status"], row["raw_output"]) == (rc.fallback_question(d), "fallback", raw)
+
+
 def test_dedup_drops_exact_then_near_duplicates_keeping_the_first():
     ids = ["q1", "q2", "q3", "q4"]
     texts = ["Which drugs lower IL-6?", "which drugs lower IL6", "Which drugs raise IL-6?", "What is bone density?"]
