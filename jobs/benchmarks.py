@@ -13,9 +13,17 @@ from jobs.experiment import Experiment, load, override, with_sample
 
 def rules(src: str | Path, sample: int | None = None, seed: int = 0, r3_n: int | None = None) -> Experiment:
     """RuleBench ULogic from ``src``: vanilla, SIAR, SIAR + R3 (rulebench-siar.yaml);
-    ``r3_n``: the rules R3 reorders per query (the file's: 20)."""
-    exp = override(load("rulebench-siar"), {"dataset.rulebench": str(src), **({"stages.r3.n": r3_n} if r3_n else {})})
-    return with_sample(exp, sample, seed if sample else None)
+    ``r3_n``: the rules R3 reorders per query (the file's: 20; past 20 the retrievers keep that
+    many, and R@r3_n is measured: R3's ceiling)."""
+    exp = load("rulebench-siar")
+    changes: dict = {"dataset.rulebench": str(src)}
+    if r3_n:
+        changes["stages.r3.n"] = r3_n
+        if r3_n > 20:
+            changes |= {"stages.bm25.k": r3_n, "stages.dense.k": r3_n, "stages.r3.k": r3_n}
+        if f"R@{r3_n}" not in exp.measures:
+            changes["measures"] = [*exp.measures, f"R@{r3_n}"]
+    return with_sample(override(exp, changes), sample, seed if sample else None)
 
 
 def lag(name: str = "musique", sample: int | None = None, seed: int = 0, judge: bool = False, llm_rows: bool = True,
@@ -29,13 +37,16 @@ def lag(name: str = "musique", sample: int | None = None, seed: int = 0, judge: 
         exp = load("lag")
         changes: dict = {}
         if name != "musique":
-            changes |= {"name": f"lag-{name}", "dataset.qa": name, "title": f"{name}: RAG vs LAG and LAG's ablations",
+            changes |= {"dataset.qa": name, "title": f"{name}: RAG vs LAG and LAG's ablations",
                         "caveats": [c for c in exp.caveats if "MuSiQue" not in c]}
         if judge:
             changes["qa_measures"] = [*exp.qa_measures, "Judge"]
-        if runs:
-            changes["pipelines"] = {rid: exp.pipelines[rid] for rid in runs}
-            if exp.baseline not in runs:
+        pipelines = {rid: exp.pipelines[rid] for rid in runs or exp.pipelines}
+        if "lag-random-order" in pipelines:  # the order's seed is the command's
+            pipelines["lag-random-order"] = [{"lag": {**exp.pipelines["lag-random-order"][0]["lag"], "seed": seed}}]
+        if pipelines != exp.pipelines:
+            changes["pipelines"] = pipelines
+            if exp.baseline not in pipelines:
                 changes["baseline"] = None
         out.append(with_sample(override(exp, changes), sample, seed if sample else None))
     return out

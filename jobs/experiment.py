@@ -184,7 +184,7 @@ def override(exp: Experiment, changes: dict[str, Any]) -> Experiment:
     list (a pipeline's stages), a key that is not there is added (and validated). The file's
     references are figures of its own dataset and pipelines: a change to the dataset, or to a
     pipeline a reference names, drops them (a caveat says so)."""
-    spec = exp.model_dump(exclude_none=True)
+    spec = exp.model_dump(mode="json", exclude_none=True)  # lists where the model holds tuples, so a list's item can be set
     for key, value in _every_stage(spec, changes).items():
         *path, last = key.split(".")
         node: Any = spec
@@ -202,12 +202,26 @@ def override(exp: Experiment, changes: dict[str, Any]) -> Experiment:
     except ValidationError as exc:
         raise ExperimentError(f"experiment {exp.name}: --set: " + "; ".join(
             (f"{'.'.join(map(str, e['loc']))}: " if e["loc"] else "") + e["msg"].removeprefix("Value error, ") for e in exc.errors(include_url=False))) from None
-    moved = [r for r in got.references if got.dataset != exp.dataset or (got.pipelines or {}).get(r.run) != (exp.pipelines or {}).get(r.run)]
+    everything = not _same_data(got.dataset, exp.dataset) or any(getattr(got, f) != getattr(exp, f) for f in ("embed", "index", "presets", "preset_options"))
+    moved = [r for r in got.references if everything or (got.pipelines or {}).get(r.run) != (exp.pipelines or {}).get(r.run)]
     if moved:
         kept = tuple(r for r in got.references if r not in moved)
         got = got.model_copy(update={"references": kept, "caveats": (
             *got.caveats, f"{len(moved)} of the file's references (figures of its own queries and pipelines) are not checked on this run.")})
     return got
+
+
+def _same_data(a: Dataset, b: Dataset) -> bool:
+    """The same queries and corpus: paths compared with their variables expanded and resolved
+    (``${LOGICRANK_RULEBENCH}`` and the directory it names are one dataset)."""
+    def norm(d: Dataset) -> dict:
+        out = d.model_dump()
+        for key in ("beir", "rulebench"):
+            if out[key] is not None:
+                out[key] = str(Path(os.path.expandvars(out[key])).resolve())
+        return out
+
+    return norm(a) == norm(b)
 
 
 def _every_stage(spec: dict, changes: dict[str, Any]) -> dict[str, Any]:
@@ -223,7 +237,10 @@ def _every_stage(spec: dict, changes: dict[str, Any]) -> dict[str, Any]:
         found = False
         for rid, stages in (spec.get("pipelines") or {}).items():
             for i, stage in enumerate(stages):
-                if stage == name or (isinstance(stage, dict) and set(stage) == {name}):
+                if isinstance(stage, dict) and stage.get("stage") == name:  # {stage: NAME, OPTION: ...}
+                    out[f"pipelines.{rid}.{i}.{option[0] if option else ''}"] = value
+                    found = True
+                elif stage == name or (isinstance(stage, dict) and set(stage) == {name}):  # NAME, or {NAME: {OPTION: ...}}
                     if not isinstance(stage, dict) or stage[name] is None:
                         stages[i] = {name: {}}
                     out[f"pipelines.{rid}.{i}.{name}.{option[0] if option else ''}"] = value
@@ -250,7 +267,10 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
 
 
 def with_sample(exp: Experiment, sample: int | None, seed: int | None) -> Experiment:
-    """``exp`` on a sample of its dataset's queries (``None`` keeps the file's value)."""
+    """``exp`` on a sample of its dataset's queries (``None`` keeps the file's value; a seed
+    alone, with no sample in the file either, draws nothing and changes nothing)."""
+    if sample is None and exp.dataset.sample is None:
+        return exp
     return override(exp, {f"dataset.{k}": v for k, v in (("sample", sample), ("seed", seed)) if v is not None})
 
 
@@ -319,6 +339,9 @@ def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayCo
     for column in exp.group_by:  # before any work
         _group_of(queries, column)
     root = str(_dataset_root(exp.dataset, out))
+    if exp.qa_measures:  # the gold of the queries run, before any work
+        gold = Path(_expand(_in_dataset(exp.gold, root))) if exp.gold else Path(root) / "answers.jsonl"
+        gold = _gold_of(gold, queries, out / "sample" / "answers.jsonl")
     pipelines = _in_dataset(dict(exp.pipelines or {}), root)
     if exp.presets:
         pipelines.update(from_methods(exp.presets, method_options(**_in_dataset(exp.preset_options, root))))
@@ -336,9 +359,8 @@ def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayCo
         answers = tuple(str(p) for rid in runs if (p := out / "retrieve" / "answers" / f"{rid}.parquet").is_file())
         if not answers:
             raise ExperimentError(f"experiment {exp.name}: qa_measures, but no pipeline answers (a LAG stage writes answers)")
-        gold = Path(_expand(exp.gold)) if exp.gold else _dataset_root(exp.dataset, out) / "answers.jsonl"
-        qa = dict(answers=answers, gold=str(_gold_of(gold, queries, out / "sample" / "answers.jsonl")), qa_measures=exp.qa_measures,
-                  judge=llm if "Judge" in parse_qa_measures(exp.qa_measures) else None, ray=ray)
+        qa = dict(answers=answers, gold=str(gold), qa_measures=exp.qa_measures, judge=llm if "Judge" in parse_qa_measures(exp.qa_measures) else None,
+                  ray=ray)
     metrics = run_evaluate(EvaluateConfig(qrels=str(qrels), runs=tuple(str(p) for p in runs.values()), measures=exp.measures,
                                           baseline=exp.baseline, **qa), out / "evaluate", title=exp.title)
     timings["evaluate"] = time.perf_counter() - t
@@ -546,6 +568,8 @@ def _stage_counts(counts: dict) -> str:
             return ", ".join(f"{k} {fmt(x)}" for k, x in v.items())
         return f"{v:.4g}" if isinstance(v, float) else str(v)
 
+    if "sub" in counts:  # a fusion's sub-pipeline
+        return counts["stage"] + " (" + "; ".join(_stage_counts(c) for c in counts["sub"]) + ")"
     shown = {k: v for k, v in counts.items() if k not in ("stage", "digest", "cached", "placement")}
     body = ", ".join(f"{k} {{{fmt(v)}}}" if isinstance(v, dict) else f"{k} {fmt(v)}" for k, v in shown.items())
     return counts["stage"] + (" (cached)" if counts.get("cached") else "") + (f" ({body})" if body else "")

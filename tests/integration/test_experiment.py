@@ -6,6 +6,7 @@ writing its report, and refuses a bad file in one line."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -79,6 +80,15 @@ def test_an_experiment_gives_the_table_of_its_jobs_run_by_hand_groups_and_checks
     with pytest.raises(ReferenceMissed, match=r"1 reference figure\(s\) missed: dense nDCG@10 \d\.\d{4} vs 0\.0 ± 0\.01"):
         run_experiment(load(tmp_path / "e.yaml"), tmp_path / "exp", ray=RAY, progress=False)  # a rerun: every job skipped, unchanged
     assert "**missed**" in (tmp_path / "exp" / "experiment.md").read_text()
+    # the command: every run's line, the reference MISSED, exit 1 after the report; --set a key of the file
+    res = CliRunner().invoke(app, ["experiment", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "exp"), "--no-progress"])
+    assert res.exit_code == 1, res.output
+    assert re.search(r"^reference dense nDCG@10: \d\.\d{4} vs 0\.0 ± 0\.01: MISSED$", res.output, re.M), res.output
+    assert "error: experiment: 1 reference figure(s) missed: small dense nDCG@10" in res.output and "report: " in res.output
+    res = CliRunner().invoke(app, ["experiment", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "exp"), "--no-progress",
+                                   "--set", "references.0.value=" + f"{by.loc[('dense', 'A'), 'P@1']:.4f}", "--set", "references.0.measure=P@1",
+                                   "--set", "references.0.tolerance=1"])
+    assert res.exit_code == 0 and ": reproduced" in res.output, res.output
 
 
 def test_a_bad_experiment_file_is_one_line_and_the_shipped_ones_load(tmp_path, monkeypatch):

@@ -47,11 +47,13 @@ def test_qa_measures_are_checked_before_any_work():
 
 def test_override_sets_dotted_keys_and_drops_only_the_references_it_moves():
     exp = load("lag-oracle")
-    got = override(exp, {"pipelines.question.1.cut.times": 3, "index.ann_threshold": 1000})
+    got = override(exp, {"pipelines.question.1.cut.times": 3})
     assert got.pipelines["question"][1] == {"cut": {"depths": "{dataset}/answers.jsonl", "field": "decomposition", "times": 3}}
-    assert got.index == {"ann_threshold": 1000} and got.pipelines["gold-chain"] == exp.pipelines["gold-chain"]
+    assert got.pipelines["gold-chain"] == exp.pipelines["gold-chain"] and exp.pipelines["question"][1]["cut"]["times"] == 5  # a copy
     assert [r.run for r in got.references] == ["gold-chain", "gold-no-answer"]  # the question row moved
     assert "1 of the file's references" in got.caveats[-1]
+    indexed = override(exp, {"index.ann_threshold": 1000})
+    assert indexed.index == {"ann_threshold": 1000} and indexed.references == ()  # another index: every figure may move
     assert override(exp, {"pipelines": {"gold-chain": exp.pipelines["gold-chain"]}, "baseline": None, "references": []}).pipelines.keys() == {"gold-chain"}
     assert override(exp, {}) == exp
     for key, value, why in (("pipelines.question.7.cut.k", 3, "no such place"), ("dataset.qa", "nq", "dataset.qa: Input should be"),
@@ -66,3 +68,56 @@ def test_a_reference_is_reproduced_within_its_tolerance_and_never_without_a_figu
     ref = Reference(run="question", measure="R@100", value=0.697, tolerance=0.01, source="x")
     assert ReferenceCheck(ref, 0.6875).ok and ReferenceCheck(ref, 0.7065).ok
     assert not ReferenceCheck(ref, 0.6865).ok and not ReferenceCheck(ref, 0.7075).ok and not ReferenceCheck(ref, None).ok
+
+
+def test_set_items_are_yaml_values_at_dotted_places_and_stages_names_every_such_stage():
+    from jobs.experiment import parse_sets
+
+    assert parse_sets(["dataset.sample=25", "measures=[R@1, MRR]", "pipelines.x.0.bm25.k=5", "title=a=b"]) == {
+        "dataset.sample": 25, "measures": ["R@1", "MRR"], "pipelines.x.0.bm25.k": 5, "title": "a=b"}
+    for bad in ("dataset.sample", "=3", "x=[1"):
+        with pytest.raises(ExperimentError, match=re.escape(f"--set {bad!r}")):
+            parse_sets([bad])
+    exp = load("setlogic").model_copy(update={"pipelines": {**load("setlogic").pipelines, "spelled": [{"stage": "bm25", "k": 7}], "bare": ["bm25"]}})
+    got = override(exp, {"stages.bm25.k": 9})
+    assert got.pipelines["bm25"] == [{"bm25": {"k": 9}}] and got.pipelines["orlog"][0] == {"bm25": {"k": 9}}
+    assert got.pipelines["spelled"] == [{"stage": "bm25", "k": 9}] and got.pipelines["bare"] == [{"bm25": {"k": 9}}]
+    assert got.pipelines["dense"] == exp.pipelines["dense"]
+    for key in ("stages.cut.k", "stages.bm25"):
+        with pytest.raises(ExperimentError, match="give stages.STAGE.OPTION"):
+            override(exp, {key: 3})
+
+
+def test_references_stay_for_the_same_data_and_go_when_the_queries_or_the_encoder_change(tmp_path, monkeypatch):
+    exp = load("rulebench-siar")  # dataset.rulebench: ${LOGICRANK_RULEBENCH}
+    monkeypatch.setenv("LOGICRANK_RULEBENCH", str(tmp_path))
+    assert override(exp, {"dataset.rulebench": str(tmp_path)}).references == exp.references  # the directory the variable names
+    assert override(exp, {"dataset.rulebench": str(tmp_path / "other")}).references == ()
+    assert override(exp, {"embed.model": "some/other-model"}).references == ()
+    assert override(exp, {"measures": [*exp.measures, "R@2"]}).references == exp.references
+    assert with_sample(exp, None, 5) == exp  # a seed alone draws nothing
+    assert with_sample(override(exp, {"dataset.sample": 10}), None, 5).dataset.seed == 5
+
+
+def test_the_bench_commands_options_land_where_the_files_hold_them(tmp_path, monkeypatch):
+    from jobs import benchmarks
+
+    monkeypatch.setenv("LOGICRANK_RULEBENCH", str(tmp_path))
+    full = benchmarks.rules(tmp_path)
+    assert len(full.references) == 2 and full.dataset.sample is None  # the whole set: the references are checked
+    deep = benchmarks.rules(tmp_path, sample=5, r3_n=30)
+    assert deep.dataset.sample == 5 and deep.references == () and "R@30" in deep.measures
+    for rid in ("sparse-siar-r3", "dense-siar-r3"):
+        assert deep.pipelines[rid][1][next(iter(deep.pipelines[rid][1]))] == {"k": 30} and deep.pipelines[rid][2] == {"r3": {"k": 30, "n": 30}}
+    assert deep.pipelines["sparse"] == [{"bm25": {"k": 30}}]  # R3's ceiling is the retrievers' depth
+    assert benchmarks.rules(tmp_path, r3_n=10).pipelines["dense-siar-r3"][2] == {"r3": {"k": 20, "n": 10}}
+
+    s = benchmarks.setlogic(per_template=3, seed=2, k=10, orlog_depth=5)
+    assert s.dataset.setlogic.per_template == 3 and s.dataset.setlogic.seed == 2 and s.measures == ("P@1", "R@10", "F1@10", "nDCG@10")
+    assert s.pipelines["orlog"][0] == {"bm25": {"k": 5}} and s.pipelines["orlog"][2]["orlog"]["k"] == 5 and s.pipelines["bm25"] == [{"bm25": {"k": 100}}]
+    assert list(benchmarks.setlogic(orlog=False).pipelines) == ["dense", "bm25", "itlr"]
+
+    oracle, rows = benchmarks.lag("musique", sample=4, seed=7, runs=("rag", "lag-random-order"))
+    assert oracle == load("lag-oracle") and rows.dataset.sample == 4 and rows.dataset.seed == 7
+    assert list(rows.pipelines) == ["rag", "lag-random-order"] and rows.pipelines["lag-random-order"] == [{"lag": {"order": "random", "seed": 7}}]
+    assert [e.name for e in benchmarks.lag("musique", llm_rows=False)] == ["lag-oracle"]
