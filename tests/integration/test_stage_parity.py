@@ -44,14 +44,21 @@ def _engine_actors() -> int:
     return sum("_EngineActor" in a["ActorClassName"] for a in state.actors().values())
 
 
-def _same(path: Path, ref: str) -> set[tuple[str, str]]:
+# what the tiny LLM's logits may differ by from the reference's across x86-64 CPUs: vLLM's CPU
+# kernels differ by machine (seen: 7.2e-6 on a logit of -0.449, relative 1.6e-5, on an AMD
+# EPYC with AVX2 against the machine that wrote the reference); a changed prompt or atom moves
+# them by far more
+LLM_TOL = {"rtol": 1e-4, "atol": 1e-4}
+
+
+def _same(path: Path, ref: str, **tol: float) -> set[tuple[str, str]]:
     """A run table against its reference; returns the documents accepted at a tied cut."""
-    return assert_runs_close(pq.read_table(path), pq.read_table(REF / ref), f"{ref} (redesigned stage vs pre-redesign)")
+    return assert_runs_close(pq.read_table(path), pq.read_table(REF / ref), f"{ref} (redesigned stage vs pre-redesign)", **tol)
 
 
-def _same_side(path: Path, ref: str, keys: list[str], at_cut: set[tuple[str, str]]) -> None:
+def _same_side(path: Path, ref: str, keys: list[str], at_cut: set[tuple[str, str]], **tol: float) -> None:
     """A side table (term or predicate scores) against its reference, row by key."""
-    assert_tables_close(pq.read_table(path), pq.read_table(REF / ref), keys, ref, may_differ=at_cut)
+    assert_tables_close(pq.read_table(path), pq.read_table(REF / ref), keys, ref, may_differ=at_cut, **tol)
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +114,8 @@ def test_itlr_expansion_and_llm_rerankers_match(synthetic, tmp_path):
     engines_before = _engine_actors()
     runs = run_retrieve(RetrieveConfig(queries=str(q6), db=db, pipelines=pipelines, llm=llm, ray=RAY), out)
     assert _engine_actors() - engines_before == 1  # Ray's own actor table: one engine for the three LLM pipelines
-    at_cut = {rid: _same(path, f"synthetic/{rid}.parquet") for rid, path in runs.items()}
+    at_cut = {rid: _same(path, f"synthetic/{rid}.parquet", **LLM_TOL) for rid, path in runs.items()}
     for rid in ("llm-orlog", "llm-cf-orlog"):
-        _same_side(out / "predicate_scores" / f"{rid}.parquet", f"synthetic/predicate_scores-{rid}.parquet", ATOM_KEYS, at_cut[rid])
+        _same_side(out / "predicate_scores" / f"{rid}.parquet", f"synthetic/predicate_scores-{rid}.parquet", ATOM_KEYS, at_cut[rid], **LLM_TOL)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["llm"]["pools"] == 1 and manifest["llm"]["actors_started"] == 1
