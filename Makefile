@@ -32,7 +32,7 @@ nightly-demo: $(STAMP)
 	$(BIN)/logicrank nightly-demo --out runs/nightly-demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/integration
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests/unit tests/integration
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
