@@ -29,12 +29,19 @@ from pipelines.topics import read_queries
 from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, LLMConfig, RayConfig
 from schemas.tables import DECOMPOSITIONS
 
+# the main job's sample (SmolLM2 here runs the path, it measures nothing): until this round's
+# slower machine put the job over 15 minutes, 32 questions, three decomposition kinds, top 10
+TEMPLATES = 8  # the question of each of the ITLR benchmark's first 8 templates (0 to 3 negations)
+RERANK_DEPTH = 5  # OrLog and the LLM-as-reasoner rerank dense's top 5
+METHODS = ("itlr", "reasoning")  # the kinds the runs below read (OrLog's rows use gold atoms: SmolLM2 writes no usable ones)
 
-def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, per_template: int = 1, echo=print) -> dict:
-    """``itlr_dir``: the ITLR benchmark's output (its synthetic data and LanceDB table)."""
+
+def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, templates: int = TEMPLATES, echo=print) -> dict:
+    """``itlr_dir``: the ITLR benchmark's output (its synthetic data and LanceDB table); the
+    first question of each of its first ``templates`` templates is asked."""
     syn = itlr_dir / "synthetic"
     rows = [json.loads(line) for line in (syn / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
-    keep = [r for r in rows if int(r["_id"].rsplit("-", 1)[1]) < per_template]
+    keep = [r for r in rows if r["_id"].endswith("-000") and int(r["_id"].split("-")[1]) < templates]  # syn-TT-RRR
     queries = out / "queries.jsonl"
     write_text_atomic("".join(json.dumps(r) + "\n" for r in keep), queries)
     # ground truth over the pooled corpus (as the benchmark's "pooled" setting): a document is
@@ -48,8 +55,8 @@ def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, 
     )
 
     llm_cfg = local_llm()
-    cfg = DecomposeConfig(queries=str(queries), llm=llm_cfg, ray=ray, max_tokens={"itlr": 160, "orlog": 256, "reasoning": 128})
-    echo(f"      decompose {len(keep)} questions with {cfg.llm.model} (itlr, orlog, reasoning)")
+    cfg = DecomposeConfig(queries=str(queries), llm=llm_cfg, ray=ray, methods=METHODS, max_tokens={"itlr": 160, "reasoning": 128})
+    echo(f"      decompose {len(keep)} questions with {cfg.llm.model} ({', '.join(METHODS)})")
     dec = run_decompose(cfg, out / "decompose", echo=echo)
     echo(f"      {dec.by_status}; " + ("unchanged inputs: skipped" if dec.skipped else f"{dec.prompts_run} prompts run, {dec.cache_hits} from cache"))
     db = str(itlr_dir / "lancedb")
@@ -59,17 +66,18 @@ def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, 
         out / "retrieve-llm",
     )
     # OrLog with gold atoms (one per benchmark term; SmolLM2 writes no usable atoms) and the
-    # LLM-as-reasoner baseline, both reranking dense's top 10, SmolLM2 as the scorer
+    # LLM-as-reasoner baseline, both reranking dense's top RERANK_DEPTH, SmolLM2 as the scorer
     gold_dec = write_parquet_atomic(gold_orlog_decompositions(read_queries(queries)), out / "orlog_gold_decompositions.parquet")
-    echo(f"      OrLog (gold atoms) and LLM-as-reasoner over dense's top 10, P(True) from {cfg.llm.model}")
+    echo(f"      OrLog (gold atoms) and LLM-as-reasoner over dense's top {RERANK_DEPTH}, P(True) from {cfg.llm.model}")
+    top = f"top{RERANK_DEPTH}"
     orl = run_retrieve(
         RetrieveConfig.preset(
-            ("dense", "orlog", "reasoner"), "top10", queries=str(queries), db=db, k=10, embed=embed,
-            decompositions=str(gold_dec), orlog_base="dense", orlog_k=10, orlog_context_tokens=128, llm=llm_cfg, ray=ray,
+            ("dense", "orlog", "reasoner"), top, queries=str(queries), db=db, k=RERANK_DEPTH, embed=embed,
+            decompositions=str(gold_dec), orlog_base="dense", orlog_k=RERANK_DEPTH, orlog_context_tokens=128, llm=llm_cfg, ray=ray,
         ),
         out / "retrieve-orlog",
     )
-    runs = [gold["gold-dense"], gold["gold-itlr"], llm["smollm2-itlr"], llm["smollm2-expansion"], orl["top10-dense"], orl["top10-orlog"], orl["top10-reasoner"]]
+    runs = [gold["gold-dense"], gold["gold-itlr"], llm["smollm2-itlr"], llm["smollm2-expansion"], *(orl[f"{top}-{m}"] for m in ("dense", "orlog", "reasoner"))]
     metrics = run_evaluate(
         EvaluateConfig(qrels=str(qrels), runs=tuple(str(p) for p in runs)), out / "evaluate",
         title="LLM decomposition -> ITLR (SmolLM2-135M, plumbing only)",
@@ -105,18 +113,19 @@ def gold_orlog_decompositions(queries: pa.Table) -> pa.Table:
 
 
 def _orlog_report(ndcg: dict[str, float], manifest: dict) -> str:
-    o, r = (manifest["pipelines"][f"top10-{m}"]["stages"][-1] for m in ("orlog", "reasoner"))  # the reranker's cost counts
+    top = f"top{RERANK_DEPTH}"
+    o, r = (manifest["pipelines"][f"{top}-{m}"]["stages"][-1] for m in ("orlog", "reasoner"))  # the reranker's cost counts
     lines = [
         "",
         "### OrLog (gold atoms) and LLM-as-reasoner, SmolLM2 as the True/False scorer",
         "",
-        "Both rerank dense's top 10 of each question; OrLog's atoms are the benchmark's gold terms "
+        f"Both rerank dense's top {RERANK_DEPTH} of each question; OrLog's atoms are the benchmark's gold terms "
         "(`{x} discusses: <term>`), its form the gold formula, its posterior exact. SmolLM2's True/False "
         "judgements are near chance, so **quality needs a real model**; the cost columns are what this shows.",
         "",
         "| run | nDCG@10 |",
         "|---|---:|",
-        *[f"| {rid} | {ndcg[rid]:.3f} |" for rid in ("top10-dense", "top10-orlog", "top10-reasoner") if rid in ndcg],
+        *[f"| {rid} | {ndcg[rid]:.3f} |" for rid in (f"{top}-dense", f"{top}-orlog", f"{top}-reasoner") if rid in ndcg],
         "",
         "| cost per (question, candidate) pair | OrLog | LLM-as-reasoner |",
         "|---|---:|---:|",
@@ -145,7 +154,7 @@ def _report(n: int, dec, ndcg: dict[str, float], cfg: DecomposeConfig) -> str:
     lines = [
         "## LLM decomposition -> ITLR (SmolLM2-135M-Instruct: plumbing and demo only)",
         "",
-        f"{n} questions of the ITLR benchmark above (one per template), decomposed by `{manifest['model']}` on vLLM "
+        f"{n} questions of the ITLR benchmark above (the first of each of its first {n} templates), decomposed by `{manifest['model']}` on vLLM "
         f"(CPU, one Ray actor), then retrieved over the pooled benchmark corpus and judged by its ground truth "
         "(a document is relevant when the gold formula holds for the topics it contains). A 135M model copies its prompt's "
         "examples more than it reads the question: **these numbers show that the path runs end to end, not what "

@@ -28,6 +28,11 @@ def paired_p_value(a: np.ndarray, b: np.ndarray, test: str = "t-test", resamples
     if len(diff) < 2 or np.allclose(diff, 0):
         return 1.0
     if test == "t-test":
+        if np.ptp(diff) <= 1e-12 * max(1.0, abs(float(diff.mean()))):
+            # every query moved by the same amount: zero variance, an infinite t, p = 0 (scipy's
+            # answer when the differences are exactly equal; with float noise in their last bits
+            # it warns of precision loss and its p-value depends on that noise)
+            return 0.0
         return float(stats.ttest_rel(b, a).pvalue)
     if test == "randomisation":
         res = stats.permutation_test(

@@ -28,6 +28,20 @@ def test_paired_tests_see_a_real_difference_and_not_a_null_one():
     assert paired_p_value(a, better) == pytest.approx(stats.ttest_rel(better, a).pvalue)
 
 
+def test_a_constant_shift_is_p_zero_whatever_the_float_noise_and_without_a_warning():
+    """Every query moved by the same amount (e.g. 1 -> 0 on a small sample): zero variance, so
+    the t-test's p is 0, also when the differences differ in their last bits, where scipy
+    warns of precision loss and answers by the noise (1e-32 here)."""
+    import warnings
+
+    a = np.array([0.8333333333333334, 0.5, 0.1])
+    assert np.ptp((a - 0.1) - a) > 0  # the float noise is there
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert paired_p_value(a, a - 0.1) == 0.0 == paired_p_value(np.zeros(3), np.ones(3))
+        assert paired_p_value(a, a - 0.1, "randomisation") == pytest.approx(0.25)  # 2 of the 2^3 sign flips as extreme
+
+
 def _metrics(values: dict[str, list[float]]) -> pa.Table:
     rows = []
     for run_id, vals in values.items():
