@@ -1,4 +1,4 @@
-"""`bench-rules`, `bench-lag` and `bench-setlogic`: the experiment files that ship
+"""`bench-rules`, `bench-lag`, `bench-setlogic` and `bench-itlr`: the experiment files that ship
 (jobs/experiments/) with each command's options as overrides. The commands and the main job's
 sections call these, so a benchmark's pipelines, measures and references live in its file
 alone.
@@ -60,3 +60,17 @@ def setlogic(per_template: int = 20, seed: int = 0, k: int = 5, orlog: bool = Tr
     if orlog and orlog_depth:
         changes |= {"pipelines.orlog.0.bm25.k": orlog_depth, "pipelines.orlog.2.orlog.k": orlog_depth}
     return override(load("setlogic" if orlog else "setlogic-exact"), changes)
+
+
+def itlr(per_template: int = 10, seed: int = 0, operators: bool = True) -> list[Experiment]:
+    """ITLR's synthetic logical benchmark in its two settings, pooled then own
+    (itlr-synthetic.yaml, itlr-synthetic-own.yaml): base, ITLR and its calibrations by number
+    of negations, and with ``operators`` every operator family (the paper's Table 2)."""
+    out = []
+    for name in ("itlr-synthetic", "itlr-synthetic-own"):
+        exp = load(name)
+        changes: dict = {"dataset.synthetic": {"per_template": per_template, "seed": seed}}
+        if not operators:
+            changes["pipelines"] = {rid: p for rid, p in exp.pipelines.items() if rid == "base" or rid.startswith("itlr")}
+        out.append(override(exp, changes))
+    return out

@@ -506,18 +506,24 @@ def models_prepare(
     typer.echo(f"{r.model_id}: {r.path}")
 
 
-@app.command("itlr-bench")
-def itlr_bench(
-    out: Annotated[Path, typer.Option(help="Where the generated data, index and tables go.")] = Path("runs/itlr-bench"),
+@app.command("bench-itlr")
+@configured(EMBED.at("embed"), ray_address="ray.address")
+def bench_itlr(
+    out: Annotated[Path, typer.Option(help="Where the generated set, index, runs and reports go.")] = Path("runs/itlr"),
     per_template: Annotated[int, typer.Option(help="Queries per template (32 templates).")] = 10,
     seed: int = 0,
-    backend: Backend = _d(EmbedConfig, "backend"),
+    operators: Annotated[bool, typer.Option(help="Add every operator family (Table 2; --no-operators: Table 1's runs only).")] = True,
+    ray_address: RayAddress = None,
+    *,
+    bound: Bound,
 ):
-    """ITLR's synthetic logical benchmark from SciFact text: Table 1 (by negations) and Table 2 (operators)."""
-    from jobs.itlr_bench import run_itlr_bench
+    """ITLR's synthetic logical benchmark from SciFact text, pooled and own settings: Table 1 (by negations) and Table 2 (operators); jobs/experiments/itlr-synthetic*.yaml."""
+    from jobs import benchmarks
 
-    res = _job("itlr-bench", out, run_itlr_bench, out, _run(EmbedConfig, backend=backend), _run(RayConfig), per_template, seed, echo=typer.echo)
-    typer.echo(res["report"].read_text())
+    _experiments("bench-itlr", _run(benchmarks.itlr, per_template, seed, operators), out, bound, nested=True)
+
+
+app.command("itlr-bench", hidden=True, help="Old name of bench-itlr.")(bench_itlr)
 
 
 @app.command()

@@ -50,13 +50,23 @@ class SetLogic(_Model):
     seed: int = 0
 
 
+class Synthetic(_Model):
+    """ITLR's synthetic logical benchmark, generated from bundled SciFact text
+    (pipelines/generate/synthetic.py): 32 templates of 3-term queries with 0 to 3 negations."""
+
+    per_template: int = Field(10, ge=1)
+    seed: int = 0
+
+
 class Dataset(_Model):
     """Where the queries, qrels and corpus come from: exactly one of ``bundled`` (a set in
     pipelines/datasets), ``beir`` (a BEIR directory: corpus.jsonl, queries.jsonl,
     qrels/test.tsv) or ``rulebench`` (a RuleBench set's directory, rules.json and
     test_data.json, converted as `logicrank prepare-rulebench` does), ``setlogic`` (LIMIT
-    set-logic queries generated with exact gold) or ``qa`` (a bundled multi-hop QA set,
-    converted as `logicrank prepare-qa` does). Paths may name
+    set-logic queries generated with exact gold), ``synthetic`` (ITLR's synthetic logical
+    benchmark, generated; its qrels files: ``qrels/test.tsv`` each query's own positives,
+    ``qrels/pooled.tsv`` every document judged, ``qrels/own.tsv`` each query's own documents)
+    or ``qa`` (a bundled multi-hop QA set, converted as `logicrank prepare-qa` does). Paths may name
     environment variables (``${LOGICRANK_RULEBENCH}``). ``sample``: that many queries drawn
     with ``seed`` (queries and qrels cut alike)."""
 
@@ -64,6 +74,7 @@ class Dataset(_Model):
     beir: str | None = None
     rulebench: str | None = None
     setlogic: SetLogic | None = None
+    synthetic: Synthetic | None = None
     qa: Literal["musique", "hotpotqa"] | None = Field(None, description="A bundled multi-hop QA set, converted as `logicrank prepare-qa` does.")
     qrels: str = Field("qrels/test.tsv", description="The qrels file inside a BEIR directory.")
     sample: int | None = Field(None, ge=1)
@@ -71,8 +82,8 @@ class Dataset(_Model):
 
     @model_validator(mode="after")
     def _one(self):
-        if sum(x is not None for x in (self.bundled, self.beir, self.rulebench, self.setlogic, self.qa)) != 1:
-            raise ValueError("give exactly one of bundled, beir, rulebench, setlogic, qa")
+        if sum(x is not None for x in (self.bundled, self.beir, self.rulebench, self.setlogic, self.synthetic, self.qa)) != 1:
+            raise ValueError("give exactly one of bundled, beir, rulebench, setlogic, synthetic, qa")
         return self
 
     @property
@@ -81,6 +92,9 @@ class Dataset(_Model):
             where = f"{self.qa} (bundled QA set)"
         elif self.setlogic is not None:
             where = f"LIMIT set-logic queries ({self.setlogic.per_template} per template, seed {self.setlogic.seed})"
+        elif self.synthetic is not None:
+            where = (f"ITLR's synthetic logical benchmark from SciFact text ({self.synthetic.per_template} per template, "
+                     f"seed {self.synthetic.seed}; qrels {self.qrels})")
         else:
             where = self.bundled or os.path.expandvars(self.beir or "") or f"RuleBench {os.path.expandvars(self.rulebench or '')}"
         return where + (f", a sample of {self.sample} queries (seed {self.seed})" if self.sample else "")
@@ -301,6 +315,7 @@ class ExperimentResult:
     index: Any  # jobs.index.IndexSummary: the index run's counts and table version
     timings: dict[str, float] = field(default_factory=dict)
     stages: dict[str, list[dict]] = field(default_factory=dict)  # run id -> its stages' counts (the retrieve manifest's)
+    dataset: Path | None = None  # the dataset's directory (a generated or converted one's, under out)
 
     @property
     def reproduced(self) -> bool:
@@ -370,7 +385,7 @@ def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayCo
     groups = {g: _grouped(metrics, queries, g) for g in exp.group_by}
     checks = [ReferenceCheck(r, _value(summary, r.run, r.measure)) for r in exp.references]
     stages = {rid: p["stages"] for rid, p in json.loads((out / "retrieve" / "manifest.json").read_text(encoding="utf-8"))["pipelines"].items()}
-    result = ExperimentResult(exp, metrics, summary, significance, groups, checks, out / "experiment.md", runs, index, timings, stages)
+    result = ExperimentResult(exp, metrics, summary, significance, groups, checks, out / "experiment.md", runs, index, timings, stages, Path(root))
     write_text_atomic(render(result), result.report)
     missed = [c for c in checks if not c.ok]
     if missed and strict:
@@ -403,6 +418,12 @@ def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
 
             generate(out / "data", per_template=d.setlogic.per_template, seed=d.setlogic.seed)
             root, qrels = out / "data", "qrels/test.tsv"
+        elif d.synthetic is not None:
+            from pipelines import datasets
+            from pipelines.generate.synthetic import generate as synthetic
+
+            synthetic(datasets.scifact().corpus, out / "data", per_template=d.synthetic.per_template, seed=d.synthetic.seed)
+            root, qrels = out / "data", d.qrels
         else:
             root, qrels = Path(_expand(d.beir)), d.qrels
         missing = [str(f) for f in (root / "queries.jsonl", root / qrels) if not f.is_file()]
@@ -459,7 +480,7 @@ def _dataset_root(d: Dataset, out: Path) -> Path:
         return Path(getattr(datasets, d.bundled)().queries).parent
     if d.beir is not None:
         return Path(_expand(d.beir))
-    return out / ("data" if d.setlogic is not None else "beir")
+    return out / ("data" if d.setlogic is not None or d.synthetic is not None else "beir")
 
 
 def _in_dataset(value: Any, root: str) -> Any:

@@ -19,12 +19,10 @@ import pyarrow.parquet as pq
 from jobs.decompose import run_decompose
 from jobs.evaluate import run_evaluate
 from jobs.retrieve import run_retrieve
-from pipelines.benchmarks.itlr import pooled_qrels
 from pipelines.config import RetrieveConfig
 from pipelines.evaluate.report import summary_frame
 from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.logic.query import parse, relabel, to_text
-from pipelines.methods.itlr import parse_queries
 from pipelines.topics import read_queries
 from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, LLMConfig, RayConfig
 from schemas.tables import DECOMPOSITIONS
@@ -37,31 +35,27 @@ RERANK_DEPTH = 5  # OrLog and the LLM-as-reasoner rerank dense's top 5: each of 
 METHODS = ("itlr", "reasoning")  # the kinds the runs below read (OrLog's rows use gold atoms: SmolLM2 writes no usable ones)
 
 
-def run_llm_demo(out: Path, itlr_dir: Path, embed: EmbedConfig, ray: RayConfig, templates: tuple[int, ...] = QUESTION_TEMPLATES,
+def run_llm_demo(out: Path, syn: Path, db: Path, embed: EmbedConfig, ray: RayConfig, templates: tuple[int, ...] = QUESTION_TEMPLATES,
                  echo=print) -> dict:
-    """``itlr_dir``: the ITLR benchmark's output (its synthetic data and LanceDB table); the
-    first question of each template numbered in ``templates`` is asked."""
-    syn = itlr_dir / "synthetic"
+    """``syn``: the ITLR benchmark's generated set (pipelines/generate/synthetic.py), ``db``
+    its LanceDB table; the first question of each template numbered in ``templates`` is asked."""
     rows = [json.loads(line) for line in (syn / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
     keep = [r for r in rows if r["_id"].endswith("-000") and int(r["_id"].split("-")[1]) in templates]  # syn-TT-RRR
     queries = out / "queries.jsonl"
     write_text_atomic("".join(json.dumps(r) + "\n" for r in keep), queries)
-    # ground truth over the pooled corpus (as the benchmark's "pooled" setting): a document is
+    # ground truth over the pooled corpus (the benchmark's "pooled" setting): a document is
     # relevant when the gold formula holds for the topics it contains, whichever question made it
-    present = {r["doc_id"]: r["present"] for r in map(json.loads, (syn / "labels.jsonl").read_text(encoding="utf-8").splitlines())}
-    truth = pooled_qrels(parse_queries(read_queries(queries)), present)
+    asked = {r["_id"] for r in keep}
+    pooled = (syn / "qrels" / "pooled.tsv").read_text(encoding="utf-8").splitlines()
     qrels = out / "qrels.tsv"
-    write_text_atomic(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{r}\n" for q, d, r in zip(*(truth.column(c).to_pylist() for c in truth.column_names), strict=True)),
-        qrels,
-    )
+    write_text_atomic("\n".join([pooled[0], *(line for line in pooled[1:] if line.split("\t")[0] in asked)]) + "\n", qrels)
 
     llm_cfg = local_llm()
     cfg = DecomposeConfig(queries=str(queries), llm=llm_cfg, ray=ray, methods=METHODS, max_tokens={"itlr": 160, "reasoning": 128})
     echo(f"      decompose {len(keep)} questions with {cfg.llm.model} ({', '.join(METHODS)})")
     dec = run_decompose(cfg, out / "decompose", echo=echo)
     echo(f"      {dec.by_status}; " + ("unchanged inputs: skipped" if dec.skipped else f"{dec.prompts_run} prompts run, {dec.cache_hits} from cache"))
-    db = str(itlr_dir / "lancedb")
+    db = str(db)
     gold = run_retrieve(RetrieveConfig.preset(("dense", "itlr"), "gold", queries=str(queries), db=db, k=100, embed=embed, ray=ray), out / "retrieve-gold")
     llm = run_retrieve(
         RetrieveConfig.preset(("itlr", "expansion"), "smollm2", queries=str(queries), db=db, k=100, embed=embed, decompositions=str(dec.path), ray=ray),

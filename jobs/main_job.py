@@ -23,7 +23,6 @@ from pathlib import Path
 
 from jobs import benchmarks
 from jobs.experiment import EXPERIMENTS, load, run_experiment
-from jobs.itlr_bench import run_itlr_bench
 from jobs.llm_demo import run_llm_demo
 from jobs.raysession import ray_session
 from pipelines.datasets import scifact
@@ -66,16 +65,18 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
     echo(f"      dense vs published MTEB {check.reference.value}: {check.got:.4f} -> "
          f"{'reproduced' if reproduced else 'NOT reproduced'} (tolerance {check.reference.tolerance})")
     marks.append(("itlr", time.perf_counter()))
-    echo("[4/9] ITLR synthetic logical benchmark (32 templates x 10 queries from SciFact text)")
-    itlr = run_itlr_bench(out / "itlr", embed, ray, echo=echo)
-    t1 = itlr["table1"]
-    for setting in ("own", "pooled"):
-        for method in ("base", "itlr"):
-            row = t1[(t1["setting"] == setting) & (t1["method"] == method)].set_index("negations")["ndcg@10"]
-            echo(f"      {setting:6s} {method:5s} nDCG@10 by negations 0/1/2/3: " + "/".join(f"{row[n]:.3f}" for n in range(4)))
+    echo("[4/9] ITLR synthetic logical benchmark (32 templates x 10 queries from SciFact text), pooled and own settings "
+         "(experiments jobs/experiments/itlr-synthetic.yaml, itlr-synthetic-own.yaml; the operator ablation: `logicrank bench-itlr`)")
+    itlr = [run_experiment(exp, out / "itlr" / exp.name, embed, ray, strict=False, progress=False, table=out / "itlr")
+            for exp in benchmarks.itlr(operators=False)]
+    for res in itlr:
+        by = res.groups["negations"]["nDCG@10"]
+        for rid in ("base", "itlr"):
+            setting = "own" if res.experiment.name.endswith("-own") else "pooled"
+            echo(f"      {setting:6s} {rid:5s} nDCG@10 by negations 0/1/2/3: " + "/".join(f"{by[rid, str(n)]:.3f}" for n in range(4)))
     marks.append(("llm", time.perf_counter()))
     echo("[5/9] LLM decomposition -> ITLR (SmolLM2-135M on vLLM: plumbing and demo, not quality)")
-    llm = run_llm_demo(out / "llm", out / "itlr", embed, ray, echo=echo)
+    llm = run_llm_demo(out / "llm", itlr[0].dataset, out / "itlr" / "lancedb", embed, ray, echo=echo)
     for rid, v in llm["ndcg@10"].items():
         echo(f"      nDCG@10 {rid:18s} {v:.4f}")
     marks.append(("rules", time.perf_counter()))
@@ -87,7 +88,7 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
     marks.append(("generate", time.perf_counter()))
     demo = _generate_demo(out / "generate", db, embed, ray, echo)
     marks.append(("", time.perf_counter()))
-    _link_reports(out, rules, lag["report"], setlogic, demo)
+    _link_reports(out, "\n".join(_section(res) for res in itlr), rules, lag["report"], setlogic, demo)
     echo("time by section: " + ", ".join(f"{name} {end - start:.0f} s" for (name, start), (_, end) in zip(marks, marks[1:], strict=False)))
     echo(f"report: {out / 'report.md'}")
     if not lag["reproduced"]:
@@ -168,10 +169,9 @@ def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo)
     return card + "\nFirst questions (logical form -> question):\n\n" + "\n".join(examples) + "\n"
 
 
-def _link_reports(out: Path, rules: str, lag: str, setlogic: str, demo: str) -> None:
+def _link_reports(out: Path, itlr: str, rules: str, lag: str, setlogic: str, demo: str) -> None:
     """One entry page: the retrieval report, the ITLR tables, the LLM path, rule retrieval, LAG,
     set-logic queries over LIMIT, the generation demo."""
     retrieval = (out / "evaluate" / "report.md").read_text(encoding="utf-8").replace("](plots/", "](evaluate/plots/")
-    itlr = (out / "itlr" / "itlr_report.md").read_text(encoding="utf-8").replace("# ITLR", "## ITLR", 1)
     llm = (out / "llm" / "llm_report.md").read_text(encoding="utf-8")
     write_text_atomic("\n".join((retrieval, itlr, llm, rules, lag, setlogic, demo)), out / "report.md")

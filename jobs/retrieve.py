@@ -126,6 +126,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
                 report[p.name] = {"rows": result.run.num_rows, "queries": len(set(result.run.column("query_id").to_pylist())), "stages": result.steps}
         finally:
             llm = host.close()
+    encoded = {"encoded": host._embedder.misses, "reused": host._embedder.hits} if host._embedder is not None else None
     rundir.write_manifest(
         cfg.model_dump(mode="json"), cfg.digest(), inputs, list(outputs.values()) + written,
         model=model_id(cfg.embed) if needs.encoder else None,
@@ -133,6 +134,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         pipelines=report,
         queries=queries.num_rows, blank_queries=len(blank_ids), blank_query_ids=blank_ids[:100],
         llm=llm,
+        driver_texts=encoded,  # texts the driver's encoder encoded, and those it had encoded before in this job (ITLR's terms)
     )
     return {rid: rundir.path / o for rid, o in outputs.items()}
 
@@ -152,10 +154,10 @@ class _Host:
 
     def _encoder(self):
         if self._embedder is None:
-            from pipelines.embed import Embedder
+            from pipelines.embed import Embedder, MemoEncoder
 
             with self.rundir.timed("load_model"):
-                self._embedder = Embedder(self.cfg.embed)
+                self._embedder = MemoEncoder(Embedder(self.cfg.embed))  # a term shared by several pipelines is encoded once
         return self._embedder
 
     def _llm_service(self):

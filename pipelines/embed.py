@@ -165,6 +165,34 @@ class Embedder:
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
 
+class MemoEncoder:
+    """An :class:`Embedder` that encodes each distinct text once per job: a text seen before
+    (e.g. the same ITLR term in another pipeline of the run) gets its first vector back. Up to
+    ``max_texts`` vectors are kept (at 384 dimensions, 100,000 hold about 150 MB); past that,
+    the oldest go first."""
+
+    def __init__(self, embedder: Embedder, max_texts: int = 100_000):
+        self.embedder, self.max_texts = embedder, max_texts
+        self._seen: dict[str, np.ndarray] = {}  # insertion order: the oldest first
+        self.hits = self.misses = 0
+
+    def __getattr__(self, name):  # config, model_id, dim: the embedder's
+        return getattr(self.embedder, name)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        missing = list(dict.fromkeys(t for t in texts if t not in self._seen))
+        fresh = dict(zip(missing, self.embedder.encode(missing), strict=True)) if missing else {}
+        self.misses += len(missing)
+        self.hits += sum(t in self._seen for t in texts)
+        out = np.stack([fresh[t] if t in fresh else self._seen[t] for t in texts]) if texts else self.embedder.encode([])
+        for t, v in fresh.items():
+            self._seen[t] = v
+        while len(self._seen) > self.max_texts:
+            del self._seen[next(iter(self._seen))]
+        return out
+
+
 class _OpenVINOEncoder:
     """The sentence-transformers model's transformer, converted in memory to OpenVINO.
 

@@ -12,8 +12,12 @@ any subset of the three terms (8 ways), read with the usual precedence. For a qu
   up to 3 of each per query (the paper's setting).
 
 Output, BEIR layout: ``corpus.jsonl``, ``queries.jsonl`` (with ``logical_query``,
-``negations``, ``template``), ``qrels/test.tsv``, and ``labels.jsonl`` (which topics each
-generated document contains: what supervised calibration learns from).
+``negations``, ``template``), ``qrels/test.tsv`` (each query's own positives: the paper's
+judgements), ``labels.jsonl`` (which topics each generated document contains: what supervised
+calibration learns from), and for the two settings of the benchmark (jobs/experiments/
+itlr-synthetic*.yaml): ``qrels/own.tsv`` lists each query's own documents (the candidates of
+the ``own`` setting, where a query ranks only those), ``qrels/pooled.tsv`` judges every
+generated document against every query (the ``pooled`` setting, see :func:`pooled_qrels`).
 """
 
 from __future__ import annotations
@@ -123,10 +127,37 @@ def generate(corpus_path: str | Path, out: str | Path, per_template: int = 10, s
     _write_jsonl(out / "corpus.jsonl", docs)
     _write_jsonl(out / "queries.jsonl", queries)
     _write_jsonl(out / "labels.jsonl", labels)
-    with open(out / "qrels" / "test.tsv", "w", encoding="utf-8") as f:
+    _write_qrels(out / "qrels" / "test.tsv", qrels)
+    _write_qrels(out / "qrels" / "own.tsv", [(r["query_id"], r["doc_id"], 1) for r in labels])
+    pooled = pooled_qrels([(q["_id"], q["logical_query"]) for q in queries], {r["doc_id"]: r["present"] for r in labels})
+    _write_qrels(out / "qrels" / "pooled.tsv", pooled)
+    return {"queries": len(queries), "docs": len(docs), "positives": len(qrels), "pooled_positives": len(pooled)}
+
+
+def pooled_qrels(queries: list[tuple[str, str]], present: dict[str, list[str]]) -> list[tuple[str, str, int]]:
+    """Ground truth over the pooled corpus, (query id, doc id, 1) rows: a document is relevant
+    to a query (id, logical query) when the query holds for the query's topics the document
+    contains (``present``: doc_id -> topics). Other queries' documents usually contain none of
+    them, so they match exactly the queries that the empty set satisfies (``NOT a AND NOT b
+    AND NOT c``, ...)."""
+    rows = []
+    for qid, logical in queries:
+        ast = parse(logical)
+        terms = set(ast.terms())
+        cache: dict[frozenset, bool] = {}
+        for doc, topics in present.items():
+            key = frozenset(terms.intersection(topics))
+            if key not in cache:
+                cache[key] = holds(ast, set(key))
+            if cache[key]:
+                rows.append((qid, doc, 1))
+    return rows
+
+
+def _write_qrels(path: Path, rows: list[tuple[str, str, int]]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
         f.write("query-id\tcorpus-id\tscore\n")
-        f.writelines(f"{q}\t{d}\t{r}\n" for q, d, r in qrels)
-    return {"queries": len(queries), "docs": len(docs), "positives": len(qrels)}
+        f.writelines(f"{q}\t{d}\t{r}\n" for q, d, r in rows)
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:

@@ -328,26 +328,30 @@ def term_scores(
     doc_vectors: dict[str, np.ndarray],
     calibration: Calibration,
 ) -> pa.Table:
-    """The per-term scores behind each ranked (query, document) pair (TERM_SCORES)."""
+    """The per-term scores behind each ranked (query, document) pair (TERM_SCORES): per
+    query, its pairs' rows in order, each with the query's terms in order."""
     index = {t: i for i, t in enumerate(terms)}
     by_query = {q.query_id: q for q in queries}
-    cols: dict[str, list] = {name: [] for name in TERM_SCORES.names}
     T = np.asarray(term_vectors, dtype=np.float32)
+    docs = pd.Index(list(doc_vectors))
+    D = np.stack([doc_vectors[d] for d in docs]) if len(docs) else np.zeros((0, T.shape[1]), np.float32)
+    cols: dict[str, list[np.ndarray]] = {name: [] for name in TERM_SCORES.names}
     for qid, group in pairs.groupby("query_id", sort=False):
         q_terms = by_query[qid].ast.terms()
-        idx = [index[t] for t in q_terms]
-        V = np.stack([doc_vectors[d] for d in group["doc_id"]])
-        raw = V @ T[idx].T
+        idx = np.array([index[t] for t in q_terms], dtype=np.int32)
+        doc_ids = group["doc_id"].to_numpy(dtype=object)
+        raw = D[docs.get_indexer(doc_ids)] @ T[idx].T
         cal = calibration.apply(raw, q_terms)
-        for r, doc in enumerate(group["doc_id"]):
-            for c, t in enumerate(q_terms):
-                cols["query_id"].append(qid)
-                cols["doc_id"].append(doc)
-                cols["term_id"].append(idx[c])
-                cols["term"].append(t)
-                cols["score"].append(float(raw[r, c]))
-                cols["calibrated"].append(float(cal[r, c]))
-    return pa.table(cols, schema=TERM_SCORES)
+        n, m = raw.shape
+        cols["query_id"].append(np.full(n * m, qid, dtype=object))
+        cols["doc_id"].append(np.repeat(doc_ids, m))
+        cols["term_id"].append(np.tile(idx, n))
+        cols["term"].append(np.tile(np.array(q_terms, dtype=object), n))
+        cols["score"].append(np.asarray(raw, dtype=np.float64).reshape(-1))
+        cols["calibrated"].append(np.asarray(cal, dtype=np.float64).reshape(-1))
+    if not cols["query_id"]:
+        return TERM_SCORES.empty_table()
+    return pa.table({name: np.concatenate(parts) for name, parts in cols.items()}, schema=TERM_SCORES)
 
 
 def ann_candidates(

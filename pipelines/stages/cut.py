@@ -1,4 +1,5 @@
-"""Cut: keep each query's top k of the incoming run, a fixed k or one per query.
+"""Cut: keep each query's top k of the incoming run, a fixed k or one per query; restrict:
+keep only the (query, document) pairs a file lists.
 
 A per-query depth comes from a JSONL file with a line per query (``query_id`` or ``_id``)
 and a field holding a number or a list (its length counts): e.g. the whole question's top
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
@@ -80,3 +82,38 @@ def read_depths(path: str, field: str, times: int) -> dict[str, int]:
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
                 raise CutError(f"cut: {path}: line {n} has no query id (query_id or _id) and {field!r} (a number or a list): {exc}") from None
     return out
+
+
+class RestrictOptions(StageOptions):
+    stage: Literal["restrict"] = "restrict"
+    pairs: str = Field(description="A qrels file (BEIR TSV or TREC qrels, any relevance) listing each query's allowed documents.")
+
+
+@register
+class Restrict(Stage):
+    """Keep only the incoming run's (query, document) pairs a qrels-format file lists, in the
+    run's order, ranked again from 1: rank a query's own candidate set (a query the file
+    lists no document for keeps none)."""
+
+    name = "restrict"
+    kind = Kind.RERANKER
+    Options = RestrictOptions
+    reads = ("query_id",)
+
+    def needs(self) -> Needs:
+        return Needs(files=(self.options.pairs,))
+
+    def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        from pipelines.topics import read_qrels
+
+        run = runs[0].sort_by([("query_id", "ascending"), ("rank", "ascending")])
+        allowed = read_qrels(self.options.pairs)
+        key = pc.binary_join_element_wise(run.column("query_id"), run.column("doc_id"), "\t")
+        keep = pc.is_in(key, pc.binary_join_element_wise(allowed.column("query_id"), allowed.column("doc_id"), "\t"))
+        kept = run.filter(keep)
+        qids = kept.column("query_id").to_numpy(zero_copy_only=False)
+        starts = np.r_[True, qids[1:] != qids[:-1]] if len(qids) else np.zeros(0, dtype=bool)
+        first = np.maximum.accumulate(np.where(starts, np.arange(len(qids)), 0))
+        ranks = pa.array(np.arange(len(qids)) - first + 1, pa.int32())
+        kept = kept.set_column(kept.schema.get_field_index("rank"), "rank", ranks)
+        return Output(run=kept, counts={"rows_in": run.num_rows, "rows_kept": kept.num_rows})

@@ -1,5 +1,6 @@
 """ITLR: each query's logical form over text terms; every term embedded once; cosine scores
-composed with fuzzy operators (exact over every document, or over ANN candidates)."""
+composed with fuzzy operators (exact over every document, over ANN candidates, or over the
+candidates a file lists for each query)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ from pipelines.stages.registry import preset, register
 class ITLROptions(StageOptions):
     stage: Literal["itlr"] = "itlr"
     k: int = Field(100, ge=1, le=10_000, description="Documents kept per query.")
-    mode: Literal["exact", "ann"] = Field("exact", description="Score every document, or re-score ANN candidates.")
+    mode: Literal["exact", "ann", "listed"] = Field(
+        "exact", description="Score every document, ANN candidates, or the documents a pairs file lists for each query."
+    )
     operators: str = Field("and=product,or=sum,not=complement", description="Fuzzy operator families.")
     calibration: Literal["none", "zscore", "sigmoid"] = Field(
         "none", description="Term-score calibration: none, zscore (corpus sample statistics), sigmoid (fit on labels)."
@@ -42,6 +45,7 @@ class ITLROptions(StageOptions):
     ann_k: int = Field(100, ge=1, description="ann: neighbours per positive term.")
     ann_nprobes: int | None = Field(None, ge=1, description="ann: IVF partitions probed (None: LanceDB's default).")
     block_rows: int = Field(32768, ge=1, description="exact: document vectors per block.")
+    pairs: str | None = Field(None, description="listed: a qrels file (BEIR TSV or TREC qrels, any relevance) of each query's candidates.")
 
     @field_validator("operators")
     @classmethod
@@ -52,6 +56,8 @@ class ITLROptions(StageOptions):
     def _labels(self):
         if self.calibration == "sigmoid" and not self.labels:
             raise ValueError("itlr calibration 'sigmoid' is supervised: give labels (JSONL of doc_id and present terms).")
+        if (self.mode == "listed") != (self.pairs is not None):
+            raise ValueError("itlr: mode 'listed' reads its candidates from pairs, and only it does: give both or neither.")
         return self
 
 
@@ -69,7 +75,7 @@ class ITLR(Stage):
     reads = ("text", "logical_query")  # a blank-text query still runs when it carries its logical form
 
     def needs(self) -> Needs:
-        return Needs(encoder=True, files=(self.options.labels,) if self.options.labels else ())
+        return Needs(encoder=True, files=tuple(f for f in (self.options.labels, self.options.pairs) if f))
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         o = self.options
@@ -85,6 +91,9 @@ class ITLR(Stage):
                 parsed, terms, term_vectors, lambda v, k: store.vector_search(v, k, with_vectors=True, nprobes=o.ann_nprobes), o.ann_k
             )
             frames = [score_candidates(parsed, terms, term_vectors, candidates, o.k, ops, calibration)]
+        elif o.mode == "listed":
+            candidates = listed_candidates(o.pairs, {q.query_id for q in parsed}, store)
+            exact_queries, frames = [], [score_candidates(parsed, terms, term_vectors, candidates, o.k, ops, calibration)]
         else:
             exact_queries, frames = parsed, []
         if exact_queries:
@@ -116,6 +125,20 @@ class ITLR(Stage):
         labels = [json.loads(line) for line in Path(o.labels).read_text(encoding="utf-8").splitlines() if line.strip()]
         vectors = store.vectors_for(sorted({r["doc_id"] for r in labels}))
         return Calibration.fit_sigmoid(labelled_scores(labels, terms, term_vectors, vectors))
+
+
+def listed_candidates(path: str, query_ids: set[str], store) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """query id -> (doc ids, vectors) of the documents a qrels-format file lists for it (those in the table)."""
+    from pipelines.topics import read_qrels
+
+    pairs = read_qrels(path).to_pandas()
+    pairs = pairs[pairs["query_id"].isin(query_ids)]
+    vectors = store.vectors_for(pairs["doc_id"].unique().tolist())
+    out = {}
+    for qid, group in pairs.groupby("query_id", sort=False):
+        ids = np.array([d for d in group["doc_id"] if d in vectors], dtype=object)
+        out[qid] = (ids, np.stack([vectors[d] for d in ids]) if len(ids) else np.zeros((0, 0), np.float32))
+    return out
 
 
 @preset("itlr")

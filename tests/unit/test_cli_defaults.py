@@ -19,7 +19,7 @@ from jobs.nightly_config import NightlyConfig  # noqa: F401 - every config impor
 from schemas.config import EmbedConfig, LLMConfig, RayConfig
 
 PARTS = {"embed": EmbedConfig, "llm": LLMConfig, "ray": RayConfig}  # a command bound to no one config: its sub-configs
-UNBOUND = {"backend": (EmbedConfig, "backend")}  # commands that pass the encoder's backend alone (main, itlr-bench, nightly-demo)
+UNBOUND = {"backend": (EmbedConfig, "backend")}  # commands that pass the encoder's backend alone (main, nightly-demo)
 CLI = Path(__file__).resolve().parents[2] / "jobs" / "cli.py"
 
 

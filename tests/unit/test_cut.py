@@ -1,5 +1,6 @@
 """The cut stage (pipelines/stages/cut.py): a fixed top k, a depth per query from a JSONL
-file, and the refusals, run in process over a precomputed run."""
+file, and the refusals; the restrict stage: only the pairs a qrels file lists. Run in process
+over a precomputed run."""
 
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ def run_file(tmp_path):
     return tmp_path / "run.parquet"
 
 
-def _cut(run_file, tmp_path, **options) -> dict[str, list[tuple[str, int, float]]]:
+def _cut(run_file, tmp_path, stage="cut", **options) -> dict[str, list[tuple[str, int, float]]]:
     queries = pa.table({"query_id": ["q1", "q2", "q3"], "text": ["a", "b", "c"]})
-    files = {str(run_file): {"sha256": "r"}} | ({options["depths"]: {"sha256": "d"}} if "depths" in options else {})
-    pipeline = Pipeline.parse("c", [{"run_file": {"path": str(run_file)}}, {"cut": options}])
+    files = {str(run_file): {"sha256": "r"}} | {options[f]: {"sha256": f} for f in ("depths", "pairs") if f in options}
+    pipeline = Pipeline.parse("c", [{"run_file": {"path": str(run_file)}}, {stage: options}])
     out = pipeline.run(Context(store=None), queries, inputs=Inputs("b", encoder="e", files=files)).run
     return {q: list(zip(out.filter(pc.equal(out.column("query_id"), q)).column("doc_id").to_pylist(),
                         out.filter(pc.equal(out.column("query_id"), q)).column("rank").to_pylist(),
@@ -64,3 +65,11 @@ def test_a_query_without_a_depth_and_a_bad_line_are_refused_in_one_line(run_file
     for options in ({}, {"k": 3, "depths": str(depths)}):
         with pytest.raises(ValueError, match="give k or depths"):
             Pipeline.parse("c", ["dense", {"cut": options}])
+
+
+def test_restrict_keeps_the_listed_pairs_in_run_order_ranked_again(run_file, tmp_path):
+    pairs = tmp_path / "own.tsv"
+    pairs.write_text("query-id\tcorpus-id\tscore\nq1\td6\t0\nq1\td2\t1\nq1\td9\t1\nq2\td7\t1\nq9\td1\t1\n")
+    got = _cut(run_file, tmp_path, stage="restrict", pairs=str(pairs))
+    # any relevance lists a pair; d9 is not in the run; q3 has no pair, so keeps nothing
+    assert got == {"q1": [("d2", 1, 8.0), ("d6", 2, 4.0)], "q2": [("d7", 1, 3.0)], "q3": []}

@@ -136,7 +136,7 @@ def test_generator_is_deterministic_and_correct(tmp_path):
     assert sorted(t.negations for t in TEMPLATES).count(0) == 4
     a = generate(scifact().corpus, tmp_path / "a", per_template=2, seed=7)
     generate(scifact().corpus, tmp_path / "b", per_template=2, seed=7)
-    for name in ("corpus.jsonl", "queries.jsonl", "labels.jsonl", "qrels/test.tsv"):
+    for name in ("corpus.jsonl", "queries.jsonl", "labels.jsonl", "qrels/test.tsv", "qrels/own.tsv", "qrels/pooled.tsv"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     assert a["queries"] == 64
     queries = {q["_id"]: q for q in map(json.loads, (tmp_path / "a" / "queries.jsonl").read_text().splitlines())}
@@ -156,6 +156,15 @@ def test_generator_is_deterministic_and_correct(tmp_path):
         assert queries[qid]["negations"] == ast.negations()
     words = [len(json.loads(x)["text"].split()) for x in (tmp_path / "a" / "corpus.jsonl").read_text().splitlines()]
     assert max(words) <= 3 * 55
+    # own.tsv lists each query's own documents; pooled.tsv judges every document against every
+    # query: relevant exactly when the query holds for the query's topics the document contains
+    own = {tuple(x.split("\t")[:2]) for x in (tmp_path / "a" / "qrels" / "own.tsv").read_text().splitlines()[1:]}
+    assert own == {(r["query_id"], r["doc_id"]) for r in labels}
+    pooled = {tuple(x.split("\t")[:2]) for x in (tmp_path / "a" / "qrels" / "pooled.tsv").read_text().splitlines()[1:]}
+    want = {(qid, r["doc_id"]) for qid, q in queries.items() for r in labels
+            if holds(parse(q["logical_query"]), set(q["terms"]) & set(r["present"]))}
+    assert pooled == want and relevant < pooled and a["pooled_positives"] == len(pooled)
+    assert any(qid != r.split("-p")[0] for qid, r in pooled)  # other queries' documents count too
 
 
 def test_every_template_is_satisfiable_by_some_topic_set():
@@ -163,3 +172,28 @@ def test_every_template_is_satisfiable_by_some_topic_set():
         ast = parse(t.logical(("a", "b", "c")))
         sets = [set(s) for r in range(4) for s in itertools.combinations("abc", r)]
         assert any(holds(ast, s) for s in sets)
+
+
+def test_a_memo_encoder_encodes_each_distinct_text_once_and_returns_its_first_vector():
+    from pipelines.embed import MemoEncoder
+
+    class Counting:
+        dim, model_id = 2, "counting"
+
+        def __init__(self):
+            self.seen = []
+
+        def encode(self, texts):
+            self.seen.append(list(texts))
+            return np.array([[len(t), float(len(self.seen))] for t in texts], dtype=np.float32).reshape(-1, 2)
+
+    inner = Counting()
+    memo = MemoEncoder(inner, max_texts=3)
+    first = memo.encode(["a", "bb", "a"])
+    assert inner.seen == [["a", "bb"]] and first.tolist() == [[1, 1], [2, 1], [1, 1]]
+    again = memo.encode(["bb", "ccc", "bb"])
+    assert inner.seen[-1] == ["ccc"] and again.tolist() == [[2, 1], [3, 2], [2, 1]]  # bb: its first vector
+    assert (memo.misses, memo.hits, memo.model_id, memo.encode([]).shape) == (3, 2, "counting", (0, 2))  # hits: texts an earlier call encoded
+    memo.encode(["dddd"])  # a fourth text: the oldest ("a") goes
+    memo.encode(["a"])
+    assert inner.seen[-1] == ["a"]

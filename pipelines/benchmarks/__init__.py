@@ -1,1 +1,0 @@
-"""Method benchmarks that score methods directly (not through runs): ITLR's synthetic logical benchmark."""
