@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.experiment import Experiment, load, override, with_sample
+from jobs.experiment import Experiment, ExperimentError, load, override, with_sample
+
+MAX_ITLR_PER_TEMPLATE = 52  # 32 templates x 52 queries x 6 documents <= 10,000, dense's deepest run
 
 
 def rules(src: str | Path, sample: int | None = None, seed: int = 0, r3_n: int | None = None) -> Experiment:
@@ -65,7 +67,12 @@ def setlogic(per_template: int = 20, seed: int = 0, k: int = 5, orlog: bool = Tr
 def itlr(per_template: int = 10, seed: int = 0, operators: bool = True) -> list[Experiment]:
     """ITLR's synthetic logical benchmark in its two settings, pooled then own
     (itlr-synthetic.yaml, itlr-synthetic-own.yaml): base, ITLR and its calibrations by number
-    of negations, and with ``operators`` every operator family (the paper's Table 2)."""
+    of negations, and with ``operators`` every operator family (the paper's Table 2). The own
+    setting's base ranks dense's top 10,000 before keeping a query's own documents: up to 52
+    queries per template (6 documents each at most), every own document is among them."""
+    if not 1 <= per_template <= MAX_ITLR_PER_TEMPLATE:
+        raise ExperimentError(f"bench-itlr: --per-template {per_template}: must be between 1 and {MAX_ITLR_PER_TEMPLATE} "
+                              "(the own setting's dense run keeps 10,000 documents: 32 templates x 52 x 6)")
     out = []
     for name in ("itlr-synthetic", "itlr-synthetic-own"):
         exp = load(name)

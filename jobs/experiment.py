@@ -68,7 +68,7 @@ class Dataset(_Model):
     ``qrels/pooled.tsv`` every document judged, ``qrels/own.tsv`` each query's own documents)
     or ``qa`` (a bundled multi-hop QA set, converted as `logicrank prepare-qa` does). Paths may name
     environment variables (``${LOGICRANK_RULEBENCH}``). ``sample``: that many queries drawn
-    with ``seed`` (queries and qrels cut alike)."""
+    with ``seed``, or ``query_ids``: those queries (queries and qrels cut alike either way)."""
 
     bundled: Literal["scifact"] | None = None
     beir: str | None = None
@@ -79,11 +79,14 @@ class Dataset(_Model):
     qrels: str = Field("qrels/test.tsv", description="The qrels file inside a BEIR directory.")
     sample: int | None = Field(None, ge=1)
     seed: int = 0
+    query_ids: tuple[str, ...] | None = Field(None, min_length=1, description="Run only these queries (not with sample).")
 
     @model_validator(mode="after")
     def _one(self):
         if sum(x is not None for x in (self.bundled, self.beir, self.rulebench, self.setlogic, self.synthetic, self.qa)) != 1:
             raise ValueError("give exactly one of bundled, beir, rulebench, setlogic, synthetic, qa")
+        if self.sample is not None and self.query_ids is not None:
+            raise ValueError("give sample or query_ids, not both")
         return self
 
     @property
@@ -97,6 +100,8 @@ class Dataset(_Model):
                      f"seed {self.synthetic.seed}; qrels {self.qrels})")
         else:
             where = self.bundled or os.path.expandvars(self.beir or "") or f"RuleBench {os.path.expandvars(self.rulebench or '')}"
+        if self.query_ids:
+            return where + f", {len(self.query_ids)} queries ({', '.join(self.query_ids[:5])}{', ...' if len(self.query_ids) > 5 else ''})"
         return where + (f", a sample of {self.sample} queries (seed {self.seed})" if self.sample else "")
 
 
@@ -285,7 +290,8 @@ def with_sample(exp: Experiment, sample: int | None, seed: int | None) -> Experi
     alone, with no sample in the file either, draws nothing and changes nothing)."""
     if sample is None and exp.dataset.sample is None:
         return exp
-    return override(exp, {f"dataset.{k}": v for k, v in (("sample", sample), ("seed", seed)) if v is not None})
+    changes = {f"dataset.{k}": v for k, v in (("sample", sample), ("seed", seed)) if v is not None}
+    return override(exp, changes | ({"dataset.query_ids": None} if sample is not None else {}))  # a sample replaces the file's queries
 
 
 @dataclass
@@ -432,7 +438,7 @@ def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
         if missing:
             raise ExperimentError(f"dataset {d.label}: no {', '.join(missing)} (a BEIR directory holds corpus.jsonl(.gz), queries.jsonl and {qrels})")
         corpus = root
-    queries, qrels_path = sample_queries(root, d.sample, d.seed, out / "sample", qrels=qrels)
+    queries, qrels_path = sample_queries(root, d.sample, d.seed, out / "sample", qrels=qrels, ids=d.query_ids)
     return corpus, queries, qrels_path
 
 
@@ -450,21 +456,29 @@ def _gold_of(gold: Path, queries: Path, to: Path) -> Path:
     return to
 
 
-def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str = "qrels/test.tsv") -> tuple[Path, Path]:
-    """The queries and qrels of a BEIR directory to run: all of them, or ``n`` drawn with
-    ``seed`` among the queries the qrels judge (both files cut to the same queries, in
-    ``out``: evaluation averages over the qrels' queries)."""
+def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str = "qrels/test.tsv",
+                   ids: tuple[str, ...] | None = None) -> tuple[Path, Path]:
+    """The queries and qrels of a BEIR directory to run: all of them, ``n`` drawn with
+    ``seed`` among the queries the qrels judge, or those of ``ids`` (both files cut to the
+    same queries, in ``out``: evaluation averages over the qrels' queries)."""
     queries, qrels = beir / "queries.jsonl", beir / qrels
-    if n is None:
+    if n is None and ids is None:
         return queries, qrels
     rows = qrels.read_text(encoding="utf-8").splitlines()
     judged = {r.split("\t")[0] for r in rows[1:] if r.strip()}
     # drawn among the queries the qrels judge (evaluation averages over those): a BEIR queries
     # file may hold other splits' queries too
     lines = [line for line in queries.read_text(encoding="utf-8").splitlines() if line.strip() and str(json.loads(line)["_id"]) in judged]
-    if not 1 <= n <= len(lines):
+    if ids is not None:
+        position = {str(json.loads(line)["_id"]): i for i, line in enumerate(lines)}
+        missing = [q for q in ids if q not in position]
+        if missing:
+            raise ExperimentError(f"dataset query_ids: {missing[:5]} not among the queries the qrels judge ({len(missing)} of {len(ids)})")
+        picked = sorted({position[q] for q in ids})
+    elif not 1 <= n <= len(lines):
         raise ExperimentError(f"dataset sample {n}: must be between 1 and {len(lines)} (the queries the qrels judge)")
-    picked = sorted(random.Random(seed).sample(range(len(lines)), n))
+    else:
+        picked = sorted(random.Random(seed).sample(range(len(lines)), n))
     keep = {str(json.loads(lines[i])["_id"]) for i in picked}
     out_q, out_r = out / "queries.jsonl", out / "qrels.tsv"
     write_text_atomic("".join(lines[i] + "\n" for i in picked), out_q)

@@ -1,16 +1,17 @@
 """The main job: index bundled SciFact, retrieve with dense / BM25 / hybrid, evaluate; then
-ITLR's synthetic logical benchmark (base vs ITLR vs calibrated ITLR, operator ablation), the
-LLM path on SmolLM2, rule retrieval (SIAR + R3) on a 6-query sample of RuleBench ULogic
+ITLR's synthetic logical benchmark (base vs ITLR vs calibrated ITLR, both settings), the
+LLM path on SmolLM2 over 4 of its questions, rule retrieval (SIAR + R3) on a 6-query sample of RuleBench ULogic
 when its directory is given (``LOGICRANK_RULEBENCH``; the set is not bundled), and LAG on the
 bundled MuSiQue set (the LLM-free oracle table on all 100 questions, then RAG vs LAG with
 SmolLM2 on a sample), set-logic queries over LIMIT with exact gold (dense, bm25, ITLR with the
 gold logical query, OrLog with gold atoms), and a small demo of ITLR's real-corpus dataset
 generation over the SciFact index (SmolLM2: a demo, not a benchmark).
 
-The retrieval, rules, LAG and set-logic sections are experiment files (jobs/experiments/:
-scifact.yaml, whose reference is dense nDCG@10 of all-MiniLM-L6-v2 on SciFact, published by
-MTEB as 0.645; rulebench-siar.yaml, lag-oracle.yaml, lag.yaml and setlogic.yaml on the
-samples below, as the bench commands run them: jobs/benchmarks.py).
+Every section but the generation demo (a `generate` job) is an experiment file
+(jobs/experiments/: scifact.yaml, whose reference is dense nDCG@10 of all-MiniLM-L6-v2 on
+SciFact, published by MTEB as 0.645; itlr-synthetic.yaml and itlr-synthetic-own.yaml with
+Table 1's runs, itlr-llm.yaml, rulebench-siar.yaml, lag-oracle.yaml, lag.yaml and
+setlogic.yaml on the samples below, as the bench commands run them: jobs/benchmarks.py).
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from pathlib import Path
 
 from jobs import benchmarks
 from jobs.experiment import EXPERIMENTS, load, run_experiment
-from jobs.llm_demo import run_llm_demo
 from jobs.raysession import ray_session
 from pipelines.datasets import scifact
 from pipelines.files import write_text_atomic
-from schemas.config import EmbedConfig, RayConfig
+from schemas.config import EmbedConfig, LLMConfig, RayConfig
 
 # The SmolLM2 samples, small so that the job fits 15 minutes on 2 cores (docs/main-job.md); the
 # LLM-free sections run whole, and the bench commands run the same experiment files on the whole sets.
@@ -75,10 +75,12 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
             setting = "own" if res.experiment.name.endswith("-own") else "pooled"
             echo(f"      {setting:6s} {rid:5s} nDCG@10 by negations 0/1/2/3: " + "/".join(f"{by[rid, str(n)]:.3f}" for n in range(4)))
     marks.append(("llm", time.perf_counter()))
-    echo("[5/9] LLM decomposition -> ITLR (SmolLM2-135M on vLLM: plumbing and demo, not quality)")
-    llm = run_llm_demo(out / "llm", itlr[0].dataset, out / "itlr" / "lancedb", embed, ray, echo=echo)
-    for rid, v in llm["ndcg@10"].items():
-        echo(f"      nDCG@10 {rid:18s} {v:.4f}")
+    echo("[5/9] LLM decomposition -> ITLR, OrLog and the reasoner on 4 of its questions (SmolLM2-135M on vLLM: plumbing, not quality) "
+         "(experiment jobs/experiments/itlr-llm.yaml)")
+    llm = run_experiment(load(EXPERIMENTS / "itlr-llm.yaml"), out / "llm", embed, ray, local_llm(), strict=False, progress=False, table=out / "itlr")
+    echo(f"      SmolLM2's logical queries by status: {llm.stages['llm-itlr'][0].get('by_status')} (a fallback keeps the question as one term)")
+    for rid, v in llm.summary["nDCG@10"].items():
+        echo(f"      nDCG@10 {rid:14s} {v:.4f}")
     marks.append(("rules", time.perf_counter()))
     rules = _rules(out / "rules", rulebench, embed, ray, echo)
     marks.append(("lag", time.perf_counter()))
@@ -88,18 +90,25 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
     marks.append(("generate", time.perf_counter()))
     demo = _generate_demo(out / "generate", db, embed, ray, echo)
     marks.append(("", time.perf_counter()))
-    _link_reports(out, "\n".join(_section(res) for res in itlr), rules, lag["report"], setlogic, demo)
+    _link_reports(out, "\n".join(_section(res) for res in (*itlr, llm)), rules, lag["report"], setlogic, demo)
     echo("time by section: " + ", ".join(f"{name} {end - start:.0f} s" for (name, start), (_, end) in zip(marks, marks[1:], strict=False)))
     echo(f"report: {out / 'report.md'}")
     if not lag["reproduced"]:
         echo("      LAG oracle: NOT reproduced (see the table above)")
-    return {"index": asdict(summary), "ndcg@10": ndcg, "reproduced": reproduced and lag["reproduced"], "llm": llm["ndcg@10"], "rules": rules,
+    return {"index": asdict(summary), "ndcg@10": ndcg, "reproduced": reproduced and lag["reproduced"], "llm": llm.summary["nDCG@10"].to_dict(), "rules": rules,
             "lag_oracle": lag["oracle"], "setlogic": setlogic_all}
+
+
+def local_llm() -> LLMConfig:
+    """The embedded LLM (SmolLM2) as one engine on up to 8 of the running cluster's CPUs."""
+    import ray
+
+    cpus = float(ray.cluster_resources().get("CPU", 1)) if ray.is_initialized() else 1.0
+    return LLMConfig(cpus_per_actor=min(cpus, 8.0))
 
 
 def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig, echo) -> str:
     """The rules section (markdown): rulebench-siar.yaml on a sample, or one line saying why not."""
-    from jobs.llm_demo import local_llm
     from pipelines.datasets.rulebench import ENV, OBTAIN
 
     echo(f"[6/9] rule retrieval (RuleBench ULogic, {RULES_SAMPLE}-query sample): vanilla, SIAR, SIAR + R3 with SmolLM2 "
@@ -120,7 +129,6 @@ def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
     """The LAG section: the oracle table on every MuSiQue question (lag-oracle.yaml), RAG vs
     LAG with SmolLM2 on a sample (lag.yaml; the ablations are in `logicrank bench-lag`), over
     one index."""
-    from jobs.llm_demo import local_llm
 
     echo(f"[7/9] LAG on MuSiQue (bundled): gold-chain oracle (100 questions, no LLM), then RAG vs LAG with SmolLM2 ({LAG_SAMPLE} questions) "
          "(experiments jobs/experiments/lag-oracle.yaml, lag.yaml)")
@@ -135,7 +143,6 @@ def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
 
 
 def _setlogic(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> tuple[str, dict]:
-    from jobs.llm_demo import local_llm
 
     echo(f"[8/9] set-logic queries over LIMIT (exact gold, {SETLOGIC_PER_TEMPLATE} per QUEST template): dense, bm25, ITLR (gold form), "
          f"OrLog (gold atoms, SmolLM2, top {SETLOGIC_ORLOG_DEPTH}) (experiment jobs/experiments/setlogic.yaml)")
@@ -153,7 +160,6 @@ def _section(res) -> str:
 
 def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo) -> str:
     from jobs.generate import DEMO_NOTE, run_generate
-    from jobs.llm_demo import local_llm
     from schemas.config import GenerateConfig
 
     echo(f"[9/9] dataset generation demo: ITLR's real-corpus recipe on {GENERATE_DOCS} SciFact documents with SmolLM2 (a demo, not a benchmark)")
@@ -170,8 +176,7 @@ def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo)
 
 
 def _link_reports(out: Path, itlr: str, rules: str, lag: str, setlogic: str, demo: str) -> None:
-    """One entry page: the retrieval report, the ITLR tables, the LLM path, rule retrieval, LAG,
-    set-logic queries over LIMIT, the generation demo."""
+    """One entry page: the retrieval report, the ITLR tables and the LLM path, rule retrieval,
+    LAG, set-logic queries over LIMIT, the generation demo."""
     retrieval = (out / "evaluate" / "report.md").read_text(encoding="utf-8").replace("](plots/", "](evaluate/plots/")
-    llm = (out / "llm" / "llm_report.md").read_text(encoding="utf-8")
-    write_text_atomic("\n".join((retrieval, itlr, llm, rules, lag, setlogic, demo)), out / "report.md")
+    write_text_atomic("\n".join((retrieval, itlr, rules, lag, setlogic, demo)), out / "report.md")

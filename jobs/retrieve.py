@@ -126,7 +126,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
                 report[p.name] = {"rows": result.run.num_rows, "queries": len(set(result.run.column("query_id").to_pylist())), "stages": result.steps}
         finally:
             llm = host.close()
-    encoded = {"encoded": host._embedder.misses, "reused": host._embedder.hits} if host._embedder is not None else None
+    encoded = host.encoded()
     rundir.write_manifest(
         cfg.model_dump(mode="json"), cfg.digest(), inputs, list(outputs.values()) + written,
         model=model_id(cfg.embed) if needs.encoder else None,
@@ -159,6 +159,10 @@ class _Host:
             with self.rundir.timed("load_model"):
                 self._embedder = MemoEncoder(Embedder(self.cfg.embed))  # a term shared by several pipelines is encoded once
         return self._embedder
+
+    def encoded(self) -> dict | None:
+        """Distinct texts the driver's encoder encoded, and those it had encoded before in this job."""
+        return None if self._embedder is None else {"encoded": self._embedder.misses, "reused": self._embedder.hits}
 
     def _llm_service(self):
         if self._llm is None:

@@ -166,10 +166,11 @@ class Embedder:
 
 
 class MemoEncoder:
-    """An :class:`Embedder` that encodes each distinct text once per job: a text seen before
-    (e.g. the same ITLR term in another pipeline of the run) gets its first vector back. Up to
+    """An :class:`Embedder` that encodes each distinct text once: a text seen before (e.g. the
+    same ITLR term in another pipeline of the run) gets its first vector back. Up to
     ``max_texts`` vectors are kept (at 384 dimensions, 100,000 hold about 150 MB); past that,
-    the oldest go first."""
+    the least recently used go first. ``misses``: distinct texts encoded; ``hits``: distinct
+    texts of a call found from an earlier one."""
 
     def __init__(self, embedder: Embedder, max_texts: int = 100_000):
         self.embedder, self.max_texts = embedder, max_texts
@@ -177,14 +178,20 @@ class MemoEncoder:
         self.hits = self.misses = 0
 
     def __getattr__(self, name):  # config, model_id, dim: the embedder's
+        if name == "embedder" or name.startswith("__"):  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
         return getattr(self.embedder, name)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
-        missing = list(dict.fromkeys(t for t in texts if t not in self._seen))
+        distinct = list(dict.fromkeys(texts))
+        missing = [t for t in distinct if t not in self._seen]
         fresh = dict(zip(missing, self.embedder.encode(missing), strict=True)) if missing else {}
         self.misses += len(missing)
-        self.hits += sum(t in self._seen for t in texts)
+        self.hits += len(distinct) - len(missing)
+        for t in distinct:  # used now: to the back of the eviction order
+            if t in self._seen:
+                self._seen[t] = self._seen.pop(t)
         out = np.stack([fresh[t] if t in fresh else self._seen[t] for t in texts]) if texts else self.embedder.encode([])
         for t, v in fresh.items():
             self._seen[t] = v

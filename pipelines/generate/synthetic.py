@@ -17,7 +17,9 @@ judgements), ``labels.jsonl`` (which topics each generated document contains: wh
 calibration learns from), and for the two settings of the benchmark (jobs/experiments/
 itlr-synthetic*.yaml): ``qrels/own.tsv`` lists each query's own documents (the candidates of
 the ``own`` setting, where a query ranks only those), ``qrels/pooled.tsv`` judges every
-generated document against every query (the ``pooled`` setting, see :func:`pooled_qrels`).
+generated document against every query (the ``pooled`` setting, see :func:`pooled_qrels`);
+``decompositions.parquet``: OrLog's gold decomposition of each query (one atom per term, see
+:func:`gold_orlog_decompositions`).
 """
 
 from __future__ import annotations
@@ -27,10 +29,16 @@ import itertools
 import json
 import random
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.logic.query import holds, parse, quote
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.files import atomic_path
+from pipelines.logic.query import holds, parse, quote, relabel, to_text
+from schemas.tables import DECOMPOSITIONS
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 
@@ -131,6 +139,8 @@ def generate(corpus_path: str | Path, out: str | Path, per_template: int = 10, s
     _write_qrels(out / "qrels" / "own.tsv", [(r["query_id"], r["doc_id"], 1) for r in labels])
     pooled = pooled_qrels([(q["_id"], q["logical_query"]) for q in queries], {r["doc_id"]: r["present"] for r in labels})
     _write_qrels(out / "qrels" / "pooled.tsv", pooled)
+    with atomic_path(out / "decompositions.parquet") as tmp:
+        pq.write_table(gold_orlog_decompositions([(q["_id"], q["logical_query"]) for q in queries]), tmp)
     return {"queries": len(queries), "docs": len(docs), "positives": len(qrels), "pooled_positives": len(pooled)}
 
 
@@ -152,6 +162,21 @@ def pooled_qrels(queries: list[tuple[str, str]], present: dict[str, list[str]]) 
             if cache[key]:
                 rows.append((qid, doc, 1))
     return rows
+
+
+def gold_orlog_decompositions(queries: Iterable[tuple[str, str]]) -> pa.Table:
+    """OrLog rows (DECOMPOSITIONS) from (query id, gold logical query) pairs: one atom per
+    term ("{x} discusses: <term>") and the same formula over the atom ids."""
+    rows = []
+    for qid, logical in queries:
+        ast = parse(logical)
+        ids = {t: f"a{i + 1}" for i, t in enumerate(ast.terms())}
+        rows.append({
+            "query_id": qid, "method": "orlog", "model": "gold", "prompt_sha": "-", "raw_output": None,
+            "logical_query": to_text(relabel(ast, ids)), "atoms": [{"id": a, "text": f"{{x}} discusses: {t}"} for t, a in ids.items()],
+            "expansion": None, "status": "ok", "error": None, "finish_reason": None, "prompt_tokens": 0, "generated_tokens": 0, "cached": False,
+        })
+    return pa.Table.from_pylist(rows, schema=DECOMPOSITIONS)
 
 
 def _write_qrels(path: Path, rows: list[tuple[str, str, int]]) -> None:

@@ -340,7 +340,10 @@ def term_scores(
         q_terms = by_query[qid].ast.terms()
         idx = np.array([index[t] for t in q_terms], dtype=np.int32)
         doc_ids = group["doc_id"].to_numpy(dtype=object)
-        raw = D[docs.get_indexer(doc_ids)] @ T[idx].T
+        rows = docs.get_indexer(doc_ids)
+        if (rows < 0).any():
+            raise KeyError(f"term_scores: no vector for document(s) {list(doc_ids[rows < 0][:3])} of query {qid}")
+        raw = D[rows] @ T[idx].T
         cal = calibration.apply(raw, q_terms)
         n, m = raw.shape
         cols["query_id"].append(np.full(n * m, qid, dtype=object))

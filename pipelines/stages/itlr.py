@@ -53,7 +53,7 @@ class ITLROptions(StageOptions):
         return str(Operators.parse(v))
 
     @model_validator(mode="after")
-    def _labels(self):
+    def _files(self):
         if self.calibration == "sigmoid" and not self.labels:
             raise ValueError("itlr calibration 'sigmoid' is supervised: give labels (JSONL of doc_id and present terms).")
         if (self.mode == "listed") != (self.pairs is not None):
@@ -85,14 +85,15 @@ class ITLR(Stage):
         term_vectors = embedder.encode(terms)  # each distinct term once, in one batch
         ops = Operators.parse(o.operators)
         calibration = self._calibration(store, terms, term_vectors)
-        candidates = {}
+        candidates, listed = {}, {}
         if o.mode == "ann":
             candidates, exact_queries = ann_candidates(
                 parsed, terms, term_vectors, lambda v, k: store.vector_search(v, k, with_vectors=True, nprobes=o.ann_nprobes), o.ann_k
             )
             frames = [score_candidates(parsed, terms, term_vectors, candidates, o.k, ops, calibration)]
         elif o.mode == "listed":
-            candidates = listed_candidates(o.pairs, {q.query_id for q in parsed}, store)
+            candidates, absent = listed_candidates(o.pairs, {q.query_id for q in parsed}, store)
+            listed = {"listed_pairs_not_in_table": absent, "queries_without_pairs": sum(q.query_id not in candidates for q in parsed)}
             exact_queries, frames = [], [score_candidates(parsed, terms, term_vectors, candidates, o.k, ops, calibration)]
         else:
             exact_queries, frames = parsed, []
@@ -112,6 +113,7 @@ class ITLR(Stage):
             "operators": str(ops),
             "calibration": calibration.name,
             "mean_candidates": float(np.mean([len(c[0]) for c in candidates.values()])) if candidates else None,
+            **listed,
         }
         return Output(run=rank_pairs(pairs, o.k, "itlr", "itlr"), side={"term_scores": scores}, counts=counts)
 
@@ -127,8 +129,9 @@ class ITLR(Stage):
         return Calibration.fit_sigmoid(labelled_scores(labels, terms, term_vectors, vectors))
 
 
-def listed_candidates(path: str, query_ids: set[str], store) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """query id -> (doc ids, vectors) of the documents a qrels-format file lists for it (those in the table)."""
+def listed_candidates(path: str, query_ids: set[str], store) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
+    """query id -> (doc ids, vectors) of the documents a qrels-format file lists for it (those
+    in the table), and how many listed pairs name a document the table does not hold."""
     from pipelines.topics import read_qrels
 
     pairs = read_qrels(path).to_pandas()
@@ -138,7 +141,7 @@ def listed_candidates(path: str, query_ids: set[str], store) -> dict[str, tuple[
     for qid, group in pairs.groupby("query_id", sort=False):
         ids = np.array([d for d in group["doc_id"] if d in vectors], dtype=object)
         out[qid] = (ids, np.stack([vectors[d] for d in ids]) if len(ids) else np.zeros((0, 0), np.float32))
-    return out
+    return out, int((~pairs["doc_id"].isin(list(vectors))).sum())
 
 
 @preset("itlr")

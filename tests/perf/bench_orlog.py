@@ -21,12 +21,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from jobs.index import run_index  # noqa: E402
-from jobs.llm_demo import gold_orlog_decompositions  # noqa: E402
 from jobs.retrieve import run_retrieve  # noqa: E402
 from pipelines.config import RetrieveConfig  # noqa: E402
 from pipelines.datasets import scifact  # noqa: E402
 from pipelines.files import write_parquet_atomic, write_text_atomic  # noqa: E402
-from pipelines.generate.synthetic import generate  # noqa: E402
+from pipelines.generate.synthetic import generate, gold_orlog_decompositions  # noqa: E402
 from pipelines.topics import read_queries  # noqa: E402
 from schemas.config import IndexConfig, LLMConfig, RayConfig  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
@@ -45,7 +44,7 @@ def main() -> None:
     run_index(IndexConfig(corpus=str(work / "syn" / "corpus.jsonl"), db=str(work / "db"), ray=ray), work / "index")
     rows = (work / "syn" / "queries.jsonl").read_text(encoding="utf-8").splitlines()[: args.queries]
     queries = write_text_atomic("\n".join(rows) + "\n", work / "queries.jsonl")
-    dec = write_parquet_atomic(gold_orlog_decompositions(read_queries(queries)), work / "dec.parquet")
+    dec = write_parquet_atomic(gold_orlog_decompositions(zip(*(read_queries(queries).column(c).to_pylist() for c in ("query_id", "logical_query")), strict=True)), work / "dec.parquet")
     result: dict = {"queries": args.queries, "k": args.k, "cpus": cpus}
     for method in ("orlog", "reasoner"):
         cfg = RetrieveConfig.preset(

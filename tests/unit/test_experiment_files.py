@@ -121,3 +121,36 @@ def test_the_bench_commands_options_land_where_the_files_hold_them(tmp_path, mon
     assert oracle == load("lag-oracle") and rows.dataset.sample == 4 and rows.dataset.seed == 7
     assert list(rows.pipelines) == ["rag", "lag-random-order"] and rows.pipelines["lag-random-order"] == [{"lag": {"order": "random", "seed": 7}}]
     assert [e.name for e in benchmarks.lag("musique", llm_rows=False)] == ["lag-oracle"]
+
+
+def test_bench_itlr_runs_both_settings_and_refuses_a_set_past_dense_depth():
+    from jobs import benchmarks
+
+    pooled, own = benchmarks.itlr(per_template=3, seed=1, operators=False)
+    assert (pooled.name, own.name) == ("itlr-synthetic", "itlr-synthetic-own")
+    assert (pooled.dataset.qrels, own.dataset.qrels, own.dataset.synthetic.per_template, own.dataset.synthetic.seed) == ("qrels/pooled.tsv", "qrels/test.tsv", 3, 1)
+    assert list(pooled.pipelines) == list(own.pipelines) == ["base", "itlr", "itlr-zscore", "itlr-sigmoid"]
+    assert len(benchmarks.itlr()[0].pipelines) == 4 + 18  # and every operator family
+    assert all(p[-1] == {"restrict": {"pairs": "{dataset}/qrels/own.tsv"}} or p[0]["itlr"]["mode"] == "listed" for p in own.pipelines.values())
+    with pytest.raises(ExperimentError, match="between 1 and 52"):
+        benchmarks.itlr(per_template=53)
+
+
+def test_query_ids_cut_queries_and_qrels_to_those_queries_in_file_order(tmp_path):
+    from jobs.experiment import Experiment, sample_queries
+
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "queries.jsonl").write_text("".join(f'{{"_id": "q{i}", "text": "t{i}"}}\n' for i in range(5)))
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\nq{i}\te{i}\t1\n" for i in range(4)))
+    queries, qrels = sample_queries(beir, None, 0, tmp_path / "s", ids=("q3", "q1"))
+    assert [line.split('"')[3] for line in queries.read_text().splitlines()] == ["q1", "q3"]
+    assert qrels.read_text().splitlines()[1:] == ["q1\td1\t1", "q1\te1\t1", "q3\td3\t1", "q3\te3\t1"]
+    with pytest.raises(ExperimentError, match=r"\['q4', 'q9'\] not among the queries the qrels judge \(2 of 3\)"):
+        sample_queries(beir, None, 0, tmp_path / "s", ids=("q1", "q4", "q9"))  # q4 has no qrels, q9 does not exist
+    exp = load("itlr-llm")
+    assert exp.dataset.query_ids == ("syn-00-000", "syn-09-000", "syn-19-000", "syn-31-000")
+    with pytest.raises(ValueError, match="give sample or query_ids, not both"):
+        Experiment.model_validate(exp.model_dump(exclude_none=True) | {"dataset": {**exp.dataset.model_dump(exclude_none=True), "sample": 2}})
+    sampled = with_sample(exp, 2, 5)  # --sample on the command line replaces the file's queries
+    assert (sampled.dataset.sample, sampled.dataset.seed, sampled.dataset.query_ids) == (2, 5, None)

@@ -164,7 +164,7 @@ def test_generator_is_deterministic_and_correct(tmp_path):
     want = {(qid, r["doc_id"]) for qid, q in queries.items() for r in labels
             if holds(parse(q["logical_query"]), set(q["terms"]) & set(r["present"]))}
     assert pooled == want and relevant < pooled and a["pooled_positives"] == len(pooled)
-    assert any(qid != r.split("-p")[0] for qid, r in pooled)  # other queries' documents count too
+    assert any(qid != doc.rsplit("-", 1)[0] for qid, doc in pooled)  # other queries' documents count too
 
 
 def test_every_template_is_satisfiable_by_some_topic_set():
@@ -193,7 +193,48 @@ def test_a_memo_encoder_encodes_each_distinct_text_once_and_returns_its_first_ve
     assert inner.seen == [["a", "bb"]] and first.tolist() == [[1, 1], [2, 1], [1, 1]]
     again = memo.encode(["bb", "ccc", "bb"])
     assert inner.seen[-1] == ["ccc"] and again.tolist() == [[2, 1], [3, 2], [2, 1]]  # bb: its first vector
-    assert (memo.misses, memo.hits, memo.model_id, memo.encode([]).shape) == (3, 2, "counting", (0, 2))  # hits: texts an earlier call encoded
-    memo.encode(["dddd"])  # a fourth text: the oldest ("a") goes
-    memo.encode(["a"])
-    assert inner.seen[-1] == ["a"]
+    assert (memo.misses, memo.hits, memo.model_id, memo.encode([]).shape) == (3, 1, "counting", (0, 2))  # distinct texts: bb reused once
+    memo.encode(["a"])  # used again: "bb" is now the least recently used
+    memo.encode(["dddd"])  # a fourth text: "bb" goes
+    assert inner.seen[-1] == ["dddd"]
+    memo.encode(["a", "bb"])
+    assert inner.seen[-1] == ["bb"]
+
+
+def test_listed_mode_scores_only_each_querys_listed_documents(setup, tmp_path):
+    """ITLR ``mode: listed`` in process: the exact scores of the listed pairs, ranked; a listed
+    document the table lacks and a query with no pair are counted, not guessed."""
+    from pipelines.pipeline import Pipeline
+    from pipelines.runner import Inputs
+    from pipelines.stages import Context
+
+    docs, ids, terms, T, _ = setup
+    vectors = dict(zip(ids, docs, strict=True))
+
+    class Store:
+        def vectors_for(self, doc_ids):
+            return {d: vectors[d] for d in doc_ids if d in vectors}
+
+    class Encoder:
+        config, model_id = None, "fixed"
+
+        def encode(self, texts):
+            return np.stack([T[terms.index(t)] for t in texts])
+
+    pairs = tmp_path / "own.tsv"
+    pairs.write_text("query-id\tcorpus-id\tscore\nq1\td5\t0\nq1\td9\t1\nq1\tgone\t1\nq2\td1\t1\nq2\td2\t0\nq2\td3\t1\n")
+    queries = _queries([("q1", "x", '"a" AND NOT "b"'), ("q2", "x", '("a" OR "c") AND "d"'), ("q3", "x", '"a"')])
+    pipeline = Pipeline.parse("l", [{"itlr": {"k": 2, "mode": "listed", "pairs": str(pairs)}}])
+    result = pipeline.run(Context(store=Store(), encoder=lambda: Encoder()), queries, inputs=Inputs("b", encoder="e", files={str(pairs): {"sha256": "p"}}))
+    run = result.run.to_pandas()
+    for qid, listed in (("q1", ["d5", "d9"]), ("q2", ["d1", "d2", "d3"])):
+        want = compose([q for q in parse_queries(queries) if q.query_id == qid], terms, np.stack([vectors[d] for d in listed]) @ T.T,
+                       Operators(), Calibration())[0]
+        top = [listed[i] for i in np.argsort(-want, kind="stable")[:2]]
+        got = run[run["query_id"] == qid].sort_values("rank")
+        assert got["doc_id"].tolist() == top and got["score"].to_numpy() == pytest.approx(np.sort(want)[::-1][:2], rel=1e-6)
+    assert "q3" not in set(run["query_id"])
+    counts = result.steps[0]
+    assert (counts["listed_pairs_not_in_table"], counts["queries_without_pairs"]) == (1, 1)
+    with pytest.raises(ValueError, match="mode 'listed' reads its candidates from pairs"):
+        Pipeline.parse("l", [{"itlr": {"mode": "listed"}}])

@@ -67,7 +67,7 @@ def build_synthetic(root: Path) -> tuple[Path, Path]:
 def hand_decompositions(queries: list[dict]) -> pa.Table:
     """Deterministic decompositions from the gold logical queries: itlr = the gold form;
     reasoning = the text + " " + its first term; orlog = one atom per term, the gold formula
-    over atom ids (as jobs/llm_demo.py::gold_orlog_decompositions)."""
+    over atom ids (as pipelines/generate/synthetic.py::gold_orlog_decompositions)."""
     blank = {"model": "hand", "prompt_sha": "-", "raw_output": None, "logical_query": None, "atoms": None, "expansion": None,
              "status": "ok", "error": None, "finish_reason": None, "prompt_tokens": 0, "generated_tokens": 0, "cached": False}
     rows = []
