@@ -629,7 +629,7 @@ def _load_yaml(path: Path, what: str, error: type[UserError]):
 def experiment(
     file: Annotated[Path, typer.Argument(help="An experiment file (docs/experiments.md; shipped ones in jobs/experiments/).")],
     out: Annotated[Path | None, typer.Option(help="Where the index, runs and report go; default runs/experiments/<name>.")] = None,
-    sample: Annotated[int | None, typer.Option(help="Run this many of the dataset's queries, drawn with --seed (overrides the file's dataset.sample).")] = None,
+    sample: Annotated[int | None, typer.Option(help="Run this many of the dataset's queries, drawn with --seed (overrides the file's dataset.sample or query_ids).")] = None,
     seed: Annotated[int | None, typer.Option(help="The sample's seed (overrides the file's dataset.seed).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE (repeat): set a key of the file, dotted, the value read as YAML, "
                                                   "e.g. dataset.rulebench=DIR, pipelines.orlog.0.bm25.k=5, or stages.r3.n=10 (every r3 stage).")] = None,

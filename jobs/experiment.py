@@ -17,12 +17,12 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from pipelines.files import write_text_atomic
 from schemas.config import EmbedConfig, IndexConfig, LLMConfig, RayConfig
@@ -79,7 +79,8 @@ class Dataset(_Model):
     qrels: str = Field("qrels/test.tsv", description="The qrels file inside a BEIR directory.")
     sample: int | None = Field(None, ge=1)
     seed: int = 0
-    query_ids: tuple[str, ...] | None = Field(None, min_length=1, description="Run only these queries (not with sample).")
+    query_ids: tuple[Annotated[str, BeforeValidator(str)], ...] | None = Field(
+        None, min_length=1, description="Run only these queries (not with sample); numbers are read as ids.")
 
     @model_validator(mode="after")
     def _one(self):
@@ -287,7 +288,8 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
 
 def with_sample(exp: Experiment, sample: int | None, seed: int | None) -> Experiment:
     """``exp`` on a sample of its dataset's queries (``None`` keeps the file's value; a seed
-    alone, with no sample in the file either, draws nothing and changes nothing)."""
+    alone, with no sample in the file either, draws nothing and changes nothing); a sample
+    replaces the file's ``query_ids``."""
     if sample is None and exp.dataset.sample is None:
         return exp
     changes = {f"dataset.{k}": v for k, v in (("sample", sample), ("seed", seed)) if v is not None}

@@ -129,7 +129,6 @@ def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
     """The LAG section: the oracle table on every MuSiQue question (lag-oracle.yaml), RAG vs
     LAG with SmolLM2 on a sample (lag.yaml; the ablations are in `logicrank bench-lag`), over
     one index."""
-
     echo(f"[7/9] LAG on MuSiQue (bundled): gold-chain oracle (100 questions, no LLM), then RAG vs LAG with SmolLM2 ({LAG_SAMPLE} questions) "
          "(experiments jobs/experiments/lag-oracle.yaml, lag.yaml)")
     oracle, llm_rows = (run_experiment(exp, out / exp.name, embed, ray, local_llm(), strict=False, progress=False, table=out)
@@ -143,7 +142,7 @@ def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
 
 
 def _setlogic(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> tuple[str, dict]:
-
+    """The set-logic section: setlogic.yaml on a sample (markdown, and each run's figures)."""
     echo(f"[8/9] set-logic queries over LIMIT (exact gold, {SETLOGIC_PER_TEMPLATE} per QUEST template): dense, bm25, ITLR (gold form), "
          f"OrLog (gold atoms, SmolLM2, top {SETLOGIC_ORLOG_DEPTH}) (experiment jobs/experiments/setlogic.yaml)")
     res = run_experiment(benchmarks.setlogic(per_template=SETLOGIC_PER_TEMPLATE, orlog_depth=SETLOGIC_ORLOG_DEPTH), out, embed, ray, local_llm(),

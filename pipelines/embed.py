@@ -174,7 +174,7 @@ class MemoEncoder:
 
     def __init__(self, embedder: Embedder, max_texts: int = 100_000):
         self.embedder, self.max_texts = embedder, max_texts
-        self._seen: dict[str, np.ndarray] = {}  # insertion order: the oldest first
+        self._seen: dict[str, np.ndarray] = {}  # the least recently used first
         self.hits = self.misses = 0
 
     def __getattr__(self, name):  # config, model_id, dim: the embedder's

@@ -93,7 +93,8 @@ class RestrictOptions(StageOptions):
 class Restrict(Stage):
     """Keep only the incoming run's (query, document) pairs a qrels-format file lists, in the
     run's order, ranked again from 1: rank a query's own candidate set (a query the file
-    lists no document for keeps none)."""
+    lists no document for keeps none). ``listed_not_in_run`` counts the listed pairs of the
+    run's queries that the incoming run lacks."""
 
     name = "restrict"
     kind = Kind.RERANKER
@@ -111,9 +112,11 @@ class Restrict(Stage):
         key = pc.binary_join_element_wise(run.column("query_id"), run.column("doc_id"), "\t")
         keep = pc.is_in(key, pc.binary_join_element_wise(allowed.column("query_id"), allowed.column("doc_id"), "\t"))
         kept = run.filter(keep)
+        listed = allowed.filter(pc.is_in(allowed.column("query_id"), run.column("query_id").unique()))
         qids = kept.column("query_id").to_numpy(zero_copy_only=False)
         starts = np.r_[True, qids[1:] != qids[:-1]] if len(qids) else np.zeros(0, dtype=bool)
         first = np.maximum.accumulate(np.where(starts, np.arange(len(qids)), 0))
         ranks = pa.array(np.arange(len(qids)) - first + 1, pa.int32())
         kept = kept.set_column(kept.schema.get_field_index("rank"), "rank", ranks)
-        return Output(run=kept, counts={"rows_in": run.num_rows, "rows_kept": kept.num_rows})
+        # a listed pair the incoming run lacks was cut before this stage (its first stage's k too small) or is not in the table
+        return Output(run=kept, counts={"rows_in": run.num_rows, "rows_kept": kept.num_rows, "listed_not_in_run": listed.num_rows - kept.num_rows})

@@ -161,3 +161,24 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
     assert sum(llm.stages["llm-itlr"][0]["by_status"].values()) == len(asked)
     orlog = llm.stages["top5-orlog"][-1]
     assert orlog["forward_passes_per_pair"] > 0 and orlog["pairs"] == pq.read_table(llm.runs["top5-orlog"]).num_rows
+
+    # the job the file replaced, from the jobs that remain: decompose, then the presets over its
+    # table; the same LLM (greedy), so the same runs
+    from jobs.decompose import run_decompose
+    from jobs.retrieve import run_retrieve
+    from pipelines.config import RetrieveConfig
+    from schemas.config import DecomposeConfig
+
+    asked_queries = tmp_path / "llm" / "sample" / "queries.jsonl"
+    dec = run_decompose(DecomposeConfig(queries=str(asked_queries), llm=tiny_cfg, methods=("itlr", "reasoning"),
+                                        max_tokens={"itlr": 160, "reasoning": 128}), tmp_path / "old" / "decompose", echo=lambda m: None)
+    db = str(tmp_path / "lancedb")
+    old = run_retrieve(RetrieveConfig.preset(("itlr", "expansion"), "old", queries=str(asked_queries), db=db, k=100,
+                                             decompositions=str(dec.path)), tmp_path / "old" / "llm", progress=False)
+    old |= run_retrieve(RetrieveConfig.preset(("dense", "orlog", "reasoner"), "old5", queries=str(asked_queries), db=db, k=5,
+                                              decompositions=str(llm.dataset / "decompositions.parquet"), orlog_base="dense", orlog_k=5,
+                                              orlog_context_tokens=128, llm=tiny_cfg), tmp_path / "old" / "rerank", progress=False)
+    for rid, old_rid in (("llm-itlr", "old-itlr"), ("llm-expansion", "old-expansion"), ("top5-orlog", "old5-orlog"), ("top5-reasoner", "old5-reasoner")):
+        new_run, old_run = (pq.read_table(p).select(["query_id", "doc_id", "rank"]).sort_by([("query_id", "ascending"), ("rank", "ascending")])
+                            for p in (llm.runs[rid], old[old_rid]))
+        assert new_run.equals(old_run), rid

@@ -73,3 +73,7 @@ def test_restrict_keeps_the_listed_pairs_in_run_order_ranked_again(run_file, tmp
     got = _cut(run_file, tmp_path, stage="restrict", pairs=str(pairs))
     # any relevance lists a pair; d9 is not in the run; q3 has no pair, so keeps nothing
     assert got == {"q1": [("d2", 1, 8.0), ("d6", 2, 4.0)], "q2": [("d7", 1, 3.0)], "q3": []}
+    queries = pa.table({"query_id": ["q1", "q2", "q3"], "text": ["a", "b", "c"]})
+    pipeline = Pipeline.parse("c", [{"run_file": {"path": str(run_file)}}, {"restrict": {"pairs": str(pairs)}}])
+    steps = pipeline.run(Context(store=None), queries, inputs=Inputs("b", encoder="e", files={str(run_file): {"sha256": "r"}, str(pairs): {"sha256": "p"}})).steps
+    assert {k: steps[-1][k] for k in ("rows_in", "rows_kept", "listed_not_in_run")} == {"rows_in": 21, "rows_kept": 3, "listed_not_in_run": 1}  # d9; q9 is not run

@@ -152,5 +152,7 @@ def test_query_ids_cut_queries_and_qrels_to_those_queries_in_file_order(tmp_path
     assert exp.dataset.query_ids == ("syn-00-000", "syn-09-000", "syn-19-000", "syn-31-000")
     with pytest.raises(ValueError, match="give sample or query_ids, not both"):
         Experiment.model_validate(exp.model_dump(exclude_none=True) | {"dataset": {**exp.dataset.model_dump(exclude_none=True), "sample": 2}})
+    numeric = Experiment.model_validate(exp.model_dump(exclude_none=True) | {"dataset": {**exp.dataset.model_dump(exclude_none=True), "query_ids": [1, 3]}})
+    assert numeric.dataset.query_ids == ("1", "3")  # YAML reads [1, 3] as numbers; BEIR ids are strings
     sampled = with_sample(exp, 2, 5)  # --sample on the command line replaces the file's queries
     assert (sampled.dataset.sample, sampled.dataset.seed, sampled.dataset.query_ids) == (2, 5, None)

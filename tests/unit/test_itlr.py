@@ -129,6 +129,8 @@ def test_term_scores_table(setup):
     assert table.num_rows == 3 * 2 and set(table.column("term").to_pylist()) == {"a", "b"}
     d0 = table.column("doc_id")[0].as_py()
     assert table.column("score")[0].as_py() == pytest.approx(float(docs[list(ids).index(d0)] @ T[0]), rel=1e-5)
+    with pytest.raises(KeyError, match=f"no vector for document\\(s\\) \\['{d0}'\\] of query q1"):  # never another document's vector
+        term_scores(run, qs[:1], terms, T, {d: v for d, v in zip(ids, docs, strict=True) if d != d0}, Calibration())
 
 
 def test_generator_is_deterministic_and_correct(tmp_path):
