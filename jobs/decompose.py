@@ -56,7 +56,7 @@ def settings_of(cfg: DecomposeConfig) -> DecomposeSettings:
 def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False, echo=print) -> DecomposeSummary:
     start = time.perf_counter()
     rundir = RunDir(out, "decompose")
-    queries = read_queries(cfg.queries).select(["query_id", "text"])
+    queries = read_queries(cfg.queries, cfg.topics_field).select(["query_id", "text"])
     resolved = resolve(cfg.llm.model, log=echo)  # prepares a registered model once, before any actor starts
     templates = {m: prompts.load(TEMPLATES[m]).sha for m in cfg.methods}
     inputs = {"queries": file_fingerprint(cfg.queries), "model": resolved.model_id, "templates": templates}

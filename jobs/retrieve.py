@@ -58,7 +58,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     """Returns run_id -> run table path. ``echo`` (if given) receives notes (blank queries, a
     skipped rerun) and, with ``progress``, the progress lines of LLM stages."""
     rundir = RunDir(out, "retrieve")
-    queries = read_queries(cfg.queries)
+    queries = read_queries(cfg.queries, cfg.topics_field)
     store = DocStore(cfg.db, cfg.table, version=cfg.table_version)
     pipelines = [Pipeline(rid, stages) for rid, stages in cfg.pipelines.items()]
     needs = Needs()
@@ -105,7 +105,8 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     from jobs.raysession import ray_session
 
     keys = Inputs(
-        base=json_digest([inputs["queries"], inputs["table"]]),
+        # another topics field reads other texts from the same file (title, the default, keeps the keys it had before)
+        base=json_digest([inputs["queries"], inputs["table"]] + ([cfg.topics_field] if cfg.topics_field != "title" else [])),
         encoder=encoder_digest(cfg.embed) if needs.encoder else None,
         llm=(llm.model_id, cfg.llm.engine_digest(), templates_digest()) if llm is not None else None,
         files=files,

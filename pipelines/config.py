@@ -5,7 +5,7 @@ pipelines/."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -20,7 +20,10 @@ class RetrieveConfig(_Config):
     docs/pipelines.md); its schema is the stage registry's. :meth:`preset` builds it from
     ``--method`` names."""
 
-    queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL or Parquet.")
+    queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL, Parquet, qid<TAB>text TSV (.tsv) or a TREC topics file.")
+    topics_field: Literal["title", "desc", "narr"] = Field(
+        "title", description="The field of a TREC topics file whose text is the query (title, desc or narr); only TREC topics files have one."
+    )
     db: str
     table: str = "docs"
     pipelines: dict[str, tuple[Any, ...]] = Field(description="run id -> its stages.")

@@ -1,18 +1,56 @@
 """Corpus readers, row validation and content hashing.
 
-A corpus is a BEIR directory (``corpus.jsonl[.gz]``), plain JSONL(.gz) files, or Parquet
-files, on a local path or any pyarrow filesystem URI. Readers stream: each source yields
-Arrow tables of at most ``batch_rows`` rows, so no corpus is ever held whole in memory.
+A corpus is a BEIR directory (``corpus.jsonl[.gz]``), plain JSONL(.gz) files, Parquet
+files, TREC SGML files or TSV files, on a local path or any pyarrow filesystem URI. Readers
+stream: each source yields Arrow tables of at most ``batch_rows`` rows, so no corpus is ever
+held whole in memory.
 
 Every input row comes out exactly once, either valid (``_reason`` null) or marked with
-the reason it was rejected and where it came from (``_source``, ``_location``). Deciding
-what to do with rejects is the caller's business; a bad row never hides a good one.
+the reason it was rejected and where it came from (``_source``, ``_location``: the 1-based
+line of a JSONL or TSV row or of a TREC ``<DOC>`` tag, the 0-based row of a Parquet file).
+Deciding what to do with rejects is the caller's business; a bad row never hides a good one.
+
+TREC SGML (kind ``trec``; ``.trec``, ``.trectext``, ``.sgml``, ``.sgm``, each with optional
+``.gz``; a file with another name with ``fmt="trec"``) is a sequence of
+``<DOC> ... </DOC>`` records, read DOC by DOC from the byte stream. Tag names are
+case-insensitive and may carry attributes. In a DOC:
+
+- the id is the ``<DOCNO>`` element's text, surrounding whitespace stripped;
+- the title is the text of its ``<TITLE>`` elements or, where it has none, of its ``<HEAD>``
+  elements, several joined by a space; none: no title;
+- the text is the text of its ``<TEXT>`` elements, several joined by a newline; where the DOC
+  has no ``<TEXT>``, the text is all its text outside its DOCNO, TITLE and HEAD elements;
+- the one rule for every other tag (``<DATE>``, ``<BYLINE>``, ``<DOCHDR>``, ...): its text is
+  dropped when the DOC has a ``<TEXT>`` element, and is part of the text otherwise;
+- each field's markup (``<P>``, an unclosed ``<F P=105>``, comments) is removed, leaving its
+  text, its surrounding whitespace is stripped as layout, then SGML/HTML entities are decoded
+  (``html.unescape``), so ``&#32;`` keeps a space a field starts or ends with and ``&lt;``
+  is a ``<`` of the text (an entity ``html.unescape`` does not know, such as the Federal
+  Register's ``&hyph;``, stays as written). A bare ``<`` followed by a letter starts a tag:
+  escape it.
+
+The record ``{"docno", "title", "text"}`` is then checked by :func:`validate_record`, as a
+JSONL row is; a TREC document has no metadata. A DOC that no ``</DOC>`` closes before the next
+``<DOC>`` or the end of the file is an ``unclosed_doc`` reject and reading goes on with the
+next DOC; a DOC longer than ``trec_raw_limit(max_doc_bytes)`` bytes is an ``oversized``
+reject, skipped without being held; non-blank text between DOCs is an ``outside_doc`` reject
+(one per stretch), so nothing in a file goes unread silently.
+
+TSV (kind ``tsv``; ``.tsv``, ``.tsv.gz``): one document per line, ``id<TAB>text`` (MS MARCO's
+``collection.tsv``), no header (a first line ``id<TAB>text`` is a document like any other),
+no quoting, blank lines skipped, a trailing ``\r`` dropped. A line that is not exactly two
+tab-separated fields (no tab, or a third column) is a ``bad_tsv_row`` reject; the two fields
+are then checked by :func:`validate_record` (an empty id: ``missing_id``; blank text:
+``empty_text``).
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import html
 import json
+import re
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -44,6 +82,10 @@ ID_KEYS = ("doc_id", "_id", "id", "docid", "docno")
 TEXT_KEYS = ("text", "contents", "body")
 _JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
+_TREC_SUFFIXES = tuple(s + gz for s in (".trec", ".trectext", ".sgml", ".sgm") for gz in ("", ".gz"))
+_TSV_SUFFIXES = (".tsv", ".tsv.gz")
+KINDS = ("jsonl", "parquet", "trec", "tsv")
+_KIND_NAMES = {"jsonl": "JSONL", "parquet": "Parquet", "trec": "TREC SGML", "tsv": "TSV"}
 # A directory holding any of these is a BEIR directory, whose corpus must be corpus.jsonl[.gz].
 _BEIR_MARKERS = ("queries.jsonl", "queries.jsonl.gz", "qrels")
 
@@ -60,6 +102,7 @@ class SourceError(CorpusError):
     """
 
 
+_TEXT_LAYOUT = {"jsonl": "one JSON object per line", "trec": "<DOC>...</DOC> records", "tsv": "id<TAB>text per line"}
 UNREADABLE = "unreadable_source"  # the _reason of the one row a reader emits in place of a failed file
 _HEAD_BYTES = 1 << 16  # what check_sources reads of each file
 
@@ -70,7 +113,7 @@ class Source:
 
     filesystem: pafs.FileSystem
     path: str
-    kind: str  # "jsonl" | "parquet"
+    kind: str  # one of KINDS
     uri: str  # how to name it in rejects and manifests
 
     def fingerprint(self) -> dict[str, Any]:
@@ -81,10 +124,9 @@ class Source:
 
 def _kind_of(path: str) -> str | None:
     lower = path.lower()
-    if lower.endswith(_JSONL_SUFFIXES):
-        return "jsonl"
-    if lower.endswith(_PARQUET_SUFFIXES):
-        return "parquet"
+    for kind, suffixes in (("jsonl", _JSONL_SUFFIXES), ("parquet", _PARQUET_SUFFIXES), ("trec", _TREC_SUFFIXES), ("tsv", _TSV_SUFFIXES)):
+        if lower.endswith(suffixes):
+            return kind
     return None
 
 
@@ -101,8 +143,12 @@ def _resolve(location: str) -> tuple[pafs.FileSystem, str]:
 def list_sources(location: str, fmt: str = "auto") -> list[Source]:
     """The files making up the corpus at ``location``, in a stable order.
 
-    ``fmt`` is ``auto``, ``beir`` (a directory holding ``corpus.jsonl[.gz]``), ``jsonl``
-    or ``parquet`` (a file, or a directory of such files).
+    ``fmt`` is ``auto``, ``beir`` (a directory holding ``corpus.jsonl[.gz]``), ``jsonl``,
+    ``parquet``, ``trec`` or ``tsv`` (a file, or a directory of such files). ``auto`` tells a
+    file's kind by its suffix. A file named with a format is read as that format whatever its
+    name (``fmt="trec"`` on ``la010189``); in a directory, ``fmt="trec"`` or ``"tsv"`` also reads
+    every file whose name marks no format (TREC collections ship as ``la010189``,
+    ``fr940104.0``), except hidden ones (``.name``).
     """
     with reading(f"corpus {location}", CorpusError):  # e.g. a directory that cannot be listed
         return _list_sources(location, fmt)
@@ -112,7 +158,8 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
     fs, path = _resolve(location)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
-        raise CorpusError(f"corpus: nothing at {location!r}; give a BEIR directory, a JSONL(.gz) or Parquet file, or a directory of them.")
+        raise CorpusError(f"corpus: nothing at {location!r}; give a BEIR directory, a JSONL(.gz), Parquet, TREC SGML or TSV file, "
+                          "or a directory of them.")
     if info.type not in (pafs.FileType.File, pafs.FileType.Directory):
         raise CorpusError(f"corpus {location}: neither a file nor a directory (a socket, device or pipe); give the corpus file or its directory.")
     prefix = location if "://" in location else ""
@@ -124,7 +171,7 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
     if info.type == pafs.FileType.File:
         kind = _kind_of(path) if fmt in ("auto", "beir") else fmt
         if kind is None:
-            raise CorpusError(f"corpus: cannot tell the format of {location!r} from its name; pass --format jsonl or parquet.")
+            raise CorpusError(f"corpus: cannot tell the format of {location!r} from its name; pass --format jsonl, parquet, trec or tsv.")
         return [source(path, kind)]
 
     if fmt in ("auto", "beir"):
@@ -144,12 +191,15 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
         f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if f.type == pafs.FileType.File
     )
     kinds = {p: _kind_of(p) for p in files}
-    wanted = [p for p in files if kinds[p] is not None and (fmt == "auto" or kinds[p] == fmt)]
+    if fmt in ("trec", "tsv"):  # files named with no format are this one's (hidden ones aside)
+        kinds = {p: k or (None if p.rsplit("/", 1)[-1].startswith(".") else fmt) for p, k in kinds.items()}
+    wanted = [p for p in files if kinds[p] is not None and (fmt in ("auto", "beir") or kinds[p] == fmt)]
     if not wanted:
-        raise CorpusError(f"corpus: no JSONL(.gz) or Parquet files under {location!r}.")
-    found = {kinds[p] for p in wanted}
+        named = _KIND_NAMES.get(fmt)
+        raise CorpusError(f"corpus: no {named + ' files' if named else 'JSONL(.gz), Parquet, TREC SGML or TSV files'} under {location!r}.")
+    found = sorted({kinds[p] for p in wanted})  # type: ignore[type-var]
     if len(found) > 1:
-        raise CorpusError(f"corpus: {location!r} mixes JSONL and Parquet files; pass --format to pick one.")
+        raise CorpusError(f"corpus: {location!r} mixes {' and '.join(_KIND_NAMES[k] for k in found)} files; pass --format to pick one.")
     return [source(p, kinds[p]) for p in wanted]  # type: ignore[arg-type]
 
 
@@ -322,6 +372,230 @@ def _decode_binary(rec: dict[str, Any]) -> dict[str, Any] | tuple[str, str]:
     return out
 
 
+def _read_tsv(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
+    max_line = max_doc_bytes + (1 << 16)  # TSV escapes nothing: a longer line is oversized whatever it holds
+    batch = _Batcher(src.uri, batch_rows)
+    with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
+        for line_no, raw in enumerate(_lines(stream, max_line), 1):
+            if raw is None:
+                batch.add(line_no, _blank(), "oversized", f"line longer than {max_line} bytes")
+            elif not raw.strip():
+                continue  # blank lines are layout, not records
+            else:
+                batch.add(line_no, *_parse_tsv(raw, max_doc_bytes))
+            if len(batch) >= batch_rows:
+                yield batch.flush()
+    if len(batch):
+        yield batch.flush()
+
+
+def _parse_tsv(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
+    try:
+        line = raw.decode("utf-8").removesuffix("\r")
+    except UnicodeDecodeError as exc:
+        return _blank(), "invalid_utf8", str(exc)
+    parts = line.removeprefix("\ufeff").split("\t")  # (a byte order mark can only start the file: never part of an id)
+    if len(parts) != 2:
+        what = "no tab" if len(parts) == 1 else f"{len(parts)} tab-separated fields"
+        return _blank(), "bad_tsv_row", f"{what}; a TSV corpus line is id<TAB>text (a text holding a tab cannot be given as TSV)"
+    return _say(validate_record({"_id": parts[0], "text": parts[1]}, max_doc_bytes), _TSV_SAYS)
+
+
+# TREC SGML. A <DOC> or </DOC> tag (not <DOCNO>, <DOCHDR>), attributes allowed but bounded, so
+# that a tag cut by a read boundary is found again from the last _TAG_OVERLAP bytes.
+_DOC_TAG = re.compile(rb"<(/?)doc(?:\s[^<>]{0,200})?>", re.IGNORECASE)
+_TAG_OVERLAP = 256
+_NON_BLANK = re.compile(rb"\S")
+_KEEP_HEAD = 8192  # bytes of a skipped (oversized or unclosed) DOC kept to name its DOCNO
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_TAG = re.compile(r"<(/?)([A-Za-z][\w.:-]*)(?:\s[^<>]*)?/?>")
+_CLOSE_TAG = re.compile(r"</([A-Za-z][\w.:-]*)\s*>")
+_TREC_FIELDS = ("docno", "title", "head", "text")
+
+
+def trec_raw_limit(max_doc_bytes: int) -> int:
+    """The most bytes of one TREC DOC read into memory: markup and entities make the raw DOC
+    longer than its title and text, so this is a multiple of ``max_doc_bytes`` (as for a JSONL
+    line); a longer DOC is an ``oversized`` reject, skipped without being held."""
+    return 6 * max_doc_bytes + (1 << 16)
+
+
+def _trec_units(stream, cap: int, chunk: int = 1 << 20) -> Iterator[tuple[str, int, bytes, str | None]]:
+    """The DOCs of a TREC SGML byte stream, in bounded memory: (kind, line, data, detail).
+
+    kind ``doc``: ``data`` is the body between ``<DOC>`` and ``</DOC>``; ``unclosed_doc`` and
+    ``oversized``: the first bytes of the DOC; ``outside_doc``: the first bytes of a stretch of
+    non-blank text outside every DOC. ``line``: 1-based, of the ``<DOC>`` tag (or the text)."""
+    buf, pos, scan, eof = stream.read(3), 0, 0, False
+    buf = buf.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark is not text outside the DOCs
+    keep_head = min(_KEEP_HEAD, cap)  # the same bytes whatever the read boundaries
+    counted, line = 0, 1  # buf[counted] is on this line
+    doc_line, doc_start, head = 0, -1, None  # inside a DOC: its line, where its body starts; head: it is being skipped
+    stray: tuple[int, bytes] | None = None  # non-blank text seen outside the DOCs, not reported yet
+
+    def line_of(p: int) -> int:
+        nonlocal counted, line
+        line += buf.count(b"\n", counted, p)
+        counted = p
+        return line
+
+    def note_stray(a: int, b: int) -> None:
+        nonlocal stray
+        m = _NON_BLANK.search(buf, a, b)
+        if m is not None and stray is None:
+            stray = (line_of(m.start()), buf[m.start() : min(b, m.start() + 80)].rstrip())
+
+    def stray_unit():
+        nonlocal stray
+        if stray is None:
+            return None
+        unit, stray = ("outside_doc", stray[0], stray[1], None), None
+        return unit
+
+    while True:
+        m = _DOC_TAG.search(buf, scan)
+        if m is None:
+            if eof:
+                break
+            tail = max(pos, len(buf) - _TAG_OVERLAP)
+            if doc_start < 0:
+                note_stray(pos, tail)
+                pos = tail
+            elif head is None and len(buf) - doc_start > cap:
+                head = buf[doc_start : doc_start + keep_head]
+            if head is not None:
+                pos = tail
+            keep = doc_start if doc_start >= 0 and head is None else pos
+            if counted < keep:
+                line_of(keep)
+            buf, counted, pos = buf[keep:], counted - keep, pos - keep
+            doc_start = doc_start - keep if doc_start >= 0 and head is None else doc_start
+            scan = max(pos, len(buf) - _TAG_OVERLAP)
+            data = stream.read(chunk)
+            if data:
+                buf += data
+            else:
+                eof = True
+            continue
+        closing = bool(m.group(1))
+        if doc_start < 0 and closing:  # a </DOC> that closes nothing: stray text
+            note_stray(pos, m.end())
+            pos = scan = m.end()
+            continue
+        if doc_start < 0:
+            note_stray(pos, m.start())
+            if (unit := stray_unit()) is not None:
+                yield unit
+        elif closing:
+            if head is not None or m.start() - doc_start > cap:  # (the same whatever the read boundaries)
+                yield "oversized", doc_line, head or buf[doc_start : doc_start + keep_head], f"the DOC is longer than {cap} bytes"
+            else:
+                yield "doc", doc_line, buf[doc_start : m.start()], None
+            doc_start, head = -1, None
+            pos = scan = m.end()
+            continue
+        else:  # a <DOC> while one is open
+            body = head if head is not None else buf[doc_start : min(m.start(), doc_start + keep_head)]
+            yield "unclosed_doc", doc_line, body, f"no </DOC> before the next <DOC> at line {line_of(m.start())}"
+        doc_line, doc_start, head = line_of(m.start()), m.end(), None
+        pos = scan = m.end()
+    if doc_start >= 0:
+        body = head if head is not None else buf[doc_start : doc_start + keep_head]
+        yield "unclosed_doc", doc_line, body, "no </DOC> before the end of the file"
+    else:
+        note_stray(pos, len(buf))
+        if (unit := stray_unit()) is not None:
+            yield unit
+
+
+def _trec_fields(body: str) -> dict[str, list[str]]:
+    """A DOC's top-level elements by (lower-case) name, DOCNO/TITLE/HEAD/TEXT only, each its
+    raw inner text; ``""``: the DOC's text outside its DOCNO, TITLE and HEAD elements. An
+    element runs from its tag to the first matching close tag after it; a tag without one (an
+    SGML empty tag, ``<P>``) or a close tag that closes nothing is markup, stripped later."""
+    closes: dict[str, list[tuple[int, int]]] = {}
+    for c in _CLOSE_TAG.finditer(body):
+        closes.setdefault(c.group(1).lower(), []).append((c.start(), c.end()))
+    out: dict[str, list[str]] = {}
+    rest: list[str] = []
+    at = 0
+    while (m := _TAG.search(body, at)) is not None:
+        name = m.group(2).lower()
+        ends = [] if m.group(1) else closes.get(name, [])
+        i = bisect.bisect_left(ends, (m.end(), 0))
+        if i == len(ends):  # markup: left in the text, stripped later
+            rest.append(body[at : m.end()])
+            at = m.end()
+            continue
+        inner = body[m.end() : ends[i][0]]
+        if name in _TREC_FIELDS:
+            out.setdefault(name, []).append(inner)
+        rest.append(body[at : m.start()] if name in ("docno", "title", "head") else body[at : m.start()] + inner)
+        at = ends[i][1]
+    rest.append(body[at:])
+    out[""] = ["".join(rest)]
+    return out
+
+
+def _trec_clean(raw: str) -> str:
+    """A field's text: markup removed, layout whitespace stripped, entities decoded."""
+    return html.unescape(_TAG.sub("", _COMMENT.sub("", raw)).strip())
+
+
+def _trec_docno(body: str) -> str | None:
+    m = re.search(r"<docno(?:\s[^<>]*)?>(.*?)</docno", body, re.IGNORECASE | re.S)
+    return _trec_clean(m.group(1)) if m else None
+
+
+def _parse_trec(body: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
+    try:
+        doc = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        docno = _trec_docno(body.decode("utf-8", errors="replace"))
+        return dict(_blank(), doc_id=docno if docno and "\ufffd" not in docno else None), "invalid_utf8", str(exc)
+    fields = _trec_fields(_COMMENT.sub("", doc))
+    docno = fields.get("docno", [""])[0]
+    titles = fields.get("title") or fields.get("head") or []
+    title = " ".join(t for t in map(_trec_clean, titles) if t)
+    text = "\n".join(_trec_clean(t) for t in fields["text"]) if "text" in fields else _trec_clean(fields[""][0])
+    return _say(validate_record({"docno": _trec_clean(docno), "title": title, "text": text}, max_doc_bytes), _TREC_SAYS)
+
+
+# validate_record's details name JSON keys; these say the same of a TREC DOC or a TSV line
+_TREC_SAYS = {"missing_id": "no <DOCNO> element holding a non-blank id",
+              "empty_text": "no non-blank text (in its <TEXT> elements; where it has none, outside its DOCNO, TITLE and HEAD)"}
+_TSV_SAYS = {"missing_id": "the id (the first field) is empty", "empty_text": "the text (the second field) is blank"}
+
+
+def _say(checked: tuple[dict[str, Any], str | None, str | None], says: dict[str, str]) -> tuple[dict[str, Any], str | None, str | None]:
+    fields, reason, detail = checked
+    return fields, reason, says.get(reason, detail) if reason else detail
+
+
+def _read_trec(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
+    batch = _Batcher(src.uri, batch_rows)
+    with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
+        for kind, line, data, detail in _trec_units(stream, trec_raw_limit(max_doc_bytes)):
+            if kind == "doc":
+                batch.add(line, *_parse_trec(data, max_doc_bytes))
+            elif kind == "outside_doc":
+                text = data.decode("utf-8", errors="replace")
+                batch.add(line, _blank(), kind, f"text outside every <DOC>...</DOC>: {text!r}")
+            else:  # unclosed_doc, oversized: named by its DOCNO where its first bytes hold one
+                docno = _trec_docno(data.decode("utf-8", errors="replace"))
+                ok = docno and "\ufffd" not in docno
+                batch.add(line, dict(_blank(), doc_id=docno if ok else None), kind, detail)
+            if len(batch) >= batch_rows:
+                yield batch.flush()
+    if len(batch):
+        yield batch.flush()
+
+
+_READERS: dict[str, Callable[[Source, int, int], Iterator[pa.Table]]] = {
+    "jsonl": _read_jsonl, "parquet": _read_parquet, "trec": _read_trec, "tsv": _read_tsv,
+}
+
+
 def read_source(src: Source, batch_rows: int = 1024, max_doc_bytes: int = 1 << 20) -> Iterator[pa.Table]:
     """Stream one source as PARSED tables of at most ``batch_rows`` rows.
 
@@ -329,7 +603,9 @@ def read_source(src: Source, batch_rows: int = 1024, max_doc_bytes: int = 1 << 2
     cannot be read to its end."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be >= 1")
-    reader = _read_jsonl if src.kind == "jsonl" else _read_parquet
+    reader = _READERS.get(src.kind)
+    if reader is None:
+        raise CorpusError(f"corpus file {src.uri}: unknown format {src.kind!r}; give one of {', '.join(KINDS)}.")
     rows = 0
     with _source_faults(src, lambda: rows):
         for table in reader(src, batch_rows, max_doc_bytes):
@@ -351,7 +627,7 @@ def check_sources(sources: list[Source]) -> None:
                 head = stream.read(_HEAD_BYTES)
             if not_text(head):
                 raise SourceError(f"corpus file {src.uri}: not UTF-8 text (it holds NUL bytes: a binary file, or UTF-16/32 text); "
-                                  "a JSONL corpus is UTF-8 text, one JSON object per line.")
+                                  f"a {_KIND_NAMES.get(src.kind, src.kind)} corpus is UTF-8 text, {_TEXT_LAYOUT.get(src.kind, '')}.")
 
 
 def source_fault(src: Source, error: SourceError) -> pa.Table:

@@ -1,6 +1,12 @@
 """Queries, qrels and runs: readers and writers for the formats users bring.
 
-- queries: BEIR ``queries.jsonl`` (``_id``, ``text``), JSONL with ``query_id``/``qid``, or Parquet;
+- queries: BEIR ``queries.jsonl`` (``_id``, ``text``), JSONL with ``query_id``/``qid``, Parquet,
+  ``qid<TAB>text`` TSV (MS MARCO's ``queries.tsv``: a ``.tsv`` name, no header, exactly two
+  fields a line) or a TREC topics file (told by its first non-blank character, ``<``):
+  ``<top>`` blocks (``<num> Number: 301``, ``<title>``, ``<desc> Description:``,
+  ``<narr> Narrative:``; closing tags optional, the labels stripped) or ``<topic number="1">``
+  elements (``<query>``, ``<question>`` or ``<description>``, ``<narrative>``), the query text
+  being the field ``field`` names (title, desc or narr), whitespace runs made one space;
 - qrels: BEIR TSV (first line the header ``query-id<TAB>corpus-id<TAB>score``, or with
   ``query_id``/``qid``; every line split on tabs only, so ids may hold spaces) or TREC
   (``qid 0 docno rel``, no header, split on any whitespace; ``qid docno rel`` is accepted too);
@@ -26,7 +32,9 @@ refusal names the file, what is wrong and the fix:
 from __future__ import annotations
 
 import gzip
+import html
 import json
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -55,29 +63,30 @@ def _open_text(path: Path):
     return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
 
 
-def read_queries(path: str | Path) -> pa.Table:
-    """Queries table (QUERIES). Rejects unreadable lines loudly: a query set must be whole."""
+TopicsField = Literal["title", "desc", "narr"]
+TOPICS_FIELDS: tuple[str, ...] = ("title", "desc", "narr")
+
+
+def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
+    """Queries table (QUERIES) from BEIR JSONL, Parquet, TSV or a TREC topics file (module
+    docstring); ``field`` picks a TREC topic's text (``title``, ``desc`` or ``narr``) and
+    matters for nothing else. Rejects unreadable lines loudly: a query set must be whole."""
     path = Path(path)
+    if field not in TOPICS_FIELDS:
+        raise TopicsError(f"queries {path}: topics field {field!r}; use one of {', '.join(TOPICS_FIELDS)}.")
     if path.is_dir():
         path = path / "queries.jsonl"
     if not path.exists():
         raise TopicsError(f"queries: no file at {str(path)!r}.")
     if path.suffix in (".parquet", ".pq"):
         return queries_table(_read_parquet(path, "queries"), f"queries {path}")
-    rows = []
     with reading(f"queries {path}", TopicsError), _open_text(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                qid = next(obj[k] for k in _QID_KEYS if k in obj)
-                text = next(obj[k] for k in _QTEXT_KEYS if k in obj)
-            except (json.JSONDecodeError, StopIteration, TypeError) as exc:
-                raise TopicsError(
-                    f"queries {path}: line {n} is not a JSON object with an id ({list(_QID_KEYS)}) and a text ({list(_QTEXT_KEYS)})."
-                ) from exc
-            rows.append({"query_id": str(qid), "text": str(text), "logical_query": obj.get("logical_query")})
+        if path.name.lower().endswith((".tsv", ".tsv.gz")):
+            rows = _read_tsv_queries(f, path)
+        elif _first_char(f) == "<":
+            rows = _read_trec_topics(f.read(), path, field)
+        else:
+            rows = _read_jsonl_queries(f, path)
     if not rows:
         raise TopicsError(f"queries {path}: no queries (the file is empty); give the queries to run.")
     ids = [r["query_id"] for r in rows]
@@ -85,6 +94,104 @@ def read_queries(path: str | Path) -> pa.Table:
         dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
         raise TopicsError(f"queries {path}: duplicate query ids {dup}.")
     return pa.Table.from_pylist(rows, schema=QUERIES)
+
+
+def _first_char(f) -> str:
+    """The first non-blank character of a text file (a BOM skipped), the file rewound."""
+    while chunk := f.read(4096):
+        rest = chunk.lstrip().lstrip("\ufeff").lstrip()
+        if rest:
+            f.seek(0)
+            return rest[0]
+    f.seek(0)
+    return ""
+
+
+def _read_jsonl_queries(f, path: Path) -> list[dict]:
+    rows = []
+    for n, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            qid = next(obj[k] for k in _QID_KEYS if k in obj)
+            text = next(obj[k] for k in _QTEXT_KEYS if k in obj)
+        except (json.JSONDecodeError, StopIteration, TypeError) as exc:
+            hint = " (a qid<TAB>text file must be named .tsv)" if "\t" in line else ""
+            raise TopicsError(
+                f"queries {path}: line {n} is not a JSON object with an id ({list(_QID_KEYS)}) and a text ({list(_QTEXT_KEYS)}){hint}."
+            ) from exc
+        rows.append({"query_id": str(qid), "text": str(text), "logical_query": obj.get("logical_query")})
+    return rows
+
+
+def _read_tsv_queries(f, path: Path) -> list[dict]:
+    """``qid<TAB>text`` a line; no header; blank lines skipped; the text's surrounding whitespace stripped."""
+    rows = []
+    for n, line in enumerate(f, 1):
+        line = line.rstrip("\r\n").removeprefix("\ufeff" if n == 1 else "")
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2:
+            what = "no tab" if len(parts) == 1 else f"{len(parts)} tab-separated fields"
+            raise TopicsError(f"queries {path}: line {n} has {what}; a TSV queries line is qid<TAB>text (no header): "
+                              "separate the id and the text with one tab.")
+        qid, text = parts[0].strip(), parts[1].strip()
+        if not qid:
+            raise TopicsError(f"queries {path}: line {n} has an empty query id; give every query an id before its tab.")
+        rows.append({"query_id": qid, "text": text, "logical_query": None})
+    return rows
+
+
+# TREC topics: a <top> block or a <topic ...> element; a field runs from its tag to the next tag
+_TOPIC_OPEN = re.compile(r"<(top|topic)(\s[^<>]*)?>", re.I)
+_TOPIC_CLOSE = re.compile(r"</(top|topic)\s*>", re.I)
+_TOPIC_TAG = re.compile(r"<(/?)([A-Za-z][\w.:-]*)(?:\s[^<>]*)?/?>")
+_TOPIC_NUMBER = re.compile(r"""\bnumber\s*=\s*["']?([^"'\s>]+)""", re.I)
+_TOPIC_LABEL = re.compile(r"^\s*(number|topic|description|narrative)\s*:", re.I)
+_FIELD_TAGS = {"title": ("title", "query"), "desc": ("desc", "description", "question"), "narr": ("narr", "narrative")}
+_FIELD_NAMES = {"title": "<title> (or <query>)", "desc": "<desc> (or <description>, <question>)", "narr": "<narr> (or <narrative>)"}
+
+
+def _topic_text(raw: str) -> str:
+    """A field's text: its label (``Number:``, ``Topic:``, ``Description:``, ``Narrative:``)
+    stripped, entities decoded, whitespace runs made one space."""
+    return " ".join(html.unescape(_TOPIC_LABEL.sub("", raw, count=1)).split())
+
+
+def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
+    rows = []
+    opens = list(_TOPIC_OPEN.finditer(text))
+    if not opens:
+        raise TopicsError(f"queries {path}: starts with '<' but holds no <top> or <topic> element; give a TREC topics file "
+                          "(<top> <num> Number: 301 <title> ...), or JSONL, TSV or Parquet queries.")
+    for i, m in enumerate(opens):
+        end = opens[i + 1].start() if i + 1 < len(opens) else len(text)
+        close = _TOPIC_CLOSE.search(text, m.end(), end)
+        block = text[m.end() : close.start() if close else end]
+        line = text.count("\n", 0, m.start()) + 1
+        fields: dict[str, str] = {}
+        tags = list(_TOPIC_TAG.finditer(block))
+        for j, t in enumerate(tags):
+            name = t.group(2).lower()
+            if t.group(1) or name in fields:
+                continue
+            fields[name] = block[t.end() : tags[j + 1].start() if j + 1 < len(tags) else len(block)]
+        number = _TOPIC_NUMBER.search(m.group(2) or "")
+        qid = number.group(1) if number else _topic_text(fields.get("num", ""))
+        if not qid:
+            raise TopicsError(f"queries {path}: the topic at line {line} has no number (<num> Number: N, or <topic number=\"N\">); give every topic its number.")
+        qid = str(int(qid)) if qid.isascii() and qid.isdigit() else qid  # Number: 051 is topic 51, as the qrels write it
+        raw = next((fields[t] for t in _FIELD_TAGS[field] if t in fields), None)
+        query = _topic_text(raw) if raw is not None else ""
+        if not query:
+            has = [f for f in TOPICS_FIELDS if any(_topic_text(fields.get(t, "")) for t in _FIELD_TAGS[f])]
+            raise TopicsError(f"queries {path}: topic {qid} (line {line}) has no {'text in its ' if raw is not None else ''}{_FIELD_NAMES[field]}; "
+                              f"pick a field it has ({', '.join(has) or 'none'}) as the topics field (retrieve --topics-field; topics_field: in a "
+                              "config file), or add the field to the topic.")
+        rows.append({"query_id": qid, "text": query, "logical_query": None})
+    return rows
 
 
 def queries_table(table: pa.Table, source: str) -> pa.Table:

@@ -133,10 +133,12 @@ class EmbedConfig(_Config):
 
 
 class IndexConfig(_Config):
-    corpus: str = Field(description="Corpus path or pyarrow filesystem URI (BEIR dir, JSONL(.gz), Parquet).")
+    corpus: str = Field(description="Corpus path or pyarrow filesystem URI (BEIR dir, JSONL(.gz), Parquet, TREC SGML(.gz), TSV(.gz)).")
     db: str = Field(description="LanceDB directory or URI.")
     table: str = "docs"
-    format: Literal["auto", "beir", "jsonl", "parquet"] = "auto"
+    format: Literal["auto", "beir", "jsonl", "parquet", "trec", "tsv"] = Field(
+        "auto", description="auto: each file's kind from its name; trec or tsv also read files whose name marks no format."
+    )
     embed: EmbedConfig = EmbedConfig()
     ray: RayConfig = Field(RayConfig(), json_schema_extra=OUTSIDE)
     delete_missing: bool = Field(True, description="Delete documents absent from this snapshot.")
@@ -208,7 +210,10 @@ class LLMConfig(_Config):
 class DecomposeConfig(_Config):
     """`logicrank decompose`: one row per (query, method) from an actor pool of engines."""
 
-    queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL or Parquet.")
+    queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL, Parquet, qid<TAB>text TSV (.tsv) or a TREC topics file.")
+    topics_field: Literal["title", "desc", "narr"] = Field(
+        "title", description="The field of a TREC topics file whose text is the query (title, desc or narr); only TREC topics files have one."
+    )
     llm: LLMConfig = LLMConfig()
     ray: RayConfig = RayConfig()
     methods: tuple[str, ...] = Field(DECOMPOSITION_METHODS, description="Decomposition kinds to run (the table contract's DECOMPOSITION_METHODS).")

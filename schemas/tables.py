@@ -27,7 +27,7 @@ CORPUS = pa.schema(
 REJECTS = pa.schema(
     [
         pa.field("source", pa.string(), nullable=False),  # file path or URI
-        pa.field("location", pa.int64(), nullable=False),  # 1-based line (JSONL) or 0-based row (Parquet)
+        pa.field("location", pa.int64(), nullable=False),  # 1-based line (JSONL, TSV; TREC: of the <DOC> tag) or 0-based row (Parquet)
         pa.field("doc_id", pa.string()),  # when one could be read
         pa.field("reason", pa.string(), nullable=False),  # one of REJECT_REASONS
         pa.field("detail", pa.string()),
@@ -43,6 +43,9 @@ REJECT_REASONS = (
     "oversized",
     "duplicate_id",
     "bad_field_type",
+    "unclosed_doc",  # TREC: a <DOC> that no </DOC> closes before the next <DOC> or the end of the file
+    "outside_doc",  # TREC: non-blank text between DOCs (one reject per stretch)
+    "bad_tsv_row",  # TSV: a line that is not exactly id<TAB>text
 )
 
 
@@ -218,6 +221,24 @@ QRELS = pa.schema(
         pa.field("query_id", pa.string(), nullable=False),
         pa.field("doc_id", pa.string(), nullable=False),
         pa.field("relevance", pa.int32(), nullable=False),
+    ]
+)
+
+# One row per query of a rule-reasoning stage (``reason``): the answer the LLM gave with the
+# rules it was shown (none, the gold rule, a run's top 1, ...). QA evaluation reads query_id
+# and answer, as it reads LAG's answers.
+RULE_ANSWERS = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("answer", pa.string()),  # "" on an engine error
+        pa.field("status", pa.string(), nullable=False),  # ok | length (cut at max_tokens) | error
+        pa.field("rule_ids", pa.list_(pa.string()), nullable=False),  # the rules in the prompt, in order
+        pa.field("error", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("prompt_sha", pa.string(), nullable=False),
+        pa.field("prompt_tokens", pa.int64(), nullable=False),
+        pa.field("generated_tokens", pa.int64(), nullable=False),
+        pa.field("cached", pa.bool_(), nullable=False),
     ]
 )
 

@@ -1,0 +1,358 @@
+"""TREC SGML and TSV corpora, TREC topics and TSV queries: read as users have them.
+
+Round trips through small writers, the first 300 SciFact documents as a gzipped TREC file
+(equal to the JSONL they came from, hashes included), the tag rules, every malformed input a
+reject with its reason while the documents around it are read, and the topics readers'
+one-line refusals."""
+
+from __future__ import annotations
+
+import gzip
+import html
+import io
+import itertools
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from pipelines.corpus import _trec_units, iter_corpus, list_sources, trec_raw_limit
+from pipelines.datasets import scifact
+from pipelines.topics import TopicsError, read_queries
+from schemas.config import IndexConfig
+from schemas.tables import REJECT_REASONS
+
+
+def _read_all(location, **kw) -> pa.Table:
+    return pa.concat_tables(list(iter_corpus(str(location), **kw)))
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    return list(zip(*(table.column(c).to_pylist() for c in ("doc_id", "title", "text")), strict=True))
+
+
+def _open(path: Path):
+    return gzip.open(path, "wt", encoding="utf-8", newline="") if path.suffix == ".gz" else open(path, "w", encoding="utf-8", newline="")
+
+
+def _sgml(value: str) -> str:
+    """A field's value as TREC SGML: &, <, > escaped; surrounding whitespace, which a reader
+    strips as layout, kept as character references."""
+    body = html.escape(value, quote=False)
+    core = body.strip()
+    start = body.index(core) if core else len(body)
+    ref = "".join(f"&#{ord(c)};" for c in body[:start]), "".join(f"&#{ord(c)};" for c in body[start + len(core):])
+    return ref[0] + core + ref[1]
+
+
+def write_trec(path: Path, docs: list[dict], date: bool = False) -> Path:
+    """TREC SGML, one DOC per document: DOCNO, an optional DATE, HEAD (the title), TEXT."""
+    with _open(path) as f:
+        for d in docs:
+            f.write(f"<DOC>\n<DOCNO> {d['_id']} </DOCNO>\n")
+            if date:
+                f.write("<DATE>\nJanuary 2, 1989, Monday\n</DATE>\n")
+            if d.get("title") is not None:
+                f.write(f"<HEAD>{_sgml(d['title'])}</HEAD>\n")
+            f.write(f"<TEXT>\n{_sgml(d['text'])}\n</TEXT>\n</DOC>\n")
+    return path
+
+
+def write_tsv(path: Path, docs: list[dict]) -> Path:
+    with _open(path) as f:
+        f.writelines(f"{d['_id']}\t{d['text']}\n" for d in docs)
+    return path
+
+
+DOCS = [
+    {"_id": "d1", "title": "A & B <c>", "text": "alpha\nsecond line, with  two spaces"},
+    {"_id": "FR940104-0-00001", "title": None, "text": "beta 5 < 6 > 4 &amp; literal"},
+    {"_id": "d 3", "title": " padded title ", "text": " leading and trailing space\t"},
+    {"_id": "ü-4", "title": "Ünïcode", "text": "ℵ₀ text ✓"},
+]
+
+
+@pytest.mark.parametrize("name", ["c.trec", "c.trec.gz", "c.sgml", "c.sgm.gz", "c.trectext"])
+def test_trec_round_trip(tmp_path, name):
+    t = _read_all(write_trec(tmp_path / name, DOCS, date=True))
+    assert _rows(t) == [(d["_id"], d["title"], d["text"]) for d in DOCS]
+    assert t.column("_reason").to_pylist() == [None] * 4
+    assert t.column("_location").to_pylist() == [1, 12, 21, 31]  # the line of each <DOC>
+    assert t.column("metadata").to_pylist() == [None] * 4
+
+
+@pytest.mark.parametrize("name", ["c.tsv", "c.tsv.gz"])
+def test_tsv_round_trip(tmp_path, name):
+    docs = [{"_id": d["_id"], "text": d["text"].replace("\n", " ").replace("\t", " ")} for d in DOCS]
+    t = _read_all(write_tsv(tmp_path / name, docs))
+    assert _rows(t) == [(d["_id"], None, d["text"]) for d in docs]
+    assert t.column("_location").to_pylist() == [1, 2, 3, 4]
+    assert list_sources(str(tmp_path / name))[0].kind == "tsv"
+
+
+def test_scifact_as_gzipped_trec_equals_its_jsonl(tmp_path):
+    """The first 300 SciFact documents written as TREC (DOCNO, DATE, HEAD, TEXT; gzip) read
+    back exactly as the JSONL they came from: ids, titles, texts and content hashes."""
+    with gzip.open(scifact().corpus, "rt", encoding="utf-8") as f:
+        lines = list(itertools.islice(f, 300))
+    docs = [json.loads(line) for line in lines]
+    jsonl = tmp_path / "corpus.jsonl.gz"
+    with gzip.open(jsonl, "wt", encoding="utf-8") as f:
+        f.writelines(lines)
+    trec = write_trec(tmp_path / "scifact.trec.gz", docs, date=True)
+    assert [s.kind for s in list_sources(str(trec))] == ["trec"]
+    want, got = _read_all(jsonl, batch_rows=64), _read_all(trec, batch_rows=64)
+    assert got.num_rows == want.num_rows == 300
+    assert got.column("_reason").null_count == 300
+    assert _rows(got) == _rows(want)
+    assert got.column("content_hash").to_pylist() == want.column("content_hash").to_pylist()
+    # what the test covers: entities, and titles whose trailing space only a character reference carries
+    assert sum("<" in d["text"] or "&" in d["text"] for d in docs) > 5 and sum(d["title"] != d["title"].strip() for d in docs) == 3
+
+
+def test_the_tag_rules(tmp_path):
+    path = tmp_path / "rules.trec"
+    path.write_text(
+        "<doc>\n<DocNo>\n  AP880212-0001\n</DocNo>\n<FILEID>AP-NR-02-12-88</FILEID>\n"
+        "<HEAD>First head</HEAD>\n<HEAD>Second &amp; last</HEAD>\n<DATE>880212</DATE>\n<BYLINE>By a writer</BYLINE>\n"
+        "<Text Type='body'>\n  <P>\n  Para <B>one</B> &lt;tag&gt; &eacute;t&eacute;.\n  </P>\n  <P>Para two\n</TEXT>\n"
+        "untagged, dropped\n<TEXT>\nsecond TEXT<!-- a comment -->\n</TEXT>\n</DOC>\n"
+        "<DOC>\n<DOCNO>LA010189-0001</DOCNO>\n<HEAD>a head</HEAD>\n<TITLE>The title</TITLE>\n"
+        "<DATE>January 1, 1989</DATE>\nNo TEXT tag: <F P=105>this</F> text <P>and the date\n</DOC>\n",
+        encoding="utf-8",
+    )
+    t = _read_all(path)
+    assert t.column("_reason").to_pylist() == [None, None]
+    assert _rows(t) == [
+        # TITLE else every HEAD, joined by a space; every TEXT, joined by a newline; other tags dropped beside a TEXT
+        ("AP880212-0001", "First head Second & last", "Para one <tag> été.\n  \n  Para two\nsecond TEXT"),
+        # no TEXT: all the text outside DOCNO, TITLE and HEAD, other tags' (DATE) included
+        ("LA010189-0001", "The title", "January 1, 1989\nNo TEXT tag: this text and the date"),
+    ]
+
+
+def test_reading_is_the_same_whatever_the_read_boundaries():
+    data = b"stray\n" + "".join(f"<DOC><DOCNO>n{i}</DOCNO><TEXT>{'x' * (i * 37)}</TEXT></DOC>\n" for i in range(12)).encode()
+    data += b"<DOC attr='1'><DOCNO>open</DOCNO>\n<doc>\n<DOCNO>last</DOCNO><TEXT>t</TEXT>\n</Doc >\ntail\n"
+    want = list(_trec_units(io.BytesIO(data), 300))
+    assert [u[0] for u in want] == ["outside_doc"] + ["doc"] * 8 + ["oversized"] * 4 + ["unclosed_doc", "doc", "outside_doc"]
+    for chunk in (1, 2, 5, 63, 64, 300, 301, 4096):
+        assert list(_trec_units(io.BytesIO(data), 300, chunk=chunk)) == want, chunk
+
+
+def test_an_oversized_doc_is_skipped_not_held_and_the_next_one_read(tmp_path):
+    path = tmp_path / "big.trec"
+    with open(path, "wb") as f:
+        f.write(b"<DOC><DOCNO>huge</DOCNO><TEXT>" + b"z" * 3_000_000 + b"</TEXT></DOC>\n")
+        f.write(b"<DOC><DOCNO>after</DOCNO><TEXT>kept</TEXT></DOC>\n")
+    assert trec_raw_limit(1000) < 3_000_000
+    t = _read_all(path, max_doc_bytes=1000)
+    assert list(zip(t.column("doc_id").to_pylist(), t.column("_reason").to_pylist(), strict=True)) == [("huge", "oversized"), ("after", None)]
+
+
+GOOD = "<DOC>\n<DOCNO>{0}</DOCNO>\n<TEXT>\ntext of {0}\n</TEXT>\n</DOC>\n"
+
+
+def test_malformed_trec_and_tsv_are_rejects_and_every_good_document_is_read(tmp_path):
+    trec = tmp_path / "bad.trec"
+    parts = [
+        GOOD.format("g1").encode(),
+        b"<DOC>\n<TEXT>no docno</TEXT>\n</DOC>\n",  # missing_id
+        GOOD.format("g2").encode(),
+        b"<DOC>\n<DOCNO>e1</DOCNO>\n<TEXT>\n  \n</TEXT>\n</DOC>\n",  # empty_text
+        b"<DOC>\n<DOCNO>u1</DOCNO>\n<TEXT>never closed</TEXT>\n",  # unclosed_doc, followed by a good DOC
+        GOOD.format("g3").encode(),
+        b"<DOC>\n<DOCNO>big</DOCNO>\n<TEXT>" + b"y" * 300 + b"</TEXT>\n</DOC>\n",  # oversized (title + text)
+        b"<DOC>\n<DOCNO>utf</DOCNO>\n<TEXT>bad \xff\xfe bytes</TEXT>\n</DOC>\n",  # invalid_utf8
+        GOOD.format("g4").encode(),
+        b"a stray line between documents\n",  # outside_doc
+        b"<DOC>\n<DOCNO>raw</DOCNO>\n<TEXT>" + b"<P>" * 30_000 + b"</TEXT>\n</DOC>\n",  # oversized: the raw DOC, never held
+        GOOD.format("g5").encode(),
+    ]
+    trec.write_bytes(b"".join(parts))
+    t = _read_all(trec, max_doc_bytes=100, batch_rows=4)
+    reasons = t.column("_reason").to_pylist()
+    valid = [d for d, r in zip(t.column("doc_id").to_pylist(), reasons, strict=True) if r is None]
+    assert valid == ["g1", "g2", "g3", "g4", "g5"]
+    assert Counter(r for r in reasons if r) == {
+        "missing_id": 1, "empty_text": 1, "unclosed_doc": 1, "oversized": 2, "invalid_utf8": 1, "outside_doc": 1}
+    rejects = [(loc, d, r) for loc, d, r in zip(*(t.column(c).to_pylist() for c in ("_location", "doc_id", "_reason")), strict=True) if r]
+    assert rejects == [(7, None, "missing_id"), (16, "e1", "empty_text"), (22, "u1", "unclosed_doc"), (31, "big", "oversized"),
+                       (35, "utf", "invalid_utf8"), (45, None, "outside_doc"), (46, "raw", "oversized")]
+    assert all(t.column("_detail").to_pylist()[i] for i, r in enumerate(reasons) if r)
+    assert t.column("content_hash").null_count == len(rejects)
+
+    tsv = tmp_path / "bad.tsv"
+    tsv.write_bytes(b"1\tgood one\r\nno tab here\n\tempty id\n3\t   \n4\ttitle\ttext\n5\tbad \xff bytes\n\n 6\tspaced id\n7\tgood two\n")
+    t = _read_all(tsv, batch_rows=3)
+    got = list(zip(t.column("_location").to_pylist(), t.column("doc_id").to_pylist(), t.column("_reason").to_pylist(), strict=True))
+    assert got == [(1, "1", None), (2, None, "bad_tsv_row"), (3, None, "missing_id"), (4, "3", "empty_text"), (5, None, "bad_tsv_row"),
+                   (6, None, "invalid_utf8"), (8, " 6", "bad_id"), (9, "7", None)]
+    assert t.column("text").to_pylist()[0] == "good one"  # the \r of a CRLF line is dropped
+    assert Counter(r for _, _, r in got if r) == {"bad_tsv_row": 2, "missing_id": 1, "empty_text": 1, "invalid_utf8": 1, "bad_id": 1}
+    assert {"unclosed_doc", "outside_doc", "bad_tsv_row"} <= set(REJECT_REASONS)
+
+
+def test_list_sources_picks_trec_and_reads_suffixless_files_with_format_trec(tmp_path):
+    write_trec(tmp_path / "a.trec.gz", DOCS[:1])
+    assert [s.kind for s in list_sources(str(tmp_path / "a.trec.gz"))] == ["trec"]
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    write_trec(disk / "la010189", DOCS[:2])
+    write_trec(disk / "fr940104.0", DOCS[2:])
+    (disk / ".hidden").write_text("not read")
+    from pipelines.corpus import CorpusError
+
+    with pytest.raises(CorpusError, match="cannot tell the format .*--format jsonl, parquet, trec or tsv"):
+        list_sources(str(disk / "la010189"))
+    with pytest.raises(CorpusError, match="no JSONL"):
+        list_sources(str(disk))
+    assert [s.kind for s in list_sources(str(disk / "la010189"), "trec")] == ["trec"]
+    assert _rows(_read_all(disk / "la010189", fmt="trec")) == [(d["_id"], d["title"], d["text"]) for d in DOCS[:2]]
+    sources = list_sources(str(disk), "trec")  # a directory of a TREC collection's files: every one not hidden
+    assert [Path(s.path).name for s in sources] == ["fr940104.0", "la010189"]
+    assert sorted(_read_all(disk, fmt="trec").column("doc_id").to_pylist()) == sorted(d["_id"] for d in DOCS)
+    (tmp_path / "mixed").mkdir()
+    write_tsv(tmp_path / "mixed" / "a.tsv", DOCS[:1])
+    write_trec(tmp_path / "mixed" / "b.trec", DOCS[:1])
+    with pytest.raises(CorpusError, match="mixes TREC SGML and TSV files"):
+        list_sources(str(tmp_path / "mixed"))
+    assert [s.kind for s in list_sources(str(tmp_path / "mixed"), "tsv")] == ["tsv"]
+
+
+def test_index_takes_format_trec(tmp_path):
+    """``--format trec`` reaches the reader: a suffix-less binary file is refused as a TREC
+    corpus before anything starts (a real run is in the integration tests' index job)."""
+    from jobs.cli import app
+
+    assert IndexConfig(corpus="c", db="d", format="trec").format == "trec"
+    path = tmp_path / "la010189"
+    path.write_bytes(b"<DOC>\x00\x01\x02")
+    res = CliRunner().invoke(app, ["index", str(path), "--format", "trec", "--db", str(tmp_path / "db"), "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "a TREC SGML corpus is UTF-8 text" in " ".join(res.output.split()), res.output
+    res = CliRunner().invoke(app, ["index", str(path), "--format", "sgml", "--db", str(tmp_path / "db")])
+    assert res.exit_code == 2 and "--format 'sgml'" in res.output, res.output
+
+
+TOPICS = """<top>
+<num> Number: 301
+<title> International Organized Crime
+
+<desc> Description:
+Identify organizations that participate in international criminal
+activity.
+
+<narr> Narrative:
+A relevant document must as a minimum identify the organization &amp; activity.
+</top>
+
+<top>
+<num> Number: 051 </num>
+<title> Topic: Airbus Subsidies </title>
+<desc> Description: Document will discuss government assistance to Airbus. </desc>
+<narr> Narrative: To be relevant, a document must cite assistance. </narr>
+</top>
+"""
+
+
+def test_trec_topics_by_field_and_gzip(tmp_path):
+    path = tmp_path / "topics.301-350"
+    path.write_text(TOPICS)
+    q = read_queries(path)
+    assert q.column("query_id").to_pylist() == ["301", "51"]  # Number: 051 is topic 51, as qrels write it
+    assert q.column("text").to_pylist() == ["International Organized Crime", "Airbus Subsidies"]
+    assert read_queries(path, "desc").column("text").to_pylist() == [
+        "Identify organizations that participate in international criminal activity.",
+        "Document will discuss government assistance to Airbus."]
+    assert read_queries(path, "narr").column("text")[0].as_py() == "A relevant document must as a minimum identify the organization & activity."
+    gz = tmp_path / "topics.txt.gz"
+    with gzip.open(gz, "wt", encoding="utf-8") as f:
+        f.write(TOPICS)
+    assert read_queries(gz, "desc").equals(read_queries(path, "desc"))
+
+
+def test_xml_topics(tmp_path):
+    path = tmp_path / "topics-rnd5.xml"
+    path.write_text('<?xml version="1.0" encoding="UTF-8"?>\n<topics>\n'
+                    '<topic number="1">\n  <query>coronavirus origin</query>\n  <question>what is the origin of COVID-19</question>\n'
+                    '  <narrative>seeking range of information</narrative>\n</topic>\n'
+                    '<topic number="2"><query>coronavirus response to weather changes</query>'
+                    '<question>how does the coronavirus respond?</question><narrative>seeking data</narrative></topic>\n</topics>\n')
+    assert read_queries(path).column("text").to_pylist() == ["coronavirus origin", "coronavirus response to weather changes"]
+    assert read_queries(path, "desc").column("text").to_pylist() == ["what is the origin of COVID-19", "how does the coronavirus respond?"]
+    assert read_queries(path, "narr").column("query_id").to_pylist() == ["1", "2"]
+
+
+def test_topics_refusals_name_the_topic_and_the_fix(tmp_path):
+    path = tmp_path / "topics.trec"
+    path.write_text(TOPICS + "<top>\n<num> Number: 399\n<title> Only a title\n</top>\n")
+    assert read_queries(path).num_rows == 3
+    with pytest.raises(TopicsError, match=r"^queries .*topics.trec: topic 399 \(line 19\) has no <desc> .*pick a field it has \(title\)"):
+        read_queries(path, "desc")
+    with pytest.raises(TopicsError, match="topics field 'summary'; use one of title, desc, narr"):
+        read_queries(path, "summary")  # type: ignore[arg-type]
+    path.write_text("<top>\n<title> no number\n</top>\n")
+    with pytest.raises(TopicsError, match=r"topic at line 1 has no number"):
+        read_queries(path)
+    path.write_text(TOPICS + TOPICS)
+    with pytest.raises(TopicsError, match=r"duplicate query ids \['301', '51'\]"):
+        read_queries(path)
+    path.write_text("<html>not topics</html>")
+    with pytest.raises(TopicsError, match="holds no <top> or <topic> element"):
+        read_queries(path)
+
+
+def test_tsv_queries(tmp_path):
+    path = tmp_path / "queries.dev.tsv"
+    path.write_text("1048585\twhat is paula deen's brother\r\n2\t  )what was the immediate impact  \n\n")
+    q = read_queries(path)
+    assert q.column("query_id").to_pylist() == ["1048585", "2"]
+    assert q.column("text").to_pylist() == ["what is paula deen's brother", ")what was the immediate impact"]
+    gz = tmp_path / "queries.tsv.gz"
+    with gzip.open(gz, "wt", encoding="utf-8") as f:
+        f.write("1048585\twhat is paula deen's brother\n2\t)what was the immediate impact\n")
+    assert read_queries(gz).equals(q)
+    for bad, words in (("1\tok\nno tab\n", "line 2 has no tab"), ("1\ta\tb\n", "line 1 has 3 tab-separated fields"),
+                       ("\tno id\n", "line 1 has an empty query id")):
+        path.write_text(bad)
+        with pytest.raises(TopicsError, match=f"^queries {path}: {words}"):
+            read_queries(path)
+    path = tmp_path / "queries.txt"
+    path.write_text("1\tnot named .tsv\n")
+    with pytest.raises(TopicsError, match=r"must be named \.tsv"):
+        read_queries(path)
+
+
+def test_a_byte_order_mark_is_not_text(tmp_path):
+    trec = tmp_path / "bom.trec"
+    trec.write_bytes(b"\xef\xbb\xbf" + GOOD.format("b1").encode())
+    tsv = tmp_path / "bom.tsv"
+    tsv.write_bytes(b"\xef\xbb\xbf1\tone\n")
+    assert _rows(_read_all(trec)) == [("b1", None, "text of b1")]
+    assert _rows(_read_all(tsv)) == [("1", None, "one")]
+    (tmp_path / "q.tsv").write_bytes(b"\xef\xbb\xbf1\tone\n")
+    assert read_queries(tmp_path / "q.tsv").column("query_id").to_pylist() == ["1"]
+
+
+def test_the_topics_field_reaches_retrieve_and_decompose(tmp_path):
+    """retrieve's --topics-field (and topics_field: of a decompose config) picks the field:
+    a topic without it is refused in one line before anything starts."""
+    from pydantic import ValidationError
+
+    from jobs.cli import app
+    from schemas.config import DecomposeConfig
+
+    topics = tmp_path / "topics.txt"
+    topics.write_text("<top>\n<num> Number: 7\n<title> only a title\n</top>\n")
+    res = CliRunner().invoke(app, ["retrieve", str(topics), "--topics-field", "narr", "--db", str(tmp_path / "db"), "--method", "bm25",
+                                   "--out", str(tmp_path / "out")])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and "topic 7 (line 1) has no <narr>" in lines[0], res.output
+    res = CliRunner().invoke(app, ["retrieve", str(topics), "--topics-field", "body", "--db", str(tmp_path / "db")])
+    assert res.exit_code == 2 and "--topics-field 'body'" in res.output, res.output
+    assert DecomposeConfig(queries="q", topics_field="desc").topics_field == "desc"
+    with pytest.raises(ValidationError):
+        DecomposeConfig(queries="q", topics_field="body")
