@@ -14,19 +14,34 @@ which ``logicrank index`` reads as a corpus, ``logicrank evaluate`` as qrels (su
 paragraph recall) and ``logicrank evaluate --answers`` as QA gold. Nothing is dropped: a gold
 paragraph missing from the corpus fails the conversion.
 
-- MuSiQue: document ids ``musique-<n>`` (the corpus file's order); query ids are MuSiQue's
-  own; a sub-question refers to an earlier answer as ``#k`` (1-based).
+Files read (questions, and MuSiQue's paragraph corpus): a JSON array of records or JSON Lines
+(one record a line), told apart by the first character that is not whitespace (``[`` or
+``{``), gzip-compressed or not (told by its magic bytes). A record not in the set's shape
+fails with its number (from 0, the order of the file), its id (``_id``/``id``) and the field.
+
+- MuSiQue: document ids ``musique-<n>`` (the corpus file's order; a corpus record is
+  ``{title, text}``, ``paragraph_text`` read for ``text``); query ids are MuSiQue's own; a
+  sub-question refers to an earlier answer as ``#k`` (1-based).
 - HotpotQA: the corpus is the union of the questions' context paragraphs (a paragraph is its
   sentences joined; one document per distinct title and text), ids ``hotpotqa-doc-<n>`` in
   order of first appearance; query ids ``hotpotqa-<n>`` (the question's position); gold
-  paragraphs are the context paragraphs whose title is a supporting fact's.
+  paragraphs are the context paragraphs whose title is a supporting fact's. ``context``:
+  official pairs ``[[title, [sentences]], ...]``, the Hugging Face mapping ``{"title": [...],
+  "sentences": [...]}`` or objects ``[{"title", "sentences"}, ...]`` (``paragraph_text`` or
+  ``text``, a list of sentences or one string, read for ``sentences``). ``supporting_facts``:
+  official pairs ``[[title, sent_id], ...]``, the Hugging Face mapping ``{"title": [...],
+  "sent_id": [...]}`` or objects per title ``[{"title", "sent_ids", "sentences"?}, ...]``
+  (``sent_id`` or ``sentence_ids`` read for ``sent_ids``; a number or a list).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pipelines.datasets import _HERE
 from pipelines.files import atomic_path
@@ -37,97 +52,243 @@ _BUNDLED = {
     "musique": (_HERE / "musique" / "musique_train_100.json.gz", _HERE / "musique" / "musique_train_100_corpus.json.gz"),
     "hotpotqa": (_HERE / "hotpotqa" / "hotpot_dev_distractor_100.json.gz", None),
 }
+_MISSING = object()
+_SENT_IDS = ("sent_ids", "sent_id", "sentence_ids")
 
 
 class QADataError(UserError, ValueError):
     """A question file that is not MuSiQue or HotpotQA in the expected shape."""
 
 
-def _load(path: Path):
-    opener = gzip.open if path.suffix == ".gz" else open
+def _open(path: Path):
+    """``path`` as text, gunzipped when its first bytes are gzip's."""
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        return gzip.open(path, "rt", encoding="utf-8-sig") if gz else open(path, encoding="utf-8-sig")
     except FileNotFoundError:
         raise QADataError(f"{path}: no such file.") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
-        raise QADataError(f"{path}: not a readable JSON file ({exc}).") from None
+    except OSError as exc:
+        raise QADataError(f"{path}: {exc.strerror or exc}.") from None
+
+
+def _records(path: Path) -> Iterator[tuple[int, int | None, Any]]:
+    """(record number, line or None, record) of a JSON array or a JSON Lines file."""
+    try:
+        with _open(path) as f:
+            head = ""
+            while not head and (chunk := f.read(4096)):
+                head = chunk.lstrip()
+            if not head:
+                raise QADataError(f"{path}: empty; expected a JSON array of records or JSON Lines (one record a line).")
+            if head[0] not in "[{":
+                raise QADataError(f"{path}: neither a JSON array nor JSON Lines: it starts with {head[0]!r} (expected '[' or '{{').")
+        with _open(path) as f:
+            if head[0] == "[":
+                try:
+                    data = json.load(f)
+                except json.JSONDecodeError as exc:
+                    raise QADataError(f"{path}: not a readable JSON file ({exc}).") from None
+                yield from ((n, None, rec) for n, rec in enumerate(data))
+                return
+            n = 0
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line.rstrip("\r\n"))
+                except json.JSONDecodeError as exc:
+                    hint = ("; the file starts with '{' so it is read as JSON Lines, one record a line (a JSON object spread over "
+                            "lines is neither: give an array of records)") if line_no == 1 else ""
+                    raise QADataError(f"{path}: line {line_no}: not valid JSON ({exc.msg} at column {exc.colno}){hint}.") from None
+                yield n, line_no, rec
+                n += 1
+    except UnicodeDecodeError as exc:
+        raise QADataError(f"{path}: not readable UTF-8 text ({exc}).") from None
+    except (EOFError, zlib.error) as exc:  # a gzip file cut short or corrupt
+        raise QADataError(f"{path}: not readable gzip data ({exc}).") from None
+    except OSError as exc:  # gzip.BadGzipFile and reading errors
+        raise QADataError(f"{path}: not readable ({exc}).") from None
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool | int | float):
+        return f"{type(value).__name__} {value!r}"
+    if isinstance(value, list | tuple):
+        return f"list of {len(value)}"
+    return type(value).__name__
+
+
+class _Record:
+    """One record of a file, for errors that name it and the field."""
+
+    def __init__(self, set_name: str, path: Path, n: int, line: int | None, rec: Any):
+        self.rec = rec
+        rid = (rec.get("_id") or rec.get("id")) if isinstance(rec, dict) else None
+        extra = ", ".join(x for x in (f"line {line}" if line is not None else "", f"id {rid}" if rid is not None else "") if x)
+        self.where = f"{set_name}: {path}: record {n}" + (f" ({extra})" if extra else "")
+        if not isinstance(rec, dict):
+            raise QADataError(f"{self.where}: expected an object; got {_describe(rec)}")
+
+    def error(self, field: str, expected: str, got: Any = _MISSING) -> QADataError:
+        return QADataError(f"{self.where}: field '{field}': " + (f"missing (expected {expected})" if got is _MISSING else f"expected {expected}; got {_describe(got)}"))
+
+    def string(self, obj: dict, key: str, field: str | None = None, optional: bool = False) -> str | None:
+        value = obj.get(key, _MISSING)
+        if isinstance(value, str) or (optional and (value is _MISSING or value is None)):
+            return None if value is _MISSING else value
+        raise self.error(field or key, "a string", value)
+
+    def mapping(self, value: Any, field: str, expected: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.error(field, expected, value)
+        return value
+
+    def items(self, value: Any, field: str, expected: str) -> list:
+        if not isinstance(value, list):
+            raise self.error(field, expected, value)
+        return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(s, str) for s in value)
 
 
 def musique(questions: Path, corpus: Path) -> tuple[list[dict], list[dict], list[tuple[str, str]], list[dict]]:
     """(docs, queries, qrels, answers) of a MuSiQue question file and its paragraph corpus."""
-    qs, paragraphs = _load(questions), _load(corpus)
-    if not isinstance(qs, list) or not isinstance(paragraphs, list):
-        raise QADataError(f"musique: {questions} and {corpus} must each hold a JSON list.")
     docs, ids = [], {}
-    for n, p in enumerate(paragraphs):
+    for n, line, p in _records(corpus):
+        r = _Record("musique", corpus, n, line, p)
+        title = r.string(p, "title", optional=True) or ""
+        text = r.string(p, "text" if "text" in p or "paragraph_text" not in p else "paragraph_text")
         doc_id = f"musique-{n}"
-        docs.append({"_id": doc_id, "title": p.get("title") or "", "text": p["text"]})
-        ids.setdefault((p.get("title") or "", p["text"]), doc_id)
+        docs.append({"_id": doc_id, "title": title, "text": text})
+        ids.setdefault((title, text), doc_id)
     queries, qrels, answers = [], [], []
-    for q in qs:
-        try:
-            own = q["paragraphs"]
-            gold = [p for p in own if p["is_supporting"]]
+    for n, line, q in _records(questions):
+        r = _Record("musique", questions, n, line, q)
+        qid, question, answer = r.string(q, "id"), r.string(q, "question"), r.string(q, "answer")
+        aliases = q.get("answer_aliases") or []
+        if not _strings(aliases):
+            raise r.error("answer_aliases", "a list of strings", aliases)
+        own = r.items(q.get("paragraphs", _MISSING), "paragraphs", "a list of paragraph objects")
+        paragraphs = []
+        for i, p in enumerate(own):
+            r.mapping(p, f"paragraphs[{i}]", "a paragraph object {title, paragraph_text, is_supporting}")
+            title = r.string(p, "title", f"paragraphs[{i}].title", optional=True) or ""
+            text = r.string(p, "paragraph_text", f"paragraphs[{i}].paragraph_text")
+            if not isinstance(supporting := p.get("is_supporting", _MISSING), bool):
+                raise r.error(f"paragraphs[{i}].is_supporting", "true or false", supporting)
+            paragraphs.append((title, text, supporting))
 
-            def doc_of(p, qid=q["id"]):
-                key = (p.get("title") or "", p["paragraph_text"])
-                if key not in ids:
-                    raise QADataError(f"musique: question {qid}: gold paragraph {p.get('title')!r} is not in the corpus {corpus}.")
-                return ids[key]
+        def doc_of(i: int, r=r, paragraphs=paragraphs) -> str:
+            title, text, _ = paragraphs[i]
+            if (title, text) not in ids:
+                raise QADataError(f"{r.where}: field 'paragraphs[{i}]': gold paragraph {title!r} is not in the corpus {corpus}.")
+            return ids[title, text]
 
-            steps = [{"question": s["question"], "answer": s["answer"], "doc_id": doc_of(own[s["paragraph_support_idx"]])}
-                     for s in q["question_decomposition"]]
-            queries.append({"_id": q["id"], "text": q["question"]})
-            qrels += [(q["id"], d) for d in dict.fromkeys(doc_of(p) for p in gold)]
-            answers.append({"query_id": q["id"], "question": q["question"], "answers": [q["answer"], *q.get("answer_aliases", [])], "type": f"{len(steps)}hop",
-                            "decomposition": steps})
-        except (KeyError, IndexError, TypeError) as exc:
-            raise QADataError(f"musique: question {q.get('id') if isinstance(q, dict) else q!r} lacks {exc} (question_decomposition, paragraphs...).") from None
+        steps = []
+        decomposition = r.items(q.get("question_decomposition", _MISSING), "question_decomposition", "a list of sub-question objects")
+        for j, s in enumerate(decomposition):
+            field = f"question_decomposition[{j}]"
+            r.mapping(s, field, "a sub-question object {question, answer, paragraph_support_idx}")
+            idx = s.get("paragraph_support_idx", _MISSING)
+            if not (_is_int(idx) and 0 <= idx < len(paragraphs)):
+                raise r.error(f"{field}.paragraph_support_idx", f"an index into paragraphs (0 to {len(paragraphs) - 1})", idx)
+            steps.append({"question": r.string(s, "question", f"{field}.question"), "answer": r.string(s, "answer", f"{field}.answer"), "doc_id": doc_of(idx)})
+        queries.append({"_id": qid, "text": question})
+        qrels += [(qid, d) for d in dict.fromkeys(doc_of(i) for i, p in enumerate(paragraphs) if p[2])]
+        answers.append({"query_id": qid, "question": question, "answers": [answer, *aliases], "type": f"{len(steps)}hop", "decomposition": steps})
     return docs, queries, qrels, answers
 
 
-def _hotpot_fields(q: dict) -> tuple[list[str], list[list[str]], set[str]]:
-    """(titles, sentences per paragraph, supporting titles) from either HotpotQA layout: the
-    official one (context: [[title, [sentences]], ...], supporting_facts: [[title, sent_id],
-    ...]) or the Hugging Face datasets one (context: {"title": [...], "sentences": [...]},
-    supporting_facts: {"title": [...], "sent_id": [...]}, the bundled file's)."""
-    context, facts = q["context"], q["supporting_facts"]
+def _paragraph(r: _Record, body: Any, field: str) -> str:
+    """A context paragraph's text: its sentences joined, or the string given."""
+    if isinstance(body, str):
+        return body.strip()
+    if _strings(body):
+        return "".join(body).strip()
+    raise r.error(field, "a list of sentences (strings) or a string", body)
+
+
+def _hotpot_context(r: _Record, q: dict) -> list[tuple[str, str]]:
+    """(title, text) of each context paragraph, from any of the three layouts."""
+    context = q.get("context", _MISSING)
     if isinstance(context, dict):
-        titles, sentences = context["title"], context["sentences"]
-    else:
-        titles, sentences = [c[0] for c in context], [c[1] for c in context]
-    supporting = set(facts["title"]) if isinstance(facts, dict) else {f[0] for f in facts}
-    return titles, sentences, supporting
+        titles, sentences = context.get("title", _MISSING), context.get("sentences", _MISSING)
+        if not _strings(titles):
+            raise r.error("context.title", "a list of titles", titles)
+        if not isinstance(sentences, list) or len(sentences) != len(titles):
+            raise r.error("context.sentences", f"a list of {len(titles)} sentence lists (one per title)", sentences)
+        return [(t, _paragraph(r, s, f"context.sentences[{i}]")) for i, (t, s) in enumerate(zip(titles, sentences, strict=True))]
+    if not isinstance(context, list):
+        raise r.error("context", "pairs [title, [sentences]], a {title, sentences} mapping or objects {title, sentences}", context)
+    out = []
+    for i, c in enumerate(context):
+        if isinstance(c, list | tuple) and len(c) == 2 and isinstance(c[0], str):
+            out.append((c[0], _paragraph(r, c[1], f"context[{i}][1]")))
+        elif isinstance(c, dict):
+            key = next((k for k in ("sentences", "paragraph_text", "text") if k in c), "sentences")
+            out.append((r.string(c, "title", f"context[{i}].title"), _paragraph(r, c.get(key, _MISSING), f"context[{i}].{key}")))
+        else:
+            raise r.error(f"context[{i}]", "a pair [title, [sentences]] or an object {title, sentences}", c)
+    return out
+
+
+def _hotpot_supporting(r: _Record, q: dict) -> list[str]:
+    """The supporting facts' titles, from any of the three layouts."""
+    facts = q.get("supporting_facts", _MISSING)
+    if isinstance(facts, dict):
+        titles = facts.get("title", _MISSING)
+        if not _strings(titles):
+            raise r.error("supporting_facts.title", "a list of titles", titles)
+        return titles
+    if not isinstance(facts, list):
+        raise r.error("supporting_facts", "pairs [title, sentence id], a {title, sent_id} mapping or objects per title", facts)
+    titles = []
+    for i, f in enumerate(facts):
+        if isinstance(f, list | tuple) and len(f) == 2 and isinstance(f[0], str) and _is_int(f[1]):
+            titles.append(f[0])
+        elif isinstance(f, dict):
+            titles.append(r.string(f, "title", f"supporting_facts[{i}].title"))
+            key = next((k for k in _SENT_IDS if k in f), None)
+            if key is None:
+                raise r.error(f"supporting_facts[{i}].sent_ids", "the title's supporting sentence ids (or sent_id, sentence_ids)")
+            ids = f[key]
+            if not (_is_int(ids) or (isinstance(ids, list) and all(_is_int(x) for x in ids))):
+                raise r.error(f"supporting_facts[{i}].{key}", "a sentence id or a list of them", ids)
+            if "sentences" in f and not (isinstance(f["sentences"], str) or _strings(f["sentences"])):
+                raise r.error(f"supporting_facts[{i}].sentences", "a list of sentences (strings)", f["sentences"])
+        else:
+            raise r.error(f"supporting_facts[{i}]", "a pair [title, sentence id] or an object {title, sent_ids}", f)
+    return titles
 
 
 def hotpotqa(questions: Path) -> tuple[list[dict], list[dict], list[tuple[str, str]], list[dict]]:
     """(docs, queries, qrels, answers) of a HotpotQA (distractor) question file."""
-    qs = _load(questions)
-    if not isinstance(qs, list):
-        raise QADataError(f"hotpotqa: {questions} must hold a JSON list.")
     docs, ids, queries, qrels, answers = [], {}, [], [], []
-    for n, q in enumerate(qs):
-        qid = f"hotpotqa-{n}"
-        try:
-            titles, sentences, supporting = _hotpot_fields(q)
-            own = []
-            for title, sents in zip(titles, sentences, strict=True):
-                key = (title, "".join(sents).strip())
-                if key not in ids:
-                    ids[key] = f"hotpotqa-doc-{len(docs)}"
-                    docs.append({"_id": ids[key], "title": title, "text": key[1]})
-                own.append((title, ids[key]))
-            gold = list(dict.fromkeys(d for title, d in own if title in supporting))
-            if len(gold) < len(supporting):
-                raise QADataError(f"hotpotqa: question {n}: a supporting title is not among its paragraphs ({sorted(supporting)}).")
-            queries.append({"_id": qid, "text": q["question"]})
-            qrels += [(qid, d) for d in gold]
-            answers.append({"query_id": qid, "question": q["question"], "answers": [q["answer"]], "type": q.get("type") or ""})
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            if isinstance(exc, QADataError):
-                raise
-            raise QADataError(f"hotpotqa: question {n} is not in HotpotQA's shape ({type(exc).__name__}: {exc}; needs question, answer, context, supporting_facts).") from None
+    for n, line, q in _records(questions):
+        r = _Record("hotpotqa", questions, n, line, q)
+        qid, question, answer = f"hotpotqa-{n}", r.string(q, "question"), r.string(q, "answer")
+        kind = r.string(q, "type", optional=True) or ""
+        paragraphs, supporting = _hotpot_context(r, q), _hotpot_supporting(r, q)
+        own, gold_titles = [], set(supporting)
+        for key in paragraphs:
+            if key not in ids:
+                ids[key] = f"hotpotqa-doc-{len(docs)}"
+                docs.append({"_id": ids[key], "title": key[0], "text": key[1]})
+            own.append((key[0], ids[key]))
+        if missing := [t for t in dict.fromkeys(supporting) if t not in {title for title, _ in own}]:
+            raise QADataError(f"{r.where}: field 'supporting_facts': title {missing[0]!r} is not among the context's titles.")
+        queries.append({"_id": qid, "text": question})
+        qrels += [(qid, d) for d in dict.fromkeys(d for title, d in own if title in gold_titles)]
+        answers.append({"query_id": qid, "question": question, "answers": [answer], "type": kind})
     return docs, queries, qrels, answers
 
 
@@ -136,6 +297,8 @@ def to_beir(name: str, out: str | Path, src: str | Path | None = None, corpus: s
     given) to ``out``; returns the counts written."""
     if name not in SETS:
         raise QADataError(f"unknown QA set {name!r}; valid: {', '.join(SETS)}")
+    if name == "hotpotqa" and corpus:
+        raise QADataError(f"hotpotqa: a corpus file ({corpus}) is MuSiQue's; HotpotQA's corpus is its questions' context paragraphs.")
     bundled_q, bundled_c = _BUNDLED[name]
     questions = Path(src) if src else bundled_q
     if name == "musique":

@@ -1,11 +1,17 @@
 """The bundled MuSiQue and HotpotQA sets in the BEIR layout: counts, gold paragraphs in the
-corpus, decompositions pointing at qrels documents, and loud failures on a broken file."""
+corpus, decompositions pointing at qrels documents, and loud failures on a broken file; the
+same questions in every shape read (JSON array or JSON Lines, gzip or not; HotpotQA's official,
+Hugging Face and grouped layouts) give the same BEIR files; a layout error names the record and
+the field; `bench-lag --src` carries the path to the experiment's dataset."""
 
 import gzip
 import json
+import re
 
 import pytest
+from typer.testing import CliRunner
 
+from jobs.experiment import Dataset, ExperimentError
 from pipelines.datasets import qa
 from pipelines.topics import read_qrels, read_queries
 
@@ -51,8 +57,8 @@ def test_a_gold_paragraph_missing_from_the_corpus_fails_the_conversion(tmp_path)
     with pytest.raises(qa.QADataError, match=f"gold paragraph {gold['title']!r} is not in the corpus"):
         qa.to_beir("musique", tmp_path / "out", tmp_path / "q.json", tmp_path / "c.json")
     assert not (tmp_path / "out").exists()  # nothing half-written
-    (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(qa.QADataError, match="not a readable JSON file"):
+    (tmp_path / "bad.json").write_text("[not json")
+    with pytest.raises(qa.QADataError, match="bad.json: not a readable JSON file"):
         qa.to_beir("hotpotqa", tmp_path / "out", tmp_path / "bad.json")
     with pytest.raises(qa.QADataError, match="unknown QA set"):
         qa.to_beir("2wiki", tmp_path / "out")
@@ -68,5 +74,175 @@ def test_hotpotqa_reads_the_official_layout_too(tmp_path):
     (tmp_path / "official.json").write_text(json.dumps(official))
     assert qa.hotpotqa(tmp_path / "hf.json") == qa.hotpotqa(tmp_path / "official.json")
     (tmp_path / "broken.json").write_text(json.dumps([{"question": "q", "answer": "a", "context": 3, "supporting_facts": []}]))
-    with pytest.raises(qa.QADataError, match="question 0 is not in HotpotQA's shape"):
+    with pytest.raises(qa.QADataError, match=re.escape("broken.json: record 0: field 'context': expected pairs [title, [sentences]]")):
         qa.hotpotqa(tmp_path / "broken.json")
+
+
+def _bundled(name: str, part: int = 0) -> list:
+    return json.loads(gzip.decompress(qa._BUNDLED[name][part].read_bytes()))
+
+
+def _write(path, records, jsonl: bool = False, gz: bool = False):
+    text = "".join(json.dumps(r) + "\n" for r in records) if jsonl else json.dumps(records, indent=1)
+    path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    return path
+
+
+def _beir(out, name, src, corpus=None) -> dict[str, str]:
+    """Every file to_beir writes, by name."""
+    qa.to_beir(name, out, src, corpus)
+    return {f: (out / f).read_text(encoding="utf-8") for f in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "answers.jsonl")}
+
+
+def test_musique_reads_json_lines_and_gzip_told_by_content(tmp_path):
+    """The bundled layout (JSON arrays) is the reference; the same questions and corpus as JSON
+    Lines, gzipped, with a misleading suffix or blank lines give the same BEIR files."""
+    questions, corpus = _bundled("musique")[:6], _bundled("musique", 1)
+    want = _beir(tmp_path / "ref", "musique", _write(tmp_path / "q.json", questions), _write(tmp_path / "c.json", corpus))
+    assert want["queries.jsonl"].count("\n") == 6 and want["corpus.jsonl"].count("\n") == len(corpus)
+    shapes = {
+        "jsonl": (_write(tmp_path / "q.jsonl", questions, jsonl=True), _write(tmp_path / "c.jsonl", corpus, jsonl=True)),
+        "jsonl.gz": (_write(tmp_path / "q.jsonl.gz", questions, jsonl=True, gz=True), _write(tmp_path / "c.jsonl.gz", corpus, jsonl=True, gz=True)),
+        "array gz named .json": (_write(tmp_path / "qz.json", questions, gz=True), _write(tmp_path / "cz.txt", corpus, gz=True)),
+        "paragraph_text in the corpus": (tmp_path / "q.jsonl", _write(tmp_path / "cp.jsonl", [{"title": p["title"], "paragraph_text": p["text"]} for p in corpus], jsonl=True)),
+    }
+    (tmp_path / "blank.jsonl").write_text("\n  \n" + "\n\n".join(json.dumps(q) for q in questions) + "\n\n")
+    shapes["jsonl with blank lines"] = (tmp_path / "blank.jsonl", tmp_path / "c.jsonl")
+    for shape, (q, c) in shapes.items():
+        assert _beir(tmp_path / shape, "musique", q, c) == want, shape
+
+
+def _hf_to(layout: str, q: dict) -> dict:
+    """A bundled (Hugging Face layout) HotpotQA question in another layout."""
+    titles, sentences = q["context"]["title"], q["context"]["sentences"]
+    facts = list(zip(q["supporting_facts"]["title"], q["supporting_facts"]["sent_id"], strict=True))
+    by_title: dict[str, list[int]] = {}
+    for t, i in facts:
+        by_title.setdefault(t, []).append(i)
+    sents = dict(zip(titles, sentences, strict=True))
+    if layout == "official":
+        return dict(q, _id=f"id-{q['question'][:8]}", context=[[t, s] for t, s in zip(titles, sentences, strict=True)],
+                    supporting_facts=[[t, i] for t, i in facts])
+    if layout == "grouped":  # supporting facts per title with their sentences; context as objects
+        return dict(q, context=[{"title": t, "sentences": s} for t, s in zip(titles, sentences, strict=True)],
+                    supporting_facts=[{"title": t, "sent_ids": ids, "sentences": [sents[t][i] for i in ids if i < len(sents[t])]} for t, ids in by_title.items()])
+    if layout == "grouped-text":  # sent_id lists; context objects holding the paragraph as one string
+        return dict(q, context=[{"title": t, "paragraph_text": "".join(s)} for t, s in zip(titles, sentences, strict=True)],
+                    supporting_facts=[{"title": t, "sent_id": ids} for t, ids in by_title.items()])
+    raise AssertionError(layout)
+
+
+def test_hotpotqa_layouts_and_file_shapes_give_the_same_beir_files(tmp_path):
+    bundled = _bundled("hotpotqa")[:6]
+    want = _beir(tmp_path / "ref", "hotpotqa", _write(tmp_path / "hf.json", bundled))
+    assert want["queries.jsonl"].count("\n") == 6 and want["qrels/test.tsv"].count("\n") == 1 + 12
+    shapes = {
+        "hf jsonl": _write(tmp_path / "hf.jsonl", bundled, jsonl=True),  # as datasets' to_json writes it
+        "official array": _write(tmp_path / "official.json", [_hf_to("official", q) for q in bundled]),
+        "official jsonl.gz": _write(tmp_path / "official.jsonl.gz", [_hf_to("official", q) for q in bundled], jsonl=True, gz=True),
+        "grouped facts, context objects": _write(tmp_path / "grouped.jsonl", [_hf_to("grouped", q) for q in bundled], jsonl=True),
+        "sent_id lists, paragraph_text": _write(tmp_path / "grouped-text.json.gz", [_hf_to("grouped-text", q) for q in bundled], gz=True),
+        "mixed records": _write(tmp_path / "mixed.jsonl", [_hf_to(("official", "grouped", "grouped-text")[i % 3], q) if i % 4 else q
+                                                          for i, q in enumerate(bundled)], jsonl=True),
+    }
+    for shape, src in shapes.items():
+        assert _beir(tmp_path / shape, "hotpotqa", src) == want, shape
+
+
+def test_layout_errors_name_the_record_and_the_field(tmp_path):
+    hotpot = [_hf_to("official", q) for q in _bundled("hotpotqa")[:4]]
+    qid = hotpot[2]["_id"]
+
+    def fails(records, message, name="hotpotqa", jsonl=False):
+        src = _write(tmp_path / f"{name}.{'jsonl' if jsonl else 'json'}", records, jsonl=jsonl)
+        with pytest.raises(qa.QADataError) as exc:
+            qa.to_beir(name, tmp_path / "out", src, _write(tmp_path / "c.json", _bundled("musique", 1)) if name == "musique" else None)
+        assert str(exc.value) == message.format(src=src)
+        assert not (tmp_path / "out").exists()
+
+    broken = [*hotpot[:2], dict(hotpot[2], supporting_facts="Ed Wood"), *hotpot[3:]]
+    fails(broken, f"hotpotqa: {{src}}: record 2 (id {qid}): field 'supporting_facts': expected pairs [title, sentence id], "
+                  "a {{title, sent_id}} mapping or objects per title; got str")
+    fails(broken, f"hotpotqa: {{src}}: record 2 (line 3, id {qid}): field 'supporting_facts': expected pairs [title, sentence id], "
+                  "a {{title, sent_id}} mapping or objects per title; got str", jsonl=True)  # JSON Lines: the line too
+    fails([*hotpot[:2], dict(hotpot[2], supporting_facts=[{"title": "Ed Wood"}])],
+          f"hotpotqa: {{src}}: record 2 (id {qid}): field 'supporting_facts[0].sent_ids': missing (expected the title's supporting "
+          "sentence ids (or sent_id, sentence_ids))")
+    fails([hotpot[0], dict(hotpot[1], context=[*hotpot[1]["context"][:3], ["Lone title"]])],
+          f"hotpotqa: {{src}}: record 1 (id {hotpot[1]['_id']}): field 'context[3]': expected a pair [title, [sentences]] "
+          "or an object {{title, sentences}}; got list of 1")
+    no_answer = {k: v for k, v in hotpot[1].items() if k != "answer"}
+    fails([hotpot[0], no_answer], f"hotpotqa: {{src}}: record 1 (id {hotpot[1]['_id']}): field 'answer': missing (expected a string)")
+    fails([dict(hotpot[0], supporting_facts=[["Nowhere", 0]])],
+          f"hotpotqa: {{src}}: record 0 (id {hotpot[0]['_id']}): field 'supporting_facts': title 'Nowhere' is not among the context's titles.")
+    fails([hotpot[0], ["not", "an", "object"]], "hotpotqa: {src}: record 1: expected an object; got list of 3")
+
+    musique = _bundled("musique")[:3]
+    steps = [dict(s) for s in musique[1]["question_decomposition"]]
+    steps[1]["paragraph_support_idx"] = 99
+    fails([musique[0], dict(musique[1], question_decomposition=steps)],
+          f"musique: {{src}}: record 1 (id {musique[1]['id']}): field 'question_decomposition[1].paragraph_support_idx': "
+          f"expected an index into paragraphs (0 to {len(musique[1]['paragraphs']) - 1}); got int 99", name="musique")
+    paragraphs = [dict(p) for p in musique[2]["paragraphs"]]
+    paragraphs[4]["is_supporting"] = "yes"
+    fails([*musique[:2], dict(musique[2], paragraphs=paragraphs)],
+          f"musique: {{src}}: record 2 (line 3, id {musique[2]['id']}): field 'paragraphs[4].is_supporting': expected true or false; got str",
+          name="musique", jsonl=True)
+    corpus = _write(tmp_path / "corpus.jsonl", [{"title": "a", "text": "x"}, {"title": "b", "body": "y"}], jsonl=True)
+    with pytest.raises(qa.QADataError, match=re.escape(f"musique: {corpus}: record 1 (line 2): field 'text': missing (expected a string)")):
+        qa.musique(_write(tmp_path / "q.json", musique), corpus)
+
+
+def test_a_file_is_an_array_or_json_lines_and_a_bad_line_is_named(tmp_path):
+    lines = [json.dumps(q) for q in _bundled("hotpotqa")[:3]]
+    (tmp_path / "q.jsonl").write_text("\n".join([lines[0], lines[1][:-5], lines[2]]) + "\n")
+    with pytest.raises(qa.QADataError, match=re.escape(f"{tmp_path / 'q.jsonl'}: line 2: not valid JSON (")):
+        qa.hotpotqa(tmp_path / "q.jsonl")
+    (tmp_path / "q.csv").write_text("question,answer\n")
+    with pytest.raises(qa.QADataError, match=re.escape(f"{tmp_path / 'q.csv'}: neither a JSON array nor JSON Lines: it starts with 'q'")):
+        qa.hotpotqa(tmp_path / "q.csv")
+    (tmp_path / "empty.json").write_text(" \n")
+    with pytest.raises(qa.QADataError, match="empty.json: empty"):
+        qa.hotpotqa(tmp_path / "empty.json")
+    (tmp_path / "object.json").write_text(json.dumps({"data": [1]}, indent=2))  # one object over several lines
+    with pytest.raises(qa.QADataError, match="object.json: line 1: not valid JSON .*a JSON object spread over lines"):
+        qa.hotpotqa(tmp_path / "object.json")
+    (tmp_path / "truncated.json.gz").write_bytes(gzip.compress(b"[" + b"1," * 100 + b"1]")[:-10])
+    with pytest.raises(qa.QADataError, match="truncated.json.gz: not readable"):
+        qa.hotpotqa(tmp_path / "truncated.json.gz")
+    with pytest.raises(qa.QADataError, match="a corpus file .* is MuSiQue's"):
+        qa.to_beir("hotpotqa", tmp_path / "out", tmp_path / "q.jsonl", tmp_path / "q.jsonl")
+
+
+def test_bench_lag_carries_the_path_to_the_experiments_dataset(tmp_path, monkeypatch):
+    from jobs import benchmarks, cli
+    from jobs.experiment import _dataset
+
+    src = _write(tmp_path / "h.jsonl", _bundled("hotpotqa")[:5], jsonl=True)
+    [rows] = benchmarks.lag("hotpotqa", src=src, sample=2)
+    assert rows.dataset.qa == "hotpotqa" and rows.dataset.qa_src == str(src) and rows.dataset.qa_corpus is None
+    assert rows.dataset.label == f"hotpotqa from {src}, a sample of 2 queries (seed 0)"
+    oracle, rows = benchmarks.lag("musique", src="q.json", corpus="c.json")
+    assert (oracle.dataset.qa_src, oracle.dataset.qa_corpus, rows.dataset.qa_src, rows.dataset.qa_corpus) == ("q.json", "c.json") * 2
+    assert oracle.references == () and "not checked" in oracle.caveats[-1]  # the bundled set's figures
+    assert benchmarks.lag("musique")[0].references  # the bundled set: checked
+    with pytest.raises(ExperimentError, match="--corpus is MuSiQue's"):
+        benchmarks.lag("hotpotqa", src=src, corpus=src)
+
+    monkeypatch.setenv("QA_DIR", str(tmp_path))  # the experiment converts the file, variables expanded
+    corpus, queries, _ = _dataset(Dataset(qa="hotpotqa", qa_src="${QA_DIR}/h.jsonl"), tmp_path / "run")
+    assert len(read_queries(corpus)) == 5 and queries == tmp_path / "run" / "beir" / "queries.jsonl"
+
+    with pytest.raises(ValueError, match="give qa"):
+        Dataset(beir="x", qa_src="q.json")
+    with pytest.raises(ValueError, match="qa_corpus is MuSiQue's"):
+        Dataset(qa="hotpotqa", qa_src="q.json", qa_corpus="c.json")
+
+    got = []
+    monkeypatch.setattr(cli, "_experiments", lambda job, exps, out, bound, **kw: got.append((job, exps, out)))
+    r = CliRunner().invoke(cli.app, ["bench-lag", "hotpotqa", "--src", str(src), "--sample", "3"])
+    assert r.exit_code == 0, r.output
+    [(job, [exp], out)] = got
+    assert (job, exp.dataset.qa_src, exp.dataset.sample, str(out)) == ("bench-lag", str(src), 3, "runs/lag-hotpotqa")
+    r = CliRunner().invoke(cli.app, ["bench-lag", "hotpotqa", "--src", str(src), "--corpus", str(src)])
+    assert r.exit_code == 2 and "--corpus is MuSiQue's" in " ".join(r.output.split())
