@@ -13,12 +13,18 @@ from jobs.experiment import Experiment, ExperimentError, load, override, with_sa
 MAX_ITLR_PER_TEMPLATE = 52  # 32 templates x 52 queries x 6 documents <= 10,000, dense's deepest run
 
 
-def rules(src: str | Path, sample: int | None = None, seed: int = 0, r3_n: int | None = None) -> Experiment:
-    """RuleBench ULogic from ``src``: vanilla, SIAR, SIAR + R3 (rulebench-siar.yaml);
-    ``r3_n``: the rules R3 reorders per query (the file's: 20; past 20 the retrievers keep that
-    many, and R@r3_n is measured: R3's ceiling)."""
-    exp = load("rulebench-siar")
-    changes: dict = {"dataset.rulebench": str(src)}
+def rules(src: str | Path, sample: int | None = None, seed: int = 0, r3_n: int | None = None, rules: str | Path | None = None,
+          queries: str | Path | None = None, split: str = "test", vanilla: bool = False) -> Experiment:
+    """A RuleBench set from ``src`` (a set's directory as upstream publishes it, with
+    ``rules``/``queries``/``split`` as `prepare-rulebench` reads them, or a directory it
+    wrote): vanilla, SIAR, SIAR + R3 (rulebench-siar.yaml), or with ``vanilla`` the LLM-free
+    rows alone (rulebench-vanilla.yaml); ``r3_n``: the rules R3 reorders per query (the
+    file's: 20; past 20 the retrievers keep that many, and R@r3_n is measured: R3's ceiling).
+    The files' reference figures are ULogic's: checked on the set the variable names alone."""
+    if vanilla and r3_n:
+        raise ExperimentError("bench-rules: --r3-n is an option of the SIAR + R3 rows; drop it or --vanilla")
+    exp = load("rulebench-vanilla" if vanilla else "rulebench-siar")
+    changes = _rulebench(src, rules, queries, split)
     if r3_n:
         changes["stages.r3.n"] = r3_n
         if r3_n > 20:
@@ -28,16 +34,38 @@ def rules(src: str | Path, sample: int | None = None, seed: int = 0, r3_n: int |
     return with_sample(override(exp, changes), sample, seed if sample else None)
 
 
+def reasoning(src: str | Path, sample: int | None = None, seed: int = 0, rules: str | Path | None = None,
+              queries: str | Path | None = None, split: str = "test") -> Experiment:
+    """The SIAR paper's reasoning table on the same set (rulebench-reasoning.yaml): answers
+    with no rule, the gold rules, and the top-1 rule of vanilla BM25, SIAR and SIAR + R3."""
+    return with_sample(override(load("rulebench-reasoning"), _rulebench(src, rules, queries, split)), sample, seed if sample else None)
+
+
+def _rulebench(src: str | Path, rules: str | Path | None, queries: str | Path | None, split: str) -> dict:
+    """The dataset of a rule benchmark: a directory `prepare-rulebench` wrote is read as it
+    is; anything else is a set to convert."""
+    from pipelines.datasets.rulebench import is_prepared
+
+    if is_prepared(src) and rules is None and queries is None:
+        return {"dataset": {"beir": str(src)}}
+    return {"dataset.rulebench": {"dir": str(src), "split": split} | {k: str(v) for k, v in (("rules", rules), ("queries", queries)) if v is not None}}
+
+
 def lag(name: str = "musique", sample: int | None = None, seed: int = 0, judge: bool = False, llm_rows: bool = True,
-        runs: tuple[str, ...] | None = None) -> list[Experiment]:
+        runs: tuple[str, ...] | None = None, src: str | Path | None = None, corpus: str | Path | None = None) -> list[Experiment]:
     """The oracle table (lag-oracle.yaml; MuSiQue alone has gold decompositions), on every
     question, then the LLM rows (lag.yaml) on the set, on ``sample`` questions drawn with
     ``seed``; ``runs``: which of its rows (rag, lag and the two ablations); ``judge``: add
-    the LLM judge's accuracy."""
-    out = [load("lag-oracle")] if name == "musique" else []
+    the LLM judge's accuracy; ``src`` (and, MuSiQue, ``corpus``): the set read from these
+    files instead of the bundled copy (as `prepare-qa --src --corpus`; the oracle file's
+    reference figures, the bundled set's, are then not checked)."""
+    if corpus and name != "musique":
+        raise ExperimentError(f"bench-lag: --corpus is MuSiQue's paragraph corpus; {name}'s corpus is its questions' context (give --src alone)")
+    files = {f"dataset.{k}": str(v) for k, v in (("qa_src", src), ("qa_corpus", corpus)) if v}
+    out = [override(load("lag-oracle"), files) if files else load("lag-oracle")] if name == "musique" else []
     if llm_rows:
         exp = load("lag")
-        changes: dict = {}
+        changes: dict = dict(files)
         if name != "musique":
             changes |= {"dataset.qa": name, "title": f"{name}: RAG vs LAG and LAG's ablations",
                         "caveats": [c for c in exp.caveats if "MuSiQue" not in c]}

@@ -148,7 +148,8 @@ def index(
     corpus: Annotated[str | None, typer.Argument(help="BEIR dir, JSONL(.gz) or Parquet file/dir; local path or pyarrow URI (or corpus: in --config).")] = None,
     db: Annotated[str, typer.Option(help="LanceDB directory or URI.")] = "data/lancedb",
     table: str = _d(IndexConfig, "table"),
-    format: Annotated[str, typer.Option(help="auto | beir | jsonl | parquet")] = _d(IndexConfig, "format"),
+    format: Annotated[str, typer.Option(help="auto (each file's kind from its name) | beir | jsonl | parquet | trec (TREC SGML <DOC>s) | tsv "
+                                        "(id<TAB>text); trec and tsv also read files whose name marks no format (e.g. la010189).")] = _d(IndexConfig, "format"),
     title_sep: TitleSep = _d(EmbedConfig, "title_sep"),
     batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = _d(EmbedConfig, "batch_size"),
     actors: Annotated[int | None, typer.Option(help="Embedding actors; default: none on a local cluster of one CPU node (the driver encodes), else one per GPU, or one per node on CPU nodes.")] = None,
@@ -211,9 +212,11 @@ def restore(
 
 @app.command()
 @configured(EMBED.at("embed"), LLM_ALL, config=RetrieveConfig, file=True, queries="queries", db="db", table="table", table_version="table_version",
-            trec="trec", retrieve_actors="ray.retrieve_actors", retrieve_batch_rows="ray.retrieve_batch_rows", ray_address="ray.address")
+            trec="trec", topics_field="topics_field", retrieve_actors="ray.retrieve_actors", retrieve_batch_rows="ray.retrieve_batch_rows", ray_address="ray.address")
 def retrieve(
-    queries: Annotated[str | None, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet (or queries: in --config).")] = None,
+    queries: Annotated[str | None, typer.Argument(help="BEIR queries.jsonl, JSONL, Parquet, qid<TAB>text .tsv or a TREC topics file "
+                                                "(or queries: in --config).")] = None,
+    topics_field: Annotated[str, typer.Option(help="A TREC topics file's field to run as the query: title | desc | narr.")] = _d(RetrieveConfig, "topics_field"),
     db: str = "data/lancedb",
     table: str = _d(RetrieveConfig, "table"),
     table_version: Annotated[
@@ -336,32 +339,49 @@ def decompose(
 
 @app.command("prepare-rulebench")
 def prepare_rulebench(
-    src: Annotated[Path, typer.Argument(help="Directory holding RuleBench ULogic's rules.json and test_data.json.")],
-    out: Annotated[Path, typer.Option(help="Where the BEIR layout goes (corpus.jsonl, queries.jsonl, qrels/test.tsv).")] = Path("data/rulebench-ulogic"),
+    src: Annotated[Path | None, typer.Argument(help="A RuleBench set's directory as upstream publishes it (e.g. dataset/ulogic, dataset/deer).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Where the BEIR layout goes (default data/rulebench-<set>).")] = None,
+    rules: Annotated[Path | None, typer.Option(help="The rule base, where the set names it otherwise than <split>_rule.json or rules.json.")] = None,
+    queries: Annotated[Path | None, typer.Option(help="The query file, where the set names it otherwise than <split>_data.json.")] = None,
+    split: Annotated[str, typer.Option(help="Which split's files to look for: test, validation, train.")] = "test",
+    name: Annotated[str | None, typer.Option(help="The set's name in query ids (default: the directory's name).")] = None,
 ):
-    """Convert RuleBench ULogic (rule retrieval; not bundled: no declared licence) to the BEIR layout."""
-    from pipelines.datasets.rulebench import to_beir
+    """Convert a RuleBench set (rule retrieval; not bundled: no declared licence) to the BEIR layout, plus its gold outputs."""
+    from pipelines.datasets.rulebench import set_name, to_beir
 
-    counts = _run(to_beir, src, out)
-    typer.echo(f"{counts['rules']} rules, {counts['queries']} queries, {counts['qrels']} qrels -> {out}")
+    set_ = _run(set_name, src, queries, name)
+    out = out or Path("data") / f"rulebench-{set_}"
+    counts = _run(to_beir, src, out, rules, queries, split, name)
+    answers = f", {counts['answers']} gold outputs" if counts["answers"] else ", no gold outputs (a record lacks 'output')"
+    typer.echo(f"{counts['rules']} rules, {counts['queries']} queries, {counts['qrels']} qrels{answers} -> {out}")
 
 
 @app.command("bench-rules")
 @configured(EMBED.at("embed"), LLM_ALL, ray_address="ray.address")
 def bench_rules(
-    src: Annotated[Path, typer.Argument(help="Directory holding RuleBench ULogic's rules.json and test_data.json.")],
+    src: Annotated[str, typer.Argument(help="A RuleBench set's directory as upstream publishes it, or one `prepare-rulebench` wrote.")],
     out: Annotated[Path, typer.Option(help="Where the converted set, index, runs and report go.")] = Path("runs/rules"),
-    sample: Annotated[int | None, typer.Option(help="Run this many queries, drawn with --seed (default: all 830).")] = None,
+    rules: Annotated[Path | None, typer.Option(help="The rule base, where the set names it otherwise (see prepare-rulebench).")] = None,
+    queries: Annotated[Path | None, typer.Option(help="The query file, where the set names it otherwise (see prepare-rulebench).")] = None,
+    split: Annotated[str, typer.Option(help="Which split's files to look for: test, validation, train.")] = "test",
+    sample: Annotated[int | None, typer.Option(help="Run this many queries, drawn with --seed (default: all).")] = None,
     seed: int = 0,
     r3_n: Annotated[int | None, typer.Option(help="R3: rules reordered per query (default: the file's, 20).", min=2, max=1000)] = None,
+    vanilla: Annotated[bool, typer.Option(help="The vanilla rows only (rulebench-vanilla.yaml: no LLM).")] = False,
+    reasoning: Annotated[bool, typer.Option(help="Then the reasoning table (rulebench-reasoning.yaml): answers with no rule, the gold "
+                                                 "rules, the top-1 rule of vanilla, SIAR, SIAR + R3, scored against the set's outputs.")] = False,
     ray_address: RayAddress = None,
     *,
     bound: Bound,
 ):
-    """Rule retrieval on RuleBench ULogic (read from a path): vanilla, SIAR, SIAR + R3; jobs/experiments/rulebench-siar.yaml."""
+    """Rule retrieval on a RuleBench set (read from a path): vanilla, SIAR, SIAR + R3 (jobs/experiments/rulebench-siar.yaml), and reasoning with the retrieved rules."""
     from jobs import benchmarks
 
-    _experiments("bench-rules", [_run(benchmarks.rules, src, sample, seed, r3_n)], out, bound)
+    where = {"rules": rules, "queries": queries, "split": split}
+    exps = [_run(benchmarks.rules, src, sample, seed, r3_n, vanilla=vanilla, **where)]
+    if reasoning:
+        exps.append(_run(benchmarks.reasoning, src, sample, seed, **where))
+    _experiments("bench-rules", exps, out, bound, nested=reasoning)
 
 
 @app.command("prepare-qa")
@@ -384,7 +404,10 @@ def prepare_qa(
 def bench_lag(
     name: Annotated[str, typer.Argument(help="musique (oracle table + LLM rows) | hotpotqa (LLM rows).")] = "musique",
     out: Annotated[Path | None, typer.Option(help="Where the set, index, runs and reports go (default runs/lag-<name>).")] = None,
-    sample: Annotated[int | None, typer.Option(help="LLM rows on this many questions, drawn with --seed (default: all 100).")] = None,
+    src: Annotated[Path | None, typer.Option(help="The set's question file instead of the bundled one: a JSON array or JSON Lines, "
+                                             "gzip or not, as `prepare-qa --src` reads it.")] = None,
+    corpus: Annotated[Path | None, typer.Option(help="MuSiQue: the paragraph corpus file going with --src.")] = None,
+    sample: Annotated[int | None, typer.Option(help="LLM rows on this many questions, drawn with --seed (default: all).")] = None,
     seed: int = 0,
     llm_rows: Annotated[bool, typer.Option(help="Run RAG, LAG and the ablations with the LLM (--no-llm-rows: the oracle table only).")] = True,
     judge: Annotated[bool, typer.Option(help="Add the LLM-judge accuracy (the same LLM judges).")] = False,
@@ -392,7 +415,7 @@ def bench_lag(
     *,
     bound: Bound,
 ):
-    """LAG on a bundled multi-hop set: the LLM-free oracle (MuSiQue), then RAG vs LAG and its ablations; jobs/experiments/lag*.yaml."""
+    """LAG on a multi-hop set (bundled, or --src): the LLM-free oracle (MuSiQue), then RAG vs LAG and its ablations; jobs/experiments/lag*.yaml."""
     from jobs import benchmarks
     from pipelines.datasets.qa import SETS
 
@@ -400,7 +423,8 @@ def bench_lag(
         _fail(f"bench-lag: unknown set {name!r}; valid: {', '.join(SETS)}")
     if name == "hotpotqa" and not llm_rows:
         _fail("bench-lag: hotpotqa has no gold decompositions, so no oracle table; drop --no-llm-rows.")
-    _experiments("bench-lag", _run(benchmarks.lag, name, sample, seed, judge, llm_rows), out or Path(f"runs/lag-{name}"), bound, nested=True)
+    _experiments("bench-lag", _run(benchmarks.lag, name, sample, seed, judge, llm_rows, src=src, corpus=corpus),
+                 out or Path(f"runs/lag-{name}"), bound, nested=True)
 
 
 generate_app = typer.Typer(no_args_is_help=True, help="Dataset generation: logical benchmarks from a corpus, with labels.")

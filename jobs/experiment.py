@@ -58,24 +58,53 @@ class Synthetic(_Model):
     seed: int = 0
 
 
+class RuleBenchSet(_Model):
+    """A RuleBench set read from a path, converted as `logicrank prepare-rulebench` does: a
+    set's directory as upstream publishes it (its rule base and query file found by the names
+    the sets use, for ``split``), or explicit ``rules`` and ``queries`` files. A plain string
+    is the directory."""
+
+    dir: str | None = None
+    rules: str | None = None
+    queries: str | None = None
+    split: str = "test"
+    name: str | None = Field(None, description="The set's name in query ids (default: the directory's name).")
+
+    @model_validator(mode="after")
+    def _somewhere(self):
+        if self.dir is None and (self.rules is None or self.queries is None):
+            raise ValueError("rulebench: give the set's directory, or both rules and queries")
+        return self
+
+    @property
+    def label(self) -> str:
+        return " ".join(os.path.expandvars(p) for p in (self.dir, self.rules, self.queries) if p)
+
+
+def _rulebench_set(v: Any) -> Any:
+    return {"dir": v} if isinstance(v, str) else v
+
+
 class Dataset(_Model):
     """Where the queries, qrels and corpus come from: exactly one of ``bundled`` (a set in
     pipelines/datasets), ``beir`` (a BEIR directory: corpus.jsonl, queries.jsonl,
-    qrels/test.tsv) or ``rulebench`` (a RuleBench set's directory, rules.json and
-    test_data.json, converted as `logicrank prepare-rulebench` does), ``setlogic`` (LIMIT
+    qrels/test.tsv) or ``rulebench`` (a RuleBench set, :class:`RuleBenchSet`), ``setlogic`` (LIMIT
     set-logic queries generated with exact gold), ``synthetic`` (ITLR's synthetic logical
     benchmark, generated; its qrels files: ``qrels/test.tsv`` each query's own positives,
     ``qrels/pooled.tsv`` every document judged, ``qrels/own.tsv`` each query's own documents)
-    or ``qa`` (a bundled multi-hop QA set, converted as `logicrank prepare-qa` does). Paths may name
+    or ``qa`` (a multi-hop QA set, bundled or read from ``qa_src`` and, for MuSiQue,
+    ``qa_corpus``, converted as `logicrank prepare-qa` does). Paths may name
     environment variables (``${LOGICRANK_RULEBENCH}``). ``sample``: that many queries drawn
     with ``seed``, or ``query_ids``: those queries (queries and qrels cut alike either way)."""
 
     bundled: Literal["scifact"] | None = None
     beir: str | None = None
-    rulebench: str | None = None
+    rulebench: Annotated[RuleBenchSet | None, BeforeValidator(_rulebench_set)] = None
     setlogic: SetLogic | None = None
     synthetic: Synthetic | None = None
     qa: Literal["musique", "hotpotqa"] | None = Field(None, description="A bundled multi-hop QA set, converted as `logicrank prepare-qa` does.")
+    qa_src: str | None = Field(None, description="With qa: the set's question file instead of the bundled one (`prepare-qa --src`).")
+    qa_corpus: str | None = Field(None, description="With qa: musique: the paragraph corpus file going with qa_src (`prepare-qa --corpus`).")
     qrels: str = Field("qrels/test.tsv", description="The qrels file inside a BEIR directory.")
     sample: int | None = Field(None, ge=1)
     seed: int = 0
@@ -86,6 +115,10 @@ class Dataset(_Model):
     def _one(self):
         if sum(x is not None for x in (self.bundled, self.beir, self.rulebench, self.setlogic, self.synthetic, self.qa)) != 1:
             raise ValueError("give exactly one of bundled, beir, rulebench, setlogic, synthetic, qa")
+        if self.qa is None and (self.qa_src is not None or self.qa_corpus is not None):
+            raise ValueError("qa_src and qa_corpus name the files of a qa set: give qa (musique or hotpotqa) with them")
+        if self.qa == "hotpotqa" and self.qa_corpus is not None:
+            raise ValueError("qa_corpus is MuSiQue's paragraph corpus; HotpotQA's corpus is its questions' context (give qa_src alone)")
         if self.sample is not None and self.query_ids is not None:
             raise ValueError("give sample or query_ids, not both")
         return self
@@ -93,14 +126,15 @@ class Dataset(_Model):
     @property
     def label(self) -> str:
         if self.qa is not None:
-            where = f"{self.qa} (bundled QA set)"
+            where = (f"{self.qa} from {os.path.expandvars(self.qa_src)}" if self.qa_src else f"{self.qa} (bundled QA set)") + (
+                f" (corpus {os.path.expandvars(self.qa_corpus)})" if self.qa_corpus else "")
         elif self.setlogic is not None:
             where = f"LIMIT set-logic queries ({self.setlogic.per_template} per template, seed {self.setlogic.seed})"
         elif self.synthetic is not None:
             where = (f"ITLR's synthetic logical benchmark from SciFact text ({self.synthetic.per_template} per template, "
                      f"seed {self.synthetic.seed}; qrels {self.qrels})")
         else:
-            where = self.bundled or os.path.expandvars(self.beir or "") or f"RuleBench {os.path.expandvars(self.rulebench or '')}"
+            where = self.bundled or os.path.expandvars(self.beir or "") or f"RuleBench {self.rulebench.label if self.rulebench else ''}"
         if self.query_ids:
             return where + f", {len(self.query_ids)} queries ({', '.join(self.query_ids[:5])}{', ...' if len(self.query_ids) > 5 else ''})"
         return where + (f", a sample of {self.sample} queries (seed {self.seed})" if self.sample else "")
@@ -235,10 +269,13 @@ def _same_data(a: Dataset, b: Dataset) -> bool:
     """The same queries and corpus: paths compared with their variables expanded and resolved
     (``${LOGICRANK_RULEBENCH}`` and the directory it names are one dataset)."""
     def norm(d: Dataset) -> dict:
+        def resolved(p: str | None) -> str | None:
+            return None if p is None else str(Path(os.path.expandvars(p)).resolve())
+
         out = d.model_dump()
-        for key in ("beir", "rulebench"):
-            if out[key] is not None:
-                out[key] = str(Path(os.path.expandvars(out[key])).resolve())
+        out["beir"] = resolved(out["beir"])
+        if out["rulebench"] is not None:
+            out["rulebench"] |= {k: resolved(out["rulebench"][k]) for k in ("dir", "rules", "queries")}
         return out
 
     return norm(a) == norm(b)
@@ -414,12 +451,13 @@ def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
         if d.rulebench is not None:
             from pipelines.datasets.rulebench import to_beir
 
-            to_beir(_expand(d.rulebench), out / "beir")
+            r = d.rulebench
+            to_beir(_maybe(r.dir), out / "beir", _maybe(r.rules), _maybe(r.queries), split=r.split, name=r.name)
             root, qrels = out / "beir", "qrels/test.tsv"
         elif d.qa is not None:
             from pipelines.datasets.qa import to_beir as qa_to_beir
 
-            qa_to_beir(d.qa, out / "beir")
+            qa_to_beir(d.qa, out / "beir", _maybe(d.qa_src), _maybe(d.qa_corpus))
             root, qrels = out / "beir", "qrels/test.tsv"
         elif d.setlogic is not None:
             from pipelines.generate.setlogic import generate
@@ -515,6 +553,10 @@ def _expand(path: str) -> str:
     if "$" in expanded:
         raise ExperimentError(f"dataset path {path!r}: an environment variable in it is not set")
     return expanded
+
+
+def _maybe(path: str | None) -> str | None:
+    return _expand(path) if path else None
 
 
 def _measure_name(text: str) -> str:

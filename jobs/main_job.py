@@ -109,13 +109,17 @@ def local_llm() -> LLMConfig:
 
 def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig, echo) -> str:
     """The rules section (markdown): rulebench-siar.yaml on a sample, or one line saying why not."""
-    from pipelines.datasets.rulebench import ENV, OBTAIN
+    from pipelines.datasets.rulebench import ENV, OBTAIN, RuleBenchError, find_files
 
     echo(f"[6/9] rule retrieval (RuleBench ULogic, {RULES_SAMPLE}-query sample): vanilla, SIAR, SIAR + R3 with SmolLM2 "
          "(experiment jobs/experiments/rulebench-siar.yaml)")
-    missing = [f for f in ("rules.json", "test_data.json") if rulebench and not (Path(rulebench) / f).is_file()]
-    if not rulebench or missing:
-        why = f"{ENV} is not set" if not rulebench else f"{ENV}={rulebench} holds no {' or '.join(missing)}"
+    why = f"{ENV} is not set" if not rulebench else None
+    if rulebench:
+        try:
+            find_files(rulebench)
+        except RuleBenchError as exc:
+            why = f"{ENV}={rulebench}: {exc}"
+    if why:
         line = f"Rule retrieval (SIAR + R3): skipped, {why}. {OBTAIN} as {ENV}=DIR."
         echo(f"      {line}")
         return f"## Rule retrieval\n\n{line}\n"

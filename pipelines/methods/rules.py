@@ -295,3 +295,49 @@ def window_counts(table: pa.Table, n_queries: int) -> dict:
     per_query = {key: round(totals[key] / q, 3) for key in keys}
     per_query_max = {key: int(by_query[key].max()) if len(by_query) else 0 for key in keys}
     return {"queries": n_queries, **totals, "per_query": per_query, "per_query_max": per_query_max}
+
+
+# ---------------------------------------------------------------------------------- reasoning
+REASON_TEMPLATE = "rule_reason"
+DEFAULT_INSTRUCTION = "Answer the question in one line."
+
+
+class ReasonOptions(StageOptions):
+    stage: Literal["reason"] = "reason"
+    rules: int = Field(1, ge=0, le=20, description="The incoming run's top documents given as rules (0: none, the no-rule row).")
+    gold: str | None = Field(None, description="An answers file (`prepare-rulebench`'s answers.jsonl): each query's input as given "
+                             "(labels kept) and its instruction, in place of the query text and the default instruction.")
+    max_tokens: int = Field(64, ge=1, description="Token budget of an answer; an answer cut there is kept and counted (status length).")
+    answer_words: int = Field(40, ge=1, le=200, description="Longest answer the one-line regex allows, in words.")
+    doc_tokens: int = Field(128, ge=8, description="Each rule cut to this many tokens of the LLM's tokenizer.")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible).")
+
+
+def reason_values(questions: Sequence[str], instructions: Sequence[str], rules: Sequence[Sequence[str]]) -> list[dict[str, str]]:
+    """The prompt values of each query: its instruction, its rules ("Rule: ..." lines, or
+    nothing) and its question as given."""
+    return [{"instruction": (i or DEFAULT_INSTRUCTION).strip(), "question": q.strip(),
+             "rules": "".join(f"Rule: {' '.join(r.split())}\n" for r in rs) + ("\n" if rs else "")}
+            for q, i, rs in zip(questions, instructions, rules, strict=True)]
+
+
+def reason(llm, query_ids: Sequence[str], values: Sequence[dict[str, str]], rule_ids: Sequence[Sequence[str]], o: ReasonOptions) -> pa.Table:
+    """RULE_ANSWERS rows, one per query in order: the LLM's one-line answer (decoded under
+    :func:`pipelines.methods.lag.answer_regex`); an engine error is an empty answer, counted."""
+    from pipelines.methods.lag import answer_regex
+    from schemas.tables import RULE_ANSWERS
+
+    template = prompts.load(REASON_TEMPLATE)
+    gens = llm.generate(template, values, Constraint("regex", answer_regex(o.answer_words)), o.max_tokens, o.temperature, None,
+                        label="reason") if values else []
+    rows = []
+    for qid, ids, gen in zip(query_ids, rule_ids, gens, strict=True):
+        failed = isinstance(gen, Exception)
+        rows.append({
+            "query_id": qid, "answer": "" if failed else gen.text.strip(), "rule_ids": list(ids),
+            "status": "error" if failed else ("length" if gen.finish_reason == "length" else "ok"),
+            "error": f"engine: {type(gen).__name__}: {gen}" if failed else None, "model": llm.model_id, "prompt_sha": template.sha,
+            "prompt_tokens": 0 if failed else gen.prompt_tokens, "generated_tokens": 0 if failed else gen.generated_tokens,
+            "cached": bool(not failed and gen.cached),
+        })
+    return pa.Table.from_pylist(rows, schema=RULE_ANSWERS)

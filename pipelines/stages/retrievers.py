@@ -102,3 +102,38 @@ class RunFile(Stage):
         if self.options.k is not None:
             run = run.filter(pc.less_equal(run.column("rank"), self.options.k))
         return Output(run=run.sort_by([("query_id", "ascending"), ("rank", "ascending")]), counts={"rows": run.num_rows})
+
+
+class QrelsOptions(StageOptions):
+    stage: Literal["qrels"] = "qrels"
+    path: str = Field(description="A qrels file (BEIR TSV or TREC qrels).")
+    k: int | None = Field(None, ge=1, le=10_000, description="Keep each query's first k judged documents (None: all of them).")
+
+
+@register
+class Qrels(Stage):
+    """The oracle first stage: each query's judged documents (relevance above 0) from a qrels
+    file, as a run: relevance descending, then the file's order. The gold rule for reasoning
+    with the gold rule (``reason``); an upper bound for a reranker's input."""
+
+    name = "qrels"
+    kind = Kind.RETRIEVER
+    Options = QrelsOptions
+    reads = ("query_id",)  # every query: the file decides which have results
+
+    def needs(self) -> Needs:
+        return Needs(files=(self.options.path,))
+
+    def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        from pipelines.topics import read_qrels
+        from schemas.tables import RUN
+
+        qrels = read_qrels(self.options.path).to_pandas()
+        qrels = qrels[(qrels["relevance"] > 0) & qrels["query_id"].isin(queries.column("query_id").to_pylist())]
+        qrels = qrels.assign(order=range(len(qrels))).sort_values(["query_id", "relevance", "order"], ascending=[True, False, True], kind="stable")
+        qrels["rank"] = qrels.groupby("query_id").cumcount() + 1
+        if self.options.k is not None:
+            qrels = qrels[qrels["rank"] <= self.options.k]
+        run = pa.table({"query_id": qrels["query_id"].astype(str), "doc_id": qrels["doc_id"].astype(str), "rank": qrels["rank"].astype("int32"),
+                        "score": qrels["relevance"].astype("float64"), "method": ["qrels"] * len(qrels), "run_id": ["qrels"] * len(qrels)}, schema=RUN)
+        return Output(run=run, counts={"rows": run.num_rows})

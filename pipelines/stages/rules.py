@@ -1,10 +1,13 @@
-"""Rule retrieval: SIAR (a rewriter: the LLM's induced rule becomes the query) and R3 (a
-reranker: the LLM reorders the retrieved rules listwise). Method logic in
-:mod:`pipelines.methods.rules`; both generate on the job's one LLM pool."""
+"""Rule retrieval: SIAR (a rewriter: the LLM's induced rule becomes the query), R3 (a
+reranker: the LLM reorders the retrieved rules listwise) and reasoning with the retrieved
+rules (``reason``: the LLM answers each query given the run's top rules). Method logic in
+:mod:`pipelines.methods.rules`; all three generate on the job's one LLM pool."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -12,10 +15,11 @@ import pyarrow.compute as pc
 from pipelines.embed import document_text
 from pipelines.llm import prompts as templates
 from pipelines.methods import rules
-from pipelines.methods.rules import R3Options, SiarOptions
+from pipelines.methods.rules import R3Options, ReasonOptions, SiarOptions
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage
 from pipelines.stages.registry import register
-from schemas.tables import INDUCED_RULES, RERANK_WINDOWS
+from schemas.errors import UserError
+from schemas.tables import INDUCED_RULES, RERANK_WINDOWS, RULE_ANSWERS
 
 
 @register
@@ -81,3 +85,68 @@ class R3(Stage):
         reranked, table = rules.rerank(ctx.llm_service(), {q: texts_of[q] for q in lists}, lists, texts, o)
         return Output(run=rules.to_run(reranked, o.k, "r3", "r3"), side={"rerank_windows": table}, counts=rules.window_counts(table, len(lists)))
 
+
+
+class ReasonError(UserError, ValueError):
+    """The answers file a reason stage reads lacks a query or cannot be read."""
+
+
+@register
+class Reason(Stage):
+    """Reasoning with retrieved rules (the SIAR paper's reasoning table): the LLM answers each
+    query in one line given the incoming run's top ``rules`` documents as rules (0: none). Put
+    it after a retriever (vanilla top 1), after SIAR or R3, or after ``qrels`` (the gold rule).
+    The run passes through unchanged; side table ``answers`` (one row per query: the answer,
+    the rule ids shown, status), which ``qa_measures`` score against the set's gold outputs."""
+
+    name = "reason"
+    side_tables = {"answers": RULE_ANSWERS}
+    kind = Kind.RERANKER
+    Options = ReasonOptions
+
+    def needs(self) -> Needs:
+        return Needs(llm=frozenset({"generate"}), files=(self.options.gold,) if self.options.gold else ())
+
+    def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        o = self.options
+        run = runs[0].sort_by([("query_id", "ascending"), ("rank", "ascending")])
+        top: dict[str, list[str]] = {}
+        for q, d in zip(run.column("query_id").to_pylist(), run.column("doc_id").to_pylist(), strict=True):
+            if len(top.setdefault(q, [])) < o.rules:
+                top[q].append(d)
+        qids = queries.column("query_id").to_pylist()
+        column = "original_text" if "original_text" in queries.column_names else "text"
+        questions, instructions = queries.column(column).to_pylist(), [""] * len(qids)
+        if o.gold:
+            given = read_inputs(o.gold, qids)
+            questions, instructions = [given[q][0] for q in qids], [given[q][1] for q in qids]
+        ids = [top.get(q, []) for q in qids]
+        docs = ctx.store.rows_for(sorted({d for r in ids for d in r}), ["title", "text"]).to_pylist() if o.rules else []
+        texts = templates.cut_to_tokens(ctx.llm_model, {d["doc_id"]: document_text(d["title"], d["text"] or "") for d in docs}, o.doc_tokens) if docs else {}
+        values = rules.reason_values(questions, instructions, [[texts[d] for d in r] for r in ids])
+        table = rules.reason(ctx.llm_service(), qids, values, ids, o)
+        status = Counter(table.column("status").to_pylist())
+        counts = {"by_status": dict(status), "with_rules": sum(1 for r in ids if r), "prompt_tokens": pc.sum(table.column("prompt_tokens")).as_py() or 0,
+                  "generated_tokens": pc.sum(table.column("generated_tokens")).as_py() or 0, "llm_cache_hits": pc.sum(table.column("cached")).as_py() or 0}
+        return Output(run=runs[0], side={"answers": table}, counts=counts)
+
+
+def read_inputs(path: str, query_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """query_id -> (question as given, instruction) from an answers file; every query must have one."""
+    out = {}
+    try:
+        with Path(path).open(encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                        out[str(row["query_id"])] = (str(row["question"]), str(row.get("instruction") or ""))
+                    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                        raise ReasonError(f"reason: {path}: line {n} is not an answers line with query_id and question ({exc}).") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReasonError(f"reason: {path}: cannot be read ({exc}).") from None
+    missing = [q for q in query_ids if q not in out]
+    if missing:
+        raise ReasonError(f"reason: {path} has no question for {len(missing)} query(ies), e.g. {missing[:3]}; "
+                          "give the answers.jsonl `logicrank prepare-rulebench` wrote for these queries.")
+    return out

@@ -35,6 +35,7 @@ QUERIES = [
     ("Context:\nSarah practised the brush strokes of 'Starry Night'.\nQuestion:\nCan Sarah imitate 'Starry Night'?", ["2"]),
     ("Context:\nJane drives a red car, and the red car needs petrol.\nQuestion:\nDoes Jane buy petrol?", ["6"]),
 ]
+OUTPUTS = ["Alice can feed Tom.", "Bob needs to use his laptop.", "Sarah can imitate 'Starry Night'.", "Jane buys petrol."]
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +45,10 @@ def rulebase(tmp_path_factory):
     from schemas.config import IndexConfig
 
     root = tmp_path_factory.mktemp("rules")
-    (root / "src").mkdir()
-    (root / "src" / "rules.json").write_text(json.dumps({i: {"NL": t, "FOL": ""} for i, t in RULES.items()}))
-    (root / "src" / "test_data.json").write_text(json.dumps([{"input": q, "rule": g} for q, g in QUERIES]))
-    to_beir(root / "src", root / "beir")
+    (root / "ulogic").mkdir()
+    (root / "ulogic" / "rules.json").write_text(json.dumps({i: {"NL": t, "FOL": ""} for i, t in RULES.items()}))
+    (root / "ulogic" / "test_data.json").write_text(json.dumps([{"input": q, "rule": g, "output": o} for (q, g), o in zip(QUERIES, OUTPUTS, strict=True)]))
+    to_beir(root / "ulogic", root / "beir")
     run_index(IndexConfig(corpus=str(root / "beir"), db=str(root / "db")), root / "index")
     return root
 
@@ -133,7 +134,7 @@ def test_bench_rules_is_rulebench_siar_yaml_with_its_options(rulebase, tiny_cfg,
     from jobs.cli import app
     from jobs.experiment import load, override, run_experiment
 
-    exp = benchmarks.rules(rulebase / "src", sample=3, seed=1, r3_n=4)
+    exp = benchmarks.rules(rulebase / "ulogic", sample=3, seed=1, r3_n=4)
     assert exp.references == () and (exp.dataset.sample, exp.dataset.seed) == (3, 1)
     assert [s["r3"]["n"] for rid in ("sparse-siar-r3", "dense-siar-r3") for s in exp.pipelines[rid] if "r3" in s] == [4, 4]
     res = run_experiment(exp, tmp_path / "bench", llm=tiny_cfg, ray=RAY, progress=False)
@@ -145,11 +146,35 @@ def test_bench_rules_is_rulebench_siar_yaml_with_its_options(rulebase, tiny_cfg,
     report = res.report.read_text()
     assert "Qwen2.5-72B" in report and "- `sparse-siar-r3`: siar" in report and "r3 (" in report  # the paper's figures, R3's counts
 
-    vanilla = override(load("rulebench-vanilla"), {"dataset.rulebench": str(rulebase / "src"), "dataset.sample": 3, "dataset.seed": 1})
+    vanilla = override(load("rulebench-vanilla"), {"dataset.rulebench": str(rulebase / "ulogic"), "dataset.sample": 3, "dataset.seed": 1})
     got = run_experiment(vanilla, tmp_path / "vanilla", ray=RAY, progress=False).summary
     for run in ("sparse", "dense"):
         for measure in ("R@1", "R@5", "R@10", "R@20", "MRR"):
             assert got.loc[run, measure] == pytest.approx(table.loc[run, measure], abs=1e-12), (run, measure)
 
-    bad = CliRunner().invoke(app, ["bench-rules", str(rulebase / "src"), "--r3-n", "1"])
+    bad = CliRunner().invoke(app, ["bench-rules", str(rulebase / "ulogic"), "--r3-n", "1"])
     assert bad.exit_code == 2 and "--r3-n" in bad.output
+
+
+def test_the_reasoning_table_answers_with_no_rule_the_gold_rule_and_each_runs_top_rule(rulebase, tiny_cfg, tmp_path):
+    """rulebench-reasoning.yaml (bench-rules --reasoning) end to end: every row answers every
+    query once, with the rules its row promises (none; the gold rule; the top 1 of its run),
+    and the EM the report prints is the exact match of those answers with the set's outputs."""
+    from jobs import benchmarks
+    from jobs.experiment import run_experiment
+    from pipelines.evaluate.qa import exact_match
+
+    res = run_experiment(benchmarks.reasoning(rulebase / "ulogic"), tmp_path / "reason", llm=tiny_cfg, ray=RAY, progress=False)
+    assert list(res.summary.index) == ["no-rule", "gold-rule", "vanilla-top1", "siar-top1", "siar-r3-top1"]
+    gold = {f"ulogic-{i}": (g, o) for i, ((_, g), o) in enumerate(zip(QUERIES, OUTPUTS, strict=True))}
+    for rid in res.summary.index:
+        answers = pq.read_table(tmp_path / "reason" / "retrieve" / "answers" / f"{rid}.parquet").to_pylist()
+        assert sorted(a["query_id"] for a in answers) == sorted(gold), rid
+        run = pq.read_table(res.runs[rid]).to_pandas()
+        for a in answers:
+            top = run[run["query_id"] == a["query_id"]].sort_values("rank")["doc_id"].tolist()
+            shown = {"no-rule": [], "gold-rule": gold[a["query_id"]][0]}.get(rid, top[:1])
+            assert a["rule_ids"] == shown, (rid, a)
+        em = sum(exact_match(a["answer"], [gold[a["query_id"]][1]]) for a in answers) / len(gold)
+        assert res.summary.loc[rid, "EM"] == pytest.approx(em, abs=1e-12), rid
+    assert res.summary.loc["gold-rule", "R@1"] == 1.0

@@ -1,4 +1,5 @@
-"""RuleBench ULogic's conversion to the BEIR layout, on a small rule set written here."""
+"""RuleBench sets' conversion to the BEIR layout, on small sets written here in each layout the
+upstream repository (llm-rule-following's dataset/) uses."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ def _write(root, rules=RULES, queries=QUERIES):
 
 
 def test_rules_become_the_corpus_and_gold_ids_the_qrels(tmp_path):
-    counts = to_beir(_write(tmp_path / "src"), tmp_path / "beir")
-    assert counts == {"rules": 3, "queries": 2, "qrels": 2}  # a repeated gold id counts once
+    counts = to_beir(_write(tmp_path / "ulogic"), tmp_path / "beir")  # query ids: the directory's name
+    assert counts == {"rules": 3, "queries": 2, "qrels": 2, "answers": 0}  # a repeated gold id counts once; no outputs: no answers
     corpus = [json.loads(line) for line in (tmp_path / "beir" / "corpus.jsonl").read_text().splitlines()]
     assert [d["_id"] for d in corpus] == ["0", "1", "2"] and corpus[0]["text"] == RULES["0"]["NL"] and corpus[0]["metadata"]["fol"].startswith("Own(")
     queries = read_queries(tmp_path / "beir" / "queries.jsonl")
@@ -44,11 +45,14 @@ def test_rules_become_the_corpus_and_gold_ids_the_qrels(tmp_path):
 @pytest.mark.parametrize(
     ("rules", "queries", "message"),
     [
-        (RULES, [{"input": "q", "rule": ["9"]}], r"query 0's gold rule\(s\) \['9'\] are not in rules.json"),
-        (RULES, [{"input": " ", "rule": ["0"]}], "query 0 needs a non-empty 'input'"),
-        (RULES, [{"input": "Context:\nQuestion:\n", "rule": ["0"]}], "query 0 needs a non-empty 'input'"),
+        (RULES, [{"input": "q", "rule": ["9"]}], r"1 record\(s\) of .*test_data.json name gold rules that are not in .*rules.json: record 0: \['9'\]"),
+        (RULES, [*QUERIES, {"input": "q", "rule": [7, "0"]}, {"input": "q", "rule": "8"}], r"2 record\(s\) .*record 2: \['7'\]; record 3: \['8'\]"),
+        (RULES, [{"input": " ", "rule": ["0"]}], "record 0 needs a non-empty 'input'"),
+        (RULES, [{"input": "Context:\nQuestion:\n", "rule": ["0"]}], "record 0 needs a non-empty 'input'"),
+        (RULES, [{"input": "q", "rule": [True]}], "record 0 needs .* a non-empty 'rule'"),
+        (RULES, [], "a non-empty JSON list"),
         ({"0": {"NL": ""}}, QUERIES, "without an NL text"),
-        ([], QUERIES, "must map rule ids to rules"),
+        ([], QUERIES, "maps rule ids to rules .*got list \\(empty\\)"),
     ],
 )
 def test_a_malformed_set_is_refused_and_nothing_is_written(tmp_path, rules, queries, message):
@@ -59,6 +63,83 @@ def test_a_malformed_set_is_refused_and_nothing_is_written(tmp_path, rules, quer
 
 def test_the_command_line_says_what_is_missing(tmp_path):
     res = CliRunner().invoke(app, ["prepare-rulebench", str(tmp_path), "--out", str(tmp_path / "beir")])
-    assert res.exit_code == 2 and "lacks" in res.output and "rules.json" in res.output
+    assert res.exit_code == 2 and "lacks a rule base" in res.output and "rules.json" in res.output
     res = CliRunner().invoke(app, ["prepare-rulebench", str(_write(tmp_path / "src")), "--out", str(tmp_path / "beir")])
-    assert res.exit_code == 0 and "3 rules, 2 queries, 2 qrels" in res.output
+    assert res.exit_code == 0 and "3 rules, 2 queries, 2 qrels, no gold outputs" in res.output
+
+
+def _records(beir):
+    corpus = [json.loads(line) for line in (beir / "corpus.jsonl").read_text().splitlines()]
+    qrels = {(r["query_id"], r["doc_id"]) for r in read_qrels(beir / "qrels" / "test.tsv").to_pylist()}
+    return corpus, read_queries(beir / "queries.jsonl").column("query_id").to_pylist(), qrels
+
+
+def test_deer_layout_test_rule_json_and_integer_rule_ids(tmp_path):
+    """deer: test_rule.json, integer gold ids in test_data.json, outputs are option letters."""
+    src = tmp_path / "deer"
+    src.mkdir()
+    (src / "test_rule.json").write_text(json.dumps({"0": {"NL": "If an animal lives in a cold area, then it has thick fur.", "FOL": "A"},
+                                                    "1": {"NL": "If an animal has fins, then it is aquatic.", "FOL": "B"}}))
+    (src / "test_data.json").write_text(json.dumps([
+        {"instruction": "", "input": "Which animal has thick fur?\nA. Kangaroo\nB. Polar bear", "output": "b", "rule": [0]},
+        {"instruction": "", "input": "Which animal is aquatic?\nA. Shark\nB. Eagle", "output": "a", "rule": [1]},
+    ]))
+    counts = to_beir(src, tmp_path / "beir")
+    assert counts == {"rules": 2, "queries": 2, "qrels": 2, "answers": 2}
+    corpus, qids, qrels = _records(tmp_path / "beir")
+    assert [d["_id"] for d in corpus] == ["0", "1"] and qids == ["deer-0", "deer-1"]
+    assert qrels == {("deer-0", "0"), ("deer-1", "1")}
+    answers = [json.loads(line) for line in (tmp_path / "beir" / "answers.jsonl").read_text().splitlines()]
+    assert [(a["query_id"], a["answers"]) for a in answers] == [("deer-0", ["b"]), ("deer-1", ["a"])]
+    assert answers[0]["question"].startswith("Which animal has thick fur?\nA. Kangaroo")
+
+
+def test_theoremqa_layout_string_ids_and_a_single_gold_id(tmp_path):
+    """theoremQA: test_rule.json, gold ids as strings; a bare id (not a list) is read as one gold rule."""
+    src = tmp_path / "theoremQA"
+    src.mkdir()
+    (src / "test_rule.json").write_text(json.dumps({"153": {"NL": "If a dividend grows at rate g, then ...", "FOL": ""},
+                                                    "227": "If 0 < x < 1, then (1 - x)^n >= 1/(1 + nx)."}))  # a rule as its text alone
+    (src / "test_data.json").write_text(json.dumps([{"input": "What is the fair value?", "output": "d", "rule": ["153"]},
+                                                    {"input": "Is (1 - x)^n >= 1/(1+nx)?", "output": "a", "rule": "227"}]))
+    counts = to_beir(src, tmp_path / "beir")
+    corpus, qids, qrels = _records(tmp_path / "beir")
+    assert counts["qrels"] == 2 and qids == ["theoremqa-0", "theoremqa-1"] and qrels == {("theoremqa-0", "153"), ("theoremqa-1", "227")}
+    assert corpus[1]["text"].startswith("If 0 < x < 1") and corpus[1]["metadata"]["fol"] is None
+
+
+def test_a_split_other_than_test_and_explicit_files(tmp_path):
+    """clutrr ships validation_data.json only: --split validation finds it (and validation_rule.json
+    over rules.json); explicit --rules/--queries read any names, a rule base as a list (ids: positions)."""
+    src = _write(tmp_path / "clutrr")
+    (src / "test_data.json").unlink()
+    with pytest.raises(RuleBenchError, match=r"lacks a query file \(test_data.json; found: rules.json\)"):
+        to_beir(src, tmp_path / "beir")
+    (src / "validation_rule.json").write_text(json.dumps({"5": "If A is B's son, then B is A's parent."}))
+    (src / "validation_data.json").write_text(json.dumps([{"input": "Tom is Ann's son. Who is Ann?", "rule": 5, "output": "parent"}]))
+    assert to_beir(src, tmp_path / "v", split="validation") == {"rules": 1, "queries": 1, "qrels": 1, "answers": 1}
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "base.json").write_text(json.dumps([{"NL": "If X, then Y."}, {"NL": "If Y, then Z."}]))
+    (other / "qs.json").write_text(json.dumps([{"input": "Y holds. Does Z?", "rule": [1]}]))
+    res = CliRunner().invoke(app, ["prepare-rulebench", "--rules", str(other / "base.json"), "--queries", str(other / "qs.json"),
+                                   "--name", "mine", "--out", str(tmp_path / "e")])
+    assert res.exit_code == 0, res.output
+    corpus, qids, qrels = _records(tmp_path / "e")
+    assert [d["_id"] for d in corpus] == ["0", "1"] and qids == ["mine-0"] and qrels == {("mine-0", "1")}
+    res = CliRunner().invoke(app, ["prepare-rulebench", "--rules", str(other / "base.json")])
+    assert res.exit_code == 2 and "both --rules and --queries" in res.output
+
+
+def test_bench_rules_reads_a_raw_set_or_a_prepared_one(tmp_path):
+    """bench-rules' experiment: a raw set converts in the run (with its options); a directory
+    prepare-rulebench wrote is read as it is; ULogic's reference figures stay only on ULogic."""
+    from jobs import benchmarks
+
+    src = _write(tmp_path / "deer")
+    exp = benchmarks.rules(src, split="validation", queries=src / "test_data.json", vanilla=True)
+    assert exp.name == "rulebench-vanilla" and exp.dataset.rulebench.split == "validation"
+    assert exp.dataset.rulebench.queries == str(src / "test_data.json") and exp.references == ()
+    to_beir(src, tmp_path / "prepared")
+    exp = benchmarks.rules(tmp_path / "prepared")
+    assert exp.name == "rulebench-siar" and exp.dataset.beir == str(tmp_path / "prepared") and exp.dataset.rulebench is None

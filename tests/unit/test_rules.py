@@ -165,3 +165,82 @@ def test_to_run_ranks_and_cuts():
     run = rules.to_run({"q1": ["a", "b", "c"], "q0": ["d"]}, k=2, method="r3", run_id="r3")
     assert run.column("query_id").to_pylist() == ["q0", "q1", "q1"]
     assert run.column("rank").to_pylist() == [1, 1, 2] and run.column("score").to_pylist() == [1.0, 3.0, 2.0]
+
+
+# ------------------------------------------------------------------------------ reasoning with rules
+class _Store:
+    """The rule texts a reason stage reads (DocStore.rows_for's shape)."""
+
+    def __init__(self, texts: dict[str, str]):
+        self.texts = texts
+
+    def rows_for(self, doc_ids, columns):
+        return pa.table({"doc_id": list(doc_ids), "title": [""] * len(doc_ids), "text": [self.texts[d] for d in doc_ids]})
+
+
+class _Answers:
+    """An LLM that records its prompts and answers from a script (an exception: the engine failed on it)."""
+
+    model_id = "scripted"
+
+    def __init__(self, replies):
+        self.replies, self.prompts = list(replies), []
+
+    def generate(self, template, values, constraint=None, max_tokens=256, temperature=0.0, seed=None, label=None):
+        self.prompts += [template.render(**v) for v in values]
+        assert constraint.kind == "regex"  # one line, bounded in words
+        return [self.replies.pop(0) for _ in values]
+
+
+def _run(rows):
+    from schemas.tables import RUN
+
+    return pa.Table.from_pylist([{"query_id": q, "doc_id": d, "rank": r, "score": 1.0 / r, "method": "m", "run_id": "m"} for q, d, r in rows], schema=RUN)
+
+
+def test_reason_shows_the_runs_top_rules_and_writes_one_answer_per_query(tmp_path, monkeypatch):
+    """The stage prompts with the top `rules` documents of the run (0: none), the question and
+    instruction as the answers file gives them; the run passes through; an engine error is an
+    empty answer, counted; a cut answer is kept, counted."""
+    import json
+
+    from pipelines.stages import rules as stage
+    from pipelines.stages.base import Context
+    from pipelines.stages.rules import Reason, ReasonError
+
+    monkeypatch.setattr(stage.templates, "cut_to_tokens", lambda model, texts, budget: texts)  # no tokenizer here
+    gold = tmp_path / "answers.jsonl"
+    gold.write_text("".join(json.dumps({"query_id": q, "question": f"Context:\nfacts of {q}\nQuestion:\nwhy {q}?", "answers": ["x"],
+                                        "instruction": "Giving a Context, please answer the Question."}) + "\n" for q in ("a", "b", "c")))
+    queries = pa.table({"query_id": ["a", "b", "c"], "text": ["facts of a\nwhy a?", "facts of b\nwhy b?", "facts of c\nwhy c?"]})
+    run = _run([("a", "r1", 1), ("a", "r2", 2), ("b", "r2", 1)])  # c: nothing retrieved
+    store = _Store({"r1": "If X owns Y, then X can feed Y.", "r2": "If X works with Y, then X uses Y."})
+    llm = _Answers([gen(" Alice can feed Tom. "), RuntimeError("engine died"), gen("cut off", "length")])
+    ctx = Context(store=store, llm=lambda: llm)
+    out = Reason(rules.ReasonOptions(rules=1, gold=str(gold))).run(ctx, queries, [run])
+    assert out.run is run
+    a = out.side["answers"].to_pylist()
+    assert [(r["query_id"], r["answer"], r["status"], r["rule_ids"]) for r in a] == [
+        ("a", "Alice can feed Tom.", "ok", ["r1"]), ("b", "", "error", ["r2"]), ("c", "cut off", "length", [])]
+    assert llm.prompts[0] == ("Giving a Context, please answer the Question.\n\nRule: If X owns Y, then X can feed Y.\n\n"
+                              "Context:\nfacts of a\nQuestion:\nwhy a?\nAnswer:")
+    assert "Rule:" not in llm.prompts[2]  # c has no rule to show
+    assert out.counts["by_status"] == {"ok": 1, "error": 1, "length": 1} and out.counts["with_rules"] == 2
+
+    llm = _Answers([gen("no"), gen("no"), gen("no")])
+    out = Reason(rules.ReasonOptions(rules=0)).run(Context(store=store, llm=lambda: llm), queries, [run])  # no rule, the query text
+    assert all("Rule:" not in p for p in llm.prompts) and llm.prompts[0].startswith(rules.DEFAULT_INSTRUCTION + "\n\nfacts of a")
+    with pytest.raises(ReasonError, match="no question for 1 query"):
+        Reason(rules.ReasonOptions(gold=str(gold))).run(ctx, pa.table({"query_id": ["z"], "text": ["t"]}), [run])
+
+
+def test_qrels_stage_is_each_querys_judged_documents_as_a_run(tmp_path):
+    from pipelines.stages.retrievers import Qrels, QrelsOptions
+
+    path = tmp_path / "qrels.tsv"
+    path.write_text("query-id\tcorpus-id\tscore\nq1\td3\t1\nq1\td1\t2\nq1\td9\t0\nq2\td2\t1\nq3\td4\t1\n")
+    queries = pa.table({"query_id": ["q1", "q2"], "text": ["", ""]})
+    run = Qrels(QrelsOptions(path=str(path))).run(None, queries, []).run
+    assert [(r["query_id"], r["doc_id"], r["rank"]) for r in run.to_pylist()] == [("q1", "d1", 1), ("q1", "d3", 2), ("q2", "d2", 1)]
+    run = Qrels(QrelsOptions(path=str(path), k=1)).run(None, queries, []).run
+    assert [(r["query_id"], r["doc_id"]) for r in run.to_pylist()] == [("q1", "d1"), ("q2", "d2")]
