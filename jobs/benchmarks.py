@@ -24,7 +24,7 @@ def rules(src: str | Path, sample: int | None = None, seed: int = 0, r3_n: int |
     if vanilla and r3_n:
         raise ExperimentError("bench-rules: --r3-n is an option of the SIAR + R3 rows; drop it or --vanilla")
     exp = load("rulebench-vanilla" if vanilla else "rulebench-siar")
-    changes = _rulebench(src, rules, queries, split)
+    changes = _rulebench(src, rules, queries, split, exp)
     if r3_n:
         changes["stages.r3.n"] = r3_n
         if r3_n > 20:
@@ -38,17 +38,28 @@ def reasoning(src: str | Path, sample: int | None = None, seed: int = 0, rules: 
               queries: str | Path | None = None, split: str = "test") -> Experiment:
     """The SIAR paper's reasoning table on the same set (rulebench-reasoning.yaml): answers
     with no rule, the gold rules, and the top-1 rule of vanilla BM25, SIAR and SIAR + R3."""
-    return with_sample(override(load("rulebench-reasoning"), _rulebench(src, rules, queries, split)), sample, seed if sample else None)
+    exp = load("rulebench-reasoning")
+    return with_sample(override(exp, _rulebench(src, rules, queries, split, exp)), sample, seed if sample else None)
 
 
-def _rulebench(src: str | Path, rules: str | Path | None, queries: str | Path | None, split: str) -> dict:
-    """The dataset of a rule benchmark: a directory `prepare-rulebench` wrote is read as it
-    is; anything else is a set to convert."""
-    from pipelines.datasets.rulebench import is_prepared
+def _rulebench(src: str | Path, rules: str | Path | None, queries: str | Path | None, split: str, exp: Experiment) -> dict:
+    """The dataset of a rule benchmark (a directory `prepare-rulebench` wrote is read as it is;
+    anything else is a set to convert) and, on a set other than ULogic, a title naming it,
+    without ULogic's reference figures and the paper's ULogic caveats."""
+    from pipelines.datasets.rulebench import is_prepared, prepared_name, set_name
 
     if is_prepared(src) and rules is None and queries is None:
-        return {"dataset": {"beir": str(src)}}
-    return {"dataset.rulebench": {"dir": str(src), "split": split} | {k: str(v) for k, v in (("rules", rules), ("queries", queries)) if v is not None}}
+        if split != "test":
+            raise ExperimentError(f"bench-rules: {src} is a prepared set (its split chosen when prepared); drop --split")
+        changes: dict = {"dataset": {"beir": str(src)}}
+        name = prepared_name(src)
+    else:
+        changes = {"dataset.rulebench": {"dir": str(src), "split": split} | {k: str(v) for k, v in (("rules", rules), ("queries", queries)) if v is not None}}
+        name = set_name(src, queries)
+    if name != "ulogic":
+        changes |= {"title": exp.title.replace("RuleBench ULogic", f"RuleBench {name}"), "references": [],
+                    "caveats": [c for c in exp.caveats if "SIAR paper's" not in c]}
+    return changes
 
 
 def lag(name: str = "musique", sample: int | None = None, seed: int = 0, judge: bool = False, llm_rows: bool = True,

@@ -145,7 +145,7 @@ _INDEX_FIELDS = ("corpus", "db", "table", "format", "delete_missing", "max_delet
 @configured(EMBED.at("embed"), config=IndexConfig, file=True, title_sep="embed.title_sep", batch_size="embed.batch_size",
             actors="ray.embed_actors", gpus_per_actor="ray.embed_num_gpus", ray_address="ray.address", **{f: f for f in _INDEX_FIELDS})
 def index(
-    corpus: Annotated[str | None, typer.Argument(help="BEIR dir, JSONL(.gz) or Parquet file/dir; local path or pyarrow URI (or corpus: in --config).")] = None,
+    corpus: Annotated[str | None, typer.Argument(help="BEIR dir, JSONL(.gz), Parquet, TREC SGML or TSV file/dir; local path or pyarrow URI (or corpus: in --config).")] = None,
     db: Annotated[str, typer.Option(help="LanceDB directory or URI.")] = "data/lancedb",
     table: str = _d(IndexConfig, "table"),
     format: Annotated[str, typer.Option(help="auto (each file's kind from its name) | beir | jsonl | parquet | trec (TREC SGML <DOC>s) | tsv "
@@ -352,8 +352,9 @@ def prepare_rulebench(
     set_ = _run(set_name, src, queries, name)
     out = out or Path("data") / f"rulebench-{set_}"
     counts = _run(to_beir, src, out, rules, queries, split, name)
-    answers = f", {counts['answers']} gold outputs" if counts["answers"] else ", no gold outputs (a record lacks 'output')"
-    typer.echo(f"{counts['rules']} rules, {counts['queries']} queries, {counts['qrels']} qrels{answers} -> {out}")
+    answers = f", {counts['answers']} gold outputs" if counts["answers"] else f", no gold outputs ({counts['no_answers']})"
+    typer.echo(f"{counts['rules']} rules ({counts['rules_file']}), {counts['queries']} queries ({counts['queries_file']}), "
+               f"{counts['qrels']} qrels{answers} -> {out}")
 
 
 @app.command("bench-rules")

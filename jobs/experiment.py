@@ -486,7 +486,8 @@ def _gold_of(gold: Path, queries: Path, to: Path) -> Path:
     """The gold answers of the queries run: ``gold`` itself, or its lines of a sample's
     queries written to ``to`` (a gold question without an answer would score 0)."""
     if not gold.is_file():
-        raise ExperimentError(f"gold answers: no file at {str(gold)!r}")
+        raise ExperimentError(f"gold answers: no file at {str(gold)!r} (prepare-qa writes one; prepare-rulebench when every record has a "
+                              "text output, and says which has none)")
     keep = set(_group_of(queries, None))
     lines = [line for line in gold.read_text(encoding="utf-8").splitlines() if line.strip()]
     kept = [line for line in lines if str(json.loads(line)["query_id"]) in keep]

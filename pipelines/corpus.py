@@ -16,14 +16,15 @@ TREC SGML (kind ``trec``; ``.trec``, ``.trectext``, ``.sgml``, ``.sgm``, each wi
 case-insensitive and may carry attributes. In a DOC:
 
 - the id is the ``<DOCNO>`` element's text, surrounding whitespace stripped;
-- the title is the text of its ``<TITLE>`` elements or, where it has none, of its ``<HEAD>``
-  elements, several joined by a space; none: no title;
+- the title is the text of its ``<TITLE>`` elements or, where it has none, of the first of
+  ``<HEAD>``, ``<HEADLINE>`` (LA Times, FT), ``<HL>`` (WSJ), ``<TTL>``, ``<TI>`` (FBIS) it
+  has, several joined by a space; none: no title;
 - the text is the text of its ``<TEXT>`` elements, several joined by a newline; where the DOC
-  has no ``<TEXT>``, the text is all its text outside its DOCNO, TITLE and HEAD elements;
+  has no ``<TEXT>``, the text is all its text outside its DOCNO and title elements;
 - the one rule for every other tag (``<DATE>``, ``<BYLINE>``, ``<DOCHDR>``, ...): its text is
   dropped when the DOC has a ``<TEXT>`` element, and is part of the text otherwise;
 - each field's markup (``<P>``, an unclosed ``<F P=105>``, comments) is removed, leaving its
-  text, its surrounding whitespace is stripped as layout, then SGML/HTML entities are decoded
+  text (a space where a tag stood between two words), its surrounding whitespace is stripped as layout, then SGML/HTML entities are decoded
   (``html.unescape``), so ``&#32;`` keeps a space a field starts or ends with and ``&lt;``
   is a ``<`` of the text (an entity ``html.unescape`` does not know, such as the Federal
   Register's ``&hyph;``, stays as written). A bare ``<`` followed by a letter starts a tag:
@@ -86,6 +87,7 @@ _TREC_SUFFIXES = tuple(s + gz for s in (".trec", ".trectext", ".sgml", ".sgm") f
 _TSV_SUFFIXES = (".tsv", ".tsv.gz")
 KINDS = ("jsonl", "parquet", "trec", "tsv")
 _KIND_NAMES = {"jsonl": "JSONL", "parquet": "Parquet", "trec": "TREC SGML", "tsv": "TSV"}
+_NOT_DOCUMENTS = ("queries", "qrels", "topics")  # names that, in a corpus directory, are a test collection's other files
 # A directory holding any of these is a BEIR directory, whose corpus must be corpus.jsonl[.gz].
 _BEIR_MARKERS = ("queries.jsonl", "queries.jsonl.gz", "qrels")
 
@@ -193,10 +195,18 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
     kinds = {p: _kind_of(p) for p in files}
     if fmt in ("trec", "tsv"):  # files named with no format are this one's (hidden ones aside)
         kinds = {p: k or (None if p.rsplit("/", 1)[-1].startswith(".") else fmt) for p, k in kinds.items()}
+    else:  # a directory's .tsv files are often its queries and qrels (MS MARCO's layout): read them only when told
+        kinds = {p: None if k == "tsv" else k for p, k in kinds.items()}
     wanted = [p for p in files if kinds[p] is not None and (fmt in ("auto", "beir") or kinds[p] == fmt)]
+    not_docs = [p.rsplit("/", 1)[-1] for p in wanted if p.rsplit("/", 1)[-1].lower().startswith(_NOT_DOCUMENTS)]
+    if not_docs:
+        raise CorpusError(f"corpus: {location!r} holds query or relevance files ({', '.join(not_docs[:5])}), not documents; "
+                          "give the collection file itself.")
     if not wanted:
         named = _KIND_NAMES.get(fmt)
-        raise CorpusError(f"corpus: no {named + ' files' if named else 'JSONL(.gz), Parquet, TREC SGML or TSV files'} under {location!r}.")
+        tsv = fmt not in ("trec", "tsv") and any(_kind_of(p) == "tsv" for p in files)
+        raise CorpusError(f"corpus: no {named + ' files' if named else 'JSONL(.gz), Parquet or TREC SGML files'} under {location!r}"
+                          + ("; a directory's .tsv files are read only with --format tsv (or give the collection's .tsv file)." if tsv else "."))
     found = sorted({kinds[p] for p in wanted})  # type: ignore[type-var]
     if len(found) > 1:
         raise CorpusError(f"corpus: {location!r} mixes {' and '.join(_KIND_NAMES[k] for k in found)} files; pass --format to pick one.")
@@ -382,19 +392,19 @@ def _read_tsv(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.T
             elif not raw.strip():
                 continue  # blank lines are layout, not records
             else:
-                batch.add(line_no, *_parse_tsv(raw, max_doc_bytes))
+                batch.add(line_no, *_parse_tsv(raw, max_doc_bytes, first=line_no == 1))
             if len(batch) >= batch_rows:
                 yield batch.flush()
     if len(batch):
         yield batch.flush()
 
 
-def _parse_tsv(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
+def _parse_tsv(raw: bytes, max_doc_bytes: int, first: bool = False) -> tuple[dict[str, Any], str | None, str | None]:
     try:
         line = raw.decode("utf-8").removesuffix("\r")
     except UnicodeDecodeError as exc:
         return _blank(), "invalid_utf8", str(exc)
-    parts = line.removeprefix("\ufeff").split("\t")  # (a byte order mark can only start the file: never part of an id)
+    parts = (line.removeprefix("\ufeff") if first else line).split("\t")  # a byte order mark starts the file, never an id
     if len(parts) != 2:
         what = "no tab" if len(parts) == 1 else f"{len(parts)} tab-separated fields"
         return _blank(), "bad_tsv_row", f"{what}; a TSV corpus line is id<TAB>text (a text holding a tab cannot be given as TSV)"
@@ -409,8 +419,10 @@ _NON_BLANK = re.compile(rb"\S")
 _KEEP_HEAD = 8192  # bytes of a skipped (oversized or unclosed) DOC kept to name its DOCNO
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _TAG = re.compile(r"<(/?)([A-Za-z][\w.:-]*)(?:\s[^<>]*)?/?>")
+_GLUE = re.compile(r"(?<=[^\s\0])\0+(?=[^\s\0])")  # removed tags between two non-blank characters
 _CLOSE_TAG = re.compile(r"</([A-Za-z][\w.:-]*)\s*>")
-_TREC_FIELDS = ("docno", "title", "head", "text")
+_TITLE_TAGS = ("title", "head", "headline", "hl", "ttl", "ti")  # a DOC's title: the first of these it has (LA Times/FT HEADLINE, WSJ HL, FBIS TI)
+_TREC_FIELDS = ("docno", *_TITLE_TAGS, "text")  # the elements read as fields; every other tag is markup
 
 
 def trec_raw_limit(max_doc_bytes: int) -> int:
@@ -461,7 +473,7 @@ def _trec_units(stream, cap: int, chunk: int = 1 << 20) -> Iterator[tuple[str, i
             if doc_start < 0:
                 note_stray(pos, tail)
                 pos = tail
-            elif head is None and len(buf) - doc_start > cap:
+            elif head is None and tail - doc_start > cap:  # bytes before tail hold no </DOC> (a cut tag lies after it)
                 head = buf[doc_start : doc_start + keep_head]
             if head is not None:
                 pos = tail
@@ -509,10 +521,11 @@ def _trec_units(stream, cap: int, chunk: int = 1 << 20) -> Iterator[tuple[str, i
 
 
 def _trec_fields(body: str) -> dict[str, list[str]]:
-    """A DOC's top-level elements by (lower-case) name, DOCNO/TITLE/HEAD/TEXT only, each its
-    raw inner text; ``""``: the DOC's text outside its DOCNO, TITLE and HEAD elements. An
-    element runs from its tag to the first matching close tag after it; a tag without one (an
-    SGML empty tag, ``<P>``) or a close tag that closes nothing is markup, stripped later."""
+    """A DOC's field elements (``_TREC_FIELDS``) by lower-case name, each its raw inner text;
+    ``""``: the DOC's text outside its DOCNO and title elements. A field element runs from its
+    tag to the first matching close tag after it; every other tag (``<P>``, ``<DATE>``, an
+    SGML empty tag such as ``<F P=105>``) is markup, stripped later, so no other element's
+    close tag can swallow a TEXT."""
     closes: dict[str, list[tuple[int, int]]] = {}
     for c in _CLOSE_TAG.finditer(body):
         closes.setdefault(c.group(1).lower(), []).append((c.start(), c.end()))
@@ -521,16 +534,15 @@ def _trec_fields(body: str) -> dict[str, list[str]]:
     at = 0
     while (m := _TAG.search(body, at)) is not None:
         name = m.group(2).lower()
-        ends = [] if m.group(1) else closes.get(name, [])
+        ends = [] if m.group(1) or name not in _TREC_FIELDS else closes.get(name, [])
         i = bisect.bisect_left(ends, (m.end(), 0))
-        if i == len(ends):  # markup: left in the text, stripped later
+        if i == len(ends):  # markup (any other tag, or a field tag never closed): left in the text, stripped later
             rest.append(body[at : m.end()])
             at = m.end()
             continue
         inner = body[m.end() : ends[i][0]]
-        if name in _TREC_FIELDS:
-            out.setdefault(name, []).append(inner)
-        rest.append(body[at : m.start()] if name in ("docno", "title", "head") else body[at : m.start()] + inner)
+        out.setdefault(name, []).append(inner)
+        rest.append(body[at : m.start()] + (inner if name == "text" else " "))
         at = ends[i][1]
     rest.append(body[at:])
     out[""] = ["".join(rest)]
@@ -538,8 +550,10 @@ def _trec_fields(body: str) -> dict[str, list[str]]:
 
 
 def _trec_clean(raw: str) -> str:
-    """A field's text: markup removed, layout whitespace stripped, entities decoded."""
-    return html.unescape(_TAG.sub("", _COMMENT.sub("", raw)).strip())
+    """A field's text: markup removed (a space where a tag stood between two words, so
+    ``</P><P>`` never glues them), layout whitespace stripped, entities decoded."""
+    marked = _TAG.sub("\0", _COMMENT.sub("", raw))
+    return html.unescape(_GLUE.sub(" ", marked).replace("\0", "").strip())
 
 
 def _trec_docno(body: str) -> str | None:
@@ -555,7 +569,7 @@ def _parse_trec(body: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | 
         return dict(_blank(), doc_id=docno if docno and "\ufffd" not in docno else None), "invalid_utf8", str(exc)
     fields = _trec_fields(_COMMENT.sub("", doc))
     docno = fields.get("docno", [""])[0]
-    titles = fields.get("title") or fields.get("head") or []
+    titles = next((fields[t] for t in _TITLE_TAGS if t in fields), [])
     title = " ".join(t for t in map(_trec_clean, titles) if t)
     text = "\n".join(_trec_clean(t) for t in fields["text"]) if "text" in fields else _trec_clean(fields[""][0])
     return _say(validate_record({"docno": _trec_clean(docno), "title": title, "text": text}, max_doc_bytes), _TREC_SAYS)
@@ -563,7 +577,7 @@ def _parse_trec(body: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | 
 
 # validate_record's details name JSON keys; these say the same of a TREC DOC or a TSV line
 _TREC_SAYS = {"missing_id": "no <DOCNO> element holding a non-blank id",
-              "empty_text": "no non-blank text (in its <TEXT> elements; where it has none, outside its DOCNO, TITLE and HEAD)"}
+              "empty_text": "no non-blank text (in its <TEXT> elements; where it has none, outside its DOCNO and title elements)"}
 _TSV_SAYS = {"missing_id": "the id (the first field) is empty", "empty_text": "the text (the second field) is blank"}
 
 

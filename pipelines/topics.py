@@ -182,7 +182,8 @@ def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
         qid = number.group(1) if number else _topic_text(fields.get("num", ""))
         if not qid:
             raise TopicsError(f"queries {path}: the topic at line {line} has no number (<num> Number: N, or <topic number=\"N\">); give every topic its number.")
-        qid = str(int(qid)) if qid.isascii() and qid.isdigit() else qid  # Number: 051 is topic 51, as the qrels write it
+        if number is None and qid.isascii() and qid.isdigit():  # <num> Number: 051 is topic 51, as the classic qrels write it
+            qid = str(int(qid))  # (<topic number="0001"> keeps its id as written)
         raw = next((fields[t] for t in _FIELD_TAGS[field] if t in fields), None)
         query = _topic_text(raw) if raw is not None else ""
         if not query:

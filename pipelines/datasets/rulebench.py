@@ -5,8 +5,9 @@ The sets declare no licence, so logicrank bundles none of them. Each set of the 
 repository (llm-rule-following's ``dataset/<set>/``) is a directory with a rule base and a
 query file; :func:`find_files` looks them up by the names the sets use:
 
-    rule base   ``<split>_rule.json`` (clutrr, deer, law, theoremQA, ulogic-cf, ...), or
-                ``rules.json`` (ulogic)
+    rule base   ``<split>_rule.json`` (clutrr, deer, ulogic-cf, ...), ``rules.json`` (ulogic),
+                ``test_rule.json`` (law's, beside its train_data.json), or the one
+                ``*_rule.json`` the directory holds (theoremQA's train_rule.json)
     queries     ``<split>_data.json`` (``split`` "test" unless told: clutrr ships only
                 ``validation_data.json``, law only ``train_data.json``)
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from pipelines.datasets import BeirDataset
 from pipelines.files import atomic_path
@@ -84,8 +86,13 @@ def find_files(src: str | Path | None, rules: str | Path | None = None, queries:
         raise RuleBenchError(f"rulebench: {root} lacks a {what} ({' or '.join(names)}; found: {', '.join(near) or 'no JSON file'}); "
                              f"give {option} FILE, or --split for a set without a test split.")
 
-    return (pick(rules, (f"{split}_rule.json", "rules.json"), "rule base", "--rules"),
-            pick(queries, (f"{split}_data.json",), "query file", "--queries"))
+    # a split's own rule base, ULogic's, the test split's (law: test_rule.json beside train_data.json),
+    # else the one rule base the directory holds (theoremQA: train_rule.json beside test_data.json)
+    names = list(dict.fromkeys((f"{split}_rule.json", "rules.json", "test_rule.json")))
+    only = sorted(root.glob("*_rule.json")) if root is not None else []
+    if len(only) == 1 and only[0].name not in names:
+        names.append(only[0].name)
+    return (pick(rules, tuple(names), "rule base", "--rules"), pick(queries, (f"{split}_data.json",), "query file", "--queries"))
 
 
 def _load(path: Path):
@@ -146,10 +153,19 @@ def is_prepared(path: str | Path) -> bool:
     return (p / "corpus.jsonl").is_file() and (p / "queries.jsonl").is_file() and (p / "qrels" / "test.tsv").is_file()
 
 
+def prepared_name(path: str | Path) -> str:
+    """The set name in a prepared set's query ids (``deer`` of ``deer-0``)."""
+    with (Path(path) / "queries.jsonl").open(encoding="utf-8") as f:
+        first = next((line for line in f if line.strip()), None)
+    qid = str(json.loads(first).get("_id", "")) if first else ""
+    return qid.rsplit("-", 1)[0] if "-" in qid else (qid or "unknown")
+
+
 def to_beir(src: str | Path | None, out: str | Path, rules: str | Path | None = None, queries: str | Path | None = None,
-            split: str = "test", name: str | None = None) -> dict[str, int]:
+            split: str = "test", name: str | None = None) -> dict[str, Any]:
     """Convert; returns the counts written (rules, queries, qrels, answers: 0 when a record
-    has no output). ``name``: see :func:`set_name`."""
+    has no text output, ``no_answers`` then says which), and the files read (rules_file,
+    queries_file). ``name``: see :func:`set_name`."""
     rules_path, data_path = find_files(src, rules, queries, split)
     name = set_name(src, data_path, name)
     base = _rule_texts(_load(rules_path), rules_path)
@@ -178,12 +194,16 @@ def to_beir(src: str | Path | None, out: str | Path, rules: str | Path | None = 
     _write_lines(ds.qrels, ["query-id\tcorpus-id\tscore", *(f"{q}\t{d}\t1" for q, d in qrels)])
     outputs = [_output(q) for q in data]
     answers = out / "answers.jsonl"
+    lacking = next((i for i, o in enumerate(outputs) if not o), None)
+    no_answers = None if lacking is None else (
+        f"record {lacking}'s output is {type(data[lacking].get('output')).__name__ if 'output' in data[lacking] else 'missing'}, not text")
     if all(outputs):
         _write_lines(answers, (json.dumps({"query_id": f"{name}-{i}", "question": q["input"], "answers": [o],
                                            "instruction": str(q.get("instruction") or "")}) for i, (q, o) in enumerate(zip(data, outputs, strict=True))))
     elif answers.exists():
         answers.unlink()  # a previous conversion's gold must not outlive its set
-    return {"rules": len(base), "queries": len(data), "qrels": len(qrels), "answers": len(data) if all(outputs) else 0}
+    return {"rules": len(base), "queries": len(data), "qrels": len(qrels), "answers": len(data) if all(outputs) else 0,
+            "no_answers": no_answers, "rules_file": str(rules_path), "queries_file": str(data_path)}
 
 
 def _output(q: dict) -> str:

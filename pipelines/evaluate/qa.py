@@ -3,6 +3,9 @@
 
 - ``EM``: exact match after SQuAD's answer normalisation (lower case, no punctuation, no
   articles a/an/the, single spaces), best over the gold answer and its aliases;
+- against a multiple-choice gold answer (an option letter, "b" or "(c)": RuleBench's deer and
+  theoremQA), every measure but the judge scores the option the prediction chooses
+  (:func:`chosen_option`), as SQuAD's normalisation would delete "a" as an article;
 - ``TokenF1``: SQuAD's token F1 on the normalised texts, best over the gold answers;
 - ``Acc``: contain-match accuracy (LAG's and many RAG papers' "accuracy"): 1 when a
   normalised gold answer or alias is a substring of the normalised prediction;
@@ -51,13 +54,50 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
+_OPTION = re.compile(r"\(?([a-e])\)?\.?", re.IGNORECASE)  # a multiple-choice gold answer: "b", "(c)", "D."
+_CHOSEN_FIRST = re.compile(r"\s*\(?([a-e])(?:$|[\s).:,])", re.IGNORECASE)  # an answer that starts with its option: "b", "(b) ...", "B. ..."
+_CHOSEN_ANYWHERE = re.compile(r"\(([a-e])\)|(?<![\w'])([A-E])(?![\w'])")  # else the first "(b)" or capital letter standing alone
+
+
+def option_letter(gold: str) -> str | None:
+    """The option a multiple-choice gold answer names ("b", "(c)", "D."), lower case; None
+    for any other answer."""
+    m = _OPTION.fullmatch(gold.strip())
+    return m.group(1).lower() if m else None
+
+
+def chosen_option(prediction: str) -> str | None:
+    """The option a prediction chooses: its first character when the answer starts with an
+    option ("b", "(b) ...", "B. ..."), else its first "(b)" or capital A-E standing alone
+    ("The answer is C."), lower case; None when it names none. SQuAD's normalisation cannot
+    read such answers: it deletes "a" as an article."""
+    m = _CHOSEN_FIRST.match(prediction) or _CHOSEN_ANYWHERE.search(prediction)
+    return next(g for g in m.groups() if g).lower() if m else None
+
+
+def _option_match(prediction: str, gold: Sequence[str]) -> float | None:
+    """1 or 0 when every gold answer is an option letter (the chosen option against them);
+    None otherwise: the text measures apply."""
+    letters = [option_letter(g) for g in gold]
+    if not letters or None in letters:
+        return None
+    return float(chosen_option(prediction) in letters)
+
+
 def exact_match(prediction: str, gold: Sequence[str]) -> float:
+    """SQuAD's exact match; against a multiple-choice gold answer (an option letter), the
+    option the prediction chooses (:func:`chosen_option`)."""
+    if (option := _option_match(prediction, gold)) is not None:
+        return option
     p = normalize_answer(prediction)
     return float(any(p == normalize_answer(g) for g in gold))
 
 
 def token_f1(prediction: str, gold: Sequence[str]) -> float:
-    """SQuAD's token F1 (multiset overlap of normalised tokens), best over the gold answers."""
+    """SQuAD's token F1 (multiset overlap of normalised tokens), best over the gold answers;
+    against an option letter, the chosen option (0 or 1)."""
+    if (option := _option_match(prediction, gold)) is not None:
+        return option
     p = normalize_answer(prediction).split()
     best = 0.0
     for g in gold:
@@ -70,7 +110,10 @@ def token_f1(prediction: str, gold: Sequence[str]) -> float:
 
 
 def contain_match(prediction: str, gold: Sequence[str]) -> float:
-    """1 when a normalised gold answer (non-empty) occurs in the normalised prediction."""
+    """1 when a normalised gold answer (non-empty) occurs in the normalised prediction;
+    against an option letter, the chosen option (a letter is a substring of most answers)."""
+    if (option := _option_match(prediction, gold)) is not None:
+        return option
     p = normalize_answer(prediction)
     return float(any((g := normalize_answer(a)) and g in p for a in gold))
 

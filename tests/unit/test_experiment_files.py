@@ -102,15 +102,17 @@ def test_references_stay_for_the_same_data_and_go_when_the_queries_or_the_encode
 def test_the_bench_commands_options_land_where_the_files_hold_them(tmp_path, monkeypatch):
     from jobs import benchmarks
 
-    monkeypatch.setenv("LOGICRANK_RULEBENCH", str(tmp_path))
-    full = benchmarks.rules(tmp_path)
+    ulogic = tmp_path / "ulogic"  # (the reference figures are ULogic's: kept on a set of that name alone)
+    ulogic.mkdir()
+    monkeypatch.setenv("LOGICRANK_RULEBENCH", str(ulogic))
+    full = benchmarks.rules(ulogic)
     assert len(full.references) == 2 and full.dataset.sample is None  # the whole set: the references are checked
-    deep = benchmarks.rules(tmp_path, sample=5, r3_n=30)
+    deep = benchmarks.rules(ulogic, sample=5, r3_n=30)
     assert deep.dataset.sample == 5 and deep.references == () and "R@30" in deep.measures
     for rid in ("sparse-siar-r3", "dense-siar-r3"):
         assert deep.pipelines[rid][1][next(iter(deep.pipelines[rid][1]))] == {"k": 30} and deep.pipelines[rid][2] == {"r3": {"k": 30, "n": 30}}
     assert deep.pipelines["sparse"] == [{"bm25": {"k": 30}}]  # R3's ceiling is the retrievers' depth
-    assert benchmarks.rules(tmp_path, r3_n=10).pipelines["dense-siar-r3"][2] == {"r3": {"k": 20, "n": 10}}
+    assert benchmarks.rules(ulogic, r3_n=10).pipelines["dense-siar-r3"][2] == {"r3": {"k": 20, "n": 10}}
 
     s = benchmarks.setlogic(per_template=3, seed=2, k=10, orlog_depth=5)
     assert s.dataset.setlogic.per_template == 3 and s.dataset.setlogic.seed == 2 and s.measures == ("P@1", "R@10", "F1@10", "nDCG@10")

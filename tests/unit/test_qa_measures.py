@@ -139,3 +139,21 @@ def test_the_evaluate_job_scores_answers_alone_or_beside_runs(tmp_path):
                                                       answers=(str(tmp_path / "lag.parquet"), str(tmp_path / "rag.parquet")), gold=str(gold),
                                                       baseline="rag"), tmp_path / "e2"))
     assert mixed.loc["lag", "P@1"] == 1.0 and np.isnan(mixed.loc["rag", "P@1"]) and mixed.loc["rag", "EM"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "want"),
+    [
+        ("b", "b", 1.0), ("B. Polar bears live in the Arctic.", "b", 1.0), ("(d) Kimberlite", "d", 1.0),
+        ("The answer is C.", "c", 1.0), ("c", "(c)", 1.0),
+        ("Because of C", "b", 0.0),  # the chosen option is C, not b (contain-match on text would say 1: "b" in "because")
+        ("The", "a", 0.0), ("An", "a", 0.0),  # SQuAD's normalisation makes both "" and gold "a" "" too: a match
+        ("none of them", "a", 0.0),
+    ],
+)
+def test_a_multiple_choice_gold_is_scored_by_the_option_the_answer_chooses(prediction, gold, want):
+    """RuleBench's deer and theoremQA answer with an option letter: every text measure scores
+    the option the prediction chooses."""
+    from pipelines.evaluate.qa import contain_match, exact_match, token_f1
+
+    assert exact_match(prediction, [gold]) == contain_match(prediction, [gold]) == token_f1(prediction, [gold]) == want

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from jobs.cli import app
+from jobs.experiment import ExperimentError
 from pipelines.datasets.rulebench import RuleBenchError, to_beir
 from pipelines.topics import read_qrels, read_queries
 
@@ -32,7 +33,8 @@ def _write(root, rules=RULES, queries=QUERIES):
 
 def test_rules_become_the_corpus_and_gold_ids_the_qrels(tmp_path):
     counts = to_beir(_write(tmp_path / "ulogic"), tmp_path / "beir")  # query ids: the directory's name
-    assert counts == {"rules": 3, "queries": 2, "qrels": 2, "answers": 0}  # a repeated gold id counts once; no outputs: no answers
+    assert _counts(counts) == (3, 2, 2, 0)  # a repeated gold id counts once; no outputs: no answers
+    assert counts["no_answers"] == "record 0's output is missing, not text" and counts["rules_file"].endswith("rules.json")
     corpus = [json.loads(line) for line in (tmp_path / "beir" / "corpus.jsonl").read_text().splitlines()]
     assert [d["_id"] for d in corpus] == ["0", "1", "2"] and corpus[0]["text"] == RULES["0"]["NL"] and corpus[0]["metadata"]["fol"].startswith("Own(")
     queries = read_queries(tmp_path / "beir" / "queries.jsonl")
@@ -65,7 +67,12 @@ def test_the_command_line_says_what_is_missing(tmp_path):
     res = CliRunner().invoke(app, ["prepare-rulebench", str(tmp_path), "--out", str(tmp_path / "beir")])
     assert res.exit_code == 2 and "lacks a rule base" in res.output and "rules.json" in res.output
     res = CliRunner().invoke(app, ["prepare-rulebench", str(_write(tmp_path / "src")), "--out", str(tmp_path / "beir")])
-    assert res.exit_code == 0 and "3 rules, 2 queries, 2 qrels, no gold outputs" in res.output
+    assert res.exit_code == 0 and "2 qrels, no gold outputs (record 0's output is missing, not text)" in res.output
+    assert "3 rules (" in res.output and "rules.json), 2 queries (" in res.output
+
+
+def _counts(counts: dict) -> tuple[int, int, int, int]:
+    return counts["rules"], counts["queries"], counts["qrels"], counts["answers"]
 
 
 def _records(beir):
@@ -85,7 +92,7 @@ def test_deer_layout_test_rule_json_and_integer_rule_ids(tmp_path):
         {"instruction": "", "input": "Which animal is aquatic?\nA. Shark\nB. Eagle", "output": "a", "rule": [1]},
     ]))
     counts = to_beir(src, tmp_path / "beir")
-    assert counts == {"rules": 2, "queries": 2, "qrels": 2, "answers": 2}
+    assert _counts(counts) == (2, 2, 2, 2) and counts["rules_file"].endswith("test_rule.json")
     corpus, qids, qrels = _records(tmp_path / "beir")
     assert [d["_id"] for d in corpus] == ["0", "1"] and qids == ["deer-0", "deer-1"]
     assert qrels == {("deer-0", "0"), ("deer-1", "1")}
@@ -117,7 +124,7 @@ def test_a_split_other_than_test_and_explicit_files(tmp_path):
         to_beir(src, tmp_path / "beir")
     (src / "validation_rule.json").write_text(json.dumps({"5": "If A is B's son, then B is A's parent."}))
     (src / "validation_data.json").write_text(json.dumps([{"input": "Tom is Ann's son. Who is Ann?", "rule": 5, "output": "parent"}]))
-    assert to_beir(src, tmp_path / "v", split="validation") == {"rules": 1, "queries": 1, "qrels": 1, "answers": 1}
+    assert _counts(to_beir(src, tmp_path / "v", split="validation")) == (1, 1, 1, 1)
     other = tmp_path / "elsewhere"
     other.mkdir()
     (other / "base.json").write_text(json.dumps([{"NL": "If X, then Y."}, {"NL": "If Y, then Z."}]))
@@ -140,6 +147,33 @@ def test_bench_rules_reads_a_raw_set_or_a_prepared_one(tmp_path):
     exp = benchmarks.rules(src, split="validation", queries=src / "test_data.json", vanilla=True)
     assert exp.name == "rulebench-vanilla" and exp.dataset.rulebench.split == "validation"
     assert exp.dataset.rulebench.queries == str(src / "test_data.json") and exp.references == ()
+    assert exp.title == "RuleBench deer: vanilla sparse and dense rule retrieval" and not any("68.91" in c for c in exp.caveats)
     to_beir(src, tmp_path / "prepared")
     exp = benchmarks.rules(tmp_path / "prepared")
     assert exp.name == "rulebench-siar" and exp.dataset.beir == str(tmp_path / "prepared") and exp.dataset.rulebench is None
+    assert exp.title.startswith("RuleBench deer:") and exp.references == ()  # the name read from the prepared query ids
+    with pytest.raises(ExperimentError, match="prepared set .* drop --split"):
+        benchmarks.rules(tmp_path / "prepared", split="train")
+    ulogic = benchmarks.reasoning(_write(tmp_path / "ulogic"))
+    assert ulogic.title.startswith("RuleBench ULogic:") and benchmarks.reasoning(src).title.startswith("RuleBench deer:")
+
+
+def test_law_layout_test_rules_beside_train_data_and_theoremqa_its_one_rule_base(tmp_path):
+    """law ships test_rule.json beside train_data.json (--split train); theoremQA train_rule.json
+    beside test_data.json: the one rule base a directory holds is read; with several and none
+    of the split's, the set is refused with what it holds."""
+    law = tmp_path / "law"
+    law.mkdir()
+    (law / "test_rule.json").write_text(json.dumps({"0": {"NL": "If one steals, then one is punished."}}))
+    (law / "train_data.json").write_text(json.dumps([{"input": "Tom stole a car. Is Tom punished?", "rule": [0], "output": "yes"}]))
+    counts = to_beir(law, tmp_path / "law-beir", split="train")
+    assert _counts(counts) == (1, 1, 1, 1) and counts["rules_file"].endswith("test_rule.json") and counts["queries_file"].endswith("train_data.json")
+    tq = tmp_path / "theoremQA"
+    tq.mkdir()
+    (tq / "train_rule.json").write_text(json.dumps({"7": "If a triangle is right, then a^2 + b^2 = c^2."}))
+    (tq / "test_data.json").write_text(json.dumps([{"input": "Legs 3 and 4: hypotenuse?", "rule": ["7"], "output": "c"}]))
+    counts = to_beir(tq, tmp_path / "tq-beir")
+    assert counts["rules_file"].endswith("train_rule.json") and _records(tmp_path / "tq-beir")[2] == {("theoremqa-0", "7")}
+    (tq / "validation_rule.json").write_text("{}")
+    with pytest.raises(RuleBenchError, match=r"lacks a rule base .*found: test_data.json, train_rule.json, validation_rule.json"):
+        to_beir(tq, tmp_path / "tq2")

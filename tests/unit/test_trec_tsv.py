@@ -218,9 +218,24 @@ def test_list_sources_picks_trec_and_reads_suffixless_files_with_format_trec(tmp
     (tmp_path / "mixed").mkdir()
     write_tsv(tmp_path / "mixed" / "a.tsv", DOCS[:1])
     write_trec(tmp_path / "mixed" / "b.trec", DOCS[:1])
-    with pytest.raises(CorpusError, match="mixes TREC SGML and TSV files"):
-        list_sources(str(tmp_path / "mixed"))
+    assert [s.kind for s in list_sources(str(tmp_path / "mixed"))] == ["trec"]  # a directory's .tsv: only when told
     assert [s.kind for s in list_sources(str(tmp_path / "mixed"), "tsv")] == ["tsv"]
+
+
+def test_a_directory_in_ms_marcos_layout_never_indexes_its_queries_or_qrels(tmp_path):
+    """collection.tsv beside queries.dev.tsv and qrels.dev.tsv (MS MARCO's layout): a directory's
+    .tsv files are read only with --format tsv, which refuses the queries and qrels files; the
+    collection file given itself is read."""
+    from pipelines.corpus import CorpusError
+
+    (tmp_path / "collection.tsv").write_text("7187158\tthe first passage\n1048585\tthe second passage\n")
+    (tmp_path / "queries.dev.tsv").write_text("1048585\twhat is a query\n")
+    (tmp_path / "qrels.dev.small.tsv").write_text("1048585\t0\t7187158\t1\n")
+    with pytest.raises(CorpusError, match="read only with --format tsv"):
+        list_sources(str(tmp_path))
+    with pytest.raises(CorpusError, match=r"holds query or relevance files \(qrels.dev.small.tsv, queries.dev.tsv\)"):
+        list_sources(str(tmp_path), "tsv")
+    assert _rows(_read_all(tmp_path / "collection.tsv")) == [("7187158", None, "the first passage"), ("1048585", None, "the second passage")]
 
 
 def test_index_takes_format_trec(tmp_path):
@@ -284,6 +299,8 @@ def test_xml_topics(tmp_path):
     assert read_queries(path).column("text").to_pylist() == ["coronavirus origin", "coronavirus response to weather changes"]
     assert read_queries(path, "desc").column("text").to_pylist() == ["what is the origin of COVID-19", "how does the coronavirus respond?"]
     assert read_queries(path, "narr").column("query_id").to_pylist() == ["1", "2"]
+    path.write_text('<topics><topic number="0001"><query>padded</query></topic></topics>')
+    assert read_queries(path).column("query_id").to_pylist() == ["0001"]  # an attribute's id is kept as written
 
 
 def test_topics_refusals_name_the_topic_and_the_fix(tmp_path):
@@ -356,3 +373,61 @@ def test_the_topics_field_reaches_retrieve_and_decompose(tmp_path):
     assert DecomposeConfig(queries="q", topics_field="desc").topics_field == "desc"
     with pytest.raises(ValidationError):
         DecomposeConfig(queries="q", topics_field="body")
+
+
+def test_a_doc_just_under_or_over_the_limit_is_judged_the_same_whatever_the_read_boundaries():
+    """Whether a DOC is oversized depends on its size alone, never on where a read cut a
+    </DOC> tag: bodies from 4 under to 4 over the limit, every chunk size up to 3 x the tag."""
+    cap = 100
+    for size in range(cap - 4, cap + 5):
+        data = f"<DOC><DOCNO>x</DOCNO><TEXT>{'y' * (size - len('<DOCNO>x</DOCNO><TEXT></TEXT>'))}</TEXT></DOC>\n".encode()
+        want = [u[0] for u in _trec_units(io.BytesIO(data), cap)]
+        assert want == ["doc" if size <= cap else "oversized"], size
+        for chunk in range(1, 3 * 256):
+            assert [u[0] for u in _trec_units(io.BytesIO(data), cap, chunk=chunk)] == want, (size, chunk)
+
+
+def _classic(shape: str, n: int, title: str, text: str) -> str:
+    """One document shaped as the classic TREC collections ship them (Disks 4-5, WSJ)."""
+    body = text.split(". ")
+    paras = "".join(f"<P>\n{html.escape(p, quote=False)}\n</P>\n" for p in body)
+    if shape == "latimes":
+        return (f"<DOC>\n<DOCNO> LA0101{n:02d}-0{n:03d} </DOCNO>\n<DOCID> {n} </DOCID>\n<DATE>\n<P>\nDATEMARK 1989\n</P>\n</DATE>\n"
+                f"<SECTION>\n<P>\nPart A\n</P>\n</SECTION>\n<LENGTH>\n<P>\n120 words\n</P>\n</LENGTH>\n"
+                f"<HEADLINE>\n<P>\n{html.escape(title, quote=False)}\n</P>\n</HEADLINE>\n<BYLINE>\n<P>\nBYLINEMARK\n</P>\n</BYLINE>\n"
+                f"<TEXT>\n{paras}</TEXT>\n<TYPE>\n<P>\nWire\n</P>\n</TYPE>\n</DOC>\n")
+    if shape == "fbis":
+        return (f"<DOC>\n<DOCNO> FBIS3-{n} </DOCNO>\n<HT>  \"drweu001_a_94001\" </HT>\n<HEADER>\n<AU>   FBIS-WEU-94-001 </AU>\n"
+                f"Document Type:Daily Report \n<DATE1>  3 January 1994 </DATE1>\n<H2>  WEST EUROPE </H2>\n"
+                f"<TI> {html.escape(title, quote=False)} </TI>\n</HEADER>\n"
+                f"<TEXT>\nLanguage: <F P=105> English </F>\nArticle Type:BFN \n{paras}</TEXT>\n</DOC>\n")
+    if shape == "fr94":
+        return (f"<DOC>\n<DOCNO> FR940104-0-{n:05d} </DOCNO>\n<PARENT> FR940104-0-00001 </PARENT>\n<TEXT>\n"
+                f"<!-- PJG FTAG 4700 -->\n<!-- PJG STAG 4700 -->\n<!-- PJG ITAG l=94 g=1 f=1 -->\n"
+                f"<USDEPT>Department of Agriculture</USDEPT>\n{paras}<!-- PJG 0012 frnewline -->\n</TEXT>\n</DOC>\n")
+    return (f"<DOC>\n<DOCNO> WSJ870324-0{n:03d} </DOCNO>\n<HL> {html.escape(title, quote=False)} </HL>\n<DD> 03/24/87</DD>\n"
+            f"<SO> WALL STREET JOURNAL (J)</SO>\n<IN> MEDICINE </IN>\n<TEXT>\n{paras}</TEXT>\n</DOC>\n")
+
+
+def test_the_classic_collections_shapes_give_their_headlines_and_their_text_alone(tmp_path):
+    """Three hundred SciFact abstracts written in the shapes of LA Times (HEADLINE, P-wrapped
+    fields), FBIS (TI inside HEADER, an <F P=105> tag), the Federal Register (PJG comments,
+    USDEPT inside TEXT) and WSJ (HL): each document's title is its headline, its text the TEXT
+    paragraphs (one space or newline between them, never glued), the other fields dropped."""
+    with gzip.open(scifact().corpus, "rt", encoding="utf-8") as f:
+        docs = [json.loads(line) for line in itertools.islice(f, 300)]
+    shapes = ("latimes", "fbis", "fr94", "wsj")
+    path = tmp_path / "disk45.trec"
+    path.write_text("".join(_classic(shapes[i % 4], i, d["title"].strip(), d["text"]) for i, d in enumerate(docs)), encoding="utf-8")
+    got = _read_all(path)
+    assert got.num_rows == 300 and got.column("_reason").null_count == 300
+    for i, (doc_id, title, text) in enumerate(_rows(got)):
+        shape, d = shapes[i % 4], docs[i]
+        words = " ".join(d["text"].split(". ")).split()
+        if shape == "fbis":
+            words = ["Language:", "English", "Article", "Type:BFN", *words]
+        if shape == "fr94":
+            words = ["Department", "of", "Agriculture", *words]
+        assert text.split() == words, (shape, doc_id)  # nothing glued, nothing from DATE, BYLINE, SECTION, HEADER, DD ...
+        assert title == (None if shape == "fr94" else d["title"].strip()), (shape, doc_id)
+        assert "DATEMARK" not in text and "BYLINEMARK" not in text and "FBIS-WEU" not in text and "PJG" not in text
