@@ -316,9 +316,10 @@ def _lines(stream, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None
         yield buf
 
 
-def _read_jsonl(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
-    # A JSON line may escape every character (6 bytes for one); past this we do not parse.
-    max_line = 6 * max_doc_bytes + (1 << 16)
+def _read_rows(src: Source, batch_rows: int, max_line: int,
+               parse: Callable[[bytes, int], tuple[dict[str, Any], str | None, str | None]]) -> Iterator[pa.Table]:
+    """A line-per-record file (JSONL, TSV): each non-blank line parsed by ``parse(raw, line_no)``;
+    a line longer than ``max_line`` bytes is an ``oversized`` reject, never read whole."""
     batch = _Batcher(src.uri, batch_rows)
     with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
         for line_no, raw in enumerate(_lines(stream, max_line), 1):
@@ -327,11 +328,16 @@ def _read_jsonl(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa
             elif not raw.strip():
                 continue  # blank lines are layout, not records
             else:
-                batch.add(line_no, *_parse_line(raw, max_doc_bytes))
+                batch.add(line_no, *parse(raw, line_no))
             if len(batch) >= batch_rows:
                 yield batch.flush()
     if len(batch):
         yield batch.flush()
+
+
+def _read_jsonl(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
+    # A JSON line may escape every character (6 bytes for one); past this we do not parse.
+    return _read_rows(src, batch_rows, 6 * max_doc_bytes + (1 << 16), lambda raw, _: _parse_line(raw, max_doc_bytes))
 
 
 def _blank() -> dict[str, Any]:
@@ -383,20 +389,8 @@ def _decode_binary(rec: dict[str, Any]) -> dict[str, Any] | tuple[str, str]:
 
 
 def _read_tsv(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
-    max_line = max_doc_bytes + (1 << 16)  # TSV escapes nothing: a longer line is oversized whatever it holds
-    batch = _Batcher(src.uri, batch_rows)
-    with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
-        for line_no, raw in enumerate(_lines(stream, max_line), 1):
-            if raw is None:
-                batch.add(line_no, _blank(), "oversized", f"line longer than {max_line} bytes")
-            elif not raw.strip():
-                continue  # blank lines are layout, not records
-            else:
-                batch.add(line_no, *_parse_tsv(raw, max_doc_bytes, first=line_no == 1))
-            if len(batch) >= batch_rows:
-                yield batch.flush()
-    if len(batch):
-        yield batch.flush()
+    # TSV escapes nothing: a line longer than a document and its id is oversized whatever it holds
+    return _read_rows(src, batch_rows, max_doc_bytes + (1 << 16), lambda raw, n: _parse_tsv(raw, max_doc_bytes, first=n == 1))
 
 
 def _parse_tsv(raw: bytes, max_doc_bytes: int, first: bool = False) -> tuple[dict[str, Any], str | None, str | None]:
