@@ -111,7 +111,7 @@ def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig,
     """The rules section (markdown): rulebench-siar.yaml on a sample, or one line saying why not."""
     from pipelines.datasets.rulebench import ENV, OBTAIN, RuleBenchError, find_files
 
-    echo(f"[6/9] rule retrieval (RuleBench ULogic, {RULES_SAMPLE}-query sample): vanilla, SIAR, SIAR + R3 with SmolLM2 "
+    echo(f"[6/9] rule retrieval (RuleBench, {RULES_SAMPLE}-query sample): vanilla, SIAR, SIAR + R3 with SmolLM2 "
          "(experiment jobs/experiments/rulebench-siar.yaml)")
     why = f"{ENV} is not set" if not rulebench else None
     if rulebench:

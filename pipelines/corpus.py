@@ -19,12 +19,18 @@ case-insensitive and may carry attributes. In a DOC:
 - the title is the text of its ``<TITLE>`` elements or, where it has none, of the first of
   ``<HEAD>``, ``<HEADLINE>`` (LA Times, FT), ``<HL>`` (WSJ), ``<TTL>``, ``<TI>`` (FBIS) it
   has, several joined by a space; none: no title;
-- the text is the text of its ``<TEXT>`` elements, several joined by a newline; where the DOC
-  has no ``<TEXT>``, the text is all its text outside its DOCNO and title elements;
+- the text is the text of its ``<LEADPARA>`` (SJM), ``<LP>`` (WSJ) and ``<TEXT>`` elements in
+  document order, joined by a newline; where the DOC has none, the text is all its text
+  outside its DOCNO and title elements;
+- a web page (a DOC holding ``<html>`` or ``<!DOCTYPE>``: GOV2, ClueWeb) has HTML's ``<title>``
+  as its title and no TEXT of TREC's (its ``<head>`` and an SVG's ``<text>`` are HTML's):
+  its text is everything else but its ``<script>`` and ``<style>`` code;
 - the one rule for every other tag (``<DATE>``, ``<BYLINE>``, ``<DOCHDR>``, ...): its text is
   dropped when the DOC has a ``<TEXT>`` element, and is part of the text otherwise;
 - each field's markup (``<P>``, an unclosed ``<F P=105>``, comments) is removed, leaving its
-  text (a space where a tag stood between two words), its surrounding whitespace is stripped as layout, then SGML/HTML entities are decoded
+  text (a space where a block tag such as ``<P>``, a comment, or the end of one element
+  and the start of the next stood between two words; an inline tag such as ``<B>`` leaves
+  nothing), its surrounding whitespace is stripped as layout, then SGML/HTML entities are decoded
   (``html.unescape``), so ``&#32;`` keeps a space a field starts or ends with and ``&lt;``
   is a ``<`` of the text (an entity ``html.unescape`` does not know, such as the Federal
   Register's ``&hyph;``, stays as written). A bare ``<`` followed by a letter starts a tag:
@@ -87,7 +93,7 @@ _TREC_SUFFIXES = tuple(s + gz for s in (".trec", ".trectext", ".sgml", ".sgm") f
 _TSV_SUFFIXES = (".tsv", ".tsv.gz")
 KINDS = ("jsonl", "parquet", "trec", "tsv")
 _KIND_NAMES = {"jsonl": "JSONL", "parquet": "Parquet", "trec": "TREC SGML", "tsv": "TSV"}
-_NOT_DOCUMENTS = ("queries", "qrels", "topics")  # names that, in a corpus directory, are a test collection's other files
+_NOT_DOCUMENTS = ("queries", "qrels", "topics")  # names that, in a directory read --format trec or tsv, are a test collection's other files
 # A directory holding any of these is a BEIR directory, whose corpus must be corpus.jsonl[.gz].
 _BEIR_MARKERS = ("queries.jsonl", "queries.jsonl.gz", "qrels")
 
@@ -198,7 +204,7 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
     else:  # a directory's .tsv files are often its queries and qrels (MS MARCO's layout): read them only when told
         kinds = {p: None if k == "tsv" else k for p, k in kinds.items()}
     wanted = [p for p in files if kinds[p] is not None and (fmt in ("auto", "beir") or kinds[p] == fmt)]
-    not_docs = [p.rsplit("/", 1)[-1] for p in wanted if p.rsplit("/", 1)[-1].lower().startswith(_NOT_DOCUMENTS)]
+    not_docs = [p.rsplit("/", 1)[-1] for p in wanted if fmt in ("trec", "tsv") and p.rsplit("/", 1)[-1].lower().startswith(_NOT_DOCUMENTS)]
     if not_docs:
         raise CorpusError(f"corpus: {location!r} holds query or relevance files ({', '.join(not_docs[:5])}), not documents; "
                           "give the collection file itself.")
@@ -416,7 +422,14 @@ _TAG = re.compile(r"<(/?)([A-Za-z][\w.:-]*)(?:\s[^<>]*)?/?>")
 _GLUE = re.compile(r"(?<=[^\s\0])\0+(?=[^\s\0])")  # removed tags between two non-blank characters
 _CLOSE_TAG = re.compile(r"</([A-Za-z][\w.:-]*)\s*>")
 _TITLE_TAGS = ("title", "head", "headline", "hl", "ttl", "ti")  # a DOC's title: the first of these it has (LA Times/FT HEADLINE, WSJ HL, FBIS TI)
-_TREC_FIELDS = ("docno", *_TITLE_TAGS, "text")  # the elements read as fields; every other tag is markup
+_TEXT_TAGS = ("leadpara", "lp", "text")  # a DOC's text, in document order (SJM's LEADPARA, WSJ's LP before TEXT)
+_TREC_FIELDS = ("docno", *_TITLE_TAGS, *_TEXT_TAGS)  # the elements read as fields; every other tag is markup
+_HTML_FIELDS = ("docno", "title")  # a web page's (a DOC holding <html> or <!DOCTYPE>): its HEAD and TEXT are HTML's, not TREC's
+_HTML = re.compile(r"<(?:html|!doctype)\b", re.IGNORECASE)
+_SCRIPT = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.S)  # a web page's code, not its text
+_BLOCK_TAGS = frozenset({"p", "br", "div", "td", "th", "tr", "li", "ul", "ol", "dl", "dd", "dt", "table", "hr", "blockquote", "pre",
+                         "h1", "h2", "h3", "h4", "h5", "h6", "title"})  # tags that end a word; inline ones (<b>, <sub>) do not
+_CLOSE_OPEN = re.compile(r"(</[A-Za-z][^<>]*>)(?=<[A-Za-z])")  # one element ending where the next begins: their texts are separate
 
 
 def trec_raw_limit(max_doc_bytes: int) -> int:
@@ -514,12 +527,13 @@ def _trec_units(stream, cap: int, chunk: int = 1 << 20) -> Iterator[tuple[str, i
             yield unit
 
 
-def _trec_fields(body: str) -> dict[str, list[str]]:
-    """A DOC's field elements (``_TREC_FIELDS``) by lower-case name, each its raw inner text;
-    ``""``: the DOC's text outside its DOCNO and title elements. A field element runs from its
-    tag to the first matching close tag after it; every other tag (``<P>``, ``<DATE>``, an
-    SGML empty tag such as ``<F P=105>``) is markup, stripped later, so no other element's
-    close tag can swallow a TEXT."""
+def _trec_fields(body: str, names: tuple[str, ...] = _TREC_FIELDS) -> dict[str, list[str]]:
+    """A DOC's field elements (``names``) by lower-case name, each its raw inner text, the
+    text elements (``_TEXT_TAGS``) together under ``text`` in document order; ``""``: the
+    DOC's text outside its DOCNO and title elements. A field element runs from its tag to the
+    first matching close tag after it; every other tag (``<P>``, ``<DATE>``, an SGML empty tag
+    such as ``<F P=105>``) is markup, stripped later, so no other element's close tag can
+    swallow a TEXT."""
     closes: dict[str, list[tuple[int, int]]] = {}
     for c in _CLOSE_TAG.finditer(body):
         closes.setdefault(c.group(1).lower(), []).append((c.start(), c.end()))
@@ -528,15 +542,16 @@ def _trec_fields(body: str) -> dict[str, list[str]]:
     at = 0
     while (m := _TAG.search(body, at)) is not None:
         name = m.group(2).lower()
-        ends = [] if m.group(1) or name not in _TREC_FIELDS else closes.get(name, [])
+        ends = [] if m.group(1) or name not in names else closes.get(name, [])
         i = bisect.bisect_left(ends, (m.end(), 0))
         if i == len(ends):  # markup (any other tag, or a field tag never closed): left in the text, stripped later
             rest.append(body[at : m.end()])
             at = m.end()
             continue
         inner = body[m.end() : ends[i][0]]
-        out.setdefault(name, []).append(inner)
-        rest.append(body[at : m.start()] + (inner if name == "text" else " "))
+        text = name in _TEXT_TAGS
+        out.setdefault("text" if text else name, []).append(inner)
+        rest.append(body[at : m.start()] + (inner if text else " "))
         at = ends[i][1]
     rest.append(body[at:])
     out[""] = ["".join(rest)]
@@ -544,9 +559,11 @@ def _trec_fields(body: str) -> dict[str, list[str]]:
 
 
 def _trec_clean(raw: str) -> str:
-    """A field's text: markup removed (a space where a tag stood between two words, so
-    ``</P><P>`` never glues them), layout whitespace stripped, entities decoded."""
-    marked = _TAG.sub("\0", _COMMENT.sub("", raw))
+    """A field's text: markup removed (a space where a block tag such as ``<P>``, or the end of
+    one element and the start of the next, stood between two words; an inline tag such as
+    ``<B>`` or ``<SUB>`` leaves nothing: ``H<SUB>2</SUB>O`` is ``H2O``), layout whitespace
+    stripped, entities decoded."""
+    marked = _TAG.sub(lambda m: "\0" if m.group(2).lower() in _BLOCK_TAGS else "", _CLOSE_OPEN.sub("\\1\0", _COMMENT.sub("\0", raw)))
     return html.unescape(_GLUE.sub(" ", marked).replace("\0", "").strip())
 
 
@@ -561,7 +578,9 @@ def _parse_trec(body: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | 
     except UnicodeDecodeError as exc:
         docno = _trec_docno(body.decode("utf-8", errors="replace"))
         return dict(_blank(), doc_id=docno if docno and "\ufffd" not in docno else None), "invalid_utf8", str(exc)
-    fields = _trec_fields(_COMMENT.sub("", doc))
+    page = _HTML.search(doc) is not None
+    doc = _COMMENT.sub(" ", _SCRIPT.sub(" ", doc) if page else doc)  # a comment between two words parts them
+    fields = _trec_fields(doc, _HTML_FIELDS if page else _TREC_FIELDS)
     docno = fields.get("docno", [""])[0]
     titles = next((fields[t] for t in _TITLE_TAGS if t in fields), [])
     title = " ".join(t for t in map(_trec_clean, titles) if t)

@@ -157,7 +157,10 @@ def prepared_name(path: str | Path) -> str:
     """The set name in a prepared set's query ids (``deer`` of ``deer-0``)."""
     with (Path(path) / "queries.jsonl").open(encoding="utf-8") as f:
         first = next((line for line in f if line.strip()), None)
-    qid = str(json.loads(first).get("_id", "")) if first else ""
+    try:
+        qid = str(json.loads(first).get("_id", "")) if first else ""
+    except (json.JSONDecodeError, AttributeError):
+        raise RuleBenchError(f"rulebench: {path}/queries.jsonl: its first line is not a query ({first[:80]!r}).") from None
     return qid.rsplit("-", 1)[0] if "-" in qid else (qid or "unknown")
 
 
@@ -195,15 +198,34 @@ def to_beir(src: str | Path | None, out: str | Path, rules: str | Path | None = 
     outputs = [_output(q) for q in data]
     answers = out / "answers.jsonl"
     lacking = next((i for i, o in enumerate(outputs) if not o), None)
-    no_answers = None if lacking is None else (
-        f"record {lacking}'s output is {type(data[lacking].get('output')).__name__ if 'output' in data[lacking] else 'missing'}, not text")
+    no_answers = None if lacking is None else f"record {lacking}'s output is {_what(data[lacking])}"
     if all(outputs):
-        _write_lines(answers, (json.dumps({"query_id": f"{name}-{i}", "question": q["input"], "answers": [o],
-                                           "instruction": str(q.get("instruction") or "")}) for i, (q, o) in enumerate(zip(data, outputs, strict=True))))
+        _write_lines(answers, (json.dumps({"query_id": f"{name}-{i}", "question": q["input"], "answers": [o], "instruction": _instruction(q, o)})
+                               for i, (q, o) in enumerate(zip(data, outputs, strict=True))))
     elif answers.exists():
         answers.unlink()  # a previous conversion's gold must not outlive its set
     return {"rules": len(base), "queries": len(data), "qrels": len(qrels), "answers": len(data) if all(outputs) else 0,
             "no_answers": no_answers, "rules_file": str(rules_path), "queries_file": str(data_path)}
+
+
+CHOICE_INSTRUCTION = "Answer with the letter of the correct option."
+
+
+def _instruction(q: dict, output: str) -> str:
+    """The record's instruction; for a multiple-choice record that gives none (deer,
+    theoremQA), one asking for the option's letter, which is what its output is."""
+    from pipelines.evaluate.qa import option_letter
+
+    given = str(q.get("instruction") or "").strip()
+    return given or (CHOICE_INSTRUCTION if option_letter(output) else "")
+
+
+def _what(q: dict) -> str:
+    """Why a record has no text output, in words."""
+    if "output" not in q:
+        return "missing"
+    o = q["output"]
+    return "null" if o is None else "empty" if isinstance(o, str) else f"a {type(o).__name__}, not text"
 
 
 def _output(q: dict) -> str:

@@ -55,8 +55,13 @@ def normalize_answer(text: str) -> str:
 
 
 _OPTION = re.compile(r"\(?([a-e])\)?\.?", re.IGNORECASE)  # a multiple-choice gold answer: "b", "(c)", "D."
-_CHOSEN_FIRST = re.compile(r"\s*\(?([a-e])(?:$|[\s).:,])", re.IGNORECASE)  # an answer that starts with its option: "b", "(b) ...", "B. ..."
-_CHOSEN_ANYWHERE = re.compile(r"\(([a-e])\)|(?<![\w'])([A-E])(?![\w'])")  # else the first "(b)" or capital letter standing alone
+_ENDS = r"(?=\s*$|[):,]|\.(?![A-Za-z])|\s+[-\d])"  # what may follow a chosen letter: nothing, punctuation, or the option's number ("d 273.0")
+_CHOICE_READERS = (
+    re.compile(r"\s*\(?([a-e])" + _ENDS, re.IGNORECASE),  # the answer starts with its option: "b", "(b) ...", "B. ..."
+    re.compile(r".*?\b(?:answer|option|choice)(?:\s+is)?\s*[:-]?\s*\(?([a-e])" + _ENDS, re.IGNORECASE | re.S),  # "The answer is d."
+    re.compile(r".*?\(([a-e])\)", re.IGNORECASE | re.S),  # an option in brackets: "... so (b)"
+    re.compile(r".*?(?<![\w'.])(A(?!\s+[a-z])|[B-E])(?![\w'])", re.S),  # a capital standing alone ("C is right"; "A cat": an article)
+)
 
 
 def option_letter(gold: str) -> str | None:
@@ -67,12 +72,16 @@ def option_letter(gold: str) -> str | None:
 
 
 def chosen_option(prediction: str) -> str | None:
-    """The option a prediction chooses: its first character when the answer starts with an
-    option ("b", "(b) ...", "B. ..."), else its first "(b)" or capital A-E standing alone
-    ("The answer is C."), lower case; None when it names none. SQuAD's normalisation cannot
-    read such answers: it deletes "a" as an article."""
-    m = _CHOSEN_FIRST.match(prediction) or _CHOSEN_ANYWHERE.search(prediction)
-    return next(g for g in m.groups() if g).lower() if m else None
+    """The option a prediction chooses, lower case, read by the first of these that matches:
+    the answer starts with an option letter followed by nothing, punctuation or the option's
+    number ("b", "(b) Polar bear", "B. ...", "d 273.0"; "A polar bear ..." does not choose a);
+    a cue ("the answer is d", "Option: (c)"); a letter in brackets; a capital A-E standing
+    alone (an "A" before a lower-case word is an article). None when it names none. SQuAD's normalisation cannot read such answers: it
+    deletes "a" as an article."""
+    for reader in _CHOICE_READERS:
+        if m := reader.match(prediction):
+            return m.group(1).lower()
+    return None
 
 
 def _option_match(prediction: str, gold: Sequence[str]) -> float | None:

@@ -149,6 +149,10 @@ def test_the_evaluate_job_scores_answers_alone_or_beside_runs(tmp_path):
         ("Because of C", "b", 0.0),  # the chosen option is C, not b (contain-match on text would say 1: "b" in "because")
         ("The", "a", 0.0), ("An", "a", 0.0),  # SQuAD's normalisation makes both "" and gold "a" "" too: a match
         ("none of them", "a", 0.0),
+        ("A polar bear has thick fur.", "a", 0.0),  # an article, not option a
+        ("The answer is d.", "d", 1.0), ("Answer: d 273.0", "d", 1.0), ("answer: (b)", "b", 1.0),  # theoremQA's lower-case options
+        ("Vitamin D is needed, so the answer is (b)", "b", 1.0), ("E.g. the second one, (b)", "b", 1.0),  # a cue or brackets before a capital
+        ("C is the right one", "c", 1.0),
     ],
 )
 def test_a_multiple_choice_gold_is_scored_by_the_option_the_answer_chooses(prediction, gold, want):

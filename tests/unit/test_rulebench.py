@@ -34,7 +34,7 @@ def _write(root, rules=RULES, queries=QUERIES):
 def test_rules_become_the_corpus_and_gold_ids_the_qrels(tmp_path):
     counts = to_beir(_write(tmp_path / "ulogic"), tmp_path / "beir")  # query ids: the directory's name
     assert _counts(counts) == (3, 2, 2, 0)  # a repeated gold id counts once; no outputs: no answers
-    assert counts["no_answers"] == "record 0's output is missing, not text" and counts["rules_file"].endswith("rules.json")
+    assert counts["no_answers"] == "record 0's output is missing" and counts["rules_file"].endswith("rules.json")
     corpus = [json.loads(line) for line in (tmp_path / "beir" / "corpus.jsonl").read_text().splitlines()]
     assert [d["_id"] for d in corpus] == ["0", "1", "2"] and corpus[0]["text"] == RULES["0"]["NL"] and corpus[0]["metadata"]["fol"].startswith("Own(")
     queries = read_queries(tmp_path / "beir" / "queries.jsonl")
@@ -67,7 +67,7 @@ def test_the_command_line_says_what_is_missing(tmp_path):
     res = CliRunner().invoke(app, ["prepare-rulebench", str(tmp_path), "--out", str(tmp_path / "beir")])
     assert res.exit_code == 2 and "lacks a rule base" in res.output and "rules.json" in res.output
     res = CliRunner().invoke(app, ["prepare-rulebench", str(_write(tmp_path / "src")), "--out", str(tmp_path / "beir")])
-    assert res.exit_code == 0 and "2 qrels, no gold outputs (record 0's output is missing, not text)" in res.output
+    assert res.exit_code == 0 and "2 qrels, no gold outputs (record 0's output is missing)" in res.output
     assert "3 rules (" in res.output and "rules.json), 2 queries (" in res.output
 
 
@@ -99,6 +99,9 @@ def test_deer_layout_test_rule_json_and_integer_rule_ids(tmp_path):
     answers = [json.loads(line) for line in (tmp_path / "beir" / "answers.jsonl").read_text().splitlines()]
     assert [(a["query_id"], a["answers"]) for a in answers] == [("deer-0", ["b"]), ("deer-1", ["a"])]
     assert answers[0]["question"].startswith("Which animal has thick fur?\nA. Kangaroo")
+    assert answers[0]["instruction"] == "Answer with the letter of the correct option."  # deer gives none; its outputs are letters
+    (src / "test_data.json").write_text(json.dumps([{"input": "q", "output": "", "rule": [0]}, {"input": "q", "output": ["b"], "rule": 1}]))
+    assert to_beir(src, tmp_path / "beir")["no_answers"] == "record 0's output is empty" and not (tmp_path / "beir" / "answers.jsonl").exists()
 
 
 def test_theoremqa_layout_string_ids_and_a_single_gold_id(tmp_path):

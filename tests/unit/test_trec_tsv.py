@@ -431,3 +431,22 @@ def test_the_classic_collections_shapes_give_their_headlines_and_their_text_alon
         assert text.split() == words, (shape, doc_id)  # nothing glued, nothing from DATE, BYLINE, SECTION, HEADER, DD ...
         assert title == (None if shape == "fr94" else d["title"].strip()), (shape, doc_id)
         assert "DATEMARK" not in text and "BYLINEMARK" not in text and "FBIS-WEU" not in text and "PJG" not in text
+
+
+def test_web_pages_lead_paragraphs_and_word_boundaries(tmp_path):
+    """A DOC holding a web page (<html>) takes its title from HTML's <title> alone, never its
+    <head> or <script>; WSJ's LP and SJM's LEADPARA are text, before TEXT; a block tag or a
+    comment between two words parts them, an inline tag does not."""
+    path = tmp_path / "mixed.trec"
+    path.write_text(
+        "<DOC><DOCNO>GX000-00-0000000</DOCNO><DOCHDR>http://example.gov/</DOCHDR>\n<html><head><title>Page T</title>"
+        "<script>var x = 1;</script><style>body {}</style></head><body><p>Hello</p><p>world</p><svg><text>label</text></svg></body></html></DOC>\n"
+        "<DOC><DOCNO>WSJ910102-0001</DOCNO><HL>A Headline</HL><LP>Lead paragraph.</LP><TEXT>Body text.</TEXT></DOC>\n"
+        "<DOC><DOCNO>SJMN91-0001</DOCNO><LEADPARA>Lead.</LEADPARA><TEXT>H<SUB>2</SUB>O is <B>water</B>, one<!-- c -->two</TEXT></DOC>\n",
+        encoding="utf-8")
+    rows = _rows(_read_all(path))
+    assert rows[0][:2] == ("GX000-00-0000000", "Page T") and rows[0][2].split() == ["http://example.gov/", "Hello", "world", "label"]  # DOCHDR kept
+    assert rows[1:] == [
+        ("WSJ910102-0001", "A Headline", "Lead paragraph.\nBody text."),
+        ("SJMN91-0001", None, "Lead.\nH2O is water, one two"),
+    ]
