@@ -1,4 +1,5 @@
-"""`logicrank ablate`: ITLR's operator grid (every AND x OR x NOT family) on a query set.
+"""`logicrank ablate`: ITLR's operator grid (every AND x OR x NOT family) on a query set, for a
+given term scorer (dense cosines, BM25 or hybrid evidence, pipelines/methods/evidence.py).
 
 All 18 choices are composed in one exact pass over the corpus, then each is evaluated:
 one table like the paper's Table 2 (rows: operator choice; value: the measure).
@@ -17,6 +18,7 @@ from pipelines.evaluate.core import evaluate_run
 from pipelines.evaluate.measures import parse_measure
 from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.logic.fuzzy import Operators
+from pipelines.methods.evidence import EvidenceError, calibrate_evidence, check_calibration, make_evidence
 from pipelines.methods.itlr import Calibration, parse_queries, score_exact, unique_terms
 from pipelines.methods.ranking import rank_pairs
 from pipelines.store import DocStore
@@ -25,19 +27,28 @@ from schemas.config import EmbedConfig
 
 
 def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, embed: EmbedConfig, table: str = "docs",
-               measure: str = "nDCG@10", k: int = 100) -> pd.DataFrame:
+               measure: str = "nDCG@10", k: int = 100, scorer: str = "dense", calibration: str | None = None,
+               hybrid_weight: float = 0.5) -> pd.DataFrame:
+    """``calibration``: the term scores' (None: the scorer's default; dense none, bm25 max)."""
     m = parse_measure(measure)
+    calibration = check_calibration(scorer, calibration, "ablate")
+    if calibration == "sigmoid":
+        raise EvidenceError("ablate: calibration 'sigmoid' needs labels; use the itlr stage's (labels option) in an experiment.")
     rundir = RunDir(out, "ablate")
     queries, qrels = read_queries(queries_path), read_qrels(qrels_path)
     store = DocStore(db, table)
-    store.require_model(model_id(embed), "ablate")
+    if scorer != "bm25":
+        store.require_model(model_id(embed), "ablate")
     parsed = parse_queries(queries)
     terms = unique_terms(parsed)
-    T = Embedder(embed).encode(terms)
     grid = Operators.grid()
-    blocks = store.vector_blocks()
     with rundir.timed("score"):
-        pairs = score_exact(parsed, terms, T, blocks, k, grid, Calibration())
+        if scorer == "dense" and calibration == "none":  # the cosines straight from the vectors (the fast path)
+            pairs = score_exact(parsed, terms, Embedder(embed).encode(terms), store.vector_blocks(), k, grid, Calibration())
+        else:
+            evidence = make_evidence(scorer, store, terms, lambda texts: Embedder(embed).encode(texts), hybrid_weight)
+            cal = calibrate_evidence(evidence, calibration)
+            pairs = score_exact(parsed, terms, None, evidence.blocks(32768), k, grid, cal)
     rows = []
     for ops in grid:
         metrics = evaluate_run(rank_pairs(pairs[ops], k, "itlr", str(ops)), qrels, [m], str(ops)).to_pandas()
@@ -47,6 +58,7 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     lines = [f"| operators | {m} |", "|---|---:|"] + [f"| {r.operators} | {r.value:.4f} |" for r in df.itertuples()]
     write_text_atomic("\n".join(lines) + "\n", Path(out) / "ablation.md")
     fallback = sum(q.status != "ok" for q in parsed)
-    rundir.write_manifest({"queries": queries_path, "qrels": qrels_path, "db": db, "measure": str(m), "k": k},
+    rundir.write_manifest({"queries": queries_path, "qrels": qrels_path, "db": db, "measure": str(m), "k": k, "scorer": scorer,
+                           "calibration": calibration, **({"hybrid_weight": hybrid_weight} if scorer == "hybrid" else {})},
                           "", {}, ["ablation.parquet", "ablation.md"], fallback_queries=fallback)
     return df

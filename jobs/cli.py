@@ -560,13 +560,17 @@ def ablate(
     table: str = _d(IndexConfig, "table"),
     measure: str = "nDCG@10",
     out: Path = Path("runs/ablate"),
+    scorer: Annotated[str, typer.Option(help="Term evidence: dense (cosines), bm25 or hybrid.")] = "dense",
+    calibration: Annotated[str | None, typer.Option(help="Term-score calibration (default: the scorer's; dense none, bm25 max): none, zscore, max, saturation.")] = None,
+    hybrid_weight: Annotated[float, typer.Option(help="hybrid: the share of calibrated BM25 evidence.", min=0.0, max=1.0)] = 0.5,
     *,
     bound: Bound,
 ):
-    """ITLR operator ablation: every AND x OR x NOT family, one exact pass, one table."""
+    """ITLR operator ablation for one term scorer: every AND x OR x NOT family, one exact pass, one table."""
     from jobs.ablate import run_ablate
 
-    df = _job("ablate", out, run_ablate, queries, qrels, db, out, _config(EmbedConfig, bound, "embed"), table, measure)
+    df = _job("ablate", out, run_ablate, queries, qrels, db, out, _config(EmbedConfig, bound, "embed"), table, measure, 100, scorer,
+              calibration, hybrid_weight)
     typer.echo(df.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
 
 

@@ -168,7 +168,10 @@ class MethodOptions(BaseModel):
     rrf_k: int = Field(60, ge=1, description="hybrid: the fusion constant.")
     itlr_mode: Literal["exact", "ann"] = Field("exact", description="itlr: exact (every document) or ann (re-score ANN candidates).")
     operators: str = Field("and=product,or=sum,not=complement", description="itlr: the fuzzy operators.")
-    calibration: Literal["none", "zscore", "sigmoid"] = Field("none", description="itlr: per-term score calibration (sigmoid needs labels).")
+    itlr_scorer: Literal["dense", "bm25", "hybrid"] = Field("dense", description="itlr: term evidence (dense cosines, BM25, hybrid).")
+    calibration: Literal["none", "zscore", "sigmoid", "max", "saturation"] | None = Field(
+        None, description="itlr: per-term score calibration (None: the scorer's default; sigmoid needs labels; max, saturation: bm25).")
+    hybrid_weight: float = Field(0.5, ge=0.0, le=1.0, description="itlr hybrid: the share of calibrated BM25 evidence.")
     calibration_sample: int = Field(10_000, ge=10, description="itlr zscore: documents sampled per term.")
     labels: str | None = Field(None, description="itlr sigmoid: JSONL of doc_id + present terms.")
     ann_k: int = Field(100, ge=1, description="itlr ann: candidates per term.")
@@ -181,6 +184,7 @@ class MethodOptions(BaseModel):
     orlog_context: bool = Field(True, description="orlog: put the candidate's text before each statement.")
     orlog_context_tokens: int = Field(256, ge=1, description="orlog: tokens of the candidate's text kept.")
     orlog_calibration: Literal["none", "content-free", "pool-mean"] = Field("none", description="orlog: logit calibration.")
+    orlog_scorer: Literal["llm", "bm25", "dense"] = Field("llm", description="orlog: P(True) from the LLM, or a calibrated retrieval score.")
     orlog_reasoner: Literal["compiled", "problog"] = Field("compiled", description="orlog: compiled (exact, vectorised) or problog (reference).")
 
 

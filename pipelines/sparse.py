@@ -384,6 +384,21 @@ class BM25Index:
             self._weights = sp.csr_matrix((w.astype(np.float32), tf.indices, tf.indptr), shape=tf.shape).T.tocsr()
         return self._weights
 
+    def idf(self) -> np.ndarray:
+        """Each vocabulary term's idf, ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (the combined statistics)."""
+        s = self.stats()
+        return np.log1p((s["docs"] - s["df"] + 0.5) / (s["df"] + 0.5))
+
+    def term_scores(self, texts: Sequence[str | None]) -> sp.csr_matrix:
+        """texts x documents: each text's BM25 score for every document, as :meth:`search` scores
+        it (float32; a document the text shares no term with is a stored zero's absence)."""
+        return (self.query_matrix(texts) @ self.weights()).tocsr()
+
+    def score_bounds(self, texts: Sequence[str | None]) -> np.ndarray:
+        """Each text's largest possible BM25 score, sum over its terms of idf x (k1 + 1): the
+        limit of a document's score as every term's frequency grows (BM25's saturation)."""
+        return np.asarray(self.query_matrix(texts) @ (self.idf() * (K1 + 1)), dtype=np.float64).ravel()
+
     # -- search ------------------------------------------------------------------
     def query_matrix(self, texts: Sequence[str | None], analyze: Analyzer | None = None) -> sp.csr_matrix:
         """queries x terms counts; terms the index has never seen are left out (they score 0).

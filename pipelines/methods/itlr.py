@@ -40,7 +40,7 @@ TERM_SCORES = pa.schema(
         pa.field("doc_id", pa.string(), nullable=False),
         pa.field("term_id", pa.int32(), nullable=False),  # index into the run's unique terms
         pa.field("term", pa.string(), nullable=False),
-        pa.field("score", pa.float64(), nullable=False),  # raw cosine
+        pa.field("score", pa.float64(), nullable=False),  # the scorer's raw score (cosine, BM25; hybrid: its mix, in [0, 1])
         pa.field("calibrated", pa.float64(), nullable=False),  # what was composed
     ]
 )
@@ -93,13 +93,15 @@ class Calibration:
     - ``zscore`` (unsupervised): Phi((s - mean_t) / std_t), the term's mean and std over a
       corpus sample: "how unusually high is this score for this term", in (0, 1);
     - ``sigmoid`` (supervised, the paper's appendix): sigmoid((s - tau_t) * lambda_t), fitted
-      per term on labelled positive and negative documents.
+      per term on labelled positive and negative documents;
+    - ``max`` and ``saturation`` (BM25, :mod:`pipelines.methods.evidence`): s / b_t clipped to
+      [0, 1], b_t the term's largest score over the table or its largest possible score.
     """
 
     name: str = "none"
     params: dict[str, tuple[float, float]] = field(default_factory=dict)  # term -> (a, b)
 
-    NAMES = ("none", "zscore", "sigmoid")
+    NAMES = ("none", "zscore", "sigmoid", "max", "saturation")
 
     def __post_init__(self):
         if self.name not in self.NAMES:
@@ -110,6 +112,12 @@ class Calibration:
         """``sample_scores``: (sample docs x terms) raw cosines."""
         mean, std = sample_scores.mean(axis=0), sample_scores.std(axis=0)
         return cls("zscore", {t: (float(m), float(max(s, 1e-6))) for t, m, s in zip(terms, mean, std, strict=True)})
+
+    @classmethod
+    def divide(cls, name: str, terms: Sequence[str], divisors: np.ndarray) -> Calibration:
+        """s / b_t per term (``max``, ``saturation``); a term with b_t <= 0 (no document
+        holds it) maps every score to 0."""
+        return cls(name, {t: (0.0, float(b)) for t, b in zip(terms, divisors, strict=True)})
 
     @classmethod
     def fit_sigmoid(cls, labelled: dict[str, tuple[np.ndarray, np.ndarray]]) -> Calibration:
@@ -138,7 +146,12 @@ class Calibration:
             if t not in self.params:
                 continue
             a, b = self.params[t]
-            out[:, j] = ndtr((S[:, j] - a) / b) if self.name == "zscore" else expit((S[:, j] - a) * b)
+            if self.name == "zscore":
+                out[:, j] = ndtr((S[:, j] - a) / b)
+            elif self.name == "sigmoid":
+                out[:, j] = expit((S[:, j] - a) * b)
+            else:
+                out[:, j] = np.clip(S[:, j] / b, 0.0, 1.0) if b > 0 else 0.0
         return out
 
 
@@ -215,17 +228,20 @@ def score_exact(
     then the block's columns are split across ``threads`` (default: the cores this process
     may use), each composing every query over its columns in float32 into its own running
     top-k (numpy releases the GIL); the per-thread top-k are merged at the end.
+
+    ``term_vectors`` None: ``doc_blocks`` yield (doc_ids, (docs x terms) raw scores) of any
+    scorer instead (:mod:`pipelines.methods.evidence`), composed the same way.
     """
     groups = _shape_groups(queries, terms)
     compiled = {ops: [compile_query(shape, slots, ops) for shape, slots, _, _ in groups] for ops in operators}
     n_threads = max(1, threads or len(os.sched_getaffinity(0)))
     tops = {ops: [_TopK(len(queries), k) for _ in range(n_threads)] for ops in operators}
-    T = np.asarray(term_vectors, dtype=np.float32)
+    T = None if term_vectors is None else np.asarray(term_vectors, dtype=np.float32)
     layout = np.concatenate([idx.T.reshape(-1) for *_, idx in groups]) if groups else np.zeros(0, np.int64)
     offsets = np.cumsum([0] + [idx.size for *_, idx in groups])
     layout_terms = [terms[i] for i in layout]
     direct = len(layout) <= 1.5 * len(terms)  # the product straight into the layout costs at most 1.5x
-    T_rows = T[layout] if direct else T
+    T_rows = T[layout] if direct and T is not None else T
 
     def compose(M: np.ndarray, part: int, first_row: int) -> None:
         cols = np.array_split(np.arange(M.shape[1]), n_threads)[part]
@@ -247,7 +263,8 @@ def score_exact(
     with ThreadPoolExecutor(n_threads) as pool:
         for block_ids, vecs in doc_blocks:
             V = np.asarray(vecs, dtype=np.float32)
-            M = T_rows @ V.T if direct else (T_rows @ V.T)[layout]  # (layout rows x docs)
+            # (layout rows x docs): the raw scores given (docs x terms), or the cosines
+            M = V.T[layout] if T_rows is None else (T_rows @ V.T if direct else (T_rows @ V.T)[layout])
             M = np.ascontiguousarray(calibration.apply(M.T, layout_terms).T)
             for done in [pool.submit(compose, M, part, seen) for part in range(n_threads)]:
                 done.result()
@@ -296,13 +313,20 @@ def score_candidates(
     calibration: Calibration,
 ) -> pd.DataFrame:
     """Exact re-scoring of each query's own candidates: query_id -> (doc_ids, vectors)."""
-    frames = []
     T = np.asarray(term_vectors, dtype=np.float32)
+    return score_listed(queries, terms, lambda ids, vecs: np.asarray(vecs, dtype=np.float32) @ T.T, candidates, k, ops, calibration)
+
+
+def score_listed(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, candidates: dict, k: int, ops: Operators,
+                 calibration: Calibration) -> pd.DataFrame:
+    """Exact re-scoring of each query's own candidates (query_id -> (doc_ids, payload)) with any
+    scorer: ``raw(doc_ids, payload)`` gives their (docs x terms) raw scores."""
+    frames = []
     for q in queries:
-        ids, vecs = candidates.get(q.query_id, (np.empty(0, dtype=object), np.zeros((0, T.shape[1]), np.float32)))
+        ids, payload = candidates.get(q.query_id, (np.empty(0, dtype=object), None))
         if len(ids) == 0:
             continue
-        scores = compose([q], terms, np.asarray(vecs, dtype=np.float32) @ T.T, ops, calibration)[0]
+        scores = compose([q], terms, raw(ids, payload), ops, calibration)[0]
         order = np.argsort(-scores, kind="stable")[:k]
         frames.append(pd.DataFrame({"query_id": q.query_id, "doc_id": np.asarray(ids)[order], "score": scores[order]}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
@@ -330,27 +354,37 @@ def term_scores(
 ) -> pa.Table:
     """The per-term scores behind each ranked (query, document) pair (TERM_SCORES): per
     query, its pairs' rows in order, each with the query's terms in order."""
-    index = {t: i for i, t in enumerate(terms)}
-    by_query = {q.query_id: q for q in queries}
     T = np.asarray(term_vectors, dtype=np.float32)
     docs = pd.Index(list(doc_vectors))
     D = np.stack([doc_vectors[d] for d in docs]) if len(docs) else np.zeros((0, T.shape[1]), np.float32)
+
+    def raw(doc_ids: np.ndarray, idx: np.ndarray, qid: str) -> np.ndarray:
+        rows = docs.get_indexer(doc_ids)
+        if (rows < 0).any():
+            raise KeyError(f"term_scores: no vector for document(s) {list(doc_ids[rows < 0][:3])} of query {qid}")
+        return D[rows] @ T[idx].T
+
+    return term_scores_from(pairs, queries, terms, raw, calibration)
+
+
+def term_scores_from(pairs: pd.DataFrame, queries: Sequence[LogicalQuery], terms: Sequence[str], raw, calibration: Calibration) -> pa.Table:
+    """:func:`term_scores` for any scorer: ``raw(doc_ids, term indices, query_id)`` gives the
+    (docs x those terms) raw scores."""
+    index = {t: i for i, t in enumerate(terms)}
+    by_query = {q.query_id: q for q in queries}
     cols: dict[str, list[np.ndarray]] = {name: [] for name in TERM_SCORES.names}
     for qid, group in pairs.groupby("query_id", sort=False):
         q_terms = by_query[qid].ast.terms()
         idx = np.array([index[t] for t in q_terms], dtype=np.int32)
         doc_ids = group["doc_id"].to_numpy(dtype=object)
-        rows = docs.get_indexer(doc_ids)
-        if (rows < 0).any():
-            raise KeyError(f"term_scores: no vector for document(s) {list(doc_ids[rows < 0][:3])} of query {qid}")
-        raw = D[rows] @ T[idx].T
-        cal = calibration.apply(raw, q_terms)
-        n, m = raw.shape
+        raw_scores = raw(doc_ids, idx, qid)
+        cal = calibration.apply(raw_scores, q_terms)
+        n, m = raw_scores.shape
         cols["query_id"].append(np.full(n * m, qid, dtype=object))
         cols["doc_id"].append(np.repeat(doc_ids, m))
         cols["term_id"].append(np.tile(idx, n))
         cols["term"].append(np.tile(np.array(q_terms, dtype=object), n))
-        cols["score"].append(np.asarray(raw, dtype=np.float64).reshape(-1))
+        cols["score"].append(np.asarray(raw_scores, dtype=np.float64).reshape(-1))
         cols["calibrated"].append(np.asarray(cal, dtype=np.float64).reshape(-1))
     if not cols["query_id"]:
         return TERM_SCORES.empty_table()
@@ -397,19 +431,27 @@ def labelled_scores(
     """Per term: cosines of labelled documents that contain it (positives) and that do not
     (negatives). ``labels`` rows: ``{"doc_id", "present": [terms], "query_id"?}``; with a
     query_id, a term's negatives are the other documents of its queries' groups."""
-    index = {t: i for i, t in enumerate(terms)}
     T = np.asarray(term_vectors, dtype=np.float32)
+    known = [r for r in labels if r["doc_id"] in doc_vectors]
+    return labelled_scores_from(known, terms, lambda ids: np.stack([doc_vectors[d] for d in ids]) @ T.T)
+
+
+def labelled_scores_from(labels: Sequence[dict], terms: Sequence[str], raw) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """:func:`labelled_scores` for any scorer: ``raw(doc_ids)`` gives their (docs x terms)
+    scores; every labelled document must be in the table."""
+    index = {t: i for i, t in enumerate(terms)}
     groups: dict[str | None, list[dict]] = {}
     for r in labels:
-        if r["doc_id"] in doc_vectors:
-            groups.setdefault(r.get("query_id"), []).append(r)
+        groups.setdefault(r.get("query_id"), []).append(r)
+    docs = list(dict.fromkeys(r["doc_id"] for r in labels))
+    S = raw(docs) if docs else np.zeros((0, len(terms)), np.float32)
+    row = {d: i for i, d in enumerate(docs)}
     pos: dict[str, list[float]] = {t: [] for t in terms}
     neg: dict[str, list[float]] = {t: [] for t in terms}
     for rows in groups.values():
         group_terms = {t for r in rows for t in r["present"] if t in index}
         for r in rows:
-            v = doc_vectors[r["doc_id"]]
             present = set(r["present"])
             for t in group_terms:
-                (pos if t in present else neg)[t].append(float(v @ T[index[t]]))
+                (pos if t in present else neg)[t].append(float(S[row[r["doc_id"]], index[t]]))
     return {t: (np.array(pos[t]), np.array(neg[t])) for t in terms if pos[t] or neg[t]}

@@ -90,6 +90,36 @@ def calibrate(scored: pd.DataFrame, mode: str, content_free: pd.DataFrame | None
     return 1.0 / (1.0 + np.exp(-d))
 
 
+def atom_query(atom: str) -> str:
+    """An atom's text as a retrieval query: ``{x}`` dropped, spaces closed up
+    ("{x} likes Quokkas" -> "likes Quokkas")."""
+    return " ".join(atom.replace(PLACEHOLDER, " ").split())
+
+
+def retrieval_truth(queries: Sequence[OrlogQuery], candidates: pd.DataFrame, scorer: str, calibration: str, store, encode=None,
+                    sample: int = 10_000) -> pd.DataFrame:
+    """One row per (query, candidate, atom) as :func:`truth_prompts` lays them out, with
+    P(True) the calibrated ``scorer`` (bm25 | dense) score of the atom's text for the candidate
+    (pipelines/methods/evidence.py): ``p_true`` = ``p_calibrated``, ``logit_true`` its log-odds,
+    ``logit_false`` 0, so sigmoid(logit_true - logit_false) is P(True) as for the LLM."""
+    from pipelines.methods.evidence import calibrate_evidence, make_evidence
+
+    by_query = {q.query_id: q for q in queries}
+    rows = [(qid, doc, rank, atom_id, atom) for qid, doc, rank in candidates[["query_id", "doc_id", "base_rank"]].itertuples(index=False)
+            for atom_id, atom in by_query[qid].atoms]
+    out = pd.DataFrame(rows, columns=["query_id", "doc_id", "base_rank", "atom_id", "atom"])
+    out["atom_text"] = [atom_query(a) for a in out["atom"]]
+    texts = list(dict.fromkeys(out["atom_text"]))
+    evidence = make_evidence(scorer, store, texts, encode, sample=sample)
+    cal = calibrate_evidence(evidence, calibration, sample)
+    docs = list(dict.fromkeys(out["doc_id"]))
+    P = cal.apply(evidence.raw(docs), texts) if docs else np.zeros((0, len(texts)))
+    doc_row, text_col = {d: i for i, d in enumerate(docs)}, {t: j for j, t in enumerate(texts)}
+    p = np.asarray(P, dtype=np.float64)[[doc_row[d] for d in out["doc_id"]], [text_col[t] for t in out["atom_text"]]] if len(out) else np.zeros(0)
+    clipped = np.clip(p, 1e-12, 1 - 1e-12)
+    return out.assign(p_true=p, p_calibrated=p, logit_true=np.log(clipped) - np.log1p(-clipped), logit_false=0.0)
+
+
 def posteriors(queries: Sequence[OrlogQuery], scored: pd.DataFrame, reasoner: str = "compiled") -> pd.DataFrame:
     """(query_id, doc_id, base_rank, score=posterior): each form compiled once, its
     candidates evaluated in one call on their (candidates x atoms) P(True) matrix; or, with

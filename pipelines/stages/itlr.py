@@ -14,15 +14,19 @@ import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
 from pipelines.logic.fuzzy import Operators
+from pipelines.methods.evidence import calibrate_evidence, check_calibration, make_evidence
 from pipelines.methods.itlr import (
     TERM_SCORES,
     Calibration,
     ann_candidates,
     labelled_scores,
     parse_queries,
+    positive_terms,
     score_candidates,
     score_exact,
+    score_listed,
     term_scores,
+    term_scores_from,
     unique_terms,
 )
 from pipelines.methods.ranking import rank_pairs
@@ -37,10 +41,15 @@ class ITLROptions(StageOptions):
         "exact", description="Score every document, ANN candidates, or the documents a pairs file lists for each query."
     )
     operators: str = Field("and=product,or=sum,not=complement", description="Fuzzy operator families.")
-    calibration: Literal["none", "zscore", "sigmoid"] = Field(
-        "none", description="Term-score calibration: none, zscore (corpus sample statistics), sigmoid (fit on labels)."
+    scorer: Literal["dense", "bm25", "hybrid"] = Field(
+        "dense", description="Term evidence: dense cosines, BM25 scores, or hybrid (their calibrated mix, hybrid_weight x bm25)."
     )
-    calibration_sample: int = Field(10_000, ge=10, description="zscore: corpus sample size for term statistics.")
+    calibration: Literal["none", "zscore", "sigmoid", "max", "saturation"] | None = Field(
+        None, description="Term-score calibration to [0, 1] (None: the scorer's default, dense none, bm25 max): none, zscore (corpus "
+        "sample statistics), sigmoid (fit on labels), max (over the table), saturation (BM25's largest possible score); bm25 only for the last two."
+    )
+    hybrid_weight: float = Field(0.5, ge=0.0, le=1.0, description="hybrid: the share of calibrated BM25 evidence (the rest dense).")
+    calibration_sample: int = Field(10_000, ge=10, description="zscore (and hybrid's dense part): corpus sample size for term statistics.")
     labels: str | None = Field(None, description="sigmoid: JSONL of {doc_id, present: [terms]} to fit on.")
     ann_k: int = Field(100, ge=1, description="ann: neighbours per positive term.")
     ann_nprobes: int | None = Field(None, ge=1, description="ann: IVF partitions probed (None: LanceDB's default).")
@@ -54,6 +63,7 @@ class ITLROptions(StageOptions):
 
     @model_validator(mode="after")
     def _files(self):
+        check_calibration(self.scorer, self.calibration, "itlr")
         if self.calibration == "sigmoid" and not self.labels:
             raise ValueError("itlr calibration 'sigmoid' is supervised: give labels (JSONL of doc_id and present terms).")
         if (self.mode == "listed") != (self.pairs is not None):
@@ -64,9 +74,10 @@ class ITLROptions(StageOptions):
 @register
 class ITLR(Stage):
     """ITLR: the query's logical form over text terms (its ``logical_query``; the raw text as
-    one term when it has none or it does not parse), every distinct term embedded once, cosine
-    scores composed with fuzzy operators. Side table ``term_scores``: each (query, document,
-    term) score behind the run."""
+    one term when it has none or it does not parse), every distinct term scored once (dense:
+    embedded, cosines; bm25: BM25 over the table; hybrid: both), calibrated to [0, 1] and
+    composed with fuzzy operators. Side table ``term_scores``: each (query, document, term)
+    score behind the run."""
 
     name = "itlr"
     side_tables = {"term_scores": TERM_SCORES}
@@ -75,9 +86,12 @@ class ITLR(Stage):
     reads = ("text", "logical_query")  # a blank-text query still runs when it carries its logical form
 
     def needs(self) -> Needs:
-        return Needs(encoder=True, files=tuple(f for f in (self.options.labels, self.options.pairs) if f))
+        files = tuple(f for f in (self.options.labels, self.options.pairs) if f)
+        return Needs(encoder=self.options.scorer != "bm25", files=files)
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        if self.options.scorer != "dense":
+            return self._run_evidence(ctx, queries)
         o = self.options
         store, embedder = ctx.store, ctx.embedder()
         parsed = parse_queries(queries)
@@ -117,16 +131,92 @@ class ITLR(Stage):
         }
         return Output(run=rank_pairs(pairs, o.k, "itlr", "itlr"), side={"term_scores": scores}, counts=counts)
 
+    def _run_evidence(self, ctx: Context, queries: pa.Table) -> Output:
+        """ITLR over bm25 or hybrid evidence (pipelines/methods/evidence.py): the same modes,
+        composition and side table as over dense cosines."""
+        o = self.options
+        parsed = parse_queries(queries)
+        terms = unique_terms(parsed)
+        encode = (lambda texts: ctx.embedder().encode(texts)) if o.scorer == "hybrid" else None  # noqa: E731
+        evidence = make_evidence(o.scorer, ctx.store, terms, encode, o.hybrid_weight, o.calibration_sample)
+        name = check_calibration(o.scorer, o.calibration, "itlr")
+        labels = _read_labels(o.labels) if o.labels else None
+        calibration = calibrate_evidence(evidence, name, o.calibration_sample, labels)
+        ops = Operators.parse(o.operators)
+        raw = lambda ids, _payload: evidence.raw(ids)  # noqa: E731
+        candidates, listed, exact_queries = {}, {}, parsed
+        if o.mode == "ann":
+            candidates, exact_queries = _term_candidates(parsed, evidence, ctx.store, o)
+        elif o.mode == "listed":
+            candidates, absent = _listed_ids(o.pairs, {q.query_id for q in parsed}, evidence)
+            listed = {"listed_pairs_not_in_table": absent, "queries_without_pairs": sum(q.query_id not in candidates for q in parsed)}
+            exact_queries = []
+        frames = [score_listed(parsed, terms, raw, candidates, o.k, ops, calibration)] if candidates else []
+        if exact_queries:
+            frames.append(score_exact(exact_queries, terms, None, evidence.blocks(o.block_rows), o.k, [ops], calibration)[ops])
+        pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
+        scores = term_scores_from(pairs, parsed, terms, lambda ids, idx, _qid: evidence.raw(ids)[:, idx], calibration)
+        fallback = [q.query_id for q in parsed if q.status == "fallback"]
+        counts = {
+            "queries": len(parsed), "fallback": len(fallback), "fallback_query_ids": fallback[:100], "unique_terms": len(terms),
+            "mode": o.mode, "operators": str(ops), "scorer": o.scorer,
+            "calibration": evidence.describe() if o.scorer == "hybrid" else calibration.name,
+            "mean_candidates": float(np.mean([len(c[0]) for c in candidates.values()])) if candidates else None,
+            **listed,
+        }
+        return Output(run=rank_pairs(pairs, o.k, "itlr", "itlr"), side={"term_scores": scores}, counts=counts)
+
     def _calibration(self, store, terms: list[str], term_vectors) -> Calibration:
         o = self.options
-        if o.calibration == "none":
+        if o.calibration in (None, "none"):
             return Calibration()
         if o.calibration == "zscore":
             sample = store.sample_vectors(o.calibration_sample)
             return Calibration.zscore(terms, sample @ term_vectors.T)
-        labels = [json.loads(line) for line in Path(o.labels).read_text(encoding="utf-8").splitlines() if line.strip()]
+        labels = _read_labels(o.labels)
         vectors = store.vectors_for(sorted({r["doc_id"] for r in labels}))
         return Calibration.fit_sigmoid(labelled_scores(labels, terms, term_vectors, vectors))
+
+
+def _read_labels(path: str) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _term_candidates(parsed, evidence, store, o: ITLROptions):
+    """ann mode over bm25 or hybrid evidence: the union of each positive term's ``ann_k`` best
+    documents by BM25 (and, for hybrid, by dense search too), per query; the queries without a
+    positive term are scored exactly."""
+    order = {t: i for i, t in enumerate(evidence.terms)}
+    wanted = sorted({t for q in parsed for t in positive_terms(q.ast)}, key=order.__getitem__)
+    bm25 = evidence if evidence.scorer == "bm25" else evidence.bm25
+    found = dict(zip(wanted, bm25.top(wanted, o.ann_k), strict=True))
+    if evidence.scorer == "hybrid" and wanted:
+        T = evidence.dense.T[[order[t] for t in wanted]]
+        hits = store.vector_search(T, o.ann_k, nprobes=o.ann_nprobes)
+        for qi, doc in zip(hits.column("query_index").to_pylist(), hits.column("doc_id").to_pylist(), strict=True):
+            found[wanted[qi]].append(doc)
+    candidates, exact = {}, []
+    for q in parsed:
+        pos = sorted(positive_terms(q.ast), key=order.__getitem__)
+        if not pos:
+            exact.append(q)
+            continue
+        ids = list(dict.fromkeys(d for t in pos for d in found[t]))
+        if ids:
+            candidates[q.query_id] = (np.array(ids, dtype=object), None)
+    return candidates, exact
+
+
+def _listed_ids(path: str, query_ids: set[str], evidence) -> tuple[dict, int]:
+    """listed mode over bm25 or hybrid evidence: each query's listed documents the table holds."""
+    from pipelines.topics import read_qrels
+
+    pairs = read_qrels(path).to_pandas()
+    pairs = pairs[pairs["query_id"].isin(query_ids)]
+    rows = (evidence if evidence.scorer == "bm25" else evidence.bm25).rows
+    held = rows.get_indexer(pairs["doc_id"]) >= 0
+    out = {qid: (group["doc_id"].to_numpy(dtype=object), None) for qid, group in pairs[held].groupby("query_id", sort=False)}
+    return out, int((~held).sum())
 
 
 def listed_candidates(path: str, query_ids: set[str], store) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
@@ -149,7 +239,8 @@ def _itlr(m) -> list[StageOptions]:
     from pipelines.stages.rewriters import DecompositionOptions
 
     itlr = ITLROptions(
-        k=m.k, mode=m.itlr_mode, operators=m.operators, calibration=m.calibration, calibration_sample=m.calibration_sample,
+        k=m.k, mode=m.itlr_mode, operators=m.operators, scorer=m.itlr_scorer, calibration=m.calibration, hybrid_weight=m.hybrid_weight,
+        calibration_sample=m.calibration_sample,
         labels=m.labels, ann_k=m.ann_k, ann_nprobes=m.ann_nprobes, block_rows=m.block_rows,
     )
     # with a decompositions table, the LLM's logical queries replace the queries' own

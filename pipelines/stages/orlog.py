@@ -2,17 +2,20 @@
 
 OrLog: one truth prompt per (candidate, atom), P(True) optionally calibrated, the exact
 posterior of the query's form reranks the candidates (side table ``predicate_scores``).
+With ``scorer: bm25 | dense`` P(True) is instead the calibrated retrieval score of the atom's
+text, ``{x}`` dropped: OrLog at retrieval cost, the same posterior.
 The reasoner asks the whole question of each candidate in one prompt. Both keep the
 incoming run's order for ties, and count their cost (forward passes, tokens) per pair.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Literal
 
 import pandas as pd
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from pipelines.llm import prompts as templates
 from pipelines.methods import orlog
@@ -31,10 +34,34 @@ class _RerankOptions(StageOptions):
 
 class OrlogOptions(_RerankOptions):
     stage: Literal["orlog"] = "orlog"
-    calibration: Literal["none", "content-free", "pool-mean"] = Field(
-        "none", description="P(True) calibration: none, content-free (against the atom about 'N/A'), pool-mean (against the candidates' mean)."
+    scorer: Literal["llm", "bm25", "dense"] = Field(
+        "llm", description="P(True) of each (candidate, atom): the LLM's, or the calibrated bm25/dense score of the atom's text ({x} dropped)."
     )
+    calibration: Literal["none", "content-free", "pool-mean"] = Field(
+        "none", description="llm: P(True) calibration: none, content-free (against the atom about 'N/A'), pool-mean (against the candidates' mean)."
+    )
+    score_calibration: Literal["max", "saturation", "zscore"] | None = Field(
+        None, description="bm25/dense: the retrieval score's calibration to P(True) (None: bm25 max, dense zscore; pipelines/methods/evidence.py)."
+    )
+    calibration_sample: int = Field(10_000, ge=10, description="zscore: corpus sample size for the atoms' score statistics.")
     reasoner: Literal["compiled", "problog"] = Field("compiled", description="problog: one ProbLog program per candidate (reference).")
+
+    @model_validator(mode="after")
+    def _scorer(self):
+        if self.scorer == "llm":
+            if self.score_calibration is not None:
+                raise ValueError("orlog: score_calibration is for the bm25 and dense scorers; the llm scorer's is calibration.")
+        else:
+            if self.calibration != "none":
+                raise ValueError(f"orlog: calibration {self.calibration!r} calibrates LLM logits; scorer {self.scorer!r} takes score_calibration.")
+            valid = RETRIEVAL_CALIBRATIONS[self.scorer]
+            if self.score_calibration is not None and self.score_calibration not in valid:
+                raise ValueError(f"orlog: scorer {self.scorer!r} takes score_calibration {', '.join(valid)}, not {self.score_calibration!r}.")
+        return self
+
+
+# a retrieval scorer's calibrations to P(True), its default first (raw cosines and raw BM25 are no probabilities)
+RETRIEVAL_CALIBRATIONS = {"bm25": ("max", "saturation", "zscore"), "dense": ("zscore",)}
 
 
 class ReasonerOptions(_RerankOptions):
@@ -48,12 +75,15 @@ class _LLMReranker(Stage):
     def needs(self) -> Needs:
         return Needs(llm=frozenset({"truth"}))
 
+    def _pairs(self, run: pa.Table) -> pd.DataFrame:
+        """(query_id, doc_id, base_rank) of the incoming run's top depth."""
+        cands = run.select(["query_id", "doc_id", "rank"]).to_pandas().rename(columns={"rank": "base_rank"})
+        return cands[cands["base_rank"] <= self.options.depth] if self.options.depth is not None else cands
+
     def _candidates(self, ctx: Context, run: pa.Table):
         """(query_id, doc_id, base_rank) of the incoming run's top depth, the candidates'
         names (their titles) and their texts cut to the token budget."""
-        cands = run.select(["query_id", "doc_id", "rank"]).to_pandas().rename(columns={"rank": "base_rank"})
-        if self.options.depth is not None:
-            cands = cands[cands["base_rank"] <= self.options.depth]
+        cands = self._pairs(run)
         docs = ctx.store.rows_for(cands["doc_id"].unique().tolist(), ["title", "text"]).to_pylist()
         names = {d["doc_id"]: (d["title"] or "").strip() or "This document" for d in docs}
         contexts = _contexts(ctx.llm_model, docs, self.options.context_tokens) if self.options.context else {}
@@ -72,7 +102,8 @@ class _LLMReranker(Stage):
 
 @register
 class Orlog(_LLMReranker):
-    """OrLog: P(True) of each (candidate, atom) from one forward pass, optionally calibrated;
+    """OrLog: P(True) of each (candidate, atom) from one forward pass, optionally calibrated
+    (``scorer: bm25 | dense``: the calibrated retrieval score of the atom's text, no LLM);
     the exact posterior of the query's form reranks the candidates, ties in the incoming
     order. Needs the ``atoms`` of a ``decomposition`` stage (target orlog) earlier in the
     pipeline. Side table ``predicate_scores``."""
@@ -81,18 +112,34 @@ class Orlog(_LLMReranker):
     Options = OrlogOptions
     requires = frozenset({"atoms"})
 
+    def needs(self) -> Needs:
+        if self.options.scorer == "llm":
+            return super().needs()
+        return Needs(encoder=self.options.scorer == "dense")
+
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         o = self.options
-        cands, names, contexts = self._candidates(ctx, runs[0])
         qs = orlog.orlog_queries(queries)
-        res = self._score(ctx, orlog.truth_prompts(qs, cands, names, contexts))
-        cf, n_cf = None, 0
-        if o.calibration == "content-free":
-            cf = self._score(ctx, orlog.content_free_prompts(qs))
-            n_cf = len(cf)
-        res["p_calibrated"] = orlog.calibrate(res, o.calibration, cf)
+        started = time.perf_counter()
+        if o.scorer == "llm":
+            cands, names, contexts = self._candidates(ctx, runs[0])
+            res = self._score(ctx, orlog.truth_prompts(qs, cands, names, contexts))
+            cf, n_cf = None, 0
+            if o.calibration == "content-free":
+                cf = self._score(ctx, orlog.content_free_prompts(qs))
+                n_cf = len(cf)
+            res["p_calibrated"] = orlog.calibrate(res, o.calibration, cf)
+            counts = _cost(res, len(cands), n_cf)
+        else:
+            cands = self._pairs(runs[0])
+            calibration = o.score_calibration or RETRIEVAL_CALIBRATIONS[o.scorer][0]
+            encode = (lambda texts: ctx.embedder().encode(texts)) if o.scorer == "dense" else None  # noqa: E731
+            res = orlog.retrieval_truth(qs, cands, o.scorer, calibration, ctx.store, encode, o.calibration_sample)
+            counts = {"pairs": len(cands), "scorer": o.scorer, "score_calibration": calibration, "forward_passes": 0,
+                      "distinct_atom_texts": int(res["atom_text"].nunique()) if len(res) else 0}
+        seconds = time.perf_counter() - started
+        counts |= {"scoring_seconds": round(seconds, 4), "seconds_per_pair": seconds / max(counts["pairs"], 1)}
         post = orlog.posteriors(qs, res, o.reasoner)
-        counts = _cost(res, len(cands), n_cf)
         counts["fallback_decompositions"] = sum(q.status != "ok" for q in qs)
         run = rank_pairs(post.assign(tiebreak=post["base_rank"]), o.k, "orlog", "orlog")
         return Output(run=run, side={"predicate_scores": orlog.predicate_scores(res)}, counts=counts)
@@ -143,7 +190,7 @@ def _orlog(m) -> list[StageOptions]:
     return [  # the base first: it is the same stage as the bm25/dense/hybrid preset at that k (computed once)
         *_base(m, m.orlog_k),
         DecompositionOptions(target="orlog", decompositions=m.decompositions),
-        OrlogOptions(k=m.k, depth=m.orlog_k, context=m.orlog_context, context_tokens=m.orlog_context_tokens,
+        OrlogOptions(k=m.k, depth=m.orlog_k, context=m.orlog_context, context_tokens=m.orlog_context_tokens, scorer=m.orlog_scorer,
                      calibration=m.orlog_calibration, reasoner=m.orlog_reasoner),
     ]
 

@@ -55,6 +55,52 @@ def test_sigmoid_calibration_needs_and_uses_labels(synthetic, tmp_path):
     assert pq.read_table(runs["itlr"]).num_rows == 32 * 5
 
 
+def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path):
+    """The itlr stage's other scorers on LanceDB and the BM25 engine: ann re-scores its
+    candidates exactly as exact mode scores them; listed scores only the listed pairs; the side
+    table's raw BM25 score of a term is the bm25 stage's score of that term as a query; hybrid
+    evidence stays in [0, 1]; no LLM, and bm25 needs no encoder."""
+    import numpy as np
+
+    from pipelines.sparse import open_index
+
+    store = DocStore(str(synthetic / "db"))
+    n_docs = store.count()
+    exact = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, itlr_scorer="bm25", run_tag="exact"), tmp_path / "exact")
+    ann = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, itlr_scorer="bm25", itlr_mode="ann", ann_k=5, run_tag="ann"), tmp_path / "ann")
+    e = pq.read_table(exact["exact-itlr"]).to_pandas().set_index(["query_id", "doc_id"])["score"]
+    a = pq.read_table(ann["ann-itlr"]).to_pandas().set_index(["query_id", "doc_id"])["score"]
+    assert 0 < len(a) < len(e) and a.index.isin(e.index).all()
+    assert (a - e.loc[a.index]).abs().max() < 1e-6
+    manifest = json.loads((tmp_path / "exact" / "manifest.json").read_text())
+    counts = manifest["pipelines"]["exact-itlr"]["stages"][-1]
+    assert (counts["scorer"], counts["calibration"], counts["fallback"]) == ("bm25", "max", 0)
+
+    side = pq.read_table(tmp_path / "exact" / "term_scores" / "exact-itlr.parquet").to_pandas()
+    assert side["calibrated"].between(0, 1).all() and len(side) == 32 * n_docs * 3
+    term = side["term"].iloc[0]
+    index = open_index(store)
+    rows, want = index.search([term], k=n_docs)[0]
+    got = side[side["term"] == term].drop_duplicates("doc_id").set_index("doc_id")["score"]
+    np.testing.assert_allclose(got.loc[index.doc_ids[rows].tolist()].to_numpy(), want, rtol=1e-6)
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for (q, d) in list(e.index)[:7]) + "q-none\tmissing-doc\t1\n")
+    from pipelines.config import RetrieveConfig as Config
+
+    listed = run_retrieve(Config(queries=str(synthetic / "syn" / "queries.jsonl"), db=str(synthetic / "db"),
+                                 pipelines={"listed": [{"itlr": {"k": 10, "scorer": "bm25", "mode": "listed", "pairs": str(pairs)}}]}), tmp_path / "l")
+    run = pq.read_table(listed["listed"]).to_pandas().set_index(["query_id", "doc_id"])["score"]
+    assert sorted(run.index) == sorted(list(e.index)[:7]) and (run - e.loc[run.index]).abs().max() < 1e-6
+
+    hybrid = run_retrieve(_cfg(synthetic, methods=("itlr",), k=5, itlr_scorer="hybrid", hybrid_weight=0.25), tmp_path / "h")
+    assert pq.read_table(hybrid["itlr"]).num_rows == 32 * 5
+    h = pq.read_table(tmp_path / "h" / "term_scores" / "itlr.parquet").to_pandas()
+    assert h["calibrated"].between(0, 1).all() and (h["score"] == h["calibrated"]).all()  # hybrid's evidence is its own calibration
+    counts = json.loads((tmp_path / "h" / "manifest.json").read_text())["pipelines"]["itlr"]["stages"][-1]
+    assert counts["calibration"] == "hybrid: 0.25 x bm25 (max) + 0.75 x dense (zscore)"
+
+
 def test_side_tables_of_a_fused_sub_pipeline_are_kept(synthetic, tmp_path):
     from pipelines.config import RetrieveConfig as Config
 
