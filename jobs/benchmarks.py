@@ -99,7 +99,8 @@ def setlogic(per_template: int = 20, seed: int = 0, k: int = 5, orlog: bool = Tr
     ``k`` as the predicted set."""
     changes = {"dataset.setlogic": {"per_template": per_template, "seed": seed}, "measures": ["P@1", f"R@{k}", f"F1@{k}", "nDCG@10"]}
     if orlog and orlog_depth:
-        changes |= {"pipelines.orlog.0.bm25.k": orlog_depth, "pipelines.orlog.2.orlog.k": orlog_depth}
+        for rid in ("orlog", "orlog-bm25"):  # the LLM's and BM25's P(True) over the same candidates
+            changes |= {f"pipelines.{rid}.0.bm25.k": orlog_depth, f"pipelines.{rid}.2.orlog.k": orlog_depth}
     return override(load("setlogic" if orlog else "setlogic-exact"), changes)
 
 

@@ -124,27 +124,37 @@ def test_a_bad_experiment_file_is_one_line_and_the_shipped_ones_load(tmp_path, m
 
 
 def test_bench_setlogic_is_setlogic_yaml_whose_llm_free_rows_are_setlogic_exacts(tmp_path, tiny_cfg):
-    """`bench-setlogic` (jobs/benchmarks.py) runs jobs/experiments/setlogic.yaml: its dense,
-    bm25 and ITLR rows, by template and overall, equal setlogic-exact.yaml's on the same
-    queries, and OrLog reorders exactly BM25's top 20 of each query."""
+    """`bench-setlogic` (jobs/benchmarks.py) runs jobs/experiments/setlogic.yaml: its
+    retrieval rows (dense, bm25, ITLR over each scorer), by template and overall, equal
+    setlogic-exact.yaml's on the same queries; OrLog, with the LLM's P(True) and with BM25's,
+    reorders exactly BM25's top 20 of each query, and both count their cost per pair; the
+    LLM-free file's OrLog over BM25 reranks every person, as ITLR scores them."""
     from jobs import benchmarks
     from pipelines.generate.setlogic import TEMPLATE_NAMES
 
     res = run_experiment(benchmarks.setlogic(per_template=3), tmp_path / "bench", llm=tiny_cfg, ray=RAY, progress=False)
     exact = run_experiment(benchmarks.setlogic(per_template=3, orlog=False), tmp_path / "exact", ray=RAY, progress=False)
-    assert load("setlogic-exact").pipelines == {r: p for r, p in load("setlogic").pipelines.items() if r != "orlog"}
+    retrieval = ["dense", "bm25", "itlr", "itlr-bm25", "itlr-hybrid"]
+    assert {r: p for r, p in load("setlogic-exact").pipelines.items() if r in retrieval} == \
+        {r: p for r, p in load("setlogic").pipelines.items() if r in retrieval}
     measures = ["P@1", "R@5", "F1@5", "nDCG@10"]
     grouped = res.groups["template"]
-    assert len(grouped) == 4 * len(TEMPLATE_NAMES) and len(exact.groups["template"]) == 3 * len(TEMPLATE_NAMES)
+    assert len(grouped) == 7 * len(TEMPLATE_NAMES) and len(exact.groups["template"]) == 6 * len(TEMPLATE_NAMES)
     for (run, template), row in exact.groups["template"].iterrows():
-        np.testing.assert_allclose(grouped.loc[(run, template), measures].to_numpy(float), row[measures].to_numpy(float), rtol=0, atol=1e-12)
-    np.testing.assert_allclose(res.summary.loc[["dense", "bm25", "itlr"], measures].to_numpy(float),
-                               exact.summary.loc[["dense", "bm25", "itlr"], measures].to_numpy(float), rtol=0, atol=1e-12)
-    orlog, bm25 = (pq.read_table(res.runs[r]).to_pandas() for r in ("orlog", "bm25"))
+        if run in retrieval:
+            np.testing.assert_allclose(grouped.loc[(run, template), measures].to_numpy(float), row[measures].to_numpy(float), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.summary.loc[retrieval, measures].to_numpy(float),
+                               exact.summary.loc[retrieval, measures].to_numpy(float), rtol=0, atol=1e-12)
+    bm25 = pq.read_table(res.runs["bm25"]).to_pandas()
     top20 = bm25[bm25["rank"] <= 20].groupby("query_id")["doc_id"].apply(set)
-    assert orlog.groupby("query_id")["doc_id"].apply(set).to_dict() == top20.to_dict()
-    counts = res.stages["orlog"][-1]
-    assert counts["pairs"] == len(orlog) and counts["forward_passes"] > 0
+    for rid in ("orlog", "orlog-bm25"):
+        reranked = pq.read_table(res.runs[rid]).to_pandas()
+        assert reranked.groupby("query_id")["doc_id"].apply(set).to_dict() == top20.to_dict()
+        counts = res.stages[rid][-1]
+        assert counts["pairs"] == len(reranked) and counts["seconds_per_pair"] > 0
+    assert res.stages["orlog"][-1]["forward_passes"] > 0 and res.stages["orlog-bm25"][-1]["forward_passes"] == 0
+    people = pq.read_table(exact.runs["orlog-bm25"]).to_pandas()
+    assert (people.groupby("query_id").size() == 46).all() and exact.stages["orlog-bm25"][-1]["pairs"] == len(people)
 
 
 def test_bench_lag_is_lag_oracle_and_lag_yaml_over_one_index(tmp_path, tiny_cfg):

@@ -117,7 +117,8 @@ def test_the_bench_commands_options_land_where_the_files_hold_them(tmp_path, mon
     s = benchmarks.setlogic(per_template=3, seed=2, k=10, orlog_depth=5)
     assert s.dataset.setlogic.per_template == 3 and s.dataset.setlogic.seed == 2 and s.measures == ("P@1", "R@10", "F1@10", "nDCG@10")
     assert s.pipelines["orlog"][0] == {"bm25": {"k": 5}} and s.pipelines["orlog"][2]["orlog"]["k"] == 5 and s.pipelines["bm25"] == [{"bm25": {"k": 100}}]
-    assert list(benchmarks.setlogic(orlog=False).pipelines) == ["dense", "bm25", "itlr"]
+    assert s.pipelines["orlog-bm25"][0] == {"bm25": {"k": 5}} and s.pipelines["orlog-bm25"][2]["orlog"] == {"k": 5, "scorer": "bm25"}
+    assert list(benchmarks.setlogic(orlog=False).pipelines) == ["dense", "bm25", "itlr", "itlr-bm25", "itlr-hybrid", "orlog-bm25"]
 
     oracle, rows = benchmarks.lag("musique", sample=4, seed=7, runs=("rag", "lag-random-order"))
     assert oracle == load("lag-oracle") and rows.dataset.sample == 4 and rows.dataset.seed == 7
