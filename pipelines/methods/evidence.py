@@ -125,6 +125,8 @@ class BM25Evidence:
 
     def maxima(self) -> np.ndarray:
         """Each term's largest score over the table (0 for a term no document holds)."""
+        if self.S.shape[1] == 0:  # an empty table
+            return np.zeros(len(self.terms))
         return np.asarray(self.S.max(axis=1).toarray(), dtype=np.float64).ravel()
 
     def bounds(self) -> np.ndarray:

@@ -200,3 +200,15 @@ def test_orlog_over_bm25_is_the_exact_posterior_of_calibrated_scores(store):
     assert post.idxmax() == "bo" and post["ada"] < post["bo"]
     dense = retrieval_truth([q], cands, "dense", "zscore", store, _encode)
     assert dense["p_true"].between(0, 1).all() and len(dense) == 8
+
+
+def test_an_empty_table_and_no_candidates_give_empty_results():
+    empty = TableStore({})
+    ev = BM25Evidence(empty, ["Apples"])
+    assert ev.maxima().tolist() == [0.0] and list(ev.blocks(4)) == [] and ev.raw([]).shape == (0, 1)
+    q = LogicalQuery("q", parse('"Apples"'), "ok")
+    assert score_exact([q], ["Apples"], None, ev.blocks(4), 5, [Operators()], calibrate_evidence(ev, "max"))[Operators()].empty
+    oq = OrlogQuery("q", "", (("a1", "{x} likes Apples"),), parse('"a1"'), "ok")
+    none = pd.DataFrame({"query_id": [], "doc_id": [], "base_rank": []})
+    res = retrieval_truth([oq], none, "bm25", "max", TableStore(LIKES))
+    assert res.empty and posteriors([oq], res).empty
