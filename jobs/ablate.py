@@ -18,7 +18,7 @@ from pipelines.evaluate.core import evaluate_run
 from pipelines.evaluate.measures import parse_measure
 from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.logic.fuzzy import Operators
-from pipelines.methods.evidence import EvidenceError, calibrate_evidence, check_calibration, make_evidence
+from pipelines.methods.evidence import EvidenceError, calibrate_evidence, check_calibration, describe, make_evidence
 from pipelines.methods.itlr import Calibration, parse_queries, score_exact, unique_terms
 from pipelines.methods.ranking import rank_pairs
 from pipelines.store import DocStore
@@ -49,6 +49,7 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
             evidence = make_evidence(scorer, store, terms, lambda texts: Embedder(embed).encode(texts), hybrid_weight)
             cal = calibrate_evidence(evidence, calibration)
             pairs = score_exact(parsed, terms, None, evidence.blocks(32768), k, grid, cal)
+            calibration = describe(evidence, calibration)
     rows = []
     for ops in grid:
         metrics = evaluate_run(rank_pairs(pairs[ops], k, "itlr", str(ops)), qrels, [m], str(ops)).to_pandas()
@@ -59,6 +60,6 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     write_text_atomic("\n".join(lines) + "\n", Path(out) / "ablation.md")
     fallback = sum(q.status != "ok" for q in parsed)
     rundir.write_manifest({"queries": queries_path, "qrels": qrels_path, "db": db, "measure": str(m), "k": k, "scorer": scorer,
-                           "calibration": calibration, **({"hybrid_weight": hybrid_weight} if scorer == "hybrid" else {})},
+                           "calibration": calibration},
                           "", {}, ["ablation.parquet", "ablation.md"], fallback_queries=fallback)
     return df

@@ -171,7 +171,7 @@ class MethodOptions(BaseModel):
     itlr_scorer: Literal["dense", "bm25", "hybrid"] = Field("dense", description="itlr: term evidence (dense cosines, BM25, hybrid).")
     calibration: Literal["none", "zscore", "sigmoid", "max", "saturation"] | None = Field(
         None, description="itlr: per-term score calibration (None: the scorer's default; sigmoid needs labels; max, saturation: bm25).")
-    hybrid_weight: float = Field(0.5, ge=0.0, le=1.0, description="itlr hybrid: the share of calibrated BM25 evidence.")
+    hybrid_weight: float = Field(0.5, ge=0.0, le=1.0, description="itlr scorer hybrid: the share of calibrated BM25 evidence in each term's score (not the hybrid preset's RRF).")
     calibration_sample: int = Field(10_000, ge=10, description="itlr zscore: documents sampled per term.")
     labels: str | None = Field(None, description="itlr sigmoid: JSONL of doc_id + present terms.")
     ann_k: int = Field(100, ge=1, description="itlr ann: candidates per term.")
@@ -185,6 +185,8 @@ class MethodOptions(BaseModel):
     orlog_context_tokens: int = Field(256, ge=1, description="orlog: tokens of the candidate's text kept.")
     orlog_calibration: Literal["none", "content-free", "pool-mean"] = Field("none", description="orlog: logit calibration.")
     orlog_scorer: Literal["llm", "bm25", "dense"] = Field("llm", description="orlog: P(True) from the LLM, or a calibrated retrieval score.")
+    orlog_score_calibration: Literal["max", "saturation", "zscore"] | None = Field(
+        None, description="orlog bm25/dense: the retrieval score's calibration to P(True) (None: bm25 max, dense zscore).")
     orlog_reasoner: Literal["compiled", "problog"] = Field("compiled", description="orlog: compiled (exact, vectorised) or problog (reference).")
 
 

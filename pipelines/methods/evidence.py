@@ -1,16 +1,17 @@
-"""Term evidence: how strongly a document holds a term, from any retrieval scorer, in [0, 1].
+"""Term evidence: how strongly a document holds a term, from any retrieval scorer.
 
 ITLR composes per-term scores with fuzzy operators and OrLog takes each (candidate, atom)'s
 P(True): both need, per (document, term), a number in [0, 1] for the operators and the
-posterior to mean what they say. Three scorers give the raw score:
+posterior to mean what they say (ITLR over dense cosines keeps its raw cosines by default, as
+the paper does). Three scorers give the raw score:
 
 - ``dense``: the cosine of the term's and the document's embeddings (ITLR's own evidence);
 - ``bm25``: the term's text as a BM25 query over the table, through the batch engine
   (:mod:`pipelines.sparse`, the bm25 stage's scores), exact over every document;
 - ``hybrid``: both, each calibrated by its own default (bm25: ``max``; dense: ``zscore``),
-  combined per term as ``w * bm25 + (1 - w) * dense`` with ``w`` = ``hybrid_weight``
-  (default 0.5): a document holds a term as much as the two scorers agree it does. Its
-  evidence is already in [0, 1]: its calibration is the identity.
+  combined per term as the weighted mean ``w * bm25 + (1 - w) * dense`` with ``w`` =
+  ``hybrid_weight`` (default 0.5). Its evidence is already in [0, 1]: its calibration is the
+  identity.
 
 Calibrations (:class:`pipelines.methods.itlr.Calibration`), all label-free except ``sigmoid``:
 
@@ -90,6 +91,10 @@ class DenseEvidence:
         for ids, vectors in self.store.vector_blocks(block_rows):
             yield ids, np.asarray(vectors, dtype=np.float32) @ self.T.T
 
+    def has(self, doc_ids: Sequence[str]) -> np.ndarray:
+        held = self.store.vectors_for(list(dict.fromkeys(doc_ids)))
+        return np.array([d in held for d in doc_ids], dtype=bool)
+
     def sample(self, n: int) -> np.ndarray:
         return self.store.sample_vectors(n) @ self.T.T
 
@@ -101,9 +106,13 @@ class BM25Evidence:
 
     def __init__(self, store, terms: Sequence[str]):
         self.index, self.terms = store.bm25_index(), list(terms)
-        self.S = self.index.term_scores(self.terms)  # terms x documents, CSR
-        self.by_doc = self.S.tocsc()
+        # terms x documents, by document (CSC: a block or a candidate set is a column slice)
+        self.by_doc = self.index.term_scores(self.terms).tocsc()
         self.rows = pd.Index(self.index.doc_ids)
+
+    def has(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """Which of the documents the table holds."""
+        return self.rows.get_indexer(list(doc_ids)) >= 0
 
     def raw(self, doc_ids: Sequence[str]) -> np.ndarray:
         """(docs x terms) BM25 scores; ``KeyError`` for a document the table lacks."""
@@ -125,9 +134,9 @@ class BM25Evidence:
 
     def maxima(self) -> np.ndarray:
         """Each term's largest score over the table (0 for a term no document holds)."""
-        if self.S.shape[1] == 0:  # an empty table
+        if self.by_doc.shape[1] == 0:  # an empty table
             return np.zeros(len(self.terms))
-        return np.asarray(self.S.max(axis=1).toarray(), dtype=np.float64).ravel()
+        return np.asarray(self.by_doc.max(axis=1).toarray(), dtype=np.float64).ravel()
 
     def bounds(self) -> np.ndarray:
         """Each term's largest possible score (BM25's saturation)."""
@@ -160,8 +169,25 @@ class HybridEvidence:
         for ids, dense_raw in self.dense.blocks(block_rows):
             yield ids, self.combine(dense_raw, self.bm25.raw(ids))
 
+    def has(self, doc_ids: Sequence[str]) -> np.ndarray:
+        return self.bm25.has(doc_ids)
+
     def describe(self) -> str:
         return f"hybrid: {self.weight:g} x bm25 (max) + {1 - self.weight:g} x dense (zscore)"
+
+
+def describe(evidence, calibration: str) -> str:
+    """The calibration a manifest records: its name, or hybrid's rule."""
+    return evidence.describe() if evidence.scorer == "hybrid" else calibration
+
+
+def raw_lookup(evidence, doc_ids: Sequence[str]):
+    """The raw scores of ``doc_ids`` read once (one table read for dense and hybrid evidence),
+    as a function of any subset of them: (doc ids) -> (docs x terms)."""
+    ids = list(dict.fromkeys(doc_ids))
+    M = evidence.raw(ids) if ids else np.zeros((0, len(evidence.terms)), np.float32)
+    at = pd.Index(ids)
+    return lambda want: M[at.get_indexer(list(want))]
 
 
 def make_evidence(scorer: str, store, terms: Sequence[str], encode=None, hybrid_weight: float = 0.5, sample: int = 10_000):
@@ -185,8 +211,10 @@ def calibrate_evidence(evidence, name: str, sample: int = 10_000, labels: Sequen
         return Calibration.divide("saturation", terms, evidence.bounds())
     if name == "zscore":
         return Calibration.zscore(terms, evidence.sample(sample))
-    if name == "sigmoid":
+    if name == "sigmoid":  # labelled documents the table lacks are left out, as over dense vectors
         from pipelines.methods.itlr import labelled_scores_from
 
-        return Calibration.fit_sigmoid(labelled_scores_from(labels or [], terms, evidence.raw))
+        labels = list(labels or [])
+        held = evidence.has([r["doc_id"] for r in labels]) if labels else np.zeros(0, bool)
+        return Calibration.fit_sigmoid(labelled_scores_from([r for r, h in zip(labels, held, strict=True) if h], terms, evidence.raw))
     raise EvidenceError(f"unknown calibration {name!r}")

@@ -3,7 +3,8 @@
 A query's ``logical_query`` (e.g. ``"vitamin D" AND NOT "bone health"``) is parsed; each
 distinct term across all queries is embedded once; every document gets one cosine per
 term; per-term scores are optionally calibrated, then composed along the parse tree with
-named fuzzy operator families (:mod:`pipelines.logic.fuzzy`).
+named fuzzy operator families (:mod:`pipelines.logic.fuzzy`). The same composition takes the
+raw scores of any other scorer (BM25, hybrid: :mod:`pipelines.methods.evidence`).
 
 Candidate modes:
 
@@ -160,7 +161,10 @@ _TILE = 2048  # columns composed at a time
 
 # -- scoring -------------------------------------------------------------------------------
 class _TopK:
-    """Running top-k (score, row position) per query over streamed blocks."""
+    """Running top-k (score, row position) per query over streamed blocks, in one total order:
+    score descending, then row position ascending. Ties at the k-th score (common over BM25
+    evidence: every document a NOT-only query's term misses scores 1) thus go to the earliest
+    rows of the table, whatever the block size and the number of threads."""
 
     def __init__(self, n_queries: int, k: int):
         self.k = k
@@ -194,7 +198,7 @@ class _TopK:
         scores = np.concatenate([self.scores, block_scores], axis=1)
         rows = np.concatenate([self.rows, block_rows], axis=1)
         if scores.shape[1] > self.k:
-            keep = np.argpartition(-scores, self.k - 1, axis=1)[:, : self.k]
+            keep = _best_columns(scores, rows, self.k)
             scores, rows = np.take_along_axis(scores, keep, axis=1), np.take_along_axis(rows, keep, axis=1)
         self.scores, self.rows = scores, rows
 
@@ -205,6 +209,24 @@ class _TopK:
         for p in parts:
             out._merge(p.scores, p.rows)
         return out
+
+
+def _best_columns(scores: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """Per query (row of ``scores``), the columns of its ``k`` best entries by score descending,
+    then ``rows`` ascending (a NaN counts as -inf); ``scores`` is wider than ``k``."""
+    scores = np.where(np.isnan(scores), -np.inf, scores)
+    kth = np.partition(scores, -k, axis=1)[:, -k][:, None]  # each query's k-th largest score
+    above, tied = scores > kth, scores == kth
+    need = k - above.sum(axis=1)  # how many of the tied entries each query keeps (>= 1)
+    keep = above | tied
+    over = np.flatnonzero(tied.sum(axis=1) > need)  # more ties than places: the earliest rows win
+    if len(over):
+        key = np.where(tied[over], rows[over], np.iinfo(np.int64).max)
+        order = np.argsort(key, axis=1, kind="stable")
+        place = np.empty_like(order)
+        np.put_along_axis(place, order, np.broadcast_to(np.arange(order.shape[1]), order.shape), axis=1)
+        keep[over] = above[over] | (place < need[over, None])
+    return np.nonzero(keep)[1].reshape(len(scores), k)
 
 
 def score_exact(
@@ -263,9 +285,11 @@ def score_exact(
     with ThreadPoolExecutor(n_threads) as pool:
         for block_ids, vecs in doc_blocks:
             V = np.asarray(vecs, dtype=np.float32)
-            # (layout rows x docs): the raw scores given (docs x terms), or the cosines
-            M = V.T[layout] if T_rows is None else (T_rows @ V.T if direct else (T_rows @ V.T)[layout])
-            M = np.ascontiguousarray(calibration.apply(M.T, layout_terms).T)
+            if T_rows is None:  # raw scores given (docs x terms): calibrated per term, then laid out
+                M = np.ascontiguousarray(calibration.apply(V, terms).T[layout])  # (layout rows x docs)
+            else:  # the cosines, straight into the layout
+                M = T_rows @ V.T if direct else (T_rows @ V.T)[layout]
+                M = np.ascontiguousarray(calibration.apply(M.T, layout_terms).T)
             for done in [pool.submit(compose, M, part, seen) for part in range(n_threads)]:
                 done.result()
             ids.append(np.asarray(block_ids, dtype=object))

@@ -14,7 +14,7 @@ import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
 from pipelines.logic.fuzzy import Operators
-from pipelines.methods.evidence import calibrate_evidence, check_calibration, make_evidence
+from pipelines.methods.evidence import calibrate_evidence, check_calibration, describe, make_evidence, raw_lookup
 from pipelines.methods.itlr import (
     TERM_SCORES,
     Calibration,
@@ -75,8 +75,8 @@ class ITLROptions(StageOptions):
 class ITLR(Stage):
     """ITLR: the query's logical form over text terms (its ``logical_query``; the raw text as
     one term when it has none or it does not parse), every distinct term scored once (dense:
-    embedded, cosines; bm25: BM25 over the table; hybrid: both), calibrated to [0, 1] and
-    composed with fuzzy operators. Side table ``term_scores``: each (query, document, term)
+    embedded, raw cosines by default; bm25: BM25 over the table; hybrid: both), BM25 and hybrid
+    calibrated to [0, 1], composed with fuzzy operators. Side table ``term_scores``: each (query, document, term)
     score behind the run."""
 
     name = "itlr"
@@ -87,7 +87,7 @@ class ITLR(Stage):
 
     def needs(self) -> Needs:
         files = tuple(f for f in (self.options.labels, self.options.pairs) if f)
-        return Needs(encoder=self.options.scorer != "bm25", files=files)
+        return Needs(encoder=self.options.scorer != "bm25", fulltext=self.options.scorer != "dense", files=files)
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         if self.options.scorer != "dense":
@@ -125,6 +125,7 @@ class ITLR(Stage):
             "unique_terms": len(terms),
             "mode": o.mode,
             "operators": str(ops),
+            "scorer": "dense",
             "calibration": calibration.name,
             "mean_candidates": float(np.mean([len(c[0]) for c in candidates.values()])) if candidates else None,
             **listed,
@@ -143,24 +144,27 @@ class ITLR(Stage):
         labels = _read_labels(o.labels) if o.labels else None
         calibration = calibrate_evidence(evidence, name, o.calibration_sample, labels)
         ops = Operators.parse(o.operators)
-        raw = lambda ids, _payload: evidence.raw(ids)  # noqa: E731
         candidates, listed, exact_queries = {}, {}, parsed
         if o.mode == "ann":
             candidates, exact_queries = _term_candidates(parsed, evidence, ctx.store, o)
+            listed = {"queries_without_candidates": sum(q.query_id not in candidates for q in parsed) - len(exact_queries)}
         elif o.mode == "listed":
             candidates, absent = _listed_ids(o.pairs, {q.query_id for q in parsed}, evidence)
             listed = {"listed_pairs_not_in_table": absent, "queries_without_pairs": sum(q.query_id not in candidates for q in parsed)}
             exact_queries = []
-        frames = [score_listed(parsed, terms, raw, candidates, o.k, ops, calibration)] if candidates else []
+        frames = []
+        if candidates:  # every candidate's scores read once
+            lookup = raw_lookup(evidence, [d for ids, _ in candidates.values() for d in ids])
+            frames.append(score_listed(parsed, terms, lambda ids, _payload: lookup(ids), candidates, o.k, ops, calibration))
         if exact_queries:
             frames.append(score_exact(exact_queries, terms, None, evidence.blocks(o.block_rows), o.k, [ops], calibration)[ops])
         pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
-        scores = term_scores_from(pairs, parsed, terms, lambda ids, idx, _qid: evidence.raw(ids)[:, idx], calibration)
+        ranked = raw_lookup(evidence, pairs["doc_id"].tolist())
+        scores = term_scores_from(pairs, parsed, terms, lambda ids, idx, _qid: ranked(ids)[:, idx], calibration)
         fallback = [q.query_id for q in parsed if q.status == "fallback"]
         counts = {
             "queries": len(parsed), "fallback": len(fallback), "fallback_query_ids": fallback[:100], "unique_terms": len(terms),
-            "mode": o.mode, "operators": str(ops), "scorer": o.scorer,
-            "calibration": evidence.describe() if o.scorer == "hybrid" else calibration.name,
+            "mode": o.mode, "operators": str(ops), "scorer": o.scorer, "calibration": describe(evidence, calibration.name),
             "mean_candidates": float(np.mean([len(c[0]) for c in candidates.values()])) if candidates else None,
             **listed,
         }
@@ -185,7 +189,8 @@ def _read_labels(path: str) -> list[dict]:
 def _term_candidates(parsed, evidence, store, o: ITLROptions):
     """ann mode over bm25 or hybrid evidence: the union of each positive term's ``ann_k`` best
     documents by BM25 (and, for hybrid, by dense search too), per query; the queries without a
-    positive term are scored exactly."""
+    positive term are scored exactly. A query whose positive terms find nothing (BM25 returns
+    only documents that share a word) gets no candidates (counted)."""
     order = {t: i for i, t in enumerate(evidence.terms)}
     wanted = sorted({t for q in parsed for t in positive_terms(q.ast)}, key=order.__getitem__)
     bm25 = evidence if evidence.scorer == "bm25" else evidence.bm25

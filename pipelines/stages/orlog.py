@@ -115,12 +115,16 @@ class Orlog(_LLMReranker):
     def needs(self) -> Needs:
         if self.options.scorer == "llm":
             return super().needs()
-        return Needs(encoder=self.options.scorer == "dense")
+        return Needs(encoder=self.options.scorer == "dense", fulltext=self.options.scorer == "bm25")
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         o = self.options
         qs = orlog.orlog_queries(queries)
-        started = time.perf_counter()
+        if o.scorer == "bm25":
+            ctx.store.bm25_index()  # opened (or built) before the clock starts: indexing is not scoring
+        elif o.scorer == "dense":
+            ctx.embedder()  # the encoder loaded before it, as the LLM service may already run
+        started = time.perf_counter()  # seconds per pair: candidates to P(True), the LLM's or the scorer's
         if o.scorer == "llm":
             cands, names, contexts = self._candidates(ctx, runs[0])
             res = self._score(ctx, orlog.truth_prompts(qs, cands, names, contexts))
@@ -191,7 +195,7 @@ def _orlog(m) -> list[StageOptions]:
         *_base(m, m.orlog_k),
         DecompositionOptions(target="orlog", decompositions=m.decompositions),
         OrlogOptions(k=m.k, depth=m.orlog_k, context=m.orlog_context, context_tokens=m.orlog_context_tokens, scorer=m.orlog_scorer,
-                     calibration=m.orlog_calibration, reasoner=m.orlog_reasoner),
+                     calibration=m.orlog_calibration, score_calibration=m.orlog_score_calibration, reasoner=m.orlog_reasoner),
     ]
 
 

@@ -92,13 +92,46 @@ def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path)
                                  pipelines={"listed": [{"itlr": {"k": 10, "scorer": "bm25", "mode": "listed", "pairs": str(pairs)}}]}), tmp_path / "l")
     run = pq.read_table(listed["listed"]).to_pandas().set_index(["query_id", "doc_id"])["score"]
     assert sorted(run.index) == sorted(list(e.index)[:7]) and (run - e.loc[run.index]).abs().max() < 1e-6
+    counts = json.loads((tmp_path / "l" / "manifest.json").read_text())["pipelines"]["listed"]["stages"][-1]
+    assert counts["listed_pairs_not_in_table"] == 1 and counts["queries_without_pairs"] == 32 - e.index[:7].get_level_values(0).nunique()
 
-    hybrid = run_retrieve(_cfg(synthetic, methods=("itlr",), k=5, itlr_scorer="hybrid", hybrid_weight=0.25), tmp_path / "h")
-    assert pq.read_table(hybrid["itlr"]).num_rows == 32 * 5
+    hybrid = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, itlr_scorer="hybrid", hybrid_weight=0.25), tmp_path / "h")
+    h_exact = pq.read_table(hybrid["itlr"]).to_pandas().set_index(["query_id", "doc_id"])["score"]
+    assert len(h_exact) == 32 * n_docs
+    h_ann = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, itlr_scorer="hybrid", hybrid_weight=0.25, itlr_mode="ann", ann_k=5,
+                              run_tag="ann"), tmp_path / "ha")
+    a = pq.read_table(h_ann["ann-itlr"]).to_pandas().set_index(["query_id", "doc_id"])["score"]
+    assert 0 < len(a) < len(h_exact) and (a - h_exact.loc[a.index]).abs().max() < 1e-6  # bm25's and dense's candidates, re-scored exactly
     h = pq.read_table(tmp_path / "h" / "term_scores" / "itlr.parquet").to_pandas()
     assert h["calibrated"].between(0, 1).all() and (h["score"] == h["calibrated"]).all()  # hybrid's evidence is its own calibration
     counts = json.loads((tmp_path / "h" / "manifest.json").read_text())["pipelines"]["itlr"]["stages"][-1]
     assert counts["calibration"] == "hybrid: 0.25 x bm25 (max) + 0.75 x dense (zscore)"
+
+
+def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(synthetic, tmp_path):
+    """`logicrank ablate --scorer bm25`: 18 operator families over BM25 evidence in one pass;
+    the default family's figure is the itlr stage's (scorer bm25) nDCG@10 on the same queries."""
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+    from pipelines.evaluate.core import evaluate_run
+    from pipelines.evaluate.measures import parse_measure
+    from pipelines.topics import read_qrels
+
+    qrels = synthetic / "syn" / "qrels" / "test.tsv"
+    res = CliRunner().invoke(app, ["ablate", str(synthetic / "syn" / "queries.jsonl"), str(qrels), "--db", str(synthetic / "db"),
+                                   "--scorer", "bm25", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    table = pq.read_table(tmp_path / "a" / "ablation.parquet").to_pandas().set_index("operators")["value"]
+    assert len(table) == 18
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert (manifest["config"]["scorer"], manifest["config"]["calibration"]) == ("bm25", "max")
+    runs = run_retrieve(_cfg(synthetic, methods=("itlr",), k=100, itlr_scorer="bm25"), tmp_path / "r")
+    m = evaluate_run(pq.read_table(runs["itlr"]), read_qrels(str(qrels)), [parse_measure("nDCG@10")], "itlr").to_pandas()
+    assert abs(table["and=product,or=sum,not=complement"] - m[m["query_id"] == "all"]["value"].item()) < 1e-9
+    bad = CliRunner().invoke(app, ["ablate", str(synthetic / "syn" / "queries.jsonl"), str(qrels), "--db", str(synthetic / "db"),
+                                   "--scorer", "dense", "--calibration", "max", "--out", str(tmp_path / "b")])
+    assert bad.exit_code == 2 and "scorer 'dense' takes calibration none, zscore, sigmoid, not 'max'" in bad.output
 
 
 def test_side_tables_of_a_fused_sub_pipeline_are_kept(synthetic, tmp_path):

@@ -378,7 +378,7 @@ def _child(args) -> dict:
         evidence = BM25Evidence(s, terms)
         cal = calibrate_evidence(evidence, "max")
         out["evidence_s"] = time.perf_counter() - t
-        out["evidence_nnz"] = int(evidence.S.nnz)
+        out["evidence_nnz"] = int(evidence.by_doc.nnz)
         run = score_exact(parsed, terms, None, evidence.blocks(32768), 10, [Operators()], cal, threads=1)[Operators()]
         out["search_s"] = time.perf_counter() - t
         out["vs_term_search"] = out["search_s"] / out["term_search_s"]
