@@ -178,9 +178,13 @@ class _TopK:
             hits = block_scores > self.scores.min(axis=1, keepdims=True)
         elif width >= self.k:
             # not yet k kept: the k-th best of a leading sample of the block is a lower
-            # bound of the k-th best overall, so nothing below it can enter
-            sample = block_scores[:, : max(self.k, min(width, 4096))]
-            hits = block_scores >= np.partition(sample, -self.k, axis=1)[:, -self.k :][:, :1]
+            # bound of the k-th best overall, so nothing below it can enter; nor can a tie
+            # with it after the sample (k entries at least as good come in earlier rows)
+            n_sample = max(self.k, min(width, 4096))
+            sample = block_scores[:, :n_sample]
+            kth = np.partition(sample, -self.k, axis=1)[:, -self.k :][:, :1]
+            hits = block_scores > kth
+            hits[:, :n_sample] |= sample == kth
         else:
             hits = np.ones(block_scores.shape, dtype=bool)
         flat = np.flatnonzero(hits)  # (flat is ~4x faster than 2-d nonzero)
@@ -286,7 +290,7 @@ def score_exact(
         for block_ids, vecs in doc_blocks:
             V = np.asarray(vecs, dtype=np.float32)
             if T_rows is None:  # raw scores given (docs x terms): calibrated per term, then laid out
-                M = np.ascontiguousarray(calibration.apply(V, terms).T[layout])  # (layout rows x docs)
+                M = np.ascontiguousarray(calibration.apply(V, terms).T)[layout]  # (layout rows x docs): rows gathered whole
             else:  # the cosines, straight into the layout
                 M = T_rows @ V.T if direct else (T_rows @ V.T)[layout]
                 M = np.ascontiguousarray(calibration.apply(M.T, layout_terms).T)

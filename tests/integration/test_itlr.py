@@ -85,7 +85,8 @@ def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path)
     np.testing.assert_allclose(got.loc[index.doc_ids[rows].tolist()].to_numpy(), want, rtol=1e-6)
 
     pairs = tmp_path / "pairs.tsv"
-    pairs.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for (q, d) in list(e.index)[:7]) + "q-none\tmissing-doc\t1\n")
+    pairs.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for (q, d) in list(e.index)[:7])
+                     + f"{e.index[0][0]}\tmissing-doc\t1\nq-none\t{e.index[0][1]}\t1\n")
     from pipelines.config import RetrieveConfig as Config
 
     listed = run_retrieve(Config(queries=str(synthetic / "syn" / "queries.jsonl"), db=str(synthetic / "db"),

@@ -22,7 +22,7 @@ from pipelines.methods.evidence import (
     check_calibration,
     make_evidence,
 )
-from pipelines.methods.itlr import LogicalQuery, compose, score_exact, score_listed, term_scores_from
+from pipelines.methods.itlr import Calibration, LogicalQuery, compose, score_exact, score_listed, term_scores_from
 from pipelines.methods.orlog import OrlogQuery, atom_query, posteriors, retrieval_truth
 from pipelines.sparse import BM25Index
 
@@ -233,3 +233,20 @@ def test_ties_at_the_cut_go_to_the_earliest_rows_whatever_the_blocks_and_threads
             got = score_exact(qs, terms, None, ev.blocks(block), k, [Operators()], cal, threads=threads)[Operators()]
             have = {q: sorted(g["doc_id"]) for q, g in got.groupby("query_id")}
             assert have == {q: sorted(d) for q, d in want.items()}, (threads, block)
+
+
+def test_ties_past_a_blocks_leading_sample_never_enter():
+    """Blocks wider than the top-k's leading sample (4,096 columns), scores in few distinct
+    values: the kept set is still the first k by (score descending, row ascending)."""
+    rng = np.random.default_rng(7)
+    n, terms = 12_000, ["a", "b"]
+    raw = rng.integers(0, 3, size=(n, 2)).astype(np.float32) / 2  # 0, 0.5, 1: ties everywhere
+    ids = np.array([f"d{i:05d}" for i in range(n)], dtype=object)
+    qs = [LogicalQuery("q1", parse('"a" AND NOT "b"'), "ok"), LogicalQuery("q2", parse('"a" OR "b"'), "ok")]
+    full = compose(qs, terms, raw, Operators(), Calibration())
+    for k in (10, 100):
+        want = {q.query_id: set(ids[np.lexsort((np.arange(n), -full[i]))[:k]]) for i, q in enumerate(qs)}
+        for threads, block in ((1, n), (2, 5_000), (3, 9_000)):
+            blocks = [(ids[lo : lo + block], raw[lo : lo + block]) for lo in range(0, n, block)]
+            got = score_exact(qs, terms, None, blocks, k, [Operators()], Calibration(), threads=threads)[Operators()]
+            assert {q: set(g["doc_id"]) for q, g in got.groupby("query_id")} == want, (k, threads, block)
