@@ -147,8 +147,9 @@ def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
 
 def _setlogic(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> tuple[str, dict]:
     """The set-logic section: setlogic.yaml on a sample (markdown, and each run's figures)."""
-    echo(f"[8/9] set-logic queries over LIMIT (exact gold, {SETLOGIC_PER_TEMPLATE} per QUEST template): dense, bm25, ITLR (gold form), "
-         f"OrLog (gold atoms, SmolLM2, top {SETLOGIC_ORLOG_DEPTH}) (experiment jobs/experiments/setlogic.yaml)")
+    echo(f"[8/9] set-logic queries over LIMIT (exact gold, {SETLOGIC_PER_TEMPLATE} per QUEST template): dense, bm25, ITLR (gold form) over "
+         f"dense, BM25 and hybrid evidence, OrLog (gold atoms, P(True) from SmolLM2 and from BM25, top {SETLOGIC_ORLOG_DEPTH}) "
+         "(experiment jobs/experiments/setlogic.yaml)")
     res = run_experiment(benchmarks.setlogic(per_template=SETLOGIC_PER_TEMPLATE, orlog_depth=SETLOGIC_ORLOG_DEPTH), out, embed, ray, local_llm(),
                          strict=False, progress=False)
     for rid, row in res.summary.iterrows():
