@@ -80,6 +80,7 @@ class ITLR(Stage):
     score behind the run."""
 
     name = "itlr"
+    version = 2  # 2: ties at the top k's cut go to the earliest table rows
     side_tables = {"term_scores": TERM_SCORES}
     kind = Kind.RETRIEVER
     Options = ITLROptions
