@@ -3,7 +3,8 @@
 A corpus is a BEIR directory (``corpus.jsonl[.gz]``), plain JSONL(.gz) files, Parquet
 files, TREC SGML files or TSV files, on a local path or any pyarrow filesystem URI. Readers
 stream: each source yields Arrow tables of at most ``batch_rows`` rows, so no corpus is ever
-held whole in memory.
+held whole in memory. A UTF-8 byte order mark starting a JSONL, TSV or TREC file is not read
+as part of its first record.
 
 Every input row comes out exactly once, either valid (``_reason`` null) or marked with
 the reason it was rejected and where it came from (``_source``, ``_location``: the 1-based
@@ -113,6 +114,7 @@ class SourceError(CorpusError):
 _TEXT_LAYOUT = {"jsonl": "one JSON object per line", "trec": "<DOC>...</DOC> records", "tsv": "id<TAB>text per line"}
 UNREADABLE = "unreadable_source"  # the _reason of the one row a reader emits in place of a failed file
 _HEAD_BYTES = 1 << 16  # what check_sources reads of each file
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some tools write at the start of a text file
 
 
 @dataclass(frozen=True)
@@ -323,18 +325,21 @@ def _lines(stream, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None
 
 
 def _read_rows(src: Source, batch_rows: int, max_line: int,
-               parse: Callable[[bytes, int], tuple[dict[str, Any], str | None, str | None]]) -> Iterator[pa.Table]:
-    """A line-per-record file (JSONL, TSV): each non-blank line parsed by ``parse(raw, line_no)``;
+               parse: Callable[[bytes], tuple[dict[str, Any], str | None, str | None]]) -> Iterator[pa.Table]:
+    """A line-per-record file (JSONL, TSV): each non-blank line parsed by ``parse(raw)``,
+    a UTF-8 byte order mark starting the file removed (never part of a record or an id);
     a line longer than ``max_line`` bytes is an ``oversized`` reject, never read whole."""
     batch = _Batcher(src.uri, batch_rows)
     with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
         for line_no, raw in enumerate(_lines(stream, max_line), 1):
+            if line_no == 1 and raw is not None:
+                raw = raw.removeprefix(_BOM)
             if raw is None:
                 batch.add(line_no, _blank(), "oversized", f"line longer than {max_line} bytes")
             elif not raw.strip():
                 continue  # blank lines are layout, not records
             else:
-                batch.add(line_no, *parse(raw, line_no))
+                batch.add(line_no, *parse(raw))
             if len(batch) >= batch_rows:
                 yield batch.flush()
     if len(batch):
@@ -343,7 +348,7 @@ def _read_rows(src: Source, batch_rows: int, max_line: int,
 
 def _read_jsonl(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
     # A JSON line may escape every character (6 bytes for one); past this we do not parse.
-    return _read_rows(src, batch_rows, 6 * max_doc_bytes + (1 << 16), lambda raw, _: _parse_line(raw, max_doc_bytes))
+    return _read_rows(src, batch_rows, 6 * max_doc_bytes + (1 << 16), lambda raw: _parse_line(raw, max_doc_bytes))
 
 
 def _blank() -> dict[str, Any]:
@@ -396,15 +401,15 @@ def _decode_binary(rec: dict[str, Any]) -> dict[str, Any] | tuple[str, str]:
 
 def _read_tsv(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
     # TSV escapes nothing: a line longer than a document and its id is oversized whatever it holds
-    return _read_rows(src, batch_rows, max_doc_bytes + (1 << 16), lambda raw, n: _parse_tsv(raw, max_doc_bytes, first=n == 1))
+    return _read_rows(src, batch_rows, max_doc_bytes + (1 << 16), lambda raw: _parse_tsv(raw, max_doc_bytes))
 
 
-def _parse_tsv(raw: bytes, max_doc_bytes: int, first: bool = False) -> tuple[dict[str, Any], str | None, str | None]:
+def _parse_tsv(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
     try:
         line = raw.decode("utf-8").removesuffix("\r")
     except UnicodeDecodeError as exc:
         return _blank(), "invalid_utf8", str(exc)
-    parts = (line.removeprefix("\ufeff") if first else line).split("\t")  # a byte order mark starts the file, never an id
+    parts = line.split("\t")
     if len(parts) != 2:
         what = "no tab" if len(parts) == 1 else f"{len(parts)} tab-separated fields"
         return _blank(), "bad_tsv_row", f"{what}; a TSV corpus line is id<TAB>text (a text holding a tab cannot be given as TSV)"
@@ -446,7 +451,7 @@ def _trec_units(stream, cap: int, chunk: int = 1 << 20) -> Iterator[tuple[str, i
     ``oversized``: the first bytes of the DOC; ``outside_doc``: the first bytes of a stretch of
     non-blank text outside every DOC. ``line``: 1-based, of the ``<DOC>`` tag (or the text)."""
     buf, pos, scan, eof = stream.read(3), 0, 0, False
-    buf = buf.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark is not text outside the DOCs
+    buf = buf.removeprefix(_BOM)  # a UTF-8 byte order mark is not text outside the DOCs
     keep_head = min(_KEEP_HEAD, cap)  # the same bytes whatever the read boundaries
     counted, line = 0, 1  # buf[counted] is on this line
     doc_line, doc_start, head = 0, -1, None  # inside a DOC: its line, where its body starts; head: it is being skipped

@@ -12,6 +12,8 @@
   (``qid 0 docno rel``, no header, split on any whitespace; ``qid docno rel`` is accepted too);
 - runs: our Parquet run table (RUN), or a TREC run file (``qid Q0 docno rank score tag``).
 
+A text file (gzipped or not) may start with a UTF-8 byte order mark: it is not read as text.
+
 Evaluation must equal trec_eval or refuse, so the readers follow trec_eval's rules and every
 refusal names the file, what is wrong and the fix:
 
@@ -60,7 +62,9 @@ class TopicsError(UserError, ValueError):
 
 
 def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+    """``path`` as text, gunzipped when named ``.gz``; a UTF-8 byte order mark starting it is dropped
+    (never part of the first id or header)."""
+    return gzip.open(path, "rt", encoding="utf-8-sig") if path.suffix == ".gz" else open(path, encoding="utf-8-sig")
 
 
 TopicsField = Literal["title", "desc", "narr"]
@@ -97,9 +101,9 @@ def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
 
 
 def _first_char(f) -> str:
-    """The first non-blank character of a text file (a BOM skipped), the file rewound."""
+    """The first non-blank character of a text file, the file rewound."""
     while chunk := f.read(4096):
-        rest = chunk.lstrip().lstrip("\ufeff").lstrip()
+        rest = chunk.lstrip()
         if rest:
             f.seek(0)
             return rest[0]
@@ -129,7 +133,7 @@ def _read_tsv_queries(f, path: Path) -> list[dict]:
     """``qid<TAB>text`` a line; no header; blank lines skipped; the text's surrounding whitespace stripped."""
     rows = []
     for n, line in enumerate(f, 1):
-        line = line.rstrip("\r\n").removeprefix("\ufeff" if n == 1 else "")
+        line = line.rstrip("\r\n")
         if not line.strip():
             continue
         parts = line.split("\t")

@@ -29,9 +29,13 @@ fails with its number (from 0, the order of the file), its id (``_id``/``id``) a
   official pairs ``[[title, [sentences]], ...]``, the Hugging Face mapping ``{"title": [...],
   "sentences": [...]}`` or objects ``[{"title", "sentences"}, ...]`` (``paragraph_text`` or
   ``text``, a list of sentences or one string, read for ``sentences``). ``supporting_facts``:
-  official pairs ``[[title, sent_id], ...]``, the Hugging Face mapping ``{"title": [...],
-  "sent_id": [...]}`` or objects per title ``[{"title", "sent_ids", "sentences"?}, ...]``
-  (``sent_id`` or ``sentence_ids`` read for ``sent_ids``; a number or a list).
+  official pairs ``[[title, sent_id], ...]``, lists per title ``[[title, [sent_ids],
+  [sentences], {id, title, text, score}], ...]`` (what follows the ids is not read), the
+  Hugging Face mapping ``{"title": [...], "sent_id": [...]}`` or objects per title
+  ``[{"title", "sent_ids", "sentences"?}, ...]`` (``sent_id`` or ``sentence_ids`` read for
+  ``sent_ids``; a number or a list).
+
+A UTF-8 byte order mark starting a file is not read as text.
 """
 
 from __future__ import annotations
@@ -253,21 +257,36 @@ def _hotpot_supporting(r: _Record, q: dict) -> list[str]:
         raise r.error("supporting_facts", "pairs [title, sentence id], a {title, sent_id} mapping or objects per title", facts)
     titles = []
     for i, f in enumerate(facts):
-        if isinstance(f, list | tuple) and len(f) == 2 and isinstance(f[0], str) and _is_int(f[1]):
-            titles.append(f[0])
+        if isinstance(f, list | tuple) and len(f) >= 2:
+            titles.append(_fact_title(r, f, f"supporting_facts[{i}]"))
         elif isinstance(f, dict):
             titles.append(r.string(f, "title", f"supporting_facts[{i}].title"))
             key = next((k for k in _SENT_IDS if k in f), None)
             if key is None:
                 raise r.error(f"supporting_facts[{i}].sent_ids", "the title's supporting sentence ids (or sent_id, sentence_ids)")
-            ids = f[key]
-            if not (_is_int(ids) or (isinstance(ids, list) and all(_is_int(x) for x in ids))):
-                raise r.error(f"supporting_facts[{i}].{key}", "a sentence id or a list of them", ids)
+            if not _sent_ids(f[key]):
+                raise r.error(f"supporting_facts[{i}].{key}", "a sentence id or a list of them", f[key])
             if "sentences" in f and not (isinstance(f["sentences"], str) or _strings(f["sentences"])):
                 raise r.error(f"supporting_facts[{i}].sentences", "a list of sentences (strings)", f["sentences"])
         else:
-            raise r.error(f"supporting_facts[{i}]", "a pair [title, sentence id] or an object {title, sent_ids}", f)
+            raise r.error(f"supporting_facts[{i}]", "a list [title, sentence id(s), ...] or an object {title, sent_ids}", f)
     return titles
+
+
+def _sent_ids(value: Any) -> bool:
+    """A sentence id or a list of them."""
+    return _is_int(value) or (isinstance(value, list) and all(_is_int(x) for x in value))
+
+
+def _fact_title(r: _Record, fact: list | tuple, field: str) -> str:
+    """The title of a supporting fact given as a list: the official pair ``[title, sent_id]`` or a
+    grouped ``[title, [sent_ids], [sentences], {id, title, text, score}]`` (elements past the
+    ids are not read)."""
+    if not isinstance(fact[0], str):
+        raise r.error(f"{field}[0]", "a title (a string)", fact[0])
+    if not _sent_ids(fact[1]):
+        raise r.error(f"{field}[1]", "a sentence id or a list of them", fact[1])
+    return fact[0]
 
 
 def hotpotqa(questions: Path) -> tuple[list[dict], list[dict], list[tuple[str, str]], list[dict]]:

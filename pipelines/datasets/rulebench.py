@@ -97,7 +97,7 @@ def find_files(src: str | Path | None, rules: str | Path | None = None, queries:
 
 def _load(path: Path):
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark is not JSON
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RuleBenchError(f"rulebench: {path}: not valid JSON ({exc}).") from None
 
@@ -155,7 +155,7 @@ def is_prepared(path: str | Path) -> bool:
 
 def prepared_name(path: str | Path) -> str:
     """The set name in a prepared set's query ids (``deer`` of ``deer-0``)."""
-    with (Path(path) / "queries.jsonl").open(encoding="utf-8") as f:
+    with (Path(path) / "queries.jsonl").open(encoding="utf-8-sig") as f:
         first = next((line for line in f if line.strip()), None)
     try:
         qid = str(json.loads(first).get("_id", "")) if first else ""

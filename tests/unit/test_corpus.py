@@ -142,3 +142,37 @@ def test_ids_are_kept_exactly_or_refused(doc_id, reason):
     assert got == reason
     if reason is None:
         assert fields["doc_id"] == str(doc_id)
+
+
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, as Windows tools write one at the start of a file
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
+    """A JSONL corpus (plain, gzipped, a BEIR corpus.jsonl) or a TSV corpus starting with a BOM
+    reads as the same file without it: the first id exact, the content hashes equal."""
+    text = "".join(json.dumps(r) + "\n" for r in ROWS).encode()
+    (tmp_path / "bom.jsonl").write_bytes(BOM + text)
+    (tmp_path / "bom.jsonl.gz").write_bytes(gzip.compress(BOM + text))
+    (tmp_path / "beir").mkdir()
+    (tmp_path / "beir" / "corpus.jsonl").write_bytes(BOM + text)
+    want = _read_all(str(write_jsonl(tmp_path / "plain.jsonl", ROWS))).drop(["_source"])
+    for name in ("bom.jsonl", "bom.jsonl.gz", "beir"):
+        got = _read_all(str(tmp_path / name))
+        assert got.column("doc_id").to_pylist() == ["a", "b"], name
+        assert got.drop(["_source"]).equals(want), name
+    (tmp_path / "bom.tsv.gz").write_bytes(gzip.compress(BOM + b"a\talpha\nb\tbeta\n"))
+    tsv = _read_all(str(tmp_path / "bom.tsv.gz"))
+    assert tsv.column("doc_id").to_pylist() == ["a", "b"] and tsv.column("_reason").to_pylist() == [None, None]
+
+
+def test_a_first_record_that_cannot_be_read_is_still_a_reject_after_a_byte_order_mark(tmp_path):
+    """The BOM goes, the record stays: a reject naming its line and the field at fault."""
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(BOM + b'{"text": "no id"}\n{"_id": "c", "text": "ok"}\n')
+    t = _read_all(str(path))
+    assert t.column("_reason").to_pylist() == ["missing_id", None]
+    assert t.column("_location").to_pylist() == [1, 2] and t.column("doc_id").to_pylist() == [None, "c"]
+    assert "holds a non-empty id" in t.column("_detail")[0].as_py()
+    path.write_bytes(BOM + b'{"_id": "d", "text": 5}\n')
+    t = _read_all(str(path))
+    assert (t.column("_reason")[0].as_py(), t.column("_detail")[0].as_py()) == ("bad_field_type", "text must be a string, got int")

@@ -82,9 +82,10 @@ def _bundled(name: str, part: int = 0) -> list:
     return json.loads(gzip.decompress(qa._BUNDLED[name][part].read_bytes()))
 
 
-def _write(path, records, jsonl: bool = False, gz: bool = False):
+def _write(path, records, jsonl: bool = False, gz: bool = False, bom: bool = False):
     text = "".join(json.dumps(r) + "\n" for r in records) if jsonl else json.dumps(records, indent=1)
-    path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    data = (b"\xef\xbb\xbf" if bom else b"") + text.encode()  # bom: a UTF-8 byte order mark first, as Windows tools write
+    path.write_bytes(gzip.compress(data) if gz else data)
     return path
 
 
@@ -129,6 +130,11 @@ def _hf_to(layout: str, q: dict) -> dict:
     if layout == "grouped-text":  # sent_id lists; context objects holding the paragraph as one string
         return dict(q, context=[{"title": t, "paragraph_text": "".join(s)} for t, s in zip(titles, sentences, strict=True)],
                     supporting_facts=[{"title": t, "sent_id": ids} for t, ids in by_title.items()])
+    if layout == "grouped-lists":  # facts per title as [title, [sent ids], [sentences], {id, title, text, score}]; official context
+        return dict(q, context=[[t, s] for t, s in zip(titles, sentences, strict=True)],
+                    supporting_facts=[[t, ids, [sents[t][i] for i in ids if i < len(sents[t])],
+                                       {"id": f"{t}-{k}", "title": t, "text": "".join(sents[t]), "score": 1.0}]
+                                      for k, (t, ids) in enumerate(by_title.items())])
     raise AssertionError(layout)
 
 
@@ -147,6 +153,45 @@ def test_hotpotqa_layouts_and_file_shapes_give_the_same_beir_files(tmp_path):
     }
     for shape, src in shapes.items():
         assert _beir(tmp_path / shape, "hotpotqa", src) == want, shape
+
+
+def test_hotpotqa_reads_fact_lists_with_trailing_elements_and_byte_order_marks(tmp_path):
+    """Supporting facts grouped as [title, [sentence ids], [sentences], {id, title, text, score}]
+    (the elements past the ids not read) give the BEIR files of the Hugging Face layout, in a
+    JSON array or JSON Lines, gzipped or not, with a UTF-8 byte order mark or without."""
+    bundled = _bundled("hotpotqa")[:6]
+    grouped = [_hf_to("grouped-lists", q) for q in bundled]
+    assert len(grouped[0]["supporting_facts"][0]) == 4
+    want = _beir(tmp_path / "ref", "hotpotqa", _write(tmp_path / "hf.json", bundled))
+    shapes = {
+        "lists jsonl": _write(tmp_path / "lists.jsonl", grouped, jsonl=True),
+        "lists array, bom": _write(tmp_path / "lists-bom.json", grouped, bom=True),
+        "lists jsonl, bom": _write(tmp_path / "lists-bom.jsonl", grouped, jsonl=True, bom=True),
+        "lists jsonl.gz, bom": _write(tmp_path / "lists-bom.jsonl.gz", grouped, jsonl=True, gz=True, bom=True),
+        "pairs and lists mixed": _write(tmp_path / "mixed.jsonl", [g if i % 2 else _hf_to("official", q) for i, (q, g) in enumerate(zip(bundled, grouped, strict=True))], jsonl=True),
+    }
+    for shape, src in shapes.items():
+        assert _beir(tmp_path / shape, "hotpotqa", src) == want, shape
+    queries = read_queries(tmp_path / "lists jsonl.gz, bom").column("query_id").to_pylist()
+    assert queries == [f"hotpotqa-{n}" for n in range(6)]
+    assert _lines(tmp_path / "lists jsonl.gz, bom" / "corpus.jsonl")[0]["_id"] == "hotpotqa-doc-0"
+
+
+@pytest.mark.parametrize(("fact", "message"), [
+    ([3, [0], ["s"], {}], "field 'supporting_facts[1][0]': expected a title (a string); got int 3"),
+    (["Ed Wood", ["0"], ["s"], {}], "field 'supporting_facts[1][1]': expected a sentence id or a list of them; got list of 1"),
+    (["Ed Wood", 1.5, ["s"]], "field 'supporting_facts[1][1]': expected a sentence id or a list of them; got float 1.5"),
+    (["Ed Wood", True], "field 'supporting_facts[1][1]': expected a sentence id or a list of them; got bool True"),
+    (["Ed Wood"], "field 'supporting_facts[1]': expected a list [title, sentence id(s), ...] or an object {title, sent_ids}; got list of 1"),
+], ids=["title-int", "ids-strings", "id-float", "id-bool", "title-alone"])
+def test_a_fact_list_that_cannot_be_read_names_the_record_and_the_field(tmp_path, fact, message):
+    """Also in a file that starts with a byte order mark: the record, its line and the field."""
+    q = _hf_to("grouped-lists", _bundled("hotpotqa")[0])
+    src = _write(tmp_path / "q.jsonl", [dict(q, _id="x1", supporting_facts=[q["supporting_facts"][0], fact])], jsonl=True, bom=True)
+    with pytest.raises(qa.QADataError) as exc:
+        qa.to_beir("hotpotqa", tmp_path / "out", src)
+    assert str(exc.value) == f"hotpotqa: {src}: record 0 (line 1, id x1): {message}"
+    assert not (tmp_path / "out").exists()
 
 
 def test_layout_errors_name_the_record_and_the_field(tmp_path):

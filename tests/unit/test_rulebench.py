@@ -180,3 +180,21 @@ def test_law_layout_test_rules_beside_train_data_and_theoremqa_its_one_rule_base
     (tq / "validation_rule.json").write_text("{}")
     with pytest.raises(RuleBenchError, match=r"lacks a rule base .*found: test_data.json, train_rule.json, validation_rule.json"):
         to_beir(tq, tmp_path / "tq2")
+
+
+def test_files_starting_with_a_byte_order_mark_read_as_without_it(tmp_path):
+    """A rule base and a query file saved with a UTF-8 BOM (as Windows tools write them), and a
+    prepared set whose queries.jsonl starts with one: the same ids and names as without it."""
+    from pipelines.datasets.rulebench import prepared_name
+
+    bom = b"\xef\xbb\xbf"
+    plain, marked = _write(tmp_path / "plain" / "deer"), _write(tmp_path / "marked" / "deer")
+    for name in ("rules.json", "test_data.json"):
+        (marked / name).write_bytes(bom + (marked / name).read_bytes())
+    want, got = to_beir(plain, tmp_path / "want"), to_beir(marked, tmp_path / "got")
+    assert _counts(got) == _counts(want) == (3, 2, 2, 0)
+    assert _records(tmp_path / "got") == _records(tmp_path / "want")
+    assert read_queries(tmp_path / "got").column("query_id").to_pylist() == ["deer-0", "deer-1"]
+    queries = tmp_path / "got" / "queries.jsonl"
+    queries.write_bytes(bom + queries.read_bytes())
+    assert prepared_name(tmp_path / "got") == "deer"

@@ -62,3 +62,41 @@ def test_a_queries_table_is_checked_as_a_queries_file_is(tmp_path):
     pq.write_table(pa.table({"query_id": ["x", "x"], "text": ["a", "b"]}), tmp_path / "q.parquet")
     with pytest.raises(TopicsError, match=r"duplicate query ids \['x'\]"):  # a Parquet file was read without this check
         read_queries(tmp_path / "q.parquet")
+
+
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, as Windows tools write one at the start of a file
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_id_or_header(tmp_path):
+    """Queries (JSONL plain and gzipped, TSV), qrels (BEIR TSV with its header, TREC, gzipped)
+    and a TREC run starting with a BOM read as the same files without it: ids exact."""
+    import gzip
+
+    queries = b'{"_id": "q1", "text": "first"}\n{"_id": "q2", "text": "second"}\n'
+    (tmp_path / "queries.jsonl").write_bytes(BOM + queries)
+    (tmp_path / "queries.jsonl.gz").write_bytes(gzip.compress(BOM + queries))
+    (tmp_path / "queries.tsv").write_bytes(BOM + b"q1\tfirst\nq2\tsecond\n")
+    for name in ("queries.jsonl", "queries.jsonl.gz", "queries.tsv"):
+        q = read_queries(tmp_path / name)
+        assert q.column("query_id").to_pylist() == ["q1", "q2"] and q.column("text").to_pylist() == ["first", "second"], name
+    beir = b"query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t2\n"
+    (tmp_path / "beir.tsv").write_bytes(BOM + beir)
+    (tmp_path / "beir.tsv.gz").write_bytes(gzip.compress(BOM + beir))
+    (tmp_path / "qrels.trec").write_bytes(BOM + b"q1 0 d1 1\nq2 0 d2 2\n")
+    for name in ("beir.tsv", "beir.tsv.gz", "qrels.trec"):
+        assert read_qrels(tmp_path / name).to_pylist() == [{"query_id": "q1", "doc_id": "d1", "relevance": 1},
+                                                           {"query_id": "q2", "doc_id": "d2", "relevance": 2}], name
+    (tmp_path / "run.trec").write_bytes(BOM + b"q1 Q0 d1 1 2.5 tag\nq1 Q0 d2 2 1.5 tag\n")
+    run = read_run(tmp_path / "run.trec")
+    assert run.column("query_id").to_pylist() == ["q1", "q1"] and run.column("doc_id").to_pylist() == ["d1", "d2"]
+
+
+def test_a_bad_line_of_a_file_with_a_byte_order_mark_is_named(tmp_path):
+    (tmp_path / "qrels.tsv").write_bytes(BOM + b"query-id\tcorpus-id\tscore\nq1\td1\n")
+    with pytest.raises(TopicsError) as exc:
+        read_qrels(tmp_path / "qrels.tsv")
+    assert str(exc.value).startswith(f"qrels {tmp_path / 'qrels.tsv'}: line 2 has 2 tab-separated field(s)")
+    (tmp_path / "q.jsonl").write_bytes(BOM + b'{"_id": "q1"}\n')
+    with pytest.raises(TopicsError) as exc:
+        read_queries(tmp_path / "q.jsonl")
+    assert str(exc.value).startswith(f"queries {tmp_path / 'q.jsonl'}: line 1 is not a JSON object with an id")
