@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv main nightly-demo test test-unit bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate bench-scale soak-generate lint clean
+.PHONY: venv main nightly-demo test test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate bench-scale soak-generate lint clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,25 @@ test: $(STAMP)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+
+# The tests that inject a fault (a killed engine core, actor, writer or node; a stall) or are
+# about time (the write lease, the watchdog), at this machine's speed and at half of it: a CPU
+# quota of half the cores on a cgroup (tests/perf/half_speed.sh; needs root or a delegated
+# cgroup). Each test waits for events it can observe, so both runs must pass.
+FAULT_TESTS := tests/integration/test_engine_faults.py tests/integration/test_cluster_faults.py \
+	tests/unit/test_writelock.py tests/unit/test_watchdog.py \
+	"tests/integration/test_generate.py::test_a_killed_run_resumes_without_losing_or_repeating_rows" \
+	"tests/integration/test_generate.py::test_an_engine_killed_inside_its_actor_is_restarted_and_its_batch_sent_again" \
+	"tests/integration/test_generate.py::test_an_engine_actor_killed_with_its_engine_is_restarted" \
+	"tests/integration/test_generate.py::test_an_engine_that_keeps_dying_fails_the_job_in_one_line" \
+	"tests/integration/test_generate.py::test_a_stalled_run_stops_with_its_stacks_and_a_rerun_finishes_it" \
+	"tests/integration/test_index.py::test_killed_mid_write_then_rerun_equals_a_clean_run"
+
+test-faults: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=0 $(FAULT_TESTS)
+
+test-faults-slow: $(STAMP)
+	tests/perf/half_speed.sh $(BIN)/python -m pytest -q -p no:cacheprovider --durations=0 $(FAULT_TESTS)
 
 bench: bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate
 

@@ -84,6 +84,10 @@ class _EngineActor:
         concurrency group, beside a call that may wait forever on the dead core)."""
         return self.llm.engine_alive()
 
+    def requests_in_flight(self) -> int:
+        """Requests its engine holds now (asked from the "health" group, beside a running call)."""
+        return self.llm.requests_in_flight()
+
     def stats(self) -> dict:
         return {**self.llm.client.stats, "engine_loaded": int(self.llm.client._engine is not None)}
 

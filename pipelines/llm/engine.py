@@ -237,6 +237,12 @@ class Engine:
         core = getattr(getattr(self._llm, "llm_engine", None), "engine_core", None)
         return bool(getattr(getattr(core, "resources", None), "engine_dead", False))
 
+    def requests_in_flight(self) -> int:
+        """Requests this engine has taken and not finished yet (0 before it starts): read from
+        another thread while a call runs, it tells that the call's prompts reached the engine."""
+        engine = getattr(self._llm, "llm_engine", None)
+        return int(engine.get_num_unfinished_requests()) if engine is not None else 0
+
     def start(self) -> Engine:
         """Start the engine now (it otherwise starts on first use); ``startup_s`` says how long it took."""
         _ = self.llm
@@ -418,6 +424,11 @@ class LocalLLM:
         """False once the engine started and its core has died since."""
         engine = self.client._engine
         return engine is None or not engine.core_dead()
+
+    def requests_in_flight(self) -> int:
+        """Requests the engine holds now (0 when it has not started)."""
+        engine = self.client._engine
+        return engine.requests_in_flight() if engine is not None else 0
 
     def _raise_if_dead(self, exc: Exception) -> None:
         if engine_dead(exc, self.client._engine):

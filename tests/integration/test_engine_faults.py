@@ -15,28 +15,27 @@ import pytest
 
 from jobs.llm_service import LLMService
 from pipelines.llm import prompts
-from tests.faults import kill_processes, processes
+from tests.faults import descendants, processes
 
 pytestmark = pytest.mark.integration
 
 
-def _kill_core_during_next_call(killed: list[int], delay_s: float = 0.5) -> threading.Thread:
-    """Once an engine actor is inside a call (its process title ends in ``.call``), wait
-    ``delay_s`` and kill its engine core: the call is then waiting on a dead core."""
-
-    def run():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not processes("_EngineActor.call"):
-            time.sleep(0.01)
-        time.sleep(delay_s)
-        killed.append(kill_processes("VLLM::EngineCore"))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+def _wait_for(what: str, event, timeout_s: float = 300.0) -> None:
+    """Poll ``event()`` until it is true; fail naming ``what`` after ``timeout_s`` (a bound for a
+    broken run, not a measure of speed: the event is what the test waits for)."""
+    deadline = time.monotonic() + timeout_s
+    while not event():
+        assert time.monotonic() < deadline, f"waited {timeout_s:.0f} s for {what}"
+        time.sleep(0.01)
 
 
 def test_a_core_that_dies_under_a_running_call_is_found_and_its_batch_sent_again(tiny_cfg):
+    """The engine core is paused (SIGSTOP) before the call, so the call cannot finish however
+    fast the machine is; once the engine holds all of the call's prompts (an event the actor
+    reports), the core is killed under it. The pool finds the dead core, restarts the engine
+    and sends the batch again."""
+    import ray
+
     cfg = tiny_cfg.model_copy(update={"cache": None, "engine_process": "separate", "batch_rows": 64})
     template = prompts.load("gen_question")
     values = [{"logical_query": f'"topic {i}" AND NOT "other topic {i}"'} for i in range(64)]
@@ -45,14 +44,20 @@ def test_a_core_that_dies_under_a_running_call_is_found_and_its_batch_sent_again
     # in its start); the batch sent again after the kill goes to a new engine, so both answers come from a cold
     # prefix cache
     want = [g.text for g in pool.generate(template, values, max_tokens=160)]
-    killed: list[int] = []
-    killer = _kill_core_during_next_call(killed)
-    got = pool.generate(template, values, max_tokens=160)  # one batch of 64 prompts x 160 tokens: seconds of decoding
-    killer.join()
+    cores = processes("VLLM::EngineCore")
+    assert len(cores) == 1, descendants()
+    cores[0].suspend()  # it takes the next call's requests but answers none of them
+    actor = pool._actors[0]
+    got: dict = {}
+    call = threading.Thread(target=lambda: got.update(texts=[g.text for g in pool.generate(template, values, max_tokens=160)]))
+    call.start()
+    _wait_for("the engine to hold the call's 64 prompts",
+              lambda: ray.get(actor.requests_in_flight.options(concurrency_group="health").remote()) == len(values))
+    cores[0].kill()
+    call.join()
     counts = pool.close()
-    assert killed == [1]
     assert counts["engine_restarts"] == 1 and counts["actors_lost"] == 0, counts
-    # found dead by the pool's health query (the call waits on the dead core), or, when the kill lands
-    # mid-request, by the call itself: vLLM's EngineDeadError or the core's socket failing (ZMQError)
+    # found dead by the pool's health query (the call waits on the dead core), or by the call itself:
+    # vLLM's EngineDeadError or the core's socket failing (ZMQError)
     assert counts["last_engine_error"].startswith(("EngineDeadError", "ZMQError")), counts
-    assert [g.text for g in got] == want  # every prompt answered once, by the restarted engine, as an uninterrupted pool answers it
+    assert got["texts"] == want  # every prompt answered once, by the restarted engine, as an uninterrupted pool answers it

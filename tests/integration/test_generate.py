@@ -167,10 +167,12 @@ def test_an_engine_that_keeps_dying_fails_the_job_in_one_line(synthetic, tiny_cf
     killed, seen = [], set()  # kills per look; every descendant's command line seen meanwhile
 
     def keep_killing():
+        # each engine core is killed as soon as it appears (it names itself before it loads the model), so no
+        # engine ever answers a batch and the job cannot finish first, on a fast machine or a slow one
         while not stop.is_set():
             killed.append(kill_processes("VLLM::EngineCore"))
             seen.update(d.split(" ", 1)[-1] for d in descendants())  # each command line, cut to 120 characters
-            stop.wait(0.5)
+            stop.wait(0.01)
 
     killer = threading.Thread(target=keep_killing, daemon=True)
     killer.start()
