@@ -63,6 +63,24 @@ class Holder:
         return f"{self.job} on host {self.host}, pid {self.pid}, since {self.since}"
 
 
+class Clock:
+    """The time the lease reads and waits on: real time. A test injects one it advances by
+    hand (tests/unit/test_writelock.py), so expiry and renewal are checked without sleeping."""
+
+    def time(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Wait ``seconds`` or until ``event`` is set; whether it was set."""
+        return event.wait(seconds)
+
+
 def _is_local(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file://")
 
@@ -71,15 +89,17 @@ class TableLock:
     """``with TableLock(db, table, "index"):`` holds the table's write lock, or raises
     :class:`TableLockedError` at once."""
 
-    def __init__(self, db: str, table: str, job: str, ttl_s: float = 600.0, settle_s: float = 2.0, kind: str | None = None):
+    def __init__(self, db: str, table: str, job: str, ttl_s: float = 600.0, settle_s: float = 2.0, kind: str | None = None,
+                 clock: Clock | None = None):
         self.db, self.table, self.job = db, table, job
-        self.ttl_s, self.settle_s = ttl_s, settle_s
+        self.ttl_s, self.settle_s, self.clock = ttl_s, settle_s, clock or Clock()
         self.kind = kind or ("flock" if _is_local(db) else "lease")
         self._fd: int | None = None
         self._holder: Holder | None = None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self._lost: str | None = None  # lease only: why it is no longer ours
+        self.renewals = 0  # lease only: renewals written
 
     # -- the public face ----------------------------------------------------------
     def __enter__(self) -> TableLock:
@@ -97,7 +117,7 @@ class TableLock:
         """Raise :class:`TableLockedError` if the lease was lost (renewal failed, or another run
         took it over); the writer calls this before every commit. A kernel lock cannot be lost."""
         expires = self._holder.expires if self._holder is not None else None
-        if not self._lost and expires is not None and time.time() >= expires - self.settle_s:
+        if not self._lost and expires is not None and self.clock.time() >= expires - self.settle_s:
             self._lost = "it expired before it was renewed (a long pause?)"
         if self._lost:
             raise TableLockedError(
@@ -192,20 +212,20 @@ class TableLock:
             ) from exc
 
     def _take_lease(self, fs: pafs.FileSystem, path: str) -> None:
-        start = time.monotonic()
+        start = self.clock.monotonic()
         current = self._read(fs, path)
-        if current is not None and (current.expires or 0) > time.time():
+        if current is not None and (current.expires or 0) > self.clock.time():
             raise self._refuse(current)
-        me = Holder.me(self.job, time.time() + self.ttl_s)
-        if time.monotonic() - start >= self.settle_s:  # too slow to write safely: another may have claimed it meanwhile
+        me = Holder.me(self.job, self.clock.time() + self.ttl_s)
+        if self.clock.monotonic() - start >= self.settle_s:  # too slow to write safely: another may have claimed it meanwhile
             raise self._slow()
         self._write(fs, path, me)
-        if time.monotonic() - start >= self.settle_s:  # written too late: a contender may already hold it; never claim
+        if self.clock.monotonic() - start >= self.settle_s:  # written too late: a contender may already hold it; never claim
             with contextlib.suppress(OSError):
                 if self._read(fs, path) == me:
                     fs.delete_file(path)
             raise self._slow()
-        time.sleep(self.settle_s)  # every contender's write has landed; the last one won
+        self.clock.sleep(self.settle_s)  # every contender's write has landed; the last one won
         if self._read(fs, path) != me:
             raise self._refuse(self._read(fs, path))
         self._holder, self._lost = me, None
@@ -216,7 +236,7 @@ class TableLock:
     def _renew(self, fs: pafs.FileSystem, path: str) -> None:
         """Every ttl/3: extend the lease if it is still ours; otherwise, or on any error, record
         the loss (:meth:`ensure_held` then stops the writer) and stop renewing."""
-        while not self._stop.wait(self.ttl_s / 3):
+        while not self.clock.wait(self._stop, self.ttl_s / 3):
             try:
                 current = self._read(fs, path)
                 if current is None or self._holder is None or current.token != self._holder.token:
@@ -224,15 +244,16 @@ class TableLock:
                     return
                 # a lease that may have expired may be another's by now: never extend it
                 deadline = (self._holder.expires or 0) - self.settle_s
-                if time.time() >= deadline:
+                if self.clock.time() >= deadline:
                     self._lost = "it expired before it was renewed (a long pause?)"
                     return
-                renewed = Holder(**{**self._holder.__dict__, "expires": time.time() + self.ttl_s})
+                renewed = Holder(**{**self._holder.__dict__, "expires": self.clock.time() + self.ttl_s})
                 self._write(fs, path, renewed)
-                if time.time() >= deadline:
+                if self.clock.time() >= deadline:
                     self._lost = "its renewal was written too late (a long pause?)"
                     return
                 self._holder = renewed
+                self.renewals += 1
             except Exception as exc:  # noqa: BLE001 - any failure to renew means the lease may lapse
                 self._lost = f"renewal failed: {exc}"
                 return

@@ -9,7 +9,55 @@ import time
 
 import pytest
 
-from pipelines.writelock import TableLock, TableLockedError
+from pipelines.writelock import Clock, TableLock, TableLockedError
+
+
+class ManualClock(Clock):
+    """Time that moves only when a test advances it (or a contender's settle sleep does). A
+    renewer waiting on it wakes when the time passes its wait; :meth:`advance` returns once
+    every renewer has acted on the new time, so a test checks the lease without sleeping."""
+
+    def __init__(self, start: float = 1_800_000_000.0):
+        self.now = start
+        self.cond = threading.Condition()
+        self.waits = 0  # waits begun: a renewer back in its wait has finished its turn
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        with self.cond:
+            self.now += seconds
+            self.cond.notify_all()
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        with self.cond:
+            self.waits += 1
+            self.cond.notify_all()
+            end = self.now + seconds
+            while not event.is_set() and self.now < end:
+                self.cond.wait(0.01)  # (a poll for the event, which does not notify the condition)
+            return event.is_set()
+
+    def advance(self, seconds: float, *locks: TableLock) -> None:
+        """Move the time on, then wait until each lock's renewer has had its turn: it is
+        waiting again, or it stopped (the lease lost)."""
+        with self.cond:
+            before = self.waits
+            self.now += seconds
+            self.cond.notify_all()
+            for lock in locks:
+                give_up = time.monotonic() + 30  # a bound for a broken renewer, not a measure of speed
+                while not (self.waits > before or lock._renewer is None or not lock._renewer.is_alive()):
+                    assert time.monotonic() < give_up, "the renewer did not take its turn"
+                    self.cond.wait(0.01)  # (a thread's end does not notify the condition: polled)
+
+
+def _lease(uri: str, clock: Clock, ttl_s: float = 0.6, settle_s: float = 0.05) -> TableLock:
+    return TableLock(uri, "docs", "index", ttl_s=ttl_s, settle_s=settle_s, kind="lease", clock=clock)
 
 
 def test_a_second_writer_is_refused_naming_the_first_and_a_released_lock_is_free(tmp_path):
@@ -40,18 +88,20 @@ def test_a_dead_holder_leaves_no_stale_lock(tmp_path):
 
 
 def test_the_lease_refuses_a_live_holder_and_takes_over_an_expired_one(tmp_path):
-    uri = f"file://{tmp_path}"
-    first = TableLock(uri, "docs", "index", ttl_s=0.6, settle_s=0.05, kind="lease")
+    uri, clock = f"file://{tmp_path}", ManualClock()
+    first = _lease(uri, clock)
     first.acquire()
     with pytest.raises(TableLockedError, match="is being written by index"):
-        TableLock(uri, "docs", "index", ttl_s=0.6, settle_s=0.05, kind="lease").acquire()
-    time.sleep(0.5)  # renewed every ttl/3: still held past its first expiry
+        _lease(uri, clock).acquire()
+    for _ in range(3):  # renewed every ttl/3: still held past its first expiry
+        clock.advance(0.2, first)
+    assert first.renewals == 3
     with pytest.raises(TableLockedError):
-        TableLock(uri, "docs", "index", ttl_s=0.6, settle_s=0.05, kind="lease").acquire()
+        _lease(uri, clock).acquire()
     first._stop.set()  # the holder stops renewing (as if it died) ...
     first._renewer.join()
-    time.sleep(0.7)  # ... and its lease expires
-    with TableLock(uri, "docs", "index", ttl_s=0.6, settle_s=0.05, kind="lease"):
+    clock.advance(0.7)  # ... and its lease expires
+    with _lease(uri, clock):
         pass
     first._renewer = None
 
@@ -113,8 +163,8 @@ class _Paused(TableLock):
 def test_a_contender_paused_past_the_settle_time_never_claims_the_lease(tmp_path, where):
     """Y reads the lease free, then pauses; X takes the lease meanwhile. Before the fix, Y's
     late write won its read-back and both held the lease."""
-    uri, read, go, refused = f"file://{tmp_path}", threading.Event(), threading.Event(), []
-    y = _Paused(uri, "docs", "index", ttl_s=0.6, settle_s=0.1, kind="lease", where=where, read=read, go=go)
+    uri, read, go, refused, clock = f"file://{tmp_path}", threading.Event(), threading.Event(), [], ManualClock()
+    y = _Paused(uri, "docs", "index", ttl_s=0.6, settle_s=0.1, kind="lease", where=where, read=read, go=go, clock=clock)
 
     def contend():
         try:
@@ -125,16 +175,17 @@ def test_a_contender_paused_past_the_settle_time_never_claims_the_lease(tmp_path
     t = threading.Thread(target=contend)
     t.start()
     assert read.wait(10)
-    x = TableLock(uri, "docs", "index", ttl_s=0.6, settle_s=0.1, kind="lease")
+    x = TableLock(uri, "docs", "index", ttl_s=0.6, settle_s=0.1, kind="lease", clock=clock)
     x.acquire()  # Y read "free" before X's write
+    clock.advance(0.15)  # Y's pause outlasts the settle time (X's renewer's first turn is later)
     go.set()
     t.join()
     assert refused and "could not take the write lease" in refused[0] and "nothing was written" in refused[0]
+    clock.advance(0.2, x)  # X's renewer takes a turn
     if where == "after read":  # Y gave up before writing: X's lease is untouched
-        time.sleep(0.5)
+        assert x.renewals == 1
         x.ensure_held()
     else:  # Y's late write replaced X's lease (and Y removed it): X stops before its next commit, so still one writer
-        time.sleep(0.5)
         with pytest.raises(TableLockedError, match="lost the write lease"):
             x.ensure_held()
     x.release()
@@ -143,13 +194,13 @@ def test_a_contender_paused_past_the_settle_time_never_claims_the_lease(tmp_path
 def test_a_lease_taken_over_or_gone_stops_the_writer_before_its_next_commit(tmp_path):
     from pipelines.writelock import Holder, _dump
 
-    uri = f"file://{tmp_path}"
-    lock = TableLock(uri, "docs", "index", ttl_s=0.3, settle_s=0.05, kind="lease")
+    uri, clock = f"file://{tmp_path}", ManualClock()
+    lock = _lease(uri, clock, ttl_s=0.3)
     lock.acquire()
     lock.ensure_held()
-    intruder = Holder.me("index", time.time() + 60)
+    intruder = Holder.me("index", clock.time() + 60)
     (tmp_path / "_locks" / "docs.lease").write_bytes(_dump(intruder))  # e.g. after a long pause, another run took it
-    time.sleep(0.4)
+    clock.advance(0.1, lock)  # the renewer's turn: it finds the lease another's
     with pytest.raises(TableLockedError, match="lost the write lease .*taken over by index"):
         lock.ensure_held()
     lock.release()  # leaves the new holder's lease alone
@@ -157,11 +208,12 @@ def test_a_lease_taken_over_or_gone_stops_the_writer_before_its_next_commit(tmp_
 
 
 def test_a_lease_not_renewed_in_time_stops_the_writer(tmp_path):
-    lock = TableLock(f"file://{tmp_path}", "docs", "index", ttl_s=0.6, settle_s=0.05, kind="lease")
+    clock = ManualClock()
+    lock = _lease(f"file://{tmp_path}", clock)
     lock.acquire()
     lock._stop.set()  # the renewer stalls (a long pause of the whole process, say)
     lock._renewer.join()
-    time.sleep(0.6)
+    clock.advance(0.6)
     with pytest.raises(TableLockedError, match="expired before it was renewed"):
         lock.ensure_held()
     lock._renewer = None
