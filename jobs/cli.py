@@ -212,7 +212,8 @@ def restore(
 
 @app.command()
 @configured(EMBED.at("embed"), LLM_ALL, config=RetrieveConfig, file=True, queries="queries", db="db", table="table", table_version="table_version",
-            trec="trec", topics_field="topics_field", retrieve_actors="ray.retrieve_actors", retrieve_batch_rows="ray.retrieve_batch_rows", ray_address="ray.address")
+            trec="trec", topics_field="topics_field", on_parse_error="on_parse_error", retrieve_actors="ray.retrieve_actors",
+            retrieve_batch_rows="ray.retrieve_batch_rows", ray_address="ray.address")
 def retrieve(
     queries: Annotated[str | None, typer.Argument(help="BEIR queries.jsonl, JSONL, Parquet, qid<TAB>text .tsv or a TREC topics file "
                                                 "(or queries: in --config).")] = None,
@@ -233,6 +234,9 @@ def retrieve(
                                        "decompositions=PATH; `logicrank stages` lists them with their defaults.")
     ] = None,
     trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = _d(RetrieveConfig, "trec"),
+    on_parse_error: Annotated[str | None, typer.Option(
+        help="A logical query that does not parse: refuse (each itlr stage's default: the job stops, naming it) or fallback "
+        "(score its whole text as one term; the queries are named on the terminal). Given, it applies to every stage.")] = None,
     retrieve_actors: Annotated[int | None, typer.Option(help="Actors of the bulk-retrieval pool (dense, bm25 over query batches); default: sized to the cluster, and a small job runs in the driver.")] = None,
     retrieve_batch_rows: Annotated[int, typer.Option(help="Queries per batch of the bulk-retrieval pool.")] = _d(RayConfig, "retrieve_batch_rows"),
     ray_address: RayAddress = None,

@@ -41,7 +41,7 @@ from pipelines.files import write_parquet_atomic
 from pipelines.llm.prompts import templates_digest
 from pipelines.pipeline import Pipeline, build
 from pipelines.runner import Hooks, Inputs, StageCache, assemble, blank, reads, stage_classes, with_content
-from pipelines.stages import Context, Needs, Output, StageOptions
+from pipelines.stages import Context, Kind, Needs, Output, StageOptions
 from pipelines.store import DocStore
 from pipelines.topics import TopicsError, read_queries, write_trec_run
 from schemas.config import EmbedConfig
@@ -64,6 +64,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     needs = Needs()
     for p in pipelines:
         needs = needs | p.validate(frozenset(queries.column_names))
+    refuse_unparsed(pipelines, queries)  # before Ray starts or a model loads
     if needs.encoder:  # before Ray starts: a wrong model fails here
         resolve_model(cfg.embed.model)
         store.require_model(model_id(cfg.embed), "retrieve")
@@ -124,6 +125,8 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
                     write_trec_run(result.run, rundir.path / f"runs/{p.name}.trec")
                 for stem, table in result.side.items():
                     written.append(str(write_parquet_atomic(table, rundir.path / f"{stem}.parquet").relative_to(rundir.path)))
+                for line in fallback_notes(p.name, result.steps) if echo else ():
+                    echo(line)
                 report[p.name] = {"rows": result.run.num_rows, "queries": len(set(result.run.column("query_id").to_pylist())), "stages": result.steps}
         finally:
             llm = host.close()
@@ -138,6 +141,62 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         driver_texts=encoded,  # texts the driver's encoder encoded, and those it had encoded before in this job (ITLR's terms)
     )
     return {rid: rundir.path / o for rid, o in outputs.items()}
+
+
+def refuse_unparsed(pipelines: list[Pipeline], queries: pa.Table) -> None:
+    """A logical query of the queries file that does not parse stops the job here, before Ray
+    starts or a model loads, when an itlr stage that refuses it (``on_parse_error: refuse``)
+    reads it as given (no rewriter before it); the stage itself refuses the rest (a
+    decomposition's)."""
+    from pipelines.logic.query import UnparsedQueryError
+    from pipelines.methods.itlr import parse_queries
+    from pipelines.stages.itlr import refusal, unparsed_queries
+
+    def refusing(stages) -> bool:
+        for o in stages:
+            stage = build(o)
+            if stage.kind is Kind.REWRITER:
+                return False
+            if getattr(o, "on_parse_error", None) == "refuse" or any(refusing(child) for child in stage.children()):
+                return True
+        return False
+
+    if "logical_query" in queries.column_names and any(refusing(p.stages) for p in pipelines):
+        unparsed = unparsed_queries(queries, parse_queries(queries))
+        if unparsed:
+            raise UnparsedQueryError(refusal(unparsed))
+
+
+def fallback_notes(pipeline: str, steps: list[dict], where: str = "") -> list[str]:
+    """The terminal's lines naming the queries a pipeline scored as their whole text although
+    they had a logical form: one that does not parse (``on_parse_error: fallback``), or a
+    decomposition that fell back (the LLM's output was unusable, or its engine failed)."""
+    lines = []
+    for step in steps:
+        if "sub" in step:
+            lines += fallback_notes(pipeline, step["sub"], f"{where}{step['stage']}/")
+            continue
+        stage = f"pipeline {pipeline!r}, stage {where}{step['stage']}"
+        if step.get("unparsed"):
+            n = step["unparsed"]
+            lines.append(f"retrieve: {stage}: {_queries(n)} whose logical query does not parse scored as {'its' if n == 1 else 'their'} "
+                         f"whole text, one term (on_parse_error: fallback): {_ids(step.get('unparsed_query_ids'), n)}.")
+        if step.get("fallback_decompositions"):
+            n = step["fallback_decompositions"]
+            lines.append(f"retrieve: {stage}: {_queries(n)} whose decomposition fell back to the whole question (an unusable LLM "
+                         f"output, or an engine error; decompositions' status and error say which): {_ids(step.get('fallback_decomposition_query_ids'), n)}.")
+    return lines
+
+
+def _queries(n: int) -> str:
+    return f"{n} quer{'y' if n == 1 else 'ies'}"
+
+
+def _ids(ids: list[str] | None, n: int, shown: int = 10) -> str:
+    if not ids:
+        return "ids not recorded (the stage's output was cached before they were)"
+    more = f" and {n - shown} more (the manifest lists the first {len(ids)})" if n > shown else ""
+    return ", ".join(ids[:shown]) + more
 
 
 class _Host:

@@ -9,8 +9,22 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from pipelines.options import StageOptions
 from pipelines.pipeline import MethodOptions, from_methods, parse_pipelines, validate
 from schemas.config import EmbedConfig, LLMConfig, RayConfig, _Config
+
+
+def with_option(value: Any, name: str, setting: Any) -> Any:
+    """Stage options (a stage, or tuples of them, sub-pipelines included) with option ``name``
+    set to ``setting`` in every stage that has it."""
+    if isinstance(value, tuple):
+        return tuple(with_option(v, name, setting) for v in value)
+    if not isinstance(value, StageOptions):
+        return value
+    update = {f: with_option(getattr(value, f), name, setting) for f in type(value).model_fields if isinstance(getattr(value, f), tuple)}
+    if name in type(value).model_fields:
+        update[name] = setting
+    return value.model_copy(update=update)
 
 
 class RetrieveConfig(_Config):
@@ -34,6 +48,23 @@ class RetrieveConfig(_Config):
     llm: LLMConfig = LLMConfig()
     ray: RayConfig = RayConfig()
     trec: bool = Field(False, description="Also write a TREC run file per pipeline.")
+    on_parse_error: Literal["refuse", "fallback"] | None = Field(
+        None, description="Every stage that takes on_parse_error (itlr): refuse a logical query that does not parse, or score its "
+        "whole text as one term; set, it replaces each stage's own (None: each stage's, default refuse)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_policy(cls, data):
+        """``on_parse_error`` set: every stage that takes it, in every pipeline (fused ones
+        too), gets it, so the stages' options (and their cache keys) say what ran."""
+        if not isinstance(data, dict) or data.get("on_parse_error") not in ("refuse", "fallback") or "pipelines" not in data:
+            return data  # a bad value or bad pipelines: the fields' own validation names them
+        try:
+            parsed = parse_pipelines(data["pipelines"])
+        except ValueError:
+            return data
+        return {**data, "pipelines": {name: with_option(stages, "on_parse_error", data["on_parse_error"]) for name, stages in parsed.items()}}
 
     @field_validator("pipelines", mode="before")
     @classmethod

@@ -169,6 +169,7 @@ def _build(tree, query: str) -> Node:
     return And(nodes) if tree.data == "and_expr" else Or(nodes)
 
 
+_HINTS = {'"': " (an unterminated quoted term?)", "'": " (terms take double quotes, not single)", "-": " (negate with NOT, not '-')"}
 _NAMES = {"LPAR": "'('", "RPAR": "')'", "TERM": "a quoted term", "AND": "AND", "OR": "OR", "NOT": "NOT"}
 
 
@@ -187,9 +188,7 @@ def parse(query: str) -> Node:
         raise QueryParseError(query, exc.pos_in_stream or 0, f"unexpected {str(exc.token)!r}; expected {expected}") from None
     except UnexpectedCharacters as exc:
         ch = query[exc.pos_in_stream] if exc.pos_in_stream < len(query) else ""
-        hint = " (terms must be double-quoted)" if ch.isalnum() else ""
-        if ch == '"':
-            hint = " (an unterminated quoted term?)"
+        hint = " (terms must be double-quoted)" if ch.isalnum() else _HINTS.get(ch, "")
         raise QueryParseError(query, exc.pos_in_stream, f"unexpected character {ch!r}{hint}") from None
     except UnexpectedEOF:
         raise QueryParseError(query, len(query), "the query ends too early") from None
@@ -207,3 +206,24 @@ def holds(node: Node, present: set[str]) -> bool:
     if isinstance(node, And):
         return all(holds(c, present) for c in node.children)
     return any(holds(c, present) for c in node.children)  # type: ignore[attr-defined]
+
+
+# -- refusing what does not parse ----------------------------------------------------------
+class UnparsedQueryError(UserError, ValueError):
+    """Queries whose logical query does not parse, refused by the stage that would score them."""
+
+
+def unparsed_message(stage: str, unparsed: list[tuple[str, str, str]], hint: str = "",
+                     what: tuple[str, str] = ("logical query", "logical queries")) -> str:
+    """One line naming the first few queries whose logical query does not parse, and why the
+    first does. ``unparsed``: (query id, the text that does not parse, the parse error's first
+    line); ``what``: the thing that does not parse, singular and plural."""
+    qid, text, error = unparsed[0]
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    why = f"{shown!r} does not parse {error.removeprefix('cannot parse logical query ')}"
+    if len(unparsed) == 1:
+        head = f"{stage}: query {qid}'s {what[0]} {why}"
+    else:
+        ids = ", ".join(q for q, _, _ in unparsed[:5]) + (f" and {len(unparsed) - 5} more" if len(unparsed) > 5 else "")
+        head = f"{stage}: {len(unparsed)} queries' {what[1]} do not parse ({ids}); {qid}'s {why}"
+    return head + (f". {hint}." if hint else ".")

@@ -14,6 +14,8 @@ import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
 from pipelines.logic.fuzzy import Operators
+from pipelines.logic.grammar import BLANK
+from pipelines.logic.query import UnparsedQueryError, unparsed_message
 from pipelines.methods.evidence import calibrate_evidence, check_calibration, describe, make_evidence, raw_lookup
 from pipelines.methods.itlr import (
     TERM_SCORES,
@@ -55,6 +57,10 @@ class ITLROptions(StageOptions):
     ann_nprobes: int | None = Field(None, ge=1, description="ann: IVF partitions probed (None: LanceDB's default).")
     block_rows: int = Field(32768, ge=1, description="exact: document vectors per block.")
     pairs: str | None = Field(None, description="listed: a qrels file (BEIR TSV or TREC qrels, any relevance) of each query's candidates.")
+    on_parse_error: Literal["refuse", "fallback"] = Field(
+        "refuse", description="A logical query that does not parse (a query's own or a decomposition's): refuse the run in one line "
+        "naming the query, or score its whole text as one term (the job names those queries on the terminal)."
+    )
 
     @field_validator("operators")
     @classmethod
@@ -74,7 +80,9 @@ class ITLROptions(StageOptions):
 @register
 class ITLR(Stage):
     """ITLR: the query's logical form over text terms (its ``logical_query``; the raw text as
-    one term when it has none or it does not parse), every distinct term scored once (dense:
+    one term when it has none); a logical query that does not parse stops the run, naming the
+    query (``on_parse_error: fallback``: its raw text as one term, the query named on the
+    terminal); every distinct term scored once (dense:
     embedded, raw cosines by default; bm25: BM25 over the table; hybrid: both), BM25 and hybrid
     calibrated to [0, 1], composed with fuzzy operators. Side table ``term_scores``: each (query, document, term)
     score behind the run."""
@@ -95,7 +103,7 @@ class ITLR(Stage):
             return self._run_evidence(ctx, queries)
         o = self.options
         store, embedder = ctx.store, ctx.embedder()
-        parsed = parse_queries(queries)
+        parsed, fallbacks = self._parse(queries)
         terms = unique_terms(parsed)
         term_vectors = embedder.encode(terms)  # each distinct term once, in one batch
         ops = Operators.parse(o.operators)
@@ -118,11 +126,9 @@ class ITLR(Stage):
         pairs = pd.concat(frames, ignore_index=True)
         vectors = store.vectors_for(pairs["doc_id"].unique().tolist())
         scores = term_scores(pairs, parsed, terms, term_vectors, vectors, calibration)
-        fallback = [q.query_id for q in parsed if q.status == "fallback"]
         counts = {
             "queries": len(parsed),
-            "fallback": len(fallback),
-            "fallback_query_ids": fallback[:100],
+            **fallbacks,
             "unique_terms": len(terms),
             "mode": o.mode,
             "operators": str(ops),
@@ -137,7 +143,7 @@ class ITLR(Stage):
         """ITLR over bm25 or hybrid evidence (pipelines/methods/evidence.py): the same modes,
         composition and side table as over dense cosines."""
         o = self.options
-        parsed = parse_queries(queries)
+        parsed, fallbacks = self._parse(queries)
         terms = unique_terms(parsed)
         encode = (lambda texts: ctx.embedder().encode(texts)) if o.scorer == "hybrid" else None  # noqa: E731
         evidence = make_evidence(o.scorer, ctx.store, terms, encode, o.hybrid_weight, o.calibration_sample)
@@ -162,14 +168,32 @@ class ITLR(Stage):
         pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
         ranked = raw_lookup(evidence, pairs["doc_id"].tolist())
         scores = term_scores_from(pairs, parsed, terms, lambda ids, idx, _qid: ranked(ids)[:, idx], calibration)
-        fallback = [q.query_id for q in parsed if q.status == "fallback"]
         counts = {
-            "queries": len(parsed), "fallback": len(fallback), "fallback_query_ids": fallback[:100], "unique_terms": len(terms),
+            "queries": len(parsed), **fallbacks, "unique_terms": len(terms),
             "mode": o.mode, "operators": str(ops), "scorer": o.scorer, "calibration": describe(evidence, calibration.name),
             "mean_candidates": float(np.mean([len(c[0]) for c in candidates.values()])) if candidates else None,
             **listed,
         }
         return Output(run=rank_pairs(pairs, o.k, "itlr", "itlr"), side={"term_scores": scores}, counts=counts)
+
+    def _parse(self, queries: pa.Table) -> tuple[list, dict]:
+        """Each query's logical form, refusing those that do not parse (``on_parse_error:
+        refuse``), and the counts of the queries scored as their whole text: ``fallback`` (no
+        logical query, or one that does not parse), ``unparsed`` (those that do not parse),
+        ``fallback_decompositions`` (a decomposition's fallback: the LLM's output was unusable),
+        each with its first 100 query ids."""
+        parsed = parse_queries(queries)
+        unparsed = unparsed_queries(queries, parsed)
+        if unparsed and self.options.on_parse_error == "refuse":
+            raise UnparsedQueryError(refusal(unparsed, "decomposition_status" in queries.column_names))
+        fallback = [q.query_id for q in parsed if q.status == "fallback"]
+        counts = {"fallback": len(fallback), "fallback_query_ids": fallback[:100],
+                  "unparsed": len(unparsed), "unparsed_query_ids": [qid for qid, _, _ in unparsed[:100]]}
+        if "decomposition_status" in queries.column_names:  # after a decomposition stage: its fallbacks are named too
+            ids = queries.column("query_id").to_pylist()
+            fell = [qid for qid, status in zip(ids, queries.column("decomposition_status").to_pylist(), strict=True) if status != "ok"]
+            counts |= {"fallback_decompositions": len(fell), "fallback_decomposition_query_ids": fell[:100]}
+        return parsed, counts
 
     def _calibration(self, store, terms: list[str], term_vectors) -> Calibration:
         o = self.options
@@ -181,6 +205,22 @@ class ITLR(Stage):
         labels = _read_labels(o.labels)
         vectors = store.vectors_for(sorted({r["doc_id"] for r in labels}))
         return Calibration.fit_sigmoid(labelled_scores(labels, terms, term_vectors, vectors))
+
+
+def unparsed_queries(queries: pa.Table, parsed: list) -> list[tuple[str, str, str]]:
+    """(query id, logical query, parse error) of each query whose logical query is not blank
+    and does not parse (a blank one is no logical query: the text is its one term)."""
+    logical = queries.column("logical_query").to_pylist()
+    return [(q.query_id, text, q.error) for q, text in zip(parsed, logical, strict=True)
+            if q.status == "fallback" and text and text.strip(BLANK)]
+
+
+def refusal(unparsed: list[tuple[str, str, str]], decomposed: bool = False) -> str:
+    """The one line that refuses queries whose logical query does not parse."""
+    what = ("decomposition's logical query", "decompositions' logical queries") if decomposed else ("logical query", "logical queries")
+    return unparsed_message("itlr", unparsed, what=what, hint=(
+        'Quote each term ("vitamin D" AND NOT "bone"), or pass --on-parse-error fallback (stage option on_parse_error: fallback) '
+        "to score " + ("its" if len(unparsed) == 1 else "each one's") + " whole text as one term"))
 
 
 def _read_labels(path: str) -> list[dict]:

@@ -119,6 +119,7 @@ class Orlog(_LLMReranker):
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         o = self.options
+        _refuse_unparsed_forms(queries)
         qs = orlog.orlog_queries(queries)
         if o.scorer == "bm25":
             ctx.store.bm25_index()  # opened (or built) before the clock starts: indexing is not scoring
@@ -144,7 +145,8 @@ class Orlog(_LLMReranker):
         seconds = time.perf_counter() - started
         counts |= {"scoring_seconds": round(seconds, 4), "seconds_per_pair": seconds / max(counts["pairs"], 1)}
         post = orlog.posteriors(qs, res, o.reasoner)
-        counts["fallback_decompositions"] = sum(q.status != "ok" for q in qs)
+        fell = [q.query_id for q in qs if q.status != "ok"]  # the LLM's output was unusable: the question is the one atom
+        counts |= {"fallback_decompositions": len(fell), "fallback_decomposition_query_ids": fell[:100]}
         run = rank_pairs(post.assign(tiebreak=post["base_rank"]), o.k, "orlog", "orlog")
         return Output(run=run, side={"predicate_scores": orlog.predicate_scores(res)}, counts=counts)
 
@@ -161,6 +163,25 @@ class Reasoner(_LLMReranker):
         res = self._score(ctx, orlog.reasoner_prompts(queries, cands, names, contexts))
         run = rank_pairs(res.assign(score=res["p_true"], tiebreak=res["base_rank"]), self.options.k, "reasoner", "reasoner")
         return Output(run=run, counts=_cost(res, len(res), 0))
+
+
+def _refuse_unparsed_forms(queries: pa.Table) -> None:
+    """A decomposition's form (a decompositions file's ``logical_query`` over atom ids) that
+    does not parse stops the run, in one line naming the queries: OrLog has no whole-text
+    reading of a query to fall back to."""
+    from pipelines.logic.query import QueryParseError, UnparsedQueryError, parse, unparsed_message
+
+    if "logical_query" not in queries.column_names:
+        return  # orlog_queries names the missing columns
+    bad = []
+    for qid, form in zip(queries.column("query_id").to_pylist(), queries.column("logical_query").to_pylist(), strict=True):
+        try:
+            parse(form or "")
+        except QueryParseError as exc:
+            bad.append((qid, form or "", str(exc).splitlines()[0]))
+    if bad:
+        raise UnparsedQueryError(unparsed_message("orlog", bad, what=("decomposition's form", "decompositions' forms"), hint=(
+            'Give it as a logical query over its quoted atom ids ("a1" AND NOT "a2") in the decompositions file')))
 
 
 def _contexts(model_dir: str, docs: list[dict], budget: int) -> dict[str, str]:

@@ -262,3 +262,34 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
         new_run, old_run = (pq.read_table(p).select(["query_id", "doc_id", "rank"]).sort_by([("query_id", "ascending"), ("rank", "ascending")])
                             for p in (llm.runs[rid], old[old_rid]))
         assert new_run.equals(old_run), rid
+
+
+def test_a_logical_query_that_does_not_parse_is_refused_or_named_through_the_cli(synthetic, tmp_path):
+    """The issue's bad forms: refused in one line naming the queries (before any stage runs);
+    with --on-parse-error fallback, scored as their whole text and named on the terminal."""
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+
+    rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:3]]
+    bad = {"bad1": "vitamin D AND NOT bone", "bad2": "'vitamin D' AND NOT 'bone'", "bad3": '"vitamin D" -"bone"', "bad4": '"vitamin D" AND NOT'}
+    rows += [{"_id": qid, "text": "vitamin D, not bone", "logical_query": form} for qid, form in bad.items()]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["retrieve", str(tmp_path / "q.jsonl"), "--db", str(synthetic / "db"), "--method", "dense", "--method", "itlr", "--k", "5", "--no-progress"]
+    refused = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "r")])
+    assert refused.exit_code == 2, refused.output
+    line = " ".join(refused.output.split())
+    assert line.startswith("error: itlr: 4 queries' logical queries do not parse (bad1, bad2, bad3, bad4); bad1's 'vitamin D AND NOT bone' "
+                           "does not parse at position 0: unexpected character 'v' (terms must be double-quoted). Quote each term"), line
+    assert "--on-parse-error fallback" in line and not (tmp_path / "r" / "runs").exists()  # not even dense ran
+
+    ran = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "f"), "--on-parse-error", "fallback"])
+    assert ran.exit_code == 0, ran.output
+    assert ("retrieve: pipeline 'itlr', stage itlr: 4 queries whose logical query does not parse scored as their whole text, one term "
+            "(on_parse_error: fallback): bad1, bad2, bad3, bad4.") in " ".join(ran.output.split())
+    run = pq.read_table(tmp_path / "f" / "runs" / "itlr.parquet").to_pandas()
+    assert set(bad) <= set(run["query_id"])
+    manifest = json.loads((tmp_path / "f" / "manifest.json").read_text())
+    counts = manifest["pipelines"]["itlr"]["stages"][-1]
+    assert (counts["unparsed"], counts["unparsed_query_ids"], counts["fallback"]) == (4, sorted(bad), 4)
+    assert manifest["config"]["on_parse_error"] == "fallback"

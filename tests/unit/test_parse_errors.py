@@ -1,0 +1,187 @@
+"""A logical query that does not parse is refused by default, in one line naming the query;
+``on_parse_error: fallback`` scores its whole text as one term, as before, and names it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.retrieve import fallback_notes, refuse_unparsed
+from pipelines.config import RetrieveConfig
+from pipelines.logic.query import UnparsedQueryError, quote
+from pipelines.pipeline import Pipeline
+from pipelines.runner import Inputs
+from pipelines.stages import Context
+from schemas.errors import UserError
+from schemas.tables import DECOMPOSITIONS
+
+# each bad form of the issue, and what its parse error says
+BAD = {
+    "unquoted terms": ("vitamin D AND NOT bone", "terms must be double-quoted"),
+    "single quotes": ("'vitamin D' AND NOT 'bone'", "double quotes, not single"),
+    "a minus for NOT": ('"vitamin D" -"bone"', "negate with NOT, not '-'"),
+    "a dangling AND NOT": ('"vitamin D" AND NOT', "ends too early"),
+}
+
+
+def _unit(rng, n, d=16):
+    v = rng.normal(size=(n, d)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+RNG = np.random.default_rng(7)
+DOCS = _unit(RNG, 40)
+IDS = np.array([f"d{i}" for i in range(len(DOCS))], dtype=object)
+
+
+class Store:
+    version = 1
+
+    def vector_blocks(self, batch_rows=32768, read_ahead=True):
+        for i in range(0, len(DOCS), batch_rows):
+            yield IDS[i : i + batch_rows], DOCS[i : i + batch_rows]
+
+    def vectors_for(self, doc_ids):
+        row = {d: i for i, d in enumerate(IDS)}
+        return {d: DOCS[row[d]] for d in doc_ids if d in row}
+
+
+class Encoder:
+    """A fixed vector per text (any text: a fallback's whole text is one term)."""
+
+    config, model_id = None, "fixed"
+
+    def encode(self, texts):
+        return np.stack([_unit(np.random.default_rng(abs(hash(t)) % 2**32), 1)[0] for t in texts])
+
+
+def _queries(rows, **extra):
+    data = {"query_id": [r[0] for r in rows], "text": [r[1] for r in rows], "logical_query": [r[2] for r in rows]}
+    return pa.table({**data, **extra})
+
+
+def _run(queries, stages, files=None):
+    return Pipeline.parse("p", stages).run(Context(store=Store(), encoder=lambda: Encoder()), queries,
+                                           inputs=Inputs("b", encoder="e", files=files or {}))
+
+
+def _table(text: str):
+    return _queries([("q1", "vitamin D", '"vitamin D" AND NOT "bone"'), ("q7", text, text), ("q9", "bones", None)])
+
+
+@pytest.mark.parametrize("form", sorted(BAD))
+def test_a_bad_form_is_refused_by_default_naming_the_query_and_the_parse_error(form):
+    text, why = BAD[form]
+    with pytest.raises(UnparsedQueryError) as exc:
+        _run(_table(text), ["itlr"])
+    message = str(exc.value)
+    assert isinstance(exc.value, UserError) and "\n" not in message
+    assert message.startswith(f"itlr: query q7's logical query {text!r} does not parse at position ")
+    assert why in message and "--on-parse-error fallback" in message and '("vitamin D" AND NOT "bone")' in message
+
+
+@pytest.mark.parametrize("form", sorted(BAD))
+def test_with_fallback_a_bad_form_is_its_whole_text_as_one_term_and_is_named(form):
+    text, _ = BAD[form]
+    result = _run(_table(text), [{"itlr": {"k": 5, "on_parse_error": "fallback"}}])
+    # scored as before this option: the whole text, one term (as a query of that one quoted term)
+    same = _run(_queries([("q7", text, quote(text))]), [{"itlr": {"k": 5}}]).run.to_pandas()
+    got = result.run.to_pandas()
+    got = got[got["query_id"] == "q7"]
+    assert got["doc_id"].tolist() == same["doc_id"].tolist() and got["score"].tolist() == pytest.approx(same["score"].tolist())
+    step = result.steps[0]
+    assert (step["unparsed"], step["unparsed_query_ids"]) == (1, ["q7"])
+    assert (step["fallback"], step["fallback_query_ids"]) == (2, ["q7", "q9"])  # q9 has no logical query: its text, as always
+    (line,) = fallback_notes("p", result.steps)
+    assert line.startswith("retrieve: pipeline 'p', stage itlr: 1 query whose logical query does not parse") and line.endswith(": q7.")
+
+
+def test_several_bad_queries_are_counted_and_the_first_named():
+    rows = [(f"q{i}", "t", f"term {i} AND NOT other") for i in range(7)] + [("ok", "t", '"a"'), ("blank", "t", "  ")]
+    with pytest.raises(UnparsedQueryError, match=r"^itlr: 7 queries' logical queries do not parse \(q0, q1, q2, q3, q4 and 2 more\); "
+                       r"q0's 'term 0 AND NOT other' does not parse at position 0"):
+        _run(_queries(rows), ["itlr"])
+    notes = fallback_notes("p", _run(_queries(rows), [{"itlr": {"on_parse_error": "fallback"}}]).steps)
+    assert notes == ["retrieve: pipeline 'p', stage itlr: 7 queries whose logical query does not parse scored as their whole text, "
+                     "one term (on_parse_error: fallback): q0, q1, q2, q3, q4, q5, q6."]
+
+
+def test_no_logical_query_is_not_a_parse_error():
+    result = _run(_queries([("q1", "vitamin D", None), ("q2", "bone", ""), ("q3", "bone", " \t")]), ["itlr"])
+    assert (result.steps[0]["fallback"], result.steps[0]["unparsed"]) == (3, 0)
+    assert fallback_notes("p", result.steps) == []
+
+
+def _decompositions(path, rows):
+    base = {"method": "itlr", "model": "hand", "prompt_sha": "-", "raw_output": None, "atoms": None, "expansion": None, "error": None,
+            "finish_reason": None, "prompt_tokens": 0, "generated_tokens": 0, "cached": False}
+    pq.write_table(pa.Table.from_pylist([{**base, "query_id": q, "logical_query": lq, "status": s} for q, lq, s in rows], schema=DECOMPOSITIONS), path)
+    return str(path)
+
+
+def test_a_decompositions_file_follows_the_same_rule_and_its_fallbacks_are_named(tmp_path):
+    queries = _queries([("q1", "vitamin D", None), ("q2", "bone", None), ("q3", "vitamin D not bone", None)])
+    path = _decompositions(tmp_path / "dec.parquet", [("q1", '"vitamin D" AND NOT "bone"', "ok"), ("q2", '"bone"', "fallback"),
+                                                      ("q3", "vitamin D AND NOT bone", "ok")])
+    files = {path: {"sha256": "x"}}
+    stages = [{"decomposition": {"target": "itlr", "decompositions": path}}, "itlr"]
+    with pytest.raises(UnparsedQueryError, match=r"^itlr: query q3's decomposition's logical query 'vitamin D AND NOT bone' does not parse"):
+        _run(queries, stages, files)
+    stages[1] = {"itlr": {"on_parse_error": "fallback"}}
+    result = _run(queries, stages, files)
+    step = result.steps[-1]
+    assert (step["unparsed_query_ids"], step["fallback_decomposition_query_ids"]) == (["q3"], ["q2"])
+    notes = fallback_notes("p", result.steps)
+    assert len(notes) == 2 and notes[0].endswith(": q3.") and "1 query whose decomposition fell back" in notes[1] and notes[1].endswith(": q2.")
+
+
+def test_orlog_refuses_a_form_that_does_not_parse_naming_the_query():
+    from pipelines.stages.orlog import _refuse_unparsed_forms
+
+    atoms = [[{"id": "a1", "text": "{x} is"}, {"id": "a2", "text": "{x} has"}]] * 2
+    ok = _queries([("q1", "t", '"a1" AND NOT "a2"'), ("q2", "t", '"a1"')], atoms=atoms)
+    _refuse_unparsed_forms(ok)
+    bad = _queries([("q1", "t", '"a1" AND NOT "a2"'), ("q2", "t", "a1 AND NOT a2")], atoms=atoms)
+    with pytest.raises(UnparsedQueryError, match=r"^orlog: query q2's decomposition's form 'a1 AND NOT a2' does not parse at position 0"):
+        _refuse_unparsed_forms(bad)
+
+
+def test_the_run_wide_option_reaches_every_stage_that_takes_it():
+    pipelines = {"itlr": ["itlr"], "fused": [{"rrf": {"of": [["dense"], [{"itlr": {"k": 10}}]]}}],
+                 "own": [{"itlr": {"on_parse_error": "fallback"}}]}
+
+    def policies(cfg):
+        return {name: [getattr(o, "on_parse_error", None) for o in stages] + [getattr(o, "on_parse_error", None) for s in stages
+                                                                            for sub in getattr(s, "of", ()) for o in sub]
+                for name, stages in cfg.pipelines.items()}
+
+    own = RetrieveConfig(queries="q.jsonl", db="db", pipelines=pipelines)
+    assert policies(own) == {"itlr": ["refuse"], "fused": [None, None, "refuse"], "own": ["fallback"]}
+    every = RetrieveConfig(queries="q.jsonl", db="db", pipelines=pipelines, on_parse_error="fallback")
+    assert policies(every) == {"itlr": ["fallback"], "fused": [None, None, "fallback"], "own": ["fallback"]}
+    assert every.pipelines["fused"][0].of[1][0].k == 10  # the rest of each stage's options kept
+    assert RetrieveConfig.model_validate(every.model_dump(mode="json")) == every  # a manifest's config reads back the same
+    assert own.digest() != every.digest()
+    with pytest.raises(ValueError, match="on_parse_error"):
+        RetrieveConfig(queries="q.jsonl", db="db", pipelines=pipelines, on_parse_error="ignore")
+
+
+def test_the_retrieve_job_refuses_a_queries_file_before_anything_starts():
+    queries = _table("vitamin D AND NOT bone")
+    with pytest.raises(UnparsedQueryError, match="^itlr: query q7's logical query"):
+        refuse_unparsed([Pipeline.parse("a", ["dense"]), Pipeline.parse("b", [{"rrf": {"of": [["bm25"], ["itlr"]]}}])], queries)
+    refuse_unparsed([Pipeline.parse("a", ["dense"]), Pipeline.parse("b", [{"itlr": {"on_parse_error": "fallback"}}])], queries)
+    # after a rewriter the stage sees other logical queries: it refuses them itself
+    refuse_unparsed([Pipeline.parse("b", [{"decomposition": {"target": "itlr", "decompositions": "d.parquet"}}, "itlr"])], queries)
+
+
+def test_the_cli_option_is_checked_with_the_config():
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+
+    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--on-parse-error", "ignore"])
+    assert res.exit_code == 2 and "--on-parse-error 'ignore'" in res.output
+
