@@ -58,8 +58,9 @@ DECOMPOSE_LLM = LLM_ALL.aliased(llm_model="--model", llm_dtype="--dtype", llm_ma
 def _run(fn, *args, **kwargs):
     """Run a job or build a config. A user error (:class:`UserError`, or a config value
     pydantic rejects) prints one line and exits 2; a job that failed for a reason outside its
-    input (:class:`JobFailed`) prints one line and exits 1; anything else is a bug and keeps
-    its traceback."""
+    input (:class:`JobFailed`) prints one line and exits 1; a job interrupted (Ctrl-C, SIGTERM)
+    that says what it left (jobs/index.py) prints that line and exits 130 (143 on SIGTERM);
+    anything else is a bug and keeps its traceback."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         return fn(*args, **kwargs)
@@ -69,6 +70,10 @@ def _run(fn, *args, **kwargs):
         _fail(validation_message(exc))
     except JobFailed as exc:
         _fail(str(exc), code=1)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM in a job that says what it left (jobs/index.py's IndexInterrupted)
+        if str(exc) and isinstance(getattr(exc, "exit_code", None), int):
+            _fail(str(exc), code=exc.exit_code)
+        raise
 
 
 _stall_timeout = DEFAULT_TIMEOUT_S  # the --stall-timeout of this invocation
@@ -169,11 +174,17 @@ def index(
     *,
     bound: Bound,
 ):
-    """Embed a corpus into a LanceDB table, incrementally by content hash."""
+    """Embed a corpus into a LanceDB table, incrementally by content hash.
+
+    Interrupted (Ctrl-C: exit 130; SIGTERM: 143), it says in one line what the table holds and
+    how to resume; readers keep reading the last version a completed run finished."""
     from jobs.index import run_index
 
     cfg = _config(IndexConfig, bound)
-    s = _job("index", out, run_index, cfg, out, progress=progress)
+    try:
+        s = _job("index", out, run_index, cfg, out, progress=progress)
+    except KeyboardInterrupt:  # before the run locked the table (after, run_index's own line is printed by _run)
+        _fail(f"index: interrupted before writing anything; table {cfg.table!r} is unchanged.", code=130)
     m = s.maintenance
     rebuilt = m.get("indexes_rebuilt") or []
     nothing = " (nothing changed)" if not (s.embedded or s.deleted or rebuilt) else ""
@@ -221,7 +232,8 @@ def retrieve(
     db: str = "data/lancedb",
     table: str = _d(RetrieveConfig, "table"),
     table_version: Annotated[
-        str | None, typer.Option(help="Read this version of the table: a number or a tag (e.g. nightly-2026-11-20); default the latest.")
+        str | None, typer.Option(help="Read this version of the table, any one: a number or a tag (e.g. nightly-2026-11-20); default the last "
+                                     "version a completed index run finished.")
     ] = None,
     pipelines: Annotated[
         Path | None, typer.Option(help="YAML file of named pipelines (docs/pipelines.md); replaces --method and its options.")

@@ -13,6 +13,10 @@ start to end; a second run is refused before it reads anything.
 
 Crash safety: every chunk is a keyed upsert, so a rerun after a kill finds the written
 documents unchanged, writes the rest, and ends with the table a clean run would give.
+Only complete runs are read: a run's last change to the table marks the version it finished
+complete (pipelines/store/versions.py, ``COMPLETE_TAG``), and readers read the newest version
+so marked. A run that is interrupted (Ctrl-C, SIGTERM, the stall watchdog) or fails writes its
+manifest as ``interrupted`` / ``failed`` and says in one line what it left and how to resume.
 Deletes run only after the whole snapshot was read and passed the guards: the reject
 threshold, a snapshot with no valid document (never deletes), and the share of the table
 a snapshot may delete (``max_delete_fraction``).
@@ -21,10 +25,12 @@ a snapshot may delete (``max_delete_fraction``).
 from __future__ import annotations
 
 import re
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,19 +46,50 @@ from jobs.raysession import (
     unread_blocks_allowed,
 )
 from jobs.rundir import RunDir
-from jobs.watchdog import beat, busy
+from jobs.watchdog import Stalled, beat, busy
 from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from pipelines.embed import concrete, model_id, resolve_model
 from pipelines.indexing import EmbedStage, IndexWriter, RejectSink
 from pipelines.sparse import update_index
-from pipelines.store import DocStore
+from pipelines.store import DocStore, StoreError
 from pipelines.writelock import TableLock
 from schemas.config import EmbedConfig, IndexConfig
-from schemas.errors import UserError, first_line
+from schemas.errors import JobFailed, UserError, first_line
 
 
 class IndexJobError(UserError, RuntimeError):
     """The index job stopped; the message says why and what to do."""
+
+
+class IndexInterrupted(KeyboardInterrupt):
+    """The index run was interrupted (Ctrl-C, SIGTERM); the message says what the table holds
+    and how to resume. ``exit_code``: 130 for SIGINT, 143 for SIGTERM."""
+
+    def __init__(self, message: str, exit_code: int = 130):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread while an index run holds its table."""
+
+
+@contextmanager
+def _sigterm_interrupts():
+    """SIGTERM raises :class:`_Terminated` in the main thread (as Ctrl-C raises
+    KeyboardInterrupt), so the run stops the same way: its manifest and its one line."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum, frame):
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 @dataclass
@@ -162,7 +199,7 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
         raise IndexJobError(f"index: {exc} Nothing was read into the table.") from None
     resolve_model(cfg.embed.model)
     concrete(cfg.embed)  # openvino asked to run on cuda: refused now
-    with TableLock(cfg.db, cfg.table, "index") as lock:
+    with _sigterm_interrupts(), TableLock(cfg.db, cfg.table, "index") as lock:
         return _index_locked(cfg, rundir, sources, progress, start, lock)
 
 
@@ -176,7 +213,20 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
     version_before = store.version if store.exists() else None
     rejects = RejectSink(rundir.path / "rejects.parquet")
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep)
+    try:
+        return _index_written(cfg, rundir, sources, progress, start, lock, mid, store, summary, version_before, rejects, writer)
+    except IndexJobError:
+        raise  # a refusal: its manifest is written and its message says what the table holds
+    except BaseException as exc:
+        stop = _stopped(cfg, rundir, sources, mid, store, version_before, writer, exc)
+        if stop is exc:
+            raise
+        raise stop from None
 
+
+def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float, lock: TableLock, mid: str,
+                   store: DocStore, summary: IndexSummary, version_before: int | None, rejects: RejectSink, writer: IndexWriter) -> IndexSummary:
+    """The locked run: stream, guards, deletes, maintenance, the completion mark and the run's tag, the manifest."""
     try:
         with ray_session(cfg.ray) as ray:
             place = encoder_placement(cfg.ray, ray.nodes(), _READ_CPUS, cfg.embed, driver_node=local_driver_node(cfg.ray))
@@ -233,6 +283,7 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
                     summary.maintenance["bm25_index"] = {"how": "failed", "error": first_line(exc)}
             summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
             lock.ensure_held()
+            store.mark_complete()  # readers read this version from now on (pipelines/store/versions.py)
             store.tag(summary.tag)
             summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG_NAME, cfg.keep_index_tags)
     if store.exists():
@@ -246,7 +297,8 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
         ["rejects.parquet"],
         status="failed" if failure else "ok",
         model=mid,
-        table={"db": cfg.db, "name": cfg.table, "version_before": version_before, "version": summary.table_version, "rows": summary.table_rows},
+        table={"db": cfg.db, "name": cfg.table, "version_before": version_before, "version": summary.table_version, "rows": summary.table_rows,
+               "complete": failure is None},
         counts=asdict(summary),
         error=failure,
     )
@@ -301,15 +353,72 @@ def _roll_back(cfg: IndexConfig, store: DocStore, version_before: int | None, lo
 
 
 def _restore_hint(cfg: IndexConfig, store: DocStore, version_before: int | None) -> str:
-    """How to put the table back as it was before this run, for refusal messages."""
+    """What the table holds and how to put it back as it was before this run, for refusal messages."""
     if version_before is None:
-        return ""
+        return f" The good rows were written: {_table_state(cfg, store, None)}." if store.exists() else ""
     if store.exists() and store.version == version_before:
-        return f" The table is unchanged (v{version_before})."
+        why = _unread(store)
+        return f" The table is unchanged (v{version_before}){f', still incomplete, and will not be read {why}' if why else ''}."
     return (
-        f" New and changed documents were written (now v{store.version}); to return to the table as it was before this run: "
-        f"logicrank restore --db {cfg.db} --table {cfg.table} --version {version_before}"
+        f" New and changed documents were written: {_table_state(cfg, store, version_before)}; to return to the table as it was "
+        f"before this run: logicrank restore --db {cfg.db} --table {cfg.table} --version {version_before}"
     )
+
+
+def _unread(store: DocStore) -> str | None:
+    """None when readers read the table's latest version (a completed run finished it); else
+    why not, in parentheses."""
+    try:
+        read = store.readable_version("index")[0]
+    except StoreError:
+        return "(no index run has completed on this table, so retrieve refuses it)"
+    return None if read == store.version else f"(readers keep reading v{read}, the last version a completed index run finished)"
+
+
+def _table_state(cfg: IndexConfig, store: DocStore, version_before: int | None) -> str:
+    """What a run that did not finish left: the table's latest version, and whether readers read
+    it (a version a completed run finished) or which one they read instead."""
+    table = repr(cfg.table)
+    try:
+        if not store.exists():
+            return f"no table {table} was created"
+        latest, why = store.version, _unread(store)
+        if latest == version_before:
+            return f"table {table} is unchanged (v{latest})" + (f", still incomplete, and will not be read {why}" if why else "")
+        return f"table {table} v{latest} is complete" if why is None else f"table {table} v{latest} is incomplete and will not be read {why}"
+    except Exception as exc:  # noqa: BLE001 - what stopped the run is what must surface
+        return f"the state of table {table} could not be read ({first_line(exc)})"
+
+
+def _stopped(cfg: IndexConfig, rundir: RunDir, sources: list[Source], mid: str, store: DocStore, version_before: int | None,
+             writer: IndexWriter, exc: BaseException) -> BaseException:
+    """A run that stopped before it finished: interrupted (Ctrl-C, SIGTERM, the stall watchdog) or
+    failed (an error). Writes its manifest with that status and returns what to raise, saying in
+    one line what the table holds and how to resume: :class:`IndexInterrupted` for an
+    interruption; else ``exc``, its one-line message extended (a :class:`UserError` or
+    :class:`JobFailed`) or the line added as a note (a bug keeps its traceback)."""
+    interrupted = isinstance(exc, KeyboardInterrupt | Stalled)
+    state = _table_state(cfg, store, version_before)
+    done = (f"after reading {writer.rows_read:,} rows ({writer.written:,} documents written)" if writer.written
+            else f"after reading {writer.rows_read:,} rows, before writing any")
+    resume = "rerun the same command to resume (documents already written are kept and not embedded again)"
+    line = f"index: {'interrupted' if interrupted else 'failed'} {done}; {state}; {resume}."
+    with suppress(Exception):  # the manifest is a record; what stopped the run is what must surface
+        rundir.write_manifest(
+            cfg.model_dump(mode="json"), cfg.digest(), {"corpus": [s.fingerprint() for s in sources]}, ["rejects.parquet"],
+            status="interrupted" if interrupted else "failed", model=mid,
+            table={"db": cfg.db, "name": cfg.table, "version_before": version_before,
+                   "version": store.version if store.exists() else None, "complete": False},
+            counts={"rows_read": writer.rows_read, "written": writer.written, **dict(writer.counts)},
+            error=line if isinstance(exc, KeyboardInterrupt) else f"{line} {type(exc).__name__}: {first_line(exc)}",
+        )
+    if isinstance(exc, KeyboardInterrupt):
+        return IndexInterrupted(line, 143 if isinstance(exc, _Terminated) else 130)
+    if isinstance(exc, UserError | JobFailed) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0].rstrip()} Index run stopped {done}; {state}; {resume}.",)
+    else:
+        exc.add_note(line)
+    return exc
 
 
 class _progress:

@@ -59,7 +59,10 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     skipped rerun) and, with ``progress``, the progress lines of LLM stages."""
     rundir = RunDir(out, "retrieve")
     queries = read_queries(cfg.queries, cfg.topics_field)
-    store = DocStore(cfg.db, cfg.table, version=cfg.table_version)
+    # the version given, else the last one a completed index run finished (said when newer ones exist)
+    store, table_note = DocStore(cfg.db, cfg.table).readable(cfg.table_version, "retrieve")
+    if table_note and echo:
+        echo(table_note)
     pipelines = [Pipeline(rid, stages) for rid, stages in cfg.pipelines.items()]
     needs = Needs()
     for p in pipelines:
@@ -136,7 +139,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         model=model_id(cfg.embed) if needs.encoder else None,
         rows={rid: r["rows"] for rid, r in report.items()},
         pipelines=report,
-        queries=queries.num_rows, blank_queries=len(blank_ids), blank_query_ids=blank_ids[:100],
+        queries=queries.num_rows, blank_queries=len(blank_ids), blank_query_ids=blank_ids[:100], table_note=table_note,
         llm=llm,
         driver_texts=encoded,  # texts the driver's encoder encoded, and those it had encoded before in this job (ITLR's terms)
     )

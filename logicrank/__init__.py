@@ -49,12 +49,18 @@ class Table:
 
     def __init__(self, db: str | Path, name: str = "docs", version: int | None = None, embed: EmbedConfig | None = None,
                  llm: LLMConfig | None = None):
+        import sys
+
         from pipelines.store import DocStore
 
-        self.store = DocStore(str(db), name, version=version)
-        if not self.store.exists():
+        store = DocStore(str(db), name)
+        if not store.exists():
             raise PipelineError(f"open_table: no table {name!r} in {db} (make one with `logicrank index`).")
-        self.store = DocStore(str(db), name, version=self.store.version)  # pinned: every pipeline reads this version
+        # the version given (any one, on purpose), else the last one a completed index run finished
+        store, self.note = store.readable(version, "open_table", option="open_table(..., version={v})")
+        self.store = DocStore(str(db), name, version=store.version)  # pinned: every pipeline reads this version
+        if self.note:
+            print(self.note, file=sys.stderr)
         self.embed, self.llm_config = embed or EmbedConfig(), llm
         self._encoder = self._llm = None
         self.context = Context(self.store, encoder=self._encoder_once, llm=self._llm_once,
@@ -90,7 +96,10 @@ class Table:
 
 def open_table(db: str | Path, name: str = "docs", version: int | None = None, embed: EmbedConfig | None = None,
                llm: LLMConfig | None = None) -> Table:
-    """The table ``name`` in the LanceDB database ``db`` (its latest version unless given)."""
+    """The table ``name`` in the LanceDB database ``db``: ``version`` (a number or a tag) when
+    given, else the last version a completed ``logicrank index`` run finished. A newer version
+    left by a run that did not finish is not read, and a line on stderr says so (also kept as
+    ``Table.note``); a table no index run completed is refused (:class:`UserError`)."""
     return Table(db, name, version, embed, llm)
 
 

@@ -132,6 +132,7 @@ class IndexWriter:
         self.seen: dict[str, int] = {}
         self.counts: Counter[str] = Counter()
         self.redelivered = 0
+        self.written = 0  # rows committed to the table so far (inserts and updates)
         self._rejected_at: set[int] = set()
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -214,3 +215,4 @@ class IndexWriter:
         self.before_commit()
         self.store.open_or_create(dim, self.model_id, self.title_sep)
         self.store.upsert(chunk.select(CORPUS.names + ["content_hash", "vector"]))
+        self.written += chunk.num_rows

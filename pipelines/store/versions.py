@@ -1,11 +1,23 @@
 """The table's versions: the current one, when each was made, tags, restoring an old version,
-dropping old tags so their versions can be pruned."""
+dropping old tags so their versions can be pruned; which version a completed index run
+finished, and so which one a reader reads by default.
+
+The record of completion lives with the table, not in a job's run directory (retrieve runs
+elsewhere, with another ``--out``): a reserved LanceDB tag, :data:`COMPLETE_TAG`, that the
+index job moves to the version it finished, as its last change to the table. A run that is
+interrupted or fails leaves the tag where it was, so readers keep reading the last complete
+version (:meth:`Versions.readable_version`); a first index that never completed has no
+complete version and is refused. Maintenance (compaction, index builds) and a restore of a
+complete version carry the mark to the version they make, which holds the same documents.
+"""
 
 from __future__ import annotations
 
 import re
 
 from pipelines.store.base import StoreError
+
+COMPLETE_TAG = "logicrank-complete"  # the newest version a completed index run finished (moved by each such run)
 
 
 class Versions:
@@ -35,7 +47,10 @@ class Versions:
         return dropped
 
     def restore(self, version: int | str) -> int:
-        """Make ``version`` (a number or a tag) the latest version again; returns the new version."""
+        """Make ``version`` (a number or a tag) the latest version again; returns the new version.
+
+        The new version holds the documents of ``version``: it is marked complete when that
+        one was (the version :data:`COMPLETE_TAG` names, or one a completed run tagged)."""
         t = self.table
         versions = [v["version"] for v in t.list_versions()]
         tags = t.tags.list()
@@ -43,7 +58,11 @@ class Versions:
             raise StoreError(
                 f"store: table {self.name!r} has no version {version!r}; versions kept: {versions[-10:]}, tags: {sorted(tags)[-10:]}."
             )
+        number = int(tags[version]["version"]) if version in tags else int(version)
+        complete = number in {int(v["version"]) for v in tags.values()}  # every tag names a version a completed run finished
         t.restore(version)
+        if complete:
+            self.mark_complete()
         return self.version
 
     def tag(self, name: str, version: int | None = None) -> None:
@@ -59,3 +78,59 @@ class Versions:
         """The version tag ``name`` points at, or None without such a tag."""
         tags = self.table.tags
         return int(tags.get_version(name)) if name in tags.list() else None
+
+    # -- completion -----------------------------------------------------------------
+    def mark_complete(self, version: int | None = None) -> None:
+        """Record ``version`` (default the latest) as finished by a completed index run: readers
+        read it by default (:meth:`readable_version`)."""
+        self.tag(COMPLETE_TAG, version)
+
+    def complete_version(self) -> int | None:
+        """The newest version a completed index run finished, or None (none did, or the table
+        predates the mark)."""
+        return self.tagged_version(COMPLETE_TAG)
+
+    def readable_version(self, job: str, option: str = "--table-version {v}") -> tuple[int, str | None]:
+        """The version a reader reads when none is asked for, and the one line to say about it
+        (None when it is simply the latest version).
+
+        - the version :data:`COMPLETE_TAG` names; a later one was left by an index run that did
+          not finish (interrupted, failed or still running), and the line says so;
+        - a table with no mark but other tags was indexed before the mark existed: every tag
+          the index job made names a version a completed run finished, so its newest tagged
+          version is read, and the line says so;
+        - a table with no tag at all never saw an index run complete (its first one was
+          interrupted or failed): refused with :class:`StoreError`, in one line.
+
+        ``option`` is how the reader's user reads version ``{v}`` on purpose (``--table-version {v}``)."""
+        t = self.table
+        latest = self.version
+        tags = {name: int(v["version"]) for name, v in t.tags.list().items()}
+        where = f"table {self.name!r}"
+        if COMPLETE_TAG in tags:
+            read = tags[COMPLETE_TAG]
+            if read >= latest:
+                return read, None
+            return read, (f"{job}: {where}: reading v{read}, the last version a completed index run finished "
+                          f"(v{latest} was left by an index run that did not finish: interrupted, failed or still running; "
+                          f"rerun logicrank index to finish it, or read v{latest} on purpose with {option.format(v=latest)})")
+        if tags:
+            read = max(tags.values())
+            newer = (f"; v{latest} is newer, but no index run tagged it (read it on purpose with {option.format(v=latest)})"
+                     if latest > read else "")
+            return read, (f"{job}: {where} has no completion mark (indexed before logicrank recorded complete runs): reading "
+                          f"v{read}, the newest version an index run tagged{newer}; rerun logicrank index to mark it")
+        raise StoreError(
+            f"{job}: {where} in {self.uri!r} has no version that an index run completed: its first index run was interrupted "
+            f"or failed (or is still running), leaving v{latest} with {t.count_rows():,} documents; rerun logicrank index to finish "
+            f"it (documents already written are kept), or read v{latest} on purpose with {option.format(v=latest)}."
+        )
+
+    def readable(self, version: int | str | None, job: str, option: str = "--table-version {v}"):
+        """This table pinned to the version a reader reads, and the line to say about it:
+        ``version`` when given (any version, on purpose: no line), else
+        :meth:`readable_version`'s choice."""
+        if version is not None:
+            return type(self)(self.uri, self.name, version=version), None
+        read, note = self.readable_version(job, option)
+        return type(self)(self.uri, self.name, version=read), note

@@ -101,8 +101,11 @@ class Writing:
         so is a full-text index made with another analyzer than :data:`ENGLISH_STOP_WORDS`'s.
         Tagged versions are never pruned, so every earlier index run stays restorable. With
         ``changed`` False and every index complete, only the pruning runs (no new version).
+        Maintenance changes no document: when the version it starts from is marked complete
+        (pipelines/store/versions.py), so is the one it ends at.
         """
         t = self.table
+        start, marked = self.version, self.complete_version()
         names = {c for idx in t.list_indices() for c in idx.columns}
         wanted = {"doc_id", *_FTS_COLUMNS} | ({"vector"} if self.count() >= ann_threshold else set())
         fts_current = self.fts_current()
@@ -122,6 +125,8 @@ class Writing:
                 t.checkout_latest()
                 if any(self.index_coverage().values()):
                     built = self.build_indexes(ann_threshold)
+        if marked == start and self.version != start:
+            self.mark_complete()
         cleanup = t.to_lance().cleanup_old_versions(older_than=prune_older_than, error_if_tagged_old_versions=False)
         t.checkout_latest()
         prune_indexes(self, [v["version"] for v in t.list_versions()])

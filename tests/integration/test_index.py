@@ -275,3 +275,100 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
     va, vb = (np.stack(t.column("vector").to_numpy(zero_copy_only=False)) for t in (a, b))
     np.testing.assert_allclose(va, vb, rtol=RTOL, atol=ATOL)
     assert json.loads((tmp_path / "driver" / "manifest.json").read_text())["counts"]["placement"] == here.placement
+
+
+def _interrupt_at(monkeypatch, rows: int) -> None:
+    """Ctrl-C in the index job once it has read ``rows`` rows: raised from its progress beat
+    (``index: N rows read``, after each batch is written or queued), no sleep."""
+    import jobs.index
+
+    def beat(message: str) -> None:
+        if int(message.split()[1]) >= rows:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(jobs.index, "beat", beat)
+
+
+def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
+    """Ctrl-C in a first index: one line (what the table holds, how to resume), exit 130, an
+    `interrupted` manifest, and retrieve refuses the table in one line (before: exit 130 with
+    no word, no manifest, and retrieve read the partial table); `--table-version` reads it on
+    purpose. After the rerun completes, an interrupted or failed re-index leaves the complete
+    version the one retrieve reads, and it says so."""
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+    from jobs.retrieve import run_retrieve
+    from pipelines.config import RetrieveConfig
+
+    corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300[:200]), tmp_path / "db"
+    config = tmp_path / "index.yaml"
+    config.write_text(f"corpus: {corpus}\ndb: {db}\nwrite_batch_rows: 64\nray: {{num_cpus: 2, batch_rows: 64}}\n")
+    queries = write_jsonl(tmp_path / "q.jsonl", [{"_id": "q1", "text": docs300[150]["text"][:200]}, {"_id": "q2", "text": "cell biology"}])
+    index = ["index", "--config", str(config), "--no-progress", "--out"]
+    retrieve = ["retrieve", str(queries), "--db", str(db), "--method", "dense", "--out"]
+
+    _interrupt_at(monkeypatch, 128)
+    res = CliRunner().invoke(app, [*index, str(tmp_path / "i1")])
+    assert res.exit_code == 130, res.output
+    line = res.stderr.strip()
+    partial = DocStore(str(db)).version
+    assert "\n" not in line and line == (
+        f"error: index: interrupted after reading 128 rows (128 documents written); table 'docs' v{partial} is incomplete and will not "
+        "be read (no index run has completed on this table, so retrieve refuses it); rerun the same command to resume (documents "
+        "already written are kept and not embedded again).")
+    manifest = json.loads((tmp_path / "i1" / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and manifest["counts"]["written"] == 128 and manifest["table"]["complete"] is False
+    res = CliRunner().invoke(app, [*retrieve, str(tmp_path / "r1")])
+    assert res.exit_code == 2 and res.stderr.strip().count("\n") == 0, res.output
+    assert res.stderr.startswith("error: retrieve: table 'docs' in ") and "has no version that an index run completed" in res.stderr
+    assert f"--table-version {partial}." in res.stderr and not (tmp_path / "r1" / "runs").exists()
+    # on purpose: the incomplete version is read
+    res = CliRunner().invoke(app, [*retrieve, str(tmp_path / "r2"), "--table-version", str(partial)])
+    assert res.exit_code == 0, res.output
+    run = pa.parquet.read_table(tmp_path / "r2" / "runs" / "dense.parquet")
+    assert set(run.column("doc_id").to_pylist()) <= {d["_id"] for d in docs300[:128]}
+
+    # the same command resumes: only the missing documents are embedded, and the table is read again
+    monkeypatch.undo()
+    res = CliRunner().invoke(app, [*index, str(tmp_path / "i2")])
+    assert res.exit_code == 0, res.output
+    store = DocStore(str(db))
+    complete = store.version
+    assert store.complete_version() == complete and store.count() == 200
+    assert json.loads((tmp_path / "i2" / "manifest.json").read_text())["counts"]["inserted"] == 72
+    lines: list[str] = []
+    cfg = RetrieveConfig.preset(("dense",), queries=str(queries), db=str(db), k=10, ray=RAY)
+    run_retrieve(cfg, tmp_path / "r3", echo=lines.append)
+    assert not any("table 'docs'" in x for x in lines)
+
+    # a re-index with revised documents, interrupted: retrieve reads the complete version and says so
+    revised = [dict(r, text=r["text"] + " (revised)") for r in docs300[:200]]
+    write_jsonl(corpus, revised)
+    _interrupt_at(monkeypatch, 64)
+    with pytest.raises(KeyboardInterrupt, match=r"index: interrupted after reading 64 rows \(64 documents written\); table 'docs' "
+                       rf"v\d+ is incomplete and will not be read \(readers keep reading v{complete}, the last version"):
+        run_index(_cfg(corpus, db, write_batch_rows=64), tmp_path / "i3")
+    monkeypatch.undo()
+    left = DocStore(str(db)).version
+    assert left > complete and json.loads((tmp_path / "i3" / "manifest.json").read_text())["status"] == "interrupted"
+    lines = []
+    run_retrieve(cfg, tmp_path / "r4", echo=lines.append)
+    note = f"retrieve: table 'docs': reading v{complete}, the last version a completed index run finished (v{left} was left by an index run"
+    assert [x for x in lines if "table 'docs'" in x][0].startswith(note)
+    assert json.loads((tmp_path / "r4" / "manifest.json").read_text())["inputs"]["table"]["version"] == complete
+    res = CliRunner().invoke(app, [*retrieve, str(tmp_path / "r5")])
+    assert res.exit_code == 0 and note in res.stdout, res.output
+    import logicrank as lr
+
+    table = lr.open_table(db)  # the notebook API follows the same default
+    assert table.version == complete and table.note.startswith(note.replace("retrieve:", "open_table:", 1))
+    assert lr.open_table(db, version=left).version == left and lr.open_table(db, version=left).note is None
+
+    # one that stops on too many rejects: the same
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(dict(r, text="again")) + "\n" for r in revised[:20]) + '{"_id": "x"}\n' * 5)
+    with pytest.raises(IndexJobError, match=rf"is incomplete and will not be read \(readers keep reading v{complete}, the last version"):
+        run_index(_cfg(bad, db, delete_missing=False), tmp_path / "i4")
+    assert json.loads((tmp_path / "i4" / "manifest.json").read_text())["status"] == "failed"
+    assert DocStore(str(db)).complete_version() == complete

@@ -1,5 +1,7 @@
 """DocStore on a real LanceDB table (no Ray, no model: generated vectors)."""
 
+from datetime import timedelta
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -107,3 +109,59 @@ def test_a_version_is_read_by_number_digit_string_or_tag(store, tmp_path):
         assert past.text_search("cherry", 50).num_rows == 25  # full-text search reads that version too
     with pytest.raises(StoreError, match="no version or tag 'nightly-1999-01-01'; versions kept: .*tags: \\['nightly-2026-11-20'\\]"):
         _ = DocStore(s.uri, s.name, version="nightly-1999-01-01").table
+
+
+def _more(s: DocStore, ids: list[str]) -> None:
+    n = len(ids)
+    v = np.ones((n, 8), np.float32) / np.sqrt(8)
+    s.upsert(pa.table({"doc_id": ids, "title": [None] * n, "text": ["more"] * n, "metadata": [None] * n,
+                       "content_hash": ["h2"] * n, "vector": to_fixed_size_list(v)}))
+
+
+def test_readers_read_the_last_version_a_completed_run_finished(store):
+    """The completion mark (pipelines/store/versions.py): none yet is refused in one line; a
+    newer version left by a run that did not finish is passed over, and the line says so;
+    `--table-version` (readable's version) reads any version on purpose."""
+    from pipelines.store.versions import COMPLETE_TAG
+
+    def open_readable(uri, name, version, job):
+        return DocStore(uri, name).readable(version, job)
+
+    s, _ = store
+    first = s.version
+    with pytest.raises(StoreError) as refused:  # a first index that never completed
+        open_readable(s.uri, "docs", None, "retrieve")
+    message = str(refused.value)
+    assert "\n" not in message and "table 'docs'" in message and "has no version that an index run completed" in message
+    assert "rerun logicrank index to finish it" in message and f"--table-version {first}" in message
+    assert open_readable(s.uri, "docs", first, "retrieve")[0].version == first  # on purpose: read, no line
+
+    s.mark_complete()
+    assert s.complete_version() == first and open_readable(s.uri, "docs", None, "retrieve")[1] is None
+    _more(s, ["x1", "x2"])  # a re-index that stops half way
+    partial = s.version
+    read, note = open_readable(s.uri, "docs", None, "retrieve")
+    assert read.version == first and read.count() == 50
+    assert note == (f"retrieve: table 'docs': reading v{first}, the last version a completed index run finished (v{partial} was left by "
+                    f"an index run that did not finish: interrupted, failed or still running; rerun logicrank index to finish it, or "
+                    f"read v{partial} on purpose with --table-version {partial})")
+    assert open_readable(s.uri, "docs", partial, "retrieve")[0].count() == 52
+
+    # maintenance changes no document: the mark follows it to the version it makes
+    s.mark_complete()
+    s.maintain(10**9, timedelta(hours=1), changed=True)
+    assert s.version > partial and s.complete_version() == s.version
+    # a restore of a complete (tagged) version is complete; of another one, not
+    s.tag("index-20261127T000000000000Z", first)
+    restored = s.restore(first)
+    assert s.complete_version() == restored and s.count() == 50
+    _more(s, ["y1"])
+    unmarked = s.version
+    s.restore(unmarked)
+    assert s.complete_version() == restored < s.version
+
+    # a table from before the mark: its newest tagged version, said so
+    s.table.tags.delete(COMPLETE_TAG)
+    tagged = max(int(v["version"]) for v in s.table.tags.list().values())
+    read, note = open_readable(s.uri, "docs", None, "retrieve")
+    assert read.version == tagged and note.startswith("retrieve: table 'docs' has no completion mark") and f"reading v{tagged}" in note

@@ -435,6 +435,7 @@ def _child(args) -> dict:
         from pipelines.config import RetrieveConfig
         from schemas.config import RayConfig
 
+        DocStore(db).mark_complete()  # the table is built here, not by `logicrank index`: retrieve reads marked versions only
         qpath = work / f"pool-queries-{n}.jsonl"
         qpath.write_text("".join(json.dumps({"_id": f"{q}~{c}", "text": t}) + "\n"
                                  for c in range(POOL_COPIES) for q, t in zip(data["qids"], queries, strict=True)), encoding="utf-8")

@@ -1,0 +1,54 @@
+"""An interrupted index run on the command line: one line saying what the table holds and how
+to resume, exit 130 (Ctrl-C) or 143 (SIGTERM), never a silent 130; SIGTERM stops the run as
+Ctrl-C does. The run itself (its manifest, the table's state, retrieve refusing or passing
+over what it left) is tested on real Ray and LanceDB in tests/integration/test_index.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from typer.testing import CliRunner
+
+import jobs.index
+from jobs.cli import app
+from jobs.index import IndexInterrupted, _sigterm_interrupts, _Terminated
+
+LINE = ("index: interrupted after reading 4,352 rows (4,096 documents written); table 'docs' v3 is incomplete and will not be read "
+        "(no index run has completed on this table, so retrieve refuses it); rerun the same command to resume (documents already "
+        "written are kept and not embedded again).")
+
+
+@pytest.mark.parametrize("code", [130, 143])
+def test_an_interrupted_run_prints_its_one_line(tmp_path, monkeypatch, code):
+    def interrupted(cfg, out, progress=False):
+        raise IndexInterrupted(LINE, code)
+
+    monkeypatch.setattr(jobs.index, "run_index", interrupted)
+    (tmp_path / "c.jsonl").write_text('{"_id": "a", "text": "x"}\n')
+    res = CliRunner().invoke(app, ["--stall-timeout", "0", "index", str(tmp_path / "c.jsonl"), "--db", str(tmp_path / "db"),
+                                   "--out", str(tmp_path / "r")])
+    assert res.exit_code == code
+    assert res.stderr == f"error: {LINE}\n"
+
+
+def test_an_interrupt_before_the_run_started_says_nothing_was_written(tmp_path, monkeypatch):
+    def interrupted(cfg, out, progress=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jobs.index, "run_index", interrupted)
+    (tmp_path / "c.jsonl").write_text('{"_id": "a", "text": "x"}\n')
+    res = CliRunner().invoke(app, ["--stall-timeout", "0", "index", str(tmp_path / "c.jsonl"), "--db", str(tmp_path / "db")])
+    assert res.exit_code == 130
+    assert res.stderr == "error: index: interrupted before writing anything; table 'docs' is unchanged.\n"
+
+
+def test_sigterm_stops_an_index_run_as_ctrl_c_does():
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt) as stopped, _sigterm_interrupts():
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs in the main thread at its next bytecode
+        for _ in range(10**6):
+            pass
+    assert isinstance(stopped.value, _Terminated)
+    assert signal.getsignal(signal.SIGTERM) is before
