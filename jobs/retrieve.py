@@ -20,9 +20,11 @@ Where the work runs:
 The pipelines run in pipelines/runner.py (as in a notebook); this job adds the config, the
 inputs' fingerprints, the placement of per-query work (the runner's ``map_queries`` hook) and
 the manifest. Each stage's output is cached under ``<out>/stages/<prefix digest>/``: the digest
-covers the stages so far (their options, and the encoder or LLM config they use), the
-queries, the table version and the files they read. Pipelines that share a prefix compute it
-once, and a rerun that changes a later stage (orlog's depth, say) reuses the earlier ones.
+covers the stages so far (their code, options, and the encoder or LLM config they use), the
+queries, the table version and the files they read, computed as a notebook computes it
+(:meth:`pipelines.runner.Inputs.of`). Pipelines that share a prefix compute it once, a rerun
+that changes a later stage (orlog's depth, say) reuses the earlier ones, and an edit to a
+stage's code recomputes that stage and those after it.
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ from pipelines.stages import Context, Kind, Needs, Output, StageOptions
 from pipelines.store import DocStore
 from pipelines.topics import TopicsError, read_queries, write_trec_run
 from schemas.config import EmbedConfig
-from schemas.digest import json_digest
 from schemas.errors import UserError
 from schemas.tables import RUN
 
@@ -86,8 +87,9 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     inputs = {"queries": input_fingerprint("queries", cfg.queries, TopicsError), "table": {"db": cfg.db, "name": cfg.table, "version": store.version}}
     files = {f: input_fingerprint("input file", f, TopicsError) for f in dict.fromkeys(needs.files)}
     inputs.update({f"file:{f}": fp for f, fp in files.items()})
-    # what else changes a stage's output, so that an unchanged-looking rerun is not skipped wrongly
-    inputs["stages"] = sorted({(cls.name, cls.version) for p in pipelines for cls in stage_classes(p.stages)})
+    # what else changes a stage's output, so that an unchanged-looking rerun is not skipped wrongly: each stage's
+    # manual version and the digest of its code (RunDir's own check covers this job's code, every stage's included)
+    inputs["stages"] = sorted({(cls.name, cls.version, cls.code()) for p in pipelines for cls in stage_classes(p.stages)})
     if needs.encoder:
         inputs["encoder"] = model_id(cfg.embed)
     if llm is not None:
@@ -108,13 +110,10 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
 
     from jobs.raysession import ray_session
 
-    keys = Inputs(
-        # another topics field reads other texts from the same file (title, the default, keeps the keys it had before)
-        base=json_digest([inputs["queries"], inputs["table"]] + ([cfg.topics_field] if cfg.topics_field != "title" else [])),
-        encoder=encoder_digest(cfg.embed) if needs.encoder else None,
-        llm=(llm.model_id, cfg.llm.engine_digest(), templates_digest()) if llm is not None else None,
-        files=files,
-    )
+    # the stage keys as a notebook computes them (the queries' content, so another topics field is other queries):
+    # the job and `lr.retrieve` reuse each other's stage outputs
+    keys = Inputs.of(queries, store, encoder_digest(cfg.embed) if needs.encoder else None,
+                     (llm.model_id, cfg.llm.engine_digest(), templates_digest()) if llm is not None else None, files)
     with ray_session(cfg.ray):
         host = _Host(cfg, store, rundir, echo if progress else None, llm)
         try:

@@ -1,9 +1,12 @@
 """A stage's run directory: atomic outputs and a ``manifest.json``.
 
 The manifest records what a stage read and produced (config and its hash, input
-fingerprints, table versions, models, package versions, row counts, timings). A stage
-whose config and input fingerprints match a finished manifest, with its outputs still
-present, is skipped on rerun.
+fingerprints, the digest of the job's code, table versions, models, package versions, row
+counts, timings). A stage whose config, input fingerprints and code match a finished
+manifest, with its outputs still present, is skipped on rerun. The code is
+:func:`pipelines.codedigest.code_digest` of the job's module (``jobs.<stage>``): its source and
+that of every project module it imports, so a job rerun after an edit to the code it runs
+(a method a retrieve pipeline uses, the index's reader) is not skipped.
 """
 
 from __future__ import annotations
@@ -50,9 +53,10 @@ def input_fingerprint(label: str, path: str | Path, error: type[Exception]) -> d
 class RunDir:
     """One stage's output directory and its manifest."""
 
-    def __init__(self, path: str | Path, stage: str):
+    def __init__(self, path: str | Path, stage: str, module: str | None = None):
         self.path = Path(path)
         self.stage = stage
+        self.module = module or f"jobs.{stage}"  # the job's code (the freshness check covers it)
         self.manifest_path = self.path / "manifest.json"
         self.timings: dict[str, float] = {}
         self.record: dict[str, Any] = {}
@@ -65,12 +69,18 @@ class RunDir:
         except json.JSONDecodeError:
             return None
 
+    def code(self) -> str | None:
+        """The digest of the job's code (None when ``jobs.<stage>`` is no module of this project)."""
+        from pipelines.codedigest import code_digest, source_file
+
+        return code_digest(self.module) if source_file(self.module) is not None else None
+
     def is_fresh(self, config_hash: str, inputs: dict[str, Any]) -> bool:
-        """True when a finished manifest has the same config and inputs, and its outputs exist."""
+        """True when a finished manifest has the same config, inputs and code, and its outputs exist."""
         prev = self.previous()
         if not prev or prev.get("status") != "ok":
             return False
-        if prev.get("config_hash") != config_hash or prev.get("inputs") != _jsonable(inputs):
+        if prev.get("config_hash") != config_hash or prev.get("inputs") != _jsonable(inputs) or prev.get("code") != self.code():
             return False
         return all((self.path / o).exists() for o in prev.get("outputs", []))
 
@@ -90,6 +100,7 @@ class RunDir:
             "config": config,
             "config_hash": config_hash,
             "inputs": inputs,
+            "code": self.code(),
             "outputs": outputs,
             "timings_s": self.timings,
             "packages": package_versions(),

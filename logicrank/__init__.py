@@ -122,7 +122,9 @@ def retrieve(table: Table, queries: pa.Table | str | Path, pipes: Mapping[str, P
     (``pandas``: a DataFrame; a pipeline that found nothing has no rows: evaluate it by
     naming it in :func:`evaluate`'s ``run_ids``). ``cache``:
     a :class:`StageCache` or a directory to keep stage outputs in (pipelines that share a
-    prefix compute it once either way). Pass a dict as ``results`` to get each pipeline's
+    prefix compute it once either way); keyed as the retrieve job keys them, so a job's
+    ``<out>/stages`` answers the same pipelines on the same queries and table, and a stage
+    whose code changed since is computed again (docs/pipelines.md). Pass a dict as ``results`` to get each pipeline's
     :class:`Result` (its side tables and steps) too."""
     queries = queries_table(queries, "retrieve: queries") if isinstance(queries, pa.Table) else read_queries(queries)
     if not isinstance(cache, StageCache):

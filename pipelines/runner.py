@@ -9,9 +9,14 @@ Per-query retrievers (``Stage.per_query``) go through a ``map_queries`` hook: by
 to a Ray Data actor pool instead. Either way the runner checks the rows stay keyed by the
 input's query ids, each query ranked 1..n.
 
-Each stage's output is keyed by the stages so far (their names, code versions, options), the
-sub-pipelines' keys, and what the stage reads (:class:`Inputs`: the queries and the table's
-version, the encoder's config, the LLM and its prompts, the files). A :class:`StageCache`
+Each stage's output is keyed by the stages so far (their names, the digests of their code,
+their manual ``version`` and options), the sub-pipelines' keys, the runner's own code, and what
+the stage reads (:class:`Inputs`: the queries' content and the table's version, the encoder's
+config, the LLM and its prompts, the files' content). A stage's code digest
+(:meth:`Stage.code`, :mod:`pipelines.codedigest`) covers its module and every project module it
+imports, so an edit to a method is recomputed and an edit elsewhere is not. The retrieve job
+builds its :class:`Inputs` with :meth:`Inputs.of` as a notebook does, so each reuses the
+other's stage outputs. A :class:`StageCache`
 keeps outputs by key in memory and, given a directory, on disk, so pipelines that share a
 prefix compute it once and a rerun that changes a later stage reuses the earlier ones.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -31,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipelines.codedigest import code_digest
 from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.stages.base import Context, Kind, Output, Stage, StageOptions, Store
 from pipelines.stages.registry import build
@@ -54,20 +61,20 @@ class Inputs:
     @classmethod
     def of(cls, queries: pa.Table, store: Store, encoder: str | None = None, llm: tuple | None = None,
            files: Iterable[str] = ()) -> Inputs:
-        """From the queries' content, the table's identity and version, and the files' bytes
-        (a job uses its own fingerprints instead: jobs/retrieve.py)."""
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, queries.schema) as writer:
-            writer.write_table(queries)
-        table = {"db": str(getattr(store, "uri", "")), "name": getattr(store, "name", ""), "version": store.version}
-        base = json_digest([{"sha256": hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()}, table])
-        return cls(base, encoder, llm, {f: {"sha256": hashlib.sha256(Path(f).read_bytes()).hexdigest()} for f in files})
+        """From the queries' content, the table's identity (its database's absolute path, its
+        name) and version, and the files' content. The one way to key: the retrieve job
+        (jobs/retrieve.py) and a notebook (``Pipeline.run``, ``lr.retrieve``) both build theirs
+        here, so each reuses the other's stage outputs."""
+        table = {"db": table_uri(store), "name": getattr(store, "name", ""), "version": store.version}
+        base = json_digest([{"sha256": queries_digest(queries)}, table])
+        return cls(base, encoder, llm, {f: {"sha256": content_digest(f)} for f in files})
 
     def key(self, prev: str, stage: Stage, subs: Sequence[str]) -> str:
-        """The digest of ``stage``'s output after the prefix ``prev``: the stage (name, code
-        version, options), its sub-pipelines' keys, and the encoder, LLM and files it reads."""
+        """The digest of ``stage``'s output after the prefix ``prev``: the stage (name, the digest
+        of its code, its manual ``version``, options), its sub-pipelines' keys, and the encoder,
+        LLM and files it reads."""
         needs = stage.needs()
-        parts = [prev, stage.name, stage.version, stage.options.model_dump(mode="json"), list(subs)]
+        parts = [prev, stage.name, stage.code(), stage.version, stage.options.model_dump(mode="json"), list(subs)]
         if needs.encoder:
             if self.encoder is None:
                 raise ValueError(f"stage {stage.name} encodes queries: give Inputs an encoder digest (pipelines.embed.encoder_digest)")
@@ -81,6 +88,35 @@ class Inputs:
                 raise ValueError(f"stage {stage.name} reads {f}: give Inputs its fingerprint")
             parts.append(["file", self.files[f]])
         return json_digest(parts)
+
+
+def queries_digest(queries: pa.Table) -> str:
+    """The SHA-256 of a queries table's content (its columns and rows, as one Arrow IPC stream
+    of one batch without schema metadata): the same queries read from the same file, or given
+    as a table, digest alike however their chunks are laid out."""
+    table = queries.replace_schema_metadata(None).combine_chunks()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=max(1, table.num_rows))
+    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+
+
+def content_digest(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, or of the names and bytes of every file under a directory."""
+    p = Path(path)
+    if not p.is_dir():
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    for f in sorted(f for f in p.rglob("*") if f.is_file()):
+        h.update(f.relative_to(p).as_posix().encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def table_uri(store: Store) -> str:
+    """A table's database as a key holds it: a local path made absolute (a relative path and
+    its absolute spelling are one table), a URI (``s3://...``) as it is."""
+    uri = str(getattr(store, "uri", ""))
+    return uri if not uri or "://" in uri else os.path.abspath(uri)
 
 
 class StageCache:
@@ -134,7 +170,8 @@ def run_stages(run_id: str, stages: Sequence[StageOptions], ctx: Context, querie
     """Run a validated pipeline (:meth:`pipelines.pipeline.Pipeline.run` validates first)."""
     hooks = hooks or Hooks()
     starts = reads(stages[0])
-    state, steps = _Run(ctx, inputs, cache, hooks).pipeline(stages, with_content(queries, starts), json_digest([inputs.base, "input", starts]))
+    start = json_digest([inputs.base, "input", starts, code_digest(__name__)])  # the runner's code shapes every output (blank queries, conform)
+    state, steps = _Run(ctx, inputs, cache, hooks).pipeline(stages, with_content(queries, starts), start)
     run = state.run.set_column(state.run.schema.get_field_index("run_id"), "run_id", pa.array([run_id] * state.run.num_rows, pa.string()))
     side = {f"{kind}/{run_id}@{where}" if where else f"{kind}/{run_id}": table for (kind, where), table in state.side.items()}  # '@' is not allowed in a run id
     return Result(run_id, conform(run, RUN, run_id), side, steps)

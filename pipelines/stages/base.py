@@ -135,11 +135,24 @@ class Stage:
     requires: ClassVar[frozenset[str]] = frozenset()  # query columns an earlier stage must add
     adds: ClassVar[frozenset[str]] = frozenset()  # query columns it adds (a rewriter)
     per_query: ClassVar[bool] = False  # each query's output depends on that query alone: the job may run it on Ray over query batches
-    version: ClassVar[int] = 1  # part of the cache digest: bump it when a change to the code changes the stage's output
+    # The cache keys hold the digest of the stage's code (:meth:`code`: its module and every
+    # project module it imports), so an edit to the code is never served from the cache.
+    # ``version`` is part of the keys too, as a manual override for what the code digest cannot
+    # see (a model or data file the stage reads whose path stays the same, a dependency's
+    # behaviour): bump it when such a change changes the stage's output.
+    version: ClassVar[int] = 1
     side_tables: ClassVar[Mapping[str, pa.Schema]] = {}  # the side tables it may write, by kind; the runner conforms them
 
     def __init__(self, options: StageOptions):
         self.options = options
+
+    @classmethod
+    def code(cls) -> str:
+        """The digest of the code this stage runs (:func:`pipelines.codedigest.code_digest` of
+        its module), part of every cache key of its output; computed once per process."""
+        from pipelines.codedigest import code_digest
+
+        return code_digest(cls.__module__)
 
     def needs(self) -> Needs:
         return Needs()

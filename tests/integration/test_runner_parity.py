@@ -59,6 +59,25 @@ def test_pipelines_run_in_process_equal_the_retrieve_jobs_runs_and_side_tables(s
     assert [s["sub"][0]["cached"] for s in again.steps[:2]] == [True, True] and again.steps[2]["cached"]
 
 
+def test_a_notebook_run_after_the_job_reuses_every_stage_output_the_job_cached(synthetic, job):
+    """One key scheme (pipelines.runner.Inputs.of): the job's stage cache answers the Python
+    API's run of the same pipelines on the same queries and table, every stage of it."""
+    import logicrank as lr
+
+    cfg, runs, out = job
+    pipes = lr.preset("dense", "bm25", "hybrid", "itlr", k=10, decompositions=str(DEC))
+    results: dict = {}
+    lr.retrieve(lr.open_table(synthetic / "db"), synthetic / "syn" / "queries.jsonl", pipes, cache=out / "stages", results=results)
+
+    def flat(steps):
+        return [t for s in steps for t in (flat(s["sub"]) if "sub" in s else [s])]
+
+    assert set(results) == set(runs)
+    for rid, result in results.items():
+        assert [(s["stage"], s["cached"]) for s in flat(result.steps)] == [(s["stage"], True) for s in flat(result.steps)], rid
+        assert result.run.equals(pq.read_table(runs[rid])), rid  # the job's run, read back from its cache
+
+
 def test_the_python_api_retrieves_what_the_job_does_and_evaluates_and_compares_the_runs(synthetic, job):
     import logicrank as lr
 

@@ -142,12 +142,18 @@ def test_a_stage_cache_key_covers_its_prefix_options_inputs_and_sub_pipelines():
     assert key(auto, run_file) != key(Inputs("b", files={"r.trec": {"sha256": "2"}}), run_file)  # the files a stage reads
     llm = {"orlog": {}}
     assert key(Inputs("b", llm=("m", "e", "t1")), llm) != key(Inputs("b", llm=("m", "e", "t2")), llm)  # the prompts
-    # the keys the job computed before the runner moved out of it (stage caches on disk hold them)
-    from schemas.digest import json_digest
-
-    job = Inputs(json_digest([{"sha256": "q"}, {"version": 3}]), files={"r.trec": {"sha256": "1"}})
-    assert job.base == "96e956efbd128398"
-    assert (key(job, "bm25", subs=["s"]), key(job, run_file, subs=["s"])) == ("dd10f08a8359c24a", "cd335ffc1c7569b3")
+    # no pinned keys: a key changes whenever its stage's code does (pipelines/codedigest.py); the same code and
+    # options give the same key, and another digest of the code or another manual version another key
+    bm25 = build(parse_stages(["bm25"])[0])
+    before = key(auto, "bm25")
+    assert before == auto.key("p", bm25, []) and bm25.code() == type(bm25).code()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(bm25), "code", classmethod(lambda cls: "edited"))
+        assert auto.key("p", bm25, []) != before
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(bm25), "version", type(bm25).version + 1)  # the manual override
+        assert auto.key("p", bm25, []) != before
+    assert auto.key("p", bm25, []) == before
     with pytest.raises(ValueError, match="give Inputs an encoder digest"):
         key(Inputs("b"), "dense")
 

@@ -1,0 +1,156 @@
+"""The digest of the code a module runs: its source and that of every project module it imports.
+
+A stage's cache key (:meth:`pipelines.runner.Inputs.key`) and a job's rerun check
+(:meth:`jobs.rundir.RunDir.is_fresh`) hold :func:`code_digest` of the module that defines the
+stage or the job, so an edit to a method's code is never answered from a cache. Only the
+project's own packages (:data:`PROJECT`) are hashed, and the module asked about itself wherever
+it is (a stage defined in a test); third-party code is not (site-packages is the
+environment's: its versions are in each manifest's ``packages``, not in the keys).
+
+The rule (static: nothing is imported to compute it, the files are parsed with :mod:`ast`):
+
+- a module's closure is the module and the closures of the project modules its import
+  statements name, wherever they are (at the top, in a function, under ``TYPE_CHECKING``:
+  stages import lazily);
+- ``import a.b.c`` names ``a.b.c``; ``from a.b import c`` names the submodule ``a.b.c`` when
+  there is one, else the package ``a.b`` (its ``__init__``: ``c`` is defined or re-exported
+  there); relative imports are resolved against the importing module's package;
+- a package's ``__init__`` counts only where it is named that way, not merely because
+  Python runs it before a submodule: ``from pipelines.stages.base import Stage`` covers
+  base.py, not pipelines/stages/__init__.py (which imports every stage to register them).
+  Naming a package (``from pipelines.stages import Context``) does cover its ``__init__`` and
+  so everything that imports;
+- source files are found from where the top package is imported from (a copy of the
+  project run from its own directory hashes its own files), and read as bytes.
+
+So an edit to pipelines/methods/itlr.py changes the key of the ``itlr`` stage and not that of
+``bm25`` (pipelines/stages/retrievers.py does not import it), and an edit to a module no stage
+imports changes no stage's key. :func:`closure` lists a module's files
+(``python -m pipelines.codedigest pipelines.stages.itlr``). Each digest is computed once per
+process: an edit made while a process runs is seen by the next process.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import sys
+from functools import cache
+from pathlib import Path
+
+PROJECT = ("pipelines", "schemas", "jobs", "logicrank")
+"""The top packages whose source is hashed."""
+
+
+def code_digest(module: str) -> str:
+    """16 hex digits of the SHA-256 over the source of ``module`` and of every project module it
+    imports, directly or through others (the module doc's rule); memoised per process."""
+    return _digest(module)
+
+
+@cache
+def _digest(module: str) -> str:
+    h = hashlib.sha256()
+    for name in closure(module):
+        h.update(name.encode() + b"\0")
+        h.update(_source(name) + b"\0")
+    return h.hexdigest()[:16]
+
+
+def source_file(module: str) -> Path | None:
+    """Where ``module``'s source is read from (None: no such project module, or no file)."""
+    return _path(module)
+
+
+@cache
+def closure(module: str) -> tuple[str, ...]:
+    """The project modules whose source ``module``'s digest covers, ``module`` first, then by name.
+    A module with no source file (a class defined in a notebook cell) covers only the project
+    modules it cannot name: nothing; its stages' keys then change only with ``version``."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(m for m in _imports(name) if m not in seen)
+    return (module, *sorted(seen - {module}))
+
+
+def _project(name: str) -> bool:
+    return name.split(".", 1)[0] in PROJECT
+
+
+@cache
+def _root(top: str) -> Path | None:
+    """The directory of a top package, where it is imported from (without importing it)."""
+    loaded = sys.modules.get(top)
+    paths = list(getattr(loaded, "__path__", None) or [])
+    if not paths:
+        spec = importlib.util.find_spec(top)  # a top-level name: nothing is imported
+        paths = list(spec.submodule_search_locations or []) if spec is not None else []
+    return Path(paths[0]) if paths else None
+
+
+@cache
+def _path(name: str) -> Path | None:
+    """The source file of a project module or package, or None when there is none. A module
+    outside the project (a stage defined in a test or a script) has its own file, if loaded."""
+    if not _project(name):
+        file = getattr(sys.modules.get(name), "__file__", None)
+        return Path(file) if file and file.endswith(".py") and Path(file).is_file() else None
+    top, *rest = name.split(".")
+    root = _root(top)
+    if root is None:
+        return None
+    where = root.joinpath(*rest)
+    for candidate in (where / "__init__.py", where.with_suffix(".py")) if rest else (root / "__init__.py",):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@cache
+def _source(name: str) -> bytes:
+    path = _path(name)
+    return path.read_bytes() if path is not None else b""
+
+
+@cache
+def _imports(name: str) -> tuple[str, ...]:
+    """The project modules ``name``'s import statements name (the module doc's rule)."""
+    path = _path(name)
+    if path is None:
+        return ()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: list[str] = []
+    for node in ast.walk(ast.parse(_source(name), str(path))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, package)
+            if base is None:
+                continue
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                out.append(sub if a.name != "*" and _path(sub) is not None else base)
+    return tuple(dict.fromkeys(m for m in out if _project(m) and _path(m) is not None))
+
+
+def _absolute(node: ast.ImportFrom, package: str) -> str | None:
+    if not node.level:
+        return node.module
+    parts = package.split(".")
+    if node.level - 1 > len(parts) - 1:
+        return None  # beyond the top package
+    base = ".".join(parts[: len(parts) - (node.level - 1)])
+    return f"{base}.{node.module}" if node.module else base
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        print(f"{arg}: {code_digest(arg)}")
+        for m in closure(arg):
+            print(f"  {m}")

@@ -1,0 +1,231 @@
+"""Cache keys from the code (pipelines/codedigest.py): a stage's key covers the source of its
+module and of every project module it imports, so an edit to a method recomputes that method
+and what comes after it, and nothing else. No Ray: a copy of the project's Python files is
+edited and digested in fresh processes, and pipelines run in process with stand-ins."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from pipelines.codedigest import PROJECT, _absolute, closure, code_digest
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = ["pipelines.stages.itlr", "pipelines.stages.retrievers", "pipelines.stages.orlog", "pipelines.runner", "jobs.retrieve", "jobs.index"]
+DIGEST = "import json, sys; from pipelines.codedigest import code_digest; import pipelines; print(json.dumps([pipelines.__file__, {m: code_digest(m) for m in sys.argv[1:]}]))"
+
+
+def _copy(tmp_path: Path) -> Path:
+    """The project's Python files (its four packages), nothing else."""
+    dst = tmp_path / "copy"
+    for top in PROJECT:
+        shutil.copytree(ROOT / top, dst / top, ignore=lambda d, names: [n for n in names if n == "__pycache__" or not (n.endswith(".py") or (Path(d) / n).is_dir())])
+    return dst
+
+
+def _digests(copy: Path, code: str = DIGEST, modules=MODULES) -> dict[str, str]:
+    """The digests a fresh process computes in the copy (its packages imported from there)."""
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    out = subprocess.run([sys.executable, "-c", code, *modules], cwd=copy, env=env, capture_output=True, text=True, check=True)
+    where, digests = json.loads(out.stdout.strip().splitlines()[-1])
+    assert Path(where).resolve() == (copy / "pipelines" / "__init__.py").resolve()  # the copy's code, not this checkout's
+    return digests
+
+
+def _changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
+    return {m for m in before if before[m] != after[m]}
+
+
+def test_an_edit_changes_the_digest_of_the_stages_that_import_it_and_no_other(tmp_path):
+    copy = _copy(tmp_path)
+    first = _digests(copy)
+    assert first == {m: code_digest(m) for m in MODULES}  # the copy is this code: the same digests from another directory
+    assert _digests(copy) == first  # stable
+
+    itlr = copy / "pipelines" / "methods" / "itlr.py"
+    itlr.write_text(itlr.read_text() + "\n# a harmless edit\n")
+    edited = _digests(copy)
+    # ITLR's stage and OrLog's (its stage imports ITLR's evidence) and the retrieve job, which runs every stage
+    assert _changed(first, edited) == {"pipelines.stages.itlr", "pipelines.stages.orlog", "jobs.retrieve"}
+
+    unused = copy / "pipelines" / "evaluate" / "significance.py"  # no stage imports it
+    unused.write_text(unused.read_text() + "\n# an edit no stage sees\n")
+    assert _digests(copy) == edited
+
+    base = copy / "pipelines" / "stages" / "base.py"  # every stage's contract
+    base.write_text(base.read_text() + "\n# an edit every stage sees\n")
+    assert _changed(edited, _digests(copy)) == set(MODULES) - {"jobs.index"}
+
+
+def test_the_digest_is_computed_once_per_process(tmp_path):
+    copy = _copy(tmp_path)
+    code = ("import json, sys, pathlib; from pipelines.codedigest import code_digest; import pipelines; m = 'pipelines.stages.itlr'; "
+            "a = code_digest(m); p = pathlib.Path('pipelines/methods/itlr.py'); p.write_text(p.read_text() + '# edited\\n'); "
+            "print(json.dumps([pipelines.__file__, {'first': a, 'again': code_digest(m)}]))")
+    once = _digests(copy, code, [])
+    assert once["first"] == once["again"] == code_digest("pipelines.stages.itlr")  # the edit is not seen by this process
+    assert _digests(copy, DIGEST, ["pipelines.stages.itlr"])["pipelines.stages.itlr"] != once["first"]  # the next one sees it
+
+
+def test_the_closure_follows_import_statements_not_the_packages_python_runs_first():
+    bm25, itlr = closure("pipelines.stages.retrievers"), closure("pipelines.stages.itlr")
+    assert bm25[0] == "pipelines.stages.retrievers" and itlr[0] == "pipelines.stages.itlr"
+    assert "pipelines.methods.itlr" in itlr and "pipelines.methods.itlr" not in bm25
+    assert {"pipelines.methods.bm25", "pipelines.methods.dense", "pipelines.stages.base", "pipelines.codedigest"} <= set(bm25)
+    assert "pipelines.topics" in bm25  # imported inside a function (stages import lazily)
+    assert "pipelines.stages" not in bm25  # `from pipelines.stages.base import Stage` does not cover the package's __init__ ...
+    assert "pipelines.stages" in closure("jobs.retrieve")  # ... `from pipelines.stages import Context` does (and every stage it imports)
+    assert "pipelines.stages.itlr" in closure("jobs.retrieve")
+    assert all(m.split(".")[0] in PROJECT for m in itlr)  # third-party code is not hashed
+
+    def resolved(source: str, package: str) -> str | None:
+        return _absolute(ast.parse(source).body[0], package)
+
+    assert resolved("from .base import Stage", "pipelines.stages") == "pipelines.stages.base"
+    assert resolved("from ..methods import itlr", "pipelines.stages") == "pipelines.methods"
+    assert resolved("from .. import x", "pipelines.stages") == "pipelines"
+    assert resolved("from ... import x", "pipelines") is None
+
+
+# -- the runner: an edit to ITLR's code recomputes ITLR, and reuses dense -------------------------------------
+
+DIM = 8
+
+
+def _vector(text: str) -> np.ndarray:
+    v = np.random.default_rng(abs(hash(text)) % 2**32).normal(size=DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+class _Store:
+    """Twenty documents with fixed vectors, at version 1: what dense and ITLR (listed) read."""
+
+    uri, name, version, dim = "stand-in", "docs", 1, DIM
+
+    def __init__(self):
+        rng = np.random.default_rng(0)
+        m = rng.normal(size=(20, DIM)).astype(np.float32)
+        self.ids = np.array([f"d{i:02d}" for i in range(20)], dtype=object)
+        self.matrix = m / np.linalg.norm(m, axis=1, keepdims=True)
+
+    def count(self):
+        return len(self.ids)
+
+    def has_ann_index(self):
+        return False
+
+    def vector_matrix(self):
+        tiebreak = np.argsort(np.argsort(self.ids)[::-1]).astype(np.int64)  # each row's position when doc ids sort descending
+        return self.ids, self.matrix, tiebreak
+
+    def vectors_for(self, doc_ids):
+        where = {d: i for i, d in enumerate(self.ids)}
+        return {d: self.matrix[where[d]] for d in doc_ids if d in where}
+
+
+class _Encoder:
+    config, model_id = None, "stand-in"
+
+    def encode(self, texts):
+        return np.stack([_vector(t) for t in texts])
+
+
+def test_an_edit_to_itlrs_code_recomputes_itlr_and_reuses_dense(tmp_path, monkeypatch):
+    import pipelines.codedigest
+    from pipelines.pipeline import Pipeline
+    from pipelines.runner import Inputs, StageCache
+    from pipelines.stages import Context
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{q}\td{d:02d}\t1\n" for q in (1, 2) for d in range(0, 20, 3)))
+    queries = pa.table({"query_id": ["q1", "q2"], "text": ["alpha", "beta"], "logical_query": ['"a" AND NOT "b"', '"c" OR "d"']})
+    itlr = [{"itlr": {"k": 5, "mode": "listed", "pairs": str(pairs)}}]
+    pipes = [Pipeline.parse("dense", [{"dense": {"k": 5}}]), Pipeline.parse("itlr", itlr),
+             Pipeline.parse("fused", [{"rrf": {"k": 5, "of": [[{"dense": {"k": 5}}], itlr]}}])]
+    ctx = Context(store=_Store(), encoder=lambda: _Encoder())
+
+    def run() -> dict[str, list[bool]]:
+        inputs = Inputs.of(queries, ctx.store, encoder="stand-in", files=[str(pairs)])
+        cache = StageCache(tmp_path / "stages")  # a new cache object each time: read from disk, as a second process does
+        out = {}
+        for p in pipes:
+            steps = p.run(ctx, queries, cache, inputs).steps
+            out[p.name] = [s["cached"] for s in steps if "cached" in s] + [t["cached"] for s in steps if "sub" in s for t in s["sub"]]
+        return out
+
+    # (the fusion's dense child starts from queries that also carry logical_query: another prefix than dense's own)
+    assert run() == {"dense": [False], "itlr": [False], "fused": [False, False, True]}
+    assert run() == {"dense": [True], "itlr": [True], "fused": [True, True, True]}
+    real = pipelines.codedigest.code_digest
+    monkeypatch.setattr(pipelines.codedigest, "code_digest", lambda m: real(m) + ("-edited" if m == "pipelines.stages.itlr" else ""))
+    # ITLR and the fusion over it are computed again, not dense (the fusion's ITLR child is the ITLR pipeline's new output)
+    assert run() == {"dense": [True], "itlr": [False], "fused": [False, True, True]}
+    assert run() == {"dense": [True], "itlr": [True], "fused": [True, True, True]}
+    monkeypatch.setattr(pipelines.codedigest, "code_digest", lambda m: real(m) + ("-edited" if m == "pipelines.other" else ""))
+    assert run() == {"dense": [True], "itlr": [True], "fused": [True, True, True]}  # (back to the code as it is)
+
+
+def test_the_runners_own_code_is_part_of_every_key(tmp_path, monkeypatch):
+    import pipelines.runner
+    from pipelines.pipeline import Pipeline
+    from pipelines.runner import Inputs, StageCache
+    from pipelines.stages import Context
+
+    queries = pa.table({"query_id": ["q1"], "text": ["alpha"]})
+    p = Pipeline.parse("dense", [{"dense": {"k": 3}}])
+    ctx = Context(store=_Store(), encoder=lambda: _Encoder())
+    inputs = Inputs.of(queries, ctx.store, encoder="stand-in")
+    cache = StageCache(tmp_path)
+    first = p.run(ctx, queries, cache, inputs).steps[0]
+    monkeypatch.setattr(pipelines.runner, "code_digest", lambda m: "edited")
+    assert not p.run(ctx, queries, cache, inputs).steps[0]["cached"]
+    monkeypatch.undo()
+    again = p.run(ctx, queries, cache, inputs).steps[0]
+    assert again["cached"] and again["digest"] == first["digest"]
+
+
+def test_inputs_key_the_queries_by_their_content_and_a_relative_table_path_as_its_absolute_one(monkeypatch, tmp_path):
+    from pipelines.runner import Inputs
+
+    class Store:
+        name, version = "docs", 3
+
+        def __init__(self, uri):
+            self.uri = uri
+
+    q = pa.table({"query_id": ["q1", "q2", "q3"], "text": ["a", "b", None]})
+    chunked = pa.concat_tables([q.slice(0, 1), q.slice(1, 2)]).replace_schema_metadata({"x": "y"})
+    monkeypatch.chdir(tmp_path)
+    assert Inputs.of(q, Store("db")).base == Inputs.of(chunked, Store(str(tmp_path / "db"))).base
+    assert Inputs.of(q, Store("db")).base != Inputs.of(q.slice(0, 2), Store("db")).base
+    assert Inputs.of(q, Store("db")).base != Inputs.of(q, Store("other")).base
+
+
+def test_a_jobs_rerun_is_fresh_only_with_the_same_code(tmp_path, monkeypatch):
+    """RunDir's check (retrieve, evaluate, decompose; the nightly's evaluation step and --at runs go
+    through retrieve's): a manifest records the digest of the job module's code (jobs.<stage>)."""
+    import pipelines.codedigest
+    from jobs.rundir import RunDir
+
+    def finished(stage: str) -> RunDir:
+        rundir = RunDir(tmp_path / stage, stage)
+        (rundir.path / "out.txt").parent.mkdir(parents=True, exist_ok=True)
+        (rundir.path / "out.txt").write_text("x")
+        rundir.write_manifest({}, "c", {"queries": 1}, ["out.txt"])
+        return rundir
+
+    retrieve, other = finished("retrieve"), finished("no-such-job")
+    assert retrieve.code() == code_digest("jobs.retrieve") == retrieve.previous()["code"] and other.code() is None
+    assert retrieve.is_fresh("c", {"queries": 1}) and other.is_fresh("c", {"queries": 1})
+    real = pipelines.codedigest.code_digest
+    monkeypatch.setattr(pipelines.codedigest, "code_digest", lambda m: real(m) + ("-edited" if m == "jobs.retrieve" else ""))
+    assert not RunDir(tmp_path / "retrieve", "retrieve").is_fresh("c", {"queries": 1})  # an edit to what the job runs: run again
+    assert other.is_fresh("c", {"queries": 1})
