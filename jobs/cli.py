@@ -599,9 +599,15 @@ def nightly(
     ] = None,
     ray_address: RayAddress = None,
     progress: Annotated[bool, typer.Option(help="Show the index job's live counter and LLM progress.")] = False,
+    promote_on_regression: Annotated[bool | None, typer.Option(
+        "--promote-on-regression/--hold-on-regression",
+        help="Move the served tag to a night that regressed too (default: the config's promote_on_regression, false: the tag "
+             "stays on the last good version).")] = None,
 ):
-    """One night: re-index, maintain, evaluate, compare with the previous night, alert.
+    """One night: re-index, maintain, evaluate, compare with the previous night, serve, alert.
 
+    A regression holds the served tag on the last good version (the alert says so) unless
+    --promote-on-regression (or promote_on_regression: true in the config).
     Exit codes: 0 the night finished without regression; 3 a measure regressed (alert written);
     4 the night stopped before evaluation (re-index refused; the served tag did not move);
     2 a bad config or input; 1 a crash (alert written; rerun the night to finish it)."""
@@ -613,6 +619,8 @@ def nightly(
     data = _run(_read_config, config)
     if ray_address:
         data.setdefault("index", {}).setdefault("ray", {})["address"] = ray_address
+    if promote_on_regression is not None:  # given: it overrides the config file's
+        data["promote_on_regression"] = promote_on_regression
     try:
         cfg = NightlyConfig.model_validate(data)
     except ValidationError as exc:
@@ -626,7 +634,7 @@ def nightly(
         return
     result = _job("nightly", cfg.out, run_nightly, cfg, date, echo=typer.echo, progress=progress)
     alert = f"; alert {result.alert}" if result.alert else ""
-    typer.echo(f"night {result.date}: {result.status}{alert}; report {result.report or '(none: the night stopped)'}")
+    typer.echo(f"night {result.date}: {result.status}{_held(result.served)}{alert}; report {result.report or '(none: the night stopped)'}")
     if result.exit_code:
         raise typer.Exit(result.exit_code)
 
@@ -643,10 +651,20 @@ def nightly_demo(
 
     results = _job("nightly-demo", out, run_demo, out, corrupt_queries, echo=typer.echo, backend=backend, address=ray_address)
     for r in results:
-        typer.echo(f"night {r.date}: {r.status} (exit code {r.exit_code})" + (f", alert {r.alert}" if r.alert else ""))
+        typer.echo(f"night {r.date}: {r.status} (exit code {r.exit_code}){_held(r.served)}" + (f", alert {r.alert}" if r.alert else ""))
     typer.echo(f"config: {out / 'nightly.yaml'}; report: {out / 'nightly' / 'report.md'}")
     if [r.status for r in results] != ["ok", "ok", "regression"]:
         _fail("nightly-demo: expected no alert on nights 1 and 2 and a regression on night 3; see the report.")
+    if not results[2].served.get("held") or results[2].served.get("version") != results[1].served.get("version"):
+        _fail(f"nightly-demo: expected night 3's regression to hold the served tag on night 2's version; it reads {results[2].served}.")
+
+
+def _held(served: dict | None) -> str:
+    """', served tag 'served' held on v12' for a night whose regression held the tag."""
+    if not served or not served.get("held"):
+        return ""
+    where = f"held on v{served['version']}" if served.get("version") is not None else "left unset"
+    return f", served tag {served['tag']!r} {where} (tonight's v{served['tonight']} not served)"
 
 
 def _read_config(path: Path) -> dict:

@@ -14,8 +14,10 @@ the night skips what is done and finishes the rest):
 4. compare: with the previous night of the history (and the pinned baseline night): paired
    tests, corrected within each measure, and each measure's regression rule
    (pipelines/evaluate/history.py).
-5. serve: move the served tag to tonight's version (a regression is alerted, not held back:
-   undoing it is a person's call, `logicrank restore` or a re-tag).
+5. serve: move the served tag to tonight's version, unless the comparison found a
+   regression: then the tag stays on the last good version (the one it served before
+   tonight), the step records it as held (a rerun of the night never moves it), and the
+   alert says so. ``promote_on_regression: true`` moves it anyway, as before.
 6. history: tonight's rows replace any rows of the same date in ``history.parquet`` (so a
    rerun never appends twice); plots and ``report.md`` are redrawn.
 7. alert: on a regression, ``alert.json`` + ``alert.md`` in the night's directory and each
@@ -203,7 +205,8 @@ class _Night:
             regressions = comparisons.filter(comparisons.column("regression"))
             served = self.state.done("serve")
             if regressions.num_rows:  # sent before the report is drawn: a plotting failure cannot hold it back
-                alert, receivers = self._alert("regression", EXIT_REGRESSION, regressions=regressions, served=served)
+                alert, receivers = self._alert("regression", EXIT_REGRESSION, regressions=regressions, served=served,
+                                               message=_serve_message(served))
                 status, code = "regression", EXIT_REGRESSION
             else:
                 self._clear_alert()  # a clean finish after a failed or stopped run: no stale alert left behind
@@ -253,15 +256,44 @@ class _Night:
                  f"{m['versions_left']} kept; rows outside an index: {sum(m['unindexed_rows'].values())}")
 
     def _serve(self) -> None:
-        """Move the served tag to tonight's version: its re-index succeeded (a regression is
-        alerted; undoing it is a person's call: `logicrank restore`, or re-tag)."""
+        """Move the served tag to tonight's version: its re-index succeeded and its comparison
+        found no regression. A regression holds the tag on the version it served before
+        tonight (the last good one), unless ``promote_on_regression``; the record says which,
+        and a rerun of the night skips this step, so a held night is never promoted later."""
         from pipelines.store import DocStore
 
-        version = self.state.done("index")["version"]
+        version, tag = self.state.done("index")["version"], self.cfg.served_tag
+        comparisons = pq.read_table(self.night / "comparisons.parquet")
+        regressions = comparisons.filter(comparisons.column("regression"))
+        hold = regressions.num_rows > 0 and not self.cfg.promote_on_regression
         with TableLock(self.cfg.index.db, self.cfg.index.table, "nightly"):
-            DocStore(self.cfg.index.db, self.cfg.index.table).tag(self.cfg.served_tag, version)
-        self.state.record("serve", {"tag": self.cfg.served_tag, "version": version})
-        self.say(f"serve: tag {self.cfg.served_tag!r} now v{version}")
+            store = DocStore(self.cfg.index.db, self.cfg.index.table)
+            if hold:
+                kept = store.tagged_version(tag)
+            else:
+                store.tag(tag, version)
+        if hold:
+            record = {"tag": tag, "version": kept, "held": True, "tonight": version, "last_good_night": self._night_of(kept),
+                      "reason": _regression_reason(regressions)}
+        else:
+            record = {"tag": tag, "version": version, "held": False, "tonight": version}
+            if regressions.num_rows:
+                record["promoted_on_regression"] = True
+        self.state.record("serve", record)
+        if hold:
+            night = f", night {record['last_good_night']}" if record["last_good_night"] else ""
+            where = f"stays on v{kept} (the last good version{night})" if kept is not None else "stays unset (no night served yet)"
+            self.say(f"serve: HELD: tag {tag!r} {where}; tonight's v{version} is not served: {record['reason']}")
+        else:
+            self.say(f"serve: tag {tag!r} now v{version}" + (" (promote_on_regression: moved despite the regression)" if regressions.num_rows else ""))
+
+    def _night_of(self, version: int | None) -> str | None:
+        """The night of the history whose table version this is (the newest such), if any."""
+        history = _read_history(self.root)
+        if version is None or history is None:
+            return None
+        days = history.filter(pc.equal(history.column("table_version"), version)).column("date").to_pylist()
+        return max(days) if days else None
 
     # -- evaluation and comparison --------------------------------------------------------
     def _evaluate(self) -> None:
@@ -501,15 +533,43 @@ def _markdown(cfg: NightlyConfig, history: pa.Table, comparisons: pa.Table, day:
     return "\n".join(lines)
 
 
+def _regression_reason(regressions: pa.Table) -> str:
+    """One line naming tonight's regressions (the first in full, then how many more)."""
+    rows = regressions.to_pylist()
+    r = rows[0]
+    first = (f"{r['pipeline']} / {r['query_set']} {r['measure']} {r['old_value']:.4f} -> {r['new_value']:.4f} "
+             f"(p {r['p_adjusted']:.3g}) against the {r['against']} night {r['old_date']}")
+    return f"{len(rows)} regression(s): {first}" + (f", and {len(rows) - 1} more" if len(rows) > 1 else "")
+
+
+def _serve_message(served: dict | None) -> str | None:
+    """What the serve step did with the served tag on a night that regressed (None: it moved as usual)."""
+    if not served or not served.get("held"):
+        if served and served.get("promoted_on_regression"):
+            return (f"The served tag {served['tag']!r} moved to tonight's v{served['version']} despite the regression "
+                    "(promote_on_regression: true).")
+        return None
+    if served.get("version") is None:
+        where = "stays unset (no night has been served yet)"
+    else:
+        night = f", night {served['last_good_night']}" if served.get("last_good_night") else ""
+        where = f"was held on v{served['version']} (the last good version{night})"
+    return (f"The served tag {served['tag']!r} {where}: tonight's v{served['tonight']} is not served because the comparison found "
+            f"{served['reason']}. Downstream readers of the tag keep the last good version; to serve tonight's anyway, move the tag "
+            "(docs/operations.md), or set promote_on_regression: true for the nights to come.")
+
+
 def _alert_markdown(alert: dict) -> str:
     t = alert["table"]
     served = alert["served"]
     lines = [f"# logicrank nightly {alert['date']}: {alert['status'].upper()}", ""]
     if alert["message"]:
         lines += [alert["message"], ""]
+    held = served.get("held")
     lines += [f"- table: `{t['name']}` in `{t['db']}`, tonight v{t['version']} ({t['tag']})" if t["version"] is not None
               else f"- table: `{t['name']}` in `{t['db']}`: no new version tonight",
-              f"- served tag `{served['tag']}`: v{served.get('version')}"]
+              f"- served tag `{served['tag']}`: " + (f"**held on v{served.get('version')}** (the last good version; tonight's "
+                                                      f"v{served.get('tonight')} is not served)" if held else f"v{served.get('version')}")]
     for against, old in alert["compared_with"].items():
         lines.append(f"- compared with the {against} night {old['date']} (v{old['table_version']})")
     if alert["regressions"]:

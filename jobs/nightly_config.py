@@ -67,7 +67,11 @@ class NightlyConfig(_Config):
     baseline: str | None = Field(None, description="Also compare with this pinned night (its date, YYYY-MM-DD), e.g. a release's.")
     keep_nightly_tags: int = Field(14, ge=1, description="Keep the newest N nightly-<date> tags; older ones are dropped so their versions can be pruned.",
                                    json_schema_extra=OUTSIDE)
-    served_tag: str = Field("served", description="The tag downstream readers serve: moved to each night whose re-index succeeded.")
+    served_tag: str = Field("served", description="The tag downstream readers serve: moved to each night whose re-index succeeded "
+                            "and whose comparison found no regression.")
+    promote_on_regression: bool = Field(False, description="Move the served tag to a night whose comparison found a regression too "
+                                        "(default: the tag stays on the last good version and the alert says so).",
+                                        json_schema_extra=OUTSIDE)
     llm: LLMConfig = LLMConfig()
     alert: AlertConfig = Field(AlertConfig(), json_schema_extra=OUTSIDE)
 

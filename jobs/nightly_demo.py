@@ -3,7 +3,7 @@
 Night 1 indexes the corpus as shipped (the baseline); night 2's snapshot edits and deletes a
 few documents no query needs (no regression expected); night 3's snapshot swaps the texts
 of the relevant documents of some queries with other documents' (their quality must drop,
-and the alert must fire). The snapshots are written under ``<out>/snapshots/``; the nightly
+the alert must fire, and the served tag must stay on night 2's version). The snapshots are written under ``<out>/snapshots/``; the nightly
 config the demo runs is ``<out>/nightly.yaml``, so every night can be rerun by hand.
 """
 

@@ -155,8 +155,12 @@ def test_three_nights_alert_only_on_the_corrupted_one(world, three_nights):
         assert r["new_value"] == pytest.approx(_value(history, D3, pipeline, "nDCG@10"))
         assert r["delta"] < -0.1 and r["p_adjusted"] < cfg.alpha and r["p_value"] <= r["p_adjusted"]
         assert (r["old_table_version"], r["new_table_version"], r["queries"]) == (v2, v3, 40)
+    assert alert["served"]["held"] and (alert["served"]["version"], alert["served"]["tonight"]) == (v2, v3)
+    assert alert["served"]["last_good_night"] == D2 and f"was held on v{v2} (the last good version, night {D2})" in alert["message"]
+    assert n["second"].served == {"tag": "served", "version": v2, "held": False, "tonight": v2}
+    assert n["third"].served == alert["served"]
     md = (root / "nightly" / "nights" / D3 / "alert.md").read_text()
-    assert "REGRESSION" in md and f"v{v2} -> v{v3}" in md
+    assert "REGRESSION" in md and f"v{v2} -> v{v3}" in md and f"**held on v{v2}**" in md
     assert (root / "nightly" / "plots" / "nDCG_10.png").stat().st_size > 10_000
     assert "![nDCG@10 per night](plots/nDCG_10.png)" in (root / "nightly" / "report.md").read_text()
 
@@ -184,7 +188,8 @@ def test_tags_served_version_and_time_travel(world, three_nights):
     assert {d: store.tagged_version(f"nightly-{d}") for d in versions} == {D1: versions[D1], D2: None, D3: versions[D3]}
     state = json.loads((root / "nightly" / "nights" / D3 / "state.json").read_text())["steps"]["maintain"]
     assert state["tags_dropped"] == [f"nightly-{D2}"] and not any(state["unindexed_rows"].values())
-    assert store.tagged_version("served") == versions[D3]  # a regression does not hold it back unless configured
+    # night 3's regression held the served tag on night 2's version (before: it moved to night 3's corrupted one)
+    assert store.tagged_version("served") == versions[D2]
     # bisect: the pipelines against night 1's tag give night 1's numbers, on today's table
     metrics = run_at(cfg, f"nightly-{D1}")["scifact40"]
     agg = metrics.filter(pc.equal(metrics.column("query_id"), "all")).to_pylist()

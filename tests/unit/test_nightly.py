@@ -222,3 +222,84 @@ def test_cli_refusals_are_one_line_exit_2(tmp_path):
     deep = tmp_path / "deep.yaml"
     deep.write_text(yaml.safe_dump(_config(tmp_path, index={"corpus": "c", "db": "d", "embed": {"batch_size": 0}})))
     assert "index.embed.batch_size 0: must be greater than or equal to 1" in runner.invoke(app, ["nightly", str(deep)]).output
+
+
+def _serving_night(tmp_path, regressed: bool, **over):
+    """A night at its serve step: the table's v1 served, tonight's v2 indexed, and tonight's
+    comparison with night 1 (v1) written, a regression or not."""
+    import lancedb
+
+    from jobs.nightly import _Night
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cfg = NightlyConfig.model_validate(_config(tmp_path, **over))
+    table = lancedb.connect(cfg.index.db).create_table(cfg.index.table, data=pa.table({"doc_id": ["a"]}))
+    table.add(pa.table({"doc_id": ["b"]}))
+    table.tags.create(cfg.served_tag, 1)
+    n1, n2 = _night("2026-11-20", 1, {"dense": BASE}), _night("2026-11-21", 2, {"dense": BASE - (0.2 if regressed else 0) + NOISE})
+    root = tmp_path / "nightly"
+    (root / "nights" / "2026-11-21").mkdir(parents=True)
+    pq.write_table(history_rows(n1, "nightly-2026-11-20", None), root / "history.parquet")
+    comparisons = compare_nights(n1, n2, {"nDCG@10": Rule(0.01)})
+    pq.write_table(comparisons, root / "nights" / "2026-11-21" / "comparisons.parquet")
+    state = _State(root / "nights" / "2026-11-21")
+    state.record("index", {"version": 2, "tag": "nightly-2026-11-21"})
+    lines: list[str] = []
+    night = _Night(cfg, root, "2026-11-21", state, lines.append, False)
+    return night, table, comparisons, lines
+
+
+def test_a_regression_holds_the_served_tag_on_the_last_good_version_and_the_alert_says_so(tmp_path):
+    night, table, comparisons, lines = _serving_night(tmp_path, regressed=True)
+    night._serve()
+    assert table.tags.get_version("served") == 1  # before: moved to v2, the regressed version
+    served = night.state.done("serve")
+    assert served["held"] and (served["version"], served["tonight"], served["last_good_night"]) == (1, 2, "2026-11-20")
+    assert served["reason"].startswith("1 regression(s): dense / s nDCG@10")
+    assert lines[-1].startswith("nightly 2026-11-21: serve: HELD: tag 'served' stays on v1 (the last good version, night 2026-11-20); "
+                                "tonight's v2 is not served: 1 regression(s): dense / s nDCG@10 0.6000 -> 0.")
+    # the rerun of a held night skips the step: its record is final
+    assert _State(night.night).done("serve") == served
+    from jobs.nightly import _serve_message
+
+    alert, _ = night._alert("regression", 3, regressions=comparisons.filter(comparisons.column("regression")), served=served,
+                            message=_serve_message(served))
+    doc = json.loads(alert.read_text())
+    assert (doc["status"], doc["exit_code"]) == ("regression", 3)
+    assert doc["served"]["held"] and doc["served"]["version"] == 1 and doc["served"]["tonight"] == 2
+    assert "was held on v1 (the last good version, night 2026-11-20)" in doc["message"]
+    md = (night.night / "alert.md").read_text()
+    assert "was held on v1" in md and "- served tag `served`: **held on v1** (the last good version; tonight's v2 is not served)" in md
+
+
+def test_promote_on_regression_moves_the_tag_as_before_and_a_clean_night_moves_it(tmp_path):
+    night, table, _, lines = _serving_night(tmp_path / "promote", regressed=True, promote_on_regression=True)
+    night._serve()
+    assert table.tags.get_version("served") == 2
+    assert night.state.done("serve") == {"tag": "served", "version": 2, "held": False, "tonight": 2, "promoted_on_regression": True}
+    assert lines[-1].endswith("serve: tag 'served' now v2 (promote_on_regression: moved despite the regression)")
+    clean, table, _, lines = _serving_night(tmp_path / "clean", regressed=False)
+    clean._serve()
+    assert table.tags.get_version("served") == 2 and not clean.state.done("serve")["held"]
+    assert lines[-1] == "nightly 2026-11-21: serve: tag 'served' now v2"
+    # the option does not change what a night's numbers are: a rerun may flip it
+    cfg = NightlyConfig.model_validate(_config(tmp_path))
+    assert cfg.model_copy(update={"promote_on_regression": True}).night_digest() == cfg.night_digest()
+
+
+def test_the_cli_option_overrides_the_config_file(tmp_path, monkeypatch):
+    import yaml
+
+    from jobs import nightly
+
+    seen = []
+    monkeypatch.setattr(nightly, "run_nightly", lambda cfg, *a, **k: seen.append(cfg.promote_on_regression) or (_ for _ in ()).throw(
+        NightlyError("stop here")))
+    path = tmp_path / "n.yaml"
+    path.write_text(yaml.safe_dump(_config(tmp_path, promote_on_regression=True)))
+    runner = CliRunner()
+    for args in ([], ["--hold-on-regression"], ["--promote-on-regression"]):
+        assert runner.invoke(app, ["nightly", str(path), *args]).exit_code == 2
+    path.write_text(yaml.safe_dump(_config(tmp_path)))
+    assert runner.invoke(app, ["nightly", str(path)]).exit_code == 2
+    assert seen == [True, False, True, False]
