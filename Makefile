@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv main nightly-demo test test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate bench-scale soak-generate lint clean
+.PHONY: venv main nightly-demo test test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate bench-scale bench-engine-load soak-generate lint clean
 
 venv: $(STAMP)
 
@@ -81,6 +81,10 @@ bench-lag: $(STAMP)
 
 bench-generate: $(STAMP)
 	$(BIN)/python tests/perf/bench_generate.py --out runs/bench
+
+# Not part of `bench`: one LLM call alone, beside two busy processes and under half the machine, per thread binding (docs/benchmarks.md).
+bench-engine-load: $(STAMP)
+	$(BIN)/python tests/perf/bench_engine_load.py --out runs/bench
 
 # Not part of `bench` (about an hour on 2 cores): the cost curve at 10k, 100k and 1M documents (docs/bulk-retrieval.md).
 bench-scale: $(STAMP)

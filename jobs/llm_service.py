@@ -99,7 +99,9 @@ class LLMService:
         from pipelines.llm.models import resolve
 
         self.resolved = resolve(cfg.model, log=echo or (lambda m: None))  # prepared once, on the driver
-        self.cfg = cfg.model_copy(update={"model": str(self.resolved.path)})
+        # an engine actor's threads: the CPUs it is given, unless set
+        threads = cfg.cpu_threads or max(1, int(cfg.cpus_per_actor))
+        self.cfg = cfg.model_copy(update={"model": str(self.resolved.path), "cpu_threads": threads})
         self.echo = echo
         self.replace_timeout_s = replace_timeout_s
         self._actors: list = []

@@ -195,6 +195,16 @@ class LLMConfig(_Config):
         "inline", description="inline: vLLM's engine core runs in the actor's process (starts in seconds on CPU); separate: in a child "
         "process of the actor (vLLM's own default, which overlaps scheduling with the forward pass on GPUs).", json_schema_extra=OUTSIDE
     )
+    cpu_threads: int | None = Field(
+        None, ge=1, description="OpenMP/torch threads of a CPU engine; None: the CPUs it was given (a pool actor: cpus_per_actor, "
+        "rounded down, at least 1; an engine outside a pool: the cores its process may run on). No effect on GPUs.",
+        json_schema_extra=OUTSIDE,
+    )
+    cpu_binding: Literal["none", "vllm"] = Field(
+        "none", description="A CPU engine's threads: none: not pinned, and sleeping while they wait (OMP_WAIT_POLICY=PASSIVE), so "
+        "an engine keeps its pace beside other busy processes on a shared node; vllm: vLLM's own binding (each thread pinned to "
+        "a core vLLM picks, spinning while it waits; tests/perf/bench_engine_load.py measures both).", json_schema_extra=OUTSIDE,
+    )
     max_engine_restarts: int = Field(
         3, ge=0, description="Engine deaths (an engine that stopped inside its live actor) a pool restarts, per engine actor it has: "
         "past max_engine_restarts x actors deaths in one pool, the job fails.", json_schema_extra=OUTSIDE

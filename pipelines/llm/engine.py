@@ -146,6 +146,13 @@ def configure_vllm_env(cfg: LLMConfig) -> None:
     process, or in a child process of it)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.engine_process == "separate" else "0"
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kv_cache_gib)
+    if cfg.cpu_binding == "none":  # (on GPUs vLLM reads none of these for the model's work)
+        # vLLM's CPU default pins each OpenMP thread to a core it picks, whatever the process was given, and the
+        # threads spin while they wait: beside other busy processes a pinned thread waits for its core and the
+        # others spin for it (an engine measured crawling, tests/perf/bench_engine_load.py)
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        os.environ["OMP_NUM_THREADS"] = str(cfg.cpu_threads or len(os.sched_getaffinity(0)))
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its per-step INFO lines drown a job's own output
     import warnings
