@@ -18,9 +18,11 @@ from pipelines.evaluate.core import evaluate_run
 from pipelines.evaluate.measures import parse_measure
 from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.logic.fuzzy import Operators
+from pipelines.logic.query import UnparsedQueryError, unparsed_message
 from pipelines.methods.evidence import EvidenceError, calibrate_evidence, check_calibration, describe, make_evidence
 from pipelines.methods.itlr import Calibration, parse_queries, score_exact, unique_terms
 from pipelines.methods.ranking import rank_pairs
+from pipelines.stages.itlr import unparsed_queries
 from pipelines.store import DocStore
 from pipelines.topics import read_qrels, read_queries
 from schemas.config import EmbedConfig
@@ -40,6 +42,8 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     if scorer != "bm25":
         store.require_model(model_id(embed), "ablate")
     parsed = parse_queries(queries)
+    if unparsed := unparsed_queries(queries, parsed):  # its operators would be measured on queries read as one term
+        raise UnparsedQueryError(unparsed_message("ablate", unparsed, hint='Quote each term ("vitamin D" AND NOT "bone")'))
     terms = unique_terms(parsed)
     grid = Operators.grid()
     with rundir.timed("score"):

@@ -173,7 +173,7 @@ def read_gold(path: str | Path) -> dict[str, Gold]:
     if not path.is_file():
         raise QAError(f"gold answers: no file at {str(path)!r}; give the answers.jsonl that `logicrank prepare-qa` writes.")
     out = {}
-    with reading(f"gold answers {path}", QAError), path.open(encoding="utf-8") as f:
+    with reading(f"gold answers {path}", QAError), path.open(encoding="utf-8-sig") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -208,7 +208,7 @@ def read_predictions(path: str | Path) -> dict[str, str]:
         pairs = list(zip(t.column("query_id").to_pylist(), t.column("answer").to_pylist(), strict=True))
     else:
         pairs = []
-        with reading(f"answers {path}", QAError), path.open(encoding="utf-8") as f:
+        with reading(f"answers {path}", QAError), path.open(encoding="utf-8-sig") as f:
             for n, line in enumerate(f, 1):
                 if line.strip():
                     try:

@@ -133,6 +133,15 @@ def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(sy
     bad = CliRunner().invoke(app, ["ablate", str(synthetic / "syn" / "queries.jsonl"), str(qrels), "--db", str(synthetic / "db"),
                                    "--scorer", "dense", "--calibration", "max", "--out", str(tmp_path / "b")])
     assert bad.exit_code == 2 and "scorer 'dense' takes calibration none, zscore, sigmoid, not 'max'" in bad.output
+    rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()]
+    rows[1]["logical_query"] = "vitamin D AND NOT bone"  # unquoted terms: its operators cannot be measured on it
+    unparsed = tmp_path / "unparsed.jsonl"
+    unparsed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    refused = CliRunner().invoke(app, ["ablate", str(unparsed), str(qrels), "--db", str(synthetic / "db"), "--scorer", "bm25",
+                                       "--out", str(tmp_path / "c")])
+    assert refused.exit_code == 2, refused.output
+    assert f"ablate: query {rows[1]['_id']}'s logical query 'vitamin D AND NOT bone' does not parse" in refused.output, refused.output
+    assert not (tmp_path / "c" / "ablation.parquet").exists()
 
 
 def test_side_tables_of_a_fused_sub_pipeline_are_kept(synthetic, tmp_path):
