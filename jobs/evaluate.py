@@ -30,6 +30,8 @@ from pipelines.files import write_parquet_atomic, write_text_atomic
 from pipelines.topics import DUPLICATES_REMOVED, read_qrels, read_run
 from schemas.config import EvaluateConfig
 
+OUTPUTS = ("metrics.parquet", "significance.parquet", "report.md", "plots/per_query.png")  # all an evaluation can write
+
 
 def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation", echo: Callable[[str], None] | None = None) -> pa.Table:
     """Writes metrics.parquet, significance.parquet, report.md, plots/per_query.png; returns the metrics.
@@ -100,6 +102,7 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
                    rundir.path / "plots" / "per_query.png")
     notes = coverage_notes(missing, without_qrels, n_queries, removed) + _qa_notes(unanswered, not_asked)
     write_text_atomic(markdown_report(metrics, sig, "plots/per_query.png", title, notes), rundir.path / "report.md")
+    rundir.set_aside([o for o in OUTPUTS if o not in outputs], echo)  # an earlier run's significance table, with one run now
     rundir.write_manifest(
         cfg.model_dump(mode="json"),
         cfg.digest(),

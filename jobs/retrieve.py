@@ -97,6 +97,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     if blank_ids and echo:
         echo(f"retrieve: {len(blank_ids)} quer{'y has' if len(blank_ids) == 1 else 'ies have'} a blank text and get no results "
              f"from the text stages (e.g. {blank_ids[:3]}); they score 0 in evaluation.")
+    rundir.set_aside(earlier_outputs(rundir, cfg), echo)  # what earlier runs wrote here that this one does not make
     if rundir.is_fresh(cfg.digest(), inputs):
         if echo:
             echo(f"retrieve: config, queries and table v{store.version} unchanged since the last run: skipped; runs in {rundir.path / 'runs'}")
@@ -133,6 +134,8 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         finally:
             llm = host.close()
     encoded = host.encoded()
+    made = set(outputs.values()) | set(written) | ({f"runs/{p.name}.trec" for p in pipelines} if cfg.trec else set())
+    rundir.set_aside(earlier_outputs(rundir, cfg, made), echo)  # a side table this run's pipelines no longer make
     rundir.write_manifest(
         cfg.model_dump(mode="json"), cfg.digest(), inputs, list(outputs.values()) + written,
         model=model_id(cfg.embed) if needs.encoder else None,
@@ -367,3 +370,29 @@ class _RetrieveActor:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return self.stage.run(self.ctx, batch, []).run
+
+
+def output_dirs() -> list[str]:
+    """Where the job writes under its ``out``: ``runs/`` and one directory per kind of side
+    table a stage declares (``term_scores/``, ``answers/``, ...); never ``stages/``, the cache."""
+    from pipelines.stages import stages as registered
+
+    return ["runs", *sorted({kind for cls in registered().values() for kind in cls.side_tables})]
+
+
+def earlier_outputs(rundir: RunDir, cfg: RetrieveConfig, made: set[str] | None = None) -> list[str]:
+    """The files in the job's output directories that this run does not make: ``made`` (its
+    outputs, once written) when given, else what its pipelines can write (``runs/<run id>.parquet``,
+    ``.trec`` with ``trec``, ``<kind>/<run id>[@<where>].parquet``), so a rerun that is skipped or
+    resumed keeps its own."""
+    names = set(cfg.pipelines)
+
+    def ours(rel: str) -> bool:
+        folder, name = rel.split("/", 1)
+        if made is not None:
+            return rel in made
+        if folder == "runs":
+            return name in {f"{p}.parquet" for p in names} | ({f"{p}.trec" for p in names} if cfg.trec else set())
+        return name.endswith(".parquet") and name.removesuffix(".parquet").split("@", 1)[0] in names
+
+    return [rel for rel in rundir.files_in(output_dirs(), (".parquet", ".trec")) if not ours(rel)]

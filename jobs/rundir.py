@@ -7,13 +7,21 @@ manifest, with its outputs still present, is skipped on rerun. The code is
 :func:`pipelines.codedigest.code_digest` of the job's module (``jobs.<stage>``): its source and
 that of every project module it imports, so a job rerun after an edit to the code it runs
 (a method a retrieve pipeline uses, the index's reader) is not skipped.
+
+A run directory holds only its last run's outputs: files an earlier run wrote there that
+this run does not make (the runs of pipelines it does not run, a significance table it no
+longer has) are moved aside into ``previous/<UTC time>/`` (:meth:`RunDir.set_aside`), with
+one line saying what went where, so that ``runs/*.parquet`` is this run's runs. Caches
+(``stages/``) and anything the job does not write are left alone.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import metadata
@@ -60,6 +68,8 @@ class RunDir:
         self.manifest_path = self.path / "manifest.json"
         self.timings: dict[str, float] = {}
         self.record: dict[str, Any] = {}
+        self.aside: Path | None = None  # where this run moved earlier outputs (previous/<time>/)
+        self.moved: list[str] = []  # what it moved there (paths relative to the run directory)
 
     def previous(self) -> dict[str, Any] | None:
         if not self.manifest_path.exists():
@@ -84,6 +94,41 @@ class RunDir:
             return False
         return all((self.path / o).exists() for o in prev.get("outputs", []))
 
+    def files_in(self, dirs: Iterable[str], suffixes: tuple[str, ...]) -> list[str]:
+        """The files directly under ``dirs`` (relative to the run directory) whose names end in
+        ``suffixes``, as relative paths (hidden files, such as an atomic write's temporary, left out)."""
+        out = []
+        for d in dirs:
+            where = self.path / d
+            if where.is_dir():
+                out += [f"{d}/{f.name}" for f in sorted(where.iterdir())
+                        if f.is_file() and not f.name.startswith(".") and f.name.endswith(suffixes)]
+        return out
+
+    def set_aside(self, stale: Iterable[str], echo: Callable[[str], None] | None = None) -> Path | None:
+        """Move the files ``stale`` (relative paths; those that do not exist are ignored) into
+        ``previous/<UTC time>/`` under the same relative paths, and say so in one line. One
+        such directory per run; returns it (None when nothing was moved)."""
+        stale = [s for s in dict.fromkeys(stale) if (self.path / s).is_file()]
+        if not stale:
+            return None
+        if self.aside is None:
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            aside, n = self.path / "previous" / stamp, 1
+            while aside.exists():  # two runs within a second
+                n += 1
+                aside = self.path / "previous" / f"{stamp}-{n}"
+            self.aside = aside
+        for rel in stale:
+            target = self.aside / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self.path / rel, target)
+        self.moved += stale
+        if echo:
+            shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+            echo(f"{self.stage}: moved {len(stale)} earlier output(s) of {self.path} that this run does not make to {self.aside}: {shown}")
+        return self.aside
+
     @contextmanager
     def timed(self, name: str):
         start = time.perf_counter()
@@ -104,6 +149,7 @@ class RunDir:
             "outputs": outputs,
             "timings_s": self.timings,
             "packages": package_versions(),
+            **({"set_aside": {"to": str(self.aside.relative_to(self.path)), "files": self.moved}} if self.moved else {}),
             **extra,
         }
         return write_text_atomic(json.dumps(_jsonable(manifest), indent=2, sort_keys=False) + "\n", self.manifest_path)

@@ -4,6 +4,7 @@ which model; the metadata and analyzer constants; :class:`StoreError`."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import lancedb
 
@@ -33,21 +34,50 @@ class TableHandle:
 
     def __init__(self, uri: str, name: str = "docs", version: int | None = None):
         """``version``: read that version of the table (a job's readers all read the version
-        it started with), else the latest."""
+        it started with), else the latest.
+
+        Opening creates nothing: the database is connected on first use, and a reader of a
+        local path that does not exist is refused (:meth:`exists` is False, :attr:`table`
+        raises one line naming the path) without making it (``lancedb.connect`` makes the
+        directory tree). Only a write that creates the table makes it."""
         self.uri, self.name, self._version = uri, name, version
-        self.db = lancedb.connect(uri)
+        self._db = None
         self._table = None
         self._lance = None  # the Lance dataset, for full-text search
         self._bm25 = None  # the BM25 engine's index of this version (pipelines/sparse.py)
         self._matrix = None  # (doc ids, unit vectors) of this version, for the exact dense engine
 
     # -- lifecycle ---------------------------------------------------------------
+    @property
+    def db(self):
+        """The LanceDB connection, made on first use (it makes a missing local directory)."""
+        if self._db is None:
+            self._db = lancedb.connect(self.uri)
+        return self._db
+
+    def _missing_path(self) -> Path | None:
+        """The local directory of the database when it does not exist (None: it does, or the URI is remote)."""
+        if self._db is not None:
+            return None
+        if "://" not in self.uri:
+            path = Path(self.uri)
+        elif self.uri.startswith("file://"):
+            path = Path(self.uri[len("file://"):])
+        else:
+            return None
+        return None if path.exists() else path
+
     def exists(self) -> bool:
+        if self._missing_path() is not None:
+            return False
         return self.name in self.db.table_names(limit=1 << 30)
 
     @property
     def table(self):
         if self._table is None:
+            if self._missing_path() is not None:
+                raise StoreError(f"store: no database at {self.uri!r} (no such directory; nothing was created there); check --db, "
+                                 "or run `logicrank index` first.")
             if not self.exists():
                 raise StoreError(f"store: no table {self.name!r} in {self.uri!r}; run `logicrank index` first.")
             table = self.db.open_table(self.name)

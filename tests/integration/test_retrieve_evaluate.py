@@ -81,6 +81,7 @@ def test_cli_errors_are_one_clear_line(indexed, tmp_path):
 
     res = runner.invoke(app, ["retrieve", str(indexed / "queries.jsonl"), "--db", str(tmp_path / "empty"), "--method", "bm25"])
     assert res.exit_code == 2 and "run `logicrank index` first" in res.output
+    assert not (tmp_path / "empty").exists()  # a mistyped --db is named, never created
 
     res = runner.invoke(app, ["retrieve", str(indexed / "queries.jsonl"), "--db", str(indexed / "db"), "--model", "no-such-model"])
     assert res.exit_code == 2 and "unknown model 'no-such-model'" in res.output and "all-MiniLM-L6-v2" in res.output
@@ -231,3 +232,32 @@ def test_pipelines_share_prefixes_and_a_rerun_reuses_unchanged_stages(indexed, t
     assert placed["dense"]["stages"][0]["placement"] == want
     for rid in ("dense", "bm25"):
         assert_runs_close(pq.read_table(runs[rid]), pq.read_table(tmp_path / "r" / "runs" / f"{rid}.parquet"), f"{rid}: probe + pool vs the driver")
+
+
+def test_a_reused_out_holds_only_this_runs_outputs(indexed, tmp_path):
+    """Before: a second retrieve into the same --out left the first one's dense run beside the
+    new ones, and `evaluate runs/*.parquet` scored it too. Now it is moved aside, said in one
+    line; the rerun still reuses the stage cache."""
+    import glob
+
+    out = tmp_path / "r"
+    q, db = str(indexed / "queries.jsonl"), str(indexed / "db")
+    first = runner.invoke(app, ["retrieve", q, "--db", db, "--method", "dense", "--method", "bm25", "--k", "10", "--trec", "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    second = runner.invoke(app, ["retrieve", q, "--db", db, "--method", "bm25", "--k", "10", "--out", str(out)])
+    assert second.exit_code == 0, second.output
+    (aside,) = (out / "previous").iterdir()
+    line = next(x for x in second.output.splitlines() if "earlier output" in x)
+    assert line == (f"retrieve: moved 3 earlier output(s) of {out} that this run does not make to {aside}: "
+                    "runs/bm25.trec, runs/dense.parquet, runs/dense.trec")
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["bm25.parquet"]
+    assert sorted(p.name for p in (aside / "runs").iterdir()) == ["bm25.trec", "dense.parquet", "dense.trec"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["set_aside"]["files"] == ["runs/bm25.trec", "runs/dense.parquet", "runs/dense.trec"]
+    assert [s["cached"] for s in manifest["pipelines"]["bm25"]["stages"]] == [True]  # the prefix cache is kept
+    ev = runner.invoke(app, ["evaluate", str(indexed / "qrels.tsv"), *sorted(glob.glob(str(out / "runs" / "*.parquet"))),
+                             "--out", str(tmp_path / "ev")])
+    assert ev.exit_code == 0 and "bm25" in ev.output and "dense" not in ev.output, ev.output
+    # the same command again: skipped, nothing moved
+    third = runner.invoke(app, ["retrieve", q, "--db", db, "--method", "bm25", "--k", "10", "--out", str(out)])
+    assert third.exit_code == 0 and "skipped" in third.output and "earlier output" not in third.output, third.output
