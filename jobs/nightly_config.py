@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pipelines.config import RetrieveConfig
 from pipelines.evaluate.measures import parse_measures
-from schemas.config import OUTSIDE, EvaluateConfig, IndexConfig, LLMConfig, _Config
+from schemas.config import OUTSIDE, UNHASHED, EvaluateConfig, IndexConfig, LLMConfig, _Config
 
 
 class QuerySetConfig(_Config):
@@ -71,7 +71,7 @@ class NightlyConfig(_Config):
                             "and whose comparison found no regression.")
     promote_on_regression: bool = Field(False, description="Move the served tag to a night whose comparison found a regression too "
                                         "(default: the tag stays on the last good version and the alert says so).",
-                                        json_schema_extra=OUTSIDE)
+                                        json_schema_extra=UNHASHED)
     llm: LLMConfig = LLMConfig()
     alert: AlertConfig = Field(AlertConfig(), json_schema_extra=OUTSIDE)
 

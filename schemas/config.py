@@ -38,6 +38,11 @@ OUTSIDE = {"outcome": False}
 """``Field(..., json_schema_extra=OUTSIDE)``: the field cannot change a job's results (where the
 work runs, retention, who is alerted); :meth:`_Config.outcome` sets it to its default."""
 
+UNHASHED = {"outcome": False, "hashed": False}
+"""OUTSIDE, and left out of the outcome digests altogether: for a field added after digests
+were stored (nights, datasets, the LLM cache's keys hold them). An OUTSIDE field is hashed at
+its default, so adding one changes every stored digest; adding an UNHASHED one changes none."""
+
 
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -66,8 +71,19 @@ class _Config(BaseModel):
 
     def outcome_digest(self) -> str:
         """The digest of :meth:`outcome`: equal for configs that differ only in placement,
-        retention or receivers."""
-        return self.outcome().digest()
+        retention or receivers (``UNHASHED`` fields are left out of it)."""
+        return json_digest(self.outcome().model_dump(mode="json", exclude=self._unhashed() or None))
+
+    @classmethod
+    def _unhashed(cls) -> dict:
+        """The ``UNHASHED`` fields, here and in nested configs, as pydantic's ``exclude``."""
+        out: dict = {}
+        for name, info in cls.model_fields.items():
+            if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("hashed") is False:
+                out[name] = True
+            elif isinstance(info.annotation, type) and issubclass(info.annotation, _Config) and (inner := info.annotation._unhashed()):
+                out[name] = inner
+        return out
 
 
 class RayConfig(_Config):
@@ -198,12 +214,12 @@ class LLMConfig(_Config):
     cpu_threads: int | None = Field(
         None, ge=1, description="OpenMP/torch threads of a CPU engine; None: the CPUs it was given (a pool actor: cpus_per_actor, "
         "rounded down, at least 1; an engine outside a pool: the cores its process may run on). No effect on GPUs.",
-        json_schema_extra=OUTSIDE,
+        json_schema_extra=UNHASHED,
     )
     cpu_binding: Literal["none", "vllm"] = Field(
         "none", description="A CPU engine's threads: none: not pinned, and sleeping while they wait (OMP_WAIT_POLICY=PASSIVE), so "
         "an engine keeps its pace beside other busy processes on a shared node; vllm: vLLM's own binding (each thread pinned to "
-        "a core vLLM picks, spinning while it waits; tests/perf/bench_engine_load.py measures both).", json_schema_extra=OUTSIDE,
+        "a core vLLM picks, spinning while it waits; tests/perf/bench_engine_load.py measures both).", json_schema_extra=UNHASHED,
     )
     max_engine_restarts: int = Field(
         3, ge=0, description="Engine deaths (an engine that stopped inside its live actor) a pool restarts, per engine actor it has: "
