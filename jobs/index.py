@@ -82,14 +82,22 @@ def _sigterm_interrupts():
         yield
         return
 
-    def _raise(signum, frame):
-        raise _Terminated()
-
-    previous = signal.signal(signal.SIGTERM, _raise)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
+def _rearm_sigterm() -> None:
+    """Take SIGTERM back after ``ray.init``, which installs its own handler (``sys.exit``) in
+    the main thread: without this a SIGTERM ends the run as a failure with exit 15."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is not _raise_terminated:
+        signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 @dataclass
@@ -229,6 +237,7 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
     """The locked run: stream, guards, deletes, maintenance, the completion mark and the run's tag, the manifest."""
     try:
         with ray_session(cfg.ray) as ray:
+            _rearm_sigterm()
             place = encoder_placement(cfg.ray, ray.nodes(), _READ_CPUS, cfg.embed, driver_node=local_driver_node(cfg.ray))
             embed = concrete(cfg.embed, gpu=place.num_gpus > 0)  # resolved here: an actor sees GPUs it did not reserve
             summary.placement = {**asdict(place), "device": embed.device, "backend": embed.backend}

@@ -372,3 +372,33 @@ def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
         run_index(_cfg(bad, db, delete_missing=False), tmp_path / "i4")
     assert json.loads((tmp_path / "i4" / "manifest.json").read_text())["status"] == "failed"
     assert DocStore(str(db)).complete_version() == complete
+
+
+def test_sigterm_to_an_index_run_with_its_own_ray_stops_it_as_interrupted(tmp_path, docs300):
+    """`logicrank index` in its own process, which starts its own Ray: ray.init installs its own
+    SIGTERM handler (sys.exit), which the run takes back, so a SIGTERM once the table has
+    commits ends it as interrupted: exit 143, one line, an `interrupted` manifest (before the
+    handler was taken back: exit 15 and a `failed` manifest)."""
+    corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300), tmp_path / "db"
+    config = tmp_path / "index.yaml"
+    config.write_text(f"corpus: {corpus}\ndb: {db}\nwrite_batch_rows: 32\nray: {{num_cpus: 2, batch_rows: 32}}\n")
+    cmd = [sys.executable, "-c", "from jobs.cli import app; app()", "--stall-timeout", "0", "index", "--config", str(config),
+           "--out", str(tmp_path / "run"), "--no-progress"]
+    child = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    versions = db / "docs.lance" / "_versions"
+    deadline = time.monotonic() + 300  # a bound for a broken run, not a measure of speed
+    while child.poll() is None and time.monotonic() < deadline and not (versions.is_dir() and len(list(versions.glob("*.manifest"))) >= 3):
+        time.sleep(0.01)
+    child.send_signal(signal.SIGTERM)  # the CLI process only: its Ray is its own business
+    try:
+        _, err = child.communicate(timeout=300)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    rows = DocStore(str(db)).count()
+    assert 0 < rows < 300, f"the run must be stopped mid-write for this test to mean anything (rows: {rows})"
+    lines = [line for line in err.strip().splitlines() if line]
+    assert child.returncode == 143, err[-2000:]
+    assert lines[-1].startswith("error: index: interrupted after reading ") and "rerun the same command to resume" in lines[-1], err[-2000:]
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "interrupted"
