@@ -97,7 +97,13 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     if blank_ids and echo:
         echo(f"retrieve: {len(blank_ids)} quer{'y has' if len(blank_ids) == 1 else 'ies have'} a blank text and get no results "
              f"from the text stages (e.g. {blank_ids[:3]}); they score 0 in evaluation.")
-    rundir.set_aside(earlier_outputs(rundir, cfg), echo)  # what earlier runs wrote here that this one does not make
+    inputs_read = {str(Path(f).resolve()) for f in needs.files}  # a run file this run reads is never moved, wherever it lies
+    stale = [rel for rel in earlier_outputs(rundir, cfg) if str((rundir.path / rel).resolve()) not in inputs_read]
+    if stale and rundir.previous() is None and not (rundir.path / "stages").is_dir():  # no retrieve run's: the user's files
+        shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+        raise RetrieveJobError(f"retrieve: --out {rundir.path} holds files that no retrieve run wrote there ({shown}; no manifest.json); "
+                               "they would be read as this run's outputs: choose another --out, or move them.")
+    rundir.set_aside(stale, echo)  # what earlier runs wrote here that this one does not make
     if rundir.is_fresh(cfg.digest(), inputs):
         if echo:
             echo(f"retrieve: config, queries and table v{store.version} unchanged since the last run: skipped; runs in {rundir.path / 'runs'}")
@@ -135,7 +141,8 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
             llm = host.close()
     encoded = host.encoded()
     made = set(outputs.values()) | set(written) | ({f"runs/{p.name}.trec" for p in pipelines} if cfg.trec else set())
-    rundir.set_aside(earlier_outputs(rundir, cfg, made), echo)  # a side table this run's pipelines no longer make
+    rundir.set_aside([rel for rel in earlier_outputs(rundir, cfg, made) if str((rundir.path / rel).resolve()) not in inputs_read],
+                     echo)  # a side table this run's pipelines no longer make
     rundir.write_manifest(
         cfg.model_dump(mode="json"), cfg.digest(), inputs, list(outputs.values()) + written,
         model=model_id(cfg.embed) if needs.encoder else None,

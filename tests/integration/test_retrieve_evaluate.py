@@ -261,3 +261,18 @@ def test_a_reused_out_holds_only_this_runs_outputs(indexed, tmp_path):
     # the same command again: skipped, nothing moved
     third = runner.invoke(app, ["retrieve", q, "--db", db, "--method", "bm25", "--k", "10", "--out", str(out)])
     assert third.exit_code == 0 and "skipped" in third.output and "earlier output" not in third.output, third.output
+    # a run file this run reads is never moved, even in its own runs/: a pipeline that reranks the bm25 run in place
+    pipelines = tmp_path / "p.yaml"
+    pipelines.write_text(f"again:\n  - stage: run_file\n    path: {out / 'runs' / 'bm25.parquet'}\n")
+    reads = runner.invoke(app, ["retrieve", q, "--db", db, "--pipelines", str(pipelines), "--out", str(out)])
+    assert reads.exit_code == 0, reads.output
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["again.parquet", "bm25.parquet"]
+    # files no retrieve run wrote (no manifest): refused in one line, left where they are
+    mine = tmp_path / "mine"
+    (mine / "runs").mkdir(parents=True)
+    (mine / "runs" / "x.parquet").write_bytes((out / "runs" / "bm25.parquet").read_bytes())
+    refused = runner.invoke(app, ["retrieve", q, "--db", db, "--method", "bm25", "--out", str(mine)])
+    assert refused.exit_code == 2 and refused.stderr.strip() == (
+        f"error: retrieve: --out {mine} holds files that no retrieve run wrote there (runs/x.parquet; no manifest.json); they would "
+        "be read as this run's outputs: choose another --out, or move them."), refused.output
+    assert (mine / "runs" / "x.parquet").is_file() and not (mine / "previous").exists()
