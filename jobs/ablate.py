@@ -7,6 +7,7 @@ one table like the paper's Table 2 (rows: operator choice; value: the measure).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -30,15 +31,19 @@ from schemas.config import EmbedConfig
 
 def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, embed: EmbedConfig, table: str = "docs",
                measure: str = "nDCG@10", k: int = 100, scorer: str = "dense", calibration: str | None = None,
-               hybrid_weight: float = 0.5) -> pd.DataFrame:
-    """``calibration``: the term scores' (None: the scorer's default; dense none, bm25 max)."""
+               hybrid_weight: float = 0.5, echo: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """``calibration``: the term scores' (None: the scorer's default; dense none, bm25 max).
+    The table is read at the last version a completed index run finished (``echo`` gets the
+    line saying so when a newer one was left)."""
     m = parse_measure(measure)
     calibration = check_calibration(scorer, calibration, "ablate")
     if calibration == "sigmoid":
         raise EvidenceError("ablate: calibration 'sigmoid' needs labels; use the itlr stage's (labels option) in an experiment.")
     rundir = RunDir(out, "ablate")
     queries, qrels = read_queries(queries_path), read_qrels(qrels_path)
-    store = DocStore(db, table)
+    store, note = DocStore(db, table).readable(None, "ablate")
+    if note and echo:
+        echo(note)
     if scorer != "bm25":
         store.require_model(model_id(embed), "ablate")
     parsed = parse_queries(queries)

@@ -586,7 +586,7 @@ def ablate(
     from jobs.ablate import run_ablate
 
     df = _job("ablate", out, run_ablate, queries, qrels, db, out, _config(EmbedConfig, bound, "embed"), table, measure, 100, scorer,
-              calibration, hybrid_weight)
+              calibration, hybrid_weight, typer.echo)
     typer.echo(df.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
 
 

@@ -105,6 +105,9 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
     store = DocStore(cfg.db, cfg.table)
     if not store.exists():
         raise GenerateError(f"generate: no table {cfg.table!r} in {cfg.db}; index a corpus first (`logicrank index`)")
+    store, note = store.readable(None, "generate")  # the last version a completed index run finished, as retrieve reads
+    if note:
+        echo(note)
     store.require_model(model_id(cfg.embed), "generate")
     if "bm25" in cfg.candidates:
         from pipelines.sparse import ensure_index

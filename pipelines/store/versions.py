@@ -112,8 +112,9 @@ class Versions:
             if read >= latest:
                 return read, None
             return read, (f"{job}: {where}: reading v{read}, the last version a completed index run finished "
-                          f"(v{latest} was left by an index run that did not finish: interrupted, failed or still running; "
-                          f"rerun logicrank index to finish it, or read v{latest} on purpose with {option.format(v=latest)})")
+                          f"(v{latest} is not marked complete: left by an index run that did not finish, interrupted, failed "
+                          f"or still running, or restored from such a version; rerun logicrank index to finish it, or read "
+                          f"v{latest} on purpose with {option.format(v=latest)})")
         if tags:
             read = max(tags.values())
             newer = (f"; v{latest} is newer, but no index run tagged it (read it on purpose with {option.format(v=latest)})"

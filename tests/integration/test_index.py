@@ -18,7 +18,7 @@ from jobs.index import IndexJobError, run_index
 from pipelines.corpus import content_hash
 from pipelines.store import DocStore, StoreError
 from pipelines.writelock import TableLockedError
-from schemas.config import IndexConfig, RayConfig
+from schemas.config import EmbedConfig, IndexConfig, RayConfig
 from tests.conftest import write_jsonl
 
 pytestmark = pytest.mark.integration
@@ -141,7 +141,7 @@ def test_bad_rows_are_rejected_exactly_and_good_rows_all_land(tmp_path, docs300)
 _CHILD = """
 import sys
 from jobs.index import run_index
-from schemas.config import IndexConfig, RayConfig
+from schemas.config import EmbedConfig, IndexConfig, RayConfig
 cfg = IndexConfig(corpus=sys.argv[1], db=sys.argv[2], write_batch_rows=4, ray=RayConfig(num_cpus=2, batch_rows=8))
 run_index(cfg, sys.argv[3])
 """
@@ -354,7 +354,7 @@ def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
     assert left > complete and json.loads((tmp_path / "i3" / "manifest.json").read_text())["status"] == "interrupted"
     lines = []
     run_retrieve(cfg, tmp_path / "r4", echo=lines.append)
-    note = f"retrieve: table 'docs': reading v{complete}, the last version a completed index run finished (v{left} was left by an index run"
+    note = f"retrieve: table 'docs': reading v{complete}, the last version a completed index run finished (v{left} is not marked complete: left by an index run"
     assert [x for x in lines if "table 'docs'" in x][0].startswith(note)
     assert json.loads((tmp_path / "r4" / "manifest.json").read_text())["inputs"]["table"]["version"] == complete
     res = CliRunner().invoke(app, [*retrieve, str(tmp_path / "r5")])
@@ -364,6 +364,15 @@ def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
     table = lr.open_table(db)  # the notebook API follows the same default
     assert table.version == complete and table.note.startswith(note.replace("retrieve:", "open_table:", 1))
     assert lr.open_table(db, version=left).version == left and lr.open_table(db, version=left).note is None
+    # so does ablate (generate opens its table the same way): the revised texts of the partial version are not scored
+    from jobs.ablate import run_ablate
+
+    logical = write_jsonl(tmp_path / "lq.jsonl", [{"_id": "q1", "text": "revised", "logical_query": '"revised"'}])
+    (tmp_path / "lq.tsv").write_text(f"query-id\tcorpus-id\tscore\nq1\t{docs300[0]['_id']}\t1\n")
+    lines = []
+    ablation = run_ablate(str(logical), str(tmp_path / "lq.tsv"), str(db), tmp_path / "ab", EmbedConfig(), scorer="bm25", echo=lines.append)
+    assert len(lines) == 1 and lines[0].startswith(note.replace("retrieve:", "ablate:", 1)), lines
+    assert set(ablation["value"]) == {0.0}  # "revised" is in no document of the complete version
 
     # one that stops on too many rejects: the same
     bad = tmp_path / "bad.jsonl"

@@ -142,9 +142,9 @@ def test_readers_read_the_last_version_a_completed_run_finished(store):
     partial = s.version
     read, note = open_readable(s.uri, "docs", None, "retrieve")
     assert read.version == first and read.count() == 50
-    assert note == (f"retrieve: table 'docs': reading v{first}, the last version a completed index run finished (v{partial} was left by "
-                    f"an index run that did not finish: interrupted, failed or still running; rerun logicrank index to finish it, or "
-                    f"read v{partial} on purpose with --table-version {partial})")
+    assert note == (f"retrieve: table 'docs': reading v{first}, the last version a completed index run finished (v{partial} is not "
+                    f"marked complete: left by an index run that did not finish, interrupted, failed or still running, or restored "
+                    f"from such a version; rerun logicrank index to finish it, or read v{partial} on purpose with --table-version {partial})")
     assert open_readable(s.uri, "docs", partial, "retrieve")[0].count() == 52
 
     # maintenance changes no document: the mark follows it to the version it makes
