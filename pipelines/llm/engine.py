@@ -151,7 +151,11 @@ def configure_vllm_env(cfg: LLMConfig) -> None:
         # threads spin while they wait: beside other busy processes a pinned thread waits for its core and the
         # others spin for it (an engine measured crawling, tests/perf/bench_engine_load.py)
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-        os.environ["OMP_NUM_THREADS"] = str(cfg.cpu_threads or len(os.sched_getaffinity(0)))
+        # (read by the processes vLLM starts for its core and its CPU worker, which do the model's work)
+        if cfg.cpu_threads is not None:
+            os.environ["OMP_NUM_THREADS"] = str(cfg.cpu_threads)
+        else:  # an engine outside a pool: a thread count the user set stays
+            os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its per-step INFO lines drown a job's own output
