@@ -11,7 +11,9 @@ reported as such, not waited for). Bindings
 (``LLMConfig.cpu_binding``): ``vllm`` pins each OpenMP thread to a core vLLM picks, and its
 threads spin while they wait; ``none`` (the default) leaves threads unpinned, as many as the
 actor's CPUs, sleeping while they wait. Conditions: ``alone``; ``busy`` (two processes that
-spin on the CPU beside it); ``half`` (the run under tests/perf/half_speed.sh).
+spin on the CPU beside it); ``busy-omp`` (two processes running torch matrix products on every
+core, as other engines or encoders on the node would); ``half`` (the run under
+tests/perf/half_speed.sh).
 """
 
 from __future__ import annotations
@@ -53,7 +55,11 @@ print("RESULT " + json.dumps({"first_s": round(times[0], 2), "second_s": round(t
                               "tokens": sum(g.generated_tokens for g in out)}), flush=True)
 """
 
-BUSY = "while True: pass"
+BUSY = {
+    "busy": "while True: pass",  # one thread that never waits
+    # OpenMP work on every core, as an encoder or another engine on the node runs it (torch's threads, their default wait)
+    "busy-omp": "import torch\nx = torch.rand(512, 512)\nwhile True: x = torch.tanh(x @ x)",
+}
 
 
 def _run(model: Path, binding: str, condition: str, cap_s: float) -> dict:
@@ -62,7 +68,7 @@ def _run(model: Path, binding: str, condition: str, cap_s: float) -> dict:
     if condition == "half":
         cmd = [str(ROOT / "tests" / "perf" / "half_speed.sh"), *cmd]
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "VLLM_CPU_OMP_THREADS_BIND")}
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(2 if condition == "busy" else 0)]  # busy first
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY[condition]]) for _ in range(2 if condition in BUSY else 0)]  # busy first
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True, env=env)
     row = {"binding": binding, "condition": condition}
     try:
@@ -85,7 +91,7 @@ def _run(model: Path, binding: str, condition: str, cap_s: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bindings", default="vllm,none")
-    ap.add_argument("--conditions", default="alone,busy,half")
+    ap.add_argument("--conditions", default="alone,busy,busy-omp,half")
     ap.add_argument("--cap-s", type=float, default=240.0, help="a call past this is reported as capped and its run killed")
     ap.add_argument("--out", default="runs/bench")
     args = ap.parse_args()
