@@ -11,7 +11,9 @@ the night skips what is done and finishes the rest):
    pinned baseline's), then prune untagged versions past the retention.
 3. evaluate: every pipeline on every query set against tonight's table version
    (`logicrank retrieve` + `logicrank evaluate`, each skipping work already done).
-4. compare: with the previous night of the history (and the pinned baseline night): paired
+4. compare: with the previous night served (a night held on a regression is skipped, so a
+   corruption that persists is found again, not taken as the new normal) and the pinned
+   baseline night: paired
    tests, corrected within each measure, and each measure's regression rule
    (pipelines/evaluate/history.py).
 5. serve: move the served tag to tonight's version, unless the comparison found a
@@ -343,7 +345,12 @@ class _Night:
         cfg, new = self.cfg, self._tonight()
         rules = {m: Rule(r.max_drop, r.significant) for m, r in cfg.regressions.items()}
         history = _read_history(self.root)
-        earlier = sorted({d for d in history.column("date").to_pylist() if d < self.day}) if history is not None else []
+        dates = sorted({d for d in history.column("date").to_pylist() if d < self.day}) if history is not None else []
+        held = [d for d in dates if (_State(self.root / "nights" / d).done("serve") or {}).get("held")]
+        earlier = [d for d in dates if d not in held]  # the nights served: tonight's reference is the last of them
+        if held and earlier and held[-1] > earlier[-1]:
+            self.say(f"compare: night(s) {', '.join(d for d in held if d > earlier[-1])} held on a regression (not served): "
+                     f"compared with {earlier[-1]}, the last night served")
         parts = []
         if earlier:
             parts.append(compare_nights(self._stored(earlier[-1]), new, rules, "previous", cfg.test, cfg.correction, cfg.alpha))

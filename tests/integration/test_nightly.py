@@ -240,3 +240,21 @@ def test_a_crash_is_alerted_and_a_rerun_finishes_the_night(world, three_nights, 
     again = run_nightly(cfg, D3)
     assert again.status == "regression" and len(received) == before + 1  # the regression's receivers were already told
     assert json.loads((root / "nightly" / "nights" / D3 / "alert.json").read_text())["status"] == "regression"
+
+
+def test_a_held_night_is_not_the_next_nights_reference(world, three_nights):
+    """Night 3 was held on a regression. A later night on the same corrupted corpus is compared
+    with the last night served (night 2), not with night 3, so the corruption is found again
+    against the previous night, not only against the pinned baseline, and the tag stays held."""
+    root, cfg, snapshots, _ = world
+    d5 = "2026-11-24"
+    write_jsonl(snapshots[D3], root / "corpus.jsonl")
+    lines: list[str] = []
+    night = run_nightly(cfg, d5, echo=lines.append)
+    assert (night.status, night.exit_code) == ("regression", EXIT_REGRESSION)
+    history = pq.read_table(root / "nightly" / "history.parquet")
+    alert = json.loads((root / "nightly" / "nights" / d5 / "alert.json").read_text())
+    assert alert["compared_with"]["previous"] == {"date": D2, "table_version": _version(history, D2)}
+    assert {r["pipeline"] for r in alert["regressions"] if r["against"] == "previous"} == {"bm25", "dense"}
+    assert any(f"night(s) {D3} held on a regression (not served): compared with {D2}, the last night served" in line for line in lines)
+    assert alert["served"]["held"] and alert["served"]["version"] == _version(history, D2)
