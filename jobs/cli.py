@@ -188,6 +188,10 @@ def index(
     m = s.maintenance
     rebuilt = m.get("indexes_rebuilt") or []
     nothing = " (nothing changed)" if not (s.embedded or s.deleted or rebuilt) else ""
+    if s.embedded_by.get("reembedded"):
+        typer.echo(f"index: the code that embeds documents (pipelines/embed.py and what it imports) changed since table {cfg.table!r}'s "
+                   f"vectors were made ({s.embedded_by['before']} -> {s.embedded_by['now']}): its {s.embedded_by['reembedded']} "
+                   "stored documents were embedded again.")
     typer.echo(
         f"inserted {s.inserted}, updated {s.updated}, unchanged {s.unchanged}, deleted {s.deleted}, "
         f"rejected {s.rejected} {s.rejects_by_reason or ''}{nothing}; table {cfg.table!r} v{s.table_version} "

@@ -47,6 +47,7 @@ from jobs.raysession import (
 )
 from jobs.rundir import RunDir
 from jobs.watchdog import Stalled, beat, busy
+from pipelines.codedigest import code_digest
 from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from pipelines.embed import concrete, model_id, resolve_model
 from pipelines.indexing import EmbedStage, IndexWriter, RejectSink
@@ -117,6 +118,7 @@ class IndexSummary:
     maintenance: dict = field(default_factory=dict)
     placement: dict = field(default_factory=dict)  # the embedding pool: actors, CPUs and GPUs each, how decided
     tag: str | None = None
+    embedded_by: dict = field(default_factory=dict)  # the embedding code's digest: before (the table's), now, reembedded
     seconds: float = 0.0
 
 
@@ -235,6 +237,8 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
 def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float, lock: TableLock, mid: str,
                    store: DocStore, summary: IndexSummary, version_before: int | None, rejects: RejectSink, writer: IndexWriter) -> IndexSummary:
     """The locked run: stream, guards, deletes, maintenance, the completion mark and the run's tag, the manifest."""
+    # the code that makes a document's vector (its text, the encoder): a stored vector made by other code is not reused
+    embed_code = code_digest("pipelines.embed")
     try:
         with ray_session(cfg.ray) as ray:
             _rearm_sigterm()
@@ -248,8 +252,15 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
                 )
             with rundir.timed("diff_load"):
                 stored = store.hashes()
+            diff = stored
+            summary.embedded_by = {"before": store.embedded_by() if store.exists() else None, "now": embed_code}
+            if summary.embedded_by["before"] not in (None, embed_code) and stored.num_rows:
+                # vectors made by other code are not reused: every stored document is embedded again (an update)
+                diff = stored.set_column(stored.schema.get_field_index("content_hash"), "content_hash",
+                                         pa.array([""] * stored.num_rows, pa.string()))
+                summary.embedded_by["reembedded"] = stored.num_rows
             # (closed on a fault too: the driver's encoder is let go before the roll-back)
-            with rundir.timed("stream"), _progress(progress) as tick, closing(_embedded(cfg, embed, sources, stored, place)) as batches:
+            with rundir.timed("stream"), _progress(progress) as tick, closing(_embedded(cfg, embed, sources, diff, place)) as batches:
                 for batch in batches:
                     writer.consume(batch)
                     tick(batch.num_rows, writer)
@@ -293,6 +304,7 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
             summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
             lock.ensure_held()
             store.mark_complete()  # readers read this version from now on (pipelines/store/versions.py)
+            store.mark_embedded_by(embed_code)  # a later run whose embedding code differs embeds every document again
             store.tag(summary.tag)
             summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG_NAME, cfg.keep_index_tags)
     if store.exists():

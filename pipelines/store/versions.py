@@ -18,6 +18,7 @@ import re
 from pipelines.store.base import StoreError
 
 COMPLETE_TAG = "logicrank-complete"  # the newest version a completed index run finished (moved by each such run)
+EMBEDDED_BY = "logicrank-embedded-by-"  # + the digest of the code that embedded the table's vectors (pipelines.codedigest)
 
 
 class Versions:
@@ -84,6 +85,21 @@ class Versions:
         """Record ``version`` (default the latest) as finished by a completed index run: readers
         read it by default (:meth:`readable_version`)."""
         self.tag(COMPLETE_TAG, version)
+
+    def embedded_by(self) -> str | None:
+        """The digest of the code that embedded this table's vectors (``pipelines.embed`` and
+        what it imports, :func:`pipelines.codedigest.code_digest`), as the last completed index
+        run recorded it; None for a table indexed before it was recorded."""
+        names = [n for n in self.table.tags.list() if n.startswith(EMBEDDED_BY)]
+        return max(names, key=lambda n: self.tagged_version(n) or -1).removeprefix(EMBEDDED_BY) if names else None
+
+    def mark_embedded_by(self, digest: str) -> None:
+        """Record that every vector of the latest version was made by the code ``digest`` (the
+        index job, at the end of a completed run); the record of earlier code goes."""
+        tags = self.table.tags
+        for name in [n for n in tags.list() if n.startswith(EMBEDDED_BY) and n != EMBEDDED_BY + digest]:
+            tags.delete(name)
+        self.tag(EMBEDDED_BY + digest)
 
     def complete_version(self) -> int | None:
         """The newest version a completed index run finished, or None (none did, or the table

@@ -411,3 +411,25 @@ def test_sigterm_to_an_index_run_with_its_own_ray_stops_it_as_interrupted(tmp_pa
     assert child.returncode == 143, err[-2000:]
     assert lines[-1].startswith("error: index: interrupted after reading ") and "rerun the same command to resume" in lines[-1], err[-2000:]
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "interrupted"
+
+
+def test_vectors_made_by_other_embedding_code_are_made_again(tmp_path, docs300, monkeypatch):
+    """The index job follows the cache rule: a stored vector is reused only if the code that
+    makes vectors (pipelines/embed.py and what it imports) is the code that made it. Here its
+    digest is changed as an edit of that code would change it."""
+    import jobs.index
+    from pipelines.codedigest import code_digest
+
+    corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300[:40]), tmp_path / "db"
+    first = run_index(_cfg(corpus, db), tmp_path / "i1")
+    now = code_digest("pipelines.embed")
+    assert (first.inserted, first.embedded_by) == (40, {"before": None, "now": now})
+    assert DocStore(str(db)).embedded_by() == now
+    assert run_index(_cfg(corpus, db), tmp_path / "i2").embedded == 0  # the same code: every vector reused
+    monkeypatch.setattr(jobs.index, "code_digest", lambda module: "edited" if module == "pipelines.embed" else code_digest(module))
+    again = run_index(_cfg(corpus, db), tmp_path / "i3")
+    assert (again.updated, again.unchanged, again.embedded) == (40, 0, 40)
+    assert again.embedded_by == {"before": now, "now": "edited", "reembedded": 40}
+    store = DocStore(str(db))
+    assert store.embedded_by() == "edited" and store.count() == 40
+    assert run_index(_cfg(corpus, db), tmp_path / "i4").embedded == 0  # recorded: the next run reuses them
