@@ -96,15 +96,49 @@ def descendants() -> list[str]:
     return out
 
 
-def kill_processes(part: str) -> int:
-    """SIGKILL the :func:`processes` holding ``part``; returns how many were killed."""
+def engine_cores() -> list:
+    """vLLM's engine core processes of this run's engine actors (``engine_process: separate``),
+    found by their parent, not their title: each is an engine actor's child started by
+    multiprocessing's spawn, which names itself ``VLLM::EngineCore`` once it runs, and under a
+    CPU quota was seen never to (its command line stayed the spawn bootstrap's for a whole job).
+    The actor's other children (multiprocessing's resource tracker, compilers) are not cores."""
+    import psutil
+
+    out = []
+    for actor in processes("_EngineActor"):
+        try:
+            children = actor.children()
+        except psutil.Error:
+            continue
+        for child in children:
+            try:
+                cmd = " ".join(child.cmdline())
+            except psutil.Error:
+                continue
+            if "VLLM::EngineCore" in cmd or "multiprocessing.spawn import spawn_main" in cmd:
+                out.append(child)
+    return out
+
+
+def kill(found: list) -> int:
+    """SIGKILL each process of ``found``; returns how many were killed."""
     import psutil
 
     killed = 0
-    for p in processes(part):
+    for p in found:
         try:
             p.kill()
             killed += 1
         except psutil.NoSuchProcess:
             pass
     return killed
+
+
+def kill_processes(part: str) -> int:
+    """SIGKILL the :func:`processes` holding ``part``; returns how many were killed."""
+    return kill(processes(part))
+
+
+def kill_engine_cores() -> int:
+    """SIGKILL the :func:`engine_cores`; returns how many were killed."""
+    return kill(engine_cores())

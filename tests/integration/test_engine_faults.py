@@ -15,7 +15,7 @@ import pytest
 
 from jobs.llm_service import LLMService
 from pipelines.llm import prompts
-from tests.faults import descendants, processes
+from tests.faults import descendants, engine_cores
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ def test_a_core_that_dies_under_a_running_call_is_found_and_its_batch_sent_again
     # in its start); the batch sent again after the kill goes to a new engine, so both answers come from a cold
     # prefix cache
     want = [g.text for g in pool.generate(template, values, max_tokens=160)]
-    cores = processes("VLLM::EngineCore")
+    cores = engine_cores()
     assert len(cores) == 1, descendants()
     cores[0].suspend()  # it takes the next call's requests but answers none of them
     actor = pool._actors[0]

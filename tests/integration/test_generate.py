@@ -21,7 +21,7 @@ from pipelines.generate.synthetic import TEMPLATES
 from pipelines.llm.models import resolve
 from schemas.config import GenerateConfig
 from tests.compare import assert_tables_close, close
-from tests.faults import descendants, kill_processes, processes
+from tests.faults import descendants, kill_engine_cores, kill_processes, processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,17 +113,17 @@ def test_a_killed_run_resumes_without_losing_or_repeating_rows(synthetic, tiny_c
 
 
 class _KillAt:
-    """An echo callback that kills the processes holding ``part`` once at the first progress
+    """An echo callback that kills the processes ``kill()`` finds once at the first progress
     line of each given phase (the LLM pool's lines: ``generate:questions: 6/6 ...``)."""
 
-    def __init__(self, part: str, phases: tuple[str, ...]):
-        self.part, self.left, self.killed, self.seen = part, list(phases), [], []
+    def __init__(self, kill, phases: tuple[str, ...]):
+        self.kill, self.left, self.killed, self.seen = kill, list(phases), [], []
 
     def __call__(self, line: str) -> None:
         for phase in self.left:
             if line.startswith(f"{phase}:"):
                 self.left.remove(phase)
-                self.killed.append(kill_processes(self.part))
+                self.killed.append(self.kill())
                 if not self.killed[-1]:  # (seen once, cause unknown): what was running instead, for the failure's message
                     self.seen.append((line, descendants()))
                 return
@@ -135,7 +135,7 @@ def test_an_engine_killed_inside_its_actor_is_restarted_and_its_batch_sent_again
     prompt is answered by a restarted engine, none becomes an error, and the dataset equals an
     uninterrupted run's."""
     cfg = _cfg(synthetic, tiny_cfg, llm=tiny_cfg.model_copy(update={"cache": None, "engine_process": "separate"}))
-    killer = _KillAt("VLLM::EngineCore", ("generate:questions", "generate:labels"))
+    killer = _KillAt(kill_engine_cores, ("generate:questions", "generate:labels"))
     c = run_generate(cfg, tmp_path / "d", echo=killer, progress=True)
     assert killer.left == [] and all(n >= 1 for n in killer.killed), (killer.killed, killer.seen)
     assert c["llm"]["engine_restarts"] == 2 and c["llm"]["actors_lost"] == 0, c["llm"]
@@ -154,7 +154,7 @@ def test_an_engine_killed_inside_its_actor_is_restarted_and_its_batch_sent_again
 def test_an_engine_actor_killed_with_its_engine_is_restarted(synthetic, tiny_cfg, tmp_path, clean):
     """The engine in the actor's own process (the default on CPU): killing that process kills
     both; Ray restarts the actor and its batches are sent again."""
-    killer = _KillAt("_EngineActor", ("generate:questions", "generate:labels"))
+    killer = _KillAt(lambda: kill_processes("_EngineActor"), ("generate:questions", "generate:labels"))
     c = run_generate(_cfg(synthetic, tiny_cfg), tmp_path / "e", echo=killer, progress=True)
     assert killer.left == [] and all(n >= 1 for n in killer.killed), (killer.killed, killer.seen)
     assert c["llm"]["actors_lost"] >= 1 and c["llm"]["engine_restarts"] == 0, c["llm"]
@@ -167,10 +167,10 @@ def test_an_engine_that_keeps_dying_fails_the_job_in_one_line(synthetic, tiny_cf
     killed, seen = [], set()  # kills per look; every descendant's command line seen meanwhile
 
     def keep_killing():
-        # each engine core is killed as soon as it appears (it names itself before it loads the model), so no
-        # engine ever answers a batch and the job cannot finish first, on a fast machine or a slow one
+        # each engine core is killed as soon as it appears (found as its actor's spawned child, before it has even
+        # loaded vLLM), so no engine ever answers a batch and the job cannot finish first, on a fast machine or a slow one
         while not stop.is_set():
-            killed.append(kill_processes("VLLM::EngineCore"))
+            killed.append(kill_engine_cores())
             seen.update(d.split(" ", 1)[-1] for d in descendants())  # each command line, cut to 120 characters
             stop.wait(0.01)
 
