@@ -155,7 +155,10 @@ def test_side_tables_of_a_fused_sub_pipeline_are_kept(synthetic, tmp_path):
     assert scores.schema == TERM_SCORES and scores.num_rows == 32 * 10 * 3
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert "term_scores/fused@1-rrf1.parquet" in manifest["outputs"]
-    assert manifest["inputs"]["stages"] == [["dense", 1], ["itlr", 2], ["rrf", 1]]
+    from pipelines.stages.registry import stages as registered
+
+    # each stage's name, manual version and code digest (what a rerun check compares)
+    assert manifest["inputs"]["stages"] == [[n, v, registered()[n].code()] for n, v in (("dense", 1), ("itlr", 2), ("rrf", 1))]
 
 
 def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path, tiny_cfg):
