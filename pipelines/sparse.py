@@ -39,6 +39,7 @@ import shutil
 import tempfile
 import unicodedata
 import uuid
+import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -51,7 +52,7 @@ import scipy.sparse as sp
 
 K1, B = 1.2, 0.75
 MAX_TOKEN_BYTES = 40  # LanceDB's max_token_length: tokens of this many UTF-8 bytes or more are dropped
-FORMAT = 1  # the on-disk layout; an index of another format is rebuilt
+FORMAT = 2  # the on-disk layout; an index of another format is rebuilt (2: the mapped search files)
 
 # Lucene's English stop set (EnglishAnalyzer, also Pyserini's and bm25s's), not LanceDB's own
 # English list of about 180 words, which drops "can", "has", "own", "from", ...: on
@@ -198,6 +199,11 @@ def _top_k_kernel():
     4. one int64 key per candidate, the score's float32 bits (positive floats order as their
        bits) then ``tiebreak`` reversed, and the largest k keys kept and sorted.
 
+    ``lo`` and ``clip``: with ``clip`` the loop scores only the documents of rows
+    ``[lo, lo + len(acc))``, one shard of the index (each term's postings in that range found by
+    binary search: they are sorted by row); the keys carry the global tiebreak ranks, so the
+    keys of several shards merge by value into exactly the unsharded top k (:func:`merge_keys`).
+
     Returns per query its k keys (``decode_keys`` turns them into scores and tiebreak ranks)
     and how many it found. Measured against a pass with a min-heap of k over every document
     (the loop before this one; docs/bulk-retrieval.md): 1.8x faster at 10k and 100k
@@ -208,8 +214,9 @@ def _top_k_kernel():
     numba = _import_numba()
 
     @numba.njit(cache=True, nogil=True)
-    def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, tiebreak, k, acc, cand):
+    def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, tiebreak, k, acc, cand, lo, clip):
         nq, n = len(q_indptr) - 1, len(acc)
+        hi = lo + n
         keys_out = np.zeros((nq, k), np.int64)
         found = np.zeros(nq, np.int64)
         if n == 0:
@@ -226,8 +233,11 @@ def _top_k_kernel():
         for r in range(nq):
             for p in range(q_indptr[r], q_indptr[r + 1]):
                 t, qv = q_indices[p], q_data[p]
-                for j in range(w_indptr[t], w_indptr[t + 1]):
-                    acc[w_indices[j]] += qv * w_data[j]
+                a, b = w_indptr[t], w_indptr[t + 1]
+                if clip:  # a shard: the term's postings inside [lo, hi) (sorted by document row)
+                    a, b = a + np.searchsorted(w_indices[a:b], lo), a + np.searchsorted(w_indices[a:b], hi)
+                for j in range(a, b):
+                    acc[w_indices[j] - lo] += qv * w_data[j]
             if deep <= _INSERTION_MAX:  # the sample's largest, descending, by insertion (small k)
                 top[:] = 0
                 for i in range(0, n, stride):
@@ -263,7 +273,7 @@ def _top_k_kernel():
                     break
             for j in range(m):
                 d = cand[j]
-                keys[j] = (np.int64(bits[d]) << 32) | (0xFFFFFFFF - tiebreak[d])
+                keys[j] = (np.int64(bits[d]) << 32) | (0xFFFFFFFF - tiebreak[lo + d])
             acc[:] = 0
             best = keys[:m]
             if m > 2 * k:
@@ -276,6 +286,18 @@ def _top_k_kernel():
     return top_k
 
 
+def merge_keys(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The shards' (keys, found) of one batch of queries -> the batch's (keys, found) over the
+    whole index: per query the k largest keys of all shards. Exact: a key orders documents as
+    the run does (score, then doc id descending) and every shard kept its own k best."""
+    if len(parts) == 1:
+        return parts[0]
+    keys = np.concatenate([p[0] for p in parts], axis=1)  # missing hits are 0, below every real key
+    keys = -np.sort(-keys, axis=1)[:, :k]
+    found = np.minimum(sum(p[1] for p in parts), k)
+    return keys, found
+
+
 def decode_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The search loop's keys -> (tiebreak ranks, float32 scores)."""
     ranks = 0xFFFFFFFF - (keys & 0xFFFFFFFF)
@@ -283,11 +305,141 @@ def decode_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ranks, scores
 
 
+def tiebreak_ranks(doc_ids) -> tuple[np.ndarray, np.ndarray]:
+    """Per document row its position when the doc ids sort descending (the run order's tie
+    break: trec_eval's), and the inverse (position -> row)."""
+    ids = doc_ids.astype(str) if isinstance(doc_ids, np.ndarray) else np.asarray(pa.array(doc_ids, pa.string()).to_pylist(), dtype=str)
+    order = np.ascontiguousarray(np.argsort(ids, kind="stable")[::-1])
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return rank, order
+
+
 def _widen(m: sp.csr_matrix, cols: int) -> sp.csr_matrix:
     return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], cols))
 
 
-class BM25Index:
+class _Search:
+    """The batch search of a BM25 index (module doc), over operands its subclass provides: the
+    terms x documents weights as CSR arrays (:meth:`postings`), the vocabulary, the idf, the
+    tie-break ranks and the document ids. :class:`BM25Index` makes them in memory (a build or
+    a patch); :class:`MappedBM25` maps them from a saved index, so the processes of one node
+    share one copy in the page cache."""
+
+    vocab: Vocabulary
+    _words: dict[str, int]
+
+    def postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The weights, terms x documents, as CSR arrays (indptr int64, indices int32 sorted per
+        term, data float32)."""
+        raise NotImplementedError
+
+    def weights(self) -> sp.csr_matrix:
+        """terms x documents BM25 weights (float32, as LanceDB scores)."""
+        indptr, indices, data = self.postings()
+        return sp.csr_matrix((data, indices, indptr), shape=(len(indptr) - 1, len(self)), copy=False)
+
+    def idf(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def term_scores(self, texts: Sequence[str | None]) -> sp.csr_matrix:
+        """texts x documents: each text's BM25 score for every document, as :meth:`search` scores
+        it (float32; a document the text shares no term with is a stored zero's absence)."""
+        return (self.query_matrix(texts) @ self.weights()).tocsr()
+
+    def score_bounds(self, texts: Sequence[str | None]) -> np.ndarray:
+        """Each text's largest possible BM25 score, sum over its terms of idf x (k1 + 1): the
+        limit of a document's score as every term's frequency grows (BM25's saturation)."""
+        return np.asarray(self.query_matrix(texts) @ (self.idf() * (K1 + 1)), dtype=np.float64).ravel()
+
+    # -- search ------------------------------------------------------------------
+    def query_matrix(self, texts: Sequence[str | None], analyze: Analyzer | None = None) -> sp.csr_matrix:
+        """queries x terms counts; terms the index has never seen are left out (they score 0).
+
+        With the default analyzer each distinct word is looked up once per index (word ->
+        term id, or -1 for a stop word, a too-long token or a term the index lacks): queries
+        repeat their words, and a bulk run spends its Python time here."""
+        if analyze is not None and analyze is not analyzer():
+            ids = self.vocab.ids
+            rows = ([i for i in (ids.get(t) for t in analyze(text)) if i is not None] for text in texts)
+        else:
+            rows = (self._word_ids(text) for text in texts)
+        indptr, indices = [0], []
+        for found in rows:
+            indices.extend(found)
+            indptr.append(len(indices))
+        data = np.ones(len(indices), np.float32)
+        q = sp.csr_matrix((data, np.asarray(indices, np.int32), np.asarray(indptr, np.int64)), shape=(len(texts), len(self.vocab)))
+        q.sum_duplicates()  # a repeated query term counts as often as it occurs
+        return q
+
+    def _word_ids(self, text: str | None) -> list[int]:
+        """``text``'s term ids through the default analyzer, memoised per word (query_matrix)."""
+        if not text:
+            return []
+        memo = self._words
+        if len(memo) > 2_000_000:  # bounded, as the analyzer's memo
+            memo.clear()
+        out = []
+        for word in _WORD.findall(text):
+            i = memo.get(word)
+            if i is None:
+                term = analyzer().term(word)
+                i = memo[word] = -1 if term is None else self.vocab.ids.get(term, -1)
+            if i >= 0:
+                out.append(i)
+        return out
+
+    def search(self, texts: Sequence[str | None], k: int, block: int = 1024) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each text's top ``k`` as (document rows, scores), ranked as runs are: score
+        descending, ties by doc id descending (trec_eval's order). Only documents with a
+        positive score come back."""
+        sizes, rows, scores = self.search_flat(texts, k, block)
+        ends = np.cumsum(sizes)
+        return [(rows[e - n : e], scores[e - n : e]) for n, e in zip(sizes.tolist(), ends.tolist(), strict=True)]
+
+    def search_flat(self, texts: Sequence[str | None], k: int, block: int = 1024) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`search` as three flat arrays: hits per text, then every text's document rows
+        and scores (float64) one after the other, in rank order."""
+        parts = [self.hits(*self.search_keys(self.query_matrix(texts[i : i + block]), k)) for i in range(0, len(texts), block)]
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
+        return tuple(np.concatenate([e, *(p[j] for p in parts)]) for j, e in enumerate(empty))
+
+    def search_keys(self, q: sp.csr_matrix, k: int, shard: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The search loop over the queries ``q`` (queries x terms, :meth:`query_matrix`), over
+        every document or over the rows ``shard = (lo, hi)`` only: per query its top ``k`` keys
+        and how many it found. The keys of the shards of one index merge exactly
+        (:func:`merge_keys`); :meth:`hits` decodes them."""
+        if k < 1:
+            raise ValueError(f"bm25: k must be at least 1, got {k}")
+        n = len(self)
+        if n >= 2**32:
+            raise ValueError("bm25: the search keys hold a document's rank in 32 bits; index below 4.29 billion documents per table")
+        lo, hi = (0, n) if shard is None else (max(0, shard[0]), min(n, shard[1]))
+        indptr, indices, data = self.postings()
+        acc, cand = np.zeros(max(0, hi - lo), np.float32), np.empty(max(0, hi - lo), np.int64)
+        return _top_k_kernel()(q.indptr, q.indices, q.data, indptr, indices, data, self._tiebreak(), k, acc, cand, lo, (lo, hi) != (0, n))
+
+    def hits(self, keys: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Search keys -> (hits per query, document rows, float64 scores), flat, in rank order."""
+        k = keys.shape[1] if keys.ndim == 2 else 0
+        ranks, scores = decode_keys(keys[np.arange(k) < found[:, None]])  # row-major: each query's hits in rank order
+        return found.astype(np.int64), np.asarray(self._row_of_rank()[ranks], np.int64), scores.astype(np.float64)
+
+    def doc_id_array(self) -> pa.Array:
+        raise NotImplementedError
+
+    def _tiebreak(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _row_of_rank(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+
+class BM25Index(_Search):
     """The BM25 statistics of one table version (module doc) and its batch search."""
 
     def __init__(self, doc_ids: np.ndarray, hashes: np.ndarray, title: sp.csr_matrix, text: sp.csr_matrix, vocab: Vocabulary, version: int,
@@ -369,7 +521,7 @@ class BM25Index:
         return sum(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes for m in mats) + strings + search
 
     def weights(self) -> sp.csr_matrix:
-        """terms x documents BM25 weights (float32, as LanceDB scores)."""
+        """terms x documents BM25 weights (float32, as LanceDB scores; each term's documents sorted)."""
         if self._weights is None:
             s = self.stats()
             tf = (self.title + self.text).tocsr()
@@ -381,89 +533,20 @@ class BM25Index:
             row = np.repeat(np.arange(tf.shape[0]), np.diff(tf.indptr))
             f = tf.data.astype(np.float64)
             w = idf[tf.indices] * (K1 + 1) * f / (f + norm[row])
-            self._weights = sp.csr_matrix((w.astype(np.float32), tf.indices, tf.indptr), shape=tf.shape).T.tocsr()
+            weights = sp.csr_matrix((w.astype(np.float32), tf.indices, tf.indptr), shape=tf.shape).T.tocsr()
+            weights.sort_indices()  # a shard finds its documents in a term's postings by binary search
+            weights.indptr = weights.indptr.astype(np.int64)  # past 2**31 postings (10M documents and more)
+            self._weights = weights
         return self._weights
+
+    def postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        w = self.weights()
+        return w.indptr, w.indices, w.data
 
     def idf(self) -> np.ndarray:
         """Each vocabulary term's idf, ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (the combined statistics)."""
         s = self.stats()
         return np.log1p((s["docs"] - s["df"] + 0.5) / (s["df"] + 0.5))
-
-    def term_scores(self, texts: Sequence[str | None]) -> sp.csr_matrix:
-        """texts x documents: each text's BM25 score for every document, as :meth:`search` scores
-        it (float32; a document the text shares no term with is a stored zero's absence)."""
-        return (self.query_matrix(texts) @ self.weights()).tocsr()
-
-    def score_bounds(self, texts: Sequence[str | None]) -> np.ndarray:
-        """Each text's largest possible BM25 score, sum over its terms of idf x (k1 + 1): the
-        limit of a document's score as every term's frequency grows (BM25's saturation)."""
-        return np.asarray(self.query_matrix(texts) @ (self.idf() * (K1 + 1)), dtype=np.float64).ravel()
-
-    # -- search ------------------------------------------------------------------
-    def query_matrix(self, texts: Sequence[str | None], analyze: Analyzer | None = None) -> sp.csr_matrix:
-        """queries x terms counts; terms the index has never seen are left out (they score 0).
-
-        With the default analyzer each distinct word is looked up once per index (word ->
-        term id, or -1 for a stop word, a too-long token or a term the index lacks): queries
-        repeat their words, and a bulk run spends its Python time here."""
-        if analyze is not None and analyze is not analyzer():
-            ids = self.vocab.ids
-            rows = ([i for i in (ids.get(t) for t in analyze(text)) if i is not None] for text in texts)
-        else:
-            rows = (self._word_ids(text) for text in texts)
-        indptr, indices = [0], []
-        for found in rows:
-            indices.extend(found)
-            indptr.append(len(indices))
-        data = np.ones(len(indices), np.float32)
-        q = sp.csr_matrix((data, np.asarray(indices, np.int32), np.asarray(indptr, np.int64)), shape=(len(texts), len(self.vocab)))
-        q.sum_duplicates()  # a repeated query term counts as often as it occurs
-        return q
-
-    def _word_ids(self, text: str | None) -> list[int]:
-        """``text``'s term ids through the default analyzer, memoised per word (query_matrix)."""
-        if not text:
-            return []
-        memo = self._words
-        if len(memo) > 2_000_000:  # bounded, as the analyzer's memo
-            memo.clear()
-        out = []
-        for word in _WORD.findall(text):
-            i = memo.get(word)
-            if i is None:
-                term = analyzer().term(word)
-                i = memo[word] = -1 if term is None else self.vocab.ids.get(term, -1)
-            if i >= 0:
-                out.append(i)
-        return out
-
-    def search(self, texts: Sequence[str | None], k: int, block: int = 1024) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Each text's top ``k`` as (document rows, scores), ranked as runs are: score
-        descending, ties by doc id descending (trec_eval's order). Only documents with a
-        positive score come back."""
-        sizes, rows, scores = self.search_flat(texts, k, block)
-        ends = np.cumsum(sizes)
-        return [(rows[e - n : e], scores[e - n : e]) for n, e in zip(sizes.tolist(), ends.tolist(), strict=True)]
-
-    def search_flat(self, texts: Sequence[str | None], k: int, block: int = 1024) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`search` as three flat arrays: hits per text, then every text's document rows
-        and scores (float64) one after the other, in rank order."""
-        if k < 1:
-            raise ValueError(f"bm25: k must be at least 1, got {k}")
-        w = self.weights()
-        tiebreak = self._tiebreak()
-        if len(self) >= 2**32:
-            raise ValueError("bm25: the search keys hold a document's rank in 32 bits; shard the corpus below 4.29 billion documents")
-        acc, cand = np.zeros(w.shape[1], np.float32), np.empty(w.shape[1], np.int64)
-        sizes, rows, scores = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float64)]
-        for i in range(0, len(texts), block):
-            q = self.query_matrix(texts[i : i + block])
-            keys, found = _top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data, tiebreak, k, acc, cand)
-            ranks, sc = decode_keys(keys[np.arange(k) < found[:, None]])  # row-major: each text's hits in rank order
-            sizes.append(found)
-            rows.append(self._row_of_rank()[ranks])
-            scores.append(sc.astype(np.float64))
-        return np.concatenate(sizes), np.concatenate(rows), np.concatenate(scores)
 
     def doc_id_array(self) -> pa.Array:
         """The document ids as one Arrow string array (row order), made once."""
@@ -474,10 +557,7 @@ class BM25Index:
     def _tiebreak(self) -> np.ndarray:
         """Per document row: its position when doc ids sort descending (ties rank by it)."""
         if getattr(self, "_tiebreak_rows", None) is None or len(self._tiebreak_rows) != len(self):
-            order = np.argsort(self.doc_ids.astype(str))[::-1]
-            rank = np.empty(len(self), np.int64)
-            rank[order] = np.arange(len(self))
-            self._tiebreak_rows, self._rows_by_rank = rank, np.ascontiguousarray(order)
+            self._tiebreak_rows, self._rows_by_rank = tiebreak_ranks(self.doc_ids)
         return self._tiebreak_rows
 
     def _row_of_rank(self) -> np.ndarray:
@@ -500,9 +580,10 @@ class BM25Index:
             pq.write_table(pa.table({"doc_id": pa.array(self.doc_ids, pa.string()), "content_hash": pa.array(self.hashes, pa.string())})
                            .replace_schema_metadata(meta), tmp / "docs.parquet")
             pq.write_table(pa.table({"term": pa.array(self.vocab.terms, pa.string())}).replace_schema_metadata(meta), tmp / "vocab.parquet")
+            self._save_search(tmp / "search", meta)
             (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": self.version, "stamp": self.stamp, "save_id": save_id,
                                                        "docs": len(self), "terms": len(self.vocab)}))
-            if BM25Index.load(path, self.stamp) is not None:
+            if _whole(path, self.stamp):
                 return path
             if path.exists():  # damaged or another table's: moved aside, then replaced
                 aside = Path(tempfile.mkdtemp(prefix=f".{path.name}-old-", dir=path.parent))
@@ -512,11 +593,24 @@ class BM25Index:
             try:
                 os.replace(tmp, path)
             except OSError:  # another process saved this version meanwhile: theirs stands
-                if BM25Index.load(path, self.stamp) is None:
+                if not _whole(path, self.stamp):
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return path
+
+    def _save_search(self, path: Path, meta: dict) -> None:
+        """What a search maps (:class:`MappedBM25`): the weights' CSR arrays, the idf, the
+        tie-break ranks and their inverse as ``.npy``, the doc ids as an Arrow IPC file."""
+        path.mkdir()
+        indptr, indices, data = self.postings()
+        rank, rows = self._tiebreak(), self._row_of_rank()
+        for name, a in (("indptr", indptr.astype(np.int64)), ("indices", indices.astype(np.int32)), ("data", data.astype(np.float32)),
+                        ("idf", self.idf().astype(np.float64)), ("tiebreak", rank), ("rows_by_rank", rows)):
+            np.save(path / f"{name}.npy", np.ascontiguousarray(a))
+        ids = pa.table({"doc_id": self.doc_id_array()}).replace_schema_metadata(meta)
+        with pa.OSFile(str(path / "doc_ids.arrow"), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
+            writer.write_table(ids)
 
     @classmethod
     def load(cls, path: Path, stamp: str | None = None) -> BM25Index | None:
@@ -538,6 +632,117 @@ class BM25Index:
             return None
         return cls(docs.column("doc_id").to_numpy(zero_copy_only=False), docs.column("content_hash").to_numpy(zero_copy_only=False),
                    title, text, Vocabulary(terms.column("term").to_pylist()), int(meta["version"]), meta["stamp"])
+
+
+class MappedBM25(_Search):
+    """A saved index opened for search: its weights, idf, tie-break ranks and doc ids mapped
+    from the files :meth:`BM25Index.save` wrote (``np.load(mmap_mode="r")``, an Arrow memory
+    map), not read into the process. Every process of a node that searches one table version
+    shares one copy in the page cache, and a process searching one shard (:meth:`search_keys`
+    with ``shard``) touches only that shard's pages of the postings. The vocabulary is read on
+    first use (a shard actor that is handed analyzed queries never reads it); the term counts
+    and hashes (:attr:`title`, :attr:`text`, :attr:`hashes`, :meth:`stats`: patching, tests)
+    are loaded from the saved index on first use."""
+
+    def __init__(self, path: Path, meta: dict, arrays: dict[str, np.ndarray], doc_ids: pa.Array):
+        self.path, self.version, self.stamp = Path(path), int(meta["version"]), meta["stamp"]
+        self._meta, self._arrays, self._doc_ids = meta, arrays, doc_ids
+        self._vocab: Vocabulary | None = None
+        self._counts: BM25Index | None = None
+        self._words: dict[str, int] = {}
+
+    @classmethod
+    def open(cls, path: Path, stamp: str | None = None) -> MappedBM25 | None:
+        """The index saved in ``path`` mapped for search; None when it is absent, partial,
+        damaged, of another format or (with ``stamp``) of another table of the same name."""
+        path = Path(path)
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+            if meta.get("format") != FORMAT or (stamp is not None and meta.get("stamp") != stamp):
+                return None
+            arrays = {name: np.load(path / "search" / f"{name}.npy", mmap_mode="r")
+                      for name in ("indptr", "indices", "data", "idf", "tiebreak", "rows_by_rank")}
+            reader = pa.ipc.open_file(pa.memory_map(str(path / "search" / "doc_ids.arrow")))
+            table = reader.read_all()
+            docs, terms = meta["docs"], meta["terms"]
+            indptr = arrays["indptr"]
+            ok = (len(indptr) == terms + 1 and len(arrays["idf"]) == terms and int(indptr[-1]) == len(arrays["indices"]) == len(arrays["data"])
+                  and len(arrays["tiebreak"]) == len(arrays["rows_by_rank"]) == table.num_rows == docs
+                  and (table.schema.metadata or {}).get(b"logicrank.save_id", b"").decode() == meta["save_id"])
+            for name in ("title", "text"):  # the counts a patch reads: their zip directories, not their data
+                with zipfile.ZipFile(path / f"{name}.npz") as z:
+                    ok = ok and bool(z.namelist())
+            if not ok:
+                return None
+        except Exception:  # noqa: BLE001 (whatever a damaged file raises): rebuilt
+            return None
+        return cls(path, meta, arrays, table.column("doc_id").combine_chunks())
+
+    def __len__(self) -> int:
+        return int(self._meta["docs"])
+
+    def postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        a = self._arrays
+        return a["indptr"], a["indices"], a["data"]
+
+    def idf(self) -> np.ndarray:
+        return np.asarray(self._arrays["idf"])
+
+    def doc_id_array(self) -> pa.Array:
+        return self._doc_ids
+
+    def _tiebreak(self) -> np.ndarray:
+        return self._arrays["tiebreak"]
+
+    def _row_of_rank(self) -> np.ndarray:
+        return self._arrays["rows_by_rank"]
+
+    @property
+    def vocab(self) -> Vocabulary:
+        if self._vocab is None:
+            self._vocab = Vocabulary(pq.read_table(self.path / "vocab.parquet").column("term").to_pylist())
+        return self._vocab
+
+    def _full(self) -> BM25Index:
+        if self._counts is None:
+            self._counts = BM25Index.load(self.path, self.stamp)
+            if self._counts is None:
+                raise RuntimeError(f"bm25: the saved index {self.path} changed or was damaged while open; open it again")
+        return self._counts
+
+    @property
+    def doc_ids(self) -> np.ndarray:
+        return self._full().doc_ids
+
+    @property
+    def hashes(self) -> np.ndarray:
+        return self._full().hashes
+
+    @property
+    def title(self) -> sp.csr_matrix:
+        return self._full().title
+
+    @property
+    def text(self) -> sp.csr_matrix:
+        return self._full().text
+
+    def stats(self) -> dict:
+        return self._full().stats()
+
+    def nbytes(self) -> int:
+        """Bytes this process holds of its own (not the mapped files, which the page cache
+        holds once per node): the vocabulary and the query words' memo, about."""
+        own = 100 * len(self._vocab) if self._vocab is not None else 0
+        return own + 120 * len(self._words) + (self._counts.nbytes() if self._counts is not None else 0)
+
+    def mapped_bytes(self) -> int:
+        """Bytes of the files a whole search maps (one copy per node, in the page cache)."""
+        return sum(f.stat().st_size for f in (self.path / "search").iterdir())
+
+
+def _whole(path: Path, stamp: str) -> bool:
+    """Whether ``path`` holds a whole saved index of this table version: its counts and its search files."""
+    return BM25Index.load(path, stamp) is not None and MappedBM25.open(path, stamp) is not None
 
 
 def _saved(path: Path, stamp: str) -> bool:
@@ -568,17 +773,21 @@ def _saved_versions(root: Path | None) -> list[int]:
     return sorted(int(p.name[1:]) for p in root.iterdir() if p.is_dir() and re.fullmatch(r"v\d+", p.name))
 
 
-def open_index(store, save: bool = True) -> BM25Index:
-    """The BM25 index of the store's version: loaded when saved, else made (patched from the
-    nearest earlier saved version, or built) and saved where the database is local."""
+def open_index(store, save: bool = True) -> _Search:
+    """The BM25 index of the store's version, mapped for search (:class:`MappedBM25`) when
+    saved; else made (patched from the nearest earlier saved version, or built), saved where
+    the database is local and mapped; in memory (:class:`BM25Index`) where it is not."""
     version, root, stamp = store.version, index_root(store), store.version_stamp()
     if root is not None:
-        found = BM25Index.load(root / f"v{version}", stamp)
+        found = MappedBM25.open(root / f"v{version}", stamp)
         if found is not None:
             return found
     index, _ = make_index(store, root)
     if save and root is not None:
         index.save(root / f"v{version}")
+        mapped = MappedBM25.open(root / f"v{version}", stamp)
+        if mapped is not None:
+            return mapped
     return index
 
 

@@ -30,10 +30,18 @@ def _reference(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int)
     return out
 
 
-def _search(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int) -> list[tuple[list[int], list[float]]]:
+def _keys(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int, lo: int = 0, hi: int | None = None):
+    """The loop over documents [lo, hi) (a shard; all of them by default)."""
     n = w.shape[1]
-    keys, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data, tiebreak, k,
-                                         np.zeros(n, np.float32), np.empty(n, np.int64))
+    hi = n if hi is None else hi
+    return sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data, tiebreak, k,
+                                  np.zeros(hi - lo, np.float32), np.empty(hi - lo, np.int64), lo, (lo, hi) != (0, n))
+
+
+def _search(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int, shards: int = 1) -> list[tuple[list[int], list[float]]]:
+    n = w.shape[1]
+    bounds = np.linspace(0, n, shards + 1).astype(int)
+    keys, found = sparse.merge_keys([_keys(q, w, tiebreak, k, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)], k)
     row_of_rank = np.argsort(tiebreak)
     out = []
     for r in range(q.shape[0]):
@@ -98,9 +106,21 @@ def test_the_search_loop_returns_the_exact_top_k_whatever_its_sample_sees(name, 
         assert scores == want_scores, (name, n, k, r)  # the same float32 sums, in the same order
 
 
+@pytest.mark.parametrize("name", ["random", "ties", "only-sampled-high", "only-unsampled", "fewer-than-k"])
+@pytest.mark.parametrize(("n", "k", "shards"), [(7, 3, 2), (7, 20, 3), (1_000, 10, 2), (5_000, 100, 3), (20_000, 1_000, 4), (20_000, 10, 7)])
+def test_shards_of_the_index_merge_into_exactly_the_unsharded_top_k(name, n, k, shards):
+    """Each shard scores its range of documents with the whole index's weights (the
+    collection's statistics stay whole); the merged keys are the unsharded search's: the same
+    rows, the same ranks, the same float32 scores, exact ties at the cut included."""
+    rng = np.random.default_rng(n * 7 + k + shards)
+    q, w = _case(name, n, k, rng)
+    tiebreak = rng.permutation(n).astype(np.int64)
+    assert _search(q, w, tiebreak, k, shards) == _search(q, w, tiebreak, k) == _reference(q, w, tiebreak, k)
+
+
 def test_the_search_loop_over_an_empty_corpus_finds_nothing():
     w = sp.csr_matrix((2, 0), dtype=np.float32)
     q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))
     keys, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data, np.empty(0, np.int64), 5,
-                                         np.zeros(0, np.float32), np.empty(0, np.int64))
+                                         np.zeros(0, np.float32), np.empty(0, np.int64), 0, False)
     assert found.tolist() == [0]
