@@ -19,6 +19,9 @@ builds its :class:`Inputs` with :meth:`Inputs.of` as a notebook does, so each re
 other's stage outputs. A :class:`StageCache`
 keeps outputs by key in memory and, given a directory, on disk, so pipelines that share a
 prefix compute it once and a rerun that changes a later stage reuses the earlier ones.
+Given a directory, a stage also gets a checkpoint of its own key (``<key>.partial``) where an
+LLM stage writes its shards as they finish (:mod:`pipelines.stages.shards`): a killed run
+resumes from them, and they are removed once the whole output is cached.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +43,7 @@ import pyarrow.parquet as pq
 
 from pipelines.codedigest import code_digest
 from pipelines.files import write_parquet_atomic, write_text_atomic
-from pipelines.stages.base import Context, Kind, Output, Stage, StageOptions, Store
+from pipelines.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions, Store
 from pipelines.stages.registry import build
 from schemas.digest import json_digest
 from schemas.tables import RUN, conform
@@ -137,7 +141,13 @@ class StageCache:
     def put(self, key: str, out: Output) -> None:
         if self.root is not None:
             _save(out, self.root / key)
+            shutil.rmtree(self.root / f"{key}.partial", ignore_errors=True)  # the stage's shards: its whole output now stands
         self.memo[key] = out
+
+    def checkpoint(self, key: str) -> Checkpoint | None:
+        """Where the stage of this key keeps its finished shards while it runs (``<key>.partial``
+        beside its output; pipelines/stages/shards.py); None without a directory."""
+        return None if self.root is None else Checkpoint(self.root / f"{key}.partial", key)
 
 
 @dataclass
@@ -308,8 +318,8 @@ class _Run:
         with self.hooks.timed(f"{stage.name}:{key[:8]}"):
             if bulk:
                 out = (self.hooks.map_queries or in_process())(stage, self.ctx, queries)
-            else:
-                out = stage.run(self.ctx, queries, runs)
+            else:  # a stage that works in shards resumes from those this key has finished
+                out = stage.run(replace(self.ctx, checkpoint=self.cache.checkpoint(key)), queries, runs)
         if out.queries is not None and out.queries.column("query_id").to_pylist() != queries.column("query_id").to_pylist():
             raise RuntimeError(f"{stage.name}: a rewriter must return one row per query, in order (a bug)")
         if out.run is not None:  # a run assembled from batches must also rank each query 1..n

@@ -207,6 +207,14 @@ class LLMConfig(_Config):
     )
     resources: tuple[tuple[str, float], ...] = Field((), description="Custom Ray resources per engine actor, e.g. {'llm': 1}.", json_schema_extra=OUTSIDE)
     batch_rows: int = Field(64, ge=1, description="Prompts per actor call (one batched engine call).", json_schema_extra=OUTSIDE)
+    shard_queries: int = Field(
+        256, ge=1, description="LLM stages with a stage cache directory: queries per shard, each shard's output written as it "
+        "finishes so a killed job resumes from it (docs/llm.md, 'Shards and resume').", json_schema_extra=UNHASHED,
+    )
+    wave_shards: int | None = Field(
+        None, ge=1, description="Shards sent to the pool in one call; None: two per engine actor (every engine has work). "
+        "A killed job loses at most one wave.", json_schema_extra=UNHASHED,
+    )
     engine_process: Literal["inline", "separate"] = Field(
         "inline", description="inline: vLLM's engine core runs in the actor's process (starts in seconds on CPU); separate: in a child "
         "process of the actor (vLLM's own default, which overlaps scheduling with the forward pass on GPUs).", json_schema_extra=OUTSIDE

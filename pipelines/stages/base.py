@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
@@ -104,6 +105,16 @@ class LLM(Protocol):
     def truth(self, template: Any, values: Sequence[Mapping[str, str]], label: str | None = None) -> list[Any]: ...
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where a stage keeps the shards of its output it has finished while it runs
+    (:mod:`pipelines.stages.shards`): a directory that belongs to the stage's cache key, so a
+    rerun with the same inputs resumes from it and a run of other inputs never reads it."""
+
+    where: Path  # <stage cache root>/<key>.partial
+    key: str  # the stage's cache key (recorded in every shard file)
+
+
 @dataclass
 class Context:
     """What a runner hands every stage. The encoder and the LLM start on first use."""
@@ -113,6 +124,7 @@ class Context:
     llm: Callable[[], LLM] | None = None
     llm_model: str | None = None  # the LLM's checkpoint directory (for its tokenizer)
     echo: Callable[[str], None] | None = None  # progress lines
+    checkpoint: Checkpoint | None = None  # set by the runner per stage when its cache has a directory (None: one pass)
 
     def embedder(self) -> Encoder:
         if self.encoder is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pydantic import Field, model_validator
@@ -22,6 +23,7 @@ from pipelines.methods import orlog
 from pipelines.methods.ranking import rank_pairs
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from pipelines.stages.registry import preset, register
+from pipelines.stages.shards import in_shards
 from schemas.tables import PREDICATE_SCORES
 
 
@@ -60,6 +62,14 @@ class OrlogOptions(_RerankOptions):
         return self
 
 
+# a shard of OrLog's truth scoring as it is kept on disk (pipelines/stages/shards.py): the prompts' keys and scores,
+# not their texts (a candidate's context is up to context_tokens of its document, repeated per atom)
+SHARD_TRUTH = pa.schema([
+    ("query_id", pa.string()), ("doc_id", pa.string()), ("base_rank", pa.int32()), ("atom_id", pa.string()), ("atom", pa.string()),
+    ("p_true", pa.float64()), ("logit_true", pa.float64()), ("logit_false", pa.float64()), ("exact", pa.bool_()),
+    ("prompt_tokens", pa.int64()), ("cached_prompt_tokens", pa.int64()), ("cached", pa.bool_()), ("p_calibrated", pa.float64()),
+])
+
 # a retrieval scorer's calibrations to P(True), its default first (raw cosines and raw BM25 are no probabilities)
 RETRIEVAL_CALIBRATIONS = {"bm25": ("max", "saturation", "zscore"), "dense": ("zscore",)}
 
@@ -84,10 +94,14 @@ class _LLMReranker(Stage):
         """(query_id, doc_id, base_rank) of the incoming run's top depth, the candidates'
         names (their titles) and their texts cut to the token budget."""
         cands = self._pairs(run)
+        return (cands, *self._texts(ctx, cands))
+
+    def _texts(self, ctx: Context, cands: pd.DataFrame) -> tuple[dict[str, str], dict[str, str]]:
+        """The candidates' names (their titles) and their texts cut to the token budget."""
         docs = ctx.store.rows_for(cands["doc_id"].unique().tolist(), ["title", "text"]).to_pylist()
         names = {d["doc_id"]: (d["title"] or "").strip() or "This document" for d in docs}
         contexts = _contexts(ctx.llm_model, docs, self.options.context_tokens) if self.options.context else {}
-        return cands, names, contexts
+        return names, contexts
 
     def _score(self, ctx: Context, prompts: pd.DataFrame) -> pd.DataFrame:
         """The prompts with the LLM's truth scores (TRUTH_SCORES columns) beside them."""
@@ -127,14 +141,9 @@ class Orlog(_LLMReranker):
             ctx.embedder()  # the encoder loaded before it, as the LLM service may already run
         started = time.perf_counter()  # seconds per pair: candidates to P(True), the LLM's or the scorer's
         if o.scorer == "llm":
-            cands, names, contexts = self._candidates(ctx, runs[0])
-            res = self._score(ctx, orlog.truth_prompts(qs, cands, names, contexts))
-            cf, n_cf = None, 0
-            if o.calibration == "content-free":
-                cf = self._score(ctx, orlog.content_free_prompts(qs))
-                n_cf = len(cf)
-            res["p_calibrated"] = orlog.calibrate(res, o.calibration, cf)
-            counts = _cost(res, len(cands), n_cf)
+            cands = self._pairs(runs[0])
+            res, n_cf, sharding = self._truth_in_shards(ctx, qs, cands)
+            counts = _cost(res, len(cands), n_cf) | sharding
         else:
             cands = self._pairs(runs[0])
             calibration = o.score_calibration or RETRIEVAL_CALIBRATIONS[o.scorer][0]
@@ -149,6 +158,39 @@ class Orlog(_LLMReranker):
         counts |= {"fallback_decompositions": len(fell), "fallback_decomposition_query_ids": fell[:100]}
         run = rank_pairs(post.assign(tiebreak=post["base_rank"]), o.k, "orlog", "orlog")
         return Output(run=run, side={"predicate_scores": orlog.predicate_scores(res)}, counts=counts)
+
+    def _truth_in_shards(self, ctx: Context, qs: list[orlog.OrlogQuery], cands: pd.DataFrame) -> tuple[pd.DataFrame, int, dict]:
+        """Every (candidate, atom)'s truth scores, calibrated, computed by shards of the
+        incoming run's queries (pipelines/stages/shards.py): a shard's prompts are built when
+        its wave goes to the pool, and its scores written as it finishes, so a killed job
+        resumes from them. Calibration is per query (content-free: its atoms about "N/A";
+        pool-mean: over its candidates), so a shard is calibrated alone. Returns the scores,
+        the content-free prompts counted, and the shards' counts."""
+        o = self.options
+        by_query = {q.query_id: q for q in qs}
+        rows_of = cands.groupby("query_id", sort=False).indices  # query -> its candidates' positions, in the run's order
+        units = list(rows_of)  # the run's queries in the order they come
+
+        def compute(wave: list[list[str]]) -> list[dict[str, pa.Table]]:
+            parts = [cands.iloc[np.concatenate([rows_of[q] for q in shard])] for shard in wave]
+            wave_cands = pd.concat(parts, ignore_index=True)
+            names, contexts = self._texts(ctx, wave_cands)
+            asked = [by_query[q] for shard in wave for q in shard]
+            prompts = orlog.truth_prompts(asked, wave_cands, names, contexts)
+            cf = orlog.content_free_prompts(asked) if o.calibration == "content-free" else prompts.iloc[:0]
+            scored = self._score(ctx, pd.concat([prompts, cf], ignore_index=True))  # one call of the pool for the whole wave
+            res, cf = scored.iloc[: len(prompts)], scored.iloc[len(prompts) :]
+            out = []
+            for shard in wave:
+                mine = res[res["query_id"].isin(shard)]
+                mine = mine.assign(p_calibrated=orlog.calibrate(mine, o.calibration, cf[cf["query_id"].isin(shard)]))
+                out.append({"truth": pa.Table.from_pandas(mine[SHARD_TRUTH.names], schema=SHARD_TRUTH, preserve_index=False)})
+            return out
+
+        tables, sharding = in_shards(ctx, units, compute, self.name)
+        res = pa.concat_tables([t["truth"] for t in tables]).to_pandas() if tables else SHARD_TRUTH.empty_table().to_pandas()
+        n_cf = sum(len(by_query[q].atoms) for q in units) if o.calibration == "content-free" else 0
+        return res, n_cf, sharding
 
 
 @register

@@ -43,14 +43,14 @@ def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_s
     assert IndexConfig.outside() == ["ray", "prune_after_hours"]
     assert GenerateConfig.outside() == ["wave_shards", "demo_note", "ray"]
     assert set(LLMConfig.outside()) == {"cache", "actors", "cpus_per_actor", "gpus_per_actor", "resources", "batch_rows", "engine_process",
-                                        "cpu_threads", "cpu_binding", "max_engine_restarts"}
+                                        "cpu_threads", "cpu_binding", "max_engine_restarts", "shard_queries", "wave_shards"}
     cfg = NightlyConfig.model_validate({
         "out": "n", "index": {"corpus": "c", "db": "d", "prune_after_hours": 5, "ray": {"num_cpus": 2}, "keep_index_tags": 3},
         "query_sets": {"s": {"queries": "q.jsonl", "qrels": "r.tsv"}}, "pipelines": {"b": ["bm25"]}, "keep_nightly_tags": 3,
         "llm": {"actors": 2, "seed": 4}, "alert": {"webhook": "http://x"}})
     gen = GenerateConfig(db="d", wave_shards=3, demo_note="x", llm={"actors": 2, "seed": 1}, ray={"num_cpus": 2})
     # the digests the code before the declarations computed (nights and datasets on disk hold them); fields added
-    # since (UNHASHED: promote_on_regression, the LLM's cpu_threads and cpu_binding) leave them as they were
+    # since (UNHASHED: promote_on_regression, the LLM's cpu_threads, cpu_binding, shard_queries and wave_shards) leave them as they were
     assert (cfg.night_digest(), cfg.index_digest(), LLMConfig(actors=3, max_model_len=512).engine_digest(), gen.dataset_digest()) == (
         "33fefb66f83d1185", "3dd0f319652dd1d4", "8cdddac020f815d3", "e34890f4a9c50e72")
     placement = cfg.model_copy(update={"keep_nightly_tags": 9, "alert": cfg.alert.model_copy(update={"webhook": None}),
