@@ -833,9 +833,13 @@ def update_index(store) -> dict:
 
 
 def prune_indexes(store, keep_versions: Iterable[int]) -> list[int]:
-    """Remove the saved indexes of versions the table no longer keeps; returns them."""
+    """Remove the saved indexes (BM25's, and the dense engine's vectors: pipelines/vectors.py)
+    of versions the table no longer keeps; returns the BM25 versions removed."""
+    from pipelines import vectors
+
     root = index_root(store)
     keep = set(keep_versions)
+    vectors.prune(store, keep)
     gone = [v for v in _saved_versions(root) if v not in keep]
     for v in gone:
         shutil.rmtree(root / f"v{v}", ignore_errors=True)
@@ -848,7 +852,10 @@ def prune_indexes(store, keep_versions: Iterable[int]) -> list[int]:
 
 
 def drop_indexes(store) -> None:
-    """Remove every saved index of the store's table (the table itself was dropped)."""
+    """Remove every saved index of the store's table, the vectors too (the table itself was dropped)."""
+    from pipelines import vectors
+
+    vectors.drop(store)
     root = index_root(store)
     if root is not None:
         shutil.rmtree(root, ignore_errors=True)

@@ -16,11 +16,16 @@ from pipelines.stages.registry import preset, register
 class DenseOptions(StageOptions):
     stage: Literal["dense"] = "dense"
     k: int = Field(100, ge=1, le=10_000, description="Documents kept per query.")
+    search: Literal["exact", "ann"] = Field("exact", description="exact: the blocked product over every vector (sharded past a process's "
+                                           "memory budget); ann: the table's ANN index (logicrank index --ann), refined.")
+    precision: Literal["float32", "float16"] = Field("float32", description="The saved vectors the exact product reads: float16 halves "
+                                                     "their bytes (its recall is measured in docs/bulk-retrieval.md).")
+    product: Literal["auto", "numpy", "torch"] = Field("auto", description="The exact product: torch on a visible GPU (auto), numpy on CPUs.")
 
 
 @register
 class Dense(Stage):
-    """Embed each query's text; exact cosine top k from the table (ANN when the table has an index)."""
+    """Embed each query's text; exact cosine top k over the table's saved vectors (or its ANN index, as an option)."""
 
     name = "dense"
     kind = Kind.RETRIEVER
@@ -31,7 +36,8 @@ class Dense(Stage):
         return Needs(encoder=True)
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
-        return Output(run=dense(queries, ctx.store, ctx.embedder(), self.options.k))
+        o = self.options
+        return Output(run=dense(queries, ctx.store, ctx.embedder(), o.k, search=o.search, precision=o.precision, product=o.product))
 
 
 class BM25Options(StageOptions):

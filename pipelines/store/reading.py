@@ -134,41 +134,39 @@ class Reading:
         return pa.table(out)
 
     def held_bytes(self) -> int:
-        """Bytes of the engines' data this store holds in memory (the vectors, the BM25 index):
-        what each retrieval actor will hold again."""
-        held = sum(a.nbytes + (56 * len(a) if a.dtype == object else 0) for a in self._matrix) if self._matrix is not None else 0
+        """Bytes of the engines' data this process holds of its own (what each retrieval actor
+        would hold again): none of the saved, mapped files (one copy per node in the page
+        cache), all of an engine read into memory (a database that is not a local directory)."""
+        held = sum(v.own_bytes() for v in self._vectors.values())
         return held + (self._bm25.nbytes() if self._bm25 is not None else 0)
 
+    def mapped_bytes(self) -> int:
+        """Bytes of the engines' files this process has mapped (a whole search touches them all):
+        what a node's page cache holds once, and what sharding divides."""
+        mapped = sum(v.nbytes() for v in self._vectors.values() if v.path is not None)
+        return mapped + (self._bm25.mapped_bytes() if self._bm25 is not None and hasattr(self._bm25, "mapped_bytes") else 0)
+
     def bm25_index(self):
-        """The BM25 engine's index of this version (pipelines/sparse.py), opened once."""
+        """The BM25 engine's index of this version (pipelines/sparse.py), opened once: mapped
+        from its saved files where the database is a local directory."""
         if self._bm25 is None:
             self._bm25 = open_index(self)
         return self._bm25
 
-    def vector_matrix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(doc ids, (n, dim) float32 unit vectors, tie-break) of this version, read once: the
-        exact dense engine's operand (pipelines/methods/dense.py; past its memory budget, the
-        ANN index answers instead). Blocks are normalised into one preallocated array, so the
-        read peaks at one copy. The tie-break is each row's position when doc ids sort descending."""
-        if self._matrix is None:
-            n = self.count()
-            m = np.empty((n, self.dim), np.float32)
-            ids, at = [], 0
-            for block_ids, block in self.vector_blocks():
-                norms = np.linalg.norm(block, axis=1, keepdims=True)
-                m[at : at + len(block)] = block / np.where(norms > 0, norms, 1)
-                ids.append(block_ids)
-                at += len(block)
-            ids = np.concatenate(ids) if ids else np.empty(0, object)
-            m = m[:at]
-            tiebreak = np.empty(len(ids), np.int64)
-            tiebreak[np.argsort(ids.astype(str))[::-1]] = np.arange(len(ids))
-            self._matrix = (ids, m, tiebreak)
-        return self._matrix
+    def vectors(self, precision: str = "float32"):
+        """The dense engine's operand of this version (pipelines/vectors.py: unit vectors, doc ids,
+        tie-break ranks), opened once per precision: mapped from their saved files where the
+        database is a local directory (saved first if missing), else read into memory."""
+        if precision not in self._vectors:
+            from pipelines.vectors import open_vectors
+
+            self._vectors[precision] = open_vectors(self, precision)
+        return self._vectors[precision]
 
     def release(self) -> None:
-        """Forget the engines' in-memory operands (the BM25 index, the vectors) of this process."""
-        self._bm25 = self._matrix = None
+        """Forget the engines' operands (the BM25 index, the vectors) of this process."""
+        self._bm25 = None
+        self._vectors = {}
 
     def text_search(self, text: str, k: int) -> pa.Table:
         """BM25 (k1 1.2, b 0.75) over title and text as one combined field through LanceDB's

@@ -122,9 +122,11 @@ class _Store:
     def has_ann_index(self):
         return False
 
-    def vector_matrix(self):
-        tiebreak = np.argsort(np.argsort(self.ids)[::-1]).astype(np.int64)  # each row's position when doc ids sort descending
-        return self.ids, self.matrix, tiebreak
+    def vectors(self, precision="float32"):
+        from pipelines.vectors import Vectors, tiebreak_ranks
+
+        ids = pa.array(self.ids.tolist(), pa.string())
+        return Vectors(ids, self.matrix.astype(precision), tiebreak_ranks(ids))
 
     def vectors_for(self, doc_ids):
         where = {d: i for i, d in enumerate(self.ids)}
