@@ -45,7 +45,7 @@ class TableHandle:
         self._table = None
         self._lance = None  # the Lance dataset, for full-text search
         self._bm25 = None  # the BM25 engine's index of this version (pipelines/sparse.py)
-        self._matrix = None  # (doc ids, unit vectors) of this version, for the exact dense engine
+        self._vectors: dict = {}  # precision -> the dense engine's vectors of this version (pipelines/vectors.py)
 
     # -- lifecycle ---------------------------------------------------------------
     @property
