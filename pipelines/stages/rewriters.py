@@ -17,12 +17,14 @@ from collections import Counter
 from typing import Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
 from pipelines.llm.decompose import KINDS, DecomposeSettings, apply_to_queries, decompose
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from pipelines.stages.registry import preset, register
+from pipelines.stages.shards import in_shards
 from schemas.tables import DECOMPOSITIONS, QUERIES
 
 # the kinds that give a query a logical form (the rest, free text, are the expansion stage's)
@@ -82,13 +84,27 @@ class _Rewriter(Stage):
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         if self.options.decompositions:
             table = pq.read_table(self.options.decompositions)
-            side = {}
+            side, sharding = {}, {}
         else:
-            llm = ctx.llm_service()
-            table = decompose(llm, queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), self._settings())
+            table, sharding = self._generate(ctx, queries)
             side = {"decompositions": table}
         out = apply_to_queries(queries, table, self.method)
-        return Output(queries=out, side=side, counts={"by_status": dict(Counter(out.column("decomposition_status").to_pylist()))})
+        return Output(queries=out, side=side, counts={"by_status": dict(Counter(out.column("decomposition_status").to_pylist())), **sharding})
+
+    def _generate(self, ctx: Context, queries: pa.Table) -> tuple[pa.Table, dict]:
+        """The LLM's decompositions, by shards of the queries (pipelines/stages/shards.py), each
+        written as it finishes so a killed job resumes from them; one row per query, in order."""
+        llm, settings = ctx.llm_service(), self._settings()
+        text_of = dict(zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True))
+
+        def compute(wave: list[list[str]]) -> list[dict[str, pa.Table]]:
+            asked = [q for shard in wave for q in shard]
+            table = decompose(llm, asked, [text_of[q] for q in asked], settings)  # one call of the pool per method for the wave
+            return [{"decompositions": table.filter(pc.is_in(table.column("query_id"), pa.array(shard, pa.string())))} for shard in wave]
+
+        tables, sharding = in_shards(ctx, list(text_of), compute, self.name)
+        table = pa.concat_tables([t["decompositions"] for t in tables]) if tables else DECOMPOSITIONS.empty_table()
+        return table, sharding
 
 
 @register

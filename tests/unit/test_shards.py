@@ -213,3 +213,43 @@ def test_orlog_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_
     costs = ("pairs", "forward_passes", "prompt_tokens", "llm_cache_hits")
     assert {c: out.counts[c] for c in costs} == {c: one_pass.counts[c] for c in costs}
     assert json.dumps(out.counts, default=str)  # the manifest holds them
+
+
+# ------------------------------------------------------------------------------ decomposition in shards
+class _ScriptedDecomposer:
+    """An LLM that decomposes each question into one atom naming it (orlog's JSON); counts the prompts sent."""
+
+    def __init__(self, shard_queries: int = 2, wave_shards: int = 1):
+        self.cfg = LLMConfig(cache=None, shard_queries=shard_queries, wave_shards=wave_shards)
+        self.model_id = "scripted"
+        self.sent: list[str] = []
+
+    def generate(self, template, values, constraint=None, max_tokens=256, temperature=0.0, seed=None, label=None):
+        from pipelines.llm.engine import Generation
+
+        self.sent += [v["question"] for v in values]
+        return [Generation(json.dumps({"atoms": [{"id": "a1", "text": "{x} answers " + v["question"]}], "form": '"a1"'}), "stop", 10, 0, 5)
+                for v in values]
+
+
+def test_decomposition_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_path):
+    from pipelines.stages.rewriters import Decomposition, DecompositionOptions
+
+    queries = pa.table({"query_id": UNITS, "text": [f"question {q}" for q in UNITS]})
+    stage = Decomposition(DecompositionOptions(target="orlog"))
+    whole = _ScriptedDecomposer()
+    one_pass = stage.run(Context(store=None, llm=lambda: whole), queries, [])
+    cp = Checkpoint(tmp_path / "k.partial", "k")
+
+    def kill_after_two(line: str) -> None:
+        if len(list(cp.where.glob("shard-*.parquet"))) == 2:
+            raise Killed(line)
+
+    with pytest.raises(Killed):
+        stage.run(Context(store=None, llm=lambda: _ScriptedDecomposer(), echo=kill_after_two, checkpoint=cp), queries, [])
+    resumed = _ScriptedDecomposer()
+    out = stage.run(Context(store=None, llm=lambda: resumed, checkpoint=cp), queries, [])
+    assert len(whole.sent) == 7 and resumed.sent == ["question q4", "question q5", "question q6"]  # shards 3 and 4 of 2, 2, 2, 1
+    assert out.counts["shards"] == 4 and out.counts["shards_resumed"] == 2
+    assert out.queries.equals(one_pass.queries) and out.side["decompositions"].equals(one_pass.side["decompositions"])
+    assert out.queries.column("logical_query").to_pylist() == ['"a1"'] * 7  # the decompositions were applied
