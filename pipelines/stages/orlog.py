@@ -11,6 +11,7 @@ incoming run's order for ties, and count their cost (forward passes, tokens) per
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -69,6 +70,7 @@ SHARD_TRUTH = pa.schema([
     ("p_true", pa.float64()), ("logit_true", pa.float64()), ("logit_false", pa.float64()), ("exact", pa.bool_()),
     ("prompt_tokens", pa.int64()), ("cached_prompt_tokens", pa.int64()), ("cached", pa.bool_()), ("p_calibrated", pa.float64()),
 ])
+SHARD_REASONER = pa.schema([f for f in SHARD_TRUTH if f.name not in ("atom_id", "atom", "p_calibrated")])  # one prompt per candidate
 
 # a retrieval scorer's calibrations to P(True), its default first (raw cosines and raw BM25 are no probabilities)
 RETRIEVAL_CALIBRATIONS = {"bm25": ("max", "saturation", "zscore"), "dense": ("zscore",)}
@@ -90,18 +92,29 @@ class _LLMReranker(Stage):
         cands = run.select(["query_id", "doc_id", "rank"]).to_pandas().rename(columns={"rank": "base_rank"})
         return cands[cands["base_rank"] <= self.options.depth] if self.options.depth is not None else cands
 
-    def _candidates(self, ctx: Context, run: pa.Table):
-        """(query_id, doc_id, base_rank) of the incoming run's top depth, the candidates'
-        names (their titles) and their texts cut to the token budget."""
-        cands = self._pairs(run)
-        return (cands, *self._texts(ctx, cands))
-
     def _texts(self, ctx: Context, cands: pd.DataFrame) -> tuple[dict[str, str], dict[str, str]]:
         """The candidates' names (their titles) and their texts cut to the token budget."""
         docs = ctx.store.rows_for(cands["doc_id"].unique().tolist(), ["title", "text"]).to_pylist()
         names = {d["doc_id"]: (d["title"] or "").strip() or "This document" for d in docs}
         contexts = _contexts(ctx.llm_model, docs, self.options.context_tokens) if self.options.context else {}
         return names, contexts
+
+    def _scored_in_shards(self, ctx: Context, cands: pd.DataFrame, score: Callable, schema: pa.Schema) -> tuple[pd.DataFrame, dict]:
+        """``score(shards, candidates, names, contexts)``'s rows for every candidate, computed
+        by shards of the incoming run's queries, in the order they come (pipelines/stages/shards.py):
+        a wave's prompts are built (its documents read and cut) when it goes to the pool, and
+        each shard's rows (``schema``: keys and scores, not the prompts' texts) written as it
+        finishes, so a killed job resumes from them. Returns the rows and the shards' counts."""
+        rows_of = cands.groupby("query_id", sort=False).indices  # query -> its candidates' positions, in the run's order
+
+        def compute(shards: list[list[str]]) -> list[dict[str, pa.Table]]:
+            wave = cands.iloc[np.concatenate([rows_of[q] for shard in shards for q in shard])].reset_index(drop=True)
+            scored = score(shards, wave, *self._texts(ctx, wave))
+            return [{"scores": pa.Table.from_pandas(scored[scored["query_id"].isin(shard)][schema.names], schema=schema, preserve_index=False)}
+                    for shard in shards]
+
+        tables, sharding = in_shards(ctx, list(rows_of), compute, self.name)
+        return pa.concat_tables([t["scores"] for t in tables] or [schema.empty_table()]).to_pandas(), sharding
 
     def _score(self, ctx: Context, prompts: pd.DataFrame) -> pd.DataFrame:
         """The prompts with the LLM's truth scores (TRUTH_SCORES columns) beside them."""
@@ -142,7 +155,7 @@ class Orlog(_LLMReranker):
         started = time.perf_counter()  # seconds per pair: candidates to P(True), the LLM's or the scorer's
         if o.scorer == "llm":
             cands = self._pairs(runs[0])
-            res, n_cf, sharding = self._truth_in_shards(ctx, qs, cands)
+            res, n_cf, sharding = self._truth(ctx, qs, cands)
             counts = _cost(res, len(cands), n_cf) | sharding
         else:
             cands = self._pairs(runs[0])
@@ -159,36 +172,24 @@ class Orlog(_LLMReranker):
         run = rank_pairs(post.assign(tiebreak=post["base_rank"]), o.k, "orlog", "orlog")
         return Output(run=run, side={"predicate_scores": orlog.predicate_scores(res)}, counts=counts)
 
-    def _truth_in_shards(self, ctx: Context, qs: list[orlog.OrlogQuery], cands: pd.DataFrame) -> tuple[pd.DataFrame, int, dict]:
-        """Every (candidate, atom)'s truth scores, calibrated, computed by shards of the
-        incoming run's queries (pipelines/stages/shards.py): a shard's prompts are built when
-        its wave goes to the pool, and its scores written as it finishes, so a killed job
-        resumes from them. Calibration is per query (content-free: its atoms about "N/A";
-        pool-mean: over its candidates), so a shard is calibrated alone. Returns the scores,
-        the content-free prompts counted, and the shards' counts."""
+    def _truth(self, ctx: Context, qs: list[orlog.OrlogQuery], cands: pd.DataFrame) -> tuple[pd.DataFrame, int, dict]:
+        """Every (candidate, atom)'s truth scores, calibrated, by shards of the run's queries.
+        Calibration is per query (content-free: its atoms about "N/A"; pool-mean: over its
+        candidates), so a wave is calibrated alone. Returns the scores, the content-free
+        prompts counted, and the shards' counts."""
         o = self.options
         by_query = {q.query_id: q for q in qs}
-        rows_of = cands.groupby("query_id", sort=False).indices  # query -> its candidates' positions, in the run's order
-        units = list(rows_of)  # the run's queries in the order they come
 
-        def compute(wave: list[list[str]]) -> list[dict[str, pa.Table]]:
-            parts = [cands.iloc[np.concatenate([rows_of[q] for q in shard])] for shard in wave]
-            wave_cands = pd.concat(parts, ignore_index=True)
-            names, contexts = self._texts(ctx, wave_cands)
-            asked = [by_query[q] for shard in wave for q in shard]
-            prompts = orlog.truth_prompts(asked, wave_cands, names, contexts)
+        def score(shards: list[list[str]], wave: pd.DataFrame, names: dict, contexts: dict) -> pd.DataFrame:
+            asked = [by_query[q] for shard in shards for q in shard]
+            prompts = orlog.truth_prompts(asked, wave, names, contexts)
             cf = orlog.content_free_prompts(asked) if o.calibration == "content-free" else prompts.iloc[:0]
-            scored = self._score(ctx, pd.concat([prompts, cf], ignore_index=True))  # one call of the pool for the whole wave
+            scored = self._score(ctx, pd.concat([prompts, cf], ignore_index=True))  # one call of the pool for the wave
             res, cf = scored.iloc[: len(prompts)], scored.iloc[len(prompts) :]
-            out = []
-            for shard in wave:
-                mine = res[res["query_id"].isin(shard)]
-                mine = mine.assign(p_calibrated=orlog.calibrate(mine, o.calibration, cf[cf["query_id"].isin(shard)]))
-                out.append({"truth": pa.Table.from_pandas(mine[SHARD_TRUTH.names], schema=SHARD_TRUTH, preserve_index=False)})
-            return out
+            return res.assign(p_calibrated=orlog.calibrate(res, o.calibration, cf))
 
-        tables, sharding = in_shards(ctx, units, compute, self.name)
-        res = pa.concat_tables([t["truth"] for t in tables]).to_pandas() if tables else SHARD_TRUTH.empty_table().to_pandas()
+        res, sharding = self._scored_in_shards(ctx, cands, score, SHARD_TRUTH)
+        units = cands["query_id"].unique()
         n_cf = sum(len(by_query[q].atoms) for q in units) if o.calibration == "content-free" else 0
         return res, n_cf, sharding
 
@@ -201,10 +202,12 @@ class Reasoner(_LLMReranker):
     Options = ReasonerOptions
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
-        cands, names, contexts = self._candidates(ctx, runs[0])
-        res = self._score(ctx, orlog.reasoner_prompts(queries, cands, names, contexts))
+        def score(shards: list[list[str]], wave: pd.DataFrame, names: dict, contexts: dict) -> pd.DataFrame:
+            return self._score(ctx, orlog.reasoner_prompts(queries, wave, names, contexts))
+
+        res, sharding = self._scored_in_shards(ctx, self._pairs(runs[0]), score, SHARD_REASONER)
         run = rank_pairs(res.assign(score=res["p_true"], tiebreak=res["base_rank"]), self.options.k, "reasoner", "reasoner")
-        return Output(run=run, counts=_cost(res, len(res), 0))
+        return Output(run=run, counts=_cost(res, len(res), 0) | sharding)
 
 
 def _refuse_unparsed_forms(queries: pa.Table) -> None:

@@ -253,3 +253,21 @@ def test_decomposition_killed_after_two_shards_resumes_the_rest_and_equals_one_p
     assert out.counts["shards"] == 4 and out.counts["shards_resumed"] == 2
     assert out.queries.equals(one_pass.queries) and out.side["decompositions"].equals(one_pass.side["decompositions"])
     assert out.queries.column("logical_query").to_pylist() == ['"a1"'] * 7  # the decompositions were applied
+
+
+def test_reasoner_in_shards_resumes_and_equals_one_pass(tmp_path):
+    from pipelines.stages.orlog import Reasoner, ReasonerOptions
+
+    queries, run = _orlog_inputs()
+    stage = Reasoner(ReasonerOptions(k=3, depth=3, context=False))
+    whole = _ScriptedTruth()
+    one_pass = stage.run(Context(store=_Titles(), llm=lambda: whole), queries, [run])
+    cp = Checkpoint(tmp_path / "k.partial", "k")
+    done = _ScriptedTruth(shard_queries=2, wave_shards=2)
+    stage.run(Context(store=_Titles(), llm=lambda: done, checkpoint=cp), queries, [run])
+    (cp.where / "shard-00001.parquet").unlink()  # as if the job had died before the second shard was written
+    resumed = _ScriptedTruth(shard_queries=2, wave_shards=2)
+    out = stage.run(Context(store=_Titles(), llm=lambda: resumed, checkpoint=cp), queries, [run])
+    assert len(done.sent) == len(whole.sent) == 15 and len(resumed.sent) == 6  # 2 queries x 3 candidates: the missing shard only
+    assert out.run.select(["query_id", "doc_id", "rank"]).equals(one_pass.run.select(["query_id", "doc_id", "rank"]))
+    np.testing.assert_allclose(out.run.column("score").to_numpy(), one_pass.run.column("score").to_numpy(), rtol=0, atol=1e-12)
