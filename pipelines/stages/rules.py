@@ -18,6 +18,7 @@ from pipelines.methods import rules
 from pipelines.methods.rules import R3Options, ReasonOptions, SiarOptions
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage
 from pipelines.stages.registry import register
+from pipelines.stages.shards import in_shards
 from schemas.errors import UserError
 from schemas.tables import INDUCED_RULES, RERANK_WINDOWS, RULE_ANSWERS
 
@@ -53,6 +54,9 @@ class Siar(Stage):
         return Output(queries=out, side={"induced_rules": induced}, counts=counts)
 
 
+R3_ORDER = pa.schema([("query_id", pa.string()), ("doc_ids", pa.list_(pa.string()))])  # a shard of R3: each query's new order
+
+
 @register
 class R3(Stage):
     """R3: the LLM reads the query and the top n retrieved rules, [1] to [n], and writes
@@ -79,11 +83,23 @@ class R3(Stage):
             lists.setdefault(q, []).append(d)
         column = "original_text" if "original_text" in queries.column_names else "text"
         texts_of = dict(zip(queries.column("query_id").to_pylist(), queries.column(column).to_pylist(), strict=True))
-        top = sorted({d for docs in lists.values() for d in docs[: o.n]})
-        docs = ctx.store.rows_for(top, ["title", "text"]).to_pylist()
-        texts = templates.cut_to_tokens(ctx.llm_model, {d["doc_id"]: document_text(d["title"], d["text"] or "") for d in docs}, o.doc_tokens)
-        reranked, table = rules.rerank(ctx.llm_service(), {q: texts_of[q] for q in lists}, lists, texts, o)
-        return Output(run=rules.to_run(reranked, o.k, "r3", "r3"), side={"rerank_windows": table}, counts=rules.window_counts(table, len(lists)))
+
+        def compute(shards: list[list[str]]) -> list[dict[str, pa.Table]]:
+            """A wave of shards: its rules read and cut, its windows on the pool (each step one batch for the wave)."""
+            asked = {q: lists[q] for shard in shards for q in shard}
+            top = sorted({d for docs in asked.values() for d in docs[: o.n]})
+            docs = ctx.store.rows_for(top, ["title", "text"]).to_pylist()
+            texts = templates.cut_to_tokens(ctx.llm_model, {d["doc_id"]: document_text(d["title"], d["text"] or "") for d in docs}, o.doc_tokens)
+            reranked, table = rules.rerank(ctx.llm_service(), {q: texts_of[q] for q in asked}, asked, texts, o)
+            return [{"order": pa.table({"query_id": shard, "doc_ids": [reranked[q] for q in shard]}, schema=R3_ORDER),
+                     "rerank_windows": table.filter(pc.is_in(table.column("query_id"), pa.array(shard, pa.string())))} for shard in shards]
+
+        tables, sharding = in_shards(ctx, list(lists), compute, self.name)  # by shards of the run's queries, resumable
+        reranked = {q: docs for t in tables for q, docs in zip(*(t["order"].column(c).to_pylist() for c in R3_ORDER.names), strict=True)}
+        table = pa.concat_tables([t["rerank_windows"] for t in tables] or [RERANK_WINDOWS.empty_table()])
+        return Output(run=rules.to_run(reranked, o.k, "r3", "r3"), side={"rerank_windows": table},
+                      counts=rules.window_counts(table, len(lists)) | sharding)
+
 
 
 

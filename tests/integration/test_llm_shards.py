@@ -49,7 +49,7 @@ def test_orlog_killed_half_way_resumes_only_the_missing_shards_and_equals_an_uni
 
     def kill_at_two_shards(line: str) -> None:  # any progress line: the shard files on disk are the event
         seen.append(line)
-        if len(list(partial.glob("*.partial/shard-*.parquet"))) >= 2:
+        if len(list(partial.glob("*.partial/shard-?????.parquet"))) >= 2:
             raise Killed(line)
 
     try:

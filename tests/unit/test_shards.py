@@ -193,7 +193,7 @@ def test_orlog_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_
     cp = Checkpoint(tmp_path / "k.partial", "k")
 
     def kill_after_two(line: str) -> None:  # the progress line of a written shard: the observable event
-        if len(list(cp.where.glob("shard-*.parquet"))) == 2:
+        if len(list(cp.where.glob("shard-?????.parquet"))) == 2:
             raise Killed(line)
 
     first = _ScriptedTruth(shard_queries=2, wave_shards=1)
@@ -242,7 +242,7 @@ def test_decomposition_killed_after_two_shards_resumes_the_rest_and_equals_one_p
     cp = Checkpoint(tmp_path / "k.partial", "k")
 
     def kill_after_two(line: str) -> None:
-        if len(list(cp.where.glob("shard-*.parquet"))) == 2:
+        if len(list(cp.where.glob("shard-?????.parquet"))) == 2:
             raise Killed(line)
 
     with pytest.raises(Killed):
@@ -271,3 +271,46 @@ def test_reasoner_in_shards_resumes_and_equals_one_pass(tmp_path):
     assert len(done.sent) == len(whole.sent) == 15 and len(resumed.sent) == 6  # 2 queries x 3 candidates: the missing shard only
     assert out.run.select(["query_id", "doc_id", "rank"]).equals(one_pass.run.select(["query_id", "doc_id", "rank"]))
     np.testing.assert_allclose(out.run.column("score").to_numpy(), one_pass.run.column("score").to_numpy(), rtol=0, atol=1e-12)
+
+
+class _Reverser:
+    """An LLM that reverses every R3 window; counts the windows sent."""
+
+    def __init__(self, shard_queries: int = 2, wave_shards: int = 1):
+        self.cfg = LLMConfig(cache=None, shard_queries=shard_queries, wave_shards=wave_shards)
+        self.model_id = "scripted"
+        self.sent: list[str] = []
+
+    def generate(self, template, values, constraint=None, max_tokens=256, temperature=0.0, seed=None, label=None):
+        from pipelines.llm.engine import Generation
+
+        self.sent += [v["query"] for v in values]
+        return [Generation(" > ".join(f"[{i}]" for i in range(int(v["n"]), 0, -1)), "stop", 10, 0, 5) for v in values]
+
+
+def test_r3_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_path, monkeypatch):
+    from pipelines.methods.rules import R3Options
+    from pipelines.stages import rules as stage_module
+    from pipelines.stages.rules import R3
+
+    monkeypatch.setattr(stage_module.templates, "cut_to_tokens", lambda model, texts, budget: texts)  # no tokenizer here
+    queries, run = _orlog_inputs(n_queries=5, depth=6)
+    stage = R3(R3Options(k=6, n=6, window=4, stride=2))  # two windows per query
+    whole = _Reverser()
+    one_pass = stage.run(Context(store=_Titles(), llm=lambda: whole), queries, [run])
+    cp = Checkpoint(tmp_path / "k.partial", "k")
+
+    def kill_after_two(line: str) -> None:
+        if len(list(cp.where.glob("shard-?????.parquet"))) == 2:
+            raise Killed(line)
+
+    with pytest.raises(Killed):
+        stage.run(Context(store=_Titles(), llm=lambda: _Reverser(), echo=kill_after_two, checkpoint=cp), queries, [run])
+    resumed = _Reverser()
+    out = stage.run(Context(store=_Titles(), llm=lambda: resumed, checkpoint=cp), queries, [run])
+    assert len(whole.sent) == 5 * 2 and len(resumed.sent) == 1 * 2  # the last shard's query, two windows
+    assert out.run.equals(one_pass.run)
+    windows = ["query_id", "window", "start", "end", "permutation"]
+    assert out.side["rerank_windows"].select(windows).sort_by([("query_id", "ascending"), ("window", "ascending")]).equals(
+        one_pass.side["rerank_windows"].select(windows).sort_by([("query_id", "ascending"), ("window", "ascending")]))
+    assert out.counts["windows"] == one_pass.counts["windows"] == 10 and out.counts["shards_resumed"] == 2
