@@ -6,10 +6,13 @@ call on the job's LLM pool; never a job or an engine call per question or per st
 from __future__ import annotations
 
 import json
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.embed import document_text, to_matrix
 from pipelines.llm import prompts as templates
@@ -17,8 +20,9 @@ from pipelines.methods import lag
 from pipelines.methods.lag import LagOptions
 from pipelines.stages.base import Context, Kind, Needs, Output, Stage
 from pipelines.stages.registry import register
+from pipelines.stages.shards import in_shards
 from schemas.errors import UserError
-from schemas.tables import LAG_ANSWERS, LAG_STEPS
+from schemas.tables import LAG_ANSWERS, LAG_STEPS, RUN
 
 
 class LagError(UserError, ValueError):
@@ -54,11 +58,37 @@ class Lag(Stage):
             rows = ctx.store.rows_for(doc_ids, ["title", "text"]).to_pylist()
             return templates.cut_to_tokens(ctx.llm_model, {r["doc_id"]: document_text(r["title"], r["text"] or "") for r in rows}, o.passage_tokens)
 
-        chains = lag.plan(llm, qids, texts, s, gold)
-        lag.solve(chains, retriever, llm, passage_texts, s, echo=ctx.echo)
-        lag.synthesise(chains, retriever, llm, passage_texts, s)
-        answers, steps, run = lag.tables(chains, llm.model_id if llm else None, "lag", s)
-        return Output(run=run, side={"answers": answers, "lag_steps": steps}, counts=lag.counts(chains))
+        text_of = dict(zip(qids, texts, strict=True))
+
+        def compute(shards: list[list[str]]) -> list[dict[str, pa.Table]]:
+            """A wave of shards, its questions' rounds stepped together; each shard's rows of the three tables."""
+            asked = [q for shard in shards for q in shard]
+            chains = lag.plan(llm, asked, [text_of[q] for q in asked], s, gold)
+            lag.solve(chains, retriever, llm, passage_texts, s, echo=ctx.echo)
+            lag.synthesise(chains, retriever, llm, passage_texts, s)
+            answers, steps, run = lag.tables(chains, llm.model_id if llm else None, "lag", s)
+            tables = {"run": run, "answers": answers, "lag_steps": steps}  # the run first: a shard's main table
+            return [{name: t.filter(pc.is_in(t.column("query_id"), pa.array(shard, pa.string()))) for name, t in tables.items()} for shard in shards]
+
+        # by shards of the questions, resumable, when the LLM is asked (the oracle, without it, runs in one pass)
+        done, sharding = in_shards(ctx if llm is not None else replace(ctx, checkpoint=None), qids, compute, self.name)
+        run, answers, steps = (pa.concat_tables([d[name] for d in done] or [schema.empty_table()])
+                               for name, schema in (("run", RUN), ("answers", LAG_ANSWERS), ("lag_steps", LAG_STEPS)))
+        return Output(run=run, side={"answers": answers, "lag_steps": steps}, counts=counts_of(answers, steps) | sharding)
+
+
+def counts_of(answers: pa.Table, steps: pa.Table) -> dict:
+    """The manifest's counts (as :func:`pipelines.methods.lag.counts` gives them from the
+    chains), from the tables: shards read back from a checkpoint hold no chains."""
+    taken = answers.column("steps").to_pylist()
+    return {
+        "questions": answers.num_rows,
+        "stop_reasons": dict(Counter(answers.column("stop_reason").to_pylist())),
+        "plan_status": dict(Counter(answers.column("plan_status").to_pylist())),
+        "step_status": dict(Counter(steps.column("status").to_pylist())),
+        "steps_mean": float(np.mean(taken)) if taken else 0.0,
+        "steps_max": max(taken, default=0),
+    }
 
 
 class StoreRetriever(lag.Retriever):

@@ -314,3 +314,97 @@ def test_r3_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_pat
     assert out.side["rerank_windows"].select(windows).sort_by([("query_id", "ascending"), ("window", "ascending")]).equals(
         one_pass.side["rerank_windows"].select(windows).sort_by([("query_id", "ascending"), ("window", "ascending")]))
     assert out.counts["windows"] == one_pass.counts["windows"] == 10 and out.counts["shards_resumed"] == 2
+
+
+# ------------------------------------------------------------------------------ LAG in shards
+class _AxisStore:
+    """test_lag's four passages on orthogonal axes, as a table the stage searches (exact cosine)."""
+
+    def __init__(self):
+        from tests.unit.test_lag import DOCS
+
+        self.ids, self.mat = list(DOCS), np.stack(list(DOCS.values())).astype(np.float32)
+
+    def vector_search(self, vectors, k, with_vectors=True):
+        from pipelines.embed import to_fixed_size_list
+
+        rows = [(qi, i, float(self.mat[i] @ v)) for qi, v in enumerate(vectors) for i in np.argsort(-(self.mat @ v), kind="stable")[:k]]
+        return pa.table({"query_index": [r[0] for r in rows], "doc_id": [self.ids[r[1]] for r in rows], "score": [r[2] for r in rows],
+                         "vector": to_fixed_size_list(self.mat[[r[1] for r in rows]])})
+
+    def rows_for(self, doc_ids, columns):
+        return pa.table({"doc_id": list(doc_ids), "title": [""] * len(doc_ids), "text": [f"passage {d}" for d in doc_ids]})
+
+
+class _AxisEncoder:
+    def encode(self, texts):
+        from tests.unit.test_lag import axis_of
+
+        return np.stack([axis_of(t) for t in texts]).astype(np.float32)
+
+
+def test_lag_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_path, monkeypatch):
+    from pipelines.methods.lag import LagOptions
+    from pipelines.stages import lag as stage_module
+    from pipelines.stages.lag import Lag
+
+    monkeypatch.setattr(stage_module.templates, "cut_to_tokens", lambda model, texts, budget: texts)  # no tokenizer here
+    axes = ["alpha", "beta", "gamma", "delta"]
+    qids = [f"q{i}" for i in range(5)]
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text("".join(json.dumps({"query_id": q, "decomposition": [{"question": f"{axes[i % 4]}: who?", "answer": "?"},
+                                                                         {"question": f"{axes[(i + 1) % 4]}: of #1?", "answer": "?"}]}) + "\n"
+                            for i, q in enumerate(qids)))
+    queries = pa.table({"query_id": qids, "text": [f"question {q}" for q in qids]})
+    stage = Lag(LagOptions(k=1, plan="gold", sub_answers="llm", synthesis=True, gold=str(gold)))
+
+    class Answers:
+        def __init__(self, shard_queries=2, wave_shards=1):
+            self.cfg, self.model_id, self.sent = LLMConfig(cache=None, shard_queries=shard_queries, wave_shards=wave_shards), "scripted", []
+
+        def generate(self, template, values, constraint=None, max_tokens=256, temperature=0.0, seed=None, label=None):
+            from pipelines.llm.engine import Generation
+
+            self.sent += [template.render(**v) for v in values]
+            return [Generation("Ann", "stop", 10, 0, 3) for _ in values]
+
+    def ctx(llm, **kw):
+        return Context(store=_AxisStore(), encoder=lambda: _AxisEncoder(), llm=lambda: llm, **kw)
+
+    whole = Answers()
+    one_pass = stage.run(ctx(whole), queries, [])
+    cp = Checkpoint(tmp_path / "k.partial", "k")
+
+    def kill_after_two(line: str) -> None:
+        if len(list(cp.where.glob("shard-?????.parquet"))) == 2:
+            raise Killed(line)
+
+    with pytest.raises(Killed):
+        stage.run(ctx(Answers(), echo=kill_after_two, checkpoint=cp), queries, [])
+    resumed = Answers()
+    out = stage.run(ctx(resumed, checkpoint=cp), queries, [])
+    assert len(resumed.sent) * 5 == len(whole.sent) and set(resumed.sent) <= set(whole.sent)  # one question of five: the last shard
+    assert out.run.equals(one_pass.run) and out.counts["shards_resumed"] == 2
+    for name in ("answers", "lag_steps"):
+        assert out.side[name].equals(one_pass.side[name]), name
+    assert {k: v for k, v in out.counts.items() if not k.startswith("shard")} == {k: v for k, v in one_pass.counts.items() if not k.startswith("shard")}
+    assert out.counts["questions"] == 5 and out.counts["steps_max"] == 2
+
+
+def test_lag_counts_from_its_tables_equal_those_from_its_chains():
+    """A resumed LAG stage counts from the tables its shards hold (no chains): the same counts."""
+    from pipelines.methods import lag
+    from pipelines.stages.lag import counts_of
+    from tests.unit.test_lag import AXES, DOCS, ScriptedLLM, VectorRetriever, axis_of, gen, texts_of
+
+    s = lag.LagOptions(k=1, plan="gold", sub_answers="llm", t_max=3, gold="gold.jsonl")
+    gold = {"done": [{"question": "alpha: who?", "answer": "?"}, {"question": "beta: of #1?", "answer": "?"}],
+            "nosupport": [{"question": "alpha: who?", "answer": "?"}, {"question": "nothing here", "answer": "?"}],
+            "budget": [{"question": f"{a}: x?", "answer": "?"} for a in AXES], "unanswerable": [{"question": "gamma: who?", "answer": "?"}]}
+    llm = ScriptedLLM(lambda name, v: gen("unknown" if v.get("question") == "gamma: who?" else "Ann"))
+    chains = lag.plan(llm, list(gold), [f"question {q}" for q in gold], s, gold)
+    lag.solve(chains, VectorRetriever(DOCS, axis_of), llm, texts_of, s)
+    lag.synthesise(chains, VectorRetriever(DOCS, axis_of), llm, texts_of, s)
+    answers, steps, _ = lag.tables(chains, llm.model_id, "lag", s)
+    assert counts_of(answers, steps) == lag.counts(chains)
+    assert len(lag.counts(chains)["stop_reasons"]) == 4  # the comparison covers every stop reason
