@@ -78,3 +78,5 @@ def test_orlog_killed_half_way_resumes_only_the_missing_shards_and_equals_an_uni
     assert pa_[["query_id", "doc_id", "atom_id"]].equals(pb[["query_id", "doc_id", "atom_id"]])
     np.testing.assert_allclose(pb["p_true"], pa_["p_true"], rtol=0, atol=SCORE_TOL)
     assert np.std(pa_["p_true"]) > 0.01  # the comparison is not between constants
+    print(f"kill/resume: {total} prompts in 4 shards; killed job sent {sum(waves)}, resumed job sent {manifest['llm']['prompts_run']}; "
+          f"max |score diff| {np.abs(b['score'] - a['score']).max():.2e}, max |p_true diff| {np.abs(pb['p_true'] - pa_['p_true']).max():.2e}")
