@@ -102,7 +102,7 @@ def test_the_refined_ann_search_as_an_option_keeps_recall(tmp_path, monkeypatch)
 def test_tiles_of_documents_give_the_single_pass_answer(tmp_path, monkeypatch):
     """Many document tiles (merged top k per tile) against one pass: the same run, ties
     across tiles broken by doc id too."""
-    import pipelines.methods.dense as engine
+    import pipelines.exact as engine
 
     rng = np.random.default_rng(3)
     docs = _unit(rng.normal(size=(2000, DIM)))
@@ -133,7 +133,7 @@ def test_shards_merge_into_exactly_the_unsharded_run_on_either_product(tmp_path,
     """Shards of rows (on tile bounds) searched apart and merged: the unsharded top k, ids and
     ranks exactly, scores within 1e-6, a tie spread over shards included; the torch product
     (run here on the CPU, on a GPU where one is visible) gives the numpy product's run."""
-    import pipelines.methods.dense as engine
+    import pipelines.exact as engine
     from pipelines.methods.dense import merge_top, shard_bounds, top_k
 
     monkeypatch.setattr(engine, "_TILE", 128)
