@@ -143,7 +143,8 @@ def _config(config, bound: Bound, part: str = "", **computed):
 
 
 _INDEX_FIELDS = ("corpus", "db", "table", "format", "delete_missing", "max_delete_fraction", "allow_mass_delete", "prune_after_hours",
-                 "write_batch_rows", "max_reject_fraction", "max_doc_bytes", "ann_threshold", "tag")
+                 "write_batch_rows", "max_reject_fraction", "max_doc_bytes", "ann_threshold", "tag",
+                 "ann", "rebuild_indexes")
 
 
 @app.command()
@@ -166,7 +167,9 @@ def index(
     write_batch_rows: Annotated[int, typer.Option(help="Rows per LanceDB commit.")] = _d(IndexConfig, "write_batch_rows"),
     max_reject_fraction: Annotated[float, typer.Option(help="Fail when more than this share of rows is rejected.")] = _d(IndexConfig, "max_reject_fraction"),
     max_doc_bytes: int = _d(IndexConfig, "max_doc_bytes"),
-    ann_threshold: Annotated[int, typer.Option(help="Build an ANN index from this many rows.")] = _d(IndexConfig, "ann_threshold"),
+    ann_threshold: Annotated[int, typer.Option(help="With --ann: build the ANN index from this many rows.")] = _d(IndexConfig, "ann_threshold"),
+    ann: Annotated[bool, typer.Option(help="Build LanceDB's ANN index (off: none is built; dense retrieval searches exactly).")] = _d(IndexConfig, "ann"),
+    rebuild_indexes: Annotated[bool, typer.Option(help="Rebuild every index from the rows (the ANN index retrained) instead of updating them in place.")] = _d(IndexConfig, "rebuild_indexes"),
     tag: Annotated[str | None, typer.Option(help="LanceDB tag for this run.")] = _d(IndexConfig, "tag"),
     ray_address: RayAddress = None,
     out: Annotated[Path, typer.Option(help="Run directory (manifest, rejects).")] = Path("runs/index"),

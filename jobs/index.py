@@ -295,7 +295,8 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
             changed = store.version != version_before or bool(summary.embedded or summary.deleted)
             lock.ensure_held()
             with rundir.timed("maintain"), busy("index: maintaining the table (compaction, indexes)"):
-                summary.maintenance = store.maintain(cfg.ann_threshold, timedelta(hours=cfg.prune_after_hours), changed)
+                summary.maintenance = store.maintain(cfg.ann_from(), timedelta(hours=cfg.prune_after_hours), changed,
+                                                    rebuild=cfg.rebuild_indexes)
             with rundir.timed("bm25_index"), busy("index: the BM25 index of the new version"):
                 try:
                     summary.maintenance["bm25_index"] = update_index(store)

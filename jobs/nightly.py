@@ -249,7 +249,7 @@ class _Night:
                 for name in dropped:
                     store.table.tags.delete(name)
                 with busy(f"nightly {self.day}: maintaining the table"):
-                    m = store.maintain(self.cfg.index.ann_threshold, timedelta(hours=self.cfg.index.prune_after_hours), changed=False)
+                    m = store.maintain(self.cfg.index.ann_from(), timedelta(hours=self.cfg.index.prune_after_hours), changed=False)
         except UserError as exc:
             self.state.record("maintain", {"failed": str(exc)})
             raise _Stopped("maintain", str(exc)) from None

@@ -172,8 +172,23 @@ class IndexConfig(_Config):
     max_reject_fraction: float = Field(0.01, ge=0, le=1)
     max_doc_bytes: int = Field(1 << 20, ge=1, description="Title + text larger than this is rejected.")
     write_batch_rows: int = Field(4096, ge=1, description="Rows per LanceDB commit.")
-    ann_threshold: int = Field(100_000, ge=1, description="Build an ANN index from this many rows; exact below.")
+    ann_threshold: int = Field(100_000, ge=1, description="With ann: build the ANN index from this many rows; exact below.")
     tag: str | None = Field(None, description="LanceDB tag for this index run; default index-<time>.")
+    # added after index digests were stored (nights hold them): UNHASHED, so those digests stay valid
+    ann: bool = Field(
+        False, description="Build LanceDB's ANN index (IVF_HNSW_SQ) once the table has ann_threshold rows. Off: no ANN index is "
+        "built (dense retrieval searches exactly); one the table already has is still updated in place each run.",
+        json_schema_extra=UNHASHED,
+    )
+    rebuild_indexes: bool = Field(
+        False, description="Rebuild every index of the table from its rows this run (the ANN index retrained) instead of "
+        "updating them in place: after many runs of changes, or to fold the full-text indexes' statistics anew.",
+        json_schema_extra=UNHASHED,
+    )
+
+    def ann_from(self) -> int | None:
+        """The row count from which the table keeps an ANN index; None: it builds none."""
+        return self.ann_threshold if self.ann else None
 
 
 class LLMConfig(_Config):

@@ -200,7 +200,7 @@ def test_a_table_from_another_model_is_refused(tmp_path, docs300):
 def test_snapshots_that_would_empty_the_table_are_refused_and_restorable(tmp_path, docs300):
     docs = docs300[:60]
     corpus, db = write_jsonl(tmp_path / "c.jsonl", docs), tmp_path / "db"
-    first = run_index(_cfg(corpus, db, ann_threshold=50), tmp_path / "r1")
+    first = run_index(_cfg(corpus, db, ann=True, ann_threshold=50), tmp_path / "r1")
     v1 = first.table_version
 
     # while another run holds the table, a run is refused at start and the table is untouched
@@ -245,7 +245,7 @@ def test_snapshots_that_would_empty_the_table_are_refused_and_restorable(tmp_pat
     assert _contents(_table(db)) == _expected(docs)
 
     # the same snapshot with the explicit override deletes them
-    s = run_index(_cfg(corpus, db, allow_mass_delete=True, ann_threshold=50), tmp_path / "r5")
+    s = run_index(_cfg(corpus, db, allow_mass_delete=True, ann=True, ann_threshold=50), tmp_path / "r5")
     assert (s.deleted, s.updated) == (10, 1) and _contents(_table(db)) == _expected(shrunk)
     # the ANN index too covers every row after maintenance
     coverage = DocStore(str(db)).index_coverage()

@@ -165,3 +165,61 @@ def test_readers_read_the_last_version_a_completed_run_finished(store):
     tagged = max(int(v["version"]) for v in s.table.tags.list().values())
     read, note = open_readable(s.uri, "docs", None, "retrieve")
     assert read.version == tagged and note.startswith("retrieve: table 'docs' has no completion mark") and f"reading v{tagged}" in note
+
+
+def _docs(ids: list[str], seed: int, text: str = "apple banana") -> pa.Table:
+    v = np.random.default_rng(seed).normal(size=(len(ids), 8)).astype(np.float32)
+    return pa.table({"doc_id": ids, "title": [None] * len(ids), "text": [f"{text} {d}" for d in ids], "metadata": [None] * len(ids),
+                     "content_hash": [f"{text}-{seed}"] * len(ids), "vector": to_fixed_size_list(v / np.linalg.norm(v, axis=1, keepdims=True))})
+
+
+def test_ids_are_deleted_a_batch_at_a_time_by_expression(store):
+    s, _ = store
+    v = s.version
+    assert s.delete_ids([pa.array([], pa.string())]) == 0 and s.version == v  # nothing to delete: no commit
+    assert s.delete_ids([pa.array(["d1", "d2", "nope"]), pa.array(["d3' OR '1'='1"]), pa.array(["d4"])]) == 3
+    assert s.count() == 47 and s.version == v + 3  # one commit per batch; an id is never read as SQL
+
+
+@pytest.fixture
+def ann_store(tmp_path):
+    s = DocStore(str(tmp_path / "ann"))
+    s.open_or_create(8, "gen")
+    s.upsert(_docs([f"d{i}" for i in range(300)], seed=0))
+    return s
+
+
+def _ann_parts(s: DocStore) -> int:
+    return int(s.table.index_stats(next(i.name for i in s.table.list_indices() if "vector" in i.columns)).num_indices)
+
+
+def test_the_ann_index_is_built_only_when_asked_and_then_updated_in_place(ann_store, monkeypatch):
+    """Re-index without rebuilding: no ANN index unless asked (None); once built, changed
+    rows become a small delta index (never a rebuild), the deltas are merged past
+    ANN_MAX_DELTAS (never into the first index), a missing index is built alone, and a
+    rebuild happens when asked."""
+    from pipelines.store import writing
+
+    s = ann_store
+    first = s.maintain(None, timedelta(days=1))
+    assert first["indexes_rebuilt"] == ["doc_id", "text", "title"] and not s.has_ann_index() and first["ann_index"] is None
+    built = s.maintain(100, timedelta(days=1), changed=False)  # asked for: built alone
+    assert built["indexes_rebuilt"] == ["vector"] and _ann_parts(s) == 1
+
+    monkeypatch.setattr(writing, "ANN_MAX_DELTAS", 2)
+    parts = []
+    for night in range(1, 4):
+        s.upsert(_docs([f"d{night}", f"n{night}"], seed=night, text="changed"))
+        m = s.maintain(100, timedelta(days=1))
+        assert m["indexes_rebuilt"] == [] and m["indexes_updated"] == ["doc_id", "text", "title", "vector"], m
+        assert set(m["unindexed_rows"].values()) == {0}
+        parts.append(_ann_parts(s))
+    assert parts == [2, 3, 2]  # a delta each night; the third merged the two deltas with its own, the first index kept
+
+    s.upsert(_docs(["n9"], seed=9))  # with ann off, an existing ANN index is still kept up to date
+    assert s.maintain(None, timedelta(days=1))["indexes_updated"] == ["doc_id", "text", "title", "vector"]
+    s.table.drop_index("text_idx")
+    assert s.maintain(None, timedelta(days=1), changed=False)["indexes_rebuilt"] == ["text"]
+    again = s.maintain(None, timedelta(days=1), changed=False, rebuild=True)
+    assert again["indexes_rebuilt"] == ["doc_id", "text", "title", "vector"] and _ann_parts(s) == 1
+    assert s.vector_search(np.ones((1, 8), np.float32), 5).num_rows == 5
