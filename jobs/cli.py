@@ -231,7 +231,7 @@ def restore(
 @app.command()
 @configured(EMBED.at("embed"), LLM_ALL, config=RetrieveConfig, file=True, queries="queries", db="db", table="table", table_version="table_version",
             trec="trec", topics_field="topics_field", on_parse_error="on_parse_error", retrieve_actors="ray.retrieve_actors",
-            retrieve_batch_rows="ray.retrieve_batch_rows", ray_address="ray.address")
+            retrieve_batch_rows="ray.retrieve_batch_rows", shards="ray.retrieve_shards", ray_address="ray.address")
 def retrieve(
     queries: Annotated[str | None, typer.Argument(help="BEIR queries.jsonl, JSONL, Parquet, qid<TAB>text .tsv or a TREC topics file "
                                                 "(or queries: in --config).")] = None,
@@ -258,6 +258,8 @@ def retrieve(
         "(score its whole text as one term; the queries are named on the terminal). Given, it applies to every stage.")] = None,
     retrieve_actors: Annotated[int | None, typer.Option(help="Actors of the bulk-retrieval pool (dense, bm25 over query batches); default: sized to the cluster, and a small job runs in the driver.")] = None,
     retrieve_batch_rows: Annotated[int, typer.Option(help="Queries per batch of the bulk-retrieval pool.")] = _d(RayConfig, "retrieve_batch_rows"),
+    shards: Annotated[int | None, typer.Option(help="Search bm25 and dense in N shards of the index, one actor each, merged exactly; "
+                                               "default: as many as keep each within ray.retrieve_shard_bytes.")] = None,
     ray_address: RayAddress = None,
     out: Path = Path("runs/retrieve"),
     progress: Annotated[bool, typer.Option(help="Print LLM progress.")] = True,

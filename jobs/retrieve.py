@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from jobs.raysession import local_driver_node, unread_blocks_allowed
@@ -264,6 +265,9 @@ class _Host:
         n = queries.num_rows
         if n == 0:
             return Output(run=RUN.empty_table(), counts={"placement": "none"})
+        shards = self._shards(stage, ctx)
+        if shards > 1:
+            return self._sharded(stage, ctx, queries, shards)
         parts, done = [], 0
         if r.retrieve_actors is None and r.retrieve_local_s > 0:
             parts.append(stage.run(ctx, queries.slice(0, 1), []).run)  # opens the index or loads the encoder, untimed
@@ -286,6 +290,84 @@ class _Host:
         self.store.release()  # the driver's copies of the index and the vectors: the actors hold their own
         parts += self._pool(stage, queries.slice(done), actors)
         return Output(run=assemble(parts, stage.name), counts={"placement": f"pool of {actors}" + (f" after {done} in the driver" if done else "")})
+
+    def _shards(self, stage, ctx: Context) -> int:
+        """How many shards a per-query retriever searches in: ``ray.retrieve_shards`` when given,
+        else as many as keep each within ``ray.retrieve_shard_bytes`` of the index's mapped files
+        (1 when it fits). Only bm25 and dense's exact search shard."""
+        import math
+
+        if not isinstance(stage, _sharded_stages()) or getattr(stage.options, "search", "exact") != "exact":
+            return 1
+        r = self.cfg.ray
+        if r.retrieve_shards is not None:
+            return r.retrieve_shards
+        return max(1, math.ceil(_index_bytes(stage, ctx.store) / r.retrieve_shard_bytes))
+
+    def _sharded(self, stage, ctx: Context, queries: pa.Table, shards: int) -> Output:
+        """The stage over ``shards`` search actors, each mapping one range of the index's
+        documents (spread over the nodes); per batch the driver analyzes (bm25) or encodes
+        (dense) the queries once, every shard searches them, and the driver merges their top k
+        exactly and builds the run from the arrays. An actor lost with its node is placed again
+        by Ray and its searches sent again (the same shard, the same answer)."""
+        import ray
+
+        r, o = self.cfg.ray, stage.options
+        engine = stage.name
+        if engine == "bm25":
+            index = ctx.store.bm25_index()
+            bounds = even_bounds(len(index), shards)
+        else:
+            from pipelines.methods.dense import shard_bounds
+
+            vecs = ctx.store.vectors(o.precision)
+            bounds = shard_bounds(len(vecs), shards)
+        actor = ray.remote(_ShardSearch).options(num_cpus=r.retrieve_num_cpus, max_restarts=-1, max_task_retries=-1, scheduling_strategy="SPREAD")
+        actors = [actor.remote(self.cfg.db, self.cfg.table, self.version, engine, lo, hi, getattr(o, "precision", "float32"),
+                               getattr(o, "product", "auto")) for lo, hi in bounds]
+        n, rows, parts = queries.num_rows, r.retrieve_batch_rows, []
+        try:
+            pending = []
+            for i in range(0, n, rows):
+                batch = queries.slice(i, rows)
+                texts = batch.column("text").to_pylist()
+                if engine == "bm25":
+                    q = index.query_matrix(texts)
+                    payload = ray.put((q.indptr, q.indices, q.data, q.shape))
+                else:
+                    payload = ray.put(np.asarray(ctx.embedder().encode(texts), np.float32))
+                pending.append((batch, [a.search.remote(payload, o.k) for a in actors]))
+                if len(pending) >= 2:  # one batch searched while the next is prepared
+                    parts.append(self._merged(engine, ctx, pending.pop(0), o, n))
+            while pending:
+                parts.append(self._merged(engine, ctx, pending.pop(0), o, n))
+            memory = ray.get([a.memory.remote() for a in actors])
+        finally:
+            for a in actors:
+                ray.kill(a)
+        counts = {"placement": f"{shards} shards", "shards": [{"rows": [lo, hi], **m} for (lo, hi), m in zip(bounds, memory, strict=True)]}
+        return Output(run=assemble(parts, stage.name), counts=counts)
+
+    def _merged(self, engine: str, ctx: Context, sent, o, n: int) -> pa.Table:
+        import ray
+
+        from pipelines.methods.bm25 import run_from_hits
+        from pipelines.methods.dense import merge_top, run_table
+        from pipelines.sparse import merge_keys
+
+        batch, futures = sent
+        found = ray.get(futures)
+        shard_searched()
+        qids = batch.column("query_id")
+        if engine == "bm25":
+            index = ctx.store.bm25_index()
+            run = run_from_hits(qids, index, *index.hits(*merge_keys(found, o.k)))
+        else:
+            vecs = ctx.store.vectors(o.precision)
+            rows, scores = merge_top(found, vecs.tiebreak, o.k)
+            run = run_table(qids.to_pylist(), vecs, rows.reshape(len(qids), -1), scores.reshape(len(qids), -1))
+        beat(f"retrieve: {engine}: {run.num_rows} rows merged from the shards ({n} queries)")
+        return run
 
     def _encoder_on_one_cpu_node(self, stage) -> bool:
         """A stage that encodes queries, on a cluster of one node without GPUs: the driver's
@@ -360,6 +442,72 @@ def _cluster_memory() -> float:
     import ray
 
     return float(ray.cluster_resources().get("memory", 0.0))
+
+
+def even_bounds(n: int, shards: int) -> list[tuple[int, int]]:
+    """``shards`` ranges of rows as even as can be, covering ``[0, n)``."""
+    cuts = [n * i // shards for i in range(shards + 1)]
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
+def _index_bytes(stage, store) -> int:
+    """Bytes of the index files a whole search of this stage maps (saved first where missing)."""
+    if stage.name == "bm25":
+        index = store.bm25_index()
+        return index.mapped_bytes() if hasattr(index, "mapped_bytes") else index.nbytes()
+    return store.vectors(stage.options.precision).nbytes()
+
+
+def shard_searched() -> None:
+    """Called in the driver after each batch's shards answered (a seam for the fault tests, which
+    kill a node once a batch has been searched)."""
+
+
+def _sharded_stages() -> tuple[type, ...]:
+    """The stages that search in shards: bm25 and dense (exact)."""
+    from pipelines.stages.retrievers import BM25, Dense
+
+    return (BM25, Dense)
+
+
+class _ShardSearch:
+    """A Ray actor holding one shard of a table version's index, mapped: the BM25 weights'
+    postings of rows ``[lo, hi)`` (the collection's statistics whole: the weights were made
+    over every document) or those rows' vectors. It searches what the driver sends (analyzed
+    queries, or query vectors) and returns its top k as keys (bm25) or (rows, scores) (dense)."""
+
+    def __init__(self, db: str, table: str, version: int, engine: str, lo: int, hi: int, precision: str, product: str):
+        store = DocStore(db, table, version=version)
+        self.engine, self.shard, self.product = engine, (lo, hi), product
+        self.index = store.bm25_index() if engine == "bm25" else store.vectors(precision)
+
+    def search(self, payload, k: int):
+        if self.engine == "bm25":
+            import scipy.sparse as sp
+
+            indptr, indices, data, shape = payload
+            return self.index.search_keys(sp.csr_matrix((data, indices, indptr), shape=shape), k, self.shard)
+        from pipelines.exact import top_k
+
+        return top_k(payload, self.index, k, shard=self.shard, product=self.product)
+
+    def memory(self) -> dict:
+        """This actor's memory: peak resident (ru_maxrss), and now its resident, unique and
+        proportional set sizes (MiB; shared mapped pages count in RSS, once per node in PSS)."""
+        import resource
+
+        import psutil
+
+        info = psutil.Process().memory_full_info()
+        mib = 1 << 20
+        return {"node": _node_ip(), "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "rss_mib": round(info.rss / mib, 1), "uss_mib": round(info.uss / mib, 1), "pss_mib": round(info.pss / mib, 1)}
+
+
+def _node_ip() -> str:
+    import ray
+
+    return ray.util.get_node_ip_address() + ":" + ray.get_runtime_context().get_node_id()[:8]
 
 
 class _RetrieveActor:

@@ -4,9 +4,9 @@ Only numpy (and torch, for the product on a GPU) are needed here, so that the de
 (tests/perf/device_dense.py) runs where the rest of the stack is not installed.
 
 A block of queries meets tiles of ``_TILE`` documents; each tile keeps its k best under the
-run order (score descending, then doc id descending) and the tiles merge exactly. Shard
-bounds fall on tile bounds (:func:`shard_bounds`), so each document is scored by the product
-it gets unsharded, and the shards' top k merge exactly (:func:`merge_top`). The product runs
+run order (score descending, then doc id descending) and the tiles merge exactly, as the
+shards' top k do (:func:`merge_top`). A document's score is one dot product whatever tile or
+shard holds it, up to the order in which a BLAS kernel sums: scores agree within 1e-6. The product runs
 with numpy, or with torch (``product="torch"``; ``"auto"`` picks torch where a GPU is
 visible): on a GPU the shard's vectors are copied to its memory once per process.
 """
@@ -19,16 +19,16 @@ import numpy as np
 
 from pipelines.vectors import Vectors
 
-_TILE = 4096  # documents per tile of the product; shard bounds are multiples of it
+_TILE = 4096  # documents per tile of the product
+_ALIGN = 128  # shard bounds are multiples of it (whole cache lines of rows)
 _QUERY_BLOCK = 1024  # queries per pass over the vectors: each pass streams them once from memory
 
 
 def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
-    """``shards`` ranges of rows covering ``[0, n)``, as even as tiles allow (bounds on tile
-    bounds, so every document is scored by the product it gets unsharded); empty ranges
-    where the corpus has fewer tiles than shards."""
-    tiles = -(-n // _TILE)
-    cuts = [min(n, (tiles * i // shards) * _TILE) for i in range(shards + 1)]
+    """``shards`` ranges of rows covering ``[0, n)``, as even as blocks of ``_ALIGN`` rows
+    allow (empty ranges where the corpus has fewer blocks than shards)."""
+    blocks = -(-n // _ALIGN)
+    cuts = [min(n, (blocks * i // shards) * _ALIGN) for i in range(shards + 1)]
     cuts[-1] = n
     return list(zip(cuts[:-1], cuts[1:], strict=True))
 

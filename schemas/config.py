@@ -123,6 +123,16 @@ class RayConfig(_Config):
     retrieve_batch_rows: int = Field(
         1024, ge=1, description="Queries per retrieval batch (the encoder batches within it; results do not depend on it)."
     )
+    retrieve_shards: int | None = Field(
+        None, ge=1, description="Search shards of bm25 and dense (exact): this many actors, each holding one range of the index's "
+        "documents with the collection's statistics whole, their top k merged exactly; None: as many as the index needs to keep "
+        "each shard within retrieve_shard_bytes (one when it fits, and the pool or the driver as retrieve_actors says).",
+        json_schema_extra=UNHASHED,
+    )
+    retrieve_shard_bytes: int = Field(
+        4 << 30, ge=1 << 20, description="The most bytes of an index one search actor maps (the BM25 weights and ids, or the vectors); "
+        "an index past it is searched in shards (docs/bulk-retrieval.md, Shards).", json_schema_extra=UNHASHED,
+    )
 
     _resources = field_validator("embed_resources", mode="before")(lambda v: _resource_pairs(v, "embed_resources"))
 

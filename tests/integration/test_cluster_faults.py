@@ -54,6 +54,12 @@ TEXT_CHARS = 200  # what the child indexes: scifact_docs(N_DOCS, text_chars=200)
 
 def _run_child(job: str, work: Path, *args: str, timeout: float) -> dict:
     """Run the child; its own Ray temp dir keeps ``ray.init()`` elsewhere on this machine off its cluster."""
+    return _run_child_module("tests.integration.cluster_faults_child", work, [job, str(work), *args], timeout=timeout)
+
+
+def _run_child_module(module: str, work: Path, argv: list[str], timeout: float) -> dict:
+    """Run ``python -m module ARGV...``, a child that starts its own Ray cluster (its own Ray temp
+    dir keeps ``ray.init()`` elsewhere on this machine off it), and return its ``WORK/result.json``."""
     ray_tmp = tempfile.mkdtemp(prefix="lrc", dir="/tmp")  # short: Ray's socket paths must stay under 107 bytes
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(PYTHONPATH=str(ROOT), RAY_TMPDIR=ray_tmp)
@@ -62,7 +68,7 @@ def _run_child(job: str, work: Path, *args: str, timeout: float) -> dict:
     try:
         with open(log, "wb") as out:
             child = subprocess.Popen(
-                [sys.executable, "-m", "tests.integration.cluster_faults_child", job, str(work), *args],
+                [sys.executable, "-m", module, *argv],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
             try:
@@ -76,7 +82,7 @@ def _run_child(job: str, work: Path, *args: str, timeout: float) -> dict:
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     tail = log.read_text(errors="replace")[-6000:]
-    assert rc == 0, f"child {job} {'timed out' if rc is None else f'exited {rc}'}; log tail:\n{tail}"
+    assert rc == 0, f"child {module} {argv[0]} {'timed out' if rc is None else f'exited {rc}'}; log tail:\n{tail}"
     return json.loads((work / "result.json").read_text())
 
 

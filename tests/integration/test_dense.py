@@ -130,7 +130,7 @@ def test_ann_asked_of_a_table_without_an_ann_index_is_refused_in_one_line(tmp_pa
 
 @pytest.mark.parametrize("product", ["numpy", "torch"])
 def test_shards_merge_into_exactly_the_unsharded_run_on_either_product(tmp_path, monkeypatch, product):
-    """Shards of rows (on tile bounds) searched apart and merged: the unsharded top k, ids and
+    """Shards of rows searched apart and merged: the unsharded top k, ids and
     ranks exactly, scores within 1e-6, a tie spread over shards included; the torch product
     (run here on the CPU, on a GPU where one is visible) gives the numpy product's run."""
     import pipelines.exact as engine
@@ -145,10 +145,10 @@ def test_shards_merge_into_exactly_the_unsharded_run_on_either_product(tmp_path,
     queries = np.vstack([docs[[0]], _unit(docs[rng.integers(0, 1000, 40)] + 0.4 * rng.normal(size=(40, DIM)))]).astype(np.float32)
     v = store.vectors()
     whole_rows, whole_scores = top_k(queries, v, 30, product="numpy")
-    for shards in (2, 3, 8, 12):  # 12: more shards than tiles, some empty
+    for shards in (2, 3, 8, 12):  # 12: more shards than blocks of rows, some empty
         bounds = shard_bounds(len(v), shards)
         assert bounds[0][0] == 0 and bounds[-1][1] == len(v) and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
-        assert all(lo % 128 == 0 for lo, _ in bounds)
+        assert all(lo % engine._ALIGN == 0 for lo, _ in bounds)
         rows, scores = merge_top([top_k(queries, v, 30, shard=b, product=product) for b in bounds], v.tiebreak, 30)
         assert rows.tolist() == whole_rows.tolist(), shards
         np.testing.assert_allclose(scores, whole_scores, rtol=1e-6, atol=1e-6)

@@ -1,0 +1,94 @@
+"""Sharded search on a cluster of four nodes on this machine (tests/integration/test_shards.py).
+
+Run as ``python -m tests.integration.shards_child WORK MODE``. Starts a head node (the driver,
+no CPUs for actors) and three worker nodes with ``ray.cluster_utils.Cluster``, writes a table
+of SciFact documents with generated unit vectors (the bundled encoder's model id and width, so
+`retrieve` encodes the queries with the real encoder), and runs `logicrank retrieve`'s job
+with bm25 and dense in 3 shards (one search actor per worker node) and again in 1 (the
+driver's search over the whole index). MODE ``kill``: one worker node is killed (SIGKILL to
+its raylet) as soon as the first batch has been merged from the shards. Writes
+``WORK/result.json``: the runs' paths, each stage's counts from the manifests, whether a node
+was killed and how many batches were merged before.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from tests.integration.cluster_faults_child import OBJECT_STORE, SYSTEM_CONFIG
+
+N_DOCS, N_QUERIES, BATCH = 900, 120, 20
+
+
+def _table(db: Path) -> None:
+    from pipelines.embed import model_id, to_fixed_size_list
+    from pipelines.store import DocStore
+    from schemas.config import EmbedConfig
+    from tests.conftest import scifact_docs
+
+    docs = scifact_docs(N_DOCS, text_chars=300)
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(len(docs), 384)).astype(np.float32)
+    vectors[[10, 500, 880]] = vectors[3]  # one vector four times, across shards: a tie the merge must order by doc id
+    store = DocStore(str(db))
+    store.open_or_create(384, model_id(EmbedConfig()))
+    store.upsert(pa.table({"doc_id": [d["_id"] for d in docs], "title": [d.get("title") for d in docs], "text": [d["text"] for d in docs],
+                           "metadata": [None] * len(docs), "content_hash": [f"h{i}" for i in range(len(docs))],
+                           "vector": to_fixed_size_list(vectors)}))
+    store.build_indexes(ann_threshold=10**9)
+    store.mark_complete()
+
+
+def _queries(path: Path) -> None:
+    from tests.conftest import scifact_docs
+
+    docs = scifact_docs(N_QUERIES, text_chars=120)
+    path.write_text("".join(json.dumps({"_id": f"q{i}", "text": d["text"][:80]}) + "\n" for i, d in enumerate(docs)))
+
+
+def main() -> None:
+    work, mode = Path(sys.argv[1]), sys.argv[2]
+    from ray.cluster_utils import Cluster
+
+    import jobs.retrieve as job
+    from jobs.retrieve import run_retrieve
+    from pipelines.config import RetrieveConfig
+    from pipelines.stages.retrievers import BM25Options, DenseOptions
+    from schemas.config import RayConfig
+
+    _table(work / "db")
+    _queries(work / "queries.jsonl")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": OBJECT_STORE, "include_dashboard": False,
+                                                            "_system_config": SYSTEM_CONFIG})
+    workers = [cluster.add_node(num_cpus=2, object_store_memory=OBJECT_STORE) for _ in range(3)]
+    cluster.wait_for_nodes()
+    killed = {"node": None, "batches_before": 0}
+
+    def searched():
+        killed["batches_before"] += 0 if killed["node"] else 1
+        if mode == "kill" and killed["node"] is None:
+            cluster.remove_node(workers[0], allow_graceful=False)
+            killed["node"] = workers[0].node_id
+
+    pipelines = {"bm25": [BM25Options(k=50)], "dense": [DenseOptions(k=50)]}
+    result = {"mode": mode, "runs": {}}
+    for shards in (3, 1):
+        job.shard_searched = searched if shards == 3 else (lambda: None)
+        cfg = RetrieveConfig(queries=str(work / "queries.jsonl"), db=str(work / "db"), pipelines=pipelines,
+                             ray=RayConfig(address=cluster.address, retrieve_shards=shards, retrieve_batch_rows=BATCH, retrieve_local_s=10**6))
+        out = work / f"shards{shards}"
+        paths = run_retrieve(cfg, out, progress=False)
+        manifest = json.loads((out / "manifest.json").read_text())
+        result["runs"][str(shards)] = {"paths": {k: str(v) for k, v in paths.items()}, "manifest": manifest}
+    result["killed"] = killed
+    (work / "result.json").write_text(json.dumps(result, default=str))
+    cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Sharded search across a cluster of several nodes on this machine equals the search in one
+process; a node killed mid-search changes nothing in the run.
+
+Each test runs tests/integration/shards_child.py in a child process with its own Ray cluster
+(a head node and three worker nodes, ``ray.cluster_utils.Cluster``): `retrieve`'s job runs
+bm25 and dense over a table of 900 SciFact documents in 3 shards (one search actor per worker
+node, each mapping one range of the index) and in 1 (the whole index, in the driver). The runs
+must agree: the same ids and ranks, scores within 1e-6 (the shards' scores are the same
+float32 sums: the weights were made with the whole collection's statistics)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tests.integration.test_cluster_faults import _run_child_module
+
+pytestmark = pytest.mark.integration
+
+
+def _same_runs(r: dict) -> None:
+    for rid in ("bm25", "dense"):
+        sharded = pq.read_table(r["runs"]["3"]["paths"][rid]).to_pandas()
+        whole = pq.read_table(r["runs"]["1"]["paths"][rid]).to_pandas()
+        assert len(sharded) == len(whole) and len(whole) >= (120 * 50 if rid == "dense" else 100 * 50), (rid, len(sharded), len(whole))
+        key = ["query_id", "rank"]
+        a, b = sharded.sort_values(key).reset_index(drop=True), whole.sort_values(key).reset_index(drop=True)
+        assert a["query_id"].tolist() == b["query_id"].tolist() and a["doc_id"].tolist() == b["doc_id"].tolist(), rid
+        assert a["rank"].tolist() == b["rank"].tolist(), rid
+        np.testing.assert_allclose(a["score"], b["score"], rtol=0, atol=1e-6)
+
+
+def _stage_counts(manifest: dict, run_id: str) -> dict:
+    """The counts of a one-stage pipeline's stage, from a retrieve manifest."""
+    return manifest["pipelines"][run_id]["stages"][0]
+
+
+def test_sharded_search_across_three_nodes_equals_one_process(tmp_path):
+    r = _run_child_module("tests.integration.shards_child", tmp_path / "equal", [str(tmp_path / "equal"), "equal"], timeout=420)
+    _same_runs(r)
+    for stage in ("bm25", "dense"):
+        counts = _stage_counts(r["runs"]["3"]["manifest"], stage)
+        assert counts["placement"] == "3 shards", counts
+        shards = counts["shards"]
+        assert len({s["node"] for s in shards}) == 3, shards  # one actor per worker node
+        assert shards[0]["rows"][0] == 0 and shards[-1]["rows"][1] == 900 and all(s["rows"][1] > s["rows"][0] for s in shards)
+        assert all(s["peak_rss_mib"] > 0 and s["pss_mib"] > 0 for s in shards)
+
+
+def test_a_node_killed_mid_search_leaves_the_run_identical(tmp_path):
+    r = _run_child_module("tests.integration.shards_child", tmp_path / "kill", [str(tmp_path / "kill"), "kill"], timeout=420)
+    assert r["killed"]["node"], "no node was killed"
+    assert 1 <= r["killed"]["batches_before"] < 120 // 20, r["killed"]  # mid-search: batches were left after the kill
+    _same_runs(r)
