@@ -5,8 +5,13 @@ and embed only new and changed documents -> the driver, the table's one writer, 
 in chunks. Where the encoders run (jobs/raysession.py, ``encoder_placement``): on a local
 cluster of one CPU node, in the driver with every core; otherwise one read task per source
 file and a Ray Data actor pool of encoders. Then: the guards, delete ids missing from
-the snapshot, maintain the table (compact, indexes over every row, prune old untagged
-versions), tag the version, write the manifest.
+the snapshot, maintain the table (compact, indexes updated in place to cover every row, the
+ANN index only when asked, prune old untagged versions), tag the version, write the manifest.
+
+The driver's memory does not grow with the corpus: each batch's stored hashes are looked up in
+the table (:class:`~pipelines.indexing.StoredHashes`), the ids read are kept on disk in the run
+directory (:class:`~pipelines.indexing.SeenIds`), and the absent ids are found by an anti-join
+in batches, spilled to the run directory and deleted in batches.
 
 One writer per table: the run holds the table's lock (:mod:`pipelines.writelock`) from
 start to end; a second run is refused before it reads anything.
@@ -50,7 +55,7 @@ from jobs.watchdog import Stalled, beat, busy
 from pipelines.codedigest import code_digest
 from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from pipelines.embed import concrete, model_id, resolve_model
-from pipelines.indexing import EmbedStage, IndexWriter, RejectSink
+from pipelines.indexing import EmbedStage, IdSpill, IndexWriter, RejectSink, StoredHashes
 from pipelines.sparse import update_index
 from pipelines.store import DocStore, StoreError
 from pipelines.writelock import TableLock
@@ -138,15 +143,12 @@ class _ReadSources:
 
 
 class _EmbedActor(EmbedStage):
-    """EmbedStage in a Ray actor: fetches the stored hashes from the object store once."""
-
-    def __init__(self, config, stored_refs: list):
-        import ray
-
-        super().__init__(config, ray.get(stored_refs[0]))
+    """EmbedStage in a Ray actor: looks up the stored hashes of each batch's ids in the table
+    itself (:class:`~pipelines.indexing.StoredHashes`), as the driver does; no actor holds
+    the table's hashes (before: every actor held a copy of all of them, from the object store)."""
 
 
-def _embedded(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored: pa.Table, place: EncoderPlacement) -> Iterator[pa.Table]:
+def _embedded(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored: StoredHashes, place: EncoderPlacement) -> Iterator[pa.Table]:
     """The corpus's PARSED batches, classified and embedded, in the driver (a pool of 0 actors:
     the sources read in turn, each batch encoded as it comes) or through the Ray Data plan."""
     if place.actors == 0:
@@ -154,12 +156,10 @@ def _embedded(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], store
         for batch in read(pa.table({"source_index": list(range(len(sources)))})):
             yield stage(batch)
         return
-    import ray
-
-    yield from _plan(cfg, embed, sources, ray.put(stored), place).iter_batches(batch_size=None, batch_format="pyarrow")
+    yield from _plan(cfg, embed, sources, stored, place).iter_batches(batch_size=None, batch_format="pyarrow")
 
 
-def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored_ref, place: EncoderPlacement):
+def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored: StoredHashes, place: EncoderPlacement):
     import ray
 
     ds = ray.data.from_items([{"source_index": i} for i in range(len(sources))], override_num_blocks=len(sources))
@@ -176,7 +176,7 @@ def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored_re
         warnings.filterwarnings("ignore", message=r".*ray_remote_args.* is deprecated")
         return unread_blocks_allowed(ds.map_batches(
             _EmbedActor,
-            fn_constructor_kwargs={"config": embed, "stored_refs": [stored_ref]},  # a list: Ray passes the ref, not the value
+            fn_constructor_kwargs={"config": embed, "stored": stored},
             compute=ray.data.ActorPoolStrategy(size=place.actors),
             batch_size=cfg.ray.batch_rows,
             batch_format="pyarrow",
@@ -222,7 +222,8 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
     summary = IndexSummary()
     version_before = store.version if store.exists() else None
     rejects = RejectSink(rundir.path / "rejects.parquet")
-    writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep)
+    writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep,
+                         seen_dir=rundir.path)
     try:
         return _index_written(cfg, rundir, sources, progress, start, lock, mid, store, summary, version_before, rejects, writer)
     except IndexJobError:
@@ -232,6 +233,8 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
         if stop is exc:
             raise
         raise stop from None
+    finally:
+        writer.close()
 
 
 def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float, lock: TableLock, mid: str,
@@ -250,17 +253,16 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
                     "index", place.actors, place.num_cpus, place.num_gpus, ray.cluster_resources(),
                     IndexJobError, reserve_cpus=_READ_CPUS, custom=dict(cfg.ray.embed_resources),
                 )
-            with rundir.timed("diff_load"):
-                stored = store.hashes()
-            diff = stored
+            # the stored hashes of each batch's ids, read from the version this run started from
+            stored = StoredHashes(cfg.db, cfg.table, version_before)
+            stored_rows = stored.count()
             summary.embedded_by = {"before": store.embedded_by() if store.exists() else None, "now": embed_code}
-            if summary.embedded_by["before"] not in (None, embed_code) and stored.num_rows:
+            if summary.embedded_by["before"] not in (None, embed_code) and stored_rows:
                 # vectors made by other code are not reused: every stored document is embedded again (an update)
-                diff = stored.set_column(stored.schema.get_field_index("content_hash"), "content_hash",
-                                         pa.array([""] * stored.num_rows, pa.string()))
-                summary.embedded_by["reembedded"] = stored.num_rows
+                stored.reembed = True
+                summary.embedded_by["reembedded"] = stored_rows
             # (closed on a fault too: the driver's encoder is let go before the roll-back)
-            with rundir.timed("stream"), _progress(progress) as tick, closing(_embedded(cfg, embed, sources, diff, place)) as batches:
+            with rundir.timed("stream"), _progress(progress) as tick, closing(_embedded(cfg, embed, sources, stored, place)) as batches:
                 for batch in batches:
                     writer.consume(batch)
                     tick(batch.num_rows, writer)
@@ -283,14 +285,16 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
     summary.embedded = summary.inserted + summary.updated
     summary.redelivered = writer.redelivered
     summary.rejects_by_reason = dict(rejects.reasons)
-    summary.absent = sum(d not in writer.seen for d in stored.column("doc_id").to_pylist())
-    failure = _refusal(cfg, summary, stored.num_rows, bool(writer.seen), rejects.path, _restore_hint(cfg, store, version_before))
+    with rundir.timed("absent"):  # the stored ids the snapshot lacks, spilled to the run's directory
+        absent = IdSpill(rundir.path / ".absent-ids.parquet")
+        summary.absent = absent.write(writer.seen.absent(stored.ids()))
+    failure = _refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, _restore_hint(cfg, store, version_before))
 
     if failure is None:
         lock.ensure_held()  # (a lease can lapse; each step below changes the table)
         if cfg.delete_missing and summary.absent and store.exists():
             with rundir.timed("delete"):
-                summary.deleted = store.delete_absent(pa.array(sorted(writer.seen), pa.string()))
+                summary.deleted = store.delete_ids(absent.read(), before_each=lock.ensure_held)
         if store.exists():
             changed = store.version != version_before or bool(summary.embedded or summary.deleted)
             lock.ensure_held()
@@ -308,6 +312,7 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
             store.mark_embedded_by(embed_code)  # a later run whose embedding code differs embeds every document again
             store.tag(summary.tag)
             summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG_NAME, cfg.keep_index_tags)
+    absent.remove()
     if store.exists():
         summary.table_version, summary.table_rows = store.version, store.count()
     summary.seconds = round(time.perf_counter() - start, 3)

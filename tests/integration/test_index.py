@@ -276,6 +276,17 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
     np.testing.assert_allclose(va, vb, rtol=RTOL, atol=ATOL)
     assert json.loads((tmp_path / "driver" / "manifest.json").read_text())["counts"]["placement"] == here.placement
 
+    # a re-index through the pool: each actor looks up its batches' stored hashes in the table (no
+    # actor holds them all); past ann_threshold with ann off (the default), no ANN index is built
+    snapshot = [dict(r) for r in docs300[:120]]
+    snapshot[0]["text"] += " (revised)"
+    snapshot = snapshot[:100] + docs300[120:125]
+    again = run_index(_cfg(write_jsonl(tmp_path / "c2.jsonl", snapshot), tmp_path / "db-pool", allow_mass_delete=True, ann_threshold=50)
+                      .model_copy(update={"ray": RAY.model_copy(update={"embed_actors": 1})}), tmp_path / "pool2")
+    assert (again.inserted, again.updated, again.unchanged, again.deleted, again.absent) == (5, 1, 99, 20, 20)
+    assert _contents(_table(tmp_path / "db-pool")) == _expected(snapshot) and not DocStore(str(tmp_path / "db-pool")).has_ann_index()
+    assert not list((tmp_path / "pool2").glob(".*ids*"))  # the run's scratch files (ids seen, ids absent) are gone
+
 
 def _interrupt_at(monkeypatch, rows: int) -> None:
     """Ctrl-C in the index job once it has read ``rows`` rows: raised from its progress beat

@@ -173,6 +173,27 @@ def _docs(ids: list[str], seed: int, text: str = "apple banana") -> pa.Table:
                      "content_hash": [f"{text}-{seed}"] * len(ids), "vector": to_fixed_size_list(v / np.linalg.norm(v, axis=1, keepdims=True))})
 
 
+def test_stored_hashes_are_looked_up_per_batch_in_the_version_a_run_started_from(store):
+    """The index job's change detection: a batch's ids -> their stored hashes, read from the
+    pinned version (the run's own writes are not seen), through a picklable handle an embedding
+    actor opens itself; every stored id in batches, for the anti-join."""
+    import pickle
+
+    from pipelines.indexing import StoredHashes
+
+    s, _ = store
+    lookup = StoredHashes(s.uri, s.name, s.version)
+    _ = lookup(pa.array(["d1"]))  # opened; a pickled copy opens its own
+    s.upsert(_docs(["d3", "new"], seed=1, text="edited"))  # what the run writes after it started
+    got = pickle.loads(pickle.dumps(lookup))(pa.array(["d3", "d3", "new", None, "d7"]))
+    assert sorted(got.to_pylist(), key=lambda r: r["doc_id"]) == [{"doc_id": "d3", "content_hash": "h"}, {"doc_id": "d7", "content_hash": "h"}]
+    lookup.reembed = True  # the embedding code changed: every stored document reads as changed
+    assert set(lookup(pa.array(["d3", "new"])).column("content_hash").to_pylist()) == {""}
+    assert lookup.count() == 50 and sum(len(b) for b in lookup.ids(batch_rows=16)) == 50
+    none = StoredHashes(s.uri, s.name, None)  # no table when the run started
+    assert none(pa.array(["d3"])).num_rows == 0 and none.count() == 0 and list(none.ids()) == []
+
+
 def test_ids_are_deleted_a_batch_at_a_time_by_expression(store):
     s, _ = store
     v = s.version
