@@ -90,6 +90,13 @@ bench-engine-load: $(STAMP)
 bench-scale: $(STAMP)
 	$(BIN)/python tests/perf/bench_scale.py --out runs/bench
 
+# Not part of `bench`: a 1% re-index of 100k synthetic documents (upsert, maintenance, BM25 patch), ANN off then on,
+# and the index driver's memory in change detection at 100k and 1M ids (tests/perf/bench_reindex.py).
+.PHONY: bench-reindex
+bench-reindex: $(STAMP)
+	$(BIN)/python tests/perf/bench_reindex.py --docs 100000 --ann off,on --out runs/bench/reindex.jsonl
+	$(BIN)/python tests/perf/bench_reindex.py --diff 100000,1000000 --out runs/bench/reindex.jsonl
+
 # Not part of `bench`: the generate integration case run RUNS times in one process (docs/failures.md).
 RUNS ?= 30
 soak-generate: $(STAMP)
