@@ -266,7 +266,7 @@ class _Host:
         if n == 0:
             return Output(run=RUN.empty_table(), counts={"placement": "none"})
         shards = self._shards(stage, ctx)
-        if shards > 1:
+        if shards is not None:
             return self._sharded(stage, ctx, queries, shards)
         parts, done = [], 0
         if r.retrieve_actors is None and r.retrieve_local_s > 0:
@@ -291,18 +291,21 @@ class _Host:
         parts += self._pool(stage, queries.slice(done), actors)
         return Output(run=assemble(parts, stage.name), counts={"placement": f"pool of {actors}" + (f" after {done} in the driver" if done else "")})
 
-    def _shards(self, stage, ctx: Context) -> int:
-        """How many shards a per-query retriever searches in: ``ray.retrieve_shards`` when given,
-        else as many as keep each within ``ray.retrieve_shard_bytes`` of the index's mapped files
-        (1 when it fits). Only bm25 and dense's exact search shard."""
+    def _shards(self, stage, ctx: Context) -> int | None:
+        """How many search actors a per-query retriever runs on, each holding one shard:
+        ``ray.retrieve_shards`` when given (1: one actor holding the whole index), else as many
+        as keep each within ``ray.retrieve_shard_bytes`` of the index's mapped files; None (not
+        sharded: the driver or the pool, as ``ray.retrieve_actors`` says) when the index fits
+        one. Only bm25 and dense's exact search shard."""
         import math
 
         if not isinstance(stage, _sharded_stages()) or getattr(stage.options, "search", "exact") != "exact":
-            return 1
+            return None
         r = self.cfg.ray
         if r.retrieve_shards is not None:
             return r.retrieve_shards
-        return max(1, math.ceil(_index_bytes(stage, ctx.store) / r.retrieve_shard_bytes))
+        needed = math.ceil(_index_bytes(stage, ctx.store) / r.retrieve_shard_bytes)
+        return needed if needed > 1 else None
 
     def _sharded(self, stage, ctx: Context, queries: pa.Table, shards: int) -> Output:
         """The stage over ``shards`` search actors, each mapping one range of the index's

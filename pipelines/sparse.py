@@ -521,7 +521,9 @@ class BM25Index(_Search):
         return sum(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes for m in mats) + strings + search
 
     def weights(self) -> sp.csr_matrix:
-        """terms x documents BM25 weights (float32, as LanceDB scores; each term's documents sorted)."""
+        """terms x documents BM25 weights (float32, as LanceDB scores; each term's documents sorted).
+        Computed in float64 a million documents at a time (the temporaries stay bounded at 10M
+        documents), each weight rounded to float32 as one whole-array pass would round it."""
         if self._weights is None:
             s = self.stats()
             tf = (self.title + self.text).tocsr()
@@ -530,10 +532,15 @@ class BM25Index(_Search):
             idf = np.log1p((n - df + 0.5) / (df + 0.5))
             dl = np.asarray(tf.sum(axis=1)).ravel().astype(np.float64)
             norm = K1 * (1 - B + B * dl / avgdl) if avgdl else np.full(len(dl), K1)
-            row = np.repeat(np.arange(tf.shape[0]), np.diff(tf.indptr))
-            f = tf.data.astype(np.float64)
-            w = idf[tf.indices] * (K1 + 1) * f / (f + norm[row])
-            weights = sp.csr_matrix((w.astype(np.float32), tf.indices, tf.indptr), shape=tf.shape).T.tocsr()
+            w = np.empty(tf.nnz, np.float32)
+            for r0 in range(0, tf.shape[0], 1 << 20):
+                r1 = min(tf.shape[0], r0 + (1 << 20))
+                a, b = tf.indptr[r0], tf.indptr[r1]
+                row = np.repeat(np.arange(r0, r1), np.diff(tf.indptr[r0 : r1 + 1]))
+                f = tf.data[a:b].astype(np.float64)
+                w[a:b] = idf[tf.indices[a:b]] * (K1 + 1) * f / (f + norm[row])
+            weights = sp.csr_matrix((w, tf.indices, tf.indptr), shape=tf.shape).T.tocsr()
+            del tf, w
             weights.sort_indices()  # a shard finds its documents in a term's postings by binary search
             weights.indptr = weights.indptr.astype(np.int64)  # past 2**31 postings (10M documents and more)
             self._weights = weights

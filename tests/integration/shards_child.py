@@ -4,7 +4,7 @@ Run as ``python -m tests.integration.shards_child WORK MODE``. Starts a head nod
 no CPUs for actors) and three worker nodes with ``ray.cluster_utils.Cluster``, writes a table
 of SciFact documents with generated unit vectors (the bundled encoder's model id and width, so
 `retrieve` encodes the queries with the real encoder), and runs `logicrank retrieve`'s job
-with bm25 and dense in 3 shards (one search actor per worker node) and again in 1 (the
+with bm25 and dense in 3 shards (one search actor per worker node) and again unsharded (the
 driver's search over the whole index). MODE ``kill``: one worker node is killed (SIGKILL to
 its raylet) as soon as the first batch has been merged from the shards. Writes
 ``WORK/result.json``: the runs' paths, each stage's counts from the manifests, whether a node
@@ -77,14 +77,14 @@ def main() -> None:
 
     pipelines = {"bm25": [BM25Options(k=50)], "dense": [DenseOptions(k=50)]}
     result = {"mode": mode, "runs": {}}
-    for shards in (3, 1):
+    for shards in (3, None):  # None: the index fits one process (retrieve_shard_bytes): searched whole, in the driver
         job.shard_searched = searched if shards == 3 else (lambda: None)
         cfg = RetrieveConfig(queries=str(work / "queries.jsonl"), db=str(work / "db"), pipelines=pipelines,
                              ray=RayConfig(address=cluster.address, retrieve_shards=shards, retrieve_batch_rows=BATCH, retrieve_local_s=10**6))
-        out = work / f"shards{shards}"
+        out = work / f"shards{shards or 1}"
         paths = run_retrieve(cfg, out, progress=False)
         manifest = json.loads((out / "manifest.json").read_text())
-        result["runs"][str(shards)] = {"paths": {k: str(v) for k, v in paths.items()}, "manifest": manifest}
+        result["runs"][str(shards or 1)] = {"paths": {k: str(v) for k, v in paths.items()}, "manifest": manifest}
     result["killed"] = killed
     (work / "result.json").write_text(json.dumps(result, default=str))
     cluster.shutdown()

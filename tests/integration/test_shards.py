@@ -39,6 +39,7 @@ def _stage_counts(manifest: dict, run_id: str) -> dict:
 def test_sharded_search_across_three_nodes_equals_one_process(tmp_path):
     r = _run_child_module("tests.integration.shards_child", tmp_path / "equal", [str(tmp_path / "equal"), "equal"], timeout=420)
     _same_runs(r)
+    assert {_stage_counts(r["runs"]["1"]["manifest"], rid)["placement"] for rid in ("bm25", "dense")} == {"driver"}
     for stage in ("bm25", "dense"):
         counts = _stage_counts(r["runs"]["3"]["manifest"], stage)
         assert counts["placement"] == "3 shards", counts

@@ -68,9 +68,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 K = 100
-STEPS = ("table", "fts", "ann", "bm25-build", "reindex-1%", "bm25", "bm25s", "dense", "dense-ann", "numpy", "hybrid",
-         "itlr-exact", "itlr-bm25", "itlr-ann", "orlog", "evaluate", "bm25-pool")
-NOT_PLOTTED = {"bm25-pool"}  # not one thread: the plot is per-core cost
+STEPS = ("table", "fts", "ann", "bm25-build", "reindex-1%", "bm25", "bm25s", "bm25-shards", "dense", "dense-f16", "dense-ann", "numpy",
+         "hybrid", "itlr-exact", "itlr-bm25", "itlr-ann", "orlog", "evaluate", "bm25-pool")
+NOT_PLOTTED = {"bm25-pool", "bm25-shards"}  # not one thread: the plot is per-core cost
+F16_FROM = 2_000_000  # past this many documents the dense steps keep float16 vectors only (disk)
+BM25S_MAX_DOCS = 2_000_000  # bm25s peaked at 3.5 GiB at 1M documents here: past this it does not fit beside the rest
 POOL_COPIES = 10  # bm25-pool runs the queries this many times over (30,000 by default)
 TEMPLATES = ('"{0}" AND "{1}" AND NOT "{2}"', '"{0}" OR "{1}" AND "{2}"', '("{0}" OR "{1}") AND NOT "{2}"', '"{0}" AND "{1}" OR "{2}"')
 ANN_THRESHOLD = 100_000  # IndexConfig's default
@@ -172,6 +174,8 @@ def _child(args) -> dict:
     elif step == "ann":
         if n < ANN_THRESHOLD:
             return {"skipped": f"below the ANN threshold ({ANN_THRESHOLD:,})"}
+        if n > 2_000_000:
+            return {"skipped": "an option now (index --ann), not built by default; its build grows faster than the corpus (648 s at 1M)"}
         out["index"] = DocStore(db).build_ann()
     elif step == "bm25-build":
         from pipelines import sparse
@@ -205,15 +209,20 @@ def _child(args) -> dict:
         t = time.perf_counter()
         from datetime import timedelta
 
-        s.maintain(ANN_THRESHOLD, timedelta(days=7))
+        s.maintain(None, timedelta(days=7))  # the index job's default: no ANN index (exact shards serve dense); an existing one updated in place
         out["maintain_s"] = time.perf_counter() - t
         t = time.perf_counter()
         done = sparse.update_index(s)
         out["bm25_patch_s"] = time.perf_counter() - t
         out["bm25"] = done
         t = time.perf_counter()
-        sparse.BM25Index.build(s.scan(sparse._COLUMNS, 8192, read_ahead=True), s.version)
-        out["bm25_rebuild_s"] = time.perf_counter() - t
+        s.vectors("float16" if n > F16_FROM else "float32")  # the dense engine's file of the new version (written on its first read)
+        out["vectors_save_s"] = time.perf_counter() - t
+        out["reindex_s"] = out["upsert_s"] + out["maintain_s"] + out["bm25_patch_s"] + out["vectors_save_s"]
+        if n <= 1_000_000:  # the patch-or-rebuild decision, measured where a rebuild fits beside the patched index
+            t = time.perf_counter()
+            sparse.BM25Index.build(s.scan(sparse._COLUMNS, 8192, read_ahead=True), s.version)
+            out["bm25_rebuild_s"] = time.perf_counter() - t
         out["changed"] = m
     elif step == "bm25":
         import pyarrow as pa
@@ -235,6 +244,9 @@ def _child(args) -> dict:
         import bm25s
         import Stemmer
 
+        if n > BM25S_MAX_DOCS:
+            return {"skipped": f"does not fit: bm25s holds its index and the corpus's tokens in memory (3.5 GiB peak at 1M "
+                               f"documents, measured here; about 35 GiB at 10M) on a machine of {_mem_gib():.0f} GiB"}
         s = DocStore(db)
         t = time.perf_counter()
         docs = s.table.to_lance().to_table(columns=["title", "text"])
@@ -259,21 +271,39 @@ def _child(args) -> dict:
             results[backend] = len(queries) / (time.perf_counter() - t1)
             del r
         out["qps"], out["qps_numba"] = results["numpy"], results["numba"]
-    elif step == "dense":
+    elif step in ("dense", "dense-f16"):
+        import shutil
+
+        from pipelines import vectors
         from pipelines.methods.dense import exact_top_k
 
+        precision = "float16" if step == "dense-f16" else "float32"
+        if n > F16_FROM and precision == "float32":
+            return {"skipped": f"float16 only past {F16_FROM:,} documents (the float32 copy, {n * 384 * 4 / 2**30:.0f} GiB, beside the table's own "
+                               "vectors does not fit this machine's disk with the rest of the step's files)"}
         s = DocStore(db)
+        shutil.rmtree(vectors.root(s) / f"v{s.version}" / precision, ignore_errors=True)  # the save is part of the step
         t = time.perf_counter()
-        s.vector_matrix()
-        out["load_s"] = time.perf_counter() - t
+        out["vectors_mib"] = s.vectors(precision).nbytes() / (1 << 20)
+        out["load_s"] = time.perf_counter() - t  # the version's vectors read from the table and saved, then mapped
         t = time.perf_counter()
-        run = exact_top_k(data["qids"], qvec, s, K)
+        run = exact_top_k(data["qids"], qvec, s, K, precision=precision, product="numpy")
         out["search_s"] = time.perf_counter() - t
-        out["mode"] = "exact (blocked product)"
+        out["mode"] = f"exact (blocked product, {precision} vectors mapped)"
         out["qps"] = len(queries) / out["search_s"]
         import pyarrow.parquet as pq
 
-        pq.write_table(run, work / f"run-dense-{n}.parquet")
+        if precision == "float32":
+            pq.write_table(run, work / f"run-dense-{n}.parquet")
+        elif (work / f"run-dense-{n}.parquet").exists():  # float16's recall against float32's exact run
+            exact = pq.read_table(work / f"run-dense-{n}.parquet").to_pandas()
+            half = run.to_pandas()
+            for depth in (10, K):
+                want = exact[exact["rank"] <= depth].groupby("query_id")["doc_id"].apply(set)
+                got = half[half["rank"] <= depth].groupby("query_id")["doc_id"].apply(set)
+                out[f"recall@{depth}_vs_float32"] = float(np.mean([len(got[q] & want[q]) / depth for q in want.index]))
+    elif step == "bm25-shards":
+        out.update(_bm25_shards(work, db, n, data))
     elif step == "dense-ann":
         import pyarrow.parquet as pq
 
@@ -457,6 +487,55 @@ def _child(args) -> dict:
         out["qps"] = out["actors_2"]["qps"]
         out["two_over_one"] = out["actors_2"]["qps"] / out["actors_1"]["qps"]
     out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _mem_gib() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+
+
+def _bm25_shards(work: Path, db: str, n: int, data: dict) -> dict:
+    """`logicrank retrieve` (run_retrieve) with bm25 over the queries on 1, 2 and 4 search actors,
+    each holding one shard of the mapped index (a local Ray cluster of one node, as many logical
+    CPUs as shards: on 2 cores, 4 shards share them). Per run: the stage's seconds (the actors'
+    start and the index mapping included), q/s, each actor's memory (peak RSS, and PSS, where a
+    page mapped by several processes counts once over them) and the node's (the actors' PSS summed)
+    against one copy of the index's mapped files; the run equal to the unsharded one."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from jobs.retrieve import run_retrieve
+    from pipelines.config import RetrieveConfig
+    from pipelines.store import DocStore
+    from schemas.config import RayConfig
+
+    s = DocStore(db)
+    s.mark_complete()  # the table is built here, not by `logicrank index`: retrieve reads marked versions only
+    index = s.bm25_index()
+    out = {"index_mib": index.mapped_bytes() / (1 << 20)}
+    qpath = work / f"shard-queries-{n}.jsonl"
+    qpath.write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in zip(data["qids"], data["queries"], strict=True)), encoding="utf-8")
+    reference = None
+    for shards in (1, 2, 4):
+        run_dir = work / f"shards-{n}-{shards}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cfg = RetrieveConfig.preset(("bm25",), queries=str(qpath), db=db, k=K,
+                                    ray=RayConfig(num_cpus=max(2, shards), retrieve_shards=shards, retrieve_batch_rows=1024))
+        run_retrieve(cfg, run_dir, progress=False)
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        stage_s = next(v for key, v in manifest["timings_s"].items() if key.startswith("bm25:"))
+        actors = manifest["pipelines"]["bm25"]["stages"][0]["shards"]
+        run = pq.read_table(run_dir / "runs" / "bm25.parquet").select(["query_id", "doc_id", "rank", "score"])
+        if reference is None:
+            reference = run
+        same = run.select(["query_id", "doc_id", "rank"]).equals(reference.select(["query_id", "doc_id", "rank"])) and bool(
+            np.abs(run.column("score").to_numpy() - reference.column("score").to_numpy()).max(initial=0) <= 1e-6)
+        out[f"shards_{shards}"] = {"stage_s": stage_s, "qps": len(data["queries"]) / stage_s, "equal_to_1_shard": same,
+                                   "actor_peak_rss_mib": [a["peak_rss_mib"] for a in actors], "actor_pss_mib": [a["pss_mib"] for a in actors],
+                                   "node_pss_mib": sum(a["pss_mib"] for a in actors)}
+        shutil.rmtree(run_dir, ignore_errors=True)
+    out["qps"] = out["shards_1"]["qps"]
     return out
 
 
