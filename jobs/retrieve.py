@@ -222,7 +222,8 @@ class _Host:
         self.version = store.version  # every reader of the table reads this version
         self._embedder = None
         self._llm = llm  # the job's LLM service (None: no stage needs it); its actors start on first use
-        self.ctx = Context(store, encoder=self._encoder, llm=self._llm_service, llm_model=str(llm.resolved.path) if llm else None, echo=echo)
+        self.ctx = Context(store, encoder=self._encoder, llm=self._llm_service, llm_model=str(llm.resolved.path) if llm else None, echo=echo,
+                           shards=self._shard_map)
         self.hooks = Hooks(map_queries=self._bulk, timed=rundir.timed, done=lambda message: beat(f"retrieve: {message}"))
 
     def _encoder(self):
@@ -350,6 +351,32 @@ class _Host:
                 ray.kill(a)
         counts = {"placement": f"{shards} shards", "shards": [{"rows": [lo, hi], **m} for (lo, hi), m in zip(bounds, memory, strict=True)]}
         return Output(run=assemble(parts, stage.name), counts=counts)
+
+    def _shard_map(self, task, merge):
+        """``Context.shards`` (ITLR's exact scoring): ``task(store, (lo, hi))`` on one search actor
+        per shard of the table's rows, spread over the nodes, the parts merged by ``merge``; None
+        (the stage scores the table in the driver) when the vectors fit one actor's
+        ``ray.retrieve_shard_bytes`` and no ``ray.retrieve_shards`` is given."""
+        import math
+
+        import ray
+
+        r = self.cfg.ray
+        n = self.store.count()
+        shards = r.retrieve_shards or math.ceil(n * self.store.dim * 4 / r.retrieve_shard_bytes)
+        if r.retrieve_shards is None and shards <= 1:
+            return None
+        actor = ray.remote(_ShardTask).options(num_cpus=r.retrieve_num_cpus, max_restarts=-1, max_task_retries=-1, scheduling_strategy="SPREAD")
+        bounds = even_bounds(n, shards)
+        actors = [actor.remote(self.cfg.db, self.cfg.table, self.version) for _ in bounds]
+        try:
+            work = ray.put(task)
+            parts = ray.get([a.run.remote(work, b) for a, b in zip(actors, bounds, strict=True)])
+        finally:
+            for a in actors:
+                ray.kill(a)
+        beat(f"retrieve: {len(bounds)} shards scored")
+        return merge(parts)
 
     def _merged(self, engine: str, ctx: Context, sent, o, n: int) -> pa.Table:
         import ray
@@ -505,6 +532,17 @@ class _ShardSearch:
         mib = 1 << 20
         return {"node": _node_ip(), "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                 "rss_mib": round(info.rss / mib, 1), "uss_mib": round(info.uss / mib, 1), "pss_mib": round(info.pss / mib, 1)}
+
+
+class _ShardTask:
+    """A Ray actor that runs a stage's scoring over one shard of a table version's rows
+    (``Context.shards``: ITLR's exact scoring reads its rows' vectors and keeps its top k)."""
+
+    def __init__(self, db: str, table: str, version: int):
+        self.store = DocStore(db, table, version=version)
+
+    def run(self, task, rows: tuple[int, int]):
+        return task(self.store, rows)
 
 
 def _node_ip() -> str:

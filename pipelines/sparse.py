@@ -181,6 +181,7 @@ def _import_numba():
 
 
 _CHUNK = 64  # documents per vectorised count in the candidate pass
+_WEIGHT_ROWS = 1 << 17  # documents whose weights are computed at once (float64 temporaries of ~250 MiB)
 _INSERTION_MAX = 128  # sample ranks kept by insertion; past it, np.partition (linear in the sample)
 
 
@@ -522,8 +523,8 @@ class BM25Index(_Search):
 
     def weights(self) -> sp.csr_matrix:
         """terms x documents BM25 weights (float32, as LanceDB scores; each term's documents sorted).
-        Computed in float64 a million documents at a time (the temporaries stay bounded at 10M
-        documents), each weight rounded to float32 as one whole-array pass would round it."""
+        Computed in float64 ``_WEIGHT_ROWS`` documents at a time (the temporaries stay bounded at
+        10M documents), each weight rounded to float32 as one whole-array pass would round it."""
         if self._weights is None:
             s = self.stats()
             tf = (self.title + self.text).tocsr()
@@ -533,8 +534,8 @@ class BM25Index(_Search):
             dl = np.asarray(tf.sum(axis=1)).ravel().astype(np.float64)
             norm = K1 * (1 - B + B * dl / avgdl) if avgdl else np.full(len(dl), K1)
             w = np.empty(tf.nnz, np.float32)
-            for r0 in range(0, tf.shape[0], 1 << 20):
-                r1 = min(tf.shape[0], r0 + (1 << 20))
+            for r0 in range(0, tf.shape[0], _WEIGHT_ROWS):
+                r1 = min(tf.shape[0], r0 + _WEIGHT_ROWS)
                 a, b = tf.indptr[r0], tf.indptr[r1]
                 row = np.repeat(np.arange(r0, r1), np.diff(tf.indptr[r0 : r1 + 1]))
                 f = tf.data[a:b].astype(np.float64)

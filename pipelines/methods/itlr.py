@@ -242,8 +242,14 @@ def score_exact(
     operators: Sequence[Operators],
     calibration: Calibration,
     threads: int | None = None,
+    first_row: int = 0,
+    with_rows: bool = False,
 ) -> dict[Operators, pd.DataFrame]:
     """Top-k (query_id, doc_id, score) per operator choice, every document scored.
+
+    ``first_row``: the table row of the blocks' first document (a shard's first row);
+    ``with_rows`` adds each pair's table ``row``, by which the top k of several shards merge
+    exactly (:func:`merge_exact`).
 
     ``doc_blocks`` yields (doc_ids, unit vectors) blocks; composing several operator
     choices costs one pass over the corpus. Queries are grouped by formula shape; the
@@ -285,7 +291,7 @@ def score_exact(
             tops[ops][part].push(block, first_row + lo)
 
     ids: list[np.ndarray] = []
-    seen = 0
+    seen = first_row
     with ThreadPoolExecutor(n_threads) as pool:
         for block_ids, vecs in doc_blocks:
             V = np.asarray(vecs, dtype=np.float32)
@@ -299,7 +305,18 @@ def score_exact(
             ids.append(np.asarray(block_ids, dtype=object))
             seen += len(block_ids)
     all_ids = np.concatenate(ids) if ids else np.empty(0, dtype=object)
-    return {ops: _pairs(queries, _TopK.merged(parts), all_ids) for ops, parts in tops.items()}
+    out = {ops: _pairs(queries, _TopK.merged(parts), all_ids, first_row) for ops, parts in tops.items()}
+    return out if with_rows else {ops: df.drop(columns="row") for ops, df in out.items()}
+
+
+def merge_exact(parts: Sequence[pd.DataFrame], k: int) -> pd.DataFrame:
+    """The top k of several shards' :func:`score_exact` (each over its own rows of the table)
+    under the order one pass keeps: score descending, then table row ascending. Exact: each
+    shard kept its own k best under that order."""
+    if not parts:
+        return pd.DataFrame({"query_id": [], "doc_id": [], "score": [], "row": []})
+    both = pd.concat(parts, ignore_index=True).sort_values(["query_id", "score", "row"], ascending=[True, False, True], kind="stable")
+    return both.groupby("query_id", sort=False).head(k).drop(columns="row").reset_index(drop=True)
 
 
 def _shape_groups(queries: Sequence[LogicalQuery], terms: Sequence[str]):
@@ -360,13 +377,15 @@ def score_listed(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, can
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
 
 
-def _pairs(queries: Sequence[LogicalQuery], top: _TopK, ids: np.ndarray) -> pd.DataFrame:
+def _pairs(queries: Sequence[LogicalQuery], top: _TopK, ids: np.ndarray, first_row: int = 0) -> pd.DataFrame:
     n, k = top.scores.shape
+    rows = top.rows.reshape(-1)
     df = pd.DataFrame(
         {
             "query_id": np.repeat([q.query_id for q in queries], k),
-            "doc_id": ids[top.rows.reshape(-1)] if len(ids) else np.empty(0, dtype=object),
+            "doc_id": ids[rows - first_row] if len(ids) else np.empty(0, dtype=object),
             "score": top.scores.reshape(-1),
+            "row": rows,
         }
     )
     return df[np.isfinite(df["score"])]

@@ -127,6 +127,10 @@ class Context:
     llm_model: str | None = None  # the LLM's checkpoint directory (for its tokenizer)
     echo: Callable[[str], None] | None = None  # progress lines
     checkpoint: Checkpoint | None = None  # set by the runner per stage when its cache has a directory (None: one pass)
+    # shards(task, merge): a scoring over every document run in shards of the table's rows, each
+    # ``task(store, (lo, hi))`` on its own search actor, the parts merged by ``merge``; None (or a
+    # call that answers None: the index fits one process) and the stage scores the table here
+    shards: Callable[[Callable, Callable], Any] | None = None
 
     def embedder(self) -> Encoder:
         if self.encoder is None:

@@ -4,6 +4,7 @@ candidates a file lists for each query)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Literal
@@ -22,6 +23,7 @@ from pipelines.methods.itlr import (
     Calibration,
     ann_candidates,
     labelled_scores,
+    merge_exact,
     parse_queries,
     positive_terms,
     score_candidates,
@@ -77,6 +79,13 @@ class ITLROptions(StageOptions):
         return self
 
 
+def exact_shard(queries, terms, term_vectors, k, ops, calibration, block_rows, store, rows: tuple[int, int]) -> pd.DataFrame:
+    """ITLR exact over one shard of the table's rows (a search actor's part of ``Context.shards``):
+    its top k with their table rows, which :func:`merge_exact` merges exactly."""
+    blocks = store.vector_blocks(block_rows, rows=rows)
+    return score_exact(queries, terms, term_vectors, blocks, k, [ops], calibration, first_row=rows[0], with_rows=True)[ops]
+
+
 @register
 class ITLR(Stage):
     """ITLR: the query's logical form over text terms (its ``logical_query``; the raw text as
@@ -121,8 +130,10 @@ class ITLR(Stage):
         else:
             exact_queries, frames = parsed, []
         if exact_queries:
-            blocks = store.vector_blocks(o.block_rows)
-            frames.append(score_exact(exact_queries, terms, term_vectors, blocks, o.k, [ops], calibration)[ops])
+            task = functools.partial(exact_shard, exact_queries, terms, term_vectors, o.k, ops, calibration, o.block_rows)
+            sharded = ctx.shards(task, functools.partial(merge_exact, k=o.k)) if ctx.shards is not None else None
+            frames.append(sharded if sharded is not None else score_exact(exact_queries, terms, term_vectors, store.vector_blocks(o.block_rows), o.k,
+                                                                          [ops], calibration)[ops])
         pairs = pd.concat(frames, ignore_index=True)
         vectors = store.vectors_for(pairs["doc_id"].unique().tolist())
         scores = term_scores(pairs, parsed, terms, term_vectors, vectors, calibration)

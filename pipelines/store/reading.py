@@ -48,18 +48,21 @@ class Reading:
             t = ds.take(rows, columns=["vector"])
         return to_matrix(t.column("vector"))
 
-    def vector_blocks(self, batch_rows: int = 32768, read_ahead: bool = True):
-        """(doc_ids, (n, dim) float32 vectors) blocks of the whole table, streamed."""
-        for b in self.scan(["doc_id", "vector"], batch_rows, read_ahead):
+    def vector_blocks(self, batch_rows: int = 32768, read_ahead: bool = True, rows: tuple[int, int] | None = None):
+        """(doc_ids, (n, dim) float32 vectors) blocks of the whole table (or of its rows
+        ``rows = (lo, hi)`` in scan order: one shard), streamed."""
+        for b in self.scan(["doc_id", "vector"], batch_rows, read_ahead, rows):
             yield b.column("doc_id").to_numpy(zero_copy_only=False), to_matrix(b.column("vector"))
 
-    def scan(self, columns: Sequence[str], batch_rows: int = 8192, read_ahead: bool = False):
-        """Stream record batches of ``columns`` (bounded memory).
+    def scan(self, columns: Sequence[str], batch_rows: int = 8192, read_ahead: bool = False, rows: tuple[int, int] | None = None):
+        """Stream record batches of ``columns`` (bounded memory), of every row or of the rows
+        ``rows = (lo, hi)`` in scan order.
 
         ``read_ahead`` decodes the next batch on a thread while the caller works on this one
         (at most two batches in memory).
         """
-        batches = self.table.to_lance().to_batches(columns=list(columns), batch_size=batch_rows)
+        window = {} if rows is None else {"offset": rows[0], "limit": max(0, rows[1] - rows[0])}
+        batches = self.table.to_lance().to_batches(columns=list(columns), batch_size=batch_rows, **window)
         if not read_ahead:
             yield from batches
             return

@@ -4,7 +4,7 @@ Run as ``python -m tests.integration.shards_child WORK MODE``. Starts a head nod
 no CPUs for actors) and three worker nodes with ``ray.cluster_utils.Cluster``, writes a table
 of SciFact documents with generated unit vectors (the bundled encoder's model id and width, so
 `retrieve` encodes the queries with the real encoder), and runs `logicrank retrieve`'s job
-with bm25 and dense in 3 shards (one search actor per worker node) and again unsharded (the
+with bm25, dense and ITLR exact in 3 shards (one search actor per worker node) and again unsharded (the
 driver's search over the whole index). MODE ``kill``: one worker node is killed (SIGKILL to
 its raylet) as soon as the first batch has been merged from the shards. Writes
 ``WORK/result.json``: the runs' paths, each stage's counts from the manifests, whether a node
@@ -48,7 +48,10 @@ def _queries(path: Path) -> None:
     from tests.conftest import scifact_docs
 
     docs = scifact_docs(N_QUERIES, text_chars=120)
-    path.write_text("".join(json.dumps({"_id": f"q{i}", "text": d["text"][:80]}) + "\n" for i, d in enumerate(docs)))
+    words = [w for d in docs for w in d["text"].split() if w.isalpha() and len(w) > 5][:3 * N_QUERIES]
+    shapes = ('"{0}" AND "{1}" AND NOT "{2}"', '"{0}" OR "{1}" AND "{2}"', '("{0}" OR "{1}") AND NOT "{2}"')
+    path.write_text("".join(json.dumps({"_id": f"q{i}", "text": d["text"][:80], "logical_query": shapes[i % 3].format(*words[3 * i : 3 * i + 3])})
+                            + "\n" for i, d in enumerate(docs)))
 
 
 def main() -> None:
@@ -58,6 +61,7 @@ def main() -> None:
     import jobs.retrieve as job
     from jobs.retrieve import run_retrieve
     from pipelines.config import RetrieveConfig
+    from pipelines.stages.itlr import ITLROptions
     from pipelines.stages.retrievers import BM25Options, DenseOptions
     from schemas.config import RayConfig
 
@@ -75,16 +79,27 @@ def main() -> None:
             cluster.remove_node(workers[0], allow_graceful=False)
             killed["node"] = workers[0].node_id
 
-    pipelines = {"bm25": [BM25Options(k=50)], "dense": [DenseOptions(k=50)]}
+    pipelines = {"bm25": [BM25Options(k=50)], "dense": [DenseOptions(k=50)], "itlr": [ITLROptions(k=50, block_rows=128)]}
     result = {"mode": mode, "runs": {}}
-    for shards in (3, None):  # None: the index fits one process (retrieve_shard_bytes): searched whole, in the driver
+    sharded_calls: list[bool] = []
+    shard_map = job._Host._shard_map
+
+    def counting(self, task, merge):  # whether ITLR's exact scoring ran in shards (None: in the driver)
+        out = shard_map(self, task, merge)
+        sharded_calls.append(out is not None)
+        return out
+
+    job._Host._shard_map = counting
+    for shards in (3, None):
+        sharded_calls.clear()  # None: the index fits one process (retrieve_shard_bytes): searched whole, in the driver
         job.shard_searched = searched if shards == 3 else (lambda: None)
         cfg = RetrieveConfig(queries=str(work / "queries.jsonl"), db=str(work / "db"), pipelines=pipelines,
                              ray=RayConfig(address=cluster.address, retrieve_shards=shards, retrieve_batch_rows=BATCH, retrieve_local_s=10**6))
         out = work / f"shards{shards or 1}"
         paths = run_retrieve(cfg, out, progress=False)
         manifest = json.loads((out / "manifest.json").read_text())
-        result["runs"][str(shards or 1)] = {"paths": {k: str(v) for k, v in paths.items()}, "manifest": manifest}
+        result["runs"][str(shards or 1)] = {"paths": {k: str(v) for k, v in paths.items()}, "manifest": manifest,
+                                            "itlr_shards_scored": any(sharded_calls)}
     result["killed"] = killed
     (work / "result.json").write_text(json.dumps(result, default=str))
     cluster.shutdown()

@@ -124,3 +124,20 @@ def test_the_search_loop_over_an_empty_corpus_finds_nothing():
     keys, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data, np.empty(0, np.int64), 5,
                                          np.zeros(0, np.float32), np.empty(0, np.int64), 0, False)
     assert found.tolist() == [0]
+
+
+def test_weights_computed_in_chunks_of_documents_equal_one_pass(monkeypatch):
+    """The weights are made a block of documents at a time (bounded temporaries at 10M
+    documents); each float32 weight is the one a whole-array pass gives."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(9)
+    words = ["dog", "cat", "owner", "feeds", "runs", "trained", "rescue", "laptop", "engineer", "codes"]
+    texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for _ in range(50)]
+    batch = pa.record_batch({"doc_id": [f"d{i}" for i in range(50)], "content_hash": ["h"] * 50,
+                             "title": [None if i % 3 else "Dog owner" for i in range(50)], "text": texts})
+    whole = sparse.BM25Index.build([batch], version=1).weights()
+    monkeypatch.setattr(sparse, "_WEIGHT_ROWS", 7)  # 8 blocks, the last one short
+    chunked = sparse.BM25Index.build([batch], version=1).weights()
+    assert (chunked.indptr == whole.indptr).all() and (chunked.indices == whole.indices).all()
+    assert chunked.data.dtype == np.float32 and (chunked.data == whole.data).all()
