@@ -266,6 +266,7 @@ class _Host:
         n = queries.num_rows
         if n == 0:
             return Output(run=RUN.empty_table(), counts={"placement": "none"})
+        queries = queries.sort_by([("query_id", "ascending")])  # results come in the run's order: assembled without a copy
         shards = self._shards(stage, ctx)
         if shards is not None:
             return self._sharded(stage, ctx, queries, shards)

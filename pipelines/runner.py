@@ -228,6 +228,7 @@ def in_process(batch_rows: int = 4096) -> MapQueries:
     """The per-query hook that runs each batch of ``batch_rows`` queries here, in turn."""
 
     def run(stage: Stage, ctx: Context, queries: pa.Table) -> Output:
+        queries = queries.sort_by([("query_id", "ascending")])  # results come in the run's order: assembled without a copy
         parts = [stage.run(ctx, queries.slice(i, batch_rows), []).run for i in range(0, queries.num_rows, batch_rows)]
         return Output(run=assemble(parts, stage.name), counts={"placement": "in process"})
 
@@ -250,6 +251,8 @@ def assemble(parts: list[pa.Table], stage: str) -> pa.Table:
     # one int64 key: 6x faster than lexsort over 3M rows (it sorts runs of ascending keys)
     fits = len(ids) * span < 2**62
     order = np.argsort(where * span + (rank - low), kind="stable") if fits else np.lexsort((rank, where))
+    if (order == np.arange(len(order))).all():  # already in order (queries run sorted by id): no copy of millions of rows
+        return run
     return run.take(order)
 
 

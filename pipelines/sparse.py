@@ -749,8 +749,10 @@ class MappedBM25(_Search):
 
 
 def _whole(path: Path, stamp: str) -> bool:
-    """Whether ``path`` holds a whole saved index of this table version: its counts and its search files."""
-    return BM25Index.load(path, stamp) is not None and MappedBM25.open(path, stamp) is not None
+    """Whether ``path`` holds a whole saved index of this table version: its search files
+    consistent and its counts' files readable (their zip directories; not their data, which
+    a patch reads: a re-index would otherwise read the whole index once more to check it)."""
+    return MappedBM25.open(path, stamp) is not None
 
 
 def _saved(path: Path, stamp: str) -> bool:
