@@ -508,6 +508,9 @@ class _ShardSearch:
     queries, or query vectors) and returns its top k as keys (bm25) or (rows, scores) (dense)."""
 
     def __init__(self, db: str, table: str, version: int, engine: str, lo: int, hi: int, precision: str, product: str):
+        import psutil
+
+        self._start = psutil.Process().memory_full_info()  # before the index is mapped: what the shard adds is measured against it
         store = DocStore(db, table, version=version)
         self.engine, self.shard, self.product = engine, (lo, hi), product
         self.index = store.bm25_index() if engine == "bm25" else store.vectors(precision)
@@ -524,15 +527,17 @@ class _ShardSearch:
 
     def memory(self) -> dict:
         """This actor's memory: peak resident (ru_maxrss), and now its resident, unique and
-        proportional set sizes (MiB; shared mapped pages count in RSS, once per node in PSS)."""
+        proportional set sizes (MiB; shared mapped pages count in RSS, once per node in PSS), and
+        its RSS and PSS when it started, before its shard was mapped."""
         import resource
 
         import psutil
 
-        info = psutil.Process().memory_full_info()
+        info, start = psutil.Process().memory_full_info(), self._start
         mib = 1 << 20
         return {"node": _node_ip(), "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-                "rss_mib": round(info.rss / mib, 1), "uss_mib": round(info.uss / mib, 1), "pss_mib": round(info.pss / mib, 1)}
+                "rss_mib": round(info.rss / mib, 1), "uss_mib": round(info.uss / mib, 1), "pss_mib": round(info.pss / mib, 1),
+                "rss_at_start_mib": round(start.rss / mib, 1), "pss_at_start_mib": round(start.pss / mib, 1)}
 
 
 class _ShardTask:

@@ -584,9 +584,12 @@ def _bm25_shards(work: Path, db: str, n: int, data: dict) -> dict:
             reference = run
         same = run.select(["query_id", "doc_id", "rank"]).equals(reference.select(["query_id", "doc_id", "rank"])) and bool(
             np.abs(run.column("score").to_numpy() - reference.column("score").to_numpy()).max(initial=0) <= 1e-6)
+        added = [a["pss_mib"] - a["pss_at_start_mib"] for a in actors]  # what mapping and searching the shard added to each actor
         out[f"shards_{shards}"] = {"stage_s": stage_s, "qps": len(data["queries"]) / stage_s, "equal_to_1_shard": same,
-                                   "actor_peak_rss_mib": [a["peak_rss_mib"] for a in actors], "actor_pss_mib": [a["pss_mib"] for a in actors],
-                                   "node_pss_mib": sum(a["pss_mib"] for a in actors)}
+                                   "actor_peak_rss_mib": [a["peak_rss_mib"] for a in actors],
+                                   "actor_peak_over_start_mib": [a["peak_rss_mib"] - a["rss_at_start_mib"] for a in actors],
+                                   "actor_pss_mib": [a["pss_mib"] for a in actors], "node_pss_mib": sum(a["pss_mib"] for a in actors),
+                                   "node_pss_added_mib": sum(added), "node_added_over_index": sum(added) / out["index_mib"]}
         shutil.rmtree(run_dir, ignore_errors=True)
     out["qps"] = out["shards_1"]["qps"]
     return out
