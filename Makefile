@@ -86,7 +86,7 @@ bench-generate: $(STAMP)
 bench-engine-load: $(STAMP)
 	$(BIN)/python tests/perf/bench_engine_load.py --out runs/bench
 
-# Not part of `bench` (about an hour on 2 cores): the cost curve at 10k, 100k and 1M documents (docs/bulk-retrieval.md).
+# Not part of `bench` (hours on 2 cores; 10M documents need about 40 GiB of disk): the cost curve at 10k, 100k, 1M and 10M documents (docs/bulk-retrieval.md).
 bench-scale: $(STAMP)
 	$(BIN)/python tests/perf/bench_scale.py --out runs/bench
 

@@ -1,6 +1,6 @@
-"""The cost curve of bulk retrieval from 10k to 1M documents, peers beside it (not a test).
+"""The cost curve of bulk retrieval from 10k to 10M documents, peers beside it (not a test).
 
-    make bench-scale                                            # 10k, 100k and 1M documents
+    make bench-scale                                            # 10k, 100k, 1M and 10M documents
     python tests/perf/bench_scale.py --sizes 10000 --queries 300   # a smoke run
 
 The corpora: passages of two or three sentences drawn (seeded) from bundled SciFact's
@@ -692,7 +692,7 @@ def _run_step(work: Path, size: int, step: str, seed: int, timeout: int) -> dict
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--sizes", default="10000,100000,1000000,10000000")
     ap.add_argument("--queries", type=int, default=3000)
     ap.add_argument("--steps", default=",".join(STEPS))
     ap.add_argument("--out", default="runs/bench")
