@@ -1,29 +1,34 @@
 """Writing the table: create, upsert by content hash, delete what a snapshot lacks, build and
 maintain its indexes. One writer per table (the index job's lease, pipelines/writelock.py).
 
-What each index costs a re-index, measured on 100k documents (384-dimensional vectors, texts
-of 40 words; tests/perf/bench_reindex.py) after 1% of them changed:
+What each index costs a re-index after 1% of the documents changed, measured with
+tests/perf/bench_reindex.py (384-dimensional vectors, texts of 40 words; 2 shared cores):
 
-- the scalar index on doc_id (BTREE): updated in 0.02 s; change detection looks up each
-  batch's stored hashes through it (pipelines/indexing.py), so it is kept every night.
-- the full-text indexes on title and text: updated in place in 0.4 + 0.5 s, rebuilt in
-  0.25 + 1.0 s. Retrieval no longer reads them (the BM25 engine, pipelines/sparse.py, keeps
-  its own index); they stay the reference the BM25 engine is tested against and serve
-  LanceDB-native full-text search, so they are updated each night (cheap, and every row
-  stays indexed) and rebuilt only when asked (``rebuild``) or made by an older analyzer.
-  Updated in place, their statistics keep replaced and deleted rows until a rebuild
-  (pipelines/store/reading.py, ``text_search``).
-- the ANN index (IVF_HNSW_SQ): built in about 75 s; its incremental update adds the new rows
-  as a small delta index in 0.2 s; merging the deltas into the first index costs another
-  75 s, a rebuild. So the ANN index is built only when asked (``ann_threshold`` given: the
-  index job's ``ann`` option) and, once built, never rebuilt because rows changed: each
-  maintenance adds a delta, and past :data:`ANN_MAX_DELTAS` deltas merges them into one
-  (never into the first index): about 1 s per few thousand changed rows.
+- compaction: only small fragments are merged (:data:`COMPACT_TARGET_ROWS`).
+- the scalar index on doc_id (BTREE): updated in place in 0.02 s at 100k, 0.4 s at 1M;
+  change detection looks up each batch's stored hashes through it (pipelines/indexing.py),
+  so it is kept whole every run.
+- the full-text indexes on title and text: merged in place they cost 0.4 + 0.5 s at 100k but
+  8 to 20 s each at 1M (a merge rewrites the index, so it grows with the table; rebuilt at
+  1M: 11 s for title, 71 s for text). Added as a delta index instead: 0.15 to 0.25 s at 1M.
+  Retrieval no longer reads them (the BM25 engine, pipelines/sparse.py, keeps its own
+  index); they stay the reference the BM25 engine is tested against and serve
+  LanceDB-native full-text search, so each run keeps them covering every row, by deltas,
+  merged past :data:`MAX_DELTAS` (never into the first index); they are rebuilt only when
+  asked (``rebuild``) or when made by an older analyzer. Their statistics keep replaced and
+  deleted rows until a rebuild (pipelines/store/reading.py, ``text_search``).
+- the ANN index (IVF_HNSW_SQ): built in about 75 s at 100k; a delta for the changed rows
+  takes 0.2 s; merging the deltas into the first index costs another 76 s, a rebuild. So
+  the ANN index is built only when asked (``ann_threshold`` given: the index job's ``ann``
+  option) and, once built, never rebuilt because rows changed: deltas as above, the newest
+  ones merged past :data:`MAX_DELTAS` (about 1.2 s for a few thousand rows at 100k).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -34,7 +39,21 @@ from pipelines.sparse import drop_indexes, prune_indexes
 from pipelines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _META_MODEL, _META_TITLE_SEP
 from schemas.tables import docs_schema
 
-ANN_MAX_DELTAS = 7  # the ANN index's delta indexes (a week of nights) before maintenance merges them
+MAX_DELTAS = 7  # delta indexes of a full-text or ANN index (a week of nights) before maintenance merges them
+# Compaction merges fragments smaller than this (and rewrites those with 10% of their rows
+# deleted). At Lance's default, 1M rows, the table's big fragment fell under it as soon as a
+# re-index replaced one row, and every run rewrote it with the new rows: 51 s at 1M documents
+# for a 1% re-index, against 1.2 s with 64k, which merges only the runs' small fragments.
+COMPACT_TARGET_ROWS = 1 << 16
+
+
+@contextmanager
+def _timed(into: dict[str, float], name: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        into[name] = round(into.get(name, 0.0) + time.perf_counter() - start, 3)
 
 
 class Writing:
@@ -153,15 +172,19 @@ class Writing:
                     stale.add(idx.columns[0])
         return stale
 
-    def _update_index(self, name: str, ann: bool) -> None:
-        """Add the rows an index does not cover to it, in place (no retraining). The ANN index
-        gets a delta index; past :data:`ANN_MAX_DELTAS` the deltas (never the first index) are
-        merged into one with the new rows."""
+    def _deltas(self, name: str) -> int:
+        """How many delta indexes index ``name`` has beside its first."""
+        return max(0, int(getattr(self.table.index_stats(name), "num_indices", 1) or 1) - 1)
+
+    def _update_index(self, name: str, deltas: bool) -> None:
+        """Add the rows an index does not cover to it, in place (no retraining). With
+        ``deltas`` (the full-text and ANN indexes) they go to a new delta index, and past
+        :data:`MAX_DELTAS` the deltas (never the first index) are merged into one with them;
+        the doc_id index merges them into itself."""
         kw = {}
-        if ann:
-            stats = self.table.index_stats(name)
-            deltas = max(0, int(getattr(stats, "num_indices", 1) or 1) - 1)
-            kw["num_indices_to_merge"] = deltas if deltas >= ANN_MAX_DELTAS else 0
+        if deltas:
+            have = self._deltas(name)
+            kw["num_indices_to_merge"] = have if have >= MAX_DELTAS else 0
         self.table.to_lance().optimize.optimize_indices(index_names=[name], **kw)
         self.table.checkout_latest()
 
@@ -191,43 +214,50 @@ class Writing:
         complete = wanted <= index_of.keys() and not any(self.index_coverage().values()) and fts_current
         built: dict[str, str] = {}
         updated: list[str] = []
+        seconds: dict[str, float] = {}  # what each part took (compaction, each index built or updated)
         fragments = (0, 0)
         if changed or not complete or rebuild:
-            compaction = t.to_lance().optimize.compact_files()
+            with _timed(seconds, "compaction"):
+                compaction = t.to_lance().optimize.compact_files(target_rows_per_fragment=COMPACT_TARGET_ROWS)
             fragments = (int(compaction.fragments_removed), int(compaction.fragments_added))
             t.checkout_latest()
             if rebuild:
-                built = self.build_indexes(ann_threshold)
-                if "vector" in index_of and "vector" not in built:  # an ANN index made before: retrained too
-                    built["vector"] = self.build_ann()
+                with _timed(seconds, "rebuild"):
+                    built = self.build_indexes(ann_threshold)
+                    if "vector" in index_of and "vector" not in built:  # an ANN index made before: retrained too
+                        built["vector"] = self.build_ann()
             else:
                 stale = set() if fts_current else self._stale_fts()  # indexed by an older analyzer: re-analyze the text
                 for column in sorted((wanted - index_of.keys()) | stale):
-                    built[column] = self._build_one(column)
+                    with _timed(seconds, column):
+                        built[column] = self._build_one(column)
                     t.checkout_latest()
                 coverage = self.index_coverage()
                 for column, name in sorted(index_of.items()):
                     if column not in built and coverage.get(name):
-                        self._update_index(name, ann=column == "vector")
+                        with _timed(seconds, column):
+                            self._update_index(name, deltas=column != "doc_id")
                         updated.append(column)
                 coverage = self.index_coverage()
                 for column, name in sorted(index_of.items()):
                     if column not in built and column != "vector" and coverage.get(name):
-                        built[column] = self._build_one(column)
+                        with _timed(seconds, column):
+                            built[column] = self._build_one(column)
             t.checkout_latest()
         if marked == start and self.version != start:
             self.mark_complete()
         cleanup = t.to_lance().cleanup_old_versions(older_than=prune_older_than, error_if_tagged_old_versions=False)
         t.checkout_latest()
         prune_indexes(self, [v["version"] for v in t.list_versions()])
-        ann = next((idx.name for idx in t.list_indices() if "vector" in idx.columns), None)
+        deltas = {c: self._deltas(idx.name) for idx in t.list_indices() for c in idx.columns if c != "doc_id"}
         return {
             "fragments_removed": fragments[0],
             "fragments_added": fragments[1],
             "indexes_rebuilt": sorted(built),
             "indexes_updated": sorted(set(updated) - built.keys()),
-            "ann_index": (f"{max(0, int(t.index_stats(ann).num_indices) - 1)} delta(s) beside the first" if ann else None),
+            "deltas": deltas,  # the full-text and ANN indexes' delta indexes beside their first
             "unindexed_rows": self.index_coverage(),
+            "seconds": seconds,
             "versions_pruned": int(cleanup.old_versions),
             "bytes_pruned": int(cleanup.bytes_removed),
             "versions_left": len(t.list_versions()),

@@ -217,25 +217,26 @@ def _ann_parts(s: DocStore) -> int:
 def test_the_ann_index_is_built_only_when_asked_and_then_updated_in_place(ann_store, monkeypatch):
     """Re-index without rebuilding: no ANN index unless asked (None); once built, changed
     rows become a small delta index (never a rebuild), the deltas are merged past
-    ANN_MAX_DELTAS (never into the first index), a missing index is built alone, and a
+    MAX_DELTAS (never into the first index), a missing index is built alone, and a
     rebuild happens when asked."""
     from pipelines.store import writing
 
     s = ann_store
     first = s.maintain(None, timedelta(days=1))
-    assert first["indexes_rebuilt"] == ["doc_id", "text", "title"] and not s.has_ann_index() and first["ann_index"] is None
+    assert first["indexes_rebuilt"] == ["doc_id", "text", "title"] and not s.has_ann_index() and first["deltas"] == {"text": 0, "title": 0}
     built = s.maintain(100, timedelta(days=1), changed=False)  # asked for: built alone
     assert built["indexes_rebuilt"] == ["vector"] and _ann_parts(s) == 1
 
-    monkeypatch.setattr(writing, "ANN_MAX_DELTAS", 2)
+    monkeypatch.setattr(writing, "MAX_DELTAS", 2)
     parts = []
     for night in range(1, 4):
         s.upsert(_docs([f"d{night}", f"n{night}"], seed=night, text="changed"))
         m = s.maintain(100, timedelta(days=1))
         assert m["indexes_rebuilt"] == [] and m["indexes_updated"] == ["doc_id", "text", "title", "vector"], m
-        assert set(m["unindexed_rows"].values()) == {0}
+        assert set(m["unindexed_rows"].values()) == {0} and {"doc_id", "text", "title", "vector"} <= set(m["seconds"])
         parts.append(_ann_parts(s))
     assert parts == [2, 3, 2]  # a delta each night; the third merged the two deltas with its own, the first index kept
+    assert m["deltas"] == {"text": 1, "title": 1, "vector": 1}  # the full-text indexes too
 
     s.upsert(_docs(["n9"], seed=9))  # with ann off, an existing ANN index is still kept up to date
     assert s.maintain(None, timedelta(days=1))["indexes_updated"] == ["doc_id", "text", "title", "vector"]
@@ -244,3 +245,22 @@ def test_the_ann_index_is_built_only_when_asked_and_then_updated_in_place(ann_st
     again = s.maintain(None, timedelta(days=1), changed=False, rebuild=True)
     assert again["indexes_rebuilt"] == ["doc_id", "text", "title", "vector"] and _ann_parts(s) == 1
     assert s.vector_search(np.ones((1, 8), np.float32), 5).num_rows == 5
+
+
+def test_compaction_merges_the_small_fragments_and_leaves_a_big_one_that_lost_a_row(ann_store, monkeypatch):
+    """A re-index replaces rows of the big fragment: at Lance's default target (1M rows) that
+    fragment fell under it, and once it shared its indexes with a small one (after a
+    rebuild), the next run rewrote it whole with them; now only small fragments merge."""
+    from pipelines.store import writing
+
+    monkeypatch.setattr(writing, "COMPACT_TARGET_ROWS", 100)
+    s = ann_store
+    s.upsert(_docs(["m0", "m1"], seed=1))
+    s.maintain(None, timedelta(days=1), rebuild=True)  # every fragment under the same indexes
+    frags = s.table.to_lance().get_fragments()
+    assert [f.count_rows() for f in frags] == [300, 2]
+    s.upsert(_docs(["d5", "m0", "m2"], seed=2, text="changed"))  # a row of each replaced, one new
+    m = s.maintain(None, timedelta(days=1))
+    after = s.table.to_lance().get_fragments()
+    assert after[0].fragment_id == frags[0].fragment_id and after[0].count_rows() == 299, m  # not rewritten
+    assert sum(f.count_rows() for f in after) == 303 and set(m["unindexed_rows"].values()) == {0}
