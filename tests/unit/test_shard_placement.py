@@ -1,0 +1,84 @@
+"""How many shards a bulk retriever searches in (jobs/retrieve.py, ``_Host._shards``) and the
+row ranges they hold: the per-actor memory budget (``ray.retrieve_shard_bytes``) decides unless
+``ray.retrieve_shards`` is given; only bm25 and dense's exact search shard."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from jobs.retrieve import _Host, even_bounds
+from pipelines.exact import shard_bounds
+from pipelines.pipeline import build
+from pipelines.stages import Context
+from pipelines.stages.itlr import ITLROptions
+from pipelines.stages.retrievers import BM25Options, DenseOptions
+from schemas.config import RayConfig
+
+GIB = 1 << 30
+
+
+class _Index:
+    def __init__(self, mapped: int):
+        self.mapped = mapped
+
+    def mapped_bytes(self) -> int:
+        return self.mapped
+
+
+class _Vectors:
+    def __init__(self, size: int):
+        self.size = size
+
+    def nbytes(self) -> int:
+        return self.size
+
+
+class _Store:
+    def __init__(self, index_bytes: int):
+        self.index_bytes = index_bytes
+
+    def bm25_index(self):
+        return _Index(self.index_bytes)
+
+    def vectors(self, precision: str = "float32"):
+        return _Vectors(self.index_bytes // (2 if precision == "float16" else 1))
+
+
+def _shards(options, index_bytes: int, **ray) -> int | None:
+    host = types.SimpleNamespace(cfg=types.SimpleNamespace(ray=RayConfig(**ray)))
+    return _Host._shards(host, build(options), Context(_Store(index_bytes)))
+
+
+@pytest.mark.parametrize(("index_bytes", "budget", "want"), [
+    (GIB, 4 * GIB, None),  # fits one actor: not sharded (the driver or the pool)
+    (4 * GIB, 4 * GIB, None),
+    (4 * GIB + 1, 4 * GIB, 2),
+    (30 * GIB, 4 * GIB, 8),
+    (30 * GIB, 16 * GIB, 2),
+])
+def test_an_index_past_the_per_actor_budget_is_sharded_to_fit_it(index_bytes, budget, want):
+    assert _shards(BM25Options(), index_bytes, retrieve_shard_bytes=budget) == want
+    assert _shards(DenseOptions(), index_bytes, retrieve_shard_bytes=budget) == want
+
+
+def test_float16_vectors_count_half_the_bytes():
+    assert _shards(DenseOptions(), 6 * GIB) == 2
+    assert _shards(DenseOptions(precision="float16"), 6 * GIB) is None
+
+
+def test_given_shards_decide_and_other_stages_never_shard():
+    assert _shards(BM25Options(), GIB, retrieve_shards=3) == 3
+    assert _shards(BM25Options(), 100 * GIB, retrieve_shards=1) == 1  # one actor holding the whole index
+    assert _shards(DenseOptions(search="ann"), 100 * GIB) is None  # the ANN index is searched whole
+    assert _shards(ITLROptions(), 100 * GIB) is None  # ITLR shards through Context.shards, not as a per-query retriever
+
+
+@pytest.mark.parametrize("n", [0, 1, 127, 128, 129, 1000, 4096 * 3 + 5])
+@pytest.mark.parametrize("shards", [1, 2, 3, 7])
+def test_shard_ranges_cover_every_row_once(n, shards):
+    for bounds in (even_bounds(n, shards), shard_bounds(n, shards)):
+        assert len(bounds) == shards and bounds[0][0] == 0 and bounds[-1][1] == n
+        assert all(lo <= hi for lo, hi in bounds) and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    assert max(hi - lo for lo, hi in even_bounds(n, shards)) - min(hi - lo for lo, hi in even_bounds(n, shards)) <= 1
