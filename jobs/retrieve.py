@@ -327,7 +327,11 @@ class _Host:
 
             vecs = ctx.store.vectors(o.precision)
             bounds = shard_bounds(len(vecs), shards)
-        actor = ray.remote(_ShardSearch).options(num_cpus=r.retrieve_num_cpus, max_restarts=-1, max_task_retries=-1, scheduling_strategy="SPREAD")
+        # dense shards get a GPU where the cluster has them (a share of one when the shards outnumber them): the product runs there
+        gpus = ray.cluster_resources().get("GPU", 0) if engine == "dense" and getattr(o, "product", "auto") != "numpy" else 0
+        share = 1.0 if gpus >= shards else (int(100 * gpus / shards) / 100 if gpus else 0.0)
+        actor = ray.remote(_ShardSearch).options(num_cpus=r.retrieve_num_cpus, num_gpus=share, max_restarts=-1, max_task_retries=-1,
+                                                 scheduling_strategy="SPREAD")
         actors = [actor.remote(self.cfg.db, self.cfg.table, self.version, engine, lo, hi, getattr(o, "precision", "float32"),
                                getattr(o, "product", "auto")) for lo, hi in bounds]
         n, rows, parts = queries.num_rows, r.retrieve_batch_rows, []
@@ -350,7 +354,8 @@ class _Host:
         finally:
             for a in actors:
                 ray.kill(a)
-        counts = {"placement": f"{shards} shards", "shards": [{"rows": [lo, hi], **m} for (lo, hi), m in zip(bounds, memory, strict=True)]}
+        counts = {"placement": f"{shards} shards" + (f" ({share} GPU each)" if share else ""),
+                  "shards": [{"rows": [lo, hi], **m} for (lo, hi), m in zip(bounds, memory, strict=True)]}
         return Output(run=assemble(parts, stage.name), counts=counts)
 
     def _shard_map(self, task, merge):
