@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv main nightly-demo test test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate bench-scale bench-engine-load soak-generate lint clean
+.PHONY: venv main nightly-demo test test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-engine-load soak-generate lint clean
 
 venv: $(STAMP)
 
@@ -56,7 +56,7 @@ test-faults: $(STAMP)
 test-faults-slow: $(STAMP)
 	tests/perf/half_speed.sh $(BIN)/python -m pytest -q -p no:cacheprovider --durations=0 $(FAULT_TESTS)
 
-bench: bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-lag bench-generate
+bench: bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate
 
 bench-index: $(STAMP)
 	$(BIN)/python tests/perf/bench_index.py --backends auto,torch --placements default,2x0.75 --out runs/bench
@@ -85,6 +85,9 @@ bench-generate: $(STAMP)
 # Not part of `bench`: one LLM call alone, beside two busy processes and under half the machine, per thread binding (docs/benchmarks.md).
 bench-engine-load: $(STAMP)
 	$(BIN)/python tests/perf/bench_engine_load.py --out runs/bench
+
+bench-bm25-stage: $(STAMP)
+	$(BIN)/python tests/perf/bench_bm25_stage.py --repeat 5 --out runs/bench
 
 # Not part of `bench` (hours on 2 cores; 10M documents need about 40 GiB of disk): the cost curve at 10k, 100k, 1M and 10M documents (docs/bulk-retrieval.md).
 bench-scale: $(STAMP)

@@ -1,0 +1,128 @@
+"""The retrieve job's bm25 stage against the engine alone and against bm25s, side by side (not a test).
+
+    make bench-bm25-stage      # SciFact's 5,183 documents, its 300 test queries x 10 = 3,000, k = 100
+
+One process, one thread for the engines (the job's own Ray session is given 2 CPUs; its bm25
+stage runs in the driver at this size). Each figure is the best of ``--repeat`` runs:
+  bm25s numba     bm25s over title + " " + text (English stop words, Snowball stemmer), index apart,
+                  retrieval (query tokenisation included) after a warm-up on 10 queries;
+  engine          logicrank's BM25 engine searching the same queries (pipelines/sparse.py,
+                  ``search_flat``: rows and scores, no run table);
+  method          pipelines/methods/bm25.py: the engine and the run table built from its arrays;
+  job stage       `logicrank retrieve` (run_retrieve) with bm25, the stage's own seconds from the
+                  manifest (Ray's start not counted; each run in a fresh run directory).
+Goals (issue 40): the job's stage >= 0.8x bm25s numba; >= 0.9x the engine alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+K = 100
+
+
+def _table(db: Path):
+    from pipelines.datasets import scifact
+    from pipelines.embed import to_fixed_size_list
+    from pipelines.store import DocStore
+
+    with gzip.open(scifact().corpus, "rt", encoding="utf-8") as f:
+        docs = [json.loads(line) for line in f]
+    store = DocStore(str(db))
+    store.open_or_create(4, "bench (no vectors)")
+    store.upsert(pa.table({"doc_id": [str(d["_id"]) for d in docs], "title": [d.get("title") for d in docs], "text": [d["text"] for d in docs],
+                           "metadata": [None] * len(docs), "content_hash": [str(i) for i in range(len(docs))],
+                           "vector": to_fixed_size_list(np.ones((len(docs), 4), np.float32))}))
+    store.mark_complete()
+    return store, docs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--copies", type=int, default=10, help="copies of the 300 test queries")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default="runs/bench")
+    args = ap.parse_args()
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
+    import bm25s
+    import Stemmer
+
+    from jobs.retrieve import run_retrieve
+    from pipelines.config import RetrieveConfig
+    from pipelines.datasets import scifact
+    from pipelines.methods.bm25 import bm25
+    from schemas.config import RayConfig
+
+    work = Path(tempfile.mkdtemp(prefix="bm25-stage-"))
+    try:
+        store, docs = _table(work / "db")
+        base = [json.loads(line) for line in scifact().queries.read_text(encoding="utf-8").splitlines() if line.strip()]
+        qids = [f"{q['_id']}#{c}" for c in range(args.copies) for q in base]
+        texts = [q["text"] for _ in range(args.copies) for q in base]
+        (work / "q.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in zip(qids, texts, strict=True)), encoding="utf-8")
+        queries = pa.table({"query_id": qids, "text": texts})
+
+        stem = Stemmer.Stemmer("english")
+        corpus = bm25s.tokenize([f"{d.get('title') or ''} {d['text']}" for d in docs], stopwords="en", stemmer=stem, show_progress=False)
+        retriever = bm25s.BM25(backend="numba")
+        retriever.index(corpus, show_progress=False)
+        retriever.retrieve(bm25s.tokenize(texts[:10], stopwords="en", stemmer=stem, return_ids=False, show_progress=False), k=K, n_threads=1,
+                           show_progress=False)
+        index = store.bm25_index()
+        index.search(texts[:10], K)  # the index mapped, the search loop loaded
+
+        def bm25s_run():
+            q = bm25s.tokenize(texts, stopwords="en", stemmer=stem, return_ids=False, show_progress=False)
+            retriever.retrieve(q, k=K, n_threads=1, show_progress=False)
+
+        def job_run(i: int) -> float:
+            out = work / f"job{i}"
+            cfg = RetrieveConfig.preset(("bm25",), queries=str(work / "q.jsonl"), db=str(work / "db"), k=K, ray=RayConfig(num_cpus=2))
+            run_retrieve(cfg, out, progress=False)
+            manifest = json.loads((out / "manifest.json").read_text())
+            shutil.rmtree(out)
+            return next(v for key, v in manifest["timings_s"].items() if key.startswith("bm25:"))
+
+        best: dict[str, float] = {}
+        for i in range(args.repeat):
+            for name, fn in (("bm25s numba", bm25s_run), ("engine", lambda: index.search_flat(texts, K)),
+                             ("method", lambda: bm25(queries, store, K))):
+                t = time.perf_counter()
+                fn()
+                best[name] = min(best.get(name, np.inf), time.perf_counter() - t)
+            best["job stage"] = min(best.get("job stage", np.inf), job_run(i))
+        n = len(texts)
+        rows = {name: {"s": s, "qps": n / s} for name, s in best.items()}
+        report = {"queries": n, "k": K, "repeat": args.repeat, "rows": rows,
+                  "job_over_bm25s": best["bm25s numba"] / best["job stage"], "job_over_engine": best["engine"] / best["job stage"],
+                  "method_over_engine": best["engine"] / best["method"]}
+        lines = [f"# bm25: the job's stage, the method, the engine and bm25s ({n:,} SciFact queries, k={K}, best of {args.repeat}, one thread)", "",
+                 "| what | s | q/s |", "|---|---:|---:|"]
+        lines += [f"| {name} | {r['s']:.3f} | {r['qps']:,.0f} |" for name, r in rows.items()]
+        lines += ["", f"job / bm25s numba: {report['job_over_bm25s']:.2f}x; job / engine: {report['job_over_engine']:.2f}x; "
+                      f"method / engine: {report['method_over_engine']:.2f}x"]
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench_bm25_stage.json").write_text(json.dumps(report, indent=1))
+        (out / "bench_bm25_stage.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
