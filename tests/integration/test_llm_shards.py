@@ -1,7 +1,8 @@
 """OrLog's truth scoring in shards on real vLLM (the tiny random Llama, CPU), killed half-way
 and resumed: the resumed job scores only the shards the killed one had not written, and its
-output equals an uninterrupted job's. One Ray node (the integration session's cluster): a
-cluster of several nodes on this 2-core machine would cost minutes of engine starts per node."""
+output equals an uninterrupted job's: on the integration session's one Ray node, and on a
+cluster of a head and two worker nodes on this machine (the engine on a worker node,
+tests/integration/llm_shards_child.py)."""
 
 from __future__ import annotations
 
@@ -80,3 +81,24 @@ def test_orlog_killed_half_way_resumes_only_the_missing_shards_and_equals_an_uni
     assert np.std(pa_["p_true"]) > 0.01  # the comparison is not between constants
     print(f"kill/resume: {total} prompts in 4 shards; killed job sent {sum(waves)}, resumed job sent {manifest['llm']['prompts_run']}; "
           f"max |score diff| {np.abs(b['score'] - a['score']).max():.2e}, max |p_true diff| {np.abs(pb['p_true'] - pa_['p_true']).max():.2e}")
+
+
+def test_orlog_killed_half_way_on_a_cluster_of_three_nodes_resumes_only_the_missing_shards(tmp_path, tiny_dir, synthetic):
+    from tests.integration.test_cluster_faults import _run_child_module
+
+    r = _run_child_module("tests.integration.llm_shards_child", tmp_path, [str(tmp_path), str(synthetic), str(tiny_dir)], timeout=900)
+    assert r["killed"] == "orlog: shard 2 of 4 written (2 of 4 done)" and not r["manifest_after_kill"]
+    whole, resumed = r["manifests"]["whole"], r["manifests"]["resumed"]
+    total = whole["llm"]["prompts_run"]
+    assert total == 8 * 4 * 2 and resumed["llm"]["prompts_run"] == total // 2  # only the two shards the killed job had not written
+    counts = resumed["pipelines"]["orlog"]["stages"][-1]
+    assert (counts["shards"], counts["shards_resumed"]) == (4, 2)
+    assert any(line.startswith("orlog: 2 of 4 shards read from checkpoints") for line in r["resumed_lines"])
+    assert not r["partials_left"]
+    assert r["engine_nodes"] and r["head"] not in r["engine_nodes"]  # the engines ran on worker nodes, not the driver's
+    a, b = (pq.read_table(tmp_path / d / "runs" / "orlog.parquet").to_pandas() for d in ("whole", "resumed"))
+    assert len(a) == 8 * 4 and a[["query_id", "doc_id", "rank"]].equals(b[["query_id", "doc_id", "rank"]])
+    np.testing.assert_allclose(b["score"], a["score"], rtol=0, atol=SCORE_TOL)
+    pa_, pb = (pq.read_table(tmp_path / d / "predicate_scores" / "orlog.parquet").to_pandas() for d in ("whole", "resumed"))
+    assert pa_[["query_id", "doc_id", "atom_id"]].equals(pb[["query_id", "doc_id", "atom_id"]])
+    np.testing.assert_allclose(pb["p_true"], pa_["p_true"], rtol=0, atol=SCORE_TOL)

@@ -1,0 +1,83 @@
+"""OrLog's truth scoring killed and resumed on a cluster of several nodes on this machine
+(tests/integration/test_llm_shards.py runs it in a child process).
+
+Run as ``python -m tests.integration.llm_shards_child WORK SYNTHETIC TINY_MODEL``. Starts a head
+node (the driver, no CPUs for actors) and two worker nodes with ``ray.cluster_utils.Cluster``
+(the LLM pool's engine runs on a worker node), then runs `retrieve`'s orlog over 8 queries x 4
+candidates x 2 atoms = 64 prompts in 4 shards three times: whole; stopped once two shard files
+are on disk (the job's driver raises from its progress hook); resumed. Writes
+``WORK/result.json``: each run's manifest, the progress lines, where the engines ran.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tests.integration.cluster_faults_child import OBJECT_STORE, SYSTEM_CONFIG
+
+
+class Killed(Exception):
+    """The job stopped from outside, once enough shards were on disk."""
+
+
+def main() -> None:
+    work, synthetic, model = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    from ray.cluster_utils import Cluster
+
+    from jobs.retrieve import run_retrieve
+    from pipelines.config import RetrieveConfig
+    from schemas.config import LLMConfig, RayConfig
+    from schemas.tables import DECOMPOSITIONS
+    from tests.conftest import write_jsonl
+
+    rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:8]]
+    write_jsonl(work / "q.jsonl", rows)
+    atoms = [{"id": "a1", "text": "{x} mentions cells"}, {"id": "a2", "text": "{x} is about cancer"}]
+    pq.write_table(pa.Table.from_pylist([
+        {"query_id": r["_id"], "method": "orlog", "model": "hand", "prompt_sha": "-", "raw_output": None, "logical_query": '"a1" AND NOT "a2"',
+         "atoms": atoms, "expansion": None, "status": "ok", "error": None, "finish_reason": None, "prompt_tokens": 0,
+         "generated_tokens": 0, "cached": False} for r in rows
+    ], schema=DECOMPOSITIONS), work / "dec.parquet")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": OBJECT_STORE, "include_dashboard": False,
+                                                            "_system_config": SYSTEM_CONFIG})
+    for _ in range(2):
+        cluster.add_node(num_cpus=2, object_store_memory=OBJECT_STORE)
+    cluster.wait_for_nodes()
+    llm = LLMConfig(model=model, max_model_len=1024, cache=None, max_num_seqs=64, shard_queries=2, wave_shards=1, batch_rows=8)
+    cfg = RetrieveConfig.preset(queries=str(work / "q.jsonl"), db=str(synthetic / "db"), methods=("orlog",), k=4, orlog_k=4, orlog_base="bm25",
+                                decompositions=str(work / "dec.parquet"), llm=llm, ray=RayConfig(address=cluster.address),
+                                orlog_context_tokens=32)
+    result: dict = {"head": cluster.head_node.node_id}
+    run_retrieve(cfg, work / "whole", progress=False)
+    partial, seen = work / "resumed" / "stages", []
+
+    def kill_at_two_shards(line: str) -> None:  # any progress line: the shard files on disk are the event
+        seen.append(line)
+        if len(list(partial.glob("*.partial/shard-?????.parquet"))) >= 2:
+            raise Killed(line)
+
+    try:
+        run_retrieve(cfg, work / "resumed", echo=kill_at_two_shards)
+        result["killed"] = None
+    except Killed as stop:
+        result["killed"] = str(stop)
+    result["killed_lines"] = seen
+    result["manifest_after_kill"] = (work / "resumed" / "manifest.json").exists()
+    lines: list[str] = []
+    run_retrieve(cfg, work / "resumed", echo=lines.append)
+    result["resumed_lines"] = lines
+    result["partials_left"] = [str(p) for p in partial.glob("*.partial")]
+    result["manifests"] = {name: json.loads((work / name / "manifest.json").read_text()) for name in ("whole", "resumed")}
+    result["engine_nodes"] = sorted({a["Address"]["NodeID"] for a in cluster.global_state.actor_table(None).values()
+                                     if "EngineActor" in a["ActorClassName"]})
+    (work / "result.json").write_text(json.dumps(result, default=str))
+    cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()
