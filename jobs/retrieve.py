@@ -254,6 +254,8 @@ class _Host:
         r = self.cfg.ray
         if r.retrieve_actors is not None:  # (a pool sized to the cluster fits it)
             require_fit("retrieve", r.retrieve_actors, r.retrieve_num_cpus, 0.0, ray.cluster_resources(), RetrieveJobError)
+        if r.retrieve_shards is not None and r.retrieve_shards * r.retrieve_num_cpus > ray.cluster_resources().get("CPU", 0):
+            self._fit_shards(r.retrieve_shards)  # (raises: what fits and what to change)
         if needs.llm:
             self._llm_service().check_fit()
 
@@ -305,7 +307,10 @@ class _Host:
             return None
         r = self.cfg.ray
         if r.retrieve_shards is not None:
+            _require_mapped(ctx.store, r.retrieve_shards)
             return r.retrieve_shards
+        if not _mapped(ctx.store):  # each shard would read the whole index into memory: searched whole instead
+            return None
         needed = math.ceil(_index_bytes(stage, ctx.store) / r.retrieve_shard_bytes)
         return needed if needed > 1 else None
 
@@ -327,10 +332,12 @@ class _Host:
 
             vecs = ctx.store.vectors(o.precision)
             bounds = shard_bounds(len(vecs), shards)
-        # dense shards get a GPU where the cluster has them (a share of one when the shards outnumber them): the product runs there
-        gpus = ray.cluster_resources().get("GPU", 0) if engine == "dense" and getattr(o, "product", "auto") != "numpy" else 0
-        share = 1.0 if gpus >= shards else (int(100 * gpus / shards) / 100 if gpus else 0.0)
-        actor = ray.remote(_ShardSearch).options(num_cpus=r.retrieve_num_cpus, num_gpus=share, max_restarts=-1, max_task_retries=-1,
+        # dense shards get a GPU where the cluster has them (an equal share of one when the shards outnumber them): the product runs there
+        gpus = int(ray.cluster_resources().get("GPU", 0)) if engine == "dense" and getattr(o, "product", "auto") != "numpy" else 0
+        share = gpu_share(shards, gpus)
+        self._fit_shards(shards, share)
+        restarts = len([node for node in ray.nodes() if node.get("Alive")]) + 2  # each node lost once, and then some; not forever
+        actor = ray.remote(_ShardSearch).options(num_cpus=r.retrieve_num_cpus, num_gpus=share, max_restarts=restarts, max_task_retries=restarts,
                                                  scheduling_strategy="SPREAD")
         actors = [actor.remote(self.cfg.db, self.cfg.table, self.version, engine, lo, hi, getattr(o, "precision", "float32"),
                                getattr(o, "product", "auto")) for lo, hi in bounds]
@@ -358,6 +365,24 @@ class _Host:
                   "shards": [{"rows": [lo, hi], **m} for (lo, hi), m in zip(bounds, memory, strict=True)]}
         return Output(run=assemble(parts, stage.name), counts=counts)
 
+    def _fit_shards(self, shards: int, gpu_share: float = 0.0) -> None:
+        """Refuse, before any actor starts, shard actors the cluster cannot hold all at once (Ray
+        would leave the last ones pending, and the job would wait forever); the LLM pool gives
+        its CPUs back first when the shards would fit without it."""
+        import ray
+
+        r = self.cfg.ray
+        total = ray.cluster_resources()
+        need = shards * r.retrieve_num_cpus
+        held = self._llm.holds() if self._llm is not None else None
+        if held and need > total.get("CPU", 0) - held["CPU"]:
+            self._llm.release()
+        if need > total.get("CPU", 0) or (gpu_share and shards * gpu_share > total.get("GPU", 0)):
+            most = int(total.get("CPU", 0) // r.retrieve_num_cpus)
+            raise RetrieveJobError(f"retrieve: {shards} search shards x {r.retrieve_num_cpus} CPU need {need:g} CPU, the cluster has "
+                                   f"{total.get('CPU', 0):g}; give --shards {most} or fewer (each shard then maps more: "
+                                   "ray.retrieve_shard_bytes), lower ray.retrieve_num_cpus, or add nodes.")
+
     def _shard_map(self, task, merge):
         """``Context.shards`` (ITLR's exact scoring): ``task(store, (lo, hi))`` on one search actor
         per shard of the table's rows, spread over the nodes, the parts merged by ``merge``; None
@@ -370,9 +395,13 @@ class _Host:
         r = self.cfg.ray
         n = self.store.count()
         shards = r.retrieve_shards or math.ceil(n * self.store.dim * 4 / r.retrieve_shard_bytes)
-        if r.retrieve_shards is None and shards <= 1:
+        if r.retrieve_shards is None and (shards <= 1 or not _mapped(self.store)):
             return None
-        actor = ray.remote(_ShardTask).options(num_cpus=r.retrieve_num_cpus, max_restarts=-1, max_task_retries=-1, scheduling_strategy="SPREAD")
+        _require_mapped(self.store, shards)
+        self._fit_shards(shards)
+        restarts = len([node for node in ray.nodes() if node.get("Alive")]) + 2
+        actor = ray.remote(_ShardTask).options(num_cpus=r.retrieve_num_cpus, max_restarts=restarts, max_task_retries=restarts,
+                                               scheduling_strategy="SPREAD")
         bounds = even_bounds(n, shards)
         actors = [actor.remote(self.cfg.db, self.cfg.table, self.version) for _ in bounds]
         try:
@@ -484,6 +513,29 @@ def even_bounds(n: int, shards: int) -> list[tuple[int, int]]:
     """``shards`` ranges of rows as even as can be, covering ``[0, n)``."""
     cuts = [n * i // shards for i in range(shards + 1)]
     return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
+def gpu_share(shards: int, gpus: int) -> float:
+    """The GPU each of ``shards`` actors asks for on a cluster of ``gpus`` whole GPUs: one where
+    there are enough, else an equal share of one, in hundredths, so that the actors sharing a GPU
+    fit on it (Ray places a fractional request on a single GPU); 0 without GPUs."""
+    if gpus <= 0:
+        return 0.0
+    per_gpu = -(-shards // gpus)
+    return 1.0 if per_gpu <= 1 else (100 // per_gpu) / 100
+
+
+def _mapped(store) -> bool:
+    """Whether the store's engines are saved and mapped (a local database directory)."""
+    from pipelines.sparse import index_root
+
+    return index_root(store) is not None
+
+
+def _require_mapped(store, shards: int) -> None:
+    if shards > 1 and not _mapped(store):
+        raise RetrieveJobError(f"retrieve: --shards needs a database in a local directory (shards map its saved index); with {store.uri!r} "
+                               f"each of the {shards} shards would read the whole index into memory. Search unsharded (no --shards).")
 
 
 def _index_bytes(stage, store) -> int:

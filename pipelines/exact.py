@@ -14,6 +14,7 @@ visible): on a GPU the shard's vectors are copied to its memory once per process
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 
@@ -108,7 +109,7 @@ def _numpy_product(v: Vectors):
     return run
 
 
-_DEVICE_VECTORS: dict = {}  # (saved path, dtype, lo, hi) -> the shard's vectors on the GPU, once per process
+_DEVICE_VECTORS: dict = {}  # (saved path, save id, dtype, lo, hi) -> the shard's vectors on the GPU, once per process
 
 
 def _torch_product(v: Vectors, lo: int, hi: int):
@@ -119,13 +120,16 @@ def _torch_product(v: Vectors, lo: int, hi: int):
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    key = (str(v.path), v.matrix.dtype.str, lo, hi)
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 products in float32 (TF32 would move scores by ~1e-3)
+    key = (str(v.path), v.save_id, v.matrix.dtype.str, lo, hi)
     if device == "cuda" and v.path is None:  # vectors in memory (not a saved version): copied per call, never cached by a key
         held, base = torch.from_numpy(np.ascontiguousarray(v.matrix[lo:hi])).to(device), lo
     elif device == "cuda":
         if key not in _DEVICE_VECTORS:
             _DEVICE_VECTORS.clear()  # one shard per process at a time
-            _DEVICE_VECTORS[key] = torch.from_numpy(np.ascontiguousarray(v.matrix[lo:hi])).to(device)
+            with warnings.catch_warnings():  # a read-only mapping: torch only reads it, to copy it to the GPU
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                _DEVICE_VECTORS[key] = torch.from_numpy(np.ascontiguousarray(v.matrix[lo:hi])).to(device)
         held, base = _DEVICE_VECTORS[key], lo
     else:
         held, base = None, lo

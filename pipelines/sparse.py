@@ -309,8 +309,8 @@ def decode_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def tiebreak_ranks(doc_ids) -> tuple[np.ndarray, np.ndarray]:
     """Per document row its position when the doc ids sort descending (the run order's tie
     break: trec_eval's), and the inverse (position -> row)."""
-    ids = doc_ids.astype(str) if isinstance(doc_ids, np.ndarray) else np.asarray(pa.array(doc_ids, pa.string()).to_pylist(), dtype=str)
-    order = np.ascontiguousarray(np.argsort(ids, kind="stable")[::-1])
+    ids = doc_ids if isinstance(doc_ids, pa.Array) else pa.array(doc_ids, pa.string())
+    order = np.ascontiguousarray(pc.array_sort_indices(ids, order="descending").to_numpy())  # by UTF-8 bytes: code point order
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
     return rank, order
@@ -613,8 +613,9 @@ class BM25Index(_Search):
         path.mkdir()
         indptr, indices, data = self.postings()
         rank, rows = self._tiebreak(), self._row_of_rank()
-        for name, a in (("indptr", indptr.astype(np.int64)), ("indices", indices.astype(np.int32)), ("data", data.astype(np.float32)),
-                        ("idf", self.idf().astype(np.float64)), ("tiebreak", rank), ("rows_by_rank", rows)):
+        for name, a in (("indptr", indptr.astype(np.int64, copy=False)), ("indices", indices.astype(np.int32, copy=False)),
+                        ("data", data.astype(np.float32, copy=False)), ("idf", self.idf().astype(np.float64, copy=False)),
+                        ("tiebreak", rank), ("rows_by_rank", rows)):
             np.save(path / f"{name}.npy", np.ascontiguousarray(a))
         ids = pa.table({"doc_id": self.doc_id_array()}).replace_schema_metadata(meta)
         with pa.OSFile(str(path / "doc_ids.arrow"), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
@@ -684,7 +685,8 @@ class MappedBM25(_Search):
                 return None
         except Exception:  # noqa: BLE001 (whatever a damaged file raises): rebuilt
             return None
-        return cls(path, meta, arrays, table.column("doc_id").combine_chunks())
+        ids = table.column("doc_id")
+        return cls(path, meta, arrays, ids.chunk(0) if ids.num_chunks == 1 else ids.combine_chunks())  # one chunk: mapped, not copied
 
     def __len__(self) -> int:
         return int(self._meta["docs"])
@@ -713,7 +715,11 @@ class MappedBM25(_Search):
 
     def _full(self) -> BM25Index:
         if self._counts is None:
-            self._counts = BM25Index.load(self.path, self.stamp)
+            try:
+                same = json.loads((self.path / "meta.json").read_text()).get("save_id") == self._meta["save_id"]
+            except (OSError, ValueError):
+                same = False
+            self._counts = BM25Index.load(self.path, self.stamp) if same else None
             if self._counts is None:
                 raise RuntimeError(f"bm25: the saved index {self.path} changed or was damaged while open; open it again")
         return self._counts

@@ -40,6 +40,7 @@ class Vectors:
     matrix: np.ndarray  # (n, dim) unit vectors, float32 or float16; mapped where saved
     tiebreak: np.ndarray  # int64 per row: its position when doc ids sort descending
     path: Path | None = None  # where they are mapped from (None: in memory)
+    save_id: str = ""  # which save of ``path`` (a table dropped and made again reuses the path)
 
     def __len__(self) -> int:
         return len(self.tiebreak)
@@ -81,7 +82,10 @@ def open_vectors(store, precision: str = "float32") -> Vectors:
     path, stamp = where / f"v{store.version}", store.version_stamp()
     found = _open(path, precision, stamp)
     if found is None:
-        _save(store, path, precision, stamp)
+        try:
+            _save(store, path, precision, stamp)
+        except OSError:  # a database directory this process cannot write (read-only, full): read into memory instead
+            return _read(store, precision)
         found = _open(path, precision, stamp)
     if found is None:
         raise RuntimeError(f"dense: the vectors saved in {path} cannot be read back")
@@ -173,7 +177,9 @@ def _open(path: Path, precision: str, stamp: str | None) -> Vectors | None:
             return None
     except Exception:  # noqa: BLE001 (whatever a damaged file raises): written again
         return None
-    return Vectors(table.column("doc_id").combine_chunks(), matrix, tiebreak, where)
+    ids = table.column("doc_id")
+    ids = ids.chunk(0) if ids.num_chunks == 1 else ids.combine_chunks()  # one chunk: the mapped file's, not a copy
+    return Vectors(ids, matrix, tiebreak, where, meta["save_id"])
 
 
 def prune(store, keep_versions) -> None:

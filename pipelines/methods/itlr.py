@@ -309,14 +309,17 @@ def score_exact(
     return out if with_rows else {ops: df.drop(columns="row") for ops, df in out.items()}
 
 
-def merge_exact(parts: Sequence[pd.DataFrame], k: int) -> pd.DataFrame:
+def merge_exact(parts: Sequence[pd.DataFrame], k: int, query_order: Sequence[str]) -> pd.DataFrame:
     """The top k of several shards' :func:`score_exact` (each over its own rows of the table)
-    under the order one pass keeps: score descending, then table row ascending. Exact: each
-    shard kept its own k best under that order."""
+    under the order one pass keeps, and laid out as one pass lays them out: the queries in
+    ``query_order``, each one's pairs by score descending, then table row ascending. Exact:
+    each shard kept its own k best under that order."""
     if not parts:
-        return pd.DataFrame({"query_id": [], "doc_id": [], "score": [], "row": []})
-    both = pd.concat(parts, ignore_index=True).sort_values(["query_id", "score", "row"], ascending=[True, False, True], kind="stable")
-    return both.groupby("query_id", sort=False).head(k).drop(columns="row").reset_index(drop=True)
+        return pd.DataFrame({"query_id": [], "doc_id": [], "score": []})
+    both = pd.concat(parts, ignore_index=True)
+    both["position"] = both["query_id"].map({q: i for i, q in enumerate(query_order)})
+    both = both.sort_values(["position", "score", "row"], ascending=[True, False, True], kind="stable")
+    return both.groupby("position", sort=False).head(k).drop(columns=["row", "position"]).reset_index(drop=True)
 
 
 def _shape_groups(queries: Sequence[LogicalQuery], terms: Sequence[str]):
@@ -378,13 +381,16 @@ def score_listed(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, can
 
 
 def _pairs(queries: Sequence[LogicalQuery], top: _TopK, ids: np.ndarray, first_row: int = 0) -> pd.DataFrame:
+    """The top k as pairs: the queries in order, each one's by score descending, then table row
+    (the layout :func:`merge_exact` gives shards too)."""
     n, k = top.scores.shape
-    rows = top.rows.reshape(-1)
+    order = np.lexsort((top.rows, -np.where(np.isnan(top.scores), -np.inf, top.scores)), axis=1)
+    rows = np.take_along_axis(top.rows, order, axis=1).reshape(-1)
     df = pd.DataFrame(
         {
             "query_id": np.repeat([q.query_id for q in queries], k),
             "doc_id": ids[rows - first_row] if len(ids) else np.empty(0, dtype=object),
-            "score": top.scores.reshape(-1),
+            "score": np.take_along_axis(top.scores, order, axis=1).reshape(-1),
             "row": rows,
         }
     )

@@ -131,7 +131,8 @@ class ITLR(Stage):
             exact_queries, frames = parsed, []
         if exact_queries:
             task = functools.partial(exact_shard, exact_queries, terms, term_vectors, o.k, ops, calibration, o.block_rows)
-            sharded = ctx.shards(task, functools.partial(merge_exact, k=o.k)) if ctx.shards is not None else None
+            merge = functools.partial(merge_exact, k=o.k, query_order=[q.query_id for q in exact_queries])
+            sharded = ctx.shards(task, merge) if ctx.shards is not None else None
             frames.append(sharded if sharded is not None else score_exact(exact_queries, terms, term_vectors, store.vector_blocks(o.block_rows), o.k,
                                                                           [ops], calibration)[ops])
         pairs = pd.concat(frames, ignore_index=True)

@@ -76,6 +76,8 @@ def main() -> None:
     def searched():
         killed["batches_before"] += 0 if killed["node"] else 1
         if mode == "kill" and killed["node"] is None:
+            killed["shard_nodes_before"] = sorted(a["Address"]["NodeID"] for a in cluster.global_state.actor_table(None).values()
+                                                  if "ShardSearch" in a["ActorClassName"] and a["State"] == "ALIVE")
             cluster.remove_node(workers[0], allow_graceful=False)
             killed["node"] = workers[0].node_id
 

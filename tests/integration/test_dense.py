@@ -168,3 +168,28 @@ def test_float16_vectors_keep_recall(tmp_path):
     recall = np.mean([len(set(half[half.query_id == q].doc_id) & set(full[full.query_id == q].doc_id)) / 10 for q in qids])
     assert recall >= 0.99, recall
     np.testing.assert_allclose(half.groupby("query_id").score.max(), full.groupby("query_id").score.max(), atol=2e-3)
+
+
+def test_damaged_saved_vectors_are_written_again_and_a_recreated_table_gets_its_own(tmp_path):
+    """The mapped vectors are checked when opened (shape, ids, save id, the table version's
+    time): a cut-off file is written again, and a table dropped and made again, whose versions
+    reuse the same numbers, never maps its predecessor's vectors."""
+    from pipelines import vectors
+
+    rng = np.random.default_rng(7)
+    first = _unit(rng.normal(size=(300, DIM)))
+    store = _store(tmp_path / "db", first)
+    saved = store.vectors()
+    path, before, save_id = saved.path / "vectors.npy", np.array(saved.matrix), saved.save_id  # (a copy: the file is cut below)
+    whole = path.read_bytes()
+    store.release()
+    del saved
+    path.write_bytes(whole[: len(whole) // 2])  # cut off in place (a mapping of it would now fault: saves never write in place)
+    again = DocStore(str(tmp_path / "db")).vectors()
+    assert again.save_id != save_id and np.array_equal(np.asarray(again.matrix), before)
+    version = store.version
+    store.db.drop_table(store.name)  # dropped behind logicrank's back: the saved vectors stay on disk
+    second = _unit(rng.normal(size=(300, DIM)))
+    other = _store(tmp_path / "db", second)
+    assert other.version == version and vectors.root(other) == vectors.root(store)
+    np.testing.assert_allclose(np.asarray(other.vectors().matrix), second.astype(np.float32), rtol=0, atol=1e-6)

@@ -52,6 +52,11 @@ def test_sharded_search_across_three_nodes_equals_one_process(tmp_path):
 
 def test_a_node_killed_mid_search_leaves_the_run_identical(tmp_path):
     r = _run_child_module("tests.integration.shards_child", tmp_path / "kill", [str(tmp_path / "kill"), "kill"], timeout=420)
-    assert r["killed"]["node"], "no node was killed"
+    killed = r["killed"]["node"]
+    assert killed, "no node was killed"
     assert 1 <= r["killed"]["batches_before"] < 120 // 20, r["killed"]  # mid-search: batches were left after the kill
+    # the bm25 stage was searching when the node died, one shard on it: that shard was placed again on a surviving node
+    assert killed in r["killed"]["shard_nodes_before"] and len(r["killed"]["shard_nodes_before"]) == 3, r["killed"]
+    nodes = [s["node"] for s in _stage_counts(r["runs"]["3"]["manifest"], "bm25")["shards"]]
+    assert len(nodes) == 3 and not any(n.endswith(killed[:8]) for n in nodes) and len(set(nodes)) == 2, (killed, nodes)
     _same_runs(r)

@@ -181,6 +181,7 @@ def test_an_index_the_table_lacks_is_built_and_a_damaged_one_rebuilt(tmp_path):
     path = sparse.index_root(store) / f"v{store.version}"
     assert not path.exists()
     a = store.bm25_index()  # made on first use (a table indexed before the engine existed) and saved
+    a.stats()  # its counts read now: the saves below replace the files it was opened from
     assert (path / "meta.json").is_file()
     (path / "text.npz").write_bytes(b"damaged")
     assert sparse.BM25Index.load(path) is None
@@ -191,6 +192,12 @@ def test_an_index_the_table_lacks_is_built_and_a_damaged_one_rebuilt(tmp_path):
     assert sparse.BM25Index.load(path) is None
     _equal_indexes(a, DocStore(str(tmp_path / "db")).bm25_index())
     assert sparse.BM25Index.load(path) is not None  # saved again, whole
+    for name in ("data.npy", "doc_ids.arrow"):  # the mapped search files too
+        whole = (path / "search" / name).read_bytes()
+        (path / "search" / name).write_bytes(whole[: len(whole) // 2])
+        assert sparse.MappedBM25.open(path) is None
+        _equal_indexes(a, DocStore(str(tmp_path / "db")).bm25_index())
+        assert sparse.MappedBM25.open(path) is not None  # saved again, whole
 
 
 def test_ties_rank_by_doc_id_descending_as_runs_do(tmp_path):

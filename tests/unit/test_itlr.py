@@ -240,3 +240,24 @@ def test_listed_mode_scores_only_each_querys_listed_documents(setup, tmp_path):
     assert (counts["listed_pairs_not_in_table"], counts["queries_without_pairs"]) == (1, 1)
     with pytest.raises(ValueError, match="mode 'listed' reads its candidates from pairs"):
         Pipeline.parse("l", [{"itlr": {"mode": "listed"}}])
+
+
+@pytest.mark.parametrize("shards", [2, 3, 7])
+def test_exact_scoring_in_shards_merges_into_the_one_pass_pairs(setup, shards):
+    """Each shard scores its rows (``first_row``: the table's row numbers) and keeps its top k;
+    merge_exact gives one pass's pairs, in one pass's layout (queries in order, each by score
+    then row), ties at the cut included (duplicated documents)."""
+    from pipelines.methods.itlr import merge_exact
+
+    docs, ids, terms, T, qs = setup
+    qs = qs[:3]  # the parsed logical queries (over terms a-d)
+    docs = np.vstack([docs, docs[:40]])  # exact ties: each of the first 40 documents twice
+    ids = np.concatenate([ids, np.array([f"{d}-twin" for d in ids[:40]], dtype=object)])
+    ops = Operators()
+    whole = score_exact(qs, terms, T, [(ids, docs)], 10, [ops], Calibration())[ops].reset_index(drop=True)
+    bounds = np.linspace(0, len(docs), shards + 1).astype(int)
+    parts = [score_exact(qs, terms, T, [(ids[lo:hi], docs[lo:hi])], 10, [ops], Calibration(), first_row=int(lo), with_rows=True)[ops]
+             for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    merged = merge_exact(parts, 10, [q.query_id for q in qs])
+    assert merged[["query_id", "doc_id"]].equals(whole[["query_id", "doc_id"]])
+    np.testing.assert_allclose(merged["score"], whole["score"], rtol=1e-6, atol=1e-7)
