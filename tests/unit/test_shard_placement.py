@@ -36,6 +36,8 @@ class _Vectors:
 
 
 class _Store:
+    uri, name = "/tmp/lancedb", "docs"  # a local directory: its engines are saved and mapped
+
     def __init__(self, index_bytes: int):
         self.index_bytes = index_bytes
 
@@ -82,3 +84,31 @@ def test_shard_ranges_cover_every_row_once(n, shards):
         assert len(bounds) == shards and bounds[0][0] == 0 and bounds[-1][1] == n
         assert all(lo <= hi for lo, hi in bounds) and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
     assert max(hi - lo for lo, hi in even_bounds(n, shards)) - min(hi - lo for lo, hi in even_bounds(n, shards)) <= 1
+
+
+@pytest.mark.parametrize(("shards", "gpus", "want"), [(4, 0, 0.0), (1, 1, 1.0), (4, 4, 1.0), (3, 8, 1.0), (2, 1, 0.5), (4, 1, 0.25),
+                                                      (3, 2, 0.5), (4, 3, 0.5), (7, 2, 0.25), (3, 1, 0.33)])
+def test_a_gpu_share_fits_on_one_gpu(shards, gpus, want):
+    """Ray places a fractional GPU request on a single GPU: the shares of the shards that share
+    a GPU must add up to at most one (2 GPUs, 3 shards: 0.5 each, not 0.66)."""
+    from jobs.retrieve import gpu_share
+
+    share = gpu_share(shards, gpus)
+    assert share == want
+    if gpus:
+        per_gpu = -(-shards // gpus)
+        assert per_gpu * share <= 1.0 and shards * share <= gpus
+
+
+def test_shards_of_a_database_that_is_not_a_local_directory_are_refused_or_not_made():
+    """Shards map the saved index; a remote database keeps none, so each shard would read the
+    whole index: --shards is refused in one line, and no automatic sharding happens."""
+    from jobs.retrieve import RetrieveJobError
+
+    remote = _Store(100 * GIB)
+    remote.uri, remote.name = "s3://bucket/lancedb", "docs"
+    host = types.SimpleNamespace(cfg=types.SimpleNamespace(ray=RayConfig()))
+    assert _Host._shards(host, build(BM25Options()), Context(remote)) is None
+    host.cfg.ray = RayConfig(retrieve_shards=4)
+    with pytest.raises(RetrieveJobError, match=r"--shards needs a database in a local directory"):
+        _Host._shards(host, build(BM25Options()), Context(remote))
