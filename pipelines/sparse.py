@@ -214,6 +214,19 @@ def _top_k_kernel():
     the module where that is writable)."""
     numba = _import_numba()
 
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _first_at_least(values, a, b, x):
+        """The first position in ``values[a:b]`` (sorted) holding at least ``x``, read in place: a
+        slice handed to np.searchsorted with another integer type is copied whole, which made
+        a shard read every page of its terms' postings."""
+        while a < b:
+            m = (a + b) >> 1
+            if values[m] < x:
+                a = m + 1
+            else:
+                b = m
+        return a
+
     @numba.njit(cache=True, nogil=True)
     def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, tiebreak, k, acc, cand, lo, clip):
         nq, n = len(q_indptr) - 1, len(acc)
@@ -235,8 +248,8 @@ def _top_k_kernel():
             for p in range(q_indptr[r], q_indptr[r + 1]):
                 t, qv = q_indices[p], q_data[p]
                 a, b = w_indptr[t], w_indptr[t + 1]
-                if clip:  # a shard: the term's postings inside [lo, hi) (sorted by document row)
-                    a, b = a + np.searchsorted(w_indices[a:b], lo), a + np.searchsorted(w_indices[a:b], hi)
+                if clip:  # a shard: the term's postings inside [lo, hi) (sorted by document row), by binary search in place
+                    a, b = _first_at_least(w_indices, a, b, lo), _first_at_least(w_indices, a, b, hi)
                 for j in range(a, b):
                     acc[w_indices[j] - lo] += qv * w_data[j]
             if deep <= _INSERTION_MAX:  # the sample's largest, descending, by insertion (small k)
