@@ -56,7 +56,7 @@ from pipelines.codedigest import code_digest
 from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from pipelines.embed import concrete, model_id, resolve_model
 from pipelines.indexing import EmbedStage, IdSpill, IndexWriter, RejectSink, StoredHashes
-from pipelines.sparse import update_index
+from pipelines.sparse import update_index_apart
 from pipelines.store import DocStore, StoreError
 from pipelines.writelock import TableLock
 from schemas.config import EmbedConfig, IndexConfig
@@ -303,7 +303,7 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
                                                     rebuild=cfg.rebuild_indexes)
             with rundir.timed("bm25_index"), busy("index: the BM25 index of the new version"):
                 try:
-                    summary.maintenance["bm25_index"] = update_index(store)
+                    summary.maintenance["bm25_index"] = update_index_apart(store)  # in a child: the driver stays small
                 except OSError as exc:  # (a full disk, say): the table is done; readers build the index on first use
                     summary.maintenance["bm25_index"] = {"how": "failed", "error": first_line(exc)}
             summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
