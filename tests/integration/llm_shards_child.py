@@ -25,13 +25,11 @@ class Killed(Exception):
     """The job stopped from outside, once enough shards were on disk."""
 
 
-def main() -> None:
-    work, synthetic, model = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-    from ray.cluster_utils import Cluster
-
-    from jobs.retrieve import run_retrieve
+def orlog_config(work: Path, synthetic: Path, llm, ray):
+    """The test's job: 8 of the synthetic set's queries with hand-written atoms (``a1 AND NOT
+    a2``), orlog over bm25's top 4, in shards of 2 queries sent one shard per wave: 8 x 4 x 2 =
+    64 prompts in 4 shards. Writes its queries and decompositions into ``work``."""
     from pipelines.config import RetrieveConfig
-    from schemas.config import LLMConfig, RayConfig
     from schemas.tables import DECOMPOSITIONS
     from tests.conftest import write_jsonl
 
@@ -43,15 +41,25 @@ def main() -> None:
          "atoms": atoms, "expansion": None, "status": "ok", "error": None, "finish_reason": None, "prompt_tokens": 0,
          "generated_tokens": 0, "cached": False} for r in rows
     ], schema=DECOMPOSITIONS), work / "dec.parquet")
+    llm = llm.model_copy(update={"cache": None, "shard_queries": 2, "wave_shards": 1, "batch_rows": 8})
+    return RetrieveConfig.preset(queries=str(work / "q.jsonl"), db=str(synthetic / "db"), methods=("orlog",), k=4, orlog_k=4, orlog_base="bm25",
+                                 decompositions=str(work / "dec.parquet"), llm=llm, ray=ray, orlog_context_tokens=32)
+
+
+def main() -> None:
+    work, synthetic, model = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    from ray.cluster_utils import Cluster
+
+    from jobs.retrieve import run_retrieve
+    from schemas.config import LLMConfig, RayConfig
+
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": OBJECT_STORE, "include_dashboard": False,
                                                             "_system_config": SYSTEM_CONFIG})
     for _ in range(2):
         cluster.add_node(num_cpus=2, object_store_memory=OBJECT_STORE)
     cluster.wait_for_nodes()
-    llm = LLMConfig(model=model, max_model_len=1024, cache=None, max_num_seqs=64, shard_queries=2, wave_shards=1, batch_rows=8)
-    cfg = RetrieveConfig.preset(queries=str(work / "q.jsonl"), db=str(synthetic / "db"), methods=("orlog",), k=4, orlog_k=4, orlog_base="bm25",
-                                decompositions=str(work / "dec.parquet"), llm=llm, ray=RayConfig(address=cluster.address),
-                                orlog_context_tokens=32)
+    llm = LLMConfig(model=model, max_model_len=1024, cache=None, max_num_seqs=64)
+    cfg = orlog_config(work, synthetic, llm, RayConfig(address=cluster.address))
     result: dict = {"head": cluster.head_node.node_id}
     run_retrieve(cfg, work / "whole", progress=False)
     partial, seen = work / "resumed" / "stages", []

@@ -10,10 +10,8 @@ import json
 import re
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.conftest import write_jsonl
 from tests.integration.conftest import RAY
 
 SCORE_TOL = 1e-5  # P(True) and posteriors from float32 CPU engines, batches composed differently on resume
@@ -25,21 +23,10 @@ class Killed(Exception):
 
 def test_orlog_killed_half_way_resumes_only_the_missing_shards_and_equals_an_uninterrupted_run(tmp_path, tiny_cfg, synthetic):
     from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from schemas.tables import DECOMPOSITIONS
+    from tests.integration.llm_shards_child import orlog_config
 
-    rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:8]]
-    write_jsonl(tmp_path / "q.jsonl", rows)
-    atoms = [{"id": "a1", "text": "{x} mentions cells"}, {"id": "a2", "text": "{x} is about cancer"}]
-    pq.write_table(pa.Table.from_pylist([
-        {"query_id": r["_id"], "method": "orlog", "model": "hand", "prompt_sha": "-", "raw_output": None, "logical_query": '"a1" AND NOT "a2"',
-         "atoms": atoms, "expansion": None, "status": "ok", "error": None, "finish_reason": None, "prompt_tokens": 0,
-         "generated_tokens": 0, "cached": False} for r in rows
-    ], schema=DECOMPOSITIONS), tmp_path / "dec.parquet")
-    k, shard_queries = 4, 2  # 8 queries x 4 candidates x 2 atoms = 64 prompts, in 4 shards of 2 queries, one shard per wave
-    llm = tiny_cfg.model_copy(update={"cache": None, "shard_queries": shard_queries, "wave_shards": 1, "batch_rows": 8})
-    cfg = RetrieveConfig.preset(queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("orlog",), k=k, orlog_k=k,
-                                orlog_base="bm25", decompositions=str(tmp_path / "dec.parquet"), llm=llm, ray=RAY, orlog_context_tokens=32)
+    k = 4  # 8 queries x 4 candidates x 2 atoms = 64 prompts, in 4 shards of 2 queries, one shard per wave
+    cfg = orlog_config(tmp_path, synthetic, tiny_cfg, RAY)
 
     whole = run_retrieve(cfg, tmp_path / "whole", progress=False)
     total = json.loads((tmp_path / "whole" / "manifest.json").read_text())["llm"]["prompts_run"]
