@@ -56,8 +56,7 @@ from pipelines.codedigest import code_digest
 from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from pipelines.embed import concrete, model_id, resolve_model
 from pipelines.indexing import EmbedStage, IdSpill, IndexWriter, RejectSink, StoredHashes
-from pipelines.sparse import update_index_apart
-from pipelines.store import DocStore, StoreError
+from pipelines.store import DocStore, StoreError, update_index_apart
 from pipelines.writelock import TableLock
 from schemas.config import EmbedConfig, IndexConfig
 from schemas.errors import JobFailed, UserError, first_line

@@ -861,23 +861,6 @@ def update_index(store) -> dict:
     return {**done, "version": store.version, "docs": len(index), "terms": len(index.vocab)}
 
 
-def update_index_apart(store) -> dict:
-    """:func:`update_index` in a child process (spawned): the index job's driver stays small
-    whatever the corpus (the patch holds the previous version's counts and every id and hash,
-    17 GiB at 10M documents, docs/bulk-retrieval.md); the child's memory goes when it ends, and
-    an interrupt of the job ends it too."""
-    import multiprocessing
-
-    with multiprocessing.get_context("spawn").Pool(1) as pool:  # (leaving the block terminates the child)
-        return pool.apply(_update_saved, (str(store.uri), store.name, store.version))
-
-
-def _update_saved(uri: str, name: str, version: int) -> dict:
-    from pipelines.store import DocStore
-
-    return update_index(DocStore(uri, name, version=version))
-
-
 def prune_indexes(store, keep_versions: Iterable[int]) -> list[int]:
     """Remove the saved indexes (BM25's, and the dense engine's vectors: pipelines/vectors.py)
     of versions the table no longer keeps; returns the BM25 versions removed."""

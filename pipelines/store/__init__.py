@@ -14,10 +14,27 @@ from pipelines.store.reading import Reading, _summed_top_k
 from pipelines.store.versions import Versions
 from pipelines.store.writing import Writing
 
-__all__ = ["ENGLISH_STOP_WORDS", "DocStore", "StoreError", "_summed_top_k"]
+__all__ = ["ENGLISH_STOP_WORDS", "DocStore", "StoreError", "_summed_top_k", "update_index_apart"]
 
 
 class DocStore(Reading, Writing, Versions, TableHandle):
     """A LanceDB table of documents (the ``docs`` contract), in parts: reading
     (pipelines/store/reading.py), writing (writing.py), versions (versions.py), over one table
     handle (base.py)."""
+
+
+def update_index_apart(store: DocStore) -> dict:
+    """:func:`pipelines.sparse.update_index` in a child process (spawned): the index job's driver
+    stays small whatever the corpus (the patch holds the previous version's counts and every id
+    and hash, 17 GiB at 10M documents, docs/bulk-retrieval.md); the child's memory goes when it
+    ends, and an interrupt of the job ends it too."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # (leaving the block terminates the child)
+        return pool.apply(_update_saved, (str(store.uri), store.name, store.version))
+
+
+def _update_saved(uri: str, name: str, version: int) -> dict:
+    from pipelines.sparse import update_index
+
+    return update_index(DocStore(uri, name, version=version))
