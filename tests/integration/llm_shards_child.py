@@ -25,6 +25,18 @@ class Killed(Exception):
     """The job stopped from outside, once enough shards were on disk."""
 
 
+def kill_at_two_shards(stages: Path, seen: list[str]):
+    """A progress hook that stops the job (raises :class:`Killed`) once two shard files are on
+    disk under ``stages`` (the event: any progress line after them), keeping the lines seen."""
+
+    def hook(line: str) -> None:
+        seen.append(line)
+        if len(list(stages.glob("*.partial/shard-?????.parquet"))) >= 2:
+            raise Killed(line)
+
+    return hook
+
+
 def orlog_config(work: Path, synthetic: Path, llm, ray):
     """The test's job: 8 of the synthetic set's queries with hand-written atoms (``a1 AND NOT
     a2``), orlog over bm25's top 4, in shards of 2 queries sent one shard per wave: 8 x 4 x 2 =
@@ -62,15 +74,9 @@ def main() -> None:
     cfg = orlog_config(work, synthetic, llm, RayConfig(address=cluster.address))
     result: dict = {"head": cluster.head_node.node_id}
     run_retrieve(cfg, work / "whole", progress=False)
-    partial, seen = work / "resumed" / "stages", []
-
-    def kill_at_two_shards(line: str) -> None:  # any progress line: the shard files on disk are the event
-        seen.append(line)
-        if len(list(partial.glob("*.partial/shard-?????.parquet"))) >= 2:
-            raise Killed(line)
-
+    seen: list[str] = []
     try:
-        run_retrieve(cfg, work / "resumed", echo=kill_at_two_shards)
+        run_retrieve(cfg, work / "resumed", echo=kill_at_two_shards(work / "resumed" / "stages", seen))
         result["killed"] = None
     except Killed as stop:
         result["killed"] = str(stop)
@@ -79,7 +85,7 @@ def main() -> None:
     lines: list[str] = []
     run_retrieve(cfg, work / "resumed", echo=lines.append)
     result["resumed_lines"] = lines
-    result["partials_left"] = [str(p) for p in partial.glob("*.partial")]
+    result["partials_left"] = [str(p) for p in (work / "resumed" / "stages").glob("*.partial")]
     result["manifests"] = {name: json.loads((work / name / "manifest.json").read_text()) for name in ("whole", "resumed")}
     result["engine_nodes"] = sorted({a["Address"]["NodeID"] for a in cluster.global_state.actor_table(None).values()
                                      if "EngineActor" in a["ActorClassName"]})

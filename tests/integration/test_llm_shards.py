@@ -17,13 +17,10 @@ from tests.integration.conftest import RAY
 SCORE_TOL = 1e-5  # P(True) and posteriors from float32 CPU engines, batches composed differently on resume
 
 
-class Killed(Exception):
-    """The job stopped from outside, once enough shards were on disk."""
-
 
 def test_orlog_killed_half_way_resumes_only_the_missing_shards_and_equals_an_uninterrupted_run(tmp_path, tiny_cfg, synthetic):
     from jobs.retrieve import run_retrieve
-    from tests.integration.llm_shards_child import orlog_config
+    from tests.integration.llm_shards_child import Killed, kill_at_two_shards, orlog_config
 
     k = 4  # 8 queries x 4 candidates x 2 atoms = 64 prompts, in 4 shards of 2 queries, one shard per wave
     cfg = orlog_config(tmp_path, synthetic, tiny_cfg, RAY)
@@ -34,14 +31,8 @@ def test_orlog_killed_half_way_resumes_only_the_missing_shards_and_equals_an_uni
 
     partial = tmp_path / "resumed" / "stages"
     seen: list[str] = []
-
-    def kill_at_two_shards(line: str) -> None:  # any progress line: the shard files on disk are the event
-        seen.append(line)
-        if len(list(partial.glob("*.partial/shard-?????.parquet"))) >= 2:
-            raise Killed(line)
-
     try:
-        run_retrieve(cfg, tmp_path / "resumed", echo=kill_at_two_shards)
+        run_retrieve(cfg, tmp_path / "resumed", echo=kill_at_two_shards(partial, seen))
         raise AssertionError("the job was not killed")
     except Killed as stop:
         assert str(stop) == "orlog: shard 2 of 4 written (2 of 4 done)"
