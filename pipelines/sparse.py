@@ -183,35 +183,40 @@ def _import_numba():
 _CHUNK = 64  # documents per vectorised count in the candidate pass
 _WEIGHT_ROWS = 1 << 17  # documents whose weights are computed at once (float64 temporaries of ~250 MiB)
 _INSERTION_MAX = 128  # sample ranks kept by insertion; past it, np.partition (linear in the sample)
+_BLOCK = 1 << 17  # documents scored at once: the accumulator (512 KiB) stays in a core's cache
 
 
 @functools.cache
 def _top_k_kernel():
-    """The search loop, compiled by numba (as bm25s's fastest backend is). Per query:
+    """The search loop, compiled by numba (as bm25s's fastest backend is). The documents
+    ``[lo, hi)`` are scored one block of ``len(acc)`` rows at a time, so that the accumulator
+    stays in the core's cache while every query term adds into it. Per query:
 
-    1. its terms' weight rows summed into a dense accumulator over every document, in the order
-       a sparse product sums them (the query's terms by id; float32, as LanceDB scores);
-    2. a threshold estimated from a strided sample of the accumulator (its rank chosen so that
-       about 1.5k documents score at least that);
-    3. the candidates, every document scoring at least the threshold, collected in chunks of
-       64 whose vectorised count says whether the chunk holds any; fewer than k, and the pass
-       is repeated with a lower threshold from the same sample, then with every scoring
-       document (so the candidates always hold every document at or above the k-th score);
+    1. per block, its terms' postings in the block (found by binary search: each term's
+       postings are sorted by row) summed into the accumulator in the order a sparse product
+       sums them (the query's terms by id; float32, as LanceDB scores);
+    2. in the first block, a threshold estimated from a strided sample of the accumulator (its
+       rank chosen so that about 1.5k documents score at least that);
+    3. the candidates, every document of the block scoring at least the threshold, collected
+       in chunks of 64 whose vectorised count says whether the chunk holds any; in the first
+       block, fewer than k, and the pass is repeated with a lower threshold from the same
+       sample, then with every scoring document;
     4. one int64 key per candidate, the score's float32 bits (positive floats order as their
-       bits) then ``tiebreak`` reversed, and the largest k keys kept and sorted.
+       bits) then ``tiebreak`` reversed; once more than 2k are held, the largest k are kept and
+       the threshold rises to the k-th's score (a document below it cannot enter), and at the
+       end the largest k keys are sorted.
 
-    ``lo`` and ``clip``: with ``clip`` the loop scores only the documents of rows
-    ``[lo, lo + len(acc))``, one shard of the index (each term's postings in that range found by
-    binary search: they are sorted by row); the keys carry the global tiebreak ranks, so the
-    keys of several shards merge by value into exactly the unsharded top k (:func:`merge_keys`).
+    A document left out scores below k documents already held, so the candidates always hold
+    the top k. ``lo``, ``hi``: the rows scored, all of them or one shard's; the keys carry the
+    global tiebreak ranks, so the keys of several shards merge by value into exactly the
+    unsharded top k (:func:`merge_keys`). ``cand`` holds at least ``len(acc) + 2k`` keys.
 
     Returns per query its k keys (``decode_keys`` turns them into scores and tiebreak ranks)
-    and how many it found. Measured against a pass with a min-heap of k over every document
-    (the loop before this one; docs/bulk-retrieval.md): 1.8x faster at 10k and 100k
-    documents, 1.4x at 1M (the accumulation's cache misses dominate there). Dense passes over
-    the accumulator beat tracking the touched documents at every size measured (a query's
-    terms touch a large share of the corpus). Compiled once per process (cached on disk beside
-    the module where that is writable)."""
+    and how many it found. Blocks of ``_BLOCK`` rows against one accumulator over every
+    document: the same below that size, and faster past it (docs/bulk-retrieval.md). A
+    document-at-a-time loop with MaxScore pruning was measured slower on the bench corpus (its
+    queries' terms are common: about half the documents score). Compiled once per process
+    (cached on disk beside the module where that is writable)."""
     numba = _import_numba()
 
     @numba.njit(cache=True, nogil=True, inline="always")
@@ -227,70 +232,93 @@ def _top_k_kernel():
                 b = m
         return a
 
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _collect(acc, nb, t, keys, m, bits, tiebreak, base):
+        """Append the keys of the block's documents scoring at least ``t``; the new count."""
+        full = nb - nb % _CHUNK
+        for c0 in range(0, full, _CHUNK):
+            c = 0
+            for i in range(c0, c0 + _CHUNK):  # vectorised: no branch
+                c += acc[i] >= t
+            if c:
+                for i in range(c0, c0 + _CHUNK):
+                    if acc[i] >= t:
+                        keys[m] = (np.int64(bits[i]) << 32) | (0xFFFFFFFF - tiebreak[base + i])
+                        m += 1
+        for i in range(full, nb):
+            if acc[i] >= t:
+                keys[m] = (np.int64(bits[i]) << 32) | (0xFFFFFFFF - tiebreak[base + i])
+                m += 1
+        return m
+
     @numba.njit(cache=True, nogil=True)
-    def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, tiebreak, k, acc, cand, lo, clip):
-        nq, n = len(q_indptr) - 1, len(acc)
-        hi = lo + n
+    def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, tiebreak, k, acc, cand, lo, hi):
+        nq, n = len(q_indptr) - 1, hi - lo
         keys_out = np.zeros((nq, k), np.int64)
         found = np.zeros(nq, np.int64)
-        if n == 0:
+        if n <= 0:
             return keys_out, found
+        block = min(len(acc), n)
         bits = acc.view(np.int32)
-        keys = np.empty(n, np.int64)
-        stride = max(1, n // (8 * k))
-        size = (n + stride - 1) // stride
-        rank = min(size, (3 * k * size + 2 * n - 1) // (2 * n) + 1)  # ~1.5k documents expected at or above
+        keys = cand
+        stride = max(1, block // (8 * k))
+        size = (block + stride - 1) // stride
+        rank = min(size, (3 * k * size + 2 * block - 1) // (2 * block) + 1)  # ~1.5k documents expected at or above
         deep = min(size, 4 * rank)  # the fallback threshold: ~6k documents
         top = np.empty(min(deep, _INSERTION_MAX), np.float32)
         tiny = np.float32(1e-30)  # "scores at all": every weight is positive
-        full = n - n % _CHUNK
+        kth_bits = np.zeros(1, np.int32)
+        kth_score = kth_bits.view(np.float32)
         for r in range(nq):
-            for p in range(q_indptr[r], q_indptr[r + 1]):
-                t, qv = q_indices[p], q_data[p]
+            a0, m_terms = q_indptr[r], q_indptr[r + 1] - q_indptr[r]
+            cur, end = np.empty(m_terms, np.int64), np.empty(m_terms, np.int64)
+            for i in range(m_terms):
+                t = q_indices[a0 + i]
                 a, b = w_indptr[t], w_indptr[t + 1]
-                if clip:  # a shard: the term's postings inside [lo, hi) (sorted by document row), by binary search in place
-                    a, b = _first_at_least(w_indices, a, b, lo), _first_at_least(w_indices, a, b, hi)
-                for j in range(a, b):
-                    acc[w_indices[j] - lo] += qv * w_data[j]
-            if deep <= _INSERTION_MAX:  # the sample's largest, descending, by insertion (small k)
-                top[:] = 0
-                for i in range(0, n, stride):
-                    s = acc[i]
-                    if s > top[deep - 1]:
-                        j = deep - 1
-                        while j > 0 and top[j - 1] < s:
-                            top[j] = top[j - 1]
-                            j -= 1
-                        top[j] = s
-                cut, low_cut = top[rank - 1], top[deep - 1]
-            else:  # linear selection: insertion would cost ~ size x deep
-                sample = np.partition(acc[::stride].copy(), size - deep)
-                low_cut = sample[size - deep]
-                upper = sample[size - deep :].copy()
-                cut = np.partition(upper, deep - rank)[deep - rank]
+                cur[i], end[i] = _first_at_least(w_indices, a, b, lo), _first_at_least(w_indices, a, b, hi)
             m = 0
-            for attempt in range(3):
-                t = max(cut, tiny) if attempt == 0 else max(low_cut, tiny) if attempt == 1 else tiny
-                m = 0
-                for c0 in range(0, full, _CHUNK):
-                    c = 0
-                    for i in range(c0, c0 + _CHUNK):  # vectorised: no branch
-                        c += acc[i] >= t
-                    if c:
-                        for i in range(c0, c0 + _CHUNK):
-                            cand[m] = i
-                            m += acc[i] >= t
-                for i in range(full, n):
-                    cand[m] = i
-                    m += acc[i] >= t
-                if m >= k or t == tiny:
-                    break
-            for j in range(m):
-                d = cand[j]
-                keys[j] = (np.int64(bits[d]) << 32) | (0xFFFFFFFF - tiebreak[lo + d])
-            acc[:] = 0
+            t = tiny
+            for base in range(lo, hi, block):
+                nb = min(block, hi - base)
+                for i in range(m_terms):
+                    qv = q_data[a0 + i]
+                    a = cur[i]
+                    b = _first_at_least(w_indices, a, end[i], base + nb) if base + nb < hi else end[i]
+                    for j in range(a, b):
+                        acc[w_indices[j] - base] += qv * w_data[j]
+                    cur[i] = b
+                if base == lo:  # the first block: the threshold from a sample of its scores
+                    if deep <= _INSERTION_MAX:  # the sample's largest, descending, by insertion (small k)
+                        top[:] = 0
+                        for i in range(0, nb, stride):
+                            s = acc[i]
+                            if s > top[deep - 1]:
+                                j = deep - 1
+                                while j > 0 and top[j - 1] < s:
+                                    top[j] = top[j - 1]
+                                    j -= 1
+                                top[j] = s
+                        cut, low_cut = top[rank - 1], top[deep - 1]
+                    else:  # linear selection: insertion would cost ~ size x deep
+                        sample = np.partition(acc[:nb:stride].copy(), size - deep)
+                        low_cut = sample[size - deep]
+                        upper = sample[size - deep :].copy()
+                        cut = np.partition(upper, deep - rank)[deep - rank]
+                    for attempt in range(3):
+                        t = max(cut, tiny) if attempt == 0 else max(low_cut, tiny) if attempt == 1 else tiny
+                        m = _collect(acc, nb, t, keys, 0, bits, tiebreak, base)
+                        if m >= k or t == tiny:
+                            break
+                else:
+                    m = _collect(acc, nb, t, keys, m, bits, tiebreak, base)
+                acc[:nb] = 0
+                if m > 2 * k:  # keep the k best; none below the k-th can enter
+                    keys[:k] = np.partition(keys[:m], m - k)[m - k :]
+                    m = k
+                    kth_bits[0] = np.int32(keys[:k].min() >> 32)
+                    t = max(t, kth_score[0])
             best = keys[:m]
-            if m > 2 * k:
+            if m > k:
                 best = np.partition(best, m - k)[m - k :]
             best = np.sort(best)[::-1][:k]
             keys_out[r, : len(best)] = best
@@ -431,8 +459,9 @@ class _Search:
             raise ValueError("bm25: the search keys hold a document's rank in 32 bits; index below 4.29 billion documents per table")
         lo, hi = (0, n) if shard is None else (max(0, shard[0]), min(n, shard[1]))
         indptr, indices, data = self.postings()
-        acc, cand = np.zeros(max(0, hi - lo), np.float32), np.empty(max(0, hi - lo), np.int64)
-        return _top_k_kernel()(q.indptr, q.indices, q.data, indptr, indices, data, self._tiebreak(), k, acc, cand, lo, (lo, hi) != (0, n))
+        block = max(0, min(hi - lo, _BLOCK))
+        acc, cand = np.zeros(block, np.float32), np.empty(block + 2 * k, np.int64)
+        return _top_k_kernel()(q.indptr, q.indices, q.data, indptr, indices, data, self._tiebreak(), k, acc, cand, lo, hi)
 
     def hits(self, keys: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Search keys -> (hits per query, document rows, float64 scores), flat, in rank order."""

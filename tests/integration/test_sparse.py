@@ -252,7 +252,7 @@ SEARCH_FIRST = (
     "w = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32))\n"
     "q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))\n"
     "keys, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data,\n"
-    "                                     np.arange(3), 2, np.zeros(3, np.float32), np.empty(3, np.int64), 0, False)\n"
+    "                                     np.arange(3), 2, np.zeros(3, np.float32), np.empty(7, np.int64), 0, 3)\n"
     "docs, scores = sparse.decode_keys(keys[0, :found[0]])\n"
     "assert docs.tolist() == [1, 2] and scores.tolist() == [3.0, 2.0]\n"
     "from llvmlite.binding import ffi\n"

@@ -30,18 +30,20 @@ def _reference(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int)
     return out
 
 
-def _keys(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int, lo: int = 0, hi: int | None = None):
-    """The loop over documents [lo, hi) (a shard; all of them by default)."""
-    n = w.shape[1]
-    hi = n if hi is None else hi
+def _keys(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int, lo: int = 0, hi: int | None = None, block: int | None = None):
+    """The loop over documents [lo, hi) (a shard; all of them by default), ``block`` rows at a
+    time (all of them at once by default)."""
+    hi = w.shape[1] if hi is None else hi
+    block = max(1, hi - lo) if block is None else block
     return sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data, tiebreak, k,
-                                  np.zeros(hi - lo, np.float32), np.empty(hi - lo, np.int64), lo, (lo, hi) != (0, n))
+                                  np.zeros(block, np.float32), np.empty(block + 2 * k, np.int64), lo, hi)
 
 
-def _search(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int, shards: int = 1) -> list[tuple[list[int], list[float]]]:
+def _search(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int, shards: int = 1,
+            block: int | None = None) -> list[tuple[list[int], list[float]]]:
     n = w.shape[1]
     bounds = np.linspace(0, n, shards + 1).astype(int)
-    keys, found = sparse.merge_keys([_keys(q, w, tiebreak, k, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)], k)
+    keys, found = sparse.merge_keys([_keys(q, w, tiebreak, k, lo, hi, block) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)], k)
     row_of_rank = np.argsort(tiebreak)
     out = []
     for r in range(q.shape[0]):
@@ -118,11 +120,26 @@ def test_shards_of_the_index_merge_into_exactly_the_unsharded_top_k(name, n, k, 
     assert _search(q, w, tiebreak, k, shards) == _search(q, w, tiebreak, k) == _reference(q, w, tiebreak, k)
 
 
+@pytest.mark.parametrize("name", ["random", "ties", "only-sampled-high", "only-unsampled", "fewer-than-k"])
+@pytest.mark.parametrize(("n", "k", "block"), [(7, 3, 2), (7, 20, 3), (1_000, 10, 64), (1_000, 1, 999), (5_000, 100, 128),
+                                               (20_000, 1_000, 1_500), (20_000, 10, 4_096), (20_000, 10, 1)])
+def test_blocks_of_documents_scored_in_turn_give_exactly_the_top_k(name, n, k, block):
+    """The documents scored one block at a time (the accumulator kept in cache at 10M
+    documents): the first block's sample sets the threshold, later blocks raise it to the k-th
+    key held; the run is the one-pass search's, exact ties at the cut and shards included."""
+    rng = np.random.default_rng(n * 13 + k + block)
+    q, w = _case(name, n, k, rng)
+    tiebreak = rng.permutation(n).astype(np.int64)
+    want = _reference(q, w, tiebreak, k)
+    assert _search(q, w, tiebreak, k, block=block) == want
+    assert _search(q, w, tiebreak, k, shards=3, block=block) == want
+
+
 def test_the_search_loop_over_an_empty_corpus_finds_nothing():
     w = sp.csr_matrix((2, 0), dtype=np.float32)
     q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))
     keys, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data, np.empty(0, np.int64), 5,
-                                         np.zeros(0, np.float32), np.empty(0, np.int64), 0, False)
+                                         np.zeros(0, np.float32), np.empty(10, np.int64), 0, 0)
     assert found.tolist() == [0]
 
 
