@@ -52,7 +52,7 @@ import scipy.sparse as sp
 
 K1, B = 1.2, 0.75
 MAX_TOKEN_BYTES = 40  # LanceDB's max_token_length: tokens of this many UTF-8 bytes or more are dropped
-FORMAT = 2  # the on-disk layout; an index of another format is rebuilt (2: the mapped search files)
+FORMAT = 3  # the on-disk layout; an index of another format is rebuilt (2: the mapped search files; 3: in segments of documents)
 
 # Lucene's English stop set (EnglishAnalyzer, also Pyserini's and bm25s's), not LanceDB's own
 # English list of about 180 words, which drops "can", "has", "own", "from", ...: on
@@ -183,7 +183,83 @@ def _import_numba():
 _CHUNK = 64  # documents per vectorised count in the candidate pass
 _WEIGHT_ROWS = 1 << 17  # documents whose weights are computed at once (float64 temporaries of ~250 MiB)
 _INSERTION_MAX = 128  # sample ranks kept by insertion; past it, np.partition (linear in the sample)
+SEGMENT_ROWS = 1 << 20  # documents per segment of a saved index (:func:`segmented`): a shard reads only its segments
 _BLOCK = 1 << 17  # documents scored at once: the accumulator (512 KiB) stays in a core's cache
+
+
+@functools.cache
+def _first_at_least_kernel():
+    numba = _import_numba()
+
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _first_at_least(values, a, b, x):
+        """The first position in ``values[a:b]`` (sorted) holding at least ``x``, read in place: a
+        slice handed to np.searchsorted with another integer type is copied whole, which made
+        a shard read every page of its terms' postings."""
+        while a < b:
+            m = (a + b) >> 1
+            if values[m] < x:
+                a = m + 1
+            else:
+                b = m
+        return a
+
+    return _first_at_least
+
+
+@functools.cache
+def _segment_kernels():
+    """Two compiled loops that lay a terms x documents CSR out segment by segment (:func:`segmented`)."""
+    numba = _import_numba()
+    _first_at_least = _first_at_least_kernel()
+
+    @numba.njit(cache=True, nogil=True)
+    def starts(indptr, indices, seg_rows, n_seg):
+        """Per term, where each segment's postings start in its (row-sorted) postings, and its end."""
+        terms = len(indptr) - 1
+        out = np.empty((terms, n_seg + 1), np.int64)
+        for t in range(terms):
+            a, b = indptr[t], indptr[t + 1]
+            out[t, 0] = a
+            for s in range(1, n_seg):
+                out[t, s] = _first_at_least(indices, out[t, s - 1], b, s * seg_rows)
+            out[t, n_seg] = b
+        return out
+
+    @numba.njit(cache=True, nogil=True)
+    def copy(indices, data, starts, seg, out_indices, out_data, offset):
+        """Segment ``seg``'s postings, term by term, into the outputs from ``offset``; its indptr row."""
+        terms = starts.shape[0]
+        row = np.empty(terms + 1, np.int64)
+        o = offset
+        for t in range(terms):
+            row[t] = o
+            for j in range(starts[t, seg], starts[t, seg + 1]):
+                out_indices[o] = indices[j]
+                out_data[o] = data[j]
+                o += 1
+        row[terms] = o
+        return row
+
+    return starts, copy
+
+
+def segmented(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, docs: int, seg_rows: int,
+              out_indices: np.ndarray, out_data: np.ndarray) -> np.ndarray:
+    """A terms x documents CSR (postings sorted by row) laid out segment by segment: segment
+    ``s`` holds the postings of rows ``[s * seg_rows, (s + 1) * seg_rows)``, term by term, in
+    ``out_indices`` / ``out_data`` (as long as ``indices``; arrays or memory maps). Returns the
+    layout's indptr, ``(segments, terms + 1)``: term ``t``'s postings in segment ``s`` are
+    ``[indptr[s, t], indptr[s, t + 1])``. A process that searches one range of documents then
+    reads only its segments' bytes (:class:`MappedBM25`)."""
+    n_seg = max(1, -(-docs // seg_rows))
+    starts, copy = _segment_kernels()
+    at = starts(np.asarray(indptr, np.int64), indices, seg_rows, n_seg)
+    rows, offset = [], 0
+    for seg in range(n_seg):
+        rows.append(copy(indices, data, at, seg, out_indices, out_data, offset))
+        offset = int(rows[-1][-1])
+    return np.stack(rows)
 
 
 @functools.cache
@@ -219,18 +295,7 @@ def _top_k_kernel():
     (cached on disk beside the module where that is writable)."""
     numba = _import_numba()
 
-    @numba.njit(cache=True, nogil=True, inline="always")
-    def _first_at_least(values, a, b, x):
-        """The first position in ``values[a:b]`` (sorted) holding at least ``x``, read in place: a
-        slice handed to np.searchsorted with another integer type is copied whole, which made
-        a shard read every page of its terms' postings."""
-        while a < b:
-            m = (a + b) >> 1
-            if values[m] < x:
-                a = m + 1
-            else:
-                b = m
-        return a
+    _first_at_least = _first_at_least_kernel()
 
     @numba.njit(cache=True, nogil=True, inline="always")
     def _collect(acc, nb, t, keys, m, bits, tiebreak, base):
@@ -252,7 +317,7 @@ def _top_k_kernel():
         return m
 
     @numba.njit(cache=True, nogil=True)
-    def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, tiebreak, k, acc, cand, lo, hi):
+    def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, seg_rows, tiebreak, k, acc, cand, lo, hi):
         nq, n = len(q_indptr) - 1, hi - lo
         keys_out = np.zeros((nq, k), np.int64)
         found = np.zeros(nq, np.int64)
@@ -261,62 +326,65 @@ def _top_k_kernel():
         block = min(len(acc), n)
         bits = acc.view(np.int32)
         keys = cand
-        stride = max(1, block // (8 * k))
-        size = (block + stride - 1) // stride
-        rank = min(size, (3 * k * size + 2 * block - 1) // (2 * block) + 1)  # ~1.5k documents expected at or above
-        deep = min(size, 4 * rank)  # the fallback threshold: ~6k documents
-        top = np.empty(min(deep, _INSERTION_MAX), np.float32)
+        top = np.empty(_INSERTION_MAX, np.float32)
         tiny = np.float32(1e-30)  # "scores at all": every weight is positive
         kth_bits = np.zeros(1, np.int32)
         kth_score = kth_bits.view(np.float32)
         for r in range(nq):
             a0, m_terms = q_indptr[r], q_indptr[r + 1] - q_indptr[r]
             cur, end = np.empty(m_terms, np.int64), np.empty(m_terms, np.int64)
-            for i in range(m_terms):
-                t = q_indices[a0 + i]
-                a, b = w_indptr[t], w_indptr[t + 1]
-                cur[i], end[i] = _first_at_least(w_indices, a, b, lo), _first_at_least(w_indices, a, b, hi)
             m = 0
             t = tiny
-            for base in range(lo, hi, block):
-                nb = min(block, hi - base)
-                for i in range(m_terms):
-                    qv = q_data[a0 + i]
-                    a = cur[i]
-                    b = _first_at_least(w_indices, a, end[i], base + nb) if base + nb < hi else end[i]
-                    for j in range(a, b):
-                        acc[w_indices[j] - base] += qv * w_data[j]
-                    cur[i] = b
-                if base == lo:  # the first block: the threshold from a sample of its scores
-                    if deep <= _INSERTION_MAX:  # the sample's largest, descending, by insertion (small k)
-                        top[:] = 0
-                        for i in range(0, nb, stride):
-                            s = acc[i]
-                            if s > top[deep - 1]:
-                                j = deep - 1
-                                while j > 0 and top[j - 1] < s:
-                                    top[j] = top[j - 1]
-                                    j -= 1
-                                top[j] = s
-                        cut, low_cut = top[rank - 1], top[deep - 1]
-                    else:  # linear selection: insertion would cost ~ size x deep
-                        sample = np.partition(acc[:nb:stride].copy(), size - deep)
-                        low_cut = sample[size - deep]
-                        upper = sample[size - deep :].copy()
-                        cut = np.partition(upper, deep - rank)[deep - rank]
-                    for attempt in range(3):
-                        t = max(cut, tiny) if attempt == 0 else max(low_cut, tiny) if attempt == 1 else tiny
-                        m = _collect(acc, nb, t, keys, 0, bits, tiebreak, base)
-                        if m >= k or t == tiny:
-                            break
-                else:
-                    m = _collect(acc, nb, t, keys, m, bits, tiebreak, base)
-                acc[:nb] = 0
-                if m > 2 * k:  # keep the k best; none below the k-th can enter
-                    keys[:k] = np.partition(keys[:m], m - k)[m - k :]
-                    m = k
-                    kth_bits[0] = np.int32(keys[:k].min() >> 32)
-                    t = max(t, kth_score[0])
+            for seg in range(lo // seg_rows, (hi - 1) // seg_rows + 1):
+                s0, s1 = max(lo, seg * seg_rows), min(hi, (seg + 1) * seg_rows)
+                for i in range(m_terms):  # each term's postings in the segment, clipped to [lo, hi)
+                    term = q_indices[a0 + i]
+                    a, b = w_indptr[seg, term], w_indptr[seg, term + 1]
+                    cur[i] = _first_at_least(w_indices, a, b, s0) if s0 > seg * seg_rows else a
+                    end[i] = _first_at_least(w_indices, a, b, s1) if s1 < (seg + 1) * seg_rows else b
+                for base in range(s0, s1, block):
+                    nb = min(block, s1 - base)
+                    for i in range(m_terms):
+                        qv = q_data[a0 + i]
+                        a = cur[i]
+                        b = _first_at_least(w_indices, a, end[i], base + nb) if base + nb < s1 else end[i]
+                        for j in range(a, b):
+                            acc[w_indices[j] - base] += qv * w_data[j]
+                        cur[i] = b
+                    if base == lo:  # the first block: the threshold from a sample of its scores
+                        stride = max(1, nb // (8 * k))
+                        size = (nb + stride - 1) // stride
+                        rank = min(size, (3 * k * size + 2 * nb - 1) // (2 * nb) + 1)  # ~1.5k documents expected at or above
+                        deep = min(size, 4 * rank)  # the fallback threshold: ~6k documents
+                        if deep <= _INSERTION_MAX:  # the sample's largest, descending, by insertion (small k)
+                            top[:deep] = 0
+                            for i in range(0, nb, stride):
+                                s = acc[i]
+                                if s > top[deep - 1]:
+                                    j = deep - 1
+                                    while j > 0 and top[j - 1] < s:
+                                        top[j] = top[j - 1]
+                                        j -= 1
+                                    top[j] = s
+                            cut, low_cut = top[rank - 1], top[deep - 1]
+                        else:  # linear selection: insertion would cost ~ size x deep
+                            sample = np.partition(acc[:nb:stride].copy(), size - deep)
+                            low_cut = sample[size - deep]
+                            upper = sample[size - deep :].copy()
+                            cut = np.partition(upper, deep - rank)[deep - rank]
+                        for attempt in range(3):
+                            t = max(cut, tiny) if attempt == 0 else max(low_cut, tiny) if attempt == 1 else tiny
+                            m = _collect(acc, nb, t, keys, 0, bits, tiebreak, base)
+                            if m >= k or t == tiny:
+                                break
+                    else:
+                        m = _collect(acc, nb, t, keys, m, bits, tiebreak, base)
+                    acc[:nb] = 0
+                    if m > 2 * k:  # keep the k best; none below the k-th can enter
+                        keys[:k] = np.partition(keys[:m], m - k)[m - k :]
+                        m = k
+                        kth_bits[0] = np.int32(keys[:k].min() >> 32)
+                        t = max(t, kth_score[0])
             best = keys[:m]
             if m > k:
                 best = np.partition(best, m - k)[m - k :]
@@ -363,7 +431,7 @@ def _widen(m: sp.csr_matrix, cols: int) -> sp.csr_matrix:
 
 class _Search:
     """The batch search of a BM25 index (module doc), over operands its subclass provides: the
-    terms x documents weights as CSR arrays (:meth:`postings`), the vocabulary, the idf, the
+    terms x documents weights in segments of documents (:meth:`segments`), the vocabulary, the idf, the
     tie-break ranks and the document ids. :class:`BM25Index` makes them in memory (a build or
     a patch); :class:`MappedBM25` maps them from a saved index, so the processes of one node
     share one copy in the page cache."""
@@ -373,13 +441,31 @@ class _Search:
 
     def postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The weights, terms x documents, as CSR arrays (indptr int64, indices int32 sorted per
-        term, data float32)."""
+        term, data float32), where the index is in memory."""
         raise NotImplementedError
 
-    def weights(self) -> sp.csr_matrix:
-        """terms x documents BM25 weights (float32, as LanceDB scores)."""
+    def segments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The weights laid out in segments of documents (:func:`segmented`): indptr
+        ``(segments, terms + 1)``, indices, data and the rows per segment. One segment of every
+        document where the index is in memory."""
         indptr, indices, data = self.postings()
-        return sp.csr_matrix((data, indices, indptr), shape=(len(indptr) - 1, len(self)), copy=False)
+        return np.asarray(indptr, np.int64)[None, :], indices, data, max(1, len(self))
+
+    def _segment_weights(self) -> list[sp.csr_matrix]:
+        """Each segment's weights as a terms x documents CSR over its postings (not copied)."""
+        indptr, indices, data, _ = self.segments()
+        shape = (indptr.shape[1] - 1, len(self))
+        return [sp.csr_matrix((data[row[0] : row[-1]], indices[row[0] : row[-1]], row - row[0]), shape=shape, copy=False) for row in indptr]
+
+    def weights(self) -> sp.csr_matrix:
+        """terms x documents BM25 weights (float32, as LanceDB scores). From a saved index of
+        several segments, a copy in memory."""
+        parts = self._segment_weights()
+        if len(parts) == 1:
+            return parts[0]
+        w = sum(parts[1:], parts[0]).tocsr()  # the segments' columns are disjoint
+        w.sort_indices()
+        return w
 
     def idf(self) -> np.ndarray:
         raise NotImplementedError
@@ -387,7 +473,12 @@ class _Search:
     def term_scores(self, texts: Sequence[str | None]) -> sp.csr_matrix:
         """texts x documents: each text's BM25 score for every document, as :meth:`search` scores
         it (float32; a document the text shares no term with is a stored zero's absence)."""
-        return (self.query_matrix(texts) @ self.weights()).tocsr()
+        q = self.query_matrix(texts)
+        out = None
+        for w in self._segment_weights():  # one segment at a time: the index is never copied whole
+            part = q @ w
+            out = part if out is None else out + part
+        return out.tocsr()
 
     def score_bounds(self, texts: Sequence[str | None]) -> np.ndarray:
         """Each text's largest possible BM25 score, sum over its terms of idf x (k1 + 1): the
@@ -458,10 +549,10 @@ class _Search:
         if n >= 2**32:
             raise ValueError("bm25: the search keys hold a document's rank in 32 bits; index below 4.29 billion documents per table")
         lo, hi = (0, n) if shard is None else (max(0, shard[0]), min(n, shard[1]))
-        indptr, indices, data = self.postings()
+        indptr, indices, data, seg_rows = self.segments()
         block = max(0, min(hi - lo, _BLOCK))
         acc, cand = np.zeros(block, np.float32), np.empty(block + 2 * k, np.int64)
-        return _top_k_kernel()(q.indptr, q.indices, q.data, indptr, indices, data, self._tiebreak(), k, acc, cand, lo, hi)
+        return _top_k_kernel()(q.indptr, q.indices, q.data, indptr, indices, data, seg_rows, self._tiebreak(), k, acc, cand, lo, hi)
 
     def hits(self, keys: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Search keys -> (hits per query, document rows, float64 scores), flat, in rank order."""
@@ -632,7 +723,8 @@ class BM25Index(_Search):
             pq.write_table(pa.table({"term": pa.array(self.vocab.terms, pa.string())}).replace_schema_metadata(meta), tmp / "vocab.parquet")
             self._save_search(tmp / "search", meta)
             (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": self.version, "stamp": self.stamp, "save_id": save_id,
-                                                       "docs": len(self), "terms": len(self.vocab)}))
+                                                       "docs": len(self), "terms": len(self.vocab),
+                                                       "segment_rows": SEGMENT_ROWS}))
             if _whole(path, self.stamp):
                 return path
             if path.exists():  # damaged or another table's: moved aside, then replaced
@@ -650,14 +742,19 @@ class BM25Index(_Search):
         return path
 
     def _save_search(self, path: Path, meta: dict) -> None:
-        """What a search maps (:class:`MappedBM25`): the weights' CSR arrays, the idf, the
+        """What a search maps (:class:`MappedBM25`): the weights in segments of
+        ``SEGMENT_ROWS`` documents (:func:`segmented`, written through memory maps), the idf, the
         tie-break ranks and their inverse as ``.npy``, the doc ids as an Arrow IPC file."""
         path.mkdir()
         indptr, indices, data = self.postings()
+        out_indices = np.lib.format.open_memmap(path / "indices.npy", "w+", np.int32, (len(indices),))
+        out_data = np.lib.format.open_memmap(path / "data.npy", "w+", np.float32, (len(data),))
+        layout = segmented(indptr, indices, data, len(self), SEGMENT_ROWS, out_indices, out_data)
+        out_indices.flush()
+        out_data.flush()
+        del out_indices, out_data
         rank, rows = self._tiebreak(), self._row_of_rank()
-        for name, a in (("indptr", indptr.astype(np.int64, copy=False)), ("indices", indices.astype(np.int32, copy=False)),
-                        ("data", data.astype(np.float32, copy=False)), ("idf", self.idf().astype(np.float64, copy=False)),
-                        ("tiebreak", rank), ("rows_by_rank", rows)):
+        for name, a in (("indptr", layout), ("idf", self.idf().astype(np.float64, copy=False)), ("tiebreak", rank), ("rows_by_rank", rows)):
             np.save(path / f"{name}.npy", np.ascontiguousarray(a))
         ids = pa.table({"doc_id": self.doc_id_array()}).replace_schema_metadata(meta)
         with pa.OSFile(str(path / "doc_ids.arrow"), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
@@ -690,7 +787,8 @@ class MappedBM25(_Search):
     from the files :meth:`BM25Index.save` wrote (``np.load(mmap_mode="r")``, an Arrow memory
     map), not read into the process. Every process of a node that searches one table version
     shares one copy in the page cache, and a process searching one shard (:meth:`search_keys`
-    with ``shard``) touches only that shard's pages of the postings. The vocabulary is read on
+    with ``shard``) touches only the segments of documents that shard spans (the postings are
+    saved segment by segment, :func:`segmented`). The vocabulary is read on
     first use (a shard actor that is handed analyzed queries never reads it); the term counts
     and hashes (:attr:`title`, :attr:`text`, :attr:`hashes`, :meth:`stats`: patching, tests)
     are loaded from the saved index on first use."""
@@ -716,8 +814,9 @@ class MappedBM25(_Search):
             reader = pa.ipc.open_file(pa.memory_map(str(path / "search" / "doc_ids.arrow")))
             table = reader.read_all()
             docs, terms = meta["docs"], meta["terms"]
-            indptr = arrays["indptr"]
-            ok = (len(indptr) == terms + 1 and len(arrays["idf"]) == terms and int(indptr[-1]) == len(arrays["indices"]) == len(arrays["data"])
+            indptr, seg_rows = arrays["indptr"], int(meta["segment_rows"])
+            ok = (indptr.shape == (max(1, -(-docs // seg_rows)), terms + 1) and len(arrays["idf"]) == terms
+                  and int(indptr[-1, -1]) == len(arrays["indices"]) == len(arrays["data"])
                   and len(arrays["tiebreak"]) == len(arrays["rows_by_rank"]) == table.num_rows == docs
                   and (table.schema.metadata or {}).get(b"logicrank.save_id", b"").decode() == meta["save_id"])
             for name in ("title", "text"):  # the counts a patch reads: their zip directories, not their data
@@ -733,9 +832,9 @@ class MappedBM25(_Search):
     def __len__(self) -> int:
         return int(self._meta["docs"])
 
-    def postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def segments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         a = self._arrays
-        return a["indptr"], a["indices"], a["data"]
+        return a["indptr"], a["indices"], a["data"], int(self._meta["segment_rows"])
 
     def idf(self) -> np.ndarray:
         return np.asarray(self._arrays["idf"])

@@ -30,20 +30,29 @@ def _reference(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int)
     return out
 
 
-def _keys(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int, lo: int = 0, hi: int | None = None, block: int | None = None):
+def _keys(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int, lo: int = 0, hi: int | None = None, block: int | None = None,
+          seg_rows: int | None = None):
     """The loop over documents [lo, hi) (a shard; all of them by default), ``block`` rows at a
-    time (all of them at once by default)."""
-    hi = w.shape[1] if hi is None else hi
+    time (all of them at once by default), over the weights laid out in segments of
+    ``seg_rows`` documents (one segment by default)."""
+    n = w.shape[1]
+    hi = n if hi is None else hi
     block = max(1, hi - lo) if block is None else block
-    return sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data, tiebreak, k,
+    if seg_rows is None:
+        indptr, indices, data, seg_rows = w.indptr[None, :].astype(np.int64), w.indices, w.data, max(1, n)
+    else:
+        indices, data = np.empty_like(w.indices), np.empty_like(w.data)
+        indptr = sparse.segmented(w.indptr, w.indices, w.data, n, seg_rows, indices, data)
+    return sparse._top_k_kernel()(q.indptr, q.indices, q.data, indptr, indices, data, seg_rows, tiebreak, k,
                                   np.zeros(block, np.float32), np.empty(block + 2 * k, np.int64), lo, hi)
 
 
 def _search(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int, shards: int = 1,
-            block: int | None = None) -> list[tuple[list[int], list[float]]]:
+            block: int | None = None, seg_rows: int | None = None) -> list[tuple[list[int], list[float]]]:
     n = w.shape[1]
     bounds = np.linspace(0, n, shards + 1).astype(int)
-    keys, found = sparse.merge_keys([_keys(q, w, tiebreak, k, lo, hi, block) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)], k)
+    keys, found = sparse.merge_keys([_keys(q, w, tiebreak, k, lo, hi, block, seg_rows)
+                                     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)], k)
     row_of_rank = np.argsort(tiebreak)
     out = []
     for r in range(q.shape[0]):
@@ -135,11 +144,33 @@ def test_blocks_of_documents_scored_in_turn_give_exactly_the_top_k(name, n, k, b
     assert _search(q, w, tiebreak, k, shards=3, block=block) == want
 
 
+@pytest.mark.parametrize("name", ["random", "ties", "only-sampled-high", "fewer-than-k"])
+@pytest.mark.parametrize(("n", "k", "seg_rows", "block"), [(7, 3, 2, 1), (1_000, 10, 300, 64), (5_000, 100, 1_024, 512),
+                                                           (20_000, 10, 4_096, 4_096), (20_000, 1_000, 6_000, 1_500)])
+def test_an_index_saved_in_segments_of_documents_gives_exactly_the_top_k(name, n, k, seg_rows, block):
+    """The saved layout: each segment of documents holds its own postings, term by term
+    (a shard's process then reads only its segments). Searched whole, in shards that cut
+    segments, and in blocks, the run is the one-pass search's."""
+    rng = np.random.default_rng(n * 17 + k + seg_rows)
+    q, w = _case(name, n, k, rng)
+    tiebreak = rng.permutation(n).astype(np.int64)
+    want = _reference(q, w, tiebreak, k)
+    assert _search(q, w, tiebreak, k, block=block, seg_rows=seg_rows) == want
+    assert _search(q, w, tiebreak, k, shards=3, block=block, seg_rows=seg_rows) == want
+    indices, data = np.empty_like(w.indices), np.empty_like(w.data)
+    indptr = sparse.segmented(w.indptr, w.indices, w.data, n, seg_rows, indices, data)
+    assert indptr.shape == (-(-n // seg_rows), w.shape[0] + 1)
+    for s, row in enumerate(indptr):  # segment s: every term's postings of rows [s * seg_rows, (s + 1) * seg_rows), in order
+        part = w[:, s * seg_rows : (s + 1) * seg_rows].tocsr()
+        assert (np.diff(row) == np.diff(part.indptr)).all()
+        assert (indices[row[0] : row[-1]] - s * seg_rows == part.indices).all() and (data[row[0] : row[-1]] == part.data).all()
+
+
 def test_the_search_loop_over_an_empty_corpus_finds_nothing():
     w = sp.csr_matrix((2, 0), dtype=np.float32)
     q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))
-    keys, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr, w.indices, w.data, np.empty(0, np.int64), 5,
-                                         np.zeros(0, np.float32), np.empty(10, np.int64), 0, 0)
+    keys, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data, 1,
+                                         np.empty(0, np.int64), 5, np.zeros(0, np.float32), np.empty(10, np.int64), 0, 0)
     assert found.tolist() == [0]
 
 
@@ -158,3 +189,29 @@ def test_weights_computed_in_chunks_of_documents_equal_one_pass(monkeypatch):
     chunked = sparse.BM25Index.build([batch], version=1).weights()
     assert (chunked.indptr == whole.indptr).all() and (chunked.indices == whole.indices).all()
     assert chunked.data.dtype == np.float32 and (chunked.data == whole.data).all()
+
+
+def test_a_saved_index_in_segments_searches_and_scores_as_the_index_in_memory(monkeypatch, tmp_path):
+    """Saved in segments of 7 documents and mapped back: the same runs (whole and in shards),
+    the same term scores and weights as the index the build made in memory."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(5)
+    words = ["dog", "cat", "owner", "feeds", "runs", "trained", "rescue", "laptop", "engineer", "codes"]
+    texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for _ in range(50)]
+    batch = pa.record_batch({"doc_id": [f"d{i:02d}" for i in range(50)], "content_hash": ["h"] * 50,
+                             "title": [None if i % 3 else "Dog owner" for i in range(50)], "text": texts})
+    built = sparse.BM25Index.build([batch], version=1)
+    monkeypatch.setattr(sparse, "SEGMENT_ROWS", 7)
+    mapped = sparse.MappedBM25.open(built.save(tmp_path / "v1"))
+    assert mapped is not None and mapped.segments()[0].shape == (8, len(built.vocab) + 1)
+    queries = ["dog owner", "cat feeds cat", "laptop engineer codes", "rescue", "unknown words"]
+    for k in (1, 5, 50):
+        want = built.search_flat(queries, k)
+        assert all((g == w).all() for g, w in zip(mapped.search_flat(queries, k), want, strict=True))
+        q = mapped.query_matrix(queries)
+        parts = [mapped.search_keys(q, k, (lo, hi)) for lo, hi in ((0, 10), (10, 11), (11, 50))]
+        assert all((g == w).all() for g, w in zip(mapped.hits(*sparse.merge_keys(parts, k)), want, strict=True))
+    assert (mapped.term_scores(queries) != built.term_scores(queries)).nnz == 0
+    w_mapped, w_built = mapped.weights(), built.weights()
+    assert (w_mapped.indptr == w_built.indptr).all() and (w_mapped.indices == w_built.indices).all() and (w_mapped.data == w_built.data).all()
