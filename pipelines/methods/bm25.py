@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.store import DocStore
-from schemas.tables import QUERIES, RUN, require_columns
+from schemas.tables import QUERIES, RUN, repeated, require_columns
 
 
 def bm25(queries: pa.Table, store: DocStore, k: int, run_id: str = "bm25") -> pa.Table:
@@ -23,13 +23,12 @@ def run_from_hits(query_ids, index, sizes: np.ndarray, rows: np.ndarray, scores:
     table, built with Arrow takes (no Python work per row)."""
     total = len(rows)
     starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
-    label = lambda value: pa.array([value], pa.string()).take(np.zeros(total, np.int32))  # noqa: E731
     query_ids = query_ids.combine_chunks() if isinstance(query_ids, pa.ChunkedArray) else query_ids
     return pa.table({
         "query_id": query_ids.take(np.repeat(np.arange(len(sizes)), sizes)),
         "doc_id": index.doc_id_array().take(rows),
         "rank": pa.array((np.arange(total) - starts + 1).astype(np.int32), pa.int32()),
         "score": pa.array(scores, pa.float64()),
-        "method": label("bm25"),
-        "run_id": label(run_id),
+        "method": repeated("bm25", total),
+        "run_id": repeated(run_id, total),
     }, schema=RUN)

@@ -21,7 +21,7 @@ from pipelines.methods.ranking import rank_pairs
 from pipelines.store import DocStore
 from pipelines.vectors import Vectors
 from schemas.errors import UserError
-from schemas.tables import QUERIES, RUN, require_columns
+from schemas.tables import QUERIES, RUN, repeated, require_columns
 
 REFINE_FACTOR = 4
 __all__ = ["DenseError", "dense", "exact_top_k", "merge_top", "run_table", "shard_bounds", "top_k"]
@@ -60,12 +60,11 @@ def run_table(qids: list[str], v: Vectors, rows: np.ndarray, scores: np.ndarray,
     """(queries x kk) document rows and scores -> a RUN table, built from the arrays."""
     nq, kk = rows.shape if rows.ndim == 2 else (len(qids), 0)
     total = nq * kk
-    label = lambda value: pa.array([value], pa.string()).take(np.zeros(total, np.int32))  # noqa: E731
     return pa.table({
         "query_id": pa.array(qids, pa.string()).take(np.repeat(np.arange(nq), kk)),
         "doc_id": v.ids.take(rows.ravel()),
         "rank": pa.array(np.tile(np.arange(1, kk + 1, dtype=np.int32), nq), pa.int32()),
         "score": pa.array(scores.ravel().astype(np.float64), pa.float64()),
-        "method": label("dense"),
-        "run_id": label(run_id),
+        "method": repeated("dense", total),
+        "run_id": repeated(run_id, total),
     }, schema=RUN)

@@ -60,3 +60,12 @@ def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_s
     assert placement.digest() != cfg.digest()  # the plain digest (a job's rerun check) sees everything
     for changed in ({"llm": cfg.llm.model_copy(update={"seed": 5})}, {"index": cfg.index.model_copy(update={"keep_index_tags": 4})}):
         assert cfg.model_copy(update=changed).night_digest() != cfg.night_digest()
+
+
+@pytest.mark.parametrize(("value", "n"), [("bm25", 5), ("", 3), ("é-run", 4), ("x", 0)])
+def test_a_repeated_string_column_equals_the_value_taken_n_times(value, n):
+    from schemas.tables import repeated
+
+    got = repeated(value, n)
+    assert got.type == pa.string() and got.equals(pa.array([value] * n, pa.string()))
+    got.validate(full=True)
