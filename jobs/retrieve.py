@@ -40,6 +40,7 @@ from jobs.rundir import RunDir, input_fingerprint
 from jobs.watchdog import beat
 from pipelines.config import RetrieveConfig
 from pipelines.embed import concrete, encoder_digest, model_id, resolve_model
+from pipelines.exact import shard_bounds
 from pipelines.files import write_parquet_atomic
 from pipelines.llm.prompts import templates_digest
 from pipelines.pipeline import Pipeline, build
@@ -324,14 +325,12 @@ class _Host:
 
         r, o = self.cfg.ray, stage.options
         engine = stage.name
-        if engine == "bm25":
+        if engine == "bm25":  # whole segments of the saved index per shard where there are enough (each actor maps only its own)
             index = ctx.store.bm25_index()
-            bounds = even_bounds(len(index), shards)
+            seg_rows = index.segments()[3]
+            bounds = shard_bounds(len(index), shards, seg_rows) if -(-len(index) // seg_rows) >= shards else shard_bounds(len(index), shards)
         else:
-            from pipelines.methods.dense import shard_bounds
-
-            vecs = ctx.store.vectors(o.precision)
-            bounds = shard_bounds(len(vecs), shards)
+            bounds = shard_bounds(len(ctx.store.vectors(o.precision)), shards)
         # dense shards get a GPU where the cluster has them (an equal share of one when the shards outnumber them): the product runs there
         gpus = int(ray.cluster_resources().get("GPU", 0)) if engine == "dense" and getattr(o, "product", "auto") != "numpy" else 0
         share = gpu_share(shards, gpus)
@@ -402,7 +401,7 @@ class _Host:
         restarts = len([node for node in ray.nodes() if node.get("Alive")]) + 2
         actor = ray.remote(_ShardTask).options(num_cpus=r.retrieve_num_cpus, max_restarts=restarts, max_task_retries=restarts,
                                                scheduling_strategy="SPREAD")
-        bounds = even_bounds(n, shards)
+        bounds = shard_bounds(n, shards)
         actors = [actor.remote(self.cfg.db, self.cfg.table, self.version) for _ in bounds]
         try:
             work = ray.put(task)
@@ -507,12 +506,6 @@ def _cluster_memory() -> float:
     import ray
 
     return float(ray.cluster_resources().get("memory", 0.0))
-
-
-def even_bounds(n: int, shards: int) -> list[tuple[int, int]]:
-    """``shards`` ranges of rows as even as can be, covering ``[0, n)``."""
-    cuts = [n * i // shards for i in range(shards + 1)]
-    return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
 def gpu_share(shards: int, gpus: int) -> float:

@@ -25,11 +25,12 @@ _ALIGN = 128  # shard bounds are multiples of it (whole cache lines of rows)
 _QUERY_BLOCK = 1024  # queries per pass over the vectors: each pass streams them once from memory
 
 
-def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
-    """``shards`` ranges of rows covering ``[0, n)``, as even as blocks of ``_ALIGN`` rows
-    allow (empty ranges where the corpus has fewer blocks than shards)."""
-    blocks = -(-n // _ALIGN)
-    cuts = [min(n, (blocks * i // shards) * _ALIGN) for i in range(shards + 1)]
+def shard_bounds(n: int, shards: int, align: int = _ALIGN) -> list[tuple[int, int]]:
+    """``shards`` ranges of rows covering ``[0, n)``, as even as blocks of ``align`` rows allow
+    (empty ranges where the corpus has fewer blocks than shards). ``align``: whole cache lines
+    of vectors by default; a saved BM25 index's segments (each shard then maps only its own)."""
+    blocks = -(-n // align)
+    cuts = [min(n, (blocks * i // shards) * align) for i in range(shards + 1)]
     cuts[-1] = n
     return list(zip(cuts[:-1], cuts[1:], strict=True))
 

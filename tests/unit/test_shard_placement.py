@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from jobs.retrieve import _Host, even_bounds
+from jobs.retrieve import _Host
 from pipelines.exact import shard_bounds
 from pipelines.pipeline import build
 from pipelines.stages import Context
@@ -79,11 +79,16 @@ def test_given_shards_decide_and_other_stages_never_shard():
 
 @pytest.mark.parametrize("n", [0, 1, 127, 128, 129, 1000, 4096 * 3 + 5])
 @pytest.mark.parametrize("shards", [1, 2, 3, 7])
-def test_shard_ranges_cover_every_row_once(n, shards):
-    for bounds in (even_bounds(n, shards), shard_bounds(n, shards)):
-        assert len(bounds) == shards and bounds[0][0] == 0 and bounds[-1][1] == n
-        assert all(lo <= hi for lo, hi in bounds) and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
-    assert max(hi - lo for lo, hi in even_bounds(n, shards)) - min(hi - lo for lo, hi in even_bounds(n, shards)) <= 1
+@pytest.mark.parametrize("align", [1, 128, 1000])
+def test_shard_ranges_cover_every_row_once(n, shards, align):
+    """Whole blocks of ``align`` rows per shard (a saved BM25 index's segments, cache lines of
+    vectors), as even as the blocks allow."""
+    bounds = shard_bounds(n, shards, align)
+    assert len(bounds) == shards and bounds[0][0] == 0 and bounds[-1][1] == n
+    assert all(lo <= hi for lo, hi in bounds) and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    assert all(lo % align == 0 for lo, _ in bounds)
+    blocks = [-(-(hi - lo) // align) for lo, hi in bounds]
+    assert max(blocks) - min(blocks) <= 1 or n < align * shards
 
 
 @pytest.mark.parametrize(("shards", "gpus", "want"), [(4, 0, 0.0), (1, 1, 1.0), (4, 4, 1.0), (3, 8, 1.0), (2, 1, 0.5), (4, 1, 0.25),
