@@ -40,7 +40,7 @@ from jobs.rundir import RunDir, input_fingerprint
 from jobs.watchdog import beat
 from pipelines.config import RetrieveConfig
 from pipelines.embed import concrete, encoder_digest, model_id, resolve_model
-from pipelines.exact import shard_bounds
+from pipelines.exact import segment_bounds, shard_bounds
 from pipelines.files import write_parquet_atomic
 from pipelines.llm.prompts import templates_digest
 from pipelines.pipeline import Pipeline, build
@@ -325,10 +325,9 @@ class _Host:
 
         r, o = self.cfg.ray, stage.options
         engine = stage.name
-        if engine == "bm25":  # whole segments of the saved index per shard where there are enough (each actor maps only its own)
+        if engine == "bm25":
             index = ctx.store.bm25_index()
-            seg_rows = index.segments()[3]
-            bounds = shard_bounds(len(index), shards, seg_rows) if -(-len(index) // seg_rows) >= shards else shard_bounds(len(index), shards)
+            bounds = segment_bounds(len(index), shards, index.segment_rows())
         else:
             bounds = shard_bounds(len(ctx.store.vectors(o.precision)), shards)
         # dense shards get a GPU where the cluster has them (an equal share of one when the shards outnumber them): the product runs there

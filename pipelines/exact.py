@@ -35,6 +35,17 @@ def shard_bounds(n: int, shards: int, align: int = _ALIGN) -> list[tuple[int, in
     return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
+def segment_bounds(n: int, shards: int, seg_rows: int, slack: float = 1.1) -> list[tuple[int, int]]:
+    """``shards`` ranges over an index saved in segments of ``seg_rows`` rows: whole segments per
+    shard (each shard's actor then maps only its own) where that keeps the largest shard within
+    ``slack`` of an even share; else even ranges (a shard then shares a segment with each
+    neighbour)."""
+    aligned = shard_bounds(n, shards, seg_rows)
+    even = shard_bounds(n, shards)
+    widest = lambda bounds: max((hi - lo for lo, hi in bounds), default=0)  # noqa: E731
+    return aligned if widest(aligned) <= slack * widest(even) else even
+
+
 def top_k(queries: np.ndarray, v: Vectors, k: int, shard: tuple[int, int] | None = None, product: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Each query's exact cosine top ``k`` among the rows ``shard = (lo, hi)`` (all by default),
     as (queries x kk) global document rows and float32 scores, kk = min(k, rows searched), in

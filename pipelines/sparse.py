@@ -53,6 +53,7 @@ import scipy.sparse as sp
 K1, B = 1.2, 0.75
 MAX_TOKEN_BYTES = 40  # LanceDB's max_token_length: tokens of this many UTF-8 bytes or more are dropped
 FORMAT = 3  # the on-disk layout; an index of another format is rebuilt (2: the mapped search files; 3: in segments of documents)
+COUNTS_FORMATS = (2, 3)  # the formats whose term counts a patch reads (unchanged since 2): an older index is re-saved, not re-analyzed
 
 # Lucene's English stop set (EnglishAnalyzer, also Pyserini's and bm25s's), not LanceDB's own
 # English list of about 180 words, which drops "can", "has", "own", "from", ...: on
@@ -183,7 +184,7 @@ def _import_numba():
 _CHUNK = 64  # documents per vectorised count in the candidate pass
 _WEIGHT_ROWS = 1 << 17  # documents whose weights are computed at once (float64 temporaries of ~250 MiB)
 _INSERTION_MAX = 128  # sample ranks kept by insertion; past it, np.partition (linear in the sample)
-SEGMENT_ROWS = 1 << 20  # documents per segment of a saved index (:func:`segmented`): a shard reads only its segments
+SEGMENT_ROWS = 1 << 19  # documents per segment of a saved index (:func:`segmented`): a shard reads only its segments
 _BLOCK = 1 << 17  # documents scored at once: the accumulator (512 KiB) stays in a core's cache
 
 
@@ -396,6 +397,18 @@ def _top_k_kernel():
     return top_k
 
 
+def _joined(parts: list[sp.spmatrix]) -> sp.csr_matrix:
+    """Matrices of one shape whose columns are disjoint (one segment of documents each) as one
+    CSR, assembled once."""
+    if len(parts) == 1:
+        return parts[0].tocsr()
+    coo = [p.tocoo() for p in parts]
+    out = sp.csr_matrix((np.concatenate([c.data for c in coo]), (np.concatenate([c.row for c in coo]), np.concatenate([c.col for c in coo]))),
+                        shape=parts[0].shape)
+    out.sort_indices()
+    return out
+
+
 def merge_keys(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
     """The shards' (keys, found) of one batch of queries -> the batch's (keys, found) over the
     whole index: per query the k largest keys of all shards. Exact: a key orders documents as
@@ -451,6 +464,10 @@ class _Search:
         indptr, indices, data = self.postings()
         return np.asarray(indptr, np.int64)[None, :], indices, data, max(1, len(self))
 
+    def segment_rows(self) -> int:
+        """Documents per segment (:meth:`segments`), without making the weights."""
+        return max(1, len(self))
+
     def _segment_weights(self) -> list[sp.csr_matrix]:
         """Each segment's weights as a terms x documents CSR over its postings (not copied)."""
         indptr, indices, data, _ = self.segments()
@@ -460,12 +477,7 @@ class _Search:
     def weights(self) -> sp.csr_matrix:
         """terms x documents BM25 weights (float32, as LanceDB scores). From a saved index of
         several segments, a copy in memory."""
-        parts = self._segment_weights()
-        if len(parts) == 1:
-            return parts[0]
-        w = sum(parts[1:], parts[0]).tocsr()  # the segments' columns are disjoint
-        w.sort_indices()
-        return w
+        return _joined(self._segment_weights())
 
     def idf(self) -> np.ndarray:
         raise NotImplementedError
@@ -474,11 +486,7 @@ class _Search:
         """texts x documents: each text's BM25 score for every document, as :meth:`search` scores
         it (float32; a document the text shares no term with is a stored zero's absence)."""
         q = self.query_matrix(texts)
-        out = None
-        for w in self._segment_weights():  # one segment at a time: the index is never copied whole
-            part = q @ w
-            out = part if out is None else out + part
-        return out.tocsr()
+        return _joined([q @ w for w in self._segment_weights()])  # one segment at a time: the index is never copied whole
 
     def score_bounds(self, texts: Sequence[str | None]) -> np.ndarray:
         """Each text's largest possible BM25 score, sum over its terms of idf x (k1 + 1): the
@@ -762,12 +770,13 @@ class BM25Index(_Search):
 
     @classmethod
     def load(cls, path: Path, stamp: str | None = None) -> BM25Index | None:
-        """The index saved in ``path``; None when it is absent, partial, damaged, of another
-        format, or (with ``stamp``) of another table that had the same name and version."""
+        """The index saved in ``path`` (its term counts: any of ``COUNTS_FORMATS``); None when it
+        is absent, partial, damaged, of another format, or (with ``stamp``) of another table that
+        had the same name and version."""
         path = Path(path)
         try:
             meta = json.loads((path / "meta.json").read_text())
-            if meta.get("format") != FORMAT or (stamp is not None and meta.get("stamp") != stamp):
+            if meta.get("format") not in COUNTS_FORMATS or (stamp is not None and meta.get("stamp") != stamp):
                 return None
             docs = pq.read_table(path / "docs.parquet")
             terms = pq.read_table(path / "vocab.parquet")
@@ -815,7 +824,9 @@ class MappedBM25(_Search):
             table = reader.read_all()
             docs, terms = meta["docs"], meta["terms"]
             indptr, seg_rows = arrays["indptr"], int(meta["segment_rows"])
+            ends = (np.asarray(indptr[:, 0]), np.asarray(indptr[:, -1]))  # each segment's first and last offsets: contiguous, in order
             ok = (indptr.shape == (max(1, -(-docs // seg_rows)), terms + 1) and len(arrays["idf"]) == terms
+                  and int(ends[0][0]) == 0 and bool((ends[0][1:] == ends[1][:-1]).all()) and bool((ends[1] >= ends[0]).all())
                   and int(indptr[-1, -1]) == len(arrays["indices"]) == len(arrays["data"])
                   and len(arrays["tiebreak"]) == len(arrays["rows_by_rank"]) == table.num_rows == docs
                   and (table.schema.metadata or {}).get(b"logicrank.save_id", b"").decode() == meta["save_id"])
@@ -834,7 +845,10 @@ class MappedBM25(_Search):
 
     def segments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         a = self._arrays
-        return a["indptr"], a["indices"], a["data"], int(self._meta["segment_rows"])
+        return a["indptr"], a["indices"], a["data"], self.segment_rows()
+
+    def segment_rows(self) -> int:
+        return int(self._meta["segment_rows"])
 
     def idf(self) -> np.ndarray:
         return np.asarray(self._arrays["idf"])
@@ -960,7 +974,8 @@ def make_index(store, root: Path | None = None) -> tuple[BM25Index, dict]:
     """Make the store version's index: patch the nearest earlier saved version when it
     shares most documents, else build from a scan. Returns it and what was done."""
     version, stamps = store.version, store.version_stamps()
-    earlier = [v for v in _saved_versions(root) if v < version and v in stamps]
+    # the nearest saved counts: an earlier version's, or this version's own where its search files are of an older format or damaged
+    earlier = [v for v in _saved_versions(root) if v <= version and v in stamps]
     base = BM25Index.load(root / f"v{earlier[-1]}", stamps[earlier[-1]]) if earlier else None
     if base is not None:
         stored = store.hashes()

@@ -58,6 +58,10 @@ def main() -> None:
     work, mode = Path(sys.argv[1]), sys.argv[2]
     from ray.cluster_utils import Cluster
 
+    from pipelines import sparse
+
+    sparse.SEGMENT_ROWS = 300  # the BM25 index saved in 3 segments: each bm25 shard maps one whole segment (the actors read it from the index)
+
     import jobs.retrieve as job
     from jobs.retrieve import run_retrieve
     from pipelines.config import RetrieveConfig

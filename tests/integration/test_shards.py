@@ -48,6 +48,8 @@ def test_sharded_search_across_three_nodes_equals_one_process(tmp_path):
         assert len({s["node"] for s in shards}) == 3, shards  # one actor per worker node
         assert shards[0]["rows"][0] == 0 and shards[-1]["rows"][1] == 900 and all(s["rows"][1] > s["rows"][0] for s in shards)
         assert all(s["peak_rss_mib"] > 0 and s["pss_mib"] > 0 for s in shards)
+    # bm25's index was saved in segments of 300 documents (shards_child): one whole segment per shard
+    assert [s["rows"] for s in _stage_counts(r["runs"]["3"]["manifest"], "bm25")["shards"]] == [[0, 300], [300, 600], [600, 900]]
 
 
 def test_a_node_killed_mid_search_leaves_the_run_identical(tmp_path):

@@ -198,6 +198,29 @@ def test_an_index_the_table_lacks_is_built_and_a_damaged_one_rebuilt(tmp_path):
         assert sparse.MappedBM25.open(path) is None
         _equal_indexes(a, DocStore(str(tmp_path / "db")).bm25_index())
         assert sparse.MappedBM25.open(path) is not None  # saved again, whole
+    indptr = np.load(path / "search" / "indptr.npy")
+    indptr[0, 0] = 7  # whole in size, wrong in content: the segments' offsets no longer start at 0
+    np.save(path / "search" / "indptr.npy", indptr)
+    assert sparse.MappedBM25.open(path) is None
+    _equal_indexes(a, DocStore(str(tmp_path / "db")).bm25_index())
+    assert sparse.MappedBM25.open(path) is not None
+
+
+def test_an_index_of_the_previous_format_is_saved_again_from_its_counts(tmp_path):
+    """An index saved before the search files were cut in segments (format 2) is not searched,
+    and not re-analyzed either: its term counts (unchanged since) make this format's files."""
+    store = _store(tmp_path / "db", _rules(50))
+    a = store.bm25_index()
+    a.stats()
+    path = sparse.index_root(store) / f"v{store.version}"
+    meta = json.loads((path / "meta.json").read_text())
+    (path / "meta.json").write_text(json.dumps({**meta, "format": 2}))
+    assert sparse.MappedBM25.open(path) is None and sparse.BM25Index.load(path) is not None
+    _, done = sparse.make_index(store, sparse.index_root(store))
+    assert done["how"] == "patched" and done["analyzed"] == 0 and done["kept"] == len(a)
+    b = DocStore(str(tmp_path / "db")).bm25_index()
+    assert isinstance(b, sparse.MappedBM25) and json.loads((path / "meta.json").read_text())["format"] == sparse.FORMAT
+    _equal_indexes(a, b)
 
 
 def test_ties_rank_by_doc_id_descending_as_runs_do(tmp_path):

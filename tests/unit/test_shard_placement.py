@@ -9,7 +9,7 @@ import types
 import pytest
 
 from jobs.retrieve import _Host
-from pipelines.exact import shard_bounds
+from pipelines.exact import segment_bounds, shard_bounds
 from pipelines.pipeline import build
 from pipelines.stages import Context
 from pipelines.stages.itlr import ITLROptions
@@ -89,6 +89,25 @@ def test_shard_ranges_cover_every_row_once(n, shards, align):
     assert all(lo % align == 0 for lo, _ in bounds)
     blocks = [-(-(hi - lo) // align) for lo, hi in bounds]
     assert max(blocks) - min(blocks) <= 1 or n < align * shards
+
+
+@pytest.mark.parametrize(("n", "shards", "seg_rows", "aligned"), [
+    (40 * 128, 4, 10 * 128, True),  # a segment each
+    (38 * 128, 4, 2 * 128, True),  # 19 segments: 4, 5, 5, 5 of them, the largest within 10% of an even share
+    (95 * 128, 4, 10 * 128, False),  # 9.5 segments: whole ones would make one shard 3 of them (1.26x): even ranges
+    (10_000_000, 4, 1 << 20, False),
+    (10_000_000, 4, 1 << 19, True),
+])
+def test_bm25_shards_take_whole_segments_unless_that_makes_one_much_larger(n, shards, seg_rows, aligned):
+    """Whole segments per shard (its actor maps only those) while the largest shard stays within
+    10% of an even share; else the even ranges of every other engine."""
+    got = segment_bounds(n, shards, seg_rows)
+    assert got[0][0] == 0 and got[-1][1] == n and all(a[1] == b[0] for a, b in zip(got, got[1:], strict=False))
+    if aligned:
+        assert all(lo % seg_rows == 0 for lo, _ in got)
+        assert max(hi - lo for lo, hi in got) <= 1.1 * max(hi - lo for lo, hi in shard_bounds(n, shards))
+    else:
+        assert got == shard_bounds(n, shards)
 
 
 @pytest.mark.parametrize(("shards", "gpus", "want"), [(4, 0, 0.0), (1, 1, 1.0), (4, 4, 1.0), (3, 8, 1.0), (2, 1, 0.5), (4, 1, 0.25),
