@@ -98,7 +98,7 @@ EMBED = Block((
 """The encoder's options."""
 
 CONFIG_FILE = Opt("config", "", Annotated[Path | None, typer.Option(
-    "--config", help="A YAML file of this job's config (docs/cli.md); options given on the command line override it.")], None)
+    "--config", help="A YAML file of this job's config (docs/usage.md); options given on the command line override it.")], None)
 
 
 @dataclass(frozen=True)

@@ -187,8 +187,8 @@ class Reading:
         term is one search, as before.
 
         Through the Lance dataset directly: the same search as ``table.search(...)``, about
-        1.7x faster per query. Title and text are scored as one field (``CombinedFieldsQuery``:
-        BM25F, pipelines/sparse.py). LanceDB's index, updated in place, keeps replaced and
+        1.7x faster per query. Title and text are scored with combined-field statistics
+        (``CombinedFieldsQuery``: BM25F, pipelines/sparse.py). LanceDB's index, updated in place, keeps replaced and
         deleted rows in its statistics until it is rebuilt; the engine's are the version's own."""
         rounds = self._query_rounds(text)
         if not rounds:
