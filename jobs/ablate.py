@@ -12,21 +12,20 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-
-from jobs.rundir import RunDir
-from pipelines.embed import Embedder, model_id
-from pipelines.evaluate.core import evaluate_run
-from pipelines.evaluate.measures import parse_measure
-from pipelines.files import write_parquet_atomic, write_text_atomic
-from pipelines.logic.fuzzy import Operators
-from pipelines.logic.query import UnparsedQueryError, unparsed_message
-from pipelines.methods.evidence import EvidenceError, calibrate_evidence, check_calibration, describe, make_evidence
-from pipelines.methods.itlr import Calibration, parse_queries, score_exact, unique_terms
-from pipelines.methods.ranking import rank_pairs
-from pipelines.stages.itlr import unparsed_queries
-from pipelines.store import DocStore
-from pipelines.topics import read_qrels, read_queries
-from schemas.config import EmbedConfig
+from logicrank.jobs.rundir import RunDir
+from logicrank.pipelines.embed import Embedder, model_id
+from logicrank.pipelines.evaluate.core import evaluate_run
+from logicrank.pipelines.evaluate.measures import parse_measure
+from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
+from logicrank.pipelines.logic.fuzzy import Operators
+from logicrank.pipelines.logic.query import UnparsedQueryError, unparsed_message
+from logicrank.pipelines.methods.evidence import EvidenceError, calibrate_evidence, check_calibration, describe, make_evidence
+from logicrank.pipelines.methods.itlr import Calibration, parse_queries, score_exact, unique_terms
+from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.pipelines.stages.itlr import unparsed_queries
+from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.topics import read_qrels, read_queries
+from logicrank.schemas.config import EmbedConfig
 
 
 def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, embed: EmbedConfig, table: str = "docs",

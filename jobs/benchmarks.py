@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.experiment import Experiment, ExperimentError, load, override, with_sample
+from logicrank.jobs.experiment import Experiment, ExperimentError, load, override, with_sample
 
 MAX_ITLR_PER_TEMPLATE = 52  # 32 templates x 52 queries x 6 documents <= 10,000, dense's deepest run
 
@@ -46,7 +46,7 @@ def _rulebench(src: str | Path, rules: str | Path | None, queries: str | Path | 
     """The dataset of a rule benchmark (a directory `prepare-rulebench` wrote is read as it is;
     anything else is a set to convert) and, on a set other than ULogic, a title naming it,
     without ULogic's reference figures and the paper's ULogic caveats."""
-    from pipelines.datasets.rulebench import is_prepared, prepared_name, set_name
+    from logicrank.pipelines.datasets.rulebench import is_prepared, prepared_name, set_name
 
     if is_prepared(src) and rules is None and queries is None:
         if split != "test":

@@ -1,6 +1,6 @@
 """The `logicrank` command line: one subcommand per job.
 
-Options build the validated configs in :mod:`schemas.config`; a bad value or an unknown
+Options build the validated configs in :mod:`logicrank.schemas.config`; a bad value or an unknown
 name (model, measure, method) fails before Ray starts or a model loads.
 """
 
@@ -11,17 +11,24 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
+from logicrank.jobs.cli_config import EMBED, LLM, Bound, configured, read_file
+from logicrank.jobs.cli_config import default as _d
+from logicrank.jobs.watchdog import DEFAULT_TIMEOUT_S, watch
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.schemas.config import (
+    DecomposeConfig,
+    EmbedConfig,
+    EvaluateConfig,
+    GenerateConfig,
+    IndexConfig,
+    LLMConfig,
+    RayConfig,
+)
+from logicrank.schemas.errors import JobFailed, UserError
+from logicrank.schemas.tables import DECOMPOSITION_METHODS
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
-
-from jobs.cli_config import EMBED, LLM, Bound, configured, read_file
-from jobs.cli_config import default as _d
-from jobs.watchdog import DEFAULT_TIMEOUT_S, watch
-from pipelines.config import RetrieveConfig
-from schemas.config import DecomposeConfig, EmbedConfig, EvaluateConfig, GenerateConfig, IndexConfig, LLMConfig, RayConfig
-from schemas.errors import JobFailed, UserError
-from schemas.tables import DECOMPOSITION_METHODS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
 
@@ -35,7 +42,7 @@ def _main(
 ):
     """logicrank: logic-aware retrieval at scale."""
     global _stall_timeout
-    from jobs.raysession import VERBOSE_ENV
+    from logicrank.jobs.raysession import VERBOSE_ENV
 
     if verbose:
         os.environ[VERBOSE_ENV] = "1"
@@ -181,7 +188,7 @@ def index(
 
     Interrupted (Ctrl-C: exit 130; SIGTERM: 143), it says in one line what the table holds and
     how to resume; readers keep reading the last version a completed run finished."""
-    from jobs.index import run_index
+    from logicrank.jobs.index import run_index
 
     cfg = _config(IndexConfig, bound)
     try:
@@ -211,8 +218,8 @@ def restore(
     table: str = "docs",
 ):
     """Make an earlier version of a table the latest one again (a new version; nothing is lost)."""
-    from pipelines.store import DocStore
-    from pipelines.writelock import TableLock
+    from logicrank.pipelines.store import DocStore
+    from logicrank.pipelines.writelock import TableLock
 
     store = _run(DocStore, db, table)
     if not store.exists():
@@ -267,7 +274,7 @@ def retrieve(
     bound: Bound,
 ):
     """Run named pipelines of stages (or --method presets); writes one run table per pipeline."""
-    from jobs.retrieve import run_retrieve
+    from logicrank.jobs.retrieve import run_retrieve
 
     in_file = bound.file is not None and "pipelines" in _run(read_file, bound.file)
     if pipelines is not None or in_file:
@@ -279,11 +286,11 @@ def retrieve(
         given = [name for name, value in (("--k", k), ("--set", set_), ("--run-tag", run_tag)) if value]
         if given:
             _fail(f"retrieve: {', '.join(given)} set(s) a --method preset's options; with {where}, set each stage's options there.")
-        from pipelines.pipeline import pipelines_file
+        from logicrank.pipelines.pipeline import pipelines_file
 
         cfg = _config(RetrieveConfig, bound, **({"pipelines": _run(pipelines_file, pipelines)} if pipelines is not None else {}))
     else:
-        from pipelines.pipeline import from_methods, method_options
+        from logicrank.pipelines.pipeline import from_methods, method_options
 
         if k is not None and any(s.strip().replace("-", "_").startswith("k=") for s in set_ or ()):
             _fail("retrieve: give the presets' k once, as --k N or --set k=N.")
@@ -296,7 +303,7 @@ def retrieve(
 @app.command()
 def stages():
     """The registered stages (what each consumes and needs, its options) and the --method presets."""
-    from pipelines.pipeline import describe
+    from logicrank.pipelines.pipeline import describe
 
     typer.echo(describe())
 
@@ -324,10 +331,10 @@ def evaluate(
     bound: Bound,
 ):
     """Evaluate runs (and answers): metrics table, significance tests, Markdown report and plot."""
-    from jobs.evaluate import evaluation_notes, run_evaluate
-    from pipelines.evaluate.measures import parse_measures
-    from pipelines.evaluate.qa import parse_qa_measures
-    from pipelines.evaluate.report import summary_frame
+    from logicrank.jobs.evaluate import evaluation_notes, run_evaluate
+    from logicrank.pipelines.evaluate.measures import parse_measures
+    from logicrank.pipelines.evaluate.qa import parse_qa_measures
+    from logicrank.pipelines.evaluate.report import summary_frame
 
     cfg = _config(EvaluateConfig, bound)
     _run(parse_measures, cfg.measures)
@@ -354,7 +361,7 @@ def decompose(
     bound: Bound,
 ):
     """Decompose queries with an LLM: ITLR logical queries, OrLog atoms + form, reasoning expansions."""
-    from jobs.decompose import run_decompose
+    from logicrank.jobs.decompose import run_decompose
 
     cfg = _config(DecomposeConfig, bound)
     s = _job("decompose", out, run_decompose, cfg, out, progress=progress, echo=typer.echo)
@@ -372,7 +379,7 @@ def prepare_rulebench(
     name: Annotated[str | None, typer.Option(help="The set's name in query ids (default: the directory's name).")] = None,
 ):
     """Convert a RuleBench set (rule retrieval; not bundled: no declared licence) to the BEIR layout, plus its gold outputs."""
-    from pipelines.datasets.rulebench import set_name, to_beir
+    from logicrank.pipelines.datasets.rulebench import set_name, to_beir
 
     set_ = _run(set_name, src, queries, name)
     out = out or Path("data") / f"rulebench-{set_}"
@@ -401,7 +408,7 @@ def bench_rules(
     bound: Bound,
 ):
     """Rule retrieval on a RuleBench set (read from a path): vanilla, SIAR, SIAR + R3 (jobs/experiments/rulebench-siar.yaml), and reasoning with the retrieved rules."""
-    from jobs import benchmarks
+    from logicrank.jobs import benchmarks
 
     where = {"rules": rules, "queries": queries, "split": split}
     exps = [_run(benchmarks.rules, src, sample, seed, r3_n, vanilla=vanilla, **where)]
@@ -418,7 +425,7 @@ def prepare_qa(
     corpus: Annotated[Path | None, typer.Option(help="MuSiQue: the paragraph corpus file going with --src.")] = None,
 ):
     """Write a bundled multi-hop QA set (MuSiQue, HotpotQA) as BEIR (corpus, queries, qrels of gold paragraphs) plus answers.jsonl."""
-    from pipelines.datasets.qa import to_beir
+    from logicrank.pipelines.datasets.qa import to_beir
 
     out = out or Path("data") / name
     counts = _run(to_beir, name, out, src, corpus)
@@ -442,8 +449,8 @@ def bench_lag(
     bound: Bound,
 ):
     """LAG on a multi-hop set (bundled, or --src): the LLM-free oracle (MuSiQue), then RAG vs LAG and its ablations; jobs/experiments/lag*.yaml."""
-    from jobs import benchmarks
-    from pipelines.datasets.qa import SETS
+    from logicrank.jobs import benchmarks
+    from logicrank.pipelines.datasets.qa import SETS
 
     if name not in SETS:
         _fail(f"bench-lag: unknown set {name!r}; valid: {', '.join(SETS)}")
@@ -484,8 +491,8 @@ def generate_itlr(
     bound: Bound,
 ):
     """ITLR's real-corpus recipe: topics -> 32 templates -> questions -> candidates -> LLM labels (BEIR layout + dataset card)."""
-    from jobs.generate import DEMO_NOTE, run_generate
-    from schemas.config import GenerateConfig
+    from logicrank.jobs.generate import DEMO_NOTE, run_generate
+    from logicrank.schemas.config import GenerateConfig
 
     bad = [c for c in candidate if c not in ("dense", "bm25", "itlr")]
     if bad:
@@ -505,7 +512,7 @@ def generate_setlogic(
     src: Annotated[Path | None, typer.Option(help="A LIMIT-shaped directory (corpus, queries, qrels JSONL) instead of the bundled LIMIT-small.")] = None,
 ):
     """QUEST-style set-logic queries over LIMIT's like-lists, with exact gold sets (no LLM)."""
-    from pipelines.generate.setlogic import generate
+    from logicrank.pipelines.generate.setlogic import generate
 
     c = _run(generate, out, per_template, seed, src)
     typer.echo(f"{c['queries']} queries, {c['qrels']} gold pairs over {c['people']} people -> {out}")
@@ -525,7 +532,7 @@ def bench_setlogic(
     bound: Bound,
 ):
     """Set-logic queries over LIMIT with exact gold: dense, bm25, ITLR (gold form), OrLog (gold atoms), by template; jobs/experiments/setlogic.yaml."""
-    from jobs import benchmarks
+    from logicrank.jobs import benchmarks
 
     _experiments("bench-setlogic", [_run(benchmarks.setlogic, per_template, seed, k, orlog, orlog_depth)], out, bound)
 
@@ -537,7 +544,7 @@ app.add_typer(models_app, name="models")
 @models_app.command("list")
 def models_list():
     """Registered models and whether they are prepared."""
-    from pipelines.llm.models import MARKER, REGISTRY, prepared_dir
+    from logicrank.pipelines.llm.models import MARKER, REGISTRY, prepared_dir
 
     for name, spec in REGISTRY.items():
         state = "prepared" if (prepared_dir(name) / MARKER).is_file() else "not prepared"
@@ -550,7 +557,7 @@ def models_prepare(
     force: Annotated[bool, typer.Option(help="Rebuild even when the checkpoint checks out.")] = False,
 ):
     """Turn a packaged model into a local checkpoint (idempotent; verified by checksum)."""
-    from pipelines.llm.models import prepare
+    from logicrank.pipelines.llm.models import prepare
 
     r = _run(prepare, name, force=force, log=typer.echo)
     typer.echo(f"{r.model_id}: {r.path}")
@@ -568,7 +575,7 @@ def bench_itlr(
     bound: Bound,
 ):
     """ITLR's synthetic logical benchmark from SciFact text, pooled and own settings: Table 1 (by negations) and Table 2 (operators); jobs/experiments/itlr-synthetic*.yaml."""
-    from jobs import benchmarks
+    from logicrank.jobs import benchmarks
 
     _experiments("bench-itlr", _run(benchmarks.itlr, per_template, seed, operators), out, bound, nested=True)
 
@@ -592,7 +599,7 @@ def ablate(
     bound: Bound,
 ):
     """ITLR operator ablation for one term scorer: every AND x OR x NOT family, one exact pass, one table."""
-    from jobs.ablate import run_ablate
+    from logicrank.jobs.ablate import run_ablate
 
     df = _job("ablate", out, run_ablate, queries, qrels, db, out, _config(EmbedConfig, bound, "embed"), table, measure, 100, scorer,
               calibration, hybrid_weight, typer.echo)
@@ -620,8 +627,8 @@ def nightly(
     Exit codes: 0 the night finished without regression; 3 a measure regressed (alert written);
     4 the night stopped before evaluation (re-index refused; the served tag did not move);
     2 a bad config or input; 1 a crash (alert written; rerun the night to finish it)."""
-    from jobs.nightly import run_at, run_nightly
-    from jobs.nightly_config import NightlyConfig
+    from logicrank.jobs.nightly import run_at, run_nightly
+    from logicrank.jobs.nightly_config import NightlyConfig
 
     if at is not None and date is not None:
         _fail("nightly: --at evaluates one table version and --date names a night to run; give one of them.")
@@ -635,7 +642,7 @@ def nightly(
     except ValidationError as exc:
         _fail(config_message(exc, config))
     if at is not None:
-        from pipelines.evaluate.report import summary_frame
+        from logicrank.pipelines.evaluate.report import summary_frame
 
         for qs, metrics in _job("nightly", cfg.out, run_at, cfg, at, echo=typer.echo, progress=progress).items():
             typer.echo(f"{qs} at table version {at}:")
@@ -656,7 +663,7 @@ def nightly_demo(
     ray_address: RayAddress = None,
 ):
     """Three nights of `logicrank nightly` on bundled SciFact: baseline, a routine change, a corrupted snapshot."""
-    from jobs.nightly_demo import run_demo
+    from logicrank.jobs.nightly_demo import run_demo
 
     results = _job("nightly-demo", out, run_demo, out, corrupt_queries, echo=typer.echo, backend=backend, address=ray_address)
     for r in results:
@@ -711,7 +718,7 @@ def experiment(
     bound: Bound,
 ):
     """Run an experiment: index its dataset, run its pipelines, evaluate, check its reference figures, write one report."""
-    from jobs.experiment import load, override, parse_sets, with_sample
+    from logicrank.jobs.experiment import load, override, parse_sets, with_sample
 
     exp = _run(load, file)
     if set_:
@@ -725,7 +732,7 @@ def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool =
     """Run experiments and print each run's figures, the references and the report's path;
     they share one index (``out``), and with ``nested`` each writes under ``out/<name>``. A
     missed reference exits 1 after every report is written."""
-    from jobs.experiment import run_experiment
+    from logicrank.jobs.experiment import run_experiment
 
     embed, ray, llm = _parts(bound)
     missed = []
@@ -755,7 +762,7 @@ def main_job(
     ] = None,
 ):
     """The main job on embedded defaults: index bundled SciFact, dense/BM25/hybrid, evaluate."""
-    from jobs.main_job import run_main
+    from logicrank.jobs.main_job import run_main
 
     result = _job("main", out, run_main, out, _run(EmbedConfig, backend=backend), _run(RayConfig, address=ray_address), progress=progress, echo=typer.echo,
                   rulebench=rulebench)

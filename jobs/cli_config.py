@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
-from schemas.config import EmbedConfig, LLMConfig
+from logicrank.schemas.config import EmbedConfig, LLMConfig
 
 
 def default(config, field: str):
@@ -195,8 +194,7 @@ def configured(*blocks: Block, config=None, file: bool = False, **own: str | tup
 def read_file(path: Path) -> dict:
     """A config file's top-level mapping (YAML)."""
     import yaml
-
-    from schemas.errors import UserError
+    from logicrank.schemas.errors import UserError
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

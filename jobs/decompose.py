@@ -18,17 +18,16 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from jobs.llm_service import LLMService
-from jobs.raysession import ray_session
-from jobs.rundir import RunDir, file_fingerprint
-from pipelines.files import write_parquet_atomic
-from pipelines.llm import prompts
-from pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings, decompose
-from pipelines.llm.models import resolve
-from pipelines.topics import read_queries
-from schemas.config import DecomposeConfig
-from schemas.tables import DECOMPOSITIONS, conform
+from logicrank.jobs.llm_service import LLMService
+from logicrank.jobs.raysession import ray_session
+from logicrank.jobs.rundir import RunDir, file_fingerprint
+from logicrank.pipelines.files import write_parquet_atomic
+from logicrank.pipelines.llm import prompts
+from logicrank.pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings, decompose
+from logicrank.pipelines.llm.models import resolve
+from logicrank.pipelines.topics import read_queries
+from logicrank.schemas.config import DecomposeConfig
+from logicrank.schemas.tables import DECOMPOSITIONS, conform
 
 
 @dataclass

@@ -9,12 +9,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from jobs.rundir import RunDir, input_fingerprint
-from jobs.watchdog import beat
-from pipelines.evaluate.core import EvaluationError, evaluate_run, query_coverage
-from pipelines.evaluate.measures import parse_measures
-from pipelines.evaluate.qa import (
+from logicrank.jobs.rundir import RunDir, input_fingerprint
+from logicrank.jobs.watchdog import beat
+from logicrank.pipelines.evaluate.core import EvaluationError, evaluate_run, query_coverage
+from logicrank.pipelines.evaluate.measures import parse_measures
+from logicrank.pipelines.evaluate.qa import (
     JUDGE_TEMPLATE,
     QAError,
     coverage,
@@ -24,11 +23,11 @@ from pipelines.evaluate.qa import (
     read_gold,
     read_predictions,
 )
-from pipelines.evaluate.report import coverage_notes, markdown_report, per_query_plot
-from pipelines.evaluate.significance import compare
-from pipelines.files import write_parquet_atomic, write_text_atomic
-from pipelines.topics import DUPLICATES_REMOVED, read_qrels, read_run
-from schemas.config import EvaluateConfig
+from logicrank.pipelines.evaluate.report import coverage_notes, markdown_report, per_query_plot
+from logicrank.pipelines.evaluate.significance import compare
+from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
+from logicrank.pipelines.topics import DUPLICATES_REMOVED, read_qrels, read_run
+from logicrank.schemas.config import EvaluateConfig
 
 OUTPUTS = ("metrics.parquet", "significance.parquet", "report.md", "plots/per_query.png")  # all an evaluation can write
 
@@ -36,7 +35,7 @@ OUTPUTS = ("metrics.parquet", "significance.parquet", "report.md", "plots/per_qu
 def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation", echo: Callable[[str], None] | None = None) -> pa.Table:
     """Writes metrics.parquet, significance.parquet, report.md, plots/per_query.png; returns the metrics.
 
-    Runs and qrels are read and checked by :mod:`pipelines.topics` (the numbers equal
+    Runs and qrels are read and checked by :mod:`logicrank.pipelines.topics` (the numbers equal
     trec_eval's, or a one-line error says why not); ``cfg.dedupe`` keeps each repeated
     (query, doc) pair's best-ranked row instead of refusing the run. The manifest records,
     per run_id, ``missing_queries`` (qrels queries without results: they score 0) and
@@ -59,8 +58,8 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
         inputs.update(gold=input_fingerprint("gold answers", gold_file, EvaluationError) if gold_file.is_file() else None,
                       answers=[input_fingerprint("answers", p, EvaluationError) for p in cfg.answers])
         if "Judge" in qa_measures:  # an edited judge prompt or another checkpoint is a new evaluation
-            from pipelines.llm import prompts
-            from pipelines.llm.models import resolve
+            from logicrank.pipelines.llm import prompts
+            from logicrank.pipelines.llm.models import resolve
 
             inputs["judge"] = {"template": prompts.load(JUDGE_TEMPLATE).sha, "model": resolve(cfg.judge.model, log=lambda m: None).model_id}
     if rundir.is_fresh(cfg.digest(), inputs) and "missing_queries" in (rundir.previous() or {}):
@@ -135,8 +134,8 @@ def _evaluate_answers(cfg: EvaluateConfig, measures: list[str]) -> tuple[list[pa
     unanswered, not_asked = {r: c[0] for r, c in cover.items()}, {r: c[1] for r, c in cover.items()}
     if "Judge" not in measures:
         return [evaluate_answers(p, gold, measures, rid) for rid, p in preds.items()], unanswered, not_asked
-    from jobs.llm_service import LLMService
-    from jobs.raysession import ray_session
+    from logicrank.jobs.llm_service import LLMService
+    from logicrank.jobs.raysession import ray_session
 
     with ray_session(cfg.ray):
         llm = LLMService(cfg.judge)

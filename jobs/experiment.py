@@ -22,11 +22,10 @@ from typing import Annotated, Any, Literal
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from logicrank.pipelines.files import write_text_atomic
+from logicrank.schemas.config import EmbedConfig, IndexConfig, LLMConfig, RayConfig
+from logicrank.schemas.errors import JobFailed, UserError
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
-
-from pipelines.files import write_text_atomic
-from schemas.config import EmbedConfig, IndexConfig, LLMConfig, RayConfig
-from schemas.errors import JobFailed, UserError
 
 EXPERIMENTS = Path(__file__).parent / "experiments"  # the experiment files that ship
 
@@ -175,8 +174,8 @@ class Experiment(_Model):
     @model_validator(mode="after")
     def _something_to_run(self):
         """Everything checked before any work: the pipelines, the presets and their options, the measures."""
-        from pipelines.evaluate.measures import parse_measures
-        from pipelines.pipeline import from_methods, method_options, read_pipelines
+        from logicrank.pipelines.evaluate.measures import parse_measures
+        from logicrank.pipelines.pipeline import from_methods, method_options, read_pipelines
 
         if not self.pipelines and not self.presets:
             raise ValueError("give pipelines or presets (or both)")
@@ -195,7 +194,7 @@ class Experiment(_Model):
             except ValidationError as exc:
                 raise ValueError(f"{key}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))) from None
         if self.qa_measures:
-            from pipelines.evaluate.qa import parse_qa_measures
+            from logicrank.pipelines.evaluate.qa import parse_qa_measures
 
             measures += parse_qa_measures(self.qa_measures)
             if self.gold is None and self.dataset.qa is None:
@@ -375,7 +374,7 @@ def run_experiment(exp: Experiment, out: str | Path, embed: EmbedConfig | None =
     holds the benchmark itself). ``table``: where the index lives (``lancedb/`` and its
     ``index/`` run; default ``out``): experiments over the same corpus and encoder can share
     one, and a corpus already there is not encoded again."""
-    from jobs.raysession import ray_session
+    from logicrank.jobs.raysession import ray_session
 
     with ray_session(ray or RayConfig()):
         return _run(exp, Path(out), Path(table or out), embed or EmbedConfig(), ray or RayConfig(), llm or LLMConfig(), strict, progress, echo)
@@ -385,14 +384,14 @@ def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayCo
          echo) -> ExperimentResult:
     import time
 
-    from jobs.evaluate import run_evaluate
-    from jobs.index import run_index
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from pipelines.evaluate.qa import parse_qa_measures
-    from pipelines.evaluate.report import summary_frame
-    from pipelines.pipeline import from_methods, method_options
-    from schemas.config import EvaluateConfig, IndexConfig
+    from logicrank.jobs.evaluate import run_evaluate
+    from logicrank.jobs.index import run_index
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.evaluate.qa import parse_qa_measures
+    from logicrank.pipelines.evaluate.report import summary_frame
+    from logicrank.pipelines.pipeline import from_methods, method_options
+    from logicrank.schemas.config import EvaluateConfig, IndexConfig
 
     corpus, queries, qrels = _dataset(exp.dataset, out)
     embed = EmbedConfig.model_validate({**embed.model_dump(), **exp.embed})
@@ -443,30 +442,30 @@ def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayCo
 def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
     """(corpus, queries, qrels) of the dataset; a conversion or a sample is written under ``out``."""
     if d.bundled is not None:
-        from pipelines import datasets
+        from logicrank.pipelines import datasets
 
         data = getattr(datasets, d.bundled)()
         corpus, root, qrels = Path(data.corpus), Path(data.queries).parent, str(Path(data.qrels).relative_to(Path(data.queries).parent))
     else:
         if d.rulebench is not None:
-            from pipelines.datasets.rulebench import to_beir
+            from logicrank.pipelines.datasets.rulebench import to_beir
 
             r = d.rulebench
             to_beir(_maybe(r.dir), out / "beir", _maybe(r.rules), _maybe(r.queries), split=r.split, name=r.name)
             root, qrels = out / "beir", "qrels/test.tsv"
         elif d.qa is not None:
-            from pipelines.datasets.qa import to_beir as qa_to_beir
+            from logicrank.pipelines.datasets.qa import to_beir as qa_to_beir
 
             qa_to_beir(d.qa, out / "beir", _maybe(d.qa_src), _maybe(d.qa_corpus))
             root, qrels = out / "beir", "qrels/test.tsv"
         elif d.setlogic is not None:
-            from pipelines.generate.setlogic import generate
+            from logicrank.pipelines.generate.setlogic import generate
 
             generate(out / "data", per_template=d.setlogic.per_template, seed=d.setlogic.seed)
             root, qrels = out / "data", "qrels/test.tsv"
         elif d.synthetic is not None:
-            from pipelines import datasets
-            from pipelines.generate.synthetic import generate as synthetic
+            from logicrank.pipelines import datasets
+            from logicrank.pipelines.generate.synthetic import generate as synthetic
 
             synthetic(datasets.scifact().corpus, out / "data", per_template=d.synthetic.per_template, seed=d.synthetic.seed)
             root, qrels = out / "data", d.qrels
@@ -530,7 +529,7 @@ def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str =
 def _dataset_root(d: Dataset, out: Path) -> Path:
     """The directory the dataset's files are in (before any sample)."""
     if d.bundled is not None:
-        from pipelines import datasets
+        from logicrank.pipelines import datasets
 
         return Path(getattr(datasets, d.bundled)().queries).parent
     if d.beir is not None:
@@ -562,8 +561,8 @@ def _maybe(path: str | None) -> str | None:
 
 def _measure_name(text: str) -> str:
     """A retrieval or QA measure's canonical name (``ndcg@10`` -> ``nDCG@10``, ``em`` -> ``EM``)."""
-    from pipelines.evaluate.measures import parse_measure
-    from pipelines.evaluate.qa import QAError, parse_qa_measures
+    from logicrank.pipelines.evaluate.measures import parse_measure
+    from logicrank.pipelines.evaluate.qa import QAError, parse_qa_measures
 
     try:
         return parse_qa_measures([text])[0]
@@ -579,7 +578,7 @@ def _value(summary: pd.DataFrame, run: str, measure: str) -> float | None:
 def _grouped(metrics: pa.Table, queries: Path, column: str) -> pd.DataFrame:
     """Mean of each run's per-query values by a field of the queries file (rows: (run, group);
     columns: measures; plus the number of queries per group)."""
-    from schemas.tables import AGGREGATE_QUERY_ID
+    from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 
     groups = _group_of(queries, column)
     df = metrics.to_pandas()

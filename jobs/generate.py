@@ -1,6 +1,6 @@
 """`logicrank generate itlr`: ITLR's real-corpus recipe as a Ray job over an indexed table.
 
-Phases (the logic is in :mod:`pipelines.generate.realcorpus`; this module runs it):
+Phases (the logic is in :mod:`logicrank.pipelines.generate.realcorpus`; this module runs it):
 
 1. sample ``docs`` documents (seeded, from the table's sorted ids) and cut them into shards
    of ``shard_docs``;
@@ -32,15 +32,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from jobs.rundir import RunDir
-from jobs.watchdog import beat
-from pipelines.files import write_parquet_atomic, write_text_atomic
-from pipelines.generate import realcorpus as rc
-from pipelines.generate.synthetic import TEMPLATES
-from pipelines.store import DocStore
-from schemas.config import GenerateConfig, LLMConfig
-from schemas.errors import UserError
+from logicrank.jobs.rundir import RunDir
+from logicrank.jobs.watchdog import beat
+from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
+from logicrank.pipelines.generate import realcorpus as rc
+from logicrank.pipelines.generate.synthetic import TEMPLATES
+from logicrank.pipelines.store import DocStore
+from logicrank.schemas.config import GenerateConfig, LLMConfig
+from logicrank.schemas.errors import UserError
 
 TOPICS = pa.schema([("doc_id", pa.string()), ("shard", pa.int32()), ("topics", pa.list_(pa.string())), ("status", pa.string()),
                     ("raw_output", pa.string())])
@@ -87,7 +86,7 @@ def shard(sample: list[str], size: int) -> list[list[str]]:
 
 def _document_texts(store: DocStore, ids: list[str], model_dir: str, budget: int) -> tuple[dict[str, dict], dict[str, str]]:
     """The documents' rows and their "title. text" cut to ``budget`` tokens of the LLM's tokenizer."""
-    from pipelines.llm import prompts
+    from logicrank.pipelines.llm import prompts
 
     rows = {r["doc_id"]: r for r in store.rows_for(ids, ["title", "text"]).to_pylist()}
     texts = {d: f"{rows[d]['title'] or ''}. {rows[d]['text']}".strip(". ") for d in ids}
@@ -96,9 +95,9 @@ def _document_texts(store: DocStore, ids: list[str], model_dir: str, budget: int
 
 def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], None] = print, progress: bool = False) -> dict:
     """Returns the counts (also ``generation.json``)."""
-    from jobs.llm_service import LLMService
-    from jobs.raysession import ray_session
-    from pipelines.embed import model_id
+    from logicrank.jobs.llm_service import LLMService
+    from logicrank.jobs.raysession import ray_session
+    from logicrank.pipelines.embed import model_id
 
     out = Path(out)
     t0 = time.perf_counter()
@@ -110,13 +109,13 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
         echo(note)
     store.require_model(model_id(cfg.embed), "generate")
     if "bm25" in cfg.candidates:
-        from pipelines.sparse import ensure_index
+        from logicrank.pipelines.sparse import ensure_index
 
         ensure_index(store)  # the BM25 index of this version, made once here rather than by every actor
     sample = sample_docs(store, cfg.docs, cfg.seed)
     shards = shard(sample, cfg.shard_docs)
     llm = LLMService(cfg.llm, echo=echo if progress else None)  # an unknown model fails here, before the directory is claimed
-    from pipelines.llm import prompts
+    from logicrank.pipelines.llm import prompts
 
     state = {"dataset_digest": cfg.dataset_digest(), "table_version": store.version, "model": llm.model_id,
              "prompts": {p: prompts.load(p).sha for p in PROMPTS}, "generator": GENERATOR_VERSION}
@@ -174,8 +173,8 @@ def _waves(todo: list[int], size: int) -> list[list[int]]:
 
 def _questions_phase(cfg: GenerateConfig, out: Path, store: DocStore, shards: list[list[str]], llm, wave: int, echo) -> dict:
     """Topics and questions of every shard not yet checkpointed; returns what was resumed."""
-    from pipelines.llm import prompts
-    from pipelines.llm.engine import Constraint
+    from logicrank.pipelines.llm import prompts
+    from logicrank.pipelines.llm.engine import Constraint
 
     todo = [s for s in range(len(shards)) if not (out / _shard_file("questions", s)).is_file()]
     resumed = {"shards": len(shards), "question_shards_resumed": len(shards) - len(todo)}
@@ -215,7 +214,7 @@ def _output(gen) -> str | Exception:
 
 
 def _dedup(cfg: GenerateConfig, questions: pa.Table) -> tuple[pa.Table, dict[str, str]]:
-    from pipelines.embed import Embedder
+    from logicrank.pipelines.embed import Embedder
 
     questions = questions.sort_by("query_id")
     texts = questions.column("text").to_pylist()
@@ -232,9 +231,9 @@ def _write_queries(kept: pa.Table, path: Path) -> None:
 
 def _candidates(cfg: GenerateConfig, queries: Path, out: Path) -> dict[str, dict[str, list[str]]]:
     """query_id -> doc_id -> the retrievers that proposed it (union of each one's top k)."""
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from pipelines.pipeline import parse_stages
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.pipeline import parse_stages
 
     if not queries.read_text(encoding="utf-8").strip():
         return {}
@@ -252,7 +251,7 @@ def _candidates(cfg: GenerateConfig, queries: Path, out: Path) -> dict[str, dict
 def _labels_phase(cfg: GenerateConfig, out: Path, store: DocStore, kept: pa.Table, candidates: dict, llm, wave: int, echo) -> tuple[list[int], int]:
     """Truth labels of every (question, candidate) pair, by shard of questions; returns the
     shards labelled and how many of them were read from checkpoints."""
-    from pipelines.llm import prompts
+    from logicrank.pipelines.llm import prompts
 
     by_shard: dict[int, list[dict]] = {}
     for r in kept.select(["query_id", "shard", "text"]).to_pylist():  # shard: the question's, as drafted
@@ -278,8 +277,8 @@ def _labels_phase(cfg: GenerateConfig, out: Path, store: DocStore, kept: pa.Tabl
 
 def _finish(cfg: GenerateConfig, out: Path, store: DocStore, shards, kept: pa.Table, dropped: dict, labels: pa.Table, llm, llm_counts: dict,
             resumed: dict, timings: dict, t0: float) -> dict:
-    from pipelines.embed import model_id
-    from pipelines.llm import prompts
+    from logicrank.pipelines.embed import model_id
+    from logicrank.pipelines.llm import prompts
 
     rundir = RunDir(out, "generate")
     labels = labels.sort_by([("query_id", "ascending"), ("doc_id", "ascending")])

@@ -9,11 +9,11 @@ the snapshot, maintain the table (compact, indexes updated in place to cover eve
 ANN index only when asked, prune old untagged versions), tag the version, write the manifest.
 
 The driver's memory does not grow with the corpus: each batch's stored hashes are looked up in
-the table (:class:`~pipelines.indexing.StoredHashes`), the ids read are kept on disk in the run
-directory (:class:`~pipelines.indexing.SeenIds`), and the absent ids are found by an anti-join
+the table (:class:`~logicrank.pipelines.indexing.StoredHashes`), the ids read are kept on disk in the run
+directory (:class:`~logicrank.pipelines.indexing.SeenIds`), and the absent ids are found by an anti-join
 in batches, spilled to the run directory and deleted in batches.
 
-One writer per table: the run holds the table's lock (:mod:`pipelines.writelock`) from
+One writer per table: the run holds the table's lock (:mod:`logicrank.pipelines.writelock`) from
 start to end; a second run is refused before it reads anything.
 
 Crash safety: every chunk is a keyed upsert, so a rerun after a kill finds the written
@@ -41,8 +41,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
-
-from jobs.raysession import (
+from logicrank.jobs.raysession import (
     EncoderPlacement,
     encoder_placement,
     local_driver_node,
@@ -50,16 +49,16 @@ from jobs.raysession import (
     require_fit,
     unread_blocks_allowed,
 )
-from jobs.rundir import RunDir
-from jobs.watchdog import Stalled, beat, busy
-from pipelines.codedigest import code_digest
-from pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
-from pipelines.embed import concrete, model_id, resolve_model
-from pipelines.indexing import EmbedStage, IdSpill, IndexWriter, RejectSink, StoredHashes
-from pipelines.store import DocStore, StoreError, update_index_apart
-from pipelines.writelock import TableLock
-from schemas.config import EmbedConfig, IndexConfig
-from schemas.errors import JobFailed, UserError, first_line
+from logicrank.jobs.rundir import RunDir
+from logicrank.jobs.watchdog import Stalled, beat, busy
+from logicrank.pipelines.codedigest import code_digest
+from logicrank.pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
+from logicrank.pipelines.embed import concrete, model_id, resolve_model
+from logicrank.pipelines.indexing import EmbedStage, IdSpill, IndexWriter, RejectSink, StoredHashes
+from logicrank.pipelines.store import DocStore, StoreError, update_index_apart
+from logicrank.pipelines.writelock import TableLock
+from logicrank.schemas.config import EmbedConfig, IndexConfig
+from logicrank.schemas.errors import JobFailed, UserError, first_line
 
 
 class IndexJobError(UserError, RuntimeError):
@@ -143,7 +142,7 @@ class _ReadSources:
 
 class _EmbedActor(EmbedStage):
     """EmbedStage in a Ray actor: looks up the stored hashes of each batch's ids in the table
-    itself (:class:`~pipelines.indexing.StoredHashes`), as the driver does; no actor holds
+    itself (:class:`~logicrank.pipelines.indexing.StoredHashes`), as the driver does; no actor holds
     the table's hashes (before: every actor held a copy of all of them, from the object store)."""
 
 
@@ -240,7 +239,7 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
                    store: DocStore, summary: IndexSummary, version_before: int | None, rejects: RejectSink, writer: IndexWriter) -> IndexSummary:
     """The locked run: stream, guards, deletes, maintenance, the completion mark and the run's tag, the manifest."""
     # the code that makes a document's vector (its text, the encoder): a stored vector made by other code is not reused
-    embed_code = code_digest("pipelines.embed")
+    embed_code = code_digest("logicrank.pipelines.embed")
     try:
         with ray_session(cfg.ray) as ray:
             _rearm_sigterm()

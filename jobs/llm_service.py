@@ -1,7 +1,7 @@
 """One LLM service per job: a Ray actor pool of vLLM engines, started once, shared by every
 stage that needs the LLM (truth scoring, constrained and free generation).
 
-Each actor holds an :class:`~pipelines.llm.engine.LLMClient`: the persistent cache in front,
+Each actor holds an :class:`~logicrank.pipelines.llm.engine.LLMClient`: the persistent cache in front,
 the engine behind it, started on the first cache miss. The service has the client's
 ``generate`` / ``truth`` interface, so stage code calls it as it would call one engine.
 Requests are sorted by their rendered prompt before they are cut into batches, so prompts
@@ -11,7 +11,7 @@ exactly once. An actor lost with its node is restarted by Ray where it fits (or 
 its batches are sent again; results are deterministic, so a batch re-sent after a loss gives
 what it would have given. Engines are spread over nodes.
 
-Placement is spelled once, in :class:`schemas.config.LLMConfig`: ``actors``,
+Placement is spelled once, in :class:`logicrank.schemas.config.LLMConfig`: ``actors``,
 ``cpus_per_actor``, ``gpus_per_actor`` (default: the tensor-parallel size on a cluster with
 GPUs, 0 without), ``resources``, ``batch_rows``.
 """
@@ -23,11 +23,11 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 
-from jobs.watchdog import beat
-from pipelines.llm.engine import Constraint, EngineDied, Generation, LLMFailed, Truth, describe
-from pipelines.llm.prompts import Template
-from schemas.config import LLMConfig
-from schemas.errors import UserError, first_line
+from logicrank.jobs.watchdog import beat
+from logicrank.pipelines.llm.engine import Constraint, EngineDied, Generation, LLMFailed, Truth, describe
+from logicrank.pipelines.llm.prompts import Template
+from logicrank.schemas.config import LLMConfig
+from logicrank.schemas.errors import UserError, first_line
 
 
 def prefix_batches(prompts: Sequence[str], size: int) -> list[list[int]]:
@@ -41,8 +41,7 @@ def prefix_batches(prompts: Sequence[str], size: int) -> list[list[int]]:
 def truth_table(prompt_ids, results: Sequence[Truth]):
     """TRUTH_SCORES rows: each prompt's id beside its truth result."""
     import pyarrow as pa
-
-    from schemas.tables import TRUTH_SCORES
+    from logicrank.schemas.tables import TRUTH_SCORES
 
     cols = {f: [getattr(r, f) for r in results] for f in TRUTH_SCORES.names if f != "prompt_id"}
     return pa.table({"prompt_id": prompt_ids, **cols}, schema=TRUTH_SCORES)
@@ -60,7 +59,7 @@ class _EngineActor:
     """One engine behind the cache (a Ray actor; heavy imports happen here, on the worker)."""
 
     def __init__(self, cfg: LLMConfig):
-        from pipelines.llm.engine import LocalLLM
+        from logicrank.pipelines.llm.engine import LocalLLM
 
         self.llm = LocalLLM(cfg, dead=EngineDied)
 
@@ -96,7 +95,7 @@ class LLMService:
     """Started on first use; :meth:`close` ends the actors and returns the counts for the manifest."""
 
     def __init__(self, cfg: LLMConfig, echo: Callable[[str], None] | None = None, replace_timeout_s: float = 600.0):
-        from pipelines.llm.models import resolve
+        from logicrank.pipelines.llm.models import resolve
 
         self.resolved = resolve(cfg.model, log=echo or (lambda m: None))  # prepared once, on the driver
         # an engine actor's threads: the CPUs it is given, unless set
@@ -158,8 +157,7 @@ class LLMService:
     def check_fit(self) -> None:
         """Raise :class:`LLMServiceError` now if the pool cannot be placed on this cluster."""
         import ray
-
-        from jobs.raysession import require_fit
+        from logicrank.jobs.raysession import require_fit
 
         if not ray.is_initialized():
             raise RuntimeError("LLMService: start it inside the job's ray_session (a bug)")

@@ -22,12 +22,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from jobs import benchmarks
-from jobs.experiment import EXPERIMENTS, load, run_experiment
-from jobs.raysession import ray_session
-from pipelines.datasets import scifact
-from pipelines.files import write_text_atomic
-from schemas.config import EmbedConfig, LLMConfig, RayConfig
+from logicrank.jobs import benchmarks
+from logicrank.jobs.experiment import EXPERIMENTS, load, run_experiment
+from logicrank.jobs.raysession import ray_session
+from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.files import write_text_atomic
+from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig
 
 # The SmolLM2 samples, small so that the job fits 15 minutes on 2 cores (docs/main-job.md); the
 # LLM-free sections run whole, and the bench commands run the same experiment files on the whole sets.
@@ -109,7 +109,7 @@ def local_llm() -> LLMConfig:
 
 def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig, echo) -> str:
     """The rules section (markdown): rulebench-siar.yaml on a sample, or one line saying why not."""
-    from pipelines.datasets.rulebench import ENV, OBTAIN, RuleBenchError, find_files
+    from logicrank.pipelines.datasets.rulebench import ENV, OBTAIN, RuleBenchError, find_files
 
     echo(f"[6/9] rule retrieval (RuleBench, {RULES_SAMPLE}-query sample): vanilla, SIAR, SIAR + R3 with SmolLM2 "
          "(experiment jobs/experiments/rulebench-siar.yaml)")
@@ -163,8 +163,8 @@ def _section(res) -> str:
 
 
 def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo) -> str:
-    from jobs.generate import DEMO_NOTE, run_generate
-    from schemas.config import GenerateConfig
+    from logicrank.jobs.generate import DEMO_NOTE, run_generate
+    from logicrank.schemas.config import GenerateConfig
 
     echo(f"[9/9] dataset generation demo: ITLR's real-corpus recipe on {GENERATE_DOCS} SciFact documents with SmolLM2 (a demo, not a benchmark)")
     cfg = GenerateConfig(db=db, docs=GENERATE_DOCS, shard_docs=GENERATE_DOCS, questions_per_shard=GENERATE_QUESTIONS, candidate_k=3, document_tokens=128,

@@ -41,16 +41,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from jobs.alerts import deliver
-from jobs.nightly_config import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
-from jobs.watchdog import beat, busy
-from pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
-from pipelines.files import sha256_file, write_parquet_atomic, write_text_atomic
-from pipelines.writelock import Holder, TableLock
-from schemas.digest import json_digest
-from schemas.errors import UserError
-from schemas.tables import NIGHTLY_COMPARISONS
+from logicrank.jobs.alerts import deliver
+from logicrank.jobs.nightly_config import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
+from logicrank.jobs.watchdog import beat, busy
+from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
+from logicrank.pipelines.files import sha256_file, write_parquet_atomic, write_text_atomic
+from logicrank.pipelines.writelock import Holder, TableLock
+from logicrank.schemas.digest import json_digest
+from logicrank.schemas.errors import UserError
+from logicrank.schemas.tables import NIGHTLY_COMPARISONS
 
 EXIT_REGRESSION = 3  # the night finished and a measure regressed
 EXIT_STOPPED = 4  # the re-index (or maintenance) refused: nothing was evaluated, the served tag did not move
@@ -127,7 +126,7 @@ def run_nightly(cfg: NightlyConfig, day: str | None = None, echo: Callable[[str]
         night = root / "nights" / day
         state = _State(night)
         _claim(cfg, root, day, state)
-        from jobs.raysession import ray_session
+        from logicrank.jobs.raysession import ray_session
 
         with ray_session(cfg.index.ray):
             return _Night(cfg, root, day, state, say, progress).run()
@@ -137,9 +136,9 @@ def run_at(cfg: NightlyConfig, version: str, echo: Callable[[str], None] | None 
     """Time travel: the configured pipelines on every query set against table ``version`` (a
     tag such as ``nightly-2026-11-20``, or a number); writes ``<out>/at/<version>/``, touches
     neither the table nor the history. Returns query set -> metrics."""
-    from jobs.evaluate import run_evaluate
-    from jobs.raysession import ray_session
-    from jobs.retrieve import run_retrieve
+    from logicrank.jobs.evaluate import run_evaluate
+    from logicrank.jobs.raysession import ray_session
+    from logicrank.jobs.retrieve import run_retrieve
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", version):
         raise NightlyError(f"nightly --at {version!r}: a table version is a number or a tag name.")
@@ -157,8 +156,8 @@ def run_at(cfg: NightlyConfig, version: str, echo: Callable[[str], None] | None 
 def pipeline_hashes(cfg: NightlyConfig) -> dict[str, str]:
     """'<query set>/<pipeline>' -> what defines its numbers apart from the corpus: its stages,
     the encoder and LLM it uses, the queries and qrels."""
-    from pipelines.embed import model_id
-    from pipelines.pipeline import validate
+    from logicrank.pipelines.embed import model_id
+    from logicrank.pipelines.pipeline import validate
 
     out = {}
     for qs, files in cfg.query_sets.items():
@@ -225,7 +224,7 @@ class _Night:
 
     # -- steps that change the table ------------------------------------------------------
     def _index(self) -> None:
-        from jobs.index import run_index
+        from logicrank.jobs.index import run_index
 
         try:
             s = run_index(self.cfg.index.model_copy(update={"tag": self.tag}), self.night / "index", progress=self.progress)
@@ -238,7 +237,7 @@ class _Night:
                  f"rejected {s.rejected}; table v{s.table_version} ({s.table_rows} rows) tagged {s.tag}")
 
     def _maintain(self) -> None:
-        from pipelines.store import DocStore
+        from logicrank.pipelines.store import DocStore
 
         keep = {self.tag} | ({f"{NIGHTLY_TAG_PREFIX}{self.cfg.baseline}"} if self.cfg.baseline else set())
         try:
@@ -262,7 +261,7 @@ class _Night:
         found no regression. A regression holds the tag on the version it served before
         tonight (the last good one), unless ``promote_on_regression``; the record says which,
         and a rerun of the night skips this step, so a held night is never promoted later."""
-        from pipelines.store import DocStore
+        from logicrank.pipelines.store import DocStore
 
         version, tag = self.state.done("index")["version"], self.cfg.served_tag
         comparisons = pq.read_table(self.night / "comparisons.parquet")
@@ -299,9 +298,9 @@ class _Night:
 
     # -- evaluation and comparison --------------------------------------------------------
     def _evaluate(self) -> None:
-        from jobs.evaluate import run_evaluate
-        from jobs.retrieve import run_retrieve
-        from pipelines.evaluate.report import summary_frame
+        from logicrank.jobs.evaluate import run_evaluate
+        from logicrank.jobs.retrieve import run_retrieve
+        from logicrank.pipelines.evaluate.report import summary_frame
 
         version = self.state.done("index")["version"]
         for qs in self.cfg.query_sets:
@@ -422,7 +421,7 @@ class _Night:
 
     def _served(self) -> dict:
         """Where the served tag points now (read from the table)."""
-        from pipelines.store import DocStore
+        from logicrank.pipelines.store import DocStore
 
         try:
             store = DocStore(self.cfg.index.db, self.cfg.index.table)

@@ -7,11 +7,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.evaluate.measures import parse_measures
+from logicrank.schemas.config import OUTSIDE, UNHASHED, EvaluateConfig, IndexConfig, LLMConfig, _Config
 from pydantic import Field, field_validator, model_validator
-
-from pipelines.config import RetrieveConfig
-from pipelines.evaluate.measures import parse_measures
-from schemas.config import OUTSIDE, UNHASHED, EvaluateConfig, IndexConfig, LLMConfig, _Config
 
 
 class QuerySetConfig(_Config):

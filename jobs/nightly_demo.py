@@ -16,8 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-
-from pipelines.datasets import scifact
+from logicrank.pipelines.datasets import scifact
 
 DATES = ("2026-11-20", "2026-11-21", "2026-11-22")
 
@@ -89,11 +88,11 @@ def demo_config(out: Path, corpus: Path, queries: str, qrels: str, backend: str 
 
 def run_demo(out: str | Path, corrupt_queries: int = 60, echo: Callable[[str], None] | None = None,
              backend: str = "auto", address: str | None = None) -> list:
-    """Three nights; returns their :class:`jobs.nightly.NightResult`."""
+    """Three nights; returns their :class:`logicrank.jobs.nightly.NightResult`."""
     import shutil
 
-    from jobs.nightly import run_nightly
-    from jobs.nightly_config import NightlyConfig
+    from logicrank.jobs.nightly import run_nightly
+    from logicrank.jobs.nightly_config import NightlyConfig
 
     out = Path(out)
     for part in ("nightly", "lancedb", "snapshots"):  # a demo starts from nothing (nights run in date order)

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from schemas.config import EmbedConfig, RayConfig
+from logicrank.schemas.config import EmbedConfig, RayConfig
 
 VERBOSE_ENV = "LOGICRANK_VERBOSE"  # set by `logicrank --verbose`
 _QUIET = {

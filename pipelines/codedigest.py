@@ -1,7 +1,7 @@
 """The digest of the code a module runs: its source and that of every project module it imports.
 
-A stage's cache key (:meth:`pipelines.runner.Inputs.key`) and a job's rerun check
-(:meth:`jobs.rundir.RunDir.is_fresh`) hold :func:`code_digest` of the module that defines the
+A stage's cache key (:meth:`logicrank.pipelines.runner.Inputs.key`) and a job's rerun check
+(:meth:`logicrank.jobs.rundir.RunDir.is_fresh`) hold :func:`code_digest` of the module that defines the
 stage or the job, so an edit to a method's code is never answered from a cache. Only the
 project's own packages (:data:`PROJECT`) are hashed, and the module asked about itself wherever
 it is (a stage defined in a test); third-party code is not (site-packages is the
@@ -16,9 +16,9 @@ The rule (static: nothing is imported to compute it, the files are parsed with :
   there is one, else the package ``a.b`` (its ``__init__``: ``c`` is defined or re-exported
   there); relative imports are resolved against the importing module's package;
 - a package's ``__init__`` counts only where it is named that way, not merely because
-  Python runs it before a submodule: ``from pipelines.stages.base import Stage`` covers
+  Python runs it before a submodule: ``from logicrank.pipelines.stages.base import Stage`` covers
   base.py, not pipelines/stages/__init__.py (which imports every stage to register them).
-  Naming a package (``from pipelines.stages import Context``) does cover its ``__init__`` and
+  Naming a package (``from logicrank.pipelines.stages import Context``) does cover its ``__init__`` and
   so everything that imports;
 - source files are found from where the top package is imported from (a copy of the
   project run from its own directory hashes its own files), and read as bytes.
@@ -26,7 +26,7 @@ The rule (static: nothing is imported to compute it, the files are parsed with :
 So an edit to pipelines/methods/itlr.py changes the key of the ``itlr`` stage and not that of
 ``bm25`` (pipelines/stages/retrievers.py does not import it), and an edit to a module no stage
 imports changes no stage's key. :func:`closure` lists a module's files
-(``python -m pipelines.codedigest pipelines.stages.itlr``). Each digest is computed once per
+(``python -m logicrank.pipelines.codedigest logicrank.pipelines.stages.itlr``). Each digest is computed once per
 process: an edit made while a process runs is seen by the next process.
 """
 
@@ -39,8 +39,8 @@ import sys
 from functools import cache
 from pathlib import Path
 
-PROJECT = ("pipelines", "schemas", "jobs", "logicrank")
-"""The top packages whose source is hashed."""
+PROJECT = ("logicrank",)
+"""The top package whose source is hashed."""
 
 
 def code_digest(module: str) -> str:
@@ -84,12 +84,16 @@ def _project(name: str) -> bool:
 
 
 @cache
-def _root(top: str) -> Path | None:
-    """The directory of a top package, where it is imported from (without importing it)."""
-    loaded = sys.modules.get(top)
+def _package_dir(package: str) -> Path | None:
+    """The directory of a package, where Python imports it from, without importing it (a
+    subpackage's parent is imported: ``logicrank``'s ``__init__`` is light for this)."""
+    loaded = sys.modules.get(package)
     paths = list(getattr(loaded, "__path__", None) or [])
     if not paths:
-        spec = importlib.util.find_spec(top)  # a top-level name: nothing is imported
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
         paths = list(spec.submodule_search_locations or []) if spec is not None else []
     return Path(paths[0]) if paths else None
 
@@ -97,12 +101,15 @@ def _root(top: str) -> Path | None:
 @cache
 def _path(name: str) -> Path | None:
     """The source file of a project module or package, or None when there is none. A module
-    outside the project (a stage defined in a test or a script) has its own file, if loaded."""
+    outside the project (a stage defined in a test or a script) has its own file, if loaded.
+    The package configuration maps ``logicrank``'s subpackages to folders of their own
+    (``logicrank.pipelines`` is pipelines/): below them, modules are files in folders."""
     if not _project(name):
         file = getattr(sys.modules.get(name), "__file__", None)
         return Path(file) if file and file.endswith(".py") and Path(file).is_file() else None
-    top, *rest = name.split(".")
-    root = _root(top)
+    parts = name.split(".")
+    mapped = _package_dir(".".join(parts[:2])) if len(parts) > 1 else None
+    root, rest = (mapped, parts[2:]) if mapped is not None else (_package_dir(parts[0]), parts[1:])
     if root is None:
         return None
     where = root.joinpath(*rest)

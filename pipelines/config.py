@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from logicrank.pipelines.options import StageOptions
+from logicrank.pipelines.pipeline import MethodOptions, from_methods, parse_pipelines, validate
+from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig, _Config
 from pydantic import Field, field_validator, model_validator
-
-from pipelines.options import StageOptions
-from pipelines.pipeline import MethodOptions, from_methods, parse_pipelines, validate
-from schemas.config import EmbedConfig, LLMConfig, RayConfig, _Config
 
 
 def with_option(value: Any, name: str, setting: Any) -> Any:
@@ -80,6 +79,6 @@ class RetrieveConfig(_Config):
     @classmethod
     def preset(cls, methods: tuple[str, ...] | list[str] = ("dense",), run_tag: str | None = None, **fields) -> RetrieveConfig:
         """A config from ``--method`` presets: ``fields`` holds this config's own fields and
-        the presets' flat options (:class:`pipelines.pipeline.MethodOptions`)."""
+        the presets' flat options (:class:`logicrank.pipelines.pipeline.MethodOptions`)."""
         own = {k: fields.pop(k) for k in list(fields) if k in cls.model_fields}
         return cls(pipelines=from_methods(tuple(methods), MethodOptions(**fields), run_tag), **own)

@@ -67,9 +67,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-
-from pipelines.files import not_text, reading
-from schemas.errors import UserError
+from logicrank.pipelines.files import not_text, reading
+from logicrank.schemas.errors import UserError
 
 # The reader's output: corpus columns plus provenance and the verdict.
 PARSED = pa.schema(

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-from schemas.config import EmbedConfig
-from schemas.digest import json_digest
-from schemas.errors import UserError
+from logicrank.schemas.config import EmbedConfig
+from logicrank.schemas.digest import json_digest
+from logicrank.schemas.errors import UserError
 
 
 def _packaged(module: str) -> Callable[[], str]:
@@ -281,7 +280,7 @@ def _ov_cache_dir(model_path: str) -> Path:
     import hashlib
     from importlib import metadata
 
-    from pipelines.paths import cache_root
+    from logicrank.pipelines.paths import cache_root
 
     root = cache_root()
     h = hashlib.sha256()

@@ -17,8 +17,7 @@ import functools
 import warnings
 
 import numpy as np
-
-from pipelines.vectors import Vectors
+from logicrank.pipelines.vectors import Vectors
 
 _TILE = 4096  # documents per tile of the product
 _ALIGN = 128  # shard bounds are multiples of it (whole cache lines of rows)

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from schemas.errors import UserError, first_line
+from logicrank.schemas.errors import UserError, first_line
 
 
 def sha256_file(path: str | Path) -> str:
@@ -86,7 +85,7 @@ def reading(label: str | Callable[[], str], error: type[Exception]) -> Iterator[
     """Inside the block, a fault of the file being read (:data:`READ_ERRORS`) becomes
     ``error("<label>: <why>.")``: one line for the user, never a traceback. ``label`` names
     the file ("queries data/q.jsonl"), or is called at the fault to say how far it got. An
-    error the block raises itself (a :class:`~schemas.errors.UserError`) passes unchanged."""
+    error the block raises itself (a :class:`~logicrank.schemas.errors.UserError`) passes unchanged."""
     try:
         yield
     except UserError:

@@ -1,6 +1,6 @@
 """Incremental indexing: classify rows by content hash, embed what changed, write once.
 
-The stages, in order, each over PARSED tables (see :mod:`pipelines.corpus`):
+The stages, in order, each over PARSED tables (see :mod:`logicrank.pipelines.corpus`):
 
 1. :class:`EmbedStage` marks each row ``reject`` / ``unchanged`` / ``update`` / ``insert``
    against the stored hashes of that batch's ids (:class:`StoredHashes`, looked up in the
@@ -33,14 +33,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipelines.corpus import UNREADABLE, SourceError
-from pipelines.embed import Embedder, document_text
-from schemas.config import EmbedConfig
-from schemas.tables import CORPUS, REJECTS
+from logicrank.pipelines.corpus import UNREADABLE, SourceError
+from logicrank.pipelines.embed import Embedder, document_text
+from logicrank.schemas.config import EmbedConfig
+from logicrank.schemas.tables import CORPUS, REJECTS
 
 if TYPE_CHECKING:  # the embedding actor imports this module: keep lancedb out of it
-    from pipelines.store import DocStore
+    from logicrank.pipelines.store import DocStore
 
 # Lance's caches of the dataset the lookups read: at their defaults they grew with the lookups
 # (about 24 MiB of RSS per 1M ids looked up, measured), bounded here they stay flat, and the
@@ -87,7 +86,7 @@ class StoredHashes:
     def dataset(self):
         """The Lance dataset of the pinned version, opened once."""
         if self._ds is None:
-            from pipelines.store import DocStore
+            from logicrank.pipelines.store import DocStore
 
             self._ds = DocStore(self.uri, self.name, version=self.version).table.to_lance(**_BOUNDED_CACHES)
         return self._ds
@@ -303,7 +302,7 @@ class IndexWriter:
         self.seen.close()
 
     def consume(self, batch: pa.Table) -> None:
-        """Take one embedded batch. Raises :class:`~pipelines.corpus.SourceError` on the row a
+        """Take one embedded batch. Raises :class:`~logicrank.pipelines.corpus.SourceError` on the row a
         reader sends in place of a file it could not read to its end."""
         faults = pc.equal(batch.column("_reason"), UNREADABLE)
         if pc.any(faults).as_py():

@@ -15,15 +15,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
+from logicrank.pipelines.embed import encoder_digest
+from logicrank.pipelines.llm.prompts import templates_digest
+from logicrank.pipelines.runner import Hooks, Inputs, Result, StageCache, run_stages
+from logicrank.pipelines.stages import Context, Kind, Needs, StageOptions, presets, stages
+from logicrank.pipelines.stages.registry import build as build  # part of this module's API
+from logicrank.pipelines.stages.registry import (
+    parse_stages as parse_stages,  # part of this module's API: pipelines from their config form
+)
+from logicrank.schemas.errors import UserError, first_line
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from pipelines.embed import encoder_digest
-from pipelines.llm.prompts import templates_digest
-from pipelines.runner import Hooks, Inputs, Result, StageCache, run_stages
-from pipelines.stages import Context, Kind, Needs, StageOptions, presets, stages
-from pipelines.stages.registry import build as build  # part of this module's API
-from pipelines.stages.registry import parse_stages as parse_stages  # part of this module's API: pipelines from their config form
-from schemas.errors import UserError, first_line
 
 
 class PipelineError(UserError, ValueError):
@@ -62,7 +63,7 @@ def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str]
 
 @dataclass(frozen=True)
 class Pipeline:
-    """A named pipeline: stages that run in any process (:mod:`pipelines.runner`).
+    """A named pipeline: stages that run in any process (:mod:`logicrank.pipelines.runner`).
 
     >>> Pipeline.parse("hybrid", [{"rrf": {"of": [["dense"], ["bm25"]]}}])  # doctest: +SKIP
     """

@@ -1,6 +1,6 @@
 """Running a pipeline, in any process: stage by stage, each output cached by its prefix digest.
 
-:meth:`pipelines.pipeline.Pipeline.run` calls :func:`run_stages`. What flows between stages
+:meth:`logicrank.pipelines.pipeline.Pipeline.run` calls :func:`run_stages`. What flows between stages
 is the queries (a rewriter replaces them), the run so far and the side tables. A fusion
 stage's children (:meth:`Stage.children`) run first, each from the fusion's queries.
 
@@ -13,14 +13,14 @@ Each stage's output is keyed by the stages so far (their names, the digests of t
 their manual ``version`` and options), the sub-pipelines' keys, the runner's own code, and what
 the stage reads (:class:`Inputs`: the queries' content and the table's version, the encoder's
 config, the LLM and its prompts, the files' content). A stage's code digest
-(:meth:`Stage.code`, :mod:`pipelines.codedigest`) covers its module and every project module it
+(:meth:`Stage.code`, :mod:`logicrank.pipelines.codedigest`) covers its module and every project module it
 imports, so an edit to a method is recomputed and an edit elsewhere is not. The retrieve job
 builds its :class:`Inputs` with :meth:`Inputs.of` as a notebook does, so each reuses the
 other's stage outputs. A :class:`StageCache`
 keeps outputs by key in memory and, given a directory, on disk, so pipelines that share a
 prefix compute it once and a rerun that changes a later stage reuses the earlier ones.
 Given a directory, a stage also gets a checkpoint of its own key (``<key>.partial``) where an
-LLM stage writes its shards as they finish (:mod:`pipelines.stages.shards`): a killed run
+LLM stage writes its shards as they finish (:mod:`logicrank.pipelines.stages.shards`): a killed run
 resumes from them, and they are removed once the whole output is cached.
 """
 
@@ -40,13 +40,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipelines.codedigest import code_digest
-from pipelines.files import write_parquet_atomic, write_text_atomic
-from pipelines.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions, Store
-from pipelines.stages.registry import build
-from schemas.digest import json_digest
-from schemas.tables import RUN, conform
+from logicrank.pipelines.codedigest import code_digest
+from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
+from logicrank.pipelines.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions, Store
+from logicrank.pipelines.stages.registry import build
+from logicrank.schemas.digest import json_digest
+from logicrank.schemas.tables import RUN, conform
 
 MapQueries = Callable[[Stage, Context, pa.Table], Output]
 """Runs a per-query retriever over the queries, in any order of batches; returns its run
@@ -177,7 +176,7 @@ class Hooks:
 
 def run_stages(run_id: str, stages: Sequence[StageOptions], ctx: Context, queries: pa.Table, inputs: Inputs,
                cache: StageCache, hooks: Hooks | None = None) -> Result:
-    """Run a validated pipeline (:meth:`pipelines.pipeline.Pipeline.run` validates first)."""
+    """Run a validated pipeline (:meth:`logicrank.pipelines.pipeline.Pipeline.run` validates first)."""
     hooks = hooks or Hooks()
     starts = reads(stages[0])
     start = json_digest([inputs.base, "input", starts, code_digest(__name__)])  # the runner's code shapes every output (blank queries, conform)

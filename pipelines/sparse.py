@@ -174,8 +174,7 @@ def _import_numba():
     """numba, loaded so that a vLLM engine can still start in this process afterwards
     (pipelines/llvmlite_compat.py; tests/integration/test_sparse.py starts one after a search)."""
     import numba
-
-    from pipelines.llvmlite_compat import make_llvmlite_scannable
+    from logicrank.pipelines.llvmlite_compat import make_llvmlite_scannable
 
     make_llvmlite_scannable()
     return numba
@@ -1007,7 +1006,7 @@ def update_index(store) -> dict:
 def prune_indexes(store, keep_versions: Iterable[int]) -> list[int]:
     """Remove the saved indexes (BM25's, and the dense engine's vectors: pipelines/vectors.py)
     of versions the table no longer keeps; returns the BM25 versions removed."""
-    from pipelines import vectors
+    from logicrank.pipelines import vectors
 
     root = index_root(store)
     keep = set(keep_versions)
@@ -1025,7 +1024,7 @@ def prune_indexes(store, keep_versions: Iterable[int]) -> list[int]:
 
 def drop_indexes(store) -> None:
     """Remove every saved index of the store's table, the vectors too (the table itself was dropped)."""
-    from pipelines import vectors
+    from logicrank.pipelines import vectors
 
     vectors.drop(store)
     root = index_root(store)

@@ -45,10 +45,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipelines.files import atomic_path, reading
-from schemas.errors import UserError
-from schemas.tables import QRELS, QUERIES, RUN, conform, require_columns
+from logicrank.pipelines.files import atomic_path, reading
+from logicrank.schemas.errors import UserError
+from logicrank.schemas.tables import QRELS, QUERIES, RUN, conform, require_columns
 
 _QID_KEYS = ("query_id", "_id", "qid", "id")
 _QTEXT_KEYS = ("text", "query", "title")

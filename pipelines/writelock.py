@@ -38,8 +38,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pyarrow.fs as pafs
-
-from schemas.errors import UserError
+from logicrank.schemas.errors import UserError
 
 
 class TableLockedError(UserError, RuntimeError):

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from logicrank.schemas.digest import json_digest
+from logicrank.schemas.tables import DECOMPOSITION_METHODS
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from schemas.digest import json_digest
-from schemas.tables import DECOMPOSITION_METHODS
 
 
 def _distinct_methods(v: tuple[str, ...]) -> tuple[str, ...]:

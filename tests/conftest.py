@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from jobs.raysession import quiet_logs
-from pipelines.datasets import scifact
+from logicrank.jobs.raysession import quiet_logs
+from logicrank.pipelines.datasets import scifact
 
 # The test process is a driver like the command line's: Ray's quiet defaults are set before any
 # test imports Ray (some are read once, when Ray is imported).

@@ -18,7 +18,7 @@ CHAT_TEMPLATE = (
 def _training_text() -> list[str]:
     import gzip
 
-    from pipelines.datasets import scifact
+    from logicrank.pipelines.datasets import scifact
 
     lines = []
     with gzip.open(scifact().corpus, "rt", encoding="utf-8") as f:

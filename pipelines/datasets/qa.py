@@ -47,9 +47,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipelines.datasets import _HERE
-from pipelines.files import atomic_path
-from schemas.errors import UserError
+from logicrank.pipelines.datasets import _HERE
+from logicrank.pipelines.files import atomic_path
+from logicrank.schemas.errors import UserError
 
 SETS = ("musique", "hotpotqa")
 _BUNDLED = {

@@ -41,9 +41,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pipelines.datasets import BeirDataset
-from pipelines.files import atomic_path
-from schemas.errors import UserError
+from logicrank.pipelines.datasets import BeirDataset
+from logicrank.pipelines.files import atomic_path
+from logicrank.schemas.errors import UserError
 
 ENV = "LOGICRANK_RULEBENCH"  # the variable the main job and jobs/experiments/rulebench-*.yaml read the set's directory from
 OBTAIN = ("RuleBench is not bundled (no licence declared): get a set's directory (e.g. `dataset/ulogic/`: rules.json, test_data.json) "
@@ -214,7 +214,7 @@ CHOICE_INSTRUCTION = "Answer with the letter of the correct option."
 def _instruction(q: dict, output: str) -> str:
     """The record's instruction; for a multiple-choice record that gives none (deer,
     theoremQA), one asking for the option's letter, which is what its output is."""
-    from pipelines.evaluate.qa import option_letter
+    from logicrank.pipelines.evaluate.qa import option_letter
 
     given = str(q.get("instruction") or "").strip()
     return given or (CHOICE_INSTRUCTION if option_letter(output) else "")

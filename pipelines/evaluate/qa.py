@@ -34,10 +34,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipelines.files import reading
-from schemas.errors import UserError
-from schemas.tables import METRICS
+from logicrank.pipelines.files import reading
+from logicrank.schemas.errors import UserError
+from logicrank.schemas.tables import METRICS
 
 AGGREGATE_QUERY_ID = "all"
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -263,7 +262,7 @@ JUDGE_TEMPLATE = "qa_judge"
 def llm_judge(llm) -> Judge:
     """The ``Judge`` measure on an LLM service (``.truth``): 1 when P(True) > 0.5 that the
     prediction answers the question as the gold answer does; a blank prediction is 0 without a prompt."""
-    from pipelines.llm import prompts
+    from logicrank.pipelines.llm import prompts
 
     template = prompts.load(JUDGE_TEMPLATE)
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-
-from schemas.tables import AGGREGATE_QUERY_ID
+from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 
 
 def _fmt(x: float) -> str:

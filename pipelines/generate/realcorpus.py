@@ -34,8 +34,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipelines.generate.synthetic import TEMPLATES, Template
+from logicrank.pipelines.generate.synthetic import TEMPLATES, Template
 
 MAX_TOPIC_CHARS = 80
 MAX_TOPIC_WORDS = 8

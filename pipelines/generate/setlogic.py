@@ -10,7 +10,7 @@ writes QUEST-style queries with QUEST's seven templates:
 Each query carries its natural question ("Who likes Quokkas but not Tapirs?"), its ITLR
 logical query (``"Quokkas" AND NOT "Tapirs"``), its OrLog atoms (``{x} likes Quokkas``) and
 form over their ids (``"a1" AND NOT "a2"``), and its gold set: the people for whom the logical
-query holds on their like-list (:func:`pipelines.logic.query.holds`, the evaluator of ITLR's
+query holds on their like-list (:func:`logicrank.pipelines.logic.query.holds`, the evaluator of ITLR's
 synthetic benchmark). A template instance is kept when its gold set is non-empty and is not
 the whole corpus, and when the same items in the same template were not drawn before.
 
@@ -43,9 +43,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.datasets import _HERE
-from pipelines.logic.query import holds, parse, quote
-from schemas.errors import UserError
+from logicrank.pipelines.datasets import _HERE
+from logicrank.pipelines.logic.query import holds, parse, quote
+from logicrank.schemas.errors import UserError
 
 LIMIT_DIR = _HERE / "limit"
 GOLD_MODEL = "gold"  # the decompositions table's model for hand-derived (not generated) rows
@@ -192,9 +192,8 @@ def generate(out: str | Path, per_template: int = 20, seed: int = 0, root: str |
     inputs, same bytes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from pipelines.files import atomic_path
-    from schemas.tables import DECOMPOSITIONS
+    from logicrank.pipelines.files import atomic_path
+    from logicrank.schemas.tables import DECOMPOSITIONS
 
     unknown = [t for t in templates if t not in TEMPLATE_NAMES]
     if unknown:
@@ -266,7 +265,7 @@ def _mean(xs: list[int]) -> float:
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    from pipelines.files import atomic_path
+    from logicrank.pipelines.files import atomic_path
 
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for r in rows:

@@ -35,10 +35,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipelines.files import atomic_path
-from pipelines.logic.query import holds, parse, quote, relabel, to_text
-from schemas.tables import DECOMPOSITIONS
+from logicrank.pipelines.files import atomic_path
+from logicrank.pipelines.logic.query import holds, parse, quote, relabel, to_text
+from logicrank.schemas.tables import DECOMPOSITIONS
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 

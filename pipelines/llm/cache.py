@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from pipelines.paths import cache_root
+from logicrank.pipelines.paths import cache_root
 
 
 def default_path() -> Path:

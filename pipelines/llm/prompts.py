@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from schemas.digest import json_digest
-from schemas.errors import UserError
+from logicrank.schemas.digest import json_digest
+from logicrank.schemas.errors import UserError
 
 
 class PromptError(UserError, ValueError):
@@ -43,12 +43,12 @@ class Template:
 
 
 def names() -> list[str]:
-    return sorted(p.name.removesuffix(".txt") for p in resources.files("pipelines.llm").joinpath("prompts").iterdir() if p.name.endswith(".txt"))
+    return sorted(p.name.removesuffix(".txt") for p in resources.files("logicrank.pipelines.llm").joinpath("prompts").iterdir() if p.name.endswith(".txt"))
 
 
 @cache
 def load(name: str) -> Template:
-    path = resources.files("pipelines.llm").joinpath("prompts", f"{name}.txt")
+    path = resources.files("logicrank.pipelines.llm").joinpath("prompts", f"{name}.txt")
     if not path.is_file():
         raise PromptError(f"no prompt template {name!r}; have: {', '.join(names())}")
     return Template(name, path.read_text(encoding="utf-8"))

@@ -6,7 +6,7 @@ pass. ITLR's default OR is the sum x + y, not the probabilistic p + q - pq (``or
 the two are separate, named families.
 
     >>> import numpy as np
-    >>> from pipelines.logic.query import parse
+    >>> from logicrank.pipelines.logic.query import parse
     >>> q = parse('("dog" OR "cat" AND "mouse") AND NOT "giraffe"')
     >>> S = np.array([[0.5, 0.2, 0.4, 0.1]])      # dog, cat, mouse, giraffe
     >>> round(float(compile_query(q, q.terms(), Operators.parse(""))(S)[0]), 6)   # (0.5 + 0.2*0.4) * (1 - 0.1)
@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from functools import reduce
 
 import numpy as np
-
-from pipelines.logic.query import And, Node, Not, Term
-from schemas.errors import UserError
+from logicrank.pipelines.logic.query import And, Node, Not, Term
+from logicrank.schemas.errors import UserError
 
 _EPS = 1e-6
 

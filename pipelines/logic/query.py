@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from pipelines.logic.grammar import BLANK, to_lark
-from schemas.errors import UserError
+from logicrank.pipelines.logic.grammar import BLANK, to_lark
+from logicrank.schemas.errors import UserError
 
 
 class Node:

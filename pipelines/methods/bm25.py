@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-
-from pipelines.store import DocStore
-from schemas.tables import QUERIES, RUN, repeated, require_columns
+from logicrank.pipelines.store import DocStore
+from logicrank.schemas.tables import QUERIES, RUN, repeated, require_columns
 
 
 def bm25(queries: pa.Table, store: DocStore, k: int, run_id: str = "bm25") -> pa.Table:

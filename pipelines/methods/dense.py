@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-
-from pipelines.embed import Embedder
-from pipelines.exact import merge_top, shard_bounds, top_k
-from pipelines.methods.ranking import rank_pairs
-from pipelines.store import DocStore
-from pipelines.vectors import Vectors
-from schemas.errors import UserError
-from schemas.tables import QUERIES, RUN, repeated, require_columns
+from logicrank.pipelines.embed import Embedder
+from logicrank.pipelines.exact import merge_top, shard_bounds, top_k
+from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.vectors import Vectors
+from logicrank.schemas.errors import UserError
+from logicrank.schemas.tables import QUERIES, RUN, repeated, require_columns
 
 REFINE_FACTOR = 4
 __all__ = ["DenseError", "dense", "exact_top_k", "merge_top", "run_table", "shard_bounds", "top_k"]

@@ -7,13 +7,13 @@ the paper does). Three scorers give the raw score:
 
 - ``dense``: the cosine of the term's and the document's embeddings (ITLR's own evidence);
 - ``bm25``: the term's text as a BM25 query over the table, through the batch engine
-  (:mod:`pipelines.sparse`, the bm25 stage's scores), exact over every document;
+  (:mod:`logicrank.pipelines.sparse`, the bm25 stage's scores), exact over every document;
 - ``hybrid``: both, each calibrated by its own default (bm25: ``max``; dense: ``zscore``),
   combined per term as the weighted mean ``w * bm25 + (1 - w) * dense`` with ``w`` =
   ``hybrid_weight`` (default 0.5). Its evidence is already in [0, 1]: its calibration is the
   identity.
 
-Calibrations (:class:`pipelines.methods.itlr.Calibration`), all label-free except ``sigmoid``:
+Calibrations (:class:`logicrank.pipelines.methods.itlr.Calibration`), all label-free except ``sigmoid``:
 
 - ``none``: the raw score (dense cosines; raw BM25 is unbounded, kept for the study only);
 - ``max``: score / the term's largest score over the whole table (per-term max-normalisation;
@@ -34,9 +34,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
-
-from pipelines.methods.itlr import Calibration
-from schemas.errors import UserError
+from logicrank.pipelines.methods.itlr import Calibration
+from logicrank.schemas.errors import UserError
 
 SCORERS = ("dense", "bm25", "hybrid")
 CALIBRATIONS = {  # scorer -> the calibrations it takes, its default first
@@ -212,7 +211,7 @@ def calibrate_evidence(evidence, name: str, sample: int = 10_000, labels: Sequen
     if name == "zscore":
         return Calibration.zscore(terms, evidence.sample(sample))
     if name == "sigmoid":  # labelled documents the table lacks are left out, as over dense vectors
-        from pipelines.methods.itlr import labelled_scores_from
+        from logicrank.pipelines.methods.itlr import labelled_scores_from
 
         labels = list(labels or [])
         held = evidence.has([r["doc_id"] for r in labels]) if labels else np.zeros(0, bool)

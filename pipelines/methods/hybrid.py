@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pyarrow as pa
-
-from pipelines.methods.ranking import rank_pairs
-from schemas.tables import RUN, require_columns
+from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.schemas.tables import RUN, require_columns
 
 
 def rrf(runs: Sequence[pa.Table], k: int, rrf_k: int = 60, run_id: str = "hybrid") -> pa.Table:

@@ -3,8 +3,8 @@
 A query's ``logical_query`` (e.g. ``"vitamin D" AND NOT "bone health"``) is parsed; each
 distinct term across all queries is embedded once; every document gets one cosine per
 term; per-term scores are optionally calibrated, then composed along the parse tree with
-named fuzzy operator families (:mod:`pipelines.logic.fuzzy`). The same composition takes the
-raw scores of any other scorer (BM25, hybrid: :mod:`pipelines.methods.evidence`).
+named fuzzy operator families (:mod:`logicrank.pipelines.logic.fuzzy`). The same composition takes the
+raw scores of any other scorer (BM25, hybrid: :mod:`logicrank.pipelines.methods.evidence`).
 
 Candidate modes:
 
@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-
-from pipelines.embed import to_matrix
-from pipelines.logic.fuzzy import Operators, compile_query
-from pipelines.logic.query import Node, Not, QueryParseError, Term, parse, relabel
-from schemas.tables import QUERIES, require_columns
+from logicrank.pipelines.embed import to_matrix
+from logicrank.pipelines.logic.fuzzy import Operators, compile_query
+from logicrank.pipelines.logic.query import Node, Not, QueryParseError, Term, parse, relabel
+from logicrank.schemas.tables import QUERIES, require_columns
 
 TERM_SCORES = pa.schema(
     [
@@ -95,7 +94,7 @@ class Calibration:
       corpus sample: "how unusually high is this score for this term", in (0, 1);
     - ``sigmoid`` (supervised, the paper's appendix): sigmoid((s - tau_t) * lambda_t), fitted
       per term on labelled positive and negative documents;
-    - ``max`` and ``saturation`` (BM25, :mod:`pipelines.methods.evidence`): s / b_t clipped to
+    - ``max`` and ``saturation`` (BM25, :mod:`logicrank.pipelines.methods.evidence`): s / b_t clipped to
       [0, 1], b_t the term's largest score over the table or its largest possible score.
     """
 
@@ -262,7 +261,7 @@ def score_exact(
     top-k (numpy releases the GIL); the per-thread top-k are merged at the end.
 
     ``term_vectors`` None: ``doc_blocks`` yield (doc_ids, (docs x terms) raw scores) of any
-    scorer instead (:mod:`pipelines.methods.evidence`), composed the same way.
+    scorer instead (:mod:`logicrank.pipelines.methods.evidence`), composed the same way.
     """
     groups = _shape_groups(queries, terms)
     compiled = {ops: [compile_query(shape, slots, ops) for shape, slots, _, _ in groups] for ops in operators}
@@ -454,7 +453,7 @@ def ann_candidates(
     """Union of each positive term's ``ann_k`` nearest documents, per query.
 
     ``search(vectors, k)`` returns a table (query_index, doc_id, vector) as
-    :meth:`pipelines.store.DocStore.vector_search` does. Returns the candidates and the
+    :meth:`logicrank.pipelines.store.DocStore.vector_search` does. Returns the candidates and the
     queries without a positive term (to be scored exactly).
     """
     index = {t: i for i, t in enumerate(terms)}

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-
-from pipelines.llm.decompose import PLACEHOLDER
-from pipelines.logic.probability import compile_probability, problog_probability
-from pipelines.logic.query import Node, parse
-from schemas.tables import PREDICATE_SCORES, require_columns
+from logicrank.pipelines.llm.decompose import PLACEHOLDER
+from logicrank.pipelines.logic.probability import compile_probability, problog_probability
+from logicrank.pipelines.logic.query import Node, parse
+from logicrank.schemas.tables import PREDICATE_SCORES, require_columns
 
 CALIBRATIONS = ("none", "content-free", "pool-mean")
 CONTENT_FREE = "N/A"
@@ -102,7 +101,7 @@ def retrieval_truth(queries: Sequence[OrlogQuery], candidates: pd.DataFrame, sco
     P(True) the calibrated ``scorer`` (bm25 | dense) score of the atom's text for the candidate
     (pipelines/methods/evidence.py): ``p_true`` = ``p_calibrated``, ``logit_true`` its log-odds,
     ``logit_false`` 0, so sigmoid(logit_true - logit_false) is P(True) as for the LLM."""
-    from pipelines.methods.evidence import calibrate_evidence, make_evidence
+    from logicrank.pipelines.methods.evidence import calibrate_evidence, make_evidence
 
     by_query = {q.query_id: q for q in queries}
     rows = [(qid, doc, rank, atom_id, atom) for qid, doc, rank in candidates[["query_id", "doc_id", "base_rank"]].itertuples(index=False)

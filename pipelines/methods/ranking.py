@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-
-from schemas.tables import RUN
+from logicrank.schemas.tables import RUN
 
 
 def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Table:

@@ -27,12 +27,11 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+from logicrank.pipelines.llm import prompts
+from logicrank.pipelines.llm.engine import Constraint, Generation
+from logicrank.pipelines.options import StageOptions
+from logicrank.schemas.tables import INDUCED_QUERY, INDUCED_RULES, RERANK_WINDOWS, RUN
 from pydantic import Field, model_validator
-
-from pipelines.llm import prompts
-from pipelines.llm.engine import Constraint, Generation
-from pipelines.options import StageOptions
-from schemas.tables import INDUCED_QUERY, INDUCED_RULES, RERANK_WINDOWS, RUN
 
 INDUCE_TEMPLATE = "siar_induce"
 RERANK_TEMPLATE = "r3_rerank"
@@ -323,9 +322,9 @@ def reason_values(questions: Sequence[str], instructions: Sequence[str], rules: 
 
 def reason(llm, query_ids: Sequence[str], values: Sequence[dict[str, str]], rule_ids: Sequence[Sequence[str]], o: ReasonOptions) -> pa.Table:
     """RULE_ANSWERS rows, one per query in order: the LLM's one-line answer (decoded under
-    :func:`pipelines.methods.lag.answer_regex`); an engine error is an empty answer, counted."""
-    from pipelines.methods.lag import answer_regex
-    from schemas.tables import RULE_ANSWERS
+    :func:`logicrank.pipelines.methods.lag.answer_regex`); an engine error is an empty answer, counted."""
+    from logicrank.pipelines.methods.lag import answer_regex
+    from logicrank.schemas.tables import RULE_ANSWERS
 
     template = prompts.load(REASON_TEMPLATE)
     gens = llm.generate(template, values, Constraint("regex", answer_regex(o.answer_words)), o.max_tokens, o.temperature, None,

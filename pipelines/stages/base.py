@@ -4,8 +4,8 @@ A stage states what it consumes and produces (its :class:`Kind`), its validated 
 pydantic model with ``extra="forbid"``), the query columns it reads and adds, and what it
 needs from the job (:class:`Needs`: the encoder, the LLM for truth scores or generation)
 and the side tables it writes, with their schemas. It registers itself with
-:func:`pipelines.stages.register`; the pipeline config schema is derived from that registry.
-No Ray here: :mod:`pipelines.runner` runs a pipeline in any process, handing each stage a
+:func:`logicrank.pipelines.stages.register`; the pipeline config schema is derived from that registry.
+No Ray here: :mod:`logicrank.pipelines.runner` runs a pipeline in any process, handing each stage a
 :class:`Context` (the table, the encoder and the LLM, typed by the protocols below); a job
 (jobs/retrieve.py) decides where per-query work runs.
 """
@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
-
-from pipelines.options import StageOptions as StageOptions  # defined in a leaf: methods declare their options too
+from logicrank.pipelines.options import StageOptions as StageOptions  # defined in a leaf: methods declare their options too
 
 
 class Kind(StrEnum):
@@ -59,7 +58,7 @@ class Output:
 
 
 class Store(Protocol):
-    """The table one pipeline run reads, at one version (:class:`pipelines.store.DocStore`)."""
+    """The table one pipeline run reads, at one version (:class:`logicrank.pipelines.store.DocStore`)."""
 
     @property
     def version(self) -> int: ...
@@ -79,7 +78,7 @@ class Store(Protocol):
 
 
 class Encoder(Protocol):
-    """The table's sentence encoder (:class:`pipelines.embed.Embedder`)."""
+    """The table's sentence encoder (:class:`logicrank.pipelines.embed.Embedder`)."""
 
     config: Any  # schemas.config.EmbedConfig (its digest is part of the cache keys)
 
@@ -89,13 +88,13 @@ class Encoder(Protocol):
 
 
 class LLM(Protocol):
-    """An LLM behind the prompt cache: :class:`pipelines.llm.engine.LocalLLM` in this process,
+    """An LLM behind the prompt cache: :class:`logicrank.pipelines.llm.engine.LocalLLM` in this process,
     ``jobs.llm_service.LLMService`` on a pool of engine actors. One failure contract for both:
 
     - ``generate``: a prompt the engine fails on gets its exception in its slot (the caller
       records it as an ``error`` row) and the other prompts are kept;
     - ``truth``: a batch that fails raises (scores are never guessed);
-    - an engine that cannot go on raises :class:`schemas.errors.JobFailed` (both calls).
+    - an engine that cannot go on raises :class:`logicrank.schemas.errors.JobFailed` (both calls).
     """
 
     cfg: Any  # schemas.config.LLMConfig
@@ -110,7 +109,7 @@ class LLM(Protocol):
 @dataclass(frozen=True)
 class Checkpoint:
     """Where a stage keeps the shards of its output it has finished while it runs
-    (:mod:`pipelines.stages.shards`): a directory that belongs to the stage's cache key, so a
+    (:mod:`logicrank.pipelines.stages.shards`): a directory that belongs to the stage's cache key, so a
     rerun with the same inputs resumes from it and a run of other inputs never reads it."""
 
     where: Path  # <stage cache root>/<key>.partial
@@ -166,9 +165,9 @@ class Stage:
 
     @classmethod
     def code(cls) -> str:
-        """The digest of the code this stage runs (:func:`pipelines.codedigest.code_digest` of
+        """The digest of the code this stage runs (:func:`logicrank.pipelines.codedigest.code_digest` of
         its module), part of every cache key of its output; computed once per process."""
-        from pipelines.codedigest import code_digest
+        from logicrank.pipelines.codedigest import code_digest
 
         return code_digest(cls.__module__)
 

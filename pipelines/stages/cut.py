@@ -15,11 +15,10 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from logicrank.pipelines.stages.registry import register
+from logicrank.schemas.errors import UserError
 from pydantic import Field, model_validator
-
-from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
-from pipelines.stages.registry import register
-from schemas.errors import UserError
 
 
 class CutError(UserError, ValueError):
@@ -105,7 +104,7 @@ class Restrict(Stage):
         return Needs(files=(self.options.pairs,))
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
-        from pipelines.topics import read_qrels
+        from logicrank.pipelines.topics import read_qrels
 
         run = runs[0].sort_by([("query_id", "ascending"), ("rank", "ascending")])
         allowed = read_qrels(self.options.pairs)

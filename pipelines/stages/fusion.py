@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pyarrow as pa
+from logicrank.pipelines.methods.hybrid import rrf
+from logicrank.pipelines.stages.base import Context, Kind, Output, Stage, StageOptions
+from logicrank.pipelines.stages.registry import parse_stages, preset, register
+from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
 from pydantic import Field, field_validator
-
-from pipelines.methods.hybrid import rrf
-from pipelines.stages.base import Context, Kind, Output, Stage, StageOptions
-from pipelines.stages.registry import parse_stages, preset, register
-from pipelines.stages.retrievers import BM25Options, DenseOptions
 
 
 class RRFOptions(StageOptions):

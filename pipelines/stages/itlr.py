@@ -12,13 +12,11 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pydantic import Field, field_validator, model_validator
-
-from pipelines.logic.fuzzy import Operators
-from pipelines.logic.grammar import BLANK
-from pipelines.logic.query import UnparsedQueryError, unparsed_message
-from pipelines.methods.evidence import calibrate_evidence, check_calibration, describe, make_evidence, raw_lookup
-from pipelines.methods.itlr import (
+from logicrank.pipelines.logic.fuzzy import Operators
+from logicrank.pipelines.logic.grammar import BLANK
+from logicrank.pipelines.logic.query import UnparsedQueryError, unparsed_message
+from logicrank.pipelines.methods.evidence import calibrate_evidence, check_calibration, describe, make_evidence, raw_lookup
+from logicrank.pipelines.methods.itlr import (
     TERM_SCORES,
     Calibration,
     ann_candidates,
@@ -33,9 +31,10 @@ from pipelines.methods.itlr import (
     term_scores_from,
     unique_terms,
 )
-from pipelines.methods.ranking import rank_pairs
-from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
-from pipelines.stages.registry import preset, register
+from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from logicrank.pipelines.stages.registry import preset, register
+from pydantic import Field, field_validator, model_validator
 
 
 class ITLROptions(StageOptions):
@@ -267,7 +266,7 @@ def _term_candidates(parsed, evidence, store, o: ITLROptions):
 
 def _listed_ids(path: str, query_ids: set[str], evidence) -> tuple[dict, int]:
     """listed mode over bm25 or hybrid evidence: each query's listed documents the table holds."""
-    from pipelines.topics import read_qrels
+    from logicrank.pipelines.topics import read_qrels
 
     pairs = read_qrels(path).to_pandas()
     pairs = pairs[pairs["query_id"].isin(query_ids)]
@@ -280,7 +279,7 @@ def _listed_ids(path: str, query_ids: set[str], evidence) -> tuple[dict, int]:
 def listed_candidates(path: str, query_ids: set[str], store) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
     """query id -> (doc ids, vectors) of the documents a qrels-format file lists for it (those
     in the table), and how many listed pairs name a document the table does not hold."""
-    from pipelines.topics import read_qrels
+    from logicrank.pipelines.topics import read_qrels
 
     pairs = read_qrels(path).to_pandas()
     pairs = pairs[pairs["query_id"].isin(query_ids)]
@@ -294,7 +293,7 @@ def listed_candidates(path: str, query_ids: set[str], store) -> tuple[dict[str, 
 
 @preset("itlr")
 def _itlr(m) -> list[StageOptions]:
-    from pipelines.stages.rewriters import DecompositionOptions
+    from logicrank.pipelines.stages.rewriters import DecompositionOptions
 
     itlr = ITLROptions(
         k=m.k, mode=m.itlr_mode, operators=m.operators, scorer=m.itlr_scorer, calibration=m.calibration, hybrid_weight=m.hybrid_weight,

@@ -13,16 +13,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipelines.embed import document_text, to_matrix
-from pipelines.llm import prompts as templates
-from pipelines.methods import lag
-from pipelines.methods.lag import LagOptions
-from pipelines.stages.base import Context, Kind, Needs, Output, Stage
-from pipelines.stages.registry import register
-from pipelines.stages.shards import in_shards
-from schemas.errors import UserError
-from schemas.tables import LAG_ANSWERS, LAG_STEPS, RUN
+from logicrank.pipelines.embed import document_text, to_matrix
+from logicrank.pipelines.llm import prompts as templates
+from logicrank.pipelines.methods import lag
+from logicrank.pipelines.methods.lag import LagOptions
+from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage
+from logicrank.pipelines.stages.registry import register
+from logicrank.pipelines.stages.shards import in_shards
+from logicrank.schemas.errors import UserError
+from logicrank.schemas.tables import LAG_ANSWERS, LAG_STEPS, RUN
 
 
 class LagError(UserError, ValueError):
@@ -78,7 +77,7 @@ class Lag(Stage):
 
 
 def counts_of(answers: pa.Table, steps: pa.Table) -> dict:
-    """The manifest's counts (as :func:`pipelines.methods.lag.counts` gives them from the
+    """The manifest's counts (as :func:`logicrank.pipelines.methods.lag.counts` gives them from the
     chains), from the tables: shards read back from a checkpoint hold no chains."""
     taken = answers.column("steps").to_pylist()
     return {

@@ -17,15 +17,14 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from logicrank.pipelines.llm import prompts as templates
+from logicrank.pipelines.methods import orlog
+from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from logicrank.pipelines.stages.registry import preset, register
+from logicrank.pipelines.stages.shards import in_shards
+from logicrank.schemas.tables import PREDICATE_SCORES
 from pydantic import Field, model_validator
-
-from pipelines.llm import prompts as templates
-from pipelines.methods import orlog
-from pipelines.methods.ranking import rank_pairs
-from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
-from pipelines.stages.registry import preset, register
-from pipelines.stages.shards import in_shards
-from schemas.tables import PREDICATE_SCORES
 
 
 class _RerankOptions(StageOptions):
@@ -214,7 +213,7 @@ def _refuse_unparsed_forms(queries: pa.Table) -> None:
     """A decomposition's form (a decompositions file's ``logical_query`` over atom ids) that
     does not parse stops the run, in one line naming the queries: OrLog has no whole-text
     reading of a query to fall back to."""
-    from pipelines.logic.query import QueryParseError, UnparsedQueryError, parse, unparsed_message
+    from logicrank.pipelines.logic.query import QueryParseError, UnparsedQueryError, parse, unparsed_message
 
     if "logical_query" not in queries.column_names:
         return  # orlog_queries names the missing columns
@@ -248,14 +247,14 @@ def _cost(res: pd.DataFrame, pairs: int, extra_passes: int) -> dict:
 
 def _base(m, depth: int) -> list[StageOptions]:
     """The first stage(s) of an orlog/reasoner preset: the ``m.orlog_base`` preset at k = ``depth``."""
-    from pipelines.stages.registry import presets
+    from logicrank.pipelines.stages.registry import presets
 
     return presets()[m.orlog_base](m.model_copy(update={"k": depth}))
 
 
 @preset("orlog")
 def _orlog(m) -> list[StageOptions]:
-    from pipelines.stages.rewriters import DecompositionOptions
+    from logicrank.pipelines.stages.rewriters import DecompositionOptions
 
     return [  # the base first: it is the same stage as the bm25/dense/hybrid preset at that k (computed once)
         *_base(m, m.orlog_k),

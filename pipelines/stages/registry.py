@@ -1,6 +1,6 @@
 """The stage registry itself: stage classes and ``--method`` presets by name, and stage
 options parsed from their config form. A leaf: stage modules import it to register
-themselves, and :mod:`pipelines.stages` imports every stage module, so nothing here imports a
+themselves, and :mod:`logicrank.pipelines.stages` imports every stage module, so nothing here imports a
 stage module (no import circle)."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Annotated, Any, TypeVar, Union
 
+from logicrank.pipelines.stages.base import Stage, StageOptions
 from pydantic import Field, TypeAdapter
-
-from pipelines.stages.base import Stage, StageOptions
 
 _STAGES: dict[str, type[Stage]] = {}
 _PRESETS: dict[str, Callable] = {}
@@ -31,7 +30,7 @@ def register(cls: S) -> S:
 
 def preset(name: str):
     """Decorator: a ``--method NAME`` preset, a function from the flat method options
-    (:class:`pipelines.pipeline.MethodOptions`) to a list of stage options."""
+    (:class:`logicrank.pipelines.pipeline.MethodOptions`) to a list of stage options."""
 
     def deco(fn):
         if name in _PRESETS:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 import pyarrow as pa
+from logicrank.pipelines.methods.bm25 import bm25
+from logicrank.pipelines.methods.dense import dense
+from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from logicrank.pipelines.stages.registry import preset, register
 from pydantic import Field
-
-from pipelines.methods.bm25 import bm25
-from pipelines.methods.dense import dense
-from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
-from pipelines.stages.registry import preset, register
 
 
 class DenseOptions(StageOptions):
@@ -99,12 +98,11 @@ class RunFile(Stage):
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         import pyarrow.compute as pc
-
-        from pipelines.topics import read_run
+        from logicrank.pipelines.topics import read_run
 
         run = read_run(self.options.path)
         if len(set(run.column("run_id").to_pylist())) > 1:
-            from pipelines.topics import TopicsError
+            from logicrank.pipelines.topics import TopicsError
 
             raise TopicsError(f"run_file {self.options.path}: holds several runs {sorted(set(run.column('run_id').to_pylist()))}; give one.")
         run = run.filter(pc.is_in(run.column("query_id"), queries.column("query_id")))
@@ -134,8 +132,8 @@ class Qrels(Stage):
         return Needs(files=(self.options.path,))
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
-        from pipelines.topics import read_qrels
-        from schemas.tables import RUN
+        from logicrank.pipelines.topics import read_qrels
+        from logicrank.schemas.tables import RUN
 
         qrels = read_qrels(self.options.path).to_pandas()
         qrels = qrels[(qrels["relevance"] > 0) & qrels["query_id"].isin(queries.column("query_id").to_pylist())]

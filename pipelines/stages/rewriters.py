@@ -19,13 +19,12 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from logicrank.pipelines.llm.decompose import KINDS, DecomposeSettings, apply_to_queries, decompose
+from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
+from logicrank.pipelines.stages.registry import preset, register
+from logicrank.pipelines.stages.shards import in_shards
+from logicrank.schemas.tables import DECOMPOSITIONS, QUERIES
 from pydantic import Field, model_validator
-
-from pipelines.llm.decompose import KINDS, DecomposeSettings, apply_to_queries, decompose
-from pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
-from pipelines.stages.registry import preset, register
-from pipelines.stages.shards import in_shards
-from schemas.tables import DECOMPOSITIONS, QUERIES
 
 # the kinds that give a query a logical form (the rest, free text, are the expansion stage's)
 TARGETS = tuple(name for name, kind in KINDS.items() if "logical_query" in kind.columns)
@@ -138,6 +137,6 @@ class Expansion(_Rewriter):
 
 @preset("expansion")
 def _expansion(m) -> list[StageOptions]:
-    from pipelines.stages.retrievers import DenseOptions
+    from logicrank.pipelines.stages.retrievers import DenseOptions
 
     return [ExpansionOptions(decompositions=m.decompositions), DenseOptions(k=m.k)]

@@ -1,7 +1,7 @@
 """Rule retrieval: SIAR (a rewriter: the LLM's induced rule becomes the query), R3 (a
 reranker: the LLM reorders the retrieved rules listwise) and reasoning with the retrieved
 rules (``reason``: the LLM answers each query given the run's top rules). Method logic in
-:mod:`pipelines.methods.rules`; all three generate on the job's one LLM pool."""
+:mod:`logicrank.pipelines.methods.rules`; all three generate on the job's one LLM pool."""
 
 from __future__ import annotations
 
@@ -11,16 +11,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipelines.embed import document_text
-from pipelines.llm import prompts as templates
-from pipelines.methods import rules
-from pipelines.methods.rules import R3Options, ReasonOptions, SiarOptions
-from pipelines.stages.base import Context, Kind, Needs, Output, Stage
-from pipelines.stages.registry import register
-from pipelines.stages.shards import in_shards
-from schemas.errors import UserError
-from schemas.tables import INDUCED_RULES, RERANK_WINDOWS, RULE_ANSWERS
+from logicrank.pipelines.embed import document_text
+from logicrank.pipelines.llm import prompts as templates
+from logicrank.pipelines.methods import rules
+from logicrank.pipelines.methods.rules import R3Options, ReasonOptions, SiarOptions
+from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage
+from logicrank.pipelines.stages.registry import register
+from logicrank.pipelines.stages.shards import in_shards
+from logicrank.schemas.errors import UserError
+from logicrank.schemas.tables import INDUCED_RULES, RERANK_WINDOWS, RULE_ANSWERS
 
 
 @register

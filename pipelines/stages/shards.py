@@ -6,7 +6,7 @@ last minute would lose the hour; the per-node prompt cache (pipelines/llm/cache.
 on the same node and still sends every prompt through the driver.
 
 How: the stage's units (its queries, in the order it reads them) are cut into shards of
-``shard_queries`` consecutive ones (:class:`schemas.config.LLMConfig`). Shards go to the LLM in
+``shard_queries`` consecutive ones (:class:`logicrank.schemas.config.LLMConfig`). Shards go to the LLM in
 waves of ``wave_shards`` (default two per engine actor): one call of the pool per wave, so
 every engine has work, and the driver holds one wave's prompts at a time. Each finished shard
 is written atomically to ``<stage cache dir>.partial/shard-NNNNN.parquet`` (extra tables of
@@ -15,7 +15,7 @@ shard's commit), tagged with the stage's cache key and the digest of its query i
 of another input (another key, or the same key cut at another ``shard_queries``) is never
 read. A rerun reads the shards it has and computes only the rest: a killed job loses at most
 the wave in flight. The runner caches the whole output and removes the directory when the
-stage completes (:meth:`pipelines.runner.StageCache.put`).
+stage completes (:meth:`logicrank.pipelines.runner.StageCache.put`).
 
 Without a checkpoint (a notebook without a cache directory) the units are computed in one
 pass, as before shards existed.
@@ -30,9 +30,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipelines.files import READ_ERRORS, write_parquet_atomic
-from pipelines.stages.base import Checkpoint, Context
+from logicrank.pipelines.files import READ_ERRORS, write_parquet_atomic
+from logicrank.pipelines.stages.base import Checkpoint, Context
 
 META = b"logicrank.shard"  # the schema metadata key of a shard's tag
 Tables = dict[str, pa.Table]  # one shard's output: its main table first, then any others by name

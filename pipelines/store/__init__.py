@@ -8,11 +8,11 @@ No user text is ever pasted into a LanceDB filter string.
 
 from __future__ import annotations
 
-from pipelines.sparse import ENGLISH_STOP_WORDS
-from pipelines.store.base import StoreError, TableHandle
-from pipelines.store.reading import Reading, _summed_top_k
-from pipelines.store.versions import Versions
-from pipelines.store.writing import Writing
+from logicrank.pipelines.sparse import ENGLISH_STOP_WORDS
+from logicrank.pipelines.store.base import StoreError, TableHandle
+from logicrank.pipelines.store.reading import Reading, _summed_top_k
+from logicrank.pipelines.store.versions import Versions
+from logicrank.pipelines.store.writing import Writing
 
 __all__ = ["ENGLISH_STOP_WORDS", "DocStore", "StoreError", "_summed_top_k", "update_index_apart"]
 
@@ -24,7 +24,7 @@ class DocStore(Reading, Writing, Versions, TableHandle):
 
 
 def update_index_apart(store: DocStore) -> dict:
-    """:func:`pipelines.sparse.update_index` in a child process (spawned): the index job's driver
+    """:func:`logicrank.pipelines.sparse.update_index` in a child process (spawned): the index job's driver
     stays small whatever the corpus (the patch holds the previous version's counts and every id
     and hash, 17 GiB at 10M documents, docs/bulk-retrieval.md); the child's memory goes when it
     ends, and an interrupt of the job ends it too."""
@@ -35,6 +35,6 @@ def update_index_apart(store: DocStore) -> dict:
 
 
 def _update_saved(uri: str, name: str, version: int) -> dict:
-    from pipelines.sparse import update_index
+    from logicrank.pipelines.sparse import update_index
 
     return update_index(DocStore(uri, name, version=version))

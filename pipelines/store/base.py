@@ -7,9 +7,8 @@ import re
 from pathlib import Path
 
 import lancedb
-
-from pipelines.sparse import ENGLISH_STOP_WORDS, analyzer
-from schemas.errors import UserError
+from logicrank.pipelines.sparse import ENGLISH_STOP_WORDS, analyzer
+from logicrank.schemas.errors import UserError
 
 _META_MODEL = b"logicrank.model"
 _META_TITLE_SEP = b"logicrank.title_sep"  # how documents' titles were joined to their text when embedded (absent: a space)

@@ -8,14 +8,13 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipelines.embed import to_matrix
-from pipelines.sparse import open_index
-from pipelines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _WORD, StoreError, _stemmer
+from logicrank.pipelines.embed import to_matrix
+from logicrank.pipelines.sparse import open_index
+from logicrank.pipelines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _WORD, StoreError, _stemmer
 
 
 class Reading:
-    """The read side of :class:`pipelines.store.DocStore` (what stages see: pipelines.stages.base.Store)."""
+    """The read side of :class:`logicrank.pipelines.store.DocStore` (what stages see: pipelines.stages.base.Store)."""
 
     # -- reads -------------------------------------------------------------------
     def hashes(self) -> pa.Table:
@@ -161,7 +160,7 @@ class Reading:
         tie-break ranks), opened once per precision: mapped from their saved files where the
         database is a local directory (saved first if missing), else read into memory."""
         if precision not in self._vectors:
-            from pipelines.vectors import open_vectors
+            from logicrank.pipelines.vectors import open_vectors
 
             self._vectors[precision] = open_vectors(self, precision)
         return self._vectors[precision]

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import re
 
-from pipelines.store.base import StoreError
+from logicrank.pipelines.store.base import StoreError
 
 COMPLETE_TAG = "logicrank-complete"  # the newest version a completed index run finished (moved by each such run)
 EMBEDDED_BY = "logicrank-embedded-by-"  # + the digest of the code that embedded the table's vectors (pipelines.codedigest)
 
 
 class Versions:
-    """The versions side of :class:`pipelines.store.DocStore`."""
+    """The versions side of :class:`logicrank.pipelines.store.DocStore`."""
 
     @property
     def version(self) -> int:
@@ -88,7 +88,7 @@ class Versions:
 
     def embedded_by(self) -> str | None:
         """The digest of the code that embedded this table's vectors (``pipelines.embed`` and
-        what it imports, :func:`pipelines.codedigest.code_digest`), as the last completed index
+        what it imports, :func:`logicrank.pipelines.codedigest.code_digest`), as the last completed index
         run recorded it; None for a table indexed before it was recorded."""
         names = [n for n in self.table.tags.list() if n.startswith(EMBEDDED_BY)]
         return max(names, key=lambda n: self.tagged_version(n) or -1).removeprefix(EMBEDDED_BY) if names else None

@@ -34,10 +34,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipelines.sparse import drop_indexes, prune_indexes
-from pipelines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _META_MODEL, _META_TITLE_SEP
-from schemas.tables import docs_schema
+from logicrank.pipelines.sparse import drop_indexes, prune_indexes
+from logicrank.pipelines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _META_MODEL, _META_TITLE_SEP
+from logicrank.schemas.tables import docs_schema
 
 MAX_DELTAS = 7  # delta indexes of a full-text or ANN index (a week of nights) before maintenance merges them
 # Compaction merges fragments smaller than this (and rewrites those with 10% of their rows
@@ -57,7 +56,7 @@ def _timed(into: dict[str, float], name: str):
 
 
 class Writing:
-    """The write side of :class:`pipelines.store.DocStore`."""
+    """The write side of :class:`logicrank.pipelines.store.DocStore`."""
 
     def open_or_create(self, dim: int, model_id: str, title_sep: str = " "):
         """Open the table, checking it was embedded with ``model_id`` and ``title_sep``; create it when absent."""

@@ -1,6 +1,5 @@
 import pytest
-
-from schemas.config import RayConfig
+from logicrank.schemas.config import RayConfig
 
 RAY = RayConfig(num_cpus=2, batch_rows=64)
 
@@ -8,7 +7,7 @@ RAY = RayConfig(num_cpus=2, batch_rows=64)
 @pytest.fixture(scope="session", autouse=True)
 def ray_cluster():
     """One local Ray cluster for every integration test (jobs join it)."""
-    from jobs.raysession import ray_session
+    from logicrank.jobs.raysession import ray_session
 
     with ray_session(RAY) as ray:
         yield ray
@@ -17,10 +16,10 @@ def ray_cluster():
 @pytest.fixture(scope="session")
 def synthetic(tmp_path_factory):
     """The ITLR benchmark's layout, small: 32 queries (one per template), ~150 documents, indexed."""
-    from jobs.index import run_index
-    from pipelines.datasets import scifact
-    from pipelines.generate.synthetic import generate
-    from schemas.config import IndexConfig
+    from logicrank.jobs.index import run_index
+    from logicrank.pipelines.datasets import scifact
+    from logicrank.pipelines.generate.synthetic import generate
+    from logicrank.schemas.config import IndexConfig
 
     root = tmp_path_factory.mktemp("itlr")
     generate(scifact().corpus, root / "syn", per_template=1, seed=3)
@@ -38,6 +37,6 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_cfg(tiny_dir):
-    from schemas.config import LLMConfig
+    from logicrank.schemas.config import LLMConfig
 
     return LLMConfig(model=str(tiny_dir), max_model_len=1024, cache=None, max_num_seqs=64)

@@ -41,8 +41,9 @@ def orlog_config(work: Path, synthetic: Path, llm, ray):
     """The test's job: 8 of the synthetic set's queries with hand-written atoms (``a1 AND NOT
     a2``), orlog over bm25's top 4, in shards of 2 queries sent one shard per wave: 8 x 4 x 2 =
     64 prompts in 4 shards. Writes its queries and decompositions into ``work``."""
-    from pipelines.config import RetrieveConfig
-    from schemas.tables import DECOMPOSITIONS
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.schemas.tables import DECOMPOSITIONS
+
     from tests.conftest import write_jsonl
 
     rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:8]]
@@ -60,10 +61,9 @@ def orlog_config(work: Path, synthetic: Path, llm, ray):
 
 def main() -> None:
     work, synthetic, model = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.schemas.config import LLMConfig, RayConfig
     from ray.cluster_utils import Cluster
-
-    from jobs.retrieve import run_retrieve
-    from schemas.config import LLMConfig, RayConfig
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": OBJECT_STORE, "include_dashboard": False,
                                                             "_system_config": SYSTEM_CONFIG})

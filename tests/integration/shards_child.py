@@ -26,9 +26,10 @@ N_DOCS, N_QUERIES, BATCH = 900, 120, 20
 
 
 def _table(db: Path) -> None:
-    from pipelines.embed import model_id, to_fixed_size_list
-    from pipelines.store import DocStore
-    from schemas.config import EmbedConfig
+    from logicrank.pipelines.embed import model_id, to_fixed_size_list
+    from logicrank.pipelines.store import DocStore
+    from logicrank.schemas.config import EmbedConfig
+
     from tests.conftest import scifact_docs
 
     docs = scifact_docs(N_DOCS, text_chars=300)
@@ -56,18 +57,17 @@ def _queries(path: Path) -> None:
 
 def main() -> None:
     work, mode = Path(sys.argv[1]), sys.argv[2]
+    from logicrank.pipelines import sparse
     from ray.cluster_utils import Cluster
-
-    from pipelines import sparse
 
     sparse.SEGMENT_ROWS = 300  # the BM25 index saved in 3 segments: each bm25 shard maps one whole segment (the actors read it from the index)
 
-    import jobs.retrieve as job
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from pipelines.stages.itlr import ITLROptions
-    from pipelines.stages.retrievers import BM25Options, DenseOptions
-    from schemas.config import RayConfig
+    import logicrank.jobs.retrieve as job
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.stages.itlr import ITLROptions
+    from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
+    from logicrank.schemas.config import RayConfig
 
     _table(work / "db")
     _queries(work / "queries.jsonl")

@@ -10,9 +10,8 @@ import sys
 import numpy as np
 import pyarrow as pa
 import pytest
-
-from pipelines.embed import to_fixed_size_list
-from pipelines.store import ENGLISH_STOP_WORDS, DocStore, StoreError
+from logicrank.pipelines.embed import to_fixed_size_list
+from logicrank.pipelines.store import ENGLISH_STOP_WORDS, DocStore, StoreError
 
 pytestmark = pytest.mark.integration
 

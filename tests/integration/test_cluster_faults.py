@@ -41,8 +41,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from logicrank.pipelines.store import DocStore
 
-from pipelines.store import DocStore
 from tests.conftest import scifact_docs
 
 pytestmark = pytest.mark.integration

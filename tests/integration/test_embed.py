@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from logicrank.pipelines.embed import Embedder, ModelError, _ov_cache_dir, resolve_model
+from logicrank.schemas.config import EmbedConfig
 
-from pipelines.embed import Embedder, ModelError, _ov_cache_dir, resolve_model
-from schemas.config import EmbedConfig
 from tests.conftest import scifact_docs
 
 pytestmark = pytest.mark.integration
@@ -36,7 +36,7 @@ def test_openvino_encoders_made_and_dropped_in_one_process_never_deadlock(tmp_pa
     With a Python callback on OpenVINO's threads (AsyncInferQueue), dropping a model whose
     thread still waited for the GIL hung the process within two rounds of this loop, every
     time; a hang here is a failure after the timeout, not a stuck suite."""
-    child = ("from pipelines.embed import Embedder; from schemas.config import EmbedConfig\n"
+    child = ("from logicrank.pipelines.embed import Embedder; from logicrank.schemas.config import EmbedConfig\n"
              "texts = [f'text {i} about things ' * (i % 7 + 1) for i in range(40)]\n"
              "for _ in range(10):\n"
              "    assert Embedder(EmbedConfig(backend='openvino')).encode(texts).shape == (40, 384)\n")

@@ -12,16 +12,16 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from logicrank.jobs.cli import app
+from logicrank.jobs.evaluate import run_evaluate
+from logicrank.jobs.experiment import EXPERIMENTS, ExperimentError, ReferenceMissed, load, run_experiment
+from logicrank.jobs.index import run_index
+from logicrank.jobs.retrieve import run_retrieve
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.evaluate.report import summary_frame
+from logicrank.schemas.config import EvaluateConfig, IndexConfig
 from typer.testing import CliRunner
 
-from jobs.cli import app
-from jobs.evaluate import run_evaluate
-from jobs.experiment import EXPERIMENTS, ExperimentError, ReferenceMissed, load, run_experiment
-from jobs.index import run_index
-from jobs.retrieve import run_retrieve
-from pipelines.config import RetrieveConfig
-from pipelines.evaluate.report import summary_frame
-from schemas.config import EvaluateConfig, IndexConfig
 from tests.compare import assert_runs_close
 from tests.conftest import write_jsonl
 from tests.integration.conftest import RAY
@@ -129,8 +129,8 @@ def test_bench_setlogic_is_setlogic_yaml_whose_llm_free_rows_are_setlogic_exacts
     setlogic-exact.yaml's on the same queries; OrLog, with the LLM's P(True) and with BM25's,
     reorders exactly BM25's top 20 of each query, and both count their cost per pair; the
     LLM-free file's OrLog over BM25 reranks every person, as ITLR scores them."""
-    from jobs import benchmarks
-    from pipelines.generate.setlogic import TEMPLATE_NAMES
+    from logicrank.jobs import benchmarks
+    from logicrank.pipelines.generate.setlogic import TEMPLATE_NAMES
 
     res = run_experiment(benchmarks.setlogic(per_template=3), tmp_path / "bench", llm=tiny_cfg, ray=RAY, progress=False)
     exact = run_experiment(benchmarks.setlogic(per_template=3, orlog=False), tmp_path / "exact", ray=RAY, progress=False)
@@ -161,7 +161,7 @@ def test_bench_lag_is_lag_oracle_and_lag_yaml_over_one_index(tmp_path, tiny_cfg)
     """`bench-lag musique` (jobs/benchmarks.py): lag-oracle.yaml on every question reproduces
     its three references, and lag.yaml's LLM rows on a sample score every sampled question
     (QA measures and chain recall), over the same index, not encoded twice."""
-    from jobs import benchmarks
+    from logicrank.jobs import benchmarks
 
     oracle_exp, llm_exp = benchmarks.lag("musique", sample=2, seed=3)
     oracle = run_experiment(oracle_exp, tmp_path / "oracle", ray=RAY, progress=False, table=tmp_path)

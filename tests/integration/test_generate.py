@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from logicrank.jobs.generate import GenerateError, run_generate
+from logicrank.jobs.llm_service import LLMEngineFailed
+from logicrank.pipelines.generate.synthetic import TEMPLATES
+from logicrank.pipelines.llm.models import resolve
+from logicrank.schemas.config import GenerateConfig
 
-from jobs.generate import GenerateError, run_generate
-from jobs.llm_service import LLMEngineFailed
-from pipelines.generate.synthetic import TEMPLATES
-from pipelines.llm.models import resolve
-from schemas.config import GenerateConfig
 from tests.compare import assert_tables_close, close
 from tests.faults import descendants, kill_engine_cores, kill_processes, processes
 
@@ -88,7 +88,7 @@ def test_a_killed_run_resumes_without_losing_or_repeating_rows(synthetic, tiny_c
     cfg = _cfg(synthetic, tiny_cfg)
     killed = tmp_path / "killed"
     child = (
-        "import json, sys; from jobs.generate import run_generate; from schemas.config import GenerateConfig; "
+        "import json, sys; from logicrank.jobs.generate import run_generate; from logicrank.schemas.config import GenerateConfig; "
         "run_generate(GenerateConfig.model_validate_json(sys.argv[1]), sys.argv[2], echo=lambda m: None)"
     )
     address = ray_cluster.get_runtime_context().gcs_address
@@ -208,7 +208,7 @@ def test_a_stalled_run_stops_with_its_stacks_and_a_rerun_finishes_it(synthetic, 
     args = ["--stall-timeout", "60", "generate", "itlr", "--db", str(synthetic / "db"), "--out", str(out), "--docs", "12",
             "--shard-docs", "4", "--questions-per-shard", "3", "--candidate-k", "3", "--wave-shards", "1", "--backend", "torch",
             "--llm-model", str(tiny_dir), "--llm-max-model-len", "1024", "--llm-cache", "none", "--ray-address", address]
-    cmd = [sys.executable, "-c", "from jobs.cli import app; app()", *args]
+    cmd = [sys.executable, "-c", "from logicrank.jobs.cli import app; app()", *args]
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = out / "checkpoints" / "questions" / "shard-00000.parquet"
     deadline = time.monotonic() + 300

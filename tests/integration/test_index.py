@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from logicrank.jobs.index import IndexJobError, run_index
+from logicrank.pipelines.corpus import content_hash
+from logicrank.pipelines.store import DocStore, StoreError
+from logicrank.pipelines.writelock import TableLockedError
+from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig
 
-from jobs.index import IndexJobError, run_index
-from pipelines.corpus import content_hash
-from pipelines.store import DocStore, StoreError
-from pipelines.writelock import TableLockedError
-from schemas.config import EmbedConfig, IndexConfig, RayConfig
 from tests.conftest import write_jsonl
 
 pytestmark = pytest.mark.integration
@@ -140,8 +140,8 @@ def test_bad_rows_are_rejected_exactly_and_good_rows_all_land(tmp_path, docs300)
 
 _CHILD = """
 import sys
-from jobs.index import run_index
-from schemas.config import EmbedConfig, IndexConfig, RayConfig
+from logicrank.jobs.index import run_index
+from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig
 cfg = IndexConfig(corpus=sys.argv[1], db=sys.argv[2], write_batch_rows=4, ray=RayConfig(num_cpus=2, batch_rows=8))
 run_index(cfg, sys.argv[3])
 """
@@ -204,7 +204,7 @@ def test_snapshots_that_would_empty_the_table_are_refused_and_restorable(tmp_pat
     v1 = first.table_version
 
     # while another run holds the table, a run is refused at start and the table is untouched
-    from pipelines.writelock import TableLock
+    from logicrank.pipelines.writelock import TableLock
 
     with TableLock(str(db), "docs", "index"), pytest.raises(TableLockedError, match="one writer per table"):
         run_index(_cfg(write_jsonl(tmp_path / "other.jsonl", docs[:5]), db), tmp_path / "r0")
@@ -236,9 +236,8 @@ def test_snapshots_that_would_empty_the_table_are_refused_and_restorable(tmp_pat
     assert DocStore(str(db)).count() == 60
     command = str(exc.value).split("before this run: ")[1]
     assert command == f"logicrank restore --db {db} --table docs --version {v1}"
+    from logicrank.jobs.cli import app
     from typer.testing import CliRunner
-
-    from jobs.cli import app
 
     res = CliRunner().invoke(app, command.split()[1:])
     assert res.exit_code == 0, res.output
@@ -256,7 +255,8 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
     """On one CPU node the default encodes in the driver; `--actors 1` still runs the Ray Data
     pool (what a cluster of several nodes or GPUs runs). Same rows, same hashes, the same
     vectors within the tolerance, the same counts; each manifest says where it encoded."""
-    from jobs.raysession import IN_DRIVER
+    from logicrank.jobs.raysession import IN_DRIVER
+
     from tests.compare import ATOL, RTOL
 
     corpus = write_jsonl(tmp_path / "c.jsonl", docs300[:120])
@@ -291,13 +291,13 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
 def _interrupt_at(monkeypatch, rows: int) -> None:
     """Ctrl-C in the index job once it has read ``rows`` rows: raised from its progress beat
     (``index: N rows read``, after each batch is written or queued), no sleep."""
-    import jobs.index
+    import logicrank.jobs.index
 
     def beat(message: str) -> None:
         if int(message.split()[1]) >= rows:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(jobs.index, "beat", beat)
+    monkeypatch.setattr(logicrank.jobs.index, "beat", beat)
 
 
 def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
@@ -306,11 +306,10 @@ def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
     no word, no manifest, and retrieve read the partial table); `--table-version` reads it on
     purpose. After the rerun completes, an interrupted or failed re-index leaves the complete
     version the one retrieve reads, and it says so."""
+    from logicrank.jobs.cli import app
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
     from typer.testing import CliRunner
-
-    from jobs.cli import app
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
 
     corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300[:200]), tmp_path / "db"
     config = tmp_path / "index.yaml"
@@ -376,7 +375,7 @@ def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
     assert table.version == complete and table.note.startswith(note.replace("retrieve:", "open_table:", 1))
     assert lr.open_table(db, version=left).version == left and lr.open_table(db, version=left).note is None
     # so does ablate (generate opens its table the same way): the revised texts of the partial version are not scored
-    from jobs.ablate import run_ablate
+    from logicrank.jobs.ablate import run_ablate
 
     logical = write_jsonl(tmp_path / "lq.jsonl", [{"_id": "q1", "text": "revised", "logical_query": '"revised"'}])
     (tmp_path / "lq.tsv").write_text(f"query-id\tcorpus-id\tscore\nq1\t{docs300[0]['_id']}\t1\n")
@@ -402,7 +401,7 @@ def test_sigterm_to_an_index_run_with_its_own_ray_stops_it_as_interrupted(tmp_pa
     corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300), tmp_path / "db"
     config = tmp_path / "index.yaml"
     config.write_text(f"corpus: {corpus}\ndb: {db}\nwrite_batch_rows: 32\nray: {{num_cpus: 2, batch_rows: 32}}\n")
-    cmd = [sys.executable, "-c", "from jobs.cli import app; app()", "--stall-timeout", "0", "index", "--config", str(config),
+    cmd = [sys.executable, "-c", "from logicrank.jobs.cli import app; app()", "--stall-timeout", "0", "index", "--config", str(config),
            "--out", str(tmp_path / "run"), "--no-progress"]
     child = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
@@ -428,16 +427,16 @@ def test_vectors_made_by_other_embedding_code_are_made_again(tmp_path, docs300, 
     """The index job follows the cache rule: a stored vector is reused only if the code that
     makes vectors (pipelines/embed.py and what it imports) is the code that made it. Here its
     digest is changed as an edit of that code would change it."""
-    import jobs.index
-    from pipelines.codedigest import code_digest
+    import logicrank.jobs.index
+    from logicrank.pipelines.codedigest import code_digest
 
     corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300[:40]), tmp_path / "db"
     first = run_index(_cfg(corpus, db), tmp_path / "i1")
-    now = code_digest("pipelines.embed")
+    now = code_digest("logicrank.pipelines.embed")
     assert (first.inserted, first.embedded_by) == (40, {"before": None, "now": now})
     assert DocStore(str(db)).embedded_by() == now
     assert run_index(_cfg(corpus, db), tmp_path / "i2").embedded == 0  # the same code: every vector reused
-    monkeypatch.setattr(jobs.index, "code_digest", lambda module: "edited" if module == "pipelines.embed" else code_digest(module))
+    monkeypatch.setattr(logicrank.jobs.index, "code_digest", lambda module: "edited" if module == "logicrank.pipelines.embed" else code_digest(module))
     again = run_index(_cfg(corpus, db), tmp_path / "i3")
     assert (again.updated, again.unchanged, again.embedded) == (40, 0, 40)
     assert again.embedded_by == {"before": now, "now": "edited", "reembedded": 40}

@@ -6,12 +6,11 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-
-from jobs.retrieve import run_retrieve
-from pipelines.config import RetrieveConfig
-from pipelines.methods.itlr import TERM_SCORES
-from pipelines.store import DocStore
-from schemas.tables import RUN
+from logicrank.jobs.retrieve import run_retrieve
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.methods.itlr import TERM_SCORES
+from logicrank.pipelines.store import DocStore
+from logicrank.schemas.tables import RUN
 
 pytestmark = pytest.mark.integration
 
@@ -61,8 +60,7 @@ def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path)
     table's raw BM25 score of a term is the bm25 stage's score of that term as a query; hybrid
     evidence stays in [0, 1]; no LLM, and bm25 needs no encoder."""
     import numpy as np
-
-    from pipelines.sparse import open_index
+    from logicrank.pipelines.sparse import open_index
 
     store = DocStore(str(synthetic / "db"))
     n_docs = store.count()
@@ -87,7 +85,7 @@ def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path)
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for (q, d) in list(e.index)[:7])
                      + f"{e.index[0][0]}\tmissing-doc\t1\nq-none\t{e.index[0][1]}\t1\n")
-    from pipelines.config import RetrieveConfig as Config
+    from logicrank.pipelines.config import RetrieveConfig as Config
 
     listed = run_retrieve(Config(queries=str(synthetic / "syn" / "queries.jsonl"), db=str(synthetic / "db"),
                                  pipelines={"listed": [{"itlr": {"k": 10, "scorer": "bm25", "mode": "listed", "pairs": str(pairs)}}]}), tmp_path / "l")
@@ -112,12 +110,11 @@ def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path)
 def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(synthetic, tmp_path):
     """`logicrank ablate --scorer bm25`: 18 operator families over BM25 evidence in one pass;
     the default family's figure is the itlr stage's (scorer bm25) nDCG@10 on the same queries."""
+    from logicrank.jobs.cli import app
+    from logicrank.pipelines.evaluate.core import evaluate_run
+    from logicrank.pipelines.evaluate.measures import parse_measure
+    from logicrank.pipelines.topics import read_qrels
     from typer.testing import CliRunner
-
-    from jobs.cli import app
-    from pipelines.evaluate.core import evaluate_run
-    from pipelines.evaluate.measures import parse_measure
-    from pipelines.topics import read_qrels
 
     qrels = synthetic / "syn" / "qrels" / "test.tsv"
     res = CliRunner().invoke(app, ["ablate", str(synthetic / "syn" / "queries.jsonl"), str(qrels), "--db", str(synthetic / "db"),
@@ -145,7 +142,7 @@ def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(sy
 
 
 def test_side_tables_of_a_fused_sub_pipeline_are_kept(synthetic, tmp_path):
-    from pipelines.config import RetrieveConfig as Config
+    from logicrank.pipelines.config import RetrieveConfig as Config
 
     cfg = Config(queries=str(synthetic / "syn" / "queries.jsonl"), db=str(synthetic / "db"),
                  pipelines={"fused": [{"rrf": {"k": 5, "of": [[{"itlr": {"k": 10}}], [{"dense": {"k": 10}}]]}}]})
@@ -155,7 +152,7 @@ def test_side_tables_of_a_fused_sub_pipeline_are_kept(synthetic, tmp_path):
     assert scores.schema == TERM_SCORES and scores.num_rows == 32 * 10 * 3
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert "term_scores/fused@1-rrf1.parquet" in manifest["outputs"]
-    from pipelines.stages.registry import stages as registered
+    from logicrank.pipelines.stages.registry import stages as registered
 
     # each stage's name, manual version and code digest (what a rerun check compares)
     assert manifest["inputs"]["stages"] == [[n, v, registered()[n].code()] for n, v in (("dense", 1), ("itlr", 2), ("rrf", 1))]
@@ -169,14 +166,13 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
     rows are the pooled setting's for its four questions, its reranked rows 5-document lists."""
     import numpy as np
     import pytrec_eval
-
-    from jobs import benchmarks
-    from jobs.experiment import load, override, run_experiment
-    from pipelines.embed import Embedder
-    from pipelines.logic.fuzzy import Operators
-    from pipelines.methods.itlr import Calibration, compose, labelled_scores, parse_queries, unique_terms
-    from pipelines.topics import read_queries
-    from schemas.config import EmbedConfig
+    from logicrank.jobs import benchmarks
+    from logicrank.jobs.experiment import load, override, run_experiment
+    from logicrank.pipelines.embed import Embedder
+    from logicrank.pipelines.logic.fuzzy import Operators
+    from logicrank.pipelines.methods.itlr import Calibration, compose, labelled_scores, parse_queries, unique_terms
+    from logicrank.pipelines.topics import read_queries
+    from logicrank.schemas.config import EmbedConfig
 
     families = ("product-sum-reciprocal", "min-max-complement")
     results = {}
@@ -256,10 +252,10 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
 
     # the job the file replaced, from the jobs that remain: decompose, then the presets over its
     # table; the same LLM (greedy), so the same runs
-    from jobs.decompose import run_decompose
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from schemas.config import DecomposeConfig
+    from logicrank.jobs.decompose import run_decompose
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.schemas.config import DecomposeConfig
 
     asked_queries = tmp_path / "llm" / "sample" / "queries.jsonl"
     dec = run_decompose(DecomposeConfig(queries=str(asked_queries), llm=tiny_cfg, methods=("itlr", "reasoning"),
@@ -279,9 +275,8 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
 def test_a_logical_query_that_does_not_parse_is_refused_or_named_through_the_cli(synthetic, tmp_path):
     """The issue's bad forms: refused in one line naming the queries (before any stage runs);
     with --on-parse-error fallback, scored as their whole text and named on the terminal."""
+    from logicrank.jobs.cli import app
     from typer.testing import CliRunner
-
-    from jobs.cli import app
 
     rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:3]]
     bad = {"bad1": "vitamin D AND NOT bone", "bad2": "'vitamin D' AND NOT 'bone'", "bad3": '"vitamin D" -"bone"', "bad4": '"vitamin D" AND NOT'}

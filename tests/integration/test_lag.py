@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from logicrank.schemas.tables import LAG_ANSWERS, LAG_STEPS
 
-from schemas.tables import LAG_ANSWERS, LAG_STEPS
 from tests.compare import close
 from tests.integration.conftest import RAY
 
@@ -22,9 +22,9 @@ SEP = ". "
 @pytest.fixture(scope="module")
 def musique_slice(tmp_path_factory):
     """The first 8 questions, over their gold paragraphs plus the corpus's first 150."""
-    from jobs.index import run_index
-    from pipelines.datasets.qa import to_beir
-    from schemas.config import EmbedConfig, IndexConfig
+    from logicrank.jobs.index import run_index
+    from logicrank.pipelines.datasets.qa import to_beir
+    from logicrank.schemas.config import EmbedConfig, IndexConfig
 
     root = tmp_path_factory.mktemp("musique")
     to_beir("musique", root / "full")
@@ -55,10 +55,10 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
     (or the sub-question as written), the union in the order found."""
     import re
 
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from pipelines.embed import Embedder
-    from pipelines.pipeline import parse_stages
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.embed import Embedder
+    from logicrank.pipelines.pipeline import parse_stages
 
     root, beir, embed, answers, docs = musique_slice
     gold = str(beir / "answers.jsonl")
@@ -92,9 +92,9 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
         assert set(steps_table.column("status").to_pylist()) == {"answered"}
 
     # supporting-paragraph recall through evaluate equals the share of gold paragraphs in the chain
-    from jobs.evaluate import run_evaluate
-    from pipelines.evaluate.report import summary_frame
-    from schemas.config import EvaluateConfig
+    from logicrank.jobs.evaluate import run_evaluate
+    from logicrank.pipelines.evaluate.report import summary_frame
+    from logicrank.schemas.config import EvaluateConfig
 
     metrics = summary_frame(run_evaluate(EvaluateConfig(qrels=str(beir), runs=(str(runs["chain"]),), measures=("R@100",)), tmp_path / "e"))
     run = pq.read_table(runs["chain"]).to_pylist()
@@ -104,12 +104,12 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
 
 
 def test_the_llm_chain_on_the_tiny_model_keeps_every_question_and_its_budget(musique_slice, tiny_cfg, tmp_path):
-    from jobs.evaluate import run_evaluate
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from pipelines.evaluate.report import summary_frame
-    from pipelines.pipeline import parse_stages
-    from schemas.config import EvaluateConfig
+    from logicrank.jobs.evaluate import run_evaluate
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.evaluate.report import summary_frame
+    from logicrank.pipelines.pipeline import parse_stages
+    from logicrank.schemas.config import EvaluateConfig
 
     root, beir, embed, answers, _ = musique_slice
     short = {"decompose_tokens": 64, "answer_tokens": 8, "passage_tokens": 32}

@@ -10,13 +10,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from logicrank.pipelines.llm import prompts
+from logicrank.pipelines.llm.decompose import orlog_schema, parse_output
+from logicrank.pipelines.llm.engine import Constraint, Engine, LLMClient
+from logicrank.pipelines.logic.grammar import to_gbnf
+from logicrank.pipelines.logic.query import parse
+from logicrank.schemas.config import DecomposeConfig
 
-from pipelines.llm import prompts
-from pipelines.llm.decompose import orlog_schema, parse_output
-from pipelines.llm.engine import Constraint, Engine, LLMClient
-from pipelines.logic.grammar import to_gbnf
-from pipelines.logic.query import parse
-from schemas.config import DecomposeConfig
 from tests.conftest import write_jsonl
 from tests.integration.conftest import RAY
 
@@ -107,7 +107,7 @@ def _decompose_cfg(tmp_path, tiny_cfg, n, **kw) -> DecomposeConfig:
 
 
 def test_decompose_job_conserves_rows_and_counts_fallbacks(tmp_path, tiny_cfg):
-    from jobs.decompose import run_decompose
+    from logicrank.jobs.decompose import run_decompose
 
     cfg = _decompose_cfg(tmp_path, tiny_cfg, 10, constrained=False)
     s = run_decompose(cfg, tmp_path / "free")
@@ -131,7 +131,7 @@ def test_decompose_job_conserves_rows_and_counts_fallbacks(tmp_path, tiny_cfg):
 
 
 def test_constrained_decompose_then_rerun_from_cache(tmp_path, tiny_cfg):
-    from jobs.decompose import run_decompose
+    from logicrank.jobs.decompose import run_decompose
 
     cfg = _decompose_cfg(tmp_path, tiny_cfg, 8, methods=("itlr", "orlog"))
     first = run_decompose(cfg, tmp_path / "a")
@@ -148,9 +148,9 @@ def test_constrained_decompose_then_rerun_from_cache(tmp_path, tiny_cfg):
 
 
 def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, synthetic):
-    from jobs.decompose import run_decompose
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
+    from logicrank.jobs.decompose import run_decompose
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
 
     queries = synthetic / "syn" / "queries.jsonl"
     cfg = DecomposeConfig(
@@ -172,9 +172,9 @@ def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, syn
 
 
 def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg, synthetic):
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from schemas.tables import DECOMPOSITIONS, PREDICATE_SCORES
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.schemas.tables import DECOMPOSITIONS, PREDICATE_SCORES
 
     queries = synthetic / "syn" / "queries.jsonl"
     qids = [json.loads(line)["_id"] for line in queries.read_text().splitlines()][:6]
@@ -218,8 +218,8 @@ def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg,
 def test_reasoner_over_a_dense_base_then_a_retriever_that_needs_the_llm_pools_cpus(tmp_path, tiny_cfg, synthetic):
     """Two engines take both of the cluster's CPUs; the bm25 pipeline after the reasoner needs
     one for its retrieval actor: the LLM pool gives its CPUs back instead of the job hanging."""
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
 
     rows = (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:2]
     write_jsonl(tmp_path / "q.jsonl", [json.loads(r) for r in rows])
@@ -233,9 +233,8 @@ def test_reasoner_over_a_dense_base_then_a_retriever_that_needs_the_llm_pools_cp
 
 
 def test_a_scoring_pool_too_big_for_the_cluster_fails_fast(tmp_path, tiny_dir, synthetic):
+    from logicrank.jobs.cli import app
     from typer.testing import CliRunner
-
-    from jobs.cli import app
 
     rows = (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:1]
     write_jsonl(tmp_path / "q.jsonl", [json.loads(r) for r in rows])
@@ -250,9 +249,9 @@ def test_a_scoring_pool_too_big_for_the_cluster_fails_fast(tmp_path, tiny_dir, s
 
 def test_orlog_with_problog_as_the_reasoner_gives_the_compiled_posteriors(tmp_path, tiny_cfg, synthetic):
     """The reference reasoner on the same predicate scores (served from the LLM cache on the second run)."""
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from schemas.tables import DECOMPOSITIONS
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.schemas.tables import DECOMPOSITIONS
 
     rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:3]]
     write_jsonl(tmp_path / "q.jsonl", rows)
@@ -295,7 +294,7 @@ def test_an_llm_job_prints_only_its_own_progress_and_summary(tiny_dir, tmp_path)
     queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": f"question {i} about cells"}) + "\n" for i in range(4)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VLLM_", "TORCH_", "TQDM_", "LOGICRANK_VERBOSE"))}
     res = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "decompose", str(queries), "--model", str(tiny_dir), "--method", "reasoning",
+        [sys.executable, "-m", "logicrank.jobs.cli", "decompose", str(queries), "--model", str(tiny_dir), "--method", "reasoning",
          "--cache", "none", "--out", str(tmp_path / "d")],
         capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[2], timeout=400,
     )

@@ -16,13 +16,12 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-
-from jobs.nightly import EXIT_REGRESSION, EXIT_STOPPED, NightlyError, run_at, run_nightly
-from jobs.nightly_config import NightlyConfig
-from jobs.nightly_demo import changed, corrupted, read_docs, relevant_ids, write_jsonl
-from pipelines.datasets import scifact
-from pipelines.store import DocStore
-from pipelines.writelock import TableLock
+from logicrank.jobs.nightly import EXIT_REGRESSION, EXIT_STOPPED, NightlyError, run_at, run_nightly
+from logicrank.jobs.nightly_config import NightlyConfig
+from logicrank.jobs.nightly_demo import changed, corrupted, read_docs, relevant_ids, write_jsonl
+from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.writelock import TableLock
 
 ROOT = Path(__file__).resolve().parents[2]
 D1, D2, D3, D4 = "2026-11-20", "2026-11-21", "2026-11-22", "2026-11-23"
@@ -106,7 +105,7 @@ def three_nights(world, ray_cluster):
     write_jsonl(snapshots[D2], root / "corpus.jsonl")
     address = ray_cluster.get_runtime_context().gcs_address
     spec = cfg.model_copy(update={"index": cfg.index.model_copy(update={"ray": cfg.index.ray.model_copy(update={"address": address})})})
-    child = ("import sys; from jobs.nightly import run_nightly; from jobs.nightly_config import NightlyConfig; "
+    child = ("import sys; from logicrank.jobs.nightly import run_nightly; from logicrank.jobs.nightly_config import NightlyConfig; "
              "run_nightly(NightlyConfig.model_validate_json(sys.argv[1]), sys.argv[2])")
     proc = subprocess.Popen([sys.executable, "-c", child, spec.model_dump_json(), D2], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -227,7 +226,7 @@ def test_a_refused_reindex_stops_the_night_and_keeps_the_served_version(world, t
 def test_a_crash_is_alerted_and_a_rerun_finishes_the_night(world, three_nights, monkeypatch):
     """The report of night 3 fails once: its regression alert is not sent again (it was
     delivered), a 'failed' alert naming the step is; the next rerun finishes the night."""
-    from jobs import nightly
+    from logicrank.jobs import nightly
 
     root, cfg, _, received = world
     before = len(received)

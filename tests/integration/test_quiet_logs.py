@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = """
 import sys, threading, time
 from pathlib import Path
-from jobs.raysession import ray_session, verbose
-from schemas.config import RayConfig
+from logicrank.jobs.raysession import ray_session, verbose
+from logicrank.schemas.config import RayConfig
 
 class Seen:
     \"\"\"The driver's stderr, watched: Ray prints what it forwards there.\"\"\"

@@ -8,14 +8,14 @@ import pyarrow as pa
 import pyarrow.compute
 import pyarrow.parquet as pq
 import pytest
+from logicrank.jobs.cli import app
+from logicrank.jobs.evaluate import run_evaluate
+from logicrank.jobs.retrieve import run_retrieve
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.schemas.config import EvaluateConfig
+from logicrank.schemas.tables import RUN
 from typer.testing import CliRunner
 
-from jobs.cli import app
-from jobs.evaluate import run_evaluate
-from jobs.retrieve import run_retrieve
-from pipelines.config import RetrieveConfig
-from schemas.config import EvaluateConfig
-from schemas.tables import RUN
 from tests.compare import assert_runs_close
 from tests.conftest import write_jsonl
 
@@ -137,12 +137,12 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(indexed, tmp_pat
         assert len(res.output.strip().splitlines()) == 1, res.output  # one line, not a pydantic dump
 
     # an internal bug is not dressed up as a user error: its exception (and traceback) reaches the user
-    import jobs.retrieve
+    import logicrank.jobs.retrieve
 
     def broken(*args, **kwargs):
         raise ValueError("an internal bug")
 
-    monkeypatch.setattr(jobs.retrieve, "run_retrieve", broken)
+    monkeypatch.setattr(logicrank.jobs.retrieve, "run_retrieve", broken)
     res = runner.invoke(app, ["retrieve", str(indexed / "queries.jsonl"), "--db", str(indexed / "db")])
     assert res.exit_code == 1 and isinstance(res.exception, ValueError)
 
@@ -157,7 +157,7 @@ def test_default_output_is_the_jobs_own(tmp_path, docs300):
 
     corpus = write_jsonl(tmp_path / "c.jsonl", docs300[:20])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VLLM_", "LOGICRANK_VERBOSE"))}
-    cli = [sys.executable, "-m", "jobs.cli"]
+    cli = [sys.executable, "-m", "logicrank.jobs.cli"]
     cwd = Path(__file__).resolve().parents[2]
     for name, placement in [("driver", []), ("pool", ["--actors", "1"])]:  # the default here, and the Ray Data pool
         quiet = subprocess.run([*cli, "index", str(corpus), "--db", str(tmp_path / f"db-{name}"), "--out", str(tmp_path / name), "--no-progress",
@@ -186,7 +186,7 @@ def test_evaluate_tells_the_terminal_about_missing_queries_and_skips(indexed, tm
 def test_pipelines_share_prefixes_and_a_rerun_reuses_unchanged_stages(indexed, tmp_path):
     """A pipelines file through the CLI: dense and bm25 are computed once for three pipelines;
     a rerun that changes only the fusion reruns only the fusion."""
-    from schemas.config import RayConfig
+    from logicrank.schemas.config import RayConfig
 
     spec = {"dense": ["dense"], "bm25": ["bm25"], "hybrid": [{"rrf": {"k": 20, "of": [["dense"], ["bm25"]]}}]}
     f = tmp_path / "p.yaml"

@@ -8,9 +8,9 @@ import re
 
 import pyarrow.parquet as pq
 import pytest
+from logicrank.pipelines.methods import rules
+from logicrank.schemas.tables import INDUCED_RULES, RERANK_WINDOWS
 
-from pipelines.methods import rules
-from schemas.tables import INDUCED_RULES, RERANK_WINDOWS
 from tests.integration.conftest import RAY
 
 pytestmark = pytest.mark.integration
@@ -40,9 +40,9 @@ OUTPUTS = ["Alice can feed Tom.", "Bob needs to use his laptop.", "Sarah can imi
 
 @pytest.fixture(scope="module")
 def rulebase(tmp_path_factory):
-    from jobs.index import run_index
-    from pipelines.datasets.rulebench import to_beir
-    from schemas.config import IndexConfig
+    from logicrank.jobs.index import run_index
+    from logicrank.pipelines.datasets.rulebench import to_beir
+    from logicrank.schemas.config import IndexConfig
 
     root = tmp_path_factory.mktemp("rules")
     (root / "ulogic").mkdir()
@@ -54,9 +54,9 @@ def rulebase(tmp_path_factory):
 
 
 def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutation(rulebase, tiny_cfg, tmp_path):
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from pipelines.pipeline import parse_stages
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.pipeline import parse_stages
 
     siar = {"siar": {"mode": "rule+query", "max_tokens": 48}}
     pipelines = {
@@ -128,11 +128,10 @@ def test_bench_rules_is_rulebench_siar_yaml_with_its_options(rulebase, tiny_cfg,
     the given set and sample, R3 over the top r3_n: its vanilla rows equal
     rulebench-vanilla.yaml's on the same sample, and R3 only reorders what SIAR retrieved (the
     same R@20 as its first stage)."""
+    from logicrank.jobs import benchmarks
+    from logicrank.jobs.cli import app
+    from logicrank.jobs.experiment import load, override, run_experiment
     from typer.testing import CliRunner
-
-    from jobs import benchmarks
-    from jobs.cli import app
-    from jobs.experiment import load, override, run_experiment
 
     exp = benchmarks.rules(rulebase / "ulogic", sample=3, seed=1, r3_n=4)
     assert exp.references == () and (exp.dataset.sample, exp.dataset.seed) == (3, 1)
@@ -160,9 +159,9 @@ def test_the_reasoning_table_answers_with_no_rule_the_gold_rule_and_each_runs_to
     """rulebench-reasoning.yaml (bench-rules --reasoning) end to end: every row answers every
     query once, with the rules its row promises (none; the gold rule; the top 1 of its run),
     and the EM the report prints is the exact match of those answers with the set's outputs."""
-    from jobs import benchmarks
-    from jobs.experiment import run_experiment
-    from pipelines.evaluate.qa import exact_match
+    from logicrank.jobs import benchmarks
+    from logicrank.jobs.experiment import run_experiment
+    from logicrank.pipelines.evaluate.qa import exact_match
 
     res = run_experiment(benchmarks.reasoning(rulebase / "ulogic"), tmp_path / "reason", llm=tiny_cfg, ray=RAY, progress=False)
     assert list(res.summary.index) == ["no-rule", "gold-rule", "vanilla-top1", "siar-top1", "siar-r3-top1"]

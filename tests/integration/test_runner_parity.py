@@ -10,19 +10,19 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from logicrank.jobs.retrieve import run_retrieve
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.embed import Embedder
+from logicrank.pipelines.evaluate.core import evaluate_run
+from logicrank.pipelines.evaluate.measures import parse_measures
+from logicrank.pipelines.pipeline import Pipeline
+from logicrank.pipelines.runner import StageCache
+from logicrank.pipelines.stages import Context
+from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.topics import read_qrels, read_queries
+from logicrank.schemas.config import EmbedConfig
+from logicrank.schemas.tables import METRICS, RUN
 
-from jobs.retrieve import run_retrieve
-from pipelines.config import RetrieveConfig
-from pipelines.embed import Embedder
-from pipelines.evaluate.core import evaluate_run
-from pipelines.evaluate.measures import parse_measures
-from pipelines.pipeline import Pipeline
-from pipelines.runner import StageCache
-from pipelines.stages import Context
-from pipelines.store import DocStore
-from pipelines.topics import read_qrels, read_queries
-from schemas.config import EmbedConfig
-from schemas.tables import METRICS, RUN
 from tests.compare import assert_runs_close, assert_tables_close
 from tests.integration.conftest import RAY
 

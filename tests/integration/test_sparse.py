@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from logicrank.pipelines import sparse
+from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.embed import to_fixed_size_list
+from logicrank.pipelines.store import DocStore
 
-from pipelines import sparse
-from pipelines.datasets import scifact
-from pipelines.embed import to_fixed_size_list
-from pipelines.store import DocStore
 from tests.compare import assert_ranking_close
 
 pytestmark = pytest.mark.integration
@@ -101,7 +101,7 @@ def test_engine_scores_equal_lancedb_on_rules_with_repeated_query_terms(tmp_path
     queries += [" ".join(rng.choice(WORDS, size=12)) for _ in range(40)]  # repeats by chance
     assert _assert_same_as_lancedb(store, store.bm25_index(), queries, 10) >= 40
     # and the whole product path: the bm25 method's run equals one query at a time through LanceDB
-    from pipelines.methods.bm25 import bm25
+    from logicrank.pipelines.methods.bm25 import bm25
 
     run = bm25(pa.table({"query_id": [f"q{i}" for i in range(len(queries))], "text": queries}), store, 10)
     for i, q in enumerate(queries):
@@ -229,7 +229,7 @@ def test_ties_rank_by_doc_id_descending_as_runs_do(tmp_path):
     docs = [{"_id": f"t{i:02d}", "title": None, "text": "dog owner feeds the dog"} for i in range(12)]
     docs += [{"_id": f"o{i}", "title": None, "text": f"cat number {i} runs"} for i in range(30)]
     store = _store(tmp_path / "db", docs)
-    from pipelines.methods.bm25 import bm25
+    from logicrank.pipelines.methods.bm25 import bm25
 
     run = bm25(pa.table({"query_id": ["q"], "text": ["dog owner"]}), store, 5)
     assert run.column("doc_id").to_pylist() == ["t11", "t10", "t09", "t08", "t07"]
@@ -271,7 +271,7 @@ def test_the_compiled_search_equals_the_sparse_product_with_ties_by_doc_id_desce
 
 SEARCH_FIRST = (
     "import numpy as np, scipy.sparse as sp\n"
-    "from pipelines import sparse\n"
+    "from logicrank.pipelines import sparse\n"
     "w = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32))\n"
     "q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))\n"
     "keys, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data,\n"
@@ -293,8 +293,8 @@ def test_a_vllm_engine_starts_in_a_process_that_loaded_numba_first(before, tiny_
     before an LLM engine starts)."""
     child = before + (
         "import sys\n"
-        "from pipelines.llm.engine import Engine\n"
-        "from schemas.config import LLMConfig\n"
+        "from logicrank.pipelines.llm.engine import Engine\n"
+        "from logicrank.schemas.config import LLMConfig\n"
         "engine = Engine(LLMConfig.model_validate_json(sys.argv[1]))\n"
         "assert len(engine.generate(['hello'], max_tokens=4, temperature=0.0, seed=0)) == 1\n"
     )

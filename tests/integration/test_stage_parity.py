@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from logicrank.jobs.retrieve import run_retrieve
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.pipeline import build
+from logicrank.pipelines.stages import Context
+from logicrank.pipelines.stages.fusion import RRFOptions
+from logicrank.schemas.config import LLMConfig
 
-from jobs.retrieve import run_retrieve
-from pipelines.config import RetrieveConfig
-from pipelines.pipeline import build
-from pipelines.stages import Context
-from pipelines.stages.fusion import RRFOptions
-from schemas.config import LLMConfig
 from tests.compare import assert_runs_close, assert_tables_close
 from tests.conftest import write_jsonl
 from tests.data.parity.make_reference import build_docs300, hand_decompositions

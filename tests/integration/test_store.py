@@ -5,9 +5,8 @@ from datetime import timedelta
 import numpy as np
 import pyarrow as pa
 import pytest
-
-from pipelines.embed import to_fixed_size_list
-from pipelines.store import DocStore, StoreError
+from logicrank.pipelines.embed import to_fixed_size_list
+from logicrank.pipelines.store import DocStore, StoreError
 
 pytestmark = pytest.mark.integration
 
@@ -122,7 +121,7 @@ def test_readers_read_the_last_version_a_completed_run_finished(store):
     """The completion mark (pipelines/store/versions.py): none yet is refused in one line; a
     newer version left by a run that did not finish is passed over, and the line says so;
     `--table-version` (readable's version) reads any version on purpose."""
-    from pipelines.store.versions import COMPLETE_TAG
+    from logicrank.pipelines.store.versions import COMPLETE_TAG
 
     def open_readable(uri, name, version, job):
         return DocStore(uri, name).readable(version, job)
@@ -179,7 +178,7 @@ def test_stored_hashes_are_looked_up_per_batch_in_the_version_a_run_started_from
     actor opens itself; every stored id in batches, for the anti-join."""
     import pickle
 
-    from pipelines.indexing import StoredHashes
+    from logicrank.pipelines.indexing import StoredHashes
 
     s, _ = store
     lookup = StoredHashes(s.uri, s.name, s.version)
@@ -219,7 +218,7 @@ def test_the_ann_index_is_built_only_when_asked_and_then_updated_in_place(ann_st
     rows become a small delta index (never a rebuild), the deltas are merged past
     MAX_DELTAS (never into the first index), a missing index is built alone, and a
     rebuild happens when asked."""
-    from pipelines.store import writing
+    from logicrank.pipelines.store import writing
 
     s = ann_store
     first = s.maintain(None, timedelta(days=1))
@@ -251,7 +250,7 @@ def test_compaction_merges_the_small_fragments_and_leaves_a_big_one_that_lost_a_
     """A re-index replaces rows of the big fragment: at Lance's default target (1M rows) that
     fragment fell under it, and once it shared its indexes with a small one (after a
     rebuild), the next run rewrote it whole with them; now only small fragments merge."""
-    from pipelines.store import writing
+    from logicrank.pipelines.store import writing
 
     monkeypatch.setattr(writing, "COMPACT_TARGET_ROWS", 100)
     s = ann_store

@@ -34,9 +34,9 @@ K = 100
 
 
 def _table(db: Path):
-    from pipelines.datasets import scifact
-    from pipelines.embed import to_fixed_size_list
-    from pipelines.store import DocStore
+    from logicrank.pipelines.datasets import scifact
+    from logicrank.pipelines.embed import to_fixed_size_list
+    from logicrank.pipelines.store import DocStore
 
     with gzip.open(scifact().corpus, "rt", encoding="utf-8") as f:
         docs = [json.loads(line) for line in f]
@@ -60,12 +60,11 @@ def main() -> None:
     threadpool_limits(limits=1)
     import bm25s
     import Stemmer
-
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from pipelines.datasets import scifact
-    from pipelines.methods.bm25 import bm25
-    from schemas.config import RayConfig
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.datasets import scifact
+    from logicrank.pipelines.methods.bm25 import bm25
+    from logicrank.schemas.config import RayConfig
 
     work = Path(tempfile.mkdtemp(prefix="bm25-stage-"))
     try:

@@ -30,10 +30,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from jobs.index import run_index  # noqa: E402
-from pipelines.datasets import scifact  # noqa: E402
-from pipelines.embed import Embedder, document_text  # noqa: E402
-from schemas.config import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
+from logicrank.jobs.index import run_index  # noqa: E402
+from logicrank.pipelines.datasets import scifact  # noqa: E402
+from logicrank.pipelines.embed import Embedder, document_text  # noqa: E402
+from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
+
 from tests.perf.report import write_report  # noqa: E402
 
 

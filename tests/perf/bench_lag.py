@@ -26,18 +26,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from jobs.experiment import load  # noqa: E402
-from jobs.index import run_index  # noqa: E402
-from jobs.raysession import ray_session  # noqa: E402
-from pipelines.datasets.qa import to_beir  # noqa: E402
-from pipelines.embed import Embedder  # noqa: E402
-from pipelines.files import write_text_atomic  # noqa: E402
-from pipelines.llm import prompts  # noqa: E402
-from pipelines.stages import Context  # noqa: E402
-from pipelines.stages.lag import Lag, LagOptions  # noqa: E402
-from pipelines.store import DocStore  # noqa: E402
-from pipelines.topics import read_queries  # noqa: E402
-from schemas.config import EmbedConfig, IndexConfig, LLMConfig, RayConfig  # noqa: E402
+from logicrank.jobs.experiment import load  # noqa: E402
+from logicrank.jobs.index import run_index  # noqa: E402
+from logicrank.jobs.raysession import ray_session  # noqa: E402
+from logicrank.pipelines.datasets.qa import to_beir  # noqa: E402
+from logicrank.pipelines.embed import Embedder  # noqa: E402
+from logicrank.pipelines.files import write_text_atomic  # noqa: E402
+from logicrank.pipelines.llm import prompts  # noqa: E402
+from logicrank.pipelines.stages import Context  # noqa: E402
+from logicrank.pipelines.stages.lag import Lag, LagOptions  # noqa: E402
+from logicrank.pipelines.store import DocStore  # noqa: E402
+from logicrank.pipelines.topics import read_queries  # noqa: E402
+from logicrank.schemas.config import EmbedConfig, IndexConfig, LLMConfig, RayConfig  # noqa: E402
+
 from tests.perf.report import write_report  # noqa: E402
 
 
@@ -71,7 +72,7 @@ def main() -> None:
     rows = (work / "beir" / "queries.jsonl").read_text(encoding="utf-8").splitlines()[: args.questions]
     queries = read_queries(write_text_atomic("\n".join(rows) + "\n", work / "queries.jsonl"))
     with ray_session(ray):
-        from jobs.llm_service import LLMService
+        from logicrank.jobs.llm_service import LLMService
 
         run_index(IndexConfig(corpus=str(work / "beir" / "corpus.jsonl"), db=str(work / "db"), embed=embed, ray=ray), work / "index", progress=False)
         llm = LLMService(LLMConfig(cache=None, cpus_per_actor=float(cpus)))

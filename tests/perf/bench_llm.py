@@ -28,10 +28,11 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pipelines.datasets import scifact  # noqa: E402
-from pipelines.llm import prompts  # noqa: E402
-from pipelines.llm.models import resolve  # noqa: E402
-from schemas.config import LLMConfig, RayConfig  # noqa: E402
+from logicrank.pipelines.datasets import scifact  # noqa: E402
+from logicrank.pipelines.llm import prompts  # noqa: E402
+from logicrank.pipelines.llm.models import resolve  # noqa: E402
+from logicrank.schemas.config import LLMConfig, RayConfig  # noqa: E402
+
 from tests.perf.report import write_report  # noqa: E402
 
 STATEMENTS = ["{t} reports a clinical trial", "{t} is about cancer", "{t} studies mice", "{t} is a review article"]
@@ -52,7 +53,7 @@ def _prompts(n_docs: int) -> pa.Table:
 
 def _startup(cfg: LLMConfig) -> float:
     code = (
-        "import json,sys; from schemas.config import LLMConfig; from pipelines.llm.engine import Engine; "
+        "import json,sys; from logicrank.schemas.config import LLMConfig; from logicrank.pipelines.llm.engine import Engine; "
         f"e=Engine(LLMConfig.model_validate_json({cfg.model_dump_json()!r})).start(); print(json.dumps(e.startup_s))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
@@ -76,8 +77,8 @@ def main() -> None:
     texts = [template.render(context=c, statement=s) for c, s in zip(table.column("context").to_pylist(), table.column("statement").to_pylist(), strict=True)]
 
     # (1) the job's LLM service on Ray, end to end (Ray, actor and engine start included)
-    from jobs.llm_service import LLMService, truth_table
-    from jobs.raysession import ray_session
+    from logicrank.jobs.llm_service import LLMService, truth_table
+    from logicrank.jobs.raysession import ray_session
 
     t = time.perf_counter()
     with ray_session(RayConfig(num_cpus=cpus)):
@@ -88,7 +89,7 @@ def main() -> None:
     ray_s = time.perf_counter() - t
 
     # (2) the same engine in process, after start-up (the steady state of a long job)
-    from pipelines.llm.engine import Engine
+    from logicrank.pipelines.llm.engine import Engine
 
     engine = Engine(cfg, resolved).start()
     t = time.perf_counter()

@@ -61,7 +61,7 @@ def _vectors(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
 
 
 def _rows(rng: np.random.Generator, ids: list[str], dim: int, texts: list[str] | None = None) -> pa.Table:
-    from pipelines.embed import to_fixed_size_list
+    from logicrank.pipelines.embed import to_fixed_size_list
 
     n = len(ids)
     texts = texts if texts is not None else _texts(rng, n)
@@ -70,8 +70,8 @@ def _rows(rng: np.random.Generator, ids: list[str], dim: int, texts: list[str] |
 
 
 def reindex(n: int, ann: str, work: Path, dim: int = DIM, like_bench_scale: bool = False) -> dict:
-    from pipelines import sparse
-    from pipelines.store import DocStore
+    from logicrank.pipelines import sparse
+    from logicrank.pipelines.store import DocStore
 
     db = work / f"db-{n}-{ann}"
     shutil.rmtree(db, ignore_errors=True)
@@ -115,7 +115,7 @@ def reindex(n: int, ann: str, work: Path, dim: int = DIM, like_bench_scale: bool
 # -- the driver's change detection ---------------------------------------------------
 def _diff_table(n: int, work: Path) -> str:
     """A table of ``n`` ids, hashes and 4-dimensional vectors, indexed as the job leaves it (made once)."""
-    from pipelines.store import DocStore
+    from logicrank.pipelines.store import DocStore
 
     db = work / f"diff-db-{n}"
     if (db / "done").exists():
@@ -135,7 +135,7 @@ def _diff_table(n: int, work: Path) -> str:
 
 def _snapshot(n: int, batch_rows: int = 512):
     """PARSED batches of the snapshot: ids 0..n (every 200th gone, every 100th changed), then n/200 new ones."""
-    from pipelines.corpus import PARSED
+    from logicrank.pipelines.corpus import PARSED
 
     def numbers():  # made batch by batch: the generator holds no list of the snapshot's ids
         part = []
@@ -181,9 +181,9 @@ def diff_child(n: int, work: Path) -> dict:
     """Run the job's change detection over the synthetic snapshot (this process: one size)."""
     import tempfile
 
-    from pipelines import indexing
-    from pipelines.store import DocStore
-    from schemas.config import EmbedConfig
+    from logicrank.pipelines import indexing
+    from logicrank.pipelines.store import DocStore
+    from logicrank.schemas.config import EmbedConfig
 
     store = DocStore(_diff_table(n, work))
     store.count()

@@ -41,18 +41,19 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from jobs.index import run_index  # noqa: E402
-from jobs.retrieve import run_retrieve  # noqa: E402
-from pipelines.config import RetrieveConfig  # noqa: E402
-from pipelines.datasets import scifact  # noqa: E402
-from pipelines.embed import Embedder  # noqa: E402
-from pipelines.evaluate.core import evaluate_run  # noqa: E402
-from pipelines.evaluate.measures import parse_measures  # noqa: E402
-from pipelines.methods.ranking import rank_pairs  # noqa: E402
-from pipelines.store import DocStore  # noqa: E402
-from pipelines.topics import read_qrels  # noqa: E402
-from schemas.config import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
-from schemas.tables import AGGREGATE_QUERY_ID  # noqa: E402
+from logicrank.jobs.index import run_index  # noqa: E402
+from logicrank.jobs.retrieve import run_retrieve  # noqa: E402
+from logicrank.pipelines.config import RetrieveConfig  # noqa: E402
+from logicrank.pipelines.datasets import scifact  # noqa: E402
+from logicrank.pipelines.embed import Embedder  # noqa: E402
+from logicrank.pipelines.evaluate.core import evaluate_run  # noqa: E402
+from logicrank.pipelines.evaluate.measures import parse_measures  # noqa: E402
+from logicrank.pipelines.methods.ranking import rank_pairs  # noqa: E402
+from logicrank.pipelines.store import DocStore  # noqa: E402
+from logicrank.pipelines.topics import read_qrels  # noqa: E402
+from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
+from logicrank.schemas.tables import AGGREGATE_QUERY_ID  # noqa: E402
+
 from tests.perf.report import write_report  # noqa: E402
 
 K = 100
@@ -136,7 +137,7 @@ def main() -> None:
         print(rows[-1], flush=True)
 
     # -- logicrank's BM25 engine in this process, warm as bm25s numba is ---------------
-    from pipelines.methods.bm25 import bm25
+    from logicrank.pipelines.methods.bm25 import bm25
 
     store = DocStore(db)
     open_s, _ = _timed(lambda: store.bm25_index().search(texts[:10], K))  # the index opened, the loop loaded

@@ -110,8 +110,8 @@ def _embedded(path: Path, texts: list[str], encoder: list) -> np.ndarray:
         if len(v) == len(texts):
             return v
     if not encoder:
-        from pipelines.embed import Embedder
-        from schemas.config import EmbedConfig
+        from logicrank.pipelines.embed import Embedder
+        from logicrank.schemas.config import EmbedConfig
 
         encoder.append(Embedder(EmbedConfig(backend="openvino")))
     t = time.perf_counter()
@@ -133,8 +133,7 @@ def _batches(n: int, seed: int, data: dict, rows: int = 100_000, dim: int | None
     """Record batches of the passages (doc_id, title, text, ..., vector); ``dim``: keep the
     vectors' first ``dim`` dimensions (renormalised)."""
     import pyarrow as pa
-
-    from pipelines.embed import to_fixed_size_list
+    from logicrank.pipelines.embed import to_fixed_size_list
 
     sents, owner, titles, pool = data["sentences"], data["owner"], data["titles"], data["pool"]
     rng = np.random.default_rng(seed + 1)
@@ -174,7 +173,7 @@ def _child(args) -> dict:
     work = Path(args.work)
     data = _load_data(work)
     db = str(work / f"db-{args.size}")
-    from pipelines.store import DocStore
+    from logicrank.pipelines.store import DocStore
 
     step, n = args.step, args.size
     queries, qvec = data["queries"], data["qvec"]
@@ -185,8 +184,8 @@ def _child(args) -> dict:
 
         shutil.rmtree(db, ignore_errors=True)
         s = DocStore(db)
-        from pipelines.embed import model_id
-        from schemas.config import EmbedConfig
+        from logicrank.pipelines.embed import model_id
+        from logicrank.schemas.config import EmbedConfig
 
         # MiniLM's space (sentence means + noise): retrieve encodes queries with the bundled encoder into it (shards-equal)
         s.open_or_create(_table_dim(n, data), model_id(EmbedConfig()) if _table_dim(n, data) == data["pool"].shape[1] else "bench-scale (MiniLM sentence means + noise, cut)")
@@ -205,7 +204,7 @@ def _child(args) -> dict:
             return {"skipped": "an option now (index --ann), not built by default; its build grows faster than the corpus (648 s at 1M)"}
         out["index"] = DocStore(db).build_ann()
     elif step == "bm25-build":
-        from pipelines import sparse
+        from logicrank.pipelines import sparse
 
         s = DocStore(db)
         root = sparse.index_root(s)
@@ -215,7 +214,7 @@ def _child(args) -> dict:
         done = sparse.update_index(s)
         out.update(done)
     elif step == "reindex-1%":
-        from pipelines import sparse
+        from logicrank.pipelines import sparse
 
         s = DocStore(db)
         m = max(1, n // 100)
@@ -223,8 +222,7 @@ def _child(args) -> dict:
         rows = np.sort(rng.choice(n, m, replace=False))
         old = s.table.to_lance().take(rows).to_pydict()
         import pyarrow as pa
-
-        from pipelines.embed import to_fixed_size_list
+        from logicrank.pipelines.embed import to_fixed_size_list
 
         vec = np.asarray(old["vector"], np.float32) + rng.normal(0, 0.02, size=(m, s.dim)).astype(np.float32)
         vec /= np.linalg.norm(vec, axis=1, keepdims=True)
@@ -253,8 +251,7 @@ def _child(args) -> dict:
         out["changed"] = m
     elif step == "bm25":
         import pyarrow as pa
-
-        from pipelines.methods.bm25 import bm25
+        from logicrank.pipelines.methods.bm25 import bm25
 
         s = DocStore(db)
         t = time.perf_counter()
@@ -311,8 +308,8 @@ def _child(args) -> dict:
     elif step in ("dense", "dense-f16"):
         import shutil
 
-        from pipelines import vectors
-        from pipelines.methods.dense import exact_top_k
+        from logicrank.pipelines import vectors
+        from logicrank.pipelines.methods.dense import exact_top_k
 
         precision = "float16" if step == "dense-f16" else "float32"
         if n > F16_FROM and precision == "float32":
@@ -351,8 +348,7 @@ def _child(args) -> dict:
         out.update(_shards_equal(work, db, n, data))
     elif step == "dense-ann":
         import pyarrow.parquet as pq
-
-        from pipelines.methods.dense import REFINE_FACTOR
+        from logicrank.pipelines.methods.dense import REFINE_FACTOR
 
         s = DocStore(db)
         if not s.has_ann_index():
@@ -394,8 +390,7 @@ def _child(args) -> dict:
         out["qps"] = len(queries) / out["search_s"]
     elif step == "hybrid":
         import pyarrow.parquet as pq
-
-        from pipelines.methods.hybrid import rrf
+        from logicrank.pipelines.methods.hybrid import rrf
 
         a, b = pq.read_table(work / f"run-bm25-{n}.parquet"), pq.read_table(work / f"run-dense-{n}.parquet")
         t = time.perf_counter()
@@ -404,9 +399,8 @@ def _child(args) -> dict:
         out["qps"] = len(queries) / out["search_s"]
     elif step in ("itlr-exact", "itlr-ann"):
         import pyarrow.parquet as pq
-
-        from pipelines.logic.fuzzy import Operators
-        from pipelines.methods.itlr import Calibration, ann_candidates, score_candidates, score_exact
+        from logicrank.pipelines.logic.fuzzy import Operators
+        from logicrank.pipelines.methods.itlr import Calibration, ann_candidates, score_candidates, score_exact
 
         s = DocStore(db)
         parsed, terms, T = _logic_queries(data, args.seed)
@@ -433,10 +427,10 @@ def _child(args) -> dict:
             out["recall@10"] = float(np.mean([len(truth[q] & found.get(q, set())) / len(truth[q]) for q in truth.index]))
         out["qps"] = len(parsed) / out["search_s"]
     elif step == "itlr-bm25":
-        from pipelines.logic.fuzzy import Operators
-        from pipelines.logic.query import relabel
-        from pipelines.methods.evidence import BM25Evidence, calibrate_evidence
-        from pipelines.methods.itlr import LogicalQuery, score_exact, unique_terms
+        from logicrank.pipelines.logic.fuzzy import Operators
+        from logicrank.pipelines.logic.query import relabel
+        from logicrank.pipelines.methods.evidence import BM25Evidence, calibrate_evidence
+        from logicrank.pipelines.methods.itlr import LogicalQuery, score_exact, unique_terms
 
         s = DocStore(db)
         parsed, slots, _ = _logic_queries(data, args.seed)
@@ -462,9 +456,8 @@ def _child(args) -> dict:
     elif step == "orlog":
         import pandas as pd
         import pyarrow.parquet as pq
-
-        from pipelines.logic.query import parse
-        from pipelines.methods.orlog import OrlogQuery, posteriors
+        from logicrank.pipelines.logic.query import parse
+        from logicrank.pipelines.methods.orlog import OrlogQuery, posteriors
 
         base = pq.read_table(work / f"run-bm25-{n}.parquet").to_pandas()
         base = base.assign(query_id=base["query_id"].map({q: f"l{i}" for i, q in enumerate(data["qids"])}))
@@ -490,9 +483,8 @@ def _child(args) -> dict:
         assert isinstance(post, pd.DataFrame) and len(post) == len(cand)
     elif step == "evaluate":
         import pyarrow.parquet as pq
-
-        from pipelines.evaluate.core import evaluate_run
-        from pipelines.evaluate.measures import parse_measures
+        from logicrank.pipelines.evaluate.core import evaluate_run
+        from logicrank.pipelines.evaluate.measures import parse_measures
 
         run = pq.read_table(work / f"run-bm25-{n}.parquet")
         qrels = _pseudo_qrels(n, args.seed, data)
@@ -506,9 +498,9 @@ def _child(args) -> dict:
     elif step == "bm25-pool":
         import shutil
 
-        from jobs.retrieve import run_retrieve
-        from pipelines.config import RetrieveConfig
-        from schemas.config import RayConfig
+        from logicrank.jobs.retrieve import run_retrieve
+        from logicrank.pipelines.config import RetrieveConfig
+        from logicrank.schemas.config import RayConfig
 
         DocStore(db).mark_complete()  # the table is built here, not by `logicrank index`: retrieve reads marked versions only
         qpath = work / f"pool-queries-{n}.jsonl"
@@ -541,9 +533,8 @@ def _dense_apart(work: Path, n: int, data: dict, seed: int) -> dict:
     vectors as the table step makes them, streamed into a mapped ``.npy``, then every query's
     exact top k (pipelines/exact.py, numpy, one thread). The write is reported apart."""
     import pyarrow as pa
-
-    from pipelines.exact import top_k
-    from pipelines.vectors import Vectors, tiebreak_ranks
+    from logicrank.pipelines.exact import top_k
+    from logicrank.pipelines.vectors import Vectors, tiebreak_ranks
 
     path = work / f"vectors-{n}-float16.npy"
     t = time.perf_counter()
@@ -582,11 +573,10 @@ def _bm25_shards(work: Path, db: str, n: int, data: dict) -> dict:
     import shutil
 
     import pyarrow.parquet as pq
-
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from pipelines.store import DocStore
-    from schemas.config import RayConfig
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.store import DocStore
+    from logicrank.schemas.config import RayConfig
 
     s = DocStore(db)
     s.mark_complete()  # the table is built here, not by `logicrank index`: retrieve reads marked versions only
@@ -629,13 +619,12 @@ def _shards_equal(work: Path, db: str, n: int, data: dict, n_queries: int = 300,
     import shutil
 
     import pyarrow.parquet as pq
-
-    from jobs.retrieve import run_retrieve
-    from pipelines.config import RetrieveConfig
-    from pipelines.stages.itlr import ITLROptions
-    from pipelines.stages.retrievers import BM25Options, DenseOptions
-    from pipelines.store import DocStore
-    from schemas.config import RayConfig
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.stages.itlr import ITLROptions
+    from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
+    from logicrank.pipelines.store import DocStore
+    from logicrank.schemas.config import RayConfig
 
     DocStore(db).mark_complete()
     texts = data["queries"][:n_queries]
@@ -690,8 +679,7 @@ def _logic_queries(data: dict, seed: int):
     three distinct terms of SciFact's 300 queries in one of four shapes; the terms' vectors
     are those queries' real vectors."""
     import pyarrow as pa
-
-    from pipelines.methods.itlr import parse_queries
+    from logicrank.pipelines.methods.itlr import parse_queries
 
     distinct = min(300, len(data["qvec"]))
     rng = np.random.default_rng(seed + 3)
@@ -704,9 +692,8 @@ def _logic_queries(data: dict, seed: int):
 
 def _pseudo_qrels(n: int, seed: int, data: dict):
     import pyarrow as pa
-
-    from pipelines.datasets import scifact
-    from pipelines.topics import read_qrels
+    from logicrank.pipelines.datasets import scifact
+    from logicrank.pipelines.topics import read_qrels
 
     base = read_qrels(scifact().qrels).to_pandas()
     rel = {}
@@ -736,7 +723,7 @@ def _prepare(work: Path, n_queries: int) -> dict:
     """Sentences, their vectors, the queries and their vectors (cached in ``work``)."""
     import pickle
 
-    from pipelines.datasets import scifact
+    from logicrank.pipelines.datasets import scifact
 
     data_path = work / "data.pkl"
     data = scifact()

@@ -19,8 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pipelines.llm import prompts  # noqa: E402
-from pipelines.llm.models import resolve  # noqa: E402
+from logicrank.pipelines.llm import prompts  # noqa: E402
+from logicrank.pipelines.llm.models import resolve  # noqa: E402
+
 from tests.perf.bench_llm import _prompts  # noqa: E402
 
 

@@ -40,12 +40,13 @@ def main() -> None:
     ap.add_argument("--out", default="runs/soak-generate")
     args = ap.parse_args()
 
-    from jobs.generate import run_generate
-    from jobs.index import run_index
-    from jobs.raysession import ray_session
-    from pipelines.datasets import scifact
-    from pipelines.generate.synthetic import generate
-    from schemas.config import GenerateConfig, IndexConfig, LLMConfig, RayConfig
+    from logicrank.jobs.generate import run_generate
+    from logicrank.jobs.index import run_index
+    from logicrank.jobs.raysession import ray_session
+    from logicrank.pipelines.datasets import scifact
+    from logicrank.pipelines.generate.synthetic import generate
+    from logicrank.schemas.config import GenerateConfig, IndexConfig, LLMConfig, RayConfig
+
     from tests.tiny_llm import build_tiny_llm
 
     out = Path(args.out)

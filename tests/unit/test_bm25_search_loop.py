@@ -12,8 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-
-from pipelines import sparse
+from logicrank.pipelines import sparse
 
 
 def _reference(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int) -> list[tuple[list[int], list[float]]]:

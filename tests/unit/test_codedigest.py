@@ -15,19 +15,22 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-from pipelines.codedigest import PROJECT, _absolute, closure, code_digest
+from logicrank.pipelines.codedigest import PROJECT, _absolute, closure, code_digest
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ["pipelines.stages.itlr", "pipelines.stages.retrievers", "pipelines.stages.orlog", "pipelines.runner", "jobs.retrieve", "jobs.index"]
-DIGEST = "import json, sys; from pipelines.codedigest import code_digest; import pipelines; print(json.dumps([pipelines.__file__, {m: code_digest(m) for m in sys.argv[1:]}]))"
+MODULES = ["logicrank.pipelines.stages.itlr", "logicrank.pipelines.stages.retrievers", "logicrank.pipelines.stages.orlog", "logicrank.pipelines.runner", "logicrank.jobs.retrieve", "logicrank.jobs.index"]
+DIGEST = "import json, sys; from logicrank.pipelines.codedigest import code_digest; import logicrank.pipelines; print(json.dumps([logicrank.pipelines.__file__, {m: code_digest(m) for m in sys.argv[1:]}]))"
 
 
 def _copy(tmp_path: Path) -> Path:
-    """The project's Python files (its four packages), nothing else."""
+    """The project's Python files (its four folders), nothing else, with the package
+    configuration's mapping (``logicrank.pipelines`` is the folder pipelines/) as links, so a
+    process run in the copy imports the copy's code."""
     dst = tmp_path / "copy"
-    for top in PROJECT:
-        shutil.copytree(ROOT / top, dst / top, ignore=lambda d, names: [n for n in names if n == "__pycache__" or not (n.endswith(".py") or (Path(d) / n).is_dir())])
+    for folder in ("logicrank", "pipelines", "jobs", "schemas"):
+        shutil.copytree(ROOT / folder, dst / folder, ignore=lambda d, names: [n for n in names if n == "__pycache__" or not (n.endswith(".py") or (Path(d) / n).is_dir())])
+    for folder in ("pipelines", "jobs", "schemas"):
+        (dst / "logicrank" / folder).symlink_to(Path("..") / folder, target_is_directory=True)
     return dst
 
 
@@ -54,7 +57,7 @@ def test_an_edit_changes_the_digest_of_the_stages_that_import_it_and_no_other(tm
     itlr.write_text(itlr.read_text() + "\n# a harmless edit\n")
     edited = _digests(copy)
     # ITLR's stage and OrLog's (its stage imports ITLR's evidence) and the retrieve job, which runs every stage
-    assert _changed(first, edited) == {"pipelines.stages.itlr", "pipelines.stages.orlog", "jobs.retrieve"}
+    assert _changed(first, edited) == {"logicrank.pipelines.stages.itlr", "logicrank.pipelines.stages.orlog", "logicrank.jobs.retrieve"}
 
     unused = copy / "pipelines" / "evaluate" / "significance.py"  # no stage imports it
     unused.write_text(unused.read_text() + "\n# an edit no stage sees\n")
@@ -62,36 +65,36 @@ def test_an_edit_changes_the_digest_of_the_stages_that_import_it_and_no_other(tm
 
     base = copy / "pipelines" / "stages" / "base.py"  # every stage's contract
     base.write_text(base.read_text() + "\n# an edit every stage sees\n")
-    assert _changed(edited, _digests(copy)) == set(MODULES) - {"jobs.index"}
+    assert _changed(edited, _digests(copy)) == set(MODULES) - {"logicrank.jobs.index"}
 
 
 def test_the_digest_is_computed_once_per_process(tmp_path):
     copy = _copy(tmp_path)
-    code = ("import json, sys, pathlib; from pipelines.codedigest import code_digest; import pipelines; m = 'pipelines.stages.itlr'; "
+    code = ("import json, sys, pathlib; from logicrank.pipelines.codedigest import code_digest; import logicrank.pipelines; m = 'logicrank.pipelines.stages.itlr'; "
             "a = code_digest(m); p = pathlib.Path('pipelines/methods/itlr.py'); p.write_text(p.read_text() + '# edited\\n'); "
-            "print(json.dumps([pipelines.__file__, {'first': a, 'again': code_digest(m)}]))")
+            "print(json.dumps([logicrank.pipelines.__file__, {'first': a, 'again': code_digest(m)}]))")
     once = _digests(copy, code, [])
-    assert once["first"] == once["again"] == code_digest("pipelines.stages.itlr")  # the edit is not seen by this process
-    assert _digests(copy, DIGEST, ["pipelines.stages.itlr"])["pipelines.stages.itlr"] != once["first"]  # the next one sees it
+    assert once["first"] == once["again"] == code_digest("logicrank.pipelines.stages.itlr")  # the edit is not seen by this process
+    assert _digests(copy, DIGEST, ["logicrank.pipelines.stages.itlr"])["logicrank.pipelines.stages.itlr"] != once["first"]  # the next one sees it
 
 
 def test_the_closure_follows_import_statements_not_the_packages_python_runs_first():
-    bm25, itlr = closure("pipelines.stages.retrievers"), closure("pipelines.stages.itlr")
-    assert bm25[0] == "pipelines.stages.retrievers" and itlr[0] == "pipelines.stages.itlr"
-    assert "pipelines.methods.itlr" in itlr and "pipelines.methods.itlr" not in bm25
-    assert {"pipelines.methods.bm25", "pipelines.methods.dense", "pipelines.stages.base", "pipelines.codedigest"} <= set(bm25)
-    assert "pipelines.topics" in bm25  # imported inside a function (stages import lazily)
-    assert "pipelines.stages" not in bm25  # `from pipelines.stages.base import Stage` does not cover the package's __init__ ...
-    assert "pipelines.stages" in closure("jobs.retrieve")  # ... `from pipelines.stages import Context` does (and every stage it imports)
-    assert "pipelines.stages.itlr" in closure("jobs.retrieve")
+    bm25, itlr = closure("logicrank.pipelines.stages.retrievers"), closure("logicrank.pipelines.stages.itlr")
+    assert bm25[0] == "logicrank.pipelines.stages.retrievers" and itlr[0] == "logicrank.pipelines.stages.itlr"
+    assert "logicrank.pipelines.methods.itlr" in itlr and "logicrank.pipelines.methods.itlr" not in bm25
+    assert {"logicrank.pipelines.methods.bm25", "logicrank.pipelines.methods.dense", "logicrank.pipelines.stages.base", "logicrank.pipelines.codedigest"} <= set(bm25)
+    assert "logicrank.pipelines.topics" in bm25  # imported inside a function (stages import lazily)
+    assert "logicrank.pipelines.stages" not in bm25  # `from logicrank.pipelines.stages.base import Stage` does not cover the package's __init__ ...
+    assert "logicrank.pipelines.stages" in closure("logicrank.jobs.retrieve")  # ... `from logicrank.pipelines.stages import Context` does (and every stage it imports)
+    assert "logicrank.pipelines.stages.itlr" in closure("logicrank.jobs.retrieve")
     assert all(m.split(".")[0] in PROJECT for m in itlr)  # third-party code is not hashed
 
     def resolved(source: str, package: str) -> str | None:
         return _absolute(ast.parse(source).body[0], package)
 
-    assert resolved("from .base import Stage", "pipelines.stages") == "pipelines.stages.base"
-    assert resolved("from ..methods import itlr", "pipelines.stages") == "pipelines.methods"
-    assert resolved("from .. import x", "pipelines.stages") == "pipelines"
+    assert resolved("from .base import Stage", "logicrank.pipelines.stages") == "logicrank.pipelines.stages.base"
+    assert resolved("from ..methods import itlr", "logicrank.pipelines.stages") == "logicrank.pipelines.methods"
+    assert resolved("from .. import x", "logicrank.pipelines.stages") == "logicrank.pipelines"
     assert resolved("from ... import x", "pipelines") is None
 
 
@@ -123,7 +126,7 @@ class _Store:
         return False
 
     def vectors(self, precision="float32"):
-        from pipelines.vectors import Vectors, tiebreak_ranks
+        from logicrank.pipelines.vectors import Vectors, tiebreak_ranks
 
         ids = pa.array(self.ids.tolist(), pa.string())
         return Vectors(ids, self.matrix.astype(precision), tiebreak_ranks(ids))
@@ -141,10 +144,10 @@ class _Encoder:
 
 
 def test_an_edit_to_itlrs_code_recomputes_itlr_and_reuses_dense(tmp_path, monkeypatch):
-    import pipelines.codedigest
-    from pipelines.pipeline import Pipeline
-    from pipelines.runner import Inputs, StageCache
-    from pipelines.stages import Context
+    import logicrank.pipelines.codedigest
+    from logicrank.pipelines.pipeline import Pipeline
+    from logicrank.pipelines.runner import Inputs, StageCache
+    from logicrank.pipelines.stages import Context
 
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{q}\td{d:02d}\t1\n" for q in (1, 2) for d in range(0, 20, 3)))
@@ -166,20 +169,20 @@ def test_an_edit_to_itlrs_code_recomputes_itlr_and_reuses_dense(tmp_path, monkey
     # (the fusion's dense child starts from queries that also carry logical_query: another prefix than dense's own)
     assert run() == {"dense": [False], "itlr": [False], "fused": [False, False, True]}
     assert run() == {"dense": [True], "itlr": [True], "fused": [True, True, True]}
-    real = pipelines.codedigest.code_digest
-    monkeypatch.setattr(pipelines.codedigest, "code_digest", lambda m: real(m) + ("-edited" if m == "pipelines.stages.itlr" else ""))
+    real = logicrank.pipelines.codedigest.code_digest
+    monkeypatch.setattr(logicrank.pipelines.codedigest, "code_digest", lambda m: real(m) + ("-edited" if m == "logicrank.pipelines.stages.itlr" else ""))
     # ITLR and the fusion over it are computed again, not dense (the fusion's ITLR child is the ITLR pipeline's new output)
     assert run() == {"dense": [True], "itlr": [False], "fused": [False, True, True]}
     assert run() == {"dense": [True], "itlr": [True], "fused": [True, True, True]}
-    monkeypatch.setattr(pipelines.codedigest, "code_digest", lambda m: real(m) + ("-edited" if m == "pipelines.other" else ""))
+    monkeypatch.setattr(logicrank.pipelines.codedigest, "code_digest", lambda m: real(m) + ("-edited" if m == "logicrank.pipelines.other" else ""))
     assert run() == {"dense": [True], "itlr": [True], "fused": [True, True, True]}  # (back to the code as it is)
 
 
 def test_the_runners_own_code_is_part_of_every_key(tmp_path, monkeypatch):
-    import pipelines.runner
-    from pipelines.pipeline import Pipeline
-    from pipelines.runner import Inputs, StageCache
-    from pipelines.stages import Context
+    import logicrank.pipelines.runner
+    from logicrank.pipelines.pipeline import Pipeline
+    from logicrank.pipelines.runner import Inputs, StageCache
+    from logicrank.pipelines.stages import Context
 
     queries = pa.table({"query_id": ["q1"], "text": ["alpha"]})
     p = Pipeline.parse("dense", [{"dense": {"k": 3}}])
@@ -187,7 +190,7 @@ def test_the_runners_own_code_is_part_of_every_key(tmp_path, monkeypatch):
     inputs = Inputs.of(queries, ctx.store, encoder="stand-in")
     cache = StageCache(tmp_path)
     first = p.run(ctx, queries, cache, inputs).steps[0]
-    monkeypatch.setattr(pipelines.runner, "code_digest", lambda m: "edited")
+    monkeypatch.setattr(logicrank.pipelines.runner, "code_digest", lambda m: "edited")
     assert not p.run(ctx, queries, cache, inputs).steps[0]["cached"]
     monkeypatch.undo()
     again = p.run(ctx, queries, cache, inputs).steps[0]
@@ -195,7 +198,7 @@ def test_the_runners_own_code_is_part_of_every_key(tmp_path, monkeypatch):
 
 
 def test_inputs_key_the_queries_by_their_content_and_a_relative_table_path_as_its_absolute_one(monkeypatch, tmp_path):
-    from pipelines.runner import Inputs
+    from logicrank.pipelines.runner import Inputs
 
     class Store:
         name, version = "docs", 3
@@ -214,8 +217,8 @@ def test_inputs_key_the_queries_by_their_content_and_a_relative_table_path_as_it
 def test_a_jobs_rerun_is_fresh_only_with_the_same_code(tmp_path, monkeypatch):
     """RunDir's check (retrieve, evaluate, decompose; the nightly's evaluation step and --at runs go
     through retrieve's): a manifest records the digest of the job module's code (jobs.<stage>)."""
-    import pipelines.codedigest
-    from jobs.rundir import RunDir
+    import logicrank.pipelines.codedigest
+    from logicrank.jobs.rundir import RunDir
 
     def finished(stage: str) -> RunDir:
         rundir = RunDir(tmp_path / stage, stage)
@@ -225,9 +228,9 @@ def test_a_jobs_rerun_is_fresh_only_with_the_same_code(tmp_path, monkeypatch):
         return rundir
 
     retrieve, other = finished("retrieve"), finished("no-such-job")
-    assert retrieve.code() == code_digest("jobs.retrieve") == retrieve.previous()["code"] and other.code() is None
+    assert retrieve.code() == code_digest("logicrank.jobs.retrieve") == retrieve.previous()["code"] and other.code() is None
     assert retrieve.is_fresh("c", {"queries": 1}) and other.is_fresh("c", {"queries": 1})
-    real = pipelines.codedigest.code_digest
-    monkeypatch.setattr(pipelines.codedigest, "code_digest", lambda m: real(m) + ("-edited" if m == "jobs.retrieve" else ""))
+    real = logicrank.pipelines.codedigest.code_digest
+    monkeypatch.setattr(logicrank.pipelines.codedigest, "code_digest", lambda m: real(m) + ("-edited" if m == "logicrank.jobs.retrieve" else ""))
     assert not RunDir(tmp_path / "retrieve", "retrieve").is_fresh("c", {"queries": 1})  # an edit to what the job runs: run again
     assert other.is_fresh("c", {"queries": 1})

@@ -10,12 +10,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-
-from pipelines.pipeline import Pipeline
-from pipelines.runner import Inputs
-from pipelines.stages import Context
-from pipelines.stages.cut import CutError
-from schemas.tables import RUN
+from logicrank.pipelines.pipeline import Pipeline
+from logicrank.pipelines.runner import Inputs
+from logicrank.pipelines.stages import Context
+from logicrank.pipelines.stages.cut import CutError
+from logicrank.schemas.tables import RUN
 
 
 @pytest.fixture

@@ -12,18 +12,17 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
-
-from jobs.cli import app
-from jobs.nightly_config import NightlyConfig
-from pipelines.config import RetrieveConfig
-from pipelines.pipeline import describe
-from pipelines.stages import stages
+from logicrank.jobs.cli import app
+from logicrank.jobs.nightly_config import NightlyConfig
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.pipeline import describe
+from logicrank.pipelines.stages import stages
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 STAGES_DOC = ROOT / "docs" / "stages.md"
 PIPELINES_DOC = ROOT / "docs" / "pipelines.md"
-REGENERATE = """.venv/bin/python -c "from pipelines.pipeline import describe; open('docs/stages.md','w').write(describe())\""""
+REGENERATE = """.venv/bin/python -c "from logicrank.pipelines.pipeline import describe; open('docs/stages.md','w').write(describe())\""""
 README_MAX_LINES = 250
 
 
@@ -51,12 +50,12 @@ def test_yaml_pipelines_validate():
             assert NightlyConfig.model_validate(data).pipelines, page
             continue
         if isinstance(data, dict) and {"name", "title", "dataset"} <= set(data):  # an experiment file (docs/experiments.md)
-            from jobs.experiment import Experiment
+            from logicrank.jobs.experiment import Experiment
 
             assert Experiment.model_validate(data).pipelines, page
             continue
         if isinstance(data, dict) and "corpus" in data:  # an index config (`logicrank index --config`, docs/usage.md)
-            from schemas.config import IndexConfig
+            from logicrank.schemas.config import IndexConfig
 
             IndexConfig.model_validate(data)
             continue

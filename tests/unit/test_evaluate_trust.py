@@ -10,14 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import pytrec_eval
-
-from jobs.evaluate import evaluation_notes, run_evaluate
-from pipelines.evaluate.core import EvaluationError, evaluate_run
-from pipelines.evaluate.measures import parse_measures
-from pipelines.topics import TopicsError, read_qrels, read_run, write_trec_run
-from schemas.config import EvaluateConfig
-from schemas.errors import UserError
-from schemas.tables import AGGREGATE_QUERY_ID
+from logicrank.jobs.evaluate import evaluation_notes, run_evaluate
+from logicrank.pipelines.evaluate.core import EvaluationError, evaluate_run
+from logicrank.pipelines.evaluate.measures import parse_measures
+from logicrank.pipelines.topics import TopicsError, read_qrels, read_run, write_trec_run
+from logicrank.schemas.config import EvaluateConfig
+from logicrank.schemas.errors import UserError
+from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 
 # our measure -> pytrec_eval's name
 TREC = {"nDCG@10": "ndcg_cut_10", "nDCG": "ndcg", "P@5": "P_5", "R@10": "recall_10", "MRR": "recip_rank", "MAP": "map"}

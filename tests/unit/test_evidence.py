@@ -11,20 +11,19 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from scipy.special import ndtr
-
-from pipelines.logic.fuzzy import Operators
-from pipelines.logic.query import parse
-from pipelines.methods.evidence import (
+from logicrank.pipelines.logic.fuzzy import Operators
+from logicrank.pipelines.logic.query import parse
+from logicrank.pipelines.methods.evidence import (
     BM25Evidence,
     EvidenceError,
     calibrate_evidence,
     check_calibration,
     make_evidence,
 )
-from pipelines.methods.itlr import Calibration, LogicalQuery, compose, score_exact, score_listed, term_scores_from
-from pipelines.methods.orlog import OrlogQuery, atom_query, posteriors, retrieval_truth
-from pipelines.sparse import BM25Index
+from logicrank.pipelines.methods.itlr import Calibration, LogicalQuery, compose, score_exact, score_listed, term_scores_from
+from logicrank.pipelines.methods.orlog import OrlogQuery, atom_query, posteriors, retrieval_truth
+from logicrank.pipelines.sparse import BM25Index
+from scipy.special import ndtr
 
 # a LIMIT-like table: who likes what; "Ada" likes apples and pears, "Bo" apples only, ...
 LIKES = {
@@ -171,8 +170,8 @@ def test_refusals_name_what_goes_together():
         check_calibration("hybrid", "zscore", "itlr")
     with pytest.raises(EvidenceError, match="unknown scorer 'splade'"):
         check_calibration("splade", None, "itlr")
-    from pipelines.stages.itlr import ITLROptions
-    from pipelines.stages.orlog import OrlogOptions
+    from logicrank.pipelines.stages.itlr import ITLROptions
+    from logicrank.pipelines.stages.orlog import OrlogOptions
 
     with pytest.raises(ValueError, match="scorer 'dense' takes calibration"):
         ITLROptions(calibration="saturation")

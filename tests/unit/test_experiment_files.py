@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from jobs.experiment import EXPERIMENTS, ExperimentError, load, override, with_sample
+from logicrank.jobs.experiment import EXPERIMENTS, ExperimentError, load, override, with_sample
 
 
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.yaml")), ids=lambda p: p.stem)
@@ -29,7 +28,7 @@ def test_a_sample_replaces_the_files_and_drops_its_references():
 
 
 def test_qa_measures_are_checked_before_any_work():
-    from jobs.experiment import Experiment
+    from logicrank.jobs.experiment import Experiment
 
     lag = load("lag").model_dump(exclude_none=True)
     ok = Experiment.model_validate(lag | {"references": [{"run": "lag", "measure": "em", "value": 0.1, "tolerance": 0.1, "source": "x"}]})
@@ -63,7 +62,7 @@ def test_override_sets_dotted_keys_and_drops_only_the_references_it_moves():
 
 
 def test_a_reference_is_reproduced_within_its_tolerance_and_never_without_a_figure():
-    from jobs.experiment import Reference, ReferenceCheck
+    from logicrank.jobs.experiment import Reference, ReferenceCheck
 
     ref = Reference(run="question", measure="R@100", value=0.697, tolerance=0.01, source="x")
     assert ReferenceCheck(ref, 0.6875).ok and ReferenceCheck(ref, 0.7065).ok
@@ -71,7 +70,7 @@ def test_a_reference_is_reproduced_within_its_tolerance_and_never_without_a_figu
 
 
 def test_set_items_are_yaml_values_at_dotted_places_and_stages_names_every_such_stage():
-    from jobs.experiment import parse_sets
+    from logicrank.jobs.experiment import parse_sets
 
     assert parse_sets(["dataset.sample=25", "measures=[R@1, MRR]", "pipelines.x.0.bm25.k=5", "title=a=b"]) == {
         "dataset.sample": 25, "measures": ["R@1", "MRR"], "pipelines.x.0.bm25.k": 5, "title": "a=b"}
@@ -100,7 +99,7 @@ def test_references_stay_for_the_same_data_and_go_when_the_queries_or_the_encode
 
 
 def test_the_bench_commands_options_land_where_the_files_hold_them(tmp_path, monkeypatch):
-    from jobs import benchmarks
+    from logicrank.jobs import benchmarks
 
     ulogic = tmp_path / "ulogic"  # (the reference figures are ULogic's: kept on a set of that name alone)
     ulogic.mkdir()
@@ -127,7 +126,7 @@ def test_the_bench_commands_options_land_where_the_files_hold_them(tmp_path, mon
 
 
 def test_bench_itlr_runs_both_settings_and_refuses_a_set_past_dense_depth():
-    from jobs import benchmarks
+    from logicrank.jobs import benchmarks
 
     pooled, own = benchmarks.itlr(per_template=3, seed=1, operators=False)
     assert (pooled.name, own.name) == ("itlr-synthetic", "itlr-synthetic-own")
@@ -140,7 +139,7 @@ def test_bench_itlr_runs_both_settings_and_refuses_a_set_past_dense_depth():
 
 
 def test_query_ids_cut_queries_and_qrels_to_those_queries_in_file_order(tmp_path):
-    from jobs.experiment import Experiment, sample_queries
+    from logicrank.jobs.experiment import Experiment, sample_queries
 
     beir = tmp_path / "beir"
     (beir / "qrels").mkdir(parents=True)

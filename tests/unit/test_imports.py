@@ -1,5 +1,7 @@
 """The import graph of schemas/, pipelines/ and jobs/ (every import, also those inside
-functions): contracts at the bottom, no circles.
+functions): contracts at the bottom, no circles; and one namespace: the folders are imported as
+``logicrank.schemas``, ``logicrank.pipelines`` and ``logicrank.jobs`` (pyproject.toml maps them),
+never as top-level packages. The graph names modules by folder (``pipelines.runner``).
 
 - ``schemas`` imports nothing from ``pipelines`` or ``jobs`` (the configs whose pipelines
   the stage registry validates live above it: pipelines/config.py, jobs/nightly_config.py);
@@ -10,6 +12,10 @@ functions): contracts at the bottom, no circles.
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +37,7 @@ def _graph() -> dict[str, set[str]]:
     modules = _modules()
 
     def known(name: str) -> str | None:
+        name = name.removeprefix("logicrank.") if name.split(".")[1:2] and name.split(".")[1] in PACKAGES else name
         while name and name not in modules:
             name = name.rpartition(".")[0]
         return name or None
@@ -93,6 +100,33 @@ def test_layers():
 def test_no_import_cycle():
     cycle = _cycle(_graph())
     assert cycle is None, " -> ".join(cycle)
+
+
+def _top_level_imports(path: Path) -> list[str]:
+    """The imports in ``path`` of a folder as a top-level package (``from pipelines.x import y``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module] if (
+            isinstance(node, ast.ImportFrom) and node.module and node.level == 0) else []
+        out += [n for n in names if n.split(".")[0] in PACKAGES[:3]]
+    return out
+
+
+def test_every_module_and_test_imports_the_folders_through_logicrank():
+    files = [*(ROOT / "tests").rglob("*.py"), *_modules().values()]
+    found = {str(f.relative_to(ROOT)): got for f in files if (got := _top_level_imports(f))}
+    assert not found
+
+
+def test_outside_the_repository_only_logicrank_is_installed(tmp_path):
+    code = ("import importlib.util, json, logicrank as lr; "
+            "print(json.dumps([[importlib.util.find_spec(m) is None for m in ('pipelines', 'jobs', 'schemas')], "
+            "[getattr(lr, n).__module__ for n in ('RayConfig', 'RetrieveConfig', 'NightlyConfig', 'Experiment', 'BM25Options', 'OrlogOptions')]]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    absent, modules = json.loads(out.stdout)
+    assert absent == [True, True, True]
+    assert all(m.startswith("logicrank.") for m in modules)
 
 
 def test_a_cycle_is_found():

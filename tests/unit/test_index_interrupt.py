@@ -8,12 +8,11 @@ from __future__ import annotations
 import os
 import signal
 
+import logicrank.jobs.index
 import pytest
+from logicrank.jobs.cli import app
+from logicrank.jobs.index import IndexInterrupted, _sigterm_interrupts, _Terminated
 from typer.testing import CliRunner
-
-import jobs.index
-from jobs.cli import app
-from jobs.index import IndexInterrupted, _sigterm_interrupts, _Terminated
 
 LINE = ("index: interrupted after reading 4,352 rows (4,096 documents written); table 'docs' v3 is incomplete and will not be read "
         "(no index run has completed on this table, so retrieve refuses it); rerun the same command to resume (documents already "
@@ -25,7 +24,7 @@ def test_an_interrupted_run_prints_its_one_line(tmp_path, monkeypatch, code):
     def interrupted(cfg, out, progress=False):
         raise IndexInterrupted(LINE, code)
 
-    monkeypatch.setattr(jobs.index, "run_index", interrupted)
+    monkeypatch.setattr(logicrank.jobs.index, "run_index", interrupted)
     (tmp_path / "c.jsonl").write_text('{"_id": "a", "text": "x"}\n')
     res = CliRunner().invoke(app, ["--stall-timeout", "0", "index", str(tmp_path / "c.jsonl"), "--db", str(tmp_path / "db"),
                                    "--out", str(tmp_path / "r")])
@@ -37,7 +36,7 @@ def test_an_interrupt_before_the_run_started_says_nothing_was_written(tmp_path, 
     def interrupted(cfg, out, progress=False):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(jobs.index, "run_index", interrupted)
+    monkeypatch.setattr(logicrank.jobs.index, "run_index", interrupted)
     (tmp_path / "c.jsonl").write_text('{"_id": "a", "text": "x"}\n')
     res = CliRunner().invoke(app, ["--stall-timeout", "0", "index", str(tmp_path / "c.jsonl"), "--db", str(tmp_path / "db")])
     assert res.exit_code == 130

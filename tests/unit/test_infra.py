@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
-
-from jobs.cli import app
+from logicrank.jobs.cli import app
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 
@@ -50,7 +49,7 @@ def test_every_manifest_has_a_logicrank_command():
 def test_configmap_configs_are_valid_nightly_configs():
     """A config shipped in a ConfigMap validates against the real schema (stages included);
     its checkpoint paths exist only on the cluster, so nothing is resolved here."""
-    from jobs.nightly_config import NightlyConfig
+    from logicrank.jobs.nightly_config import NightlyConfig
 
     checked = 0
     for manifest in sorted(INFRA.glob("*.yaml")):

@@ -6,12 +6,11 @@ import json
 import multiprocessing as mp
 
 import pytest
-
-from pipelines.llm import models, prompts
-from pipelines.llm.cache import LLMCache, cache_key
-from pipelines.llm.decompose import fallback, parse_output, read_form
-from pipelines.llm.engine import Constraint, Generation, LLMConfigError, label_logits, label_token_ids, p_true
-from pipelines.logic.query import QueryParseError, parse
+from logicrank.pipelines.llm import models, prompts
+from logicrank.pipelines.llm.cache import LLMCache, cache_key
+from logicrank.pipelines.llm.decompose import fallback, parse_output, read_form
+from logicrank.pipelines.llm.engine import Constraint, Generation, LLMConfigError, label_logits, label_token_ids, p_true
+from logicrank.pipelines.logic.query import QueryParseError, parse
 
 
 # -- templates -------------------------------------------------------------------------------
@@ -157,8 +156,7 @@ def test_prepare_is_idempotent_and_rebuilds_a_damaged_checkpoint(tmp_path, monke
 
 def test_lost_or_duplicated_decomposition_rows_fail_the_job():
     import pyarrow as pa
-
-    from jobs.decompose import _check_conserved
+    from logicrank.jobs.decompose import _check_conserved
 
     queries = pa.table({"query_id": ["q1", "q2"]})
     good = pa.table({"query_id": ["q1", "q2", "q1", "q2"], "method": ["itlr", "itlr", "orlog", "orlog"]})
@@ -173,9 +171,8 @@ def test_lost_or_duplicated_decomposition_rows_fail_the_job():
 
 def test_apply_decompositions_to_queries():
     import pyarrow as pa
-
-    from pipelines.llm.decompose import apply_to_queries
-    from schemas.tables import QUERIES
+    from logicrank.pipelines.llm.decompose import apply_to_queries
+    from logicrank.schemas.tables import QUERIES
 
     queries = pa.table({"query_id": ["q1", "q2"], "text": ["a b", "c"], "logical_query": [None, None]}, schema=QUERIES)
     dec = pa.table({
@@ -188,7 +185,7 @@ def test_apply_decompositions_to_queries():
 
 
 def test_prompts_sharing_a_prefix_are_batched_together():
-    from jobs.llm_service import prefix_batches
+    from logicrank.jobs.llm_service import prefix_batches
 
     # two documents' statements, interleaved as a caller might send them
     prompts = [f"Document {d}: text of {d}\nStatement {s}" for s in range(3) for d in ("B", "A")]
@@ -201,8 +198,8 @@ def test_prompts_sharing_a_prefix_are_batched_together():
 def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_rows():
     """The LLM failure contract (pipelines.stages.base.LLM): a prompt that fails alone is an
     ``error`` row, but an engine that cannot go on raises JobFailed, never cached as answers."""
-    from pipelines.llm.decompose import DecomposeSettings, decompose
-    from pipelines.llm.engine import LLMFailed
+    from logicrank.pipelines.llm.decompose import DecomposeSettings, decompose
+    from logicrank.pipelines.llm.engine import LLMFailed
 
     class _Failing:  # an LLM client, failing as LocalLLM's contract says
         model_id = "m"
@@ -225,13 +222,12 @@ def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_r
 
 def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_config_agree_with():
     import pytest
+    from logicrank.jobs.decompose import settings_of
+    from logicrank.pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings
+    from logicrank.pipelines.llm.prompts import load
+    from logicrank.schemas.config import DecomposeConfig
+    from logicrank.schemas.tables import DECOMPOSITION_METHODS
     from pydantic import ValidationError
-
-    from jobs.decompose import settings_of
-    from pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings
-    from pipelines.llm.prompts import load
-    from schemas.config import DecomposeConfig
-    from schemas.tables import DECOMPOSITION_METHODS
 
     assert tuple(KINDS) == DECOMPOSITION_METHODS
     assert DecomposeConfig(queries="q").methods == tuple(KINDS)
@@ -250,7 +246,7 @@ def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_co
 
 def _gen_cut_is_kept() -> bool:
     """A cut free-text output is kept (reasoning); a cut structured one is a fallback (itlr)."""
-    from pipelines.llm.decompose import parse_output
+    from logicrank.pipelines.llm.decompose import parse_output
 
     cut = _gen("some words about the answer", "length")
     return parse_output("reasoning", "q", cut).status == "ok" and parse_output("itlr", "q", _gen('"a" AND', "length")).status == "fallback"

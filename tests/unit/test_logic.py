@@ -1,15 +1,14 @@
 import doctest
 
+import logicrank.pipelines.logic.fuzzy as fuzzy_mod
+import logicrank.pipelines.logic.query as query_mod
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import pipelines.logic.fuzzy as fuzzy_mod
-import pipelines.logic.query as query_mod
-from pipelines.logic.fuzzy import OperatorError, Operators, compile_query
-from pipelines.logic.grammar import BLANK, to_gbnf, to_lark
-from pipelines.logic.query import And, Not, Or, QueryParseError, Term, parse, to_text
+from logicrank.pipelines.logic.fuzzy import OperatorError, Operators, compile_query
+from logicrank.pipelines.logic.grammar import BLANK, to_gbnf, to_lark
+from logicrank.pipelines.logic.query import And, Not, Or, QueryParseError, Term, parse, to_text
 
 # -- AST strategies -------------------------------------------------------------------------
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12).filter(lambda t: t.strip(BLANK))

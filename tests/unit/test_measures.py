@@ -7,12 +7,11 @@ import pytest
 import pytrec_eval
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipelines.evaluate.core import evaluate_run
-from pipelines.evaluate.measures import Measure, MeasureError, parse_measure, parse_measures
-from pipelines.methods.ranking import rank_pairs
-from pipelines.topics import read_qrels, read_queries
-from schemas.tables import AGGREGATE_QUERY_ID
+from logicrank.pipelines.evaluate.core import evaluate_run
+from logicrank.pipelines.evaluate.measures import Measure, MeasureError, parse_measure, parse_measures
+from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.pipelines.topics import read_qrels, read_queries
+from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 
 # our measure -> how pytrec_eval names it (F1 is derived from P and R below)
 TREC = {
@@ -68,9 +67,8 @@ def scifact_tfidf_run():
     import gzip
     import json
 
+    from logicrank.pipelines.datasets import scifact
     from sklearn.feature_extraction.text import TfidfVectorizer
-
-    from pipelines.datasets import scifact
 
     data = scifact()
     with gzip.open(data.corpus, "rt") as f:

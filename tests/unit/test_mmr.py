@@ -7,12 +7,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from pipelines.pipeline import Pipeline
-from pipelines.runner import Inputs
-from pipelines.stages import Context
-from pipelines.stages.mmr import select
-from schemas.tables import RUN
+from logicrank.pipelines.pipeline import Pipeline
+from logicrank.pipelines.runner import Inputs
+from logicrank.pipelines.stages import Context
+from logicrank.pipelines.stages.mmr import select
+from logicrank.schemas.tables import RUN
 
 Q = np.array([1.0, 0.0])
 DOCS = {"d0": np.array([1.0, 0.1]), "d1": np.array([1.0, 0.1]), "d2": np.array([0.8, 0.6]), "d3": np.array([0.0, 1.0])}

@@ -10,16 +10,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from logicrank.jobs.alerts import deliver
+from logicrank.jobs.cli import app
+from logicrank.jobs.nightly import NightlyError, _claim, _RootLock, _State, run_nightly
+from logicrank.jobs.nightly_config import AlertConfig, NightlyConfig
+from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
+from logicrank.pipelines.evaluate.significance import adjust, paired_p_value
+from logicrank.schemas.tables import METRICS
 from pydantic import ValidationError
 from typer.testing import CliRunner
-
-from jobs.alerts import deliver
-from jobs.cli import app
-from jobs.nightly import NightlyError, _claim, _RootLock, _State, run_nightly
-from jobs.nightly_config import AlertConfig, NightlyConfig
-from pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
-from pipelines.evaluate.significance import adjust, paired_p_value
-from schemas.tables import METRICS
 
 QUERIES = [f"q{i}" for i in range(20)]
 
@@ -228,8 +227,7 @@ def _serving_night(tmp_path, regressed: bool, **over):
     """A night at its serve step: the table's v1 served, tonight's v2 indexed, and tonight's
     comparison with night 1 (v1) written, a regression or not."""
     import lancedb
-
-    from jobs.nightly import _Night
+    from logicrank.jobs.nightly import _Night
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = NightlyConfig.model_validate(_config(tmp_path, **over))
@@ -260,7 +258,7 @@ def test_a_regression_holds_the_served_tag_on_the_last_good_version_and_the_aler
                                 "tonight's v2 is not served: 1 regression(s): dense / s nDCG@10 0.6000 -> 0.")
     # the rerun of a held night skips the step: its record is final
     assert _State(night.night).done("serve") == served
-    from jobs.nightly import _serve_message
+    from logicrank.jobs.nightly import _serve_message
 
     alert, _ = night._alert("regression", 3, regressions=comparisons.filter(comparisons.column("regression")), served=served,
                             message=_serve_message(served))
@@ -289,8 +287,7 @@ def test_promote_on_regression_moves_the_tag_as_before_and_a_clean_night_moves_i
 
 def test_the_cli_option_overrides_the_config_file(tmp_path, monkeypatch):
     import yaml
-
-    from jobs import nightly
+    from logicrank.jobs import nightly
 
     seen = []
     monkeypatch.setattr(nightly, "run_nightly", lambda cfg, *a, **k: seen.append(cfg.promote_on_regression) or (_ for _ in ()).throw(

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
-from pipelines.logic.query import parse
-from pipelines.methods.orlog import OrlogQuery, calibrate, content_free_prompts, posteriors, truth_prompts
+from logicrank.pipelines.logic.query import parse
+from logicrank.pipelines.methods.orlog import OrlogQuery, calibrate, content_free_prompts, posteriors, truth_prompts
 
 Q = OrlogQuery("q1", "books set in Paris, not French", (("a1", "{x} is set in Paris"), ("a2", "{x} is French")), parse('"a1" AND NOT "a2"'), "ok")
 

@@ -7,15 +7,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from jobs.retrieve import fallback_notes, refuse_unparsed
-from pipelines.config import RetrieveConfig
-from pipelines.logic.query import UnparsedQueryError, quote
-from pipelines.pipeline import Pipeline
-from pipelines.runner import Inputs
-from pipelines.stages import Context
-from schemas.errors import UserError
-from schemas.tables import DECOMPOSITIONS
+from logicrank.jobs.retrieve import fallback_notes, refuse_unparsed
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.logic.query import UnparsedQueryError, quote
+from logicrank.pipelines.pipeline import Pipeline
+from logicrank.pipelines.runner import Inputs
+from logicrank.pipelines.stages import Context
+from logicrank.schemas.errors import UserError
+from logicrank.schemas.tables import DECOMPOSITIONS
 
 # each bad form of the issue, and what its parse error says
 BAD = {
@@ -138,7 +137,7 @@ def test_a_decompositions_file_follows_the_same_rule_and_its_fallbacks_are_named
 
 
 def test_orlog_refuses_a_form_that_does_not_parse_naming_the_query():
-    from pipelines.stages.orlog import _refuse_unparsed_forms
+    from logicrank.pipelines.stages.orlog import _refuse_unparsed_forms
 
     atoms = [[{"id": "a1", "text": "{x} is"}, {"id": "a2", "text": "{x} has"}]] * 2
     ok = _queries([("q1", "t", '"a1" AND NOT "a2"'), ("q2", "t", '"a1"')], atoms=atoms)
@@ -178,9 +177,8 @@ def test_the_retrieve_job_refuses_a_queries_file_before_anything_starts():
 
 
 def test_the_cli_option_is_checked_with_the_config():
+    from logicrank.jobs.cli import app
     from typer.testing import CliRunner
-
-    from jobs.cli import app
 
     res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--on-parse-error", "ignore"])
     assert res.exit_code == 2 and "--on-parse-error 'ignore'" in res.output

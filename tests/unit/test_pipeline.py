@@ -6,13 +6,12 @@ from typing import Literal
 
 import pytest
 import yaml
+from logicrank.jobs.cli import app
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.pipeline import MethodOptions, PipelineError, from_methods, parse_stages, validate
+from logicrank.pipelines.stages import Kind, Stage, StageOptions, presets, register, stages
 from pydantic import ValidationError
 from typer.testing import CliRunner
-
-from jobs.cli import app
-from pipelines.config import RetrieveConfig
-from pipelines.pipeline import MethodOptions, PipelineError, from_methods, parse_stages, validate
-from pipelines.stages import Kind, Stage, StageOptions, presets, register, stages
 
 
 def _cfg(pipelines) -> RetrieveConfig:
@@ -26,7 +25,7 @@ def test_every_stage_class_in_the_stages_package_is_registered_and_every_preset_
     import inspect
     import pkgutil
 
-    import pipelines.stages as package
+    import logicrank.pipelines.stages as package
 
     registered = stages()  # what importing the package registers, before this test imports every module
     defined = {}
@@ -126,7 +125,7 @@ def test_the_command_line_refuses_bad_pipeline_files_in_one_line(tmp_path):
 
 
 def test_a_pipelines_file_may_nest_under_a_pipelines_key_and_a_bad_one_is_one_line(tmp_path):
-    from pipelines.pipeline import Pipeline, pipelines_file, read_pipelines
+    from logicrank.pipelines.pipeline import Pipeline, pipelines_file, read_pipelines
 
     f = tmp_path / "p.yaml"
     f.write_text(yaml.safe_dump({"pipelines": {"d": ["dense"], "b": [{"bm25": {"k": 5}}]}}, sort_keys=False))
@@ -158,7 +157,7 @@ def test_a_written_config_loads_again_and_llm_options_beside_a_table_are_refused
 
 
 def test_preset_options_are_set_by_key_typed_by_the_options_model_and_a_mistake_is_one_line():
-    from pipelines.pipeline import method_options
+    from logicrank.pipelines.pipeline import method_options
 
     o = method_options(["itlr_mode=ann", "orlog-k=5", "orlog_context=false", "ann_nprobes=none", "decompositions=d.parquet"], k=7)
     assert (o.itlr_mode, o.orlog_k, o.orlog_context, o.ann_nprobes, o.decompositions, o.k) == ("ann", 5, False, None, "d.parquet", 7)

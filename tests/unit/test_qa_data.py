@@ -9,11 +9,10 @@ import json
 import re
 
 import pytest
+from logicrank.jobs.experiment import Dataset, ExperimentError
+from logicrank.pipelines.datasets import qa
+from logicrank.pipelines.topics import read_qrels, read_queries
 from typer.testing import CliRunner
-
-from jobs.experiment import Dataset, ExperimentError
-from pipelines.datasets import qa
-from pipelines.topics import read_qrels, read_queries
 
 
 def _lines(path):
@@ -260,8 +259,8 @@ def test_a_file_is_an_array_or_json_lines_and_a_bad_line_is_named(tmp_path):
 
 
 def test_bench_lag_carries_the_path_to_the_experiments_dataset(tmp_path, monkeypatch):
-    from jobs import benchmarks, cli
-    from jobs.experiment import _dataset
+    from logicrank.jobs import benchmarks, cli
+    from logicrank.jobs.experiment import _dataset
 
     src = _write(tmp_path / "h.jsonl", _bundled("hotpotqa")[:5], jsonl=True)
     [rows] = benchmarks.lag("hotpotqa", src=src, sample=2)

@@ -7,8 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from pipelines.evaluate import qa
+from logicrank.pipelines.evaluate import qa
 
 
 @pytest.mark.parametrize(("text", "norm"), [
@@ -102,9 +101,8 @@ def test_reading_gold_and_predictions(tmp_path):
 
 
 def test_evaluate_config_refuses_what_it_cannot_evaluate():
+    from logicrank.schemas.config import EvaluateConfig
     from pydantic import ValidationError
-
-    from schemas.config import EvaluateConfig
 
     with pytest.raises(ValidationError, match="give runs"):
         EvaluateConfig()
@@ -118,9 +116,9 @@ def test_evaluate_config_refuses_what_it_cannot_evaluate():
 
 
 def test_the_evaluate_job_scores_answers_alone_or_beside_runs(tmp_path):
-    from jobs.evaluate import evaluation_notes, run_evaluate
-    from pipelines.evaluate.report import summary_frame
-    from schemas.config import EvaluateConfig
+    from logicrank.jobs.evaluate import evaluation_notes, run_evaluate
+    from logicrank.pipelines.evaluate.report import summary_frame
+    from logicrank.schemas.config import EvaluateConfig
 
     gold = tmp_path / "answers.jsonl"
     gold.write_text("".join(json.dumps({"query_id": q, "answers": [a]}) + "\n" for q, a in (("q1", "Ann"), ("q2", "Paris"), ("q3", "1900"))))
@@ -158,6 +156,6 @@ def test_the_evaluate_job_scores_answers_alone_or_beside_runs(tmp_path):
 def test_a_multiple_choice_gold_is_scored_by_the_option_the_answer_chooses(prediction, gold, want):
     """RuleBench's deer and theoremQA answer with an option letter: every text measure scores
     the option the prediction chooses."""
-    from pipelines.evaluate.qa import contain_match, exact_match, token_f1
+    from logicrank.pipelines.evaluate.qa import contain_match, exact_match, token_f1
 
     assert exact_match(prediction, [gold]) == contain_match(prediction, [gold]) == token_f1(prediction, [gold]) == want

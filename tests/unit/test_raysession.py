@@ -1,9 +1,8 @@
 """The actor-pool fit check shared by index, decompose and score (no cluster needed)."""
 
 import pytest
-
-from jobs.raysession import IN_DRIVER, EncoderPlacement, encoder_placement, local_driver_node, require_fit
-from schemas.config import EmbedConfig, RayConfig
+from logicrank.jobs.raysession import IN_DRIVER, EncoderPlacement, encoder_placement, local_driver_node, require_fit
+from logicrank.schemas.config import EmbedConfig, RayConfig
 
 
 def test_a_pool_that_fits_exactly_passes_and_a_hair_more_is_refused():
@@ -59,7 +58,7 @@ def test_the_encoder_pool_is_sized_to_the_cluster(config, nodes, placed):
 def test_the_stderr_filter_drops_only_the_known_native_line(capfd, monkeypatch):
     import os
 
-    from jobs.raysession import VERBOSE_ENV, _drop_native_noise
+    from logicrank.jobs.raysession import VERBOSE_ENV, _drop_native_noise
 
     monkeypatch.delenv(VERBOSE_ENV, raising=False)
     noise = (b"[2026-11-22 13:14:23,994 E 4800 4800] core_worker.cc:2465: Actor with class name: 'MapWorker(X)' and ID: 'ab' "
@@ -73,7 +72,7 @@ def test_the_stderr_filter_leaves_a_replaced_fd2_alone(capfd, monkeypatch):
     import os
     import tempfile
 
-    from jobs.raysession import VERBOSE_ENV, _drop_native_noise
+    from logicrank.jobs.raysession import VERBOSE_ENV, _drop_native_noise
 
     monkeypatch.delenv(VERBOSE_ENV, raising=False)
     with tempfile.TemporaryFile() as other:
@@ -101,7 +100,7 @@ def test_the_stderr_filter_leaves_a_replaced_fd2_alone(capfd, monkeypatch):
     ],
 )
 def test_the_retrieval_pool_is_capped_by_memory(actors, engine_gib, cluster_gib, expected):
-    from jobs.retrieve import pool_within_memory
+    from logicrank.jobs.retrieve import pool_within_memory
 
     assert pool_within_memory(actors, int(engine_gib * 2**30), cluster_gib * 2**30) == expected
 
@@ -133,7 +132,7 @@ def test_an_encoder_asked_to_run_on_the_cpu_takes_no_gpu(embed):
 
 
 def test_auto_resolves_the_device_from_the_placement_not_from_what_torch_sees():
-    from pipelines.embed import ModelError, concrete
+    from logicrank.pipelines.embed import ModelError, concrete
 
     assert concrete(EmbedConfig(), gpu=True).device == "cuda" and concrete(EmbedConfig(), gpu=True).backend == "torch"
     assert concrete(EmbedConfig(), gpu=False).device == "cpu"  # an actor with no GPU reserved, a driver
@@ -148,7 +147,7 @@ def test_auto_resolves_the_device_from_the_placement_not_from_what_torch_sees():
 def test_auto_picks_openvino_only_for_mean_pooled_models(tmp_path):
     import json
 
-    from pipelines.embed import _mean_pooled, concrete, resolve_model
+    from logicrank.pipelines.embed import _mean_pooled, concrete, resolve_model
 
     assert _mean_pooled(resolve_model("all-MiniLM-L6-v2"))
     assert concrete(EmbedConfig()).backend == "openvino"  # installed with the project

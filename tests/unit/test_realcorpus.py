@@ -4,11 +4,10 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
-from pipelines.generate import realcorpus as rc
-from pipelines.generate.synthetic import TEMPLATES
-from pipelines.logic.query import parse
-from schemas.config import GenerateConfig, LLMConfig, RayConfig
+from logicrank.pipelines.generate import realcorpus as rc
+from logicrank.pipelines.generate.synthetic import TEMPLATES
+from logicrank.pipelines.logic.query import parse
+from logicrank.schemas.config import GenerateConfig, LLMConfig, RayConfig
 
 
 def test_topics_parse_keep_usable_distinct_ones_and_fall_back_to_the_title():
@@ -84,7 +83,7 @@ def test_the_dataset_digest_ignores_placement_but_not_what_changes_the_data():
 
 
 def test_a_last_shard_too_small_for_a_template_joins_the_one_before():
-    from jobs.generate import shard
+    from logicrank.jobs.generate import shard
 
     ids = [f"d{i}" for i in range(10)]
     assert [len(s) for s in shard(ids, 4)] == [4, 6] and [len(s) for s in shard(ids[:9], 4)] == [4, 5]
@@ -92,9 +91,8 @@ def test_a_last_shard_too_small_for_a_template_joins_the_one_before():
 
 
 def test_the_generate_commands_fail_in_one_line_on_user_mistakes(tmp_path):
+    from logicrank.jobs.cli import app
     from typer.testing import CliRunner
-
-    from jobs.cli import app
 
     res = CliRunner().invoke(app, ["generate", "itlr", "--db", str(tmp_path / "none"), "--out", str(tmp_path / "o"), "--candidate", "foo"])
     assert res.exit_code == 2 and "--candidate 'foo': valid: dense, bm25, itlr" in res.output

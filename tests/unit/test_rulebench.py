@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from logicrank.jobs.cli import app
+from logicrank.jobs.experiment import ExperimentError
+from logicrank.pipelines.datasets.rulebench import RuleBenchError, to_beir
+from logicrank.pipelines.topics import read_qrels, read_queries
 from typer.testing import CliRunner
-
-from jobs.cli import app
-from jobs.experiment import ExperimentError
-from pipelines.datasets.rulebench import RuleBenchError, to_beir
-from pipelines.topics import read_qrels, read_queries
 
 RULES = {
     "0": {"NL": "If Person X owns Animal Y, then Person X can feed Animal Y.", "FOL": "Own(Person X, Animal Y) => CanFeed(Person X, Animal Y)"},
@@ -144,7 +143,7 @@ def test_a_split_other_than_test_and_explicit_files(tmp_path):
 def test_bench_rules_reads_a_raw_set_or_a_prepared_one(tmp_path):
     """bench-rules' experiment: a raw set converts in the run (with its options); a directory
     prepare-rulebench wrote is read as it is; ULogic's reference figures stay only on ULogic."""
-    from jobs import benchmarks
+    from logicrank.jobs import benchmarks
 
     src = _write(tmp_path / "deer")
     exp = benchmarks.rules(src, split="validation", queries=src / "test_data.json", vanilla=True)
@@ -185,7 +184,7 @@ def test_law_layout_test_rules_beside_train_data_and_theoremqa_its_one_rule_base
 def test_files_starting_with_a_byte_order_mark_read_as_without_it(tmp_path):
     """A rule base and a query file saved with a UTF-8 BOM (as Windows tools write them), and a
     prepared set whose queries.jsonl starts with one: the same ids and names as without it."""
-    from pipelines.datasets.rulebench import prepared_name
+    from logicrank.pipelines.datasets.rulebench import prepared_name
 
     bom = b"\xef\xbb\xbf"
     plain, marked = _write(tmp_path / "plain" / "deer"), _write(tmp_path / "marked" / "deer")

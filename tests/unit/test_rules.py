@@ -7,9 +7,8 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipelines.llm.engine import Generation
-from pipelines.methods import rules
+from logicrank.pipelines.llm.engine import Generation
+from logicrank.pipelines.methods import rules
 
 
 def gen(text: str, finish: str = "stop") -> Generation:
@@ -193,7 +192,7 @@ class _Answers:
 
 
 def _run(rows):
-    from schemas.tables import RUN
+    from logicrank.schemas.tables import RUN
 
     return pa.Table.from_pylist([{"query_id": q, "doc_id": d, "rank": r, "score": 1.0 / r, "method": "m", "run_id": "m"} for q, d, r in rows], schema=RUN)
 
@@ -204,9 +203,9 @@ def test_reason_shows_the_runs_top_rules_and_writes_one_answer_per_query(tmp_pat
     empty answer, counted; a cut answer is kept, counted."""
     import json
 
-    from pipelines.stages import rules as stage
-    from pipelines.stages.base import Context
-    from pipelines.stages.rules import Reason, ReasonError
+    from logicrank.pipelines.stages import rules as stage
+    from logicrank.pipelines.stages.base import Context
+    from logicrank.pipelines.stages.rules import Reason, ReasonError
 
     monkeypatch.setattr(stage.templates, "cut_to_tokens", lambda model, texts, budget: texts)  # no tokenizer here
     gold = tmp_path / "answers.jsonl"
@@ -235,7 +234,7 @@ def test_reason_shows_the_runs_top_rules_and_writes_one_answer_per_query(tmp_pat
 
 
 def test_qrels_stage_is_each_querys_judged_documents_as_a_run(tmp_path):
-    from pipelines.stages.retrievers import Qrels, QrelsOptions
+    from logicrank.pipelines.stages.retrievers import Qrels, QrelsOptions
 
     path = tmp_path / "qrels.tsv"
     path.write_text("query-id\tcorpus-id\tscore\nq1\td3\t1\nq1\td1\t2\nq1\td9\t0\nq2\td2\t1\nq3\td4\t1\n")

@@ -9,13 +9,12 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pytest
-
-from pipelines.methods.hybrid import rrf
-from pipelines.pipeline import Pipeline, build, parse_stages
-from pipelines.runner import Hooks, Inputs, StageCache, _Run, assemble, in_process
-from pipelines.stages import Context, Kind, Output, Stage, StageOptions
-from schemas.config import EmbedConfig
-from schemas.tables import RUN, TRUTH_SCORES
+from logicrank.pipelines.methods.hybrid import rrf
+from logicrank.pipelines.pipeline import Pipeline, build, parse_stages
+from logicrank.pipelines.runner import Hooks, Inputs, StageCache, _Run, assemble, in_process
+from logicrank.pipelines.stages import Context, Kind, Output, Stage, StageOptions
+from logicrank.schemas.config import EmbedConfig
+from logicrank.schemas.tables import RUN, TRUTH_SCORES
 
 
 def _run(rows: list[tuple[str, str, int]], run_id: str) -> pa.Table:
@@ -62,7 +61,7 @@ def test_a_blank_query_gets_no_results_and_the_pipeline_validates_first(two_runs
         Pipeline.parse("e", ["dense"]).run(Context(store=_NoTable()), queries)
     with pytest.raises(ValueError, match="'o' asks the LLM: give its Context an LLM"):
         Pipeline.parse("o", [{"decomposition": {"target": "orlog"}}, "bm25", "orlog"]).run(Context(store=_NoTable()), queries)
-    from pipelines.stages.fusion import RRFOptions
+    from logicrank.pipelines.stages.fusion import RRFOptions
 
     with pytest.raises(ValueError, match=r"stage 1 \(rrf\) fuses no sub-pipelines"):
         Pipeline("f", (RRFOptions.model_construct(k=10, rrf_k=60, of=()),)).validate()
@@ -127,7 +126,7 @@ def test_a_stage_cache_key_covers_its_prefix_options_inputs_and_sub_pipelines():
     def key(inputs, spec, prev="p", subs=()) -> str:
         return inputs.key(prev, build(parse_stages([spec])[0]), list(subs))
 
-    from pipelines.embed import encoder_digest
+    from logicrank.pipelines.embed import encoder_digest
 
     torch, openvino = (Inputs("b", encoder=encoder_digest(EmbedConfig(backend=b)), files={"r.trec": {"sha256": "1"}}) for b in ("torch", "openvino"))
     auto = Inputs("b", encoder=encoder_digest(EmbedConfig()), files={"r.trec": {"sha256": "1"}})

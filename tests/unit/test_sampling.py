@@ -4,9 +4,8 @@ section when the set is absent, without Ray."""
 import json
 
 import pytest
-
-from jobs.experiment import ExperimentError, sample_queries
-from jobs.main_job import _rules
+from logicrank.jobs.experiment import ExperimentError, sample_queries
+from logicrank.jobs.main_job import _rules
 
 
 def _beir(root, n=10):

@@ -1,11 +1,10 @@
 import pyarrow as pa
 import pytest
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.pipeline import PipelineError
+from logicrank.schemas.config import IndexConfig
+from logicrank.schemas.tables import QRELS, SchemaError, conform, require_columns
 from pydantic import ValidationError
-
-from pipelines.config import RetrieveConfig
-from pipelines.pipeline import PipelineError
-from schemas.config import IndexConfig
-from schemas.tables import QRELS, SchemaError, conform, require_columns
 
 
 def test_missing_columns_are_named_with_the_stage():
@@ -36,8 +35,8 @@ def test_configs_validate_at_start():
 
 
 def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_stay_valid():
-    from jobs.nightly_config import NightlyConfig
-    from schemas.config import GenerateConfig, IndexConfig, LLMConfig
+    from logicrank.jobs.nightly_config import NightlyConfig
+    from logicrank.schemas.config import GenerateConfig, IndexConfig, LLMConfig
 
     assert NightlyConfig.outside() == ["keep_nightly_tags", "promote_on_regression", "alert"]
     assert IndexConfig.outside() == ["ray", "prune_after_hours", "ann", "rebuild_indexes"]
@@ -64,7 +63,7 @@ def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_s
 
 @pytest.mark.parametrize(("value", "n"), [("bm25", 5), ("", 3), ("é-run", 4), ("x", 0)])
 def test_a_repeated_string_column_equals_the_value_taken_n_times(value, n):
-    from schemas.tables import repeated
+    from logicrank.schemas.tables import repeated
 
     got = repeated(value, n)
     assert got.type == pa.string() and got.equals(pa.array([value] * n, pa.string()))

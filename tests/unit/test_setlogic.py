@@ -5,11 +5,10 @@ import json
 
 import pandas as pd
 import pytest
-
-from jobs.experiment import _grouped
-from pipelines.generate import setlogic
-from pipelines.generate.setlogic import TEMPLATES, SetLogicError, generate, load_limit, parse_likes
-from pipelines.logic.query import parse
+from logicrank.jobs.experiment import _grouped
+from logicrank.pipelines.generate import setlogic
+from logicrank.pipelines.generate.setlogic import TEMPLATES, SetLogicError, generate, load_limit, parse_likes
+from logicrank.pipelines.logic.query import parse
 
 
 def test_like_lists_parse_with_items_holding_and():
@@ -112,8 +111,7 @@ def test_same_seed_same_bytes_other_seed_other_queries(tmp_path):
 
 def test_the_gold_decompositions_table_feeds_a_decomposition_stage(tmp_path):
     import pyarrow as pa
-
-    from pipelines.llm.decompose import apply_to_queries
+    from logicrank.pipelines.llm.decompose import apply_to_queries
 
     generate(tmp_path, per_template=2, seed=0)
     queries = [json.loads(line) for line in (tmp_path / "queries.jsonl").read_text().splitlines()]

@@ -7,14 +7,13 @@ from __future__ import annotations
 import types
 
 import pytest
-
-from jobs.retrieve import _Host
-from pipelines.exact import segment_bounds, shard_bounds
-from pipelines.pipeline import build
-from pipelines.stages import Context
-from pipelines.stages.itlr import ITLROptions
-from pipelines.stages.retrievers import BM25Options, DenseOptions
-from schemas.config import RayConfig
+from logicrank.jobs.retrieve import _Host
+from logicrank.pipelines.exact import segment_bounds, shard_bounds
+from logicrank.pipelines.pipeline import build
+from logicrank.pipelines.stages import Context
+from logicrank.pipelines.stages.itlr import ITLROptions
+from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
+from logicrank.schemas.config import RayConfig
 
 GIB = 1 << 30
 
@@ -115,7 +114,7 @@ def test_bm25_shards_take_whole_segments_unless_that_makes_one_much_larger(n, sh
 def test_a_gpu_share_fits_on_one_gpu(shards, gpus, want):
     """Ray places a fractional GPU request on a single GPU: the shares of the shards that share
     a GPU must add up to at most one (2 GPUs, 3 shards: 0.5 each, not 0.66)."""
-    from jobs.retrieve import gpu_share
+    from logicrank.jobs.retrieve import gpu_share
 
     share = gpu_share(shards, gpus)
     assert share == want
@@ -127,7 +126,7 @@ def test_a_gpu_share_fits_on_one_gpu(shards, gpus, want):
 def test_shards_of_a_database_that_is_not_a_local_directory_are_refused_or_not_made():
     """Shards map the saved index; a remote database keeps none, so each shard would read the
     whole index: --shards is refused in one line, and no automatic sharding happens."""
-    from jobs.retrieve import RetrieveJobError
+    from logicrank.jobs.retrieve import RetrieveJobError
 
     remote = _Store(100 * GIB)
     remote.uri, remote.name = "s3://bucket/lancedb", "docs"

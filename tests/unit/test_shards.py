@@ -10,12 +10,11 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-
-from pipelines.llm.engine import Truth
-from pipelines.runner import Hooks, Inputs, StageCache, _Run
-from pipelines.stages import shards
-from pipelines.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions
-from schemas.config import LLMConfig
+from logicrank.pipelines.llm.engine import Truth
+from logicrank.pipelines.runner import Hooks, Inputs, StageCache, _Run
+from logicrank.pipelines.stages import shards
+from logicrank.pipelines.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions
+from logicrank.schemas.config import LLMConfig
 
 UNITS = [f"q{i}" for i in range(7)]
 
@@ -98,7 +97,7 @@ def test_only_a_whole_shard_counts(tmp_path):
 
 
 def test_a_write_that_fails_leaves_no_shard(tmp_path, monkeypatch):
-    import pipelines.files as files
+    import logicrank.pipelines.files as files
 
     def half(table, path, **kw):
         with open(path, "wb") as f:
@@ -170,7 +169,7 @@ class _Titles:
 
 
 def _orlog_inputs(n_queries: int = 5, depth: int = 3):
-    from schemas.tables import RUN
+    from logicrank.schemas.tables import RUN
 
     atoms = [{"id": "a1", "text": "{x} mentions cells"}, {"id": "a2", "text": "{x} is about cancer"}]
     qids = [f"q{i}" for i in range(n_queries)]
@@ -183,7 +182,7 @@ def _orlog_inputs(n_queries: int = 5, depth: int = 3):
 
 @pytest.mark.parametrize("calibration", ["none", "content-free", "pool-mean"])
 def test_orlog_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_path, calibration):
-    from pipelines.stages.orlog import Orlog, OrlogOptions
+    from logicrank.pipelines.stages.orlog import Orlog, OrlogOptions
 
     queries, run = _orlog_inputs()
     stage = Orlog(OrlogOptions(k=3, depth=3, context=False, calibration=calibration))
@@ -225,7 +224,7 @@ class _ScriptedDecomposer:
         self.sent: list[str] = []
 
     def generate(self, template, values, constraint=None, max_tokens=256, temperature=0.0, seed=None, label=None):
-        from pipelines.llm.engine import Generation
+        from logicrank.pipelines.llm.engine import Generation
 
         self.sent += [v["question"] for v in values]
         return [Generation(json.dumps({"atoms": [{"id": "a1", "text": "{x} answers " + v["question"]}], "form": '"a1"'}), "stop", 10, 0, 5)
@@ -233,7 +232,7 @@ class _ScriptedDecomposer:
 
 
 def test_decomposition_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_path):
-    from pipelines.stages.rewriters import Decomposition, DecompositionOptions
+    from logicrank.pipelines.stages.rewriters import Decomposition, DecompositionOptions
 
     queries = pa.table({"query_id": UNITS, "text": [f"question {q}" for q in UNITS]})
     stage = Decomposition(DecompositionOptions(target="orlog"))
@@ -256,7 +255,7 @@ def test_decomposition_killed_after_two_shards_resumes_the_rest_and_equals_one_p
 
 
 def test_reasoner_in_shards_resumes_and_equals_one_pass(tmp_path):
-    from pipelines.stages.orlog import Reasoner, ReasonerOptions
+    from logicrank.pipelines.stages.orlog import Reasoner, ReasonerOptions
 
     queries, run = _orlog_inputs()
     stage = Reasoner(ReasonerOptions(k=3, depth=3, context=False))
@@ -282,16 +281,16 @@ class _Reverser:
         self.sent: list[str] = []
 
     def generate(self, template, values, constraint=None, max_tokens=256, temperature=0.0, seed=None, label=None):
-        from pipelines.llm.engine import Generation
+        from logicrank.pipelines.llm.engine import Generation
 
         self.sent += [v["query"] for v in values]
         return [Generation(" > ".join(f"[{i}]" for i in range(int(v["n"]), 0, -1)), "stop", 10, 0, 5) for v in values]
 
 
 def test_r3_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_path, monkeypatch):
-    from pipelines.methods.rules import R3Options
-    from pipelines.stages import rules as stage_module
-    from pipelines.stages.rules import R3
+    from logicrank.pipelines.methods.rules import R3Options
+    from logicrank.pipelines.stages import rules as stage_module
+    from logicrank.pipelines.stages.rules import R3
 
     monkeypatch.setattr(stage_module.templates, "cut_to_tokens", lambda model, texts, budget: texts)  # no tokenizer here
     queries, run = _orlog_inputs(n_queries=5, depth=6)
@@ -326,7 +325,7 @@ class _AxisStore:
         self.ids, self.mat = list(DOCS), np.stack(list(DOCS.values())).astype(np.float32)
 
     def vector_search(self, vectors, k, with_vectors=True):
-        from pipelines.embed import to_fixed_size_list
+        from logicrank.pipelines.embed import to_fixed_size_list
 
         rows = [(qi, i, float(self.mat[i] @ v)) for qi, v in enumerate(vectors) for i in np.argsort(-(self.mat @ v), kind="stable")[:k]]
         return pa.table({"query_index": [r[0] for r in rows], "doc_id": [self.ids[r[1]] for r in rows], "score": [r[2] for r in rows],
@@ -344,9 +343,9 @@ class _AxisEncoder:
 
 
 def test_lag_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_path, monkeypatch):
-    from pipelines.methods.lag import LagOptions
-    from pipelines.stages import lag as stage_module
-    from pipelines.stages.lag import Lag
+    from logicrank.pipelines.methods.lag import LagOptions
+    from logicrank.pipelines.stages import lag as stage_module
+    from logicrank.pipelines.stages.lag import Lag
 
     monkeypatch.setattr(stage_module.templates, "cut_to_tokens", lambda model, texts, budget: texts)  # no tokenizer here
     axes = ["alpha", "beta", "gamma", "delta"]
@@ -363,7 +362,7 @@ def test_lag_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_pa
             self.cfg, self.model_id, self.sent = LLMConfig(cache=None, shard_queries=shard_queries, wave_shards=wave_shards), "scripted", []
 
         def generate(self, template, values, constraint=None, max_tokens=256, temperature=0.0, seed=None, label=None):
-            from pipelines.llm.engine import Generation
+            from logicrank.pipelines.llm.engine import Generation
 
             self.sent += [template.render(**v) for v in values]
             return [Generation("Ann", "stop", 10, 0, 3) for _ in values]
@@ -393,8 +392,9 @@ def test_lag_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_pa
 
 def test_lag_counts_from_its_tables_equal_those_from_its_chains():
     """A resumed LAG stage counts from the tables its shards hold (no chains): the same counts."""
-    from pipelines.methods import lag
-    from pipelines.stages.lag import counts_of
+    from logicrank.pipelines.methods import lag
+    from logicrank.pipelines.stages.lag import counts_of
+
     from tests.unit.test_lag import AXES, DOCS, ScriptedLLM, VectorRetriever, axis_of, gen, texts_of
 
     s = lag.LagOptions(k=1, plan="gold", sub_answers="llm", t_max=3, gold="gold.jsonl")

@@ -5,8 +5,7 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipelines.store import _summed_top_k
+from logicrank.pipelines.store import _summed_top_k
 
 
 @settings(max_examples=200, deadline=None)

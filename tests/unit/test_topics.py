@@ -1,11 +1,10 @@
 import pyarrow as pa
 import pytest
-
-from pipelines.datasets import scifact
-from pipelines.methods.hybrid import rrf
-from pipelines.methods.ranking import rank_pairs
-from pipelines.topics import TopicsError, read_qrels, read_queries, read_run, write_trec_run
-from schemas.tables import QRELS, RUN
+from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.methods.hybrid import rrf
+from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.pipelines.topics import TopicsError, read_qrels, read_queries, read_run, write_trec_run
+from logicrank.schemas.tables import QRELS, RUN
 
 
 def test_bundled_scifact_reads():
@@ -52,8 +51,7 @@ def test_rrf_fuses_by_reciprocal_rank():
 
 def test_a_queries_table_is_checked_as_a_queries_file_is(tmp_path):
     import pyarrow.parquet as pq
-
-    from pipelines.topics import queries_table
+    from logicrank.pipelines.topics import queries_table
 
     t = queries_table(pa.table({"qid": [1, 2], "text": ["a", "b"], "extra": [0, 0]}), "notebook")
     assert t.column_names == ["query_id", "text", "logical_query"] and t.column("query_id").to_pylist() == ["1", "2"]

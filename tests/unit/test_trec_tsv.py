@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from logicrank.pipelines.corpus import _trec_units, iter_corpus, list_sources, trec_raw_limit
+from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.topics import TopicsError, read_queries
+from logicrank.schemas.config import IndexConfig
+from logicrank.schemas.tables import REJECT_REASONS
 from typer.testing import CliRunner
-
-from pipelines.corpus import _trec_units, iter_corpus, list_sources, trec_raw_limit
-from pipelines.datasets import scifact
-from pipelines.topics import TopicsError, read_queries
-from schemas.config import IndexConfig
-from schemas.tables import REJECT_REASONS
 
 
 def _read_all(location, **kw) -> pa.Table:
@@ -204,7 +203,7 @@ def test_list_sources_picks_trec_and_reads_suffixless_files_with_format_trec(tmp
     write_trec(disk / "la010189", DOCS[:2])
     write_trec(disk / "fr940104.0", DOCS[2:])
     (disk / ".hidden").write_text("not read")
-    from pipelines.corpus import CorpusError
+    from logicrank.pipelines.corpus import CorpusError
 
     with pytest.raises(CorpusError, match="cannot tell the format .*--format jsonl, parquet, trec or tsv"):
         list_sources(str(disk / "la010189"))
@@ -226,7 +225,7 @@ def test_a_directory_in_ms_marcos_layout_never_indexes_its_queries_or_qrels(tmp_
     """collection.tsv beside queries.dev.tsv and qrels.dev.tsv (MS MARCO's layout): a directory's
     .tsv files are read only with --format tsv, which refuses the queries and qrels files; the
     collection file given itself is read."""
-    from pipelines.corpus import CorpusError
+    from logicrank.pipelines.corpus import CorpusError
 
     (tmp_path / "collection.tsv").write_text("7187158\tthe first passage\n1048585\tthe second passage\n")
     (tmp_path / "queries.dev.tsv").write_text("1048585\twhat is a query\n")
@@ -241,7 +240,7 @@ def test_a_directory_in_ms_marcos_layout_never_indexes_its_queries_or_qrels(tmp_
 def test_index_takes_format_trec(tmp_path):
     """``--format trec`` reaches the reader: a suffix-less binary file is refused as a TREC
     corpus before anything starts (a real run is in the integration tests' index job)."""
-    from jobs.cli import app
+    from logicrank.jobs.cli import app
 
     assert IndexConfig(corpus="c", db="d", format="trec").format == "trec"
     path = tmp_path / "la010189"
@@ -357,10 +356,9 @@ def test_a_byte_order_mark_is_not_text(tmp_path):
 def test_the_topics_field_reaches_retrieve_and_decompose(tmp_path):
     """retrieve's --topics-field (and topics_field: of a decompose config) picks the field:
     a topic without it is refused in one line before anything starts."""
+    from logicrank.jobs.cli import app
+    from logicrank.schemas.config import DecomposeConfig
     from pydantic import ValidationError
-
-    from jobs.cli import app
-    from schemas.config import DecomposeConfig
 
     topics = tmp_path / "topics.txt"
     topics.write_text("<top>\n<num> Number: 7\n<title> only a title\n</top>\n")

@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
+from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.files import read_fault
 from typer.testing import CliRunner
 
-from pipelines.datasets import scifact
-from pipelines.files import read_fault
 from tests import faults
 from tests.conftest import scifact_docs
 
@@ -23,7 +23,7 @@ TREC_RUN = "".join(f"1 Q0 d{i} {i + 1} {10 - i * 0.1:.2f} t\n" for i in range(50
 
 
 def _refused(args: list[str], *expected: str) -> str:
-    from jobs.cli import app
+    from logicrank.jobs.cli import app
 
     res = runner.invoke(app, args)
     lines = res.output.strip().splitlines()

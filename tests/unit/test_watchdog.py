@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PRELUDE = """
 import sys, threading, time
 from pathlib import Path
-from jobs.watchdog import Stalled, beat, watch
+from logicrank.jobs.watchdog import Stalled, beat, watch
 out = Path(sys.argv[1])
 """
 
@@ -77,7 +77,7 @@ print("finished")
 
 def test_a_long_call_that_works_is_not_a_stall_but_one_that_waits_is(tmp_path):
     res = _child("""
-from jobs.watchdog import busy
+from logicrank.jobs.watchdog import busy
 with watch("demo", out, timeout_s=1.0, grace_s=5):
     with busy("building an index", every_s=0.2):
         t = time.time()
@@ -99,9 +99,8 @@ except Stalled as exc:
 def test_a_job_that_cannot_finish_ends_the_command_in_one_line_with_exit_1(tmp_path, capsys):
     import pytest
     import typer
-
-    from jobs.cli import _job
-    from jobs.llm_service import LLMEngineFailed
+    from logicrank.jobs.cli import _job
+    from logicrank.jobs.llm_service import LLMEngineFailed
 
     def job():
         raise LLMEngineFailed("llm: the engine of m@1 keeps dying (4 deaths, ...); last engine error: EngineDeadError: gone")

@@ -8,8 +8,7 @@ import threading
 import time
 
 import pytest
-
-from pipelines.writelock import Clock, TableLock, TableLockedError
+from logicrank.pipelines.writelock import Clock, TableLock, TableLockedError
 
 
 class ManualClock(Clock):
@@ -74,7 +73,7 @@ def test_a_second_writer_is_refused_naming_the_first_and_a_released_lock_is_free
 
 def test_a_dead_holder_leaves_no_stale_lock(tmp_path):
     # the kernel drops a flock with its process: a killed index run never blocks the next one
-    code = f"from pipelines.writelock import TableLock; l = TableLock({str(tmp_path)!r}, 'docs', 'index'); l.acquire(); print('held', flush=True); import time; time.sleep(60)"
+    code = f"from logicrank.pipelines.writelock import TableLock; l = TableLock({str(tmp_path)!r}, 'docs', 'index'); l.acquire(); print('held', flush=True); import time; time.sleep(60)"
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "held"
@@ -192,7 +191,7 @@ def test_a_contender_paused_past_the_settle_time_never_claims_the_lease(tmp_path
 
 
 def test_a_lease_taken_over_or_gone_stops_the_writer_before_its_next_commit(tmp_path):
-    from pipelines.writelock import Holder, _dump
+    from logicrank.pipelines.writelock import Holder, _dump
 
     uri, clock = f"file://{tmp_path}", ManualClock()
     lock = _lease(uri, clock, ttl_s=0.3)

@@ -32,15 +32,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.index import run_index
-from jobs.raysession import ray_session
-from jobs.retrieve import run_retrieve
-from pipelines.datasets import scifact
-from pipelines.generate.synthetic import generate
-from pipelines.logic.query import parse, relabel, to_text
-from schemas.config import IndexConfig, LLMConfig, RayConfig
-from pipelines.config import RetrieveConfig
-from schemas.tables import DECOMPOSITIONS
+from logicrank.jobs.index import run_index
+from logicrank.jobs.raysession import ray_session
+from logicrank.jobs.retrieve import run_retrieve
+from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.generate.synthetic import generate
+from logicrank.pipelines.logic.query import parse, relabel, to_text
+from logicrank.schemas.config import IndexConfig, LLMConfig, RayConfig
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.schemas.tables import DECOMPOSITIONS
 from tests.conftest import scifact_docs, write_jsonl
 from tests.tiny_llm import build_tiny_llm
 
