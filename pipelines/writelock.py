@@ -61,6 +61,18 @@ class Holder:
     def describe(self) -> str:
         return f"{self.job} on host {self.host}, pid {self.pid}, since {self.since}"
 
+    def to_bytes(self) -> bytes:
+        """The holder as the lock file or lease stores it (JSON), read back by :meth:`from_bytes`."""
+        return json.dumps(self.__dict__).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> Holder | None:
+        """The holder stored in ``raw`` (:meth:`to_bytes`); None when it is not one (empty or torn)."""
+        try:
+            return cls(**json.loads(raw.decode()))
+        except (ValueError, TypeError):
+            return None
+
 
 class Clock:
     """The time the lease reads and waits on: real time. A test injects one it advances by
@@ -164,13 +176,13 @@ class TableLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _parse(os.pread(fd, 4096, 0))
+            holder = Holder.from_bytes(os.pread(fd, 4096, 0))
             os.close(fd)
             raise self._refuse(holder) from None
         try:
             self._holder = Holder.me(self.job)
             os.ftruncate(fd, 0)
-            os.pwrite(fd, _dump(self._holder), 0)
+            os.pwrite(fd, self._holder.to_bytes(), 0)
         except BaseException:
             os.close(fd)  # closing drops the lock too
             raise
@@ -188,7 +200,7 @@ class TableLock:
         if fs.get_file_info(path).type == pafs.FileType.NotFound:
             return None
         with fs.open_input_stream(path) as f:
-            return _parse(f.read())
+            return Holder.from_bytes(f.read())
 
     def _write(self, fs: pafs.FileSystem, path: str, holder: Holder) -> None:
         """Whole or not at all: written beside the lease, then renamed over it. Two
@@ -196,7 +208,7 @@ class TableLock:
         truncates on open, writes on close) into a file that names neither of them."""
         tmp = f"{path}.{holder.token}.tmp"
         with fs.open_output_stream(tmp) as f:
-            f.write(_dump(holder))
+            f.write(holder.to_bytes())
         fs.move(tmp, path)
 
     def _lease(self) -> None:
@@ -256,14 +268,3 @@ class TableLock:
             except Exception as exc:  # noqa: BLE001 - any failure to renew means the lease may lapse
                 self._lost = f"renewal failed: {exc}"
                 return
-
-
-def _dump(holder: Holder) -> bytes:
-    return json.dumps(holder.__dict__).encode()
-
-
-def _parse(raw: bytes) -> Holder | None:
-    try:
-        return Holder(**json.loads(raw.decode()))
-    except (ValueError, TypeError):
-        return None

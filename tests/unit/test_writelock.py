@@ -191,19 +191,19 @@ def test_a_contender_paused_past_the_settle_time_never_claims_the_lease(tmp_path
 
 
 def test_a_lease_taken_over_or_gone_stops_the_writer_before_its_next_commit(tmp_path):
-    from logicrank.pipelines.writelock import Holder, _dump
+    from logicrank.pipelines.writelock import Holder
 
     uri, clock = f"file://{tmp_path}", ManualClock()
     lock = _lease(uri, clock, ttl_s=0.3)
     lock.acquire()
     lock.ensure_held()
     intruder = Holder.me("index", clock.time() + 60)
-    (tmp_path / "_locks" / "docs.lease").write_bytes(_dump(intruder))  # e.g. after a long pause, another run took it
+    (tmp_path / "_locks" / "docs.lease").write_bytes(intruder.to_bytes())  # e.g. after a long pause, another run took it
     clock.advance(0.1, lock)  # the renewer's turn: it finds the lease another's
     with pytest.raises(TableLockedError, match="lost the write lease .*taken over by index"):
         lock.ensure_held()
     lock.release()  # leaves the new holder's lease alone
-    assert (tmp_path / "_locks" / "docs.lease").read_bytes() == _dump(intruder)
+    assert (tmp_path / "_locks" / "docs.lease").read_bytes() == intruder.to_bytes()
 
 
 def test_a_lease_not_renewed_in_time_stops_the_writer(tmp_path):
