@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from logicrank.pipelines.sparse import ENGLISH_STOP_WORDS
 from logicrank.pipelines.store.base import StoreError, TableHandle
-from logicrank.pipelines.store.reading import Reading, _summed_top_k
+from logicrank.pipelines.store.reading import Reading
 from logicrank.pipelines.store.versions import Versions
 from logicrank.pipelines.store.writing import Writing
 
-__all__ = ["ENGLISH_STOP_WORDS", "DocStore", "StoreError", "_summed_top_k", "update_index_apart"]
+__all__ = ["ENGLISH_STOP_WORDS", "DocStore", "StoreError", "update_index_apart"]
 
 
 class DocStore(Reading, Writing, Versions, TableHandle):

@@ -196,7 +196,7 @@ class Reading:
             return self._fts(rounds[0], k)
         searches = [lambda m, r=r: self._fts(r, m) for r in rounds]
         lookups = [lambda ids, r=r: self._fts(r, len(ids), among=ids) for r in rounds]
-        return _summed_top_k(searches, lookups, k, start=max(4 * k, 64))
+        return summed_top_k(searches, lookups, k, start=max(4 * k, 64))
 
     def _fts(self, text: str, k: int, among: Sequence[str] | None = None) -> pa.Table:
         """The top ``k`` for ``text`` (of the documents ``among``, scored with the whole
@@ -229,7 +229,7 @@ class Reading:
         return [text] + [" ".join(spelled.get(t, t) for t, c in counts.items() if c >= r) for r in range(2, max(counts.values()) + 1)]
 
 
-def _summed_top_k(searches, lookups, k: int, start: int) -> pa.Table:
+def summed_top_k(searches, lookups, k: int, start: int) -> pa.Table:
     """The exact top ``k`` of a sum of non-negative scores (Fagin's threshold algorithm).
 
     ``searches[r](m)`` returns list r's top ``m`` (doc_id, score), best first;

@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logicrank.pipelines.store import _summed_top_k
+from logicrank.pipelines.store.reading import summed_top_k
 
 
 @settings(max_examples=200, deadline=None)
@@ -25,7 +25,7 @@ def test_summed_top_k_equals_the_brute_force_sum(n_lists, n_docs, k, start, seed
     def lookup(scores):
         return lambda ids: table([(d, scores[d]) for d in ids if d in scores])
 
-    got = _summed_top_k([search(s) for s in lists], [lookup(s) for s in lists], k, start)
+    got = summed_top_k([search(s) for s in lists], [lookup(s) for s in lists], k, start)
     total: dict[str, float] = {}
     for s in lists:
         for d, v in s.items():
@@ -53,6 +53,6 @@ def test_a_clear_winner_is_found_without_reading_the_long_lists():
     def lookup(scores):
         return lambda ids: pa.table({"doc_id": [d for d in ids if d in scores], "score": pa.array([scores[d] for d in ids if d in scores], pa.float64())})
 
-    got = _summed_top_k([search(r1), search(r2)], [lookup(r1), lookup(r2)], 1, 64)
+    got = summed_top_k([search(r1), search(r2)], [lookup(r1), lookup(r2)], 1, 64)
     assert got.column("doc_id").to_pylist() == ["top"] and got.column("score").to_pylist() == [50.0]
     assert max(depths) == 64
