@@ -47,7 +47,7 @@ from logicrank.pipelines.runner import Hooks, Inputs, StageCache, assemble, blan
 from logicrank.pipelines.stages import Context, Kind, Needs, Output, StageOptions
 from logicrank.pipelines.store import DocStore
 from logicrank.pipelines.topics import TopicsError, read_queries, write_trec_run
-from logicrank.schemas.config import EmbedConfig
+from logicrank.schemas.config import EmbedConfig, RayConfig
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import RUN
 
@@ -212,6 +212,26 @@ def _ids(ids: list[str] | None, n: int, shown: int = 10) -> str:
     return ", ".join(ids[:shown]) + more
 
 
+def shard_count(stage, store: DocStore, ray: RayConfig) -> int | None:
+    """How many search actors a per-query retriever runs on, each holding one shard of
+    ``store``: ``ray.retrieve_shards`` when given (1: one actor holding the whole index), else
+    as many as keep each within ``ray.retrieve_shard_bytes`` of the index's mapped files; None
+    (not sharded: the driver or the pool, as ``ray.retrieve_actors`` says) when the index fits
+    one or the database keeps no mapped index (not a local directory). Only bm25 and dense's
+    exact search shard."""
+    import math
+
+    if not isinstance(stage, _sharded_stages()) or getattr(stage.options, "search", "exact") != "exact":
+        return None
+    if ray.retrieve_shards is not None:
+        _require_mapped(store, ray.retrieve_shards)
+        return ray.retrieve_shards
+    if not _mapped(store):  # each shard would read the whole index into memory: searched whole instead
+        return None
+    needed = math.ceil(_index_bytes(stage, store) / ray.retrieve_shard_bytes)
+    return needed if needed > 1 else None
+
+
 class _Host:
     """What the job gives the runner: the stages' context (the table, the encoder and the LLM
     pool, each started on first use, once per job) and the hooks (per-query retrievers in the
@@ -268,7 +288,7 @@ class _Host:
         if n == 0:
             return Output(run=RUN.empty_table(), counts={"placement": "none"})
         queries = queries.sort_by([("query_id", "ascending")])  # results come in the run's order: assembled without a copy
-        shards = self._shards(stage, ctx)
+        shards = shard_count(stage, ctx.store, r)
         if shards is not None:
             return self._sharded(stage, ctx, queries, shards)
         parts, done = [], 0
@@ -293,25 +313,6 @@ class _Host:
         self.store.release()  # the driver's copies of the index and the vectors: the actors hold their own
         parts += self._pool(stage, queries.slice(done), actors)
         return Output(run=assemble(parts, stage.name), counts={"placement": f"pool of {actors}" + (f" after {done} in the driver" if done else "")})
-
-    def _shards(self, stage, ctx: Context) -> int | None:
-        """How many search actors a per-query retriever runs on, each holding one shard:
-        ``ray.retrieve_shards`` when given (1: one actor holding the whole index), else as many
-        as keep each within ``ray.retrieve_shard_bytes`` of the index's mapped files; None (not
-        sharded: the driver or the pool, as ``ray.retrieve_actors`` says) when the index fits
-        one. Only bm25 and dense's exact search shard."""
-        import math
-
-        if not isinstance(stage, _sharded_stages()) or getattr(stage.options, "search", "exact") != "exact":
-            return None
-        r = self.cfg.ray
-        if r.retrieve_shards is not None:
-            _require_mapped(ctx.store, r.retrieve_shards)
-            return r.retrieve_shards
-        if not _mapped(ctx.store):  # each shard would read the whole index into memory: searched whole instead
-            return None
-        needed = math.ceil(_index_bytes(stage, ctx.store) / r.retrieve_shard_bytes)
-        return needed if needed > 1 else None
 
     def _sharded(self, stage, ctx: Context, queries: pa.Table, shards: int) -> Output:
         """The stage over ``shards`` search actors, each mapping one range of the index's

@@ -1,16 +1,13 @@
-"""How many shards a bulk retriever searches in (jobs/retrieve.py, ``_Host._shards``) and the
+"""How many shards a bulk retriever searches in (jobs/retrieve.py, ``shard_count``) and the
 row ranges they hold: the per-actor memory budget (``ray.retrieve_shard_bytes``) decides unless
 ``ray.retrieve_shards`` is given; only bm25 and dense's exact search shard."""
 
 from __future__ import annotations
 
-import types
-
 import pytest
-from logicrank.jobs.retrieve import _Host
+from logicrank.jobs.retrieve import shard_count
 from logicrank.pipelines.exact import segment_bounds, shard_bounds
 from logicrank.pipelines.pipeline import build
-from logicrank.pipelines.stages import Context
 from logicrank.pipelines.stages.itlr import ITLROptions
 from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
 from logicrank.schemas.config import RayConfig
@@ -48,8 +45,7 @@ class _Store:
 
 
 def _shards(options, index_bytes: int, **ray) -> int | None:
-    host = types.SimpleNamespace(cfg=types.SimpleNamespace(ray=RayConfig(**ray)))
-    return _Host._shards(host, build(options), Context(_Store(index_bytes)))
+    return shard_count(build(options), _Store(index_bytes), RayConfig(**ray))
 
 
 @pytest.mark.parametrize(("index_bytes", "budget", "want"), [
@@ -130,8 +126,6 @@ def test_shards_of_a_database_that_is_not_a_local_directory_are_refused_or_not_m
 
     remote = _Store(100 * GIB)
     remote.uri, remote.name = "s3://bucket/lancedb", "docs"
-    host = types.SimpleNamespace(cfg=types.SimpleNamespace(ray=RayConfig()))
-    assert _Host._shards(host, build(BM25Options()), Context(remote)) is None
-    host.cfg.ray = RayConfig(retrieve_shards=4)
+    assert shard_count(build(BM25Options()), remote, RayConfig()) is None
     with pytest.raises(RetrieveJobError, match=r"--shards needs a database in a local directory"):
-        _Host._shards(host, build(BM25Options()), Context(remote))
+        shard_count(build(BM25Options()), remote, RayConfig(retrieve_shards=4))
