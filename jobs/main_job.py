@@ -82,7 +82,7 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
     for rid, v in llm.summary["nDCG@10"].items():
         echo(f"      nDCG@10 {rid:14s} {v:.4f}")
     marks.append(("rules", time.perf_counter()))
-    rules = _rules(out / "rules", rulebench, embed, ray, echo)
+    rules = rules_section(out / "rules", rulebench, embed, ray, echo)
     marks.append(("lag", time.perf_counter()))
     lag = _lag(out / "lag", embed, ray, echo)
     marks.append(("set-logic", time.perf_counter()))
@@ -107,8 +107,10 @@ def local_llm() -> LLMConfig:
     return LLMConfig(cpus_per_actor=min(cpus, 8.0))
 
 
-def _rules(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig, echo) -> str:
-    """The rules section (markdown): rulebench-siar.yaml on a sample, or one line saying why not."""
+def rules_section(out: Path, rulebench: str | None, embed: EmbedConfig, ray: RayConfig, echo) -> str:
+    """The main job's rules section (markdown): rulebench-siar.yaml on a sample of RuleBench
+    ULogic at ``rulebench`` (its directory), or, when the set is not given or not found, one line
+    saying why and how to get it (nothing is run and ``out`` is not made)."""
     from logicrank.pipelines.datasets.rulebench import ENV, OBTAIN, RuleBenchError, find_files
 
     echo(f"[6/9] rule retrieval (RuleBench, {RULES_SAMPLE}-query sample): vanilla, SIAR, SIAR + R3 with SmolLM2 "

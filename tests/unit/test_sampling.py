@@ -5,7 +5,7 @@ import json
 
 import pytest
 from logicrank.jobs.experiment import ExperimentError, sample_queries
-from logicrank.jobs.main_job import _rules
+from logicrank.jobs.main_job import rules_section
 
 
 def _beir(root, n=10):
@@ -36,7 +36,7 @@ def test_a_sample_cuts_queries_and_qrels_to_the_same_queries(tmp_path):
 def test_without_the_set_the_rules_section_is_one_line_saying_how_to_get_it(tmp_path, given):
     lines = []
     path = str(tmp_path / given) if given else None
-    section = _rules(tmp_path / "rules", path, embed=None, ray=None, echo=lines.append)
+    section = rules_section(tmp_path / "rules", path, embed=None, ray=None, echo=lines.append)
     body = section.splitlines()[2]
     assert body.startswith("Rule retrieval (SIAR + R3): skipped, LOGICRANK_RULEBENCH")
     assert "llm-rule-following" in body and "rules.json" in body
