@@ -72,7 +72,7 @@ def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False,
         finally:
             pool = llm.close()
     table = conform(table, DECOMPOSITIONS, "decompose")
-    _check_conserved(queries, table, cfg.methods)
+    check_conserved(queries, table, cfg.methods)
     write_parquet_atomic(table, target)
 
     by_status: dict[str, dict[str, int]] = {}
@@ -95,8 +95,10 @@ def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False,
     return summary
 
 
-def _check_conserved(queries: pa.Table, table: pa.Table, methods) -> None:
-    """Every (query, method) exactly once."""
+def check_conserved(queries: pa.Table, table: pa.Table, methods) -> None:
+    """Raise unless ``table`` (the decompositions) holds every (query, method) pair of
+    ``queries`` x ``methods`` exactly once: the error counts the pairs missing and those
+    unexpected (duplicated or unknown), with a few of each."""
     want = Counter((q, m) for q in queries.column("query_id").to_pylist() for m in methods)
     got = Counter(zip(table.column("query_id").to_pylist(), table.column("method").to_pylist(), strict=True))
     if got != want:

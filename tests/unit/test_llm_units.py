@@ -156,17 +156,17 @@ def test_prepare_is_idempotent_and_rebuilds_a_damaged_checkpoint(tmp_path, monke
 
 def test_lost_or_duplicated_decomposition_rows_fail_the_job():
     import pyarrow as pa
-    from logicrank.jobs.decompose import _check_conserved
+    from logicrank.jobs.decompose import check_conserved
 
     queries = pa.table({"query_id": ["q1", "q2"]})
     good = pa.table({"query_id": ["q1", "q2", "q1", "q2"], "method": ["itlr", "itlr", "orlog", "orlog"]})
-    _check_conserved(queries, good, ("itlr", "orlog"))
+    check_conserved(queries, good, ("itlr", "orlog"))
     lost = good.slice(0, 3)
     with pytest.raises(RuntimeError, match=r"1 missing \(e.g. \[\('q2', 'orlog'\)\]\)"):
-        _check_conserved(queries, lost, ("itlr", "orlog"))
+        check_conserved(queries, lost, ("itlr", "orlog"))
     twice = pa.concat_tables([good, good.slice(0, 1)])
     with pytest.raises(RuntimeError, match="1 unexpected"):
-        _check_conserved(queries, twice, ("itlr", "orlog"))
+        check_conserved(queries, twice, ("itlr", "orlog"))
 
 
 def test_apply_decompositions_to_queries():
