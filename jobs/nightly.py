@@ -83,8 +83,9 @@ class NightResult:
     report: Path | None = None
 
 
-class _State:
-    """A night's record of finished steps (one JSON file, rewritten atomically)."""
+class NightState:
+    """A night's record of finished steps: ``<night>/state.json``, rewritten atomically at each
+    :meth:`record`; :meth:`done` is a step's record, None while it is not done (or failed)."""
 
     def __init__(self, night: Path):
         self.path = night / "state.json"
@@ -102,8 +103,9 @@ class _State:
         write_text_atomic(json.dumps(self.data, indent=2) + "\n", self.path)
 
 
-class _RootLock(TableLock):
-    """One nightly run per nightly directory (the kernel lock of jobs' table writers)."""
+class NightlyLock(TableLock):
+    """One nightly run per nightly directory ``root`` (the kernel lock of jobs' table writers);
+    a second one is refused with a :class:`NightlyError` naming the holder."""
 
     def __init__(self, root: Path):
         super().__init__(str(root), "nightly", "nightly")
@@ -122,14 +124,14 @@ def run_nightly(cfg: NightlyConfig, day: str | None = None, echo: Callable[[str]
     _require_inputs(cfg, day)
     root = Path(cfg.out)
     root.mkdir(parents=True, exist_ok=True)
-    with _RootLock(root):
+    with NightlyLock(root):
         night = root / "nights" / day
-        state = _State(night)
-        _claim(cfg, root, day, state)
+        state = NightState(night)
+        claim_night(cfg, root, day, state)
         from logicrank.jobs.raysession import ray_session
 
         with ray_session(cfg.index.ray):
-            return _Night(cfg, root, day, state, say, progress).run()
+            return NightRun(cfg, root, day, state, say, progress).run()
 
 
 def run_at(cfg: NightlyConfig, version: str, echo: Callable[[str], None] | None = None, progress: bool = False) -> dict[str, pa.Table]:
@@ -181,8 +183,12 @@ def _content_digest(path: str) -> str:
     return sha256_file(p)
 
 
-class _Night:
-    def __init__(self, cfg: NightlyConfig, root: Path, day: str, state: _State, say: Callable[[str], None], progress: bool):
+class NightRun:
+    """One night's steps (:data:`STEPS`) run in order by :meth:`run`, each skipped when its
+    record in ``state`` says it is done; then the alert and the report. Made by
+    :func:`run_nightly` inside the nightly lock and a Ray session."""
+
+    def __init__(self, cfg: NightlyConfig, root: Path, day: str, state: NightState, say: Callable[[str], None], progress: bool):
         self.cfg, self.root, self.day, self.state, self.progress = cfg, root, day, state, progress
         self.night = root / "nights" / day
         self.tag = f"{NIGHTLY_TAG_PREFIX}{day}"
@@ -207,7 +213,7 @@ class _Night:
             served = self.state.done("serve")
             if regressions.num_rows:  # sent before the report is drawn: a plotting failure cannot hold it back
                 alert, receivers = self._alert("regression", EXIT_REGRESSION, regressions=regressions, served=served,
-                                               message=_serve_message(served))
+                                               message=serve_message(served))
                 status, code = "regression", EXIT_REGRESSION
             else:
                 self._clear_alert()  # a clean finish after a failed or stopped run: no stale alert left behind
@@ -345,7 +351,7 @@ class _Night:
         rules = {m: Rule(r.max_drop, r.significant) for m, r in cfg.regressions.items()}
         history = _read_history(self.root)
         dates = sorted({d for d in history.column("date").to_pylist() if d < self.day}) if history is not None else []
-        held = [d for d in dates if (_State(self.root / "nights" / d).done("serve") or {}).get("held")]
+        held = [d for d in dates if (NightState(self.root / "nights" / d).done("serve") or {}).get("held")]
         earlier = [d for d in dates if d not in held]  # the nights served: tonight's reference is the last of them
         if held and earlier and held[-1] > earlier[-1]:
             self.say(f"compare: night(s) {', '.join(d for d in held if d > earlier[-1])} held on a regression (not served): "
@@ -465,12 +471,13 @@ def _require_inputs(cfg: NightlyConfig, day: str | None = None, baseline: bool =
                                "pin a night that ran (its date), or remove baseline.")
 
 
-def _claim(cfg: NightlyConfig, root: Path, day: str, state: _State) -> None:
-    """Nights run in date order, and what a night has done keeps its config: after the re-index
+def claim_night(cfg: NightlyConfig, root: Path, day: str, state: NightState) -> None:
+    """Refuse to run night ``day`` unless it may run with ``cfg``, then pin ``cfg``'s digests in
+    its ``state``. Nights run in date order, and what a night has done keeps its config: after the re-index
     its ``index`` section, after the evaluation all of it (a crash before evaluation can be
     finished with corrected pipelines or query sets)."""
     nights = root / "nights"
-    later = sorted(d.name for d in nights.iterdir() if d.name > day and _State(d).done("index")) if nights.exists() else []
+    later = sorted(d.name for d in nights.iterdir() if d.name > day and NightState(d).done("index")) if nights.exists() else []
     if later:
         raise NightlyError(f"nightly: night {later[-1]} already ran; nights run in date order. To evaluate an older table "
                            f"version, use --at nightly-{day} (time travel).")
@@ -548,7 +555,7 @@ def _regression_reason(regressions: pa.Table) -> str:
     return f"{len(rows)} regression(s): {first}" + (f", and {len(rows) - 1} more" if len(rows) > 1 else "")
 
 
-def _serve_message(served: dict | None) -> str | None:
+def serve_message(served: dict | None) -> str | None:
     """What the serve step did with the served tag on a night that regressed (None: it moved as usual)."""
     if not served or not served.get("held"):
         if served and served.get("promoted_on_regression"):

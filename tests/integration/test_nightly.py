@@ -230,7 +230,7 @@ def test_a_crash_is_alerted_and_a_rerun_finishes_the_night(world, three_nights, 
 
     root, cfg, _, received = world
     before = len(received)
-    monkeypatch.setattr(nightly._Night, "_report", lambda self: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(nightly.NightRun, "_report", lambda self: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
         run_nightly(cfg, D3)
     assert len(received) == before + 1

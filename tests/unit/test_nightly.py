@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from logicrank.jobs.alerts import deliver
 from logicrank.jobs.cli import app
-from logicrank.jobs.nightly import NightlyError, _claim, _RootLock, _State, run_nightly
+from logicrank.jobs.nightly import NightlyError, NightlyLock, NightRun, NightState, claim_night, run_nightly, serve_message
 from logicrank.jobs.nightly_config import AlertConfig, NightlyConfig
 from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
 from logicrank.pipelines.evaluate.significance import adjust, paired_p_value
@@ -181,14 +181,14 @@ def test_nights_run_in_order_keep_their_config_and_one_at_a_time(tmp_path):
         run_nightly(cfg, "2026-11-22")
     # before the evaluation only the index section is pinned: corrected pipelines may finish the night
     other = NightlyConfig.model_validate(_config(tmp_path, pipelines={"bm25": [{"stage": "bm25", "k": 20}]}))
-    state = _State(tmp_path / "nightly" / "nights" / "2026-11-22")
+    state = NightState(tmp_path / "nightly" / "nights" / "2026-11-22")
     state.data["steps"].pop("evaluate")
-    _claim(other, tmp_path / "nightly", "2026-11-22", state)
+    claim_night(other, tmp_path / "nightly", "2026-11-22", state)
     assert state.data["config_hash"] == other.night_digest()
     moved = NightlyConfig.model_validate(_config(tmp_path, index={"corpus": "elsewhere", "db": str(tmp_path / "db")}))
     with pytest.raises(NightlyError, match="finished its index step with another index section"):
-        _claim(moved, tmp_path / "nightly", "2026-11-22", state)
-    with _RootLock(tmp_path / "nightly"), pytest.raises(NightlyError, match="in use by another nightly run"):
+        claim_night(moved, tmp_path / "nightly", "2026-11-22", state)
+    with NightlyLock(tmp_path / "nightly"), pytest.raises(NightlyError, match="in use by another nightly run"):
         run_nightly(cfg, "2026-11-23")
     with pytest.raises(NightlyError, match="not a date"):
         run_nightly(cfg, "23-11-2026")
@@ -227,7 +227,6 @@ def _serving_night(tmp_path, regressed: bool, **over):
     """A night at its serve step: the table's v1 served, tonight's v2 indexed, and tonight's
     comparison with night 1 (v1) written, a regression or not."""
     import lancedb
-    from logicrank.jobs.nightly import _Night
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = NightlyConfig.model_validate(_config(tmp_path, **over))
@@ -240,10 +239,10 @@ def _serving_night(tmp_path, regressed: bool, **over):
     pq.write_table(history_rows(n1, "nightly-2026-11-20", None), root / "history.parquet")
     comparisons = compare_nights(n1, n2, {"nDCG@10": Rule(0.01)})
     pq.write_table(comparisons, root / "nights" / "2026-11-21" / "comparisons.parquet")
-    state = _State(root / "nights" / "2026-11-21")
+    state = NightState(root / "nights" / "2026-11-21")
     state.record("index", {"version": 2, "tag": "nightly-2026-11-21"})
     lines: list[str] = []
-    night = _Night(cfg, root, "2026-11-21", state, lines.append, False)
+    night = NightRun(cfg, root, "2026-11-21", state, lines.append, False)
     return night, table, comparisons, lines
 
 
@@ -257,11 +256,9 @@ def test_a_regression_holds_the_served_tag_on_the_last_good_version_and_the_aler
     assert lines[-1].startswith("nightly 2026-11-21: serve: HELD: tag 'served' stays on v1 (the last good version, night 2026-11-20); "
                                 "tonight's v2 is not served: 1 regression(s): dense / s nDCG@10 0.6000 -> 0.")
     # the rerun of a held night skips the step: its record is final
-    assert _State(night.night).done("serve") == served
-    from logicrank.jobs.nightly import _serve_message
-
+    assert NightState(night.night).done("serve") == served
     alert, _ = night._alert("regression", 3, regressions=comparisons.filter(comparisons.column("regression")), served=served,
-                            message=_serve_message(served))
+                            message=serve_message(served))
     doc = json.loads(alert.read_text())
     assert (doc["status"], doc["exit_code"]) == ("regression", 3)
     assert doc["served"]["held"] and doc["served"]["version"] == 1 and doc["served"]["tonight"] == 2
