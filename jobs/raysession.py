@@ -53,7 +53,7 @@ _NATIVE_NOISE = re.compile(rb"core_worker\.cc:\d+: Actor with class name: .* has
 
 
 @contextmanager
-def _drop_native_noise():
+def drop_native_noise():
     """While open, lines matching :data:`_NATIVE_NOISE` written to fd 2 are dropped; every
     other byte passes through unchanged, in order.
 
@@ -166,7 +166,7 @@ def ray_session(config: RayConfig):
     ctx.execution_options.preserve_order = True
     ctx.target_max_block_size = config.block_bytes
     try:
-        with _drop_native_noise():
+        with drop_native_noise():
             yield ray
     finally:
         if started:

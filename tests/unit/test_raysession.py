@@ -58,12 +58,12 @@ def test_the_encoder_pool_is_sized_to_the_cluster(config, nodes, placed):
 def test_the_stderr_filter_drops_only_the_known_native_line(capfd, monkeypatch):
     import os
 
-    from logicrank.jobs.raysession import VERBOSE_ENV, _drop_native_noise
+    from logicrank.jobs.raysession import VERBOSE_ENV, drop_native_noise
 
     monkeypatch.delenv(VERBOSE_ENV, raising=False)
     noise = (b"[2026-11-22 13:14:23,994 E 4800 4800] core_worker.cc:2465: Actor with class name: 'MapWorker(X)' and ID: 'ab' "
              b"has constructor arguments in the object store and max_restarts > 0. See ...\n")
-    with _drop_native_noise():
+    with drop_native_noise():
         os.write(2, b"kept before\n" + noise + b"kept after, no newline")
     assert capfd.readouterr().err == "kept before\nkept after, no newline"
 
@@ -72,13 +72,13 @@ def test_the_stderr_filter_leaves_a_replaced_fd2_alone(capfd, monkeypatch):
     import os
     import tempfile
 
-    from logicrank.jobs.raysession import VERBOSE_ENV, _drop_native_noise
+    from logicrank.jobs.raysession import VERBOSE_ENV, drop_native_noise
 
     monkeypatch.delenv(VERBOSE_ENV, raising=False)
     with tempfile.TemporaryFile() as other:
         saved = os.dup(2)
         try:
-            with _drop_native_noise():
+            with drop_native_noise():
                 os.write(2, b"through the filter\n")
                 os.dup2(other.fileno(), 2)  # someone else (pytest's capture, say) takes fd 2 over
             os.write(2, b"to the new owner\n")  # still theirs: the filter did not put its own back
@@ -145,20 +145,23 @@ def test_auto_resolves_the_device_from_the_placement_not_from_what_torch_sees():
 
 
 def test_auto_picks_openvino_only_for_mean_pooled_models(tmp_path):
+    """``concrete`` resolves backend auto from the model's pooling (sentence-transformers'
+    modules.json and the pooling config): the mean of the tokens only is OpenVINO's; anything
+    else, or a pooling that cannot be read, is torch."""
     import json
 
-    from logicrank.pipelines.embed import _mean_pooled, concrete, resolve_model
+    from logicrank.pipelines.embed import concrete
 
-    assert _mean_pooled(resolve_model("all-MiniLM-L6-v2"))
-    assert concrete(EmbedConfig()).backend == "openvino"  # installed with the project
+    assert EmbedConfig().model == "all-MiniLM-L6-v2"
+    assert concrete(EmbedConfig()).backend == "openvino"  # mean-pooled; openvino is installed with the project
     (tmp_path / "1_Pooling").mkdir()
     (tmp_path / "modules.json").write_text(json.dumps([{"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
-    assert not _mean_pooled(str(tmp_path))
     assert concrete(EmbedConfig(model=str(tmp_path))).backend == "torch"  # a CLS-pooled local model: torch, not a refusal
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True}))
     assert concrete(EmbedConfig(model=str(tmp_path))).backend == "openvino"
-    assert not _mean_pooled(str(tmp_path / "missing"))
+    (tmp_path / "bare").mkdir()  # no modules.json: the pooling cannot be read
+    assert concrete(EmbedConfig(model=str(tmp_path / "bare"))).backend == "torch"
 
 
 def test_a_cluster_joined_by_address_never_runs_work_in_the_driver():
