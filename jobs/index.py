@@ -74,14 +74,16 @@ class IndexInterrupted(KeyboardInterrupt):
         self.exit_code = exit_code
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread while an index run holds its table."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread while an index run holds its table
+    (:func:`sigterm_interrupts`); the run then ends as after Ctrl-C, with exit code 143."""
 
 
 @contextmanager
-def _sigterm_interrupts():
-    """SIGTERM raises :class:`_Terminated` in the main thread (as Ctrl-C raises
-    KeyboardInterrupt), so the run stops the same way: its manifest and its one line."""
+def sigterm_interrupts():
+    """While open, SIGTERM raises :class:`Terminated` in the main thread (as Ctrl-C raises
+    KeyboardInterrupt), so the run stops the same way: its manifest and its one line; the
+    previous handler is put back on leaving. Off the main thread it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -94,7 +96,7 @@ def _sigterm_interrupts():
 
 
 def _raise_terminated(signum, frame):
-    raise _Terminated()
+    raise Terminated()
 
 
 def _rearm_sigterm() -> None:
@@ -207,7 +209,7 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
         raise IndexJobError(f"index: {exc} Nothing was read into the table.") from None
     resolve_model(cfg.embed.model)
     concrete(cfg.embed)  # openvino asked to run on cuda: refused now
-    with _sigterm_interrupts(), TableLock(cfg.db, cfg.table, "index") as lock:
+    with sigterm_interrupts(), TableLock(cfg.db, cfg.table, "index") as lock:
         return _index_locked(cfg, rundir, sources, progress, start, lock)
 
 
@@ -438,7 +440,7 @@ def _stopped(cfg: IndexConfig, rundir: RunDir, sources: list[Source], mid: str, 
             error=line if isinstance(exc, KeyboardInterrupt) else f"{line} {type(exc).__name__}: {first_line(exc)}",
         )
     if isinstance(exc, KeyboardInterrupt):
-        return IndexInterrupted(line, 143 if isinstance(exc, _Terminated) else 130)
+        return IndexInterrupted(line, 143 if isinstance(exc, Terminated) else 130)
     if isinstance(exc, UserError | JobFailed) and len(exc.args) == 1 and isinstance(exc.args[0], str):
         exc.args = (f"{exc.args[0].rstrip()} Index run stopped {done}; {state}; {resume}.",)
     else:

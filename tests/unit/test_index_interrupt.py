@@ -11,7 +11,7 @@ import signal
 import logicrank.jobs.index
 import pytest
 from logicrank.jobs.cli import app
-from logicrank.jobs.index import IndexInterrupted, _sigterm_interrupts, _Terminated
+from logicrank.jobs.index import IndexInterrupted, Terminated, sigterm_interrupts
 from typer.testing import CliRunner
 
 LINE = ("index: interrupted after reading 4,352 rows (4,096 documents written); table 'docs' v3 is incomplete and will not be read "
@@ -45,9 +45,9 @@ def test_an_interrupt_before_the_run_started_says_nothing_was_written(tmp_path, 
 
 def test_sigterm_stops_an_index_run_as_ctrl_c_does():
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(KeyboardInterrupt) as stopped, _sigterm_interrupts():
+    with pytest.raises(KeyboardInterrupt) as stopped, sigterm_interrupts():
         os.kill(os.getpid(), signal.SIGTERM)  # the handler runs in the main thread at its next bytecode
         for _ in range(10**6):
             pass
-    assert isinstance(stopped.value, _Terminated)
+    assert isinstance(stopped.value, Terminated)
     assert signal.getsignal(signal.SIGTERM) is before
