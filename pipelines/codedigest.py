@@ -137,23 +137,14 @@ def _imports(name: str) -> tuple[str, ...]:
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node, package)
-            if base is None:
+            try:  # (a relative import, resolved as Python resolves it)
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level else node.module
+            except ImportError:  # beyond the top package
                 continue
             for a in node.names:
                 sub = f"{base}.{a.name}"
                 out.append(sub if a.name != "*" and _path(sub) is not None else base)
     return tuple(dict.fromkeys(m for m in out if _project(m) and _path(m) is not None))
-
-
-def _absolute(node: ast.ImportFrom, package: str) -> str | None:
-    if not node.level:
-        return node.module
-    parts = package.split(".")
-    if node.level - 1 > len(parts) - 1:
-        return None  # beyond the top package
-    base = ".".join(parts[: len(parts) - (node.level - 1)])
-    return f"{base}.{node.module}" if node.module else base
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ edited and digested in fresh processes, and pipelines run in process with stand-
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import shutil
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from logicrank.pipelines.codedigest import PROJECT, _absolute, closure, code_digest
+from logicrank.pipelines.codedigest import PROJECT, closure, code_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = ["logicrank.pipelines.stages.itlr", "logicrank.pipelines.stages.retrievers", "logicrank.pipelines.stages.orlog", "logicrank.pipelines.runner", "logicrank.jobs.retrieve", "logicrank.jobs.index"]
@@ -89,13 +88,19 @@ def test_the_closure_follows_import_statements_not_the_packages_python_runs_firs
     assert "logicrank.pipelines.stages.itlr" in closure("logicrank.jobs.retrieve")
     assert all(m.split(".")[0] in PROJECT for m in itlr)  # third-party code is not hashed
 
-    def resolved(source: str, package: str) -> str | None:
-        return _absolute(ast.parse(source).body[0], package)
 
-    assert resolved("from .base import Stage", "logicrank.pipelines.stages") == "logicrank.pipelines.stages.base"
-    assert resolved("from ..methods import itlr", "logicrank.pipelines.stages") == "logicrank.pipelines.methods"
-    assert resolved("from .. import x", "logicrank.pipelines.stages") == "logicrank.pipelines"
-    assert resolved("from ... import x", "pipelines") is None
+
+def test_the_closure_follows_relative_imports_as_python_resolves_them(tmp_path):
+    copy = _copy(tmp_path)
+    probe = "logicrank.pipelines.stages.relative_probe"
+    (copy / "pipelines" / "stages" / "relative_probe.py").write_text(
+        "from .base import Stage\nfrom ..methods import itlr\nfrom .. import files\n\n\ndef never_run():\n    from ..... import beyond_the_top\n")
+    code = ("import json, sys; from logicrank.pipelines.codedigest import closure; import logicrank.pipelines; "
+            "print(json.dumps([logicrank.pipelines.__file__, {m: closure(m) for m in sys.argv[1:]}]))")
+    got = _digests(copy, code, [probe])[probe]
+    assert got[0] == probe
+    assert {"logicrank.pipelines.stages.base", "logicrank.pipelines.methods.itlr", "logicrank.pipelines.files"} <= set(got)
+    assert all(m.split(".")[0] in PROJECT for m in got)  # the import beyond the top package names nothing
 
 
 # -- the runner: an edit to ITLR's code recomputes ITLR, and reuses dense -------------------------------------
