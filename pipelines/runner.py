@@ -180,7 +180,7 @@ def run_stages(run_id: str, stages: Sequence[StageOptions], ctx: Context, querie
     hooks = hooks or Hooks()
     starts = reads(stages[0])
     start = json_digest([inputs.base, "input", starts, code_digest(__name__)])  # the runner's code shapes every output (blank queries, conform)
-    state, steps = _Run(ctx, inputs, cache, hooks).pipeline(stages, with_content(queries, starts), start)
+    state, steps = StageRunner(ctx, inputs, cache, hooks).pipeline(stages, with_content(queries, starts), start)
     run = state.run.set_column(state.run.schema.get_field_index("run_id"), "run_id", pa.array([run_id] * state.run.num_rows, pa.string()))
     side = {f"{kind}/{run_id}@{where}" if where else f"{kind}/{run_id}": table for (kind, where), table in state.side.items()}  # '@' is not allowed in a run id
     return Result(run_id, conform(run, RUN, run_id), side, steps)
@@ -280,7 +280,11 @@ class _State:
 
 
 @dataclass
-class _Run:
+class StageRunner:
+    """Runs a pipeline's stages in one context (what :func:`run_stages` uses): each stage's
+    output taken from ``cache`` under its prefix key, or computed (a per-query retriever through
+    ``hooks.map_queries``), checked and conformed to its contracts, then cached."""
+
     ctx: Context
     inputs: Inputs
     cache: StageCache
@@ -302,7 +306,7 @@ class _Run:
                 for (kind, where), table in sub_state.side.items():  # kept, named by where they come from
                     state.side[kind, f"{i}-{options.stage}{j}" + (f"-{where}" if where else "")] = table
             key = self.inputs.key(key, stage, subs)
-            out, cached = self._stage(key, stage, state.queries, runs)
+            out, cached = self.run_stage(key, stage, state.queries, runs)
             if out.queries is not None:
                 state.queries = out.queries
             if out.run is not None:
@@ -312,7 +316,11 @@ class _Run:
             steps.append({"stage": options.stage, "digest": key, "cached": cached, **out.counts})
         return state, steps
 
-    def _stage(self, key: str, stage: Stage, queries: pa.Table, runs: list[pa.Table]) -> tuple[Output, bool]:
+    def run_stage(self, key: str, stage: Stage, queries: pa.Table, runs: list[pa.Table]) -> tuple[Output, bool]:
+        """One stage's output under prefix key ``key``, and whether it came from the cache. A
+        stage that works in shards gets the key's checkpoint; the output is refused (a bug) when
+        a rewriter changes the queries' rows, a run is not keyed by the queries, or a side table
+        is not declared; side tables are conformed to their declared schemas."""
         out = self.cache.get(key)
         if out is not None:
             return out, True

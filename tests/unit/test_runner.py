@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from logicrank.pipelines.methods.hybrid import rrf
 from logicrank.pipelines.pipeline import Pipeline, build, parse_stages
-from logicrank.pipelines.runner import Hooks, Inputs, StageCache, _Run, assemble, in_process
+from logicrank.pipelines.runner import Hooks, Inputs, StageCache, StageRunner, assemble, in_process
 from logicrank.pipelines.stages import Context, Kind, Output, Stage, StageOptions
 from logicrank.schemas.config import EmbedConfig
 from logicrank.schemas.tables import RUN, TRUTH_SCORES
@@ -115,11 +115,11 @@ class _Side(Stage):
 def test_a_stages_side_tables_are_conformed_to_their_declared_schemas_and_an_undeclared_one_is_a_bug(two_runs):
     queries, a, *_ = two_runs
     a = a.filter(pa.compute.not_equal(a.column("query_id"), "q3"))
-    runner = _Run(Context(store=_NoTable()), Inputs("b"), StageCache(), Hooks())
-    out, cached = runner._stage("k1", _Side(_SideOptions()), queries, [a])
+    runner = StageRunner(Context(store=_NoTable()), Inputs("b"), StageCache(), Hooks())
+    out, cached = runner.run_stage("k1", _Side(_SideOptions()), queries, [a])
     assert not cached and out.side["truth"].schema.equals(TRUTH_SCORES)  # "extra" dropped, types cast
     with pytest.raises(RuntimeError, match=r"side table\(s\) \['other'\] not declared"):
-        runner._stage("k2", _Side(_SideOptions(kind="other")), queries, [a])
+        runner.run_stage("k2", _Side(_SideOptions(kind="other")), queries, [a])
 
 
 def test_a_stage_cache_key_covers_its_prefix_options_inputs_and_sub_pipelines():

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from logicrank.pipelines.llm.engine import Truth
-from logicrank.pipelines.runner import Hooks, Inputs, StageCache, _Run
+from logicrank.pipelines.runner import Hooks, Inputs, StageCache, StageRunner
 from logicrank.pipelines.stages import shards
 from logicrank.pipelines.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions
 from logicrank.schemas.config import LLMConfig
@@ -136,7 +136,7 @@ def test_the_runner_gives_a_checkpoint_of_the_stage_key_and_removes_it_once_cach
     for root in (tmp_path / "stages", None):
         cache = StageCache(root)
         _Probe.seen.clear()
-        _Run(Context(store=None), Inputs("base"), cache, Hooks())._stage("abc", _Probe(StageOptions()), queries, [])
+        StageRunner(Context(store=None), Inputs("base"), cache, Hooks()).run_stage("abc", _Probe(StageOptions()), queries, [])
         if root is None:
             assert _Probe.seen == [None]  # a notebook without a cache directory: one pass, as before
         else:
