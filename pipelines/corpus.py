@@ -443,12 +443,14 @@ def trec_raw_limit(max_doc_bytes: int) -> int:
     return 6 * max_doc_bytes + (1 << 16)
 
 
-def _trec_units(stream, cap: int, chunk: int = 1 << 20) -> Iterator[tuple[str, int, bytes, str | None]]:
+def trec_units(stream, cap: int, chunk: int = 1 << 20) -> Iterator[tuple[str, int, bytes, str | None]]:
     """The DOCs of a TREC SGML byte stream, in bounded memory: (kind, line, data, detail).
 
     kind ``doc``: ``data`` is the body between ``<DOC>`` and ``</DOC>``; ``unclosed_doc`` and
     ``oversized``: the first bytes of the DOC; ``outside_doc``: the first bytes of a stretch of
-    non-blank text outside every DOC. ``line``: 1-based, of the ``<DOC>`` tag (or the text)."""
+    non-blank text outside every DOC. ``line``: 1-based, of the ``<DOC>`` tag (or the text).
+    ``cap``: the most bytes of one DOC held (:func:`trec_raw_limit`); ``chunk``: the size of
+    each read, which never changes what is found."""
     buf, pos, scan, eof = stream.read(3), 0, 0, False
     buf = buf.removeprefix(_BOM)  # a UTF-8 byte order mark is not text outside the DOCs
     keep_head = min(_KEEP_HEAD, cap)  # the same bytes whatever the read boundaries
@@ -606,7 +608,7 @@ def _say(checked: tuple[dict[str, Any], str | None, str | None], says: dict[str,
 def _read_trec(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
     batch = _Batcher(src.uri, batch_rows)
     with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
-        for kind, line, data, detail in _trec_units(stream, trec_raw_limit(max_doc_bytes)):
+        for kind, line, data, detail in trec_units(stream, trec_raw_limit(max_doc_bytes)):
             if kind == "doc":
                 batch.add(line, *_parse_trec(data, max_doc_bytes))
             elif kind == "outside_doc":

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from logicrank.pipelines.corpus import _trec_units, iter_corpus, list_sources, trec_raw_limit
+from logicrank.pipelines.corpus import iter_corpus, list_sources, trec_raw_limit, trec_units
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.topics import TopicsError, read_queries
 from logicrank.schemas.config import IndexConfig
@@ -136,10 +136,10 @@ def test_the_tag_rules(tmp_path):
 def test_reading_is_the_same_whatever_the_read_boundaries():
     data = b"stray\n" + "".join(f"<DOC><DOCNO>n{i}</DOCNO><TEXT>{'x' * (i * 37)}</TEXT></DOC>\n" for i in range(12)).encode()
     data += b"<DOC attr='1'><DOCNO>open</DOCNO>\n<doc>\n<DOCNO>last</DOCNO><TEXT>t</TEXT>\n</Doc >\ntail\n"
-    want = list(_trec_units(io.BytesIO(data), 300))
+    want = list(trec_units(io.BytesIO(data), 300))
     assert [u[0] for u in want] == ["outside_doc"] + ["doc"] * 8 + ["oversized"] * 4 + ["unclosed_doc", "doc", "outside_doc"]
     for chunk in (1, 2, 5, 63, 64, 300, 301, 4096):
-        assert list(_trec_units(io.BytesIO(data), 300, chunk=chunk)) == want, chunk
+        assert list(trec_units(io.BytesIO(data), 300, chunk=chunk)) == want, chunk
 
 
 def test_an_oversized_doc_is_skipped_not_held_and_the_next_one_read(tmp_path):
@@ -379,10 +379,10 @@ def test_a_doc_just_under_or_over_the_limit_is_judged_the_same_whatever_the_read
     cap = 100
     for size in range(cap - 4, cap + 5):
         data = f"<DOC><DOCNO>x</DOCNO><TEXT>{'y' * (size - len('<DOCNO>x</DOCNO><TEXT></TEXT>'))}</TEXT></DOC>\n".encode()
-        want = [u[0] for u in _trec_units(io.BytesIO(data), cap)]
+        want = [u[0] for u in trec_units(io.BytesIO(data), cap)]
         assert want == ["doc" if size <= cap else "oversized"], size
         for chunk in range(1, 3 * 256):
-            assert [u[0] for u in _trec_units(io.BytesIO(data), cap, chunk=chunk)] == want, (size, chunk)
+            assert [u[0] for u in trec_units(io.BytesIO(data), cap, chunk=chunk)] == want, (size, chunk)
 
 
 def _classic(shape: str, n: int, title: str, text: str) -> str:
