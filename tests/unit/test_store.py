@@ -8,8 +8,6 @@ import pytest
 from logicrank.pipelines.embed import to_fixed_size_list
 from logicrank.pipelines.store import DocStore, StoreError
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def store(tmp_path):

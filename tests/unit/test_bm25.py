@@ -13,8 +13,6 @@ import pytest
 from logicrank.pipelines.embed import to_fixed_size_list
 from logicrank.pipelines.store import ENGLISH_STOP_WORDS, DocStore, StoreError
 
-pytestmark = pytest.mark.integration
-
 WORDS = ["person", "x", "owns", "animal", "y", "can", "feed", "rescue", "trained", "dog", "dogs", "cat", "owner", "owning", "has", "from", "which", "laptop", "engineer", "works", "coding", "runs", "running", "simulations", "the", "a", "of", "is", "and", "to", "in", "it", "z"]
 
 

@@ -15,7 +15,6 @@ from logicrank.pipelines.store import DocStore
 
 from tests.compare import assert_runs_close
 
-pytestmark = pytest.mark.integration
 DIM = 64
 
 
