@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+
 from logicrank.jobs.rundir import RunDir
 from logicrank.pipelines.embed import Embedder, model_id
 from logicrank.pipelines.evaluate.core import evaluate_run

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
 from logicrank.schemas.config import EmbedConfig, LLMConfig
 
 
@@ -194,6 +195,7 @@ def configured(*blocks: Block, config=None, file: bool = False, **own: str | tup
 def read_file(path: Path) -> dict:
     """A config file's top-level mapping (YAML)."""
     import yaml
+
     from logicrank.schemas.errors import UserError
 
     try:

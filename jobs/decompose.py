@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from logicrank.jobs.llm_service import LLMService
 from logicrank.jobs.raysession import ray_session
 from logicrank.jobs.rundir import RunDir, file_fingerprint

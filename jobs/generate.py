@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from logicrank.jobs.rundir import RunDir
 from logicrank.jobs.watchdog import beat
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic

@@ -41,6 +41,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+
 from logicrank.jobs.raysession import (
     EncoderPlacement,
     encoder_placement,

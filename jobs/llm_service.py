@@ -41,6 +41,7 @@ def prefix_batches(prompts: Sequence[str], size: int) -> list[list[int]]:
 def truth_table(prompt_ids, results: Sequence[Truth]):
     """TRUTH_SCORES rows: each prompt's id beside its truth result."""
     import pyarrow as pa
+
     from logicrank.schemas.tables import TRUTH_SCORES
 
     cols = {f: [getattr(r, f) for r in results] for f in TRUTH_SCORES.names if f != "prompt_id"}
@@ -157,6 +158,7 @@ class LLMService:
     def check_fit(self) -> None:
         """Raise :class:`LLMServiceError` now if the pool cannot be placed on this cluster."""
         import ray
+
         from logicrank.jobs.raysession import require_fit
 
         if not ray.is_initialized():

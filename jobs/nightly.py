@@ -41,6 +41,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
 from logicrank.jobs.alerts import deliver
 from logicrank.jobs.nightly_config import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
 from logicrank.jobs.watchdog import beat, busy

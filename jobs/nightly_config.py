@@ -7,10 +7,11 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+from pydantic import Field, field_validator, model_validator
+
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.evaluate.measures import parse_measures
 from logicrank.schemas.config import OUTSIDE, UNHASHED, EvaluateConfig, IndexConfig, LLMConfig, _Config
-from pydantic import Field, field_validator, model_validator
 
 
 class QuerySetConfig(_Config):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+
 from logicrank.pipelines.datasets import scifact
 
 DATES = ("2026-11-20", "2026-11-21", "2026-11-22")

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+
 from logicrank.jobs.raysession import local_driver_node, unread_blocks_allowed
 from logicrank.jobs.rundir import RunDir, input_fingerprint
 from logicrank.jobs.watchdog import beat
@@ -268,6 +269,7 @@ class _Host:
 
     def check_fit(self, needs: Needs) -> None:
         import ray
+
         from logicrank.jobs.raysession import require_fit
 
         r = self.cfg.ray
@@ -412,6 +414,7 @@ class _Host:
 
     def _merged(self, engine: str, ctx: Context, sent, o, n: int) -> pa.Table:
         import ray
+
         from logicrank.pipelines.methods.bm25 import run_from_hits
         from logicrank.pipelines.methods.dense import merge_top, run_table
         from logicrank.pipelines.sparse import merge_keys
@@ -456,6 +459,7 @@ class _Host:
 
     def _pool(self, stage, queries: pa.Table, actors: int) -> list[pa.Table]:
         import ray
+
         from logicrank.pipelines.embed import resolve_model as resolved
 
         r = self.cfg.ray

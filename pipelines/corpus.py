@@ -67,6 +67,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
 from logicrank.pipelines.files import not_text, reading
 from logicrank.schemas.errors import UserError
 

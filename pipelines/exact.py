@@ -17,6 +17,7 @@ import functools
 import warnings
 
 import numpy as np
+
 from logicrank.pipelines.vectors import Vectors
 
 _TILE = 4096  # documents per tile of the product

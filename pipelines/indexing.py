@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
 from logicrank.pipelines.corpus import UNREADABLE, SourceError
 from logicrank.pipelines.embed import Embedder, document_text
 from logicrank.schemas.config import EmbedConfig

@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
 from logicrank.pipelines.codedigest import code_digest
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions, Store

@@ -174,6 +174,7 @@ def _import_numba():
     """numba, loaded so that a vLLM engine can still start in this process afterwards
     (pipelines/llvmlite_compat.py; tests/integration/test_sparse.py starts one after a search)."""
     import numba
+
     from logicrank.pipelines.llvmlite_compat import make_llvmlite_scannable
 
     make_llvmlite_scannable()

@@ -45,6 +45,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
 from logicrank.pipelines.files import atomic_path, reading
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import QRELS, QUERIES, RUN, conform, require_columns

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pyarrow.fs as pafs
+
 from logicrank.schemas.errors import UserError
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
 from logicrank.schemas.digest import json_digest
 from logicrank.schemas.tables import DECOMPOSITION_METHODS
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 def _distinct_methods(v: tuple[str, ...]) -> tuple[str, ...]:

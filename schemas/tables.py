@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
+
 from logicrank.schemas.errors import UserError
 
 # corpus: what a reader yields for a valid document.

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from logicrank.jobs.raysession import quiet_logs
 from logicrank.pipelines.datasets import scifact
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+
 from logicrank.pipelines.evaluate.measures import Measure, RankedGains
 from logicrank.pipelines.topics import Duplicates, check_qrels, check_run
 from logicrank.schemas.errors import UserError

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from logicrank.pipelines.evaluate.report import save_figure
 from logicrank.pipelines.evaluate.significance import adjust, paired_p_value
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID, METRICS, NIGHTLY_COMPARISONS, NIGHTLY_HISTORY, conform, require_columns

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
 from logicrank.schemas.errors import UserError
 
 Kernel = Callable[["RankedGains", int | None], np.ndarray]

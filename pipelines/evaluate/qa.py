@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from logicrank.pipelines.files import reading
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import METRICS

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 
 

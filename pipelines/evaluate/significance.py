@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-from logicrank.schemas.tables import AGGREGATE_QUERY_ID, METRICS, SIGNIFICANCE, require_columns
 from scipy import stats
+
+from logicrank.schemas.tables import AGGREGATE_QUERY_ID, METRICS, SIGNIFICANCE, require_columns
 
 TESTS = ("t-test", "randomisation")
 CORRECTIONS = ("holm", "bonferroni", "bh")

@@ -34,6 +34,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+
 from logicrank.pipelines.generate.synthetic import TEMPLATES, Template
 
 MAX_TOPIC_CHARS = 80

@@ -192,6 +192,7 @@ def generate(out: str | Path, per_template: int = 20, seed: int = 0, root: str |
     inputs, same bytes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from logicrank.pipelines.files import atomic_path
     from logicrank.schemas.tables import DECOMPOSITIONS
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from logicrank.pipelines.files import atomic_path
 from logicrank.pipelines.logic.query import holds, parse, quote, relabel, to_text
 from logicrank.schemas.tables import DECOMPOSITIONS

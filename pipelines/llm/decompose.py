@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
+
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint, Generation, LLMClient
 from logicrank.pipelines.logic.grammar import to_gbnf

@@ -185,6 +185,7 @@ class Engine:
         if self._llm is None:
             configure_vllm_env(self.cfg)
             import torch
+
             from logicrank.pipelines.llvmlite_compat import make_llvmlite_scannable
 
             make_llvmlite_scannable()  # numba loaded in this process (the BM25 engine, bm25s) would stop vLLM's start

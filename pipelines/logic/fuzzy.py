@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import reduce
 
 import numpy as np
+
 from logicrank.pipelines.logic.query import And, Node, Not, Term
 from logicrank.schemas.errors import UserError
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 
 import numpy as np
+
 from logicrank.pipelines.logic.query import And, Node, Not, Term
 
 MAX_REPEATED = 16  # 2^16 read-once evaluations per candidate block: the exact method's limit

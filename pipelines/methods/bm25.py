@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+
 from logicrank.pipelines.store import DocStore
 from logicrank.schemas.tables import QUERIES, RUN, repeated, require_columns
 

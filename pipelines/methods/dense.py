@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+
 from logicrank.pipelines.embed import Embedder
 from logicrank.pipelines.exact import merge_top, shard_bounds, top_k
 from logicrank.pipelines.methods.ranking import rank_pairs

@@ -34,6 +34,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
+
 from logicrank.pipelines.methods.itlr import Calibration
 from logicrank.schemas.errors import UserError
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pyarrow as pa
+
 from logicrank.pipelines.methods.ranking import rank_pairs
 from logicrank.schemas.tables import RUN, require_columns
 

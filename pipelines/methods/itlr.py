@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+
 from logicrank.pipelines.embed import to_matrix
 from logicrank.pipelines.logic.fuzzy import Operators, compile_query
 from logicrank.pipelines.logic.query import Node, Not, QueryParseError, Term, parse, relabel

@@ -44,12 +44,13 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field, model_validator
+
 from logicrank.pipelines.evaluate.qa import normalize_answer
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint
 from logicrank.pipelines.options import StageOptions
 from logicrank.schemas.tables import LAG_ANSWERS, LAG_STEPS, RUN
-from pydantic import Field, model_validator
 
 DECOMPOSE_TEMPLATE = "lag_decompose"
 ANSWER_TEMPLATE = "lag_answer"

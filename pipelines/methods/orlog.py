@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+
 from logicrank.pipelines.llm.decompose import PLACEHOLDER
 from logicrank.pipelines.logic.probability import compile_probability, problog_probability
 from logicrank.pipelines.logic.query import Node, parse

@@ -27,11 +27,12 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field, model_validator
+
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint, Generation
 from logicrank.pipelines.options import StageOptions
 from logicrank.schemas.tables import INDUCED_QUERY, INDUCED_RULES, RERANK_WINDOWS, RUN
-from pydantic import Field, model_validator
 
 INDUCE_TEMPLATE = "siar_induce"
 RERANK_TEMPLATE = "r3_rerank"

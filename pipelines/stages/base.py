@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
+
 from logicrank.pipelines.options import StageOptions as StageOptions  # defined in a leaf: methods declare their options too
 
 

@@ -15,10 +15,11 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field, model_validator
+
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.stages.registry import register
 from logicrank.schemas.errors import UserError
-from pydantic import Field, model_validator
 
 
 class CutError(UserError, ValueError):

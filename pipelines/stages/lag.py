@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from logicrank.pipelines.embed import document_text, to_matrix
 from logicrank.pipelines.llm import prompts as templates
 from logicrank.pipelines.methods import lag

@@ -11,10 +11,11 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from pydantic import Field
+
 from logicrank.pipelines.methods.ranking import rank_pairs
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.stages.registry import register
-from pydantic import Field
 
 
 class MMROptions(StageOptions):

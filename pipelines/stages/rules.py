@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from logicrank.pipelines.embed import document_text
 from logicrank.pipelines.llm import prompts as templates
 from logicrank.pipelines.methods import rules

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from logicrank.pipelines.files import READ_ERRORS, write_parquet_atomic
 from logicrank.pipelines.stages.base import Checkpoint, Context
 

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import lancedb
+
 from logicrank.pipelines.sparse import ENGLISH_STOP_WORDS, analyzer
 from logicrank.schemas.errors import UserError
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from logicrank.pipelines.embed import to_matrix
 from logicrank.pipelines.sparse import open_index
 from logicrank.pipelines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _WORD, StoreError, _stemmer

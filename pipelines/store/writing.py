@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from logicrank.pipelines.sparse import drop_indexes, prune_indexes
 from logicrank.pipelines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _META_MODEL, _META_TITLE_SEP
 from logicrank.schemas.tables import docs_schema

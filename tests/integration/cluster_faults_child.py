@@ -155,7 +155,6 @@ def run_index_case(work: Path, n: int, kill: bool, cluster, workers) -> dict:
     from logicrank.jobs.index import run_index
     from logicrank.pipelines.store import DocStore
     from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig
-
     from tests.conftest import scifact_docs, write_jsonl
 
     corpus = write_jsonl(work / "corpus.jsonl", scifact_docs(n, text_chars=200))
@@ -226,11 +225,11 @@ def prompts_table(n: int):
 def run_score_case(work: Path, n: int, kill: bool, cluster, workers, kill_after: int) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from logicrank.jobs.llm_service import LLMService, truth_table
     from logicrank.jobs.raysession import ray_session
     from logicrank.pipelines.llm import prompts
     from logicrank.schemas.config import LLMConfig, RayConfig
-
     from tests.tiny_llm import build_tiny_llm
 
     model = work / "tiny-llama"

@@ -4,9 +4,12 @@ from logicrank.schemas.config import RayConfig
 RAY = RayConfig(num_cpus=2, batch_rows=64)
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def ray_cluster():
-    """One local Ray cluster for every integration test (jobs join it)."""
+    """One local Ray cluster for the session, started by the first test that asks for it (a
+    module that runs jobs or Ray itself: ``pytestmark = pytest.mark.usefixtures("ray_cluster")``).
+    Jobs join it: ``ray_session`` reuses a cluster already initialised in the process and leaves
+    it running; without it, each job would start and stop a cluster of its own."""
     from logicrank.jobs.raysession import ray_session
 
     with ray_session(RAY) as ray:
@@ -14,7 +17,7 @@ def ray_cluster():
 
 
 @pytest.fixture(scope="session")
-def synthetic(tmp_path_factory):
+def synthetic(tmp_path_factory, ray_cluster):
     """The ITLR benchmark's layout, small: 32 queries (one per template), ~150 documents, indexed."""
     from logicrank.jobs.index import run_index
     from logicrank.pipelines.datasets import scifact

@@ -29,7 +29,6 @@ def _table(db: Path) -> None:
     from logicrank.pipelines.embed import model_id, to_fixed_size_list
     from logicrank.pipelines.store import DocStore
     from logicrank.schemas.config import EmbedConfig
-
     from tests.conftest import scifact_docs
 
     docs = scifact_docs(N_DOCS, text_chars=300)
@@ -57,8 +56,9 @@ def _queries(path: Path) -> None:
 
 def main() -> None:
     work, mode = Path(sys.argv[1]), sys.argv[2]
-    from logicrank.pipelines import sparse
     from ray.cluster_utils import Cluster
+
+    from logicrank.pipelines import sparse
 
     sparse.SEGMENT_ROWS = 300  # the BM25 index saved in 3 segments: each bm25 shard maps one whole segment (the actors read it from the index)
 

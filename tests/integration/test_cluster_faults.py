@@ -1,7 +1,7 @@
 """A worker node dies mid-job on a three-node Ray cluster: the index and scoring jobs still end exact.
 
-Each test runs tests/integration/cluster_faults_child.py in a child process (the integration
-conftest already started a single-node Ray inside pytest). The child starts a head node and
+Each test runs tests/integration/cluster_faults_child.py in a child process (pytest's own
+process starts no Ray for these tests). The child starts a head node and
 two worker nodes on this machine with ``ray.cluster_utils.Cluster``, places the job's two
 actors one per worker node (custom resource ``worker``), kills one worker node with SIGKILL
 while batches are still pending, lets the job run on, and reports what happened. Here the
@@ -26,15 +26,7 @@ reruns): the tests accept either outcome, but always demand the exact end state.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -44,9 +36,9 @@ import pytest
 from logicrank.pipelines.store import DocStore
 
 from tests.conftest import scifact_docs
+from tests.integration.children import run_child_module
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 N_DOCS = 600  # ~20 s of embedding before the kill and ~20 s after on 2 cores
 N_PROMPTS = 400  # 100 batches of 4; the kill lands after 40 prompts
 TEXT_CHARS = 200  # what the child indexes: scifact_docs(N_DOCS, text_chars=200)
@@ -54,36 +46,7 @@ TEXT_CHARS = 200  # what the child indexes: scifact_docs(N_DOCS, text_chars=200)
 
 def _run_child(job: str, work: Path, *args: str, timeout: float) -> dict:
     """Run the child; its own Ray temp dir keeps ``ray.init()`` elsewhere on this machine off its cluster."""
-    return _run_child_module("tests.integration.cluster_faults_child", work, [job, str(work), *args], timeout=timeout)
-
-
-def _run_child_module(module: str, work: Path, argv: list[str], timeout: float) -> dict:
-    """Run ``python -m module ARGV...``, a child that starts its own Ray cluster (its own Ray temp
-    dir keeps ``ray.init()`` elsewhere on this machine off it), and return its ``WORK/result.json``."""
-    ray_tmp = tempfile.mkdtemp(prefix="lrc", dir="/tmp")  # short: Ray's socket paths must stay under 107 bytes
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(PYTHONPATH=str(ROOT), RAY_TMPDIR=ray_tmp)
-    work.mkdir(parents=True, exist_ok=True)
-    log = work / "child.log"
-    try:
-        with open(log, "wb") as out:
-            child = subprocess.Popen(
-                [sys.executable, "-m", module, *argv],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-            try:
-                rc = child.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                rc = None
-            finally:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.pid, signal.SIGKILL)  # the child and anything of its group left behind
-                child.wait(timeout=30)
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    tail = log.read_text(errors="replace")[-6000:]
-    assert rc == 0, f"child {module} {argv[0]} {'timed out' if rc is None else f'exited {rc}'}; log tail:\n{tail}"
-    return json.loads((work / "result.json").read_text())
+    return run_child_module("tests.integration.cluster_faults_child", work, [job, str(work), *args], timeout=timeout)
 
 
 def _check_kill(r: dict, progress_key: str, n: int) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from logicrank.pipelines.embed import Embedder, ModelError, _ov_cache_dir, resolve_model
+from logicrank.pipelines.embed import Embedder, ModelError
 from logicrank.schemas.config import EmbedConfig
 
 from tests.conftest import scifact_docs
@@ -21,9 +21,11 @@ def test_openvino_matches_torch_and_is_cached(tmp_path, monkeypatch):
     ref = Embedder(EmbedConfig(backend="torch")).encode(texts)
     np.testing.assert_allclose(np.linalg.norm(ref, axis=1), 1, atol=1e-5)
     first = Embedder(EmbedConfig(backend="openvino"))
-    cache = _ov_cache_dir(resolve_model("all-MiniLM-L6-v2"))
-    assert (cache / "model.xml").exists() and str(cache).startswith(str(tmp_path))
+    converted = list(tmp_path.glob("openvino/*/model.xml"))  # the IR, under $LOGICRANK_CACHE
+    assert len(converted) == 1
+    written = converted[0].stat().st_mtime_ns
     again = Embedder(EmbedConfig(backend="openvino"))  # reads the cached IR
+    assert list(tmp_path.glob("openvino/*/model.xml")) == converted and converted[0].stat().st_mtime_ns == written  # not converted again
     for e in (first, again):
         got = e.encode(texts)
         assert got.shape == ref.shape

@@ -17,7 +17,7 @@ from logicrank.pipelines.llm import prompts
 
 from tests.faults import descendants, engine_cores
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 
 
 def _wait_for(what: str, event, timeout_s: float = 300.0) -> None:

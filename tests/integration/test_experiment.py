@@ -26,7 +26,7 @@ from tests.compare import assert_runs_close
 from tests.conftest import write_jsonl
 from tests.integration.conftest import RAY
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,8 @@ from logicrank.schemas.config import GenerateConfig
 from tests.compare import assert_tables_close, close
 from tests.faults import descendants, kill_engine_cores, kill_processes, processes
 
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

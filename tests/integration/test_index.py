@@ -21,7 +21,7 @@ from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig
 
 from tests.conftest import write_jsonl
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 RAY = RayConfig(num_cpus=2, batch_rows=64)
 
 

@@ -12,7 +12,7 @@ from logicrank.pipelines.methods.itlr import TERM_SCORES
 from logicrank.pipelines.store import DocStore
 from logicrank.schemas.tables import RUN
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 
 
 def _cfg(root, **kw) -> RetrieveConfig:

@@ -13,7 +13,7 @@ from logicrank.schemas.tables import LAG_ANSWERS, LAG_STEPS
 from tests.compare import close
 from tests.integration.conftest import RAY
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 
 QUESTIONS = 8
 SEP = ". "

@@ -106,6 +106,7 @@ def _decompose_cfg(tmp_path, tiny_cfg, n, **kw) -> DecomposeConfig:
     )
 
 
+@pytest.mark.usefixtures("ray_cluster")  # the decompose job joins the session's cluster
 def test_decompose_job_conserves_rows_and_counts_fallbacks(tmp_path, tiny_cfg):
     from logicrank.jobs.decompose import run_decompose
 
@@ -130,6 +131,7 @@ def test_decompose_job_conserves_rows_and_counts_fallbacks(tmp_path, tiny_cfg):
         assert r["model"].startswith("tiny-llama@") and len(r["prompt_sha"]) == 16
 
 
+@pytest.mark.usefixtures("ray_cluster")  # the decompose job joins the session's cluster
 def test_constrained_decompose_then_rerun_from_cache(tmp_path, tiny_cfg):
     from logicrank.jobs.decompose import run_decompose
 

@@ -23,6 +23,8 @@ from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.store import DocStore
 from logicrank.pipelines.writelock import TableLock
 
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 D1, D2, D3, D4 = "2026-11-20", "2026-11-21", "2026-11-22", "2026-11-23"
 

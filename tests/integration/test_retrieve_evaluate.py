@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from tests.compare import assert_runs_close
 from tests.conftest import write_jsonl
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 runner = CliRunner()
 
 

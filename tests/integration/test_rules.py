@@ -13,7 +13,7 @@ from logicrank.schemas.tables import INDUCED_RULES, RERANK_WINDOWS
 
 from tests.integration.conftest import RAY
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 
 RULES = {
     "0": "If Person X owns Animal Y, then Person X can feed Animal Y.",

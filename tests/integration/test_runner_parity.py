@@ -26,7 +26,7 @@ from logicrank.schemas.tables import METRICS, RUN
 from tests.compare import assert_runs_close, assert_tables_close
 from tests.integration.conftest import RAY
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 DEC = Path(__file__).parents[1] / "data" / "parity" / "reference" / "synthetic" / "decompositions.parquet"
 
 

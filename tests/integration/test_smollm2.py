@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint, Engine
 from logicrank.pipelines.llm.models import MARKER, checksum, prepare

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from logicrank.pipelines import sparse
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.embed import to_fixed_size_list
 from logicrank.pipelines.store import DocStore
-
 from tests.compare import assert_ranking_close
 
 pytestmark = pytest.mark.integration

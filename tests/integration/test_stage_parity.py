@@ -31,7 +31,7 @@ from tests.data.parity.make_reference import build_docs300, hand_decompositions
 from tests.integration.conftest import RAY
 from tests.tiny_llm import build_tiny_llm
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 REF = Path(__file__).parents[1] / "data" / "parity" / "reference"
 TERM_KEYS = ["query_id", "doc_id", "term_id"]
 ATOM_KEYS = ["query_id", "doc_id", "atom_id"]

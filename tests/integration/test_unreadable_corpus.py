@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from tests import faults
 from tests.conftest import scifact_docs, write_jsonl
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 
 
 def _index(corpus, db, out, *extra) -> tuple[int, list[str]]:

@@ -25,7 +25,6 @@ from logicrank.jobs.index import run_index  # noqa: E402
 from logicrank.jobs.raysession import ray_session  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
 from logicrank.schemas.config import EmbedConfig, GenerateConfig, IndexConfig, LLMConfig, RayConfig  # noqa: E402
-
 from tests.perf.report import write_report  # noqa: E402
 
 CHILD = """

@@ -34,7 +34,6 @@ from logicrank.jobs.index import run_index  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
 from logicrank.pipelines.embed import Embedder, document_text  # noqa: E402
 from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
-
 from tests.perf.report import write_report  # noqa: E402
 
 

@@ -26,7 +26,6 @@ from logicrank.pipelines.embed import to_fixed_size_list  # noqa: E402
 from logicrank.pipelines.logic.fuzzy import Operators  # noqa: E402
 from logicrank.pipelines.methods.itlr import Calibration, ann_candidates, parse_queries, score_candidates, score_exact  # noqa: E402
 from logicrank.pipelines.store import DocStore  # noqa: E402
-
 from tests.perf.report import write_report  # noqa: E402
 
 

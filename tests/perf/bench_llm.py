@@ -32,7 +32,6 @@ from logicrank.pipelines.datasets import scifact  # noqa: E402
 from logicrank.pipelines.llm import prompts  # noqa: E402
 from logicrank.pipelines.llm.models import resolve  # noqa: E402
 from logicrank.schemas.config import LLMConfig, RayConfig  # noqa: E402
-
 from tests.perf.report import write_report  # noqa: E402
 
 STATEMENTS = ["{t} reports a clinical trial", "{t} is about cancer", "{t} studies mice", "{t} is a review article"]

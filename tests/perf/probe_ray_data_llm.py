@@ -21,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from logicrank.pipelines.llm import prompts  # noqa: E402
 from logicrank.pipelines.llm.models import resolve  # noqa: E402
-
 from tests.perf.bench_llm import _prompts  # noqa: E402
 
 

@@ -46,7 +46,6 @@ def main() -> None:
     from logicrank.pipelines.datasets import scifact
     from logicrank.pipelines.generate.synthetic import generate
     from logicrank.schemas.config import GenerateConfig, IndexConfig, LLMConfig, RayConfig
-
     from tests.tiny_llm import build_tiny_llm
 
     out = Path(args.out)

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from logicrank.pipelines.embed import to_fixed_size_list
 from logicrank.pipelines.store import ENGLISH_STOP_WORDS, DocStore, StoreError
 

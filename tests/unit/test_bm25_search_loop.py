@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+
 from logicrank.pipelines import sparse
 
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 import typer
+from pydantic_core import PydanticUndefined
+from typer.testing import CliRunner
+
 from logicrank.jobs.cli import app
 from logicrank.jobs.cli_config import Bound
 from logicrank.jobs.nightly_config import NightlyConfig  # noqa: F401 - every config importable beside the CLI
 from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig
-from pydantic_core import PydanticUndefined
-from typer.testing import CliRunner
 
 PARTS = {"embed": EmbedConfig, "llm": LLMConfig, "ray": RayConfig}  # a command bound to no one config: its sub-configs
 UNBOUND = {"backend": (EmbedConfig, "backend")}  # commands that pass the encoder's backend alone (main, nightly-demo)

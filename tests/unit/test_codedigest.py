@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+
 from logicrank.pipelines.codedigest import PROJECT, closure, code_digest
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,8 +4,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from logicrank.pipelines.corpus import PARSED, CorpusError, content_hash, iter_corpus, list_sources, validate_record
 
+from logicrank.pipelines.corpus import PARSED, CorpusError, content_hash, iter_corpus, list_sources, validate_record
 from tests.conftest import write_jsonl
 
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+
 from logicrank.pipelines.pipeline import Pipeline
 from logicrank.pipelines.runner import Inputs
 from logicrank.pipelines.stages import Context

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from logicrank.pipelines.embed import to_fixed_size_list
 from logicrank.pipelines.methods.dense import dense, exact_top_k
 from logicrank.pipelines.methods.ranking import rank_pairs
 from logicrank.pipelines.store import DocStore
-
 from tests.compare import assert_runs_close
 
 DIM = 64

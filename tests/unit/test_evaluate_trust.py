@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import pytrec_eval
+
 from logicrank.jobs.evaluate import evaluation_notes, run_evaluate
 from logicrank.pipelines.evaluate.core import EvaluationError, evaluate_run
 from logicrank.pipelines.evaluate.measures import parse_measures

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from scipy.special import ndtr
+
 from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.logic.query import parse
 from logicrank.pipelines.methods.evidence import (
@@ -23,7 +25,6 @@ from logicrank.pipelines.methods.evidence import (
 from logicrank.pipelines.methods.itlr import Calibration, LogicalQuery, compose, score_exact, score_listed, term_scores_from
 from logicrank.pipelines.methods.orlog import OrlogQuery, atom_query, posteriors, retrieval_truth
 from logicrank.pipelines.sparse import BM25Index
-from scipy.special import ndtr
 
 # a LIMIT-like table: who likes what; "Ada" likes apples and pears, "Bo" apples only, ...
 LIKES = {

@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 import signal
 
-import logicrank.jobs.index
 import pytest
+from typer.testing import CliRunner
+
+import logicrank.jobs.index
 from logicrank.jobs.cli import app
 from logicrank.jobs.index import IndexInterrupted, Terminated, sigterm_interrupts
-from typer.testing import CliRunner
 
 LINE = ("index: interrupted after reading 4,352 rows (4,096 documents written); table 'docs' v3 is incomplete and will not be read "
         "(no index run has completed on this table, so retrieve refuses it); rerun the same command to resume (documents already "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from logicrank.pipelines.corpus import PARSED
 from logicrank.pipelines.indexing import IndexWriter, RejectSink
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
+
 from logicrank.jobs.cli import app
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"

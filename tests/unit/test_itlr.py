@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.generate.synthetic import TEMPLATES, generate
 from logicrank.pipelines.logic.fuzzy import Operators, compile_query

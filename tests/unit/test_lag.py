@@ -4,6 +4,7 @@ a vector retriever over hand-made passages and a scripted stand-in for the LLM."
 
 import numpy as np
 import pytest
+
 from logicrank.pipelines.llm.engine import Generation
 from logicrank.pipelines.methods import lag
 

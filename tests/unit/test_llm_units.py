@@ -6,6 +6,7 @@ import json
 import multiprocessing as mp
 
 import pytest
+
 from logicrank.pipelines.llm import models, prompts
 from logicrank.pipelines.llm.cache import LLMCache, cache_key
 from logicrank.pipelines.llm.decompose import fallback, parse_output, read_form
@@ -156,6 +157,7 @@ def test_prepare_is_idempotent_and_rebuilds_a_damaged_checkpoint(tmp_path, monke
 
 def test_lost_or_duplicated_decomposition_rows_fail_the_job():
     import pyarrow as pa
+
     from logicrank.jobs.decompose import check_conserved
 
     queries = pa.table({"query_id": ["q1", "q2"]})
@@ -171,6 +173,7 @@ def test_lost_or_duplicated_decomposition_rows_fail_the_job():
 
 def test_apply_decompositions_to_queries():
     import pyarrow as pa
+
     from logicrank.pipelines.llm.decompose import apply_to_queries
     from logicrank.schemas.tables import QUERIES
 
@@ -222,12 +225,13 @@ def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_r
 
 def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_config_agree_with():
     import pytest
+    from pydantic import ValidationError
+
     from logicrank.jobs.decompose import settings_of
     from logicrank.pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings
     from logicrank.pipelines.llm.prompts import load
     from logicrank.schemas.config import DecomposeConfig
     from logicrank.schemas.tables import DECOMPOSITION_METHODS
-    from pydantic import ValidationError
 
     assert tuple(KINDS) == DECOMPOSITION_METHODS
     assert DecomposeConfig(queries="q").methods == tuple(KINDS)

@@ -1,11 +1,12 @@
 import doctest
 
-import logicrank.pipelines.logic.fuzzy as fuzzy_mod
-import logicrank.pipelines.logic.query as query_mod
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import logicrank.pipelines.logic.fuzzy as fuzzy_mod
+import logicrank.pipelines.logic.query as query_mod
 from logicrank.pipelines.logic.fuzzy import OperatorError, Operators, compile_query
 from logicrank.pipelines.logic.grammar import BLANK, to_gbnf, to_lark
 from logicrank.pipelines.logic.query import And, Not, Or, QueryParseError, Term, parse, to_text

@@ -7,6 +7,7 @@ import pytest
 import pytrec_eval
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from logicrank.pipelines.evaluate.core import evaluate_run
 from logicrank.pipelines.evaluate.measures import Measure, MeasureError, parse_measure, parse_measures
 from logicrank.pipelines.methods.ranking import rank_pairs
@@ -67,8 +68,9 @@ def scifact_tfidf_run():
     import gzip
     import json
 
-    from logicrank.pipelines.datasets import scifact
     from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from logicrank.pipelines.datasets import scifact
 
     data = scifact()
     with gzip.open(data.corpus, "rt") as f:

@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from logicrank.pipelines.pipeline import Pipeline
 from logicrank.pipelines.runner import Inputs
 from logicrank.pipelines.stages import Context

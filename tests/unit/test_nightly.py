@@ -10,6 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
 from logicrank.jobs.alerts import deliver
 from logicrank.jobs.cli import app
 from logicrank.jobs.nightly import NightlyError, NightlyLock, NightRun, NightState, claim_night, run_nightly, serve_message
@@ -17,8 +20,6 @@ from logicrank.jobs.nightly_config import AlertConfig, NightlyConfig
 from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
 from logicrank.pipelines.evaluate.significance import adjust, paired_p_value
 from logicrank.schemas.tables import METRICS
-from pydantic import ValidationError
-from typer.testing import CliRunner
 
 QUERIES = [f"q{i}" for i in range(20)]
 
@@ -284,6 +285,7 @@ def test_promote_on_regression_moves_the_tag_as_before_and_a_clean_night_moves_i
 
 def test_the_cli_option_overrides_the_config_file(tmp_path, monkeypatch):
     import yaml
+
     from logicrank.jobs import nightly
 
     seen = []

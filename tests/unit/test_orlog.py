@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from logicrank.pipelines.logic.query import parse
 from logicrank.pipelines.methods.orlog import OrlogQuery, calibrate, content_free_prompts, posteriors, truth_prompts
 

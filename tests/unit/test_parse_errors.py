@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from logicrank.jobs.retrieve import fallback_notes, refuse_unparsed
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.logic.query import UnparsedQueryError, quote
@@ -177,8 +178,9 @@ def test_the_retrieve_job_refuses_a_queries_file_before_anything_starts():
 
 
 def test_the_cli_option_is_checked_with_the_config():
-    from logicrank.jobs.cli import app
     from typer.testing import CliRunner
+
+    from logicrank.jobs.cli import app
 
     res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--on-parse-error", "ignore"])
     assert res.exit_code == 2 and "--on-parse-error 'ignore'" in res.output

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from logicrank.pipelines.logic.probability import compile_probability, is_read_once, problog_probability, problog_program
 from logicrank.pipelines.logic.query import And, Not, Or, Term, parse
 

@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from logicrank.pipelines.evaluate import qa
 
 
@@ -101,8 +102,9 @@ def test_reading_gold_and_predictions(tmp_path):
 
 
 def test_evaluate_config_refuses_what_it_cannot_evaluate():
-    from logicrank.schemas.config import EvaluateConfig
     from pydantic import ValidationError
+
+    from logicrank.schemas.config import EvaluateConfig
 
     with pytest.raises(ValidationError, match="give runs"):
         EvaluateConfig()

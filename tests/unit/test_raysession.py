@@ -1,6 +1,7 @@
 """The actor-pool fit check shared by index, decompose and score (no cluster needed)."""
 
 import pytest
+
 from logicrank.jobs.raysession import IN_DRIVER, EncoderPlacement, encoder_placement, local_driver_node, require_fit
 from logicrank.schemas.config import EmbedConfig, RayConfig
 

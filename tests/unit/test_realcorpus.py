@@ -4,6 +4,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+
 from logicrank.pipelines.generate import realcorpus as rc
 from logicrank.pipelines.generate.synthetic import TEMPLATES
 from logicrank.pipelines.logic.query import parse
@@ -91,8 +92,9 @@ def test_a_last_shard_too_small_for_a_template_joins_the_one_before():
 
 
 def test_the_generate_commands_fail_in_one_line_on_user_mistakes(tmp_path):
-    from logicrank.jobs.cli import app
     from typer.testing import CliRunner
+
+    from logicrank.jobs.cli import app
 
     res = CliRunner().invoke(app, ["generate", "itlr", "--db", str(tmp_path / "none"), "--out", str(tmp_path / "o"), "--candidate", "foo"])
     assert res.exit_code == 2 and "--candidate 'foo': valid: dense, bm25, itlr" in res.output

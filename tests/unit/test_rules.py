@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from logicrank.pipelines.llm.engine import Generation
 from logicrank.pipelines.methods import rules
 

@@ -9,6 +9,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from logicrank.pipelines.methods.hybrid import rrf
 from logicrank.pipelines.pipeline import Pipeline, build, parse_stages
 from logicrank.pipelines.runner import Hooks, Inputs, StageCache, StageRunner, assemble, in_process

@@ -1,10 +1,11 @@
 import pyarrow as pa
 import pytest
+from pydantic import ValidationError
+
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.pipeline import PipelineError
 from logicrank.schemas.config import IndexConfig
 from logicrank.schemas.tables import QRELS, SchemaError, conform, require_columns
-from pydantic import ValidationError
 
 
 def test_missing_columns_are_named_with_the_stage():

@@ -5,6 +5,7 @@ row ranges they hold: the per-actor memory budget (``ray.retrieve_shard_bytes``)
 from __future__ import annotations
 
 import pytest
+
 from logicrank.jobs.retrieve import shard_count
 from logicrank.pipelines.exact import segment_bounds, shard_bounds
 from logicrank.pipelines.pipeline import build

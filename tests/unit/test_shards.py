@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from logicrank.pipelines.llm.engine import Truth
 from logicrank.pipelines.runner import Hooks, Inputs, StageCache, StageRunner
 from logicrank.pipelines.stages import shards
@@ -394,7 +395,6 @@ def test_lag_counts_from_its_tables_equal_those_from_its_chains():
     """A resumed LAG stage counts from the tables its shards hold (no chains): the same counts."""
     from logicrank.pipelines.methods import lag
     from logicrank.pipelines.stages.lag import counts_of
-
     from tests.unit.test_lag import AXES, DOCS, ScriptedLLM, VectorRetriever, axis_of, gen, texts_of
 
     s = lag.LagOptions(k=1, plan="gold", sub_answers="llm", t_max=3, gold="gold.jsonl")

@@ -1,8 +1,9 @@
 import numpy as np
 import pyarrow as pa
 import pytest
-from logicrank.pipelines.evaluate.significance import adjust, compare, paired_p_value
 from scipy import stats
+
+from logicrank.pipelines.evaluate.significance import adjust, compare, paired_p_value
 
 
 def test_holm_matches_hand_computation():

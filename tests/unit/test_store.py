@@ -5,6 +5,7 @@ from datetime import timedelta
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from logicrank.pipelines.embed import to_fixed_size_list
 from logicrank.pipelines.store import DocStore, StoreError
 

@@ -5,6 +5,7 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from logicrank.pipelines.store.reading import summed_top_k
 
 

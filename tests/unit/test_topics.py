@@ -1,5 +1,6 @@
 import pyarrow as pa
 import pytest
+
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.methods.hybrid import rrf
 from logicrank.pipelines.methods.ranking import rank_pairs
@@ -51,6 +52,7 @@ def test_rrf_fuses_by_reciprocal_rank():
 
 def test_a_queries_table_is_checked_as_a_queries_file_is(tmp_path):
     import pyarrow.parquet as pq
+
     from logicrank.pipelines.topics import queries_table
 
     t = queries_table(pa.table({"qid": [1, 2], "text": ["a", "b"], "extra": [0, 0]}), "notebook")

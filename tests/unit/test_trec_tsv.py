@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from typer.testing import CliRunner
+
 from logicrank.pipelines.corpus import iter_corpus, list_sources, trec_raw_limit, trec_units
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.topics import TopicsError, read_queries
 from logicrank.schemas.config import IndexConfig
 from logicrank.schemas.tables import REJECT_REASONS
-from typer.testing import CliRunner
 
 
 def _read_all(location, **kw) -> pa.Table:
@@ -356,9 +357,10 @@ def test_a_byte_order_mark_is_not_text(tmp_path):
 def test_the_topics_field_reaches_retrieve_and_decompose(tmp_path):
     """retrieve's --topics-field (and topics_field: of a decompose config) picks the field:
     a topic without it is refused in one line before anything starts."""
+    from pydantic import ValidationError
+
     from logicrank.jobs.cli import app
     from logicrank.schemas.config import DecomposeConfig
-    from pydantic import ValidationError
 
     topics = tmp_path / "topics.txt"
     topics.write_text("<top>\n<num> Number: 7\n<title> only a title\n</top>\n")

@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
-from logicrank.pipelines.datasets import scifact
-from logicrank.pipelines.files import read_fault
 from typer.testing import CliRunner
 
+from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.files import read_fault
 from tests import faults
 from tests.conftest import scifact_docs
 

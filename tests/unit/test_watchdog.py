@@ -99,6 +99,7 @@ except Stalled as exc:
 def test_a_job_that_cannot_finish_ends_the_command_in_one_line_with_exit_1(tmp_path, capsys):
     import pytest
     import typer
+
     from logicrank.jobs.cli import _job
     from logicrank.jobs.llm_service import LLMEngineFailed
 

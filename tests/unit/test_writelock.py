@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+
 from logicrank.pipelines.writelock import Clock, TableLock, TableLockedError
 
 
