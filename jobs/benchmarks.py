@@ -1,5 +1,6 @@
 """`bench-rules`, `bench-lag`, `bench-setlogic` and `bench-itlr`: the experiment files that ship
-(jobs/experiments/) with each command's options as overrides. The commands and the main job's
+(jobs/experiments/) with each command's options as overrides (the ``--set`` grammar:
+``r3.n``, ``orlog/bm25.k``; :func:`logicrank.pipelines.experiment.override`). The commands and the main job's
 sections call these, so a benchmark's pipelines, measures and references live in its file
 alone.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from logicrank.jobs.experiment import Experiment, ExperimentError, load, override, with_sample
+from logicrank.pipelines.experiment import Experiment, ExperimentError, load, override, with_sample
 
 MAX_ITLR_PER_TEMPLATE = 52  # 32 templates x 52 queries x 6 documents <= 10,000, dense's deepest run
 
@@ -26,9 +27,9 @@ def rules(src: str | Path, sample: int | None = None, seed: int = 0, r3_n: int |
     exp = load("rulebench-vanilla" if vanilla else "rulebench-siar")
     changes = _rulebench(src, rules, queries, split, exp)
     if r3_n:
-        changes["stages.r3.n"] = r3_n
+        changes["r3.n"] = r3_n
         if r3_n > 20:
-            changes |= {"stages.bm25.k": r3_n, "stages.dense.k": r3_n, "stages.r3.k": r3_n}
+            changes |= {"bm25.k": r3_n, "dense.k": r3_n, "r3.k": r3_n}
         if f"R@{r3_n}" not in exp.measures:
             changes["measures"] = [*exp.measures, f"R@{r3_n}"]
     return with_sample(override(exp, changes), sample, seed if sample else None)
@@ -83,25 +84,22 @@ def lag(name: str = "musique", sample: int | None = None, seed: int = 0, judge: 
         if judge:
             changes["qa_measures"] = [*exp.qa_measures, "Judge"]
         pipelines = {rid: exp.pipelines[rid] for rid in runs or exp.pipelines}
-        if "lag-random-order" in pipelines:  # the order's seed is the command's
-            pipelines["lag-random-order"] = [{"lag": {**exp.pipelines["lag-random-order"][0]["lag"], "seed": seed}}]
         if pipelines != exp.pipelines:
             changes["pipelines"] = pipelines
             if exp.baseline not in pipelines:
                 changes["baseline"] = None
+        if "lag-random-order" in pipelines:  # the order's seed is the command's
+            changes["lag-random-order/lag.seed"] = seed
         out.append(with_sample(override(exp, changes), sample, seed if sample else None))
     return out
 
 
-def setlogic(per_template: int = 20, seed: int = 0, k: int = 5, orlog: bool = True, orlog_depth: int | None = None) -> Experiment:
+def setlogic(per_template: int = 20, seed: int = 0, k: int = 5, orlog: bool = True, sets: dict | list[str] | None = None) -> Experiment:
     """LIMIT set-logic queries: dense, BM25, ITLR and, with ``orlog``, OrLog over BM25's top
-    ``orlog_depth`` (setlogic.yaml; without: setlogic-exact.yaml); R@k and F1@k read the top
-    ``k`` as the predicted set."""
+    20 (setlogic.yaml; without: setlogic-exact.yaml); R@k and F1@k read the top ``k`` as the
+    predicted set; ``sets``: overrides (``orlog/bm25.k=50``: OrLog over BM25's top 50)."""
     changes = {"dataset.setlogic": {"per_template": per_template, "seed": seed}, "measures": ["P@1", f"R@{k}", f"F1@{k}", "nDCG@10"]}
-    if orlog and orlog_depth:
-        for rid in ("orlog", "orlog-bm25"):  # the LLM's and BM25's P(True) over the same candidates
-            changes |= {f"pipelines.{rid}.0.bm25.k": orlog_depth, f"pipelines.{rid}.2.orlog.k": orlog_depth}
-    return override(load("setlogic" if orlog else "setlogic-exact"), changes)
+    return override(override(load("setlogic" if orlog else "setlogic-exact"), changes), sets or {})
 
 
 def itlr(per_template: int = 10, seed: int = 0, operators: bool = True) -> list[Experiment]:

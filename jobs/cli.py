@@ -11,6 +11,10 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+
 from logicrank.jobs.cli_config import EMBED, LLM, Bound, configured, read_file
 from logicrank.jobs.cli_config import default as _d
 from logicrank.jobs.watchdog import DEFAULT_TIMEOUT_S, watch
@@ -26,9 +30,6 @@ from logicrank.schemas.config import (
 )
 from logicrank.schemas.errors import JobFailed, UserError
 from logicrank.schemas.tables import DECOMPOSITION_METHODS
-from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
 
@@ -254,10 +255,9 @@ def retrieve(
     ] = None,
     method: Annotated[list[str] | None, typer.Option(help="A preset pipeline (repeat): see `logicrank stages`. Default: dense.")] = None,
     run_tag: Annotated[str | None, typer.Option(help="Prefix of the presets' run ids.")] = None,
-    k: Annotated[int | None, typer.Option(help="The presets' k (as --set k=N).")] = None,
     set_: Annotated[
-        list[str] | None, typer.Option("--set", help="A preset option, KEY=VALUE (repeat), e.g. itlr_mode=ann, orlog_k=20, "
-                                       "decompositions=PATH; `logicrank stages` lists them with their defaults.")
+        list[str] | None, typer.Option("--set", help="A stage option, STAGE.OPTION=VALUE (repeat; RUN/STAGE.OPTION=VALUE for one "
+                                       "pipeline), e.g. orlog.k=20, itlr.scorer=bm25; `logicrank stages` lists every option.")
     ] = None,
     trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = _d(RetrieveConfig, "trec"),
     on_parse_error: Annotated[str | None, typer.Option(
@@ -275,27 +275,20 @@ def retrieve(
 ):
     """Run named pipelines of stages (or --method presets); writes one run table per pipeline."""
     from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.pipeline import pipelines_file, read_presets, with_sets
 
     in_file = bound.file is not None and "pipelines" in _run(read_file, bound.file)
     if pipelines is not None or in_file:
         where = "--pipelines" if pipelines is not None else f"the pipelines of {bound.file}"
         if pipelines is not None and in_file:
             _fail(f"retrieve: --pipelines and {bound.file} both name pipelines; give them in one place.")
-        if method:
-            _fail(f"retrieve: give {where} or --method, not both (a pipelines file names its own pipelines).")
-        given = [name for name, value in (("--k", k), ("--set", set_), ("--run-tag", run_tag)) if value]
-        if given:
-            _fail(f"retrieve: {', '.join(given)} set(s) a --method preset's options; with {where}, set each stage's options there.")
-        from logicrank.pipelines.pipeline import pipelines_file
-
+        if method or run_tag:
+            _fail(f"retrieve: give {where} or --method (and --run-tag), not both (a pipelines file names its own pipelines).")
         cfg = _config(RetrieveConfig, bound, **({"pipelines": _run(pipelines_file, pipelines)} if pipelines is not None else {}))
+        if set_:
+            cfg = _run(lambda: cfg.model_copy(update={"pipelines": with_sets(cfg.pipelines, set_)}))
     else:
-        from logicrank.pipelines.pipeline import from_methods, method_options
-
-        if k is not None and any(s.strip().replace("-", "_").startswith("k=") for s in set_ or ()):
-            _fail("retrieve: give the presets' k once, as --k N or --set k=N.")
-        options = _run(method_options, set_ or (), **({"k": k} if k is not None else {}))
-        cfg = _config(RetrieveConfig, bound, pipelines=_run(from_methods, tuple(method or ["dense"]), options, run_tag))
+        cfg = _config(RetrieveConfig, bound, pipelines=_run(read_presets, tuple(method or ["dense"]), run_tag, set_))
     for rid, path in _job("retrieve", out, run_retrieve, cfg, out, echo=typer.echo, progress=progress).items():
         typer.echo(f"{rid}: {path}")
 
@@ -526,7 +519,8 @@ def bench_setlogic(
     seed: int = 0,
     k: Annotated[int, typer.Option(help="Depth of R@k and F1@k (the predicted set).")] = 5,
     orlog: Annotated[bool, typer.Option(help="Add OrLog with the gold atoms (LLM scoring; --no-orlog: dense, bm25, ITLR only).")] = True,
-    orlog_depth: Annotated[int | None, typer.Option(help="OrLog: bm25 candidates reranked per query (default: the file's, 20).", min=1, max=10_000)] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE (repeat), as `logicrank experiment --set`: e.g. "
+                                                  "orlog/bm25.k=50 (OrLog over BM25's top 50), orlog.context_tokens=128.")] = None,
     ray_address: RayAddress = None,
     *,
     bound: Bound,
@@ -534,7 +528,7 @@ def bench_setlogic(
     """Set-logic queries over LIMIT with exact gold: dense, bm25, ITLR (gold form), OrLog (gold atoms), by template; jobs/experiments/setlogic.yaml."""
     from logicrank.jobs import benchmarks
 
-    _experiments("bench-setlogic", [_run(benchmarks.setlogic, per_template, seed, k, orlog, orlog_depth)], out, bound)
+    _experiments("bench-setlogic", [_run(benchmarks.setlogic, per_template, seed, k, orlog, set_)], out, bound)
 
 
 models_app = typer.Typer(no_args_is_help=True, help="LLM checkpoints that ship inside packages.")
@@ -710,19 +704,20 @@ def experiment(
     out: Annotated[Path | None, typer.Option(help="Where the index, runs and report go; default runs/experiments/<name>.")] = None,
     sample: Annotated[int | None, typer.Option(help="Run this many of the dataset's queries, drawn with --seed (overrides the file's dataset.sample or query_ids).")] = None,
     seed: Annotated[int | None, typer.Option(help="The sample's seed (overrides the file's dataset.seed).")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE (repeat): set a key of the file, dotted, the value read as YAML, "
-                                                  "e.g. dataset.rulebench=DIR, pipelines.orlog.0.bm25.k=5, or stages.r3.n=10 (every r3 stage).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE (repeat), the value read as YAML: a stage option by the "
+                                                  "stage's name (orlog.k=20; RUN/STAGE.OPTION for one pipeline) or a dotted key of the file "
+                                                  "(dataset.sample=25).")] = None,
     ray_address: RayAddress = None,
     progress: bool = True,
     *,
     bound: Bound,
 ):
     """Run an experiment: index its dataset, run its pipelines, evaluate, check its reference figures, write one report."""
-    from logicrank.jobs.experiment import load, override, parse_sets, with_sample
+    from logicrank.pipelines.experiment import load, override, with_sample
 
     exp = _run(load, file)
     if set_:
-        exp = _run(override, exp, _run(parse_sets, set_))
+        exp = _run(override, exp, set_)
     if sample is not None or seed is not None:
         exp = _run(with_sample, exp, sample, seed)
     _experiments("experiment", [exp], out or Path("runs/experiments") / exp.name, bound, progress)

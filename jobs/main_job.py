@@ -23,9 +23,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from logicrank.jobs import benchmarks
-from logicrank.jobs.experiment import EXPERIMENTS, load, run_experiment
+from logicrank.jobs.experiment import run_experiment
 from logicrank.jobs.raysession import ray_session
 from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.experiment import EXPERIMENTS, load
 from logicrank.pipelines.files import write_text_atomic
 from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig
 
@@ -152,7 +153,7 @@ def _setlogic(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> tuple[str,
     echo(f"[8/9] set-logic queries over LIMIT (exact gold, {SETLOGIC_PER_TEMPLATE} per QUEST template): dense, bm25, ITLR (gold form) over "
          f"dense, BM25 and hybrid evidence, OrLog (gold atoms, P(True) from SmolLM2 and from BM25, top {SETLOGIC_ORLOG_DEPTH}) "
          "(experiment jobs/experiments/setlogic.yaml)")
-    res = run_experiment(benchmarks.setlogic(per_template=SETLOGIC_PER_TEMPLATE, orlog_depth=SETLOGIC_ORLOG_DEPTH), out, embed, ray, local_llm(),
+    res = run_experiment(benchmarks.setlogic(per_template=SETLOGIC_PER_TEMPLATE, sets={f"{rid}/{stage}.k": SETLOGIC_ORLOG_DEPTH for rid in ("orlog", "orlog-bm25") for stage in ("bm25", "orlog")}), out, embed, ray, local_llm(),
                          strict=False, progress=False)
     for rid, row in res.summary.iterrows():
         echo(f"      {rid:6s} P@1 {row['P@1']:.3f}  R@5 {row['R@5']:.3f}  nDCG@10 {row['nDCG@10']:.3f}")

@@ -13,7 +13,8 @@ want a cluster; this is for looking at one. docs/python-api.md walks through it:
     runs = lr.retrieve(table, queries, pipes)  # an Arrow table with the RUN columns
     metrics = lr.evaluate(runs, lr.read_qrels("pipelines/datasets/scifact/qrels/test.tsv"), ["nDCG@10"])
     lr.compare(metrics, baseline="bm25")
-    lr.run_experiment("scifact")  # a whole benchmark (jobs/experiments/scifact.yaml), on a local Ray cluster
+    lr.run_experiment("scifact", table=table)  # a whole benchmark (jobs/experiments/scifact.yaml), here
+    lr.run_experiment("scifact")  # the same through the jobs (index, retrieve, evaluate) on a local Ray cluster
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from logicrank.pipelines.evaluate.core import evaluate_run
-from logicrank.pipelines.evaluate.measures import parse_measures
+from logicrank.pipelines.evaluate.runs import evaluate_runs
 from logicrank.pipelines.evaluate.significance import compare as _compare
-from logicrank.pipelines.pipeline import MethodOptions, Pipeline, PipelineError, from_methods, read_pipelines
+from logicrank.pipelines.pipeline import Pipeline, PipelineError, read_pipelines, read_presets
 from logicrank.pipelines.runner import Result, StageCache
 from logicrank.pipelines.stages import Context
 from logicrank.pipelines.topics import queries_table, read_qrels, read_queries, read_run
@@ -103,16 +103,17 @@ def open_table(db: str | Path, name: str = "docs", version: int | None = None, e
     return Table(db, name, version, embed, llm)
 
 
-def pipelines(spec: Mapping[str, Any] | str | Path) -> dict[str, Pipeline]:
+def pipelines(spec: Mapping[str, Any] | str | Path, set: Mapping[str, Any] | Sequence[str] | None = None) -> dict[str, Pipeline]:
     """Named pipelines from a mapping (run id -> stages, as in a pipelines file) or a YAML
-    file (docs/pipelines.md), each validated."""
-    return read_pipelines(spec)
+    file (docs/pipelines.md), with the overrides ``set`` (``{"orlog.k": 20}`` or
+    ``["orlog.k=20"]``, the ``--set`` grammar), each validated."""
+    return read_pipelines(spec, set)
 
 
-def preset(*methods: str, **options: Any) -> dict[str, Pipeline]:
-    """``--method`` presets as pipelines, e.g. ``preset("bm25", "itlr", k=10)``; ``options``
-    are the presets' method options (``logicrank stages`` lists them)."""
-    return {rid: Pipeline(rid, stages) for rid, stages in from_methods(methods, MethodOptions(**options)).items()}
+def preset(*methods: str, set: Mapping[str, Any] | Sequence[str] | None = None) -> dict[str, Pipeline]:
+    """``--method`` presets (pipelines/presets/) as pipelines, with the overrides ``set``, e.g.
+    ``preset("bm25", "orlog", set={"bm25.k": 50})``."""
+    return {rid: Pipeline(rid, stages) for rid, stages in read_presets(methods, sets=set).items()}
 
 
 def retrieve(table: Table, queries: pa.Table | str | Path, pipes: Mapping[str, Pipeline] | Iterable[Pipeline],
@@ -154,12 +155,7 @@ def evaluate(runs: pa.Table | Any, qrels: pa.Table | str | Path, measures: Seque
         runs = pa.Table.from_pandas(runs, preserve_index=False)
     if not isinstance(qrels, pa.Table):
         qrels = read_qrels(qrels)
-    parsed = parse_measures(measures)
-    ids = list(run_ids) if run_ids is not None else list(dict.fromkeys(runs.column("run_id").to_pylist()))
-    if not ids:
-        raise PipelineError("evaluate: no runs: the table is empty and no run_ids were named.")
-    per_run = [runs.filter(pa.compute.equal(runs.column("run_id"), rid)) for rid in ids]
-    return pa.concat_tables([evaluate_run(run, qrels, parsed, rid) for run, rid in zip(per_run, ids, strict=True)])
+    return evaluate_runs([runs], qrels, measures, run_ids=run_ids).metrics
 
 
 def compare(metrics: pa.Table, baseline: str, test: str = "t-test", correction: str = "holm", alpha: float = 0.05) -> pa.Table:
@@ -168,13 +164,34 @@ def compare(metrics: pa.Table, baseline: str, test: str = "t-test", correction: 
     return _compare(metrics, baseline, test, correction, alpha)
 
 
-def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, strict: bool = True, **placement: Any):
-    """Run an experiment file (or a ``jobs.experiment.Experiment``) through the jobs, on a
-    local Ray cluster unless ``placement`` gives ``ray=RayConfig(address=...)``; returns its
-    ``ExperimentResult`` (summary, metrics, groups, reference checks, report path).
-    ``placement``: ``embed``, ``ray``, ``llm`` configs. docs/experiments.md."""
-    from logicrank.jobs.experiment import Experiment, load
-    from logicrank.jobs.experiment import run_experiment as run
+def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, strict: bool = True, table: Table | None = None,
+                   set: Mapping[str, Any] | Sequence[str] | None = None, **placement: Any):
+    """Run an experiment file (or an :class:`~logicrank.pipelines.experiment.Experiment`, or the
+    name of one that ships, e.g. ``"scifact"``); returns its ``ExperimentResult`` (summary,
+    metrics, groups, reference checks, report path). ``set``: overrides (``--set``'s grammar).
+
+    Given ``table`` (:func:`open_table` of a table indexed from the experiment's corpus), it
+    runs here, in this process, without Ray. Otherwise it runs the jobs (index, retrieve,
+    evaluate) on a local Ray cluster, or the one ``placement`` names
+    (``ray=RayConfig(address=...)``; ``embed``, ``llm``: configs). docs/experiments.md."""
+    from logicrank.pipelines.experiment import Experiment, load, override, run_in_process
 
     exp = experiment if isinstance(experiment, Experiment) else load(experiment)
-    return run(exp, out or Path("runs/experiments") / exp.name, strict=strict, **placement)
+    if set:
+        exp = override(exp, set)
+    out = out or Path("runs/experiments") / exp.name
+    if table is None:
+        from logicrank.jobs.experiment import run_experiment as run
+
+        return run(exp, out, strict=strict, **placement)
+    if placement:
+        raise PipelineError(f"run_experiment: {sorted(placement)} place the jobs; with a table the run is in this process (drop them).")
+    wanted = EmbedConfig.model_validate({**table.embed.model_dump(), **exp.embed})
+    if wanted != table.embed:
+        raise PipelineError(f"run_experiment: experiment {exp.name} fixes embed {exp.embed}; open the table with open_table(embed=...) to match.")
+    judge = None
+    if "Judge" in exp.qa_measures:
+        from logicrank.pipelines.evaluate.qa import llm_judge
+
+        judge = llm_judge(table.context.llm_service())
+    return run_in_process(exp, table.context, out, strict=strict, judge=judge)

@@ -19,7 +19,8 @@ The rule (static: nothing is imported to compute it, the files are parsed with :
   Python runs it before a submodule: ``from logicrank.pipelines.stages.base import Stage`` covers
   base.py, not pipelines/stages/__init__.py (which imports every stage to register them).
   Naming a package (``from logicrank.pipelines.stages import Context``) does cover its ``__init__`` and
-  so everything that imports;
+  so everything that imports; an ``__init__`` that calls ``import_submodules`` (stage
+  discovery) imports every module of its package;
 - source files are found from where the top package is imported from (a copy of the
   project run from its own directory hashes its own files), and read as bytes.
 
@@ -144,6 +145,8 @@ def _imports(name: str) -> tuple[str, ...]:
             for a in node.names:
                 sub = f"{base}.{a.name}"
                 out.append(sub if a.name != "*" and _path(sub) is not None else base)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "import_submodules" and path.name == "__init__.py":
+            out += [f"{name}.{f.stem}" for f in sorted(path.parent.glob("*.py")) if f.name != "__init__.py"]  # discovery
     return tuple(dict.fromkeys(m for m in out if _project(m) and _path(m) is not None))
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from logicrank.pipelines.options import StageOptions
-from logicrank.pipelines.pipeline import MethodOptions, from_methods, parse_pipelines, validate
-from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig, _Config
 from pydantic import Field, field_validator, model_validator
+
+from logicrank.pipelines.options import StageOptions
+from logicrank.pipelines.pipeline import parse_pipelines, read_presets, validate
+from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig, _Config
 
 
 def with_option(value: Any, name: str, setting: Any) -> Any:
@@ -31,7 +32,7 @@ class RetrieveConfig(_Config):
 
     ``pipelines`` maps a run id to a list of stages (see pipelines/pipeline.py and
     docs/pipelines.md); its schema is the stage registry's. :meth:`preset` builds it from
-    ``--method`` names."""
+    ``--method`` presets."""
 
     queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL, Parquet, qid<TAB>text TSV (.tsv) or a TREC topics file.")
     topics_field: Literal["title", "desc", "narr"] = Field(
@@ -77,8 +78,7 @@ class RetrieveConfig(_Config):
         return self
 
     @classmethod
-    def preset(cls, methods: tuple[str, ...] | list[str] = ("dense",), run_tag: str | None = None, **fields) -> RetrieveConfig:
-        """A config from ``--method`` presets: ``fields`` holds this config's own fields and
-        the presets' flat options (:class:`logicrank.pipelines.pipeline.MethodOptions`)."""
-        own = {k: fields.pop(k) for k in list(fields) if k in cls.model_fields}
-        return cls(pipelines=from_methods(tuple(methods), MethodOptions(**fields), run_tag), **own)
+    def preset(cls, methods: tuple[str, ...] | list[str] = ("dense",), run_tag: str | None = None, set: Any = None, **fields) -> RetrieveConfig:
+        """A config from ``--method`` presets (pipelines/presets/), with the overrides ``set``
+        (``{"orlog.k": 20}`` or ``["orlog.k=20"]``) and this config's own ``fields``."""
+        return cls(pipelines=read_presets(tuple(methods), run_tag, set), **fields)

@@ -1,13 +1,16 @@
-"""`logicrank experiment FILE`: one benchmark as a value and a YAML file, PyTerrier's
-``Experiment`` in logicrank's terms.
+"""An experiment: one benchmark as a value and a YAML file, PyTerrier's ``Experiment`` in
+logicrank's terms, run in this process or by the jobs.
 
 An experiment names a dataset (a bundled set, a BEIR directory, or a converter's output), an
-index recipe, named pipelines (or ``--method`` presets), measures, a baseline for the
-significance tests, query columns to group the per-query figures by, reference figures with
-tolerances, and caveats. Running it indexes the corpus, runs every pipeline in one retrieve
-job (one LLM pool), evaluates, groups, checks the references and renders one report,
-``<out>/experiment.md``; a reference missed fails the run after the report is written
-(``strict``). The files that ship are in ``jobs/experiments/`` (docs/experiments.md).
+index recipe, named pipelines and ``--method`` presets, stage overrides (``set``, the grammar
+of :mod:`logicrank.pipelines.overrides`), measures, a baseline for the significance tests,
+query columns to group the per-query figures by, reference figures with tolerances, and
+caveats. :func:`run_in_process` runs it over a table that exists, in this process, without
+Ray (``lr.run_experiment(exp, table=...)``); ``logicrank experiment`` (jobs/experiment.py)
+indexes the corpus and runs every pipeline in one retrieve job on a Ray cluster. Both end in
+:func:`conclude`: group, check the references, render one report ``<out>/experiment.md``; a
+reference missed fails the run after the report is written (``strict``). The files that
+ship are in jobs/experiments/ (docs/experiments.md).
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from typing import Annotated, Any, Literal
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from logicrank.pipelines.files import write_text_atomic
-from logicrank.schemas.config import EmbedConfig, IndexConfig, LLMConfig, RayConfig
-from logicrank.schemas.errors import JobFailed, UserError
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-EXPERIMENTS = Path(__file__).parent / "experiments"  # the experiment files that ship
+from logicrank.pipelines.files import write_text_atomic
+from logicrank.schemas.config import EmbedConfig, IndexConfig
+from logicrank.schemas.errors import JobFailed, UserError, validation_line
+
+EXPERIMENTS = Path(__file__).parents[1] / "jobs" / "experiments"  # the experiment files that ship (package data of logicrank.jobs)
 
 
 class ExperimentError(UserError, ValueError):
@@ -159,8 +163,9 @@ class Experiment(_Model):
     embed: dict[str, Any] = Field(default_factory=dict, description="EmbedConfig fields the benchmark fixes for index and queries alike (e.g. title_sep).")
     pipelines: dict[str, Any] | None = Field(None, description="Named pipelines (run id -> stages), as in a pipelines file; "
                                              "'{dataset}' in an option stands for the dataset's directory (e.g. {dataset}/answers.jsonl).")
-    presets: tuple[str, ...] = Field((), description="--method presets, run beside the pipelines.")
-    preset_options: dict[str, Any] = Field(default_factory=dict, description="The presets' method options (logicrank stages lists them).")
+    presets: tuple[str, ...] = Field((), description="--method presets (pipelines/presets/), run beside the pipelines.")
+    set: dict[str, Any] = Field(default_factory=dict, description="Stage options over the pipelines and presets, STAGE.OPTION or "
+                                "RUN/STAGE.OPTION -> value (the --set grammar: e.g. orlog.k: 20).")
     measures: tuple[str, ...] = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
     baseline: str | None = Field(None, description="The run the others are tested against (default: the first).")
     group_by: tuple[str, ...] = Field((), description="Query fields (in the queries file) to group per-query figures by, e.g. template.")
@@ -175,15 +180,8 @@ class Experiment(_Model):
     def _something_to_run(self):
         """Everything checked before any work: the pipelines, the presets and their options, the measures."""
         from logicrank.pipelines.evaluate.measures import parse_measures
-        from logicrank.pipelines.pipeline import from_methods, method_options, read_pipelines
 
-        if not self.pipelines and not self.presets:
-            raise ValueError("give pipelines or presets (or both)")
-        names = list(read_pipelines(self.pipelines)) if self.pipelines else []
-        if self.presets:
-            names += list(from_methods(self.presets, method_options(**self.preset_options)))
-        if len(set(names)) != len(names):
-            raise ValueError(f"pipelines and presets both name {sorted({n for n in names if names.count(n) > 1})}")
+        names = list(self.pipelines_to_run())
         measures = [str(m) for m in parse_measures(self.measures)]
         fixed = sorted({"corpus", "db", "embed", "ray"} & set(self.index))
         if fixed:
@@ -210,6 +208,24 @@ class Experiment(_Model):
         return self
 
 
+    def pipelines_to_run(self, dataset: str | Path | None = None) -> dict[str, tuple[Any, ...]]:
+        """The named pipelines this experiment runs: its pipelines and presets, with ``set``
+        applied, validated; ``dataset``: the directory '{dataset}' in an option stands for."""
+        from logicrank.pipelines.pipeline import parse_pipelines, read_presets, with_sets
+
+        if not self.pipelines and not self.presets:
+            raise ValueError("give pipelines or presets (or both)")
+        spec = _in_dataset(dict(self.pipelines or {}), str(dataset)) if dataset is not None else dict(self.pipelines or {})
+        out = dict(parse_pipelines(spec)) if spec else {}
+        if self.presets:
+            presets = read_presets(self.presets)
+            both = sorted(set(out) & set(presets))
+            if both:
+                raise ValueError(f"pipelines and presets both name {both}")
+            out.update(presets)
+        return with_sets(out, _in_dataset(self.set, str(dataset)) if dataset is not None else self.set)
+
+
 def load(path: str | Path) -> Experiment:
     """An experiment file (or the name of one in jobs/experiments/, e.g. ``scifact``); a
     mistake is one line naming the file and the key."""
@@ -227,36 +243,43 @@ def load(path: str | Path) -> Experiment:
     try:
         return Experiment.model_validate(data)
     except ValidationError as exc:
-        parts = [(f"{'.'.join(map(str, e['loc']))}: " if e["loc"] else "") + e["msg"].removeprefix("Value error, ") for e in exc.errors(include_url=False)]
-        raise ExperimentError(f"experiment {path}: " + "; ".join(parts)) from None
+        raise ExperimentError(f"experiment {path}: {validation_line(exc, Experiment)}") from None
 
 
-def override(exp: Experiment, changes: dict[str, Any]) -> Experiment:
-    """``exp`` with each dotted key set to its value (``--set KEY=VALUE``):
-    ``{"dataset.sample": 25, "pipelines.orlog.0.bm25.k": 5}``; a number in the path indexes a
-    list (a pipeline's stages), a key that is not there is added (and validated). The file's
+def override(exp: Experiment, changes: dict[str, Any] | list[str]) -> Experiment:
+    """``exp`` with overrides (``--set KEY=VALUE`` items, or a mapping of them): a stage option
+    by the stage's name (``orlog.k``, ``orlog/bm25.k``: :mod:`logicrank.pipelines.overrides`,
+    kept in the experiment's ``set``), else a dotted place in the experiment
+    (``dataset.sample``; a key that is not there is added, and validated). The file's
     references are figures of its own dataset and pipelines: a change to the dataset, or to a
     pipeline a reference names, drops them (a caveat says so)."""
-    spec = exp.model_dump(mode="json", exclude_none=True)  # lists where the model holds tuples, so a list's item can be set
-    for key, value in _every_stage(spec, changes).items():
+    from logicrank.pipelines.overrides import is_stage_key, parse_sets
+
+    changes = parse_sets(changes)
+    spec = exp.model_dump(mode="json", exclude_none=True)
+    runs = exp.pipelines_to_run()
+    for key, value in changes.items():
+        if is_stage_key(key, runs):
+            spec["set"] = {**spec.get("set", {}), key: value}
+            continue
         *path, last = key.split(".")
+        if any(part.isdigit() for part in path + [last]):
+            raise ExperimentError(f"experiment {exp.name}: --set {key}: address a stage's option by its name (STAGE.OPTION or "
+                                  "RUN/STAGE.OPTION, e.g. orlog/bm25.k), not by its position")
         node: Any = spec
         try:
             for part in path:
-                node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
-            if isinstance(node, list):
-                node[int(last)] = value
-            else:
-                node[last] = value
-        except (ValueError, IndexError, TypeError, AttributeError):
+                node = node.setdefault(part, {})
+            node[last] = value
+        except (TypeError, AttributeError):
             raise ExperimentError(f"experiment {exp.name}: --set {key}: no such place in the experiment") from None
     try:
         got = Experiment.model_validate(spec)
     except ValidationError as exc:
-        raise ExperimentError(f"experiment {exp.name}: --set: " + "; ".join(
-            (f"{'.'.join(map(str, e['loc']))}: " if e["loc"] else "") + e["msg"].removeprefix("Value error, ") for e in exc.errors(include_url=False))) from None
-    everything = not _same_data(got.dataset, exp.dataset) or any(getattr(got, f) != getattr(exp, f) for f in ("embed", "index", "presets", "preset_options"))
-    moved = [r for r in got.references if everything or (got.pipelines or {}).get(r.run) != (exp.pipelines or {}).get(r.run)]
+        raise ExperimentError(f"experiment {exp.name}: {validation_line(exc, Experiment)}") from None
+    everything = not _same_data(got.dataset, exp.dataset) or any(getattr(got, f) != getattr(exp, f) for f in ("embed", "index"))
+    after = got.pipelines_to_run()
+    moved = [r for r in got.references if everything or after.get(r.run) != runs.get(r.run)]
     if moved:
         kept = tuple(r for r in got.references if r not in moved)
         got = got.model_copy(update={"references": kept, "caveats": (
@@ -278,48 +301,6 @@ def _same_data(a: Dataset, b: Dataset) -> bool:
         return out
 
     return norm(a) == norm(b)
-
-
-def _every_stage(spec: dict, changes: dict[str, Any]) -> dict[str, Any]:
-    """``stages.NAME.OPTION`` keys spelled out for every stage NAME of every pipeline
-    (``stages.r3.n: 10`` -> ``pipelines.<run>.<i>.r3.n: 10``; a stage written as a bare name
-    gets its options written out in ``spec``); other keys as given."""
-    out = {}
-    for key, value in changes.items():
-        if not key.startswith("stages."):
-            out[key] = value
-            continue
-        _, name, *option = key.split(".", 2)
-        found = False
-        for rid, stages in (spec.get("pipelines") or {}).items():
-            for i, stage in enumerate(stages):
-                if isinstance(stage, dict) and stage.get("stage") == name:  # {stage: NAME, OPTION: ...}
-                    out[f"pipelines.{rid}.{i}.{option[0] if option else ''}"] = value
-                    found = True
-                elif stage == name or (isinstance(stage, dict) and set(stage) == {name}):  # NAME, or {NAME: {OPTION: ...}}
-                    if not isinstance(stage, dict) or stage[name] is None:
-                        stages[i] = {name: {}}
-                    out[f"pipelines.{rid}.{i}.{name}.{option[0] if option else ''}"] = value
-                    found = True
-        if not option or not found:
-            raise ExperimentError(f"experiment {spec['name']}: --set {key}: give stages.STAGE.OPTION for a stage the pipelines hold")
-    return out
-
-
-def parse_sets(items: list[str]) -> dict[str, Any]:
-    """``--set KEY=VALUE`` items as override's changes, each value read as YAML (``5`` a number, ``[a, b]`` a list)."""
-    import yaml
-
-    changes = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ExperimentError(f"--set {item!r}: give KEY=VALUE, KEY a dotted place in the experiment (dataset.sample=25)")
-        try:
-            changes[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ExperimentError(f"--set {item!r}: the value is not valid YAML") from None
-    return changes
 
 
 def with_sample(exp: Experiment, sample: int | None, seed: int | None) -> Experiment:
@@ -356,7 +337,8 @@ class ExperimentResult:
     checks: list[ReferenceCheck]
     report: Path
     runs: dict[str, Path]
-    index: Any  # jobs.index.IndexSummary: the index run's counts and table version
+    table_version: int  # the version of the table the pipelines read
+    index: Any = None  # the index job's summary (logicrank.jobs.index.IndexSummary) when the run indexed the corpus
     timings: dict[str, float] = field(default_factory=dict)
     stages: dict[str, list[dict]] = field(default_factory=dict)  # run id -> its stages' counts (the retrieve manifest's)
     dataset: Path | None = None  # the dataset's directory (a generated or converted one's, under out)
@@ -366,70 +348,38 @@ class ExperimentResult:
         return all(c.ok for c in self.checks)
 
 
-def run_experiment(exp: Experiment, out: str | Path, embed: EmbedConfig | None = None, ray: RayConfig | None = None,
-                   llm: LLMConfig | None = None, strict: bool = True, progress: bool = True, echo=None,
-                   table: str | Path | None = None) -> ExperimentResult:
-    """Index, retrieve, evaluate, group, check, report (module docstring), on one Ray
-    cluster. ``embed``, ``ray``, ``llm``: the placement and models of this run (the file
-    holds the benchmark itself). ``table``: where the index lives (``lancedb/`` and its
-    ``index/`` run; default ``out``): experiments over the same corpus and encoder can share
-    one, and a corpus already there is not encoded again."""
-    from logicrank.jobs.raysession import ray_session
-
-    with ray_session(ray or RayConfig()):
-        return _run(exp, Path(out), Path(table or out), embed or EmbedConfig(), ray or RayConfig(), llm or LLMConfig(), strict, progress, echo)
-
-
-def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayConfig, llm: LLMConfig, strict: bool, progress: bool,
-         echo) -> ExperimentResult:
-    import time
-
-    from logicrank.jobs.evaluate import run_evaluate
-    from logicrank.jobs.index import run_index
-    from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config import RetrieveConfig
-    from logicrank.pipelines.evaluate.qa import parse_qa_measures
-    from logicrank.pipelines.evaluate.report import summary_frame
-    from logicrank.pipelines.pipeline import from_methods, method_options
-    from logicrank.schemas.config import EvaluateConfig, IndexConfig
-
-    corpus, queries, qrels = _dataset(exp.dataset, out)
-    embed = EmbedConfig.model_validate({**embed.model_dump(), **exp.embed})
-    for column in exp.group_by:  # before any work
+def prepared(exp: Experiment, out: Path) -> tuple[Path, Path, Path, Path, dict[str, tuple[Any, ...]], Path | None]:
+    """Everything an experiment needs before any work, checked: (corpus, queries, qrels, the
+    dataset's directory, the pipelines to run, the gold answers of the queries run or None);
+    a conversion or a sample is written under ``out``."""
+    corpus, queries, qrels = prepare_dataset(exp.dataset, out)
+    for column in exp.group_by:
         _group_of(queries, column)
-    root = str(_dataset_root(exp.dataset, out))
-    if exp.qa_measures:  # the gold of the queries run, before any work
-        gold = Path(_expand(_in_dataset(exp.gold, root))) if exp.gold else Path(root) / "answers.jsonl"
+    root = dataset_root(exp.dataset, out)
+    gold = None
+    if exp.qa_measures:
+        gold = Path(_expand(_in_dataset(exp.gold, str(root)))) if exp.gold else root / "answers.jsonl"
         gold = _gold_of(gold, queries, out / "sample" / "answers.jsonl")
-    pipelines = _in_dataset(dict(exp.pipelines or {}), root)
-    if exp.presets:
-        pipelines.update(from_methods(exp.presets, method_options(**_in_dataset(exp.preset_options, root))))
-    cfg = RetrieveConfig(queries=str(queries), db=str(table / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-    index = run_index(IndexConfig(corpus=str(corpus), db=cfg.db, embed=embed, ray=ray, **exp.index), table / "index", progress=progress)
-    timings["index"] = time.perf_counter() - t
-    t = time.perf_counter()
-    runs = run_retrieve(cfg, out / "retrieve", echo=echo, progress=progress)
-    timings["retrieve"] = time.perf_counter() - t
-    t = time.perf_counter()
-    qa = {}
-    if exp.qa_measures:  # the runs that answered, against the gold of the queries run
-        answers = tuple(str(p) for rid in runs if (p := out / "retrieve" / "answers" / f"{rid}.parquet").is_file())
-        if not answers:
-            raise ExperimentError(f"experiment {exp.name}: qa_measures, but no pipeline answers (a LAG stage writes answers)")
-        qa = dict(answers=answers, gold=str(gold), qa_measures=exp.qa_measures, judge=llm if "Judge" in parse_qa_measures(exp.qa_measures) else None,
-                  ray=ray)
-    metrics = run_evaluate(EvaluateConfig(qrels=str(qrels), runs=tuple(str(p) for p in runs.values()), measures=exp.measures,
-                                          baseline=exp.baseline, **qa), out / "evaluate", title=exp.title)
-    timings["evaluate"] = time.perf_counter() - t
+    try:
+        pipelines = exp.pipelines_to_run(root)
+    except ValueError as exc:
+        raise ExperimentError(f"experiment {exp.name}: {exc}") from None
+    return corpus, queries, qrels, root, pipelines, gold
+
+
+def conclude(exp: Experiment, metrics: pa.Table, significance: pa.Table | None, queries: Path, out: Path, table_version: int,
+             runs: dict[str, Path], stages: dict[str, list[dict]], timings: dict[str, float], dataset: Path | None = None,
+             index: Any = None, strict: bool = True) -> ExperimentResult:
+    """An experiment's end, wherever it ran: the summary, the groups, the reference checks,
+    the report ``out/experiment.md``; a missed reference raises :class:`ReferenceMissed` after
+    the report is written (``strict``)."""
+    from logicrank.pipelines.evaluate.report import summary_frame
+
     summary = summary_frame(metrics)
-    sig_path = out / "evaluate" / "significance.parquet"
-    significance = pq.read_table(sig_path) if sig_path.is_file() else None
-    groups = {g: _grouped(metrics, queries, g) for g in exp.group_by}
+    groups = {g: grouped(metrics, queries, g) for g in exp.group_by}
     checks = [ReferenceCheck(r, _value(summary, r.run, r.measure)) for r in exp.references]
-    stages = {rid: p["stages"] for rid, p in json.loads((out / "retrieve" / "manifest.json").read_text(encoding="utf-8"))["pipelines"].items()}
-    result = ExperimentResult(exp, metrics, summary, significance, groups, checks, out / "experiment.md", runs, index, timings, stages, Path(root))
+    result = ExperimentResult(exp, metrics, summary, significance, groups, checks, out / "experiment.md", runs, table_version, index,
+                              timings, stages, dataset)
     write_text_atomic(render(result), result.report)
     missed = [c for c in checks if not c.ok]
     if missed and strict:
@@ -439,7 +389,47 @@ def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayCo
     return result
 
 
-def _dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
+def run_in_process(exp: Experiment, ctx: Any, out: str | Path, strict: bool = True, cache: Any = None, judge: Any = None) -> ExperimentResult:
+    """Run ``exp`` over a table that exists (``ctx``: the :class:`~logicrank.pipelines.stages.Context`
+    of a table indexed from the experiment's corpus, as ``lr.open_table`` makes), in this
+    process, without Ray: its pipelines through :mod:`logicrank.pipelines.runner`, then
+    evaluate and :func:`conclude`. Runs go to ``out/runs/<run id>.parquet``, a LAG stage's
+    answers to ``out/answers/``. ``cache``: a :class:`~logicrank.pipelines.runner.StageCache`
+    (default: ``out/stages``, keyed as the retrieve job keys it); ``judge``: the LLM judge of
+    the Judge measure."""
+    import time
+
+    from logicrank.pipelines.evaluate.qa import read_gold, read_predictions
+    from logicrank.pipelines.evaluate.runs import evaluate_runs
+    from logicrank.pipelines.files import write_parquet_atomic
+    from logicrank.pipelines.pipeline import Pipeline
+    from logicrank.pipelines.runner import StageCache
+    from logicrank.pipelines.topics import read_qrels, read_queries
+
+    out = Path(out)
+    _, queries, qrels, root, pipelines, gold = prepared(exp, out)
+    asked = read_queries(queries)
+    cache = cache if cache is not None else StageCache(out / "stages")
+    runs, stages, answers, timings = {}, {}, {}, {}
+    t = time.perf_counter()
+    for rid, steps in pipelines.items():
+        result = Pipeline(rid, steps).run(ctx, asked, cache)
+        runs[rid] = write_parquet_atomic(result.run, out / "runs" / f"{rid}.parquet")
+        stages[rid] = result.steps
+        if f"answers/{rid}" in result.side:
+            answers[rid] = read_predictions(write_parquet_atomic(result.side[f"answers/{rid}"], out / "answers" / f"{rid}.parquet"))
+    timings["retrieve"] = time.perf_counter() - t
+    if exp.qa_measures and not answers:
+        raise ExperimentError(f"experiment {exp.name}: qa_measures, but no pipeline answers (a LAG stage writes answers)")
+    t = time.perf_counter()
+    ev = evaluate_runs([pq.read_table(p) for p in runs.values()], read_qrels(qrels), exp.measures, exp.baseline,
+                       answers=answers if exp.qa_measures else None, gold=read_gold(gold) if gold else None,
+                       qa_measures=exp.qa_measures, judge=judge)
+    timings["evaluate"] = time.perf_counter() - t
+    return conclude(exp, ev.metrics, ev.significance, queries, out, ctx.store.version, runs, stages, timings, root, strict=strict)
+
+
+def prepare_dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
     """(corpus, queries, qrels) of the dataset; a conversion or a sample is written under ``out``."""
     if d.bundled is not None:
         from logicrank.pipelines import datasets
@@ -526,7 +516,7 @@ def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str =
     return out_q, out_r
 
 
-def _dataset_root(d: Dataset, out: Path) -> Path:
+def dataset_root(d: Dataset, out: Path) -> Path:
     """The directory the dataset's files are in (before any sample)."""
     if d.bundled is not None:
         from logicrank.pipelines import datasets
@@ -575,7 +565,7 @@ def _value(summary: pd.DataFrame, run: str, measure: str) -> float | None:
     return float(summary.loc[run, name]) if run in summary.index and name in summary.columns else None
 
 
-def _grouped(metrics: pa.Table, queries: Path, column: str) -> pd.DataFrame:
+def grouped(metrics: pa.Table, queries: Path, column: str) -> pd.DataFrame:
     """Mean of each run's per-query values by a field of the queries file (rows: (run, group);
     columns: measures; plus the number of queries per group)."""
     from logicrank.schemas.tables import AGGREGATE_QUERY_ID
@@ -612,7 +602,7 @@ def render(r: ExperimentResult) -> str:
     """The experiment's one report (Markdown)."""
     exp = r.experiment
     d = exp.dataset
-    lines = [f"# {exp.title}", "", f"Dataset: {d.label} (table v{r.index.table_version}); measures over the qrels' queries "
+    lines = [f"# {exp.title}", "", f"Dataset: {d.label} (table v{r.table_version}); measures over the qrels' queries "
              "(a query a run misses scores 0, trec_eval -c).", ""]
     measures = list(r.summary.columns)
     lines += ["| run | " + " | ".join(measures) + " |", "|---|" + "---:|" * len(measures)]

@@ -3,7 +3,8 @@
 A pipeline config (YAML, see docs/pipelines.md) names several pipelines; each is a
 list of stages, each stage written as ``name`` or ``{name: {options}}``. The schema is the
 registry's: every registered stage's options model, picked by name (no list of methods is
-kept here). ``--method X`` builds the preset pipeline X registered beside its stage.
+kept here). ``--method X`` reads the preset pipeline file pipelines/presets/X.yaml; ``--set
+STAGE.OPTION=VALUE`` overrides any stage's option (:mod:`logicrank.pipelines.overrides`).
 """
 
 from __future__ import annotations
@@ -12,19 +13,21 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
+from pydantic import ValidationError
+
 from logicrank.pipelines.embed import encoder_digest
 from logicrank.pipelines.llm.prompts import templates_digest
 from logicrank.pipelines.runner import Hooks, Inputs, Result, StageCache, run_stages
-from logicrank.pipelines.stages import Context, Kind, Needs, StageOptions, presets, stages
+from logicrank.pipelines.stages import Context, Kind, Needs, StageOptions, stages
 from logicrank.pipelines.stages.registry import build as build  # part of this module's API
 from logicrank.pipelines.stages.registry import (
     parse_stages as parse_stages,  # part of this module's API: pipelines from their config form
 )
-from logicrank.schemas.errors import UserError, first_line
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from logicrank.pipelines.stages.registry import stages_type
+from logicrank.schemas.errors import UserError, first_line, validation_line
 
 
 class PipelineError(UserError, ValueError):
@@ -121,8 +124,7 @@ def parse_pipelines(spec: Any) -> dict[str, tuple[StageOptions, ...]]:
             out[name] = parse_stages(specs)
         except ValidationError as exc:  # name the pipeline, the stage and the option
             where = lambda loc: f"stage {loc[0] + 1} ({'.'.join(map(str, loc[1:]))})" if loc and isinstance(loc[0], int) else "stages"  # noqa: E731
-            raise ValueError(f"pipeline {name!r}: " + "; ".join(
-                f"{where(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors(include_url=False))) from None
+            raise ValueError(f"pipeline {name!r}: {validation_line(exc, stages_type(), where)}") from None
         except ValueError as exc:
             raise ValueError(f"pipeline {name!r}: {exc}") from None
     return out
@@ -145,85 +147,60 @@ def pipelines_file(path: str | Path) -> dict:
     return data
 
 
-def read_pipelines(spec: Mapping[str, Any] | str | Path) -> dict[str, Pipeline]:
-    """Named pipelines from a mapping (run id -> stages) or a pipelines YAML file, each validated."""
+def read_pipelines(spec: Mapping[str, Any] | str | Path, sets: Mapping[str, Any] | Sequence[str] | None = None) -> dict[str, Pipeline]:
+    """Named pipelines from a mapping (run id -> stages) or a pipelines YAML file, with the
+    overrides ``sets`` applied (``["orlog.k=20"]``), each validated."""
     data = pipelines_file(spec) if isinstance(spec, (str, Path)) else spec
     try:
         parsed = parse_pipelines(data)
     except ValueError as exc:
         raise PipelineError(first_line(str(exc))) from None
+    if sets:
+        parsed = with_sets(parsed, sets)
     out = {name: Pipeline(name, stages) for name, stages in parsed.items()}
     for pipeline in out.values():
         pipeline.validate()
     return out
 
 
-class MethodOptions(BaseModel):
-    """The flat options behind ``--method`` presets, set on the command line with
-    ``--set KEY=VALUE`` (repeatable; ``logicrank stages`` lists them)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    k: int = Field(100, ge=1, le=10_000, description="Documents kept per query in each preset's run.")
-    hybrid_depth: int = Field(100, ge=1, description="hybrid: depth of each fused list (at least k is used).")
-    rrf_k: int = Field(60, ge=1, description="hybrid: the fusion constant.")
-    itlr_mode: Literal["exact", "ann"] = Field("exact", description="itlr: exact (every document) or ann (re-score ANN candidates).")
-    operators: str = Field("and=product,or=sum,not=complement", description="itlr: the fuzzy operators.")
-    itlr_scorer: Literal["dense", "bm25", "hybrid"] = Field("dense", description="itlr: term evidence (dense cosines, BM25, hybrid).")
-    calibration: Literal["none", "zscore", "sigmoid", "max", "saturation"] | None = Field(
-        None, description="itlr: per-term score calibration (None: the scorer's default; sigmoid needs labels; max, saturation: bm25).")
-    hybrid_weight: float = Field(0.5, ge=0.0, le=1.0, description="itlr scorer hybrid: the share of calibrated BM25 evidence in each term's score (not the hybrid preset's RRF).")
-    calibration_sample: int = Field(10_000, ge=10, description="itlr zscore: documents sampled per term.")
-    labels: str | None = Field(None, description="itlr sigmoid: JSONL of doc_id + present terms.")
-    ann_k: int = Field(100, ge=1, description="itlr ann: candidates per term.")
-    ann_nprobes: int | None = Field(None, ge=1, description="itlr ann: IVF partitions probed (none: LanceDB's default).")
-    block_rows: int = Field(32768, ge=1, description="itlr exact: documents scored per block.")
-    decompositions: str | None = Field(
-        None, description="Decompositions table (`logicrank decompose`) for itlr, expansion and orlog; without it they ask the LLM.")
-    orlog_base: Literal["bm25", "dense", "hybrid"] = Field("bm25", description="orlog/reasoner: the base retriever.")
-    orlog_k: int = Field(20, ge=1, description="orlog/reasoner: candidates reranked per query.")
-    orlog_context: bool = Field(True, description="orlog: put the candidate's text before each statement.")
-    orlog_context_tokens: int = Field(256, ge=1, description="orlog: tokens of the candidate's text kept.")
-    orlog_calibration: Literal["none", "content-free", "pool-mean"] = Field("none", description="orlog: logit calibration.")
-    orlog_scorer: Literal["llm", "bm25", "dense"] = Field("llm", description="orlog: P(True) from the LLM, or a calibrated retrieval score.")
-    orlog_score_calibration: Literal["max", "saturation", "zscore"] | None = Field(
-        None, description="orlog bm25/dense: the retrieval score's calibration to P(True) (None: bm25 max, dense zscore).")
-    orlog_reasoner: Literal["compiled", "problog"] = Field("compiled", description="orlog: compiled (exact, vectorised) or problog (reference).")
+PRESETS = Path(__file__).parent / "presets"
+"""The ``--method`` presets: pipeline files that ship with the package, one per preset, named
+as the pipeline each holds (pipelines/presets/orlog.yaml holds the pipeline ``orlog``)."""
 
 
-def method_options(overrides: Sequence[str] = (), **given: Any) -> MethodOptions:
-    """Method options from ``KEY=VALUE`` overrides (``--set``) over ``given``; a wrong key or
-    value is one line naming it (``none`` sets an optional option to None)."""
-    values = dict(given)
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in MethodOptions.model_fields:
-            raise PipelineError(f"--set {item!r}: give KEY=VALUE with KEY one of {', '.join(MethodOptions.model_fields)}.")
-        optional = not MethodOptions.model_fields[key].is_required() and MethodOptions.model_fields[key].default is None
-        values[key] = None if optional and value.strip().lower() in ("none", "null", "") else value.strip()
-    try:
-        return MethodOptions(**values)
-    except ValidationError as exc:
-        parts = [f"{'.'.join(map(str, e['loc']))}={e.get('input')}: {e['msg'].replace('Input should be', 'must be')}" for e in exc.errors(include_url=False)]
-        raise PipelineError("method option " + "; ".join(parts)) from None
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS.glob("*.yaml"))
 
 
-def from_methods(methods: Sequence[str], options: MethodOptions | None = None, run_tag: str | None = None) -> dict[str, tuple[StageOptions, ...]]:
-    """``--method`` presets as named pipelines (run id ``<run_tag>-<method>`` or the method)."""
-    options = options or MethodOptions()
-    known = presets()
+def read_presets(methods: Sequence[str], run_tag: str | None = None, sets: Mapping[str, Any] | Sequence[str] | None = None
+                 ) -> dict[str, tuple[StageOptions, ...]]:
+    """``--method`` presets as named pipelines (run id ``<run_tag>-<method>`` or the method),
+    with ``sets`` applied (``orlog.k=20``: :mod:`logicrank.pipelines.overrides`)."""
+    known = preset_names()
     if not methods:
-        raise PipelineError(f"give at least one method; presets: {', '.join(sorted(known))}")
+        raise PipelineError(f"give at least one method; presets: {', '.join(known)}")
     if len(set(methods)) != len(methods):
         raise PipelineError(f"methods repeat: {list(methods)}")
     unknown = [m for m in methods if m not in known]
     if unknown:
-        raise PipelineError(f"unknown method {unknown[0]!r}; presets: {', '.join(sorted(known))} (or give --pipelines FILE)")
-    try:
-        return {f"{run_tag}-{m}" if run_tag else m: tuple(known[m](options)) for m in methods}
-    except ValidationError as exc:  # a preset's stage rejects a value (e.g. sigmoid without labels)
-        raise PipelineError(f"method options: {'; '.join(e['msg'].removeprefix('Value error, ') for e in exc.errors())}") from None
+        raise PipelineError(f"unknown method {unknown[0]!r}; presets: {', '.join(known)} (or give --pipelines FILE)")
+    out = {}
+    for m in methods:
+        (pipeline,) = read_pipelines(PRESETS / f"{m}.yaml").values()
+        out[f"{run_tag}-{m}" if run_tag else m] = pipeline.stages
+    return with_sets(out, sets)
+
+
+def with_sets(pipelines: Mapping[str, Sequence[StageOptions]], sets: Mapping[str, Any] | Sequence[str] | None
+              ) -> dict[str, tuple[StageOptions, ...]]:
+    """``pipelines`` with the overrides ``sets`` applied (``["orlog.k=20"]`` or ``{"orlog.k": 20}``),
+    each pipeline validated again."""
+    from logicrank.pipelines.overrides import parse_sets, set_stage_options
+
+    out = set_stage_options(pipelines, parse_sets(sets)) if sets else {n: tuple(s) for n, s in pipelines.items()}
+    for name, steps in out.items():
+        validate(name, steps)
+    return out
 
 
 def describe() -> str:
@@ -242,11 +219,9 @@ def describe() -> str:
             default = "required" if info.is_required() else json.dumps(info.default)
             lines.append(f"| `{field}` | `{default}` | {info.description or ''} |")
         lines.append("")
-    lines += ["## Presets (`--method NAME`)", "", "Each builds a pipeline from the method options below; on the defaults:", ""]
-    for name, fn in sorted(presets().items()):
-        stages_ = fn(MethodOptions())
+    lines += ["## Presets (`--method NAME`)", "",
+              "Each is a pipeline file in pipelines/presets/; set any stage's option with `--set STAGE.OPTION=VALUE` "
+              "(e.g. `--method orlog --set bm25.k=50`):", ""]
+    for name, stages_ in read_presets(preset_names()).items():
         lines.append(f"- `{name}`: " + " -> ".join(f"`{o.stage}`" for o in stages_))
-    lines += ["", "## Method options (`logicrank retrieve --set KEY=VALUE`)", "", "| option | default | meaning |", "|---|---|---|"]
-    for field, info in MethodOptions.model_fields.items():
-        lines.append(f"| `{field}` | `{json.dumps(info.default)}` | {info.description or ''} |")
     return "\n".join(lines) + "\n"

@@ -1,21 +1,18 @@
-"""The stage registry: every method registers its stage class here, by name.
+"""The stage registry: every stage registers its class here, by name.
 
-Nothing else keeps a list of method names: the pipeline config schema, the ``--method``
-presets and ``logicrank stages`` are all read from this registry. Adding a method is one
-module (a :class:`~logicrank.pipelines.stages.base.Stage` subclass decorated with :func:`register`,
-optionally a :func:`preset`), its prompt files and its tests; import it at the bottom of
-this file.
+Stages are found by discovery: every module of this package is imported (each stage module
+registers itself with :func:`register`), so adding a method is its stage module (a
+:class:`~logicrank.pipelines.stages.base.Stage` subclass decorated with :func:`register`), its
+method module in pipelines/methods/, its prompt files and its tests; nothing else lists stage
+names. The pipeline config schema and ``logicrank stages`` are read from this registry; the
+``--method`` presets are pipeline files in pipelines/presets/.
 """
 
 from __future__ import annotations
 
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
-from logicrank.pipelines.stages.registry import parse_stages, preset, presets, register, stage_class, stages
+from logicrank.pipelines.stages.registry import import_submodules, parse_stages, register, stage_class, stages
 
-__all__ = ["Context", "Kind", "Needs", "Output", "Stage", "StageOptions", "parse_stages", "preset", "presets", "register",
-           "stage_class", "stages"]
+__all__ = ["Context", "Kind", "Needs", "Output", "Stage", "StageOptions", "parse_stages", "register", "stage_class", "stages"]
 
-# the stages that ship with logicrank (each registers itself on import)
-from logicrank.pipelines.stages import cut, fusion, itlr, lag, mmr, orlog, retrievers, rewriters, rules  # noqa: E402, F401
-
-__all__ = ["Context", "Kind", "Needs", "Output", "Stage", "StageOptions", "preset", "presets", "register", "stage_class", "stages"]
+import_submodules(__name__, __path__)  # every stage that ships with logicrank (each registers itself on import)

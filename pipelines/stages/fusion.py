@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pyarrow as pa
+from pydantic import Field, field_validator
+
 from logicrank.pipelines.methods.hybrid import rrf
 from logicrank.pipelines.stages.base import Context, Kind, Output, Stage, StageOptions
-from logicrank.pipelines.stages.registry import parse_stages, preset, register
-from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
-from pydantic import Field, field_validator
+from logicrank.pipelines.stages.registry import parse_stages, register
 
 
 class RRFOptions(StageOptions):
@@ -41,9 +41,3 @@ class RRF(Stage):
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         return Output(run=rrf(runs, self.options.k, self.options.rrf_k))
-
-
-@preset("hybrid")
-def _hybrid(m) -> list[StageOptions]:
-    depth = max(m.hybrid_depth, m.k)  # each fused list at least k deep, so the fused run can hold k
-    return [RRFOptions(k=m.k, rrf_k=m.rrf_k, of=((DenseOptions(k=depth),), (BM25Options(k=depth),)))]

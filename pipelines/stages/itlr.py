@@ -12,6 +12,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from pydantic import Field, field_validator, model_validator
+
 from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.logic.grammar import BLANK
 from logicrank.pipelines.logic.query import UnparsedQueryError, unparsed_message
@@ -33,8 +35,7 @@ from logicrank.pipelines.methods.itlr import (
 )
 from logicrank.pipelines.methods.ranking import rank_pairs
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
-from logicrank.pipelines.stages.registry import preset, register
-from pydantic import Field, field_validator, model_validator
+from logicrank.pipelines.stages.registry import register
 
 
 class ITLROptions(StageOptions):
@@ -289,16 +290,3 @@ def listed_candidates(path: str, query_ids: set[str], store) -> tuple[dict[str, 
         ids = np.array([d for d in group["doc_id"] if d in vectors], dtype=object)
         out[qid] = (ids, np.stack([vectors[d] for d in ids]) if len(ids) else np.zeros((0, 0), np.float32))
     return out, int((~pairs["doc_id"].isin(list(vectors))).sum())
-
-
-@preset("itlr")
-def _itlr(m) -> list[StageOptions]:
-    from logicrank.pipelines.stages.rewriters import DecompositionOptions
-
-    itlr = ITLROptions(
-        k=m.k, mode=m.itlr_mode, operators=m.operators, scorer=m.itlr_scorer, calibration=m.calibration, hybrid_weight=m.hybrid_weight,
-        calibration_sample=m.calibration_sample,
-        labels=m.labels, ann_k=m.ann_k, ann_nprobes=m.ann_nprobes, block_rows=m.block_rows,
-    )
-    # with a decompositions table, the LLM's logical queries replace the queries' own
-    return [DecompositionOptions(target="itlr", decompositions=m.decompositions), itlr] if m.decompositions else [itlr]

@@ -17,14 +17,15 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from pydantic import Field, model_validator
+
 from logicrank.pipelines.llm import prompts as templates
 from logicrank.pipelines.methods import orlog
 from logicrank.pipelines.methods.ranking import rank_pairs
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
-from logicrank.pipelines.stages.registry import preset, register
+from logicrank.pipelines.stages.registry import register
 from logicrank.pipelines.stages.shards import in_shards
 from logicrank.schemas.tables import PREDICATE_SCORES
-from pydantic import Field, model_validator
 
 
 class _RerankOptions(StageOptions):
@@ -243,27 +244,3 @@ def _cost(res: pd.DataFrame, pairs: int, extra_passes: int) -> dict:
         "prompt_tokens": int(res["prompt_tokens"].sum()), "prefix_cached_tokens": int(res["cached_prompt_tokens"].sum()),
         "generated_tokens_per_pair": passes / max(pairs, 1), "llm_cache_hits": int(res["cached"].sum()),
     }
-
-
-def _base(m, depth: int) -> list[StageOptions]:
-    """The first stage(s) of an orlog/reasoner preset: the ``m.orlog_base`` preset at k = ``depth``."""
-    from logicrank.pipelines.stages.registry import presets
-
-    return presets()[m.orlog_base](m.model_copy(update={"k": depth}))
-
-
-@preset("orlog")
-def _orlog(m) -> list[StageOptions]:
-    from logicrank.pipelines.stages.rewriters import DecompositionOptions
-
-    return [  # the base first: it is the same stage as the bm25/dense/hybrid preset at that k (computed once)
-        *_base(m, m.orlog_k),
-        DecompositionOptions(target="orlog", decompositions=m.decompositions),
-        OrlogOptions(k=m.k, depth=m.orlog_k, context=m.orlog_context, context_tokens=m.orlog_context_tokens, scorer=m.orlog_scorer,
-                     calibration=m.orlog_calibration, score_calibration=m.orlog_score_calibration, reasoner=m.orlog_reasoner),
-    ]
-
-
-@preset("reasoner")
-def _reasoner(m) -> list[StageOptions]:
-    return [*_base(m, m.orlog_k), ReasonerOptions(k=m.k, depth=m.orlog_k, context=m.orlog_context, context_tokens=m.orlog_context_tokens)]

@@ -1,19 +1,19 @@
-"""The stage registry itself: stage classes and ``--method`` presets by name, and stage
-options parsed from their config form. A leaf: stage modules import it to register
+"""The stage registry itself: stage classes by name, and stage options parsed from their
+config form. A leaf: stage modules import it to register
 themselves, and :mod:`logicrank.pipelines.stages` imports every stage module, so nothing here imports a
 stage module (no import circle)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import cache
 from typing import Annotated, Any, TypeVar, Union
 
-from logicrank.pipelines.stages.base import Stage, StageOptions
 from pydantic import Field, TypeAdapter
 
+from logicrank.pipelines.stages.base import Stage, StageOptions
+
 _STAGES: dict[str, type[Stage]] = {}
-_PRESETS: dict[str, Callable] = {}
 S = TypeVar("S", bound=type[Stage])
 
 
@@ -28,25 +28,8 @@ def register(cls: S) -> S:
     return cls
 
 
-def preset(name: str):
-    """Decorator: a ``--method NAME`` preset, a function from the flat method options
-    (:class:`logicrank.pipelines.pipeline.MethodOptions`) to a list of stage options."""
-
-    def deco(fn):
-        if name in _PRESETS:
-            raise RuntimeError(f"preset {name!r} registered twice")
-        _PRESETS[name] = fn
-        return fn
-
-    return deco
-
-
 def stages() -> dict[str, type[Stage]]:
     return dict(_STAGES)
-
-
-def presets() -> dict[str, Callable]:
-    return dict(_PRESETS)
 
 
 def stage_class(name: str) -> type[Stage]:
@@ -59,10 +42,15 @@ def build(options: StageOptions) -> Stage:
 
 
 @cache
-def _adapter() -> TypeAdapter:
+def stages_type() -> Any:
+    """The type of a pipeline's stages: a list of any registered stage's options, told apart by ``stage``."""
     options = tuple(cls.Options for cls in stages().values())
-    union = Annotated[Union[options], Field(discriminator="stage")]  # noqa: UP007 - a runtime tuple of types
-    return TypeAdapter(list[union])
+    return list[Annotated[Union[options], Field(discriminator="stage")]]  # noqa: UP007 - a runtime tuple of types
+
+
+@cache
+def _adapter() -> TypeAdapter:
+    return TypeAdapter(stages_type())
 
 
 def _normal(spec: Any) -> Any:
@@ -86,3 +74,15 @@ def parse_stages(specs: Sequence[Any]) -> tuple[StageOptions, ...]:
         if isinstance(s, dict) and s.get("stage") not in stages():
             raise ValueError(f"unknown stage {s.get('stage')!r}; registered stages: {', '.join(sorted(stages()))}")
     return tuple(_adapter().validate_python(specs))
+
+
+def import_submodules(package: str, path: Sequence[str]) -> None:
+    """Import every module of ``package`` (at ``path``): each stage module registers its stage
+    on import, so a new stage is one new module and no list names it. The code digest
+    (:mod:`logicrank.pipelines.codedigest`) counts a package whose ``__init__`` calls this as
+    importing every module in it."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(path):
+        importlib.import_module(f"{package}.{info.name}")

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Literal
 
 import pyarrow as pa
+from pydantic import Field
+
 from logicrank.pipelines.methods.bm25 import bm25
 from logicrank.pipelines.methods.dense import dense
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
-from logicrank.pipelines.stages.registry import preset, register
-from pydantic import Field
+from logicrank.pipelines.stages.registry import register
 
 
 class DenseOptions(StageOptions):
@@ -66,16 +67,6 @@ class BM25(Stage):
         return Output(run=bm25(queries, ctx.store, self.options.k))
 
 
-@preset("dense")
-def _dense(m) -> list[StageOptions]:
-    return [DenseOptions(k=m.k)]
-
-
-@preset("bm25")
-def _bm25(m) -> list[StageOptions]:
-    return [BM25Options(k=m.k)]
-
-
 class RunFileOptions(StageOptions):
     stage: Literal["run_file"] = "run_file"
     path: str = Field(description="A run table (Parquet, RUN columns) or a TREC run file holding one run.")
@@ -98,6 +89,7 @@ class RunFile(Stage):
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         import pyarrow.compute as pc
+
         from logicrank.pipelines.topics import read_run
 
         run = read_run(self.options.path)

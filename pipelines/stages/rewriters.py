@@ -19,12 +19,13 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import Field, model_validator
+
 from logicrank.pipelines.llm.decompose import KINDS, DecomposeSettings, apply_to_queries, decompose
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
-from logicrank.pipelines.stages.registry import preset, register
+from logicrank.pipelines.stages.registry import register
 from logicrank.pipelines.stages.shards import in_shards
 from logicrank.schemas.tables import DECOMPOSITIONS, QUERIES
-from pydantic import Field, model_validator
 
 # the kinds that give a query a logical form (the rest, free text, are the expansion stage's)
 TARGETS = tuple(name for name, kind in KINDS.items() if "logical_query" in kind.columns)
@@ -133,10 +134,3 @@ class Expansion(_Rewriter):
     name = "expansion"
     Options = ExpansionOptions
     method = "reasoning"
-
-
-@preset("expansion")
-def _expansion(m) -> list[StageOptions]:
-    from logicrank.pipelines.stages.retrievers import DenseOptions
-
-    return [ExpansionOptions(decompositions=m.decompositions), DenseOptions(k=m.k)]

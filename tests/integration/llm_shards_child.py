@@ -43,7 +43,6 @@ def orlog_config(work: Path, synthetic: Path, llm, ray):
     64 prompts in 4 shards. Writes its queries and decompositions into ``work``."""
     from logicrank.pipelines.config import RetrieveConfig
     from logicrank.schemas.tables import DECOMPOSITIONS
-
     from tests.conftest import write_jsonl
 
     rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:8]]
@@ -55,15 +54,16 @@ def orlog_config(work: Path, synthetic: Path, llm, ray):
          "generated_tokens": 0, "cached": False} for r in rows
     ], schema=DECOMPOSITIONS), work / "dec.parquet")
     llm = llm.model_copy(update={"cache": None, "shard_queries": 2, "wave_shards": 1, "batch_rows": 8})
-    return RetrieveConfig.preset(queries=str(work / "q.jsonl"), db=str(synthetic / "db"), methods=("orlog",), k=4, orlog_k=4, orlog_base="bm25",
-                                 decompositions=str(work / "dec.parquet"), llm=llm, ray=ray, orlog_context_tokens=32)
+    return RetrieveConfig.preset(queries=str(work / "q.jsonl"), db=str(synthetic / "db"), methods=("orlog",), llm=llm, ray=ray,
+                                 set={"bm25.k": 4, "orlog.k": 4, "orlog.context_tokens": 32, "decomposition.decompositions": str(work / "dec.parquet")})
 
 
 def main() -> None:
     work, synthetic, model = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    from ray.cluster_utils import Cluster
+
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.schemas.config import LLMConfig, RayConfig
-    from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": OBJECT_STORE, "include_dashboard": False,
                                                             "_system_config": SYSTEM_CONFIG})

@@ -12,16 +12,17 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from typer.testing import CliRunner
+
 from logicrank.jobs.cli import app
 from logicrank.jobs.evaluate import run_evaluate
-from logicrank.jobs.experiment import EXPERIMENTS, ExperimentError, ReferenceMissed, load, run_experiment
+from logicrank.jobs.experiment import run_experiment
 from logicrank.jobs.index import run_index
 from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.evaluate.report import summary_frame
+from logicrank.pipelines.experiment import EXPERIMENTS, ExperimentError, ReferenceMissed, load
 from logicrank.schemas.config import EvaluateConfig, IndexConfig
-from typer.testing import CliRunner
-
 from tests.compare import assert_runs_close
 from tests.conftest import write_jsonl
 from tests.integration.conftest import RAY
@@ -52,7 +53,7 @@ def test_an_experiment_gives_the_table_of_its_jobs_run_by_hand_groups_and_checks
     # by hand, as the main job ran its retrieval section before it became jobs/experiments/scifact.yaml
     db = str(tmp_path / "hand" / "lancedb")
     run_index(IndexConfig(corpus=str(beir), db=db, ray=RAY), tmp_path / "hand" / "index", progress=False)
-    runs = run_retrieve(RetrieveConfig.preset(("dense", "bm25", "hybrid"), queries=str(beir / "queries.jsonl"), db=db, k=100, trec=True, ray=RAY),
+    runs = run_retrieve(RetrieveConfig.preset(("dense", "bm25", "hybrid"), queries=str(beir / "queries.jsonl"), db=db, trec=True, ray=RAY),
                         tmp_path / "hand" / "retrieve")
     hand = summary_frame(run_evaluate(EvaluateConfig(qrels=str(beir / "qrels" / "test.tsv"), runs=tuple(map(str, runs.values()))),
                                       tmp_path / "hand" / "evaluate"))

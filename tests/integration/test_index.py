@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from logicrank.jobs.index import IndexJobError, run_index
 from logicrank.pipelines.corpus import content_hash
 from logicrank.pipelines.store import DocStore, StoreError
 from logicrank.pipelines.writelock import TableLockedError
 from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig
-
 from tests.conftest import write_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
@@ -236,8 +236,9 @@ def test_snapshots_that_would_empty_the_table_are_refused_and_restorable(tmp_pat
     assert DocStore(str(db)).count() == 60
     command = str(exc.value).split("before this run: ")[1]
     assert command == f"logicrank restore --db {db} --table docs --version {v1}"
-    from logicrank.jobs.cli import app
     from typer.testing import CliRunner
+
+    from logicrank.jobs.cli import app
 
     res = CliRunner().invoke(app, command.split()[1:])
     assert res.exit_code == 0, res.output
@@ -256,7 +257,6 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
     pool (what a cluster of several nodes or GPUs runs). Same rows, same hashes, the same
     vectors within the tolerance, the same counts; each manifest says where it encoded."""
     from logicrank.jobs.raysession import IN_DRIVER
-
     from tests.compare import ATOL, RTOL
 
     corpus = write_jsonl(tmp_path / "c.jsonl", docs300[:120])
@@ -306,10 +306,11 @@ def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
     no word, no manifest, and retrieve read the partial table); `--table-version` reads it on
     purpose. After the rerun completes, an interrupted or failed re-index leaves the complete
     version the one retrieve reads, and it says so."""
+    from typer.testing import CliRunner
+
     from logicrank.jobs.cli import app
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config import RetrieveConfig
-    from typer.testing import CliRunner
 
     corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300[:200]), tmp_path / "db"
     config = tmp_path / "index.yaml"
@@ -348,7 +349,7 @@ def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
     assert store.complete_version() == complete and store.count() == 200
     assert json.loads((tmp_path / "i2" / "manifest.json").read_text())["counts"]["inserted"] == 72
     lines: list[str] = []
-    cfg = RetrieveConfig.preset(("dense",), queries=str(queries), db=str(db), k=10, ray=RAY)
+    cfg = RetrieveConfig.preset(("dense",), queries=str(queries), db=str(db), set={"dense.k": 10}, ray=RAY)
     run_retrieve(cfg, tmp_path / "r3", echo=lines.append)
     assert not any("table 'docs'" in x for x in lines)
 

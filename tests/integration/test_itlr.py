@@ -6,6 +6,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+
 from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.methods.itlr import TERM_SCORES
@@ -15,14 +16,16 @@ from logicrank.schemas.tables import RUN
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 
 
-def _cfg(root, **kw) -> RetrieveConfig:
-    return RetrieveConfig.preset(queries=str(root / "syn" / "queries.jsonl"), db=str(root / "db"), **kw)
+def _cfg(root, methods, run_tag=None, k=100, **itlr) -> RetrieveConfig:
+    """The presets over the synthetic table, each stage at ``k``, ``itlr``: the itlr stage's options."""
+    sets = {f"{stage}.k": k for stage in ("dense", "itlr") if stage in methods} | {f"itlr.{o}": v for o, v in itlr.items()}
+    return RetrieveConfig.preset(methods, run_tag, queries=str(root / "syn" / "queries.jsonl"), db=str(root / "db"), set=sets)
 
 
 def test_exact_and_ann_agree_on_the_candidates_ann_finds(synthetic, tmp_path):
     n_docs = DocStore(str(synthetic / "db")).count()
     exact = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, run_tag="exact"), tmp_path / "exact")
-    ann = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, itlr_mode="ann", ann_k=10, run_tag="ann"), tmp_path / "ann")
+    ann = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, mode="ann", ann_k=10, run_tag="ann"), tmp_path / "ann")
     e = pq.read_table(exact["exact-itlr"]).to_pandas().set_index(["query_id", "doc_id"])["score"]
     a = pq.read_table(ann["ann-itlr"]).to_pandas().set_index(["query_id", "doc_id"])["score"]
     assert len(a) < len(e)  # ann saw a subset
@@ -60,12 +63,13 @@ def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path)
     table's raw BM25 score of a term is the bm25 stage's score of that term as a query; hybrid
     evidence stays in [0, 1]; no LLM, and bm25 needs no encoder."""
     import numpy as np
+
     from logicrank.pipelines.sparse import open_index
 
     store = DocStore(str(synthetic / "db"))
     n_docs = store.count()
-    exact = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, itlr_scorer="bm25", run_tag="exact"), tmp_path / "exact")
-    ann = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, itlr_scorer="bm25", itlr_mode="ann", ann_k=5, run_tag="ann"), tmp_path / "ann")
+    exact = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, scorer="bm25", run_tag="exact"), tmp_path / "exact")
+    ann = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, scorer="bm25", mode="ann", ann_k=5, run_tag="ann"), tmp_path / "ann")
     e = pq.read_table(exact["exact-itlr"]).to_pandas().set_index(["query_id", "doc_id"])["score"]
     a = pq.read_table(ann["ann-itlr"]).to_pandas().set_index(["query_id", "doc_id"])["score"]
     assert 0 < len(a) < len(e) and a.index.isin(e.index).all()
@@ -94,10 +98,10 @@ def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path)
     counts = json.loads((tmp_path / "l" / "manifest.json").read_text())["pipelines"]["listed"]["stages"][-1]
     assert counts["listed_pairs_not_in_table"] == 1 and counts["queries_without_pairs"] == 32 - e.index[:7].get_level_values(0).nunique()
 
-    hybrid = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, itlr_scorer="hybrid", hybrid_weight=0.25), tmp_path / "h")
+    hybrid = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, scorer="hybrid", hybrid_weight=0.25), tmp_path / "h")
     h_exact = pq.read_table(hybrid["itlr"]).to_pandas().set_index(["query_id", "doc_id"])["score"]
     assert len(h_exact) == 32 * n_docs
-    h_ann = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, itlr_scorer="hybrid", hybrid_weight=0.25, itlr_mode="ann", ann_k=5,
+    h_ann = run_retrieve(_cfg(synthetic, methods=("itlr",), k=n_docs, scorer="hybrid", hybrid_weight=0.25, mode="ann", ann_k=5,
                               run_tag="ann"), tmp_path / "ha")
     a = pq.read_table(h_ann["ann-itlr"]).to_pandas().set_index(["query_id", "doc_id"])["score"]
     assert 0 < len(a) < len(h_exact) and (a - h_exact.loc[a.index]).abs().max() < 1e-6  # bm25's and dense's candidates, re-scored exactly
@@ -110,11 +114,12 @@ def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path)
 def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(synthetic, tmp_path):
     """`logicrank ablate --scorer bm25`: 18 operator families over BM25 evidence in one pass;
     the default family's figure is the itlr stage's (scorer bm25) nDCG@10 on the same queries."""
+    from typer.testing import CliRunner
+
     from logicrank.jobs.cli import app
     from logicrank.pipelines.evaluate.core import evaluate_run
     from logicrank.pipelines.evaluate.measures import parse_measure
     from logicrank.pipelines.topics import read_qrels
-    from typer.testing import CliRunner
 
     qrels = synthetic / "syn" / "qrels" / "test.tsv"
     res = CliRunner().invoke(app, ["ablate", str(synthetic / "syn" / "queries.jsonl"), str(qrels), "--db", str(synthetic / "db"),
@@ -124,7 +129,7 @@ def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(sy
     assert len(table) == 18
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert (manifest["config"]["scorer"], manifest["config"]["calibration"]) == ("bm25", "max")
-    runs = run_retrieve(_cfg(synthetic, methods=("itlr",), k=100, itlr_scorer="bm25"), tmp_path / "r")
+    runs = run_retrieve(_cfg(synthetic, methods=("itlr",), k=100, scorer="bm25"), tmp_path / "r")
     m = evaluate_run(pq.read_table(runs["itlr"]), read_qrels(str(qrels)), [parse_measure("nDCG@10")], "itlr").to_pandas()
     assert abs(table["and=product,or=sum,not=complement"] - m[m["query_id"] == "all"]["value"].item()) < 1e-9
     bad = CliRunner().invoke(app, ["ablate", str(synthetic / "syn" / "queries.jsonl"), str(qrels), "--db", str(synthetic / "db"),
@@ -166,9 +171,11 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
     rows are the pooled setting's for its four questions, its reranked rows 5-document lists."""
     import numpy as np
     import pytrec_eval
+
     from logicrank.jobs import benchmarks
-    from logicrank.jobs.experiment import load, override, run_experiment
+    from logicrank.jobs.experiment import run_experiment
     from logicrank.pipelines.embed import Embedder
+    from logicrank.pipelines.experiment import load, override
     from logicrank.pipelines.logic.fuzzy import Operators
     from logicrank.pipelines.methods.itlr import Calibration, compose, labelled_scores, parse_queries, unique_terms
     from logicrank.pipelines.topics import read_queries
@@ -261,11 +268,15 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
     dec = run_decompose(DecomposeConfig(queries=str(asked_queries), llm=tiny_cfg, methods=("itlr", "reasoning"),
                                         max_tokens={"itlr": 160, "reasoning": 128}), tmp_path / "old" / "decompose", echo=lambda m: None)
     db = str(tmp_path / "lancedb")
-    old = run_retrieve(RetrieveConfig.preset(("itlr", "expansion"), "old", queries=str(asked_queries), db=db, k=100,
-                                             decompositions=str(dec.path)), tmp_path / "old" / "llm", progress=False)
-    old |= run_retrieve(RetrieveConfig.preset(("dense", "orlog", "reasoner"), "old5", queries=str(asked_queries), db=db, k=5,
-                                              decompositions=str(llm.dataset / "decompositions.parquet"), orlog_base="dense", orlog_k=5,
-                                              orlog_context_tokens=128, llm=tiny_cfg), tmp_path / "old" / "rerank", progress=False)
+    llm_dec, rerank_dec = str(dec.path), str(llm.dataset / "decompositions.parquet")
+    old = run_retrieve(RetrieveConfig(queries=str(asked_queries), db=db, pipelines={
+        "old-itlr": [{"decomposition": {"target": "itlr", "decompositions": llm_dec}}, {"itlr": {"k": 100}}],
+        "old-expansion": [{"expansion": {"decompositions": llm_dec}}, {"dense": {"k": 100}}]}), tmp_path / "old" / "llm", progress=False)
+    old |= run_retrieve(RetrieveConfig(queries=str(asked_queries), db=db, llm=tiny_cfg, pipelines={
+        "old5-dense": [{"dense": {"k": 5}}],
+        "old5-orlog": [{"dense": {"k": 5}}, {"decomposition": {"target": "orlog", "decompositions": rerank_dec}},
+                       {"orlog": {"k": 5, "context_tokens": 128}}],
+        "old5-reasoner": [{"dense": {"k": 5}}, {"reasoner": {"k": 5, "context_tokens": 128}}]}), tmp_path / "old" / "rerank", progress=False)
     for rid, old_rid in (("llm-itlr", "old-itlr"), ("llm-expansion", "old-expansion"), ("top5-orlog", "old5-orlog"), ("top5-reasoner", "old5-reasoner")):
         new_run, old_run = (pq.read_table(p).select(["query_id", "doc_id", "rank"]).sort_by([("query_id", "ascending"), ("rank", "ascending")])
                             for p in (llm.runs[rid], old[old_rid]))
@@ -275,8 +286,9 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
 def test_a_logical_query_that_does_not_parse_is_refused_or_named_through_the_cli(synthetic, tmp_path):
     """The issue's bad forms: refused in one line naming the queries (before any stage runs);
     with --on-parse-error fallback, scored as their whole text and named on the terminal."""
-    from logicrank.jobs.cli import app
     from typer.testing import CliRunner
+
+    from logicrank.jobs.cli import app
 
     rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:3]]
     bad = {"bad1": "vitamin D AND NOT bone", "bad2": "'vitamin D' AND NOT 'bone'", "bad3": '"vitamin D" -"bone"', "bad4": '"vitamin D" AND NOT'}

@@ -10,13 +10,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.decompose import orlog_schema, parse_output
 from logicrank.pipelines.llm.engine import Constraint, Engine, LLMClient
 from logicrank.pipelines.logic.grammar import to_gbnf
 from logicrank.pipelines.logic.query import parse
 from logicrank.schemas.config import DecomposeConfig
-
 from tests.conftest import write_jsonl
 from tests.integration.conftest import RAY
 
@@ -163,10 +163,11 @@ def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, syn
     table = pq.read_table(dec.path).to_pylist()
     logical = {r["query_id"]: r["logical_query"] for r in table if r["method"] == "itlr"}
     runs = run_retrieve(
-        RetrieveConfig.preset(queries=str(queries), db=str(synthetic / "db"), methods=("itlr", "expansion"), k=5, decompositions=str(dec.path)),
+        RetrieveConfig.preset(queries=str(queries), db=str(synthetic / "db"), methods=("itlr-llm", "expansion"),
+                              set={"itlr.k": 5, "dense.k": 5, "decomposition.decompositions": str(dec.path), "expansion.decompositions": str(dec.path)}),
         tmp_path / "r",
     )
-    assert pq.read_table(runs["itlr"]).num_rows == 32 * 5 and pq.read_table(runs["expansion"]).num_rows == 32 * 5
+    assert pq.read_table(runs["itlr-llm"]).num_rows == 32 * 5 and pq.read_table(runs["expansion"]).num_rows == 32 * 5
     # the ITLR run scored the model's terms, not the gold ones in queries.jsonl
     scores = pq.read_table(tmp_path / "r" / "term_scores" / "itlr.parquet").to_pandas()
     for qid, group in scores.groupby("query_id"):
@@ -190,8 +191,8 @@ def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg,
     pq.write_table(dec, tmp_path / "dec.parquet")
     k = 5
     cfg = RetrieveConfig.preset(
-        queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("bm25", "orlog", "reasoner"), k=k, orlog_k=k,
-        decompositions=str(tmp_path / "dec.parquet"), llm=tiny_cfg, ray=RAY, orlog_context_tokens=32,
+        queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("bm25", "orlog", "reasoner"), llm=tiny_cfg, ray=RAY,
+        set={"bm25.k": k, "orlog.k": k, "reasoner.k": k, "orlog.context_tokens": 32, "decomposition.decompositions": str(tmp_path / "dec.parquet")},
     )
     runs = run_retrieve(cfg, tmp_path / "r")
     preds = pq.read_table(tmp_path / "r" / "predicate_scores" / "orlog.parquet")
@@ -226,8 +227,8 @@ def test_reasoner_over_a_dense_base_then_a_retriever_that_needs_the_llm_pools_cp
     rows = (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:2]
     write_jsonl(tmp_path / "q.jsonl", [json.loads(r) for r in rows])
     llm = tiny_cfg.model_copy(update={"actors": 2, "cpus_per_actor": 1.0, "batch_rows": 2})
-    cfg = RetrieveConfig.preset(queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("reasoner", "bm25"), k=3, orlog_base="dense",
-                                orlog_k=3, llm=llm, ray=RAY, orlog_context=False)
+    cfg = RetrieveConfig.preset(queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("reasoner", "bm25"), llm=llm, ray=RAY,
+                                set={"bm25.k": 3, "reasoner.k": 3, "reasoner.context": False})
     runs = run_retrieve(cfg, tmp_path / "r")
     assert pq.read_table(runs["reasoner"]).num_rows == 2 * 3 and pq.read_table(runs["bm25"]).num_rows == 2 * 3
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
@@ -235,8 +236,9 @@ def test_reasoner_over_a_dense_base_then_a_retriever_that_needs_the_llm_pools_cp
 
 
 def test_a_scoring_pool_too_big_for_the_cluster_fails_fast(tmp_path, tiny_dir, synthetic):
-    from logicrank.jobs.cli import app
     from typer.testing import CliRunner
+
+    from logicrank.jobs.cli import app
 
     rows = (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:1]
     write_jsonl(tmp_path / "q.jsonl", [json.loads(r) for r in rows])
@@ -268,9 +270,9 @@ def test_orlog_with_problog_as_the_reasoner_gives_the_compiled_posteriors(tmp_pa
     scores = {}
     for reasoner in ("compiled", "problog"):
         cfg = RetrieveConfig.preset(
-            queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("orlog",), k=4, orlog_k=4, orlog_base="bm25",
-            decompositions=str(tmp_path / "dec.parquet"), llm=llm, ray=RAY, orlog_context_tokens=32, orlog_calibration="pool-mean",
-            orlog_reasoner=reasoner,
+            queries=str(tmp_path / "q.jsonl"), db=str(synthetic / "db"), methods=("orlog",), llm=llm, ray=RAY,
+            set={"bm25.k": 4, "orlog.k": 4, "orlog.context_tokens": 32, "orlog.calibration": "pool-mean", "orlog.reasoner": reasoner,
+                 "decomposition.decompositions": str(tmp_path / "dec.parquet")},
         )
         lines: list[str] = []
         run = pq.read_table(run_retrieve(cfg, tmp_path / reasoner, echo=lines.append)["orlog"]).to_pandas()

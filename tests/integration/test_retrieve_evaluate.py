@@ -8,14 +8,14 @@ import pyarrow as pa
 import pyarrow.compute
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
+
 from logicrank.jobs.cli import app
 from logicrank.jobs.evaluate import run_evaluate
 from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.schemas.config import EvaluateConfig
 from logicrank.schemas.tables import RUN
-from typer.testing import CliRunner
-
 from tests.compare import assert_runs_close
 from tests.conftest import write_jsonl
 
@@ -40,7 +40,8 @@ def indexed(tmp_path_factory, docs300):
 
 
 def test_retrieve_and_evaluate_all_methods(indexed, tmp_path):
-    cfg = RetrieveConfig.preset(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), methods=("dense", "bm25", "hybrid"), k=20, trec=True)
+    cfg = RetrieveConfig.preset(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), methods=("dense", "bm25", "hybrid"),
+                                set={"dense.k": 20, "bm25.k": 20, "rrf.k": 20}, trec=True)
     runs = run_retrieve(cfg, tmp_path / "retrieve")
     assert set(runs) == {"dense", "bm25", "hybrid"}
     for rid, path in runs.items():
@@ -96,7 +97,7 @@ def test_an_actor_pool_too_big_for_the_cluster_fails_fast(indexed, tmp_path):
 
 def test_hybrid_fuses_deep_enough_for_k(indexed, tmp_path):
     # before: --k 250 gave the union of two top-100 lists (at most 200 per query)
-    cfg = RetrieveConfig.preset(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), methods=("hybrid",), k=250)
+    cfg = RetrieveConfig.preset(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), methods=("hybrid",), set={"rrf.k": 250, "dense.k": 250, "bm25.k": 250})
     run = pq.read_table(run_retrieve(cfg, tmp_path / "r")["hybrid"])
     per_query = run.group_by("query_id").aggregate([("doc_id", "count")]).column("doc_id_count").to_pylist()
     assert len(per_query) == 40 and set(per_query) == {250}
@@ -108,7 +109,7 @@ def test_blank_queries_get_no_results_from_any_method_and_are_counted(indexed, t
     # before: dense ranked 100 documents for the empty string, bm25 none, silently
     queries = write_jsonl(tmp_path / "q.jsonl", [{"_id": "ok", "text": "protein folding"}, {"_id": "blank", "text": "  "}])
     lines: list[str] = []
-    cfg = RetrieveConfig.preset(queries=str(queries), db=str(indexed / "db"), methods=("dense", "bm25", "hybrid"), k=10)
+    cfg = RetrieveConfig.preset(queries=str(queries), db=str(indexed / "db"), methods=("dense", "bm25", "hybrid"), set={"dense.k": 10, "bm25.k": 10, "rrf.k": 10})
     for path in run_retrieve(cfg, tmp_path / "r", echo=lines.append).values():
         assert set(pq.read_table(path).column("query_id").to_pylist()) == {"ok"}
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
@@ -171,7 +172,7 @@ def test_default_output_is_the_jobs_own(tmp_path, docs300):
 
 
 def test_evaluate_tells_the_terminal_about_missing_queries_and_skips(indexed, tmp_path):
-    run = pq.read_table(run_retrieve(RetrieveConfig.preset(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), k=10),
+    run = pq.read_table(run_retrieve(RetrieveConfig.preset(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), set={"dense.k": 10}),
                                      tmp_path / "r")["dense"])
     partial = tmp_path / "partial.parquet"
     pq.write_table(run.filter(pa.compute.not_equal(run.column("query_id"), "q0")), partial)

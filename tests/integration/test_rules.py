@@ -8,9 +8,9 @@ import re
 
 import pyarrow.parquet as pq
 import pytest
+
 from logicrank.pipelines.methods import rules
 from logicrank.schemas.tables import INDUCED_RULES, RERANK_WINDOWS
-
 from tests.integration.conftest import RAY
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
@@ -128,10 +128,12 @@ def test_bench_rules_is_rulebench_siar_yaml_with_its_options(rulebase, tiny_cfg,
     the given set and sample, R3 over the top r3_n: its vanilla rows equal
     rulebench-vanilla.yaml's on the same sample, and R3 only reorders what SIAR retrieved (the
     same R@20 as its first stage)."""
+    from typer.testing import CliRunner
+
     from logicrank.jobs import benchmarks
     from logicrank.jobs.cli import app
-    from logicrank.jobs.experiment import load, override, run_experiment
-    from typer.testing import CliRunner
+    from logicrank.jobs.experiment import run_experiment
+    from logicrank.pipelines.experiment import load, override
 
     exp = benchmarks.rules(rulebase / "ulogic", sample=3, seed=1, r3_n=4)
     assert exp.references == () and (exp.dataset.sample, exp.dataset.seed) == (3, 1)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.embed import Embedder
@@ -22,19 +23,19 @@ from logicrank.pipelines.store import DocStore
 from logicrank.pipelines.topics import read_qrels, read_queries
 from logicrank.schemas.config import EmbedConfig
 from logicrank.schemas.tables import METRICS, RUN
-
 from tests.compare import assert_runs_close, assert_tables_close
 from tests.integration.conftest import RAY
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 DEC = Path(__file__).parents[1] / "data" / "parity" / "reference" / "synthetic" / "decompositions.parquet"
+SETS = {"dense.k": 10, "bm25.k": 10, "rrf.k": 10, "itlr.k": 10, "decomposition.decompositions": str(DEC)}  # each preset at k 10, ITLR over the LLM's logical queries
 
 
 @pytest.fixture(scope="module")
 def job(synthetic, tmp_path_factory):
     """The retrieve job's runs of four presets on the synthetic table."""
     queries, db = synthetic / "syn" / "queries.jsonl", str(synthetic / "db")
-    cfg = RetrieveConfig.preset(("dense", "bm25", "hybrid", "itlr"), queries=str(queries), db=db, k=10, decompositions=str(DEC), ray=RAY)
+    cfg = RetrieveConfig.preset(("dense", "bm25", "hybrid", "itlr-llm"), queries=str(queries), db=db, set=SETS, ray=RAY)
     out = tmp_path_factory.mktemp("job")
     return cfg, run_retrieve(cfg, out), out
 
@@ -51,9 +52,9 @@ def test_pipelines_run_in_process_equal_the_retrieve_jobs_runs_and_side_tables(s
         result = Pipeline(rid, stages).run(ctx, table, cache)
         at_cut = assert_runs_close(result.run, pq.read_table(runs[rid]), f"{rid}: in process vs the job")
         assert result.run.num_rows > 0
-        if rid == "itlr":
-            assert set(result.side) == {"term_scores/itlr"}
-            assert_tables_close(result.side["term_scores/itlr"], pq.read_table(out / "term_scores" / "itlr.parquet"),
+        if rid == "itlr-llm":
+            assert set(result.side) == {"term_scores/itlr-llm"}
+            assert_tables_close(result.side["term_scores/itlr-llm"], pq.read_table(out / "term_scores" / "itlr-llm.parquet"),
                                 ["query_id", "doc_id", "term_id"], "term_scores", may_differ=at_cut)
     again = Pipeline("hybrid", cfg.pipelines["hybrid"]).run(ctx, table, cache)  # every stage from the shared cache
     assert [s["sub"][0]["cached"] for s in again.steps[:2]] == [True, True] and again.steps[2]["cached"]
@@ -65,7 +66,7 @@ def test_a_notebook_run_after_the_job_reuses_every_stage_output_the_job_cached(s
     import logicrank as lr
 
     cfg, runs, out = job
-    pipes = lr.preset("dense", "bm25", "hybrid", "itlr", k=10, decompositions=str(DEC))
+    pipes = lr.preset("dense", "bm25", "hybrid", "itlr-llm", set=SETS)
     results: dict = {}
     lr.retrieve(lr.open_table(synthetic / "db"), synthetic / "syn" / "queries.jsonl", pipes, cache=out / "stages", results=results)
 
@@ -84,14 +85,14 @@ def test_the_python_api_retrieves_what_the_job_does_and_evaluates_and_compares_t
     cfg, runs, _ = job
     table = lr.open_table(synthetic / "db")
     assert table.version == DocStore(str(synthetic / "db")).version and len(table) > 100
-    pipes = lr.preset("dense", "bm25", "hybrid", "itlr", k=10, decompositions=str(DEC))
+    pipes = lr.preset("dense", "bm25", "hybrid", "itlr-llm", set=SETS)
     assert {rid: p.stages for rid, p in pipes.items()} == dict(cfg.pipelines)  # presets as the CLI builds them
     results: dict = {}
     got = lr.retrieve(table, synthetic / "syn" / "queries.jsonl", pipes, results=results)
     for rid, path in runs.items():
         mine = got.filter(pa.compute.equal(got.column("run_id"), rid))
         assert_runs_close(mine, pq.read_table(path), f"{rid}: the Python API vs the job")
-    assert set(results["itlr"].side) == {"term_scores/itlr"}
+    assert set(results["itlr-llm"].side) == {"term_scores/itlr-llm"}
     frame = lr.retrieve(table, lr.read_queries(synthetic / "syn" / "queries.jsonl"), [pipes["bm25"]], pandas=True)
     assert list(frame.columns) == RUN.names and len(frame) == sum(r == "bm25" for r in got.column("run_id").to_pylist())
 
@@ -109,7 +110,7 @@ def test_the_python_api_retrieves_what_the_job_does_and_evaluates_and_compares_t
     with pytest.raises(lr.UserError, match="duplicate query ids"):
         lr.retrieve(table, pa.table({"query_id": [1, 1], "text": ["a", "b"]}), [pipes["bm25"]])
     sig = lr.compare(metrics, baseline="bm25")
-    assert sorted(set(sig.column("run_id").to_pylist())) == ["dense", "hybrid", "itlr"] and set(sig.column("measure").to_pylist()) == {"nDCG@10", "R@100"}
+    assert sorted(set(sig.column("run_id").to_pylist())) == ["dense", "hybrid", "itlr-llm"] and set(sig.column("measure").to_pylist()) == {"nDCG@10", "R@100"}
 
     with pytest.raises(lr.PipelineError, match="no table 'nope'"):
         lr.open_table(synthetic / "db", "nope")

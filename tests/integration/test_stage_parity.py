@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.pipeline import build
 from logicrank.pipelines.stages import Context
 from logicrank.pipelines.stages.fusion import RRFOptions
 from logicrank.schemas.config import LLMConfig
-
 from tests.compare import assert_runs_close, assert_tables_close
 from tests.conftest import write_jsonl
 from tests.data.parity.make_reference import build_docs300, hand_decompositions
@@ -69,7 +69,7 @@ def docs300(tmp_path_factory):
 
 def test_dense_matches_and_fusion_of_the_reference_inputs_matches_hybrid(docs300, tmp_path):
     queries, db = docs300
-    runs = run_retrieve(RetrieveConfig.preset(("dense", "bm25"), queries=str(queries), db=str(db), k=20, ray=RAY), tmp_path / "r")
+    runs = run_retrieve(RetrieveConfig.preset(("dense", "bm25"), queries=str(queries), db=str(db), set={"dense.k": 20, "bm25.k": 20}, ray=RAY), tmp_path / "r")
     _same(runs["dense"], "docs300/dense.parquet")
     assert not pq.read_table(runs["bm25"]).equals(pq.read_table(REF / "docs300/bm25.parquet"))  # changed on purpose
     # the rrf stage on the reference's dense and bm25 runs (k=20) gives the reference's hybrid
@@ -89,12 +89,14 @@ def test_itlr_expansion_and_llm_rerankers_match(synthetic, tmp_path):
     rows = [json.loads(line) for line in queries.read_text(encoding="utf-8").splitlines()]
     assert pq.read_table(dec).equals(hand_decompositions(rows))  # the fixture is the reference's
 
-    for tag, kw in {"itlr-none": {}, "itlr-zscore": {"calibration": "zscore"}, "itlr-ann": {"itlr_mode": "ann", "ann_k": 20}}.items():
+    for tag, kw in {"itlr-none": {}, "itlr-zscore": {"calibration": "zscore"}, "itlr-ann": {"mode": "ann", "ann_k": 20}}.items():
         out = tmp_path / tag
-        runs = run_retrieve(RetrieveConfig.preset(("itlr",), tag, k=10, **syn, **kw), out)
+        runs = run_retrieve(RetrieveConfig.preset(("itlr",), tag, **syn, set={"itlr.k": 10} | {f"itlr.{o}": v for o, v in kw.items()}), out)
         at_cut = _same(runs[f"{tag}-itlr"], f"synthetic/{tag}-itlr.parquet")
         _same_side(out / "term_scores" / f"{tag}-itlr.parquet", f"synthetic/term_scores-{tag}-itlr.parquet", TERM_KEYS, at_cut)
-    runs = run_retrieve(RetrieveConfig.preset(("itlr", "expansion"), "dec", k=10, decompositions=str(dec), **syn), tmp_path / "dec")
+    runs = run_retrieve(RetrieveConfig(pipelines={  # the LLM's logical queries and expansions, read from the table
+        "dec-itlr": [{"decomposition": {"target": "itlr", "decompositions": str(dec)}}, {"itlr": {"k": 10}}],
+        "dec-expansion": [{"expansion": {"decompositions": str(dec)}}, {"dense": {"k": 10}}]}, **syn), tmp_path / "dec")
     _same_side(tmp_path / "dec" / "term_scores" / "dec-itlr.parquet", "synthetic/term_scores-dec-itlr.parquet", TERM_KEYS,
                _same(runs["dec-itlr"], "synthetic/dec-itlr.parquet"))
     _same(runs["dec-expansion"], "synthetic/dec-expansion.parquet")

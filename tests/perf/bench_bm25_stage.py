@@ -60,6 +60,7 @@ def main() -> None:
     threadpool_limits(limits=1)
     import bm25s
     import Stemmer
+
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config import RetrieveConfig
     from logicrank.pipelines.datasets import scifact
@@ -90,7 +91,7 @@ def main() -> None:
 
         def job_run(i: int) -> float:
             out = work / f"job{i}"
-            cfg = RetrieveConfig.preset(("bm25",), queries=str(work / "q.jsonl"), db=str(work / "db"), k=K, ray=RayConfig(num_cpus=2))
+            cfg = RetrieveConfig.preset(("bm25",), queries=str(work / "q.jsonl"), db=str(work / "db"), set={"bm25.k": K}, ray=RayConfig(num_cpus=2))
             run_retrieve(cfg, out, progress=False)
             manifest = json.loads((out / "manifest.json").read_text())
             shutil.rmtree(out)

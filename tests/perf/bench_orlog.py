@@ -28,7 +28,6 @@ from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic  #
 from logicrank.pipelines.generate.synthetic import generate, gold_orlog_decompositions  # noqa: E402
 from logicrank.pipelines.topics import read_queries  # noqa: E402
 from logicrank.schemas.config import IndexConfig, LLMConfig, RayConfig  # noqa: E402
-
 from tests.perf.report import write_report  # noqa: E402
 
 
@@ -48,9 +47,9 @@ def main() -> None:
     dec = write_parquet_atomic(gold_orlog_decompositions(zip(*(read_queries(queries).column(c).to_pylist() for c in ("query_id", "logical_query")), strict=True)), work / "dec.parquet")
     result: dict = {"queries": args.queries, "k": args.k, "cpus": cpus}
     for method in ("orlog", "reasoner"):
-        cfg = RetrieveConfig.preset(
-            queries=str(queries), db=str(work / "db"), methods=(method,), k=args.k, orlog_base="dense", orlog_k=args.k,
-            decompositions=str(dec), orlog_context_tokens=128, llm=LLMConfig(cache=None, cpus_per_actor=cpus), ray=ray,
+        cfg = RetrieveConfig(
+            queries=str(queries), db=str(work / "db"), pipelines={method: [{"dense": {"k": args.k}}, *([{"decomposition": {"target": "orlog", "decompositions": str(dec)}}] if method == "orlog" else []),
+                                       {method: {"k": args.k, "context_tokens": 128}}]}, llm=LLMConfig(cache=None, cpus_per_actor=cpus), ray=ray,
         )
         t = time.perf_counter()
         run_retrieve(cfg, work / method)

@@ -53,7 +53,6 @@ from logicrank.pipelines.store import DocStore  # noqa: E402
 from logicrank.pipelines.topics import read_qrels  # noqa: E402
 from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID  # noqa: E402
-
 from tests.perf.report import write_report  # noqa: E402
 
 K = 100
@@ -185,7 +184,7 @@ def main() -> None:
             actors = 1 if auto else int(spec)  # (auto: per-core figures divide by the cores the placement used, read below)
             ray = RayConfig(num_cpus=max(2, actors), retrieve_actors=None if auto else actors,
                             **({"retrieve_batch_rows": args.batch_rows} if args.batch_rows else {}))
-            cfg = RetrieveConfig.preset((method,), queries=str(queries_path), db=db, k=K, embed=embed, ray=ray)
+            cfg = RetrieveConfig.preset((method,), queries=str(queries_path), db=db, set={f"{method}.k": K}, embed=embed, ray=ray)
             out = work / f"job-{method}-{actors}"
             shutil.rmtree(out, ignore_errors=True)  # the job caches stages by digest: start clean
             wall_s, paths = _timed(lambda cfg=cfg, out=out: run_retrieve(cfg, out, progress=False))

@@ -133,6 +133,7 @@ def _batches(n: int, seed: int, data: dict, rows: int = 100_000, dim: int | None
     """Record batches of the passages (doc_id, title, text, ..., vector); ``dim``: keep the
     vectors' first ``dim`` dimensions (renormalised)."""
     import pyarrow as pa
+
     from logicrank.pipelines.embed import to_fixed_size_list
 
     sents, owner, titles, pool = data["sentences"], data["owner"], data["titles"], data["pool"]
@@ -222,6 +223,7 @@ def _child(args) -> dict:
         rows = np.sort(rng.choice(n, m, replace=False))
         old = s.table.to_lance().take(rows).to_pydict()
         import pyarrow as pa
+
         from logicrank.pipelines.embed import to_fixed_size_list
 
         vec = np.asarray(old["vector"], np.float32) + rng.normal(0, 0.02, size=(m, s.dim)).astype(np.float32)
@@ -251,6 +253,7 @@ def _child(args) -> dict:
         out["changed"] = m
     elif step == "bm25":
         import pyarrow as pa
+
         from logicrank.pipelines.methods.bm25 import bm25
 
         s = DocStore(db)
@@ -348,6 +351,7 @@ def _child(args) -> dict:
         out.update(_shards_equal(work, db, n, data))
     elif step == "dense-ann":
         import pyarrow.parquet as pq
+
         from logicrank.pipelines.methods.dense import REFINE_FACTOR
 
         s = DocStore(db)
@@ -390,6 +394,7 @@ def _child(args) -> dict:
         out["qps"] = len(queries) / out["search_s"]
     elif step == "hybrid":
         import pyarrow.parquet as pq
+
         from logicrank.pipelines.methods.hybrid import rrf
 
         a, b = pq.read_table(work / f"run-bm25-{n}.parquet"), pq.read_table(work / f"run-dense-{n}.parquet")
@@ -399,6 +404,7 @@ def _child(args) -> dict:
         out["qps"] = len(queries) / out["search_s"]
     elif step in ("itlr-exact", "itlr-ann"):
         import pyarrow.parquet as pq
+
         from logicrank.pipelines.logic.fuzzy import Operators
         from logicrank.pipelines.methods.itlr import Calibration, ann_candidates, score_candidates, score_exact
 
@@ -456,6 +462,7 @@ def _child(args) -> dict:
     elif step == "orlog":
         import pandas as pd
         import pyarrow.parquet as pq
+
         from logicrank.pipelines.logic.query import parse
         from logicrank.pipelines.methods.orlog import OrlogQuery, posteriors
 
@@ -483,6 +490,7 @@ def _child(args) -> dict:
         assert isinstance(post, pd.DataFrame) and len(post) == len(cand)
     elif step == "evaluate":
         import pyarrow.parquet as pq
+
         from logicrank.pipelines.evaluate.core import evaluate_run
         from logicrank.pipelines.evaluate.measures import parse_measures
 
@@ -510,7 +518,7 @@ def _child(args) -> dict:
         for actors in (1, 2):
             run_dir = work / f"pool-{n}-{actors}"
             shutil.rmtree(run_dir, ignore_errors=True)  # the job caches stages by digest: start clean
-            cfg = RetrieveConfig.preset(("bm25",), queries=str(qpath), db=db, k=K, ray=RayConfig(num_cpus=2, retrieve_actors=actors))
+            cfg = RetrieveConfig.preset(("bm25",), queries=str(qpath), db=db, set={"bm25.k": K}, ray=RayConfig(num_cpus=2, retrieve_actors=actors))
             t = time.perf_counter()
             run_retrieve(cfg, run_dir, progress=False)
             wall = time.perf_counter() - t
@@ -533,6 +541,7 @@ def _dense_apart(work: Path, n: int, data: dict, seed: int) -> dict:
     vectors as the table step makes them, streamed into a mapped ``.npy``, then every query's
     exact top k (pipelines/exact.py, numpy, one thread). The write is reported apart."""
     import pyarrow as pa
+
     from logicrank.pipelines.exact import top_k
     from logicrank.pipelines.vectors import Vectors, tiebreak_ranks
 
@@ -573,6 +582,7 @@ def _bm25_shards(work: Path, db: str, n: int, data: dict) -> dict:
     import shutil
 
     import pyarrow.parquet as pq
+
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config import RetrieveConfig
     from logicrank.pipelines.store import DocStore
@@ -588,7 +598,7 @@ def _bm25_shards(work: Path, db: str, n: int, data: dict) -> dict:
     for shards in (1, 2, 4):
         run_dir = work / f"shards-{n}-{shards}"
         shutil.rmtree(run_dir, ignore_errors=True)
-        cfg = RetrieveConfig.preset(("bm25",), queries=str(qpath), db=db, k=K,
+        cfg = RetrieveConfig.preset(("bm25",), queries=str(qpath), db=db, set={"bm25.k": K},
                                     ray=RayConfig(num_cpus=max(2, shards), retrieve_shards=shards, retrieve_batch_rows=1024))
         run_retrieve(cfg, run_dir, progress=False)
         manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -619,6 +629,7 @@ def _shards_equal(work: Path, db: str, n: int, data: dict, n_queries: int = 300,
     import shutil
 
     import pyarrow.parquet as pq
+
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config import RetrieveConfig
     from logicrank.pipelines.stages.itlr import ITLROptions
@@ -679,6 +690,7 @@ def _logic_queries(data: dict, seed: int):
     three distinct terms of SciFact's 300 queries in one of four shapes; the terms' vectors
     are those queries' real vectors."""
     import pyarrow as pa
+
     from logicrank.pipelines.methods.itlr import parse_queries
 
     distinct = min(300, len(data["qvec"]))
@@ -692,6 +704,7 @@ def _logic_queries(data: dict, seed: int):
 
 def _pseudo_qrels(n: int, seed: int, data: dict):
     import pyarrow as pa
+
     from logicrank.pipelines.datasets import scifact
     from logicrank.pipelines.topics import read_qrels
 

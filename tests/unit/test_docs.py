@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
+
 from logicrank.jobs.cli import app
 from logicrank.jobs.nightly_config import NightlyConfig
 from logicrank.pipelines.config import RetrieveConfig
@@ -50,7 +51,7 @@ def test_yaml_pipelines_validate():
             assert NightlyConfig.model_validate(data).pipelines, page
             continue
         if isinstance(data, dict) and {"name", "title", "dataset"} <= set(data):  # an experiment file (docs/experiments.md)
-            from logicrank.jobs.experiment import Experiment
+            from logicrank.pipelines.experiment import Experiment
 
             assert Experiment.model_validate(data).pipelines, page
             continue

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from logicrank.jobs.experiment import EXPERIMENTS, ExperimentError, load, override, with_sample
+
+from logicrank.pipelines.experiment import EXPERIMENTS, ExperimentError, load, override, with_sample
 
 
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.yaml")), ids=lambda p: p.stem)
@@ -28,7 +29,7 @@ def test_a_sample_replaces_the_files_and_drops_its_references():
 
 
 def test_qa_measures_are_checked_before_any_work():
-    from logicrank.jobs.experiment import Experiment
+    from logicrank.pipelines.experiment import Experiment
 
     lag = load("lag").model_dump(exclude_none=True)
     ok = Experiment.model_validate(lag | {"references": [{"run": "lag", "measure": "em", "value": 0.1, "tolerance": 0.1, "source": "x"}]})
@@ -44,47 +45,58 @@ def test_qa_measures_are_checked_before_any_work():
             Experiment.model_validate(spec)
 
 
-def test_override_sets_dotted_keys_and_drops_only_the_references_it_moves():
+def test_override_sets_stage_options_by_name_and_drops_only_the_references_it_moves():
     exp = load("lag-oracle")
-    got = override(exp, {"pipelines.question.1.cut.times": 3})
-    assert got.pipelines["question"][1] == {"cut": {"depths": "{dataset}/answers.jsonl", "field": "decomposition", "times": 3}}
-    assert got.pipelines["gold-chain"] == exp.pipelines["gold-chain"] and exp.pipelines["question"][1]["cut"]["times"] == 5  # a copy
+    got = override(exp, {"question/cut.times": 3})
+    assert got.set == {"question/cut.times": 3} and got.pipelines == exp.pipelines  # the file's pipelines, as written
+    run = got.pipelines_to_run()
+    assert run["question"][1].times == 3 and exp.pipelines_to_run()["question"][1].times == 5
+    assert run["gold-chain"] == exp.pipelines_to_run()["gold-chain"]
     assert [r.run for r in got.references] == ["gold-chain", "gold-no-answer"]  # the question row moved
     assert "1 of the file's references" in got.caveats[-1]
     indexed = override(exp, {"index.ann_threshold": 1000})
     assert indexed.index == {"ann_threshold": 1000} and indexed.references == ()  # another index: every figure may move
     assert override(exp, {"pipelines": {"gold-chain": exp.pipelines["gold-chain"]}, "baseline": None, "references": []}).pipelines.keys() == {"gold-chain"}
     assert override(exp, {}) == exp
-    for key, value, why in (("pipelines.question.7.cut.k", 3, "no such place"), ("dataset.qa", "nq", "dataset.qa: Input should be"),
-                            ("pipelines.question.1.cut.times", 0, "greater than or equal to 1")):
-        with pytest.raises(ExperimentError, match=why):
-            override(exp, {key: value})
+    assert override(exp, ["question/cut.times=3"]) == got  # --set items, read as YAML
+
+
+@pytest.mark.parametrize(("key", "value", "why"), [
+    ("pipelines.question.1.cut.times", 3, "address a stage's option by its name"),
+    ("question/cut.kk", 3, "experiment lag-oracle: --set question/cut.kk: stage 'cut' has no option 'kk'; its options: k, depths"),
+    ("mmr.k", 3, "no stage 'mmr' in the pipelines; their stages: cut, dense"),
+    ("dataset.qa", "nq", "dataset.qa 'nq': must be"),
+    ("question/cut.times", 0, "must be greater than or equal to 1"),
+    ("titel", "x", "titel 'x': no such option; options: name, title, dataset"),
+])
+def test_a_bad_override_is_one_line(key, value, why):
+    with pytest.raises(ExperimentError, match=re.escape(why)) as info:
+        override(load("lag-oracle"), {key: value})
+    assert "\n" not in str(info.value)
 
 
 def test_a_reference_is_reproduced_within_its_tolerance_and_never_without_a_figure():
-    from logicrank.jobs.experiment import Reference, ReferenceCheck
+    from logicrank.pipelines.experiment import Reference, ReferenceCheck
 
     ref = Reference(run="question", measure="R@100", value=0.697, tolerance=0.01, source="x")
     assert ReferenceCheck(ref, 0.6875).ok and ReferenceCheck(ref, 0.7065).ok
     assert not ReferenceCheck(ref, 0.6865).ok and not ReferenceCheck(ref, 0.7075).ok and not ReferenceCheck(ref, None).ok
 
 
-def test_set_items_are_yaml_values_at_dotted_places_and_stages_names_every_such_stage():
-    from logicrank.jobs.experiment import parse_sets
+def test_set_items_are_yaml_values_and_a_stage_name_reaches_every_such_stage():
+    from logicrank.pipelines.overrides import OverrideError, parse_sets
 
-    assert parse_sets(["dataset.sample=25", "measures=[R@1, MRR]", "pipelines.x.0.bm25.k=5", "title=a=b"]) == {
-        "dataset.sample": 25, "measures": ["R@1", "MRR"], "pipelines.x.0.bm25.k": 5, "title": "a=b"}
+    assert parse_sets(["dataset.sample=25", "measures=[R@1, MRR]", "orlog/bm25.k=5", "title=a=b", "itlr.ann_nprobes=none"]) == {
+        "dataset.sample": 25, "measures": ["R@1", "MRR"], "orlog/bm25.k": 5, "title": "a=b", "itlr.ann_nprobes": None}
     for bad in ("dataset.sample", "=3", "x=[1"):
-        with pytest.raises(ExperimentError, match=re.escape(f"--set {bad!r}")):
+        with pytest.raises(OverrideError, match=re.escape(f"--set {bad!r}")):
             parse_sets([bad])
     exp = load("setlogic").model_copy(update={"pipelines": {**load("setlogic").pipelines, "spelled": [{"stage": "bm25", "k": 7}], "bare": ["bm25"]}})
-    got = override(exp, {"stages.bm25.k": 9})
-    assert got.pipelines["bm25"] == [{"bm25": {"k": 9}}] and got.pipelines["orlog"][0] == {"bm25": {"k": 9}}
-    assert got.pipelines["spelled"] == [{"stage": "bm25", "k": 9}] and got.pipelines["bare"] == [{"bm25": {"k": 9}}]
-    assert got.pipelines["dense"] == exp.pipelines["dense"]
-    for key in ("stages.cut.k", "stages.bm25"):
-        with pytest.raises(ExperimentError, match="give stages.STAGE.OPTION"):
-            override(exp, {key: 3})
+    got = override(exp, {"bm25.k": 9}).pipelines_to_run()
+    assert all(got[rid][0].k == 9 for rid in ("bm25", "orlog", "orlog-bm25", "spelled", "bare"))
+    assert got["dense"] == exp.pipelines_to_run()["dense"]
+    one = override(exp, {"orlog/bm25.k": 9}).pipelines_to_run()
+    assert one["orlog"][0].k == 9 and one["bm25"][0].k == 100 and one["orlog-bm25"][0].k == 20
 
 
 def test_references_stay_for_the_same_data_and_go_when_the_queries_or_the_encoder_change(tmp_path, monkeypatch):
@@ -108,20 +120,23 @@ def test_the_bench_commands_options_land_where_the_files_hold_them(tmp_path, mon
     assert len(full.references) == 2 and full.dataset.sample is None  # the whole set: the references are checked
     deep = benchmarks.rules(ulogic, sample=5, r3_n=30)
     assert deep.dataset.sample == 5 and deep.references == () and "R@30" in deep.measures
+    run = deep.pipelines_to_run()
     for rid in ("sparse-siar-r3", "dense-siar-r3"):
-        assert deep.pipelines[rid][1][next(iter(deep.pipelines[rid][1]))] == {"k": 30} and deep.pipelines[rid][2] == {"r3": {"k": 30, "n": 30}}
-    assert deep.pipelines["sparse"] == [{"bm25": {"k": 30}}]  # R3's ceiling is the retrievers' depth
-    assert benchmarks.rules(ulogic, r3_n=10).pipelines["dense-siar-r3"][2] == {"r3": {"k": 20, "n": 10}}
+        assert run[rid][1].k == 30 and (run[rid][2].k, run[rid][2].n) == (30, 30)
+    assert run["sparse"][0].k == 30  # R3's ceiling is the retrievers' depth
+    r3 = benchmarks.rules(ulogic, r3_n=10).pipelines_to_run()["dense-siar-r3"][2]
+    assert (r3.k, r3.n) == (20, 10)
 
-    s = benchmarks.setlogic(per_template=3, seed=2, k=10, orlog_depth=5)
+    s = benchmarks.setlogic(per_template=3, seed=2, k=10, sets=["orlog/bm25.k=5", "orlog/orlog.k=5", "orlog-bm25/bm25.k=5"])
     assert s.dataset.setlogic.per_template == 3 and s.dataset.setlogic.seed == 2 and s.measures == ("P@1", "R@10", "F1@10", "nDCG@10")
-    assert s.pipelines["orlog"][0] == {"bm25": {"k": 5}} and s.pipelines["orlog"][2]["orlog"]["k"] == 5 and s.pipelines["bm25"] == [{"bm25": {"k": 100}}]
-    assert s.pipelines["orlog-bm25"][0] == {"bm25": {"k": 5}} and s.pipelines["orlog-bm25"][2]["orlog"] == {"k": 5, "scorer": "bm25"}
+    run = s.pipelines_to_run()
+    assert run["orlog"][0].k == 5 and run["orlog"][2].k == 5 and run["bm25"][0].k == 100
+    assert run["orlog-bm25"][0].k == 5 and (run["orlog-bm25"][2].k, run["orlog-bm25"][2].scorer) == (20, "bm25")
     assert list(benchmarks.setlogic(orlog=False).pipelines) == ["dense", "bm25", "itlr", "itlr-bm25", "itlr-hybrid", "orlog-bm25"]
 
     oracle, rows = benchmarks.lag("musique", sample=4, seed=7, runs=("rag", "lag-random-order"))
     assert oracle == load("lag-oracle") and rows.dataset.sample == 4 and rows.dataset.seed == 7
-    assert list(rows.pipelines) == ["rag", "lag-random-order"] and rows.pipelines["lag-random-order"] == [{"lag": {"order": "random", "seed": 7}}]
+    assert list(rows.pipelines) == ["rag", "lag-random-order"] and rows.pipelines_to_run()["lag-random-order"][0].seed == 7
     assert [e.name for e in benchmarks.lag("musique", llm_rows=False)] == ["lag-oracle"]
 
 
@@ -139,7 +154,7 @@ def test_bench_itlr_runs_both_settings_and_refuses_a_set_past_dense_depth():
 
 
 def test_query_ids_cut_queries_and_qrels_to_those_queries_in_file_order(tmp_path):
-    from logicrank.jobs.experiment import Experiment, sample_queries
+    from logicrank.pipelines.experiment import Experiment, sample_queries
 
     beir = tmp_path / "beir"
     (beir / "qrels").mkdir(parents=True)

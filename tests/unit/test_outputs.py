@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
+
 from logicrank.jobs.cli import app
 from logicrank.jobs.retrieve import earlier_outputs, output_dirs
 from logicrank.jobs.rundir import RunDir
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.store import DocStore, StoreError
-from typer.testing import CliRunner
 
 
 def _touch(root, *rels):
@@ -66,7 +67,7 @@ def test_set_aside_moves_earlier_files_keeping_their_paths_and_says_so(tmp_path)
 
 
 def test_retrieve_moves_only_outputs_of_pipelines_it_does_not_run(tmp_path):
-    cfg = RetrieveConfig.preset(queries="q.jsonl", db="db", methods=("dense", "bm25"), k=10)
+    cfg = RetrieveConfig.preset(queries="q.jsonl", db="db", methods=("dense", "bm25"), set={"dense.k": 10, "bm25.k": 10})
     assert {"runs", "term_scores", "predicate_scores", "decompositions", "answers"} <= set(output_dirs())
     _touch(tmp_path, "runs/dense.parquet", "runs/bm25.parquet", "runs/bm25.trec", "runs/old.parquet", "runs/old.trec", "runs/notes.txt",
            "runs/.bm25.parquet.tmp", "term_scores/old-itlr.parquet", "term_scores/dense@0-rrf0.parquet", "stages/abc/out.parquet",

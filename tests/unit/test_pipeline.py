@@ -6,12 +6,14 @@ from typing import Literal
 
 import pytest
 import yaml
-from logicrank.jobs.cli import app
-from logicrank.pipelines.config import RetrieveConfig
-from logicrank.pipelines.pipeline import MethodOptions, PipelineError, from_methods, parse_stages, validate
-from logicrank.pipelines.stages import Kind, Stage, StageOptions, presets, register, stages
 from pydantic import ValidationError
 from typer.testing import CliRunner
+
+from logicrank.jobs.cli import app
+from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.overrides import OverrideError
+from logicrank.pipelines.pipeline import PipelineError, parse_stages, preset_names, read_presets, validate
+from logicrank.pipelines.stages import Kind, Stage, StageOptions, register, stages
 
 
 def _cfg(pipelines) -> RetrieveConfig:
@@ -20,7 +22,7 @@ def _cfg(pipelines) -> RetrieveConfig:
 
 def test_every_stage_class_in_the_stages_package_is_registered_and_every_preset_builds():
     """Found by walking ``pipelines/stages``, not from a list kept by hand: a stage written and
-    not registered (or not imported at the registry's bottom) fails here."""
+    not registered fails here."""
     import importlib
     import inspect
     import pkgutil
@@ -38,9 +40,9 @@ def test_every_stage_class_in_the_stages_package_is_registered_and_every_preset_
     assert {"dense", "bm25", "rrf", "itlr", "orlog", "siar", "r3", "lag"} <= set(stages())  # the four methods and their retrievers
     for name, cls in stages().items():
         assert cls.name == name and cls.Options.model_config["extra"] == "forbid"
-    for name in presets():  # every preset builds a pipeline that validates (validate raises otherwise)
-        (run_id, options), = from_methods([name], MethodOptions()).items()
-        validate(run_id, options)
+    for name in preset_names():  # every preset file holds one pipeline, named as the file, that validates
+        (run_id, options), = read_presets([name]).items()
+        assert run_id == name and validate(run_id, options) is not None
 
 
 def test_stage_spellings_are_equivalent_and_unknown_ones_list_the_registry():
@@ -79,18 +81,43 @@ def test_stages_fit_when_their_inputs_are_produced_before_them():
     assert validate("p", parse_stages([{"decomposition": {"target": "itlr"}}, "itlr"])).llm == {"generate"}
 
 
-def test_presets_build_the_methods_pipelines():
-    p = from_methods(["dense", "hybrid", "orlog", "reasoner"], MethodOptions(k=250, hybrid_depth=100, orlog_k=7, decompositions="d.parquet"), "t")
+def test_presets_are_pipeline_files_and_overrides_address_stages_by_name():
+    p = read_presets(["dense", "hybrid", "orlog", "reasoner"], "t", ["rrf.k=250", "orlog.k=250", "t-orlog/bm25.k=7", "reasoner.depth=7"])
     assert list(p) == ["t-dense", "t-hybrid", "t-orlog", "t-reasoner"]
     (fused,) = p["t-hybrid"]
-    assert fused.stage == "rrf" and fused.k == 250 and [s[0].k for s in fused.of] == [250, 250]  # at least k deep
+    assert fused.stage == "rrf" and fused.k == 250 and [s[0].k for s in fused.of] == [100, 100]
     assert [o.stage for o in p["t-orlog"]] == ["bm25", "decomposition", "orlog"]  # the base first: shared with the bm25 preset
-    assert p["t-orlog"][0].k == 7 and p["t-orlog"][2].depth == 7 and p["t-orlog"][2].k == 250
-    assert [o.stage for o in p["t-reasoner"]] == ["bm25", "reasoner"]
+    assert p["t-orlog"][0].k == 7 and p["t-orlog"][2].depth is None and p["t-orlog"][2].k == 250  # depth: all of the base's run
+    assert [o.stage for o in p["t-reasoner"]] == ["bm25", "reasoner"] and p["t-reasoner"][0].k == 20 and p["t-reasoner"][1].depth == 7
+    deep = read_presets(["hybrid", "bm25"], sets={"bm25.k": 50})  # a fusion's sub-pipelines are reached too
+    assert deep["hybrid"][0].of[1][0].k == deep["bm25"][0].k == 50 and deep["hybrid"][0].of[0][0].k == 100
     with pytest.raises(PipelineError, match="unknown method 'sparse'"):
-        from_methods(["sparse"])
-    with pytest.raises(PipelineError, match="sigmoid.*give labels"):
-        from_methods(["itlr"], MethodOptions(calibration="sigmoid"))
+        read_presets(["sparse"])
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (["bm25.kk=5"], r"^--set bm25.kk: stage 'bm25' has no option 'kk'; its options: k$"),
+    (["orlog.k=5"], r"^--set orlog.k: no stage 'orlog' in the pipelines; their stages: bm25, decomposition, itlr$"),
+    (["nope/itlr.k=5"], r"^--set nope/itlr.k: no pipeline 'nope'; pipelines: bm25, itlr-llm$"),
+    (["bm25.k"], r"give KEY=VALUE"),
+    (["bm25.k=0"], r"^--set bm25.k=0: must be greater than or equal to 1$"),
+    (["itlr.mode=fast"], r"^--set itlr.mode=fast: must be 'exact', 'ann' or 'listed'$"),
+    (["itlr.calibration=sigmoid"], r"sigmoid.*give labels"),
+    (["bm25=5"], r"give STAGE.OPTION=VALUE"),
+])
+def test_a_bad_override_is_one_line_naming_what_exists(sets, message):
+    with pytest.raises(OverrideError, match=message) as info:
+        read_presets(["bm25", "itlr-llm"], sets=sets)
+    assert "\n" not in str(info.value)
+
+
+def test_override_values_are_read_as_yaml_and_typed_by_the_stage():
+    p = read_presets(["itlr", "orlog"], sets=["itlr.mode=ann", "orlog.context=false", "itlr.ann_nprobes=none",
+                                              "itlr.operators=and=min,or=max,not=complement", "decomposition.decompositions=d.parquet"])
+    itlr, orlog = p["itlr"][0], p["orlog"]
+    assert (itlr.mode, itlr.ann_nprobes, itlr.operators) == ("ann", None, "and=min,or=max,not=complement")  # split at the first '='
+    assert orlog[2].context is False and orlog[1].decompositions == "d.parquet"
+    assert read_presets(["orlog"], sets={"orlog.k": 20}) == read_presets(["orlog"], sets=["orlog.k=20"])  # a mapping, as in a file
 
 
 def test_a_stage_registers_once_with_its_own_name():
@@ -113,7 +140,8 @@ def test_the_command_line_refuses_bad_pipeline_files_in_one_line(tmp_path):
         ("x: [sparse]", "unknown stage 'sparse'; registered stages:"),
         ("x: [orlog]", "reranks a run, but no stage before it produces one"),
         ("x: [[dense]", "not valid YAML"),
-        ("x: [{dense: {k: 0}}]", "--pipelines: pipeline 'x': stage 1 (dense.k): must be greater than or equal to 1"),
+        ("x: [{dense: {k: 0}}]", "--pipelines: pipeline 'x': stage 1 (dense.k) 0: must be greater than or equal to 1"),
+        ("x: [{bm25: {kk: 10}}]", "--pipelines: pipeline 'x': stage 1 (bm25.kk) 10: no such option; options: k"),
     ]:
         bad.write_text(text)
         res = runner.invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(bad)])
@@ -132,7 +160,7 @@ def test_a_pipelines_file_may_nest_under_a_pipelines_key_and_a_bad_one_is_one_li
     assert list(_cfg(pipelines_file(f)).pipelines) == ["d", "b"]
     assert read_pipelines(f)["b"] == Pipeline.parse("b", [{"bm25": {"k": 5}}]) and read_pipelines(f)["b"].stages[0].k == 5
     for text, error in [("d: [dense", "not valid YAML"), ("[dense]", "expected a mapping of pipeline names"),
-                        ("d: [{bm25: {k: 0}}]", r"pipeline 'd': stage 1 \(bm25.k\): Input should be greater than or equal to 1"),
+                        ("d: [{bm25: {k: 0}}]", r"pipeline 'd': stage 1 \(bm25.k\) 0: must be greater than or equal to 1"),
                         ("d: [orlog]", "reranks a run, but no stage before it produces one")]:
         f.write_text(text)
         with pytest.raises(PipelineError, match=error) as info:
@@ -140,35 +168,31 @@ def test_a_pipelines_file_may_nest_under_a_pipelines_key_and_a_bad_one_is_one_li
         assert "\n" not in str(info.value)
 
 
-def test_preset_options_are_refused_beside_a_pipelines_file(tmp_path):
+def test_the_command_line_sets_stage_options_on_presets_and_pipelines_files(tmp_path, monkeypatch):
+    import logicrank.jobs.cli as cli
+
+    made = []
+    monkeypatch.setattr(cli, "_job", lambda name, out, fn, cfg, *a, **kw: made.append(cfg) or {})
     f = tmp_path / "p.yaml"
-    f.write_text("x: [dense]")
-    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(f), "--k", "10", "--set", "orlog_k=5"])
-    assert res.exit_code == 2 and "--k, --set set(s) a --method preset's options" in res.output, res.output
+    f.write_text("x: [dense, {orlog: {k: 5}}]")
+    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(f), "--set", "dense.k=7"])
+    assert res.exit_code == 2 and "stage 2 (orlog) needs query column(s) ['atoms']" in res.output  # validated after the overrides too
+    f.write_text("x: [{dense: {k: 5}}]")
+    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(f), "--set", "dense.k=7"])
+    assert res.exit_code == 0 and made[-1].pipelines["x"][0].k == 7, res.output
+    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "orlog", "--set", "bm25.k=50", "--run-tag", "t"])
+    assert res.exit_code == 0 and made[-1].pipelines["t-orlog"][0].k == 50, res.output
+    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--set", "itlr.mode=fast"])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "itlr.mode=fast" in res.output, res.output
+    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(f), "--run-tag", "t"])
+    assert res.exit_code == 2 and "not both" in res.output, res.output
 
 
 def test_a_written_config_loads_again_and_llm_options_beside_a_table_are_refused():
-    cfg = RetrieveConfig.preset(("itlr", "orlog", "expansion"), queries="q", db="d", decompositions="d.parquet")
+    cfg = RetrieveConfig.preset(("itlr-llm", "orlog", "expansion"), queries="q", db="d",
+                                set={"decomposition.decompositions": "d.parquet", "expansion.decompositions": "d.parquet"})
     assert RetrieveConfig.model_validate(cfg.model_dump(mode="json")) == cfg  # what the manifest stores
     with pytest.raises(ValidationError, match=r"\['temperature'\] apply when the LLM generates"):
         _cfg({"x": [{"expansion": {"decompositions": "d.parquet", "temperature": 0.7}}, "dense"]})
     with pytest.raises(ValidationError, match="no whitespace"):
         _cfg({"a@b": ["dense"]})
-
-
-def test_preset_options_are_set_by_key_typed_by_the_options_model_and_a_mistake_is_one_line():
-    from logicrank.pipelines.pipeline import method_options
-
-    o = method_options(["itlr_mode=ann", "orlog-k=5", "orlog_context=false", "ann_nprobes=none", "decompositions=d.parquet"], k=7)
-    assert (o.itlr_mode, o.orlog_k, o.orlog_context, o.ann_nprobes, o.decompositions, o.k) == ("ann", 5, False, None, "d.parquet", 7)
-    assert method_options(["operators=and=min,or=max,not=complement"]).operators == "and=min,or=max,not=complement"  # split at the first '='
-    assert method_options() == MethodOptions()
-    for bad, message in [(["orlog_kk=5"], "--set 'orlog_kk=5': give KEY=VALUE with KEY one of k, hybrid_depth"),
-                         (["orlog_k"], "give KEY=VALUE"), (["orlog_k=0"], "^method option orlog_k=0: must be greater than or equal to 1$"),
-                         (["itlr_mode=fast"], "itlr_mode=fast: must be 'exact' or 'ann'")]:
-        with pytest.raises(PipelineError, match=message):
-            method_options(bad)
-    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--set", "itlr_mode=fast"])
-    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "itlr_mode" in res.output, res.output
-    res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--k", "5", "--set", "k=6"])
-    assert res.exit_code == 2 and "give the presets' k once, as --k N or --set k=N" in res.output, res.output

@@ -9,10 +9,11 @@ import json
 import re
 
 import pytest
-from logicrank.jobs.experiment import Dataset, ExperimentError
-from logicrank.pipelines.datasets import qa
-from logicrank.pipelines.topics import read_qrels, read_queries
 from typer.testing import CliRunner
+
+from logicrank.pipelines.datasets import qa
+from logicrank.pipelines.experiment import Dataset, ExperimentError
+from logicrank.pipelines.topics import read_qrels, read_queries
 
 
 def _lines(path):
@@ -260,7 +261,7 @@ def test_a_file_is_an_array_or_json_lines_and_a_bad_line_is_named(tmp_path):
 
 def test_bench_lag_carries_the_path_to_the_experiments_dataset(tmp_path, monkeypatch):
     from logicrank.jobs import benchmarks, cli
-    from logicrank.jobs.experiment import _dataset
+    from logicrank.pipelines.experiment import prepare_dataset
 
     src = _write(tmp_path / "h.jsonl", _bundled("hotpotqa")[:5], jsonl=True)
     [rows] = benchmarks.lag("hotpotqa", src=src, sample=2)
@@ -274,7 +275,7 @@ def test_bench_lag_carries_the_path_to_the_experiments_dataset(tmp_path, monkeyp
         benchmarks.lag("hotpotqa", src=src, corpus=src)
 
     monkeypatch.setenv("QA_DIR", str(tmp_path))  # the experiment converts the file, variables expanded
-    corpus, queries, _ = _dataset(Dataset(qa="hotpotqa", qa_src="${QA_DIR}/h.jsonl"), tmp_path / "run")
+    corpus, queries, _ = prepare_dataset(Dataset(qa="hotpotqa", qa_src="${QA_DIR}/h.jsonl"), tmp_path / "run")
     assert len(read_queries(corpus)) == 5 and queries == tmp_path / "run" / "beir" / "queries.jsonl"
 
     with pytest.raises(ValueError, match="give qa"):

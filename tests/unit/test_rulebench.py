@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from logicrank.jobs.cli import app
-from logicrank.jobs.experiment import ExperimentError
-from logicrank.pipelines.datasets.rulebench import RuleBenchError, to_beir
-from logicrank.pipelines.topics import read_qrels, read_queries
 from typer.testing import CliRunner
+
+from logicrank.jobs.cli import app
+from logicrank.pipelines.datasets.rulebench import RuleBenchError, to_beir
+from logicrank.pipelines.experiment import ExperimentError
+from logicrank.pipelines.topics import read_qrels, read_queries
 
 RULES = {
     "0": {"NL": "If Person X owns Animal Y, then Person X can feed Animal Y.", "FOL": "Own(Person X, Animal Y) => CanFeed(Person X, Animal Y)"},

@@ -4,8 +4,9 @@ section when the set is absent, without Ray."""
 import json
 
 import pytest
-from logicrank.jobs.experiment import ExperimentError, sample_queries
+
 from logicrank.jobs.main_job import rules_section
+from logicrank.pipelines.experiment import ExperimentError, sample_queries
 
 
 def _beir(root, n=10):

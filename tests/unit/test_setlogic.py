@@ -5,7 +5,8 @@ import json
 
 import pandas as pd
 import pytest
-from logicrank.jobs.experiment import _grouped
+
+from logicrank.pipelines.experiment import grouped
 from logicrank.pipelines.generate import setlogic
 from logicrank.pipelines.generate.setlogic import TEMPLATES, SetLogicError, generate, load_limit, parse_likes
 from logicrank.pipelines.logic.query import parse
@@ -111,6 +112,7 @@ def test_same_seed_same_bytes_other_seed_other_queries(tmp_path):
 
 def test_the_gold_decompositions_table_feeds_a_decomposition_stage(tmp_path):
     import pyarrow as pa
+
     from logicrank.pipelines.llm.decompose import apply_to_queries
 
     generate(tmp_path, per_template=2, seed=0)
@@ -134,6 +136,6 @@ def test_measures_are_averaged_per_template(tmp_path):
     (tmp_path / "q.jsonl").write_text("".join(json.dumps({"_id": q, "template": t}) + "\n" for q, t in [("1", "A"), ("2", "A"), ("3", "A or B")]))
     m = pa.Table.from_pandas(pd.DataFrame({"run_id": ["r"] * 4, "query_id": ["1", "2", "3", "all"], "measure": ["P@1"] * 4,
                                            "value": [1.0, 0.0, 1.0, 0.6667]}))
-    t = _grouped(m, tmp_path / "q.jsonl", "template")
+    t = grouped(m, tmp_path / "q.jsonl", "template")
     assert t.loc[("r", "A"), "P@1"] == 0.5 and t.loc[("r", "A or B"), "P@1"] == 1.0
     assert t["queries"].to_dict() == {("r", "A"): 2, ("r", "A or B"): 1}

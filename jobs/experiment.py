@@ -1,0 +1,66 @@
+"""`logicrank experiment FILE`: an experiment (:mod:`logicrank.pipelines.experiment`) run by the
+jobs on one Ray cluster: the index job over its corpus, one retrieve job for every pipeline
+(one LLM pool), the evaluate job, then :func:`~logicrank.pipelines.experiment.conclude` (groups,
+reference checks, the report). Each job keeps its run directory and manifest under ``out``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from logicrank.pipelines.experiment import Experiment, ExperimentError, ExperimentResult, conclude, prepared
+from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig
+
+
+def run_experiment(exp: Experiment, out: str | Path, embed: EmbedConfig | None = None, ray: RayConfig | None = None,
+                   llm: LLMConfig | None = None, strict: bool = True, progress: bool = True, echo=None,
+                   table: str | Path | None = None) -> ExperimentResult:
+    """Index, retrieve, evaluate, conclude (module docstring). ``embed``, ``ray``, ``llm``: the
+    placement and models of this run (the file holds the benchmark itself). ``table``: where
+    the index lives (``lancedb/`` and its ``index/`` run; default ``out``): experiments over
+    the same corpus and encoder can share one, and a corpus already there is not encoded again."""
+    from logicrank.jobs.raysession import ray_session
+
+    with ray_session(ray or RayConfig()):
+        return _run(exp, Path(out), Path(table or out), embed or EmbedConfig(), ray or RayConfig(), llm or LLMConfig(), strict, progress, echo)
+
+
+def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayConfig, llm: LLMConfig, strict: bool, progress: bool,
+         echo) -> ExperimentResult:
+    from logicrank.jobs.evaluate import run_evaluate
+    from logicrank.jobs.index import run_index
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.evaluate.qa import parse_qa_measures
+    from logicrank.schemas.config import EvaluateConfig, IndexConfig
+
+    corpus, queries, qrels, root, pipelines, gold = prepared(exp, out)
+    embed = EmbedConfig.model_validate({**embed.model_dump(), **exp.embed})
+    cfg = RetrieveConfig(queries=str(queries), db=str(table / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    index = run_index(IndexConfig(corpus=str(corpus), db=cfg.db, embed=embed, ray=ray, **exp.index), table / "index", progress=progress)
+    timings["index"] = time.perf_counter() - t
+    t = time.perf_counter()
+    runs = run_retrieve(cfg, out / "retrieve", echo=echo, progress=progress)
+    timings["retrieve"] = time.perf_counter() - t
+    t = time.perf_counter()
+    qa = {}
+    if exp.qa_measures:  # the runs that answered, against the gold of the queries run
+        answers = tuple(str(p) for rid in runs if (p := out / "retrieve" / "answers" / f"{rid}.parquet").is_file())
+        if not answers:
+            raise ExperimentError(f"experiment {exp.name}: qa_measures, but no pipeline answers (a LAG stage writes answers)")
+        qa = dict(answers=answers, gold=str(gold), qa_measures=exp.qa_measures, judge=llm if "Judge" in parse_qa_measures(exp.qa_measures) else None,
+                  ray=ray)
+    metrics = run_evaluate(EvaluateConfig(qrels=str(qrels), runs=tuple(str(p) for p in runs.values()), measures=exp.measures,
+                                          baseline=exp.baseline, **qa), out / "evaluate", title=exp.title)
+    timings["evaluate"] = time.perf_counter() - t
+    sig_path = out / "evaluate" / "significance.parquet"
+    significance = pq.read_table(sig_path) if sig_path.is_file() else None
+    manifest = json.loads((out / "retrieve" / "manifest.json").read_text(encoding="utf-8"))
+    stages = {rid: p["stages"] for rid, p in manifest["pipelines"].items()}
+    return conclude(exp, metrics, significance, queries, out, index.table_version, runs, stages, timings, root, index, strict)

@@ -1,0 +1,126 @@
+"""The one override grammar: ``KEY=VALUE``, the value read as YAML (``5`` a number, ``none`` or
+``null`` a None, ``[a, b]`` a list), parsed here and nowhere else.
+
+A stage option is addressed by the stage's name: ``STAGE.OPTION=VALUE`` sets OPTION in every
+stage named STAGE of every pipeline (the sub-pipelines a fusion runs included), and
+``RUN/STAGE.OPTION=VALUE`` in pipeline RUN alone::
+
+    orlog.k=20            itlr.scorer=bm25            orlog/bm25.k=50
+
+The command line (``logicrank retrieve --set``, ``logicrank experiment --set``), experiment
+files (their ``set:`` mapping) and the Python API (``lr.pipelines(spec, set={...})``) all go
+through :func:`parse_sets` and :func:`set_stage_options`. Each value is validated by the
+stage's own options model; a mistake is one line naming the key and what exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from logicrank.pipelines.options import StageOptions
+from logicrank.schemas.errors import UserError, validation_line
+
+
+class OverrideError(UserError, ValueError):
+    """An override that names no stage or option of the pipelines, or a value its option refuses."""
+
+
+Pipelines = Mapping[str, Sequence[StageOptions]]
+
+
+def parse_sets(items: Iterable[str] | Mapping[str, Any] | None) -> dict[str, Any]:
+    """``KEY=VALUE`` items (or a mapping of them, as an experiment file's ``set:``) as
+    {KEY: value}, each value read as YAML."""
+    import yaml
+
+    if not items:
+        return {}
+    if isinstance(items, Mapping):
+        return {str(k).strip(): v for k, v in items.items()}
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise OverrideError(f"--set {item!r}: give KEY=VALUE (e.g. orlog.k=20, or RUN/STAGE.OPTION=VALUE for one pipeline)")
+        try:
+            out[key.strip()] = None if value.strip() in ("none", "None") else yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise OverrideError(f"--set {item!r}: the value is not valid YAML") from None
+    return out
+
+
+def is_stage_key(key: str, pipelines: Pipelines) -> bool:
+    """Whether ``key`` addresses a stage option (``STAGE.OPTION`` or ``RUN/STAGE.OPTION``)
+    rather than another place (an experiment's ``dataset.sample``)."""
+    from logicrank.pipelines.stages import stages
+
+    target, _, _ = key.partition(".")
+    return "/" in target or target in stages() or any(_named(p, target) for p in pipelines.values())
+
+
+def set_stage_options(pipelines: Pipelines, changes: Mapping[str, Any]) -> dict[str, tuple[StageOptions, ...]]:
+    """``pipelines`` with each ``[RUN/]STAGE.OPTION`` of ``changes`` set (module docstring); a
+    key that names no stage of the pipelines, or an option the stage does not have, raises
+    :class:`OverrideError` listing what there is."""
+    out = {name: tuple(stages) for name, stages in pipelines.items()}
+    for key, value in changes.items():
+        target, dot, option = key.partition(".")
+        run, slash, stage = target.rpartition("/")
+        if not dot or not option or not stage or "." in option:
+            raise OverrideError(f"--set {key}: give STAGE.OPTION=VALUE or RUN/STAGE.OPTION=VALUE (e.g. orlog.k=20)")
+        if slash and run not in out:
+            raise OverrideError(f"--set {key}: no pipeline {run!r}; pipelines: {', '.join(out)}")
+        names = [run] if slash else list(out)
+        if not any(_named(out[n], stage) for n in names):
+            held = sorted({s for n in names for s in _stage_names(out[n])})
+            raise OverrideError(f"--set {key}: no stage {stage!r} in {'pipeline ' + repr(run) if slash else 'the pipelines'}; "
+                                f"their stages: {', '.join(held)}")
+        for n in names:
+            out[n] = _set(out[n], stage, option, value, key)
+    return out
+
+
+def _stage_names(stages: Sequence[StageOptions]) -> list[str]:
+    names = []
+    for o in stages:
+        names.append(o.stage)
+        for f in type(o).model_fields:
+            names += [s for sub in _subs(getattr(o, f)) for s in _stage_names(sub)]
+    return names
+
+
+def _named(stages: Sequence[StageOptions], stage: str) -> bool:
+    return stage in _stage_names(stages)
+
+
+def _subs(value: Any) -> list[tuple[StageOptions, ...]]:
+    """The sub-pipelines an option holds (a fusion's ``of``), else []."""
+    if isinstance(value, tuple) and value and all(isinstance(p, tuple) and all(isinstance(s, StageOptions) for s in p) for p in value):
+        return list(value)
+    return []
+
+
+def _set(stages: Sequence[StageOptions], stage: str, option: str, value: Any, key: str) -> tuple[StageOptions, ...]:
+    out = []
+    for o in stages:
+        fields = type(o).model_fields
+        data = {f: getattr(o, f) for f in fields}
+        for f in fields:
+            if _subs(data[f]):
+                data[f] = tuple(_set(sub, stage, option, value, key) for sub in data[f])
+        if o.stage == stage:
+            if option not in fields or option == "stage":
+                raise OverrideError(f"--set {key}: stage {stage!r} has no option {option!r}; its options: "
+                                    f"{', '.join(f for f in fields if f != 'stage')}")
+            data[option] = value
+        if data == {f: getattr(o, f) for f in fields}:
+            out.append(o)
+            continue
+        try:
+            out.append(type(o).model_validate(data))
+        except ValidationError as exc:
+            raise OverrideError(f"--set {key}={value}: {validation_line(exc, name=lambda loc: '')}") from None
+    return tuple(out)
