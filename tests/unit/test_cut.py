@@ -62,9 +62,12 @@ def test_a_query_without_a_depth_and_a_bad_line_are_refused_in_one_line(run_file
     depths.write_text(json.dumps({"query_id": "q1", "hops": 3}) + "\n")
     with pytest.raises(CutError, match="line 1 has no query id"):
         _cut(run_file, tmp_path, depths=str(depths))
-    for options in ({}, {"k": 3, "depths": str(depths)}):
-        with pytest.raises(ValueError, match="give k or depths"):
-            Pipeline.parse("c", ["dense", {"cut": options}])
+
+
+@pytest.mark.parametrize("options", [{}, {"k": 3, "depths": "d.jsonl"}], ids=["neither", "both"])
+def test_a_cut_takes_k_or_depths(options):
+    with pytest.raises(ValueError, match="give k or depths"):
+        Pipeline.parse("c", ["dense", {"cut": options}])
 
 
 def test_restrict_keeps_the_listed_pairs_in_run_order_ranked_again(run_file, tmp_path):

@@ -90,11 +90,14 @@ def test_orlog_output_validated():
         assert p.atoms == [{"id": "a1", "text": "{x} answers the question: which books?"}] and p.logical_query == '"a1"'
 
 
-def test_read_form_rejects_anything_but_ids_and_operators():
+def test_read_form_quotes_atom_ids():
     assert read_form("a1 OR a2 AND a3") == '"a1" OR "a2" AND "a3"'
-    for bad in ('a1 AND "x"', "a1; drop", "a1 AND b2", "x"):
-        with pytest.raises(QueryParseError):
-            read_form(bad)
+
+
+@pytest.mark.parametrize("bad", ['a1 AND "x"', "a1; drop", "a1 AND b2", "x"])
+def test_read_form_rejects_anything_but_ids_and_operators(bad):
+    with pytest.raises(QueryParseError):
+        read_form(bad)
 
 
 def test_fallbacks_keep_the_question():
@@ -224,9 +227,6 @@ def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_r
 
 
 def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_config_agree_with():
-    import pytest
-    from pydantic import ValidationError
-
     from logicrank.jobs.decompose import settings_of
     from logicrank.pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings
     from logicrank.pipelines.llm.prompts import load
@@ -237,15 +237,22 @@ def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_co
     assert DecomposeConfig(queries="q").methods == tuple(KINDS)
     assert settings_of(DecomposeConfig(queries="q")).max_tokens == DecomposeSettings().max_tokens  # each kind's own budget
     assert dict(settings_of(DecomposeConfig(queries="q", max_tokens={"orlog": 99})).max_tokens) == {k: v.max_tokens for k, v in KINDS.items()} | {"orlog": 99}
-    for bad, why in (({"methods": ("itlr", "sql")}, "unknown decomposition kind"), ({"max_tokens": {"sql": 20}}, "give kinds of"),
-                     ({"max_tokens": {"itlr": 4}}, "at least 8 tokens"), ({"methods": ("itlr", "itlr")}, "methods repeat")):
-        with pytest.raises(ValidationError, match=why):
-            DecomposeConfig(queries="q", **bad)
     assert DecomposeSettings().methods == tuple(KINDS) and dict(DecomposeSettings().max_tokens) == {k: v.max_tokens for k, v in KINDS.items()}
     for name, kind in KINDS.items():
         assert load(kind.template).text and TEMPLATES[name] == kind.template
         assert kind.fallback("q?", "why", "fallback").status == "fallback"
     assert _gen_cut_is_kept()
+
+
+@pytest.mark.parametrize(("bad", "why"), [({"methods": ("itlr", "sql")}, "unknown decomposition kind"), ({"max_tokens": {"sql": 20}}, "give kinds of"),
+                                          ({"max_tokens": {"itlr": 4}}, "at least 8 tokens"), ({"methods": ("itlr", "itlr")}, "methods repeat")])
+def test_a_decompose_config_refuses_unknown_or_repeated_kinds_and_tiny_budgets(bad, why):
+    from pydantic import ValidationError
+
+    from logicrank.schemas.config import DecomposeConfig
+
+    with pytest.raises(ValidationError, match=why):
+        DecomposeConfig(queries="q", **bad)
 
 
 def _gen_cut_is_kept() -> bool:
