@@ -131,49 +131,58 @@ def test_trec_runs_are_ranked_by_score_like_trec_eval(tmp_path):
     _assert_equals_trec_eval(run, _qrels_table(qrels_rows), rows, qrels_rows)
 
 
+# a Parquet run's ranks that old code evaluated silently by their rank column: file -> rows, what the error says
+BAD_RANKS = {
+    "rises.parquet": ([("q1", "d1", 1, 0.5), ("q1", "d2", 2, 0.9)], "puts doc 'd2' (score 0.9) at rank 2, after doc 'd1'"),
+    "tie.parquet": ([("q1", "d1", 1, 0.9), ("q1", "d2", 1, 0.5)], "ranks within a query must be distinct positive"),
+    "zero.parquet": ([("q1", "d1", 0, 0.9), ("q1", "d2", 1, 0.5)], "has rank 0 for doc 'd1'"),
+}
+
+
 def test_parquet_ranks_are_kept_but_checked(tmp_path):
     # ties in score may take any rank order (a stage's own tie-break)
     ok = _run_table([("q1", "d2", 1, 1.0), ("q1", "d1", 2, 1.0), ("q1", "d3", 3, 0.5)])
     pq.write_table(ok, tmp_path / "ok.parquet")
     assert read_run(tmp_path / "ok.parquet").column("rank").to_pylist() == [1, 2, 3]
-    # old code evaluated these silently by their rank column
-    bad = {
-        "rises.parquet": ([("q1", "d1", 1, 0.5), ("q1", "d2", 2, 0.9)], "puts doc 'd2' (score 0.9) at rank 2, after doc 'd1'"),
-        "tie.parquet": ([("q1", "d1", 1, 0.9), ("q1", "d2", 1, 0.5)], "ranks within a query must be distinct positive"),
-        "zero.parquet": ([("q1", "d1", 0, 0.9), ("q1", "d2", 1, 0.5)], "has rank 0 for doc 'd1'"),
-    }
-    for name, (rows, match) in bad.items():
-        pq.write_table(_run_table(rows), tmp_path / name)
-        with pytest.raises(TopicsError) as exc:
-            read_run(tmp_path / name)
-        msg = _one_line(exc)
-        assert name in msg and "query 'q1'" in msg and match in msg
     with pytest.raises(TopicsError, match="run 'r': query 'q1' puts doc 'd2'"):
-        evaluate_run(_run_table(bad["rises.parquet"][0]), _qrels_table(QRELS), MEASURES)
+        evaluate_run(_run_table(BAD_RANKS["rises.parquet"][0]), _qrels_table(QRELS), MEASURES)
 
 
+@pytest.mark.parametrize("name", sorted(BAD_RANKS))
+def test_a_parquet_run_with_bad_ranks_is_refused(tmp_path, name):
+    rows, match = BAD_RANKS[name]
+    pq.write_table(_run_table(rows), tmp_path / name)
+    with pytest.raises(TopicsError) as exc:
+        read_run(tmp_path / name)
+    msg = _one_line(exc)
+    assert name in msg and "query 'q1'" in msg and match in msg
+
+
+@pytest.mark.parametrize("name", ["run.trec", "run.parquet"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
-def test_non_finite_scores_are_refused(tmp_path, value):
+def test_non_finite_scores_are_refused(tmp_path, value, name):
     # old code: accepted silently (a run of NaN scores, ranked by its rank column, got nDCG@10 0.93)
     rows = [("q1", "d1", 1, 1.0), ("q1", "d2", 2, float(value)), ("q2", "d3", 1, float(value))]
     _write_trec(tmp_path / "run.trec", rows)
     pq.write_table(_run_table(rows), tmp_path / "run.parquet")
-    for name in ("run.trec", "run.parquet"):
-        with pytest.raises(TopicsError) as exc:
-            read_run(tmp_path / name)
-        msg = _one_line(exc)
-        assert name in msg and "2 score(s) are NaN or infinite" in msg and "doc 'd" in msg
+    with pytest.raises(TopicsError) as exc:
+        read_run(tmp_path / name)
+    msg = _one_line(exc)
+    assert name in msg and "2 score(s) are NaN or infinite" in msg and "doc 'd" in msg
 
 
-def test_ids_a_trec_line_cannot_carry(tmp_path):
+@pytest.mark.parametrize(("col", "value"), [("doc_id", "d 1"), ("doc_id", "d\t1"), ("query_id", "q\n1"), ("doc_id", ""), ("run_id", "my run")])
+def test_ids_a_trec_line_cannot_carry(tmp_path, col, value):
     ok = _run_table([("q1", "d1", 1, 1.0)])
-    for col, value in [("doc_id", "d 1"), ("doc_id", "d\t1"), ("query_id", "q\n1"), ("doc_id", ""), ("run_id", "my run")]:
-        run = ok.set_column(ok.schema.get_field_index(col), col, pa.array([value]))
-        with pytest.raises(TopicsError) as exc:
-            write_trec_run(run, tmp_path / "r.trec")
-        msg = _one_line(exc)
-        assert f"{col} {value!r}" in msg and "use the Parquet run instead" in msg
-        assert not (tmp_path / "r.trec").exists()
+    run = ok.set_column(ok.schema.get_field_index(col), col, pa.array([value]))
+    with pytest.raises(TopicsError) as exc:
+        write_trec_run(run, tmp_path / "r.trec")
+    msg = _one_line(exc)
+    assert f"{col} {value!r}" in msg and "use the Parquet run instead" in msg
+    assert not (tmp_path / "r.trec").exists()
+
+
+def test_trec_runs_keep_full_precision_and_qrels_split_as_their_format_does(tmp_path):
     # full-precision scores: a TREC file read back keeps the Parquet ranking
     close = _run_table([("q1", "a", 1, 0.1 + 3e-9), ("q1", "b", 2, 0.1)])
     assert read_run(write_trec_run(close, tmp_path / "c.trec")).column("doc_id").to_pylist() == ["a", "b"]
@@ -189,25 +198,37 @@ def test_ids_a_trec_line_cannot_carry(tmp_path):
     assert read_qrels(tmp_path / "trec.txt").column("doc_id").to_pylist() == ["d1", "d2"]
 
 
-def test_empty_and_missing_inputs_are_one_line_errors(tmp_path):
+@pytest.mark.parametrize(("name", "text"), [("header.tsv", "query-id\tcorpus-id\tscore\n"), ("zero.tsv", "")])
+def test_qrels_without_judgements_are_one_line_errors(tmp_path, name, text):
     run = _write_trec(tmp_path / "run.trec", [("q1", "d1", 1, 1.0)])
-    for name, text in [("header.tsv", "query-id\tcorpus-id\tscore\n"), ("zero.tsv", "")]:
-        (tmp_path / name).write_text(text)  # old code: KeyError 'r' from the report
-        with pytest.raises(TopicsError) as exc:
-            run_evaluate(EvaluateConfig(qrels=str(tmp_path / name), runs=(str(run),)), tmp_path / "eval")
-        assert name in _one_line(exc) and "no judgements" in str(exc.value)
+    (tmp_path / name).write_text(text)  # old code: KeyError 'r' from the report
+    with pytest.raises(TopicsError) as exc:
+        run_evaluate(EvaluateConfig(qrels=str(tmp_path / name), runs=(str(run),)), tmp_path / "eval")
+    assert name in _one_line(exc) and "no judgements" in str(exc.value)
+    assert not (tmp_path / "eval" / "metrics.parquet").exists()
+
+
+@pytest.mark.parametrize("what", ["qrels", "run"])
+def test_a_missing_qrels_or_run_file_is_a_one_line_error(tmp_path, what):
+    run = _write_trec(tmp_path / "run.trec", [("q1", "d1", 1, 1.0)])
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("q1 0 d1 1\n")
-    for q, r, what in [(tmp_path / "nope.tsv", run, "qrels"), (qrels, tmp_path / "nope.trec", "run")]:
-        with pytest.raises(EvaluationError) as exc:  # old code: FileNotFoundError from the fingerprint
-            run_evaluate(EvaluateConfig(qrels=str(q), runs=(str(r),)), tmp_path / "eval")
-        assert f"no {what} file at" in _one_line(exc) and "nope." in str(exc.value)
+    q, r = (tmp_path / "nope.tsv", run) if what == "qrels" else (qrels, tmp_path / "nope.trec")
+    with pytest.raises(EvaluationError) as exc:  # old code: FileNotFoundError from the fingerprint
+        run_evaluate(EvaluateConfig(qrels=str(q), runs=(str(r),)), tmp_path / "eval")
+    assert f"no {what} file at" in _one_line(exc) and "nope." in str(exc.value)
+    assert not (tmp_path / "eval" / "metrics.parquet").exists()
+
+
+@pytest.mark.parametrize("name", ["empty.trec", "empty.parquet"])
+def test_an_empty_run_is_a_one_line_error(tmp_path, name):
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("q1 0 d1 1\n")
     (tmp_path / "empty.trec").write_text("\n")
     pq.write_table(_run_table([]), tmp_path / "empty.parquet")
-    for name in ("empty.trec", "empty.parquet"):
-        with pytest.raises(TopicsError) as exc:  # old code: ArrowInvalid "Must pass at least one table"
-            run_evaluate(EvaluateConfig(qrels=str(qrels), runs=(str(tmp_path / name),)), tmp_path / "eval")
-        assert name in _one_line(exc) and "no rows" in str(exc.value)
+    with pytest.raises(TopicsError) as exc:  # old code: ArrowInvalid "Must pass at least one table"
+        run_evaluate(EvaluateConfig(qrels=str(qrels), runs=(str(tmp_path / name),)), tmp_path / "eval")
+    assert name in _one_line(exc) and "no rows" in str(exc.value)
     assert not (tmp_path / "eval" / "metrics.parquet").exists()
 
 
