@@ -6,12 +6,16 @@ from logicrank.jobs.raysession import IN_DRIVER, EncoderPlacement, encoder_place
 from logicrank.schemas.config import EmbedConfig, RayConfig
 
 
-def test_a_pool_that_fits_exactly_passes_and_a_hair_more_is_refused():
+def test_a_pool_that_fits_exactly_passes():
     require_fit("score", 2, 4, 1, {"CPU": 8.0, "GPU": 2.0}, ValueError)  # 8 CPU / 2 GPU: all of it
     require_fit("index", 1, 1.5, 0, {"CPU": 2.0}, ValueError, reserve_cpus=0.5)  # 1.5 + the reader's 0.5
-    for args, reserve in [(("score", 2, 4.5, 1), 0.0), (("score", 3, 1, 1), 0.0), (("index", 1, 1.6, 0), 0.5)]:
-        with pytest.raises(ValueError, match="Lower --actors"):
-            require_fit(*args, {"CPU": 8.0 if args[0] == "score" else 2.0, "GPU": 2.0 if args[0] == "score" else 0.0}, ValueError, reserve_cpus=reserve)
+
+
+@pytest.mark.parametrize(("args", "reserve"), [(("score", 2, 4.5, 1), 0.0), (("score", 3, 1, 1), 0.0), (("index", 1, 1.6, 0), 0.5)])
+def test_a_hair_more_than_the_cluster_is_refused(args, reserve):
+    cluster = {"CPU": 8.0, "GPU": 2.0} if args[0] == "score" else {"CPU": 2.0, "GPU": 0.0}  # what fits exactly above
+    with pytest.raises(ValueError, match="Lower --actors"):
+        require_fit(*args, cluster, ValueError, reserve_cpus=reserve)
 
 
 @pytest.mark.parametrize(

@@ -332,14 +332,18 @@ def test_tsv_queries(tmp_path):
     with gzip.open(gz, "wt", encoding="utf-8") as f:
         f.write("1048585\twhat is paula deen's brother\n2\t)what was the immediate impact\n")
     assert read_queries(gz).equals(q)
-    for bad, words in (("1\tok\nno tab\n", "line 2 has no tab"), ("1\ta\tb\n", "line 1 has 3 tab-separated fields"),
-                       ("\tno id\n", "line 1 has an empty query id")):
-        path.write_text(bad)
-        with pytest.raises(TopicsError, match=f"^queries {path}: {words}"):
-            read_queries(path)
     path = tmp_path / "queries.txt"
     path.write_text("1\tnot named .tsv\n")
     with pytest.raises(TopicsError, match=r"must be named \.tsv"):
+        read_queries(path)
+
+
+@pytest.mark.parametrize(("bad", "words"), [("1\tok\nno tab\n", "line 2 has no tab"), ("1\ta\tb\n", "line 1 has 3 tab-separated fields"),
+                                            ("\tno id\n", "line 1 has an empty query id")])
+def test_bad_tsv_queries_are_refused_naming_the_line(tmp_path, bad, words):
+    path = tmp_path / "queries.dev.tsv"
+    path.write_text(bad)
+    with pytest.raises(TopicsError, match=f"^queries {path}: {words}"):
         read_queries(path)
 
 
