@@ -21,8 +21,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-_API = ("Pipeline", "PipelineError", "Result", "StageCache", "Table", "UserError", "compare", "evaluate", "open_table", "pipelines",
-        "preset", "read_qrels", "read_queries", "read_run", "retrieve", "run_experiment")
+_API = ("Pipeline", "PipelineError", "Result", "StageCache", "Table", "UserError", "compare", "evaluate", "open_table",
+        "preset", "read_pipelines", "read_qrels", "read_queries", "read_run", "retrieve", "run_experiment")
 _CONFIGS = {
     "logicrank.schemas.config": ("RayConfig", "EmbedConfig", "IndexConfig", "LLMConfig", "DecomposeConfig", "EvaluateConfig",
                                  "GenerateConfig"),

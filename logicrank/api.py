@@ -9,7 +9,7 @@ want a cluster; this is for looking at one. docs/python-api.md walks through it:
 
     table = lr.open_table("runs/scifact/lancedb")  # made by `logicrank index`
     queries = lr.read_queries("pipelines/datasets/scifact/queries.jsonl")
-    pipes = lr.pipelines({"bm25": ["bm25"], "hybrid": [{"rrf": {"of": [["dense"], ["bm25"]]}}]})
+    pipes = lr.read_pipelines({"bm25": ["bm25"], "hybrid": [{"rrf": {"of": [["dense"], ["bm25"]]}}]})
     runs = lr.retrieve(table, queries, pipes)  # an Arrow table with the RUN columns
     metrics = lr.evaluate(runs, lr.read_qrels("pipelines/datasets/scifact/qrels/test.tsv"), ["nDCG@10"])
     lr.compare(metrics, baseline="bm25")
@@ -27,7 +27,8 @@ import pyarrow as pa
 
 from logicrank.pipelines.evaluate.runs import evaluate_runs
 from logicrank.pipelines.evaluate.significance import compare as _compare
-from logicrank.pipelines.pipeline import Pipeline, PipelineError, read_pipelines, read_presets
+from logicrank.pipelines.pipeline import Pipeline, PipelineError, read_presets
+from logicrank.pipelines.pipeline import read_pipelines as _read_pipelines
 from logicrank.pipelines.runner import Result, StageCache
 from logicrank.pipelines.stages import Context
 from logicrank.pipelines.topics import queries_table, read_qrels, read_queries, read_run
@@ -35,7 +36,7 @@ from logicrank.schemas.config import EmbedConfig, LLMConfig
 from logicrank.schemas.errors import UserError  # every mistake in the input raises one (a one-line message)
 from logicrank.schemas.tables import RUN
 
-__all__ = ["Pipeline", "PipelineError", "Result", "StageCache", "Table", "compare", "evaluate", "open_table", "pipelines", "preset", "read_qrels",
+__all__ = ["Pipeline", "PipelineError", "Result", "StageCache", "Table", "compare", "evaluate", "open_table", "preset", "read_pipelines", "read_qrels",
            "read_queries", "read_run", "retrieve", "run_experiment", "UserError"]
 
 DEFAULT_MEASURES = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
@@ -103,11 +104,11 @@ def open_table(db: str | Path, name: str = "docs", version: int | None = None, e
     return Table(db, name, version, embed, llm)
 
 
-def pipelines(spec: Mapping[str, Any] | str | Path, set: Mapping[str, Any] | Sequence[str] | None = None) -> dict[str, Pipeline]:
+def read_pipelines(spec: Mapping[str, Any] | str | Path, set: Mapping[str, Any] | Sequence[str] | None = None) -> dict[str, Pipeline]:
     """Named pipelines from a mapping (run id -> stages, as in a pipelines file) or a YAML
     file (docs/pipelines.md), with the overrides ``set`` (``{"orlog.k": 20}`` or
     ``["orlog.k=20"]``, the ``--set`` grammar), each validated."""
-    return read_pipelines(spec, set)
+    return _read_pipelines(spec, set)
 
 
 def preset(*methods: str, set: Mapping[str, Any] | Sequence[str] | None = None) -> dict[str, Pipeline]:

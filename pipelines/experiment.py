@@ -190,7 +190,7 @@ class Experiment(_Model):
             try:
                 config.model_validate(values)
             except ValidationError as exc:
-                raise ValueError(f"{key}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))) from None
+                raise ValueError(f"{key}: {validation_line(exc, config)}") from None
         if self.qa_measures:
             from logicrank.pipelines.evaluate.qa import parse_qa_measures
 
@@ -263,15 +263,18 @@ def override(exp: Experiment, changes: dict[str, Any] | list[str]) -> Experiment
             spec["set"] = {**spec.get("set", {}), key: value}
             continue
         *path, last = key.split(".")
-        if any(part.isdigit() for part in path + [last]):
+        if path[:1] == ["pipelines"] and len(path) > 1:
             raise ExperimentError(f"experiment {exp.name}: --set {key}: address a stage's option by its name (STAGE.OPTION or "
-                                  "RUN/STAGE.OPTION, e.g. orlog/bm25.k), not by its position")
+                                  "RUN/STAGE.OPTION, e.g. orlog/bm25.k), not by its place in the file")
         node: Any = spec
         try:
-            for part in path:
-                node = node.setdefault(part, {})
-            node[last] = value
-        except (TypeError, AttributeError):
+            for part in path:  # a number indexes a list (references.0.value)
+                node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+            if isinstance(node, list):
+                node[int(last)] = value
+            else:
+                node[last] = value
+        except (ValueError, IndexError, TypeError, AttributeError):
             raise ExperimentError(f"experiment {exp.name}: --set {key}: no such place in the experiment") from None
     try:
         got = Experiment.model_validate(spec)

@@ -8,7 +8,7 @@ stage named STAGE of every pipeline (the sub-pipelines a fusion runs included), 
     orlog.k=20            itlr.scorer=bm25            orlog/bm25.k=50
 
 The command line (``logicrank retrieve --set``, ``logicrank experiment --set``), experiment
-files (their ``set:`` mapping) and the Python API (``lr.pipelines(spec, set={...})``) all go
+files (their ``set:`` mapping) and the Python API (``lr.read_pipelines(spec, set={...})``) all go
 through :func:`parse_sets` and :func:`set_stage_options`. Each value is validated by the
 stage's own options model; a mistake is one line naming the key and what exists.
 """

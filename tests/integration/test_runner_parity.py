@@ -115,6 +115,6 @@ def test_the_python_api_retrieves_what_the_job_does_and_evaluates_and_compares_t
     with pytest.raises(lr.PipelineError, match="no table 'nope'"):
         lr.open_table(synthetic / "db", "nope")
     with pytest.raises(lr.PipelineError, match="give open_table\\(llm=LLMConfig"):
-        lr.retrieve(table, synthetic / "syn" / "queries.jsonl", lr.pipelines({"o": [{"decomposition": {"target": "orlog"}}, "bm25", "orlog"]}))
+        lr.retrieve(table, synthetic / "syn" / "queries.jsonl", lr.read_pipelines({"o": [{"decomposition": {"target": "orlog"}}, "bm25", "orlog"]}))
     with pytest.raises(lr.PipelineError, match="pipeline 'x'.*unknown stage 'bm52'"):
-        lr.pipelines({"x": ["bm52"]})
+        lr.read_pipelines({"x": ["bm52"]})

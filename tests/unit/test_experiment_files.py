@@ -63,6 +63,7 @@ def test_override_sets_stage_options_by_name_and_drops_only_the_references_it_mo
 
 @pytest.mark.parametrize(("key", "value", "why"), [
     ("pipelines.question.1.cut.times", 3, "address a stage's option by its name"),
+    ("references.7.value", 3, "no such place in the experiment"),
     ("question/cut.kk", 3, "experiment lag-oracle: --set question/cut.kk: stage 'cut' has no option 'kk'; its options: k, depths"),
     ("mmr.k", 3, "no stage 'mmr' in the pipelines; their stages: cut, dense"),
     ("dataset.qa", "nq", "dataset.qa 'nq': must be"),
