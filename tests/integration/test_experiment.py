@@ -1,7 +1,7 @@
 """`logicrank experiment FILE` (jobs/experiment.py): a benchmark as a file. The runner gives
 the table the jobs give when run by hand (the main job's retrieval section moved to
 jobs/experiments/scifact.yaml), groups per-query figures, fails a missed reference after
-writing its report, and refuses a bad file in one line."""
+writing its report (a bad file's one-line refusals: tests/unit/test_experiment_refusals.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from logicrank.jobs.index import run_index
 from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.evaluate.report import summary_frame
-from logicrank.pipelines.experiment import EXPERIMENTS, ExperimentError, ReferenceMissed, load
+from logicrank.pipelines.experiment import ReferenceMissed, load
 from logicrank.schemas.config import EvaluateConfig, IndexConfig
 from tests.compare import assert_runs_close
 from tests.conftest import write_jsonl
@@ -120,38 +120,6 @@ def test_an_experiment_gives_the_table_of_its_jobs_run_by_hand_groups_and_checks
                                    "--set", "references.0.value=" + f"{by.loc[('dense', 'A'), 'P@1']:.4f}", "--set", "references.0.measure=P@1",
                                    "--set", "references.0.tolerance=1"])
     assert res.exit_code == 0 and ": reproduced" in res.output, res.output
-
-
-def test_a_bad_experiment_file_is_one_line_and_the_shipped_ones_load(tmp_path, monkeypatch):
-    for path in sorted(EXPERIMENTS.glob("*.yaml")):
-        assert load(path) == load(path.stem)  # a shipped file also by its name
-    assert len(list(EXPERIMENTS.glob("*.yaml"))) >= 5
-    monkeypatch.delenv("NO_SUCH_DIR", raising=False)
-    for spec, message in [({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}}, "give pipelines or presets"),
-                          ({"name": "x", "title": "x", "dataset": {}, "presets": ["dense"]}, "dataset: give exactly one of bundled, beir"),
-                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["dense"], "measure": ["P@1"]},
-                           "measure: no such option; options: name, title, dataset,"),
-                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "pipelines": {"o": ["orlog"]}},
-                           "pipeline 'o', stage 1 \\(orlog\\) reranks a run"),
-                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "measures": ["nDCG@ten"]}, "nDCG@ten"),
-                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "baseline": "dense"},
-                           r"not among the pipelines \['bm25'\]: \['dense'\]"),
-                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "pipelines": {"bm25": ["bm25"]}},
-                           r"both name \['bm25'\]"),
-                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "embed": {"titel_sep": ". "}},
-                           "embed: titel_sep '. ': no such option; options: model, batch_size, max_seq_length, title_sep"),
-                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "index": {"corpus": "c"}},
-                           r"index: \['corpus'\] come from the dataset"),
-                          ({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "presets": ["bm25"], "measures": ["P@1"],
-                            "references": [{"run": "bm25", "measure": "nDCG@20", "value": 0.5, "tolerance": 0.1, "source": "s"}]},
-                           r"references name measure\(s\) not among the measures \['P@1'\]: \['bm25 nDCG@20'\]")]:
-        (tmp_path / "bad.yaml").write_text(yaml.safe_dump(spec))
-        with pytest.raises(ExperimentError, match=message) as info:
-            load(tmp_path / "bad.yaml")
-        assert "\n" not in str(info.value)
-    (tmp_path / "env.yaml").write_text(yaml.safe_dump({"name": "x", "title": "x", "dataset": {"beir": "${NO_SUCH_DIR}/ulogic"}, "presets": ["bm25"]}))
-    res = CliRunner().invoke(app, ["experiment", str(tmp_path / "env.yaml"), "--out", str(tmp_path / "o")])
-    assert res.exit_code == 2 and res.output.strip() == "error: dataset path '${NO_SUCH_DIR}/ulogic': an environment variable in it is not set", res.output
 
 
 def test_bench_setlogic_is_setlogic_yaml_whose_llm_free_rows_are_setlogic_exacts(tmp_path, tiny_cfg):

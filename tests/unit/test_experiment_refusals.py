@@ -1,0 +1,50 @@
+"""Experiment files (pipelines/experiment.py) without Ray: every shipped file loads, by path and
+by name, and a bad file is refused in one line that says what is wrong (moved from
+tests/integration/test_experiment.py, whose runs need Ray)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from logicrank.jobs.cli import app
+from logicrank.pipelines.experiment import EXPERIMENTS, ExperimentError, load
+
+BASE = {"name": "x", "title": "x", "dataset": {"bundled": "scifact"}}
+
+
+def test_the_shipped_files_load_by_path_and_by_name():
+    shipped = sorted(EXPERIMENTS.glob("*.yaml"))
+    assert len(shipped) >= 5
+    for path in shipped:
+        assert load(path) == load(path.stem)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    (BASE, "give pipelines or presets"),
+    ({**BASE, "dataset": {}, "presets": ["dense"]}, "dataset: give exactly one of bundled, beir"),
+    ({**BASE, "presets": ["dense"], "measure": ["P@1"]}, "measure: no such option; options: name, title, dataset"),
+    ({**BASE, "pipelines": {"o": ["orlog"]}}, "pipeline 'o', stage 1 \\(orlog\\) reranks a run"),
+    ({**BASE, "presets": ["bm25"], "measures": ["nDCG@ten"]}, "nDCG@ten"),
+    ({**BASE, "presets": ["bm25"], "baseline": "dense"}, r"not among the pipelines \['bm25'\]: \['dense'\]"),
+    ({**BASE, "presets": ["bm25"], "pipelines": {"bm25": ["bm25"]}}, r"both name \['bm25'\]"),
+    ({**BASE, "presets": ["bm25"], "embed": {"titel_sep": ". "}}, r"embed: titel_sep '\. ': no such option; options: model"),
+    ({**BASE, "presets": ["bm25"], "index": {"corpus": "c"}}, r"index: \['corpus'\] come from the dataset"),
+    ({**BASE, "presets": ["bm25"], "measures": ["P@1"],
+      "references": [{"run": "bm25", "measure": "nDCG@20", "value": 0.5, "tolerance": 0.1, "source": "s"}]},
+     r"references name measure\(s\) not among the measures \['P@1'\]: \['bm25 nDCG@20'\]"),
+], ids=["no-pipelines", "no-dataset", "unknown-field", "reranker-first", "bad-measure", "bad-baseline", "name-twice", "bad-embed-field",
+        "index-corpus", "reference-measure"])
+def test_a_bad_experiment_file_is_one_line(tmp_path, spec, message):
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(ExperimentError, match=message) as info:
+        load(tmp_path / "bad.yaml")
+    assert "\n" not in str(info.value)
+
+
+def test_an_unset_variable_in_a_dataset_path_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("NO_SUCH_DIR", raising=False)
+    (tmp_path / "env.yaml").write_text(yaml.safe_dump({**BASE, "dataset": {"beir": "${NO_SUCH_DIR}/ulogic"}, "presets": ["bm25"]}))
+    res = CliRunner().invoke(app, ["experiment", str(tmp_path / "env.yaml"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and res.output.strip() == "error: dataset path '${NO_SUCH_DIR}/ulogic': an environment variable in it is not set", res.output
