@@ -1,4 +1,5 @@
 import pytest
+
 from logicrank.schemas.config import RayConfig
 
 RAY = RayConfig(num_cpus=2, batch_rows=64)

@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from logicrank.pipelines.store import DocStore
 
+from logicrank.pipelines.store import DocStore
 from tests.conftest import scifact_docs
 from tests.integration.children import run_child_module
 

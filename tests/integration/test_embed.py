@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from logicrank.pipelines.embed import Embedder, ModelError
 from logicrank.schemas.config import EmbedConfig
-
 from tests.conftest import scifact_docs
 
 pytestmark = pytest.mark.integration

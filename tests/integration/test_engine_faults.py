@@ -12,9 +12,9 @@ import threading
 import time
 
 import pytest
+
 from logicrank.jobs.llm_service import LLMService
 from logicrank.pipelines.llm import prompts
-
 from tests.faults import descendants, engine_cores
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)

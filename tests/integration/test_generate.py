@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from logicrank.jobs.generate import GenerateError, run_generate
 from logicrank.jobs.llm_service import LLMEngineFailed
 from logicrank.pipelines.generate.synthetic import TEMPLATES
 from logicrank.pipelines.llm.models import resolve
 from logicrank.schemas.config import GenerateConfig
-
 from tests.compare import assert_tables_close, close
 from tests.faults import descendants, kill_engine_cores, kill_processes, processes
 

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from logicrank.schemas.tables import LAG_ANSWERS, LAG_STEPS
 
+from logicrank.schemas.tables import LAG_ANSWERS, LAG_STEPS
 from tests.compare import close
 from tests.integration.conftest import RAY
 

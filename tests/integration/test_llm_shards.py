@@ -20,7 +20,6 @@ SCORE_TOL = 1e-5  # P(True) and posteriors from float32 CPU engines, batches com
 
 def test_orlog_killed_half_way_resumes_only_the_missing_shards_and_equals_an_uninterrupted_run(tmp_path, tiny_cfg, synthetic):
     from logicrank.jobs.retrieve import run_retrieve
-
     from tests.integration.llm_shards_child import Killed, kill_at_two_shards, orlog_config
 
     k = 4  # 8 queries x 4 candidates x 2 atoms = 64 prompts, in 4 shards of 2 queries, one shard per wave

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+
 from logicrank.jobs.nightly import EXIT_REGRESSION, EXIT_STOPPED, NightlyError, run_at, run_nightly
 from logicrank.jobs.nightly_config import NightlyConfig
 from logicrank.jobs.nightly_demo import changed, corrupted, read_docs, relevant_ids, write_jsonl

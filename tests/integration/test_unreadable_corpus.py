@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from logicrank.jobs.cli import app
-from logicrank.pipelines.store import DocStore
 from typer.testing import CliRunner
 
+from logicrank.jobs.cli import app
+from logicrank.pipelines.store import DocStore
 from tests import faults
 from tests.conftest import scifact_docs, write_jsonl
 
