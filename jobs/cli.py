@@ -18,9 +18,8 @@ from rich.markup import escape
 from logicrank.jobs.cli_config import EMBED, LLM, Bound, configured, read_file
 from logicrank.jobs.cli_config import default as _d
 from logicrank.jobs.watchdog import DEFAULT_TIMEOUT_S, watch
-from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.config import DecomposeConfig, RetrieveConfig, decomposition_kinds
 from logicrank.schemas.config import (
-    DecomposeConfig,
     EmbedConfig,
     EvaluateConfig,
     GenerateConfig,
@@ -29,7 +28,6 @@ from logicrank.schemas.config import (
     RayConfig,
 )
 from logicrank.schemas.errors import JobFailed, UserError
-from logicrank.schemas.tables import DECOMPOSITION_METHODS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
 
@@ -345,7 +343,7 @@ def evaluate(
             ray_address="ray.address")
 def decompose(
     queries: Annotated[str | None, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet (or queries: in --config).")] = None,
-    method: Annotated[list[str], typer.Option(help=f"{' | '.join(DECOMPOSITION_METHODS)} (repeat; default all).")] = list(_d(DecomposeConfig, "methods")),  # noqa: B006
+    method: Annotated[list[str], typer.Option(help=f"{' | '.join(decomposition_kinds())} (repeat; default all).")] = list(_d(DecomposeConfig, "methods")),  # noqa: B006
     constrained: Annotated[bool, typer.Option(help="Grammar / JSON-schema constrained decoding.")] = _d(DecomposeConfig, "constrained"),
     ray_address: RayAddress = None,
     out: Path = Path("runs/decompose"),
@@ -622,7 +620,7 @@ def nightly(
     4 the night stopped before evaluation (re-index refused; the served tag did not move);
     2 a bad config or input; 1 a crash (alert written; rerun the night to finish it)."""
     from logicrank.jobs.nightly import run_at, run_nightly
-    from logicrank.jobs.nightly_config import NightlyConfig
+    from logicrank.pipelines.config import NightlyConfig
 
     if at is not None and date is not None:
         _fail("nightly: --at evaluates one table version and --date names a night to run; give one of them.")

@@ -28,7 +28,7 @@ from logicrank.schemas.config import EmbedConfig, LLMConfig
 
 def default(config, field: str):
     """A config field's default, as the command line's: defaults are declared once, in the configs."""
-    return config.model_fields[field].default
+    return config.model_fields[field].get_default(call_default_factory=True)
 
 
 @dataclass(frozen=True)

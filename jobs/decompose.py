@@ -22,12 +22,12 @@ import pyarrow.compute as pc
 from logicrank.jobs.llm_service import LLMService
 from logicrank.jobs.raysession import ray_session
 from logicrank.jobs.rundir import RunDir, file_fingerprint
+from logicrank.pipelines.config import DecomposeConfig
 from logicrank.pipelines.files import write_parquet_atomic
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings, decompose
 from logicrank.pipelines.llm.models import resolve
 from logicrank.pipelines.topics import read_queries
-from logicrank.schemas.config import DecomposeConfig
 from logicrank.schemas.tables import DECOMPOSITIONS, conform
 
 

@@ -12,10 +12,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from logicrank.schemas.digest import json_digest
-from logicrank.schemas.tables import DECOMPOSITION_METHODS
 
 
-def _distinct_methods(v: tuple[str, ...]) -> tuple[str, ...]:
+def distinct(v: tuple[str, ...]) -> tuple[str, ...]:
     """A job's methods: at least one, each once."""
     if not v:
         raise ValueError("give at least one method")
@@ -266,40 +265,6 @@ class LLMConfig(_Config):
         return self.outcome_digest()
 
 
-class DecomposeConfig(_Config):
-    """`logicrank decompose`: one row per (query, method) from an actor pool of engines."""
-
-    queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL, Parquet, qid<TAB>text TSV (.tsv) or a TREC topics file.")
-    topics_field: Literal["title", "desc", "narr"] = Field(
-        "title", description="The field of a TREC topics file whose text is the query (title, desc or narr); only TREC topics files have one."
-    )
-    llm: LLMConfig = LLMConfig()
-    ray: RayConfig = RayConfig()
-    methods: tuple[str, ...] = Field(DECOMPOSITION_METHODS, description="Decomposition kinds to run (the table contract's DECOMPOSITION_METHODS).")
-    constrained: bool = Field(True, description="Decode itlr under its grammar and orlog under its JSON schema.")
-    max_tokens: dict[str, int] = Field(default_factory=dict, description="A kind's token budget, e.g. {itlr: 160} (a kind left out: its own).")
-    max_term_chars: int | None = Field(
-        None, ge=1, description="itlr: longest term the grammar allows (None: unbounded; a bound makes xgrammar slow)."
-    )
-    temperature: float = Field(0.0, ge=0)
-
-    @field_validator("methods")
-    @classmethod
-    def _methods(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [m for m in v if m not in DECOMPOSITION_METHODS]
-        if unknown:
-            raise ValueError(f"unknown decomposition kind(s) {unknown}; valid: {', '.join(DECOMPOSITION_METHODS)}")
-        return _distinct_methods(v)
-
-    @field_validator("max_tokens")
-    @classmethod
-    def _budgets(cls, v: dict[str, int]) -> dict[str, int]:
-        bad = [f"{k}: {n}" for k, n in v.items() if k not in DECOMPOSITION_METHODS or n < 8]
-        if bad:
-            raise ValueError(f"max_tokens {bad}: give kinds of {', '.join(DECOMPOSITION_METHODS)}, each at least 8 tokens")
-        return dict(sorted(v.items()))
-
-
 class EvaluateConfig(_Config):
     qrels: str | None = Field(None, description="Qrels of the runs (BEIR TSV or dir, TREC qrels); needed when runs are given.")
     runs: tuple[str, ...] = ()
@@ -356,7 +321,7 @@ class GenerateConfig(_Config):
     llm: LLMConfig = LLMConfig()
     ray: RayConfig = Field(RayConfig(), json_schema_extra=OUTSIDE)
 
-    _distinct = field_validator("candidates")(lambda v: _distinct_methods(v))
+    _distinct = field_validator("candidates")(lambda v: distinct(v))
 
     def dataset_digest(self) -> str:
         """What changes the dataset: placement, the wave size, the LLM cache and the note do not."""

@@ -71,13 +71,12 @@ QUERIES = pa.schema(
 )
 
 # decompositions: one row per (query, method) from the LLM; never dropped (see status).
-DECOMPOSITION_METHODS = ("itlr", "orlog", "reasoning")
 DECOMPOSITION_STATUS = ("ok", "fallback", "error")  # fallback: output unusable; error: the engine failed
 ATOM = pa.struct([pa.field("id", pa.string(), nullable=False), pa.field("text", pa.string(), nullable=False)])
 DECOMPOSITIONS = pa.schema(
     [
         pa.field("query_id", pa.string(), nullable=False),
-        pa.field("method", pa.string(), nullable=False),  # one of DECOMPOSITION_METHODS
+        pa.field("method", pa.string(), nullable=False),  # a registered decomposition kind (pipelines/llm/decompose.py KINDS)
         pa.field("model", pa.string(), nullable=False),  # model id (name@checksum)
         pa.field("prompt_sha", pa.string(), nullable=False),  # the prompt template's hash
         pa.field("raw_output", pa.string()),  # what the model wrote (null on error)

@@ -251,9 +251,10 @@ def _apply_expansion(queries: pa.Table, rows: list[dict]) -> pa.Table:
 class DecompositionKind:
     """One kind of decomposition, registered by name: everything that lists kinds (the
     settings' defaults, the prompt templates, parsing, fallbacks, what a query gets) reads
-    :data:`KINDS`. A new kind is a prompt file, one :func:`register_kind` here, and its name
-    in ``schemas.tables.DECOMPOSITION_METHODS`` (the table contract's allowed values; a test
-    keeps the two equal)."""
+    :data:`KINDS`. A new kind is a prompt file and one :func:`register_kind`, in the module of
+    the stage that reads it (every stage module is imported before kinds are listed:
+    :func:`logicrank.pipelines.config.decomposition_kinds`); the table's ``method`` column holds
+    the kind's name."""
 
     name: str
     template: str  # the prompt file in pipelines/llm/prompts/

@@ -261,8 +261,7 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
     # table; the same LLM (greedy), so the same runs
     from logicrank.jobs.decompose import run_decompose
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config import RetrieveConfig
-    from logicrank.schemas.config import DecomposeConfig
+    from logicrank.pipelines.config import DecomposeConfig, RetrieveConfig
 
     asked_queries = tmp_path / "llm" / "sample" / "queries.jsonl"
     dec = run_decompose(DecomposeConfig(queries=str(asked_queries), llm=tiny_cfg, methods=("itlr", "reasoning"),

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from logicrank.pipelines.config import DecomposeConfig
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.decompose import orlog_schema, parse_output
 from logicrank.pipelines.llm.engine import Constraint, Engine, LLMClient
 from logicrank.pipelines.logic.grammar import to_gbnf
 from logicrank.pipelines.logic.query import parse
-from logicrank.schemas.config import DecomposeConfig
 from tests.conftest import write_jsonl
 from tests.integration.conftest import RAY
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from logicrank.jobs.cli import app
 from logicrank.jobs.cli_config import Bound
-from logicrank.jobs.nightly_config import NightlyConfig  # noqa: F401 - every config importable beside the CLI
+from logicrank.pipelines.config import NightlyConfig  # noqa: F401 - every config importable beside the CLI
 from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig
 
 PARTS = {"embed": EmbedConfig, "llm": LLMConfig, "ray": RayConfig}  # a command bound to no one config: its sub-configs

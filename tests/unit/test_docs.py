@@ -14,8 +14,7 @@ import typer
 import yaml
 
 from logicrank.jobs.cli import app
-from logicrank.jobs.nightly_config import NightlyConfig
-from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.config import NightlyConfig, RetrieveConfig
 from logicrank.pipelines.pipeline import describe
 from logicrank.pipelines.stages import stages
 

@@ -4,7 +4,7 @@ functions): contracts at the bottom, no circles; and one namespace: the folders 
 never as top-level packages. The graph names modules by folder (``pipelines.runner``).
 
 - ``schemas`` imports nothing from ``pipelines`` or ``jobs`` (the configs whose pipelines
-  the stage registry validates live above it: pipelines/config.py, jobs/nightly_config.py);
+  the stage registry validates live above it: pipelines/config.py, pipelines/config.py);
 - ``pipelines`` imports nothing from ``jobs``; no job imports the command line;
 - the graph has no cycle.
 """

@@ -228,12 +228,11 @@ def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_r
 
 def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_config_agree_with():
     from logicrank.jobs.decompose import settings_of
+    from logicrank.pipelines.config import DecomposeConfig, decomposition_kinds
     from logicrank.pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings
     from logicrank.pipelines.llm.prompts import load
-    from logicrank.schemas.config import DecomposeConfig
-    from logicrank.schemas.tables import DECOMPOSITION_METHODS
 
-    assert tuple(KINDS) == DECOMPOSITION_METHODS
+    assert tuple(KINDS) == tuple(decomposition_kinds()) == ("itlr", "orlog", "reasoning")
     assert DecomposeConfig(queries="q").methods == tuple(KINDS)
     assert settings_of(DecomposeConfig(queries="q")).max_tokens == DecomposeSettings().max_tokens  # each kind's own budget
     assert dict(settings_of(DecomposeConfig(queries="q", max_tokens={"orlog": 99})).max_tokens) == {k: v.max_tokens for k, v in KINDS.items()} | {"orlog": 99}
@@ -249,7 +248,7 @@ def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_co
 def test_a_decompose_config_refuses_unknown_or_repeated_kinds_and_tiny_budgets(bad, why):
     from pydantic import ValidationError
 
-    from logicrank.schemas.config import DecomposeConfig
+    from logicrank.pipelines.config import DecomposeConfig
 
     with pytest.raises(ValidationError, match=why):
         DecomposeConfig(queries="q", **bad)

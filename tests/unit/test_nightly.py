@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from logicrank.jobs.alerts import deliver
 from logicrank.jobs.cli import app
 from logicrank.jobs.nightly import NightlyError, NightlyLock, NightRun, NightState, claim_night, run_nightly, serve_message
-from logicrank.jobs.nightly_config import AlertConfig, NightlyConfig
+from logicrank.pipelines.config import AlertConfig, NightlyConfig
 from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
 from logicrank.pipelines.evaluate.significance import adjust, paired_p_value
 from logicrank.schemas.tables import METRICS

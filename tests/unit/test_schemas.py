@@ -36,7 +36,7 @@ def test_configs_validate_at_start():
 
 
 def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_stay_valid():
-    from logicrank.jobs.nightly_config import NightlyConfig
+    from logicrank.pipelines.config import NightlyConfig
     from logicrank.schemas.config import GenerateConfig, IndexConfig, LLMConfig
 
     assert NightlyConfig.outside() == ["keep_nightly_tags", "promote_on_regression", "alert"]
