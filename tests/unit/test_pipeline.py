@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import pytest
@@ -48,7 +49,7 @@ def test_every_stage_class_in_the_stages_package_is_registered_and_every_preset_
 def test_stage_spellings_are_equivalent_and_unknown_ones_list_the_registry():
     a, b, c = parse_stages(["dense"]), parse_stages([{"dense": None}]), parse_stages([{"stage": "dense", "k": 100}])
     assert a == b == c
-    with pytest.raises(ValueError, match="unknown stage 'sparse'; registered stages: bm25, cut, decomposition, dense"):
+    with pytest.raises(ValueError, match=re.escape(f"unknown stage 'sparse'; registered stages: {', '.join(sorted(stages()))}")):
         parse_stages(["sparse"])
     with pytest.raises(ValidationError, match="extra_forbidden|Extra inputs"):
         _cfg({"x": [{"dense": {"k": 5, "depth": 3}}]})
