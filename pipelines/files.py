@@ -1,13 +1,17 @@
-"""Small file helpers used everywhere: content digests, atomic writes, and read faults in words."""
+"""Small file helpers used everywhere: content digests, atomic writes, read faults in words, and
+the one JSON Lines and YAML readers."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import json
 import os
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -93,6 +97,52 @@ def reading(label: str | Callable[[], str], error: type[Exception]) -> Iterator[
         raise
     except READ_ERRORS as exc:
         raise error(f"{label() if callable(label) else label}: {read_fault(exc)}.") from exc
+
+
+def read_jsonl(path: str | Path, what: str, error: type[Exception], expect: str = "",
+               hint: Callable[[str], str] | None = None) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each JSON object line of a JSON Lines file, in order; blank lines
+    are skipped, a byte order mark starting the file is dropped, a name ending in ``.gz`` is
+    gunzipped. A line that is not a JSON object is ``error("<what> <path>: line <n> is not a JSON
+    object[ <expect>] (<why>)[<hint(line)>].")``; a fault of the file itself is
+    ``error("<what> <path>: <why>.")`` (:func:`reading`). Streams: one line is held at a time."""
+    path = Path(path)
+    label = f"{what} {path}"
+    with reading(label, error), (gzip.open(path, "rt", encoding="utf-8-sig") if path.name.endswith(".gz")
+                                 else open(path, encoding="utf-8-sig")) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                why = f"{exc.msg} at column {exc.pos + 1}"
+            else:
+                if isinstance(obj, dict):
+                    yield n, obj
+                    continue
+                why = f"found {_JSON_KINDS.get(type(obj), 'a JSON value')}"
+            expected = f" {expect}" if expect else ""
+            raise error(f"{label}: line {n} is not a JSON object{expected} ({why}){hint(line) if hint else ''}.")
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false", type(None): "null"}
+
+
+def read_yaml(path: str | Path, what: str, error: type[Exception]) -> Any:
+    """A YAML file's content (UTF-8). An unreadable file is ``error("<what> <path>: <strerror>")``,
+    text that is not UTF-8 ``error("<what> <path>: <why>")`` (:func:`read_fault`), bad YAML
+    ``error("<what> <path>: not valid YAML: <the parser's message on one line>")``."""
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise error(f"{what} {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {path}: {read_fault(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{what} {path}: not valid YAML: {' '.join(str(exc).split())}") from None
 
 
 def not_text(head: bytes) -> bool:
