@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import gzip
 import html
-import json
 import re
 from pathlib import Path
 from typing import Literal
@@ -46,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from logicrank.pipelines.files import atomic_path, reading
+from logicrank.pipelines.files import atomic_path, read_jsonl, reading
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import QRELS, QUERIES, RUN, conform, require_columns
 
@@ -90,7 +89,7 @@ def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
         elif _first_char(f) == "<":
             rows = _read_trec_topics(f.read(), path, field)
         else:
-            rows = _read_jsonl_queries(f, path)
+            rows = _read_jsonl_queries(path)
     if not rows:
         raise TopicsError(f"queries {path}: no queries (the file is empty); give the queries to run.")
     ids = [r["query_id"] for r in rows]
@@ -111,22 +110,21 @@ def _first_char(f) -> str:
     return ""
 
 
-def _read_jsonl_queries(f, path: Path) -> list[dict]:
+def _read_jsonl_queries(path: Path) -> list[dict]:
     rows = []
-    for n, line in enumerate(f, 1):
-        if not line.strip():
-            continue
+    expect = f"with an id ({list(_QID_KEYS)}) and a text ({list(_QTEXT_KEYS)})"
+    for n, obj in read_jsonl(path, "queries", TopicsError, expect, _tab_hint):
         try:
-            obj = json.loads(line)
             qid = next(obj[k] for k in _QID_KEYS if k in obj)
             text = next(obj[k] for k in _QTEXT_KEYS if k in obj)
-        except (json.JSONDecodeError, StopIteration, TypeError) as exc:
-            hint = " (a qid<TAB>text file must be named .tsv)" if "\t" in line else ""
-            raise TopicsError(
-                f"queries {path}: line {n} is not a JSON object with an id ({list(_QID_KEYS)}) and a text ({list(_QTEXT_KEYS)}){hint}."
-            ) from exc
+        except StopIteration:
+            raise TopicsError(f"queries {path}: line {n} is not a JSON object {expect}.") from None
         rows.append({"query_id": str(qid), "text": str(text), "logical_query": obj.get("logical_query")})
     return rows
+
+
+def _tab_hint(line: str) -> str:
+    return " (a qid<TAB>text file must be named .tsv)" if "\t" in line else ""
 
 
 def _read_tsv_queries(f, path: Path) -> list[dict]:

@@ -23,7 +23,6 @@ evaluated (counted).
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -35,7 +34,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from logicrank.pipelines.files import reading
+from logicrank.pipelines.files import read_jsonl
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import METRICS
 
@@ -173,22 +172,18 @@ def read_gold(path: str | Path) -> dict[str, Gold]:
     if not path.is_file():
         raise QAError(f"gold answers: no file at {str(path)!r}; give the answers.jsonl that `logicrank prepare-qa` writes.")
     out = {}
-    with reading(f"gold answers {path}", QAError), path.open(encoding="utf-8-sig") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                qid, answers = str(obj["query_id"]), obj["answers"]
-                if isinstance(answers, str):
-                    answers = [answers]
-                if not answers or not all(isinstance(a, str) for a in answers):
-                    raise TypeError("answers must be a non-empty list of strings")
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise QAError(f"gold answers {path}: line {n} is not a JSON object with query_id and answers ({exc}).") from None
-            if qid in out:
-                raise QAError(f"gold answers {path}: query {qid!r} appears twice.")
-            out[qid] = Gold(obj.get("question"), tuple(answers))
+    for n, obj in read_jsonl(path, "gold answers", QAError, "with query_id and answers"):
+        try:
+            qid, answers = str(obj["query_id"]), obj["answers"]
+            if isinstance(answers, str):
+                answers = [answers]
+            if not answers or not all(isinstance(a, str) for a in answers):
+                raise TypeError("answers must be a non-empty list of strings")
+        except (KeyError, TypeError) as exc:
+            raise QAError(f"gold answers {path}: line {n} is not a JSON object with query_id and answers ({exc}).") from None
+        if qid in out:
+            raise QAError(f"gold answers {path}: query {qid!r} appears twice.")
+        out[qid] = Gold(obj.get("question"), tuple(answers))
     if not out:
         raise QAError(f"gold answers {path}: no answers (the file is empty).")
     return out
@@ -208,14 +203,10 @@ def read_predictions(path: str | Path) -> dict[str, str]:
         pairs = list(zip(t.column("query_id").to_pylist(), t.column("answer").to_pylist(), strict=True))
     else:
         pairs = []
-        with reading(f"answers {path}", QAError), path.open(encoding="utf-8-sig") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        obj = json.loads(line)
-                        pairs.append((str(obj["query_id"]), obj.get("answer")))
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        raise QAError(f"answers {path}: line {n} is not a JSON object with query_id and answer.") from None
+        for n, obj in read_jsonl(path, "answers", QAError, "with query_id and answer"):
+            if "query_id" not in obj:
+                raise QAError(f"answers {path}: line {n} is not a JSON object with query_id and answer.")
+            pairs.append((str(obj["query_id"]), obj.get("answer")))
     out: dict[str, str] = {}
     for qid, answer in pairs:
         if qid in out:
