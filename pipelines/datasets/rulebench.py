@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from logicrank.pipelines.datasets import BeirDataset
-from logicrank.pipelines.files import atomic_path
+from logicrank.pipelines.files import atomic_path, read_jsonl
 from logicrank.schemas.errors import UserError
 
 ENV = "LOGICRANK_RULEBENCH"  # the variable the main job and jobs/experiments/rulebench-*.yaml read the set's directory from
@@ -155,12 +155,8 @@ def is_prepared(path: str | Path) -> bool:
 
 def prepared_name(path: str | Path) -> str:
     """The set name in a prepared set's query ids (``deer`` of ``deer-0``)."""
-    with (Path(path) / "queries.jsonl").open(encoding="utf-8-sig") as f:
-        first = next((line for line in f if line.strip()), None)
-    try:
-        qid = str(json.loads(first).get("_id", "")) if first else ""
-    except (json.JSONDecodeError, AttributeError):
-        raise RuleBenchError(f"rulebench: {path}/queries.jsonl: its first line is not a query ({first[:80]!r}).") from None
+    first = next(read_jsonl(Path(path) / "queries.jsonl", "rulebench: queries", RuleBenchError), None)
+    qid = str(first[1].get("_id", "")) if first else ""
     return qid.rsplit("-", 1)[0] if "-" in qid else (qid or "unknown")
 
 

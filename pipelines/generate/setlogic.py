@@ -36,7 +36,6 @@ Output, BEIR layout plus the gold decompositions:
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 from collections import Counter
@@ -44,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logicrank.pipelines.datasets import _HERE
+from logicrank.pipelines.files import read_jsonl
 from logicrank.pipelines.logic.query import holds, parse, quote
 from logicrank.schemas.errors import UserError
 
@@ -117,14 +117,7 @@ def parse_likes(name: str, text: str) -> list[str]:
 
 
 def _lines(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except FileNotFoundError:
-        raise SetLogicError(f"limit: no file {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
-        raise SetLogicError(f"limit: {path} is not JSON lines ({exc})") from None
+    return [obj for _, obj in read_jsonl(path, "limit:", SetLogicError)]
 
 
 def _file(root: Path, stem: str) -> Path:

@@ -24,7 +24,6 @@ generated document against every query (the ``pooled`` setting, see :func:`poole
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import json
 import random
@@ -36,11 +35,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from logicrank.pipelines.files import atomic_path
+from logicrank.pipelines.files import atomic_path, read_jsonl
 from logicrank.pipelines.logic.query import holds, parse, quote, relabel, to_text
+from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import DECOMPOSITIONS
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+
+
+class SyntheticError(UserError, ValueError):
+    """The corpus the benchmark is drawn from cannot be read."""
 
 
 @dataclass(frozen=True)
@@ -81,12 +85,10 @@ def first_sentence(text: str, max_words: int) -> str:
 def _topics(corpus_path: Path, max_words: int) -> list[tuple[str, str]]:
     """(title, first sentence) of every SciFact document with both."""
     out = []
-    with gzip.open(corpus_path, "rt", encoding="utf-8") as f:
-        for line in f:
-            d = json.loads(line)
-            title, sentence = (d.get("title") or "").strip(), first_sentence(d.get("text") or "", max_words)
-            if 3 <= len(title.split()) <= 30 and len(sentence.split()) >= 8 and '"' not in title:
-                out.append((title, sentence))
+    for _, d in read_jsonl(corpus_path, "synthetic: corpus", SyntheticError):
+        title, sentence = (d.get("title") or "").strip(), first_sentence(d.get("text") or "", max_words)
+        if 3 <= len(title.split()) <= 30 and len(sentence.split()) >= 8 and '"' not in title:
+            out.append((title, sentence))
     return out
 
 
