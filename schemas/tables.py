@@ -1,8 +1,18 @@
-"""Arrow schemas of every table that crosses a stage: the contracts of logicrank.
+"""Arrow schemas of the tables that cross modules: the contracts of logicrank.
 
-One name for one thing: a column called ``doc_id`` is the same string everywhere.
-Each stage states which of these it reads and writes and checks its input with
-:func:`require_columns` on entry.
+The rule for where a table's contract lives:
+
+- here, every table one part of logicrank writes and another reads: the corpus and the
+  document table, queries, runs, qrels, decompositions, truth scores, metrics, significance,
+  the query columns a stage adds for the stages after it;
+- with its stage, a side table that stage alone writes and nothing in logicrank reads back
+  (users do): the stage declares it (``side_tables``) and its method module holds the schema
+  (``TERM_SCORES`` in pipelines/methods/itlr.py, ``PREDICATE_SCORES`` in pipelines/methods/orlog.py);
+- beside its code, a checkpoint or a batch inside one module (a stage's finished shards, a
+  job's resumable files, the corpus reader's parsed batches).
+
+One name for one thing: a column called ``doc_id`` is the same string everywhere. Each stage
+states which tables it reads and writes and checks its input with :func:`require_columns`.
 """
 
 from __future__ import annotations
@@ -103,24 +113,7 @@ DECOMPOSED_QUERY = pa.schema(
     ]
 )
 
-# induced_rules: SIAR's hypothetical rule per query (pipelines/methods/rules.py); never dropped
 INDUCTION_STATUS = ("ok", "fallback", "error")  # fallback: not an "If ..., then ..." rule (the query stands in); error: the engine failed
-INDUCED_RULES = pa.schema(
-    [
-        pa.field("query_id", pa.string(), nullable=False),
-        pa.field("model", pa.string(), nullable=False),  # model id (name@checksum)
-        pa.field("prompt_sha", pa.string(), nullable=False),  # the prompt template's hash
-        pa.field("raw_output", pa.string()),  # what the model wrote (null on error)
-        pa.field("rule", pa.string()),  # the induced rule (null unless status is ok)
-        pa.field("status", pa.string(), nullable=False),
-        pa.field("error", pa.string()),
-        pa.field("finish_reason", pa.string()),
-        pa.field("prompt_tokens", pa.int32(), nullable=False),
-        pa.field("cached_prompt_tokens", pa.int32(), nullable=False),
-        pa.field("generated_tokens", pa.int32(), nullable=False),
-        pa.field("cached", pa.bool_(), nullable=False),  # read from the persistent LLM cache
-    ]
-)
 
 # query columns the siar stage adds: the query's text before the rewrite (what a later
 # reranker reads), the induced rule and its status
@@ -132,62 +125,6 @@ INDUCED_QUERY = pa.schema(
     ]
 )
 
-# rerank_windows: R3's listwise LLM calls, one row per (query, window)
-RERANK_WINDOWS = pa.schema(
-    [
-        pa.field("query_id", pa.string(), nullable=False),
-        pa.field("window", pa.int32(), nullable=False),  # 0 = the first sent (the deepest)
-        pa.field("start", pa.int32(), nullable=False),  # 0-based positions [start, end) of the list reordered
-        pa.field("end", pa.int32(), nullable=False),
-        pa.field("raw_output", pa.string()),  # null on error
-        pa.field("permutation", pa.list_(pa.int32()), nullable=False),  # 1-based identifiers, best first, after repair
-        pa.field("unknown", pa.int32(), nullable=False),  # identifiers outside the window, dropped
-        pa.field("duplicate", pa.int32(), nullable=False),  # identifiers repeated, dropped
-        pa.field("missing", pa.int32(), nullable=False),  # identifiers never named, appended in their previous order
-        pa.field("status", pa.string(), nullable=False),  # ok | repaired | error (the window kept its order)
-        pa.field("error", pa.string()),
-        pa.field("finish_reason", pa.string()),
-        pa.field("prompt_tokens", pa.int32(), nullable=False),
-        pa.field("cached_prompt_tokens", pa.int32(), nullable=False),
-        pa.field("generated_tokens", pa.int32(), nullable=False),
-        pa.field("cached", pa.bool_(), nullable=False),
-    ]
-)
-
-# answers (side table of the lag stage): LAG's final answer, one row per question whatever stopped its chain
-LAG_ANSWERS = pa.schema(
-    [
-        pa.field("query_id", pa.string(), nullable=False),
-        pa.field("answer", pa.string()),  # "" when the synthesis failed (see synthesis_status)
-        pa.field("steps", pa.int32(), nullable=False),  # retrieval steps taken
-        pa.field("stop_reason", pa.string(), nullable=False),  # done | no_support | unanswerable | redundant | budget | error
-        pa.field("plan_status", pa.string(), nullable=False),  # ok | fallback | error (LLM plan) | gold | question
-        pa.field("sub_questions", pa.list_(pa.string()), nullable=False),  # the plan, #k = the k-th sub-question's answer
-        pa.field("solved", pa.int32(), nullable=False),  # sub-questions answered
-        pa.field("fallback_doc_ids", pa.list_(pa.string()), nullable=False),  # the question's own top k the synthesis read first (unsolved parts)
-        pa.field("synthesis_status", pa.string()),  # ok | error: ... | last_sub_answer | unsolved (no synthesis)
-        pa.field("model", pa.string()),
-        pa.field("prompt_shas", pa.string(), nullable=False),  # JSON: template -> sha of the prompts used
-    ]
-)
-
-# lag_steps (side table of the lag stage): one row per (question, step) of a LAG chain
-LAG_STEPS = pa.schema(
-    [
-        pa.field("query_id", pa.string(), nullable=False),
-        pa.field("step", pa.int32(), nullable=False),  # 1-based, in the order taken
-        pa.field("sub_index", pa.int32(), nullable=False),  # which sub-question of the plan (1-based)
-        pa.field("sub_question", pa.string(), nullable=False),  # placeholders filled with the answers known then
-        pa.field("retrieval_text", pa.string(), nullable=False),
-        pa.field("doc_ids", pa.list_(pa.string()), nullable=False),  # the step's top k, best first
-        pa.field("scores", pa.list_(pa.float64()), nullable=False),  # their cosines to the retrieval text
-        pa.field("support", pa.float64(), nullable=False),  # the best cosine of a top-k passage to the sub-question
-        pa.field("redundant_share", pa.float64(), nullable=False),  # share of the top k near-duplicating the context
-        pa.field("sub_answer", pa.string()),
-        pa.field("status", pa.string(), nullable=False),  # answered | deferred | unanswerable | no_support | redundant | error
-        pa.field("error", pa.string()),
-    ]
-)
 
 # truth scores: P(True) of one prompt from one forward pass (jobs/llm_service.py)
 TRUTH_SCORES = pa.schema(
@@ -203,18 +140,6 @@ TRUTH_SCORES = pa.schema(
     ]
 )
 
-# predicate_scores: OrLog's P(True) per (query, candidate, atom) (raw logits of the label tokens)
-PREDICATE_SCORES = pa.schema(
-    [
-        pa.field("query_id", pa.string(), nullable=False),
-        pa.field("doc_id", pa.string(), nullable=False),
-        pa.field("atom_id", pa.string(), nullable=False),
-        pa.field("atom", pa.string(), nullable=False),
-        pa.field("p_true", pa.float64(), nullable=False),  # uncalibrated
-        pa.field("logit_true", pa.float64(), nullable=False),
-        pa.field("logit_false", pa.float64(), nullable=False),
-    ]
-)
 
 QRELS = pa.schema(
     [
@@ -224,23 +149,6 @@ QRELS = pa.schema(
     ]
 )
 
-# One row per query of a rule-reasoning stage (``reason``): the answer the LLM gave with the
-# rules it was shown (none, the gold rule, a run's top 1, ...). QA evaluation reads query_id
-# and answer, as it reads LAG's answers.
-RULE_ANSWERS = pa.schema(
-    [
-        pa.field("query_id", pa.string(), nullable=False),
-        pa.field("answer", pa.string()),  # "" on an engine error
-        pa.field("status", pa.string(), nullable=False),  # ok | length (cut at max_tokens) | error
-        pa.field("rule_ids", pa.list_(pa.string()), nullable=False),  # the rules in the prompt, in order
-        pa.field("error", pa.string()),
-        pa.field("model", pa.string()),
-        pa.field("prompt_sha", pa.string(), nullable=False),
-        pa.field("prompt_tokens", pa.int64(), nullable=False),
-        pa.field("generated_tokens", pa.int64(), nullable=False),
-        pa.field("cached", pa.bool_(), nullable=False),
-    ]
-)
 
 RUN = pa.schema(
     [

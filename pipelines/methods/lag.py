@@ -50,7 +50,44 @@ from logicrank.pipelines.evaluate.qa import normalize_answer
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint
 from logicrank.pipelines.options import StageOptions
-from logicrank.schemas.tables import LAG_ANSWERS, LAG_STEPS, RUN
+from logicrank.schemas.tables import RUN
+
+# The side tables its stage writes (the stage declares them; nothing else in logicrank reads them back).
+# answers (side table of the lag stage): LAG's final answer, one row per question whatever stopped its chain
+LAG_ANSWERS = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("answer", pa.string()),  # "" when the synthesis failed (see synthesis_status)
+        pa.field("steps", pa.int32(), nullable=False),  # retrieval steps taken
+        pa.field("stop_reason", pa.string(), nullable=False),  # done | no_support | unanswerable | redundant | budget | error
+        pa.field("plan_status", pa.string(), nullable=False),  # ok | fallback | error (LLM plan) | gold | question
+        pa.field("sub_questions", pa.list_(pa.string()), nullable=False),  # the plan, #k = the k-th sub-question's answer
+        pa.field("solved", pa.int32(), nullable=False),  # sub-questions answered
+        pa.field("fallback_doc_ids", pa.list_(pa.string()), nullable=False),  # the question's own top k the synthesis read first (unsolved parts)
+        pa.field("synthesis_status", pa.string()),  # ok | error: ... | last_sub_answer | unsolved (no synthesis)
+        pa.field("model", pa.string()),
+        pa.field("prompt_shas", pa.string(), nullable=False),  # JSON: template -> sha of the prompts used
+    ]
+)
+
+# lag_steps (side table of the lag stage): one row per (question, step) of a LAG chain
+LAG_STEPS = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),  # 1-based, in the order taken
+        pa.field("sub_index", pa.int32(), nullable=False),  # which sub-question of the plan (1-based)
+        pa.field("sub_question", pa.string(), nullable=False),  # placeholders filled with the answers known then
+        pa.field("retrieval_text", pa.string(), nullable=False),
+        pa.field("doc_ids", pa.list_(pa.string()), nullable=False),  # the step's top k, best first
+        pa.field("scores", pa.list_(pa.float64()), nullable=False),  # their cosines to the retrieval text
+        pa.field("support", pa.float64(), nullable=False),  # the best cosine of a top-k passage to the sub-question
+        pa.field("redundant_share", pa.float64(), nullable=False),  # share of the top k near-duplicating the context
+        pa.field("sub_answer", pa.string()),
+        pa.field("status", pa.string(), nullable=False),  # answered | deferred | unanswerable | no_support | redundant | error
+        pa.field("error", pa.string()),
+    ]
+)
+
 
 DECOMPOSE_TEMPLATE = "lag_decompose"
 ANSWER_TEMPLATE = "lag_answer"

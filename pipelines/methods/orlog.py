@@ -23,7 +23,22 @@ import pyarrow as pa
 from logicrank.pipelines.llm.decompose import PLACEHOLDER
 from logicrank.pipelines.logic.probability import compile_probability, problog_probability
 from logicrank.pipelines.logic.query import Node, parse
-from logicrank.schemas.tables import PREDICATE_SCORES, require_columns
+from logicrank.schemas.tables import require_columns
+
+# The side tables its stage writes (the stage declares them; nothing else in logicrank reads them back).
+# predicate_scores: OrLog's P(True) per (query, candidate, atom) (raw logits of the label tokens)
+PREDICATE_SCORES = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("atom_id", pa.string(), nullable=False),
+        pa.field("atom", pa.string(), nullable=False),
+        pa.field("p_true", pa.float64(), nullable=False),  # uncalibrated
+        pa.field("logit_true", pa.float64(), nullable=False),
+        pa.field("logit_false", pa.float64(), nullable=False),
+    ]
+)
+
 
 CALIBRATIONS = ("none", "content-free", "pool-mean")
 CONTENT_FREE = "N/A"

@@ -32,7 +32,67 @@ from pydantic import Field, model_validator
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint, Generation
 from logicrank.pipelines.options import StageOptions
-from logicrank.schemas.tables import INDUCED_QUERY, INDUCED_RULES, RERANK_WINDOWS, RUN
+from logicrank.schemas.tables import INDUCED_QUERY, RUN
+
+# The side tables its stage writes (the stage declares them; nothing else in logicrank reads them back).
+# induced_rules: SIAR's hypothetical rule per query; never dropped
+INDUCED_RULES = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),  # model id (name@checksum)
+        pa.field("prompt_sha", pa.string(), nullable=False),  # the prompt template's hash
+        pa.field("raw_output", pa.string()),  # what the model wrote (null on error)
+        pa.field("rule", pa.string()),  # the induced rule (null unless status is ok)
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("cached_prompt_tokens", pa.int32(), nullable=False),
+        pa.field("generated_tokens", pa.int32(), nullable=False),
+        pa.field("cached", pa.bool_(), nullable=False),  # read from the persistent LLM cache
+    ]
+)
+
+# rerank_windows: R3's listwise LLM calls, one row per (query, window)
+RERANK_WINDOWS = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("window", pa.int32(), nullable=False),  # 0 = the first sent (the deepest)
+        pa.field("start", pa.int32(), nullable=False),  # 0-based positions [start, end) of the list reordered
+        pa.field("end", pa.int32(), nullable=False),
+        pa.field("raw_output", pa.string()),  # null on error
+        pa.field("permutation", pa.list_(pa.int32()), nullable=False),  # 1-based identifiers, best first, after repair
+        pa.field("unknown", pa.int32(), nullable=False),  # identifiers outside the window, dropped
+        pa.field("duplicate", pa.int32(), nullable=False),  # identifiers repeated, dropped
+        pa.field("missing", pa.int32(), nullable=False),  # identifiers never named, appended in their previous order
+        pa.field("status", pa.string(), nullable=False),  # ok | repaired | error (the window kept its order)
+        pa.field("error", pa.string()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("cached_prompt_tokens", pa.int32(), nullable=False),
+        pa.field("generated_tokens", pa.int32(), nullable=False),
+        pa.field("cached", pa.bool_(), nullable=False),
+    ]
+)
+
+# One row per query of a rule-reasoning stage (``reason``): the answer the LLM gave with the
+# rules it was shown (none, the gold rule, a run's top 1, ...). QA evaluation reads query_id
+# and answer, as it reads LAG's answers.
+RULE_ANSWERS = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("answer", pa.string()),  # "" on an engine error
+        pa.field("status", pa.string(), nullable=False),  # ok | length (cut at max_tokens) | error
+        pa.field("rule_ids", pa.list_(pa.string()), nullable=False),  # the rules in the prompt, in order
+        pa.field("error", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("prompt_sha", pa.string(), nullable=False),
+        pa.field("prompt_tokens", pa.int64(), nullable=False),
+        pa.field("generated_tokens", pa.int64(), nullable=False),
+        pa.field("cached", pa.bool_(), nullable=False),
+    ]
+)
+
 
 INDUCE_TEMPLATE = "siar_induce"
 RERANK_TEMPLATE = "r3_rerank"
@@ -325,7 +385,6 @@ def reason(llm, query_ids: Sequence[str], values: Sequence[dict[str, str]], rule
     """RULE_ANSWERS rows, one per query in order: the LLM's one-line answer (decoded under
     :func:`logicrank.pipelines.methods.lag.answer_regex`); an engine error is an empty answer, counted."""
     from logicrank.pipelines.methods.lag import answer_regex
-    from logicrank.schemas.tables import RULE_ANSWERS
 
     template = prompts.load(REASON_TEMPLATE)
     gens = llm.generate(template, values, Constraint("regex", answer_regex(o.answer_words)), o.max_tokens, o.temperature, None,

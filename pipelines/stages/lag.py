@@ -17,12 +17,12 @@ import pyarrow.compute as pc
 from logicrank.pipelines.embed import document_text, to_matrix
 from logicrank.pipelines.llm import prompts as templates
 from logicrank.pipelines.methods import lag
-from logicrank.pipelines.methods.lag import LagOptions
+from logicrank.pipelines.methods.lag import LAG_ANSWERS, LAG_STEPS, LagOptions
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage
 from logicrank.pipelines.stages.registry import register
 from logicrank.pipelines.stages.shards import in_shards
 from logicrank.schemas.errors import UserError
-from logicrank.schemas.tables import LAG_ANSWERS, LAG_STEPS, RUN
+from logicrank.schemas.tables import RUN
 
 
 class LagError(UserError, ValueError):

@@ -21,11 +21,11 @@ from pydantic import Field, model_validator
 
 from logicrank.pipelines.llm import prompts as templates
 from logicrank.pipelines.methods import orlog
+from logicrank.pipelines.methods.orlog import PREDICATE_SCORES
 from logicrank.pipelines.methods.ranking import rank_pairs
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.stages.registry import register
 from logicrank.pipelines.stages.shards import in_shards
-from logicrank.schemas.tables import PREDICATE_SCORES
 
 
 class _RerankOptions(StageOptions):

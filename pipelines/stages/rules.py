@@ -15,12 +15,11 @@ import pyarrow.compute as pc
 from logicrank.pipelines.embed import document_text
 from logicrank.pipelines.llm import prompts as templates
 from logicrank.pipelines.methods import rules
-from logicrank.pipelines.methods.rules import R3Options, ReasonOptions, SiarOptions
+from logicrank.pipelines.methods.rules import INDUCED_RULES, RERANK_WINDOWS, RULE_ANSWERS, R3Options, ReasonOptions, SiarOptions
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage
 from logicrank.pipelines.stages.registry import register
 from logicrank.pipelines.stages.shards import in_shards
 from logicrank.schemas.errors import UserError
-from logicrank.schemas.tables import INDUCED_RULES, RERANK_WINDOWS, RULE_ANSWERS
 
 
 @register

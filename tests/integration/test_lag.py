@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.schemas.tables import LAG_ANSWERS, LAG_STEPS
+from logicrank.pipelines.methods.lag import LAG_ANSWERS, LAG_STEPS
 from tests.compare import close
 from tests.integration.conftest import RAY
 

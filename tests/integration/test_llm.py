@@ -177,7 +177,8 @@ def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, syn
 def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg, synthetic):
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config import RetrieveConfig
-    from logicrank.schemas.tables import DECOMPOSITIONS, PREDICATE_SCORES
+    from logicrank.pipelines.methods.orlog import PREDICATE_SCORES
+    from logicrank.schemas.tables import DECOMPOSITIONS
 
     queries = synthetic / "syn" / "queries.jsonl"
     qids = [json.loads(line)["_id"] for line in queries.read_text().splitlines()][:6]

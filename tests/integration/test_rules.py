@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from logicrank.pipelines.methods import rules
-from logicrank.schemas.tables import INDUCED_RULES, RERANK_WINDOWS
+from logicrank.pipelines.methods.rules import INDUCED_RULES, RERANK_WINDOWS
 from tests.integration.conftest import RAY
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
