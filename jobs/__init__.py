@@ -1,1 +1,1 @@
-"""Ray entry points: read a config, build the Ray Data plan, call pipelines/, write outputs."""
+"""The Ray jobs: each reads a config, starts or joins the Ray session, runs pipelines/ on the cluster, writes its outputs, fingerprints and manifest."""

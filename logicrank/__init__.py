@@ -1,8 +1,10 @@
 """logicrank: logic-aware retrieval at scale.
 
 One namespace. The folders pipelines/, jobs/ and schemas/ are the subpackages
-``logicrank.pipelines`` (stage logic, no Ray), ``logicrank.jobs`` (the Ray jobs and the command
-line) and ``logicrank.schemas`` (table contracts, base configs); pyproject.toml maps them.
+``logicrank.pipelines`` (stage logic, no Ray), ``logicrank.jobs`` (the Ray jobs) and
+``logicrank.schemas`` (table contracts, the settings every job shares); pyproject.toml maps
+them. This package itself holds the two front doors: the notebook API (:mod:`logicrank.api`)
+and the command line (:mod:`logicrank.cli`).
 
 This module exports, on first use (importing ``logicrank`` itself loads nothing heavy):
 

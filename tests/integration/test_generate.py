@@ -210,7 +210,7 @@ def test_a_stalled_run_stops_with_its_stacks_and_a_rerun_finishes_it(synthetic, 
     args = ["--stall-timeout", "60", "generate", "itlr", "--db", str(synthetic / "db"), "--out", str(out), "--docs", "12",
             "--shard-docs", "4", "--questions-per-shard", "3", "--candidate-k", "3", "--wave-shards", "1", "--backend", "torch",
             "--llm-model", str(tiny_dir), "--llm-max-model-len", "1024", "--llm-cache", "none", "--ray-address", address]
-    cmd = [sys.executable, "-c", "from logicrank.jobs.cli import app; app()", *args]
+    cmd = [sys.executable, "-c", "from logicrank.cli import app; app()", *args]
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = out / "checkpoints" / "questions" / "shard-00000.parquet"
     deadline = time.monotonic() + 300

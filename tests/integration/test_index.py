@@ -238,7 +238,7 @@ def test_snapshots_that_would_empty_the_table_are_refused_and_restorable(tmp_pat
     assert command == f"logicrank restore --db {db} --table docs --version {v1}"
     from typer.testing import CliRunner
 
-    from logicrank.jobs.cli import app
+    from logicrank.cli import app
 
     res = CliRunner().invoke(app, command.split()[1:])
     assert res.exit_code == 0, res.output
@@ -308,7 +308,7 @@ def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
     version the one retrieve reads, and it says so."""
     from typer.testing import CliRunner
 
-    from logicrank.jobs.cli import app
+    from logicrank.cli import app
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config import RetrieveConfig
 
@@ -402,7 +402,7 @@ def test_sigterm_to_an_index_run_with_its_own_ray_stops_it_as_interrupted(tmp_pa
     corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300), tmp_path / "db"
     config = tmp_path / "index.yaml"
     config.write_text(f"corpus: {corpus}\ndb: {db}\nwrite_batch_rows: 32\nray: {{num_cpus: 2, batch_rows: 32}}\n")
-    cmd = [sys.executable, "-c", "from logicrank.jobs.cli import app; app()", "--stall-timeout", "0", "index", "--config", str(config),
+    cmd = [sys.executable, "-c", "from logicrank.cli import app; app()", "--stall-timeout", "0", "index", "--config", str(config),
            "--out", str(tmp_path / "run"), "--no-progress"]
     child = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)

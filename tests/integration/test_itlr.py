@@ -116,7 +116,7 @@ def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(sy
     the default family's figure is the itlr stage's (scorer bm25) nDCG@10 on the same queries."""
     from typer.testing import CliRunner
 
-    from logicrank.jobs.cli import app
+    from logicrank.cli import app
     from logicrank.pipelines.evaluate.core import evaluate_run
     from logicrank.pipelines.evaluate.measures import parse_measure
     from logicrank.pipelines.topics import read_qrels
@@ -172,8 +172,8 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
     import numpy as np
     import pytrec_eval
 
-    from logicrank.jobs import benchmarks
     from logicrank.jobs.experiment import run_experiment
+    from logicrank.pipelines import benchmarks
     from logicrank.pipelines.embed import Embedder
     from logicrank.pipelines.experiment import load, override
     from logicrank.pipelines.logic.fuzzy import Operators
@@ -287,7 +287,7 @@ def test_a_logical_query_that_does_not_parse_is_refused_or_named_through_the_cli
     with --on-parse-error fallback, scored as their whole text and named on the terminal."""
     from typer.testing import CliRunner
 
-    from logicrank.jobs.cli import app
+    from logicrank.cli import app
 
     rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:3]]
     bad = {"bad1": "vitamin D AND NOT bone", "bad2": "'vitamin D' AND NOT 'bone'", "bad3": '"vitamin D" -"bone"', "bad4": '"vitamin D" AND NOT'}

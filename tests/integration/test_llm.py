@@ -239,7 +239,7 @@ def test_reasoner_over_a_dense_base_then_a_retriever_that_needs_the_llm_pools_cp
 def test_a_scoring_pool_too_big_for_the_cluster_fails_fast(tmp_path, tiny_dir, synthetic):
     from typer.testing import CliRunner
 
-    from logicrank.jobs.cli import app
+    from logicrank.cli import app
 
     rows = (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:1]
     write_jsonl(tmp_path / "q.jsonl", [json.loads(r) for r in rows])
@@ -299,7 +299,7 @@ def test_an_llm_job_prints_only_its_own_progress_and_summary(tiny_dir, tmp_path)
     queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": f"question {i} about cells"}) + "\n" for i in range(4)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VLLM_", "TORCH_", "TQDM_", "LOGICRANK_VERBOSE"))}
     res = subprocess.run(
-        [sys.executable, "-m", "logicrank.jobs.cli", "decompose", str(queries), "--model", str(tiny_dir), "--method", "reasoning",
+        [sys.executable, "-m", "logicrank.cli", "decompose", str(queries), "--model", str(tiny_dir), "--method", "reasoning",
          "--cache", "none", "--out", str(tmp_path / "d")],
         capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[2], timeout=400,
     )

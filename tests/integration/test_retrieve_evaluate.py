@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from logicrank.jobs.cli import app
+from logicrank.cli import app
 from logicrank.jobs.evaluate import run_evaluate
 from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config import RetrieveConfig
@@ -158,7 +158,7 @@ def test_default_output_is_the_jobs_own(tmp_path, docs300):
 
     corpus = write_jsonl(tmp_path / "c.jsonl", docs300[:20])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VLLM_", "LOGICRANK_VERBOSE"))}
-    cli = [sys.executable, "-m", "logicrank.jobs.cli"]
+    cli = [sys.executable, "-m", "logicrank.cli"]
     cwd = Path(__file__).resolve().parents[2]
     for name, placement in [("driver", []), ("pool", ["--actors", "1"])]:  # the default here, and the Ray Data pool
         quiet = subprocess.run([*cli, "index", str(corpus), "--db", str(tmp_path / f"db-{name}"), "--out", str(tmp_path / name), "--no-progress",

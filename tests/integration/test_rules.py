@@ -124,15 +124,15 @@ def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutatio
 
 
 def test_bench_rules_is_rulebench_siar_yaml_with_its_options(rulebase, tiny_cfg, tmp_path):
-    """`logicrank bench-rules` (jobs/benchmarks.py) runs jobs/experiments/rulebench-siar.yaml on
+    """`logicrank bench-rules` (pipelines/benchmarks.py) runs jobs/experiments/rulebench-siar.yaml on
     the given set and sample, R3 over the top r3_n: its vanilla rows equal
     rulebench-vanilla.yaml's on the same sample, and R3 only reorders what SIAR retrieved (the
     same R@20 as its first stage)."""
     from typer.testing import CliRunner
 
-    from logicrank.jobs import benchmarks
-    from logicrank.jobs.cli import app
+    from logicrank.cli import app
     from logicrank.jobs.experiment import run_experiment
+    from logicrank.pipelines import benchmarks
     from logicrank.pipelines.experiment import load, override
 
     exp = benchmarks.rules(rulebase / "ulogic", sample=3, seed=1, r3_n=4)
@@ -161,8 +161,8 @@ def test_the_reasoning_table_answers_with_no_rule_the_gold_rule_and_each_runs_to
     """rulebench-reasoning.yaml (bench-rules --reasoning) end to end: every row answers every
     query once, with the rules its row promises (none; the gold rule; the top 1 of its run),
     and the EM the report prints is the exact match of those answers with the set's outputs."""
-    from logicrank.jobs import benchmarks
     from logicrank.jobs.experiment import run_experiment
+    from logicrank.pipelines import benchmarks
     from logicrank.pipelines.evaluate.qa import exact_match
 
     res = run_experiment(benchmarks.reasoning(rulebase / "ulogic"), tmp_path / "reason", llm=tiny_cfg, ray=RAY, progress=False)

@@ -10,7 +10,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from logicrank.jobs.cli import app
+from logicrank.cli import app
 from logicrank.pipelines.store import DocStore
 from tests import faults
 from tests.conftest import scifact_docs, write_jsonl

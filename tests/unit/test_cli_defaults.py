@@ -1,5 +1,5 @@
 """Defaults are declared once, in the configs: every command line option bound to a config
-field (``jobs.cli_config.configured``) has that field's default, and no option repeats it as
+field (``logicrank.cli_config.configured``) has that field's default, and no option repeats it as
 a literal; a config file plus options builds the config in the documented order."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import typer
 from pydantic_core import PydanticUndefined
 from typer.testing import CliRunner
 
-from logicrank.jobs.cli import app
-from logicrank.jobs.cli_config import Bound
+from logicrank.cli import app
+from logicrank.cli_config import Bound
 from logicrank.pipelines.config import NightlyConfig  # noqa: F401 - every config importable beside the CLI
 from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig
 
 PARTS = {"embed": EmbedConfig, "llm": LLMConfig, "ray": RayConfig}  # a command bound to no one config: its sub-configs
 UNBOUND = {"backend": (EmbedConfig, "backend")}  # commands that pass the encoder's backend alone (main, nightly-demo)
-CLI = Path(__file__).resolve().parents[2] / "jobs" / "cli.py"
+CLI = Path(__file__).resolve().parents[2] / "logicrank" / "cli.py"
 
 
 def _commands() -> dict[str, object]:
@@ -89,7 +89,7 @@ def test_no_command_repeats_a_config_default_as_a_literal():
             if declared and "_d(" not in ast.unparse(node) and ast.unparse(node) != "None":  # None: the config's own
                 literal.append(f"{fn.name} --{name.replace('_', '-')} = {ast.unparse(node)}")
     assert not literal, f"give these defaults as _d(Config, field): {literal}"
-    assert checked >= 35, checked  # the walk found the options (the shared blocks, in jobs/cli_config.py, read theirs by construction)
+    assert checked >= 35, checked  # the walk found the options (the shared blocks, in logicrank/cli_config.py, read theirs by construction)
 
 
 def test_a_config_file_then_the_command_line():

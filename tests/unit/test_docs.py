@@ -13,7 +13,7 @@ import pytest
 import typer
 import yaml
 
-from logicrank.jobs.cli import app
+from logicrank.cli import app
 from logicrank.pipelines.config import NightlyConfig, RetrieveConfig
 from logicrank.pipelines.pipeline import describe
 from logicrank.pipelines.stages import stages

@@ -112,7 +112,7 @@ def test_references_stay_for_the_same_data_and_go_when_the_queries_or_the_encode
 
 
 def test_the_bench_commands_options_land_where_the_files_hold_them(tmp_path, monkeypatch):
-    from logicrank.jobs import benchmarks
+    from logicrank.pipelines import benchmarks
 
     ulogic = tmp_path / "ulogic"  # (the reference figures are ULogic's: kept on a set of that name alone)
     ulogic.mkdir()
@@ -142,7 +142,7 @@ def test_the_bench_commands_options_land_where_the_files_hold_them(tmp_path, mon
 
 
 def test_bench_itlr_runs_both_settings_and_refuses_a_set_past_dense_depth():
-    from logicrank.jobs import benchmarks
+    from logicrank.pipelines import benchmarks
 
     pooled, own = benchmarks.itlr(per_template=3, seed=1, operators=False)
     assert (pooled.name, own.name) == ("itlr-synthetic", "itlr-synthetic-own")

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from logicrank.jobs.cli import app
+from logicrank.cli import app
 from logicrank.pipelines.experiment import EXPERIMENTS, ExperimentError, load
 
 BASE = {"name": "x", "title": "x", "dataset": {"bundled": "scifact"}}

@@ -4,8 +4,8 @@ functions): contracts at the bottom, no circles; and one namespace: the folders 
 never as top-level packages. The graph names modules by folder (``pipelines.runner``).
 
 - ``schemas`` imports nothing from ``pipelines`` or ``jobs`` (the configs whose pipelines
-  the stage registry validates live above it: pipelines/config.py, pipelines/config.py);
-- ``pipelines`` imports nothing from ``jobs``; no job imports the command line;
+  the stage registry validates live above it, in pipelines/config.py);
+- ``pipelines`` imports nothing from ``jobs``; nothing imports the command line (logicrank/cli.py);
 - the graph has no cycle.
 """
 
@@ -93,7 +93,7 @@ def test_layers():
     upward = {(a, b) for a, b in edges if _top(a) == "schemas" and _top(b) != "schemas"}
     assert not upward, f"schemas imports from above it: {sorted(upward)}"
     assert not [(a, b) for a, b in edges if _top(a) == "pipelines" and _top(b) == "jobs"]
-    assert not [(a, b) for a, b in edges if b == "jobs.cli" and a != "jobs.cli"]
+    assert not [(a, b) for a, b in edges if b.startswith("logicrank.cli") and not a.startswith("logicrank.cli")]  # nothing imports the command line
     assert not [(a, b) for a, b in edges if _top(b) == "logicrank" and _top(a) != "logicrank"]  # the API is the top
 
 

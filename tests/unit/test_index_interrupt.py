@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import logicrank.jobs.index
-from logicrank.jobs.cli import app
+from logicrank.cli import app
 from logicrank.jobs.index import IndexInterrupted, Terminated, sigterm_interrupts
 
 LINE = ("index: interrupted after reading 4,352 rows (4,096 documents written); table 'docs' v3 is incomplete and will not be read "

@@ -7,7 +7,7 @@ import pytest
 import typer
 import yaml
 
-from logicrank.jobs.cli import app
+from logicrank.cli import app
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 

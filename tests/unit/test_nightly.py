@@ -13,8 +13,8 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
+from logicrank.cli import app
 from logicrank.jobs.alerts import deliver
-from logicrank.jobs.cli import app
 from logicrank.jobs.nightly import NightlyError, NightlyLock, NightRun, NightState, claim_night, run_nightly, serve_message
 from logicrank.pipelines.config import AlertConfig, NightlyConfig
 from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history

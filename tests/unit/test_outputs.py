@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from logicrank.jobs.cli import app
+from logicrank.cli import app
 from logicrank.jobs.retrieve import earlier_outputs, output_dirs
 from logicrank.jobs.rundir import RunDir
 from logicrank.pipelines.config import RetrieveConfig

@@ -180,7 +180,7 @@ def test_the_retrieve_job_refuses_a_queries_file_before_anything_starts():
 def test_the_cli_option_is_checked_with_the_config():
     from typer.testing import CliRunner
 
-    from logicrank.jobs.cli import app
+    from logicrank.cli import app
 
     res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--on-parse-error", "ignore"])
     assert res.exit_code == 2 and "--on-parse-error 'ignore'" in res.output

@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from logicrank.jobs.cli import app
+from logicrank.cli import app
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.overrides import OverrideError
 from logicrank.pipelines.pipeline import PipelineError, parse_stages, preset_names, read_presets, validate
@@ -170,7 +170,7 @@ def test_a_pipelines_file_may_nest_under_a_pipelines_key_and_a_bad_one_is_one_li
 
 
 def test_the_command_line_sets_stage_options_on_presets_and_pipelines_files(tmp_path, monkeypatch):
-    import logicrank.jobs.cli as cli
+    import logicrank.cli as cli
 
     made = []
     monkeypatch.setattr(cli, "_job", lambda name, out, fn, cfg, *a, **kw: made.append(cfg) or {})

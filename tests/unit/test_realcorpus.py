@@ -94,7 +94,7 @@ def test_a_last_shard_too_small_for_a_template_joins_the_one_before():
 def test_the_generate_commands_fail_in_one_line_on_user_mistakes(tmp_path):
     from typer.testing import CliRunner
 
-    from logicrank.jobs.cli import app
+    from logicrank.cli import app
 
     res = CliRunner().invoke(app, ["generate", "itlr", "--db", str(tmp_path / "none"), "--out", str(tmp_path / "o"), "--candidate", "foo"])
     assert res.exit_code == 2 and "--candidate 'foo': valid: dense, bm25, itlr" in res.output

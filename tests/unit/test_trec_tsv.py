@@ -241,7 +241,7 @@ def test_a_directory_in_ms_marcos_layout_never_indexes_its_queries_or_qrels(tmp_
 def test_index_takes_format_trec(tmp_path):
     """``--format trec`` reaches the reader: a suffix-less binary file is refused as a TREC
     corpus before anything starts (a real run is in the integration tests' index job)."""
-    from logicrank.jobs.cli import app
+    from logicrank.cli import app
 
     assert IndexConfig(corpus="c", db="d", format="trec").format == "trec"
     path = tmp_path / "la010189"
@@ -363,7 +363,7 @@ def test_the_topics_field_reaches_retrieve_and_decompose(tmp_path):
     a topic without it is refused in one line before anything starts."""
     from pydantic import ValidationError
 
-    from logicrank.jobs.cli import app
+    from logicrank.cli import app
     from logicrank.pipelines.config import DecomposeConfig
 
     topics = tmp_path / "topics.txt"

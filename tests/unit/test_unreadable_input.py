@@ -23,7 +23,7 @@ TREC_RUN = "".join(f"1 Q0 d{i} {i + 1} {10 - i * 0.1:.2f} t\n" for i in range(50
 
 
 def _refused(args: list[str], *expected: str) -> str:
-    from logicrank.jobs.cli import app
+    from logicrank.cli import app
 
     res = runner.invoke(app, args)
     lines = res.output.strip().splitlines()

@@ -100,7 +100,7 @@ def test_a_job_that_cannot_finish_ends_the_command_in_one_line_with_exit_1(tmp_p
     import pytest
     import typer
 
-    from logicrank.jobs.cli import _job
+    from logicrank.cli import _job
     from logicrank.jobs.llm_service import LLMEngineFailed
 
     def job():

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from logicrank.jobs.cli_config import EMBED, LLM, Bound, configured, read_file
-from logicrank.jobs.cli_config import default as _d
+from logicrank.cli_config import EMBED, LLM, Bound, configured, read_file
+from logicrank.cli_config import default as _d
 from logicrank.jobs.watchdog import DEFAULT_TIMEOUT_S, watch
 from logicrank.pipelines.config import DecomposeConfig, RetrieveConfig, decomposition_kinds
 from logicrank.schemas.config import (
@@ -136,7 +136,7 @@ def _parts(bound: Bound) -> tuple[EmbedConfig, RayConfig, LLMConfig]:
 
 
 def _config(config, bound: Bound, part: str = "", **computed):
-    """``config`` built from a command's bound options (jobs/cli_config.py: the config's
+    """``config`` built from a command's bound options (logicrank/cli_config.py: the config's
     defaults < the command's < ``--config`` < the command line), ``part`` of it (``llm``)
     for a command that builds its sub-configs alone; ``computed``: fields the command works
     out itself. A bad value is one line (an option's name, or a key of the config file)."""
@@ -399,7 +399,7 @@ def bench_rules(
     bound: Bound,
 ):
     """Rule retrieval on a RuleBench set (read from a path): vanilla, SIAR, SIAR + R3 (jobs/experiments/rulebench-siar.yaml), and reasoning with the retrieved rules."""
-    from logicrank.jobs import benchmarks
+    from logicrank.pipelines import benchmarks
 
     where = {"rules": rules, "queries": queries, "split": split}
     exps = [_run(benchmarks.rules, src, sample, seed, r3_n, vanilla=vanilla, **where)]
@@ -440,7 +440,7 @@ def bench_lag(
     bound: Bound,
 ):
     """LAG on a multi-hop set (bundled, or --src): the LLM-free oracle (MuSiQue), then RAG vs LAG and its ablations; jobs/experiments/lag*.yaml."""
-    from logicrank.jobs import benchmarks
+    from logicrank.pipelines import benchmarks
     from logicrank.pipelines.datasets.qa import SETS
 
     if name not in SETS:
@@ -524,7 +524,7 @@ def bench_setlogic(
     bound: Bound,
 ):
     """Set-logic queries over LIMIT with exact gold: dense, bm25, ITLR (gold form), OrLog (gold atoms), by template; jobs/experiments/setlogic.yaml."""
-    from logicrank.jobs import benchmarks
+    from logicrank.pipelines import benchmarks
 
     _experiments("bench-setlogic", [_run(benchmarks.setlogic, per_template, seed, k, orlog, set_)], out, bound)
 
@@ -567,7 +567,7 @@ def bench_itlr(
     bound: Bound,
 ):
     """ITLR's synthetic logical benchmark from SciFact text, pooled and own settings: Table 1 (by negations) and Table 2 (operators); jobs/experiments/itlr-synthetic*.yaml."""
-    from logicrank.jobs import benchmarks
+    from logicrank.pipelines import benchmarks
 
     _experiments("bench-itlr", _run(benchmarks.itlr, per_template, seed, operators), out, bound, nested=True)
 
