@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -44,22 +43,31 @@ import pyarrow.parquet as pq
 
 from logicrank.jobs.watchdog import beat, busy
 from logicrank.pipelines.alerts import deliver
-from logicrank.pipelines.config import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
+from logicrank.pipelines.config import NIGHTLY_TAG_PREFIX, NightlyConfig
 from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
-from logicrank.pipelines.files import sha256_file, write_parquet_atomic, write_text_atomic
+from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
+from logicrank.pipelines.nightly import (
+    EXIT_REGRESSION,
+    EXIT_STOPPED,
+    STEPS,
+    TAG,
+    NightlyError,
+    NightResult,
+    NightState,
+    alert_markdown,
+    claim_night,
+    comparison_lines,
+    history_markdown,
+    pipeline_hashes,
+    read_history,
+    regression_reason,
+    require_date,
+    require_inputs,
+    serve_message,
+)
 from logicrank.pipelines.writelock import Holder, TableLock
-from logicrank.schemas.digest import json_digest
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import NIGHTLY_COMPARISONS
-
-EXIT_REGRESSION = 3  # the night finished and a measure regressed
-EXIT_STOPPED = 4  # the re-index (or maintenance) refused: nothing was evaluated, the served tag did not move
-TAG = re.compile(rf"{NIGHTLY_TAG_PREFIX}\d{{4}}-\d{{2}}-\d{{2}}")
-STEPS = ("index", "maintain", "evaluate", "compare", "serve", "history")
-
-
-class NightlyError(UserError, RuntimeError):
-    """The nightly run cannot start as asked; the message says why."""
 
 
 class _Stopped(Exception):
@@ -68,40 +76,6 @@ class _Stopped(Exception):
     def __init__(self, step: str, message: str):
         super().__init__(message)
         self.step = step
-
-
-@dataclass
-class NightResult:
-    date: str
-    status: str  # ok | regression | stopped
-    exit_code: int
-    table_version: int | None
-    served: dict
-    comparisons: pa.Table | None = None
-    alert: Path | None = None
-    receivers: dict[str, str] = field(default_factory=dict)
-    resumed: list[str] = field(default_factory=list)  # steps a previous run of this night had done
-    report: Path | None = None
-
-
-class NightState:
-    """A night's record of finished steps: ``<night>/state.json``, rewritten atomically at each
-    :meth:`record`; :meth:`done` is a step's record, None while it is not done (or failed)."""
-
-    def __init__(self, night: Path):
-        self.path = night / "state.json"
-        self.data = json.loads(self.path.read_text()) if self.path.exists() else {"steps": {}}
-
-    def done(self, step: str):
-        value = self.data["steps"].get(step)
-        return None if isinstance(value, dict) and "failed" in value else value
-
-    def record(self, step: str, value) -> None:
-        self.data["steps"][step] = value
-        self.save()
-
-    def save(self) -> None:
-        write_text_atomic(json.dumps(self.data, indent=2) + "\n", self.path)
 
 
 class NightlyLock(TableLock):
@@ -121,8 +95,8 @@ def run_nightly(cfg: NightlyConfig, day: str | None = None, echo: Callable[[str]
     """Run (or finish) the night of ``day`` (YYYY-MM-DD, default today in UTC)."""
     say = echo or (lambda m: None)
     day = day or datetime.now(UTC).date().isoformat()
-    _require_date(day)
-    _require_inputs(cfg, day)
+    require_date(day)
+    require_inputs(cfg, day)
     root = Path(cfg.out)
     root.mkdir(parents=True, exist_ok=True)
     with NightlyLock(root):
@@ -145,7 +119,7 @@ def run_at(cfg: NightlyConfig, version: str, echo: Callable[[str], None] | None 
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", version):
         raise NightlyError(f"nightly --at {version!r}: a table version is a number or a tag name.")
-    _require_inputs(cfg, baseline=False)
+    require_inputs(cfg, baseline=False)
     out = {}
     with ray_session(cfg.index.ray):
         for qs in cfg.query_sets:
@@ -154,34 +128,6 @@ def run_at(cfg: NightlyConfig, version: str, echo: Callable[[str], None] | None 
             out[qs] = run_evaluate(cfg.evaluate_config(qs, tuple(str(runs[p]) for p in cfg.pipelines)), where / "evaluate",
                                    title=f"{qs} at table version {version}")
     return out
-
-
-def pipeline_hashes(cfg: NightlyConfig) -> dict[str, str]:
-    """'<query set>/<pipeline>' -> what defines its numbers apart from the corpus: its stages,
-    the encoder and LLM it uses, the queries and qrels."""
-    from logicrank.pipelines.embed import model_id
-    from logicrank.pipelines.pipeline import validate
-
-    out = {}
-    for qs, files in cfg.query_sets.items():
-        rcfg = cfg.retrieve_config(qs)
-        data = [_content_digest(files.queries), _content_digest(files.qrels)]
-        for name, stages in rcfg.pipelines.items():
-            needs = validate(name, stages)
-            out[f"{qs}/{name}"] = json_digest({
-                "stages": [s.model_dump(mode="json") for s in stages], "inputs": data,
-                "encoder": model_id(cfg.index.embed) if needs.encoder else None,
-                "llm": cfg.llm.engine_digest() if needs.llm else None,
-            })
-    return out
-
-
-def _content_digest(path: str) -> str:
-    """The content of a file, or of every file under a directory (never their times)."""
-    p = Path(path)
-    if p.is_dir():
-        return json_digest({str(f.relative_to(p)): sha256_file(f) for f in sorted(p.rglob("*")) if f.is_file()})
-    return sha256_file(p)
 
 
 class NightRun:
@@ -282,7 +228,7 @@ class NightRun:
                 store.tag(tag, version)
         if hold:
             record = {"tag": tag, "version": kept, "held": True, "tonight": version, "last_good_night": self._night_of(kept),
-                      "reason": _regression_reason(regressions)}
+                      "reason": regression_reason(regressions)}
         else:
             record = {"tag": tag, "version": version, "held": False, "tonight": version}
             if regressions.num_rows:
@@ -297,7 +243,7 @@ class NightRun:
 
     def _night_of(self, version: int | None) -> str | None:
         """The night of the history whose table version this is (the newest such), if any."""
-        history = _read_history(self.root)
+        history = read_history(self.root)
         if version is None or history is None:
             return None
         days = history.filter(pc.equal(history.column("table_version"), version)).column("date").to_pylist()
@@ -340,7 +286,7 @@ class NightRun:
 
     def _stored(self, day: str) -> Night:
         """An earlier night, as the history recorded it."""
-        h = _read_history(self.root)
+        h = read_history(self.root)
         rows = h.filter(pc.equal(h.column("date"), day)).to_pylist() if h is not None else []
         if not rows:
             raise NightlyError(f"nightly: night {day} is not in {self.root / 'history.parquet'}; nothing to compare with.")
@@ -350,7 +296,7 @@ class NightRun:
     def _compare(self) -> None:
         cfg, new = self.cfg, self._tonight()
         rules = {m: Rule(r.max_drop, r.significant) for m, r in cfg.regressions.items()}
-        history = _read_history(self.root)
+        history = read_history(self.root)
         dates = sorted({d for d in history.column("date").to_pylist() if d < self.day}) if history is not None else []
         held = [d for d in dates if (NightState(self.root / "nights" / d).done("serve") or {}).get("held")]
         earlier = [d for d in dates if d not in held]  # the nights served: tonight's reference is the last of them
@@ -367,23 +313,23 @@ class NightRun:
         write_parquet_atomic(table, self.night / "comparisons.parquet")
         self.state.record("compare", {"previous": earlier[-1] if earlier else None, "baseline": baseline,
                                       "regressions": int(pc.sum(table.column("regression")).as_py() or 0)})
-        for line in _comparison_lines(table):
+        for line in comparison_lines(table):
             self.say(line)
         if not parts:
             self.say("compare: the first night of the history; nothing to compare with")
 
     def _history(self) -> None:
         comparisons = pq.read_table(self.night / "comparisons.parquet")
-        merged = merge_history(_read_history(self.root), history_rows(self._tonight(), self.tag, comparisons))
+        merged = merge_history(read_history(self.root), history_rows(self._tonight(), self.tag, comparisons))
         write_parquet_atomic(merged, self.root / "history.parquet")
         self.state.record("history", {"rows": merged.num_rows, "nights": len(set(merged.column("date").to_pylist()))})
 
     # -- what people read -----------------------------------------------------------------
     def _report(self) -> Path:
-        history = _read_history(self.root)
+        history = read_history(self.root)
         plots = [plot_history(history, m, self.root / "plots" / plot_file(m)) for m in self.cfg.measures]
         comparisons = pq.read_table(self.night / "comparisons.parquet")
-        path = write_text_atomic(_markdown(self.cfg, history, comparisons, self.day, plots, self.root), self.root / "report.md")
+        path = write_text_atomic(history_markdown(self.cfg, history, comparisons, self.day, plots, self.root), self.root / "report.md")
         self.say(f"history: {len(set(history.column('date').to_pylist()))} night(s); report {path}")
         return path
 
@@ -393,7 +339,7 @@ class NightRun:
         compare = self.state.done("compare") or {}
         old_versions = {}
         try:
-            history = _read_history(self.root)
+            history = read_history(self.root)
             for against in ("previous", "baseline"):
                 if compare.get(against) and history is not None:
                     rows = history.filter(pc.equal(history.column("date"), compare[against]))
@@ -410,7 +356,7 @@ class NightRun:
             "night": str(self.night),
         }
         path = write_text_atomic(json.dumps(alert, indent=2) + "\n", self.night / "alert.json")
-        write_text_atomic(_alert_markdown(alert), self.night / "alert.md")
+        write_text_atomic(alert_markdown(alert), self.night / "alert.md")
         # A regression alert reaches each receiver once per night (a rerun retries only the ones
         # that failed); a stopped or failed run is news each time it happens.
         sent = self.state.data.setdefault("receivers", {}) if status == "regression" else {}
@@ -445,154 +391,5 @@ class NightRun:
         alert, receivers = self._alert("stopped", EXIT_STOPPED, served=served, step=stop.step, message=message)
         self.say(f"STOPPED: {message}")
         return NightResult(self.day, "stopped", EXIT_STOPPED, None, served, None, alert, receivers, resumed)
-
-
-def _read_history(root: Path) -> pa.Table | None:
-    path = root / "history.parquet"
-    return pq.read_table(path) if path.exists() else None
-
-
-def _require_date(day: str) -> None:
-    try:
-        night_date(day)
-    except ValueError as exc:
-        raise NightlyError(f"nightly --date: {exc}") from None
-
-
-def _require_inputs(cfg: NightlyConfig, day: str | None = None, baseline: bool = True) -> None:
-    """Fail before anything runs: query set files, the pinned baseline's stored night."""
-    for qs, files in cfg.query_sets.items():
-        for kind, path in (("queries", files.queries), ("qrels", files.qrels)):
-            if not Path(path).exists():
-                raise NightlyError(f"nightly: query set {qs!r}: no {kind} at {path!r}; check the config.")
-    if baseline and cfg.baseline and cfg.baseline < day:
-        history = _read_history(Path(cfg.out))
-        if history is None or cfg.baseline not in set(history.column("date").to_pylist()):
-            raise NightlyError(f"nightly: the baseline night {cfg.baseline} is not in {Path(cfg.out) / 'history.parquet'}; "
-                               "pin a night that ran (its date), or remove baseline.")
-
-
-def claim_night(cfg: NightlyConfig, root: Path, day: str, state: NightState) -> None:
-    """Refuse to run night ``day`` unless it may run with ``cfg``, then pin ``cfg``'s digests in
-    its ``state``. Nights run in date order, and what a night has done keeps its config: after the re-index
-    its ``index`` section, after the evaluation all of it (a crash before evaluation can be
-    finished with corrected pipelines or query sets)."""
-    nights = root / "nights"
-    later = sorted(d.name for d in nights.iterdir() if d.name > day and NightState(d).done("index")) if nights.exists() else []
-    if later:
-        raise NightlyError(f"nightly: night {later[-1]} already ran; nights run in date order. To evaluate an older table "
-                           f"version, use --at nightly-{day} (time travel).")
-    pinned = [("index", "index_digest", cfg.index_digest(), "index section"), ("evaluate", "config_hash", cfg.night_digest(), "config")]
-    for step, key, digest, what in pinned:
-        if state.done(step) and state.data.get(key, digest) != digest:
-            raise NightlyError(f"nightly: night {day} finished its {step} step with another {what} ({state.data[key]}, this "
-                               f"one {digest}); finish it with that config, or run the next night with this one.")
-    state.data.update({key: digest for _, key, digest, _ in pinned})
-    state.save()
-
-
-def _comparison_lines(table: pa.Table) -> list[str]:
-    lines = []
-    for r in table.to_pylist():
-        if r["regression"]:
-            lines.append(f"REGRESSION {r['pipeline']} / {r['query_set']} {r['measure']}: {r['old_value']:.4f} -> "
-                         f"{r['new_value']:.4f} ({r['delta']:+.4f}, p {r['p_adjusted']:.3g}) against the {r['against']} "
-                         f"night {r['old_date']} (v{r['old_table_version']} -> v{r['new_table_version']})")
-    if table.num_rows and not lines:
-        compared = table.filter(pc.is_valid(table.column("delta"))).num_rows
-        lines.append(f"compare: no regression ({compared} comparison(s) with {', '.join(sorted(set(table.column('old_date').to_pylist())))})")
-    return lines
-
-
-def _fmt(v) -> str:
-    return "" if v is None else f"{v:.4f}"
-
-
-def _signed(v) -> str:
-    return "" if v is None else f"{v:+.4f}"
-
-
-def _markdown(cfg: NightlyConfig, history: pa.Table, comparisons: pa.Table, day: str, plots: list[Path], root: Path) -> str:
-    nights = sorted(set(history.column("date").to_pylist()))
-    lines = [f"# Nightly evaluation: {cfg.index.table} in {cfg.index.db}", "",
-             f"{len(nights)} night(s), {nights[0]} to {nights[-1]}; latest written: {day}. History: `history.parquet`.", ""]
-    rules = ", ".join(f"{m}: drop > {r.max_drop}" + (f" and corrected p < {cfg.alpha}" if r.significant else "")
-                      for m, r in cfg.regressions.items())
-    lines += [f"Regression rules ({cfg.test}, {cfg.correction} within each measure): {rules or 'none'}.", ""]
-    lines += [f"## Night {day}", ""]
-    if comparisons.num_rows:
-        lines += ["| against | query set | pipeline | measure | old | new | delta | p (corrected) | regression | note |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in comparisons.to_pylist():
-            p = "" if r["p_adjusted"] is None else f"{r['p_adjusted']:.3g}"
-            lines.append(f"| {r['against']} {r['old_date']} (v{r['old_table_version']}) | {r['query_set']} | {r['pipeline']} | "
-                         f"{r['measure']} | {_fmt(r['old_value'])} | {_fmt(r['new_value'])} | "
-                         f"{_signed(r['delta'])} | {p} | "
-                         f"{'**yes**' if r['regression'] else ''} | {r['note']} |")
-    else:
-        lines.append("Nothing to compare with (the first night).")
-    lines += ["", "## History", ""]
-    df = history.to_pandas()
-    df["run"] = df["pipeline"] + " / " + df["query_set"]
-    for measure in cfg.measures:
-        wide = df[df["measure"] == measure].pivot(index="date", columns="run", values="value")
-        marks = df[df["measure"] == measure].pivot(index="date", columns="run", values="regression").fillna(False)
-        plot = next(p for p in plots if p.name == plot_file(measure))
-        lines += [f"### {measure}", "", f"![{measure} per night]({plot.relative_to(root)})", "",
-                  "| night | " + " | ".join(wide.columns) + " |", "|---" * (len(wide.columns) + 1) + "|"]
-        for d, row in wide.iterrows():
-            cells = [f"{v:.4f}" + (" **(regression)**" if marks.loc[d, c] else "") if v == v else "" for c, v in row.items()]
-            lines.append(f"| {d} | " + " | ".join(cells) + " |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _regression_reason(regressions: pa.Table) -> str:
-    """One line naming tonight's regressions (the first in full, then how many more)."""
-    rows = regressions.to_pylist()
-    r = rows[0]
-    first = (f"{r['pipeline']} / {r['query_set']} {r['measure']} {r['old_value']:.4f} -> {r['new_value']:.4f} "
-             f"(p {r['p_adjusted']:.3g}) against the {r['against']} night {r['old_date']}")
-    return f"{len(rows)} regression(s): {first}" + (f", and {len(rows) - 1} more" if len(rows) > 1 else "")
-
-
-def serve_message(served: dict | None) -> str | None:
-    """What the serve step did with the served tag on a night that regressed (None: it moved as usual)."""
-    if not served or not served.get("held"):
-        if served and served.get("promoted_on_regression"):
-            return (f"The served tag {served['tag']!r} moved to tonight's v{served['version']} despite the regression "
-                    "(promote_on_regression: true).")
-        return None
-    if served.get("version") is None:
-        where = "stays unset (no night has been served yet)"
-    else:
-        night = f", night {served['last_good_night']}" if served.get("last_good_night") else ""
-        where = f"was held on v{served['version']} (the last good version{night})"
-    return (f"The served tag {served['tag']!r} {where}: tonight's v{served['tonight']} is not served because the comparison found "
-            f"{served['reason']}. Downstream readers of the tag keep the last good version; to serve tonight's anyway, move the tag "
-            "(docs/operations.md), or set promote_on_regression: true for the nights to come.")
-
-
-def _alert_markdown(alert: dict) -> str:
-    t = alert["table"]
-    served = alert["served"]
-    lines = [f"# logicrank nightly {alert['date']}: {alert['status'].upper()}", ""]
-    if alert["message"]:
-        lines += [alert["message"], ""]
-    held = served.get("held")
-    lines += [f"- table: `{t['name']}` in `{t['db']}`, tonight v{t['version']} ({t['tag']})" if t["version"] is not None
-              else f"- table: `{t['name']}` in `{t['db']}`: no new version tonight",
-              f"- served tag `{served['tag']}`: " + (f"**held on v{served.get('version')}** (the last good version; tonight's "
-                                                      f"v{served.get('tonight')} is not served)" if held else f"v{served.get('version')}")]
-    for against, old in alert["compared_with"].items():
-        lines.append(f"- compared with the {against} night {old['date']} (v{old['table_version']})")
-    if alert["regressions"]:
-        lines += ["", "| query set | pipeline | measure | against | old | new | delta | p (corrected) | table versions |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in alert["regressions"]:
-            lines.append(f"| {r['query_set']} | {r['pipeline']} | {r['measure']} | {r['against']} {r['old_date']} | {r['old_value']:.4f} | "
-                         f"{r['new_value']:.4f} | {r['delta']:+.4f} | {r['p_adjusted']:.3g} | v{r['old_table_version']} -> v{r['new_table_version']} |")
-    lines += ["", f"Report: `{alert['report']}`", ""]
-    return "\n".join(lines)
 
 

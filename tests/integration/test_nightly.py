@@ -17,10 +17,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.jobs.nightly import EXIT_REGRESSION, EXIT_STOPPED, NightlyError, run_at, run_nightly
+from logicrank.jobs.nightly import run_at, run_nightly
 from logicrank.jobs.nightly_demo import changed, corrupted, read_docs, relevant_ids, write_jsonl
 from logicrank.pipelines.config import NightlyConfig
 from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.nightly import EXIT_REGRESSION, EXIT_STOPPED, NightlyError
 from logicrank.pipelines.store import DocStore
 from logicrank.pipelines.writelock import TableLock
 
