@@ -24,7 +24,6 @@ give the same dataset (greedy decoding, seeded sampling, every ordering by id).
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -40,19 +39,7 @@ from logicrank.pipelines.generate import realcorpus as rc
 from logicrank.pipelines.generate.synthetic import TEMPLATES
 from logicrank.pipelines.store import DocStore
 from logicrank.schemas.config import GenerateConfig, LLMConfig
-from logicrank.schemas.errors import UserError
 
-TOPICS = pa.schema([("doc_id", pa.string()), ("shard", pa.int32()), ("topics", pa.list_(pa.string())), ("status", pa.string()),
-                    ("raw_output", pa.string())])
-QUESTIONS = pa.schema([
-    ("query_id", pa.string()), ("shard", pa.int32()), ("template", pa.string()), ("negations", pa.int32()), ("logical_query", pa.string()),
-    ("terms", pa.list_(pa.string())), ("source_doc_ids", pa.list_(pa.string())), ("text", pa.string()), ("status", pa.string()),
-    ("raw_output", pa.string()),
-])
-LABELS = pa.schema([
-    ("query_id", pa.string()), ("doc_id", pa.string()), ("sources", pa.list_(pa.string())), ("p_true", pa.float64()),
-    ("logit_true", pa.float64()), ("logit_false", pa.float64()), ("exact", pa.bool_()), ("label", pa.int32()),
-])
 PROMPTS = ("gen_topics", "gen_question", "gen_relevance")
 # the card's note when the generator is the bundled plumbing model
 DEMO_NOTE = ("Generated with SmolLM2-135M: a demo of the pipeline, not a benchmark; its questions and labels are not a dataset to "
@@ -60,38 +47,8 @@ DEMO_NOTE = ("Generated with SmolLM2-135M: a demo of the pipeline, not a benchma
 GENERATOR_VERSION = 1  # bump when the recipe's code changes what a shard holds: a resume then refuses older checkpoints
 
 
-class GenerateError(UserError, RuntimeError):
-    """A table to generate from that is missing or too small, or a run directory of another config."""
-
-
 def _shard_file(kind: str, shard: int) -> str:
     return f"checkpoints/{kind}/shard-{shard:05d}.parquet"
-
-
-def sample_docs(store: DocStore, n: int, seed: int) -> list[str]:
-    ids = sorted(d for batch in store.scan(["doc_id"]) for d in batch.column(0).to_pylist())
-    if len(ids) < n:
-        raise GenerateError(f"generate: the table holds {len(ids)} documents; --docs {n} asks for more")
-    return sorted(random.Random(f"generate:{seed}:docs").sample(ids, n))
-
-
-def shard(sample: list[str], size: int) -> list[list[str]]:
-    """Shards of ``size`` documents; a last one too small to fill a template (fewer than
-    three documents) joins the one before it."""
-    shards = [sample[i : i + size] for i in range(0, len(sample), size)]
-    if len(shards) > 1 and len(shards[-1]) < 3:
-        last = shards.pop()
-        shards[-1] = shards[-1] + last
-    return shards
-
-
-def _document_texts(store: DocStore, ids: list[str], model_dir: str, budget: int) -> tuple[dict[str, dict], dict[str, str]]:
-    """The documents' rows and their "title. text" cut to ``budget`` tokens of the LLM's tokenizer."""
-    from logicrank.pipelines.llm import prompts
-
-    rows = {r["doc_id"]: r for r in store.rows_for(ids, ["title", "text"]).to_pylist()}
-    texts = {d: f"{rows[d]['title'] or ''}. {rows[d]['text']}".strip(". ") for d in ids}
-    return rows, prompts.cut_to_tokens(model_dir, texts, budget) if ids else {}
 
 
 def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], None] = print, progress: bool = False) -> dict:
@@ -104,7 +61,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
     t0 = time.perf_counter()
     store = DocStore(cfg.db, cfg.table)
     if not store.exists():
-        raise GenerateError(f"generate: no table {cfg.table!r} in {cfg.db}; index a corpus first (`logicrank index`)")
+        raise rc.GenerateError(f"generate: no table {cfg.table!r} in {cfg.db}; index a corpus first (`logicrank index`)")
     store, note = store.readable(None, "generate")  # the last version a completed index run finished, as retrieve reads
     if note:
         echo(note)
@@ -113,8 +70,8 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
         from logicrank.pipelines.sparse import ensure_index
 
         ensure_index(store)  # the BM25 index of this version, made once here rather than by every actor
-    sample = sample_docs(store, cfg.docs, cfg.seed)
-    shards = shard(sample, cfg.shard_docs)
+    sample = rc.sample_docs(store, cfg.docs, cfg.seed)
+    shards = rc.shard(sample, cfg.shard_docs)
     llm = LLMService(cfg.llm, echo=echo if progress else None)  # an unknown model fails here, before the directory is claimed
     from logicrank.pipelines.llm import prompts
 
@@ -130,10 +87,10 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
             timings["questions"] = time.perf_counter() - t
             questions = pa.concat_tables([pq.read_table(out / _shard_file("questions", s)) for s in range(len(shards))]).combine_chunks()
             t = time.perf_counter()
-            kept, dropped = _dedup(cfg, questions)
+            kept, dropped = rc.dedup_questions(cfg, questions)
             timings["dedup"] = time.perf_counter() - t
             queries_path = out / "checkpoints" / "queries.jsonl"
-            _write_queries(kept, queries_path)
+            rc.write_queries(kept, queries_path)
             if _crowded(cfg):  # the retrievers' actors need the CPUs the engines hold: the next request starts the pool again
                 llm.release()
             t = time.perf_counter()
@@ -144,7 +101,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
             timings["labels"] = time.perf_counter() - t
         finally:
             llm_counts = llm.close()
-    labels = pa.concat_tables([pq.read_table(out / _shard_file("labels", s)) for s in labelled]).combine_chunks() if labelled else LABELS.empty_table()
+    labels = pa.concat_tables([pq.read_table(out / _shard_file("labels", s)) for s in labelled]).combine_chunks() if labelled else rc.LABELS.empty_table()
     counts = _finish(cfg, out, store, shards, kept, dropped, labels, llm, llm_counts, done, timings, t0)
     echo(f"generate: {counts['questions']} questions ({counts['dedup']['exact']} exact and {counts['dedup']['near']} near duplicates removed), "
          f"{counts['labels']['pairs']} pairs judged, {counts['labels']['relevant']} relevant -> {out}")
@@ -162,14 +119,10 @@ def _claim(out: Path, state: dict) -> None:
     if path.is_file():
         held = json.loads(path.read_text(encoding="utf-8"))
         if held != state:
-            raise GenerateError(f"generate: {out} holds the checkpoints of another config or table version ({held}); "
+            raise rc.GenerateError(f"generate: {out} holds the checkpoints of another config or table version ({held}); "
                                 "give a new --out, or remove that directory to start over")
         return
     write_text_atomic(json.dumps(state) + "\n", path)
-
-
-def _waves(todo: list[int], size: int) -> list[list[int]]:
-    return [todo[i : i + size] for i in range(0, len(todo), size)]
 
 
 def _questions_phase(cfg: GenerateConfig, out: Path, store: DocStore, shards: list[list[str]], llm, wave: int, echo) -> dict:
@@ -181,18 +134,18 @@ def _questions_phase(cfg: GenerateConfig, out: Path, store: DocStore, shards: li
     resumed = {"shards": len(shards), "question_shards_resumed": len(shards) - len(todo)}
     if resumed["question_shards_resumed"]:
         echo(f"generate: {resumed['question_shards_resumed']} of {len(shards)} shards' questions read from checkpoints")
-    for n, group in enumerate(_waves(todo, wave), 1):
+    for n, group in enumerate(rc.waves(todo, wave), 1):
         topics: dict[int, pa.Table] = {}
         need = [s for s in group if not (out / _shard_file("topics", s)).is_file()]
         if need:
             ids = [d for s in need for d in shards[s]]
-            rows, texts = _document_texts(store, ids, str(llm.resolved.path), cfg.document_tokens)
+            rows, texts = rc.document_texts(store, ids, str(llm.resolved.path), cfg.document_tokens)
             gens = llm.generate(prompts.load("gen_topics"), [{"document": texts[d]} for d in ids],
                                 Constraint("json", rc.topics_schema(cfg.max_topics)), cfg.topic_tokens, 0.0, None, label="generate:topics")
-            by_doc = dict(zip(ids, map(_output, gens), strict=True))
+            by_doc = dict(zip(ids, map(rc.output_text, gens), strict=True))
             for s in need:
                 recs = [rc.topic_row(d, s, by_doc[d], rows[d]["title"], rows[d]["text"], cfg.max_topics) for d in shards[s]]
-                write_parquet_atomic(pa.Table.from_pylist(recs, schema=TOPICS), out / _shard_file("topics", s))
+                write_parquet_atomic(pa.Table.from_pylist(recs, schema=rc.TOPICS), out / _shard_file("topics", s))
         for s in group:
             topics[s] = pq.read_table(out / _shard_file("topics", s))
         drafts = {s: rc.fill_templates(s, dict(zip(topics[s].column("doc_id").to_pylist(), topics[s].column("topics").to_pylist(), strict=True)),
@@ -200,34 +153,13 @@ def _questions_phase(cfg: GenerateConfig, out: Path, store: DocStore, shards: li
         flat = [d for s in group for d in drafts[s]]
         gens = llm.generate(prompts.load("gen_question"), [{"logical_query": d.logical_query} for d in flat],
                             Constraint("regex", rc.QUESTION_REGEX), cfg.question_tokens, 0.0, None, label="generate:questions")
-        by_id = {d.query_id: _output(g) for d, g in zip(flat, gens, strict=True)}
+        by_id = {d.query_id: rc.output_text(g) for d, g in zip(flat, gens, strict=True)}
         for s in group:
             recs = [rc.question_row(d, s, by_id[d.query_id]) for d in drafts[s]]
-            write_parquet_atomic(pa.Table.from_pylist(recs, schema=QUESTIONS), out / _shard_file("questions", s))
+            write_parquet_atomic(pa.Table.from_pylist(recs, schema=rc.QUESTIONS), out / _shard_file("questions", s))
         echo(f"generate: questions, wave {n}: shards {group[0]}-{group[-1]} of {len(shards)} written")
         beat(f"generate: questions wave {n} written")
     return resumed
-
-
-def _output(gen) -> str | Exception:
-    """An engine result as the recipe reads it: the generated text, or the exception in its slot."""
-    return gen if isinstance(gen, Exception) else gen.text
-
-
-def _dedup(cfg: GenerateConfig, questions: pa.Table) -> tuple[pa.Table, dict[str, str]]:
-    from logicrank.pipelines.embed import Embedder
-
-    questions = questions.sort_by("query_id")
-    texts = questions.column("text").to_pylist()
-    vectors = Embedder(cfg.embed).encode(texts) if texts else None
-    keep, dropped = rc.dedup(questions.column("query_id").to_pylist(), texts, vectors, cfg.dedup_threshold) if texts else ([], {})
-    return questions.take(pa.array(keep, pa.int64())), dropped
-
-
-def _write_queries(kept: pa.Table, path: Path) -> None:
-    rows = kept.select(["query_id", "text", "logical_query", "template", "negations", "terms", "source_doc_ids", "status"]).to_pylist()
-    lines = [json.dumps({"_id": r.pop("query_id"), **r}, ensure_ascii=False) for r in rows]
-    write_text_atomic("".join(line + "\n" for line in lines), path)
 
 
 def _candidates(cfg: GenerateConfig, queries: Path, out: Path) -> dict[str, dict[str, list[str]]]:
@@ -262,15 +194,15 @@ def _labels_phase(cfg: GenerateConfig, out: Path, store: DocStore, kept: pa.Tabl
     if len(todo) < len(shards):
         echo(f"generate: {len(shards) - len(todo)} of {len(shards)} shards' labels read from checkpoints")
     template = prompts.load("gen_relevance")
-    for n, group in enumerate(_waves(todo, wave), 1):
+    for n, group in enumerate(rc.waves(todo, wave), 1):
         pairs = [(q, d, candidates.get(q["query_id"], {})[d]) for s in group for q in by_shard[s] for d in sorted(candidates.get(q["query_id"], {}))]
-        _, texts = _document_texts(store, sorted({d for _, d, _ in pairs}), str(llm.resolved.path), cfg.document_tokens)
+        _, texts = rc.document_texts(store, sorted({d for _, d, _ in pairs}), str(llm.resolved.path), cfg.document_tokens)
         res = llm.truth(template, [{"document": texts[d], "question": q["text"]} for q, d, _ in pairs], label="generate:labels")
         for s in group:
             recs = [{"query_id": q["query_id"], "doc_id": d, "sources": src, "p_true": r.p_true, "logit_true": r.logit_true,
                      "logit_false": r.logit_false, "exact": r.exact, "label": int(r.p_true >= cfg.label_threshold)}
                     for (q, d, src), r in zip(pairs, res, strict=True) if q["shard"] == s]
-            write_parquet_atomic(pa.Table.from_pylist(recs, schema=LABELS), out / _shard_file("labels", s))
+            write_parquet_atomic(pa.Table.from_pylist(recs, schema=rc.LABELS), out / _shard_file("labels", s))
         echo(f"generate: labels, wave {n}: {len(pairs)} pairs of shards {group[0]}-{group[-1]} written")
         beat(f"generate: labels wave {n} written")
     return shards, len(shards) - len(todo)

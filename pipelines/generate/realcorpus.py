@@ -1,5 +1,6 @@
 """ITLR's real-corpus recipe (paper appendix): logical questions about an indexed corpus,
-with LLM relevance labels. The pieces here are plain functions over lists and Arrow tables;
+with LLM relevance labels. The pieces here are plain functions over lists and Arrow tables,
+with the schemas of the checkpoint tables (``TOPICS``, ``QUESTIONS``, ``LABELS``);
 ``jobs/generate.py`` runs them on the job's LLM pool, shard by shard, with checkpoints.
 
 1. **Topics**: the LLM lists each sampled document's salient topics (a JSON list of short
@@ -32,14 +33,92 @@ import re
 import string
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
+from logicrank.pipelines.files import write_text_atomic
 from logicrank.pipelines.generate.synthetic import TEMPLATES, Template
+from logicrank.pipelines.store import DocStore
+from logicrank.schemas.config import GenerateConfig
+from logicrank.schemas.errors import UserError
 
 MAX_TOPIC_CHARS = 80
 MAX_TOPIC_WORDS = 8
 QUESTION_REGEX = r"[A-Z][^\n\"?]{4,200}\?"  # one line, capitalised, ends in '?'
+
+TOPICS = pa.schema([("doc_id", pa.string()), ("shard", pa.int32()), ("topics", pa.list_(pa.string())), ("status", pa.string()),
+                    ("raw_output", pa.string())])
+QUESTIONS = pa.schema([
+    ("query_id", pa.string()), ("shard", pa.int32()), ("template", pa.string()), ("negations", pa.int32()), ("logical_query", pa.string()),
+    ("terms", pa.list_(pa.string())), ("source_doc_ids", pa.list_(pa.string())), ("text", pa.string()), ("status", pa.string()),
+    ("raw_output", pa.string()),
+])
+LABELS = pa.schema([
+    ("query_id", pa.string()), ("doc_id", pa.string()), ("sources", pa.list_(pa.string())), ("p_true", pa.float64()),
+    ("logit_true", pa.float64()), ("logit_false", pa.float64()), ("exact", pa.bool_()), ("label", pa.int32()),
+])
+
+
+class GenerateError(UserError, RuntimeError):
+    """A table to generate from that is missing or too small, or a run directory of another config."""
+
+
+def sample_docs(store: DocStore, n: int, seed: int) -> list[str]:
+    """``n`` document ids drawn from the table's sorted ids (seeded), sorted."""
+    ids = sorted(d for batch in store.scan(["doc_id"]) for d in batch.column(0).to_pylist())
+    if len(ids) < n:
+        raise GenerateError(f"generate: the table holds {len(ids)} documents; --docs {n} asks for more")
+    return sorted(random.Random(f"generate:{seed}:docs").sample(ids, n))
+
+
+def shard(sample: list[str], size: int) -> list[list[str]]:
+    """Shards of ``size`` documents; a last one too small to fill a template (fewer than
+    three documents) joins the one before it."""
+    shards = [sample[i : i + size] for i in range(0, len(sample), size)]
+    if len(shards) > 1 and len(shards[-1]) < 3:
+        last = shards.pop()
+        shards[-1] = shards[-1] + last
+    return shards
+
+
+def waves(todo: list[int], size: int) -> list[list[int]]:
+    """``todo`` (shard numbers) cut into waves of ``size``, in order."""
+    return [todo[i : i + size] for i in range(0, len(todo), size)]
+
+
+def document_texts(store: DocStore, ids: list[str], model_dir: str, budget: int) -> tuple[dict[str, dict], dict[str, str]]:
+    """The documents' rows and their "title. text" cut to ``budget`` tokens of the LLM's tokenizer."""
+    from logicrank.pipelines.llm import prompts
+
+    rows = {r["doc_id"]: r for r in store.rows_for(ids, ["title", "text"]).to_pylist()}
+    texts = {d: f"{rows[d]['title'] or ''}. {rows[d]['text']}".strip(". ") for d in ids}
+    return rows, prompts.cut_to_tokens(model_dir, texts, budget) if ids else {}
+
+
+def output_text(gen) -> str | Exception:
+    """An engine result as the recipe reads it: the generated text, or the exception in its slot."""
+    return gen if isinstance(gen, Exception) else gen.text
+
+
+def dedup_questions(cfg: GenerateConfig, questions: pa.Table) -> tuple[pa.Table, dict[str, str]]:
+    """The questions (a ``QUESTIONS`` table) without exact and near duplicates (:func:`dedup`
+    over their embeddings), sorted by query id, and query_id -> why each dropped one went."""
+    from logicrank.pipelines.embed import Embedder
+
+    questions = questions.sort_by("query_id")
+    texts = questions.column("text").to_pylist()
+    vectors = Embedder(cfg.embed).encode(texts) if texts else None
+    keep, dropped = dedup(questions.column("query_id").to_pylist(), texts, vectors, cfg.dedup_threshold) if texts else ([], {})
+    return questions.take(pa.array(keep, pa.int64())), dropped
+
+
+def write_queries(kept: pa.Table, path: Path) -> None:
+    """The kept questions as a queries JSONL (``_id``, ``text`` and the logical form), atomically."""
+    rows = kept.select(["query_id", "text", "logical_query", "template", "negations", "terms", "source_doc_ids", "status"]).to_pylist()
+    lines = [json.dumps({"_id": r.pop("query_id"), **r}, ensure_ascii=False) for r in rows]
+    write_text_atomic("".join(line + "\n" for line in lines), path)
 
 
 def topics_schema(max_topics: int) -> dict:

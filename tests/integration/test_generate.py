@@ -15,8 +15,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.jobs.generate import GenerateError, run_generate
+from logicrank.jobs.generate import run_generate
 from logicrank.jobs.llm_service import LLMEngineFailed
+from logicrank.pipelines.generate.realcorpus import GenerateError
 from logicrank.pipelines.generate.synthetic import TEMPLATES
 from logicrank.pipelines.llm.models import resolve
 from logicrank.schemas.config import GenerateConfig

@@ -84,7 +84,7 @@ def test_the_dataset_digest_ignores_placement_but_not_what_changes_the_data():
 
 
 def test_a_last_shard_too_small_for_a_template_joins_the_one_before():
-    from logicrank.jobs.generate import shard
+    from logicrank.pipelines.generate.realcorpus import shard
 
     ids = [f"d{i}" for i in range(10)]
     assert [len(s) for s in shard(ids, 4)] == [4, 6] and [len(s) for s in shard(ids[:9], 4)] == [4, 5]
