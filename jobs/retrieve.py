@@ -40,12 +40,13 @@ from logicrank.jobs.rundir import RunDir, input_fingerprint
 from logicrank.jobs.watchdog import beat
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.embed import concrete, encoder_digest, model_id, resolve_model
-from logicrank.pipelines.exact import segment_bounds, shard_bounds
+from logicrank.pipelines.exact import gpu_share, pool_within_memory, segment_bounds, shard_bounds
 from logicrank.pipelines.files import write_parquet_atomic
 from logicrank.pipelines.llm.prompts import templates_digest
+from logicrank.pipelines.notes import fallback_notes, refuse_unparsed
 from logicrank.pipelines.pipeline import Pipeline, build
 from logicrank.pipelines.runner import Hooks, Inputs, StageCache, assemble, blank, reads, stage_classes, with_content
-from logicrank.pipelines.stages import Context, Kind, Needs, Output, StageOptions
+from logicrank.pipelines.stages import Context, Needs, Output, StageOptions
 from logicrank.pipelines.store import DocStore
 from logicrank.pipelines.topics import TopicsError, read_queries, write_trec_run
 from logicrank.schemas.config import EmbedConfig, RayConfig
@@ -155,62 +156,6 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         driver_texts=encoded,  # texts the driver's encoder encoded, and those it had encoded before in this job (ITLR's terms)
     )
     return {rid: rundir.path / o for rid, o in outputs.items()}
-
-
-def refuse_unparsed(pipelines: list[Pipeline], queries: pa.Table) -> None:
-    """A logical query of the queries file that does not parse stops the job here, before Ray
-    starts or a model loads, when an itlr stage that refuses it (``on_parse_error: refuse``)
-    reads it as given (no rewriter before it); the stage itself refuses the rest (a
-    decomposition's)."""
-    from logicrank.pipelines.logic.query import UnparsedQueryError
-    from logicrank.pipelines.methods.itlr import parse_queries
-    from logicrank.pipelines.stages.itlr import refusal, unparsed_queries
-
-    def refusing(stages) -> bool:
-        for o in stages:
-            stage = build(o)
-            if stage.kind is Kind.REWRITER:
-                return False
-            if getattr(o, "on_parse_error", None) == "refuse" or any(refusing(child) for child in stage.children()):
-                return True
-        return False
-
-    if "logical_query" in queries.column_names and any(refusing(p.stages) for p in pipelines):
-        unparsed = unparsed_queries(queries, parse_queries(queries))
-        if unparsed:
-            raise UnparsedQueryError(refusal(unparsed))
-
-
-def fallback_notes(pipeline: str, steps: list[dict], where: str = "") -> list[str]:
-    """The terminal's lines naming the queries a pipeline scored as their whole text although
-    they had a logical form: one that does not parse (``on_parse_error: fallback``), or a
-    decomposition that fell back (the LLM's output was unusable, or its engine failed)."""
-    lines = []
-    for step in steps:
-        if "sub" in step:
-            lines += fallback_notes(pipeline, step["sub"], f"{where}{step['stage']}/")
-            continue
-        stage = f"pipeline {pipeline!r}, stage {where}{step['stage']}"
-        if step.get("unparsed"):
-            n = step["unparsed"]
-            lines.append(f"retrieve: {stage}: {_queries(n)} whose logical query does not parse scored as {'its' if n == 1 else 'their'} "
-                         f"whole text, one term (on_parse_error: fallback): {_ids(step.get('unparsed_query_ids'), n)}.")
-        if step.get("fallback_decompositions"):
-            n = step["fallback_decompositions"]
-            lines.append(f"retrieve: {stage}: {_queries(n)} whose decomposition fell back to the whole question (an unusable LLM "
-                         f"output, or an engine error; decompositions' status and error say which): {_ids(step.get('fallback_decomposition_query_ids'), n)}.")
-    return lines
-
-
-def _queries(n: int) -> str:
-    return f"{n} quer{'y' if n == 1 else 'ies'}"
-
-
-def _ids(ids: list[str] | None, n: int, shown: int = 10) -> str:
-    if not ids:
-        return "ids not recorded (the stage's output was cached before they were)"
-    more = f" and {n - shown} more (the manifest lists the first {len(ids)})" if n > shown else ""
-    return ", ".join(ids[:shown]) + more
 
 
 def shard_count(stage, store: DocStore, ray: RayConfig) -> int | None:
@@ -489,33 +434,11 @@ class _Host:
         return parts
 
 
-ACTOR_BASE_BYTES = 1 << 30  # an actor's own footprint beside the engine's data: Python, torch, the encoder, a batch
-
-
-def pool_within_memory(actors: int, engine_bytes: int, cluster_bytes: float) -> int:
-    """At most as many retrieval actors as the cluster's memory holds, each with its own copy
-    of the engine's data (``engine_bytes``, as the driver held it) plus ``ACTOR_BASE_BYTES``;
-    at least one. Unknown cluster memory (0): no cap."""
-    if cluster_bytes <= 0:
-        return actors
-    return max(1, min(actors, int(cluster_bytes // (engine_bytes + ACTOR_BASE_BYTES))))
-
-
 def _cluster_memory() -> float:
     """Ray's ``memory`` resource of the cluster: what tasks and actors may use (bytes)."""
     import ray
 
     return float(ray.cluster_resources().get("memory", 0.0))
-
-
-def gpu_share(shards: int, gpus: int) -> float:
-    """The GPU each of ``shards`` actors asks for on a cluster of ``gpus`` whole GPUs: one where
-    there are enough, else an equal share of one, in hundredths, so that the actors sharing a GPU
-    fit on it (Ray places a fractional request on a single GPU); 0 without GPUs."""
-    if gpus <= 0:
-        return 0.0
-    per_gpu = -(-shards // gpus)
-    return 1.0 if per_gpu <= 1 else (100 // per_gpu) / 100
 
 
 def _mapped(store) -> bool:

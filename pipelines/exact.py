@@ -9,6 +9,10 @@ shards' top k do (:func:`merge_top`). A document's score is one dot product what
 shard holds it, up to the order in which a BLAS kernel sums: scores agree within 1e-6. The product runs
 with numpy, or with torch (``product="torch"``; ``"auto"`` picks torch where a GPU is
 visible): on a GPU the shard's vectors are copied to its memory once per process.
+
+Beside it, the placement arithmetic of the retrieve job's actors (pure functions): how many
+fit the cluster's memory (:func:`pool_within_memory`) and each shard's share of a GPU
+(:func:`gpu_share`).
 """
 
 from __future__ import annotations
@@ -44,6 +48,28 @@ def segment_bounds(n: int, shards: int, seg_rows: int, slack: float = 1.1) -> li
     even = shard_bounds(n, shards)
     widest = lambda bounds: max((hi - lo for lo, hi in bounds), default=0)  # noqa: E731
     return aligned if widest(aligned) <= slack * widest(even) else even
+
+
+ACTOR_BASE_BYTES = 1 << 30  # an actor's own footprint beside the engine's data: Python, torch, the encoder, a batch
+
+
+def pool_within_memory(actors: int, engine_bytes: int, cluster_bytes: float) -> int:
+    """At most as many retrieval actors as the cluster's memory holds, each with its own copy
+    of the engine's data (``engine_bytes``, as the driver held it) plus ``ACTOR_BASE_BYTES``;
+    at least one. Unknown cluster memory (0): no cap."""
+    if cluster_bytes <= 0:
+        return actors
+    return max(1, min(actors, int(cluster_bytes // (engine_bytes + ACTOR_BASE_BYTES))))
+
+
+def gpu_share(shards: int, gpus: int) -> float:
+    """The GPU each of ``shards`` actors asks for on a cluster of ``gpus`` whole GPUs: one where
+    there are enough, else an equal share of one, in hundredths, so that the actors sharing a GPU
+    fit on it (Ray places a fractional request on a single GPU); 0 without GPUs."""
+    if gpus <= 0:
+        return 0.0
+    per_gpu = -(-shards // gpus)
+    return 1.0 if per_gpu <= 1 else (100 // per_gpu) / 100
 
 
 def top_k(queries: np.ndarray, v: Vectors, k: int, shard: tuple[int, int] | None = None, product: str = "auto") -> tuple[np.ndarray, np.ndarray]:

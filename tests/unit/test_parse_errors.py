@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.jobs.retrieve import fallback_notes, refuse_unparsed
 from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.logic.query import UnparsedQueryError, quote
+from logicrank.pipelines.notes import fallback_notes, refuse_unparsed
 from logicrank.pipelines.pipeline import Pipeline
 from logicrank.pipelines.runner import Inputs
 from logicrank.pipelines.stages import Context

@@ -105,7 +105,7 @@ def test_the_stderr_filter_leaves_a_replaced_fd2_alone(capfd, monkeypatch):
     ],
 )
 def test_the_retrieval_pool_is_capped_by_memory(actors, engine_gib, cluster_gib, expected):
-    from logicrank.jobs.retrieve import pool_within_memory
+    from logicrank.pipelines.exact import pool_within_memory
 
     assert pool_within_memory(actors, int(engine_gib * 2**30), cluster_gib * 2**30) == expected
 

@@ -111,7 +111,7 @@ def test_bm25_shards_take_whole_segments_unless_that_makes_one_much_larger(n, sh
 def test_a_gpu_share_fits_on_one_gpu(shards, gpus, want):
     """Ray places a fractional GPU request on a single GPU: the shares of the shards that share
     a GPU must add up to at most one (2 GPUs, 3 shards: 0.5 each, not 0.66)."""
-    from logicrank.jobs.retrieve import gpu_share
+    from logicrank.pipelines.exact import gpu_share
 
     share = gpu_share(shards, gpus)
     assert share == want

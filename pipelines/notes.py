@@ -1,0 +1,69 @@
+"""What the terminal is told about pipelines and their queries: a logical query that does not
+parse refused before Ray starts or a model loads (:func:`refuse_unparsed`), and the queries a
+pipeline scored as their whole text (:func:`fallback_notes`). Used by ``logicrank retrieve``
+(jobs/retrieve.py); no Ray here."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from logicrank.pipelines.pipeline import Pipeline, build
+from logicrank.pipelines.stages import Kind
+
+
+def refuse_unparsed(pipelines: list[Pipeline], queries: pa.Table) -> None:
+    """A logical query of the queries file that does not parse stops the job here, before Ray
+    starts or a model loads, when an itlr stage that refuses it (``on_parse_error: refuse``)
+    reads it as given (no rewriter before it); the stage itself refuses the rest (a
+    decomposition's)."""
+    from logicrank.pipelines.logic.query import UnparsedQueryError
+    from logicrank.pipelines.methods.itlr import parse_queries
+    from logicrank.pipelines.stages.itlr import refusal, unparsed_queries
+
+    def refusing(stages) -> bool:
+        for o in stages:
+            stage = build(o)
+            if stage.kind is Kind.REWRITER:
+                return False
+            if getattr(o, "on_parse_error", None) == "refuse" or any(refusing(child) for child in stage.children()):
+                return True
+        return False
+
+    if "logical_query" in queries.column_names and any(refusing(p.stages) for p in pipelines):
+        unparsed = unparsed_queries(queries, parse_queries(queries))
+        if unparsed:
+            raise UnparsedQueryError(refusal(unparsed))
+
+
+def fallback_notes(pipeline: str, steps: list[dict], where: str = "") -> list[str]:
+    """The terminal's lines naming the queries a pipeline scored as their whole text although
+    they had a logical form: one that does not parse (``on_parse_error: fallback``), or a
+    decomposition that fell back (the LLM's output was unusable, or its engine failed)."""
+    lines = []
+    for step in steps:
+        if "sub" in step:
+            lines += fallback_notes(pipeline, step["sub"], f"{where}{step['stage']}/")
+            continue
+        stage = f"pipeline {pipeline!r}, stage {where}{step['stage']}"
+        if step.get("unparsed"):
+            n = step["unparsed"]
+            lines.append(f"retrieve: {stage}: {count_queries(n)} whose logical query does not parse scored as {'its' if n == 1 else 'their'} "
+                         f"whole text, one term (on_parse_error: fallback): {shown_ids(step.get('unparsed_query_ids'), n)}.")
+        if step.get("fallback_decompositions"):
+            n = step["fallback_decompositions"]
+            lines.append(f"retrieve: {stage}: {count_queries(n)} whose decomposition fell back to the whole question (an unusable LLM "
+                         f"output, or an engine error; decompositions' status and error say which): {shown_ids(step.get('fallback_decomposition_query_ids'), n)}.")
+    return lines
+
+
+def count_queries(n: int) -> str:
+    """``n`` quer(y|ies)."""
+    return f"{n} quer{'y' if n == 1 else 'ies'}"
+
+
+def shown_ids(ids: list[str] | None, n: int, shown: int = 10) -> str:
+    """The first ``shown`` of ``n`` query ids (those recorded), and how many more."""
+    if not ids:
+        return "ids not recorded (the stage's output was cached before they were)"
+    more = f" and {n - shown} more (the manifest lists the first {len(ids)})" if n > shown else ""
+    return ", ".join(ids[:shown]) + more
