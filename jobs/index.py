@@ -55,8 +55,18 @@ from logicrank.jobs.watchdog import Stalled, beat, busy
 from logicrank.pipelines.codedigest import code_digest
 from logicrank.pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from logicrank.pipelines.embed import concrete, model_id, resolve_model
-from logicrank.pipelines.indexing import EmbedStage, IdSpill, IndexWriter, RejectSink, StoredHashes
-from logicrank.pipelines.store import DocStore, StoreError, update_index_apart
+from logicrank.pipelines.indexing import (
+    EmbedStage,
+    IdSpill,
+    IndexWriter,
+    RejectSink,
+    StoredHashes,
+    index_refusal,
+    restore_hint,
+    roll_back,
+    table_state,
+)
+from logicrank.pipelines.store import DocStore, update_index_apart
 from logicrank.pipelines.writelock import TableLock
 from logicrank.schemas.config import EmbedConfig, IndexConfig
 from logicrank.schemas.errors import JobFailed, UserError, first_line
@@ -270,7 +280,7 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
                     beat(f"index: {writer.rows_read} rows read")
                 writer.flush()
     except SourceError as exc:
-        failure = f"index: {exc} {_roll_back(cfg, store, version_before, lock)} Nothing was deleted and no tag made; fix the file and rerun."
+        failure = f"index: {exc} {roll_back(cfg, store, version_before, lock)} Nothing was deleted and no tag made; fix the file and rerun."
         rundir.write_manifest(
             cfg.model_dump(mode="json"), cfg.digest(), {"corpus": [s.fingerprint() for s in sources]}, ["rejects.parquet"],
             status="failed", model=mid, table={"db": cfg.db, "name": cfg.table, "version_before": version_before},
@@ -289,7 +299,7 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
     with rundir.timed("absent"):  # the stored ids the snapshot lacks, spilled to the run's directory
         absent = IdSpill(rundir.path / ".absent-ids.parquet")
         summary.absent = absent.write(writer.seen.absent(stored.ids()))
-    failure = _refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, _restore_hint(cfg, store, version_before))
+    failure = index_refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, restore_hint(cfg, store, version_before))
 
     if failure is None:
         lock.ensure_held()  # (a lease can lapse; each step below changes the table)
@@ -335,89 +345,6 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
     return summary
 
 
-def _refusal(cfg: IndexConfig, s: IndexSummary, stored: int, any_valid: bool, rejects: Path, restore: str) -> str | None:
-    """Why this snapshot must not change the table further (no deletes, no tag), or None."""
-    fraction = s.rejected / s.rows_read if s.rows_read else 0.0
-    if fraction > cfg.max_reject_fraction:
-        return (
-            f"index: {s.rejected} of {s.rows_read} rows rejected ({fraction:.1%} > max_reject_fraction "
-            f"{cfg.max_reject_fraction:.1%}); reasons {s.rejects_by_reason}. No document was deleted and no tag made. "
-            f"See {rejects} for each row's source and reason; fix the corpus or raise --max-reject-fraction.{restore}"
-        )
-    if not any_valid:
-        return (
-            f"index: the snapshot {cfg.corpus!r} holds no valid document ({s.rows_read} rows read, {s.rejected} rejected); "
-            f"an empty snapshot never deletes anything, so the table is unchanged. Check the corpus path and format"
-            + (f"; see {rejects} for each rejected row's reason." if s.rejected else ".")
-        )
-    share = s.absent / stored if stored else 0.0
-    if cfg.delete_missing and share > cfg.max_delete_fraction and not cfg.allow_mass_delete:
-        return (
-            f"index: this snapshot would delete {s.absent} of the {stored} documents in table {cfg.table!r} "
-            f"({share:.1%} > max_delete_fraction {cfg.max_delete_fraction:.1%}); refused, nothing was deleted. If the "
-            f"deletions are meant, rerun with --allow-mass-delete (or raise --max-delete-fraction).{restore}"
-        )
-    return None
-
-
-def _roll_back(cfg: IndexConfig, store: DocStore, version_before: int | None, lock: TableLock) -> str:
-    """Undo what this run wrote before its input failed (only while it still holds the table's
-    lock); says what the table is now, or how to put it back when the undo could not run."""
-    if version_before is not None and store.version == version_before:
-        return f"The table is unchanged (v{version_before})."
-    if version_before is None and not store.exists():
-        return f"No table {cfg.table!r} was created."
-    try:
-        lock.ensure_held()
-        if version_before is None:  # this run created it
-            store.drop()
-            return f"No table {cfg.table!r} was left: this run had created it."
-        store.restore(version_before)
-    except Exception as exc:  # noqa: BLE001 - the fault of the input is what must surface; say what is left to do
-        undo = (f"logicrank restore --db {cfg.db} --table {cfg.table} --version {version_before}" if version_before is not None
-                else f"remove table {cfg.table!r} from {cfg.db}")
-        return f"Rolling back what this run wrote failed ({first_line(exc)}); to undo it: {undo}."
-    return f"The documents written before the fault were rolled back: the table is as it was at v{version_before} (now v{store.version})."
-
-
-def _restore_hint(cfg: IndexConfig, store: DocStore, version_before: int | None) -> str:
-    """What the table holds and how to put it back as it was before this run, for refusal messages."""
-    if version_before is None:
-        return f" The good rows were written: {_table_state(cfg, store, None)}." if store.exists() else ""
-    if store.exists() and store.version == version_before:
-        why = _unread(store)
-        return f" The table is unchanged (v{version_before}){f', still incomplete, and will not be read {why}' if why else ''}."
-    return (
-        f" New and changed documents were written: {_table_state(cfg, store, version_before)}; to return to the table as it was "
-        f"before this run: logicrank restore --db {cfg.db} --table {cfg.table} --version {version_before}"
-    )
-
-
-def _unread(store: DocStore) -> str | None:
-    """None when readers read the table's latest version (a completed run finished it); else
-    why not, in parentheses."""
-    try:
-        read = store.readable_version("index")[0]
-    except StoreError:
-        return "(no index run has completed on this table, so retrieve refuses it)"
-    return None if read == store.version else f"(readers keep reading v{read}, the last version a completed index run finished)"
-
-
-def _table_state(cfg: IndexConfig, store: DocStore, version_before: int | None) -> str:
-    """What a run that did not finish left: the table's latest version, and whether readers read
-    it (a version a completed run finished) or which one they read instead."""
-    table = repr(cfg.table)
-    try:
-        if not store.exists():
-            return f"no table {table} was created"
-        latest, why = store.version, _unread(store)
-        if latest == version_before:
-            return f"table {table} is unchanged (v{latest})" + (f", still incomplete, and will not be read {why}" if why else "")
-        return f"table {table} v{latest} is complete" if why is None else f"table {table} v{latest} is incomplete and will not be read {why}"
-    except Exception as exc:  # noqa: BLE001 - what stopped the run is what must surface
-        return f"the state of table {table} could not be read ({first_line(exc)})"
-
-
 def _stopped(cfg: IndexConfig, rundir: RunDir, sources: list[Source], mid: str, store: DocStore, version_before: int | None,
              writer: IndexWriter, exc: BaseException) -> BaseException:
     """A run that stopped before it finished: interrupted (Ctrl-C, SIGTERM, the stall watchdog) or
@@ -426,7 +353,7 @@ def _stopped(cfg: IndexConfig, rundir: RunDir, sources: list[Source], mid: str, 
     interruption; else ``exc``, its one-line message extended (a :class:`UserError` or
     :class:`JobFailed`) or the line added as a note (a bug keeps its traceback)."""
     interrupted = isinstance(exc, KeyboardInterrupt | Stalled)
-    state = _table_state(cfg, store, version_before)
+    state = table_state(cfg, store, version_before)
     done = (f"after reading {writer.rows_read:,} rows ({writer.written:,} documents written)" if writer.written
             else f"after reading {writer.rows_read:,} rows, before writing any")
     resume = "rerun the same command to resume (documents already written are kept and not embedded again)"

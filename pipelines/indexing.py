@@ -11,6 +11,10 @@ The stages, in order, each over PARSED tables (see :mod:`logicrank.pipelines.cor
 After the stream, the job deletes stored ids the snapshot did not contain
 (:meth:`SeenIds.absent`, an anti-join in batches).
 
+What a run tells its operator about the table (no Ray): why a snapshot is refused
+(:func:`index_refusal`), the undo of a run whose input failed (:func:`roll_back`), and what the
+table holds and how to restore it (:func:`restore_hint`, :func:`table_state`).
+
 Bounded memory: nothing here holds a whole corpus's ids or hashes. The stored hashes are
 read per batch through the table's scalar index on doc_id; the ids read so far are kept on
 disk (:class:`SeenIds`, SQLite in the run's directory). Before, the driver held every stored
@@ -36,11 +40,13 @@ import pyarrow.parquet as pq
 
 from logicrank.pipelines.corpus import UNREADABLE, SourceError
 from logicrank.pipelines.embed import Embedder, document_text
-from logicrank.schemas.config import EmbedConfig
+from logicrank.schemas.config import EmbedConfig, IndexConfig
+from logicrank.schemas.errors import first_line
 from logicrank.schemas.tables import CORPUS, REJECTS
 
 if TYPE_CHECKING:  # the embedding actor imports this module: keep lancedb out of it
     from logicrank.pipelines.store import DocStore
+    from logicrank.pipelines.writelock import TableLock
 
 # Lance's caches of the dataset the lookups read: at their defaults they grew with the lookups
 # (about 24 MiB of RSS per 1M ids looked up, measured), bounded here they stay flat, and the
@@ -383,3 +389,90 @@ class IndexWriter:
         self.store.open_or_create(dim, self.model_id, self.title_sep)
         self.store.upsert(chunk.select(CORPUS.names + ["content_hash", "vector"]))
         self.written += chunk.num_rows
+
+
+def index_refusal(cfg: IndexConfig, s, stored: int, any_valid: bool, rejects: Path, restore: str) -> str | None:
+    """Why this snapshot must not change the table further (no deletes, no tag), or None. ``s``: the
+    run's counts (the index job's summary: ``rejected``, ``rows_read``, ``rejects_by_reason``,
+    ``absent``); ``stored``: the documents the table held; ``restore``: :func:`restore_hint`'s line."""
+    fraction = s.rejected / s.rows_read if s.rows_read else 0.0
+    if fraction > cfg.max_reject_fraction:
+        return (
+            f"index: {s.rejected} of {s.rows_read} rows rejected ({fraction:.1%} > max_reject_fraction "
+            f"{cfg.max_reject_fraction:.1%}); reasons {s.rejects_by_reason}. No document was deleted and no tag made. "
+            f"See {rejects} for each row's source and reason; fix the corpus or raise --max-reject-fraction.{restore}"
+        )
+    if not any_valid:
+        return (
+            f"index: the snapshot {cfg.corpus!r} holds no valid document ({s.rows_read} rows read, {s.rejected} rejected); "
+            f"an empty snapshot never deletes anything, so the table is unchanged. Check the corpus path and format"
+            + (f"; see {rejects} for each rejected row's reason." if s.rejected else ".")
+        )
+    share = s.absent / stored if stored else 0.0
+    if cfg.delete_missing and share > cfg.max_delete_fraction and not cfg.allow_mass_delete:
+        return (
+            f"index: this snapshot would delete {s.absent} of the {stored} documents in table {cfg.table!r} "
+            f"({share:.1%} > max_delete_fraction {cfg.max_delete_fraction:.1%}); refused, nothing was deleted. If the "
+            f"deletions are meant, rerun with --allow-mass-delete (or raise --max-delete-fraction).{restore}"
+        )
+    return None
+
+
+def roll_back(cfg: IndexConfig, store: DocStore, version_before: int | None, lock: TableLock) -> str:
+    """Undo what this run wrote before its input failed (only while it still holds the table's
+    lock); says what the table is now, or how to put it back when the undo could not run."""
+    if version_before is not None and store.version == version_before:
+        return f"The table is unchanged (v{version_before})."
+    if version_before is None and not store.exists():
+        return f"No table {cfg.table!r} was created."
+    try:
+        lock.ensure_held()
+        if version_before is None:  # this run created it
+            store.drop()
+            return f"No table {cfg.table!r} was left: this run had created it."
+        store.restore(version_before)
+    except Exception as exc:  # noqa: BLE001 - the fault of the input is what must surface; say what is left to do
+        undo = (f"logicrank restore --db {cfg.db} --table {cfg.table} --version {version_before}" if version_before is not None
+                else f"remove table {cfg.table!r} from {cfg.db}")
+        return f"Rolling back what this run wrote failed ({first_line(exc)}); to undo it: {undo}."
+    return f"The documents written before the fault were rolled back: the table is as it was at v{version_before} (now v{store.version})."
+
+
+def restore_hint(cfg: IndexConfig, store: DocStore, version_before: int | None) -> str:
+    """What the table holds and how to put it back as it was before this run, for refusal messages."""
+    if version_before is None:
+        return f" The good rows were written: {table_state(cfg, store, None)}." if store.exists() else ""
+    if store.exists() and store.version == version_before:
+        why = unread_reason(store)
+        return f" The table is unchanged (v{version_before}){f', still incomplete, and will not be read {why}' if why else ''}."
+    return (
+        f" New and changed documents were written: {table_state(cfg, store, version_before)}; to return to the table as it was "
+        f"before this run: logicrank restore --db {cfg.db} --table {cfg.table} --version {version_before}"
+    )
+
+
+def unread_reason(store: DocStore) -> str | None:
+    """None when readers read the table's latest version (a completed run finished it); else
+    why not, in parentheses."""
+    from logicrank.pipelines.store import StoreError
+
+    try:
+        read = store.readable_version("index")[0]
+    except StoreError:
+        return "(no index run has completed on this table, so retrieve refuses it)"
+    return None if read == store.version else f"(readers keep reading v{read}, the last version a completed index run finished)"
+
+
+def table_state(cfg: IndexConfig, store: DocStore, version_before: int | None) -> str:
+    """What a run that did not finish left: the table's latest version, and whether readers read
+    it (a version a completed run finished) or which one they read instead."""
+    table = repr(cfg.table)
+    try:
+        if not store.exists():
+            return f"no table {table} was created"
+        latest, why = store.version, unread_reason(store)
+        if latest == version_before:
+            return f"table {table} is unchanged (v{latest})" + (f", still incomplete, and will not be read {why}" if why else "")
+        return f"table {table} v{latest} is complete" if why is None else f"table {table} v{latest} is incomplete and will not be read {why}"
+    except Exception as exc:  # noqa: BLE001 - what stopped the run is what must surface
+        return f"the state of table {table} could not be read ({first_line(exc)})"
