@@ -16,7 +16,6 @@ setlogic.yaml on the samples below, as the bench commands run them: pipelines/be
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import asdict
@@ -26,8 +25,8 @@ from logicrank.jobs.experiment import run_experiment
 from logicrank.jobs.raysession import ray_session
 from logicrank.pipelines import benchmarks
 from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.evaluate.report import demo_section, section_of, write_entry_page
 from logicrank.pipelines.experiment import EXPERIMENTS, load
-from logicrank.pipelines.files import write_text_atomic
 from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig
 
 # The SmolLM2 samples, small so that the job fits 15 minutes on 2 cores (docs/main-job.md); the
@@ -91,7 +90,7 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
     marks.append(("generate", time.perf_counter()))
     demo = _generate_demo(out / "generate", db, embed, ray, echo)
     marks.append(("", time.perf_counter()))
-    _link_reports(out, "\n".join(_section(res) for res in (*itlr, llm)), rules, lag["report"], setlogic, demo)
+    write_entry_page(out, "\n".join(section_of(res.report) for res in (*itlr, llm)), rules, lag["report"], setlogic, demo)
     echo("time by section: " + ", ".join(f"{name} {end - start:.0f} s" for (name, start), (_, end) in zip(marks, marks[1:], strict=False)))
     echo(f"report: {out / 'report.md'}")
     if not lag["reproduced"]:
@@ -129,7 +128,7 @@ def rules_section(out: Path, rulebench: str | None, embed: EmbedConfig, ray: Ray
     res = run_experiment(benchmarks.rules(rulebench, sample=RULES_SAMPLE, r3_n=RULES_R3_N), out, embed, ray, local_llm(), strict=False, progress=False)
     for rid, v in res.summary["R@1"].items():
         echo(f"      R@1 {rid:24s} {100 * v:.2f}")
-    return _section(res)
+    return section_of(res.report)
 
 
 def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
@@ -145,7 +144,7 @@ def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
     table = llm_rows.summary
     for rid in table.index:
         echo(f"      {rid:18s} Acc {100 * table.loc[rid, 'Acc']:.1f}  EM {100 * table.loc[rid, 'EM']:.1f}  chain recall {table.loc[rid, 'R@100']:.4f}")
-    return {"oracle": oracle.summary["R@100"].to_dict(), "reproduced": oracle.reproduced, "report": _section(oracle) + "\n" + _section(llm_rows)}
+    return {"oracle": oracle.summary["R@100"].to_dict(), "reproduced": oracle.reproduced, "report": section_of(oracle.report) + "\n" + section_of(llm_rows.report)}
 
 
 def _setlogic(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> tuple[str, dict]:
@@ -157,12 +156,7 @@ def _setlogic(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> tuple[str,
                          strict=False, progress=False)
     for rid, row in res.summary.iterrows():
         echo(f"      {rid:6s} P@1 {row['P@1']:.3f}  R@5 {row['R@5']:.3f}  nDCG@10 {row['nDCG@10']:.3f}")
-    return _section(res), {f"{rid} {measure}": float(v) for rid, row in res.summary.iterrows() for measure, v in row.items()}
-
-
-def _section(res) -> str:
-    """An experiment's report as a section of the entry page."""
-    return res.report.read_text(encoding="utf-8").replace("# ", "## ", 1)
+    return section_of(res.report), {f"{rid} {measure}": float(v) for rid, row in res.summary.iterrows() for measure, v in row.items()}
 
 
 def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo) -> str:
@@ -176,14 +170,4 @@ def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo)
     shutil.rmtree(out, ignore_errors=True)  # a demo: regenerated each run (a re-indexed table is a new version, which a resume refuses)
     c = run_generate(cfg, out, echo=lambda m: None)
     echo(f"      {c['questions']} questions, {c['labels']['pairs']} pairs judged, {c['labels']['relevant']} relevant; card: {out / 'card.md'}")
-    rows = [json.loads(line) for line in (out / "queries.jsonl").read_text(encoding="utf-8").splitlines()[:4]]
-    examples = [f"- `{r['logical_query']}` -> {r['text']!r} ({r['status']})" for r in rows]
-    card = (out / "card.md").read_text(encoding="utf-8").replace(f"# Generated dataset: {out.name}", "## Dataset generation demo", 1)
-    return card + "\nFirst questions (logical form -> question):\n\n" + "\n".join(examples) + "\n"
-
-
-def _link_reports(out: Path, itlr: str, rules: str, lag: str, setlogic: str, demo: str) -> None:
-    """One entry page: the retrieval report, the ITLR tables and the LLM path, rule retrieval,
-    LAG, set-logic queries over LIMIT, the generation demo."""
-    retrieval = (out / "evaluate" / "report.md").read_text(encoding="utf-8").replace("](plots/", "](evaluate/plots/")
-    write_text_atomic("\n".join((retrieval, itlr, rules, lag, setlogic, demo)), out / "report.md")
+    return demo_section(out)
