@@ -19,6 +19,7 @@ from logicrank.cli_config import EMBED, LLM, Bound, configured, read_file
 from logicrank.cli_config import default as _d
 from logicrank.jobs.watchdog import DEFAULT_TIMEOUT_S, watch
 from logicrank.pipelines.config import DecomposeConfig, RetrieveConfig, decomposition_kinds
+from logicrank.pipelines.files import read_yaml
 from logicrank.schemas.config import (
     EmbedConfig,
     EvaluateConfig,
@@ -677,22 +678,10 @@ def _held(served: dict | None) -> str:
 
 def _read_config(path: Path) -> dict:
     """A YAML config file's top-level mapping."""
-    data = _load_yaml(path, f"config {path}", UserError)
+    data = read_yaml(path, "config", UserError)
     if not isinstance(data, dict):
         raise UserError(f"config {path}: expected a mapping (out, index, query_sets, pipelines, ...).")
     return data
-
-
-def _load_yaml(path: Path, what: str, error: type[UserError]):
-    """A YAML file's content; an unreadable file or bad YAML is ``error`` naming ``what``."""
-    import yaml
-
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise error(f"{what}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise error(f"{what}: not valid YAML: {' '.join(str(exc).split())}") from None
 
 
 @app.command()

@@ -194,16 +194,10 @@ def configured(*blocks: Block, config=None, file: bool = False, **own: str | tup
 
 def read_file(path: Path) -> dict:
     """A config file's top-level mapping (YAML)."""
-    import yaml
-
+    from logicrank.pipelines.files import read_yaml
     from logicrank.schemas.errors import UserError
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"config {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"config {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    data = read_yaml(path, "config", UserError)
     if not isinstance(data, dict):
         raise UserError(f"config {path}: expected a mapping of the job's config fields.")
     return data

@@ -229,17 +229,12 @@ class Experiment(_Model):
 def load(path: str | Path) -> Experiment:
     """An experiment file (or the name of one in jobs/experiments/, e.g. ``scifact``); a
     mistake is one line naming the file and the key."""
-    import yaml
+    from logicrank.pipelines.files import read_yaml
 
     path = Path(path)
     if not path.exists() and (EXPERIMENTS / f"{path.name}.yaml").is_file() and path.name == str(path):
         path = EXPERIMENTS / f"{path.name}.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ExperimentError(f"experiment {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ExperimentError(f"experiment {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    data = read_yaml(path, "experiment", ExperimentError)
     try:
         return Experiment.model_validate(data)
     except ValidationError as exc:
@@ -585,15 +580,15 @@ def grouped(metrics: pa.Table, queries: Path, column: str) -> pd.DataFrame:
 def _group_of(queries: Path, column: str | None) -> dict[str, str]:
     """query id -> its value of ``column`` (a top-level field of the queries file, or under
     metadata; None: the id itself)."""
+    from logicrank.pipelines.files import read_jsonl
+
     groups = {}
-    for line in queries.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            qid = str(row.get("_id", row.get("query_id")))
-            value = qid if column is None else row.get(column, (row.get("metadata") or {}).get(column))
-            if value is None:
-                raise ExperimentError(f"group_by {column!r}: query {qid} has no such field")
-            groups[qid] = str(value)
+    for _, row in read_jsonl(queries, "group_by: queries", ExperimentError):
+        qid = str(row.get("_id", row.get("query_id")))
+        value = qid if column is None else row.get(column, (row.get("metadata") or {}).get(column))
+        if value is None:
+            raise ExperimentError(f"group_by {column!r}: query {qid} has no such field")
+        groups[qid] = str(value)
     return groups
 
 

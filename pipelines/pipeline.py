@@ -132,14 +132,9 @@ def parse_pipelines(spec: Any) -> dict[str, tuple[StageOptions, ...]]:
 
 def pipelines_file(path: str | Path) -> dict:
     """A pipelines YAML file's mapping of name -> stages (or under a ``pipelines:`` key), not yet parsed."""
-    import yaml
+    from logicrank.pipelines.files import read_yaml
 
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PipelineError(f"pipelines file {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise PipelineError(f"pipelines file {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    data = read_yaml(path, "pipelines file", PipelineError)
     if isinstance(data, dict) and set(data) == {"pipelines"}:
         data = data["pipelines"]
     if not isinstance(data, dict) or not data:

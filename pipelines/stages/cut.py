@@ -9,7 +9,6 @@ and a field holding a number or a list (its length counts): e.g. the whole quest
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
 import numpy as np
@@ -17,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
+from logicrank.pipelines.files import read_jsonl
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.stages.registry import register
 from logicrank.schemas.errors import UserError
@@ -70,17 +70,13 @@ class Cut(Stage):
 def read_depths(path: str, field: str, times: int) -> dict[str, int]:
     """query id -> times x the line's ``field`` (a number, or a list's length)."""
     out = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                qid = str(row["query_id"] if "query_id" in row else row["_id"])
-                value = row[field]
-                out[qid] = times * (len(value) if isinstance(value, list) else int(value))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                raise CutError(f"cut: {path}: line {n} has no query id (query_id or _id) and {field!r} (a number or a list): {exc}") from None
+    for n, row in read_jsonl(path, "cut:", CutError):
+        try:
+            qid = str(row["query_id"] if "query_id" in row else row["_id"])
+            value = row[field]
+            out[qid] = times * (len(value) if isinstance(value, list) else int(value))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CutError(f"cut: {path}: line {n} has no query id (query_id or _id) and {field!r} (a number or a list): {exc}") from None
     return out
 
 

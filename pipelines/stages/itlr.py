@@ -5,8 +5,6 @@ candidates a file lists for each query)."""
 from __future__ import annotations
 
 import functools
-import json
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -236,7 +234,10 @@ def refusal(unparsed: list[tuple[str, str, str]], decomposed: bool = False) -> s
 
 
 def _read_labels(path: str) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    from logicrank.pipelines.files import read_jsonl
+    from logicrank.schemas.errors import UserError
+
+    return [obj for _, obj in read_jsonl(path, "itlr: labels", UserError)]
 
 
 def _term_candidates(parsed, evidence, store, o: ITLROptions):

@@ -5,7 +5,6 @@ call on the job's LLM pool; never a job or an engine call per question or per st
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logicrank.pipelines.embed import document_text, to_matrix
+from logicrank.pipelines.files import read_jsonl
 from logicrank.pipelines.llm import prompts as templates
 from logicrank.pipelines.methods import lag
 from logicrank.pipelines.methods.lag import LAG_ANSWERS, LAG_STEPS, LagOptions
@@ -116,21 +116,17 @@ class StoreRetriever(lag.Retriever):
 def read_decompositions(path: str | Path, query_ids: list[str]) -> dict[str, list[dict]]:
     """query_id -> [{"question", "answer"}, ...] from an answers file; every asked question must have one."""
     out = {}
-    with Path(path).open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                steps = obj.get("decomposition") or []
-                if not isinstance(steps, list) or not all(isinstance(st, dict) and isinstance(st.get("question"), str) and isinstance(st.get("answer"), str)
-                                                          for st in steps):
-                    raise ValueError("each decomposition step needs a question and an answer (strings)")
-                qid = str(obj["query_id"])
-            except (json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
-                raise LagError(f"lag: {path}: line {n} is not an answers line with query_id and a decomposition ({exc}).") from None
-            if steps:
-                out[qid] = steps
+    for n, obj in read_jsonl(path, "lag:", LagError, "with query_id and a decomposition"):
+        try:
+            steps = obj.get("decomposition") or []
+            if not isinstance(steps, list) or not all(isinstance(st, dict) and isinstance(st.get("question"), str) and isinstance(st.get("answer"), str)
+                                                      for st in steps):
+                raise ValueError("each decomposition step needs a question and an answer (strings)")
+            qid = str(obj["query_id"])
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise LagError(f"lag: {path}: line {n} is not an answers line with query_id and a decomposition ({exc}).") from None
+        if steps:
+            out[qid] = steps
     missing = [q for q in query_ids if q not in out]
     if missing:
         raise LagError(f"lag: {path} holds no gold decomposition for {len(missing)} question(s) (e.g. {missing[:3]}); "

@@ -5,14 +5,13 @@ rules (``reason``: the LLM answers each query given the run's top rules). Method
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from logicrank.pipelines.embed import document_text
+from logicrank.pipelines.files import read_jsonl
 from logicrank.pipelines.llm import prompts as templates
 from logicrank.pipelines.methods import rules
 from logicrank.pipelines.methods.rules import INDUCED_RULES, RERANK_WINDOWS, RULE_ANSWERS, R3Options, ReasonOptions, SiarOptions
@@ -149,17 +148,11 @@ class Reason(Stage):
 def read_inputs(path: str, query_ids: list[str]) -> dict[str, tuple[str, str]]:
     """query_id -> (question as given, instruction) from an answers file; every query must have one."""
     out = {}
-    try:
-        with Path(path).open(encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                        out[str(row["query_id"])] = (str(row["question"]), str(row.get("instruction") or ""))
-                    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                        raise ReasonError(f"reason: {path}: line {n} is not an answers line with query_id and question ({exc}).") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReasonError(f"reason: {path}: cannot be read ({exc}).") from None
+    for n, row in read_jsonl(path, "reason:", ReasonError, "with query_id and question"):
+        try:
+            out[str(row["query_id"])] = (str(row["question"]), str(row.get("instruction") or ""))
+        except (KeyError, TypeError) as exc:
+            raise ReasonError(f"reason: {path}: line {n} is not an answers line with query_id and question ({exc}).") from None
     missing = [q for q in query_ids if q not in out]
     if missing:
         raise ReasonError(f"reason: {path} has no question for {len(missing)} query(ies), e.g. {missing[:3]}; "
