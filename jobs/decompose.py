@@ -16,7 +16,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from logicrank.jobs.llm_service import LLMService
@@ -25,7 +24,7 @@ from logicrank.jobs.rundir import RunDir, file_fingerprint
 from logicrank.pipelines.config import DecomposeConfig
 from logicrank.pipelines.files import write_parquet_atomic
 from logicrank.pipelines.llm import prompts
-from logicrank.pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings, decompose
+from logicrank.pipelines.llm.decompose import TEMPLATES, check_conserved, decompose, settings_of
 from logicrank.pipelines.llm.models import resolve
 from logicrank.pipelines.topics import read_queries
 from logicrank.schemas.tables import DECOMPOSITIONS, conform
@@ -40,17 +39,6 @@ class DecomposeSummary:
     cache_hits: int = 0
     seconds: float = 0.0
     skipped: bool = False
-
-
-def settings_of(cfg: DecomposeConfig) -> DecomposeSettings:
-    return DecomposeSettings(
-        methods=cfg.methods,
-        constrained=cfg.constrained,
-        max_tokens=tuple((k.name, cfg.max_tokens.get(k.name, k.max_tokens)) for k in KINDS.values()),
-        max_term_chars=cfg.max_term_chars,
-        temperature=cfg.temperature,
-        seed=cfg.llm.seed if cfg.temperature > 0 else None,
-    )
 
 
 def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False, echo=print) -> DecomposeSummary:
@@ -94,15 +82,3 @@ def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False,
         generated_tokens=pc.sum(pc.filter(table.column("generated_tokens"), fresh)).as_py() or 0,
     )
     return summary
-
-
-def check_conserved(queries: pa.Table, table: pa.Table, methods) -> None:
-    """Raise unless ``table`` (the decompositions) holds every (query, method) pair of
-    ``queries`` x ``methods`` exactly once: the error counts the pairs missing and those
-    unexpected (duplicated or unknown), with a few of each."""
-    want = Counter((q, m) for q in queries.column("query_id").to_pylist() for m in methods)
-    got = Counter(zip(table.column("query_id").to_pylist(), table.column("method").to_pylist(), strict=True))
-    if got != want:
-        lost, extra = want - got, got - want
-        raise RuntimeError(f"decompose: rows not conserved (a bug): {sum(lost.values())} missing (e.g. {list(lost)[:3]}), "
-                                f"{sum(extra.values())} unexpected (e.g. {list(extra)[:3]})")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -159,6 +160,19 @@ class DecomposeSettings:
     seed: int | None = None
 
 
+def settings_of(cfg) -> DecomposeSettings:
+    """The decomposition settings of ``cfg`` (a ``DecomposeConfig``, pipelines/config.py): its methods,
+    each kind's token budget (the kind's own unless the config sets one), and a seed only when sampling."""
+    return DecomposeSettings(
+        methods=cfg.methods,
+        constrained=cfg.constrained,
+        max_tokens=tuple((k.name, cfg.max_tokens.get(k.name, k.max_tokens)) for k in KINDS.values()),
+        max_term_chars=cfg.max_term_chars,
+        temperature=cfg.temperature,
+        seed=cfg.llm.seed if cfg.temperature > 0 else None,
+    )
+
+
 def constraint_for(method: str, s: DecomposeSettings) -> Constraint | None:
     return KINDS[method].constraint(s) if s.constrained else None
 
@@ -203,6 +217,18 @@ def _generate_isolating_failures(client, template, questions, constraint, max_to
                 out.append(exc)
         return out
 
+
+
+def check_conserved(queries: pa.Table, table: pa.Table, methods) -> None:
+    """Raise unless ``table`` (the decompositions) holds every (query, method) pair of
+    ``queries`` x ``methods`` exactly once: the error counts the pairs missing and those
+    unexpected (duplicated or unknown), with a few of each."""
+    want = Counter((q, m) for q in queries.column("query_id").to_pylist() for m in methods)
+    got = Counter(zip(table.column("query_id").to_pylist(), table.column("method").to_pylist(), strict=True))
+    if got != want:
+        lost, extra = want - got, got - want
+        raise RuntimeError(f"decompose: rows not conserved (a bug): {sum(lost.values())} missing (e.g. {list(lost)[:3]}), "
+                                f"{sum(extra.values())} unexpected (e.g. {list(extra)[:3]})")
 
 
 def apply_to_queries(queries: pa.Table, decompositions: pa.Table, method: str) -> pa.Table:

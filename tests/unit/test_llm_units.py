@@ -161,7 +161,7 @@ def test_prepare_is_idempotent_and_rebuilds_a_damaged_checkpoint(tmp_path, monke
 def test_lost_or_duplicated_decomposition_rows_fail_the_job():
     import pyarrow as pa
 
-    from logicrank.jobs.decompose import check_conserved
+    from logicrank.pipelines.llm.decompose import check_conserved
 
     queries = pa.table({"query_id": ["q1", "q2"]})
     good = pa.table({"query_id": ["q1", "q2", "q1", "q2"], "method": ["itlr", "itlr", "orlog", "orlog"]})
@@ -227,9 +227,8 @@ def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_r
 
 
 def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_config_agree_with():
-    from logicrank.jobs.decompose import settings_of
     from logicrank.pipelines.config import DecomposeConfig, decomposition_kinds
-    from logicrank.pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings
+    from logicrank.pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings, settings_of
     from logicrank.pipelines.llm.prompts import load
 
     assert tuple(KINDS) == tuple(decomposition_kinds()) == ("itlr", "orlog", "reasoning")
