@@ -293,7 +293,7 @@ def test_a_logical_query_that_does_not_parse_is_refused_or_named_through_the_cli
     bad = {"bad1": "vitamin D AND NOT bone", "bad2": "'vitamin D' AND NOT 'bone'", "bad3": '"vitamin D" -"bone"', "bad4": '"vitamin D" AND NOT'}
     rows += [{"_id": qid, "text": "vitamin D, not bone", "logical_query": form} for qid, form in bad.items()]
     (tmp_path / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = ["retrieve", str(tmp_path / "q.jsonl"), "--db", str(synthetic / "db"), "--method", "dense", "--method", "itlr", "--k", "5", "--no-progress"]
+    args = ["retrieve", str(tmp_path / "q.jsonl"), "--db", str(synthetic / "db"), "--method", "dense", "--method", "itlr", "--set", "dense.k=5", "--set", "itlr.k=5", "--no-progress"]
     refused = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "r")])
     assert refused.exit_code == 2, refused.output
     line = " ".join(refused.output.split())

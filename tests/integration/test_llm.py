@@ -169,7 +169,7 @@ def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, syn
     )
     assert pq.read_table(runs["itlr-llm"]).num_rows == 32 * 5 and pq.read_table(runs["expansion"]).num_rows == 32 * 5
     # the ITLR run scored the model's terms, not the gold ones in queries.jsonl
-    scores = pq.read_table(tmp_path / "r" / "term_scores" / "itlr.parquet").to_pandas()
+    scores = pq.read_table(tmp_path / "r" / "term_scores" / "itlr-llm.parquet").to_pandas()
     for qid, group in scores.groupby("query_id"):
         assert set(group["term"]) == set(parse(logical[qid]).terms())
 
@@ -244,8 +244,8 @@ def test_a_scoring_pool_too_big_for_the_cluster_fails_fast(tmp_path, tiny_dir, s
     rows = (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:1]
     write_jsonl(tmp_path / "q.jsonl", [json.loads(r) for r in rows])
     res = CliRunner().invoke(app, [
-        "retrieve", str(tmp_path / "q.jsonl"), "--db", str(synthetic / "db"), "--method", "reasoner", "--set", "orlog_base=bm25",
-        "--llm-model", str(tiny_dir), "--set", "orlog_reasoner=problog", "--actors", "3", "--out", str(tmp_path / "r"),
+        "retrieve", str(tmp_path / "q.jsonl"), "--db", str(synthetic / "db"), "--method", "reasoner",
+        "--llm-model", str(tiny_dir), "--actors", "3", "--out", str(tmp_path / "r"),
     ])
     assert res.exit_code == 2, res.output
     assert "llm: 3 actor(s) x (1.0 CPU, 0.0 GPU) need 3.0 CPU" in res.output and "Lower --actors" in res.output

@@ -96,7 +96,7 @@ def test_an_actor_pool_too_big_for_the_cluster_fails_fast(indexed, tmp_path):
 
 
 def test_hybrid_fuses_deep_enough_for_k(indexed, tmp_path):
-    # before: --k 250 gave the union of two top-100 lists (at most 200 per query)
+    # the hybrid preset at k 250: both fused lists 250 deep, so the fused run holds 250 per query
     cfg = RetrieveConfig.preset(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), methods=("hybrid",), set={"rrf.k": 250, "dense.k": 250, "bm25.k": 250})
     run = pq.read_table(run_retrieve(cfg, tmp_path / "r")["hybrid"])
     per_query = run.group_by("query_id").aggregate([("doc_id", "count")]).column("doc_id_count").to_pylist()
@@ -126,7 +126,8 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(indexed, tmp_pat
     cases = [
         (["retrieve", str(empty), "--db", str(indexed / "db")], "no queries (the file is empty)"),
         (["retrieve", str(indexed / "queries.jsonl"), "--method", "splade"], "unknown method 'splade'; presets: bm25, dense, expansion, hybrid"),
-        (["retrieve", str(indexed / "queries.jsonl"), "--k", "0"], "method option k=0: must be greater than or equal to 1"),
+        (["retrieve", str(indexed / "queries.jsonl"), "--set", "dense.k=0"], "--set dense.k=0: must be greater than or equal to 1"),
+        (["retrieve", str(indexed / "queries.jsonl"), "--set", "dense.kk=5"], "--set dense.kk: stage 'dense' has no option 'kk'; its options: k,"),
         (["evaluate", str(indexed / "qrels.tsv"), "x.parquet", "--test", "wilcoxon"], "--test 'wilcoxon': must be 't-test' or 'randomisation'"),
         (["index", str(indexed / "corpus.jsonl"), "--actors", "0"], "--actors 0: must be greater than or equal to 1"),
         (["evaluate", str(tmp_path / "missing.tsv"), "x.parquet"], "no qrels file at"),
@@ -243,9 +244,9 @@ def test_a_reused_out_holds_only_this_runs_outputs(indexed, tmp_path):
 
     out = tmp_path / "r"
     q, db = str(indexed / "queries.jsonl"), str(indexed / "db")
-    first = runner.invoke(app, ["retrieve", q, "--db", db, "--method", "dense", "--method", "bm25", "--k", "10", "--trec", "--out", str(out)])
+    first = runner.invoke(app, ["retrieve", q, "--db", db, "--method", "dense", "--method", "bm25", "--set", "dense.k=10", "--set", "bm25.k=10", "--trec", "--out", str(out)])
     assert first.exit_code == 0, first.output
-    second = runner.invoke(app, ["retrieve", q, "--db", db, "--method", "bm25", "--k", "10", "--out", str(out)])
+    second = runner.invoke(app, ["retrieve", q, "--db", db, "--method", "bm25", "--set", "bm25.k=10", "--out", str(out)])
     assert second.exit_code == 0, second.output
     (aside,) = (out / "previous").iterdir()
     line = next(x for x in second.output.splitlines() if "earlier output" in x)
@@ -260,7 +261,7 @@ def test_a_reused_out_holds_only_this_runs_outputs(indexed, tmp_path):
                              "--out", str(tmp_path / "ev")])
     assert ev.exit_code == 0 and "bm25" in ev.output and "dense" not in ev.output, ev.output
     # the same command again: skipped, nothing moved
-    third = runner.invoke(app, ["retrieve", q, "--db", db, "--method", "bm25", "--k", "10", "--out", str(out)])
+    third = runner.invoke(app, ["retrieve", q, "--db", db, "--method", "bm25", "--set", "bm25.k=10", "--out", str(out)])
     assert third.exit_code == 0 and "skipped" in third.output and "earlier output" not in third.output, third.output
     # a run file this run reads is never moved, even in its own runs/: a pipeline that reranks the bm25 run in place
     pipelines = tmp_path / "p.yaml"
