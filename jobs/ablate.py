@@ -2,7 +2,9 @@
 given term scorer (dense cosines, BM25 or hybrid evidence, pipelines/methods/evidence.py).
 
 All 18 choices are composed in one exact pass over the corpus, then each is evaluated:
-one table like the paper's Table 2 (rows: operator choice; value: the measure).
+one table like the paper's Table 2 (rows: operator choice; value: the measure). The grid's
+scoring and table are in pipelines/methods/ablation.py; this module reads the inputs and
+writes the files and the manifest.
 """
 
 from __future__ import annotations
@@ -14,15 +16,13 @@ import pandas as pd
 import pyarrow as pa
 
 from logicrank.jobs.rundir import RunDir
-from logicrank.pipelines.embed import Embedder, model_id
-from logicrank.pipelines.evaluate.core import evaluate_run
+from logicrank.pipelines.embed import model_id
 from logicrank.pipelines.evaluate.measures import parse_measure
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
-from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.logic.query import UnparsedQueryError, unparsed_message
-from logicrank.pipelines.methods.evidence import EvidenceError, calibrate_evidence, check_calibration, describe, make_evidence
-from logicrank.pipelines.methods.itlr import Calibration, parse_queries, score_exact, unique_terms
-from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.pipelines.methods.ablation import grid_markdown, grid_table, score_grid
+from logicrank.pipelines.methods.evidence import EvidenceError, check_calibration
+from logicrank.pipelines.methods.itlr import parse_queries
 from logicrank.pipelines.stages.itlr import unparsed_queries
 from logicrank.pipelines.store import DocStore
 from logicrank.pipelines.topics import read_qrels, read_queries
@@ -49,24 +49,11 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     parsed = parse_queries(queries)
     if unparsed := unparsed_queries(queries, parsed):  # its operators would be measured on queries read as one term
         raise UnparsedQueryError(unparsed_message("ablate", unparsed, hint='Quote each term ("vitamin D" AND NOT "bone")'))
-    terms = unique_terms(parsed)
-    grid = Operators.grid()
     with rundir.timed("score"):
-        if scorer == "dense" and calibration == "none":  # the cosines straight from the vectors (the fast path)
-            pairs = score_exact(parsed, terms, Embedder(embed).encode(terms), store.vector_blocks(), k, grid, Calibration())
-        else:
-            evidence = make_evidence(scorer, store, terms, lambda texts: Embedder(embed).encode(texts), hybrid_weight)
-            cal = calibrate_evidence(evidence, calibration)
-            pairs = score_exact(parsed, terms, None, evidence.blocks(32768), k, grid, cal)
-            calibration = describe(evidence, calibration)
-    rows = []
-    for ops in grid:
-        metrics = evaluate_run(rank_pairs(pairs[ops], k, "itlr", str(ops)), qrels, [m], str(ops)).to_pandas()
-        rows.append({"operators": str(ops), "measure": str(m), "value": float(metrics[metrics["query_id"] == "all"]["value"].item())})
-    df = pd.DataFrame(rows).sort_values("value", ascending=False, kind="stable")
+        pairs, calibration = score_grid(parsed, store, embed, k, scorer, calibration, hybrid_weight)
+    df = grid_table(pairs, qrels, m, k)
     write_parquet_atomic(pa.Table.from_pandas(df, preserve_index=False), Path(out) / "ablation.parquet")
-    lines = [f"| operators | {m} |", "|---|---:|"] + [f"| {r.operators} | {r.value:.4f} |" for r in df.itertuples()]
-    write_text_atomic("\n".join(lines) + "\n", Path(out) / "ablation.md")
+    write_text_atomic(grid_markdown(df, m), Path(out) / "ablation.md")
     fallback = sum(q.status != "ok" for q in parsed)
     rundir.write_manifest({"queries": queries_path, "qrels": qrels_path, "db": db, "measure": str(m), "k": k, "scorer": scorer,
                            "calibration": calibration},

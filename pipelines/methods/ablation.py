@@ -1,0 +1,46 @@
+"""ITLR's operator grid (``logicrank ablate``, jobs/ablate.py): every AND x OR x NOT family
+composed in one exact pass over the corpus for a term scorer (dense cosines, BM25 or hybrid
+evidence, pipelines/methods/evidence.py), each evaluated; one table like the paper's Table 2
+(rows: operator choice; value: the measure). No Ray here."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from logicrank.pipelines.embed import Embedder
+from logicrank.pipelines.evaluate.core import evaluate_run
+from logicrank.pipelines.logic.fuzzy import Operators
+from logicrank.pipelines.methods.evidence import calibrate_evidence, describe, make_evidence
+from logicrank.pipelines.methods.itlr import Calibration, score_exact, unique_terms
+from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.pipelines.store import DocStore
+from logicrank.schemas.config import EmbedConfig
+
+
+def score_grid(parsed: list, store: DocStore, embed: EmbedConfig, k: int, scorer: str, calibration: str,
+               hybrid_weight: float) -> tuple[dict, str]:
+    """Every operator choice's top ``k`` (query, document) pairs over ``store`` for the parsed
+    queries, in one exact pass, and the term scores' calibration as the manifest records it."""
+    terms = unique_terms(parsed)
+    grid = Operators.grid()
+    if scorer == "dense" and calibration == "none":  # the cosines straight from the vectors (the fast path)
+        return score_exact(parsed, terms, Embedder(embed).encode(terms), store.vector_blocks(), k, grid, Calibration()), calibration
+    evidence = make_evidence(scorer, store, terms, lambda texts: Embedder(embed).encode(texts), hybrid_weight)
+    cal = calibrate_evidence(evidence, calibration)
+    return score_exact(parsed, terms, None, evidence.blocks(32768), k, grid, cal), describe(evidence, calibration)
+
+
+def grid_table(pairs: dict, qrels, m, k: int) -> pd.DataFrame:
+    """One row per operator choice (operators, measure, value: ``m`` over ``qrels``), best first
+    (a stable sort: ties keep the grid's order)."""
+    rows = []
+    for ops in Operators.grid():
+        metrics = evaluate_run(rank_pairs(pairs[ops], k, "itlr", str(ops)), qrels, [m], str(ops)).to_pandas()
+        rows.append({"operators": str(ops), "measure": str(m), "value": float(metrics[metrics["query_id"] == "all"]["value"].item())})
+    return pd.DataFrame(rows).sort_values("value", ascending=False, kind="stable")
+ 
+
+def grid_markdown(df: pd.DataFrame, m) -> str:
+    """:func:`grid_table`'s table in Markdown."""
+    lines = [f"| operators | {m} |", "|---|---:|"] + [f"| {r.operators} | {r.value:.4f} |" for r in df.itertuples()]
+    return "\n".join(lines) + "\n"
