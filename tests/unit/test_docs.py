@@ -129,5 +129,6 @@ def test_the_readme_is_a_front_page():
 
 
 def test_every_python_block_compiles():
+    """A syntax check in a second; tests/integration/test_docs_examples.py runs every block on a small table."""
     for page, block in _blocks("python"):
         compile(block, page, "exec")
