@@ -86,7 +86,7 @@ def _run(fn, *args, **kwargs):
 _stall_timeout = DEFAULT_TIMEOUT_S  # the --stall-timeout of this invocation
 
 
-def _job(name: str, out: str | Path, fn, *args, **kwargs):
+def run_job(name: str, out: str | Path, fn, *args, **kwargs):
     """Run a long job under the stall watchdog (jobs/watchdog.py), which writes its stacks into ``out``."""
     def watched():
         with watch(name, out, _stall_timeout):
@@ -192,7 +192,7 @@ def index(
 
     cfg = _config(IndexConfig, bound)
     try:
-        s = _job("index", out, run_index, cfg, out, progress=progress)
+        s = run_job("index", out, run_index, cfg, out, progress=progress)
     except KeyboardInterrupt:  # before the run locked the table (after, run_index's own line is printed by _run)
         _fail(f"index: interrupted before writing anything; table {cfg.table!r} is unchanged.", code=130)
     m = s.maintenance
@@ -288,7 +288,7 @@ def retrieve(
             cfg = _run(lambda: cfg.model_copy(update={"pipelines": with_sets(cfg.pipelines, set_)}))
     else:
         cfg = _config(RetrieveConfig, bound, pipelines=_run(read_presets, tuple(method or ["dense"]), run_tag, set_))
-    for rid, path in _job("retrieve", out, run_retrieve, cfg, out, echo=typer.echo, progress=progress).items():
+    for rid, path in run_job("retrieve", out, run_retrieve, cfg, out, echo=typer.echo, progress=progress).items():
         typer.echo(f"{rid}: {path}")
 
 
@@ -332,7 +332,7 @@ def evaluate(
     _run(parse_measures, cfg.measures)
     if cfg.answers:
         _run(parse_qa_measures, cfg.qa_measures)
-    metrics = _job("evaluate", out, run_evaluate, cfg, out, echo=typer.echo)
+    metrics = run_job("evaluate", out, run_evaluate, cfg, out, echo=typer.echo)
     typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
     for line in evaluation_notes(out):
         typer.echo(line)
@@ -356,7 +356,7 @@ def decompose(
     from logicrank.jobs.decompose import run_decompose
 
     cfg = _config(DecomposeConfig, bound)
-    s = _job("decompose", out, run_decompose, cfg, out, progress=progress, echo=typer.echo)
+    s = run_job("decompose", out, run_decompose, cfg, out, progress=progress, echo=typer.echo)
     note = " (unchanged: skipped)" if s.skipped else f", {s.prompts_run} prompts run, {s.cache_hits} from cache, {s.seconds:.1f} s"
     typer.echo(f"{s.rows} rows {s.by_status}{note}. Table: {s.path}")
 
@@ -492,7 +492,7 @@ def generate_itlr(
     cfg = _config(GenerateConfig, bound)
     if cfg.demo_note is None and "smollm2" in cfg.llm.model.lower():
         cfg = cfg.model_copy(update={"demo_note": DEMO_NOTE})
-    _job("generate", out, run_generate, cfg, out, echo=typer.echo, progress=progress)
+    run_job("generate", out, run_generate, cfg, out, echo=typer.echo, progress=progress)
     typer.echo(f"card: {out / 'card.md'}")
 
 
@@ -594,7 +594,7 @@ def ablate(
     """ITLR operator ablation for one term scorer: every AND x OR x NOT family, one exact pass, one table."""
     from logicrank.jobs.ablate import run_ablate
 
-    df = _job("ablate", out, run_ablate, queries, qrels, db, out, _config(EmbedConfig, bound, "embed"), table, measure, 100, scorer,
+    df = run_job("ablate", out, run_ablate, queries, qrels, db, out, _config(EmbedConfig, bound, "embed"), table, measure, 100, scorer,
               calibration, hybrid_weight, typer.echo)
     typer.echo(df.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
 
@@ -637,11 +637,11 @@ def nightly(
     if at is not None:
         from logicrank.pipelines.evaluate.report import summary_frame
 
-        for qs, metrics in _job("nightly", cfg.out, run_at, cfg, at, echo=typer.echo, progress=progress).items():
+        for qs, metrics in run_job("nightly", cfg.out, run_at, cfg, at, echo=typer.echo, progress=progress).items():
             typer.echo(f"{qs} at table version {at}:")
             typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
         return
-    result = _job("nightly", cfg.out, run_nightly, cfg, date, echo=typer.echo, progress=progress)
+    result = run_job("nightly", cfg.out, run_nightly, cfg, date, echo=typer.echo, progress=progress)
     alert = f"; alert {result.alert}" if result.alert else ""
     typer.echo(f"night {result.date}: {result.status}{_held(result.served)}{alert}; report {result.report or '(none: the night stopped)'}")
     if result.exit_code:
@@ -658,7 +658,7 @@ def nightly_demo(
     """Three nights of `logicrank nightly` on bundled SciFact: baseline, a routine change, a corrupted snapshot."""
     from logicrank.jobs.nightly_demo import run_demo
 
-    results = _job("nightly-demo", out, run_demo, out, corrupt_queries, echo=typer.echo, backend=backend, address=ray_address)
+    results = run_job("nightly-demo", out, run_demo, out, corrupt_queries, echo=typer.echo, backend=backend, address=ray_address)
     for r in results:
         typer.echo(f"night {r.date}: {r.status} (exit code {r.exit_code}){_held(r.served)}" + (f", alert {r.alert}" if r.alert else ""))
     typer.echo(f"config: {out / 'nightly.yaml'}; report: {out / 'nightly' / 'report.md'}")
@@ -720,7 +720,7 @@ def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool =
     missed = []
     for exp in exps:
         where = out / exp.name if nested else out
-        result = _job(job, out, run_experiment, exp, where, embed, ray, llm, strict=False, progress=progress, echo=typer.echo, table=out)
+        result = run_job(job, out, run_experiment, exp, where, embed, ray, llm, strict=False, progress=progress, echo=typer.echo, table=out)
         for rid, row in result.summary.iterrows():
             typer.echo(f"{rid}: " + "  ".join(f"{m} {v:.4f}" for m, v in row.items()))
         for c in result.checks:
@@ -746,7 +746,7 @@ def main_job(
     """The main job on embedded defaults: index bundled SciFact, dense/BM25/hybrid, evaluate."""
     from logicrank.jobs.main_job import run_main
 
-    result = _job("main", out, run_main, out, _run(EmbedConfig, backend=backend), _run(RayConfig, address=ray_address), progress=progress, echo=typer.echo,
+    result = run_job("main", out, run_main, out, _run(EmbedConfig, backend=backend), _run(RayConfig, address=ray_address), progress=progress, echo=typer.echo,
                   rulebench=rulebench)
     if not result["reproduced"]:
         raise typer.Exit(1)

@@ -146,7 +146,7 @@ class Orlog(_LLMReranker):
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         o = self.options
-        _refuse_unparsed_forms(queries)
+        refuse_unparsed_forms(queries)
         qs = orlog.orlog_queries(queries)
         if o.scorer == "bm25":
             ctx.store.bm25_index()  # opened (or built) before the clock starts: indexing is not scoring
@@ -210,7 +210,7 @@ class Reasoner(_LLMReranker):
         return Output(run=run, counts=_cost(res, len(res), 0) | sharding)
 
 
-def _refuse_unparsed_forms(queries: pa.Table) -> None:
+def refuse_unparsed_forms(queries: pa.Table) -> None:
     """A decomposition's form (a decompositions file's ``logical_query`` over atom ids) that
     does not parse stops the run, in one line naming the queries: OrLog has no whole-text
     reading of a query to fall back to."""

@@ -37,7 +37,7 @@ from tests.perf.report import write_report  # noqa: E402
 STATEMENTS = ["{t} reports a clinical trial", "{t} is about cancer", "{t} studies mice", "{t} is a review article"]
 
 
-def _prompts(n_docs: int) -> pa.Table:
+def truth_prompts(n_docs: int) -> pa.Table:
     rows = []
     with gzip.open(scifact().corpus, "rt", encoding="utf-8") as f:
         for line in f:
@@ -67,7 +67,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/bench")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    table = _prompts(args.docs)
+    table = truth_prompts(args.docs)
     n = table.num_rows
     cpus = len(os.sched_getaffinity(0))
     cfg = LLMConfig(cache=None)

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from logicrank.pipelines.llm import prompts  # noqa: E402
 from logicrank.pipelines.llm.models import resolve  # noqa: E402
-from tests.perf.bench_llm import _prompts  # noqa: E402
+from tests.perf.bench_llm import truth_prompts  # noqa: E402
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(resolved.path)
     ids = [tok.encode(" True", add_special_tokens=False)[0], tok.encode(" False", add_special_tokens=False)[0]]
     template = prompts.load("truth")
-    table = _prompts(128)
+    table = truth_prompts(128)
     rows = [{"prompt": template.render(context=c, statement=s)} for c, s in zip(table.column("context").to_pylist(), table.column("statement").to_pylist(), strict=True)]
     cpus = len(os.sched_getaffinity(0))
     ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR")

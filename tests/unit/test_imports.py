@@ -132,3 +132,13 @@ def test_outside_the_repository_only_logicrank_is_installed(tmp_path):
 def test_a_cycle_is_found():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_test_imports_a_private_name_of_logicrank():
+    """Tests go through public seams: no ``from logicrank... import _name`` (nor of a test helper)."""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("logicrank", "tests"):
+                found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert not found

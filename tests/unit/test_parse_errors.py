@@ -138,14 +138,14 @@ def test_a_decompositions_file_follows_the_same_rule_and_its_fallbacks_are_named
 
 
 def test_orlog_refuses_a_form_that_does_not_parse_naming_the_query():
-    from logicrank.pipelines.stages.orlog import _refuse_unparsed_forms
+    from logicrank.pipelines.stages.orlog import refuse_unparsed_forms
 
     atoms = [[{"id": "a1", "text": "{x} is"}, {"id": "a2", "text": "{x} has"}]] * 2
     ok = _queries([("q1", "t", '"a1" AND NOT "a2"'), ("q2", "t", '"a1"')], atoms=atoms)
-    _refuse_unparsed_forms(ok)
+    refuse_unparsed_forms(ok)
     bad = _queries([("q1", "t", '"a1" AND NOT "a2"'), ("q2", "t", "a1 AND NOT a2")], atoms=atoms)
     with pytest.raises(UnparsedQueryError, match=r"^orlog: query q2's decomposition's form 'a1 AND NOT a2' does not parse at position 0"):
-        _refuse_unparsed_forms(bad)
+        refuse_unparsed_forms(bad)
 
 
 def test_the_run_wide_option_reaches_every_stage_that_takes_it():

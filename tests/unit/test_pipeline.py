@@ -173,7 +173,7 @@ def test_the_command_line_sets_stage_options_on_presets_and_pipelines_files(tmp_
     import logicrank.cli as cli
 
     made = []
-    monkeypatch.setattr(cli, "_job", lambda name, out, fn, cfg, *a, **kw: made.append(cfg) or {})
+    monkeypatch.setattr(cli, "run_job", lambda name, out, fn, cfg, *a, **kw: made.append(cfg) or {})
     f = tmp_path / "p.yaml"
     f.write_text("x: [dense, {orlog: {k: 5}}]")
     res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--pipelines", str(f), "--set", "dense.k=7"])

@@ -100,14 +100,14 @@ def test_a_job_that_cannot_finish_ends_the_command_in_one_line_with_exit_1(tmp_p
     import pytest
     import typer
 
-    from logicrank.cli import _job
+    from logicrank.cli import run_job
     from logicrank.jobs.llm_service import LLMEngineFailed
 
     def job():
         raise LLMEngineFailed("llm: the engine of m@1 keeps dying (4 deaths, ...); last engine error: EngineDeadError: gone")
 
     with pytest.raises(typer.Exit) as exit_:
-        _job("generate", tmp_path, job)
+        run_job("generate", tmp_path, job)
     assert exit_.value.exit_code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: llm: the engine of m@1 keeps dying (4 deaths, ...); last engine error: EngineDeadError: gone"]
