@@ -99,7 +99,7 @@ def encoder_digest(config: EmbedConfig) -> str:
     """What can change a vector: the model, the backend that runs it and its precision, the device,
     batch size and token window (not the thread count). Query encoders hold no GPU: ``auto`` is the CPU."""
     config = concrete(config)
-    precision = "f32" if config.backend == "openvino" else None  # (OpenVINO's bf16 default once gave other vectors)
+    precision = "f32" if config.backend == "openvino" else None  # (OpenVINO's bf16 default gives other vectors)
     return json_digest([model_id(config), config.backend, precision, config.device, config.batch_size, config.max_seq_length])
 
 
@@ -236,8 +236,8 @@ class _OpenVINOEncoder:
                 converted = ov.convert_model(hf, example_input=dict(example))
             _save_atomic(ov, converted, cached)
         # f32 always: on CPUs with bf16 units (Sapphire Rapids and later) OpenVINO's default is
-        # bf16 inference, whose vectors differ from torch's in the 3rd decimal (and which was
-        # slower here: 23 vs 37 docs/s on SciFact abstracts).
+        # bf16 inference, whose vectors differ from torch's in the 3rd decimal (and which is
+        # slower: 23 vs 37 docs/s on SciFact abstracts).
         options = {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"}
         if threads:  # several encoders on one node: each keeps to its share of the cores
             options["INFERENCE_NUM_THREADS"] = threads

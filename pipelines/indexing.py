@@ -17,9 +17,9 @@ table holds and how to restore it (:func:`restore_hint`, :func:`table_state`).
 
 Bounded memory: nothing here holds a whole corpus's ids or hashes. The stored hashes are
 read per batch through the table's scalar index on doc_id; the ids read so far are kept on
-disk (:class:`SeenIds`, SQLite in the run's directory). Before, the driver held every stored
-(doc_id, content_hash) in a dict and every id read in a set: about 2 GiB at 10M documents,
-and a copy in each embedding actor.
+disk (:class:`SeenIds`, SQLite in the run's directory). Every stored (doc_id, content_hash) in a
+dict and every id read in a set would take about 2 GiB of the driver at 10M documents, and a
+copy in each embedding actor.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ if TYPE_CHECKING:  # the embedding actor imports this module: keep lancedb out o
     from logicrank.pipelines.store import DocStore
     from logicrank.pipelines.writelock import TableLock
 
-# Lance's caches of the dataset the lookups read: at their defaults they grew with the lookups
+# Lance's caches of the dataset the lookups read: at their defaults they grow with the lookups
 # (about 24 MiB of RSS per 1M ids looked up, measured), bounded here they stay flat, and the
-# lookups took as long (tests/perf/bench_reindex.py --diff).
+# lookups take as long (tests/perf/bench_reindex.py --diff).
 _BOUNDED_CACHES = {"index_cache_size_bytes": 4 << 20, "metadata_cache_size_bytes": 4 << 20}
 _HASHES = pa.schema([pa.field("doc_id", pa.string()), pa.field("content_hash", pa.string())])
 
@@ -74,7 +74,7 @@ class StoredHashes:
 
     One lookup per batch instead of every stored hash in memory: measured at 1M stored ids,
     3 to 6 s of lookups in all when the snapshot comes in the table's order (batches of 4,096
-    and 512), against 0.15 s to read every hash once, which held the whole table's ids.
+    and 512), against 0.15 s to read every hash once, which holds the whole table's ids.
     Picklable: a Ray embedding actor opens the table itself, as the retrieval actors do, so
     the database must be readable from every node that hosts one.
 

@@ -239,7 +239,7 @@ def assemble(parts: list[pa.Table], stage: str) -> pa.Table:
     """Batches' runs as one, by query id then rank (batches arrive in any order). The sort
     is Arrow's ``sort_by([query_id, rank])`` computed on integers: each row's query id replaced
     by its position among the distinct ids in byte order (a string sort of millions of rows
-    cost seconds)."""
+    costs seconds)."""
     run = pa.concat_tables([conform(p, RUN, stage) for p in parts]) if parts else RUN.empty_table()
     if run.num_rows == 0:
         return run

@@ -7,7 +7,7 @@ document's content hash. Scoring a batch of queries is the sparse product
 holds each (document, term)'s BM25 weight: one compiled loop per batch (numba, as bm25s's
 fastest backend), each query's rows of ``W.T`` summed into a dense accumulator.
 
-The scores are today's definition, the one LanceDB's full-text search computes with a
+The scores are the ones LanceDB's full-text search computes with a
 ``CombinedFieldsQuery`` over title and text (BM25F with Lucene's combined statistics):
 
 * the analyzer (:class:`Analyzer`): LanceDB's simple tokenizer (split on characters that
@@ -53,7 +53,7 @@ import scipy.sparse as sp
 K1, B = 1.2, 0.75
 MAX_TOKEN_BYTES = 40  # LanceDB's max_token_length: tokens of this many UTF-8 bytes or more are dropped
 FORMAT = 3  # the on-disk layout; an index of another format is rebuilt (2: the mapped search files; 3: in segments of documents)
-COUNTS_FORMATS = (2, 3)  # the formats whose term counts a patch reads (unchanged since 2): an older index is re-saved, not re-analyzed
+COUNTS_FORMATS = (2, 3)  # the formats whose term counts a patch reads (formats 2 and 3 store them alike): an older index is re-saved, not re-analyzed
 
 # Lucene's English stop set (EnglishAnalyzer, also Pyserini's and bm25s's), not LanceDB's own
 # English list of about 180 words, which drops "can", "has", "own", "from", ...: on
@@ -195,7 +195,7 @@ def _first_at_least_kernel():
     @numba.njit(cache=True, nogil=True, inline="always")
     def _first_at_least(values, a, b, x):
         """The first position in ``values[a:b]`` (sorted) holding at least ``x``, read in place: a
-        slice handed to np.searchsorted with another integer type is copied whole, which made
+        slice handed to np.searchsorted with another integer type is copied whole, which would make
         a shard read every page of its terms' postings."""
         while a < b:
             m = (a + b) >> 1
@@ -291,7 +291,7 @@ def _top_k_kernel():
     Returns per query its k keys (``decode_keys`` turns them into scores and tiebreak ranks)
     and how many it found. Blocks of ``_BLOCK`` rows against one accumulator over every
     document: the same below that size, and faster past it (docs/bulk-retrieval.md). A
-    document-at-a-time loop with MaxScore pruning was measured slower on the bench corpus (its
+    document-at-a-time loop with MaxScore pruning is slower on the bench corpus (measured: its
     queries' terms are common: about half the documents score). Compiled once per process
     (cached on disk beside the module where that is writable)."""
     numba = _import_numba()

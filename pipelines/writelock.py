@@ -2,7 +2,7 @@
 
 LanceDB commits are optimistic: two writers interleave their commits and the table ends
 up matching neither snapshot (and Lance's ``mode="create"`` is not an atomic
-create-if-absent: two concurrent creators both succeeded in 2 of 6 races measured here).
+create-if-absent: two concurrent creators both succeed in 2 of 6 races, measured).
 So the index job holds a lock named after the table for its whole run, and a second run
 is refused at start with the holder's host, pid and start time.
 
