@@ -183,7 +183,7 @@ class IndexConfig(_Config):
     write_batch_rows: int = Field(4096, ge=1, description="Rows per LanceDB commit.")
     ann_threshold: int = Field(100_000, ge=1, description="With ann: build the ANN index from this many rows; exact below.")
     tag: str | None = Field(None, description="LanceDB tag for this index run; default index-<time>.")
-    # added after index digests were stored (nights hold them): UNHASHED, so those digests stay valid
+    # UNHASHED: the index digests nights hold leave it out, so those digests stay valid
     ann: bool = Field(
         False, description="Build LanceDB's ANN index (IVF_HNSW_SQ) once the table has ann_threshold rows. Off: no ANN index is "
         "built (dense retrieval searches exactly); one the table already has is still updated in place each run.",

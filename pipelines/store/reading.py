@@ -184,7 +184,7 @@ class Reading:
         top k of the sum is found exactly by Fagin's threshold algorithm over the rounds'
         ranked lists (a document seen in one list is looked up in the others with a
         prefiltered search, which keeps the table's statistics). A query without a repeated
-        term is one search, as before.
+        term is one search.
 
         Through the Lance dataset directly: the same search as ``table.search(...)``, about
         1.7x faster per query. Title and text are scored with combined-field statistics

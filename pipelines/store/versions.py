@@ -89,7 +89,7 @@ class Versions:
     def embedded_by(self) -> str | None:
         """The digest of the code that embedded this table's vectors (``pipelines.embed`` and
         what it imports, :func:`logicrank.pipelines.codedigest.code_digest`), as the last completed index
-        run recorded it; None for a table indexed before it was recorded."""
+        run recorded it; None where the table holds no such record."""
         names = [n for n in self.table.tags.list() if n.startswith(EMBEDDED_BY)]
         return max(names, key=lambda n: self.tagged_version(n) or -1).removeprefix(EMBEDDED_BY) if names else None
 
@@ -103,7 +103,7 @@ class Versions:
 
     def complete_version(self) -> int | None:
         """The newest version a completed index run finished, or None (none did, or the table
-        predates the mark)."""
+        carries no mark)."""
         return self.tagged_version(COMPLETE_TAG)
 
     def readable_version(self, job: str, option: str = "--table-version {v}") -> tuple[int, str | None]:
@@ -112,9 +112,8 @@ class Versions:
 
         - the version :data:`COMPLETE_TAG` names; a later one was left by an index run that did
           not finish (interrupted, failed or still running), and the line says so;
-        - a table with no mark but other tags was indexed before the mark existed: every tag
-          the index job made names a version a completed run finished, so its newest tagged
-          version is read, and the line says so;
+        - a table with no mark but other tags: every tag the index job makes names a version a
+          completed run finished, so its newest tagged version is read, and the line says so;
         - a table with no tag at all never saw an index run complete (its first one was
           interrupted or failed): refused with :class:`StoreError`, in one line.
 

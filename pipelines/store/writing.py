@@ -11,7 +11,7 @@ tests/perf/bench_reindex.py (384-dimensional vectors, texts of 40 words; 2 share
 - the full-text indexes on title and text: merged in place they cost 0.4 + 0.5 s at 100k but
   8 to 20 s each at 1M (a merge rewrites the index, so it grows with the table; rebuilt at
   1M: 11 s for title, 71 s for text). Added as a delta index instead: 0.15 to 0.25 s at 1M.
-  Retrieval no longer reads them (the BM25 engine, pipelines/sparse.py, keeps its own
+  Retrieval does not read them (the BM25 engine, pipelines/sparse.py, keeps its own
   index); they stay the reference the BM25 engine is tested against and serve
   LanceDB-native full-text search, so each run keeps them covering every row, by deltas,
   merged past :data:`MAX_DELTAS` (never into the first index); they are rebuilt only when
@@ -41,8 +41,8 @@ from logicrank.schemas.tables import docs_schema
 
 MAX_DELTAS = 7  # delta indexes of a full-text or ANN index (a week of nights) before maintenance merges them
 # Compaction merges fragments smaller than this (and rewrites those with 10% of their rows
-# deleted). At Lance's default, 1M rows, the table's big fragment fell under it as soon as a
-# re-index replaced one row, and every run rewrote it with the new rows: 51 s at 1M documents
+# deleted). At Lance's default, 1M rows, the table's big fragment falls under it as soon as a
+# re-index replaces one row, and every run rewrites it with the new rows: 51 s at 1M documents
 # for a 1% re-index, against 1.2 s with 64k, which merges only the runs' small fragments.
 COMPACT_TARGET_ROWS = 1 << 16
 
@@ -224,7 +224,7 @@ class Writing:
             if rebuild:
                 with _timed(seconds, "rebuild"):
                     built = self.build_indexes(ann_threshold)
-                    if "vector" in index_of and "vector" not in built:  # an ANN index made before: retrained too
+                    if "vector" in index_of and "vector" not in built:  # an ANN index the table has: retrained too
                         built["vector"] = self.build_ann()
             else:
                 stale = set() if fts_current else self._stale_fts()  # indexed by an older analyzer: re-analyze the text
