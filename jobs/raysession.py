@@ -237,8 +237,8 @@ def encoder_placement(config: RayConfig, nodes: list[dict], reserve_cpus: float,
     the CPU: device cpu or backend openvino), one encoder per GPU (1 CPU each); without GPUs, one encoder per node offering ``embed_resources``, each holding the
     smallest such node's CPUs less the reader's ``reserve_cpus`` (1.5 on two cores: fractional,
     so the reader fits beside it) and encoding with every core of its node. One encoder per node
-    rather than one per core: on two cores, two single-threaded OpenVINO encoders indexed
-    SciFact at 0.50x of one two-threaded encoder (docs/bulk-retrieval.md, Placement).
+    rather than one per core: on two cores, two single-threaded OpenVINO encoders index
+    SciFact at 0.50x the speed of one two-threaded encoder (docs/bulk-retrieval.md, Placement).
 
     A cluster of one CPU node that is the driver's own (``driver_node``, its node id) gets no
     pool at all (0 actors, :data:`IN_DRIVER`): the driver's encoder uses every core of that node
@@ -272,10 +272,10 @@ RESULT_BLOCKS_IN_FLIGHT = 32  # output blocks a Ray Data task or actor may have 
 
 def unread_blocks_allowed(ds, blocks: int = RESULT_BLOCKS_IN_FLIGHT):
     """``ds`` with each of its tasks and actors allowed ``blocks`` output blocks unread before
-    Ray Data pauses it (its default, 2, paused a retrieval actor on every batch of results,
-    each several blocks: 30,000 queries over 10k documents took 14.3 s on one actor, 7.8 s
-    with 32). Set on this dataset's own context, not the process's. A Ray that no longer has
-    the setting leaves ``ds`` as it is."""
+    Ray Data pauses it (its default, 2, pauses a retrieval actor on every batch of results,
+    each several blocks: 30,000 queries over 10k documents take 14.3 s on one actor, 7.8 s
+    with 32). Set on this dataset's own context, not the process's. A Ray without the
+    setting (a private one) leaves ``ds`` as it is."""
     if hasattr(ds.context, "_max_num_blocks_in_streaming_gen_buffer"):
         ds.context._max_num_blocks_in_streaming_gen_buffer = blocks
     return ds

@@ -9,8 +9,8 @@ that of every project module it imports, so a job rerun after an edit to the cod
 (a method a retrieve pipeline uses, the index's reader) is not skipped.
 
 A run directory holds only its last run's outputs: files an earlier run wrote there that
-this run does not make (the runs of pipelines it does not run, a significance table it no
-longer has) are moved aside into ``previous/<UTC time>/`` (:meth:`RunDir.set_aside`), with
+this run does not make (the runs of pipelines it does not run, a significance table it does
+not write) are moved aside into ``previous/<UTC time>/`` (:meth:`RunDir.set_aside`), with
 one line saying what went where, so that ``runs/*.parquet`` is this run's runs. Caches
 (``stages/``) and anything the job does not write are left alone.
 """

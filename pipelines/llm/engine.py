@@ -194,7 +194,7 @@ class Engine:
             # CPU defaults (measured here): float32, as bf16 logits are too coarse for
             # P(True); KV blocks of 32 tokens, not vLLM's 128, so prompts that share a
             # context (one document, several statements) share its cache: 59% of the
-            # benchmark's prompt tokens came from the prefix cache, 2.6x the prompts/s.
+            # benchmark's prompt tokens come from the prefix cache, 2.6x the prompts/s.
             on_cpu = not torch.cuda.is_available()
             dtype = "float32" if self.cfg.dtype == "auto" and on_cpu else self.cfg.dtype
             block_size = self.cfg.block_size or (32 if on_cpu else None)

@@ -142,7 +142,7 @@ def _convert_gguf(source: Path, spec: Packaged, out: Path) -> None:
     loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
     config = loaded.config
     if hasattr(config, "quantization_config"):
-        del config.quantization_config  # the weights are plain floats now
+        del config.quantization_config  # the weights are loaded as plain floats (float32)
     model = LlamaForCausalLM(config)
     model.load_state_dict(loaded.state_dict())
     model.save_pretrained(out, safe_serialization=True)

@@ -140,8 +140,8 @@ def to_gbnf(max_term_chars: int | None = None) -> str:
 
     Terms are unbounded by default (``char+``); the decoder's ``max_tokens`` bounds the
     output. ``max_term_chars`` bounds each term, at a price: xgrammar expands ``char{1,n}``
-    into n states, and on SmolLM2 constrained decoding took 60 s (n = 64) and 306 s
-    (n = 200) against 23 s unbounded for the same 8 prompts (measured here).
+    into n states, and on SmolLM2 constrained decoding takes 60 s (n = 64) and 306 s
+    (n = 200) against 23 s unbounded for the same 8 prompts (measured).
     """
     chars = "char+" if max_term_chars is None else f"char{{1,{max_term_chars}}}"
     lines = [f"root ::= {START.replace('_', '-')}"]

@@ -1,6 +1,6 @@
 """MMR: maximal marginal relevance (Carbonell and Goldstein, SIGIR 1998) over the incoming run.
 
-Written after the redesign as the small method a newcomer would add: this module, one import
+The small method a newcomer would add, as a model of what one costs: this module, one import
 line in pipelines/stages/__init__.py, its tests, and its line in docs/pipelines.md.
 """
 

@@ -18,7 +18,7 @@ the wave in flight. The runner caches the whole output and removes the directory
 stage completes (:meth:`logicrank.pipelines.runner.StageCache.put`).
 
 Without a checkpoint (a notebook without a cache directory) the units are computed in one
-pass, as before shards existed.
+pass.
 """
 
 from __future__ import annotations
