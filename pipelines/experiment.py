@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from logicrank.pipelines.files import write_text_atomic
+from logicrank.pipelines.markdown import table
 from logicrank.schemas.config import EmbedConfig, IndexConfig
 from logicrank.schemas.errors import JobFailed, UserError, validation_line
 
@@ -603,22 +604,24 @@ def render(r: ExperimentResult) -> str:
     lines = [f"# {exp.title}", "", f"Dataset: {d.label} (table v{r.table_version}); measures over the qrels' queries "
              "(a query a run misses scores 0, trec_eval -c).", ""]
     measures = list(r.summary.columns)
-    lines += ["| run | " + " | ".join(measures) + " |", "|---|" + "---:|" * len(measures)]
-    lines += [f"| {run} | " + " | ".join(f"{row[m]:.4f}" for m in measures) + " |" for run, row in r.summary.iterrows()]
+    lines += table(["run", *measures], ([run, *(f"{row[m]:.4f}" for m in measures)] for run, row in r.summary.iterrows()), "l" + "r" * len(measures))
     if r.significance is not None and r.significance.num_rows:
         sig = r.significance.to_pandas()
         lines += ["", f"Against `{sig['baseline'].iloc[0]}` ({sig['test'].iloc[0]}, {sig['correction'].iloc[0]} within each measure; "
-                  "* significant):", "", "| run | measure | mean | baseline | p adjusted |", "|---|---|---:|---:|---:|"]
-        lines += [f"| {s.run_id} | {s.measure} | {s.mean_run:.4f} | {s.mean_baseline:.4f} | {s.p_adjusted:.3g}{' *' if s.significant else ''} |"
-                  for s in sig.itertuples()]
-    for column, table in r.groups.items():
-        cols = [c for c in table.columns if c != "queries"]
-        lines += ["", f"By {column}:", "", f"| run | {column} | queries | " + " | ".join(cols) + " |", "|---|---|---:|" + "---:|" * len(cols)]
-        lines += [f"| {run} | {g} | {row['queries']} | " + " | ".join(f"{row[c]:.4f}" for c in cols) + " |" for (run, g), row in table.iterrows()]
+                  "* significant):", ""]
+        lines += table(["run", "measure", "mean", "baseline", "p adjusted"],
+                       ([s.run_id, s.measure, f"{s.mean_run:.4f}", f"{s.mean_baseline:.4f}", f"{s.p_adjusted:.3g}{' *' if s.significant else ''}"]
+                        for s in sig.itertuples()), "llrrr")
+    for column, by in r.groups.items():
+        cols = [c for c in by.columns if c != "queries"]
+        lines += ["", f"By {column}:", ""]
+        lines += table(["run", column, "queries", *cols], ([run, g, row["queries"], *(f"{row[c]:.4f}" for c in cols)]
+                                                          for (run, g), row in by.iterrows()), "llr" + "r" * len(cols))
     if r.checks:
-        lines += ["", "References:", "", "| run | measure | here | reference | tolerance | source | |", "|---|---|---:|---:|---:|---|---|"]
-        lines += [f"| {c.reference.run} | {c.reference.measure} | {_fmt(c.got)} | {c.reference.value} | {c.reference.tolerance} | "
-                  f"{c.reference.source} | {'reproduced' if c.ok else '**missed**'} |" for c in r.checks]
+        lines += ["", "References:", ""]
+        lines += table(["run", "measure", "here", "reference", "tolerance", "source", ""],
+                       ([c.reference.run, c.reference.measure, _fmt(c.got), c.reference.value, c.reference.tolerance, c.reference.source,
+                         "reproduced" if c.ok else "**missed**"] for c in r.checks), "llrrrll")
     if r.stages:
         lines += ["", "Stages (the retrieve manifest's counts):", ""]
         lines += [f"- `{rid}`: " + "; ".join(_stage_counts(c) for c in stages) for rid, stages in r.stages.items()]

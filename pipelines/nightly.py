@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from logicrank.pipelines.config import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
 from logicrank.pipelines.evaluate.history import plot_file
 from logicrank.pipelines.files import sha256_file, write_text_atomic
+from logicrank.pipelines.markdown import table
 from logicrank.schemas.digest import json_digest
 from logicrank.schemas.errors import UserError
 
@@ -166,14 +167,10 @@ def history_markdown(cfg: NightlyConfig, history: pa.Table, comparisons: pa.Tabl
     lines += [f"Regression rules ({cfg.test}, {cfg.correction} within each measure): {rules or 'none'}.", ""]
     lines += [f"## Night {day}", ""]
     if comparisons.num_rows:
-        lines += ["| against | query set | pipeline | measure | old | new | delta | p (corrected) | regression | note |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in comparisons.to_pylist():
-            p = "" if r["p_adjusted"] is None else f"{r['p_adjusted']:.3g}"
-            lines.append(f"| {r['against']} {r['old_date']} (v{r['old_table_version']}) | {r['query_set']} | {r['pipeline']} | "
-                         f"{r['measure']} | {_fmt(r['old_value'])} | {_fmt(r['new_value'])} | "
-                         f"{_signed(r['delta'])} | {p} | "
-                         f"{'**yes**' if r['regression'] else ''} | {r['note']} |")
+        lines += table(["against", "query set", "pipeline", "measure", "old", "new", "delta", "p (corrected)", "regression", "note"], (
+            [f"{r['against']} {r['old_date']} (v{r['old_table_version']})", r["query_set"], r["pipeline"], r["measure"], _fmt(r["old_value"]),
+             _fmt(r["new_value"]), _signed(r["delta"]), "" if r["p_adjusted"] is None else f"{r['p_adjusted']:.3g}",
+             "**yes**" if r["regression"] else "", r["note"]] for r in comparisons.to_pylist()))
     else:
         lines.append("Nothing to compare with (the first night).")
     lines += ["", "## History", ""]
@@ -183,11 +180,9 @@ def history_markdown(cfg: NightlyConfig, history: pa.Table, comparisons: pa.Tabl
         wide = df[df["measure"] == measure].pivot(index="date", columns="run", values="value")
         marks = df[df["measure"] == measure].pivot(index="date", columns="run", values="regression").fillna(False)
         plot = next(p for p in plots if p.name == plot_file(measure))
-        lines += [f"### {measure}", "", f"![{measure} per night]({plot.relative_to(root)})", "",
-                  "| night | " + " | ".join(wide.columns) + " |", "|---" * (len(wide.columns) + 1) + "|"]
-        for d, row in wide.iterrows():
-            cells = [f"{v:.4f}" + (" **(regression)**" if marks.loc[d, c] else "") if v == v else "" for c, v in row.items()]
-            lines.append(f"| {d} | " + " | ".join(cells) + " |")
+        lines += [f"### {measure}", "", f"![{measure} per night]({plot.relative_to(root)})", ""]
+        lines += table(["night", *wide.columns], ([d, *(f"{v:.4f}" + (" **(regression)**" if marks.loc[d, c] else "") if v == v else ""
+                                                        for c, v in row.items())] for d, row in wide.iterrows()))
         lines.append("")
     return "\n".join(lines)
 
@@ -232,10 +227,8 @@ def alert_markdown(alert: dict) -> str:
     for against, old in alert["compared_with"].items():
         lines.append(f"- compared with the {against} night {old['date']} (v{old['table_version']})")
     if alert["regressions"]:
-        lines += ["", "| query set | pipeline | measure | against | old | new | delta | p (corrected) | table versions |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in alert["regressions"]:
-            lines.append(f"| {r['query_set']} | {r['pipeline']} | {r['measure']} | {r['against']} {r['old_date']} | {r['old_value']:.4f} | "
-                         f"{r['new_value']:.4f} | {r['delta']:+.4f} | {r['p_adjusted']:.3g} | v{r['old_table_version']} -> v{r['new_table_version']} |")
+        lines += [""] + table(["query set", "pipeline", "measure", "against", "old", "new", "delta", "p (corrected)", "table versions"], (
+            [r["query_set"], r["pipeline"], r["measure"], f"{r['against']} {r['old_date']}", f"{r['old_value']:.4f}", f"{r['new_value']:.4f}",
+             f"{r['delta']:+.4f}", f"{r['p_adjusted']:.3g}", f"v{r['old_table_version']} -> v{r['new_table_version']}"] for r in alert["regressions"]))
     lines += ["", f"Report: `{alert['report']}`", ""]
     return "\n".join(lines)

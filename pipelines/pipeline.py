@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from logicrank.pipelines.embed import encoder_digest
 from logicrank.pipelines.llm.prompts import templates_digest
+from logicrank.pipelines.markdown import table
 from logicrank.pipelines.runner import Hooks, Inputs, Result, StageCache, run_stages
 from logicrank.pipelines.stages import Context, Kind, Needs, StageOptions, stages
 from logicrank.pipelines.stages.registry import build as build  # part of this module's API
@@ -207,12 +208,9 @@ def describe() -> str:
         extra = [f"requires query columns {sorted(cls.requires)}" if cls.requires else "",
                  "runs on the retrieval actor pool (per query)" if cls.per_query else ""]
         lines += [f"### `{name}` ({cls.kind.value})", "", doc + "".join(f" ({e})" for e in extra if e), ""]
-        lines += ["| option | default | meaning |", "|---|---|---|"]
-        for field, info in cls.Options.model_fields.items():
-            if field == "stage":
-                continue
-            default = "required" if info.is_required() else json.dumps(info.default)
-            lines.append(f"| `{field}` | `{default}` | {info.description or ''} |")
+        lines += table(["option", "default", "meaning"], (
+            [f"`{field}`", f"`{'required' if info.is_required() else json.dumps(info.default)}`", info.description or ""]
+            for field, info in cls.Options.model_fields.items() if field != "stage"))
         lines.append("")
     lines += ["## Presets (`--method NAME`)", "",
               "Each is a pipeline file in pipelines/presets/; set any stage's option with `--set STAGE.OPTION=VALUE` "

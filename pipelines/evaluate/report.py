@@ -12,6 +12,7 @@ import pandas as pd
 import pyarrow as pa
 
 from logicrank.pipelines.files import write_text_atomic
+from logicrank.pipelines.markdown import table
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 
 
@@ -61,8 +62,7 @@ def markdown_report(
     if notes:
         lines += [*(f"- {n}" for n in notes), ""]
     lines += ["## Summary", ""]
-    lines.append("| run | " + " | ".join(summary.columns) + " |")
-    lines.append("|---|" + "---:|" * len(summary.columns))
+    rows = []
     for run_id, row in summary.iterrows():
         cells = []
         for measure, value in row.items():
@@ -72,7 +72,8 @@ def markdown_report(
                 if len(hit) and bool(hit["significant"].iloc[0]):
                     mark = "&dagger;"
             cells.append(_fmt(value) + mark)
-        lines.append(f"| {run_id} | " + " | ".join(cells) + " |")
+        rows.append([run_id, *cells])
+    lines += table(["run", *summary.columns], rows, "l" + "r" * len(summary.columns))
     if sig is not None:
         first = sig.iloc[0]
         lines += [
@@ -82,20 +83,16 @@ def markdown_report(
             "",
             "## Significance",
             "",
-            "| measure | run | baseline mean | run mean | p | p adjusted |",
-            "|---|---|---:|---:|---:|---:|",
         ]
-        for r in sig.itertuples():
-            lines.append(
-                f"| {r.measure} | {r.run_id} | {_fmt(r.mean_baseline)} | {_fmt(r.mean_run)} | {r.p_value:.3g} | {r.p_adjusted:.3g} |"
-            )
+        lines += table(["measure", "run", "baseline mean", "run mean", "p", "p adjusted"],
+                       ([r.measure, r.run_id, _fmt(r.mean_baseline), _fmt(r.mean_run), f"{r.p_value:.3g}", f"{r.p_adjusted:.3g}"]
+                        for r in sig.itertuples()), "llrrrr")
     for run_id in summary.index:
         block = per_query[per_query["run_id"] == run_id]
-        lines += ["", f"## Run `{run_id}`", "", "| measure | mean | median | std | queries > 0 |", "|---|---:|---:|---:|---:|"]
-        for measure, vals in block.groupby("measure", sort=False)["value"]:
-            lines.append(
-                f"| {measure} | {_fmt(vals.mean())} | {_fmt(vals.median())} | {_fmt(vals.std(ddof=0))} | {int((vals > 0).sum())} |"
-            )
+        lines += ["", f"## Run `{run_id}`", ""]
+        lines += table(["measure", "mean", "median", "std", "queries > 0"],
+                       ([measure, _fmt(vals.mean()), _fmt(vals.median()), _fmt(vals.std(ddof=0)), int((vals > 0).sum())]
+                        for measure, vals in block.groupby("measure", sort=False)["value"]), "lrrrr")
     if plot:
         lines += ["", "## Per-query comparison", "", f"![per-query comparison]({plot})"]
     return "\n".join(lines) + "\n"

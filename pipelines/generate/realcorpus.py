@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from logicrank.pipelines.files import write_text_atomic
 from logicrank.pipelines.generate.synthetic import TEMPLATES, Template
+from logicrank.pipelines.markdown import table
 from logicrank.pipelines.store import DocStore
 from logicrank.schemas.config import GenerateConfig
 from logicrank.schemas.errors import UserError
@@ -291,14 +292,12 @@ def card(c: dict) -> str:
         f"relevant per question mean {c['labels']['relevant_per_question']['mean']}, "
         f"{c['labels']['relevant_per_question']['questions_without_any']} questions with none.",
         "",
-        "| template | questions |", "|---|---:|",
-        *(f"| `{t}` | {n} |" for t, n in c["per_template"].items() if n),
+        *table(["template", "questions"], ([f"`{t}`", n] for t, n in c["per_template"].items() if n), "lr"),
         "",
         f"{sum(1 for n in c['per_template'].values() if not n)} of the {len(c['per_template'])} templates have no question "
         "(query j of shard s takes template (s x questions per shard + j) mod 32: more documents cover them all).",
         "",
-        "| negations | questions |", "|---:|---:|",
-        *(f"| {k} | {n} |" for k, n in sorted(c["per_negations"].items())),
+        *table(["negations", "questions"], sorted(c["per_negations"].items()), "rr"),
         "",
         "P(True) of the judged pairs: " + ", ".join(f"{k}: {v}" for k, v in c["labels"]["p_true_histogram"].items()) + ".",
         "",

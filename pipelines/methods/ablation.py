@@ -42,5 +42,7 @@ def grid_table(pairs: dict, qrels, m, k: int) -> pd.DataFrame:
 
 def grid_markdown(df: pd.DataFrame, m) -> str:
     """:func:`grid_table`'s table in Markdown."""
-    lines = [f"| operators | {m} |", "|---|---:|"] + [f"| {r.operators} | {r.value:.4f} |" for r in df.itertuples()]
+    from logicrank.pipelines.markdown import table
+
+    lines = table(["operators", m], ([r.operators, f"{r.value:.4f}"] for r in df.itertuples()), "lr")
     return "\n".join(lines) + "\n"
