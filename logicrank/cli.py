@@ -28,7 +28,7 @@ from logicrank.schemas.config import (
     LLMConfig,
     RayConfig,
 )
-from logicrank.schemas.errors import JobFailed, UserError
+from logicrank.schemas.errors import JobFailed, UserError, validation_line
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
 
@@ -106,29 +106,19 @@ _OPTION_NAMES = {"methods": "method", "measures": "measure", "runs": "runs", "em
 
 
 def validation_message(exc: ValidationError) -> str:
-    """A pydantic error as one line: each bad option, the value given, what it accepts."""
-    parts = []
-    for e in exc.errors(include_url=False):
-        names = [x for x in e["loc"] if isinstance(x, str)]
-        msg = e["msg"].replace("Input should be", "must be").replace("Value error, ", "")
-        if not names:  # a check of the config as a whole: its message names what is wrong
-            parts.append(msg)
-            continue
-        option = "--" + _OPTION_NAMES.get(names[-1], names[-1]).replace("_", "-")
-        given = f" {e['input']!r}" if "input" in e and not isinstance(e["input"], dict) else ""
-        parts.append(f"{option}{given}: {msg}")
-    return f"{exc.title.removesuffix('Config').lower()}: " + "; ".join(parts)
+    """A pydantic error as one line: each bad option (as its command-line flag), the value
+    given, what it accepts (:func:`logicrank.schemas.errors.validation_line`)."""
+    def option(loc: tuple) -> str:
+        names = [x for x in loc if isinstance(x, str)]
+        return "--" + _OPTION_NAMES.get(names[-1], names[-1]).replace("_", "-") if names else ""
+
+    return f"{exc.title.removesuffix('Config').lower()}: {validation_line(exc, name=option)}"
 
 
-def config_message(exc: ValidationError, path: Path) -> str:
-    """A pydantic error about a config file as one line: each bad key by its place in the file."""
-    parts = []
-    for e in exc.errors(include_url=False):
-        where = ".".join(str(x) for x in e["loc"])
-        msg = e["msg"].replace("Input should be", "must be").replace("Value error, ", "")
-        given = f" {e['input']!r}" if "input" in e and not isinstance(e["input"], dict | list) else ""
-        parts.append(f"{where}{given}: {msg}" if where else msg)
-    return f"config {path}: " + "; ".join(parts)
+def config_message(exc: ValidationError, path: Path, model=None) -> str:
+    """A pydantic error about a config file as one line: each bad key by its place in the file;
+    an unknown key lists the keys there are (``model``: the file's config class)."""
+    return f"config {path}: {validation_line(exc, model)}"
 
 
 def _parts(bound: Bound) -> tuple[EmbedConfig, RayConfig, LLMConfig]:
@@ -146,7 +136,7 @@ def _config(config, bound: Bound, part: str = "", **computed):
     try:
         return config.model_validate(data)
     except ValidationError as exc:
-        _fail(config_message(exc, bound.file) if bound.file is not None else validation_message(exc))
+        _fail(config_message(exc, bound.file, config) if bound.file is not None else validation_message(exc))
 
 
 _INDEX_FIELDS = ("corpus", "db", "table", "format", "delete_missing", "max_delete_fraction", "allow_mass_delete", "prune_after_hours",
@@ -633,7 +623,7 @@ def nightly(
     try:
         cfg = NightlyConfig.model_validate(data)
     except ValidationError as exc:
-        _fail(config_message(exc, config))
+        _fail(config_message(exc, config, NightlyConfig))
     if at is not None:
         from logicrank.pipelines.evaluate.report import summary_frame
 
