@@ -31,35 +31,27 @@ regression from a stopped night from a crash. Only one nightly run per ``out`` a
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from logicrank.jobs.watchdog import beat, busy
-from logicrank.pipelines.alerts import deliver
 from logicrank.pipelines.config import NIGHTLY_TAG_PREFIX, NightlyConfig
-from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
-from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.nightly import (
     EXIT_REGRESSION,
     EXIT_STOPPED,
     STEPS,
     TAG,
+    NightBook,
     NightlyError,
     NightResult,
     NightState,
-    alert_markdown,
     claim_night,
-    comparison_lines,
-    history_markdown,
     pipeline_hashes,
-    read_history,
     regression_reason,
     require_date,
     require_inputs,
@@ -67,7 +59,6 @@ from logicrank.pipelines.nightly import (
 )
 from logicrank.pipelines.writelock import Holder, TableLock
 from logicrank.schemas.errors import UserError
-from logicrank.schemas.tables import NIGHTLY_COMPARISONS
 
 
 class _Stopped(Exception):
@@ -130,16 +121,13 @@ def run_at(cfg: NightlyConfig, version: str, echo: Callable[[str], None] | None 
     return out
 
 
-class NightRun:
+class NightRun(NightBook):
     """One night's steps (:data:`STEPS`) run in order by :meth:`run`, each skipped when its
-    record in ``state`` says it is done; then the alert and the report. Made by
-    :func:`run_nightly` inside the nightly lock and a Ray session."""
+    record in ``state`` says it is done; then the alert and the report. The steps that run
+    jobs on the cluster (index, maintain, serve, evaluate) are here; comparing, the history,
+    the report and the alert are its :class:`~logicrank.pipelines.nightly.NightBook`'s. Made
+    by :func:`run_nightly` inside the nightly lock and a Ray session."""
 
-    def __init__(self, cfg: NightlyConfig, root: Path, day: str, state: NightState, say: Callable[[str], None], progress: bool):
-        self.cfg, self.root, self.day, self.state, self.progress = cfg, root, day, state, progress
-        self.night = root / "nights" / day
-        self.tag = f"{NIGHTLY_TAG_PREFIX}{day}"
-        self.say = lambda m: say(f"nightly {day}: {m}")
 
     def run(self) -> NightResult:
         resumed = [s for s in STEPS if self.state.done(s)]
@@ -241,13 +229,6 @@ class NightRun:
         else:
             self.say(f"serve: tag {tag!r} now v{version}" + (" (promote_on_regression: moved despite the regression)" if regressions.num_rows else ""))
 
-    def _night_of(self, version: int | None) -> str | None:
-        """The night of the history whose table version this is (the newest such), if any."""
-        history = read_history(self.root)
-        if version is None or history is None:
-            return None
-        days = history.filter(pc.equal(history.column("table_version"), version)).column("date").to_pylist()
-        return max(days) if days else None
 
     # -- evaluation and comparison --------------------------------------------------------
     def _evaluate(self) -> None:
@@ -267,121 +248,6 @@ class NightRun:
                 f"{rid} " + ", ".join(f"{m} {frame.loc[rid, m]:.4f}" for m in self.cfg.measures if m in frame.columns) for rid in frame.index))
         self.state.record("evaluate", {"hashes": pipeline_hashes(self.cfg), "version": version})
 
-    def _load(self, day: str, version: int, hashes: dict[str, str]) -> Night:
-        """A night's per-query metrics; refused when the files of a query set it evaluated are gone
-        (a comparison that silently skipped them could never flag a regression)."""
-        metrics = {}
-        for qs in sorted({k.split("/", 1)[0] for k in hashes} & set(self.cfg.query_sets)):
-            path = self.root / "nights" / day / "sets" / qs / "evaluate" / "metrics.parquet"
-            if not path.exists():
-                raise NightlyError(f"nightly: night {day} is in the history but its per-query metrics {path} are gone; "
-                                   "restore them, or remove that night's rows from history.parquet to stop comparing with it.")
-            metrics[qs] = pq.read_table(path)
-        pairs = {tuple(k.split("/", 1)): v for k, v in hashes.items()}
-        return Night(day, version, metrics, pairs)
-
-    def _tonight(self) -> Night:
-        ev = self.state.done("evaluate")
-        return self._load(self.day, ev["version"], ev["hashes"])
-
-    def _stored(self, day: str) -> Night:
-        """An earlier night, as the history recorded it."""
-        h = read_history(self.root)
-        rows = h.filter(pc.equal(h.column("date"), day)).to_pylist() if h is not None else []
-        if not rows:
-            raise NightlyError(f"nightly: night {day} is not in {self.root / 'history.parquet'}; nothing to compare with.")
-        hashes = {f"{r['query_set']}/{r['pipeline']}": r["config_hash"] for r in rows}
-        return self._load(day, rows[0]["table_version"], hashes)
-
-    def _compare(self) -> None:
-        cfg, new = self.cfg, self._tonight()
-        rules = {m: Rule(r.max_drop, r.significant) for m, r in cfg.regressions.items()}
-        history = read_history(self.root)
-        dates = sorted({d for d in history.column("date").to_pylist() if d < self.day}) if history is not None else []
-        held = [d for d in dates if (NightState(self.root / "nights" / d).done("serve") or {}).get("held")]
-        earlier = [d for d in dates if d not in held]  # the nights served: tonight's reference is the last of them
-        if held and earlier and held[-1] > earlier[-1]:
-            self.say(f"compare: night(s) {', '.join(d for d in held if d > earlier[-1])} held on a regression (not served): "
-                     f"compared with {earlier[-1]}, the last night served")
-        parts = []
-        if earlier:
-            parts.append(compare_nights(self._stored(earlier[-1]), new, rules, "previous", cfg.test, cfg.correction, cfg.alpha))
-        baseline = cfg.baseline if cfg.baseline and cfg.baseline < self.day and cfg.baseline not in earlier[-1:] else None
-        if baseline:  # (a baseline that is also the previous night is compared once, as the previous)
-            parts.append(compare_nights(self._stored(baseline), new, rules, "baseline", cfg.test, cfg.correction, cfg.alpha))
-        table = pa.concat_tables(parts) if parts else NIGHTLY_COMPARISONS.empty_table()
-        write_parquet_atomic(table, self.night / "comparisons.parquet")
-        self.state.record("compare", {"previous": earlier[-1] if earlier else None, "baseline": baseline,
-                                      "regressions": int(pc.sum(table.column("regression")).as_py() or 0)})
-        for line in comparison_lines(table):
-            self.say(line)
-        if not parts:
-            self.say("compare: the first night of the history; nothing to compare with")
-
-    def _history(self) -> None:
-        comparisons = pq.read_table(self.night / "comparisons.parquet")
-        merged = merge_history(read_history(self.root), history_rows(self._tonight(), self.tag, comparisons))
-        write_parquet_atomic(merged, self.root / "history.parquet")
-        self.state.record("history", {"rows": merged.num_rows, "nights": len(set(merged.column("date").to_pylist()))})
-
-    # -- what people read -----------------------------------------------------------------
-    def _report(self) -> Path:
-        history = read_history(self.root)
-        plots = [plot_history(history, m, self.root / "plots" / plot_file(m)) for m in self.cfg.measures]
-        comparisons = pq.read_table(self.night / "comparisons.parquet")
-        path = write_text_atomic(history_markdown(self.cfg, history, comparisons, self.day, plots, self.root), self.root / "report.md")
-        self.say(f"history: {len(set(history.column('date').to_pylist()))} night(s); report {path}")
-        return path
-
-    def _alert(self, status: str, code: int, regressions: pa.Table | None = None, served: dict | None = None,
-               step: str | None = None, message: str | None = None) -> tuple[Path, dict[str, str]]:
-        index = self.state.done("index") or {}
-        compare = self.state.done("compare") or {}
-        old_versions = {}
-        try:
-            history = read_history(self.root)
-            for against in ("previous", "baseline"):
-                if compare.get(against) and history is not None:
-                    rows = history.filter(pc.equal(history.column("date"), compare[against]))
-                    old_versions[against] = {"date": compare[against], "table_version": rows.column("table_version")[0].as_py()}
-        except Exception as exc:  # noqa: BLE001 (the alert goes out without them)
-            old_versions = {"error": f"the history could not be read: {exc}"}
-        alert = {
-            "date": self.day, "status": status, "exit_code": code, "step": step, "message": message,
-            "table": {"db": self.cfg.index.db, "name": self.cfg.index.table, "version": index.get("version"), "tag": index.get("tag")},
-            "compared_with": old_versions,
-            "served": served if served is not None else self._served(),
-            "regressions": regressions.to_pylist() if regressions is not None else [],
-            "report": str(self.root / "report.md"),
-            "night": str(self.night),
-        }
-        path = write_text_atomic(json.dumps(alert, indent=2) + "\n", self.night / "alert.json")
-        write_text_atomic(alert_markdown(alert), self.night / "alert.md")
-        # A regression alert reaches each receiver once per night (a rerun retries only the ones
-        # that failed); a stopped or failed run is news each time it happens.
-        sent = self.state.data.setdefault("receivers", {}) if status == "regression" else {}
-        results = deliver(alert, self.cfg.alert, skip=frozenset(r for r, v in sent.items() if v.startswith("ok")))
-        if status == "regression":
-            sent.update(results)
-            self.state.save()
-        for receiver, result in results.items():
-            self.say(f"alert {receiver}: {result}")
-        return path, {**sent, **results}
-
-    def _clear_alert(self) -> None:
-        for name in ("alert.json", "alert.md"):
-            (self.night / name).unlink(missing_ok=True)
-
-    def _served(self) -> dict:
-        """Where the served tag points now (read from the table)."""
-        from logicrank.pipelines.store import DocStore
-
-        try:
-            store = DocStore(self.cfg.index.db, self.cfg.index.table)
-            version = store.tagged_version(self.cfg.served_tag) if store.exists() else None
-        except Exception as exc:  # noqa: BLE001 (an alert must go out even when the table cannot be read)
-            return {"tag": self.cfg.served_tag, "version": None, "error": str(exc)}
-        return {"tag": self.cfg.served_tag, "version": version}
 
     def _stopped(self, stop: _Stopped, resumed: list[str]) -> NightResult:
         served = self._served()
