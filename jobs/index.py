@@ -2,7 +2,7 @@
 
 Plan: the sources read in turn (generators: bounded memory) -> classify rows by content hash
 and embed only new and changed documents -> the driver, the table's one writer, which upserts
-in chunks. Where the encoders run (jobs/raysession.py, ``encoder_placement``): on a local
+in chunks. Where the encoders run (pipelines/placement.py, ``encoder_placement``): on a local
 cluster of one CPU node, in the driver with every core; otherwise one read task per source
 file and a Ray Data actor pool of encoders. Then: the guards, delete ids missing from
 the snapshot, maintain the table (compact, indexes updated in place to cover every row, the
@@ -42,14 +42,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from logicrank.jobs.raysession import (
-    EncoderPlacement,
-    encoder_placement,
-    local_driver_node,
-    ray_session,
-    require_fit,
-    unread_blocks_allowed,
-)
+from logicrank.jobs.raysession import local_driver_node, ray_session, require_fit, unread_blocks_allowed
 from logicrank.jobs.rundir import RunDir
 from logicrank.jobs.watchdog import Stalled, beat, busy
 from logicrank.pipelines.codedigest import code_digest
@@ -66,6 +59,7 @@ from logicrank.pipelines.indexing import (
     roll_back,
     table_state,
 )
+from logicrank.pipelines.placement import EncoderPlacement, encoder_placement
 from logicrank.pipelines.store import DocStore, update_index_apart
 from logicrank.pipelines.writelock import TableLock
 from logicrank.schemas.config import EmbedConfig, IndexConfig

@@ -24,28 +24,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 
 from logicrank.jobs.watchdog import beat
-from logicrank.pipelines.llm.engine import Constraint, EngineDied, Generation, LLMFailed, Truth, describe
+from logicrank.pipelines.llm.engine import Constraint, EngineDied, Generation, LLMFailed, Truth, describe, prefix_batches
 from logicrank.pipelines.llm.prompts import Template
 from logicrank.schemas.config import LLMConfig
 from logicrank.schemas.errors import UserError, first_line
-
-
-def prefix_batches(prompts: Sequence[str], size: int) -> list[list[int]]:
-    """Prompt indices cut into batches of at most ``size``, in the order of the prompts' text:
-    prompts that share a prefix (one document's statements, one template's instructions) sit
-    side by side, so one engine batch holds them and vLLM's prefix cache reuses their blocks."""
-    order = sorted(range(len(prompts)), key=prompts.__getitem__)
-    return [order[i : i + size] for i in range(0, len(order), size)]
-
-
-def truth_table(prompt_ids, results: Sequence[Truth]):
-    """TRUTH_SCORES rows: each prompt's id beside its truth result."""
-    import pyarrow as pa
-
-    from logicrank.schemas.tables import TRUTH_SCORES
-
-    cols = {f: [getattr(r, f) for r in results] for f in TRUTH_SCORES.names if f != "prompt_id"}
-    return pa.table({"prompt_id": prompt_ids, **cols}, schema=TRUTH_SCORES)
 
 
 class LLMServiceError(UserError, RuntimeError):

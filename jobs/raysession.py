@@ -8,10 +8,9 @@ import re
 import sys
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-from logicrank.schemas.config import EmbedConfig, RayConfig
+from logicrank.schemas.config import RayConfig
 
 VERBOSE_ENV = "LOGICRANK_VERBOSE"  # set by `logicrank --verbose`
 _QUIET = {
@@ -204,19 +203,6 @@ def require_fit(
         )
 
 
-@dataclass(frozen=True)
-class EncoderPlacement:
-    """The embedding actor pool: how many, what each needs, and how that was decided."""
-
-    actors: int
-    num_cpus: float
-    num_gpus: float
-    how: str
-
-
-IN_DRIVER = "driver (one CPU node: its encoder uses every core)"
-
-
 def local_driver_node(config: RayConfig) -> str | None:
     """The id of the node this driver runs on, where work may run in the driver instead of a
     pool: only on a cluster no address was given for (one this process started, or joined
@@ -227,44 +213,6 @@ def local_driver_node(config: RayConfig) -> str | None:
     if config.address is not None or ray.util.client.ray.is_connected():
         return None
     return ray.get_runtime_context().get_node_id()
-
-
-def encoder_placement(config: RayConfig, nodes: list[dict], reserve_cpus: float, embed: EmbedConfig | None = None,
-                      driver_node: str | None = None) -> EncoderPlacement:
-    """Size the embedding pool from ``config`` and the cluster's alive ``nodes`` (``ray.nodes()``).
-
-    Given values are kept. Otherwise: where the cluster has GPUs (and ``embed`` does not ask for
-    the CPU: device cpu or backend openvino), one encoder per GPU (1 CPU each); without GPUs, one encoder per node offering ``embed_resources``, each holding the
-    smallest such node's CPUs less the reader's ``reserve_cpus`` (1.5 on two cores: fractional,
-    so the reader fits beside it) and encoding with every core of its node. One encoder per node
-    rather than one per core: on two cores, two single-threaded OpenVINO encoders index
-    SciFact at 0.50x the speed of one two-threaded encoder (docs/bulk-retrieval.md, Placement).
-
-    A cluster of one CPU node that is the driver's own (``driver_node``, its node id) gets no
-    pool at all (0 actors, :data:`IN_DRIVER`): the driver's encoder uses every core of that node
-    as the one actor would, without the pool's start and the batches' transfers.
-    """
-    custom = dict(config.embed_resources)
-    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive", True)]
-    hosts = [r for r in alive if all(r.get(k, 0) >= v for k, v in custom.items())] or alive
-    gpus_total = sum(r.get("GPU", 0) for r in hosts)
-    on_cpu = embed is not None and (embed.device == "cpu" or embed.backend == "openvino")
-    gpus = config.embed_num_gpus if config.embed_num_gpus is not None else (1.0 if gpus_total >= 1 and not on_cpu else 0.0)
-    if config.embed_actors is not None:
-        cpus = config.embed_num_cpus if config.embed_num_cpus is not None else 1.0
-        return EncoderPlacement(config.embed_actors, cpus, gpus, "given")
-    if gpus > 0:
-        cpus = config.embed_num_cpus if config.embed_num_cpus is not None else 1.0
-        fit = sum(int(r.get("GPU", 0) // gpus) for r in hosts)  # per node: a fraction of a GPU does not span two
-        return EncoderPlacement(max(1, fit), cpus, gpus, "one per GPU" if gpus == 1 else f"{gpus:g} GPU each")
-    cpu_hosts = [n for n in nodes if n.get("Alive", True) and n.get("Resources", {}).get("CPU", 0) > 0]
-    if (driver_node is not None and not custom and config.embed_num_cpus is None and len(cpu_hosts) == 1
-            and cpu_hosts[0].get("NodeID") == driver_node):
-        return EncoderPlacement(0, 0.0, 0.0, IN_DRIVER)
-    node_cpus = [r["CPU"] for r in hosts if r.get("CPU", 0) > 0] or [1.0]
-    smallest = min(node_cpus)
-    cpus = config.embed_num_cpus if config.embed_num_cpus is not None else max(smallest - reserve_cpus, min(smallest, 0.5))
-    return EncoderPlacement(len(node_cpus), cpus, 0.0, "one per node")
 
 
 RESULT_BLOCKS_IN_FLIGHT = 32  # output blocks a Ray Data task or actor may have unread before it is paused

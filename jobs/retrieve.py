@@ -45,11 +45,12 @@ from logicrank.pipelines.files import write_parquet_atomic
 from logicrank.pipelines.llm.prompts import templates_digest
 from logicrank.pipelines.notes import fallback_notes, refuse_unparsed
 from logicrank.pipelines.pipeline import Pipeline, build
+from logicrank.pipelines.placement import is_mapped, require_mapped, shard_count
 from logicrank.pipelines.runner import Hooks, Inputs, StageCache, assemble, blank, reads, stage_classes, with_content
 from logicrank.pipelines.stages import Context, Needs, Output, StageOptions
 from logicrank.pipelines.store import DocStore
 from logicrank.pipelines.topics import TopicsError, read_queries, write_trec_run
-from logicrank.schemas.config import EmbedConfig, RayConfig
+from logicrank.schemas.config import EmbedConfig
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import RUN
 
@@ -156,26 +157,6 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
         driver_texts=encoded,  # texts the driver's encoder encoded, and those it had encoded before in this job (ITLR's terms)
     )
     return {rid: rundir.path / o for rid, o in outputs.items()}
-
-
-def shard_count(stage, store: DocStore, ray: RayConfig) -> int | None:
-    """How many search actors a per-query retriever runs on, each holding one shard of
-    ``store``: ``ray.retrieve_shards`` when given (1: one actor holding the whole index), else
-    as many as keep each within ``ray.retrieve_shard_bytes`` of the index's mapped files; None
-    (not sharded: the driver or the pool, as ``ray.retrieve_actors`` says) when the index fits
-    one or the database keeps no mapped index (not a local directory). Only bm25 and dense's
-    exact search shard."""
-    import math
-
-    if not isinstance(stage, _sharded_stages()) or getattr(stage.options, "search", "exact") != "exact":
-        return None
-    if ray.retrieve_shards is not None:
-        _require_mapped(store, ray.retrieve_shards)
-        return ray.retrieve_shards
-    if not _mapped(store):  # each shard would read the whole index into memory: searched whole instead
-        return None
-    needed = math.ceil(_index_bytes(stage, store) / ray.retrieve_shard_bytes)
-    return needed if needed > 1 else None
 
 
 class _Host:
@@ -339,9 +320,9 @@ class _Host:
         r = self.cfg.ray
         n = self.store.count()
         shards = r.retrieve_shards or math.ceil(n * self.store.dim * 4 / r.retrieve_shard_bytes)
-        if r.retrieve_shards is None and (shards <= 1 or not _mapped(self.store)):
+        if r.retrieve_shards is None and (shards <= 1 or not is_mapped(self.store)):
             return None
-        _require_mapped(self.store, shards)
+        require_mapped(self.store, shards)
         self._fit_shards(shards)
         restarts = len([node for node in ray.nodes() if node.get("Alive")]) + 2
         actor = ray.remote(_ShardTask).options(num_cpus=r.retrieve_num_cpus, max_restarts=restarts, max_task_retries=restarts,
@@ -441,37 +422,9 @@ def _cluster_memory() -> float:
     return float(ray.cluster_resources().get("memory", 0.0))
 
 
-def _mapped(store) -> bool:
-    """Whether the store's engines are saved and mapped (a local database directory)."""
-    from logicrank.pipelines.sparse import index_root
-
-    return index_root(store) is not None
-
-
-def _require_mapped(store, shards: int) -> None:
-    if shards > 1 and not _mapped(store):
-        raise RetrieveJobError(f"retrieve: --shards needs a database in a local directory (shards map its saved index); with {store.uri!r} "
-                               f"each of the {shards} shards would read the whole index into memory. Search unsharded (no --shards).")
-
-
-def _index_bytes(stage, store) -> int:
-    """Bytes of the index files a whole search of this stage maps (saved first where missing)."""
-    if stage.name == "bm25":
-        index = store.bm25_index()
-        return index.mapped_bytes() if hasattr(index, "mapped_bytes") else index.nbytes()
-    return store.vectors(stage.options.precision).nbytes()
-
-
 def shard_searched() -> None:
     """Called in the driver after each batch's shards answered (a seam for the fault tests, which
     kill a node once a batch has been searched)."""
-
-
-def _sharded_stages() -> tuple[type, ...]:
-    """The stages that search in shards: bm25 and dense (exact)."""
-    from logicrank.pipelines.stages.retrievers import BM25, Dense
-
-    return (BM25, Dense)
 
 
 class _ShardSearch:

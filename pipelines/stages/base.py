@@ -153,6 +153,7 @@ class Stage:
     requires: ClassVar[frozenset[str]] = frozenset()  # query columns an earlier stage must add
     adds: ClassVar[frozenset[str]] = frozenset()  # query columns it adds (a rewriter)
     per_query: ClassVar[bool] = False  # each query's output depends on that query alone: the job may run it on Ray over query batches
+    shardable: ClassVar[bool] = False  # it may search in shards of the table's rows, one search actor each (pipelines/placement.py)
     # The cache keys hold the digest of the stage's code (:meth:`code`: its module and every
     # project module it imports), so an edit to the code is never served from the cache.
     # ``version`` is part of the keys too, as a manual override for what the code digest cannot

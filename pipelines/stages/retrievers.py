@@ -28,6 +28,7 @@ class Dense(Stage):
     """Embed each query's text; exact cosine top k over the table's saved vectors (or its ANN index, as an option)."""
 
     name = "dense"
+    shardable = True  # its exact search
     kind = Kind.RETRIEVER
     Options = DenseOptions
     per_query = True
@@ -55,6 +56,7 @@ class BM25(Stage):
     the query repeats it."""
 
     name = "bm25"
+    shardable = True
     kind = Kind.RETRIEVER
     Options = BM25Options
     per_query = True

@@ -226,9 +226,10 @@ def run_score_case(work: Path, n: int, kill: bool, cluster, workers, kill_after:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from logicrank.jobs.llm_service import LLMService, truth_table
+    from logicrank.jobs.llm_service import LLMService
     from logicrank.jobs.raysession import ray_session
     from logicrank.pipelines.llm import prompts
+    from logicrank.pipelines.llm.engine import truth_table
     from logicrank.schemas.config import LLMConfig, RayConfig
     from tests.tiny_llm import build_tiny_llm
 

@@ -256,7 +256,7 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
     """On one CPU node the default encodes in the driver; `--actors 1` still runs the Ray Data
     pool (what a cluster of several nodes or GPUs runs). Same rows, same hashes, the same
     vectors within the tolerance, the same counts; each manifest says where it encoded."""
-    from logicrank.jobs.raysession import IN_DRIVER
+    from logicrank.pipelines.placement import IN_DRIVER
     from tests.compare import ATOL, RTOL
 
     corpus = write_jsonl(tmp_path / "c.jsonl", docs300[:120])

@@ -76,8 +76,9 @@ def main() -> None:
     texts = [template.render(context=c, statement=s) for c, s in zip(table.column("context").to_pylist(), table.column("statement").to_pylist(), strict=True)]
 
     # (1) the job's LLM service on Ray, end to end (Ray, actor and engine start included)
-    from logicrank.jobs.llm_service import LLMService, truth_table
+    from logicrank.jobs.llm_service import LLMService
     from logicrank.jobs.raysession import ray_session
+    from logicrank.pipelines.llm.engine import truth_table
 
     t = time.perf_counter()
     with ray_session(RayConfig(num_cpus=cpus)):

@@ -191,7 +191,7 @@ def test_apply_decompositions_to_queries():
 
 
 def test_prompts_sharing_a_prefix_are_batched_together():
-    from logicrank.jobs.llm_service import prefix_batches
+    from logicrank.pipelines.llm.engine import prefix_batches
 
     # two documents' statements, interleaved as a caller might send them
     prompts = [f"Document {d}: text of {d}\nStatement {s}" for s in range(3) for d in ("B", "A")]

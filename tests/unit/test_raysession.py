@@ -2,7 +2,8 @@
 
 import pytest
 
-from logicrank.jobs.raysession import IN_DRIVER, EncoderPlacement, encoder_placement, local_driver_node, require_fit
+from logicrank.jobs.raysession import local_driver_node, require_fit
+from logicrank.pipelines.placement import IN_DRIVER, EncoderPlacement, encoder_placement
 from logicrank.schemas.config import EmbedConfig, RayConfig
 
 

@@ -1,4 +1,4 @@
-"""How many shards a bulk retriever searches in (jobs/retrieve.py, ``shard_count``) and the
+"""How many shards a bulk retriever searches in (pipelines/placement.py, ``shard_count``) and the
 row ranges they hold: the per-actor memory budget (``ray.retrieve_shard_bytes``) decides unless
 ``ray.retrieve_shards`` is given; only bm25 and dense's exact search shard."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from logicrank.jobs.retrieve import shard_count
 from logicrank.pipelines.exact import segment_bounds, shard_bounds
 from logicrank.pipelines.pipeline import build
+from logicrank.pipelines.placement import shard_count
 from logicrank.pipelines.stages.itlr import ITLROptions
 from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
 from logicrank.schemas.config import RayConfig
@@ -123,10 +123,10 @@ def test_a_gpu_share_fits_on_one_gpu(shards, gpus, want):
 def test_shards_of_a_database_that_is_not_a_local_directory_are_refused_or_not_made():
     """Shards map the saved index; a remote database keeps none, so each shard would read the
     whole index: --shards is refused in one line, and no automatic sharding happens."""
-    from logicrank.jobs.retrieve import RetrieveJobError
+    from logicrank.pipelines.placement import ShardError
 
     remote = _Store(100 * GIB)
     remote.uri, remote.name = "s3://bucket/lancedb", "docs"
     assert shard_count(build(BM25Options()), remote, RayConfig()) is None
-    with pytest.raises(RetrieveJobError, match=r"--shards needs a database in a local directory"):
+    with pytest.raises(ShardError, match=r"--shards needs a database in a local directory"):
         shard_count(build(BM25Options()), remote, RayConfig(retrieve_shards=4))
