@@ -19,13 +19,13 @@ from logicrank.jobs.rundir import RunDir
 from logicrank.pipelines.embed import model_id
 from logicrank.pipelines.evaluate.measures import parse_measure
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
+from logicrank.pipelines.io import read_qrels, read_queries
 from logicrank.pipelines.logic.query import UnparsedQueryError, unparsed_message
 from logicrank.pipelines.methods.ablation import grid_markdown, grid_table, score_grid
 from logicrank.pipelines.methods.evidence import EvidenceError, check_calibration
 from logicrank.pipelines.methods.itlr import parse_queries
 from logicrank.pipelines.stages.itlr import unparsed_queries
 from logicrank.pipelines.store import DocStore
-from logicrank.pipelines.topics import read_qrels, read_queries
 from logicrank.schemas.config import EmbedConfig
 
 

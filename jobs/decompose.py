@@ -23,10 +23,10 @@ from logicrank.jobs.raysession import ray_session
 from logicrank.jobs.rundir import RunDir, file_fingerprint
 from logicrank.pipelines.config import DecomposeConfig
 from logicrank.pipelines.files import write_parquet_atomic
+from logicrank.pipelines.io import read_queries
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.decompose import TEMPLATES, check_conserved, decompose, settings_of
 from logicrank.pipelines.llm.models import resolve
-from logicrank.pipelines.topics import read_queries
 from logicrank.schemas.tables import DECOMPOSITIONS, conform
 
 

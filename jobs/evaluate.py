@@ -17,7 +17,7 @@ from logicrank.pipelines.evaluate.measures import parse_measures
 from logicrank.pipelines.evaluate.qa import JUDGE_TEMPLATE, QAError, llm_judge, parse_qa_measures, read_gold, read_predictions
 from logicrank.pipelines.evaluate.runs import evaluate_runs, notes
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
-from logicrank.pipelines.topics import DUPLICATES_REMOVED, read_qrels, read_run
+from logicrank.pipelines.io import DUPLICATES_REMOVED, read_qrels, read_run
 from logicrank.schemas.config import EvaluateConfig
 
 OUTPUTS = ("metrics.parquet", "significance.parquet", "report.md", "plots/per_query.png")  # all an evaluation can write
@@ -26,7 +26,7 @@ OUTPUTS = ("metrics.parquet", "significance.parquet", "report.md", "plots/per_qu
 def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation", echo: Callable[[str], None] | None = None) -> pa.Table:
     """Writes metrics.parquet, significance.parquet, report.md, plots/per_query.png; returns the metrics.
 
-    Runs and qrels are read and checked by :mod:`logicrank.pipelines.topics` (the numbers equal
+    Runs and qrels are read and checked by :mod:`logicrank.pipelines.io` (the numbers equal
     trec_eval's, or a one-line error says why not); ``cfg.dedupe`` keeps each repeated
     (query, doc) pair's best-ranked row instead of refusing the run. The manifest records,
     per run_id, ``missing_queries`` (qrels queries without results: they score 0) and

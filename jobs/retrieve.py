@@ -42,6 +42,7 @@ from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.embed import concrete, encoder_digest, model_id, resolve_model
 from logicrank.pipelines.exact import gpu_share, pool_within_memory, segment_bounds, shard_bounds
 from logicrank.pipelines.files import write_parquet_atomic
+from logicrank.pipelines.io import TopicsError, read_queries, write_trec_run
 from logicrank.pipelines.llm.prompts import templates_digest
 from logicrank.pipelines.notes import fallback_notes, refuse_unparsed
 from logicrank.pipelines.pipeline import Pipeline, build
@@ -49,7 +50,6 @@ from logicrank.pipelines.placement import is_mapped, require_mapped, shard_count
 from logicrank.pipelines.runner import Hooks, Inputs, StageCache, assemble, blank, reads, stage_classes, with_content
 from logicrank.pipelines.stages import Context, Needs, Output, StageOptions
 from logicrank.pipelines.store import DocStore
-from logicrank.pipelines.topics import TopicsError, read_queries, write_trec_run
 from logicrank.schemas.config import EmbedConfig
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import RUN

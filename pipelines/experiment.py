@@ -401,9 +401,9 @@ def run_in_process(exp: Experiment, ctx: Any, out: str | Path, strict: bool = Tr
     from logicrank.pipelines.evaluate.qa import read_gold, read_predictions
     from logicrank.pipelines.evaluate.runs import evaluate_runs
     from logicrank.pipelines.files import write_parquet_atomic
+    from logicrank.pipelines.io import read_qrels, read_queries
     from logicrank.pipelines.pipeline import Pipeline
     from logicrank.pipelines.runner import StageCache
-    from logicrank.pipelines.topics import read_qrels, read_queries
 
     out = Path(out)
     _, queries, qrels, root, pipelines, gold = prepared(exp, out)

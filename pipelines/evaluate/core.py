@@ -1,9 +1,9 @@
 """Evaluate run tables against qrels into the long metrics table.
 
 The numbers equal trec_eval's (``-c``) or the run is refused. A run is ranked by its
-``rank`` column: :func:`logicrank.pipelines.topics.read_run` has already re-ranked a TREC file by
+``rank`` column: :func:`logicrank.pipelines.io.read_run` has already re-ranked a TREC file by
 score as trec_eval does (score descending, equal scores by docno descending), and a Parquet
-run keeps its stage's ranks, checked by :func:`logicrank.pipelines.topics.check_run` (distinct
+run keeps its stage's ranks, checked by :func:`logicrank.pipelines.io.check_run` (distinct
 positive ranks, never a better rank with a lower score; finite scores; each (query, doc)
 pair once). Qrels must judge each pair once. Qrels queries the run misses score 0; run
 queries absent from the qrels are not evaluated (:func:`query_coverage` counts both).
@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 from logicrank.pipelines.evaluate.measures import Measure, RankedGains
-from logicrank.pipelines.topics import Duplicates, check_qrels, check_run
+from logicrank.pipelines.io import Duplicates, check_qrels, check_run
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID, METRICS, QRELS, RUN, conform, require_columns
 

@@ -67,7 +67,7 @@ def evaluate_runs(runs: Sequence[pa.Table], qrels: pa.Table | None, measures: Se
                   answers: Mapping[str, Mapping[str, str]] | None = None, gold: Mapping[str, Gold] | None = None,
                   qa_measures: Sequence[str] = (), judge: Judge | None = None, duplicates_removed: Mapping[str, int] | None = None,
                   done: Callable[[str], None] = lambda message: None) -> Evaluation:
-    """Evaluate every run id of ``runs`` (RUN tables, checked as :func:`logicrank.pipelines.topics.read_run`
+    """Evaluate every run id of ``runs`` (RUN tables, checked as :func:`logicrank.pipelines.io.read_run`
     checks a file) against ``qrels``, trec_eval's rules (a query of the qrels a run misses scores
     0); ``run_ids``: the runs to evaluate (default: those with rows; a named run with no rows
     scores 0). ``answers``: run id -> query id -> predicted answer, scored by ``qa_measures``

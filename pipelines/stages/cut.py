@@ -101,7 +101,7 @@ class Restrict(Stage):
         return Needs(files=(self.options.pairs,))
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
-        from logicrank.pipelines.topics import read_qrels
+        from logicrank.pipelines.io import read_qrels
 
         run = runs[0].sort_by([("query_id", "ascending"), ("rank", "ascending")])
         allowed = read_qrels(self.options.pairs)

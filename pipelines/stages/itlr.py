@@ -268,7 +268,7 @@ def _term_candidates(parsed, evidence, store, o: ITLROptions):
 
 def _listed_ids(path: str, query_ids: set[str], evidence) -> tuple[dict, int]:
     """listed mode over bm25 or hybrid evidence: each query's listed documents the table holds."""
-    from logicrank.pipelines.topics import read_qrels
+    from logicrank.pipelines.io import read_qrels
 
     pairs = read_qrels(path).to_pandas()
     pairs = pairs[pairs["query_id"].isin(query_ids)]
@@ -281,7 +281,7 @@ def _listed_ids(path: str, query_ids: set[str], evidence) -> tuple[dict, int]:
 def listed_candidates(path: str, query_ids: set[str], store) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
     """query id -> (doc ids, vectors) of the documents a qrels-format file lists for it (those
     in the table), and how many listed pairs name a document the table does not hold."""
-    from logicrank.pipelines.topics import read_qrels
+    from logicrank.pipelines.io import read_qrels
 
     pairs = read_qrels(path).to_pandas()
     pairs = pairs[pairs["query_id"].isin(query_ids)]

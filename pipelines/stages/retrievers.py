@@ -92,11 +92,11 @@ class RunFile(Stage):
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         import pyarrow.compute as pc
 
-        from logicrank.pipelines.topics import read_run
+        from logicrank.pipelines.io import read_run
 
         run = read_run(self.options.path)
         if len(set(run.column("run_id").to_pylist())) > 1:
-            from logicrank.pipelines.topics import TopicsError
+            from logicrank.pipelines.io import TopicsError
 
             raise TopicsError(f"run_file {self.options.path}: holds several runs {sorted(set(run.column('run_id').to_pylist()))}; give one.")
         run = run.filter(pc.is_in(run.column("query_id"), queries.column("query_id")))
@@ -126,7 +126,7 @@ class Qrels(Stage):
         return Needs(files=(self.options.path,))
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
-        from logicrank.pipelines.topics import read_qrels
+        from logicrank.pipelines.io import read_qrels
         from logicrank.schemas.tables import RUN
 
         qrels = read_qrels(self.options.path).to_pandas()

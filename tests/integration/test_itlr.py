@@ -119,7 +119,7 @@ def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(sy
     from logicrank.cli import app
     from logicrank.pipelines.evaluate.core import evaluate_run
     from logicrank.pipelines.evaluate.measures import parse_measure
-    from logicrank.pipelines.topics import read_qrels
+    from logicrank.pipelines.io import read_qrels
 
     qrels = synthetic / "syn" / "qrels" / "test.tsv"
     res = CliRunner().invoke(app, ["ablate", str(synthetic / "syn" / "queries.jsonl"), str(qrels), "--db", str(synthetic / "db"),
@@ -176,9 +176,9 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
     from logicrank.pipelines import benchmarks
     from logicrank.pipelines.embed import Embedder
     from logicrank.pipelines.experiment import load, override
+    from logicrank.pipelines.io import read_queries
     from logicrank.pipelines.logic.fuzzy import Operators
     from logicrank.pipelines.methods.itlr import Calibration, compose, labelled_scores, parse_queries, unique_terms
-    from logicrank.pipelines.topics import read_queries
     from logicrank.schemas.config import EmbedConfig
 
     families = ("product-sum-reciprocal", "min-max-complement")

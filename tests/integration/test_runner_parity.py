@@ -16,11 +16,11 @@ from logicrank.pipelines.config import RetrieveConfig
 from logicrank.pipelines.embed import Embedder
 from logicrank.pipelines.evaluate.core import evaluate_run
 from logicrank.pipelines.evaluate.measures import parse_measures
+from logicrank.pipelines.io import read_qrels, read_queries
 from logicrank.pipelines.pipeline import Pipeline
 from logicrank.pipelines.runner import StageCache
 from logicrank.pipelines.stages import Context
 from logicrank.pipelines.store import DocStore
-from logicrank.pipelines.topics import read_qrels, read_queries
 from logicrank.schemas.config import EmbedConfig
 from logicrank.schemas.tables import METRICS, RUN
 from tests.compare import assert_runs_close, assert_tables_close

@@ -32,11 +32,11 @@ from logicrank.pipelines.datasets.qa import to_beir  # noqa: E402
 from logicrank.pipelines.embed import Embedder  # noqa: E402
 from logicrank.pipelines.experiment import load  # noqa: E402
 from logicrank.pipelines.files import write_text_atomic  # noqa: E402
+from logicrank.pipelines.io import read_queries  # noqa: E402
 from logicrank.pipelines.llm import prompts  # noqa: E402
 from logicrank.pipelines.stages import Context  # noqa: E402
 from logicrank.pipelines.stages.lag import Lag, LagOptions  # noqa: E402
 from logicrank.pipelines.store import DocStore  # noqa: E402
-from logicrank.pipelines.topics import read_queries  # noqa: E402
 from logicrank.schemas.config import EmbedConfig, IndexConfig, LLMConfig, RayConfig  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 

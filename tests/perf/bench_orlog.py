@@ -26,7 +26,7 @@ from logicrank.pipelines.config import RetrieveConfig  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic  # noqa: E402
 from logicrank.pipelines.generate.synthetic import generate, gold_orlog_decompositions  # noqa: E402
-from logicrank.pipelines.topics import read_queries  # noqa: E402
+from logicrank.pipelines.io import read_queries  # noqa: E402
 from logicrank.schemas.config import IndexConfig, LLMConfig, RayConfig  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 

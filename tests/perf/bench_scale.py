@@ -706,7 +706,7 @@ def _pseudo_qrels(n: int, seed: int, data: dict):
     import pyarrow as pa
 
     from logicrank.pipelines.datasets import scifact
-    from logicrank.pipelines.topics import read_qrels
+    from logicrank.pipelines.io import read_qrels
 
     base = read_qrels(scifact().qrels).to_pandas()
     rel = {}

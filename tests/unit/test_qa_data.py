@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from logicrank.pipelines.datasets import qa
 from logicrank.pipelines.experiment import Dataset, ExperimentError
-from logicrank.pipelines.topics import read_qrels, read_queries
+from logicrank.pipelines.io import read_qrels, read_queries
 
 
 def _lines(path):

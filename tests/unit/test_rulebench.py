@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from logicrank.cli import app
 from logicrank.pipelines.datasets.rulebench import RuleBenchError, to_beir
 from logicrank.pipelines.experiment import ExperimentError
-from logicrank.pipelines.topics import read_qrels, read_queries
+from logicrank.pipelines.io import read_qrels, read_queries
 
 RULES = {
     "0": {"NL": "If Person X owns Animal Y, then Person X can feed Animal Y.", "FOL": "Own(Person X, Animal Y) => CanFeed(Person X, Animal Y)"},

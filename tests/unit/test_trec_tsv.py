@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from logicrank.pipelines.corpus import iter_corpus, list_sources, trec_raw_limit, trec_units
 from logicrank.pipelines.datasets import scifact
-from logicrank.pipelines.topics import TopicsError, read_queries
+from logicrank.pipelines.io import TopicsError, read_queries
 from logicrank.schemas.config import IndexConfig
 from logicrank.schemas.tables import REJECT_REASONS
 

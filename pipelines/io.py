@@ -1,0 +1,415 @@
+"""Queries, qrels and runs (PyTerrier's ``pt.io``): readers and writers for the formats users bring.
+
+- queries: BEIR ``queries.jsonl`` (``_id``, ``text``), JSONL with ``query_id``/``qid``, Parquet,
+  ``qid<TAB>text`` TSV (MS MARCO's ``queries.tsv``: a ``.tsv`` name, no header, exactly two
+  fields a line) or a TREC topics file (told by its first non-blank character, ``<``):
+  ``<top>`` blocks (``<num> Number: 301``, ``<title>``, ``<desc> Description:``,
+  ``<narr> Narrative:``; closing tags optional, the labels stripped) or ``<topic number="1">``
+  elements (``<query>``, ``<question>`` or ``<description>``, ``<narrative>``), the query text
+  being the field ``field`` names (title, desc or narr), whitespace runs made one space;
+- qrels: BEIR TSV (first line the header ``query-id<TAB>corpus-id<TAB>score``, or with
+  ``query_id``/``qid``; every line split on tabs only, so ids may hold spaces) or TREC
+  (``qid 0 docno rel``, no header, split on any whitespace; ``qid docno rel`` is accepted too);
+- runs: our Parquet run table (RUN), or a TREC run file (``qid Q0 docno rank score tag``).
+
+A text file (gzipped or not) may start with a UTF-8 byte order mark: it is not read as text.
+
+Evaluation must equal trec_eval or refuse, so the readers follow trec_eval's rules and every
+refusal names the file, what is wrong and the fix:
+
+- a TREC run is ranked as trec_eval ranks it: by score descending, equal scores by docno
+  descending (byte order, trec_eval's reverse ``strcmp``); its rank column is ignored and
+  ``rank`` is recomputed;
+- a Parquet run is ranked by its ``rank`` column, so each stage's own tie-break holds; within
+  a query, ranks must be distinct positive integers and a better (lower) rank must never
+  have a strictly lower score than a worse one (equal scores may take any order);
+- scores must be finite, and a run or qrels file must have at least one row;
+- a (query, doc) pair may appear once in a run (as trec_eval, we refuse repeats;
+  ``duplicates="first"`` keeps each pair's best-ranked row instead and counts the others)
+  and once in the qrels;
+- a TREC run line cannot carry an empty id or one holding whitespace: ``write_trec_run``
+  refuses them (the Parquet run carries any id).
+"""
+
+from __future__ import annotations
+
+import gzip
+import html
+import re
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from logicrank.pipelines.files import atomic_path, read_jsonl, reading
+from logicrank.schemas.errors import UserError
+from logicrank.schemas.tables import QRELS, QUERIES, RUN, conform, require_columns
+
+_QID_KEYS = ("query_id", "_id", "qid", "id")
+_QTEXT_KEYS = ("text", "query", "title")
+_BEIR_HEADER = ("query-id", "query_id", "qid")
+DUPLICATES_REMOVED = b"duplicates_removed"  # read_run's schema metadata: rows dropped by duplicates="first"
+Duplicates = Literal["refuse", "first"]
+
+
+class TopicsError(UserError, ValueError):
+    """A queries, qrels or run file (or table) cannot be read or evaluated as it is."""
+
+
+def _open_text(path: Path):
+    """``path`` as text, gunzipped when named ``.gz``; a UTF-8 byte order mark starting it is dropped
+    (never part of the first id or header)."""
+    return gzip.open(path, "rt", encoding="utf-8-sig") if path.suffix == ".gz" else open(path, encoding="utf-8-sig")
+
+
+TopicsField = Literal["title", "desc", "narr"]
+TOPICS_FIELDS: tuple[str, ...] = ("title", "desc", "narr")
+
+
+def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
+    """Queries table (QUERIES) from BEIR JSONL, Parquet, TSV or a TREC topics file (module
+    docstring); ``field`` picks a TREC topic's text (``title``, ``desc`` or ``narr``) and
+    matters for nothing else. Rejects unreadable lines loudly: a query set must be whole."""
+    path = Path(path)
+    if field not in TOPICS_FIELDS:
+        raise TopicsError(f"queries {path}: topics field {field!r}; use one of {', '.join(TOPICS_FIELDS)}.")
+    if path.is_dir():
+        path = path / "queries.jsonl"
+    if not path.exists():
+        raise TopicsError(f"queries: no file at {str(path)!r}.")
+    if path.suffix in (".parquet", ".pq"):
+        return queries_table(_read_parquet(path, "queries"), f"queries {path}")
+    with reading(f"queries {path}", TopicsError), _open_text(path) as f:
+        if path.name.lower().endswith((".tsv", ".tsv.gz")):
+            rows = _read_tsv_queries(f, path)
+        elif _first_char(f) == "<":
+            rows = _read_trec_topics(f.read(), path, field)
+        else:
+            rows = _read_jsonl_queries(path)
+    if not rows:
+        raise TopicsError(f"queries {path}: no queries (the file is empty); give the queries to run.")
+    ids = [r["query_id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        raise TopicsError(f"queries {path}: duplicate query ids {dup}.")
+    return pa.Table.from_pylist(rows, schema=QUERIES)
+
+
+def _first_char(f) -> str:
+    """The first non-blank character of a text file, the file rewound."""
+    while chunk := f.read(4096):
+        rest = chunk.lstrip()
+        if rest:
+            f.seek(0)
+            return rest[0]
+    f.seek(0)
+    return ""
+
+
+def _read_jsonl_queries(path: Path) -> list[dict]:
+    rows = []
+    expect = f"with an id ({list(_QID_KEYS)}) and a text ({list(_QTEXT_KEYS)})"
+    for n, obj in read_jsonl(path, "queries", TopicsError, expect, _tab_hint):
+        try:
+            qid = next(obj[k] for k in _QID_KEYS if k in obj)
+            text = next(obj[k] for k in _QTEXT_KEYS if k in obj)
+        except StopIteration:
+            raise TopicsError(f"queries {path}: line {n} is not a JSON object {expect}.") from None
+        rows.append({"query_id": str(qid), "text": str(text), "logical_query": obj.get("logical_query")})
+    return rows
+
+
+def _tab_hint(line: str) -> str:
+    return " (a qid<TAB>text file must be named .tsv)" if "\t" in line else ""
+
+
+def _read_tsv_queries(f, path: Path) -> list[dict]:
+    """``qid<TAB>text`` a line; no header; blank lines skipped; the text's surrounding whitespace stripped."""
+    rows = []
+    for n, line in enumerate(f, 1):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2:
+            what = "no tab" if len(parts) == 1 else f"{len(parts)} tab-separated fields"
+            raise TopicsError(f"queries {path}: line {n} has {what}; a TSV queries line is qid<TAB>text (no header): "
+                              "separate the id and the text with one tab.")
+        qid, text = parts[0].strip(), parts[1].strip()
+        if not qid:
+            raise TopicsError(f"queries {path}: line {n} has an empty query id; give every query an id before its tab.")
+        rows.append({"query_id": qid, "text": text, "logical_query": None})
+    return rows
+
+
+# TREC topics: a <top> block or a <topic ...> element; a field runs from its tag to the next tag
+_TOPIC_OPEN = re.compile(r"<(top|topic)(\s[^<>]*)?>", re.I)
+_TOPIC_CLOSE = re.compile(r"</(top|topic)\s*>", re.I)
+_TOPIC_TAG = re.compile(r"<(/?)([A-Za-z][\w.:-]*)(?:\s[^<>]*)?/?>")
+_TOPIC_NUMBER = re.compile(r"""\bnumber\s*=\s*["']?([^"'\s>]+)""", re.I)
+_TOPIC_LABEL = re.compile(r"^\s*(number|topic|description|narrative)\s*:", re.I)
+_FIELD_TAGS = {"title": ("title", "query"), "desc": ("desc", "description", "question"), "narr": ("narr", "narrative")}
+_FIELD_NAMES = {"title": "<title> (or <query>)", "desc": "<desc> (or <description>, <question>)", "narr": "<narr> (or <narrative>)"}
+
+
+def _topic_text(raw: str) -> str:
+    """A field's text: its label (``Number:``, ``Topic:``, ``Description:``, ``Narrative:``)
+    stripped, entities decoded, whitespace runs made one space."""
+    return " ".join(html.unescape(_TOPIC_LABEL.sub("", raw, count=1)).split())
+
+
+def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
+    rows = []
+    opens = list(_TOPIC_OPEN.finditer(text))
+    if not opens:
+        raise TopicsError(f"queries {path}: starts with '<' but holds no <top> or <topic> element; give a TREC topics file "
+                          "(<top> <num> Number: 301 <title> ...), or JSONL, TSV or Parquet queries.")
+    for i, m in enumerate(opens):
+        end = opens[i + 1].start() if i + 1 < len(opens) else len(text)
+        close = _TOPIC_CLOSE.search(text, m.end(), end)
+        block = text[m.end() : close.start() if close else end]
+        line = text.count("\n", 0, m.start()) + 1
+        fields: dict[str, str] = {}
+        tags = list(_TOPIC_TAG.finditer(block))
+        for j, t in enumerate(tags):
+            name = t.group(2).lower()
+            if t.group(1) or name in fields:
+                continue
+            fields[name] = block[t.end() : tags[j + 1].start() if j + 1 < len(tags) else len(block)]
+        number = _TOPIC_NUMBER.search(m.group(2) or "")
+        qid = number.group(1) if number else _topic_text(fields.get("num", ""))
+        if not qid:
+            raise TopicsError(f"queries {path}: the topic at line {line} has no number (<num> Number: N, or <topic number=\"N\">); give every topic its number.")
+        if number is None and qid.isascii() and qid.isdigit():  # <num> Number: 051 is topic 51, as the classic qrels write it
+            qid = str(int(qid))  # (<topic number="0001"> keeps its id as written)
+        raw = next((fields[t] for t in _FIELD_TAGS[field] if t in fields), None)
+        query = _topic_text(raw) if raw is not None else ""
+        if not query:
+            has = [f for f in TOPICS_FIELDS if any(_topic_text(fields.get(t, "")) for t in _FIELD_TAGS[f])]
+            raise TopicsError(f"queries {path}: topic {qid} (line {line}) has no {'text in its ' if raw is not None else ''}{_FIELD_NAMES[field]}; "
+                              f"pick a field it has ({', '.join(has) or 'none'}) as the topics field (retrieve --topics-field; topics_field: in a "
+                              "config file), or add the field to the topic.")
+        rows.append({"query_id": qid, "text": query, "logical_query": None})
+    return rows
+
+
+def queries_table(table: pa.Table, source: str) -> pa.Table:
+    """A table of queries as the QUERIES contract: the id column under any of its usual names,
+    ids as strings, ``logical_query`` added when absent; no rows or a repeated id is refused
+    (``source`` names the input in the one-line error)."""
+    if "query_id" not in table.column_names:
+        for alt in _QID_KEYS[1:]:
+            if alt in table.column_names:
+                table = table.rename_columns(["query_id" if c == alt else c for c in table.column_names])
+                break
+    if "logical_query" not in table.column_names:
+        table = table.append_column("logical_query", pa.nulls(table.num_rows, pa.string()))
+    if table.num_rows == 0:
+        raise TopicsError(f"{source}: no queries (the table has no rows); give the queries to run.")
+    table = conform(table, QUERIES, source)
+    ids = table.column("query_id")
+    if pc.count_distinct(ids).as_py() != len(ids):
+        counts = pc.value_counts(ids)
+        dup = sorted(v["values"] for v in counts.to_pylist() if v["counts"] > 1)[:5]
+        raise TopicsError(f"{source}: duplicate query ids {dup}.")
+    return table
+
+
+def _read_parquet(path: Path, what: str) -> pa.Table:
+    if path.is_dir():  # pyarrow would read a directory as a dataset, possibly of nothing
+        raise TopicsError(f"{what} {path}: a directory, not a file; give the {what} file itself.")
+    with reading(f"{what} {path}", TopicsError):
+        return pq.read_table(path)
+
+
+def read_qrels(path: str | Path) -> pa.Table:
+    """Qrels table (QRELS) from BEIR TSV or TREC qrels; a BEIR dir means its qrels/test.tsv.
+
+    A file whose first line is a BEIR header is split on tabs, any other on whitespace.
+    Refuses an empty file and repeated (query, doc) pairs, as trec_eval does.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "qrels" / "test.tsv"
+    if not path.exists():
+        raise TopicsError(f"qrels: no file at {str(path)!r}; give a BEIR qrels TSV, a BEIR directory or a TREC qrels file.")
+    qids, dids, rels = [], [], []
+    beir = False
+    with reading(f"qrels {path}", TopicsError), _open_text(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            if n == 1 and line.split()[0].lower() in _BEIR_HEADER:
+                beir = True
+                continue
+            if beir:
+                parts = line.split("\t")
+                if len(parts) != 3:
+                    raise TopicsError(
+                        f"qrels {path}: line {n} has {len(parts)} tab-separated field(s); a BEIR qrels line has 3 "
+                        "(query-id<TAB>corpus-id<TAB>score): separate the fields with single tabs."
+                    )
+                q, d, r = parts
+            else:
+                parts = line.split()
+                if len(parts) == 3:
+                    q, d, r = parts
+                elif len(parts) == 4:
+                    q, _, d, r = parts
+                else:
+                    raise TopicsError(f"qrels {path}: line {n} has {len(parts)} fields; expected 4 (TREC: qid 0 docno rel) or 3.")
+            try:
+                rel = int(float(r))
+            except ValueError as exc:
+                raise TopicsError(f"qrels {path}: line {n}: relevance {r!r} is not a number.") from exc
+            qids.append(q), dids.append(d), rels.append(rel)
+    qrels = pa.table({"query_id": qids, "doc_id": dids, "relevance": pa.array(rels, pa.int32())}, schema=QRELS)
+    check_qrels(qrels, f"qrels {path}")
+    return qrels
+
+
+def check_qrels(qrels: pa.Table, source: str) -> None:
+    """Refuse qrels with no rows or with a (query, doc) pair judged twice; ``source`` names them."""
+    if qrels.num_rows == 0:
+        raise TopicsError(f"{source}: no judgements (the file is empty or holds only a header); give the qrels of the queries evaluated.")
+    df = qrels.select(["query_id", "doc_id"]).to_pandas()
+    dup = df[df.duplicated(keep="first")]
+    if len(dup):
+        raise TopicsError(
+            f"{source}: {len(dup)} row(s) repeat a (query, doc) pair, e.g. {_pairs(dup)}; "
+            "trec_eval refuses them too: judge each pair once."
+        )
+
+
+def read_run(path: str | Path, duplicates: Duplicates = "refuse") -> pa.Table:
+    """A run table (RUN) from Parquet or a TREC run file (run_id = the file's tag column).
+
+    A TREC run is re-ranked by score as trec_eval ranks it; a Parquet run keeps its ranks,
+    checked (module docstring). ``duplicates="first"`` keeps each repeated (query, doc)
+    pair's best-ranked row; the number of rows dropped is in the schema metadata under
+    ``DUPLICATES_REMOVED`` (see :func:`check_run`).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise TopicsError(f"run: no file at {str(path)!r}; give a run table (Parquet) or a TREC run file.")
+    table = conform(_read_parquet(path, "run"), RUN, f"run {path.name}") if path.suffix in (".parquet", ".pq") else _read_trec_run(path)
+    if table.num_rows == 0:
+        raise TopicsError(f"run {path}: no rows; an empty run cannot be evaluated: give the run file that holds results.")
+    return check_run(table, f"run {path}", duplicates)
+
+
+def _read_trec_run(path: Path) -> pa.Table:
+    cols: dict[str, list] = {"query_id": [], "doc_id": [], "score": [], "run_id": []}
+    with reading(f"run {path}", TopicsError), _open_text(path) as f:
+        for n, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 6:
+                raise TopicsError(f"run {path}: line {n} has {len(parts)} fields; a TREC run line has 6 (qid Q0 docno rank score tag).")
+            q, _, d, _, score, tag = parts
+            try:
+                value = float(score)
+            except ValueError as exc:
+                raise TopicsError(f"run {path}: line {n}: score {score!r} is not a number.") from exc
+            for k, v in zip(cols, (q, d, value, tag), strict=True):
+                cols[k].append(v)
+    if not cols["query_id"]:
+        return RUN.empty_table()
+    df = pd.DataFrame(cols).sort_values(
+        ["run_id", "query_id", "score", "doc_id"], ascending=[True, True, False, False], kind="stable"
+    )  # trec_eval's order; the file's rank column is ignored
+    df["rank"] = df.groupby(["run_id", "query_id"], sort=False).cumcount() + 1
+    df["method"] = "trec"
+    return pa.table({c: df[c].to_numpy() for c in RUN.names}, schema=RUN)  # NaN stays NaN, for check_run to name
+
+
+def check_run(run: pa.Table, source: str, duplicates: Duplicates = "refuse") -> pa.Table:
+    """Check a run table against the rules of the module docstring; ``source`` names it.
+
+    Needs ``query_id``, ``doc_id``, ``rank``; ``score`` and ``run_id`` are checked when
+    present. Returns the run, without the repeated pairs' worse-ranked rows when
+    ``duplicates="first"``, with their count in its schema metadata (``DUPLICATES_REMOVED``).
+    """
+    if duplicates not in ("refuse", "first"):
+        raise TopicsError(f"{source}: duplicates={duplicates!r}; use 'refuse' or 'first'.")
+    require_columns(run, ["query_id", "doc_id", "rank"], source)
+    df = run.select([c for c in ("run_id", "query_id", "doc_id", "rank", "score") if c in run.column_names]).to_pandas()
+    group = [c for c in ("run_id", "query_id") if c in df.columns]
+    if "score" in df:
+        bad = df[~np.isfinite(df["score"].to_numpy(dtype=float))]
+        if len(bad):
+            raise TopicsError(
+                f"{source}: {len(bad)} score(s) are NaN or infinite, e.g. for query {bad['query_id'].iloc[0]!r}, "
+                f"doc {bad['doc_id'].iloc[0]!r}; give every row a finite score."
+            )
+    df = df.sort_values([*group, "rank"], kind="stable")
+    repeated = df.duplicated([*group, "doc_id"], keep="first")
+    if repeated.any() and duplicates == "refuse":
+        raise TopicsError(
+            f"{source}: {int(repeated.sum())} row(s) repeat a (query, doc) pair, e.g. {_pairs(df[repeated])}; trec_eval refuses "
+            "them too: keep each pair once, or evaluate with dedupe to keep each pair's best-ranked row."
+        )
+    if repeated.any():
+        df = df[~repeated]
+        keep = np.zeros(run.num_rows, dtype=bool)
+        keep[df.index.to_numpy()] = True
+        run = run.filter(pa.array(keep))
+    _check_ranks(df, group, source)
+    return run.replace_schema_metadata({**(run.schema.metadata or {}), DUPLICATES_REMOVED: str(int(repeated.sum()))})
+
+
+def _check_ranks(df: pd.DataFrame, group: list[str], source: str) -> None:
+    """``df`` sorted by group then rank: ranks distinct positive integers, scores never rising."""
+    rank = df["rank"].astype(float)
+    bad = df[(rank < 1) | (rank % 1 != 0) | df.duplicated([*group, "rank"], keep=False)]
+    if len(bad):
+        raise TopicsError(
+            f"{source}: query {bad['query_id'].iloc[0]!r} has rank {bad['rank'].iloc[0]} for doc {bad['doc_id'].iloc[0]!r}; "
+            "ranks within a query must be distinct positive integers: rank the run again (higher score, better rank)."
+        )
+    if "score" not in df:
+        return
+    same = ~df[group].ne(df[group].shift()).any(axis=1)
+    rises = df[same & (df["score"] > df["score"].shift())]
+    if len(rises):
+        r = rises.iloc[0]
+        prev = df.iloc[df.index.get_loc(rises.index[0]) - 1]
+        raise TopicsError(
+            f"{source}: query {r['query_id']!r} puts doc {r['doc_id']!r} (score {float(r['score'])!r}) at rank {r['rank']}, after "
+            f"doc {prev['doc_id']!r} (score {float(prev['score'])!r}) at rank {prev['rank']}; a better rank must not have a lower score: "
+            "rank the run by score, or give it as a TREC file to have it ranked by score as trec_eval does."
+        )
+
+
+def _pairs(df: pd.DataFrame, n: int = 3) -> str:
+    pairs = df[["query_id", "doc_id"]].drop_duplicates().head(n)
+    return ", ".join(f"({q!r}, {d!r})" for q, d in pairs.itertuples(index=False))
+
+
+def write_trec_run(run: pa.Table, path: str | Path) -> Path:
+    """Write a run table as a TREC run file (sorted by query, then rank; scores as Python's repr).
+
+    Refuses an empty id or one holding whitespace (query, doc or run id): a TREC line cannot
+    carry it. Read back, the file is ranked by score (trec_eval's rule), so equal scores come
+    back ordered by doc_id descending whatever their ranks were.
+    """
+    path = Path(path)
+    table = conform(run, RUN, "write_trec_run").sort_by([("query_id", "ascending"), ("rank", "ascending")])
+    for col in ("query_id", "doc_id", "run_id"):
+        bad = [v for v in table.column(col).unique().to_pylist() if v.split() != [v]]
+        if bad:
+            run_ids = table.column("run_id").unique().to_pylist()
+            raise TopicsError(
+                f"write_trec_run {path}: {col} {bad[0]!r} of run {run_ids[0]!r} is empty or holds whitespace "
+                f"({len(bad)} such id(s)); a TREC line cannot carry it: use the Parquet run instead."
+            )
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for q, d, rank, score, rid in zip(*(table.column(c).to_pylist() for c in ("query_id", "doc_id", "rank", "score", "run_id")), strict=True):
+            f.write(f"{q} Q0 {d} {rank} {score!r} {rid}\n")
+    return path

@@ -1,0 +1,102 @@
+import pyarrow as pa
+import pytest
+
+from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.io import TopicsError, read_qrels, read_queries, read_run, write_trec_run
+from logicrank.pipelines.methods.hybrid import rrf
+from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.schemas.tables import QRELS, RUN
+
+
+def test_bundled_scifact_reads():
+    d = scifact()
+    q = read_queries(d.queries)
+    assert q.num_rows == 300 and q.column("query_id")[0].as_py() == "1"
+    qr = read_qrels(d.qrels)
+    assert qr.schema == QRELS and qr.num_rows == 339
+
+
+def test_trec_formats_and_errors(tmp_path):
+    (tmp_path / "q.trec").write_text("q1 0 d1 2\nq1 0 d2 0\n")
+    assert read_qrels(tmp_path / "q.trec").column("relevance").to_pylist() == [2, 0]
+    (tmp_path / "bad.tsv").write_text("q1 d1\n")
+    with pytest.raises(TopicsError, match="line 1 has 2 fields"):
+        read_qrels(tmp_path / "bad.tsv")
+    (tmp_path / "dup.jsonl").write_text('{"_id": "1", "text": "a"}\n{"_id": "1", "text": "b"}\n')
+    with pytest.raises(TopicsError, match="duplicate query ids"):
+        read_queries(tmp_path / "dup.jsonl")
+
+
+def test_rank_pairs_orders_and_breaks_ties_by_doc_id(tmp_path):
+    import pandas as pd
+
+    pairs = pd.DataFrame({"query_id": ["a"] * 4, "doc_id": ["z", "y", "x", "w"], "score": [0.5, 0.9, 0.5, 0.1]})
+    run = rank_pairs(pairs, 3, "m", "r")
+    assert run.schema == RUN
+    assert run.column("doc_id").to_pylist() == ["y", "z", "x"]  # equal scores: doc_id descending, as trec_eval
+    assert run.column("rank").to_pylist() == [1, 2, 3]
+    path = write_trec_run(run, tmp_path / "r.trec")
+    back = read_run(path)  # a TREC file is ranked as trec_eval ranks it: the same order
+    assert back.column("doc_id").to_pylist() == ["y", "z", "x"] and back.column("run_id")[0].as_py() == "r"
+    assert back.column("rank").to_pylist() == [1, 2, 3]
+
+
+def test_rrf_fuses_by_reciprocal_rank():
+    def run(docs):
+        return pa.table({"query_id": ["q"] * len(docs), "doc_id": docs, "rank": pa.array(range(1, len(docs) + 1), pa.int32())})
+
+    fused = rrf([run(["a", "b", "c"]), run(["c", "a"])], k=10, rrf_k=60)
+    assert fused.column("doc_id").to_pylist() == ["a", "c", "b"]
+    assert fused.column("score")[0].as_py() == pytest.approx(1 / 61 + 1 / 62)
+
+
+def test_a_queries_table_is_checked_as_a_queries_file_is(tmp_path):
+    import pyarrow.parquet as pq
+
+    from logicrank.pipelines.io import queries_table
+
+    t = queries_table(pa.table({"qid": [1, 2], "text": ["a", "b"], "extra": [0, 0]}), "notebook")
+    assert t.column_names == ["query_id", "text", "logical_query"] and t.column("query_id").to_pylist() == ["1", "2"]
+    with pytest.raises(TopicsError, match=r"^notebook: duplicate query ids \['1'\]\.$"):
+        queries_table(pa.table({"query_id": [1, 1, 2], "text": ["a", "b", "c"]}), "notebook")
+    pq.write_table(pa.table({"query_id": ["x", "x"], "text": ["a", "b"]}), tmp_path / "q.parquet")
+    with pytest.raises(TopicsError, match=r"duplicate query ids \['x'\]"):  # a Parquet file was read without this check
+        read_queries(tmp_path / "q.parquet")
+
+
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, as Windows tools write one at the start of a file
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_id_or_header(tmp_path):
+    """Queries (JSONL plain and gzipped, TSV), qrels (BEIR TSV with its header, TREC, gzipped)
+    and a TREC run starting with a BOM read as the same files without it: ids exact."""
+    import gzip
+
+    queries = b'{"_id": "q1", "text": "first"}\n{"_id": "q2", "text": "second"}\n'
+    (tmp_path / "queries.jsonl").write_bytes(BOM + queries)
+    (tmp_path / "queries.jsonl.gz").write_bytes(gzip.compress(BOM + queries))
+    (tmp_path / "queries.tsv").write_bytes(BOM + b"q1\tfirst\nq2\tsecond\n")
+    for name in ("queries.jsonl", "queries.jsonl.gz", "queries.tsv"):
+        q = read_queries(tmp_path / name)
+        assert q.column("query_id").to_pylist() == ["q1", "q2"] and q.column("text").to_pylist() == ["first", "second"], name
+    beir = b"query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t2\n"
+    (tmp_path / "beir.tsv").write_bytes(BOM + beir)
+    (tmp_path / "beir.tsv.gz").write_bytes(gzip.compress(BOM + beir))
+    (tmp_path / "qrels.trec").write_bytes(BOM + b"q1 0 d1 1\nq2 0 d2 2\n")
+    for name in ("beir.tsv", "beir.tsv.gz", "qrels.trec"):
+        assert read_qrels(tmp_path / name).to_pylist() == [{"query_id": "q1", "doc_id": "d1", "relevance": 1},
+                                                           {"query_id": "q2", "doc_id": "d2", "relevance": 2}], name
+    (tmp_path / "run.trec").write_bytes(BOM + b"q1 Q0 d1 1 2.5 tag\nq1 Q0 d2 2 1.5 tag\n")
+    run = read_run(tmp_path / "run.trec")
+    assert run.column("query_id").to_pylist() == ["q1", "q1"] and run.column("doc_id").to_pylist() == ["d1", "d2"]
+
+
+def test_a_bad_line_of_a_file_with_a_byte_order_mark_is_named(tmp_path):
+    (tmp_path / "qrels.tsv").write_bytes(BOM + b"query-id\tcorpus-id\tscore\nq1\td1\n")
+    with pytest.raises(TopicsError) as exc:
+        read_qrels(tmp_path / "qrels.tsv")
+    assert str(exc.value).startswith(f"qrels {tmp_path / 'qrels.tsv'}: line 2 has 2 tab-separated field(s)")
+    (tmp_path / "q.jsonl").write_bytes(BOM + b'{"_id": "q1"}\n')
+    with pytest.raises(TopicsError) as exc:
+        read_queries(tmp_path / "q.jsonl")
+    assert str(exc.value).startswith(f"queries {tmp_path / 'q.jsonl'}: line 1 is not a JSON object with an id")
