@@ -12,10 +12,10 @@ from logicrank.pipelines.stages.base import Context, Kind, Output, Stage, StageO
 from logicrank.pipelines.stages.registry import parse_stages, register
 
 
-class RRFOptions(StageOptions):
-    stage: Literal["rrf"] = "rrf"
+class FusionOptions(StageOptions):
+    """The options every fusion stage has: the sub-pipelines it fuses and the fused run's depth."""
+
     k: int = Field(100, ge=1, le=10_000, description="Documents kept per query in the fused run.")
-    rrf_k: int = Field(60, ge=1, description="The fusion constant: score(d) = sum of 1 / (rrf_k + rank).")
     of: tuple[tuple[Any, ...], ...] = Field(
         description="The sub-pipelines to fuse (at least one), each a list of stages ending in a run; each starts from this stage's queries."
     )
@@ -28,16 +28,26 @@ class RRFOptions(StageOptions):
         return tuple(parse_stages(p) for p in v)
 
 
-@register
-class RRF(Stage):
-    """score(d) = sum over the sub-pipelines' runs of 1 / (rrf_k + rank(d)); absent adds 0."""
+class FusionStage(Stage):
+    """A stage over its sub-pipelines' runs (:class:`FusionOptions`)."""
 
-    name = "rrf"
     kind = Kind.FUSION
-    Options = RRFOptions
 
     def children(self) -> tuple[tuple[StageOptions, ...], ...]:
         return self.options.of
+
+
+class RRFOptions(FusionOptions):
+    stage: Literal["rrf"] = "rrf"
+    rrf_k: int = Field(60, ge=1, description="The fusion constant: score(d) = sum of 1 / (rrf_k + rank).")
+
+
+@register
+class RRF(FusionStage):
+    """score(d) = sum over the sub-pipelines' runs of 1 / (rrf_k + rank(d)); absent adds 0."""
+
+    name = "rrf"
+    Options = RRFOptions
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         return Output(run=rrf(runs, self.options.k, self.options.rrf_k))
