@@ -113,7 +113,8 @@ def read_pipelines(spec: Mapping[str, Any] | str | Path, set: Mapping[str, Any] 
 
 def preset(*methods: str, set: Mapping[str, Any] | Sequence[str] | None = None) -> dict[str, Pipeline]:
     """``--method`` presets (pipelines/presets/) as pipelines, with the overrides ``set``, e.g.
-    ``preset("bm25", "orlog", set={"bm25.k": 50})``."""
+    ``preset("bm25", "orlog", set={"orlog/bm25.k": 50})`` (OrLog over BM25's top 50; ``bm25.k`` would
+    set every pipeline's bm25 stage, the bm25 run's too)."""
     return {rid: Pipeline(rid, stages) for rid, stages in read_presets(methods, sets=set).items()}
 
 
@@ -156,7 +157,7 @@ def evaluate(runs: pa.Table | Any, qrels: pa.Table | str | Path, measures: Seque
         runs = pa.Table.from_pandas(runs, preserve_index=False)
     if not isinstance(qrels, pa.Table):
         qrels = read_qrels(qrels)
-    return evaluate_runs([runs], qrels, measures, run_ids=run_ids).metrics
+    return evaluate_runs([runs], qrels, measures, run_ids=run_ids, significance=False).metrics
 
 
 def compare(metrics: pa.Table, baseline: str, test: str = "t-test", correction: str = "holm", alpha: float = 0.05) -> pa.Table:

@@ -509,7 +509,7 @@ def bench_setlogic(
     k: Annotated[int, typer.Option(help="Depth of R@k and F1@k (the predicted set).")] = 5,
     orlog: Annotated[bool, typer.Option(help="Add OrLog with the gold atoms (LLM scoring; --no-orlog: dense, bm25, ITLR only).")] = True,
     set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE (repeat), as `logicrank experiment --set`: e.g. "
-                                                  "orlog/bm25.k=50 (OrLog over BM25's top 50), orlog.context_tokens=128.")] = None,
+                                                  "orlog/bm25.k=50 --set orlog-bm25/bm25.k=50 (both OrLog rows over BM25's top 50: the same candidates), orlog.context_tokens=128.")] = None,
     ray_address: RayAddress = None,
     *,
     bound: Bound,

@@ -97,7 +97,8 @@ def lag(name: str = "musique", sample: int | None = None, seed: int = 0, judge: 
 def setlogic(per_template: int = 20, seed: int = 0, k: int = 5, orlog: bool = True, sets: dict | list[str] | None = None) -> Experiment:
     """LIMIT set-logic queries: dense, BM25, ITLR and, with ``orlog``, OrLog over BM25's top
     20 (setlogic.yaml; without: setlogic-exact.yaml); R@k and F1@k read the top ``k`` as the
-    predicted set; ``sets``: overrides (``orlog/bm25.k=50``: OrLog over BM25's top 50)."""
+    predicted set; ``sets``: overrides (``orlog/bm25.k=50`` and ``orlog-bm25/bm25.k=50``: both OrLog rows over BM25's
+    top 50, the same candidates)."""
     changes = {"dataset.setlogic": {"per_template": per_template, "seed": seed}, "measures": ["P@1", f"R@{k}", f"F1@{k}", "nDCG@10"]}
     return override(override(load("setlogic" if orlog else "setlogic-exact"), changes), sets or {})
 

@@ -1,9 +1,11 @@
-"""The one override grammar: ``KEY=VALUE``, the value read as YAML (``5`` a number, ``none`` or
-``null`` a None, ``[a, b]`` a list), parsed here and nowhere else.
+"""The one override grammar: ``KEY=VALUE``, the value read as YAML (``5`` a number, ``null`` a
+None, ``[a, b]`` a list), parsed here and nowhere else; ``none`` is None for an option that has
+no ``none`` value of its own (``itlr.ann_nprobes=none``; ``itlr.calibration=none`` is the
+calibration ``none``), alike on the command line and in a file.
 
 A stage option is addressed by the stage's name: ``STAGE.OPTION=VALUE`` sets OPTION in every
 stage named STAGE of every pipeline (the sub-pipelines a fusion runs included), and
-``RUN/STAGE.OPTION=VALUE`` in pipeline RUN alone::
+``RUN/STAGE.OPTION=VALUE`` in pipeline RUN alone, whatever the order the keys are given in::
 
     orlog.k=20            itlr.scorer=bm25            orlog/bm25.k=50
 
@@ -46,7 +48,7 @@ def parse_sets(items: Iterable[str] | Mapping[str, Any] | None) -> dict[str, Any
         if not sep or not key.strip():
             raise OverrideError(f"--set {item!r}: give KEY=VALUE (e.g. orlog.k=20, or RUN/STAGE.OPTION=VALUE for one pipeline)")
         try:
-            out[key.strip()] = None if value.strip() in ("none", "None") else yaml.safe_load(value)
+            out[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError:
             raise OverrideError(f"--set {item!r}: the value is not valid YAML") from None
     return out
@@ -66,7 +68,8 @@ def set_stage_options(pipelines: Pipelines, changes: Mapping[str, Any]) -> dict[
     key that names no stage of the pipelines, or an option the stage does not have, raises
     :class:`OverrideError` listing what there is."""
     out = {name: tuple(stages) for name, stages in pipelines.items()}
-    for key, value in changes.items():
+    # every pipeline's keys first, then one pipeline's: RUN/STAGE.OPTION wins whatever the order given
+    for key, value in sorted(changes.items(), key=lambda kv: "/" in kv[0].partition(".")[0]):
         target, dot, option = key.partition(".")
         run, slash, stage = target.rpartition("/")
         if not dot or not option or not stage or "." in option:
@@ -80,7 +83,24 @@ def set_stage_options(pipelines: Pipelines, changes: Mapping[str, Any]) -> dict[
                                 f"their stages: {', '.join(held)}")
         for n in names:
             out[n] = _set(out[n], stage, option, value, key)
+    for n, stages in out.items():
+        _check_fused_depth(tuple(pipelines[n]), stages)
     return out
+
+
+def _check_fused_depth(before: Sequence[StageOptions], after: Sequence[StageOptions]) -> None:
+    """An override that raises a fusion's ``k`` past every one of its sub-pipelines' depths
+    would fuse fewer documents than it keeps: refused, naming the stages to deepen too (a file
+    may fuse shallow lists on purpose; an override that deepens the fused run alone is a slip)."""
+    for old, new in zip(before, after, strict=True):
+        subs = _subs(getattr(new, "of", None))
+        if not subs or getattr(new, "k", None) is None or getattr(new, "k", None) == getattr(old, "k", None):
+            continue
+        depths = [d for sub in subs if (d := next((getattr(o, "k", None) for o in reversed(sub) if getattr(o, "k", None) is not None), None))]
+        if depths and new.k > max(depths):
+            deepen = " ".join(f"--set {sub[-1].stage}.k={new.k}" for sub in subs)
+            raise OverrideError(f"--set {new.stage}.k={new.k}: the {new.stage} fuses runs {max(depths)} deep at most, fewer than the {new.k} it "
+                                f"keeps; deepen them too ({deepen}), or keep k within {max(depths)}")
 
 
 def _stage_names(stages: Sequence[StageOptions]) -> list[str]:
@@ -120,7 +140,17 @@ def _set(stages: Sequence[StageOptions], stage: str, option: str, value: Any, ke
             out.append(o)
             continue
         try:
-            out.append(type(o).model_validate(data))
+            out.append(_validated(type(o), data, option if o.stage == stage else None))
         except ValidationError as exc:
             raise OverrideError(f"--set {key}={value}: {validation_line(exc, name=lambda loc: '')}") from None
     return tuple(out)
+
+
+def _validated(cls: type[StageOptions], data: dict, option: str | None) -> StageOptions:
+    """``cls`` from ``data``; the word ``none`` set on an ``option`` that refuses it is None."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError:
+        if option is None or data.get(option) not in ("none", "None"):
+            raise
+        return cls.model_validate({**data, option: None})

@@ -16,6 +16,17 @@ from logicrank.pipelines.datasets import scifact
 quiet_logs()
 
 
+def pytest_sessionstart(session):
+    """The code under test is this checkout's: the installed package maps logicrank.pipelines to
+    the folders of the checkout `make venv` installed, and a test run from another checkout
+    (a worktree, a copy) would mix its logicrank/ with that one's pipelines/."""
+    import logicrank.pipelines
+
+    here, used = Path(__file__).resolve().parents[1], Path(logicrank.pipelines.__file__).resolve().parents[1]
+    if here != used:
+        raise pytest.UsageError(f"logicrank.pipelines is imported from {used}, not this checkout ({here}); run `make venv` here first.")
+
+
 def scifact_docs(n: int, text_chars: int = 300) -> list[dict]:
     """The first ``n`` SciFact documents, abstracts cut to ``text_chars`` (fast to embed)."""
     out = []

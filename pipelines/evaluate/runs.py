@@ -66,14 +66,15 @@ def evaluate_runs(runs: Sequence[pa.Table], qrels: pa.Table | None, measures: Se
                   test: str = "t-test", correction: str = "holm", alpha: float = 0.05, run_ids: Sequence[str] | None = None,
                   answers: Mapping[str, Mapping[str, str]] | None = None, gold: Mapping[str, Gold] | None = None,
                   qa_measures: Sequence[str] = (), judge: Judge | None = None, duplicates_removed: Mapping[str, int] | None = None,
-                  done: Callable[[str], None] = lambda message: None) -> Evaluation:
+                  done: Callable[[str], None] = lambda message: None, significance: bool = True) -> Evaluation:
     """Evaluate every run id of ``runs`` (RUN tables, checked as :func:`logicrank.pipelines.io.read_run`
     checks a file) against ``qrels``, trec_eval's rules (a query of the qrels a run misses scores
     0); ``run_ids``: the runs to evaluate (default: those with rows; a named run with no rows
     scores 0). ``answers``: run id -> query id -> predicted answer, scored by ``qa_measures``
     against ``gold`` (``judge``: the LLM judge of the Judge measure). Significance: each run
     against ``baseline`` (default the first), paired ``test``, p-values adjusted by
-    ``correction``. ``done`` hears each run evaluated (a job's watchdog beat)."""
+    ``correction`` (``significance=False``: none computed). ``done`` hears each run evaluated (a
+    job's watchdog beat)."""
     parsed = parse_measures(measures)  # a bad name fails before anything is read
     qa = parse_qa_measures(qa_measures) if answers else []
     if "Judge" in qa and judge is None:
@@ -104,7 +105,7 @@ def evaluate_runs(runs: Sequence[pa.Table], qrels: pa.Table | None, measures: Se
     baseline = baseline or every[0]
     if baseline not in every:
         raise EvaluationError(f"evaluate: baseline {baseline!r} is not among the runs {every}; pick one of them.")
-    sig = compare(metrics, baseline, test, correction, alpha) if len(every) > 1 else None
+    sig = compare(metrics, baseline, test, correction, alpha) if significance and len(every) > 1 else None
     n = len(set(qrels.column("query_id").to_pylist())) if qrels is not None and parts else len(set(metrics.column("query_id").to_pylist())) - 1
     return Evaluation(metrics, sig, baseline, [str(m) for m in parsed] if parts else [], qa, n, missing, without, dict(duplicates_removed or {}),
                       unanswered, not_asked)

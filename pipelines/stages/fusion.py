@@ -25,6 +25,8 @@ class FusionOptions(StageOptions):
     def _parse(cls, v):
         if not v:
             raise ValueError("give at least one sub-pipeline to fuse")
+        if isinstance(v, str | dict) or not isinstance(v, list | tuple):
+            raise ValueError(f"of is a list of sub-pipelines (each a list of stages), not {type(v).__name__}")
         return tuple(parse_stages(p) for p in v)
 
 

@@ -88,7 +88,7 @@ def test_set_items_are_yaml_values_and_a_stage_name_reaches_every_such_stage():
     from logicrank.pipelines.overrides import OverrideError, parse_sets
 
     assert parse_sets(["dataset.sample=25", "measures=[R@1, MRR]", "orlog/bm25.k=5", "title=a=b", "itlr.ann_nprobes=none"]) == {
-        "dataset.sample": 25, "measures": ["R@1", "MRR"], "orlog/bm25.k": 5, "title": "a=b", "itlr.ann_nprobes": None}
+        "dataset.sample": 25, "measures": ["R@1", "MRR"], "orlog/bm25.k": 5, "title": "a=b", "itlr.ann_nprobes": "none"}
     for bad in ("dataset.sample", "=3", "x=[1"):
         with pytest.raises(OverrideError, match=re.escape(f"--set {bad!r}")):
             parse_sets([bad])

@@ -83,10 +83,11 @@ def test_stages_fit_when_their_inputs_are_produced_before_them():
 
 
 def test_presets_are_pipeline_files_and_overrides_address_stages_by_name():
-    p = read_presets(["dense", "hybrid", "orlog", "reasoner"], "t", ["rrf.k=250", "orlog.k=250", "t-orlog/bm25.k=7", "reasoner.depth=7"])
+    p = read_presets(["dense", "hybrid", "orlog", "reasoner"], "t", ["rrf.k=250", "t-hybrid/dense.k=250", "t-hybrid/bm25.k=250", "orlog.k=250",
+                                                                    "t-orlog/bm25.k=7", "reasoner.depth=7"])
     assert list(p) == ["t-dense", "t-hybrid", "t-orlog", "t-reasoner"]
     (fused,) = p["t-hybrid"]
-    assert fused.stage == "rrf" and fused.k == 250 and [s[0].k for s in fused.of] == [100, 100]
+    assert fused.stage == "rrf" and fused.k == 250 and [s[0].k for s in fused.of] == [250, 250] and p["t-dense"][0].k == 100
     assert [o.stage for o in p["t-orlog"]] == ["bm25", "decomposition", "orlog"]  # the base first: shared with the bm25 preset
     assert p["t-orlog"][0].k == 7 and p["t-orlog"][2].depth is None and p["t-orlog"][2].k == 250  # depth: all of the base's run
     assert [o.stage for o in p["t-reasoner"]] == ["bm25", "reasoner"] and p["t-reasoner"][0].k == 20 and p["t-reasoner"][1].depth == 7
@@ -197,3 +198,29 @@ def test_a_written_config_loads_again_and_llm_options_beside_a_table_are_refused
         _cfg({"x": [{"expansion": {"decompositions": "d.parquet", "temperature": 0.7}}, "dense"]})
     with pytest.raises(ValidationError, match="no whitespace"):
         _cfg({"a@b": ["dense"]})
+
+
+def test_a_fused_run_deepened_past_its_lists_by_an_override_is_refused():
+    with pytest.raises(OverrideError, match=r"^--set rrf.k=250: the rrf fuses runs 100 deep at most, fewer than the 250 it keeps; "
+                                            r"deepen them too \(--set dense.k=250 --set bm25.k=250\)"):
+        read_presets(["hybrid"], sets=["rrf.k=250"])
+    assert read_presets(["hybrid"], sets=["rrf.k=250", "dense.k=250", "bm25.k=250"])["hybrid"][0].k == 250  # in any order
+    assert read_presets(["hybrid"], sets=["rrf.k=20"])["hybrid"][0].k == 20
+
+
+def test_one_pipelines_key_wins_over_every_pipelines_key_whatever_their_order():
+    for sets in (["orlog/bm25.k=5", "bm25.k=7"], ["bm25.k=7", "orlog/bm25.k=5"], {"orlog/bm25.k": 5, "bm25.k": 7}):
+        p = read_presets(["orlog", "bm25"], sets=sets)
+        assert (p["orlog"][0].k, p["bm25"][0].k) == (5, 7), sets
+
+
+def test_none_means_the_same_on_the_command_line_and_in_a_file():
+    """The word none is an option's own value where it has one (ITLR's calibration none: raw
+    scores), else None; a file's ``set:`` and ``--set`` read it alike."""
+    for sets in (["itlr.scorer=bm25", "itlr.calibration=none", "itlr.ann_nprobes=none"],
+                 {"itlr.scorer": "bm25", "itlr.calibration": "none", "itlr.ann_nprobes": "none"}):
+        (itlr,) = read_presets(["itlr"], sets=sets)["itlr"]
+        assert (itlr.calibration, itlr.ann_nprobes) == ("none", None)
+    assert read_presets(["orlog"], sets=["orlog.calibration=none"])["orlog"][2].calibration == "none"
+    assert read_presets(["itlr"], sets=["itlr.calibration=null"])["itlr"][0].calibration is None
+
