@@ -68,8 +68,8 @@ def set_stage_options(pipelines: Pipelines, changes: Mapping[str, Any]) -> dict[
     key that names no stage of the pipelines, or an option the stage does not have, raises
     :class:`OverrideError` listing what there is."""
     out = {name: tuple(stages) for name, stages in pipelines.items()}
-    # every pipeline's keys first, then one pipeline's: RUN/STAGE.OPTION wins whatever the order given
-    for key, value in sorted(changes.items(), key=lambda kv: "/" in kv[0].partition(".")[0]):
+    groups: dict[tuple[str | None, str], dict[str, tuple[Any, str]]] = {}  # (run or None, stage) -> option -> (value, key)
+    for key, value in changes.items():
         target, dot, option = key.partition(".")
         run, slash, stage = target.rpartition("/")
         if not dot or not option or not stage or "." in option:
@@ -81,8 +81,12 @@ def set_stage_options(pipelines: Pipelines, changes: Mapping[str, Any]) -> dict[
             held = sorted({s for n in names for s in _stage_names(out[n])})
             raise OverrideError(f"--set {key}: no stage {stage!r} in {'pipeline ' + repr(run) if slash else 'the pipelines'}; "
                                 f"their stages: {', '.join(held)}")
-        for n in names:
-            out[n] = _set(out[n], stage, option, value, key)
+        groups.setdefault((run if slash else None, stage), {})[option] = (value, key)
+    # every pipeline's keys first, then one pipeline's (RUN/STAGE.OPTION wins whatever the order
+    # given); a stage's options set together are validated together
+    for (run, stage), options in sorted(groups.items(), key=lambda g: g[0][0] is not None):
+        for n in [run] if run is not None else list(out):
+            out[n] = _set(out[n], stage, options)
     for n, stages in out.items():
         _check_fused_depth(tuple(pipelines[n]), stages)
     return out
@@ -123,34 +127,46 @@ def _subs(value: Any) -> list[tuple[StageOptions, ...]]:
     return []
 
 
-def _set(stages: Sequence[StageOptions], stage: str, option: str, value: Any, key: str) -> tuple[StageOptions, ...]:
+def _set(stages: Sequence[StageOptions], stage: str, options: Mapping[str, tuple[Any, str]]) -> tuple[StageOptions, ...]:
+    """``stages`` with ``options`` (option -> (value, the key that set it)) set in every stage
+    named ``stage``, sub-pipelines included; each changed stage validated once."""
     out = []
     for o in stages:
         fields = type(o).model_fields
         data = {f: getattr(o, f) for f in fields}
         for f in fields:
             if _subs(data[f]):
-                data[f] = tuple(_set(sub, stage, option, value, key) for sub in data[f])
-        if o.stage == stage:
-            if option not in fields or option == "stage":
-                raise OverrideError(f"--set {key}: stage {stage!r} has no option {option!r}; its options: "
-                                    f"{', '.join(f for f in fields if f != 'stage')}")
-            data[option] = value
+                data[f] = tuple(_set(sub, stage, options) for sub in data[f])
+        mine = o.stage == stage
+        if mine:
+            for option, (value, key) in options.items():
+                if option not in fields or option == "stage":
+                    raise OverrideError(f"--set {key}: stage {stage!r} has no option {option!r}; its options: "
+                                        f"{', '.join(f for f in fields if f != 'stage')}")
+                data[option] = value
         if data == {f: getattr(o, f) for f in fields}:
             out.append(o)
             continue
         try:
-            out.append(_validated(type(o), data, option if o.stage == stage else None))
+            out.append(_validated(type(o), data, list(options) if mine else []))
         except ValidationError as exc:
-            raise OverrideError(f"--set {key}={value}: {validation_line(exc, name=lambda loc: '')}") from None
+            given = " ".join(f"{key}={value}" for value, key in options.values()) if mine else "(a sub-pipeline)"
+            raise OverrideError(f"--set {given}: {validation_line(exc, name=lambda loc: '')}") from None
     return tuple(out)
 
 
-def _validated(cls: type[StageOptions], data: dict, option: str | None) -> StageOptions:
-    """``cls`` from ``data``; the word ``none`` set on an ``option`` that refuses it is None."""
-    try:
-        return cls.model_validate(data)
-    except ValidationError:
-        if option is None or data.get(option) not in ("none", "None"):
-            raise
-        return cls.model_validate({**data, option: None})
+def _validated(cls: type[StageOptions], data: dict, options: Sequence[str]) -> StageOptions:
+    """``cls`` from ``data``; the word ``none`` set on one of ``options`` that has no such value of
+    its own is None."""
+    nones = {o: None for o in options if data.get(o) in ("none", "None") and not _takes_word(cls, o)}
+    return cls.model_validate({**data, **nones})
+
+
+def _takes_word(cls: type[StageOptions], option: str) -> bool:
+    """Whether the option accepts the string ``none`` itself (a Literal holding it)."""
+    from typing import get_args
+
+    def words(t: Any) -> list:
+        return [w for a in get_args(t) for w in ([a] if isinstance(a, str) else words(a))]
+
+    return "none" in words(cls.model_fields[option].annotation)

@@ -137,7 +137,7 @@ def test_bench_rules_is_rulebench_siar_yaml_with_its_options(rulebase, tiny_cfg,
 
     exp = benchmarks.rules(rulebase / "ulogic", sample=3, seed=1, r3_n=4)
     assert exp.references == () and (exp.dataset.sample, exp.dataset.seed) == (3, 1)
-    assert [s["r3"]["n"] for rid in ("sparse-siar-r3", "dense-siar-r3") for s in exp.pipelines[rid] if "r3" in s] == [4, 4]
+    assert [s.n for rid in ("sparse-siar-r3", "dense-siar-r3") for s in exp.pipelines_to_run()[rid] if s.stage == "r3"] == [4, 4]
     res = run_experiment(exp, tmp_path / "bench", llm=tiny_cfg, ray=RAY, progress=False)
     table = res.summary
     assert list(table.index) == list(load("rulebench-siar").pipelines)

@@ -224,3 +224,10 @@ def test_none_means_the_same_on_the_command_line_and_in_a_file():
     assert read_presets(["orlog"], sets=["orlog.calibration=none"])["orlog"][2].calibration == "none"
     assert read_presets(["itlr"], sets=["itlr.calibration=null"])["itlr"][0].calibration is None
 
+
+def test_a_stages_options_set_together_are_validated_together():
+    """sigmoid needs labels: setting both, in either order, is one valid change, not a refused half-way state."""
+    for sets in ({"itlr.calibration": "sigmoid", "itlr.labels": "l.jsonl"}, ["itlr.labels=l.jsonl", "itlr.calibration=sigmoid"]):
+        (itlr,) = read_presets(["itlr"], sets=sets)["itlr"]
+        assert (itlr.calibration, itlr.labels) == ("sigmoid", "l.jsonl")
+
