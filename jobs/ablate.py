@@ -16,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 
 from logicrank.jobs.rundir import RunDir
+from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.embed import model_id
 from logicrank.pipelines.evaluate.measures import parse_measure
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
@@ -26,7 +27,6 @@ from logicrank.pipelines.methods.evidence import EvidenceError, check_calibratio
 from logicrank.pipelines.methods.itlr import parse_queries
 from logicrank.pipelines.stages.itlr import unparsed_queries
 from logicrank.pipelines.store import DocStore
-from logicrank.schemas.config import EmbedConfig
 
 
 def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, embed: EmbedConfig, table: str = "docs",

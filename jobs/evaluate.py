@@ -12,13 +12,13 @@ import pyarrow.parquet as pq
 
 from logicrank.jobs.rundir import RunDir, input_fingerprint
 from logicrank.jobs.watchdog import beat
+from logicrank.pipelines.config.settings import EvaluateConfig
 from logicrank.pipelines.evaluate.core import EvaluationError
 from logicrank.pipelines.evaluate.measures import parse_measures
 from logicrank.pipelines.evaluate.qa import JUDGE_TEMPLATE, QAError, llm_judge, parse_qa_measures, read_gold, read_predictions
 from logicrank.pipelines.evaluate.runs import evaluate_runs, notes
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.io import DUPLICATES_REMOVED, read_qrels, read_run
-from logicrank.schemas.config import EvaluateConfig
 
 OUTPUTS = ("metrics.parquet", "significance.parquet", "report.md", "plots/per_query.png")  # all an evaluation can write
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig, RayConfig
 from logicrank.pipelines.experiment import Experiment, ExperimentError, ExperimentResult, conclude, prepared
-from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig
 
 
 def run_experiment(exp: Experiment, out: str | Path, embed: EmbedConfig | None = None, ray: RayConfig | None = None,
@@ -34,9 +34,9 @@ def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayCo
     from logicrank.jobs.evaluate import run_evaluate
     from logicrank.jobs.index import run_index
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.settings import EvaluateConfig, IndexConfig
     from logicrank.pipelines.evaluate.qa import parse_qa_measures
-    from logicrank.schemas.config import EvaluateConfig, IndexConfig
 
     corpus, queries, qrels, root, pipelines, gold = prepared(exp, out)
     embed = EmbedConfig.model_validate({**embed.model_dump(), **exp.embed})

@@ -34,11 +34,11 @@ import pyarrow.parquet as pq
 
 from logicrank.jobs.rundir import RunDir
 from logicrank.jobs.watchdog import beat
+from logicrank.pipelines.config.settings import GenerateConfig, LLMConfig
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.generate import realcorpus as rc
 from logicrank.pipelines.generate.synthetic import TEMPLATES
 from logicrank.pipelines.store import DocStore
-from logicrank.schemas.config import GenerateConfig, LLMConfig
 
 PROMPTS = ("gen_topics", "gen_question", "gen_relevance")
 # the card's note when the generator is the bundled plumbing model
@@ -165,7 +165,7 @@ def _questions_phase(cfg: GenerateConfig, out: Path, store: DocStore, shards: li
 def _candidates(cfg: GenerateConfig, queries: Path, out: Path) -> dict[str, dict[str, list[str]]]:
     """query_id -> doc_id -> the retrievers that proposed it (union of each one's top k)."""
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.config.pipelines import RetrieveConfig
     from logicrank.pipelines.pipeline import parse_stages
 
     if not queries.read_text(encoding="utf-8").strip():

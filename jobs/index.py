@@ -46,6 +46,7 @@ from logicrank.jobs.raysession import local_driver_node, ray_session, require_fi
 from logicrank.jobs.rundir import RunDir
 from logicrank.jobs.watchdog import Stalled, beat, busy
 from logicrank.pipelines.codedigest import code_digest
+from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
 from logicrank.pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from logicrank.pipelines.embed import concrete, model_id, resolve_model
 from logicrank.pipelines.indexing import (
@@ -62,7 +63,6 @@ from logicrank.pipelines.indexing import (
 from logicrank.pipelines.placement import EncoderPlacement, encoder_placement
 from logicrank.pipelines.store import DocStore, update_index_apart
 from logicrank.pipelines.writelock import TableLock
-from logicrank.schemas.config import EmbedConfig, IndexConfig
 from logicrank.schemas.errors import JobFailed, UserError, first_line
 
 

@@ -11,7 +11,7 @@ exactly once. An actor lost with its node is restarted by Ray where it fits (or 
 its batches are sent again; results are deterministic, so a batch re-sent after a loss gives
 what it would have given. Engines are spread over nodes.
 
-Placement is spelled once, in :class:`logicrank.schemas.config.LLMConfig`: ``actors``,
+Placement is spelled once, in :class:`logicrank.pipelines.config.settings.LLMConfig`: ``actors``,
 ``cpus_per_actor``, ``gpus_per_actor`` (default: the tensor-parallel size on a cluster with
 GPUs, 0 without), ``resources``, ``batch_rows``.
 """
@@ -24,9 +24,9 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 
 from logicrank.jobs.watchdog import beat
+from logicrank.pipelines.config.settings import LLMConfig
 from logicrank.pipelines.llm.engine import Constraint, EngineDied, Generation, LLMFailed, Truth, describe, prefix_batches
 from logicrank.pipelines.llm.prompts import Template
-from logicrank.schemas.config import LLMConfig
 from logicrank.schemas.errors import UserError, first_line
 
 

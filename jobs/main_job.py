@@ -24,10 +24,10 @@ from pathlib import Path
 from logicrank.jobs.experiment import run_experiment
 from logicrank.jobs.raysession import ray_session
 from logicrank.pipelines import benchmarks
+from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig, RayConfig
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.evaluate.report import demo_section, section_of, write_entry_page
 from logicrank.pipelines.experiment import EXPERIMENTS, load
-from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig
 
 # The SmolLM2 samples, small so that the job fits 15 minutes on 2 cores (docs/main-job.md); the
 # LLM-free sections run whole, and the bench commands run the same experiment files on the whole sets.
@@ -161,7 +161,7 @@ def _setlogic(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> tuple[str,
 
 def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo) -> str:
     from logicrank.jobs.generate import DEMO_NOTE, run_generate
-    from logicrank.schemas.config import GenerateConfig
+    from logicrank.pipelines.config.settings import GenerateConfig
 
     echo(f"[9/9] dataset generation demo: ITLR's real-corpus recipe on {GENERATE_DOCS} SciFact documents with SmolLM2 (a demo, not a benchmark)")
     cfg = GenerateConfig(db=db, docs=GENERATE_DOCS, shard_docs=GENERATE_DOCS, questions_per_shard=GENERATE_QUESTIONS, candidate_k=3, document_tokens=128,

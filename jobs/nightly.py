@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from logicrank.jobs.watchdog import beat, busy
-from logicrank.pipelines.config import NIGHTLY_TAG_PREFIX, NightlyConfig
+from logicrank.pipelines.config.pipelines import NIGHTLY_TAG_PREFIX, NightlyConfig
 from logicrank.pipelines.nightly import (
     EXIT_REGRESSION,
     EXIT_STOPPED,

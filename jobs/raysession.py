@@ -10,7 +10,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from logicrank.schemas.config import RayConfig
+from logicrank.pipelines.config.settings import RayConfig
 
 VERBOSE_ENV = "LOGICRANK_VERBOSE"  # set by `logicrank --verbose`
 _QUIET = {

@@ -38,7 +38,8 @@ import pyarrow as pa
 from logicrank.jobs.raysession import local_driver_node, unread_blocks_allowed
 from logicrank.jobs.rundir import RunDir, input_fingerprint
 from logicrank.jobs.watchdog import beat
-from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.embed import concrete, encoder_digest, model_id, resolve_model
 from logicrank.pipelines.exact import gpu_share, pool_within_memory, segment_bounds, shard_bounds
 from logicrank.pipelines.files import write_parquet_atomic
@@ -50,7 +51,6 @@ from logicrank.pipelines.placement import is_mapped, require_mapped, shard_count
 from logicrank.pipelines.runner import Hooks, Inputs, StageCache, assemble, blank, reads, stage_classes, with_content
 from logicrank.pipelines.stages import Context, Needs, Output, StageOptions
 from logicrank.pipelines.store import DocStore
-from logicrank.schemas.config import EmbedConfig
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import RUN
 

@@ -26,8 +26,8 @@ from typing import Any
 _API = ("Pipeline", "PipelineError", "Result", "StageCache", "Table", "UserError", "compare", "evaluate", "open_table",
         "preset", "read_pipelines", "read_qrels", "read_queries", "read_run", "retrieve", "run_experiment")
 _CONFIGS = {
-    "logicrank.schemas.config": ("RayConfig", "EmbedConfig", "IndexConfig", "LLMConfig", "EvaluateConfig", "GenerateConfig"),
-    "logicrank.pipelines.config": ("RetrieveConfig", "DecomposeConfig", "NightlyConfig", "QuerySetConfig", "AlertConfig", "RegressionRule"),
+    "logicrank.pipelines.config.settings": ("RayConfig", "EmbedConfig", "IndexConfig", "LLMConfig", "EvaluateConfig", "GenerateConfig"),
+    "logicrank.pipelines.config.pipelines": ("RetrieveConfig", "DecomposeConfig", "NightlyConfig", "QuerySetConfig", "AlertConfig", "RegressionRule"),
     "logicrank.pipelines.experiment": ("Experiment",),
 }
 _WHERE = {name: "logicrank.api" for name in _API} | {name: module for module, names in _CONFIGS.items() for name in names}

@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig
 from logicrank.pipelines.evaluate.runs import evaluate_runs
 from logicrank.pipelines.evaluate.significance import compare as _compare
 from logicrank.pipelines.io import queries_table, read_qrels, read_queries, read_run
@@ -32,7 +33,6 @@ from logicrank.pipelines.pipeline import Pipeline, PipelineError, read_presets
 from logicrank.pipelines.pipeline import read_pipelines as _read_pipelines
 from logicrank.pipelines.runner import Result, StageCache
 from logicrank.pipelines.stages import Context
-from logicrank.schemas.config import EmbedConfig, LLMConfig
 from logicrank.schemas.errors import UserError  # every mistake in the input raises one (a one-line message)
 from logicrank.schemas.tables import RUN
 

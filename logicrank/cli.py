@@ -1,6 +1,6 @@
 """The `logicrank` command line: one subcommand per job.
 
-Options build the validated configs in :mod:`logicrank.schemas.config`; a bad value or an unknown
+Options build the validated configs in :mod:`logicrank.pipelines.config.settings`; a bad value or an unknown
 name (model, measure, method) fails before Ray starts or a model loads.
 """
 
@@ -18,9 +18,8 @@ from rich.markup import escape
 from logicrank.cli_config import EMBED, LLM, Bound, configured, read_file
 from logicrank.cli_config import default as _d
 from logicrank.jobs.watchdog import DEFAULT_TIMEOUT_S, watch
-from logicrank.pipelines.config import DecomposeConfig, RetrieveConfig, decomposition_kinds
-from logicrank.pipelines.files import read_yaml
-from logicrank.schemas.config import (
+from logicrank.pipelines.config.pipelines import DecomposeConfig, RetrieveConfig, decomposition_kinds
+from logicrank.pipelines.config.settings import (
     EmbedConfig,
     EvaluateConfig,
     GenerateConfig,
@@ -28,6 +27,7 @@ from logicrank.schemas.config import (
     LLMConfig,
     RayConfig,
 )
+from logicrank.pipelines.files import read_yaml
 from logicrank.schemas.errors import JobFailed, UserError, validation_line
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
@@ -474,7 +474,7 @@ def generate_itlr(
 ):
     """ITLR's real-corpus recipe: topics -> 32 templates -> questions -> candidates -> LLM labels (BEIR layout + dataset card)."""
     from logicrank.jobs.generate import DEMO_NOTE, run_generate
-    from logicrank.schemas.config import GenerateConfig
+    from logicrank.pipelines.config.settings import GenerateConfig
 
     bad = [c for c in candidate if c not in ("dense", "bm25", "itlr")]
     if bad:
@@ -611,7 +611,7 @@ def nightly(
     4 the night stopped before evaluation (re-index refused; the served tag did not move);
     2 a bad config or input; 1 a crash (alert written; rerun the night to finish it)."""
     from logicrank.jobs.nightly import run_at, run_nightly
-    from logicrank.pipelines.config import NightlyConfig
+    from logicrank.pipelines.config.pipelines import NightlyConfig
 
     if at is not None and date is not None:
         _fail("nightly: --at evaluates one table version and --date names a night to run; give one of them.")

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 import typer
 
-from logicrank.schemas.config import EmbedConfig, LLMConfig
+from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig
 
 
 def default(config, field: str):

@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
 from logicrank.pipelines.files import write_text_atomic
 from logicrank.pipelines.markdown import table
-from logicrank.schemas.config import EmbedConfig, IndexConfig
 from logicrank.schemas.errors import JobFailed, UserError, validation_line
 
 EXPERIMENTS = Path(__file__).parents[1] / "jobs" / "experiments"  # the experiment files that ship (package data of logicrank.jobs)

@@ -38,9 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
 from logicrank.pipelines.corpus import UNREADABLE, SourceError
 from logicrank.pipelines.embed import Embedder, document_text
-from logicrank.schemas.config import EmbedConfig, IndexConfig
 from logicrank.schemas.errors import first_line
 from logicrank.schemas.tables import CORPUS, REJECTS
 

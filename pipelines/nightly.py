@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from logicrank.pipelines.alerts import deliver
-from logicrank.pipelines.config import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
+from logicrank.pipelines.config.pipelines import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
 from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
 from logicrank.pipelines.files import sha256_file, write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.markdown import table

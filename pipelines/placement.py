@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from logicrank.schemas.config import EmbedConfig, RayConfig
+from logicrank.pipelines.config.settings import EmbedConfig, RayConfig
 from logicrank.schemas.errors import UserError
 
 

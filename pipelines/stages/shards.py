@@ -6,7 +6,7 @@ last minute would lose the hour; the per-node prompt cache (pipelines/llm/cache.
 on the same node and still sends every prompt through the driver.
 
 How: the stage's units (its queries, in the order it reads them) are cut into shards of
-``shard_queries`` consecutive ones (:class:`logicrank.schemas.config.LLMConfig`). Shards go to the LLM in
+``shard_queries`` consecutive ones (:class:`logicrank.pipelines.config.settings.LLMConfig`). Shards go to the LLM in
 waves of ``wave_shards`` (default two per engine actor): one call of the pool per wave, so
 every engine has work, and the driver holds one wave's prompts at a time. Each finished shard
 is written atomically to ``<stage cache dir>.partial/shard-NNNNN.parquet`` (extra tables of

@@ -153,8 +153,8 @@ def actors_after(cluster) -> list[dict]:
 
 def run_index_case(work: Path, n: int, kill: bool, cluster, workers) -> dict:
     from logicrank.jobs.index import run_index
+    from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig
     from logicrank.pipelines.store import DocStore
-    from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig
     from tests.conftest import scifact_docs, write_jsonl
 
     corpus = write_jsonl(work / "corpus.jsonl", scifact_docs(n, text_chars=200))
@@ -228,9 +228,9 @@ def run_score_case(work: Path, n: int, kill: bool, cluster, workers, kill_after:
 
     from logicrank.jobs.llm_service import LLMService
     from logicrank.jobs.raysession import ray_session
+    from logicrank.pipelines.config.settings import LLMConfig, RayConfig
     from logicrank.pipelines.llm import prompts
     from logicrank.pipelines.llm.engine import truth_table
-    from logicrank.schemas.config import LLMConfig, RayConfig
     from tests.tiny_llm import build_tiny_llm
 
     model = work / "tiny-llama"

@@ -1,6 +1,6 @@
 import pytest
 
-from logicrank.schemas.config import RayConfig
+from logicrank.pipelines.config.settings import RayConfig
 
 RAY = RayConfig(num_cpus=2, batch_rows=64)
 
@@ -21,9 +21,9 @@ def ray_cluster():
 def synthetic(tmp_path_factory, ray_cluster):
     """The ITLR benchmark's layout, small: 32 queries (one per template), ~150 documents, indexed."""
     from logicrank.jobs.index import run_index
+    from logicrank.pipelines.config.settings import IndexConfig
     from logicrank.pipelines.datasets import scifact
     from logicrank.pipelines.generate.synthetic import generate
-    from logicrank.schemas.config import IndexConfig
 
     root = tmp_path_factory.mktemp("itlr")
     generate(scifact().corpus, root / "syn", per_template=1, seed=3)
@@ -41,6 +41,6 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_cfg(tiny_dir):
-    from logicrank.schemas.config import LLMConfig
+    from logicrank.pipelines.config.settings import LLMConfig
 
     return LLMConfig(model=str(tiny_dir), max_model_len=1024, cache=None, max_num_seqs=64)

@@ -26,9 +26,9 @@ N_DOCS, N_QUERIES, BATCH = 900, 120, 20
 
 
 def _table(db: Path) -> None:
+    from logicrank.pipelines.config.settings import EmbedConfig
     from logicrank.pipelines.embed import model_id, to_fixed_size_list
     from logicrank.pipelines.store import DocStore
-    from logicrank.schemas.config import EmbedConfig
     from tests.conftest import scifact_docs
 
     docs = scifact_docs(N_DOCS, text_chars=300)
@@ -64,10 +64,10 @@ def main() -> None:
 
     import logicrank.jobs.retrieve as job
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.settings import RayConfig
     from logicrank.pipelines.stages.itlr import ITLROptions
     from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
-    from logicrank.schemas.config import RayConfig
 
     _table(work / "db")
     _queries(work / "queries.jsonl")

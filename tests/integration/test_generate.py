@@ -17,10 +17,10 @@ import pytest
 
 from logicrank.jobs.generate import run_generate
 from logicrank.jobs.llm_service import LLMEngineFailed
+from logicrank.pipelines.config.settings import GenerateConfig
 from logicrank.pipelines.generate.realcorpus import GenerateError
 from logicrank.pipelines.generate.synthetic import TEMPLATES
 from logicrank.pipelines.llm.models import resolve
-from logicrank.schemas.config import GenerateConfig
 from tests.compare import assert_tables_close, close
 from tests.faults import descendants, kill_engine_cores, kill_processes, processes
 
@@ -91,7 +91,7 @@ def test_a_killed_run_resumes_without_losing_or_repeating_rows(synthetic, tiny_c
     cfg = _cfg(synthetic, tiny_cfg)
     killed = tmp_path / "killed"
     child = (
-        "import json, sys; from logicrank.jobs.generate import run_generate; from logicrank.schemas.config import GenerateConfig; "
+        "import json, sys; from logicrank.jobs.generate import run_generate; from logicrank.pipelines.config.settings import GenerateConfig; "
         "run_generate(GenerateConfig.model_validate_json(sys.argv[1]), sys.argv[2], echo=lambda m: None)"
     )
     address = ray_cluster.get_runtime_context().gcs_address

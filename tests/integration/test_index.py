@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 
 from logicrank.jobs.index import IndexJobError, run_index
+from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig
 from logicrank.pipelines.corpus import content_hash
 from logicrank.pipelines.store import DocStore, StoreError
 from logicrank.pipelines.writelock import TableLockedError
-from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig
 from tests.conftest import write_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
@@ -141,7 +141,7 @@ def test_bad_rows_are_rejected_exactly_and_good_rows_all_land(tmp_path, docs300)
 _CHILD = """
 import sys
 from logicrank.jobs.index import run_index
-from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig
+from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig
 cfg = IndexConfig(corpus=sys.argv[1], db=sys.argv[2], write_batch_rows=4, ray=RayConfig(num_cpus=2, batch_rows=8))
 run_index(cfg, sys.argv[3])
 """
@@ -310,7 +310,7 @@ def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
 
     from logicrank.cli import app
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.config.pipelines import RetrieveConfig
 
     corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300[:200]), tmp_path / "db"
     config = tmp_path / "index.yaml"

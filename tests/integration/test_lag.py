@@ -23,8 +23,8 @@ SEP = ". "
 def musique_slice(tmp_path_factory):
     """The first 8 questions, over their gold paragraphs plus the corpus's first 150."""
     from logicrank.jobs.index import run_index
+    from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
     from logicrank.pipelines.datasets.qa import to_beir
-    from logicrank.schemas.config import EmbedConfig, IndexConfig
 
     root = tmp_path_factory.mktemp("musique")
     to_beir("musique", root / "full")
@@ -56,7 +56,7 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
     import re
 
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.config.pipelines import RetrieveConfig
     from logicrank.pipelines.embed import Embedder
     from logicrank.pipelines.pipeline import parse_stages
 
@@ -93,8 +93,8 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
 
     # supporting-paragraph recall through evaluate equals the share of gold paragraphs in the chain
     from logicrank.jobs.evaluate import run_evaluate
+    from logicrank.pipelines.config.settings import EvaluateConfig
     from logicrank.pipelines.evaluate.report import summary_frame
-    from logicrank.schemas.config import EvaluateConfig
 
     metrics = summary_frame(run_evaluate(EvaluateConfig(qrels=str(beir), runs=(str(runs["chain"]),), measures=("R@100",)), tmp_path / "e"))
     run = pq.read_table(runs["chain"]).to_pylist()
@@ -106,10 +106,10 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
 def test_the_llm_chain_on_the_tiny_model_keeps_every_question_and_its_budget(musique_slice, tiny_cfg, tmp_path):
     from logicrank.jobs.evaluate import run_evaluate
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.settings import EvaluateConfig
     from logicrank.pipelines.evaluate.report import summary_frame
     from logicrank.pipelines.pipeline import parse_stages
-    from logicrank.schemas.config import EvaluateConfig
 
     root, beir, embed, answers, _ = musique_slice
     short = {"decompose_tokens": 64, "answer_tokens": 8, "passage_tokens": 32}

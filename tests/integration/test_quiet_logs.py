@@ -23,7 +23,7 @@ DRIVER = """
 import sys, threading, time
 from pathlib import Path
 from logicrank.jobs.raysession import ray_session, verbose
-from logicrank.schemas.config import RayConfig
+from logicrank.pipelines.config.settings import RayConfig
 
 class Seen:
     \"\"\"The driver's stderr, watched: Ray prints what it forwards there.\"\"\"

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from logicrank.cli import app
 from logicrank.jobs.evaluate import run_evaluate
 from logicrank.jobs.retrieve import run_retrieve
-from logicrank.pipelines.config import RetrieveConfig
-from logicrank.schemas.config import EvaluateConfig
+from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.settings import EvaluateConfig
 from logicrank.schemas.tables import RUN
 from tests.compare import assert_runs_close
 from tests.conftest import write_jsonl
@@ -188,7 +188,7 @@ def test_evaluate_tells_the_terminal_about_missing_queries_and_skips(indexed, tm
 def test_pipelines_share_prefixes_and_a_rerun_reuses_unchanged_stages(indexed, tmp_path):
     """A pipelines file through the CLI: dense and bm25 are computed once for three pipelines;
     a rerun that changes only the fusion reruns only the fusion."""
-    from logicrank.schemas.config import RayConfig
+    from logicrank.pipelines.config.settings import RayConfig
 
     spec = {"dense": ["dense"], "bm25": ["bm25"], "hybrid": [{"rrf": {"k": 20, "of": [["dense"], ["bm25"]]}}]}
     f = tmp_path / "p.yaml"

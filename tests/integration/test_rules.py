@@ -41,8 +41,8 @@ OUTPUTS = ["Alice can feed Tom.", "Bob needs to use his laptop.", "Sarah can imi
 @pytest.fixture(scope="module")
 def rulebase(tmp_path_factory):
     from logicrank.jobs.index import run_index
+    from logicrank.pipelines.config.settings import IndexConfig
     from logicrank.pipelines.datasets.rulebench import to_beir
-    from logicrank.schemas.config import IndexConfig
 
     root = tmp_path_factory.mktemp("rules")
     (root / "ulogic").mkdir()
@@ -55,7 +55,7 @@ def rulebase(tmp_path_factory):
 
 def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutation(rulebase, tiny_cfg, tmp_path):
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.config.pipelines import RetrieveConfig
     from logicrank.pipelines.pipeline import parse_stages
 
     siar = {"siar": {"mode": "rule+query", "max_tokens": 48}}

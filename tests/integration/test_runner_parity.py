@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from logicrank.jobs.retrieve import run_retrieve
-from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.embed import Embedder
 from logicrank.pipelines.evaluate.core import evaluate_run
 from logicrank.pipelines.evaluate.measures import parse_measures
@@ -21,7 +22,6 @@ from logicrank.pipelines.pipeline import Pipeline
 from logicrank.pipelines.runner import StageCache
 from logicrank.pipelines.stages import Context
 from logicrank.pipelines.store import DocStore
-from logicrank.schemas.config import EmbedConfig
 from logicrank.schemas.tables import METRICS, RUN
 from tests.compare import assert_runs_close, assert_tables_close
 from tests.integration.conftest import RAY

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from logicrank.pipelines.config.settings import LLMConfig
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint, Engine
 from logicrank.pipelines.llm.models import MARKER, checksum, prepare
 from logicrank.pipelines.logic.grammar import to_gbnf
 from logicrank.pipelines.logic.query import parse
-from logicrank.schemas.config import LLMConfig
 
 pytestmark = pytest.mark.integration
 

@@ -294,7 +294,7 @@ def test_a_vllm_engine_starts_in_a_process_that_loaded_numba_first(before, tiny_
     child = before + (
         "import sys\n"
         "from logicrank.pipelines.llm.engine import Engine\n"
-        "from logicrank.schemas.config import LLMConfig\n"
+        "from logicrank.pipelines.config.settings import LLMConfig\n"
         "engine = Engine(LLMConfig.model_validate_json(sys.argv[1]))\n"
         "assert len(engine.generate(['hello'], max_tokens=4, temperature=0.0, seed=0)) == 1\n"
     )

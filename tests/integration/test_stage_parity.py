@@ -20,11 +20,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from logicrank.jobs.retrieve import run_retrieve
-from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.settings import LLMConfig
 from logicrank.pipelines.pipeline import build
 from logicrank.pipelines.stages import Context
 from logicrank.pipelines.stages.fusion import RRFOptions
-from logicrank.schemas.config import LLMConfig
 from tests.compare import assert_runs_close, assert_tables_close
 from tests.conftest import write_jsonl
 from tests.data.parity.make_reference import build_docs300, hand_decompositions

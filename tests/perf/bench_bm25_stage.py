@@ -62,10 +62,10 @@ def main() -> None:
     import Stemmer
 
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.settings import RayConfig
     from logicrank.pipelines.datasets import scifact
     from logicrank.pipelines.methods.bm25 import bm25
-    from logicrank.schemas.config import RayConfig
 
     work = Path(tempfile.mkdtemp(prefix="bm25-stage-"))
     try:

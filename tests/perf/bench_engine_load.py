@@ -35,7 +35,7 @@ import json, sys, time
 from logicrank.jobs.llm_service import LLMService
 from logicrank.jobs.raysession import ray_session
 from logicrank.pipelines.llm import prompts
-from logicrank.schemas.config import LLMConfig, RayConfig
+from logicrank.pipelines.config.settings import LLMConfig, RayConfig
 
 model, binding = sys.argv[1], sys.argv[2]
 cfg = LLMConfig(model=model, max_model_len=1024, cache=None, max_num_seqs=64, engine_process="separate", batch_rows=64,

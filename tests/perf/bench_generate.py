@@ -23,15 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from logicrank.jobs.index import run_index  # noqa: E402
 from logicrank.jobs.raysession import ray_session  # noqa: E402
+from logicrank.pipelines.config.settings import EmbedConfig, GenerateConfig, IndexConfig, LLMConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
-from logicrank.schemas.config import EmbedConfig, GenerateConfig, IndexConfig, LLMConfig, RayConfig  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
 CHILD = """
 import faulthandler, json, sys
 faulthandler.dump_traceback_later(1500, exit=True)  # a hung run prints every thread's stack and stops
 from logicrank.jobs.generate import run_generate
-from logicrank.schemas.config import GenerateConfig
+from logicrank.pipelines.config.settings import GenerateConfig
 c = run_generate(GenerateConfig.model_validate_json(sys.argv[1]), sys.argv[2], echo=lambda m: None)
 open(sys.argv[2] + "/counts.json", "w").write(json.dumps(c))
 """

@@ -31,9 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from logicrank.jobs.index import run_index  # noqa: E402
+from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
 from logicrank.pipelines.embed import Embedder, document_text  # noqa: E402
-from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
 

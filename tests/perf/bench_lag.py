@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from logicrank.jobs.index import run_index  # noqa: E402
 from logicrank.jobs.raysession import ray_session  # noqa: E402
+from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, LLMConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets.qa import to_beir  # noqa: E402
 from logicrank.pipelines.embed import Embedder  # noqa: E402
 from logicrank.pipelines.experiment import load  # noqa: E402
@@ -37,7 +38,6 @@ from logicrank.pipelines.llm import prompts  # noqa: E402
 from logicrank.pipelines.stages import Context  # noqa: E402
 from logicrank.pipelines.stages.lag import Lag, LagOptions  # noqa: E402
 from logicrank.pipelines.store import DocStore  # noqa: E402
-from logicrank.schemas.config import EmbedConfig, IndexConfig, LLMConfig, RayConfig  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
 

@@ -28,10 +28,10 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from logicrank.pipelines.config.settings import LLMConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
 from logicrank.pipelines.llm import prompts  # noqa: E402
 from logicrank.pipelines.llm.models import resolve  # noqa: E402
-from logicrank.schemas.config import LLMConfig, RayConfig  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
 STATEMENTS = ["{t} reports a clinical trial", "{t} is about cancer", "{t} studies mice", "{t} is a review article"]
@@ -52,7 +52,7 @@ def truth_prompts(n_docs: int) -> pa.Table:
 
 def _startup(cfg: LLMConfig) -> float:
     code = (
-        "import json,sys; from logicrank.schemas.config import LLMConfig; from logicrank.pipelines.llm.engine import Engine; "
+        "import json,sys; from logicrank.pipelines.config.settings import LLMConfig; from logicrank.pipelines.llm.engine import Engine; "
         f"e=Engine(LLMConfig.model_validate_json({cfg.model_dump_json()!r})).start(); print(json.dumps(e.startup_s))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])

@@ -182,8 +182,8 @@ def diff_child(n: int, work: Path) -> dict:
     import tempfile
 
     from logicrank.pipelines import indexing
+    from logicrank.pipelines.config.settings import EmbedConfig
     from logicrank.pipelines.store import DocStore
-    from logicrank.schemas.config import EmbedConfig
 
     store = DocStore(_diff_table(n, work))
     store.count()

@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from logicrank.jobs.index import run_index  # noqa: E402
 from logicrank.jobs.retrieve import run_retrieve  # noqa: E402
-from logicrank.pipelines.config import RetrieveConfig  # noqa: E402
+from logicrank.pipelines.config.pipelines import RetrieveConfig  # noqa: E402
+from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
 from logicrank.pipelines.embed import Embedder  # noqa: E402
 from logicrank.pipelines.evaluate.core import evaluate_run  # noqa: E402
@@ -51,7 +52,6 @@ from logicrank.pipelines.evaluate.measures import parse_measures  # noqa: E402
 from logicrank.pipelines.io import read_qrels  # noqa: E402
 from logicrank.pipelines.methods.ranking import rank_pairs  # noqa: E402
 from logicrank.pipelines.store import DocStore  # noqa: E402
-from logicrank.schemas.config import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 

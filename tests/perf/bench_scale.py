@@ -110,8 +110,8 @@ def _embedded(path: Path, texts: list[str], encoder: list) -> np.ndarray:
         if len(v) == len(texts):
             return v
     if not encoder:
+        from logicrank.pipelines.config.settings import EmbedConfig
         from logicrank.pipelines.embed import Embedder
-        from logicrank.schemas.config import EmbedConfig
 
         encoder.append(Embedder(EmbedConfig(backend="openvino")))
     t = time.perf_counter()
@@ -185,8 +185,8 @@ def _child(args) -> dict:
 
         shutil.rmtree(db, ignore_errors=True)
         s = DocStore(db)
+        from logicrank.pipelines.config.settings import EmbedConfig
         from logicrank.pipelines.embed import model_id
-        from logicrank.schemas.config import EmbedConfig
 
         # MiniLM's space (sentence means + noise): retrieve encodes queries with the bundled encoder into it (shards-equal)
         s.open_or_create(_table_dim(n, data), model_id(EmbedConfig()) if _table_dim(n, data) == data["pool"].shape[1] else "bench-scale (MiniLM sentence means + noise, cut)")
@@ -507,8 +507,8 @@ def _child(args) -> dict:
         import shutil
 
         from logicrank.jobs.retrieve import run_retrieve
-        from logicrank.pipelines.config import RetrieveConfig
-        from logicrank.schemas.config import RayConfig
+        from logicrank.pipelines.config.pipelines import RetrieveConfig
+        from logicrank.pipelines.config.settings import RayConfig
 
         DocStore(db).mark_complete()  # the table is built here, not by `logicrank index`: retrieve reads marked versions only
         qpath = work / f"pool-queries-{n}.jsonl"
@@ -584,9 +584,9 @@ def _bm25_shards(work: Path, db: str, n: int, data: dict) -> dict:
     import pyarrow.parquet as pq
 
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.settings import RayConfig
     from logicrank.pipelines.store import DocStore
-    from logicrank.schemas.config import RayConfig
 
     s = DocStore(db)
     s.mark_complete()  # the table is built here, not by `logicrank index`: retrieve reads marked versions only
@@ -631,11 +631,11 @@ def _shards_equal(work: Path, db: str, n: int, data: dict, n_queries: int = 300,
     import pyarrow.parquet as pq
 
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config import RetrieveConfig
+    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.settings import RayConfig
     from logicrank.pipelines.stages.itlr import ITLROptions
     from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
     from logicrank.pipelines.store import DocStore
-    from logicrank.schemas.config import RayConfig
 
     DocStore(db).mark_complete()
     texts = data["queries"][:n_queries]

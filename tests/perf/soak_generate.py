@@ -43,9 +43,9 @@ def main() -> None:
     from logicrank.jobs.generate import run_generate
     from logicrank.jobs.index import run_index
     from logicrank.jobs.raysession import ray_session
+    from logicrank.pipelines.config.settings import GenerateConfig, IndexConfig, LLMConfig, RayConfig
     from logicrank.pipelines.datasets import scifact
     from logicrank.pipelines.generate.synthetic import generate
-    from logicrank.schemas.config import GenerateConfig, IndexConfig, LLMConfig, RayConfig
     from tests.tiny_llm import build_tiny_llm
 
     out = Path(args.out)

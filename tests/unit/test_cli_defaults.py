@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from logicrank.cli import app
 from logicrank.cli_config import Bound
-from logicrank.pipelines.config import NightlyConfig  # noqa: F401 - every config importable beside the CLI
-from logicrank.schemas.config import EmbedConfig, LLMConfig, RayConfig
+from logicrank.pipelines.config.pipelines import NightlyConfig  # noqa: F401 - every config importable beside the CLI
+from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig, RayConfig
 
 PARTS = {"embed": EmbedConfig, "llm": LLMConfig, "ray": RayConfig}  # a command bound to no one config: its sub-configs
 UNBOUND = {"backend": (EmbedConfig, "backend")}  # commands that pass the encoder's backend alone (main, nightly-demo)

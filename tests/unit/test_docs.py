@@ -14,7 +14,7 @@ import typer
 import yaml
 
 from logicrank.cli import app
-from logicrank.pipelines.config import NightlyConfig, RetrieveConfig
+from logicrank.pipelines.config.pipelines import NightlyConfig, RetrieveConfig
 from logicrank.pipelines.pipeline import describe
 from logicrank.pipelines.stages import stages
 
@@ -55,7 +55,7 @@ def test_yaml_pipelines_validate():
             assert Experiment.model_validate(data).pipelines, page
             continue
         if isinstance(data, dict) and "corpus" in data:  # an index config (`logicrank index --config`, docs/usage.md)
-            from logicrank.schemas.config import IndexConfig
+            from logicrank.pipelines.config.settings import IndexConfig
 
             IndexConfig.model_validate(data)
             continue

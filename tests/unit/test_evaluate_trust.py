@@ -12,10 +12,10 @@ import pytest
 import pytrec_eval
 
 from logicrank.jobs.evaluate import evaluation_notes, run_evaluate
+from logicrank.pipelines.config.settings import EvaluateConfig
 from logicrank.pipelines.evaluate.core import EvaluationError, evaluate_run
 from logicrank.pipelines.evaluate.measures import parse_measures
 from logicrank.pipelines.io import TopicsError, read_qrels, read_run, write_trec_run
-from logicrank.schemas.config import EvaluateConfig
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 

@@ -3,8 +3,7 @@ functions): contracts at the bottom, no circles; and one namespace: the folders 
 ``logicrank.schemas``, ``logicrank.pipelines`` and ``logicrank.jobs`` (pyproject.toml maps them),
 never as top-level packages. The graph names modules by folder (``pipelines.runner``).
 
-- ``schemas`` imports nothing from ``pipelines`` or ``jobs`` (the configs whose pipelines
-  the stage registry validates live above it, in pipelines/config.py);
+- ``schemas`` (the table contracts) imports nothing from ``pipelines`` or ``jobs``;
 - ``pipelines`` imports nothing from ``jobs``; nothing imports the command line (logicrank/cli.py);
 - the graph has no cycle.
 """
@@ -83,7 +82,7 @@ def _top(name: str) -> str:
 
 def test_the_graph_is_read():
     graph = _graph()
-    assert "pipelines.store" in graph["jobs.index"] and "schemas.config" in graph["jobs.index"]
+    assert "pipelines.store" in graph["jobs.index"] and "pipelines.config.settings" in graph["jobs.index"]
     assert ("jobs.experiment", "jobs.index") in {(a, b) for a in graph for b in graph[a]}  # an import inside a function
 
 
@@ -127,6 +126,18 @@ def test_outside_the_repository_only_logicrank_is_installed(tmp_path):
     absent, modules = json.loads(out.stdout)
     assert absent == [True, True, True]
     assert all(m.startswith("logicrank.") for m in modules)
+
+
+def test_every_package_folder_is_installed():
+    """A non-editable install ships only the packages pyproject.toml lists: every folder of
+    logicrank's that holds an ``__init__.py`` is listed, under its logicrank name."""
+    import tomllib
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    folders = {name: ROOT / path for name, path in tool["package-dir"].items()}
+    found = {f"{name}.{'.'.join(init.parent.relative_to(folder).parts)}".rstrip(".")
+             for name, folder in folders.items() for init in folder.rglob("__init__.py") if "__pycache__" not in init.parts}
+    assert found - set(tool["packages"]) == set()
 
 
 def test_a_cycle_is_found():

@@ -98,8 +98,8 @@ class _ZeroEmbedder:
 def test_the_embed_stage_asks_for_the_stored_hashes_of_each_batch_and_no_more():
     """Bounded memory: the classifier never holds more than one batch's stored hashes (before:
     every stored id and hash of the table, in a dict, in the driver and in each actor)."""
+    from logicrank.pipelines.config.settings import EmbedConfig
     from logicrank.pipelines.indexing import EmbedStage
-    from logicrank.schemas.config import EmbedConfig
 
     table = {f"d{i}": f"h{i}" for i in range(100)}
     asked: list[list[str]] = []

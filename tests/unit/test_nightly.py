@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from logicrank.cli import app
 from logicrank.jobs.nightly import NightlyLock, NightRun, run_nightly
 from logicrank.pipelines.alerts import deliver
-from logicrank.pipelines.config import AlertConfig, NightlyConfig
+from logicrank.pipelines.config.pipelines import AlertConfig, NightlyConfig
 from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
 from logicrank.pipelines.evaluate.significance import adjust, paired_p_value
 from logicrank.pipelines.nightly import NightlyError, NightState, claim_night, serve_message

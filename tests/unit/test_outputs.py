@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from logicrank.cli import app
 from logicrank.jobs.retrieve import earlier_outputs, output_dirs
 from logicrank.jobs.rundir import RunDir
-from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.config.pipelines import RetrieveConfig
 from logicrank.pipelines.store import DocStore, StoreError
 
 
@@ -83,7 +83,7 @@ def test_retrieve_moves_only_outputs_of_pipelines_it_does_not_run(tmp_path):
 
 def test_evaluate_moves_a_significance_table_it_no_longer_makes(tmp_path):
     from logicrank.jobs.evaluate import run_evaluate
-    from logicrank.schemas.config import EvaluateConfig
+    from logicrank.pipelines.config.settings import EvaluateConfig
 
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")

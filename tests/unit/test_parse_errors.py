@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.config.pipelines import RetrieveConfig
 from logicrank.pipelines.logic.query import UnparsedQueryError, quote
 from logicrank.pipelines.notes import fallback_notes, refuse_unparsed
 from logicrank.pipelines.pipeline import Pipeline

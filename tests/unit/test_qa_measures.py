@@ -104,7 +104,7 @@ def test_reading_gold_and_predictions(tmp_path):
 def test_evaluate_config_refuses_what_it_cannot_evaluate():
     from pydantic import ValidationError
 
-    from logicrank.schemas.config import EvaluateConfig
+    from logicrank.pipelines.config.settings import EvaluateConfig
 
     with pytest.raises(ValidationError, match="give runs"):
         EvaluateConfig()
@@ -119,8 +119,8 @@ def test_evaluate_config_refuses_what_it_cannot_evaluate():
 
 def test_the_evaluate_job_scores_answers_alone_or_beside_runs(tmp_path):
     from logicrank.jobs.evaluate import evaluation_notes, run_evaluate
+    from logicrank.pipelines.config.settings import EvaluateConfig
     from logicrank.pipelines.evaluate.report import summary_frame
-    from logicrank.schemas.config import EvaluateConfig
 
     gold = tmp_path / "answers.jsonl"
     gold.write_text("".join(json.dumps({"query_id": q, "answers": [a]}) + "\n" for q, a in (("q1", "Ann"), ("q2", "Paris"), ("q3", "1900"))))

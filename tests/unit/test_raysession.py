@@ -3,8 +3,8 @@
 import pytest
 
 from logicrank.jobs.raysession import local_driver_node, require_fit
+from logicrank.pipelines.config.settings import EmbedConfig, RayConfig
 from logicrank.pipelines.placement import IN_DRIVER, EncoderPlacement, encoder_placement
-from logicrank.schemas.config import EmbedConfig, RayConfig
 
 
 def test_a_pool_that_fits_exactly_passes():

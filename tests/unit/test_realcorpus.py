@@ -5,10 +5,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from logicrank.pipelines.config.settings import GenerateConfig, LLMConfig, RayConfig
 from logicrank.pipelines.generate import realcorpus as rc
 from logicrank.pipelines.generate.synthetic import TEMPLATES
 from logicrank.pipelines.logic.query import parse
-from logicrank.schemas.config import GenerateConfig, LLMConfig, RayConfig
 
 
 def test_topics_parse_keep_usable_distinct_ones_and_fall_back_to_the_title():

@@ -10,11 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.methods.hybrid import rrf
 from logicrank.pipelines.pipeline import Pipeline, build, parse_stages
 from logicrank.pipelines.runner import Hooks, Inputs, StageCache, StageRunner, assemble, in_process
 from logicrank.pipelines.stages import Context, Kind, Output, Stage, StageOptions
-from logicrank.schemas.config import EmbedConfig
 from logicrank.schemas.tables import RUN, TRUTH_SCORES
 
 

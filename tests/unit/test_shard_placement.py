@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from logicrank.pipelines.config.settings import RayConfig
 from logicrank.pipelines.exact import segment_bounds, shard_bounds
 from logicrank.pipelines.pipeline import build
 from logicrank.pipelines.placement import shard_count
 from logicrank.pipelines.stages.itlr import ITLROptions
 from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
-from logicrank.schemas.config import RayConfig
 
 GIB = 1 << 30
 

@@ -11,11 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from logicrank.pipelines.config.settings import LLMConfig
 from logicrank.pipelines.llm.engine import Truth
 from logicrank.pipelines.runner import Hooks, Inputs, StageCache, StageRunner
 from logicrank.pipelines.stages import shards
 from logicrank.pipelines.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions
-from logicrank.schemas.config import LLMConfig
 
 UNITS = [f"q{i}" for i in range(7)]
 

@@ -19,10 +19,10 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
+from logicrank.pipelines.config.settings import IndexConfig
 from logicrank.pipelines.corpus import iter_corpus, list_sources, trec_raw_limit, trec_units
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.io import TopicsError, read_queries
-from logicrank.schemas.config import IndexConfig
 from logicrank.schemas.tables import REJECT_REASONS
 
 
@@ -364,7 +364,7 @@ def test_the_topics_field_reaches_retrieve_and_decompose(tmp_path):
     from pydantic import ValidationError
 
     from logicrank.cli import app
-    from logicrank.pipelines.config import DecomposeConfig
+    from logicrank.pipelines.config.pipelines import DecomposeConfig
 
     topics = tmp_path / "topics.txt"
     topics.write_text("<top>\n<num> Number: 7\n<title> only a title\n</top>\n")

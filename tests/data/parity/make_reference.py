@@ -1,7 +1,7 @@
 """Reference run tables for the retrieval redesign's parity test.
 
 Builds two small fixtures with the repository's public API (jobs.index.run_index,
-jobs.retrieve.run_retrieve, schemas.config) and writes every run table, with the side
+jobs.retrieve.run_retrieve, pipelines.config.settings) and writes every run table, with the side
 tables (term_scores, predicate_scores) retrieve writes beside them, to a flat layout:
 
     <out>/<fixture>/<run_id>.parquet
@@ -38,8 +38,8 @@ from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.generate.synthetic import generate
 from logicrank.pipelines.logic.query import parse, relabel, to_text
-from logicrank.schemas.config import IndexConfig, LLMConfig, RayConfig
-from logicrank.pipelines.config import RetrieveConfig
+from logicrank.pipelines.config.settings import IndexConfig, LLMConfig, RayConfig
+from logicrank.pipelines.config.pipelines import RetrieveConfig
 from logicrank.schemas.tables import DECOMPOSITIONS
 from tests.conftest import scifact_docs, write_jsonl
 from tests.tiny_llm import build_tiny_llm

@@ -1,10 +1,9 @@
-"""The configs built on the registries: the retrieve job's (named pipelines over one table,
-validated by the stage registry: a pipeline that cannot run fails here, before Ray starts or
-a model loads), the decompose job's (kinds from the decomposition registry) and the nightly
-job's (its index job, query sets, pipelines, measures and regression rules, retention, alert
-receivers; and what defines a night). They live above schemas/config.py (the settings every
-job shares, a leaf) because they read the registries: schemas/ imports nothing from
-pipelines/. An experiment file's model is pipelines/experiment.py's ``Experiment``."""
+"""The configs that hold pipelines or decomposition kinds, validated by the registries: the
+retrieve job's (named pipelines over one table, validated by the stage registry: a pipeline
+that cannot run fails here, before Ray starts or a model loads), the decompose job's (kinds from
+the decomposition registry) and the nightly job's (its index job, query sets, pipelines,
+measures and regression rules, retention, alert receivers; and what defines a night). The
+settings they build on are in :mod:`logicrank.pipelines.config.settings`."""
 
 from __future__ import annotations
 
@@ -13,11 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from logicrank.pipelines.evaluate.measures import parse_measures
-from logicrank.pipelines.llm.decompose import KINDS
-from logicrank.pipelines.options import StageOptions
-from logicrank.pipelines.pipeline import parse_pipelines, read_presets, validate
-from logicrank.schemas.config import (
+from logicrank.pipelines.config.settings import (
     OUTSIDE,
     UNHASHED,
     EmbedConfig,
@@ -28,6 +23,10 @@ from logicrank.schemas.config import (
     _Config,
     distinct,
 )
+from logicrank.pipelines.evaluate.measures import parse_measures
+from logicrank.pipelines.llm.decompose import KINDS
+from logicrank.pipelines.options import StageOptions
+from logicrank.pipelines.pipeline import parse_pipelines, read_presets, validate
 
 
 def with_option(value: Any, name: str, setting: Any) -> Any:

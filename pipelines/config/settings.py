@@ -1,4 +1,4 @@
-"""Validated job configurations.
+"""The settings every job shares and the job configs that need no registry.
 
 Every job reads one of these at start; a bad value fails here, before Ray starts or
 a model loads. The same config runs on a laptop and on a Ray cluster: placement
