@@ -1,19 +1,24 @@
 """Markdown tables, written one way: every report, the generated docs and the nightly alert
-build their tables here (GitHub's pipe tables)."""
+build their tables here, through tabulate's pipe tables (GitHub's)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tabulate import tabulate
+
+_ALIGN = {"l": "left", "r": "right"}
+
 
 def table(header: Sequence[Any], rows: Iterable[Sequence[Any]], align: str = "") -> list[str]:
-    """A pipe table as lines: the header, the separator, a line per row. ``align``: a letter per
-    column, ``l`` (``---``) or ``r`` (``---:``), default every column ``l``; cells are written
-    with ``str()``, an empty header cell as ``| |``."""
+    """A pipe table as lines: the header, the separator, a line per row, columns padded to one
+    width. ``align``: a letter per column, ``l`` or ``r``, default every column ``l``; cells are
+    written with ``str()`` as they are (no number is re-formatted)."""
     align = align or "l" * len(header)
-    if len(align) != len(header):
-        raise ValueError(f"markdown table: {len(header)} columns but {len(align)} alignments")
-    head = "| " + " | ".join(map(str, header)) + " |"
-    return [head.replace("|  |", "| |"), "|" + "".join("---:|" if a == "r" else "---|" for a in align),
-            *("| " + " | ".join(map(str, row)) + " |" for row in rows)]
+    if len(align) != len(header) or set(align) - set(_ALIGN):
+        raise ValueError(f"markdown table: {len(header)} columns need as many alignments, each l or r; got {align!r}")
+    body = [[str(cell) for cell in row] for row in rows]
+    text = tabulate(body, headers=[str(h) for h in header], tablefmt="pipe", disable_numparse=True,
+                    colalign=[_ALIGN[a] for a in align])
+    return text.splitlines()

@@ -104,7 +104,7 @@ def test_an_experiment_gives_the_table_of_its_jobs_run_by_hand_groups_and_checks
     a = per_query[(per_query.run_id == "dense") & (per_query.measure == "P@1") & per_query.query_id.isin([f"q{i}" for i in range(0, 40, 2)])]
     assert by.loc[("dense", "A"), "P@1"] == pytest.approx(a.value.mean(), abs=1e-12)
     report = res.report.read_text()
-    assert "| bm25 | nDCG@10 |" in report and "reproduced" in report and "By template:" in report and "**A test corpus.**" in report
+    assert re.search(r"^\| bm25 +\| nDCG@10 +\|", report, re.M) and "reproduced" in report and "By template:" in report and "**A test corpus.**" in report
     assert "- `bm25`: bm25" in report and "- `dense`: dense" in report  # each run's stages
 
     _file(tmp_path, beir=beir, references=[{"run": "dense", "measure": "nDCG@10", "value": 0.0, "tolerance": 0.01, "source": "wrong"}])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.compute
@@ -67,7 +68,7 @@ def test_retrieve_and_evaluate_all_methods(indexed, tmp_path):
     for rid in runs:
         assert agg[rid, "P@1"] >= 0.9, (rid, agg[rid, "P@1"])
     report = (tmp_path / "eval" / "report.md").read_text()
-    assert "| dense |" in report and "## Significance" in report and "plots/per_query.png" in report
+    assert re.search(r"^\| dense +\|", report, re.M) and "## Significance" in report and "plots/per_query.png" in report
     assert (tmp_path / "eval" / "plots" / "per_query.png").stat().st_size > 5000
     manifest = json.loads((tmp_path / "eval" / "manifest.json").read_text())
     assert manifest["measures"] == ["P@1", "nDCG@10"] and manifest["status"] == "ok"

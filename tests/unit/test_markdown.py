@@ -1,4 +1,4 @@
-"""Markdown tables written one way (pipelines/markdown.py), byte for byte as the reports write them."""
+"""Markdown tables written one way (pipelines/markdown.py, through tabulate)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,22 @@ import pytest
 from logicrank.pipelines.markdown import table
 
 
-def test_a_table_is_a_header_a_separator_and_a_line_per_row():
+def test_a_table_is_a_header_a_separator_and_a_line_per_row_padded_to_its_columns():
     assert table(["run", "nDCG@10", ""], [["bm25", "0.6851", "reproduced"], ["dense", "0.6451", ""]], "lrl") == [
-        "| run | nDCG@10 | |", "|---|---:|---|", "| bm25 | 0.6851 | reproduced |", "| dense | 0.6451 |  |"]
-    assert table(["a"], []) == ["| a |", "|---|"]
-    assert table(["n", "k"], [(1, 2.5)], "rr")[2] == "| 1 | 2.5 |"
+        "| run   |   nDCG@10 |            |",
+        "|:------|----------:|:-----------|",
+        "| bm25  |    0.6851 | reproduced |",
+        "| dense |    0.6451 |            |"]
+    assert table(["a"], []) == ["| a   |", "|-----|"]  # tabulate aligns no column of an empty table
 
 
-def test_a_table_refuses_alignments_that_do_not_match_its_columns():
-    with pytest.raises(ValueError, match="2 columns but 3 alignments"):
-        table(["a", "b"], [], "lrr")
+def test_cells_are_written_as_they_are():
+    """No number is re-formatted: 0.6850 keeps its zero, 1e-05 its spelling, an id its zeros."""
+    assert table(["n", "x", "id"], [(1, "0.6850", "007"), (10, 1e-05, "x")], "rrl")[2:] == [
+        "|   1 | 0.6850 | 007  |", "|  10 |  1e-05 | x    |"]
+
+
+@pytest.mark.parametrize("align", ["lrr", "l", "lx"])
+def test_a_table_refuses_alignments_that_do_not_match_its_columns(align):
+    with pytest.raises(ValueError, match="2 columns need as many alignments"):
+        table(["a", "b"], [], align)
