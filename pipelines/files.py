@@ -102,13 +102,13 @@ def reading(label: str | Callable[[], str], error: type[Exception]) -> Iterator[
 def read_jsonl(path: str | Path, what: str, error: type[Exception], expect: str = "",
                hint: Callable[[str], str] | None = None) -> Iterator[tuple[int, dict]]:
     """(line number, object) of each JSON object line of a JSON Lines file, in order; blank lines
-    are skipped, a byte order mark starting the file is dropped, a name ending in ``.gz`` is
-    gunzipped. A line that is not a JSON object is ``error("<what> <path>: line <n> is not a JSON
+    are skipped, a byte order mark starting the file is dropped, gzip data (told by its first
+    bytes, whatever the name) is gunzipped. A line that is not a JSON object is ``error("<what> <path>: line <n> is not a JSON
     object[ <expect>] (<why>)[<hint(line)>].")``; a fault of the file itself is
     ``error("<what> <path>: <why>.")`` (:func:`reading`). Streams: one line is held at a time."""
     path = Path(path)
     label = f"{what} {path}"
-    with reading(label, error), (gzip.open(path, "rt", encoding="utf-8-sig") if path.name.endswith(".gz")
+    with reading(label, error), (gzip.open(path, "rt", encoding="utf-8-sig") if is_gzip(path)
                                  else open(path, encoding="utf-8-sig")) as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -124,6 +124,12 @@ def read_jsonl(path: str | Path, what: str, error: type[Exception], expect: str 
                 why = f"found {_JSON_KINDS.get(type(obj), 'a JSON value')}"
             expected = f" {expect}" if expect else ""
             raise error(f"{label}: line {n} is not a JSON object{expected} ({why}){hint(line) if hint else ''}.")
+
+
+def is_gzip(path: str | Path) -> bool:
+    """Whether the file starts with gzip's magic bytes."""
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
 
 
 _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false", type(None): "null"}

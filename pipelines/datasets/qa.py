@@ -42,13 +42,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from logicrank.pipelines.datasets import _HERE
-from logicrank.pipelines.files import atomic_path
+from logicrank.pipelines.files import atomic_path, is_gzip, read_jsonl, reading
 from logicrank.schemas.errors import UserError
 
 SETS = ("musique", "hotpotqa")
@@ -64,55 +63,39 @@ class QADataError(UserError, ValueError):
     """A question file that is not MuSiQue or HotpotQA in the expected shape."""
 
 
-def _open(path: Path):
-    """``path`` as text, gunzipped when its first bytes are gzip's."""
-    try:
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        return gzip.open(path, "rt", encoding="utf-8-sig") if gz else open(path, encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise QADataError(f"{path}: no such file.") from None
-    except OSError as exc:
-        raise QADataError(f"{path}: {exc.strerror or exc}.") from None
-
-
 def _records(path: Path) -> Iterator[tuple[int, int | None, Any]]:
-    """(record number, line or None, record) of a JSON array or a JSON Lines file."""
-    try:
-        with _open(path) as f:
+    """(record number, line or None, record) of a JSON array or a JSON Lines file (gzipped or
+    not)."""
+    label = str(path)
+    if not path.exists():
+        raise QADataError(f"{path}: no such file.")
+    with reading(label, QADataError):
+        with gzip.open(path, "rt", encoding="utf-8-sig") if is_gzip(path) else open(path, encoding="utf-8-sig") as f:
             head = ""
             while not head and (chunk := f.read(4096)):
                 head = chunk.lstrip()
-            if not head:
-                raise QADataError(f"{path}: empty; expected a JSON array of records or JSON Lines (one record a line).")
-            if head[0] not in "[{":
-                raise QADataError(f"{path}: neither a JSON array nor JSON Lines: it starts with {head[0]!r} (expected '[' or '{{').")
-        with _open(path) as f:
-            if head[0] == "[":
+        if not head:
+            raise QADataError(f"{path}: empty; expected a JSON array of records or JSON Lines (one record a line).")
+        if head[0] not in "[{":
+            raise QADataError(f"{path}: neither a JSON array nor JSON Lines: it starts with {head[0]!r} (expected '[' or '{{').")
+        if head[0] == "[":
+            with gzip.open(path, "rt", encoding="utf-8-sig") if is_gzip(path) else open(path, encoding="utf-8-sig") as f:
                 try:
                     data = json.load(f)
                 except json.JSONDecodeError as exc:
                     raise QADataError(f"{path}: not a readable JSON file ({exc}).") from None
-                yield from ((n, None, rec) for n, rec in enumerate(data))
-                return
-            n = 0
-            for line_no, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line.rstrip("\r\n"))
-                except json.JSONDecodeError as exc:
-                    hint = ("; the file starts with '{' so it is read as JSON Lines, one record a line (a JSON object spread over "
-                            "lines is neither: give an array of records)") if line_no == 1 else ""
-                    raise QADataError(f"{path}: line {line_no}: not valid JSON ({exc.msg} at column {exc.colno}){hint}.") from None
-                yield n, line_no, rec
-                n += 1
-    except UnicodeDecodeError as exc:
-        raise QADataError(f"{path}: not readable UTF-8 text ({exc}).") from None
-    except (EOFError, zlib.error) as exc:  # a gzip file cut short or corrupt
-        raise QADataError(f"{path}: not readable gzip data ({exc}).") from None
-    except OSError as exc:  # gzip.BadGzipFile and reading errors
-        raise QADataError(f"{path}: not readable ({exc}).") from None
+            yield from ((n, None, rec) for n, rec in enumerate(data))
+            return
+    lines = read_jsonl(path, "questions", QADataError, hint=_spread_hint)
+    yield from ((n, line_no, rec) for n, (line_no, rec) in enumerate(lines))
+
+
+def _spread_hint(line: str) -> str:
+    """A line that opens an object it does not close: one JSON object spread over lines."""
+    if line.lstrip().startswith("{") and not line.rstrip().endswith("}"):
+        return ("; a file that starts with '{' is read as JSON Lines, one record a line (a JSON object spread over "
+                "lines is neither: give an array of records)")
+    return ""
 
 
 def _describe(value: Any) -> str:

@@ -18,7 +18,7 @@ class ReadError(UserError):
 
 
 def _write(path, data: bytes):
-    path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
+    path.write_bytes(gzip.compress(data) if ".gz" in path.name else data)
     return path
 
 
@@ -27,6 +27,7 @@ def _write(path, data: bytes):
     ("blank-lines.jsonl", b'\n{"a": 1}\n  \n\r\n{"a": 2}\n\n'),
     ("bom.jsonl", BOM + b'{"a": 1}\r\n{"a": 2}'),
     ("gzipped.jsonl.gz", BOM + b'{"a": 1}\n\n{"a": 2}\n'),
+    ("gzipped-by-its-bytes.gz-but-named.jsonl", b'{"a": 1}\n{"a": 2}\n'),  # told by the magic bytes, not the name
 ])
 def test_read_jsonl_yields_each_object_with_its_line(tmp_path, name, data):
     path = _write(tmp_path / name, data)

@@ -241,7 +241,7 @@ def test_layout_errors_name_the_record_and_the_field(tmp_path):
 def test_a_file_is_an_array_or_json_lines_and_a_bad_line_is_named(tmp_path):
     lines = [json.dumps(q) for q in _bundled("hotpotqa")[:3]]
     (tmp_path / "q.jsonl").write_text("\n".join([lines[0], lines[1][:-5], lines[2]]) + "\n")
-    with pytest.raises(qa.QADataError, match=re.escape(f"{tmp_path / 'q.jsonl'}: line 2: not valid JSON (")):
+    with pytest.raises(qa.QADataError, match=re.escape(f"questions {tmp_path / 'q.jsonl'}: line 2 is not a JSON object (")):
         qa.hotpotqa(tmp_path / "q.jsonl")
     (tmp_path / "q.csv").write_text("question,answer\n")
     with pytest.raises(qa.QADataError, match=re.escape(f"{tmp_path / 'q.csv'}: neither a JSON array nor JSON Lines: it starts with 'q'")):
@@ -250,10 +250,10 @@ def test_a_file_is_an_array_or_json_lines_and_a_bad_line_is_named(tmp_path):
     with pytest.raises(qa.QADataError, match="empty.json: empty"):
         qa.hotpotqa(tmp_path / "empty.json")
     (tmp_path / "object.json").write_text(json.dumps({"data": [1]}, indent=2))  # one object over several lines
-    with pytest.raises(qa.QADataError, match="object.json: line 1: not valid JSON .*a JSON object spread over lines"):
+    with pytest.raises(qa.QADataError, match="object.json: line 1 is not a JSON object .*a JSON object spread over lines"):
         qa.hotpotqa(tmp_path / "object.json")
     (tmp_path / "truncated.json.gz").write_bytes(gzip.compress(b"[" + b"1," * 100 + b"1]")[:-10])
-    with pytest.raises(qa.QADataError, match="truncated.json.gz: not readable"):
+    with pytest.raises(qa.QADataError, match="truncated.json.gz: the compressed data ends early"):
         qa.hotpotqa(tmp_path / "truncated.json.gz")
     with pytest.raises(qa.QADataError, match="a corpus file .* is MuSiQue's"):
         qa.to_beir("hotpotqa", tmp_path / "out", tmp_path / "q.jsonl", tmp_path / "q.jsonl")
