@@ -347,6 +347,8 @@ def _read_rows(src: Source, batch_rows: int, max_line: int,
 
 
 def _read_jsonl(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
+    # Not files.read_jsonl, which stops at a bad line: a corpus reads bytes from any pyarrow
+    # filesystem, bounds a record's size and keeps going past a bad record (quarantined, counted).
     # A JSON line may escape every character (6 bytes for one); past this we do not parse.
     return _read_rows(src, batch_rows, 6 * max_doc_bytes + (1 << 16), lambda raw: _parse_line(raw, max_doc_bytes))
 

@@ -60,7 +60,7 @@ class BM25(Stage):
     kind = Kind.RETRIEVER
     Options = BM25Options
     per_query = True
-    version = 2  # 2: Lucene's stop words, query-term frequency
+    version = 2  # bump when a change alters its results (CHANGELOG.md says what each bump changed)
 
     def needs(self) -> Needs:
         return Needs(fulltext=True)
