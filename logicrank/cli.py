@@ -30,7 +30,7 @@ from logicrank.pipelines.config.settings import (
 from logicrank.pipelines.files import read_yaml
 from logicrank.schemas.errors import JobFailed, UserError, validation_line
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="logicrank: logic-aware retrieval at scale.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, help="logicrank: logic-aware retrieval at scale.")
 
 
 @app.callback()
@@ -442,7 +442,7 @@ def bench_lag(
                  out or Path(f"runs/lag-{name}"), bound, nested=True)
 
 
-generate_app = typer.Typer(no_args_is_help=True, help="Dataset generation: logical benchmarks from a corpus, with labels.")
+generate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Dataset generation: logical benchmarks from a corpus, with labels.")
 app.add_typer(generate_app, name="generate")
 
 
@@ -520,7 +520,7 @@ def bench_setlogic(
     _experiments("bench-setlogic", [_run(benchmarks.setlogic, per_template, seed, k, orlog, set_)], out, bound)
 
 
-models_app = typer.Typer(no_args_is_help=True, help="LLM checkpoints that ship inside packages.")
+models_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="LLM checkpoints that ship inside packages.")
 app.add_typer(models_app, name="models")
 
 

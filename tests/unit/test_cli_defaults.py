@@ -156,3 +156,37 @@ def test_evaluate_from_a_config_file(tmp_path):
     r = runner.invoke(app, ["evaluate", "--config", str(f), "--measure", "P@2", "--out", str(tmp_path / "ev2")])
     assert r.exit_code == 0, r.output
     assert "P@2" in r.output and "MRR" not in r.output
+
+
+def _every_command(group, path=()):
+    """(path, click command) of every command of the CLI, groups' subcommands included."""
+    import typer.main
+
+    click_group = typer.main.get_command(group) if not hasattr(group, "commands") else group
+    for name, command in sorted(click_group.commands.items()):
+        if hasattr(command, "commands"):
+            yield from _every_command(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+@pytest.mark.parametrize("path, command", list(_every_command(app)), ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_help_names_every_option_and_default_in_full_at_80_columns_and_piped(path, command):
+    """A piped --help (CliRunner's output is not a terminal) at 80 columns truncates nothing:
+    every option's name and every default shows whole."""
+    r = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": ""}, terminal_width=80)
+    assert r.exit_code == 0, r.output
+    text = "".join(r.output.split())  # a wrapped value, joined (click may break a line after a hyphen)
+    assert "…" not in r.output
+    for param in command.params:
+        if param.hidden:
+            continue
+        for opt in param.opts:
+            assert (opt if param.param_type_name == "option" else opt.lower()) in r.output, opt
+        if param.param_type_name == "option" and param.show_default and param.default not in (None, "", ()) and not callable(param.default):
+            if param.is_flag and not param.secondary_opts:
+                continue  # click shows no default for a lone flag
+            default = ", ".join(map(str, param.default)) if isinstance(param.default, list | tuple) else str(param.default)
+            if param.is_flag:  # --x / --no-x: the default is the flag's name
+                default = (param.opts if param.default else param.secondary_opts)[0].lstrip("-")
+            assert "".join(f"default: {default}".split()) in text, (param.opts, default)
