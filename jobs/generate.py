@@ -61,7 +61,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
     t0 = time.perf_counter()
     store = DocStore(cfg.db, cfg.table)
     if not store.exists():
-        raise rc.GenerateError(f"generate: no table {cfg.table!r} in {cfg.db}; index a corpus first (`logicrank index`)")
+        raise rc.GenerateError(f"generate: {store.absent()}; check --db and --table, or index a corpus first (`logicrank index`)")
     store, note = store.readable(None, "generate")  # the last version a completed index run finished, as retrieve reads
     if note:
         echo(note)

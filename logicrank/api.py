@@ -56,7 +56,7 @@ class Table:
 
         store = DocStore(str(db), name)
         if not store.exists():
-            raise PipelineError(f"open_table: no table {name!r} in {db} (make one with `logicrank index`).")
+            raise PipelineError(f"open_table: {store.absent()}; make one with `logicrank index`.")
         # the version given (any one, on purpose), else the last one a completed index run finished
         store, self.note = store.readable(version, "open_table", option="open_table(..., version={v})")
         self.store = DocStore(str(db), name, version=store.version)  # pinned: every pipeline reads this version

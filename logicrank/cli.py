@@ -213,7 +213,7 @@ def restore(
 
     store = _run(DocStore, db, table)
     if not store.exists():
-        _fail(f"restore: no table {table!r} in {db!r}; check --db and --table.")
+        _fail(f"restore: {store.absent()}; check --db and --table.")
     # a tag first (a tag may be all digits), else a version number
     target: int | str = int(version) if version.isdigit() and version not in store.table.tags.list() else version
     lock = TableLock(db, table, "restore")

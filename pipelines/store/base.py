@@ -72,6 +72,15 @@ class TableHandle:
             return False
         return self.name in self.db.table_names(limit=1 << 30)
 
+    def absent(self) -> str:
+        """Why the table cannot be opened, naming the tables the database holds:
+        ``no table 'docs' in 'db' (it holds 'corpus', 'docs_v2')``."""
+        if self._missing_path() is not None:
+            return f"no database at {self.uri!r} (no such directory)"
+        held = sorted(self.db.table_names(limit=1 << 30))
+        there = f"it holds {', '.join(map(repr, held))}" if held else "it holds no table"
+        return f"no table {self.name!r} in {self.uri!r} ({there})"
+
     @property
     def table(self):
         if self._table is None:
@@ -79,7 +88,7 @@ class TableHandle:
                 raise StoreError(f"store: no database at {self.uri!r} (no such directory; nothing was created there); check --db, "
                                  "or run `logicrank index` first.")
             if not self.exists():
-                raise StoreError(f"store: no table {self.name!r} in {self.uri!r}; run `logicrank index` first.")
+                raise StoreError(f"store: {self.absent()}; check --table, or run `logicrank index` first.")
             table = self.db.open_table(self.name)
             if self._version is not None:
                 self._checkout(table, self._version)

@@ -112,7 +112,7 @@ def test_the_python_api_retrieves_what_the_job_does_and_evaluates_and_compares_t
     sig = lr.compare(metrics, baseline="bm25")
     assert sorted(set(sig.column("run_id").to_pylist())) == ["dense", "hybrid", "itlr-llm"] and set(sig.column("measure").to_pylist()) == {"nDCG@10", "R@100"}
 
-    with pytest.raises(lr.PipelineError, match="no table 'nope'"):
+    with pytest.raises(lr.PipelineError, match=r"no table 'nope' in .* \(it holds 'docs'\)"):
         lr.open_table(synthetic / "db", "nope")
     with pytest.raises(lr.PipelineError, match="give open_table\\(llm=LLMConfig"):
         lr.retrieve(table, synthetic / "syn" / "queries.jsonl", lr.read_pipelines({"o": [{"decomposition": {"target": "orlog"}}, "bm25", "orlog"]}))

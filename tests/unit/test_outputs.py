@@ -35,9 +35,10 @@ def test_a_missing_database_is_refused_in_one_line_and_never_created(tmp_path):
     # a writer still makes it: the index job creates the table (and the directory) on its first write
     DocStore(str(missing), "docs").open_or_create(4, "some-model")
     assert DocStore(str(missing), "docs").exists() and (missing / "docs.lance").is_dir()
-    # an existing database without the table: the message it had
-    with pytest.raises(StoreError, match="no table 'other' in .*; run `logicrank index` first"):
+    # an existing database without the table: the tables it holds are named
+    with pytest.raises(StoreError, match=r"no table 'other' in .* \(it holds 'docs'\); check --table, or run `logicrank index` first"):
         DocStore(str(missing), "other").table  # noqa: B018
+    assert DocStore(str(tmp_path), "docs").absent() == f"no table 'docs' in {str(tmp_path)!r} (it holds no table)"
 
 
 def test_retrieve_with_a_mistyped_db_creates_no_directory(tmp_path):

@@ -99,7 +99,7 @@ def test_the_generate_commands_fail_in_one_line_on_user_mistakes(tmp_path):
     res = CliRunner().invoke(app, ["generate", "itlr", "--db", str(tmp_path / "none"), "--out", str(tmp_path / "o"), "--candidate", "foo"])
     assert res.exit_code == 2 and "--candidate 'foo': valid: dense, bm25, itlr" in res.output
     res = CliRunner().invoke(app, ["generate", "itlr", "--db", str(tmp_path / "none"), "--out", str(tmp_path / "o")])
-    assert res.exit_code == 2 and "no table 'docs'" in res.output and not (tmp_path / "o").exists()  # nothing claimed
+    assert res.exit_code == 2 and "generate: no database at" in res.output and not (tmp_path / "o").exists()  # nothing claimed
     assert not (tmp_path / "none").exists()  # a mistyped --db is read, never created
     res = CliRunner().invoke(app, ["generate", "setlogic", "--out", str(tmp_path / "s"), "--per-template", "2"])
     assert res.exit_code == 0 and "14 queries" in res.output
