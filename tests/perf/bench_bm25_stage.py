@@ -65,6 +65,7 @@ def main() -> None:
     from logicrank.pipelines.config.pipelines import RetrieveConfig
     from logicrank.pipelines.config.settings import RayConfig
     from logicrank.pipelines.datasets import scifact
+    from logicrank.pipelines.markdown import table
     from logicrank.pipelines.methods.bm25 import bm25
 
     work = Path(tempfile.mkdtemp(prefix="bm25-stage-"))
@@ -110,9 +111,8 @@ def main() -> None:
         report = {"queries": n, "k": K, "repeat": args.repeat, "rows": rows,
                   "job_over_bm25s": best["bm25s numba"] / best["job stage"], "job_over_engine": best["engine"] / best["job stage"],
                   "method_over_engine": best["engine"] / best["method"]}
-        lines = [f"# bm25: the job's stage, the method, the engine and bm25s ({n:,} SciFact queries, k={K}, best of {args.repeat}, one thread)", "",
-                 "| what | s | q/s |", "|---|---:|---:|"]
-        lines += [f"| {name} | {r['s']:.3f} | {r['qps']:,.0f} |" for name, r in rows.items()]
+        lines = [f"# bm25: the job's stage, the method, the engine and bm25s ({n:,} SciFact queries, k={K}, best of {args.repeat}, one thread)", ""]
+        lines += table(["what", "s", "q/s"], [[name, f"{r['s']:.3f}", f"{r['qps']:,.0f}"] for name, r in rows.items()], align="lrr")
         lines += ["", f"job / bm25s numba: {report['job_over_bm25s']:.2f}x; job / engine: {report['job_over_engine']:.2f}x; "
                       f"method / engine: {report['method_over_engine']:.2f}x"]
         out = Path(args.out)

@@ -96,6 +96,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/bench")
     args = ap.parse_args()
 
+    from logicrank.pipelines.markdown import table
     from tests.perf.report import write_report
     from tests.tiny_llm import build_tiny_llm
 
@@ -104,16 +105,15 @@ def main() -> None:
         rows = [_run(model, b, c, args.cap_s) for c in args.conditions.split(",") for b in args.bindings.split(",")]
     lines = ["# One LLM call on a shared node (64 prompts x 160 tokens, engine core in its own process)", "",
              f"{os.cpu_count()} CPUs; each row a fresh process and Ray; busy processes started first; capped at {args.cap_s:g} s "
-             "per row. First call: the engine's start (actor, core, model) and the call; second: the call alone.", "",
-             "| binding | condition | first call, s | second call, s |", "|---|---|---:|---:|"]
+             "per row. First call: the engine's start (actor, core, model) and the call; second: the call alone.", ""]
 
     def shown(r: dict, key: str) -> str:
         if r.get(key) is not None:
             return f"{r[key]:.2f}"
         return f"not done in {r['capped_at_s']:g} s" if "capped_at_s" in r else r.get("error", "?")
 
-    for r in rows:
-        lines.append(f"| {r['binding']} | {r['condition']} | {shown(r, 'first_s')} | {shown(r, 'second_s')} |")
+    lines += table(["binding", "condition", "first call, s", "second call, s"],
+                   [[str(r["binding"]), str(r["condition"]), shown(r, "first_s"), shown(r, "second_s")] for r in rows], align="llrr")
     write_report(args.out, "engine_load", rows, lines)
 
 

@@ -25,6 +25,7 @@ from logicrank.jobs.index import run_index  # noqa: E402
 from logicrank.jobs.raysession import ray_session  # noqa: E402
 from logicrank.pipelines.config.settings import EmbedConfig, GenerateConfig, IndexConfig, LLMConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
+from logicrank.pipelines.markdown import table  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
 CHILD = """
@@ -70,10 +71,9 @@ def main() -> None:
     lines = [
         f"# Dataset generation (`generate itlr`): 1 vs 2 engine actors ({args.docs} SciFact documents, SmolLM2, {cpus} CPUs, one run)",
         "",
-        "| engine actors | questions | questions/s | labels | labels/s | job seconds |",
-        "|---:|---:|---:|---:|---:|---:|",
-        *[f"| {n} | {r['questions']} | {r['questions_per_s']:.2f} | {r['labels']} | {r['labels_per_s']:.2f} | {r['seconds']:.0f} |"
-          for n, r in ((1, one), (2, two))],
+        *table(["engine actors", "questions", "questions/s", "labels", "labels/s", "job seconds"],
+               [[str(n), str(r["questions"]), f"{r['questions_per_s']:.2f}", str(r["labels"]), f"{r['labels_per_s']:.2f}", f"{r['seconds']:.0f}"]
+                for n, r in ((1, one), (2, two))], align="rrrrrr"),
         "",
         f"2 actors vs 1: questions/s x{result['speedup_questions']:.2f}, labels/s x{result['speedup_labels']:.2f}. "
         f"Same dataset from both: {same}. Each phase's time includes starting its engines (the pool is released while the "

@@ -34,6 +34,7 @@ from logicrank.jobs.index import run_index  # noqa: E402
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
 from logicrank.pipelines.embed import Embedder, document_text  # noqa: E402
+from logicrank.pipelines.markdown import table  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
 
@@ -104,18 +105,19 @@ def main() -> None:
     lines = [
         f"# Indexing benchmark ({n} SciFact documents, {os.cpu_count()} cores, one run)",
         "",
-        "| backend | placement (pool) | bare encoder docs/s | bare encoder with its load docs/s | index job docs/s "
-        "| index / bare with load (goal >= 0.9) | index / bare | full index s | unchanged re-index s | re-index / full (goal <= 0.1) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    cells = []
     for r in rows:
         pool = r["pool"]
-        reindex = f"{r['reindex_unchanged_s']:.1f} | {r['reindex_vs_full']:.3f}" if r["reindex_unchanged_s"] else "- | -"
-        lines.append(
-            f"| {r['backend']} | {r['placement']} ({_pool(pool)}) "
-            f"| {r['encoder_docs_per_s']:.1f} | {r['encoder_with_load_docs_per_s']:.1f} | {r['index_docs_per_s']:.1f} "
-            f"| {r['index_vs_encoder_with_load']:.2f} | {r['index_vs_encoder']:.2f} | {r['index_s']:.1f} | {reindex} |"
-        )
+        reindex = [f"{r['reindex_unchanged_s']:.1f}", f"{r['reindex_vs_full']:.3f}"] if r["reindex_unchanged_s"] else ["-", "-"]
+        cells.append([
+            str(r["backend"]), f"{r['placement']} ({_pool(pool)})",
+            f"{r['encoder_docs_per_s']:.1f}", f"{r['encoder_with_load_docs_per_s']:.1f}", f"{r['index_docs_per_s']:.1f}",
+            f"{r['index_vs_encoder_with_load']:.2f}", f"{r['index_vs_encoder']:.2f}", f"{r['index_s']:.1f}", *reindex,
+        ])
+    lines += table(["backend", "placement (pool)", "bare encoder docs/s", "bare encoder with its load docs/s", "index job docs/s",
+                    "index / bare with load (goal >= 0.9)", "index / bare", "full index s", "unchanged re-index s",
+                    "re-index / full (goal <= 0.1)"], cells, align="llrrrrrrrr")
     write_report(args.out, "bench_index", rows, lines)
 
 

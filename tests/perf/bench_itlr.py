@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from logicrank.pipelines.embed import to_fixed_size_list  # noqa: E402
 from logicrank.pipelines.logic.fuzzy import Operators  # noqa: E402
+from logicrank.pipelines.markdown import table  # noqa: E402
 from logicrank.pipelines.methods.itlr import Calibration, ann_candidates, parse_queries, score_candidates, score_exact  # noqa: E402
 from logicrank.pipelines.store import DocStore  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
@@ -141,11 +142,11 @@ def main() -> None:
         f"# ITLR scoring benchmark ({n} generated vectors, dim {args.dim}, {args.queries} queries x 3 terms, one run; "
         f"medians of {args.repeat} interleaved repeats, exact/matmul ranged {min(ratios):.2f}-{max(ratios):.2f})",
         "",
-        "| matmul s | LanceDB scan alone s | exact s (scan overlapped) | exact / matmul (goal <= 2) | ann s | exact / ann "
-        "| ann recall@10 (goal >= 0.95) | same, exact neighbours | mean candidates |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        f"| {matmul_s:.3f} | {scan_s:.3f} | {exact_s:.3f} | {exact_s / matmul_s:.2f} "
-        f"| {ann_s:.3f} | {exact_s / ann_s:.2f} | {recall:.3f} | {recall_x:.3f} | {result['mean_ann_candidates']:.0f} |",
+        *table(["matmul s", "LanceDB scan alone s", "exact s (scan overlapped)", "exact / matmul (goal <= 2)", "ann s", "exact / ann",
+                "ann recall@10 (goal >= 0.95)", "same, exact neighbours", "mean candidates"],
+               [[f"{matmul_s:.3f}", f"{scan_s:.3f}", f"{exact_s:.3f}", f"{exact_s / matmul_s:.2f}",
+                 f"{ann_s:.3f}", f"{exact_s / ann_s:.2f}", f"{recall:.3f}", f"{recall_x:.3f}", f"{result['mean_ann_candidates']:.0f}"]],
+               align="rrrrrrrrr"),
     ]
     write_report(args.out, "bench_itlr", result, lines)
 

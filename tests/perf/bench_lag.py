@@ -35,6 +35,7 @@ from logicrank.pipelines.experiment import load  # noqa: E402
 from logicrank.pipelines.files import write_text_atomic  # noqa: E402
 from logicrank.pipelines.io import read_queries  # noqa: E402
 from logicrank.pipelines.llm import prompts  # noqa: E402
+from logicrank.pipelines.markdown import table  # noqa: E402
 from logicrank.pipelines.stages import Context  # noqa: E402
 from logicrank.pipelines.stages.lag import Lag, LagOptions  # noqa: E402
 from logicrank.pipelines.store import DocStore  # noqa: E402
@@ -95,9 +96,9 @@ def main() -> None:
     lines = [
         f"# LAG stage: shared pool vs a call per question per step ({len(rows)} MuSiQue questions, SmolLM2, {cpus} CPUs, one run)",
         "",
-        "| mode | engine calls | steps | seconds | questions/s |",
-        "|---|---:|---:|---:|---:|",
-        *[f"| {m} | {c['engine_calls']} | {c['steps']} | {c['seconds']:.1f} | {c['questions_per_s']:.2f} |" for m, c in (("shared pool", shared), ("naive", naive))],
+        *table(["mode", "engine calls", "steps", "seconds", "questions/s"],
+               [[m, str(c["engine_calls"]), str(c["steps"]), f"{c['seconds']:.1f}", f"{c['questions_per_s']:.2f}"]
+                for m, c in (("shared pool", shared), ("naive", naive))], align="lrrrr"),
         "",
         f"Speed-up of the shared pool: {result['speedup']:.1f}x. Same prompts in both; equal answers: {same} of {len(rows)} "
         "(greedy decoding; a batch may round differently from a single prompt on some engines).",

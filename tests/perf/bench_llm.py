@@ -28,6 +28,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from logicrank.pipelines import markdown  # noqa: E402
 from logicrank.pipelines.config.settings import LLMConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
 from logicrank.pipelines.llm import prompts  # noqa: E402
@@ -132,11 +133,12 @@ def main() -> None:
     lines = [
         f"# LLM True/False scoring benchmark ({resolved.model_id}, {n} prompts, {cpus} CPUs, one run)",
         "",
-        "| Ray job prompts/s (start-up incl.) | in process prompts/s | per-pair transformers prompts/s | Ray / per-pair (goal >= 10) "
-        "| in process / per-pair | max abs P(True) diff | prefix-cached prompt tokens | start-up eager s | start-up compiled s |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        f"| {ray_rate:.1f} | {inproc_rate:.1f} | {hf_rate:.2f} | {ray_rate / hf_rate:.1f} | {inproc_rate / hf_rate:.1f} | {diff:.1e} "
-        f"| {cached_tokens} / {prompt_tokens} | {eager_s:.1f} | {compiled_s if compiled_s is None else f'{compiled_s:.1f}'} |",
+        *markdown.table(["Ray job prompts/s (start-up incl.)", "in process prompts/s", "per-pair transformers prompts/s", "Ray / per-pair (goal >= 10)",
+                         "in process / per-pair", "max abs P(True) diff", "prefix-cached prompt tokens", "start-up eager s", "start-up compiled s"],
+                        [[f"{ray_rate:.1f}", f"{inproc_rate:.1f}", f"{hf_rate:.2f}", f"{ray_rate / hf_rate:.1f}", f"{inproc_rate / hf_rate:.1f}",
+                          f"{diff:.1e}", f"{cached_tokens} / {prompt_tokens}", f"{eager_s:.1f}",
+                          "None" if compiled_s is None else f"{compiled_s:.1f}"]],
+                        align="rrrrrrrrr"),
     ]
     write_report(args.out, "bench_llm", result, lines)
 

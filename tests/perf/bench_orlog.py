@@ -28,6 +28,7 @@ from logicrank.pipelines.datasets import scifact  # noqa: E402
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic  # noqa: E402
 from logicrank.pipelines.generate.synthetic import generate, gold_orlog_decompositions  # noqa: E402
 from logicrank.pipelines.io import read_queries  # noqa: E402
+from logicrank.pipelines.markdown import table  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
 
@@ -60,13 +61,15 @@ def main() -> None:
     lines = [
         f"# OrLog end to end ({args.queries} questions x dense top {args.k}, SmolLM2 scoring, {cpus} CPUs, one run, start-up included)",
         "",
-        "| method | pairs | forward passes / pair | seconds | pairs/s | prompts/s | prefix-cached prompt tokens |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        *[
-            f"| {m} | {c['pairs']} | {c['forward_passes_per_pair']:.1f} | {c['seconds']:.1f} | {c['pairs_per_s']:.2f} | {c['prompts_per_s']:.2f} "
-            f"| {c['prefix_cached_tokens'] / max(c['prompt_tokens'], 1):.0%} |"
-            for m, c in (("orlog", o), ("reasoner", r))
-        ],
+        *table(
+            ["method", "pairs", "forward passes / pair", "seconds", "pairs/s", "prompts/s", "prefix-cached prompt tokens"],
+            [
+                [m, str(c["pairs"]), f"{c['forward_passes_per_pair']:.1f}", f"{c['seconds']:.1f}", f"{c['pairs_per_s']:.2f}",
+                 f"{c['prompts_per_s']:.2f}", f"{c['prefix_cached_tokens'] / max(c['prompt_tokens'], 1):.0%}"]
+                for m, c in (("orlog", o), ("reasoner", r))
+            ],
+            align="lrrrrrr",
+        ),
     ]
     write_report(args.out, "bench_orlog", result, lines)
 

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from logicrank.pipelines.logic.probability import compile_probability, is_read_once, problog_probability  # noqa: E402
 from logicrank.pipelines.logic.query import And, Not, Or, Term  # noqa: E402
+from logicrank.pipelines.markdown import table  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
 ATOMS = [f"a{i}" for i in range(8)]
@@ -65,10 +66,10 @@ def main() -> None:
     lines = [
         f"# Exact posterior benchmark ({args.forms} random forms over up to 8 atoms x {args.candidates} candidates, one run)",
         "",
-        "| compiled ms / candidate | ProbLog per candidate ms | speedup (goal >= 1000) | max abs diff | read-once forms |",
-        "|---:|---:|---:|---:|---:|",
-        f"| {result['compiled_ms_per_candidate']:.4f} | {result['problog_ms_per_candidate']:.2f} | {result['speedup']:.0f} | {diff:.1e} "
-        f"| {result['read_once_forms']} / {args.forms} |",
+        *table(["compiled ms / candidate", "ProbLog per candidate ms", "speedup (goal >= 1000)", "max abs diff", "read-once forms"],
+               [[f"{result['compiled_ms_per_candidate']:.4f}", f"{result['problog_ms_per_candidate']:.2f}", f"{result['speedup']:.0f}",
+                 f"{diff:.1e}", f"{result['read_once_forms']} / {args.forms}"]],
+               align="rrrrr"),
     ]
     write_report(args.out, "bench_posterior", result, lines)
 

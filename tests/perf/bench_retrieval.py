@@ -50,6 +50,7 @@ from logicrank.pipelines.embed import Embedder  # noqa: E402
 from logicrank.pipelines.evaluate.core import evaluate_run  # noqa: E402
 from logicrank.pipelines.evaluate.measures import parse_measures  # noqa: E402
 from logicrank.pipelines.io import read_qrels  # noqa: E402
+from logicrank.pipelines.markdown import table  # noqa: E402
 from logicrank.pipelines.methods.ranking import rank_pairs  # noqa: E402
 from logicrank.pipelines.store import DocStore  # noqa: E402
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID  # noqa: E402
@@ -216,13 +217,14 @@ def main() -> None:
         "wall: the whole run_retrieve call. Ratio: bm25 per core / the faster bm25s backend per core (goal >= 0.8, nDCG@10 0.6851); "
         "dense q/s / encode+product q/s (goal >= 0.8). Default placement: in the driver when the job is small (its probe says).",
         "",
-        "| system | method | cores | s | q/s | q/s per core | nDCG@10 | wall s | wall q/s | ratio | ratio (wall) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    cells = []
     for r in rows:
         opt = {key: format(r[key], fmt) if key in r else "" for key, fmt in (("wall_s", ".1f"), ("wall_qps", ".0f"), ("ratio", ".2f"), ("ratio_wall", ".2f"))}
-        lines.append(f"| {r['system']} | {r['method']} | {r['cores']} | {r['seconds']:.2f} | {r['qps']:.0f} | {r['qps'] / r['cores']:.0f} "
-                     f"| {r['ndcg@10']:.4f} | {opt['wall_s']} | {opt['wall_qps']} | {opt['ratio']} | {opt['ratio_wall']} |")
+        cells.append([str(r["system"]), str(r["method"]), str(r["cores"]), f"{r['seconds']:.2f}", f"{r['qps']:.0f}", f"{r['qps'] / r['cores']:.0f}",
+                      f"{r['ndcg@10']:.4f}", opt["wall_s"], opt["wall_qps"], opt["ratio"], opt["ratio_wall"]])
+    lines += table(["system", "method", "cores", "s", "q/s", "q/s per core", "nDCG@10", "wall s", "wall q/s", "ratio", "ratio (wall)"],
+                   cells, align="llrrrrrrrrr")
     lines += ["", f"bm25s index: {rows[0]['index_s']:.1f} s; engine index open + loop load: {rows[2]['index_s']:.2f} s; table vectors load: {load_s:.2f} s; encoder load: {model_s:.1f} s; "
                   f"encode alone: {encode_s:.1f} s ({n / encode_s:.0f} q/s)."]
     write_report(args.out, "bench_retrieval", {"machine": machine, "queries": n, "repeat": args.repeat, "backend": args.backend,

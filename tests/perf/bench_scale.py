@@ -824,19 +824,21 @@ def main() -> None:
 
 
 def _report(args, rows: list[dict], total_s: float) -> None:
+    from logicrank.pipelines.markdown import table
     from tests.perf.report import write_report
 
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
     cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), platform.processor())
     runs = "one run" if len({r.get("measured") for r in rows}) <= 1 else "rows from more than one run, each dated"
-    lines = [f"# Bulk retrieval cost curve ({args.queries:,} queries, k={K}; {os.cpu_count()} cores, {cpu}; {runs}, {total_s:.0f} s; one thread per step)", "",
-             "| docs | step | s | q/s | peak RSS MiB | notes |", "|---:|---|---:|---:|---:|---|"]
+    lines = [f"# Bulk retrieval cost curve ({args.queries:,} queries, k={K}; {os.cpu_count()} cores, {cpu}; {runs}, {total_s:.0f} s; one thread per step)", ""]
+    cells = []
     for r in rows:
         notes = {k: v for k, v in r.items() if k not in ("size", "step", "seconds", "qps", "peak_rss_mib", "wall_s")}
         qps = f"{r['qps']:.0f}" if "qps" in r else ""
         secs = f"{r['seconds']:.2f}" if "seconds" in r else ""
         peak = f"{r['peak_rss_mib']:.0f}" if "peak_rss_mib" in r else ""
-        lines.append(f"| {r['size']:,} | {r['step']} | {secs} | {qps} | {peak} | {json.dumps(notes, default=lambda x: round(float(x), 3))} |")
+        cells.append([f"{r['size']:,}", str(r["step"]), secs, qps, peak, json.dumps(notes, default=lambda x: round(float(x), 3))])
+    lines += table(["docs", "step", "s", "q/s", "peak RSS MiB", "notes"], cells, align="rlrrrl")
     write_report(args.out, "bench_scale", {"queries": args.queries, "k": K, "cpu": cpu, "total_s": total_s, "rows": rows}, lines)
     _plot(rows, Path(args.out) / "bench_scale.png")
 
