@@ -29,7 +29,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
 from logicrank.pipelines.files import write_text_atomic
-from logicrank.pipelines.markdown import table
+from logicrank.pipelines.markdown import number, table
 from logicrank.schemas.errors import JobFailed, UserError, validation_line
 
 EXPERIMENTS = Path(__file__).parents[1] / "jobs" / "experiments"  # the experiment files that ship (package data of logicrank.jobs)
@@ -615,7 +615,7 @@ def render(r: ExperimentResult) -> str:
     for column, by in r.groups.items():
         cols = [c for c in by.columns if c != "queries"]
         lines += ["", f"By {column}:", ""]
-        lines += table(["run", column, "queries", *cols], ([run, g, row["queries"], *(f"{row[c]:.4f}" for c in cols)]
+        lines += table(["run", column, "queries", *cols], ([run, g, int(row["queries"]), *(f"{row[c]:.4f}" for c in cols)]
                                                           for (run, g), row in by.iterrows()), "llr" + "r" * len(cols))
     if r.checks:
         lines += ["", "References:", ""]
@@ -632,14 +632,24 @@ def render(r: ExperimentResult) -> str:
 
 
 def _stage_counts(counts: dict) -> str:
-    """One stage's manifest entry in a line: its name, then its counts (nested ones flattened)."""
+    """One stage's manifest entry in a line of words: its name, then its counts (names with
+    spaces, nested ones in parentheses, lists joined, nothing as "none", no Python reprs)."""
     def fmt(v: Any) -> str:
         if isinstance(v, dict):
-            return ", ".join(f"{k} {fmt(x)}" for k, x in v.items())
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
+            return "(" + ", ".join(f"{words(k)} {fmt(x)}" for k, x in v.items()) + ")" if v else "none"
+        if isinstance(v, list | tuple):
+            return ", ".join(map(fmt, v)) if v else "none"
+        if v is None:
+            return "none"
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        return number(v) if isinstance(v, float) else str(v)
+
+    def words(key: str) -> str:
+        return key.replace("_", " ")
 
     if "sub" in counts:  # a fusion's sub-pipeline
         return counts["stage"] + " (" + "; ".join(_stage_counts(c) for c in counts["sub"]) + ")"
     shown = {k: v for k, v in counts.items() if k not in ("stage", "digest", "cached", "placement")}
-    body = ", ".join(f"{k} {{{fmt(v)}}}" if isinstance(v, dict) else f"{k} {fmt(v)}" for k, v in shown.items())
+    body = ", ".join(f"{words(k)} {fmt(v)}" for k, v in shown.items())
     return counts["stage"] + (" (cached)" if counts.get("cached") else "") + (f" ({body})" if body else "")

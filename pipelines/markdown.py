@@ -22,3 +22,9 @@ def table(header: Sequence[Any], rows: Iterable[Sequence[Any]], align: str = "")
     text = tabulate(body, headers=[str(h) for h in header], tablefmt="pipe", disable_numparse=True,
                     colalign=[_ALIGN[a] for a in align])
     return text.splitlines()
+
+
+def number(v: float | int) -> str:
+    """A count or a measure as a person reads it: a whole number without a decimal point (40,
+    not 40.0), any other to 4 significant digits."""
+    return str(int(v)) if float(v).is_integer() else f"{v:.4g}"

@@ -174,3 +174,26 @@ def test_query_ids_cut_queries_and_qrels_to_those_queries_in_file_order(tmp_path
     assert numeric.dataset.query_ids == ("1", "3")  # YAML reads [1, 3] as numbers; BEIR ids are strings
     sampled = with_sample(exp, 2, 5)  # --sample on the command line replaces the file's queries
     assert (sampled.dataset.sample, sampled.dataset.seed, sampled.dataset.query_ids) == (2, 5, None)
+
+
+def test_the_report_prints_counts_as_integers_and_stage_counts_as_words(tmp_path):
+    """No Python reprs in a report: a group's query count is 40, not 40.0; a stage's counts
+    read as words (none, not None or []; names with spaces; lists joined)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from logicrank.pipelines.experiment import EXPERIMENTS, ExperimentResult, render
+
+    exp = load(EXPERIMENTS / "scifact.yaml")
+    groups = {"negations": pd.DataFrame({"queries": [40.0, 120.0], "nDCG@10": [0.74451, 0.5]},
+                                        index=pd.MultiIndex.from_tuples([("bm25", 0), ("bm25", 1)]))}
+    stages = {"itlr": [{"stage": "itlr", "digest": "x", "queries": 4, "fallback_query_ids": [], "mean_candidates": None,
+                        "by_status": {"ok": 3, "fallback": 1}, "fallback_decomposition_query_ids": ["q1", "q2"],
+                        "forward_passes_per_pair": 2.0, "seconds_per_pair": 0.00012345, "cached": True}]}
+    result = ExperimentResult(exp, pa.table({}), pd.DataFrame({"nDCG@10": [0.6851]}, index=["bm25"]), None, groups, [],
+                              tmp_path / "r.md", {}, 1, stages=stages)
+    text = render(result)
+    assert re.search(r"^\| bm25 +\| 0 +\| +40 \| +0\.7445 \|$", text, re.M), text
+    assert "40.0" not in text and "None" not in text and "[]" not in text and "{" not in text
+    assert ("- `itlr`: itlr (cached) (queries 4, fallback query ids none, mean candidates none, by status (ok 3, fallback 1), "
+            "fallback decomposition query ids q1, q2, forward passes per pair 2, seconds per pair 0.0001234)") in text
