@@ -98,35 +98,44 @@ def markdown_report(
     return "\n".join(lines) + "\n"
 
 
-def per_query_plot(metrics: pa.Table, measure: str, baseline: str, path: str | Path) -> Path:
-    """For each run, per-query ``measure`` minus the baseline's, sorted: one panel per run."""
+def per_query_plot(metrics: pa.Table, measures: str | Sequence[str], baseline: str, path: str | Path) -> Path:
+    """:func:`per_query_figure`, written to ``path`` (PNG)."""
+    return save_figure(per_query_figure(metrics, measures, baseline), path)
+
+
+def per_query_figure(metrics: pa.Table, measures: str | Sequence[str], baseline: str):
+    """For each run (a row of panels) and each measure (a column), per-query ``measure`` minus
+    the baseline's, sorted; the panels of one measure share their y axis, so runs compare at a
+    glance. With the baseline alone: its per-query values."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    measures = [measures] if isinstance(measures, str) else list(measures)
     df = metrics.to_pandas()
-    df = df[(df["query_id"] != AGGREGATE_QUERY_ID) & (df["measure"] == measure)]
-    wide = df.pivot(index="query_id", columns="run_id", values="value")
+    df = df[(df["query_id"] != AGGREGATE_QUERY_ID) & df["measure"].isin(measures)]
     others = [r for r in dict.fromkeys(df["run_id"]) if r != baseline]
     panels = others or [baseline]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
-    for ax, run_id in zip(axes[:, 0], panels, strict=True):
-        if run_id == baseline:
-            values = wide[baseline].sort_values(ascending=False).to_numpy()
-            _bars(ax, values, values >= 0, "tab:blue")
-            ax.set_ylabel(measure)
-            ax.set_title(f"{baseline}: per-query {measure}")
-        else:
-            delta = (wide[run_id] - wide[baseline]).sort_values(ascending=False).to_numpy()
-            _bars(ax, delta, delta > 0, "tab:green")
-            _bars(ax, delta, delta < 0, "tab:red")
-            ax.axhline(0, color="black", linewidth=0.6)
-            wins, losses = int((delta > 0).sum()), int((delta < 0).sum())
-            ax.set_title(f"{run_id} - {baseline}: per-query {measure} ({wins} better, {losses} worse)")
-            ax.set_ylabel(f"delta {measure}")
-        ax.set_xlabel("queries, sorted")
-    return save_figure(fig, path)
+    fig, axes = plt.subplots(len(panels), len(measures), figsize=(6 * len(measures), 2.6 * len(panels)), squeeze=False, sharey="col")
+    for col, measure in enumerate(measures):
+        wide = df[df["measure"] == measure].pivot(index="query_id", columns="run_id", values="value")
+        for ax, run_id in zip(axes[:, col], panels, strict=True):
+            if run_id == baseline:
+                values = wide[baseline].sort_values(ascending=False).to_numpy()
+                _bars(ax, values, values >= 0, "tab:blue")
+                ax.set_ylabel(measure)
+                ax.set_title(f"{baseline}: per-query {measure}")
+            else:
+                delta = (wide[run_id] - wide[baseline]).sort_values(ascending=False).to_numpy()
+                _bars(ax, delta, delta > 0, "tab:green")
+                _bars(ax, delta, delta < 0, "tab:red")
+                ax.axhline(0, color="black", linewidth=0.6)
+                wins, losses = int((delta > 0).sum()), int((delta < 0).sum())
+                ax.set_title(f"{run_id} - {baseline}: {measure} ({wins} better, {losses} worse)")
+                ax.set_ylabel(f"delta {measure}")
+            ax.set_xlabel("queries, sorted")
+    return fig
 
 
 def _bars(ax, values, where, color) -> None:

@@ -56,10 +56,9 @@ class Evaluation:
         return markdown_report(self.metrics, self.significance, plot, title, self.notes())
 
     def plot(self, path: str | Path) -> Path:
-        """The per-query plot of the first measure the baseline has, against the baseline."""
+        """The per-query plot of every measure the baseline has, each run against the baseline."""
         has = set(self.metrics.filter(pc.equal(self.metrics.column("run_id"), self.baseline)).column("measure").to_pylist())
-        measure = next(m for m in [*self.measures, *self.qa_measures] if m in has)
-        return per_query_plot(self.metrics, measure, self.baseline, path)
+        return per_query_plot(self.metrics, [m for m in [*self.measures, *self.qa_measures] if m in has], self.baseline, path)
 
 
 def evaluate_runs(runs: Sequence[pa.Table], qrels: pa.Table | None, measures: Sequence[str], baseline: str | None = None,

@@ -264,3 +264,21 @@ def test_queries_missing_from_a_run_are_counted_and_reported(tmp_path):
     # a rerun is skipped and the counts stay readable
     run_evaluate(EvaluateConfig(qrels=str(qrels), runs=(str(full), str(part)), measures=("P@1",)), out)
     assert json.loads((out / "manifest.json").read_text())["missing_queries"] == {"full": 0, "part": 3}
+
+
+def test_the_per_query_plot_has_a_column_per_measure_whose_panels_share_their_axis():
+    import matplotlib.pyplot as plt
+
+    from logicrank.pipelines.evaluate.report import per_query_figure
+
+    rows = [(run, q, m, v) for run, scale in (("base", 0.5), ("a", 0.9), ("b", 0.1)) for m, k in (("nDCG@10", 1.0), ("P@1", 0.3))
+            for q, v in (("q1", scale * k), ("q2", scale * k / 2))]
+    metrics = pa.table({"run_id": [r[0] for r in rows], "query_id": [r[1] for r in rows], "measure": [r[2] for r in rows],
+                        "value": [r[3] for r in rows]})
+    fig = per_query_figure(metrics, ["nDCG@10", "P@1"], "base")
+    axes = fig.axes
+    assert len(axes) == 4  # runs a and b (rows) x nDCG@10 and P@1 (columns)
+    assert [ax.get_title().split(":")[1].split("(")[0].strip() for ax in axes] == ["nDCG@10", "P@1", "nDCG@10", "P@1"]
+    assert axes[0].get_ylim() == axes[2].get_ylim() and axes[1].get_ylim() == axes[3].get_ylim()  # one axis per measure
+    assert axes[0].get_ylim() != axes[1].get_ylim()
+    plt.close(fig)
