@@ -1,6 +1,7 @@
 """Evaluate run tables against qrels into the long metrics table.
 
-The numbers equal trec_eval's (``-c``) or the run is refused. A run is ranked by its
+The numbers are ir_measures' (its pytrec_eval provider runs trec_eval's code, ``-c``) or the
+run is refused. A run is ranked by its
 ``rank`` column: :func:`logicrank.pipelines.io.read_run` has already re-ranked a TREC file by
 score as trec_eval does (score descending, equal scores by docno descending), and a Parquet
 run keeps its stage's ranks, checked by :func:`logicrank.pipelines.io.check_run` (distinct
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from logicrank.pipelines.evaluate.measures import Measure, RankedGains
+from logicrank.pipelines.evaluate.measures import Measure, provider
 from logicrank.pipelines.io import Duplicates, check_qrels, check_run
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID, METRICS, QRELS, RUN, conform, require_columns
@@ -27,43 +28,64 @@ class EvaluationError(UserError, ValueError):
     """Runs that cannot be evaluated together as given (run ids, baseline)."""
 
 
-def ranked_gains(run: pa.Table, qrels: pa.Table, query_ids: Sequence[str], depth: int | None) -> RankedGains:
-    """Relevance of each run's ranked documents for ``query_ids`` (in that order).
-
-    The ranking follows the run's ``rank`` column (checked by :func:`evaluate_run`, not
-    here); ``depth`` None keeps the whole run.
-    """
-    require_columns(run, ["query_id", "doc_id", "rank"], "evaluate")
+def judgements(qrels: pa.Table, query_ids: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
+    """The qrels as ir_measures (pytrec_eval) takes them: query -> doc -> relevance."""
     require_columns(qrels, QRELS, "evaluate")
     q = qrels.select(["query_id", "doc_id", "relevance"]).to_pandas()
+    if query_ids is not None:
+        q = q[q["query_id"].isin(set(query_ids))]
+    out: dict[str, dict[str, int]] = {}
+    for qid, doc, rel in zip(q["query_id"], q["doc_id"], q["relevance"].astype(int), strict=True):
+        out.setdefault(str(qid), {})[str(doc)] = int(rel)
+    return out
+
+
+def rank_scores(run: pa.Table, query_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+    """The run as ir_measures takes it, for ``query_ids`` only: query -> doc -> ``-rank``.
+
+    trec_eval ranks by score (equal scores by docno descending); the score ``-rank`` makes it
+    follow the run's ``rank`` column instead (checked by :func:`evaluate_run`, not here)."""
+    require_columns(run, ["query_id", "doc_id", "rank"], "evaluate")
     r = run.select(["query_id", "doc_id", "rank"]).to_pandas()
-    r = r.sort_values(["query_id", "rank"], kind="stable")
-    r["pos"] = r.groupby("query_id", sort=False).cumcount()
-    if depth is not None:
-        r = r[r["pos"] < depth]
-    r = r.merge(q, on=["query_id", "doc_id"], how="left")
-    r["relevance"] = r["relevance"].fillna(0)
+    r = r[r["query_id"].isin(set(query_ids))]
+    out: dict[str, dict[str, float]] = {}
+    for qid, doc, rank in zip(r["query_id"], r["doc_id"], r["rank"].astype(float), strict=True):
+        out.setdefault(str(qid), {})[str(doc)] = -float(rank)
+    return out
 
-    index = {qid: i for i, qid in enumerate(query_ids)}
-    n = len(query_ids)
-    r = r[r["query_id"].isin(index)]
-    width = int(r["pos"].max()) + 1 if len(r) else 1
-    gains = np.zeros((n, width))
-    gains[r["query_id"].map(index).to_numpy(dtype=np.int64), r["pos"].to_numpy(dtype=np.int64)] = r["relevance"].to_numpy(dtype=float)
 
-    q = q[q["query_id"].isin(index)].sort_values(["query_id", "relevance"], ascending=[True, False])
-    q["pos"] = q.groupby("query_id", sort=False).cumcount()
-    iwidth = int(q["pos"].max()) + 1 if len(q) else 1
-    ideal = np.zeros((n, iwidth))
-    ideal[q["query_id"].map(index).to_numpy(dtype=np.int64), q["pos"].to_numpy(dtype=np.int64)] = q["relevance"].to_numpy(dtype=float)
-    n_rel = (ideal >= 1).sum(axis=1)
-    return RankedGains(gains=gains, ideal=ideal, n_relevant=n_rel)
+def measure_values(run: pa.Table, qrels: pa.Table, query_ids: Sequence[str], measures: Sequence[Measure]) -> dict[Measure, np.ndarray]:
+    """Per-query values of each measure for ``query_ids`` (in that order), by ir_measures.
+
+    A query with no row in the run scores 0 (trec_eval -c), except NumQ (1) and NumRel (its
+    relevant documents), which trec_eval -c counts for it too."""
+    qrels_dict = judgements(qrels, query_ids)
+    run_dict = rank_scores(run, query_ids)
+    wanted = list(dict.fromkeys(ir for m in measures for ir in m.ir_measures()))
+    got: dict[tuple[str, object], float] = {}
+    if run_dict and qrels_dict:
+        evaluator = provider().evaluator(wanted, qrels_dict)
+        for metric in evaluator.iter_calc(run_dict):
+            got[(metric.query_id, metric.measure)] = float(metric.value)
+    missed = [qid for qid in query_ids if qid not in run_dict]
+    for ir in wanted:  # trec_eval -c: the counts it gives a query without results
+        for qid in missed:
+            if ir.NAME == "NumQ":
+                got[(qid, ir)] = 1.0
+            elif ir.NAME == "NumRel":
+                got[(qid, ir)] = float(sum(rel >= ir["rel"] for rel in qrels_dict.get(qid, {}).values()))
+    out = {}
+    for m in measures:
+        irs = m.ir_measures()
+        out[m] = np.array([m.combine([got.get((qid, ir), 0.0) for ir in irs]) for qid in query_ids], dtype=np.float64)
+    return out
 
 
 def evaluate_run(
     run: pa.Table, qrels: pa.Table, measures: Sequence[Measure], run_id: str | None = None, duplicates: Duplicates = "refuse"
 ) -> pa.Table:
-    """Per-query values of every measure for one run, plus the mean as query ``all``.
+    """Per-query values of every measure for one run, plus the mean as query ``all`` (the sum
+    for the counts NumQ, NumRet, NumRel, NumRelRet, as trec_eval prints them).
 
     Queries evaluated: those in the qrels (a query the run misses scores 0, trec_eval -c).
     The run and qrels are checked first (module docstring); ``duplicates="first"`` keeps
@@ -78,15 +100,14 @@ def evaluate_run(
     run_id = run_id if run_id is not None else ids[0]
     run = check_run(run, f"evaluate: run {run_id!r}", duplicates)
     query_ids = sorted(set(qrels.column("query_id").to_pylist()))
-    depths = [m.depth for m in measures]
-    depth = None if any(d is None for d in depths) else max(depths)
-    gains = ranked_gains(run, qrels, query_ids, depth)
+    values = measure_values(run, qrels, query_ids, measures)
 
     frames = []
     for m in measures:
-        values = m.compute(gains)
-        frames.append(pd.DataFrame({"query_id": query_ids, "measure": str(m), "value": values}))
-        frames.append(pd.DataFrame({"query_id": [AGGREGATE_QUERY_ID], "measure": [str(m)], "value": [float(values.mean()) if len(values) else 0.0]}))
+        v = values[m]
+        total = float(v.sum()) if m.is_count else float(v.mean()) if len(v) else 0.0
+        frames.append(pd.DataFrame({"query_id": query_ids, "measure": str(m), "value": v}))
+        frames.append(pd.DataFrame({"query_id": [AGGREGATE_QUERY_ID], "measure": [str(m)], "value": [total]}))
     df = pd.concat(frames, ignore_index=True)
     df.insert(0, "run_id", run_id)
     return pa.Table.from_pandas(df, schema=METRICS, preserve_index=False)

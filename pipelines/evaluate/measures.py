@@ -1,18 +1,36 @@
-"""Retrieval measures, named by strings parsed once (``nDCG@10``, ``P@1``, ``MRR``...).
+"""Retrieval measures, named by strings parsed once (``nDCG@10``, ``P@1``, ``MRR``, ``Bpref``,
+``ndcg_cut_10``...), computed by ir_measures (its pytrec_eval provider: trec_eval's own C code).
 
 A :class:`Measure` is a small hashable value whose ``str`` is canonical and parses back to
-itself. Each measure's kernel works on a whole run at once: a (queries x depth) matrix of
-graded relevance of the ranked documents, the ideal gains, and the number of relevant
-documents per query. Conventions follow trec_eval (the reference the tests compare with):
+itself. Three spellings name the same measure:
 
-- a document is relevant when its relevance >= 1; unjudged documents count as 0;
+- the project's: ``nDCG[@k]``, ``P@k``, ``R@k``, ``F1@k``, ``MRR[@k]``, ``MAP[@k]``
+  (case-insensitive; ``MRR`` is ir_measures' ``RR``, ``MAP`` its ``AP``);
+- any ir_measures name a provider here computes, with its parameters: ``AP@100``, ``RR@10``,
+  ``Bpref``, ``infAP``, ``Rprec``, ``Judged@10``, ``Success@10``, ``IPrec@0.5``, ``NumQ``,
+  ``NumRet``, ``NumRel``, ``NumRelRet``, ``SetP``, ``SetR``, ``SetF``, ``SetAP``, ``SetRelP``,
+  ``Compat``, ``P(rel=2)@10``...;
+- trec_eval's, as it prints them: ``ndcg_cut_10``, ``map``, ``map_cut_100``, ``recip_rank``,
+  ``P_5``, ``recall_100``, ``success_10``, ``iprec_at_recall_0.50``, ``bpref``, ``num_rel``...
+
+The canonical spelling is the project's for its six families (``RR@10`` prints ``MRR@10``,
+``map_cut_100`` prints ``MAP@100``) and ir_measures' otherwise. F1@k is not an ir_measures
+measure: it is the harmonic mean of P@k and R@k, which ir_measures computes.
+
+Conventions follow trec_eval (the reference the tests compare with):
+
+- a document is relevant when its relevance >= 1 (``rel=`` changes it); unjudged documents count as 0;
 - nDCG uses the graded relevance as gain and log2(rank + 1) as discount;
-- R, MAP and F1 divide by the number of relevant documents in the qrels (0 when none);
-- a qrels query with no row in the run scores 0 on every measure (trec_eval ``-c``);
+- a qrels query with no row in the run scores 0 on every measure (trec_eval ``-c``), except the
+  counts trec_eval -c still gives such a query: NumQ 1 and NumRel its relevant documents;
   queries in the run but not in the qrels are not evaluated;
-- the ranking is trec_eval's: a TREC run file is ranked by score descending, equal scores by
-  docno descending, whatever its rank column says; a Parquet run keeps its ``rank``, which
-  must agree with its scores (a better rank never has a lower score; ties in any order);
+- the mean over queries (query ``all``) is a sum for the counts (NumQ, NumRet, NumRel,
+  NumRelRet), as trec_eval prints them;
+- the ranking is the run's ``rank`` column, never trec_eval's score order: a TREC run file is
+  ranked by score descending, equal scores by docno descending, by ``read_run``, whatever its
+  rank column says; a Parquet run keeps its ``rank``, which must agree with its scores (a
+  better rank never has a lower score; ties in any order). The provider is given the score
+  ``-rank`` so that it follows those ranks;
 - a run or qrels that repeats a (query, doc) pair, a run with a non-finite score, and an
   empty run file or qrels are refused, never scored (``pipelines.topics`` checks the rules).
 """
@@ -20,136 +38,176 @@ documents per query. Conventions follow trec_eval (the reference the tests compa
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-
-import numpy as np
+from functools import cache
 
 from logicrank.schemas.errors import UserError
 
-Kernel = Callable[["RankedGains", int | None], np.ndarray]
-
-
-@dataclass(frozen=True)
-class RankedGains:
-    """What every kernel needs, for n queries ranked to a common depth."""
-
-    gains: np.ndarray  # (n, depth) relevance of the document at each rank, 0 past the end
-    ideal: np.ndarray  # (n, depth_ideal) qrels relevance sorted descending, 0-padded
-    n_relevant: np.ndarray  # (n,) documents with relevance >= 1
-
-
-def _cut(m: np.ndarray, k: int | None) -> np.ndarray:
-    return m if k is None else m[:, :k]
-
-
-def _ndcg(g: RankedGains, k: int | None) -> np.ndarray:
-    gains = np.clip(_cut(g.gains, k), 0, None)
-    ideal = np.clip(_cut(g.ideal, k), 0, None)
-    disc = 1.0 / np.log2(np.arange(2, max(gains.shape[1], ideal.shape[1]) + 2))
-    dcg = gains @ disc[: gains.shape[1]]
-    idcg = ideal @ disc[: ideal.shape[1]]
-    return np.divide(dcg, idcg, out=np.zeros_like(dcg), where=idcg > 0)
-
-
-def _hits(g: RankedGains, k: int | None) -> np.ndarray:
-    return (_cut(g.gains, k) >= 1).sum(axis=1).astype(np.float64)
-
-
-def _precision(g: RankedGains, k: int | None) -> np.ndarray:
-    return _hits(g, k) / float(k)
-
-
-def _recall(g: RankedGains, k: int | None) -> np.ndarray:
-    nrel = g.n_relevant.astype(np.float64)
-    return np.divide(_hits(g, k), nrel, out=np.zeros_like(nrel), where=nrel > 0)
-
-
-def _f1(g: RankedGains, k: int | None) -> np.ndarray:
-    p, r = _precision(g, k), _recall(g, k)
-    return np.divide(2 * p * r, p + r, out=np.zeros_like(p), where=(p + r) > 0)
-
-
-def _mrr(g: RankedGains, k: int | None) -> np.ndarray:
-    rel = _cut(g.gains, k) >= 1
-    first = rel.argmax(axis=1)
-    return np.where(rel.any(axis=1), 1.0 / (first + 1.0), 0.0)
-
-
-def _ap(g: RankedGains, k: int | None) -> np.ndarray:
-    rel = (_cut(g.gains, k) >= 1).astype(np.float64)
-    prec_at = np.cumsum(rel, axis=1) / np.arange(1, rel.shape[1] + 1)
-    nrel = g.n_relevant.astype(np.float64)
-    total = (prec_at * rel).sum(axis=1)
-    return np.divide(total, nrel, out=np.zeros_like(nrel), where=nrel > 0)
-
-
-@dataclass(frozen=True)
-class _Spec:
-    kernel: Kernel
-    cutoff: str  # "required" | "optional" | "none"
-    doc: str
-
-
-# The registry: canonical name -> spec. Parsing, errors and docs all read this one dict.
-REGISTRY: dict[str, _Spec] = {
-    "nDCG": _Spec(_ndcg, "optional", "normalised discounted cumulative gain (graded gains, log2 discount)"),
-    "P": _Spec(_precision, "required", "precision: relevant documents in the top k, over k"),
-    "R": _Spec(_recall, "required", "recall: relevant documents in the top k, over all relevant"),
-    "F1": _Spec(_f1, "required", "harmonic mean of P@k and R@k"),
-    "MRR": _Spec(_mrr, "optional", "reciprocal rank of the first relevant document"),
-    "MAP": _Spec(_ap, "optional", "average precision (mean over queries: MAP)"),
-}
-_BY_LOWER = {k.lower(): k for k in REGISTRY}
-_SYNTAX = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*(?:@\s*(\d+))?\s*$")
+# The project's families: its spelling -> ir_measures' name (F1: computed here from P and R).
+PROJECT = {"nDCG": "nDCG", "P": "P", "R": "R", "F1": None, "MRR": "RR", "MAP": "AP"}
+# ir_measures' names accepted besides its measures' own NAMEs (its other aliases, e.g.
+# Recall, Precision, NDCG, are not: one spelling per measure).
+IR_ALIASES = {"NumRelRet": "NumRet(rel=1)", "SetRelP": "SetP(relative=True)"}
+# Families whose "@" is not an integer rank cutoff but a level in [0, 1].
+LEVEL_AT = {"IPrec"}
+# The valid spellings, briefly, for the one-line error.
+SYNTAX = ("nDCG[@k]", "P@k", "R@k", "F1@k", "MRR[@k]/RR[@k]", "MAP[@k]/AP[@k]", "Bpref", "infAP", "Rprec", "Judged[@k]",
+          "Success@k", "IPrec@r", "NumQ", "NumRet", "NumRel", "NumRelRet", "SetP", "SetR", "SetF", "SetAP", "SetRelP", "Compat")
+_SYNTAX = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*(\([^()]*\))?\s*(?:@\s*([0-9]+(?:\.[0-9]+)?))?\s*$")
+_TREC = re.compile(r"^\s*([A-Za-z0-9]+(?:_[A-Za-z]+)*)(?:[_.]([0-9]+(?:\.[0-9]+)?))?\s*$")
+_DISPLAY = {v: k for k, v in IR_ALIASES.items()}
 
 
 class MeasureError(UserError, ValueError):
     """A measure name that does not parse; the message lists the valid ones."""
 
 
+@cache
+def provider():
+    """The ir_measures providers that compute measures here, first match wins: pytrec_eval
+    (trec_eval's code), then the pure-Python judged (Judged@k), msmarco (RR@k) and compat."""
+    import ir_measures
+
+    return ir_measures.providers.FallbackProvider([ir_measures.pytrec_eval, ir_measures.judged, ir_measures.msmarco, ir_measures.compat])
+
+
+@cache
+def _families() -> dict[str, str]:
+    """Lower-case name -> canonical family spelling: the project's, then ir_measures'."""
+    import ir_measures
+
+    out = {k.lower(): k for k in PROJECT}
+    for key, cls in ir_measures.measures.registry.items():
+        if key == cls.NAME or key in IR_ALIASES:
+            out.setdefault(key.lower(), {"AP": "MAP", "RR": "MRR"}.get(key, key))
+    return out
+
+
 @dataclass(frozen=True, order=True)
 class Measure:
+    """``name``: the family's canonical spelling; ``cutoff``: the value after ``@`` (a rank
+    cutoff, IPrec's recall level); ``params``: ir_measures' other parameters, ``"(rel=2)"``."""
+
     name: str
-    cutoff: int | None = None
+    cutoff: int | float | None = None
+    params: str = ""
 
     def __str__(self) -> str:
-        return self.name if self.cutoff is None else f"{self.name}@{self.cutoff}"
+        return f"{self.name}{self.params}" + ("" if self.cutoff is None else f"@{self.cutoff}")
 
     def __repr__(self) -> str:
         return f"Measure({str(self)!r})"
 
-    @property
-    def depth(self) -> int | None:
-        """How deep in the ranking this measure looks (None: the whole run)."""
-        return self.cutoff
+    def ir_measures(self) -> list:
+        """The ir_measures measures this one is computed from (F1@k: P@k and R@k)."""
+        import ir_measures
 
-    def compute(self, gains: RankedGains) -> np.ndarray:
-        return REGISTRY[self.name].kernel(gains, self.cutoff)
+        if self.name == "F1":
+            return [ir_measures.P @ self.cutoff, ir_measures.R @ self.cutoff]
+        at = "" if self.cutoff is None else f"@{self.cutoff}"
+        return [ir_measures.parse_measure(f"{PROJECT.get(self.name) or self.name}{self.params}{at}")]
+
+    def combine(self, values: list[float]) -> float:
+        """This measure's value for one query from those of :meth:`ir_measures` (F1: of P and R)."""
+        if self.name != "F1":
+            return values[0]
+        p, r = values
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+    @property
+    def is_count(self) -> bool:
+        """NumQ, NumRet, NumRel, NumRelRet: summed over queries (query ``all``), as trec_eval does."""
+        from ir_measures.measures.base import SumAgg
+
+        return self.name != "F1" and isinstance(self.ir_measures()[0].aggregator(), SumAgg)
 
 
 def valid_names() -> list[str]:
-    out = []
-    for name, spec in REGISTRY.items():
-        out.append({"required": f"{name}@k", "optional": f"{name}[@k]", "none": name}[spec.cutoff])
-    return out
+    return [*SYNTAX, "any ir_measures name with its parameters (e.g. P(rel=2)@10)",
+            "any trec_eval name (ndcg_cut_10, map, recip_rank, P_5, recall_100, bpref, iprec_at_recall_0.50, num_rel...)"]
+
+
+def _unknown(text: object) -> MeasureError:
+    return MeasureError(f"unknown measure {text!r}; valid: {', '.join(valid_names())} (k a positive integer, r a recall level in [0, 1]).")
 
 
 def parse_measure(text: str) -> Measure:
-    """``"ndcg@10"`` -> ``Measure('nDCG@10')``; names are case-insensitive."""
-    m = _SYNTAX.match(text) if isinstance(text, str) else None
-    name = _BY_LOWER.get(m.group(1).lower()) if m else None
-    if name is None:
-        raise MeasureError(f"unknown measure {text!r}; valid: {', '.join(valid_names())} (k a positive integer).")
-    cutoff = int(m.group(2)) if m.group(2) else None
-    rule = REGISTRY[name].cutoff
-    if rule == "required" and cutoff is None:
-        raise MeasureError(f"measure {text!r} needs a cutoff, e.g. {name}@10.")
-    if rule == "none" and cutoff is not None:
-        raise MeasureError(f"measure {name} takes no cutoff.")
-    if cutoff is not None and cutoff < 1:
+    """``"ndcg@10"``, ``"nDCG@10"``, ``"ndcg_cut_10"`` -> ``Measure('nDCG@10')``; the
+    project's and ir_measures' names are case-insensitive, trec_eval's as it prints them."""
+    if not isinstance(text, str):
+        raise _unknown(text)
+    m = _SYNTAX.match(text)
+    family = _families().get(m.group(1).lower()) if m else None
+    if family is None:
+        return _parse_trec(text)
+    params, at = m.group(2) or "", m.group(3)
+    if family not in LEVEL_AT and at is not None and not at.isdigit():
+        raise MeasureError(f"measure {text!r}: the cutoff must be a positive integer.")
+    cutoff = (float(at) if family in LEVEL_AT else int(at)) if at is not None else None
+    if family not in LEVEL_AT and cutoff is not None and cutoff < 1:
         raise MeasureError(f"measure {text!r}: the cutoff must be >= 1.")
-    return Measure(name, cutoff)
+    if family in LEVEL_AT and cutoff is not None and not 0 <= cutoff <= 1:
+        raise MeasureError(f"measure {text!r}: the recall level must be in [0, 1].")
+    if family == "F1":
+        if params:
+            raise MeasureError(f"measure {text!r}: F1@k takes no parameters.")
+        if cutoff is None:
+            raise MeasureError(f"measure {text!r} needs a cutoff, e.g. F1@10.")
+        return Measure("F1", cutoff)
+    return _checked(text, family, params, cutoff)
+
+
+def _checked(text: str, family: str, params: str, cutoff: int | float | None) -> Measure:
+    """The measure ir_measures parses from these parts, in canonical spelling, if a provider here computes it."""
+    import ir_measures
+
+    at = "" if cutoff is None else f"@{cutoff}"
+    spelled = f"{PROJECT.get(family) or family}{params}{at}"
+    try:
+        ir = ir_measures.parse_measure(spelled)
+        ir.validate_params()
+    except (AssertionError, ValueError, TypeError, NameError, SyntaxError) as exc:
+        if cutoff is None and "cutoff" in str(exc):
+            raise MeasureError(f"measure {text!r} needs a cutoff, e.g. {family}@10.") from None
+        if cutoff is None and "recall" in str(exc):
+            raise MeasureError(f"measure {text!r} needs a recall level, e.g. {family}@0.5.") from None
+        raise MeasureError(f"measure {text!r}: {str(exc) or type(exc).__name__}; valid: {', '.join(valid_names())}.") from None
+    if not provider().supports(ir):
+        raise MeasureError(f"measure {text!r} ({ir}): no ir_measures provider installed here computes it; valid: {', '.join(SYNTAX)}.")
+    return _canonical(ir)
+
+
+def _canonical(ir) -> Measure:
+    """The Measure of an ir_measures measure, in the project's spelling."""
+    text = str(ir)
+    head = re.match(r"^([^(@]*(?:\([^()]*\))?)(?:@(.+))?$", text)
+    body, at = head.group(1), head.group(2)
+    body = _DISPLAY.get(body, body)
+    name = re.match(r"^[A-Za-z0-9]+", body).group(0)
+    name = {"AP": "MAP", "RR": "MRR"}.get(name, name)
+    params = body[len(re.match(r"^[A-Za-z0-9]+", body).group(0)):]
+    cutoff = None if at is None else (int(at) if at.isdigit() else float(at))
+    return Measure(name, cutoff, params)
+
+
+def _parse_trec(text: str) -> Measure:
+    """A trec_eval name (``ndcg_cut_10``, ``P_5``, ``iprec_at_recall_0.50``), through ir_measures' mapping."""
+    import ir_measures
+    import pytrec_eval
+
+    name = text.strip()
+    if not _TREC.match(name) or name in pytrec_eval.supported_nicknames:
+        raise _unknown(text)
+    try:
+        found = ir_measures.parse_trec_measure(name)
+    except (ValueError, KeyError, TypeError):
+        raise _unknown(text) from None
+    if len(found) != 1:  # "recall" alone: trec_eval's list of cutoffs
+        raise _unknown(text)
+    if not provider().supports(found[0]):
+        raise MeasureError(f"measure {text!r} ({found[0]}): no ir_measures provider installed here computes it.")
+    return _canonical(found[0])
 
 
 def parse_measures(texts: Iterable[str]) -> list[Measure]:
