@@ -293,11 +293,12 @@ def stages():
 @app.command()
 @configured(config=EvaluateConfig, file=True, qrels="qrels", runs=("runs", _tuple), measure=("measures", tuple), baseline="baseline", test="test",
             correction="correction", dedupe="dedupe", answers=("answers", _tuple), gold="gold", qa_measure=("qa_measures", tuple),
-            judge_llm=("judge", lambda v: {"model": v} if v else None))
+            judge_llm=("judge", lambda v: {"model": v} if v else None), name=("names", _tuple))
 def evaluate(
     qrels: Annotated[str | None, typer.Argument(help="BEIR qrels TSV (or a BEIR dir) or TREC qrels (not needed for --answers alone).")] = None,
     runs: Annotated[list[str] | None, typer.Argument(help="Run tables (Parquet) or TREC run files.")] = None,
-    measure: Annotated[list[str], typer.Option(help="Measure names, e.g. nDCG@10 P@1 R@100 MRR MAP F1@10.")] = list(_d(EvaluateConfig, "measures")),  # noqa: B006
+    measure: Annotated[list[str], typer.Option(
+        help="Measure names, e.g. nDCG@10 P@1 R@100 MRR MAP F1@10, any ir_measures name (Bpref, Judged@10, IPrec@0.5...) or trec_eval's (ndcg_cut_10, map...).")] = list(_d(EvaluateConfig, "measures")),  # noqa: B006
     baseline: Annotated[str | None, typer.Option(help="run_id to test the others against (default: the first).")] = None,
     test: Annotated[str, typer.Option(help="t-test | randomisation")] = _d(EvaluateConfig, "test"),
     correction: Annotated[str, typer.Option(help="holm | bonferroni | bh")] = _d(EvaluateConfig, "correction"),
@@ -308,6 +309,8 @@ def evaluate(
     gold: Annotated[str | None, typer.Option(help="Gold answers: answers.jsonl of `logicrank prepare-qa` (or its directory).")] = None,
     qa_measure: Annotated[list[str], typer.Option(help="QA measures: EM TokenF1 Acc Judge.")] = list(_d(EvaluateConfig, "qa_measures")),  # noqa: B006
     judge_llm: Annotated[str | None, typer.Option(help="The LLM of the Judge measure (a registered name or a checkpoint dir).")] = None,
+    name: Annotated[list[str] | None, typer.Option(
+        help="NEWID=FILE: evaluate the run in FILE (one of RUNS, or added to them) as run id NEWID, e.g. two files both tagged bm25; repeat.")] = None,
     out: Path = Path("runs/evaluate"),
     *,
     bound: Bound,

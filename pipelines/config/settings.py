@@ -265,6 +265,13 @@ class LLMConfig(_Config):
         return self.outcome_digest()
 
 
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths name the same file (as given, or resolved)."""
+    from pathlib import Path
+
+    return a == b or Path(a).resolve() == Path(b).resolve()
+
+
 class EvaluateConfig(_Config):
     qrels: str | None = Field(None, description="Qrels of the runs (BEIR TSV or dir, TREC qrels); needed when runs are given.")
     runs: tuple[str, ...] = ()
@@ -279,6 +286,38 @@ class EvaluateConfig(_Config):
     correction: Literal["holm", "bonferroni", "bh"] = "holm"
     alpha: float = Field(0.05, gt=0, lt=1)
     dedupe: bool = Field(False, description="Keep each repeated (query, doc) pair's best-ranked row instead of refusing the run.")
+    names: dict[str, str] = Field({}, description="Run id -> run file (--name NEWID=FILE): the file's run is evaluated under this run id; "
+                                  "a file not among runs is added to them. The file must hold one run; the id must be no other run's.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _names(cls, data):
+        """``names`` as given on the command line (``NEWID=FILE`` strings) or in a file (a
+        mapping); each named file joins ``runs`` when it is not among them."""
+        if not isinstance(data, dict) or not data.get("names"):
+            return data
+        given = data["names"]
+        pairs = list(given.items()) if isinstance(given, dict) else []
+        if not isinstance(given, dict):
+            for text in [given] if isinstance(given, str) else given:
+                newid, sep, path = str(text).partition("=")
+                if not sep or not newid.strip() or not path.strip():
+                    raise ValueError(f"--name takes NEWID=FILE (a run id, then the run file), got {str(text)!r}")
+                pairs.append((newid.strip(), path.strip()))
+        names: dict[str, str] = {}
+        for newid, path in pairs:
+            if newid in names:
+                raise ValueError(f"--name {newid}: given twice ({names[newid]} and {path}); give each file its own run id")
+            if any(same_file(path, other) for other in names.values()):
+                raise ValueError(f"--name: {path} named twice; a file's run gets one run id")
+            names[str(newid)] = str(path)
+        runs = tuple(data.get("runs") or ())
+        added = tuple(path for path in names.values() if not any(same_file(path, r) for r in runs))
+        return {**data, "names": names, "runs": runs + added}
+
+    def run_id_for(self, path: str) -> str | None:
+        """The run id --name gives the run in ``path`` (None: it keeps its own)."""
+        return next((newid for newid, named in self.names.items() if same_file(named, path)), None)
 
     @model_validator(mode="after")
     def _something_to_evaluate(self):
