@@ -7,46 +7,60 @@ want a cluster; this is for looking at one. docs/python-api.md walks through it:
 
     import logicrank as lr
 
-    table = lr.open_table("runs/scifact/lancedb")  # made by `logicrank index`
-    queries = lr.read_queries("pipelines/datasets/scifact/queries.jsonl")
-    pipes = lr.read_pipelines({"bm25": ["bm25"], "hybrid": [{"rrf": {"of": [["dense"], ["bm25"]]}}]})
-    runs = lr.retrieve(table, queries, pipes)  # an Arrow table with the RUN columns
-    metrics = lr.evaluate(runs, lr.read_qrels("pipelines/datasets/scifact/qrels/test.tsv"), ["nDCG@10"])
-    lr.compare(metrics, baseline="bm25")
+    table = lr.open_table("runs/scifact/lancedb")  # made by `logicrank index`; the encoder from the table
+    table.search('"malaria" AND NOT "children"', lr.bm25(k=100) >> lr.itlr(scorer="bm25"))  # a DataFrame
+    results = lr.retrieve(table, "pipelines/datasets/scifact/queries.jsonl", {"bm25": "bm25", "itlr": lr.bm25() >> lr.itlr()})
+    ev = lr.evaluate(results, "pipelines/datasets/scifact/qrels/test.tsv", ["nDCG@10"])
+    ev.summary, ev.compare(baseline="bm25")
     lr.run_experiment("scifact", table=table)  # a whole benchmark (jobs/experiments/scifact.yaml), here
     lr.run_experiment("scifact")  # the same through the jobs (index, retrieve, evaluate) on a local Ray cluster
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig
+from logicrank.pipelines.evaluate.runs import Evaluation as _Evaluation
 from logicrank.pipelines.evaluate.runs import evaluate_runs
 from logicrank.pipelines.evaluate.significance import compare as _compare
-from logicrank.pipelines.io import queries_table, read_qrels, read_queries, read_run
-from logicrank.pipelines.pipeline import Pipeline, PipelineError, read_presets
+from logicrank.pipelines.io import TopicsError, queries_table, read_qrels, read_queries, read_run
+from logicrank.pipelines.options import StageOptions
+from logicrank.pipelines.pipeline import Pipeline, PipelineError, compose, parse_pipelines, preset_names, read_presets
 from logicrank.pipelines.pipeline import read_pipelines as _read_pipelines
 from logicrank.pipelines.runner import Result, StageCache
-from logicrank.pipelines.stages import Context
-from logicrank.schemas.errors import UserError  # every mistake in the input raises one (a one-line message)
-from logicrank.schemas.tables import RUN
+from logicrank.pipelines.stages import Context, stages
+from logicrank.schemas.errors import UserError, first_line, validation_line  # UserError: every mistake in the input (one line)
+from logicrank.schemas.tables import AGGREGATE_QUERY_ID, RUN, conform
 
-__all__ = ["Pipeline", "PipelineError", "Result", "StageCache", "Table", "compare", "evaluate", "open_table", "preset", "read_pipelines", "read_qrels",
-           "read_queries", "read_run", "retrieve", "run_experiment", "UserError"]
+__all__ = ["Evaluation", "Pipeline", "PipelineError", "Result", "Results", "StageCache", "Table", "UnknownName", "compare", "compose",
+           "evaluate", "open_table", "preset", "read_pipelines", "read_qrels", "read_queries", "read_run", "retrieve", "run_experiment",
+           "stage", "UserError"]
 
 DEFAULT_MEASURES = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
+QUERY_FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".tsv", ".tsv.gz", ".parquet", ".pq", ".txt", ".xml", ".trec")
+
+
+class UnknownName(UserError, AttributeError):
+    """A name ``logicrank`` does not have (``lr.bm52``): the line lists the stage factories.
+    An AttributeError too, so ``hasattr`` and ``getattr(lr, name, default)`` work."""
 
 
 class Table:
     """A LanceDB table of documents (made by ``logicrank index``) at one version, with the
     encoder its vectors came from and, given an LLM config, an LLM in this process (its
     checkpoint is prepared here; the engine starts on the first prompt the cache misses).
-    Use it as the ``table`` of :func:`retrieve`."""
+    Use it as the ``table`` of :func:`retrieve`; :meth:`search` answers one query,
+    :meth:`doc` fetches one document."""
 
     def __init__(self, db: str | Path, name: str = "docs", version: int | None = None, embed: EmbedConfig | None = None,
                  llm: LLMConfig | None = None):
@@ -54,6 +68,10 @@ class Table:
 
         from logicrank.pipelines.store import DocStore
 
+        if embed is not None and not isinstance(embed, EmbedConfig):
+            raise PipelineError(f"open_table: embed is an lr.EmbedConfig(model=...), not {type(embed).__name__}.")
+        if llm is not None and not isinstance(llm, LLMConfig):
+            raise PipelineError(f"open_table: llm is an lr.LLMConfig(model=...), not {type(llm).__name__}.")
         store = DocStore(str(db), name)
         if not store.exists():
             raise PipelineError(f"open_table: {store.absent()}; make one with `logicrank index`.")
@@ -62,7 +80,8 @@ class Table:
         self.store = DocStore(str(db), name, version=store.version)  # pinned: every pipeline reads this version
         if self.note:
             print(self.note, file=sys.stderr)
-        self.embed, self.llm_config = embed or EmbedConfig(), llm
+        self.embed = embed or table_embed(self.store.model_id())  # the table's own encoder unless told
+        self.llm_config = llm
         self._encoder = self._llm = None
         self.context = Context(self.store, encoder=self._encoder_once, llm=self._llm_once,
                                llm_model=None if llm is None else str(self._llm_once().model_dir))
@@ -76,6 +95,45 @@ class Table:
 
     def __repr__(self) -> str:
         return f"Table({self.store.uri!r}, {self.store.name!r}, version={self.version}, documents={len(self)})"
+
+    def doc(self, doc_id: str) -> dict[str, Any]:
+        """One document: ``{"doc_id", "title", "text", "metadata"}`` (metadata: the corpus's
+        JSON object as a dict, or None). An id the table lacks raises :class:`PipelineError`."""
+        if not isinstance(doc_id, (str, int)) or isinstance(doc_id, bool):
+            raise PipelineError(f"table.doc: a document id is a string, not {type(doc_id).__name__}.")
+        rows = self.store.rows_for([str(doc_id)], ["title", "text", "metadata"]).to_pylist()
+        if not rows:
+            raise PipelineError(f"table.doc: no document {str(doc_id)!r} in table {self.store.name!r} (version {self.version}).")
+        row = rows[0]
+        if row.get("metadata"):
+            with contextlib.suppress(ValueError):  # else kept as the text it is
+                row["metadata"] = json.loads(row["metadata"])
+        return row
+
+    def search(self, query: str, pipeline: Any = "bm25", k: int | None = None, logical_query: str | None = None, cache: Any = None):
+        """Answer one query: its ranked results as a DataFrame (query_id ``"1"``, doc_id, rank,
+        score, title, text), best first. ``query``: a string that parses as a logical query
+        (quoted terms with AND, OR, NOT and parentheses: ``'"malaria" AND NOT "children"'``)
+        is the query's ``logical_query``, its text the terms in words (``malaria and not
+        children``); any other string is the query's text. ``logical_query`` gives both apart.
+        ``pipeline``: a :class:`Pipeline`, a preset name (``"bm25"``), a stage
+        (``lr.bm25(k=20)``), a composition (``lr.bm25() >> lr.itlr()``) or a list of stages
+        (``["bm25", {"itlr": {"scorer": "bm25"}}]``). ``k``: keep the top k."""
+        if not isinstance(query, str) or not query.strip():
+            raise PipelineError(f"table.search: a query is a non-blank string, not {query!r:.60}.")
+        text, logical = query, logical_query
+        if logical is None and (node := _logical(query)) is not None:
+            text, logical = _words(node), query
+        queries = queries_table(pa.table({"query_id": ["1"], "text": [text], "logical_query": pa.array([logical], pa.string())}),
+                                "table.search")
+        pipe = as_pipeline(pipeline, "search", "table.search")
+        pipe.validate(frozenset(queries.column_names))
+        run = pipe.run(self.context, queries, cache if isinstance(cache, StageCache) else StageCache(cache)).run
+        if k is not None:
+            run = run.filter(pc.less_equal(run.column("rank"), int(k)))
+        frame = run.select(["query_id", "doc_id", "rank", "score"]).to_pandas()
+        docs = self.store.rows_for(frame["doc_id"].tolist(), ["title", "text"]).to_pandas()
+        return frame.merge(docs, on="doc_id", how="left").sort_values("rank", kind="stable").reset_index(drop=True)
 
     def _encoder_once(self):
         if self._encoder is None:
@@ -95,12 +153,25 @@ class Table:
         return self._llm
 
 
+def table_embed(recorded: str | None) -> EmbedConfig:
+    """The encoder a table records (its ``logicrank.model``: the model, ``@seq<N>`` for a token
+    window), as an :class:`EmbedConfig`; the default one for a table that records none."""
+    if not recorded:
+        return EmbedConfig()
+    model, window = recorded, None
+    if (m := re.fullmatch(r"(.+)@seq(\d+)", recorded)) is not None:
+        model, window = m.group(1), int(m.group(2))
+    return EmbedConfig(model=model, max_seq_length=window)
+
+
 def open_table(db: str | Path, name: str = "docs", version: int | None = None, embed: EmbedConfig | None = None,
                llm: LLMConfig | None = None) -> Table:
     """The table ``name`` in the LanceDB database ``db``: ``version`` (a number or a tag) when
     given, else the last version a completed ``logicrank index`` run finished. A newer version
     left by a run that did not finish is not read, and a line on stderr says so (also kept as
-    ``Table.note``); a table no index run completed is refused (:class:`UserError`)."""
+    ``Table.note``); a table no index run completed is refused (:class:`UserError`). ``embed``:
+    the query encoder, by default the model the table records (the index job writes it); one
+    that disagrees with the table is refused when a pipeline first encodes."""
     return Table(db, name, version, embed, llm)
 
 
@@ -108,6 +179,8 @@ def read_pipelines(spec: Mapping[str, Any] | str | Path, set: Mapping[str, Any] 
     """Named pipelines from a mapping (run id -> stages, as in a pipelines file) or a YAML
     file (docs/pipelines.md), with the overrides ``set`` (``{"orlog.k": 20}`` or
     ``["orlog.k=20"]``, the ``--set`` grammar), each validated."""
+    if not isinstance(spec, (Mapping, str, Path)):
+        raise PipelineError(f"read_pipelines: give a mapping (run id -> stages) or a pipelines file, not {type(spec).__name__}.")
     return _read_pipelines(spec, set)
 
 
@@ -115,55 +188,361 @@ def preset(*methods: str, set: Mapping[str, Any] | Sequence[str] | None = None) 
     """``--method`` presets (pipelines/presets/) as pipelines, with the overrides ``set``, e.g.
     ``preset("bm25", "orlog", set={"orlog/bm25.k": 50})`` (OrLog over BM25's top 50; ``bm25.k`` would
     set every pipeline's bm25 stage, the bm25 run's too)."""
+    bad = [m for m in methods if not isinstance(m, str) or m not in preset_names()]
+    if bad:
+        raise PipelineError(f"preset: unknown preset {bad[0]!r}; presets: {', '.join(preset_names())}.")
     return {rid: Pipeline(rid, stages) for rid, stages in read_presets(methods, sets=set).items()}
 
 
-def retrieve(table: Table, queries: pa.Table | str | Path, pipes: Mapping[str, Pipeline] | Iterable[Pipeline],
-             cache: StageCache | str | Path | None = None, pandas: bool = False, results: dict[str, Result] | None = None):
-    """Run each pipeline on ``queries`` (a table with query_id and text, checked as a queries
-    file is, or a queries file); returns every run as one table with the RUN columns
-    (``pandas``: a DataFrame; a pipeline that found nothing has no rows: evaluate it by
-    naming it in :func:`evaluate`'s ``run_ids``). ``cache``:
-    a :class:`StageCache` or a directory to keep stage outputs in (pipelines that share a
-    prefix compute it once either way); keyed as the retrieve job keys them, so a job's
-    ``<out>/stages`` answers the same pipelines on the same queries and table, and a stage
-    whose code changed since is computed again (docs/pipelines.md). Pass a dict as ``results`` to get each pipeline's
-    :class:`Result` (its side tables and steps) too."""
-    queries = queries_table(queries, "retrieve: queries") if isinstance(queries, pa.Table) else read_queries(queries)
-    if not isinstance(cache, StageCache):
-        cache = StageCache(cache)
-    pipes = list(pipes.values()) if isinstance(pipes, Mapping) else list(pipes)
-    if not pipes:
+def stage(name: str, /, **options: Any) -> StageOptions:
+    """The stage ``name`` with ``options``, checked as a pipelines file's are: ``stage("bm25",
+    k=100)``, also written ``lr.bm25(k=100)`` (one such factory per registered stage). Stages
+    and pipelines compose with ``>>``: ``lr.bm25(k=100) >> lr.itlr(scorer="bm25")``."""
+    known = stages()
+    if name not in known:
+        raise UnknownName(f"no stage {name!r}; stages: {', '.join(sorted(known))} (lr.<stage>(**options)).")
+    cls = known[name].Options
+    from pydantic import ValidationError
+
+    try:
+        return cls(**options)
+    except ValidationError as exc:
+        raise PipelineError(f"lr.{name}(): {validation_line(exc, cls)}.") from None
+
+
+def stage_factory(name: str):
+    """``lr.<name>``: :func:`stage` of ``name``, documented with the stage's docstring and options."""
+    cls = stages()[name]
+
+    def factory(**options: Any) -> StageOptions:
+        return stage(name, **options)
+
+    factory.__name__ = factory.__qualname__ = name
+    fields = ", ".join(f for f in cls.Options.model_fields if f != "stage")
+    factory.__doc__ = f"The {name} stage ({cls.kind.value}): {' '.join((cls.__doc__ or '').split())} Options: {fields or 'none'}."
+    return factory
+
+
+def __getattr__(name: str) -> Any:  # ``api.bm25``: a stage factory, as ``lr.bm25``
+    if not name.startswith("_") and name in stages():
+        return stage_factory(name)
+    raise AttributeError(f"module 'logicrank.api' has no attribute {name!r}")
+
+
+def as_pipeline(spec: Any, name: str, where: str) -> Pipeline:
+    """``spec`` as a pipeline named ``name`` (a Pipeline given keeps its stages): a
+    :class:`Pipeline`, a preset name, a stage's options or a list of stages (config form or
+    options)."""
+    if isinstance(spec, Pipeline):
+        stages_ = spec.stages
+    elif isinstance(spec, StageOptions):
+        stages_ = (spec,)
+    elif isinstance(spec, str):
+        if spec not in preset_names():
+            raise PipelineError(f"{where}: unknown preset {spec!r}; presets: {', '.join(preset_names())} "
+                                f"(or give a Pipeline, a list of stages or lr.bm25(...) >> ...).")
+        (stages_,) = read_presets([spec]).values()
+    elif isinstance(spec, (list, tuple)):
+        try:
+            stages_ = parse_pipelines({name: list(spec)})[name]
+        except ValueError as exc:
+            raise PipelineError(f"{where}: {first_line(exc)}") from None
+    else:
+        raise PipelineError(f"{where}: a pipeline is a Pipeline, a preset name, a stage (lr.bm25()) or a list of stages, "
+                            f"not {type(spec).__name__}.")
+    try:
+        parse_pipelines({name: list(stages_)})  # the name is a run id
+    except ValueError as exc:
+        raise PipelineError(f"{where}: {first_line(exc)}") from None
+    pipeline = Pipeline(name, tuple(stages_))
+    pipeline.validate()
+    return pipeline
+
+
+def as_pipelines(pipes: Any) -> list[Pipeline]:
+    """What :func:`retrieve` runs: a mapping run id -> pipeline (any form :func:`as_pipeline`
+    takes; the key names the run), pipelines (each its own name), or one pipeline."""
+    if isinstance(pipes, Mapping):
+        bad = [k for k in pipes if not isinstance(k, str)]
+        if bad:
+            raise PipelineError(f"retrieve: a run id is a string, not {bad[0]!r}.")
+        out = [as_pipeline(p, rid, f"retrieve: run {rid!r}") for rid, p in pipes.items()]
+    elif isinstance(pipes, (Pipeline, StageOptions, str)):
+        out = [as_pipeline(pipes, pipes.name if isinstance(pipes, Pipeline) else pipes if isinstance(pipes, str) else pipes.stage,
+                           "retrieve")]
+    elif isinstance(pipes, Iterable):
+        out = []
+        for p in pipes:
+            if isinstance(p, Pipeline):
+                out.append(as_pipeline(p, p.name, "retrieve"))
+            elif isinstance(p, (str, StageOptions)):
+                out.append(as_pipeline(p, p if isinstance(p, str) else p.stage, "retrieve"))
+            else:
+                raise PipelineError(f"retrieve: in a list, give Pipelines, preset names or stages, not {type(p).__name__}; "
+                                    "a mapping names them: {'mine': [...]}.")
+        names = [p.name for p in out]
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise PipelineError(f"retrieve: run ids repeat: {dup}; name each pipeline with a mapping {{run id: pipeline}}.")
+    else:
+        raise PipelineError(f"retrieve: pipes is a mapping (run id -> pipeline), a list of pipelines or one pipeline, "
+                            f"not {type(pipes).__name__}.")
+    if not out:
         raise PipelineError("retrieve: give at least one pipeline.")
-    runs = []
+    return out
+
+
+def looks_like_path(text: str) -> bool:
+    """A queries string meant as a file: it names one of the queries files' kinds or holds a
+    path separator."""
+    return text.lower().endswith(QUERY_FILE_SUFFIXES) or os.sep in text or "/" in text or (os.altsep or "/") in text
+
+
+def as_queries(queries: Any, where: str = "retrieve") -> pa.Table:
+    """Queries in any form as the QUERIES table (ids as strings, a repeated id refused): a
+    queries file (path), an Arrow table, a pandas DataFrame, a list of dicts (query_id, text,
+    optionally logical_query) or one string: an existing file's path, else one query's text
+    (id ``"1"``); a string that looks like a path (:func:`looks_like_path`) but names no file
+    is refused."""
+    source = f"{where}: queries"
+    if isinstance(queries, Path):
+        return read_queries(queries)
+    if isinstance(queries, str):
+        if not queries.strip():
+            raise TopicsError(f"{source}: a blank string; give a query's text, a queries file or a table.")
+        if Path(queries).exists():
+            return read_queries(queries)
+        if looks_like_path(queries):
+            raise TopicsError(f"{source}: no file at {queries!r} (a string that looks like a path is not read as a query's text).")
+        return queries_table(pa.table({"query_id": ["1"], "text": [queries]}), source)
+    if isinstance(queries, pa.Table):
+        return queries_table(queries, source)
+    if type(queries).__module__.startswith("pandas") and hasattr(queries, "columns"):
+        try:
+            table = pa.Table.from_pandas(queries.astype({c: str for c in queries.columns if c in ("query_id", "_id", "qid", "id")}),
+                                         preserve_index=False)
+        except (pa.ArrowException, ValueError, TypeError) as exc:
+            raise TopicsError(f"{source}: the DataFrame does not convert to a table: {first_line(exc)}") from None
+        return queries_table(table, source)
+    if isinstance(queries, (list, tuple)):
+        if not queries:
+            raise TopicsError(f"{source}: no queries (the list is empty); give the queries to run.")
+        bad = [i for i, q in enumerate(queries) if not isinstance(q, Mapping)]
+        if bad:
+            raise TopicsError(f"{source}: item {bad[0]} is a {type(queries[bad[0]]).__name__}; give dicts like "
+                              "{'query_id': '1', 'text': '...'} (optionally 'logical_query').")
+        rows = [{k: (str(v) if k in ("query_id", "_id", "qid", "id") and v is not None else v) for k, v in q.items()} for q in queries]
+        try:
+            table = pa.Table.from_pylist(rows)
+        except (pa.ArrowException, ValueError, TypeError) as exc:
+            raise TopicsError(f"{source}: the dicts do not make a table: {first_line(exc)}") from None
+        return queries_table(table, source)
+    raise TopicsError(f"{source}: give a queries file, a query's text, an Arrow table, a DataFrame or a list of dicts, "
+                      f"not {type(queries).__name__}.")
+
+
+class Results(dict):
+    """What :func:`retrieve` returns: run id -> :class:`Result` (``.run``: the RUN table,
+    ``.side``: side tables by name, ``.steps``: a step per stage, ``.to_pandas()``), in the
+    order the pipelines were given; a pipeline that found nothing is a key with an empty run.
+    Pass it to :func:`evaluate` as it is."""
+
+    @property
+    def run(self) -> pa.Table:
+        """Every run as one RUN table."""
+        return pa.concat_tables([r.run for r in self.values()]) if self else RUN.empty_table()
+
+    def to_pandas(self):
+        return self.run.to_pandas()
+
+
+def retrieve(table: Table, queries: Any, pipes: Any, cache: StageCache | str | Path | None = None, **removed: Any) -> Results:
+    """Run each pipeline on ``queries`` (:func:`as_queries`: a file, a query's text, a table, a
+    DataFrame, a list of dicts); returns :class:`Results`, run id -> :class:`Result`. ``pipes``:
+    a mapping run id -> pipeline (a :class:`Pipeline`, a preset name, a stage, ``a >> b``, a
+    list of stages), a list of pipelines, or one. ``cache``: a :class:`StageCache` or a
+    directory to keep stage outputs in (pipelines that share a prefix compute it once either
+    way); keyed as the retrieve job keys them, so a job's ``<out>/stages`` answers the same
+    pipelines on the same queries and table, and a stage whose code changed since is computed
+    again (docs/pipelines.md)."""
+    if removed:
+        raise PipelineError(f"retrieve: no option {', '.join(sorted(removed))}; retrieve returns {{run id: Result}} "
+                            "(results[rid].side, .steps; results.run or .to_pandas() for every run).")
+    if not isinstance(table, Table):
+        raise PipelineError(f"retrieve: table is lr.open_table(...), not {type(table).__name__}.")
+    queries = as_queries(queries, "retrieve")
+    if not isinstance(cache, StageCache):
+        if cache is not None and not isinstance(cache, (str, Path)):
+            raise PipelineError(f"retrieve: cache is a directory or a StageCache, not {type(cache).__name__}.")
+        cache = StageCache(cache)
+    pipes = as_pipelines(pipes)
     for p in pipes:
         p.validate(frozenset(queries.column_names))  # every pipeline before any runs
-    for p in pipes:
-        result = p.run(table.context, queries, cache)
-        runs.append(result.run)
-        if results is not None:
-            results[p.name] = result
-    out = pa.concat_tables(runs) if runs else RUN.empty_table()
-    return out.to_pandas() if pandas else out
+    return Results((p.name, p.run(table.context, queries, cache)) for p in pipes)
 
 
-def evaluate(runs: pa.Table | Any, qrels: pa.Table | str | Path, measures: Sequence[str] = DEFAULT_MEASURES,
-             run_ids: Sequence[str] | None = None) -> pa.Table:
-    """Per-query values and means (query ``all``) of ``measures`` for every run in ``runs``
-    (RUN columns; a DataFrame is taken too), trec_eval's rules: a query of the qrels a run
-    misses scores 0. ``qrels``: a table (query_id, doc_id, relevance) or a file. ``run_ids``:
-    the runs to evaluate (default: those with rows); a named run with no rows scores 0."""
-    if not isinstance(runs, pa.Table):
-        runs = pa.Table.from_pandas(runs, preserve_index=False)
+class Evaluation:
+    """What :func:`evaluate` returns: ``metrics`` (the METRICS table: per-query values, means
+    under query ``all``), ``per_query`` (those values, a long DataFrame without the means),
+    ``summary`` / :meth:`to_pandas` (run x measure means, a wide DataFrame), :meth:`compare`
+    (significance against a baseline) and ``evaluation`` (the evaluation underneath: notes,
+    :meth:`markdown`, :meth:`plot`)."""
+
+    def __init__(self, evaluation: _Evaluation):
+        self.evaluation = evaluation
+        self.metrics: pa.Table = evaluation.metrics
+
+    @property
+    def run_ids(self) -> list[str]:
+        return self.evaluation.run_ids
+
+    @property
+    def measures(self) -> list[str]:
+        return list(dict.fromkeys(self.metrics.column("measure").to_pylist()))
+
+    @property
+    def per_query(self):
+        df = self.metrics.to_pandas()
+        return df[df["query_id"] != AGGREGATE_QUERY_ID].reset_index(drop=True)
+
+    @property
+    def summary(self):
+        df = self.metrics.to_pandas()
+        df = df[df["query_id"] == AGGREGATE_QUERY_ID]
+        wide = df.pivot(index="run_id", columns="measure", values="value")
+        wide = wide.reindex(index=self.run_ids, columns=self.measures)
+        wide.columns.name = None
+        return wide
+
+    def to_pandas(self):
+        return self.summary
+
+    def compare(self, baseline: str | None = None, test: str = "t-test", correction: str = "holm", alpha: float = 0.05):
+        """Each other run against ``baseline`` (default the first run) on every measure: a
+        paired ``test`` per query, p-values adjusted by ``correction``; a DataFrame of the
+        SIGNIFICANCE columns (:func:`compare` gives the Arrow table)."""
+        return compare(self.metrics, baseline or self.run_ids[0], test, correction, alpha).to_pandas()
+
+    def notes(self) -> list[str]:
+        return self.evaluation.notes()
+
+    def markdown(self, title: str = "Evaluation", plot: str | None = None) -> str:
+        return self.evaluation.markdown(title, plot)
+
+    def plot(self, path: str | Path) -> Path:
+        return self.evaluation.plot(path)
+
+    def __repr__(self) -> str:
+        return f"Evaluation(runs={self.run_ids}, measures={self.measures})\n{self.summary.round(4).to_string()}"
+
+    def _repr_html_(self) -> str:
+        return self.summary._repr_html_()
+
+
+def _one_run(value: Any, where: str, key: str | None = None) -> tuple[pa.Table, list[str]]:
+    """A run in any form (RUN table, DataFrame, :class:`Result`, run file) and the run ids it
+    holds (a Result's or the key's even when it found nothing); under ``key`` its run_id is the key."""
+    ids: list[str] = []
+    if isinstance(value, Result):
+        table, ids = value.run, [value.run_id]
+    elif isinstance(value, pa.Table):
+        table = value
+    elif type(value).__module__.startswith("pandas") and hasattr(value, "columns"):
+        try:
+            table = pa.Table.from_pandas(value, preserve_index=False)
+        except (pa.ArrowException, ValueError, TypeError) as exc:
+            raise PipelineError(f"{where}: the DataFrame does not convert to a run table: {first_line(exc)}") from None
+    elif isinstance(value, (str, Path)):
+        table = read_run(value)
+    else:
+        raise PipelineError(f"{where}: a run is a RUN table, a DataFrame, a Result or a run file, not {type(value).__name__}.")
+    if "run_id" not in table.column_names:
+        if key is None:
+            raise PipelineError(f"{where}: the run has no run_id column; give a mapping {{run id: run}} to name it.")
+        table = table.append_column("run_id", pa.array([key] * table.num_rows, pa.string()))
+    if "method" not in table.column_names:
+        table = table.append_column("method", table.column("run_id"))
+    found = list(dict.fromkeys(table.column("run_id").to_pylist()))
+    if key is not None:
+        if len(found) > 1:
+            raise PipelineError(f"{where}: run {key!r} holds several run ids {found}; give one run per key.")
+        table = table.set_column(table.column_names.index("run_id"), "run_id", pa.array([key] * table.num_rows, pa.string()))
+        return conform(table, RUN, where), [key]
+    return conform(table, RUN, where), list(dict.fromkeys([*ids, *found]))
+
+
+def evaluate(runs: Any, qrels: pa.Table | str | Path, measures: Sequence[str] = DEFAULT_MEASURES,
+             run_ids: Sequence[str] | None = None) -> Evaluation:
+    """Evaluate ``runs`` against ``qrels`` (a table: query_id, doc_id, relevance, or a file)
+    on ``measures``, trec_eval's rules (a qrels query a run misses scores 0). ``runs``: a run
+    (an Arrow RUN table, a DataFrame, a :class:`Result`, a run file; every run id it holds), a
+    list of runs, or a mapping run id -> run (:func:`retrieve`'s :class:`Results` as it is; a
+    key whose run is empty scores 0). A run id given twice is refused. ``run_ids``: the runs to
+    evaluate (default: all; one named with no rows scores 0). Returns an :class:`Evaluation`."""
+    if isinstance(runs, Mapping):
+        parts = [_one_run(v, f"evaluate: run {k!r}", str(k)) for k, v in runs.items()]
+    elif isinstance(runs, (list, tuple)):
+        parts = [_one_run(v, f"evaluate: run {i + 1}") for i, v in enumerate(runs)]
+    else:
+        parts = [_one_run(runs, "evaluate")]
+    seen: dict[str, int] = {}
+    for i, (_, ids) in enumerate(parts, 1):
+        for rid in ids:
+            if rid in seen:
+                raise PipelineError(f"evaluate: run id {rid!r} is in runs {seen[rid]} and {i}; give each run a distinct run_id "
+                                    "(or a mapping {name: run}).")
+            seen[rid] = i
+    if not seen and run_ids is None:
+        raise PipelineError("evaluate: no runs given.")
+    if isinstance(run_ids, str) or (run_ids is not None and not all(isinstance(r, str) for r in run_ids)):
+        raise PipelineError(f"evaluate: run_ids is a list of run ids, not {run_ids!r:.60}.")
+    if isinstance(measures, str):
+        measures = [measures]
     if not isinstance(qrels, pa.Table):
+        if not isinstance(qrels, (str, Path)):
+            raise PipelineError(f"evaluate: qrels is a table (query_id, doc_id, relevance) or a qrels file, not {type(qrels).__name__}.")
         qrels = read_qrels(qrels)
-    return evaluate_runs([runs], qrels, measures, run_ids=run_ids, significance=False).metrics
+    return Evaluation(evaluate_runs([t for t, _ in parts], qrels, measures, run_ids=list(run_ids if run_ids is not None else seen), significance=False))
 
 
-def compare(metrics: pa.Table, baseline: str, test: str = "t-test", correction: str = "holm", alpha: float = 0.05) -> pa.Table:
-    """Each other run against ``baseline`` on every measure of ``metrics`` (from
-    :func:`evaluate`): paired test, p-values adjusted across runs (SIGNIFICANCE columns)."""
-    return _compare(metrics, baseline, test, correction, alpha)
+def compare(metrics: pa.Table | Evaluation, baseline: str, test: str = "t-test", correction: str = "holm", alpha: float = 0.05) -> pa.Table:
+    """Each other run against ``baseline`` on every measure of ``metrics`` (an
+    :class:`Evaluation` or its METRICS table): paired test, p-values adjusted across runs (the
+    SIGNIFICANCE columns, an Arrow table; :meth:`Evaluation.compare` gives a DataFrame)."""
+    if isinstance(metrics, Evaluation):
+        metrics = metrics.metrics
+    if not isinstance(metrics, pa.Table):
+        raise PipelineError(f"compare: give lr.evaluate(...)'s result or its METRICS table, not {type(metrics).__name__}.")
+    try:
+        return _compare(metrics, baseline, test, correction, alpha)
+    except UserError:
+        raise
+    except ValueError as exc:
+        raise PipelineError(f"compare: {first_line(exc)}") from None
+
+
+def _logical(query: str):
+    """``query`` parsed as a logical query, or None when it is not one (plain text)."""
+    from logicrank.pipelines.logic.query import QueryParseError, parse
+
+    if '"' not in query:
+        return None
+    try:
+        return parse(query)
+    except QueryParseError:
+        return None
+
+
+def _words(node) -> str:
+    """A logical query's terms in words (``malaria and not children``), as the generated
+    benchmarks write a query's text."""
+    from logicrank.pipelines.logic.query import And, Not, Term
+
+    if isinstance(node, Term):
+        return node.text
+    if isinstance(node, Not):
+        return f"not {_words(node.child)}"
+    return (" and " if isinstance(node, And) else " or ").join(_words(c) for c in node.children)
 
 
 def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, strict: bool = True, table: Table | None = None,

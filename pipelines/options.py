@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict
 
 
 class StageOptions(BaseModel):
-    """A stage's options. Subclasses declare ``stage: Literal["<name>"] = "<name>"``."""
+    """A stage's options. Subclasses declare ``stage: Literal["<name>"] = "<name>"``. Options
+    compose into a pipeline with ``>>`` (``BM25Options(k=100) >> ITLROptions()``), an operator
+    :mod:`logicrank.pipelines.pipeline` gives this class (it holds ``Pipeline``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -36,10 +36,11 @@ class PipelineError(UserError, ValueError):
     stage and the fix."""
 
 
-def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str] = frozenset()) -> Needs:
+def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str] = frozenset(), partial: bool = False) -> Needs:
     """Check the pipeline as a whole and return what it needs: each stage's input against what
     the stages before it produce (a reranker needs a run, orlog needs atoms), the pipeline
-    ends in a run. ``columns``: query columns available at its start."""
+    ends in a run. ``columns``: query columns available at its start. ``partial``: the start of
+    a pipeline still being composed (``>>``), which need not end in a run yet."""
     if not options:
         raise PipelineError(f"pipeline {name!r} has no stages; give at least a retriever (e.g. dense).")
     needs, have_run, cols = Needs(), False, set(columns)
@@ -60,7 +61,7 @@ def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str]
         cols |= stage.adds
         have_run = have_run or stage.kind in (Kind.RETRIEVER, Kind.FUSION)
         needs = needs | stage.needs()
-    if not have_run:
+    if not have_run and not partial:
         raise PipelineError(f"pipeline {name!r} produces no run; end it with a retriever, a reranker or rrf.")
     return needs
 
@@ -88,6 +89,13 @@ class Pipeline:
     def validate(self, columns: frozenset[str] = frozenset({"query_id", "text"})) -> Needs:
         return validate(self.name, self.stages, columns)
 
+    def __rshift__(self, other: Any) -> Pipeline:
+        """``pipeline >> stage`` (or ``>> pipeline``): :func:`compose`."""
+        return compose(self, other)
+
+    def __rrshift__(self, other: Any) -> Pipeline:
+        return compose(other, self)
+
     def run(self, ctx: Context, queries: pa.Table, cache: StageCache | None = None, inputs: Inputs | None = None,
             hooks: Hooks | None = None) -> Result:
         """Validate, then run every stage on ``queries`` (the QUERIES contract). ``cache``:
@@ -108,6 +116,30 @@ class Pipeline:
                 llm = (service.model_id, service.cfg.engine_digest(), templates_digest())
             inputs = Inputs.of(queries, ctx.store, encoder, llm, dict.fromkeys(needs.files))
         return run_stages(self.name, self.stages, ctx, queries, inputs, cache or StageCache(), hooks)
+
+
+def compose(left: Any, right: Any) -> Pipeline:
+    """``left >> right``: a pipeline of ``left``'s stages then ``right``'s, each a stage's options
+    (``lr.bm25(k=100)``) or a :class:`Pipeline`, named by both names (``bm25-itlr``). Checked as
+    it grows, left to right, by :func:`validate` (a reranker with no run before it is refused
+    here); whether it ends in a run is checked when it runs."""
+    parts = []
+    for side in (left, right):
+        if isinstance(side, Pipeline):
+            parts.append((side.name, side.stages))
+        elif isinstance(side, StageOptions):
+            parts.append((side.stage, (side,)))
+        else:
+            raise PipelineError(f">> joins stages and pipelines (e.g. lr.bm25(k=100) >> lr.itlr(scorer='bm25')), not {type(side).__name__} {side!r:.60}.")
+    pipeline = Pipeline(f"{parts[0][0]}-{parts[1][0]}", parts[0][1] + parts[1][1])
+    validate(pipeline.name, pipeline.stages, frozenset({"query_id", "text"}), partial=True)
+    return pipeline
+
+
+# a stage's options compose too (``lr.bm25() >> lr.itlr()``); given here, where Pipeline is, as
+# options.py is a leaf every stage imports
+StageOptions.__rshift__ = lambda self, other: compose(self, other)  # type: ignore[method-assign]
+StageOptions.__rrshift__ = lambda self, other: compose(other, self)  # type: ignore[attr-defined]
 
 
 def parse_pipelines(spec: Any) -> dict[str, tuple[StageOptions, ...]]:

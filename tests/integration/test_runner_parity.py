@@ -67,8 +67,7 @@ def test_a_notebook_run_after_the_job_reuses_every_stage_output_the_job_cached(s
 
     cfg, runs, out = job
     pipes = lr.preset("dense", "bm25", "hybrid", "itlr-llm", set=SETS)
-    results: dict = {}
-    lr.retrieve(lr.open_table(synthetic / "db"), synthetic / "syn" / "queries.jsonl", pipes, cache=out / "stages", results=results)
+    results = lr.retrieve(lr.open_table(synthetic / "db"), synthetic / "syn" / "queries.jsonl", pipes, cache=out / "stages")
 
     def flat(steps):
         return [t for s in steps for t in (flat(s["sub"]) if "sub" in s else [s])]
@@ -87,23 +86,24 @@ def test_the_python_api_retrieves_what_the_job_does_and_evaluates_and_compares_t
     assert table.version == DocStore(str(synthetic / "db")).version and len(table) > 100
     pipes = lr.preset("dense", "bm25", "hybrid", "itlr-llm", set=SETS)
     assert {rid: p.stages for rid, p in pipes.items()} == dict(cfg.pipelines)  # presets as the CLI builds them
-    results: dict = {}
-    got = lr.retrieve(table, synthetic / "syn" / "queries.jsonl", pipes, results=results)
+    results = lr.retrieve(table, synthetic / "syn" / "queries.jsonl", pipes)
+    assert list(results) == list(pipes)
     for rid, path in runs.items():
-        mine = got.filter(pa.compute.equal(got.column("run_id"), rid))
-        assert_runs_close(mine, pq.read_table(path), f"{rid}: the Python API vs the job")
+        assert_runs_close(results[rid].run, pq.read_table(path), f"{rid}: the Python API vs the job")
     assert set(results["itlr-llm"].side) == {"term_scores/itlr-llm"}
-    frame = lr.retrieve(table, lr.read_queries(synthetic / "syn" / "queries.jsonl"), [pipes["bm25"]], pandas=True)
+    got = results.run  # every run as one RUN table
+    frame = lr.retrieve(table, lr.read_queries(synthetic / "syn" / "queries.jsonl"), [pipes["bm25"]])["bm25"].to_pandas()
     assert list(frame.columns) == RUN.names and len(frame) == sum(r == "bm25" for r in got.column("run_id").to_pylist())
 
     qrels = synthetic / "syn" / "qrels" / "test.tsv"
-    metrics = lr.evaluate(got, qrels, ["nDCG@10", "R@100"])
+    metrics = lr.evaluate(got, qrels, ["nDCG@10", "R@100"]).metrics
     assert metrics.schema.equals(METRICS)
+    assert lr.evaluate(results, qrels, ["nDCG@10", "R@100"]).metrics.equals(metrics)  # the mapping as retrieve gives it
     for rid, path in runs.items():  # the same figures as each job run evaluated alone
         want = evaluate_run(pq.read_table(path), read_qrels(qrels), parse_measures(["nDCG@10", "R@100"]))
         mine = metrics.filter(pa.compute.equal(metrics.column("run_id"), rid))
         assert_tables_close(mine, want, ["run_id", "query_id", "measure"], f"{rid} metrics")
-    empty = lr.evaluate(got, qrels, ["nDCG@10"], run_ids=["bm25", "nothing"])  # a run with no rows is named, and scores 0
+    empty = lr.evaluate(got, qrels, ["nDCG@10"], run_ids=["bm25", "nothing"]).metrics  # a run with no rows is named, and scores 0
     nothing = empty.filter(pa.compute.equal(empty.column("run_id"), "nothing"))
     assert nothing.num_rows == metrics.filter(pa.compute.equal(metrics.column("run_id"), "bm25")).num_rows // 2
     assert set(nothing.column("value").to_pylist()) == {0.0}

@@ -1,0 +1,240 @@
+"""The notebook API (``import logicrank as lr``, docs/python-api.md) without Ray or a model:
+queries in any form, stages composed with ``>>``, evaluation of runs in any form, and every
+mistake as the project's one-line error. A small LanceDB table with generated vectors stands in
+for an indexed corpus where a table is needed (search, doc, the encoder the table records)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import logicrank as lr
+from logicrank.api import as_queries
+from logicrank.pipelines.embed import to_fixed_size_list
+from logicrank.pipelines.store import DocStore
+from logicrank.schemas.tables import QUERIES, RUN
+
+QRELS = pa.table({"query_id": ["1", "1", "2"], "doc_id": ["a", "b", "c"], "relevance": pa.array([1, 1, 1], pa.int32())})
+
+
+def run(rid: str, rows: list[tuple[str, str]]) -> pa.Table:
+    """A RUN table of (query_id, doc_id) rows, ranked in order within each query."""
+    ranks, seen = [], {}
+    for q, _ in rows:
+        seen[q] = seen.get(q, 0) + 1
+        ranks.append(seen[q])
+    return pa.table({"query_id": [q for q, _ in rows], "doc_id": [d for _, d in rows], "rank": pa.array(ranks, pa.int32()),
+                     "score": [10.0 - r for r in ranks], "method": [rid] * len(rows), "run_id": [rid] * len(rows)}, schema=RUN)
+
+
+GOOD = run("good", [("1", "a"), ("1", "b"), ("2", "c")])
+POOR = run("poor", [("1", "x"), ("1", "a"), ("2", "y")])
+
+
+# -- queries in any form ---------------------------------------------------------------------
+@pytest.mark.parametrize("queries", [
+    pa.table({"query_id": [1, 2], "text": ["malaria", "fever"]}),
+    pd.DataFrame({"query_id": [1, 2], "text": ["malaria", "fever"]}),
+    [{"query_id": 1, "text": "malaria"}, {"query_id": "2", "text": "fever"}],
+    [{"_id": "1", "text": "malaria"}, {"_id": "2", "text": "fever", "logical_query": '"fever"'}],
+], ids=["arrow", "pandas", "dicts", "dicts-beir-ids"])
+def test_queries_come_as_a_table_a_dataframe_or_dicts_with_ids_as_strings(queries):
+    got = as_queries(queries)
+    assert got.schema.equals(QUERIES) and got.column("query_id").to_pylist() == ["1", "2"]
+    assert got.column("text").to_pylist() == ["malaria", "fever"]
+
+
+def test_a_string_is_a_file_when_one_exists_else_one_querys_text(tmp_path):
+    one = as_queries("malaria in children")
+    assert one.to_pylist() == [{"query_id": "1", "text": "malaria in children", "logical_query": None}]
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"_id": "q7", "text": "fever"}\n', encoding="utf-8")
+    assert as_queries(str(path)).column("query_id").to_pylist() == ["q7"]
+    assert as_queries(path).column("query_id").to_pylist() == ["q7"]
+
+
+@pytest.mark.parametrize(("queries", "match"), [
+    ("runs/nope/queries.jsonl", r"no file at 'runs/nope/queries.jsonl' \(a string that looks like a path"),
+    ("queries.tsv", "no file at 'queries.tsv'"),
+    ("   ", "a blank string"),
+    (5, "not int"),
+    ({"query_id": "1"}, "not dict"),
+    ([], "no queries"),
+    (["malaria"], "item 0 is a str"),
+    ([{"query_id": 1, "text": "a"}, {"query_id": "1", "text": "b"}], r"duplicate query ids \['1'\]"),
+    (pd.DataFrame({"query_id": [1], "body": ["a"]}), "text"),
+    (pa.table({"query_id": pa.array([], pa.string()), "text": pa.array([], pa.string())}), "no queries"),
+])
+def test_queries_that_cannot_be_read_are_one_line_user_errors(queries, match):
+    with pytest.raises(lr.UserError, match=match) as exc:
+        as_queries(queries)
+    assert "\n" not in str(exc.value)
+
+
+# -- stages compose ------------------------------------------------------------------------
+def test_stages_compose_into_the_pipeline_a_file_makes():
+    made = lr.bm25(k=100) >> lr.itlr(scorer="bm25")
+    read = lr.read_pipelines({"x": [{"bm25": {"k": 100}}, {"itlr": {"scorer": "bm25"}}]})["x"]
+    assert isinstance(made, lr.Pipeline) and made.stages == read.stages and made.name == "bm25-itlr"
+    assert lr.bm25(k=100) == lr.BM25Options(k=100) == lr.stage("bm25", k=100)
+    longer = made >> lr.cut(k=5)  # pipeline >> stage
+    assert [o.stage for o in longer.stages] == ["bm25", "itlr", "cut"] and longer.name == "bm25-itlr-cut"
+    before = lr.bm25(k=10) >> (lr.preset("itlr")["itlr"])  # stage >> pipeline
+    assert before.stages[0] == lr.bm25(k=10) and before.stages[1:] == lr.preset("itlr")["itlr"].stages
+    assert (lr.BM25Options(k=3) >> lr.MMROptions()).stages == (lr.bm25(k=3), lr.mmr())  # the options classes compose too
+    assert "bm25" in dir(lr) and callable(lr.bm25) and "Options: k" in lr.bm25.__doc__
+
+
+@pytest.mark.parametrize(("make", "error", "match"), [
+    (lambda: lr.bm25(kk=3), lr.PipelineError, r"lr\.bm25\(\): kk 3: no such option; options: k"),
+    (lambda: lr.bm25(k="many"), lr.PipelineError, r"lr\.bm25\(\): k 'many'"),
+    (lambda: lr.cut(k=5) >> lr.bm25(), lr.PipelineError, r"stage 1 \(cut\) reranks a run, but no stage before it produces one"),
+    (lambda: lr.bm25() >> lr.orlog(), lr.PipelineError, r"needs query column\(s\) \['atoms'\]"),
+    (lambda: lr.bm25() >> 5, lr.PipelineError, ">> joins stages and pipelines"),
+    (lambda: "bm25" >> lr.bm25(), lr.PipelineError, ">> joins stages and pipelines"),
+    (lambda: lr.bm52, lr.UnknownName, r"logicrank has no 'bm52'; .*stage factories: .*bm25"),
+    (lambda: lr.stage("bm52"), lr.UnknownName, "no stage 'bm52'; stages: "),
+    (lambda: lr.preset("bm52"), lr.PipelineError, "unknown preset 'bm52'; presets: .*bm25"),
+    (lambda: lr.read_pipelines(5), lr.PipelineError, "give a mapping"),
+])
+def test_composition_mistakes_are_one_line_user_errors(make, error, match):
+    with pytest.raises(error, match=match) as exc:
+        make()
+    assert isinstance(exc.value, lr.UserError) and "\n" not in str(exc.value)
+
+
+def test_an_unknown_name_is_still_an_attribute_error_for_hasattr():
+    assert not hasattr(lr, "bm52") and getattr(lr, "bm52", None) is None
+    assert isinstance(lr.UnknownName("x"), AttributeError)
+
+
+# -- evaluate takes runs in any form -------------------------------------------------------
+@pytest.mark.parametrize("runs", [
+    pa.concat_tables([GOOD, POOR]),
+    [GOOD, POOR],
+    [GOOD.to_pandas(), POOR.to_pandas()],
+    {"good": GOOD, "poor": POOR.to_pandas()},
+    {"good": lr.Result("good", GOOD, {}, []), "poor": lr.Result("poor", POOR, {}, [])},
+], ids=["one-table", "list", "dataframes", "mapping", "results"])
+def test_evaluate_takes_a_run_a_list_or_a_mapping(runs):
+    ev = lr.evaluate(runs, QRELS, ["P@1", "R@100"])
+    assert isinstance(ev, lr.Evaluation) and ev.run_ids == ["good", "poor"]
+    assert list(ev.summary.index) == ["good", "poor"] and list(ev.summary.columns) == ["P@1", "R@100"]
+    assert ev.summary.loc["good", "P@1"] == 1.0 and ev.summary.loc["poor", "P@1"] == 0.0
+    assert ev.to_pandas().equals(ev.summary)
+    assert set(ev.per_query["query_id"]) == {"1", "2"} and len(ev.per_query) == 2 * 2 * 2
+    sig = ev.compare(baseline="good")
+    assert list(sig["run_id"]) == ["poor", "poor"] and set(sig["measure"]) == {"P@1", "R@100"}
+    assert lr.compare(ev, "good").to_pandas().equals(sig) and lr.compare(ev.metrics, "good").num_rows == 2  # both forms kept
+
+
+def test_a_mapping_names_its_runs_and_an_empty_run_scores_zero():
+    results = lr.Results(good=lr.Result("good", GOOD, {}, []), nothing=lr.Result("nothing", RUN.empty_table(), {}, []))
+    assert results.run.num_rows == GOOD.num_rows and len(results.to_pandas()) == GOOD.num_rows
+    ev = lr.evaluate(results, QRELS, ["P@1"])
+    assert ev.run_ids == ["good", "nothing"] and ev.summary.loc["nothing", "P@1"] == 0.0
+    renamed = lr.evaluate({"mine": GOOD}, QRELS, ["P@1"])  # the key is the run id
+    assert renamed.run_ids == ["mine"]
+
+
+@pytest.mark.parametrize(("runs", "qrels", "match"), [
+    ([GOOD, GOOD], QRELS, r"run id 'good' is in runs 1 and 2"),
+    ([GOOD, lr.Result("good", RUN.empty_table(), {}, [])], QRELS, r"run id 'good' is in runs 1 and 2"),
+    (5, QRELS, "a run is a RUN table, a DataFrame, a Result or a run file, not int"),
+    ([GOOD, "nope.run"], QRELS, "nope.run"),
+    ({"both": pa.concat_tables([GOOD, POOR])}, QRELS, r"run 'both' holds several run ids \['good', 'poor'\]"),
+    (GOOD.drop_columns(["run_id"]), QRELS, "no run_id column; give a mapping"),
+    (GOOD, 3.5, "qrels is a table .* not float"),
+    ([], QRELS, "no runs given"),
+])
+def test_evaluate_mistakes_are_one_line_user_errors(runs, qrels, match):
+    with pytest.raises(lr.UserError, match=match) as exc:
+        lr.evaluate(runs, qrels, ["P@1"])
+    assert "\n" not in str(exc.value)
+
+
+def test_compare_refuses_what_is_not_metrics_and_an_unknown_baseline():
+    ev = lr.evaluate([GOOD, POOR], QRELS, ["P@1"])
+    with pytest.raises(lr.UserError, match="give lr.evaluate"):
+        lr.compare([GOOD], "good")
+    with pytest.raises(lr.UserError, match="baseline 'best' is not among the runs"):
+        ev.compare(baseline="best")
+
+
+# -- a table: search, doc, the encoder it records --------------------------------------------
+@pytest.fixture(scope="module")
+def table_db(tmp_path_factory):
+    """Six documents with generated vectors, recorded as embedded by MiniLM with a 128-token window."""
+    db = tmp_path_factory.mktemp("api") / "db"
+    v = np.random.default_rng(0).normal(size=(6, 8)).astype(np.float32)
+    texts = ["malaria in children", "malaria treatment in adults", "fever and malaria", "influenza vaccines", "children sleep", "bile acid"]
+    store = DocStore(str(db))
+    store.open_or_create(8, "all-MiniLM-L6-v2@seq128")
+    store.upsert(pa.table({"doc_id": [f"d{i}" for i in range(6)], "title": [f"T{i}" for i in range(6)], "text": texts,
+                           "metadata": ['{"year": 2020}'] + [None] * 5, "content_hash": ["h"] * 6,
+                           "vector": to_fixed_size_list(v / np.linalg.norm(v, axis=1, keepdims=True))}))
+    store.build_indexes(ann_threshold=10**9)
+    store.mark_complete()
+    return db
+
+
+def test_open_table_reads_the_encoder_the_table_records(table_db):
+    table = lr.open_table(table_db)
+    assert table.embed == lr.EmbedConfig(model="all-MiniLM-L6-v2", max_seq_length=128)
+    other = lr.open_table(table_db, embed=lr.EmbedConfig())  # an explicit encoder that disagrees is refused on first use
+    with pytest.raises(lr.UserError, match=r"holds vectors from 'all-MiniLM-L6-v2@seq128', not 'all-MiniLM-L6-v2'"):
+        other.search("malaria", "dense")
+    with pytest.raises(lr.UserError, match="embed is an lr.EmbedConfig"):
+        lr.open_table(table_db, embed="all-MiniLM-L6-v2")
+
+
+def test_doc_returns_one_document_or_names_the_missing_id(table_db):
+    table = lr.open_table(table_db)
+    assert table.doc("d0") == {"doc_id": "d0", "title": "T0", "text": "malaria in children", "metadata": {"year": 2020}}
+    with pytest.raises(lr.PipelineError, match=r"table.doc: no document 'd9' in table 'docs'"):
+        table.doc("d9")
+
+
+def test_search_answers_one_query_text_or_logical(table_db):
+    table = lr.open_table(table_db)
+    hits = table.search("malaria", lr.bm25(k=10))
+    assert list(hits.columns) == ["query_id", "doc_id", "rank", "score", "title", "text"]
+    assert set(hits["doc_id"]) == {"d0", "d1", "d2"} and list(hits["rank"]) == [1, 2, 3] and set(hits["query_id"]) == {"1"}
+    assert len(table.search("malaria", "bm25", k=1)) == 1
+    assert table.search("malaria", ["bm25"])["doc_id"].tolist() == hits["doc_id"].tolist()  # a list of stages
+    logical = table.search('"malaria" AND NOT "children"', lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10))
+    assert "d0" not in set(logical["doc_id"][:2]) and set(logical["doc_id"][:2]) == {"d1", "d2"}
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda t: t.search("malaria", "nope"), "table.search: unknown preset 'nope'; presets: "),
+    (lambda t: t.search("malaria", 5), "a pipeline is a Pipeline, a preset name, a stage"),
+    (lambda t: t.search(5), "a query is a non-blank string"),
+    (lambda t: t.search("malaria", [{"bm25": {"kk": 1}}]), "no such option; options: k"),
+    (lambda t: t.doc(["d0"]), "a document id is a string"),
+    (lambda t: lr.retrieve(t, "malaria", "bm25", pandas=True), "retrieve: no option pandas"),
+    (lambda t: lr.retrieve("db", "malaria", "bm25"), r"table is lr.open_table\(...\), not str"),
+    (lambda t: lr.retrieve(t, "malaria", 5), "pipes is a mapping"),
+    (lambda t: lr.retrieve(t, "malaria", ["bm25", lr.bm25(k=3)]), r"run ids repeat: \['bm25'\]"),
+    (lambda t: lr.retrieve(t, "malaria", {"a b": "bm25"}), "run ids"),
+    (lambda t: lr.retrieve(t, "malaria", {}), "at least one pipeline"),
+])
+def test_table_mistakes_are_one_line_user_errors(table_db, call, match):
+    with pytest.raises(lr.UserError, match=match) as exc:
+        call(lr.open_table(table_db))
+    assert "\n" not in str(exc.value)
+
+
+def test_retrieve_returns_results_by_run_id_keeping_empty_runs(table_db):
+    table = lr.open_table(table_db)
+    results = lr.retrieve(table, [{"query_id": 1, "text": "malaria"}, {"query_id": 2, "text": "zebra"}],
+                          {"bm25": "bm25", "top1": lr.bm25() >> lr.cut(k=1)})
+    assert isinstance(results, lr.Results) and list(results) == ["bm25", "top1"]
+    assert results["top1"].run.column("doc_id").to_pylist() == [results["bm25"].run.column("doc_id")[0].as_py()]
+    assert results.run.num_rows == sum(r.run.num_rows for r in results.values())
+    nothing = lr.retrieve(table, "zebra", lr.bm25())
+    assert list(nothing) == ["bm25"] and nothing["bm25"].run.num_rows == 0
+    ev = lr.evaluate(nothing, pa.table({"query_id": ["1"], "doc_id": ["d0"], "relevance": pa.array([1], pa.int32())}), ["P@1"])
+    assert ev.summary.loc["bm25", "P@1"] == 0.0
