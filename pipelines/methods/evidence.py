@@ -26,56 +26,138 @@ Calibrations (:class:`logicrank.pipelines.methods.itlr.Calibration`), all label-
 - ``sigmoid``: fitted per term on labelled documents (the ITLR paper's appendix; needs labels).
 
 The calibration study behind bm25's default is in docs/itlr.md.
+
+Each scorer is one class with one protocol (:class:`Evidence`), so the ITLR stage runs one
+engine over any of them: what a scorer does differently (its candidates in ``ann`` mode, the
+documents of the table a ``listed`` file may name, whether exact scoring runs in shards of the
+table's rows, its calibrations and its manifest line) is a method or attribute of its class;
+:data:`EVIDENCE` maps the option value to the class, once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 
-from logicrank.pipelines.methods.itlr import Calibration
+from logicrank.pipelines.logic.fuzzy import Operators
+from logicrank.pipelines.methods.itlr import (
+    Calibration,
+    LogicalQuery,
+    ann_candidates,
+    exact_shard,
+    labelled_scores_from,
+    listed_candidates,
+    listed_ids,
+    merge_exact,
+    score_exact,
+    term_candidates,
+    vector_term_raw,
+)
 from logicrank.schemas.errors import UserError
-
-SCORERS = ("dense", "bm25", "hybrid")
-CALIBRATIONS = {  # scorer -> the calibrations it takes, its default first
-    "dense": ("none", "zscore", "sigmoid"),
-    "bm25": ("max", "saturation", "zscore", "none", "sigmoid"),
-    "hybrid": ("none",),
-}
 
 
 class EvidenceError(UserError, ValueError):
     """A scorer or calibration that cannot go together."""
 
 
-def default_calibration(scorer: str) -> str:
-    return CALIBRATIONS[scorer][0]
+Candidates = dict[str, tuple[np.ndarray, object]]  # query id -> (doc ids, the scorer's payload for them)
 
 
-def check_calibration(scorer: str, calibration: str | None, where: str) -> str:
-    """The calibration a scorer uses (its default for None); a pair that does not go together
-    is one line naming the valid ones."""
-    if scorer not in SCORERS:
-        raise EvidenceError(f"{where}: unknown scorer {scorer!r}; valid: {', '.join(SCORERS)}.")
-    chosen = calibration or default_calibration(scorer)
-    if chosen not in CALIBRATIONS[scorer]:
-        if scorer == "hybrid":
-            raise EvidenceError(f"{where}: scorer 'hybrid' calibrates each of its scorers by its default (bm25 max, dense zscore); "
-                                f"leave calibration unset, not {chosen!r}.")
-        raise EvidenceError(f"{where}: scorer {scorer!r} takes calibration {', '.join(CALIBRATIONS[scorer])}, not {chosen!r}.")
-    return chosen
+class Evidence:
+    """What every scorer's evidence offers the ITLR engine and OrLog (subclasses set ``terms``,
+    :meth:`raw`, :meth:`blocks`, :meth:`has`)."""
+
+    name: str  # the scorer option's value
+    calibrations: tuple[str, ...]  # those it takes, its default first
+    encoder = False  # it embeds the terms (the stage needs the encoder)
+    fulltext = False  # it reads the table's BM25 index
+    counts_misses = True  # ann mode: its search may find nothing for a query's terms (counted as queries_without_candidates)
+    terms: list[str]
+
+    @classmethod
+    def refusal(cls, chosen: str, where: str) -> str:
+        """The line that refuses a calibration it does not take."""
+        return f"{where}: scorer {cls.name!r} takes calibration {', '.join(cls.calibrations)}, not {chosen!r}."
+
+    def raw(self, doc_ids: Sequence[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def blocks(self, block_rows: int, rows: tuple[int, int] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        raise NotImplementedError
+
+    def has(self, doc_ids: Sequence[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def describe(self, calibration: str | None = None) -> str:
+        """The calibration a manifest records."""
+        return str(calibration)
+
+    def calibrate(self, name: str, sample: int = 10_000, labels: Sequence[dict] | None = None) -> Calibration:
+        return calibrate_evidence(self, name, sample, labels)
+
+    # -- the ITLR engine's modes -------------------------------------------------------------
+    def found(self, wanted: list[str], k: int, nprobes: int | None) -> dict[str, list[str]]:
+        """ann mode: each wanted term's candidate documents."""
+        raise NotImplementedError
+
+    def candidates(self, queries: Sequence[LogicalQuery], k: int, nprobes: int | None) -> tuple[Candidates, list[LogicalQuery]]:
+        """ann mode: each query's candidates (the union of its positive terms' :meth:`found`)
+        and the queries without a positive term (scored exactly)."""
+        return term_candidates(queries, self.terms, lambda wanted: self.found(wanted, k, nprobes))
+
+    def listed(self, path: str, query_ids: set[str]) -> tuple[Candidates, int]:
+        """listed mode: each query's listed documents the table holds, and how many listed pairs
+        name a document it does not."""
+        return listed_ids(path, query_ids, self.has)
+
+    def candidate_raw(self, candidates: Candidates) -> Callable[[np.ndarray, object], np.ndarray]:
+        """(doc ids, payload) -> their raw scores, for :func:`score_listed`; every candidate's
+        scores read once."""
+        lookup = raw_lookup(self, [d for ids, _ in candidates.values() for d in ids])
+        return lambda ids, _payload: lookup(ids)
+
+    def pair_raw(self, doc_ids: pd.Series) -> Callable[[np.ndarray, np.ndarray, str], np.ndarray]:
+        """(doc ids, term indices, query id) -> raw scores, for the side table of the ranked pairs ``doc_ids``."""
+        ranked = raw_lookup(self, doc_ids.tolist())
+        return lambda ids, idx, _qid: ranked(ids)[:, idx]
+
+    def shard_task(self, queries, k: int, ops: Operators, calibration: Calibration, block_rows: int):
+        """exact mode: ``task(store, (lo, hi))`` scoring one shard of the table's rows on a search
+        actor (``Context.shards``), or None: scored here in one pass."""
+        return None
+
+    def score_blocks(self, queries, k: int, ops: Operators, calibration: Calibration, block_rows: int) -> pd.DataFrame:
+        """exact mode in one pass over the table."""
+        return score_exact(queries, self.terms, None, self.blocks(block_rows), k, [ops], calibration)[ops]
+
+    def exact(self, queries, k: int, ops: Operators, calibration: Calibration, block_rows: int, shards=None) -> pd.DataFrame:
+        """exact mode: in shards of the table's rows where the scorer and ``shards`` (``Context.shards``) allow, else in one pass."""
+        task = self.shard_task(queries, k, ops, calibration, block_rows)
+        if task is not None and shards is not None:
+            merged = shards(task, functools.partial(merge_exact, k=k, query_order=[q.query_id for q in queries]))
+            if merged is not None:
+                return merged
+        return self.score_blocks(queries, k, ops, calibration, block_rows)
 
 
-class DenseEvidence:
+class DenseEvidence(Evidence):
     """Cosines of the terms' embeddings with the documents' vectors."""
 
-    scorer = "dense"
+    name = "dense"
+    calibrations = ("none", "zscore", "sigmoid")
+    encoder = True
+    counts_misses = False  # a vector search always finds neighbours
 
     def __init__(self, store, terms: Sequence[str], term_vectors: np.ndarray):
         self.store, self.terms = store, list(terms)
         self.T = np.asarray(term_vectors, dtype=np.float32)
+
+    @classmethod
+    def make(cls, store, terms: Sequence[str], encode=None, hybrid_weight: float = 0.5, sample: int = 10_000) -> DenseEvidence:
+        return cls(store, terms, encode(list(terms)) if terms else np.zeros((0, store.dim), np.float32))
 
     def raw(self, doc_ids: Sequence[str]) -> np.ndarray:
         """(docs x terms) cosines; ``KeyError`` for a document the table lacks."""
@@ -87,8 +169,8 @@ class DenseEvidence:
             raise KeyError(f"dense evidence: no vector for document(s) {missing[:3]}")
         return np.stack([vectors[d] for d in doc_ids]) @ self.T.T
 
-    def blocks(self, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for ids, vectors in self.store.vector_blocks(block_rows):
+    def blocks(self, block_rows: int, rows: tuple[int, int] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for ids, vectors in self.store.vector_blocks(block_rows, **({} if rows is None else {"rows": rows})):
             yield ids, np.asarray(vectors, dtype=np.float32) @ self.T.T
 
     def has(self, doc_ids: Sequence[str]) -> np.ndarray:
@@ -98,17 +180,50 @@ class DenseEvidence:
     def sample(self, n: int) -> np.ndarray:
         return self.store.sample_vectors(n) @ self.T.T
 
+    def search(self, wanted: list[str], k: int, nprobes: int | None, with_vectors: bool = False):
+        """The vector search of the wanted terms' embeddings: a table (query_index, doc_id[, vector])."""
+        order = {t: i for i, t in enumerate(self.terms)}
+        return self.store.vector_search(self.T[[order[t] for t in wanted]], k, with_vectors=with_vectors, nprobes=nprobes)
 
-class BM25Evidence:
+    def candidates(self, queries, k: int, nprobes: int | None):
+        """ann mode: each positive term's nearest documents, with their vectors (the payload
+        each query's candidates are scored from)."""
+        return ann_candidates(queries, self.terms, self.T, lambda v, n: self.store.vector_search(v, n, with_vectors=True, nprobes=nprobes), k)
+
+    def listed(self, path: str, query_ids: set[str]):
+        return listed_candidates(path, query_ids, self.store)
+
+    def candidate_raw(self, candidates):
+        """Each query's candidates scored from their vectors (the payload), one product per query."""
+        return lambda ids, vecs: np.asarray(vecs, dtype=np.float32) @ self.T.T
+
+    def pair_raw(self, doc_ids: pd.Series):
+        return vector_term_raw(self.T, self.store.vectors_for(doc_ids.unique().tolist()))
+
+    def shard_task(self, queries, k, ops, calibration, block_rows):
+        return functools.partial(exact_shard, queries, self.terms, self.T, k, ops, calibration, block_rows)
+
+    def score_blocks(self, queries, k, ops, calibration, block_rows):
+        """The cosines composed straight from the document vectors (:func:`score_exact`'s products)."""
+        return score_exact(queries, self.terms, self.T, self.store.vector_blocks(block_rows), k, [ops], calibration)[ops]
+
+
+class BM25Evidence(Evidence):
     """Each term's BM25 score for every document of the table (terms x documents, sparse)."""
 
-    scorer = "bm25"
+    name = "bm25"
+    calibrations = ("max", "saturation", "zscore", "none", "sigmoid")
+    fulltext = True
 
     def __init__(self, store, terms: Sequence[str]):
         self.index, self.terms = store.bm25_index(), list(terms)
         # terms x documents, by document (CSC: a block or a candidate set is a column slice)
         self.by_doc = self.index.term_scores(self.terms).tocsc()
         self.rows = pd.Index(self.index.doc_ids)
+
+    @classmethod
+    def make(cls, store, terms: Sequence[str], encode=None, hybrid_weight: float = 0.5, sample: int = 10_000) -> BM25Evidence:
+        return cls(store, terms)
 
     def has(self, doc_ids: Sequence[str]) -> np.ndarray:
         """Which of the documents the table holds."""
@@ -121,9 +236,10 @@ class BM25Evidence:
             raise KeyError(f"bm25 evidence: no document(s) {[d for d, r in zip(doc_ids, rows, strict=True) if r < 0][:3]} in the index")
         return self.by_doc[:, rows].toarray().T.astype(np.float32)
 
-    def blocks(self, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for lo in range(0, len(self.rows), block_rows):
-            hi = min(lo + block_rows, len(self.rows))
+    def blocks(self, block_rows: int, rows: tuple[int, int] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        first, last = rows if rows is not None else (0, len(self.rows))
+        for lo in range(first, last, block_rows):
+            hi = min(lo + block_rows, last)
             yield self.index.doc_ids[lo:hi], self.by_doc[:, lo:hi].toarray().T.astype(np.float32)
 
     def sample(self, n: int, seed: int = 0) -> np.ndarray:
@@ -146,16 +262,31 @@ class BM25Evidence:
         """Each term's ``k`` best documents (the bm25 stage's order), for candidate generation."""
         return [self.index.doc_ids[rows].tolist() for rows, _ in self.index.search(list(terms), k)]
 
+    def found(self, wanted, k, nprobes):
+        """ann mode: each term's BM25 top k (only documents that share a word: maybe none)."""
+        return dict(zip(wanted, self.top(wanted, k), strict=True))
 
-class HybridEvidence:
+
+class HybridEvidence(Evidence):
     """``w * bm25 + (1 - w) * dense``, each calibrated by its default (bm25 max, dense zscore)."""
 
-    scorer = "hybrid"
+    name = "hybrid"
+    calibrations = ("none",)
+    encoder = fulltext = True
 
     def __init__(self, dense: DenseEvidence, bm25: BM25Evidence, weight: float, sample: int):
         self.dense, self.bm25, self.weight, self.terms = dense, bm25, weight, dense.terms
         self.dense_cal = Calibration.zscore(self.terms, dense.sample(sample))
         self.bm25_cal = Calibration.divide("max", self.terms, bm25.maxima())
+
+    @classmethod
+    def make(cls, store, terms: Sequence[str], encode=None, hybrid_weight: float = 0.5, sample: int = 10_000) -> HybridEvidence:
+        return cls(DenseEvidence.make(store, terms, encode), BM25Evidence(store, terms), hybrid_weight, sample)
+
+    @classmethod
+    def refusal(cls, chosen: str, where: str) -> str:
+        return (f"{where}: scorer 'hybrid' calibrates each of its scorers by its default (bm25 max, dense zscore); "
+                f"leave calibration unset, not {chosen!r}.")
 
     def combine(self, dense_raw: np.ndarray, bm25_raw: np.ndarray) -> np.ndarray:
         d = self.dense_cal.apply(np.asarray(dense_raw, np.float32), self.terms)
@@ -165,20 +296,55 @@ class HybridEvidence:
     def raw(self, doc_ids: Sequence[str]) -> np.ndarray:
         return self.combine(self.dense.raw(doc_ids), self.bm25.raw(doc_ids))
 
-    def blocks(self, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for ids, dense_raw in self.dense.blocks(block_rows):
+    def blocks(self, block_rows: int, rows: tuple[int, int] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for ids, dense_raw in self.dense.blocks(block_rows, rows):
             yield ids, self.combine(dense_raw, self.bm25.raw(ids))
 
     def has(self, doc_ids: Sequence[str]) -> np.ndarray:
         return self.bm25.has(doc_ids)
 
-    def describe(self) -> str:
+    def describe(self, calibration: str | None = None) -> str:
         return f"hybrid: {self.weight:g} x bm25 (max) + {1 - self.weight:g} x dense (zscore)"
 
+    def found(self, wanted, k, nprobes):
+        """ann mode: each term's BM25 top k, then its dense neighbours."""
+        found = self.bm25.found(wanted, k, nprobes)
+        if wanted:
+            hits = self.dense.search(wanted, k, nprobes)
+            for qi, doc in zip(hits.column("query_index").to_pylist(), hits.column("doc_id").to_pylist(), strict=True):
+                found[wanted[qi]].append(doc)
+        return found
 
-def describe(evidence, calibration: str) -> str:
+
+EVIDENCE: dict[str, type[Evidence]] = {cls.name: cls for cls in (DenseEvidence, BM25Evidence, HybridEvidence)}
+SCORERS = tuple(EVIDENCE)
+CALIBRATIONS = {name: cls.calibrations for name, cls in EVIDENCE.items()}  # scorer -> the calibrations it takes, its default first
+
+
+def evidence_class(scorer: str, where: str = "evidence") -> type[Evidence]:
+    """The evidence class of a scorer option's value; an unknown one is one line naming the valid ones."""
+    if scorer not in EVIDENCE:
+        raise EvidenceError(f"{where}: unknown scorer {scorer!r}; valid: {', '.join(SCORERS)}.")
+    return EVIDENCE[scorer]
+
+
+def default_calibration(scorer: str) -> str:
+    return EVIDENCE[scorer].calibrations[0]
+
+
+def check_calibration(scorer: str, calibration: str | None, where: str) -> str:
+    """The calibration a scorer uses (its default for None); a pair that does not go together
+    is one line naming the valid ones."""
+    cls = evidence_class(scorer, where)
+    chosen = calibration or cls.calibrations[0]
+    if chosen not in cls.calibrations:
+        raise EvidenceError(cls.refusal(chosen, where))
+    return chosen
+
+
+def describe(evidence: Evidence, calibration: str) -> str:
     """The calibration a manifest records: its name, or hybrid's rule."""
-    return evidence.describe() if evidence.scorer == "hybrid" else calibration
+    return evidence.describe(calibration)
 
 
 def raw_lookup(evidence, doc_ids: Sequence[str]):
@@ -190,14 +356,9 @@ def raw_lookup(evidence, doc_ids: Sequence[str]):
     return lambda want: M[at.get_indexer(list(want))]
 
 
-def make_evidence(scorer: str, store, terms: Sequence[str], encode=None, hybrid_weight: float = 0.5, sample: int = 10_000):
+def make_evidence(scorer: str, store, terms: Sequence[str], encode=None, hybrid_weight: float = 0.5, sample: int = 10_000) -> Evidence:
     """The evidence object of ``scorer`` for ``terms``; ``encode(texts)`` embeds (dense, hybrid)."""
-    if scorer == "bm25":
-        return BM25Evidence(store, terms)
-    dense = DenseEvidence(store, terms, encode(list(terms)) if terms else np.zeros((0, store.dim), np.float32))
-    if scorer == "dense":
-        return dense
-    return HybridEvidence(dense, BM25Evidence(store, terms), hybrid_weight, sample)
+    return evidence_class(scorer).make(store, terms, encode, hybrid_weight, sample)
 
 
 def calibrate_evidence(evidence, name: str, sample: int = 10_000, labels: Sequence[dict] | None = None) -> Calibration:
@@ -212,8 +373,6 @@ def calibrate_evidence(evidence, name: str, sample: int = 10_000, labels: Sequen
     if name == "zscore":
         return Calibration.zscore(terms, evidence.sample(sample))
     if name == "sigmoid":  # labelled documents the table lacks are left out, as over dense vectors
-        from logicrank.pipelines.methods.itlr import labelled_scores_from
-
         labels = list(labels or [])
         held = evidence.has([r["doc_id"] for r in labels]) if labels else np.zeros(0, bool)
         return Calibration.fit_sigmoid(labelled_scores_from([r for r, h in zip(labels, held, strict=True) if h], terms, evidence.raw))

@@ -309,6 +309,13 @@ def score_exact(
     return out if with_rows else {ops: df.drop(columns="row") for ops, df in out.items()}
 
 
+def exact_shard(queries, terms, term_vectors, k, ops, calibration, block_rows, store, rows: tuple[int, int]) -> pd.DataFrame:
+    """ITLR exact over one shard of the table's rows (a search actor's part of ``Context.shards``):
+    its top k with their table rows, which :func:`merge_exact` merges exactly."""
+    blocks = store.vector_blocks(block_rows, rows=rows)
+    return score_exact(queries, terms, term_vectors, blocks, k, [ops], calibration, first_row=rows[0], with_rows=True)[ops]
+
+
 def merge_exact(parts: Sequence[pd.DataFrame], k: int, query_order: Sequence[str]) -> pd.DataFrame:
     """The top k of several shards' :func:`score_exact` (each over its own rows of the table)
     under the order one pass keeps, and laid out as one pass lays them out: the queries in
@@ -407,6 +414,12 @@ def term_scores(
 ) -> pa.Table:
     """The per-term scores behind each ranked (query, document) pair (TERM_SCORES): per
     query, its pairs' rows in order, each with the query's terms in order."""
+    return term_scores_from(pairs, queries, terms, vector_term_raw(term_vectors, doc_vectors), calibration)
+
+
+def vector_term_raw(term_vectors: np.ndarray, doc_vectors: dict[str, np.ndarray]):
+    """:func:`term_scores_from`'s ``raw`` over dense vectors: (doc ids, term indices, query id)
+    -> their cosines, each query's documents times its terms."""
     T = np.asarray(term_vectors, dtype=np.float32)
     docs = pd.Index(list(doc_vectors))
     D = np.stack([doc_vectors[d] for d in docs]) if len(docs) else np.zeros((0, T.shape[1]), np.float32)
@@ -417,7 +430,7 @@ def term_scores(
             raise KeyError(f"term_scores: no vector for document(s) {list(doc_ids[rows < 0][:3])} of query {qid}")
         return D[rows] @ T[idx].T
 
-    return term_scores_from(pairs, queries, terms, raw, calibration)
+    return raw
 
 
 def term_scores_from(pairs: pd.DataFrame, queries: Sequence[LogicalQuery], terms: Sequence[str], raw, calibration: Calibration) -> pa.Table:
@@ -476,6 +489,54 @@ def ann_candidates(
             union.update(found[t])
         candidates[q.query_id] = (np.array(list(union), dtype=object), np.stack(list(union.values())))
     return candidates, no_positive
+
+
+def term_candidates(queries: Sequence[LogicalQuery], terms: Sequence[str], find) -> tuple[dict[str, tuple[np.ndarray, None]], list[LogicalQuery]]:
+    """ann mode over any scorer: the union of each positive term's documents, per query
+    (``find(wanted terms)`` -> term -> doc ids, the terms in ``terms``' order); the queries
+    without a positive term are scored exactly. A query whose positive terms find nothing (BM25
+    returns only documents that share a word) gets no candidates."""
+    order = {t: i for i, t in enumerate(terms)}
+    wanted = sorted({t for q in queries for t in positive_terms(q.ast)}, key=order.__getitem__)
+    found = find(wanted)
+    candidates, exact = {}, []
+    for q in queries:
+        pos = sorted(positive_terms(q.ast), key=order.__getitem__)
+        if not pos:
+            exact.append(q)
+            continue
+        ids = list(dict.fromkeys(d for t in pos for d in found[t]))
+        if ids:
+            candidates[q.query_id] = (np.array(ids, dtype=object), None)
+    return candidates, exact
+
+
+def listed_ids(path: str, query_ids: set[str], has) -> tuple[dict[str, tuple[np.ndarray, None]], int]:
+    """listed mode over any scorer: each query's listed documents the table holds (``has(doc
+    ids)`` -> bool per document), and how many listed pairs name a document it does not."""
+    from logicrank.pipelines.io import read_qrels
+
+    pairs = read_qrels(path).to_pandas()
+    pairs = pairs[pairs["query_id"].isin(query_ids)]
+    held = has(pairs["doc_id"])
+    out = {qid: (group["doc_id"].to_numpy(dtype=object), None) for qid, group in pairs[held].groupby("query_id", sort=False)}
+    return out, int((~held).sum())
+
+
+def listed_candidates(path: str, query_ids: set[str], store) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
+    """listed mode over dense vectors: query id -> (doc ids, vectors) of the documents a
+    qrels-format file lists for it (those in the table), and how many listed pairs name a
+    document the table does not hold."""
+    from logicrank.pipelines.io import read_qrels
+
+    pairs = read_qrels(path).to_pandas()
+    pairs = pairs[pairs["query_id"].isin(query_ids)]
+    vectors = store.vectors_for(pairs["doc_id"].unique().tolist())
+    out = {}
+    for qid, group in pairs.groupby("query_id", sort=False):
+        ids = np.array([d for d in group["doc_id"] if d in vectors], dtype=object)
+        out[qid] = (ids, np.stack([vectors[d] for d in ids]) if len(ids) else np.zeros((0, 0), np.float32))
+    return out, int((~pairs["doc_id"].isin(list(vectors))).sum())
 
 
 def labelled_scores(

@@ -1,10 +1,10 @@
-"""ITLR: each query's logical form over text terms; every term embedded once; cosine scores
-composed with fuzzy operators (exact over every document, over ANN candidates, or over the
-candidates a file lists for each query)."""
+"""ITLR: each query's logical form over text terms; every term scored once by one scorer's
+evidence (dense cosines, BM25, hybrid: pipelines/methods/evidence.py), composed with fuzzy
+operators (exact over every document, over ANN candidates, or over the candidates a file lists
+for each query). The algorithms live in pipelines/methods/itlr.py and evidence.py."""
 
 from __future__ import annotations
 
-import functools
 from typing import Literal
 
 import numpy as np
@@ -15,22 +15,8 @@ from pydantic import Field, field_validator, model_validator
 from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.logic.grammar import BLANK
 from logicrank.pipelines.logic.query import UnparsedQueryError, unparsed_message
-from logicrank.pipelines.methods.evidence import calibrate_evidence, check_calibration, describe, make_evidence, raw_lookup
-from logicrank.pipelines.methods.itlr import (
-    TERM_SCORES,
-    Calibration,
-    ann_candidates,
-    labelled_scores,
-    merge_exact,
-    parse_queries,
-    positive_terms,
-    score_candidates,
-    score_exact,
-    score_listed,
-    term_scores,
-    term_scores_from,
-    unique_terms,
-)
+from logicrank.pipelines.methods.evidence import check_calibration, evidence_class, make_evidence
+from logicrank.pipelines.methods.itlr import TERM_SCORES, parse_queries, score_listed, term_scores_from, unique_terms
 from logicrank.pipelines.methods.ranking import rank_pairs
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.stages.registry import register
@@ -77,13 +63,6 @@ class ITLROptions(StageOptions):
         return self
 
 
-def exact_shard(queries, terms, term_vectors, k, ops, calibration, block_rows, store, rows: tuple[int, int]) -> pd.DataFrame:
-    """ITLR exact over one shard of the table's rows (a search actor's part of ``Context.shards``):
-    its top k with their table rows, which :func:`merge_exact` merges exactly."""
-    blocks = store.vector_blocks(block_rows, rows=rows)
-    return score_exact(queries, terms, term_vectors, blocks, k, [ops], calibration, first_row=rows[0], with_rows=True)[ops]
-
-
 @register
 class ITLR(Stage):
     """ITLR: the query's logical form over text terms (its ``logical_query``; the raw text as
@@ -95,7 +74,7 @@ class ITLR(Stage):
     score behind the run."""
 
     name = "itlr"
-    version = 2  # 2: ties at the top k's cut go to the earliest table rows
+    version = 2  # bump when a change alters results
     side_tables = {"term_scores": TERM_SCORES}
     kind = Kind.RETRIEVER
     Options = ITLROptions
@@ -103,86 +82,42 @@ class ITLR(Stage):
 
     def needs(self) -> Needs:
         files = tuple(f for f in (self.options.labels, self.options.pairs) if f)
-        return Needs(encoder=self.options.scorer != "bm25", fulltext=self.options.scorer != "dense", files=files)
+        evidence = evidence_class(self.options.scorer)
+        return Needs(encoder=evidence.encoder, fulltext=evidence.fulltext, files=files)
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
-        if self.options.scorer != "dense":
-            return self._run_evidence(ctx, queries)
-        o = self.options
-        store, embedder = ctx.store, ctx.embedder()
-        parsed, fallbacks = self._parse(queries)
-        terms = unique_terms(parsed)
-        term_vectors = embedder.encode(terms)  # each distinct term once, in one batch
-        ops = Operators.parse(o.operators)
-        calibration = self._calibration(store, terms, term_vectors)
-        candidates, listed = {}, {}
-        if o.mode == "ann":
-            candidates, exact_queries = ann_candidates(
-                parsed, terms, term_vectors, lambda v, k: store.vector_search(v, k, with_vectors=True, nprobes=o.ann_nprobes), o.ann_k
-            )
-            frames = [score_candidates(parsed, terms, term_vectors, candidates, o.k, ops, calibration)]
-        elif o.mode == "listed":
-            candidates, absent = listed_candidates(o.pairs, {q.query_id for q in parsed}, store)
-            listed = {"listed_pairs_not_in_table": absent, "queries_without_pairs": sum(q.query_id not in candidates for q in parsed)}
-            exact_queries, frames = [], [score_candidates(parsed, terms, term_vectors, candidates, o.k, ops, calibration)]
-        else:
-            exact_queries, frames = parsed, []
-        if exact_queries:
-            task = functools.partial(exact_shard, exact_queries, terms, term_vectors, o.k, ops, calibration, o.block_rows)
-            merge = functools.partial(merge_exact, k=o.k, query_order=[q.query_id for q in exact_queries])
-            sharded = ctx.shards(task, merge) if ctx.shards is not None else None
-            frames.append(sharded if sharded is not None else score_exact(exact_queries, terms, term_vectors, store.vector_blocks(o.block_rows), o.k,
-                                                                          [ops], calibration)[ops])
-        pairs = pd.concat(frames, ignore_index=True)
-        vectors = store.vectors_for(pairs["doc_id"].unique().tolist())
-        scores = term_scores(pairs, parsed, terms, term_vectors, vectors, calibration)
-        counts = {
-            "queries": len(parsed),
-            **fallbacks,
-            "unique_terms": len(terms),
-            "mode": o.mode,
-            "operators": str(ops),
-            "scorer": "dense",
-            "calibration": calibration.name,
-            "mean_candidates": float(np.mean([len(c[0]) for c in candidates.values()])) if candidates else None,
-            **listed,
-        }
-        return Output(run=rank_pairs(pairs, o.k, "itlr", "itlr"), side={"term_scores": scores}, counts=counts)
-
-    def _run_evidence(self, ctx: Context, queries: pa.Table) -> Output:
-        """ITLR over bm25 or hybrid evidence (pipelines/methods/evidence.py): the same modes,
-        composition and side table as over dense cosines."""
+        """One engine over any scorer's evidence (pipelines/methods/evidence.py): the terms'
+        evidence and calibration, each query's candidates (ann, listed) re-scored exactly or
+        every document scored (exact; in shards of the table's rows where the scorer allows),
+        composed with the fuzzy operators, and the side table of the ranked pairs."""
         o = self.options
         parsed, fallbacks = self._parse(queries)
         terms = unique_terms(parsed)
-        encode = (lambda texts: ctx.embedder().encode(texts)) if o.scorer == "hybrid" else None  # noqa: E731
-        evidence = make_evidence(o.scorer, ctx.store, terms, encode, o.hybrid_weight, o.calibration_sample)
+        evidence = make_evidence(o.scorer, ctx.store, terms, lambda texts: ctx.embedder().encode(texts), o.hybrid_weight, o.calibration_sample)
         name = check_calibration(o.scorer, o.calibration, "itlr")
-        labels = _read_labels(o.labels) if o.labels else None
-        calibration = calibrate_evidence(evidence, name, o.calibration_sample, labels)
+        calibration = evidence.calibrate(name, o.calibration_sample, _read_labels(o.labels) if name == "sigmoid" else None)
         ops = Operators.parse(o.operators)
-        candidates, listed, exact_queries = {}, {}, parsed
+        candidates, mode_counts, exact_queries = {}, {}, parsed
         if o.mode == "ann":
-            candidates, exact_queries = _term_candidates(parsed, evidence, ctx.store, o)
-            listed = {"queries_without_candidates": sum(q.query_id not in candidates for q in parsed) - len(exact_queries)}
+            candidates, exact_queries = evidence.candidates(parsed, o.ann_k, o.ann_nprobes)
+            if evidence.counts_misses:
+                mode_counts = {"queries_without_candidates": sum(q.query_id not in candidates for q in parsed) - len(exact_queries)}
         elif o.mode == "listed":
-            candidates, absent = _listed_ids(o.pairs, {q.query_id for q in parsed}, evidence)
-            listed = {"listed_pairs_not_in_table": absent, "queries_without_pairs": sum(q.query_id not in candidates for q in parsed)}
+            candidates, absent = evidence.listed(o.pairs, {q.query_id for q in parsed})
+            mode_counts = {"listed_pairs_not_in_table": absent, "queries_without_pairs": sum(q.query_id not in candidates for q in parsed)}
             exact_queries = []
         frames = []
-        if candidates:  # every candidate's scores read once
-            lookup = raw_lookup(evidence, [d for ids, _ in candidates.values() for d in ids])
-            frames.append(score_listed(parsed, terms, lambda ids, _payload: lookup(ids), candidates, o.k, ops, calibration))
+        if candidates:
+            frames.append(score_listed(parsed, terms, evidence.candidate_raw(candidates), candidates, o.k, ops, calibration))
         if exact_queries:
-            frames.append(score_exact(exact_queries, terms, None, evidence.blocks(o.block_rows), o.k, [ops], calibration)[ops])
+            frames.append(evidence.exact(exact_queries, o.k, ops, calibration, o.block_rows, ctx.shards))
         pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
-        ranked = raw_lookup(evidence, pairs["doc_id"].tolist())
-        scores = term_scores_from(pairs, parsed, terms, lambda ids, idx, _qid: ranked(ids)[:, idx], calibration)
+        scores = term_scores_from(pairs, parsed, terms, evidence.pair_raw(pairs["doc_id"]), calibration)
         counts = {
             "queries": len(parsed), **fallbacks, "unique_terms": len(terms),
-            "mode": o.mode, "operators": str(ops), "scorer": o.scorer, "calibration": describe(evidence, calibration.name),
+            "mode": o.mode, "operators": str(ops), "scorer": o.scorer, "calibration": evidence.describe(calibration.name),
             "mean_candidates": float(np.mean([len(c[0]) for c in candidates.values()])) if candidates else None,
-            **listed,
+            **mode_counts,
         }
         return Output(run=rank_pairs(pairs, o.k, "itlr", "itlr"), side={"term_scores": scores}, counts=counts)
 
@@ -204,17 +139,6 @@ class ITLR(Stage):
             fell = [qid for qid, status in zip(ids, queries.column("decomposition_status").to_pylist(), strict=True) if status != "ok"]
             counts |= {"fallback_decompositions": len(fell), "fallback_decomposition_query_ids": fell[:100]}
         return parsed, counts
-
-    def _calibration(self, store, terms: list[str], term_vectors) -> Calibration:
-        o = self.options
-        if o.calibration in (None, "none"):
-            return Calibration()
-        if o.calibration == "zscore":
-            sample = store.sample_vectors(o.calibration_sample)
-            return Calibration.zscore(terms, sample @ term_vectors.T)
-        labels = _read_labels(o.labels)
-        vectors = store.vectors_for(sorted({r["doc_id"] for r in labels}))
-        return Calibration.fit_sigmoid(labelled_scores(labels, terms, term_vectors, vectors))
 
 
 def unparsed_queries(queries: pa.Table, parsed: list) -> list[tuple[str, str, str]]:
@@ -238,56 +162,3 @@ def _read_labels(path: str) -> list[dict]:
     from logicrank.schemas.errors import UserError
 
     return [obj for _, obj in read_jsonl(path, "itlr: labels", UserError)]
-
-
-def _term_candidates(parsed, evidence, store, o: ITLROptions):
-    """ann mode over bm25 or hybrid evidence: the union of each positive term's ``ann_k`` best
-    documents by BM25 (and, for hybrid, by dense search too), per query; the queries without a
-    positive term are scored exactly. A query whose positive terms find nothing (BM25 returns
-    only documents that share a word) gets no candidates (counted)."""
-    order = {t: i for i, t in enumerate(evidence.terms)}
-    wanted = sorted({t for q in parsed for t in positive_terms(q.ast)}, key=order.__getitem__)
-    bm25 = evidence if evidence.scorer == "bm25" else evidence.bm25
-    found = dict(zip(wanted, bm25.top(wanted, o.ann_k), strict=True))
-    if evidence.scorer == "hybrid" and wanted:
-        T = evidence.dense.T[[order[t] for t in wanted]]
-        hits = store.vector_search(T, o.ann_k, nprobes=o.ann_nprobes)
-        for qi, doc in zip(hits.column("query_index").to_pylist(), hits.column("doc_id").to_pylist(), strict=True):
-            found[wanted[qi]].append(doc)
-    candidates, exact = {}, []
-    for q in parsed:
-        pos = sorted(positive_terms(q.ast), key=order.__getitem__)
-        if not pos:
-            exact.append(q)
-            continue
-        ids = list(dict.fromkeys(d for t in pos for d in found[t]))
-        if ids:
-            candidates[q.query_id] = (np.array(ids, dtype=object), None)
-    return candidates, exact
-
-
-def _listed_ids(path: str, query_ids: set[str], evidence) -> tuple[dict, int]:
-    """listed mode over bm25 or hybrid evidence: each query's listed documents the table holds."""
-    from logicrank.pipelines.io import read_qrels
-
-    pairs = read_qrels(path).to_pandas()
-    pairs = pairs[pairs["query_id"].isin(query_ids)]
-    rows = (evidence if evidence.scorer == "bm25" else evidence.bm25).rows
-    held = rows.get_indexer(pairs["doc_id"]) >= 0
-    out = {qid: (group["doc_id"].to_numpy(dtype=object), None) for qid, group in pairs[held].groupby("query_id", sort=False)}
-    return out, int((~held).sum())
-
-
-def listed_candidates(path: str, query_ids: set[str], store) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
-    """query id -> (doc ids, vectors) of the documents a qrels-format file lists for it (those
-    in the table), and how many listed pairs name a document the table does not hold."""
-    from logicrank.pipelines.io import read_qrels
-
-    pairs = read_qrels(path).to_pandas()
-    pairs = pairs[pairs["query_id"].isin(query_ids)]
-    vectors = store.vectors_for(pairs["doc_id"].unique().tolist())
-    out = {}
-    for qid, group in pairs.groupby("query_id", sort=False):
-        ids = np.array([d for d in group["doc_id"] if d in vectors], dtype=object)
-        out[qid] = (ids, np.stack([vectors[d] for d in ids]) if len(ids) else np.zeros((0, 0), np.float32))
-    return out, int((~pairs["doc_id"].isin(list(vectors))).sum())
