@@ -1,0 +1,121 @@
+"""Fusion through ranx (pipelines/methods/fuse.py, the `fuse` stage): the figures of a hand
+computation for its normalisations and methods, rrf equal to the rrf stage's, weights
+optimised on a qrels file, the stage in a pipeline over precomputed runs, and the refusals."""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from logicrank.pipelines.methods.fuse import fuse, optimize
+from logicrank.pipelines.methods.hybrid import rrf
+from logicrank.pipelines.pipeline import Pipeline, PipelineError
+from logicrank.pipelines.runner import Inputs
+from logicrank.pipelines.stages import Context
+from logicrank.schemas.tables import RUN
+
+
+def _run(rows: list[tuple[str, str, float]], run_id: str) -> pa.Table:
+    ranks = {}
+    out = []
+    for q, d, s in rows:
+        ranks[q] = ranks.get(q, 0) + 1
+        out.append((q, d, ranks[q], s))
+    return pa.table({"query_id": [r[0] for r in out], "doc_id": [r[1] for r in out], "rank": pa.array([r[2] for r in out], pa.int32()),
+                     "score": [r[3] for r in out], "method": ["x"] * len(out), "run_id": [run_id] * len(out)}, schema=RUN)
+
+
+A = _run([("q1", "d1", 10.0), ("q1", "d2", 6.0), ("q1", "d3", 2.0), ("q2", "d1", 5.0), ("q2", "d4", 5.0)], "a")
+B = _run([("q1", "d3", 0.9), ("q1", "d4", 0.5), ("q1", "d1", 0.1)], "b")  # q2: B retrieves nothing
+
+
+def _scores(run: pa.Table) -> dict[tuple[str, str], float]:
+    return {(q, d): s for q, d, s in zip(*(run.column(c).to_pylist() for c in ("query_id", "doc_id", "score")), strict=True)}
+
+
+def _order(run: pa.Table) -> list[tuple[str, str, int]]:
+    return list(zip(*(run.column(c).to_pylist() for c in ("query_id", "doc_id", "rank")), strict=True))
+
+
+def test_combsum_combmnz_and_wsum_over_min_max_are_the_hand_computed_figures():
+    # q1, min-max: a: d1 1, d2 0.5, d3 0; b: d3 1, d4 0.5, d1 0. q2: a's two scores are equal: each 0 (ranx's rule); b has no q2
+    mnz = fuse([A, B], k=10, method="mnz")
+    assert _scores(mnz) == pytest.approx({("q1", "d1"): 2.0, ("q1", "d2"): 0.5, ("q1", "d3"): 2.0, ("q1", "d4"): 0.5,
+                                          ("q2", "d1"): 0.0, ("q2", "d4"): 0.0}, abs=1e-12)
+    # ties at 2.0 (d1, d3), 0.5 (d2, d4) and 0 (q2) rank by doc_id descending (trec_eval's order)
+    assert _order(mnz) == [("q1", "d3", 1), ("q1", "d1", 2), ("q1", "d4", 3), ("q1", "d2", 4), ("q2", "d4", 1), ("q2", "d1", 2)]
+    assert mnz.column("method").unique().to_pylist() == ["fuse-mnz"]
+    assert _scores(fuse([A, B], k=10, method="sum")) == pytest.approx(
+        {("q1", "d1"): 1.0, ("q1", "d2"): 0.5, ("q1", "d3"): 1.0, ("q1", "d4"): 0.5, ("q2", "d1"): 0.0, ("q2", "d4"): 0.0}, abs=1e-12)
+    wsum = _scores(fuse([A, B], k=10, method="wsum", weights=[0.8, 0.2]))
+    assert wsum[("q1", "d1")] == pytest.approx(0.8) and wsum[("q1", "d2")] == pytest.approx(0.4)
+    assert wsum[("q1", "d3")] == pytest.approx(0.2) and wsum[("q1", "d4")] == pytest.approx(0.1)
+    assert fuse([A, B], k=1, method="mnz").num_rows == 2  # each query's top k
+
+
+def test_zmuv_is_the_z_score_and_none_keeps_the_raw_scores():
+    z = _scores(fuse([A, A], k=10, method="sum", norm="zmuv"))  # a run fused with itself: twice its z-scores
+    sd = math.sqrt(((10 - 6) ** 2 + 0 + (2 - 6) ** 2) / 3)  # population standard deviation, as ranx
+    assert z[("q1", "d1")] == pytest.approx(8 / sd) and z[("q1", "d2")] == pytest.approx(0.0) and z[("q1", "d3")] == pytest.approx(-8 / sd)
+    assert _scores(fuse([A, B], k=10, method="wsum", norm="none", weights=[1.0, 0.0])) == pytest.approx(
+        {**_scores(A), ("q1", "d4"): 0.0})
+    with pytest.raises(ValueError, match="two runs or more"):
+        fuse([A], k=10)
+    empty = B.slice(0, 0)  # a sub-pipeline that found nothing: the other ranks as itself
+    assert _order(fuse([A, empty], k=10, method="mnz")) == [("q1", "d1", 1), ("q1", "d2", 2), ("q1", "d3", 3),
+                                                            ("q2", "d4", 1), ("q2", "d1", 2)]  # a's tie by doc id descending
+    assert fuse([empty, empty], k=10).num_rows == 0
+
+
+def test_ranx_rrf_equals_the_rrf_stage():
+    assert _scores(fuse([A, B], k=10, method="rrf", norm="none")) == pytest.approx(_scores(rrf([A, B], k=10)), abs=1e-12)
+    assert _scores(fuse([A, B], k=10, method="rrf", norm="none", parameter=10)) == pytest.approx(_scores(rrf([A, B], k=10, rrf_k=10)))
+
+
+def test_weights_optimised_on_qrels_favour_the_run_that_finds_the_relevant_document():
+    qrels = pa.table({"query_id": ["q1"], "doc_id": ["d4"], "relevance": pa.array([1], pa.int32())})
+    best, n = optimize([A, B], qrels, "wsum", "min-max", "ndcg@10", step=0.1)
+    w_a, w_b = best["weights"]
+    assert n == 1 and w_a < 0.5 * w_b  # d4 (only b retrieves it, at 0.5) ranks second only when a weighs under half of b
+    top = fuse([A, B], k=10, method="wsum", weights=best["weights"])
+    assert [d for q, d, _ in _order(top) if q == "q1"].index("d4") == 1
+    with pytest.raises(ValueError, match="nothing to optimise on"):
+        optimize([A, B], qrels.slice(0, 0), "wsum", "min-max")
+
+
+def test_the_fuse_stage_fuses_its_sub_pipelines_and_optimises_on_a_qrels_file(tmp_path):
+    pq.write_table(A, tmp_path / "a.parquet")
+    pq.write_table(B, tmp_path / "b.parquet")
+    (tmp_path / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td4\t1\n")
+    queries = pa.table({"query_id": ["q1", "q2"], "text": ["x", "y"]})
+    of = [[{"run_file": {"path": str(tmp_path / "a.parquet")}}], [{"run_file": {"path": str(tmp_path / "b.parquet")}}]]
+    files = {str(tmp_path / f): {"sha256": f} for f in ("a.parquet", "b.parquet", "train.tsv")}
+    inputs = Inputs("t", encoder="e", files=files)
+    out = Pipeline.parse("fused", [{"fuse": {"k": 3, "method": "mnz", "of": of}}]).run(Context(store=None), queries, inputs=inputs)
+    assert out.run.column("run_id").unique().to_pylist() == ["fused"]
+    assert out.run.filter(pa.compute.equal(out.run.column("query_id"), "q1")).column("doc_id").to_pylist() == ["d3", "d1", "d4"]
+    tuned = Pipeline.parse("tuned", [{"fuse": {"method": "wsum", "optimize": str(tmp_path / "train.tsv"), "of": of}}])
+    result = tuned.run(Context(store=None), queries, inputs=inputs)
+    counts = result.steps[-1]
+    assert counts["optimized_on_queries"] == 1 and counts["weights"][0] < 0.5 * counts["weights"][1]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"of": []}, "give at least one sub-pipeline to fuse"),
+    ({"of": [["dense"]]}, "fuses two sub-pipelines or more"),
+    ({"method": "bayesfuse", "of": [["dense"], ["bm25"]]}, "'sum', 'mnz'"),
+    ({"norm": "softmax", "of": [["dense"], ["bm25"]]}, "'min-max'"),
+    ({"method": "sum", "weights": [1, 2], "of": [["dense"], ["bm25"]]}, "method sum takes no weights"),
+    ({"method": "wsum", "weights": [1], "of": [["dense"], ["bm25"]]}, "1 weights for 2 sub-pipelines"),
+    ({"method": "wsum", "weights": [1, 1], "optimize": "q.tsv", "of": [["dense"], ["bm25"]]}, "weights or optimize, not both"),
+    ({"method": "mnz", "parameter": 3, "of": [["dense"], ["bm25"]]}, "method mnz takes no parameter"),
+    ({"method": "mnz", "optimize": "q.tsv", "of": [["dense"], ["bm25"]]}, "method mnz has nothing to optimise"),
+    ({"k": 0, "of": [["dense"], ["bm25"]]}, "greater than or equal to 1"),
+])
+def test_a_bad_fuse_stage_is_refused_in_one_line(options, message):
+    with pytest.raises(PipelineError, match=message) as info:
+        Pipeline.parse("x", [{"fuse": options}])
+    assert "\n" not in str(info.value)
