@@ -128,7 +128,7 @@ class Table:
                                 "table.search")
         pipe = as_pipeline(pipeline, "search", "table.search")
         pipe.validate(frozenset(queries.column_names))
-        run = pipe.run(self.context, queries, cache if isinstance(cache, StageCache) else StageCache(cache)).run
+        run = pipe.run(self.context, queries, stage_cache(cache, "table.search")).run
         if k is not None:
             run = run.filter(pc.less_equal(run.column("rank"), int(k)))
         frame = run.select(["query_id", "doc_id", "rank", "score"]).to_pandas()
@@ -341,6 +341,15 @@ def as_queries(queries: Any, where: str = "retrieve") -> pa.Table:
                       f"not {type(queries).__name__}.")
 
 
+def stage_cache(cache: Any, where: str) -> StageCache:
+    """``cache`` (None, a directory or a :class:`StageCache`) as a StageCache."""
+    if isinstance(cache, StageCache):
+        return cache
+    if cache is not None and not isinstance(cache, (str, Path)):
+        raise PipelineError(f"{where}: cache is a directory or a StageCache, not {type(cache).__name__}.")
+    return StageCache(cache)
+
+
 class Results(dict):
     """What :func:`retrieve` returns: run id -> :class:`Result` (``.run``: the RUN table,
     ``.side``: side tables by name, ``.steps``: a step per stage, ``.to_pandas()``), in the
@@ -371,10 +380,7 @@ def retrieve(table: Table, queries: Any, pipes: Any, cache: StageCache | str | P
     if not isinstance(table, Table):
         raise PipelineError(f"retrieve: table is lr.open_table(...), not {type(table).__name__}.")
     queries = as_queries(queries, "retrieve")
-    if not isinstance(cache, StageCache):
-        if cache is not None and not isinstance(cache, (str, Path)):
-            raise PipelineError(f"retrieve: cache is a directory or a StageCache, not {type(cache).__name__}.")
-        cache = StageCache(cache)
+    cache = stage_cache(cache, "retrieve")
     pipes = as_pipelines(pipes)
     for p in pipes:
         p.validate(frozenset(queries.column_names))  # every pipeline before any runs
@@ -498,6 +504,8 @@ def evaluate(runs: Any, qrels: pa.Table | str | Path, measures: Sequence[str] = 
         raise PipelineError(f"evaluate: run_ids is a list of run ids, not {run_ids!r:.60}.")
     if isinstance(measures, str):
         measures = [measures]
+    if not isinstance(measures, (list, tuple)) or not all(isinstance(m, str) for m in measures):
+        raise PipelineError(f"evaluate: measures is a list of names (['nDCG@10', 'R@100']), not {measures!r:.60}.")
     if not isinstance(qrels, pa.Table):
         if not isinstance(qrels, (str, Path)):
             raise PipelineError(f"evaluate: qrels is a table (query_id, doc_id, relevance) or a qrels file, not {type(qrels).__name__}.")

@@ -155,6 +155,16 @@ def test_evaluate_mistakes_are_one_line_user_errors(runs, qrels, match):
     assert "\n" not in str(exc.value)
 
 
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"measures": 5}, "measures is a list of names"),
+    ({"measures": ["nope"]}, "unknown measure 'nope'"),
+    ({"run_ids": "good"}, "run_ids is a list of run ids"),
+])
+def test_evaluate_refuses_bad_measures_and_run_ids(kwargs, match):
+    with pytest.raises(lr.UserError, match=match):
+        lr.evaluate(GOOD, QRELS, **kwargs)
+
+
 def test_compare_refuses_what_is_not_metrics_and_an_unknown_baseline():
     ev = lr.evaluate([GOOD, POOR], QRELS, ["P@1"])
     with pytest.raises(lr.UserError, match="give lr.evaluate"):
@@ -220,6 +230,8 @@ def test_search_answers_one_query_text_or_logical(table_db):
     (lambda t: lr.retrieve(t, "malaria", ["bm25", lr.bm25(k=3)]), r"run ids repeat: \['bm25'\]"),
     (lambda t: lr.retrieve(t, "malaria", {"a b": "bm25"}), "run ids"),
     (lambda t: lr.retrieve(t, "malaria", {}), "at least one pipeline"),
+    (lambda t: lr.retrieve(t, "malaria", "bm25", cache=5), "cache is a directory or a StageCache, not int"),
+    (lambda t: t.search("malaria", "bm25", cache=5), "cache is a directory or a StageCache, not int"),
 ])
 def test_table_mistakes_are_one_line_user_errors(table_db, call, match):
     with pytest.raises(lr.UserError, match=match) as exc:
