@@ -43,7 +43,8 @@ def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayCo
     cfg = RetrieveConfig(queries=str(queries), db=str(table / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    index = run_index(IndexConfig(corpus=str(corpus), db=cfg.db, embed=embed, ray=ray, **exp.index), table / "index", progress=progress)
+    fmt = {"format": exp.dataset.format} if exp.dataset.corpus is not None and "format" not in exp.index else {}
+    index = run_index(IndexConfig(corpus=str(corpus), db=cfg.db, embed=embed, ray=ray, **fmt, **exp.index), table / "index", progress=progress)
     timings["index"] = time.perf_counter() - t
     t = time.perf_counter()
     runs = run_retrieve(cfg, out / "retrieve", echo=echo, progress=progress)

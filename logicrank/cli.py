@@ -549,6 +549,58 @@ def models_prepare(
     typer.echo(f"{r.model_id}: {r.path}")
 
 
+datasets_app = typer.Typer(rich_markup_mode=None, help="Datasets by name: the bundled ones and those you register.")
+app.add_typer(datasets_app, name="datasets")
+
+
+@datasets_app.callback(invoke_without_command=True)
+def datasets_list(ctx: typer.Context):
+    """List the bundled datasets and the ones you registered (`logicrank datasets add`); an
+    experiment names any of them (`dataset: NAME`), or `irds:<id>` for ir_datasets' cache."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from logicrank.pipelines.datasets import registry
+
+    typer.echo("bundled:")
+    for name, (what, _) in registry.BUNDLED.items():
+        typer.echo(f"  {name}: {what}")
+    held = _run(registry.registered)
+    typer.echo(f"registered ({registry.registry_path()}):" + ("" if held else " none; add one with `logicrank datasets add`"))
+    for name, entry in held.items():
+        typer.echo(f"  {name}: corpus {entry.corpus} ({entry.format}), queries {entry.queries}, qrels {entry.qrels}"
+                   + (f"; {entry.description}" if entry.description else ""))
+    typer.echo("ir_datasets: irds:<id>, read from the local ir_datasets cache (nothing is downloaded)")
+
+
+@datasets_app.command("add")
+def datasets_add(
+    name: Annotated[str, typer.Argument(help="The name experiments give it by (dataset: NAME).")],
+    corpus: Annotated[str, typer.Option(help="The corpus file or directory: BEIR, JSONL, Parquet, TREC SGML or TSV.")],
+    queries: Annotated[str, typer.Option(help="The queries: BEIR queries.jsonl, JSONL, Parquet, TSV or a TREC topics file.")],
+    qrels: Annotated[str, typer.Option(help="The qrels: BEIR TSV or TREC qrels.")],
+    format: Annotated[str, typer.Option(help="The corpus format: auto, beir, jsonl, parquet, trec or tsv.")] = "auto",
+    topics_field: Annotated[str, typer.Option(help="A TREC topics file's field that is the query: title, desc or narr.")] = "title",
+    description: Annotated[str, typer.Option(help="A line saying what it is.")] = "",
+    replace: Annotated[bool, typer.Option(help="Overwrite a dataset of that name.")] = False,
+):
+    """Register a collection by name (its paths stored absolute)."""
+    from logicrank.pipelines.datasets import registry
+
+    entry = _run(registry.Registered, corpus=corpus, queries=queries, qrels=qrels, format=format, topics_field=topics_field,
+                 description=description)
+    path = _run(registry.register, name, entry, replace=replace)
+    typer.echo(f"registered {name} in {path}")
+
+
+@datasets_app.command("remove")
+def datasets_remove(name: Annotated[str, typer.Argument(help="A registered dataset.")]):
+    """Forget a registered dataset (its files stay where they are)."""
+    from logicrank.pipelines.datasets import registry
+
+    path = _run(registry.unregister, name)
+    typer.echo(f"removed {name} from {path}")
+
+
 @app.command("bench-itlr")
 @configured(EMBED.at("embed"), ray_address="ray.address")
 def bench_itlr(

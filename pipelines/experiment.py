@@ -89,36 +89,81 @@ def _rulebench_set(v: Any) -> Any:
     return {"dir": v} if isinstance(v, str) else v
 
 
+def _dataset_form(v: Any) -> Any:
+    """A dataset given by name (``dataset: NAME`` or ``{name: NAME, ...}``): a bundled set, a
+    registered one (:mod:`logicrank.pipelines.datasets.registry`) or ``irds:<id>``, spelled out
+    as the fields it stands for (the name kept for the report)."""
+    if isinstance(v, str):
+        v = {"name": v}
+    if not isinstance(v, dict) or v.get("name") is None:
+        return v
+    from logicrank.pipelines.datasets import registry
+
+    name, rest = str(v["name"]), {k: x for k, x in v.items() if k != "name"}
+    if name.startswith(registry.IRDS):
+        return {"name": name, "irds": name.removeprefix(registry.IRDS), **rest}
+    if name in registry.BUNDLED:
+        return {"name": name, **registry.BUNDLED[name][1], **rest}
+    held = registry.registered()
+    if name in held:
+        return {"name": name, **held[name].model_dump(exclude={"description"}), **rest}
+    raise ValueError(f"no dataset named {name!r}; bundled: {', '.join(registry.BUNDLED)}; registered: {', '.join(held) or 'none'} "
+                     f"(`logicrank datasets add`); or irds:<id> (ir_datasets)")
+
+
 class Dataset(_Model):
     """Where the queries, qrels and corpus come from: exactly one of ``bundled`` (a set in
     pipelines/datasets), ``beir`` (a BEIR directory: corpus.jsonl, queries.jsonl,
-    qrels/test.tsv) or ``rulebench`` (a RuleBench set, :class:`RuleBenchSet`), ``setlogic`` (LIMIT
+    qrels/test.tsv), ``corpus`` with ``queries`` and ``qrels`` (three paths in any format
+    `logicrank index`, `retrieve` and `evaluate` read: BEIR, JSONL, Parquet, TREC SGML and
+    topics, TSV; ``format`` the corpus's, ``topics_field`` a TREC topics file's field), ``irds``
+    (an ir_datasets id, read from the local ir_datasets cache; nothing is downloaded),
+    ``rulebench`` (a RuleBench set, :class:`RuleBenchSet`), ``setlogic`` (LIMIT
     set-logic queries generated with exact gold), ``synthetic`` (ITLR's synthetic logical
     benchmark, generated; its qrels files: ``qrels/test.tsv`` each query's own positives,
     ``qrels/pooled.tsv`` every document judged, ``qrels/own.tsv`` each query's own documents)
     or ``qa`` (a multi-hop QA set, bundled or read from ``qa_src`` and, for MuSiQue,
     ``qa_corpus``, converted as `logicrank prepare-qa` does). Paths may name
     environment variables (``${LOGICRANK_RULEBENCH}``). ``sample``: that many queries drawn
-    with ``seed``, or ``query_ids``: those queries (queries and qrels cut alike either way)."""
+    with ``seed``, or ``query_ids``: those queries (queries and qrels cut alike either way).
+    A dataset may be given by name instead: ``dataset: scifact``, a name registered with
+    `logicrank datasets add`, or ``dataset: irds:<id>``."""
 
+    name: str | None = Field(None, description="The name the dataset was given by (bundled, registered or irds:<id>).")
     bundled: Literal["scifact"] | None = None
     beir: str | None = None
+    corpus: str | None = Field(None, description="With queries and qrels: the corpus file or directory, in any format `logicrank index` reads.")
+    queries: str | None = Field(None, description="With corpus: the queries file (BEIR JSONL, JSONL, Parquet, TSV, TREC topics).")
+    format: Literal["auto", "beir", "jsonl", "parquet", "trec", "tsv"] = Field("auto", description="With corpus: the corpus format.")
+    topics_field: Literal["title", "desc", "narr"] = Field("title", description="With corpus: a TREC topics file's field that is the query.")
+    irds: str | None = Field(None, description="An ir_datasets id, read from the local ir_datasets cache (nothing is downloaded).")
     rulebench: Annotated[RuleBenchSet | None, BeforeValidator(_rulebench_set)] = None
     setlogic: SetLogic | None = None
     synthetic: Synthetic | None = None
     qa: Literal["musique", "hotpotqa"] | None = Field(None, description="A bundled multi-hop QA set, converted as `logicrank prepare-qa` does.")
     qa_src: str | None = Field(None, description="With qa: the set's question file instead of the bundled one (`prepare-qa --src`).")
     qa_corpus: str | None = Field(None, description="With qa: musique: the paragraph corpus file going with qa_src (`prepare-qa --corpus`).")
-    qrels: str = Field("qrels/test.tsv", description="The qrels file inside a BEIR directory.")
+    qrels: str = Field("qrels/test.tsv", description="The qrels file inside a BEIR directory; with corpus, the qrels file (BEIR TSV or TREC).")
     sample: int | None = Field(None, ge=1)
     seed: int = 0
     query_ids: tuple[Annotated[str, BeforeValidator(str)], ...] | None = Field(
         None, min_length=1, description="Run only these queries (not with sample); numbers are read as ids.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _by_name(cls, v: Any) -> Any:
+        return _dataset_form(v)
+
     @model_validator(mode="after")
     def _one(self):
-        if sum(x is not None for x in (self.bundled, self.beir, self.rulebench, self.setlogic, self.synthetic, self.qa)) != 1:
-            raise ValueError("give exactly one of bundled, beir, rulebench, setlogic, synthetic, qa")
+        if sum(x is not None for x in (self.bundled, self.beir, self.corpus, self.irds, self.rulebench, self.setlogic, self.synthetic,
+                                       self.qa)) != 1:
+            raise ValueError("give exactly one of bundled, beir, corpus (with queries and qrels), irds, rulebench, setlogic, synthetic, qa; "
+                             "or a name")
+        if (self.corpus is None) != (self.queries is None) or (self.corpus is not None and "qrels" not in self.model_fields_set):
+            raise ValueError("corpus, queries and qrels go together: give all three paths")
+        if self.corpus is None and (self.format != "auto" or self.topics_field != "title"):
+            raise ValueError("format and topics_field describe the files of corpus, queries and qrels: give those with them")
         if self.qa is None and (self.qa_src is not None or self.qa_corpus is not None):
             raise ValueError("qa_src and qa_corpus name the files of a qa set: give qa (musique or hotpotqa) with them")
         if self.qa == "hotpotqa" and self.qa_corpus is not None:
@@ -137,6 +182,12 @@ class Dataset(_Model):
         elif self.synthetic is not None:
             where = (f"ITLR's synthetic logical benchmark from SciFact text ({self.synthetic.per_template} per template, "
                      f"seed {self.synthetic.seed}; qrels {self.qrels})")
+        elif self.corpus is not None:
+            where = (f"{self.name}: " if self.name else "") + (
+                f"corpus {os.path.expandvars(self.corpus)}, queries {os.path.expandvars(self.queries or '')}, "
+                f"qrels {os.path.expandvars(self.qrels)}")
+        elif self.irds is not None:
+            where = f"irds:{self.irds} (ir_datasets)"
         else:
             where = self.bundled or os.path.expandvars(self.beir or "") or f"RuleBench {self.rulebench.label if self.rulebench else ''}"
         if self.query_ids:
@@ -293,8 +344,11 @@ def _same_data(a: Dataset, b: Dataset) -> bool:
         def resolved(p: str | None) -> str | None:
             return None if p is None else str(Path(os.path.expandvars(p)).resolve())
 
-        out = d.model_dump()
-        out["beir"] = resolved(out["beir"])
+        out = d.model_dump(exclude={"name"})
+        for k in ("beir", "corpus", "queries"):
+            out[k] = resolved(out[k])
+        if d.corpus is not None:
+            out["qrels"] = resolved(out["qrels"])
         if out["rulebench"] is not None:
             out["rulebench"] |= {k: resolved(out["rulebench"][k]) for k in ("dir", "rules", "queries")}
         return out
@@ -458,6 +512,15 @@ def prepare_dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
 
             synthetic(datasets.scifact().corpus, out / "data", per_template=d.synthetic.per_template, seed=d.synthetic.seed)
             root, qrels = out / "data", d.qrels
+        elif d.irds is not None:
+            from logicrank.pipelines.datasets.registry import DatasetError, irds_to_beir
+
+            try:
+                root, qrels = irds_to_beir(d.irds, out / "irds"), "qrels/test.tsv"
+            except DatasetError as exc:
+                raise ExperimentError(f"dataset {exc}") from None
+        elif d.corpus is not None:
+            return _from_files(d, out)
         else:
             root, qrels = Path(_expand(d.beir)), d.qrels
         missing = [str(f) for f in (root / "queries.jsonl", root / qrels) if not f.is_file()]
@@ -468,6 +531,31 @@ def prepare_dataset(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
         corpus = root
     queries, qrels_path = sample_queries(root, d.sample, d.seed, out / "sample", qrels=qrels, ids=d.query_ids)
     return corpus, queries, qrels_path
+
+
+def _from_files(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
+    """(corpus, queries, qrels) of a dataset given as three files in any format the jobs read:
+    the queries and qrels read by the readers `retrieve` and `evaluate` use and written as a
+    BEIR queries.jsonl and qrels/test.tsv under ``out/data`` (so sampling and grouping read
+    one form); the corpus stays where it is, read by the index job in its ``format``."""
+    from logicrank.pipelines.io import read_qrels, read_queries
+
+    corpus, queries, qrels = (Path(_expand(p)) for p in (d.corpus, d.queries, d.qrels))
+    missing = [f"{what} {p}" for what, p in (("corpus", corpus), ("queries", queries), ("qrels", qrels)) if not p.exists()]
+    if missing:
+        raise ExperimentError(f"dataset: no such path: {'; '.join(missing)}")
+    try:
+        asked, judged = read_queries(queries, d.topics_field), read_qrels(qrels)
+    except UserError as exc:
+        raise ExperimentError(f"dataset: {exc}") from None
+    root = out / "data"
+    logical = asked.column("logical_query").to_pylist() if "logical_query" in asked.column_names else [None] * asked.num_rows
+    write_text_atomic("".join(json.dumps({"_id": q, "text": t, **({"logical_query": lq} if lq else {})}) + "\n" for q, t, lq in zip(
+        asked.column("query_id").to_pylist(), asked.column("text").to_pylist(), logical, strict=True)), root / "queries.jsonl")
+    write_text_atomic("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{doc}\t{r}\n" for q, doc, r in zip(
+        *(judged.column(c).to_pylist() for c in ("query_id", "doc_id", "relevance")), strict=True)), root / "qrels" / "test.tsv")
+    q, r = sample_queries(root, d.sample, d.seed, out / "sample", qrels="qrels/test.tsv", ids=d.query_ids)
+    return corpus, q, r
 
 
 def _gold_of(gold: Path, queries: Path, to: Path) -> Path:
@@ -523,7 +611,9 @@ def dataset_root(d: Dataset, out: Path) -> Path:
         return Path(getattr(datasets, d.bundled)().queries).parent
     if d.beir is not None:
         return Path(_expand(d.beir))
-    return out / ("data" if d.setlogic is not None or d.synthetic is not None else "beir")
+    if d.irds is not None:
+        return out / "irds"
+    return out / ("data" if d.setlogic is not None or d.synthetic is not None or d.corpus is not None else "beir")
 
 
 def _in_dataset(value: Any, root: str) -> Any:

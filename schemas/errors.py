@@ -46,7 +46,8 @@ def validation_line(exc: Any, model: Any = None, name: Callable[[tuple], str] | 
 
 def _keys_at(model: Any, loc: tuple) -> list[str]:
     """The fields of the model found at ``loc`` inside ``model`` (a discriminated union's member
-    picked by its tag, a list's item by an index), without the tag field; [] when unknown."""
+    picked by its tag, a list's item by an index), without the tag field (a one-value Literal);
+    [] when unknown."""
     from pydantic import BaseModel
 
     def members(t: Any) -> list[Any]:
@@ -73,4 +74,7 @@ def _keys_at(model: Any, loc: tuple) -> list[str]:
             return []
         current = tagged[0]
     m = model_of(current)
-    return [f for f, info in m.model_fields.items() if get_origin(info.annotation) is not Literal] if m is not None else []
+    def tag(annotation: Any) -> bool:  # a discriminated union's tag: a Literal of one value
+        return get_origin(annotation) is Literal and len(get_args(annotation)) == 1
+
+    return [f for f, info in m.model_fields.items() if not tag(info.annotation)] if m is not None else []

@@ -1,0 +1,133 @@
+"""Datasets by name and from any format (pipelines/datasets/registry.py and an experiment's
+``dataset:``): bundled names, registered collections (`logicrank datasets`), three files in
+the formats the jobs read (TREC topics and qrels here), and ``irds:<id>`` read through
+ir_datasets from its local cache, never downloaded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from logicrank.cli import app
+from logicrank.pipelines.datasets import registry
+from logicrank.pipelines.experiment import Dataset, ExperimentError, load, prepare_dataset
+
+runner = CliRunner()
+
+TOPICS = """<top>
+<num> Number: 401
+<title> foreign minorities, Germany
+<desc> Description:
+What language and cultural differences impede the integration of foreign minorities in Germany?
+</top>
+
+<top>
+<num> Number: 402
+<title> behavioral genetics
+<desc> Description:
+What is happening in the field of behavioral genetics?
+</top>
+"""
+QRELS = "401 0 FBIS3-10082 1\n401 0 FBIS3-10169 0\n402 0 FR940104-0-00001 2\n"
+
+
+@pytest.fixture
+def user_registry(tmp_path, monkeypatch):
+    monkeypatch.setenv(registry.REGISTRY_ENV, str(tmp_path / "registry" / "datasets.yaml"))
+    return tmp_path / "registry" / "datasets.yaml"
+
+
+def _trec_files(tmp_path):
+    (tmp_path / "docs").mkdir(exist_ok=True)
+    (tmp_path / "docs" / "fb1").write_text("<DOC>\n<DOCNO> FBIS3-10082 </DOCNO>\n<TEXT>\nMinorities in Germany.\n</TEXT>\n</DOC>\n")
+    (tmp_path / "topics.401-402").write_text(TOPICS)
+    (tmp_path / "qrels.401-402").write_text(QRELS)
+    return {"corpus": str(tmp_path / "docs"), "queries": str(tmp_path / "topics.401-402"), "qrels": str(tmp_path / "qrels.401-402")}
+
+
+def test_a_dataset_given_by_a_bundled_name_is_the_set_it_names():
+    assert Dataset.model_validate("scifact").bundled == "scifact"
+    assert Dataset.model_validate({"name": "scifact", "sample": 5}).sample == 5
+    assert Dataset.model_validate("musique").qa == "musique" and Dataset.model_validate("limit-small").setlogic is not None
+    assert Dataset.model_validate("irds:cranfield").irds == "cranfield"
+
+
+@pytest.mark.parametrize(("dataset", "message"), [
+    ("nope", r"no dataset named 'nope'; bundled: scifact, musique, hotpotqa, limit-small, synthetic; registered: none"),
+    ({"beirr": "x"}, r"dataset\.beirr 'x': no such option; options: name, bundled, beir, corpus, queries, format, topics_field, irds, "),
+    ({"corpus": "c", "queries": "q"}, "corpus, queries and qrels go together"),
+    ({"beir": "b", "topics_field": "desc"}, "format and topics_field describe the files of corpus"),
+    ({"beir": "b", "irds": "x"}, "give exactly one of bundled, beir, corpus"),
+])
+def test_a_bad_dataset_is_one_line_naming_what_is_valid(dataset, message, user_registry, tmp_path):
+    import yaml
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(load("scifact").model_dump(mode="json", exclude_none=True) | {"dataset": dataset}))
+    with pytest.raises(ExperimentError, match=message) as info:
+        load(path)
+    assert "\n" not in str(info.value)
+
+
+def test_trec_topics_and_qrels_are_read_as_the_jobs_read_them_and_sampled_alike(tmp_path):
+    files = _trec_files(tmp_path)
+    d = Dataset.model_validate({**files, "format": "trec", "topics_field": "desc"})
+    corpus, queries, qrels = prepare_dataset(d, tmp_path / "out")
+    assert str(corpus) == files["corpus"]
+    rows = [json.loads(line) for line in queries.read_text().splitlines()]
+    assert [r["_id"] for r in rows] == ["401", "402"] and rows[1]["text"] == "What is happening in the field of behavioral genetics?"
+    assert qrels.read_text().splitlines() == ["query-id\tcorpus-id\tscore", "401\tFBIS3-10082\t1", "401\tFBIS3-10169\t0",
+                                              "402\tFR940104-0-00001\t2"]
+    one = Dataset.model_validate({**files, "query_ids": ["402"]})
+    _, queries, qrels = prepare_dataset(one, tmp_path / "one")
+    assert [json.loads(line)["_id"] for line in queries.read_text().splitlines()] == ["402"]
+    with pytest.raises(ExperimentError, match=r"dataset: no such path: qrels .*missing"):
+        prepare_dataset(Dataset.model_validate({**files, "qrels": str(tmp_path / "missing")}), tmp_path / "x")
+
+
+def test_datasets_lists_the_bundled_and_the_registered_and_an_experiment_names_one(tmp_path, user_registry):
+    files = _trec_files(tmp_path)
+    r = runner.invoke(app, ["datasets"])
+    assert r.exit_code == 0 and "scifact:" in r.output and "registered" in r.output and "none" in r.output
+    r = runner.invoke(app, ["datasets", "add", "robust-mini", "--corpus", files["corpus"], "--queries", files["queries"],
+                            "--qrels", files["qrels"], "--format", "trec", "--description", "three TREC files"])
+    assert r.exit_code == 0, r.output
+    assert "robust-mini: corpus" in runner.invoke(app, ["datasets"]).output
+    d = Dataset.model_validate("robust-mini")
+    assert (d.name, d.corpus, d.format) == ("robust-mini", files["corpus"], "trec") and "robust-mini" in d.label
+    r = runner.invoke(app, ["datasets", "add", "robust-mini", "--corpus", files["corpus"], "--queries", files["queries"], "--qrels", files["qrels"]])
+    assert r.exit_code == 2 and "already registered" in r.output and "--replace" in r.output
+    r = runner.invoke(app, ["datasets", "add", "scifact", "--corpus", files["corpus"], "--queries", files["queries"], "--qrels", files["qrels"]])
+    assert r.exit_code == 2 and "not a bundled name" in r.output
+    r = runner.invoke(app, ["datasets", "add", "other", "--corpus", str(tmp_path / "nowhere"), "--queries", files["queries"], "--qrels", files["qrels"]])
+    assert r.exit_code == 2 and "no such path: corpus" in r.output
+    assert runner.invoke(app, ["datasets", "remove", "robust-mini"]).exit_code == 0
+    with pytest.raises(ValueError, match="no dataset named 'robust-mini'"):
+        Dataset.model_validate("robust-mini")
+
+
+def test_irds_reads_a_dataset_ir_datasets_builds_from_local_files(tmp_path):
+    import ir_datasets
+
+    (tmp_path / "docs.tsv").write_text("d1\tmalaria in children\nd2\tmalaria in adults\n")
+    (tmp_path / "queries.tsv").write_text("q1\tmalaria\n")
+    (tmp_path / "qrels.txt").write_text("q1 0 d2 1\nq1 0 d1 0\n")
+    name = f"logicrank-test-{tmp_path.name}"
+    ir_datasets.registry.register(name, ir_datasets.create_dataset(
+        docs_tsv=str(tmp_path / "docs.tsv"), queries_tsv=str(tmp_path / "queries.tsv"), qrels_trec=str(tmp_path / "qrels.txt")))
+    corpus, queries, qrels = prepare_dataset(Dataset.model_validate(f"irds:{name}"), tmp_path / "out")
+    assert [json.loads(line) for line in (corpus / "corpus.jsonl").read_text().splitlines()] == [
+        {"_id": "d1", "title": "", "text": "malaria in children"}, {"_id": "d2", "title": "", "text": "malaria in adults"}]
+    assert [json.loads(line) for line in queries.read_text().splitlines()] == [{"_id": "q1", "text": "malaria"}]
+    assert qrels.read_text().splitlines()[1:] == ["q1\td2\t1", "q1\td1\t0"]
+
+
+def test_irds_downloads_nothing_and_names_an_unknown_id_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("IR_DATASETS_HOME", str(tmp_path / "empty-cache"))
+    with pytest.raises(ExperimentError, match=r"irds:cranfield: .*nothing is downloaded here") as info:
+        prepare_dataset(Dataset.model_validate("irds:cranfield"), tmp_path / "out")  # a real id whose files are not cached
+    assert "\n" not in str(info.value)
+    with pytest.raises(ExperimentError, match="irds:no-such-set: ir_datasets knows no dataset 'no-such-set'"):
+        prepare_dataset(Dataset.model_validate("irds:no-such-set"), tmp_path / "out2")
