@@ -186,3 +186,50 @@ def test_bench_lag_is_lag_oracle_and_lag_yaml_over_one_index(tmp_path, tiny_cfg)
     hotpot = benchmarks.lag("hotpotqa", runs=("rag",), judge=True)
     assert len(hotpot) == 1 and hotpot[0].dataset.qa == "hotpotqa" and hotpot[0].qa_measures[-1] == "Judge"
     assert list(hotpot[0].pipelines) == ["rag"] and not any("MuSiQue" in c for c in hotpot[0].caveats)
+
+
+def test_a_trec_collection_runs_as_an_experiment_with_no_converter(docs300, tmp_path):
+    """A TREC collection as its publishers lay it out: SGML documents in files whose names mark
+    no format, a topics file, a qrels file (300 SciFact abstracts written so, 40 topics).
+    `logicrank experiment` reads them as `index`, `retrieve` and `evaluate` do, and reports
+    trec_eval's map, ndcg_cut_10 and bpref for bm25, dense, hybrid and a ranx fusion, each
+    equal to trec_eval's own code (pytrec_eval) over the TREC run files it wrote."""
+    import pytrec_eval
+
+    root = tmp_path / "trec"
+    (root / "docs").mkdir(parents=True)
+    for part in range(3):  # like TREC's fr940104 or la010189: no suffix
+        (root / "docs" / f"sf{part:04d}").write_text("".join(
+            f"<DOC>\n<DOCNO> {d['_id']} </DOCNO>\n<HEAD>{d['title']}</HEAD>\n<TEXT>\n{d['text']}\n</TEXT>\n</DOC>\n" for d in docs300[part::3]))
+    picked = docs300[::7][:40]
+    (root / "topics.1-40").write_text("".join(
+        f"<top>\n<num> Number: {400 + i}\n<title> {d['title']}\n<desc> Description:\nAbout {d['title']}\n</top>\n\n" for i, d in enumerate(picked)))
+    (root / "qrels.1-40").write_text("".join(f"{400 + i} 0 {d['_id']} 1\n{400 + i} 0 {docs300[(7 * i + 1) % 300]['_id']} 0\n"
+                                             for i, d in enumerate(picked)))
+    spec = {"name": "trec-small", "title": "A TREC collection",
+            "dataset": {"corpus": str(root / "docs"), "queries": str(root / "topics.1-40"), "qrels": str(root / "qrels.1-40"), "format": "trec"},
+            "presets": ["bm25", "dense", "hybrid"],
+            "pipelines": {"fused": [{"fuse": {"method": "wsum", "norm": "zmuv", "weights": [0.5, 0.5], "of": [["dense"], ["bm25"]]}}]},
+            "measures": ["map", "ndcg_cut_10", "bpref"], "trec": True}
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+    r = CliRunner().invoke(app, ["experiment", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "exp"), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    report = (tmp_path / "exp" / "experiment.md").read_text()
+    assert re.search(r"^\| run +\| +MAP \| +nDCG@10 \| +Bpref \|$", report, re.M), report  # trec_eval's names, the project's spellings
+    qrels = {}
+    for line in (root / "qrels.1-40").read_text().splitlines():
+        q, _, d, rel = line.split()
+        qrels.setdefault(q, {})[d] = int(rel)
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"map", "ndcg_cut_10", "bpref"})
+    metrics = pq.read_table(tmp_path / "exp" / "evaluate" / "metrics.parquet").to_pandas()
+    for run in ("bm25", "dense", "hybrid", "fused"):
+        trec = {}
+        for line in (tmp_path / "exp" / "retrieve" / "runs" / f"{run}.trec").read_text().splitlines():
+            q, _, d, _, score, _ = line.split()
+            trec.setdefault(q, {})[d] = float(score)
+        ref = evaluator.evaluate(trec)
+        for ours, theirs in (("MAP", "map"), ("nDCG@10", "ndcg_cut_10"), ("Bpref", "bpref")):
+            got = metrics[(metrics.run_id == run) & (metrics.measure == ours) & (metrics.query_id == "all")].value.item()
+            want = np.mean([ref.get(q, {}).get(theirs, 0.0) for q in qrels])  # a topic a run misses scores 0 (trec_eval -c)
+            assert got == pytest.approx(want, abs=1e-4), (run, ours)
+    assert metrics[(metrics.query_id == "all") & (metrics.measure == "MAP")].set_index("run_id").value.min() > 0.3  # titles find their abstracts
