@@ -291,6 +291,7 @@ class DecompositionKind:
     columns: tuple[str, ...]  # the decomposition table's columns it fills
     apply: Callable[[pa.Table, list[dict]], pa.Table]  # the queries with its rows' values
     cut_ok: bool = False  # an output cut at max_tokens is still usable (free text), not a fallback
+    written: Callable[[dict], str] | None = None  # a hand-written JSON Lines record -> the output text ``parse`` reads
 
 
 KINDS: dict[str, DecompositionKind] = {}
@@ -303,10 +304,70 @@ def register_kind(kind: DecompositionKind) -> DecompositionKind:
     return kind
 
 
+def _field(record: dict, name: str) -> str:
+    value = record.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name}: a non-empty string is required, got {json.dumps(value)}")
+    return value
+
+
+def _written_orlog(record: dict) -> str:
+    """``atoms`` as a list of {id, text} or a mapping id -> text; ``logical_query`` over the ids,
+    quoted or bare (``"a1" AND NOT "a2"`` or ``a1 AND NOT a2``)."""
+    atoms = record.get("atoms")
+    if isinstance(atoms, dict):
+        atoms = [{"id": k, "text": v} for k, v in atoms.items()]
+    if not isinstance(atoms, list) or not all(isinstance(a, dict) and set(a) == {"id", "text"} for a in atoms):
+        raise ValueError('atoms: a list of {"id": "a1", "text": "{x} ..."} or a mapping {"a1": "{x} ..."} is required')
+    return json.dumps({"atoms": atoms, "form": _field(record, "logical_query").replace('"', "")})
+
+
 register_kind(DecompositionKind("itlr", "itlr_decompose", 256, lambda s: Constraint("grammar", to_gbnf(s.max_term_chars)),
-                                _parse_itlr, _itlr_fallback, ("logical_query",), _apply_logical_query))
+                                _parse_itlr, _itlr_fallback, ("logical_query",), _apply_logical_query,
+                                written=lambda r: _field(r, "logical_query")))
 register_kind(DecompositionKind("orlog", "orlog_decompose", 384, lambda s: Constraint("json", orlog_schema()),
-                                _parse_orlog, _orlog_fallback, ("logical_query", "atoms"), _apply_atoms))
+                                _parse_orlog, _orlog_fallback, ("logical_query", "atoms"), _apply_atoms, written=_written_orlog))
 register_kind(DecompositionKind("reasoning", "reasoning_expand", 256, lambda s: None,
-                                _parse_reasoning, _reasoning_fallback, ("expansion",), _apply_expansion, cut_ok=True))
+                                _parse_reasoning, _reasoning_fallback, ("expansion",), _apply_expansion, cut_ok=True,
+                                written=lambda r: _field(r, "expansion")))
+
+
+def read_decompositions(path: str, method: str) -> pa.Table:
+    """A decompositions table: Parquet as `logicrank decompose` writes it, or hand-written JSON
+    Lines (a name ending in .jsonl, .jsonl.gz or .json), one query a line, read as the LLM's
+    output is (docs/orlog.md, "Hand-written decompositions"):
+
+    - ``itlr``: ``{"query_id": "q1", "logical_query": "\"malaria\" AND NOT \"children\""}``;
+    - ``orlog``: ``{"query_id": "q1", "logical_query": "a1 AND NOT a2", "atoms": {"a1": "{x} is a
+      museum in Paris", "a2": "{x} is an art museum"}}`` (atoms also as a list of {id, text});
+    - ``reasoning``: ``{"query_id": "q1", "expansion": "..."}``.
+
+    A record the kind's parser does not accept is refused, naming its line: hand-written
+    decompositions never fall back silently."""
+    import pyarrow.parquet as pq
+
+    from logicrank.pipelines.files import read_jsonl
+
+    if not str(path).endswith((".jsonl", ".jsonl.gz", ".json")):
+        return pq.read_table(path)
+    kind = KINDS[method]
+    if kind.written is None:
+        raise DecompositionsError(f"decompositions {path}: kind {method!r} has no hand-written form; give a `logicrank decompose` table")
+    rows, seen = [], set()
+    for n, record in read_jsonl(path, "decompositions", DecompositionsError, f"with query_id and the {method} fields"):
+        qid = record.get("query_id")
+        where = f"decompositions {path}: line {n}"
+        if not isinstance(qid, str | int) or isinstance(qid, bool) or str(qid) in seen:
+            raise DecompositionsError(f"{where}: query_id must be a string given once, got {json.dumps(qid)}")
+        seen.add(str(qid))
+        try:
+            parsed = kind.parse(str(qid), kind.written(record))
+        except ValueError as exc:
+            raise DecompositionsError(f"{where} (query {qid}): {exc}") from None
+        if parsed.status != "ok":
+            raise DecompositionsError(f"{where} (query {qid}): {parsed.error}")
+        rows.append({"query_id": str(qid), "method": method, "model": "hand-written", "prompt_sha": "", "raw_output": json.dumps(record),
+                     "logical_query": parsed.logical_query, "atoms": parsed.atoms, "expansion": parsed.expansion, "status": "ok",
+                     "error": None, "finish_reason": None, "prompt_tokens": 0, "generated_tokens": 0, "cached": False})
+    return pa.Table.from_pylist(rows, schema=DECOMPOSITIONS)
 TEMPLATES = {name: kind.template for name, kind in KINDS.items()}  # the prompt file of each kind

@@ -18,10 +18,9 @@ from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
-from logicrank.pipelines.llm.decompose import KINDS, DecomposeSettings, apply_to_queries, decompose
+from logicrank.pipelines.llm.decompose import KINDS, DecomposeSettings, apply_to_queries, decompose, read_decompositions
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.stages.registry import register
 from logicrank.pipelines.stages.shards import in_shards
@@ -34,7 +33,8 @@ TARGETS = tuple(name for name, kind in KINDS.items() if "logical_query" in kind.
 class DecompositionOptions(StageOptions):
     stage: Literal["decomposition"] = "decomposition"
     target: Literal[TARGETS] = Field(description="itlr: a logical query over text terms; orlog: atoms and a form over their ids.")
-    decompositions: str | None = Field(None, description="A decompositions table to read; None: generate on the job's LLM.")
+    decompositions: str | None = Field(None, description="A decompositions table to read (Parquet from `logicrank decompose`, or "
+                                       "hand-written JSON Lines: docs/orlog.md); None: generate on the job's LLM.")
     constrained: bool = Field(True, description="LLM: decode under the grammar (itlr) or JSON schema (orlog).")
     max_tokens: int | None = Field(None, ge=8, description="LLM: token budget (None: the target's own, "
                                    + ", ".join(f"{KINDS[t].max_tokens} for {t}" for t in TARGETS) + ").")
@@ -83,7 +83,7 @@ class _Rewriter(Stage):
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         if self.options.decompositions:
-            table = pq.read_table(self.options.decompositions)
+            table = read_decompositions(self.options.decompositions, self.method)
             side, sharding = {}, {}
         else:
             table, sharding = self._generate(ctx, queries)
