@@ -121,6 +121,10 @@ class Table:
         (``["bm25", {"itlr": {"scorer": "bm25"}}]``). ``k``: keep the top k."""
         if not isinstance(query, str) or not query.strip():
             raise PipelineError(f"table.search: a query is a non-blank string, not {query!r:.60}.")
+        if logical_query is not None and not isinstance(logical_query, str):
+            raise PipelineError(f"table.search: logical_query is a string ('\"a\" AND NOT \"b\"'), not {type(logical_query).__name__}.")
+        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+            raise PipelineError(f"table.search: k is a positive integer, not {k!r:.60}.")
         text, logical = query, logical_query
         if logical is None and (node := _logical(query)) is not None:
             text, logical = _words(node), query
@@ -130,7 +134,7 @@ class Table:
         pipe.validate(frozenset(queries.column_names))
         run = pipe.run(self.context, queries, stage_cache(cache, "table.search")).run
         if k is not None:
-            run = run.filter(pc.less_equal(run.column("rank"), int(k)))
+            run = run.filter(pc.less_equal(run.column("rank"), k))
         frame = run.select(["query_id", "doc_id", "rank", "score"]).to_pandas()
         docs = self.store.rows_for(frame["doc_id"].tolist(), ["title", "text"]).to_pandas()
         return frame.merge(docs, on="doc_id", how="left").sort_values("rank", kind="stable").reset_index(drop=True)

@@ -216,12 +216,16 @@ def test_search_answers_one_query_text_or_logical(table_db):
     assert table.search("malaria", ["bm25"])["doc_id"].tolist() == hits["doc_id"].tolist()  # a list of stages
     logical = table.search('"malaria" AND NOT "children"', lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10))
     assert "d0" not in set(logical["doc_id"][:2]) and set(logical["doc_id"][:2]) == {"d1", "d2"}
+    apart = table.search("malaria", lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10), logical_query='"malaria" AND NOT "children"')
+    assert apart["doc_id"].tolist() == logical["doc_id"].tolist()  # the text only picks bm25's candidates, all three here
 
 
 @pytest.mark.parametrize(("call", "match"), [
     (lambda t: t.search("malaria", "nope"), "table.search: unknown preset 'nope'; presets: "),
     (lambda t: t.search("malaria", 5), "a pipeline is a Pipeline, a preset name, a stage"),
     (lambda t: t.search(5), "a query is a non-blank string"),
+    (lambda t: t.search("malaria", k=0), "k is a positive integer, not 0"),
+    (lambda t: t.search("malaria", logical_query=3), "logical_query is a string"),
     (lambda t: t.search("malaria", [{"bm25": {"kk": 1}}]), "no such option; options: k"),
     (lambda t: t.doc(["d0"]), "a document id is a string"),
     (lambda t: lr.retrieve(t, "malaria", "bm25", pandas=True), "retrieve: no option pandas"),
