@@ -38,7 +38,9 @@ def refuse_unparsed(pipelines: list[Pipeline], queries: pa.Table) -> None:
 def fallback_notes(pipeline: str, steps: list[dict], where: str = "") -> list[str]:
     """The terminal's lines naming the queries a pipeline scored as their whole text although
     they had a logical form: one that does not parse (``on_parse_error: fallback``), or a
-    decomposition that fell back (the LLM's output was unusable, or its engine failed)."""
+    decomposition that fell back (the LLM's output was unusable, or its engine failed); and
+    the queries whose candidates cannot satisfy their NOT (every one holds a negated term or
+    atom: itlr's ann and listed modes, orlog)."""
     lines = []
     for step in steps:
         if "sub" in step:
@@ -49,6 +51,11 @@ def fallback_notes(pipeline: str, steps: list[dict], where: str = "") -> list[st
             n = step["unparsed"]
             lines.append(f"retrieve: {stage}: {count_queries(n)} whose logical query does not parse scored as {'its' if n == 1 else 'their'} "
                          f"whole text, one term (on_parse_error: fallback): {shown_ids(step.get('unparsed_query_ids'), n)}.")
+        if step.get("unsatisfiable"):
+            n = step["unsatisfiable"]
+            lines.append(f"retrieve: {stage}: {count_queries(n)} whose every candidate holds a negated term or atom, so none "
+                         f"satisfies {'its' if n == 1 else 'their'} NOT (give the stage a deeper or another first stage, or use "
+                         f"itlr's exact mode): {shown_ids(step.get('unsatisfiable_query_ids'), n)}.")
         if step.get("fallback_decompositions"):
             n = step["fallback_decompositions"]
             lines.append(f"retrieve: {stage}: {count_queries(n)} whose decomposition fell back to the whole question (an unusable LLM "

@@ -51,9 +51,15 @@ class OperatorError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class Operators:
+    """The operator families, and ``strict_not``: None (NOT is fuzzy, the family's), or a
+    calibrated evidence threshold: a document whose evidence for any negated term (one under
+    an odd number of NOTs) is at least it is excluded from the query's results, not demoted
+    (its composed score is -inf, which no ranking keeps)."""
+
     and_: str = "product"
     or_: str = "sum"
     not_: str = "complement"
+    strict_not: float | None = None
 
     def __post_init__(self):
         for op, name in (("and", self.and_), ("or", self.or_), ("not", self.not_)):
@@ -73,7 +79,7 @@ class Operators:
         return cls(chosen["and"], chosen["or"], chosen["not"])
 
     def __str__(self) -> str:
-        return f"and={self.and_},or={self.or_},not={self.not_}"
+        return f"and={self.and_},or={self.or_},not={self.not_}" + ("" if self.strict_not is None else f",strict_not={self.strict_not:g}")
 
     @classmethod
     def grid(cls) -> list[Operators]:
@@ -106,5 +112,23 @@ def compile_query(node: Node, columns: Sequence[str], ops: Operators) -> Callabl
         return lambda S: combine([f(S) for f in fs])
 
     f = build(node)
+    negated = [index[t] for t in negated_terms(node)]
+    if ops.strict_not is not None and negated:
+        threshold = ops.strict_not
+
+        def strict(S: np.ndarray) -> np.ndarray:
+            S = np.asarray(S)
+            return np.where((S[..., negated] >= threshold).any(axis=-1), -np.inf, f(S)).astype(S.dtype, copy=False)
+
+        return strict
     # composes in the matrix's own float type (float32 on the hot path), never copying it
     return lambda S: f(np.asarray(S))
+
+
+def negated_terms(node: Node, negated: bool = False) -> list[str]:
+    """The distinct terms that appear under an odd number of NOTs, in first-appearance order."""
+    if isinstance(node, Term):
+        return [node.text] if negated else []
+    if isinstance(node, Not):
+        return negated_terms(node.child, not negated)
+    return list(dict.fromkeys(t for c in node.children for t in negated_terms(c, negated)))  # type: ignore[attr-defined]

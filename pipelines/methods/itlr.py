@@ -383,8 +383,33 @@ def score_listed(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, can
             continue
         scores = compose([q], terms, raw(ids, payload), ops, calibration)[0]
         order = np.argsort(-scores, kind="stable")[:k]
+        order = order[np.isfinite(scores[order])]  # strict NOT's exclusions (-inf) are not results
         frames.append(pd.DataFrame({"query_id": q.query_id, "doc_id": np.asarray(ids)[order], "score": scores[order]}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
+
+
+def excluded_everywhere(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, candidates: dict, calibration: Calibration,
+                        threshold: float | None) -> list[str]:
+    """The queries whose every candidate holds a negated term (calibrated evidence at least
+    ``threshold``): their candidates cannot satisfy the query (strict NOT returns none of them;
+    fuzzy NOT only ranks excluded documents), so a deeper candidate list or exact mode is
+    needed. Queries without candidates or negated terms are never counted; ``threshold``
+    None counts nothing."""
+    from logicrank.pipelines.logic.fuzzy import negated_terms
+
+    if threshold is None:
+        return []
+    column = {t: j for j, t in enumerate(terms)}
+    out = []
+    for q in queries:
+        negated = [column[t] for t in negated_terms(q.ast)]
+        ids, payload = candidates.get(q.query_id, (np.empty(0, dtype=object), None))
+        if not negated or len(ids) == 0:
+            continue
+        C = calibration.apply(np.asarray(raw(ids, payload), dtype=np.float32), terms)
+        if (C[:, negated] >= threshold).any(axis=1).all():
+            out.append(q.query_id)
+    return out
 
 
 def _pairs(queries: Sequence[LogicalQuery], top: _TopK, ids: np.ndarray, first_row: int = 0) -> pd.DataFrame:

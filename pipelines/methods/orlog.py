@@ -135,6 +135,28 @@ def retrieval_truth(queries: Sequence[OrlogQuery], candidates: pd.DataFrame, sco
     return out.assign(p_true=p, p_calibrated=p, logit_true=np.log(clipped) - np.log1p(-clipped), logit_false=0.0)
 
 
+def negated_everywhere(queries: Sequence[OrlogQuery], scored: pd.DataFrame, threshold: float = 0.5) -> list[str]:
+    """The queries whose every candidate holds a negated atom (P(True) at least ``threshold``,
+    an atom under an odd number of NOTs in the form): the candidates cannot satisfy the query,
+    and a deeper or other first stage is needed ("cancer but not breast or lung" over BM25's
+    top 20 of the query text)."""
+    from logicrank.pipelines.logic.fuzzy import negated_terms
+
+    if scored.empty:
+        return []
+    by_query = scored.groupby("query_id", sort=False).indices  # one grouping, not a filter per query
+    out = []
+    for q in queries:
+        negated = set(negated_terms(q.form))
+        if not negated or q.query_id not in by_query:
+            continue
+        rows = scored.iloc[by_query[q.query_id]]
+        holding = rows[rows["atom_id"].isin(negated) & (rows["p_calibrated"] >= threshold)]["doc_id"].nunique()
+        if holding == rows["doc_id"].nunique():
+            out.append(q.query_id)
+    return out
+
+
 def posteriors(queries: Sequence[OrlogQuery], scored: pd.DataFrame, reasoner: str = "compiled") -> pd.DataFrame:
     """(query_id, doc_id, base_rank, score=posterior): each form compiled once, its
     candidates evaluated in one call on their (candidates x atoms) P(True) matrix; or, with

@@ -5,6 +5,7 @@ for each query). The algorithms live in pipelines/methods/itlr.py and evidence.p
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import numpy as np
@@ -16,7 +17,14 @@ from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.logic.grammar import BLANK
 from logicrank.pipelines.logic.query import UnparsedQueryError, unparsed_message
 from logicrank.pipelines.methods.evidence import check_calibration, evidence_class, make_evidence
-from logicrank.pipelines.methods.itlr import TERM_SCORES, parse_queries, score_listed, term_scores_from, unique_terms
+from logicrank.pipelines.methods.itlr import (
+    TERM_SCORES,
+    excluded_everywhere,
+    parse_queries,
+    score_listed,
+    term_scores_from,
+    unique_terms,
+)
 from logicrank.pipelines.methods.ranking import rank_pairs
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.stages.registry import register
@@ -29,6 +37,9 @@ class ITLROptions(StageOptions):
         "exact", description="Score every document, ANN candidates, or the documents a pairs file lists for each query."
     )
     operators: str = Field("and=product,or=sum,not=complement", description="Fuzzy operator families.")
+    strict_not: float | None = Field(
+        None, description="None: NOT is fuzzy (the not family). A number: strict NOT: a document whose calibrated evidence for a "
+        "negated term is at least this is excluded, not demoted (docs/itlr.md, Strict NOT, gives thresholds per scorer).")
     scorer: Literal["dense", "bm25", "hybrid"] = Field(
         "dense", description="Term evidence: dense cosines, BM25 scores, or hybrid (their calibrated mix, hybrid_weight x bm25)."
     )
@@ -96,7 +107,7 @@ class ITLR(Stage):
         evidence = make_evidence(o.scorer, ctx.store, terms, lambda texts: ctx.embedder().encode(texts), o.hybrid_weight, o.calibration_sample)
         name = check_calibration(o.scorer, o.calibration, "itlr")
         calibration = evidence.calibrate(name, o.calibration_sample, _read_labels(o.labels) if name == "sigmoid" else None)
-        ops = Operators.parse(o.operators)
+        ops = dataclasses.replace(Operators.parse(o.operators), strict_not=o.strict_not)
         candidates, mode_counts, exact_queries = {}, {}, parsed
         if o.mode == "ann":
             candidates, exact_queries = evidence.candidates(parsed, o.ann_k, o.ann_nprobes)
@@ -108,7 +119,10 @@ class ITLR(Stage):
             exact_queries = []
         frames = []
         if candidates:
-            frames.append(score_listed(parsed, terms, evidence.candidate_raw(candidates), candidates, o.k, ops, calibration))
+            raw = evidence.candidate_raw(candidates)
+            frames.append(score_listed(parsed, terms, raw, candidates, o.k, ops, calibration))
+            held = excluded_everywhere(parsed, terms, raw, candidates, calibration, self._holds(calibration.name))
+            mode_counts |= {"unsatisfiable": len(held), "unsatisfiable_query_ids": held[:100]}
         if exact_queries:
             frames.append(evidence.exact(exact_queries, o.k, ops, calibration, o.block_rows, ctx.shards))
         pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
@@ -120,6 +134,13 @@ class ITLR(Stage):
             **mode_counts,
         }
         return Output(run=rank_pairs(pairs, o.k, "itlr", "itlr"), side={"term_scores": scores}, counts=counts)
+
+    def _holds(self, calibration: str) -> float | None:
+        """The evidence at which a candidate holds a term, for the unsatisfiable count: strict
+        NOT's threshold, else 0.5 of a calibration to [0, 1] (None: raw cosines, not told)."""
+        if self.options.strict_not is not None:
+            return self.options.strict_not
+        return None if calibration == "none" and self.options.scorer == "dense" else 0.5
 
     def _parse(self, queries: pa.Table) -> tuple[list, dict]:
         """Each query's logical form, refusing those that do not parse (``on_parse_error:

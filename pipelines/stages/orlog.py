@@ -169,6 +169,8 @@ class Orlog(_LLMReranker):
         post = orlog.posteriors(qs, res, o.reasoner)
         fell = [q.query_id for q in qs if q.status != "ok"]  # the LLM's output was unusable: the question is the one atom
         counts |= {"fallback_decompositions": len(fell), "fallback_decomposition_query_ids": fell[:100]}
+        held = orlog.negated_everywhere(qs, res)
+        counts |= {"unsatisfiable": len(held), "unsatisfiable_query_ids": held[:100]}
         run = rank_pairs(post.assign(tiebreak=post["base_rank"]), o.k, "orlog", "orlog")
         return Output(run=run, side={"predicate_scores": orlog.predicate_scores(res)}, counts=counts)
 

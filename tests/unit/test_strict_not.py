@@ -1,0 +1,76 @@
+"""Strict NOT (ITLR's ``strict_not``): a document whose calibrated evidence for a negated term
+reaches the threshold is excluded from the query's results, not demoted, in every path (the
+compiled form, exact scoring in blocks, candidates re-scored); and the count of queries whose
+every candidate holds a negated term or atom (ITLR's candidate modes, OrLog)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from logicrank.pipelines.logic.fuzzy import Operators, compile_query, negated_terms
+from logicrank.pipelines.logic.query import parse
+from logicrank.pipelines.methods.itlr import Calibration, excluded_everywhere, parse_queries, score_exact, score_listed
+from logicrank.pipelines.methods.orlog import OrlogQuery, negated_everywhere
+from logicrank.pipelines.notes import fallback_notes
+
+TERMS = ["malaria", "children", "adults"]
+# docs x terms calibrated evidence: d0 malaria only; d1 malaria and children (0.9); d2 malaria, a trace of children (0.2)
+S = np.array([[0.9, 0.0, 0.1], [0.95, 0.9, 0.0], [0.8, 0.2, 0.7], [0.1, 0.0, 0.0]], dtype=np.float32)
+IDS = np.array(["d0", "d1", "d2", "d3"], dtype=object)
+QUERIES = parse_queries(pa.table({"query_id": ["q1", "q2"], "text": ["", ""],
+                                  "logical_query": ['"malaria" AND NOT "children"', '"malaria" AND NOT ("children" OR NOT "adults")']}))
+
+
+def test_the_negated_terms_are_those_under_an_odd_number_of_nots():
+    assert negated_terms(parse('"a" AND NOT ("b" OR NOT "c") AND NOT (NOT "d")')) == ["b"]
+    assert negated_terms(parse('"a" OR "b"')) == []
+
+
+def test_a_document_holding_a_negated_term_is_excluded_and_the_others_keep_their_fuzzy_scores():
+    fuzzy, strict = Operators(), Operators(strict_not=0.5)
+    q = QUERIES[0].ast
+    got, want = compile_query(q, TERMS, strict)(S), compile_query(q, TERMS, fuzzy)(S)
+    assert np.isneginf(got[1]) and np.isfinite(got[[0, 2, 3]]).all()
+    np.testing.assert_allclose(got[[0, 2, 3]], want[[0, 2, 3]])  # 0.2 of children is under the threshold: demoted only
+    assert str(strict) == "and=product,or=sum,not=complement,strict_not=0.5" and str(fuzzy) == "and=product,or=sum,not=complement"
+    assert np.isneginf(compile_query(q, TERMS, Operators(strict_not=0.2))(S)[2])  # the threshold is inclusive
+
+
+@pytest.mark.parametrize("path", ["exact", "listed"])
+def test_no_returned_document_holds_a_negated_term_at_the_threshold(path):
+    ops = Operators(strict_not=0.5)
+    if path == "exact":
+        run = score_exact(QUERIES, TERMS, None, [(IDS[:2], S[:2]), (IDS[2:], S[2:])], 10, [ops], Calibration())[ops]
+    else:
+        candidates = {q.query_id: (IDS, None) for q in QUERIES}
+        run = score_listed(QUERIES, TERMS, lambda ids, _: S[[list(IDS).index(d) for d in ids]], candidates, 10, ops, Calibration())
+    got = {q: list(g["doc_id"]) for q, g in run.groupby("query_id")}
+    assert "d1" not in got["q1"] and set(got["q1"]) == {"d0", "d2", "d3"}
+    # q2's negated term is children alone ("adults" is under two NOTs): d1 is out, d2 (children 0.2) stays
+    assert "d1" not in got["q2"] and "d2" in got["q2"]
+    assert np.isfinite(run["score"]).all()
+
+
+def test_queries_whose_every_candidate_holds_a_negated_term_are_counted_and_named_on_the_terminal():
+    candidates = {"q1": (np.array(["d1"], dtype=object), None), "q2": (IDS, None)}
+    raw = lambda ids, _: S[[list(IDS).index(d) for d in ids]]  # noqa: E731
+    assert excluded_everywhere(QUERIES, TERMS, raw, candidates, Calibration(), 0.5) == ["q1"]
+    assert excluded_everywhere(QUERIES, TERMS, raw, candidates, Calibration(), None) == []
+    step = {"stage": "itlr", "unsatisfiable": 1, "unsatisfiable_query_ids": ["q1"]}
+    assert fallback_notes("itlr-ann", [step]) == [
+        "retrieve: pipeline 'itlr-ann', stage itlr: 1 query whose every candidate holds a negated term or atom, so none satisfies its NOT "
+        "(give the stage a deeper or another first stage, or use itlr's exact mode): q1."]
+
+
+def test_orlog_counts_the_queries_whose_every_candidate_holds_a_negated_atom():
+    qs = [OrlogQuery("q1", "cancer but not breast or lung", (("a1", "{x} is about cancer"), ("a2", "{x} is about breast cancer")),
+                     parse('"a1" AND NOT "a2"'), "ok"),
+          OrlogQuery("q2", "cancer", (("a1", "{x} is about cancer"),), parse('"a1"'), "ok")]
+    scored = pd.DataFrame({"query_id": ["q1"] * 4 + ["q2"] * 2, "doc_id": ["d1", "d1", "d2", "d2", "d1", "d2"],
+                           "atom_id": ["a1", "a2", "a1", "a2", "a1", "a1"], "p_calibrated": [0.9, 0.8, 0.9, 0.6, 0.9, 0.1]})
+    assert negated_everywhere(qs, scored) == ["q1"]
+    scored.loc[3, "p_calibrated"] = 0.4  # d2 no longer holds the negated atom
+    assert negated_everywhere(qs, scored) == []
