@@ -61,6 +61,8 @@ def measure_values(run: pa.Table, qrels: pa.Table, query_ids: Sequence[str], mea
     relevant documents), which trec_eval -c counts for it too."""
     qrels_dict = judgements(qrels, query_ids)
     run_dict = rank_scores(run, query_ids)
+    out = _trec_only_values(run_dict, qrels_dict, query_ids, [m for m in measures if m.trec])
+    measures = [m for m in measures if not m.trec]
     wanted = list(dict.fromkeys(ir for m in measures for ir in m.ir_measures()))
     got: dict[tuple[str, object], float] = {}
     if run_dict and qrels_dict:
@@ -74,11 +76,24 @@ def measure_values(run: pa.Table, qrels: pa.Table, query_ids: Sequence[str], mea
                 got[(qid, ir)] = 1.0
             elif ir.NAME == "NumRel":
                 got[(qid, ir)] = float(sum(rel >= ir["rel"] for rel in qrels_dict.get(qid, {}).values()))
-    out = {}
     for m in measures:
         irs = m.ir_measures()
         out[m] = np.array([m.combine([got.get((qid, ir), 0.0) for ir in irs]) for qid in query_ids], dtype=np.float64)
     return out
+
+
+def _trec_only_values(run_dict: dict, qrels_dict: dict, query_ids: Sequence[str], measures: Sequence[Measure]) -> dict[Measure, np.ndarray]:
+    """trec_eval's measures that ir_measures does not name, by pytrec_eval (trec_eval's code)
+    directly: a query without results gets an empty ranking, as trec_eval -c evaluates it (a
+    value trec_eval leaves undefined there, 0/0, is 0)."""
+    if not measures:
+        return {}
+    import pytrec_eval
+
+    judged = {q: docs for q, docs in qrels_dict.items() if docs}
+    got = pytrec_eval.RelevanceEvaluator(judged, {m.trec_request for m in measures}).evaluate(
+        {q: run_dict.get(q, {}) for q in judged}) if judged else {}
+    return {m: np.nan_to_num(np.array([got.get(q, {}).get(str(m), 0.0) for q in query_ids], dtype=np.float64), nan=0.0) for m in measures}
 
 
 def evaluate_run(
@@ -105,7 +120,7 @@ def evaluate_run(
     frames = []
     for m in measures:
         v = values[m]
-        total = float(v.sum()) if m.is_count else float(v.mean()) if len(v) else 0.0
+        total = m.aggregate(v)
         frames.append(pd.DataFrame({"query_id": query_ids, "measure": str(m), "value": v}))
         frames.append(pd.DataFrame({"query_id": [AGGREGATE_QUERY_ID], "measure": [str(m)], "value": [total]}))
     df = pd.concat(frames, ignore_index=True)

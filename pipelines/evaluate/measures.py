@@ -15,7 +15,12 @@ itself. Three spellings name the same measure:
 
 The canonical spelling is the project's for its six families (``RR@10`` prints ``MRR@10``,
 ``map_cut_100`` prints ``MAP@100``) and ir_measures' otherwise. F1@k is not an ir_measures
-measure: it is the harmonic mean of P@k and R@k, which ir_measures computes.
+measure: it is the harmonic mean of P@k and R@k, which ir_measures computes. trec_eval's
+measures that ir_measures does not name (``gm_map``, ``gm_bpref``, ``Rprec_mult_0.20``,
+``relative_P_5``, ``utility``, ``11pt_avg``, ``binG``, ``G``, ``ndcg_rel``, ``Rndcg``,
+``num_nonrel_judged_ret``) keep trec_eval's spelling and are computed by trec_eval's code
+(pytrec_eval) directly, aggregated over queries as trec_eval does (a geometric mean for
+``gm_*``, whose per-query values are trec_eval's logs; a sum for counts).
 
 Conventions follow trec_eval (the reference the tests compare with):
 
@@ -57,6 +62,11 @@ SYNTAX = ("nDCG[@k]", "P@k", "R@k", "F1@k", "MRR[@k]/RR[@k]", "MAP[@k]/AP[@k]", 
 _SYNTAX = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*(\([^()]*\))?\s*(?:@\s*([0-9]+(?:\.[0-9]+)?))?\s*$")
 _TREC = re.compile(r"^\s*([A-Za-z0-9]+(?:_[A-Za-z]+)*)(?:[_.]([0-9]+(?:\.[0-9]+)?))?\s*$")
 _DISPLAY = {v: k for k, v in IR_ALIASES.items()}
+# trec_eval's measures ir_measures does not name, computed by pytrec_eval directly: family ->
+# whether it takes a parameter after "_" (Rprec_mult_0.20, relative_P_5)
+TREC_ONLY = {"gm_map": False, "gm_bpref": False, "utility": False, "11pt_avg": False, "binG": False, "G": False,
+             "ndcg_rel": False, "Rndcg": False, "num_nonrel_judged_ret": False, "Rprec_mult": True, "relative_P": True}
+_TREC_ONLY = re.compile(r"^(" + "|".join(sorted(map(re.escape, TREC_ONLY), key=len, reverse=True)) + r")(?:_([0-9]+(?:\.[0-9]+)?))?$")
 
 
 class MeasureError(UserError, ValueError):
@@ -91,10 +101,18 @@ class Measure:
 
     name: str
     cutoff: int | float | None = None
-    params: str = ""
+    params: str = ""  # trec_eval-only measures: trec_eval's parameter text (``"0.20"`` of Rprec_mult_0.20)
+    trec: bool = False  # computed by pytrec_eval directly, under trec_eval's name (TREC_ONLY)
 
     def __str__(self) -> str:
+        if self.trec:
+            return self.name + (f"_{self.params}" if self.params else "")
         return f"{self.name}{self.params}" + ("" if self.cutoff is None else f"@{self.cutoff}")
+
+    @property
+    def trec_request(self) -> str:
+        """What pytrec_eval is asked for (``relative_P.5``; its result is keyed ``relative_P_5``)."""
+        return self.name + (f".{self.params}" if self.params else "")
 
     def __repr__(self) -> str:
         return f"Measure({str(self)!r})"
@@ -117,15 +135,32 @@ class Measure:
 
     @property
     def is_count(self) -> bool:
-        """NumQ, NumRet, NumRel, NumRelRet: summed over queries (query ``all``), as trec_eval does."""
+        """NumQ, NumRet, NumRel, NumRelRet (and trec_eval's num_nonrel_judged_ret): summed over
+        queries (query ``all``), as trec_eval does."""
         from ir_measures.measures.base import SumAgg
 
+        if self.trec:
+            return self.name.startswith("num_")
         return self.name != "F1" and isinstance(self.ir_measures()[0].aggregator(), SumAgg)
+
+    def aggregate(self, values) -> float:
+        """The value over queries (query ``all``): trec_eval's aggregation (a sum for counts, a
+        geometric mean of the logs for ``gm_*``, else the mean)."""
+        import numpy as np
+
+        if len(values) == 0:
+            return 0.0
+        if self.trec:
+            import pytrec_eval
+
+            return float(pytrec_eval.compute_aggregated_measure(self.name, list(map(float, values))))
+        return float(np.sum(values)) if self.is_count else float(np.mean(values))
 
 
 def valid_names() -> list[str]:
     return [*SYNTAX, "any ir_measures name with its parameters (e.g. P(rel=2)@10)",
-            "any trec_eval name (ndcg_cut_10, map, recip_rank, P_5, recall_100, bpref, iprec_at_recall_0.50, num_rel...)"]
+            "any trec_eval name (ndcg_cut_10, map, recip_rank, P_5, recall_100, bpref, iprec_at_recall_0.50, num_rel, gm_map, "
+            "Rprec_mult_0.20, relative_P_5, utility, 11pt_avg...)"]
 
 
 def _unknown(text: object) -> MeasureError:
@@ -197,6 +232,13 @@ def _parse_trec(text: str) -> Measure:
     import pytrec_eval
 
     name = text.strip()
+    only = _TREC_ONLY.match(name)
+    if only and TREC_ONLY[only.group(1)] == (only.group(2) is not None):
+        return Measure(only.group(1), None, only.group(2) or "", trec=True)
+    if only:
+        raise MeasureError(f"measure {text!r}: trec_eval's {only.group(1)} " + (
+            f"takes a parameter, e.g. {only.group(1)}_{'0.20' if only.group(1) == 'Rprec_mult' else '10'}" if TREC_ONLY[only.group(1)]
+            else "takes no parameter") + ".")
     if not _TREC.match(name) or name in pytrec_eval.supported_nicknames:
         raise _unknown(text)
     try:
