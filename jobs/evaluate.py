@@ -16,7 +16,7 @@ from logicrank.pipelines.config.settings import EvaluateConfig
 from logicrank.pipelines.evaluate.core import EvaluationError
 from logicrank.pipelines.evaluate.measures import parse_measures
 from logicrank.pipelines.evaluate.qa import JUDGE_TEMPLATE, QAError, llm_judge, parse_qa_measures, read_gold, read_predictions
-from logicrank.pipelines.evaluate.runs import evaluate_runs, notes
+from logicrank.pipelines.evaluate.runs import evaluate_runs, named_runs, notes
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.io import DUPLICATES_REMOVED, read_qrels, read_run
 
@@ -61,8 +61,8 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     for path in cfg.runs:
         run = read_run(path, duplicates="first" if cfg.dedupe else "refuse")
         removed[str(path)] = int(run.schema.metadata[DUPLICATES_REMOVED])
-        runs.append(_renamed(run, path, cfg.run_id_for(path)))
-    _distinct_names(cfg, runs)
+        runs.append(run)
+    runs = named_runs(runs, cfg.runs, {path: cfg.run_id_for(path) for path in cfg.runs})
     answers, gold = (_answers(cfg), read_gold(cfg.gold)) if cfg.answers else ({}, None)
     evaluate = partial(evaluate_runs, runs, qrels, cfg.measures, cfg.baseline, cfg.test, cfg.correction, cfg.alpha, answers=answers,
                        gold=gold, qa_measures=cfg.qa_measures if cfg.answers else (), duplicates_removed=removed, done=beat)
@@ -102,26 +102,6 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
         answers_without_gold=ev.answers_without_gold,
     )
     return ev.metrics
-
-
-def _renamed(run: pa.Table, path: str, run_id: str | None) -> pa.Table:
-    """The run of ``path`` under the run id --name gives it (``run_id`` None: as it is)."""
-    if run_id is None:
-        return run
-    ids = list(dict.fromkeys(run.column("run_id").to_pylist()))
-    if len(ids) > 1:
-        raise EvaluationError(f"evaluate: --name {run_id}={path}: the file holds {len(ids)} runs ({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}); "
-                              "--name renames a file of one run: split it, or drop --name for it.")
-    i = run.schema.get_field_index("run_id")
-    return run.set_column(i, run.schema.field(i), pa.array([run_id] * run.num_rows, run.schema.field(i).type))
-
-
-def _distinct_names(cfg: EvaluateConfig, runs: list[pa.Table]) -> None:
-    """Refuse a --name whose run id another run file already has."""
-    for newid, named in cfg.names.items():
-        for path, run in zip(cfg.runs, runs, strict=True):
-            if cfg.run_id_for(path) != newid and newid in set(run.column("run_id").unique().to_pylist()):
-                raise EvaluationError(f"evaluate: --name {newid}={named}: run id {newid!r} is already a run of {path}; pick another NEWID.")
 
 
 def _answers(cfg: EvaluateConfig) -> dict[str, dict[str, str]]:

@@ -116,3 +116,25 @@ def notes(missing: Mapping[str, int], without_qrels: Mapping[str, int], qrels_qu
     return coverage_notes(dict(missing), dict(without_qrels), qrels_queries, dict(removed)) + [
         f"answers {rid}: {n} gold question(s) without an answer; they score 0." for rid, n in unanswered.items() if n] + [
         f"answers {rid}: {n} answer(s) to questions the gold lacks; not evaluated." for rid, n in not_asked.items() if n]
+
+
+def named_runs(runs: Sequence[pa.Table], paths: Sequence[str], names: Mapping[str, str | None]) -> list[pa.Table]:
+    """Each run file's run under the run id ``--name NEWID=FILE`` gives it (``names``: path ->
+    NEWID, None keeping the file's own). A named file of several runs, or a NEWID that is
+    another file's run id, is refused in one line."""
+    out = []
+    for path, run in zip(paths, runs, strict=True):
+        run_id = names.get(path)
+        if run_id is not None:
+            ids = list(dict.fromkeys(run.column("run_id").to_pylist()))
+            if len(ids) > 1:
+                raise EvaluationError(f"evaluate: --name {run_id}={path}: the file holds {len(ids)} runs ({', '.join(ids[:5])}"
+                                      f"{', ...' if len(ids) > 5 else ''}); --name renames a file of one run: split it, or drop --name for it.")
+            i = run.schema.get_field_index("run_id")
+            run = run.set_column(i, run.schema.field(i), pa.array([run_id] * run.num_rows, run.schema.field(i).type))
+        out.append(run)
+    for path, newid in names.items():
+        for other, run in zip(paths, runs, strict=True):
+            if newid is not None and names.get(other) != newid and newid in set(run.column("run_id").unique().to_pylist()):
+                raise EvaluationError(f"evaluate: --name {newid}={path}: run id {newid!r} is already a run of {other}; pick another NEWID.")
+    return out
