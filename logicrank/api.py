@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -297,9 +296,17 @@ def as_pipelines(pipes: Any) -> list[Pipeline]:
 
 
 def looks_like_path(text: str) -> bool:
-    """A queries string meant as a file: it names one of the queries files' kinds or holds a
-    path separator."""
-    return text.lower().endswith(QUERY_FILE_SUFFIXES) or os.sep in text or "/" in text or (os.altsep or "/") in text
+    """A queries string meant as a file: one line ending in one of the queries files' suffixes
+    (``HIV/AIDS treatment`` is a query; ``runs/q.jsonl`` a file)."""
+    return "\n" not in text and text.strip().lower().endswith(QUERY_FILE_SUFFIXES)
+
+
+def _is_file(text: str) -> bool:
+    """Whether ``text`` names an existing path (a text too long for a path name is none)."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def as_queries(queries: Any, where: str = "retrieve") -> pa.Table:
@@ -314,7 +321,7 @@ def as_queries(queries: Any, where: str = "retrieve") -> pa.Table:
     if isinstance(queries, str):
         if not queries.strip():
             raise TopicsError(f"{source}: a blank string; give a query's text, a queries file or a table.")
-        if Path(queries).exists():
+        if _is_file(queries):
             return read_queries(queries)
         if looks_like_path(queries):
             raise TopicsError(f"{source}: no file at {queries!r} (a string that looks like a path is not read as a query's text).")

@@ -21,7 +21,7 @@ def _fmt(x: float) -> str:
 
 
 def summary_frame(metrics: pa.Table) -> pd.DataFrame:
-    """Rows: run ids; columns: measures; values: the aggregate (mean over queries)."""
+    """Rows: run ids; columns: measures; values: the aggregate over queries (query ``all``: trec_eval's, a mean but for counts and gm_*)."""
     df = metrics.to_pandas()
     agg = df[df["query_id"] == AGGREGATE_QUERY_ID]
     out = agg.pivot(index="run_id", columns="measure", values="value")
@@ -121,6 +121,10 @@ def per_query_figure(metrics: pa.Table, measures: str | Sequence[str], baseline:
     for col, measure in enumerate(measures):
         wide = df[df["measure"] == measure].pivot(index="query_id", columns="run_id", values="value")
         for ax, run_id in zip(axes[:, col], panels, strict=True):
+            if run_id not in wide or baseline not in wide:  # a measure only some runs have (a QA measure of the runs that answer)
+                ax.set_axis_off()
+                ax.set_title(f"{run_id}: no {measure}")
+                continue
             if run_id == baseline:
                 values = wide[baseline].sort_values(ascending=False).to_numpy()
                 _bars(ax, values, values >= 0, "tab:blue")

@@ -133,8 +133,8 @@ def named_runs(runs: Sequence[pa.Table], paths: Sequence[str], names: Mapping[st
             i = run.schema.get_field_index("run_id")
             run = run.set_column(i, run.schema.field(i), pa.array([run_id] * run.num_rows, run.schema.field(i).type))
         out.append(run)
-    for path, newid in names.items():
-        for other, run in zip(paths, runs, strict=True):
-            if newid is not None and names.get(other) != newid and newid in set(run.column("run_id").unique().to_pylist()):
+    for path, newid in names.items():  # against the runs as renamed: two names may swap two files' ids
+        for other, run in zip(paths, out, strict=True):
+            if newid is not None and other != path and newid in set(run.column("run_id").unique().to_pylist()):
                 raise EvaluationError(f"evaluate: --name {newid}={path}: run id {newid!r} is already a run of {other}; pick another NEWID.")
     return out

@@ -112,23 +112,51 @@ def compile_query(node: Node, columns: Sequence[str], ops: Operators) -> Callabl
         return lambda S: combine([f(S) for f in fs])
 
     f = build(node)
-    negated = [index[t] for t in negated_terms(node)]
-    if ops.strict_not is not None and negated:
-        threshold = ops.strict_not
-
+    excluded = exclusion(node, columns, ops.strict_not) if ops.strict_not is not None else None
+    if excluded is not None:
         def strict(S: np.ndarray) -> np.ndarray:
             S = np.asarray(S)
-            return np.where((S[..., negated] >= threshold).any(axis=-1), -np.inf, f(S)).astype(S.dtype, copy=False)
+            return np.where(excluded(S), -np.inf, f(S)).astype(S.dtype, copy=False)
 
         return strict
     # composes in the matrix's own float type (float32 on the hot path), never copying it
     return lambda S: f(np.asarray(S))
 
 
-def negated_terms(node: Node, negated: bool = False) -> list[str]:
-    """The distinct terms that appear under an odd number of NOTs, in first-appearance order."""
-    if isinstance(node, Term):
-        return [node.text] if negated else []
-    if isinstance(node, Not):
-        return negated_terms(node.child, not negated)
-    return list(dict.fromkeys(t for c in node.children for t in negated_terms(c, negated)))  # type: ignore[attr-defined]
+def negated_conjuncts(node: Node) -> list[Node]:
+    """What a query excludes: the ``X`` of every ``NOT X`` that is one of the query's top-level
+    conjuncts (the form is ``... AND NOT X AND ...``, or ``NOT X`` alone). A NOT inside an OR
+    (``"a" OR NOT "b"``) excludes nothing: the other side may satisfy the query."""
+    parts = list(node.children) if isinstance(node, And) else [node]  # type: ignore[attr-defined]
+    out: list[Node] = []
+    for part in parts:
+        if isinstance(part, And):
+            out += negated_conjuncts(part)
+        elif isinstance(part, Not):
+            out.append(part.child)
+    return out
+
+
+def exclusion(node: Node, columns: Sequence[str], threshold: float) -> Callable[[np.ndarray], np.ndarray] | None:
+    """A function from an (... x len(columns)) evidence array to the documents the query
+    excludes under strict NOT: those for which some negated conjunct ``X`` holds in Boolean
+    logic, a term holding when its evidence is at least ``threshold`` (``NOT ("b" AND "c")``
+    excludes a document holding both, not one holding b alone). None: the query negates no
+    conjunct."""
+    index = {t: i for i, t in enumerate(columns)}
+
+    def holds(n: Node) -> Callable[[np.ndarray], np.ndarray]:
+        if isinstance(n, Term):
+            j = index[n.text]
+            return lambda S: S[..., j] >= threshold
+        if isinstance(n, Not):
+            g = holds(n.child)
+            return lambda S: ~g(S)
+        gs = [holds(c) for c in n.children]  # type: ignore[attr-defined]
+        combine = np.logical_and if isinstance(n, And) else np.logical_or
+        return lambda S: reduce(combine, [g(S) for g in gs])
+
+    tests = [holds(x) for x in negated_conjuncts(node)]
+    if not tests:
+        return None
+    return lambda S: reduce(np.logical_or, [t(np.asarray(S)) for t in tests])

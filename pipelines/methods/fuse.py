@@ -35,6 +35,22 @@ PLAIN = ("sum", "mnz", "max", "min", "med", "anz", "isr", "log_isr", "bordafuse"
 PARAMETER = {"gmnz": "gamma", "logn_isr": "sigma", "rrf": "k", "rbc": "phi"}  # method -> its one parameter
 WEIGHTED = ("wsum", "wmnz", "w_bordafuse", "w_condorcet", "mixed")
 METHODS = (*PLAIN, *PARAMETER, *WEIGHTED)
+# the measures optimize may maximise: ranx's names, with the project's spellings of the same families
+METRICS = ("ndcg", "map", "mrr", "precision", "recall", "f1", "r-precision", "bpref", "hits", "hit_rate", "dcg", "ndcg_burges", "dcg_burges")
+_PROJECT_METRICS = {"ndcg": "ndcg", "map": "map", "ap": "map", "mrr": "mrr", "rr": "mrr", "p": "precision", "r": "recall",
+                    "f1": "f1", "rprec": "r-precision"}
+
+
+def ranx_metric(name: str) -> str:
+    """``name`` in ranx's spelling (``nDCG@10`` -> ``ndcg@10``, ``MAP`` -> ``map``, ``P@5`` ->
+    ``precision@5``); ValueError naming the valid ones for anything else."""
+    family, at, cutoff = name.strip().partition("@")
+    key = family.strip().lower()
+    got = key if key in METRICS else _PROJECT_METRICS.get(key)
+    if got is None or (at and not cutoff.strip().isdigit()) or (at and int(cutoff) < 1):
+        raise ValueError(f"metric {name!r}: give one of {', '.join(METRICS)} (ranx's names; nDCG, MAP, MRR, P, R, F1 too), "
+                         "with @k for a cutoff, e.g. ndcg@10")
+    return got + (f"@{int(cutoff)}" if at else "")
 OPTIMIZABLE = (*PARAMETER, *WEIGHTED)
 
 
@@ -113,7 +129,8 @@ def optimize(runs: Sequence[pa.Table], qrels: pa.Table, method: str, norm: str, 
         kwargs["step"] = step
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        best = ranx_optimize(Qrels(truth), ranx_runs, norm=None if norm == "none" else norm, method=method, metric=metric, **kwargs)
+        best = ranx_optimize(Qrels(truth), ranx_runs, norm=None if norm == "none" else norm, method=method, metric=ranx_metric(metric),
+                             **kwargs)
     if method in WEIGHTED:
         return {"weights": [float(w) for w in best["weights"]]}, len(query_ids)
     return {"parameter": float(best[PARAMETER[method]])}, len(query_ids)

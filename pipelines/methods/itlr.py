@@ -390,24 +390,23 @@ def score_listed(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, can
 
 def excluded_everywhere(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, candidates: dict, calibration: Calibration,
                         threshold: float | None) -> list[str]:
-    """The queries whose every candidate holds a negated term (calibrated evidence at least
-    ``threshold``): their candidates cannot satisfy the query (strict NOT returns none of them;
-    fuzzy NOT only ranks excluded documents), so a deeper candidate list or exact mode is
-    needed. Queries without candidates or negated terms are never counted; ``threshold``
-    None counts nothing."""
-    from logicrank.pipelines.logic.fuzzy import negated_terms
+    """The queries whose every candidate is excluded by a negated conjunct (``... AND NOT X``:
+    X holds with calibrated evidence at least ``threshold``, :func:`logicrank.pipelines.logic.fuzzy.exclusion`):
+    their candidates cannot satisfy the query (strict NOT returns none of them; fuzzy NOT only
+    ranks excluded documents), so a deeper candidate list or exact mode is needed. Queries
+    without candidates or negated conjuncts are never counted; ``threshold`` None counts
+    nothing."""
+    from logicrank.pipelines.logic.fuzzy import exclusion
 
     if threshold is None:
         return []
-    column = {t: j for j, t in enumerate(terms)}
     out = []
     for q in queries:
-        negated = [column[t] for t in negated_terms(q.ast)]
+        excluded = exclusion(q.ast, terms, threshold)
         ids, payload = candidates.get(q.query_id, (np.empty(0, dtype=object), None))
-        if not negated or len(ids) == 0:
+        if excluded is None or len(ids) == 0:
             continue
-        C = calibration.apply(np.asarray(raw(ids, payload), dtype=np.float32), terms)
-        if (C[:, negated] >= threshold).any(axis=1).all():
+        if excluded(calibration.apply(np.asarray(raw(ids, payload), dtype=np.float32), terms)).all():
             out.append(q.query_id)
     return out
 

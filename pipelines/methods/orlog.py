@@ -136,23 +136,24 @@ def retrieval_truth(queries: Sequence[OrlogQuery], candidates: pd.DataFrame, sco
 
 
 def negated_everywhere(queries: Sequence[OrlogQuery], scored: pd.DataFrame, threshold: float = 0.5) -> list[str]:
-    """The queries whose every candidate holds a negated atom (P(True) at least ``threshold``,
-    an atom under an odd number of NOTs in the form): the candidates cannot satisfy the query,
-    and a deeper or other first stage is needed ("cancer but not breast or lung" over BM25's
-    top 20 of the query text)."""
-    from logicrank.pipelines.logic.fuzzy import negated_terms
+    """The queries whose every candidate is excluded by a negated conjunct of the form
+    (``... AND NOT X``, X holding with its atoms' P(True) at least ``threshold``): the
+    candidates cannot satisfy the query, and a deeper or other first stage is needed
+    ("cancer but not breast or lung" over BM25's top 20 of the query text)."""
+    from logicrank.pipelines.logic.fuzzy import exclusion
 
     if scored.empty:
         return []
-    by_query = scored.groupby("query_id", sort=False).indices  # one grouping, not a filter per query
+    wide = scored.pivot_table(index=["query_id", "doc_id"], columns="atom_id", values="p_calibrated", sort=False)
+    rows_of = pd.Series(np.arange(len(wide))).groupby(wide.index.get_level_values(0).to_numpy(), sort=False).indices
     out = []
     for q in queries:
-        negated = set(negated_terms(q.form))
-        if not negated or q.query_id not in by_query:
+        atom_ids = [a for a, _ in q.atoms]
+        excluded = exclusion(q.form, atom_ids, threshold)
+        if excluded is None or q.query_id not in rows_of or not set(atom_ids) <= set(wide.columns):
             continue
-        rows = scored.iloc[by_query[q.query_id]]
-        holding = rows[rows["atom_id"].isin(negated) & (rows["p_calibrated"] >= threshold)]["doc_id"].nunique()
-        if holding == rows["doc_id"].nunique():
+        P = wide.iloc[rows_of[q.query_id]][atom_ids].to_numpy(dtype=float)
+        if excluded(np.nan_to_num(P, nan=0.0)).all():
             out.append(q.query_id)
     return out
 

@@ -20,14 +20,17 @@ class FuseOptions(FusionOptions):
         "sum", description="ranx's fusion method: sum (CombSUM), mnz (CombMNZ), max, min, med, anz, gmnz, isr, log_isr, logn_isr, "
         "rrf, rbc, bordafuse, condorcet; weighted: wsum, wmnz, w_bordafuse, w_condorcet, mixed.")
     norm: Literal[fusion.NORMS] = Field(  # type: ignore[valid-type]
-        "min-max", description="Each run's scores per query before fusing: min-max, max, sum, zmuv (z-score), rank, borda, or none.")
+        "min-max", description="Each run's scores per query before fusing: min-max, max, sum, zmuv (z-score), rank, borda, or none. "
+        "ranx's min-max maps a query's one document, or scores all equal, to 0: under sum or mnz such a document counts as not "
+        "retrieved by that run.")
     weights: tuple[float, ...] | None = Field(
         None, description="Weighted methods: one weight per sub-pipeline, in order (default equal); not with optimize.")
     parameter: float | None = Field(None, description="gmnz's gamma, logn_isr's sigma, rrf's k or rbc's phi (default ranx's).")
     optimize: str | None = Field(
         None, description="A qrels file (TREC or BEIR TSV) to pick the weights (or the parameter) on, by metric: use training "
         "queries, not those you report.")
-    metric: str = Field("ndcg@10", description="optimize: the measure to maximise, in ranx's names (ndcg@10, map@100, mrr, recall@100).")
+    metric: str = Field("ndcg@10", description="optimize: the measure to maximise, in ranx's names (ndcg@10, map@100, mrr, recall@100) "
+                        "or the project's (nDCG@10, MAP@100, MRR, R@100).")
     step: float = Field(0.1, gt=0.0, le=0.5, description="optimize: the grid step between weights.")
 
     @model_validator(mode="after")
@@ -49,6 +52,7 @@ class FuseOptions(FusionOptions):
             raise ValueError(f"method {m} has nothing to optimise (those that do: {', '.join(fusion.OPTIMIZABLE)})")
         if self.optimize and self.parameter is not None:
             raise ValueError("give parameter or optimize, not both")
+        fusion.ranx_metric(self.metric)  # a metric ranx does not know is refused here, before any sub-pipeline runs
         return self
 
 

@@ -38,8 +38,9 @@ class ITLROptions(StageOptions):
     )
     operators: str = Field("and=product,or=sum,not=complement", description="Fuzzy operator families.")
     strict_not: float | None = Field(
-        None, description="None: NOT is fuzzy (the not family). A number: strict NOT: a document whose calibrated evidence for a "
-        "negated term is at least this is excluded, not demoted (docs/itlr.md, Strict NOT, gives thresholds per scorer).")
+        None, gt=0.0, le=1.0, description="None: NOT is fuzzy (the not family). A number in (0, 1]: strict NOT: a document for which "
+        "a negated conjunct (... AND NOT X) holds, its terms' calibrated evidence at least this, is excluded, not demoted "
+        "(docs/itlr.md, Strict NOT, gives thresholds per scorer); needs calibrated evidence.")
     scorer: Literal["dense", "bm25", "hybrid"] = Field(
         "dense", description="Term evidence: dense cosines, BM25 scores, or hybrid (their calibrated mix, hybrid_weight x bm25)."
     )
@@ -66,7 +67,10 @@ class ITLROptions(StageOptions):
 
     @model_validator(mode="after")
     def _files(self):
-        check_calibration(self.scorer, self.calibration, "itlr")
+        chosen = check_calibration(self.scorer, self.calibration, "itlr")
+        if self.strict_not is not None and chosen == "none" and self.scorer != "hybrid":
+            raise ValueError(f"itlr: strict_not compares calibrated evidence with its threshold; with scorer {self.scorer} give a "
+                             "calibration (" + ("zscore or sigmoid" if self.scorer == "dense" else "max, saturation, zscore or sigmoid") + ")")
         if self.calibration == "sigmoid" and not self.labels:
             raise ValueError("itlr calibration 'sigmoid' is supervised: give labels (JSONL of doc_id and present terms).")
         if (self.mode == "listed") != (self.pairs is not None):
@@ -137,10 +141,10 @@ class ITLR(Stage):
 
     def _holds(self, calibration: str) -> float | None:
         """The evidence at which a candidate holds a term, for the unsatisfiable count: strict
-        NOT's threshold, else 0.5 of a calibration to [0, 1] (None: raw cosines, not told)."""
+        NOT's threshold, else 0.5 of a calibration to [0, 1] (None: raw cosines or BM25 scores, not told)."""
         if self.options.strict_not is not None:
             return self.options.strict_not
-        return None if calibration == "none" and self.options.scorer == "dense" else 0.5
+        return None if calibration == "none" and self.options.scorer != "hybrid" else 0.5
 
     def _parse(self, queries: pa.Table) -> tuple[list, dict]:
         """Each query's logical form, refusing those that do not parse (``on_parse_error:

@@ -73,3 +73,14 @@ def test_names_in_a_config(files):
     assert EvaluateConfig(qrels=str(qrels), runs=(str(good),), names=[f"new={good}"]).runs == (str(good),)
     with pytest.raises(ValidationError, match="NEWID=FILE"):
         EvaluateConfig(qrels=str(qrels), names=["new"])
+
+
+def test_two_names_may_swap_two_files_run_ids(files):
+    tmp, qrels, good, bad, _ = files
+    other = tmp / "other.trec"
+    other.write_text(bad.read_text().replace(" bm25", " other"))
+    r = runner.invoke(app, ["evaluate", str(qrels), str(good), str(other), "--name", f"other={good}", "--name", f"bm25={other}",
+                            "--measure", "P@1", "--out", str(tmp / "swap")])
+    assert r.exit_code == 0, _err(r)
+    means = pq.read_table(tmp / "swap" / "metrics.parquet").to_pandas().query("query_id == 'all'").set_index("run_id")["value"]
+    assert means["other"] == 1.0 and means["bm25"] == 0.0  # good's run is now "other", other's is "bm25"

@@ -282,3 +282,17 @@ def test_the_per_query_plot_has_a_column_per_measure_whose_panels_share_their_ax
     assert axes[0].get_ylim() == axes[2].get_ylim() and axes[1].get_ylim() == axes[3].get_ylim()  # one axis per measure
     assert axes[0].get_ylim() != axes[1].get_ylim()
     plt.close(fig)
+
+
+def test_the_per_query_plot_leaves_a_panel_empty_for_a_run_without_the_measure():
+    """A QA measure only the runs that answer have (EM of run a, none of run b): b's panel says so."""
+    import matplotlib.pyplot as plt
+
+    from logicrank.pipelines.evaluate.report import per_query_figure
+
+    rows = [("base", "q1", "nDCG@10", 0.5), ("a", "q1", "nDCG@10", 0.7), ("b", "q1", "nDCG@10", 0.1),
+            ("base", "q1", "EM", 1.0), ("a", "q1", "EM", 0.0)]
+    metrics = pa.table({k: [r[i] for r in rows] for i, k in enumerate(("run_id", "query_id", "measure", "value"))})
+    fig = per_query_figure(metrics, ["nDCG@10", "EM"], "base")
+    assert [ax.get_title() for ax in fig.axes][3] == "b: no EM"
+    plt.close(fig)

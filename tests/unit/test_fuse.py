@@ -77,7 +77,7 @@ def test_ranx_rrf_equals_the_rrf_stage():
 
 def test_weights_optimised_on_qrels_favour_the_run_that_finds_the_relevant_document():
     qrels = pa.table({"query_id": ["q1"], "doc_id": ["d4"], "relevance": pa.array([1], pa.int32())})
-    best, n = optimize([A, B], qrels, "wsum", "min-max", "ndcg@10", step=0.1)
+    best, n = optimize([A, B], qrels, "wsum", "min-max", "nDCG@10", step=0.1)  # the project's spelling of ranx's ndcg@10
     w_a, w_b = best["weights"]
     assert n == 1 and w_a < 0.5 * w_b  # d4 (only b retrieves it, at 0.5) ranks second only when a weighs under half of b
     top = fuse([A, B], k=10, method="wsum", weights=best["weights"])
@@ -114,6 +114,8 @@ def test_the_fuse_stage_fuses_its_sub_pipelines_and_optimises_on_a_qrels_file(tm
     ({"method": "mnz", "parameter": 3, "of": [["dense"], ["bm25"]]}, "method mnz takes no parameter"),
     ({"method": "mnz", "optimize": "q.tsv", "of": [["dense"], ["bm25"]]}, "method mnz has nothing to optimise"),
     ({"k": 0, "of": [["dense"], ["bm25"]]}, "greater than or equal to 1"),
+    ({"method": "wsum", "optimize": "q.tsv", "metric": "ndcgg@10", "of": [["dense"], ["bm25"]]}, "metric 'ndcgg@10': give one of ndcg"),
+    ({"method": "wsum", "optimize": "q.tsv", "metric": "ndcg@x", "of": [["dense"], ["bm25"]]}, "metric 'ndcg@x'"),
 ])
 def test_a_bad_fuse_stage_is_refused_in_one_line(options, message):
     with pytest.raises(PipelineError, match=message) as info:

@@ -49,6 +49,9 @@ def test_queries_come_as_a_table_a_dataframe_or_dicts_with_ids_as_strings(querie
 def test_a_string_is_a_file_when_one_exists_else_one_querys_text(tmp_path):
     one = as_queries("malaria in children")
     assert one.to_pylist() == [{"query_id": "1", "text": "malaria in children", "logical_query": None}]
+    assert as_queries("HIV/AIDS treatment").column("text").to_pylist() == ["HIV/AIDS treatment"]  # a slash is not a path
+    long = "effects of vitamin D on bone health in older adults " * 10  # longer than a file name may be
+    assert as_queries(long).column("text").to_pylist() == [long]
     path = tmp_path / "q.jsonl"
     path.write_text('{"_id": "q7", "text": "fever"}\n', encoding="utf-8")
     assert as_queries(str(path)).column("query_id").to_pylist() == ["q7"]

@@ -10,8 +10,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from logicrank.pipelines.logic.fuzzy import Operators, compile_query, negated_terms
-from logicrank.pipelines.logic.query import parse
+from logicrank.pipelines.logic.fuzzy import Operators, compile_query, negated_conjuncts
+from logicrank.pipelines.logic.query import Not, Or, Term, parse
 from logicrank.pipelines.methods.itlr import Calibration, excluded_everywhere, parse_queries, score_exact, score_listed
 from logicrank.pipelines.methods.orlog import OrlogQuery, negated_everywhere
 from logicrank.pipelines.notes import fallback_notes
@@ -24,9 +24,24 @@ QUERIES = parse_queries(pa.table({"query_id": ["q1", "q2"], "text": ["", ""],
                                   "logical_query": ['"malaria" AND NOT "children"', '"malaria" AND NOT ("children" OR NOT "adults")']}))
 
 
-def test_the_negated_terms_are_those_under_an_odd_number_of_nots():
-    assert negated_terms(parse('"a" AND NOT ("b" OR NOT "c") AND NOT (NOT "d")')) == ["b"]
-    assert negated_terms(parse('"a" OR "b"')) == []
+def test_a_query_excludes_only_its_negated_conjuncts():
+    assert negated_conjuncts(parse('"a" AND NOT ("b" OR NOT "c") AND NOT (NOT "d")')) == [
+        Or((Term("b"), Not(Term("c")))), Not(Term("d"))]
+    assert negated_conjuncts(parse('NOT "x"')) == [Term("x")]
+    assert negated_conjuncts(parse('"a" OR NOT "b"')) == []  # the other side may satisfy it
+    assert negated_conjuncts(parse('"a" OR "b"')) == []
+
+
+@pytest.mark.parametrize(("query", "row", "excluded"), [
+    ('"a" AND NOT ("b" AND "c")', [0.9, 0.9, 0.1], False),  # holds a and b, not c: satisfies the query
+    ('"a" AND NOT ("b" AND "c")', [0.9, 0.9, 0.9], True),
+    ('"a" AND NOT ("b" OR "c")', [0.9, 0.1, 0.9], True),
+    ('"a" OR NOT "b"', [0.9, 0.9, 0.0], False),  # satisfies the OR by a
+    ('"a" OR NOT "b"', [0.0, 0.9, 0.0], False),  # a NOT inside an OR stays fuzzy
+])
+def test_strict_not_excludes_what_violates_a_negated_conjunct_in_boolean_logic(query, row, excluded):
+    got = compile_query(parse(query), ["a", "b", "c"], Operators(strict_not=0.5))(np.array([row], np.float32))[0]
+    assert np.isneginf(got) == excluded
 
 
 def test_a_document_holding_a_negated_term_is_excluded_and_the_others_keep_their_fuzzy_scores():
@@ -49,8 +64,8 @@ def test_no_returned_document_holds_a_negated_term_at_the_threshold(path):
         run = score_listed(QUERIES, TERMS, lambda ids, _: S[[list(IDS).index(d) for d in ids]], candidates, 10, ops, Calibration())
     got = {q: list(g["doc_id"]) for q, g in run.groupby("query_id")}
     assert "d1" not in got["q1"] and set(got["q1"]) == {"d0", "d2", "d3"}
-    # q2's negated term is children alone ("adults" is under two NOTs): d1 is out, d2 (children 0.2) stays
-    assert "d1" not in got["q2"] and "d2" in got["q2"]
+    # q2 excludes "children" OR NOT "adults": d1 (children), d0 and d3 (no adults) are out; d2 (children 0.2, adults 0.7) stays
+    assert got["q2"] == ["d2"]
     assert np.isfinite(run["score"]).all()
 
 
@@ -74,3 +89,18 @@ def test_orlog_counts_the_queries_whose_every_candidate_holds_a_negated_atom():
     assert negated_everywhere(qs, scored) == ["q1"]
     scored.loc[3, "p_calibrated"] = 0.4  # d2 no longer holds the negated atom
     assert negated_everywhere(qs, scored) == []
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"strict_not": 0.5}, "with scorer dense give a calibration \\(zscore or sigmoid\\)"),  # raw cosines are not calibrated
+    ({"strict_not": 0.5, "scorer": "bm25", "calibration": "none"}, "with scorer bm25 give a calibration"),
+    ({"strict_not": 0, "scorer": "bm25"}, "greater than 0"),
+    ({"strict_not": 1.5, "scorer": "bm25"}, "less than or equal to 1"),
+])
+def test_strict_not_needs_calibrated_evidence_and_a_threshold_in_0_1(options, message):
+    from logicrank.pipelines.pipeline import Pipeline, PipelineError
+
+    with pytest.raises(PipelineError, match=message):
+        Pipeline.parse("x", [{"itlr": options}])
+    Pipeline.parse("ok", [{"itlr": {"strict_not": 0.5, "calibration": "zscore"}}])
+    Pipeline.parse("ok", [{"itlr": {"strict_not": 0.5, "scorer": "hybrid"}}])  # hybrid's evidence is calibrated already
