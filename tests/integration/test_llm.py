@@ -279,7 +279,7 @@ def test_orlog_with_problog_as_the_reasoner_gives_the_compiled_posteriors(tmp_pa
         run = pq.read_table(run_retrieve(cfg, tmp_path / reasoner, echo=lines.append)["orlog"]).to_pandas()
         scores[reasoner] = run.set_index(["query_id", "doc_id"])["score"].sort_index()
         assert "orlog: 36/36 prompts scored" in lines  # progress, per batch
-        assert lines[-1] == "orlog: shard 1 of 1 written (1 of 1 done)"  # and per shard written (3 queries: one shard)
+        assert "orlog: shard 1 of 1 written (1 of 1 done)" in lines  # and per shard written (3 queries: one shard)
     assert len(scores["compiled"]) == 3 * 4 and scores["compiled"].index.equals(scores["problog"].index)
     np.testing.assert_allclose(scores["problog"].to_numpy(), scores["compiled"].to_numpy(), atol=1e-9)
     manifest = json.loads((tmp_path / "problog" / "manifest.json").read_text())
