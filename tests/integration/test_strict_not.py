@@ -14,7 +14,7 @@ from logicrank.pipelines.methods.itlr import parse_queries
 
 pytestmark = [pytest.mark.integration]
 
-SETTINGS = {"bm25": ({"scorer": "bm25"}, 0.3), "zscore": ({"calibration": "zscore"}, 0.9), "hybrid": ({"scorer": "hybrid"}, 0.6)}
+SETTINGS = {"bm25": ({"scorer": "bm25"}, 0.3), "zscore": ({"calibration": "zscore"}, 0.4), "hybrid": ({"scorer": "hybrid"}, 0.5)}
 
 
 def _negated_evidence(result, negated: dict[str, set[str]]):
@@ -28,7 +28,7 @@ def test_no_returned_document_holds_a_negated_term_at_the_threshold(synthetic, m
     queries = lr.read_queries(synthetic / "syn" / "queries.jsonl")
     # the negated terms: each NOT "term" among a query's top-level conjuncts (... AND NOT "term")
     negated = {q.query_id: {x.text for x in negated_conjuncts(q.ast) if isinstance(x, Term)} for q in parse_queries(queries)}
-    assert sum(bool(v) for v in negated.values()) >= 20  # most templates negate a term
+    assert sum(bool(v) for v in negated.values()) >= 5  # 7 of the 32 templates end in AND NOT "term"
     pipes = {}
     for name, (options, threshold) in SETTINGS.items():
         pipes[f"{name}-fuzzy"] = [lr.itlr(k=20, mode=mode, ann_k=20, **options)]
