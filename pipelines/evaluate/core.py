@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from logicrank.pipelines.evaluate import trec10
 from logicrank.pipelines.evaluate.measures import Measure, provider
 from logicrank.pipelines.io import Duplicates, check_qrels, check_run
 from logicrank.schemas.errors import UserError
@@ -65,7 +66,7 @@ def measure_values(run: pa.Table, qrels: pa.Table, query_ids: Sequence[str], mea
     measures = [m for m in measures if not m.trec]
     wanted = list(dict.fromkeys(ir for m in measures for ir in m.ir_measures()))
     got: dict[tuple[str, object], float] = {}
-    if run_dict and qrels_dict:
+    if run_dict and qrels_dict and wanted:  # wanted is empty when every measure is trec_eval's own
         evaluator = provider().evaluator(wanted, qrels_dict)
         for metric in evaluator.iter_calc(run_dict):
             got[(metric.query_id, metric.measure)] = float(metric.value)
@@ -84,16 +85,21 @@ def measure_values(run: pa.Table, qrels: pa.Table, query_ids: Sequence[str], mea
 
 def _trec_only_values(run_dict: dict, qrels_dict: dict, query_ids: Sequence[str], measures: Sequence[Measure]) -> dict[Measure, np.ndarray]:
     """trec_eval's measures that ir_measures does not name, by pytrec_eval (trec_eval's code)
-    directly: a query without results gets an empty ranking, as trec_eval -c evaluates it (a
-    value trec_eval leaves undefined there, 0/0, is 0)."""
+    directly, or by :mod:`~logicrank.pipelines.evaluate.trec10` where pytrec_eval lacks them: a
+    query without results gets an empty ranking, as trec_eval -c evaluates it (a value trec_eval
+    leaves undefined there, 0/0, is 0)."""
+    out = {m: trec10.values(m.name, m.params, run_dict, qrels_dict, query_ids) for m in measures if m.name in trec10.FAMILIES}
+    measures = [m for m in measures if m.name not in trec10.FAMILIES]
     if not measures:
-        return {}
+        return out
     import pytrec_eval
 
     judged = {q: docs for q, docs in qrels_dict.items() if docs}
     got = pytrec_eval.RelevanceEvaluator(judged, {m.trec_request for m in measures}).evaluate(
         {q: run_dict.get(q, {}) for q in judged}) if judged else {}
-    return {m: np.nan_to_num(np.array([got.get(q, {}).get(str(m), 0.0) for q in query_ids], dtype=np.float64), nan=0.0) for m in measures}
+    for m in measures:
+        out[m] = np.nan_to_num(np.array([got.get(q, {}).get(str(m), 0.0) for q in query_ids], dtype=np.float64), nan=0.0)
+    return out
 
 
 def evaluate_run(

@@ -20,7 +20,9 @@ measures that ir_measures does not name (``gm_map``, ``gm_bpref``, ``Rprec_mult_
 ``relative_P_5``, ``utility``, ``11pt_avg``, ``binG``, ``G``, ``ndcg_rel``, ``Rndcg``,
 ``num_nonrel_judged_ret``) keep trec_eval's spelling and are computed by trec_eval's code
 (pytrec_eval) directly, aggregated over queries as trec_eval does (a geometric mean for
-``gm_*``, whose per-query values are trec_eval's logs; a sum for counts).
+``gm_*``, whose per-query values are trec_eval's logs; a sum for counts). trec_eval 10's
+``rbp``, ``rbp_resid`` and ``unj_k``, which pytrec_eval's trec_eval lacks, are computed by
+:mod:`logicrank.pipelines.evaluate.trec10`.
 
 Conventions follow trec_eval (the reference the tests compare with):
 
@@ -47,6 +49,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 
+from logicrank.pipelines.evaluate import trec10
 from logicrank.schemas.errors import UserError
 
 # The project's families: its spelling -> ir_measures' name (F1: computed here from P and R).
@@ -62,11 +65,14 @@ SYNTAX = ("nDCG[@k]", "P@k", "R@k", "F1@k", "MRR[@k]/RR[@k]", "MAP[@k]/AP[@k]", 
 _SYNTAX = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*(\([^()]*\))?\s*(?:@\s*([0-9]+(?:\.[0-9]+)?))?\s*$")
 _TREC = re.compile(r"^\s*([A-Za-z0-9]+(?:_[A-Za-z]+)*)(?:[_.]([0-9]+(?:\.[0-9]+)?))?\s*$")
 _DISPLAY = {v: k for k, v in IR_ALIASES.items()}
-# trec_eval's measures ir_measures does not name, computed by pytrec_eval directly: family ->
-# whether it takes a parameter after "_" (Rprec_mult_0.20, relative_P_5)
-TREC_ONLY = {"gm_map": False, "gm_bpref": False, "utility": False, "11pt_avg": False, "binG": False, "G": False,
-             "ndcg_rel": False, "Rndcg": False, "num_nonrel_judged_ret": False, "Rprec_mult": True, "relative_P": True}
+# trec_eval's measures ir_measures does not name, computed by pytrec_eval directly (trec10's by
+# trec10.py): family -> whether it takes a parameter after "_" (Rprec_mult_0.20, relative_P_5, unj_10)
+TREC_ONLY = {"gm_map": False, "gm_bpref": False, "utility": False, "binG": False, "G": False,
+             "ndcg_rel": False, "Rndcg": False, "num_nonrel_judged_ret": False, "Rprec_mult": True, "relative_P": True,
+             **trec10.FAMILIES}
 _TREC_ONLY = re.compile(r"^(" + "|".join(sorted(map(re.escape, TREC_ONLY), key=len, reverse=True)) + r")(?:_([0-9]+(?:\.[0-9]+)?))?$")
+# rbp's persistence, as trec_eval prints it: rbp_p=0.95, rbp_resid_p=0.5
+_PERSISTENCE = re.compile(r"^(rbp|rbp_resid)_p=([0-9]*\.?[0-9]+)$")
 
 
 class MeasureError(UserError, ValueError):
@@ -102,7 +108,7 @@ class Measure:
     name: str
     cutoff: int | float | None = None
     params: str = ""  # trec_eval-only measures: trec_eval's parameter text (``"0.20"`` of Rprec_mult_0.20)
-    trec: bool = False  # computed by pytrec_eval directly, under trec_eval's name (TREC_ONLY)
+    trec: bool = False  # computed by pytrec_eval (or trec10) directly, under trec_eval's name (TREC_ONLY)
 
     def __str__(self) -> str:
         if self.trec:
@@ -160,7 +166,7 @@ class Measure:
 def valid_names() -> list[str]:
     return [*SYNTAX, "any ir_measures name with its parameters (e.g. P(rel=2)@10)",
             "any trec_eval name (ndcg_cut_10, map, recip_rank, P_5, recall_100, bpref, iprec_at_recall_0.50, num_rel, gm_map, "
-            "Rprec_mult_0.20, relative_P_5, utility, 11pt_avg...)"]
+            "Rprec_mult_0.20, relative_P_5, utility, 11pt_avg, rbp, rbp_p=0.95, rbp_resid, unj_10...)"]
 
 
 def _unknown(text: object) -> MeasureError:
@@ -172,6 +178,8 @@ def parse_measure(text: str) -> Measure:
     project's and ir_measures' names are case-insensitive, trec_eval's as it prints them."""
     if not isinstance(text, str):
         raise _unknown(text)
+    if _TREC_ONLY.match(text.strip()) or _PERSISTENCE.match(text.strip()):  # trec_eval's rbp, not ir_measures' RBP
+        return _parse_trec(text)
     m = _SYNTAX.match(text)
     family = _families().get(m.group(1).lower()) if m else None
     if family is None:
@@ -232,13 +240,26 @@ def _parse_trec(text: str) -> Measure:
     import pytrec_eval
 
     name = text.strip()
+    rbp = _PERSISTENCE.match(name)
+    if rbp:
+        if not 0 < float(rbp.group(2)) < 1:
+            raise MeasureError(f"measure {text!r}: the persistence p must be in (0, 1), e.g. {rbp.group(1)}_p=0.95.")
+        return Measure(rbp.group(1), None, f"p={rbp.group(2)}", trec=True)
     only = _TREC_ONLY.match(name)
+    if only and only.group(1) == "unj" and only.group(2) is not None and not (only.group(2).isdigit() and int(only.group(2)) >= 1):
+        raise MeasureError(f"measure {text!r}: unj's cutoff must be a positive integer, e.g. unj_10.")
+    if only and only.group(1) == "iprec_at_recall" and only.group(2) is not None:
+        level = float(only.group(2))
+        if not 0 <= level <= 1:
+            raise MeasureError(f"measure {text!r}: the recall level must be in [0, 1], e.g. iprec_at_recall_0.50.")
+        return Measure("iprec_at_recall", None, f"{level:.2f}" if float(f"{level:.2f}") == level else repr(level), trec=True)
     if only and TREC_ONLY[only.group(1)] == (only.group(2) is not None):
         return Measure(only.group(1), None, only.group(2) or "", trec=True)
     if only:
+        example = {"Rprec_mult": "Rprec_mult_0.20", "unj": "unj_10", "iprec_at_recall": "iprec_at_recall_0.50"}.get(only.group(1), f"{only.group(1)}_10")
         raise MeasureError(f"measure {text!r}: trec_eval's {only.group(1)} " + (
-            f"takes a parameter, e.g. {only.group(1)}_{'0.20' if only.group(1) == 'Rprec_mult' else '10'}" if TREC_ONLY[only.group(1)]
-            else "takes no parameter") + ".")
+            f"takes a parameter, e.g. {example}" if TREC_ONLY[only.group(1)] else
+            "takes no parameter" + (f" but its persistence, e.g. {only.group(1)}_p=0.95" if only.group(1) in ("rbp", "rbp_resid") else "")) + ".")
     if not _TREC.match(name) or name in pytrec_eval.supported_nicknames:
         raise _unknown(text)
     try:

@@ -1,24 +1,28 @@
 """Every measure of trec_eval's own test suite (test/out.test.a: ``trec_eval -a``), through our
-evaluate path, equals trec_eval's C code (pytrec_eval) given trec_eval's names, to 1e-4.
+evaluate path, equals trec_eval's output to 4 decimals, per query and over queries.
 
-trec_eval's test inputs (test/qrels.test, test/results.test) are not here: the qrels and run
-are written below (graded and unjudged documents, tied scores, a short run, a qrels query the
-run misses, a query judged without any relevant document, a run query without qrels).
+trec_eval's test inputs (test/qrels.test, test/results.test) are not here: the qrels, run and
+trec_eval 10.0's output on them are in tests/data/trec_eval (make_data.py says what they hold
+and how the output was made). The measures pytrec_eval computes also equal pytrec_eval's to
+1e-9 (the same C code), except the two whose rounding trec_eval 10 changed.
 """
 
 import math
-import random
 import re
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 import pytrec_eval
 
+from logicrank.pipelines.evaluate import trec10
 from logicrank.pipelines.evaluate.core import evaluate_run
 from logicrank.pipelines.evaluate.measures import MeasureError, parse_measure, parse_measures
 from logicrank.pipelines.io import read_qrels, read_run
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
+from tests.data.trec_eval.make_data import data
 
+DATA = Path(__file__).resolve().parents[1] / "data" / "trec_eval"
 # The measures trec_eval's test/out.test.a prints (usnistgov/trec_eval), in its order; runid is not a measure.
 OUT_TEST_A = [
     "num_q", "num_ret", "num_rel", "num_rel_ret", "map", "gm_map", "Rprec", "bpref", "recip_rank",
@@ -32,11 +36,11 @@ OUT_TEST_A = [
     "success_1", "success_5", "success_10", "set_P", "set_relative_P", "set_recall", "set_map", "set_F",
     "num_nonrel_judged_ret", "rbp", "rbp_resid", "unj_5", "unj_10", "unj_20",
 ]
-_NOT_IN_PYTREC = "not in ir_measures nor in pytrec_eval's trec_eval (a newer trec_eval's measure)"
-# The names the project cannot compute, and why. trec_eval's names that ir_measures does not map
-# (gm_map, Rprec_mult_0.20, relative_P_5, utility, ...) are computed by pytrec_eval directly.
-EXCLUDED = {"rbp": _NOT_IN_PYTREC, "rbp_resid": _NOT_IN_PYTREC, "unj_5": _NOT_IN_PYTREC, "unj_10": _NOT_IN_PYTREC, "unj_20": _NOT_IN_PYTREC}
-COMPUTED = [n for n in OUT_TEST_A if n not in EXCLUDED]
+# trec_eval prints 4 decimals: a value within half a unit of the last digit equals it.
+PRINTED = 0.5e-4 + 1e-12
+# Computed by trec10.py, not pytrec_eval: new in trec_eval 10, or rounded otherwise there.
+TREC10 = [n for n in OUT_TEST_A if parse_measure(n).name in trec10.FAMILIES]
+PYTREC = [n for n in OUT_TEST_A if n not in TREC10]
 
 
 def _family(name: str) -> str:
@@ -44,32 +48,25 @@ def _family(name: str) -> str:
     return re.sub(r"_[0-9]+(\.[0-9]+)?$", "", name)
 
 
-def _data():
-    """qrels rows (query, doc, relevance) and TREC run rows (query, doc, score); seeded."""
-    rng = random.Random(7)
-    pool = [f"D{i:03d}" for i in range(400)]
-    qrels, run = [], []
-    for q in range(1, 7):
-        judged = rng.sample(pool, 60)
-        qrels += [(f"{q}", d, rng.choice([0, 0, 0, 1, 1, 2, 3])) for d in judged]
-        if q == 6:  # judged, but the run misses it: trec_eval -c
-            continue
-        n = {3: 4, 4: 120}.get(q, 300)  # a short run; a query judged without any relevant document
-        docs = rng.sample(judged, min(40, n)) + rng.sample([d for d in pool if d not in judged], max(0, n - 40))
-        rng.shuffle(docs)
-        run += [(f"{q}", d, round(rng.random() * 4, 1)) for d in docs]  # one decimal: many tied scores
-    qrels = [(q, d, 0 if q == "4" else r) for q, d, r in qrels]
-    run += [("99", d, 1.0) for d in pool[:20]]  # a run query without qrels: not evaluated
-    return qrels, run
+def _trec_eval_output(name: str) -> dict[tuple[str, str], float]:
+    """(query, measure) -> value, from ``trec_eval -q -c`` output; runid and relstring are not measures."""
+    out = {}
+    for line in (DATA / name).read_text().splitlines():
+        measure, qid, value = line.split()
+        if measure not in ("runid", "relstring"):
+            out[(qid, measure)] = float(value)
+    return out
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    qrels, run = _data()
-    root = tmp_path_factory.mktemp("trec")
-    (root / "qrels.test").write_text("".join(f"{q} 0 {d} {r}\n" for q, d, r in qrels))
-    (root / "results.test").write_text("".join(f"{q} Q0 {d} {i} {s} STANDARD\n" for i, (q, d, s) in enumerate(run)))
-    return root / "qrels.test", root / "results.test", qrels, run
+def files():
+    qrels, run = data()
+    return DATA / "qrels.txt", DATA / "run.txt", qrels, run
+
+
+def _ours(qrels_path, run_path, names) -> dict:
+    ours = evaluate_run(read_run(run_path), read_qrels(qrels_path), parse_measures(names)).to_pandas()
+    return ours.set_index(["query_id", "measure"])["value"].to_dict()
 
 
 def _reference(qrels_rows, run_rows) -> dict[str, dict[str, float]]:
@@ -92,42 +89,65 @@ def _reference(qrels_rows, run_rows) -> dict[str, dict[str, float]]:
     return out
 
 
-def test_the_excluded_names_are_refused_in_one_line():
-    for name, reason in EXCLUDED.items():
-        assert reason
-        with pytest.raises(MeasureError) as exc:
-            parse_measure(name)
-        assert "\n" not in str(exc.value) and name in str(exc.value)
-    assert len(COMPUTED) == 93 and len(EXCLUDED) == 5 and len(OUT_TEST_A) == 98
+def test_the_committed_inputs_are_make_datas():
+    qrels, run = data()
+    assert (DATA / "qrels.txt").read_text() == "".join(f"{q} 0 {d} {r}\n" for q, d, r in qrels)
+    assert (DATA / "run.txt").read_text() == "".join(f"{q} Q0 {d} {i} {s} STANDARD\n" for i, (q, d, s) in enumerate(run))
 
 
-def test_every_computable_trec_eval_name_equals_trec_eval(files):
+def test_every_trec_eval_name_of_its_test_suite_equals_trec_eval(files):
     qrels_path, run_path, qrels_rows, run_rows = files
-    run, qrels = read_run(run_path), read_qrels(qrels_path)
-    measures = parse_measures(COMPUTED)
-    assert len(measures) == len(COMPUTED)  # 93 distinct measures
-    ours = evaluate_run(run, qrels, measures).to_pandas().set_index(["query_id", "measure"])["value"]
+    ref = _trec_eval_output("trec_eval.out")
+    assert sorted({m for _, m in ref}) == sorted(OUT_TEST_A) and len(OUT_TEST_A) == 98
+    assert {q for q, _ in ref} == {"1", "2", "3", "4", "5", "6", AGGREGATE_QUERY_ID}
+    ours = _ours(qrels_path, run_path, OUT_TEST_A)
+    for (qid, name), value in ref.items():
+        assert ours[(qid, str(parse_measure(name)))] == pytest.approx(value, abs=PRINTED), (name, qid)
+    assert ("99", "MAP") not in ours
+    # the data exercise what the names measure
+    assert ref[("6", "num_rel")] > 0 and ref[("6", "map")] == 0 and ref[("4", "num_rel")] == 0
+    assert ref[("2", "unj_5")] > 0 and ref[("3", "rbp_resid")] == 0 < ref[("2", "rbp_resid")] and 0 < ref[("all", "rbp")] < 1
+    assert ref[(AGGREGATE_QUERY_ID, "num_ret")] == len([r for r in run_rows if r[0] != "99"])
+
+
+def test_parameterised_trec_eval_names_equal_trec_eval(files):
+    qrels_path, run_path, _, _ = files
+    ref = _trec_eval_output("trec_eval.params.out")
+    assert sorted({m for _, m in ref}) == ["iprec_at_recall_0.33", "rbp_p=0.95", "unj_3", "unj_30"]
+    ours = _ours(qrels_path, run_path, ["rbp_p=0.95", "unj_3", "unj_30", "iprec_at_recall_0.33"])
+    for (qid, name), value in ref.items():
+        assert ours[(qid, name)] == pytest.approx(value, abs=PRINTED), (name, qid)
+
+
+def test_pytrec_eval_s_measures_equal_pytrec_eval(files):
+    """The same C code: equal to 1e-9, per query and aggregated as trec_eval aggregates."""
+    qrels_path, run_path, qrels_rows, run_rows = files
+    ours = _ours(qrels_path, run_path, PYTREC)
     ref = _reference(qrels_rows, run_rows)
-    assert set(ref) == {"1", "2", "3", "4", "5", "6"}
-    worst = 0.0
-    for name in COMPUTED:
+    for name in PYTREC:
         label = str(parse_measure(name))
         for qid, values in ref.items():
-            assert ours[(qid, label)] == pytest.approx(values[name], abs=1e-4), (name, qid)
-            worst = max(worst, abs(ours[(qid, label)] - values[name]))
-        per_query = [values[name] for values in ref.values()]
-        total = pytrec_eval.compute_aggregated_measure(_family(name), per_query)  # a sum, a geometric mean (gm_*) or a mean
-        assert ours[(AGGREGATE_QUERY_ID, label)] == pytest.approx(total, abs=1e-4), name
-        assert ("99", label) not in ours.index
-    assert worst < 1e-9  # the same C code
-    # the data exercise what the names measure
-    assert ours[("6", "NumRel")] > 0 and ours[("6", "MAP")] == 0 and ours[("6", "NumQ")] == 1
-    assert ours[("4", "NumRel")] == 0 and ours[(AGGREGATE_QUERY_ID, "NumRet")] == len([r for r in run_rows if r[0] != "99"])
-    assert 0 < ours[(AGGREGATE_QUERY_ID, "nDCG@10")] < 1 and 0 < ours[(AGGREGATE_QUERY_ID, "Bpref")] < 1
+            assert ours[(qid, label)] == pytest.approx(values[name], abs=1e-9), (name, qid)
+        total = pytrec_eval.compute_aggregated_measure(_family(name), [values[name] for values in ref.values()])
+        assert ours[(AGGREGATE_QUERY_ID, label)] == pytest.approx(total, abs=1e-9), name
 
 
-def test_a_parquet_run_is_ranked_by_its_rank_column_not_by_score(files):
-    """Ties ranked by docno ascending (trec_eval would put them descending): every measure follows the ranks."""
+def test_trec_eval_10_rounds_recall_levels_where_ir_measures_iprec_keeps_trec_eval_9s(files):
+    """iprec_at_recall_r is trec_eval 10's (round(r * R)); IPrec@r is ir_measures', from
+    pytrec_eval's trec_eval 9 (int(r * R + 0.9)). On query 2 (R = 23) they differ at 0.10: 2 against 3 documents."""
+    qrels_path, run_path, qrels_rows, run_rows = files
+    ours = _ours(qrels_path, run_path, ["iprec_at_recall_0.10", "IPrec@0.1", "11pt_avg"])
+    ref, old = _trec_eval_output("trec_eval.out"), _reference(qrels_rows, run_rows)
+    assert ref[("2", "num_rel")] == 23
+    assert ours[("2", "iprec_at_recall_0.10")] == pytest.approx(ref[("2", "iprec_at_recall_0.10")], abs=PRINTED)
+    assert ours[("2", "IPrec@0.1")] == pytest.approx(old["2"]["iprec_at_recall_0.10"], abs=1e-9)
+    assert abs(ours[("2", "iprec_at_recall_0.10")] - ours[("2", "IPrec@0.1")]) > 0.01
+    assert abs(ref[("2", "11pt_avg")] - old["2"]["11pt_avg"]) > 1e-3
+
+
+def test_a_parquet_run_is_ranked_by_its_rank_column_not_by_score(files, tmp_path):
+    """Ties ranked by docno ascending (trec_eval would put them descending): every measure
+    follows the ranks, as it follows the scores of a TREC file ranked the same way."""
     _, _, qrels_rows, run_rows = files
     rows = sorted(((q, d, s) for q, d, s in run_rows), key=lambda r: (r[0], -r[2], r[1]))
     rank, last = [], None
@@ -136,18 +156,21 @@ def test_a_parquet_run_is_ranked_by_its_rank_column_not_by_score(files):
         last = q
     run = pa.table({"query_id": [r[0] for r in rows], "doc_id": [r[1] for r in rows], "rank": pa.array(rank, pa.int32()),
                     "score": [r[2] for r in rows], "method": ["m"] * len(rows), "run_id": ["r"] * len(rows)})
-    qrels = pa.table({"query_id": [r[0] for r in qrels_rows], "doc_id": [r[1] for r in qrels_rows],
-                      "relevance": pa.array([r[2] for r in qrels_rows], pa.int32())})
-    ours = evaluate_run(run, qrels, parse_measures(COMPUTED)).to_pandas().set_index(["query_id", "measure"])["value"]
-    by_rank = _reference(qrels_rows, [(q, d, -float(k)) for (q, d, _), k in zip(rows, rank, strict=True)])
-    by_score = _reference(qrels_rows, run_rows)
-    differs = 0
-    for name in COMPUTED:
-        label = str(parse_measure(name))
-        for qid, values in by_rank.items():
-            assert ours[(qid, label)] == pytest.approx(values[name], abs=1e-4), (name, qid)
-            differs += abs(by_score[qid][name] - values[name]) > 1e-9
-    assert differs > 0  # the tie order matters on these data
+    same_order = tmp_path / "by_rank.txt"  # the ranks as TREC scores, without ties
+    same_order.write_text("".join(f"{q} Q0 {d} {k} {-k} r\n" for (q, d, _), k in zip(rows, rank, strict=True)))
+    qrels = read_qrels(DATA / "qrels.txt")
+    measures = parse_measures(OUT_TEST_A)
+
+    def values(run_table):
+        return evaluate_run(run_table, qrels, measures).to_pandas().set_index(["query_id", "measure"])["value"]
+
+    ours, by_rank, by_score = values(run), values(read_run(same_order)), values(read_run(DATA / "run.txt"))
+    assert (ours - by_rank).abs().max() < 1e-12
+    reference = _reference(qrels_rows, [(q, d, -float(k)) for (q, d, _), k in zip(rows, rank, strict=True)])
+    for name in PYTREC:
+        for qid, value in reference.items():
+            assert ours[(qid, str(parse_measure(name)))] == pytest.approx(value[name], abs=1e-9), (name, qid)
+    assert (ours - by_score).abs().max() > 1e-3  # the tie order matters on these data
 
 
 def test_measures_beyond_trec_eval_follow_their_definitions(files):
@@ -168,10 +191,15 @@ def test_measures_beyond_trec_eval_follow_their_definitions(files):
     assert ours[("6", "MRR@10")] == ours[("6", "Judged@10")] == ours[("6", "F1@10")] == 0
 
 
-@pytest.mark.parametrize(("name", "message"), [("Rprec_mult", "takes a parameter, e.g. Rprec_mult_0.20"),
-                                               ("relative_P", "takes a parameter, e.g. relative_P_10"), ("gm_map_5", "takes no parameter")])
+@pytest.mark.parametrize(("name", "message"), [
+    ("Rprec_mult", "takes a parameter, e.g. Rprec_mult_0.20"), ("relative_P", "takes a parameter, e.g. relative_P_10"),
+    ("gm_map_5", "takes no parameter"), ("unj", "takes a parameter, e.g. unj_10"), ("unj_0", "positive integer"),
+    ("unj_2.5", "positive integer"), ("rbp_5", "takes no parameter but its persistence, e.g. rbp_p=0.95"),
+    ("rbp_p=1.5", r"persistence p must be in \(0, 1\)"), ("rbp_resid_p=0", r"must be in \(0, 1\)"),
+    ("iprec_at_recall_1.5", r"recall level must be in \[0, 1\]")])
 def test_trec_eval_only_names_parse_back_to_themselves_and_refuse_a_wrong_parameter(name, message):
-    for good in ("gm_map", "Rprec_mult_0.20", "relative_P_5", "utility", "11pt_avg", "num_nonrel_judged_ret"):
+    for good in ("gm_map", "Rprec_mult_0.20", "relative_P_5", "utility", "11pt_avg", "num_nonrel_judged_ret", "rbp", "rbp_p=0.95",
+                 "rbp_resid", "rbp_resid_p=0.5", "unj_10", "iprec_at_recall_0.50"):
         assert str(parse_measure(good)) == good and parse_measure(str(parse_measure(good))) == parse_measure(good)
     with pytest.raises(MeasureError, match=message):
         parse_measure(name)
