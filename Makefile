@@ -31,8 +31,12 @@ main: $(STAMP)
 nightly-demo: $(STAMP)
 	$(BIN)/logicrank nightly-demo --out runs/nightly-demo
 
+# Two pytest-xdist workers, each given whole files (--dist loadfile: a file's session fixtures
+# and its Ray cluster are built once, in one worker). Many integration tests wait on an event
+# (a stall detected, a killed process restarted) with a core idle; the other worker fills it.
+# The tests that inject faults also pass at half this machine's speed (test-faults-slow).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests/unit tests/integration
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25 tests/unit tests/integration
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
