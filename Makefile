@@ -34,9 +34,11 @@ nightly-demo: $(STAMP)
 # Two pytest-xdist workers, each given whole files (--dist loadfile: a file's session fixtures
 # and its Ray cluster are built once, in one worker). Many integration tests wait on an event
 # (a stall detected, a killed process restarted) with a core idle; the other worker fills it.
-# The tests that inject faults also pass at half this machine's speed (test-faults-slow).
+# The tests that inject faults also pass at half this machine's speed (test-faults-slow). A
+# worker that dies (a test that ends its own process) is not replaced: the run fails, naming
+# the test it was running, rather than rerunning it in a fresh worker.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25 tests/unit tests/integration
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --max-worker-restart=0 --durations=25 tests/unit tests/integration
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
