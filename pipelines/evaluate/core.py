@@ -86,8 +86,8 @@ def measure_values(run: pa.Table, qrels: pa.Table, query_ids: Sequence[str], mea
 def _trec_only_values(run_dict: dict, qrels_dict: dict, query_ids: Sequence[str], measures: Sequence[Measure]) -> dict[Measure, np.ndarray]:
     """trec_eval's measures that ir_measures does not name, by pytrec_eval (trec_eval's code)
     directly, or by :mod:`~logicrank.pipelines.evaluate.trec10` where pytrec_eval lacks them: a
-    query without results gets an empty ranking, as trec_eval -c evaluates it (a value trec_eval
-    leaves undefined there, 0/0, is 0)."""
+    query without results gets an empty ranking (a value pytrec_eval leaves undefined there, 0/0,
+    is 0, as trec_eval -c prints it)."""
     out = {m: trec10.values(m.name, m.params, run_dict, qrels_dict, query_ids) for m in measures if m.name in trec10.FAMILIES}
     measures = [m for m in measures if m.name not in trec10.FAMILIES]
     if not measures:

@@ -70,9 +70,9 @@ _DISPLAY = {v: k for k, v in IR_ALIASES.items()}
 TREC_ONLY = {"gm_map": False, "gm_bpref": False, "utility": False, "binG": False, "G": False,
              "ndcg_rel": False, "Rndcg": False, "num_nonrel_judged_ret": False, "Rprec_mult": True, "relative_P": True,
              **trec10.FAMILIES}
-_TREC_ONLY = re.compile(r"^(" + "|".join(sorted(map(re.escape, TREC_ONLY), key=len, reverse=True)) + r")(?:_([0-9]+(?:\.[0-9]+)?))?$")
-# rbp's persistence, as trec_eval prints it: rbp_p=0.95, rbp_resid_p=0.5
-_PERSISTENCE = re.compile(r"^(rbp|rbp_resid)_p=([0-9]*\.?[0-9]+)$")
+_TREC_ONLY = re.compile(r"^(" + "|".join(sorted(map(re.escape, TREC_ONLY), key=len, reverse=True)) + r")(?:[_.]([0-9]+(?:\.[0-9]+)?))?$")
+# rbp's persistence, as trec_eval prints it (rbp_p=0.95, rbp_resid_p=0.5) or takes it (rbp.p=0.95)
+_PERSISTENCE = re.compile(r"^(rbp|rbp_resid)[_.]p=([0-9]*\.?[0-9]+)$")
 
 
 class MeasureError(UserError, ValueError):
@@ -244,7 +244,8 @@ def _parse_trec(text: str) -> Measure:
     if rbp:
         if not 0 < float(rbp.group(2)) < 1:
             raise MeasureError(f"measure {text!r}: the persistence p must be in (0, 1), e.g. {rbp.group(1)}_p=0.95.")
-        return Measure(rbp.group(1), None, f"p={rbp.group(2)}", trec=True)
+        p = float(rbp.group(2))
+        return Measure(rbp.group(1), None, "" if p == trec10.DEFAULT_P else f"p={p!r}", trec=True)
     only = _TREC_ONLY.match(name)
     if only and only.group(1) == "unj" and only.group(2) is not None and not (only.group(2).isdigit() and int(only.group(2)) >= 1):
         raise MeasureError(f"measure {text!r}: unj's cutoff must be a positive integer, e.g. unj_10.")
@@ -253,6 +254,8 @@ def _parse_trec(text: str) -> Measure:
         if not 0 <= level <= 1:
             raise MeasureError(f"measure {text!r}: the recall level must be in [0, 1], e.g. iprec_at_recall_0.50.")
         return Measure("iprec_at_recall", None, f"{level:.2f}" if float(f"{level:.2f}") == level else repr(level), trec=True)
+    if only and only.group(1) == "unj" and only.group(2) is not None:
+        return Measure("unj", None, str(int(only.group(2))), trec=True)
     if only and TREC_ONLY[only.group(1)] == (only.group(2) is not None):
         return Measure(only.group(1), None, only.group(2) or "", trec=True)
     if only:

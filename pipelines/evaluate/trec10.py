@@ -25,8 +25,9 @@ RELVALUE_NONPOOL) or give it a negative relevance (in the pool, not judged: RELV
   (R = 14 at 0.30: 4 against 5 documents). ir_measures' ``IPrec@r`` keeps pytrec_eval's.
 - ``11pt_avg``: the mean of ``iprec_at_recall`` at 0.0, 0.1, ..., 1.0.
 
-A document is relevant at relevance >= 1. A query without results scores 0 (trec_eval -c;
-trec_eval leaves iprec_at_recall_0.00 and 11pt_avg 0/0 there).
+A document is relevant at relevance >= 1. A query without results scores 0 on each (trec_eval
+-c scores it over a made-up ranking of one unjudged document, which gives 0 too, but for
+``rbp_resid_p=...``, below).
 
 Each is averaged over queries. The values are checked against trec_eval 10.0's own output
 (``tests/data/trec_eval``).

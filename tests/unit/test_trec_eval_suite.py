@@ -203,3 +203,36 @@ def test_trec_eval_only_names_parse_back_to_themselves_and_refuse_a_wrong_parame
         assert str(parse_measure(good)) == good and parse_measure(str(parse_measure(good))) == parse_measure(good)
     with pytest.raises(MeasureError, match=message):
         parse_measure(name)
+
+
+def test_trec_eval_10_measures_by_hand():
+    """Five relevant documents; the run finds three of them at ranks 1, 3 and 6, around three unjudged ones."""
+    judged = {f"d{i}": 1 for i in range(1, 6)}
+    docs = {"d1": 6.0, "x1": 5.0, "d2": 4.0, "x2": 3.0, "x3": 2.0, "d3": 1.0}
+    # round(0.5 * 5) = 3 relevant (halves up, as C's lround; Python's round gives 2), first reached at rank 6
+    assert trec10.value("iprec_at_recall", "0.50", docs, judged) == pytest.approx(3 / 6)
+    assert trec10.value("iprec_at_recall", "0.40", docs, judged) == pytest.approx(2 / 3)  # 2 relevant: rank 3
+    assert trec10.value("iprec_at_recall", "0.80", docs, judged) == 0.0  # 4 relevant: never reached
+    assert trec10.value("unj", "3", docs, judged) == pytest.approx(1 / 3)
+    assert trec10.value("unj", "10", docs, judged) == pytest.approx(3 / 10)  # a short ranking counts as judged below
+    assert trec10.value("rbp", "", docs, judged) == pytest.approx(0.1 * (1 + 0.9**2 + 0.9**5))
+    assert trec10.value("rbp_resid", "", docs, judged) == pytest.approx(0.9**6 + 0.1 * (0.9 + 0.9**3 + 0.9**4))
+    graded = {"d1": 4, "d2": 2, "d3": 0}
+    assert trec10.value("rbp", "p=0.5", docs, graded) == pytest.approx(0.5 * (4 / 4 + 2 / 4 * 0.5**2))  # gains over the top grade
+
+
+def test_a_query_the_run_misses_scores_0_on_rbp_resid_with_any_persistence():
+    """trec_eval -c clears rbp_resid there but leaves rbp_resid_p=... at 1 (upstream's clean-up matches the bare name only)."""
+    run = pa.table({"query_id": ["1"], "doc_id": ["a"], "rank": pa.array([1], pa.int32()), "score": [1.0], "run_id": ["r"]})
+    qrels = pa.table({"query_id": ["1", "2"], "doc_id": ["a", "b"], "relevance": pa.array([1, 1], pa.int32())})
+    ours = evaluate_run(run, qrels, parse_measures(["rbp_resid", "rbp_resid_p=0.5", "unj_5"])).to_pandas()
+    missed = ours[ours["query_id"] == "2"].set_index("measure")["value"]
+    assert missed.to_dict() == {"rbp_resid": 0.0, "rbp_resid_p=0.5": 0.0, "unj_5": 0.0}
+
+
+def test_trec_eval_s_m_option_spelling_and_its_printed_one_are_one_measure():
+    for taken, printed in [("iprec_at_recall.0.10", "iprec_at_recall_0.10"), ("iprec_at_recall_0.1", "iprec_at_recall_0.10"),
+                           ("unj.10", "unj_10"), ("unj_010", "unj_10"), ("rbp.p=0.95", "rbp_p=0.95"), ("rbp_p=0.9", "rbp"),
+                           ("rbp_resid.p=.5", "rbp_resid_p=0.5"), ("relative_P.5", "relative_P_5")]:
+        assert str(parse_measure(taken)) == printed and parse_measure(printed) == parse_measure(taken)
+    assert parse_measure("iprec_at_recall_0.10") != parse_measure("IPrec@0.1")  # trec_eval 10's and ir_measures'
