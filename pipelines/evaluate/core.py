@@ -88,7 +88,9 @@ def _trec_only_values(run_dict: dict, qrels_dict: dict, query_ids: Sequence[str]
     directly, or by :mod:`~logicrank.pipelines.evaluate.trec10` where pytrec_eval lacks them: a
     query without results gets an empty ranking (a value pytrec_eval leaves undefined there, 0/0,
     is 0, as trec_eval -c prints it)."""
-    out = {m: trec10.values(m.name, m.params, run_dict, qrels_dict, query_ids) for m in measures if m.name in trec10.FAMILIES}
+    tens = [m for m in measures if m.name in trec10.FAMILIES]
+    got10 = trec10.values([(m.name, m.params) for m in tens], run_dict, qrels_dict, query_ids)
+    out = {m: got10[(m.name, m.params)] for m in tens}
     measures = [m for m in measures if m.name not in trec10.FAMILIES]
     if not measures:
         return out

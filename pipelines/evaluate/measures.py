@@ -17,11 +17,12 @@ The canonical spelling is the project's for its six families (``RR@10`` prints `
 ``map_cut_100`` prints ``MAP@100``) and ir_measures' otherwise. F1@k is not an ir_measures
 measure: it is the harmonic mean of P@k and R@k, which ir_measures computes. trec_eval's
 measures that ir_measures does not name (``gm_map``, ``gm_bpref``, ``Rprec_mult_0.20``,
-``relative_P_5``, ``utility``, ``11pt_avg``, ``binG``, ``G``, ``ndcg_rel``, ``Rndcg``,
+``relative_P_5``, ``utility``, ``binG``, ``G``, ``ndcg_rel``, ``Rndcg``,
 ``num_nonrel_judged_ret``) keep trec_eval's spelling and are computed by trec_eval's code
 (pytrec_eval) directly, aggregated over queries as trec_eval does (a geometric mean for
 ``gm_*``, whose per-query values are trec_eval's logs; a sum for counts). trec_eval 10's
-``rbp``, ``rbp_resid`` and ``unj_k``, which pytrec_eval's trec_eval lacks, are computed by
+``rbp``, ``rbp_resid`` and ``unj_k``, which pytrec_eval's trec_eval lacks, and its
+``iprec_at_recall_r`` and ``11pt_avg``, which it rounds otherwise, are computed by
 :mod:`logicrank.pipelines.evaluate.trec10`.
 
 Conventions follow trec_eval (the reference the tests compare with):
@@ -247,15 +248,15 @@ def _parse_trec(text: str) -> Measure:
         p = float(rbp.group(2))
         return Measure(rbp.group(1), None, "" if p == trec10.DEFAULT_P else f"p={p!r}", trec=True)
     only = _TREC_ONLY.match(name)
-    if only and only.group(1) == "unj" and only.group(2) is not None and not (only.group(2).isdigit() and int(only.group(2)) >= 1):
-        raise MeasureError(f"measure {text!r}: unj's cutoff must be a positive integer, e.g. unj_10.")
+    if only and only.group(1) == "unj" and only.group(2) is not None:
+        if not (only.group(2).isdigit() and int(only.group(2)) >= 1):
+            raise MeasureError(f"measure {text!r}: unj's cutoff must be a positive integer, e.g. unj_10.")
+        return Measure("unj", None, str(int(only.group(2))), trec=True)
     if only and only.group(1) == "iprec_at_recall" and only.group(2) is not None:
         level = float(only.group(2))
         if not 0 <= level <= 1:
             raise MeasureError(f"measure {text!r}: the recall level must be in [0, 1], e.g. iprec_at_recall_0.50.")
         return Measure("iprec_at_recall", None, f"{level:.2f}" if float(f"{level:.2f}") == level else repr(level), trec=True)
-    if only and only.group(1) == "unj" and only.group(2) is not None:
-        return Measure("unj", None, str(int(only.group(2))), trec=True)
     if only and TREC_ONLY[only.group(1)] == (only.group(2) is not None):
         return Measure(only.group(1), None, only.group(2) or "", trec=True)
     if only:

@@ -53,7 +53,7 @@ def persistence(params: str) -> float:
     return float(params.split("=", 1)[1]) if params else DEFAULT_P
 
 
-def _ranked_relevance(docs: Mapping[str, float], judged: Mapping[str, int]) -> list[int | None]:
+def ranked_relevance(docs: Mapping[str, float], judged: Mapping[str, int]) -> list[int | None]:
     """The relevance of each retrieved document in rank order (best score first); None: unjudged."""
     ranked = sorted(docs, key=lambda d: -docs[d])
     return [None if judged.get(d, -1) < 0 else judged[d] for d in ranked]
@@ -110,9 +110,8 @@ def iprec_at_recall(rels: Sequence[int | None], num_rel: int, levels: Sequence[f
     return out
 
 
-def value(family: str, params: str, docs: Mapping[str, float], judged: Mapping[str, int]) -> float:
-    """One query's value. ``docs``: document -> score (higher first); ``judged``: document -> relevance."""
-    rels = _ranked_relevance(docs, judged)
+def value(family: str, params: str, rels: Sequence[int | None], judged: Mapping[str, int]) -> float:
+    """One query's value. ``rels``: :func:`ranked_relevance`; ``judged``: document -> relevance."""
     if family in ("iprec_at_recall", "11pt_avg"):
         num_rel = sum(r >= RELEVANT for r in judged.values())
         levels = ELEVEN_POINTS if family == "11pt_avg" else [float(params)]
@@ -124,7 +123,14 @@ def value(family: str, params: str, docs: Mapping[str, float], judged: Mapping[s
     return rbp_resid(rels, persistence(params))
 
 
-def values(family: str, params: str, run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
-           query_ids: Sequence[str]) -> np.ndarray:
-    """Per-query values for ``query_ids``; a query without results scores 0 (trec_eval -c)."""
-    return np.array([value(family, params, run.get(q, {}), qrels.get(q, {})) for q in query_ids], dtype=np.float64)
+def values(measures: Sequence[tuple[str, str]], run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
+           query_ids: Sequence[str]) -> dict[tuple[str, str], np.ndarray]:
+    """Per-query values of each ``(family, params)`` for ``query_ids``, each query ranked once;
+    a query without results scores 0 (trec_eval -c)."""
+    out = {m: np.zeros(len(query_ids), dtype=np.float64) for m in measures}
+    for i, q in enumerate(query_ids):
+        judged = qrels.get(q, {})
+        rels = ranked_relevance(run.get(q, {}), judged)
+        for family, params in measures:
+            out[(family, params)][i] = value(family, params, rels, judged)
+    return out

@@ -209,16 +209,20 @@ def test_trec_eval_10_measures_by_hand():
     """Five relevant documents; the run finds three of them at ranks 1, 3 and 6, around three unjudged ones."""
     judged = {f"d{i}": 1 for i in range(1, 6)}
     docs = {"d1": 6.0, "x1": 5.0, "d2": 4.0, "x2": 3.0, "x3": 2.0, "d3": 1.0}
+
+    def value(family, params, docs, judged):
+        return trec10.value(family, params, trec10.ranked_relevance(docs, judged), judged)
+
     # round(0.5 * 5) = 3 relevant (halves up, as C's lround; Python's round gives 2), first reached at rank 6
-    assert trec10.value("iprec_at_recall", "0.50", docs, judged) == pytest.approx(3 / 6)
-    assert trec10.value("iprec_at_recall", "0.40", docs, judged) == pytest.approx(2 / 3)  # 2 relevant: rank 3
-    assert trec10.value("iprec_at_recall", "0.80", docs, judged) == 0.0  # 4 relevant: never reached
-    assert trec10.value("unj", "3", docs, judged) == pytest.approx(1 / 3)
-    assert trec10.value("unj", "10", docs, judged) == pytest.approx(3 / 10)  # a short ranking counts as judged below
-    assert trec10.value("rbp", "", docs, judged) == pytest.approx(0.1 * (1 + 0.9**2 + 0.9**5))
-    assert trec10.value("rbp_resid", "", docs, judged) == pytest.approx(0.9**6 + 0.1 * (0.9 + 0.9**3 + 0.9**4))
+    assert value("iprec_at_recall", "0.50", docs, judged) == pytest.approx(3 / 6)
+    assert value("iprec_at_recall", "0.40", docs, judged) == pytest.approx(2 / 3)  # 2 relevant: rank 3
+    assert value("iprec_at_recall", "0.80", docs, judged) == 0.0  # 4 relevant: never reached
+    assert value("unj", "3", docs, judged) == pytest.approx(1 / 3)
+    assert value("unj", "10", docs, judged) == pytest.approx(3 / 10)  # a short ranking counts as judged below
+    assert value("rbp", "", docs, judged) == pytest.approx(0.1 * (1 + 0.9**2 + 0.9**5))
+    assert value("rbp_resid", "", docs, judged) == pytest.approx(0.9**6 + 0.1 * (0.9 + 0.9**3 + 0.9**4))
     graded = {"d1": 4, "d2": 2, "d3": 0}
-    assert trec10.value("rbp", "p=0.5", docs, graded) == pytest.approx(0.5 * (4 / 4 + 2 / 4 * 0.5**2))  # gains over the top grade
+    assert value("rbp", "p=0.5", docs, graded) == pytest.approx(0.5 * (4 / 4 + 2 / 4 * 0.5**2))  # gains over the top grade
 
 
 def test_a_query_the_run_misses_scores_0_on_rbp_resid_with_any_persistence():
