@@ -49,6 +49,7 @@ from logicrank.pipelines.codedigest import code_digest
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
 from logicrank.pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from logicrank.pipelines.embed import concrete, model_id, resolve_model
+from logicrank.pipelines.files import require_writable
 from logicrank.pipelines.indexing import (
     EmbedStage,
     IdSpill,
@@ -206,6 +207,8 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
     would delete more than ``max_delete_fraction`` of the table (unless ``allow_mass_delete``).
     """
     start = time.perf_counter()
+    require_writable(out, "index", "--out", IndexJobError)  # before any work: no lock, no run directory left behind
+    require_writable(cfg.db, "index", "--db", IndexJobError)
     rundir = RunDir(out, "index")
     sources = list_sources(cfg.corpus, cfg.format)  # fails before Ray or a model loads
     try:

@@ -27,7 +27,7 @@ from logicrank.pipelines.config.settings import (
     LLMConfig,
     RayConfig,
 )
-from logicrank.pipelines.files import read_yaml
+from logicrank.pipelines.files import read_yaml, require_writable
 from logicrank.schemas.errors import JobFailed, UserError, validation_line
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, help="logicrank: logic-aware retrieval at scale.")
@@ -87,7 +87,10 @@ _stall_timeout = DEFAULT_TIMEOUT_S  # the --stall-timeout of this invocation
 
 
 def run_job(name: str, out: str | Path, fn, *args, **kwargs):
-    """Run a long job under the stall watchdog (jobs/watchdog.py), which writes its stacks into ``out``."""
+    """Run a long job under the stall watchdog (jobs/watchdog.py), which writes its stacks into
+    ``out``; an ``out`` that cannot be written is refused first, in one line, before any work."""
+    _run(require_writable, out, name, "--out")
+
     def watched():
         with watch(name, out, _stall_timeout):
             return fn(*args, **kwargs)
@@ -181,6 +184,7 @@ def index(
     from logicrank.jobs.index import run_index
 
     cfg = _config(IndexConfig, bound)
+    _run(require_writable, cfg.db, "index", "--db")
     try:
         s = run_job("index", out, run_index, cfg, out, progress=progress)
     except KeyboardInterrupt:  # before the run locked the table (after, run_index's own line is printed by _run)
@@ -499,6 +503,7 @@ def generate_setlogic(
     """QUEST-style set-logic queries over LIMIT's like-lists, with exact gold sets (no LLM)."""
     from logicrank.pipelines.generate.setlogic import generate
 
+    _run(require_writable, out, "generate setlogic", "--out")
     c = _run(generate, out, per_template, seed, src)
     typer.echo(f"{c['queries']} queries, {c['qrels']} gold pairs over {c['people']} people -> {out}")
 
@@ -679,6 +684,7 @@ def nightly(
         cfg = NightlyConfig.model_validate(data)
     except ValidationError as exc:
         _fail(config_message(exc, config, NightlyConfig))
+    _run(require_writable, cfg.out, "nightly", f"out (in {config})")
     if at is not None:
         from logicrank.pipelines.evaluate.report import summary_frame
 
@@ -686,6 +692,7 @@ def nightly(
             typer.echo(f"{qs} at table version {at}:")
             typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
         return
+    _run(require_writable, cfg.index.db, "nightly", f"index.db (in {config})")  # (--at only reads the table)
     result = run_job("nightly", cfg.out, run_nightly, cfg, date, echo=typer.echo, progress=progress)
     alert = f"; alert {result.alert}" if result.alert else ""
     typer.echo(f"night {result.date}: {result.status}{_held(result.served)}{alert}; report {result.report or '(none: the night stopped)'}")

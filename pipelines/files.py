@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import json
 import os
+import tempfile
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -47,6 +48,32 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 # ArrowInvalid; gzip's are OSError, EOFError and zlib.error. (Not every ArrowException: a
 # type or conversion error is a bug in the reader, not a fault of the file.)
 READ_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, UnicodeDecodeError, pa.ArrowInvalid)
+
+
+def require_writable(path: str | Path, job: str, option: str, error: type[Exception] = UserError) -> None:
+    """Refuse, in one line, an output directory this process cannot write, before a job does
+    any work: ``path`` itself or, where it does not exist yet, its nearest existing parent
+    must be a directory in which a probe file can be made. The probe is removed at once and
+    no directory is made, so a refusal leaves nothing behind. Checked by trying, not by
+    permission bits (root ignores them; a read-only mount does not show in them). A URI
+    (``s3://...``) is not checked here: its store says at the first write."""
+    if "://" in str(path):
+        return
+    target = Path(path)
+    where = target
+    while not where.exists() and not where.is_symlink() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        why = "is a file, not a directory" if where == target else f"cannot be made: {where} is a file, not a directory"
+        raise error(f"{job}: {option} {target} {why}; give {option} a directory this user can write.")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".logicrank-probe-", dir=where)
+    except OSError as exc:
+        inside = "" if where == target else f" (in {where}, where it would be made)"
+        raise error(f"{job}: {option} {target} cannot be written{inside}: {(exc.strerror or first_line(exc)).lower()}; "
+                    f"give {option} a directory this user can write.") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def write_parquet_atomic(table: pa.Table, path: str | Path) -> Path:
