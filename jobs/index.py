@@ -129,6 +129,12 @@ class IndexSummary:
     maintenance: dict = field(default_factory=dict)
     placement: dict = field(default_factory=dict)  # the embedding pool: actors, CPUs and GPUs each, how decided
     tag: str | None = None
+    # inserted, updated, unchanged and deleted count what changed since this version, the last one a completed
+    # index run finished (what readers read before this run); None: no run had completed
+    since_version: int | None = None
+    # a run that resumes one that did not finish (the table's latest version is newer than since_version):
+    # from_version (the version it left), kept_manifest (its manifest, renamed in the run directory)
+    resumed: dict = field(default_factory=dict)
     embedded_by: dict = field(default_factory=dict)  # the embedding code's digest: before (the table's), now, reembedded
     seconds: float = 0.0
 
@@ -229,9 +235,15 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
         store.require_title_sep(cfg.embed.title_sep, "index")
     summary = IndexSummary()
     version_before = store.version if store.exists() else None
+    summary.since_version = last_complete(store)
+    baseline = None
+    if version_before is not None and summary.since_version != version_before:
+        # an earlier run wrote versions it did not finish: this one counts against what readers read
+        summary.resumed = {"from_version": version_before, "kept_manifest": rundir.keep_unfinished()}
+        baseline = StoredHashes(cfg.db, cfg.table, summary.since_version)
     rejects = RejectSink(rundir.path / "rejects.parquet")
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep,
-                         seen_dir=rundir.path)
+                         seen_dir=rundir.path, baseline=baseline)
     try:
         return _index_written(cfg, rundir, sources, progress, start, lock, mid, store, summary, version_before, rejects, writer)
     except IndexJobError:
@@ -268,6 +280,8 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
             if summary.embedded_by["before"] not in (None, embed_code) and stored_rows:
                 # vectors made by other code are not reused: every stored document is embedded again (an update)
                 stored.reembed = True
+                if writer.baseline is not None:
+                    writer.baseline.reembed = True
                 summary.embedded_by["reembedded"] = stored_rows
             # (closed on a fault too: the driver's encoder is let go before the roll-back)
             with rundir.timed("stream"), _progress(progress) as tick, closing(_embedded(cfg, embed, sources, stored, place)) as batches:
@@ -288,9 +302,10 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
         rejects.close()  # what was rejected stays on disk, whatever stopped the run
 
     c = writer.counts
-    summary.inserted, summary.updated, summary.unchanged = c["insert"], c["update"], c["unchanged"]
+    summary.embedded = c["insert"] + c["update"]
+    since = writer.since if writer.baseline is not None else c  # a resumed run: against the last complete version
+    summary.inserted, summary.updated, summary.unchanged = since["insert"], since["update"], since["unchanged"]
     summary.rejected, summary.rows_read = c["reject"], writer.rows_read
-    summary.embedded = summary.inserted + summary.updated
     summary.redelivered = writer.redelivered
     summary.rejects_by_reason = dict(rejects.reasons)
     with rundir.timed("absent"):  # the stored ids the snapshot lacks, spilled to the run's directory
@@ -303,8 +318,12 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
         if cfg.delete_missing and summary.absent and store.exists():
             with rundir.timed("delete"):
                 summary.deleted = store.delete_ids(absent.read(), before_each=lock.ensure_held)
+        if cfg.delete_missing and writer.baseline is not None:
+            # deleted since the last complete version: what it held that this snapshot lacks (the ids the
+            # unfinished run wrote and this snapshot lacks were never read; those it deleted were)
+            summary.deleted = sum(len(ids) for ids in writer.seen.absent(writer.baseline.ids()))
         if store.exists():
-            changed = store.version != version_before or bool(summary.embedded or summary.deleted)
+            changed = store.version != version_before or bool(summary.embedded or summary.deleted or summary.resumed)
             lock.ensure_held()
             with rundir.timed("maintain"), busy("index: maintaining the table (compaction, indexes)"):
                 summary.maintenance = store.maintain(cfg.ann_from(), timedelta(hours=cfg.prune_after_hours), changed,
@@ -340,6 +359,19 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
     if failure:
         raise IndexJobError(failure)
     return summary
+
+
+def last_complete(store: DocStore) -> int | None:
+    """The version readers read by default (the last one a completed index run finished), or
+    None: no table, or no run on it completed (pipelines/store/versions.py)."""
+    from logicrank.pipelines.store import StoreError
+
+    if not store.exists():
+        return None
+    try:
+        return store.readable_version("index")[0]
+    except StoreError:
+        return None
 
 
 def _stopped(cfg: IndexConfig, rundir: RunDir, sources: list[Source], mid: str, store: DocStore, version_before: int | None,

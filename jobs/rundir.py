@@ -129,6 +129,21 @@ class RunDir:
             echo(f"{self.stage}: moved {len(stale)} earlier output(s) of {self.path} that this run does not make to {self.aside}: {shown}")
         return self.aside
 
+    def keep_unfinished(self) -> str | None:
+        """Rename the manifest of a run that did not finish (``interrupted`` or ``failed``) to
+        ``manifest.<status>-<UTC time it stopped>.json`` beside it, so that the run resuming it
+        does not overwrite the record of what it left; returns the new name (None: no such manifest)."""
+        prev = self.previous()
+        if not prev or prev.get("status") not in ("interrupted", "failed"):
+            return None
+        stopped = "".join(c for c in str(prev.get("finished_at", ""))[:19] if c.isdigit() or c == "T")
+        name, n = f"manifest.{prev['status']}-{stopped or 'unknown'}Z.json", 1
+        while (self.path / name).exists():  # (two runs stopped within a second)
+            n += 1
+            name = f"manifest.{prev['status']}-{stopped or 'unknown'}Z-{n}.json"
+        os.replace(self.manifest_path, self.path / name)
+        return name
+
     @contextmanager
     def timed(self, name: str):
         start = time.perf_counter()

@@ -288,13 +288,19 @@ class IndexWriter:
 
     def __init__(
         self, store: DocStore, model_id: str, rejects: RejectSink, chunk_rows: int = 4096, before_commit: Callable[[], None] = lambda: None,
-        title_sep: str = " ", seen_dir: str | Path | None = None,
+        title_sep: str = " ", seen_dir: str | Path | None = None, baseline: Callable[[pa.Array], pa.Table] | None = None,
     ):
-        """``before_commit`` runs before every write (the job checks it still holds the table's lock)."""
+        """``before_commit`` runs before every write (the job checks it still holds the table's lock).
+
+        ``baseline``: the stored hashes of another version than the one the rows were
+        classified against (a run that resumes one that did not finish counts what changed
+        since the last complete version, :attr:`since`); None: no second count."""
         self.store, self.model_id, self.rejects, self.chunk_rows, self.title_sep = store, model_id, rejects, chunk_rows, title_sep
         self.before_commit = before_commit
+        self.baseline = baseline
         self.seen = SeenIds(seen_dir)
-        self.counts: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()  # what this run does to each row: insert (embedded), update, unchanged, reject
+        self.since: Counter[str] = Counter()  # the kept rows classified against ``baseline``
         self.redelivered = 0
         self.written = 0  # rows committed to the table so far (inserts and updates)
         self._pending: list[pa.Table] = []
@@ -340,6 +346,8 @@ class IndexWriter:
         kept_rows = batch.take(pa.array(keep, pa.int64()))
         kept_actions = kept_rows.column("_action").to_pylist()
         self.counts.update(kept_actions)
+        if self.baseline is not None and kept_rows.num_rows:
+            self.since.update(classify(kept_rows, self.baseline(kept_rows.column("doc_id"))).to_pylist())
         write = [i for i, a in enumerate(kept_actions) if a in ("insert", "update")]
         if write:
             self._pending.append(kept_rows.take(pa.array(write, pa.int64())))

@@ -36,6 +36,24 @@ class Versions:
     def version_stamp(self) -> str:
         return self.version_stamps().get(self.version, "")
 
+    def version_rows(self) -> list[dict]:
+        """Every version kept, oldest first: ``version``, ``made`` (when), ``rows``, ``tags`` (the
+        user's and the index job's, not the reserved marks), ``complete`` (a completed index
+        run finished it: every tag names such a version) and ``read`` (the one readers read by
+        default, :meth:`readable_version`; none when no run completed)."""
+        tags: dict[int, list[str]] = {}
+        for name, v in self.table.tags.list().items():
+            tags.setdefault(int(v["version"]), []).append(name)
+        try:
+            read = self.readable_version("versions")[0]
+        except StoreError:
+            read = None
+        ds = self.table.to_lance()
+        return [{"version": v, "made": made, "rows": int(ds.checkout_version(v).count_rows()),
+                 "tags": sorted(n for n in tags.get(v, []) if n != COMPLETE_TAG and not n.startswith(EMBEDDED_BY)),
+                 "complete": v in tags, "read": v == read}
+                for v, made in sorted(self.version_stamps().items())]
+
     def drop_old_tags(self, pattern: re.Pattern[str], keep: int) -> list[str]:
         """Delete all but the newest ``keep`` tags whose whole name matches ``pattern`` (names
         that sort by time), so their versions can be pruned later; any other tag is never

@@ -173,8 +173,10 @@ def test_killed_mid_write_then_rerun_equals_a_clean_run(tmp_path, docs300):
     assert 0 < killed_at < 300, f"the child must die mid-write for this test to mean anything (rows: {killed_at})"
 
     # the kernel dropped the dead writer's lock; the rerun embeds exactly what is missing
+    left = DocStore(str(db)).version
     s = run_index(_cfg(corpus, db), tmp_path / "resume")
-    assert (s.unchanged, s.embedded, s.inserted) == (killed_at, 300 - killed_at, 300 - killed_at)
+    # embedded: what was missing; inserted: what readers see new (no run had completed: all of it)
+    assert (s.unchanged, s.embedded, s.inserted, s.since_version, s.resumed["from_version"]) == (0, 300 - killed_at, 300, None, left)
     resumed = _table(db)
     clean_db = tmp_path / "clean"
     run_index(_cfg(corpus, clean_db), tmp_path / "clean_run")
@@ -347,7 +349,8 @@ def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
     store = DocStore(str(db))
     complete = store.version
     assert store.complete_version() == complete and store.count() == 200
-    assert json.loads((tmp_path / "i2" / "manifest.json").read_text())["counts"]["inserted"] == 72
+    counts = json.loads((tmp_path / "i2" / "manifest.json").read_text())["counts"]
+    assert (counts["embedded"], counts["inserted"], counts["unchanged"]) == (72, 200, 0)  # 200 new to readers, 72 embedded now
     lines: list[str] = []
     cfg = RetrieveConfig.preset(("dense",), queries=str(queries), db=str(db), set={"dense.k": 10}, ray=RAY)
     run_retrieve(cfg, tmp_path / "r3", echo=lines.append)
@@ -392,6 +395,62 @@ def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
         run_index(_cfg(bad, db, delete_missing=False), tmp_path / "i4")
     assert json.loads((tmp_path / "i4" / "manifest.json").read_text())["status"] == "failed"
     assert DocStore(str(db)).complete_version() == complete
+
+
+def test_a_resumed_run_counts_what_changed_since_the_last_complete_version(tmp_path, docs300, monkeypatch):
+    """A re-index of revised texts interrupted after writing all of them (Ctrl-C in the
+    maintenance): the same command resumes, and its summary counts what readers now see
+    changed since the last complete version, not since the interrupted run's partial commits
+    (before: "unchanged 100 ... (nothing changed)" while readers moved to 100 revised texts);
+    the interrupted run's manifest is kept beside the new one; `logicrank versions` marks the
+    versions."""
+    from typer.testing import CliRunner
+
+    from logicrank.cli import app
+
+    corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300[:150]), tmp_path / "db"
+    config = tmp_path / "index.yaml"
+    config.write_text(f"corpus: {corpus}\ndb: {db}\nwrite_batch_rows: 64\nray: {{num_cpus: 2, batch_rows: 64}}\n")
+    index = ["--stall-timeout", "0", "index", "--config", str(config), "--no-progress", "--out", str(tmp_path / "run")]
+    assert CliRunner().invoke(app, index).exit_code == 0
+    complete = DocStore(str(db)).version
+    # 100 texts revised, 40 kept, 10 dropped (deleted) and 5 new
+    snapshot = [dict(r, text=r["text"] + " (revised)") for r in docs300[:100]] + docs300[100:140] + docs300[150:155]
+    write_jsonl(corpus, snapshot)
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DocStore, "maintain", interrupted)
+    res = CliRunner().invoke(app, index)
+    assert res.exit_code == 130, res.output
+    monkeypatch.undo()
+    left = DocStore(str(db)).version
+    assert left > complete and DocStore(str(db)).complete_version() == complete
+    stopped = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert stopped["status"] == "interrupted"
+
+    res = CliRunner().invoke(app, index)
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    kept = sorted(p.name for p in (tmp_path / "run").glob("manifest.interrupted-*.json"))
+    assert len(kept) == 1 and json.loads((tmp_path / "run" / kept[0]).read_text()) == stopped
+    assert lines[0] == (f"index: finished the run that stopped at v{left} (0 documents embedded now); its manifest kept as "
+                        f"{tmp_path / 'run' / kept[0]}; the counts below are of what changed since v{complete}, the last version a "
+                        "completed index run finished.")
+    assert lines[1].startswith("inserted 5, updated 100, unchanged 40, deleted 10, rejected 0 ;"), lines[1]
+    assert "nothing changed" not in res.stdout
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["counts"]["resumed"] == {"from_version": left, "kept_manifest": kept[0]}
+    assert (manifest["counts"]["since_version"], manifest["counts"]["embedded"]) == (complete, 0)
+    store = DocStore(str(db))
+    assert store.complete_version() == store.version and store.count() == 145
+
+    res = CliRunner().invoke(app, ["versions", "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    state = {int(line.split()[0]): line.split()[-2] for line in res.stdout.splitlines()[1:]}
+    assert state[store.version] == "read" and state[left] == "incomplete", res.stdout
+    assert {int(line.split()[0]) for line in res.stdout.splitlines()[1:] if ", read" in line} == {store.version}
 
 
 def test_sigterm_to_an_index_run_with_its_own_ray_stops_it_as_interrupted(tmp_path, docs300):

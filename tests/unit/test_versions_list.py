@@ -1,0 +1,80 @@
+"""`logicrank versions`: a table's versions with their rows, tags and completion marks, on a
+real LanceDB table (generated vectors, no Ray, no model); the interrupted run's manifest kept
+by the run that resumes it (jobs/rundir.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+from typer.testing import CliRunner
+
+from logicrank.cli import app
+from logicrank.jobs.rundir import RunDir
+from logicrank.pipelines.embed import to_fixed_size_list
+from logicrank.pipelines.store import DocStore
+
+
+def _rows(ids: list[str], text: str) -> pa.Table:
+    v = np.ones((len(ids), 4), dtype=np.float32) / 2
+    n = len(ids)
+    return pa.table({"doc_id": ids, "title": [None] * n, "text": [text] * n, "metadata": [None] * n,
+                     "content_hash": [text] * n, "vector": to_fixed_size_list(v)})
+
+
+def test_versions_lists_rows_tags_and_completion_marks(tmp_path):
+    db = str(tmp_path / "db")
+    s = DocStore(db)
+    s.open_or_create(4, "gen")
+    s.upsert(_rows(["a", "b", "c"], "one"))  # a completed run: marked and tagged
+    s.mark_complete()
+    s.tag("index-20261124T000000000000Z")
+    complete = s.version
+    s.upsert(_rows(["a", "d"], "two"))  # an interrupted run: neither
+    left = s.version
+
+    res = CliRunner().invoke(app, ["versions", "--db", db])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0].split() == ["version", "made", "rows", "state", "tags"]
+    by_version = {int(line.split()[0]): line for line in lines[1:]}
+    assert sorted(by_version) == [v for v in sorted(s.version_stamps())]
+    assert by_version[complete].split()[-4:] == ["3", "complete,", "read", "index-20261124T000000000000Z"]
+    assert by_version[left].split()[-3:] == ["4", "incomplete", "-"]
+    assert "logicrank-complete" not in res.stdout and "embedded-by" not in res.stdout  # the reserved marks are the state column
+
+    rows = s.version_rows()
+    assert [(r["version"], r["rows"], r["complete"], r["read"]) for r in rows if r["version"] in (complete, left)] == [
+        (complete, 3, True, True), (left, 4, False, False)]
+
+
+def test_versions_of_a_table_no_run_completed_says_readers_refuse_it(tmp_path):
+    db = str(tmp_path / "db")
+    s = DocStore(db)
+    s.open_or_create(4, "gen")
+    s.upsert(_rows(["a"], "one"))
+    res = CliRunner().invoke(app, ["versions", "--db", db])
+    assert res.exit_code == 0, res.output
+    table = res.stdout.splitlines()[1:-1]
+    assert table and all(line.split()[-2] == "incomplete" and "read" not in line for line in table), res.stdout
+    assert res.stdout.splitlines()[-1] == ("no version of table 'docs' was finished by a completed index run: readers refuse it "
+                                           "(rerun logicrank index).")
+
+
+def test_versions_of_a_missing_table_is_one_line(tmp_path):
+    res = CliRunner().invoke(app, ["versions", "--db", str(tmp_path / "nothing")])
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and res.stderr.startswith("error: versions: "), res.output
+
+
+def test_an_unfinished_runs_manifest_is_kept_by_the_run_that_resumes_it(tmp_path):
+    run = RunDir(tmp_path / "r", "index")
+    assert run.keep_unfinished() is None  # no manifest yet
+    run.write_manifest({}, "h", {}, [], status="interrupted", counts={"written": 64})
+    first = json.loads(run.manifest_path.read_text())
+    name = run.keep_unfinished()
+    stamp = "".join(c for c in first["finished_at"][:19] if c.isdigit() or c == "T")
+    assert name == f"manifest.interrupted-{stamp}Z.json" and not run.manifest_path.exists()
+    assert json.loads((run.path / name).read_text()) == first
+    run.write_manifest({}, "h", {}, [], status="ok")
+    assert run.keep_unfinished() is None and run.manifest_path.exists()  # a finished run's manifest is the one to replace
