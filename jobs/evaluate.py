@@ -30,7 +30,8 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     trec_eval's, or a one-line error says why not); ``cfg.dedupe`` keeps each repeated
     (query, doc) pair's best-ranked row instead of refusing the run. The manifest records,
     per run_id, ``missing_queries`` (qrels queries without results: they score 0) and
-    ``queries_without_qrels`` (not evaluated), and per run file ``duplicates_removed``.
+    ``queries_without_qrels`` (not evaluated) and ``depths`` (documents per query at most), and
+    per run file ``duplicates_removed``.
     Skipped (the stored metrics returned) when config, qrels and runs are unchanged.
     """
     measures = parse_measures(cfg.measures)  # a bad name fails before anything is read
@@ -52,7 +53,7 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
             from logicrank.pipelines.llm.models import resolve
 
             inputs["judge"] = {"template": prompts.load(JUDGE_TEMPLATE).sha, "model": resolve(cfg.judge.model, log=lambda m: None).model_id}
-    if rundir.is_fresh(cfg.digest(), inputs) and "missing_queries" in (rundir.previous() or {}):
+    if rundir.is_fresh(cfg.digest(), inputs) and {"missing_queries", "depths"} <= set(rundir.previous() or {}):  # (older reports lack depths)
         if echo:
             echo(f"evaluate: config, qrels and runs unchanged since the last run: skipped; metrics in {rundir.path / 'metrics.parquet'}")
         return pq.read_table(rundir.path / "metrics.parquet")
@@ -100,6 +101,7 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
         qa_measures=ev.qa_measures,
         unanswered_questions=ev.unanswered_questions,
         answers_without_gold=ev.answers_without_gold,
+        depths=ev.depths,
     )
     return ev.metrics
 
@@ -113,6 +115,12 @@ def _answers(cfg: EvaluateConfig) -> dict[str, dict[str, str]]:
             raise EvaluationError(f"evaluate: two answer files named {rid!r}; the file stem is the run id, so give each a distinct name.")
         preds[rid] = read_predictions(path)
     return preds
+
+
+def evaluated_depths(out: str | Path) -> dict[str, int]:
+    """Each run's depth (documents per query at most), read from an evaluation's manifest, to print."""
+    path = Path(out) / "manifest.json"
+    return json.loads(path.read_text()).get("depths", {}) if path.exists() else {}
 
 
 def evaluation_notes(out: str | Path) -> list[str]:

@@ -6,11 +6,13 @@ name (model, measure, method) fails before Ray starts or a model loads.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
+import typer.core
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
@@ -30,7 +32,52 @@ from logicrank.pipelines.config.settings import (
 from logicrank.pipelines.files import read_yaml, require_writable
 from logicrank.schemas.errors import JobFailed, UserError, validation_line
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, help="logicrank: logic-aware retrieval at scale.")
+# options that were renamed or removed (CHANGELOG.md), by command, each with what replaced it: given, they are refused in
+# one line saying so
+_USE = "was replaced: use "
+RENAMED = {
+    "retrieve": {
+        "--hybrid-depth": _USE + "--set hybrid/dense.k=N --set hybrid/bm25.k=N (or --k N: every run's depth, hybrid's fused lists too)",
+        "--itlr-mode": _USE + "--set itlr.mode=exact|ann|listed",
+        "--operators": _USE + "--set itlr.operators=and=product,or=sum,not=complement",
+        "--calibration": _USE + "--set itlr.calibration=NAME (OrLog's: --set orlog.calibration=NAME)",
+        "--labels": _USE + "--set itlr.labels=FILE",
+        "--decompositions": _USE + "--set decomposition.decompositions=FILE (--method expansion: --set expansion.decompositions=FILE)",
+        "--orlog-base": "was removed: write an orlog pipeline whose first stage is another retriever in a --pipelines file (docs/pipelines.md)",
+        "--orlog-k": _USE + "--set orlog/bm25.k=N (the candidates OrLog reranks; --set reasoner/bm25.k=N the reasoner's)",
+        "--orlog-calibration": _USE + "--set orlog.calibration=none|content-free|pool-mean",
+        "--orlog-reasoner": _USE + "--set orlog.reasoner=compiled|problog",
+        "--reasoner": _USE + "--set orlog.reasoner=compiled|problog",
+        "--orlog-context": _USE + "--set orlog.context=true",
+        "--no-orlog-context": _USE + "--set orlog.context=false",
+    },
+    "bench-setlogic": {"--orlog-depth": _USE + "--set orlog/bm25.k=N --set orlog-bm25/bm25.k=N"},
+    "bench-rules": {"--r3": "was removed: R3 reranks after each retriever's best SIAR mode (--r3-n N: the rules it reorders)"},
+}
+
+
+class _Group(typer.core.TyperGroup):
+    """The command group: an option of :data:`RENAMED` is refused in one line naming its
+    replacement, where click would print the command's usage and "No such option"."""
+
+    def invoke(self, ctx):
+        with _renamed():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _renamed():
+    try:
+        yield
+    except Exception as exc:  # click's NoSuchOption (typer vendors click from 0.25: matched by name, either way)
+        command = exc.ctx.info_name if getattr(exc, "ctx", None) is not None else None
+        said = RENAMED.get(command, {}).get(getattr(exc, "option_name", None)) if type(exc).__name__ == "NoSuchOption" else None
+        if said is None:
+            raise
+        _fail(f"{command}: {exc.option_name} {said}")
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, cls=_Group, help="logicrank: logic-aware retrieval at scale.")
 
 
 @app.callback()
@@ -53,6 +100,10 @@ out = Console()
 Backend = Annotated[str, typer.Option(help="Encoder backend: auto (openvino on CPU where installed, torch on GPU), torch or openvino.")]
 TitleSep = Annotated[str, typer.Option(help="Joins a document's title and text when embedding (BEIR/MTEB: a space); the table keeps it.")]
 RayAddress = Annotated[str | None, typer.Option(help="Ray cluster address; default: start a local cluster.")]
+Depth = Annotated[int | None, typer.Option(
+    "--k", "--hits", min=1, max=10_000, help="Every run's depth (documents per query; Pyserini's --hits): the k of each pipeline's last "
+    "stage that keeps a top k, a fusion's sub-pipelines' too; short for --set RUN/STAGE.k=N (docs/pipelines.md). A reranker's candidates "
+    "stay as set (orlog: BM25's top 20), so its run is at most that deep.")]
 def _tuple(values):  # a repeatable option's values (None: none given)
     return tuple(values) if values else None
 
@@ -278,6 +329,7 @@ def retrieve(
         list[str] | None, typer.Option("--set", help="A stage option, STAGE.OPTION=VALUE (repeat; RUN/STAGE.OPTION=VALUE for one "
                                        "pipeline), e.g. orlog.k=20, itlr.scorer=bm25; `logicrank stages` lists every option.")
     ] = None,
+    k: Depth = None,
     trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = _d(RetrieveConfig, "trec"),
     on_parse_error: Annotated[str | None, typer.Option(
         help="A logical query that does not parse: refuse (each itlr stage's default: the job stops, naming it) or fallback "
@@ -304,10 +356,10 @@ def retrieve(
         if method or run_tag:
             _fail(f"retrieve: give {where} or --method (and --run-tag), not both (a pipelines file names its own pipelines).")
         cfg = _config(RetrieveConfig, bound, **({"pipelines": _run(pipelines_file, pipelines)} if pipelines is not None else {}))
-        if set_:
-            cfg = _run(lambda: cfg.model_copy(update={"pipelines": with_sets(cfg.pipelines, set_)}))
+        if set_ or k:
+            cfg = _run(lambda: cfg.model_copy(update={"pipelines": with_sets(cfg.pipelines, set_, k)}))
     else:
-        cfg = _config(RetrieveConfig, bound, pipelines=_run(read_presets, tuple(method or ["dense"]), run_tag, set_))
+        cfg = _config(RetrieveConfig, bound, pipelines=_run(read_presets, tuple(method or ["dense"]), run_tag, set_, k))
     for rid, path in run_job("retrieve", out, run_retrieve, cfg, out, echo=typer.echo, progress=progress).items():
         typer.echo(f"{rid}: {path}")
 
@@ -346,17 +398,19 @@ def evaluate(
     bound: Bound,
 ):
     """Evaluate runs (and answers): metrics table, significance tests, Markdown report and plot."""
-    from logicrank.jobs.evaluate import evaluation_notes, run_evaluate
+    from logicrank.jobs.evaluate import evaluated_depths, evaluation_notes, run_evaluate
     from logicrank.pipelines.evaluate.measures import parse_measures
     from logicrank.pipelines.evaluate.qa import parse_qa_measures
-    from logicrank.pipelines.evaluate.report import summary_frame
+    from logicrank.pipelines.evaluate.report import depth_cell, summary_frame
 
     cfg = _config(EvaluateConfig, bound)
     _run(parse_measures, cfg.measures)
     if cfg.answers:
         _run(parse_qa_measures, cfg.qa_measures)
     metrics = run_job("evaluate", out, run_evaluate, cfg, out, echo=typer.echo)
-    typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
+    frame, depths = summary_frame(metrics), evaluated_depths(out)
+    frame.insert(0, "depth", [depth_cell(depths, rid) for rid in frame.index])
+    typer.echo(frame.to_string(float_format=lambda v: f"{v:.4f}"))
     for line in evaluation_notes(out):
         typer.echo(line)
     typer.echo(f"report: {out / 'report.md'}")
@@ -772,6 +826,7 @@ def experiment(
     set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE (repeat), the value read as YAML: a stage option by the "
                                                   "stage's name (orlog.k=20; RUN/STAGE.OPTION for one pipeline) or a dotted key of the file "
                                                   "(dataset.sample=25).")] = None,
+    k: Depth = None,
     ray_address: RayAddress = None,
     progress: bool = True,
     *,
@@ -779,10 +834,11 @@ def experiment(
 ):
     """Run an experiment: index its dataset, run its pipelines, evaluate, check its reference figures, write one report."""
     from logicrank.pipelines.experiment import load, override, with_sample
+    from logicrank.pipelines.overrides import parse_sets, with_depth
 
     exp = _run(load, file)
-    if set_:
-        exp = _run(override, exp, set_)
+    if set_ or k:
+        exp = _run(lambda: override(exp, with_depth(parse_sets(set_), exp.pipelines_to_run(), k)))
     if sample is not None or seed is not None:
         exp = _run(with_sample, exp, sample, seed)
     _experiments("experiment", [exp], out or Path("runs/experiments") / exp.name, bound, progress)
@@ -793,6 +849,7 @@ def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool =
     they share one index (``out``), and with ``nested`` each writes under ``out/<name>``. A
     missed reference exits 1 after every report is written."""
     from logicrank.jobs.experiment import run_experiment
+    from logicrank.pipelines.evaluate.report import depth_cell
 
     embed, ray, llm = _parts(bound)
     missed = []
@@ -800,7 +857,7 @@ def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool =
         where = out / exp.name if nested else out
         result = run_job(job, out, run_experiment, exp, where, embed, ray, llm, strict=False, progress=progress, echo=typer.echo, table=out)
         for rid, row in result.summary.iterrows():
-            typer.echo(f"{rid}: " + "  ".join(f"{m} {v:.4f}" for m, v in row.items()))
+            typer.echo(f"{rid}: depth {depth_cell(result.depths, rid)}  " + "  ".join(f"{m} {v:.4f}" for m, v in row.items()))
         for c in result.checks:
             got = "-" if c.got is None else f"{c.got:.4f}"
             typer.echo(f"reference {c.reference.run} {c.reference.measure}: {got} vs {c.reference.value} ± {c.reference.tolerance}: "

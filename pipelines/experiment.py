@@ -395,6 +395,7 @@ class ExperimentResult:
     timings: dict[str, float] = field(default_factory=dict)
     stages: dict[str, list[dict]] = field(default_factory=dict)  # run id -> its stages' counts (the retrieve manifest's)
     dataset: Path | None = None  # the dataset's directory (a generated or converted one's, under out)
+    depths: dict[str, int] = field(default_factory=dict)  # run id -> its depth, the most documents it holds for a query
 
     @property
     def reproduced(self) -> bool:
@@ -426,13 +427,15 @@ def conclude(exp: Experiment, metrics: pa.Table, significance: pa.Table | None, 
     """An experiment's end, wherever it ran: the summary, the groups, the reference checks,
     the report ``out/experiment.md``; a missed reference raises :class:`ReferenceMissed` after
     the report is written (``strict``)."""
+    from logicrank.pipelines.evaluate.core import run_depth
     from logicrank.pipelines.evaluate.report import summary_frame
 
     summary = summary_frame(metrics)
+    depths = {rid: run_depth(pq.read_table(path, columns=["query_id"])) for rid, path in runs.items()}
     groups = {g: grouped(metrics, queries, g) for g in exp.group_by}
     checks = [ReferenceCheck(r, _value(summary, r.run, r.measure)) for r in exp.references]
     result = ExperimentResult(exp, metrics, summary, significance, groups, checks, out / "experiment.md", runs, table_version, index,
-                              timings, stages, dataset)
+                              timings, stages, dataset, depths)
     write_text_atomic(render(result), result.report)
     missed = [c for c in checks if not c.ok]
     if missed and strict:
@@ -689,12 +692,16 @@ def _fmt(v: float | None) -> str:
 
 def render(r: ExperimentResult) -> str:
     """The experiment's one report (Markdown)."""
+    from logicrank.pipelines.evaluate.report import DEPTH_NOTE, depth_cell
+
     exp = r.experiment
     d = exp.dataset
     lines = [f"# {exp.title}", "", f"Dataset: {d.label} (table v{r.table_version}); measures over the qrels' queries "
              "(a query a run misses scores 0, trec_eval -c).", ""]
     measures = list(r.summary.columns)
-    lines += table(["run", *measures], ([run, *(f"{row[m]:.4f}" for m in measures)] for run, row in r.summary.iterrows()), "l" + "r" * len(measures))
+    lines += table(["run", "depth", *measures], ([run, depth_cell(r.depths, run), *(f"{row[m]:.4f}" for m in measures)]
+                                                 for run, row in r.summary.iterrows()), "lr" + "r" * len(measures))
+    lines += ["", DEPTH_NOTE]
     if r.significance is not None and r.significance.num_rows:
         sig = r.significance.to_pandas()
         lines += ["", f"Against `{sig['baseline'].iloc[0]}` ({sig['test'].iloc[0]}, {sig['correction'].iloc[0]} within each measure; "

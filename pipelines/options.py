@@ -4,6 +4,8 @@ without copying them into a settings object."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -13,3 +15,7 @@ class StageOptions(BaseModel):
     :mod:`logicrank.pipelines.pipeline` gives this class (it holds ``Pipeline``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    depth_option: ClassVar[str | None] = "k"
+    """The option bounding how many documents per query the stage's run keeps, where the class
+    has it (``--k N`` sets it: :func:`logicrank.pipelines.overrides.depth_sets`); None where
+    ``k`` means something else (lag: passages per step)."""

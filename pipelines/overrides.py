@@ -13,6 +13,13 @@ The command line (``logicrank retrieve --set``, ``logicrank experiment --set``),
 files (their ``set:`` mapping) and the Python API (``lr.read_pipelines(spec, set={...})``) all go
 through :func:`parse_sets` and :func:`set_stage_options`. Each value is validated by the
 stage's own options model; a mistake is one line naming the key and what exists.
+
+A run's depth (documents kept per query; Pyserini's ``--hits``) is set by ``--k N``, which is
+these overrides and nothing else (:func:`depth_sets`): ``RUN/STAGE.k=N`` for the last stage of
+each pipeline that keeps a top k, and, where that stage fuses sub-pipelines, for theirs too::
+
+    --method hybrid --k 1000   =   --set hybrid/rrf.k=1000 --set hybrid/dense.k=1000 --set hybrid/bm25.k=1000
+    --method orlog --k 1000    =   --set orlog/orlog.k=1000   (still BM25's top 20 reranked: --set orlog/bm25.k=N)
 """
 
 from __future__ import annotations
@@ -90,6 +97,47 @@ def set_stage_options(pipelines: Pipelines, changes: Mapping[str, Any]) -> dict[
     for n, stages in out.items():
         _check_fused_depth(tuple(pipelines[n]), stages)
     return out
+
+
+def depth_sets(pipelines: Pipelines, k: int) -> dict[str, int]:
+    """``--k N`` as overrides (module docstring): the final depth of every run. A reranker's
+    candidates are not deepened, so its run holds at most what it reranks; the reports state each
+    run's depth as it came out. A pipeline with no stage that keeps a top k is refused."""
+    out: dict[str, int] = {}
+    for run, stages in pipelines.items():
+        keys = _depth_keys(run, stages)
+        if not keys:
+            raise OverrideError(f"--k {k}: pipeline {run!r} ({' -> '.join(o.stage for o in stages)}) has no stage that keeps a top k; "
+                                "drop --k, or add a cut stage (cut: {k: N})")
+        out.update(dict.fromkeys(keys, k))
+    return out
+
+
+def with_depth(changes: Mapping[str, Any], pipelines: Pipelines, k: int | None) -> dict[str, Any]:
+    """``changes`` (parsed ``--set`` items) with ``--k``'s (:func:`depth_sets`) added; a key of
+    ``changes`` that sets one of the same options is refused, the depth being given twice."""
+    if k is None:
+        return dict(changes)
+    depth = depth_sets(pipelines, k)
+    for key in changes:
+        target, _, option = key.partition(".")
+        run, slash, stage = target.rpartition("/")
+        same = [d for d in depth if d.endswith(f"/{stage}.{option}") and (not slash or d.startswith(f"{run}/"))]
+        if same:
+            raise OverrideError(f"--k {k} and --set {key} both set {same[0].partition('/')[2]} (--k is {' '.join(f'--set {d}={k}' for d in same)}); "
+                                "give the depth once")
+    return {**changes, **depth}
+
+
+def _depth_keys(run: str, stages: Sequence[StageOptions]) -> list[str]:
+    """The ``RUN/STAGE.OPTION`` keys that set the depth of ``stages``' run: its last stage's that
+    keeps a top k and, where that stage fuses sub-pipelines, theirs (a fusion keeps no more than it fuses)."""
+    for o in reversed(stages):
+        option = type(o).depth_option
+        if option in type(o).model_fields:
+            subs = [sub for f in type(o).model_fields for sub in _subs(getattr(o, f))]
+            return list(dict.fromkeys([f"{run}/{o.stage}.{option}", *(key for sub in subs for key in _depth_keys(run, sub))]))
+    return []
 
 
 def _check_fused_depth(before: Sequence[StageOptions], after: Sequence[StageOptions]) -> None:

@@ -200,10 +200,11 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESETS.glob("*.yaml"))
 
 
-def read_presets(methods: Sequence[str], run_tag: str | None = None, sets: Mapping[str, Any] | Sequence[str] | None = None
-                 ) -> dict[str, tuple[StageOptions, ...]]:
+def read_presets(methods: Sequence[str], run_tag: str | None = None, sets: Mapping[str, Any] | Sequence[str] | None = None,
+                 k: int | None = None) -> dict[str, tuple[StageOptions, ...]]:
     """``--method`` presets as named pipelines (run id ``<run_tag>-<method>`` or the method),
-    with ``sets`` applied (``orlog.k=20``: :mod:`logicrank.pipelines.overrides`)."""
+    with ``sets`` applied (``orlog.k=20``: :mod:`logicrank.pipelines.overrides`) and ``k``,
+    every run's depth (``--k``)."""
     known = preset_names()
     if not methods:
         raise PipelineError(f"give at least one method; presets: {', '.join(known)}")
@@ -216,16 +217,24 @@ def read_presets(methods: Sequence[str], run_tag: str | None = None, sets: Mappi
     for m in methods:
         (pipeline,) = read_pipelines(PRESETS / f"{m}.yaml").values()
         out[f"{run_tag}-{m}" if run_tag else m] = pipeline.stages
-    return with_sets(out, sets)
+    return with_sets(out, sets, k)
 
 
-def with_sets(pipelines: Mapping[str, Sequence[StageOptions]], sets: Mapping[str, Any] | Sequence[str] | None
+def with_sets(pipelines: Mapping[str, Sequence[StageOptions]], sets: Mapping[str, Any] | Sequence[str] | None, k: int | None = None
               ) -> dict[str, tuple[StageOptions, ...]]:
-    """``pipelines`` with the overrides ``sets`` applied (``["orlog.k=20"]`` or ``{"orlog.k": 20}``),
+    """``pipelines`` with the overrides ``sets`` applied (``["orlog.k=20"]`` or ``{"orlog.k": 20}``)
+    and ``k``, every run's depth (``--k``: :func:`logicrank.pipelines.overrides.depth_sets`),
     each pipeline validated again."""
-    from logicrank.pipelines.overrides import parse_sets, set_stage_options
+    from logicrank.pipelines.overrides import OverrideError, parse_sets, set_stage_options, with_depth
 
-    out = set_stage_options(pipelines, parse_sets(sets)) if sets else {n: tuple(s) for n, s in pipelines.items()}
+    given = parse_sets(sets)
+    changes = with_depth(given, pipelines, k)
+    try:
+        out = set_stage_options(pipelines, changes) if changes else {n: tuple(s) for n, s in pipelines.items()}
+    except OverrideError as exc:
+        if any(key in str(exc) for key in set(changes) - set(given)):  # a key --k stands for: say so
+            raise OverrideError(f"--k {k}: {exc}") from None
+        raise
     for name, steps in out.items():
         validate(name, steps)
     return out

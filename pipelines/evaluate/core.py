@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from logicrank.pipelines.evaluate import trec10
 from logicrank.pipelines.evaluate.measures import Measure, provider
@@ -134,6 +135,14 @@ def evaluate_run(
     df = pd.concat(frames, ignore_index=True)
     df.insert(0, "run_id", run_id)
     return pa.Table.from_pandas(df, schema=METRICS, preserve_index=False)
+
+
+def run_depth(run: pa.Table) -> int:
+    """The run's depth: the most documents it holds for one query (0 for no rows). Measures
+    count no deeper: a 100-deep run's MAP is its MAP at 100, whatever the collection holds."""
+    if not run.num_rows:
+        return 0
+    return int(pc.max(run.group_by("query_id").aggregate([("query_id", "count")]).column("query_id_count")).as_py())
 
 
 def query_coverage(run: pa.Table, qrels: pa.Table) -> tuple[int, int]:

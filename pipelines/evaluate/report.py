@@ -28,6 +28,15 @@ def summary_frame(metrics: pa.Table) -> pd.DataFrame:
     return out.reindex(index=list(dict.fromkeys(agg["run_id"])), columns=list(dict.fromkeys(agg["measure"])))
 
 
+DEPTH_NOTE = ("depth: the most documents the run holds for a query (`--k N` sets it); measures count no deeper, so a "
+              "100-deep run's MAP and R@1000 are those of its top 100.")
+
+
+def depth_cell(depths: Mapping[str, int], run_id: str) -> str:
+    """A run's depth in a table; "-" for a run without a ranking (answers alone)."""
+    return str(depths[run_id]) if run_id in depths else "-"
+
+
 def coverage_notes(
     missing: Mapping[str, int], without_qrels: Mapping[str, int], n_queries: int, duplicates_removed: Mapping[str, int] | None = None
 ) -> list[str]:
@@ -49,9 +58,11 @@ def coverage_notes(
 
 
 def markdown_report(
-    metrics: pa.Table, significance: pa.Table | None, plot: str | None = None, title: str = "Evaluation", notes: Sequence[str] = ()
+    metrics: pa.Table, significance: pa.Table | None, plot: str | None = None, title: str = "Evaluation", notes: Sequence[str] = (),
+    depths: Mapping[str, int] | None = None,
 ) -> str:
-    """The report; ``notes`` (e.g. :func:`coverage_notes`) are listed under the first line."""
+    """The report; ``notes`` (e.g. :func:`coverage_notes`) are listed under the first line;
+    ``depths``: each run's depth (run id -> documents per query at most), a column of the summary."""
     df = metrics.to_pandas()
     per_query = df[df["query_id"] != AGGREGATE_QUERY_ID]
     summary = summary_frame(metrics)
@@ -72,8 +83,11 @@ def markdown_report(
                 if len(hit) and bool(hit["significant"].iloc[0]):
                     mark = "&dagger;"
             cells.append(_fmt(value) + mark)
-        rows.append([run_id, *cells])
-    lines += table(["run", *summary.columns], rows, "l" + "r" * len(summary.columns))
+        rows.append([run_id, *([depth_cell(depths, run_id)] if depths is not None else []), *cells])
+    depth = ["depth"] if depths is not None else []
+    lines += table(["run", *depth, *summary.columns], rows, "l" + "r" * (len(depth) + len(summary.columns)))
+    if depths is not None:
+        lines += ["", DEPTH_NOTE]
     if sig is not None:
         first = sig.iloc[0]
         lines += [

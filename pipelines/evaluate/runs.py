@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logicrank.pipelines.evaluate.core import EvaluationError, evaluate_run, query_coverage
+from logicrank.pipelines.evaluate.core import EvaluationError, evaluate_run, query_coverage, run_depth
 from logicrank.pipelines.evaluate.measures import parse_measures
 from logicrank.pipelines.evaluate.qa import Gold, Judge, coverage, evaluate_answers, parse_qa_measures
 from logicrank.pipelines.evaluate.report import coverage_notes, markdown_report, per_query_plot
@@ -28,7 +28,8 @@ class Evaluation:
     """What :func:`evaluate_runs` gives: the per-query metrics (METRICS, means under query
     ``all``), the significance tests against ``baseline`` (None with one run), and what the
     notes are made of (per run id: qrels queries it misses, its queries the qrels lack; per
-    answers run: gold questions it leaves unanswered, answers the gold lacks)."""
+    answers run: gold questions it leaves unanswered, answers the gold lacks) and each run's
+    depth (:func:`~logicrank.pipelines.evaluate.core.run_depth`)."""
 
     metrics: pa.Table
     significance: pa.Table | None
@@ -41,6 +42,7 @@ class Evaluation:
     duplicates_removed: dict[str, int] = field(default_factory=dict)
     unanswered_questions: dict[str, int] = field(default_factory=dict)
     answers_without_gold: dict[str, int] = field(default_factory=dict)
+    depths: dict[str, int] = field(default_factory=dict)
 
     @property
     def run_ids(self) -> list[str]:
@@ -53,7 +55,7 @@ class Evaluation:
                      self.unanswered_questions, self.answers_without_gold)
 
     def markdown(self, title: str = "Evaluation", plot: str | None = "plots/per_query.png") -> str:
-        return markdown_report(self.metrics, self.significance, plot, title, self.notes())
+        return markdown_report(self.metrics, self.significance, plot, title, self.notes(), self.depths)
 
     def plot(self, path: str | Path) -> Path:
         """The per-query plot of every measure the baseline has, each run against the baseline."""
@@ -88,10 +90,11 @@ def evaluate_runs(runs: Sequence[pa.Table], qrels: pa.Table | None, measures: Se
         raise EvaluationError(f"evaluate: run ids repeat across the given runs: {ids}; give each run a distinct run_id.")
     if parts and qrels is None:
         raise EvaluationError("evaluate: runs need qrels.")
-    out, missing, without = [], {}, {}
+    out, missing, without, depths = [], {}, {}, {}
     for rid, one in parts:
         out.append(evaluate_run(one, qrels, parsed, rid))
         missing[rid], without[rid] = query_coverage(one, qrels)
+        depths[rid] = run_depth(one)
         done(f"evaluate: run {rid} evaluated")
     unanswered, not_asked = {}, {}
     for rid, predictions in (answers or {}).items():
@@ -107,7 +110,7 @@ def evaluate_runs(runs: Sequence[pa.Table], qrels: pa.Table | None, measures: Se
     sig = compare(metrics, baseline, test, correction, alpha) if significance and len(every) > 1 else None
     n = len(set(qrels.column("query_id").to_pylist())) if qrels is not None and parts else len(set(metrics.column("query_id").to_pylist())) - 1
     return Evaluation(metrics, sig, baseline, [str(m) for m in parsed] if parts else [], qa, n, missing, without, dict(duplicates_removed or {}),
-                      unanswered, not_asked)
+                      unanswered, not_asked, depths)
 
 
 def notes(missing: Mapping[str, int], without_qrels: Mapping[str, int], qrels_queries: int, removed: Mapping[str, int],

@@ -40,7 +40,7 @@ import re
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -126,6 +126,7 @@ def retrieval_text(sub_question: str, index: int, answers: dict[int, str], previ
 # ------------------------------------------------------------------------------ options
 class LagOptions(StageOptions):
     stage: Literal["lag"] = "lag"
+    depth_option: ClassVar[str | None] = None  # k is passages per step, not the run's depth
     k: int = Field(5, ge=1, le=100, description="Passages retrieved per step (and for the fallback of a chain with unsolved parts).")
     t_max: int | None = Field(3, ge=1, le=20, description="Step budget: a chain stops ('budget') after this many steps (None: no budget).")
     plan: Literal["llm", "gold", "question"] = Field(

@@ -232,7 +232,8 @@ def test_a_trec_collection_runs_as_an_experiment_with_no_converter(tmp_path):
     r = CliRunner().invoke(app, ["experiment", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "exp"), "--no-progress"])
     assert r.exit_code == 0, r.output
     report = (tmp_path / "exp" / "experiment.md").read_text()
-    assert re.search(r"^\| run +\| +MAP \| +nDCG@10 \| +Bpref \|$", report, re.M), report  # trec_eval's names, the project's spellings
+    assert re.search(r"^\| run +\| +depth \| +MAP \| +nDCG@10 \| +Bpref \|$", report, re.M), report  # trec_eval's names, the project's spellings
+    assert re.search(r"^\| dense +\| +100 \|", report, re.M), report  # the preset's depth, stated: MAP is MAP at 100
     qrels = {}
     for line in (root / "qrels.1-40").read_text().splitlines():
         q, _, d, rel = line.split()
