@@ -7,10 +7,11 @@ import os
 import re
 import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from logicrank.pipelines.config.settings import RayConfig
+from logicrank.schemas.errors import JobFailed, UserError, first_line
 
 VERBOSE_ENV = "LOGICRANK_VERBOSE"  # set by `logicrank --verbose`
 _QUIET = {
@@ -132,11 +133,66 @@ def _identity(fd: int) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+class RayAuthError(UserError):
+    """The cluster refused this client's authentication (it runs with token authentication);
+    the message says which variables to set."""
+
+
+class RayStartTimeout(JobFailed):
+    """The local Ray cluster did not start in time (a loaded machine); the message says what to do."""
+
+
+# What Ray 2.60 says when a cluster with token authentication refuses a client: ray.exceptions.AuthenticationError
+# (RAY_AUTH_MODE=token here but no token), or gRPC's UNAUTHENTICATED status inside "Failed to connect to GCS"
+# (this client sends no token or the wrong one: RAY_AUTH_MODE unset)
+_AUTH = re.compile(r"unauthenticated|invalidauthtoken|authentication token|token authentication", re.IGNORECASE)
+# What it says when a local start does not finish in time: node.py's 30 s wait for the raylet, services.py's
+# waits for the node and a GCS that never answered
+_START_TIMEOUT = re.compile(r"timed out during startup|timed out waiting for node|timed out after .* node to startup|failed to start gcs",
+                            re.IGNORECASE)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or during, outermost first."""
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return seen
+
+
+def start_failure(exc: BaseException, address: str | None) -> Exception | None:
+    """What ``ray.init`` raised, as one line with the fix, for the faults users hit: a cluster
+    that refuses this client's authentication (:class:`RayAuthError`) and a local start that
+    timed out (:class:`RayStartTimeout`); None for anything else (it keeps its traceback)."""
+    from ray.exceptions import AuthenticationError
+
+    chain = _chain(exc)
+    auth = next((e for e in chain if isinstance(e, AuthenticationError)), None)
+    said = next((line.strip() for e in chain for line in str(getattr(e, "message", e)).splitlines() if _AUTH.search(line)), None)
+    if auth is not None or said is not None:
+        cause = first_line(auth) if auth is not None and not said else said
+        where = f"the Ray cluster at {address}" if address else "the Ray cluster"
+        return RayAuthError(
+            f"ray: {where} refused this client's authentication ({cause[:200]}): it runs with token authentication. Set "
+            "RAY_AUTH_MODE=token and the cluster's token where this job runs (RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH naming a file "
+            "holding it, or ~/.ray/auth_token; `ray get-auth-token` on the head node prints it), then rerun.")
+    said = next((first_line(e) for e in chain if isinstance(e, TimeoutError) or _START_TIMEOUT.search(str(e))), None)
+    if address is None and said is not None:
+        return RayStartTimeout(
+            f"ray: the local Ray cluster did not start in time ({said[:200]}): the machine is too busy for Ray to start its "
+            "processes within its own wait. Rerun when the machine is less loaded, or start Ray once beforehand (ray start --head "
+            "--num-cpus N) and pass --ray-address auto.")
+    return None
+
+
 @contextmanager
 def ray_session(config: RayConfig):
     """Join ``config.address`` or start a local cluster; reuse one already initialised.
 
-    Only a cluster this call started is shut down on exit.
+    Only a cluster this call started is shut down on exit. A cluster that refuses this
+    client's authentication, and a local start that times out, are one line with the fix
+    (:func:`start_failure`).
     """
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
@@ -153,10 +209,18 @@ def ray_session(config: RayConfig):
     started = False
     if not ray.is_initialized():
         kwargs = {"include_dashboard": False, "logging_level": logging.INFO if verbose() else logging.ERROR, "log_to_driver": True}
-        if config.address:
-            ray.init(address=config.address, **kwargs)
-        else:
-            ray.init(num_cpus=config.num_cpus, object_store_memory=config.object_store_memory, **kwargs)
+        try:
+            if config.address:
+                ray.init(address=config.address, **kwargs)
+            else:
+                ray.init(num_cpus=config.num_cpus, object_store_memory=config.object_store_memory, **kwargs)
+        except Exception as exc:
+            failure = start_failure(exc, config.address)
+            if failure is None:
+                raise
+            with suppress(Exception):  # what a half-made start left (processes, the driver's state)
+                ray.shutdown()
+            raise failure from None
         started = True
     logging.getLogger("ray.data").setLevel(logging.ERROR)
     ctx = ray.data.DataContext.get_current()

@@ -39,16 +39,22 @@ class PipelineError(UserError, ValueError):
 def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str] = frozenset(), partial: bool = False) -> Needs:
     """Check the pipeline as a whole and return what it needs: each stage's input against what
     the stages before it produce (a reranker needs a run, orlog needs atoms), the pipeline
-    ends in a run. ``columns``: query columns available at its start. ``partial``: the start of
-    a pipeline still being composed (``>>``), which need not end in a run yet."""
+    ends in a run, and a retriever or fusion after a run scores that run's candidates or is
+    refused (:meth:`Stage.after_run`). ``columns``: query columns available at its start.
+    ``partial``: the start of a pipeline still being composed (``>>``), which need not end in a
+    run yet."""
     if not options:
         raise PipelineError(f"pipeline {name!r} has no stages; give at least a retriever (e.g. dense).")
-    needs, have_run, cols = Needs(), False, set(columns)
+    needs, cols = Needs(), set(columns)
+    made_run = None  # "stage i (name)" of the last stage that produced a run
     for i, o in enumerate(options, 1):
         stage = build(o)
         where = f"pipeline {name!r}, stage {i} ({o.stage})"
-        if stage.kind is Kind.RERANKER and not have_run:
+        if stage.kind is Kind.RERANKER and made_run is None:
             raise PipelineError(f"{where} reranks a run, but no stage before it produces one; put a retriever (e.g. bm25) before it.")
+        if stage.kind in (Kind.RETRIEVER, Kind.FUSION) and made_run is not None and (instead := stage.after_run()) is not None:
+            raise PipelineError(f"{where} comes after {made_run}, which produced a run, but {instead}: it would discard that run; "
+                                f"put {o.stage} first, or fuse the two runs (rrf).")
         missing = stage.requires - cols
         if missing:
             raise PipelineError(f"{where} needs query column(s) {sorted(missing)} that no stage before it adds; "
@@ -59,9 +65,10 @@ def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str]
             for j, sub in enumerate(stage.children(), 1):
                 needs = needs | validate(f"{name}/{o.stage}[{j}]", sub, frozenset(cols))
         cols |= stage.adds
-        have_run = have_run or stage.kind in (Kind.RETRIEVER, Kind.FUSION)
+        if stage.kind is not Kind.REWRITER:  # a rewriter passes the run through
+            made_run = f"stage {i} ({o.stage})"
         needs = needs | stage.needs()
-    if not have_run and not partial:
+    if made_run is None and not partial:
         raise PipelineError(f"pipeline {name!r} produces no run; end it with a retriever, a reranker or rrf.")
     return needs
 

@@ -4,7 +4,9 @@
 is the queries (a rewriter replaces them), the run so far and the side tables. A fusion
 stage's children (:meth:`Stage.children`) run first, each from the fusion's queries.
 
-Per-query retrievers (``Stage.per_query``) go through a ``map_queries`` hook: by default
+A retriever after a stage that produced a run gets that run and scores only its candidates
+(validation refuses one that cannot: :meth:`Stage.after_run`), here. Per-query retrievers
+(``Stage.per_query``) with no run before them go through a ``map_queries`` hook: by default
 :func:`in_process`, batches in this process; the retrieve job (jobs/retrieve.py) hands them
 to a Ray Data actor pool instead. Either way the runner checks the rows stay keyed by the
 input's query ids, each query ranked 1..n.
@@ -297,7 +299,7 @@ class StageRunner:
         for i, options in enumerate(stages, 1):
             stage = build(options)
             runs, subs = [], []
-            if stage.kind is Kind.RERANKER:
+            if stage.kind is Kind.RERANKER or (stage.kind is Kind.RETRIEVER and state.run is not None):  # a retriever after a run scores its candidates
                 runs = [state.run]
             for j, child in enumerate(stage.children(), 1):  # each starts from this point's queries (and shares the cache)
                 sub_state, sub_steps = self.pipeline(child, state.queries, key)
@@ -325,7 +327,7 @@ class StageRunner:
         out = self.cache.get(key)
         if out is not None:
             return out, True
-        bulk = stage.per_query and stage.kind is Kind.RETRIEVER
+        bulk = stage.per_query and stage.kind is Kind.RETRIEVER and not runs  # over candidates: here, with the run
         with self.hooks.timed(f"{stage.name}:{key[:8]}"):
             if bulk:
                 out = (self.hooks.map_queries or in_process())(stage, self.ctx, queries)

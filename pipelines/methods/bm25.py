@@ -1,11 +1,15 @@
 """BM25 over a batch of queries: the table version's BM25 index searched by one compiled loop
-(pipelines/sparse.py), the same scores as LanceDB's full-text search over title and text."""
+(pipelines/sparse.py), the same scores as LanceDB's full-text search over title and text; after
+a stage that produced a run, only that run's candidates (:func:`bm25_candidates`)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from logicrank.pipelines.methods.ranking import candidate_pairs, rank_pairs
 from logicrank.pipelines.store import DocStore
 from logicrank.schemas.tables import QUERIES, RUN, repeated, require_columns
 
@@ -16,6 +20,30 @@ def bm25(queries: pa.Table, store: DocStore, k: int, run_id: str = "bm25") -> pa
     require_columns(queries, QUERIES.names[:2], "bm25")
     index = store.bm25_index()
     return run_from_hits(queries.column("query_id"), index, *index.search_flat(queries.column("text").to_pylist(), k), run_id)
+
+
+def bm25_candidates(queries: pa.Table, run: pa.Table, store: DocStore, k: int, run_id: str = "bm25", block: int = 256) -> tuple[pa.Table, dict]:
+    """BM25 over the candidates ``run`` holds for each query (``a >> bm25``): each candidate's
+    score as :func:`bm25`'s search gives it (the index's ``term_scores``), ranked as it ranks
+    (its full ranking restricted to the candidates: a candidate that shares no term with the
+    query scores 0 and is not returned), top ``k``; and counts (candidate pairs, those naming a
+    document the table lacks, those sharing no term)."""
+    require_columns(queries, QUERIES.names[:2], "bm25")
+    index = store.bm25_index()
+    qids, texts = queries.column("query_id").to_pylist(), queries.column("text").to_pylist()
+    pairs = candidate_pairs(run, qids)
+    rows = pc.fill_null(pc.index_in(pa.array(pairs["doc_id"], pa.string()), value_set=index.doc_id_array()), -1).to_numpy()
+    at = pd.Index(qids).get_indexer(pairs["query_id"])
+    scores = np.zeros(len(rows), np.float64)
+    for lo in range(0, len(qids), block):  # a block of queries' scores over the table at a time
+        these = np.flatnonzero((at >= lo) & (at < lo + block) & (rows >= 0))
+        if len(these):
+            S = index.term_scores(texts[lo : lo + block]).tocsr()
+            scores[these] = np.asarray(S[at[these] - lo, rows[these]], dtype=np.float64).ravel()
+    found = scores > 0
+    ranked = rank_pairs(pairs.assign(score=scores)[found], k, "bm25", run_id)
+    return ranked, {"candidates": len(rows), "candidates_not_in_table": int((rows < 0).sum()),
+                    "candidates_without_query_terms": int(((rows >= 0) & ~found).sum())}
 
 
 def run_from_hits(query_ids, index, sizes: np.ndarray, rows: np.ndarray, scores: np.ndarray, run_id: str = "bm25") -> pa.Table:

@@ -8,23 +8,29 @@ whose top k merge exactly (jobs/retrieve.py, ``--shards``).
 LanceDB's ANN index (IVF_HNSW_SQ) is an option (``search="ann"``): ``REFINE_FACTOR * k``
 candidates per query re-ranked by their full vectors; the table must have been indexed with
 one (``logicrank index --ann``).
+
+After a stage that produced a run, dense scores only that run's candidates
+(:func:`dense_candidates`).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from logicrank.pipelines.embed import Embedder
 from logicrank.pipelines.exact import merge_top, shard_bounds, top_k
-from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.pipelines.methods.ranking import candidate_pairs, rank_pairs
 from logicrank.pipelines.store import DocStore
 from logicrank.pipelines.vectors import Vectors
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import QUERIES, RUN, repeated, require_columns
 
 REFINE_FACTOR = 4
-__all__ = ["DenseError", "dense", "exact_top_k", "merge_top", "run_table", "shard_bounds", "top_k"]
+_PAIR_BLOCK = 65536  # candidate pairs scored at once (dense_candidates)
+__all__ = ["DenseError", "dense", "dense_candidates", "exact_top_k", "merge_top", "run_table", "shard_bounds", "top_k"]
 
 
 class DenseError(UserError, ValueError):
@@ -45,6 +51,29 @@ def dense(queries: pa.Table, store: DocStore, embedder: Embedder, k: int, run_id
     v = store.vectors(precision)
     rows, scores = top_k(vectors, v, k, product=product)
     return run_table(qids, v, rows, scores, run_id)
+
+
+def dense_candidates(queries: pa.Table, run: pa.Table, store: DocStore, embedder: Embedder, k: int, run_id: str = "dense",
+                     precision: str = "float32") -> tuple[pa.Table, dict]:
+    """Dense over the candidates ``run`` holds for each query (``a >> dense``): each candidate's
+    cosine with the query, from the same saved vectors the exact search reads, ranked as
+    :func:`dense` ranks (its full ranking restricted to the candidates), top ``k``; and counts
+    (candidate pairs, those naming a document the table lacks: left out)."""
+    require_columns(queries, QUERIES.names[:2], "dense")
+    qids = queries.column("query_id").to_pylist()
+    pairs = candidate_pairs(run, qids)
+    v = store.vectors(precision)
+    rows = pc.fill_null(pc.index_in(pa.array(pairs["doc_id"], pa.string()), value_set=v.ids), -1).to_numpy()
+    held = rows >= 0
+    pairs, rows = pairs[held], rows[held]
+    Q = np.asarray(embedder.encode(queries.column("text").to_pylist()), dtype=np.float32)
+    at = pd.Index(qids).get_indexer(pairs["query_id"])
+    scores = np.empty(len(rows), np.float32)
+    for lo in range(0, len(rows), _PAIR_BLOCK):  # bounded memory: a block of candidates' vectors at a time
+        hi = lo + _PAIR_BLOCK
+        scores[lo:hi] = np.einsum("ij,ij->i", np.asarray(v.matrix[rows[lo:hi]], dtype=np.float32), Q[at[lo:hi]])
+    ranked = rank_pairs(pairs.assign(score=scores), k, "dense", run_id)
+    return ranked, {"candidates": int(len(held)), "candidates_not_in_table": int((~held).sum())}
 
 
 def exact_top_k(qids: list[str], vectors: np.ndarray, store: DocStore, k: int, run_id: str = "dense", precision: str = "float32",

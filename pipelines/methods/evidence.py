@@ -29,7 +29,7 @@ The calibration study behind bm25's default is in docs/itlr.md.
 
 Each scorer is one class with one protocol (:class:`Evidence`), so the ITLR stage runs one
 engine over any of them: what a scorer does differently (its candidates in ``ann`` mode, the
-documents of the table a ``listed`` file may name, whether exact scoring runs in shards of the
+documents of the table a ``listed`` file or an incoming run may name, whether exact scoring runs in shards of the
 table's rows, its calibrations and its manifest line) is a method or attribute of its class;
 :data:`EVIDENCE` maps the option value to the class, once.
 """
@@ -49,9 +49,10 @@ from logicrank.pipelines.methods.itlr import (
     ann_candidates,
     exact_shard,
     labelled_scores_from,
-    listed_candidates,
-    listed_ids,
+    listed_pairs,
     merge_exact,
+    pair_ids,
+    pair_vectors,
     score_exact,
     term_candidates,
     vector_term_raw,
@@ -111,7 +112,12 @@ class Evidence:
     def listed(self, path: str, query_ids: set[str]) -> tuple[Candidates, int]:
         """listed mode: each query's listed documents the table holds, and how many listed pairs
         name a document it does not."""
-        return listed_ids(path, query_ids, self.has)
+        return self.given(listed_pairs(path, query_ids))
+
+    def given(self, pairs: pd.DataFrame) -> tuple[Candidates, int]:
+        """Each query's given candidates (``pairs``: query_id, doc_id, a listed file's or an
+        incoming run's) the table holds, and how many pairs name a document it does not."""
+        return pair_ids(pairs, self.has)
 
     def candidate_raw(self, candidates: Candidates) -> Callable[[np.ndarray, object], np.ndarray]:
         """(doc ids, payload) -> their raw scores, for :func:`score_listed`; every candidate's
@@ -190,8 +196,9 @@ class DenseEvidence(Evidence):
         each query's candidates are scored from)."""
         return ann_candidates(queries, self.terms, self.T, lambda v, n: self.store.vector_search(v, n, with_vectors=True, nprobes=nprobes), k)
 
-    def listed(self, path: str, query_ids: set[str]):
-        return listed_candidates(path, query_ids, self.store)
+    def given(self, pairs: pd.DataFrame):
+        """The candidates with their vectors (the payload they are scored from)."""
+        return pair_vectors(pairs, self.store)
 
     def candidate_raw(self, candidates):
         """Each query's candidates scored from their vectors (the payload), one product per query."""

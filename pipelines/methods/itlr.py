@@ -535,26 +535,26 @@ def term_candidates(queries: Sequence[LogicalQuery], terms: Sequence[str], find)
     return candidates, exact
 
 
-def listed_ids(path: str, query_ids: set[str], has) -> tuple[dict[str, tuple[np.ndarray, None]], int]:
-    """listed mode over any scorer: each query's listed documents the table holds (``has(doc
-    ids)`` -> bool per document), and how many listed pairs name a document it does not."""
+def listed_pairs(path: str, query_ids: set[str]) -> pd.DataFrame:
+    """listed mode: the (query_id, doc_id) pairs a qrels-format file lists (any relevance) for these queries, in its order."""
     from logicrank.pipelines.io import read_qrels
 
-    pairs = read_qrels(path).to_pandas()
-    pairs = pairs[pairs["query_id"].isin(query_ids)]
+    pairs = read_qrels(path).select(["query_id", "doc_id"]).to_pandas()
+    return pairs[pairs["query_id"].isin(query_ids)]
+
+
+def pair_ids(pairs: pd.DataFrame, has) -> tuple[dict[str, tuple[np.ndarray, None]], int]:
+    """Each query's given candidates over any scorer (``pairs``: query_id, doc_id, from a listed
+    file or an incoming run) that the table holds (``has(doc ids)`` -> bool per document), and
+    how many pairs name a document it does not."""
     held = has(pairs["doc_id"])
     out = {qid: (group["doc_id"].to_numpy(dtype=object), None) for qid, group in pairs[held].groupby("query_id", sort=False)}
     return out, int((~held).sum())
 
 
-def listed_candidates(path: str, query_ids: set[str], store) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
-    """listed mode over dense vectors: query id -> (doc ids, vectors) of the documents a
-    qrels-format file lists for it (those in the table), and how many listed pairs name a
-    document the table does not hold."""
-    from logicrank.pipelines.io import read_qrels
-
-    pairs = read_qrels(path).to_pandas()
-    pairs = pairs[pairs["query_id"].isin(query_ids)]
+def pair_vectors(pairs: pd.DataFrame, store) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], int]:
+    """:func:`pair_ids` over dense vectors: query id -> (doc ids, vectors) of its given
+    candidates the table holds, and how many pairs name a document the table does not."""
     vectors = store.vectors_for(pairs["doc_id"].unique().tolist())
     out = {}
     for qid, group in pairs.groupby("query_id", sort=False):

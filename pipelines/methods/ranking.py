@@ -1,6 +1,8 @@
-"""Turn scored (query, document) pairs into a ranked run table."""
+"""Turn scored (query, document) pairs into a ranked run table, and a run back into candidate pairs."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -34,3 +36,11 @@ def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Tabl
         },
         schema=RUN,
     )
+
+
+def candidate_pairs(run: pa.Table, query_ids: Sequence[str]) -> pd.DataFrame:
+    """The (query_id, doc_id) pairs of ``run`` for these queries, each query's in rank order:
+    the candidates a retriever after that run scores (PyTerrier's ``a >> b``)."""
+    df = run.select(["query_id", "doc_id", "rank"]).to_pandas()
+    df = df[df["query_id"].isin(list(query_ids))].sort_values(["query_id", "rank"], kind="stable")
+    return df[["query_id", "doc_id"]].reset_index(drop=True)

@@ -26,7 +26,7 @@ from logicrank.pipelines.options import StageOptions as StageOptions  # defined 
 class Kind(StrEnum):
     """What a stage consumes and produces."""
 
-    RETRIEVER = "retriever"  # queries -> run
+    RETRIEVER = "retriever"  # queries -> run; after a stage that produced a run: that run's candidates, rescored (or refused)
     RERANKER = "reranker"  # queries + run -> run
     REWRITER = "rewriter"  # queries -> queries (a run, if any, passes through)
     FUSION = "fusion"  # the runs of several sub-pipelines -> run
@@ -180,7 +180,16 @@ class Stage:
         """The sub-pipelines a fusion runs (each from this stage's queries); () for the rest."""
         return ()
 
+    def after_run(self) -> str | None:
+        """A retriever or fusion after a stage that produced a run (``bm25 >> itlr``: PyTerrier's
+        ``>>``, b works on a's output). None: it scores only that run's candidates (its ``run``
+        gets ``runs == [the run so far]``). Otherwise what it does instead, and the pipeline is
+        refused naming both stages: by default it retrieves from the whole table, which would
+        discard the run."""
+        return "it retrieves from the whole table"
+
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
-        """``runs``: [] for a retriever or rewriter, [the run so far] for a reranker, the
-        sub-pipelines' runs for a fusion."""
+        """``runs``: [] for a retriever (or [the run so far] when it comes after one:
+        :meth:`after_run`) or a rewriter, [the run so far] for a reranker, the sub-pipelines'
+        runs for a fusion."""
         raise NotImplementedError

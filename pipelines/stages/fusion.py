@@ -38,6 +38,9 @@ class FusionStage(Stage):
     def children(self) -> tuple[tuple[StageOptions, ...], ...]:
         return self.options.of
 
+    def after_run(self) -> str | None:
+        return "it fuses the runs of its own sub-pipelines (put the first stage in its of)"
+
 
 class RRFOptions(FusionOptions):
     stage: Literal["rrf"] = "rrf"

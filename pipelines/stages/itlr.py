@@ -25,7 +25,7 @@ from logicrank.pipelines.methods.itlr import (
     term_scores_from,
     unique_terms,
 )
-from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.pipelines.methods.ranking import candidate_pairs, rank_pairs
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.stages.registry import register
 
@@ -102,10 +102,17 @@ class ITLR(Stage):
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         """One engine over any scorer's evidence (pipelines/methods/evidence.py): the terms'
-        evidence and calibration, each query's candidates (ann, listed) re-scored exactly or
-        every document scored (exact; in shards of the table's rows where the scorer allows),
-        composed with the fuzzy operators, and the side table of the ranked pairs."""
+        evidence and calibration, each query's candidates (ann, listed, or the incoming run's
+        after a retriever) re-scored exactly or every document scored (exact; in shards of the
+        table's rows where the scorer allows), composed with the fuzzy operators, and the side
+        table of the ranked pairs."""
         o = self.options
+    def after_run(self) -> str | None:
+        """After a run, mode exact scores that run's candidates (as listed mode scores a file's)."""
+        if self.options.mode == "exact":
+            return None
+        return f"its mode {self.options.mode!r} picks its own candidates (mode exact scores the run's)"
+
         parsed, fallbacks = self._parse(queries)
         terms = unique_terms(parsed)
         evidence = make_evidence(o.scorer, ctx.store, terms, lambda texts: ctx.embedder().encode(texts), o.hybrid_weight, o.calibration_sample)
@@ -113,7 +120,11 @@ class ITLR(Stage):
         calibration = evidence.calibrate(name, o.calibration_sample, _read_labels(o.labels) if name == "sigmoid" else None)
         ops = dataclasses.replace(Operators.parse(o.operators), strict_not=o.strict_not)
         candidates, mode_counts, exact_queries = {}, {}, parsed
-        if o.mode == "ann":
+        if runs:  # after a run: its candidates, in mode exact (Pipeline validation refuses the other modes)
+            candidates, absent = evidence.given(candidate_pairs(runs[0], [q.query_id for q in parsed]))
+            mode_counts = {"run_pairs_not_in_table": absent, "queries_without_candidates": sum(q.query_id not in candidates for q in parsed)}
+            exact_queries = []
+        elif o.mode == "ann":
             candidates, exact_queries = evidence.candidates(parsed, o.ann_k, o.ann_nprobes)
             if evidence.counts_misses:
                 mode_counts = {"queries_without_candidates": sum(q.query_id not in candidates for q in parsed) - len(exact_queries)}
@@ -133,7 +144,7 @@ class ITLR(Stage):
         scores = term_scores_from(pairs, parsed, terms, evidence.pair_raw(pairs["doc_id"]), calibration)
         counts = {
             "queries": len(parsed), **fallbacks, "unique_terms": len(terms),
-            "mode": o.mode, "operators": str(ops), "scorer": o.scorer, "calibration": evidence.describe(calibration.name),
+            "mode": "exact over the run's candidates" if runs else o.mode, "operators": str(ops), "scorer": o.scorer, "calibration": evidence.describe(calibration.name),
             "mean_candidates": float(np.mean([len(c[0]) for c in candidates.values()])) if candidates else None,
             **mode_counts,
         }

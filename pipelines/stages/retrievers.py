@@ -1,4 +1,5 @@
-"""First-stage retrievers over the LanceDB table: dense (cosine) and BM25 (full-text index)."""
+"""Retrievers over the LanceDB table: dense (cosine) and BM25 (full-text index), each over the whole
+table or, after a stage that produced a run, over that run's candidates; and runs read from files."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import Field
 
-from logicrank.pipelines.methods.bm25 import bm25
-from logicrank.pipelines.methods.dense import dense
+from logicrank.pipelines.methods.bm25 import bm25, bm25_candidates
+from logicrank.pipelines.methods.dense import dense, dense_candidates
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.stages.registry import register
 
@@ -25,7 +26,8 @@ class DenseOptions(StageOptions):
 
 @register
 class Dense(Stage):
-    """Embed each query's text; exact cosine top k over the table's saved vectors (or its ANN index, as an option)."""
+    """Embed each query's text; exact cosine top k over the table's saved vectors (or its ANN
+    index, as an option); after a stage that produced a run, the cosines of that run's candidates only."""
 
     name = "dense"
     shardable = True  # its exact search
@@ -36,8 +38,14 @@ class Dense(Stage):
     def needs(self) -> Needs:
         return Needs(encoder=True)
 
+    def after_run(self) -> str | None:
+        return None if self.options.search == "exact" else "its search 'ann' searches the table's ANN index (search exact scores the run's candidates)"
+
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         o = self.options
+        if runs:
+            run, counts = dense_candidates(queries, runs[0], ctx.store, ctx.embedder(), o.k, precision=o.precision)
+            return Output(run=run, counts=counts)
         return Output(run=dense(queries, ctx.store, ctx.embedder(), o.k, search=o.search, precision=o.precision, product=o.product))
 
 
@@ -53,7 +61,8 @@ class BM25(Stage):
     frequencies; a document's term frequency and length summed over both), searched by the batch
     engine over the table version's saved index (pipelines/sparse.py); English stemming and
     Lucene's English stop words on documents and queries alike; a query term counts as often as
-    the query repeats it."""
+    the query repeats it. After a stage that produced a run, the same scores of that run's
+    candidates only (those that share a term with the query)."""
 
     name = "bm25"
     shardable = True
@@ -65,7 +74,13 @@ class BM25(Stage):
     def needs(self) -> Needs:
         return Needs(fulltext=True)
 
+    def after_run(self) -> str | None:
+        return None
+
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
+        if runs:
+            run, counts = bm25_candidates(queries, runs[0], ctx.store, self.options.k)
+            return Output(run=run, counts=counts)
         return Output(run=bm25(queries, ctx.store, self.options.k))
 
 
@@ -88,6 +103,9 @@ class RunFile(Stage):
 
     def needs(self) -> Needs:
         return Needs(files=(self.options.path,))
+
+    def after_run(self) -> str | None:
+        return "it reads its own run from a file"
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         import pyarrow.compute as pc
@@ -124,6 +142,9 @@ class Qrels(Stage):
 
     def needs(self) -> Needs:
         return Needs(files=(self.options.path,))
+
+    def after_run(self) -> str | None:
+        return "it reads its own run from a qrels file"
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         from logicrank.pipelines.io import read_qrels
