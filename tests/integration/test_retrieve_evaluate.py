@@ -164,12 +164,12 @@ def test_default_output_is_the_jobs_own(tmp_path, docs300):
     cwd = Path(__file__).resolve().parents[2]
     for name, placement in [("driver", []), ("pool", ["--actors", "1"])]:  # the default here, and the Ray Data pool
         quiet = subprocess.run([*cli, "index", str(corpus), "--db", str(tmp_path / f"db-{name}"), "--out", str(tmp_path / name), "--no-progress",
-                                *placement], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+                                *placement], capture_output=True, text=True, env=env, cwd=cwd)
         assert quiet.returncode == 0, quiet.stderr
         assert quiet.stderr.strip() == "", quiet.stderr  # before: core_worker.cc, "Progress bars disabled", "Dataset ... finished"
         assert quiet.stdout.count("\n") == 1 and quiet.stdout.startswith("inserted 20")
     loud = subprocess.run([*cli, "--verbose", "index", str(corpus), "--db", str(tmp_path / "db2"), "--out", str(tmp_path / "j"), "--no-progress",
-                           "--actors", "1"], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+                           "--actors", "1"], capture_output=True, text=True, env=env, cwd=cwd)
     assert loud.returncode == 0 and "Started a local Ray instance" in loud.stderr and "execution finished" in loud.stderr + loud.stdout
 
 

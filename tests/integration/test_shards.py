@@ -37,7 +37,7 @@ def _stage_counts(manifest: dict, run_id: str) -> dict:
 
 
 def test_sharded_search_across_three_nodes_equals_one_process(tmp_path):
-    r = run_child_module("tests.integration.shards_child", tmp_path / "equal", [str(tmp_path / "equal"), "equal"], timeout=420)
+    r = run_child_module("tests.integration.shards_child", tmp_path / "equal", [str(tmp_path / "equal"), "equal"])
     _same_runs(r)
     assert {_stage_counts(r["runs"]["1"]["manifest"], rid)["placement"] for rid in ("bm25", "dense")} == {"driver"}
     assert r["runs"]["3"]["itlr_shards_scored"] and not r["runs"]["1"]["itlr_shards_scored"]
@@ -53,7 +53,7 @@ def test_sharded_search_across_three_nodes_equals_one_process(tmp_path):
 
 
 def test_a_node_killed_mid_search_leaves_the_run_identical(tmp_path):
-    r = run_child_module("tests.integration.shards_child", tmp_path / "kill", [str(tmp_path / "kill"), "kill"], timeout=420)
+    r = run_child_module("tests.integration.shards_child", tmp_path / "kill", [str(tmp_path / "kill"), "kill"])
     killed = r["killed"]["node"]
     assert killed, "no node was killed"
     assert 1 <= r["killed"]["batches_before"] < 120 // 20, r["killed"]  # mid-search: batches were left after the kill
