@@ -100,12 +100,6 @@ class ITLR(Stage):
         evidence = evidence_class(self.options.scorer)
         return Needs(encoder=evidence.encoder, fulltext=evidence.fulltext, files=files)
 
-    def after_run(self) -> str | None:
-        """After a run, mode exact scores that run's candidates (as listed mode scores a file's)."""
-        if self.options.mode == "exact":
-            return None
-        return f"its mode {self.options.mode!r} picks its own candidates (mode exact scores the run's)"
-
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         """One engine over any scorer's evidence (pipelines/methods/evidence.py): the terms'
         evidence and calibration, each query's candidates (ann, listed, or the incoming run's
@@ -113,6 +107,12 @@ class ITLR(Stage):
         table's rows where the scorer allows), composed with the fuzzy operators, and the side
         table of the ranked pairs."""
         o = self.options
+    def after_run(self) -> str | None:
+        """After a run, mode exact scores that run's candidates (as listed mode scores a file's)."""
+        if self.options.mode == "exact":
+            return None
+        return f"its mode {self.options.mode!r} picks its own candidates (mode exact scores the run's)"
+
         parsed, fallbacks = self._parse(queries)
         terms = unique_terms(parsed)
         evidence = make_evidence(o.scorer, ctx.store, terms, lambda texts: ctx.embedder().encode(texts), o.hybrid_weight, o.calibration_sample)
