@@ -114,7 +114,9 @@ class Table:
         score, title, text), best first. ``query``: a string that parses as a logical query
         (quoted terms with AND, OR, NOT and parentheses: ``'"malaria" AND NOT "children"'``)
         is the query's ``logical_query``, its text the terms in words (``malaria and not
-        children``); any other string is the query's text. ``logical_query`` gives both apart.
+        children``); a string that looks like one and does not parse (an unterminated quote,
+        typographic quotes, ``-"x"``, upper-case AND, OR, NOT between unquoted words) is refused
+        (:class:`UserError`); any other string is the query's text. ``logical_query`` gives both apart.
         ``pipeline``: a :class:`Pipeline`, a preset name (``"bm25"``), a stage
         (``lr.bm25(k=20)``), a composition (``lr.bm25() >> lr.itlr()``) or a list of stages
         (``["bm25", {"itlr": {"scorer": "bm25"}}]``). ``k``: keep the top k."""
@@ -123,6 +125,8 @@ class Table:
         if logical_query is not None and not isinstance(logical_query, str):
             raise PipelineError(f"table.search: logical_query is a string ('\"a\" AND NOT \"b\"'), not {type(logical_query).__name__}.")
         if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        if logical_query is not None and not logical_query.strip():
+            raise PipelineError("table.search: logical_query is blank; give a logical query ('\"a\" AND NOT \"b\"') or leave it out.")
             raise PipelineError(f"table.search: k is a positive integer, not {k!r:.60}.")
         text, logical = query, logical_query
         if logical is None and (node := _logical(query)) is not None:
@@ -541,15 +545,22 @@ def compare(metrics: pa.Table | Evaluation, baseline: str, test: str = "t-test",
 
 
 def _logical(query: str):
-    """``query`` parsed as a logical query, or None when it is not one (plain text)."""
-    from logicrank.pipelines.logic.query import QueryParseError, parse
+    """``query`` parsed as a logical query, or None when it is plain text; one that looks like a
+    logical query (:func:`~logicrank.pipelines.logic.query.looks_logical`) and does not parse is
+    refused in the line the retrieve job refuses such a queries file with."""
+    from logicrank.pipelines.logic.query import QueryParseError, UnparsedQueryError, looks_logical, parse, unparsed_message
 
-    if '"' not in query:
+    meant = looks_logical(query)
+    if '"' not in query and not meant:
         return None
     try:
         return parse(query)
-    except QueryParseError:
-        return None
+    except QueryParseError as exc:
+        if not meant:
+            return None
+        raise UnparsedQueryError(unparsed_message("table.search", [("1", query, first_line(exc))], hint=(
+            'Quote each term with straight double quotes ("vitamin D" AND NOT "bone"); plain words without quotes or '
+            "upper-case AND, OR, NOT are searched as text"))) from None
 
 
 def _words(node) -> str:

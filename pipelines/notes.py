@@ -38,9 +38,11 @@ def refuse_unparsed(pipelines: list[Pipeline], queries: pa.Table) -> None:
 def fallback_notes(pipeline: str, steps: list[dict], where: str = "") -> list[str]:
     """The terminal's lines naming the queries a pipeline scored as their whole text although
     they had a logical form: one that does not parse (``on_parse_error: fallback``), or a
-    decomposition that fell back (the LLM's output was unusable, or its engine failed); and
-    the queries whose candidates cannot satisfy their NOT (every one holds a negated term or
-    atom: itlr's ann and listed modes, orlog)."""
+    decomposition that fell back (the LLM's output was unusable, or its engine failed); the
+    queries whose logical query is blank; the terms no document holds (itlr over bm25: a
+    misspelling, a stop word, no word) and the queries using them; and the queries whose
+    candidates cannot satisfy their NOT (every one holds a negated term or atom: itlr's ann
+    and listed modes, orlog)."""
     lines = []
     for step in steps:
         if "sub" in step:
@@ -56,6 +58,17 @@ def fallback_notes(pipeline: str, steps: list[dict], where: str = "") -> list[st
             lines.append(f"retrieve: {stage}: {count_queries(n)} whose every candidate holds a negated term or atom, so none "
                          f"satisfies {'its' if n == 1 else 'their'} NOT (give the stage a deeper or another first stage, or use "
                          f"itlr's exact mode): {shown_ids(step.get('unsatisfiable_query_ids'), n)}.")
+        if step.get("blank_logical"):
+            n = step["blank_logical"]
+            lines.append(f"retrieve: {stage}: {count_queries(n)} whose logical query is blank scored as {'its' if n == 1 else 'their'} "
+                         f"text, one term: {shown_ids(step.get('blank_logical_query_ids'), n)}.")
+        if step.get("empty_terms"):
+            empty, n = step["empty_terms"], step.get("empty_term_queries", 0)
+            named = "; ".join(f"{t!r}: {why}" for t, why in list(empty.items())[:5]) + (f"; and {len(empty) - 5} more" if len(empty) > 5 else "")
+            one = len(empty) == 1
+            lines.append(f"retrieve: {stage}: {len(empty)} term{'' if one else 's'} with no evidence in the table ({named}) "
+                         f"hold{'s' if one else ''} for no document; {count_queries(n)} use{'s' if n == 1 else ''} "
+                         f"{'it' if one else 'them'}: {shown_ids(step.get('empty_term_query_ids'), n)}.")
         if step.get("fallback_decompositions"):
             n = step["fallback_decompositions"]
             lines.append(f"retrieve: {stage}: {count_queries(n)} whose decomposition fell back to the whole question (an unusable LLM "

@@ -86,13 +86,13 @@ def _lark(node) -> str:
     raise TypeError(node)
 
 
-def _keywords() -> list[str]:
-    found: list[str] = []
+def _keywords() -> list[Kw]:
+    found: list[Kw] = []
 
     def walk(node) -> None:
         match node:
-            case Kw(word, _) if word not in found:
-                found.append(word)
+            case Kw(word, _) if word not in [k.word for k in found]:
+                found.append(node)
             case Seq(items):
                 for i in items:
                     walk(i)
@@ -107,11 +107,15 @@ def _keywords() -> list[str]:
     return found
 
 
+KEYWORDS = tuple(k.word for k in _keywords())  # AND, OR, NOT
+INFIX = tuple(k.word for k in _keywords() if k.infix)  # AND, OR: between operands; NOT before one
+
+
 def to_lark() -> str:
     """Lark grammar (LALR) of the language; rules are inlined where they pass one child on."""
     lines = [f"start: {START}"]
     lines += [f"?{name}: {_lark(body)}" for name, body in RULES.items()]
-    lines += [f'{kw}: /{kw.lower()}/i' for kw in _keywords()]
+    lines += [f'{kw}: /{kw.lower()}/i' for kw in KEYWORDS]
     lines += [f"TERM: /{_TERM_REGEX}/", "%import common.WS", "%ignore WS"]
     return "\n".join(lines) + "\n"
 

@@ -12,10 +12,11 @@ A chain ``a AND b AND c`` is one n-ary node; explicit parentheses are kept as st
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 
-from logicrank.pipelines.logic.grammar import BLANK, to_lark
+from logicrank.pipelines.logic.grammar import BLANK, INFIX, KEYWORDS, to_lark
 from logicrank.schemas.errors import UserError
 
 
@@ -169,7 +170,9 @@ def _build(tree, query: str) -> Node:
     return And(nodes) if tree.data == "and_expr" else Or(nodes)
 
 
-_HINTS = {'"': " (an unterminated quoted term?)", "'": " (terms take double quotes, not single)", "-": " (negate with NOT, not '-')"}
+_TYPOGRAPHIC = "“”„‟«»″＂"  # quotes a term may be typed with; only the straight one delimits it
+_HINTS = {'"': " (an unterminated quoted term?)", "'": " (terms take double quotes, not single)", "-": " (negate with NOT, not '-')",
+          **dict.fromkeys(_TYPOGRAPHIC, " (terms take straight double quotes, not typographic ones)")}
 _NAMES = {"LPAR": "'('", "RPAR": "')'", "TERM": "a quoted term", "AND": "AND", "OR": "OR", "NOT": "NOT"}
 
 
@@ -195,6 +198,30 @@ def parse(query: str) -> Node:
     except UnexpectedInput as exc:  # any other lark input error
         raise QueryParseError(query, getattr(exc, "pos_in_stream", 0) or 0, str(exc).splitlines()[0]) from None
     return _build(tree, query)
+
+
+_QUOTES = '"' + _TYPOGRAPHIC
+_QUOTED = re.compile(f"[{_QUOTES}][^{_QUOTES}]*[{_QUOTES}]")  # a quoted span, any quote at either end
+_MINUS_QUOTE = re.compile(f"-\\s*[{_QUOTES}]")
+_ANY_KEYWORD = re.compile(r"(?i)\b(?:" + "|".join(KEYWORDS) + r")\b")
+_PREFIX = [k for k in KEYWORDS if k not in INFIX]
+_UPPER_KEYWORD = re.compile(r"\S\s+(?:" + "|".join(INFIX) + r")\s+\S|(?<!\w)(?:" + "|".join(_PREFIX) + r")\s+\S")
+
+
+def looks_logical(text: str) -> bool:
+    """Whether a free string (a notebook's one query) was meant as a logical query, so that one
+    that does not :func:`parse` is refused rather than searched as plain words. It was when it
+    has an odd number of quotes (straight or typographic: an unterminated term), a minus before
+    a quote (``-"bone"``), AND, OR or NOT in any case outside its quoted spans while it has
+    quotes, or no (double) quotes and an upper-case AND or OR between words or NOT before one in
+    a text that has lower case too (``vitamin D AND NOT bone``, ``'vitamin D' AND NOT 'bone'``). Plain words stay plain words:
+    ``vitamin D and bone health``, ``“hygiene hypothesis” of allergy``, ``VITAMIN D AND BONE``."""
+    quotes = sum(text.count(q) for q in _QUOTES)
+    if quotes % 2 or _MINUS_QUOTE.search(text):
+        return True
+    if quotes:
+        return bool(_ANY_KEYWORD.search(_QUOTED.sub(" ", text)))
+    return any(c.islower() for c in text) and bool(_UPPER_KEYWORD.search(text))
 
 
 def holds(node: Node, present: set[str]) -> bool:

@@ -76,6 +76,7 @@ class Evidence:
     encoder = False  # it embeds the terms (the stage needs the encoder)
     fulltext = False  # it reads the table's BM25 index
     counts_misses = True  # ann mode: its search may find nothing for a query's terms (counted as queries_without_candidates)
+    sparse = False  # a raw score of 0 is a term the document misses (no evidence), not a low score
     terms: list[str]
 
     @classmethod
@@ -95,6 +96,11 @@ class Evidence:
     def describe(self, calibration: str | None = None) -> str:
         """The calibration a manifest records."""
         return str(calibration)
+
+    def empty_terms(self) -> dict[str, str]:
+        """The terms with no evidence in any document of the table, each with why: dense
+        evidence has a cosine for every pair, so none (hybrid's dense half likewise)."""
+        return {}
 
     def calibrate(self, name: str, sample: int = 10_000, labels: Sequence[dict] | None = None) -> Calibration:
         return calibrate_evidence(self, name, sample, labels)
@@ -135,18 +141,21 @@ class Evidence:
         actor (``Context.shards``), or None: scored here in one pass."""
         return None
 
-    def score_blocks(self, queries, k: int, ops: Operators, calibration: Calibration, block_rows: int) -> pd.DataFrame:
-        """exact mode in one pass over the table."""
-        return score_exact(queries, self.terms, None, self.blocks(block_rows), k, [ops], calibration)[ops]
+    def score_blocks(self, queries, k: int, ops: Operators, calibration: Calibration, block_rows: int, pad: bool = False) -> pd.DataFrame:
+        """exact mode in one pass over the table; ``pad``: as :meth:`exact`'s."""
+        drop = self.sparse and not pad
+        return score_exact(queries, self.terms, None, self.blocks(block_rows), k, [ops], calibration, drop_unsupported=drop)[ops]
 
-    def exact(self, queries, k: int, ops: Operators, calibration: Calibration, block_rows: int, shards=None) -> pd.DataFrame:
-        """exact mode: in shards of the table's rows where the scorer and ``shards`` (``Context.shards``) allow, else in one pass."""
+    def exact(self, queries, k: int, ops: Operators, calibration: Calibration, block_rows: int, shards=None, pad: bool = False) -> pd.DataFrame:
+        """exact mode: in shards of the table's rows where the scorer and ``shards`` (``Context.shards``) allow, else in one pass.
+        ``pad`` False: over sparse evidence, a document whose composed score carries no evidence
+        is no result (:func:`logicrank.pipelines.methods.itlr.unsupported`)."""
         task = self.shard_task(queries, k, ops, calibration, block_rows)
         if task is not None and shards is not None:
             merged = shards(task, functools.partial(merge_exact, k=k, query_order=[q.query_id for q in queries]))
             if merged is not None:
                 return merged
-        return self.score_blocks(queries, k, ops, calibration, block_rows)
+        return self.score_blocks(queries, k, ops, calibration, block_rows, pad)
 
 
 class DenseEvidence(Evidence):
@@ -210,7 +219,7 @@ class DenseEvidence(Evidence):
     def shard_task(self, queries, k, ops, calibration, block_rows):
         return functools.partial(exact_shard, queries, self.terms, self.T, k, ops, calibration, block_rows)
 
-    def score_blocks(self, queries, k, ops, calibration, block_rows):
+    def score_blocks(self, queries, k, ops, calibration, block_rows, pad=False):
         """The cosines composed straight from the document vectors (:func:`score_exact`'s products)."""
         return score_exact(queries, self.terms, self.T, self.store.vector_blocks(block_rows), k, [ops], calibration)[ops]
 
@@ -220,7 +229,7 @@ class BM25Evidence(Evidence):
 
     name = "bm25"
     calibrations = ("max", "saturation", "zscore", "none", "sigmoid")
-    fulltext = True
+    fulltext = sparse = True
 
     def __init__(self, store, terms: Sequence[str]):
         self.index, self.terms = store.bm25_index(), list(terms)
@@ -260,6 +269,18 @@ class BM25Evidence(Evidence):
         if self.by_doc.shape[1] == 0:  # an empty table
             return np.zeros(len(self.terms))
         return np.asarray(self.by_doc.max(axis=1).toarray(), dtype=np.float64).ravel()
+
+    def empty_terms(self) -> dict[str, str]:
+        """The terms no document of the table holds (every score 0), each with why: no word in
+        it, only stop words (the analyzer keeps none of its words), or words no document has."""
+        from logicrank.pipelines.sparse import analyzer
+
+        def why(term: str) -> str:
+            if not any(c.isalnum() for c in term):
+                return "no word"
+            return "only stop words" if not analyzer()(term) else "in no document"
+
+        return {t: why(t) for t, m in zip(self.terms, self.maxima(), strict=True) if m <= 0}
 
     def bounds(self) -> np.ndarray:
         """Each term's largest possible score (BM25's saturation)."""

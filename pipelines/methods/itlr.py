@@ -85,6 +85,11 @@ def positive_terms(node: Node, negated: bool = False) -> set[str]:
     return set().union(*(positive_terms(c, negated) for c in node.children))  # type: ignore[attr-defined]
 
 
+def negated_terms(node: Node) -> set[str]:
+    """Terms that appear at least once under an odd number of NOTs."""
+    return positive_terms(node, negated=True)
+
+
 # -- calibration ---------------------------------------------------------------------------
 @dataclass
 class Calibration:
@@ -101,6 +106,9 @@ class Calibration:
 
     name: str = "none"
     params: dict[str, tuple[float, float]] = field(default_factory=dict)  # term -> (a, b)
+    # terms with no evidence anywhere in the table (Evidence.empty_terms): 0 for every document
+    # whatever the calibration (zscore would make a term no document holds 0.5 everywhere)
+    empty: frozenset[str] = frozenset()
 
     NAMES = ("none", "zscore", "sigmoid", "max", "saturation")
 
@@ -138,12 +146,15 @@ class Calibration:
         return cls("sigmoid", params)
 
     def apply(self, S: np.ndarray, terms: Sequence[str]) -> np.ndarray:
-        if self.name == "none":
+        if self.name == "none" and not self.empty:
             return S
         from scipy.special import expit, ndtr
 
         out = np.array(S, copy=True)
         for j, t in enumerate(terms):
+            if t in self.empty:
+                out[:, j] = 0.0
+                continue
             if t not in self.params:
                 continue
             a, b = self.params[t]
@@ -244,6 +255,7 @@ def score_exact(
     threads: int | None = None,
     first_row: int = 0,
     with_rows: bool = False,
+    drop_unsupported: bool = False,
 ) -> dict[Operators, pd.DataFrame]:
     """Top-k (query_id, doc_id, score) per operator choice, every document scored.
 
@@ -263,9 +275,12 @@ def score_exact(
 
     ``term_vectors`` None: ``doc_blocks`` yield (doc_ids, (docs x terms) raw scores) of any
     scorer instead (:mod:`logicrank.pipelines.methods.evidence`), composed the same way.
+    ``drop_unsupported`` (raw scores only): a document is no result of a query when its composed
+    score is 0 and its raw score is 0 for every positive term of the query (:func:`unsupported`).
     """
     groups = _shape_groups(queries, terms)
     compiled = {ops: [compile_query(shape, slots, ops) for shape, slots, _, _ in groups] for ops in operators}
+    positive = [sorted(int(s) for s in positive_terms(shape)) for shape, *_ in groups]  # each shape's positive slots
     n_threads = max(1, threads or len(os.sched_getaffinity(0)))
     tops = {ops: [_TopK(len(queries), k) for _ in range(n_threads)] for ops in operators}
     T = None if term_vectors is None else np.asarray(term_vectors, dtype=np.float32)
@@ -275,7 +290,7 @@ def score_exact(
     direct = len(layout) <= 1.5 * len(terms)  # the product straight into the layout costs at most 1.5x
     T_rows = T[layout] if direct and T is not None else T
 
-    def compose(M: np.ndarray, part: int, first_row: int) -> None:
+    def compose(M: np.ndarray, E: np.ndarray | None, part: int, first_row: int) -> None:
         cols = np.array_split(np.arange(M.shape[1]), n_threads)[part]
         if len(cols) == 0:
             return
@@ -285,9 +300,13 @@ def score_exact(
             # column tiles small enough that the temporaries stay in cache
             for t0 in range(lo, hi, _TILE):
                 t1 = min(hi, t0 + _TILE)
-                for f, (_, slots, rows, _), start in zip(fs, groups, offsets, strict=False):
+                for f, (_, slots, rows, _), start, pos in zip(fs, groups, offsets, positive, strict=False):
                     slab = M[start : start + len(slots) * len(rows), t0:t1].reshape(len(slots), len(rows), t1 - t0)
-                    block[rows, t0 - lo : t1 - lo] = f(slab.transpose(1, 2, 0))  # (queries, docs, slots), a view
+                    scores = f(slab.transpose(1, 2, 0))  # (queries, docs, slots), a view
+                    if E is not None:  # the raw evidence laid out as M: a document no positive slot holds, scored 0, is no result
+                        held = E[start : start + len(slots) * len(rows), t0:t1].reshape(len(slots), len(rows), t1 - t0)[pos].any(axis=0)
+                        scores = np.where((scores == 0) & ~held, -np.inf, scores)
+                    block[rows, t0 - lo : t1 - lo] = scores
             tops[ops][part].push(block, first_row + lo)
 
     ids: list[np.ndarray] = []
@@ -295,12 +314,14 @@ def score_exact(
     with ThreadPoolExecutor(n_threads) as pool:
         for block_ids, vecs in doc_blocks:
             V = np.asarray(vecs, dtype=np.float32)
+            E = None
             if T_rows is None:  # raw scores given (docs x terms): calibrated per term, then laid out
                 M = np.ascontiguousarray(calibration.apply(V, terms).T)[layout]  # (layout rows x docs): rows gathered whole
+                E = np.ascontiguousarray((V > 0).T)[layout] if drop_unsupported else None
             else:  # the cosines, straight into the layout
                 M = T_rows @ V.T if direct else (T_rows @ V.T)[layout]
                 M = np.ascontiguousarray(calibration.apply(M.T, layout_terms).T)
-            for done in [pool.submit(compose, M, part, seen) for part in range(n_threads)]:
+            for done in [pool.submit(compose, M, E, part, seen) for part in range(n_threads)]:
                 done.result()
             ids.append(np.asarray(block_ids, dtype=object))
             seen += len(block_ids)
@@ -373,19 +394,34 @@ def score_candidates(
 
 
 def score_listed(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, candidates: dict, k: int, ops: Operators,
-                 calibration: Calibration) -> pd.DataFrame:
+                 calibration: Calibration, drop_unsupported: bool = False) -> pd.DataFrame:
     """Exact re-scoring of each query's own candidates (query_id -> (doc_ids, payload)) with any
-    scorer: ``raw(doc_ids, payload)`` gives their (docs x terms) raw scores."""
+    scorer: ``raw(doc_ids, payload)`` gives their (docs x terms) raw scores. ``drop_unsupported``:
+    as :func:`score_exact`'s."""
     frames = []
     for q in queries:
         ids, payload = candidates.get(q.query_id, (np.empty(0, dtype=object), None))
         if len(ids) == 0:
             continue
-        scores = compose([q], terms, raw(ids, payload), ops, calibration)[0]
+        R = raw(ids, payload)
+        scores = compose([q], terms, R, ops, calibration)[0]
+        if drop_unsupported:
+            scores = np.where(unsupported(q, terms, R, scores), -np.inf, scores)
         order = np.argsort(-scores, kind="stable")[:k]
         order = order[np.isfinite(scores[order])]  # strict NOT's exclusions (-inf) are not results
         frames.append(pd.DataFrame({"query_id": q.query_id, "doc_id": np.asarray(ids)[order], "score": scores[order]}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
+
+
+def unsupported(query: LogicalQuery, terms: Sequence[str], raw: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """Per document (rows of the (docs x terms) ``raw`` scores of a sparse scorer, where 0 is a
+    term the document misses): whether its composed score carries no evidence: it is 0 and no
+    positive term of the query holds the document. Such documents are not results (the zeros
+    that would fill a query's k in table order); a positive score is kept, a NOT's included."""
+    index = {t: i for i, t in enumerate(terms)}
+    pos = [index[t] for t in positive_terms(query.ast)]
+    held = (np.asarray(raw)[:, pos] > 0).any(axis=1) if pos else np.zeros(len(scores), bool)
+    return (np.asarray(scores) == 0) & ~held
 
 
 def excluded_everywhere(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, candidates: dict, calibration: Calibration,

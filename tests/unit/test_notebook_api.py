@@ -219,7 +219,10 @@ def test_search_answers_one_query_text_or_logical(table_db):
     assert table.search("malaria", ["bm25"])["doc_id"].tolist() == hits["doc_id"].tolist()  # a list of stages
     logical = table.search('"malaria" AND NOT "children"', lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10))
     assert "d0" not in set(logical["doc_id"][:2]) and set(logical["doc_id"][:2]) == {"d1", "d2"}
-    assert set(logical["doc_id"]) == {"d0", "d1", "d2", "d4"}  # bm25's candidates for "malaria and not children", rescored
+    assert set(logical["doc_id"]) == {"d0", "d1", "d2"}  # bm25's candidates for "malaria and not children", rescored; d4
+    # (children only: 0, no evidence for malaria) is no result unless padded
+    padded = table.search('"malaria" AND NOT "children"', lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10, pad=True))
+    assert set(padded["doc_id"]) == {"d0", "d1", "d2", "d4"}
     apart = table.search("malaria", lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10), logical_query='"malaria" AND NOT "children"')
     assert apart["doc_id"].tolist() == [d for d in logical["doc_id"] if d != "d4"]  # the text picks bm25's candidates: three here
     np.testing.assert_allclose(apart["score"], logical.set_index("doc_id").loc[apart["doc_id"], "score"], rtol=1e-6)

@@ -94,8 +94,9 @@ def test_with_fallback_a_bad_form_is_its_whole_text_as_one_term_and_is_named(for
     step = result.steps[0]
     assert (step["unparsed"], step["unparsed_query_ids"]) == (1, ["q7"])
     assert (step["fallback"], step["fallback_query_ids"]) == (2, ["q7", "q9"])  # q9 has no logical query: its text, as always
-    (line,) = fallback_notes("p", result.steps)
+    line, blank = fallback_notes("p", result.steps)
     assert line.startswith("retrieve: pipeline 'p', stage itlr: 1 query whose logical query does not parse") and line.endswith(": q7.")
+    assert blank == "retrieve: pipeline 'p', stage itlr: 1 query whose logical query is blank scored as its text, one term: q9."
 
 
 def test_several_bad_queries_are_counted_and_the_first_named():
@@ -105,13 +106,22 @@ def test_several_bad_queries_are_counted_and_the_first_named():
         _run(_queries(rows), ["itlr"])
     notes = fallback_notes("p", _run(_queries(rows), [{"itlr": {"on_parse_error": "fallback"}}]).steps)
     assert notes == ["retrieve: pipeline 'p', stage itlr: 7 queries whose logical query does not parse scored as their whole text, "
-                     "one term (on_parse_error: fallback): q0, q1, q2, q3, q4, q5, q6."]
+                     "one term (on_parse_error: fallback): q0, q1, q2, q3, q4, q5, q6.",
+                     "retrieve: pipeline 'p', stage itlr: 1 query whose logical query is blank scored as its text, one term: blank."]
 
 
-def test_no_logical_query_is_not_a_parse_error():
+def test_a_blank_logical_query_is_no_parse_error_and_is_named():
     result = _run(_queries([("q1", "vitamin D", None), ("q2", "bone", ""), ("q3", "bone", " \t")]), ["itlr"])
-    assert (result.steps[0]["fallback"], result.steps[0]["unparsed"]) == (3, 0)
-    assert fallback_notes("p", result.steps) == []
+    step = result.steps[0]
+    assert (step["fallback"], step["unparsed"], step["blank_logical"], step["blank_logical_query_ids"]) == (3, 0, 2, ["q2", "q3"])
+    assert fallback_notes("p", result.steps) == [
+        "retrieve: pipeline 'p', stage itlr: 2 queries whose logical query is blank scored as their text, one term: q2, q3."]
+    # a null one is named where other queries carry a logical query (the column is in use), not where none does
+    used = _run(_queries([("q1", "vitamin D", None), ("q2", "bone", '"bone"')]), ["itlr"]).steps[0]
+    assert (used["blank_logical"], used["blank_logical_query_ids"]) == (1, ["q1"])
+    none = pa.table({"query_id": ["q1", "q2"], "text": ["vitamin D", "bone"], "logical_query": pa.array([None, None], pa.string())})
+    unused = _run(none, ["itlr"]).steps[0]
+    assert (unused["fallback"], unused["blank_logical"]) == (2, 0)
 
 
 def _decompositions(path, rows):
