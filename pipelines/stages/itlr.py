@@ -15,11 +15,12 @@ from pydantic import Field, field_validator, model_validator
 
 from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.logic.grammar import BLANK
-from logicrank.pipelines.logic.query import UnparsedQueryError, unparsed_message
+from logicrank.pipelines.logic.query import UnparsedQueryError, quote, unparsed_message
 from logicrank.pipelines.methods.evidence import check_calibration, evidence_class, make_evidence
 from logicrank.pipelines.methods.itlr import (
     TERM_SCORES,
     excluded_everywhere,
+    negated_terms,
     parse_queries,
     score_listed,
     term_scores_from,
@@ -28,6 +29,7 @@ from logicrank.pipelines.methods.itlr import (
 from logicrank.pipelines.methods.ranking import candidate_pairs, rank_pairs
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.stages.registry import register
+from logicrank.schemas.errors import UserError
 
 
 class ITLROptions(StageOptions):
@@ -59,6 +61,10 @@ class ITLROptions(StageOptions):
         "refuse", description="A logical query that does not parse (a query's own or a decomposition's): refuse the run in one line "
         "naming the query, or score its whole text as one term (the job names those queries on the terminal)."
     )
+    pad: bool = Field(
+        False, description="bm25: also return documents whose composed score carries no evidence (0, and no positive term of the query "
+        "in the document), filling each query's k in table order; off: a query may return fewer than k (docs/itlr.md, Terms without evidence)."
+    )
 
     @field_validator("operators")
     @classmethod
@@ -89,7 +95,7 @@ class ITLR(Stage):
     score behind the run."""
 
     name = "itlr"
-    version = 2  # bump when a change alters results
+    version = 3  # bump when a change alters results
     side_tables = {"term_scores": TERM_SCORES}
     kind = Kind.RETRIEVER
     Options = ITLROptions
@@ -118,6 +124,10 @@ class ITLR(Stage):
         evidence = make_evidence(o.scorer, ctx.store, terms, lambda texts: ctx.embedder().encode(texts), o.hybrid_weight, o.calibration_sample)
         name = check_calibration(o.scorer, o.calibration, "itlr")
         calibration = evidence.calibrate(name, o.calibration_sample, _read_labels(o.labels) if name == "sigmoid" else None)
+        empty = evidence.empty_terms()  # held by no document: named, 0 whatever the calibration, refused under a NOT
+        refuse_empty_nots(parsed, empty)
+        calibration = dataclasses.replace(calibration, empty=frozenset(empty))
+        drop = evidence.sparse and not o.pad
         ops = dataclasses.replace(Operators.parse(o.operators), strict_not=o.strict_not)
         candidates, mode_counts, exact_queries = {}, {}, parsed
         if runs:  # after a run: its candidates, in mode exact (Pipeline validation refuses the other modes)
@@ -135,18 +145,18 @@ class ITLR(Stage):
         frames = []
         if candidates:
             raw = evidence.candidate_raw(candidates)
-            frames.append(score_listed(parsed, terms, raw, candidates, o.k, ops, calibration))
+            frames.append(score_listed(parsed, terms, raw, candidates, o.k, ops, calibration, drop_unsupported=drop))
             held = excluded_everywhere(parsed, terms, raw, candidates, calibration, self._holds(calibration.name))
             mode_counts |= {"unsatisfiable": len(held), "unsatisfiable_query_ids": held[:100]}
         if exact_queries:
-            frames.append(evidence.exact(exact_queries, o.k, ops, calibration, o.block_rows, ctx.shards))
+            frames.append(evidence.exact(exact_queries, o.k, ops, calibration, o.block_rows, ctx.shards, pad=o.pad))
         pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
         scores = term_scores_from(pairs, parsed, terms, evidence.pair_raw(pairs["doc_id"]), calibration)
         counts = {
             "queries": len(parsed), **fallbacks, "unique_terms": len(terms),
             "mode": "exact over the run's candidates" if runs else o.mode, "operators": str(ops), "scorer": o.scorer, "calibration": evidence.describe(calibration.name),
             "mean_candidates": float(np.mean([len(c[0]) for c in candidates.values()])) if candidates else None,
-            **mode_counts,
+            **mode_counts, **empty_counts(parsed, empty),
         }
         return Output(run=rank_pairs(pairs, o.k, "itlr", "itlr"), side={"term_scores": scores}, counts=counts)
 
@@ -168,8 +178,10 @@ class ITLR(Stage):
         if unparsed and self.options.on_parse_error == "refuse":
             raise UnparsedQueryError(refusal(unparsed, "decomposition_status" in queries.column_names))
         fallback = [q.query_id for q in parsed if q.status == "fallback"]
+        blank = blank_logical_queries(queries)
         counts = {"fallback": len(fallback), "fallback_query_ids": fallback[:100],
-                  "unparsed": len(unparsed), "unparsed_query_ids": [qid for qid, _, _ in unparsed[:100]]}
+                  "unparsed": len(unparsed), "unparsed_query_ids": [qid for qid, _, _ in unparsed[:100]],
+                  "blank_logical": len(blank), "blank_logical_query_ids": blank[:100]}
         if "decomposition_status" in queries.column_names:  # after a decomposition stage: its fallbacks are named too
             ids = queries.column("query_id").to_pylist()
             fell = [qid for qid, status in zip(ids, queries.column("decomposition_status").to_pylist(), strict=True) if status != "ok"]
@@ -183,6 +195,46 @@ def unparsed_queries(queries: pa.Table, parsed: list) -> list[tuple[str, str, st
     logical = queries.column("logical_query").to_pylist()
     return [(q.query_id, text, q.error) for q, text in zip(parsed, logical, strict=True)
             if q.status == "fallback" and text and text.strip(BLANK)]
+
+
+def blank_logical_queries(queries: pa.Table) -> list[str]:
+    """The ids of the queries whose logical query is blank: an empty or whitespace string, or
+    null while another query has one (the column is in use). Each is scored as its text."""
+    logical = queries.column("logical_query").to_pylist()
+    in_use = any(text and text.strip(BLANK) for text in logical)
+    return [qid for qid, text in zip(queries.column("query_id").to_pylist(), logical, strict=True)
+            if (text is not None and not text.strip(BLANK)) or (text is None and in_use)]
+
+
+class EmptyNotError(UserError, ValueError):
+    """A NOT over a term no document holds: it would hold for every document."""
+
+
+def refuse_empty_nots(parsed: list, empty: dict[str, str]) -> None:
+    """Refuse the queries that negate a term with no evidence in the table (``empty``: term ->
+    why, :meth:`~logicrank.pipelines.methods.evidence.Evidence.empty_terms`): NOT of it is 1
+    for every document, so the NOT would exclude nothing (``AND NOT "the"`` silently dropped)."""
+    found = [(q.query_id, t) for q in parsed for t in sorted(negated_terms(q.ast) & empty.keys(), key=q.ast.terms().index)]
+    if not found:
+        return
+    qid, term = found[0]
+    why = f"NOT {quote(term)} negates a term no document holds ({empty[term]}), so it would hold for every document"
+    if len(found) == 1:
+        head = f"itlr: query {qid}'s {why}"
+    else:
+        ids = list(dict.fromkeys(q for q, _ in found))
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        head = f"itlr: {len(ids)} quer{'y' if len(ids) == 1 else 'ies'} negate terms no document holds ({shown}); {qid}'s {why}"
+    raise EmptyNotError(head + "; remove the NOT, or negate words the table's documents hold (the scorer's words: bm25 drops stop words).")
+
+
+def empty_counts(parsed: list, empty: dict[str, str]) -> dict:
+    """The step's counts naming the terms no document holds (term -> why, the first 100) and the
+    queries that use one (how many, the first 100 ids)."""
+    if not empty:
+        return {}
+    ids = [q.query_id for q in parsed if any(t in empty for t in q.ast.terms())]
+    return {"empty_terms": dict(list(empty.items())[:100]), "empty_term_queries": len(ids), "empty_term_query_ids": ids[:100]}
 
 
 def refusal(unparsed: list[tuple[str, str, str]], decomposed: bool = False) -> str:
