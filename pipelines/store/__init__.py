@@ -24,17 +24,24 @@ class DocStore(Reading, Writing, Versions, TableHandle):
 
 
 def update_index_apart(store: DocStore) -> dict:
-    """:func:`logicrank.pipelines.sparse.update_index` in a child process (spawned): the index job's driver
-    stays small whatever the corpus (the patch holds the previous version's counts and every id
-    and hash, 17 GiB at 10M documents, docs/bulk-retrieval.md); the child's memory goes when it
-    ends, and an interrupt of the job ends it too."""
-    import multiprocessing
+    """:func:`logicrank.pipelines.sparse.update_index` in a child process (a fresh interpreter,
+    pipelines/store/apart.py): the index job's driver stays small whatever the corpus (the patch
+    holds the previous version's counts and every id and hash, 17 GiB at 10M documents,
+    docs/bulk-retrieval.md); the child's memory goes when it ends, and an interrupt of the job
+    ends it too. Not multiprocessing's spawn, which imports the caller's ``__main__`` again: a
+    script without a ``__main__`` guard would run again in the child. An OSError in the child
+    is raised here as one."""
+    import json
+    import subprocess
+    import sys
 
-    with multiprocessing.get_context("spawn").Pool(1) as pool:  # (leaving the block terminates the child)
-        return pool.apply(_update_saved, (str(store.uri), store.name, store.version))
-
-
-def _update_saved(uri: str, name: str, version: int) -> dict:
-    from logicrank.pipelines.sparse import update_index
-
-    return update_index(DocStore(uri, name, version=version))
+    done = subprocess.run([sys.executable, "-m", "logicrank.pipelines.store.apart", str(store.uri), store.name, str(store.version)],
+                          capture_output=True, text=True)  # (an interrupt kills the child, then propagates)
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1]) if done.returncode in (0, 3) and lines else {}
+    if done.returncode == 3:
+        raise OSError(*result["oserror"])
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise RuntimeError(f"store: saving the BM25 index of table {store.name!r} v{store.version} failed in its child process: {said}")
+    return result
