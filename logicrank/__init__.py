@@ -8,7 +8,7 @@ and the command line (:mod:`logicrank.cli`).
 
 This module exports, on first use (importing ``logicrank`` itself loads nothing heavy):
 
-- the notebook API of :mod:`logicrank.api` (``open_table``, ``pipelines``, ``retrieve``,
+- the notebook API of :mod:`logicrank.api` (``index``, ``open_table``, ``pipelines``, ``retrieve``,
   ``evaluate``, ``compare``, ``run_experiment``; docs/python-api.md);
 - every config model (``RayConfig``, ``EmbedConfig``, ``RetrieveConfig``, ``Experiment``, ...);
 - every registered stage's options class (``BM25Options``, ``OrlogOptions``, ...) and a
@@ -30,7 +30,7 @@ from importlib import import_module
 from typing import Any
 
 _API = ("Evaluation", "Pipeline", "PipelineError", "Result", "Results", "StageCache", "Table", "UnknownName", "UserError", "compare",
-        "compose", "evaluate", "open_table", "preset", "read_pipelines", "read_qrels", "read_queries", "read_run", "retrieve",
+        "compose", "evaluate", "index", "open_table", "preset", "read_pipelines", "read_qrels", "read_queries", "read_run", "retrieve",
         "run_experiment", "stage")
 _CONFIGS = {
     "logicrank.pipelines.config.settings": ("RayConfig", "EmbedConfig", "IndexConfig", "LLMConfig", "EvaluateConfig", "GenerateConfig"),

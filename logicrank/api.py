@@ -14,6 +14,7 @@ want a cluster; this is for looking at one. docs/python-api.md walks through it:
     ev.summary, ev.compare(baseline="bm25")
     lr.run_experiment("scifact", table=table)  # a whole benchmark (jobs/experiments/scifact.yaml), here
     lr.run_experiment("scifact")  # the same through the jobs (index, retrieve, evaluate) on a local Ray cluster
+    lr.index("corpus.jsonl", "runs/my-db")  # `logicrank index` from Python (the index job, on a local Ray cluster)
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from logicrank.schemas.errors import UserError, first_line, validation_line  # U
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID, RUN, conform
 
 __all__ = ["Evaluation", "Pipeline", "PipelineError", "Result", "Results", "StageCache", "Table", "UnknownName", "compare", "compose",
-           "evaluate", "open_table", "preset", "read_pipelines", "read_qrels", "read_queries", "read_run", "retrieve", "run_experiment",
+           "evaluate", "index", "open_table", "preset", "read_pipelines", "read_qrels", "read_queries", "read_run", "retrieve", "run_experiment",
            "stage", "UserError"]
 
 DEFAULT_MEASURES = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
@@ -180,6 +181,33 @@ def open_table(db: str | Path, name: str = "docs", version: int | None = None, e
     the query encoder, by default the model the table records (the index job writes it); one
     that disagrees with the table is refused when a pipeline first encodes."""
     return Table(db, name, version, embed, llm)
+
+
+def index(corpus: str | Path, db: str | Path, table: str = "docs", out: str | Path = "runs/index", embed: EmbedConfig | None = None,
+          ray: Any = None, progress: bool = False, **options: Any):
+    """Index ``corpus`` (a BEIR directory, JSONL(.gz), Parquet, TREC SGML or TSV; a file or a
+    directory) into table ``table`` of the LanceDB database ``db``, incrementally by content
+    hash: the index job of ``logicrank index`` (jobs/index.py), on a local Ray cluster or the one
+    ``ray`` names (``lr.RayConfig(address=...)``). Returns its summary (``inserted``,
+    ``updated``, ``unchanged``, ``deleted``, ``rejected``, ``table_version``, ``tag``, ...);
+    ``out``: its run directory (manifest, rejects). ``embed``: the encoder (default
+    all-MiniLM-L6-v2); ``options``: the other fields of :class:`IndexConfig` (``format``,
+    ``delete_missing``, ``tag``, ...). A bad option, a corpus that cannot be read or a refused
+    snapshot is a :class:`UserError` (one line). Safe in a script without an
+    ``if __name__ == "__main__":`` guard: no process it starts imports the caller's script."""
+    from pydantic import ValidationError
+
+    from logicrank.jobs.index import run_index
+    from logicrank.pipelines.config.settings import IndexConfig
+
+    if embed is not None and not isinstance(embed, EmbedConfig):
+        raise PipelineError(f"index: embed is an lr.EmbedConfig(model=...), not {type(embed).__name__}.")
+    try:
+        cfg = IndexConfig.model_validate({"corpus": str(corpus), "db": str(db), "table": table, **options,
+                                          **({"embed": embed} if embed is not None else {}), **({"ray": ray} if ray is not None else {})})
+    except ValidationError as exc:
+        raise PipelineError(f"index: {validation_line(exc, IndexConfig)}.") from None
+    return run_index(cfg, out, progress=progress)
 
 
 def read_pipelines(spec: Mapping[str, Any] | str | Path, set: Mapping[str, Any] | Sequence[str] | None = None) -> dict[str, Pipeline]:
