@@ -5,6 +5,8 @@ evidence, pipelines/methods/evidence.py), each evaluated; one table like the pap
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
 from logicrank.pipelines.config.settings import EmbedConfig
@@ -12,7 +14,7 @@ from logicrank.pipelines.embed import Embedder
 from logicrank.pipelines.evaluate.core import evaluate_run
 from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.methods.evidence import calibrate_evidence, describe, make_evidence
-from logicrank.pipelines.methods.itlr import Calibration, score_exact, unique_terms
+from logicrank.pipelines.methods.itlr import Calibration, refuse_empty_nots, score_exact, unique_terms
 from logicrank.pipelines.methods.ranking import rank_pairs
 from logicrank.pipelines.store import DocStore
 
@@ -26,8 +28,10 @@ def score_grid(parsed: list, store: DocStore, embed: EmbedConfig, k: int, scorer
     if scorer == "dense" and calibration == "none":  # the cosines straight from the vectors (the fast path)
         return score_exact(parsed, terms, Embedder(embed).encode(terms), store.vector_blocks(), k, grid, Calibration()), calibration
     evidence = make_evidence(scorer, store, terms, lambda texts: Embedder(embed).encode(texts), hybrid_weight)
-    cal = calibrate_evidence(evidence, calibration)
-    return score_exact(parsed, terms, None, evidence.blocks(32768), k, grid, cal), describe(evidence, calibration)
+    empty = evidence.empty_terms()  # as the itlr stage: a NOT over a term no document holds refused, the term 0, no padding
+    refuse_empty_nots(parsed, empty, "ablate")
+    cal = dataclasses.replace(calibrate_evidence(evidence, calibration), empty=frozenset(empty))
+    return score_exact(parsed, terms, None, evidence.blocks(32768), k, grid, cal, drop_unsupported=evidence.sparse), describe(evidence, calibration)
 
 
 def grid_table(pairs: dict, qrels, m, k: int) -> pd.DataFrame:

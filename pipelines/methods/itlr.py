@@ -32,7 +32,8 @@ import pyarrow as pa
 
 from logicrank.pipelines.embed import to_matrix
 from logicrank.pipelines.logic.fuzzy import Operators, compile_query
-from logicrank.pipelines.logic.query import Node, Not, QueryParseError, Term, parse, relabel
+from logicrank.pipelines.logic.query import Node, Not, QueryParseError, Term, parse, quote, relabel
+from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import QUERIES, require_columns
 
 TERM_SCORES = pa.schema(
@@ -69,6 +70,29 @@ def parse_queries(queries: pa.Table) -> list[LogicalQuery]:
         except QueryParseError as exc:
             out.append(LogicalQuery(qid, Term(text), "fallback", str(exc).splitlines()[0]))
     return out
+
+
+class EmptyNotError(UserError, ValueError):
+    """A NOT over a term no document holds: it would hold for every document."""
+
+
+def refuse_empty_nots(parsed: Sequence[LogicalQuery], empty: dict[str, str], where: str = "itlr") -> None:
+    """Refuse the queries that negate a term with no evidence in the table (``empty``: term ->
+    why, :meth:`~logicrank.pipelines.methods.evidence.Evidence.empty_terms`): NOT of it is 1
+    for every document, so the NOT would exclude nothing (``AND NOT "the"`` silently dropped).
+    ``where``: the stage or command named first in the line."""
+    found = [(q.query_id, t) for q in parsed for t in sorted(negated_terms(q.ast) & empty.keys(), key=q.ast.terms().index)]
+    if not found:
+        return
+    qid, term = found[0]
+    why = f"NOT {quote(term)} negates a term no document holds ({empty[term]}), so it would hold for every document"
+    if len(found) == 1:
+        head = f"{where}: query {qid}'s {why}"
+    else:
+        ids = list(dict.fromkeys(q for q, _ in found))
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        head = f"{where}: {len(ids)} quer{'y negates' if len(ids) == 1 else 'ies negate'} terms no document holds ({shown}); {qid}'s {why}"
+    raise EmptyNotError(head + "; remove the NOT, or negate words the table's documents hold (the scorer's words: bm25 drops stop words).")
 
 
 def unique_terms(queries: Sequence[LogicalQuery]) -> list[str]:

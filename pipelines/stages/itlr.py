@@ -15,13 +15,13 @@ from pydantic import Field, field_validator, model_validator
 
 from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.logic.grammar import BLANK
-from logicrank.pipelines.logic.query import UnparsedQueryError, quote, unparsed_message
+from logicrank.pipelines.logic.query import UnparsedQueryError, unparsed_message
 from logicrank.pipelines.methods.evidence import check_calibration, evidence_class, make_evidence
 from logicrank.pipelines.methods.itlr import (
     TERM_SCORES,
     excluded_everywhere,
-    negated_terms,
     parse_queries,
+    refuse_empty_nots,
     score_listed,
     term_scores_from,
     unique_terms,
@@ -29,7 +29,6 @@ from logicrank.pipelines.methods.itlr import (
 from logicrank.pipelines.methods.ranking import candidate_pairs, rank_pairs
 from logicrank.pipelines.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.stages.registry import register
-from logicrank.schemas.errors import UserError
 
 
 class ITLROptions(StageOptions):
@@ -204,28 +203,6 @@ def blank_logical_queries(queries: pa.Table) -> list[str]:
     in_use = any(text and text.strip(BLANK) for text in logical)
     return [qid for qid, text in zip(queries.column("query_id").to_pylist(), logical, strict=True)
             if (text is not None and not text.strip(BLANK)) or (text is None and in_use)]
-
-
-class EmptyNotError(UserError, ValueError):
-    """A NOT over a term no document holds: it would hold for every document."""
-
-
-def refuse_empty_nots(parsed: list, empty: dict[str, str]) -> None:
-    """Refuse the queries that negate a term with no evidence in the table (``empty``: term ->
-    why, :meth:`~logicrank.pipelines.methods.evidence.Evidence.empty_terms`): NOT of it is 1
-    for every document, so the NOT would exclude nothing (``AND NOT "the"`` silently dropped)."""
-    found = [(q.query_id, t) for q in parsed for t in sorted(negated_terms(q.ast) & empty.keys(), key=q.ast.terms().index)]
-    if not found:
-        return
-    qid, term = found[0]
-    why = f"NOT {quote(term)} negates a term no document holds ({empty[term]}), so it would hold for every document"
-    if len(found) == 1:
-        head = f"itlr: query {qid}'s {why}"
-    else:
-        ids = list(dict.fromkeys(q for q, _ in found))
-        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-        head = f"itlr: {len(ids)} quer{'y' if len(ids) == 1 else 'ies'} negate terms no document holds ({shown}); {qid}'s {why}"
-    raise EmptyNotError(head + "; remove the NOT, or negate words the table's documents hold (the scorer's words: bm25 drops stop words).")
 
 
 def empty_counts(parsed: list, empty: dict[str, str]) -> dict:

@@ -13,12 +13,11 @@ import pytest
 from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.logic.query import parse
 from logicrank.pipelines.methods.evidence import calibrate_evidence, make_evidence
-from logicrank.pipelines.methods.itlr import LogicalQuery, compose, score_exact, score_listed, unsupported
+from logicrank.pipelines.methods.itlr import EmptyNotError, LogicalQuery, compose, score_exact, score_listed, unsupported
 from logicrank.pipelines.notes import fallback_notes
 from logicrank.pipelines.pipeline import Pipeline
 from logicrank.pipelines.runner import Inputs
 from logicrank.pipelines.stages import Context
-from logicrank.pipelines.stages.itlr import EmptyNotError
 from logicrank.schemas.errors import UserError
 from tests.unit.test_evidence import LIKES, TableStore, _encode
 
