@@ -125,9 +125,9 @@ class Table:
             raise PipelineError(f"table.search: a query is a non-blank string, not {query!r:.60}.")
         if logical_query is not None and not isinstance(logical_query, str):
             raise PipelineError(f"table.search: logical_query is a string ('\"a\" AND NOT \"b\"'), not {type(logical_query).__name__}.")
-        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
         if logical_query is not None and not logical_query.strip():
             raise PipelineError("table.search: logical_query is blank; give a logical query ('\"a\" AND NOT \"b\"') or leave it out.")
+        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
             raise PipelineError(f"table.search: k is a positive integer, not {k!r:.60}.")
         text, logical = query, logical_query
         if logical is None and (node := _logical(query)) is not None:
