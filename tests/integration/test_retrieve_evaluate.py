@@ -106,6 +106,23 @@ def test_hybrid_fuses_deep_enough_for_k(indexed, tmp_path):
     assert fused["stage"] == "rrf" and [sub[0]["k"] for sub in fused["of"]] == [250, 250]
 
 
+def test_k_sets_the_depth_of_every_run_retrieve_writes_and_evaluate_states_it(indexed, tmp_path):
+    res = runner.invoke(app, ["retrieve", str(indexed / "queries.jsonl"), "--db", str(indexed / "db"), "--method", "dense", "--method", "hybrid",
+                              "--k", "5", "--out", str(tmp_path / "r"), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    for rid in ("dense", "hybrid"):
+        per_query = pq.read_table(tmp_path / "r" / "runs" / f"{rid}.parquet").group_by("query_id").aggregate(
+            [("doc_id", "count")]).column("doc_id_count").to_pylist()
+        assert len(per_query) == 40 and set(per_query) == {5}, (rid, per_query)
+    fused = json.loads((tmp_path / "r" / "manifest.json").read_text())["config"]["pipelines"]["hybrid"][0]
+    assert fused["k"] == 5 and [sub[0]["k"] for sub in fused["of"]] == [5, 5]  # the fused lists as deep as the fused run
+    runs = [str(tmp_path / "r" / "runs" / f"{rid}.parquet") for rid in ("dense", "hybrid")]
+    res = runner.invoke(app, ["evaluate", str(indexed / "qrels.tsv"), *runs, "--measure", "MAP", "--out", str(tmp_path / "e")])
+    assert res.exit_code == 0, res.output
+    report = (tmp_path / "e" / "report.md").read_text()
+    assert re.search(r"^\| dense +\| +5 \| ", report, re.M) and re.search(r"^\| hybrid +\| +5 \| ", report, re.M), report
+
+
 def test_blank_queries_get_no_results_from_any_method_and_are_counted(indexed, tmp_path):
     # before: dense ranked 100 documents for the empty string, bm25 none, silently
     queries = write_jsonl(tmp_path / "q.jsonl", [{"_id": "ok", "text": "protein folding"}, {"_id": "blank", "text": "  "}])
