@@ -6,6 +6,8 @@ score carries no evidence (0, and no positive term of its query in it) is no res
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -19,7 +21,7 @@ from logicrank.pipelines.pipeline import Pipeline
 from logicrank.pipelines.runner import Inputs
 from logicrank.pipelines.stages import Context
 from logicrank.schemas.errors import UserError
-from tests.unit.test_evidence import LIKES, TableStore, _encode
+from tests.unit.test_evidence import LIKES, TableStore
 
 IDS = list(LIKES)  # table order: ada, bo, cy, di, ed, fay
 
@@ -33,6 +35,12 @@ def _run(rows, **options):
                                               inputs=Inputs("b", encoder="e", files={}))
     run = result.run.to_pandas()
     return {q: list(zip(g["doc_id"], g["rank"], strict=True)) for q, g in run.groupby("query_id")}, result.steps
+
+
+def _encode(texts):
+    """A seeded unit vector per text (dense and hybrid evidence need an encoder)."""
+    vectors = np.stack([np.random.default_rng(zlib.crc32(t.encode())).normal(size=16) for t in texts])
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
 
 
 class _Encoder:
