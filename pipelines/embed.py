@@ -100,7 +100,8 @@ def encoder_digest(config: EmbedConfig) -> str:
     batch size and token window (not the thread count). Query encoders hold no GPU: ``auto`` is the CPU."""
     config = concrete(config)
     precision = "f32" if config.backend == "openvino" else None  # (OpenVINO's bf16 default gives other vectors)
-    return json_digest([model_id(config), config.backend, precision, config.device, config.batch_size, config.max_seq_length])
+    shapes = f"fixed-shape/{_LENGTH_STEP}"  # vectors from fixed-shape forward passes (fixed_shape_batches)
+    return json_digest([model_id(config), config.backend, precision, config.device, config.batch_size, config.max_seq_length, shapes])
 
 
 def _mean_pooled(path: str) -> bool:
@@ -150,19 +151,48 @@ class Embedder:
         return model_id(self.config)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """(n, dim) float32, unit length. sentence-transformers sorts by length inside."""
+        """(n, dim) float32, unit length; a text's vector does not depend on the other texts of
+        the call (:func:`fixed_shape_batches`)."""
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         if self._ov is not None:
             return self._ov.encode(list(texts), self.dim)
-        vecs = self.model.encode(
-            list(texts),
-            batch_size=self.config.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return np.ascontiguousarray(vecs, dtype=np.float32)
+        import torch
+
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        with torch.inference_mode():
+            for idx, features in fixed_shape_batches(self.model.tokenizer, list(texts), self.model.max_seq_length, self.config.batch_size, "pt"):
+                pooled = self.model({k: v.to(self.device) for k, v in features.items()})["sentence_embedding"][: len(idx)]
+                out[idx] = torch.nn.functional.normalize(pooled, p=2, dim=1).float().cpu().numpy()
+        return out
+
+
+def fixed_shape_batches(tokenizer, texts: list[str], max_len: int, batch_size: int, tensors: str):
+    """The texts as forward passes of one fixed shape each: ``(indices, encoded inputs)`` per
+    batch, every batch ``batch_size`` rows (the last of a length filled with empty texts, whose
+    rows the caller drops: ``len(indices)`` are real) by a length of tokens rounded up to a
+    multiple of ``_LENGTH_STEP`` (at most ``max_len``).
+
+    Why: a padded batch's matrix products take other code paths (blocking, vector tails) for
+    other shapes, so a text padded to its batch's longest got vectors that moved in the 7th
+    decimal with the texts beside it: a query's dense run changed with ``--shards`` (two
+    documents 3.9e-7 apart swapped ranks on SciFact). With the shape fixed by the text's own
+    length, its vector is the same in any call, batch, actor or thread count
+    (tests/unit/test_embed_batches.py). The cost: at most ``_LENGTH_STEP - 1`` pad tokens a
+    text and ``batch_size - 1`` empty rows per length per call."""
+    lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=max_len)["input_ids"]]
+    buckets: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        buckets.setdefault(min(max_len, -(-n // _LENGTH_STEP) * _LENGTH_STEP), []).append(i)
+    for length in sorted(buckets):
+        members = buckets[length]
+        for start in range(0, len(members), batch_size):
+            idx = np.asarray(members[start : start + batch_size])
+            batch = [texts[i] for i in idx] + [""] * (batch_size - len(idx))
+            yield idx, tokenizer(batch, padding="max_length", truncation=True, max_length=length, return_tensors=tensors)
+
+
+_LENGTH_STEP = 32  # tokens: a forward pass is padded to a multiple of this (fixed_shape_batches)
 
 
 class MemoEncoder:
@@ -250,26 +280,23 @@ class _OpenVINOEncoder:
         needs the GIL there, and a model dropped while one of its threads still waits for the
         GIL deadlocks the process (its destructor joins that thread holding the GIL)."""
         out = np.zeros((len(texts), dim), dtype=np.float32)
-        order = np.argsort([len(t) for t in texts], kind="stable")
         requests = [self.compiled.create_infer_request() for _ in range(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))]
         pending: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(requests)
 
         def collect(slot: int) -> None:
             requests[slot].wait()  # releases the GIL while the request runs
             idx, mask = pending[slot]
-            hidden = requests[slot].get_output_tensor(0).data
+            hidden = requests[slot].get_output_tensor(0).data[: len(idx)]
             pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
             out[idx] = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
             pending[slot] = None
 
-        for n, i in enumerate(range(0, len(texts), self.batch_size)):
+        for n, (idx, enc) in enumerate(fixed_shape_batches(self.tokenizer, texts, self.max_len, self.batch_size, "np")):
             slot = n % len(requests)
             if pending[slot] is not None:
                 collect(slot)
-            idx = order[i : i + self.batch_size]
-            enc = self.tokenizer([texts[j] for j in idx], padding=True, truncation=True, max_length=self.max_len, return_tensors="np")
             requests[slot].start_async({k: enc[k] for k in self.inputs})  # inputs copied into the request's own tensors
-            pending[slot] = (idx, enc["attention_mask"][..., None].astype(np.float32))
+            pending[slot] = (idx, enc["attention_mask"][: len(idx), :, None].astype(np.float32))
         for slot in range(len(requests)):
             if pending[slot] is not None:
                 collect(slot)
