@@ -274,7 +274,7 @@ SEARCH_FIRST = (
     "from logicrank.pipelines import sparse\n"
     "w = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32))\n"
     "q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))\n"
-    "keys, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data,\n"
+    "keys, found = sparse.kernels().top_k(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data,\n"
     "                                     3, np.arange(3), 2, np.zeros(3, np.float32), np.empty(7, np.int64), 0, 3)\n"
     "docs, scores = sparse.decode_keys(keys[0, :found[0]])\n"
     "assert docs.tolist() == [1, 2] and scores.tolist() == [3.0, 2.0]\n"

@@ -1,4 +1,4 @@
-"""The BM25 search loop (pipelines/sparse.py, ``_top_k_kernel``) against the definition it
+"""The BM25 search loop (pipelines/bm25_kernels.py, ``top_k``) against the definition it
 computes, on sparse matrices made to hit each of its paths: per query, the float32 sum of its
 terms' weight rows, every document that scores, the best ``k`` by score then tiebreak rank.
 The loop estimates its cut from a strided sample of the scores and falls back to lower
@@ -43,7 +43,7 @@ def _keys(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int, lo: 
     else:
         indices, data = np.empty_like(w.indices), np.empty_like(w.data)
         indptr = sparse.segmented(w.indptr, w.indices, w.data, n, seg_rows, indices, data)
-    return sparse._top_k_kernel()(q.indptr, q.indices, q.data, indptr, indices, data, seg_rows, tiebreak, k,
+    return sparse.kernels().top_k(q.indptr, q.indices, q.data, indptr, indices, data, seg_rows, tiebreak, k,
                                   np.zeros(block, np.float32), np.empty(block + 2 * k, np.int64), lo, hi)
 
 
@@ -169,7 +169,7 @@ def test_an_index_saved_in_segments_of_documents_gives_exactly_the_top_k(name, n
 def test_the_search_loop_over_an_empty_corpus_finds_nothing():
     w = sp.csr_matrix((2, 0), dtype=np.float32)
     q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))
-    keys, found = sparse._top_k_kernel()(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data, 1,
+    keys, found = sparse.kernels().top_k(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data, 1,
                                          np.empty(0, np.int64), 5, np.zeros(0, np.float32), np.empty(10, np.int64), 0, 0)
     assert found.tolist() == [0]
 
