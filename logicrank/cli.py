@@ -834,11 +834,17 @@ def experiment(
 ):
     """Run an experiment: index its dataset, run its pipelines, evaluate, check its reference figures, write one report."""
     from logicrank.pipelines.experiment import load, override, with_sample
-    from logicrank.pipelines.overrides import parse_sets, with_depth
+    from logicrank.pipelines.overrides import is_stage_key, parse_sets, with_depth
+    from logicrank.pipelines.pipeline import with_sets
 
     exp = _run(load, file)
     if set_ or k:
-        exp = _run(lambda: override(exp, with_depth(parse_sets(set_), exp.pipelines_to_run(), k)))
+        def overridden():
+            runs, given = exp.pipelines_to_run(), parse_sets(set_)
+            if k:  # --k's mistakes in retrieve's words (with_sets names --k N); the file's other keys are override's
+                with_sets(runs, {key: v for key, v in given.items() if is_stage_key(key, runs)}, k)
+            return override(exp, with_depth(given, runs, k))
+        exp = _run(overridden)
     if sample is not None or seed is not None:
         exp = _run(with_sample, exp, sample, seed)
     _experiments("experiment", [exp], out or Path("runs/experiments") / exp.name, bound, progress)

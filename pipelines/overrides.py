@@ -20,6 +20,10 @@ each pipeline that keeps a top k, and, where that stage fuses sub-pipelines, for
 
     --method hybrid --k 1000   =   --set hybrid/rrf.k=1000 --set hybrid/dense.k=1000 --set hybrid/bm25.k=1000
     --method orlog --k 1000    =   --set orlog/orlog.k=1000   (still BM25's top 20 reranked: --set orlog/bm25.k=N)
+
+A key sets every stage of its name in the run, so a run whose depth stage's name also stands
+before another stage (``[[bm25, reasoner], [bm25]]`` fused) is refused: --k would deepen that
+stage's candidates too.
 """
 
 from __future__ import annotations
@@ -102,14 +106,21 @@ def set_stage_options(pipelines: Pipelines, changes: Mapping[str, Any]) -> dict[
 def depth_sets(pipelines: Pipelines, k: int) -> dict[str, int]:
     """``--k N`` as overrides (module docstring): the final depth of every run. A reranker's
     candidates are not deepened, so its run holds at most what it reranks; the reports state each
-    run's depth as it came out. A pipeline with no stage that keeps a top k is refused."""
+    run's depth as it came out. A pipeline with no stage that keeps a top k is refused, and one
+    whose depth stage's name also names a stage before another (its key would set both)."""
     out: dict[str, int] = {}
     for run, stages in pipelines.items():
-        keys = _depth_keys(run, stages)
-        if not keys:
+        depth = _depth_stages(stages)
+        if not depth:
             raise OverrideError(f"--k {k}: pipeline {run!r} ({' -> '.join(o.stage for o in stages)}) has no stage that keeps a top k; "
                                 "drop --k, or add a cut stage (cut: {k: N})")
-        out.update(dict.fromkeys(keys, k))
+        names = _stage_names(stages)
+        # a key sets every stage of its name in the run: one that is also another's candidates would be deepened too
+        shared = next((o.stage for o in depth if names.count(o.stage) > sum(d.stage == o.stage for d in depth)), None)
+        if shared:
+            raise OverrideError(f"--k {k}: pipeline {run!r} holds stage {shared!r} as a run's last stage and also before another stage "
+                                f"(its candidates); {run}/{shared}.k would set both, so give each depth in the pipeline file instead")
+        out.update(dict.fromkeys((f"{run}/{o.stage}.{type(o).depth_option}" for o in depth), k))
     return out
 
 
@@ -129,14 +140,12 @@ def with_depth(changes: Mapping[str, Any], pipelines: Pipelines, k: int | None) 
     return {**changes, **depth}
 
 
-def _depth_keys(run: str, stages: Sequence[StageOptions]) -> list[str]:
-    """The ``RUN/STAGE.OPTION`` keys that set the depth of ``stages``' run: its last stage's that
-    keeps a top k and, where that stage fuses sub-pipelines, theirs (a fusion keeps no more than it fuses)."""
+def _depth_stages(stages: Sequence[StageOptions]) -> list[StageOptions]:
+    """The stages that set the depth of ``stages``' run: its last stage that keeps a top k and,
+    where that stage fuses sub-pipelines, theirs (a fusion keeps no more than it fuses)."""
     for o in reversed(stages):
-        option = type(o).depth_option
-        if option in type(o).model_fields:
-            subs = [sub for f in type(o).model_fields for sub in _subs(getattr(o, f))]
-            return list(dict.fromkeys([f"{run}/{o.stage}.{option}", *(key for sub in subs for key in _depth_keys(run, sub))]))
+        if type(o).depth_option in type(o).model_fields:
+            return [o, *(d for f in type(o).model_fields for sub in _subs(getattr(o, f)) for d in _depth_stages(sub))]
     return []
 
 

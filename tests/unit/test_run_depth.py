@@ -60,12 +60,36 @@ def test_k_and_a_set_of_the_same_depth_is_refused_and_a_pipeline_without_a_depth
         depth_sets(lag, 5)
 
 
+def test_k_is_refused_where_its_key_would_also_deepen_a_rerankers_candidates():
+    # the reasoner reranks BM25's top 20; RUN/bm25.k would set that bm25 as well as the fused one
+    shared = {n: p.stages for n, p in read_pipelines({"f": [{"rrf": {"of": [[{"bm25": {"k": 20}}, {"reasoner": {"k": 100}}],
+                                                                          [{"bm25": {"k": 100}}]]}}]}).items()}
+    with pytest.raises(OverrideError, match=r"^--k 1000: pipeline 'f' holds stage 'bm25' as a run's last stage and also before another "
+                                            r"stage \(its candidates\); f/bm25\.k would set both, so give each depth in the pipeline file instead$"):
+        depth_sets(shared, 1000)
+    twice = {n: p.stages for n, p in read_pipelines({"b": [{"rrf": {"of": [[{"bm25": {"k": 100}}], [{"bm25": {"k": 50}}]]}}]}).items()}
+    assert depth_sets(twice, 1000) == {"b/rrf.k": 1000, "b/bm25.k": 1000}  # both bm25s are the fused runs: one key sets both rightly
+
+
 def test_experiment_k_sets_every_runs_depth_and_drops_the_references_it_moves():
     exp = load("scifact")
     got = override(exp, with_depth({}, exp.pipelines_to_run(), 1000))
     runs = got.pipelines_to_run()
     assert _k(runs["dense"]) == [1000] and _k(runs["bm25"]) == [1000] and _k(runs["hybrid"]) == [[[1000], [1000], 1000]]
     assert exp.references and got.references == ()  # the file's figures are 100-deep runs' figures
+
+
+def test_a_k_that_a_stage_refuses_is_named_alike_in_retrieve_and_experiment(tmp_path):
+    import yaml
+
+    pipelines = {"c": [{"dense": {"k": 100}}, {"cut": {"depths": "d.jsonl"}}]}  # a cut by a depths file takes no k
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(pipelines))
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump({"name": "x", "title": "x", "dataset": {"bundled": "scifact"}, "pipelines": pipelines}))
+    line = "error: --k 5: --set c/cut.k=5: cut: give k or depths (one of them)"
+    for args in (["retrieve", "q.jsonl", "--db", str(tmp_path / "db"), "--pipelines", str(tmp_path / "p.yaml")],
+                 ["experiment", str(tmp_path / "e.yaml")]):
+        res = CliRunner().invoke(app, [*args, "--k", "5", "--out", str(tmp_path / "o")])
+        assert res.exit_code == 2 and res.output.strip() == line, (args[0], res.output)
 
 
 def test_run_depth_is_the_most_documents_of_one_query():
