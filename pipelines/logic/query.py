@@ -201,27 +201,51 @@ def parse(query: str) -> Node:
 
 
 _QUOTES = '"' + _TYPOGRAPHIC
-_QUOTED = re.compile(f"[{_QUOTES}][^{_QUOTES}]*[{_QUOTES}]")  # a quoted span, any quote at either end
 _MINUS_QUOTE = re.compile(f"-\\s*[{_QUOTES}]")
-_ANY_KEYWORD = re.compile(r"(?i)\b(?:" + "|".join(KEYWORDS) + r")\b")
 _PREFIX = [k for k in KEYWORDS if k not in INFIX]
 _UPPER_KEYWORD = re.compile(r"\S\s+(?:" + "|".join(INFIX) + r")\s+\S|(?<!\w)(?:" + "|".join(_PREFIX) + r")\s+\S")
+_TERM = "\x00"  # a quoted span's stand-in among the words outside quotes
+_JOINED = re.compile("T[kp]*k[kp]*T")  # a keyword, maybe with parentheses, between two quoted terms
+
+
+def _outside_quotes(text: str) -> tuple[str, bool]:
+    """``text`` with each quoted span (straight or typographic quotes) replaced by ``_TERM``, and
+    whether a quote is left open. A quote mark right after a digit while none is open is an inch
+    mark (``a 15" screen``), not a quote; one closing a span is a quote (``"vitamin D3"``)."""
+    out, opened = [], False
+    for i, ch in enumerate(text):
+        if ch in _QUOTES and (opened or not (i and text[i - 1].isdigit())):
+            if opened:
+                out.append(f" {_TERM} ")
+            opened = not opened
+        elif not opened:
+            out.append(ch)
+    return "".join(out), opened
 
 
 def looks_logical(text: str) -> bool:
     """Whether a free string (a notebook's one query) was meant as a logical query, so that one
-    that does not :func:`parse` is refused rather than searched as plain words. It was when it
-    has an odd number of quotes (straight or typographic: an unterminated term), a minus before
-    a quote (``-"bone"``), AND, OR or NOT in any case outside its quoted spans while it has
-    quotes, or no (double) quotes and an upper-case AND or OR between words or NOT before one in
-    a text that has lower case too (``vitamin D AND NOT bone``, ``'vitamin D' AND NOT 'bone'``). Plain words stay plain words:
-    ``vitamin D and bone health``, ``“hygiene hypothesis” of allergy``, ``VITAMIN D AND BONE``."""
-    quotes = sum(text.count(q) for q in _QUOTES)
-    if quotes % 2 or _MINUS_QUOTE.search(text):
+    that does not :func:`parse` is refused rather than searched as plain words. It was when
+
+    - a quote is left open (``"vitamin D" AND NOT "bone``; straight or typographic quotes; a
+      quote right after a digit is an inch mark, ``a 15" screen``), or a minus precedes a quote
+      (``-"bone"``);
+    - AND, OR or NOT in any case sits between two quoted terms, parentheses allowed
+      (``"vitamin D" and not "bone" health``, ``"a" and ("b" or c)``), or every word outside
+      the quotes is a keyword or parenthesis (``and not "bone"``);
+    - an upper-case AND or OR sits between words or NOT before one, in a text that has lower
+      case or a quoted term (``vitamin D AND NOT bone``, ``'vitamin D' AND NOT 'bone'``).
+
+    Plain words stay plain words: ``vitamin D and bone health``, ``effects of "intermittent
+    fasting" and weight loss``, ``is "long covid" not real``, ``VITAMIN D AND BONE``."""
+    outside, unterminated = _outside_quotes(text)
+    if unterminated or _MINUS_QUOTE.search(text):
         return True
-    if quotes:
-        return bool(_ANY_KEYWORD.search(_QUOTED.sub(" ", text)))
-    return any(c.islower() for c in text) and bool(_UPPER_KEYWORD.search(text))
+    words = outside.replace("(", " ( ").replace(")", " ) ").split()
+    kinds = "".join("T" if w == _TERM else "p" if w in ("(", ")") else "k" if w.upper() in KEYWORDS else "w" for w in words)
+    if "T" in kinds and (_JOINED.search(kinds) or ("k" in kinds and "w" not in kinds)):
+        return True
+    return ("T" in kinds or any(c.islower() for c in text)) and bool(_UPPER_KEYWORD.search(outside))
 
 
 def holds(node: Node, present: set[str]) -> bool:

@@ -16,9 +16,14 @@ MEANT = {  # near-miss logical queries: each refused
     "a minus for NOT": '"vitamin D" -"bone"',
     "typographic quotes": "“vitamin D” AND NOT “bone”",
     "single quotes": "'vitamin D' AND NOT 'bone'",
-    "lower-case keywords beside quotes": '"vitamin D" and not bone',
     "NOT before a word": "vitamin D (NOT bone)",
     "an unterminated typographic quote": "“vitamin D AND bone",
+    "lower case, one quote missing": '"vitamin D" and not "bone',
+    "lower-case keywords between quoted terms": '"vitamin D" and not "bone" health',
+    "lower-case keywords between a quoted term and a group": '"vitamin D" and ("bone" or calcium)',
+    "only keywords outside the quotes": 'and not "bone"',
+    "upper-case keywords beside quotes": '"vitamin D" AND NOT bone',
+    "an inch mark, then a quote missing": 'a 15" screen AND NOT "glare',
 }
 PLAIN = {  # text
     "lower-case and": "vitamin D and bone health",
@@ -29,6 +34,14 @@ PLAIN = {  # text
     "a leading acronym": "OR nurses burnout",
     "a word starting with NOT": "NOTCH signaling in bone",
     "a hyphen": "vitamin-D deficiency",
+    "lower-case and after a quoted phrase": 'effects of "intermittent fasting" and weight loss',
+    "lower-case not after a quoted phrase": 'is "long covid" not real',
+    "lower-case keywords beside one quoted term": '"vitamin D" and not bone',
+    "an inch mark": 'laptops with a 15" screen',
+    "a double prime for inches": "a 15″ laptop",
+    "an inch mark and a quoted phrase": 'a 15" screen and "retina" display',
+    "a quoted phrase ending in a digit": '"vitamin D3" and bone health',
+    "two quoted phrases": '"vitamin D" "bone health" trials',
 }
 
 
@@ -66,6 +79,16 @@ def test_plain_words_and_logical_queries_still_search(table_db):  # noqa: F811
     assert set(text["doc_id"]) == {"d0", "d1", "d2", "d4"}
     logical = table.search('"malaria" AND NOT "children"', lr.itlr(scorer="bm25"))
     assert logical["doc_id"].tolist()[:2] in (["d1", "d2"], ["d2", "d1"]) and "d4" not in set(logical["doc_id"])
+
+
+@pytest.mark.parametrize("query", ['"malaria" and children', 'is "malaria" not in children', 'malaria in 15" children'])
+def test_plain_words_with_quotes_are_searched_as_text(table_db, query):  # noqa: F811
+    """A quoted phrase or an inch mark among plain words (where the words outside the quotes are
+    not only keywords between quoted terms) is text: the same documents as the words alone."""
+    table = lr.open_table(table_db)
+    words = table.search(query.replace('"', " "), "bm25")
+    assert table.search(query, "bm25")["doc_id"].tolist() == words["doc_id"].tolist()
+    assert set(words["doc_id"]) == {"d0", "d1", "d2", "d4"}
 
 
 def test_a_blank_logical_query_is_refused(table_db):  # noqa: F811
