@@ -452,6 +452,7 @@ def prepare_rulebench(
 
     set_ = _run(set_name, src, queries, name)
     out = out or Path("data") / f"rulebench-{set_}"
+    _run(require_writable, out, "prepare-rulebench", "--out")
     counts = _run(to_beir, src, out, rules, queries, split, name)
     answers = f", {counts['answers']} gold outputs" if counts["answers"] else f", no gold outputs ({counts['no_answers']})"
     typer.echo(f"{counts['rules']} rules ({counts['rules_file']}), {counts['queries']} queries ({counts['queries_file']}), "
@@ -497,6 +498,7 @@ def prepare_qa(
     from logicrank.pipelines.datasets.qa import to_beir
 
     out = out or Path("data") / name
+    _run(require_writable, out, "prepare-qa", "--out")
     counts = _run(to_beir, name, out, src, corpus)
     typer.echo(f"{counts['docs']} paragraphs, {counts['queries']} questions, {counts['qrels']} gold paragraphs -> {out}")
 

@@ -59,11 +59,13 @@ def _commands(work: Path) -> dict[str, tuple[list[str], str]]:
         "generate itlr": (["generate", "itlr", "--out", str(bad), *db], f"generate: --out {bad} cannot be made"),
         "generate setlogic": (["generate", "setlogic", "--out", str(bad)], f"generate setlogic: --out {bad} cannot be made"),
         "nightly out": (["nightly", str(_nightly(work, bad, work / "db"))], f"nightly: out (in {work / 'nightly.yaml'}) {bad} cannot be made"),
+        "prepare-rulebench": (["prepare-rulebench", str(work), "--out", str(bad)], f"prepare-rulebench: --out {bad} cannot be made"),
+        "prepare-qa": (["prepare-qa", "musique", "--out", str(bad)], f"prepare-qa: --out {bad} cannot be made"),
     }
 
 
 @pytest.mark.parametrize("name", ["index --out", "index --db", "retrieve", "evaluate", "experiment", "generate itlr", "generate setlogic",
-                                  "nightly out"])
+                                  "nightly out", "prepare-rulebench", "prepare-qa"])
 def test_an_unwritable_output_is_one_line_before_any_work(work, name):
     args, start = _commands(work)[name]
     before = _files(work)
