@@ -291,7 +291,8 @@ def versions(
     table: str = "docs",
 ):
     """List a table's versions, oldest first: when each was made, its rows, whether a completed index
-    run finished it (readers read the newest such one by default) and its tags."""
+    run finished it (complete, incomplete, or unrecorded where the table cannot tell; readers read
+    the newest complete one by default) and its tags."""
     from logicrank.pipelines.store import DocStore
 
     store = _run(DocStore, db, table)
@@ -300,7 +301,7 @@ def versions(
     rows = _run(store.version_rows)
     typer.echo(f"{'version':>7}  {'made':<26}  {'rows':>10}  {'state':<20}  tags")
     for r in rows:
-        state = ("complete" if r["complete"] else "incomplete") + (", read" if r["read"] else "")
+        state = r["state"] + (", read" if r["read"] else "")
         typer.echo(f"{r['version']:>7}  {r['made']:<26}  {r['rows']:>10,}  {state:<20}  {', '.join(r['tags']) or '-'}".rstrip())
     if not any(r["read"] for r in rows):
         typer.echo(f"no version of table {table!r} was finished by a completed index run: readers refuse it (rerun logicrank index).")

@@ -38,12 +38,25 @@ class Versions:
 
     def version_rows(self) -> list[dict]:
         """Every version kept, oldest first: ``version``, ``made`` (when), ``rows``, ``tags`` (the
-        user's and the index job's, not the reserved marks), ``complete`` (a completed index
-        run finished it: every tag names such a version) and ``read`` (the one readers read by
-        default, :meth:`readable_version`; none when no run completed)."""
+        user's and the index job's, not the reserved marks), ``state`` and ``read`` (the one
+        readers read by default, :meth:`readable_version`; none when no run completed).
+
+        ``state`` is what the table records, no more: ``complete`` for the version the
+        :data:`COMPLETE_TAG` names and any tagged one (every tag names a version a completed run
+        finished); ``incomplete`` for a version newer than the mark, or any version of a table
+        with no tag at all (no run on it completed); ``unrecorded`` for an untagged one before
+        the mark (or on a table from before the mark): a completed run's whose tag was dropped
+        (:meth:`drop_old_tags`) or a commit a run made on its way, which the table cannot tell apart."""
         tags: dict[int, list[str]] = {}
         for name, v in self.table.tags.list().items():
             tags.setdefault(int(v["version"]), []).append(name)
+        mark = self.complete_version()
+
+        def state(v: int) -> str:
+            if v in tags:
+                return "complete"
+            return "incomplete" if not tags or (mark is not None and v > mark) else "unrecorded"
+
         try:
             read = self.readable_version("versions")[0]
         except StoreError:
@@ -51,7 +64,7 @@ class Versions:
         ds = self.table.to_lance()
         return [{"version": v, "made": made, "rows": int(ds.checkout_version(v).count_rows()),
                  "tags": sorted(n for n in tags.get(v, []) if n != COMPLETE_TAG and not n.startswith(EMBEDDED_BY)),
-                 "complete": v in tags, "read": v == read}
+                 "state": state(v), "read": v == read}
                 for v, made in sorted(self.version_stamps().items())]
 
     def drop_old_tags(self, pattern: re.Pattern[str], keep: int) -> list[str]:

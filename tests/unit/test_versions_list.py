@@ -45,8 +45,27 @@ def test_versions_lists_rows_tags_and_completion_marks(tmp_path):
     assert "logicrank-complete" not in res.stdout and "embedded-by" not in res.stdout  # the reserved marks are the state column
 
     rows = s.version_rows()
-    assert [(r["version"], r["rows"], r["complete"], r["read"]) for r in rows if r["version"] in (complete, left)] == [
-        (complete, 3, True, True), (left, 4, False, False)]
+    assert [(r["version"], r["rows"], r["state"], r["read"]) for r in rows if r["version"] in (complete, left)] == [
+        (complete, 3, "complete", True), (left, 4, "incomplete", False)]
+
+
+def test_a_completed_version_whose_tag_expired_is_unrecorded_not_incomplete(tmp_path):
+    import re
+
+    s = DocStore(str(tmp_path / "db"))
+    s.open_or_create(4, "gen")
+    finished = []
+    for n, stamp in enumerate(["20261124T000000000000Z", "20261125T000000000000Z"]):  # two completed runs, tagged as the job does
+        s.upsert(_rows(["a", f"b{n}"], f"text {n}"))
+        s.mark_complete()
+        s.tag(f"index-{stamp}")
+        finished.append(s.version)
+    assert s.drop_old_tags(re.compile(r"index-\d{8}T\d{12}Z"), keep=1) == ["index-20261124T000000000000Z"]
+    s.upsert(_rows(["c"], "left"))  # then a run that stopped
+    states = {r["version"]: r["state"] for r in s.version_rows()}
+    # the first run's version lost its only record: the table cannot say it was complete, nor that it was not (before: "incomplete")
+    assert (states[finished[0]], states[finished[1]], states[s.version]) == ("unrecorded", "complete", "incomplete")
+    assert {states[v] for v in states if v < finished[0]} <= {"unrecorded"}  # the first run's own commits on its way
 
 
 def test_versions_of_a_table_no_run_completed_says_readers_refuse_it(tmp_path):
