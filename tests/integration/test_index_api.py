@@ -34,7 +34,7 @@ def test_lr_index_runs_in_a_script_without_a_main_guard(tmp_path, docs300):
     script.write_text(_SCRIPT)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     done = subprocess.run([sys.executable, str(script), str(corpus), str(tmp_path / "db"), str(tmp_path / "run")], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600)
+                          env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines.count("script body ran") == 1, done.stdout  # the script ran once: no child process imported it again
