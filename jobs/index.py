@@ -132,9 +132,11 @@ class IndexSummary:
     # inserted, updated, unchanged and deleted count what changed since this version, the last one a completed
     # index run finished (what readers read before this run); None: no run had completed
     since_version: int | None = None
-    # a run that resumes one that did not finish (the table's latest version is newer than since_version):
-    # from_version (the version it left), kept_manifest (its manifest, renamed in the run directory)
+    # a run that started from a version readers do not read (the latest is not since_version): from_version (that
+    # version), kept_manifest (the manifest of the run that stopped there, renamed in the run directory; None: no run
+    # under this --out left it)
     resumed: dict = field(default_factory=dict)
+    kept_manifest: str | None = None  # the manifest of a run under this --out that stopped, renamed so it is not written over
     embedded_by: dict = field(default_factory=dict)  # the embedding code's digest: before (the table's), now, reembedded
     seconds: float = 0.0
 
@@ -236,10 +238,15 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
     summary = IndexSummary()
     version_before = store.version if store.exists() else None
     summary.since_version = last_complete(store)
+    stopped = rundir.previous() or {}
+    summary.kept_manifest = rundir.keep_unfinished()  # a stopped run's record is never written over, whatever it left
     baseline = None
     if version_before is not None and summary.since_version != version_before:
-        # an earlier run wrote versions it did not finish: this one counts against what readers read
-        summary.resumed = {"from_version": version_before, "kept_manifest": rundir.keep_unfinished()}
+        # the latest version is not one readers read: this run counts against what they read. It resumes a run that
+        # stopped here only where that run's kept manifest says it left this version (else: a restore of an unfinished
+        # version, a run stopped under another --out, a table from before the completion mark)
+        left_here = summary.kept_manifest is not None and (stopped.get("table") or {}).get("version") == version_before
+        summary.resumed = {"from_version": version_before, "kept_manifest": summary.kept_manifest if left_here else None}
         baseline = StoredHashes(cfg.db, cfg.table, summary.since_version)
     rejects = RejectSink(rundir.path / "rejects.parquet")
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep,

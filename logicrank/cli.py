@@ -245,9 +245,15 @@ def index(
     nothing = " (nothing changed)" if not (s.inserted or s.updated or s.deleted or rebuilt) else ""
     if s.resumed:
         since = f"v{s.since_version}, the last version a completed index run finished" if s.since_version is not None else "an empty table (no index run had completed)"
-        kept = f"; its manifest kept as {out / s.resumed['kept_manifest']}" if s.resumed.get("kept_manifest") else ""
-        typer.echo(f"index: finished the run that stopped at v{s.resumed['from_version']} ({s.embedded} documents embedded now){kept}; "
-                   f"the counts below are of what changed since {since}.")
+        v = s.resumed["from_version"]
+        if s.resumed.get("kept_manifest"):  # the stopped run's manifest, under this --out, says it left that version
+            start = f"finished the run that stopped at v{v} ({s.embedded} documents embedded now); its manifest kept as {out / s.kept_manifest}"
+        else:
+            start = (f"started from v{v}, which the table does not mark complete (left by a run that stopped under another --out, "
+                     f"restored from such a version, or written before logicrank marked complete runs; {s.embedded} documents embedded now)")
+        typer.echo(f"index: {start}; the counts below are of what changed since {since}.")
+    elif s.kept_manifest:
+        typer.echo(f"index: the manifest of the run that stopped before this one is kept as {out / s.kept_manifest}.")
     if s.embedded_by.get("reembedded"):
         typer.echo(f"index: the code that embeds documents (pipelines/embed.py and what it imports) changed since table {cfg.table!r}'s "
                    f"vectors were made ({s.embedded_by['before']} -> {s.embedded_by['now']}): its {s.embedded_by['reembedded']} "

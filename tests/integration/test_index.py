@@ -424,7 +424,7 @@ def test_a_resumed_run_counts_what_changed_since_the_last_complete_version(tmp_p
     left = DocStore(str(db)).version
     assert left > complete and DocStore(str(db)).complete_version() == complete
     stopped = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert stopped["status"] == "interrupted"
+    assert stopped["status"] == "interrupted" and stopped["table"]["version"] == left  # how the next run knows it resumes this one
 
     res = CliRunner().invoke(app, index)
     assert res.exit_code == 0, res.output

@@ -97,3 +97,55 @@ def test_an_unfinished_runs_manifest_is_kept_by_the_run_that_resumes_it(tmp_path
     assert json.loads((run.path / name).read_text()) == first
     run.write_manifest({}, "h", {}, [], status="ok")
     assert run.keep_unfinished() is None and run.manifest_path.exists()  # a finished run's manifest is the one to replace
+
+
+def _index(tmp_path, monkeypatch, written):
+    """``logicrank index`` on the command line with the locked run's body (streaming, Ray) replaced by ``written``:
+    what runs before it (the kept manifest, where the run starts from) and the lines printed after it are real."""
+    import logicrank.jobs.index
+
+    monkeypatch.setattr(logicrank.jobs.index, "_index_written", written)
+    (tmp_path / "c.jsonl").write_text('{"_id": "a", "text": "x"}\n')
+    return CliRunner().invoke(app, ["--stall-timeout", "0", "index", str(tmp_path / "c.jsonl"), "--db", str(tmp_path / "db"),
+                                    "--out", str(tmp_path / "run"), "--no-progress"])
+
+
+def _finished(cfg, rundir, sources, progress, start, lock, mid, store, summary, *rest):
+    return summary
+
+
+def test_a_stopped_runs_manifest_is_kept_though_it_wrote_nothing(tmp_path, monkeypatch):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    assert _index(tmp_path, monkeypatch, interrupted).exit_code == 130
+    stopped = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert stopped["status"] == "interrupted" and stopped["table"]["version"] is None  # no table: nothing written
+    res = _index(tmp_path, monkeypatch, _finished)
+    assert res.exit_code == 0, res.output
+    (kept,) = (tmp_path / "run").glob("manifest.interrupted-*.json")  # before: written over by the next run
+    assert json.loads(kept.read_text()) == stopped
+    assert res.stdout.splitlines()[0] == f"index: the manifest of the run that stopped before this one is kept as {kept}."
+
+
+def test_a_run_after_a_restore_of_an_unfinished_version_says_so_not_that_it_resumed(tmp_path, monkeypatch):
+    from logicrank.jobs.index import model_id
+    from logicrank.pipelines.config.settings import IndexConfig
+
+    s = DocStore(str(tmp_path / "db"))
+    s.open_or_create(4, model_id(IndexConfig(corpus="c", db="d").embed))
+    s.upsert(_rows(["a"], "one"))
+    s.mark_complete()
+    complete = s.version
+    s.upsert(_rows(["b"], "two"))  # left by a run that stopped (elsewhere)
+    unfinished = s.version
+    s.upsert(_rows(["c"], "three"))
+    restored = s.restore(unfinished)  # restoring an unfinished version: not marked complete
+    assert s.complete_version() == complete
+    res = _index(tmp_path, monkeypatch, _finished)
+    assert res.exit_code == 0, res.output
+    # before: "index: finished the run that stopped at v5 ...", though no run under this --out had stopped
+    assert res.stdout.splitlines()[0] == (
+        f"index: started from v{restored}, which the table does not mark complete (left by a run that stopped under another --out, "
+        f"restored from such a version, or written before logicrank marked complete runs; 0 documents embedded now); the counts "
+        f"below are of what changed since v{complete}, the last version a completed index run finished.")
