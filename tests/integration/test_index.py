@@ -445,7 +445,9 @@ def test_a_resumed_run_counts_what_changed_since_the_last_complete_version(tmp_p
     res = CliRunner().invoke(app, ["versions", "--db", str(db)])
     assert res.exit_code == 0, res.output
     state = {int(line.split()[0]): line.split()[-2] for line in res.stdout.splitlines()[1:]}
-    assert state[store.version] == "read" and state[left] == "incomplete", res.stdout
+    # the stopped run's version is older than the mark now and untagged: the table cannot tell it from a completed run's whose
+    # tag expired, so it says neither (docs/failures.md)
+    assert state[store.version] == "read" and state[left] == "unrecorded", res.stdout
     assert {int(line.split()[0]) for line in res.stdout.splitlines()[1:] if ", read" in line} == {store.version}
 
 
