@@ -169,6 +169,12 @@ class Calibration:
             params[term] = (tau, lam)
         return cls("sigmoid", params)
 
+    @property
+    def keeps_zero(self) -> bool:
+        """Whether a raw 0 (a term the document misses, over sparse evidence) stays 0: none, max
+        and saturation; zscore and sigmoid give it a positive value."""
+        return self.name in ("none", "max", "saturation")
+
     def apply(self, S: np.ndarray, terms: Sequence[str]) -> np.ndarray:
         if self.name == "none" and not self.empty:
             return S
@@ -299,8 +305,8 @@ def score_exact(
 
     ``term_vectors`` None: ``doc_blocks`` yield (doc_ids, (docs x terms) raw scores) of any
     scorer instead (:mod:`logicrank.pipelines.methods.evidence`), composed the same way.
-    ``drop_unsupported`` (raw scores only): a document is no result of a query when its composed
-    score is 0 and its raw score is 0 for every positive term of the query (:func:`unsupported`).
+    ``drop_unsupported`` (raw scores only): a document whose score carries no evidence is no
+    result of a query (:func:`unsupported`).
     """
     groups = _shape_groups(queries, terms)
     compiled = {ops: [compile_query(shape, slots, ops) for shape, slots, _, _ in groups] for ops in operators}
@@ -314,7 +320,7 @@ def score_exact(
     direct = len(layout) <= 1.5 * len(terms)  # the product straight into the layout costs at most 1.5x
     T_rows = T[layout] if direct and T is not None else T
 
-    def compose(M: np.ndarray, E: np.ndarray | None, part: int, first_row: int) -> None:
+    def compose(M: np.ndarray, E: np.ndarray | None, Z: np.ndarray | None, part: int, first_row: int) -> None:
         cols = np.array_split(np.arange(M.shape[1]), n_threads)[part]
         if len(cols) == 0:
             return
@@ -327,9 +333,11 @@ def score_exact(
                 for f, (_, slots, rows, _), start, pos in zip(fs, groups, offsets, positive, strict=False):
                     slab = M[start : start + len(slots) * len(rows), t0:t1].reshape(len(slots), len(rows), t1 - t0)
                     scores = f(slab.transpose(1, 2, 0))  # (queries, docs, slots), a view
-                    if E is not None:  # the raw evidence laid out as M: a document no positive slot holds, scored 0, is no result
+                    if E is not None:  # the raw evidence laid out as M: :func:`unsupported`'s rule
                         held = E[start : start + len(slots) * len(rows), t0:t1].reshape(len(slots), len(rows), t1 - t0)[pos].any(axis=0)
-                        scores = np.where((scores == 0) & ~held, -np.inf, scores)
+                        support = scores if Z is None else f(Z[start : start + len(slots) * len(rows), t0:t1].reshape(
+                            len(slots), len(rows), t1 - t0).transpose(1, 2, 0))
+                        scores = np.where((support == 0) & ~held, -np.inf, scores)
                     block[rows, t0 - lo : t1 - lo] = scores
             tops[ops][part].push(block, first_row + lo)
 
@@ -338,14 +346,15 @@ def score_exact(
     with ThreadPoolExecutor(n_threads) as pool:
         for block_ids, vecs in doc_blocks:
             V = np.asarray(vecs, dtype=np.float32)
-            E = None
+            E = Z = None
             if T_rows is None:  # raw scores given (docs x terms): calibrated per term, then laid out
                 M = np.ascontiguousarray(calibration.apply(V, terms).T)[layout]  # (layout rows x docs): rows gathered whole
                 E = np.ascontiguousarray((V > 0).T)[layout] if drop_unsupported else None
+                Z = M * E if E is not None and not calibration.keeps_zero else None  # the terms a document misses at 0
             else:  # the cosines, straight into the layout
                 M = T_rows @ V.T if direct else (T_rows @ V.T)[layout]
                 M = np.ascontiguousarray(calibration.apply(M.T, layout_terms).T)
-            for done in [pool.submit(compose, M, E, part, seen) for part in range(n_threads)]:
+            for done in [pool.submit(compose, M, E, Z, part, seen) for part in range(n_threads)]:
                 done.result()
             ids.append(np.asarray(block_ids, dtype=object))
             seen += len(block_ids)
@@ -420,8 +429,10 @@ def score_candidates(
 def score_listed(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, candidates: dict, k: int, ops: Operators,
                  calibration: Calibration, drop_unsupported: bool = False) -> pd.DataFrame:
     """Exact re-scoring of each query's own candidates (query_id -> (doc_ids, payload)) with any
-    scorer: ``raw(doc_ids, payload)`` gives their (docs x terms) raw scores. ``drop_unsupported``:
-    as :func:`score_exact`'s."""
+    scorer: ``raw(doc_ids, payload)`` gives their (docs x terms) raw scores. Each query keeps its
+    first ``k`` in the run order (:func:`~logicrank.pipelines.methods.ranking.rank_pairs`'s: score
+    descending, then doc id descending), whatever order the candidates came in.
+    ``drop_unsupported``: as :func:`score_exact`'s."""
     frames = []
     for q in queries:
         ids, payload = candidates.get(q.query_id, (np.empty(0, dtype=object), None))
@@ -430,22 +441,35 @@ def score_listed(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, can
         R = raw(ids, payload)
         scores = compose([q], terms, R, ops, calibration)[0]
         if drop_unsupported:
-            scores = np.where(unsupported(q, terms, R, scores), -np.inf, scores)
-        order = np.argsort(-scores, kind="stable")[:k]
+            scores = np.where(unsupported(q, terms, R, scores, ops, calibration), -np.inf, scores)
+        ids = np.asarray(ids, dtype=object)
+        by_id = np.empty(len(ids), np.int64)
+        by_id[np.argsort(ids, kind="stable")] = np.arange(len(ids))  # each id's place in ascending order
+        order = np.lexsort((-by_id, -np.where(np.isnan(scores), -np.inf, scores)))[:k]
         order = order[np.isfinite(scores[order])]  # strict NOT's exclusions (-inf) are not results
-        frames.append(pd.DataFrame({"query_id": q.query_id, "doc_id": np.asarray(ids)[order], "score": scores[order]}))
+        frames.append(pd.DataFrame({"query_id": q.query_id, "doc_id": ids[order], "score": scores[order]}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "score"])
 
 
-def unsupported(query: LogicalQuery, terms: Sequence[str], raw: np.ndarray, scores: np.ndarray) -> np.ndarray:
+def unsupported(query: LogicalQuery, terms: Sequence[str], raw: np.ndarray, scores: np.ndarray, ops: Operators,
+                calibration: Calibration) -> np.ndarray:
     """Per document (rows of the (docs x terms) ``raw`` scores of a sparse scorer, where 0 is a
-    term the document misses): whether its composed score carries no evidence: it is 0 and no
-    positive term of the query holds the document. Such documents are not results (the zeros
-    that would fill a query's k in table order); a positive score is kept, a NOT's included."""
+    term the document misses): whether its score (``scores``, composed) carries no evidence: the
+    document holds no positive term of the query (one under an even number of NOTs), and its
+    score with the terms it misses counted 0 is 0. Such documents are not results, whatever the
+    calibration (zscore and sigmoid give a missed term a positive value, which would let them
+    fill a query's k in table order). Kept: a document holding a positive term, and one its NOTs
+    carry (``NOT "x"`` and ``"a" OR NOT "b"``: every document without x, without b)."""
+    R = np.asarray(raw)
     index = {t: i for i, t in enumerate(terms)}
     pos = [index[t] for t in positive_terms(query.ast)]
-    held = (np.asarray(raw)[:, pos] > 0).any(axis=1) if pos else np.zeros(len(scores), bool)
-    return (np.asarray(scores) == 0) & ~held
+    held = (R[:, pos] > 0).any(axis=1) if pos else np.zeros(len(R), bool)
+    if calibration.keeps_zero:
+        support = np.asarray(scores)
+    else:
+        missed_zero = np.where(R > 0, calibration.apply(R.astype(np.float32), terms), 0.0).astype(np.float32)
+        support = compile_query(query.ast, terms, ops)(missed_zero)
+    return (support == 0) & ~held
 
 
 def excluded_everywhere(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, candidates: dict, calibration: Calibration,

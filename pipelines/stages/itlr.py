@@ -61,8 +61,9 @@ class ITLROptions(StageOptions):
         "naming the query, or score its whole text as one term (the job names those queries on the terminal)."
     )
     pad: bool = Field(
-        False, description="bm25: also return documents whose composed score carries no evidence (0, and no positive term of the query "
-        "in the document), filling each query's k in table order; off: a query may return fewer than k (docs/itlr.md, Terms without evidence)."
+        False, description="bm25: also return documents whose score carries no evidence (no positive term of the query in the document, "
+        "and 0 with the terms it misses counted 0), filling each query's k; off: a query may return fewer than k (docs/itlr.md, Terms "
+        "without evidence)."
     )
 
     @field_validator("operators")
@@ -94,7 +95,7 @@ class ITLR(Stage):
     score behind the run."""
 
     name = "itlr"
-    version = 3  # bump when a change alters results
+    version = 4  # bump when a change alters results
     side_tables = {"term_scores": TERM_SCORES}
     kind = Kind.RETRIEVER
     Options = ITLROptions
@@ -170,8 +171,9 @@ class ITLR(Stage):
         """Each query's logical form, refusing those that do not parse (``on_parse_error:
         refuse``), and the counts of the queries scored as their whole text: ``fallback`` (no
         logical query, or one that does not parse), ``unparsed`` (those that do not parse),
-        ``fallback_decompositions`` (a decomposition's fallback: the LLM's output was unusable),
-        each with its first 100 query ids."""
+        ``blank_logical`` (a blank logical query: empty, whitespace, or null beside queries that
+        have one), ``fallback_decompositions`` (a decomposition's fallback: the LLM's output was
+        unusable), each with its first 100 query ids."""
         parsed = parse_queries(queries)
         unparsed = unparsed_queries(queries, parsed)
         if unparsed and self.options.on_parse_error == "refuse":

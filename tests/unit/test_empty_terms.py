@@ -1,8 +1,10 @@
 """Every miss named, nothing padded (pipelines/stages/itlr.py over BM25 evidence): a term no
 document holds (a misspelling, a stop word, no word at all) is named in the step's counts and on
-the terminal and holds for no document whatever the calibration; a document whose composed
-score carries no evidence (0, and no positive term of its query in it) is no result unless
-``pad``; a NOT over such a term is refused. The table is test_evidence's six documents."""
+the terminal and holds for no document whatever the calibration; a document whose score carries
+no evidence (no positive term of its query in it, and 0 with the terms it misses counted 0) is
+no result unless ``pad``, whatever the calibration and the mode; a NOT over such a term is
+refused. Ties at the cut follow the run order (score, then doc id descending). The table is
+test_evidence's six documents."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.logic.query import parse
 from logicrank.pipelines.methods.evidence import calibrate_evidence, make_evidence
-from logicrank.pipelines.methods.itlr import EmptyNotError, LogicalQuery, compose, score_exact, score_listed, unsupported
+from logicrank.pipelines.methods.itlr import Calibration, EmptyNotError, LogicalQuery, score_exact, score_listed
 from logicrank.pipelines.notes import fallback_notes
 from logicrank.pipelines.pipeline import Pipeline
 from logicrank.pipelines.runner import Inputs
@@ -26,15 +28,16 @@ from tests.unit.test_evidence import LIKES, TableStore
 IDS = list(LIKES)  # table order: ada, bo, cy, di, ed, fay
 
 
-def _run(rows, **options):
-    """The itlr stage over BM25 evidence: (its run as (doc_id, rank) per query, its step)."""
+def _run(rows, before=(), files=None, **options):
+    """The itlr stage over BM25 evidence, after the stages ``before`` (e.g. a bm25 run whose
+    candidates it scores): (its run as (doc_id, rank) per query, its step)."""
     queries = pa.table({"query_id": [r[0] for r in rows], "text": [r[1] for r in rows],
                         "logical_query": pa.array([r[2] for r in rows], pa.string())})
     stage = {"itlr": {"scorer": "bm25", "k": 6, **options}}
-    result = Pipeline.parse("p", [stage]).run(Context(store=TableStore(LIKES), encoder=lambda: _Encoder()), queries,
-                                              inputs=Inputs("b", encoder="e", files={}))
+    result = Pipeline.parse("p", [*before, stage]).run(Context(store=TableStore(LIKES), encoder=lambda: _Encoder()), queries,
+                                                       inputs=Inputs("b", encoder="e", files=files or {}))
     run = result.run.to_pandas()
-    return {q: list(zip(g["doc_id"], g["rank"], strict=True)) for q, g in run.groupby("query_id")}, result.steps
+    return {q: list(zip(g["doc_id"], g["rank"], strict=True)) for q, g in run.groupby("query_id")}, result.steps[-1:]
 
 
 def _encode(texts):
@@ -81,22 +84,68 @@ def test_a_zero_is_dropped_only_without_evidence_for_a_positive_term():
     assert sorted(d for d, _ in runs["q3"]) == ["ada", "bo", "cy", "di", "ed"]  # NOT "Fay" holds for them (1); for fay it is 0
 
 
-def test_exact_and_listed_drop_the_same_documents():
+EVIDENCE_FREE = {  # query -> the documents it returns (any calibration): each holds a positive term or its NOT carries it
+    "q1": ('"Tea" AND NOT "Apples"', {"cy", "ed"}),  # the others hold no Tea, its one positive term: no result
+    "q2": ('"Chess" OR "Kites"', {"ada", "bo", "cy", "di"}),
+    "q3": ('NOT "Tea"', {"ada", "bo", "di", "fay"}),  # cy and ed hold the most Tea: 0 under max, and no positive term
+    "q4": ('"Kites" OR NOT "Apples"', {"ada", "bo", "cy", "di", "ed"}),  # ed: no Kites, no Apples, carried by its NOT; ada
+    # and bo: less Apples than fay, so NOT "Apples" is above 0 for them; fay: the most Apples, 0 under max
+}
+CALIBRATIONS = {"max": "max", "zscore": "zscore", "sigmoid": None}  # sigmoid: fitted parameters given below
+
+
+def _calibration(ev, name: str) -> Calibration:
+    if name == "sigmoid":  # tau 0.5, lambda 4 for every term: a missed term (raw 0) is sigmoid(-2) = 0.12, not 0
+        return Calibration("sigmoid", {t: (0.5, 4.0) for t in ev.terms})
+    return calibrate_evidence(ev, name)
+
+
+@pytest.mark.parametrize("calibration", sorted(CALIBRATIONS))
+def test_exact_listed_and_after_a_run_drop_the_documents_without_evidence_whatever_the_calibration(calibration):
+    """Before, only a composed score of exactly 0 was dropped: under zscore or sigmoid a document
+    holding no term of the query scores above 0, so q1 and q2 returned all six documents."""
     store = TableStore(LIKES)
-    qs = [LogicalQuery("q1", parse('"Tea" AND NOT "Apples"'), "ok"), LogicalQuery("q2", parse('"Chess" OR "Kites"'), "ok"),
-          LogicalQuery("q3", parse('NOT "Apples"'), "ok")]
+    qs = [LogicalQuery(q, parse(text), "ok") for q, (text, _) in EVIDENCE_FREE.items()]
     terms = ["Tea", "Apples", "Chess", "Kites"]
     ev = make_evidence("bm25", store, terms)
-    cal = calibrate_evidence(ev, "max")
-    raw = ev.raw(IDS)
-    full = compose(qs, terms, raw, Operators(), cal)
+    cal = _calibration(ev, calibration)
     exact = score_exact(qs, terms, None, ev.blocks(4), 6, [Operators()], cal, threads=2, drop_unsupported=True)[Operators()]
     listed = score_listed(qs, terms, lambda ids, _p: ev.raw(ids), {q.query_id: (np.array(IDS, dtype=object), None) for q in qs},
                           6, Operators(), cal, drop_unsupported=True)
-    for i, q in enumerate(qs):
-        keep = {d for d, gone in zip(IDS, unsupported(q, terms, raw, full[i]), strict=True) if not gone}
-        assert set(exact[exact["query_id"] == q.query_id]["doc_id"]) == keep == set(listed[listed["query_id"] == q.query_id]["doc_id"])
-    assert set(exact[exact["query_id"] == "q3"]["doc_id"]) == {"ada", "bo", "cy", "di", "ed"}  # NOT "Apples" is 0 for fay's (the most)
+    for q, (_, want) in EVIDENCE_FREE.items():
+        if calibration == "max" or q in ("q1", "q2"):  # under zscore and sigmoid a NOT over the most Tea or Apples is above 0
+            assert set(exact[exact["query_id"] == q]["doc_id"]) == want
+        assert set(exact[exact["query_id"] == q]["doc_id"]) == set(listed[listed["query_id"] == q]["doc_id"]) >= want
+    padded = score_exact(qs, terms, None, ev.blocks(4), 6, [Operators()], cal, threads=2)[Operators()]
+    assert (padded["query_id"] == "q1").sum() == 6  # without the rule (pad), the documents without Tea fill k
+
+
+@pytest.mark.parametrize("calibration", ["max", "saturation", "zscore", "none"])
+def test_the_stage_returns_no_document_without_evidence_exact_or_after_a_run(calibration):
+    rows = [("q1", "likes", EVIDENCE_FREE["q1"][0]), ("q2", "likes", EVIDENCE_FREE["q2"][0])]
+    for before in ([], [{"bm25": {"k": 6}}]):  # every document, or a bm25 run's six candidates ("likes": every document)
+        runs, _ = _run(rows, before, calibration=calibration)
+        assert runs["q1"] == [("ed", 1), ("cy", 2)]  # cy and ed tie (Tea alike, no Apples): doc id descending
+        assert sorted(d for d, _ in runs["q2"]) == ["ada", "bo", "cy", "di"]
+    padded, _ = _run(rows, calibration=calibration, pad=True)
+    assert padded["q1"][:2] == [("ed", 1), ("cy", 2)] and len(padded["q1"]) == 6  # asked for: k filled
+
+
+@pytest.mark.parametrize("mode", ["after a run", "listed"])
+def test_ties_at_the_cut_are_kept_and_ordered_by_one_rule(tmp_path, mode):
+    """NOT "Tea" scores 1 for the four documents without Tea: the k kept are the first k of the
+    run's order (score descending, then doc id descending), whatever order the candidates came
+    in (before: the first k in the incoming order, ada and bo, then reordered as bo, ada)."""
+    pairs = tmp_path / "pairs.tsv"  # the candidates in table order, as bm25 "likes" need not give them
+    pairs.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q1\t{d}\t1\n" for d in IDS))
+    options = {"mode": "listed", "pairs": str(pairs)} if mode == "listed" else {}
+    before = [{"bm25": {"k": 6}}] if mode == "after a run" else []
+    files = {str(pairs): "pairs"}
+    full, _ = _run([("q1", "likes", 'NOT "Tea"')], before, files, **options)
+    assert full["q1"] == [("fay", 1), ("di", 2), ("bo", 3), ("ada", 4)]
+    for k in (1, 2, 3):
+        cut, _ = _run([("q1", "likes", 'NOT "Tea"')], before, files, k=k, **options)
+        assert cut["q1"] == full["q1"][:k]
 
 
 @pytest.mark.parametrize("logical", ['"Apples" AND NOT "the"', '"Apples" AND NOT ("Pears" OR "Aples")', 'NOT "🙂"'])
