@@ -287,11 +287,19 @@ class _Search:
     def idf(self) -> np.ndarray:
         raise NotImplementedError
 
-    def term_scores(self, texts: Sequence[str | None]) -> sp.csr_matrix:
+    def term_scores(self, texts: Sequence[str | None], rows: np.ndarray | None = None) -> sp.csr_matrix:
         """texts x documents: each text's BM25 score for every document, as :meth:`search` scores
-        it (float32; a document the text shares no term with is a stored zero's absence)."""
+        it (float32; a document the text shares no term with is a stored zero's absence).
+        ``rows``: only the documents at these table rows, as columns in that order (a reranker's
+        candidates): the texts' terms' postings are cut to them before the product, so no row of
+        every document is ever made."""
         q = self.query_matrix(texts)
-        return _joined([q @ w for w in self._segment_weights()])  # one segment at a time: the index is never copied whole
+        if rows is None:
+            return _joined([q @ w for w in self._segment_weights()])  # one segment at a time: the index is never copied whole
+        terms = np.unique(q.indices)
+        q = q[:, terms]
+        parts = [q @ w[terms][:, rows] for w in self._segment_weights()]  # each segment's columns are its documents alone
+        return sum(parts[1:], parts[0]).tocsr()
 
     def score_bounds(self, texts: Sequence[str | None]) -> np.ndarray:
         """Each text's largest possible BM25 score, sum over its terms of idf x (k1 + 1): the

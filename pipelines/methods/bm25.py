@@ -24,7 +24,8 @@ def bm25(queries: pa.Table, store: DocStore, k: int, run_id: str = "bm25") -> pa
 
 def bm25_candidates(queries: pa.Table, run: pa.Table, store: DocStore, k: int, run_id: str = "bm25", block: int = 256) -> tuple[pa.Table, dict]:
     """BM25 over the candidates ``run`` holds for each query (``a >> bm25``): each candidate's
-    score as :func:`bm25`'s search gives it (the index's ``term_scores``), ranked as it ranks
+    score as :func:`bm25`'s search gives it (the index's ``term_scores``, computed over the
+    candidates alone, so memory follows the run's size, not the table's), ranked as it ranks
     (its full ranking restricted to the candidates: a candidate that shares no term with the
     query scores 0 and is not returned), top ``k``; and counts (candidate pairs, those naming a
     document the table lacks, those sharing no term)."""
@@ -35,11 +36,12 @@ def bm25_candidates(queries: pa.Table, run: pa.Table, store: DocStore, k: int, r
     rows = pc.fill_null(pc.index_in(pa.array(pairs["doc_id"], pa.string()), value_set=index.doc_id_array()), -1).to_numpy()
     at = pd.Index(qids).get_indexer(pairs["query_id"])
     scores = np.zeros(len(rows), np.float64)
-    for lo in range(0, len(qids), block):  # a block of queries' scores over the table at a time
+    for lo in range(0, len(qids), block):  # a block of queries' scores over its candidates at a time
         these = np.flatnonzero((at >= lo) & (at < lo + block) & (rows >= 0))
         if len(these):
-            S = index.term_scores(texts[lo : lo + block]).tocsr()
-            scores[these] = np.asarray(S[at[these] - lo, rows[these]], dtype=np.float64).ravel()
+            docs = np.unique(rows[these])
+            S = index.term_scores(texts[lo : lo + block], rows=docs)  # block x its candidates, never x every document
+            scores[these] = np.asarray(S[at[these] - lo, np.searchsorted(docs, rows[these])], dtype=np.float64).ravel()
     found = scores > 0
     ranked = rank_pairs(pairs.assign(score=scores)[found], k, "bm25", run_id)
     return ranked, {"candidates": len(rows), "candidates_not_in_table": int((rows < 0).sum()),

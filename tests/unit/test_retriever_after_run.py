@@ -12,6 +12,7 @@ import hashlib
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import logicrank as lr
@@ -20,7 +21,7 @@ from logicrank.pipelines.pipeline import Pipeline, read_pipelines
 from logicrank.pipelines.runner import Inputs
 from logicrank.pipelines.stages import Context
 from logicrank.pipelines.store import DocStore
-from logicrank.schemas.tables import QUERIES
+from logicrank.schemas.tables import DECOMPOSITIONS, QUERIES
 
 DIM = 16
 WORDS = ["apple", "river", "stone", "cloud", "forest", "engine", "violin", "garden", "planet", "copper",
@@ -115,13 +116,54 @@ def test_dense_after_bm25_ranks_bm25s_candidates_by_cosine(ctx):
     assert _ids(got) != _ids(_run(ctx, lr.dense(k=5)))  # not dense alone
 
 
-def test_a_retriever_after_a_fusion_or_a_rewriter_scores_the_run_it_is_given(ctx):
+def test_bm25_after_a_run_scores_only_the_candidates_columns(ctx, monkeypatch):
+    """The index's scores are asked for the candidates alone (before: every document for a block
+    of 256 queries, which ran the driver out of memory on a large table); the same scores."""
+    index = ctx.store.bm25_index()
+    texts = QUERIES_TABLE.column("text").to_pylist()
+    rows = np.array([7, 3, 99, 3 + 40])
+    np.testing.assert_array_equal(index.term_scores(texts, rows=rows).toarray(), index.term_scores(texts).toarray()[:, rows])
+    asked = []
+
+    class _Spy:  # the index, recording the shape of every score matrix it is asked for
+        def __getattr__(self, name):
+            return getattr(index, name)
+
+        def term_scores(self, texts, **options):
+            scores = index.term_scores(texts, **options)
+            asked.append(scores.shape)
+            return scores
+
+    first = _run(ctx, lr.dense(k=DEPTH))
+    monkeypatch.setattr(ctx.store, "bm25_index", lambda: _Spy())
+    got = _run(ctx, lr.dense(k=DEPTH) >> lr.bm25(k=DEPTH))
+    monkeypatch.undo()
+    assert asked and all(cols <= len(first) < 120 for _, cols in asked)  # at most the candidates, never the table's 120 documents
+    _assert_same(got, _restricted(_run(ctx, lr.bm25(k=ALL)), first, DEPTH))
+
+
+def test_a_retriever_after_a_fusion_or_a_rewriter_scores_the_run_it_is_given(ctx, tmp_path):
     fused = lr.rrf(k=DEPTH, of=[["dense"], ["bm25"]])
     first = _run(ctx, fused)
     _assert_same(_run(ctx, fused >> lr.bm25(k=4)), _restricted(_run(ctx, lr.bm25(k=ALL)), first, 4))
-    # a rewriter passes the run through: itlr after it rescores bm25's candidates
-    read = read_pipelines({"x": [{"bm25": {"k": DEPTH}}, {"decomposition": {"target": "itlr", "decompositions": "d.parquet"}}, "itlr"]})
-    assert [o.stage for o in read["x"].stages] == ["bm25", "decomposition", "itlr"]
+    # a rewriter passes the run through: itlr after a decomposition scores bm25's candidates with the decomposition's form
+    path = str(tmp_path / "d.parquet")
+    forms = {q: '"apple" OR "stone" OR "garden"' for q in LOGICAL}  # wider than each query's own words: documents beyond bm25's
+    base = {"method": "itlr", "model": "hand", "prompt_sha": "-", "raw_output": None, "atoms": None, "expansion": None, "error": None,
+            "finish_reason": None, "prompt_tokens": 0, "generated_tokens": 0, "cached": False, "status": "ok"}
+    pq.write_table(pa.Table.from_pylist([{**base, "query_id": q, "logical_query": f} for q, f in forms.items()], schema=DECOMPOSITIONS), path)
+    inputs = Inputs.of(QUERIES_TABLE, ctx.store, "test-encoder", files=[path])
+
+    def run(stages):
+        result = read_pipelines({"x": stages})["x"].run(ctx, QUERIES_TABLE, inputs=inputs)
+        return _ids(result.run.to_pandas().sort_values(["query_id", "rank"]))
+
+    decomposition = {"decomposition": {"target": "itlr", "decompositions": path}}
+    candidates = _ids(_run(ctx, lr.bm25(k=DEPTH)))
+    alone = run([decomposition, {"itlr": {"scorer": "bm25", "k": DEPTH}}])
+    assert any(set(ids) - set(candidates[q]) for q, ids in alone.items())  # the form alone finds documents bm25 did not
+    got = run([{"bm25": {"k": DEPTH}}, decomposition, {"itlr": {"scorer": "bm25", "k": DEPTH}}])
+    assert set(got) == set(LOGICAL) and all(got[q] and set(ids) <= set(candidates[q]) for q, ids in got.items())
 
 
 def test_the_file_form_runs_as_the_composition(ctx):
