@@ -433,7 +433,7 @@ def retrieve(table: Table, queries: Any, pipes: Any, cache: StageCache | str | P
 class Evaluation:
     """What :func:`evaluate` returns: ``metrics`` (the METRICS table: per-query values, means
     under query ``all``), ``per_query`` (those values, a long DataFrame without the means),
-    ``summary`` / :meth:`to_pandas` (run x measure means, a wide DataFrame), :meth:`compare`
+    ``summary`` / :meth:`to_pandas` (run x measure means, a wide DataFrame, each run's depth first), :meth:`compare`
     (significance against a baseline) and ``evaluation`` (the evaluation underneath: notes,
     :meth:`markdown`, :meth:`plot`)."""
 
@@ -456,11 +456,16 @@ class Evaluation:
 
     @property
     def summary(self):
+        """Run x measure means, each run's depth first (the most documents it holds for a query,
+        as evaluate's report states it; NA for a run without a ranking)."""
+        import pandas as pd
+
         df = self.metrics.to_pandas()
         df = df[df["query_id"] == AGGREGATE_QUERY_ID]
         wide = df.pivot(index="run_id", columns="measure", values="value")
         wide = wide.reindex(index=self.run_ids, columns=self.measures)
         wide.columns.name = None
+        wide.insert(0, "depth", pd.array([self.evaluation.depths.get(r) for r in wide.index], dtype="Int64"))
         return wide
 
     def to_pandas(self):

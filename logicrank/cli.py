@@ -775,11 +775,14 @@ def nightly(
         _fail(config_message(exc, config, NightlyConfig))
     _run(require_writable, cfg.out, "nightly", f"out (in {config})")
     if at is not None:
-        from logicrank.pipelines.evaluate.report import summary_frame
+        from logicrank.jobs.evaluate import evaluated_depths
+        from logicrank.pipelines.evaluate.report import depth_cell, summary_frame
 
         for qs, metrics in run_job("nightly", cfg.out, run_at, cfg, at, echo=typer.echo, progress=progress).items():
             typer.echo(f"{qs} at table version {at}:")
-            typer.echo(summary_frame(metrics).to_string(float_format=lambda v: f"{v:.4f}"))
+            frame, depths = summary_frame(metrics), evaluated_depths(Path(cfg.out) / "at" / at / "sets" / qs / "evaluate")  # (run_at's)
+            frame.insert(0, "depth", [depth_cell(depths, rid) for rid in frame.index])
+            typer.echo(frame.to_string(float_format=lambda v: f"{v:.4f}"))
         return
     _run(require_writable, cfg.index.db, "nightly", f"index.db (in {config})")  # (--at only reads the table)
     result = run_job("nightly", cfg.out, run_nightly, cfg, date, echo=typer.echo, progress=progress)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -161,7 +161,18 @@ def _signed(v) -> str:
     return "" if v is None else f"{v:+.4f}"
 
 
-def history_markdown(cfg: NightlyConfig, history: pa.Table, comparisons: pa.Table, day: str, plots: list[Path], root: Path) -> str:
+def night_depths(root: Path, day: str, query_sets) -> dict[str, dict[str, int]]:
+    """Night ``day``'s depth of each run, per query set (query set -> run -> documents per query
+    at most), as its evaluations' manifests recorded them (``depths``)."""
+    paths = {qs: root / "nights" / day / "sets" / qs / "evaluate" / "manifest.json" for qs in query_sets}
+    return {qs: json.loads(p.read_text()).get("depths", {}) if p.exists() else {} for qs, p in paths.items()}
+
+
+def history_markdown(cfg: NightlyConfig, history: pa.Table, comparisons: pa.Table, day: str, plots: list[Path], root: Path,
+                     depths: Mapping[str, Mapping[str, int]]) -> str:
+    """The nightly's report.md; ``depths``: night ``day``'s depth of each run per query set (:func:`night_depths`)."""
+    from logicrank.pipelines.evaluate.report import DEPTH_NOTE, depth_cell
+
     nights = sorted(set(history.column("date").to_pylist()))
     lines = [f"# Nightly evaluation: {cfg.index.table} in {cfg.index.db}", "",
              f"{len(nights)} night(s), {nights[0]} to {nights[-1]}; latest written: {day}. History: `history.parquet`.", ""]
@@ -169,6 +180,9 @@ def history_markdown(cfg: NightlyConfig, history: pa.Table, comparisons: pa.Tabl
                       for m, r in cfg.regressions.items())
     lines += [f"Regression rules ({cfg.test}, {cfg.correction} within each measure): {rules or 'none'}.", ""]
     lines += [f"## Night {day}", ""]
+    lines += table(["query set", "pipeline", "depth"], ([qs, p, depth_cell(depths.get(qs, {}), p)] for qs in cfg.query_sets for p in cfg.pipelines),
+                   "llr")
+    lines += ["", DEPTH_NOTE, ""]
     if comparisons.num_rows:
         lines += table(["against", "query set", "pipeline", "measure", "old", "new", "delta", "p (corrected)", "regression", "note"], (
             [f"{r['against']} {r['old_date']} (v{r['old_table_version']})", r["query_set"], r["pipeline"], r["measure"], _fmt(r["old_value"]),
@@ -319,7 +333,8 @@ class NightBook:
         history = read_history(self.root)
         plots = [plot_history(history, m, self.root / "plots" / plot_file(m)) for m in self.cfg.measures]
         comparisons = pq.read_table(self.night / "comparisons.parquet")
-        path = write_text_atomic(history_markdown(self.cfg, history, comparisons, self.day, plots, self.root), self.root / "report.md")
+        depths = night_depths(self.root, self.day, self.cfg.query_sets)
+        path = write_text_atomic(history_markdown(self.cfg, history, comparisons, self.day, plots, self.root, depths), self.root / "report.md")
         self.say(f"history: {len(set(history.column('date').to_pylist()))} night(s); report {path}")
         return path
 

@@ -98,6 +98,50 @@ def test_the_plot_marks_regressions(tmp_path):
     assert path.name == "nDCG_10.png" and path.stat().st_size > 5_000
 
 
+def test_the_nightly_report_states_each_runs_depth_as_evaluate_recorded_it(tmp_path):
+    import re
+
+    from logicrank.pipelines.nightly import history_markdown, night_depths
+    from logicrank.schemas.tables import NIGHTLY_COMPARISONS
+
+    cfg = NightlyConfig.model_validate(_config(tmp_path, measures=["nDCG@10"], pipelines={"bm25": [{"stage": "bm25", "k": 10}],
+                                                                                          "dense": [{"stage": "dense", "k": 10}]}))
+    root, day = tmp_path / "nightly", "2026-11-21"
+    evaluated = root / "nights" / day / "sets" / "s" / "evaluate"
+    evaluated.mkdir(parents=True)
+    (evaluated / "manifest.json").write_text(json.dumps({"depths": {"bm25": 10, "dense": 7}}))  # (dense: a query set with 7 documents)
+    h = merge_history(None, history_rows(_night(day, 6, {"bm25": BASE, "dense": BASE}), "nightly-2026-11-21", None))
+    plot = plot_history(h, "nDCG@10", root / "plots" / plot_file("nDCG@10"))
+    depths = night_depths(root, day, cfg.query_sets)
+    assert depths == {"s": {"bm25": 10, "dense": 7}}
+    text = history_markdown(cfg, h, NIGHTLY_COMPARISONS.empty_table(), day, [plot], root, depths)
+    assert re.search(r"^\| query set +\| pipeline +\| +depth \|$", text, re.M), text
+    assert re.search(r"^\| s +\| bm25 +\| +10 \|$", text, re.M) and re.search(r"^\| s +\| dense +\| +7 \|$", text, re.M), text
+    assert "depth: the most documents the run holds for a query" in text
+
+
+def test_nightly_at_prints_each_runs_depth(tmp_path, monkeypatch):
+    import re
+
+    import yaml
+
+    from logicrank.jobs import nightly
+
+    def run_at(cfg, version, echo=None, progress=False):  # the evaluations run_at writes, without Ray
+        evaluated = tmp_path / "nightly" / "at" / version / "sets" / "s" / "evaluate"
+        evaluated.mkdir(parents=True)
+        (evaluated / "manifest.json").write_text(json.dumps({"depths": {"bm25": 10}}))
+        return {"s": _metrics({"bm25": BASE})}
+
+    monkeypatch.setattr(nightly, "run_at", run_at)
+    path = tmp_path / "n.yaml"
+    path.write_text(yaml.safe_dump(_config(tmp_path)))
+    res = CliRunner().invoke(app, ["nightly", str(path), "--at", "nightly-2026-11-21"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[0] == "s at table version nightly-2026-11-21:"
+    assert re.search(r"^measure +depth +nDCG@10$", res.stdout, re.M) and re.search(r"^bm25 +10 +0\.6000$", res.stdout, re.M), res.stdout
+
+
 class _Recorder(BaseHTTPRequestHandler):
     bodies: list = []
 

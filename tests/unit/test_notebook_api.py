@@ -124,8 +124,9 @@ def test_an_unknown_name_is_still_an_attribute_error_for_hasattr():
 def test_evaluate_takes_a_run_a_list_or_a_mapping(runs):
     ev = lr.evaluate(runs, QRELS, ["P@1", "R@100"])
     assert isinstance(ev, lr.Evaluation) and ev.run_ids == ["good", "poor"]
-    assert list(ev.summary.index) == ["good", "poor"] and list(ev.summary.columns) == ["P@1", "R@100"]
+    assert list(ev.summary.index) == ["good", "poor"] and list(ev.summary.columns) == ["depth", "P@1", "R@100"]
     assert ev.summary.loc["good", "P@1"] == 1.0 and ev.summary.loc["poor", "P@1"] == 0.0
+    assert list(ev.summary["depth"]) == [2, 2]  # each run's depth, as evaluate's report states it (query 1 holds 2 documents)
     assert ev.to_pandas().equals(ev.summary)
     assert set(ev.per_query["query_id"]) == {"1", "2"} and len(ev.per_query) == 2 * 2 * 2
     sig = ev.compare(baseline="good")
@@ -138,6 +139,7 @@ def test_a_mapping_names_its_runs_and_an_empty_run_scores_zero():
     assert results.run.num_rows == GOOD.num_rows and len(results.to_pandas()) == GOOD.num_rows
     ev = lr.evaluate(results, QRELS, ["P@1"])
     assert ev.run_ids == ["good", "nothing"] and ev.summary.loc["nothing", "P@1"] == 0.0
+    assert list(ev.summary["depth"]) == [2, 0]
     renamed = lr.evaluate({"mine": GOOD}, QRELS, ["P@1"])  # the key is the run id
     assert renamed.run_ids == ["mine"]
 
