@@ -178,7 +178,7 @@ def fixed_shape_batches(tokenizer, texts: list[str], max_len: int, batch_size: i
     decimal with the texts beside it: a query's dense run changed with ``--shards`` (two
     documents 3.9e-7 apart swapped ranks on SciFact). With the shape fixed by the text's own
     length, its vector is the same in any call, batch, actor or thread count
-    (tests/unit/test_embed_batches.py). The cost: at most ``_LENGTH_STEP - 1`` pad tokens a
+    (tests/integration/test_embed.py). The cost: at most ``_LENGTH_STEP - 1`` pad tokens a
     text and ``batch_size - 1`` empty rows per length per call."""
     lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=max_len)["input_ids"]]
     buckets: dict[int, list[int]] = {}

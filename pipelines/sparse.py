@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import unicodedata
 import uuid
 import zipfile
@@ -177,6 +178,38 @@ def kernels():
     from logicrank.pipelines import bm25_kernels
 
     return bm25_kernels
+
+
+_preloading: set[str] = set()
+_preload_lock = threading.Lock()
+
+
+def preload_kernels(index: MappedBM25 | None = None) -> None:
+    """Load the compiled loops in a background thread, once per process: numba's start-up and
+    its cache load (about 0.5 s here, whatever the batch) then overlap what the process does
+    before its first search (the retrieve job: Ray's start; a shard actor: its creation)
+    instead of adding to it. With ``index`` (a mapped index, as the job's stages and shard
+    actors open), the search loop for its argument types too. A search that comes first waits
+    on numba's lock; an error here is raised again, whole, by that search."""
+    key = "numba" if index is None else "mapped"
+    with _preload_lock:
+        if key in _preloading:
+            return
+        _preloading.add(key)
+    threading.Thread(target=_load_kernels, args=(index,), name="bm25-kernels", daemon=True).start()
+
+
+def _load_kernels(index: MappedBM25 | None) -> None:
+    with contextlib.suppress(Exception):
+        kernels()
+        from numba.core.compiler_lock import global_compiler_lock
+        from numba.core.registry import cpu_target
+
+        with global_compiler_lock:  # as numba's own compiles do: a search's compile in the other thread waits, never sees them half loaded
+            cpu_target.typing_context.refresh()  # the registries numba loads before its first call or cache load
+            cpu_target.target_context.refresh()
+        if index is not None:  # no queries: the types dispatched, the code loaded from the cache, nothing searched
+            index.search_keys(sp.csr_matrix((np.ones(0, np.float32), np.zeros(0, np.int32), np.zeros(1, np.int64)), shape=(0, 1)), 1)
 
 
 _WEIGHT_ROWS = 1 << 17  # documents whose weights are computed at once (float64 temporaries of ~250 MiB)
@@ -621,6 +654,7 @@ class MappedBM25(_Search):
         self._vocab: Vocabulary | None = None
         self._counts: BM25Index | None = None
         self._words: dict[str, int] = {}
+        preload_kernels(self)
 
     @classmethod
     def open(cls, path: Path, stamp: str | None = None) -> MappedBM25 | None:
@@ -778,9 +812,9 @@ def open_index(store, save: bool = True) -> _Search:
 def ensure_index(store) -> None:
     """Make and save the store version's index unless it is saved (a job's driver, before its
     actors open it); where the database is not local, each reader builds its own."""
-    root = index_root(store)
-    if root is not None and not _saved(root / f"v{store.version}", store.version_stamp()):
-        open_index(store)
+    preload_kernels()  # numba's start-up overlaps the job's (Ray's start) rather than its first search
+    if index_root(store) is not None:
+        store.bm25_index()  # made and saved unless it is; opened (a few memory maps) for the driver's stages, it loads its search loop meanwhile
 
 
 def make_index(store, root: Path | None = None) -> tuple[BM25Index, dict]:

@@ -40,3 +40,33 @@ def test_a_second_process_loads_the_kernels_from_the_cache_root(tmp_path):
     second = _search(tmp_path)
     assert "[cache] data loaded from" in second, second[-3000:]
     assert "[cache] data saved to" not in second, second[-3000:]  # nothing compiled again
+
+
+PRELOAD = (
+    "import threading, pyarrow as pa\n"
+    "from logicrank.pipelines import sparse\n"
+    "docs = ['the cat sat on the mat', 'a dog and a cat', 'birds of australia that cannot fly', 'museums in paris']\n"
+    "batch = pa.record_batch({'doc_id': [f'd{i}' for i in range(len(docs))], 'title': [None] * len(docs), 'text': docs,\n"
+    "                         'content_hash': [str(i) for i in range(len(docs))]})\n"
+    "path = sparse.BM25Index.build([batch], 1).save(__import__('pathlib').Path(__import__('sys').argv[1]))\n"
+    "index = sparse.MappedBM25.open(path)\n"
+    "for t in threading.enumerate():\n"
+    "    if t.name == 'bm25-kernels':\n"
+    "        t.join()\n"
+    "loaded = list(sparse.kernels().top_k.signatures)\n"
+    "counts, rows, scores = index.search_flat(['cat', 'paris museums'], 3)\n"
+    "assert counts.tolist() == [2, 1], counts\n"
+    "print('SIGNATURES', len(loaded), len(sparse.kernels().top_k.signatures))\n"
+)
+
+
+def test_a_mapped_index_loads_its_search_loop_before_the_first_search(tmp_path):
+    """Opening a mapped index (the job's stages, every shard actor) loads the search loop for
+    its argument types in the background: the search that follows finds it loaded (one
+    signature before and after, so the preload dispatched exactly the types a search passes)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(LOGICRANK_CACHE=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-c", PRELOAD, str(tmp_path / "index")], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "SIGNATURES 1 1" in done.stdout, done.stdout

@@ -12,6 +12,14 @@ stage runs in the driver at this size). Each figure is the best of ``--repeat`` 
   job stage       `logicrank retrieve` (run_retrieve) with bm25, the stage's own seconds from the
                   manifest (Ray's start not counted; each run in a fresh run directory).
 Goals (issue 40): the job's stage >= 0.8x bm25s numba; >= 0.9x the engine alone.
+
+Then cold, as users run it: each row a fresh process (``--cold-repeat`` times, the median),
+its first search and its second. "machine's first process" empties numba's cache first (an
+empty ``NUMBA_CACHE_DIR``): what the first process after an install pays; every other row
+finds the kernels compiled by an earlier process. The CLI row is `logicrank retrieve --method
+bm25` in a fresh process (Ray's start, reading and writing not counted: the stage's seconds
+from the manifest). Goals (issue 50): a fresh process's first engine search at most 3x its
+second; the CLI's stage, cold, at least 0.8x bm25s.
 """
 
 from __future__ import annotations
@@ -19,7 +27,10 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +64,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--copies", type=int, default=10, help="copies of the 300 test queries")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cold-repeat", type=int, default=3, help="fresh processes per cold row (the median is reported)")
     ap.add_argument("--out", default="runs/bench")
     args = ap.parse_args()
     from threadpoolctl import threadpool_limits
@@ -108,13 +120,25 @@ def main() -> None:
             best["job stage"] = min(best.get("job stage", np.inf), job_run(i))
         n = len(texts)
         rows = {name: {"s": s, "qps": n / s} for name, s in best.items()}
+        cold = _cold(work, args.cold_repeat)
         report = {"queries": n, "k": K, "repeat": args.repeat, "rows": rows,
                   "job_over_bm25s": best["bm25s numba"] / best["job stage"], "job_over_engine": best["engine"] / best["job stage"],
-                  "method_over_engine": best["engine"] / best["method"]}
+                  "method_over_engine": best["engine"] / best["method"], "cold": cold,
+                  "cold_job_over_bm25s_warm": best["bm25s numba"] / cold["CLI retrieve --method bm25"]["first"],
+                  "cold_job_over_bm25s_cold": cold["bm25s numba"]["first"] / cold["CLI retrieve --method bm25"]["first"],
+                  "engine_first_over_second": cold["engine"]["first"] / cold["engine"]["second"]}
         lines = [f"# bm25: the job's stage, the method, the engine and bm25s ({n:,} SciFact queries, k={K}, best of {args.repeat}, one thread)", ""]
         lines += table(["what", "s", "q/s"], [[name, f"{r['s']:.3f}", f"{r['qps']:,.0f}"] for name, r in rows.items()], align="lrr")
         lines += ["", f"job / bm25s numba: {report['job_over_bm25s']:.2f}x; job / engine: {report['job_over_engine']:.2f}x; "
-                      f"method / engine: {report['method_over_engine']:.2f}x"]
+                      f"method / engine: {report['method_over_engine']:.2f}x", "",
+                  f"## Cold: a fresh process's first and second search (median of {args.cold_repeat} processes)", ""]
+        lines += table(["what", "first s", "second s", "first / second", "first q/s"],
+                       [[name, f"{r['first']:.3f}", "" if r.get("second") is None else f"{r['second']:.3f}",
+                         "" if r.get("second") is None else f"{r['first'] / r['second']:.1f}x", f"{n / r['first']:,.0f}"] for name, r in cold.items()],
+                       align="lrrrr")
+        lines += ["", f"engine, fresh process: first / second {report['engine_first_over_second']:.1f}x; "
+                      f"CLI stage cold / bm25s warm: {report['cold_job_over_bm25s_warm']:.2f}x; "
+                      f"CLI stage cold / bm25s cold (its first retrieve): {report['cold_job_over_bm25s_cold']:.2f}x"]
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "bench_bm25_stage.json").write_text(json.dumps(report, indent=1))
@@ -122,6 +146,81 @@ def main() -> None:
         print("\n".join(lines))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+# What a fresh process times (run as ``python -c CHILD WORK WHAT``): its first search and its second.
+CHILD = r"""
+import json, sys, time
+from pathlib import Path
+from threadpoolctl import threadpool_limits
+threadpool_limits(limits=1)
+work, what = Path(sys.argv[1]), sys.argv[2]
+texts = [json.loads(line)["text"] for line in (work / "q.jsonl").read_text().splitlines()]
+if what == "bm25s":
+    import gzip, bm25s, Stemmer
+    from logicrank.pipelines.datasets import scifact
+    with gzip.open(scifact().corpus, "rt", encoding="utf-8") as f:
+        docs = [json.loads(line) for line in f]
+    stem = Stemmer.Stemmer("english")
+    retriever = bm25s.BM25(backend="numba")
+    retriever.index(bm25s.tokenize([f"{d.get('title') or ''} {d['text']}" for d in docs], stopwords="en", stemmer=stem, show_progress=False),
+                    show_progress=False)
+    def search():
+        q = bm25s.tokenize(texts, stopwords="en", stemmer=stem, return_ids=False, show_progress=False)
+        retriever.retrieve(q, k=100, n_threads=1, show_progress=False)
+else:
+    from logicrank.pipelines.store import DocStore
+    index = DocStore(str(work / "db")).bm25_index()
+    def search():
+        index.search_flat(texts, 100)
+times = []
+for _ in range(2):
+    t = time.perf_counter()
+    search()
+    times.append(time.perf_counter() - t)
+print(json.dumps({"first": times[0], "second": times[1]}))
+"""
+
+
+def _fresh(work: Path, what: str, numba_dir: Path | None = None) -> dict:
+    env = {**os.environ, **({"NUMBA_CACHE_DIR": str(numba_dir)} if numba_dir else {})}
+    done = subprocess.run([sys.executable, "-c", CHILD, str(work), what], capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise SystemExit(f"bench_bm25_stage: the fresh process ({what}) failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _fresh_cli(work: Path, i: int, numba_dir: Path | None = None) -> dict:
+    """`logicrank retrieve --method bm25` in a fresh process: the stage's seconds from its manifest."""
+    out = work / f"cli{i}"
+    env = {**os.environ, **({"NUMBA_CACHE_DIR": str(numba_dir)} if numba_dir else {})}
+    done = subprocess.run([sys.executable, "-m", "logicrank.cli", "retrieve", str(work / "q.jsonl"), "--db", str(work / "db"), "--method", "bm25",
+                           "--k", str(K), "--out", str(out), "--no-progress"], capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise SystemExit(f"bench_bm25_stage: logicrank retrieve failed:\n{done.stderr[-3000:]}")
+    manifest = json.loads((out / "manifest.json").read_text())
+    shutil.rmtree(out)
+    return {"first": next(v for key, v in manifest["timings_s"].items() if key.startswith("bm25:")), "second": None}
+
+
+def _cold(work: Path, repeat: int) -> dict[str, dict]:
+    """Each row's median over ``repeat`` fresh processes (first and second search apart)."""
+    def median(runs: list[dict]) -> dict:
+        return {key: None if runs[0][key] is None else statistics.median(r[key] for r in runs) for key in runs[0]}
+
+    def empty_cache(i: int) -> Path:
+        path = work / f"numba-empty-{i}"
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    _fresh(work, "engine")  # the machine's kernels compiled once, as after `make venv`
+    return {
+        "engine, the machine's first process (empty numba cache)": median([_fresh(work, "engine", empty_cache(i)) for i in range(repeat)]),
+        "engine": median([_fresh(work, "engine") for _ in range(repeat)]),
+        "bm25s numba": median([_fresh(work, "bm25s") for _ in range(repeat)]),
+        "CLI retrieve --method bm25, the machine's first process": median([_fresh_cli(work, i, empty_cache(i)) for i in range(repeat)]),
+        "CLI retrieve --method bm25": median([_fresh_cli(work, i) for i in range(repeat)]),
+    }
 
 
 if __name__ == "__main__":
