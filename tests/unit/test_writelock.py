@@ -20,6 +20,7 @@ class ManualClock(Clock):
         self.now = start
         self.cond = threading.Condition()
         self.waits = 0  # waits begun: a renewer back in its wait has finished its turn
+        self.waiting: set[int] = set()  # the threads inside a wait now
 
     def time(self) -> float:
         return self.now
@@ -35,16 +36,25 @@ class ManualClock(Clock):
     def wait(self, event: threading.Event, seconds: float) -> bool:
         with self.cond:
             self.waits += 1
+            self.waiting.add(threading.get_ident())
             self.cond.notify_all()
             end = self.now + seconds
-            while not event.is_set() and self.now < end:
-                self.cond.wait(0.01)  # (a poll for the event, which does not notify the condition)
+            try:
+                while not event.is_set() and self.now < end:
+                    self.cond.wait(0.01)  # (a poll for the event, which does not notify the condition)
+            finally:
+                self.waiting.discard(threading.get_ident())
             return event.is_set()
 
     def advance(self, seconds: float, *locks: TableLock) -> None:
         """Move the time on, then wait until each lock's renewer has had its turn: it is
-        waiting again, or it stopped (the lease lost)."""
+        waiting again, or it stopped (the lease lost). First each renewer must be inside its
+        wait: one still starting (a loaded machine) would begin its wait after the move and
+        take no turn for it."""
         with self.cond:
+            for lock in locks:
+                while lock._renewer is not None and lock._renewer.is_alive() and lock._renewer.ident not in self.waiting:
+                    self.cond.wait(0.01)
             before = self.waits
             self.now += seconds
             self.cond.notify_all()
