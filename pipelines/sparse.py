@@ -652,6 +652,7 @@ class MappedBM25(_Search):
         self.path, self.version, self.stamp = Path(path), int(meta["version"]), meta["stamp"]
         self._meta, self._arrays, self._doc_ids = meta, arrays, doc_ids
         self._vocab: Vocabulary | None = None
+        self._vocab_lock = threading.Lock()
         self._counts: BM25Index | None = None
         self._words: dict[str, int] = {}
         preload_kernels(self)
@@ -711,8 +712,9 @@ class MappedBM25(_Search):
 
     @property
     def vocab(self) -> Vocabulary:
-        if self._vocab is None:
-            self._vocab = Vocabulary(pq.read_table(self.path / "vocab.parquet").column("term").to_pylist())
+        with self._vocab_lock:  # read once, whichever thread asks first (:func:`ensure_index` reads it ahead)
+            if self._vocab is None:
+                self._vocab = Vocabulary(pq.read_table(self.path / "vocab.parquet").column("term").to_pylist())
         return self._vocab
 
     def _full(self) -> BM25Index:
@@ -814,7 +816,9 @@ def ensure_index(store) -> None:
     actors open it); where the database is not local, each reader builds its own."""
     preload_kernels()  # numba's start-up overlaps the job's (Ray's start) rather than its first search
     if index_root(store) is not None:
-        store.bm25_index()  # made and saved unless it is; opened (a few memory maps) for the driver's stages, it loads its search loop meanwhile
+        index = store.bm25_index()  # made and saved unless it is; opened (a few memory maps) for the driver's stages, it loads its search loop meanwhile
+        if isinstance(index, MappedBM25):  # the driver analyzes the queries: its vocabulary read meanwhile too (a shard actor never reads it)
+            threading.Thread(target=lambda: index.vocab, name="bm25-vocabulary", daemon=True).start()
 
 
 def make_index(store, root: Path | None = None) -> tuple[BM25Index, dict]:
