@@ -8,7 +8,11 @@ before, missed that cache in every new process.) ``NUMBA_CACHE_DIR``, where set,
 keys each entry by the source file, the argument types and the CPU, and recompiles when either
 changes. ``NUMBA_DEBUG_CACHE=1`` prints each load and save.
 
-Importing this module loads numba; the engine imports it on first search (:func:`kernels` in
+The search loop, :func:`top_k`, is also compiled ahead of time from this source, once per
+machine, into a module loaded without numba (pipelines/bm25_compiled.py); the JIT kernels
+here serve the index's builds, and searches where that module cannot be built.
+
+Importing this module loads numba; the engine imports it on first use (:func:`kernels` in
 pipelines/sparse.py), after which a vLLM engine can still start in the process
 (pipelines/llvmlite_compat.py).
 """

@@ -171,13 +171,30 @@ def _counts(texts: Iterable[str | None], vocab: Vocabulary, analyze: Analyzer) -
     return sp.csr_matrix((data.astype(np.int32), indices.astype(np.int32), np.asarray(indptr, np.int64)), shape=(len(indptr) - 1, len(vocab)))
 
 
-def kernels():
-    """The engine's compiled loops (pipelines/bm25_kernels.py), imported on first use: numba
-    loads only in a process that searches or builds an index, and its machine code comes from
-    the machine's cache after the first process."""
-    from logicrank.pipelines import bm25_kernels
+class _Kernels:
+    """The engine's compiled loops: the search loop ``top_k`` compiled ahead of time once per
+    machine and loaded without numba (pipelines/bm25_compiled.py; numba's JIT loop where it
+    cannot be built), the index-building loops from numba's JIT and its on-disk cache
+    (pipelines/bm25_kernels.py), imported on first use: numba loads only in a process that
+    builds an index (or searches where the compiled loop is unavailable)."""
 
-    return bm25_kernels
+    @staticmethod
+    def top_k(*args):
+        from logicrank.pipelines import bm25_compiled
+
+        return bm25_compiled.top_k(*args)
+
+    def __getattr__(self, name: str):
+        from logicrank.pipelines import bm25_kernels
+
+        return getattr(bm25_kernels, name)
+
+
+_KERNELS = _Kernels()
+
+
+def kernels() -> _Kernels:
+    return _KERNELS
 
 
 _preloading: set[str] = set()
@@ -185,12 +202,13 @@ _preload_lock = threading.Lock()
 
 
 def preload_kernels(index: MappedBM25 | None = None) -> None:
-    """Load the compiled loops in a background thread, once per process: numba's start-up and
-    its cache load (about 0.5 s here, whatever the batch) then overlap what the process does
-    before its first search (the retrieve job: Ray's start; a shard actor: its creation)
-    instead of adding to it. With ``index`` (a mapped index, as the job's stages and shard
-    actors open), the search loop for its argument types too. A search that comes first waits
-    on numba's lock; an error here is raised again, whole, by that search."""
+    """Load the search loop in a background thread, once per process: the compiled module
+    (under a millisecond; built first where this machine has none, about 12 s, once), or,
+    where it is unavailable, numba's start-up and its cache load (about 0.5 s here), which then
+    overlap what the process does before its first search (the retrieve job: Ray's start; a
+    shard actor: its creation) instead of adding to it. With ``index`` (a mapped index, as the
+    job's stages and shard actors open), the JIT loop for its argument types too. A search that
+    comes first waits on the same locks; an error here is raised again, whole, by that search."""
     key = "numba" if index is None else "mapped"
     with _preload_lock:
         if key in _preloading:
@@ -201,9 +219,14 @@ def preload_kernels(index: MappedBM25 | None = None) -> None:
 
 def _load_kernels(index: MappedBM25 | None) -> None:
     with contextlib.suppress(Exception):
-        kernels()
+        from logicrank.pipelines import bm25_compiled
+
+        if bm25_compiled.compiled_top_k() is not None:
+            return  # loaded (built first, once per machine): this process needs no numba to search
         from numba.core.compiler_lock import global_compiler_lock
         from numba.core.registry import cpu_target
+
+        from logicrank.pipelines import bm25_kernels  # noqa: F401 (numba's JIT loop: its start-up, then its cache)
 
         with global_compiler_lock:  # as numba's own compiles do: a search's compile in the other thread waits, never sees them half loaded
             cpu_target.typing_context.refresh()  # the registries numba loads before its first call or cache load

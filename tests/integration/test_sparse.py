@@ -270,6 +270,7 @@ def test_the_compiled_search_equals_the_sparse_product_with_ties_by_doc_id_desce
 
 
 SEARCH_FIRST = (
+    "import os; os.environ['LOGICRANK_BM25_COMPILED'] = '0'  # the JIT loop (the compiled one never loads numba)\n"
     "import numpy as np, scipy.sparse as sp\n"
     "from logicrank.pipelines import sparse\n"
     "w = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32))\n"

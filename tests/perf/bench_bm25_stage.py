@@ -14,9 +14,9 @@ stage runs in the driver at this size). Each figure is the best of ``--repeat`` 
 Goals (issue 40): the job's stage >= 0.8x bm25s numba; >= 0.9x the engine alone.
 
 Then cold, as users run it: each row a fresh process (``--cold-repeat`` times, the median),
-its first search and its second. "machine's first process" empties numba's cache first (an
-empty ``NUMBA_CACHE_DIR``): what the first process after an install pays; every other row
-finds the kernels compiled by an earlier process. The CLI row is `logicrank retrieve --method
+its first search and its second. "machine's first process" starts from an empty cache root
+(``LOGICRANK_CACHE``: no compiled search loop, no numba cache): what the first process after
+an install pays; every other row finds the loop compiled by an earlier process. The CLI row is `logicrank retrieve --method
 bm25` in a fresh process (Ray's start, reading and writing not counted: the stage's seconds
 from the manifest). Goals (issue 50): a fresh process's first engine search at most 3x its
 second; the CLI's stage, cold, at least 0.8x bm25s.
@@ -182,18 +182,25 @@ print(json.dumps({"first": times[0], "second": times[1]}))
 """
 
 
-def _fresh(work: Path, what: str, numba_dir: Path | None = None) -> dict:
-    env = {**os.environ, **({"NUMBA_CACHE_DIR": str(numba_dir)} if numba_dir else {})}
+def _env(cache: Path | None) -> dict:
+    """This process's environment; with ``cache``, an empty cache root (no numba cache elsewhere)."""
+    if cache is None:
+        return dict(os.environ)
+    return {**{k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}, "LOGICRANK_CACHE": str(cache)}
+
+
+def _fresh(work: Path, what: str, cache: Path | None = None) -> dict:
+    env = _env(cache)
     done = subprocess.run([sys.executable, "-c", CHILD, str(work), what], capture_output=True, text=True, env=env)
     if done.returncode:
         raise SystemExit(f"bench_bm25_stage: the fresh process ({what}) failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _fresh_cli(work: Path, i: int, numba_dir: Path | None = None) -> dict:
+def _fresh_cli(work: Path, i: int, cache: Path | None = None) -> dict:
     """`logicrank retrieve --method bm25` in a fresh process: the stage's seconds from its manifest."""
     out = work / f"cli{i}"
-    env = {**os.environ, **({"NUMBA_CACHE_DIR": str(numba_dir)} if numba_dir else {})}
+    env = _env(cache)
     done = subprocess.run([sys.executable, "-m", "logicrank.cli", "retrieve", str(work / "q.jsonl"), "--db", str(work / "db"), "--method", "bm25",
                            "--k", str(K), "--out", str(out), "--no-progress"], capture_output=True, text=True, env=env)
     if done.returncode:
@@ -209,13 +216,13 @@ def _cold(work: Path, repeat: int) -> dict[str, dict]:
         return {key: None if runs[0][key] is None else statistics.median(r[key] for r in runs) for key in runs[0]}
 
     def empty_cache(i: int) -> Path:
-        path = work / f"numba-empty-{i}"
+        path = work / f"cache-empty-{i}"
         shutil.rmtree(path, ignore_errors=True)
         return path
 
     _fresh(work, "engine")  # the machine's kernels compiled once, as after `make venv`
     return {
-        "engine, the machine's first process (empty numba cache)": median([_fresh(work, "engine", empty_cache(i)) for i in range(repeat)]),
+        "engine, the machine's first process (empty cache root)": median([_fresh(work, "engine", empty_cache(i)) for i in range(repeat)]),
         "engine": median([_fresh(work, "engine") for _ in range(repeat)]),
         "bm25s numba": median([_fresh(work, "bm25s") for _ in range(repeat)]),
         "CLI retrieve --method bm25, the machine's first process": median([_fresh_cli(work, i, empty_cache(i)) for i in range(repeat)]),

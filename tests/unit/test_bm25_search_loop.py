@@ -1,5 +1,5 @@
-"""The BM25 search loop (pipelines/bm25_kernels.py, ``top_k``) against the definition it
-computes, on sparse matrices made to hit each of its paths: per query, the float32 sum of its
+"""The BM25 search loop (pipelines/bm25_kernels.py, ``top_k``), compiled ahead of time
+(pipelines/bm25_compiled.py) and by numba's JIT alike, against the definition it computes, on sparse matrices made to hit each of its paths: per query, the float32 sum of its
 terms' weight rows, every document that scores, the best ``k`` by score then tiebreak rank.
 The loop estimates its cut from a strided sample of the scores and falls back to lower
 thresholds when fewer than ``k`` documents reach the estimate; the cases below put the scoring
@@ -13,7 +13,18 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from logicrank.pipelines import sparse
+from logicrank.pipelines import bm25_compiled, sparse
+
+
+@pytest.fixture(autouse=True, params=["compiled", "jit"])
+def loop(request, monkeypatch):
+    """Every test below runs on the loop compiled ahead of time and on numba's JIT loop."""
+    if request.param == "jit":
+        monkeypatch.setenv(bm25_compiled.ENV, "0")
+    else:
+        monkeypatch.delenv(bm25_compiled.ENV, raising=False)
+        assert bm25_compiled.compiled_top_k() is not None, "the search loop could not be compiled ahead of time on this machine"
+    return request.param
 
 
 def _reference(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int) -> list[tuple[list[int], list[float]]]:
@@ -215,3 +226,23 @@ def test_a_saved_index_in_segments_searches_and_scores_as_the_index_in_memory(mo
     assert (mapped.term_scores(queries) != built.term_scores(queries)).nnz == 0
     w_mapped, w_built = mapped.weights(), built.weights()
     assert (w_mapped.indptr == w_built.indptr).all() and (w_mapped.indices == w_built.indices).all() and (w_mapped.data == w_built.data).all()
+
+
+def test_arguments_of_other_types_go_to_the_jit_loop_with_the_same_result(loop):
+    """The compiled function reads its arguments as the types it was built for: an index of
+    other dtypes or a strided array is never handed to it (which would read wrong memory) but to
+    the JIT loop, and the queries' own arrays of other types are converted: one answer."""
+    rng = np.random.default_rng(5)
+    q, w = _case("random", 2_000, 10, rng)
+    tiebreak = rng.permutation(2_000).astype(np.int64)
+    want = _keys(q, w, tiebreak, 10)
+    odd = {"indices": w.indices.astype(np.int64), "data": w.data.astype(np.float64), "tiebreak": tiebreak.astype(np.int32),
+           "strided": np.repeat(tiebreak, 2)[::2]}
+    for name, value in odd.items():
+        indices = value if name == "indices" else w.indices
+        data = value if name == "data" else w.data
+        ties = value if name in ("tiebreak", "strided") else tiebreak
+        got = bm25_compiled.top_k(q.indptr.astype(np.int32), q.indices.astype(np.int64), q.data.astype(np.float64),
+                                  w.indptr[None, :].astype(np.int64), indices, data, 2_000, ties, 10,
+                                  np.zeros(2_000, np.float32), np.empty(2_020, np.int64), 0, 2_000)
+        assert (got[0] == want[0]).all() and (got[1] == want[1]).all(), name
