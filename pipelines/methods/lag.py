@@ -215,7 +215,9 @@ class Retriever:
 
 
 def parse_plan(text: str, max_items: int) -> tuple[list[str] | None, str | None]:
-    """(sub-questions, None) for a JSON list of 1..max_items non-blank strings; (None, why) otherwise."""
+    """(sub-questions, None) for a JSON list of 1..max_items strings, each holding a word (a
+    letter or a digit); (None, why) otherwise: a sub-question that is only punctuation (a real
+    model's ``[","]``) would be retrieved as is and stop its chain at once."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -224,23 +226,33 @@ def parse_plan(text: str, max_items: int) -> tuple[list[str] | None, str | None]
         return None, f"not a list of sub-questions: {text[:80]!r}"
     if len(value) > max_items:
         return None, f"{len(value)} sub-questions (at most {max_items})"
+    for i, sub in enumerate(value, 1):
+        if not any(ch.isalnum() for ch in sub):
+            return None, f"sub-question {i} has no word: {sub[:40]!r}"
     return [" ".join(s.split()) for s in value], None
 
 
-def plan(llm, query_ids: Sequence[str], questions: Sequence[str], s: LagOptions, gold: dict[str, list[dict]] | None = None) -> list[Chain]:
-    """One chain per question, in order, with its plan (never dropped: a failed
-    decomposition falls back to the question as its one step)."""
+def plan(llm, query_ids: Sequence[str], questions: Sequence[str], s: LagOptions, gold: dict[str, list[dict]] | None = None,
+         echo: Callable[[str], None] | None = None) -> list[Chain]:
+    """One chain per question, in order, with its plan (never dropped: a failed or unusable
+    decomposition falls back to the question as its one step, counted as ``fallback`` and
+    named on the terminal with ``echo``)."""
     chains = []
     if s.plan == "llm":
         template = prompts.load(DECOMPOSE_TEMPLATE)
         gens = llm.generate(template, [{"question": " ".join(q.split())} for q in questions], Constraint("json", decompose_schema(s.max_sub_questions)),
                             s.decompose_tokens, s.temperature, None, label="lag:decompose")
+        unusable = []
         for qid, q, gen in zip(query_ids, questions, gens, strict=True):
             if isinstance(gen, Exception):
                 chains.append(Chain(qid, q, [q], plan_status="error"))
                 continue
-            subs, _why = parse_plan(gen.text, s.max_sub_questions)
+            subs, why = parse_plan(gen.text, s.max_sub_questions)
             chains.append(Chain(qid, q, subs, plan_status="ok") if subs else Chain(qid, q, [q], plan_status="fallback"))
+            if not subs:
+                unusable.append(f"{qid}: {why}")
+        if unusable and echo:
+            echo(f"lag: {len(unusable)} of {len(chains)} plans unusable, those questions asked whole (e.g. {'; '.join(unusable[:2])})")
     elif s.plan == "gold":
         missing = [q for q in query_ids if not (gold or {}).get(q)]
         if missing:

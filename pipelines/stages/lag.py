@@ -63,7 +63,7 @@ class Lag(Stage):
         def compute(shards: list[list[str]]) -> list[dict[str, pa.Table]]:
             """A wave of shards, its questions' rounds stepped together; each shard's rows of the three tables."""
             asked = [q for shard in shards for q in shard]
-            chains = lag.plan(llm, asked, [text_of[q] for q in asked], s, gold)
+            chains = lag.plan(llm, asked, [text_of[q] for q in asked], s, gold, echo=ctx.echo)
             lag.solve(chains, retriever, llm, passage_texts, s, echo=ctx.echo)
             lag.synthesise(chains, retriever, llm, passage_texts, s)
             answers, steps, run = lag.tables(chains, llm.model_id if llm else None, "lag", s)

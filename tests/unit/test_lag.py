@@ -79,6 +79,7 @@ def test_retrieval_text_carries_the_previous_answer_or_leaves_placeholders():
 @pytest.mark.parametrize(("text", "ok"), [
     ('["Who wrote X?", "When was #1 born?"]', True),
     ("[]", False), ('["a", ""]', False), ('"just a string"', False), ('["a", "b"', False), ('["a","b","c","d","e"]', False),
+    ('[","]', False), ('["Who wrote X?", " ?! "]', False), ('["Où est né #1 ?"]', True), ('["1984"]', True),  # a real model's plan of punctuation
 ])
 def test_parse_plan(text, ok):
     subs, why = lag.parse_plan(text, 4)
@@ -292,3 +293,15 @@ def test_a_gold_file_without_what_the_oracle_needs_is_refused_with_its_line(tmp_
     with pytest.raises(LagError, match="no gold decomposition for 1 question"):
         read_decompositions(f, ["a", "b"])
     assert read_decompositions(f, ["a"]) == {"a": [{"question": "x?", "answer": "y"}]}
+
+
+def test_an_unusable_plan_is_named_on_the_terminal_and_the_question_asked_whole():
+    class Punctuation:
+        def generate(self, template, values, *args, **kwargs):
+            return [type("Gen", (), {"text": '[","]'})() for _ in values]
+
+    said = []
+    chains = lag.plan(Punctuation(), ["q1", "q2"], ["Who wrote X?", "When?"], lag.LagOptions(plan="llm"), echo=said.append)
+    assert [(c.subs, c.plan_status) for c in chains] == [(["Who wrote X?"], "fallback"), (["When?"], "fallback")]
+    assert said == ["lag: 2 of 2 plans unusable, those questions asked whole (e.g. q1: sub-question 1 has no word: ','; "
+                    "q2: sub-question 1 has no word: ',')"]
