@@ -58,14 +58,23 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
             echo(f"evaluate: config, qrels and runs unchanged since the last run: skipped; metrics in {rundir.path / 'metrics.parquet'}")
         return pq.read_table(rundir.path / "metrics.parquet")
     qrels = read_qrels(cfg.qrels) if cfg.runs else None
-    runs, removed = [], {}
+    runs, removed, empty = [], {}, []
     for path in cfg.runs:
-        run = read_run(path, duplicates="first" if cfg.dedupe else "refuse")
+        run = read_run(path, duplicates="first" if cfg.dedupe else "refuse", empty="allow" if cfg.empty_runs == "zero" else "refuse")
         removed[str(path)] = int(run.schema.metadata[DUPLICATES_REMOVED])
+        if run.num_rows == 0:  # a run that retrieved nothing (empty_runs: zero): every query 0, under its file's stem
+            empty.append(cfg.run_id_for(path) or Path(path).stem)
         runs.append(run)
     runs = named_runs(runs, cfg.runs, {path: cfg.run_id_for(path) for path in cfg.runs})
+    run_ids = None
+    if empty:
+        run_ids = [rid for rid in dict.fromkeys(rid for path, run in zip(cfg.runs, runs, strict=True)
+                                                for rid in (dict.fromkeys(run.column("run_id").to_pylist()) if run.num_rows
+                                                            else [cfg.run_id_for(path) or Path(path).stem]))]
+        if echo:
+            echo(f"evaluate: {len(empty)} run{'s' if len(empty) > 1 else ''} retrieved nothing ({', '.join(empty)}): every query scores 0.")
     answers, gold = (_answers(cfg), read_gold(cfg.gold)) if cfg.answers else ({}, None)
-    evaluate = partial(evaluate_runs, runs, qrels, cfg.measures, cfg.baseline, cfg.test, cfg.correction, cfg.alpha, answers=answers,
+    evaluate = partial(evaluate_runs, runs, qrels, cfg.measures, cfg.baseline, cfg.test, cfg.correction, cfg.alpha, run_ids=run_ids, answers=answers,
                        gold=gold, qa_measures=cfg.qa_measures if cfg.answers else (), duplicates_removed=removed, done=beat)
     if "Judge" in qa_measures:  # the judge's LLM pool, for this evaluation alone
         from logicrank.jobs.llm_service import LLMService
@@ -102,6 +111,7 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
         unanswered_questions=ev.unanswered_questions,
         answers_without_gold=ev.answers_without_gold,
         depths=ev.depths,
+        empty_runs=empty,
     )
     return ev.metrics
 

@@ -57,8 +57,9 @@ def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayCo
             raise ExperimentError(f"experiment {exp.name}: qa_measures, but no pipeline answers (a LAG stage writes answers)")
         qa = dict(answers=answers, gold=str(gold), qa_measures=exp.qa_measures, judge=llm if "Judge" in parse_qa_measures(exp.qa_measures) else None,
                   ray=ray)
+    # a pipeline that retrieved nothing (every LAG chain stopped before retrieving) is a row of zeros, not the end of the experiment
     metrics = run_evaluate(EvaluateConfig(qrels=str(qrels), runs=tuple(str(p) for p in runs.values()), measures=exp.measures,
-                                          baseline=exp.baseline, **qa), out / "evaluate", title=exp.title)
+                                          baseline=exp.baseline, empty_runs="zero", **qa), out / "evaluate", title=exp.title, echo=echo)
     timings["evaluate"] = time.perf_counter() - t
     sig_path = out / "evaluate" / "significance.parquet"
     significance = pq.read_table(sig_path) if sig_path.is_file() else None

@@ -479,6 +479,7 @@ def run_in_process(exp: Experiment, ctx: Any, out: str | Path, strict: bool = Tr
         raise ExperimentError(f"experiment {exp.name}: qa_measures, but no pipeline answers (a LAG stage writes answers)")
     t = time.perf_counter()
     ev = evaluate_runs([pq.read_table(p) for p in runs.values()], read_qrels(qrels), exp.measures, exp.baseline,
+                       run_ids=list(runs),  # every pipeline's run, one that retrieved nothing a row of zeros
                        answers=answers if exp.qa_measures else None, gold=read_gold(gold) if gold else None,
                        qa_measures=exp.qa_measures, judge=judge)
     timings["evaluate"] = time.perf_counter() - t

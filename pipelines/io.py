@@ -286,19 +286,20 @@ def check_qrels(qrels: pa.Table, source: str) -> None:
         )
 
 
-def read_run(path: str | Path, duplicates: Duplicates = "refuse") -> pa.Table:
+def read_run(path: str | Path, duplicates: Duplicates = "refuse", empty: Literal["refuse", "allow"] = "refuse") -> pa.Table:
     """A run table (RUN) from Parquet or a TREC run file (run_id = the file's tag column).
 
     A TREC run is re-ranked by score as trec_eval ranks it; a Parquet run keeps its ranks,
     checked (module docstring). ``duplicates="first"`` keeps each repeated (query, doc)
     pair's best-ranked row; the number of rows dropped is in the schema metadata under
-    ``DUPLICATES_REMOVED`` (see :func:`check_run`).
+    ``DUPLICATES_REMOVED`` (see :func:`check_run`). A run of no rows is refused unless
+    ``empty="allow"`` (it then comes back empty: the caller names it).
     """
     path = Path(path)
     if not path.exists():
         raise TopicsError(f"run: no file at {str(path)!r}; give a run table (Parquet) or a TREC run file.")
     table = conform(_read_parquet(path, "run"), RUN, f"run {path.name}") if path.suffix in (".parquet", ".pq") else _read_trec_run(path)
-    if table.num_rows == 0:
+    if table.num_rows == 0 and empty == "refuse":
         raise TopicsError(f"run {path}: no rows; an empty run cannot be evaluated: give the run file that holds results.")
     return check_run(table, f"run {path}", duplicates)
 

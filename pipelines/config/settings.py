@@ -286,6 +286,9 @@ class EvaluateConfig(_Config):
     correction: Literal["holm", "bonferroni", "bh"] = "holm"
     alpha: float = Field(0.05, gt=0, lt=1)
     dedupe: bool = Field(False, description="Keep each repeated (query, doc) pair's best-ranked row instead of refusing the run.")
+    empty_runs: Literal["refuse", "zero"] = Field(
+        "refuse", description="A run file with no rows: refused (a file given by mistake), or evaluated as a run that retrieved nothing, "
+                              "every query 0, under the file's stem as its run id (an experiment's own runs: a method that found nothing).")
     names: dict[str, str] = Field({}, description="Run id -> run file (--name NEWID=FILE): the file's run is evaluated under this run id; "
                                   "a file not among runs is added to them. The file must hold one run; the id must be no other run's.")
 

@@ -296,3 +296,30 @@ def test_the_per_query_plot_leaves_a_panel_empty_for_a_run_without_the_measure()
     fig = per_query_figure(metrics, ["nDCG@10", "EM"], "base")
     assert [ax.get_title() for ax in fig.axes][3] == "b: no EM"
     plt.close(fig)
+
+
+def test_an_empty_run_is_refused_or_in_an_experiment_a_row_of_zeros(tmp_path):
+    """A run file with no rows is refused by `logicrank evaluate` (a file given by mistake); an
+    experiment's own run that retrieved nothing (every LAG chain stopped before retrieving) is
+    a row of zeros under its file's stem, the other runs evaluated as usual, and said."""
+    import pyarrow.parquet as pq
+
+    from logicrank.schemas.tables import RUN
+
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(4)))
+    full = _write_trec(tmp_path / "full.trec", [(f"q{i}", f"d{i}", 1, 1.0) for i in range(4)], tag="full")
+    pq.write_table(RUN.empty_table(), tmp_path / "lag.parquet")
+    runs = (str(full), str(tmp_path / "lag.parquet"))
+    with pytest.raises(TopicsError, match="no rows; an empty run cannot be evaluated"):
+        run_evaluate(EvaluateConfig(qrels=str(qrels), runs=runs, measures=("P@1",)), tmp_path / "refused")
+    said = []
+    metrics = run_evaluate(EvaluateConfig(qrels=str(qrels), runs=runs, measures=("P@1", "nDCG@10"), empty_runs="zero"), tmp_path / "eval",
+                           echo=said.append).to_pandas()
+    agg = metrics[metrics["query_id"] == AGGREGATE_QUERY_ID].set_index(["run_id", "measure"])["value"]
+    assert agg[("full", "P@1")] == 1.0 and agg[("lag", "P@1")] == 0.0 and agg[("lag", "nDCG@10")] == 0.0
+    per_query = metrics[(metrics["run_id"] == "lag") & (metrics["query_id"] != AGGREGATE_QUERY_ID)]
+    assert sorted(per_query["query_id"].unique()) == ["q0", "q1", "q2", "q3"] and (per_query["value"] == 0).all()
+    assert said == ["evaluate: 1 run retrieved nothing (lag): every query scores 0."]
+    manifest = json.loads((tmp_path / "eval" / "manifest.json").read_text())
+    assert manifest["empty_runs"] == ["lag"] and manifest["missing_queries"]["lag"] == 4
