@@ -16,11 +16,13 @@ one-term query, one atom, the question as expansion) and the reason in ``error``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
@@ -28,7 +30,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint, Generation, LLMClient
 from logicrank.pipelines.logic.grammar import to_gbnf
-from logicrank.pipelines.logic.query import QueryParseError, parse, quote, to_text
+from logicrank.pipelines.logic.query import And, Node, Not, QueryParseError, Term, parse, quote, to_text
 from logicrank.schemas.errors import JobFailed, UserError
 from logicrank.schemas.tables import DECOMPOSITIONS
 
@@ -71,7 +73,7 @@ def orlog_schema(max_atoms: int = MAX_ATOMS, max_chars: int = 200) -> dict:
 
 @dataclass(frozen=True)
 class Parsed:
-    status: str  # ok | fallback
+    status: str  # ok | fallback | degenerate (parsed, but unusable: the question used instead) | error
     logical_query: str | None = None
     atoms: list[dict] | None = None
     expansion: str | None = None
@@ -126,9 +128,53 @@ def _parse_reasoning(question: str, text: str) -> Parsed:
 
 def _parse_itlr(question: str, text: str) -> Parsed:
     try:
-        return Parsed("ok", logical_query=to_text(parse(text)))
+        node = parse(text)
     except QueryParseError as exc:
         return _itlr_fallback(question, str(exc).splitlines()[0], "fallback")
+    why = degenerate(node, question, example_terms(KINDS["itlr"].template))
+    if why is not None:
+        return _itlr_fallback(question, why, "degenerate")
+    return Parsed("ok", logical_query=to_text(node))
+
+
+def _fold(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.casefold()))
+
+
+@cache
+def example_terms(template_name: str) -> frozenset[str]:
+    """The terms of a decomposition prompt's worked examples (its ``Query:`` lines), folded."""
+    terms = set()
+    for line in prompts.load(template_name).text.splitlines():
+        if line.startswith("Query:") and line.removeprefix("Query:").strip():
+            with contextlib.suppress(QueryParseError):
+                terms.update(_fold(t) for t in parse(line.removeprefix("Query:").strip()).terms())
+    return frozenset(terms)
+
+
+def degenerate(node: Node, question: str, examples: frozenset[str]) -> str | None:
+    """Why a form that parses is unusable, or None: a term copied from the prompt's worked
+    examples (one of theirs that the question does not contain), or a conjunct beside its own
+    negation (``"X" AND NOT "X"``: no document can match). A real model writes both (issue 51)."""
+    asked = f" {_fold(question)} "
+    for term in node.terms():
+        folded = _fold(term)
+        if folded in examples and f" {folded} " not in asked:
+            return f"degenerate: the term {quote(term)} comes from the prompt's examples, not the question"
+    for conj in _conjunctions(node):
+        positive = {_fold(c.text) for c in conj.children if isinstance(c, Term)}
+        negated = {_fold(c.child.text) for c in conj.children if isinstance(c, Not) and isinstance(c.child, Term)}
+        if positive & negated:
+            term = sorted(positive & negated)[0]
+            return f"degenerate: {quote(term)} AND NOT {quote(term)} can match no document"
+    return None
+
+
+def _conjunctions(node: Node):
+    if isinstance(node, And):
+        yield node
+    for child in getattr(node, "children", ()) or ((node.child,) if isinstance(node, Not) else ()):
+        yield from _conjunctions(child)
 
 
 def _parse_orlog(question: str, text: str) -> Parsed:

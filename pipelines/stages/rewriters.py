@@ -89,6 +89,10 @@ class _Rewriter(Stage):
             table, sharding = self._generate(ctx, queries)
             side = {"decompositions": table}
         out = apply_to_queries(queries, table, self.method)
+        unusable = [f"{r['query_id']}: {r['error']}" for r in table.select(["query_id", "status", "error"]).to_pylist()
+                    if r["status"] in ("degenerate", "fallback", "error")]
+        if unusable and ctx.echo:  # named, as blank queries and empty terms are: the question itself stands in for each
+            echo_unusable(ctx.echo, self.name, unusable, table.num_rows)
         return Output(queries=out, side=side, counts={"by_status": dict(Counter(out.column("decomposition_status").to_pylist())), **sharding})
 
     def _generate(self, ctx: Context, queries: pa.Table) -> tuple[pa.Table, dict]:
@@ -105,6 +109,11 @@ class _Rewriter(Stage):
         tables, sharding = in_shards(ctx, list(text_of), compute, self.name)
         table = pa.concat_tables([t["decompositions"] for t in tables]) if tables else DECOMPOSITIONS.empty_table()
         return table, sharding
+
+
+def echo_unusable(echo, stage: str, unusable: list[str], total: int) -> None:
+    echo(f"{stage}: {len(unusable)} of {total} outputs unusable (unparsed, degenerate or failed), the question used instead "
+         f"(e.g. {'; '.join(u[:120] for u in unusable[:2])}); counts in the manifest's by_status")
 
 
 @register

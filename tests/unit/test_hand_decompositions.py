@@ -73,3 +73,23 @@ def test_a_decomposition_stage_reads_hand_written_atoms_and_keeps_a_parquet_tabl
     assert got.steps[0]["by_status"] == {"ok": 2} and got.run.num_rows == 2
     pq.write_table(read_decompositions(str(path), "orlog"), tmp_path / "gold.parquet")  # the table `logicrank decompose` writes
     assert read_decompositions(str(tmp_path / "gold.parquet"), "orlog").equals(read_decompositions(str(path), "orlog"))
+
+
+def test_a_decomposition_stage_names_its_unusable_outputs_on_the_terminal(tmp_path):
+    """The LLM's degenerate or unparsed forms (the question used instead) are named, as blank
+    queries are, and counted by status in the manifest."""
+    rows = [{"query_id": "q1", "method": "itlr", "model": "m", "prompt_sha": "p", "raw_output": '"x" AND NOT "x"',
+             "logical_query": '"museums in Paris but not art museums"', "status": "degenerate",
+             "error": 'degenerate: "x" AND NOT "x" can match no document', "prompt_tokens": 1, "generated_tokens": 1, "cached": False},
+            {"query_id": "q2", "method": "itlr", "model": "m", "prompt_sha": "p", "raw_output": '"malaria" AND NOT "children"',
+             "logical_query": '"malaria" AND NOT "children"', "status": "ok", "prompt_tokens": 1, "generated_tokens": 1, "cached": False}]
+    pq.write_table(pa.Table.from_pylist(rows, schema=DECOMPOSITIONS), tmp_path / "d.parquet")
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
+    files = {str(tmp_path / "d.parquet"): {"sha256": "x"}, str(tmp_path / "qrels.tsv"): {"sha256": "y"}}
+    said = []
+    got = Pipeline.parse("d", [{"decomposition": {"target": "itlr", "decompositions": str(tmp_path / "d.parquet")}},
+                               {"qrels": {"path": str(tmp_path / "qrels.tsv")}}]).run(Context(store=None, echo=said.append), QUERIES,
+                                                                                     inputs=Inputs("t", encoder="e", files=files))
+    assert got.steps[0]["by_status"] == {"degenerate": 1, "ok": 1}
+    assert said == ['decomposition: 1 of 2 outputs unusable (unparsed, degenerate or failed), the question used instead '
+                    '(e.g. q1: degenerate: "x" AND NOT "x" can match no document); counts in the manifest\'s by_status']

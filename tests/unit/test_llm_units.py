@@ -72,6 +72,25 @@ def test_itlr_output_parsed_canonical_or_fallback():
     assert cut.status == "fallback" and "max_tokens" in cut.error
 
 
+def test_degenerate_itlr_forms_fall_back_to_the_question_and_say_why():
+    """What a real model wrote (issue 51): a term of the prompt's own examples in a question
+    that never mentions it, and a conjunct beside its own negation. Each is refused (the
+    question used instead, status degenerate); the same words asked for are kept."""
+    from logicrank.pipelines.llm.decompose import example_terms
+
+    assert {"bone health", "art museums"} <= example_terms("itlr_decompose")
+    q = "medication recommended for migraine in children"
+    leak = parse_output("itlr", q, _gen('"medication recommended for migraine" AND NOT "Bone Health"'))
+    assert leak.status == "degenerate" and leak.logical_query == f'"{q}"' and "comes from the prompt's examples" in leak.error
+    asked = "vitamin D benefits other than bone health"
+    kept = parse_output("itlr", asked, _gen('"vitamin D benefits" AND NOT "bone health"'))
+    assert kept.status == "ok" and kept.logical_query == '"vitamin D benefits" AND NOT "bone health"'
+    self_neg = parse_output("itlr", "birds that cannot fly", _gen('"birds" AND ("fly" AND NOT "Fly")'))
+    assert self_neg.status == "degenerate" and "can match no document" in self_neg.error
+    either = parse_output("itlr", "birds that fly or not", _gen('"birds" AND ("fly" OR NOT "fly")'))
+    assert either.status == "ok"  # an OR of a term and its negation is odd, not empty
+
+
 def test_orlog_output_validated():
     ok = {"atoms": [{"id": "a1", "text": "{x} is a book"}, {"id": "a2", "text": "{x} is French"}], "form": "a1 and not (a2)"}
     p = parse_output("orlog", "q", _gen(json.dumps(ok)))
