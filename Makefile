@@ -76,7 +76,8 @@ bench-index: $(STAMP)
 bench-itlr: $(STAMP)
 	$(BIN)/python tests/perf/bench_itlr.py --out runs/bench
 
-bench-llm: $(STAMP)
+# The real instruct model (make models) beside SmolLM2; about 15 minutes here (docs/llm.md).
+bench-llm: models
 	$(BIN)/python tests/perf/bench_llm.py --out runs/bench
 
 bench-posterior: $(STAMP)

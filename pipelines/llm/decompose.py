@@ -16,7 +16,6 @@ one-term query, one atom, the question as expansion) and the reason in ``error``
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections import Counter
@@ -143,13 +142,9 @@ def _fold(text: str) -> str:
 
 @cache
 def example_terms(template_name: str) -> frozenset[str]:
-    """The terms of a decomposition prompt's worked examples (its ``Query:`` lines), folded."""
-    terms = set()
-    for line in prompts.load(template_name).text.splitlines():
-        if line.startswith("Query:") and line.removeprefix("Query:").strip():
-            with contextlib.suppress(QueryParseError):
-                terms.update(_fold(t) for t in parse(line.removeprefix("Query:").strip()).terms())
-    return frozenset(terms)
+    """Every double-quoted phrase of a decomposition prompt, folded: its worked examples' terms
+    and the words its instructions quote ("other than", "who"), which a model copies too."""
+    return frozenset(f for f in (_fold(m) for m in re.findall(r'"([^"\n]+)"', prompts.load(template_name).text)) if f)
 
 
 def degenerate(node: Node, question: str, examples: frozenset[str]) -> str | None:
@@ -162,12 +157,21 @@ def degenerate(node: Node, question: str, examples: frozenset[str]) -> str | Non
         if folded in examples and f" {folded} " not in asked:
             return f"degenerate: the term {quote(term)} comes from the prompt's examples, not the question"
     for conj in _conjunctions(node):
-        positive = {_fold(c.text) for c in conj.children if isinstance(c, Term)}
-        negated = {_fold(c.child.text) for c in conj.children if isinstance(c, Not) and isinstance(c.child, Term)}
+        leaves = list(_conjuncts(conj))  # "A AND (B AND NOT C)" is A, B and NOT C
+        positive = {_fold(c.text) for c in leaves if isinstance(c, Term)}
+        negated = {_fold(c.child.text) for c in leaves if isinstance(c, Not) and isinstance(c.child, Term)}
         if positive & negated:
             term = sorted(positive & negated)[0]
             return f"degenerate: {quote(term)} AND NOT {quote(term)} can match no document"
     return None
+
+
+def _conjuncts(node: And):
+    for child in node.children:
+        if isinstance(child, And):
+            yield from _conjuncts(child)
+        else:
+            yield child
 
 
 def _conjunctions(node: Node):

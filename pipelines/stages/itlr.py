@@ -15,11 +15,12 @@ from pydantic import Field, field_validator, model_validator
 
 from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.logic.grammar import BLANK
-from logicrank.pipelines.logic.query import UnparsedQueryError, unparsed_message
+from logicrank.pipelines.logic.query import Term, UnparsedQueryError, unparsed_message
 from logicrank.pipelines.methods.evidence import check_calibration, evidence_class, make_evidence
 from logicrank.pipelines.methods.itlr import (
     TERM_SCORES,
     excluded_everywhere,
+    negated_terms,
     parse_queries,
     refuse_empty_nots,
     score_listed,
@@ -125,6 +126,19 @@ class ITLR(Stage):
         name = check_calibration(o.scorer, o.calibration, "itlr")
         calibration = evidence.calibrate(name, o.calibration_sample, _read_labels(o.labels) if name == "sigmoid" else None)
         empty = evidence.empty_terms()  # held by no document: named, 0 whatever the calibration, refused under a NOT
+        if "decomposition_status" in queries.column_names and empty:  # an LLM's form negating such a term: that query asks its question
+            parsed, fell = _empty_not_fallbacks(parsed, empty, dict(zip(queries.column("query_id").to_pylist(),
+                                                                          queries.column("text").to_pylist(), strict=True)))
+            if fell:
+                fallbacks |= {"empty_not_decompositions": len(fell), "empty_not_decomposition_query_ids": fell[:100]}
+                if ctx.echo:
+                    ctx.echo(f"itlr: {len(fell)} decomposed quer{'y negates' if len(fell) == 1 else 'ies negate'} a term no document holds "
+                             f"(e.g. {', '.join(fell[:3])}): scored as their question instead")
+                terms = unique_terms(parsed)
+                evidence = make_evidence(o.scorer, ctx.store, terms, lambda texts: ctx.embedder().encode(texts), o.hybrid_weight,
+                                         o.calibration_sample)
+                calibration = evidence.calibrate(name, o.calibration_sample, _read_labels(o.labels) if name == "sigmoid" else None)
+                empty = evidence.empty_terms()
         refuse_empty_nots(parsed, empty)
         calibration = dataclasses.replace(calibration, empty=frozenset(empty))
         drop = evidence.sparse and not o.pad
@@ -188,6 +202,20 @@ class ITLR(Stage):
             fell = [qid for qid, status in zip(ids, queries.column("decomposition_status").to_pylist(), strict=True) if status != "ok"]
             counts |= {"fallback_decompositions": len(fell), "fallback_decomposition_query_ids": fell[:100]}
         return parsed, counts
+
+
+def _empty_not_fallbacks(parsed: list, empty: dict[str, str], text_of: dict[str, str]) -> tuple[list, list[str]]:
+    """An LLM's form that negates a term no document holds would be refused; where the form came
+    from a decomposition, that query is scored as its question (one term) instead, as the
+    decomposition's other unusable outputs are. Returns the queries and the ids changed."""
+    out, fell = [], []
+    for q in parsed:
+        if q.status == "ok" and negated_terms(q.ast) & empty.keys():
+            out.append(dataclasses.replace(q, ast=Term(text_of[q.query_id]), status="fallback", error="a NOT over a term no document holds"))
+            fell.append(q.query_id)
+        else:
+            out.append(q)
+    return out, fell
 
 
 def unparsed_queries(queries: pa.Table, parsed: list) -> list[tuple[str, str, str]]:

@@ -161,6 +161,26 @@ def test_a_not_over_a_term_no_document_holds_is_refused_in_one_line(logical):
         _run([("q1", "t", '"Apples" AND NOT "the"'), ("q2", "t", 'NOT "Aples"')])
 
 
+def test_a_decomposed_form_negating_a_term_no_document_holds_is_scored_as_its_question():
+    """An LLM's form (after a decomposition stage) that negates such a term is not the user's
+    query to correct: that query is scored as its question, named and counted; the others keep
+    their forms (Qwen on the set-logic dev split wrote `"Quokkas" AND NOT "other than"`)."""
+    queries = pa.table({"query_id": ["q1", "q2"], "text": ["Who likes Apples?", "Who likes Tea?"],
+                        "logical_query": pa.array(['"Apples" AND NOT "Aples"', '"Tea"'], pa.string()),
+                        "decomposition_status": ["ok", "ok"]})
+    said = []
+    result = Pipeline.parse("p", [{"itlr": {"scorer": "bm25", "k": 6}}]).run(
+        Context(store=TableStore(LIKES), encoder=lambda: _Encoder(), echo=said.append), queries, inputs=Inputs("b", encoder="e", files={}))
+    step = result.steps[-1]
+    assert step["empty_not_decompositions"] == 1 and step["empty_not_decomposition_query_ids"] == ["q1"]
+    assert said == ["itlr: 1 decomposed query negates a term no document holds (e.g. q1): scored as their question instead"]
+    as_question, _ = _run([("q1", "Who likes Apples?", None)])
+    got = result.run.to_pandas()
+    assert list(got[got["query_id"] == "q1"]["doc_id"]) == [d for d, _ in as_question["q1"]]
+    tea, _ = _run([("q2", "Who likes Tea?", '"Tea"')])
+    assert list(got[got["query_id"] == "q2"]["doc_id"]) == [d for d, _ in tea["q2"]]
+
+
 def test_dense_and_hybrid_evidence_have_no_empty_term():
     store = TableStore(LIKES)
     for scorer in ("dense", "hybrid"):

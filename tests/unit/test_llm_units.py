@@ -78,15 +78,20 @@ def test_degenerate_itlr_forms_fall_back_to_the_question_and_say_why():
     question used instead, status degenerate); the same words asked for are kept."""
     from logicrank.pipelines.llm.decompose import example_terms
 
-    assert {"bone health", "art museums"} <= example_terms("itlr_decompose")
+    assert {"bone health", "art museums", "other than"} <= example_terms("itlr_decompose")
     q = "medication recommended for migraine in children"
-    leak = parse_output("itlr", q, _gen('"medication recommended for migraine" AND NOT "Bone Health"'))
+    leak = parse_output("itlr", q, _gen('"medication recommended for migraine" AND NOT "Bone  Health"'))
     assert leak.status == "degenerate" and leak.logical_query == f'"{q}"' and "comes from the prompt's examples" in leak.error
     asked = "vitamin D benefits other than bone health"
     kept = parse_output("itlr", asked, _gen('"vitamin D benefits" AND NOT "bone health"'))
     assert kept.status == "ok" and kept.logical_query == '"vitamin D benefits" AND NOT "bone health"'
+    instruction = parse_output("itlr", "Who likes Quokkas?", _gen('"Quokkas" AND NOT "other than"'))  # the prompt's own quoted words
+    assert instruction.status == "degenerate"
     self_neg = parse_output("itlr", "birds that cannot fly", _gen('"birds" AND ("fly" AND NOT "Fly")'))
     assert self_neg.status == "degenerate" and "can match no document" in self_neg.error
+    nested = parse_output("itlr", "Who likes Cobblers and Maple Trees but not Kale?",  # Qwen's, on the dev split
+                          _gen('("Cobblers and Maple Trees" AND " Kale") AND NOT "Kale"'))
+    assert nested.status == "degenerate" and '"kale" AND NOT "kale"' in nested.error
     either = parse_output("itlr", "birds that fly or not", _gen('"birds" AND ("fly" OR NOT "fly")'))
     assert either.status == "ok"  # an OR of a term and its negation is odd, not empty
 
