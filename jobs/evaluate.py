@@ -67,10 +67,12 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
         runs.append(run)
     runs = named_runs(runs, cfg.runs, {path: cfg.run_id_for(path) for path in cfg.runs})
     run_ids = None
-    if empty:
-        run_ids = [rid for rid in dict.fromkeys(rid for path, run in zip(cfg.runs, runs, strict=True)
-                                                for rid in (dict.fromkeys(run.column("run_id").to_pylist()) if run.num_rows
-                                                            else [cfg.run_id_for(path) or Path(path).stem]))]
+    if empty:  # the run ids in order, an empty file's its stem; one id in two files is refused, as without an empty run
+        run_ids = [rid for path, run in zip(cfg.runs, runs, strict=True)
+                   for rid in (dict.fromkeys(run.column("run_id").to_pylist()) if run.num_rows else [cfg.run_id_for(path) or Path(path).stem])]
+        if len(run_ids) != len(set(run_ids)):
+            raise EvaluationError(f"evaluate: run ids repeat across the given runs: {run_ids} (an empty run's id is its file's stem); "
+                                  "give each run a distinct run_id, or --name NEWID=FILE.")
         if echo:
             echo(f"evaluate: {len(empty)} run{'s' if len(empty) > 1 else ''} retrieved nothing ({', '.join(empty)}): every query scores 0.")
     answers, gold = (_answers(cfg), read_gold(cfg.gold)) if cfg.answers else ({}, None)

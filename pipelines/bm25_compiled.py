@@ -9,20 +9,26 @@ loads in under a millisecond and needs no numba at run time: a process that only
 notebook, the job's driver, each shard actor) never imports it.
 
 The module lives under ``<cache root>/bm25-compiled/<key>/`` (pipelines/paths.py). The key
-names the loop's source, this file's, numba's version, Python's and the CPU (model and feature
-flags: the code is built for the host CPU, as numba's JIT builds it), so a change of any of
+names the loop's source, this file's, the versions of numba, llvmlite, numpy and Python, and
+the CPU (model and feature flags: the code is built for the host CPU, as numba's JIT builds it), so a change of any of
 them builds again, and nodes with different CPUs that share one cache directory each build
 their own. The first process that needs the loop and finds no module builds it (about 12 s on
 2 cores) in a child process, under a file lock: concurrent processes (shard actors starting
 together) wait for that one build. Where it cannot be built (pycc compiles a small C wrapper:
-no C compiler or no Python headers), the failure is recorded beside the key, logged once, and
-every process uses numba's JIT loop as before. ``LOGICRANK_BM25_COMPILED=0`` uses the JIT
+no C compiler or no Python headers), the failure is recorded beside the key (``failed.txt``,
+removed to try again), logged once, and every process uses numba's JIT loop as before; a
+build that was interrupted or killed is not recorded (a later process builds it). ``LOGICRANK_BM25_COMPILED=0`` uses the JIT
 loop always.
 
 The compiled function accepts exactly the argument types of its signature and would read
 wrong memory if handed others, so :func:`top_k` converts the small arrays (the queries', the
-scratch) and sends an index whose arrays are of other types (which would have to be copied)
-to the JIT loop: the results are the same either way (``tests/unit/test_bm25_search_loop.py``).
+scratch) and sends an index whose arrays are of other types (which would have to be copied),
+or unaligned or read-only scratch, to the JIT loop: the results are the same either way
+(``tests/unit/test_bm25_search_loop.py``). Unlike the JIT loop (``nogil``), the compiled call
+holds the interpreter lock while it runs: one call searches one batch of queries (1,024 in
+the jobs: about 9 s at 10M documents on one core), during which the process's other Python
+threads wait; the engine never searches from several threads of one process (shards are
+processes).
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ _ARGS = (
 )
 _CONVERTED = {0, 1, 2, 9, 10}  # small arrays, made of the compiled types when they are not
 
+_BUILD_TIMEOUT_S = 1800  # about 12 s here; a compiler that hangs must not hold every process at the lock
 _lock = threading.Lock()
 _loaded: dict[str, object] = {}
 
@@ -73,7 +80,8 @@ def key() -> str:
     h = hashlib.sha256()
     h.update(_KERNELS.read_bytes())
     h.update(Path(__file__).read_bytes())
-    h.update(importlib.metadata.version("numba").encode())
+    for package in ("numba", "llvmlite", "numpy"):  # the module is built against numpy's C API: another numpy, another build
+        h.update(f"{package}={importlib.metadata.version(package)};".encode())
     h.update(sys.version.encode() + platform.machine().encode())
     h.update(_cpu().encode())
     return h.hexdigest()[:20]
@@ -127,13 +135,16 @@ def _load_or_build():
                 if not path.is_file() and not failed.is_file():
                     _build_into(where)
         if failed.is_file():
+            log.info("bm25: the search loop could not be compiled on this machine (%s; remove it to try again); numba's JIT loop serves", failed)
+            return None
+        if not path.is_file():  # the build was interrupted or timed out (said when it happened): this process uses the JIT loop
             return None
         spec = importlib.util.spec_from_file_location(_NAME, path, loader=importlib.machinery.ExtensionFileLoader(_NAME, str(path)))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module.top_k
     except Exception as exc:  # noqa: BLE001 (an unreadable cache, an unloadable module: the JIT loop serves)
-        log.info("bm25: the compiled search loop is unavailable (%s); numba's JIT loop serves", exc)
+        log.warning("bm25: the compiled search loop is unavailable (%s); numba's JIT loop serves", exc)
         return None
 
 
@@ -143,17 +154,24 @@ def _build_into(where: Path) -> None:
     is recorded in ``failed.txt`` so that no later process tries again."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{where.name}-", dir=where.parent))
     try:
-        done = subprocess.run([sys.executable, "-m", "logicrank.pipelines.bm25_compiled", str(tmp)], capture_output=True, text=True,
-                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        path = os.pathsep.join([*sys.path, os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)  # this process's imports (a notebook's, Ray's)
+        try:
+            done = subprocess.run([sys.executable, "-m", "logicrank.pipelines.bm25_compiled", str(tmp)], capture_output=True, text=True,
+                                  env={**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": path}, timeout=_BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            log.warning("bm25: compiling the search loop took over %d s; numba's JIT loop serves this process", _BUILD_TIMEOUT_S)
+            return
         built = _module_path(tmp)
         where.mkdir(parents=True, exist_ok=True)
         if done.returncode == 0 and built.is_file():
             os.replace(built, _module_path(where))
-        else:
+        elif done.returncode > 0 and "KeyboardInterrupt" not in done.stderr:  # a compile that failed: recorded, not retried by every process
             reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
             (where / "failed.txt").write_text(f"{reason}\n\n{done.stderr[-5000:]}")
             log.warning("bm25: could not compile the search loop ahead of time (%s); numba's JIT loop serves (details in %s; "
                         "remove it to try again)", reason, where / "failed.txt")
+        else:  # interrupted or killed (Ctrl-C, the OOM killer): nothing recorded, a later process builds it
+            log.warning("bm25: compiling the search loop was interrupted (exit %s); numba's JIT loop serves this process", done.returncode)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -172,7 +190,8 @@ def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, seg_rows, ti
             a = args[i]
             if i in _CONVERTED:
                 a = args[i] = np.ascontiguousarray(a, dtype=dtype)
-            if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim and a.flags.c_contiguous):
+            if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim and a.flags.c_contiguous and a.flags.aligned
+                    and (want[2] or a.flags.writeable)):  # the scratch arrays are written
                 fn = None
                 break
     if fn is None:

@@ -841,7 +841,12 @@ def ensure_index(store) -> None:
     if index_root(store) is not None:
         index = store.bm25_index()  # made and saved unless it is; opened (a few memory maps) for the driver's stages, it loads its search loop meanwhile
         if isinstance(index, MappedBM25):  # the driver analyzes the queries: its vocabulary read meanwhile too (a shard actor never reads it)
-            threading.Thread(target=lambda: index.vocab, name="bm25-vocabulary", daemon=True).start()
+            threading.Thread(target=_read_vocabulary, args=(index,), name="bm25-vocabulary", daemon=True).start()
+
+
+def _read_vocabulary(index: MappedBM25) -> None:
+    with contextlib.suppress(Exception):  # a damaged file: the search that needs it raises, whole, in its own thread
+        _ = index.vocab
 
 
 def make_index(store, root: Path | None = None) -> tuple[BM25Index, dict]:

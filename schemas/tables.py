@@ -81,7 +81,9 @@ QUERIES = pa.schema(
 )
 
 # decompositions: one row per (query, method) from the LLM; never dropped (see status).
-DECOMPOSITION_STATUS = ("ok", "fallback", "error")  # fallback: output unusable; error: the engine failed
+# fallback: output unusable (unparsed, cut); degenerate: parsed but unusable (a term copied from the prompt, a conjunct
+# beside its own negation); error: the engine failed. All but ok carry the raw question in the method's shape.
+DECOMPOSITION_STATUS = ("ok", "fallback", "degenerate", "error")
 ATOM = pa.struct([pa.field("id", pa.string(), nullable=False), pa.field("text", pa.string(), nullable=False)])
 DECOMPOSITIONS = pa.schema(
     [

@@ -9,9 +9,11 @@
   quoted terms) and every id must name an atom.
 - ``reasoning``: free text about what an answer contains (the BRIGHT-style expansion).
 
-A row whose output is unusable gets ``status="fallback"``, one whose prompt made the
-engine fail ``status="error"``; both carry the raw question in the method's shape (a
-one-term query, one atom, the question as expansion) and the reason in ``error``.
+A row whose output is unusable gets ``status="fallback"``, an ITLR form that parses but is
+degenerate (a term copied from the prompt, a conjunct beside its own negation: :func:`degenerate`)
+``status="degenerate"``, one whose prompt made the engine fail ``status="error"``; each
+carries the raw question in the method's shape (a one-term query, one atom, the question as
+expansion) and the reason in ``error``.
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ def degenerate(node: Node, question: str, examples: frozenset[str]) -> str | Non
         negated = {_fold(c.child.text) for c in leaves if isinstance(c, Not) and isinstance(c.child, Term)}
         if positive & negated:
             term = sorted(positive & negated)[0]
-            return f"degenerate: {quote(term)} AND NOT {quote(term)} can match no document"
+            return f"degenerate: {quote(term)} AND NOT {quote(term)}: that conjunction can match no document"
     return None
 
 

@@ -23,7 +23,10 @@ def loop(request, monkeypatch):
         monkeypatch.setenv(bm25_compiled.ENV, "0")
     else:
         monkeypatch.delenv(bm25_compiled.ENV, raising=False)
-        assert bm25_compiled.compiled_top_k() is not None, "the search loop could not be compiled ahead of time on this machine"
+        failed = bm25_compiled.directory() / "failed.txt"
+        assert bm25_compiled.compiled_top_k() is not None, (
+            f"the search loop could not be compiled ahead of time on this machine (a C compiler and Python's headers are needed): "
+            f"{failed.read_text()[:2000] if failed.is_file() else 'see the log'}")
     return request.param
 
 
@@ -235,14 +238,32 @@ def test_arguments_of_other_types_go_to_the_jit_loop_with_the_same_result(loop):
     rng = np.random.default_rng(5)
     q, w = _case("random", 2_000, 10, rng)
     tiebreak = rng.permutation(2_000).astype(np.int64)
-    want = _keys(q, w, tiebreak, 10)
-    odd = {"indices": w.indices.astype(np.int64), "data": w.data.astype(np.float64), "tiebreak": tiebreak.astype(np.int32),
-           "strided": np.repeat(tiebreak, 2)[::2]}
-    for name, value in odd.items():
-        indices = value if name == "indices" else w.indices
-        data = value if name == "data" else w.data
-        ties = value if name in ("tiebreak", "strided") else tiebreak
-        got = bm25_compiled.top_k(q.indptr.astype(np.int32), q.indices.astype(np.int64), q.data.astype(np.float64),
-                                  w.indptr[None, :].astype(np.int64), indices, data, 2_000, ties, 10,
-                                  np.zeros(2_000, np.float32), np.empty(2_020, np.int64), 0, 2_000)
-        assert (got[0] == want[0]).all() and (got[1] == want[1]).all(), name
+    compiled = bm25_compiled.compiled_top_k()
+    calls = []
+    if compiled is not None:  # which loop ran: the compiled one for the index's own types, never for the others
+        bm25_compiled._loaded["top_k"] = lambda *a: calls.append(1) or compiled(*a)
+    try:
+        want = _keys(q, w, tiebreak, 10)
+        assert len(calls) == (1 if loop == "compiled" else 0)
+        odd = {"indices": w.indices.astype(np.int64), "data": w.data.astype(np.float64), "tiebreak": tiebreak.astype(np.int32),
+               "strided": np.repeat(tiebreak, 2)[::2]}
+        for name, value in odd.items():
+            indices = value if name == "indices" else w.indices
+            data = value if name == "data" else w.data
+            ties = value if name in ("tiebreak", "strided") else tiebreak
+            got = bm25_compiled.top_k(q.indptr.astype(np.int32), q.indices.astype(np.int64), q.data.astype(np.float64),
+                                      w.indptr[None, :].astype(np.int64), indices, data, 2_000, ties, 10,
+                                      np.zeros(2_000, np.float32), np.empty(2_020, np.int64), 0, 2_000)
+            assert (got[0] == want[0]).all() and (got[1] == want[1]).all(), name
+        assert len(calls) == (1 if loop == "compiled" else 0)  # none of the odd ones reached the compiled function
+        readonly = np.zeros(2_000, np.float32)
+        readonly.flags.writeable = False  # scratch it cannot write: the JIT loop's typing error, never a write through the compiled one
+        from numba.core.errors import TypingError
+
+        with pytest.raises(TypingError):
+            bm25_compiled.top_k(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data, 2_000, tiebreak, 10,
+                                readonly, np.empty(2_020, np.int64), 0, 2_000)
+        assert len(calls) == (1 if loop == "compiled" else 0)
+    finally:
+        if compiled is not None:
+            bm25_compiled._loaded["top_k"] = compiled

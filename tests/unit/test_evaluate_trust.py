@@ -323,3 +323,9 @@ def test_an_empty_run_is_refused_or_in_an_experiment_a_row_of_zeros(tmp_path):
     assert said == ["evaluate: 1 run retrieved nothing (lag): every query scores 0."]
     manifest = json.loads((tmp_path / "eval" / "manifest.json").read_text())
     assert manifest["empty_runs"] == ["lag"] and manifest["missing_queries"]["lag"] == 4
+    # an empty run beside others changes no other rule: one run id in two files is still refused, the empty one's too
+    twin = _write_trec(tmp_path / "twin.trec", [("q0", "d0", 1, 1.0)], tag="full")
+    pq.write_table(RUN.empty_table(), tmp_path / "full.parquet")
+    for given in ((str(full), str(twin), str(tmp_path / "lag.parquet")), (str(full), str(tmp_path / "full.parquet"))):
+        with pytest.raises(EvaluationError, match="run ids repeat across the given runs"):
+            run_evaluate(EvaluateConfig(qrels=str(qrels), runs=given, measures=("P@1",), empty_runs="zero"), tmp_path / "dup")
