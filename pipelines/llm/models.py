@@ -224,7 +224,9 @@ def _convert_gguf(source: Path, spec: Packaged, out: Path) -> None:
     registered dtype: drop the quantization config, reload into a fresh model, save."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # quiet by default: the job says it is preparing the model
     dtype = getattr(torch, spec.dtype)
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=dtype)
