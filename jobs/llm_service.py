@@ -38,12 +38,37 @@ class LLMEngineFailed(LLMFailed):
     """The pool cannot go on: its engines keep dying, or every engine actor was lost."""
 
 
+def engine_threads(cpus_per_actor: float, node_cpus: float, engines_per_node: int, on_gpu: bool) -> int:
+    """An engine actor's OpenMP threads when ``cpu_threads`` is not set. On a GPU: the CPUs Ray
+    gave it (the model's work is on the GPU). On a CPU node: the node's CPUs shared among the
+    pool's engines placed there, and never fewer than it was given, so no core idles while the
+    LLM works (one engine with both cores on a 2-core machine; Ray's reservation stays
+    ``cpus_per_actor``: other work on the node keeps its place, and the engine's threads sleep
+    while they wait, ``cpu_binding: none``)."""
+    if on_gpu:
+        return max(1, int(cpus_per_actor))
+    return max(1, int(cpus_per_actor), int(node_cpus // max(engines_per_node, 1)))
+
+
+def _on_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 class _EngineActor:
     """One engine behind the cache (a Ray actor; heavy imports happen here, on the worker)."""
 
-    def __init__(self, cfg: LLMConfig):
+    def __init__(self, cfg: LLMConfig, engines_per_node: int = 1):
         from logicrank.pipelines.llm.engine import LocalLLM
 
+        if cfg.cpu_threads is None:
+            import ray
+
+            node = ray.get_runtime_context().get_node_id()
+            node_cpus = next((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["NodeID"] == node), cfg.cpus_per_actor)
+            cfg = cfg.model_copy(update={"cpu_threads": engine_threads(cfg.cpus_per_actor, node_cpus, engines_per_node, _on_gpu())})
+        self.threads = cfg.cpu_threads
         self.llm = LocalLLM(cfg, dead=EngineDied)
 
     def ready(self) -> str:
@@ -71,7 +96,7 @@ class _EngineActor:
         return self.llm.requests_in_flight()
 
     def stats(self) -> dict:
-        return {**self.llm.client.stats, "engine_loaded": int(self.llm.client._engine is not None)}
+        return {**self.llm.client.stats, "engine_loaded": int(self.llm.client._engine is not None), "engine_threads": self.threads}
 
 
 class LLMService:
@@ -81,9 +106,8 @@ class LLMService:
         from logicrank.pipelines.llm.models import resolve
 
         self.resolved = resolve(cfg.model, log=echo or (lambda m: None))  # prepared once, on the driver
-        # an engine actor's threads: the CPUs it is given, unless set
-        threads = cfg.cpu_threads or max(1, int(cfg.cpus_per_actor))
-        self.cfg = cfg.model_copy(update={"model": str(self.resolved.path), "cpu_threads": threads})
+        # an engine actor's threads, unless set: decided on its node (engine_threads)
+        self.cfg = cfg.model_copy(update={"model": str(self.resolved.path)})
         self.echo = echo
         self.replace_timeout_s = replace_timeout_s
         self._actors: list = []
@@ -131,7 +155,8 @@ class LLMService:
             num_cpus=self.cfg.cpus_per_actor, num_gpus=self._gpus(ray) or None, resources=dict(self.cfg.resources) or None,
             scheduling_strategy="SPREAD", max_restarts=-1, max_task_retries=0,
         )
-        actor = remote.remote(self.cfg)
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) >= self.cfg.cpus_per_actor) or 1
+        actor = remote.remote(self.cfg, -(-self.cfg.actors // nodes))  # SPREAD: engines per node, at most
         self._actors.append(actor)
         self._ready[actor] = False
         self.actors_started += 1

@@ -225,7 +225,7 @@ class LLMConfig(_Config):
     cache: str | None = Field("default", description="Persistent cache (SQLite) path; 'default' = <cache root>/llm/cache.sqlite; None = off.", json_schema_extra=OUTSIDE)
     # placement of the job's one engine pool (jobs/llm_service.py); none of it changes a result
     actors: int = Field(1, ge=1, description="Engines (Ray actors) in the job's one LLM pool.", json_schema_extra=OUTSIDE)
-    cpus_per_actor: float = Field(1.0, gt=0, description="CPUs per engine actor (its thread count on CPU).", json_schema_extra=OUTSIDE)
+    cpus_per_actor: float = Field(1.0, gt=0, description="CPUs Ray reserves per engine actor (its threads on a CPU node: see cpu_threads).", json_schema_extra=OUTSIDE)
     gpus_per_actor: float | None = Field(
         None, ge=0, description="GPUs per engine actor; None: tensor_parallel_size on a cluster with GPUs, 0 without.", json_schema_extra=OUTSIDE
     )
@@ -244,8 +244,9 @@ class LLMConfig(_Config):
         "process of the actor (vLLM's own default, which overlaps scheduling with the forward pass on GPUs).", json_schema_extra=OUTSIDE
     )
     cpu_threads: int | None = Field(
-        None, ge=1, description="OpenMP/torch threads of a CPU engine; None: the CPUs it was given (a pool actor: cpus_per_actor, "
-        "rounded down, at least 1; an engine outside a pool: the cores its process may run on). No effect on GPUs.",
+        None, ge=1, description="OpenMP/torch threads of a CPU engine; None: a pool actor's node's CPUs shared among the pool's engines there, "
+        "never fewer than cpus_per_actor (jobs/llm_service.py engine_threads); an engine outside a pool: the cores its process may "
+        "run on. No effect on GPUs.",
         json_schema_extra=UNHASHED,
     )
     cpu_binding: Literal["none", "vllm"] = Field(

@@ -353,3 +353,14 @@ def _gen_cut_is_kept() -> bool:
 
     cut = _gen("some words about the answer", "length")
     return parse_output("reasoning", "q", cut).status == "ok" and parse_output("itlr", "q", _gen('"a" AND', "length")).status == "fallback"
+
+
+def test_an_engine_actors_threads_cover_its_nodes_cpus_on_a_cpu_node():
+    from logicrank.jobs.llm_service import engine_threads
+
+    assert engine_threads(1.0, 2.0, 1, on_gpu=False) == 2  # one engine, both cores (the reservation stays 1 CPU)
+    assert engine_threads(1.0, 2.0, 2, on_gpu=False) == 1  # two engines on the node: one core each
+    assert engine_threads(1.0, 16.0, 3, on_gpu=False) == 5  # the node's cores shared, rounded down
+    assert engine_threads(4.0, 2.0, 1, on_gpu=False) == 4  # never fewer than the CPUs Ray gave it
+    assert engine_threads(1.0, 0.0, 1, on_gpu=False) == 1
+    assert engine_threads(2.0, 64.0, 1, on_gpu=True) == 2  # on a GPU: the CPUs it was given
