@@ -44,8 +44,8 @@ class DecompositionsError(UserError, ValueError):
     """A decompositions table does not cover the queries it is used with."""
 
 
-def orlog_schema(max_atoms: int = MAX_ATOMS, max_chars: int = 200) -> dict:
-    """JSON schema of an OrLog decomposition (ids a1..a99; the form's characters only)."""
+def orlog_schema(max_atoms: int = MAX_ATOMS, max_chars: int = 100) -> dict:
+    """JSON schema of an OrLog decomposition (ids a1..a99; atoms that mention {x}; the form's characters only)."""
     return {
         "type": "object",
         "properties": {
@@ -57,14 +57,15 @@ def orlog_schema(max_atoms: int = MAX_ATOMS, max_chars: int = 200) -> dict:
                     "type": "object",
                     "properties": {
                         "id": {"type": "string", "pattern": ATOM_ID.pattern},
-                        "text": {"type": "string", "minLength": 4, "maxLength": max_chars},
+                        # mentions {x} once (a real model writes atoms without it, issue 51), in at most
+                        # 2 x max_chars characters (xgrammar ignores maxLength beside a pattern)
+                        "text": {"type": "string", "pattern": rf"^[^{{}}]{{0,{max_chars}}}\{{x\}}[^{{}}]{{0,{max_chars}}}$"},
                     },
                     "required": ["id", "text"],
                     "additionalProperties": False,
                 },
             },
-            # unbounded: xgrammar compiles neither a bounded repetition in a pattern nor a
-            # pattern with maxLength; an over-long output is cut at max_tokens (a fallback)
+            # unbounded (xgrammar ignores maxLength beside a pattern): an over-long output is cut at max_tokens (a fallback)
             "form": {"type": "string", "pattern": r"^[a-zA-Z0-9 ()]+$"},
         },
         "required": ["atoms", "form"],
@@ -183,7 +184,11 @@ def _conjunctions(node: Node):
         yield from _conjunctions(child)
 
 
-def _parse_orlog(question: str, text: str) -> Parsed:
+def _read_orlog(question: str, text: str) -> Parsed:
+    """An OrLog decomposition's JSON as written (by the LLM or by hand): atoms and a form over
+    their ids. Atoms the form does not use are dropped (they cannot change a posterior; a real
+    model defines helper statements it then leaves out); every atom the form uses must mention
+    ``{x}``."""
     try:
         obj = json.loads(text, strict=False)  # xgrammar lets raw control characters into strings
         atoms = obj["atoms"]
@@ -191,15 +196,44 @@ def _parse_orlog(question: str, text: str) -> Parsed:
         texts = [a["text"] for a in atoms]
         if not atoms or len(set(ids)) != len(ids) or not all(isinstance(i, str) and ATOM_ID.match(i) for i in ids):
             raise ValueError(f"atom ids must be distinct a1, a2, ...: {ids}")
-        if not all(isinstance(t, str) and PLACEHOLDER in t for t in texts):
-            raise ValueError(f"every atom must mention {PLACEHOLDER}")
         form = read_form(str(obj["form"]))
-        unknown = sorted(set(parse(form).terms()) - set(ids))
+        used = set(parse(form).terms())
+        unknown = sorted(used - set(ids))
         if unknown:
             raise ValueError(f"the form uses undefined atoms {unknown}")
-        return Parsed("ok", logical_query=form, atoms=[{"id": i, "text": t} for i, t in zip(ids, texts, strict=True)])
+        kept = [(i, t) for i, t in zip(ids, texts, strict=True) if i in used]
+        if not all(isinstance(t, str) and PLACEHOLDER in t for _, t in kept):
+            raise ValueError(f"every atom the form uses must mention {PLACEHOLDER}")
+        return Parsed("ok", logical_query=form, atoms=[{"id": i, "text": t} for i, t in kept])
     except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and QueryParseError are ValueErrors
         return _orlog_fallback(question, f"{type(exc).__name__}: {str(exc).splitlines()[0]}", "fallback")
+
+
+_NEGATIVE = re.compile(r"\b(?:not|never|no|none|neither|nor|without)\b|n't\b", re.IGNORECASE)
+
+
+def _parse_orlog(question: str, text: str) -> Parsed:
+    """The LLM's OrLog decomposition (:func:`_read_orlog`), refused as degenerate when its
+    form negates an atom that carries its own negation (``NOT a2`` with a2 = "{x} does not
+    like Walruses": the question's "but not" applied twice, which selects the people it
+    excludes) or conjoins an atom with its own negation."""
+    parsed = _read_orlog(question, text)
+    if parsed.status != "ok":
+        return parsed
+    node = parse(parsed.logical_query)
+    why = degenerate(node, question, frozenset())
+    texts = {a["id"]: a["text"] for a in parsed.atoms}
+    negated = sorted({n.child.text for n in _negations(node) if isinstance(n.child, Term) and _NEGATIVE.search(texts[n.child.text])})
+    if why is None and negated:
+        why = f"degenerate: NOT {negated[0]} negates a statement already negative ({texts[negated[0]]!r})"
+    return _orlog_fallback(question, why, "degenerate") if why else parsed
+
+
+def _negations(node: Node):
+    if isinstance(node, Not):
+        yield node
+    for child in getattr(node, "children", ()) or ((node.child,) if isinstance(node, Not) else ()):
+        yield from _negations(child)
 
 
 @dataclass(frozen=True)
@@ -344,6 +378,7 @@ class DecompositionKind:
     apply: Callable[[pa.Table, list[dict]], pa.Table]  # the queries with its rows' values
     cut_ok: bool = False  # an output cut at max_tokens is still usable (free text), not a fallback
     written: Callable[[dict], str] | None = None  # a hand-written JSON Lines record -> the output text ``parse`` reads
+    parse_written: Callable[[str, str], Parsed] | None = None  # reads hand-written text instead of ``parse`` (no LLM-only checks)
 
 
 KINDS: dict[str, DecompositionKind] = {}
@@ -378,7 +413,8 @@ register_kind(DecompositionKind("itlr", "itlr_decompose", 256, lambda s: Constra
                                 _parse_itlr, _itlr_fallback, ("logical_query",), _apply_logical_query,
                                 written=lambda r: _field(r, "logical_query")))
 register_kind(DecompositionKind("orlog", "orlog_decompose", 384, lambda s: Constraint("json", orlog_schema()),
-                                _parse_orlog, _orlog_fallback, ("logical_query", "atoms"), _apply_atoms, written=_written_orlog))
+                                _parse_orlog, _orlog_fallback, ("logical_query", "atoms"), _apply_atoms, written=_written_orlog,
+                                parse_written=_read_orlog))
 register_kind(DecompositionKind("reasoning", "reasoning_expand", 256, lambda s: None,
                                 _parse_reasoning, _reasoning_fallback, ("expansion",), _apply_expansion, cut_ok=True,
                                 written=lambda r: _field(r, "expansion")))
@@ -413,7 +449,7 @@ def read_decompositions(path: str, method: str) -> pa.Table:
             raise DecompositionsError(f"{where}: query_id must be a string given once, got {json.dumps(qid)}")
         seen.add(str(qid))
         try:
-            parsed = kind.parse(str(qid), kind.written(record))
+            parsed = (kind.parse_written or kind.parse)(str(qid), kind.written(record))
         except ValueError as exc:
             raise DecompositionsError(f"{where} (query {qid}): {exc}") from None
         if parsed.status != "ok":

@@ -47,13 +47,14 @@ def test_grammar_constrained_itlr_outputs_parse(engine):
 def test_json_regex_and_choice_constraints(engine):
     # seeded: a random model's outputs vary in length (the form's pattern is unbounded), so how
     # many finish within max_tokens is a property of the sample; every finished one must be valid
-    gens = engine.generate(QUESTIONS[:20], Constraint("json", orlog_schema(max_atoms=3, max_chars=30)), max_tokens=600, temperature=1.0, seed=7)
+    gens = engine.generate(QUESTIONS[:20], Constraint("json", orlog_schema(max_atoms=3, max_chars=15)), max_tokens=600, temperature=1.0, seed=7)
     finished = [g for g in gens if g.finish_reason == "stop"]
     assert len(finished) >= 10
     for g in finished:
         obj = json.loads(g.text, strict=False)
         assert set(obj) == {"atoms", "form"} and 1 <= len(obj["atoms"]) <= 3
         assert all(re.fullmatch(r"a[0-9]{1,2}", a["id"]) for a in obj["atoms"])
+        assert all(re.fullmatch(r"[^{}]{0,15}\{x\}[^{}]{0,15}", a["text"]) for a in obj["atoms"])  # the placeholder, once
     regex = engine.generate(QUESTIONS[:10], Constraint("regex", "[abc]{3}-[0-9]{2}"), max_tokens=20, temperature=1.0, seed=7)
     assert all(re.fullmatch(r"[abc]{3}-[0-9]{2}", g.text) for g in regex)
     choice = engine.generate(QUESTIONS[:10], Constraint("choice", ["yes", "no"]), max_tokens=5, temperature=1.0, seed=7)

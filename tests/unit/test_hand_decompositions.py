@@ -49,7 +49,7 @@ def test_itlr_and_reasoning_read_their_one_field(tmp_path):
 
 @pytest.mark.parametrize(("records", "method", "message"), [
     ([{"query_id": "q1", "logical_query": "a1 AND a3", "atoms": {"a1": "{x} is red"}}], "orlog", r"line 1 \(query q1\): .*undefined atoms \['a3'\]"),
-    ([{"query_id": "q1", "logical_query": "a1", "atoms": {"a1": "it is red"}}], "orlog", r"line 1 \(query q1\): .*every atom must mention \{x\}"),
+    ([{"query_id": "q1", "logical_query": "a1", "atoms": {"a1": "it is red"}}], "orlog", r"line 1 \(query q1\): .*every atom the form uses must mention \{x\}"),
     ([{"query_id": "q1", "logical_query": "a1", "atoms": ["{x} is red"]}], "orlog", r"line 1 \(query q1\): atoms: a list of"),
     ([{"query_id": "q1", "logical_query": "malaria AND"}], "itlr", r"line 1 \(query q1\): "),
     ([{"query_id": "q1"}], "itlr", r"line 1 \(query q1\): logical_query: a non-empty string is required, got null"),

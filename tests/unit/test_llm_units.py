@@ -114,6 +114,42 @@ def test_orlog_output_validated():
         assert p.atoms == [{"id": "a1", "text": "{x} answers the question: which books?"}] and p.logical_query == '"a1"'
 
 
+def test_orlog_outputs_as_a_real_model_writes_them():
+    """What Qwen wrote on the set-logic dev split (issue 51): helper statements the form never
+    uses (dropped: they cannot change a posterior), and NOT over a statement that is already
+    negative (refused as degenerate: "but not" applied twice selects the people it excludes)."""
+    helpers = {"atoms": [{"id": "a1", "text": "Trivia"}, {"id": "a2", "text": "{x} likes Trivia"}, {"id": "a3", "text": "{x} likes Sonatas"}],
+               "form": "a2 OR a3"}
+    p = parse_output("orlog", "Who likes Trivia or Sonatas?", _gen(json.dumps(helpers)))
+    assert p.status == "ok" and [a["id"] for a in p.atoms] == ["a2", "a3"] and p.logical_query == '"a2" OR "a3"'
+    unused_only = {"atoms": [{"id": "a1", "text": "Timor Pythons are liked"}], "form": "a1"}
+    assert parse_output("orlog", "q", _gen(json.dumps(unused_only))).status == "fallback"  # a used atom without {x}
+    twice = {"atoms": [{"id": "a1", "text": "{x} likes Bigfin Reef Squids"}, {"id": "a2", "text": "{x} does not like Nebulae"}],
+             "form": "a1 AND NOT a2"}
+    d = parse_output("orlog", "Who likes Bigfin Reef Squids but not Nebulae?", _gen(json.dumps(twice)))
+    assert d.status == "degenerate" and "NOT a2 negates a statement already negative" in d.error and d.logical_query == '"a1"'
+    for text in ("{x} doesn't smoke", "{x} has no children", "{x} never married"):
+        neg = {"atoms": [{"id": "a1", "text": "{x} is a person"}, {"id": "a2", "text": text}], "form": "a1 AND NOT a2"}
+        assert parse_output("orlog", "q", _gen(json.dumps(neg))).status == "degenerate", text
+    kept = {"atoms": [{"id": "a1", "text": "{x} is a person"}, {"id": "a2", "text": "{x} does not smoke"}], "form": "a1 AND a2"}
+    assert parse_output("orlog", "q", _gen(json.dumps(kept))).status == "ok"  # a negative statement, not negated: fine
+    notknot = {"atoms": [{"id": "a1", "text": "{x} is a knot"}, {"id": "a2", "text": "{x} is nothing"}], "form": "a1 AND NOT a2"}
+    assert parse_output("orlog", "q", _gen(json.dumps(notknot))).status == "ok"  # "knot" and "nothing" are no negations
+    self_neg = {"atoms": [{"id": "a1", "text": "{x} flies"}], "form": "a1 AND NOT a1"}
+    assert parse_output("orlog", "q", _gen(json.dumps(self_neg))).status == "degenerate"
+
+
+def test_hand_written_orlog_decompositions_may_negate_a_negative_statement(tmp_path):
+    """A person means what they write: the LLM-only check does not apply to a decompositions file."""
+    from logicrank.pipelines.llm.decompose import read_decompositions
+
+    path = tmp_path / "dec.jsonl"
+    path.write_text(json.dumps({"query_id": "q1", "logical_query": "a1 AND NOT a2",
+                                "atoms": {"a1": "{x} is a person", "a2": "{x} does not smoke"}}) + "\n")
+    row = read_decompositions(str(path), "orlog").to_pylist()[0]
+    assert row["status"] == "ok" and row["logical_query"] == '"a1" AND NOT "a2"'
+
+
 def test_read_form_quotes_atom_ids():
     assert read_form("a1 OR a2 AND a3") == '"a1" OR "a2" AND "a3"'
 
