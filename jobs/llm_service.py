@@ -50,12 +50,6 @@ def engine_threads(cpus_per_actor: float, node_cpus: float, engines_per_node: in
     return max(1, int(cpus_per_actor), int(node_cpus // max(engines_per_node, 1)))
 
 
-def _on_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 class _EngineActor:
     """One engine behind the cache (a Ray actor; heavy imports happen here, on the worker)."""
 
@@ -67,7 +61,8 @@ class _EngineActor:
 
             node = ray.get_runtime_context().get_node_id()
             node_cpus = next((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["NodeID"] == node), cfg.cpus_per_actor)
-            cfg = cfg.model_copy(update={"cpu_threads": engine_threads(cfg.cpus_per_actor, node_cpus, engines_per_node, _on_gpu())})
+            on_gpu = bool(ray.get_gpu_ids())  # (torch is not imported here: the engine sets its threads before it is)
+            cfg = cfg.model_copy(update={"cpu_threads": engine_threads(cfg.cpus_per_actor, node_cpus, engines_per_node, on_gpu)})
         self.threads = cfg.cpu_threads
         self.llm = LocalLLM(cfg, dead=EngineDied)
 
@@ -96,7 +91,13 @@ class _EngineActor:
         return self.llm.requests_in_flight()
 
     def stats(self) -> dict:
-        return {**self.llm.client.stats, "engine_loaded": int(self.llm.client._engine is not None), "engine_threads": self.threads}
+        loaded = self.llm.client._engine is not None
+        threads = self.threads
+        if loaded and self.llm.client.cfg.engine_process == "inline":  # the model runs here: the threads torch has
+            import torch
+
+            threads = torch.get_num_threads()
+        return {**self.llm.client.stats, "engine_loaded": int(loaded), "engine_threads": threads}
 
 
 class LLMService:

@@ -196,6 +196,10 @@ class Engine:
             # context (one document, several statements) share its cache: 59% of the
             # benchmark's prompt tokens come from the prefix cache, 2.6x the prompts/s.
             on_cpu = not torch.cuda.is_available()
+            if on_cpu and self.cfg.cpu_threads is not None:
+                # OpenMP read OMP_NUM_THREADS when torch was loaded, which may have been before configure_vllm_env (Ray
+                # sets it to a worker's CPUs): set the count itself, as vLLM does not with its binding off
+                torch.set_num_threads(self.cfg.cpu_threads)
             dtype = "float32" if self.cfg.dtype == "auto" and on_cpu else self.cfg.dtype
             block_size = self.cfg.block_size or (32 if on_cpu else None)
             t = time.perf_counter()
