@@ -25,7 +25,18 @@ from collections.abc import Callable, Mapping, Sequence
 
 from logicrank.jobs.watchdog import beat
 from logicrank.pipelines.config.settings import LLMConfig
-from logicrank.pipelines.llm.engine import Constraint, EngineDied, Generation, LLMFailed, Truth, describe, prefix_batches
+from logicrank.pipelines.llm.engine import (
+    Constraint,
+    EngineDied,
+    Generation,
+    LLMFailed,
+    PromptTooLong,
+    Truth,
+    describe,
+    over_window,
+    prefix_batches,
+    too_long_message,
+)
 from logicrank.pipelines.llm.prompts import Template
 from logicrank.schemas.errors import UserError, first_line
 
@@ -136,9 +147,20 @@ class LLMService:
         """One Generation per prompt; a prompt the engine fails on gets its exception in its
         slot instead (the caller records it), and the others are kept."""
         kwargs = {"constraint": constraint, "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
-        return self._map("generate", template, values, kwargs, label)
+        over = dict(over_window(str(self.resolved.path), self.cfg, "generate", template, values))
+        if not over:
+            return self._map("generate", template, values, kwargs, label)
+        fit = [i for i in range(len(values)) if i not in over]  # a prompt over the window: its error in its slot, the others sent
+        out = iter(self._map("generate", template, [values[i] for i in fit], kwargs, label))
+        return [PromptTooLong(too_long_message("llm", self.model_id, self.cfg, [(i, over[i])], len(values), None)) if i in over
+                else next(out) for i in range(len(values))]
 
-    def truth(self, template: Template, values: Sequence[Mapping[str, str]], label: str | None = None) -> list[Truth]:
+    def truth(self, template: Template, values: Sequence[Mapping[str, str]], label: str | None = None,
+              keys: Sequence[str] | None = None) -> list[Truth]:
+        """P(True) per prompt; a prompt over the model's window stops the call in one line
+        naming it (its key, where the caller gives ``keys``) before any prompt is sent."""
+        if over := over_window(str(self.resolved.path), self.cfg, "truth", template, values):
+            raise PromptTooLong(too_long_message(label or "llm", self.model_id, self.cfg, over, len(values), keys))
         return self._map("truth", template, values, {}, label)
 
     # ------------------------------------------------------------------ the pool

@@ -414,6 +414,12 @@ class LocalLLM:
 
     def generate(self, template: Template, values: Sequence[Mapping[str, str]], constraint: Constraint | None = None,
                  max_tokens: int = 256, temperature: float = 0.0, seed: int | None = None, label: str | None = None) -> list:
+        over = dict(over_window(self.model_dir, self.cfg, "generate", template, values))
+        if over:
+            fit = [i for i in range(len(values)) if i not in over]
+            out = iter(self.generate(template, [values[i] for i in fit], constraint, max_tokens, temperature, seed, label) if fit else [])
+            return [PromptTooLong(too_long_message("llm", self.model_id, self.cfg, [(i, over[i])], len(values), None)) if i in over
+                    else next(out) for i in range(len(values))]
         kwargs = {"constraint": constraint, "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
         try:
             return self.client.generate(template, values, **kwargs)
@@ -428,7 +434,10 @@ class LocalLLM:
                 out.append(RuntimeError(describe(exc)))
         return out
 
-    def truth(self, template: Template, values: Sequence[Mapping[str, str]], label: str | None = None) -> list[Truth]:
+    def truth(self, template: Template, values: Sequence[Mapping[str, str]], label: str | None = None,
+              keys: Sequence[str] | None = None) -> list[Truth]:
+        if over := over_window(self.model_dir, self.cfg, "truth", template, values):
+            raise PromptTooLong(too_long_message(label or "llm", self.model_id, self.cfg, over, len(values), keys))
         try:
             return self.client.truth(template, values)
         except Exception as exc:
@@ -448,6 +457,37 @@ class LocalLLM:
     def _raise_if_dead(self, exc: Exception) -> None:
         if engine_dead(exc, self.client._engine):
             raise self.dead(describe(exc)) from None  # (the pool records this line as the engine's last error)
+
+
+class PromptTooLong(UserError, ValueError):
+    """A prompt longer than the model's window (``max_model_len``): a truth prompt stops the
+    job in one line naming it; a generation prompt gets this in its slot (an ``error`` row)."""
+
+
+def over_window(model_dir: str, cfg: LLMConfig, task: str, template: Template, values: Sequence[Mapping[str, str]]) -> list[tuple[int, int]]:
+    """(index, tokens) of each prompt that leaves no room for one generated token in the
+    model's window, counted with its tokenizer as the engine sees the prompt (a generation
+    prompt in the chat template where the engine puts it there). Checked before the engine
+    is asked, so one long prompt neither fails its whole batch nor sends the others one by one."""
+    from logicrank.pipelines.llm.prompts import _tokenizer
+
+    tok = _tokenizer(model_dir)
+    texts = [template.render(**v) for v in values]
+    if task == "generate" and cfg.chat and getattr(tok, "chat_template", None):
+        texts = [tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True) for t in texts]
+        counts = [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
+    else:
+        counts = [len(ids) for ids in tok(texts)["input_ids"]]
+    return [(i, n) for i, n in enumerate(counts) if n >= cfg.max_model_len]
+
+
+def too_long_message(where: str, model_id: str, cfg: LLMConfig, over: list[tuple[int, int]], n: int, keys: Sequence[str] | None) -> str:
+    """One line: the first prompt over the window (its key, or its place), its length, how many more."""
+    i, tokens = over[0]
+    name = f"prompt {keys[i]}" if keys else f"prompt {i + 1} of {n}"
+    more = f" (and {len(over) - 1} more)" if len(over) > 1 else ""
+    return (f"{where}: the {name} is {tokens:,} tokens{more}, longer than {model_id}'s window of {cfg.max_model_len:,} "
+            "(max_model_len): cut what it holds (a stage's context or passage tokens) or raise --llm-max-model-len")
 
 
 def prefix_batches(prompts: Sequence[str], size: int) -> list[list[int]]:

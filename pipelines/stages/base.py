@@ -94,7 +94,8 @@ class LLM(Protocol):
 
     - ``generate``: a prompt the engine fails on gets its exception in its slot (the caller
       records it as an ``error`` row) and the other prompts are kept;
-    - ``truth``: a batch that fails raises (scores are never guessed);
+    - ``truth``: a batch that fails raises (scores are never guessed); a prompt longer than the
+      model's window raises before any is sent, one line naming it (by ``keys``, when given);
     - an engine that cannot go on raises :class:`logicrank.schemas.errors.JobFailed` (both calls).
     """
 
@@ -104,7 +105,8 @@ class LLM(Protocol):
     def model_id(self) -> str: ...
     def generate(self, template: Any, values: Sequence[Mapping[str, str]], constraint: Any = None, max_tokens: int = 256,
                  temperature: float = 0.0, seed: int | None = None, label: str | None = None) -> list[Any]: ...
-    def truth(self, template: Any, values: Sequence[Mapping[str, str]], label: str | None = None) -> list[Any]: ...
+    def truth(self, template: Any, values: Sequence[Mapping[str, str]], label: str | None = None,
+              keys: Sequence[str] | None = None) -> list[Any]: ...
 
 
 @dataclass(frozen=True)

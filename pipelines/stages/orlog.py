@@ -119,7 +119,10 @@ class _LLMReranker(Stage):
     def _score(self, ctx: Context, prompts: pd.DataFrame) -> pd.DataFrame:
         """The prompts with the LLM's truth scores (TRUTH_SCORES columns) beside them."""
         values = prompts[["context", "statement"]].fillna({"context": ""}).to_dict("records")
-        res = ctx.llm_service().truth(templates.load("truth"), values, label=self.name)
+        atoms = prompts["atom_id"] if "atom_id" in prompts else [None] * len(prompts)  # (the reasoner's prompts have none)
+        keys = [f"of query {q}, " + (f"document {d}" if isinstance(d, str) else "content-free") + (f", atom {a}" if isinstance(a, str) else "")
+                for q, d, a in zip(prompts["query_id"], prompts["doc_id"], atoms, strict=True)]
+        res = ctx.llm_service().truth(templates.load("truth"), values, label=self.name, keys=keys)
         return prompts.assign(
             p_true=[r.p_true for r in res], logit_true=[r.logit_true for r in res], logit_false=[r.logit_false for r in res],
             exact=[r.exact for r in res], prompt_tokens=[r.prompt_tokens for r in res],

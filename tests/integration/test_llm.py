@@ -307,3 +307,33 @@ def test_an_llm_job_prints_only_its_own_progress_and_summary(tiny_dir, tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stderr.strip() == "", res.stderr
     assert res.stdout.splitlines()[-1].startswith("4 rows {'reasoning'")
+
+
+def test_a_prompt_longer_than_the_window_is_named_not_sent(tiny_cfg, tmp_path):
+    """A truth prompt over max_model_len stops the call in one line naming it (by key) before
+    any prompt reaches the engine; a generation prompt over it gets the error in its slot and
+    the others are generated as they would be alone (no batch failure, no one-by-one retries)."""
+    from logicrank.jobs.llm_service import LLMService
+    from logicrank.jobs.raysession import ray_session
+    from logicrank.pipelines.llm.engine import LocalLLM, PromptTooLong
+    from logicrank.pipelines.llm.prompts import Template
+
+    cfg = tiny_cfg.model_copy(update={"max_model_len": 128})
+    template = Template("probe", "$text")
+    values = [{"text": "a short prompt"}, {"text": "word " * 400}, {"text": "another short one"}]
+    local = LocalLLM(cfg)
+    with pytest.raises(PromptTooLong, match=r"^orlog: the prompt of query q2 is [0-9,]+ tokens, longer than .*window of 128 \(max_model_len\)"):
+        local.truth(template, values, label="orlog", keys=["of query q1", "of query q2", "of query q3"])
+    assert local.client._engine is None  # refused before the engine was started
+    out = local.generate(template, values, max_tokens=4)
+    assert isinstance(out[1], PromptTooLong) and "prompt 2 of 3" in str(out[1])
+    alone = local.generate(template, [values[0], values[2]], max_tokens=4)
+    assert [o.text for o in (out[0], out[2])] == [a.text for a in alone]
+    with ray_session(RAY):
+        service = LLMService(cfg)
+        with pytest.raises(PromptTooLong, match="the prompt 2 of 3 is"):
+            service.truth(template, values)
+        assert service.actors_started == 0  # nothing was sent
+        got = service.generate(template, values, max_tokens=4)
+        assert isinstance(got[1], PromptTooLong) and [g.text for g in (got[0], got[2])] == [a.text for a in alone]
+        service.close()
