@@ -44,6 +44,10 @@ class DecompositionsError(UserError, ValueError):
     """A decompositions table does not cover the queries it is used with."""
 
 
+_FORM_OPERAND = r"(NOT )*\(*(NOT )*a[0-9]+\)*"
+FORM_PATTERN = rf"^\(*{_FORM_OPERAND}( (AND|OR) \(*{_FORM_OPERAND})*$"  # an OrLog form as the schema lets it be decoded
+
+
 def orlog_schema(max_atoms: int = MAX_ATOMS, max_chars: int = 100) -> dict:
     """JSON schema of an OrLog decomposition (ids a1..a99; atoms that mention {x}; the form's characters only)."""
     return {
@@ -65,8 +69,9 @@ def orlog_schema(max_atoms: int = MAX_ATOMS, max_chars: int = 100) -> dict:
                     "additionalProperties": False,
                 },
             },
-            # unbounded (xgrammar ignores maxLength beside a pattern): an over-long output is cut at max_tokens (a fallback)
-            "form": {"type": "string", "pattern": r"^[a-zA-Z0-9 ()]+$"},
+            # atom ids joined by AND / OR, each under any NOTs and brackets: no other word (a real model wrote item
+            # names into its forms, issue 51); parse() checks the brackets; an over-long output is cut at max_tokens
+            "form": {"type": "string", "pattern": FORM_PATTERN},
         },
         "required": ["atoms", "form"],
         "additionalProperties": False,

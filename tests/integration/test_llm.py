@@ -13,7 +13,7 @@ import pytest
 
 from logicrank.pipelines.config.pipelines import DecomposeConfig
 from logicrank.pipelines.llm import prompts
-from logicrank.pipelines.llm.decompose import orlog_schema, parse_output
+from logicrank.pipelines.llm.decompose import FORM_PATTERN, orlog_schema, parse_output
 from logicrank.pipelines.llm.engine import Constraint, Engine, LLMClient
 from logicrank.pipelines.logic.grammar import to_gbnf
 from logicrank.pipelines.logic.query import parse
@@ -55,6 +55,7 @@ def test_json_regex_and_choice_constraints(engine):
         assert set(obj) == {"atoms", "form"} and 1 <= len(obj["atoms"]) <= 3
         assert all(re.fullmatch(r"a[0-9]{1,2}", a["id"]) for a in obj["atoms"])
         assert all(re.fullmatch(r"[^{}]{0,15}\{x\}[^{}]{0,15}", a["text"]) for a in obj["atoms"])  # the placeholder, once
+        assert re.fullmatch(FORM_PATTERN, obj["form"])  # atom ids, AND / OR, NOTs and brackets only
     regex = engine.generate(QUESTIONS[:10], Constraint("regex", "[abc]{3}-[0-9]{2}"), max_tokens=20, temperature=1.0, seed=7)
     assert all(re.fullmatch(r"[abc]{3}-[0-9]{2}", g.text) for g in regex)
     choice = engine.generate(QUESTIONS[:10], Constraint("choice", ["yes", "no"]), max_tokens=5, temperature=1.0, seed=7)
