@@ -2,11 +2,15 @@
 ``TokenF1``, ``Acc``, ``Judge``; case-insensitive, no cutoff).
 
 - ``EM``: exact match after SQuAD's answer normalisation (lower case, no punctuation, no
-  articles a/an/the, single spaces), best over the gold answer and its aliases;
+  articles a/an/the, single spaces), best over the gold answer and its aliases, and over two
+  readings of an answer that opens with a reply word: as written, and without it ("Yes,
+  Michael can prescribe antibiotics." states the gold "Michael can prescribe antibiotics.": a
+  yes/no question answered by an instruct model, RuleBench ULogic's every record);
 - against a multiple-choice gold answer (an option letter, "b" or "(c)": RuleBench's deer and
   theoremQA), every measure but the judge scores the option the prediction chooses
   (:func:`chosen_option`), as SQuAD's normalisation would delete "a" as an article;
-- ``TokenF1``: SQuAD's token F1 on the normalised texts, best over the gold answers;
+- ``TokenF1``: SQuAD's token F1 on the normalised texts, best over the gold answers and the
+  two readings;
 - ``Acc``: contain-match accuracy (LAG's and many RAG papers' "accuracy"): 1 when a
   normalised gold answer or alias is a substring of the normalised prediction;
 - ``Judge``: an LLM judge: one True/False truth prompt per question (``qa_judge`` template)
@@ -92,13 +96,25 @@ def _option_match(prediction: str, gold: Sequence[str]) -> float | None:
     return float(chosen_option(prediction) in letters)
 
 
+_REPLY = re.compile(r"\s*(?:yes|no)\s*[,.:;!]\s*(?=\S)", re.IGNORECASE)  # "Yes, ..." / "No. ..." before a statement
+
+
+def readings(prediction: str) -> list[str]:
+    """The answer as written and, when it opens with "Yes"/"No" and punctuation before more
+    text, that text alone: the reply word answers the question, the statement after it is the
+    answer a sentence-valued gold is compared with (a bare "Yes." is read as written only)."""
+    m = _REPLY.match(prediction)
+    return [prediction, prediction[m.end():]] if m else [prediction]
+
+
 def exact_match(prediction: str, gold: Sequence[str]) -> float:
-    """SQuAD's exact match; against a multiple-choice gold answer (an option letter), the
-    option the prediction chooses (:func:`chosen_option`)."""
+    """SQuAD's exact match, best over the gold answers and the prediction's :func:`readings`;
+    against a multiple-choice gold answer (an option letter), the option the prediction
+    chooses (:func:`chosen_option`)."""
     if (option := _option_match(prediction, gold)) is not None:
         return option
-    p = normalize_answer(prediction)
-    return float(any(p == normalize_answer(g) for g in gold))
+    said = {normalize_answer(r) for r in readings(prediction)}
+    return float(any(normalize_answer(g) in said for g in gold))
 
 
 def token_f1(prediction: str, gold: Sequence[str]) -> float:
@@ -106,14 +122,15 @@ def token_f1(prediction: str, gold: Sequence[str]) -> float:
     against an option letter, the chosen option (0 or 1)."""
     if (option := _option_match(prediction, gold)) is not None:
         return option
-    p = normalize_answer(prediction).split()
     best = 0.0
-    for g in gold:
-        t = normalize_answer(g).split()
-        common = sum((Counter(p) & Counter(t)).values())
-        if common:
-            precision, recall = common / len(p), common / len(t)
-            best = max(best, 2 * precision * recall / (precision + recall))
+    for reading in readings(prediction):
+        p = normalize_answer(reading).split()
+        for g in gold:
+            t = normalize_answer(g).split()
+            common = sum((Counter(p) & Counter(t)).values())
+            if common:
+                precision, recall = common / len(p), common / len(t)
+                best = max(best, 2 * precision * recall / (precision + recall))
     return best
 
 
@@ -133,7 +150,7 @@ class _Spec:
 
 
 REGISTRY: dict[str, _Spec] = {
-    "EM": _Spec(exact_match, "exact match after SQuAD normalisation, best over the gold answer and aliases"),
+    "EM": _Spec(exact_match, "exact match after SQuAD normalisation, best over the gold answer and aliases (a leading Yes/No reply read off too)"),
     "TokenF1": _Spec(token_f1, "SQuAD token F1, best over the gold answer and aliases"),
     "Acc": _Spec(contain_match, "contain-match accuracy: a gold answer or alias is a substring of the normalised prediction"),
     "Judge": _Spec(None, "LLM judge: P(True) > 0.5 on a True/False prompt (needs an LLM)"),

@@ -32,6 +32,20 @@ def test_exact_match_token_f1_and_contain_match():
     assert qa.contain_match("anything", ["the"]) == 0.0  # a gold answer that normalises to nothing matches nothing
 
 
+def test_an_answer_opening_with_yes_or_no_is_also_read_without_it():
+    """What Qwen answered on RuleBench ULogic (issue 51): the reply word, then exactly the gold
+    conclusion; EM was 0.0 in every row, the gold rule's included."""
+    gold = ["Jennifer is not an artist of the 'Winged Victory'."]
+    assert qa.exact_match("No, Jennifer is not an artist of the 'Winged Victory'.", gold) == 1.0
+    assert qa.exact_match("Yes, Michael can prescribe Antibiotics.", ["Michael can prescribe Antibiotics."]) == 1.0
+    assert qa.token_f1("Yes: Michael can prescribe Antibiotics", ["Michael can prescribe Antibiotics."]) == 1.0
+    assert qa.exact_match("No, Jennifer is an artist.", gold) == 0.0  # the statement must still be the gold's
+    assert qa.exact_match("Yes, because it is.", ["yes"]) == 0.0  # a yes/no gold: the reply with more text is no exact match
+    assert qa.exact_match("Yes.", ["yes"]) == 1.0 and qa.exact_match("No", ["no"]) == 1.0  # as written
+    assert qa.exact_match("Yesterday, Michael can prescribe Antibiotics.", ["Michael can prescribe Antibiotics."]) == 0.0
+    assert qa.readings("No") == ["No"] and qa.readings("no, it is") == ["no, it is", "it is"]
+
+
 def test_parse_qa_measures_is_case_insensitive_and_reports_every_bad_name():
     assert qa.parse_qa_measures(["em", "TOKENF1", "acc", "EM"]) == ["EM", "TokenF1", "Acc"]
     with pytest.raises(qa.QAError, match=r"'F1@10', 'bleu'.*valid: EM, TokenF1, Acc, Judge"):
