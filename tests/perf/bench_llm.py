@@ -4,7 +4,9 @@
     .venv/bin/python tests/perf/bench_llm.py --sections decomposition --per-template 10
 
 decomposition  The LLM's ITLR forms for natural-language set-logic questions over LIMIT (exact
-               gold; jobs/experiments/setlogic-llm.yaml), per model (``--models``: the real
+               gold; jobs/experiments/setlogic-llm.yaml), and for ITLR's synthetic benchmark's
+               questions over SciFact text (one per template, pooled judgements, ITLR over
+               dense; jobs/experiments/synthetic-llm.yaml), per model (``--models``: the real
                instruct model, `make models`, and SmolLM2 beside it, the same prompts), on a dev
                split (seed 1: where prompts and examples are designed) and a test split (seed 2,
                questions also in dev removed: only reported). Per split and model: parse rate
@@ -13,6 +15,27 @@ decomposition  The LLM's ITLR forms for natural-language set-logic questions ove
                a conjunct beside its own negation, fallback: unparsed or cut), then P@1 and
                nDCG@10 of ITLR over BM25 with the model's forms, with the gold forms and BM25 on
                the question, overall and per template; seconds per question. LLM cache off.
+truth          Predicate truth scoring where truth is exact (jobs/experiments/setlogic-truth.yaml):
+               (candidate, atom) pairs of set-logic questions over LIMIT, BM25's top 10 people,
+               "{x} likes <item>" true exactly when the item is on the person's like-list; per
+               model and split: ROC AUC and accuracy at 0.5 of P(True) from the LLM and from
+               BM25's calibrated score (no LLM) on the same pairs; OrLog's P@1 and nDCG@10 with
+               each (the gold atoms and form), OrLog with the LLM's own atom decomposition
+               (statuses: ok, degenerate, fallback), the LLM as reasoner, BM25; by template.
+labels         The generation recipe's relevance labels (pipelines/generate/realcorpus.py: the
+               gen_relevance prompt, documents cut to 320 tokens) on SciFact's own test questions,
+               whose qrels give the truth: each sampled question's qrels documents and BM25's top
+               3 (bm25s; unjudged documents count as not relevant, SciFact's convention). Per
+               model: ROC AUC of P(True), the P(True) range, accuracy and F1 at the recipe's 0.5,
+               and a threshold calibrated on half the questions (best F1) and reported on the
+               other half.
+pool           The job's LLM pool (jobs/llm_service.py, its cache off, its default placement) against
+               vLLM's own offline ``LLM.generate`` in one process, the same engine settings and
+               prompts, each after its engine started, per model (``--pool-models``): truth
+               scoring (SciFact abstracts, 4 statements each: a document's prompts share it as
+               a prefix) and ITLR decomposition (set-logic questions, the grammar, greedy).
+               Seconds, prompt and generated tokens per second, prefix-cached prompt tokens;
+               goal: the pool at 0.9x vLLM's speed or better.
 throughput     True/False scoring with SmolLM2 on the same prompts (SciFact abstract as context,
                then a statement about it):
   ray      truth() through the job's LLM service (jobs/llm_service.py): one actor, one vLLM engine, batched,
@@ -36,6 +59,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -75,10 +99,18 @@ def _startup(cfg: LLMConfig) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sections", default="decomposition,throughput", help="comma-separated: decomposition, throughput")
+    ap.add_argument("--sections", default="decomposition,truth,labels,pool,throughput",
+                    help="comma-separated: decomposition, truth, labels, pool, throughput")
     ap.add_argument("--models", default="qwen2.5-coder-1.5b-instruct,smollm2-135m-instruct", help="decomposition: registered models or checkpoints")
     ap.add_argument("--per-template", type=int, default=10, help="decomposition: questions per template and split (7 templates)")
-    ap.add_argument("--splits", default="dev,test", help="decomposition: dev (seed 1), test (seed 2)")
+    ap.add_argument("--splits", default="dev,test", help="decomposition, truth: dev (seed 1), test (seed 2)")
+    ap.add_argument("--no-synthetic", dest="synthetic", action="store_false",
+                    help="decomposition: skip ITLR's synthetic benchmark (jobs/experiments/synthetic-llm.yaml)")
+    ap.add_argument("--truth-per-template", type=int, default=3, help="truth: questions per template and split (7 templates)")
+    ap.add_argument("--label-questions", type=int, default=24, help="labels: SciFact test questions (half calibrate, half report)")
+    ap.add_argument("--pool-models", default="smollm2-135m-instruct,qwen2.5-coder-1.5b-instruct", help="pool: registered models or checkpoints")
+    ap.add_argument("--pool-docs", type=int, default=32, help="pool: SciFact documents (x 4 statements) for truth scoring")
+    ap.add_argument("--pool-questions", type=int, default=4, help="pool: set-logic questions per template (7 templates) to decompose")
     ap.add_argument("--docs", type=int, default=128, help="throughput: documents (x 4 statements)")
     ap.add_argument("--hf-prompts", type=int, default=64, help="throughput: pairs scored by the per-pair transformers loop")
     ap.add_argument("--no-compiled", action="store_true", help="throughput: skip the compiled start-up (minutes on CPU)")
@@ -86,11 +118,17 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     sections = [x.strip() for x in args.sections.split(",") if x.strip()]
-    unknown = set(sections) - {"decomposition", "throughput"}
+    unknown = set(sections) - {"decomposition", "truth", "labels", "pool", "throughput"}
     if unknown:
-        raise SystemExit(f"bench_llm: unknown section(s) {sorted(unknown)}; choose from decomposition, throughput")
+        raise SystemExit(f"bench_llm: unknown section(s) {sorted(unknown)}; choose from decomposition, truth, labels, pool, throughput")
     if "decomposition" in sections:
         decomposition(args)
+    if "truth" in sections:
+        truth(args)
+    if "labels" in sections:
+        labels(args)
+    if "pool" in sections:
+        pool(args)
     if "throughput" in sections:
         throughput(args)
 
@@ -131,27 +169,41 @@ def form_figures(decompositions: pa.Table, gold: dict[str, str]) -> dict:
                          for r in rows if r["status"] != "ok"][:5]}
 
 
-def decomposition(args) -> None:
-    from logicrank.jobs.experiment import run_experiment
-    from logicrank.pipelines.experiment import load, override
+def split_questions(out: Path, splits: list[str], per_template: int) -> dict[str, list[dict]]:
+    """Each split's set-logic questions (seed per split); the test split without any question
+    text also in dev (only reported, never designed on)."""
     from logicrank.pipelines.files import read_jsonl
     from logicrank.pipelines.generate.setlogic import generate
 
-    out = Path(args.out) / "bench_llm_decomposition"
-    splits = [x.strip() for x in args.splits.split(",") if x.strip()]
     questions = {}
     for split in splits:
-        generate(out / f"setlogic-{split}", args.per_template, SPLITS[split])
+        generate(out / f"setlogic-{split}", per_template, SPLITS[split])
         questions[split] = [r for _, r in read_jsonl(out / f"setlogic-{split}" / "queries.jsonl", "queries", ValueError)]
-    dev_texts = {q["text"] for q in questions.get("dev", [])}
-    kept = {split: [q for q in qs if split == "dev" or q["text"] not in dev_texts] for split, qs in questions.items()}
-    result: dict = {"per_template": args.per_template, "splits": {s: {"seed": SPLITS[s], "questions": len(kept[s]),
-                                                                      "dropped_as_in_dev": len(questions[s]) - len(kept[s])} for s in splits},
+    if "test" in splits:  # dev's texts, drawn with its seed even when dev itself is not run
+        generate(out / "setlogic-dev", per_template, SPLITS["dev"])
+        dev = {r["text"] for _, r in read_jsonl(out / "setlogic-dev" / "queries.jsonl", "queries", ValueError)}
+        questions["test"] = [q for q in questions["test"] if q["text"] not in dev]
+    return questions
+
+
+def decomposition(args) -> None:
+    from logicrank.jobs.experiment import run_experiment
+    from logicrank.pipelines.experiment import load, override
+
+    out = Path(args.out) / "bench_llm_decomposition"
+    splits = [x.strip() for x in args.splits.split(",") if x.strip()]
+    kept = split_questions(out, splits, args.per_template)
+    result: dict = {"per_template": args.per_template, "splits": {s: {"seed": SPLITS[s], "questions": len(kept[s])} for s in splits},
                     "rows": []}
+    from logicrank.pipelines.files import read_jsonl
+
+    cases = [(split, "setlogic-llm", {"dataset.setlogic": {"per_template": args.per_template, "seed": SPLITS[split]},
+                                      "dataset.query_ids": [q["_id"] for q in kept[split]]}, "bm25") for split in splits]
+    if args.synthetic:  # ITLR's synthetic benchmark over SciFact text, one question per template, against dense on the question
+        cases.append(("synthetic", "synthetic-llm", {}, "dense"))
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
-        for split in splits:
-            exp = override(load("setlogic-llm"), {"dataset.setlogic": {"per_template": args.per_template, "seed": SPLITS[split]},
-                                                  "dataset.query_ids": [q["_id"] for q in kept[split]]})
+        for split, name, changes, question_run in cases:
+            exp = override(load(name), changes) if changes else load(name)
             where = out / f"{model.replace('/', '_')}-{split}"
             t = time.perf_counter()
             res = run_experiment(exp, where, llm=LLMConfig(model=model, cache=None), ray=RayConfig(num_cpus=len(os.sched_getaffinity(0))),
@@ -160,28 +212,289 @@ def decomposition(args) -> None:
             [path] = list((where / "retrieve").rglob("decompositions/itlr-llm.parquet")) or [None]
             if path is None:
                 raise SystemExit(f"bench_llm: no decompositions table under {where / 'retrieve'}")
-            gold = {q["_id"]: q["logical_query"] for q in kept[split]}
+            gold = {str(q["_id"]): q["logical_query"] for _, q in read_jsonl(where / "data" / "queries.jsonl", "queries", ValueError)}
             forms = form_figures(pq.read_table(path), gold)
             summary = res.summary
-            by_template = res.groups.get("template")
+            by_template = res.groups.get("template") if "template" in res.groups else res.groups.get("negations")
             timings = json.loads((where / "retrieve" / "manifest.json").read_text())["timings_s"]
             stage_s = sum(v for key, v in timings.items() if key.startswith("decomposition:"))
-            row = {"model": model, "split": split, **forms, "seconds": seconds, "decomposition_s": stage_s,
+            row = {"model": model, "split": split, "question_run": question_run, **forms, "seconds": seconds, "decomposition_s": stage_s,
                    "runs": {rid: {m: float(summary.loc[rid, m]) for m in summary.columns} for rid in summary.index},
                    "by_template": None if by_template is None else by_template.reset_index().to_dict(orient="records")}
             result["rows"].append(row)
             print(json.dumps({k: v for k, v in row.items() if k not in ("by_template",)}, indent=1), flush=True)
-    lines = [f"# LLM decomposition into ITLR forms: LIMIT set-logic, {args.per_template} per template and split", ""]
+    lines = [f"# LLM decomposition into ITLR forms: LIMIT set-logic, {args.per_template} per template and split"
+             + ("; ITLR's synthetic benchmark, one question per template" if args.synthetic else ""), ""]
     lines += markdown.table(
-        ["model", "split", "questions", "parse rate", "form accuracy", "ok / degenerate / fallback", "P@1 llm", "P@1 gold", "P@1 bm25",
-         "nDCG@10 llm", "nDCG@10 gold", "nDCG@10 bm25", "decomposition s"],
+        ["model", "split", "questions", "parse rate", "form accuracy", "ok / degenerate / fallback", "P@1 llm", "P@1 gold",
+         "P@1 question (bm25 / dense)", "nDCG@10 llm", "nDCG@10 gold", "nDCG@10 question", "decomposition s"],
         [[r["model"], r["split"], str(r["questions"]), f"{r['parse_rate']:.2f}", f"{r['form_accuracy']:.2f}",
           " / ".join(str(r["status"].get(k, 0)) for k in ("ok", "degenerate", "fallback")),
-          *(f"{r['runs'][rid]['P@1']:.3f}" for rid in ("itlr-llm", "itlr-gold", "bm25")),
-          *(f"{r['runs'][rid]['nDCG@10']:.3f}" for rid in ("itlr-llm", "itlr-gold", "bm25")),
+          *(f"{r['runs'][rid]['P@1']:.3f}" for rid in ("itlr-llm", "itlr-gold", r["question_run"])),
+          *(f"{r['runs'][rid]['nDCG@10']:.3f}" for rid in ("itlr-llm", "itlr-gold", r["question_run"])),
           f"{r['decomposition_s']:.0f}"] for r in result["rows"]],
         align="llrrrrrrrrrrr")
     write_report(args.out, "bench_llm_decomposition", result, lines)
+
+
+def roc_auc(scores, labels) -> float | None:
+    """P(a true pair scores above a false one), ties counting half (Mann-Whitney U); None
+    without both classes."""
+    from scipy.stats import rankdata
+
+    scores, labels = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
+    pos, neg = int(labels.sum()), int((~labels).sum())
+    if not pos or not neg:
+        return None
+    return float((rankdata(scores)[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def pair_truth(scores: pa.Table, data: Path) -> pd.DataFrame:
+    """The predicate scores of gold atoms ("{x} likes <item>") with their exact truth: the item
+    is on the candidate's like-list (the set-logic corpus, verbatim LIMIT)."""
+    from logicrank.pipelines.files import read_jsonl
+    from logicrank.pipelines.generate.setlogic import parse_likes
+
+    likes = {d["_id"]: set(parse_likes(d["title"], d["text"])) for _, d in read_jsonl(data / "corpus.jsonl", "corpus", ValueError)}
+    df = scores.to_pandas()
+    items = df["atom"].str.removeprefix("{x} likes ")
+    if (items == df["atom"]).any():
+        raise SystemExit(f"bench_llm: an atom that is not '{{x}} likes <item>': {df['atom'][items == df['atom']].iloc[0]!r}")
+    return df.assign(true=[item in likes[d] for d, item in zip(df["doc_id"], items, strict=True)])
+
+
+TRUTH_RUNS = ("orlog-llm", "orlog-llm-atoms", "orlog-bm25", "reasoner", "bm25")
+
+
+def truth(args) -> None:
+    from collections import Counter
+
+    from logicrank.jobs.experiment import run_experiment
+    from logicrank.pipelines.experiment import load, override
+
+    out = Path(args.out) / "bench_llm_truth"
+    splits = [x.strip() for x in args.splits.split(",") if x.strip()]
+    kept = split_questions(out, splits, args.truth_per_template)
+    result: dict = {"per_template": args.truth_per_template, "depth": 10,
+                    "splits": {s: {"seed": SPLITS[s], "questions": len(kept[s])} for s in splits}, "rows": []}
+    for model in [m.strip() for m in args.models.split(",") if m.strip()]:
+        for split in splits:
+            exp = override(load("setlogic-truth"), {"dataset.setlogic": {"per_template": args.truth_per_template, "seed": SPLITS[split]},
+                                                    "dataset.query_ids": [q["_id"] for q in kept[split]]})
+            where = out / f"{model.replace('/', '_')}-{split}"
+            t = time.perf_counter()
+            res = run_experiment(exp, where, llm=LLMConfig(model=model, cache=None), ray=RayConfig(num_cpus=len(os.sched_getaffinity(0))),
+                                 progress=False)
+            seconds = time.perf_counter() - t
+            pairs = {}
+            for rid, scorer in (("orlog-llm", "llm"), ("orlog-bm25", "bm25")):
+                df = pair_truth(pq.read_table(where / "retrieve" / "predicate_scores" / f"{rid}.parquet"), where / "data")
+                pairs[scorer] = {"pairs": len(df), "true": int(df["true"].sum()), "auc": roc_auc(df["p_true"], df["true"]),
+                                 "accuracy_at_0.5": float(((df["p_true"] > 0.5) == df["true"]).mean())}
+            atoms = pq.read_table(where / "retrieve" / "decompositions" / "orlog-llm-atoms.parquet").to_pylist()
+            timings = json.loads((where / "retrieve" / "manifest.json").read_text())["timings_s"]
+            by_template = res.groups.get("template")
+            row = {"model": model, "split": split, "questions": len(kept[split]), "seconds": seconds, "pairs": pairs,
+                   "atoms_status": dict(Counter(r["status"] for r in atoms)),
+                   "atoms_examples": [{"query_id": r["query_id"], "status": r["status"], "raw_output": r["raw_output"], "error": r["error"]}
+                                      for r in atoms if r["status"] != "ok"][:5],
+                   "runs": {rid: {m: float(res.summary.loc[rid, m]) for m in res.summary.columns} for rid in res.summary.index},
+                   "by_template": None if by_template is None else by_template.reset_index().to_dict(orient="records"),
+                   "stage_s": {k: v for k, v in timings.items() if k.split(":")[0] in ("orlog", "reasoner", "decomposition")}}
+            result["rows"].append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "by_template"}, indent=1), flush=True)
+    lines = [f"# LLM truth scoring: LIMIT set-logic, {args.truth_per_template} per template and split, BM25's top 10", ""]
+    lines += markdown.table(
+        ["model", "split", "questions", "pairs (true)", "AUC llm", "AUC bm25", "acc@0.5 llm", "acc@0.5 bm25",
+         *(f"P@1 {rid}" for rid in TRUTH_RUNS), "atoms ok / degenerate / fallback", "seconds"],
+        [[r["model"], r["split"], str(r["questions"]), f"{r['pairs']['llm']['pairs']} ({r['pairs']['llm']['true']})",
+          *(f"{r['pairs'][s]['auc']:.3f}" if r["pairs"][s]["auc"] is not None else "-" for s in ("llm", "bm25")),
+          *(f"{r['pairs'][s]['accuracy_at_0.5']:.3f}" for s in ("llm", "bm25")),
+          *(f"{r['runs'][rid]['P@1']:.3f}" for rid in TRUTH_RUNS),
+          " / ".join(str(r["atoms_status"].get(k, 0)) for k in ("ok", "degenerate", "fallback")), f"{r['seconds']:.0f}"]
+         for r in result["rows"]],
+        align="llrrrrrrrrrrrrr")
+    for r in result["rows"]:
+        if r["by_template"]:
+            p1 = pd.DataFrame(r["by_template"]).pivot_table(index="template", columns="run_id", values="P@1", sort=False)
+            n = pd.DataFrame(r["by_template"]).groupby("template", sort=False)["queries"].max()
+            lines += ["", f"## {r['model']}, {r['split']}: P@1 by template", ""]
+            lines += markdown.table(["template", "questions", *TRUTH_RUNS],
+                                    [[t, str(n[t]), *(f"{p1.loc[t, rid]:.3f}" for rid in TRUTH_RUNS)] for t in p1.index],
+                                    align="lr" + "r" * len(TRUTH_RUNS))
+    write_report(args.out, "bench_llm_truth", result, lines)
+
+
+def label_pairs(n_questions: int, depth: int = 3, seed: int = 0) -> pd.DataFrame:
+    """(question, document, relevant) pairs on SciFact's test questions: each sampled
+    question's qrels documents and BM25's top ``depth``; half the questions (``half``) calibrate."""
+    import random
+
+    import bm25s
+
+    from logicrank.pipelines.files import read_jsonl
+    from logicrank.pipelines.io import read_qrels
+
+    data = scifact()
+    docs = {}
+    with gzip.open(data.corpus, "rt", encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            docs[d["_id"]] = f"{d.get('title') or ''}. {d['text']}".strip(". ")
+    qrels = read_qrels(data.qrels).to_pandas()
+    relevant = qrels[qrels["relevance"] > 0].groupby("query_id")["doc_id"].apply(set).to_dict()
+    questions = {str(r["_id"]): r["text"] for _, r in read_jsonl(data.queries, "queries", ValueError) if str(r["_id"]) in relevant}
+    chosen = random.Random(seed).sample(sorted(questions), min(n_questions, len(questions)))
+    ids = list(docs)
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize([docs[d] for d in ids], stopwords="en", show_progress=False), show_progress=False)
+    hits, _ = retriever.retrieve(bm25s.tokenize([questions[q] for q in chosen], stopwords="en", show_progress=False), k=depth,
+                                 show_progress=False)
+    rows = []
+    for n, (q, top) in enumerate(zip(chosen, hits, strict=True)):
+        for d in sorted(relevant[q] | {ids[i] for i in top}):
+            rows.append({"query_id": q, "question": questions[q], "doc_id": d, "document": docs[d], "relevant": d in relevant[q],
+                         "half": "calibrate" if n % 2 == 0 else "report"})
+    return pd.DataFrame(rows)
+
+
+def _f1(pred, gold) -> float:
+    tp = int((pred & gold).sum())
+    return 2 * tp / max(int(pred.sum()) + int(gold.sum()), 1)
+
+
+def labels(args) -> None:
+    from logicrank.jobs.llm_service import LLMService
+    from logicrank.jobs.raysession import ray_session
+
+    pairs = label_pairs(args.label_questions)
+    template = prompts.load("gen_relevance")
+    cpus = len(os.sched_getaffinity(0))
+    rows = []
+    for model in [m.strip() for m in args.models.split(",") if m.strip()]:
+        cfg = LLMConfig(model=model, cache=None)
+        resolved = resolve(cfg.model)
+        cut = prompts.cut_to_tokens(str(resolved.path), dict(zip(pairs["doc_id"], pairs["document"], strict=True)), 320)  # the recipe's document_tokens
+        t = time.perf_counter()
+        with ray_session(RayConfig(num_cpus=cpus)):
+            service = LLMService(cfg)
+            res = service.truth(template, [{"document": cut[d], "question": q} for d, q in zip(pairs["doc_id"], pairs["question"], strict=True)])
+            service.close()
+        seconds = time.perf_counter() - t
+        df = pairs.assign(p_true=[r.p_true for r in res])
+        cal, rep = df[df["half"] == "calibrate"], df[df["half"] == "report"]
+        grid = sorted(set(cal["p_true"]))
+        best = max(grid, key=lambda th: (_f1(cal["p_true"].to_numpy() >= th, cal["relevant"].to_numpy()), -th))
+        gold = rep["relevant"].to_numpy()
+        row = {"model": resolved.model_id, "questions": int(df["query_id"].nunique()), "pairs": len(df), "relevant": int(df["relevant"].sum()),
+               "auc": roc_auc(df["p_true"], df["relevant"]), "p_true_min": float(df["p_true"].min()),
+               "p_true_median": float(df["p_true"].median()), "p_true_max": float(df["p_true"].max()),
+               "judged_relevant_at_0.5": int((df["p_true"] >= 0.5).sum()), "threshold": float(best), "seconds": seconds,
+               "report_pairs": len(rep), "report_relevant": int(gold.sum())}
+        for name, th in (("0.5", 0.5), ("calibrated", best)):
+            pred = rep["p_true"].to_numpy() >= th
+            row[f"report_accuracy_{name}"] = float((pred == gold).mean())
+            row[f"report_f1_{name}"] = _f1(pred, gold)
+        rows.append(row)
+        print(json.dumps(row, indent=1), flush=True)
+    lines = [f"# Relevance labels against SciFact's qrels ({args.label_questions} test questions: qrels documents + BM25's top 3)", ""]
+    lines += markdown.table(
+        ["model", "pairs (relevant)", "AUC", "P(True) min / median / max", "relevant at 0.5", "calibrated threshold",
+         "acc 0.5 / calibrated", "F1 0.5 / calibrated", "seconds"],
+        [[r["model"], f"{r['pairs']} ({r['relevant']})", f"{r['auc']:.3f}",
+          f"{r['p_true_min']:.2f} / {r['p_true_median']:.2f} / {r['p_true_max']:.2f}", str(r["judged_relevant_at_0.5"]), f"{r['threshold']:.3f}",
+          f"{r['report_accuracy_0.5']:.3f} / {r['report_accuracy_calibrated']:.3f}", f"{r['report_f1_0.5']:.3f} / {r['report_f1_calibrated']:.3f}",
+          f"{r['seconds']:.0f}"] for r in rows],
+        align="lrrrrrrrr")
+    lines += ["", "Threshold: best F1 on the calibrating half of the questions; accuracy and F1 on the other half."]
+    write_report(args.out, "bench_llm_labels", {"rows": rows, "questions": args.label_questions}, lines)
+
+
+def _rates(seconds: float, results) -> dict:
+    prompt = sum(r.prompt_tokens for r in results)
+    generated = sum(getattr(r, "generated_tokens", 1) for r in results)  # a truth prompt: one forward pass, no decoding
+    return {"seconds": seconds, "prompts": len(results), "prompt_tokens": prompt, "generated_tokens": generated,
+            "cached_prompt_tokens": sum(r.cached_prompt_tokens for r in results),
+            "prompt_tokens_per_s": prompt / seconds, "generated_tokens_per_s": generated / seconds}
+
+
+def pool(args) -> None:
+    """The pool against bare vLLM, per model and task (module docstring)."""
+    from logicrank.jobs.llm_service import LLMService
+    from logicrank.jobs.raysession import ray_session
+    from logicrank.pipelines.llm.engine import Constraint, Engine, label_logits, p_true
+    from logicrank.pipelines.logic.grammar import to_gbnf
+
+    out = Path(args.out) / "bench_llm_pool"
+    questions = split_questions(out, ["dev"], args.pool_questions)["dev"]
+    table = truth_prompts(args.pool_docs)
+    truth_values = [{"context": c, "statement": s} for c, s in zip(table.column("context").to_pylist(), table.column("statement").to_pylist(), strict=True)]
+    decompose_values = [{"question": q["text"]} for q in questions]
+    truth_t, decompose_t = prompts.load("truth"), prompts.load("itlr_decompose")
+    grammar = Constraint("grammar", to_gbnf(None))
+    max_tokens = 96  # jobs/experiments/setlogic-llm.yaml's
+    cpus = len(os.sched_getaffinity(0))
+    rows = []
+    for model in [m.strip() for m in args.pool_models.split(",") if m.strip()]:
+        cfg = LLMConfig(model=model, cache=None)
+        resolved = resolve(cfg.model)
+        row: dict = {"model": resolved.model_id, "truth_prompts": len(truth_values), "decompositions": len(decompose_values)}
+        with ray_session(RayConfig(num_cpus=cpus)):
+            service = LLMService(cfg)
+            service.truth(truth_t, truth_values[:1])  # the engine started (not timed: both sides start theirs untimed)
+            t = time.perf_counter()
+            pool_truth = service.truth(truth_t, truth_values)
+            row["pool_truth"] = _rates(time.perf_counter() - t, pool_truth)
+            t = time.perf_counter()
+            pool_gen = service.generate(decompose_t, decompose_values, constraint=grammar, max_tokens=max_tokens)
+            row["pool_decompose"] = _rates(time.perf_counter() - t, pool_gen)
+            row["pool"] = service.close()
+        engine = Engine(cfg.model_copy(update={"model": str(resolved.path)}), resolved).start()
+        from vllm import SamplingParams  # after the engine set vLLM's environment (configure_vllm_env)
+
+        llm = engine.llm
+        texts = [truth_t.render(**v) for v in truth_values]
+        llm.generate(texts[:1], SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False)
+        t = time.perf_counter()
+        truth_outs = llm.generate(texts, SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=list(engine.label_ids)), use_tqdm=False)
+        bare_s = time.perf_counter() - t
+        bare_truth = [type("R", (), {"prompt_tokens": len(o.prompt_token_ids), "cached_prompt_tokens": int(o.num_cached_tokens or 0),
+                                     "generated_tokens": 1})() for o in truth_outs]
+        row["bare_truth"] = _rates(bare_s, bare_truth)
+        chats = [engine.wrap(decompose_t.render(**v)) for v in decompose_values]
+        t = time.perf_counter()
+        outs = llm.generate(chats, SamplingParams(max_tokens=max_tokens, temperature=0.0, structured_outputs=grammar.to_vllm()), use_tqdm=False)
+        bare_s = time.perf_counter() - t
+        bare_gen = [type("R", (), {"prompt_tokens": len(o.prompt_token_ids), "cached_prompt_tokens": int(o.num_cached_tokens or 0),
+                                   "generated_tokens": len(o.outputs[0].token_ids)})() for o in outs]
+        row["bare_decompose"] = _rates(bare_s, bare_gen)
+        row["same_decompositions"] = sum(g.text == o.outputs[0].text for g, o in zip(pool_gen, outs, strict=True))
+        diffs = []  # the pool's P(True) against the same prompts' label logits from vLLM here
+        for r, o in zip(pool_truth, truth_outs, strict=True):
+            zt, zf, _ = label_logits({tid: lp.logprob for tid, lp in o.outputs[0].logprobs[0].items()}, engine.label_ids)
+            diffs.append(abs(r.p_true - p_true(zt, zf)))
+        row["max_abs_p_true_diff"] = float(max(diffs))
+        for task in ("truth", "decompose"):
+            row[f"ratio_{task}"] = row[f"bare_{task}"]["seconds"] / row[f"pool_{task}"]["seconds"]  # the pool's speed over vLLM's
+        del llm, engine
+        import gc
+
+        gc.collect()
+        rows.append(row)
+        print(json.dumps(row, indent=1), flush=True)
+    lines = [f"# The LLM pool against vLLM's own LLM.generate ({cpus} CPUs; each after its engine started; one run)", ""]
+    lines += markdown.table(
+        ["model", "task", "prompts", "pool s", "vLLM s", "pool / vLLM speed (goal >= 0.9)", "prompt tok/s pool", "prompt tok/s vLLM",
+         "generated tok/s pool", "generated tok/s vLLM", "prefix-cached prompt tokens pool / vLLM"],
+        [[r["model"], task, str(r[f"pool_{task}"]["prompts"]), f"{r[f'pool_{task}']['seconds']:.1f}", f"{r[f'bare_{task}']['seconds']:.1f}",
+          f"{r[f'ratio_{task}']:.2f}", *(f"{r[f'{side}_{task}'][k]:.0f}" for k in ("prompt_tokens_per_s",) for side in ("pool", "bare")),
+          *(f"{r[f'{side}_{task}']['generated_tokens_per_s']:.1f}" for side in ("pool", "bare")),
+          f"{r[f'pool_{task}']['cached_prompt_tokens']} / {r[f'bare_{task}']['cached_prompt_tokens']}"]
+         for r in rows for task in ("truth", "decompose")],
+        align="llrrrrrrrrr")
+    lines += ["", "Same outputs: " + "; ".join(f"{r['model']}: {r['same_decompositions']} of {r['decompositions']} decompositions equal, "
+                                               f"max |P(True) pool - vLLM| {r['max_abs_p_true_diff']:.1e}" for r in rows)]
+    write_report(args.out, "bench_llm_pool", {"rows": rows, "cpus": cpus}, lines)
 
 
 def throughput(args) -> None:
