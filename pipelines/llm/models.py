@@ -222,14 +222,20 @@ def _move_into_place(tmp: Path, target: Path) -> None:
 def _convert_gguf(source: Path, spec: Packaged, out: Path) -> None:
     """De-quantise a GGUF into a plain checkpoint of its own architecture (Llama, Qwen2) and the
     registered dtype: drop the quantization config, reload into a fresh model, save."""
+    import functools
+    from unittest import mock
+
     import torch
+    from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # quiet by default: the job says it is preparing the model
     dtype = getattr(torch, spec.dtype)
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=dtype)
+    # the GGUF reader draws its own tqdm bar, which the setting above does not reach
+    with mock.patch("transformers.modeling_gguf_pytorch_utils.tqdm", functools.partial(tqdm, disable=True)):
+        loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=dtype)
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the weights are loaded as plain floats
