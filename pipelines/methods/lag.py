@@ -170,8 +170,14 @@ def answer_regex(words: int) -> str:
     return rf"[^\s]+(?: [^\s]+){{0,{words - 1}}}"
 
 
-def decompose_schema(max_items: int) -> dict:
-    return {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": max_items}
+_JSON_STRING = r'"(?:[^"\\\n]|\\.)+"'  # a non-empty JSON string on one line, escapes kept
+
+
+def decompose_regex(max_items: int) -> str:
+    """A JSON list of 1 to ``max_items`` non-empty strings, whitespace allowed between them: a
+    real model lays its list out over lines, and under compact JSON (no whitespace) Qwen wrote
+    ``[",",",",",",","]`` for every question (issue 51)."""
+    return rf"\[\s*{_JSON_STRING}(?:\s*,\s*{_JSON_STRING}){{0,{max_items - 1}}}\s*\]"
 
 
 # ------------------------------------------------------------------------------ chains
@@ -240,7 +246,7 @@ def plan(llm, query_ids: Sequence[str], questions: Sequence[str], s: LagOptions,
     chains = []
     if s.plan == "llm":
         template = prompts.load(DECOMPOSE_TEMPLATE)
-        gens = llm.generate(template, [{"question": " ".join(q.split())} for q in questions], Constraint("json", decompose_schema(s.max_sub_questions)),
+        gens = llm.generate(template, [{"question": " ".join(q.split())} for q in questions], Constraint("regex", decompose_regex(s.max_sub_questions)),
                             s.decompose_tokens, s.temperature, None, label="lag:decompose")
         unusable = []
         for qid, q, gen in zip(query_ids, questions, gens, strict=True):
