@@ -81,7 +81,7 @@ def test_llm_judge_asks_one_truth_prompt_per_non_blank_answer():
         def __init__(self):
             self.values = []
 
-        def truth(self, template, values, label=None):
+        def truth(self, template, values, label=None, keys=None):
             self.values += values
             return [type("T", (), {"p_true": 0.9 if v["prediction"] == "Ann" else 0.2})() for v in values]
 

@@ -154,7 +154,7 @@ class _ScriptedTruth:
         self.model_id = "scripted"
         self.sent: list[str] = []
 
-    def truth(self, template, values, label=None):
+    def truth(self, template, values, label=None, keys=None):
         texts = [template.render(**v) for v in values]
         self.sent += texts
         out = []
