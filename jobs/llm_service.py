@@ -19,6 +19,7 @@ GPUs, 0 without), ``resources``, ``batch_rows``.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
@@ -73,9 +74,10 @@ class _EngineActor:
             node = ray.get_runtime_context().get_node_id()
             node_cpus = next((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["NodeID"] == node), cfg.cpus_per_actor)
             on_gpu = bool(ray.get_gpu_ids())  # (torch is not imported here: the engine sets its threads before it is)
-            cfg = cfg.model_copy(update={"cpu_threads": engine_threads(cfg.cpus_per_actor, node_cpus, engines_per_node, on_gpu)})
+            threads = engine_threads(cfg.cpus_per_actor, node_cpus, engines_per_node, on_gpu)
+            cfg = cfg.model_copy(update={"cpu_threads": min(threads, max(len(os.sched_getaffinity(0)), int(cfg.cpus_per_actor), 1))})
         self.threads = cfg.cpu_threads
-        self.llm = LocalLLM(cfg, dead=EngineDied)
+        self.llm = LocalLLM(cfg, dead=EngineDied, check_window=False)  # the service checks every prompt's length before sending it
 
     def ready(self) -> str:
         """This actor process's Ray worker id: a restarted actor answers with a new one."""
@@ -108,7 +110,7 @@ class _EngineActor:
             import torch
 
             threads = torch.get_num_threads()
-        return {**self.llm.client.stats, "engine_loaded": int(loaded), "engine_threads": threads}
+        return {**self.llm.client.stats, "engine_loaded": int(loaded), "engine_threads": threads if loaded else 0}
 
 
 class LLMService:
@@ -134,6 +136,7 @@ class LLMService:
         self.pools = 0  # times the pool was started: 1 per job unless released to make room (see release)
         self._pool_first = 0
         self._totals: Counter = Counter()
+        self._threads = 0  # the most threads an engine of this service ran
 
     @property
     def model_id(self) -> str:
@@ -152,7 +155,7 @@ class LLMService:
             return self._map("generate", template, values, kwargs, label)
         fit = [i for i in range(len(values)) if i not in over]  # a prompt over the window: its error in its slot, the others sent
         out = iter(self._map("generate", template, [values[i] for i in fit], kwargs, label))
-        return [PromptTooLong(too_long_message("llm", self.model_id, self.cfg, [(i, over[i])], len(values), None)) if i in over
+        return [PromptTooLong(too_long_message(label or "llm", self.model_id, self.cfg, [(i, over[i])], len(values), None)) if i in over
                 else next(out) for i in range(len(values))]
 
     def truth(self, template: Template, values: Sequence[Mapping[str, str]], label: str | None = None,
@@ -178,7 +181,8 @@ class LLMService:
             num_cpus=self.cfg.cpus_per_actor, num_gpus=self._gpus(ray) or None, resources=dict(self.cfg.resources) or None,
             scheduling_strategy="SPREAD", max_restarts=-1, max_task_retries=0,
         )
-        nodes = sum(1 for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) >= self.cfg.cpus_per_actor) or 1
+        wanted = {"CPU": self.cfg.cpus_per_actor, **dict(self.cfg.resources)}  # the nodes an engine actor can be placed on
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive") and all(n["Resources"].get(k, 0) >= v for k, v in wanted.items())) or 1
         actor = remote.remote(self.cfg, -(-self.cfg.actors // nodes))  # SPREAD: engines per node, at most
         self._actors.append(actor)
         self._ready[actor] = False
@@ -380,7 +384,9 @@ class LLMService:
             answered, _ = ray.wait(asks, num_returns=len(asks), timeout=10.0)  # all at once: a hung actor costs 10 s, not each
             for ref in answered:
                 with contextlib.suppress(RayError):  # a lost actor's counts are lost with it
-                    self._totals.update(ray.get(ref))
+                    stats = ray.get(ref)
+                    self._threads = max(self._threads, stats.pop("engine_threads", 0))  # per engine, not summed over engines or pools
+                    self._totals.update(stats)
             for actor in self._actors:
                 ray.kill(actor)
             self._actors.clear()
@@ -404,5 +410,5 @@ class LLMService:
         return {
             "model": self.model_id, "pools": self.pools, "actors_started": self.actors_started,
             "actors_lost": self.actors_lost, "engine_restarts": self.engine_restarts, "last_engine_error": self.last_engine_error,
-            "engines_loaded": totals.pop("engine_loaded", 0), **dict(totals),
+            "engines_loaded": totals.pop("engine_loaded", 0), "engine_threads": self._threads, **dict(totals),
         }

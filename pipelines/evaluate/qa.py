@@ -5,7 +5,8 @@
   articles a/an/the, single spaces), best over the gold answer and its aliases, and over two
   readings of an answer that opens with a reply word: as written, and without it ("Yes,
   Michael can prescribe antibiotics." states the gold "Michael can prescribe antibiotics.": a
-  yes/no question answered by an instruct model, RuleBench ULogic's every record);
+  yes/no question answered by an instruct model, RuleBench ULogic's every record; the reply
+  word itself is not judged, so "No, Michael can prescribe antibiotics." also matches);
 - against a multiple-choice gold answer (an option letter, "b" or "(c)": RuleBench's deer and
   theoremQA), every measure but the judge scores the option the prediction chooses
   (:func:`chosen_option`), as SQuAD's normalisation would delete "a" as an article;
@@ -114,7 +115,7 @@ def exact_match(prediction: str, gold: Sequence[str]) -> float:
     if (option := _option_match(prediction, gold)) is not None:
         return option
     said = {normalize_answer(r) for r in readings(prediction)}
-    return float(any(normalize_answer(g) in said for g in gold))
+    return float(any(g in said for g in map(normalize_answer, gold) if g))  # (a gold that normalises to nothing matches nothing)
 
 
 def token_f1(prediction: str, gold: Sequence[str]) -> float:
@@ -151,7 +152,7 @@ class _Spec:
 
 REGISTRY: dict[str, _Spec] = {
     "EM": _Spec(exact_match, "exact match after SQuAD normalisation, best over the gold answer and aliases (a leading Yes/No reply read off too)"),
-    "TokenF1": _Spec(token_f1, "SQuAD token F1, best over the gold answer and aliases"),
+    "TokenF1": _Spec(token_f1, "SQuAD token F1, best over the gold answer and aliases (a leading Yes/No reply read off too)"),
     "Acc": _Spec(contain_match, "contain-match accuracy: a gold answer or alias is a substring of the normalised prediction"),
     "Judge": _Spec(None, "LLM judge: P(True) > 0.5 on a True/False prompt (needs an LLM)"),
 }

@@ -48,6 +48,13 @@ _FORM_OPERAND = r"(NOT )*\(*(NOT )*a[0-9]+\)*"
 FORM_PATTERN = rf"^\(*{_FORM_OPERAND}( (AND|OR) \(*{_FORM_OPERAND})*$"  # an OrLog form as the schema lets it be decoded
 
 
+def _atom_pattern(max_chars: int) -> str:
+    """An atom's text: ``{x}`` once, and words around it (no quote, backslash, brace or
+    control character; at least one character besides the placeholder)."""
+    c = r'[^{}"\\\x00-\x1f]'
+    return rf"^({c}{{1,{max_chars}}}\{{x\}}{c}{{0,{max_chars}}}|\{{x\}}{c}{{1,{max_chars}}})$"
+
+
 def orlog_schema(max_atoms: int = MAX_ATOMS, max_chars: int = 100) -> dict:
     """JSON schema of an OrLog decomposition (ids a1..a99; atoms that mention {x}; the form's characters only)."""
     return {
@@ -63,7 +70,7 @@ def orlog_schema(max_atoms: int = MAX_ATOMS, max_chars: int = 100) -> dict:
                         "id": {"type": "string", "pattern": ATOM_ID.pattern},
                         # mentions {x} once (a real model writes atoms without it, issue 51), in at most
                         # 2 x max_chars characters (xgrammar ignores maxLength beside a pattern)
-                        "text": {"type": "string", "pattern": rf"^[^{{}}]{{0,{max_chars}}}\{{x\}}[^{{}}]{{0,{max_chars}}}$"},
+                        "text": {"type": "string", "pattern": _atom_pattern(max_chars)},
                     },
                     "required": ["id", "text"],
                     "additionalProperties": False,
@@ -214,7 +221,7 @@ def _read_orlog(question: str, text: str) -> Parsed:
         return _orlog_fallback(question, f"{type(exc).__name__}: {str(exc).splitlines()[0]}", "fallback")
 
 
-_NEGATIVE = re.compile(r"\b(?:not|never|no|none|neither|nor|without)\b|n't\b", re.IGNORECASE)
+_NEGATIVE = re.compile(r"\b(?:not|never|neither|nor|without)\b|n['\u2019]t\b", re.IGNORECASE)  # ("no": titles such as "No Country for Old Men")
 
 
 def _parse_orlog(question: str, text: str) -> Parsed:
@@ -228,7 +235,7 @@ def _parse_orlog(question: str, text: str) -> Parsed:
     node = parse(parsed.logical_query)
     why = degenerate(node, question, frozenset())
     texts = {a["id"]: a["text"] for a in parsed.atoms}
-    negated = sorted({n.child.text for n in _negations(node) if isinstance(n.child, Term) and _NEGATIVE.search(texts[n.child.text])})
+    negated = sorted({t for n in _negations(node) for t in n.child.terms() if _NEGATIVE.search(texts[t])})  # NOT a2, NOT (a2 OR a3)
     if why is None and negated:
         why = f"degenerate: NOT {negated[0]} negates a statement already negative ({texts[negated[0]]!r})"
     return _orlog_fallback(question, why, "degenerate") if why else parsed

@@ -395,8 +395,9 @@ class LocalLLM:
     :class:`LLMFailed`; an engine actor raises :class:`EngineDied`, so its pool restarts it
     and sends the batch again: a dead engine never turns prompts into failures)."""
 
-    def __init__(self, cfg: LLMConfig, log: Any = None, dead: type[Exception] = LLMFailed):
+    def __init__(self, cfg: LLMConfig, log: Any = None, dead: type[Exception] = LLMFailed, check_window: bool = True):
         self.client = LLMClient(cfg, log)
+        self.check_window = check_window  # False: the caller checked (a pool's actor: its service did, on the driver)
         self.dead = dead
 
     @property
@@ -414,7 +415,7 @@ class LocalLLM:
 
     def generate(self, template: Template, values: Sequence[Mapping[str, str]], constraint: Constraint | None = None,
                  max_tokens: int = 256, temperature: float = 0.0, seed: int | None = None, label: str | None = None) -> list:
-        over = dict(over_window(self.model_dir, self.cfg, "generate", template, values))
+        over = dict(over_window(self.model_dir, self.cfg, "generate", template, values)) if self.check_window else {}
         if over:
             fit = [i for i in range(len(values)) if i not in over]
             out = iter(self.generate(template, [values[i] for i in fit], constraint, max_tokens, temperature, seed, label) if fit else [])
@@ -436,7 +437,7 @@ class LocalLLM:
 
     def truth(self, template: Template, values: Sequence[Mapping[str, str]], label: str | None = None,
               keys: Sequence[str] | None = None) -> list[Truth]:
-        if over := over_window(self.model_dir, self.cfg, "truth", template, values):
+        if self.check_window and (over := over_window(self.model_dir, self.cfg, "truth", template, values)):
             raise PromptTooLong(too_long_message(label or "llm", self.model_id, self.cfg, over, len(values), keys))
         try:
             return self.client.truth(template, values)
@@ -475,9 +476,7 @@ def over_window(model_dir: str, cfg: LLMConfig, task: str, template: Template, v
     texts = [template.render(**v) for v in values]
     if task == "generate" and cfg.chat and getattr(tok, "chat_template", None):
         texts = [tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True) for t in texts]
-        counts = [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
-    else:
-        counts = [len(ids) for ids in tok(texts)["input_ids"]]
+    counts = [len(ids) for ids in tok(texts)["input_ids"]]  # special tokens added, as vLLM tokenizes a text prompt
     return [(i, n) for i, n in enumerate(counts) if n >= cfg.max_model_len]
 
 
@@ -486,8 +485,8 @@ def too_long_message(where: str, model_id: str, cfg: LLMConfig, over: list[tuple
     i, tokens = over[0]
     name = f"prompt {keys[i]}" if keys else f"prompt {i + 1} of {n}"
     more = f" (and {len(over) - 1} more)" if len(over) > 1 else ""
-    return (f"{where}: the {name} is {tokens:,} tokens{more}, longer than {model_id}'s window of {cfg.max_model_len:,} "
-            "(max_model_len): cut what it holds (a stage's context or passage tokens) or raise --llm-max-model-len")
+    return (f"{where}: the {name} is {tokens:,} tokens{more}, leaving no room to answer in {model_id}'s window of "
+            f"{cfg.max_model_len:,} (max_model_len): cut what it holds (a stage's context or passage tokens) or raise --llm-max-model-len")
 
 
 def prefix_batches(prompts: Sequence[str], size: int) -> list[list[int]]:

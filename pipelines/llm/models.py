@@ -222,6 +222,7 @@ def _move_into_place(tmp: Path, target: Path) -> None:
 def _convert_gguf(source: Path, spec: Packaged, out: Path) -> None:
     """De-quantise a GGUF into a plain checkpoint of its own architecture (Llama, Qwen2) and the
     registered dtype: drop the quantization config, reload into a fresh model, save."""
+    import contextlib
     import functools
     from unittest import mock
 
@@ -234,7 +235,10 @@ def _convert_gguf(source: Path, spec: Packaged, out: Path) -> None:
     dtype = getattr(torch, spec.dtype)
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     # the GGUF reader draws its own tqdm bar, which the setting above does not reach
-    with mock.patch("transformers.modeling_gguf_pytorch_utils.tqdm", functools.partial(tqdm, disable=True)):
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    quiet = mock.patch.object(gguf_utils, "tqdm", functools.partial(tqdm, disable=True)) if hasattr(gguf_utils, "tqdm") else contextlib.nullcontext()
+    with quiet:
         loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=dtype)
     config = loaded.config
     if hasattr(config, "quantization_config"):

@@ -170,14 +170,15 @@ def answer_regex(words: int) -> str:
     return rf"[^\s]+(?: [^\s]+){{0,{words - 1}}}"
 
 
-_JSON_STRING = r'"(?:[^"\\\n]|\\.)+"'  # a non-empty JSON string on one line, escapes kept
+_JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})+"'  # a non-empty JSON string: JSON's escapes, no control character
 
 
 def decompose_regex(max_items: int) -> str:
     """A JSON list of 1 to ``max_items`` non-empty strings, whitespace allowed between them: a
     real model lays its list out over lines, and under compact JSON (no whitespace) Qwen wrote
     ``[",",",",",",","]`` for every question (issue 51)."""
-    return rf"\[\s*{_JSON_STRING}(?:\s*,\s*{_JSON_STRING}){{0,{max_items - 1}}}\s*\]"
+    gap = r"\s{0,8}"  # a line break and an indent at most: no budget spent on whitespace
+    return rf"\[{gap}{_JSON_STRING}(?:{gap},{gap}{_JSON_STRING}){{0,{max_items - 1}}}{gap}\]"
 
 
 # ------------------------------------------------------------------------------ chains

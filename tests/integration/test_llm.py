@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 
@@ -219,6 +220,9 @@ def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg,
     assert orlog["pairs"] == 6 * k and orlog["generated_tokens_per_pair"] == 2.0
     # one LLM pool for the job, shared by orlog and the reasoner: one engine started
     assert manifest["llm"]["pools"] == 1 and manifest["llm"]["actors_started"] == 1 and manifest["llm"]["engines_loaded"] == 1
+    # its threads (torch's count in the engine) cover the cluster's CPUs (cpu_threads unset), though Ray reserved one CPU for it
+    assert tiny_cfg.cpu_threads is None and tiny_cfg.cpus_per_actor == 1.0
+    assert manifest["llm"]["engine_threads"] == min(RAY.num_cpus, len(os.sched_getaffinity(0)))
 
 
 def test_reasoner_over_a_dense_base_then_a_retriever_that_needs_the_llm_pools_cpus(tmp_path, tiny_cfg, synthetic):
@@ -236,6 +240,7 @@ def test_reasoner_over_a_dense_base_then_a_retriever_that_needs_the_llm_pools_cp
     assert pq.read_table(runs["reasoner"]).num_rows == 2 * 3 and pq.read_table(runs["bm25"]).num_rows == 2 * 3
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert manifest["llm"]["pools"] == 1 and manifest["llm"]["actors_started"] == 2
+    assert manifest["llm"]["engine_threads"] == 1  # two engines on one node of two CPUs: one thread each
 
 
 def test_a_scoring_pool_too_big_for_the_cluster_fails_fast(tmp_path, tiny_dir, synthetic):
@@ -323,7 +328,7 @@ def test_a_prompt_longer_than_the_window_is_named_not_sent(tiny_cfg, tmp_path):
     template = Template("probe", "$text")
     values = [{"text": "a short prompt"}, {"text": "word " * 400}, {"text": "another short one"}]
     local = LocalLLM(cfg)
-    with pytest.raises(PromptTooLong, match=r"^orlog: the prompt of query q2 is [0-9,]+ tokens, longer than .*window of 128 \(max_model_len\)"):
+    with pytest.raises(PromptTooLong, match=r"^orlog: the prompt of query q2 is [0-9,]+ tokens, leaving no room to answer in .*window of 128 \(max_model_len\)"):
         local.truth(template, values, label="orlog", keys=["of query q1", "of query q2", "of query q3"])
     assert local.client._engine is None  # refused before the engine was started
     out = local.generate(template, values, max_tokens=4)

@@ -109,6 +109,8 @@ def main() -> None:
     ap.add_argument("--truth-per-template", type=int, default=3, help="truth: questions per template and split (7 templates)")
     ap.add_argument("--label-questions", type=int, default=24, help="labels: SciFact test questions (half calibrate, half report)")
     ap.add_argument("--pool-models", default="smollm2-135m-instruct,qwen2.5-coder-1.5b-instruct", help="pool: registered models or checkpoints")
+    ap.add_argument("--pool-two-engines", default="smollm2-135m-instruct",
+                    help="pool: models also timed on two engines of one core each (each engine holds the whole model)")
     ap.add_argument("--pool-docs", type=int, default=32, help="pool: SciFact documents (x 4 statements) for truth scoring")
     ap.add_argument("--pool-questions", type=int, default=4, help="pool: set-logic questions per template (7 templates) to decompose")
     ap.add_argument("--docs", type=int, default=128, help="throughput: documents (x 4 statements)")
@@ -439,16 +441,24 @@ def pool(args) -> None:
         cfg = LLMConfig(model=model, cache=None)
         resolved = resolve(cfg.model)
         row: dict = {"model": resolved.model_id, "truth_prompts": len(truth_values), "decompositions": len(decompose_values)}
-        with ray_session(RayConfig(num_cpus=cpus)):
-            service = LLMService(cfg)
-            service.truth(truth_t, truth_values[:1])  # the engine started (not timed: both sides start theirs untimed)
-            t = time.perf_counter()
-            pool_truth = service.truth(truth_t, truth_values)
-            row["pool_truth"] = _rates(time.perf_counter() - t, pool_truth)
-            t = time.perf_counter()
-            pool_gen = service.generate(decompose_t, decompose_values, constraint=grammar, max_tokens=max_tokens)
-            row["pool_decompose"] = _rates(time.perf_counter() - t, pool_gen)
-            row["pool"] = service.close()
+        for actors in (1, 2) if model in args.pool_two_engines.split(",") else (1,):
+            with ray_session(RayConfig(num_cpus=cpus)):
+                service = LLMService(cfg.model_copy(update={"actors": actors}))
+                service.truth(truth_t, truth_values[:1])  # the pool placed and one engine started
+                import ray
+
+                ray.get([a.call.remote("truth", truth_t, truth_values[:1], {}) for a in service._actors])  # every engine started, untimed
+                t = time.perf_counter()
+                truth_out = service.truth(truth_t, truth_values)
+                truth_s = time.perf_counter() - t
+                t = time.perf_counter()
+                gen_out = service.generate(decompose_t, decompose_values, constraint=grammar, max_tokens=max_tokens)
+                gen_s = time.perf_counter() - t
+                stats = service.close()
+            side = "pool" if actors == 1 else "pool2"  # pool2: two engines, the cores shared between them
+            row[f"{side}_truth"], row[f"{side}_decompose"], row[side] = _rates(truth_s, truth_out), _rates(gen_s, gen_out), stats
+            if actors == 1:
+                pool_truth, pool_gen = truth_out, gen_out
         engine = Engine(cfg.model_copy(update={"model": str(resolved.path)}), resolved).start()
         from vllm import SamplingParams  # after the engine set vLLM's environment (configure_vllm_env)
 
@@ -476,6 +486,8 @@ def pool(args) -> None:
         row["max_abs_p_true_diff"] = float(max(diffs))
         for task in ("truth", "decompose"):
             row[f"ratio_{task}"] = row[f"bare_{task}"]["seconds"] / row[f"pool_{task}"]["seconds"]  # the pool's speed over vLLM's
+            if f"pool2_{task}" in row:
+                row[f"ratio2_{task}"] = row[f"bare_{task}"]["seconds"] / row[f"pool2_{task}"]["seconds"]
         del llm, engine
         import gc
 
@@ -492,6 +504,11 @@ def pool(args) -> None:
           f"{r[f'pool_{task}']['cached_prompt_tokens']} / {r[f'bare_{task}']['cached_prompt_tokens']}"]
          for r in rows for task in ("truth", "decompose")],
         align="llrrrrrrrrr")
+    two = [r for r in rows if "pool2_truth" in r]
+    if two:
+        lines += ["", "Two engines of one core each (the same pool, actors 2) against the same vLLM figures: " + "; ".join(
+            f"{r['model']}: truth {r['pool2_truth']['seconds']:.1f} s ({r['ratio2_truth']:.2f}x vLLM), decompose "
+            f"{r['pool2_decompose']['seconds']:.1f} s ({r['ratio2_decompose']:.2f}x)" for r in two)]
     lines += ["", "Same outputs: " + "; ".join(f"{r['model']}: {r['same_decompositions']} of {r['decompositions']} decompositions equal, "
                                                f"max |P(True) pool - vLLM| {r['max_abs_p_true_diff']:.1e}" for r in rows)]
     write_report(args.out, "bench_llm_pool", {"rows": rows, "cpus": cpus}, lines)

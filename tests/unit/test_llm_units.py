@@ -128,9 +128,14 @@ def test_orlog_outputs_as_a_real_model_writes_them():
              "form": "a1 AND NOT a2"}
     d = parse_output("orlog", "Who likes Bigfin Reef Squids but not Nebulae?", _gen(json.dumps(twice)))
     assert d.status == "degenerate" and "NOT a2 negates a statement already negative" in d.error and d.logical_query == '"a1"'
-    for text in ("{x} doesn't smoke", "{x} has no children", "{x} never married"):
+    for text in ("{x} doesn't smoke", "{x} isn\u2019t red", "{x} never married", "{x} is not tall"):
         neg = {"atoms": [{"id": "a1", "text": "{x} is a person"}, {"id": "a2", "text": text}], "form": "a1 AND NOT a2"}
         assert parse_output("orlog", "q", _gen(json.dumps(neg))).status == "degenerate", text
+    inside = {"atoms": [{"id": "a1", "text": "{x} is a film"}, {"id": "a2", "text": "{x} is red"}, {"id": "a3", "text": "{x} is not blue"}],
+              "form": "a1 AND NOT (a2 OR a3)"}
+    assert parse_output("orlog", "q", _gen(json.dumps(inside))).status == "degenerate"  # a negative atom anywhere under a NOT
+    title = {"atoms": [{"id": "a1", "text": "{x} is a film"}, {"id": "a2", "text": "{x} is No Country for Old Men"}], "form": "a1 AND NOT a2"}
+    assert parse_output("orlog", "q", _gen(json.dumps(title))).status == "ok"  # "No" in a title is no negation
     kept = {"atoms": [{"id": "a1", "text": "{x} is a person"}, {"id": "a2", "text": "{x} does not smoke"}], "form": "a1 AND a2"}
     assert parse_output("orlog", "q", _gen(json.dumps(kept))).status == "ok"  # a negative statement, not negated: fine
     notknot = {"atoms": [{"id": "a1", "text": "{x} is a knot"}, {"id": "a2", "text": "{x} is nothing"}], "form": "a1 AND NOT a2"}
@@ -400,3 +405,19 @@ def test_an_engine_actors_threads_cover_its_nodes_cpus_on_a_cpu_node():
     assert engine_threads(4.0, 2.0, 1, on_gpu=False) == 4  # never fewer than the CPUs Ray gave it
     assert engine_threads(1.0, 0.0, 1, on_gpu=False) == 1
     assert engine_threads(2.0, 64.0, 1, on_gpu=True) == 2  # on a GPU: the CPUs it was given
+
+
+def test_lag_plans_are_decoded_as_json_lists_with_whitespace_between_items():
+    """The regex LAG's plans are decoded under (issue 51: compact JSON made Qwen write
+    [",",...]): a JSON list of 1..N non-empty strings that json.loads reads, a line break and an
+    indent allowed between items, nothing json.loads would refuse."""
+    import re
+
+    from logicrank.pipelines.methods.lag import decompose_regex
+
+    rx = decompose_regex(3)
+    ok = ['["Who wrote X?", "When was #1 born?"]', '[\n  "Who wrote \\"X\\"?",\n  "Where is #1?"\n]', '["caf\\u00e9?"]']
+    for text in ok:
+        assert re.fullmatch(rx, text) and isinstance(json.loads(text), list), text
+    for text in ['[]', '["a", "b", "c", "d"]', r"""["it\'s"]""", '["a\\u12"]', '["a\tb"]', '[' + ' ' * 9 + '"a"]', '["a",]']:
+        assert not re.fullmatch(rx, text), text
