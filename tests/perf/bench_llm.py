@@ -103,10 +103,11 @@ def main() -> None:
                     help="comma-separated: decomposition, truth, labels, pool, throughput")
     ap.add_argument("--models", default="qwen2.5-coder-1.5b-instruct,smollm2-135m-instruct", help="decomposition: registered models or checkpoints")
     ap.add_argument("--per-template", type=int, default=10, help="decomposition: questions per template and split (7 templates)")
-    ap.add_argument("--splits", default="dev,test", help="decomposition, truth: dev (seed 1), test (seed 2)")
+    ap.add_argument("--splits", default="dev,test", help="decomposition: dev (seed 1), test (seed 2)")
     ap.add_argument("--no-synthetic", dest="synthetic", action="store_false",
                     help="decomposition: skip ITLR's synthetic benchmark (jobs/experiments/synthetic-llm.yaml)")
     ap.add_argument("--truth-per-template", type=int, default=3, help="truth: questions per template and split (7 templates)")
+    ap.add_argument("--truth-splits", default="test", help="truth: dev (seed 1), test (seed 2); the test split alone by default (16 min)")
     ap.add_argument("--label-questions", type=int, default=24, help="labels: SciFact test questions (half calibrate, half report)")
     ap.add_argument("--pool-models", default="smollm2-135m-instruct,qwen2.5-coder-1.5b-instruct", help="pool: registered models or checkpoints")
     ap.add_argument("--pool-two-engines", default="smollm2-135m-instruct",
@@ -275,7 +276,7 @@ def truth(args) -> None:
     from logicrank.pipelines.experiment import load, override
 
     out = Path(args.out) / "bench_llm_truth"
-    splits = [x.strip() for x in args.splits.split(",") if x.strip()]
+    splits = [x.strip() for x in args.truth_splits.split(",") if x.strip()]
     kept = split_questions(out, splits, args.truth_per_template)
     result: dict = {"per_template": args.truth_per_template, "depth": 10,
                     "splits": {s: {"seed": SPLITS[s], "questions": len(kept[s])} for s in splits}, "rows": []}
