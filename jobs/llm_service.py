@@ -34,6 +34,7 @@ from logicrank.pipelines.llm.engine import (
     PromptTooLong,
     Truth,
     describe,
+    generate_within_window,
     over_window,
     prefix_batches,
     too_long_message,
@@ -150,13 +151,8 @@ class LLMService:
         """One Generation per prompt; a prompt the engine fails on gets its exception in its
         slot instead (the caller records it), and the others are kept."""
         kwargs = {"constraint": constraint, "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
-        over = dict(over_window(str(self.resolved.path), self.cfg, "generate", template, values))
-        if not over:
-            return self._map("generate", template, values, kwargs, label)
-        fit = [i for i in range(len(values)) if i not in over]  # a prompt over the window: its error in its slot, the others sent
-        out = iter(self._map("generate", template, [values[i] for i in fit], kwargs, label))
-        return [PromptTooLong(too_long_message(label or "llm", self.model_id, self.cfg, [(i, over[i])], len(values), None)) if i in over
-                else next(out) for i in range(len(values))]
+        return generate_within_window(str(self.resolved.path), self.model_id, self.cfg, template, values,
+                                      lambda vs: self._map("generate", template, vs, kwargs, label), label)
 
     def truth(self, template: Template, values: Sequence[Mapping[str, str]], label: str | None = None,
               keys: Sequence[str] | None = None) -> list[Truth]:

@@ -415,13 +415,13 @@ class LocalLLM:
 
     def generate(self, template: Template, values: Sequence[Mapping[str, str]], constraint: Constraint | None = None,
                  max_tokens: int = 256, temperature: float = 0.0, seed: int | None = None, label: str | None = None) -> list:
-        over = dict(over_window(self.model_dir, self.cfg, "generate", template, values)) if self.check_window else {}
-        if over:
-            fit = [i for i in range(len(values)) if i not in over]
-            out = iter(self.generate(template, [values[i] for i in fit], constraint, max_tokens, temperature, seed, label) if fit else [])
-            return [PromptTooLong(too_long_message("llm", self.model_id, self.cfg, [(i, over[i])], len(values), None)) if i in over
-                    else next(out) for i in range(len(values))]
         kwargs = {"constraint": constraint, "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+        if self.check_window:
+            return generate_within_window(self.model_dir, self.model_id, self.cfg, template, values, lambda vs: self._generate(template, vs, kwargs),
+                                          label)
+        return self._generate(template, values, kwargs)
+
+    def _generate(self, template: Template, values: Sequence[Mapping[str, str]], kwargs: dict) -> list:
         try:
             return self.client.generate(template, values, **kwargs)
         except Exception as exc:  # noqa: BLE001 - sorted out below
@@ -487,6 +487,19 @@ def too_long_message(where: str, model_id: str, cfg: LLMConfig, over: list[tuple
     more = f" (and {len(over) - 1} more)" if len(over) > 1 else ""
     return (f"{where}: the {name} is {tokens:,} tokens{more}, leaving no room to answer in {model_id}'s window of "
             f"{cfg.max_model_len:,} (max_model_len): cut what it holds (a stage's context or passage tokens) or raise --llm-max-model-len")
+
+
+def generate_within_window(model_dir: str, model_id: str, cfg: LLMConfig, template: Template, values: Sequence[Mapping[str, str]],
+                           generate: Any, label: str | None) -> list:
+    """``generate(values)``'s results, with a :class:`PromptTooLong` in the slot of each prompt
+    over the model's window (:func:`over_window`), which is never sent."""
+    over = dict(over_window(model_dir, cfg, "generate", template, values))
+    if not over:
+        return generate(values)
+    fit = [i for i in range(len(values)) if i not in over]
+    out = iter(generate([values[i] for i in fit]) if fit else [])
+    return [PromptTooLong(too_long_message(label or "llm", model_id, cfg, [(i, over[i])], len(values), None)) if i in over
+            else next(out) for i in range(len(values))]
 
 
 def prefix_batches(prompts: Sequence[str], size: int) -> list[list[int]]:
