@@ -140,15 +140,23 @@ def _parse_reasoning(question: str, text: str) -> Parsed:
     return Parsed("ok", expansion=text) if text else _reasoning_fallback(question, "empty output", "fallback")
 
 
-def _parse_itlr(question: str, text: str) -> Parsed:
+def _read_itlr(question: str, text: str) -> Parsed:
+    """An ITLR logical query as written (by the LLM or by hand): it parses, or a fallback."""
     try:
-        node = parse(text)
+        return Parsed("ok", logical_query=to_text(parse(text)))
     except QueryParseError as exc:
         return _itlr_fallback(question, str(exc).splitlines()[0], "fallback")
-    why = degenerate(node, question, example_terms(KINDS["itlr"].template))
-    if why is not None:
-        return _itlr_fallback(question, why, "degenerate")
-    return Parsed("ok", logical_query=to_text(node))
+
+
+def _parse_itlr(question: str, text: str) -> Parsed:
+    """The LLM's logical query (:func:`_read_itlr`), refused as degenerate for a term copied
+    from the prompt, a conjunct beside its own negation or a misplaced negation."""
+    parsed = _read_itlr(question, text)
+    if parsed.status != "ok":
+        return parsed
+    node = parse(parsed.logical_query)
+    why = degenerate(node, question, example_terms(KINDS["itlr"].template)) or misplaced_negation(node, question)
+    return _itlr_fallback(question, why, "degenerate") if why else parsed
 
 
 def _fold(text: str) -> str:
@@ -178,6 +186,35 @@ def degenerate(node: Node, question: str, examples: frozenset[str]) -> str | Non
         if positive & negated:
             term = sorted(positive & negated)[0]
             return f"degenerate: {quote(term)} AND NOT {quote(term)}: that conjunction can match no document"
+    return None
+
+
+# What a question says to leave out: a generous list (a cue wrongly seen only keeps a form).
+_QUESTION_NEGATION = re.compile(r"\b(?:not|no|none|non|never|neither|nor|without|except|excluding|excludes?|besides"
+                                r"|other than|apart from|aside from)\b|n['\u2019]t\b", re.IGNORECASE)
+
+
+def misplaced_negation(node: Node, question: str) -> str | None:
+    """Why an ITLR form's negation cannot be what the question asks, or None (a real model
+    writes each of these, issue 51): a negation inside a term (``"but not Smoothies"``: no
+    evidence applies it, BM25 drops "not" as a stop word and searches for Smoothies); a NOT in
+    the form of a question that negates nothing (``"Cognitive Science" AND NOT "likes"`` for
+    "Who likes Cognitive Science?"); a negated term every word of which the question says
+    before its first negation only (``NOT "likes"`` for "Who likes Mace but not Napkins?")."""
+    for term in node.terms():
+        if _NEGATIVE.search(term):
+            return f"degenerate: the term {quote(term)} holds a negation no evidence applies (NOT goes outside the quotes)"
+    negated = [t for n in _negations(node) for t in n.child.terms()]
+    if not negated:
+        return None
+    cue = _QUESTION_NEGATION.search(question)
+    if cue is None:
+        return f"degenerate: NOT {quote(negated[0])}, but the question leaves nothing out"
+    before, after = set(_fold(question[: cue.start()]).split()), set(_fold(question[cue.start():]).split())
+    for term in negated:
+        words = set(_fold(term).split())
+        if words and words <= before and not words & after:
+            return f"degenerate: NOT {quote(term)} negates words the question says before its negation, not after it"
     return None
 
 
@@ -423,7 +460,7 @@ def _written_orlog(record: dict) -> str:
 
 register_kind(DecompositionKind("itlr", "itlr_decompose", 256, lambda s: Constraint("grammar", to_gbnf(s.max_term_chars)),
                                 _parse_itlr, _itlr_fallback, ("logical_query",), _apply_logical_query,
-                                written=lambda r: _field(r, "logical_query")))
+                                written=lambda r: _field(r, "logical_query"), parse_written=_read_itlr))
 register_kind(DecompositionKind("orlog", "orlog_decompose", 384, lambda s: Constraint("json", orlog_schema()),
                                 _parse_orlog, _orlog_fallback, ("logical_query", "atoms"), _apply_atoms, written=_written_orlog,
                                 parse_written=_read_orlog))

@@ -39,8 +39,8 @@ def test_grammar_constrained_itlr_outputs_parse(engine):
     for g in finished:
         parse(g.text)  # raises if not
     for g in gens:
-        parsed = parse_output("itlr", "q", g)
-        assert parsed.status == ("ok" if g.finish_reason == "stop" else "fallback")
+        parsed = parse_output("itlr", "q", g)  # a finished output parses: used, or refused as degenerate (a random NOT)
+        assert parsed.status in (("ok", "degenerate") if g.finish_reason == "stop" else ("fallback",))
         if g.finish_reason != "stop":
             assert "max_tokens" in parsed.error
 

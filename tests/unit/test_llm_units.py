@@ -65,7 +65,7 @@ def _gen(text, finish="stop"):
 
 
 def test_itlr_output_parsed_canonical_or_fallback():
-    assert parse_output("itlr", "q", _gen(' "a"  and not "b" ')).logical_query == '"a" AND NOT "b"'
+    assert parse_output("itlr", "a but not b", _gen(' "a"  and not "b" ')).logical_query == '"a" AND NOT "b"'
     bad = parse_output("itlr", 'what "is" it', _gen('"a" AND'))
     assert bad.status == "fallback" and "position" in bad.error and parse(bad.logical_query).terms() == ('what "is" it',)
     cut = parse_output("itlr", "q", _gen('"a" AND "b', "length"))
@@ -92,8 +92,36 @@ def test_degenerate_itlr_forms_fall_back_to_the_question_and_say_why():
     nested = parse_output("itlr", "Who likes Cobblers and Maple Trees but not Kale?",  # Qwen's, on the dev split
                           _gen('("Cobblers and Maple Trees" AND " Kale") AND NOT "Kale"'))
     assert nested.status == "degenerate" and '"kale" AND NOT "kale"' in nested.error
-    either = parse_output("itlr", "birds that fly or not", _gen('"birds" AND ("fly" OR NOT "fly")'))
+    either = parse_output("itlr", "birds that fly or do not fly", _gen('"birds" AND ("fly" OR NOT "fly")'))
     assert either.status == "ok"  # an OR of a term and its negation is odd, not empty
+
+
+def test_misplaced_negations_in_itlr_forms_are_refused():
+    """What Qwen wrote on the set-logic dev split (issue 51): a NOT where the question leaves
+    nothing out, NOT over words the question says before its negation, and a negation inside
+    a term (BM25 drops "not": the term would search for what the question excludes). Each is
+    refused with its reason; forms that negate what the question excludes are kept."""
+    refused = {
+        ("Who likes Cognitive Science?", '("Cognitive Science" AND NOT "likes")'): "the question leaves nothing out",
+        ("Who likes Nurses and Mail Carriers?", '("Nurses" OR "Mail Carriers") AND NOT "likes"'): "leaves nothing out",
+        ("Who likes Piracy but not Dungeons & Dragons?", '("Piracy" AND "Dungeons & Dragons") AND NOT "likes"'): "before its negation",
+        ("Who likes Blogging but not Smoothies?", '("who likes blogging" AND "but not smoothies")'): "holds a negation",
+        ("films with Tom Hanks", '"films" AND "doesn\u2019t star Meg Ryan"'): "holds a negation",
+    }
+    for (q, form), why in refused.items():
+        got = parse_output("itlr", q, _gen(form))
+        assert got.status == "degenerate" and why in got.error and got.logical_query == parse_output("itlr", q, _gen("")).logical_query, (q, got)
+    kept = {
+        "Who likes Mace but not Napkins?": '"Mace" AND NOT "Napkins"',
+        "Who likes Mace but not likes?": '"Mace" AND NOT "likes"',  # "likes" is said after the negation too
+        "Which films don't star Tom Hanks?": '"films" AND NOT "Tom Hanks"',
+        "museums, except art museums": '"museums" AND NOT "art museums"',  # "museums" before, "art" after
+        "papers on sleep without caffeine": '"sleep" AND NOT "caffeine"',
+        "Who likes knots or nothing?": '"knots" OR "nothing"',  # no negation in either term
+    }
+    for q, form in kept.items():
+        got = parse_output("itlr", q, _gen(form))
+        assert got.status == "ok", (q, got.error)
 
 
 def test_orlog_output_validated():
