@@ -10,8 +10,9 @@
 - ``reasoning``: free text about what an answer contains (the BRIGHT-style expansion).
 
 A row whose output is unusable gets ``status="fallback"``, an ITLR form that parses but is
-degenerate (a term copied from the prompt, a conjunct beside its own negation: :func:`degenerate`)
-``status="degenerate"``, one whose prompt made the engine fail ``status="error"``; each
+degenerate (a term copied from the prompt, a conjunct beside its own negation: :func:`degenerate`;
+a negation inside a term, a NOT where the question excludes nothing or over what it says before
+its exclusion: :func:`misplaced_negation`) ``status="degenerate"``, one whose prompt made the engine fail ``status="error"``; each
 carries the raw question in the method's shape (a one-term query, one atom, the question as
 expansion) and the reason in ``error``.
 """
@@ -172,12 +173,14 @@ def example_terms(template_name: str) -> frozenset[str]:
 
 def degenerate(node: Node, question: str, examples: frozenset[str]) -> str | None:
     """Why a form that parses is unusable, or None: a term copied from the prompt's worked
-    examples (one of theirs that the question does not contain), or a conjunct beside its own
-    negation (``"X" AND NOT "X"``: no document can match). A real model writes both (issue 51)."""
-    asked = f" {_fold(question)} "
+    examples (one of theirs with a word the question lacks, compared as BM25 terms, so "pool"
+    for "hotels with pools" is the question's own), or a conjunct beside its own negation
+    (``"X" AND NOT "X"``: no document can match). A real model writes both (issue 51)."""
+    from logicrank.pipelines.sparse import analyzer
+
+    asked = set(analyzer()(question))
     for term in node.terms():
-        folded = _fold(term)
-        if folded in examples and f" {folded} " not in asked:
+        if _fold(term) in examples and not set(analyzer()(term)) <= asked:
             return f"degenerate: the term {quote(term)} comes from the prompt's examples, not the question"
     for conj in _conjunctions(node):
         leaves = list(_conjuncts(conj))  # "A AND (B AND NOT C)" is A, B and NOT C
@@ -189,9 +192,22 @@ def degenerate(node: Node, question: str, examples: frozenset[str]) -> str | Non
     return None
 
 
-# What a question says to leave out: a generous list (a cue wrongly seen only keeps a form).
-_QUESTION_NEGATION = re.compile(r"\b(?:not|no|none|non|never|neither|nor|without|except|excluding|excludes?|besides"
-                                r"|other than|apart from|aside from)\b|n['\u2019]t\b", re.IGNORECASE)
+_APOSTROPHE = "['\u2019\u02bc]"
+# Anything a question may exclude by: a generous list (a cue wrongly seen only keeps a form).
+_QUESTION_NEGATION = re.compile(
+    r"\b(?:not|no|none|non|nothing|nobody|never|neither|nor|without|but|except\w*|exclud\w*|besides|aside|minus|unless"
+    r"|lack\w*|other than|apart from|rather than|instead of|free of|\w+-free)\b"
+    rf"|n{_APOSTROPHE}t\b|\b(?:do|does|did|is|are|was|were|has|have|had|wo|ca|could|would|should)nt\b", re.IGNORECASE)
+# The phrases by which a question excludes what follows them ("A but not B", "A except B"): the
+# words before one are not what it excludes. A negated verb is no such phrase ("films Spielberg
+# did not direct" excludes Spielberg, said before "not").
+_EXCLUSION = re.compile(r"\b(?:but not|and not|except(?: for)?|excluding|other than|apart from|aside from|besides|without)\b",
+                        re.IGNORECASE)
+# A negation a model wrote inside a term, in lower case ("but not Smoothies", "not Autonomic
+# neuropathy", "does not like X"); a title keeps its capitals ("Not Fade Away", "Doctors Without
+# Borders", "Don't Look Up") and "not-for-profit" is a word.
+_TERM_NEGATION = re.compile(rf"^(?:not|never|without)\s|\b(?:but|and|or) not\b|\b(?:do|does|did|is|are|was|were) not\b"
+                            rf"|\b(?:do|does|did|is|are|was|were)n{_APOSTROPHE}?t\b")
 
 
 def misplaced_negation(node: Node, question: str) -> str | None:
@@ -199,22 +215,24 @@ def misplaced_negation(node: Node, question: str) -> str | None:
     writes each of these, issue 51): a negation inside a term (``"but not Smoothies"``: no
     evidence applies it, BM25 drops "not" as a stop word and searches for Smoothies); a NOT in
     the form of a question that negates nothing (``"Cognitive Science" AND NOT "likes"`` for
-    "Who likes Cognitive Science?"); a negated term every word of which the question says
-    before its first negation only (``NOT "likes"`` for "Who likes Mace but not Napkins?")."""
+    "Who likes Cognitive Science?"); a negated term every word of which the question says only
+    before its first exclusion phrase (``NOT "likes"`` for "Who likes Mace but not Napkins?")."""
     for term in node.terms():
-        if _NEGATIVE.search(term):
+        if _TERM_NEGATION.search(term):
             return f"degenerate: the term {quote(term)} holds a negation no evidence applies (NOT goes outside the quotes)"
     negated = [t for n in _negations(node) for t in n.child.terms()]
     if not negated:
         return None
-    cue = _QUESTION_NEGATION.search(question)
-    if cue is None:
+    if _QUESTION_NEGATION.search(question) is None:
         return f"degenerate: NOT {quote(negated[0])}, but the question leaves nothing out"
+    cue = _EXCLUSION.search(question)
+    if cue is None:
+        return None
     before, after = set(_fold(question[: cue.start()]).split()), set(_fold(question[cue.start():]).split())
     for term in negated:
         words = set(_fold(term).split())
         if words and words <= before and not words & after:
-            return f"degenerate: NOT {quote(term)} negates words the question says before its negation, not after it"
+            return f"degenerate: NOT {quote(term)} negates words the question says before {cue.group(0)!r}, not after it"
     return None
 
 

@@ -92,21 +92,24 @@ def test_degenerate_itlr_forms_fall_back_to_the_question_and_say_why():
     nested = parse_output("itlr", "Who likes Cobblers and Maple Trees but not Kale?",  # Qwen's, on the dev split
                           _gen('("Cobblers and Maple Trees" AND " Kale") AND NOT "Kale"'))
     assert nested.status == "degenerate" and '"kale" AND NOT "kale"' in nested.error
-    either = parse_output("itlr", "birds that fly or do not fly", _gen('"birds" AND ("fly" OR NOT "fly")'))
+    either = parse_output("itlr", "birds that fly or not", _gen('"birds" AND ("fly" OR NOT "fly")'))
     assert either.status == "ok"  # an OR of a term and its negation is odd, not empty
 
 
 def test_misplaced_negations_in_itlr_forms_are_refused():
     """What Qwen wrote on the set-logic dev split (issue 51): a NOT where the question leaves
-    nothing out, NOT over words the question says before its negation, and a negation inside
+    nothing out, NOT over words the question says before its "but not", and a negation inside
     a term (BM25 drops "not": the term would search for what the question excludes). Each is
-    refused with its reason; forms that negate what the question excludes are kept."""
+    refused with its reason; forms that negate what the question excludes are kept, and so are
+    titles and negations said another way."""
     refused = {
         ("Who likes Cognitive Science?", '("Cognitive Science" AND NOT "likes")'): "the question leaves nothing out",
         ("Who likes Nurses and Mail Carriers?", '("Nurses" OR "Mail Carriers") AND NOT "likes"'): "leaves nothing out",
-        ("Who likes Piracy but not Dungeons & Dragons?", '("Piracy" AND "Dungeons & Dragons") AND NOT "likes"'): "before its negation",
+        ("Who likes Piracy but not Dungeons & Dragons?", '("Piracy" AND "Dungeons & Dragons") AND NOT "likes"'): "before 'but not'",
         ("Who likes Blogging but not Smoothies?", '("who likes blogging" AND "but not smoothies")'): "holds a negation",
+        ("Who likes Blogging but not Smoothies?", '"likes Blogging" AND "does not like Smoothies"'): "holds a negation",
         ("films with Tom Hanks", '"films" AND "doesn\u2019t star Meg Ryan"'): "holds a negation",
+        ("not Autonomic neuropathy and QT interval", '"not Autonomic neuropathy" AND "QT interval"'): "holds a negation",
     }
     for (q, form), why in refused.items():
         got = parse_output("itlr", q, _gen(form))
@@ -117,11 +120,36 @@ def test_misplaced_negations_in_itlr_forms_are_refused():
         "Which films don't star Tom Hanks?": '"films" AND NOT "Tom Hanks"',
         "museums, except art museums": '"museums" AND NOT "art museums"',  # "museums" before, "art" after
         "papers on sleep without caffeine": '"sleep" AND NOT "caffeine"',
+        "Which movies that Spielberg did not direct won Oscars?": '"Oscar winning movies" AND NOT "Spielberg"',  # a negated verb
+        "Chocolate I can't eat; what desserts are there?": '"desserts" AND NOT "chocolate"',
+        "movies that dont have violence": '"movies" AND NOT "violence"',
+        "gluten-free pasta recipes": '"pasta recipes" AND NOT "gluten"',
+        "anything but jazz": '"music" AND NOT "jazz"',
+        "Which animals lack a backbone?": '"animals" AND NOT "backbone"',
+        "cats that are vaccinated or not": '"vaccinated" OR NOT "vaccinated"',
+        "isn\u02bct it red": '"red" AND NOT "blue"',
         "Who likes knots or nothing?": '"knots" OR "nothing"',  # no negation in either term
+        "charities like Doctors Without Borders": '"Doctors Without Borders"',  # titles keep their capitals
+        "songs like Not Fade Away": '"Not Fade Away"',
+        "reviews of Don\u2019t Look Up": '"Don\u2019t Look Up"',
+        "not-for-profit hospitals": '"not-for-profit hospitals"',
     }
     for q, form in kept.items():
         got = parse_output("itlr", q, _gen(form))
         assert got.status == "ok", (q, got.error)
+
+
+def test_prompt_example_terms_are_refused_only_where_the_question_lacks_their_words():
+    """The copy check compares BM25 terms: "pool" for "hotels with pools" is the question's own
+    word, "hotels in Rome" for a question about Rome hotels too; "coal mining" for a question
+    about solar panels is the prompt's."""
+    from logicrank.pipelines.llm.decompose import example_terms
+
+    assert {"pool", "hotels in rome", "coal mining"} <= example_terms("itlr_decompose")
+    assert parse_output("itlr", "hotels with pools and gyms", _gen('"hotels" AND "pool" AND "gym"')).status == "ok"
+    assert parse_output("itlr", "Rome hotels with a pool", _gen('"hotels in Rome" AND "pool"')).status == "ok"
+    copied = parse_output("itlr", "cost of solar panels", _gen('"solar panels" AND NOT "coal mining"'))
+    assert copied.status == "degenerate" and "comes from the prompt's examples" in copied.error
 
 
 def test_orlog_output_validated():
