@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv models main nightly-demo test test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-engine-load soak-generate lint clean
+.PHONY: venv models main nightly-demo test test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-llm-methods rulebench-dir bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-engine-load soak-generate lint clean
 
 venv: $(STAMP)
 
@@ -76,9 +76,18 @@ bench-index: $(STAMP)
 bench-itlr: $(STAMP)
 	$(BIN)/python tests/perf/bench_itlr.py --out runs/bench
 
-# The real instruct model (make models) beside SmolLM2; about 15 minutes here (docs/llm.md).
+# The real instruct model (make models) beside SmolLM2; about 40 minutes here (docs/llm.md).
 bench-llm: models
 	$(BIN)/python tests/perf/bench_llm.py --out runs/bench
+
+# SIAR + R3 on RuleBench's ULogic subset (not bundled: LOGICRANK_RULEBENCH=DIR) and LAG on the
+# bundled MuSiQue questions, with the real model (docs/llm.md; about 37 minutes here)
+rulebench-dir:
+	@test -n "$$LOGICRANK_RULEBENCH" || { echo "bench-llm-methods: set LOGICRANK_RULEBENCH to RuleBench's ULogic directory"; exit 2; }
+
+bench-llm-methods: rulebench-dir models
+	$(BIN)/logicrank bench-rules "$$LOGICRANK_RULEBENCH" --sample 20 --reasoning --llm-model qwen2.5-coder-1.5b-instruct --llm-cache none --out runs/bench/rules-qwen
+	$(BIN)/logicrank bench-lag musique --sample 10 --llm-model qwen2.5-coder-1.5b-instruct --llm-cache none --out runs/bench/lag-qwen
 
 bench-posterior: $(STAMP)
 	$(BIN)/python tests/perf/bench_posterior.py --out runs/bench
