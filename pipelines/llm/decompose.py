@@ -198,11 +198,12 @@ _QUESTION_NEGATION = re.compile(
     r"\b(?:not|no|none|non|nothing|nobody|never|neither|nor|without|but|except\w*|exclud\w*|besides|aside|minus|unless"
     r"|lack\w*|other than|apart from|rather than|instead of|free of|\w+-free)\b"
     rf"|n{_APOSTROPHE}t\b|\b(?:do|does|did|is|are|was|were|has|have|had|wo|ca|could|would|should)nt\b", re.IGNORECASE)
-# The phrases by which a question excludes what follows them ("A but not B", "A except B"): the
-# words before one are not what it excludes. A negated verb is no such phrase ("films Spielberg
-# did not direct" excludes Spielberg, said before "not").
-_EXCLUSION = re.compile(r"\b(?:but not|and not|except(?: for)?|excluding|other than|apart from|aside from|besides|without)\b",
-                        re.IGNORECASE)
+# The phrases by which a question excludes what follows them ("A but not B", "not A and B", "A,
+# except B"): the words before one are not what it excludes. A negated verb is no such phrase
+# ("films Spielberg did not direct" excludes Spielberg, said before "not"), nor a "not" that
+# ends the question ("birds that fly or not").
+_EXCLUSION = re.compile(r"(?:^|[,;:(]|\b(?:and|or|but)\b)\s*not\b(?=\s*\w)"
+                        r"|\b(?:except(?: for)?|excluding|other than|apart from|aside from|besides|without)\b", re.IGNORECASE)
 # A negation a model wrote inside a term, in lower case ("but not Smoothies", "not Autonomic
 # neuropathy", "does not like X"); a title keeps its capitals ("Not Fade Away", "Doctors Without
 # Borders", "Don't Look Up") and "not-for-profit" is a word.

@@ -106,6 +106,8 @@ def test_misplaced_negations_in_itlr_forms_are_refused():
         ("Who likes Cognitive Science?", '("Cognitive Science" AND NOT "likes")'): "the question leaves nothing out",
         ("Who likes Nurses and Mail Carriers?", '("Nurses" OR "Mail Carriers") AND NOT "likes"'): "leaves nothing out",
         ("Who likes Piracy but not Dungeons & Dragons?", '("Piracy" AND "Dungeons & Dragons") AND NOT "likes"'): "before 'but not'",
+        ("Who likes Mace, not Napkins?", '"Mace" AND NOT "likes"'): "before ', not'",
+        ("Mace and not Napkins", '"Napkins" AND NOT "Mace"'): "before 'and not'",
         ("Who likes Blogging but not Smoothies?", '("who likes blogging" AND "but not smoothies")'): "holds a negation",
         ("Who likes Blogging but not Smoothies?", '"likes Blogging" AND "does not like Smoothies"'): "holds a negation",
         ("films with Tom Hanks", '"films" AND "doesn\u2019t star Meg Ryan"'): "holds a negation",
@@ -133,6 +135,8 @@ def test_misplaced_negations_in_itlr_forms_are_refused():
         "songs like Not Fade Away": '"Not Fade Away"',
         "reviews of Don\u2019t Look Up": '"Don\u2019t Look Up"',
         "not-for-profit hospitals": '"not-for-profit hospitals"',
+        "not Autonomic neuropathy and Silibinin and not Kale": 'NOT "Autonomic neuropathy" AND "Silibinin" AND NOT "Kale"',
+        "birds that fly or not": '"birds" AND ("fly" OR NOT "fly")',  # a "not" that ends the question
     }
     for q, form in kept.items():
         got = parse_output("itlr", q, _gen(form))
