@@ -128,18 +128,6 @@ def test_outside_the_repository_only_logicrank_is_installed(tmp_path):
     assert all(m.startswith("logicrank.") for m in modules)
 
 
-def test_every_package_folder_is_installed():
-    """A non-editable install ships only the packages pyproject.toml lists: every folder of
-    logicrank's that holds an ``__init__.py`` is listed, under its logicrank name."""
-    import tomllib
-
-    tool = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
-    folders = {name: ROOT / path for name, path in tool["package-dir"].items()}
-    found = {f"{name}.{'.'.join(init.parent.relative_to(folder).parts)}".rstrip(".")
-             for name, folder in folders.items() for init in folder.rglob("__init__.py") if "__pycache__" not in init.parts}
-    assert found - set(tool["packages"]) == set()
-
-
 def test_a_cycle_is_found():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
