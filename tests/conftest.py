@@ -27,6 +27,42 @@ def pytest_sessionstart(session):
         raise pytest.UsageError(f"logicrank.pipelines is imported from {used}, not this checkout ({here}); run `make venv` here first.")
 
 
+# A test's tier follows from what it uses: the session's Ray cluster (or a fixture built on it)
+# makes it `cluster`, the tiny vLLM checkpoint `llm` (pyproject.toml's markers).
+_TIER_BY_FIXTURE = {"ray_cluster": "cluster", "tiny_dir": "llm", "tiny_cfg": "llm"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        for fixture, marker in _TIER_BY_FIXTURE.items():
+            if fixture in item.fixturenames:
+                item.add_marker(marker)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Beside --junitxml's report, durations.md: the slowest test files (setup, call and
+    teardown summed) and tests, so a run's cost is known after the terminal is gone."""
+    xml = getattr(config.option, "xmlpath", None)
+    if not xml or hasattr(config, "workerinput"):
+        return
+    by_file: dict[str, float] = {}
+    by_test: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for r in reports:
+            if getattr(r, "when", None) in ("setup", "call", "teardown"):
+                by_file[r.nodeid.split("::")[0]] = by_file.get(r.nodeid.split("::")[0], 0.0) + r.duration
+                by_test[r.nodeid] = by_test.get(r.nodeid, 0.0) + r.duration
+    lines = [f"# Test durations ({len(by_test)} tests, {sum(by_file.values()):.0f} s summed over workers)", "",
+             "| file | seconds |", "|:--|--:|"]
+    lines += [f"| {f} | {t:.1f} |" for f, t in sorted(by_file.items(), key=lambda x: -x[1])]
+    lines += ["", "| test (setup + call + teardown) | seconds |", "|:--|--:|"]
+    lines += [f"| {n} | {t:.1f} |" for n, t in sorted(by_test.items(), key=lambda x: -x[1])[:50]]
+    out = Path(xml).parent / "durations.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    terminalreporter.write_line(f"durations: {out}")
+
+
 def scifact_docs(n: int, text_chars: int = 300) -> list[dict]:
     """The first ``n`` SciFact documents, abstracts cut to ``text_chars`` (fast to embed)."""
     out = []

@@ -38,7 +38,7 @@ from logicrank.pipelines.store import DocStore
 from tests.conftest import scifact_docs
 from tests.integration.children import run_child_module
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.faults]
 N_DOCS = 600  # ~20 s of embedding before the kill and ~20 s after on 2 cores
 N_PROMPTS = 400  # 100 batches of 4; the kill lands after 40 prompts
 TEXT_CHARS = 200  # what the child indexes: scifact_docs(N_DOCS, text_chars=200)

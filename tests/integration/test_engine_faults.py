@@ -17,7 +17,7 @@ from logicrank.jobs.llm_service import LLMService
 from logicrank.pipelines.llm import prompts
 from tests.faults import descendants, engine_cores
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 
 
 def _wait_for(what: str, event) -> None:

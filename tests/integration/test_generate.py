@@ -87,6 +87,7 @@ def test_a_run_directory_of_another_config_is_refused(synthetic, tiny_cfg, clean
         run_generate(_cfg(synthetic, tiny_cfg, seed=5), clean[0], echo=lambda m: None)
 
 
+@pytest.mark.faults
 def test_a_killed_run_resumes_without_losing_or_repeating_rows(synthetic, tiny_cfg, tmp_path, ray_cluster, clean):
     cfg = _cfg(synthetic, tiny_cfg)
     killed = tmp_path / "killed"
@@ -132,6 +133,7 @@ class _KillAt:
                 return
 
 
+@pytest.mark.faults
 def test_an_engine_killed_inside_its_actor_is_restarted_and_its_batch_sent_again(synthetic, tiny_cfg, tmp_path, clean):
     """The engine core in its own process (vLLM's default on GPUs), killed mid-job once during
     generation and once during truth scoring: the actor lives on with a dead engine. Every
@@ -154,6 +156,7 @@ def test_an_engine_killed_inside_its_actor_is_restarted_and_its_batch_sent_again
     _same(clean[0], tmp_path / "d")
 
 
+@pytest.mark.faults
 def test_an_engine_actor_killed_with_its_engine_is_restarted(synthetic, tiny_cfg, tmp_path, clean):
     """The engine in the actor's own process (the default on CPU): killing that process kills
     both; Ray restarts the actor and its batches are sent again."""
@@ -164,6 +167,7 @@ def test_an_engine_actor_killed_with_its_engine_is_restarted(synthetic, tiny_cfg
     _same(clean[0], tmp_path / "e")
 
 
+@pytest.mark.faults
 def test_an_engine_that_keeps_dying_fails_the_job_in_one_line(synthetic, tiny_cfg, tiny_dir, tmp_path):
     cfg = _cfg(synthetic, tiny_cfg, llm=tiny_cfg.model_copy(update={"cache": None, "engine_process": "separate", "max_engine_restarts": 1}))
     stop = threading.Event()
@@ -197,6 +201,7 @@ def test_an_engine_that_keeps_dying_fails_the_job_in_one_line(synthetic, tiny_cf
     assert not (tmp_path / "f" / "card.md").exists()
 
 
+@pytest.mark.faults
 def test_a_stalled_run_stops_with_its_stacks_and_a_rerun_finishes_it(synthetic, tiny_dir, tmp_path, ray_cluster):
     """The engines stop answering mid-job (their processes are paused: SIGSTOP), so the driver
     waits with nothing to do, as in the hang seen once. The stall watchdog ends the command in

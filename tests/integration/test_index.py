@@ -148,6 +148,7 @@ run_index(cfg, sys.argv[3])
 """
 
 
+@pytest.mark.faults
 def test_killed_mid_write_then_rerun_equals_a_clean_run(tmp_path, docs300):
     corpus = write_jsonl(tmp_path / "c.jsonl", docs300)
     db = tmp_path / "db"

@@ -17,7 +17,7 @@ import logicrank as lr
 from logicrank.pipelines.store import DocStore
 from tests.conftest import write_jsonl
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]  # lr.index runs the index job
 
 _SCRIPT = """
 import json, sys

@@ -11,8 +11,11 @@ import re
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from tests.integration.conftest import RAY
+
+pytestmark = [pytest.mark.cluster, pytest.mark.faults]  # killed half-way; the second on three nodes of its own
 
 SCORE_TOL = 1e-5  # P(True) and posteriors from float32 CPU engines, batches composed differently on resume
 

@@ -170,6 +170,7 @@ def test_three_nights_alert_only_on_the_corrupted_one(world, three_nights):
     assert "![nDCG@10 per night](plots/nDCG_10.png)" in (root / "nightly" / "report.md").read_text()
 
 
+@pytest.mark.faults
 def test_a_night_killed_mid_way_is_finished_by_a_rerun_without_double_rows(world, three_nights):
     root, cfg, _, received = world
     n = three_nights
@@ -229,6 +230,7 @@ def test_a_refused_reindex_stops_the_night_and_keeps_the_served_version(world, t
         run_nightly(cfg, D2)
 
 
+@pytest.mark.faults
 def test_a_crash_is_alerted_and_a_rerun_finishes_the_night(world, three_nights, monkeypatch):
     """The report of night 3 fails once: its regression alert is not sent again (it was
     delivered), a 'failed' alert naming the step is; the next rerun finishes the night."""

@@ -16,7 +16,7 @@ import pytest
 
 from tests.integration.children import run_child_module
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]  # a cluster of three nodes of its own
 
 
 def _same_runs(r: dict) -> None:
@@ -52,6 +52,7 @@ def test_sharded_search_across_three_nodes_equals_one_process(tmp_path):
     assert [s["rows"] for s in _stage_counts(r["runs"]["3"]["manifest"], "bm25")["shards"]] == [[0, 300], [300, 600], [600, 900]]
 
 
+@pytest.mark.faults
 def test_a_node_killed_mid_search_leaves_the_run_identical(tmp_path):
     r = run_child_module("tests.integration.shards_child", tmp_path / "kill", [str(tmp_path / "kill"), "kill"])
     killed = r["killed"]["node"]

@@ -11,7 +11,7 @@ from logicrank.pipelines.llm.models import MARKER, checksum, prepare
 from logicrank.pipelines.logic.grammar import to_gbnf
 from logicrank.pipelines.logic.query import parse
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
 
 def test_smollm2_is_prepared_from_its_package_and_scores_and_decodes():

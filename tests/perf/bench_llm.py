@@ -36,6 +36,13 @@ pool           The job's LLM pool (jobs/llm_service.py, its cache off, its defau
                a prefix) and ITLR decomposition (set-logic questions, the grammar, greedy).
                Seconds, prompt and generated tokens per second, prefix-cached prompt tokens;
                goal: the pool at 0.9x vLLM's speed or better.
+rules          SIAR + R3 on RuleBench's ULogic probing subset (not bundled: ``--rulebench DIR``,
+               default $LOGICRANK_RULEBENCH; without it the section is reported not run): rule
+               retrieval R@1/R@5 per retriever and the reasoning table (no rule, the gold rule,
+               each retriever's top 1), through `logicrank bench-rules --reasoning` in a fresh
+               process, the real model (``--rules-sample`` queries).
+lag            RAG against LAG on the bundled MuSiQue questions through `logicrank bench-lag`
+               in a fresh process, the real model (``--lag-sample`` questions).
 throughput     True/False scoring with SmolLM2 on the same prompts (SciFact abstract as context,
                then a statement about it):
   ray      truth() through the job's LLM service (jobs/llm_service.py): one actor, one vLLM engine, batched,
@@ -99,8 +106,7 @@ def _startup(cfg: LLMConfig) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sections", default="decomposition,truth,labels,pool,throughput",
-                    help="comma-separated: decomposition, truth, labels, pool, throughput")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated: {', '.join(SECTIONS)}")
     ap.add_argument("--models", default="qwen2.5-coder-1.5b-instruct,smollm2-135m-instruct", help="decomposition: registered models or checkpoints")
     ap.add_argument("--per-template", type=int, default=10, help="decomposition: questions per template and split (7 templates)")
     ap.add_argument("--splits", default="dev,test", help="decomposition: dev (seed 1), test (seed 2)")
@@ -117,23 +123,29 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=128, help="throughput: documents (x 4 statements)")
     ap.add_argument("--hf-prompts", type=int, default=64, help="throughput: pairs scored by the per-pair transformers loop")
     ap.add_argument("--no-compiled", action="store_true", help="throughput: skip the compiled start-up (minutes on CPU)")
+    ap.add_argument("--rulebench", default=os.environ.get("LOGICRANK_RULEBENCH"),
+                    help="rules: RuleBench's ULogic directory as published (default $LOGICRANK_RULEBENCH)")
+    ap.add_argument("--rules-sample", type=int, default=10, help="rules: ULogic queries (seed 0)")
+    ap.add_argument("--lag-sample", type=int, default=5, help="lag: MuSiQue questions")
+    ap.add_argument("--methods-model", default="qwen2.5-coder-1.5b-instruct", help="rules, lag: the model")
     ap.add_argument("--out", default="runs/bench")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     sections = [x.strip() for x in args.sections.split(",") if x.strip()]
-    unknown = set(sections) - {"decomposition", "truth", "labels", "pool", "throughput"}
+    unknown = set(sections) - set(SECTIONS)
     if unknown:
-        raise SystemExit(f"bench_llm: unknown section(s) {sorted(unknown)}; choose from decomposition, truth, labels, pool, throughput")
-    if "decomposition" in sections:
-        decomposition(args)
-    if "truth" in sections:
-        truth(args)
-    if "labels" in sections:
-        labels(args)
-    if "pool" in sections:
-        pool(args)
-    if "throughput" in sections:
-        throughput(args)
+        raise SystemExit(f"bench_llm: unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    timed: list[dict] = []
+    start = time.perf_counter()
+    for name in [s for s in SECTIONS if s in sections]:
+        t0 = time.perf_counter()
+        skipped = SECTIONS[name](args)  # a reason when the section could not run, else None
+        timed.append({"section": name, "seconds": round(time.perf_counter() - t0, 1), "not run": skipped or ""})
+        print(f"bench_llm: {name} {'not run: ' + skipped if skipped else 'done'} ({timed[-1]['seconds']:.0f} s)", flush=True)
+    timed.append({"section": "total", "seconds": round(time.perf_counter() - start, 1), "not run": ""})
+    write_report(args.out, "bench_llm_sections", {"sections": timed},
+                 ["# `make bench-llm`: each section's wall time, one run", "",
+                  *markdown.table(["section", "seconds", "not run"], [[t["section"], f"{t['seconds']:.0f}", t["not run"]] for t in timed])])
 
 
 SPLITS = {"dev": 1, "test": 2}  # seeds of the set-logic generator
@@ -589,6 +601,30 @@ def throughput(args) -> None:
                         align="rrrrrrrrr"),
     ]
     write_report(args.out, "bench_llm", result, lines)
+
+
+def _cli(*argv: str) -> None:
+    """A logicrank command in a fresh process, as a user runs it; its output passes through."""
+    subprocess.run([str(Path(sys.executable).with_name("logicrank")), *argv], check=True)
+
+
+def rules(args) -> str | None:
+    if not args.rulebench:
+        return "set LOGICRANK_RULEBENCH (or --rulebench) to RuleBench's ULogic directory (not bundled: docs/llm.md)"
+    _cli("bench-rules", args.rulebench, "--sample", str(args.rules_sample), "--reasoning", "--llm-model", args.methods_model,
+         "--llm-cache", "none", "--out", str(Path(args.out) / "bench_llm_rules"))
+    return None
+
+
+def lag(args) -> str | None:
+    _cli("bench-lag", "musique", "--sample", str(args.lag_sample), "--llm-model", args.methods_model,
+         "--llm-cache", "none", "--out", str(Path(args.out) / "bench_llm_lag"))
+    return None
+
+
+# section name -> function (in the order they run); a function returns why it did not run, or None
+SECTIONS = {"decomposition": decomposition, "truth": truth, "labels": labels, "pool": pool, "rules": rules, "lag": lag,
+            "throughput": throughput}
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import pytest
 
 from logicrank.pipelines.writelock import Clock, TableLock, TableLockedError
 
+pytestmark = pytest.mark.faults  # the lease is about time: held, expired, paused past the settle time
+
 
 class ManualClock(Clock):
     """Time that moves only when a test advances it (or a contender's settle sleep does). A
