@@ -40,7 +40,7 @@ Conventions follow trec_eval (the reference the tests compare with):
   better rank never has a lower score; ties in any order). The provider is given the score
   ``-rank`` so that it follows those ranks;
 - a run or qrels that repeats a (query, doc) pair, a run with a non-finite score, and an
-  empty run file or qrels are refused, never scored (``pipelines.topics`` checks the rules).
+  empty run file or qrels are refused, never scored (``logicrank.pipelines.io.check_run`` and ``check_qrels`` check the rules).
 """
 
 from __future__ import annotations

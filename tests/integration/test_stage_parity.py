@@ -3,8 +3,11 @@ pre-redesign code wrote (commit f87c36f) on the same data: ids and ranks exactly
 within tests/compare.py's tolerance (rtol 1e-5, atol 1e-6; float kernels differ between
 CPUs), a swap allowed only between documents tied within it.
 
-The reference tables are in tests/data/parity/reference, written by
-tests/data/parity/make_reference.py at that commit (its docstring has the command). BM25
+The reference tables are in tests/data/parity/reference (manifest.json: each run's config and
+rows), written once by the pre-redesign code: commit 7c2e3a6's tests/data/parity/make_reference.py
+run in a worktree of f87c36f (``git show 7c2e3a6:tests/data/parity/make_reference.py`` has
+the command). They are a record of that code's output and are not regenerated from today's
+code, which would compare the code with itself; the two fixtures below build the same inputs. BM25
 changed on purpose in the redesign (one combined title+text field, stemming and stop words
 on both sides): bm25 and hybrid differ from their references, so fusion is checked on the
 reference's own input runs, and the rerankers that reranked bm25 rerank the reference's
@@ -16,18 +19,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config.pipelines import RetrieveConfig
 from logicrank.pipelines.config.settings import LLMConfig
+from logicrank.pipelines.logic.query import parse, relabel, to_text
 from logicrank.pipelines.pipeline import build
 from logicrank.pipelines.stages import Context
 from logicrank.pipelines.stages.fusion import RRFOptions
+from logicrank.schemas.tables import DECOMPOSITIONS
 from tests.compare import assert_runs_close, assert_tables_close
-from tests.conftest import write_jsonl
-from tests.data.parity.make_reference import build_docs300, hand_decompositions
+from tests.conftest import scifact_docs, write_jsonl
 from tests.integration.conftest import RAY
 from tests.tiny_llm import build_tiny_llm
 
@@ -35,6 +40,37 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  
 REF = Path(__file__).parents[1] / "data" / "parity" / "reference"
 TERM_KEYS = ["query_id", "doc_id", "term_id"]
 ATOM_KEYS = ["query_id", "doc_id", "atom_id"]
+
+
+def build_docs300(root: Path) -> tuple[Path, Path]:
+    """(queries, db): 300 SciFact documents indexed, 40 title queries q0..q39 (the reference's)."""
+    from logicrank.jobs.index import run_index
+    from logicrank.pipelines.config.settings import IndexConfig
+
+    docs = scifact_docs(300)
+    corpus = write_jsonl(root / "corpus.jsonl", docs)
+    run_index(IndexConfig(corpus=str(corpus), db=str(root / "db")), root / "index")
+    queries = write_jsonl(root / "queries.jsonl", [{"_id": f"q{i}", "text": d["title"]} for i, d in enumerate(docs[::7][:40])])
+    return queries, root / "db"
+
+
+def hand_decompositions(queries: list[dict]) -> pa.Table:
+    """The reference's decompositions, from the gold logical queries: itlr = the gold form;
+    reasoning = the text + " " + its first term; orlog = one atom per term, the gold formula
+    over atom ids."""
+    blank = {"model": "hand", "prompt_sha": "-", "raw_output": None, "logical_query": None, "atoms": None, "expansion": None,
+             "status": "ok", "error": None, "finish_reason": None, "prompt_tokens": 0, "generated_tokens": 0, "cached": False}
+    rows = []
+    for q in queries:
+        ast = parse(q["logical_query"])
+        ids = {t: f"a{i + 1}" for i, t in enumerate(ast.terms())}
+        rows += [
+            {**blank, "query_id": q["_id"], "method": "itlr", "logical_query": q["logical_query"]},
+            {**blank, "query_id": q["_id"], "method": "reasoning", "expansion": f"{q['text']} {ast.terms()[0]}"},
+            {**blank, "query_id": q["_id"], "method": "orlog", "logical_query": to_text(relabel(ast, ids)),
+             "atoms": [{"id": a, "text": f"{{x}} discusses: {t}"} for t, a in ids.items()]},
+        ]
+    return pa.Table.from_pylist(rows, schema=DECOMPOSITIONS)
 
 
 def _engine_actors() -> int:

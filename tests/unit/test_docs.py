@@ -132,3 +132,72 @@ def test_every_python_block_compiles():
     """A syntax check in a second; tests/integration/test_docs_examples.py runs every block on a small table."""
     for page, block in _blocks("python"):
         compile(block, page, "exec")
+
+
+def test_python_api_names_every_stage_that_asks_the_llm():
+    """docs/python-api.md's list of the stages an ``llm`` is for: those whose needs (their
+    options unvalidated, required ones given a placeholder) name an LLM call."""
+    asks = set()
+    for name, cls in stages().items():
+        required = {f: "x" for f, info in cls.Options.model_fields.items() if info.is_required()}
+        if cls(cls.Options.model_construct(**required)).needs().llm:
+            asks.add(name)
+    text = (ROOT / "docs" / "python-api.md").read_text(encoding="utf-8")
+    listed = re.search(r"pipelines that ask the LLM\s+\(([^)]*)\)", text)
+    assert listed, "docs/python-api.md: the list of stages that ask the LLM is gone"
+    assert set(re.findall(r"`([a-z_0-9]+)`", listed.group(1))) == asks
+
+
+# A dotted name that is no module or attribute: the key under which the index job records the
+# table's encoder in the table's metadata.
+NOT_A_MODULE = {"logicrank.model"}
+
+
+def _dotted_names() -> list[tuple[str, str]]:
+    """(where, name) of every dotted module name (``logicrank.pipelines.io.read_run``, or
+    ``pipelines.io`` as the folders are called) in the README, docs/ and the package's docstrings;
+    a name followed by ``=`` is an override path (``pipelines.orlog.0.bm25.k=5``), not a module."""
+    import ast
+
+    pattern = re.compile(r"(?<![\w/.-])(?:logicrank(?:\.[A-Za-z_]\w*)+|(?:pipelines|jobs|schemas)(?:\.[A-Za-z_]\w*)+)(?![\w.]*=)")
+    texts = [(p.name, p.read_text(encoding="utf-8")) for p in PAGES if p.name != "CHANGELOG.md"]
+    for folder in ("logicrank", "pipelines", "jobs", "schemas"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and ast.get_docstring(node):
+                    texts.append((str(path.relative_to(ROOT)), ast.get_docstring(node)))
+    found = []
+    for where, text in texts:
+        for m in pattern.finditer(text):
+            name = m.group(0).rstrip(".")
+            if not name.endswith((".py", ".md", ".yaml", ".txt", ".json", ".parquet")) and name not in NOT_A_MODULE:
+                found.append((where, name))
+    return found
+
+
+def _resolves(name: str) -> bool:
+    import importlib
+
+    parts = (name if name.startswith("logicrank.") else f"logicrank.{name}").split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def test_every_dotted_module_name_in_the_docs_and_docstrings_resolves():
+    names = _dotted_names()
+    assert len(names) > 50  # the scan finds them
+    assert [f"{where}: {name}" for where, name in names if not _resolves(name)] == []
+
+
+def test_a_dotted_name_that_moved_is_found():
+    assert _resolves("logicrank.pipelines.io.read_run") and _resolves("pipelines.io.read_run")
+    assert not _resolves("pipelines.topics") and not _resolves("logicrank.pipelines.io.read_topics")
