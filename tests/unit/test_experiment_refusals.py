@@ -1,4 +1,4 @@
-"""Experiment files (pipelines/experiment.py) without Ray: every shipped file loads, by path and
+"""Experiment files (pipelines/experiment/) without Ray: every shipped file loads, by path and
 by name, and a bad file is refused in one line that says what is wrong (moved from
 tests/integration/test_experiment.py, whose runs need Ray)."""
 

@@ -1,4 +1,4 @@
-"""An experiment's query sample and its qrels (jobs/experiment.py), and the main job's rules
+"""An experiment's query sample and its qrels (pipelines/experiment/datasets.py), and the main job's rules
 section when the set is absent, without Ray."""
 
 import json

@@ -129,7 +129,7 @@ def test_unknown_templates_are_refused(tmp_path):
 
 
 def test_measures_are_averaged_per_template(tmp_path):
-    """An experiment's group_by (jobs/experiment.py): the mean of each run's per-query values by
+    """An experiment's group_by (pipelines/experiment/report.py): the mean of each run's per-query values by
     a field of the queries file, the aggregate row left out, with the number of queries."""
     import pyarrow as pa
 
