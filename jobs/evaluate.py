@@ -34,70 +34,17 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     per run file ``duplicates_removed``.
     Skipped (the stored metrics returned) when config, qrels and runs are unchanged.
     """
-    measures = parse_measures(cfg.measures)  # a bad name fails before anything is read
-    qa_measures = parse_qa_measures(cfg.qa_measures) if cfg.answers else []
-    if "Judge" in qa_measures and cfg.judge is None:
-        raise QAError("evaluate: the Judge measure needs an LLM (--judge-llm MODEL); or drop Judge.")
-    given = ([("qrels", cfg.qrels)] if cfg.runs else []) + [("run", p) for p in cfg.runs] + [("answers", p) for p in cfg.answers]
-    for kind, path in given:
-        if not Path(path).exists():
-            raise EvaluationError(f"evaluate: no {kind} file at {str(path)!r}; check the path.")
+    measures, qa_measures = _check_inputs(cfg)
     rundir = RunDir(out, "evaluate")
-    inputs = {"qrels": input_fingerprint("qrels", cfg.qrels, EvaluationError) if cfg.runs else None, "runs": [input_fingerprint("run", p, EvaluationError) for p in cfg.runs]}
-    if cfg.answers:
-        gold_file = Path(cfg.gold) / "answers.jsonl" if Path(cfg.gold).is_dir() else Path(cfg.gold)
-        inputs.update(gold=input_fingerprint("gold answers", gold_file, EvaluationError) if gold_file.is_file() else None,
-                      answers=[input_fingerprint("answers", p, EvaluationError) for p in cfg.answers])
-        if "Judge" in qa_measures:  # an edited judge prompt or another checkpoint is a new evaluation
-            from logicrank.pipelines.llm import prompts
-            from logicrank.pipelines.llm.models import resolve
-
-            inputs["judge"] = {"template": prompts.load(JUDGE_TEMPLATE).sha, "model": resolve(cfg.judge.model, log=lambda m: None).model_id}
+    inputs = _fingerprint(cfg, qa_measures)
     if rundir.is_fresh(cfg.digest(), inputs) and {"missing_queries", "depths"} <= set(rundir.previous() or {}):  # (older reports lack depths)
         if echo:
             echo(f"evaluate: config, qrels and runs unchanged since the last run: skipped; metrics in {rundir.path / 'metrics.parquet'}")
         return pq.read_table(rundir.path / "metrics.parquet")
     qrels = read_qrels(cfg.qrels) if cfg.runs else None
-    runs, removed, empty = [], {}, []
-    for path in cfg.runs:
-        run = read_run(path, duplicates="first" if cfg.dedupe else "refuse", empty="allow" if cfg.empty_runs == "zero" else "refuse")
-        removed[str(path)] = int(run.schema.metadata[DUPLICATES_REMOVED])
-        if run.num_rows == 0:  # a run that retrieved nothing (empty_runs: zero): every query 0, under its file's stem
-            empty.append(cfg.run_id_for(path) or Path(path).stem)
-        runs.append(run)
-    runs = named_runs(runs, cfg.runs, {path: cfg.run_id_for(path) for path in cfg.runs})
-    run_ids = None
-    if empty:  # the run ids in order, an empty file's its stem; one id in two files is refused, as without an empty run
-        run_ids = [rid for path, run in zip(cfg.runs, runs, strict=True)
-                   for rid in (dict.fromkeys(run.column("run_id").to_pylist()) if run.num_rows else [cfg.run_id_for(path) or Path(path).stem])]
-        if len(run_ids) != len(set(run_ids)):
-            raise EvaluationError(f"evaluate: run ids repeat across the given runs: {run_ids} (an empty run's id is its file's stem); "
-                                  "give each run a distinct run_id, or --name NEWID=FILE.")
-        if echo:
-            echo(f"evaluate: {len(empty)} run{'s' if len(empty) > 1 else ''} retrieved nothing ({', '.join(empty)}): every query scores 0.")
-    answers, gold = (_answers(cfg), read_gold(cfg.gold)) if cfg.answers else ({}, None)
-    evaluate = partial(evaluate_runs, runs, qrels, cfg.measures, cfg.baseline, cfg.test, cfg.correction, cfg.alpha, run_ids=run_ids, answers=answers,
-                       gold=gold, qa_measures=cfg.qa_measures if cfg.answers else (), duplicates_removed=removed, done=beat)
-    if "Judge" in qa_measures:  # the judge's LLM pool, for this evaluation alone
-        from logicrank.jobs.llm_service import LLMService
-        from logicrank.jobs.raysession import ray_session
-
-        with ray_session(cfg.ray):
-            llm = LLMService(cfg.judge)
-            try:
-                ev = evaluate(judge=llm_judge(llm))
-            finally:
-                llm.close()
-    else:
-        ev = evaluate()
-    write_parquet_atomic(ev.metrics, rundir.path / "metrics.parquet")
-    outputs = ["metrics.parquet", "report.md", "plots/per_query.png"]
-    if ev.significance is not None:
-        write_parquet_atomic(ev.significance, rundir.path / "significance.parquet")
-        outputs.append("significance.parquet")
-    ev.plot(rundir.path / "plots" / "per_query.png")
-    write_text_atomic(ev.markdown(title), rundir.path / "report.md")
-    rundir.set_aside([o for o in OUTPUTS if o not in outputs], echo)  # an earlier run's significance table, with one run now
+    runs, removed, empty, run_ids = _read_runs(cfg, echo)
+    ev = _evaluate(cfg, qrels, runs, run_ids, removed, qa_measures)
+    outputs = _write_outputs(ev, rundir, title, echo)
     rundir.write_manifest(
         cfg.model_dump(mode="json"),
         cfg.digest(),
@@ -116,6 +63,91 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
         empty_runs=empty,
     )
     return ev.metrics
+
+
+def _check_inputs(cfg: EvaluateConfig) -> tuple[list, list[str]]:
+    """(retrieval measures, QA measures), before anything is read: a bad measure name, a Judge
+    without its LLM, a file that is not there are one line each."""
+    measures = parse_measures(cfg.measures)
+    qa_measures = parse_qa_measures(cfg.qa_measures) if cfg.answers else []
+    if "Judge" in qa_measures and cfg.judge is None:
+        raise QAError("evaluate: the Judge measure needs an LLM (--judge-llm MODEL); or drop Judge.")
+    given = ([("qrels", cfg.qrels)] if cfg.runs else []) + [("run", p) for p in cfg.runs] + [("answers", p) for p in cfg.answers]
+    for kind, path in given:
+        if not Path(path).exists():
+            raise EvaluationError(f"evaluate: no {kind} file at {str(path)!r}; check the path.")
+    return measures, qa_measures
+
+
+def _fingerprint(cfg: EvaluateConfig, qa_measures: list[str]) -> dict:
+    """What the evaluation reads, fingerprinted: an unchanged rerun is skipped."""
+    inputs = {"qrels": input_fingerprint("qrels", cfg.qrels, EvaluationError) if cfg.runs else None, "runs": [input_fingerprint("run", p, EvaluationError) for p in cfg.runs]}
+    if cfg.answers:
+        gold_file = Path(cfg.gold) / "answers.jsonl" if Path(cfg.gold).is_dir() else Path(cfg.gold)
+        inputs.update(gold=input_fingerprint("gold answers", gold_file, EvaluationError) if gold_file.is_file() else None,
+                      answers=[input_fingerprint("answers", p, EvaluationError) for p in cfg.answers])
+        if "Judge" in qa_measures:  # an edited judge prompt or another checkpoint is a new evaluation
+            from logicrank.pipelines.llm import prompts
+            from logicrank.pipelines.llm.models import resolve
+
+            inputs["judge"] = {"template": prompts.load(JUDGE_TEMPLATE).sha, "model": resolve(cfg.judge.model, log=lambda m: None).model_id}
+    return inputs
+
+
+def _read_runs(cfg: EvaluateConfig, echo: Callable[[str], None] | None) -> tuple[list[pa.Table], dict[str, int], list[str], list[str] | None]:
+    """(the runs named, duplicates removed per file, the ids of the runs that retrieved
+    nothing, every run id in order where one is empty, else None)."""
+    runs, removed, empty = [], {}, []
+    for path in cfg.runs:
+        run = read_run(path, duplicates="first" if cfg.dedupe else "refuse", empty="allow" if cfg.empty_runs == "zero" else "refuse")
+        removed[str(path)] = int(run.schema.metadata[DUPLICATES_REMOVED])
+        if run.num_rows == 0:  # a run that retrieved nothing (empty_runs: zero): every query 0, under its file's stem
+            empty.append(cfg.run_id_for(path) or Path(path).stem)
+        runs.append(run)
+    runs = named_runs(runs, cfg.runs, {path: cfg.run_id_for(path) for path in cfg.runs})
+    run_ids = None
+    if empty:  # the run ids in order, an empty file's its stem; one id in two files is refused, as without an empty run
+        run_ids = [rid for path, run in zip(cfg.runs, runs, strict=True)
+                   for rid in (dict.fromkeys(run.column("run_id").to_pylist()) if run.num_rows else [cfg.run_id_for(path) or Path(path).stem])]
+        if len(run_ids) != len(set(run_ids)):
+            raise EvaluationError(f"evaluate: run ids repeat across the given runs: {run_ids} (an empty run's id is its file's stem); "
+                                  "give each run a distinct run_id, or --name NEWID=FILE.")
+        if echo:
+            echo(f"evaluate: {len(empty)} run{'s' if len(empty) > 1 else ''} retrieved nothing ({', '.join(empty)}): every query scores 0.")
+    return runs, removed, empty, run_ids
+
+
+def _evaluate(cfg: EvaluateConfig, qrels: pa.Table | None, runs: list[pa.Table], run_ids: list[str] | None, removed: dict[str, int], qa_measures: list[str]):
+    """The evaluation (:func:`~logicrank.pipelines.evaluate.runs.evaluate_runs`), with the
+    judge's LLM pool started for it alone when the Judge measure is asked for."""
+    answers, gold = (_answers(cfg), read_gold(cfg.gold)) if cfg.answers else ({}, None)
+    evaluate = partial(evaluate_runs, runs, qrels, cfg.measures, cfg.baseline, cfg.test, cfg.correction, cfg.alpha, run_ids=run_ids, answers=answers,
+                       gold=gold, qa_measures=cfg.qa_measures if cfg.answers else (), duplicates_removed=removed, done=beat)
+    if "Judge" not in qa_measures:
+        return evaluate()
+    from logicrank.jobs.llm_service import LLMService
+    from logicrank.jobs.raysession import ray_session
+
+    with ray_session(cfg.ray):
+        llm = LLMService(cfg.judge)
+        try:
+            return evaluate(judge=llm_judge(llm))
+        finally:
+            llm.close()
+
+
+def _write_outputs(ev, rundir: RunDir, title: str, echo: Callable[[str], None] | None) -> list[str]:
+    """The metrics, the significance tests (where there are any), the plot and the report;
+    an earlier run's output this one does not make is set aside. Returns what was written."""
+    write_parquet_atomic(ev.metrics, rundir.path / "metrics.parquet")
+    outputs = ["metrics.parquet", "report.md", "plots/per_query.png"]
+    if ev.significance is not None:
+        write_parquet_atomic(ev.significance, rundir.path / "significance.parquet")
+        outputs.append("significance.parquet")
+    ev.plot(rundir.path / "plots" / "per_query.png")
+    write_text_atomic(ev.markdown(title), rundir.path / "report.md")
+    rundir.set_aside([o for o in OUTPUTS if o not in outputs], echo)  # an earlier run's significance table, with one run now
+    return outputs
 
 
 def _answers(cfg: EvaluateConfig) -> dict[str, dict[str, str]]:
