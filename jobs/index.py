@@ -266,9 +266,46 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
 
 def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float, lock: TableLock, mid: str,
                    store: DocStore, summary: IndexSummary, version_before: int | None, rejects: RejectSink, writer: IndexWriter) -> IndexSummary:
-    """The locked run: stream, guards, deletes, maintenance, the completion mark and the run's tag, the manifest."""
+    """The locked run: stream, count, the guards, then (unless refused) deletes, maintenance,
+    the completion mark and the run's tag; the manifest."""
     # the code that makes a document's vector (its text, the encoder): a stored vector made by other code is not reused
     embed_code = code_digest("logicrank.pipelines.embed")
+    stored, stored_rows = _stream(cfg, rundir, sources, progress, lock, mid, store, summary, version_before, rejects, writer, embed_code)
+    _count(summary, writer, rejects)
+    with rundir.timed("absent"):  # the stored ids the snapshot lacks, spilled to the run's directory
+        absent = IdSpill(rundir.path / ".absent-ids.parquet")
+        summary.absent = absent.write(writer.seen.absent(stored.ids()))
+    failure = index_refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, restore_hint(cfg, store, version_before))
+    if failure is None:
+        _commit(cfg, rundir, lock, store, summary, version_before, writer, absent, embed_code)
+    absent.remove()
+    if store.exists():
+        summary.table_version, summary.table_rows = store.version, store.count()
+    summary.seconds = round(time.perf_counter() - start, 3)
+
+    rundir.write_manifest(
+        cfg.model_dump(mode="json"),
+        cfg.digest(),
+        {"corpus": [s.fingerprint() for s in sources]},
+        ["rejects.parquet"],
+        status="failed" if failure else "ok",
+        model=mid,
+        table={"db": cfg.db, "name": cfg.table, "version_before": version_before, "version": summary.table_version, "rows": summary.table_rows,
+               "complete": failure is None},
+        counts=asdict(summary),
+        error=failure,
+    )
+    if failure:
+        raise IndexJobError(failure)
+    return summary
+
+
+def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, lock: TableLock, mid: str, store: DocStore,
+            summary: IndexSummary, version_before: int | None, rejects: RejectSink, writer: IndexWriter,
+            embed_code: str) -> tuple[StoredHashes, int]:
+    """Every document read, embedded where its content is new, and written (on the cluster's
+    encoder pool); returns the stored hashes of the version the run started from and their
+    count. A corpus that cannot be read rolls the table back, with its manifest, as one line."""
     try:
         with ray_session(cfg.ray) as ray:
             _rearm_sigterm()
@@ -307,7 +344,11 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
         raise IndexJobError(failure) from None
     finally:
         rejects.close()  # what was rejected stays on disk, whatever stopped the run
+    return stored, stored_rows
 
+
+def _count(summary: IndexSummary, writer: IndexWriter, rejects: RejectSink) -> None:
+    """The writer's counts into the summary (a resumed run's against the last complete version)."""
     c = writer.counts
     summary.embedded = c["insert"] + c["update"]
     since = writer.since if writer.baseline is not None else c  # a resumed run: against the last complete version
@@ -315,57 +356,38 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
     summary.rejected, summary.rows_read = c["reject"], writer.rows_read
     summary.redelivered = writer.redelivered
     summary.rejects_by_reason = dict(rejects.reasons)
-    with rundir.timed("absent"):  # the stored ids the snapshot lacks, spilled to the run's directory
-        absent = IdSpill(rundir.path / ".absent-ids.parquet")
-        summary.absent = absent.write(writer.seen.absent(stored.ids()))
-    failure = index_refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, restore_hint(cfg, store, version_before))
 
-    if failure is None:
-        lock.ensure_held()  # (a lease can lapse; each step below changes the table)
-        if cfg.delete_missing and summary.absent and store.exists():
-            with rundir.timed("delete"):
-                summary.deleted = store.delete_ids(absent.read(), before_each=lock.ensure_held)
-        if cfg.delete_missing and writer.baseline is not None:
-            # deleted since the last complete version: what it held that this snapshot lacks (the ids the
-            # unfinished run wrote and this snapshot lacks were never read; those it deleted were)
-            summary.deleted = sum(len(ids) for ids in writer.seen.absent(writer.baseline.ids()))
-        if store.exists():
-            changed = store.version != version_before or bool(summary.embedded or summary.deleted or summary.resumed)
-            lock.ensure_held()
-            with rundir.timed("maintain"), busy("index: maintaining the table (compaction, indexes)"):
-                summary.maintenance = store.maintain(cfg.ann_from(), timedelta(hours=cfg.prune_after_hours), changed,
-                                                    rebuild=cfg.rebuild_indexes)
-            with rundir.timed("bm25_index"), busy("index: the BM25 index of the new version"):
-                try:
-                    summary.maintenance["bm25_index"] = update_index_apart(store)  # in a child: the driver stays small
-                except OSError as exc:  # (a full disk, say): the table is done; readers build the index on first use
-                    summary.maintenance["bm25_index"] = {"how": "failed", "error": first_line(exc)}
-            summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
-            lock.ensure_held()
-            store.mark_complete()  # readers read this version from now on (pipelines/store/versions.py)
-            store.mark_embedded_by(embed_code)  # a later run whose embedding code differs embeds every document again
-            store.tag(summary.tag)
-            summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG_NAME, cfg.keep_index_tags)
-    absent.remove()
-    if store.exists():
-        summary.table_version, summary.table_rows = store.version, store.count()
-    summary.seconds = round(time.perf_counter() - start, 3)
 
-    rundir.write_manifest(
-        cfg.model_dump(mode="json"),
-        cfg.digest(),
-        {"corpus": [s.fingerprint() for s in sources]},
-        ["rejects.parquet"],
-        status="failed" if failure else "ok",
-        model=mid,
-        table={"db": cfg.db, "name": cfg.table, "version_before": version_before, "version": summary.table_version, "rows": summary.table_rows,
-               "complete": failure is None},
-        counts=asdict(summary),
-        error=failure,
-    )
-    if failure:
-        raise IndexJobError(failure)
-    return summary
+def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, summary: IndexSummary, version_before: int | None,
+            writer: IndexWriter, absent: IdSpill, embed_code: str) -> None:
+    """A run the guards let through: the absent ids deleted (``delete_missing``), the table
+    maintained, the BM25 index of the new version made, the version marked complete and tagged."""
+    lock.ensure_held()  # (a lease can lapse; each step below changes the table)
+    if cfg.delete_missing and summary.absent and store.exists():
+        with rundir.timed("delete"):
+            summary.deleted = store.delete_ids(absent.read(), before_each=lock.ensure_held)
+    if cfg.delete_missing and writer.baseline is not None:
+        # deleted since the last complete version: what it held that this snapshot lacks (the ids the
+        # unfinished run wrote and this snapshot lacks were never read; those it deleted were)
+        summary.deleted = sum(len(ids) for ids in writer.seen.absent(writer.baseline.ids()))
+    if not store.exists():
+        return
+    changed = store.version != version_before or bool(summary.embedded or summary.deleted or summary.resumed)
+    lock.ensure_held()
+    with rundir.timed("maintain"), busy("index: maintaining the table (compaction, indexes)"):
+        summary.maintenance = store.maintain(cfg.ann_from(), timedelta(hours=cfg.prune_after_hours), changed,
+                                            rebuild=cfg.rebuild_indexes)
+    with rundir.timed("bm25_index"), busy("index: the BM25 index of the new version"):
+        try:
+            summary.maintenance["bm25_index"] = update_index_apart(store)  # in a child: the driver stays small
+        except OSError as exc:  # (a full disk, say): the table is done; readers build the index on first use
+            summary.maintenance["bm25_index"] = {"how": "failed", "error": first_line(exc)}
+    summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
+    lock.ensure_held()
+    store.mark_complete()  # readers read this version from now on (pipelines/store/versions.py)
+    store.mark_embedded_by(embed_code)  # a later run whose embedding code differs embeds every document again
+    store.tag(summary.tag)
+    summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG_NAME, cfg.keep_index_tags)
 
 
 def last_complete(store: DocStore) -> int | None:
