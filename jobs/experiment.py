@@ -18,18 +18,18 @@ from logicrank.pipelines.experiment import Experiment, ExperimentError, Experime
 
 def run_experiment(exp: Experiment, out: str | Path, embed: EmbedConfig | None = None, ray: RayConfig | None = None,
                    llm: LLMConfig | None = None, strict: bool = True, progress: bool = True, echo=None,
-                   table: str | Path | None = None) -> ExperimentResult:
+                   index_dir: str | Path | None = None) -> ExperimentResult:
     """Index, retrieve, evaluate, conclude (module docstring). ``embed``, ``ray``, ``llm``: the
-    placement and models of this run (the file holds the benchmark itself). ``table``: where
+    placement and models of this run (the file holds the benchmark itself). ``index_dir``: where
     the index lives (``lancedb/`` and its ``index/`` run; default ``out``): experiments over
     the same corpus and encoder can share one, and a corpus already there is not encoded again."""
     from logicrank.jobs.raysession import ray_session
 
     with ray_session(ray or RayConfig()):
-        return _run(exp, Path(out), Path(table or out), embed or EmbedConfig(), ray or RayConfig(), llm or LLMConfig(), strict, progress, echo)
+        return _run(exp, Path(out), Path(index_dir or out), embed or EmbedConfig(), ray or RayConfig(), llm or LLMConfig(), strict, progress, echo)
 
 
-def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayConfig, llm: LLMConfig, strict: bool, progress: bool,
+def _run(exp: Experiment, out: Path, index_dir: Path, embed: EmbedConfig, ray: RayConfig, llm: LLMConfig, strict: bool, progress: bool,
          echo) -> ExperimentResult:
     from logicrank.jobs.evaluate import run_evaluate
     from logicrank.jobs.index import run_index
@@ -40,11 +40,11 @@ def _run(exp: Experiment, out: Path, table: Path, embed: EmbedConfig, ray: RayCo
 
     corpus, queries, qrels, root, pipelines, gold = prepared(exp, out)
     embed = EmbedConfig.model_validate({**embed.model_dump(), **exp.embed})
-    cfg = RetrieveConfig(queries=str(queries), db=str(table / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)
+    cfg = RetrieveConfig(queries=str(queries), db=str(index_dir / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)
     timings: dict[str, float] = {}
     t = time.perf_counter()
     fmt = {"format": exp.dataset.format} if exp.dataset.corpus is not None and "format" not in exp.index else {}
-    index = run_index(IndexConfig(corpus=str(corpus), db=cfg.db, embed=embed, ray=ray, **fmt, **exp.index), table / "index", progress=progress)
+    index = run_index(IndexConfig(corpus=str(corpus), db=cfg.db, embed=embed, ray=ray, **fmt, **exp.index), index_dir / "index", progress=progress)
     timings["index"] = time.perf_counter() - t
     t = time.perf_counter()
     runs = run_retrieve(cfg, out / "retrieve", echo=echo, progress=progress)

@@ -67,7 +67,7 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
     marks.append(("itlr", time.perf_counter()))
     echo("[4/9] ITLR synthetic logical benchmark (32 templates x 10 queries from SciFact text), pooled and own settings "
          "(experiments jobs/experiments/itlr-synthetic.yaml, itlr-synthetic-own.yaml; the operator ablation: `logicrank bench-itlr`)")
-    itlr = [run_experiment(exp, out / "itlr" / exp.name, embed, ray, strict=False, progress=False, table=out / "itlr")
+    itlr = [run_experiment(exp, out / "itlr" / exp.name, embed, ray, strict=False, progress=False, index_dir=out / "itlr")
             for exp in benchmarks.itlr(operators=False)]
     for res in itlr:
         by = res.groups["negations"]["nDCG@10"]
@@ -77,7 +77,7 @@ def _run_main(out: Path, embed: EmbedConfig, ray: RayConfig, progress: bool, ech
     marks.append(("llm", time.perf_counter()))
     echo("[5/9] LLM decomposition -> ITLR, OrLog and the reasoner on 4 of its questions (SmolLM2-135M on vLLM: plumbing, not quality) "
          "(experiment jobs/experiments/itlr-llm.yaml)")
-    llm = run_experiment(load(EXPERIMENTS / "itlr-llm.yaml"), out / "llm", embed, ray, local_llm(), strict=False, progress=False, table=out / "itlr")
+    llm = run_experiment(load(EXPERIMENTS / "itlr-llm.yaml"), out / "llm", embed, ray, local_llm(), strict=False, progress=False, index_dir=out / "itlr")
     echo(f"      SmolLM2's logical queries by status: {llm.stages['llm-itlr'][0].get('by_status')} (a fallback keeps the question as one term)")
     for rid, v in llm.summary["nDCG@10"].items():
         echo(f"      nDCG@10 {rid:14s} {v:.4f}")
@@ -137,7 +137,7 @@ def _lag(out: Path, embed: EmbedConfig, ray: RayConfig, echo) -> dict:
     one index."""
     echo(f"[7/9] LAG on MuSiQue (bundled): gold-chain oracle (100 questions, no LLM), then RAG vs LAG with SmolLM2 ({LAG_SAMPLE} questions) "
          "(experiments jobs/experiments/lag-oracle.yaml, lag.yaml)")
-    oracle, llm_rows = (run_experiment(exp, out / exp.name, embed, ray, local_llm(), strict=False, progress=False, table=out)
+    oracle, llm_rows = (run_experiment(exp, out / exp.name, embed, ray, local_llm(), strict=False, progress=False, index_dir=out)
                         for exp in benchmarks.lag("musique", sample=LAG_SAMPLE, runs=("rag", "lag")))
     for c in oracle.checks:
         echo(f"      oracle {c.reference.run:18s} recall {c.got:.4f} (reference {c.reference.value}: {'reproduced' if c.ok else 'NOT reproduced'})")

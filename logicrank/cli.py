@@ -881,7 +881,7 @@ def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool =
     missed = []
     for exp in exps:
         where = out / exp.name if nested else out
-        result = run_job(job, out, run_experiment, exp, where, embed, ray, llm, strict=False, progress=progress, echo=typer.echo, table=out)
+        result = run_job(job, out, run_experiment, exp, where, embed, ray, llm, strict=False, progress=progress, echo=typer.echo, index_dir=out)
         for rid, row in result.summary.iterrows():
             typer.echo(f"{rid}: depth {depth_cell(result.depths, rid)}  " + "  ".join(f"{m} {v:.4f}" for m, v in row.items()))
         for c in result.checks:

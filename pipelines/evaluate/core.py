@@ -46,7 +46,7 @@ def rank_scores(run: pa.Table, query_ids: Sequence[str]) -> dict[str, dict[str, 
     """The run as ir_measures takes it, for ``query_ids`` only: query -> doc -> ``-rank``.
 
     trec_eval ranks by score (equal scores by docno descending); the score ``-rank`` makes it
-    follow the run's ``rank`` column instead (checked by :func:`evaluate_run`, not here)."""
+    follow the run's ``rank`` column instead (checked by :func:`run_metrics`, not here)."""
     require_columns(run, ["query_id", "doc_id", "rank"], "evaluate")
     r = run.select(["query_id", "doc_id", "rank"]).to_pandas()
     r = r[r["query_id"].isin(set(query_ids))]
@@ -105,7 +105,7 @@ def _trec_only_values(run_dict: dict, qrels_dict: dict, query_ids: Sequence[str]
     return out
 
 
-def evaluate_run(
+def run_metrics(
     run: pa.Table, qrels: pa.Table, measures: Sequence[Measure], run_id: str | None = None, duplicates: Duplicates = "refuse"
 ) -> pa.Table:
     """Per-query values of every measure for one run, plus the mean as query ``all`` (the sum

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logicrank.pipelines.evaluate.core import EvaluationError, evaluate_run, query_coverage, run_depth
+from logicrank.pipelines.evaluate.core import EvaluationError, query_coverage, run_depth, run_metrics
 from logicrank.pipelines.evaluate.measures import parse_measures
 from logicrank.pipelines.evaluate.qa import Gold, Judge, coverage, evaluate_answers, parse_qa_measures
 from logicrank.pipelines.evaluate.report import coverage_notes, markdown_report, per_query_plot
@@ -92,7 +92,7 @@ def evaluate_runs(runs: Sequence[pa.Table], qrels: pa.Table | None, measures: Se
         raise EvaluationError("evaluate: runs need qrels.")
     out, missing, without, depths = [], {}, {}, {}
     for rid, one in parts:
-        out.append(evaluate_run(one, qrels, parsed, rid))
+        out.append(run_metrics(one, qrels, parsed, rid))
         missing[rid], without[rid] = query_coverage(one, qrels)
         depths[rid] = run_depth(one)
         done(f"evaluate: run {rid} evaluated")

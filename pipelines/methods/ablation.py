@@ -11,7 +11,7 @@ import pandas as pd
 
 from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.embed import Embedder
-from logicrank.pipelines.evaluate.core import evaluate_run
+from logicrank.pipelines.evaluate.core import run_metrics
 from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.methods.evidence import calibrate_evidence, describe, make_evidence
 from logicrank.pipelines.methods.itlr import Calibration, refuse_empty_nots, score_exact, unique_terms
@@ -39,7 +39,7 @@ def grid_table(pairs: dict, qrels, m, k: int) -> pd.DataFrame:
     (a stable sort: ties keep the grid's order)."""
     rows = []
     for ops in Operators.grid():
-        metrics = evaluate_run(rank_pairs(pairs[ops], k, "itlr", str(ops)), qrels, [m], str(ops)).to_pandas()
+        metrics = run_metrics(rank_pairs(pairs[ops], k, "itlr", str(ops)), qrels, [m], str(ops)).to_pandas()
         rows.append({"operators": str(ops), "measure": str(m), "value": float(metrics[metrics["query_id"] == "all"]["value"].item())})
     return pd.DataFrame(rows).sort_values("value", ascending=False, kind="stable")
  

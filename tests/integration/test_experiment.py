@@ -163,12 +163,12 @@ def test_bench_lag_is_lag_oracle_and_lag_yaml_over_one_index(tmp_path, tiny_cfg)
     from logicrank.pipelines import benchmarks
 
     oracle_exp, llm_exp = benchmarks.lag("musique", sample=2, seed=3)
-    oracle = run_experiment(oracle_exp, tmp_path / "oracle", ray=RAY, progress=False, table=tmp_path)
+    oracle = run_experiment(oracle_exp, tmp_path / "oracle", ray=RAY, progress=False, index_dir=tmp_path)
     assert list(oracle.summary.index) == ["question", "gold-chain", "gold-no-answer", "gold-random-order"]
     assert oracle.reproduced and [c.reference.run for c in oracle.checks] == ["question", "gold-chain", "gold-no-answer"]
     assert oracle.index.inserted == 1890
 
-    res = run_experiment(llm_exp, tmp_path / "llm", llm=tiny_cfg, ray=RAY, progress=False, table=tmp_path)
+    res = run_experiment(llm_exp, tmp_path / "llm", llm=tiny_cfg, ray=RAY, progress=False, index_dir=tmp_path)
     assert res.index.inserted == 0 and res.index.unchanged == 1890  # the oracle's table
     assert list(res.summary.index) == ["rag", "lag", "lag-no-answer", "lag-random-order"]
     assert {"EM", "TokenF1", "Acc", "R@100"} <= set(res.summary.columns) and res.summary.notna().all().all()

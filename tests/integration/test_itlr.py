@@ -118,7 +118,7 @@ def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(sy
     from typer.testing import CliRunner
 
     from logicrank.cli import app
-    from logicrank.pipelines.evaluate.core import evaluate_run
+    from logicrank.pipelines.evaluate.core import run_metrics
     from logicrank.pipelines.evaluate.measures import parse_measure
     from logicrank.pipelines.io import read_qrels
 
@@ -131,7 +131,7 @@ def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(sy
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert (manifest["config"]["scorer"], manifest["config"]["calibration"]) == ("bm25", "max")
     runs = run_retrieve(_cfg(synthetic, methods=("itlr",), k=100, scorer="bm25"), tmp_path / "r")
-    m = evaluate_run(pq.read_table(runs["itlr"]), read_qrels(str(qrels)), [parse_measure("nDCG@10")], "itlr").to_pandas()
+    m = run_metrics(pq.read_table(runs["itlr"]), read_qrels(str(qrels)), [parse_measure("nDCG@10")], "itlr").to_pandas()
     assert abs(table["and=product,or=sum,not=complement"] - m[m["query_id"] == "all"]["value"].item()) < 1e-9
     bad = CliRunner().invoke(app, ["ablate", str(synthetic / "syn" / "queries.jsonl"), str(qrels), "--db", str(synthetic / "db"),
                                    "--scorer", "dense", "--calibration", "max", "--out", str(tmp_path / "b")])
@@ -186,7 +186,7 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
     results = {}
     for exp in benchmarks.itlr(per_template=1, seed=3):
         exp = override(exp, {"pipelines": {rid: p for rid, p in exp.pipelines.items() if rid in ("base", "itlr", "itlr-zscore", "itlr-sigmoid", *families)}})
-        results[exp.name] = run_experiment(exp, tmp_path / exp.name, strict=False, progress=False, table=tmp_path)
+        results[exp.name] = run_experiment(exp, tmp_path / exp.name, strict=False, progress=False, index_dir=tmp_path)
     data = results["itlr-synthetic"].dataset
     assert results["itlr-synthetic-own"].dataset == tmp_path / "itlr-synthetic-own" / "data"
 
@@ -241,7 +241,7 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
                 assert got[rid, str(n)] == pytest.approx(np.mean([have[q] for q in have if negations[q] == n]), abs=1e-9)
 
     llm_exp = override(load("itlr-llm"), {"dataset.synthetic": {"per_template": 1, "seed": 3}})  # the same set, so the same table
-    llm = run_experiment(llm_exp, tmp_path / "llm", llm=tiny_cfg, strict=False, progress=False, table=tmp_path)
+    llm = run_experiment(llm_exp, tmp_path / "llm", llm=tiny_cfg, strict=False, progress=False, index_dir=tmp_path)
     m = llm.metrics.to_pandas()
     m = m[(m["query_id"] != "all") & (m["measure"] == "nDCG@10")]
     got = {rid: dict(zip(g["query_id"], g["value"], strict=True)) for rid, g in m.groupby("run_id")}

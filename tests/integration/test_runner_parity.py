@@ -15,7 +15,7 @@ from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config.pipelines import RetrieveConfig
 from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.embed import Embedder
-from logicrank.pipelines.evaluate.core import evaluate_run
+from logicrank.pipelines.evaluate.core import run_metrics
 from logicrank.pipelines.evaluate.measures import parse_measures
 from logicrank.pipelines.io import read_qrels, read_queries
 from logicrank.pipelines.pipeline import Pipeline
@@ -100,7 +100,7 @@ def test_the_python_api_retrieves_what_the_job_does_and_evaluates_and_compares_t
     assert metrics.schema.equals(METRICS)
     assert lr.evaluate(results, qrels, ["nDCG@10", "R@100"]).metrics.equals(metrics)  # the mapping as retrieve gives it
     for rid, path in runs.items():  # the same figures as each job run evaluated alone
-        want = evaluate_run(pq.read_table(path), read_qrels(qrels), parse_measures(["nDCG@10", "R@100"]))
+        want = run_metrics(pq.read_table(path), read_qrels(qrels), parse_measures(["nDCG@10", "R@100"]))
         mine = metrics.filter(pa.compute.equal(metrics.column("run_id"), rid))
         assert_tables_close(mine, want, ["run_id", "query_id", "measure"], f"{rid} metrics")
     empty = lr.evaluate(got, qrels, ["nDCG@10"], run_ids=["bm25", "nothing"]).metrics  # a run with no rows is named, and scores 0

@@ -47,7 +47,7 @@ from logicrank.pipelines.config.pipelines import RetrieveConfig  # noqa: E402
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
 from logicrank.pipelines.embed import Embedder  # noqa: E402
-from logicrank.pipelines.evaluate.core import evaluate_run  # noqa: E402
+from logicrank.pipelines.evaluate.core import run_metrics  # noqa: E402
 from logicrank.pipelines.evaluate.measures import parse_measures  # noqa: E402
 from logicrank.pipelines.io import read_qrels  # noqa: E402
 from logicrank.pipelines.markdown import table  # noqa: E402
@@ -69,7 +69,7 @@ def _ndcg10(run: pa.Table, qrels: pa.Table, run_id: str) -> float:
     """nDCG@10 of the first copy of each query (``<qid>#0``), under its original id."""
     df = run.select(["query_id", "doc_id", "score"]).to_pandas()
     df = df[df["query_id"].str.endswith("#0")].assign(query_id=lambda d: d["query_id"].str[:-2])
-    m = evaluate_run(rank_pairs(df, K, run_id, run_id), qrels, parse_measures(["nDCG@10"]), run_id).to_pandas()
+    m = run_metrics(rank_pairs(df, K, run_id, run_id), qrels, parse_measures(["nDCG@10"]), run_id).to_pandas()
     return float(m.loc[m["query_id"] == AGGREGATE_QUERY_ID, "value"].iloc[0])
 
 

@@ -491,13 +491,13 @@ def _child(args) -> dict:
     elif step == "evaluate":
         import pyarrow.parquet as pq
 
-        from logicrank.pipelines.evaluate.core import evaluate_run
+        from logicrank.pipelines.evaluate.core import run_metrics
         from logicrank.pipelines.evaluate.measures import parse_measures
 
         run = pq.read_table(work / f"run-bm25-{n}.parquet")
         qrels = _pseudo_qrels(n, args.seed, data)
         t = time.perf_counter()
-        m = evaluate_run(run, qrels, parse_measures(["nDCG@10", "R@100"]), "bm25").to_pandas()
+        m = run_metrics(run, qrels, parse_measures(["nDCG@10", "R@100"]), "bm25").to_pandas()
         out["search_s"] = time.perf_counter() - t
         out["qps"] = len(queries) / out["search_s"]
         allq = m[m["query_id"] == "all"]

@@ -13,7 +13,7 @@ import pytrec_eval
 
 from logicrank.jobs.evaluate import evaluation_notes, run_evaluate
 from logicrank.pipelines.config.settings import EvaluateConfig
-from logicrank.pipelines.evaluate.core import EvaluationError, evaluate_run
+from logicrank.pipelines.evaluate.core import EvaluationError, run_metrics
 from logicrank.pipelines.evaluate.measures import parse_measures
 from logicrank.pipelines.io import TopicsError, read_qrels, read_run, write_trec_run
 from logicrank.schemas.errors import UserError
@@ -47,7 +47,7 @@ def _write_trec(path, rows, tag="r"):
 
 
 def _ours(run, qrels):
-    m = evaluate_run(run, qrels, MEASURES).to_pandas()
+    m = run_metrics(run, qrels, MEASURES).to_pandas()
     return m.set_index(["query_id", "measure"])["value"]
 
 
@@ -86,15 +86,15 @@ def test_repeated_run_pairs_are_refused_or_deduped_only_when_asked(tmp_path):
     with pytest.raises(TopicsError, match=r"dup\.parquet: 3 row\(s\) repeat"):
         read_run(tmp_path / "dup.parquet")
     with pytest.raises(TopicsError, match=r"run 'r': 3 row\(s\) repeat"):
-        evaluate_run(_run_table(rows), _qrels_table(QRELS), MEASURES)
+        run_metrics(_run_table(rows), _qrels_table(QRELS), MEASURES)
 
     # dedupe keeps each pair's best-ranked row: the values are trec_eval's on the deduplicated run
     kept = read_run(path, duplicates="first")
     assert kept.num_rows == 3 and int(kept.schema.metadata[b"duplicates_removed"]) == 3
     best = [("q1", "d1", 1, 3), ("q1", "d2", 3, 1), ("q2", "d3", 1, 1)]
     _assert_equals_trec_eval(kept, _qrels_table(QRELS), best, QRELS)
-    deduped = evaluate_run(_run_table(rows), _qrels_table(QRELS), MEASURES, duplicates="first")
-    assert deduped.equals(evaluate_run(_run_table(best), _qrels_table(QRELS), MEASURES))
+    deduped = run_metrics(_run_table(rows), _qrels_table(QRELS), MEASURES, duplicates="first")
+    assert deduped.equals(run_metrics(_run_table(best), _qrels_table(QRELS), MEASURES))
 
     qrels_path = tmp_path / "qrels.tsv"
     qrels_path.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{r}\n" for q, d, r in QRELS))
@@ -145,7 +145,7 @@ def test_parquet_ranks_are_kept_but_checked(tmp_path):
     pq.write_table(ok, tmp_path / "ok.parquet")
     assert read_run(tmp_path / "ok.parquet").column("rank").to_pylist() == [1, 2, 3]
     with pytest.raises(TopicsError, match="run 'r': query 'q1' puts doc 'd2'"):
-        evaluate_run(_run_table(BAD_RANKS["rises.parquet"][0]), _qrels_table(QRELS), MEASURES)
+        run_metrics(_run_table(BAD_RANKS["rises.parquet"][0]), _qrels_table(QRELS), MEASURES)
 
 
 @pytest.mark.parametrize("name", sorted(BAD_RANKS))
@@ -239,7 +239,7 @@ def test_repeated_qrels_pairs_are_refused(tmp_path):
         read_qrels(tmp_path / "dup.tsv")
     assert "dup.tsv: 1 row(s) repeat a (query, doc) pair, e.g. ('q1', 'd1')" in _one_line(exc)
     with pytest.raises(TopicsError, match=r"qrels: 1 row\(s\) repeat"):
-        evaluate_run(_run_table([("q1", "d1", 1, 1.0)]), _qrels_table([("q1", "d1", 1), ("q1", "d1", 2)]), MEASURES)
+        run_metrics(_run_table([("q1", "d1", 1, 1.0)]), _qrels_table([("q1", "d1", 1), ("q1", "d1", 2)]), MEASURES)
 
 
 def test_queries_missing_from_a_run_are_counted_and_reported(tmp_path):

@@ -8,7 +8,7 @@ import pytrec_eval
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logicrank.pipelines.evaluate.core import evaluate_run
+from logicrank.pipelines.evaluate.core import run_metrics
 from logicrank.pipelines.evaluate.measures import Measure, MeasureError, parse_measure, parse_measures
 from logicrank.pipelines.io import read_qrels, read_queries
 from logicrank.pipelines.methods.ranking import rank_pairs
@@ -53,7 +53,7 @@ def _trec_reference(run: pa.Table, qrels: pa.Table) -> dict[str, dict[str, float
 
 def _assert_matches(run: pa.Table, qrels: pa.Table):
     measures = parse_measures(OURS)
-    ours = evaluate_run(run, qrels, measures, "r").to_pandas()
+    ours = run_metrics(run, qrels, measures, "r").to_pandas()
     ref = _trec_reference(run, qrels)
     for m in OURS:
         got = ours[ours["measure"] == m].set_index("query_id")["value"]
@@ -96,7 +96,7 @@ def test_every_measure_matches_trec_eval_on_scifact(scifact_tfidf_run):
     run, qrels = scifact_tfidf_run
     _assert_matches(run, qrels)
     # the run is real: TF-IDF is far from random on SciFact
-    ndcg = evaluate_run(run, qrels, [parse_measure("nDCG@10")], "r").to_pandas()
+    ndcg = run_metrics(run, qrels, [parse_measure("nDCG@10")], "r").to_pandas()
     assert ndcg[ndcg["query_id"] == "all"]["value"].item() > 0.4
 
 

@@ -16,7 +16,7 @@ import pytest
 import pytrec_eval
 
 from logicrank.pipelines.evaluate import trec10
-from logicrank.pipelines.evaluate.core import evaluate_run
+from logicrank.pipelines.evaluate.core import run_metrics
 from logicrank.pipelines.evaluate.measures import MeasureError, parse_measure, parse_measures
 from logicrank.pipelines.io import read_qrels, read_run
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
@@ -65,7 +65,7 @@ def files():
 
 
 def _ours(qrels_path, run_path, names) -> dict:
-    ours = evaluate_run(read_run(run_path), read_qrels(qrels_path), parse_measures(names)).to_pandas()
+    ours = run_metrics(read_run(run_path), read_qrels(qrels_path), parse_measures(names)).to_pandas()
     return ours.set_index(["query_id", "measure"])["value"].to_dict()
 
 
@@ -162,7 +162,7 @@ def test_a_parquet_run_is_ranked_by_its_rank_column_not_by_score(files, tmp_path
     measures = parse_measures(OUT_TEST_A)
 
     def values(run_table):
-        return evaluate_run(run_table, qrels, measures).to_pandas().set_index(["query_id", "measure"])["value"]
+        return run_metrics(run_table, qrels, measures).to_pandas().set_index(["query_id", "measure"])["value"]
 
     ours, by_rank, by_score = values(run), values(read_run(same_order)), values(read_run(DATA / "run.txt"))
     assert (ours - by_rank).abs().max() < 1e-12
@@ -177,7 +177,7 @@ def test_measures_beyond_trec_eval_follow_their_definitions(files):
     """MRR@k (ir_measures' msmarco provider), Judged@k (its judged provider), F1@k (ours, of P@k and R@k)."""
     qrels_path, run_path, qrels_rows, run_rows = files
     run, qrels = read_run(run_path), read_qrels(qrels_path)
-    ours = evaluate_run(run, qrels, parse_measures(["MRR@10", "Judged@10", "F1@10", "P@10", "R@10"])).to_pandas()
+    ours = run_metrics(run, qrels, parse_measures(["MRR@10", "Judged@10", "F1@10", "P@10", "R@10"])).to_pandas()
     ours = ours.set_index(["query_id", "measure"])["value"]
     judged = {(q, d): r for q, d, r in qrels_rows}
     ranked = run.to_pandas().sort_values(["query_id", "rank"])
@@ -229,7 +229,7 @@ def test_a_query_the_run_misses_scores_0_on_rbp_resid_with_any_persistence():
     """trec_eval -c clears rbp_resid there but leaves rbp_resid_p=... at 1 (upstream's clean-up matches the bare name only)."""
     run = pa.table({"query_id": ["1"], "doc_id": ["a"], "rank": pa.array([1], pa.int32()), "score": [1.0], "run_id": ["r"]})
     qrels = pa.table({"query_id": ["1", "2"], "doc_id": ["a", "b"], "relevance": pa.array([1, 1], pa.int32())})
-    ours = evaluate_run(run, qrels, parse_measures(["rbp_resid", "rbp_resid_p=0.5", "unj_5"])).to_pandas()
+    ours = run_metrics(run, qrels, parse_measures(["rbp_resid", "rbp_resid_p=0.5", "unj_5"])).to_pandas()
     missed = ours[ours["query_id"] == "2"].set_index("measure")["value"]
     assert missed.to_dict() == {"rbp_resid": 0.0, "rbp_resid_p=0.5": 0.0, "unj_5": 0.0}
 
