@@ -96,6 +96,26 @@ def test_layers():
     assert not [(a, b) for a, b in edges if _top(b) == "logicrank" and _top(a) != "logicrank"]  # the API is the top
 
 
+def _imports_of(path: Path) -> set[str]:
+    """Every module ``path`` imports (top-level name), also inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_nothing_below_jobs_imports_ray():
+    """Ray is the jobs' (jobs/): the stage logic (pipelines/) and the contracts (schemas/) run in
+    any process, a notebook's or an actor's, without it."""
+    below = {name: path for name, path in _modules().items() if _top(name) in ("pipelines", "schemas")}
+    assert len(below) > 50
+    assert sorted(name for name, path in below.items() if "ray" in _imports_of(path)) == []
+    assert "ray" in _imports_of(ROOT / "jobs" / "raysession.py")  # the check reads imports as they are written
+
+
 def test_no_import_cycle():
     cycle = _cycle(_graph())
     assert cycle is None, " -> ".join(cycle)
