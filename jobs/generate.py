@@ -67,7 +67,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
         echo(note)
     store.require_model(model_id(cfg.embed), "generate")
     if "bm25" in cfg.candidates:
-        from logicrank.pipelines.sparse import ensure_index
+        from logicrank.pipelines.bm25 import ensure_index
 
         ensure_index(store)  # the BM25 index of this version, made once here rather than by every actor
     sample = rc.sample_docs(store, cfg.docs, cfg.seed)

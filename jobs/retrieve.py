@@ -30,7 +30,9 @@ stage's code recomputes that stage and those after it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +65,47 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     """Returns run_id -> run table path. ``echo`` (if given) receives notes (blank queries, a
     skipped rerun) and, with ``progress``, the progress lines of LLM stages."""
     rundir = RunDir(out, "retrieve")
+    job = _check_inputs(cfg, echo, progress)
+    outputs = {p.name: f"runs/{p.name}.parquet" for p in job.pipelines}
+    inputs, files = _fingerprint(cfg, job)
+    if job.blank_ids and echo:
+        echo(f"retrieve: {len(job.blank_ids)} quer{'y has' if len(job.blank_ids) == 1 else 'ies have'} a blank text and get no results "
+             f"from the text stages (e.g. {job.blank_ids[:3]}); they score 0 in evaluation.")
+    inputs_read = {str(Path(f).resolve()) for f in job.needs.files}  # a run file this run reads is never moved, wherever it lies
+    if _skip_if_fresh(cfg, rundir, job, inputs, inputs_read, echo):
+        return {rid: rundir.path / o for rid, o in outputs.items()}
+    written, report, llm, encoded = _run_pipelines(cfg, rundir, job, files, outputs, echo, progress)
+    made = set(outputs.values()) | set(written) | ({f"runs/{p.name}.trec" for p in job.pipelines} if cfg.trec else set())
+    rundir.set_aside([rel for rel in earlier_outputs(rundir, cfg, made) if str((rundir.path / rel).resolve()) not in inputs_read],
+                     echo)  # a side table this run's pipelines no longer make
+    rundir.write_manifest(
+        cfg.model_dump(mode="json"), cfg.digest(), inputs, list(outputs.values()) + written,
+        model=model_id(cfg.embed) if job.needs.encoder else None,
+        rows={rid: r["rows"] for rid, r in report.items()},
+        pipelines=report,
+        queries=job.queries.num_rows, blank_queries=len(job.blank_ids), blank_query_ids=job.blank_ids[:100], table_note=job.table_note,
+        llm=llm,
+        driver_texts=encoded,  # texts the driver's encoder encoded, and those it had encoded before in this job (ITLR's terms)
+    )
+    return {rid: rundir.path / o for rid, o in outputs.items()}
+
+
+@dataclass
+class _Job:
+    """What a retrieve run works on, checked before Ray starts or a model loads."""
+
+    queries: pa.Table
+    store: DocStore
+    table_note: str | None
+    pipelines: list[Pipeline]
+    needs: Needs
+    llm: Any  # the job's LLMService, when a stage asks the LLM
+    blank_ids: list[str]
+
+
+def _check_inputs(cfg: RetrieveConfig, echo: Callable[[str], None] | None, progress: bool) -> _Job:
+    """The queries, the table's version, the pipelines validated against them, the encoder,
+    the files the stages read and the LLM, each refused in one line before any work."""
     queries = read_queries(cfg.queries, cfg.topics_field)
     # the version given, else the last one a completed index run finished (said when newer ones exist)
     store, table_note = DocStore(cfg.db, cfg.table).readable(cfg.table_version, "retrieve")
@@ -87,52 +130,70 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     blank_ids = queries.filter(blank(queries.column("text"))).column("query_id").to_pylist()
     if all(with_content(queries, reads(p.stages[0])).num_rows == 0 for p in pipelines):
         raise TopicsError(f"queries {cfg.queries}: every query's text is blank; give queries with text.")
-    outputs = {p.name: f"runs/{p.name}.parquet" for p in pipelines}
-    inputs = {"queries": input_fingerprint("queries", cfg.queries, TopicsError), "table": {"db": cfg.db, "name": cfg.table, "version": store.version}}
-    files = {f: input_fingerprint("input file", f, TopicsError) for f in dict.fromkeys(needs.files)}
+    return _Job(queries, store, table_note, pipelines, needs, llm, blank_ids)
+
+
+def _fingerprint(cfg: RetrieveConfig, job: _Job) -> tuple[dict, dict]:
+    """(what the run's outputs depend on, the input files' fingerprints): an unchanged-looking
+    rerun is skipped only when none of it changed."""
+    inputs = {"queries": input_fingerprint("queries", cfg.queries, TopicsError),
+              "table": {"db": cfg.db, "name": cfg.table, "version": job.store.version}}
+    files = {f: input_fingerprint("input file", f, TopicsError) for f in dict.fromkeys(job.needs.files)}
     inputs.update({f"file:{f}": fp for f, fp in files.items()})
     # what else changes a stage's output, so that an unchanged-looking rerun is not skipped wrongly: each stage's
     # manual version and the digest of its code (RunDir's own check covers this job's code, every stage's included)
-    inputs["stages"] = sorted({(cls.name, cls.version, cls.code()) for p in pipelines for cls in stage_classes(p.stages)})
-    if needs.encoder:
+    inputs["stages"] = sorted({(cls.name, cls.version, cls.code()) for p in job.pipelines for cls in stage_classes(p.stages)})
+    if job.needs.encoder:
         inputs["encoder"] = model_id(cfg.embed)
-    if llm is not None:
-        inputs["llm"] = {"model": llm.model_id, "templates": templates_digest()}
-    if blank_ids and echo:
-        echo(f"retrieve: {len(blank_ids)} quer{'y has' if len(blank_ids) == 1 else 'ies have'} a blank text and get no results "
-             f"from the text stages (e.g. {blank_ids[:3]}); they score 0 in evaluation.")
-    inputs_read = {str(Path(f).resolve()) for f in needs.files}  # a run file this run reads is never moved, wherever it lies
+    if job.llm is not None:
+        inputs["llm"] = {"model": job.llm.model_id, "templates": templates_digest()}
+    return inputs, files
+
+
+def _skip_if_fresh(cfg: RetrieveConfig, rundir: RunDir, job: _Job, inputs: dict, inputs_read: set[str],
+                   echo: Callable[[str], None] | None) -> bool:
+    """Set aside what earlier runs wrote in ``--out`` that this one does not make (refusing
+    files no retrieve run wrote); True when config and inputs are unchanged since the last
+    run, whose runs stand."""
     stale = [rel for rel in earlier_outputs(rundir, cfg) if str((rundir.path / rel).resolve()) not in inputs_read]
     if stale and rundir.previous() is None and not (rundir.path / "stages").is_dir():  # no retrieve run's: the user's files
         shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
         raise RetrieveJobError(f"retrieve: --out {rundir.path} holds files that no retrieve run wrote there ({shown}; no manifest.json); "
                                "they would be read as this run's outputs: choose another --out, or move them.")
     rundir.set_aside(stale, echo)  # what earlier runs wrote here that this one does not make
-    if rundir.is_fresh(cfg.digest(), inputs):
-        if echo:
-            echo(f"retrieve: config, queries and table v{store.version} unchanged since the last run: skipped; runs in {rundir.path / 'runs'}")
-        return {rid: rundir.path / o for rid, o in outputs.items()}
+    if not rundir.is_fresh(cfg.digest(), inputs):
+        return False
+    if echo:
+        echo(f"retrieve: config, queries and table v{job.store.version} unchanged since the last run: skipped; runs in {rundir.path / 'runs'}")
+    return True
 
-    if needs.fulltext:  # the BM25 index of this version, made once here rather than by every actor
-        from logicrank.pipelines.sparse import ensure_index
+
+def _run_pipelines(cfg: RetrieveConfig, rundir: RunDir, job: _Job, files: dict, outputs: dict[str, str],
+                   echo: Callable[[str], None] | None, progress: bool) -> tuple[list[str], dict, Any, Any]:
+    """Every pipeline on the Ray cluster (one LLM pool, stage outputs cached by prefix): its run,
+    TREC file and side tables written. Returns (side tables written, per-pipeline report, the
+    LLM pool's summary, the texts the driver encoded)."""
+    if job.needs.fulltext:  # the BM25 index of this version, made once here rather than by every actor
+        from logicrank.pipelines.bm25 import ensure_index
 
         with rundir.timed("bm25_index"):
-            ensure_index(store)
+            ensure_index(job.store)
 
     from logicrank.jobs.raysession import ray_session
 
     # the stage keys as a notebook computes them (the queries' content, so another topics field is other queries):
     # the job and `lr.retrieve` reuse each other's stage outputs
-    keys = Inputs.of(queries, store, encoder_digest(cfg.embed) if needs.encoder else None,
+    llm = job.llm
+    keys = Inputs.of(job.queries, job.store, encoder_digest(cfg.embed) if job.needs.encoder else None,
                      (llm.model_id, cfg.llm.engine_digest(), templates_digest()) if llm is not None else None, files)
     with ray_session(cfg.ray):
-        host = _Host(cfg, store, rundir, echo if progress else None, llm)
+        host = _Host(cfg, job.store, rundir, echo if progress else None, llm)
         try:
-            host.check_fit(needs)  # every pool fits the cluster, before any stage runs
+            host.check_fit(job.needs)  # every pool fits the cluster, before any stage runs
             cache = StageCache(rundir.path / "stages")
             written, report = [], {}
-            for p in pipelines:
-                result = p.run(host.ctx, queries, cache, keys, host.hooks)
+            for p in job.pipelines:
+                result = p.run(host.ctx, job.queries, cache, keys, host.hooks)
                 write_parquet_atomic(result.run, rundir.path / outputs[p.name])
                 if cfg.trec:
                     write_trec_run(result.run, rundir.path / f"runs/{p.name}.trec")
@@ -143,20 +204,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
                 report[p.name] = {"rows": result.run.num_rows, "queries": len(set(result.run.column("query_id").to_pylist())), "stages": result.steps}
         finally:
             llm = host.close()
-    encoded = host.encoded()
-    made = set(outputs.values()) | set(written) | ({f"runs/{p.name}.trec" for p in pipelines} if cfg.trec else set())
-    rundir.set_aside([rel for rel in earlier_outputs(rundir, cfg, made) if str((rundir.path / rel).resolve()) not in inputs_read],
-                     echo)  # a side table this run's pipelines no longer make
-    rundir.write_manifest(
-        cfg.model_dump(mode="json"), cfg.digest(), inputs, list(outputs.values()) + written,
-        model=model_id(cfg.embed) if needs.encoder else None,
-        rows={rid: r["rows"] for rid, r in report.items()},
-        pipelines=report,
-        queries=queries.num_rows, blank_queries=len(blank_ids), blank_query_ids=blank_ids[:100], table_note=table_note,
-        llm=llm,
-        driver_texts=encoded,  # texts the driver's encoder encoded, and those it had encoded before in this job (ITLR's terms)
-    )
-    return {rid: rundir.path / o for rid, o in outputs.items()}
+    return written, report, llm, host.encoded()
 
 
 class _Host:
@@ -341,9 +389,9 @@ class _Host:
     def _merged(self, engine: str, ctx: Context, sent, o, n: int) -> pa.Table:
         import ray
 
+        from logicrank.pipelines.bm25 import merge_keys
         from logicrank.pipelines.methods.bm25 import run_from_hits
         from logicrank.pipelines.methods.dense import merge_top, run_table
-        from logicrank.pipelines.sparse import merge_keys
 
         batch, futures = sent
         found = ray.get(futures)

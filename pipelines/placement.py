@@ -38,7 +38,7 @@ def shard_count(stage, store, ray: RayConfig) -> int | None:
 
 def is_mapped(store) -> bool:
     """Whether the store's engines are saved and mapped (a local database directory)."""
-    from logicrank.pipelines.sparse import index_root
+    from logicrank.pipelines.bm25 import index_root
 
     return index_root(store) is not None
 

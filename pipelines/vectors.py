@@ -8,7 +8,7 @@ IPC file. A search maps them (``np.load(mmap_mode="r")``, an Arrow memory map): 
 of one node share one copy in the page cache, and a process that searches one shard (a range of
 rows) touches only that range. The files are written once per version and precision, into a
 temporary sibling renamed into place (two writers leave one whole copy), and pruned with the
-table's versions (:func:`logicrank.pipelines.sparse.prune_indexes` calls :func:`prune`). A database that
+table's versions (:func:`logicrank.pipelines.bm25.prune_indexes` calls :func:`prune`). A database that
 is not a local directory keeps nothing: each reader reads the vectors into memory.
 """
 

@@ -176,11 +176,11 @@ def degenerate(node: Node, question: str, examples: frozenset[str]) -> str | Non
     examples (one of theirs with a word the question lacks, compared as BM25 terms, so "pool"
     for "hotels with pools" is the question's own), or a conjunct beside its own negation
     (``"X" AND NOT "X"``: no document can match). A real model writes both (issue 51)."""
-    from logicrank.pipelines.sparse import analyzer
+    from logicrank.pipelines.bm25 import default_analyzer
 
-    asked = set(analyzer()(question))
+    asked = set(default_analyzer()(question))
     for term in node.terms():
-        if _fold(term) in examples and not set(analyzer()(term)) <= asked:
+        if _fold(term) in examples and not set(default_analyzer()(term)) <= asked:
             return f"degenerate: the term {quote(term)} comes from the prompt's examples, not the question"
     for conj in _conjunctions(node):
         leaves = list(_conjuncts(conj))  # "A AND (B AND NOT C)" is A, B and NOT C

@@ -1,5 +1,5 @@
 """BM25 over a batch of queries: the table version's BM25 index searched by one compiled loop
-(pipelines/sparse.py), the same scores as LanceDB's full-text search over title and text; after
+(pipelines/bm25/), the same scores as LanceDB's full-text search over title and text; after
 a stage that produced a run, only that run's candidates (:func:`bm25_candidates`)."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the paper does). Three scorers give the raw score:
 
 - ``dense``: the cosine of the term's and the document's embeddings (ITLR's own evidence);
 - ``bm25``: the term's text as a BM25 query over the table, through the batch engine
-  (:mod:`logicrank.pipelines.sparse`, the bm25 stage's scores), exact over every document;
+  (:mod:`logicrank.pipelines.bm25`, the bm25 stage's scores), exact over every document;
 - ``hybrid``: both, each calibrated by its own default (bm25: ``max``; dense: ``zscore``),
   combined per term as the weighted mean ``w * bm25 + (1 - w) * dense`` with ``w`` =
   ``hybrid_weight`` (default 0.5). Its evidence is already in [0, 1]: its calibration is the
@@ -273,12 +273,12 @@ class BM25Evidence(Evidence):
     def empty_terms(self) -> dict[str, str]:
         """The terms no document of the table holds (every score 0), each with why: no word in
         it, only stop words (the analyzer keeps none of its words), or words no document has."""
-        from logicrank.pipelines.sparse import analyzer
+        from logicrank.pipelines.bm25 import default_analyzer
 
         def why(term: str) -> str:
             if not any(c.isalnum() for c in term):
                 return "no word"
-            return "only stop words" if not analyzer()(term) else "in no document"
+            return "only stop words" if not default_analyzer()(term) else "in no document"
 
         return {t: why(t) for t, m in zip(self.terms, self.maxima(), strict=True) if m <= 0}
 

@@ -59,7 +59,7 @@ class BM25(Stage):
     """BM25 (k1 1.2, b 0.75) over title and text with Lucene's combined-field statistics, as
     LanceDB's CombinedFieldsQuery scores them (per term the larger of the two fields' document
     frequencies; a document's term frequency and length summed over both), searched by the batch
-    engine over the table version's saved index (pipelines/sparse.py); English stemming and
+    engine over the table version's saved index (pipelines/bm25/); English stemming and
     Lucene's English stop words on documents and queries alike; a query term counts as often as
     the query repeats it. After a stage that produced a run, the same scores of that run's
     candidates only (those that share a term with the query)."""

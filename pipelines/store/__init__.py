@@ -8,7 +8,7 @@ No user text is ever pasted into a LanceDB filter string.
 
 from __future__ import annotations
 
-from logicrank.pipelines.sparse import ENGLISH_STOP_WORDS
+from logicrank.pipelines.bm25 import ENGLISH_STOP_WORDS
 from logicrank.pipelines.store.base import StoreError, TableHandle
 from logicrank.pipelines.store.reading import Reading
 from logicrank.pipelines.store.versions import Versions
@@ -24,7 +24,7 @@ class DocStore(Reading, Writing, Versions, TableHandle):
 
 
 def update_index_apart(store: DocStore) -> dict:
-    """:func:`logicrank.pipelines.sparse.update_index` in a child process (a fresh interpreter,
+    """:func:`logicrank.pipelines.bm25.update_index` in a child process (a fresh interpreter,
     pipelines/store/apart.py): the index job's driver stays small whatever the corpus (the patch
     holds the previous version's counts and every id and hash, 17 GiB at 10M documents,
     docs/bulk-retrieval.md); the child's memory goes when it ends, and an interrupt of the job

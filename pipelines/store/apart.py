@@ -12,7 +12,7 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    from logicrank.pipelines.sparse import update_index
+    from logicrank.pipelines.bm25 import update_index
     from logicrank.pipelines.store import DocStore
 
     uri, name, version = argv

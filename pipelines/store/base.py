@@ -8,7 +8,7 @@ from pathlib import Path
 
 import lancedb
 
-from logicrank.pipelines.sparse import ENGLISH_STOP_WORDS, analyzer
+from logicrank.pipelines.bm25 import ENGLISH_STOP_WORDS, default_analyzer
 from logicrank.schemas.errors import UserError
 
 _META_MODEL = b"logicrank.model"
@@ -16,13 +16,13 @@ _META_TITLE_SEP = b"logicrank.title_sep"  # how documents' titles were joined to
 _FTS_COLUMNS = ("title", "text")
 
 # LanceDB's full-text index analyzes text as the BM25 engine's analyzer does
-# (pipelines/sparse.py): simple tokenizer, English stemming, Lucene's English stop words.
+# (pipelines/bm25/analyzer.py): simple tokenizer, English stemming, Lucene's English stop words.
 _FTS_ANALYZER = {"language": "English", "stem": True, "remove_stop_words": True, "custom_stop_words": list(ENGLISH_STOP_WORDS)}
 _WORD = re.compile(r"[^\W_]+")  # the simple tokenizer's words
 
 
 def _stemmer():
-    return analyzer().stemmer
+    return default_analyzer().stemmer
 
 
 class StoreError(UserError, RuntimeError):
@@ -44,7 +44,7 @@ class TableHandle:
         self._db = None
         self._table = None
         self._lance = None  # the Lance dataset, for full-text search
-        self._bm25 = None  # the BM25 engine's index of this version (pipelines/sparse.py)
+        self._bm25 = None  # the BM25 engine's index of this version (pipelines/bm25/)
         self._vectors: dict = {}  # precision -> the dense engine's vectors of this version (pipelines/vectors.py)
 
     # -- lifecycle ---------------------------------------------------------------

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from logicrank.pipelines.bm25 import open_index
 from logicrank.pipelines.embed import to_matrix
-from logicrank.pipelines.sparse import open_index
 from logicrank.pipelines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _WORD, StoreError, _stemmer
 
 
@@ -150,7 +150,7 @@ class Reading:
         return mapped + (self._bm25.mapped_bytes() if self._bm25 is not None and hasattr(self._bm25, "mapped_bytes") else 0)
 
     def bm25_index(self):
-        """The BM25 engine's index of this version (pipelines/sparse.py), opened once: mapped
+        """The BM25 engine's index of this version (pipelines/bm25/), opened once: mapped
         from its saved files where the database is a local directory."""
         if self._bm25 is None:
             self._bm25 = open_index(self)
@@ -175,7 +175,7 @@ class Reading:
         """BM25 (k1 1.2, b 0.75) over title and text as one combined field through LanceDB's
         full-text index, one query at a time: the top ``k`` (doc_id, score), best first. The
         text is matched, never parsed as syntax. Retrieval uses the batch engine
-        (:meth:`bm25_index`, pipelines/sparse.py); this is the reference it is tested against.
+        (:meth:`bm25_index`, pipelines/bm25/); this is the reference it is tested against.
 
         A query term counts as often as it occurs in the query, as in Lucene, Pyserini and
         bm25s ("Alice's laptop ... her laptop" weighs "laptop" twice). LanceDB scores each
@@ -188,7 +188,7 @@ class Reading:
 
         Through the Lance dataset directly: the same search as ``table.search(...)``, about
         1.7x faster per query. Title and text are scored with combined-field statistics
-        (``CombinedFieldsQuery``: BM25F, pipelines/sparse.py). LanceDB's index, updated in place, keeps replaced and
+        (``CombinedFieldsQuery``: BM25F, pipelines/bm25/). LanceDB's index, updated in place, keeps replaced and
         deleted rows in its statistics until it is rebuilt; the engine's are the version's own."""
         rounds = self._query_rounds(text)
         if not rounds:

@@ -11,7 +11,7 @@ tests/perf/bench_reindex.py (384-dimensional vectors, texts of 40 words; 2 share
 - the full-text indexes on title and text: merged in place they cost 0.4 + 0.5 s at 100k but
   8 to 20 s each at 1M (a merge rewrites the index, so it grows with the table; rebuilt at
   1M: 11 s for title, 71 s for text). Added as a delta index instead: 0.15 to 0.25 s at 1M.
-  Retrieval does not read them (the BM25 engine, pipelines/sparse.py, keeps its own
+  Retrieval does not read them (the BM25 engine, pipelines/bm25/, keeps its own
   index); they stay the reference the BM25 engine is tested against and serve
   LanceDB-native full-text search, so each run keeps them covering every row, by deltas,
   merged past :data:`MAX_DELTAS` (never into the first index); they are rebuilt only when
@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logicrank.pipelines.sparse import drop_indexes, prune_indexes
+from logicrank.pipelines.bm25 import drop_indexes, prune_indexes
 from logicrank.pipelines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _META_MODEL, _META_TITLE_SEP
 from logicrank.schemas.tables import docs_schema
 

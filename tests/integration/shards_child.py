@@ -58,9 +58,9 @@ def main() -> None:
     work, mode = Path(sys.argv[1]), sys.argv[2]
     from ray.cluster_utils import Cluster
 
-    from logicrank.pipelines import sparse
+    from logicrank.pipelines.bm25 import storage
 
-    sparse.SEGMENT_ROWS = 300  # the BM25 index saved in 3 segments: each bm25 shard maps one whole segment (the actors read it from the index)
+    storage.SEGMENT_ROWS = 300  # the BM25 index saved in 3 segments: each bm25 shard maps one whole segment (the actors read it from the index)
 
     import logicrank.jobs.retrieve as job
     from logicrank.jobs.retrieve import run_retrieve

@@ -64,7 +64,7 @@ def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path)
     evidence stays in [0, 1]; no LLM, and bm25 needs no encoder."""
     import numpy as np
 
-    from logicrank.pipelines.sparse import open_index
+    from logicrank.pipelines.bm25 import open_index
 
     store = DocStore(str(synthetic / "db"))
     n_docs = store.count()

@@ -1,6 +1,6 @@
 """The BM25 engine's loops are compiled once per machine. The search loop is compiled ahead
 of time into a module under the project's cache root, which a later process loads without
-numba (pipelines/bm25_compiled.py); where it cannot be built (here: a C compiler that fails) the
+numba (pipelines/bm25/compiled.py); where it cannot be built (here: a C compiler that fails) the
 failure is recorded once and numba's JIT loop serves, its machine code in numba's cache under
 the cache root, which a second process loads (numba's own log, NUMBA_DEBUG_CACHE) instead of
 compiling again. Kernels made inside factory functions missed that cache in every new process
@@ -18,11 +18,11 @@ pytestmark = pytest.mark.integration
 
 SEARCH = (
     "import numpy as np, pyarrow as pa\n"
-    "from logicrank.pipelines import sparse\n"
+    "from logicrank.pipelines import bm25\n"
     "docs = ['the cat sat on the mat', 'a dog and a cat', 'birds of australia that cannot fly', 'museums in paris']\n"
     "batch = pa.record_batch({'doc_id': [f'd{i}' for i in range(len(docs))], 'title': [None] * len(docs), 'text': docs,\n"
     "                         'content_hash': [str(i) for i in range(len(docs))]})\n"
-    "index = sparse.BM25Index.build([batch], 1)\n"
+    "index = bm25.BM25Index.build([batch], 1)\n"
     "counts, rows, scores = index.search_flat(['cat', 'paris museums'], 3)\n"
     "assert counts.tolist() == [2, 1], counts\n"
 )
@@ -39,34 +39,34 @@ def _search(cache: Path, code: str = SEARCH, *args: str, **env_vars: str) -> str
 # a saved index searched by a process that only searches: numba is never imported there
 MAPPED = (
     "import sys, pathlib, pyarrow as pa\n"
-    "from logicrank.pipelines import sparse\n"
+    "from logicrank.pipelines import bm25\n"
     "path = pathlib.Path(sys.argv[1])\n"
     "if not (path / 'meta.json').is_file():\n"
     "    docs = ['the cat sat on the mat', 'a dog and a cat', 'birds of australia that cannot fly', 'museums in paris']\n"
     "    batch = pa.record_batch({'doc_id': [f'd{i}' for i in range(len(docs))], 'title': [None] * len(docs), 'text': docs,\n"
     "                             'content_hash': [str(i) for i in range(len(docs))]})\n"
-    "    sparse.BM25Index.build([batch], 1).save(path)\n"
+    "    bm25.BM25Index.build([batch], 1).save(path)\n"
     "    print('BUILT')\n"
     "else:\n"
-    "    counts, rows, scores = sparse.MappedBM25.open(path).search_flat(['cat', 'paris museums'], 3)\n"
+    "    counts, rows, scores = bm25.MappedBM25.open(path).search_flat(['cat', 'paris museums'], 3)\n"
     "    assert counts.tolist() == [2, 1], counts\n"
     "    print('NUMBA', 'numba' in sys.modules)\n"
 )
 
 
 def test_the_search_loop_is_compiled_once_and_a_later_process_searches_without_numba(tmp_path):
-    from logicrank.pipelines import bm25_compiled
+    from logicrank.pipelines.bm25 import compiled
 
     cache = tmp_path / "cache"
     assert "BUILT" in _search(cache, MAPPED, str(tmp_path / "index"))
     first = _search(cache, MAPPED, str(tmp_path / "index"))  # the first search on this cache root: builds the module
-    built = list((cache / "bm25-compiled").rglob(f"{bm25_compiled._NAME}*"))
+    built = list((cache / "bm25-compiled").rglob(f"{compiled.MODULE_NAME}*"))
     assert len(built) == 1 and not list((cache / "bm25-compiled").rglob("failed.txt")), sorted(p.name for p in cache.rglob("*"))
     assert "NUMBA False" in first, first[-3000:]
     made = built[0].stat().st_mtime_ns
     second = _search(cache, MAPPED, str(tmp_path / "index"))
     assert "NUMBA False" in second, second[-3000:]
-    assert list((cache / "bm25-compiled").rglob(f"{bm25_compiled._NAME}*")) == built and built[0].stat().st_mtime_ns == made  # not built again
+    assert list((cache / "bm25-compiled").rglob(f"{compiled.MODULE_NAME}*")) == built and built[0].stat().st_mtime_ns == made  # not built again
 
 
 def test_a_search_loop_that_cannot_be_compiled_is_recorded_once_and_the_jit_loop_serves(tmp_path):
@@ -85,7 +85,7 @@ def test_a_second_process_loads_the_jit_kernels_from_the_cache_root(tmp_path):
     """Where the JIT loop serves (here turned on by LOGICRANK_BM25_COMPILED=0), numba's cache hits."""
     first = _search(tmp_path, LOGICRANK_BM25_COMPILED="0")
     assert "[cache] data saved to" in first and str(tmp_path / "numba") in first, first[-3000:]
-    assert list((tmp_path / "numba").rglob("bm25_kernels.top_k-*.nbi")), sorted(p.name for p in tmp_path.rglob("*"))
+    assert list((tmp_path / "numba").rglob("kernels.top_k-*.nbi")), sorted(p.name for p in tmp_path.rglob("*"))
     second = _search(tmp_path, LOGICRANK_BM25_COMPILED="0")
     assert "[cache] data loaded from" in second, second[-3000:]
     assert "[cache] data saved to" not in second, second[-3000:]  # nothing compiled again
@@ -93,19 +93,20 @@ def test_a_second_process_loads_the_jit_kernels_from_the_cache_root(tmp_path):
 
 PRELOAD = (
     "import threading, pyarrow as pa\n"
-    "from logicrank.pipelines import sparse\n"
+    "from logicrank.pipelines import bm25\n"
+    "from logicrank.pipelines.bm25 import loading\n"
     "docs = ['the cat sat on the mat', 'a dog and a cat', 'birds of australia that cannot fly', 'museums in paris']\n"
     "batch = pa.record_batch({'doc_id': [f'd{i}' for i in range(len(docs))], 'title': [None] * len(docs), 'text': docs,\n"
     "                         'content_hash': [str(i) for i in range(len(docs))]})\n"
-    "path = sparse.BM25Index.build([batch], 1).save(__import__('pathlib').Path(__import__('sys').argv[1]))\n"
-    "index = sparse.MappedBM25.open(path)\n"
+    "path = bm25.BM25Index.build([batch], 1).save(__import__('pathlib').Path(__import__('sys').argv[1]))\n"
+    "index = bm25.MappedBM25.open(path)\n"
     "for t in threading.enumerate():\n"
     "    if t.name == 'bm25-kernels':\n"
     "        t.join()\n"
-    "loaded = list(sparse.kernels().__getattr__('top_k').signatures)\n"
+    "loaded = list(loading.kernels().__getattr__('top_k').signatures)\n"
     "counts, rows, scores = index.search_flat(['cat', 'paris museums'], 3)\n"
     "assert counts.tolist() == [2, 1], counts\n"
-    "print('SIGNATURES', len(loaded), len(sparse.kernels().__getattr__('top_k').signatures))\n"
+    "print('SIGNATURES', len(loaded), len(loading.kernels().__getattr__('top_k').signatures))\n"
 )
 
 

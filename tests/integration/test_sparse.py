@@ -1,4 +1,4 @@
-"""The BM25 batch engine (pipelines/sparse.py) against LanceDB's full-text search, the path it
+"""The BM25 batch engine (pipelines/bm25/) against LanceDB's full-text search, the path it
 replaces: the same analyzer token for token, the same scores within 1e-6 (absolute) +
 1e-6 (relative), the same top k but for ties at the cut; a patched index equal to a built
 one; every table version with its own index. Real LanceDB tables, generated vectors."""
@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from logicrank.pipelines import sparse
+from logicrank.pipelines import bm25
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.embed import to_fixed_size_list
 from logicrank.pipelines.store import DocStore
@@ -63,7 +63,7 @@ def _rules(n: int = 300, seed: int = 0) -> list[dict]:
     return docs
 
 
-def _assert_same_as_lancedb(store: DocStore, index: sparse.BM25Index, queries: list[str], k: int) -> int:
+def _assert_same_as_lancedb(store: DocStore, index: bm25.BM25Index, queries: list[str], k: int) -> int:
     """Every query's top k from the engine against LanceDB's; returns how many ranked anything."""
     ranked = 0
     for q, (rows, scores) in zip(queries, index.search(queries, k), strict=True):
@@ -77,7 +77,7 @@ def _assert_same_as_lancedb(store: DocStore, index: sparse.BM25Index, queries: l
 
 def test_the_analyzer_is_lancedbs_token_for_token(scifact_store):
     store, docs, queries = scifact_store
-    analyze = sparse.Analyzer()
+    analyze = bm25.Analyzer()
     texts = [d["text"] for d in docs] + [d["title"] for d in docs] + queries + TRICKY + [" ".join(WORDS)]
     differ = [t for t in texts if analyze(t) != [tok.text for tok in store.table.tokenize(t, column="text")]]
     assert not differ, f"{len(differ)} of {len(texts)} texts analyzed otherwise than LanceDB, e.g. {differ[:2]}"
@@ -112,7 +112,7 @@ def test_engine_scores_equal_lancedb_on_rules_with_repeated_query_terms(tmp_path
         assert mine.column("rank").to_pylist() == list(range(1, mine.num_rows + 1))
 
 
-def _equal_indexes(a: sparse.BM25Index, b: sparse.BM25Index) -> None:
+def _equal_indexes(a: bm25.BM25Index, b: bm25.BM25Index) -> None:
     """The same documents with the same term counts per field (term ids may differ)."""
     assert sorted(a.doc_ids.tolist()) == sorted(b.doc_ids.tolist())
     for field in ("title", "text"):
@@ -128,9 +128,9 @@ def test_each_version_has_its_index_and_a_patch_equals_a_build(tmp_path):
     docs = _rules(400)
     store = _store(tmp_path / "db", docs)
     v1 = store.version
-    first = sparse.update_index(store)
+    first = bm25.update_index(store)
     assert first["how"] == "built" and first["docs"] == 402
-    assert sparse.update_index(store)["how"] == "current"  # nothing to do twice
+    assert bm25.update_index(store)["how"] == "current"  # nothing to do twice
     store.tag("first")
 
     changed = [dict(d, text=d["text"] + " laptop rescue") for d in docs[:10]]
@@ -144,13 +144,13 @@ def test_each_version_has_its_index_and_a_patch_equals_a_build(tmp_path):
     keep = [d["_id"] for d in docs[5:]] + [d["_id"] for d in added]  # docs[:5] deleted (5 of the changed among them)
     assert store.delete_absent(pa.array(keep)) == 5
     store.maintain(10**9, prune_older_than=timedelta(days=1))
-    second = sparse.update_index(store)
+    second = bm25.update_index(store)
     assert second["how"] == "patched" and second["from_version"] == v1
     assert (second["kept"], second["dropped"], second["analyzed"]) == (392, 10, 10)  # 5 changed + 5 added analyzed
     latest = DocStore(str(tmp_path / "db"))
     patched = latest.bm25_index()
     assert patched.version == latest.version and len(patched) == 402
-    built = sparse.BM25Index.build(latest.scan(sparse._COLUMNS), latest.version)
+    built = bm25.BM25Index.build(latest.scan(bm25.SOURCE_COLUMNS), latest.version)
     _equal_indexes(patched, built)
     queries = ["laptop rescue", "trained cat rescue dog", "person x owns animal y"]
     # LanceDB's full-text index, updated in place, still counts the replaced and deleted rows
@@ -172,38 +172,38 @@ def test_each_version_has_its_index_and_a_patch_equals_a_build(tmp_path):
     # pruning a version removes its index; a tagged one keeps it
     store.table.tags.delete("first")
     store.maintain(10**9, prune_older_than=timedelta(0), changed=False)
-    kept = sparse._saved_versions(sparse.index_root(store))
+    kept = bm25.saved_versions(bm25.index_root(store))
     assert v1 not in kept and kept and set(kept) <= {v["version"] for v in store.table.list_versions()}
 
 
 def test_an_index_the_table_lacks_is_built_and_a_damaged_one_rebuilt(tmp_path):
     store = _store(tmp_path / "db", _rules(50))
-    path = sparse.index_root(store) / f"v{store.version}"
+    path = bm25.index_root(store) / f"v{store.version}"
     assert not path.exists()
     a = store.bm25_index()  # made on first use (a table indexed before the engine existed) and saved
     a.stats()  # its counts read now: the saves below replace the files it was opened from
     assert (path / "meta.json").is_file()
     (path / "text.npz").write_bytes(b"damaged")
-    assert sparse.BM25Index.load(path) is None
+    assert bm25.BM25Index.load(path) is None
     b = DocStore(str(tmp_path / "db")).bm25_index()
     _equal_indexes(a, b)
     whole = (path / "title.npz").read_bytes()
     (path / "title.npz").write_bytes(whole[: len(whole) // 2])  # cut off: a zip without its directory
-    assert sparse.BM25Index.load(path) is None
+    assert bm25.BM25Index.load(path) is None
     _equal_indexes(a, DocStore(str(tmp_path / "db")).bm25_index())
-    assert sparse.BM25Index.load(path) is not None  # saved again, whole
+    assert bm25.BM25Index.load(path) is not None  # saved again, whole
     for name in ("data.npy", "doc_ids.arrow"):  # the mapped search files too
         whole = (path / "search" / name).read_bytes()
         (path / "search" / name).write_bytes(whole[: len(whole) // 2])
-        assert sparse.MappedBM25.open(path) is None
+        assert bm25.MappedBM25.open(path) is None
         _equal_indexes(a, DocStore(str(tmp_path / "db")).bm25_index())
-        assert sparse.MappedBM25.open(path) is not None  # saved again, whole
+        assert bm25.MappedBM25.open(path) is not None  # saved again, whole
     indptr = np.load(path / "search" / "indptr.npy")
     indptr[0, 0] = 7  # whole in size, wrong in content: the segments' offsets no longer start at 0
     np.save(path / "search" / "indptr.npy", indptr)
-    assert sparse.MappedBM25.open(path) is None
+    assert bm25.MappedBM25.open(path) is None
     _equal_indexes(a, DocStore(str(tmp_path / "db")).bm25_index())
-    assert sparse.MappedBM25.open(path) is not None
+    assert bm25.MappedBM25.open(path) is not None
 
 
 def test_an_index_of_the_previous_format_is_saved_again_from_its_counts(tmp_path):
@@ -212,14 +212,14 @@ def test_an_index_of_the_previous_format_is_saved_again_from_its_counts(tmp_path
     store = _store(tmp_path / "db", _rules(50))
     a = store.bm25_index()
     a.stats()
-    path = sparse.index_root(store) / f"v{store.version}"
+    path = bm25.index_root(store) / f"v{store.version}"
     meta = json.loads((path / "meta.json").read_text())
     (path / "meta.json").write_text(json.dumps({**meta, "format": 2}))
-    assert sparse.MappedBM25.open(path) is None and sparse.BM25Index.load(path) is not None
-    _, done = sparse.make_index(store, sparse.index_root(store))
+    assert bm25.MappedBM25.open(path) is None and bm25.BM25Index.load(path) is not None
+    _, done = bm25.make_index(store, bm25.index_root(store))
     assert done["how"] == "patched" and done["analyzed"] == 0 and done["kept"] == len(a)
     b = DocStore(str(tmp_path / "db")).bm25_index()
-    assert isinstance(b, sparse.MappedBM25) and json.loads((path / "meta.json").read_text())["format"] == sparse.FORMAT
+    assert isinstance(b, bm25.MappedBM25) and json.loads((path / "meta.json").read_text())["format"] == bm25.FORMAT
     _equal_indexes(a, b)
 
 
@@ -247,7 +247,7 @@ def test_an_index_of_a_dropped_table_is_not_reused_by_its_successor(tmp_path):
     index = again.bm25_index()  # ... but not the same table: rebuilt
     assert index.doc_ids.tolist() == ["z1"] and len(first) == 42
     again.drop()  # logicrank's own drop takes the indexes with it
-    assert not sparse.index_root(again).exists()
+    assert not bm25.index_root(again).exists()
 
 
 def test_the_compiled_search_equals_the_sparse_product_with_ties_by_doc_id_descending(tmp_path):
@@ -272,12 +272,12 @@ def test_the_compiled_search_equals_the_sparse_product_with_ties_by_doc_id_desce
 SEARCH_FIRST = (
     "import os; os.environ['LOGICRANK_BM25_COMPILED'] = '0'  # the JIT loop (the compiled one never loads numba)\n"
     "import numpy as np, scipy.sparse as sp\n"
-    "from logicrank.pipelines import sparse\n"
+    "from logicrank.pipelines.bm25 import decode_keys, loading\n"
     "w = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32))\n"
     "q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))\n"
-    "keys, found = sparse.kernels().top_k(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data,\n"
-    "                                     3, np.arange(3), 2, np.zeros(3, np.float32), np.empty(7, np.int64), 0, 3)\n"
-    "docs, scores = sparse.decode_keys(keys[0, :found[0]])\n"
+    "keys, found = loading.kernels().top_k(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data,\n"
+    "                                      3, np.arange(3), 2, np.zeros(3, np.float32), np.empty(7, np.int64), 0, 3)\n"
+    "docs, scores = decode_keys(keys[0, :found[0]])\n"
     "assert docs.tolist() == [1, 2] and scores.tolist() == [3.0, 2.0]\n"
     "from llvmlite.binding import ffi\n"
     "assert isinstance(vars(ffi.lib), dict) and not isinstance(getattr(ffi.lib._lib, '__dict__'), dict)  # wrapped; the raw handle is not scannable\n"

@@ -6,7 +6,7 @@ One process, one thread for the engines (the job's own Ray session is given 2 CP
 stage runs in the driver at this size). Each figure is the best of ``--repeat`` runs:
   bm25s numba     bm25s over title + " " + text (English stop words, Snowball stemmer), index apart,
                   retrieval (query tokenisation included) after a warm-up on 10 queries;
-  engine          logicrank's BM25 engine searching the same queries (pipelines/sparse.py,
+  engine          logicrank's BM25 engine searching the same queries (pipelines/bm25/,
                   ``search_flat``: rows and scores, no run table);
   method          pipelines/methods/bm25.py: the engine and the run table built from its arrays;
   job stage       `logicrank retrieve` (run_retrieve) with bm25, the stage's own seconds from the

@@ -8,7 +8,7 @@ Re-index (``--docs``): a synthetic table as the index job's first run leaves it 
 vectors of 384 dimensions, texts of 40 words drawn from 20,000, the scalar and full-text
 indexes, the ANN index with ``--ann on``, the BM25 engine's index), then 1% of the documents
 edited (new text and vector), upserted, the table maintained (pipelines/store/writing.py,
-``DocStore.maintain``) and the BM25 index patched (``pipelines.sparse.update_index``). Prints
+``DocStore.maintain``) and the BM25 index patched (``pipelines.bm25.update_index``). Prints
 the seconds of each part, and those of the first build beside them. ``--like-bench-scale``:
 the table's indexes made as tests/perf/bench_scale.py makes them (the full-text and ANN
 indexes, no doc_id index), where the issue measured 66 s of maintenance at 100k.
@@ -70,7 +70,7 @@ def _rows(rng: np.random.Generator, ids: list[str], dim: int, texts: list[str] |
 
 
 def reindex(n: int, ann: str, work: Path, dim: int = DIM, like_bench_scale: bool = False) -> dict:
-    from logicrank.pipelines import sparse
+    from logicrank.pipelines import bm25
     from logicrank.pipelines.store import DocStore
 
     db = work / f"db-{n}-{ann}"
@@ -92,7 +92,7 @@ def reindex(n: int, ann: str, work: Path, dim: int = DIM, like_bench_scale: bool
         out["build"] = s.maintain(threshold, timedelta(days=7))
     out["build_indexes_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    sparse.update_index(s)
+    bm25.update_index(s)
     out["build_bm25_s"] = time.perf_counter() - t
 
     m = max(1, n // 100)
@@ -104,7 +104,7 @@ def reindex(n: int, ann: str, work: Path, dim: int = DIM, like_bench_scale: bool
     out["maintenance"] = s.maintain(threshold, timedelta(days=7))
     out["maintain_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    out["bm25"] = sparse.update_index(s)
+    out["bm25"] = bm25.update_index(s)
     out["bm25_patch_s"] = time.perf_counter() - t
     out["reindex_s"] = out["upsert_s"] + out["maintain_s"] + out["bm25_patch_s"]
     out["build_s"] = out["build_table_s"] + out["build_indexes_s"] + out["build_bm25_s"]

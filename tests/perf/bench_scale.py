@@ -15,7 +15,7 @@ Each step runs in its own process, so its peak memory (max RSS) is its own:
   table        write the passages and vectors into a new LanceDB table (append, 100k rows a commit)
   fts          LanceDB's full-text indexes on title and text (what the index job still builds)
   ann          the ANN index (IVF_HNSW_SQ), only from the ANN threshold (100k) as the index job does
-  bm25-build   the BM25 engine's index of the version, built from a table scan (pipelines/sparse.py)
+  bm25-build   the BM25 engine's index of the version, built from a table scan (pipelines/bm25/)
   reindex-1%   1% of the passages edited (new text and vector) and upserted, then the engine's index
                patched from the previous version's, and, beside it, built anew (the decision)
   bm25         logicrank's bm25 over the batch of queries, in process (pipelines/methods/bm25.py; its numba
@@ -205,17 +205,17 @@ def _child(args) -> dict:
             return {"skipped": "an option now (index --ann), not built by default; its build grows faster than the corpus (648 s at 1M)"}
         out["index"] = DocStore(db).build_ann()
     elif step == "bm25-build":
-        from logicrank.pipelines import sparse
+        from logicrank.pipelines.bm25 import index_root, update_index
 
         s = DocStore(db)
-        root = sparse.index_root(s)
+        root = index_root(s)
         import shutil
 
         shutil.rmtree(root, ignore_errors=True)
-        done = sparse.update_index(s)
+        done = update_index(s)
         out.update(done)
     elif step == "reindex-1%":
-        from logicrank.pipelines import sparse
+        from logicrank.pipelines.bm25 import SOURCE_COLUMNS, BM25Index, update_index
 
         s = DocStore(db)
         m = max(1, n // 100)
@@ -239,7 +239,7 @@ def _child(args) -> dict:
         s.maintain(None, timedelta(days=7))  # the index job's default: no ANN index (exact shards serve dense); an existing one updated in place
         out["maintain_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        done = sparse.update_index(s)
+        done = update_index(s)
         out["bm25_patch_s"] = time.perf_counter() - t
         out["bm25"] = done
         t = time.perf_counter()
@@ -248,7 +248,7 @@ def _child(args) -> dict:
         out["reindex_s"] = out["upsert_s"] + out["maintain_s"] + out["bm25_patch_s"] + out["vectors_save_s"]
         if n <= 1_000_000:  # the patch-or-rebuild decision, measured where a rebuild fits beside the patched index
             t = time.perf_counter()
-            sparse.BM25Index.build(s.scan(sparse._COLUMNS, 8192, read_ahead=True), s.version)
+            BM25Index.build(s.scan(SOURCE_COLUMNS, 8192, read_ahead=True), s.version)
             out["bm25_rebuild_s"] = time.perf_counter() - t
         out["changed"] = m
     elif step == "bm25":

@@ -1,5 +1,5 @@
-"""The BM25 search loop (pipelines/bm25_kernels.py, ``top_k``), compiled ahead of time
-(pipelines/bm25_compiled.py) and by numba's JIT alike, against the definition it computes, on sparse matrices made to hit each of its paths: per query, the float32 sum of its
+"""The BM25 search loop (pipelines/bm25/kernels.py, ``top_k``), compiled ahead of time
+(pipelines/bm25/compiled.py) and by numba's JIT alike, against the definition it computes, on sparse matrices made to hit each of its paths: per query, the float32 sum of its
 terms' weight rows, every document that scores, the best ``k`` by score then tiebreak rank.
 The loop estimates its cut from a strided sample of the scores and falls back to lower
 thresholds when fewer than ``k`` documents reach the estimate; the cases below put the scoring
@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from logicrank.pipelines import bm25_compiled, sparse
+from logicrank.pipelines import bm25
+from logicrank.pipelines.bm25 import compiled as bm25_compiled
+from logicrank.pipelines.bm25 import index, loading, storage
 
 
 @pytest.fixture(autouse=True, params=["compiled", "jit"])
@@ -56,21 +58,21 @@ def _keys(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int, lo: 
         indptr, indices, data, seg_rows = w.indptr[None, :].astype(np.int64), w.indices, w.data, max(1, n)
     else:
         indices, data = np.empty_like(w.indices), np.empty_like(w.data)
-        indptr = sparse.segmented(w.indptr, w.indices, w.data, n, seg_rows, indices, data)
-    return sparse.kernels().top_k(q.indptr, q.indices, q.data, indptr, indices, data, seg_rows, tiebreak, k,
-                                  np.zeros(block, np.float32), np.empty(block + 2 * k, np.int64), lo, hi)
+        indptr = bm25.segmented(w.indptr, w.indices, w.data, n, seg_rows, indices, data)
+    return loading.kernels().top_k(q.indptr, q.indices, q.data, indptr, indices, data, seg_rows, tiebreak, k,
+                                   np.zeros(block, np.float32), np.empty(block + 2 * k, np.int64), lo, hi)
 
 
 def _search(q: sp.csr_matrix, w: sp.csr_matrix, tiebreak: np.ndarray, k: int, shards: int = 1,
             block: int | None = None, seg_rows: int | None = None) -> list[tuple[list[int], list[float]]]:
     n = w.shape[1]
     bounds = np.linspace(0, n, shards + 1).astype(int)
-    keys, found = sparse.merge_keys([_keys(q, w, tiebreak, k, lo, hi, block, seg_rows)
-                                     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)], k)
+    keys, found = bm25.merge_keys([_keys(q, w, tiebreak, k, lo, hi, block, seg_rows)
+                                   for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)], k)
     row_of_rank = np.argsort(tiebreak)
     out = []
     for r in range(q.shape[0]):
-        ranks, scores = sparse.decode_keys(keys[r, : found[r]])
+        ranks, scores = bm25.decode_keys(keys[r, : found[r]])
         out.append((row_of_rank[ranks].tolist(), scores.tolist()))
     return out
 
@@ -172,7 +174,7 @@ def test_an_index_saved_in_segments_of_documents_gives_exactly_the_top_k(name, n
     assert _search(q, w, tiebreak, k, block=block, seg_rows=seg_rows) == want
     assert _search(q, w, tiebreak, k, shards=3, block=block, seg_rows=seg_rows) == want
     indices, data = np.empty_like(w.indices), np.empty_like(w.data)
-    indptr = sparse.segmented(w.indptr, w.indices, w.data, n, seg_rows, indices, data)
+    indptr = bm25.segmented(w.indptr, w.indices, w.data, n, seg_rows, indices, data)
     assert indptr.shape == (-(-n // seg_rows), w.shape[0] + 1)
     for s, row in enumerate(indptr):  # segment s: every term's postings of rows [s * seg_rows, (s + 1) * seg_rows), in order
         part = w[:, s * seg_rows : (s + 1) * seg_rows].tocsr()
@@ -183,8 +185,8 @@ def test_an_index_saved_in_segments_of_documents_gives_exactly_the_top_k(name, n
 def test_the_search_loop_over_an_empty_corpus_finds_nothing():
     w = sp.csr_matrix((2, 0), dtype=np.float32)
     q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))
-    keys, found = sparse.kernels().top_k(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data, 1,
-                                         np.empty(0, np.int64), 5, np.zeros(0, np.float32), np.empty(10, np.int64), 0, 0)
+    keys, found = loading.kernels().top_k(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data, 1,
+                                          np.empty(0, np.int64), 5, np.zeros(0, np.float32), np.empty(10, np.int64), 0, 0)
     assert found.tolist() == [0]
 
 
@@ -198,9 +200,9 @@ def test_weights_computed_in_chunks_of_documents_equal_one_pass(monkeypatch):
     texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for _ in range(50)]
     batch = pa.record_batch({"doc_id": [f"d{i}" for i in range(50)], "content_hash": ["h"] * 50,
                              "title": [None if i % 3 else "Dog owner" for i in range(50)], "text": texts})
-    whole = sparse.BM25Index.build([batch], version=1).weights()
-    monkeypatch.setattr(sparse, "_WEIGHT_ROWS", 7)  # 8 blocks, the last one short
-    chunked = sparse.BM25Index.build([batch], version=1).weights()
+    whole = bm25.BM25Index.build([batch], version=1).weights()
+    monkeypatch.setattr(index, "WEIGHT_ROWS", 7)  # 8 blocks, the last one short
+    chunked = bm25.BM25Index.build([batch], version=1).weights()
     assert (chunked.indptr == whole.indptr).all() and (chunked.indices == whole.indices).all()
     assert chunked.data.dtype == np.float32 and (chunked.data == whole.data).all()
 
@@ -215,9 +217,9 @@ def test_a_saved_index_in_segments_searches_and_scores_as_the_index_in_memory(mo
     texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for _ in range(50)]
     batch = pa.record_batch({"doc_id": [f"d{i:02d}" for i in range(50)], "content_hash": ["h"] * 50,
                              "title": [None if i % 3 else "Dog owner" for i in range(50)], "text": texts})
-    built = sparse.BM25Index.build([batch], version=1)
-    monkeypatch.setattr(sparse, "SEGMENT_ROWS", 7)
-    mapped = sparse.MappedBM25.open(built.save(tmp_path / "v1"))
+    built = bm25.BM25Index.build([batch], version=1)
+    monkeypatch.setattr(storage, "SEGMENT_ROWS", 7)
+    mapped = bm25.MappedBM25.open(built.save(tmp_path / "v1"))
     assert mapped is not None and mapped.segments()[0].shape == (8, len(built.vocab) + 1)
     queries = ["dog owner", "cat feeds cat", "laptop engineer codes", "rescue", "unknown words"]
     for k in (1, 5, 50):
@@ -225,7 +227,7 @@ def test_a_saved_index_in_segments_searches_and_scores_as_the_index_in_memory(mo
         assert all((g == w).all() for g, w in zip(mapped.search_flat(queries, k), want, strict=True))
         q = mapped.query_matrix(queries)
         parts = [mapped.search_keys(q, k, (lo, hi)) for lo, hi in ((0, 10), (10, 11), (11, 50))]
-        assert all((g == w).all() for g, w in zip(mapped.hits(*sparse.merge_keys(parts, k)), want, strict=True))
+        assert all((g == w).all() for g, w in zip(mapped.hits(*bm25.merge_keys(parts, k)), want, strict=True))
     assert (mapped.term_scores(queries) != built.term_scores(queries)).nnz == 0
     w_mapped, w_built = mapped.weights(), built.weights()
     assert (w_mapped.indptr == w_built.indptr).all() and (w_mapped.indices == w_built.indices).all() and (w_mapped.data == w_built.data).all()
@@ -241,7 +243,7 @@ def test_arguments_of_other_types_go_to_the_jit_loop_with_the_same_result(loop):
     compiled = bm25_compiled.compiled_top_k()
     calls = []
     if compiled is not None:  # which loop ran: the compiled one for the index's own types, never for the others
-        bm25_compiled._loaded["top_k"] = lambda *a: calls.append(1) or compiled(*a)
+        bm25_compiled.loaded["top_k"] = lambda *a: calls.append(1) or compiled(*a)
     try:
         want = _keys(q, w, tiebreak, 10)
         assert len(calls) == (1 if loop == "compiled" else 0)
@@ -266,4 +268,4 @@ def test_arguments_of_other_types_go_to_the_jit_loop_with_the_same_result(loop):
         assert len(calls) == (1 if loop == "compiled" else 0)
     finally:
         if compiled is not None:
-            bm25_compiled._loaded["top_k"] = compiled
+            bm25_compiled.loaded["top_k"] = compiled

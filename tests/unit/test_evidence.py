@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from scipy.special import ndtr
 
+from logicrank.pipelines.bm25 import BM25Index
 from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.logic.query import parse
 from logicrank.pipelines.methods.evidence import (
@@ -24,7 +25,6 @@ from logicrank.pipelines.methods.evidence import (
 )
 from logicrank.pipelines.methods.itlr import Calibration, LogicalQuery, compose, score_exact, score_listed, term_scores_from
 from logicrank.pipelines.methods.orlog import OrlogQuery, atom_query, posteriors, retrieval_truth
-from logicrank.pipelines.sparse import BM25Index
 
 # a LIMIT-like table: who likes what; "Ada" likes apples and pears, "Bo" apples only, ...
 LIKES = {

@@ -1,10 +1,10 @@
 """The BM25 search loop compiled ahead of time, once per machine, loaded without numba.
 
-numba's on-disk cache (pipelines/bm25_kernels.py) spares every process but the first the
+numba's on-disk cache (kernels.py) spares every process but the first the
 compile; it cannot spare them numba's own start (importing numba and loading its typing and
 lowering registries before it can load a cached kernel: about 0.4 s here), which made a fresh
 process's first search 4.7x its second on SciFact's 3,000 queries. The same loop,
-``bm25_kernels.top_k``, compiled ahead of time by numba's ``pycc`` into an extension module
+``kernels.top_k``, compiled ahead of time by numba's ``pycc`` into an extension module
 loads in under a millisecond and needs no numba at run time: a process that only searches (a
 notebook, the job's driver, each shard actor) never imports it.
 
@@ -54,11 +54,11 @@ import numpy as np
 from logicrank.pipelines.paths import cache_root
 
 ENV = "LOGICRANK_BM25_COMPILED"
-_NAME = "logicrank_bm25_top_k"  # the extension module's name (its PyInit_ symbol)
-_KERNELS = Path(__file__).with_name("bm25_kernels.py")
+MODULE_NAME = "logicrank_bm25_top_k"  # the extension module's name (its PyInit_ symbol)
+_KERNELS_SOURCE = Path(__file__).with_name("kernels.py")
 log = logging.getLogger(__name__)
 
-# bm25_kernels.top_k's arguments as compiled: (dtype, ndim, read-only) per array, None for an int64 scalar.
+# kernels.top_k's arguments as compiled: (dtype, ndim, read-only) per array, None for an int64 scalar.
 _ARGS = (
     (np.int64, 1, False), (np.int32, 1, False), (np.float32, 1, False),  # the queries: indptr, term ids, counts (converted)
     (np.int64, 2, True), (np.int32, 1, True), (np.float32, 1, True),  # the index's segmented postings (checked, never copied)
@@ -72,13 +72,13 @@ _CONVERTED = {0, 1, 2, 9, 10}  # small arrays, made of the compiled types when t
 
 _BUILD_TIMEOUT_S = 1800  # about 12 s here; a compiler that hangs must not hold every process at the lock
 _lock = threading.Lock()
-_loaded: dict[str, object] = {}
+loaded: dict[str, object] = {}  # the compiled functions this process loaded, by name (``top_k``; None: unavailable)
 
 
 def key() -> str:
     """What the compiled module depends on: sources, numba, Python and the CPU."""
     h = hashlib.sha256()
-    h.update(_KERNELS.read_bytes())
+    h.update(_KERNELS_SOURCE.read_bytes())
     h.update(Path(__file__).read_bytes())
     for package in ("numba", "llvmlite", "numpy"):  # the module is built against numpy's C API: another numpy, another build
         h.update(f"{package}={importlib.metadata.version(package)};".encode())
@@ -108,7 +108,7 @@ def directory() -> Path:
 
 
 def _module_path(where: Path) -> Path:
-    return where / f"{_NAME}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    return where / f"{MODULE_NAME}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
 
 
 def compiled_top_k():
@@ -117,9 +117,9 @@ def compiled_top_k():
     if os.environ.get(ENV, "1") == "0":
         return None
     with _lock:
-        if "top_k" not in _loaded:
-            _loaded["top_k"] = _load_or_build()
-        return _loaded["top_k"]
+        if "top_k" not in loaded:
+            loaded["top_k"] = _load_or_build()
+        return loaded["top_k"]
 
 
 def _load_or_build():
@@ -139,7 +139,7 @@ def _load_or_build():
             return None
         if not path.is_file():  # the build was interrupted or timed out (said when it happened): this process uses the JIT loop
             return None
-        spec = importlib.util.spec_from_file_location(_NAME, path, loader=importlib.machinery.ExtensionFileLoader(_NAME, str(path)))
+        spec = importlib.util.spec_from_file_location(MODULE_NAME, path, loader=importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(path)))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module.top_k
@@ -156,7 +156,7 @@ def _build_into(where: Path) -> None:
     try:
         path = os.pathsep.join([*sys.path, os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)  # this process's imports (a notebook's, Ray's)
         try:
-            done = subprocess.run([sys.executable, "-m", "logicrank.pipelines.bm25_compiled", str(tmp)], capture_output=True, text=True,
+            done = subprocess.run([sys.executable, "-m", "logicrank.pipelines.bm25.compiled", str(tmp)], capture_output=True, text=True,
                                   env={**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": path}, timeout=_BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             log.warning("bm25: compiling the search loop took over %d s; numba's JIT loop serves this process", _BUILD_TIMEOUT_S)
@@ -177,7 +177,7 @@ def _build_into(where: Path) -> None:
 
 
 def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, seg_rows, tiebreak, k, acc, cand, lo, hi):
-    """``bm25_kernels.top_k``, compiled where it can be (module doc), with its arguments made
+    """``kernels.top_k``, compiled where it can be (module doc), with its arguments made
     of the compiled types; an index of other types goes to the JIT loop instead of being copied."""
     fn = compiled_top_k()
     args = [q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, seg_rows, tiebreak, k, acc, cand, lo, hi]
@@ -195,31 +195,31 @@ def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, seg_rows, ti
                 fn = None
                 break
     if fn is None:
-        from logicrank.pipelines import bm25_kernels
+        from logicrank.pipelines.bm25 import kernels
 
-        return bm25_kernels.top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, seg_rows, tiebreak, k, acc, cand, lo, hi)
+        return kernels.top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, seg_rows, tiebreak, k, acc, cand, lo, hi)
     return fn(*args)
 
 
 def _build(out: Path) -> None:
-    """Compile ``bm25_kernels.top_k`` with :data:`_ARGS`' signature into ``out`` (run as
-    ``python -m logicrank.pipelines.bm25_compiled OUT``)."""
+    """Compile ``kernels.top_k`` with :data:`_ARGS`' signature into ``out`` (run as
+    ``python -m logicrank.pipelines.bm25.compiled OUT``)."""
     import warnings
 
     warnings.simplefilter("ignore")  # pycc is marked for deprecation in numba; it is what numba offers for this
     from numba import types
     from numba.pycc import CC
 
-    from logicrank.pipelines import bm25_kernels
+    from logicrank.pipelines.bm25 import kernels
 
     nb = {np.int64: types.int64, np.int32: types.int32, np.float32: types.float32}
     args = [types.int64 if a is None else types.Array(nb[a[0]], a[1], "C", readonly=a[2]) for a in _ARGS]
     result = types.Tuple((types.Array(types.int64, 2, "C"), types.Array(types.int64, 1, "C")))
-    cc = CC(_NAME)
+    cc = CC(MODULE_NAME)
     cc.output_dir = str(out)
     cc.target_cpu = "host"
     cc.verbose = False
-    cc.export("top_k", result(*args))(bm25_kernels.top_k.py_func)
+    cc.export("top_k", result(*args))(kernels.top_k.py_func)
     cc.compile()
 
 

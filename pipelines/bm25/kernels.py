@@ -1,20 +1,21 @@
-"""The BM25 engine's compiled loops (numba, as bm25s's fastest backend), for pipelines/sparse.py.
+"""The BM25 engine's loops for numba (as bm25s's fastest backend): the search loop
+:func:`top_k`, and the kernels that lay a saved index's postings out in segments of documents
+(:func:`segment_starts`, :func:`segment_copy`).
 
 They are defined here, at module level, so that numba's on-disk cache serves every process of
 a machine: the first process to search compiles them (about 15 s on 2 cores) and writes the
 machine code under ``<cache root>/numba`` (pipelines/paths.py), and every later process, shard
-actor included, loads it in well under a second. (Kernels built inside factory functions, as
-before, missed that cache in every new process.) ``NUMBA_CACHE_DIR``, where set, wins; numba
+actor included, loads it in well under a second. ``NUMBA_CACHE_DIR``, where set, wins; numba
 keys each entry by the source file, the argument types and the CPU, and recompiles when either
-changes. ``NUMBA_DEBUG_CACHE=1`` prints each load and save.
+changes, and names its files after this module (``kernels.top_k-*.nbi``). ``NUMBA_DEBUG_CACHE=1``
+prints each load and save.
 
-The search loop, :func:`top_k`, is also compiled ahead of time from this source, once per
-machine, into a module loaded without numba (pipelines/bm25_compiled.py); the JIT kernels
-here serve the index's builds, and searches where that module cannot be built.
+The search loop is also compiled ahead of time from this source, once per machine, into a
+module loaded without numba (compiled.py); the JIT kernels here serve the index's builds, and
+searches where that module cannot be built.
 
-Importing this module loads numba; the engine imports it on first use (:func:`kernels` in
-pipelines/sparse.py), after which a vLLM engine can still start in the process
-(pipelines/llvmlite_compat.py).
+Importing this module loads numba; the engine imports it on first use (loading.py), after
+which a vLLM engine can still start in the process (pipelines/llvmlite_compat.py).
 """
 
 from __future__ import annotations
@@ -128,10 +129,10 @@ def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, seg_rows, ti
     A document left out scores below k documents already held, so the candidates always hold
     the top k. ``lo``, ``hi``: the rows scored, all of them or one shard's; the keys carry the
     global tiebreak ranks, so the keys of several shards merge by value into exactly the
-    unsharded top k (:func:`merge_keys`). ``cand`` holds at least ``len(acc) + 2k`` keys.
+    unsharded top k (index.py's :func:`merge_keys`). ``cand`` holds at least ``len(acc) + 2k`` keys.
 
-    Returns per query its k keys (``decode_keys`` turns them into scores and tiebreak ranks)
-    and how many it found. Blocks of ``_BLOCK`` rows against one accumulator over every
+    Returns per query its k keys (index.py's ``decode_keys`` turns them into scores and tiebreak ranks)
+    and how many it found. Blocks of index.py's ``_BLOCK`` rows against one accumulator over every
     document: the same below that size, and faster past it (docs/bulk-retrieval.md). A
     document-at-a-time loop with MaxScore pruning is slower on the bench corpus (measured: its
     queries' terms are common: about half the documents score). Compiled once per machine (the module doc)."""
