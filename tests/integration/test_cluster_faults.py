@@ -92,6 +92,7 @@ def test_index_job_survives_a_worker_node_killed_mid_job(tmp_path):
     )
 
 
+@pytest.mark.llm  # the tiny Llama's engines on the cluster's nodes
 def test_scoring_job_survives_a_worker_node_killed_mid_job(tmp_path):
     work = tmp_path / "score"
     r = _run_child("score", work, "--n", str(N_PROMPTS), "--kill-after", "40")

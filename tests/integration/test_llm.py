@@ -294,6 +294,7 @@ def test_orlog_with_problog_as_the_reasoner_gives_the_compiled_posteriors(tmp_pa
     assert counts["llm_cache_hits"] == counts["forward_passes"] == 3 * 4 * 3
 
 
+@pytest.mark.cluster  # the command starts a Ray cluster of its own
 def test_an_llm_job_prints_only_its_own_progress_and_summary(tiny_dir, tmp_path):
     """A real `logicrank decompose` process on the tiny model: before, every engine actor
     printed vLLM's WARNING lines, torch's warnings and a checkpoint-loading bar."""
@@ -315,6 +316,7 @@ def test_an_llm_job_prints_only_its_own_progress_and_summary(tiny_dir, tmp_path)
     assert res.stdout.splitlines()[-1].startswith("4 rows {'reasoning'")
 
 
+@pytest.mark.cluster  # a Ray session of its own
 def test_a_prompt_longer_than_the_window_is_named_not_sent(tiny_cfg, tmp_path):
     """A truth prompt over max_model_len stops the call in one line naming it (by key) before
     any prompt reaches the engine; a generation prompt over it gets the error in its slot and

@@ -3,7 +3,9 @@ every module of the source tree (subpackages are found, not listed), and install
 ``--no-deps`` into a fresh virtual environment over the lock's packages (this environment's
 site-packages, where `make venv` installed requirements.lock) it runs ``logicrank --help``,
 ``logicrank evaluate`` on a small run, and imports every one of its modules, from a folder
-outside the checkout so that nothing is read from the source tree."""
+outside the checkout so that nothing is read from the source tree. The build fetches its
+build requirements (setuptools) from the package index, as `make venv`'s install does, and
+reads the checkout's files with git."""
 
 from __future__ import annotations
 

@@ -139,13 +139,13 @@ def main() -> None:
     start = time.perf_counter()
     for name in [s for s in SECTIONS if s in sections]:
         t0 = time.perf_counter()
-        skipped = SECTIONS[name](args)  # a reason when the section could not run, else None
-        timed.append({"section": name, "seconds": round(time.perf_counter() - t0, 1), "not run": skipped or ""})
-        print(f"bench_llm: {name} {'not run: ' + skipped if skipped else 'done'} ({timed[-1]['seconds']:.0f} s)", flush=True)
-    timed.append({"section": "total", "seconds": round(time.perf_counter() - start, 1), "not run": ""})
+        note = SECTIONS[name](args)  # why the section did not run or failed, else None
+        timed.append({"section": name, "seconds": round(time.perf_counter() - t0, 1), "note": note or ""})
+        print(f"bench_llm: {name} {note or 'done'} ({timed[-1]['seconds']:.0f} s)", flush=True)
+    timed.append({"section": "total", "seconds": round(time.perf_counter() - start, 1), "note": ""})
     write_report(args.out, "bench_llm_sections", {"sections": timed},
                  ["# `make bench-llm`: each section's wall time, one run", "",
-                  *markdown.table(["section", "seconds", "not run"], [[t["section"], f"{t['seconds']:.0f}", t["not run"]] for t in timed])])
+                  *markdown.table(["section", "seconds", "note"], [[t["section"], f"{t['seconds']:.0f}", t["note"]] for t in timed])])
 
 
 SPLITS = {"dev": 1, "test": 2}  # seeds of the set-logic generator
@@ -603,26 +603,26 @@ def throughput(args) -> None:
     write_report(args.out, "bench_llm", result, lines)
 
 
-def _cli(*argv: str) -> None:
-    """A logicrank command in a fresh process, as a user runs it; its output passes through."""
-    subprocess.run([str(Path(sys.executable).with_name("logicrank")), *argv], check=True)
+def _cli(*argv: str) -> str | None:
+    """A logicrank command in a fresh process, as a user runs it; its output passes through.
+    Returns why it failed (its exit status), or None: the bench goes on to its other sections."""
+    done = subprocess.run([str(Path(sys.executable).with_name("logicrank")), *argv])
+    return f"failed: `logicrank {argv[0]}` exited {done.returncode}" if done.returncode else None
 
 
 def rules(args) -> str | None:
     if not args.rulebench:
-        return "set LOGICRANK_RULEBENCH (or --rulebench) to RuleBench's ULogic directory (not bundled: docs/llm.md)"
-    _cli("bench-rules", args.rulebench, "--sample", str(args.rules_sample), "--reasoning", "--llm-model", args.methods_model,
-         "--llm-cache", "none", "--out", str(Path(args.out) / "bench_llm_rules"))
-    return None
+        return "not run: set LOGICRANK_RULEBENCH (or --rulebench) to RuleBench's ULogic directory (not bundled: docs/llm.md)"
+    return _cli("bench-rules", args.rulebench, "--sample", str(args.rules_sample), "--reasoning", "--llm-model", args.methods_model,
+                "--llm-cache", "none", "--out", str(Path(args.out) / "bench_llm_rules"))
 
 
 def lag(args) -> str | None:
-    _cli("bench-lag", "musique", "--sample", str(args.lag_sample), "--llm-model", args.methods_model,
-         "--llm-cache", "none", "--out", str(Path(args.out) / "bench_llm_lag"))
-    return None
+    return _cli("bench-lag", "musique", "--sample", str(args.lag_sample), "--llm-model", args.methods_model,
+                "--llm-cache", "none", "--out", str(Path(args.out) / "bench_llm_lag"))
 
 
-# section name -> function (in the order they run); a function returns why it did not run, or None
+# section name -> function (in the order they run); a function returns why it did not run or failed, or None
 SECTIONS = {"decomposition": decomposition, "truth": truth, "labels": labels, "pool": pool, "rules": rules, "lag": lag,
             "throughput": throughput}
 
