@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # each test compiles the search loop in child processes
 
 SEARCH = (
     "import numpy as np, pyarrow as pa\n"

@@ -40,6 +40,7 @@ def _order(run: pa.Table) -> list[tuple[str, str, int]]:
     return list(zip(*(run.column(c).to_pylist() for c in ("query_id", "doc_id", "rank")), strict=True))
 
 
+@pytest.mark.slow  # the first ranx fusion in a process compiles ranx's numba functions (about 35 s here)
 def test_combsum_combmnz_and_wsum_over_min_max_are_the_hand_computed_figures():
     # q1, min-max: a: d1 1, d2 0.5, d3 0; b: d3 1, d4 0.5, d1 0. q2: a's two scores are equal: each 0 (ranx's rule); b has no q2
     mnz = fuse([A, B], k=10, method="mnz")
