@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from logicrank.jobs.llm_service import LLMService
 from logicrank.jobs.raysession import ray_session
 from logicrank.jobs.rundir import RunDir, file_fingerprint
-from logicrank.pipelines.config.pipelines import DecomposeConfig
+from logicrank.pipelines.config.retrieval import DecomposeConfig
 from logicrank.pipelines.files import write_parquet_atomic
 from logicrank.pipelines.io import read_queries
 from logicrank.pipelines.llm import prompts

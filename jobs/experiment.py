@@ -34,7 +34,7 @@ def _run(exp: Experiment, out: Path, index_dir: Path, embed: EmbedConfig, ray: R
     from logicrank.jobs.evaluate import run_evaluate
     from logicrank.jobs.index import run_index
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.config.settings import EvaluateConfig, IndexConfig
     from logicrank.pipelines.evaluate.qa import parse_qa_measures
 

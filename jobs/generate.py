@@ -165,7 +165,7 @@ def _questions_phase(cfg: GenerateConfig, out: Path, store: DocStore, shards: li
 def _candidates(cfg: GenerateConfig, queries: Path, out: Path) -> dict[str, dict[str, list[str]]]:
     """query_id -> doc_id -> the retrievers that proposed it (union of each one's top k)."""
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.pipeline import parse_stages
 
     if not queries.read_text(encoding="utf-8").strip():

@@ -9,11 +9,11 @@ the snapshot, maintain the table (compact, indexes updated in place to cover eve
 ANN index only when asked, prune old untagged versions), tag the version, write the manifest.
 
 The driver's memory does not grow with the corpus: each batch's stored hashes are looked up in
-the table (:class:`~logicrank.pipelines.indexing.StoredHashes`), the ids read are kept on disk in the run
-directory (:class:`~logicrank.pipelines.indexing.SeenIds`), and the absent ids are found by an anti-join
+the table (:class:`~logicrank.pipelines.operations.indexing.StoredHashes`), the ids read are kept on disk in the run
+directory (:class:`~logicrank.pipelines.operations.indexing.SeenIds`), and the absent ids are found by an anti-join
 in batches, spilled to the run directory and deleted in batches.
 
-One writer per table: the run holds the table's lock (:mod:`logicrank.pipelines.writelock`) from
+One writer per table: the run holds the table's lock (:mod:`logicrank.pipelines.operations.writelock`) from
 start to end; a second run is refused before it reads anything.
 
 Crash safety: every chunk is a keyed upsert, so a rerun after a kill finds the written
@@ -50,7 +50,7 @@ from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
 from logicrank.pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
 from logicrank.pipelines.embed import concrete, model_id, resolve_model
 from logicrank.pipelines.files import require_writable
-from logicrank.pipelines.indexing import (
+from logicrank.pipelines.operations.indexing import (
     EmbedStage,
     IdSpill,
     IndexWriter,
@@ -61,9 +61,9 @@ from logicrank.pipelines.indexing import (
     roll_back,
     table_state,
 )
+from logicrank.pipelines.operations.writelock import TableLock
 from logicrank.pipelines.placement import EncoderPlacement, encoder_placement
 from logicrank.pipelines.store import DocStore, update_index_apart
-from logicrank.pipelines.writelock import TableLock
 from logicrank.schemas.errors import JobFailed, UserError, first_line
 
 
@@ -158,7 +158,7 @@ class _ReadSources:
 
 class _EmbedActor(EmbedStage):
     """EmbedStage in a Ray actor: looks up the stored hashes of each batch's ids in the table
-    itself (:class:`~logicrank.pipelines.indexing.StoredHashes`), as the driver does; no actor holds
+    itself (:class:`~logicrank.pipelines.operations.indexing.StoredHashes`), as the driver does; no actor holds
     the table's hashes (before: every actor held a copy of all of them, from the object store)."""
 
 

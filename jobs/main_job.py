@@ -16,6 +16,7 @@ setlogic.yaml on the samples below, as the bench commands run them: pipelines/be
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import asdict
@@ -26,8 +27,8 @@ from logicrank.jobs.raysession import ray_session
 from logicrank.pipelines import benchmarks
 from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig, RayConfig
 from logicrank.pipelines.datasets import scifact
-from logicrank.pipelines.evaluate.report import demo_section, section_of, write_entry_page
 from logicrank.pipelines.experiment import EXPERIMENTS, load
+from logicrank.pipelines.files import write_text_atomic
 
 # The SmolLM2 samples, small so that the job fits 15 minutes on 2 cores (docs/main-job.md); the
 # LLM-free sections run whole, and the bench commands run the same experiment files on the whole sets.
@@ -171,3 +172,26 @@ def _generate_demo(out: Path, db: str, embed: EmbedConfig, ray: RayConfig, echo)
     c = run_generate(cfg, out, echo=lambda m: None)
     echo(f"      {c['questions']} questions, {c['labels']['pairs']} pairs judged, {c['labels']['relevant']} relevant; card: {out / 'card.md'}")
     return demo_section(out)
+
+
+# ------------------------------------------------------------------ the entry page
+def section_of(report: Path) -> str:
+    """An experiment's report (its ``report.md``) as a section of the main job's entry page."""
+    return report.read_text(encoding="utf-8").replace("# ", "## ", 1)
+
+
+def demo_section(out: Path) -> str:
+    """The generation demo's section of the entry page: the dataset's card at ``out`` and its
+    first questions (logical form -> question)."""
+    rows = [json.loads(line) for line in (out / "queries.jsonl").read_text(encoding="utf-8").splitlines()[:4]]
+    examples = [f"- `{r['logical_query']}` -> {r['text']!r} ({r['status']})" for r in rows]
+    card = (out / "card.md").read_text(encoding="utf-8").replace(f"# Generated dataset: {out.name}", "## Dataset generation demo", 1)
+    return card + "\nFirst questions (logical form -> question):\n\n" + "\n".join(examples) + "\n"
+
+
+def write_entry_page(out: Path, itlr: str, rules: str, lag: str, setlogic: str, demo: str) -> None:
+    """One entry page, ``out/report.md``: the retrieval report (``out/evaluate/report.md``), the
+    ITLR tables and the LLM path, rule retrieval, LAG, set-logic queries over LIMIT, the
+    generation demo."""
+    retrieval = (out / "evaluate" / "report.md").read_text(encoding="utf-8").replace("](plots/", "](evaluate/plots/")
+    write_text_atomic("\n".join((retrieval, itlr, rules, lag, setlogic, demo)), out / "report.md")

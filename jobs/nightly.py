@@ -40,8 +40,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from logicrank.jobs.watchdog import beat, busy
-from logicrank.pipelines.config.pipelines import NIGHTLY_TAG_PREFIX, NightlyConfig
-from logicrank.pipelines.nightly import (
+from logicrank.pipelines.config.retrieval import NIGHTLY_TAG_PREFIX, NightlyConfig
+from logicrank.pipelines.operations.nightly import (
     EXIT_REGRESSION,
     EXIT_STOPPED,
     STEPS,
@@ -57,7 +57,7 @@ from logicrank.pipelines.nightly import (
     require_inputs,
     serve_message,
 )
-from logicrank.pipelines.writelock import Holder, TableLock
+from logicrank.pipelines.operations.writelock import Holder, TableLock
 from logicrank.schemas.errors import UserError
 
 
@@ -125,7 +125,7 @@ class NightRun(NightBook):
     """One night's steps (:data:`STEPS`) run in order by :meth:`run`, each skipped when its
     record in ``state`` says it is done; then the alert and the report. The steps that run
     jobs on the cluster (index, maintain, serve, evaluate) are here; comparing, the history,
-    the report and the alert are its :class:`~logicrank.pipelines.nightly.NightBook`'s. Made
+    the report and the alert are its :class:`~logicrank.pipelines.operations.nightly.NightBook`'s. Made
     by :func:`run_nightly` inside the nightly lock and a Ray session."""
 
 

@@ -93,7 +93,7 @@ def run_demo(out: str | Path, corrupt_queries: int = 60, echo: Callable[[str], N
     import shutil
 
     from logicrank.jobs.nightly import run_nightly
-    from logicrank.pipelines.config.pipelines import NightlyConfig
+    from logicrank.pipelines.config.retrieval import NightlyConfig
 
     out = Path(out)
     for part in ("nightly", "lancedb", "snapshots"):  # a demo starts from nothing (nights run in date order)

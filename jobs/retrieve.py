@@ -38,16 +38,16 @@ import numpy as np
 import pyarrow as pa
 
 from logicrank.jobs.raysession import local_driver_node, unread_blocks_allowed
+from logicrank.jobs.retrieve_notes import fallback_notes, refuse_unparsed
 from logicrank.jobs.rundir import RunDir, input_fingerprint
 from logicrank.jobs.watchdog import beat
-from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.embed import concrete, encoder_digest, model_id, resolve_model
 from logicrank.pipelines.exact import gpu_share, pool_within_memory, segment_bounds, shard_bounds
 from logicrank.pipelines.files import write_parquet_atomic
 from logicrank.pipelines.io import TopicsError, read_queries, write_trec_run
 from logicrank.pipelines.llm.prompts import templates_digest
-from logicrank.pipelines.notes import fallback_notes, refuse_unparsed
 from logicrank.pipelines.pipeline import Pipeline, build
 from logicrank.pipelines.placement import is_mapped, require_mapped, shard_count
 from logicrank.pipelines.runner import Hooks, Inputs, StageCache, assemble, blank, reads, stage_classes, with_content

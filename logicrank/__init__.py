@@ -34,7 +34,7 @@ _API = ("Evaluation", "Pipeline", "PipelineError", "Result", "Results", "StageCa
         "run_experiment", "stage")
 _CONFIGS = {
     "logicrank.pipelines.config.settings": ("RayConfig", "EmbedConfig", "IndexConfig", "LLMConfig", "EvaluateConfig", "GenerateConfig"),
-    "logicrank.pipelines.config.pipelines": ("RetrieveConfig", "DecomposeConfig", "NightlyConfig", "QuerySetConfig", "AlertConfig", "RegressionRule"),
+    "logicrank.pipelines.config.retrieval": ("RetrieveConfig", "DecomposeConfig", "NightlyConfig", "QuerySetConfig", "AlertConfig", "RegressionRule"),
     "logicrank.pipelines.experiment": ("Experiment",),
 }
 _WHERE = {name: "logicrank.api" for name in _API} | {name: module for module, names in _CONFIGS.items() for name in names}

@@ -17,10 +17,10 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from logicrank.cli_config import EMBED, LLM, Bound, configured, read_file
+from logicrank.cli_config import EMBED, LLM, Bind, Bound, configured, option, read_file
 from logicrank.cli_config import default as _d
 from logicrank.jobs.watchdog import DEFAULT_TIMEOUT_S, watch
-from logicrank.pipelines.config.pipelines import DecomposeConfig, RetrieveConfig, decomposition_kinds
+from logicrank.pipelines.config.retrieval import DecomposeConfig, RetrieveConfig
 from logicrank.pipelines.config.settings import (
     EmbedConfig,
     EvaluateConfig,
@@ -97,9 +97,9 @@ def _main(
 err = Console(stderr=True)
 out = Console()
 
-Backend = Annotated[str, typer.Option(help="Encoder backend: auto (openvino on CPU where installed, torch on GPU), torch or openvino.")]
-TitleSep = Annotated[str, typer.Option(help="Joins a document's title and text when embedding (BEIR/MTEB: a space); the table keeps it.")]
-RayAddress = Annotated[str | None, typer.Option(help="Ray cluster address; default: start a local cluster.")]
+# the options of the commands that pass the encoder's backend and the cluster's address alone, from their fields
+Backend = option(EmbedConfig, "backend", "backend").annotation
+RayAddress = option(RayConfig, "ray_address", "address").annotation
 Depth = Annotated[int | None, typer.Option(
     "--k", "--hits", min=1, max=10_000, help="Every run's depth (documents per query; Pyserini's --hits): the k of each pipeline's last "
     "stage that keeps a top k, a fusion's sub-pipelines' too; short for --set RUN/STAGE.k=N (docs/pipelines.md). A reranker's candidates "
@@ -193,36 +193,17 @@ def _config(config, bound: Bound, part: str = "", **computed):
         _fail(config_message(exc, bound.file, config) if bound.file is not None else validation_message(exc))
 
 
-_INDEX_FIELDS = ("corpus", "db", "table", "format", "delete_missing", "max_delete_fraction", "allow_mass_delete", "prune_after_hours",
-                 "write_batch_rows", "max_reject_fraction", "max_doc_bytes", "ann_threshold", "tag",
-                 "ann", "rebuild_indexes")
+_INDEX_FIELDS = ("table", "format", "delete_missing", "max_delete_fraction", "allow_mass_delete", "prune_after_hours",
+                 "write_batch_rows", "max_reject_fraction", "max_doc_bytes", "ann_threshold", "tag", "ann", "rebuild_indexes")
+_DB = Bind("db", default="data/lancedb")
 
 
 @app.command()
-@configured(EMBED.at("embed"), config=IndexConfig, file=True, title_sep="embed.title_sep", batch_size="embed.batch_size",
-            actors="ray.embed_actors", gpus_per_actor="ray.embed_num_gpus", ray_address="ray.address", **{f: f for f in _INDEX_FIELDS})
+@configured(EMBED.at("embed"), config=IndexConfig, file=True, corpus="corpus", db=_DB, title_sep="embed.title_sep",
+            batch_size="embed.batch_size", actors="ray.embed_actors", gpus_per_actor="ray.embed_num_gpus", ray_address="ray.address",
+            **{f: f for f in _INDEX_FIELDS})
 def index(
     corpus: Annotated[str | None, typer.Argument(help="BEIR dir, JSONL(.gz), Parquet, TREC SGML or TSV file/dir; local path or pyarrow URI (or corpus: in --config).")] = None,
-    db: Annotated[str, typer.Option(help="LanceDB directory or URI.")] = "data/lancedb",
-    table: str = _d(IndexConfig, "table"),
-    format: Annotated[str, typer.Option(help="auto (each file's kind from its name) | beir | jsonl | parquet | trec (TREC SGML <DOC>s) | tsv "
-                                        "(id<TAB>text); trec and tsv also read files whose name marks no format (e.g. la010189).")] = _d(IndexConfig, "format"),
-    title_sep: TitleSep = _d(EmbedConfig, "title_sep"),
-    batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = _d(EmbedConfig, "batch_size"),
-    actors: Annotated[int | None, typer.Option(help="Embedding actors; default: none on a local cluster of one CPU node (the driver encodes), else one per GPU, or one per node on CPU nodes.")] = None,
-    gpus_per_actor: Annotated[float | None, typer.Option(help="GPUs per embedding actor; default: 1 where the cluster has GPUs, else 0.")] = None,
-    delete_missing: Annotated[bool, typer.Option(help="Delete stored documents absent from this snapshot.")] = _d(IndexConfig, "delete_missing"),
-    max_delete_fraction: Annotated[float, typer.Option(help="Refuse a snapshot that would delete more than this share of the table.")] = _d(IndexConfig, "max_delete_fraction"),
-    allow_mass_delete: Annotated[bool, typer.Option(help="Delete past --max-delete-fraction (an empty snapshot never deletes).")] = _d(IndexConfig, "allow_mass_delete"),
-    prune_after_hours: Annotated[float, typer.Option(help="Prune untagged table versions older than this after a successful run.")] = _d(IndexConfig, "prune_after_hours"),
-    write_batch_rows: Annotated[int, typer.Option(help="Rows per LanceDB commit.")] = _d(IndexConfig, "write_batch_rows"),
-    max_reject_fraction: Annotated[float, typer.Option(help="Fail when more than this share of rows is rejected.")] = _d(IndexConfig, "max_reject_fraction"),
-    max_doc_bytes: int = _d(IndexConfig, "max_doc_bytes"),
-    ann_threshold: Annotated[int, typer.Option(help="With --ann: build the ANN index from this many rows.")] = _d(IndexConfig, "ann_threshold"),
-    ann: Annotated[bool, typer.Option(help="Build LanceDB's ANN index (off: none is built; dense retrieval searches exactly).")] = _d(IndexConfig, "ann"),
-    rebuild_indexes: Annotated[bool, typer.Option(help="Rebuild every index from the rows (the ANN index retrained) instead of updating them in place.")] = _d(IndexConfig, "rebuild_indexes"),
-    tag: Annotated[str | None, typer.Option(help="LanceDB tag for this run.")] = _d(IndexConfig, "tag"),
-    ray_address: RayAddress = None,
     out: Annotated[Path, typer.Option(help="Run directory (manifest, rejects).")] = Path("runs/index"),
     progress: Annotated[bool, typer.Option(help="Show a live progress line.")] = True,
     *,
@@ -274,8 +255,8 @@ def restore(
     table: str = "docs",
 ):
     """Make an earlier version of a table the latest one again (a new version; nothing is lost)."""
+    from logicrank.pipelines.operations.writelock import TableLock
     from logicrank.pipelines.store import DocStore
-    from logicrank.pipelines.writelock import TableLock
 
     store = _run(DocStore, db, table)
     if not store.exists():
@@ -314,19 +295,12 @@ def versions(
 
 
 @app.command()
-@configured(EMBED.at("embed"), LLM_ALL, config=RetrieveConfig, file=True, queries="queries", db="db", table="table", table_version="table_version",
+@configured(EMBED.at("embed"), LLM_ALL, config=RetrieveConfig, file=True, queries="queries", db=_DB, table="table", table_version="table_version",
             trec="trec", topics_field="topics_field", on_parse_error="on_parse_error", retrieve_actors="ray.retrieve_actors",
             retrieve_batch_rows="ray.retrieve_batch_rows", shards="ray.retrieve_shards", ray_address="ray.address")
 def retrieve(
     queries: Annotated[str | None, typer.Argument(help="BEIR queries.jsonl, JSONL, Parquet, qid<TAB>text .tsv or a TREC topics file "
                                                 "(or queries: in --config).")] = None,
-    topics_field: Annotated[str, typer.Option(help="A TREC topics file's field to run as the query: title | desc | narr.")] = _d(RetrieveConfig, "topics_field"),
-    db: str = "data/lancedb",
-    table: str = _d(RetrieveConfig, "table"),
-    table_version: Annotated[
-        str | None, typer.Option(help="Read this version of the table, any one: a number or a tag (e.g. nightly-2026-11-20); default the last "
-                                     "version a completed index run finished.")
-    ] = None,
     pipelines: Annotated[
         Path | None, typer.Option(help="YAML file of named pipelines (docs/pipelines.md); replaces --method and its options.")
     ] = None,
@@ -337,15 +311,6 @@ def retrieve(
                                        "pipeline), e.g. orlog.k=20, itlr.scorer=bm25; `logicrank stages` lists every option.")
     ] = None,
     k: Depth = None,
-    trec: Annotated[bool, typer.Option(help="Also write TREC run files.")] = _d(RetrieveConfig, "trec"),
-    on_parse_error: Annotated[str | None, typer.Option(
-        help="A logical query that does not parse: refuse (each itlr stage's default: the job stops, naming it) or fallback "
-        "(score its whole text as one term; the queries are named on the terminal). Given, it applies to every stage.")] = None,
-    retrieve_actors: Annotated[int | None, typer.Option(help="Actors of the bulk-retrieval pool (dense, bm25 over query batches); default: sized to the cluster, and a small job runs in the driver.")] = None,
-    retrieve_batch_rows: Annotated[int, typer.Option(help="Queries per batch of the bulk-retrieval pool.")] = _d(RayConfig, "retrieve_batch_rows"),
-    shards: Annotated[int | None, typer.Option(help="Search bm25 and dense in N shards of the index, one actor each, merged exactly; "
-                                               "default: as many as keep each within ray.retrieve_shard_bytes.")] = None,
-    ray_address: RayAddress = None,
     out: Path = Path("runs/retrieve"),
     progress: Annotated[bool, typer.Option(help="Print LLM progress.")] = True,
     *,
@@ -380,23 +345,12 @@ def stages():
 
 
 @app.command()
-@configured(config=EvaluateConfig, file=True, qrels="qrels", runs=("runs", _tuple), measure=("measures", tuple), baseline="baseline", test="test",
-            correction="correction", dedupe="dedupe", answers=("answers", _tuple), gold="gold", qa_measure=("qa_measures", tuple),
+@configured(config=EvaluateConfig, file=True, qrels="qrels", runs=("runs", _tuple), measure="measures", baseline="baseline", test="test",
+            correction="correction", dedupe="dedupe", answers="answers", gold="gold", qa_measure="qa_measures",
             judge_llm=("judge", lambda v: {"model": v} if v else None), name=("names", _tuple))
 def evaluate(
     qrels: Annotated[str | None, typer.Argument(help="BEIR qrels TSV (or a BEIR dir) or TREC qrels (not needed for --answers alone).")] = None,
     runs: Annotated[list[str] | None, typer.Argument(help="Run tables (Parquet) or TREC run files.")] = None,
-    measure: Annotated[list[str], typer.Option(
-        help="Measure names, e.g. nDCG@10 P@1 R@100 MRR MAP F1@10, any ir_measures name (Bpref, Judged@10, IPrec@0.5...) or trec_eval's (ndcg_cut_10, map...).")] = list(_d(EvaluateConfig, "measures")),  # noqa: B006
-    baseline: Annotated[str | None, typer.Option(help="run_id to test the others against (default: the first).")] = None,
-    test: Annotated[str, typer.Option(help="t-test | randomisation")] = _d(EvaluateConfig, "test"),
-    correction: Annotated[str, typer.Option(help="holm | bonferroni | bh")] = _d(EvaluateConfig, "correction"),
-    dedupe: Annotated[
-        bool, typer.Option(help="Keep each repeated (query, doc) pair's best-ranked row (default: refuse such a run, as trec_eval).")
-    ] = _d(EvaluateConfig, "dedupe"),
-    answers: Annotated[list[str] | None, typer.Option(help="Answer tables (answers/<run_id>.parquet of a lag stage) or JSONL; repeat.")] = None,
-    gold: Annotated[str | None, typer.Option(help="Gold answers: answers.jsonl of `logicrank prepare-qa` (or its directory).")] = None,
-    qa_measure: Annotated[list[str], typer.Option(help="QA measures: EM TokenF1 Acc Judge.")] = list(_d(EvaluateConfig, "qa_measures")),  # noqa: B006
     judge_llm: Annotated[str | None, typer.Option(help="The LLM of the Judge measure (a registered name or a checkpoint dir).")] = None,
     name: Annotated[list[str] | None, typer.Option(
         help="NEWID=FILE: evaluate the run in FILE (one of RUNS, or added to them) as run id NEWID, e.g. two files both tagged bm25; repeat.")] = None,
@@ -424,13 +378,10 @@ def evaluate(
 
 
 @app.command()
-@configured(DECOMPOSE_LLM, config=DecomposeConfig, file=True, queries="queries", method=("methods", tuple), constrained="constrained",
+@configured(DECOMPOSE_LLM, config=DecomposeConfig, file=True, queries="queries", method="methods", constrained="constrained",
             ray_address="ray.address")
 def decompose(
     queries: Annotated[str | None, typer.Argument(help="BEIR queries.jsonl, JSONL or Parquet (or queries: in --config).")] = None,
-    method: Annotated[list[str], typer.Option(help=f"{' | '.join(decomposition_kinds())} (repeat; default all).")] = list(_d(DecomposeConfig, "methods")),  # noqa: B006
-    constrained: Annotated[bool, typer.Option(help="Grammar / JSON-schema constrained decoding.")] = _d(DecomposeConfig, "constrained"),
-    ray_address: RayAddress = None,
     out: Path = Path("runs/decompose"),
     progress: bool = True,
     *,
@@ -480,7 +431,6 @@ def bench_rules(
     vanilla: Annotated[bool, typer.Option(help="The vanilla rows only (rulebench-vanilla.yaml: no LLM).")] = False,
     reasoning: Annotated[bool, typer.Option(help="Then the reasoning table (rulebench-reasoning.yaml): answers with no rule, the gold "
                                                  "rules, the top-1 rule of vanilla, SIAR, SIAR + R3, scored against the set's outputs.")] = False,
-    ray_address: RayAddress = None,
     *,
     bound: Bound,
 ):
@@ -522,7 +472,6 @@ def bench_lag(
     seed: int = 0,
     llm_rows: Annotated[bool, typer.Option(help="Run RAG, LAG and the ablations with the LLM (--no-llm-rows: the oracle table only).")] = True,
     judge: Annotated[bool, typer.Option(help="Add the LLM-judge accuracy (the same LLM judges).")] = False,
-    ray_address: RayAddress = None,
     *,
     bound: Bound,
 ):
@@ -542,39 +491,21 @@ generate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Da
 app.add_typer(generate_app, name="generate")
 
 
-_GENERATE_FIELDS = ("db", "table", "docs", "shard_docs", "questions_per_shard", "max_topics", "seed", "candidate_k", "dedup_threshold",
+_GENERATE_FIELDS = ("table", "docs", "shard_docs", "questions_per_shard", "max_topics", "seed", "candidate_k", "dedup_threshold",
                     "label_threshold", "wave_shards")
 
 
 @generate_app.command("itlr")
-@configured(EMBED.at("embed"), LLM_ALL, config=GenerateConfig, file=True, candidate=("candidates", tuple), ray_address="ray.address",
+@configured(EMBED.at("embed"), LLM_ALL, config=GenerateConfig, file=True, db="db", candidate="candidates", ray_address="ray.address",
             **{f: f for f in _GENERATE_FIELDS})
 def generate_itlr(
     out: Annotated[Path, typer.Option(help="The dataset's directory (checkpoints too: rerun the same command to resume).")],
-    db: Annotated[str | None, typer.Option(help="LanceDB directory of the indexed corpus (`logicrank index`); required, here or in --config.")] = None,
-    table: str = _d(GenerateConfig, "table"),
-    docs: Annotated[int, typer.Option(help="Documents sampled for topics.")] = _d(GenerateConfig, "docs"),
-    shard_docs: Annotated[int, typer.Option(help="Documents per shard (the unit of checkpoints).")] = _d(GenerateConfig, "shard_docs"),
-    questions_per_shard: Annotated[int, typer.Option(help="Logical queries filled from each shard's topics.")] = _d(GenerateConfig, "questions_per_shard"),
-    max_topics: Annotated[int, typer.Option(help="Topics kept per document.")] = _d(GenerateConfig, "max_topics"),
-    seed: int = _d(GenerateConfig, "seed"),
-    candidate: Annotated[list[str], typer.Option(help="Retrievers proposing documents to label (repeat): dense bm25 itlr.")] = list(_d(GenerateConfig, "candidates")),  # noqa: B006
-    candidate_k: Annotated[int, typer.Option(help="Top k of each retriever; their union is judged.")] = _d(GenerateConfig, "candidate_k"),
-    dedup_threshold: Annotated[float, typer.Option(help="Near-duplicate questions: embedding cosine above this.")] = _d(GenerateConfig, "dedup_threshold"),
-    label_threshold: Annotated[float, typer.Option(help="A pair is relevant when P(True) >= this.")] = _d(GenerateConfig, "label_threshold"),
-    wave_shards: Annotated[int | None, typer.Option(help="Shards sent to the LLM pool at once (default 2 per engine actor).")] = None,
-    ray_address: RayAddress = None,
     progress: Annotated[bool, typer.Option(help="Print LLM progress.")] = False,
     *,
     bound: Bound,
 ):
     """ITLR's real-corpus recipe: topics -> 32 templates -> questions -> candidates -> LLM labels (BEIR layout + dataset card)."""
     from logicrank.jobs.generate import DEMO_NOTE, run_generate
-    from logicrank.pipelines.config.settings import GenerateConfig
-
-    bad = [c for c in candidate if c not in ("dense", "bm25", "itlr")]
-    if bad:
-        _fail(f"generate itlr: --candidate {bad[0]!r}: valid: dense, bm25, itlr")
     cfg = _config(GenerateConfig, bound)
     if cfg.demo_note is None and "smollm2" in cfg.llm.model.lower():
         cfg = cfg.model_copy(update={"demo_note": DEMO_NOTE})
@@ -607,7 +538,6 @@ def bench_setlogic(
     orlog: Annotated[bool, typer.Option(help="Add OrLog with the gold atoms (LLM scoring; --no-orlog: dense, bm25, ITLR only).")] = True,
     set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE (repeat), as `logicrank experiment --set`: e.g. "
                                                   "orlog/bm25.k=50 --set orlog-bm25/bm25.k=50 (both OrLog rows over BM25's top 50: the same candidates), orlog.context_tokens=128.")] = None,
-    ray_address: RayAddress = None,
     *,
     bound: Bound,
 ):
@@ -710,7 +640,6 @@ def bench_itlr(
     per_template: Annotated[int, typer.Option(help="Queries per template (32 templates).")] = 10,
     seed: int = 0,
     operators: Annotated[bool, typer.Option(help="Add every operator family (Table 2; --no-operators: Table 1's runs only).")] = True,
-    ray_address: RayAddress = None,
     *,
     bound: Bound,
 ):
@@ -768,7 +697,7 @@ def nightly(
     4 the night stopped before evaluation (re-index refused; the served tag did not move);
     2 a bad config or input; 1 a crash (alert written; rerun the night to finish it)."""
     from logicrank.jobs.nightly import run_at, run_nightly
-    from logicrank.pipelines.config.pipelines import NightlyConfig
+    from logicrank.pipelines.config.retrieval import NightlyConfig
 
     if at is not None and date is not None:
         _fail("nightly: --at evaluates one table version and --date names a night to run; give one of them.")
@@ -847,7 +776,6 @@ def experiment(
                                                   "stage's name (orlog.k=20; RUN/STAGE.OPTION for one pipeline) or a dotted key of the file "
                                                   "(dataset.sample=25).")] = None,
     k: Depth = None,
-    ray_address: RayAddress = None,
     progress: bool = True,
     *,
     bound: Bound,

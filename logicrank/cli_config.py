@@ -1,34 +1,76 @@
-"""Command-line options bound to config fields, and config files with overrides.
+"""Command-line options generated from the config models, and config files with overrides.
 
-A command declares which of its options set which field of its config
-(``@configured(IndexConfig, EMBED.at("embed"), table="table", ...)``) and may share blocks
-of options with other commands (:data:`LLM`, :data:`EMBED`) instead of repeating them. The
-config is then built in one order, as Ray's and Hydra's users expect:
+An option that sets a config field is declared once, by the field: its flag comes from the
+option's name, and its type, default and help from the field's annotation, default and
+description. A command names the fields it exposes
+(``@configured(IndexConfig, EMBED.at("embed"), table="table", db=Bind("db", default="data/lancedb"))``)
+and declares in its own signature only its arguments and what it computes itself (``--out``,
+``--progress``). Blocks of options several commands share (:data:`LLM`, :data:`EMBED`) are
+declared once here. The config is then built in one order, as Ray's and Hydra's users expect:
 
     the config's own defaults < the command's own defaults (e.g. ``--db data/lancedb``)
     < a config file (``--config FILE``) < the options given on the command line
 
-so a config file plus a few options is the way to run a job with many settings, and a
-default is declared once, in the config (the options read it with :func:`default`).
+so a config file plus a few options is the way to run a job with many settings.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
-from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig
+from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig, RayConfig
+
+PARTS = {"embed": EmbedConfig, "llm": LLMConfig, "ray": RayConfig}
+"""The sub-configs a command bound to no one config sets (its paths' first part names one)."""
+
+_FIELD = object()  # Bind's default: the field's own
 
 
 def default(config, field: str):
     """A config field's default, as the command line's: defaults are declared once, in the configs."""
     return config.model_fields[field].get_default(call_default_factory=True)
+
+
+def field_at(config, path: str):
+    """The pydantic field at a dotted ``path`` of ``config`` (None: the path's first part names
+    one of :data:`PARTS`)."""
+    parts = path.split(".")
+    if config is None:
+        config, parts = PARTS[parts[0]], parts[1:]
+    for i, name in enumerate(parts):
+        if name not in config.model_fields:
+            raise TypeError(f"{config.__name__} has no field {name!r} (option path {path!r})")
+        field = config.model_fields[name]
+        if i < len(parts) - 1:
+            config = next(a for a in (field.annotation, *typing.get_args(field.annotation)) if isinstance(a, type) and hasattr(a, "model_fields"))
+    return field
+
+
+def cli_type(annotation) -> tuple[Any, tuple[str, ...]]:
+    """The type typer parses a field's option as, and its choices (a Literal's values): a
+    Literal is read as text and a tuple as a repeatable option; pydantic validates the value
+    when the config is built, so a bad one is refused in the config's words."""
+    args = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        inner, choices = cli_type(rest[0]) if len(rest) == 1 else (str, ())
+        return inner | None if type(None) in args else inner, choices
+    if origin is Literal:
+        return str, tuple(map(str, args))
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        inner, choices = cli_type(args[0])
+        return list[inner], choices
+    return (annotation, ()) if annotation in (str, int, float, bool, Path) else (str, ())
 
 
 @dataclass(frozen=True)
@@ -47,17 +89,59 @@ class Opt:
 
 
 @dataclass(frozen=True)
+class Bind:
+    """An option of a command that sets the field at ``path``, with the command's own
+    ``default`` where it has one (``db``: data/lancedb; a required field), and more ``flags``
+    beside the one its name gives (decompose's older names)."""
+
+    path: str
+    default: Any = _FIELD
+    flags: tuple[str, ...] = ()
+
+
+def option(config, name: str, bind: Bind | str) -> Opt:
+    """The option ``--name`` generated from the field ``bind`` names in ``config``: the field's
+    type, its default (or the command's) and its description as help."""
+    bind = Bind(bind) if isinstance(bind, str) else bind
+    field = field_at(config, bind.path)
+    if not field.description:
+        raise TypeError(f"option --{name.replace('_', '-')}: field {bind.path!r} has no description to show as help")
+    kind, choices = cli_type(field.annotation)
+    if bind.default is not _FIELD:
+        value = bind.default
+    else:
+        value = None if field.is_required() else field.get_default(call_default_factory=True)
+    to_field = None
+    if typing.get_origin(kind) is list or any(typing.get_origin(a) is list for a in typing.get_args(kind)):
+        value = list(value) if value else None
+        to_field = _tuple
+    flag = "--" + name.replace("_", "-")
+    decls = (f"{flag}/--no-{flag[2:]}" if kind is bool else flag, *bind.flags) if bind.flags else ()  # none: typer's, --x/--no-x for a bool
+    help = field.description + (" Repeat the option for each value." if to_field is _tuple else "")
+    info = typer.Option(*decls, help=help, metavar="|".join(choices).upper() if choices else None)
+    return Opt(name, bind.path, Annotated[kind, info], value, to_field)
+
+
+def _tuple(values):
+    """A repeatable option's values as the field's tuple (None: none given, the config's own)."""
+    return tuple(values) if values else None
+
+
+@dataclass(frozen=True)
 class Block:
     """Options several commands share (the LLM's, the encoder's): declared once here."""
 
     opts: tuple[Opt, ...]
 
+    @classmethod
+    def of(cls, config, *extra: Opt, **names: str | Bind) -> Block:
+        """Options generated from ``config``'s fields (option name -> field), and ``extra``
+        ones a command computes its field from."""
+        return cls(tuple(option(config, n, b) for n, b in names.items()) + extra)
+
     def at(self, prefix: str) -> Block:
         """The same options setting fields under ``prefix`` (``llm`` in RetrieveConfig)."""
         return Block(tuple(replace(o, path=f"{prefix}.{o.path}" if prefix else o.path) for o in self.opts))
-
-    def without(self, *names: str) -> Block:
-        return Block(tuple(o for o in self.opts if o.name not in names))
 
     def aliased(self, **flags: str) -> Block:
         """Extra flags for some options (``llm_model="--model"``: decompose's older names)."""
@@ -65,36 +149,23 @@ class Block:
         for o in self.opts:
             if o.name in flags:
                 base, info = o.annotation.__origin__, o.annotation.__metadata__[0]
-                decls = ("--" + o.name.replace("_", "-"), flags[o.name])
-                o = replace(o, annotation=Annotated[base, typer.Option(*decls, help=info.help)])
+                own = info.param_decls or ("--" + o.name.replace("_", "-"),)
+                info = typer.Option(*own, flags[o.name], help=info.help, metavar=info.metavar)
+                o = replace(o, annotation=Annotated[base, info])
             out.append(o)
         return Block(tuple(out))
 
 
-def _opt(name: str, path: str, type_: Any, help: str, config=None, field: str | None = None, value: Any = None, to_field=None) -> Opt:
-    return Opt(name, path, Annotated[type_, typer.Option(help=help)], default(config, field or path) if config else value, to_field)
-
-
-LLM = Block((
-    _opt("llm_model", "model", str, "LLM name or checkpoint directory (every LLM stage).", LLMConfig),
-    _opt("llm_dtype", "dtype", str, "LLM dtype: auto | float32 | bfloat16 | float16.", LLMConfig),
-    _opt("llm_max_model_len", "max_model_len", int, "LLM context length (tokens).", LLMConfig),
-    _opt("tensor_parallel_size", "tensor_parallel_size", int, "GPUs per vLLM engine.", LLMConfig),
-    _opt("compiled", "enforce_eager", bool, "Compiled graphs (slow start, faster steps) instead of eager.",
-         value=not default(LLMConfig, "enforce_eager"), to_field=lambda v: not v),
-    _opt("llm_cache", "cache", str, "LLM cache file; 'default' under the cache root; 'none' to disable.", LLMConfig,
-         to_field=lambda v: None if v == "none" else v),
-    _opt("actors", "actors", int, "Engine actors of the job's one LLM pool.", LLMConfig),
-    _opt("cpus_per_actor", "cpus_per_actor", float, "CPUs per engine actor.", LLMConfig),
-    _opt("gpus_per_actor", "gpus_per_actor", float | None, "GPUs per engine actor (default: the tensor-parallel size on GPU nodes).", LLMConfig),
-    _opt("llm_batch_rows", "batch_rows", int, "Prompts per engine call of the LLM pool.", LLMConfig),
-))
+LLM = Block.of(
+    LLMConfig,
+    Opt("compiled", "enforce_eager", Annotated[bool, typer.Option(help="Compiled graphs (slow start, faster steps) instead of eager.")],
+        not default(LLMConfig, "enforce_eager"), lambda v: not v),
+    llm_model="model", llm_dtype="dtype", llm_max_model_len="max_model_len", tensor_parallel_size="tensor_parallel_size",
+    llm_cache="cache", actors="actors", cpus_per_actor="cpus_per_actor", gpus_per_actor="gpus_per_actor", llm_batch_rows="batch_rows",
+)
 """The LLM's options: every command with an LLM stage takes them (``LLM.at("llm")``)."""
 
-EMBED = Block((
-    _opt("model", "model", str, "Registered embedding model name or a local model directory.", EmbedConfig),
-    _opt("backend", "backend", str, "Encoder backend: auto (openvino on CPU where installed, torch on GPU), torch or openvino.", EmbedConfig),
-))
+EMBED = Block.of(EmbedConfig, model="model", backend="backend")
 """The encoder's options."""
 
 CONFIG_FILE = Opt("config", "", Annotated[Path | None, typer.Option(
@@ -148,31 +219,41 @@ def _merge(into: dict, other: dict) -> None:
             into[key] = value
 
 
-def configured(*blocks: Block, config=None, file: bool = False, **own: str | tuple[str, Callable]):
+def configured(*blocks: Block, config=None, file: bool = False, **own: str | Bind | tuple[str, Callable]):
     """Bind a command's options to the fields of ``config`` (None: sub-configs named by the
     paths' first part, ``embed``, ``llm``, ``ray``) and add the shared ``blocks`` (and
-    ``--config`` with ``file``) to its options. ``own``: option name -> the field's path (or
-    (path, to_field)). The command gets the binding as its keyword-only ``bound`` argument,
-    which the command line does not see."""
-    opts = [o for b in blocks for o in b.opts]
+    ``--config`` with ``file``) to its options. ``own``: option name -> the field it sets. An
+    option the command's signature does not declare is generated from its field
+    (:func:`option`); one it declares (an argument, or an option whose field the command
+    computes: ``(path, to_field)``) keeps the command's declaration. The command gets the
+    binding as its keyword-only ``bound`` argument, which the command line does not see."""
 
     def deco(fn):
         sig = inspect.signature(fn, eval_str=True)
         names = {p for p in sig.parameters if p != "bound"}
-        for name in own:
-            if name not in names:
-                raise TypeError(f"{fn.__name__}: no option {name!r} to bind")
-        bound_own = [(n, *(s if isinstance(s, tuple) else (s, None))) for n, s in own.items()]
+        declared = []  # (name, path, to_field) of the options the command declares itself
+        opts = []
+        for name, spec in own.items():
+            if name in names:
+                path, to_field = spec if isinstance(spec, tuple) else (spec.path if isinstance(spec, Bind) else spec, None)
+                field_at(config, path)  # a path that names no field fails here, at import
+                declared.append((name, path, to_field))
+            elif isinstance(spec, tuple):
+                raise TypeError(f"{fn.__name__}: option {name!r} computes its field, so the command declares it")
+            else:
+                opts.append(option(config, name, spec))
+        opts += [o for b in blocks for o in b.opts]
         extra = [o.parameter() for o in opts] + ([CONFIG_FILE.parameter()] if file else [])
         params = [p for p in sig.parameters.values() if p.name != "bound"]
         context = inspect.Parameter("_ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)  # typer passes it
         params = [context] + [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params] + [
             p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in extra]
+        bindings = [*declared, *((o.name, o.path, o.to_field) for o in opts)]
 
         @functools.wraps(fn)
         def wrapper(_ctx: typer.Context, **kwargs):
             values, given = {}, set()
-            for name, path, to_field in [*bound_own, *((o.name, o.path, o.to_field) for o in opts)]:
+            for name, path, to_field in bindings:
                 value = kwargs[name]
                 values[path] = to_field(value) if to_field else value
                 source = _ctx.get_parameter_source(name)
@@ -184,8 +265,9 @@ def configured(*blocks: Block, config=None, file: bool = False, **own: str | tup
             return fn(**kwargs, bound=Bound(values, frozenset(given), path))
 
         wrapper.__signature__ = sig.replace(parameters=params)
-        # tests walk these: option -> (path, to_field), and the config the paths are in
-        wrapper.bindings = {**{n: (p, f) for n, p, f in bound_own}, **{o.name: (o.path, o.to_field) for o in opts}}
+        # tests walk these: option -> (path, to_field), which of them are generated, and the config the paths are in
+        wrapper.bindings = {n: (p, f) for n, p, f in bindings}
+        wrapper.generated = frozenset(o.name for o in opts)
         wrapper.config = config
         return wrapper
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from logicrank.pipelines.config.settings import EmbedConfig
+from logicrank.pipelines.config.embedding import EmbedConfig
 from logicrank.schemas.digest import json_digest
 from logicrank.schemas.errors import UserError
 

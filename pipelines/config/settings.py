@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from logicrank.schemas.digest import json_digest
+from logicrank.pipelines.config.base import OUTSIDE, UNHASHED
+from logicrank.pipelines.config.base import Config as _Config
+from logicrank.pipelines.config.embedding import EmbedConfig  # noqa: F401 - every job config beside the others
 
 
 def distinct(v: tuple[str, ...]) -> tuple[str, ...]:
@@ -31,58 +33,6 @@ def _resource_pairs(v, name: str) -> tuple[tuple[str, float], ...]:
         if amount < 0:
             raise ValueError(f"{name}: {key!r} asks for {amount}; amounts must be >= 0")
     return pairs
-
-
-OUTSIDE = {"outcome": False}
-"""``Field(..., json_schema_extra=OUTSIDE)``: the field cannot change a job's results (where the
-work runs, retention, who is alerted); :meth:`_Config.outcome` sets it to its default."""
-
-UNHASHED = {"outcome": False, "hashed": False}
-"""OUTSIDE, and left out of the outcome digests altogether: for a field added after digests
-were stored (nights, datasets, the LLM cache's keys hold them). An OUTSIDE field is hashed at
-its default, so adding one changes every stored digest; adding an UNHASHED one changes none."""
-
-
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def digest(self) -> str:
-        """A stable hash of the config, for manifests and rerun detection."""
-        return json_digest(self.model_dump(mode="json"))
-
-    @classmethod
-    def outside(cls) -> list[str]:
-        """The fields declared not to change results (``OUTSIDE``)."""
-        return [name for name, info in cls.model_fields.items() if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("outcome") is False]
-
-    def outcome(self):
-        """This config with every field declared outside the results at its default, in the
-        nested configs too: what an outcome digest hashes."""
-        outside = set(self.outside())
-        update = {}
-        for name, info in type(self).model_fields.items():
-            value = getattr(self, name)
-            if name in outside:
-                update[name] = info.get_default(call_default_factory=True)
-            elif isinstance(value, _Config):
-                update[name] = value.outcome()
-        return self.model_copy(update=update)
-
-    def outcome_digest(self) -> str:
-        """The digest of :meth:`outcome`: equal for configs that differ only in placement,
-        retention or receivers (``UNHASHED`` fields are left out of it)."""
-        return json_digest(self.outcome().model_dump(mode="json", exclude=self._unhashed() or None))
-
-    @classmethod
-    def _unhashed(cls) -> dict:
-        """The ``UNHASHED`` fields, here and in nested configs, as pydantic's ``exclude``."""
-        out: dict = {}
-        for name, info in cls.model_fields.items():
-            if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("hashed") is False:
-                out[name] = True
-            elif isinstance(info.annotation, type) and issubclass(info.annotation, _Config) and (inner := info.annotation._unhashed()):
-                out[name] = inner
-        return out
 
 
 class RayConfig(_Config):
@@ -136,31 +86,10 @@ class RayConfig(_Config):
     _resources = field_validator("embed_resources", mode="before")(lambda v: _resource_pairs(v, "embed_resources"))
 
 
-class EmbedConfig(_Config):
-    """The sentence-transformers encoder."""
-
-    model: str = Field("all-MiniLM-L6-v2", description="A registered model name or a local model directory.")
-    backend: Literal["auto", "torch", "openvino"] = Field(
-        "auto", description="auto: openvino on a CPU where it is installed, torch on a GPU (or without openvino)."
-    )
-    batch_size: int = Field(16, ge=1, description="Texts per forward pass (16 suits CPUs; on GPUs give more, e.g. 256).")
-    max_seq_length: int | None = Field(None, ge=8, description="Token window; None keeps the model's own.")
-    title_sep: str = Field(
-        " ", max_length=8, description="Joins a document's title and text when embedding (BEIR/MTEB: a space); the table records it, and indexing into it with another is refused."
-    )
-    device: str = Field(
-        "auto", description="auto: cuda for the index job's encoders on GPU nodes (each holds one), else cpu (query encoders "
-        "hold no GPU); or a torch device name."
-    )
-    threads: int | None = Field(
-        None, ge=1, description="Threads per encoder (torch's, or OpenVINO's inference threads); None uses every core of the node."
-    )
-
-
 class IndexConfig(_Config):
     corpus: str = Field(description="Corpus path or pyarrow filesystem URI (BEIR dir, JSONL(.gz), Parquet, TREC SGML(.gz), TSV(.gz)).")
     db: str = Field(description="LanceDB directory or URI.")
-    table: str = "docs"
+    table: str = Field("docs", description="The table in the LanceDB directory.")
     format: Literal["auto", "beir", "jsonl", "parquet", "trec", "tsv"] = Field(
         "auto", description="auto: each file's kind from its name; trec or tsv also read files whose name marks no format."
     )
@@ -178,7 +107,7 @@ class IndexConfig(_Config):
     keep_index_tags: int = Field(
         30, ge=1, description="Keep the newest N tags this job made itself (index-<time>); older ones are dropped so their versions can be pruned."
     )
-    max_reject_fraction: float = Field(0.01, ge=0, le=1)
+    max_reject_fraction: float = Field(0.01, ge=0, le=1, description="Fail when more than this fraction of the snapshot's rows is rejected.")
     max_doc_bytes: int = Field(1 << 20, ge=1, description="Title + text larger than this is rejected.")
     write_batch_rows: int = Field(4096, ge=1, description="Rows per LanceDB commit.")
     ann_threshold: int = Field(100_000, ge=1, description="With ann: build the ANN index from this many rows; exact below.")
@@ -205,12 +134,12 @@ class LLMConfig(_Config):
     a checkpoint directory, ``dtype=auto``/``bfloat16``, ``enforce_eager=False``,
     ``tensor_parallel_size`` = GPUs per engine (and as many GPUs per Ray actor)."""
 
-    model: str = Field("smollm2-135m-instruct", description="A registered model name (prepared locally) or a checkpoint directory.")
+    model: str = Field("smollm2-135m-instruct", description="The LLM: a registered model name (prepared locally) or a checkpoint directory.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: float32 on CPU (bf16 logits are too coarse for True/False scoring there), the model's own on GPU."
     )
-    max_model_len: int = Field(2048, ge=64)
-    tensor_parallel_size: int = Field(1, ge=1)
+    max_model_len: int = Field(2048, ge=64, description="Context length (tokens) of the engine: a prompt and its output.")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine (tensor parallel).")
     enforce_eager: bool = Field(True, description="Eager start-up takes seconds; compiled graphs take minutes on CPU.")
     enable_prefix_caching: bool = True
     block_size: int | None = Field(
@@ -222,7 +151,9 @@ class LLMConfig(_Config):
     seed: int = 0
     chat: bool = Field(True, description="Wrap generation prompts in the tokenizer's chat template, when it has one.")
     labels: tuple[str, str] = Field((" True", " False"), description="truth(): the label tokens read after the prompt.")
-    cache: str | None = Field("default", description="Persistent cache (SQLite) path; 'default' = <cache root>/llm/cache.sqlite; None = off.", json_schema_extra=OUTSIDE)
+    cache: str | None = Field(
+        "default", description="Persistent cache (SQLite) path; 'default': <cache root>/llm/cache.sqlite; 'none' (or null): off.", json_schema_extra=OUTSIDE
+    )
     # placement of the job's one engine pool (jobs/llm_service.py); none of it changes a result
     actors: int = Field(1, ge=1, description="Engines (Ray actors) in the job's one LLM pool.", json_schema_extra=OUTSIDE)
     cpus_per_actor: float = Field(1.0, gt=0, description="CPUs Ray reserves per engine actor (its threads on a CPU node: see cpu_threads).", json_schema_extra=OUTSIDE)
@@ -260,6 +191,7 @@ class LLMConfig(_Config):
     )
 
     _resources = field_validator("resources", mode="before")(lambda v: _resource_pairs(v, "resources"))
+    _cache_off = field_validator("cache", mode="before")(lambda v: None if v == "none" else v)  # the command line's way to say null
 
     def engine_digest(self) -> str:
         """The digest of what changes the engine's outputs (placement and the cache path do not)."""
@@ -275,16 +207,19 @@ def same_file(a: str, b: str) -> bool:
 
 class EvaluateConfig(_Config):
     qrels: str | None = Field(None, description="Qrels of the runs (BEIR TSV or dir, TREC qrels); needed when runs are given.")
-    runs: tuple[str, ...] = ()
-    measures: tuple[str, ...] = ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10")
+    runs: tuple[str, ...] = Field((), description="Run tables (Parquet) or TREC run files.")
+    measures: tuple[str, ...] = Field(
+        ("nDCG@10", "P@1", "R@100", "MRR", "MAP", "F1@10"), min_length=1,
+        description="Measure names, e.g. nDCG@10 P@1 R@100 MRR MAP F1@10, any ir_measures name (Bpref, Judged@10, IPrec@0.5...) or "
+                    "trec_eval's (ndcg_cut_10, map...).")
     answers: tuple[str, ...] = Field((), description="Answer tables (Parquet with query_id, answer, e.g. answers/<run_id>.parquet) or JSONL; run id = the file's stem.")
     gold: str | None = Field(None, description="Gold answers (answers.jsonl of `logicrank prepare-qa`, or its BEIR dir); needed with answers.")
-    qa_measures: tuple[str, ...] = Field(("EM", "TokenF1", "Acc"), min_length=1)
+    qa_measures: tuple[str, ...] = Field(("EM", "TokenF1", "Acc"), min_length=1, description="QA measures of the answers: EM TokenF1 Acc Judge.")
     judge: LLMConfig | None = Field(None, description="The LLM of the Judge QA measure (None: Judge is not available).")
     ray: RayConfig = Field(RayConfig(), description="Where the Judge's LLM pool runs (unused otherwise).")
     baseline: str | None = Field(None, description="run_id to test the others against; default the first.")
-    test: Literal["t-test", "randomisation"] = "t-test"
-    correction: Literal["holm", "bonferroni", "bh"] = "holm"
+    test: Literal["t-test", "randomisation"] = Field("t-test", description="The paired significance test of each run against the baseline.")
+    correction: Literal["holm", "bonferroni", "bh"] = Field("holm", description="Multiple-comparison correction over the runs compared.")
     alpha: float = Field(0.05, gt=0, lt=1)
     dedupe: bool = Field(False, description="Keep each repeated (query, doc) pair's best-ranked row instead of refusing the run.")
     empty_runs: Literal["refuse", "zero"] = Field(
@@ -342,13 +277,13 @@ class GenerateConfig(_Config):
     same config and table give the same dataset; placement (``llm.actors``, ``ray``) does not
     change it."""
 
-    db: str = Field(description="LanceDB directory of the indexed corpus.")
-    table: str = "docs"
+    db: str = Field(description="LanceDB directory of the indexed corpus (`logicrank index`); required.")
+    table: str = Field("docs", description="The table in the LanceDB directory.")
     docs: int = Field(32, ge=3, description="Documents sampled (seeded) for topics.")
     shard_docs: int = Field(8, ge=3, description="Documents per shard: the unit of work and of checkpoints.")
     questions_per_shard: int = Field(8, ge=1, description="Logical queries filled from each shard's topics.")
     max_topics: int = Field(3, ge=1, le=10, description="Topics kept per document.")
-    seed: int = 0
+    seed: int = Field(0, description="Seed of every draw: the documents sampled, the templates' slots filled.")
     topic_tokens: int = Field(96, ge=8, description="Token budget of a document's topic list.")
     question_tokens: int = Field(64, ge=8, description="Token budget of a question.")
     document_tokens: int = Field(320, ge=16, description="A document cut to this many tokens in the topic and label prompts.")

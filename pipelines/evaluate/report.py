@@ -1,17 +1,13 @@
-"""Evaluation report: Markdown tables and a per-query comparison plot (PNG); the main job's
-entry page, made of the experiments' reports (:func:`section_of`, :func:`demo_section`,
-:func:`write_entry_page`)."""
+"""Evaluation report: Markdown tables and a per-query comparison plot (PNG)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 
-from logicrank.pipelines.files import write_text_atomic
 from logicrank.pipelines.markdown import table
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 
@@ -175,25 +171,3 @@ def save_figure(fig, path: str | Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def section_of(report: Path) -> str:
-    """An experiment's report (its ``report.md``) as a section of the main job's entry page."""
-    return report.read_text(encoding="utf-8").replace("# ", "## ", 1)
-
-
-def demo_section(out: Path) -> str:
-    """The generation demo's section of the entry page: the dataset's card at ``out`` and its
-    first questions (logical form -> question)."""
-    rows = [json.loads(line) for line in (out / "queries.jsonl").read_text(encoding="utf-8").splitlines()[:4]]
-    examples = [f"- `{r['logical_query']}` -> {r['text']!r} ({r['status']})" for r in rows]
-    card = (out / "card.md").read_text(encoding="utf-8").replace(f"# Generated dataset: {out.name}", "## Dataset generation demo", 1)
-    return card + "\nFirst questions (logical form -> question):\n\n" + "\n".join(examples) + "\n"
-
-
-def write_entry_page(out: Path, itlr: str, rules: str, lag: str, setlogic: str, demo: str) -> None:
-    """One entry page, ``out/report.md``: the retrieval report (``out/evaluate/report.md``), the
-    ITLR tables and the LLM path, rule retrieval, LAG, set-logic queries over LIMIT, the
-    generation demo."""
-    retrieval = (out / "evaluate" / "report.md").read_text(encoding="utf-8").replace("](plots/", "](evaluate/plots/")
-    write_text_atomic("\n".join((retrieval, itlr, rules, lag, setlogic, demo)), out / "report.md")

@@ -315,7 +315,7 @@ class DecomposeSettings:
 
 
 def settings_of(cfg) -> DecomposeSettings:
-    """The decomposition settings of ``cfg`` (a ``DecomposeConfig``, pipelines/config/pipelines.py): its methods,
+    """The decomposition settings of ``cfg`` (a ``DecomposeConfig``, pipelines/config/retrieval.py): its methods,
     each kind's token budget (the kind's own unless the config sets one), and a seed only when sampling."""
     return DecomposeSettings(
         methods=cfg.methods,
@@ -433,7 +433,7 @@ class DecompositionKind:
     settings' defaults, the prompt templates, parsing, fallbacks, what a query gets) reads
     :data:`KINDS`. A new kind is a prompt file and one :func:`register_kind`, in the module of
     the stage that reads it (every stage module is imported before kinds are listed:
-    :func:`logicrank.pipelines.config.pipelines.decomposition_kinds`); the table's ``method`` column holds
+    :func:`logicrank.pipelines.config.retrieval.decomposition_kinds`); the table's ``method`` column holds
     the kind's name."""
 
     name: str

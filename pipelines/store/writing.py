@@ -1,12 +1,12 @@
 """Writing the table: create, upsert by content hash, delete what a snapshot lacks, build and
-maintain its indexes. One writer per table (the index job's lease, pipelines/writelock.py).
+maintain its indexes. One writer per table (the index job's lease, pipelines/operations/writelock.py).
 
 What each index costs a re-index after 1% of the documents changed, measured with
 tests/perf/bench_reindex.py (384-dimensional vectors, texts of 40 words; 2 shared cores):
 
 - compaction: only small fragments are merged (:data:`COMPACT_TARGET_ROWS`).
 - the scalar index on doc_id (BTREE): updated in place in 0.02 s at 100k, 0.4 s at 1M;
-  change detection looks up each batch's stored hashes through it (pipelines/indexing.py),
+  change detection looks up each batch's stored hashes through it (pipelines/operations/indexing.py),
   so it is kept whole every run.
 - the full-text indexes on title and text: merged in place they cost 0.4 + 0.5 s at 100k but
   8 to 20 s each at 1M (a merge rewrites the index, so it grows with the table; rebuilt at

@@ -41,7 +41,7 @@ def orlog_config(work: Path, synthetic: Path, llm, ray):
     """The test's job: 8 of the synthetic set's queries with hand-written atoms (``a1 AND NOT
     a2``), orlog over bm25's top 4, in shards of 2 queries sent one shard per wave: 8 x 4 x 2 =
     64 prompts in 4 shards. Writes its queries and decompositions into ``work``."""
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.schemas.tables import DECOMPOSITIONS
     from tests.conftest import write_jsonl
 

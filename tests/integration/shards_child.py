@@ -64,7 +64,7 @@ def main() -> None:
 
     import logicrank.jobs.retrieve as job
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.config.settings import RayConfig
     from logicrank.pipelines.stages.itlr import ITLROptions
     from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions

@@ -23,7 +23,7 @@ from logicrank.jobs.evaluate import run_evaluate
 from logicrank.jobs.experiment import run_experiment
 from logicrank.jobs.index import run_index
 from logicrank.jobs.retrieve import run_retrieve
-from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.config.settings import EvaluateConfig, IndexConfig
 from logicrank.pipelines.evaluate.report import summary_frame
 from logicrank.pipelines.experiment import ReferenceMissed, load

@@ -17,8 +17,8 @@ import pytest
 from logicrank.jobs.index import IndexJobError, run_index
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig
 from logicrank.pipelines.corpus import content_hash
+from logicrank.pipelines.operations.writelock import TableLockedError
 from logicrank.pipelines.store import DocStore, StoreError
-from logicrank.pipelines.writelock import TableLockedError
 from tests.conftest import write_jsonl
 from tests.integration.children import wait_until
 
@@ -203,7 +203,7 @@ def test_snapshots_that_would_empty_the_table_are_refused_and_restorable(tmp_pat
     v1 = first.table_version
 
     # while another run holds the table, a run is refused at start and the table is untouched
-    from logicrank.pipelines.writelock import TableLock
+    from logicrank.pipelines.operations.writelock import TableLock
 
     with TableLock(str(db), "docs", "index"), pytest.raises(TableLockedError, match="one writer per table"):
         run_index(_cfg(write_jsonl(tmp_path / "other.jsonl", docs[:5]), db), tmp_path / "r0")
@@ -309,7 +309,7 @@ def test_only_complete_index_runs_are_read(tmp_path, docs300, monkeypatch):
 
     from logicrank.cli import app
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
 
     corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300[:200]), tmp_path / "db"
     config = tmp_path / "index.yaml"

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from logicrank.jobs.retrieve import run_retrieve
-from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.methods.itlr import TERM_SCORES
 from logicrank.pipelines.store import DocStore
 from logicrank.schemas.tables import RUN
@@ -90,7 +90,7 @@ def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path)
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for (q, d) in list(e.index)[:7])
                      + f"{e.index[0][0]}\tmissing-doc\t1\nq-none\t{e.index[0][1]}\t1\n")
-    from logicrank.pipelines.config.pipelines import RetrieveConfig as Config
+    from logicrank.pipelines.config.retrieval import RetrieveConfig as Config
 
     listed = run_retrieve(Config(queries=str(synthetic / "syn" / "queries.jsonl"), db=str(synthetic / "db"),
                                  pipelines={"listed": [{"itlr": {"k": 10, "scorer": "bm25", "mode": "listed", "pairs": str(pairs)}}]}), tmp_path / "l")
@@ -148,7 +148,7 @@ def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(sy
 
 
 def test_side_tables_of_a_fused_sub_pipeline_are_kept(synthetic, tmp_path):
-    from logicrank.pipelines.config.pipelines import RetrieveConfig as Config
+    from logicrank.pipelines.config.retrieval import RetrieveConfig as Config
 
     cfg = Config(queries=str(synthetic / "syn" / "queries.jsonl"), db=str(synthetic / "db"),
                  pipelines={"fused": [{"rrf": {"k": 5, "of": [[{"itlr": {"k": 10}}], [{"dense": {"k": 10}}]]}}]})
@@ -262,7 +262,7 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
     # table; the same LLM (greedy), so the same runs
     from logicrank.jobs.decompose import run_decompose
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import DecomposeConfig, RetrieveConfig
+    from logicrank.pipelines.config.retrieval import DecomposeConfig, RetrieveConfig
 
     asked_queries = tmp_path / "llm" / "sample" / "queries.jsonl"
     dec = run_decompose(DecomposeConfig(queries=str(asked_queries), llm=tiny_cfg, methods=("itlr", "reasoning"),

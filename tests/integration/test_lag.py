@@ -56,7 +56,7 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
     import re
 
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.embed import Embedder
     from logicrank.pipelines.pipeline import parse_stages
 
@@ -106,7 +106,7 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
 def test_the_llm_chain_on_the_tiny_model_keeps_every_question_and_its_budget(musique_slice, tiny_cfg, tmp_path):
     from logicrank.jobs.evaluate import run_evaluate
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.config.settings import EvaluateConfig
     from logicrank.pipelines.evaluate.report import summary_frame
     from logicrank.pipelines.pipeline import parse_stages

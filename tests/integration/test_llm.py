@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.pipelines.config.pipelines import DecomposeConfig
+from logicrank.pipelines.config.retrieval import DecomposeConfig
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.decompose import FORM_PATTERN, orlog_schema, parse_output
 from logicrank.pipelines.llm.engine import Constraint, Engine, LLMClient
@@ -155,7 +155,7 @@ def test_constrained_decompose_then_rerun_from_cache(tmp_path, tiny_cfg):
 def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, synthetic):
     from logicrank.jobs.decompose import run_decompose
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
 
     queries = synthetic / "syn" / "queries.jsonl"
     cfg = DecomposeConfig(
@@ -179,7 +179,7 @@ def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, syn
 
 def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg, synthetic):
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.methods.orlog import PREDICATE_SCORES
     from logicrank.schemas.tables import DECOMPOSITIONS
 
@@ -229,7 +229,7 @@ def test_reasoner_over_a_dense_base_then_a_retriever_that_needs_the_llm_pools_cp
     """Two engines take both of the cluster's CPUs; the bm25 pipeline after the reasoner needs
     one for its retrieval actor: the LLM pool gives its CPUs back instead of the job hanging."""
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
 
     rows = (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:2]
     write_jsonl(tmp_path / "q.jsonl", [json.loads(r) for r in rows])
@@ -262,7 +262,7 @@ def test_a_scoring_pool_too_big_for_the_cluster_fails_fast(tmp_path, tiny_dir, s
 def test_orlog_with_problog_as_the_reasoner_gives_the_compiled_posteriors(tmp_path, tiny_cfg, synthetic):
     """The reference reasoner on the same predicate scores (served from the LLM cache on the second run)."""
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.schemas.tables import DECOMPOSITIONS
 
     rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()[:3]]

@@ -19,11 +19,11 @@ import pytest
 
 from logicrank.jobs.nightly import run_at, run_nightly
 from logicrank.jobs.nightly_demo import changed, corrupted, read_docs, relevant_ids, write_jsonl
-from logicrank.pipelines.config.pipelines import NightlyConfig
+from logicrank.pipelines.config.retrieval import NightlyConfig
 from logicrank.pipelines.datasets import scifact
-from logicrank.pipelines.nightly import EXIT_REGRESSION, EXIT_STOPPED, NightlyError
+from logicrank.pipelines.operations.nightly import EXIT_REGRESSION, EXIT_STOPPED, NightlyError
+from logicrank.pipelines.operations.writelock import TableLock
 from logicrank.pipelines.store import DocStore
-from logicrank.pipelines.writelock import TableLock
 from tests.integration.children import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
@@ -110,7 +110,7 @@ def three_nights(world, ray_cluster):
     write_jsonl(snapshots[D2], root / "corpus.jsonl")
     address = ray_cluster.get_runtime_context().gcs_address
     spec = cfg.model_copy(update={"index": cfg.index.model_copy(update={"ray": cfg.index.ray.model_copy(update={"address": address})})})
-    child = ("import sys; from logicrank.jobs.nightly import run_nightly; from logicrank.pipelines.config.pipelines import NightlyConfig; "
+    child = ("import sys; from logicrank.jobs.nightly import run_nightly; from logicrank.pipelines.config.retrieval import NightlyConfig; "
              "run_nightly(NightlyConfig.model_validate_json(sys.argv[1]), sys.argv[2])")
     proc = subprocess.Popen([sys.executable, "-c", child, spec.model_dump_json(), D2], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

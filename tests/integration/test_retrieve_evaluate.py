@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from logicrank.cli import app
 from logicrank.jobs.evaluate import run_evaluate
 from logicrank.jobs.retrieve import run_retrieve
-from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.config.settings import EvaluateConfig
 from logicrank.schemas.tables import RUN
 from tests.compare import assert_runs_close

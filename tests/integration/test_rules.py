@@ -55,7 +55,7 @@ def rulebase(tmp_path_factory):
 
 def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutation(rulebase, tiny_cfg, tmp_path):
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.pipeline import parse_stages
 
     siar = {"siar": {"mode": "rule+query", "max_tokens": 48}}

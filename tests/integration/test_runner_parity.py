@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from logicrank.jobs.retrieve import run_retrieve
-from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.embed import Embedder
 from logicrank.pipelines.evaluate.core import run_metrics

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from logicrank.jobs.retrieve import run_retrieve
-from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.config.settings import LLMConfig
 from logicrank.pipelines.logic.query import parse, relabel, to_text
 from logicrank.pipelines.pipeline import build

@@ -74,7 +74,7 @@ def main() -> None:
     import Stemmer
 
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.config.settings import RayConfig
     from logicrank.pipelines.datasets import scifact
     from logicrank.pipelines.markdown import table

@@ -15,7 +15,7 @@ indexes, no doc_id index), where the issue measured 66 s of maintenance at 100k.
 
 Change detection (``--diff``): a table of N ids, hashes and tiny vectors, and a snapshot of the
 same N ids (1% changed, 0.5% gone, 0.5% new) streamed in batches of 512 through what the index
-job runs: classify each batch against the stored hashes (pipelines/indexing.py, ``EmbedStage``
+job runs: classify each batch against the stored hashes (pipelines/operations/indexing.py, ``EmbedStage``
 with an embedder that returns zeros), the writer's dedup of ids (``IndexWriter`` over a store
 that keeps nothing), and the count of stored ids the snapshot lacks. Each size runs in its own
 process; printed: its peak RSS (``ru_maxrss``) and the rise over the process's RSS once the
@@ -181,8 +181,8 @@ def diff_child(n: int, work: Path) -> dict:
     """Run the job's change detection over the synthetic snapshot (this process: one size)."""
     import tempfile
 
-    from logicrank.pipelines import indexing
     from logicrank.pipelines.config.settings import EmbedConfig
+    from logicrank.pipelines.operations import indexing
     from logicrank.pipelines.store import DocStore
 
     store = DocStore(_diff_table(n, work))

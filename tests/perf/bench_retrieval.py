@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from logicrank.jobs.index import run_index  # noqa: E402
 from logicrank.jobs.retrieve import run_retrieve  # noqa: E402
-from logicrank.pipelines.config.pipelines import RetrieveConfig  # noqa: E402
+from logicrank.pipelines.config.retrieval import RetrieveConfig  # noqa: E402
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
 from logicrank.pipelines.embed import Embedder  # noqa: E402

@@ -507,7 +507,7 @@ def _child(args) -> dict:
         import shutil
 
         from logicrank.jobs.retrieve import run_retrieve
-        from logicrank.pipelines.config.pipelines import RetrieveConfig
+        from logicrank.pipelines.config.retrieval import RetrieveConfig
         from logicrank.pipelines.config.settings import RayConfig
 
         DocStore(db).mark_complete()  # the table is built here, not by `logicrank index`: retrieve reads marked versions only
@@ -584,7 +584,7 @@ def _bm25_shards(work: Path, db: str, n: int, data: dict) -> dict:
     import pyarrow.parquet as pq
 
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.config.settings import RayConfig
     from logicrank.pipelines.store import DocStore
 
@@ -631,7 +631,7 @@ def _shards_equal(work: Path, db: str, n: int, data: dict, n_queries: int = 300,
     import pyarrow.parquet as pq
 
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.config.pipelines import RetrieveConfig
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.config.settings import RayConfig
     from logicrank.pipelines.stages.itlr import ITLROptions
     from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions

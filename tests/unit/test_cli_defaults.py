@@ -1,12 +1,11 @@
-"""Defaults are declared once, in the configs: every command line option bound to a config
-field (``logicrank.cli_config.configured``) has that field's default, and no option repeats it as
-a literal; a config file plus options builds the config in the documented order."""
+"""Options declared once, by the config fields: every command line option bound to a config
+field (``logicrank.cli_config.configured``) is generated from the field (its type, default and
+description as help), unless it is an argument or computes its field; a config file plus
+options builds the config in the documented order."""
 
 from __future__ import annotations
 
-import ast
-import typing
-from pathlib import Path
+from typing import Literal
 
 import pytest
 import typer
@@ -14,13 +13,11 @@ from pydantic_core import PydanticUndefined
 from typer.testing import CliRunner
 
 from logicrank.cli import app
-from logicrank.cli_config import Bound
-from logicrank.pipelines.config.pipelines import NightlyConfig  # noqa: F401 - every config importable beside the CLI
-from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig, RayConfig
+from logicrank.cli_config import Bound, cli_type, field_at
+from logicrank.pipelines.config.retrieval import NightlyConfig  # noqa: F401 - every config importable beside the CLI
+from logicrank.pipelines.config.settings import EmbedConfig, RayConfig
 
-PARTS = {"embed": EmbedConfig, "llm": LLMConfig, "ray": RayConfig}  # a command bound to no one config: its sub-configs
-UNBOUND = {"backend": (EmbedConfig, "backend")}  # commands that pass the encoder's backend alone (main, nightly-demo)
-CLI = Path(__file__).resolve().parents[2] / "logicrank" / "cli.py"
+UNBOUND = {"backend": (EmbedConfig, "backend"), "ray_address": (RayConfig, "address")}  # commands that pass them alone (main, nightly)
 
 
 def _commands() -> dict[str, object]:
@@ -31,18 +28,6 @@ def _commands() -> dict[str, object]:
         for sub in subs.values() if subs else [cmd]:
             out[sub.callback.__name__] = sub
     return out
-
-
-def _field(config, path: str):
-    """The pydantic field at a dotted ``path`` of ``config`` (None: the path's first part names the sub-config)."""
-    parts = path.split(".")
-    if config is None:
-        config, parts = PARTS[parts[0]], parts[1:]
-    for i, name in enumerate(parts):
-        field = config.model_fields[name]
-        if i < len(parts) - 1:
-            config = next(a for a in (field.annotation, *typing.get_args(field.annotation)) if isinstance(a, type) and hasattr(a, "model_fields"))
-    return field
 
 
 BOUND = {name: cmd for name, cmd in _commands().items() if getattr(cmd.callback, "bindings", None)}
@@ -59,12 +44,29 @@ def test_each_bound_option_has_its_fields_default(command):
     cmd = BOUND[command]
     params = {p.name: p for p in cmd.params}
     for option, (path, to_field) in cmd.callback.bindings.items():
-        field = _field(cmd.callback.config, path)  # a path that names no field fails here
+        field = field_at(cmd.callback.config, path)  # a path that names no field fails here
         got = params[option].default
         if got is None or field.default is PydanticUndefined:  # None leaves the config's own; a required field has none
             continue
         got = to_field(got) if to_field else got
         assert (tuple(got) if isinstance(got, list) else got) == field.default, (command, option, got, field.default)
+
+
+@pytest.mark.parametrize("command", sorted(BOUND))
+def test_options_are_declared_once_by_their_fields(command):
+    """A generated option's help is its field's description; an option the command declares
+    itself is an argument or computes its field (``(path, to_field)``), never a copy."""
+    cmd = BOUND[command]
+    params = {p.name: p for p in cmd.params}
+    generated = cmd.callback.generated
+    for option, (path, to_field) in cmd.callback.bindings.items():
+        param = params[option]
+        if option in generated:
+            if option != "compiled":  # --compiled computes enforce_eager (its inverse): its own help
+                repeat = " Repeat the option for each value." if param.multiple else ""
+                assert param.help == field_at(cmd.callback.config, path).description + repeat, (command, option)
+        else:
+            assert param.param_type_name == "argument" or to_field is not None, (command, option)
 
 
 @pytest.mark.parametrize("command", sorted(set(_commands()) - set(BOUND)))
@@ -73,23 +75,27 @@ def test_unbound_options_read_their_config(command):
     for option, (config, name) in UNBOUND.items():
         if option in params:
             assert params[option].default == config.model_fields[name].default
+            assert params[option].help == config.model_fields[name].description
 
 
-def test_no_command_repeats_a_config_default_as_a_literal():
-    tree = ast.parse(CLI.read_text(encoding="utf-8"))
-    literal, checked = [], 0
-    commands = _commands()
-    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in commands):
-        bound = getattr(commands[fn.name].callback, "bindings", {})
-        names = [a.arg for a in fn.args.args][-len(fn.args.defaults):] if fn.args.defaults else []
-        for name, node in zip(names, fn.args.defaults, strict=True):
-            field = _field(commands[fn.name].callback.config, bound[name][0]) if name in bound else None
-            declared = (field is not None and field.default is not PydanticUndefined and field.default is not None) or name in UNBOUND
-            checked += declared
-            if declared and "_d(" not in ast.unparse(node) and ast.unparse(node) != "None":  # None: the config's own
-                literal.append(f"{fn.name} --{name.replace('_', '-')} = {ast.unparse(node)}")
-    assert not literal, f"give these defaults as _d(Config, field): {literal}"
-    assert checked >= 35, checked  # the walk found the options (the shared blocks, in logicrank/cli_config.py, read theirs by construction)
+def test_option_types_from_field_annotations():
+    """Typer reads a Literal as text (pydantic refuses a bad one, naming the valid ones) and a
+    tuple as a repeatable option."""
+    assert cli_type(Literal["a", "b"]) == (str, ("a", "b"))
+    assert cli_type(tuple[Literal["a", "b"], ...]) == (list[str], ("a", "b"))
+    assert cli_type(int | None) == (int | None, ())
+    assert cli_type(int | str | None) == (str | None, ())
+    assert cli_type(dict[str, str]) == (str, ())
+
+
+def test_a_bool_field_is_a_switch_both_ways(tmp_path):
+    """--ann / --no-ann: an option given overrides a config file's value either way."""
+    f = tmp_path / "index.yaml"
+    f.write_text("corpus: /nowhere\nann: true\nembed: {batch_size: 0}\n")
+    r = runner.invoke(app, ["index", "--config", str(f), "--no-ann", "--ann-threshold", "0"])
+    assert r.exit_code == 2 and "ann_threshold 0:" in _err(r) and "batch_size" in _err(r), _err(r)
+    params = {p.name: p for p in BOUND["index"].params}
+    assert params["ann"].secondary_opts == ["--no-ann"] and params["delete_missing"].secondary_opts == ["--no-delete-missing"]
 
 
 def test_a_config_file_then_the_command_line():

@@ -14,7 +14,7 @@ import typer
 import yaml
 
 from logicrank.cli import app
-from logicrank.pipelines.config.pipelines import NightlyConfig, RetrieveConfig
+from logicrank.pipelines.config.retrieval import NightlyConfig, RetrieveConfig
 from logicrank.pipelines.pipeline import describe
 from logicrank.pipelines.stages import stages
 

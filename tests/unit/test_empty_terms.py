@@ -14,11 +14,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from logicrank.jobs.retrieve_notes import fallback_notes
 from logicrank.pipelines.logic.fuzzy import Operators
 from logicrank.pipelines.logic.query import parse
 from logicrank.pipelines.methods.evidence import calibrate_evidence, make_evidence
 from logicrank.pipelines.methods.itlr import Calibration, EmptyNotError, LogicalQuery, score_exact, score_listed
-from logicrank.pipelines.notes import fallback_notes
 from logicrank.pipelines.pipeline import Pipeline
 from logicrank.pipelines.runner import Inputs
 from logicrank.pipelines.stages import Context

@@ -1,9 +1,9 @@
-"""The main job's entry page (pipelines/evaluate/report.py): each experiment's report as a
+"""The main job's entry page (jobs/main_job.py): each experiment's report as a
 section, the generation demo's card and first questions, one page with the retrieval report."""
 
 import json
 
-from logicrank.pipelines.evaluate.report import demo_section, section_of, write_entry_page
+from logicrank.jobs.main_job import demo_section, section_of, write_entry_page
 
 
 def test_the_entry_page_is_made_of_the_reports_as_sections(tmp_path):

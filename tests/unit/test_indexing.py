@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from logicrank.pipelines.corpus import PARSED
-from logicrank.pipelines.indexing import IndexWriter, RejectSink
+from logicrank.pipelines.operations.indexing import IndexWriter, RejectSink
 
 
 class _RecordingStore:
@@ -78,7 +78,7 @@ def _parsed(ids: list[str | None], hashes: list[str | None], reasons: list[str |
 
 
 def test_classify_marks_each_row_against_the_stored_hashes_it_is_given():
-    from logicrank.pipelines.indexing import classify
+    from logicrank.pipelines.operations.indexing import classify
 
     batch = _parsed(["new", "same", "edited", None, "same"], ["h1", "h2", "h3", None, "h2"], [None, None, None, "missing_id", None])
     stored = pa.table({"doc_id": ["edited", "same", "elsewhere"], "content_hash": ["old", "h2", "h9"]})
@@ -99,7 +99,7 @@ def test_the_embed_stage_asks_for_the_stored_hashes_of_each_batch_and_no_more():
     """Bounded memory: the classifier never holds more than one batch's stored hashes (before:
     every stored id and hash of the table, in a dict, in the driver and in each actor)."""
     from logicrank.pipelines.config.settings import EmbedConfig
-    from logicrank.pipelines.indexing import EmbedStage
+    from logicrank.pipelines.operations.indexing import EmbedStage
 
     table = {f"d{i}": f"h{i}" for i in range(100)}
     asked: list[list[str]] = []
@@ -131,7 +131,7 @@ def test_the_writer_keeps_the_ids_it_read_on_disk_so_its_memory_does_not_grow_wi
     import gc
     import tracemalloc
 
-    from logicrank.pipelines.indexing import SeenIds
+    from logicrank.pipelines.operations.indexing import SeenIds
 
     def peak(batches: int) -> int:
         sink = RejectSink(tmp_path / f"rejects-{batches}.parquet")
@@ -154,7 +154,7 @@ def test_the_writer_keeps_the_ids_it_read_on_disk_so_its_memory_does_not_grow_wi
 
 
 def test_absent_ids_come_from_an_anti_join_in_batches(tmp_path):
-    from logicrank.pipelines.indexing import IdSpill, SeenIds
+    from logicrank.pipelines.operations.indexing import IdSpill, SeenIds
 
     seen = SeenIds(tmp_path)
     seen.add({"a": 1, "c": 3}, rejected=[7])

@@ -50,7 +50,7 @@ def test_every_manifest_has_a_logicrank_command():
 def test_configmap_configs_are_valid_nightly_configs():
     """A config shipped in a ConfigMap validates against the real schema (stages included);
     its checkpoint paths exist only on the cluster, so nothing is resolved here."""
-    from logicrank.pipelines.config.pipelines import NightlyConfig
+    from logicrank.pipelines.config.retrieval import NightlyConfig
 
     checked = 0
     for manifest in sorted(INFRA.glob("*.yaml")):

@@ -422,7 +422,7 @@ def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_r
 
 
 def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_config_agree_with():
-    from logicrank.pipelines.config.pipelines import DecomposeConfig, decomposition_kinds
+    from logicrank.pipelines.config.retrieval import DecomposeConfig, decomposition_kinds
     from logicrank.pipelines.llm.decompose import KINDS, TEMPLATES, DecomposeSettings, settings_of
     from logicrank.pipelines.llm.prompts import load
 
@@ -442,7 +442,7 @@ def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_co
 def test_a_decompose_config_refuses_unknown_or_repeated_kinds_and_tiny_budgets(bad, why):
     from pydantic import ValidationError
 
-    from logicrank.pipelines.config.pipelines import DecomposeConfig
+    from logicrank.pipelines.config.retrieval import DecomposeConfig
 
     with pytest.raises(ValidationError, match=why):
         DecomposeConfig(queries="q", **bad)

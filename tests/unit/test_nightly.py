@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from logicrank.cli import app
 from logicrank.jobs.nightly import NightlyLock, NightRun, run_nightly
-from logicrank.pipelines.alerts import deliver
-from logicrank.pipelines.config.pipelines import AlertConfig, NightlyConfig
+from logicrank.pipelines.config.retrieval import AlertConfig, NightlyConfig
 from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
 from logicrank.pipelines.evaluate.significance import adjust, paired_p_value
-from logicrank.pipelines.nightly import NightlyError, NightState, claim_night, serve_message
+from logicrank.pipelines.operations.alerts import deliver
+from logicrank.pipelines.operations.nightly import NightlyError, NightState, claim_night, serve_message
 from logicrank.schemas.tables import METRICS
 
 QUERIES = [f"q{i}" for i in range(20)]
@@ -101,7 +101,7 @@ def test_the_plot_marks_regressions(tmp_path):
 def test_the_nightly_report_states_each_runs_depth_as_evaluate_recorded_it(tmp_path):
     import re
 
-    from logicrank.pipelines.nightly import history_markdown, night_depths
+    from logicrank.pipelines.operations.nightly import history_markdown, night_depths
     from logicrank.schemas.tables import NIGHTLY_COMPARISONS
 
     cfg = NightlyConfig.model_validate(_config(tmp_path, measures=["nDCG@10"], pipelines={"bm25": [{"stage": "bm25", "k": 10}],

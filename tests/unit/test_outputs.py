@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from logicrank.cli import app
 from logicrank.jobs.retrieve import earlier_outputs, output_dirs
 from logicrank.jobs.rundir import RunDir
-from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.store import DocStore, StoreError
 
 

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.jobs.retrieve_notes import fallback_notes, refuse_unparsed
+from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.logic.query import UnparsedQueryError, quote
-from logicrank.pipelines.notes import fallback_notes, refuse_unparsed
 from logicrank.pipelines.pipeline import Pipeline
 from logicrank.pipelines.runner import Inputs
 from logicrank.pipelines.stages import Context

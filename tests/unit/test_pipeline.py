@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from logicrank.cli import app
-from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.overrides import OverrideError
 from logicrank.pipelines.pipeline import PipelineError, parse_stages, preset_names, read_presets, validate
 from logicrank.pipelines.stages import Kind, Stage, StageOptions, register, stages

@@ -2,7 +2,7 @@ import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
-from logicrank.pipelines.config.pipelines import RetrieveConfig
+from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.config.settings import IndexConfig
 from logicrank.pipelines.pipeline import PipelineError
 from logicrank.schemas.tables import QRELS, SchemaError, conform, require_columns
@@ -36,7 +36,7 @@ def test_configs_validate_at_start():
 
 
 def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_stay_valid():
-    from logicrank.pipelines.config.pipelines import NightlyConfig
+    from logicrank.pipelines.config.retrieval import NightlyConfig
     from logicrank.pipelines.config.settings import GenerateConfig, IndexConfig, LLMConfig
 
     assert NightlyConfig.outside() == ["keep_nightly_tags", "promote_on_regression", "alert"]

@@ -177,7 +177,7 @@ def test_stored_hashes_are_looked_up_per_batch_in_the_version_a_run_started_from
     actor opens itself; every stored id in batches, for the anti-join."""
     import pickle
 
-    from logicrank.pipelines.indexing import StoredHashes
+    from logicrank.pipelines.operations.indexing import StoredHashes
 
     s, _ = store
     lookup = StoredHashes(s.uri, s.name, s.version)

@@ -10,11 +10,11 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from logicrank.jobs.retrieve_notes import fallback_notes
 from logicrank.pipelines.logic.fuzzy import Operators, compile_query, negated_conjuncts
 from logicrank.pipelines.logic.query import Not, Or, Term, parse
 from logicrank.pipelines.methods.itlr import Calibration, excluded_everywhere, parse_queries, score_exact, score_listed
 from logicrank.pipelines.methods.orlog import OrlogQuery, negated_everywhere
-from logicrank.pipelines.notes import fallback_notes
 
 TERMS = ["malaria", "children", "adults"]
 # docs x terms calibrated evidence: d0 malaria only; d1 malaria and children (0.9); d2 malaria, a trace of children (0.2)

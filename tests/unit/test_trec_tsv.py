@@ -364,7 +364,7 @@ def test_the_topics_field_reaches_retrieve_and_decompose(tmp_path):
     from pydantic import ValidationError
 
     from logicrank.cli import app
-    from logicrank.pipelines.config.pipelines import DecomposeConfig
+    from logicrank.pipelines.config.retrieval import DecomposeConfig
 
     topics = tmp_path / "topics.txt"
     topics.write_text("<top>\n<num> Number: 7\n<title> only a title\n</top>\n")

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from logicrank.pipelines.writelock import Clock, TableLock, TableLockedError
+from logicrank.pipelines.operations.writelock import Clock, TableLock, TableLockedError
 
 pytestmark = pytest.mark.faults  # the lease is about time: held, expired, paused past the settle time
 
@@ -83,7 +83,7 @@ def test_a_second_writer_is_refused_naming_the_first_and_a_released_lock_is_free
 
 def test_a_dead_holder_leaves_no_stale_lock(tmp_path):
     # the kernel drops a flock with its process: a killed index run never blocks the next one
-    code = f"from logicrank.pipelines.writelock import TableLock; l = TableLock({str(tmp_path)!r}, 'docs', 'index'); l.acquire(); print('held', flush=True); import time; time.sleep(60)"
+    code = f"from logicrank.pipelines.operations.writelock import TableLock; l = TableLock({str(tmp_path)!r}, 'docs', 'index'); l.acquire(); print('held', flush=True); import time; time.sleep(60)"
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "held"
@@ -116,7 +116,7 @@ def test_the_lease_refuses_a_live_holder_and_takes_over_an_expired_one(tmp_path)
 
 
 def test_racing_lease_contenders_never_both_hold(tmp_path):
-    """The lease's guarantee (pipelines/writelock.py): never two holders; a race may end with
+    """The lease's guarantee (pipelines/operations/writelock.py): never two holders; a race may end with
     none (each refused, 'run again'), and then nothing is left behind: the next run takes it.
     A short settle time makes slow cycles likely on a loaded machine; the pauses that break
     the old protocol are forced in the next test."""
@@ -203,7 +203,7 @@ def test_a_contender_paused_past_the_settle_time_never_claims_the_lease(tmp_path
 
 
 def test_a_lease_taken_over_or_gone_stops_the_writer_before_its_next_commit(tmp_path):
-    from logicrank.pipelines.writelock import Holder
+    from logicrank.pipelines.operations.writelock import Holder
 
     uri, clock = f"file://{tmp_path}", ManualClock()
     lock = _lease(uri, clock, ttl_s=0.3)

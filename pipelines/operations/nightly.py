@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from logicrank.pipelines.alerts import deliver
-from logicrank.pipelines.config.pipelines import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
+from logicrank.pipelines.config.retrieval import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
 from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
 from logicrank.pipelines.files import sha256_file, write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.markdown import table
+from logicrank.pipelines.operations.alerts import deliver
 from logicrank.schemas.digest import json_digest
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import NIGHTLY_COMPARISONS

@@ -9,7 +9,7 @@ import subprocess
 import urllib.error
 import urllib.request
 
-from logicrank.pipelines.config.pipelines import AlertConfig
+from logicrank.pipelines.config.retrieval import AlertConfig
 
 
 def deliver(alert: dict, cfg: AlertConfig, skip: frozenset[str] = frozenset()) -> dict[str, str]:

@@ -12,17 +12,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from logicrank.pipelines.config.settings import (
-    OUTSIDE,
-    UNHASHED,
-    EmbedConfig,
-    EvaluateConfig,
-    IndexConfig,
-    LLMConfig,
-    RayConfig,
-    _Config,
-    distinct,
-)
+from logicrank.pipelines.config.base import OUTSIDE, UNHASHED
+from logicrank.pipelines.config.base import Config as _Config
+from logicrank.pipelines.config.embedding import EmbedConfig
+from logicrank.pipelines.config.settings import EvaluateConfig, IndexConfig, LLMConfig, RayConfig, distinct
 from logicrank.pipelines.evaluate.measures import parse_measures
 from logicrank.pipelines.llm.decompose import KINDS
 from logicrank.pipelines.options import StageOptions
@@ -53,11 +46,11 @@ class RetrieveConfig(_Config):
     topics_field: Literal["title", "desc", "narr"] = Field(
         "title", description="The field of a TREC topics file whose text is the query (title, desc or narr); only TREC topics files have one."
     )
-    db: str
-    table: str = "docs"
+    db: str = Field(description="LanceDB directory or URI.")
+    table: str = Field("docs", description="The table in the LanceDB directory.")
     pipelines: dict[str, tuple[Any, ...]] = Field(description="run id -> its stages.")
     table_version: int | str | None = Field(
-        None, description="Read this version of the table (a number or a tag, e.g. nightly-2026-11-20); None: the latest."
+        None, description="Read this version of the table, any one: a number or a tag (e.g. nightly-2026-11-20); None: the last version a completed index run finished."
     )
     embed: EmbedConfig = EmbedConfig()
     llm: LLMConfig = LLMConfig()

@@ -45,8 +45,8 @@ from logicrank.schemas.errors import first_line
 from logicrank.schemas.tables import CORPUS, REJECTS
 
 if TYPE_CHECKING:  # the embedding actor imports this module: keep lancedb out of it
+    from logicrank.pipelines.operations.writelock import TableLock
     from logicrank.pipelines.store import DocStore
-    from logicrank.pipelines.writelock import TableLock
 
 # Lance's caches of the dataset the lookups read: at their defaults they grow with the lookups
 # (about 24 MiB of RSS per 1M ids looked up, measured), bounded here they stay flat, and the

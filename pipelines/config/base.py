@@ -1,0 +1,62 @@
+"""The base of every job's config: frozen, strict about unknown keys, hashed.
+
+A field marked :data:`OUTSIDE` cannot change a job's results; :data:`UNHASHED` ones are left
+out of the outcome digests. Imports no other project module but the digest.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from logicrank.schemas.digest import json_digest
+
+OUTSIDE = {"outcome": False}
+"""``Field(..., json_schema_extra=OUTSIDE)``: the field cannot change a job's results (where the
+work runs, retention, who is alerted); :meth:`Config.outcome` sets it to its default."""
+
+UNHASHED = {"outcome": False, "hashed": False}
+"""OUTSIDE, and left out of the outcome digests altogether: for a field added after digests
+were stored (nights, datasets, the LLM cache's keys hold them). An OUTSIDE field is hashed at
+its default, so adding one changes every stored digest; adding an UNHASHED one changes none."""
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def digest(self) -> str:
+        """A stable hash of the config, for manifests and rerun detection."""
+        return json_digest(self.model_dump(mode="json"))
+
+    @classmethod
+    def outside(cls) -> list[str]:
+        """The fields declared not to change results (``OUTSIDE``)."""
+        return [name for name, info in cls.model_fields.items() if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("outcome") is False]
+
+    def outcome(self):
+        """This config with every field declared outside the results at its default, in the
+        nested configs too: what an outcome digest hashes."""
+        outside = set(self.outside())
+        update = {}
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if name in outside:
+                update[name] = info.get_default(call_default_factory=True)
+            elif isinstance(value, Config):
+                update[name] = value.outcome()
+        return self.model_copy(update=update)
+
+    def outcome_digest(self) -> str:
+        """The digest of :meth:`outcome`: equal for configs that differ only in placement,
+        retention or receivers (``UNHASHED`` fields are left out of it)."""
+        return json_digest(self.outcome().model_dump(mode="json", exclude=self._unhashed() or None))
+
+    @classmethod
+    def _unhashed(cls) -> dict:
+        """The ``UNHASHED`` fields, here and in nested configs, as pydantic's ``exclude``."""
+        out: dict = {}
+        for name, info in cls.model_fields.items():
+            if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("hashed") is False:
+                out[name] = True
+            elif isinstance(info.annotation, type) and issubclass(info.annotation, Config) and (inner := info.annotation._unhashed()):
+                out[name] = inner
+        return out
