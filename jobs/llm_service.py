@@ -23,6 +23,7 @@ import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from logicrank.jobs.watchdog import beat
 from logicrank.pipelines.config.settings import LLMConfig
@@ -114,6 +115,30 @@ class _EngineActor:
         return {**self.llm.client.stats, "engine_loaded": int(loaded), "engine_threads": threads if loaded else 0}
 
 
+@dataclass
+class _Dispatch:
+    """One call of the pool: its prompts cut into batches (``chunks``, prompt indices), the
+    results in the caller's order, and where each batch is."""
+
+    task: str
+    template: Template
+    values: Sequence[Mapping[str, str]]
+    kwargs: dict
+    label: str
+    chunks: list[list[int]]
+    results: list = field(init=False)
+    pending: deque = field(init=False)  # batches to send, by index
+    inflight: dict = field(default_factory=dict)  # result ref -> (batch index, actor)
+    readiness: dict = field(default_factory=dict)  # ready() ref -> the actor coming up
+    attempts: Counter = field(default_factory=Counter)  # batch index -> engines it lost
+    done: int = 0
+    lost_since: float | None = None  # when the last engine was lost, while none holds a batch
+
+    def __post_init__(self):
+        self.results = [None] * len(self.values)
+        self.pending = deque(range(len(self.chunks)))
+
+
 class LLMService:
     """Started on first use; :meth:`close` ends the actors and returns the counts for the manifest."""
 
@@ -171,7 +196,7 @@ class LLMService:
     def _spawn(self, ray):
         # SPREAD: one engine per node where they fit (a lost node takes one engine, not the pool);
         # max_restarts: Ray restarts an actor whose node died wherever it fits; the batch it held
-        # fails (no task retries) and is sent again by _map
+        # fails (no task retries) and is sent again (_batch_back)
         # a "health" concurrency group: engine_alive answers while a call holds the default group's one thread
         remote = ray.remote(concurrency_groups={"health": 1})(_EngineActor).options(
             num_cpus=self.cfg.cpus_per_actor, num_gpus=self._gpus(ray) or None, resources=dict(self.cfg.resources) or None,
@@ -210,112 +235,134 @@ class LLMService:
         return ray
 
     def _map(self, task: str, template: Template, values: Sequence[Mapping[str, str]], kwargs: dict, label: str | None) -> list:
-        n = len(values)
-        if n == 0:
+        """Every prompt's result, in the caller's order: batches sent to the ready engines (two
+        each), results collected as they come, batches of a lost or dead engine sent again."""
+        if len(values) == 0:
             return []
         ray = self._start()
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
-
         # at most batch_rows per call, and no fewer batches than engines: a small request keeps every engine busy (at the
         # price of splitting some shared prefixes between engines; with one engine nothing changes)
-        chunks = prefix_batches([template.render(**v) for v in values], min(self.cfg.batch_rows, -(-n // max(len(self._actors), 1))))
-        results: list = [None] * n
-        pending = deque(range(len(chunks)))
-        attempts = Counter()
-        inflight: dict = {}  # result ref -> (chunk index, actor)
-        readiness = {a.ready.remote(): a for a, ok in self._ready.items() if not ok}
-        done, lost_since = 0, None
-        while pending or inflight:
-            busy = Counter(a for _, a in inflight.values())
-            for actor in [a for a, ok in self._ready.items() if ok]:
-                while pending and busy[actor] < 2:  # two batches per engine: one running, one queued
-                    c = pending.popleft()
-                    ref = actor.call.remote(task, template, [dict(values[i]) for i in chunks[c]], kwargs)
-                    inflight[ref] = (c, actor)
-                    busy[actor] += 1
-            if not inflight and not readiness:
-                raise LLMEngineFailed(f"llm: every engine actor of {self.model_id} was lost and none could be restarted; {n - done} of {n} "
-                                      "prompts unanswered. Rerun the job (cached prompts are not recomputed).")
-            if not inflight:  # waiting for a replacement engine to come up
-                lost_since = lost_since or time.monotonic()
-                if time.monotonic() - lost_since > self.replace_timeout_s:
-                    raise LLMEngineFailed(f"llm: no engine actor of {self.model_id} could be placed for {self.replace_timeout_s:.0f} s after "
-                                          "losing them all; check the cluster's nodes.")
-            ready, _ = ray.wait(list(inflight) + list(readiness), num_returns=1, timeout=5.0)
+        size = min(self.cfg.batch_rows, -(-len(values) // max(len(self._actors), 1)))
+        d = _Dispatch(task, template, values, kwargs, label or task, prefix_batches([template.render(**v) for v in values], size))
+        d.readiness = {a.ready.remote(): a for a, ok in self._ready.items() if not ok}
+        while d.pending or d.inflight:
+            self._send(d)
+            self._check_engines_left(d)
+            ready, _ = ray.wait(list(d.inflight) + list(d.readiness), num_returns=1, timeout=5.0)
             if not ready and self.cfg.engine_process == "separate":
-                # a batch still running: is its engine alive? vLLM's engine core can die under a call that then waits forever
-                for actor in self._dead_engines({a for _, a in inflight.values()}):
-                    running = next(c for c, a in inflight.values() if a is actor)  # its first batch sent; the next one waits
-                    self._engine_died(EngineDied("EngineDeadError: the engine core process died during a batch"))
-                    self._send_again(actor, inflight, pending, attempts, [running], chunks, template, values)
-                    self._restart(ray, actor, readiness)
+                self._resend_from_dead_engines(ray, d)
             for ref in ready:
-                if ref in readiness:
-                    actor = readiness.pop(ref)
-                    try:
-                        worker = ray.get(ref)
-                        if worker == self._killed.get(actor):  # the instance killed to restart, answering before it went
-                            time.sleep(0.2)
-                            readiness[actor.ready.remote()] = actor
-                            continue
-                        self._killed.pop(actor, None)
-                        self._worker_ids[actor] = worker
-                        self._ready[actor] = True
-                        lost_since = None
-                        beat(f"{label or task}: an engine actor is ready")
-                    except ActorDiedError as exc:  # it cannot come back (e.g. its engine failed to start): a new one, a few times
-                        if self.actors_started - self._pool_first >= 3 * self.cfg.actors:
-                            cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-                            raise LLMEngineFailed(f"llm: engine actors of {self.model_id} keep dying ({self.actors_started} started); "
-                                                  f"last: {cause}") from exc
-                        self._replace(ray, actor, readiness)
-                    except (RayActorError, ActorUnavailableError):  # restarting: ask again
-                        time.sleep(0.2)
-                        readiness[actor.ready.remote()] = actor
-                    continue
-                if ref not in inflight:  # a batch of an engine restarted meanwhile: already sent again
-                    continue
-                c, actor = inflight[ref]
-                try:
-                    out = ray.get(ref)
-                except (RayActorError, ActorDiedError, ActorUnavailableError, EngineDied) as exc:
-                    died = isinstance(exc, EngineDied)  # the engine, inside a live actor; else the actor itself
-                    if died:
-                        self._engine_died(exc)
-                    self._send_again(actor, inflight, pending, attempts, [c], chunks, template, values, exc)
-                    if died:
-                        self._restart(ray, actor, readiness)
-                    else:
-                        self._lose(actor, readiness)
-                    continue
-                inflight.pop(ref)
-                if len(out) != len(chunks[c]):
-                    raise RuntimeError(f"llm: {len(chunks[c])} prompts in, {len(out)} results out (a bug)")
-                for i, r in zip(chunks[c], out, strict=True):
-                    results[i] = r
-                done += len(out)
-                beat(f"{label or task}: {done}/{n} prompts")
-                if self.echo:
-                    self.echo(f"{label or task}: {done}/{n} prompts {'scored' if task == 'truth' else 'generated'}")
-        if any(r is None for r in results):
+                if ref in d.readiness:
+                    self._engine_ready(ray, d, ref)
+                elif ref in d.inflight:  # (else a batch of an engine restarted meanwhile: already sent again)
+                    self._batch_back(ray, d, ref)
+        if any(r is None for r in d.results):
             raise RuntimeError("llm: a prompt has no result (a bug)")
-        return results
+        return d.results
 
-    def _send_again(self, actor, inflight: dict, pending: deque, attempts: Counter, failed: list[int], chunks, template, values,
-                    exc: BaseException | None = None) -> None:
+    def _send(self, d: _Dispatch) -> None:
+        """Queued batches to the ready engines, two per engine: one running, one queued."""
+        busy = Counter(a for _, a in d.inflight.values())
+        for actor in [a for a, ok in self._ready.items() if ok]:
+            while d.pending and busy[actor] < 2:
+                c = d.pending.popleft()
+                ref = actor.call.remote(d.task, d.template, [dict(d.values[i]) for i in d.chunks[c]], d.kwargs)
+                d.inflight[ref] = (c, actor)
+                busy[actor] += 1
+
+    def _check_engines_left(self, d: _Dispatch) -> None:
+        """Fail when no engine holds a batch and none is coming up, or a replacement has not
+        come up within ``replace_timeout_s``."""
+        if d.inflight:
+            return
+        n = len(d.values)
+        if not d.readiness:
+            raise LLMEngineFailed(f"llm: every engine actor of {self.model_id} was lost and none could be restarted; {n - d.done} of {n} "
+                                  "prompts unanswered. Rerun the job (cached prompts are not recomputed).")
+        d.lost_since = d.lost_since or time.monotonic()  # waiting for a replacement engine to come up
+        if time.monotonic() - d.lost_since > self.replace_timeout_s:
+            raise LLMEngineFailed(f"llm: no engine actor of {self.model_id} could be placed for {self.replace_timeout_s:.0f} s after "
+                                  "losing them all; check the cluster's nodes.")
+
+    def _resend_from_dead_engines(self, ray, d: _Dispatch) -> None:
+        """A batch still running: is its engine alive? vLLM's engine core (in its own process)
+        can die under a call that then waits forever."""
+        for actor in self._dead_engines({a for _, a in d.inflight.values()}):
+            running = next(c for c, a in d.inflight.values() if a is actor)  # its first batch sent; the next one waits
+            self._engine_died(EngineDied("EngineDeadError: the engine core process died during a batch"))
+            self._send_again(d, actor, [running])
+            self._restart(ray, actor, d.readiness)
+
+    def _engine_ready(self, ray, d: _Dispatch, ref) -> None:
+        """An engine actor answered ``ready`` (started, restarted or replaced), or could not."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        actor = d.readiness.pop(ref)
+        try:
+            worker = ray.get(ref)
+        except ActorDiedError as exc:  # it cannot come back (e.g. its engine failed to start): a new one, a few times
+            if self.actors_started - self._pool_first >= 3 * self.cfg.actors:
+                cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+                raise LLMEngineFailed(f"llm: engine actors of {self.model_id} keep dying ({self.actors_started} started); "
+                                      f"last: {cause}") from exc
+            self._replace(ray, actor, d.readiness)
+            return
+        except (RayActorError, ActorUnavailableError):  # restarting: ask again
+            time.sleep(0.2)
+            d.readiness[actor.ready.remote()] = actor
+            return
+        if worker == self._killed.get(actor):  # the instance killed to restart, answering before it went
+            time.sleep(0.2)
+            d.readiness[actor.ready.remote()] = actor
+            return
+        self._killed.pop(actor, None)
+        self._worker_ids[actor] = worker
+        self._ready[actor] = True
+        d.lost_since = None
+        beat(f"{d.label}: an engine actor is ready")
+
+    def _batch_back(self, ray, d: _Dispatch, ref) -> None:
+        """A batch's results, into the caller's slots; a batch whose engine or actor died is
+        sent again (the engine restarted, the actor awaited)."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        c, actor = d.inflight[ref]
+        try:
+            out = ray.get(ref)
+        except (RayActorError, ActorDiedError, ActorUnavailableError, EngineDied) as exc:
+            died = isinstance(exc, EngineDied)  # the engine, inside a live actor; else the actor itself
+            if died:
+                self._engine_died(exc)
+            self._send_again(d, actor, [c], exc)
+            if died:
+                self._restart(ray, actor, d.readiness)
+            else:
+                self._lose(actor, d.readiness)
+            return
+        d.inflight.pop(ref)
+        if len(out) != len(d.chunks[c]):
+            raise RuntimeError(f"llm: {len(d.chunks[c])} prompts in, {len(out)} results out (a bug)")
+        for i, r in zip(d.chunks[c], out, strict=True):
+            d.results[i] = r
+        d.done += len(out)
+        beat(f"{d.label}: {d.done}/{len(d.values)} prompts")
+        if self.echo:
+            self.echo(f"{d.label}: {d.done}/{len(d.values)} prompts {'scored' if d.task == 'truth' else 'generated'}")
+
+    def _send_again(self, d: _Dispatch, actor, failed: list[int], exc: BaseException | None = None) -> None:
         """Every batch ``actor`` holds goes back to the front of the queue; a failed batch
         (``failed``) that lost its engine three times stops the job instead of looping."""
         for c in failed:
-            attempts[c] += 1
-            if attempts[c] >= 3:  # a batch that kills its engine each time
-                raise LLMEngineFailed(f"llm: a batch of {len(chunks[c])} prompts lost its engine of {self.model_id} {attempts[c]} "
+            d.attempts[c] += 1
+            if d.attempts[c] >= 3:  # a batch that kills its engine each time
+                raise LLMEngineFailed(f"llm: a batch of {len(d.chunks[c])} prompts lost its engine of {self.model_id} {d.attempts[c]} "
                                       f"times (e.g. a prompt that crashes the engine or exhausts its memory); last engine error: "
                                       f"{self.last_engine_error or describe(exc)}; first prompt: "
-                                      f"{template.render(**values[chunks[c][0]])[:200]!r}")
-        for ref, (c, a) in list(inflight.items()):
+                                      f"{d.template.render(**d.values[d.chunks[c][0]])[:200]!r}")
+        for ref, (c, a) in list(d.inflight.items()):
             if a is actor:
-                inflight.pop(ref)
-                pending.appendleft(c)
+                d.inflight.pop(ref)
+                d.pending.appendleft(c)
 
     def _dead_engines(self, actors) -> list:
         """Those of ``actors`` whose engine started and has died since; asked in the actors'
