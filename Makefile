@@ -78,7 +78,7 @@ bench-itlr: $(STAMP)
 	$(BIN)/python tests/perf/bench_itlr.py --out runs/bench
 
 # The real instruct model (make models) beside SmolLM2, every section
-# (docs/llm.md; 61m35s in one run, a little over the hour it aims at); the SIAR + R3 section reads RuleBench's ULogic set from LOGICRANK_RULEBENCH
+# (docs/llm.md: about 56 minutes here, within the hour it aims at); the SIAR + R3 section reads RuleBench's ULogic set from LOGICRANK_RULEBENCH
 # (not bundled) and is reported not run without it.
 bench-llm: models
 	$(BIN)/python tests/perf/bench_llm.py --out runs/bench

@@ -118,7 +118,7 @@ def main() -> None:
     ap.add_argument("--pool-models", default="smollm2-135m-instruct,qwen2.5-coder-1.5b-instruct", help="pool: registered models or checkpoints")
     ap.add_argument("--pool-two-engines", default="smollm2-135m-instruct",
                     help="pool: models also timed on two engines of one core each (each engine holds the whole model)")
-    ap.add_argument("--pool-docs", type=int, default=16, help="pool: SciFact documents (x 4 statements) for truth scoring")
+    ap.add_argument("--pool-docs", type=int, default=32, help="pool: SciFact documents (x 4 statements) for truth scoring")
     ap.add_argument("--pool-questions", type=int, default=4, help="pool: set-logic questions per template (7 templates) to decompose")
     ap.add_argument("--docs", type=int, default=64, help="throughput: documents (x 4 statements)")
     ap.add_argument("--hf-prompts", type=int, default=64, help="throughput: pairs scored by the per-pair transformers loop")
