@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from logicrank.cli_config import EMBED, LLM, Bind, Bound, configured, option, read_file
+from logicrank.cli_config import EMBED, LLM, Bind, Bound, configured, option, read_file, repeated
 from logicrank.cli_config import default as _d
 from logicrank.jobs.watchdog import DEFAULT_TIMEOUT_S, watch
 from logicrank.pipelines.config.retrieval import DecomposeConfig, RetrieveConfig
@@ -104,8 +104,6 @@ Depth = Annotated[int | None, typer.Option(
     "--k", "--hits", min=1, max=10_000, help="Every run's depth (documents per query; Pyserini's --hits): the k of each pipeline's last "
     "stage that keeps a top k, a fusion's sub-pipelines' too; short for --set RUN/STAGE.k=N (docs/pipelines.md). A reranker's candidates "
     "stay as set (orlog: BM25's top 20), so its run is at most that deep.")]
-def _tuple(values):  # a repeatable option's values (None: none given)
-    return tuple(values) if values else None
 
 
 LLM_ALL = LLM.at("llm")  # the LLM's options, setting the job config's llm
@@ -345,9 +343,9 @@ def stages():
 
 
 @app.command()
-@configured(config=EvaluateConfig, file=True, qrels="qrels", runs=("runs", _tuple), measure="measures", baseline="baseline", test="test",
+@configured(config=EvaluateConfig, file=True, qrels="qrels", runs=("runs", repeated), measure="measures", baseline="baseline", test="test",
             correction="correction", dedupe="dedupe", answers="answers", gold="gold", qa_measure="qa_measures",
-            judge_llm=("judge", lambda v: {"model": v} if v else None), name=("names", _tuple))
+            judge_llm=("judge", lambda v: {"model": v} if v else None), name=("names", repeated))
 def evaluate(
     qrels: Annotated[str | None, typer.Argument(help="BEIR qrels TSV (or a BEIR dir) or TREC qrels (not needed for --answers alone).")] = None,
     runs: Annotated[list[str] | None, typer.Argument(help="Run tables (Parquet) or TREC run files.")] = None,

@@ -114,15 +114,15 @@ def option(config, name: str, bind: Bind | str) -> Opt:
     to_field = None
     if typing.get_origin(kind) is list or any(typing.get_origin(a) is list for a in typing.get_args(kind)):
         value = list(value) if value else None
-        to_field = _tuple
+        to_field = repeated
     flag = "--" + name.replace("_", "-")
     decls = (f"{flag}/--no-{flag[2:]}" if kind is bool else flag, *bind.flags) if bind.flags else ()  # none: typer's, --x/--no-x for a bool
-    help = field.description + (" Repeat the option for each value." if to_field is _tuple else "")
+    help = field.description + (" Repeat the option for each value." if to_field is repeated else "")
     info = typer.Option(*decls, help=help, metavar="|".join(choices).upper() if choices else None)
     return Opt(name, bind.path, Annotated[kind, info], value, to_field)
 
 
-def _tuple(values):
+def repeated(values):
     """A repeatable option's values as the field's tuple (None: none given, the config's own)."""
     return tuple(values) if values else None
 
