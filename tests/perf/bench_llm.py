@@ -30,8 +30,8 @@ labels         The generation recipe's relevance labels (pipelines/generate/real
                and a threshold calibrated on half the questions (best F1) and reported on the
                other half.
 pool           The job's LLM pool (jobs/llm_service.py, its cache off, its default placement) against
-               vLLM's own offline ``LLM.generate`` in one process, the same engine settings and
-               prompts, each after its engine started, per model (``--pool-models``): truth
+               vLLM's own offline ``LLM.generate`` in a process of its own, the same engine settings
+               and prompts, each after its engine started, per model (``--pool-models``): truth
                scoring (SciFact abstracts, 4 statements each: a document's prompts share it as
                a prefix) and ITLR decomposition (set-logic questions, the grammar, greedy).
                Seconds, prompt and generated tokens per second, prefix-cached prompt tokens;
@@ -433,11 +433,52 @@ def _rates(seconds: float, results) -> dict:
             "prompt_tokens_per_s": prompt / seconds, "generated_tokens_per_s": generated / seconds}
 
 
+def _bare_vllm(cfg: LLMConfig, truth_texts: list[str], decompose_texts: list[str], max_tokens: int) -> dict:
+    """vLLM's own ``LLM.generate`` on the pool's prompts, in this process (a fresh one: see
+    :func:`pool`): the rates of each task after the engine started, the outputs to compare."""
+    from logicrank.pipelines.llm.engine import Constraint, Engine, label_logits, p_true
+    from logicrank.pipelines.logic.grammar import to_gbnf
+
+    resolved = resolve(cfg.model)
+    engine = Engine(cfg.model_copy(update={"model": str(resolved.path)}), resolved).start()
+    from vllm import SamplingParams  # after the engine set vLLM's environment (configure_vllm_env)
+
+    llm = engine.llm
+    llm.generate(truth_texts[:1], SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False)
+    t = time.perf_counter()
+    outs = llm.generate(truth_texts, SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=list(engine.label_ids)), use_tqdm=False)
+    seconds = time.perf_counter() - t
+    truth = [{"prompt_tokens": len(o.prompt_token_ids), "cached_prompt_tokens": int(o.num_cached_tokens or 0), "generated_tokens": 1}
+             for o in outs]
+    p = [p_true(*label_logits({tid: lp.logprob for tid, lp in o.outputs[0].logprobs[0].items()}, engine.label_ids)[:2]) for o in outs]
+    chats = [engine.wrap(text) for text in decompose_texts]
+    grammar = Constraint("grammar", to_gbnf(None))
+    t = time.perf_counter()
+    outs = llm.generate(chats, SamplingParams(max_tokens=max_tokens, temperature=0.0, structured_outputs=grammar.to_vllm()), use_tqdm=False)
+    gen_seconds = time.perf_counter() - t
+    gen = [{"prompt_tokens": len(o.prompt_token_ids), "cached_prompt_tokens": int(o.num_cached_tokens or 0),
+            "generated_tokens": len(o.outputs[0].token_ids)} for o in outs]
+    return {"truth": (seconds, truth), "p_true": p, "decompose": (gen_seconds, gen), "texts": [o.outputs[0].text for o in outs]}
+
+
+def _in_fresh_process(fn, *args):
+    """``fn(*args)`` in a spawned process, which returns its memory when it exits. A vLLM
+    engine deleted in a process keeps most of its memory there, so a bare engine measured in
+    the bench's own process left the next model's pool to run beside it, short of memory."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        return ex.submit(fn, *args).result()
+
+
 def pool(args) -> None:
-    """The pool against bare vLLM, per model and task (module docstring)."""
+    """The pool against bare vLLM, per model and task (module docstring). Each side runs in
+    its own processes (the pool's engine in its actor, vLLM's in a spawned process), one after
+    the other, so neither runs beside the other's memory."""
     from logicrank.jobs.llm_service import LLMService
     from logicrank.jobs.raysession import ray_session
-    from logicrank.pipelines.llm.engine import Constraint, Engine, label_logits, p_true
+    from logicrank.pipelines.llm.engine import Constraint
     from logicrank.pipelines.logic.grammar import to_gbnf
 
     out = Path(args.out) / "bench_llm_pool"
@@ -472,39 +513,17 @@ def pool(args) -> None:
             row[f"{side}_truth"], row[f"{side}_decompose"], row[side] = _rates(truth_s, truth_out), _rates(gen_s, gen_out), stats
             if actors == 1:
                 pool_truth, pool_gen = truth_out, gen_out
-        engine = Engine(cfg.model_copy(update={"model": str(resolved.path)}), resolved).start()
-        from vllm import SamplingParams  # after the engine set vLLM's environment (configure_vllm_env)
-
-        llm = engine.llm
-        texts = [truth_t.render(**v) for v in truth_values]
-        llm.generate(texts[:1], SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False)
-        t = time.perf_counter()
-        truth_outs = llm.generate(texts, SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=list(engine.label_ids)), use_tqdm=False)
-        bare_s = time.perf_counter() - t
-        bare_truth = [type("R", (), {"prompt_tokens": len(o.prompt_token_ids), "cached_prompt_tokens": int(o.num_cached_tokens or 0),
-                                     "generated_tokens": 1})() for o in truth_outs]
-        row["bare_truth"] = _rates(bare_s, bare_truth)
-        chats = [engine.wrap(decompose_t.render(**v)) for v in decompose_values]
-        t = time.perf_counter()
-        outs = llm.generate(chats, SamplingParams(max_tokens=max_tokens, temperature=0.0, structured_outputs=grammar.to_vllm()), use_tqdm=False)
-        bare_s = time.perf_counter() - t
-        bare_gen = [type("R", (), {"prompt_tokens": len(o.prompt_token_ids), "cached_prompt_tokens": int(o.num_cached_tokens or 0),
-                                   "generated_tokens": len(o.outputs[0].token_ids)})() for o in outs]
-        row["bare_decompose"] = _rates(bare_s, bare_gen)
-        row["same_decompositions"] = sum(g.text == o.outputs[0].text for g, o in zip(pool_gen, outs, strict=True))
-        diffs = []  # the pool's P(True) against the same prompts' label logits from vLLM here
-        for r, o in zip(pool_truth, truth_outs, strict=True):
-            zt, zf, _ = label_logits({tid: lp.logprob for tid, lp in o.outputs[0].logprobs[0].items()}, engine.label_ids)
-            diffs.append(abs(r.p_true - p_true(zt, zf)))
-        row["max_abs_p_true_diff"] = float(max(diffs))
+        bare = _in_fresh_process(_bare_vllm, cfg, [truth_t.render(**v) for v in truth_values],
+                                 [decompose_t.render(**v) for v in decompose_values], max_tokens)
+        for task in ("truth", "decompose"):
+            seconds, results = bare[task]
+            row[f"bare_{task}"] = _rates(seconds, [type("R", (), r)() for r in results])
+        row["same_decompositions"] = sum(g.text == text for g, text in zip(pool_gen, bare["texts"], strict=True))
+        row["max_abs_p_true_diff"] = float(max(abs(r.p_true - p) for r, p in zip(pool_truth, bare["p_true"], strict=True)))
         for task in ("truth", "decompose"):
             row[f"ratio_{task}"] = row[f"bare_{task}"]["seconds"] / row[f"pool_{task}"]["seconds"]  # the pool's speed over vLLM's
             if f"pool2_{task}" in row:
                 row[f"ratio2_{task}"] = row[f"bare_{task}"]["seconds"] / row[f"pool2_{task}"]["seconds"]
-        del llm, engine
-        import gc
-
-        gc.collect()
         rows.append(row)
         print(json.dumps(row, indent=1), flush=True)
     lines = [f"# The LLM pool against vLLM's own LLM.generate ({cpus} CPUs; each after its engine started; one run)", ""]
