@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 from logicrank.jobs.rundir import RunDir, input_fingerprint
 from logicrank.jobs.watchdog import beat
 from logicrank.pipelines.config.settings import EvaluateConfig
-from logicrank.pipelines.evaluate.core import EvaluationError
-from logicrank.pipelines.evaluate.measures import parse_measures
-from logicrank.pipelines.evaluate.qa import JUDGE_TEMPLATE, QAError, llm_judge, parse_qa_measures, read_gold, read_predictions
-from logicrank.pipelines.evaluate.runs import evaluate_runs, named_runs, notes
+from logicrank.pipelines.evaluation.core import EvaluationError
+from logicrank.pipelines.evaluation.measures import parse_measures
+from logicrank.pipelines.evaluation.qa import JUDGE_TEMPLATE, QAError, llm_judge, parse_qa_measures, read_gold, read_predictions
+from logicrank.pipelines.evaluation.runs import evaluate_runs, named_runs, notes
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.io import DUPLICATES_REMOVED, read_qrels, read_run
 
@@ -118,7 +118,7 @@ def _read_runs(cfg: EvaluateConfig, echo: Callable[[str], None] | None) -> tuple
 
 
 def _evaluate(cfg: EvaluateConfig, qrels: pa.Table | None, runs: list[pa.Table], run_ids: list[str] | None, removed: dict[str, int], qa_measures: list[str]):
-    """The evaluation (:func:`~logicrank.pipelines.evaluate.runs.evaluate_runs`), with the
+    """The evaluation (:func:`~logicrank.pipelines.evaluation.runs.evaluate_runs`), with the
     judge's LLM pool started for it alone when the Judge measure is asked for."""
     answers, gold = (_answers(cfg), read_gold(cfg.gold)) if cfg.answers else ({}, None)
     evaluate = partial(evaluate_runs, runs, qrels, cfg.measures, cfg.baseline, cfg.test, cfg.correction, cfg.alpha, run_ids=run_ids, answers=answers,

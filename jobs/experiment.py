@@ -1,6 +1,6 @@
-"""`logicrank experiment FILE`: an experiment (:mod:`logicrank.pipelines.experiment`) run by the
+"""`logicrank experiment FILE`: an experiment (:mod:`logicrank.pipelines.evaluation.experiment`) run by the
 jobs on one Ray cluster: the index job over its corpus, one retrieve job for every pipeline
-(one LLM pool), the evaluate job, then :func:`~logicrank.pipelines.experiment.conclude` (groups,
+(one LLM pool), the evaluate job, then :func:`~logicrank.pipelines.evaluation.experiment.conclude` (groups,
 reference checks, the report). Each job keeps its run directory and manifest under ``out``.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig, RayConfig
-from logicrank.pipelines.experiment import Experiment, ExperimentError, ExperimentResult, conclude, prepared
+from logicrank.pipelines.evaluation.experiment import Experiment, ExperimentError, ExperimentResult, conclude, prepared
 
 
 def run_experiment(exp: Experiment, out: str | Path, embed: EmbedConfig | None = None, ray: RayConfig | None = None,
@@ -36,7 +36,7 @@ def _run(exp: Experiment, out: Path, index_dir: Path, embed: EmbedConfig, ray: R
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.config.settings import EvaluateConfig, IndexConfig
-    from logicrank.pipelines.evaluate.qa import parse_qa_measures
+    from logicrank.pipelines.evaluation.qa import parse_qa_measures
 
     corpus, queries, qrels, root, pipelines, gold = prepared(exp, out)
     embed = EmbedConfig.model_validate({**embed.model_dump(), **exp.embed})

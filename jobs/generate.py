@@ -35,10 +35,10 @@ import pyarrow.parquet as pq
 from logicrank.jobs.rundir import RunDir
 from logicrank.jobs.watchdog import beat
 from logicrank.pipelines.config.settings import GenerateConfig, LLMConfig
+from logicrank.pipelines.engines.store import DocStore
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.generate import realcorpus as rc
 from logicrank.pipelines.generate.synthetic import TEMPLATES
-from logicrank.pipelines.store import DocStore
 
 PROMPTS = ("gen_topics", "gen_question", "gen_relevance")
 # the card's note when the generator is the bundled plumbing model
@@ -55,7 +55,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
     """Returns the counts (also ``generation.json``)."""
     from logicrank.jobs.llm_service import LLMService
     from logicrank.jobs.raysession import ray_session
-    from logicrank.pipelines.embed import model_id
+    from logicrank.pipelines.engines.embed import model_id
 
     out = Path(out)
     t0 = time.perf_counter()
@@ -67,7 +67,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
         echo(note)
     store.require_model(model_id(cfg.embed), "generate")
     if "bm25" in cfg.candidates:
-        from logicrank.pipelines.bm25 import ensure_index
+        from logicrank.pipelines.engines.bm25 import ensure_index
 
         ensure_index(store)  # the BM25 index of this version, made once here rather than by every actor
     sample = rc.sample_docs(store, cfg.docs, cfg.seed)
@@ -166,7 +166,7 @@ def _candidates(cfg: GenerateConfig, queries: Path, out: Path) -> dict[str, dict
     """query_id -> doc_id -> the retrievers that proposed it (union of each one's top k)."""
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config.retrieval import RetrieveConfig
-    from logicrank.pipelines.pipeline import parse_stages
+    from logicrank.pipelines.retrieval.pipeline import parse_stages
 
     if not queries.read_text(encoding="utf-8").strip():
         return {}
@@ -210,7 +210,7 @@ def _labels_phase(cfg: GenerateConfig, out: Path, store: DocStore, kept: pa.Tabl
 
 def _finish(cfg: GenerateConfig, out: Path, store: DocStore, shards, kept: pa.Table, dropped: dict, labels: pa.Table, llm, llm_counts: dict,
             resumed: dict, timings: dict, t0: float) -> dict:
-    from logicrank.pipelines.embed import model_id
+    from logicrank.pipelines.engines.embed import model_id
     from logicrank.pipelines.llm import prompts
 
     rundir = RunDir(out, "generate")

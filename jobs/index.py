@@ -2,7 +2,7 @@
 
 Plan: the sources read in turn (generators: bounded memory) -> classify rows by content hash
 and embed only new and changed documents -> the driver, the table's one writer, which upserts
-in chunks. Where the encoders run (pipelines/placement.py, ``encoder_placement``): on a local
+in chunks. Where the encoders run (pipelines/engines/placement.py, ``encoder_placement``): on a local
 cluster of one CPU node, in the driver with every core; otherwise one read task per source
 file and a Ray Data actor pool of encoders. Then: the guards, delete ids missing from
 the snapshot, maintain the table (compact, indexes updated in place to cover every row, the
@@ -19,7 +19,7 @@ start to end; a second run is refused before it reads anything.
 Crash safety: every chunk is a keyed upsert, so a rerun after a kill finds the written
 documents unchanged, writes the rest, and ends with the table a clean run would give.
 Only complete runs are read: a run's last change to the table marks the version it finished
-complete (pipelines/store/versions.py, ``COMPLETE_TAG``), and readers read the newest version
+complete (pipelines/engines/store/versions.py, ``COMPLETE_TAG``), and readers read the newest version
 so marked. A run that is interrupted (Ctrl-C, SIGTERM, the stall watchdog) or fails writes its
 manifest as ``interrupted`` / ``failed`` and says in one line what it left and how to resume.
 Deletes run only after the whole snapshot was read and passed the guards: the reject
@@ -48,7 +48,9 @@ from logicrank.jobs.watchdog import Stalled, beat, busy
 from logicrank.pipelines.codedigest import code_digest
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
 from logicrank.pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
-from logicrank.pipelines.embed import concrete, model_id, resolve_model
+from logicrank.pipelines.engines.embed import concrete, model_id, resolve_model
+from logicrank.pipelines.engines.placement import EncoderPlacement, encoder_placement
+from logicrank.pipelines.engines.store import DocStore, update_index_apart
 from logicrank.pipelines.files import require_writable
 from logicrank.pipelines.operations.indexing import (
     EmbedStage,
@@ -62,8 +64,6 @@ from logicrank.pipelines.operations.indexing import (
     table_state,
 )
 from logicrank.pipelines.operations.writelock import TableLock
-from logicrank.pipelines.placement import EncoderPlacement, encoder_placement
-from logicrank.pipelines.store import DocStore, update_index_apart
 from logicrank.schemas.errors import JobFailed, UserError, first_line
 
 
@@ -269,7 +269,7 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
     """The locked run: stream, count, the guards, then (unless refused) deletes, maintenance,
     the completion mark and the run's tag; the manifest."""
     # the code that makes a document's vector (its text, the encoder): a stored vector made by other code is not reused
-    embed_code = code_digest("logicrank.pipelines.embed")
+    embed_code = code_digest("logicrank.pipelines.engines.embed")
     stored, stored_rows = _stream(cfg, rundir, sources, progress, lock, mid, store, summary, version_before, rejects, writer, embed_code)
     _count(summary, writer, rejects)
     with rundir.timed("absent"):  # the stored ids the snapshot lacks, spilled to the run's directory
@@ -384,7 +384,7 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
             summary.maintenance["bm25_index"] = {"how": "failed", "error": first_line(exc)}
     summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
     lock.ensure_held()
-    store.mark_complete()  # readers read this version from now on (pipelines/store/versions.py)
+    store.mark_complete()  # readers read this version from now on (pipelines/engines/store/versions.py)
     store.mark_embedded_by(embed_code)  # a later run whose embedding code differs embeds every document again
     store.tag(summary.tag)
     summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG_NAME, cfg.keep_index_tags)
@@ -392,8 +392,8 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
 
 def last_complete(store: DocStore) -> int | None:
     """The version readers read by default (the last one a completed index run finished), or
-    None: no table, or no run on it completed (pipelines/store/versions.py)."""
-    from logicrank.pipelines.store import StoreError
+    None: no table, or no run on it completed (pipelines/engines/store/versions.py)."""
+    from logicrank.pipelines.engines.store import StoreError
 
     if not store.exists():
         return None

@@ -11,7 +11,7 @@ Every section but the generation demo (a `generate` job) is an experiment file
 (jobs/experiments/: scifact.yaml, whose reference is dense nDCG@10 of all-MiniLM-L6-v2 on
 SciFact, published by MTEB as 0.645; itlr-synthetic.yaml and itlr-synthetic-own.yaml with
 Table 1's runs, itlr-llm.yaml, rulebench-siar.yaml, lag-oracle.yaml, lag.yaml and
-setlogic.yaml on the samples below, as the bench commands run them: pipelines/benchmarks.py).
+setlogic.yaml on the samples below, as the bench commands run them: pipelines/evaluation/benchmarks.py).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from pathlib import Path
 
 from logicrank.jobs.experiment import run_experiment
 from logicrank.jobs.raysession import ray_session
-from logicrank.pipelines import benchmarks
 from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig, RayConfig
 from logicrank.pipelines.datasets import scifact
-from logicrank.pipelines.experiment import EXPERIMENTS, load
+from logicrank.pipelines.evaluation import benchmarks
+from logicrank.pipelines.evaluation.experiment import EXPERIMENTS, load
 from logicrank.pipelines.files import write_text_atomic
 
 # The SmolLM2 samples, small so that the job fits 15 minutes on 2 cores (docs/main-job.md); the

@@ -15,7 +15,7 @@ the night skips what is done and finishes the rest):
    corruption that persists is found again, not taken as the new normal) and the pinned
    baseline night: paired
    tests, corrected within each measure, and each measure's regression rule
-   (pipelines/evaluate/history.py).
+   (pipelines/evaluation/history.py).
 5. serve: move the served tag to tonight's version, unless the comparison found a
    regression: then the tag stays on the last good version (the one it served before
    tonight), the step records it as held (a rerun of the night never moves it), and the
@@ -178,7 +178,7 @@ class NightRun(NightBook):
                  f"rejected {s.rejected}; table v{s.table_version} ({s.table_rows} rows) tagged {s.tag}")
 
     def _maintain(self) -> None:
-        from logicrank.pipelines.store import DocStore
+        from logicrank.pipelines.engines.store import DocStore
 
         keep = {self.tag} | ({f"{NIGHTLY_TAG_PREFIX}{self.cfg.baseline}"} if self.cfg.baseline else set())
         try:
@@ -202,7 +202,7 @@ class NightRun(NightBook):
         found no regression. A regression holds the tag on the version it served before
         tonight (the last good one), unless ``promote_on_regression``; the record says which,
         and a rerun of the night skips this step, so a held night is never promoted later."""
-        from logicrank.pipelines.store import DocStore
+        from logicrank.pipelines.engines.store import DocStore
 
         version, tag = self.state.done("index")["version"], self.cfg.served_tag
         comparisons = pq.read_table(self.night / "comparisons.parquet")
@@ -234,7 +234,7 @@ class NightRun(NightBook):
     def _evaluate(self) -> None:
         from logicrank.jobs.evaluate import run_evaluate
         from logicrank.jobs.retrieve import run_retrieve
-        from logicrank.pipelines.evaluate.report import summary_frame
+        from logicrank.pipelines.evaluation.report import summary_frame
 
         version = self.state.done("index")["version"]
         for qs in self.cfg.query_sets:

@@ -17,12 +17,12 @@ Where the work runs:
 - every stage that needs the LLM shares one engine pool per job (jobs/llm_service.py);
 - the rest (itlr, fusion, rewriters, the rerankers' composition) runs in the driver.
 
-The pipelines run in pipelines/runner.py (as in a notebook); this job adds the config, the
+The pipelines run in pipelines/retrieval/runner.py (as in a notebook); this job adds the config, the
 inputs' fingerprints, the placement of per-query work (the runner's ``map_queries`` hook) and
 the manifest. Each stage's output is cached under ``<out>/stages/<prefix digest>/``: the digest
 covers the stages so far (their code, options, and the encoder or LLM config they use), the
 queries, the table version and the files they read, computed as a notebook computes it
-(:meth:`logicrank.pipelines.runner.Inputs.of`). Pipelines that share a prefix compute it once, a rerun
+(:meth:`logicrank.pipelines.retrieval.runner.Inputs.of`). Pipelines that share a prefix compute it once, a rerun
 that changes a later stage (orlog's depth, say) reuses the earlier ones, and an edit to a
 stage's code recomputes that stage and those after it.
 """
@@ -43,16 +43,16 @@ from logicrank.jobs.rundir import RunDir, input_fingerprint
 from logicrank.jobs.watchdog import beat
 from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.config.settings import EmbedConfig
-from logicrank.pipelines.embed import concrete, encoder_digest, model_id, resolve_model
-from logicrank.pipelines.exact import gpu_share, pool_within_memory, segment_bounds, shard_bounds
+from logicrank.pipelines.engines.embed import concrete, encoder_digest, model_id, resolve_model
+from logicrank.pipelines.engines.exact import gpu_share, pool_within_memory, segment_bounds, shard_bounds
+from logicrank.pipelines.engines.placement import is_mapped, require_mapped, shard_count
+from logicrank.pipelines.engines.store import DocStore
 from logicrank.pipelines.files import write_parquet_atomic
 from logicrank.pipelines.io import TopicsError, read_queries, write_trec_run
 from logicrank.pipelines.llm.prompts import templates_digest
-from logicrank.pipelines.pipeline import Pipeline, build
-from logicrank.pipelines.placement import is_mapped, require_mapped, shard_count
-from logicrank.pipelines.runner import Hooks, Inputs, StageCache, assemble, blank, reads, stage_classes, with_content
-from logicrank.pipelines.stages import Context, Needs, Output, StageOptions
-from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.retrieval.pipeline import Pipeline, build
+from logicrank.pipelines.retrieval.runner import Hooks, Inputs, StageCache, assemble, blank, reads, stage_classes, with_content
+from logicrank.pipelines.retrieval.stages import Context, Needs, Output, StageOptions
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import RUN
 
@@ -174,7 +174,7 @@ def _run_pipelines(cfg: RetrieveConfig, rundir: RunDir, job: _Job, files: dict, 
     TREC file and side tables written. Returns (side tables written, per-pipeline report, the
     LLM pool's summary, the texts the driver encoded)."""
     if job.needs.fulltext:  # the BM25 index of this version, made once here rather than by every actor
-        from logicrank.pipelines.bm25 import ensure_index
+        from logicrank.pipelines.engines.bm25 import ensure_index
 
         with rundir.timed("bm25_index"):
             ensure_index(job.store)
@@ -223,7 +223,7 @@ class _Host:
 
     def _encoder(self):
         if self._embedder is None:
-            from logicrank.pipelines.embed import Embedder, MemoEncoder
+            from logicrank.pipelines.engines.embed import Embedder, MemoEncoder
 
             with self.rundir.timed("load_model"):
                 self._embedder = MemoEncoder(Embedder(self.cfg.embed))  # a term shared by several pipelines is encoded once
@@ -389,9 +389,9 @@ class _Host:
     def _merged(self, engine: str, ctx: Context, sent, o, n: int) -> pa.Table:
         import ray
 
-        from logicrank.pipelines.bm25 import merge_keys
-        from logicrank.pipelines.methods.bm25 import run_from_hits
-        from logicrank.pipelines.methods.dense import merge_top, run_table
+        from logicrank.pipelines.engines.bm25 import merge_keys
+        from logicrank.pipelines.retrieval.methods.bm25 import run_from_hits
+        from logicrank.pipelines.retrieval.methods.dense import merge_top, run_table
 
         batch, futures = sent
         found = ray.get(futures)
@@ -434,7 +434,7 @@ class _Host:
     def _pool(self, stage, queries: pa.Table, actors: int) -> list[pa.Table]:
         import ray
 
-        from logicrank.pipelines.embed import resolve_model as resolved
+        from logicrank.pipelines.engines.embed import resolve_model as resolved
 
         r = self.cfg.ray
         n = queries.num_rows
@@ -495,7 +495,7 @@ class _ShardSearch:
 
             indptr, indices, data, shape = payload
             return self.index.search_keys(sp.csr_matrix((data, indices, indptr), shape=shape), k, self.shard)
-        from logicrank.pipelines.exact import top_k
+        from logicrank.pipelines.engines.exact import top_k
 
         return top_k(payload, self.index, k, shard=self.shard, product=self.product)
 
@@ -538,7 +538,7 @@ class _RetrieveActor:
         store = DocStore(db, table, version=version)
         embedder = None
         if embed is not None:
-            from logicrank.pipelines.embed import Embedder
+            from logicrank.pipelines.engines.embed import Embedder
 
             embedder = Embedder(embed)
         self.ctx = Context(store, encoder=lambda: embedder)
@@ -551,7 +551,7 @@ class _RetrieveActor:
 def output_dirs() -> list[str]:
     """Where the job writes under its ``out``: ``runs/`` and one directory per kind of side
     table a stage declares (``term_scores/``, ``answers/``, ...); never ``stages/``, the cache."""
-    from logicrank.pipelines.stages import stages as registered
+    from logicrank.pipelines.retrieval.stages import stages as registered
 
     return ["runs", *sorted({kind for cls in registered().values() for kind in cls.side_tables})]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from logicrank.pipelines.pipeline import Pipeline, build
-from logicrank.pipelines.stages import Kind
+from logicrank.pipelines.retrieval.pipeline import Pipeline, build
+from logicrank.pipelines.retrieval.stages import Kind
 
 
 def refuse_unparsed(pipelines: list[Pipeline], queries: pa.Table) -> None:
@@ -16,9 +16,9 @@ def refuse_unparsed(pipelines: list[Pipeline], queries: pa.Table) -> None:
     starts or a model loads, when an itlr stage that refuses it (``on_parse_error: refuse``)
     reads it as given (no rewriter before it); the stage itself refuses the rest (a
     decomposition's)."""
-    from logicrank.pipelines.logic.query import UnparsedQueryError
-    from logicrank.pipelines.methods.itlr import parse_queries
-    from logicrank.pipelines.stages.itlr import refusal, unparsed_queries
+    from logicrank.pipelines.retrieval.logic.query import UnparsedQueryError
+    from logicrank.pipelines.retrieval.methods.itlr import parse_queries
+    from logicrank.pipelines.retrieval.stages.itlr import refusal, unparsed_queries
 
     def refusing(stages) -> bool:
         for o in stages:

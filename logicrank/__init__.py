@@ -35,21 +35,21 @@ _API = ("Evaluation", "Pipeline", "PipelineError", "Result", "Results", "StageCa
 _CONFIGS = {
     "logicrank.pipelines.config.settings": ("RayConfig", "EmbedConfig", "IndexConfig", "LLMConfig", "EvaluateConfig", "GenerateConfig"),
     "logicrank.pipelines.config.retrieval": ("RetrieveConfig", "DecomposeConfig", "NightlyConfig", "QuerySetConfig", "AlertConfig", "RegressionRule"),
-    "logicrank.pipelines.experiment": ("Experiment",),
+    "logicrank.pipelines.evaluation.experiment": ("Experiment",),
 }
 _WHERE = {name: "logicrank.api" for name in _API} | {name: module for module, names in _CONFIGS.items() for name in names}
 
 
 def _stage_options() -> dict[str, type]:
     """Every registered stage's options class by its class name (``BM25Options``)."""
-    import logicrank.pipelines.pipeline  # noqa: F401 - gives stage options their ``>>``
-    from logicrank.pipelines.stages import stages
+    import logicrank.pipelines.retrieval.pipeline  # noqa: F401 - gives stage options their ``>>``
+    from logicrank.pipelines.retrieval.stages import stages
 
     return {cls.Options.__name__: cls.Options for cls in stages().values()}
 
 
 def _stage_names() -> list[str]:
-    from logicrank.pipelines.stages import stages
+    from logicrank.pipelines.retrieval.stages import stages
 
     return sorted(stages())
 

@@ -1,7 +1,7 @@
 """The notebook API (exported as ``logicrank.*``): open a table, build pipelines, retrieve, evaluate, compare.
 
 Everything here runs in this process, without Ray: the pipelines run through the same
-runner the retrieve job uses (pipelines/runner.py), so a run made here equals the job's.
+runner the retrieve job uses (pipelines/retrieval/runner.py), so a run made here equals the job's.
 The CLI's jobs (``logicrank index``, ``retrieve``, ...) are for corpora and query sets that
 want a cluster; this is for looking at one. docs/python-api.md walks through it::
 
@@ -30,15 +30,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig
-from logicrank.pipelines.evaluate.runs import Evaluation as _Evaluation
-from logicrank.pipelines.evaluate.runs import evaluate_runs
-from logicrank.pipelines.evaluate.significance import compare as _compare
+from logicrank.pipelines.evaluation.runs import Evaluation as _Evaluation
+from logicrank.pipelines.evaluation.runs import evaluate_runs
+from logicrank.pipelines.evaluation.significance import compare as _compare
 from logicrank.pipelines.io import TopicsError, queries_table, read_qrels, read_queries, read_run
-from logicrank.pipelines.options import StageOptions
-from logicrank.pipelines.pipeline import Pipeline, PipelineError, compose, parse_pipelines, preset_names, read_presets
-from logicrank.pipelines.pipeline import read_pipelines as _read_pipelines
-from logicrank.pipelines.runner import Result, StageCache
-from logicrank.pipelines.stages import Context, stages
+from logicrank.pipelines.retrieval.options import StageOptions
+from logicrank.pipelines.retrieval.pipeline import Pipeline, PipelineError, compose, parse_pipelines, preset_names, read_presets
+from logicrank.pipelines.retrieval.pipeline import read_pipelines as _read_pipelines
+from logicrank.pipelines.retrieval.runner import Result, StageCache
+from logicrank.pipelines.retrieval.stages import Context, stages
 from logicrank.schemas.errors import UserError, first_line, validation_line  # UserError: every mistake in the input (one line)
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID, RUN, conform
 
@@ -66,7 +66,7 @@ class Table:
                  llm: LLMConfig | None = None):
         import sys
 
-        from logicrank.pipelines.store import DocStore
+        from logicrank.pipelines.engines.store import DocStore
 
         if embed is not None and not isinstance(embed, EmbedConfig):
             raise PipelineError(f"open_table: embed is an lr.EmbedConfig(model=...), not {type(embed).__name__}.")
@@ -145,7 +145,7 @@ class Table:
 
     def _encoder_once(self):
         if self._encoder is None:
-            from logicrank.pipelines.embed import Embedder, model_id
+            from logicrank.pipelines.engines.embed import Embedder, model_id
 
             self.store.require_model(model_id(self.embed), "open_table", "give open_table(embed=...) the table's model")
             self._encoder = Embedder(self.embed)
@@ -220,7 +220,7 @@ def read_pipelines(spec: Mapping[str, Any] | str | Path, set: Mapping[str, Any] 
 
 
 def preset(*methods: str, set: Mapping[str, Any] | Sequence[str] | None = None) -> dict[str, Pipeline]:
-    """``--method`` presets (pipelines/presets/) as pipelines, with the overrides ``set``, e.g.
+    """``--method`` presets (pipelines/retrieval/presets/) as pipelines, with the overrides ``set``, e.g.
     ``preset("bm25", "orlog", set={"orlog/bm25.k": 50})`` (OrLog over BM25's top 50; ``bm25.k`` would
     set every pipeline's bm25 stage, the bm25 run's too)."""
     bad = [m for m in methods if not isinstance(m, str) or m not in preset_names()]
@@ -579,9 +579,15 @@ def compare(metrics: pa.Table | Evaluation, baseline: str, test: str = "t-test",
 
 def _logical(query: str):
     """``query`` parsed as a logical query, or None when it is plain text; one that looks like a
-    logical query (:func:`~logicrank.pipelines.logic.query.looks_logical`) and does not parse is
+    logical query (:func:`~logicrank.pipelines.retrieval.logic.query.looks_logical`) and does not parse is
     refused in the line the retrieve job refuses such a queries file with."""
-    from logicrank.pipelines.logic.query import QueryParseError, UnparsedQueryError, looks_logical, parse, unparsed_message
+    from logicrank.pipelines.retrieval.logic.query import (
+        QueryParseError,
+        UnparsedQueryError,
+        looks_logical,
+        parse,
+        unparsed_message,
+    )
 
     meant = looks_logical(query)
     if '"' not in query and not meant:
@@ -599,7 +605,7 @@ def _logical(query: str):
 def _words(node) -> str:
     """A logical query's terms in words (``malaria and not children``), as the generated
     benchmarks write a query's text."""
-    from logicrank.pipelines.logic.query import And, Not, Term
+    from logicrank.pipelines.retrieval.logic.query import And, Not, Term
 
     if isinstance(node, Term):
         return node.text
@@ -610,7 +616,7 @@ def _words(node) -> str:
 
 def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, strict: bool = True, table: Table | None = None,
                    set: Mapping[str, Any] | Sequence[str] | None = None, **placement: Any):
-    """Run an experiment file (or an :class:`~logicrank.pipelines.experiment.Experiment`, or the
+    """Run an experiment file (or an :class:`~logicrank.pipelines.evaluation.experiment.Experiment`, or the
     name of one that ships, e.g. ``"scifact"``); returns its ``ExperimentResult`` (summary,
     metrics, groups, reference checks, report path). ``set``: overrides (``--set``'s grammar).
 
@@ -618,7 +624,7 @@ def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, 
     runs here, in this process, without Ray. Otherwise it runs the jobs (index, retrieve,
     evaluate) on a local Ray cluster, or the one ``placement`` names
     (``ray=RayConfig(address=...)``; ``embed``, ``llm``: configs). docs/experiments.md."""
-    from logicrank.pipelines.experiment import Experiment, load, override, run_in_process
+    from logicrank.pipelines.evaluation.experiment import Experiment, load, override, run_in_process
 
     exp = experiment if isinstance(experiment, Experiment) else load(experiment)
     if set:
@@ -635,7 +641,7 @@ def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, 
         raise PipelineError(f"run_experiment: experiment {exp.name} fixes embed {exp.embed}; open the table with open_table(embed=...) to match.")
     judge = None
     if "Judge" in exp.qa_measures:
-        from logicrank.pipelines.evaluate.qa import llm_judge
+        from logicrank.pipelines.evaluation.qa import llm_judge
 
         judge = llm_judge(table.context.llm_service())
     return run_in_process(exp, table.context, out, strict=strict, judge=judge)

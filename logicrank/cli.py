@@ -234,7 +234,7 @@ def index(
     elif s.kept_manifest:
         typer.echo(f"index: the manifest of the run that stopped before this one is kept as {out / s.kept_manifest}.")
     if s.embedded_by.get("reembedded"):
-        typer.echo(f"index: the code that embeds documents (pipelines/embed.py and what it imports) changed since table {cfg.table!r}'s "
+        typer.echo(f"index: the code that embeds documents (pipelines/engines/embed.py and what it imports) changed since table {cfg.table!r}'s "
                    f"vectors were made ({s.embedded_by['before']} -> {s.embedded_by['now']}): its {s.embedded_by['reembedded']} "
                    "stored documents were embedded again.")
     typer.echo(
@@ -253,8 +253,8 @@ def restore(
     table: str = "docs",
 ):
     """Make an earlier version of a table the latest one again (a new version; nothing is lost)."""
+    from logicrank.pipelines.engines.store import DocStore
     from logicrank.pipelines.operations.writelock import TableLock
-    from logicrank.pipelines.store import DocStore
 
     store = _run(DocStore, db, table)
     if not store.exists():
@@ -278,7 +278,7 @@ def versions(
     """List a table's versions, oldest first: when each was made, its rows, whether a completed index
     run finished it (complete, incomplete, or unrecorded where the table cannot tell; readers read
     the newest complete one by default) and its tags."""
-    from logicrank.pipelines.store import DocStore
+    from logicrank.pipelines.engines.store import DocStore
 
     store = _run(DocStore, db, table)
     if not store.exists():
@@ -316,7 +316,7 @@ def retrieve(
 ):
     """Run named pipelines of stages (or --method presets); writes one run table per pipeline."""
     from logicrank.jobs.retrieve import run_retrieve
-    from logicrank.pipelines.pipeline import pipelines_file, read_presets, with_sets
+    from logicrank.pipelines.retrieval.pipeline import pipelines_file, read_presets, with_sets
 
     in_file = bound.file is not None and "pipelines" in _run(read_file, bound.file)
     if pipelines is not None or in_file:
@@ -337,7 +337,7 @@ def retrieve(
 @app.command()
 def stages():
     """The registered stages (what each consumes and needs, its options) and the --method presets."""
-    from logicrank.pipelines.pipeline import describe
+    from logicrank.pipelines.retrieval.pipeline import describe
 
     typer.echo(describe())
 
@@ -358,9 +358,9 @@ def evaluate(
 ):
     """Evaluate runs (and answers): metrics table, significance tests, Markdown report and plot."""
     from logicrank.jobs.evaluate import evaluated_depths, evaluation_notes, run_evaluate
-    from logicrank.pipelines.evaluate.measures import parse_measures
-    from logicrank.pipelines.evaluate.qa import parse_qa_measures
-    from logicrank.pipelines.evaluate.report import depth_cell, summary_frame
+    from logicrank.pipelines.evaluation.measures import parse_measures
+    from logicrank.pipelines.evaluation.qa import parse_qa_measures
+    from logicrank.pipelines.evaluation.report import depth_cell, summary_frame
 
     cfg = _config(EvaluateConfig, bound)
     _run(parse_measures, cfg.measures)
@@ -433,7 +433,7 @@ def bench_rules(
     bound: Bound,
 ):
     """Rule retrieval on a RuleBench set (read from a path): vanilla, SIAR, SIAR + R3 (jobs/experiments/rulebench-siar.yaml), and reasoning with the retrieved rules."""
-    from logicrank.pipelines import benchmarks
+    from logicrank.pipelines.evaluation import benchmarks
 
     where = {"rules": rules, "queries": queries, "split": split}
     exps = [_run(benchmarks.rules, src, sample, seed, r3_n, vanilla=vanilla, **where)]
@@ -474,8 +474,8 @@ def bench_lag(
     bound: Bound,
 ):
     """LAG on a multi-hop set (bundled, or --src): the LLM-free oracle (MuSiQue), then RAG vs LAG and its ablations; jobs/experiments/lag*.yaml."""
-    from logicrank.pipelines import benchmarks
     from logicrank.pipelines.datasets.qa import SETS
+    from logicrank.pipelines.evaluation import benchmarks
 
     if name not in SETS:
         _fail(f"bench-lag: unknown set {name!r}; valid: {', '.join(SETS)}")
@@ -540,7 +540,7 @@ def bench_setlogic(
     bound: Bound,
 ):
     """Set-logic queries over LIMIT with exact gold: dense, bm25, ITLR (gold form), OrLog (gold atoms), by template; jobs/experiments/setlogic.yaml."""
-    from logicrank.pipelines import benchmarks
+    from logicrank.pipelines.evaluation import benchmarks
 
     _experiments("bench-setlogic", [_run(benchmarks.setlogic, per_template, seed, k, orlog, set_)], out, bound)
 
@@ -642,7 +642,7 @@ def bench_itlr(
     bound: Bound,
 ):
     """ITLR's synthetic logical benchmark from SciFact text, pooled and own settings: Table 1 (by negations) and Table 2 (operators); jobs/experiments/itlr-synthetic*.yaml."""
-    from logicrank.pipelines import benchmarks
+    from logicrank.pipelines.evaluation import benchmarks
 
     _experiments("bench-itlr", _run(benchmarks.itlr, per_template, seed, operators), out, bound, nested=True)
 
@@ -711,7 +711,7 @@ def nightly(
     _run(require_writable, cfg.out, "nightly", f"out (in {config})")
     if at is not None:
         from logicrank.jobs.evaluate import evaluated_depths
-        from logicrank.pipelines.evaluate.report import depth_cell, summary_frame
+        from logicrank.pipelines.evaluation.report import depth_cell, summary_frame
 
         for qs, metrics in run_job("nightly", cfg.out, run_at, cfg, at, echo=typer.echo, progress=progress).items():
             typer.echo(f"{qs} at table version {at}:")
@@ -779,9 +779,9 @@ def experiment(
     bound: Bound,
 ):
     """Run an experiment: index its dataset, run its pipelines, evaluate, check its reference figures, write one report."""
-    from logicrank.pipelines.experiment import load, override, with_sample
-    from logicrank.pipelines.overrides import is_stage_key, parse_sets, with_depth
-    from logicrank.pipelines.pipeline import with_sets
+    from logicrank.pipelines.evaluation.experiment import load, override, with_sample
+    from logicrank.pipelines.retrieval.overrides import is_stage_key, parse_sets, with_depth
+    from logicrank.pipelines.retrieval.pipeline import with_sets
 
     exp = _run(load, file)
     if set_ or k:
@@ -801,7 +801,7 @@ def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool =
     they share one index (``out``), and with ``nested`` each writes under ``out/<name>``. A
     missed reference exits 1 after every report is written."""
     from logicrank.jobs.experiment import run_experiment
-    from logicrank.pipelines.evaluate.report import depth_cell
+    from logicrank.pipelines.evaluation.report import depth_cell
 
     embed, ray, llm = _parts(bound)
     missed = []

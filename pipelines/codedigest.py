@@ -1,6 +1,6 @@
 """The digest of the code a module runs: its source and that of every project module it imports.
 
-A stage's cache key (:meth:`logicrank.pipelines.runner.Inputs.key`) and a job's rerun check
+A stage's cache key (:meth:`logicrank.pipelines.retrieval.runner.Inputs.key`) and a job's rerun check
 (:meth:`logicrank.jobs.rundir.RunDir.is_fresh`) hold :func:`code_digest` of the module that defines the
 stage or the job, so an edit to a method's code is never answered from a cache. Only the
 project's own packages (:data:`PROJECT`) are hashed, and the module asked about itself wherever
@@ -16,18 +16,18 @@ The rule (static: nothing is imported to compute it, the files are parsed with :
   there is one, else the package ``a.b`` (its ``__init__``: ``c`` is defined or re-exported
   there); relative imports are resolved against the importing module's package;
 - a package's ``__init__`` counts only where it is named that way, not merely because
-  Python runs it before a submodule: ``from logicrank.pipelines.stages.base import Stage`` covers
-  base.py, not pipelines/stages/__init__.py (which imports every stage to register them).
-  Naming a package (``from logicrank.pipelines.stages import Context``) does cover its ``__init__`` and
+  Python runs it before a submodule: ``from logicrank.pipelines.retrieval.stages.base import Stage`` covers
+  base.py, not pipelines/retrieval/stages/__init__.py (which imports every stage to register them).
+  Naming a package (``from logicrank.pipelines.retrieval.stages import Context``) does cover its ``__init__`` and
   so everything that imports; an ``__init__`` that calls ``import_submodules`` (stage
   discovery) imports every module of its package;
 - source files are found from where the top package is imported from (a copy of the
   project run from its own directory hashes its own files), and read as bytes.
 
-So an edit to pipelines/methods/itlr.py changes the key of the ``itlr`` stage and not that of
-``bm25`` (pipelines/stages/retrievers.py does not import it), and an edit to a module no stage
+So an edit to pipelines/retrieval/methods/itlr.py changes the key of the ``itlr`` stage and not that of
+``bm25`` (pipelines/retrieval/stages/retrievers.py does not import it), and an edit to a module no stage
 imports changes no stage's key. :func:`closure` lists a module's files
-(``python -m logicrank.pipelines.codedigest logicrank.pipelines.stages.itlr``). Each digest is computed once per
+(``python -m logicrank.pipelines.codedigest logicrank.pipelines.retrieval.stages.itlr``). Each digest is computed once per
 process: an edit made while a process runs is seen by the next process.
 """
 
@@ -46,16 +46,19 @@ PROJECT = ("logicrank",)
 
 def code_digest(module: str) -> str:
     """16 hex digits of the SHA-256 over the source of ``module`` and of every project module it
-    imports, directly or through others (the module doc's rule); memoised per process."""
+    imports, directly or through others (the module doc's rule): over their code, not their
+    names; memoised per process."""
     return _digest(module)
 
 
 @cache
 def _digest(module: str) -> str:
+    # the sources' own digests, sorted: neither a module's name nor where it sits enters, so a
+    # module moved with its code unchanged keeps its digest (its importers' change with their
+    # import lines): a table's embedded-by mark survives a regrouping of the packages
     h = hashlib.sha256()
-    for name in closure(module):
-        h.update(name.encode() + b"\0")
-        h.update(_source(name) + b"\0")
+    for part in sorted(hashlib.sha256(_source(name)).digest() for name in closure(module)):
+        h.update(part)
     return h.hexdigest()[:16]
 
 

@@ -7,7 +7,7 @@ The rule for where a table's contract lives:
   the query columns a stage adds for the stages after it;
 - with its stage, a side table that stage alone writes and nothing in logicrank reads back
   (users do): the stage declares it (``side_tables``) and its method module holds the schema
-  (``TERM_SCORES`` in pipelines/methods/itlr.py, ``PREDICATE_SCORES`` in pipelines/methods/orlog.py);
+  (``TERM_SCORES`` in pipelines/retrieval/methods/itlr.py, ``PREDICATE_SCORES`` in pipelines/retrieval/methods/orlog.py);
 - beside its code, a checkpoint or a batch inside one module (a stage's finished shards, a
   job's resumable files, the corpus reader's parsed batches).
 
@@ -105,7 +105,7 @@ DECOMPOSITIONS = pa.schema(
     ]
 )
 
-# query columns a decomposition stage (pipelines/stages/rewriters.py) adds to QUERIES, for
+# query columns a decomposition stage (pipelines/retrieval/stages/rewriters.py) adds to QUERIES, for
 # the stages after it: its status, and for orlog the atoms (logical_query then holds the
 # form over atom ids)
 DECOMPOSED_QUERY = pa.schema(

@@ -15,5 +15,5 @@
 settings and retrieval are two modules because the second reads the registries and the
 registries' engines read the first; one module would be an import circle. An experiment
 file's model (``Experiment``) lives with the experiment runner in
-:mod:`logicrank.pipelines.experiment`. ``import logicrank`` gives every config by name.
+:mod:`logicrank.pipelines.evaluation.experiment`. ``import logicrank`` gives every config by name.
 """

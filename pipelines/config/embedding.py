@@ -1,5 +1,5 @@
 """The encoder's config, alone in its module: the code that makes vectors
-(pipelines/embed.py) imports it, and an edit to that code's closure embeds every stored
+(pipelines/engines/embed.py) imports it, and an edit to that code's closure embeds every stored
 document again (pipelines/codedigest.py), so nothing else lives here."""
 
 from __future__ import annotations

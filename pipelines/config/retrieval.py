@@ -16,10 +16,10 @@ from logicrank.pipelines.config.base import OUTSIDE, UNHASHED
 from logicrank.pipelines.config.base import Config as _Config
 from logicrank.pipelines.config.embedding import EmbedConfig
 from logicrank.pipelines.config.settings import EvaluateConfig, IndexConfig, LLMConfig, RayConfig, distinct
-from logicrank.pipelines.evaluate.measures import parse_measures
+from logicrank.pipelines.evaluation.measures import parse_measures
 from logicrank.pipelines.llm.decompose import KINDS
-from logicrank.pipelines.options import StageOptions
-from logicrank.pipelines.pipeline import parse_pipelines, read_presets, validate
+from logicrank.pipelines.retrieval.options import StageOptions
+from logicrank.pipelines.retrieval.pipeline import parse_pipelines, read_presets, validate
 
 
 def with_option(value: Any, name: str, setting: Any) -> Any:
@@ -38,7 +38,7 @@ def with_option(value: Any, name: str, setting: Any) -> Any:
 class RetrieveConfig(_Config):
     """`logicrank retrieve`: named pipelines of stages over one table, one run each.
 
-    ``pipelines`` maps a run id to a list of stages (see pipelines/pipeline.py and
+    ``pipelines`` maps a run id to a list of stages (see pipelines/retrieval/pipeline.py and
     docs/pipelines.md); its schema is the stage registry's. :meth:`preset` builds it from
     ``--method`` presets."""
 
@@ -87,7 +87,7 @@ class RetrieveConfig(_Config):
 
     @classmethod
     def preset(cls, methods: tuple[str, ...] | list[str] = ("dense",), run_tag: str | None = None, set: Any = None, **fields) -> RetrieveConfig:
-        """A config from ``--method`` presets (pipelines/presets/), with the overrides ``set``
+        """A config from ``--method`` presets (pipelines/retrieval/presets/), with the overrides ``set``
         (``{"orlog.k": 20}`` or ``["orlog.k=20"]``) and this config's own ``fields``."""
         return cls(pipelines=read_presets(tuple(methods), run_tag, set), **fields)
 
@@ -95,7 +95,7 @@ class RetrieveConfig(_Config):
 def decomposition_kinds() -> list[str]:
     """Every registered decomposition kind (pipelines/llm/decompose.py and any stage module that
     registers its own: the stages are imported first)."""
-    import logicrank.pipelines.stages  # noqa: F401 - each stage module registers its kinds on import
+    import logicrank.pipelines.retrieval.stages  # noqa: F401 - each stage module registers its kinds on import
 
     return list(KINDS)
 

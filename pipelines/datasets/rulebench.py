@@ -210,7 +210,7 @@ CHOICE_INSTRUCTION = "Answer with the letter of the correct option."
 def _instruction(q: dict, output: str) -> str:
     """The record's instruction; for a multiple-choice record that gives none (deer,
     theoremQA), one asking for the option's letter, which is what its output is."""
-    from logicrank.pipelines.evaluate.qa import option_letter
+    from logicrank.pipelines.evaluation.qa import option_letter
 
     given = str(q.get("instruction") or "").strip()
     return given or (CHOICE_INSTRUCTION if option_letter(output) else "")

@@ -39,10 +39,10 @@ import numpy as np
 import pyarrow as pa
 
 from logicrank.pipelines.config.settings import GenerateConfig
+from logicrank.pipelines.engines.store import DocStore
 from logicrank.pipelines.files import write_text_atomic
 from logicrank.pipelines.generate.synthetic import TEMPLATES, Template
 from logicrank.pipelines.markdown import table
-from logicrank.pipelines.store import DocStore
 from logicrank.schemas.errors import UserError
 
 MAX_TOPIC_CHARS = 80
@@ -106,7 +106,7 @@ def output_text(gen) -> str | Exception:
 def dedup_questions(cfg: GenerateConfig, questions: pa.Table) -> tuple[pa.Table, dict[str, str]]:
     """The questions (a ``QUESTIONS`` table) without exact and near duplicates (:func:`dedup`
     over their embeddings), sorted by query id, and query_id -> why each dropped one went."""
-    from logicrank.pipelines.embed import Embedder
+    from logicrank.pipelines.engines.embed import Embedder
 
     questions = questions.sort_by("query_id")
     texts = questions.column("text").to_pylist()

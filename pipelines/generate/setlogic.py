@@ -10,7 +10,7 @@ writes QUEST-style queries with QUEST's seven templates:
 Each query carries its natural question ("Who likes Quokkas but not Tapirs?"), its ITLR
 logical query (``"Quokkas" AND NOT "Tapirs"``), its OrLog atoms (``{x} likes Quokkas``) and
 form over their ids (``"a1" AND NOT "a2"``), and its gold set: the people for whom the logical
-query holds on their like-list (:func:`logicrank.pipelines.logic.query.holds`, the evaluator of ITLR's
+query holds on their like-list (:func:`logicrank.pipelines.retrieval.logic.query.holds`, the evaluator of ITLR's
 synthetic benchmark). A template instance is kept when its gold set is non-empty and is not
 the whole corpus, and when the same items in the same template were not drawn before.
 
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from logicrank.pipelines.datasets import _HERE
 from logicrank.pipelines.files import read_jsonl
-from logicrank.pipelines.logic.query import holds, parse, quote
+from logicrank.pipelines.retrieval.logic.query import holds, parse, quote
 from logicrank.schemas.errors import UserError
 
 LIMIT_DIR = _HERE / "limit"

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from logicrank.pipelines.files import atomic_path, read_jsonl
-from logicrank.pipelines.logic.query import holds, parse, quote, relabel, to_text
+from logicrank.pipelines.retrieval.logic.query import holds, parse, quote, relabel, to_text
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import DECOMPOSITIONS
 

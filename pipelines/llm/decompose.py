@@ -1,7 +1,7 @@
 """Query decomposition by an LLM: one row per (query, method), never dropped.
 
 - ``itlr``: a logical query over quoted text terms, decoded under the GBNF grammar derived
-  from the same rules as the parser (:mod:`logicrank.pipelines.logic.grammar`), so a finished output
+  from the same rules as the parser (:mod:`logicrank.pipelines.retrieval.logic.grammar`), so a finished output
   always parses. A grammar cannot bound the output's length: an output cut at
   ``max_tokens`` is a fallback.
 - ``orlog``: atomic statements about an entity ``{x}`` and a logical form over their ids,
@@ -31,8 +31,8 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint, Generation, LLMClient
-from logicrank.pipelines.logic.grammar import to_gbnf
-from logicrank.pipelines.logic.query import And, Node, Not, QueryParseError, Term, parse, quote, to_text
+from logicrank.pipelines.retrieval.logic.grammar import to_gbnf
+from logicrank.pipelines.retrieval.logic.query import And, Node, Not, QueryParseError, Term, parse, quote, to_text
 from logicrank.schemas.errors import JobFailed, UserError
 from logicrank.schemas.tables import DECOMPOSITIONS
 
@@ -176,7 +176,7 @@ def degenerate(node: Node, question: str, examples: frozenset[str]) -> str | Non
     examples (one of theirs with a word the question lacks, compared as BM25 terms, so "pool"
     for "hotels with pools" is the question's own), or a conjunct beside its own negation
     (``"X" AND NOT "X"``: no document can match). A real model writes both (issue 51)."""
-    from logicrank.pipelines.bm25 import default_analyzer
+    from logicrank.pipelines.engines.bm25 import default_analyzer
 
     asked = set(default_analyzer()(question))
     for term in node.terms():

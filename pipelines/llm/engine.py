@@ -389,7 +389,7 @@ class LLMClient:
 
 class LocalLLM:
     """An LLM in this process with the stages' failure contract
-    (:class:`logicrank.pipelines.stages.base.LLM`): a generation batch that fails is retried one prompt
+    (:class:`logicrank.pipelines.retrieval.stages.base.LLM`): a generation batch that fails is retried one prompt
     at a time, and a prompt that fails alone gets its exception in its slot; a truth batch
     that fails raises (scores are never guessed); a dead engine raises ``dead`` (by default
     :class:`LLMFailed`; an engine actor raises :class:`EngineDied`, so its pool restarts it

@@ -40,13 +40,13 @@ import pyarrow.parquet as pq
 
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
 from logicrank.pipelines.corpus import UNREADABLE, SourceError
-from logicrank.pipelines.embed import Embedder, document_text
+from logicrank.pipelines.engines.embed import Embedder, document_text
 from logicrank.schemas.errors import first_line
 from logicrank.schemas.tables import CORPUS, REJECTS
 
 if TYPE_CHECKING:  # the embedding actor imports this module: keep lancedb out of it
+    from logicrank.pipelines.engines.store import DocStore
     from logicrank.pipelines.operations.writelock import TableLock
-    from logicrank.pipelines.store import DocStore
 
 # Lance's caches of the dataset the lookups read: at their defaults they grow with the lookups
 # (about 24 MiB of RSS per 1M ids looked up, measured), bounded here they stay flat, and the
@@ -93,7 +93,7 @@ class StoredHashes:
     def dataset(self):
         """The Lance dataset of the pinned version, opened once."""
         if self._ds is None:
-            from logicrank.pipelines.store import DocStore
+            from logicrank.pipelines.engines.store import DocStore
 
             self._ds = DocStore(self.uri, self.name, version=self.version).table.to_lance(**_BOUNDED_CACHES)
         return self._ds
@@ -462,7 +462,7 @@ def restore_hint(cfg: IndexConfig, store: DocStore, version_before: int | None) 
 def unread_reason(store: DocStore) -> str | None:
     """None when readers read the table's latest version (a completed run finished it); else
     why not, in parentheses."""
-    from logicrank.pipelines.store import StoreError
+    from logicrank.pipelines.engines.store import StoreError
 
     try:
         read = store.readable_version("index")[0]

@@ -16,7 +16,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from logicrank.pipelines.config.retrieval import NIGHTLY_TAG_PREFIX, NightlyConfig, night_date
-from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
+from logicrank.pipelines.evaluation.history import (
+    Night,
+    Rule,
+    compare_nights,
+    history_rows,
+    merge_history,
+    plot_file,
+    plot_history,
+)
 from logicrank.pipelines.files import sha256_file, write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.markdown import table
 from logicrank.pipelines.operations.alerts import deliver
@@ -71,8 +79,8 @@ class NightState:
 def pipeline_hashes(cfg: NightlyConfig) -> dict[str, str]:
     """'<query set>/<pipeline>' -> what defines its numbers apart from the corpus: its stages,
     the encoder and LLM it uses, the queries and qrels."""
-    from logicrank.pipelines.embed import model_id
-    from logicrank.pipelines.pipeline import validate
+    from logicrank.pipelines.engines.embed import model_id
+    from logicrank.pipelines.retrieval.pipeline import validate
 
     out = {}
     for qs, files in cfg.query_sets.items():
@@ -171,7 +179,7 @@ def night_depths(root: Path, day: str, query_sets) -> dict[str, dict[str, int]]:
 def history_markdown(cfg: NightlyConfig, history: pa.Table, comparisons: pa.Table, day: str, plots: list[Path], root: Path,
                      depths: Mapping[str, Mapping[str, int]]) -> str:
     """The nightly's report.md; ``depths``: night ``day``'s depth of each run per query set (:func:`night_depths`)."""
-    from logicrank.pipelines.evaluate.report import DEPTH_NOTE, depth_cell
+    from logicrank.pipelines.evaluation.report import DEPTH_NOTE, depth_cell
 
     nights = sorted(set(history.column("date").to_pylist()))
     lines = [f"# Nightly evaluation: {cfg.index.table} in {cfg.index.db}", "",
@@ -379,7 +387,7 @@ class NightBook:
 
     def _served(self) -> dict:
         """Where the served tag points now (read from the table)."""
-        from logicrank.pipelines.store import DocStore
+        from logicrank.pipelines.engines.store import DocStore
 
         try:
             store = DocStore(self.cfg.index.db, self.cfg.index.table)

@@ -154,7 +154,7 @@ def actors_after(cluster) -> list[dict]:
 def run_index_case(work: Path, n: int, kill: bool, cluster, workers) -> dict:
     from logicrank.jobs.index import run_index
     from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig
-    from logicrank.pipelines.store import DocStore
+    from logicrank.pipelines.engines.store import DocStore
     from tests.conftest import scifact_docs, write_jsonl
 
     corpus = write_jsonl(work / "corpus.jsonl", scifact_docs(n, text_chars=200))

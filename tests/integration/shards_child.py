@@ -27,8 +27,8 @@ N_DOCS, N_QUERIES, BATCH = 900, 120, 20
 
 def _table(db: Path) -> None:
     from logicrank.pipelines.config.settings import EmbedConfig
-    from logicrank.pipelines.embed import model_id, to_fixed_size_list
-    from logicrank.pipelines.store import DocStore
+    from logicrank.pipelines.engines.embed import model_id, to_fixed_size_list
+    from logicrank.pipelines.engines.store import DocStore
     from tests.conftest import scifact_docs
 
     docs = scifact_docs(N_DOCS, text_chars=300)
@@ -58,7 +58,7 @@ def main() -> None:
     work, mode = Path(sys.argv[1]), sys.argv[2]
     from ray.cluster_utils import Cluster
 
-    from logicrank.pipelines.bm25 import storage
+    from logicrank.pipelines.engines.bm25 import storage
 
     storage.SEGMENT_ROWS = 300  # the BM25 index saved in 3 segments: each bm25 shard maps one whole segment (the actors read it from the index)
 
@@ -66,8 +66,8 @@ def main() -> None:
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.config.settings import RayConfig
-    from logicrank.pipelines.stages.itlr import ITLROptions
-    from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
+    from logicrank.pipelines.retrieval.stages.itlr import ITLROptions
+    from logicrank.pipelines.retrieval.stages.retrievers import BM25Options, DenseOptions
 
     _table(work / "db")
     _queries(work / "queries.jsonl")

@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.engines.store import DocStore
 from tests.conftest import scifact_docs
 from tests.integration.children import run_child_module
 

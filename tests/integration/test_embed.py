@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from logicrank.pipelines.config.settings import EmbedConfig
-from logicrank.pipelines.embed import Embedder, ModelError
+from logicrank.pipelines.engines.embed import Embedder, ModelError
 from tests.conftest import scifact_docs
 
 pytestmark = pytest.mark.integration
@@ -38,7 +38,7 @@ def test_openvino_encoders_made_and_dropped_in_one_process_never_deadlock(tmp_pa
     With a Python callback on OpenVINO's threads (AsyncInferQueue), dropping a model whose
     thread still waited for the GIL hung the process within two rounds of this loop, every
     time; a hang here is a failure at pytest's per-test timeout, not a stuck suite."""
-    child = ("from logicrank.pipelines.embed import Embedder; from logicrank.pipelines.config.settings import EmbedConfig\n"
+    child = ("from logicrank.pipelines.engines.embed import Embedder; from logicrank.pipelines.config.settings import EmbedConfig\n"
              "texts = [f'text {i} about things ' * (i % 7 + 1) for i in range(40)]\n"
              "for _ in range(10):\n"
              "    assert Embedder(EmbedConfig(backend='openvino')).encode(texts).shape == (40, 384)\n")

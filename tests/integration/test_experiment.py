@@ -25,8 +25,8 @@ from logicrank.jobs.index import run_index
 from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.config.settings import EvaluateConfig, IndexConfig
-from logicrank.pipelines.evaluate.report import summary_frame
-from logicrank.pipelines.experiment import ReferenceMissed, load
+from logicrank.pipelines.evaluation.experiment import ReferenceMissed, load
+from logicrank.pipelines.evaluation.report import summary_frame
 from tests.compare import assert_runs_close
 from tests.conftest import write_jsonl
 from tests.integration.conftest import RAY
@@ -123,12 +123,12 @@ def test_an_experiment_gives_the_table_of_its_jobs_run_by_hand_groups_and_checks
 
 
 def test_bench_setlogic_is_setlogic_yaml_whose_llm_free_rows_are_setlogic_exacts(tmp_path, tiny_cfg):
-    """`bench-setlogic` (pipelines/benchmarks.py) runs jobs/experiments/setlogic.yaml: its
+    """`bench-setlogic` (pipelines/evaluation/benchmarks.py) runs jobs/experiments/setlogic.yaml: its
     retrieval rows (dense, bm25, ITLR over each scorer), by template and overall, equal
     setlogic-exact.yaml's on the same queries; OrLog, with the LLM's P(True) and with BM25's,
     reorders exactly BM25's top 20 of each query, and both count their cost per pair; the
     LLM-free file's OrLog over BM25 reranks every person, as ITLR scores them."""
-    from logicrank.pipelines import benchmarks
+    from logicrank.pipelines.evaluation import benchmarks
     from logicrank.pipelines.generate.setlogic import TEMPLATE_NAMES
 
     res = run_experiment(benchmarks.setlogic(per_template=3), tmp_path / "bench", llm=tiny_cfg, ray=RAY, progress=False)
@@ -157,10 +157,10 @@ def test_bench_setlogic_is_setlogic_yaml_whose_llm_free_rows_are_setlogic_exacts
 
 
 def test_bench_lag_is_lag_oracle_and_lag_yaml_over_one_index(tmp_path, tiny_cfg):
-    """`bench-lag musique` (pipelines/benchmarks.py): lag-oracle.yaml on every question reproduces
+    """`bench-lag musique` (pipelines/evaluation/benchmarks.py): lag-oracle.yaml on every question reproduces
     its three references, and lag.yaml's LLM rows on a sample score every sampled question
     (QA measures and chain recall), over the same index, not encoded twice."""
-    from logicrank.pipelines import benchmarks
+    from logicrank.pipelines.evaluation import benchmarks
 
     oracle_exp, llm_exp = benchmarks.lag("musique", sample=2, seed=3)
     oracle = run_experiment(oracle_exp, tmp_path / "oracle", ray=RAY, progress=False, index_dir=tmp_path)

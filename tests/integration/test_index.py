@@ -17,8 +17,8 @@ import pytest
 from logicrank.jobs.index import IndexJobError, run_index
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig
 from logicrank.pipelines.corpus import content_hash
+from logicrank.pipelines.engines.store import DocStore, StoreError
 from logicrank.pipelines.operations.writelock import TableLockedError
-from logicrank.pipelines.store import DocStore, StoreError
 from tests.conftest import write_jsonl
 from tests.integration.children import wait_until
 
@@ -255,7 +255,7 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
     """On one CPU node the default encodes in the driver; `--actors 1` still runs the Ray Data
     pool (what a cluster of several nodes or GPUs runs). Same rows, same hashes, the same
     vectors within the tolerance, the same counts; each manifest says where it encoded."""
-    from logicrank.pipelines.placement import IN_DRIVER
+    from logicrank.pipelines.engines.placement import IN_DRIVER
     from tests.compare import ATOL, RTOL
 
     corpus = write_jsonl(tmp_path / "c.jsonl", docs300[:120])
@@ -482,18 +482,18 @@ def test_sigterm_to_an_index_run_with_its_own_ray_stops_it_as_interrupted(tmp_pa
 
 def test_vectors_made_by_other_embedding_code_are_made_again(tmp_path, docs300, monkeypatch):
     """The index job follows the cache rule: a stored vector is reused only if the code that
-    makes vectors (pipelines/embed.py and what it imports) is the code that made it. Here its
+    makes vectors (pipelines/engines/embed.py and what it imports) is the code that made it. Here its
     digest is changed as an edit of that code would change it."""
     import logicrank.jobs.index
     from logicrank.pipelines.codedigest import code_digest
 
     corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300[:40]), tmp_path / "db"
     first = run_index(_cfg(corpus, db), tmp_path / "i1")
-    now = code_digest("logicrank.pipelines.embed")
+    now = code_digest("logicrank.pipelines.engines.embed")
     assert (first.inserted, first.embedded_by) == (40, {"before": None, "now": now})
     assert DocStore(str(db)).embedded_by() == now
     assert run_index(_cfg(corpus, db), tmp_path / "i2").embedded == 0  # the same code: every vector reused
-    monkeypatch.setattr(logicrank.jobs.index, "code_digest", lambda module: "edited" if module == "logicrank.pipelines.embed" else code_digest(module))
+    monkeypatch.setattr(logicrank.jobs.index, "code_digest", lambda module: "edited" if module == "logicrank.pipelines.engines.embed" else code_digest(module))
     again = run_index(_cfg(corpus, db), tmp_path / "i3")
     assert (again.updated, again.unchanged, again.embedded) == (40, 0, 40)
     assert again.embedded_by == {"before": now, "now": "edited", "reembedded": 40}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import logicrank as lr
-from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.engines.store import DocStore
 from tests.conftest import write_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]  # lr.index runs the index job

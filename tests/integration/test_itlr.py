@@ -9,8 +9,8 @@ import pytest
 
 from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config.retrieval import RetrieveConfig
-from logicrank.pipelines.methods.itlr import TERM_SCORES
-from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.engines.store import DocStore
+from logicrank.pipelines.retrieval.methods.itlr import TERM_SCORES
 from logicrank.schemas.tables import RUN
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
@@ -64,7 +64,7 @@ def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path)
     evidence stays in [0, 1]; no LLM, and bm25 needs no encoder."""
     import numpy as np
 
-    from logicrank.pipelines.bm25 import open_index
+    from logicrank.pipelines.engines.bm25 import open_index
 
     store = DocStore(str(synthetic / "db"))
     n_docs = store.count()
@@ -118,8 +118,8 @@ def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(sy
     from typer.testing import CliRunner
 
     from logicrank.cli import app
-    from logicrank.pipelines.evaluate.core import run_metrics
-    from logicrank.pipelines.evaluate.measures import parse_measure
+    from logicrank.pipelines.evaluation.core import run_metrics
+    from logicrank.pipelines.evaluation.measures import parse_measure
     from logicrank.pipelines.io import read_qrels
 
     qrels = synthetic / "syn" / "qrels" / "test.tsv"
@@ -158,7 +158,7 @@ def test_side_tables_of_a_fused_sub_pipeline_are_kept(synthetic, tmp_path):
     assert scores.schema == TERM_SCORES and scores.num_rows == 32 * 10 * 3
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert "term_scores/fused@1-rrf1.parquet" in manifest["outputs"]
-    from logicrank.pipelines.stages.registry import stages as registered
+    from logicrank.pipelines.retrieval.stages.registry import stages as registered
 
     # each stage's name, manual version and code digest (what a rerun check compares)
     assert manifest["inputs"]["stages"] == [[n, registered()[n].version, registered()[n].code()] for n in ("dense", "itlr", "rrf")]
@@ -174,13 +174,13 @@ def test_the_benchmark_experiments_give_the_bespoke_computations_tables(tmp_path
     import pytrec_eval
 
     from logicrank.jobs.experiment import run_experiment
-    from logicrank.pipelines import benchmarks
     from logicrank.pipelines.config.settings import EmbedConfig
-    from logicrank.pipelines.embed import Embedder
-    from logicrank.pipelines.experiment import load, override
+    from logicrank.pipelines.engines.embed import Embedder
+    from logicrank.pipelines.evaluation import benchmarks
+    from logicrank.pipelines.evaluation.experiment import load, override
     from logicrank.pipelines.io import read_queries
-    from logicrank.pipelines.logic.fuzzy import Operators
-    from logicrank.pipelines.methods.itlr import Calibration, compose, labelled_scores, parse_queries, unique_terms
+    from logicrank.pipelines.retrieval.logic.fuzzy import Operators
+    from logicrank.pipelines.retrieval.methods.itlr import Calibration, compose, labelled_scores, parse_queries, unique_terms
 
     families = ("product-sum-reciprocal", "min-max-complement")
     results = {}

@@ -1,6 +1,6 @@
 """The BM25 engine's loops are compiled once per machine. The search loop is compiled ahead
 of time into a module under the project's cache root, which a later process loads without
-numba (pipelines/bm25/compiled.py); where it cannot be built (here: a C compiler that fails) the
+numba (pipelines/engines/bm25/compiled.py); where it cannot be built (here: a C compiler that fails) the
 failure is recorded once and numba's JIT loop serves, its machine code in numba's cache under
 the cache root, which a second process loads (numba's own log, NUMBA_DEBUG_CACHE) instead of
 compiling again. Kernels made inside factory functions missed that cache in every new process
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]  # each test compiles t
 
 SEARCH = (
     "import numpy as np, pyarrow as pa\n"
-    "from logicrank.pipelines import bm25\n"
+    "from logicrank.pipelines.engines import bm25\n"
     "docs = ['the cat sat on the mat', 'a dog and a cat', 'birds of australia that cannot fly', 'museums in paris']\n"
     "batch = pa.record_batch({'doc_id': [f'd{i}' for i in range(len(docs))], 'title': [None] * len(docs), 'text': docs,\n"
     "                         'content_hash': [str(i) for i in range(len(docs))]})\n"
@@ -39,7 +39,7 @@ def _search(cache: Path, code: str = SEARCH, *args: str, **env_vars: str) -> str
 # a saved index searched by a process that only searches: numba is never imported there
 MAPPED = (
     "import sys, pathlib, pyarrow as pa\n"
-    "from logicrank.pipelines import bm25\n"
+    "from logicrank.pipelines.engines import bm25\n"
     "path = pathlib.Path(sys.argv[1])\n"
     "if not (path / 'meta.json').is_file():\n"
     "    docs = ['the cat sat on the mat', 'a dog and a cat', 'birds of australia that cannot fly', 'museums in paris']\n"
@@ -55,7 +55,7 @@ MAPPED = (
 
 
 def test_the_search_loop_is_compiled_once_and_a_later_process_searches_without_numba(tmp_path):
-    from logicrank.pipelines.bm25 import compiled
+    from logicrank.pipelines.engines.bm25 import compiled
 
     cache = tmp_path / "cache"
     assert "BUILT" in _search(cache, MAPPED, str(tmp_path / "index"))
@@ -93,8 +93,8 @@ def test_a_second_process_loads_the_jit_kernels_from_the_cache_root(tmp_path):
 
 PRELOAD = (
     "import threading, pyarrow as pa\n"
-    "from logicrank.pipelines import bm25\n"
-    "from logicrank.pipelines.bm25 import loading\n"
+    "from logicrank.pipelines.engines import bm25\n"
+    "from logicrank.pipelines.engines.bm25 import loading\n"
     "docs = ['the cat sat on the mat', 'a dog and a cat', 'birds of australia that cannot fly', 'museums in paris']\n"
     "batch = pa.record_batch({'doc_id': [f'd{i}' for i in range(len(docs))], 'title': [None] * len(docs), 'text': docs,\n"
     "                         'content_hash': [str(i) for i in range(len(docs))]})\n"

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.pipelines.methods.lag import LAG_ANSWERS, LAG_STEPS
+from logicrank.pipelines.retrieval.methods.lag import LAG_ANSWERS, LAG_STEPS
 from tests.compare import close
 from tests.integration.conftest import RAY
 
@@ -57,8 +57,8 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
 
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config.retrieval import RetrieveConfig
-    from logicrank.pipelines.embed import Embedder
-    from logicrank.pipelines.pipeline import parse_stages
+    from logicrank.pipelines.engines.embed import Embedder
+    from logicrank.pipelines.retrieval.pipeline import parse_stages
 
     root, beir, embed, answers, docs = musique_slice
     gold = str(beir / "answers.jsonl")
@@ -94,7 +94,7 @@ def test_the_oracle_chain_retrieves_what_its_recipe_says(musique_slice, tmp_path
     # supporting-paragraph recall through evaluate equals the share of gold paragraphs in the chain
     from logicrank.jobs.evaluate import run_evaluate
     from logicrank.pipelines.config.settings import EvaluateConfig
-    from logicrank.pipelines.evaluate.report import summary_frame
+    from logicrank.pipelines.evaluation.report import summary_frame
 
     metrics = summary_frame(run_evaluate(EvaluateConfig(qrels=str(beir), runs=(str(runs["chain"]),), measures=("R@100",)), tmp_path / "e"))
     run = pq.read_table(runs["chain"]).to_pylist()
@@ -108,8 +108,8 @@ def test_the_llm_chain_on_the_tiny_model_keeps_every_question_and_its_budget(mus
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.config.settings import EvaluateConfig
-    from logicrank.pipelines.evaluate.report import summary_frame
-    from logicrank.pipelines.pipeline import parse_stages
+    from logicrank.pipelines.evaluation.report import summary_frame
+    from logicrank.pipelines.retrieval.pipeline import parse_stages
 
     root, beir, embed, answers, _ = musique_slice
     short = {"decompose_tokens": 64, "answer_tokens": 8, "passage_tokens": 32}

@@ -16,8 +16,8 @@ from logicrank.pipelines.config.retrieval import DecomposeConfig
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.decompose import FORM_PATTERN, orlog_schema, parse_output
 from logicrank.pipelines.llm.engine import Constraint, Engine, LLMClient
-from logicrank.pipelines.logic.grammar import to_gbnf
-from logicrank.pipelines.logic.query import parse
+from logicrank.pipelines.retrieval.logic.grammar import to_gbnf
+from logicrank.pipelines.retrieval.logic.query import parse
 from tests.conftest import write_jsonl
 from tests.integration.conftest import RAY
 
@@ -180,7 +180,7 @@ def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, syn
 def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg, synthetic):
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config.retrieval import RetrieveConfig
-    from logicrank.pipelines.methods.orlog import PREDICATE_SCORES
+    from logicrank.pipelines.retrieval.methods.orlog import PREDICATE_SCORES
     from logicrank.schemas.tables import DECOMPOSITIONS
 
     queries = synthetic / "syn" / "queries.jsonl"

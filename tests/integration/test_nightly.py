@@ -21,9 +21,9 @@ from logicrank.jobs.nightly import run_at, run_nightly
 from logicrank.jobs.nightly_demo import changed, corrupted, read_docs, relevant_ids, write_jsonl
 from logicrank.pipelines.config.retrieval import NightlyConfig
 from logicrank.pipelines.datasets import scifact
+from logicrank.pipelines.engines.store import DocStore
 from logicrank.pipelines.operations.nightly import EXIT_REGRESSION, EXIT_STOPPED, NightlyError
 from logicrank.pipelines.operations.writelock import TableLock
-from logicrank.pipelines.store import DocStore
 from tests.integration.children import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)

@@ -9,8 +9,8 @@ import re
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.pipelines.methods import rules
-from logicrank.pipelines.methods.rules import INDUCED_RULES, RERANK_WINDOWS
+from logicrank.pipelines.retrieval.methods import rules
+from logicrank.pipelines.retrieval.methods.rules import INDUCED_RULES, RERANK_WINDOWS
 from tests.integration.conftest import RAY
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
@@ -56,7 +56,7 @@ def rulebase(tmp_path_factory):
 def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutation(rulebase, tiny_cfg, tmp_path):
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config.retrieval import RetrieveConfig
-    from logicrank.pipelines.pipeline import parse_stages
+    from logicrank.pipelines.retrieval.pipeline import parse_stages
 
     siar = {"siar": {"mode": "rule+query", "max_tokens": 48}}
     pipelines = {
@@ -124,7 +124,7 @@ def test_siar_then_bm25_then_r3_keeps_every_row_and_every_window_is_a_permutatio
 
 
 def test_bench_rules_is_rulebench_siar_yaml_with_its_options(rulebase, tiny_cfg, tmp_path):
-    """`logicrank bench-rules` (pipelines/benchmarks.py) runs jobs/experiments/rulebench-siar.yaml on
+    """`logicrank bench-rules` (pipelines/evaluation/benchmarks.py) runs jobs/experiments/rulebench-siar.yaml on
     the given set and sample, R3 over the top r3_n: its vanilla rows equal
     rulebench-vanilla.yaml's on the same sample, and R3 only reorders what SIAR retrieved (the
     same R@20 as its first stage)."""
@@ -132,8 +132,8 @@ def test_bench_rules_is_rulebench_siar_yaml_with_its_options(rulebase, tiny_cfg,
 
     from logicrank.cli import app
     from logicrank.jobs.experiment import run_experiment
-    from logicrank.pipelines import benchmarks
-    from logicrank.pipelines.experiment import load, override
+    from logicrank.pipelines.evaluation import benchmarks
+    from logicrank.pipelines.evaluation.experiment import load, override
 
     exp = benchmarks.rules(rulebase / "ulogic", sample=3, seed=1, r3_n=4)
     assert exp.references == () and (exp.dataset.sample, exp.dataset.seed) == (3, 1)
@@ -162,8 +162,8 @@ def test_the_reasoning_table_answers_with_no_rule_the_gold_rule_and_each_runs_to
     query once, with the rules its row promises (none; the gold rule; the top 1 of its run),
     and the EM the report prints is the exact match of those answers with the set's outputs."""
     from logicrank.jobs.experiment import run_experiment
-    from logicrank.pipelines import benchmarks
-    from logicrank.pipelines.evaluate.qa import exact_match
+    from logicrank.pipelines.evaluation import benchmarks
+    from logicrank.pipelines.evaluation.qa import exact_match
 
     res = run_experiment(benchmarks.reasoning(rulebase / "ulogic"), tmp_path / "reason", llm=tiny_cfg, ray=RAY, progress=False)
     assert list(res.summary.index) == ["no-rule", "gold-rule", "vanilla-top1", "siar-top1", "siar-r3-top1"]

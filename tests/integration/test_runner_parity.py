@@ -1,4 +1,4 @@
-"""A pipeline run in process (pipelines/runner.py, as a notebook runs it, and through the
+"""A pipeline run in process (pipelines/retrieval/runner.py, as a notebook runs it, and through the
 Python API ``import logicrank``) writes what the retrieve job writes: the same runs (ids and
 ranks exactly, scores within tests/compare.py's tolerance) and the same side tables, from the
 same stage code without Ray or a job."""
@@ -14,14 +14,14 @@ import pytest
 from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.config.settings import EmbedConfig
-from logicrank.pipelines.embed import Embedder
-from logicrank.pipelines.evaluate.core import run_metrics
-from logicrank.pipelines.evaluate.measures import parse_measures
+from logicrank.pipelines.engines.embed import Embedder
+from logicrank.pipelines.engines.store import DocStore
+from logicrank.pipelines.evaluation.core import run_metrics
+from logicrank.pipelines.evaluation.measures import parse_measures
 from logicrank.pipelines.io import read_qrels, read_queries
-from logicrank.pipelines.pipeline import Pipeline
-from logicrank.pipelines.runner import StageCache
-from logicrank.pipelines.stages import Context
-from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.retrieval.pipeline import Pipeline
+from logicrank.pipelines.retrieval.runner import StageCache
+from logicrank.pipelines.retrieval.stages import Context
 from logicrank.schemas.tables import METRICS, RUN
 from tests.compare import assert_runs_close, assert_tables_close
 from tests.integration.conftest import RAY
@@ -61,7 +61,7 @@ def test_pipelines_run_in_process_equal_the_retrieve_jobs_runs_and_side_tables(s
 
 
 def test_a_notebook_run_after_the_job_reuses_every_stage_output_the_job_cached(synthetic, job):
-    """One key scheme (pipelines.runner.Inputs.of): the job's stage cache answers the Python
+    """One key scheme (pipelines.retrieval.runner.Inputs.of): the job's stage cache answers the Python
     API's run of the same pipelines on the same queries and table, every stage of it."""
     import logicrank as lr
 

@@ -8,8 +8,8 @@ from logicrank.pipelines.config.settings import LLMConfig
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint, Engine
 from logicrank.pipelines.llm.models import MARKER, checksum, prepare
-from logicrank.pipelines.logic.grammar import to_gbnf
-from logicrank.pipelines.logic.query import parse
+from logicrank.pipelines.retrieval.logic.grammar import to_gbnf
+from logicrank.pipelines.retrieval.logic.query import parse
 
 pytestmark = [pytest.mark.integration, pytest.mark.llm]
 

@@ -1,4 +1,4 @@
-"""The BM25 batch engine (pipelines/bm25/) against LanceDB's full-text search, the path it
+"""The BM25 batch engine (pipelines/engines/bm25/) against LanceDB's full-text search, the path it
 replaces: the same analyzer token for token, the same scores within 1e-6 (absolute) +
 1e-6 (relative), the same top k but for ties at the cut; a patched index equal to a built
 one; every table version with its own index. Real LanceDB tables, generated vectors."""
@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from logicrank.pipelines import bm25
 from logicrank.pipelines.datasets import scifact
-from logicrank.pipelines.embed import to_fixed_size_list
-from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.engines import bm25
+from logicrank.pipelines.engines.embed import to_fixed_size_list
+from logicrank.pipelines.engines.store import DocStore
 from tests.compare import assert_ranking_close
 
 pytestmark = pytest.mark.integration
@@ -101,7 +101,7 @@ def test_engine_scores_equal_lancedb_on_rules_with_repeated_query_terms(tmp_path
     queries += [" ".join(rng.choice(WORDS, size=12)) for _ in range(40)]  # repeats by chance
     assert _assert_same_as_lancedb(store, store.bm25_index(), queries, 10) >= 40
     # and the whole product path: the bm25 method's run equals one query at a time through LanceDB
-    from logicrank.pipelines.methods.bm25 import bm25
+    from logicrank.pipelines.retrieval.methods.bm25 import bm25
 
     run = bm25(pa.table({"query_id": [f"q{i}" for i in range(len(queries))], "text": queries}), store, 10)
     for i, q in enumerate(queries):
@@ -229,7 +229,7 @@ def test_ties_rank_by_doc_id_descending_as_runs_do(tmp_path):
     docs = [{"_id": f"t{i:02d}", "title": None, "text": "dog owner feeds the dog"} for i in range(12)]
     docs += [{"_id": f"o{i}", "title": None, "text": f"cat number {i} runs"} for i in range(30)]
     store = _store(tmp_path / "db", docs)
-    from logicrank.pipelines.methods.bm25 import bm25
+    from logicrank.pipelines.retrieval.methods.bm25 import bm25
 
     run = bm25(pa.table({"query_id": ["q"], "text": ["dog owner"]}), store, 5)
     assert run.column("doc_id").to_pylist() == ["t11", "t10", "t09", "t08", "t07"]
@@ -272,7 +272,7 @@ def test_the_compiled_search_equals_the_sparse_product_with_ties_by_doc_id_desce
 SEARCH_FIRST = (
     "import os; os.environ['LOGICRANK_BM25_COMPILED'] = '0'  # the JIT loop (the compiled one never loads numba)\n"
     "import numpy as np, scipy.sparse as sp\n"
-    "from logicrank.pipelines.bm25 import decode_keys, loading\n"
+    "from logicrank.pipelines.engines.bm25 import decode_keys, loading\n"
     "w = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32))\n"
     "q = sp.csr_matrix(np.array([[1.0, 1.0]], np.float32))\n"
     "keys, found = loading.kernels().top_k(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data,\n"

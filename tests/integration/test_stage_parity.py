@@ -26,10 +26,10 @@ import pytest
 from logicrank.jobs.retrieve import run_retrieve
 from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.config.settings import LLMConfig
-from logicrank.pipelines.logic.query import parse, relabel, to_text
-from logicrank.pipelines.pipeline import build
-from logicrank.pipelines.stages import Context
-from logicrank.pipelines.stages.fusion import RRFOptions
+from logicrank.pipelines.retrieval.logic.query import parse, relabel, to_text
+from logicrank.pipelines.retrieval.pipeline import build
+from logicrank.pipelines.retrieval.stages import Context
+from logicrank.pipelines.retrieval.stages.fusion import RRFOptions
 from logicrank.schemas.tables import DECOMPOSITIONS
 from tests.compare import assert_runs_close, assert_tables_close
 from tests.conftest import scifact_docs, write_jsonl

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 import logicrank as lr
-from logicrank.pipelines.logic.fuzzy import negated_conjuncts
-from logicrank.pipelines.logic.query import Term
-from logicrank.pipelines.methods.itlr import parse_queries
+from logicrank.pipelines.retrieval.logic.fuzzy import negated_conjuncts
+from logicrank.pipelines.retrieval.logic.query import Term
+from logicrank.pipelines.retrieval.methods.itlr import parse_queries
 
 pytestmark = [pytest.mark.integration]
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from logicrank.cli import app
-from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.engines.store import DocStore
 from tests import faults
 from tests.conftest import scifact_docs, write_jsonl
 

@@ -6,9 +6,9 @@ One process, one thread for the engines (the job's own Ray session is given 2 CP
 stage runs in the driver at this size). Each figure is the best of ``--repeat`` runs:
   bm25s numba     bm25s over title + " " + text (English stop words, Snowball stemmer), index apart,
                   retrieval (query tokenisation included) after a warm-up on 10 queries;
-  engine          logicrank's BM25 engine searching the same queries (pipelines/bm25/,
+  engine          logicrank's BM25 engine searching the same queries (pipelines/engines/bm25/,
                   ``search_flat``: rows and scores, no run table);
-  method          pipelines/methods/bm25.py: the engine and the run table built from its arrays;
+  method          pipelines/retrieval/methods/bm25.py: the engine and the run table built from its arrays;
   job stage       `logicrank retrieve` (run_retrieve) with bm25, the stage's own seconds from the
                   manifest (Ray's start not counted; each run in a fresh run directory).
 Goals (issue 40): the job's stage >= 0.8x bm25s numba; >= 0.9x the engine alone.
@@ -46,8 +46,8 @@ K = 100
 
 def _table(db: Path):
     from logicrank.pipelines.datasets import scifact
-    from logicrank.pipelines.embed import to_fixed_size_list
-    from logicrank.pipelines.store import DocStore
+    from logicrank.pipelines.engines.embed import to_fixed_size_list
+    from logicrank.pipelines.engines.store import DocStore
 
     with gzip.open(scifact().corpus, "rt", encoding="utf-8") as f:
         docs = [json.loads(line) for line in f]
@@ -78,7 +78,7 @@ def main() -> None:
     from logicrank.pipelines.config.settings import RayConfig
     from logicrank.pipelines.datasets import scifact
     from logicrank.pipelines.markdown import table
-    from logicrank.pipelines.methods.bm25 import bm25
+    from logicrank.pipelines.retrieval.methods.bm25 import bm25
 
     work = Path(tempfile.mkdtemp(prefix="bm25-stage-"))
     try:
@@ -169,7 +169,7 @@ if what == "bm25s":
         q = bm25s.tokenize(texts, stopwords="en", stemmer=stem, return_ids=False, show_progress=False)
         retriever.retrieve(q, k=100, n_threads=1, show_progress=False)
 else:
-    from logicrank.pipelines.store import DocStore
+    from logicrank.pipelines.engines.store import DocStore
     index = DocStore(str(work / "db")).bm25_index()
     def search():
         index.search_flat(texts, 100)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from logicrank.jobs.index import run_index  # noqa: E402
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
-from logicrank.pipelines.embed import Embedder, document_text  # noqa: E402
+from logicrank.pipelines.engines.embed import Embedder, document_text  # noqa: E402
 from logicrank.pipelines.markdown import table  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 

@@ -22,11 +22,11 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from logicrank.pipelines.embed import to_fixed_size_list  # noqa: E402
-from logicrank.pipelines.logic.fuzzy import Operators  # noqa: E402
+from logicrank.pipelines.engines.embed import to_fixed_size_list  # noqa: E402
+from logicrank.pipelines.engines.store import DocStore  # noqa: E402
 from logicrank.pipelines.markdown import table  # noqa: E402
-from logicrank.pipelines.methods.itlr import Calibration, ann_candidates, parse_queries, score_candidates, score_exact  # noqa: E402
-from logicrank.pipelines.store import DocStore  # noqa: E402
+from logicrank.pipelines.retrieval.logic.fuzzy import Operators  # noqa: E402
+from logicrank.pipelines.retrieval.methods.itlr import Calibration, ann_candidates, parse_queries, score_candidates, score_exact  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
 

@@ -30,15 +30,15 @@ from logicrank.jobs.index import run_index  # noqa: E402
 from logicrank.jobs.raysession import ray_session  # noqa: E402
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, LLMConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets.qa import to_beir  # noqa: E402
-from logicrank.pipelines.embed import Embedder  # noqa: E402
-from logicrank.pipelines.experiment import load  # noqa: E402
+from logicrank.pipelines.engines.embed import Embedder  # noqa: E402
+from logicrank.pipelines.engines.store import DocStore  # noqa: E402
+from logicrank.pipelines.evaluation.experiment import load  # noqa: E402
 from logicrank.pipelines.files import write_text_atomic  # noqa: E402
 from logicrank.pipelines.io import read_queries  # noqa: E402
 from logicrank.pipelines.llm import prompts  # noqa: E402
 from logicrank.pipelines.markdown import table  # noqa: E402
-from logicrank.pipelines.stages import Context  # noqa: E402
-from logicrank.pipelines.stages.lag import Lag, LagOptions  # noqa: E402
-from logicrank.pipelines.store import DocStore  # noqa: E402
+from logicrank.pipelines.retrieval.stages import Context  # noqa: E402
+from logicrank.pipelines.retrieval.stages.lag import Lag, LagOptions  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
 

@@ -153,7 +153,7 @@ SPLITS = {"dev": 1, "test": 2}  # seeds of the set-logic generator
 
 def canonical(node):
     """A form up to term order, quoting and case: AND/OR children as a sorted tuple."""
-    from logicrank.pipelines.logic.query import Not, Term
+    from logicrank.pipelines.retrieval.logic.query import Not, Term
 
     if isinstance(node, Term):
         return ("term", " ".join(node.text.casefold().split()))
@@ -166,7 +166,7 @@ def form_figures(decompositions: pa.Table, gold: dict[str, str]) -> dict:
     """Parse rate, form accuracy and statuses of one model's ITLR decompositions."""
     from collections import Counter
 
-    from logicrank.pipelines.logic.query import QueryParseError, parse
+    from logicrank.pipelines.retrieval.logic.query import QueryParseError, parse
 
     rows = decompositions.to_pylist()
     parsed = correct = 0
@@ -203,7 +203,7 @@ def split_questions(out: Path, splits: list[str], per_template: int) -> dict[str
 
 def decomposition(args) -> None:
     from logicrank.jobs.experiment import run_experiment
-    from logicrank.pipelines.experiment import load, override
+    from logicrank.pipelines.evaluation.experiment import load, override
 
     out = Path(args.out) / "bench_llm_decomposition"
     splits = [x.strip() for x in args.splits.split(",") if x.strip()]
@@ -285,7 +285,7 @@ def truth(args) -> None:
     from collections import Counter
 
     from logicrank.jobs.experiment import run_experiment
-    from logicrank.pipelines.experiment import load, override
+    from logicrank.pipelines.evaluation.experiment import load, override
 
     out = Path(args.out) / "bench_llm_truth"
     splits = [x.strip() for x in args.truth_splits.split(",") if x.strip()]
@@ -437,7 +437,7 @@ def _bare_vllm(cfg: LLMConfig, truth_texts: list[str], decompose_texts: list[str
     """vLLM's own ``LLM.generate`` on the pool's prompts, in this process (a fresh one: see
     :func:`pool`): the rates of each task after the engine started, the outputs to compare."""
     from logicrank.pipelines.llm.engine import Constraint, Engine, label_logits, p_true
-    from logicrank.pipelines.logic.grammar import to_gbnf
+    from logicrank.pipelines.retrieval.logic.grammar import to_gbnf
 
     resolved = resolve(cfg.model)
     engine = Engine(cfg.model_copy(update={"model": str(resolved.path)}), resolved).start()
@@ -479,7 +479,7 @@ def pool(args) -> None:
     from logicrank.jobs.llm_service import LLMService
     from logicrank.jobs.raysession import ray_session
     from logicrank.pipelines.llm.engine import Constraint
-    from logicrank.pipelines.logic.grammar import to_gbnf
+    from logicrank.pipelines.retrieval.logic.grammar import to_gbnf
 
     out = Path(args.out) / "bench_llm_pool"
     questions = split_questions(out, ["dev"], args.pool_questions)["dev"]

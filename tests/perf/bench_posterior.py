@@ -20,9 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from logicrank.pipelines.logic.probability import compile_probability, is_read_once, problog_probability  # noqa: E402
-from logicrank.pipelines.logic.query import And, Not, Or, Term  # noqa: E402
 from logicrank.pipelines.markdown import table  # noqa: E402
+from logicrank.pipelines.retrieval.logic.probability import compile_probability, is_read_once, problog_probability  # noqa: E402
+from logicrank.pipelines.retrieval.logic.query import And, Not, Or, Term  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
 ATOMS = [f"a{i}" for i in range(8)]

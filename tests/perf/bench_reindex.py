@@ -7,8 +7,8 @@
 Re-index (``--docs``): a synthetic table as the index job's first run leaves it (random unit
 vectors of 384 dimensions, texts of 40 words drawn from 20,000, the scalar and full-text
 indexes, the ANN index with ``--ann on``, the BM25 engine's index), then 1% of the documents
-edited (new text and vector), upserted, the table maintained (pipelines/store/writing.py,
-``DocStore.maintain``) and the BM25 index patched (``pipelines.bm25.update_index``). Prints
+edited (new text and vector), upserted, the table maintained (pipelines/engines/store/writing.py,
+``DocStore.maintain``) and the BM25 index patched (``pipelines.engines.bm25.update_index``). Prints
 the seconds of each part, and those of the first build beside them. ``--like-bench-scale``:
 the table's indexes made as tests/perf/bench_scale.py makes them (the full-text and ANN
 indexes, no doc_id index), where the issue measured 66 s of maintenance at 100k.
@@ -61,7 +61,7 @@ def _vectors(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
 
 
 def _rows(rng: np.random.Generator, ids: list[str], dim: int, texts: list[str] | None = None) -> pa.Table:
-    from logicrank.pipelines.embed import to_fixed_size_list
+    from logicrank.pipelines.engines.embed import to_fixed_size_list
 
     n = len(ids)
     texts = texts if texts is not None else _texts(rng, n)
@@ -70,8 +70,8 @@ def _rows(rng: np.random.Generator, ids: list[str], dim: int, texts: list[str] |
 
 
 def reindex(n: int, ann: str, work: Path, dim: int = DIM, like_bench_scale: bool = False) -> dict:
-    from logicrank.pipelines import bm25
-    from logicrank.pipelines.store import DocStore
+    from logicrank.pipelines.engines import bm25
+    from logicrank.pipelines.engines.store import DocStore
 
     db = work / f"db-{n}-{ann}"
     shutil.rmtree(db, ignore_errors=True)
@@ -115,7 +115,7 @@ def reindex(n: int, ann: str, work: Path, dim: int = DIM, like_bench_scale: bool
 # -- the driver's change detection ---------------------------------------------------
 def _diff_table(n: int, work: Path) -> str:
     """A table of ``n`` ids, hashes and 4-dimensional vectors, indexed as the job leaves it (made once)."""
-    from logicrank.pipelines.store import DocStore
+    from logicrank.pipelines.engines.store import DocStore
 
     db = work / f"diff-db-{n}"
     if (db / "done").exists():
@@ -182,8 +182,8 @@ def diff_child(n: int, work: Path) -> dict:
     import tempfile
 
     from logicrank.pipelines.config.settings import EmbedConfig
+    from logicrank.pipelines.engines.store import DocStore
     from logicrank.pipelines.operations import indexing
-    from logicrank.pipelines.store import DocStore
 
     store = DocStore(_diff_table(n, work))
     store.count()

@@ -46,13 +46,13 @@ from logicrank.jobs.retrieve import run_retrieve  # noqa: E402
 from logicrank.pipelines.config.retrieval import RetrieveConfig  # noqa: E402
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig, RayConfig  # noqa: E402
 from logicrank.pipelines.datasets import scifact  # noqa: E402
-from logicrank.pipelines.embed import Embedder  # noqa: E402
-from logicrank.pipelines.evaluate.core import run_metrics  # noqa: E402
-from logicrank.pipelines.evaluate.measures import parse_measures  # noqa: E402
+from logicrank.pipelines.engines.embed import Embedder  # noqa: E402
+from logicrank.pipelines.engines.store import DocStore  # noqa: E402
+from logicrank.pipelines.evaluation.core import run_metrics  # noqa: E402
+from logicrank.pipelines.evaluation.measures import parse_measures  # noqa: E402
 from logicrank.pipelines.io import read_qrels  # noqa: E402
 from logicrank.pipelines.markdown import table  # noqa: E402
-from logicrank.pipelines.methods.ranking import rank_pairs  # noqa: E402
-from logicrank.pipelines.store import DocStore  # noqa: E402
+from logicrank.pipelines.retrieval.methods.ranking import rank_pairs  # noqa: E402
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID  # noqa: E402
 from tests.perf.report import write_report  # noqa: E402
 
@@ -137,7 +137,7 @@ def main() -> None:
         print(rows[-1], flush=True)
 
     # -- logicrank's BM25 engine in this process, warm as bm25s numba is ---------------
-    from logicrank.pipelines.methods.bm25 import bm25
+    from logicrank.pipelines.retrieval.methods.bm25 import bm25
 
     store = DocStore(db)
     open_s, _ = _timed(lambda: store.bm25_index().search(texts[:10], K))  # the index opened, the loop loaded

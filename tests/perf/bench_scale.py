@@ -15,10 +15,10 @@ Each step runs in its own process, so its peak memory (max RSS) is its own:
   table        write the passages and vectors into a new LanceDB table (append, 100k rows a commit)
   fts          LanceDB's full-text indexes on title and text (what the index job still builds)
   ann          the ANN index (IVF_HNSW_SQ), only from the ANN threshold (100k) as the index job does
-  bm25-build   the BM25 engine's index of the version, built from a table scan (pipelines/bm25/)
+  bm25-build   the BM25 engine's index of the version, built from a table scan (pipelines/engines/bm25/)
   reindex-1%   1% of the passages edited (new text and vector) and upserted, then the engine's index
                patched from the previous version's, and, beside it, built anew (the decision)
-  bm25         logicrank's bm25 over the batch of queries, in process (pipelines/methods/bm25.py; its numba
+  bm25         logicrank's bm25 over the batch of queries, in process (pipelines/retrieval/methods/bm25.py; its numba
                search loop compiled on 10 queries first), and beside it the engine alone (search_flat, no run
                table): each run 7 times to 100k, 3 at 1M, once at 10M, interleaved, the best of each
   bm25s        bm25s 0.3 over title + text (its own tokenizer with PyStemmer and English stop words),
@@ -35,11 +35,11 @@ Each step runs in its own process, so its peak memory (max RSS) is its own:
   numpy        the (queries x docs) product + argpartition top k over the table's vectors, in blocks of
                1,024 queries x 4,096 documents (the floor; unblocked, 1M documents stream from memory per query)
   hybrid       RRF of the bm25 and dense runs
-  itlr-exact   ITLR exact mode (pipelines/methods/itlr.py, score_exact: every document scored, top 10 kept)
+  itlr-exact   ITLR exact mode (pipelines/retrieval/methods/itlr.py, score_exact: every document scored, top 10 kept)
                over --queries logical queries of three terms (four shapes with AND, OR, NOT, as in
                bench_itlr.py), the terms drawn (seeded) from SciFact's 300 queries, with their real vectors;
                beside it, the (unique terms x docs) numpy product alone, the floor under any exact scoring
-  itlr-bm25    ITLR exact mode over BM25 evidence (pipelines/methods/evidence.py: every unique term's BM25
+  itlr-bm25    ITLR exact mode over BM25 evidence (pipelines/retrieval/methods/evidence.py: every unique term's BM25
                scores over the table from one sparse product, max-normalised, composed in blocks, top 10),
                the same logical queries; beside it, the bm25 engine searching the unique terms as queries
                (top 100 each), the peer a user would run instead
@@ -111,7 +111,7 @@ def _embedded(path: Path, texts: list[str], encoder: list) -> np.ndarray:
             return v
     if not encoder:
         from logicrank.pipelines.config.settings import EmbedConfig
-        from logicrank.pipelines.embed import Embedder
+        from logicrank.pipelines.engines.embed import Embedder
 
         encoder.append(Embedder(EmbedConfig(backend="openvino")))
     t = time.perf_counter()
@@ -134,7 +134,7 @@ def _batches(n: int, seed: int, data: dict, rows: int = 100_000, dim: int | None
     vectors' first ``dim`` dimensions (renormalised)."""
     import pyarrow as pa
 
-    from logicrank.pipelines.embed import to_fixed_size_list
+    from logicrank.pipelines.engines.embed import to_fixed_size_list
 
     sents, owner, titles, pool = data["sentences"], data["owner"], data["titles"], data["pool"]
     rng = np.random.default_rng(seed + 1)
@@ -174,7 +174,7 @@ def _child(args) -> dict:
     work = Path(args.work)
     data = _load_data(work)
     db = str(work / f"db-{args.size}")
-    from logicrank.pipelines.store import DocStore
+    from logicrank.pipelines.engines.store import DocStore
 
     step, n = args.step, args.size
     queries, qvec = data["queries"], data["qvec"]
@@ -186,7 +186,7 @@ def _child(args) -> dict:
         shutil.rmtree(db, ignore_errors=True)
         s = DocStore(db)
         from logicrank.pipelines.config.settings import EmbedConfig
-        from logicrank.pipelines.embed import model_id
+        from logicrank.pipelines.engines.embed import model_id
 
         # MiniLM's space (sentence means + noise): retrieve encodes queries with the bundled encoder into it (shards-equal)
         s.open_or_create(_table_dim(n, data), model_id(EmbedConfig()) if _table_dim(n, data) == data["pool"].shape[1] else "bench-scale (MiniLM sentence means + noise, cut)")
@@ -205,7 +205,7 @@ def _child(args) -> dict:
             return {"skipped": "an option now (index --ann), not built by default; its build grows faster than the corpus (648 s at 1M)"}
         out["index"] = DocStore(db).build_ann()
     elif step == "bm25-build":
-        from logicrank.pipelines.bm25 import index_root, update_index
+        from logicrank.pipelines.engines.bm25 import index_root, update_index
 
         s = DocStore(db)
         root = index_root(s)
@@ -215,7 +215,7 @@ def _child(args) -> dict:
         done = update_index(s)
         out.update(done)
     elif step == "reindex-1%":
-        from logicrank.pipelines.bm25 import SOURCE_COLUMNS, BM25Index, update_index
+        from logicrank.pipelines.engines.bm25 import SOURCE_COLUMNS, BM25Index, update_index
 
         s = DocStore(db)
         m = max(1, n // 100)
@@ -224,7 +224,7 @@ def _child(args) -> dict:
         old = s.table.to_lance().take(rows).to_pydict()
         import pyarrow as pa
 
-        from logicrank.pipelines.embed import to_fixed_size_list
+        from logicrank.pipelines.engines.embed import to_fixed_size_list
 
         vec = np.asarray(old["vector"], np.float32) + rng.normal(0, 0.02, size=(m, s.dim)).astype(np.float32)
         vec /= np.linalg.norm(vec, axis=1, keepdims=True)
@@ -254,7 +254,7 @@ def _child(args) -> dict:
     elif step == "bm25":
         import pyarrow as pa
 
-        from logicrank.pipelines.methods.bm25 import bm25
+        from logicrank.pipelines.retrieval.methods.bm25 import bm25
 
         s = DocStore(db)
         t = time.perf_counter()
@@ -311,8 +311,8 @@ def _child(args) -> dict:
     elif step in ("dense", "dense-f16"):
         import shutil
 
-        from logicrank.pipelines import vectors
-        from logicrank.pipelines.methods.dense import exact_top_k
+        from logicrank.pipelines.engines import vectors
+        from logicrank.pipelines.retrieval.methods.dense import exact_top_k
 
         precision = "float16" if step == "dense-f16" else "float32"
         if n > F16_FROM and precision == "float32":
@@ -352,7 +352,7 @@ def _child(args) -> dict:
     elif step == "dense-ann":
         import pyarrow.parquet as pq
 
-        from logicrank.pipelines.methods.dense import REFINE_FACTOR
+        from logicrank.pipelines.retrieval.methods.dense import REFINE_FACTOR
 
         s = DocStore(db)
         if not s.has_ann_index():
@@ -395,7 +395,7 @@ def _child(args) -> dict:
     elif step == "hybrid":
         import pyarrow.parquet as pq
 
-        from logicrank.pipelines.methods.hybrid import rrf
+        from logicrank.pipelines.retrieval.methods.hybrid import rrf
 
         a, b = pq.read_table(work / f"run-bm25-{n}.parquet"), pq.read_table(work / f"run-dense-{n}.parquet")
         t = time.perf_counter()
@@ -405,8 +405,8 @@ def _child(args) -> dict:
     elif step in ("itlr-exact", "itlr-ann"):
         import pyarrow.parquet as pq
 
-        from logicrank.pipelines.logic.fuzzy import Operators
-        from logicrank.pipelines.methods.itlr import Calibration, ann_candidates, score_candidates, score_exact
+        from logicrank.pipelines.retrieval.logic.fuzzy import Operators
+        from logicrank.pipelines.retrieval.methods.itlr import Calibration, ann_candidates, score_candidates, score_exact
 
         s = DocStore(db)
         parsed, terms, T = _logic_queries(data, args.seed)
@@ -433,10 +433,10 @@ def _child(args) -> dict:
             out["recall@10"] = float(np.mean([len(truth[q] & found.get(q, set())) / len(truth[q]) for q in truth.index]))
         out["qps"] = len(parsed) / out["search_s"]
     elif step == "itlr-bm25":
-        from logicrank.pipelines.logic.fuzzy import Operators
-        from logicrank.pipelines.logic.query import relabel
-        from logicrank.pipelines.methods.evidence import BM25Evidence, calibrate_evidence
-        from logicrank.pipelines.methods.itlr import LogicalQuery, score_exact, unique_terms
+        from logicrank.pipelines.retrieval.logic.fuzzy import Operators
+        from logicrank.pipelines.retrieval.logic.query import relabel
+        from logicrank.pipelines.retrieval.methods.evidence import BM25Evidence, calibrate_evidence
+        from logicrank.pipelines.retrieval.methods.itlr import LogicalQuery, score_exact, unique_terms
 
         s = DocStore(db)
         parsed, slots, _ = _logic_queries(data, args.seed)
@@ -463,8 +463,8 @@ def _child(args) -> dict:
         import pandas as pd
         import pyarrow.parquet as pq
 
-        from logicrank.pipelines.logic.query import parse
-        from logicrank.pipelines.methods.orlog import OrlogQuery, posteriors
+        from logicrank.pipelines.retrieval.logic.query import parse
+        from logicrank.pipelines.retrieval.methods.orlog import OrlogQuery, posteriors
 
         base = pq.read_table(work / f"run-bm25-{n}.parquet").to_pandas()
         base = base.assign(query_id=base["query_id"].map({q: f"l{i}" for i, q in enumerate(data["qids"])}))
@@ -491,8 +491,8 @@ def _child(args) -> dict:
     elif step == "evaluate":
         import pyarrow.parquet as pq
 
-        from logicrank.pipelines.evaluate.core import run_metrics
-        from logicrank.pipelines.evaluate.measures import parse_measures
+        from logicrank.pipelines.evaluation.core import run_metrics
+        from logicrank.pipelines.evaluation.measures import parse_measures
 
         run = pq.read_table(work / f"run-bm25-{n}.parquet")
         qrels = _pseudo_qrels(n, args.seed, data)
@@ -539,11 +539,11 @@ def _dense_apart(work: Path, n: int, data: dict, seed: int) -> dict:
     """The exact dense engine over ``n`` 384-dimensional float16 unit vectors written apart from
     the table (the table past ``F16_FROM`` holds ``SMALL_DIM`` dimensions): the passages'
     vectors as the table step makes them, streamed into a mapped ``.npy``, then every query's
-    exact top k (pipelines/exact.py, numpy, one thread). The write is reported apart."""
+    exact top k (pipelines/engines/exact.py, numpy, one thread). The write is reported apart."""
     import pyarrow as pa
 
-    from logicrank.pipelines.exact import top_k
-    from logicrank.pipelines.vectors import Vectors, tiebreak_ranks
+    from logicrank.pipelines.engines.exact import top_k
+    from logicrank.pipelines.engines.vectors import Vectors, tiebreak_ranks
 
     path = work / f"vectors-{n}-float16.npy"
     t = time.perf_counter()
@@ -586,7 +586,7 @@ def _bm25_shards(work: Path, db: str, n: int, data: dict) -> dict:
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.config.settings import RayConfig
-    from logicrank.pipelines.store import DocStore
+    from logicrank.pipelines.engines.store import DocStore
 
     s = DocStore(db)
     s.mark_complete()  # the table is built here, not by `logicrank index`: retrieve reads marked versions only
@@ -633,9 +633,9 @@ def _shards_equal(work: Path, db: str, n: int, data: dict, n_queries: int = 300,
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.config.settings import RayConfig
-    from logicrank.pipelines.stages.itlr import ITLROptions
-    from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
-    from logicrank.pipelines.store import DocStore
+    from logicrank.pipelines.engines.store import DocStore
+    from logicrank.pipelines.retrieval.stages.itlr import ITLROptions
+    from logicrank.pipelines.retrieval.stages.retrievers import BM25Options, DenseOptions
 
     DocStore(db).mark_complete()
     texts = data["queries"][:n_queries]
@@ -691,7 +691,7 @@ def _logic_queries(data: dict, seed: int):
     are those queries' real vectors."""
     import pyarrow as pa
 
-    from logicrank.pipelines.methods.itlr import parse_queries
+    from logicrank.pipelines.retrieval.methods.itlr import parse_queries
 
     distinct = min(300, len(data["qvec"]))
     rng = np.random.default_rng(seed + 3)

@@ -2,7 +2,7 @@
 
     python tests/perf/device_dense.py --docs 2000000 --queries 2000 --out runs/bench
 
-Needs numpy, pyarrow and torch only (pipelines/exact.py, pipelines/vectors.py), so it runs on a
+Needs numpy, pyarrow and torch only (pipelines/engines/exact.py, pipelines/engines/vectors.py), so it runs on a
 bare GPU machine with the repository copied. Generated unit vectors (384 dimensions, clustered
 so that neighbours are close, with exact duplicates so that ties at the cut occur), searched
 three ways: numpy on the CPU (the reference), torch on the GPU, and the GPU by shards merged.
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, 
 
 
 def _vectors(n: int, dim: int, seed: int, precision: str):
-    from logicrank.pipelines.vectors import Vectors, tiebreak_ranks
+    from logicrank.pipelines.engines.vectors import Vectors, tiebreak_ranks
 
     rng = np.random.default_rng(seed)
     centers = rng.normal(size=(1000, dim)).astype(np.float32)
@@ -46,7 +46,7 @@ def _vectors(n: int, dim: int, seed: int, precision: str):
 
 def _one(precision: str, args) -> dict:
     """One precision: the GPU's run, the CPU's on the first queries, the GPU's by shards merged."""
-    from logicrank.pipelines.exact import merge_top, shard_bounds, top_k
+    from logicrank.pipelines.engines.exact import merge_top, shard_bounds, top_k
 
     v, rng = _vectors(args.docs, 384, 0, precision)
     q = v.matrix[rng.integers(0, args.docs, args.queries)].astype(np.float32) + 0.3 * rng.normal(size=(args.queries, 384)).astype(np.float32)

@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from logicrank.pipelines.embed import to_fixed_size_list
-from logicrank.pipelines.store import ENGLISH_STOP_WORDS, DocStore, StoreError
+from logicrank.pipelines.engines.embed import to_fixed_size_list
+from logicrank.pipelines.engines.store import ENGLISH_STOP_WORDS, DocStore, StoreError
 
 WORDS = ["person", "x", "owns", "animal", "y", "can", "feed", "rescue", "trained", "dog", "dogs", "cat", "owner", "owning", "has", "from", "which", "laptop", "engineer", "works", "coding", "runs", "running", "simulations", "the", "a", "of", "is", "and", "to", "in", "it", "z"]
 

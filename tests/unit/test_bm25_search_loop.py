@@ -1,5 +1,5 @@
-"""The BM25 search loop (pipelines/bm25/kernels.py, ``top_k``), compiled ahead of time
-(pipelines/bm25/compiled.py) and by numba's JIT alike, against the definition it computes, on sparse matrices made to hit each of its paths: per query, the float32 sum of its
+"""The BM25 search loop (pipelines/engines/bm25/kernels.py, ``top_k``), compiled ahead of time
+(pipelines/engines/bm25/compiled.py) and by numba's JIT alike, against the definition it computes, on sparse matrices made to hit each of its paths: per query, the float32 sum of its
 terms' weight rows, every document that scores, the best ``k`` by score then tiebreak rank.
 The loop estimates its cut from a strided sample of the scores and falls back to lower
 thresholds when fewer than ``k`` documents reach the estimate; the cases below put the scoring
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from logicrank.pipelines import bm25
-from logicrank.pipelines.bm25 import compiled as bm25_compiled
-from logicrank.pipelines.bm25 import index, loading, storage
+from logicrank.pipelines.engines import bm25
+from logicrank.pipelines.engines.bm25 import compiled as bm25_compiled
+from logicrank.pipelines.engines.bm25 import index, loading, storage
 
 
 @pytest.fixture(autouse=True, params=["compiled", "jit"])

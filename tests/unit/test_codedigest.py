@@ -18,7 +18,7 @@ import pyarrow as pa
 from logicrank.pipelines.codedigest import PROJECT, closure, code_digest
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ["logicrank.pipelines.stages.itlr", "logicrank.pipelines.stages.retrievers", "logicrank.pipelines.stages.orlog", "logicrank.pipelines.runner", "logicrank.jobs.retrieve", "logicrank.jobs.index"]
+MODULES = ["logicrank.pipelines.retrieval.stages.itlr", "logicrank.pipelines.retrieval.stages.retrievers", "logicrank.pipelines.retrieval.stages.orlog", "logicrank.pipelines.retrieval.runner", "logicrank.jobs.retrieve", "logicrank.jobs.index"]
 DIGEST = "import json, sys; from logicrank.pipelines.codedigest import code_digest; import logicrank.pipelines; print(json.dumps([logicrank.pipelines.__file__, {m: code_digest(m) for m in sys.argv[1:]}]))"
 
 
@@ -53,54 +53,54 @@ def test_an_edit_changes_the_digest_of_the_stages_that_import_it_and_no_other(tm
     assert first == {m: code_digest(m) for m in MODULES}  # the copy is this code: the same digests from another directory
     assert _digests(copy) == first  # stable
 
-    itlr = copy / "pipelines" / "methods" / "itlr.py"
+    itlr = copy / "pipelines" / "retrieval" / "methods" / "itlr.py"
     itlr.write_text(itlr.read_text() + "\n# a harmless edit\n")
     edited = _digests(copy)
     # ITLR's stage and OrLog's (its stage imports ITLR's evidence) and the retrieve job, which runs every stage
-    assert _changed(first, edited) == {"logicrank.pipelines.stages.itlr", "logicrank.pipelines.stages.orlog", "logicrank.jobs.retrieve"}
+    assert _changed(first, edited) == {"logicrank.pipelines.retrieval.stages.itlr", "logicrank.pipelines.retrieval.stages.orlog", "logicrank.jobs.retrieve"}
 
-    unused = copy / "pipelines" / "evaluate" / "significance.py"  # no stage imports it
+    unused = copy / "pipelines" / "evaluation" / "significance.py"  # no stage imports it
     unused.write_text(unused.read_text() + "\n# an edit no stage sees\n")
     assert _digests(copy) == edited
 
-    base = copy / "pipelines" / "stages" / "base.py"  # every stage's contract
+    base = copy / "pipelines" / "retrieval" / "stages" / "base.py"  # every stage's contract
     base.write_text(base.read_text() + "\n# an edit every stage sees\n")
     assert _changed(edited, _digests(copy)) == set(MODULES) - {"logicrank.jobs.index"}
 
 
 def test_the_digest_is_computed_once_per_process(tmp_path):
     copy = _copy(tmp_path)
-    code = ("import json, sys, pathlib; from logicrank.pipelines.codedigest import code_digest; import logicrank.pipelines; m = 'logicrank.pipelines.stages.itlr'; "
-            "a = code_digest(m); p = pathlib.Path('pipelines/methods/itlr.py'); p.write_text(p.read_text() + '# edited\\n'); "
+    code = ("import json, sys, pathlib; from logicrank.pipelines.codedigest import code_digest; import logicrank.pipelines; m = 'logicrank.pipelines.retrieval.stages.itlr'; "
+            "a = code_digest(m); p = pathlib.Path('pipelines/retrieval/methods/itlr.py'); p.write_text(p.read_text() + '# edited\\n'); "
             "print(json.dumps([logicrank.pipelines.__file__, {'first': a, 'again': code_digest(m)}]))")
     once = _digests(copy, code, [])
-    assert once["first"] == once["again"] == code_digest("logicrank.pipelines.stages.itlr")  # the edit is not seen by this process
-    assert _digests(copy, DIGEST, ["logicrank.pipelines.stages.itlr"])["logicrank.pipelines.stages.itlr"] != once["first"]  # the next one sees it
+    assert once["first"] == once["again"] == code_digest("logicrank.pipelines.retrieval.stages.itlr")  # the edit is not seen by this process
+    assert _digests(copy, DIGEST, ["logicrank.pipelines.retrieval.stages.itlr"])["logicrank.pipelines.retrieval.stages.itlr"] != once["first"]  # the next one sees it
 
 
 def test_the_closure_follows_import_statements_not_the_packages_python_runs_first():
-    bm25, itlr = closure("logicrank.pipelines.stages.retrievers"), closure("logicrank.pipelines.stages.itlr")
-    assert bm25[0] == "logicrank.pipelines.stages.retrievers" and itlr[0] == "logicrank.pipelines.stages.itlr"
-    assert "logicrank.pipelines.methods.itlr" in itlr and "logicrank.pipelines.methods.itlr" not in bm25
-    assert {"logicrank.pipelines.methods.bm25", "logicrank.pipelines.methods.dense", "logicrank.pipelines.stages.base", "logicrank.pipelines.codedigest"} <= set(bm25)
+    bm25, itlr = closure("logicrank.pipelines.retrieval.stages.retrievers"), closure("logicrank.pipelines.retrieval.stages.itlr")
+    assert bm25[0] == "logicrank.pipelines.retrieval.stages.retrievers" and itlr[0] == "logicrank.pipelines.retrieval.stages.itlr"
+    assert "logicrank.pipelines.retrieval.methods.itlr" in itlr and "logicrank.pipelines.retrieval.methods.itlr" not in bm25
+    assert {"logicrank.pipelines.retrieval.methods.bm25", "logicrank.pipelines.retrieval.methods.dense", "logicrank.pipelines.retrieval.stages.base", "logicrank.pipelines.codedigest"} <= set(bm25)
     assert "logicrank.pipelines.io" in bm25  # imported inside a function (stages import lazily)
-    assert "logicrank.pipelines.stages" not in bm25  # `from logicrank.pipelines.stages.base import Stage` does not cover the package's __init__ ...
-    assert "logicrank.pipelines.stages" in closure("logicrank.jobs.retrieve")  # ... `from logicrank.pipelines.stages import Context` does (and every stage it imports)
-    assert "logicrank.pipelines.stages.itlr" in closure("logicrank.jobs.retrieve")
+    assert "logicrank.pipelines.retrieval.stages" not in bm25  # `from logicrank.pipelines.retrieval.stages.base import Stage` does not cover the package's __init__ ...
+    assert "logicrank.pipelines.retrieval.stages" in closure("logicrank.jobs.retrieve")  # ... `from logicrank.pipelines.retrieval.stages import Context` does (and every stage it imports)
+    assert "logicrank.pipelines.retrieval.stages.itlr" in closure("logicrank.jobs.retrieve")
     assert all(m.split(".")[0] in PROJECT for m in itlr)  # third-party code is not hashed
 
 
 
 def test_the_closure_follows_relative_imports_as_python_resolves_them(tmp_path):
     copy = _copy(tmp_path)
-    probe = "logicrank.pipelines.stages.relative_probe"
-    (copy / "pipelines" / "stages" / "relative_probe.py").write_text(
-        "from .base import Stage\nfrom ..methods import itlr\nfrom .. import files\n\n\ndef never_run():\n    from ..... import beyond_the_top\n")
+    probe = "logicrank.pipelines.retrieval.stages.relative_probe"
+    (copy / "pipelines" / "retrieval" / "stages" / "relative_probe.py").write_text(
+        "from .base import Stage\nfrom ..methods import itlr\nfrom ... import files\n\n\ndef never_run():\n    from ..... import beyond_the_top\n")
     code = ("import json, sys; from logicrank.pipelines.codedigest import closure; import logicrank.pipelines; "
             "print(json.dumps([logicrank.pipelines.__file__, {m: closure(m) for m in sys.argv[1:]}]))")
     got = _digests(copy, code, [probe])[probe]
     assert got[0] == probe
-    assert {"logicrank.pipelines.stages.base", "logicrank.pipelines.methods.itlr", "logicrank.pipelines.files"} <= set(got)
+    assert {"logicrank.pipelines.retrieval.stages.base", "logicrank.pipelines.retrieval.methods.itlr", "logicrank.pipelines.files"} <= set(got)
     assert all(m.split(".")[0] in PROJECT for m in got)  # the import beyond the top package names nothing
 
 
@@ -132,7 +132,7 @@ class _Store:
         return False
 
     def vectors(self, precision="float32"):
-        from logicrank.pipelines.vectors import Vectors, tiebreak_ranks
+        from logicrank.pipelines.engines.vectors import Vectors, tiebreak_ranks
 
         ids = pa.array(self.ids.tolist(), pa.string())
         return Vectors(ids, self.matrix.astype(precision), tiebreak_ranks(ids))
@@ -151,9 +151,9 @@ class _Encoder:
 
 def test_an_edit_to_itlrs_code_recomputes_itlr_and_reuses_dense(tmp_path, monkeypatch):
     import logicrank.pipelines.codedigest
-    from logicrank.pipelines.pipeline import Pipeline
-    from logicrank.pipelines.runner import Inputs, StageCache
-    from logicrank.pipelines.stages import Context
+    from logicrank.pipelines.retrieval.pipeline import Pipeline
+    from logicrank.pipelines.retrieval.runner import Inputs, StageCache
+    from logicrank.pipelines.retrieval.stages import Context
 
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{q}\td{d:02d}\t1\n" for q in (1, 2) for d in range(0, 20, 3)))
@@ -176,7 +176,7 @@ def test_an_edit_to_itlrs_code_recomputes_itlr_and_reuses_dense(tmp_path, monkey
     assert run() == {"dense": [False], "itlr": [False], "fused": [False, False, True]}
     assert run() == {"dense": [True], "itlr": [True], "fused": [True, True, True]}
     real = logicrank.pipelines.codedigest.code_digest
-    monkeypatch.setattr(logicrank.pipelines.codedigest, "code_digest", lambda m: real(m) + ("-edited" if m == "logicrank.pipelines.stages.itlr" else ""))
+    monkeypatch.setattr(logicrank.pipelines.codedigest, "code_digest", lambda m: real(m) + ("-edited" if m == "logicrank.pipelines.retrieval.stages.itlr" else ""))
     # ITLR and the fusion over it are computed again, not dense (the fusion's ITLR child is the ITLR pipeline's new output)
     assert run() == {"dense": [True], "itlr": [False], "fused": [False, True, True]}
     assert run() == {"dense": [True], "itlr": [True], "fused": [True, True, True]}
@@ -185,10 +185,10 @@ def test_an_edit_to_itlrs_code_recomputes_itlr_and_reuses_dense(tmp_path, monkey
 
 
 def test_the_runners_own_code_is_part_of_every_key(tmp_path, monkeypatch):
-    import logicrank.pipelines.runner
-    from logicrank.pipelines.pipeline import Pipeline
-    from logicrank.pipelines.runner import Inputs, StageCache
-    from logicrank.pipelines.stages import Context
+    import logicrank.pipelines.retrieval.runner
+    from logicrank.pipelines.retrieval.pipeline import Pipeline
+    from logicrank.pipelines.retrieval.runner import Inputs, StageCache
+    from logicrank.pipelines.retrieval.stages import Context
 
     queries = pa.table({"query_id": ["q1"], "text": ["alpha"]})
     p = Pipeline.parse("dense", [{"dense": {"k": 3}}])
@@ -196,7 +196,7 @@ def test_the_runners_own_code_is_part_of_every_key(tmp_path, monkeypatch):
     inputs = Inputs.of(queries, ctx.store, encoder="stand-in")
     cache = StageCache(tmp_path)
     first = p.run(ctx, queries, cache, inputs).steps[0]
-    monkeypatch.setattr(logicrank.pipelines.runner, "code_digest", lambda m: "edited")
+    monkeypatch.setattr(logicrank.pipelines.retrieval.runner, "code_digest", lambda m: "edited")
     assert not p.run(ctx, queries, cache, inputs).steps[0]["cached"]
     monkeypatch.undo()
     again = p.run(ctx, queries, cache, inputs).steps[0]
@@ -204,7 +204,7 @@ def test_the_runners_own_code_is_part_of_every_key(tmp_path, monkeypatch):
 
 
 def test_inputs_key_the_queries_by_their_content_and_a_relative_table_path_as_its_absolute_one(monkeypatch, tmp_path):
-    from logicrank.pipelines.runner import Inputs
+    from logicrank.pipelines.retrieval.runner import Inputs
 
     class Store:
         name, version = "docs", 3
@@ -240,3 +240,17 @@ def test_a_jobs_rerun_is_fresh_only_with_the_same_code(tmp_path, monkeypatch):
     monkeypatch.setattr(logicrank.pipelines.codedigest, "code_digest", lambda m: real(m) + ("-edited" if m == "logicrank.jobs.retrieve" else ""))
     assert not RunDir(tmp_path / "retrieve", "retrieve").is_fresh("c", {"queries": 1})  # an edit to what the job runs: run again
     assert other.is_fresh("c", {"queries": 1})
+
+
+def test_a_module_moved_with_its_code_unchanged_keeps_its_digest(tmp_path):
+    """The digest covers the code, not where it sits: the same source under another package
+    (a move, issue 52) digests alike, so a table's embedded-by mark and a stage's cache key
+    survive a regrouping of the packages; a changed byte still changes it."""
+    copy = _copy(tmp_path)
+    source = "from logicrank.pipelines import files\n\n\ndef probe():\n    return files\n"
+    (copy / "pipelines" / "engines" / "moved_probe.py").write_text(source)
+    (copy / "pipelines" / "retrieval" / "moved_probe.py").write_text(source)
+    (copy / "pipelines" / "evaluation" / "moved_probe.py").write_text(source + "# edited\n")
+    got = _digests(copy, DIGEST, [f"logicrank.pipelines.{p}.moved_probe" for p in ("engines", "retrieval", "evaluation")])
+    assert got["logicrank.pipelines.engines.moved_probe"] == got["logicrank.pipelines.retrieval.moved_probe"]
+    assert got["logicrank.pipelines.evaluation.moved_probe"] != got["logicrank.pipelines.engines.moved_probe"]

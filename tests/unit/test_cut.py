@@ -1,4 +1,4 @@
-"""The cut stage (pipelines/stages/cut.py): a fixed top k, a depth per query from a JSONL
+"""The cut stage (pipelines/retrieval/stages/cut.py): a fixed top k, a depth per query from a JSONL
 file, and the refusals; the restrict stage: only the pairs a qrels file lists. Run in process
 over a precomputed run."""
 
@@ -11,10 +11,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.pipelines.pipeline import Pipeline
-from logicrank.pipelines.runner import Inputs
-from logicrank.pipelines.stages import Context
-from logicrank.pipelines.stages.cut import CutError
+from logicrank.pipelines.retrieval.pipeline import Pipeline
+from logicrank.pipelines.retrieval.runner import Inputs
+from logicrank.pipelines.retrieval.stages import Context
+from logicrank.pipelines.retrieval.stages.cut import CutError
 from logicrank.schemas.tables import RUN
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from logicrank.cli import app
 from logicrank.pipelines.datasets import registry
-from logicrank.pipelines.experiment import Dataset, ExperimentError, load, prepare_dataset
+from logicrank.pipelines.evaluation.experiment import Dataset, ExperimentError, load, prepare_dataset
 
 runner = CliRunner()
 

@@ -1,4 +1,4 @@
-"""The dense batch engine (pipelines/methods/dense.py) against LanceDB's vector search: the
+"""The dense batch engine (pipelines/retrieval/methods/dense.py) against LanceDB's vector search: the
 exact blocked product equals LanceDB's exact search (ids and ranks exactly, scores within
 1e-6), ties at the cut go by doc id as runs rank them, and past the ANN threshold the
 refined ANN search keeps recall@10 against exact. Real LanceDB tables, generated vectors."""
@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from logicrank.pipelines.embed import to_fixed_size_list
-from logicrank.pipelines.methods.dense import dense, exact_top_k
-from logicrank.pipelines.methods.ranking import rank_pairs
-from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.engines.embed import to_fixed_size_list
+from logicrank.pipelines.engines.store import DocStore
+from logicrank.pipelines.retrieval.methods.dense import dense, exact_top_k
+from logicrank.pipelines.retrieval.methods.ranking import rank_pairs
 from tests.compare import assert_runs_close
 
 DIM = 64
@@ -85,7 +85,7 @@ def test_the_refined_ann_search_as_an_option_keeps_recall(tmp_path, monkeypatch)
     assert store.has_ann_index()
     queries = _unit(docs[rng.integers(0, 6000, 100)] + 0.3 * rng.normal(size=(100, DIM)))
     qids = [str(i) for i in range(100)]
-    import logicrank.pipelines.methods.dense as engine
+    import logicrank.pipelines.retrieval.methods.dense as engine
 
     calls, search = [], store.vector_search
     monkeypatch.setattr(store, "vector_search", lambda *a, **kw: calls.append(kw) or search(*a, **kw))
@@ -101,7 +101,7 @@ def test_the_refined_ann_search_as_an_option_keeps_recall(tmp_path, monkeypatch)
 def test_tiles_of_documents_give_the_single_pass_answer(tmp_path, monkeypatch):
     """Many document tiles (merged top k per tile) against one pass: the same run, ties
     across tiles broken by doc id too."""
-    import logicrank.pipelines.exact as engine
+    import logicrank.pipelines.engines.exact as engine
 
     rng = np.random.default_rng(3)
     docs = _unit(rng.normal(size=(2000, DIM)))
@@ -120,7 +120,7 @@ def test_tiles_of_documents_give_the_single_pass_answer(tmp_path, monkeypatch):
 
 
 def test_ann_asked_of_a_table_without_an_ann_index_is_refused_in_one_line(tmp_path):
-    from logicrank.pipelines.methods.dense import DenseError
+    from logicrank.pipelines.retrieval.methods.dense import DenseError
 
     store = _store(tmp_path / "db", _unit(np.random.default_rng(4).normal(size=(50, DIM))))
     with pytest.raises(DenseError, match=r"needs an ANN index .*logicrank index --ann"):
@@ -132,8 +132,8 @@ def test_shards_merge_into_exactly_the_unsharded_run_on_either_product(tmp_path,
     """Shards of rows searched apart and merged: the unsharded top k, ids and
     ranks exactly, scores within 1e-6, a tie spread over shards included; the torch product
     (run here on the CPU, on a GPU where one is visible) gives the numpy product's run."""
-    import logicrank.pipelines.exact as engine
-    from logicrank.pipelines.methods.dense import merge_top, shard_bounds, top_k
+    import logicrank.pipelines.engines.exact as engine
+    from logicrank.pipelines.retrieval.methods.dense import merge_top, shard_bounds, top_k
 
     monkeypatch.setattr(engine, "_TILE", 128)
     rng = np.random.default_rng(5)
@@ -173,7 +173,7 @@ def test_damaged_saved_vectors_are_written_again_and_a_recreated_table_gets_its_
     """The mapped vectors are checked when opened (shape, ids, save id, the table version's
     time): a cut-off file is written again, and a table dropped and made again, whose versions
     reuse the same numbers, never maps its predecessor's vectors."""
-    from logicrank.pipelines import vectors
+    from logicrank.pipelines.engines import vectors
 
     rng = np.random.default_rng(7)
     first = _unit(rng.normal(size=(300, DIM)))

@@ -15,14 +15,14 @@ import yaml
 
 from logicrank.cli import app
 from logicrank.pipelines.config.retrieval import NightlyConfig, RetrieveConfig
-from logicrank.pipelines.pipeline import describe
-from logicrank.pipelines.stages import stages
+from logicrank.pipelines.retrieval.pipeline import describe
+from logicrank.pipelines.retrieval.stages import stages
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 STAGES_DOC = ROOT / "docs" / "stages.md"
 PIPELINES_DOC = ROOT / "docs" / "pipelines.md"
-REGENERATE = """.venv/bin/python -c "from logicrank.pipelines.pipeline import describe; open('docs/stages.md','w').write(describe())\""""
+REGENERATE = """.venv/bin/python -c "from logicrank.pipelines.retrieval.pipeline import describe; open('docs/stages.md','w').write(describe())\""""
 README_MAX_LINES = 250
 
 
@@ -50,7 +50,7 @@ def test_yaml_pipelines_validate():
             assert NightlyConfig.model_validate(data).pipelines, page
             continue
         if isinstance(data, dict) and {"name", "title", "dataset"} <= set(data):  # an experiment file (docs/experiments.md)
-            from logicrank.pipelines.experiment import Experiment
+            from logicrank.pipelines.evaluation.experiment import Experiment
 
             assert Experiment.model_validate(data).pipelines, page
             continue

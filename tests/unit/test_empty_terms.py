@@ -1,4 +1,4 @@
-"""Every miss named, nothing padded (pipelines/stages/itlr.py over BM25 evidence): a term no
+"""Every miss named, nothing padded (pipelines/retrieval/stages/itlr.py over BM25 evidence): a term no
 document holds (a misspelling, a stop word, no word at all) is named in the step's counts and on
 the terminal and holds for no document whatever the calibration; a document whose score carries
 no evidence (no positive term of its query in it, and 0 with the terms it misses counted 0) is
@@ -15,13 +15,13 @@ import pyarrow as pa
 import pytest
 
 from logicrank.jobs.retrieve_notes import fallback_notes
-from logicrank.pipelines.logic.fuzzy import Operators
-from logicrank.pipelines.logic.query import parse
-from logicrank.pipelines.methods.evidence import calibrate_evidence, make_evidence
-from logicrank.pipelines.methods.itlr import Calibration, EmptyNotError, LogicalQuery, score_exact, score_listed
-from logicrank.pipelines.pipeline import Pipeline
-from logicrank.pipelines.runner import Inputs
-from logicrank.pipelines.stages import Context
+from logicrank.pipelines.retrieval.logic.fuzzy import Operators
+from logicrank.pipelines.retrieval.logic.query import parse
+from logicrank.pipelines.retrieval.methods.evidence import calibrate_evidence, make_evidence
+from logicrank.pipelines.retrieval.methods.itlr import Calibration, EmptyNotError, LogicalQuery, score_exact, score_listed
+from logicrank.pipelines.retrieval.pipeline import Pipeline
+from logicrank.pipelines.retrieval.runner import Inputs
+from logicrank.pipelines.retrieval.stages import Context
 from logicrank.schemas.errors import UserError
 from tests.unit.test_evidence import LIKES, TableStore
 

@@ -13,8 +13,8 @@ import pytrec_eval
 
 from logicrank.jobs.evaluate import evaluation_notes, run_evaluate
 from logicrank.pipelines.config.settings import EvaluateConfig
-from logicrank.pipelines.evaluate.core import EvaluationError, run_metrics
-from logicrank.pipelines.evaluate.measures import parse_measures
+from logicrank.pipelines.evaluation.core import EvaluationError, run_metrics
+from logicrank.pipelines.evaluation.measures import parse_measures
 from logicrank.pipelines.io import TopicsError, read_qrels, read_run, write_trec_run
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
@@ -269,7 +269,7 @@ def test_queries_missing_from_a_run_are_counted_and_reported(tmp_path):
 def test_the_per_query_plot_has_a_column_per_measure_whose_panels_share_their_axis():
     import matplotlib.pyplot as plt
 
-    from logicrank.pipelines.evaluate.report import per_query_figure
+    from logicrank.pipelines.evaluation.report import per_query_figure
 
     rows = [(run, q, m, v) for run, scale in (("base", 0.5), ("a", 0.9), ("b", 0.1)) for m, k in (("nDCG@10", 1.0), ("P@1", 0.3))
             for q, v in (("q1", scale * k), ("q2", scale * k / 2))]
@@ -288,7 +288,7 @@ def test_the_per_query_plot_leaves_a_panel_empty_for_a_run_without_the_measure()
     """A QA measure only the runs that answer have (EM of run a, none of run b): b's panel says so."""
     import matplotlib.pyplot as plt
 
-    from logicrank.pipelines.evaluate.report import per_query_figure
+    from logicrank.pipelines.evaluation.report import per_query_figure
 
     rows = [("base", "q1", "nDCG@10", 0.5), ("a", "q1", "nDCG@10", 0.7), ("b", "q1", "nDCG@10", 0.1),
             ("base", "q1", "EM", 1.0), ("a", "q1", "EM", 0.0)]

@@ -1,4 +1,4 @@
-"""Term evidence from any scorer (pipelines/methods/evidence.py): BM25 term scores equal the
+"""Term evidence from any scorer (pipelines/retrieval/methods/evidence.py): BM25 term scores equal the
 bm25 engine's, each calibration maps to [0, 1] as documented, ITLR and OrLog compose them, and
 the option pairs that cannot go together are refused in one line. A small in-memory table
 stands in for LanceDB (its BM25 index is the real engine's, built from the same rows)."""
@@ -13,18 +13,25 @@ import pyarrow as pa
 import pytest
 from scipy.special import ndtr
 
-from logicrank.pipelines.bm25 import BM25Index
-from logicrank.pipelines.logic.fuzzy import Operators
-from logicrank.pipelines.logic.query import parse
-from logicrank.pipelines.methods.evidence import (
+from logicrank.pipelines.engines.bm25 import BM25Index
+from logicrank.pipelines.retrieval.logic.fuzzy import Operators
+from logicrank.pipelines.retrieval.logic.query import parse
+from logicrank.pipelines.retrieval.methods.evidence import (
     BM25Evidence,
     EvidenceError,
     calibrate_evidence,
     check_calibration,
     make_evidence,
 )
-from logicrank.pipelines.methods.itlr import Calibration, LogicalQuery, compose, score_exact, score_listed, term_scores_from
-from logicrank.pipelines.methods.orlog import OrlogQuery, atom_query, posteriors, retrieval_truth
+from logicrank.pipelines.retrieval.methods.itlr import (
+    Calibration,
+    LogicalQuery,
+    compose,
+    score_exact,
+    score_listed,
+    term_scores_from,
+)
+from logicrank.pipelines.retrieval.methods.orlog import OrlogQuery, atom_query, posteriors, retrieval_truth
 
 # a LIMIT-like table: who likes what; "Ada" likes apples and pears, "Bo" apples only, ...
 LIKES = {
@@ -171,8 +178,8 @@ def test_refusals_name_what_goes_together():
         check_calibration("hybrid", "zscore", "itlr")
     with pytest.raises(EvidenceError, match="unknown scorer 'splade'"):
         check_calibration("splade", None, "itlr")
-    from logicrank.pipelines.stages.itlr import ITLROptions
-    from logicrank.pipelines.stages.orlog import OrlogOptions
+    from logicrank.pipelines.retrieval.stages.itlr import ITLROptions
+    from logicrank.pipelines.retrieval.stages.orlog import OrlogOptions
 
     with pytest.raises(ValueError, match="scorer 'dense' takes calibration"):
         ITLROptions(calibration="saturation")

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from logicrank.pipelines.experiment import EXPERIMENTS, ExperimentError, load, override, with_sample
+from logicrank.pipelines.evaluation.experiment import EXPERIMENTS, ExperimentError, load, override, with_sample
 
 
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.yaml")), ids=lambda p: p.stem)
@@ -29,7 +29,7 @@ def test_a_sample_replaces_the_files_and_drops_its_references():
 
 
 def test_qa_measures_are_checked_before_any_work():
-    from logicrank.pipelines.experiment import Experiment
+    from logicrank.pipelines.evaluation.experiment import Experiment
 
     lag = load("lag").model_dump(exclude_none=True)
     ok = Experiment.model_validate(lag | {"references": [{"run": "lag", "measure": "em", "value": 0.1, "tolerance": 0.1, "source": "x"}]})
@@ -77,7 +77,7 @@ def test_a_bad_override_is_one_line(key, value, why):
 
 
 def test_a_reference_is_reproduced_within_its_tolerance_and_never_without_a_figure():
-    from logicrank.pipelines.experiment import Reference, ReferenceCheck
+    from logicrank.pipelines.evaluation.experiment import Reference, ReferenceCheck
 
     ref = Reference(run="question", measure="R@100", value=0.697, tolerance=0.01, source="x")
     assert ReferenceCheck(ref, 0.6875).ok and ReferenceCheck(ref, 0.7065).ok
@@ -85,7 +85,7 @@ def test_a_reference_is_reproduced_within_its_tolerance_and_never_without_a_figu
 
 
 def test_set_items_are_yaml_values_and_a_stage_name_reaches_every_such_stage():
-    from logicrank.pipelines.overrides import OverrideError, parse_sets
+    from logicrank.pipelines.retrieval.overrides import OverrideError, parse_sets
 
     assert parse_sets(["dataset.sample=25", "measures=[R@1, MRR]", "orlog/bm25.k=5", "title=a=b", "itlr.ann_nprobes=none"]) == {
         "dataset.sample": 25, "measures": ["R@1", "MRR"], "orlog/bm25.k": 5, "title": "a=b", "itlr.ann_nprobes": "none"}
@@ -112,7 +112,7 @@ def test_references_stay_for_the_same_data_and_go_when_the_queries_or_the_encode
 
 
 def test_the_bench_commands_options_land_where_the_files_hold_them(tmp_path, monkeypatch):
-    from logicrank.pipelines import benchmarks
+    from logicrank.pipelines.evaluation import benchmarks
 
     ulogic = tmp_path / "ulogic"  # (the reference figures are ULogic's: kept on a set of that name alone)
     ulogic.mkdir()
@@ -142,7 +142,7 @@ def test_the_bench_commands_options_land_where_the_files_hold_them(tmp_path, mon
 
 
 def test_bench_itlr_runs_both_settings_and_refuses_a_set_past_dense_depth():
-    from logicrank.pipelines import benchmarks
+    from logicrank.pipelines.evaluation import benchmarks
 
     pooled, own = benchmarks.itlr(per_template=3, seed=1, operators=False)
     assert (pooled.name, own.name) == ("itlr-synthetic", "itlr-synthetic-own")
@@ -155,7 +155,7 @@ def test_bench_itlr_runs_both_settings_and_refuses_a_set_past_dense_depth():
 
 
 def test_query_ids_cut_queries_and_qrels_to_those_queries_in_file_order(tmp_path):
-    from logicrank.pipelines.experiment import Experiment, sample_queries
+    from logicrank.pipelines.evaluation.experiment import Experiment, sample_queries
 
     beir = tmp_path / "beir"
     (beir / "qrels").mkdir(parents=True)
@@ -182,7 +182,7 @@ def test_the_report_prints_counts_as_integers_and_stage_counts_as_words(tmp_path
     import pandas as pd
     import pyarrow as pa
 
-    from logicrank.pipelines.experiment import EXPERIMENTS, ExperimentResult, render
+    from logicrank.pipelines.evaluation.experiment import EXPERIMENTS, ExperimentResult, render
 
     exp = load(EXPERIMENTS / "scifact.yaml")
     groups = {"negations": pd.DataFrame({"queries": [40.0, 120.0], "nDCG@10": [0.74451, 0.5]},

@@ -1,4 +1,4 @@
-"""Experiment files (pipelines/experiment/) without Ray: every shipped file loads, by path and
+"""Experiment files (pipelines/evaluation/experiment/) without Ray: every shipped file loads, by path and
 by name, and a bad file is refused in one line that says what is wrong (moved from
 tests/integration/test_experiment.py, whose runs need Ray)."""
 
@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from logicrank.cli import app
-from logicrank.pipelines.experiment import EXPERIMENTS, ExperimentError, load
+from logicrank.pipelines.evaluation.experiment import EXPERIMENTS, ExperimentError, load
 
 BASE = {"name": "x", "title": "x", "dataset": {"bundled": "scifact"}}
 

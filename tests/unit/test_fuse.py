@@ -1,4 +1,4 @@
-"""Fusion through ranx (pipelines/methods/fuse.py, the `fuse` stage): the figures of a hand
+"""Fusion through ranx (pipelines/retrieval/methods/fuse.py, the `fuse` stage): the figures of a hand
 computation for its normalisations and methods, rrf equal to the rrf stage's, weights
 optimised on a qrels file, the stage in a pipeline over precomputed runs, and the refusals."""
 
@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.pipelines.methods.fuse import fuse, optimize
-from logicrank.pipelines.methods.hybrid import rrf
-from logicrank.pipelines.pipeline import Pipeline, PipelineError
-from logicrank.pipelines.runner import Inputs
-from logicrank.pipelines.stages import Context
+from logicrank.pipelines.retrieval.methods.fuse import fuse, optimize
+from logicrank.pipelines.retrieval.methods.hybrid import rrf
+from logicrank.pipelines.retrieval.pipeline import Pipeline, PipelineError
+from logicrank.pipelines.retrieval.runner import Inputs
+from logicrank.pipelines.retrieval.stages import Context
 from logicrank.schemas.tables import RUN
 
 

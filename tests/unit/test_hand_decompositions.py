@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from logicrank.pipelines.llm.decompose import DecompositionsError, apply_to_queries, read_decompositions
-from logicrank.pipelines.pipeline import Pipeline
-from logicrank.pipelines.runner import Inputs
-from logicrank.pipelines.stages import Context
+from logicrank.pipelines.retrieval.pipeline import Pipeline
+from logicrank.pipelines.retrieval.runner import Inputs
+from logicrank.pipelines.retrieval.stages import Context
 from logicrank.schemas.tables import DECOMPOSITIONS
 
 

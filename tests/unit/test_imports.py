@@ -1,7 +1,7 @@
 """The import graph of schemas/, pipelines/ and jobs/ (every import, also those inside
 functions): contracts at the bottom, no circles; and one namespace: the folders are imported as
 ``logicrank.schemas``, ``logicrank.pipelines`` and ``logicrank.jobs`` (pyproject.toml maps them),
-never as top-level packages. The graph names modules by folder (``pipelines.runner``).
+never as top-level packages. The graph names modules by folder (``pipelines.retrieval.runner``).
 
 - ``schemas`` (the table contracts) imports nothing from ``pipelines`` or ``jobs``;
 - ``pipelines`` imports nothing from ``jobs``; nothing imports the command line (logicrank/cli.py);
@@ -82,7 +82,7 @@ def _top(name: str) -> str:
 
 def test_the_graph_is_read():
     graph = _graph()
-    assert "pipelines.store" in graph["jobs.index"] and "pipelines.config.settings" in graph["jobs.index"]
+    assert "pipelines.engines.store" in graph["jobs.index"] and "pipelines.config.settings" in graph["jobs.index"]
     assert ("jobs.experiment", "jobs.index") in {(a, b) for a in graph for b in graph[a]}  # an import inside a function
 
 

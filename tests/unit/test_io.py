@@ -3,8 +3,8 @@ import pytest
 
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.io import TopicsError, read_qrels, read_queries, read_run, write_trec_run
-from logicrank.pipelines.methods.hybrid import rrf
-from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.pipelines.retrieval.methods.hybrid import rrf
+from logicrank.pipelines.retrieval.methods.ranking import rank_pairs
 from logicrank.schemas.tables import QRELS, RUN
 
 

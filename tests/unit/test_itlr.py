@@ -8,9 +8,9 @@ import pytest
 
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.generate.synthetic import TEMPLATES, generate
-from logicrank.pipelines.logic.fuzzy import Operators, compile_query
-from logicrank.pipelines.logic.query import holds, parse
-from logicrank.pipelines.methods.itlr import (
+from logicrank.pipelines.retrieval.logic.fuzzy import Operators, compile_query
+from logicrank.pipelines.retrieval.logic.query import holds, parse
+from logicrank.pipelines.retrieval.methods.itlr import (
     Calibration,
     ann_candidates,
     compose,
@@ -177,7 +177,7 @@ def test_every_template_is_satisfiable_by_some_topic_set():
 
 
 def test_a_memo_encoder_encodes_each_distinct_text_once_and_returns_its_first_vector():
-    from logicrank.pipelines.embed import MemoEncoder
+    from logicrank.pipelines.engines.embed import MemoEncoder
 
     class Counting:
         dim, model_id = 2, "counting"
@@ -206,9 +206,9 @@ def test_a_memo_encoder_encodes_each_distinct_text_once_and_returns_its_first_ve
 def test_listed_mode_scores_only_each_querys_listed_documents(setup, tmp_path):
     """ITLR ``mode: listed`` in process: the exact scores of the listed pairs, ranked; a listed
     document the table lacks and a query with no pair are counted, not guessed."""
-    from logicrank.pipelines.pipeline import Pipeline
-    from logicrank.pipelines.runner import Inputs
-    from logicrank.pipelines.stages import Context
+    from logicrank.pipelines.retrieval.pipeline import Pipeline
+    from logicrank.pipelines.retrieval.runner import Inputs
+    from logicrank.pipelines.retrieval.stages import Context
 
     docs, ids, terms, T, _ = setup
     vectors = dict(zip(ids, docs, strict=True))
@@ -247,7 +247,7 @@ def test_exact_scoring_in_shards_merges_into_the_one_pass_pairs(setup, shards):
     """Each shard scores its rows (``first_row``: the table's row numbers) and keeps its top k;
     merge_exact gives one pass's pairs, in one pass's layout (queries in order, each by score
     then row), ties at the cut included (duplicated documents)."""
-    from logicrank.pipelines.methods.itlr import merge_exact
+    from logicrank.pipelines.retrieval.methods.itlr import merge_exact
 
     docs, ids, terms, T, qs = setup
     qs = qs[:3]  # the parsed logical queries (over terms a-d)

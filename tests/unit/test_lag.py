@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from logicrank.pipelines.llm.engine import Generation
-from logicrank.pipelines.methods import lag
+from logicrank.pipelines.retrieval.methods import lag
 
 
 def gen(text: str) -> Generation:
@@ -283,7 +283,7 @@ def test_an_engine_error_stops_the_chain_and_keeps_its_row():
 
 
 def test_a_gold_file_without_what_the_oracle_needs_is_refused_with_its_line(tmp_path):
-    from logicrank.pipelines.stages.lag import LagError, read_decompositions
+    from logicrank.pipelines.retrieval.stages.lag import LagError, read_decompositions
 
     f = tmp_path / "answers.jsonl"
     f.write_text('{"query_id": "a", "decomposition": [{"question": "x?", "answer": "y"}]}\n{"query_id": "b", "decomposition": [{"question": "x?"}]}\n')

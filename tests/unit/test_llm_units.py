@@ -11,7 +11,7 @@ from logicrank.pipelines.llm import models, prompts
 from logicrank.pipelines.llm.cache import LLMCache, cache_key
 from logicrank.pipelines.llm.decompose import fallback, parse_output, read_form
 from logicrank.pipelines.llm.engine import Constraint, Generation, LLMConfigError, label_logits, label_token_ids, p_true
-from logicrank.pipelines.logic.query import QueryParseError, parse
+from logicrank.pipelines.retrieval.logic.query import QueryParseError, parse
 
 
 # -- templates -------------------------------------------------------------------------------
@@ -397,7 +397,7 @@ def test_prompts_sharing_a_prefix_are_batched_together():
 
 
 def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_rows():
-    """The LLM failure contract (pipelines.stages.base.LLM): a prompt that fails alone is an
+    """The LLM failure contract (pipelines.retrieval.stages.base.LLM): a prompt that fails alone is an
     ``error`` row, but an engine that cannot go on raises JobFailed, never cached as answers."""
     from logicrank.pipelines.llm.decompose import DecomposeSettings, decompose
     from logicrank.pipelines.llm.engine import LLMFailed
@@ -473,7 +473,7 @@ def test_lag_plans_are_decoded_as_json_lists_with_whitespace_between_items():
     indent allowed between items, nothing json.loads would refuse."""
     import re
 
-    from logicrank.pipelines.methods.lag import decompose_regex
+    from logicrank.pipelines.retrieval.methods.lag import decompose_regex
 
     rx = decompose_regex(3)
     ok = ['["Who wrote X?", "When was #1 born?"]', '[\n  "Who wrote \\"X\\"?",\n  "Where is #1?"\n]', '["caf\\u00e9?"]']

@@ -5,11 +5,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import logicrank.pipelines.logic.fuzzy as fuzzy_mod
-import logicrank.pipelines.logic.query as query_mod
-from logicrank.pipelines.logic.fuzzy import OperatorError, Operators, compile_query
-from logicrank.pipelines.logic.grammar import BLANK, to_gbnf, to_lark
-from logicrank.pipelines.logic.query import And, Not, Or, QueryParseError, Term, parse, to_text
+import logicrank.pipelines.retrieval.logic.fuzzy as fuzzy_mod
+import logicrank.pipelines.retrieval.logic.query as query_mod
+from logicrank.pipelines.retrieval.logic.fuzzy import OperatorError, Operators, compile_query
+from logicrank.pipelines.retrieval.logic.grammar import BLANK, to_gbnf, to_lark
+from logicrank.pipelines.retrieval.logic.query import And, Not, Or, QueryParseError, Term, parse, to_text
 
 # -- AST strategies -------------------------------------------------------------------------
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12).filter(lambda t: t.strip(BLANK))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import logicrank as lr
-from logicrank.pipelines.logic.query import UnparsedQueryError, looks_logical
+from logicrank.pipelines.retrieval.logic.query import UnparsedQueryError, looks_logical
 from tests.unit.test_notebook_api import table_db  # noqa: F401 (the fixture)
 
 MEANT = {  # near-miss logical queries: each refused

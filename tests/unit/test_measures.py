@@ -8,10 +8,10 @@ import pytrec_eval
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logicrank.pipelines.evaluate.core import run_metrics
-from logicrank.pipelines.evaluate.measures import Measure, MeasureError, parse_measure, parse_measures
+from logicrank.pipelines.evaluation.core import run_metrics
+from logicrank.pipelines.evaluation.measures import Measure, MeasureError, parse_measure, parse_measures
 from logicrank.pipelines.io import read_qrels, read_queries
-from logicrank.pipelines.methods.ranking import rank_pairs
+from logicrank.pipelines.retrieval.methods.ranking import rank_pairs
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 
 # our measure -> how pytrec_eval names it (F1 is derived from P and R below)

@@ -1,4 +1,4 @@
-"""The mmr stage (pipelines/stages/mmr.py): the greedy order, and the stage in a pipeline
+"""The mmr stage (pipelines/retrieval/stages/mmr.py): the greedy order, and the stage in a pipeline
 run in process over a stand-in table and encoder (the Store and Encoder protocols)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.pipelines.pipeline import Pipeline
-from logicrank.pipelines.runner import Inputs
-from logicrank.pipelines.stages import Context
-from logicrank.pipelines.stages.mmr import select
+from logicrank.pipelines.retrieval.pipeline import Pipeline
+from logicrank.pipelines.retrieval.runner import Inputs
+from logicrank.pipelines.retrieval.stages import Context
+from logicrank.pipelines.retrieval.stages.mmr import select
 from logicrank.schemas.tables import RUN
 
 Q = np.array([1.0, 0.0])

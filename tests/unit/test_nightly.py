@@ -16,8 +16,16 @@ from typer.testing import CliRunner
 from logicrank.cli import app
 from logicrank.jobs.nightly import NightlyLock, NightRun, run_nightly
 from logicrank.pipelines.config.retrieval import AlertConfig, NightlyConfig
-from logicrank.pipelines.evaluate.history import Night, Rule, compare_nights, history_rows, merge_history, plot_file, plot_history
-from logicrank.pipelines.evaluate.significance import adjust, paired_p_value
+from logicrank.pipelines.evaluation.history import (
+    Night,
+    Rule,
+    compare_nights,
+    history_rows,
+    merge_history,
+    plot_file,
+    plot_history,
+)
+from logicrank.pipelines.evaluation.significance import adjust, paired_p_value
 from logicrank.pipelines.operations.alerts import deliver
 from logicrank.pipelines.operations.nightly import NightlyError, NightState, claim_night, serve_message
 from logicrank.schemas.tables import METRICS

@@ -12,8 +12,8 @@ import pytest
 
 import logicrank as lr
 from logicrank.api import as_queries
-from logicrank.pipelines.embed import to_fixed_size_list
-from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.engines.embed import to_fixed_size_list
+from logicrank.pipelines.engines.store import DocStore
 from logicrank.schemas.tables import QUERIES, RUN
 
 QRELS = pa.table({"query_id": ["1", "1", "2"], "doc_id": ["a", "b", "c"], "relevance": pa.array([1, 1, 1], pa.int32())})

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from logicrank.pipelines.logic.query import parse
-from logicrank.pipelines.methods.orlog import OrlogQuery, calibrate, content_free_prompts, posteriors, truth_prompts
+from logicrank.pipelines.retrieval.logic.query import parse
+from logicrank.pipelines.retrieval.methods.orlog import OrlogQuery, calibrate, content_free_prompts, posteriors, truth_prompts
 
 Q = OrlogQuery("q1", "books set in Paris, not French", (("a1", "{x} is set in Paris"), ("a2", "{x} is French")), parse('"a1" AND NOT "a2"'), "ok")
 

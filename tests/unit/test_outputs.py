@@ -12,7 +12,7 @@ from logicrank.cli import app
 from logicrank.jobs.retrieve import earlier_outputs, output_dirs
 from logicrank.jobs.rundir import RunDir
 from logicrank.pipelines.config.retrieval import RetrieveConfig
-from logicrank.pipelines.store import DocStore, StoreError
+from logicrank.pipelines.engines.store import DocStore, StoreError
 
 
 def _touch(root, *rels):

@@ -10,10 +10,10 @@ import pytest
 
 from logicrank.jobs.retrieve_notes import fallback_notes, refuse_unparsed
 from logicrank.pipelines.config.retrieval import RetrieveConfig
-from logicrank.pipelines.logic.query import UnparsedQueryError, quote
-from logicrank.pipelines.pipeline import Pipeline
-from logicrank.pipelines.runner import Inputs
-from logicrank.pipelines.stages import Context
+from logicrank.pipelines.retrieval.logic.query import UnparsedQueryError, quote
+from logicrank.pipelines.retrieval.pipeline import Pipeline
+from logicrank.pipelines.retrieval.runner import Inputs
+from logicrank.pipelines.retrieval.stages import Context
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import DECOMPOSITIONS
 
@@ -148,7 +148,7 @@ def test_a_decompositions_file_follows_the_same_rule_and_its_fallbacks_are_named
 
 
 def test_orlog_refuses_a_form_that_does_not_parse_naming_the_query():
-    from logicrank.pipelines.stages.orlog import refuse_unparsed_forms
+    from logicrank.pipelines.retrieval.stages.orlog import refuse_unparsed_forms
 
     atoms = [[{"id": "a1", "text": "{x} is"}, {"id": "a2", "text": "{x} has"}]] * 2
     ok = _queries([("q1", "t", '"a1" AND NOT "a2"'), ("q2", "t", '"a1"')], atoms=atoms)

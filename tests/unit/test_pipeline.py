@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from logicrank.cli import app
 from logicrank.pipelines.config.retrieval import RetrieveConfig
-from logicrank.pipelines.overrides import OverrideError
-from logicrank.pipelines.pipeline import PipelineError, parse_stages, preset_names, read_presets, validate
-from logicrank.pipelines.stages import Kind, Stage, StageOptions, register, stages
+from logicrank.pipelines.retrieval.overrides import OverrideError
+from logicrank.pipelines.retrieval.pipeline import PipelineError, parse_stages, preset_names, read_presets, validate
+from logicrank.pipelines.retrieval.stages import Kind, Stage, StageOptions, register, stages
 
 
 def _cfg(pipelines) -> RetrieveConfig:
@@ -22,13 +22,13 @@ def _cfg(pipelines) -> RetrieveConfig:
 
 
 def test_every_stage_class_in_the_stages_package_is_registered_and_every_preset_builds():
-    """Found by walking ``pipelines/stages``, not from a list kept by hand: a stage written and
+    """Found by walking ``pipelines/retrieval/stages``, not from a list kept by hand: a stage written and
     not registered fails here."""
     import importlib
     import inspect
     import pkgutil
 
-    import logicrank.pipelines.stages as package
+    import logicrank.pipelines.retrieval.stages as package
 
     registered = stages()  # what importing the package registers, before this test imports every module
     defined = {}
@@ -155,7 +155,7 @@ def test_the_command_line_refuses_bad_pipeline_files_in_one_line(tmp_path):
 
 
 def test_a_pipelines_file_may_nest_under_a_pipelines_key_and_a_bad_one_is_one_line(tmp_path):
-    from logicrank.pipelines.pipeline import Pipeline, pipelines_file, read_pipelines
+    from logicrank.pipelines.retrieval.pipeline import Pipeline, pipelines_file, read_pipelines
 
     f = tmp_path / "p.yaml"
     f.write_text(yaml.safe_dump({"pipelines": {"d": ["dense"], "b": [{"bm25": {"k": 5}}]}}, sort_keys=False))

@@ -9,8 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logicrank.pipelines.logic.probability import compile_probability, is_read_once, problog_probability, problog_program
-from logicrank.pipelines.logic.query import And, Not, Or, Term, parse
+from logicrank.pipelines.retrieval.logic.probability import (
+    compile_probability,
+    is_read_once,
+    problog_probability,
+    problog_program,
+)
+from logicrank.pipelines.retrieval.logic.query import And, Not, Or, Term, parse
 
 # atom texts that would break a program pasted together from text
 ADVERSARIAL = ["{x} is 'quoted'", 'a "b"', "p :- q", "\\+ r", "50% off", "line\nbreak", "'; drop", "X", "evidence(q, false)."]

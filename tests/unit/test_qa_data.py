@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from logicrank.pipelines.datasets import qa
-from logicrank.pipelines.experiment import Dataset, ExperimentError
+from logicrank.pipelines.evaluation.experiment import Dataset, ExperimentError
 from logicrank.pipelines.io import read_qrels, read_queries
 
 
@@ -261,8 +261,8 @@ def test_a_file_is_an_array_or_json_lines_and_a_bad_line_is_named(tmp_path):
 
 def test_bench_lag_carries_the_path_to_the_experiments_dataset(tmp_path, monkeypatch):
     from logicrank import cli
-    from logicrank.pipelines import benchmarks
-    from logicrank.pipelines.experiment import prepare_dataset
+    from logicrank.pipelines.evaluation import benchmarks
+    from logicrank.pipelines.evaluation.experiment import prepare_dataset
 
     src = _write(tmp_path / "h.jsonl", _bundled("hotpotqa")[:5], jsonl=True)
     [rows] = benchmarks.lag("hotpotqa", src=src, sample=2)

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.pipelines.evaluate import qa
+from logicrank.pipelines.evaluation import qa
 
 
 @pytest.mark.parametrize(("text", "norm"), [
@@ -134,7 +134,7 @@ def test_evaluate_config_refuses_what_it_cannot_evaluate():
 def test_the_evaluate_job_scores_answers_alone_or_beside_runs(tmp_path):
     from logicrank.jobs.evaluate import evaluation_notes, run_evaluate
     from logicrank.pipelines.config.settings import EvaluateConfig
-    from logicrank.pipelines.evaluate.report import summary_frame
+    from logicrank.pipelines.evaluation.report import summary_frame
 
     gold = tmp_path / "answers.jsonl"
     gold.write_text("".join(json.dumps({"query_id": q, "answers": [a]}) + "\n" for q, a in (("q1", "Ann"), ("q2", "Paris"), ("q3", "1900"))))
@@ -172,6 +172,6 @@ def test_the_evaluate_job_scores_answers_alone_or_beside_runs(tmp_path):
 def test_a_multiple_choice_gold_is_scored_by_the_option_the_answer_chooses(prediction, gold, want):
     """RuleBench's deer and theoremQA answer with an option letter: every text measure scores
     the option the prediction chooses."""
-    from logicrank.pipelines.evaluate.qa import contain_match, exact_match, token_f1
+    from logicrank.pipelines.evaluation.qa import contain_match, exact_match, token_f1
 
     assert exact_match(prediction, [gold]) == contain_match(prediction, [gold]) == token_f1(prediction, [gold]) == want

@@ -4,7 +4,7 @@ import pytest
 
 from logicrank.jobs.raysession import local_driver_node, require_fit
 from logicrank.pipelines.config.settings import EmbedConfig, RayConfig
-from logicrank.pipelines.placement import IN_DRIVER, EncoderPlacement, encoder_placement
+from logicrank.pipelines.engines.placement import IN_DRIVER, EncoderPlacement, encoder_placement
 
 
 def test_a_pool_that_fits_exactly_passes():
@@ -106,7 +106,7 @@ def test_the_stderr_filter_leaves_a_replaced_fd2_alone(capfd, monkeypatch):
     ],
 )
 def test_the_retrieval_pool_is_capped_by_memory(actors, engine_gib, cluster_gib, expected):
-    from logicrank.pipelines.exact import pool_within_memory
+    from logicrank.pipelines.engines.exact import pool_within_memory
 
     assert pool_within_memory(actors, int(engine_gib * 2**30), cluster_gib * 2**30) == expected
 
@@ -138,7 +138,7 @@ def test_an_encoder_asked_to_run_on_the_cpu_takes_no_gpu(embed):
 
 
 def test_auto_resolves_the_device_from_the_placement_not_from_what_torch_sees():
-    from logicrank.pipelines.embed import ModelError, concrete
+    from logicrank.pipelines.engines.embed import ModelError, concrete
 
     assert concrete(EmbedConfig(), gpu=True).device == "cuda" and concrete(EmbedConfig(), gpu=True).backend == "torch"
     assert concrete(EmbedConfig(), gpu=False).device == "cpu"  # an actor with no GPU reserved, a driver
@@ -156,7 +156,7 @@ def test_auto_picks_openvino_only_for_mean_pooled_models(tmp_path):
     else, or a pooling that cannot be read, is torch."""
     import json
 
-    from logicrank.pipelines.embed import concrete
+    from logicrank.pipelines.engines.embed import concrete
 
     assert EmbedConfig().model == "all-MiniLM-L6-v2"
     assert concrete(EmbedConfig()).backend == "openvino"  # mean-pooled; openvino is installed with the project

@@ -8,7 +8,7 @@ import pytest
 from logicrank.pipelines.config.settings import GenerateConfig, LLMConfig, RayConfig
 from logicrank.pipelines.generate import realcorpus as rc
 from logicrank.pipelines.generate.synthetic import TEMPLATES
-from logicrank.pipelines.logic.query import parse
+from logicrank.pipelines.retrieval.logic.query import parse
 
 
 def test_topics_parse_keep_usable_distinct_ones_and_fall_back_to_the_title():

@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import logicrank as lr
-from logicrank.pipelines.embed import to_fixed_size_list
-from logicrank.pipelines.pipeline import Pipeline, read_pipelines
-from logicrank.pipelines.runner import Inputs
-from logicrank.pipelines.stages import Context
-from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.engines.embed import to_fixed_size_list
+from logicrank.pipelines.engines.store import DocStore
+from logicrank.pipelines.retrieval.pipeline import Pipeline, read_pipelines
+from logicrank.pipelines.retrieval.runner import Inputs
+from logicrank.pipelines.retrieval.stages import Context
 from logicrank.schemas.tables import DECOMPOSITIONS, QUERIES
 
 DIM = 16

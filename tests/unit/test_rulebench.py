@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from logicrank.cli import app
 from logicrank.pipelines.datasets.rulebench import RuleBenchError, to_beir
-from logicrank.pipelines.experiment import ExperimentError
+from logicrank.pipelines.evaluation.experiment import ExperimentError
 from logicrank.pipelines.io import read_qrels, read_queries
 
 RULES = {
@@ -144,7 +144,7 @@ def test_a_split_other_than_test_and_explicit_files(tmp_path):
 def test_bench_rules_reads_a_raw_set_or_a_prepared_one(tmp_path):
     """bench-rules' experiment: a raw set converts in the run (with its options); a directory
     prepare-rulebench wrote is read as it is; ULogic's reference figures stay only on ULogic."""
-    from logicrank.pipelines import benchmarks
+    from logicrank.pipelines.evaluation import benchmarks
 
     src = _write(tmp_path / "deer")
     exp = benchmarks.rules(src, split="validation", queries=src / "test_data.json", vanilla=True)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logicrank.pipelines.llm.engine import Generation
-from logicrank.pipelines.methods import rules
+from logicrank.pipelines.retrieval.methods import rules
 
 
 def gen(text: str, finish: str = "stop") -> Generation:
@@ -204,9 +204,9 @@ def test_reason_shows_the_runs_top_rules_and_writes_one_answer_per_query(tmp_pat
     empty answer, counted; a cut answer is kept, counted."""
     import json
 
-    from logicrank.pipelines.stages import rules as stage
-    from logicrank.pipelines.stages.base import Context
-    from logicrank.pipelines.stages.rules import Reason, ReasonError
+    from logicrank.pipelines.retrieval.stages import rules as stage
+    from logicrank.pipelines.retrieval.stages.base import Context
+    from logicrank.pipelines.retrieval.stages.rules import Reason, ReasonError
 
     monkeypatch.setattr(stage.templates, "cut_to_tokens", lambda model, texts, budget: texts)  # no tokenizer here
     gold = tmp_path / "answers.jsonl"
@@ -235,7 +235,7 @@ def test_reason_shows_the_runs_top_rules_and_writes_one_answer_per_query(tmp_pat
 
 
 def test_qrels_stage_is_each_querys_judged_documents_as_a_run(tmp_path):
-    from logicrank.pipelines.stages.retrievers import Qrels, QrelsOptions
+    from logicrank.pipelines.retrieval.stages.retrievers import Qrels, QrelsOptions
 
     path = tmp_path / "qrels.tsv"
     path.write_text("query-id\tcorpus-id\tscore\nq1\td3\t1\nq1\td1\t2\nq1\td9\t0\nq2\td2\t1\nq3\td4\t1\n")

@@ -1,5 +1,5 @@
 """A run's depth, visible and settable: ``--k N`` (``--hits``) is the override grammar's
-``RUN/STAGE.k=N`` for each pipeline's last stage that keeps a top k (pipelines/overrides.py);
+``RUN/STAGE.k=N`` for each pipeline's last stage that keeps a top k (pipelines/retrieval/overrides.py);
 every report states each run's depth; a flag that was renamed says what replaced it."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from logicrank.cli import RENAMED, app
-from logicrank.pipelines.evaluate.core import run_depth
-from logicrank.pipelines.experiment import ExperimentResult, load, override, render
-from logicrank.pipelines.overrides import OverrideError, depth_sets, parse_sets, with_depth
-from logicrank.pipelines.pipeline import read_pipelines, read_presets
+from logicrank.pipelines.evaluation.core import run_depth
+from logicrank.pipelines.evaluation.experiment import ExperimentResult, load, override, render
+from logicrank.pipelines.retrieval.overrides import OverrideError, depth_sets, parse_sets, with_depth
+from logicrank.pipelines.retrieval.pipeline import read_pipelines, read_presets
 from logicrank.schemas.tables import RUN
 
 

@@ -1,4 +1,4 @@
-"""Pipelines run in any process (pipelines/runner.py): no Ray, no job. The cache keys, the
+"""Pipelines run in any process (pipelines/retrieval/runner.py): no Ray, no job. The cache keys, the
 on-disk stage cache, the per-query hook, the side-table contract, the batches' assembly."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 
 from logicrank.pipelines.config.settings import EmbedConfig
-from logicrank.pipelines.methods.hybrid import rrf
-from logicrank.pipelines.pipeline import Pipeline, build, parse_stages
-from logicrank.pipelines.runner import Hooks, Inputs, StageCache, StageRunner, assemble, in_process
-from logicrank.pipelines.stages import Context, Kind, Output, Stage, StageOptions
+from logicrank.pipelines.retrieval.methods.hybrid import rrf
+from logicrank.pipelines.retrieval.pipeline import Pipeline, build, parse_stages
+from logicrank.pipelines.retrieval.runner import Hooks, Inputs, StageCache, StageRunner, assemble, in_process
+from logicrank.pipelines.retrieval.stages import Context, Kind, Output, Stage, StageOptions
 from logicrank.schemas.tables import RUN, TRUTH_SCORES
 
 
@@ -62,7 +62,7 @@ def test_a_blank_query_gets_no_results_and_the_pipeline_validates_first(two_runs
         Pipeline.parse("e", ["dense"]).run(Context(store=_NoTable()), queries)
     with pytest.raises(ValueError, match="'o' asks the LLM: give its Context an LLM"):
         Pipeline.parse("o", [{"decomposition": {"target": "orlog"}}, "bm25", "orlog"]).run(Context(store=_NoTable()), queries)
-    from logicrank.pipelines.stages.fusion import RRFOptions
+    from logicrank.pipelines.retrieval.stages.fusion import RRFOptions
 
     with pytest.raises(ValueError, match=r"stage 1 \(rrf\) fuses no sub-pipelines"):
         Pipeline("f", (RRFOptions.model_construct(k=10, rrf_k=60, of=()),)).validate()
@@ -127,7 +127,7 @@ def test_a_stage_cache_key_covers_its_prefix_options_inputs_and_sub_pipelines():
     def key(inputs, spec, prev="p", subs=()) -> str:
         return inputs.key(prev, build(parse_stages([spec])[0]), list(subs))
 
-    from logicrank.pipelines.embed import encoder_digest
+    from logicrank.pipelines.engines.embed import encoder_digest
 
     torch, openvino = (Inputs("b", encoder=encoder_digest(EmbedConfig(backend=b)), files={"r.trec": {"sha256": "1"}}) for b in ("torch", "openvino"))
     auto = Inputs("b", encoder=encoder_digest(EmbedConfig()), files={"r.trec": {"sha256": "1"}})
@@ -188,5 +188,5 @@ class _NoTable:
 def test_the_runner_imports_neither_ray_nor_a_job():
     import subprocess
 
-    code = "import sys, pipelines.pipeline, pipelines.runner; print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('jobs')))"
+    code = "import sys, pipelines.retrieval.pipeline, pipelines.retrieval.runner; print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('jobs')))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"

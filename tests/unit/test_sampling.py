@@ -1,4 +1,4 @@
-"""An experiment's query sample and its qrels (pipelines/experiment/datasets.py), and the main job's rules
+"""An experiment's query sample and its qrels (pipelines/evaluation/experiment/datasets.py), and the main job's rules
 section when the set is absent, without Ray."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from logicrank.jobs.main_job import rules_section
-from logicrank.pipelines.experiment import ExperimentError, sample_queries
+from logicrank.pipelines.evaluation.experiment import ExperimentError, sample_queries
 
 
 def _beir(root, n=10):

@@ -4,7 +4,7 @@ from pydantic import ValidationError
 
 from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.config.settings import IndexConfig
-from logicrank.pipelines.pipeline import PipelineError
+from logicrank.pipelines.retrieval.pipeline import PipelineError
 from logicrank.schemas.tables import QRELS, SchemaError, conform, require_columns
 
 

@@ -6,10 +6,10 @@ import json
 import pandas as pd
 import pytest
 
-from logicrank.pipelines.experiment import grouped
+from logicrank.pipelines.evaluation.experiment import grouped
 from logicrank.pipelines.generate import setlogic
 from logicrank.pipelines.generate.setlogic import TEMPLATES, SetLogicError, generate, load_limit, parse_likes
-from logicrank.pipelines.logic.query import parse
+from logicrank.pipelines.retrieval.logic.query import parse
 
 
 def test_like_lists_parse_with_items_holding_and():
@@ -129,7 +129,7 @@ def test_unknown_templates_are_refused(tmp_path):
 
 
 def test_measures_are_averaged_per_template(tmp_path):
-    """An experiment's group_by (pipelines/experiment/report.py): the mean of each run's per-query values by
+    """An experiment's group_by (pipelines/evaluation/experiment/report.py): the mean of each run's per-query values by
     a field of the queries file, the aggregate row left out, with the number of queries."""
     import pyarrow as pa
 

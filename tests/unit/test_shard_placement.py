@@ -1,4 +1,4 @@
-"""How many shards a bulk retriever searches in (pipelines/placement.py, ``shard_count``) and the
+"""How many shards a bulk retriever searches in (pipelines/engines/placement.py, ``shard_count``) and the
 row ranges they hold: the per-actor memory budget (``ray.retrieve_shard_bytes``) decides unless
 ``ray.retrieve_shards`` is given; only bm25 and dense's exact search shard."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from logicrank.pipelines.config.settings import RayConfig
-from logicrank.pipelines.exact import segment_bounds, shard_bounds
-from logicrank.pipelines.pipeline import build
-from logicrank.pipelines.placement import shard_count
-from logicrank.pipelines.stages.itlr import ITLROptions
-from logicrank.pipelines.stages.retrievers import BM25Options, DenseOptions
+from logicrank.pipelines.engines.exact import segment_bounds, shard_bounds
+from logicrank.pipelines.engines.placement import shard_count
+from logicrank.pipelines.retrieval.pipeline import build
+from logicrank.pipelines.retrieval.stages.itlr import ITLROptions
+from logicrank.pipelines.retrieval.stages.retrievers import BM25Options, DenseOptions
 
 GIB = 1 << 30
 
@@ -111,7 +111,7 @@ def test_bm25_shards_take_whole_segments_unless_that_makes_one_much_larger(n, sh
 def test_a_gpu_share_fits_on_one_gpu(shards, gpus, want):
     """Ray places a fractional GPU request on a single GPU: the shares of the shards that share
     a GPU must add up to at most one (2 GPUs, 3 shards: 0.5 each, not 0.66)."""
-    from logicrank.pipelines.exact import gpu_share
+    from logicrank.pipelines.engines.exact import gpu_share
 
     share = gpu_share(shards, gpus)
     assert share == want
@@ -123,7 +123,7 @@ def test_a_gpu_share_fits_on_one_gpu(shards, gpus, want):
 def test_shards_of_a_database_that_is_not_a_local_directory_are_refused_or_not_made():
     """Shards map the saved index; a remote database keeps none, so each shard would read the
     whole index: --shards is refused in one line, and no automatic sharding happens."""
-    from logicrank.pipelines.placement import ShardError
+    from logicrank.pipelines.engines.placement import ShardError
 
     remote = _Store(100 * GIB)
     remote.uri, remote.name = "s3://bucket/lancedb", "docs"

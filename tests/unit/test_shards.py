@@ -1,4 +1,4 @@
-"""LLM stages in shards (pipelines/stages/shards.py): which shards a checkpoint holds, atomic
+"""LLM stages in shards (pipelines/retrieval/stages/shards.py): which shards a checkpoint holds, atomic
 writes, a shard of another input ignored, a resume that computes only the missing shards and
 equals one pass; OrLog's truth scoring through it, killed and resumed, on a scripted LLM."""
 
@@ -13,9 +13,9 @@ import pytest
 
 from logicrank.pipelines.config.settings import LLMConfig
 from logicrank.pipelines.llm.engine import Truth
-from logicrank.pipelines.runner import Hooks, Inputs, StageCache, StageRunner
-from logicrank.pipelines.stages import shards
-from logicrank.pipelines.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions
+from logicrank.pipelines.retrieval.runner import Hooks, Inputs, StageCache, StageRunner
+from logicrank.pipelines.retrieval.stages import shards
+from logicrank.pipelines.retrieval.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions
 
 UNITS = [f"q{i}" for i in range(7)]
 
@@ -183,7 +183,7 @@ def _orlog_inputs(n_queries: int = 5, depth: int = 3):
 
 @pytest.mark.parametrize("calibration", ["none", "content-free", "pool-mean"])
 def test_orlog_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_path, calibration):
-    from logicrank.pipelines.stages.orlog import Orlog, OrlogOptions
+    from logicrank.pipelines.retrieval.stages.orlog import Orlog, OrlogOptions
 
     queries, run = _orlog_inputs()
     stage = Orlog(OrlogOptions(k=3, depth=3, context=False, calibration=calibration))
@@ -233,7 +233,7 @@ class _ScriptedDecomposer:
 
 
 def test_decomposition_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_path):
-    from logicrank.pipelines.stages.rewriters import Decomposition, DecompositionOptions
+    from logicrank.pipelines.retrieval.stages.rewriters import Decomposition, DecompositionOptions
 
     queries = pa.table({"query_id": UNITS, "text": [f"question {q}" for q in UNITS]})
     stage = Decomposition(DecompositionOptions(target="orlog"))
@@ -256,7 +256,7 @@ def test_decomposition_killed_after_two_shards_resumes_the_rest_and_equals_one_p
 
 
 def test_reasoner_in_shards_resumes_and_equals_one_pass(tmp_path):
-    from logicrank.pipelines.stages.orlog import Reasoner, ReasonerOptions
+    from logicrank.pipelines.retrieval.stages.orlog import Reasoner, ReasonerOptions
 
     queries, run = _orlog_inputs()
     stage = Reasoner(ReasonerOptions(k=3, depth=3, context=False))
@@ -289,9 +289,9 @@ class _Reverser:
 
 
 def test_r3_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_path, monkeypatch):
-    from logicrank.pipelines.methods.rules import R3Options
-    from logicrank.pipelines.stages import rules as stage_module
-    from logicrank.pipelines.stages.rules import R3
+    from logicrank.pipelines.retrieval.methods.rules import R3Options
+    from logicrank.pipelines.retrieval.stages import rules as stage_module
+    from logicrank.pipelines.retrieval.stages.rules import R3
 
     monkeypatch.setattr(stage_module.templates, "cut_to_tokens", lambda model, texts, budget: texts)  # no tokenizer here
     queries, run = _orlog_inputs(n_queries=5, depth=6)
@@ -326,7 +326,7 @@ class _AxisStore:
         self.ids, self.mat = list(DOCS), np.stack(list(DOCS.values())).astype(np.float32)
 
     def vector_search(self, vectors, k, with_vectors=True):
-        from logicrank.pipelines.embed import to_fixed_size_list
+        from logicrank.pipelines.engines.embed import to_fixed_size_list
 
         rows = [(qi, i, float(self.mat[i] @ v)) for qi, v in enumerate(vectors) for i in np.argsort(-(self.mat @ v), kind="stable")[:k]]
         return pa.table({"query_index": [r[0] for r in rows], "doc_id": [self.ids[r[1]] for r in rows], "score": [r[2] for r in rows],
@@ -344,9 +344,9 @@ class _AxisEncoder:
 
 
 def test_lag_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_path, monkeypatch):
-    from logicrank.pipelines.methods.lag import LagOptions
-    from logicrank.pipelines.stages import lag as stage_module
-    from logicrank.pipelines.stages.lag import Lag
+    from logicrank.pipelines.retrieval.methods.lag import LagOptions
+    from logicrank.pipelines.retrieval.stages import lag as stage_module
+    from logicrank.pipelines.retrieval.stages.lag import Lag
 
     monkeypatch.setattr(stage_module.templates, "cut_to_tokens", lambda model, texts, budget: texts)  # no tokenizer here
     axes = ["alpha", "beta", "gamma", "delta"]
@@ -393,8 +393,8 @@ def test_lag_killed_after_two_shards_resumes_the_rest_and_equals_one_pass(tmp_pa
 
 def test_lag_counts_from_its_tables_equal_those_from_its_chains():
     """A resumed LAG stage counts from the tables its shards hold (no chains): the same counts."""
-    from logicrank.pipelines.methods import lag
-    from logicrank.pipelines.stages.lag import counts_of
+    from logicrank.pipelines.retrieval.methods import lag
+    from logicrank.pipelines.retrieval.stages.lag import counts_of
     from tests.unit.test_lag import AXES, DOCS, ScriptedLLM, VectorRetriever, axis_of, gen, texts_of
 
     s = lag.LagOptions(k=1, plan="gold", sub_answers="llm", t_max=3, gold="gold.jsonl")

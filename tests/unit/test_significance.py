@@ -3,7 +3,7 @@ import pyarrow as pa
 import pytest
 from scipy import stats
 
-from logicrank.pipelines.evaluate.significance import adjust, compare, paired_p_value
+from logicrank.pipelines.evaluation.significance import adjust, compare, paired_p_value
 
 
 def test_holm_matches_hand_computation():

@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from logicrank.pipelines.embed import to_fixed_size_list
-from logicrank.pipelines.store import DocStore, StoreError
+from logicrank.pipelines.engines.embed import to_fixed_size_list
+from logicrank.pipelines.engines.store import DocStore, StoreError
 
 
 @pytest.fixture
@@ -117,10 +117,10 @@ def _more(s: DocStore, ids: list[str]) -> None:
 
 
 def test_readers_read_the_last_version_a_completed_run_finished(store):
-    """The completion mark (pipelines/store/versions.py): none yet is refused in one line; a
+    """The completion mark (pipelines/engines/store/versions.py): none yet is refused in one line; a
     newer version left by a run that did not finish is passed over, and the line says so;
     `--table-version` (readable's version) reads any version on purpose."""
-    from logicrank.pipelines.store.versions import COMPLETE_TAG
+    from logicrank.pipelines.engines.store.versions import COMPLETE_TAG
 
     def open_readable(uri, name, version, job):
         return DocStore(uri, name).readable(version, job)
@@ -217,7 +217,7 @@ def test_the_ann_index_is_built_only_when_asked_and_then_updated_in_place(ann_st
     rows become a small delta index (never a rebuild), the deltas are merged past
     MAX_DELTAS (never into the first index), a missing index is built alone, and a
     rebuild happens when asked."""
-    from logicrank.pipelines.store import writing
+    from logicrank.pipelines.engines.store import writing
 
     s = ann_store
     first = s.maintain(None, timedelta(days=1))
@@ -249,7 +249,7 @@ def test_compaction_merges_the_small_fragments_and_leaves_a_big_one_that_lost_a_
     """A re-index replaces rows of the big fragment: at Lance's default target (1M rows) that
     fragment fell under it, and once it shared its indexes with a small one (after a
     rebuild), the next run rewrote it whole with them; now only small fragments merge."""
-    from logicrank.pipelines.store import writing
+    from logicrank.pipelines.engines.store import writing
 
     monkeypatch.setattr(writing, "COMPACT_TARGET_ROWS", 100)
     s = ann_store

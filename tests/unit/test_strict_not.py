@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 
 from logicrank.jobs.retrieve_notes import fallback_notes
-from logicrank.pipelines.logic.fuzzy import Operators, compile_query, negated_conjuncts
-from logicrank.pipelines.logic.query import Not, Or, Term, parse
-from logicrank.pipelines.methods.itlr import Calibration, excluded_everywhere, parse_queries, score_exact, score_listed
-from logicrank.pipelines.methods.orlog import OrlogQuery, negated_everywhere
+from logicrank.pipelines.retrieval.logic.fuzzy import Operators, compile_query, negated_conjuncts
+from logicrank.pipelines.retrieval.logic.query import Not, Or, Term, parse
+from logicrank.pipelines.retrieval.methods.itlr import Calibration, excluded_everywhere, parse_queries, score_exact, score_listed
+from logicrank.pipelines.retrieval.methods.orlog import OrlogQuery, negated_everywhere
 
 TERMS = ["malaria", "children", "adults"]
 # docs x terms calibrated evidence: d0 malaria only; d1 malaria and children (0.9); d2 malaria, a trace of children (0.2)
@@ -98,7 +98,7 @@ def test_orlog_counts_the_queries_whose_every_candidate_holds_a_negated_atom():
     ({"strict_not": 1.5, "scorer": "bm25"}, "less than or equal to 1"),
 ])
 def test_strict_not_needs_calibrated_evidence_and_a_threshold_in_0_1(options, message):
-    from logicrank.pipelines.pipeline import Pipeline, PipelineError
+    from logicrank.pipelines.retrieval.pipeline import Pipeline, PipelineError
 
     with pytest.raises(PipelineError, match=message):
         Pipeline.parse("x", [{"itlr": options}])

@@ -6,7 +6,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logicrank.pipelines.store.reading import summed_top_k
+from logicrank.pipelines.engines.store.reading import summed_top_k
 
 
 @settings(max_examples=200, deadline=None)

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 import pytrec_eval
 
-from logicrank.pipelines.evaluate import trec10
-from logicrank.pipelines.evaluate.core import run_metrics
-from logicrank.pipelines.evaluate.measures import MeasureError, parse_measure, parse_measures
+from logicrank.pipelines.evaluation import trec10
+from logicrank.pipelines.evaluation.core import run_metrics
+from logicrank.pipelines.evaluation.measures import MeasureError, parse_measure, parse_measures
 from logicrank.pipelines.io import read_qrels, read_run
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 from tests.data.trec_eval.make_data import data

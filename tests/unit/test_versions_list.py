@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from logicrank.cli import app
 from logicrank.jobs.rundir import RunDir
-from logicrank.pipelines.embed import to_fixed_size_list
-from logicrank.pipelines.store import DocStore
+from logicrank.pipelines.engines.embed import to_fixed_size_list
+from logicrank.pipelines.engines.store import DocStore
 
 
 def _rows(ids: list[str], text: str) -> pa.Table:

@@ -1,0 +1,406 @@
+"""The search over a BM25 index's arrays (:class:`BM25Search`) and the index made in memory
+(:class:`BM25Index`: built from a table scan, or patched from another version's).
+
+The index holds, for every document of one table version, the analyzed term counts of its
+title and of its text (two ``scipy.sparse`` CSR matrices, documents x vocabulary) and the
+document's content hash. Scoring a batch of queries is the sparse product
+``Q (queries x terms) @ W.T (terms x documents)`` followed by a top k per row, where ``W``
+holds each (document, term)'s BM25 weight: one compiled loop per batch (kernels.py,
+compiled.py), each query's rows of ``W.T`` summed into a dense accumulator.
+
+The scores are the ones LanceDB's full-text search computes with a ``CombinedFieldsQuery``
+over title and text (BM25F with Lucene's combined statistics), its analyzer's terms
+(analyzer.py):
+
+* per term, the document frequency is the larger of its title and text frequencies, the
+  document count the larger of the two fields' (documents with at least one token in the
+  field), the average length the sum of both fields' tokens over that count;
+* a document's term frequency and length are its title's plus its text's;
+* ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, ``w = idf * (k1 + 1) * tf / (tf + k1 * (1 - b + b * dl / avgdl))``,
+  k1 1.2, b 0.75; a query term counts as often as the query repeats it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import scipy.sparse as sp
+
+from logicrank.pipelines.engines.bm25 import loading, storage
+from logicrank.pipelines.engines.bm25.analyzer import WORD, Analyzer, Vocabulary, default_analyzer
+
+K1, B = 1.2, 0.75
+WEIGHT_ROWS = 1 << 17  # documents whose weights are computed at once (float64 temporaries of ~250 MiB)
+_BLOCK = 1 << 17  # documents scored at once: the accumulator (512 KiB) stays in a core's cache
+
+
+def _counts(texts: Iterable[str | None], vocab: Vocabulary, analyze: Analyzer) -> sp.csr_matrix:
+    """Documents x vocabulary term counts of ``texts`` (the vocabulary grows as needed)."""
+    indptr, indices, data = [0], [], []
+    for text in texts:
+        ids = np.fromiter((vocab.id(t) for t in analyze(text)), dtype=np.int64)
+        if len(ids):
+            uniq, cnt = np.unique(ids, return_counts=True)
+            indices.append(uniq)
+            data.append(cnt)
+            indptr.append(indptr[-1] + len(uniq))
+        else:
+            indptr.append(indptr[-1])
+    indices = np.concatenate(indices) if indices else np.empty(0, np.int64)
+    data = np.concatenate(data) if data else np.empty(0, np.int64)
+    return sp.csr_matrix((data.astype(np.int32), indices.astype(np.int32), np.asarray(indptr, np.int64)), shape=(len(indptr) - 1, len(vocab)))
+
+
+def _joined(parts: list[sp.spmatrix]) -> sp.csr_matrix:
+    """Matrices of one shape whose columns are disjoint (one segment of documents each) as one
+    CSR, assembled once."""
+    if len(parts) == 1:
+        return parts[0].tocsr()
+    coo = [p.tocoo() for p in parts]
+    out = sp.csr_matrix((np.concatenate([c.data for c in coo]), (np.concatenate([c.row for c in coo]), np.concatenate([c.col for c in coo]))),
+                        shape=parts[0].shape)
+    out.sort_indices()
+    return out
+
+
+def merge_keys(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The shards' (keys, found) of one batch of queries -> the batch's (keys, found) over the
+    whole index: per query the k largest keys of all shards. Exact: a key orders documents as
+    the run does (score, then doc id descending) and every shard kept its own k best."""
+    if len(parts) == 1:
+        return parts[0]
+    keys = np.concatenate([p[0] for p in parts], axis=1)  # missing hits are 0, below every real key
+    keys = -np.sort(-keys, axis=1)[:, :k]
+    found = np.minimum(sum(p[1] for p in parts), k)
+    return keys, found
+
+
+def decode_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The search loop's keys -> (tiebreak ranks, float32 scores)."""
+    ranks = 0xFFFFFFFF - (keys & 0xFFFFFFFF)
+    scores = (keys >> 32).astype(np.int32).view(np.float32)
+    return ranks, scores
+
+
+def tiebreak_ranks(doc_ids) -> tuple[np.ndarray, np.ndarray]:
+    """Per document row its position when the doc ids sort descending (the run order's tie
+    break: trec_eval's), and the inverse (position -> row)."""
+    ids = doc_ids if isinstance(doc_ids, pa.Array) else pa.array(doc_ids, pa.string())
+    order = np.ascontiguousarray(pc.array_sort_indices(ids, order="descending").to_numpy())  # by UTF-8 bytes: code point order
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return rank, order
+
+
+def _widen(m: sp.csr_matrix, cols: int) -> sp.csr_matrix:
+    return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], cols))
+
+
+class BM25Search:
+    """The batch search of a BM25 index (module doc), over operands its subclass provides: the
+    terms x documents weights in segments of documents (:meth:`segments`), the vocabulary, the idf, the
+    tie-break ranks and the document ids. :class:`BM25Index` makes them in memory (a build or
+    a patch); :class:`~logicrank.pipelines.engines.bm25.mapped.MappedBM25` maps them from a saved index,
+    so the processes of one node share one copy in the page cache. The base owns the queries'
+    side: the word -> term id memo, the query matrix, the search loop's call and the decoding
+    of its keys."""
+
+    vocab: Vocabulary
+
+    def __init__(self):
+        self._words: dict[str, int] = {}  # word -> term id or -1, for queries (query_matrix)
+
+    def postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The weights, terms x documents, as CSR arrays (indptr int64, indices int32 sorted per
+        term, data float32), where the index is in memory."""
+        raise NotImplementedError
+
+    def segments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The weights laid out in segments of documents (:func:`storage.segmented`): indptr
+        ``(segments, terms + 1)``, indices, data and the rows per segment. One segment of every
+        document where the index is in memory."""
+        indptr, indices, data = self.postings()
+        return np.asarray(indptr, np.int64)[None, :], indices, data, max(1, len(self))
+
+    def segment_rows(self) -> int:
+        """Documents per segment (:meth:`segments`), without making the weights."""
+        return max(1, len(self))
+
+    def _segment_weights(self) -> list[sp.csr_matrix]:
+        """Each segment's weights as a terms x documents CSR over its postings (not copied)."""
+        indptr, indices, data, _ = self.segments()
+        shape = (indptr.shape[1] - 1, len(self))
+        return [sp.csr_matrix((data[row[0] : row[-1]], indices[row[0] : row[-1]], row - row[0]), shape=shape, copy=False) for row in indptr]
+
+    def weights(self) -> sp.csr_matrix:
+        """terms x documents BM25 weights (float32, as LanceDB scores). From a saved index of
+        several segments, a copy in memory."""
+        return _joined(self._segment_weights())
+
+    def idf(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def term_scores(self, texts: Sequence[str | None], rows: np.ndarray | None = None) -> sp.csr_matrix:
+        """texts x documents: each text's BM25 score for every document, as :meth:`search` scores
+        it (float32; a document the text shares no term with is a stored zero's absence).
+        ``rows``: only the documents at these table rows, as columns in that order (a reranker's
+        candidates): the texts' terms' postings are cut to them before the product, so no row of
+        every document is ever made."""
+        q = self.query_matrix(texts)
+        if rows is None:
+            return _joined([q @ w for w in self._segment_weights()])  # one segment at a time: the index is never copied whole
+        terms = np.unique(q.indices)
+        q = q[:, terms]
+        parts = [q @ w[terms][:, rows] for w in self._segment_weights()]  # each segment's columns are its documents alone
+        return sum(parts[1:], parts[0]).tocsr()
+
+    def score_bounds(self, texts: Sequence[str | None]) -> np.ndarray:
+        """Each text's largest possible BM25 score, sum over its terms of idf x (k1 + 1): the
+        limit of a document's score as every term's frequency grows (BM25's saturation)."""
+        return np.asarray(self.query_matrix(texts) @ (self.idf() * (K1 + 1)), dtype=np.float64).ravel()
+
+    # -- search ------------------------------------------------------------------
+    def query_matrix(self, texts: Sequence[str | None], analyze: Analyzer | None = None) -> sp.csr_matrix:
+        """queries x terms counts; terms the index has never seen are left out (they score 0).
+
+        With the default analyzer each distinct word is looked up once per index (word ->
+        term id, or -1 for a stop word, a too-long token or a term the index lacks): queries
+        repeat their words, and a bulk run spends its Python time here."""
+        if analyze is not None and analyze is not default_analyzer():
+            ids = self.vocab.ids
+            rows = ([i for i in (ids.get(t) for t in analyze(text)) if i is not None] for text in texts)
+        else:
+            rows = (self._word_ids(text) for text in texts)
+        indptr, indices = [0], []
+        for found in rows:
+            indices.extend(found)
+            indptr.append(len(indices))
+        data = np.ones(len(indices), np.float32)
+        q = sp.csr_matrix((data, np.asarray(indices, np.int32), np.asarray(indptr, np.int64)), shape=(len(texts), len(self.vocab)))
+        q.sum_duplicates()  # a repeated query term counts as often as it occurs
+        return q
+
+    def _word_ids(self, text: str | None) -> list[int]:
+        """``text``'s term ids through the default analyzer, memoised per word (query_matrix)."""
+        if not text:
+            return []
+        memo = self._words
+        if len(memo) > 2_000_000:  # bounded, as the analyzer's memo
+            memo.clear()
+        out = []
+        for word in WORD.findall(text):
+            i = memo.get(word)
+            if i is None:
+                term = default_analyzer().term(word)
+                i = memo[word] = -1 if term is None else self.vocab.ids.get(term, -1)
+            if i >= 0:
+                out.append(i)
+        return out
+
+    def search(self, texts: Sequence[str | None], k: int, block: int = 1024) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each text's top ``k`` as (document rows, scores), ranked as runs are: score
+        descending, ties by doc id descending (trec_eval's order). Only documents with a
+        positive score come back."""
+        sizes, rows, scores = self.search_flat(texts, k, block)
+        ends = np.cumsum(sizes)
+        return [(rows[e - n : e], scores[e - n : e]) for n, e in zip(sizes.tolist(), ends.tolist(), strict=True)]
+
+    def search_flat(self, texts: Sequence[str | None], k: int, block: int = 1024) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`search` as three flat arrays: hits per text, then every text's document rows
+        and scores (float64) one after the other, in rank order."""
+        parts = [self.hits(*self.search_keys(self.query_matrix(texts[i : i + block]), k)) for i in range(0, len(texts), block)]
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
+        return tuple(np.concatenate([e, *(p[j] for p in parts)]) for j, e in enumerate(empty))
+
+    def search_keys(self, q: sp.csr_matrix, k: int, shard: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The search loop over the queries ``q`` (queries x terms, :meth:`query_matrix`), over
+        every document or over the rows ``shard = (lo, hi)`` only: per query its top ``k`` keys
+        and how many it found. The keys of the shards of one index merge exactly
+        (:func:`merge_keys`); :meth:`hits` decodes them."""
+        if k < 1:
+            raise ValueError(f"bm25: k must be at least 1, got {k}")
+        n = len(self)
+        if n >= 2**32:
+            raise ValueError("bm25: the search keys hold a document's rank in 32 bits; index below 4.29 billion documents per table")
+        lo, hi = (0, n) if shard is None else (max(0, shard[0]), min(n, shard[1]))
+        indptr, indices, data, seg_rows = self.segments()
+        block = max(0, min(hi - lo, _BLOCK))
+        acc, cand = np.zeros(block, np.float32), np.empty(block + 2 * k, np.int64)
+        return loading.kernels().top_k(q.indptr, q.indices, q.data, indptr, indices, data, seg_rows, self.tiebreak(), k, acc, cand, lo, hi)
+
+    def hits(self, keys: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Search keys -> (hits per query, document rows, float64 scores), flat, in rank order."""
+        k = keys.shape[1] if keys.ndim == 2 else 0
+        ranks, scores = decode_keys(keys[np.arange(k) < found[:, None]])  # row-major: each query's hits in rank order
+        return found.astype(np.int64), np.asarray(self.rows_by_rank()[ranks], np.int64), scores.astype(np.float64)
+
+    def doc_id_array(self) -> pa.Array:
+        """The document ids as one Arrow string array, in row order."""
+        raise NotImplementedError
+
+    def tiebreak(self) -> np.ndarray:
+        """Per document row: its position when doc ids sort descending (ties rank by it)."""
+        raise NotImplementedError
+
+    def rows_by_rank(self) -> np.ndarray:
+        """The inverse of :meth:`tiebreak`: position -> document row."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+
+class BM25Index(BM25Search):
+    """The BM25 statistics of one table version (module doc) and its batch search."""
+
+    def __init__(self, doc_ids: np.ndarray, hashes: np.ndarray, title: sp.csr_matrix, text: sp.csr_matrix, vocab: Vocabulary, version: int,
+                 stamp: str = ""):
+        """``stamp``: when the table version was made (a table dropped and made again reuses its
+        version numbers; the stamp tells its versions apart)."""
+        super().__init__()
+        self.doc_ids, self.hashes, self.vocab, self.version, self.stamp = doc_ids, hashes, vocab, version, stamp
+        cols = len(vocab)
+        self.title, self.text = _widen(title, cols), _widen(text, cols)
+        self._weights = None  # terms x documents BM25 weights, made on first search
+        self._tiebreak_rows = None
+
+    # -- building ----------------------------------------------------------------
+    @classmethod
+    def build(cls, batches: Iterable[pa.RecordBatch], version: int, analyze: Analyzer | None = None, stamp: str = "") -> BM25Index:
+        """From record batches of (doc_id, content_hash, title, text)."""
+        analyze = analyze or default_analyzer()
+        vocab, ids, hashes, titles, texts = Vocabulary(), [], [], [], []
+        for b in batches:
+            ids.append(b.column("doc_id").to_numpy(zero_copy_only=False))
+            hashes.append(b.column("content_hash").to_numpy(zero_copy_only=False))
+            titles.append(_counts(b.column("title").to_pylist(), vocab, analyze))
+            texts.append(_counts(b.column("text").to_pylist(), vocab, analyze))
+        cols = len(vocab)
+        stack = lambda ms: sp.vstack([_widen(m, cols) for m in ms], format="csr") if ms else sp.csr_matrix((0, cols), dtype=np.int32)  # noqa: E731
+        empty = np.empty(0, dtype=object)
+        return cls(np.concatenate(ids) if ids else empty, np.concatenate(hashes) if hashes else empty, stack(titles), stack(texts), vocab, version, stamp)
+
+    def patched(self, stored: pa.Table, read_rows, version: int, stamp: str = "", analyze: Analyzer | None = None) -> tuple[BM25Index, dict]:
+        """This index brought to another version of the table: ``stored`` is that version's
+        (doc_id, content_hash); ``read_rows(ids)`` returns its (doc_id, content_hash, title,
+        text) rows for the given ids. Documents whose hash is unchanged are kept as they are,
+        the others dropped and (when still stored) analyzed again."""
+        analyze = analyze or default_analyzer()
+        new_ids = stored.column("doc_id").to_numpy(zero_copy_only=False)
+        new_hashes = stored.column("content_hash").to_numpy(zero_copy_only=False)
+        old = dict(zip(self.doc_ids.tolist(), self.hashes.tolist(), strict=True))
+        keep_mask = np.fromiter((old.get(d) == h for d, h in zip(new_ids.tolist(), new_hashes.tolist(), strict=True)), bool, len(new_ids))
+        kept = set(new_ids[keep_mask].tolist())
+        rows = np.fromiter((d in kept for d in self.doc_ids.tolist()), bool, len(self.doc_ids))
+        fresh = read_rows(new_ids[~keep_mask].tolist())
+        vocab = Vocabulary(self.vocab.terms)
+        title = _counts(fresh.column("title").to_pylist(), vocab, analyze)
+        text = _counts(fresh.column("text").to_pylist(), vocab, analyze)
+        cols = len(vocab)
+        out = BM25Index(
+            np.concatenate([self.doc_ids[rows], fresh.column("doc_id").to_numpy(zero_copy_only=False)]),
+            np.concatenate([self.hashes[rows], fresh.column("content_hash").to_numpy(zero_copy_only=False)]),
+            sp.vstack([_widen(self.title[rows], cols), _widen(title, cols)], format="csr"),
+            sp.vstack([_widen(self.text[rows], cols), _widen(text, cols)], format="csr"),
+            vocab, version, stamp,
+        )
+        return out, {"kept": int(rows.sum()), "analyzed": fresh.num_rows, "dropped": int(len(self.doc_ids) - rows.sum())}
+
+    # -- statistics and weights ------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    def stats(self) -> dict:
+        """N, the average length, and per-term document frequencies (the combined statistics)."""
+        def field(m):
+            lengths = np.asarray(m.sum(axis=1)).ravel()
+            df = np.bincount(m.indices, minlength=m.shape[1])
+            return int((lengths > 0).sum()), int(lengths.sum()), df
+        nt, tt, dft = field(self.title)
+        nx, tx, dfx = field(self.text)
+        n = max(nt, nx)
+        return {"docs": n, "avgdl": (tt + tx) / n if n else 0.0, "df": np.maximum(dft, dfx)}
+
+    def nbytes(self) -> int:
+        """Bytes this index holds in memory (its count matrices, once made its weights, and its
+        ids and hashes as Python strings: an estimate of 56 bytes per string object)."""
+        mats = [self.title, self.text] + ([self._weights] if self._weights is not None else [])
+        strings = (self.doc_ids.nbytes + self.hashes.nbytes) + 56 * (len(self.doc_ids) + len(self.hashes))
+        search = sum(a.nbytes for a in (self._tiebreak_rows, getattr(self, "_rows_by_rank", None)) if a is not None)
+        search += self._doc_id_array.nbytes if getattr(self, "_doc_id_array", None) is not None else 0
+        search += 120 * len(self._words)  # the query words' memo: a key string and an int per entry, about
+        return sum(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes for m in mats) + strings + search
+
+    def weights(self) -> sp.csr_matrix:
+        """terms x documents BM25 weights (float32, as LanceDB scores; each term's documents sorted).
+        Computed in float64 ``WEIGHT_ROWS`` documents at a time (the temporaries stay bounded at
+        10M documents), each weight rounded to float32 as one whole-array pass would round it."""
+        if self._weights is None:
+            s = self.stats()
+            tf = (self.title + self.text).tocsr()
+            tf.sort_indices()
+            n, avgdl, df = s["docs"], s["avgdl"], s["df"]
+            idf = np.log1p((n - df + 0.5) / (df + 0.5))
+            dl = np.asarray(tf.sum(axis=1)).ravel().astype(np.float64)
+            norm = K1 * (1 - B + B * dl / avgdl) if avgdl else np.full(len(dl), K1)
+            w = np.empty(tf.nnz, np.float32)
+            for r0 in range(0, tf.shape[0], WEIGHT_ROWS):
+                r1 = min(tf.shape[0], r0 + WEIGHT_ROWS)
+                a, b = tf.indptr[r0], tf.indptr[r1]
+                row = np.repeat(np.arange(r0, r1), np.diff(tf.indptr[r0 : r1 + 1]))
+                f = tf.data[a:b].astype(np.float64)
+                w[a:b] = idf[tf.indices[a:b]] * (K1 + 1) * f / (f + norm[row])
+            weights = sp.csr_matrix((w, tf.indices, tf.indptr), shape=tf.shape).T.tocsr()
+            del tf, w
+            weights.sort_indices()  # a shard finds its documents in a term's postings by binary search
+            weights.indptr = weights.indptr.astype(np.int64)  # past 2**31 postings (10M documents and more)
+            self._weights = weights
+        return self._weights
+
+    def postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        w = self.weights()
+        return w.indptr, w.indices, w.data
+
+    def idf(self) -> np.ndarray:
+        """Each vocabulary term's idf, ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (the combined statistics)."""
+        s = self.stats()
+        return np.log1p((s["docs"] - s["df"] + 0.5) / (s["df"] + 0.5))
+
+    def doc_id_array(self) -> pa.Array:
+        """The document ids as one Arrow string array (row order), made once."""
+        if getattr(self, "_doc_id_array", None) is None or len(self._doc_id_array) != len(self):
+            self._doc_id_array = pa.array(self.doc_ids, pa.string())
+        return self._doc_id_array
+
+    def tiebreak(self) -> np.ndarray:
+        """:meth:`BM25Search.tiebreak`, made from the doc ids once (:func:`tiebreak_ranks`)."""
+        if getattr(self, "_tiebreak_rows", None) is None or len(self._tiebreak_rows) != len(self):
+            self._tiebreak_rows, self._rows_by_rank = tiebreak_ranks(self.doc_ids)
+        return self._tiebreak_rows
+
+    def rows_by_rank(self) -> np.ndarray:
+        """:meth:`BM25Search.rows_by_rank`, made with :meth:`tiebreak`."""
+        self.tiebreak()
+        return self._rows_by_rank
+
+    # -- storage (storage.py) ----------------------------------------------------
+    def save(self, path: Path) -> Path:
+        """Write the index to directory ``path``: into a temporary sibling, then renamed into
+        place. Where another process saved a valid index there meanwhile, that one stands."""
+        return storage.write_index(self, path)
+
+    @classmethod
+    def load(cls, path: Path, stamp: str | None = None) -> BM25Index | None:
+        """The index saved in ``path`` (its term counts: any of ``storage.COUNTS_FORMATS``); None
+        when it is absent, partial, damaged, of another format, or (with ``stamp``) of another
+        table that had the same name and version."""
+        found = storage.read_counts(path, stamp)
+        if found is None:
+            return None
+        meta, docs, title, text, terms = found
+        return cls(docs.column("doc_id").to_numpy(zero_copy_only=False), docs.column("content_hash").to_numpy(zero_copy_only=False),
+                   title, text, Vocabulary(terms.column("term").to_pylist()), int(meta["version"]), meta["stamp"])

@@ -1,0 +1,183 @@
+"""One saved BM25 index on disk: its format, its files, writing them and reading them back.
+
+A saved index is a directory (versions.py names one per table version) holding:
+
+* ``meta.json``: the format (:data:`FORMAT`), the table version and its stamp, the save's id,
+  the counts of documents and terms, the documents per segment;
+* the term counts, which a patch reads: ``title.npz`` and ``text.npz`` (documents x terms,
+  CSR), ``docs.parquet`` (doc id and content hash per row), ``vocab.parquet`` (the terms);
+* ``search/``, what a search maps (:class:`~logicrank.pipelines.engines.bm25.mapped.MappedBM25`): the
+  weights in segments of :data:`SEGMENT_ROWS` documents (:func:`segmented`), the idf, the
+  tie-break ranks and their inverse as ``.npy``, the doc ids as an Arrow IPC file.
+
+Every file carries the save's id, so that a reader never mixes the files of two saves; a save
+writes into a temporary sibling and renames it into place. A reader that finds an index absent,
+partial, damaged, of another format or of another table (its stamp) gets None and rebuilds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+from logicrank.pipelines.engines.bm25 import loading
+
+FORMAT = 3  # the on-disk layout; an index of another format is rebuilt (2: the mapped search files; 3: in segments of documents)
+COUNTS_FORMATS = (2, 3)  # the formats whose term counts a patch reads (formats 2 and 3 store them alike): an older index is re-saved, not re-analyzed
+SEGMENT_ROWS = 1 << 19  # documents per segment of a saved index (:func:`segmented`): a shard reads only its segments
+
+
+def segmented(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, docs: int, seg_rows: int,
+              out_indices: np.ndarray, out_data: np.ndarray) -> np.ndarray:
+    """A terms x documents CSR (postings sorted by row) laid out segment by segment: segment
+    ``s`` holds the postings of rows ``[s * seg_rows, (s + 1) * seg_rows)``, term by term, in
+    ``out_indices`` / ``out_data`` (as long as ``indices``; arrays or memory maps). Returns the
+    layout's indptr, ``(segments, terms + 1)``: term ``t``'s postings in segment ``s`` are
+    ``[indptr[s, t], indptr[s, t + 1])``. A process that searches one range of documents then
+    reads only its segments' bytes (mapped.py)."""
+    n_seg = max(1, -(-docs // seg_rows))
+    kern = loading.kernels()
+    at = kern.segment_starts(np.asarray(indptr, np.int64), indices, seg_rows, n_seg)
+    rows, offset = [], 0
+    for seg in range(n_seg):
+        rows.append(kern.segment_copy(indices, data, at, seg, out_indices, out_data, offset))
+        offset = int(rows[-1][-1])
+    return np.stack(rows)
+
+
+def write_index(index, path: Path) -> Path:
+    """Write ``index`` (an in-memory :class:`~logicrank.pipelines.engines.bm25.index.BM25Index`) to
+    directory ``path``: into a temporary sibling, then renamed into place. Where another process
+    saved a valid index there meanwhile, that one stands."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    try:
+        for name, m in (("title", index.title), ("text", index.text)):
+            sp.save_npz(tmp / f"{name}.npz", m, compressed=False)
+        save_id = uuid.uuid4().hex  # in every file: a load never mixes the files of two saves
+        meta = {b"logicrank.save_id": save_id.encode()}
+        pq.write_table(pa.table({"doc_id": pa.array(index.doc_ids, pa.string()), "content_hash": pa.array(index.hashes, pa.string())})
+                       .replace_schema_metadata(meta), tmp / "docs.parquet")
+        pq.write_table(pa.table({"term": pa.array(index.vocab.terms, pa.string())}).replace_schema_metadata(meta), tmp / "vocab.parquet")
+        _write_search(index, tmp / "search", meta)
+        (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": index.version, "stamp": index.stamp, "save_id": save_id,
+                                                   "docs": len(index), "terms": len(index.vocab),
+                                                   "segment_rows": SEGMENT_ROWS}))
+        if is_whole(path, index.stamp):
+            return path
+        if path.exists():  # damaged or another table's: moved aside, then replaced
+            aside = Path(tempfile.mkdtemp(prefix=f".{path.name}-old-", dir=path.parent))
+            with contextlib.suppress(OSError):  # (another process moved it first)
+                os.replace(path, aside / "old")
+            shutil.rmtree(aside, ignore_errors=True)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process saved this version meanwhile: theirs stands
+            if not is_whole(path, index.stamp):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def _write_search(index, path: Path, meta: dict) -> None:
+    """What a search maps (mapped.py): the weights in segments of
+    ``SEGMENT_ROWS`` documents (:func:`segmented`, written through memory maps), the idf, the
+    tie-break ranks and their inverse as ``.npy``, the doc ids as an Arrow IPC file."""
+    path.mkdir()
+    indptr, indices, data = index.postings()
+    out_indices = np.lib.format.open_memmap(path / "indices.npy", "w+", np.int32, (len(indices),))
+    out_data = np.lib.format.open_memmap(path / "data.npy", "w+", np.float32, (len(data),))
+    layout = segmented(indptr, indices, data, len(index), SEGMENT_ROWS, out_indices, out_data)
+    out_indices.flush()
+    out_data.flush()
+    del out_indices, out_data
+    rank, rows = index.tiebreak(), index.rows_by_rank()
+    for name, a in (("indptr", layout), ("idf", index.idf().astype(np.float64, copy=False)), ("tiebreak", rank), ("rows_by_rank", rows)):
+        np.save(path / f"{name}.npy", np.ascontiguousarray(a))
+    ids = pa.table({"doc_id": index.doc_id_array()}).replace_schema_metadata(meta)
+    with pa.OSFile(str(path / "doc_ids.arrow"), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
+        writer.write_table(ids)
+
+
+def read_counts(path: Path, stamp: str | None = None) -> tuple[dict, pa.Table, sp.csr_matrix, sp.csr_matrix, pa.Table] | None:
+    """The term counts saved in ``path`` (of any of :data:`COUNTS_FORMATS`): its meta, its
+    documents (doc id, content hash), the title and text counts and its terms; None when they are
+    absent, partial, damaged, of another format, or (with ``stamp``) of another table that had
+    the same name and version."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        if meta.get("format") not in COUNTS_FORMATS or (stamp is not None and meta.get("stamp") != stamp):
+            return None
+        docs = pq.read_table(path / "docs.parquet")
+        terms = pq.read_table(path / "vocab.parquet")
+        ids = {(t.schema.metadata or {}).get(b"logicrank.save_id", b"").decode() for t in (docs, terms)}
+        title, text = (sp.load_npz(path / f"{n}.npz").tocsr() for n in ("title", "text"))
+        shapes_ok = all(m.shape == (meta["docs"], meta["terms"]) for m in (title, text))
+        if ids != {meta["save_id"]} or docs.num_rows != meta["docs"] or terms.num_rows != meta["terms"] or not shapes_ok:
+            return None
+    except Exception:  # noqa: BLE001 (whatever a damaged file raises: zipfile, pickle, Arrow, JSON): rebuilt
+        return None
+    return meta, docs, title, text, terms
+
+
+def map_search_files(path: Path, stamp: str | None = None) -> tuple[dict, dict[str, np.ndarray], pa.Array] | None:
+    """The search files of the index saved in ``path``, mapped: its meta, its arrays (memory
+    maps) and its doc ids (an Arrow memory map); None when it is absent, partial, damaged, of
+    another format or (with ``stamp``) of another table of the same name."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        if meta.get("format") != FORMAT or (stamp is not None and meta.get("stamp") != stamp):
+            return None
+        arrays = {name: np.load(path / "search" / f"{name}.npy", mmap_mode="r")
+                  for name in ("indptr", "indices", "data", "idf", "tiebreak", "rows_by_rank")}
+        reader = pa.ipc.open_file(pa.memory_map(str(path / "search" / "doc_ids.arrow")))
+        table = reader.read_all()
+        docs, terms = meta["docs"], meta["terms"]
+        indptr, seg_rows = arrays["indptr"], int(meta["segment_rows"])
+        ends = (np.asarray(indptr[:, 0]), np.asarray(indptr[:, -1]))  # each segment's first and last offsets: contiguous, in order
+        ok = (indptr.shape == (max(1, -(-docs // seg_rows)), terms + 1) and len(arrays["idf"]) == terms
+              and int(ends[0][0]) == 0 and bool((ends[0][1:] == ends[1][:-1]).all()) and bool((ends[1] >= ends[0]).all())
+              and int(indptr[-1, -1]) == len(arrays["indices"]) == len(arrays["data"])
+              and len(arrays["tiebreak"]) == len(arrays["rows_by_rank"]) == table.num_rows == docs
+              and (table.schema.metadata or {}).get(b"logicrank.save_id", b"").decode() == meta["save_id"])
+        for name in ("title", "text"):  # the counts a patch reads: their zip directories, not their data
+            with zipfile.ZipFile(path / f"{name}.npz") as z:
+                ok = ok and bool(z.namelist())
+        if not ok:
+            return None
+    except Exception:  # noqa: BLE001 (whatever a damaged file raises): rebuilt
+        return None
+    ids = table.column("doc_id")
+    return meta, arrays, ids.chunk(0) if ids.num_chunks == 1 else ids.combine_chunks()  # one chunk: mapped, not copied
+
+
+def is_whole(path: Path, stamp: str) -> bool:
+    """Whether ``path`` holds a whole saved index of this table version: its search files
+    consistent and its counts' files readable (their zip directories; not their data, which
+    a patch reads: a re-index would otherwise read the whole index once more to check it)."""
+    return map_search_files(path, stamp) is not None
+
+
+def is_saved(path: Path, stamp: str) -> bool:
+    """Whether ``path`` holds a saved index of this format and table version, by its meta.json
+    alone (a reader that finds its files damaged rebuilds them: versions.py's :func:`open_index`)."""
+    try:
+        meta = json.loads((Path(path) / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return meta.get("format") == FORMAT and meta.get("stamp") == stamp

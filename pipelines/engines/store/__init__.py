@@ -1,0 +1,47 @@
+"""LanceDB document store: upsert by content hash, delete, search, versions and tags.
+
+One writer per table (LanceDB commits conflict under concurrent writers): the index job
+funnels every write through one :class:`DocStore`. Every write is a keyed
+``merge_insert`` on ``doc_id``, so a write repeated after a crash never duplicates a row.
+No user text is ever pasted into a LanceDB filter string.
+"""
+
+from __future__ import annotations
+
+from logicrank.pipelines.engines.bm25 import ENGLISH_STOP_WORDS
+from logicrank.pipelines.engines.store.base import StoreError, TableHandle
+from logicrank.pipelines.engines.store.reading import Reading
+from logicrank.pipelines.engines.store.versions import Versions
+from logicrank.pipelines.engines.store.writing import Writing
+
+__all__ = ["ENGLISH_STOP_WORDS", "DocStore", "StoreError", "update_index_apart"]
+
+
+class DocStore(Reading, Writing, Versions, TableHandle):
+    """A LanceDB table of documents (the ``docs`` contract), in parts: reading
+    (pipelines/engines/store/reading.py), writing (writing.py), versions (versions.py), over one table
+    handle (base.py)."""
+
+
+def update_index_apart(store: DocStore) -> dict:
+    """:func:`logicrank.pipelines.engines.bm25.update_index` in a child process (a fresh interpreter,
+    pipelines/engines/store/apart.py): the index job's driver stays small whatever the corpus (the patch
+    holds the previous version's counts and every id and hash, 17 GiB at 10M documents,
+    docs/bulk-retrieval.md); the child's memory goes when it ends, and an interrupt of the job
+    ends it too. Not multiprocessing's spawn, which imports the caller's ``__main__`` again: a
+    script without a ``__main__`` guard would run again in the child. An OSError in the child
+    is raised here as one."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "logicrank.pipelines.engines.store.apart", str(store.uri), store.name, str(store.version)],
+                          capture_output=True, text=True)  # (an interrupt kills the child, then propagates)
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1]) if done.returncode in (0, 3) and lines else {}
+    if done.returncode == 3:
+        raise OSError(*result["oserror"])
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise RuntimeError(f"store: saving the BM25 index of table {store.name!r} v{store.version} failed in its child process: {said}")
+    return result

@@ -1,0 +1,264 @@
+"""Writing the table: create, upsert by content hash, delete what a snapshot lacks, build and
+maintain its indexes. One writer per table (the index job's lease, pipelines/operations/writelock.py).
+
+What each index costs a re-index after 1% of the documents changed, measured with
+tests/perf/bench_reindex.py (384-dimensional vectors, texts of 40 words; 2 shared cores):
+
+- compaction: only small fragments are merged (:data:`COMPACT_TARGET_ROWS`).
+- the scalar index on doc_id (BTREE): updated in place in 0.02 s at 100k, 0.4 s at 1M;
+  change detection looks up each batch's stored hashes through it (pipelines/operations/indexing.py),
+  so it is kept whole every run.
+- the full-text indexes on title and text: merged in place they cost 0.4 + 0.5 s at 100k but
+  8 to 20 s each at 1M (a merge rewrites the index, so it grows with the table; rebuilt at
+  1M: 11 s for title, 71 s for text). Added as a delta index instead: 0.15 to 0.25 s at 1M.
+  Retrieval does not read them (the BM25 engine, pipelines/engines/bm25/, keeps its own
+  index); they stay the reference the BM25 engine is tested against and serve
+  LanceDB-native full-text search, so each run keeps them covering every row, by deltas,
+  merged past :data:`MAX_DELTAS` (never into the first index); they are rebuilt only when
+  asked (``rebuild``) or when made by an older analyzer. Their statistics keep replaced and
+  deleted rows until a rebuild (pipelines/engines/store/reading.py, ``text_search``).
+- the ANN index (IVF_HNSW_SQ): built in about 75 s at 100k; a delta for the changed rows
+  takes 0.2 s; merging the deltas into the first index costs another 76 s, a rebuild. So
+  the ANN index is built only when asked (``ann_threshold`` given: the index job's ``ann``
+  option) and, once built, never rebuilt because rows changed: deltas as above, the newest
+  ones merged past :data:`MAX_DELTAS` (about 1.2 s for a few thousand rows at 100k).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from logicrank.pipelines.engines.bm25 import drop_indexes, prune_indexes
+from logicrank.pipelines.engines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _META_MODEL, _META_TITLE_SEP
+from logicrank.schemas.tables import docs_schema
+
+MAX_DELTAS = 7  # delta indexes of a full-text or ANN index (a week of nights) before maintenance merges them
+# Compaction merges fragments smaller than this (and rewrites those with 10% of their rows
+# deleted). At Lance's default, 1M rows, the table's big fragment falls under it as soon as a
+# re-index replaces one row, and every run rewrites it with the new rows: 51 s at 1M documents
+# for a 1% re-index, against 1.2 s with 64k, which merges only the runs' small fragments.
+COMPACT_TARGET_ROWS = 1 << 16
+
+
+@contextmanager
+def _timed(into: dict[str, float], name: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        into[name] = round(into.get(name, 0.0) + time.perf_counter() - start, 3)
+
+
+class Writing:
+    """The write side of :class:`logicrank.pipelines.engines.store.DocStore`."""
+
+    def open_or_create(self, dim: int, model_id: str, title_sep: str = " "):
+        """Open the table, checking it was embedded with ``model_id`` and ``title_sep``; create it when absent."""
+        if not self.exists():
+            schema = docs_schema(dim).with_metadata({_META_MODEL: model_id.encode(), _META_TITLE_SEP: title_sep.encode()})
+            self._table = self.db.create_table(self.name, schema=schema)
+            return self._table
+        self.require_model(model_id, "store", "index into a new table (--table) or delete this one")
+        self.require_title_sep(title_sep, "store")
+        return self.table
+
+    def drop(self) -> None:
+        """Remove the table with every version and tag (the index job's undo of a table it created)."""
+        self.db.drop_table(self.name)
+        drop_indexes(self)
+        self._table = self._lance = self._bm25 = None
+        self._vectors = {}
+
+    # -- writes ------------------------------------------------------------------
+    def upsert(self, docs: pa.Table) -> None:
+        """Insert new and replace changed documents, keyed by doc_id (idempotent)."""
+        if docs.num_rows == 0:
+            return
+        n = docs.num_rows
+        if "indexed_at" not in docs.column_names:
+            now = pa.array(np.full(n, np.datetime64(datetime.now(UTC).replace(tzinfo=None), "us")), pa.timestamp("us", tz="UTC"))
+            docs = docs.append_column("indexed_at", now)
+        docs = docs.select(self.table.schema.names).cast(self.table.schema)
+        (
+            self.table.merge_insert("doc_id")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute(docs)
+        )
+
+    def delete_absent(self, keep_ids: pa.Array) -> int:
+        """Delete every document whose id is not in ``keep_ids``; returns how many went.
+
+        Makes no commit (no new version) when nothing is absent. (The index job, which must
+        not hold every id, finds the absent ids itself and calls :meth:`delete_ids`.)
+        """
+        keep = pa.array(keep_ids, pa.string())
+
+        def absent():
+            for b in self.table.to_lance().to_batches(columns=["doc_id"], batch_size=65536):
+                ids = b.column("doc_id")
+                yield ids.filter(pc.invert(pc.is_in(ids, value_set=keep)))
+
+        return self.delete_ids(absent())
+
+    def delete_ids(self, batches: Iterable[pa.Array], before_each: Callable[[], None] = lambda: None) -> int:
+        """Delete the documents with the given ids, one commit per batch of ids (a filter of
+        pyarrow expressions, never a SQL string); returns how many went. No commit for an
+        empty batch. ``before_each`` runs before each commit (the job checks its lock).
+
+        A batch at a time so that no process holds every id; a run killed between two
+        batches leaves the rest, which its rerun deletes (they are still absent)."""
+        gone = 0
+        for ids in batches:
+            if len(ids) == 0:
+                continue
+            before_each()
+            res = self.table.to_lance().delete(pc.field("doc_id").isin(pa.array(ids, pa.string())))
+            gone += int(res["num_deleted_rows"])
+            self.table.checkout_latest()
+            self._lance = None
+        return gone
+
+    def build_indexes(self, ann_threshold: int | None) -> dict[str, str]:
+        """Scalar index on doc_id, full-text index on title and text, and the ANN index when
+        ``ann_threshold`` is given and the table has at least that many rows."""
+        t = self.table
+        built = {}
+        t.create_scalar_index("doc_id", index_type="BTREE", replace=True)
+        built["doc_id"] = "BTREE"
+        built.update(self._build_fts())
+        if ann_threshold is not None and self.count() >= ann_threshold:
+            built["vector"] = self.build_ann()
+        return built
+
+    def build_ann(self) -> str:
+        """The ANN index over the vectors; returns what it is."""
+        # HNSW does the fine search inside each IVF partition, so partitions stay few
+        # (about one per million rows). Measured on 100k generated vectors: recall@100
+        # 0.995 with one partition, 0.65 with sqrt(n) = 316 at LanceDB's default probes.
+        partitions = max(1, self.count() // 1_000_000)
+        self.table.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", num_partitions=partitions, replace=True)
+        return f"IVF_HNSW_SQ(partitions={partitions})"
+
+    def _build_fts(self) -> dict[str, str]:
+        for col in _FTS_COLUMNS:
+            self.table.create_fts_index(col, replace=True, with_position=False, **_FTS_ANALYZER)
+        return dict.fromkeys(_FTS_COLUMNS, "FTS")
+
+    def _build_one(self, column: str) -> str:
+        """Build the index of one column (doc_id, a full-text column or the vectors)."""
+        if column == "doc_id":
+            self.table.create_scalar_index("doc_id", index_type="BTREE", replace=True)
+            return "BTREE"
+        if column == "vector":
+            return self.build_ann()
+        self.table.create_fts_index(column, replace=True, with_position=False, **_FTS_ANALYZER)
+        return "FTS"
+
+    def _stale_fts(self) -> set[str]:
+        """The full-text columns whose index analyzes text otherwise than this version does."""
+        stale = set()
+        for idx in self.table.list_indices():
+            if idx.index_type == "FTS" and len(idx.columns) == 1:
+                details = idx.index_details or {}
+                if any(details.get(key) != value for key, value in _FTS_ANALYZER.items()):
+                    stale.add(idx.columns[0])
+        return stale
+
+    def _deltas(self, name: str) -> int:
+        """How many delta indexes index ``name`` has beside its first."""
+        return max(0, int(getattr(self.table.index_stats(name), "num_indices", 1) or 1) - 1)
+
+    def _update_index(self, name: str, deltas: bool) -> None:
+        """Add the rows an index does not cover to it, in place (no retraining). With
+        ``deltas`` (the full-text and ANN indexes) they go to a new delta index, and past
+        :data:`MAX_DELTAS` the deltas (never the first index) are merged into one with them;
+        the doc_id index merges them into itself."""
+        kw = {}
+        if deltas:
+            have = self._deltas(name)
+            kw["num_indices_to_merge"] = have if have >= MAX_DELTAS else 0
+        self.table.to_lance().optimize.optimize_indices(index_names=[name], **kw)
+        self.table.checkout_latest()
+
+    def maintain(self, ann_threshold: int | None, prune_older_than: timedelta, changed: bool = True, rebuild: bool = False) -> dict:
+        """After a successful write: compact small fragments, bring every index up to date so it
+        covers every row, and prune versions older than ``prune_older_than`` that no tag names.
+
+        ``ann_threshold``: build the ANN index once the table has this many rows; None: build
+        none (an ANN index the table has is still kept up to date). An index that is missing is
+        built (that one alone); one that exists is updated in place (the module's docstring
+        says what each costs), and never rebuilt because rows changed: the full-text ones are
+        rebuilt when made with another analyzer than :data:`ENGLISH_STOP_WORDS`'s, a scalar or
+        full-text index still missing rows after its update is rebuilt (seconds), an ANN index
+        is not (a search reads the rows it misses without it). ``rebuild``: rebuild every index
+        from the rows (the ANN index retrained), what a user asks for after many nights.
+
+        Tagged versions are never pruned, so every earlier index run stays restorable. With
+        ``changed`` False and every index complete, only the pruning runs (no new version).
+        Maintenance changes no document: when the version it starts from is marked complete
+        (pipelines/engines/store/versions.py), so is the one it ends at.
+        """
+        t = self.table
+        start, marked = self.version, self.complete_version()
+        index_of = {c: idx.name for idx in t.list_indices() for c in idx.columns}
+        wanted = {"doc_id", *_FTS_COLUMNS} | ({"vector"} if ann_threshold is not None and self.count() >= ann_threshold else set())
+        fts_current = self.fts_current()
+        complete = wanted <= index_of.keys() and not any(self.index_coverage().values()) and fts_current
+        built: dict[str, str] = {}
+        updated: list[str] = []
+        seconds: dict[str, float] = {}  # what each part took (compaction, each index built or updated)
+        fragments = (0, 0)
+        if changed or not complete or rebuild:
+            with _timed(seconds, "compaction"):
+                compaction = t.to_lance().optimize.compact_files(target_rows_per_fragment=COMPACT_TARGET_ROWS)
+            fragments = (int(compaction.fragments_removed), int(compaction.fragments_added))
+            t.checkout_latest()
+            if rebuild:
+                with _timed(seconds, "rebuild"):
+                    built = self.build_indexes(ann_threshold)
+                    if "vector" in index_of and "vector" not in built:  # an ANN index the table has: retrained too
+                        built["vector"] = self.build_ann()
+            else:
+                stale = set() if fts_current else self._stale_fts()  # indexed by an older analyzer: re-analyze the text
+                for column in sorted((wanted - index_of.keys()) | stale):
+                    with _timed(seconds, column):
+                        built[column] = self._build_one(column)
+                    t.checkout_latest()
+                coverage = self.index_coverage()
+                for column, name in sorted(index_of.items()):
+                    if column not in built and coverage.get(name):
+                        with _timed(seconds, column):
+                            self._update_index(name, deltas=column != "doc_id")
+                        updated.append(column)
+                coverage = self.index_coverage()
+                for column, name in sorted(index_of.items()):
+                    if column not in built and column != "vector" and coverage.get(name):
+                        with _timed(seconds, column):
+                            built[column] = self._build_one(column)
+            t.checkout_latest()
+        if marked == start and self.version != start:
+            self.mark_complete()
+        cleanup = t.to_lance().cleanup_old_versions(older_than=prune_older_than, error_if_tagged_old_versions=False)
+        t.checkout_latest()
+        prune_indexes(self, [v["version"] for v in t.list_versions()])
+        deltas = {c: self._deltas(idx.name) for idx in t.list_indices() for c in idx.columns if c != "doc_id"}
+        return {
+            "fragments_removed": fragments[0],
+            "fragments_added": fragments[1],
+            "indexes_rebuilt": sorted(built),
+            "indexes_updated": sorted(set(updated) - built.keys()),
+            "deltas": deltas,  # the full-text and ANN indexes' delta indexes beside their first
+            "unindexed_rows": self.index_coverage(),
+            "seconds": seconds,
+            "versions_pruned": int(cleanup.old_versions),
+            "bytes_pruned": int(cleanup.bytes_removed),
+            "versions_left": len(t.list_versions()),
+        }

@@ -1,1 +1,0 @@
-"""Measures, significance tests and reports."""

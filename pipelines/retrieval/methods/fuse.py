@@ -1,0 +1,136 @@
+"""Score and rank fusion through ranx (Bassani and Romelli, "ranx.fuse", CIKM 2022): each
+run's scores normalised per query (``norm``), then combined by one of ranx's fusion methods,
+the fused run cut to each query's top ``k``.
+
+- Normalisations (ranx's names): ``min-max``, ``max``, ``sum``, ``zmuv`` (z-score: zero mean,
+  unit variance), ``rank`` (1 / rank), ``borda``; ``none`` keeps the raw scores. A query whose
+  scores are all equal normalises to 0 under ``min-max`` (ranx's rule).
+- Methods that need no training: CombSUM ``sum``, CombMNZ ``mnz``, ``max``, ``min``, ``med``,
+  ``anz``, ``gmnz`` (``gamma``), ``isr``, ``log_isr``, ``logn_isr`` (``sigma``), ``rrf``
+  (``k``), ``rbc`` (``phi``), ``bordafuse``, ``condorcet``; weighted, one weight per run:
+  ``wsum``, ``wmnz``, ``w_bordafuse``, ``w_condorcet``, ``mixed``.
+- :func:`optimize` picks a method's weights or parameter on a qrels (ranx's grid search,
+  ``optimize_fusion``) by one measure; use training queries, not the ones you report.
+
+A document a run did not retrieve contributes nothing (ranx's rule); a query that only some
+runs retrieved for is fused over those runs; when only one run retrieved anything at all, the
+fused run ranks as that run. Ties in the fused scores rank by doc id
+descending (trec_eval's order), so a run and its TREC file evaluate alike.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from logicrank.pipelines.retrieval.methods.ranking import rank_pairs
+from logicrank.schemas.tables import RUN, require_columns
+
+NORMS = ("min-max", "max", "sum", "zmuv", "rank", "borda", "none")
+PLAIN = ("sum", "mnz", "max", "min", "med", "anz", "isr", "log_isr", "bordafuse", "condorcet")
+PARAMETER = {"gmnz": "gamma", "logn_isr": "sigma", "rrf": "k", "rbc": "phi"}  # method -> its one parameter
+WEIGHTED = ("wsum", "wmnz", "w_bordafuse", "w_condorcet", "mixed")
+METHODS = (*PLAIN, *PARAMETER, *WEIGHTED)
+# the measures optimize may maximise: ranx's names, with the project's spellings of the same families
+METRICS = ("ndcg", "map", "mrr", "precision", "recall", "f1", "r-precision", "bpref", "hits", "hit_rate", "dcg", "ndcg_burges", "dcg_burges")
+_PROJECT_METRICS = {"ndcg": "ndcg", "map": "map", "ap": "map", "mrr": "mrr", "rr": "mrr", "p": "precision", "r": "recall",
+                    "f1": "f1", "rprec": "r-precision"}
+
+
+def ranx_metric(name: str) -> str:
+    """``name`` in ranx's spelling (``nDCG@10`` -> ``ndcg@10``, ``MAP`` -> ``map``, ``P@5`` ->
+    ``precision@5``); ValueError naming the valid ones for anything else."""
+    family, at, cutoff = name.strip().partition("@")
+    key = family.strip().lower()
+    got = key if key in METRICS else _PROJECT_METRICS.get(key)
+    if got is None or (at and not cutoff.strip().isdigit()) or (at and int(cutoff) < 1):
+        raise ValueError(f"metric {name!r}: give one of {', '.join(METRICS)} (ranx's names; nDCG, MAP, MRR, P, R, F1 too), "
+                         "with @k for a cutoff, e.g. ndcg@10")
+    return got + (f"@{int(cutoff)}" if at else "")
+OPTIMIZABLE = (*PARAMETER, *WEIGHTED)
+
+
+def _ranx_run(run: pa.Table, query_ids: Sequence[str]):
+    """A ranx Run of ``run``'s scores, with an empty entry for each of ``query_ids`` it lacks
+    (ranx fuses runs that share their query ids)."""
+    from ranx import Run
+
+    require_columns(run, RUN.names[:4], "fuse")
+    held: dict[str, dict[str, float]] = {q: {} for q in query_ids}
+    for q, d, s in zip(*(run.column(c).to_pylist() for c in ("query_id", "doc_id", "score")), strict=True):
+        held[q][d] = float(s)
+    return Run(held)
+
+
+def _ranx_params(method: str, weights: Sequence[float] | None, parameter: float | None, n_runs: int) -> dict[str, Any]:
+    if method in WEIGHTED:
+        return {"weights": list(weights) if weights is not None else [1.0 / n_runs] * n_runs}
+    if method in PARAMETER and parameter is not None:
+        return {PARAMETER[method]: int(parameter) if method == "rrf" else parameter}
+    return {}
+
+
+def fuse(runs: Sequence[pa.Table], k: int, method: str = "sum", norm: str = "min-max", weights: Sequence[float] | None = None,
+         parameter: float | None = None, run_id: str = "fuse") -> pa.Table:
+    """The fused run (RUN contract) of ``runs``: ranx's ``method`` over ``norm``-normalised
+    scores, each query's top ``k``. ``weights``: one per run (weighted methods; default
+    equal); ``parameter``: the method's one parameter (``PARAMETER``; default ranx's)."""
+    from ranx import fuse as ranx_fuse
+
+    if len(runs) < 2:
+        raise ValueError("fuse: give two runs or more to fuse")
+    label = f"fuse-{method}"
+    held = [i for i, run in enumerate(runs) if run.num_rows]  # ranx cannot read a run without a row
+    if len(held) < 2:  # nothing to fuse with: the one run that found anything ranks as itself
+        frame = runs[held[0]].select(["query_id", "doc_id", "score"]).to_pandas() if held else pd.DataFrame(
+            {"query_id": [], "doc_id": [], "score": []})
+        return rank_pairs(frame, k, label, run_id)
+    runs = [runs[i] for i in held]
+    weights = [weights[i] for i in held] if weights is not None else None
+    query_ids = list(dict.fromkeys(q for run in runs for q in run.column("query_id").to_pylist()))
+    ranx_runs = [_ranx_run(run, query_ids) for run in runs]
+    with warnings.catch_warnings():  # numba's type-safety warnings from ranx's kernels are not the user's business
+        warnings.simplefilter("ignore")
+        fused = ranx_fuse(ranx_runs, norm=None if norm == "none" else norm, method=method,
+                          params=_ranx_params(method, weights, parameter, len(ranx_runs)))
+    rows = [(q, d, s) for q, docs in fused.to_dict().items() for d, s in docs.items()]
+    pairs = pd.DataFrame(rows, columns=["query_id", "doc_id", "score"])
+    return rank_pairs(pairs, k, label, run_id)
+
+
+def optimize(runs: Sequence[pa.Table], qrels: pa.Table, method: str, norm: str, metric: str = "ndcg@10",
+             step: float = 0.1) -> tuple[dict[str, Any], int]:
+    """The weights (or the one parameter) of ``method`` that maximise ``metric`` (ranx's name,
+    e.g. ``ndcg@10``, ``map@100``) on the queries that ``qrels`` judges and the runs retrieved
+    for, by ranx's grid search (``step`` between weights); and how many queries it used.
+    Returns ``({"weights": [...]}, n)`` or ``({"parameter": x}, n)``."""
+    from ranx import Qrels
+    from ranx import optimize_fusion as ranx_optimize
+
+    judged = qrels.filter(pa.compute.greater(qrels.column("relevance"), 0))
+    held = set(judged.column("query_id").to_pylist())
+    for run in runs:
+        held &= set(run.column("query_id").to_pylist())
+    query_ids = sorted(held)
+    if not query_ids:
+        raise ValueError("fuse: no query is both judged relevant in the qrels and retrieved by every run; nothing to optimise on")
+    truth: dict[str, dict[str, int]] = {q: {} for q in query_ids}
+    for q, d, r in zip(*(judged.column(c).to_pylist() for c in ("query_id", "doc_id", "relevance")), strict=True):
+        if q in truth:
+            truth[q][d] = int(r)
+    keep = pa.array(query_ids)
+    ranx_runs = [_ranx_run(run.filter(pa.compute.is_in(run.column("query_id"), keep)), query_ids) for run in runs]
+    kwargs: dict[str, Any] = {"show_progress": False}
+    if method in WEIGHTED:
+        kwargs["step"] = step
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        best = ranx_optimize(Qrels(truth), ranx_runs, norm=None if norm == "none" else norm, method=method, metric=ranx_metric(metric),
+                             **kwargs)
+    if method in WEIGHTED:
+        return {"weights": [float(w) for w in best["weights"]]}, len(query_ids)
+    return {"parameter": float(best[PARAMETER[method]])}, len(query_ids)

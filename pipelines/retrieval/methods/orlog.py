@@ -1,0 +1,208 @@
+"""OrLog (arXiv 2601.23085): predicate plausibility from True/False logits, composed by exact
+probabilistic inference, to rerank a base retriever's top k.
+
+Per query: atoms about an entity ``{x}`` and a logical form over their ids (the ``orlog``
+rows of a decompositions table). Per (candidate, atom): one truth prompt, the candidate's
+text first (so the atoms of one candidate share a cached prefix), then the atom with the
+candidate's name in place of ``{x}``. P(True) per pair, optionally calibrated, are the
+probabilities of independent facts; the posterior of the form (compiled once per query,
+all candidates at once) reranks the candidates, ties in base order.
+
+The LLM-as-reasoner baseline asks the whole question of each candidate in one prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from logicrank.pipelines.llm.decompose import PLACEHOLDER
+from logicrank.pipelines.retrieval.logic.probability import compile_probability, problog_probability
+from logicrank.pipelines.retrieval.logic.query import Node, parse
+from logicrank.schemas.tables import require_columns
+
+# The side tables its stage writes (the stage declares them; nothing else in logicrank reads them back).
+# predicate_scores: OrLog's P(True) per (query, candidate, atom) (raw logits of the label tokens)
+PREDICATE_SCORES = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("atom_id", pa.string(), nullable=False),
+        pa.field("atom", pa.string(), nullable=False),
+        pa.field("p_true", pa.float64(), nullable=False),  # uncalibrated
+        pa.field("logit_true", pa.float64(), nullable=False),
+        pa.field("logit_false", pa.float64(), nullable=False),
+    ]
+)
+
+
+CALIBRATIONS = ("none", "content-free", "pool-mean")
+CONTENT_FREE = "N/A"
+
+
+@dataclass(frozen=True)
+class OrlogQuery:
+    query_id: str
+    question: str
+    atoms: tuple[tuple[str, str], ...]  # (id, text with {x})
+    form: Node  # over atom ids
+    status: str  # the decomposition's status
+
+
+def orlog_queries(queries: pa.Table) -> list[OrlogQuery]:
+    """Each query's atoms and form, from the columns the ``decomposition`` stage (target
+    orlog) adds: ``atoms``, ``logical_query`` (over atom ids), ``decomposition_status``."""
+    require_columns(queries, ["query_id", "text", "atoms", "logical_query", "decomposition_status"], "orlog")
+    cols = (queries.column(c).to_pylist() for c in ("query_id", "text", "atoms", "logical_query", "decomposition_status"))
+    return [
+        OrlogQuery(qid, text, tuple((a["id"], a["text"]) for a in atoms), parse(form), status)
+        for qid, text, atoms, form, status in zip(*cols, strict=True)
+    ]
+
+
+def truth_prompts(queries: Sequence[OrlogQuery], candidates: pd.DataFrame, names: dict[str, str], contexts: dict[str, str]) -> pd.DataFrame:
+    """One row per (query, candidate, atom), a candidate's atoms consecutive (shared prefix).
+
+    ``candidates``: query_id, doc_id, base_rank; ``names``/``contexts``: doc_id -> the
+    entity's name and its (truncated) description, "" for none."""
+    rows = []
+    by_query = {q.query_id: q for q in queries}
+    for qid, doc, rank in candidates[["query_id", "doc_id", "base_rank"]].itertuples(index=False):
+        for atom_id, atom in by_query[qid].atoms:
+            rows.append({
+                "query_id": qid, "doc_id": doc, "base_rank": rank, "atom_id": atom_id, "atom": atom,
+                "context": contexts.get(doc, ""), "statement": atom.replace(PLACEHOLDER, names[doc]),
+            })
+    out = pd.DataFrame(rows, columns=["query_id", "doc_id", "base_rank", "atom_id", "atom", "context", "statement"])
+    out.insert(0, "prompt_id", [f"p{i}" for i in range(len(out))])
+    return out
+
+
+def content_free_prompts(queries: Sequence[OrlogQuery]) -> pd.DataFrame:
+    """Each atom about a content-free entity ("N/A", no description): the calibration input."""
+    rows = [{"query_id": q.query_id, "atom_id": a, "context": "", "statement": t.replace(PLACEHOLDER, CONTENT_FREE)} for q in queries for a, t in q.atoms]
+    out = pd.DataFrame(rows, columns=["query_id", "atom_id", "context", "statement"])
+    out.insert(0, "prompt_id", [f"cf{i}" for i in range(len(out))])
+    return out
+
+
+def calibrate(scored: pd.DataFrame, mode: str, content_free: pd.DataFrame | None = None) -> np.ndarray:
+    """P(True) per row after calibration of the logit difference d = z_True - z_False:
+    ``none``: sigmoid(d); ``content-free``: sigmoid(d - d of the atom about "N/A");
+    ``pool-mean``: sigmoid(d - mean d of the atom over the query's candidates)."""
+    if mode not in CALIBRATIONS:
+        raise ValueError(f"unknown calibration {mode!r}; valid: {', '.join(CALIBRATIONS)}")
+    d = (scored["logit_true"] - scored["logit_false"]).to_numpy(dtype=np.float64)
+    if mode == "content-free":
+        cf = content_free.assign(d=content_free["logit_true"] - content_free["logit_false"]).set_index(["query_id", "atom_id"])["d"]
+        d = d - cf.loc[list(zip(scored["query_id"], scored["atom_id"], strict=True))].to_numpy()
+    elif mode == "pool-mean":
+        d = d - scored.assign(d=d).groupby(["query_id", "atom_id"])["d"].transform("mean").to_numpy()
+    return 1.0 / (1.0 + np.exp(-d))
+
+
+def atom_query(atom: str) -> str:
+    """An atom's text as a retrieval query: ``{x}`` dropped, spaces closed up
+    ("{x} likes Quokkas" -> "likes Quokkas")."""
+    return " ".join(atom.replace(PLACEHOLDER, " ").split())
+
+
+def retrieval_truth(queries: Sequence[OrlogQuery], candidates: pd.DataFrame, scorer: str, calibration: str, store, encode=None,
+                    sample: int = 10_000) -> pd.DataFrame:
+    """One row per (query, candidate, atom) as :func:`truth_prompts` lays them out, with
+    P(True) the calibrated ``scorer`` (bm25 | dense) score of the atom's text for the candidate
+    (pipelines/retrieval/methods/evidence.py): ``p_true`` = ``p_calibrated``, ``logit_true`` its log-odds,
+    ``logit_false`` 0, so sigmoid(logit_true - logit_false) is P(True) as for the LLM."""
+    from logicrank.pipelines.retrieval.methods.evidence import calibrate_evidence, make_evidence
+
+    by_query = {q.query_id: q for q in queries}
+    rows = [(qid, doc, rank, atom_id, atom) for qid, doc, rank in candidates[["query_id", "doc_id", "base_rank"]].itertuples(index=False)
+            for atom_id, atom in by_query[qid].atoms]
+    out = pd.DataFrame(rows, columns=["query_id", "doc_id", "base_rank", "atom_id", "atom"])
+    out["atom_text"] = [atom_query(a) for a in out["atom"]]
+    texts = list(dict.fromkeys(out["atom_text"]))
+    evidence = make_evidence(scorer, store, texts, encode, sample=sample)
+    cal = calibrate_evidence(evidence, calibration, sample)
+    docs = list(dict.fromkeys(out["doc_id"]))
+    P = cal.apply(evidence.raw(docs), texts) if docs else np.zeros((0, len(texts)))
+    doc_row, text_col = {d: i for i, d in enumerate(docs)}, {t: j for j, t in enumerate(texts)}
+    p = np.asarray(P, dtype=np.float64)[[doc_row[d] for d in out["doc_id"]], [text_col[t] for t in out["atom_text"]]] if len(out) else np.zeros(0)
+    clipped = np.clip(p, 1e-12, 1 - 1e-12)
+    return out.assign(p_true=p, p_calibrated=p, logit_true=np.log(clipped) - np.log1p(-clipped), logit_false=0.0)
+
+
+def negated_everywhere(queries: Sequence[OrlogQuery], scored: pd.DataFrame, threshold: float = 0.5) -> list[str]:
+    """The queries whose every candidate is excluded by a negated conjunct of the form
+    (``... AND NOT X``, X holding with its atoms' P(True) at least ``threshold``): the
+    candidates cannot satisfy the query, and a deeper or other first stage is needed
+    ("cancer but not breast or lung" over BM25's top 20 of the query text)."""
+    from logicrank.pipelines.retrieval.logic.fuzzy import exclusion
+
+    if scored.empty:
+        return []
+    wide = scored.pivot_table(index=["query_id", "doc_id"], columns="atom_id", values="p_calibrated", sort=False)
+    rows_of = pd.Series(np.arange(len(wide))).groupby(wide.index.get_level_values(0).to_numpy(), sort=False).indices
+    out = []
+    for q in queries:
+        atom_ids = [a for a, _ in q.atoms]
+        excluded = exclusion(q.form, atom_ids, threshold)
+        if excluded is None or q.query_id not in rows_of or not set(atom_ids) <= set(wide.columns):
+            continue
+        P = wide.iloc[rows_of[q.query_id]][atom_ids].to_numpy(dtype=float)
+        if excluded(np.nan_to_num(P, nan=0.0)).all():
+            out.append(q.query_id)
+    return out
+
+
+def posteriors(queries: Sequence[OrlogQuery], scored: pd.DataFrame, reasoner: str = "compiled") -> pd.DataFrame:
+    """(query_id, doc_id, base_rank, score=posterior): each form compiled once, its
+    candidates evaluated in one call on their (candidates x atoms) P(True) matrix; or, with
+    ``reasoner="problog"``, one ProbLog program per candidate (the reference)."""
+    columns = ["query_id", "doc_id", "base_rank", "score"]
+    if scored.empty:
+        return pd.DataFrame(columns=columns)
+    # one pivot for every query (candidates x atom ids), then each query's rows by position:
+    # a per-query filter of ``scored`` would cost queries x rows (quadratic in the batch)
+    wide = scored.pivot_table(index=["query_id", "doc_id", "base_rank"], columns="atom_id", values="p_calibrated", sort=False)
+    values, col = wide.to_numpy(), {a: i for i, a in enumerate(wide.columns)}
+    keys = wide.index.get_level_values(0)
+    rows_of = pd.Series(np.arange(len(wide))).groupby(keys.to_numpy(), sort=False).indices
+    frames = []
+    for q in queries:
+        pos = rows_of.get(q.query_id)
+        if pos is None:
+            continue
+        atom_ids = [a for a, _ in q.atoms]
+        # atom ids repeat across queries (a1, a2, ...): a column another query fills is not this query's P(True)
+        missing = [a for a in atom_ids if a not in col or np.isnan(values[pos, col[a]]).all()]
+        if missing:
+            raise KeyError(f"orlog: query {q.query_id!r} has no P(True) for atom(s) {missing}")
+        P = values[np.ix_(pos, [col[a] for a in atom_ids])]
+        if reasoner == "problog":
+            post = np.array([problog_probability(q.form, dict(zip(atom_ids, row, strict=True))) for row in P])
+        else:
+            post = compile_probability(q.form, atom_ids)(P)
+        index = wide.index[pos]
+        frames.append(pd.DataFrame({"query_id": q.query_id, "doc_id": index.get_level_values(1), "base_rank": index.get_level_values(2), "score": post}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def predicate_scores(scored: pd.DataFrame) -> pa.Table:
+    cols = {c: scored[c] for c in ("query_id", "doc_id", "atom_id", "atom", "p_true", "logit_true", "logit_false")}
+    return pa.Table.from_pandas(pd.DataFrame(cols), schema=PREDICATE_SCORES, preserve_index=False)
+
+
+def reasoner_prompts(queries: pa.Table, candidates: pd.DataFrame, names: dict[str, str], contexts: dict[str, str]) -> pd.DataFrame:
+    """LLM-as-reasoner baseline: one prompt per (query, candidate) asking the whole question."""
+    text = dict(zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True))
+    out = pd.DataFrame({
+        "query_id": candidates["query_id"], "doc_id": candidates["doc_id"], "base_rank": candidates["base_rank"],
+        "context": [contexts.get(d, "") for d in candidates["doc_id"]],
+        "statement": [f"{names[d]} is an answer to the question: {text[q]}" for q, d in zip(candidates["query_id"], candidates["doc_id"], strict=True)],
+    })
+    out.insert(0, "prompt_id", [f"r{i}" for i in range(len(out))])
+    return out
