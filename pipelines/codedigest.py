@@ -40,22 +40,25 @@ import sys
 from functools import cache
 from pathlib import Path
 
+from logicrank.pipelines.moved import new_name
+
 PROJECT = ("logicrank",)
 """The top package whose source is hashed."""
 
 
 def code_digest(module: str) -> str:
-    """16 hex digits of the SHA-256 over the source of ``module`` and of every project module it
-    imports, directly or through others (the module doc's rule): over their code, not their
-    names; memoised per process."""
+    """16 hex digits of the SHA-256 over the sorted SHA-256s of the sources of ``module`` and of
+    every project module it imports, directly or through others (the module doc's rule): their
+    code, not their names; memoised per process."""
     return _digest(module)
 
 
 @cache
 def _digest(module: str) -> str:
     # the sources' own digests, sorted: neither a module's name nor where it sits enters, so a
-    # module moved with its code unchanged keeps its digest (its importers' change with their
-    # import lines): a table's embedded-by mark survives a regrouping of the packages
+    # module moved with every byte of its closure unchanged keeps its digest (its importers'
+    # change with their import lines). A move that edits a byte of the closure (an import line,
+    # a docstring) still changes it, as does code that reads files beside itself (__file__)
     h = hashlib.sha256()
     for part in sorted(hashlib.sha256(_source(name)).digest() for name in closure(module)):
         h.update(part)
@@ -138,15 +141,17 @@ def _imports(name: str) -> tuple[str, ...]:
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: list[str] = []
     for node in ast.walk(ast.parse(_source(name), str(path))):
-        if isinstance(node, ast.Import):
-            out += [a.name for a in node.names]
+        if isinstance(node, ast.Import):  # (a path that moved names its new module: pipelines/moved.py)
+            out += [new_name(a.name) or a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             try:  # (a relative import, resolved as Python resolves it)
                 base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level else node.module
             except ImportError:  # beyond the top package
                 continue
+            base = new_name(base) or base
             for a in node.names:
                 sub = f"{base}.{a.name}"
+                sub = new_name(sub) or sub
                 out.append(sub if a.name != "*" and _path(sub) is not None else base)
         elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "import_submodules" and path.name == "__init__.py":
             out += [f"{name}.{f.stem}" for f in sorted(path.parent.glob("*.py")) if f.name != "__init__.py"]  # discovery

@@ -164,6 +164,8 @@ def _dotted_names() -> list[tuple[str, str]]:
     for folder in ("logicrank", "pipelines", "jobs", "schemas"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if path.name == "moved.py" and path.parent.name == "pipelines":
+                    break  # its docstrings name the old paths it serves
                 if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and ast.get_docstring(node):
                     texts.append((str(path.relative_to(ROOT)), ast.get_docstring(node)))
     found = []
@@ -176,9 +178,15 @@ def _dotted_names() -> list[tuple[str, str]]:
 
 
 def _resolves(name: str) -> bool:
+    """The name is a module or an attribute at its path today; an old path that still imports
+    for one release (pipelines/moved.py) does not count: the docs give the new one."""
     import importlib
 
+    from logicrank.pipelines.moved import new_name
+
     parts = (name if name.startswith("logicrank.") else f"logicrank.{name}").split(".")
+    if new_name(".".join(parts)):
+        return False
     for i in range(len(parts), 0, -1):
         try:
             obj = importlib.import_module(".".join(parts[:i]))
@@ -201,3 +209,4 @@ def test_every_dotted_module_name_in_the_docs_and_docstrings_resolves():
 def test_a_dotted_name_that_moved_is_found():
     assert _resolves("logicrank.pipelines.io.read_run") and _resolves("pipelines.io.read_run")
     assert not _resolves("pipelines.topics") and not _resolves("logicrank.pipelines.io.read_topics")
+    assert not _resolves("logicrank.pipelines.stages.base.Stage") and _resolves("logicrank.pipelines.retrieval.stages.base.Stage")
