@@ -2,9 +2,10 @@
 given term scorer (dense cosines, BM25 or hybrid evidence, pipelines/retrieval/methods/evidence.py).
 
 All 18 choices are composed in one exact pass over the corpus, then each is evaluated:
-one table like the paper's Table 2 (rows: operator choice; value: the measure). The grid's
-scoring and table are in pipelines/retrieval/methods/ablation.py; this module reads the inputs and
-writes the files and the manifest.
+one table like the paper's Table 2 (rows: operator choice; value: the measure). The grid is
+scored by pipelines/retrieval/methods/ablation.py and measured by
+pipelines/evaluation/ablation.py; this module reads the inputs and writes the files and the
+manifest.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from logicrank.jobs.rundir import RunDir
 from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.engines.embed import model_id
 from logicrank.pipelines.engines.store import DocStore
+from logicrank.pipelines.evaluation.ablation import grid_markdown, grid_table
 from logicrank.pipelines.evaluation.measures import parse_measure
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.io import read_qrels, read_queries
 from logicrank.pipelines.retrieval.logic.query import UnparsedQueryError, unparsed_message
-from logicrank.pipelines.retrieval.methods.ablation import grid_markdown, grid_table, score_grid
+from logicrank.pipelines.retrieval.methods.ablation import score_grid
 from logicrank.pipelines.retrieval.methods.evidence import EvidenceError, check_calibration
 from logicrank.pipelines.retrieval.methods.itlr import parse_queries
 from logicrank.pipelines.retrieval.stages.itlr import unparsed_queries

@@ -39,23 +39,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from logicrank.pipelines.answers import normalize_answer
 from logicrank.pipelines.files import read_jsonl
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import METRICS
 
 AGGREGATE_QUERY_ID = "all"
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 
 class QAError(UserError, ValueError):
     """An unknown QA measure, or an answers or gold file that cannot be read."""
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD's answer normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = "".join(ch for ch in str(text).lower() if ch not in _PUNCT)
-    return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 _OPTION = re.compile(r"\(?([a-e])\)?\.?", re.IGNORECASE)  # a multiple-choice gold answer: "b", "(c)", "D."

@@ -5,6 +5,9 @@ never as top-level packages. The graph names modules by folder (``pipelines.retr
 
 - ``schemas`` (the table contracts) imports nothing from ``pipelines`` or ``jobs``;
 - ``pipelines`` imports nothing from ``jobs``; nothing imports the command line (logicrank/cli.py);
+- inside ``pipelines``, the engines (BM25, dense, store, embedding) import none of the
+  concerns built on them, and retrieval imports neither evaluation nor operations nor
+  generation: evaluation runs retrieval, never the reverse;
 - the graph has no cycle.
 """
 
@@ -94,6 +97,21 @@ def test_layers():
     assert not [(a, b) for a, b in edges if _top(a) == "pipelines" and _top(b) == "jobs"]
     assert not [(a, b) for a, b in edges if b.startswith("logicrank.cli") and not a.startswith("logicrank.cli")]  # nothing imports the command line
     assert not [(a, b) for a, b in edges if _top(b) == "logicrank" and _top(a) != "logicrank"]  # the API is the top
+
+
+# what each concern of pipelines/ must not import: those built on it
+_ABOVE = {
+    "pipelines.engines": ("pipelines.retrieval", "pipelines.evaluation", "pipelines.operations", "pipelines.generate", "pipelines.llm"),
+    "pipelines.retrieval": ("pipelines.evaluation", "pipelines.operations", "pipelines.generate"),
+}
+
+
+def test_concerns_inside_pipelines_import_downward():
+    graph = _graph()
+    upward = sorted((a, b) for a in graph for b in graph[a] for low, above in _ABOVE.items()
+                    if (a + ".").startswith(low + ".") and any((b + ".").startswith(x + ".") for x in above))
+    assert not upward, f"imports from a concern built on the importer: {upward}"
+    assert "pipelines.evaluation.core" in graph["pipelines.evaluation.ablation"]  # (the graph holds the concerns it checks)
 
 
 def _imports_of(path: Path) -> set[str]:

@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-from logicrank.pipelines.evaluation.qa import normalize_answer
+from logicrank.pipelines.answers import normalize_answer
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint
 from logicrank.pipelines.retrieval.options import StageOptions
