@@ -262,3 +262,29 @@ def test_compaction_merges_the_small_fragments_and_leaves_a_big_one_that_lost_a_
     after = s.table.to_lance().get_fragments()
     assert after[0].fragment_id == frags[0].fragment_id and after[0].count_rows() == 299, m  # not rewritten
     assert sum(f.count_rows() for f in after) == 303 and set(m["unindexed_rows"].values()) == {0}
+
+
+def test_the_bm25_index_is_saved_in_a_child_process_only_for_a_large_table(tmp_path, monkeypatch):
+    """``update_index_apart``: a table below ``apart_from_rows`` is patched in the caller (no
+    child's start-up for a small table), one at or above it in a child process; both save the
+    same index and report it as the same plain JSON values."""
+    import subprocess
+
+    from logicrank.pipelines.engines.store import update_index_apart
+
+    children = []
+    run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: children.append(a[0]) or run(*a, **k))
+    done = {}
+    for name, apart_from_rows in (("here", 51), ("child", 50)):
+        s = DocStore(str(tmp_path / name))
+        s.open_or_create(8, "gen")
+        s.upsert(pa.table({"doc_id": [f"d{i}" for i in range(50)], "title": [None] * 50,
+                           "text": [f"apple banana {i}" if i % 2 else f"cherry {i}" for i in range(50)], "metadata": [None] * 50,
+                           "content_hash": ["h"] * 50, "vector": to_fixed_size_list(np.eye(50, 8, dtype=np.float32))}))
+        done[name] = update_index_apart(s, apart_from_rows=apart_from_rows)
+        assert len(children) == (name == "child")
+        assert update_index_apart(s, apart_from_rows=10**9) == {"how": "current", "version": s.version}  # saved: found by a later run
+        assert len(children) == (name == "child")
+    assert children[0][1:3] == ["-m", "logicrank.pipelines.engines.store.apart"]
+    assert done["here"] == done["child"] and done["here"]["docs"] == 50 and isinstance(done["here"]["terms"], int)

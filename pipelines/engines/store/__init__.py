@@ -14,7 +14,7 @@ from logicrank.pipelines.engines.store.reading import Reading
 from logicrank.pipelines.engines.store.versions import Versions
 from logicrank.pipelines.engines.store.writing import Writing
 
-__all__ = ["ENGLISH_STOP_WORDS", "DocStore", "StoreError", "update_index_apart"]
+__all__ = ["APART_FROM_ROWS", "ENGLISH_STOP_WORDS", "DocStore", "StoreError", "json_value", "update_index_apart"]
 
 
 class DocStore(Reading, Writing, Versions, TableHandle):
@@ -23,18 +23,29 @@ class DocStore(Reading, Writing, Versions, TableHandle):
     handle (base.py)."""
 
 
-def update_index_apart(store: DocStore) -> dict:
+# below this many rows the BM25 patch runs in the caller: its memory is small (about 1.7 KiB a
+# document at 10M: 85 MiB here) and a child's start-up (a fresh interpreter importing logicrank,
+# LanceDB and numba: about 2 s on 2 cores) would cost more than the patch itself
+APART_FROM_ROWS = 50_000
+
+
+def update_index_apart(store: DocStore, apart_from_rows: int = APART_FROM_ROWS) -> dict:
     """:func:`logicrank.pipelines.engines.bm25.update_index` in a child process (a fresh interpreter,
-    pipelines/engines/store/apart.py): the index job's driver stays small whatever the corpus (the patch
-    holds the previous version's counts and every id and hash, 17 GiB at 10M documents,
-    docs/bulk-retrieval.md); the child's memory goes when it ends, and an interrupt of the job
-    ends it too. Not multiprocessing's spawn, which imports the caller's ``__main__`` again: a
-    script without a ``__main__`` guard would run again in the child. An OSError in the child
-    is raised here as one."""
+    pipelines/engines/store/apart.py) for a table of ``apart_from_rows`` rows or more: the index
+    job's driver stays small whatever the corpus (the patch holds the previous version's counts
+    and every id and hash, 17 GiB at 10M documents, docs/bulk-retrieval.md); the child's memory
+    goes when it ends, and an interrupt of the job ends it too. A smaller table is patched here.
+    Not multiprocessing's spawn, which imports the caller's ``__main__`` again: a script without
+    a ``__main__`` guard would run again in the child. An OSError in the child is raised here as
+    one. Either way the result is what the child prints: plain JSON values."""
     import json
     import subprocess
     import sys
 
+    if store.count() < apart_from_rows:
+        from logicrank.pipelines.engines.bm25 import update_index
+
+        return json.loads(json.dumps(update_index(store), default=json_value))
     done = subprocess.run([sys.executable, "-m", "logicrank.pipelines.engines.store.apart", str(store.uri), store.name, str(store.version)],
                           capture_output=True, text=True)  # (an interrupt kills the child, then propagates)
     lines = done.stdout.strip().splitlines()
@@ -45,3 +56,8 @@ def update_index_apart(store: DocStore) -> dict:
         said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         raise RuntimeError(f"store: saving the BM25 index of table {store.name!r} v{store.version} failed in its child process: {said}")
     return result
+
+
+def json_value(value):
+    """A numpy scalar as its Python value, anything else as its text (as the child prints it)."""
+    return value.item() if hasattr(value, "item") else str(value)

@@ -13,7 +13,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     from logicrank.pipelines.engines.bm25 import update_index
-    from logicrank.pipelines.engines.store import DocStore
+    from logicrank.pipelines.engines.store import DocStore, json_value
 
     uri, name, version = argv
     try:
@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
     except OSError as exc:  # (a full disk, say): the parent says so in the manifest
         print(json.dumps({"oserror": [exc.errno, exc.strerror or str(exc), exc.filename]}))
         return 3
-    print(json.dumps(done, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+    print(json.dumps(done, default=json_value))
     return 0
 
 
