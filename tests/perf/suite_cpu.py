@@ -28,7 +28,7 @@ KINDS = (  # (kind, pattern over the command line), first match wins
     ("idle Ray worker", r"ray::IDLE|default_worker\.py"),
     ("Ray daemons (GCS, raylet, agents, monitors)", r"gcs_server|raylet|dashboard|runtime_env|log_monitor|monitor\.py|agent"),
     ("BM25 index child (store.apart)", r"engines\.store\.apart"),
-    ("pytest and its workers", r"pytest|xdist"),
+    ("pytest and its workers", r"^\[pytest-xdist|^\S*python\S* -m pytest"),
     ("child interpreters (CLI jobs, scripts)", r"python"),
 )
 
