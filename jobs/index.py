@@ -379,7 +379,7 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
                                             rebuild=cfg.rebuild_indexes)
     with rundir.timed("bm25_index"), busy("index: the BM25 index of the new version"):
         try:
-            summary.maintenance["bm25_index"] = update_index_apart(store)  # in a child: the driver stays small
+            summary.maintenance["bm25_index"] = update_index_apart(store)  # in a child from APART_FROM_ROWS rows: the driver stays small
         except OSError as exc:  # (a full disk, say): the table is done; readers build the index on first use
             summary.maintenance["bm25_index"] = {"how": "failed", "error": first_line(exc)}
     summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"

@@ -4,9 +4,12 @@ Runs the command and, every half second until it ends, reads every process's CPU
 (utime + stime in /proc/PID/stat) and command line; prints the machine's busy fraction over
 the command (from /proc/stat) and a table of CPU seconds per kind of process (the pytest
 workers, vLLM engine actors, embedding actors, Ray's daemons, child interpreters, ...), with
-how many processes of each kind ran. Processes that were running before the command (the
-kernel's threads, other work) are left out. A process that ends between two reads loses at
-most its last half second. Linux only (it reads /proc).
+how many processes of each kind ran (a process's kind is read from the last command line
+seen: a Ray worker's names the actor it became). Processes that were running before the
+command (the kernel's threads, other work) are left out. What a process spends after the last
+read before it ends (up to half a second) is not counted, nor a process that starts and ends
+between two reads: the busy fraction counts them, the table does not. Linux only (it reads
+/proc).
 """
 
 from __future__ import annotations
@@ -19,17 +22,19 @@ import sys
 import threading
 from collections import Counter
 
-KINDS = (  # (kind, pattern over the command line), first match wins
-    ("vLLM engine actor", r"ray::_EngineActor|_EngineActor"),
-    ("vLLM engine core", r"EngineCore"),
-    ("embedding actor", r"_EmbedActor"),
-    ("retrieval actor", r"_RetrieveActor|_ShardSearch|_ShardTask"),
-    ("other Ray actor or task", r"^ray::(?!IDLE)"),
-    ("idle Ray worker", r"ray::IDLE|default_worker\.py"),
-    ("Ray daemons (GCS, raylet, agents, monitors)", r"gcs_server|raylet|dashboard|runtime_env|log_monitor|monitor\.py|agent"),
-    ("BM25 index child (store.apart)", r"engines\.store\.apart"),
-    ("pytest and its workers", r"^\[pytest-xdist|^\S*python\S* -m pytest"),
-    ("child interpreters (CLI jobs, scripts)", r"python"),
+KINDS = (  # (kind, pattern over the command line), first match wins; anchored where the line starts,
+    # as arguments name anything (a raylet's carries the worker's command, a test's temporary directory its name)
+    ("pytest and its workers", r"^\[pytest-xdist|^\S*python\S* -m pytest\b"),
+    ("vLLM engine actor", r"^ray::_EngineActor\b"),
+    ("vLLM engine core and its worker", r"^VLLM::"),
+    ("embedding actor", r"^ray::\S*_EmbedActor"),
+    ("retrieval actor", r"^ray::\S*(_RetrieveActor|_ShardSearch|_ShardTask)"),
+    ("idle Ray worker", r"^ray::IDLE\b|^\S*python\S* \S*/ray/_private/workers/default_worker\.py"),
+    ("other Ray actor or task", r"^ray::"),
+    ("Ray daemons (GCS, raylet, agents, monitors)",
+     r"^\S*/(gcs_server|raylet)\b|^\S*python\S* (-u )?\S*/ray/(dashboard|_private/(log_monitor|runtime_env)|autoscaler)\b"),
+    ("BM25 index child (store.apart)", r"^\S*python\S* -m logicrank\.pipelines\.engines\.store\.apart\b"),
+    ("child interpreters (CLI jobs, scripts)", r"^\S*python"),
 )
 
 

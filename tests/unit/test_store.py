@@ -288,3 +288,19 @@ def test_the_bm25_index_is_saved_in_a_child_process_only_for_a_large_table(tmp_p
         assert len(children) == (name == "child")
     assert children[0][1:3] == ["-m", "logicrank.pipelines.engines.store.apart"]
     assert done["here"] == done["child"] and done["here"]["docs"] == 50 and isinstance(done["here"]["terms"], int)
+
+
+def test_a_full_disk_while_saving_the_bm25_index_is_an_oserror_for_the_index_job(store, monkeypatch):
+    """In the caller as in the child (exit 3, pipelines/engines/store/apart.py), an OSError while
+    saving the index reaches the index job as an OSError, which it records as a failed index
+    (the table is done; readers build the index on first use)."""
+    import logicrank.pipelines.engines.bm25 as bm25
+    from logicrank.pipelines.engines.store import update_index_apart
+
+    def full(_store):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bm25, "update_index", full)
+    with pytest.raises(OSError, match="No space left on device") as info:
+        update_index_apart(store[0])
+    assert info.value.errno == 28

@@ -23,9 +23,11 @@ class DocStore(Reading, Writing, Versions, TableHandle):
     handle (base.py)."""
 
 
-# below this many rows the BM25 patch runs in the caller: its memory is small (about 1.7 KiB a
-# document at 10M: 85 MiB here) and a child's start-up (a fresh interpreter importing logicrank,
-# LanceDB and numba: about 2 s on 2 cores) would cost more than the patch itself
+# below this many rows the BM25 index is made in the caller: a build or patch holds about 2 KiB
+# a document of passage length (20 GiB at 10M, docs/bulk-retrieval.md), about 100 MiB here, and a
+# child's start-up (a fresh interpreter importing logicrank, LanceDB and numba: about 2 s on 2
+# cores) is most of a small table's index time. Rows, not bytes: a table of long documents
+# holds more per row.
 APART_FROM_ROWS = 50_000
 
 
