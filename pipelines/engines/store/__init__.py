@@ -36,7 +36,7 @@ def update_index_apart(store: DocStore, apart_from_rows: int = APART_FROM_ROWS) 
     pipelines/engines/store/apart.py) for a table of ``apart_from_rows`` rows or more: the index
     job's driver stays small whatever the corpus (the patch holds the previous version's counts
     and every id and hash, 17 GiB at 10M documents, docs/bulk-retrieval.md); the child's memory
-    goes when it ends, and an interrupt of the job ends it too. A smaller table is patched here.
+    goes when it ends, and an interrupt of the job ends it too. A smaller table's index is made here.
     Not multiprocessing's spawn, which imports the caller's ``__main__`` again: a script without
     a ``__main__`` guard would run again in the child. An OSError in the child is raised here as
     one. Either way the result is what the child prints: plain JSON values."""
