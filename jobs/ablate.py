@@ -20,6 +20,7 @@ from logicrank.jobs.rundir import RunDir
 from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.engines.embed import model_id
 from logicrank.pipelines.engines.store import DocStore
+from logicrank.pipelines.engines.vector_models import require_query_model
 from logicrank.pipelines.evaluation.ablation import grid_markdown, grid_table
 from logicrank.pipelines.evaluation.measures import parse_measure
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
@@ -47,7 +48,7 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     if note and echo:
         echo(note)
     if scorer != "bm25":
-        store.require_model(model_id(embed), "ablate")
+        require_query_model(store, model_id(embed), "ablate")
     parsed = parse_queries(queries)
     if unparsed := unparsed_queries(queries, parsed):  # its operators would be measured on queries read as one term
         raise UnparsedQueryError(unparsed_message("ablate", unparsed, hint='Quote each term ("vitamin D" AND NOT "bone")'))

@@ -56,6 +56,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
     from logicrank.jobs.llm_service import LLMService
     from logicrank.jobs.raysession import ray_session
     from logicrank.pipelines.engines.embed import model_id
+    from logicrank.pipelines.engines.vector_models import require_query_model
 
     out = Path(out)
     t0 = time.perf_counter()
@@ -65,7 +66,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
     store, note = store.readable(None, "generate")  # the last version a completed index run finished, as retrieve reads
     if note:
         echo(note)
-    store.require_model(model_id(cfg.embed), "generate")
+    require_query_model(store, model_id(cfg.embed), "generate")
     if "bm25" in cfg.candidates:
         from logicrank.pipelines.engines.bm25 import ensure_index
 

@@ -1,8 +1,9 @@
 """`logicrank index`: stream a corpus into a LanceDB table.
 
 Plan: the sources read in turn (generators: bounded memory) -> classify rows by content hash
-and embed only new and changed documents -> the driver, the table's one writer, which upserts
-in chunks. Where the encoders run (pipelines/engines/placement.py, ``encoder_placement``): on a local
+and embed only new and changed documents (or, with ``--vector-column``, keep the vectors the
+corpus carries, checked by the reader: nothing is embedded) -> the driver, the table's one
+writer, which upserts in chunks. Where the encoders run (pipelines/engines/placement.py, ``encoder_placement``): on a local
 cluster of one CPU node, in the driver with every core; otherwise one read task per source
 file and a Ray Data actor pool of encoders. Then: the guards, delete ids missing from
 the snapshot, maintain the table (compact, indexes updated in place to cover every row, the
@@ -47,10 +48,11 @@ from logicrank.jobs.rundir import RunDir
 from logicrank.jobs.watchdog import Stalled, beat, busy
 from logicrank.pipelines.codedigest import code_digest
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
-from logicrank.pipelines.corpus import Source, SourceError, check_sources, list_sources, read_source, source_fault
+from logicrank.pipelines.corpus import Source, SourceError, VectorColumn, check_sources, list_sources, read_source, source_fault
 from logicrank.pipelines.engines.embed import concrete, model_id, resolve_model
 from logicrank.pipelines.engines.placement import EncoderPlacement, encoder_placement
 from logicrank.pipelines.engines.store import DocStore, update_index_apart
+from logicrank.pipelines.engines.vector_models import loadable, model_dimension
 from logicrank.pipelines.files import require_writable
 from logicrank.pipelines.operations.indexing import (
     EmbedStage,
@@ -121,6 +123,7 @@ class IndexSummary:
     rejected: int = 0
     rows_read: int = 0
     embedded: int = 0
+    precomputed: int = 0  # documents written with the vector the corpus gave (--vector-column), none embedded
     rejects_by_reason: dict[str, int] = field(default_factory=dict)
     table_version: int | None = None
     table_rows: int = 0
@@ -142,16 +145,17 @@ class IndexSummary:
 
 
 class _ReadSources:
-    """Ray Data UDF: a row naming a source -> that source's PARSED batches, streamed."""
+    """Ray Data UDF: a row naming a source -> that source's PARSED batches, streamed (with
+    ``vectors``: each row's precomputed vector read and checked)."""
 
-    def __init__(self, sources: list[Source], batch_rows: int, max_doc_bytes: int):
-        self.sources, self.batch_rows, self.max_doc_bytes = sources, batch_rows, max_doc_bytes
+    def __init__(self, sources: list[Source], batch_rows: int, max_doc_bytes: int, vectors: VectorColumn | None = None):
+        self.sources, self.batch_rows, self.max_doc_bytes, self.vectors = sources, batch_rows, max_doc_bytes, vectors
 
     def __call__(self, batch: pa.Table):
         for i in batch.column("source_index").to_pylist():
             src = self.sources[i]
             try:
-                yield from read_source(src, self.batch_rows, self.max_doc_bytes)
+                yield from read_source(src, self.batch_rows, self.max_doc_bytes, self.vectors)
             except SourceError as exc:  # sent in band, to the writer: no Ray task error, no retry
                 yield source_fault(src, exc)
 
@@ -162,23 +166,25 @@ class _EmbedActor(EmbedStage):
     the table's hashes (before: every actor held a copy of all of them, from the object store)."""
 
 
-def _embedded(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored: StoredHashes, place: EncoderPlacement) -> Iterator[pa.Table]:
+def _embedded(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored: StoredHashes, place: EncoderPlacement,
+              vectors: VectorColumn | None) -> Iterator[pa.Table]:
     """The corpus's PARSED batches, classified and embedded, in the driver (a pool of 0 actors:
     the sources read in turn, each batch encoded as it comes) or through the Ray Data plan."""
     if place.actors == 0:
-        read, stage = _ReadSources(sources, cfg.ray.batch_rows, cfg.max_doc_bytes), EmbedStage(embed, stored)
+        read, stage = _ReadSources(sources, cfg.ray.batch_rows, cfg.max_doc_bytes, vectors), EmbedStage(embed, stored)
         for batch in read(pa.table({"source_index": list(range(len(sources)))})):
             yield stage(batch)
         return
-    yield from _plan(cfg, embed, sources, stored, place).iter_batches(batch_size=None, batch_format="pyarrow")
+    yield from _plan(cfg, embed, sources, stored, place, vectors).iter_batches(batch_size=None, batch_format="pyarrow")
 
 
-def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored: StoredHashes, place: EncoderPlacement):
+def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored: StoredHashes, place: EncoderPlacement,
+          vectors: VectorColumn | None):
     import ray
 
     ds = ray.data.from_items([{"source_index": i} for i in range(len(sources))], override_num_blocks=len(sources))
     ds = ds.map_batches(
-        _ReadSources(sources, cfg.ray.batch_rows, cfg.max_doc_bytes),
+        _ReadSources(sources, cfg.ray.batch_rows, cfg.max_doc_bytes, vectors),
         batch_size=1,
         batch_format="pyarrow",
         num_cpus=_READ_CPUS,  # light work; distinct resources also keep it from fusing into the embed actors
@@ -220,21 +226,24 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
     rundir = RunDir(out, "index")
     sources = list_sources(cfg.corpus, cfg.format)  # fails before Ray or a model loads
     try:
-        check_sources(sources)  # a file that cannot be opened, decompressed or read as text: refused now
+        # a file that cannot be opened, decompressed or read as text (or, with --vector-column, carries no vectors): refused now
+        check_sources(sources, cfg.vector_column)
     except SourceError as exc:
         raise IndexJobError(f"index: {exc} Nothing was read into the table.") from None
-    resolve_model(cfg.embed.model)
+    if cfg.vector_column is None:  # (precomputed vectors need no encoder)
+        resolve_model(cfg.embed.model)
     concrete(cfg.embed)  # openvino asked to run on cuda: refused now
     with sigterm_interrupts(), TableLock(cfg.db, cfg.table, "index") as lock:
         return _index_locked(cfg, rundir, sources, progress, start, lock)
 
 
 def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float, lock: TableLock) -> IndexSummary:
-    mid = model_id(cfg.embed)
+    mid = cfg.vector_model if cfg.vector_column else model_id(cfg.embed)  # what made the table's vectors, recorded in it
     store = DocStore(cfg.db, cfg.table)
     if store.exists():
         store.require_model(mid, "index", "index into a new table (--table) or delete this one")
         store.require_title_sep(cfg.embed.title_sep, "index")
+    vectors = vector_column(cfg, store)
     summary = IndexSummary()
     version_before = store.version if store.exists() else None
     summary.since_version = last_complete(store)
@@ -252,7 +261,7 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep,
                          seen_dir=rundir.path, baseline=baseline)
     try:
-        return _index_written(cfg, rundir, sources, progress, start, lock, mid, store, summary, version_before, rejects, writer)
+        return _index_written(cfg, rundir, sources, progress, start, lock, mid, store, summary, version_before, rejects, writer, vectors)
     except IndexJobError:
         raise  # a refusal: its manifest is written and its message says what the table holds
     except BaseException as exc:
@@ -265,13 +274,16 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
 
 
 def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float, lock: TableLock, mid: str,
-                   store: DocStore, summary: IndexSummary, version_before: int | None, rejects: RejectSink, writer: IndexWriter) -> IndexSummary:
+                   store: DocStore, summary: IndexSummary, version_before: int | None, rejects: RejectSink, writer: IndexWriter,
+                   vectors: VectorColumn | None) -> IndexSummary:
     """The locked run: stream, count, the guards, then (unless refused) deletes, maintenance,
     the completion mark and the run's tag; the manifest."""
-    # the code that makes a document's vector (its text, the encoder): a stored vector made by other code is not reused
-    embed_code = code_digest("logicrank.pipelines.engines.embed")
-    stored, stored_rows = _stream(cfg, rundir, sources, progress, lock, mid, store, summary, version_before, rejects, writer, embed_code)
-    _count(summary, writer, rejects)
+    # the code that makes a document's vector (its text, the encoder): a stored vector made by other code is not reused;
+    # precomputed vectors are the corpus's own (a table embedded before takes them all, as changed rows)
+    embed_code = PRECOMPUTED if vectors else code_digest("logicrank.pipelines.engines.embed")
+    stored, stored_rows = _stream(cfg, rundir, sources, progress, lock, mid, store, summary, version_before, rejects, writer, embed_code,
+                                  vectors)
+    _count(summary, writer, rejects, precomputed=vectors is not None)
     with rundir.timed("absent"):  # the stored ids the snapshot lacks, spilled to the run's directory
         absent = IdSpill(rundir.path / ".absent-ids.parquet")
         summary.absent = absent.write(writer.seen.absent(stored.ids()))
@@ -302,14 +314,16 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
 
 def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, lock: TableLock, mid: str, store: DocStore,
             summary: IndexSummary, version_before: int | None, rejects: RejectSink, writer: IndexWriter,
-            embed_code: str) -> tuple[StoredHashes, int]:
+            embed_code: str, vectors: VectorColumn | None) -> tuple[StoredHashes, int]:
     """Every document read, embedded where its content is new, and written (on the cluster's
     encoder pool); returns the stored hashes of the version the run started from and their
     count. A corpus that cannot be read rolls the table back, with its manifest, as one line."""
     try:
         with ray_session(cfg.ray) as ray:
             _rearm_sigterm()
-            place = encoder_placement(cfg.ray, ray.nodes(), _READ_CPUS, cfg.embed, driver_node=local_driver_node(cfg.ray))
+            # precomputed vectors: readers that check them, on the CPU (no encoder holds a GPU)
+            wanted = cfg.embed.model_copy(update={"device": "cpu"}) if vectors else cfg.embed
+            place = encoder_placement(cfg.ray, ray.nodes(), _READ_CPUS, wanted, driver_node=local_driver_node(cfg.ray))
             embed = concrete(cfg.embed, gpu=place.num_gpus > 0)  # resolved here: an actor sees GPUs it did not reserve
             summary.placement = {**asdict(place), "device": embed.device, "backend": embed.backend}
             if place.actors:
@@ -328,7 +342,7 @@ def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: b
                     writer.baseline.reembed = True
                 summary.embedded_by["reembedded"] = stored_rows
             # (closed on a fault too: the driver's encoder is let go before the roll-back)
-            with rundir.timed("stream"), _progress(progress) as tick, closing(_embedded(cfg, embed, sources, stored, place)) as batches:
+            with rundir.timed("stream"), _progress(progress) as tick, closing(_embedded(cfg, embed, sources, stored, place, vectors)) as batches:
                 for batch in batches:
                     writer.consume(batch)
                     tick(batch.num_rows, writer)
@@ -347,10 +361,11 @@ def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: b
     return stored, stored_rows
 
 
-def _count(summary: IndexSummary, writer: IndexWriter, rejects: RejectSink) -> None:
+def _count(summary: IndexSummary, writer: IndexWriter, rejects: RejectSink, precomputed: bool = False) -> None:
     """The writer's counts into the summary (a resumed run's against the last complete version)."""
     c = writer.counts
-    summary.embedded = c["insert"] + c["update"]
+    written = c["insert"] + c["update"]
+    summary.embedded, summary.precomputed = (0, written) if precomputed else (written, 0)
     since = writer.since if writer.baseline is not None else c  # a resumed run: against the last complete version
     summary.inserted, summary.updated, summary.unchanged = since["insert"], since["update"], since["unchanged"]
     summary.rejected, summary.rows_read = c["reject"], writer.rows_read
@@ -372,7 +387,7 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
         summary.deleted = sum(len(ids) for ids in writer.seen.absent(writer.baseline.ids()))
     if not store.exists():
         return
-    changed = store.version != version_before or bool(summary.embedded or summary.deleted or summary.resumed)
+    changed = store.version != version_before or bool(summary.embedded or summary.precomputed or summary.deleted or summary.resumed)
     lock.ensure_held()
     with rundir.timed("maintain"), busy("index: maintaining the table (compaction, indexes)"):
         summary.maintenance = store.maintain(cfg.ann_from(), timedelta(hours=cfg.prune_after_hours), changed,
@@ -388,6 +403,31 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
     store.mark_embedded_by(embed_code)  # a later run whose embedding code differs embeds every document again
     store.tag(summary.tag)
     summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG_NAME, cfg.keep_index_tags)
+
+
+PRECOMPUTED = "precomputed"  # the embedded-by mark of a table whose vectors the corpus gave
+
+
+def vector_column(cfg: IndexConfig, store: DocStore) -> VectorColumn | None:
+    """Where the corpus's precomputed vectors are and their dimension (None: the run embeds):
+    the table's dimension, ``--vector-dim`` and the named model's, whichever are known, must
+    agree; a new table of external vectors needs ``--vector-dim``."""
+    if cfg.vector_column is None:
+        return None
+    dims = {}
+    if store.exists():
+        dims[f"table {cfg.table!r}"] = store.dim
+    if cfg.vector_dim is not None:
+        dims["--vector-dim"] = cfg.vector_dim
+    if loadable(cfg.vector_model):
+        dims[f"model {cfg.vector_model!r}"] = model_dimension(cfg.vector_model)
+    if not dims:
+        raise IndexJobError(f"index: --vector-column {cfg.vector_column} into a new table needs the vectors' dimension: give --vector-dim N "
+                            f"(or --vector-model naming a model logicrank can load, whose dimension is used).")
+    if len(set(dims.values())) > 1:
+        raise IndexJobError(f"index: the vectors' dimension disagrees: {', '.join(f'{k} {v}' for k, v in dims.items())}; "
+                            "nothing was read into the table.")
+    return VectorColumn(cfg.vector_column, next(iter(dims.values())))
 
 
 def last_complete(store: DocStore) -> int | None:

@@ -47,6 +47,7 @@ from logicrank.pipelines.engines.embed import concrete, encoder_digest, model_id
 from logicrank.pipelines.engines.exact import gpu_share, pool_within_memory, segment_bounds, shard_bounds
 from logicrank.pipelines.engines.placement import is_mapped, require_mapped, shard_count
 from logicrank.pipelines.engines.store import DocStore
+from logicrank.pipelines.engines.vector_models import require_query_model
 from logicrank.pipelines.files import write_parquet_atomic
 from logicrank.pipelines.io import TopicsError, read_queries, write_trec_run
 from logicrank.pipelines.llm.prompts import templates_digest
@@ -117,8 +118,8 @@ def _check_inputs(cfg: RetrieveConfig, echo: Callable[[str], None] | None, progr
         needs = needs | p.validate(frozenset(queries.column_names))
     refuse_unparsed(pipelines, queries)  # before Ray starts or a model loads
     if needs.encoder:  # before Ray starts: a wrong model fails here
+        require_query_model(store, model_id(cfg.embed), "retrieve")
         resolve_model(cfg.embed.model)
-        store.require_model(model_id(cfg.embed), "retrieve")
     missing = [f for f in dict.fromkeys(needs.files) if not Path(f).is_file()]
     if missing:
         raise TopicsError(f"retrieve: input file(s) not found: {missing}")

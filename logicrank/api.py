@@ -146,8 +146,9 @@ class Table:
     def _encoder_once(self):
         if self._encoder is None:
             from logicrank.pipelines.engines.embed import Embedder, model_id
+            from logicrank.pipelines.engines.vector_models import require_query_model
 
-            self.store.require_model(model_id(self.embed), "open_table", "give open_table(embed=...) the table's model")
+            require_query_model(self.store, model_id(self.embed), "open_table", "give open_table(embed=...) the table's model")
             self._encoder = Embedder(self.embed)
         return self._encoder
 

@@ -192,7 +192,8 @@ def _config(config, bound: Bound, part: str = "", **computed):
 
 
 _INDEX_FIELDS = ("table", "format", "delete_missing", "max_delete_fraction", "allow_mass_delete", "prune_after_hours",
-                 "write_batch_rows", "max_reject_fraction", "max_doc_bytes", "ann_threshold", "tag", "ann", "rebuild_indexes")
+                 "write_batch_rows", "max_reject_fraction", "max_doc_bytes", "ann_threshold", "tag", "ann", "rebuild_indexes",
+                 "vector_column", "vector_model", "vector_dim")
 _DB = Bind("db", default="data/lancedb")
 
 
@@ -233,10 +234,16 @@ def index(
         typer.echo(f"index: {start}; the counts below are of what changed since {since}.")
     elif s.kept_manifest:
         typer.echo(f"index: the manifest of the run that stopped before this one is kept as {out / s.kept_manifest}.")
-    if s.embedded_by.get("reembedded"):
+    if s.embedded_by.get("reembedded") and "precomputed" in (s.embedded_by["before"], s.embedded_by["now"]):
+        how = {True: "given by the corpus (--vector-column)", False: "embedded by logicrank"}
+        typer.echo(f"index: table {cfg.table!r}'s vectors were {how[s.embedded_by['before'] == 'precomputed']}; this run's are "
+                   f"{how[s.embedded_by['now'] == 'precomputed']}, so its {s.embedded_by['reembedded']} stored documents were written again.")
+    elif s.embedded_by.get("reembedded"):
         typer.echo(f"index: the code that embeds documents (pipelines/engines/embed.py and what it imports) changed since table {cfg.table!r}'s "
                    f"vectors were made ({s.embedded_by['before']} -> {s.embedded_by['now']}): its {s.embedded_by['reembedded']} "
                    "stored documents were embedded again.")
+    if cfg.vector_column:
+        typer.echo(f"index: vectors from the corpus's {cfg.vector_column!r} ({cfg.vector_model}), none embedded: {s.precomputed} written.")
     typer.echo(
         f"inserted {s.inserted}, updated {s.updated}, unchanged {s.unchanged}, deleted {s.deleted}, "
         f"rejected {s.rejected} {s.rejects_by_reason or ''}{nothing}; table {cfg.table!r} v{s.table_version} "

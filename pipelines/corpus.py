@@ -50,6 +50,14 @@ no quoting, blank lines skipped, a trailing ``\r`` dropped. A line that is not e
 tab-separated fields (no tab, or a third column) is a ``bad_tsv_row`` reject; the two fields
 are then checked by :func:`validate_record` (an empty id: ``missing_id``; blank text:
 ``empty_text``).
+
+Precomputed vectors (``logicrank index --vector-column NAME``, :class:`VectorColumn`): a JSONL
+record's field ``NAME`` holds a list of numbers, a Parquet file's column ``NAME`` a list (or
+fixed-size list) of numbers. Each is checked by :func:`check_vector`: present
+(``missing_vector``), a list of numbers (``bad_vector``), of the table's dimension
+(``vector_dim``), finite and not all zeros (``bad_vector``); a good one is carried L2-normalised
+as float32 in the ``vector`` column (dense stages score by cosine over unit vectors) and is
+part of the row's content hash, so new vectors for the same text update the document.
 """
 
 from __future__ import annotations
@@ -64,7 +72,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -85,6 +95,9 @@ PARSED = pa.schema(
         pa.field("_detail", pa.string()),
     ]
 )
+# With precomputed vectors (:class:`VectorColumn`): each valid row's vector, unit length; null on a rejected row.
+PARSED_VECTORS = PARSED.append(pa.field("vector", pa.list_(pa.float32())))
+VECTOR_KINDS = ("jsonl", "parquet")  # the formats that can carry a vector per document
 
 ID_KEYS = ("doc_id", "_id", "id", "docid", "docno")
 TEXT_KEYS = ("text", "contents", "body")
@@ -130,6 +143,51 @@ class Source:
         info = self.filesystem.get_file_info(self.path)
         mtime = info.mtime.isoformat() if info.mtime is not None else None
         return {"uri": self.uri, "size": info.size, "mtime": mtime}
+
+
+@dataclass(frozen=True)
+class VectorColumn:
+    """Where a corpus carries its documents' vectors (a JSONL field, a Parquet column: ``name``)
+    and how many numbers each must hold (``dim``)."""
+
+    name: str
+    dim: int
+
+
+def check_vector(value: Any, dim: int) -> tuple[np.ndarray | None, str | None, str | None]:
+    """One document's given vector -> (its float32 unit vector, None, None), or (None, reject
+    reason, detail): ``missing_vector``, ``bad_vector`` (not a list of numbers; a number that is
+    not finite, in float32 too; all zeros, which has no direction for cosine), ``vector_dim``."""
+    if value is None:
+        return None, "missing_vector", "no vector (the field is absent or null)"
+    if isinstance(value, np.ndarray):
+        array = value
+    else:
+        if not isinstance(value, list | tuple) or any(isinstance(x, bool) or not isinstance(x, int | float) for x in value):
+            return None, "bad_vector", f"expected a list of numbers, got {_what(value)}"
+        array = np.asarray(value, dtype=np.float64)
+    if array.shape != (dim,):
+        return None, "vector_dim", f"{array.size} numbers, expected {dim}"
+    return _unit(array)
+
+
+def _what(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        bad = next(x for x in value if isinstance(x, bool) or not isinstance(x, int | float))
+        return f"a list holding {type(bad).__name__} {bad!r}"[:120]
+    return type(value).__name__
+
+
+def _unit(array: np.ndarray) -> tuple[np.ndarray | None, str | None, str | None]:
+    with np.errstate(over="ignore", invalid="ignore"):
+        single = array.astype(np.float32)
+        if not np.isfinite(array).all() or not np.isfinite(single).all():
+            first = int(np.flatnonzero(~(np.isfinite(array) & np.isfinite(single)))[0])
+            return None, "bad_vector", f"number {first + 1} of {array.size} is {float(array[first])!r}, not a finite float32"
+        norm = float(np.linalg.norm(single.astype(np.float64)))
+    if norm == 0.0:
+        return None, "bad_vector", "all zeros: no direction for cosine similarity"
+    return (single / np.float32(norm)).astype(np.float32), None, None
 
 
 def _kind_of(path: str) -> str | None:
@@ -221,10 +279,13 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
     return [source(p, kinds[p]) for p in wanted]  # type: ignore[arg-type]
 
 
-def content_hash(title: str | None, text: str, metadata: str | None) -> str:
-    """SHA-256 of a document's content; equal content gives equal hashes, whatever the id."""
-    blob = json.dumps([title, text, metadata], ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return hashlib.sha256(blob).hexdigest()
+def content_hash(title: str | None, text: str, metadata: str | None, vector: np.ndarray | None = None) -> str:
+    """SHA-256 of a document's content (and its given vector, as stored); equal content gives
+    equal hashes, whatever the id."""
+    h = hashlib.sha256(json.dumps([title, text, metadata], ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    if vector is not None:
+        h.update(b"\0vector\0" + np.ascontiguousarray(vector, dtype="<f4").tobytes())
+    return h.hexdigest()
 
 
 def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -267,30 +328,35 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
 
 
 class _Batcher:
-    """Accumulates parsed rows and emits PARSED tables of ``size`` rows."""
+    """Accumulates parsed rows and emits PARSED tables of ``size`` rows (PARSED_VECTORS with
+    ``vectors``: a row's ``fields`` then carry its checked ``vector``)."""
 
-    def __init__(self, uri: str, size: int):
+    def __init__(self, uri: str, size: int, vectors: bool = False):
         self.uri, self.size = uri, size
-        self.cols: dict[str, list[Any]] = {name: [] for name in PARSED.names}
+        self.schema = PARSED_VECTORS if vectors else PARSED
+        self.cols: dict[str, list[Any]] = {name: [] for name in self.schema.names}
 
     def add(self, location: int, fields: dict[str, Any], reason: str | None, detail: str | None) -> None:
         c = self.cols
         for k in ("doc_id", "title", "text", "metadata"):
             c[k].append(fields[k])
+        vector = fields.get("vector") if reason is None else None
         c["content_hash"].append(
-            None if reason else content_hash(fields["title"], fields["text"], fields["metadata"])
+            None if reason else content_hash(fields["title"], fields["text"], fields["metadata"], vector)
         )
         c["_source"].append(self.uri)
         c["_location"].append(location)
         c["_reason"].append(reason)
         c["_detail"].append(detail)
+        if "vector" in c:
+            c["vector"].append(vector)
 
     def __len__(self) -> int:
         return len(self.cols["_location"])
 
     def flush(self) -> pa.Table:
-        table = pa.Table.from_pydict(self.cols, schema=PARSED)
-        self.cols = {name: [] for name in PARSED.names}
+        table = pa.Table.from_pydict(self.cols, schema=self.schema)
+        self.cols = {name: [] for name in self.schema.names}
         return table
 
 
@@ -325,11 +391,11 @@ def _lines(stream, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None
 
 
 def _read_rows(src: Source, batch_rows: int, max_line: int,
-               parse: Callable[[bytes], tuple[dict[str, Any], str | None, str | None]]) -> Iterator[pa.Table]:
+               parse: Callable[[bytes], tuple[dict[str, Any], str | None, str | None]], vectors: bool = False) -> Iterator[pa.Table]:
     """A line-per-record file (JSONL, TSV): each non-blank line parsed by ``parse(raw)``,
     a UTF-8 byte order mark starting the file removed (never part of a record or an id);
     a line longer than ``max_line`` bytes is an ``oversized`` reject, never read whole."""
-    batch = _Batcher(src.uri, batch_rows)
+    batch = _Batcher(src.uri, batch_rows, vectors)
     with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
         for line_no, raw in enumerate(_lines(stream, max_line), 1):
             if line_no == 1 and raw is not None:
@@ -346,18 +412,20 @@ def _read_rows(src: Source, batch_rows: int, max_line: int,
         yield batch.flush()
 
 
-def _read_jsonl(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
+def _read_jsonl(src: Source, batch_rows: int, max_doc_bytes: int, vectors: VectorColumn | None = None) -> Iterator[pa.Table]:
     # Not files.read_jsonl, which stops at a bad line: a corpus reads bytes from any pyarrow
     # filesystem, bounds a record's size and keeps going past a bad record (quarantined, counted).
-    # A JSON line may escape every character (6 bytes for one); past this we do not parse.
-    return _read_rows(src, batch_rows, 6 * max_doc_bytes + (1 << 16), lambda raw: _parse_line(raw, max_doc_bytes))
+    # A JSON line may escape every character (6 bytes for one); past this we do not parse (a
+    # vector's numbers count on top: up to 32 characters each).
+    max_line = 6 * max_doc_bytes + (1 << 16) + (32 * vectors.dim if vectors else 0)
+    return _read_rows(src, batch_rows, max_line, lambda raw: _parse_line(raw, max_doc_bytes, vectors), vectors is not None)
 
 
 def _blank() -> dict[str, Any]:
     return {"doc_id": None, "title": None, "text": None, "metadata": None}
 
 
-def _parse_line(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
+def _parse_line(raw: bytes, max_doc_bytes: int, vectors: VectorColumn | None = None) -> tuple[dict[str, Any], str | None, str | None]:
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -366,26 +434,63 @@ def _parse_line(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | N
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         return _blank(), "malformed_json", str(exc)
-    return validate_record(obj, max_doc_bytes)
+    checked = validate_record(obj, max_doc_bytes)
+    if vectors is None or checked[1] is not None:
+        return checked
+    vector, reason, detail = check_vector(obj.get(vectors.name), vectors.dim)
+    return {**checked[0], "vector": vector}, reason, f"field {vectors.name!r}: {detail}" if reason else None
 
 
-def _read_parquet(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
-    batch = _Batcher(src.uri, batch_rows)
+def _read_parquet(src: Source, batch_rows: int, max_doc_bytes: int, vectors: VectorColumn | None = None) -> Iterator[pa.Table]:
+    batch = _Batcher(src.uri, batch_rows, vectors is not None)
     with src.filesystem.open_input_file(src.path) as f:
         pf = pq.ParquetFile(f, page_checksum_verification=True)  # a page whose CRC the writer stored is checked
         row = 0
         for record_batch in pf.iter_batches(batch_size=batch_rows):
-            for rec in record_batch.to_pylist():
+            given = None
+            if vectors is not None:  # the vector column checked as arrays, not turned into Python lists
+                given = _parquet_vectors(record_batch, vectors)
+                record_batch = record_batch.drop_columns([vectors.name])
+            for i, rec in enumerate(record_batch.to_pylist()):
                 rec = _decode_binary(rec)
                 if isinstance(rec, tuple):  # (reason, detail)
                     batch.add(row, _blank(), *rec)
                 else:
-                    batch.add(row, *validate_record(rec, max_doc_bytes))
+                    fields, reason, detail = validate_record(rec, max_doc_bytes)
+                    if given is not None and reason is None:
+                        vector, reason, detail = given[i]
+                        fields = {**fields, "vector": vector}
+                    batch.add(row, fields, reason, detail)
                 row += 1
                 if len(batch) >= batch_rows:
                     yield batch.flush()
     if len(batch):
         yield batch.flush()
+
+
+def _parquet_vectors(record_batch: pa.RecordBatch, vectors: VectorColumn) -> list[tuple[np.ndarray | None, str | None, str | None]]:
+    """:func:`check_vector`'s verdict on each row of a Parquet batch's vector column."""
+    n, name = record_batch.num_rows, vectors.name
+    if name not in record_batch.schema.names:
+        return [(None, "missing_vector", f"no column {name!r} in this file")] * n
+    column = record_batch.column(name)
+    kind = column.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)) or not (
+            pa.types.is_floating(kind.value_type) or pa.types.is_integer(kind.value_type)):
+        return [(None, "bad_vector", f"column {name!r} holds {kind}, not a list of numbers")] * n
+    lengths = pc.fill_null(pc.list_value_length(column), -1).to_numpy(zero_copy_only=False)
+    values = pc.list_flatten(column).to_numpy(zero_copy_only=False).astype(np.float64)  # a null number reads as NaN
+    ends = np.cumsum(np.maximum(lengths, 0))
+    out = []
+    for i in range(n):
+        if lengths[i] < 0:
+            out.append((None, "missing_vector", f"column {name!r} is null"))
+        elif lengths[i] != vectors.dim:
+            out.append((None, "vector_dim", f"column {name!r}: {lengths[i]} numbers, expected {vectors.dim}"))
+        else:
+            vector, reason, detail = _unit(values[ends[i] - lengths[i]:ends[i]])
+            out.append((vector, reason, f"column {name!r}: {detail}" if reason else None))
+    return out
 
 
 def _decode_binary(rec: dict[str, Any]) -> dict[str, Any] | tuple[str, str]:
@@ -627,13 +732,15 @@ def _read_trec(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.
         yield batch.flush()
 
 
-_READERS: dict[str, Callable[[Source, int, int], Iterator[pa.Table]]] = {
+_READERS: dict[str, Callable[..., Iterator[pa.Table]]] = {
     "jsonl": _read_jsonl, "parquet": _read_parquet, "trec": _read_trec, "tsv": _read_tsv,
 }
 
 
-def read_source(src: Source, batch_rows: int = 1024, max_doc_bytes: int = 1 << 20) -> Iterator[pa.Table]:
-    """Stream one source as PARSED tables of at most ``batch_rows`` rows.
+def read_source(src: Source, batch_rows: int = 1024, max_doc_bytes: int = 1 << 20,
+                vectors: VectorColumn | None = None) -> Iterator[pa.Table]:
+    """Stream one source as PARSED tables of at most ``batch_rows`` rows (PARSED_VECTORS, each
+    row's vector read from ``vectors``' field or column and checked, when given).
 
     Raises :class:`SourceError` (after the batches read before the fault) when the file
     cannot be read to its end."""
@@ -642,22 +749,36 @@ def read_source(src: Source, batch_rows: int = 1024, max_doc_bytes: int = 1 << 2
     reader = _READERS.get(src.kind)
     if reader is None:
         raise CorpusError(f"corpus file {src.uri}: unknown format {src.kind!r}; give one of {', '.join(KINDS)}.")
+    if vectors is not None:
+        _require_vector_kind(src, vectors.name)
     rows = 0
     with _source_faults(src, lambda: rows):
-        for table in reader(src, batch_rows, max_doc_bytes):
+        for table in reader(src, batch_rows, max_doc_bytes, **({"vectors": vectors} if vectors else {})):
             rows += table.num_rows
             yield table
 
 
-def check_sources(sources: list[Source]) -> None:
+def _require_vector_kind(src: Source, vector_column: str) -> None:
+    if src.kind not in VECTOR_KINDS:
+        raise SourceError(f"corpus file {src.uri}: a {_KIND_NAMES.get(src.kind, src.kind)} file carries no vectors; --vector-column "
+                          f"{vector_column} reads JSONL (a list field) or Parquet (a list column).")
+
+
+def check_sources(sources: list[Source], vector_column: str | None = None) -> None:
     """Open every source and read its first bytes (a Parquet file: its footer), so that a
     file that cannot be read at all, is not compressed as its name says, or is not text is
-    refused before any work starts. Raises :class:`SourceError`."""
+    refused before any work starts; with ``vector_column``, so is a file of a format that
+    carries no vectors and a Parquet file without that column. Raises :class:`SourceError`."""
     for src in sources:
+        if vector_column is not None:
+            _require_vector_kind(src, vector_column)
         with _source_faults(src, lambda: 0):
             if src.kind == "parquet":
                 with src.filesystem.open_input_file(src.path) as f:
-                    _ = pq.ParquetFile(f).metadata
+                    schema = pq.ParquetFile(f).schema_arrow
+                if vector_column is not None and vector_column not in schema.names:
+                    raise SourceError(f"corpus file {src.uri}: no column {vector_column!r} (--vector-column); its columns: "
+                                      f"{', '.join(schema.names)}.")
                 continue
             with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
                 head = stream.read(_HEAD_BYTES)

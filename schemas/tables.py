@@ -57,6 +57,9 @@ REJECT_REASONS = (
     "unclosed_doc",  # TREC: a <DOC> that no </DOC> closes before the next <DOC> or the end of the file
     "outside_doc",  # TREC: non-blank text between DOCs (one reject per stretch)
     "bad_tsv_row",  # TSV: a line that is not exactly id<TAB>text
+    "missing_vector",  # --vector-column: the row has no vector (field absent or null)
+    "bad_vector",  # --vector-column: not a list of numbers, a number not finite in float32, or all zeros
+    "vector_dim",  # --vector-column: a vector of another dimension than the table's
 )
 
 

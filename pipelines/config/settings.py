@@ -94,6 +94,22 @@ class IndexConfig(_Config):
         "auto", description="auto: each file's kind from its name; trec or tsv also read files whose name marks no format."
     )
     embed: EmbedConfig = EmbedConfig()
+    # Added after digests were stored, and they change results: left out of every dump (so of every digest)
+    # while at their defaults, so the index digests nights hold stay valid (not config/base.py's markers: the
+    # code that makes vectors imports that module, and an edit there would embed every stored document again)
+    vector_column: str | None = Field(
+        None, description="Precomputed vectors: the JSONL field or Parquet column holding each document's vector; nothing is embedded.",
+        exclude_if=lambda v: v is None,
+    )
+    vector_model: str = Field(
+        "external", description="With vector_column: the model that made the vectors, recorded in the table; queries are encoded by it "
+        "when it is a registered model or a local model directory (external: dense stages are refused).",
+        exclude_if=lambda v: v == "external",
+    )
+    vector_dim: int | None = Field(
+        None, ge=1, description="With vector_column: each vector's dimension, for a new table (else the table's, or the named model's).",
+        exclude_if=lambda v: v is None,
+    )
     ray: RayConfig = Field(RayConfig(), json_schema_extra=OUTSIDE)
     delete_missing: bool = Field(True, description="Delete documents absent from this snapshot.")
     max_delete_fraction: float = Field(

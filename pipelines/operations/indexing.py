@@ -121,8 +121,10 @@ class StoredHashes:
 class EmbedStage:
     """Classify a PARSED batch and embed its inserts and updates.
 
-    Adds ``_action`` and ``vector`` (zeros where nothing was embedded). Texts of unchanged
-    rows are dropped from the output: only their ids travel on.
+    Adds ``_action`` and ``vector`` (empty where nothing was embedded). Texts of unchanged
+    rows are dropped from the output: only their ids travel on. A batch that carries its own
+    vectors (PARSED_VECTORS: the corpus's precomputed vectors, checked by the reader) embeds
+    nothing: its inserts and updates keep the vectors they came with.
 
     ``stored``: the stored hashes of a batch's ids (:class:`StoredHashes`, or any callable
     from ids to a ``(doc_id, content_hash)`` table), asked once per batch.
@@ -146,13 +148,21 @@ class EmbedStage:
         # the writer turns it into the table's fixed-size column.
         counts = np.zeros(batch.num_rows, dtype=np.int32)
         values = np.zeros(0, dtype=np.float32)
+        given = batch.column("vector").combine_chunks() if "vector" in batch.column_names else None
+        if given is not None:
+            batch = batch.drop_columns(["vector"])
         if todo.any():
             idx = np.flatnonzero(todo)
-            titles = batch.column("title").take(idx).to_pylist()
-            texts = batch.column("text").take(idx).to_pylist()
-            vecs = self.embedder.encode([document_text(t, x, self.embedder.config.title_sep) for t, x in zip(titles, texts, strict=True)])
-            counts[idx] = vecs.shape[1]
-            values = vecs.reshape(-1)
+            if given is not None:  # precomputed: the reader checked each (unit length, the table's dimension)
+                vecs = given.take(pa.array(idx))
+                counts[idx] = pc.list_value_length(vecs).to_numpy(zero_copy_only=False)
+                values = pc.list_flatten(vecs).to_numpy(zero_copy_only=False).astype(np.float32)
+            else:
+                titles = batch.column("title").take(idx).to_pylist()
+                texts = batch.column("text").take(idx).to_pylist()
+                vecs = self.embedder.encode([document_text(t, x, self.embedder.config.title_sep) for t, x in zip(titles, texts, strict=True)])
+                counts[idx] = vecs.shape[1]
+                values = vecs.reshape(-1)
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         vectors = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32()))
         unchanged = pc.equal(actions, "unchanged")

@@ -500,3 +500,66 @@ def test_vectors_made_by_other_embedding_code_are_made_again(tmp_path, docs300, 
     store = DocStore(str(db))
     assert store.embedded_by() == "edited" and store.count() == 40
     assert run_index(_cfg(corpus, db), tmp_path / "i4").embedded == 0  # recorded: the next run reuses them
+
+
+def test_precomputed_vectors_are_indexed_as_given_and_queries_need_a_model_that_loads(tmp_path, docs300):
+    """`--vector-column`: the corpus's own vectors, checked row by row (a wrong one is a reject
+    with its reason), stored at unit length, nothing embedded. Vectors a registered model made
+    give the table, and the dense run, that embedding the same documents gives; a table of
+    external vectors answers BM25 and refuses a dense stage in one line."""
+    import pyarrow.parquet as pq
+
+    from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.config.retrieval import RetrieveConfig
+    from logicrank.pipelines.engines.embed import Embedder, ModelError, document_text
+    from logicrank.pipelines.retrieval.stages import parse_stages
+    from tests.compare import ATOL, RTOL
+
+    docs = docs300[:40]
+    vecs = Embedder(EmbedConfig()).encode([document_text(d["title"], d["text"]) for d in docs])
+    rows = [{**d, "emb": (2.0 * v).tolist()} for d, v in zip(docs, vecs, strict=True)]  # not unit length: stored normalised
+    corpus = write_jsonl(tmp_path / "vec" / "c.jsonl", rows + [{"_id": "short", "text": "a vector of three", "emb": [0.1, 0.2, 0.3]}])
+    given = _cfg(corpus, tmp_path / "db-given", vector_column="emb", vector_model="all-MiniLM-L6-v2", max_reject_fraction=0.05)
+    s = run_index(given, tmp_path / "given")
+    assert (s.inserted, s.precomputed, s.embedded, s.rejected, s.rejects_by_reason) == (40, 40, 0, 1, {"vector_dim": 1})
+    rejects = pq.read_table(tmp_path / "given" / "rejects.parquet").to_pylist()
+    assert [(r["doc_id"], r["location"], r["detail"]) for r in rejects] == [("short", 41, "field 'emb': 3 numbers, expected 384")]
+    embedded = run_index(_cfg(write_jsonl(tmp_path / "plain" / "c.jsonl", docs), tmp_path / "db-embedded"), tmp_path / "embedded")
+    assert (embedded.inserted, embedded.embedded, embedded.precomputed) == (40, 40, 0)
+    a, b = _table(tmp_path / "db-given"), _table(tmp_path / "db-embedded")
+    assert a.column("doc_id").to_pylist() == b.column("doc_id").to_pylist()
+    np.testing.assert_allclose(*(np.stack(t.column("vector").to_numpy(zero_copy_only=False)) for t in (a, b)), rtol=RTOL, atol=ATOL)
+    assert DocStore(str(tmp_path / "db-given")).model_id() == "all-MiniLM-L6-v2"
+    again = run_index(given, tmp_path / "given2")  # the same vectors again: nothing changes
+    assert (again.unchanged, again.precomputed, again.updated) == (40, 0, 0)
+    pooled = run_index(given.model_copy(update={"db": str(tmp_path / "db-pool"), "ray": RAY.model_copy(update={"embed_actors": 1})}),
+                       tmp_path / "pool")  # through the Ray Data pool, as on a cluster: the same table
+    assert pooled.placement["actors"] == 1 and (pooled.precomputed, pooled.rejected) == (40, 1)
+    pool = _table(tmp_path / "db-pool")
+    assert _contents(pool) == _contents(a)
+    np.testing.assert_array_equal(*(np.stack(t.column("vector").to_numpy(zero_copy_only=False)) for t in (pool, a)))
+
+    queries = write_jsonl(tmp_path / "q.jsonl", [{"_id": f"q{i}", "text": d["title"]} for i, d in enumerate(docs[:6])])
+    dense = {"dense": parse_stages([{"dense": {"k": 10}}])}
+    runs = [pq.read_table(run_retrieve(RetrieveConfig(queries=str(queries), db=str(tmp_path / db), pipelines=dense, ray=RAY), tmp_path / out,
+                                       progress=False)["dense"]).sort_by([("query_id", "ascending"), ("rank", "ascending")])
+            for db, out in (("db-given", "r-given"), ("db-embedded", "r-embedded"))]
+    for column in ("query_id", "doc_id", "rank"):
+        assert runs[0].column(column).to_pylist() == runs[1].column(column).to_pylist()
+    np.testing.assert_allclose(runs[0].column("score").to_numpy(), runs[1].column("score").to_numpy(), rtol=RTOL, atol=ATOL)
+
+    # vectors from elsewhere: recorded as external; their dimension must be given for a new table
+    external = _cfg(corpus, tmp_path / "db-ext", vector_column="emb", max_reject_fraction=0.05)
+    with pytest.raises(IndexJobError, match=r"into a new table needs the vectors' dimension: give --vector-dim N"):
+        run_index(external, tmp_path / "ext0")
+    with pytest.raises(IndexJobError, match=r"dimension disagrees: table 'docs' 384, --vector-dim 3, model 'all-MiniLM-L6-v2' 384; nothing was read"):
+        run_index(given.model_copy(update={"vector_dim": 3}), tmp_path / "ext1")
+    assert run_index(external.model_copy(update={"vector_dim": 384}), tmp_path / "ext").precomputed == 40
+    assert DocStore(str(tmp_path / "db-ext")).model_id() == "external"
+    both = {"dense": parse_stages([{"dense": {"k": 10}}]), "bm25": parse_stages([{"bm25": {"k": 10}}])}
+    with pytest.raises(ModelError, match=r"^retrieve: table 'docs' in .* holds precomputed vectors from 'external', a model logicrank cannot "
+                                         r"load, so no query can be encoded for its dense stages; use stages that need no encoder \(bm25\)"):
+        run_retrieve(RetrieveConfig(queries=str(queries), db=str(tmp_path / "db-ext"), pipelines=both, ray=RAY), tmp_path / "r-ext", progress=False)
+    bm25 = run_retrieve(RetrieveConfig(queries=str(queries), db=str(tmp_path / "db-ext"), pipelines={"bm25": both["bm25"]}, ray=RAY),
+                        tmp_path / "r-ext-bm25", progress=False)["bm25"]
+    assert set(pq.read_table(bm25).column("query_id").to_pylist()) == {f"q{i}" for i in range(6)}

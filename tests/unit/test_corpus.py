@@ -176,3 +176,79 @@ def test_a_first_record_that_cannot_be_read_is_still_a_reject_after_a_byte_order
     path.write_bytes(BOM + b'{"_id": "d", "text": 5}\n')
     t = _read_all(str(path))
     assert (t.column("_reason")[0].as_py(), t.column("_detail")[0].as_py()) == ("bad_field_type", "text must be a string, got int")
+
+
+# --- precomputed vectors (--vector-column) --------------------------------------------------
+
+
+def _vector_rows(location, dim=3, name="emb") -> list[dict]:
+    from logicrank.pipelines.corpus import VectorColumn, read_source
+
+    rows = []
+    for src in list_sources(str(location)):
+        for t in read_source(src, batch_rows=2, vectors=VectorColumn(name, dim)):
+            rows += t.select(["doc_id", "_location", "_reason", "_detail", "vector", "content_hash"]).to_pylist()
+    return rows
+
+
+def test_a_jsonl_vector_field_is_checked_row_by_row_and_kept_at_unit_length(tmp_path):
+    path = tmp_path / "c.jsonl"
+    lines = [
+        {"_id": "a", "text": "alpha", "emb": [3, 4, 0]},
+        {"_id": "b", "text": "beta", "emb": [1, 2]},
+        {"_id": "c", "text": "gamma", "emb": None},
+        {"_id": "d", "text": "delta"},
+        {"_id": "e", "text": "epsilon", "emb": [0, 0, 0]},
+        {"_id": "f", "text": "phi", "emb": ["1", 2, 3]},
+        {"_id": "g", "text": "gamma2", "emb": [1e39, 1, 1]},  # finite in float64, not in float32
+        {"_id": "h", "text": "", "emb": [1, 1, 1]},  # the text's own reason comes first
+        {"_id": "i", "text": "iota", "emb": [True, 1, 1]},
+        {"_id": "j", "text": "kappa", "emb": "0.1 0.2 0.3"},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in lines) + '\n{"_id": "n", "text": "nan", "emb": [NaN, 1, 1]}\n')
+    rows = _vector_rows(path)
+    assert [(r["doc_id"], r["_reason"]) for r in rows] == [
+        ("a", None), ("b", "vector_dim"), ("c", "missing_vector"), ("d", "missing_vector"), ("e", "bad_vector"), ("f", "bad_vector"),
+        ("g", "bad_vector"), ("h", "empty_text"), ("i", "bad_vector"), ("j", "bad_vector"), ("n", "bad_vector")]
+    assert [r["_location"] for r in rows] == list(range(1, 12))
+    assert rows[0]["vector"] == pytest.approx([0.6, 0.8, 0.0], abs=1e-7) and all(r["vector"] is None for r in rows[1:])
+    assert rows[1]["_detail"] == "field 'emb': 2 numbers, expected 3"
+    assert rows[6]["_detail"] == "field 'emb': number 1 of 3 is 1e+39, not a finite float32"
+    assert rows[10]["_detail"] == "field 'emb': number 1 of 3 is nan, not a finite float32"
+    assert all(r["content_hash"] is None for r in rows[1:])
+
+
+def test_a_parquet_vector_column_of_any_list_type_reads_as_the_same_vectors(tmp_path):
+    import numpy as np
+
+    values = [[3.0, 4.0, 0.0], [1.0, 2.0], None, [0.0, float("inf"), 1.0], [0.0, 0.0, 2.0]]
+    ids, texts = ["a", "b", "c", "d", "e"], ["x", "y", "z", "w", "v"]
+    pq.write_table(pa.table({"doc_id": ids, "text": texts, "emb": pa.array(values, pa.list_(pa.float64()))}), tmp_path / "l.parquet")
+    pq.write_table(pa.table({"doc_id": ids, "text": texts, "emb": pa.array(values, pa.large_list(pa.float32()))}), tmp_path / "g.parquet")
+    rows = _vector_rows(tmp_path / "l.parquet")
+    assert [(r["doc_id"], r["_reason"]) for r in rows] == [("a", None), ("b", "vector_dim"), ("c", "missing_vector"), ("d", "bad_vector"), ("e", None)]
+    assert [r["_location"] for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[3]["_detail"] == "column 'emb': number 2 of 3 is inf, not a finite float32"
+    assert [r["vector"] for r in rows] == [r["vector"] for r in _vector_rows(tmp_path / "g.parquet")]
+    fixed = pa.FixedSizeListArray.from_arrays(pa.array(np.array([3, 4, 0, 0, 0, 2], np.float32)), 3)
+    pq.write_table(pa.table({"doc_id": ["a", "e"], "text": ["x", "v"], "emb": fixed}), tmp_path / "f.parquet")
+    assert [r["vector"] for r in _vector_rows(tmp_path / "f.parquet")] == [rows[0]["vector"], rows[4]["vector"]]
+    # the same document with the same vector from JSONL: the same content hash; another vector, another hash
+    write_jsonl(tmp_path / "j" / "c.jsonl", [{"_id": "a", "text": "x", "emb": [6, 8, 0]}, {"_id": "e", "text": "v", "emb": [0, 1, 2]}])
+    from_jsonl = _vector_rows(tmp_path / "j" / "c.jsonl")
+    assert from_jsonl[0]["content_hash"] == rows[0]["content_hash"] and from_jsonl[1]["content_hash"] != rows[4]["content_hash"]
+    assert rows[0]["content_hash"] != content_hash(None, "x", None)  # the vector is part of the content
+
+
+def test_files_that_carry_no_vectors_are_refused_before_reading(tmp_path):
+    from logicrank.pipelines.corpus import SourceError, check_sources
+
+    (tmp_path / "c.tsv").write_text("a\talpha\n")
+    with pytest.raises(SourceError, match=r"c.tsv: a TSV file carries no vectors; --vector-column emb reads JSONL .* or Parquet"):
+        check_sources(list_sources(str(tmp_path / "c.tsv")), "emb")
+    pq.write_table(pa.table({"doc_id": ["a"], "text": ["x"], "vec": [[1.0]]}), tmp_path / "p.parquet")
+    with pytest.raises(SourceError, match=r"p.parquet: no column 'emb' \(--vector-column\); its columns: doc_id, text, vec\."):
+        check_sources(list_sources(str(tmp_path / "p.parquet")), "emb")
+    pq.write_table(pa.table({"doc_id": ["a"], "text": ["x"], "emb": ["1 2 3"]}), tmp_path / "s.parquet")
+    assert [(r["_reason"], r["_detail"]) for r in _vector_rows(tmp_path / "s.parquet")] == [
+        ("bad_vector", "column 'emb' holds string, not a list of numbers")]

@@ -57,6 +57,9 @@ def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_s
                                        "index": cfg.index.model_copy(update={"ray": cfg.index.ray.model_copy(update={"num_cpus": 8}), "prune_after_hours": 1.0}),
                                        "llm": cfg.llm.model_copy(update={"actors": 4, "cache": None})})
     assert placement.night_digest() == cfg.night_digest() and placement.index_digest() == cfg.index_digest()
+    # a field added since (the index's precomputed vectors) is left out at its default only: set, it changes the results
+    given = cfg.model_copy(update={"index": cfg.index.model_copy(update={"vector_column": "emb"})})
+    assert given.index_digest() != cfg.index_digest() and given.night_digest() != cfg.night_digest()
     assert placement.digest() != cfg.digest()  # the plain digest (a job's rerun check) sees everything
     for changed in ({"llm": cfg.llm.model_copy(update={"seed": 5})}, {"index": cfg.index.model_copy(update={"keep_index_tags": 4})}):
         assert cfg.model_copy(update=changed).night_digest() != cfg.night_digest()
