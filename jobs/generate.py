@@ -66,7 +66,8 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
     store, note = store.readable(None, "generate")  # the last version a completed index run finished, as retrieve reads
     if note:
         echo(note)
-    require_query_model(store, model_id(cfg.embed), "generate")
+    if set(cfg.candidates) - {"bm25"}:  # dense and itlr encode the questions
+        require_query_model(store, model_id(cfg.embed), "generate")
     if "bm25" in cfg.candidates:
         from logicrank.pipelines.engines.bm25 import ensure_index
 

@@ -157,7 +157,7 @@ class _ReadSources:
             try:
                 yield from read_source(src, self.batch_rows, self.max_doc_bytes, self.vectors)
             except SourceError as exc:  # sent in band, to the writer: no Ray task error, no retry
-                yield source_fault(src, exc)
+                yield source_fault(src, exc, self.vectors is not None)
 
 
 class _EmbedActor(EmbedStage):
@@ -238,7 +238,7 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
 
 
 def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float, lock: TableLock) -> IndexSummary:
-    mid = cfg.vector_model if cfg.vector_column else model_id(cfg.embed)  # what made the table's vectors, recorded in it
+    mid = cfg.vector_model if cfg.vector_column is not None else model_id(cfg.embed)  # what made the table's vectors, recorded in it
     store = DocStore(cfg.db, cfg.table)
     if store.exists():
         store.require_model(mid, "index", "index into a new table (--table) or delete this one")

@@ -226,11 +226,12 @@ def index(
     if s.resumed:
         since = f"v{s.since_version}, the last version a completed index run finished" if s.since_version is not None else "an empty table (no index run had completed)"
         v = s.resumed["from_version"]
+        now = f"{s.precomputed} documents written" if cfg.vector_column is not None else f"{s.embedded} documents embedded"
         if s.resumed.get("kept_manifest"):  # the stopped run's manifest, under this --out, says it left that version
-            start = f"finished the run that stopped at v{v} ({s.embedded} documents embedded now); its manifest kept as {out / s.kept_manifest}"
+            start = f"finished the run that stopped at v{v} ({now} now); its manifest kept as {out / s.kept_manifest}"
         else:
             start = (f"started from v{v}, which the table does not mark complete (left by a run that stopped under another --out, "
-                     f"restored from such a version, or written before logicrank marked complete runs; {s.embedded} documents embedded now)")
+                     f"restored from such a version, or written before logicrank marked complete runs; {now} now)")
         typer.echo(f"index: {start}; the counts below are of what changed since {since}.")
     elif s.kept_manifest:
         typer.echo(f"index: the manifest of the run that stopped before this one is kept as {out / s.kept_manifest}.")
@@ -242,7 +243,7 @@ def index(
         typer.echo(f"index: the code that embeds documents (pipelines/engines/embed.py and what it imports) changed since table {cfg.table!r}'s "
                    f"vectors were made ({s.embedded_by['before']} -> {s.embedded_by['now']}): its {s.embedded_by['reembedded']} "
                    "stored documents were embedded again.")
-    if cfg.vector_column:
+    if cfg.vector_column is not None:
         typer.echo(f"index: vectors from the corpus's {cfg.vector_column!r} ({cfg.vector_model}), none embedded: {s.precomputed} written.")
     typer.echo(
         f"inserted {s.inserted}, updated {s.updated}, unchanged {s.unchanged}, deleted {s.deleted}, "

@@ -55,9 +55,10 @@ Precomputed vectors (``logicrank index --vector-column NAME``, :class:`VectorCol
 record's field ``NAME`` holds a list of numbers, a Parquet file's column ``NAME`` a list (or
 fixed-size list) of numbers. Each is checked by :func:`check_vector`: present
 (``missing_vector``), a list of numbers (``bad_vector``), of the table's dimension
-(``vector_dim``), finite and not all zeros (``bad_vector``); a good one is carried L2-normalised
-as float32 in the ``vector`` column (dense stages score by cosine over unit vectors) and is
-part of the row's content hash, so new vectors for the same text update the document.
+(``vector_dim``), finite in float32 and not all zeros (``bad_vector``); a good one is carried
+L2-normalised as float32 in the ``vector`` column (dense stages score by cosine over unit
+vectors), and its float32 numbers are part of the row's content hash, so new vectors for the
+same text update the document.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -79,7 +80,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from logicrank.pipelines.files import not_text, reading
-from logicrank.schemas.errors import UserError
+from logicrank.schemas.errors import UserError, first_line
 
 # The reader's output: corpus columns plus provenance and the verdict.
 PARSED = pa.schema(
@@ -154,10 +155,18 @@ class VectorColumn:
     dim: int
 
 
-def check_vector(value: Any, dim: int) -> tuple[np.ndarray | None, str | None, str | None]:
-    """One document's given vector -> (its float32 unit vector, None, None), or (None, reject
-    reason, detail): ``missing_vector``, ``bad_vector`` (not a list of numbers; a number that is
-    not finite, in float32 too; all zeros, which has no direction for cosine), ``vector_dim``."""
+class Vector(NamedTuple):
+    """A checked vector: the numbers ``given`` (float32, what the content hash covers) and
+    their ``unit`` vector (float32, what the table stores)."""
+
+    given: np.ndarray
+    unit: np.ndarray
+
+
+def check_vector(value: Any, dim: int) -> tuple[Vector | None, str | None, str | None]:
+    """One document's given vector -> (:class:`Vector`, None, None), or (None, reject reason,
+    detail): ``missing_vector``, ``bad_vector`` (not a list of numbers; a number that is not
+    finite in float32; all zeros, which has no direction for cosine), ``vector_dim``."""
     if value is None:
         return None, "missing_vector", "no vector (the field is absent or null)"
     if isinstance(value, np.ndarray):
@@ -165,7 +174,10 @@ def check_vector(value: Any, dim: int) -> tuple[np.ndarray | None, str | None, s
     else:
         if not isinstance(value, list | tuple) or any(isinstance(x, bool) or not isinstance(x, int | float) for x in value):
             return None, "bad_vector", f"expected a list of numbers, got {_what(value)}"
-        array = np.asarray(value, dtype=np.float64)
+        try:
+            array = np.asarray(value, dtype=np.float64)
+        except (OverflowError, ValueError) as exc:  # an integer past any float (JSON allows one of any length)
+            return None, "bad_vector", f"a number is out of range ({first_line(exc)})"
     if array.shape != (dim,):
         return None, "vector_dim", f"{array.size} numbers, expected {dim}"
     return _unit(array)
@@ -178,16 +190,23 @@ def _what(value: Any) -> str:
     return type(value).__name__
 
 
-def _unit(array: np.ndarray) -> tuple[np.ndarray | None, str | None, str | None]:
+def _unit(array: np.ndarray) -> tuple[Vector | None, str | None, str | None]:
+    """The float32 numbers and their unit vector, normalised in float64 (a float32 norm of large
+    or tiny numbers overflows or loses its digits)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        single = array.astype(np.float32)
-        if not np.isfinite(array).all() or not np.isfinite(single).all():
-            first = int(np.flatnonzero(~(np.isfinite(array) & np.isfinite(single)))[0])
+        given = array.astype(np.float32)
+        finite = np.isfinite(array) & np.isfinite(given)
+        if not finite.all():
+            first = int(np.flatnonzero(~finite)[0])
             return None, "bad_vector", f"number {first + 1} of {array.size} is {float(array[first])!r}, not a finite float32"
-        norm = float(np.linalg.norm(single.astype(np.float64)))
+    wide = given.astype(np.float64)
+    norm = float(np.sqrt(np.dot(wide, wide)))
     if norm == 0.0:
         return None, "bad_vector", "all zeros: no direction for cosine similarity"
-    return (single / np.float32(norm)).astype(np.float32), None, None
+    unit = (wide / norm).astype(np.float32)
+    if abs(float(np.linalg.norm(unit.astype(np.float64))) - 1.0) > 1e-3:  # (not seen: a guard, never a wrong vector stored)
+        return None, "bad_vector", "cannot be normalised to unit length in float32"
+    return Vector(given, unit), None, None
 
 
 def _kind_of(path: str) -> str | None:
@@ -280,8 +299,8 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
 
 
 def content_hash(title: str | None, text: str, metadata: str | None, vector: np.ndarray | None = None) -> str:
-    """SHA-256 of a document's content (and its given vector, as stored); equal content gives
-    equal hashes, whatever the id."""
+    """SHA-256 of a document's content (and the float32 numbers of its given vector); equal
+    content gives equal hashes, whatever the id."""
     h = hashlib.sha256(json.dumps([title, text, metadata], ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     if vector is not None:
         h.update(b"\0vector\0" + np.ascontiguousarray(vector, dtype="<f4").tobytes())
@@ -340,16 +359,16 @@ class _Batcher:
         c = self.cols
         for k in ("doc_id", "title", "text", "metadata"):
             c[k].append(fields[k])
-        vector = fields.get("vector") if reason is None else None
+        vector = fields.get("vector") if reason is None else None  # a Vector (precomputed) or None
         c["content_hash"].append(
-            None if reason else content_hash(fields["title"], fields["text"], fields["metadata"], vector)
+            None if reason else content_hash(fields["title"], fields["text"], fields["metadata"], None if vector is None else vector.given)
         )
         c["_source"].append(self.uri)
         c["_location"].append(location)
         c["_reason"].append(reason)
         c["_detail"].append(detail)
         if "vector" in c:
-            c["vector"].append(vector)
+            c["vector"].append(None if vector is None else vector.unit)
 
     def __len__(self) -> int:
         return len(self.cols["_location"])
@@ -450,7 +469,8 @@ def _read_parquet(src: Source, batch_rows: int, max_doc_bytes: int, vectors: Vec
             given = None
             if vectors is not None:  # the vector column checked as arrays, not turned into Python lists
                 given = _parquet_vectors(record_batch, vectors)
-                record_batch = record_batch.drop_columns([vectors.name])
+                if vectors.name in record_batch.schema.names:
+                    record_batch = record_batch.drop_columns([vectors.name])
             for i, rec in enumerate(record_batch.to_pylist()):
                 rec = _decode_binary(rec)
                 if isinstance(rec, tuple):  # (reason, detail)
@@ -468,7 +488,7 @@ def _read_parquet(src: Source, batch_rows: int, max_doc_bytes: int, vectors: Vec
         yield batch.flush()
 
 
-def _parquet_vectors(record_batch: pa.RecordBatch, vectors: VectorColumn) -> list[tuple[np.ndarray | None, str | None, str | None]]:
+def _parquet_vectors(record_batch: pa.RecordBatch, vectors: VectorColumn) -> list[tuple[Vector | None, str | None, str | None]]:
     """:func:`check_vector`'s verdict on each row of a Parquet batch's vector column."""
     n, name = record_batch.num_rows, vectors.name
     if name not in record_batch.schema.names:
@@ -787,11 +807,12 @@ def check_sources(sources: list[Source], vector_column: str | None = None) -> No
                                   f"a {_KIND_NAMES.get(src.kind, src.kind)} corpus is UTF-8 text, {_TEXT_LAYOUT.get(src.kind, '')}.")
 
 
-def source_fault(src: Source, error: SourceError) -> pa.Table:
-    """The one PARSED row a reader running in a Ray task sends in place of a failed file:
-    ``_reason`` :data:`UNREADABLE`, ``_detail`` the refusal. The job's writer raises it."""
+def source_fault(src: Source, error: SourceError, vectors: bool = False) -> pa.Table:
+    """The one PARSED row (PARSED_VECTORS with ``vectors``, as its file's other batches) a reader
+    running in a Ray task sends in place of a failed file: ``_reason`` :data:`UNREADABLE`,
+    ``_detail`` the refusal. The job's writer raises it."""
     row = {**_blank(), "content_hash": None, "_source": src.uri, "_location": -1, "_reason": UNREADABLE, "_detail": str(error)}
-    return pa.Table.from_pylist([row], schema=PARSED)
+    return pa.Table.from_pylist([row], schema=PARSED_VECTORS if vectors else PARSED)
 
 
 def _source_faults(src: Source, rows_read: Callable[[], int]):

@@ -98,7 +98,7 @@ class IndexConfig(_Config):
     # while at their defaults, so the index digests nights hold stay valid (not config/base.py's markers: the
     # code that makes vectors imports that module, and an edit there would embed every stored document again)
     vector_column: str | None = Field(
-        None, description="Precomputed vectors: the JSONL field or Parquet column holding each document's vector; nothing is embedded.",
+        None, min_length=1, description="Precomputed vectors: the JSONL field or Parquet column holding each document's vector; nothing is embedded.",
         exclude_if=lambda v: v is None,
     )
     vector_model: str = Field(
@@ -139,6 +139,12 @@ class IndexConfig(_Config):
         "updating them in place: after many runs of changes, or to fold the full-text indexes' statistics anew.",
         json_schema_extra=UNHASHED,
     )
+
+    @model_validator(mode="after")
+    def _vectors_need_their_column(self):
+        if self.vector_column is None and (self.vector_model != "external" or self.vector_dim is not None):
+            raise ValueError("vector_model and vector_dim describe precomputed vectors: give vector_column (--vector-column) too")
+        return self
 
     def ann_from(self) -> int | None:
         """The row count from which the table keeps an ANN index; None: it builds none."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from logicrank.pipelines.engines.embed import MODELS, ModelError, resolve_model
+from logicrank.schemas.errors import first_line
 
 if TYPE_CHECKING:
     from logicrank.pipelines.engines.store import DocStore
@@ -29,9 +30,10 @@ def model_of(recorded: str) -> str:
 
 def loadable(recorded: str) -> bool:
     """Whether logicrank can load the model of a recorded model id: a registered name or a local
-    model directory (not ``external``, the mark of vectors made elsewhere)."""
+    model directory, one holding a ``config.json`` (not ``external``, the mark of vectors made
+    elsewhere)."""
     model = model_of(recorded)
-    return model in MODELS or Path(model).is_dir()
+    return model in MODELS or (Path(model) / "config.json").is_file()  # (a directory holding a model, not any directory)
 
 
 def require_query_encoder(recorded: str | None, where: str) -> None:
@@ -52,8 +54,13 @@ def require_query_model(store: DocStore, expected: str, job: str, fix: str = "us
 
 
 def model_dimension(name: str) -> int:
-    """The dimension of the vectors model ``name`` (registered, or a local directory) makes."""
+    """The dimension of the vectors model ``name`` (registered, or a local directory) makes: the
+    model is loaded once, on the CPU, to ask it; one that does not load is a :class:`ModelError`."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    path = resolve_model(model_of(name))
     from sentence_transformers import SentenceTransformer
 
-    return int(SentenceTransformer(resolve_model(model_of(name)), device="cpu").get_embedding_dimension())
+    try:
+        return int(SentenceTransformer(path, device="cpu").get_embedding_dimension())
+    except Exception as exc:  # noqa: BLE001 - any failure to load is the user's model directory: one line
+        raise ModelError(f"model {name!r} ({path}) does not load as a sentence-transformers model: {first_line(exc)}") from None

@@ -218,6 +218,28 @@ def test_a_jsonl_vector_field_is_checked_row_by_row_and_kept_at_unit_length(tmp_
     assert all(r["content_hash"] is None for r in rows[1:])
 
 
+def test_vectors_at_the_edges_of_float32_are_normalised_exactly_or_rejected_never_crash():
+    from logicrank.pipelines.corpus import check_vector
+
+    big, _, _ = check_vector([3e38, 3e38, 0], 3)  # finite in float32; its float32 norm would overflow
+    assert big.unit == pytest.approx([2**-0.5, 2**-0.5, 0.0], abs=1e-7)
+    tiny, _, _ = check_vector([1e-44, 1e-44, 0.0], 3)  # subnormal in float32
+    assert float((tiny.unit.astype("float64") ** 2).sum()) == pytest.approx(1.0, abs=1e-6)
+    assert check_vector([int("1" + "0" * 400), 1, 1], 3)[1] == "bad_vector"  # an integer past any float: a reject
+    assert check_vector([1, 2, 3], 3)[0].given.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_vector_options_without_a_vector_column_are_refused():
+    from pydantic import ValidationError
+
+    from logicrank.pipelines.config.settings import IndexConfig
+
+    for bad in ({"vector_dim": 3}, {"vector_model": "all-MiniLM-L6-v2"}, {"vector_column": ""}):
+        with pytest.raises(ValidationError):
+            IndexConfig(corpus="c", db="d", **bad)
+    assert IndexConfig(corpus="c", db="d", vector_column="emb", vector_dim=3).vector_dim == 3
+
+
 def test_a_parquet_vector_column_of_any_list_type_reads_as_the_same_vectors(tmp_path):
     import numpy as np
 
@@ -233,10 +255,12 @@ def test_a_parquet_vector_column_of_any_list_type_reads_as_the_same_vectors(tmp_
     fixed = pa.FixedSizeListArray.from_arrays(pa.array(np.array([3, 4, 0, 0, 0, 2], np.float32)), 3)
     pq.write_table(pa.table({"doc_id": ["a", "e"], "text": ["x", "v"], "emb": fixed}), tmp_path / "f.parquet")
     assert [r["vector"] for r in _vector_rows(tmp_path / "f.parquet")] == [rows[0]["vector"], rows[4]["vector"]]
-    # the same document with the same vector from JSONL: the same content hash; another vector, another hash
-    write_jsonl(tmp_path / "j" / "c.jsonl", [{"_id": "a", "text": "x", "emb": [6, 8, 0]}, {"_id": "e", "text": "v", "emb": [0, 1, 2]}])
+    # the same document with the same numbers from JSONL: the same content hash; other numbers (even in the same
+    # direction, so the same unit vector), another hash
+    write_jsonl(tmp_path / "j" / "c.jsonl", [{"_id": "a", "text": "x", "emb": [3, 4, 0]}, {"_id": "e", "text": "v", "emb": [0, 0, 4]}])
     from_jsonl = _vector_rows(tmp_path / "j" / "c.jsonl")
     assert from_jsonl[0]["content_hash"] == rows[0]["content_hash"] and from_jsonl[1]["content_hash"] != rows[4]["content_hash"]
+    assert from_jsonl[1]["vector"] == rows[4]["vector"] == [0.0, 0.0, 1.0]
     assert rows[0]["content_hash"] != content_hash(None, "x", None)  # the vector is part of the content
 
 
