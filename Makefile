@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv models main nightly-demo test test-quick test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-engine-load soak-generate lint clean
+.PHONY: venv models main nightly-demo test test-quick test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-index-job bench-engine-load soak-generate lint clean
 
 venv: $(STAMP)
 
@@ -108,6 +108,11 @@ bench-bm25-stage: $(STAMP)
 # Not part of `bench` (hours on 2 cores; 10M documents need about 40 GiB of disk): the cost curve at 10k, 100k, 1M and 10M documents (docs/bulk-retrieval.md).
 bench-scale: $(STAMP)
 	$(BIN)/python tests/perf/bench_scale.py --out runs/bench
+
+# The index job as users run it (`logicrank index`, a fresh process) on 100k and 1M documents
+# with precomputed vectors: first build, same snapshot, 1% re-index (docs/bulk-retrieval.md).
+bench-index-job: $(STAMP)
+	$(BIN)/python tests/perf/bench_index_job.py --out runs/bench
 
 # Not part of `bench`: a 1% re-index of 100k synthetic documents (upsert, maintenance, BM25 patch), ANN off then on,
 # and the index driver's memory in change detection at 100k and 1M ids (tests/perf/bench_reindex.py).

@@ -3,7 +3,8 @@
 Plan: the sources read in turn (generators: bounded memory) -> classify rows by content hash
 and embed only new and changed documents (or, with ``--vector-column``, keep the vectors the
 corpus carries, checked by the reader: nothing is embedded) -> the driver, the table's one
-writer, which upserts in chunks. Where the encoders run (pipelines/engines/placement.py, ``encoder_placement``): on a local
+writer, which writes in chunks (new documents appended, changed ones merged by id). Where
+the encoders run (pipelines/engines/placement.py, ``encoder_placement``): on a local
 cluster of one CPU node, in the driver with every core; otherwise one read task per source
 file and a Ray Data actor pool of encoders. Then: the guards, delete ids missing from
 the snapshot, maintain the table (compact, indexes updated in place to cover every row, the
@@ -17,8 +18,9 @@ in batches, spilled to the run directory and deleted in batches.
 One writer per table: the run holds the table's lock (:mod:`logicrank.pipelines.operations.writelock`) from
 start to end; a second run is refused before it reads anything.
 
-Crash safety: every chunk is a keyed upsert, so a rerun after a kill finds the written
-documents unchanged, writes the rest, and ends with the table a clean run would give.
+Crash safety: every chunk is committed whole (an append of new ids, a keyed merge of changed
+ones), so a rerun after a kill finds the written documents unchanged, writes the rest, and
+ends with the table a clean run would give.
 Only complete runs are read: a run's last change to the table marks the version it finished
 complete (pipelines/engines/store/versions.py, ``COMPLETE_TAG``), and readers read the newest version
 so marked. A run that is interrupted (Ctrl-C, SIGTERM, the stall watchdog) or fails writes its

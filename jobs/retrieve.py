@@ -118,8 +118,8 @@ def _check_inputs(cfg: RetrieveConfig, echo: Callable[[str], None] | None, progr
         needs = needs | p.validate(frozenset(queries.column_names))
     refuse_unparsed(pipelines, queries)  # before Ray starts or a model loads
     if needs.encoder:  # before Ray starts: a wrong model fails here
-        require_query_model(store, model_id(cfg.embed), "retrieve")
         resolve_model(cfg.embed.model)
+        require_query_model(store, model_id(cfg.embed), "retrieve")
     missing = [f for f in dict.fromkeys(needs.files) if not Path(f).is_file()]
     if missing:
         raise TopicsError(f"retrieve: input file(s) not found: {missing}")

@@ -6,7 +6,8 @@ The stages, in order, each over PARSED tables (see :mod:`logicrank.pipelines.cor
    against the stored hashes of that batch's ids (:class:`StoredHashes`, looked up in the
    table per batch) and embeds only inserts and updates (a Ray actor in the job).
 2. :class:`IndexWriter` (the one writer) keeps the first row of each id, sends later
-   duplicates and rejects to the rejects sink, and upserts the rest in chunks.
+   duplicates and rejects to the rejects sink, and writes the rest in chunks: inserts
+   appended, updates as keyed merges.
 
 After the stream, the job deletes stored ids the snapshot did not contain
 (:meth:`SeenIds.absent`, an anti-join in batches).
@@ -405,7 +406,13 @@ class IndexWriter:
         chunk = chunk.set_column(chunk.schema.get_field_index("vector"), "vector", fixed)
         self.before_commit()
         self.store.open_or_create(dim, self.model_id, self.title_sep)
-        self.store.upsert(chunk.select(CORPUS.names + ["content_hash", "vector"]))
+        # an insert's id is absent from the version the run started from and kept once in this run (the seen ids), and a
+        # rerun after a kill reads what this run wrote as stored: appended, no keyed merge (whose look-up of every stored
+        # id grows with the table); an update replaces its stored row by the keyed merge
+        insert = pc.equal(chunk.column("_action"), "insert")
+        rows = chunk.select(CORPUS.names + ["content_hash", "vector"])
+        self.store.append(rows.filter(insert))
+        self.store.upsert(rows.filter(pc.invert(insert)))
         self.written += chunk.num_rows
 
 

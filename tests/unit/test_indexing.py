@@ -12,12 +12,19 @@ from logicrank.pipelines.operations.indexing import IndexWriter, RejectSink
 
 class _RecordingStore:
     def __init__(self):
-        self.written: list[str] = []
+        self.written: list[str] = []  # in the order written
+        self.appended: list[str] = []
+        self.merged: list[str] = []
 
     def open_or_create(self, dim, model_id, title_sep=" "):
         pass
 
     def upsert(self, docs: pa.Table) -> None:
+        self.merged += docs.column("doc_id").to_pylist()
+        self.written += docs.column("doc_id").to_pylist()
+
+    def append(self, docs: pa.Table) -> None:
+        self.appended += docs.column("doc_id").to_pylist()
         self.written += docs.column("doc_id").to_pylist()
 
 
@@ -54,6 +61,20 @@ def test_a_redelivered_row_is_written_once_and_a_repeated_id_is_a_reject(tmp_pat
     assert writer.counts == {"insert": 3, "reject": 2}
     rejects = pq.read_table(tmp_path / "rejects.parquet").to_pylist()
     assert [(r["location"], r["reason"]) for r in rejects] == [(3, "malformed_json"), (9, "duplicate_id")]
+
+
+def test_inserts_are_appended_and_updates_merged_by_id(tmp_path):
+    """A new id (absent from the version the run started from, kept once per run) is appended;
+    a changed one replaces its stored row by the keyed merge."""
+    store, sink = _RecordingStore(), RejectSink(tmp_path / "rejects.parquet")
+    writer = IndexWriter(store, "m", sink, chunk_rows=3)
+    batch = _batch([("a", "f.jsonl", 1, None), ("b", "f.jsonl", 2, None), ("c", "f.jsonl", 3, None), ("d", "f.jsonl", 4, None)])
+    batch = batch.set_column(batch.schema.get_field_index("_action"), "_action", pa.array(["insert", "update", "insert", "update"]))
+    writer.consume(batch)
+    writer.flush()
+    sink.close()
+    assert (store.appended, store.merged) == (["a", "c"], ["b", "d"])
+    assert (writer.counts["insert"], writer.counts["update"], writer.written) == (2, 2, 4)
 
 
 def test_a_batch_of_only_rejects_writes_them_and_nothing_else(tmp_path):

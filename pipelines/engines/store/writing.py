@@ -77,21 +77,29 @@ class Writing:
         self._vectors = {}
 
     # -- writes ------------------------------------------------------------------
+    def _as_stored(self, docs: pa.Table) -> pa.Table:
+        if "indexed_at" not in docs.column_names:
+            now = pa.array(np.full(docs.num_rows, np.datetime64(datetime.now(UTC).replace(tzinfo=None), "us")), pa.timestamp("us", tz="UTC"))
+            docs = docs.append_column("indexed_at", now)
+        return docs.select(self.table.schema.names).cast(self.table.schema)
+
     def upsert(self, docs: pa.Table) -> None:
         """Insert new and replace changed documents, keyed by doc_id (idempotent)."""
         if docs.num_rows == 0:
             return
-        n = docs.num_rows
-        if "indexed_at" not in docs.column_names:
-            now = pa.array(np.full(n, np.datetime64(datetime.now(UTC).replace(tzinfo=None), "us")), pa.timestamp("us", tz="UTC"))
-            docs = docs.append_column("indexed_at", now)
-        docs = docs.select(self.table.schema.names).cast(self.table.schema)
         (
             self.table.merge_insert("doc_id")
             .when_matched_update_all()
             .when_not_matched_insert_all()
-            .execute(docs)
+            .execute(self._as_stored(docs))
         )
+
+    def append(self, docs: pa.Table) -> None:
+        """Add documents whose ids the table does not hold, without the keyed merge's look-up of
+        every stored id (the caller knows they are new: the index job's inserts, classified
+        against the version its run started from and each kept once per run)."""
+        if docs.num_rows:
+            self.table.add(self._as_stored(docs))
 
     def delete_absent(self, keep_ids: pa.Array) -> int:
         """Delete every document whose id is not in ``keep_ids``; returns how many went.

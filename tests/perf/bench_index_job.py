@@ -1,0 +1,159 @@
+"""The index job end to end on corpora with precomputed vectors, as users run it (not a test).
+
+    make bench-index-job                                  # 100k and 1M documents
+    python tests/perf/bench_index_job.py --sizes 20000    # a smoke run
+
+The corpora: passages of two or three sentences drawn (seeded) from bundled SciFact's abstracts,
+as tests/perf/bench_scale.py draws them, each with a random 384-dimensional vector (the index job
+does not read a vector's meaning, only checks and stores it), in Parquet files of 100k rows.
+
+Each run is the command a user runs, in a fresh process with its own Ray (cold):
+``logicrank index DIR --vector-column vector --vector-dim 384``. Reported per run: wall time,
+the seconds of each step the run's manifest records (``stream``: read, check, classify and
+write every row; ``absent``; ``maintain``: compaction and the table's indexes; ``bm25_index``),
+rows written per second of the stream, the driver's peak RSS and the peak of its Ray workers'
+RSS summed (sampled every 0.2 s). Runs per size: the first build, a rerun of the same snapshot
+(nothing changes) and a 1% re-index (1% of the passages with new text and vectors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+DIM = 384
+FILE_ROWS = 100_000
+BIN = Path(sys.executable).parent
+
+
+def _corpus(directory: Path, n: int, seed: int, edit: float = 0.0) -> None:
+    """``n`` passages with random vectors in Parquet files of ``FILE_ROWS``; ``edit``: the share
+    of passages (seeded) given another text and vector, the rest as the first build's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from logicrank.pipelines.datasets import scifact
+    from tests.perf.bench_scale import _passages, _sentences
+
+    sents, owner, _, titles = _sentences(scifact().corpus)
+    plist = _passages(n, seed, len(sents))
+    edited = set(np.random.default_rng(seed + 2).choice(n, int(n * edit), replace=False).tolist()) if edit else set()
+    directory.mkdir(parents=True, exist_ok=True)
+    for f, start in enumerate(range(0, n, FILE_ROWS)):
+        part = range(start, min(n, start + FILE_ROWS))
+        vectors = np.random.default_rng([seed, f]).standard_normal((len(part), DIM), dtype=np.float32)
+        texts = [" ".join(sents[j] for j in plist[i]) for i in part]
+        for k, i in enumerate(part):
+            if i in edited:
+                texts[k] += " (revised)"
+                vectors[k] = -vectors[k]
+        pq.write_table(pa.table({
+            "doc_id": [f"p{i:08d}" for i in part], "title": [titles[owner[plist[i][0]]] for i in part], "text": texts,
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), DIM),
+        }), directory / f"part-{f:05d}.parquet")
+
+
+def _descendants(pid: int):
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _index(corpus: Path, db: Path, out: Path) -> dict:
+    """One `logicrank index` run in a fresh process: wall time, its manifest's figures, peak RSS."""
+    import psutil
+
+    cmd = [str(BIN / "logicrank"), "index", str(corpus), "--db", str(db), "--out", str(out), "--vector-column", "vector",
+           "--vector-dim", str(DIM), "--no-progress", "--allow-mass-delete"]
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = {"driver": 0, "workers": 0}
+    done = threading.Event()
+
+    def sample():
+        driver = psutil.Process(proc.pid)
+        while not done.is_set():
+            try:
+                peak["driver"] = max(peak["driver"], driver.memory_info().rss)
+            except psutil.NoSuchProcess:
+                return
+            rss = 0
+            for p in _descendants(proc.pid):
+                try:
+                    if "ray::" in " ".join(p.cmdline()[:1]) or "default_worker" in " ".join(p.cmdline()):
+                        rss += p.memory_info().rss
+                except psutil.Error:
+                    continue
+            peak["workers"] = max(peak["workers"], rss)
+            done.wait(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, stderr = proc.communicate()
+    done.set()
+    sampler.join()
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {stderr[-2000:]}")
+    m = json.loads((out / "manifest.json").read_text())
+    c = m["counts"]
+    stream = m["timings_s"].get("stream") or 0.0
+    written = c["precomputed"]
+    return {"wall_s": round(wall, 1), "steps_s": m["timings_s"], "maintenance_s": c["maintenance"].get("seconds"),
+            "rows_read": c["rows_read"], "written": written, "unchanged": c["unchanged"], "rejected": c["rejected"],
+            "written_per_s": round(written / stream) if stream and written else None,
+            "driver_peak_gib": round(peak["driver"] / 2**30, 2), "workers_peak_gib": round(peak["workers"] / 2**30, 2),
+            "summary": stdout.strip().splitlines()[-1][:300]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="100000,1000000")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--work", type=Path, default=Path("runs/bench/index-job-work"), help="corpora and tables (removed after each size)")
+    ap.add_argument("--out", type=Path, default=Path("runs/bench"))
+    args = ap.parse_args(argv)
+    rows = []
+    t0 = time.perf_counter()
+    for n in (int(s) for s in args.sizes.split(",")):
+        work = args.work / str(n)
+        shutil.rmtree(work, ignore_errors=True)
+        t = time.perf_counter()
+        _corpus(work / "corpus", n, args.seed)
+        _corpus(work / "corpus-1pct", n, args.seed, edit=0.01)
+        made = round(time.perf_counter() - t, 1)
+        for run, corpus in (("first build", "corpus"), ("same snapshot", "corpus"), ("1% re-index", "corpus-1pct")):
+            r = _index(work / corpus, work / "db", work / "runs" / run.replace(" ", "-").replace("%", "pct"))
+            rows.append({"docs": n, "run": run, **r})
+            print(json.dumps(rows[-1]), flush=True)
+        rows[-3]["corpus_made_s"] = made
+        shutil.rmtree(work, ignore_errors=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "total_s": round(time.perf_counter() - t0),
+              "rows": rows}
+    (args.out / "bench_index_job.json").write_text(json.dumps(report, indent=1))
+    print("| documents | run | wall s | stream s | maintain s | bm25 s | written/s (stream) | driver peak GiB | workers peak GiB |")
+    print("|--:|:--|--:|--:|--:|--:|--:|--:|--:|")
+    for r in rows:
+        s = r["steps_s"]
+        print(f"| {r['docs']:,} | {r['run']} | {r['wall_s']} | {s.get('stream')} | {s.get('maintain')} | {s.get('bm25_index')} | "
+              f"{r['written_per_s'] or '-'} | {r['driver_peak_gib']} | {r['workers_peak_gib']} |")
+
+
+if __name__ == "__main__":
+    main()
