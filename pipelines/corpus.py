@@ -191,22 +191,35 @@ def _what(value: Any) -> str:
 
 
 def _unit(array: np.ndarray) -> tuple[Vector | None, str | None, str | None]:
-    """The float32 numbers and their unit vector, normalised in float64 (a float32 norm of large
-    or tiny numbers overflows or loses its digits)."""
+    """One vector's float32 numbers and unit vector (:func:`_units` on one row)."""
+    return _units(array[None, :])[0]
+
+
+def _units(rows: np.ndarray) -> list[tuple[Vector | None, str | None, str | None]]:
+    """Each row's float32 numbers and unit vector, or its reject: a row with a number not finite
+    in float32, or all zeros. Normalised in float64 (a float32 norm of large or tiny numbers
+    overflows or loses its digits), the same arithmetic for one row or many."""
     with np.errstate(over="ignore", invalid="ignore"):
-        given = array.astype(np.float32)
-        finite = np.isfinite(array) & np.isfinite(given)
-        if not finite.all():
-            first = int(np.flatnonzero(~finite)[0])
-            return None, "bad_vector", f"number {first + 1} of {array.size} is {float(array[first])!r}, not a finite float32"
+        given = rows.astype(np.float32)
+        finite = np.isfinite(rows) & np.isfinite(given)
     wide = given.astype(np.float64)
-    norm = float(np.sqrt(np.dot(wide, wide)))
-    if norm == 0.0:
-        return None, "bad_vector", "all zeros: no direction for cosine similarity"
-    unit = (wide / norm).astype(np.float32)
-    if abs(float(np.linalg.norm(unit.astype(np.float64))) - 1.0) > 1e-3:  # (not seen: a guard, never a wrong vector stored)
-        return None, "bad_vector", "cannot be normalised to unit length in float32"
-    return Vector(given, unit), None, None
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        norms = np.sqrt((wide * wide).sum(axis=1))
+        units = (wide / norms[:, None]).astype(np.float32)
+        unit_norms = np.sqrt((units.astype(np.float64) ** 2).sum(axis=1))
+    all_finite = finite.all(axis=1)
+    out: list[tuple[Vector | None, str | None, str | None]] = []
+    for i in range(len(rows)):
+        if not all_finite[i]:
+            first = int(np.flatnonzero(~finite[i])[0])
+            out.append((None, "bad_vector", f"number {first + 1} of {rows.shape[1]} is {float(rows[i, first])!r}, not a finite float32"))
+        elif norms[i] == 0.0:
+            out.append((None, "bad_vector", "all zeros: no direction for cosine similarity"))
+        elif abs(unit_norms[i] - 1.0) > 1e-3:  # (not seen: a guard, never a wrong vector stored)
+            out.append((None, "bad_vector", "cannot be normalised to unit length in float32"))
+        else:
+            out.append((Vector(given[i], units[i]), None, None))
+    return out
 
 
 def _kind_of(path: str) -> str | None:
@@ -500,7 +513,9 @@ def _parquet_vectors(record_batch: pa.RecordBatch, vectors: VectorColumn) -> lis
         return [(None, "bad_vector", f"column {name!r} holds {kind}, not a list of numbers")] * n
     lengths = pc.fill_null(pc.list_value_length(column), -1).to_numpy(zero_copy_only=False)
     values = pc.list_flatten(column).to_numpy(zero_copy_only=False).astype(np.float64)  # a null number reads as NaN
-    ends = np.cumsum(np.maximum(lengths, 0))
+    starts = np.cumsum(np.maximum(lengths, 0)) - np.maximum(lengths, 0)
+    whole = np.flatnonzero(lengths == vectors.dim)  # the rows of the right dimension, checked together
+    checked = dict(zip(whole.tolist(), _units(values[starts[whole, None] + np.arange(vectors.dim)]), strict=True))
     out = []
     for i in range(n):
         if lengths[i] < 0:
@@ -508,7 +523,7 @@ def _parquet_vectors(record_batch: pa.RecordBatch, vectors: VectorColumn) -> lis
         elif lengths[i] != vectors.dim:
             out.append((None, "vector_dim", f"column {name!r}: {lengths[i]} numbers, expected {vectors.dim}"))
         else:
-            vector, reason, detail = _unit(values[ends[i] - lengths[i]:ends[i]])
+            vector, reason, detail = checked[i]
             out.append((vector, reason, f"column {name!r}: {detail}" if reason else None))
     return out
 
