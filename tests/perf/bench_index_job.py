@@ -45,10 +45,10 @@ def _corpus(directory: Path, n: int, seed: int, edit: float = 0.0) -> None:
     import pyarrow.parquet as pq
 
     from logicrank.pipelines.datasets import scifact
-    from tests.perf.bench_scale import _passages, _sentences
+    from tests.perf.bench_scale import passages, sentences
 
-    sents, owner, _, titles = _sentences(scifact().corpus)
-    plist = _passages(n, seed, len(sents))
+    sents, owner, _, titles = sentences(scifact().corpus)
+    plist = passages(n, seed, len(sents))
     edited = set(np.random.default_rng(seed + 2).choice(n, int(n * edit), replace=False).tolist()) if edit else set()
     directory.mkdir(parents=True, exist_ok=True)
     for f, start in enumerate(range(0, n, FILE_ROWS)):

@@ -87,7 +87,7 @@ ANN_THRESHOLD = 100_000  # IndexConfig's default
 
 
 # -- the corpus ------------------------------------------------------------------------
-def _sentences(corpus: Path) -> tuple[list[str], list[int], list[str], list[str]]:
+def sentences(corpus: Path) -> tuple[list[str], list[int], list[str], list[str]]:
     """(sentences, the abstract each comes from, abstract ids, abstract titles)."""
     sents, owner, ids, titles = [], [], [], []
     with gzip.open(corpus, "rt", encoding="utf-8") as f:
@@ -121,7 +121,7 @@ def _embedded(path: Path, texts: list[str], encoder: list) -> np.ndarray:
     return v
 
 
-def _passages(n: int, seed: int, n_sent: int) -> list[list[int]]:
+def passages(n: int, seed: int, n_sent: int) -> list[list[int]]:
     """Sentence indexes of n passages: two or three sentences each, far apart in the pool
     (other abstracts); the first one's abstract titles the passage."""
     rng = np.random.default_rng(seed)
@@ -138,7 +138,7 @@ def _batches(n: int, seed: int, data: dict, rows: int = 100_000, dim: int | None
 
     sents, owner, titles, pool = data["sentences"], data["owner"], data["titles"], data["pool"]
     rng = np.random.default_rng(seed + 1)
-    plist = _passages(n, seed, len(sents))
+    plist = passages(n, seed, len(sents))
     for i in range(0, n, rows):
         part = plist[i : i + rows]
         m = len(part)
@@ -715,7 +715,7 @@ def _pseudo_qrels(n: int, seed: int, data: dict):
     owner, ids = data["owner"], data["abstract_ids"]
     rows = {"query_id": [], "doc_id": [], "relevance": []}
     copies = len(data["qids"]) // 300 if len(data["qids"]) >= 300 else 1
-    for i, p in enumerate(_passages(n, seed, len(data["sentences"]))):
+    for i, p in enumerate(passages(n, seed, len(data["sentences"]))):
         for q in rel.get(str(ids[owner[p[0]]]), ()):
             for c in range(copies):
                 rows["query_id"].append(f"{q}#{c}")
@@ -740,7 +740,7 @@ def _prepare(work: Path, n_queries: int) -> dict:
 
     data_path = work / "data.pkl"
     data = scifact()
-    sents, owner, ids, titles = _sentences(data.corpus)
+    sents, owner, ids, titles = sentences(data.corpus)
     encoder: list = []
     pool = _embedded(work / "sentence-vectors.npy", sents, encoder)
     base = [json.loads(line) for line in data.queries.read_text(encoding="utf-8").splitlines() if line.strip()]
