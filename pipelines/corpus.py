@@ -169,18 +169,15 @@ def check_vector(value: Any, dim: int) -> tuple[Vector | None, str | None, str |
     finite in float32; all zeros, which has no direction for cosine), ``vector_dim``."""
     if value is None:
         return None, "missing_vector", "no vector (the field is absent or null)"
-    if isinstance(value, np.ndarray):
-        array = value
-    else:
-        if not isinstance(value, list | tuple) or any(isinstance(x, bool) or not isinstance(x, int | float) for x in value):
-            return None, "bad_vector", f"expected a list of numbers, got {_what(value)}"
-        try:
-            array = np.asarray(value, dtype=np.float64)
-        except (OverflowError, ValueError) as exc:  # an integer past any float (JSON allows one of any length)
-            return None, "bad_vector", f"a number is out of range ({first_line(exc)})"
+    if not isinstance(value, list | tuple) or any(isinstance(x, bool) or not isinstance(x, int | float) for x in value):
+        return None, "bad_vector", f"expected a list of numbers, got {_what(value)}"
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (OverflowError, ValueError) as exc:  # an integer past any float (JSON allows one of any length)
+        return None, "bad_vector", f"a number is out of range ({first_line(exc)})"
     if array.shape != (dim,):
         return None, "vector_dim", f"{array.size} numbers, expected {dim}"
-    return _unit(array)
+    return _units(array[None, :])[0]
 
 
 def _what(value: Any) -> str:
@@ -188,11 +185,6 @@ def _what(value: Any) -> str:
         bad = next(x for x in value if isinstance(x, bool) or not isinstance(x, int | float))
         return f"a list holding {type(bad).__name__} {bad!r}"[:120]
     return type(value).__name__
-
-
-def _unit(array: np.ndarray) -> tuple[Vector | None, str | None, str | None]:
-    """One vector's float32 numbers and unit vector (:func:`_units` on one row)."""
-    return _units(array[None, :])[0]
 
 
 def _units(rows: np.ndarray) -> list[tuple[Vector | None, str | None, str | None]]:
