@@ -22,6 +22,7 @@ from logicrank.pipelines.retrieval.pipeline import Pipeline, read_pipelines
 from logicrank.pipelines.retrieval.runner import Inputs
 from logicrank.pipelines.retrieval.stages import Context
 from logicrank.schemas.tables import DECOMPOSITIONS, QUERIES
+from tests.compare import ATOL, RTOL
 
 DIM = 16
 WORDS = ["apple", "river", "stone", "cloud", "forest", "engine", "violin", "garden", "planet", "copper",
@@ -30,7 +31,6 @@ LOGICAL = {"q1": '"apple" AND NOT "river"', "q2": '("stone" OR "cloud") AND NOT 
            "q4": '"garden" AND NOT ("planet" OR "copper")', "q5": '"desert" OR "harbor"'}
 DEPTH = 10  # the first stage's candidates per query
 ALL = 1000  # past the table's size: a stage's full ranking
-RTOL = 1e-6  # scores of one document computed by two paths (a blocked product vs one per candidate)
 
 
 def _vector(text: str) -> np.ndarray:
@@ -81,10 +81,11 @@ def _ids(run: pd.DataFrame) -> dict[str, list[str]]:
 
 
 def _assert_same(got: pd.DataFrame, want: pd.DataFrame) -> None:
-    """Ids and ranks exactly, scores within RTOL."""
+    """Ids and ranks exactly, scores within tests/compare.py's tolerance (one document's score computed
+    by two paths, a blocked product and one per candidate, may differ in its last float32 bits)."""
     assert _ids(got) == _ids(want)
     assert got["rank"].tolist() == want["rank"].tolist()
-    np.testing.assert_allclose(got["score"], want["score"], rtol=RTOL)
+    np.testing.assert_allclose(got["score"], want["score"], rtol=RTOL, atol=ATOL)
 
 
 def test_itlr_after_bm25_rescores_bm25s_candidates_as_itlr_scores_them(ctx):
