@@ -58,6 +58,7 @@ from logicrank.pipelines.engines.vector_models import loadable, model_dimension
 from logicrank.pipelines.files import require_writable
 from logicrank.pipelines.operations.indexing import (
     EmbedStage,
+    FragmentSink,
     IdSpill,
     IndexWriter,
     RejectSink,
@@ -131,6 +132,9 @@ class IndexSummary:
     table_rows: int = 0
     absent: int = 0  # stored documents missing from the snapshot
     redelivered: int = 0  # source rows Ray delivered twice (a retried task), written once
+    # who wrote the new documents' rows (--writes): files_committed, the workers' data files the driver committed;
+    # files_dropped, those of batches delivered twice; driver_received_bytes, what the stream brought to the driver
+    writes: dict = field(default_factory=dict)
     maintenance: dict = field(default_factory=dict)
     placement: dict = field(default_factory=dict)  # the embedding pool: actors, CPUs and GPUs each, how decided
     tag: str | None = None
@@ -169,19 +173,20 @@ class _EmbedActor(EmbedStage):
 
 
 def _embedded(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored: StoredHashes, place: EncoderPlacement,
-              vectors: VectorColumn | None) -> Iterator[pa.Table]:
-    """The corpus's PARSED batches, classified and embedded, in the driver (a pool of 0 actors:
-    the sources read in turn, each batch encoded as it comes) or through the Ray Data plan."""
+              vectors: VectorColumn | None, sink: FragmentSink | None) -> Iterator[pa.Table]:
+    """The corpus's PARSED batches, classified and embedded (their new rows written to the
+    table's dataset, uncommitted, with a ``sink``), in the driver (a pool of 0 actors: the
+    sources read in turn, each batch encoded as it comes) or through the Ray Data plan."""
     if place.actors == 0:
-        read, stage = _ReadSources(sources, cfg.ray.batch_rows, cfg.max_doc_bytes, vectors), EmbedStage(embed, stored)
+        read, stage = _ReadSources(sources, cfg.ray.batch_rows, cfg.max_doc_bytes, vectors), EmbedStage(embed, stored, sink=sink)
         for batch in read(pa.table({"source_index": list(range(len(sources)))})):
             yield stage(batch)
         return
-    yield from _plan(cfg, embed, sources, stored, place, vectors).iter_batches(batch_size=None, batch_format="pyarrow")
+    yield from _plan(cfg, embed, sources, stored, place, vectors, sink).iter_batches(batch_size=None, batch_format="pyarrow")
 
 
 def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored: StoredHashes, place: EncoderPlacement,
-          vectors: VectorColumn | None):
+          vectors: VectorColumn | None, sink: FragmentSink | None):
     import ray
 
     ds = ray.data.from_items([{"source_index": i} for i in range(len(sources))], override_num_blocks=len(sources))
@@ -198,7 +203,7 @@ def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored: S
         warnings.filterwarnings("ignore", message=r".*ray_remote_args.* is deprecated")
         return unread_blocks_allowed(ds.map_batches(
             _EmbedActor,
-            fn_constructor_kwargs={"config": embed, "stored": stored},
+            fn_constructor_kwargs={"config": embed, "stored": stored, "sink": sink},
             compute=ray.data.ActorPoolStrategy(size=place.actors),
             batch_size=cfg.ray.batch_rows,
             batch_format="pyarrow",
@@ -344,12 +349,15 @@ def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: b
                     writer.baseline.reembed = True
                 summary.embedded_by["reembedded"] = stored_rows
             # (closed on a fault too: the driver's encoder is let go before the roll-back)
-            with rundir.timed("stream"), _progress(progress) as tick, closing(_embedded(cfg, embed, sources, stored, place, vectors)) as batches:
+            # new documents' rows written by the workers, committed here (or all written here: writes=driver)
+            sink = FragmentSink(store.dataset_uri(), store.table.schema if store.exists() else None) if cfg.writes == "workers" else None
+            with (rundir.timed("stream"), _progress(progress) as tick,
+                  closing(_embedded(cfg, embed, sources, stored, place, vectors, sink)) as batches):
                 for batch in batches:
                     writer.consume(batch)
                     tick(batch.num_rows, writer)
                     beat(f"index: {writer.rows_read} rows read")
-                writer.flush()
+                writer.finish()
     except SourceError as exc:
         failure = f"index: {exc} {roll_back(cfg, store, version_before, lock)} Nothing was deleted and no tag made; fix the file and rerun."
         rundir.write_manifest(
@@ -372,6 +380,8 @@ def _count(summary: IndexSummary, writer: IndexWriter, rejects: RejectSink, prec
     summary.inserted, summary.updated, summary.unchanged = since["insert"], since["update"], since["unchanged"]
     summary.rejected, summary.rows_read = c["reject"], writer.rows_read
     summary.redelivered = writer.redelivered
+    summary.writes = {"files_committed": writer.files_committed, "files_dropped": writer.files_dropped,
+                      "driver_received_bytes": writer.received_bytes}
     summary.rejects_by_reason = dict(rejects.reasons)
 
 

@@ -18,6 +18,7 @@ states which tables it reads and writes and checks its input with :func:`require
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -73,6 +74,15 @@ def docs_schema(dim: int) -> pa.Schema:
             pa.field("indexed_at", pa.timestamp("us", tz="UTC"), nullable=False),
         ]
     )
+
+
+def as_stored(docs: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Rows in a docs table's form (``schema``): its columns in its order and types, with the
+    time they are written (``indexed_at``) unless they carry one."""
+    if "indexed_at" not in docs.column_names:
+        now = np.datetime64(datetime.now(UTC).replace(tzinfo=None), "us")
+        docs = docs.append_column("indexed_at", pa.array(np.full(docs.num_rows, now), pa.timestamp("us", tz="UTC")))
+    return docs.select(schema.names).cast(schema)
 
 
 QUERIES = pa.schema(

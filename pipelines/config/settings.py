@@ -126,6 +126,11 @@ class IndexConfig(_Config):
     max_reject_fraction: float = Field(0.01, ge=0, le=1, description="Fail when more than this fraction of the snapshot's rows is rejected.")
     max_doc_bytes: int = Field(1 << 20, ge=1, description="Title + text larger than this is rejected.")
     write_batch_rows: int = Field(4096, ge=1, description="Rows per LanceDB commit.")
+    writes: Literal["workers", "driver"] = Field(
+        "workers", description="Who writes new documents' rows: the encoder workers, as Lance data files the driver commits (no text "
+        "or vector of a new document reaches the driver), or the driver itself. Updates are the driver's keyed merges either way.",
+        json_schema_extra=UNHASHED, exclude_if=lambda v: v == "workers",
+    )
     ann_threshold: int = Field(100_000, ge=1, description="With ann: build the ANN index from this many rows; exact below.")
     tag: str | None = Field(None, description="LanceDB tag for this index run; default index-<time>.")
     # UNHASHED: the index digests nights hold leave it out, so those digests stay valid

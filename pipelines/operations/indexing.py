@@ -43,7 +43,7 @@ from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
 from logicrank.pipelines.corpus import UNREADABLE, SourceError
 from logicrank.pipelines.engines.embed import Embedder, document_text
 from logicrank.schemas.errors import first_line
-from logicrank.schemas.tables import CORPUS, REJECTS
+from logicrank.schemas.tables import CORPUS, REJECTS, as_stored
 
 if TYPE_CHECKING:  # the embedding actor imports this module: keep lancedb out of it
     from logicrank.pipelines.engines.store import DocStore
@@ -119,6 +119,50 @@ class StoredHashes:
         return 0 if self.version is None else int(self.dataset().count_rows())
 
 
+class FragmentSink:
+    """Where an encoder worker writes the rows it embedded for new ids: one Lance data file per
+    batch under the table's dataset (``lance.fragment.write_fragments``), committed by nobody
+    here. The driver commits the files whose rows it keeps (:class:`IndexWriter`), so no text or
+    vector of a new document passes through it. Picklable, as :class:`StoredHashes`: every node
+    that hosts an encoder must reach ``dataset_uri``.
+
+    Files go only into a table that exists (a data file in the directory of a table not yet
+    created would make a table without versions): until the driver has created it, with the
+    first rows of a first build, :meth:`write` writes nothing and the rows travel to the driver
+    with their text and vector, as when the workers write nothing."""
+
+    def __init__(self, dataset_uri: str, schema: pa.Schema | None = None):
+        if "://" not in dataset_uri:  # an actor's working directory is not the driver's
+            dataset_uri = str(Path(dataset_uri).resolve())
+        self.uri, self.schema = dataset_uri, schema  # the table's schema, once known
+
+    def _table_schema(self) -> pa.Schema | None:
+        if self.schema is None:
+            import lance
+
+            try:
+                self.schema = lance.dataset(self.uri).schema
+            except ValueError as exc:
+                if "was not found" not in str(exc):
+                    raise
+        return self.schema
+
+    def write(self, rows: pa.Table) -> str | None:
+        """Write ``rows`` (CORPUS columns, content_hash, vector as a fixed-size list) as one file;
+        returns its fragment and the vectors' dimension, as JSON (None: no table yet, nothing written)."""
+        from lance.fragment import write_fragments
+
+        schema = self._table_schema()
+        if schema is None:
+            return None
+        dim = rows.schema.field("vector").type.list_size
+        if schema.field("vector").type.list_size != dim:
+            raise ValueError(f"index: the embedder returned {dim}-dimensional vectors for a table of "
+                             f"{schema.field('vector').type.list_size} dimensions")
+        (fragment,) = write_fragments(as_stored(rows, schema), self.uri, schema=schema, max_rows_per_file=rows.num_rows)
+        return json.dumps({"dim": dim, "fragment": fragment.to_json()})
+
+
 class EmbedStage:
     """Classify a PARSED batch and embed its inserts and updates.
 
@@ -127,13 +171,19 @@ class EmbedStage:
     vectors (PARSED_VECTORS: the corpus's precomputed vectors, checked by the reader) embeds
     nothing: its inserts and updates keep the vectors they came with.
 
+    With a ``sink`` (:class:`FragmentSink`) the batch's inserts are written here, as one data
+    file, and leave as ids alone, like unchanged rows: ``_written`` marks them, ``_file`` and
+    ``_file_row`` say where each is, and ``_fragment`` holds the file's JSON on the first of
+    them (while the table does not exist yet, none is written). Updates travel on with their text and vector: the driver writes them as keyed merges.
+
     ``stored``: the stored hashes of a batch's ids (:class:`StoredHashes`, or any callable
     from ids to a ``(doc_id, content_hash)`` table), asked once per batch.
     """
 
-    def __init__(self, config: EmbedConfig, stored: Callable[[pa.Array], pa.Table], embedder_factory: Callable[[EmbedConfig], Embedder] = Embedder):
+    def __init__(self, config: EmbedConfig, stored: Callable[[pa.Array], pa.Table], embedder_factory: Callable[[EmbedConfig], Embedder] = Embedder,
+                 sink: FragmentSink | None = None):
         self.config, self._factory, self._embedder = config, embedder_factory, None
-        self.stored = stored
+        self.stored, self.sink = stored, sink
 
     @property
     def embedder(self) -> Embedder:
@@ -164,13 +214,41 @@ class EmbedStage:
                 vecs = self.embedder.encode([document_text(t, x, self.embedder.config.title_sep) for t, x in zip(titles, texts, strict=True)])
                 counts[idx] = vecs.shape[1]
                 values = vecs.reshape(-1)
+        written = np.zeros(batch.num_rows, dtype=bool)
+        fragment = None
+        if self.sink is not None:
+            written = pc.equal(actions, "insert").to_numpy(zero_copy_only=False)
+            if written.any():
+                rows = np.flatnonzero(written)
+                dim = int(counts[rows[0]])
+                mine = np.repeat(written, counts)  # the written rows' values, in row order
+                if (counts[rows] != dim).any():
+                    raise ValueError("index: the embedder returned vectors of different sizes in one run")
+                fixed = pa.FixedSizeListArray.from_arrays(pa.array(values[mine], pa.float32()), dim)
+                new = batch.take(pa.array(rows)).select(CORPUS.names + ["content_hash"]).append_column("vector", fixed)
+                fragment = self.sink.write(new)
+                if fragment is None:  # no table yet: these rows go to the driver, which creates it
+                    written[:] = False
+                else:
+                    values, counts = values[~mine], np.where(written, 0, counts)
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         vectors = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32()))
-        unchanged = pc.equal(actions, "unchanged")
+        travel_light = pc.or_(pc.equal(actions, "unchanged"), pa.array(written))  # only the id goes on
         for name in ("title", "text", "metadata"):
             col = batch.column(name)
-            batch = batch.set_column(batch.schema.get_field_index(name), name, pc.if_else(unchanged, pa.scalar(None, col.type), col))
-        return batch.append_column("_action", actions).append_column("vector", vectors)
+            batch = batch.set_column(batch.schema.get_field_index(name), name, pc.if_else(travel_light, pa.scalar(None, col.type), col))
+        batch = batch.append_column("_action", actions).append_column("vector", vectors)
+        if self.sink is None:
+            return batch
+        # each written row names its file and its place in it; the first also carries the file's fragment (Ray Data may
+        # cut a batch into several blocks on its way to the driver, so a file's rows can arrive in several batches)
+        path = json.loads(fragment)["fragment"]["files"][0]["path"] if fragment is not None else None
+        place = np.cumsum(written) - 1
+        first = int(np.argmax(written)) if written.any() else -1
+        return (batch.append_column("_written", pa.array(written))
+                .append_column("_file", pa.array([path if w else None for w in written], pa.string()))
+                .append_column("_file_row", pa.array([int(p) if w else None for p, w in zip(place, written, strict=True)], pa.int32()))
+                .append_column("_fragment", pa.array([fragment if i == first else None for i in range(batch.num_rows)], pa.string())))
 
 
 class RejectSink:
@@ -289,12 +367,18 @@ class IdSpill:
 
 
 class IndexWriter:
-    """The single writer: dedups ids, routes rejects, upserts in chunks of ``chunk_rows``.
+    """The single committer: dedups ids, routes rejects, and commits in chunks of ``chunk_rows``:
+    the data files the workers wrote for new ids (:class:`FragmentSink`) appended, and the
+    rows that came with their text and vector (updates; inserts when the workers write
+    nothing) written here, inserts appended and updates as keyed merges.
 
     ``seen`` (:class:`SeenIds`, on disk under ``seen_dir``) holds each id kept with the key of
     the source row it came from. A row delivered twice (a task Ray re-ran after losing a
     worker) has the same key and is dropped quietly (counted as ``redelivered``); a second row
-    with the same id elsewhere in the snapshot is a ``duplicate_id`` reject.
+    with the same id elsewhere in the snapshot is a ``duplicate_id`` reject. A worker's file is
+    committed whole when every row in it is kept, not at all when none is (a batch delivered
+    twice: its second file), and otherwise read back here and its kept rows appended. Call
+    :meth:`finish` after the last batch.
     """
 
     def __init__(
@@ -316,6 +400,15 @@ class IndexWriter:
         self.written = 0  # rows committed to the table so far (inserts and updates)
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
+        self._files: list[str] = []  # workers' data files to commit whole (their fragments' JSON)
+        self._salvaged: list[tuple[str, list[int]]] = []  # (a file's path, the positions of its rows to keep)
+        self._arriving: dict[str, dict] = {}  # a file's path -> its fragment (once come), the rows come, those kept
+        self._file_rows = 0  # the rows those hold
+        self._dim = 0  # their vectors' dimension
+        self.files_committed = 0
+        self.files_dropped = 0  # files of rows delivered twice, never committed
+        self.received_bytes = 0  # what the batches brought to this process
+        self._opened = False  # the table opened (made, in a first build) by a write of this run
 
     @property
     def rows_read(self) -> int:
@@ -328,6 +421,7 @@ class IndexWriter:
     def consume(self, batch: pa.Table) -> None:
         """Take one embedded batch. Raises :class:`~logicrank.pipelines.corpus.SourceError` on the row a
         reader sends in place of a file it could not read to its end."""
+        self.received_bytes += batch.nbytes
         faults = pc.equal(batch.column("_reason"), UNREADABLE)
         if pc.any(faults).as_py():
             raise SourceError(batch.filter(faults).column("_detail")[0].as_py())
@@ -354,17 +448,68 @@ class IndexWriter:
                 keep.append(i)
         self.seen.add(kept, rejected)
         self._reject(batch, bad, dup)
+        written = batch.column("_written").to_pylist() if "_written" in batch.column_names else [False] * batch.num_rows
+        if any(written):
+            self._take_files(batch, written, set(keep))
         kept_rows = batch.take(pa.array(keep, pa.int64()))
         kept_actions = kept_rows.column("_action").to_pylist()
         self.counts.update(kept_actions)
         if self.baseline is not None and kept_rows.num_rows:
             self.since.update(classify(kept_rows, self.baseline(kept_rows.column("doc_id"))).to_pylist())
-        write = [i for i, a in enumerate(kept_actions) if a in ("insert", "update")]
+        write = [j for j, (i, a) in enumerate(zip(keep, kept_actions, strict=True)) if a in ("insert", "update") and not written[i]]
         if write:
             self._pending.append(kept_rows.take(pa.array(write, pa.int64())))
             self._pending_rows += len(write)
-        if self._pending_rows >= self.chunk_rows:
+        # the first rows written make the table at once when there is none: the workers write into it from then on
+        if self._pending_rows >= self.chunk_rows or self._file_rows >= self.chunk_rows or (self._pending and not self._opened):
             self.flush()
+
+    def _take_files(self, batch: pa.Table, written: list[bool], keep: set[int]) -> None:
+        """Note which rows of the workers' files this batch keeps; a file whose rows have all
+        arrived (they may come in several batches) is settled for the next commit."""
+        paths, places, marks = (batch.column(c).to_pylist() for c in ("_file", "_file_row", "_fragment"))
+        arrived = set()
+        for i, path in enumerate(paths):
+            if not written[i]:
+                continue
+            f = self._arriving.setdefault(path, {"fragment": None, "seen": set(), "kept": []})
+            if marks[i] is not None:
+                f["fragment"] = marks[i]
+            if places[i] in f["seen"]:
+                raise RuntimeError(f"index: row {places[i]} of the worker's file {path} arrived twice (a bug)")
+            f["seen"].add(places[i])
+            if i in keep:
+                f["kept"].append(places[i])
+            arrived.add(path)
+        for path in arrived:
+            f = self._arriving[path]
+            if f["fragment"] is not None and len(f["seen"]) == json.loads(f["fragment"])["fragment"]["physical_rows"]:
+                self._settle(path, self._arriving.pop(path))
+
+    def _settle(self, path: str, f: dict) -> None:
+        """A file committed whole when every row in it is kept, not at all when none is (a batch
+        delivered twice), else its kept rows read back and appended. ``f["fragment"]`` None: a
+        file whose rows did not all arrive (the task that sent it was run again), its kept rows
+        read back."""
+        rows = json.loads(f["fragment"]) if f["fragment"] is not None else None
+        if rows is not None and len(f["kept"]) == rows["fragment"]["physical_rows"]:
+            self._files.append(json.dumps(rows["fragment"]))
+            self._dim = rows["dim"]
+        elif f["kept"]:
+            self._salvaged.append((path, sorted(f["kept"])))
+        else:
+            self.files_dropped += 1
+        self._file_rows += len(f["kept"])
+
+    def finish(self) -> None:
+        """After the last batch: settle the files whose rows did not all arrive (each row that did
+        is kept or not as it came), then commit everything left."""
+        for path in list(self._arriving):
+            f = self._arriving.pop(path)
+            if f["fragment"] is not None and len(f["seen"]) == json.loads(f["fragment"])["fragment"]["physical_rows"]:
+                raise RuntimeError(f"index: the worker's file {path} was left unsettled (a bug)")
+            self._settle(path, {**f, "fragment": None})
+        self.flush()
 
     def _reject(self, batch: pa.Table, bad: list[int], dup: list[int]) -> None:
         if bad:
@@ -389,7 +534,18 @@ class IndexWriter:
         )
 
     def flush(self) -> None:
-        """Upsert everything pending, ``chunk_rows`` rows per commit."""
+        """Commit the workers' files noted so far (one commit), then write the rows pending here,
+        ``chunk_rows`` rows per commit."""
+        if self._files or self._salvaged:
+            self.before_commit()
+            self.store.open_or_create(self._dim, self.model_id, self.title_sep)
+            self._opened = True
+            self.store.commit_fragments(self._files)
+            for path, positions in self._salvaged:
+                self.store.append(self.store.file_rows(path).take(pa.array(positions, pa.int64())))
+            self.written += self._file_rows
+            self.files_committed += len(self._files) + len(self._salvaged)
+            self._files, self._salvaged, self._file_rows = [], [], 0
         if not self._pending:
             return
         pending = pa.concat_tables(self._pending)
@@ -406,6 +562,7 @@ class IndexWriter:
         chunk = chunk.set_column(chunk.schema.get_field_index("vector"), "vector", fixed)
         self.before_commit()
         self.store.open_or_create(dim, self.model_id, self.title_sep)
+        self._opened = True
         # an insert's id is absent from the version the run started from and kept once in this run (the seen ids), and a
         # rerun after a kill reads what this run wrote as stored: appended, no keyed merge (whose look-up of every stored
         # id grows with the table); an update replaces its stored row by the keyed merge

@@ -253,8 +253,10 @@ def test_snapshots_that_would_empty_the_table_are_refused_and_restorable(tmp_pat
 
 def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
     """On one CPU node the default encodes in the driver; `--actors 1` still runs the Ray Data
-    pool (what a cluster of several nodes or GPUs runs). Same rows, same hashes, the same
-    vectors within the tolerance, the same counts; each manifest says where it encoded."""
+    pool (what a cluster of several nodes or GPUs runs), whose worker writes the new rows for
+    the driver to commit, or sends them to the driver to write (``writes: driver``). Same rows,
+    same hashes, the same vectors within the tolerance, the same counts; each manifest says
+    where it encoded."""
     from logicrank.pipelines.engines.placement import IN_DRIVER
     from tests.compare import ATOL, RTOL
 
@@ -268,11 +270,16 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
     else:
         assert here.placement["how"] == IN_DRIVER and here.placement["actors"] == 0
     assert pool.placement["how"] == "given" and pool.placement["actors"] == 1
+    sent = run_index(_cfg(corpus, tmp_path / "db-sent", writes="driver").model_copy(update={"ray": RAY.model_copy(update={"embed_actors": 1})}),
+                     tmp_path / "sent")
     assert (here.inserted, here.rejected, here.rows_read) == (pool.inserted, pool.rejected, pool.rows_read) == (120, 0, 120)
-    a, b = _table(tmp_path / "db-driver"), _table(tmp_path / "db-pool")
-    assert _contents(a) == _contents(b) == _expected(docs300[:120])
-    va, vb = (np.stack(t.column("vector").to_numpy(zero_copy_only=False)) for t in (a, b))
+    assert (sent.inserted, sent.rows_read) == (120, 120)
+    a, b, c = _table(tmp_path / "db-driver"), _table(tmp_path / "db-pool"), _table(tmp_path / "db-sent")
+    assert _contents(a) == _contents(b) == _contents(c) == _expected(docs300[:120])
+    va, vb, vc = (np.stack(t.column("vector").to_numpy(zero_copy_only=False)) for t in (a, b, c))
     np.testing.assert_allclose(va, vb, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(vc, vb, rtol=RTOL, atol=ATOL)
+    assert sent.writes["files_committed"] == 0, sent.writes  # every row came to the driver
     assert json.loads((tmp_path / "driver" / "manifest.json").read_text())["counts"]["placement"] == here.placement
 
     # a re-index through the pool: each actor looks up its batches' stored hashes in the table (no
@@ -283,6 +290,7 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
     again = run_index(_cfg(write_jsonl(tmp_path / "c2.jsonl", snapshot), tmp_path / "db-pool", allow_mass_delete=True, ann_threshold=50)
                       .model_copy(update={"ray": RAY.model_copy(update={"embed_actors": 1})}), tmp_path / "pool2")
     assert (again.inserted, again.updated, again.unchanged, again.deleted, again.absent) == (5, 1, 99, 20, 20)
+    assert again.writes["files_committed"] == 1, again.writes  # the 5 new rows: written by the worker, committed by the driver
     assert _contents(_table(tmp_path / "db-pool")) == _expected(snapshot) and not DocStore(str(tmp_path / "db-pool")).has_ann_index()
     assert not list((tmp_path / "pool2").glob(".*ids*"))  # the run's scratch files (ids seen, ids absent) are gone
 

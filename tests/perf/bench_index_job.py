@@ -12,8 +12,15 @@ Each run is the command a user runs, in a fresh process with its own Ray (cold):
 the seconds of each step the run's manifest records (``stream``: read, check, classify and
 write every row; ``absent``; ``maintain``: compaction and the table's indexes; ``bm25_index``),
 rows written per second of the stream, the driver's peak RSS and the peak of its Ray workers'
-RSS summed (sampled every 0.2 s). Runs per size: the first build, a rerun of the same snapshot
-(nothing changes) and a 1% re-index (1% of the passages with new text and vectors).
+RSS summed (sampled every 0.2 s), and the bytes the stream brought to the driver. Runs per
+size: the first build, a rerun of the same snapshot (nothing changes) and a 1% re-index (1% of
+the passages with new text and vectors), placed as the job places them on this machine (one
+node: the driver reads and checks).
+
+``--side-by-side N``: two more first builds of N documents, one after the other in this run,
+with the rows read and checked by a pool of one Ray worker (``ray: {embed_actors: 1}``):
+``--writes workers`` (the worker writes new rows' data files, the driver commits them) against
+``--writes driver`` (every row's text and vector sent to the driver, which writes them).
 """
 
 from __future__ import annotations
@@ -74,12 +81,12 @@ def _descendants(pid: int):
         return []
 
 
-def _index(corpus: Path, db: Path, out: Path) -> dict:
+def _index(corpus: Path, db: Path, out: Path, extra: tuple[str, ...] = ()) -> dict:
     """One `logicrank index` run in a fresh process: wall time, its manifest's figures, peak RSS."""
     import psutil
 
     cmd = [str(BIN / "logicrank"), "index", str(corpus), "--db", str(db), "--out", str(out), "--vector-column", "vector",
-           "--vector-dim", str(DIM), "--no-progress", "--allow-mass-delete"]
+           "--vector-dim", str(DIM), "--no-progress", "--allow-mass-delete", *extra]
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = {"driver": 0, "workers": 0}
@@ -118,6 +125,7 @@ def _index(corpus: Path, db: Path, out: Path) -> dict:
             "rows_read": c["rows_read"], "written": written, "unchanged": c["unchanged"], "rejected": c["rejected"],
             "written_per_s": round(written / stream) if stream and written else None,
             "driver_peak_gib": round(peak["driver"] / 2**30, 2), "workers_peak_gib": round(peak["workers"] / 2**30, 2),
+            "driver_received_mib": round(c["writes"]["driver_received_bytes"] / 2**20, 1), "files_committed": c["writes"]["files_committed"],
             "summary": stdout.strip().splitlines()[-1][:300]}
 
 
@@ -127,10 +135,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", type=Path, default=Path("runs/bench/index-job-work"), help="corpora and tables (removed after each size)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
+    ap.add_argument("--side-by-side", type=int, default=0, help="documents of the workers-write vs driver-writes first builds (0: none)")
     args = ap.parse_args(argv)
     rows = []
     t0 = time.perf_counter()
-    for n in (int(s) for s in args.sizes.split(",")):
+    if args.side_by_side:
+        n, work = args.side_by_side, args.work / "side-by-side"
+        shutil.rmtree(work, ignore_errors=True)
+        _corpus(work / "corpus", n, args.seed)
+        config = work / "pool.yaml"
+        config.write_text("ray:\n  embed_actors: 1\n")
+        for writes in ("workers", "driver"):
+            r = _index(work / "corpus", work / f"db-{writes}", work / f"run-{writes}", ("--config", str(config), "--writes", writes))
+            rows.append({"docs": n, "run": f"first build, pool of 1, --writes {writes}", **r})
+            print(json.dumps(rows[-1]), flush=True)
+        shutil.rmtree(work, ignore_errors=True)
+    for n in (int(s) for s in args.sizes.split(",") if s):
         work = args.work / str(n)
         shutil.rmtree(work, ignore_errors=True)
         t = time.perf_counter()
@@ -147,12 +167,13 @@ def main(argv: list[str] | None = None) -> None:
     report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "total_s": round(time.perf_counter() - t0),
               "rows": rows}
     (args.out / "bench_index_job.json").write_text(json.dumps(report, indent=1))
-    print("| documents | run | wall s | stream s | maintain s | bm25 s | written/s (stream) | driver peak GiB | workers peak GiB |")
-    print("|--:|:--|--:|--:|--:|--:|--:|--:|--:|")
+    print("| documents | run | wall s | stream s | maintain s | bm25 s | written/s (stream) | driver received MiB | driver peak GiB "
+          "| workers peak GiB |")
+    print("|--:|:--|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in rows:
         s = r["steps_s"]
         print(f"| {r['docs']:,} | {r['run']} | {r['wall_s']} | {s.get('stream')} | {s.get('maintain')} | {s.get('bm25_index')} | "
-              f"{r['written_per_s'] or '-'} | {r['driver_peak_gib']} | {r['workers_peak_gib']} |")
+              f"{r['written_per_s'] or '-'} | {r['driver_received_mib']} | {r['driver_peak_gib']} | {r['workers_peak_gib']} |")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -189,3 +191,113 @@ def test_absent_ids_come_from_an_anti_join_in_batches(tmp_path):
     spill.remove()
     seen.close()
     assert list(tmp_path.iterdir()) == []
+
+
+class _TextEmbedder:
+    """A vector from each text's characters: the same text, the same vector, on any path."""
+
+    class config:  # noqa: N801 - what EmbedStage reads of an embedder
+        title_sep = " "
+
+    def encode(self, texts):
+        return np.array([[len(t), ord(t[0]), ord(t[-1]), 1.0] for t in texts], np.float32)
+
+
+def _write_through(tmp_path, name: str, batches: list[pa.Table], workers: bool, stored_ids: dict[str, str] | None = None):
+    """The stream's two ends in one process: EmbedStage (the workers' side; with ``workers``, a
+    FragmentSink), then IndexWriter on a real table. Returns the store, the writer and what the
+    writer received."""
+    from logicrank.pipelines.config.settings import EmbedConfig
+    from logicrank.pipelines.engines.store import DocStore
+    from logicrank.pipelines.operations.indexing import EmbedStage, FragmentSink, StoredHashes
+
+    store = DocStore(str(tmp_path / name), "docs")
+    writer = IndexWriter(store, "m", RejectSink(tmp_path / f"{name}-rejects.parquet"), chunk_rows=4, seen_dir=tmp_path / f"{name}-seen")
+    if stored_ids:
+        writer.consume(EmbedStage(EmbedConfig(), StoredHashes(str(tmp_path / name), "docs", None), lambda c: _TextEmbedder())(
+            _parsed(list(stored_ids), ["old"] * len(stored_ids)).set_column(2, "text", pa.array(list(stored_ids.values())))))
+        writer.flush()
+        writer.close()
+        writer = IndexWriter(store, "m", RejectSink(tmp_path / f"{name}-rejects2.parquet"), chunk_rows=4, seen_dir=tmp_path / f"{name}-seen2")
+    sink = FragmentSink(store.dataset_uri(), store.table.schema if store.exists() else None) if workers else None
+    stage = EmbedStage(EmbedConfig(), StoredHashes(str(tmp_path / name), "docs", store.version if store.exists() else None),
+                       lambda c: _TextEmbedder(), sink=sink)
+    received = []
+    for b in batches:
+        received.append(stage(b))
+        writer.consume(received[-1])
+    writer.finish()
+    writer.rejects.close()
+    return store, writer, received
+
+
+def _rows(store) -> dict[str, tuple]:
+    t = store.table.to_arrow()
+    return {d: (x, tuple(v)) for d, x, v in zip(*(t.column(c).to_pylist() for c in ("doc_id", "text", "vector")), strict=True)}
+
+
+def _texts(ids: list[str], texts: list[str], start: int) -> pa.Table:
+    b = _parsed(ids, [f"h-{t}" for t in texts])
+    return b.set_column(2, "text", pa.array(texts)).set_column(6, "_location", pa.array(range(start, start + len(ids)), pa.int64()))
+
+
+def test_workers_write_new_rows_the_driver_commits_them_and_the_table_equals_the_drivers_own_writes(tmp_path):
+    """New documents are written by the embedding side (one data file per batch) and reach the
+    writer as ids alone; the writer commits a file whole, drops the file of a batch delivered
+    twice, and reads back the one file holding a repeated id to append its other rows. Updates
+    still come with their text and vector and are merged by id. The table equals the one the
+    writer makes when it writes every row itself."""
+    stored = {"s1": "stored one", "s2": "stored two"}
+    first = _texts(["a", "b", "c"], ["alpha", "beta", "gamma"], 0)
+    again = first  # Ray re-ran the task of this batch after losing a worker
+    mixed = _texts(["c", "d", "s1"], ["gamma again", "delta", "stored one, edited"], 3)  # c repeats an id: a reject
+    batches = [first, again, mixed]
+    ws, w, received = _write_through(tmp_path, "workers", batches, workers=True, stored_ids=stored)
+    ds, d, _ = _write_through(tmp_path, "driver", batches, workers=False, stored_ids=stored)
+    assert _rows(ws) == _rows(ds)
+    assert sorted(_rows(ws)) == ["a", "b", "c", "d", "s1", "s2"] and _rows(ws)["c"][0] == "gamma" and _rows(ws)["s1"][0] == "stored one, edited"
+    assert (w.files_committed, w.files_dropped, w.redelivered) == (2, 1, 3)
+    assert w.counts == d.counts == {"insert": 4, "update": 1, "reject": 1} and w.written == d.written == 5
+    # what came back from the workers: the inserts' ids, no text, no vector; the update with both
+    assert received[0].column("text").to_pylist() == [None] * 3 and [len(v) for v in received[0].column("vector").to_pylist()] == [0] * 3
+    assert received[2].column("text").to_pylist() == [None, None, "stored one, edited"]
+    assert [json.loads(f)["fragment"]["physical_rows"] for f in received[0].column("_fragment").to_pylist() if f] == [3]
+
+
+def test_a_first_build_sends_its_first_rows_to_the_driver_which_creates_the_table_then_the_workers_write(tmp_path):
+    """No data file goes into a table that does not exist yet: the first batch travels with its
+    text and vectors, the driver creates the table with it at once, and the batches after are
+    written by the embedding side."""
+    batches = [_texts([f"d{i}", f"e{i}", f"f{i}"], [f"text {i} one", f"text {i} two", f"text {i} three"], 3 * i) for i in range(4)]
+    ws, w, received = _write_through(tmp_path, "workers", batches, workers=True)
+    ds, _, _ = _write_through(tmp_path, "driver", batches, workers=False)
+    assert [r.column("_written").to_pylist() for r in received] == [[False] * 3, [True] * 3, [True] * 3, [True] * 3]
+    assert _rows(ws) == _rows(ds) and len(_rows(ws)) == 12 and w.files_committed == 3
+
+
+def test_a_file_whose_rows_arrive_in_pieces_or_only_in_part_is_committed_once_with_every_row(tmp_path):
+    """Ray Data may cut a worker's batch into blocks on the way: the file is settled when its
+    last row arrives. A worker lost after part of its batch arrived: the task runs again and
+    writes a second file of the same rows; the rows already come are kept from the first
+    file, the others from the second, each once."""
+    from logicrank.pipelines.config.settings import EmbedConfig
+    from logicrank.pipelines.engines.store import DocStore
+    from logicrank.pipelines.operations.indexing import EmbedStage, FragmentSink, StoredHashes
+
+    store = DocStore(str(tmp_path / "db"), "docs")
+    writer = IndexWriter(store, "m", RejectSink(tmp_path / "rejects.parquet"), chunk_rows=100, seen_dir=tmp_path / "seen")
+    writer.consume(EmbedStage(EmbedConfig(), StoredHashes(str(tmp_path / "db"), "docs", None), lambda c: _TextEmbedder())(
+        _texts(["first"], ["makes the table"], 0)))
+    stage = EmbedStage(EmbedConfig(), StoredHashes(str(tmp_path / "db"), "docs", store.version), lambda c: _TextEmbedder(),
+                       sink=FragmentSink(store.dataset_uri()))
+    whole = stage(_texts(["a", "b", "c", "d"], ["one", "two", "three", "four"], 1))
+    writer.consume(whole.slice(0, 2))
+    writer.consume(whole.slice(2))
+    lost = _texts(["e", "f", "g", "h"], ["five", "six", "seven", "eight"], 5)
+    writer.consume(stage(lost).slice(0, 3))  # the rest of this batch is lost with its worker ...
+    writer.consume(stage(lost))  # ... and the task's second run writes a second file of the same rows
+    writer.finish()
+    rows = _rows(store)
+    assert sorted(rows) == ["a", "b", "c", "d", "e", "f", "first", "g", "h"] and rows["h"][0] == "eight"
+    assert store.table.count_rows() == 9 and writer.redelivered == 3 and writer.counts["insert"] == 9
+    assert writer.files_committed == 3  # a-d whole; e-g read back from the first file of the lost batch, h from the second

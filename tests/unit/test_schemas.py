@@ -40,7 +40,7 @@ def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_s
     from logicrank.pipelines.config.settings import GenerateConfig, IndexConfig, LLMConfig
 
     assert NightlyConfig.outside() == ["keep_nightly_tags", "promote_on_regression", "alert"]
-    assert IndexConfig.outside() == ["ray", "prune_after_hours", "ann", "rebuild_indexes"]
+    assert IndexConfig.outside() == ["ray", "prune_after_hours", "writes", "ann", "rebuild_indexes"]
     assert GenerateConfig.outside() == ["wave_shards", "demo_note", "ray"]
     assert set(LLMConfig.outside()) == {"cache", "actors", "cpus_per_actor", "gpus_per_actor", "resources", "batch_rows", "engine_process",
                                         "cpu_threads", "cpu_binding", "max_engine_restarts", "shard_queries", "wave_shards"}
@@ -54,7 +54,8 @@ def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_s
     assert (cfg.night_digest(), cfg.index_digest(), LLMConfig(actors=3, max_model_len=512).engine_digest(), gen.dataset_digest()) == (
         "33fefb66f83d1185", "3dd0f319652dd1d4", "8cdddac020f815d3", "e34890f4a9c50e72")
     placement = cfg.model_copy(update={"keep_nightly_tags": 9, "alert": cfg.alert.model_copy(update={"webhook": None}),
-                                       "index": cfg.index.model_copy(update={"ray": cfg.index.ray.model_copy(update={"num_cpus": 8}), "prune_after_hours": 1.0}),
+                                       "index": cfg.index.model_copy(update={"ray": cfg.index.ray.model_copy(update={"num_cpus": 8}), "prune_after_hours": 1.0,
+                                                                             "writes": "driver"}),
                                        "llm": cfg.llm.model_copy(update={"actors": 4, "cache": None})})
     assert placement.night_digest() == cfg.night_digest() and placement.index_digest() == cfg.index_digest()
     # a field added since (the index's precomputed vectors) is left out at its default only: set, it changes the results

@@ -1,8 +1,10 @@
 """LanceDB document store: upsert by content hash, delete, search, versions and tags.
 
-One writer per table (LanceDB commits conflict under concurrent writers): the index job
-funnels every write through one :class:`DocStore`. Every write is a keyed
-``merge_insert`` on ``doc_id``, so a write repeated after a crash never duplicates a row.
+One committer per table (LanceDB commits conflict under concurrent writers): the index job
+funnels every commit through one :class:`DocStore`. New documents are appended (rows written
+here, or data files its encoder workers wrote, committed here), changed ones replaced by a
+keyed ``merge_insert`` on ``doc_id``; the job appends only ids absent from the version it
+started from and kept once per run, so a run repeated after a crash never duplicates a row.
 No user text is ever pasted into a LanceDB filter string.
 """
 

@@ -29,15 +29,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from logicrank.pipelines.engines.bm25 import drop_indexes, prune_indexes
 from logicrank.pipelines.engines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _META_MODEL, _META_TITLE_SEP
-from logicrank.schemas.tables import docs_schema
+from logicrank.schemas.tables import as_stored, docs_schema
 
 MAX_DELTAS = 7  # delta indexes of a full-text or ANN index (a week of nights) before maintenance merges them
 # Compaction merges fragments smaller than this (and rewrites those with 10% of their rows
@@ -78,10 +77,36 @@ class Writing:
 
     # -- writes ------------------------------------------------------------------
     def _as_stored(self, docs: pa.Table) -> pa.Table:
-        if "indexed_at" not in docs.column_names:
-            now = pa.array(np.full(docs.num_rows, np.datetime64(datetime.now(UTC).replace(tzinfo=None), "us")), pa.timestamp("us", tz="UTC"))
-            docs = docs.append_column("indexed_at", now)
-        return docs.select(self.table.schema.names).cast(self.table.schema)
+        return as_stored(docs, self.table.schema)
+
+    def dataset_uri(self) -> str:
+        """Where the table's Lance dataset is (or will be, before it is created): what the index
+        job's workers write data files under (pipelines/operations/indexing.py, FragmentSink)."""
+        if self.exists():
+            return self.table.to_lance().uri
+        return f"{self.uri.rstrip('/')}/{self.name}.lance"
+
+    def commit_fragments(self, fragments: list[str]) -> None:
+        """Add the rows of data files written elsewhere (the JSON of each file's fragment, as
+        pipelines/operations/indexing.py's FragmentSink returns it) to the table in one commit: one new version, as :meth:`append` makes. Like
+        :meth:`append`, for rows whose ids the table does not hold."""
+        import lance
+        from lance.fragment import FragmentMetadata
+
+        if not fragments:
+            return
+        ds = self.table.to_lance()
+        lance.LanceDataset.commit(ds.uri, lance.LanceOperation.Append([FragmentMetadata.from_json(f) for f in fragments]),
+                                  read_version=ds.version)
+        self.table.checkout_latest()
+        self._lance = None
+
+    def file_rows(self, path: str) -> pa.Table:
+        """The rows of one uncommitted data file (``path`` under the dataset's ``data/``), read
+        back as written: for the writer's rare case of a file holding a row it must not add."""
+        from lance.file import LanceFileReader
+
+        return LanceFileReader(f"{self.dataset_uri()}/data/{path}").read_all().to_table()
 
     def upsert(self, docs: pa.Table) -> None:
         """Insert new and replace changed documents, keyed by doc_id (idempotent)."""
@@ -209,7 +234,8 @@ class Writing:
         is not (a search reads the rows it misses without it). ``rebuild``: rebuild every index
         from the rows (the ANN index retrained), what a user asks for after many nights.
 
-        Tagged versions are never pruned, so every earlier index run stays restorable. With
+        Tagged versions are never pruned, so every earlier index run stays restorable. Data files
+        that no version holds are removed (the caller holds the table's write lock). With
         ``changed`` False and every index complete, only the pruning runs (no new version).
         Maintenance changes no document: when the version it starts from is marked complete
         (pipelines/engines/store/versions.py), so is the one it ends at.
@@ -254,7 +280,10 @@ class Writing:
             t.checkout_latest()
         if marked == start and self.version != start:
             self.mark_complete()
-        cleanup = t.to_lance().cleanup_old_versions(older_than=prune_older_than, error_if_tagged_old_versions=False)
+        # delete_unverified: also the data files no version holds, however new (Lance keeps them 7 days by default, as
+        # another writer's commit may be under way): the index job holds the table's lock, so any such file is one of
+        # its workers' that was never committed (a batch delivered twice, a run killed before its commit)
+        cleanup = t.to_lance().cleanup_old_versions(older_than=prune_older_than, error_if_tagged_old_versions=False, delete_unverified=True)
         t.checkout_latest()
         prune_indexes(self, [v["version"] for v in t.list_versions()])
         deltas = {c: self._deltas(idx.name) for idx in t.list_indices() for c in idx.columns if c != "doc_id"}
