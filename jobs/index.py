@@ -132,8 +132,9 @@ class IndexSummary:
     table_rows: int = 0
     absent: int = 0  # stored documents missing from the snapshot
     redelivered: int = 0  # source rows Ray delivered twice (a retried task), written once
-    # who wrote the new documents' rows (--writes): files_committed, the workers' data files the driver committed;
-    # files_dropped, those of batches delivered twice; driver_received_bytes, what the stream brought to the driver
+    # the encoder workers' data files of new documents (--writes workers, on a pool): files_committed, committed whole;
+    # files_salvaged, those whose kept rows were read back and appended; files_dropped, those of batches delivered twice;
+    # and driver_received_bytes, what the stream brought to the driver
     writes: dict = field(default_factory=dict)
     maintenance: dict = field(default_factory=dict)
     placement: dict = field(default_factory=dict)  # the embedding pool: actors, CPUs and GPUs each, how decided
@@ -349,8 +350,7 @@ def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: b
                     writer.baseline.reembed = True
                 summary.embedded_by["reembedded"] = stored_rows
             # (closed on a fault too: the driver's encoder is let go before the roll-back)
-            # new documents' rows written by the workers, committed here (or all written here: writes=driver)
-            sink = FragmentSink(store.dataset_uri(), store.table.schema if store.exists() else None) if cfg.writes == "workers" else None
+            sink = _sink(cfg, store, place)
             with (rundir.timed("stream"), _progress(progress) as tick,
                   closing(_embedded(cfg, embed, sources, stored, place, vectors, sink)) as batches):
                 for batch in batches:
@@ -371,6 +371,19 @@ def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: b
     return stored, stored_rows
 
 
+def _sink(cfg: IndexConfig, store: DocStore, place: EncoderPlacement) -> FragmentSink | None:
+    """Where the pool's workers write new documents' rows for the driver to commit; None: every
+    row comes to the driver (``writes: driver``; no pool, so the driver encodes them itself; a
+    table in Lance's legacy file format, whose files the writer could not read back)."""
+    if cfg.writes != "workers" or place.actors == 0:
+        return None
+    if not store.exists():
+        return FragmentSink(store.dataset_uri())
+    if store.table.to_lance().data_storage_version in ("legacy", "0.1"):
+        return None
+    return FragmentSink(store.dataset_uri(), store.table.schema)
+
+
 def _count(summary: IndexSummary, writer: IndexWriter, rejects: RejectSink, precomputed: bool = False) -> None:
     """The writer's counts into the summary (a resumed run's against the last complete version)."""
     c = writer.counts
@@ -380,8 +393,8 @@ def _count(summary: IndexSummary, writer: IndexWriter, rejects: RejectSink, prec
     summary.inserted, summary.updated, summary.unchanged = since["insert"], since["update"], since["unchanged"]
     summary.rejected, summary.rows_read = c["reject"], writer.rows_read
     summary.redelivered = writer.redelivered
-    summary.writes = {"files_committed": writer.files_committed, "files_dropped": writer.files_dropped,
-                      "driver_received_bytes": writer.received_bytes}
+    summary.writes = {"files_committed": writer.files_committed, "files_salvaged": writer.files_salvaged,
+                      "files_dropped": writer.files_dropped, "driver_received_bytes": writer.received_bytes}
     summary.rejects_by_reason = dict(rejects.reasons)
 
 

@@ -233,10 +233,12 @@ class EmbedStage:
                     values, counts = values[~mine], np.where(written, 0, counts)
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         vectors = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32()))
-        travel_light = pc.or_(pc.equal(actions, "unchanged"), pa.array(written))  # only the id goes on
+        # only the id goes on: a take with a null index where a row travels light copies only the other rows' texts
+        # (if_else with a null scalar keeps every row's bytes in the result's buffer)
+        light = pc.equal(actions, "unchanged").to_numpy(zero_copy_only=False) | written
+        keep_text = pa.array(np.arange(batch.num_rows), mask=light)
         for name in ("title", "text", "metadata"):
-            col = batch.column(name)
-            batch = batch.set_column(batch.schema.get_field_index(name), name, pc.if_else(travel_light, pa.scalar(None, col.type), col))
+            batch = batch.set_column(batch.schema.get_field_index(name), name, batch.column(name).take(keep_text))
         batch = batch.append_column("_action", actions).append_column("vector", vectors)
         if self.sink is None:
             return batch
@@ -405,10 +407,11 @@ class IndexWriter:
         self._arriving: dict[str, dict] = {}  # a file's path -> its fragment (once come), the rows come, those kept
         self._file_rows = 0  # the rows those hold
         self._dim = 0  # their vectors' dimension
-        self.files_committed = 0
-        self.files_dropped = 0  # files of rows delivered twice, never committed
+        self.files_committed = 0  # workers' files committed whole
+        self.files_salvaged = 0  # workers' files some of whose rows were read back and appended (the rest not kept)
+        self.files_dropped = 0  # workers' files none of whose rows was kept (a batch delivered twice), never committed
         self.received_bytes = 0  # what the batches brought to this process
-        self._opened = False  # the table opened (made, in a first build) by a write of this run
+        self._opened = store.exists()  # else the first rows written make it (a first build)
 
     @property
     def rows_read(self) -> int:
@@ -475,8 +478,8 @@ class IndexWriter:
             f = self._arriving.setdefault(path, {"fragment": None, "seen": set(), "kept": []})
             if marks[i] is not None:
                 f["fragment"] = marks[i]
-            if places[i] in f["seen"]:
-                raise RuntimeError(f"index: row {places[i]} of the worker's file {path} arrived twice (a bug)")
+            if places[i] in f["seen"]:  # the same row of the same file again: its id was seen, so it is not kept
+                continue
             f["seen"].add(places[i])
             if i in keep:
                 f["kept"].append(places[i])
@@ -544,7 +547,8 @@ class IndexWriter:
             for path, positions in self._salvaged:
                 self.store.append(self.store.file_rows(path).take(pa.array(positions, pa.int64())))
             self.written += self._file_rows
-            self.files_committed += len(self._files) + len(self._salvaged)
+            self.files_committed += len(self._files)
+            self.files_salvaged += len(self._salvaged)
             self._files, self._salvaged, self._file_rows = [], [], 0
         if not self._pending:
             return

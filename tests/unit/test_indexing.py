@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from logicrank.pipelines.corpus import PARSED
 from logicrank.pipelines.operations.indexing import IndexWriter, RejectSink
@@ -20,6 +21,9 @@ class _RecordingStore:
 
     def open_or_create(self, dim, model_id, title_sep=" "):
         pass
+
+    def exists(self) -> bool:
+        return True
 
     def upsert(self, docs: pa.Table) -> None:
         self.merged += docs.column("doc_id").to_pylist()
@@ -218,6 +222,7 @@ def _write_through(tmp_path, name: str, batches: list[pa.Table], workers: bool, 
             _parsed(list(stored_ids), ["old"] * len(stored_ids)).set_column(2, "text", pa.array(list(stored_ids.values())))))
         writer.flush()
         writer.close()
+        writer.rejects.close()
         writer = IndexWriter(store, "m", RejectSink(tmp_path / f"{name}-rejects2.parquet"), chunk_rows=4, seen_dir=tmp_path / f"{name}-seen2")
     sink = FragmentSink(store.dataset_uri(), store.table.schema if store.exists() else None) if workers else None
     stage = EmbedStage(EmbedConfig(), StoredHashes(str(tmp_path / name), "docs", store.version if store.exists() else None),
@@ -227,6 +232,7 @@ def _write_through(tmp_path, name: str, batches: list[pa.Table], workers: bool, 
         received.append(stage(b))
         writer.consume(received[-1])
     writer.finish()
+    writer.close()
     writer.rejects.close()
     return store, writer, received
 
@@ -256,10 +262,12 @@ def test_workers_write_new_rows_the_driver_commits_them_and_the_table_equals_the
     ds, d, _ = _write_through(tmp_path, "driver", batches, workers=False, stored_ids=stored)
     assert _rows(ws) == _rows(ds)
     assert sorted(_rows(ws)) == ["a", "b", "c", "d", "s1", "s2"] and _rows(ws)["c"][0] == "gamma" and _rows(ws)["s1"][0] == "stored one, edited"
-    assert (w.files_committed, w.files_dropped, w.redelivered) == (2, 1, 3)
+    assert ws.table.count_rows() == ds.table.count_rows() == 6  # each document once
+    assert (w.files_committed, w.files_salvaged, w.files_dropped, w.redelivered) == (1, 1, 1, 3)
     assert w.counts == d.counts == {"insert": 4, "update": 1, "reject": 1} and w.written == d.written == 5
     # what came back from the workers: the inserts' ids, no text, no vector; the update with both
     assert received[0].column("text").to_pylist() == [None] * 3 and [len(v) for v in received[0].column("vector").to_pylist()] == [0] * 3
+    assert received[0].column("text").nbytes < 24  # offsets and validity: the texts' bytes stay behind too
     assert received[2].column("text").to_pylist() == [None, None, "stored one, edited"]
     assert [json.loads(f)["fragment"]["physical_rows"] for f in received[0].column("_fragment").to_pylist() if f] == [3]
 
@@ -272,7 +280,7 @@ def test_a_first_build_sends_its_first_rows_to_the_driver_which_creates_the_tabl
     ws, w, received = _write_through(tmp_path, "workers", batches, workers=True)
     ds, _, _ = _write_through(tmp_path, "driver", batches, workers=False)
     assert [r.column("_written").to_pylist() for r in received] == [[False] * 3, [True] * 3, [True] * 3, [True] * 3]
-    assert _rows(ws) == _rows(ds) and len(_rows(ws)) == 12 and w.files_committed == 3
+    assert _rows(ws) == _rows(ds) and ws.table.count_rows() == 12 and w.files_committed == 3
 
 
 def test_a_file_whose_rows_arrive_in_pieces_or_only_in_part_is_committed_once_with_every_row(tmp_path):
@@ -300,4 +308,32 @@ def test_a_file_whose_rows_arrive_in_pieces_or_only_in_part_is_committed_once_wi
     rows = _rows(store)
     assert sorted(rows) == ["a", "b", "c", "d", "e", "f", "first", "g", "h"] and rows["h"][0] == "eight"
     assert store.table.count_rows() == 9 and writer.redelivered == 3 and writer.counts["insert"] == 9
-    assert writer.files_committed == 3  # a-d whole; e-g read back from the first file of the lost batch, h from the second
+    # a-d whole; e-g read back from the first file of the lost batch, h from the second
+    assert (writer.files_committed, writer.files_salvaged) == (1, 2)
+    writer.close()
+    writer.rejects.close()
+
+
+def test_precomputed_vectors_are_written_by_the_workers_as_given(tmp_path):
+    """A batch that carries its vectors (the reader checked them) embeds nothing: the file
+    holds the given vectors, and the driver commits it."""
+    from logicrank.pipelines.config.settings import EmbedConfig
+    from logicrank.pipelines.engines.store import DocStore
+    from logicrank.pipelines.operations.indexing import EmbedStage, FragmentSink, StoredHashes
+
+    def embedder(config):
+        raise AssertionError("nothing is embedded")
+
+    given = [[0.6, 0.8, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.6, 0.0, 0.8]]
+    batches = [_texts([f"v{i}"], [f"text {i}"], i).append_column("vector", pa.array([g], pa.list_(pa.float32()))) for i, g in enumerate(given)]
+    store = DocStore(str(tmp_path / "db"), "docs")
+    writer = IndexWriter(store, "m", RejectSink(tmp_path / "rejects.parquet"), chunk_rows=100, seen_dir=tmp_path / "seen")
+    writer.consume(EmbedStage(EmbedConfig(), StoredHashes(str(tmp_path / "db"), "docs", None), embedder)(batches[0]))
+    stage = EmbedStage(EmbedConfig(), StoredHashes(str(tmp_path / "db"), "docs", store.version), embedder, sink=FragmentSink(store.dataset_uri()))
+    for b in batches[1:]:
+        writer.consume(stage(b))
+    writer.finish()
+    assert writer.files_committed == 2 and store.table.count_rows() == 3
+    assert {d: list(v[1]) for d, v in _rows(store).items()} == {f"v{i}": pytest.approx(g) for i, g in enumerate(given)}
+    writer.close()
+    writer.rejects.close()

@@ -26,10 +26,12 @@ tests/perf/bench_reindex.py (384-dimensional vectors, texts of 40 words; 2 share
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,6 +73,8 @@ class Writing:
     def drop(self) -> None:
         """Remove the table with every version and tag (the index job's undo of a table it created)."""
         self.db.drop_table(self.name)
+        if "://" not in self.uri:  # a data file an encoder worker was still writing: no directory of a table is left behind
+            shutil.rmtree(Path(self.uri) / f"{self.name}.lance", ignore_errors=True)
         drop_indexes(self)
         self._table = self._lance = self._bm25 = None
         self._vectors = {}
