@@ -110,9 +110,10 @@ bench-scale: $(STAMP)
 	$(BIN)/python tests/perf/bench_scale.py --out runs/bench
 
 # The index job as users run it (`logicrank index`, a fresh process) on 100k and 1M documents
-# with precomputed vectors: first build, same snapshot, 1% re-index (docs/bulk-retrieval.md).
+# with precomputed vectors: first build, same snapshot, 1% re-index; and 1M first builds on a pool
+# of one worker, the worker writing new rows against the driver writing them (docs/bulk-retrieval.md).
 bench-index-job: $(STAMP)
-	$(BIN)/python tests/perf/bench_index_job.py --out runs/bench
+	$(BIN)/python tests/perf/bench_index_job.py --out runs/bench --side-by-side 1000000
 
 # Not part of `bench`: a 1% re-index of 100k synthetic documents (upsert, maintenance, BM25 patch), ANN off then on,
 # and the index driver's memory in change detection at 100k and 1M ids (tests/perf/bench_reindex.py).

@@ -1,6 +1,6 @@
 """The index job end to end on corpora with precomputed vectors, as users run it (not a test).
 
-    make bench-index-job                                  # 100k and 1M documents
+    make bench-index-job                                  # 100k and 1M documents; workers vs driver writes at 1M
     python tests/perf/bench_index_job.py --sizes 20000    # a smoke run
 
 The corpora: passages of two or three sentences drawn (seeded) from bundled SciFact's abstracts,
