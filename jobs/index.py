@@ -351,7 +351,7 @@ def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: b
                 summary.embedded_by["reembedded"] = stored_rows
             # (closed on a fault too: the driver's encoder is let go before the roll-back)
             sink = _sink(cfg, store, place)
-            with (rundir.timed("stream"), _progress(progress) as tick,
+            with (rundir.timed("stream"), _progress(progress, vectors is not None) as tick,
                   closing(_embedded(cfg, embed, sources, stored, place, vectors, sink)) as batches):
                 for batch in batches:
                     writer.consume(batch)
@@ -502,8 +502,9 @@ def _stopped(cfg: IndexConfig, rundir: RunDir, sources: list[Source], mid: str, 
 class _progress:
     """A rich live counter of rows read and written (quiet when disabled)."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, precomputed: bool = False):
         self.enabled = enabled
+        self.made = "written" if precomputed else "embedded"  # precomputed vectors: none is embedded
 
     def __enter__(self):
         if not self.enabled:
@@ -518,7 +519,7 @@ class _progress:
             c = w.counts
             self.p.update(
                 task,
-                description=f"indexing: {w.rows_read} rows read, {c['insert'] + c['update']} embedded, "
+                description=f"indexing: {w.rows_read} rows read, {c['insert'] + c['update']} {self.made}, "
                 f"{c['unchanged']} unchanged, {c['reject']} rejected",
             )
 
