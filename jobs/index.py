@@ -499,12 +499,18 @@ def _stopped(cfg: IndexConfig, rundir: RunDir, sources: list[Source], mid: str, 
     return exc
 
 
+def progress_line(w: IndexWriter, precomputed: bool) -> str:
+    """The live line of the stream: rows read, written (embedded, unless the corpus gave the vectors), unchanged, rejected."""
+    c = w.counts
+    made = "written" if precomputed else "embedded"
+    return f"indexing: {w.rows_read} rows read, {c['insert'] + c['update']} {made}, {c['unchanged']} unchanged, {c['reject']} rejected"
+
+
 class _progress:
     """A rich live counter of rows read and written (quiet when disabled)."""
 
     def __init__(self, enabled: bool, precomputed: bool = False):
-        self.enabled = enabled
-        self.made = "written" if precomputed else "embedded"  # precomputed vectors: none is embedded
+        self.enabled, self.precomputed = enabled, precomputed
 
     def __enter__(self):
         if not self.enabled:
@@ -516,12 +522,7 @@ class _progress:
         task = self.p.add_task("indexing")
 
         def tick(n: int, w: IndexWriter) -> None:
-            c = w.counts
-            self.p.update(
-                task,
-                description=f"indexing: {w.rows_read} rows read, {c['insert'] + c['update']} {self.made}, "
-                f"{c['unchanged']} unchanged, {c['reject']} rejected",
-            )
+            self.p.update(task, description=progress_line(w, self.precomputed))
 
         return tick
 

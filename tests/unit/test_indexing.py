@@ -337,3 +337,15 @@ def test_precomputed_vectors_are_written_by_the_workers_as_given(tmp_path):
     assert {d: list(v[1]) for d, v in _rows(store).items()} == {f"v{i}": pytest.approx(g) for i, g in enumerate(given)}
     writer.close()
     writer.rejects.close()
+
+
+@pytest.mark.parametrize(("precomputed", "word"), [(False, "embedded"), (True, "written")])
+def test_the_progress_line_says_embedded_only_where_the_run_embeds(precomputed, word):
+    from collections import Counter
+
+    from logicrank.jobs.index import progress_line
+
+    class _Writer:
+        rows_read, counts = 5, Counter({"insert": 3, "update": 1, "reject": 1})
+
+    assert progress_line(_Writer(), precomputed) == f"indexing: 5 rows read, 4 {word}, 0 unchanged, 1 rejected"
