@@ -168,7 +168,13 @@ class _NoStore:
     def open_or_create(self, *a, **k):
         pass
 
+    def exists(self) -> bool:
+        return True
+
     def upsert(self, docs):
+        pass
+
+    def append(self, docs):
         pass
 
 

@@ -26,7 +26,6 @@ tests/perf/bench_reindex.py (384-dimensional vectors, texts of 40 words; 2 share
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -39,6 +38,17 @@ import pyarrow.compute as pc
 from logicrank.pipelines.engines.bm25 import drop_indexes, prune_indexes
 from logicrank.pipelines.engines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _META_MODEL, _META_TITLE_SEP
 from logicrank.schemas.tables import as_stored, docs_schema
+
+
+def local_path(uri: str) -> Path | None:
+    """The local directory of a database or dataset URI, as LanceDB reads it (``~`` expanded,
+    ``file://`` stripped, absolute); None for an object store's."""
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    elif "://" in uri:
+        return None
+    return Path(uri).expanduser().resolve()
+
 
 MAX_DELTAS = 7  # delta indexes of a full-text or ANN index (a week of nights) before maintenance merges them
 # Compaction merges fragments smaller than this (and rewrites those with 10% of their rows
@@ -72,9 +82,7 @@ class Writing:
 
     def drop(self) -> None:
         """Remove the table with every version and tag (the index job's undo of a table it created)."""
-        self.db.drop_table(self.name)
-        if "://" not in self.uri:  # a data file an encoder worker was still writing: no directory of a table is left behind
-            shutil.rmtree(Path(self.uri) / f"{self.name}.lance", ignore_errors=True)
+        self.db.drop_table(self.name)  # (its directory with it, a data file no version holds included)
         drop_indexes(self)
         self._table = self._lance = self._bm25 = None
         self._vectors = {}
@@ -88,7 +96,8 @@ class Writing:
         job's workers write data files under (pipelines/operations/indexing.py, FragmentSink)."""
         if self.exists():
             return self.table.to_lance().uri
-        return f"{self.uri.rstrip('/')}/{self.name}.lance"
+        where = local_path(self.uri)
+        return str(where / f"{self.name}.lance") if where is not None else f"{self.uri.rstrip('/')}/{self.name}.lance"
 
     def commit_fragments(self, fragments: list[str]) -> None:
         """Add the rows of data files written elsewhere (the JSON of each file's fragment, as
