@@ -403,7 +403,7 @@ class IndexWriter:
         self._pending_rows = 0
         self._files: list[str] = []  # workers' data files to commit whole (their fragments' JSON)
         self._salvaged: list[tuple[str, list[int]]] = []  # (a file's path, the positions of its rows to keep)
-        self._arriving: dict[str, dict] = {}  # a file's path -> its fragment (once come), the rows come, those kept
+        self._arriving: dict[str, dict] = {}  # a file's path -> its fragment and dimension (once come), the rows come, those kept
         self._settled: set[str] = set()  # the files settled (about 60 bytes each: 1.2 MB at 10M documents)
         self._file_rows = 0  # the rows those hold
         self._dim = 0  # their vectors' dimension
@@ -477,9 +477,9 @@ class IndexWriter:
                 continue
             if path in self._settled:  # rows of a file settled already, again: their ids were seen, none is kept
                 continue
-            f = self._arriving.setdefault(path, {"fragment": None, "seen": set(), "kept": []})
+            f = self._arriving.setdefault(path, {"meta": None, "seen": set(), "kept": []})
             if marks[i] is not None:
-                f["fragment"] = marks[i]
+                f["meta"] = json.loads(marks[i])
             if places[i] in f["seen"]:  # the same row of the same file again: its id was seen, so it is not kept
                 continue
             f["seen"].add(places[i])
@@ -487,20 +487,19 @@ class IndexWriter:
                 f["kept"].append(places[i])
             arrived.add(path)
         for path in arrived:
-            f = self._arriving[path]
-            if f["fragment"] is not None and len(f["seen"]) == json.loads(f["fragment"])["fragment"]["physical_rows"]:
+            if _all_arrived(self._arriving[path]):
                 self._settle(path, self._arriving.pop(path))
 
     def _settle(self, path: str, f: dict) -> None:
         """A file committed whole when every row in it is kept, not at all when none is (a batch
-        delivered twice), else its kept rows read back and appended. ``f["fragment"]`` None: a
+        delivered twice), else its kept rows read back and appended. ``f["meta"]`` None: a
         file whose rows did not all arrive (the task that sent it was run again), its kept rows
         read back."""
         self._settled.add(path)
-        rows = json.loads(f["fragment"]) if f["fragment"] is not None else None
-        if rows is not None and len(f["kept"]) == rows["fragment"]["physical_rows"]:
-            self._files.append(json.dumps(rows["fragment"]))
-            self._dim = rows["dim"]
+        meta = f["meta"]
+        if meta is not None and len(f["kept"]) == meta["fragment"]["physical_rows"]:
+            self._files.append(json.dumps(meta["fragment"]))
+            self._dim = meta["dim"]
         elif f["kept"]:
             self._salvaged.append((path, sorted(f["kept"])))
         else:
@@ -512,9 +511,9 @@ class IndexWriter:
         is kept or not as it came), then commit everything left."""
         for path in list(self._arriving):
             f = self._arriving.pop(path)
-            if f["fragment"] is not None and len(f["seen"]) == json.loads(f["fragment"])["fragment"]["physical_rows"]:
+            if _all_arrived(f):
                 raise RuntimeError(f"index: the worker's file {path} was left unsettled (a bug)")
-            self._settle(path, {**f, "fragment": None})
+            self._settle(path, {**f, "meta": None})
         self.flush()
 
     def _reject(self, batch: pa.Table, bad: list[int], dup: list[int]) -> None:
@@ -578,6 +577,11 @@ class IndexWriter:
         self.store.append(rows.filter(insert))
         self.store.upsert(rows.filter(pc.invert(insert)))
         self.written += chunk.num_rows
+
+
+def _all_arrived(f: dict) -> bool:
+    """Every row of a worker's file has come (its mark with the file's row count among them)."""
+    return f["meta"] is not None and len(f["seen"]) == f["meta"]["fragment"]["physical_rows"]
 
 
 def index_refusal(cfg: IndexConfig, s, stored: int, any_valid: bool, rejects: Path, restore: str) -> str | None:
