@@ -1,10 +1,11 @@
 """Sharded search (bm25, dense, ITLR exact) across a cluster of several nodes on this machine
 equals the search in one process; a node killed mid-search changes nothing in the run.
 
-Each test runs tests/integration/shards_child.py in a child process with its own Ray cluster
-(a head node and three worker nodes, ``ray.cluster_utils.Cluster``): `retrieve`'s job runs
-bm25 and dense over a table of 900 SciFact documents in 3 shards (one search actor per worker
-node, each mapping one range of the index) and in 1 (the whole index, in the driver). The runs
+Both tests read one run of tests/integration/shards_child.py, a child process with its own Ray
+cluster (a head node and three worker nodes, ``ray.cluster_utils.Cluster``): `retrieve`'s job
+runs bm25, dense and ITLR exact over a table of 900 SciFact documents in 3 shards (one search
+actor per worker node, each mapping one range of the index), in 1 (the whole index, in the
+driver), and in 3 shards again with a worker node killed mid-search (last). The runs
 must agree, query by query: the same documents at the same ranks, scores within
 tests/compare.py's tolerance (the weights are the whole collection's, but a shard's float32 sums
 may be vectorised in another order than the whole index's: a few last bits move), and two
@@ -21,9 +22,16 @@ from tests.integration.children import run_child_module
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]  # a cluster of three nodes of its own
 
 
-def _same_runs(r: dict) -> None:
+@pytest.fixture(scope="module")
+def child(tmp_path_factory) -> dict:
+    """The child's result: one cluster, one table, three runs (the killed one last)."""
+    work = tmp_path_factory.mktemp("shards")
+    return run_child_module("tests.integration.shards_child", work, [str(work)])
+
+
+def _same_runs(r: dict, sharded_run: str) -> None:
     for rid in ("bm25", "dense", "itlr"):
-        sharded = pq.read_table(r["runs"]["3"]["paths"][rid]).to_pandas()
+        sharded = pq.read_table(r["runs"][sharded_run]["paths"][rid]).to_pandas()
         whole = pq.read_table(r["runs"]["1"]["paths"][rid]).to_pandas()
         assert len(sharded) == len(whole) and len(whole) >= (100 * 50 if rid == "bm25" else 120 * 50), (rid, len(sharded), len(whole))
         assert sorted(set(sharded["query_id"])) == sorted(set(whole["query_id"])), rid
@@ -38,9 +46,9 @@ def _stage_counts(manifest: dict, run_id: str) -> dict:
     return manifest["pipelines"][run_id]["stages"][0]
 
 
-def test_sharded_search_across_three_nodes_equals_one_process(tmp_path):
-    r = run_child_module("tests.integration.shards_child", tmp_path / "equal", [str(tmp_path / "equal"), "equal"])
-    _same_runs(r)
+def test_sharded_search_across_three_nodes_equals_one_process(child):
+    r = child
+    _same_runs(r, "3")
     assert {_stage_counts(r["runs"]["1"]["manifest"], rid)["placement"] for rid in ("bm25", "dense")} == {"driver"}
     assert r["runs"]["3"]["itlr_shards_scored"] and not r["runs"]["1"]["itlr_shards_scored"]
     for stage in ("bm25", "dense"):
@@ -55,13 +63,14 @@ def test_sharded_search_across_three_nodes_equals_one_process(tmp_path):
 
 
 @pytest.mark.faults
-def test_a_node_killed_mid_search_leaves_the_run_identical(tmp_path):
-    r = run_child_module("tests.integration.shards_child", tmp_path / "kill", [str(tmp_path / "kill"), "kill"])
+def test_a_node_killed_mid_search_leaves_the_run_identical(child):
+    r = child
+    assert "kill_error" not in r, r.get("kill_error")
     killed = r["killed"]["node"]
     assert killed, "no node was killed"
     assert 1 <= r["killed"]["batches_before"] < 120 // 20, r["killed"]  # mid-search: batches were left after the kill
     # the bm25 stage was searching when the node died, one shard on it: that shard was placed again on a surviving node
     assert killed in r["killed"]["shard_nodes_before"] and len(r["killed"]["shard_nodes_before"]) == 3, r["killed"]
-    nodes = [s["node"] for s in _stage_counts(r["runs"]["3"]["manifest"], "bm25")["shards"]]
+    nodes = [s["node"] for s in _stage_counts(r["runs"]["3-killed"]["manifest"], "bm25")["shards"]]
     assert len(nodes) == 3 and not any(n.endswith(killed[:8]) for n in nodes) and len(set(nodes)) == 2, (killed, nodes)
-    _same_runs(r)
+    _same_runs(r, "3-killed")
