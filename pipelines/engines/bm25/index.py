@@ -34,25 +34,33 @@ from logicrank.pipelines.engines.bm25 import loading, storage
 from logicrank.pipelines.engines.bm25.analyzer import WORD, Analyzer, Vocabulary, default_analyzer
 
 K1, B = 1.2, 0.75
+SOURCE_COLUMNS = ["doc_id", "content_hash", "title", "text"]  # the table's columns an index is made from
 WEIGHT_ROWS = 1 << 17  # documents whose weights are computed at once (float64 temporaries of ~250 MiB)
 _BLOCK = 1 << 17  # documents scored at once: the accumulator (512 KiB) stays in a core's cache
 
 
-def _counts(texts: Iterable[str | None], vocab: Vocabulary, analyze: Analyzer) -> sp.csr_matrix:
-    """Documents x vocabulary term counts of ``texts`` (the vocabulary grows as needed)."""
-    indptr, indices, data = [0], [], []
-    for text in texts:
-        ids = np.fromiter((vocab.id(t) for t in analyze(text)), dtype=np.int64)
-        if len(ids):
-            uniq, cnt = np.unique(ids, return_counts=True)
-            indices.append(uniq)
-            data.append(cnt)
-            indptr.append(indptr[-1] + len(uniq))
-        else:
-            indptr.append(indptr[-1])
-    indices = np.concatenate(indices) if indices else np.empty(0, np.int64)
-    data = np.concatenate(data) if data else np.empty(0, np.int64)
-    return sp.csr_matrix((data.astype(np.int32), indices.astype(np.int32), np.asarray(indptr, np.int64)), shape=(len(indptr) - 1, len(vocab)))
+def field_counts(fields: Sequence[Sequence[str | None]], vocab: Vocabulary, analyze: Analyzer) -> list[sp.csr_matrix]:
+    """Per field (title, text: equal-length lists), documents x vocabulary term counts. The
+    vocabulary grows document by document, each document's fields in order, so a term's id is
+    fixed by its first appearance in the documents' order however they are batched: an index
+    built in segments (segments.py) numbers its terms as one built in one scan."""
+    parts = [([0], [], []) for _ in fields]
+    for row in zip(*fields, strict=True):
+        for text, (indptr, indices, data) in zip(row, parts, strict=True):
+            ids = np.fromiter((vocab.id(t) for t in analyze(text)), dtype=np.int64)
+            if len(ids):
+                uniq, cnt = np.unique(ids, return_counts=True)
+                indices.append(uniq)
+                data.append(cnt)
+                indptr.append(indptr[-1] + len(uniq))
+            else:
+                indptr.append(indptr[-1])
+    out = []
+    for indptr, indices, data in parts:
+        idx = np.concatenate(indices) if indices else np.empty(0, np.int64)
+        val = np.concatenate(data) if data else np.empty(0, np.int64)
+        out.append(sp.csr_matrix((val.astype(np.int32), idx.astype(np.int32), np.asarray(indptr, np.int64)), shape=(len(indptr) - 1, len(vocab))))
+    return out
 
 
 def _joined(parts: list[sp.spmatrix]) -> sp.csr_matrix:
@@ -65,6 +73,37 @@ def _joined(parts: list[sp.spmatrix]) -> sp.csr_matrix:
                         shape=parts[0].shape)
     out.sort_indices()
     return out
+
+
+def idf_of(docs: int, df: np.ndarray) -> np.ndarray:
+    """Each term's idf, ``ln(1 + (N - df + 0.5) / (df + 0.5))``, from the document count and the
+    (combined) document frequencies."""
+    return np.log1p((docs - df + 0.5) / (df + 0.5))
+
+
+def weigh(title: sp.csr_matrix, text: sp.csr_matrix, idf: np.ndarray, avgdl: float) -> sp.csr_matrix:
+    """Documents' term counts (title and text, documents x vocabulary) -> their terms x documents
+    BM25 weights (float32, as LanceDB scores; each term's documents sorted; int64 indptr). The
+    statistics are the collection's (``idf``, ``avgdl``): the documents may be one segment of it
+    (segments.py), whose weights are those of its rows in the whole collection's. Computed in
+    float64 ``WEIGHT_ROWS`` documents at a time (the temporaries stay bounded at 10M
+    documents), each weight rounded to float32 as one whole-array pass would round it."""
+    tf = (title + text).tocsr()
+    tf.sort_indices()
+    dl = np.asarray(tf.sum(axis=1)).ravel().astype(np.float64)
+    norm = K1 * (1 - B + B * dl / avgdl) if avgdl else np.full(len(dl), K1)
+    w = np.empty(tf.nnz, np.float32)
+    for r0 in range(0, tf.shape[0], WEIGHT_ROWS):
+        r1 = min(tf.shape[0], r0 + WEIGHT_ROWS)
+        a, b = tf.indptr[r0], tf.indptr[r1]
+        row = np.repeat(np.arange(r0, r1), np.diff(tf.indptr[r0 : r1 + 1]))
+        f = tf.data[a:b].astype(np.float64)
+        w[a:b] = idf[tf.indices[a:b]] * (K1 + 1) * f / (f + norm[row])
+    weights = sp.csr_matrix((w, tf.indices, tf.indptr), shape=tf.shape).T.tocsr()
+    del tf, w
+    weights.sort_indices()  # a shard finds its documents in a term's postings by binary search
+    weights.indptr = weights.indptr.astype(np.int64)  # past 2**31 postings (10M documents and more)
+    return weights
 
 
 def merge_keys(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -277,8 +316,9 @@ class BM25Index(BM25Search):
         for b in batches:
             ids.append(b.column("doc_id").to_numpy(zero_copy_only=False))
             hashes.append(b.column("content_hash").to_numpy(zero_copy_only=False))
-            titles.append(_counts(b.column("title").to_pylist(), vocab, analyze))
-            texts.append(_counts(b.column("text").to_pylist(), vocab, analyze))
+            title, text = field_counts([b.column("title").to_pylist(), b.column("text").to_pylist()], vocab, analyze)
+            titles.append(title)
+            texts.append(text)
         cols = len(vocab)
         stack = lambda ms: sp.vstack([_widen(m, cols) for m in ms], format="csr") if ms else sp.csr_matrix((0, cols), dtype=np.int32)  # noqa: E731
         empty = np.empty(0, dtype=object)
@@ -298,8 +338,7 @@ class BM25Index(BM25Search):
         rows = np.fromiter((d in kept for d in self.doc_ids.tolist()), bool, len(self.doc_ids))
         fresh = read_rows(new_ids[~keep_mask].tolist())
         vocab = Vocabulary(self.vocab.terms)
-        title = _counts(fresh.column("title").to_pylist(), vocab, analyze)
-        text = _counts(fresh.column("text").to_pylist(), vocab, analyze)
+        title, text = field_counts([fresh.column("title").to_pylist(), fresh.column("text").to_pylist()], vocab, analyze)
         cols = len(vocab)
         out = BM25Index(
             np.concatenate([self.doc_ids[rows], fresh.column("doc_id").to_numpy(zero_copy_only=False)]),
@@ -336,29 +375,10 @@ class BM25Index(BM25Search):
         return sum(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes for m in mats) + strings + search
 
     def weights(self) -> sp.csr_matrix:
-        """terms x documents BM25 weights (float32, as LanceDB scores; each term's documents sorted).
-        Computed in float64 ``WEIGHT_ROWS`` documents at a time (the temporaries stay bounded at
-        10M documents), each weight rounded to float32 as one whole-array pass would round it."""
+        """terms x documents BM25 weights (:func:`weigh`), made on first use."""
         if self._weights is None:
             s = self.stats()
-            tf = (self.title + self.text).tocsr()
-            tf.sort_indices()
-            n, avgdl, df = s["docs"], s["avgdl"], s["df"]
-            idf = np.log1p((n - df + 0.5) / (df + 0.5))
-            dl = np.asarray(tf.sum(axis=1)).ravel().astype(np.float64)
-            norm = K1 * (1 - B + B * dl / avgdl) if avgdl else np.full(len(dl), K1)
-            w = np.empty(tf.nnz, np.float32)
-            for r0 in range(0, tf.shape[0], WEIGHT_ROWS):
-                r1 = min(tf.shape[0], r0 + WEIGHT_ROWS)
-                a, b = tf.indptr[r0], tf.indptr[r1]
-                row = np.repeat(np.arange(r0, r1), np.diff(tf.indptr[r0 : r1 + 1]))
-                f = tf.data[a:b].astype(np.float64)
-                w[a:b] = idf[tf.indices[a:b]] * (K1 + 1) * f / (f + norm[row])
-            weights = sp.csr_matrix((w, tf.indices, tf.indptr), shape=tf.shape).T.tocsr()
-            del tf, w
-            weights.sort_indices()  # a shard finds its documents in a term's postings by binary search
-            weights.indptr = weights.indptr.astype(np.int64)  # past 2**31 postings (10M documents and more)
-            self._weights = weights
+            self._weights = weigh(self.title, self.text, idf_of(s["docs"], s["df"]), s["avgdl"])
         return self._weights
 
     def postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -366,9 +386,9 @@ class BM25Index(BM25Search):
         return w.indptr, w.indices, w.data
 
     def idf(self) -> np.ndarray:
-        """Each vocabulary term's idf, ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (the combined statistics)."""
+        """Each vocabulary term's idf (the combined statistics, :func:`idf_of`)."""
         s = self.stats()
-        return np.log1p((s["docs"] - s["df"] + 0.5) / (s["df"] + 0.5))
+        return idf_of(s["docs"], s["df"])
 
     def doc_id_array(self) -> pa.Array:
         """The document ids as one Arrow string array (row order), made once."""

@@ -72,24 +72,41 @@ def write_index(index, path: Path) -> Path:
                        .replace_schema_metadata(meta), tmp / "docs.parquet")
         pq.write_table(pa.table({"term": pa.array(index.vocab.terms, pa.string())}).replace_schema_metadata(meta), tmp / "vocab.parquet")
         _write_search(index, tmp / "search", meta)
-        (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": index.version, "stamp": index.stamp, "save_id": save_id,
-                                                   "docs": len(index), "terms": len(index.vocab),
-                                                   "segment_rows": SEGMENT_ROWS}))
-        if is_whole(path, index.stamp):
-            return path
-        if path.exists():  # damaged or another table's: moved aside, then replaced
-            aside = Path(tempfile.mkdtemp(prefix=f".{path.name}-old-", dir=path.parent))
-            with contextlib.suppress(OSError):  # (another process moved it first)
-                os.replace(path, aside / "old")
-            shutil.rmtree(aside, ignore_errors=True)
-        try:
-            os.replace(tmp, path)
-        except OSError:  # another process saved this version meanwhile: theirs stands
-            if not is_whole(path, index.stamp):
-                raise
+        write_meta(tmp, index.version, index.stamp, save_id, len(index), len(index.vocab))
+        place(tmp, path, index.stamp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def write_meta(tmp: Path, version: int, stamp: str, save_id: str, docs: int, terms: int, segment_rows: int | None = None) -> None:
+    """The saved index's meta.json (the module doc), written last: a directory without it is no index."""
+    (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": version, "stamp": stamp, "save_id": save_id,
+                                               "docs": docs, "terms": terms, "segment_rows": segment_rows or SEGMENT_ROWS}))
+
+
+def place(tmp: Path, path: Path, stamp: str) -> None:
+    """A whole index written in ``tmp`` (a sibling of ``path``) renamed into place. Where another
+    process saved a valid index there meanwhile, that one stands (``tmp`` is left to the caller)."""
+    if is_whole(path, stamp):
+        return
+    if path.exists():  # damaged or another table's: moved aside, then replaced
+        aside = Path(tempfile.mkdtemp(prefix=f".{path.name}-old-", dir=path.parent))
+        with contextlib.suppress(OSError):  # (another process moved it first)
+            os.replace(path, aside / "old")
+        shutil.rmtree(aside, ignore_errors=True)
+    try:
+        os.replace(tmp, path)
+    except OSError:  # another process saved this version meanwhile: theirs stands
+        if not is_whole(path, stamp):
+            raise
+
+
+def write_doc_ids(path: Path, doc_ids: pa.Array, meta: dict) -> None:
+    """The doc ids as an Arrow IPC file of one record batch (mapped as one array, not copied)."""
+    ids = pa.table({"doc_id": doc_ids}).replace_schema_metadata(meta)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
+        writer.write_table(ids)
 
 
 def _write_search(index, path: Path, meta: dict) -> None:
@@ -107,9 +124,7 @@ def _write_search(index, path: Path, meta: dict) -> None:
     rank, rows = index.tiebreak(), index.rows_by_rank()
     for name, a in (("indptr", layout), ("idf", index.idf().astype(np.float64, copy=False)), ("tiebreak", rank), ("rows_by_rank", rows)):
         np.save(path / f"{name}.npy", np.ascontiguousarray(a))
-    ids = pa.table({"doc_id": index.doc_id_array()}).replace_schema_metadata(meta)
-    with pa.OSFile(str(path / "doc_ids.arrow"), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
-        writer.write_table(ids)
+    write_doc_ids(path / "doc_ids.arrow", index.doc_id_array(), meta)
 
 
 def read_counts(path: Path, stamp: str | None = None) -> tuple[dict, pa.Table, sp.csr_matrix, sp.csr_matrix, pa.Table] | None:

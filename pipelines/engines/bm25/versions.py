@@ -20,12 +20,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logicrank.pipelines.engines.bm25 import storage
-from logicrank.pipelines.engines.bm25.index import BM25Index, BM25Search
+from logicrank.pipelines.engines.bm25 import segments, storage
+from logicrank.pipelines.engines.bm25.index import SOURCE_COLUMNS, BM25Index, BM25Search
 from logicrank.pipelines.engines.bm25.loading import preload_kernels
 from logicrank.pipelines.engines.bm25.mapped import MappedBM25
 
-SOURCE_COLUMNS = ["doc_id", "content_hash", "title", "text"]  # the table's columns an index is made from
 PATCH_LIMIT = 0.5  # patch while at most this share of the documents changed (measured: docs/bulk-retrieval.md)
 
 
@@ -78,34 +77,63 @@ def _read_vocabulary(index: MappedBM25) -> None:
 
 
 def make_index(store, root: Path | None = None) -> tuple[BM25Index, dict]:
-    """Make the store version's index: patch the nearest earlier saved version when it
+    """Make the store version's index in memory: patch the nearest earlier saved version when it
     shares most documents, else build from a scan. Returns it and what was done."""
-    version, stamps = store.version, store.version_stamps()
-    # the nearest saved counts: an earlier version's, or this version's own where its search files are of an older format or damaged
-    earlier = [v for v in saved_versions(root) if v <= version and v in stamps]
-    base = BM25Index.load(root / f"v{earlier[-1]}", stamps[earlier[-1]]) if earlier else None
-    if base is not None:
-        stored = store.hashes()
-        changed = len(stored) - int(pc.sum(pc.is_in(stored.column("content_hash"), value_set=pa.array(base.hashes, pa.string()))).as_py() or 0)
-        if changed <= PATCH_LIMIT * max(1, len(stored)):
-            index, counts = base.patched(stored, lambda ids: store.rows_for(ids, SOURCE_COLUMNS[1:]), version, stamps[version])
-            return index, {"how": "patched", "from_version": base.version, **counts}
-    index = BM25Index.build(store.scan(SOURCE_COLUMNS, batch_rows=8192, read_ahead=True), version, stamp=stamps[version])
+    patched = _patched(store, root)
+    if patched is not None:
+        return patched
+    index = BM25Index.build(store.scan(SOURCE_COLUMNS, batch_rows=8192, read_ahead=True), store.version, stamp=store.version_stamp())
     return index, {"how": "built", "analyzed": len(index)}
 
 
-def update_index(store) -> dict:
-    """After a write (the index job): save the latest version's index, patched or built, and
-    return what was done (for the manifest)."""
+def _patched(store, root: Path | None) -> tuple[BM25Index, dict] | None:
+    """The store version's index patched from the nearest earlier saved counts (an earlier
+    version's, or this version's own where its search files are of an older format or damaged),
+    when they share most documents; else None."""
+    version, stamps = store.version, store.version_stamps()
+    earlier = [v for v in saved_versions(root) if v <= version and v in stamps]
+    base = BM25Index.load(root / f"v{earlier[-1]}", stamps[earlier[-1]]) if earlier else None
+    if base is None:
+        return None
+    stored = store.hashes()
+    changed = len(stored) - int(pc.sum(pc.is_in(stored.column("content_hash"), value_set=pa.array(base.hashes, pa.string()))).as_py() or 0)
+    if changed > PATCH_LIMIT * max(1, len(stored)):
+        return None
+    index, counts = base.patched(stored, lambda ids: store.rows_for(ids, SOURCE_COLUMNS[1:]), version, stamps[version])
+    return index, {"how": "patched", "from_version": base.version, **counts}
+
+
+def update_index(store, run: segments.Run = segments.in_process) -> dict:
+    """After a write (the index job): save the latest version's index and return what was done
+    (for the manifest). Patched from an earlier version's where it applies (one task: it holds
+    that version's counts), else built in segments (segments.py), each step's tasks given to
+    ``run``: one after another in this process by default, on a cluster's workers in the index
+    job (jobs/index.py)."""
     root = index_root(store)
     if root is None:
         return {"how": "not saved (the database is not a local directory: each reader builds it)"}
     path = root / f"v{store.version}"
     if storage.is_saved(path, store.version_stamp()):
         return {"how": "current", "version": store.version}
-    index, done = make_index(store, root)
-    index.save(path)
-    return {**done, "version": store.version, "docs": len(index), "terms": len(index.vocab)}
+    (done,) = run(patch_saved, [(segments.opener(store),)])
+    if done is None:
+        done = segments.build(store, path, run)
+        done["docs"] = done["analyzed"]
+    return {**done, "version": store.version}
+
+
+def patch_saved(table) -> dict | None:
+    """A task of :func:`update_index`: the index of the table version ``table()`` opens, patched
+    from the nearest earlier saved one and saved, with what was done; None when no earlier index
+    applies (it is built)."""
+    store = table()
+    root = index_root(store)
+    patched = _patched(store, root)
+    if patched is None:
+        return None
+    index, done = patched
+    index.save(root / f"v{store.version}")
+    return {**done, "docs": len(index), "terms": len(index.vocab)}
 
 
 def prune_indexes(store, keep_versions: Iterable[int]) -> list[int]:
