@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv models main nightly-demo test test-quick test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-index-job bench-engine-load soak-generate lint clean
+.PHONY: venv models main nightly-demo test test-quick test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-index-job bench-bm25-build bench-engine-load soak-generate lint clean
 
 venv: $(STAMP)
 
@@ -114,6 +114,10 @@ bench-scale: $(STAMP)
 # of one worker, the worker writing new rows against the driver writing them (docs/bulk-retrieval.md).
 bench-index-job: $(STAMP)
 	$(BIN)/python tests/perf/bench_index_job.py --out runs/bench --side-by-side 1000000
+
+# The BM25 index of a 1M-document table built in one scan, then in segments: in one process, on 1 and 2 Ray workers
+bench-bm25-build: $(STAMP)
+	$(BIN)/python tests/perf/bench_bm25_build.py --docs 1000000 --out runs/bench
 
 # Not part of `bench`: a 1% re-index of 100k synthetic documents (upsert, maintenance, BM25 patch), ANN off then on,
 # and the index driver's memory in change detection at 100k and 1M ids (tests/perf/bench_reindex.py).

@@ -32,6 +32,7 @@ a snapshot may delete (``max_delete_fraction``).
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import threading
@@ -45,15 +46,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from logicrank.jobs.raysession import local_driver_node, ray_session, require_fit, unread_blocks_allowed
+from logicrank.jobs.raysession import RayTasks, local_driver_node, ray_session, require_fit, unread_blocks_allowed
 from logicrank.jobs.rundir import RunDir
 from logicrank.jobs.watchdog import Stalled, beat, busy
 from logicrank.pipelines.codedigest import code_digest
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
 from logicrank.pipelines.corpus import Source, SourceError, VectorColumn, check_sources, list_sources, read_source, source_fault
+from logicrank.pipelines.engines.bm25 import index_root, update_index
 from logicrank.pipelines.engines.embed import concrete, model_id, resolve_model
 from logicrank.pipelines.engines.placement import EncoderPlacement, encoder_placement
-from logicrank.pipelines.engines.store import DocStore, update_index_apart
+from logicrank.pipelines.engines.store import DocStore, json_value, update_index_apart
 from logicrank.pipelines.engines.vector_models import loadable, model_dimension
 from logicrank.pipelines.files import require_writable
 from logicrank.pipelines.operations.indexing import (
@@ -398,6 +400,19 @@ def _count(summary: IndexSummary, writer: IndexWriter, rejects: RejectSink, prec
     summary.rejects_by_reason = dict(rejects.reasons)
 
 
+def _bm25_index(cfg: IndexConfig, store: DocStore) -> dict:
+    """The new version's BM25 index, saved beside the table: in a child process from
+    APART_FROM_ROWS rows (the driver stays small), segment after segment; with
+    ``bm25_workers``, its segments' tasks on the cluster, that many at once (the driver holds
+    none of it). The same index either way."""
+    if not cfg.bm25_workers or index_root(store) is None:
+        return update_index_apart(store)
+    with ray_session(cfg.ray) as ray:
+        tasks = RayTasks(ray, cfg.bm25_workers)
+        done = update_index(store, run=tasks)
+    return json.loads(json.dumps({**done, "workers": cfg.bm25_workers, "nodes": len(tasks.nodes)}, default=json_value))
+
+
 def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, summary: IndexSummary, version_before: int | None,
             writer: IndexWriter, absent: IdSpill, embed_code: str) -> None:
     """A run the guards let through: the absent ids deleted (``delete_missing``), the table
@@ -419,7 +434,7 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
                                             rebuild=cfg.rebuild_indexes)
     with rundir.timed("bm25_index"), busy("index: the BM25 index of the new version"):
         try:
-            summary.maintenance["bm25_index"] = update_index_apart(store)  # in a child from APART_FROM_ROWS rows: the driver stays small
+            summary.maintenance["bm25_index"] = _bm25_index(cfg, store)
         except OSError as exc:  # (a full disk, say): the table is done; readers build the index on first use
             summary.maintenance["bm25_index"] = {"how": "failed", "error": first_line(exc)}
     summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"

@@ -291,3 +291,36 @@ def unread_blocks_allowed(ds, blocks: int = RESULT_BLOCKS_IN_FLIGHT):
     if hasattr(ds.context, "_max_num_blocks_in_streaming_gen_buffer"):
         ds.context._max_num_blocks_in_streaming_gen_buffer = blocks
     return ds
+
+
+class RayTasks:
+    """A ``run(step, [args, ...])`` for work cut into independent tasks (the BM25 index's
+    segments, pipelines/engines/bm25/segments.py): each call of ``step`` a Ray task of
+    ``num_cpus`` CPUs, at most ``at_once`` running, the results in the arguments' order. A task
+    whose worker or node dies is run again by Ray (its steps write only their own files, so a
+    rerun is harmless). Spread over the nodes: a node holds as few segments at once as the
+    cluster allows. ``nodes``: the node ids the tasks ran on, for the manifest."""
+
+    def __init__(self, ray, at_once: int, num_cpus: float = 1.0):
+        self.ray, self.at_once, self.nodes = ray, max(1, at_once), set()
+        self._task = ray.remote(num_cpus=num_cpus, max_retries=3, scheduling_strategy="SPREAD")(_on_node)  # a segment per node, where they fit
+
+    def __call__(self, step, args) -> list:
+        ray, results, pending = self.ray, [None] * len(args), {}
+        queue = list(enumerate(args))
+        while queue or pending:
+            while queue and len(pending) < self.at_once:
+                i, a = queue.pop(0)
+                pending[self._task.remote(step, *a)] = i
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                node, results[pending.pop(ref)] = ray.get(ref)
+                self.nodes.add(node)
+        return results
+
+
+def _on_node(step, *args):
+    """A task of :class:`RayTasks`: the step's result, with the node it ran on."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id(), step(*args)

@@ -131,6 +131,11 @@ class IndexConfig(_Config):
         "or vector of a new document reaches the driver), or the driver itself. Updates are the driver's keyed merges either way.",
         json_schema_extra=UNHASHED, exclude_if=lambda v: v == "workers",
     )
+    bm25_workers: int = Field(
+        0, ge=0, description="Ray tasks building the BM25 index's segments at once, on the cluster (docs/bulk-retrieval.md); 0: one "
+        "process beside the driver, segment after segment. The same index either way.", json_schema_extra=UNHASHED,
+        exclude_if=lambda v: v == 0,
+    )
     ann_threshold: int = Field(100_000, ge=1, description="With ann: build the ANN index from this many rows; exact below.")
     tag: str | None = Field(None, description="LanceDB tag for this index run; default index-<time>.")
     # UNHASHED: the index digests nights hold leave it out, so those digests stay valid

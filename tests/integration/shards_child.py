@@ -3,7 +3,8 @@
 Run as ``python -m tests.integration.shards_child WORK``. Starts a head node (the driver, no
 CPUs for actors) and three worker nodes with ``ray.cluster_utils.Cluster``, writes a table of
 SciFact documents with generated unit vectors (the bundled encoder's model id and width, so
-`retrieve` encodes the queries with the real encoder), and runs `logicrank retrieve`'s job with
+`retrieve` encodes the queries with the real encoder), builds its BM25 index in segments with
+tasks on the worker nodes (and once in one scan, to compare: ``bm25_build``), and runs `logicrank retrieve`'s job with
 bm25, dense and ITLR exact three times on the one cluster: in 3 shards (one search actor per
 worker node), unsharded (the driver's search over the whole index), and in 3 shards again with
 one worker node killed (SIGKILL to its raylet) as soon as the first batch has been merged from
@@ -57,6 +58,33 @@ def _queries(path: Path) -> None:
                             + "\n" for i, d in enumerate(docs)))
 
 
+def _bm25_on_cluster(work: Path, address: str) -> dict:
+    """The table's BM25 index built in segments by tasks on the worker nodes (the index job's
+    ``--bm25-workers``), saved where `retrieve` then maps it from; and a build in one scan in this
+    process beside it. Returns what the build did, the nodes its tasks ran on and the arrays
+    whose files differ between the two (none, for the test to pass)."""
+    import numpy as np
+
+    from logicrank.jobs.raysession import RayTasks, ray_session
+    from logicrank.pipelines.config.settings import RayConfig
+    from logicrank.pipelines.engines import bm25
+    from logicrank.pipelines.engines.store import DocStore
+
+    store = DocStore(str(work / "db"))
+    with ray_session(RayConfig(address=address)) as ray:
+        tasks = RayTasks(ray, at_once=3)
+        done = bm25.update_index(store, run=tasks)
+    whole = work / "one-process"
+    bm25.BM25Index.build(store.scan(bm25.SOURCE_COLUMNS), store.version, stamp=store.version_stamp()).save(whole)
+    saved = bm25.index_root(store) / f"v{store.version}"
+    differ = [str(f.relative_to(whole)) for f in sorted(whole.rglob("*.npy")) if not np.array_equal(np.load(f), np.load(saved / f.relative_to(whole)))]
+    a, b = (bm25.BM25Index.load(d) for d in (whole, saved))
+    differ += [f"{field}.npz" for field in ("title", "text") if (getattr(a, field) != getattr(b, field)).nnz]
+    differ += [what for what, x, y in (("vocab.parquet", a.vocab.terms, b.vocab.terms), ("docs.parquet", a.doc_ids.tolist(), b.doc_ids.tolist()),
+                                       ("hashes", a.hashes.tolist(), b.hashes.tolist())) if x != y]
+    return {"done": done, "nodes": len(tasks.nodes), "differ": differ}
+
+
 def main() -> None:
     work = Path(sys.argv[1])
     from ray.cluster_utils import Cluster
@@ -78,6 +106,7 @@ def main() -> None:
                                                             "_system_config": SYSTEM_CONFIG})
     workers = [cluster.add_node(num_cpus=2, object_store_memory=OBJECT_STORE) for _ in range(3)]
     cluster.wait_for_nodes()
+    result = {"runs": {}, "bm25_build": _bm25_on_cluster(work, cluster.address)}
     killed = {"node": None, "batches_before": 0}
 
     def searched_then_kill():
@@ -89,7 +118,6 @@ def main() -> None:
             killed["node"] = workers[0].node_id
 
     pipelines = {"bm25": [BM25Options(k=50)], "dense": [DenseOptions(k=50)], "itlr": [ITLROptions(k=50, block_rows=128)]}
-    result = {"runs": {}}
     sharded_calls: list[bool] = []
     shard_map = job._Host._shard_map
 

@@ -62,7 +62,8 @@ def test_index_reindex_and_incremental_changes(tmp_path, docs300):
     # the BM25 index of the version the run ends at, beside the table
     saved = store.bm25_index()
     assert saved.version == s.table_version and len(saved) == 300 and len(saved.vocab) > 1000
-    assert s.maintenance["bm25_index"] == {"how": "built", "analyzed": 300, "version": s.table_version, "docs": 300, "terms": len(saved.vocab)}
+    assert s.maintenance["bm25_index"] == {"how": "built", "analyzed": 300, "version": s.table_version, "docs": 300, "terms": len(saved.vocab),
+                                           "segments": 1, "segment_rows": 524288}
     assert (db / "_bm25" / "docs" / f"v{s.table_version}" / "meta.json").is_file()
 
     # unchanged snapshot: nothing embedded, nothing written, no new version
@@ -262,7 +263,9 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
 
     corpus = write_jsonl(tmp_path / "c.jsonl", docs300[:120])
     here = run_index(_cfg(corpus, tmp_path / "db-driver"), tmp_path / "driver")
-    pool = run_index(_cfg(corpus, tmp_path / "db-pool").model_copy(update={"ray": RAY.model_copy(update={"embed_actors": 1})}), tmp_path / "pool")
+    # (and the pool's run builds its BM25 index in segments, with two Ray tasks at once: --bm25-workers 2)
+    pool = run_index(_cfg(corpus, tmp_path / "db-pool", bm25_workers=2).model_copy(update={"ray": RAY.model_copy(update={"embed_actors": 1})}),
+                     tmp_path / "pool")
     import ray
 
     if ray.cluster_resources().get("GPU"):  # torch on the GPU: an actor holds it, even on one node
@@ -281,6 +284,13 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
     np.testing.assert_allclose(vc, vb, rtol=RTOL, atol=ATOL)
     assert sent.writes["files_committed"] == here.writes["files_committed"] == 0, (sent.writes, here.writes)  # every row came to the driver
     assert json.loads((tmp_path / "driver" / "manifest.json").read_text())["counts"]["placement"] == here.placement
+    built = pool.maintenance["bm25_index"]
+    assert (built["how"], built["workers"], built["docs"]) == ("built", 2, 120) and built["nodes"] >= 1, built
+    queries = [d["text"][:60] for d in docs300[:20]]
+    indexes = [DocStore(str(tmp_path / db)).bm25_index() for db in ("db-driver", "db-pool")]
+    for (rows_a, scores_a), (rows_b, scores_b) in zip(*(ix.search(queries, 10) for ix in indexes), strict=True):
+        assert indexes[0].doc_id_array().take(rows_a).to_pylist() == indexes[1].doc_id_array().take(rows_b).to_pylist()  # rows may differ in order
+        np.testing.assert_allclose(scores_b, scores_a, rtol=RTOL, atol=ATOL)
 
     # a re-index through the pool: each actor looks up its batches' stored hashes in the table (no
     # actor holds them all); past ann_threshold with ann off (the default), no ANN index is built

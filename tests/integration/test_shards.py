@@ -46,6 +46,15 @@ def _stage_counts(manifest: dict, run_id: str) -> dict:
     return manifest["pipelines"][run_id]["stages"][0]
 
 
+def test_bm25_built_in_segments_across_three_nodes_equals_a_one_process_build(child):
+    """The index the runs below search was built by tasks on the worker nodes (SEGMENT_ROWS 300:
+    three segments), and its files hold the arrays of a build in one scan, bit for bit."""
+    built = child["bm25_build"]
+    assert built["done"]["how"] == "built" and built["done"]["segments"] == 3 and built["done"]["docs"] == 900, built
+    assert built["nodes"] >= 2, built  # spread (SPREAD: one segment per node where they fit)
+    assert built["differ"] == [], built
+
+
 def test_sharded_search_across_three_nodes_equals_one_process(child):
     r = child
     _same_runs(r, "3")

@@ -45,7 +45,7 @@ FILE_ROWS = 100_000
 BIN = Path(sys.executable).parent
 
 
-def _corpus(directory: Path, n: int, seed: int, edit: float = 0.0) -> None:
+def write_corpus(directory: Path, n: int, seed: int, edit: float = 0.0) -> None:
     """``n`` passages with random vectors in Parquet files of ``FILE_ROWS``; ``edit``: the share
     of passages (seeded) given another text and vector, the rest as the first build's."""
     import pyarrow as pa
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.side_by_side:
         n, work = args.side_by_side, args.work / "side-by-side"
         shutil.rmtree(work, ignore_errors=True)
-        _corpus(work / "corpus", n, args.seed)
+        write_corpus(work / "corpus", n, args.seed)
         config = work / "pool.yaml"
         config.write_text("ray:\n  embed_actors: 1\n")
         for writes in ("workers", "driver"):
@@ -154,8 +154,8 @@ def main(argv: list[str] | None = None) -> None:
         work = args.work / str(n)
         shutil.rmtree(work, ignore_errors=True)
         t = time.perf_counter()
-        _corpus(work / "corpus", n, args.seed)
-        _corpus(work / "corpus-1pct", n, args.seed, edit=0.01)
+        write_corpus(work / "corpus", n, args.seed)
+        write_corpus(work / "corpus-1pct", n, args.seed, edit=0.01)
         made = round(time.perf_counter() - t, 1)
         for run, corpus in (("first build", "corpus"), ("same snapshot", "corpus"), ("1% re-index", "corpus-1pct")):
             r = _index(work / corpus, work / "db", work / "runs" / run.replace(" ", "-").replace("%", "pct"))

@@ -40,7 +40,7 @@ def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_s
     from logicrank.pipelines.config.settings import GenerateConfig, IndexConfig, LLMConfig
 
     assert NightlyConfig.outside() == ["keep_nightly_tags", "promote_on_regression", "alert"]
-    assert IndexConfig.outside() == ["ray", "prune_after_hours", "writes", "ann", "rebuild_indexes"]
+    assert IndexConfig.outside() == ["ray", "prune_after_hours", "writes", "bm25_workers", "ann", "rebuild_indexes"]
     assert GenerateConfig.outside() == ["wave_shards", "demo_note", "ray"]
     assert set(LLMConfig.outside()) == {"cache", "actors", "cpus_per_actor", "gpus_per_actor", "resources", "batch_rows", "engine_process",
                                         "cpu_threads", "cpu_binding", "max_engine_restarts", "shard_queries", "wave_shards"}

@@ -1,0 +1,183 @@
+"""The BM25 index's build: in one scan, and in segments (one process, or Ray tasks on 1 and 2
+workers), on one table, as the index job builds it (not a test).
+
+    make bench-bm25-build                                 # 1M documents
+    python tests/perf/bench_bm25_build.py --docs 100000   # a smoke run
+
+The table: passages drawn (seeded) from bundled SciFact's abstracts with random 384-d vectors, as
+tests/perf/bench_index_job.py makes its corpora, appended to a LanceDB table. Each build runs in
+a fresh process (cold: the table read from disk, the kernels loaded) and saves the index of the
+table's version, its earlier save removed first:
+
+* ``one scan``: the build every version before segments made (``BM25Index.build`` over the
+  whole table, then saved), the reference;
+* ``segments, in process``: ``update_index`` with its default run, segment after segment (what
+  the index job's child process runs, ``--bm25-workers 0``);
+* ``segments, N Ray workers``: ``update_index`` with ``RayTasks(ray, N)`` on a local cluster of N
+  CPUs (``--bm25-workers N``).
+
+Reported: wall seconds of the build (Ray's start excluded, timed apart), the process's peak RSS
+and the peak RSS of any one Ray worker (sampled every 0.1 s), and whether every saved array
+equals the reference's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+CHILD = r"""
+import json, sys, time
+from pathlib import Path
+from logicrank.pipelines.engines import bm25
+from logicrank.pipelines.engines.store import DocStore
+db, mode, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+store = DocStore(db)
+path = bm25.index_root(store) / f"v{store.version}"
+result = {}
+if mode == "one-scan":
+    t = time.perf_counter()
+    index = bm25.BM25Index.build(store.scan(bm25.SOURCE_COLUMNS, batch_rows=8192, read_ahead=True), store.version, stamp=store.version_stamp())
+    index.save(out)
+    result["build_s"] = time.perf_counter() - t
+elif mode == "in-process":
+    t = time.perf_counter()
+    result["done"] = bm25.update_index(store)
+    result["build_s"] = time.perf_counter() - t
+else:
+    from logicrank.jobs.raysession import RayTasks, ray_session
+    from logicrank.pipelines.config.settings import RayConfig
+    workers = int(mode)
+    t = time.perf_counter()
+    with ray_session(RayConfig(num_cpus=workers)) as ray:
+        result["ray_start_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        result["done"] = bm25.update_index(store, run=RayTasks(ray, workers))
+        result["build_s"] = time.perf_counter() - t
+print(json.dumps(result, default=str))
+"""
+
+
+def _table(db: Path, n: int, seed: int, work: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from logicrank.pipelines.engines.store import DocStore
+    from tests.perf.bench_index_job import write_corpus
+
+    write_corpus(work / "corpus", n, seed)
+    store = DocStore(str(db))
+    store.open_or_create(384, "bench-bm25-build (random vectors)")
+    for f in sorted((work / "corpus").glob("*.parquet")):
+        t = pq.read_table(f)
+        texts = t.column("text").to_pylist()
+        store.append(t.append_column("metadata", pa.nulls(t.num_rows, pa.string()))
+                     .append_column("content_hash", pa.array([str(hash(x)) for x in texts])))
+    store.mark_complete()
+    shutil.rmtree(work / "corpus")
+
+
+def _run(db: Path, mode: str, out: Path) -> dict:
+    """One build in a fresh process, with its peak RSS and its Ray workers' (each) sampled."""
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(db), mode, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=Path(__file__).resolve().parents[2])
+    peak = {"process": 0, "worker": 0}
+    done = threading.Event()
+
+    def sample():
+        me = psutil.Process(proc.pid)
+        while not done.is_set():
+            try:
+                peak["process"] = max(peak["process"], me.memory_info().rss)
+                for p in me.children(recursive=True):
+                    try:
+                        if "ray::" in " ".join(p.cmdline()[:1]) or "default_worker" in " ".join(p.cmdline()):
+                            peak["worker"] = max(peak["worker"], p.memory_info().rss)
+                    except psutil.Error:
+                        continue
+            except psutil.NoSuchProcess:
+                return
+            done.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, stderr = proc.communicate()
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"build {mode} failed ({proc.returncode}): {stderr[-3000:]}")
+    return {**json.loads(stdout.strip().splitlines()[-1]), "process_peak_gib": round(peak["process"] / 2**30, 2),
+            "worker_peak_gib": round(peak["worker"] / 2**30, 2)}
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether two saved indexes hold the same arrays: search files, counts, ids and terms."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import scipy.sparse as sp
+
+    for f in sorted((a / "search").glob("*.npy")):
+        if not np.array_equal(np.load(f, mmap_mode="r"), np.load(b / "search" / f.name, mmap_mode="r")):
+            return False
+    for name in ("title", "text"):
+        if (sp.load_npz(a / f"{name}.npz") != sp.load_npz(b / f"{name}.npz")).nnz:
+            return False
+    ids = [pa.ipc.open_file(pa.memory_map(str(d / "search" / "doc_ids.arrow"))).read_all().column("doc_id") for d in (a, b)]
+    tables = [[pq.read_table(d / n).replace_schema_metadata(None) for n in ("docs.parquet", "vocab.parquet")] for d in (a, b)]
+    return ids[0].equals(ids[1]) and all(x.equals(y) for x, y in zip(*tables, strict=True))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--docs", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--work", type=Path, default=Path("runs/bench/bm25-build-work"), help="the table and the saved indexes (removed after)")
+    ap.add_argument("--out", type=Path, default=Path("runs/bench"))
+    args = ap.parse_args(argv)
+    from logicrank.pipelines.engines import bm25
+    from logicrank.pipelines.engines.store import DocStore
+
+    shutil.rmtree(args.work, ignore_errors=True)
+    db = args.work / "db"
+    t = time.perf_counter()
+    _table(db, args.docs, args.seed, args.work)
+    made = round(time.perf_counter() - t, 1)
+    store = DocStore(str(db))
+    saved = bm25.index_root(store) / f"v{store.version}"
+    reference = args.work / "one-scan"
+    rows = [{"run": "one scan", **_run(db, "one-scan", reference)}]
+    print(json.dumps(rows[-1]), flush=True)
+    for mode, name in (("in-process", "segments, in process"), ("1", "segments, 1 Ray worker"), ("2", "segments, 2 Ray workers")):
+        shutil.rmtree(saved, ignore_errors=True)
+        rows.append({"run": name, **_run(db, mode, saved), "same_arrays": None})
+        rows[-1]["same_arrays"] = _same(reference, saved)
+        print(json.dumps(rows[-1]), flush=True)
+    report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "docs": args.docs, "table_made_s": made,
+              "segment_rows": rows[1]["done"]["segment_rows"], "segments": rows[1]["done"]["segments"], "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_bm25_build.json").write_text(json.dumps(report, indent=1, default=str))
+    shutil.rmtree(args.work, ignore_errors=True)
+    print(f"{args.docs:,} documents, {report['segments']} segments of {report['segment_rows']:,}")
+    print("| build | seconds | process peak GiB | largest Ray worker peak GiB | arrays equal to one scan's |")
+    print("|:--|--:|--:|--:|:--|")
+    for r in rows:
+        print(f"| {r['run']} | {r['build_s']:.1f} | {r['process_peak_gib']} | {r['worker_peak_gib'] or '-'} | "
+              f"{'reference' if 'same_arrays' not in r else ('yes' if r['same_arrays'] else 'NO')} |")
+
+
+if __name__ == "__main__":
+    main()
