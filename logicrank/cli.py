@@ -192,7 +192,7 @@ def _config(config, bound: Bound, part: str = "", **computed):
 
 
 _INDEX_FIELDS = ("table", "format", "delete_missing", "max_delete_fraction", "allow_mass_delete", "prune_after_hours",
-                 "write_batch_rows", "writes", "max_reject_fraction", "max_doc_bytes", "ann_threshold", "tag", "ann", "rebuild_indexes",
+                 "write_batch_rows", "writes", "bm25_workers", "max_reject_fraction", "max_doc_bytes", "ann_threshold", "tag", "ann", "rebuild_indexes",
                  "vector_column", "vector_model", "vector_dim")
 _DB = Bind("db", default="data/lancedb")
 

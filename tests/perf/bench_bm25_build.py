@@ -4,8 +4,9 @@ workers), on one table, as the index job builds it (not a test).
     make bench-bm25-build                                 # 1M documents
     python tests/perf/bench_bm25_build.py --docs 100000   # a smoke run
 
-The table: passages drawn (seeded) from bundled SciFact's abstracts with random 384-d vectors, as
-tests/perf/bench_index_job.py makes its corpora, appended to a LanceDB table. Each build runs in
+The table: passages drawn (seeded) from bundled SciFact's abstracts, as
+tests/perf/bench_index_job.py makes its corpora, with random vectors of ``--dim`` numbers (the
+BM25 build never reads them), appended to a LanceDB table. Each build runs in
 a fresh process (cold: the table read from disk, the kernels loaded) and saves the index of the
 table's version, its earlier save removed first:
 
@@ -16,9 +17,10 @@ table's version, its earlier save removed first:
 * ``segments, N Ray workers``: ``update_index`` with ``RayTasks(ray, N)`` on a local cluster of N
   CPUs (``--bm25-workers N``).
 
-Reported: wall seconds of the build (Ray's start excluded, timed apart), the process's peak RSS
-and the peak RSS of any one Ray worker (sampled every 0.1 s), and whether every saved array
-equals the reference's.
+``--runs`` picks the builds (``one-scan,in-process,1,2`` by default); the first is the
+reference. Reported: wall seconds of the build (Ray's start excluded, timed apart), the
+process's peak RSS and the peak RSS of any one Ray worker (sampled every 0.1 s), and whether
+every saved array equals the reference's.
 """
 
 from __future__ import annotations
@@ -70,16 +72,16 @@ print(json.dumps(result, default=str))
 """
 
 
-def _table(db: Path, n: int, seed: int, work: Path) -> None:
+def _table(db: Path, n: int, seed: int, work: Path, dim: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from logicrank.pipelines.engines.store import DocStore
     from tests.perf.bench_index_job import write_corpus
 
-    write_corpus(work / "corpus", n, seed)
+    write_corpus(work / "corpus", n, seed, dim=dim)
     store = DocStore(str(db))
-    store.open_or_create(384, "bench-bm25-build (random vectors)")
+    store.open_or_create(dim, "bench-bm25-build (random vectors)")
     for f in sorted((work / "corpus").glob("*.parquet")):
         t = pq.read_table(f)
         texts = t.column("text").to_pylist()
@@ -147,32 +149,38 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", type=Path, default=Path("runs/bench/bm25-build-work"), help="the table and the saved indexes (removed after)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
+    ap.add_argument("--dim", type=int, default=384, help="the table's vectors' width (the build never reads them)")
+    ap.add_argument("--runs", default="one-scan,in-process,1,2", help="builds, the first the reference: one-scan, in-process, or N Ray workers")
     args = ap.parse_args(argv)
     from logicrank.pipelines.engines import bm25
     from logicrank.pipelines.engines.store import DocStore
 
+    names = {"one-scan": "one scan", "in-process": "segments, in process"}
     shutil.rmtree(args.work, ignore_errors=True)
     db = args.work / "db"
     t = time.perf_counter()
-    _table(db, args.docs, args.seed, args.work)
+    _table(db, args.docs, args.seed, args.work, args.dim)
     made = round(time.perf_counter() - t, 1)
     store = DocStore(str(db))
     saved = bm25.index_root(store) / f"v{store.version}"
-    reference = args.work / "one-scan"
-    rows = [{"run": "one scan", **_run(db, "one-scan", reference)}]
-    print(json.dumps(rows[-1]), flush=True)
-    for mode, name in (("in-process", "segments, in process"), ("1", "segments, 1 Ray worker"), ("2", "segments, 2 Ray workers")):
+    reference = args.work / "reference"
+    rows = []
+    for i, mode in enumerate(args.runs.split(",")):
         shutil.rmtree(saved, ignore_errors=True)
-        rows.append({"run": name, **_run(db, mode, saved), "same_arrays": None})
-        rows[-1]["same_arrays"] = _same(reference, saved)
-        print(json.dumps(rows[-1]), flush=True)
+        rows.append({"run": names.get(mode, f"segments, {mode} Ray worker{'s' if mode != '1' else ''}"), **_run(db, mode, saved)})
+        if i == 0:
+            shutil.copytree(saved, reference)
+        else:
+            rows[-1]["same_arrays"] = _same(reference, saved)
+        print(json.dumps(rows[-1], default=str), flush=True)
+    done = next((r["done"] for r in rows if "done" in r), {})
     report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "docs": args.docs, "table_made_s": made,
-              "segment_rows": rows[1]["done"]["segment_rows"], "segments": rows[1]["done"]["segments"], "rows": rows}
+              "segment_rows": done.get("segment_rows"), "segments": done.get("segments"), "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_bm25_build.json").write_text(json.dumps(report, indent=1, default=str))
     shutil.rmtree(args.work, ignore_errors=True)
-    print(f"{args.docs:,} documents, {report['segments']} segments of {report['segment_rows']:,}")
-    print("| build | seconds | process peak GiB | largest Ray worker peak GiB | arrays equal to one scan's |")
+    print(f"{args.docs:,} documents, {report['segments']} segments of {report['segment_rows']} rows; table made in {made} s")
+    print("| build | seconds | process peak GiB | largest Ray worker peak GiB | arrays equal to the first build's |")
     print("|:--|--:|--:|--:|:--|")
     for r in rows:
         print(f"| {r['run']} | {r['build_s']:.1f} | {r['process_peak_gib']} | {r['worker_peak_gib'] or '-'} | "

@@ -45,9 +45,10 @@ FILE_ROWS = 100_000
 BIN = Path(sys.executable).parent
 
 
-def write_corpus(directory: Path, n: int, seed: int, edit: float = 0.0) -> None:
-    """``n`` passages with random vectors in Parquet files of ``FILE_ROWS``; ``edit``: the share
-    of passages (seeded) given another text and vector, the rest as the first build's."""
+def write_corpus(directory: Path, n: int, seed: int, edit: float = 0.0, dim: int = DIM) -> None:
+    """``n`` passages with random ``dim``-dimensional vectors in Parquet files of ``FILE_ROWS``;
+    ``edit``: the share of passages (seeded) given another text and vector, the rest as the first
+    build's."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -60,7 +61,7 @@ def write_corpus(directory: Path, n: int, seed: int, edit: float = 0.0) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for f, start in enumerate(range(0, n, FILE_ROWS)):
         part = range(start, min(n, start + FILE_ROWS))
-        vectors = np.random.default_rng([seed, f]).standard_normal((len(part), DIM), dtype=np.float32)
+        vectors = np.random.default_rng([seed, f]).standard_normal((len(part), dim), dtype=np.float32)
         texts = [" ".join(sents[j] for j in plist[i]) for i in part]
         for k, i in enumerate(part):
             if i in edited:
@@ -68,7 +69,7 @@ def write_corpus(directory: Path, n: int, seed: int, edit: float = 0.0) -> None:
                 vectors[k] = -vectors[k]
         pq.write_table(pa.table({
             "doc_id": [f"p{i:08d}" for i in part], "title": [titles[owner[plist[i][0]]] for i in part], "text": texts,
-            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), DIM),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
         }), directory / f"part-{f:05d}.parquet")
 
 
