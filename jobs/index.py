@@ -401,13 +401,14 @@ def _count(summary: IndexSummary, writer: IndexWriter, rejects: RejectSink, prec
 
 
 def _bm25_index(cfg: IndexConfig, store: DocStore) -> dict:
-    """The new version's BM25 index, saved beside the table: in a child process from
-    APART_FROM_ROWS rows (the driver stays small), segment after segment; with
-    ``bm25_workers``, its segments' tasks on the cluster, that many at once (the driver holds
-    none of it). The same index either way."""
+    """The new version's BM25 index, saved beside the table, segment after segment: in a child
+    process from APART_FROM_ROWS rows (the driver stays small), in the driver below; with
+    ``bm25_workers``, as tasks on the cluster, that many at once (the driver holds none of it;
+    a patch is one task, on any node). The same index either way."""
     if not cfg.bm25_workers or index_root(store) is None:
         return update_index_apart(store)
     with ray_session(cfg.ray) as ray:
+        _rearm_sigterm()  # (Ray's start installs its own handler)
         tasks = RayTasks(ray, cfg.bm25_workers)
         done = update_index(store, run=tasks)
     return json.loads(json.dumps({**done, "workers": cfg.bm25_workers, "nodes": len(tasks.nodes)}, default=json_value))

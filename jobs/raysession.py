@@ -7,6 +7,7 @@ import os
 import re
 import sys
 import threading
+from collections import deque
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -297,9 +298,10 @@ class RayTasks:
     """A ``run(step, [args, ...])`` for work cut into independent tasks (the BM25 index's
     segments, pipelines/engines/bm25/segments.py): each call of ``step`` a Ray task of
     ``num_cpus`` CPUs, at most ``at_once`` running, the results in the arguments' order. A task
-    whose worker or node dies is run again by Ray (its steps write only their own files, so a
-    rerun is harmless). Spread over the nodes: a node holds as few segments at once as the
-    cluster allows. ``nodes``: the node ids the tasks ran on, for the manifest."""
+    whose worker or node dies is run again by Ray (a step writes the same files from the same
+    inputs, so a rerun is harmless); when one fails, those still running are cancelled and
+    awaited before the error is raised. Spread over the nodes: a node holds as few segments at
+    once as the cluster allows. ``nodes``: the node ids the tasks ran on, for the manifest."""
 
     def __init__(self, ray, at_once: int, num_cpus: float = 1.0):
         self.ray, self.at_once, self.nodes = ray, max(1, at_once), set()
@@ -307,15 +309,22 @@ class RayTasks:
 
     def __call__(self, step, args) -> list:
         ray, results, pending = self.ray, [None] * len(args), {}
-        queue = list(enumerate(args))
-        while queue or pending:
-            while queue and len(pending) < self.at_once:
-                i, a = queue.pop(0)
-                pending[self._task.remote(step, *a)] = i
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                node, results[pending.pop(ref)] = ray.get(ref)
-                self.nodes.add(node)
+        queue = deque(enumerate(args))
+        try:
+            while queue or pending:
+                while queue and len(pending) < self.at_once:
+                    i, a = queue.popleft()
+                    pending[self._task.remote(step, *a)] = i
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    node, results[pending.pop(ref)] = ray.get(ref)
+                    self.nodes.add(node)
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref)
+            if pending:
+                ray.wait(list(pending), num_returns=len(pending), fetch_local=False)
+            raise
         return results
 
 

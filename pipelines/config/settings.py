@@ -132,8 +132,9 @@ class IndexConfig(_Config):
         json_schema_extra=UNHASHED, exclude_if=lambda v: v == "workers",
     )
     bm25_workers: int = Field(
-        0, ge=0, description="Ray tasks building the BM25 index's segments at once, on the cluster (docs/bulk-retrieval.md); 0: one "
-        "process beside the driver, segment after segment. The same index either way.", json_schema_extra=UNHASHED,
+        0, ge=0, description="Ray tasks building the BM25 index's segments at once, spread over the cluster (the database at the "
+        "same path on every node; docs/bulk-retrieval.md); 0: segment after segment, in a process beside the driver (in the driver "
+        "below 50,000 rows). The same index either way.", json_schema_extra=UNHASHED,
         exclude_if=lambda v: v == 0,
     )
     ann_threshold: int = Field(100_000, ge=1, description="With ann: build the ANN index from this many rows; exact below.")

@@ -61,19 +61,27 @@ def ranges(docs: int, segment_rows: int) -> list[tuple[int, int]]:
 
 def opener(store) -> Callable:
     """What a task calls to open the store's table at its version in its own process (a
-    picklable call of the store's class)."""
-    return functools.partial(type(store), str(store.uri), store.name, version=int(store.version))
+    picklable call of the store's class; a local path made absolute: a worker's working
+    directory is not the driver's)."""
+    uri = str(store.uri)
+    if "://" not in uri:
+        uri = str(Path(uri).expanduser().resolve())
+    return functools.partial(type(store), uri, store.name, version=int(store.version))
 
 
 def build(store, path: Path, run: Run = in_process, segment_rows: int | None = None) -> dict:
     """Build and save the BM25 index of the store's version in ``path`` in segments (module doc);
-    returns what was done. Each task opens the table version itself (:func:`opener`)."""
-    path = Path(path)
+    returns what was done. Each task opens the table version itself (:func:`opener`) and reads
+    and writes the work directory beside ``path``: on a cluster of several nodes, a directory
+    every node sees at the same path (a shared file system), as the table itself is."""
+    path = Path(path).expanduser().resolve()
     segment_rows = segment_rows or storage.SEGMENT_ROWS
     path.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{path.name}-segments-", dir=path.parent))
     try:
         spans = ranges(store.count(), segment_rows)
+        for i in range(len(spans)):  # made here: a task on a node that does not see the directory fails, never makes its own
+            (work / f"s{i:05d}").mkdir()
         table = opener(store)
         rows = run(analyze_segment, [(table, lo, hi, str(work / f"s{i:05d}")) for i, (lo, hi) in enumerate(spans)])
         (stats,) = run(merge_segments, [(str(work), len(spans))])
@@ -91,7 +99,8 @@ def analyze_segment(table: Callable, lo: int, hi: int, out: str) -> int:
     its ids and hashes, and its statistics (per-term document frequencies per field, documents
     with tokens and tokens per field). Returns its rows."""
     out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if not out_dir.is_dir():
+        raise FileNotFoundError(f"bm25: the segment directory {out_dir} is not on this node (the database must be at the same path on every node)")
     vocab, analyze = Vocabulary(), default_analyzer()
     ids, hashes, titles, texts = [], [], [], []
     store = table() if hi > lo else None
@@ -176,8 +185,9 @@ def weigh_segment(work: str, i: int, lo: int, avgdl: float) -> int:
         local = sp.load_npz(seg / f"{field}.npz").tocsr()
         m = sp.csr_matrix((local.data, mapping[local.indices].astype(np.int32), local.indptr), shape=(local.shape[0], len(idf)))
         m.sort_indices()  # each document's terms by the vocabulary's ids, as one scan's build holds them
-        for part in ("indptr", "indices", "data"):
-            np.save(seg / f"{field}_{part}.npy", getattr(m, part))
+        np.save(seg / f"{field}_indptr.npy", m.indptr.astype(np.int64))  # offsets into every segment's postings after this one's
+        np.save(seg / f"{field}_indices.npy", m.indices)
+        np.save(seg / f"{field}_data.npy", m.data)
         counts.append(m)
     w = weigh(*counts, np.asarray(idf), avgdl)
     np.save(seg / "w_indptr.npy", w.indptr.astype(np.int64))
@@ -234,13 +244,15 @@ def assemble(work: str, segments: int, path: str, version: int, stamp: str, segm
 
 def _write_counts(target: Path, work_dir: Path, parts: list[tuple[Path, Path, Path]], shape: tuple[int, int]) -> None:
     """One field's documents x terms counts over every segment, as ``scipy.sparse.save_npz``
-    writes a CSR (uncompressed), its arrays streamed through memory maps into the archive."""
+    writes a CSR (uncompressed): its index arrays in the dtype scipy gives a matrix of that size
+    (int32 while every offset fits), its arrays streamed through memory maps into the archive."""
     scratch = Path(tempfile.mkdtemp(prefix="counts-", dir=work_dir))
     try:
         lengths = [int(np.load(p[0], mmap_mode="r")[-1]) for p in parts]
         rows = [len(np.load(p[0], mmap_mode="r")) - 1 for p in parts]
-        indptr = np.lib.format.open_memmap(scratch / "indptr.npy", "w+", np.int64, (sum(rows) + 1,))
-        indices = np.lib.format.open_memmap(scratch / "indices.npy", "w+", np.int32, (sum(lengths),))
+        index = np.int32 if max(sum(lengths), *shape) <= np.iinfo(np.int32).max else np.int64
+        indptr = np.lib.format.open_memmap(scratch / "indptr.npy", "w+", index, (sum(rows) + 1,))
+        indices = np.lib.format.open_memmap(scratch / "indices.npy", "w+", index, (sum(lengths),))
         data = np.lib.format.open_memmap(scratch / "data.npy", "w+", np.int32, (sum(lengths),))
         indptr[0], row, at = 0, 0, 0
         for (p_indptr, p_indices, p_data), nnz, r in zip(parts, lengths, rows, strict=True):
