@@ -581,3 +581,32 @@ def test_precomputed_vectors_are_indexed_as_given_and_queries_need_a_model_that_
     bm25 = run_retrieve(RetrieveConfig(queries=str(queries), db=str(tmp_path / "db-ext"), pipelines={"bm25": both["bm25"]}, ray=RAY),
                         tmp_path / "r-ext-bm25", progress=False)["bm25"]
     assert set(pq.read_table(bm25).column("query_id").to_pylist()) == {f"q{i}" for i in range(6)}
+
+
+def test_ray_tasks_keep_the_order_and_a_failed_task_stops_the_others(ray_cluster, tmp_path):
+    """`--bm25-workers`' runner (jobs/raysession.py, RayTasks): results in the arguments' order;
+    when a task fails, the tasks still running are cancelled and awaited before the error is
+    raised (here they would run forever: the call returning at all shows it)."""
+    from logicrank.jobs.raysession import RayTasks
+
+    def square(x):
+        return x * x
+
+    tasks = RayTasks(ray_cluster, at_once=2)
+    assert tasks(square, [(i,) for i in range(5)]) == [0, 1, 4, 9, 16] and len(tasks.nodes) == 1
+
+    def run_or_fail(i, flags):
+        import pathlib
+        import time
+
+        if i == 2:  # fails once the other two are running
+            while len(list(pathlib.Path(flags).glob("started-*"))) < 2:
+                time.sleep(0.01)
+            raise ValueError("segment 2 failed")
+        pathlib.Path(flags, f"started-{i}").touch()
+        while True:  # until cancelled
+            time.sleep(0.01)
+
+    with pytest.raises(Exception, match="segment 2 failed"):
+        RayTasks(ray_cluster, at_once=3, num_cpus=0.5)(run_or_fail, [(i, str(tmp_path)) for i in range(3)])
+    assert sorted(p.name for p in tmp_path.glob("started-*")) == ["started-0", "started-1"]
