@@ -28,6 +28,7 @@ one task after another, so its peak is that of the largest step it ran.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -97,6 +98,8 @@ def _run(db: Path, mode: str, out: Path) -> dict:
     """One build in a fresh process, with its peak RSS and its Ray workers' (each) sampled."""
     import psutil
 
+    from tests.perf.bench_index_job import ray_workers
+
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(db), mode, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=Path(__file__).resolve().parents[2])
     peak = {"process": 0, "worker": 0, "worker_anon": 0}
@@ -107,14 +110,11 @@ def _run(db: Path, mode: str, out: Path) -> dict:
         while not done.is_set():
             try:
                 peak["process"] = max(peak["process"], me.memory_info().rss)
-                for p in me.children(recursive=True):
-                    try:
-                        if "ray::" in " ".join(p.cmdline()[:1]) or "default_worker" in " ".join(p.cmdline()):
-                            m = p.memory_info()
-                            peak["worker"] = max(peak["worker"], m.rss)
-                            peak["worker_anon"] = max(peak["worker_anon"], m.rss - m.shared)  # less the file pages mapped (memory maps, libraries)
-                    except psutil.Error:
-                        continue
+                for p in ray_workers(proc.pid):
+                    with contextlib.suppress(psutil.Error):
+                        m = p.memory_info()
+                        peak["worker"] = max(peak["worker"], m.rss)
+                        peak["worker_anon"] = max(peak["worker_anon"], m.rss - m.shared)  # less the file pages mapped (memory maps, libraries)
             except psutil.NoSuchProcess:
                 return
             done.wait(0.1)

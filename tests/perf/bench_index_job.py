@@ -26,6 +26,7 @@ with the rows read and checked by a pool of one Ray worker (``ray: {embed_actors
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -73,13 +74,22 @@ def write_corpus(directory: Path, n: int, seed: int, edit: float = 0.0, dim: int
         }), directory / f"part-{f:05d}.parquet")
 
 
-def _descendants(pid: int):
+def ray_workers(pid: int) -> list:
+    """The Ray worker processes below process ``pid`` (psutil processes; none once it is gone)."""
     import psutil
 
     try:
-        return psutil.Process(pid).children(recursive=True)
+        below = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
+    found = []
+    for p in below:
+        try:
+            if "ray::" in " ".join(p.cmdline()[:1]) or "default_worker" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
 
 
 def _index(corpus: Path, db: Path, out: Path, extra: tuple[str, ...] = ()) -> dict:
@@ -101,12 +111,9 @@ def _index(corpus: Path, db: Path, out: Path, extra: tuple[str, ...] = ()) -> di
             except psutil.NoSuchProcess:
                 return
             rss = 0
-            for p in _descendants(proc.pid):
-                try:
-                    if "ray::" in " ".join(p.cmdline()[:1]) or "default_worker" in " ".join(p.cmdline()):
-                        rss += p.memory_info().rss
-                except psutil.Error:
-                    continue
+            for p in ray_workers(proc.pid):
+                with contextlib.suppress(psutil.Error):
+                    rss += p.memory_info().rss
             peak["workers"] = max(peak["workers"], rss)
             done.wait(0.2)
 
