@@ -47,11 +47,9 @@ nightly-demo: $(STAMP)
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 PARALLEL := -n 2 --dist loadfile --max-worker-restart=0 --durations=25
 
-# The README's test command and CI's: every tier. The integration files first: a worker takes
-# files in the order they are collected, so the long ones start early and the many short unit
-# files fill the end, rather than one long file running on alone while the other worker idles.
+# The README's test command and CI's: every tier.
 test: $(STAMP)
-	$(PYTEST) $(PARALLEL) --junitxml=runs/tests/junit.xml tests/integration tests/unit
+	$(PYTEST) $(PARALLEL) --junitxml=runs/tests/junit.xml tests/unit tests/integration
 
 # For contributors: no Ray cluster, no LLM engine, no injected fault, nothing slow (markers in
 # pyproject.toml; a few minutes here).
