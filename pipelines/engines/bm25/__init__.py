@@ -19,6 +19,8 @@ The modules, from the bottom up:
   built from a scan or patched from another version's);
 * ``storage.py``: one saved index on disk: its format (:data:`FORMAT`), its files, the
   weights in segments of documents (:func:`segmented`), writing and reading them;
+* ``segments.py``: a build in segments of documents, each step a task any worker can run
+  (analyze, merge, weigh, assemble), saving the same arrays as a build in one scan;
 * ``mapped.py``: a saved index mapped from disk for search (:class:`MappedBM25`);
 * ``versions.py``: the saved indexes beside a table, one per version
   (``<db>/_bm25/<table>/v<version>/``): opening, making, updating, pruning, dropping.
