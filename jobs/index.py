@@ -404,7 +404,7 @@ def _bm25_index(cfg: IndexConfig, store: DocStore) -> dict:
     """The new version's BM25 index, saved beside the table, segment after segment: in a child
     process from APART_FROM_ROWS rows (the driver stays small), in the driver below; with
     ``bm25_workers``, as tasks on the cluster, that many at once (the driver holds none of it;
-    a patch is one task, on any node). The same index either way."""
+    a patch runs in segments too). The same index either way."""
     if not cfg.bm25_workers or index_root(store) is None:
         return update_index_apart(store)
     with ray_session(cfg.ray) as ray:

@@ -216,7 +216,7 @@ def test_an_index_of_the_previous_format_is_saved_again_from_its_counts(tmp_path
     meta = json.loads((path / "meta.json").read_text())
     (path / "meta.json").write_text(json.dumps({**meta, "format": 2}))
     assert bm25.MappedBM25.open(path) is None and bm25.BM25Index.load(path) is not None
-    _, done = bm25.make_index(store, bm25.index_root(store))
+    done = bm25.update_index(store)
     assert done["how"] == "patched" and done["analyzed"] == 0 and done["kept"] == len(a)
     b = DocStore(str(tmp_path / "db")).bm25_index()
     assert isinstance(b, bm25.MappedBM25) and json.loads((path / "meta.json").read_text())["format"] == bm25.FORMAT

@@ -3,6 +3,7 @@ workers), on one table, as the index job builds it (not a test).
 
     make bench-bm25-build                                 # 1M documents
     python tests/perf/bench_bm25_build.py --docs 100000   # a smoke run
+    python tests/perf/bench_bm25_build.py --docs 10000000 --runs 2 --patch-runs in-process,1,2   # 10M: one build, the patches
 
 The table: passages drawn (seeded) from bundled SciFact's abstracts, as
 tests/perf/bench_index_job.py makes its corpora, with random vectors of ``--dim`` numbers (the
@@ -23,6 +24,11 @@ process's peak RSS, the peak RSS of any one Ray worker and its peak less the fil
 (``rss - shared``: the index files written and read through memory maps, the libraries),
 sampled every 0.1 s, and whether every saved array equals the reference's. A Ray worker runs
 one task after another, so its peak is that of the largest step it ran.
+
+Then the patch (``--edit``, 1% by default): that share of the documents (seeded) given another
+text and hash in one upsert, as a nightly re-index leaves the table, and the new version's
+index made by ``update_index`` from the build's, once per ``--patch-runs`` (the same modes),
+each in a fresh process with its own measures; the first patch is the reference of the others.
 """
 
 from __future__ import annotations
@@ -130,6 +136,27 @@ def _run(db: Path, mode: str, out: Path) -> dict:
             "worker_peak_gib": round(peak["worker"] / 2**30, 2), "worker_anon_peak_gib": round(peak["worker_anon"] / 2**30, 2)}
 
 
+def _edit(db: Path, share: float, seed: int) -> int:
+    """``share`` of the table's documents (seeded) upserted with another text and content hash;
+    returns how many."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from logicrank.pipelines.engines.store import DocStore
+
+    store = DocStore(str(db))
+    ids = store.hashes().column("doc_id")
+    chosen = np.sort(np.random.default_rng(seed + 7).choice(len(ids), int(len(ids) * share), replace=False))
+    rows = store.rows_for(ids.take(pa.array(chosen)).to_pylist(), ["title", "text", "metadata", "content_hash", "vector"])
+    text = pc.binary_join_element_wise(rows.column("text"), pa.scalar(" (edited)"), "")
+    rows = rows.set_column(rows.schema.get_field_index("text"), "text", text)
+    rows = rows.set_column(rows.schema.get_field_index("content_hash"), "content_hash",
+                           pc.binary_join_element_wise(rows.column("content_hash"), pa.scalar("e"), ""))
+    store.upsert(rows)
+    store.mark_complete()
+    return rows.num_rows
+
+
 def _same(a: Path, b: Path) -> bool:
     """Whether two saved indexes hold the same arrays: search files, counts, ids and terms."""
     import pyarrow as pa
@@ -155,6 +182,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
     ap.add_argument("--dim", type=int, default=384, help="the table's vectors' width (the build never reads them)")
     ap.add_argument("--runs", default="one-scan,in-process,1,2", help="builds, the first the reference: one-scan, in-process, or N Ray workers")
+    ap.add_argument("--edit", type=float, default=0.01, help="the share of the documents edited before the patches")
+    ap.add_argument("--patch-runs", default="in-process,1,2", help="patches after the edit (empty: none), the first the reference")
     args = ap.parse_args(argv)
     from logicrank.pipelines.engines import bm25
     from logicrank.pipelines.engines.store import DocStore
@@ -177,19 +206,37 @@ def main(argv: list[str] | None = None) -> None:
         else:
             rows[-1]["same_arrays"] = _same(reference, saved)
         print(json.dumps(rows[-1], default=str), flush=True)
+    patches, edited = [], 0
+    if args.patch_runs:
+        built = bm25.saved_versions(bm25.index_root(store))
+        edited = _edit(db, args.edit, args.seed)
+        store = DocStore(str(db))
+        saved_patch = bm25.index_root(store) / f"v{store.version}"
+        assert built and built[-1] < store.version, (built, store.version)
+        for i, mode in enumerate(args.patch_runs.split(",")):
+            shutil.rmtree(saved_patch, ignore_errors=True)
+            patches.append({"run": "patch, " + (names.get(mode) or f"segments, {mode} Ray worker{'s' if mode != '1' else ''}").removeprefix("segments, "),
+                            **_run(db, mode, saved_patch)})
+            if i == 0:
+                shutil.copytree(saved_patch, args.work / "patch-reference")
+            else:
+                patches[-1]["same_arrays"] = _same(args.work / "patch-reference", saved_patch)
+            print(json.dumps(patches[-1], default=str), flush=True)
     done = next((r["done"] for r in rows if "done" in r), {})
     report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "docs": args.docs, "table_made_s": made,
-              "segment_rows": done.get("segment_rows"), "segments": done.get("segments"), "rows": rows}
+              "segment_rows": done.get("segment_rows"), "segments": done.get("segments"), "rows": rows, "edited": edited, "patches": patches}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_bm25_build.json").write_text(json.dumps(report, indent=1, default=str))
     shutil.rmtree(args.work, ignore_errors=True)
     print(f"{args.docs:,} documents, {report['segments']} segments of {report['segment_rows']} rows; table made in {made} s")
     print("| build | seconds | process peak GiB | largest Ray worker peak GiB (of it not file pages) | arrays equal to the first build's |")
     print("|:--|--:|--:|--:|:--|")
-    for r in rows:
+    for r in rows + patches:
         worker = f"{r['worker_peak_gib']} ({r['worker_anon_peak_gib']})" if r["worker_peak_gib"] else "-"
         print(f"| {r['run']} | {r['build_s']:.1f} | {r['process_peak_gib']} | {worker} | "
               f"{'reference' if 'same_arrays' not in r else ('yes' if r['same_arrays'] else 'NO')} |")
+    if patches:
+        print(f"patches: {edited:,} documents edited ({args.edit:.0%}) after the builds")
 
 
 if __name__ == "__main__":

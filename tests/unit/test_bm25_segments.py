@@ -5,11 +5,13 @@ documents, tasks run in any order, and documents with no title, no text or only 
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import scipy.sparse as sp
 
 from logicrank.pipelines.engines import bm25
 from logicrank.pipelines.engines.bm25 import segments, storage
@@ -120,15 +122,91 @@ def test_update_index_builds_in_segments_then_patches(tmp_path, docs, monkeypatc
 
     first = bm25.update_index(store, run=run)
     assert first["how"] == "built" and first["segments"] == 5 and first["docs"] == 70
-    assert calls == [("patch_saved", 1), ("analyze_segment", 5), ("merge_segments", 1), ("weigh_segment", 5), ("assemble", 1)]
+    assert calls == [("analyze_segment", 5), ("merge_segments", 1), ("weigh_segment", 5), ("assemble", 4)]
     store.upsert(pa.table({"doc_id": ["new"], "title": ["t"], "text": ["a brand new zyxwvut document"], "metadata": [None],
                            "content_hash": ["hn"], "vector": to_fixed_size_list(np.ones((1, 4), np.float32))}))
     calls.clear()
     second = bm25.update_index(store, run=run)
-    assert second["how"] == "patched" and second["analyzed"] == 1 and calls == [("patch_saved", 1)]
+    assert second["how"] == "patched" and second["analyzed"] == 1 and second["kept"] == 70 and second["segments"] == 5
+    assert calls == [("plan_patch", 1), ("count_kept", 5), ("analyze_segment", 1), ("merge_segments", 1), ("weigh_segment", 5), ("assemble", 4)]
 
 
 def test_segment_ranges():
     assert segments.ranges(0, 4) == [(0, 0)]
     assert segments.ranges(9, 4) == [(0, 4), (4, 8), (8, 9)]
     assert segments.ranges(8, 4) == [(0, 4), (4, 8)]
+
+
+def _edit(store: DocStore, docs: list[dict], changed: int, added: int, deleted: int) -> None:
+    """``changed`` documents given another text (the first of them a term no document had),
+    ``added`` new ones, ``deleted`` of the rest removed: one upsert, one delete, as a re-index."""
+    n = changed + added
+    rows = [dict(d, text=f"{d.get('text') or ''} revised{' brandnewterm' if i == 0 else ''}") for i, d in enumerate(docs[10 : 10 + changed])]
+    rows += [{"_id": f"added{i}", "title": f"Added {i}", "text": f"an added document about vitamin {i} and brandnewterm"} for i in range(added)]
+    store.upsert(pa.table({
+        "doc_id": [d["_id"] for d in rows], "title": [d.get("title") for d in rows], "text": [d.get("text") for d in rows],
+        "metadata": [None] * n, "content_hash": [f"e{i}" for i in range(n)],
+        "vector": to_fixed_size_list(np.ones((n, 4), np.float32)),
+    }))
+    gone = {d["_id"] for d in docs[30 : 30 + deleted]}
+    store.delete_absent(pa.array([d["_id"] for d in docs if d["_id"] not in gone] + [d["_id"] for d in rows[changed:]]))
+
+
+@pytest.mark.parametrize("segment_rows", [16, 7])
+def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, monkeypatch, segment_rows):
+    """The patch keeps the earlier index's rows whose document is unchanged, in their order, then
+    the table's new and changed ones in its order, and its vocabulary's ids: it saves the arrays a
+    build over those rows, starting from that vocabulary, saves. Tasks run in reverse order; at 7
+    rows a segment mixes kept and new rows, and new rows from two analyzed segments."""
+    monkeypatch.setattr(storage, "SEGMENT_ROWS", segment_rows)
+    store = _table(tmp_path / "db", docs)
+    assert bm25.update_index(store)["how"] == "built"
+    before = bm25.index_root(store) / f"v{store.version}"
+    old = pq.read_table(before / "docs.parquet").to_pydict()
+    old_terms = pq.read_table(before / "vocab.parquet").column("term").to_pylist()
+    _edit(store, docs, changed=3, added=20, deleted=6)
+    store = DocStore(str(tmp_path / "db"), version=store.table.version)
+
+    def backwards(step, args):
+        return list(reversed([step(*a) for a in reversed(args)]))
+
+    done = bm25.update_index(store, run=backwards)
+    assert (done["how"], done["kept"], done["dropped"], done["analyzed"], done["docs"]) == ("patched", 61, 9, 23, 84)
+
+    pairs = set(zip(*store.hashes().to_pydict().values(), strict=True))
+    kept = [d for d, h in zip(old["doc_id"], old["content_hash"], strict=True) if (d, h) in pairs]
+    fresh = [d for d, h in zip(*store.hashes().to_pydict().values(), strict=True) if (d, h) not in set(zip(old["doc_id"], old["content_hash"], strict=True))]
+    assert len(kept) == 61 and len(fresh) == 23
+    rows = store.rows_for(kept + fresh, bm25.SOURCE_COLUMNS[1:]).select(bm25.SOURCE_COLUMNS)
+    order = pa.compute.index_in(pa.array(kept + fresh), value_set=rows.column("doc_id"))
+    whole = bm25.BM25Index.build(rows.take(order).to_batches(max_chunksize=5), store.version, stamp=store.version_stamp(),
+                                 vocab=bm25.Vocabulary(old_terms))
+    whole.save(tmp_path / "whole")
+    patched = bm25.index_root(store) / f"v{store.version}"
+    _assert_same(_saved(patched), _saved(tmp_path / "whole"))
+    assert "brandnewterm" in whole.vocab.ids and len(whole.vocab) > len(old_terms)
+    assert not list(patched.parent.glob(".*"))  # the work directory is removed
+
+
+def test_a_patch_gives_way_to_a_build_when_most_documents_changed_or_the_counts_are_damaged(tmp_path, docs, monkeypatch):
+    monkeypatch.setattr(storage, "SEGMENT_ROWS", 16)
+    store = _table(tmp_path / "db", docs)
+    bm25.update_index(store)
+    first = bm25.index_root(store) / f"v{store.version}"
+    _edit(store, docs, changed=40, added=0, deleted=0)  # 40 of 70: over the patch's limit
+    assert bm25.update_index(DocStore(str(tmp_path / "db"), version=store.table.version))["how"] == "built"
+    shutil.rmtree(bm25.index_root(store) / f"v{store.table.version}")
+    whole = (first / "text.npz").read_bytes()
+    (first / "text.npz").write_bytes(whole[: len(whole) - 100])  # its directory intact, an array cut short
+    assert storage.counts_meta(first) is None
+    assert bm25.update_index(DocStore(str(tmp_path / "db"), version=store.table.version))["how"] == "built"
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_saved_counts_are_mapped_as_scipy_wrote_them(tmp_path, compressed):
+    m = sp.random(50, 30, density=0.2, format="csr", random_state=0, dtype=np.float64)
+    m.data = np.rint(m.data * 10).astype(np.int32) + 1
+    sp.save_npz(tmp_path / "title.npz", m, compressed=compressed)
+    indptr, indices, data, shape = storage.map_counts(tmp_path, "title")
+    assert shape == m.shape and isinstance(indices, np.memmap) != compressed
+    assert np.array_equal(indptr, m.indptr) and np.array_equal(indices, m.indices) and np.array_equal(data, m.data)

@@ -16,11 +16,12 @@ The modules, from the bottom up:
 * ``index.py``: the scores (k1, b, the combined statistics), the search over an index's
   arrays every index shares (:class:`BM25Search`: query matrix, top k, term scores, the
   search keys that merge across shards) and the index made in memory (:class:`BM25Index`:
-  built from a scan or patched from another version's);
+  built from a scan);
 * ``storage.py``: one saved index on disk: its format (:data:`FORMAT`), its files, the
   weights in segments of documents (:func:`segmented`), writing and reading them;
 * ``segments.py``: a build in segments of documents, each step a task any worker can run
-  (analyze, merge, weigh, assemble), saving the same arrays as a build in one scan;
+  (analyze, merge, weigh, assemble), saving the same arrays as a build in one scan; and a
+  patch from an earlier saved index in the same steps, analyzing only the new documents;
 * ``mapped.py``: a saved index mapped from disk for search (:class:`MappedBM25`);
 * ``versions.py``: the saved indexes beside a table, one per version
   (``<db>/_bm25/<table>/v<version>/``): opening, making, updating, pruning, dropping.
@@ -40,7 +41,6 @@ from logicrank.pipelines.engines.bm25.versions import (
     drop_indexes,
     ensure_index,
     index_root,
-    make_index,
     open_index,
     prune_indexes,
     saved_versions,
@@ -49,6 +49,6 @@ from logicrank.pipelines.engines.bm25.versions import (
 
 __all__ = [
     "ENGLISH_STOP_WORDS", "FORMAT", "SOURCE_COLUMNS", "Analyzer", "BM25Index", "BM25Search", "MappedBM25", "Vocabulary", "decode_keys",
-    "default_analyzer", "drop_indexes", "ensure_index", "index_root", "make_index", "merge_keys", "open_index", "preload_kernels",
+    "default_analyzer", "drop_indexes", "ensure_index", "index_root", "merge_keys", "open_index", "preload_kernels",
     "prune_indexes", "saved_versions", "segmented", "tiebreak_ranks", "update_index",
 ]

@@ -15,13 +15,22 @@ local disk for one node, a shared file system for a cluster):
 3. :func:`weigh_segment`, per segment: its counts in the vocabulary's ids and its BM25 weights
    under the collection's statistics (:func:`~.index.weigh`: a document's weights depend on
    its own counts and the collection's statistics only);
-4. :func:`assemble`, once: the saved index, its search files segment after segment (streamed
-   through memory maps), its counts, ids and vocabulary, renamed into place.
+4. :func:`assemble`, per part of the saved index (its search files segment after segment,
+   streamed through memory maps; its ids and vocabulary; each field's counts), then its meta,
+   renamed into place.
 
 A worker holds one segment at a time (its counts and weights), never the collection; the
 assembler holds the doc ids (for the tie-break ranks) and the vocabulary. :func:`build` runs the
 steps with a ``run`` the caller gives: here one after another (:func:`in_process`), on a Ray
 cluster the index job's (jobs/index.py).
+
+:func:`patch` makes the next version's index from an earlier saved one in the same steps: a plan
+(:func:`plan_patch`: which saved rows are kept, which of the table's rows are new or changed),
+the kept rows' statistics read from the saved counts (:func:`count_kept`, per segment of the
+saved index) beside the new rows analyzed, the merge (the saved vocabulary first, its ids kept),
+then each segment of the new index weighed from its kept rows' saved counts and its new rows'
+(:func:`weigh_segment`) and assembled. Nothing is analyzed again but the new rows; the index
+saves the arrays a build over the same rows, its vocabulary starting from the saved one, saves.
 """
 
 from __future__ import annotations
@@ -36,12 +45,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from logicrank.pipelines.engines.bm25 import storage
 from logicrank.pipelines.engines.bm25.analyzer import Vocabulary, default_analyzer
-from logicrank.pipelines.engines.bm25.index import SOURCE_COLUMNS, field_counts, idf_of, tiebreak_ranks, weigh
+from logicrank.pipelines.engines.bm25.index import SOURCE_COLUMNS, field_counts, idf_of, row_sums, tiebreak_ranks, weigh
 
 SCAN_ROWS = 8192  # rows per batch read from the table
 
@@ -83,29 +93,117 @@ def build(store, path: Path, run: Run = in_process, segment_rows: int | None = N
         for i in range(len(spans)):  # made here: a task on a node that does not see the directory fails, never makes its own
             (work / f"s{i:05d}").mkdir()
         table = opener(store)
-        rows = run(analyze_segment, [(table, lo, hi, str(work / f"s{i:05d}")) for i, (lo, hi) in enumerate(spans)])
-        (stats,) = run(merge_segments, [(str(work), len(spans))])
-        run(weigh_segment, [(str(work), i, lo, stats["avgdl"]) for i, (lo, _) in enumerate(spans)])
-        run(assemble, [(str(work), len(spans), str(path), int(store.version), store.version_stamp(), segment_rows)])
+        analyzed = [str(work / f"s{i:05d}") for i in range(len(spans))]
+        rows = run(analyze_segment, [(table, lo, hi, seg) for seg, (lo, hi) in zip(analyzed, spans, strict=True)])
+        (stats,) = run(merge_segments, [(str(work), analyzed, None, [])])
+        run(weigh_segment, [(str(work), i, lo, stats["avgdl"], [("analyzed", seg, 0, hi - lo)])
+                            for i, (seg, (lo, hi)) in enumerate(zip(analyzed, spans, strict=True))])
+        _assemble(run, work, len(spans), path, int(store.version), store.version_stamp(), segment_rows)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"how": "built", "analyzed": sum(rows), "segments": len(spans), "segment_rows": segment_rows, "terms": stats["terms"]}
+    return {"how": "built", "analyzed": sum(rows), "docs": sum(rows), "segments": len(spans), "segment_rows": segment_rows, "terms": stats["terms"]}
+
+
+def patch(store, base: Path, base_stamp: str | None, path: Path, run: Run = in_process, limit: float = 1.0,
+          segment_rows: int | None = None) -> dict | None:
+    """Save the store version's index in ``path``, patched in segments (module doc) from the
+    index saved in ``base`` (an earlier version's, or this version's own counts; made when the
+    table version had ``base_stamp``); returns what was done, or None where the saved counts are
+    not whole or more than ``limit`` of the table's documents are new or changed (a build costs
+    less). Tasks and paths as :func:`build`'s."""
+    path, base = Path(path).expanduser().resolve(), Path(base).expanduser().resolve()
+    segment_rows = segment_rows or storage.SEGMENT_ROWS
+    before = storage.counts_meta(base, base_stamp)
+    if before is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{path.name}-patch-", dir=path.parent))
+    try:
+        spans = ranges(store.count(), segment_rows)
+        for i in range(len(spans)):
+            (work / f"s{i:05d}").mkdir()
+        (plan,) = run(plan_patch, [(opener(store), str(base), str(work), segment_rows)])
+        if plan["fresh"] > limit * max(1, plan["docs"]):
+            return None
+        if plan["docs"] != spans[-1][1]:
+            raise RuntimeError(f"bm25: {store.name!r} v{store.version} changed while its index was made ({plan['docs']} rows, then {spans[-1][1]})")
+        saved = ranges(before["docs"], int(before.get("segment_rows") or storage.SEGMENT_ROWS))
+        kept_dirs, fresh_dirs = [str(work / f"k{j:05d}") for j in range(len(saved))], []
+        fresh = ranges(plan["fresh"], max(1, segment_rows // 8)) if plan["fresh"] else []  # new rows analyzed in smaller tasks, spread
+        fresh_dirs = [str(work / f"f{j:05d}") for j in range(len(fresh))]
+        for d in kept_dirs + fresh_dirs:
+            Path(d).mkdir()
+        run(count_kept, [(str(base), str(work), d, lo, hi) for d, (lo, hi) in zip(kept_dirs, saved, strict=True)])
+        run(analyze_segment, [(opener(store), lo, hi, d, str(work / "fresh.parquet")) for d, (lo, hi) in zip(fresh_dirs, fresh, strict=True)])
+        (stats,) = run(merge_segments, [(str(work), fresh_dirs, str(base), kept_dirs)])
+        kept = plan["kept"]
+        weighs = []
+        for i, (lo, hi) in enumerate(spans):
+            pieces = [("saved", str(base), lo, min(hi, kept))] if lo < kept else []
+            for j, (f_lo, f_hi) in enumerate(fresh):  # the new rows follow the kept ones
+                a, b = max(lo, kept + f_lo), min(hi, kept + f_hi)
+                if a < b:
+                    pieces.append(("analyzed", fresh_dirs[j], a - kept - f_lo, b - kept - f_lo))
+            weighs.append((str(work), i, lo, stats["avgdl"], pieces or [("saved", str(base), 0, 0)]))
+        run(weigh_segment, weighs)
+        _assemble(run, work, len(spans), path, int(store.version), store.version_stamp(), segment_rows)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"how": "patched", "from_version": before["version"], "kept": plan["kept"], "dropped": before["docs"] - plan["kept"],
+            "analyzed": plan["fresh"], "docs": plan["docs"], "segments": len(spans), "segment_rows": segment_rows, "terms": stats["terms"]}
+
+
+def plan_patch(table: Callable, base: str, work: str, segment_rows: int) -> dict:
+    """A patch's plan (:func:`patch`): the rows of the index saved in ``base`` whose document
+    the table version ``table()`` opens still holds, unchanged (its (doc id, content hash)
+    pair): their numbers (``kept.npy``); the table's other rows, new or changed (their doc ids,
+    in the table's order: ``fresh.parquet``); and the new index's documents, the kept rows then
+    the new ones, written per segment (``s<i>/docs.parquet``). Returns the counts."""
+    work_dir = Path(work)
+    stored = table().hashes().select(["doc_id", "content_hash"])
+    old = pq.read_table(Path(base) / "docs.parquet", columns=["doc_id", "content_hash"]).replace_schema_metadata(None)
+    key = lambda t: pc.binary_join_element_wise(t.column("doc_id"), pc.fill_null(t.column("content_hash"), ""), "\x1f")  # noqa: E731
+    old_key, new_key = key(old), key(stored)
+    keep = pc.is_in(old_key, value_set=new_key)
+    fresh = pc.invert(pc.is_in(new_key, value_set=old_key))
+    np.save(work_dir / "kept.npy", np.flatnonzero(keep.to_numpy(zero_copy_only=False)))
+    new = stored.filter(fresh)
+    pq.write_table(new.select(["doc_id"]), work_dir / "fresh.parquet")
+    docs = pa.concat_tables([old.filter(keep), new.cast(old.schema)])
+    for i, (lo, hi) in enumerate(ranges(docs.num_rows, segment_rows)):
+        pq.write_table(docs.slice(lo, hi - lo), _segment_dir(str(work_dir / f"s{i:05d}")) / "docs.parquet")
+    return {"docs": docs.num_rows, "kept": docs.num_rows - new.num_rows, "fresh": new.num_rows}
+
+
+def count_kept(base: str, work: str, out: str, lo: int, hi: int) -> int:
+    """The statistics (:func:`analyze_segment`'s ``stats.npz``) of the kept ones among rows
+    ``[lo, hi)`` of the index saved in ``base``, read from its counts, into ``out``; returns
+    how many were kept."""
+    kept = np.load(Path(work) / "kept.npy", mmap_mode="r")
+    rows = np.asarray(kept[np.searchsorted(kept, lo) : np.searchsorted(kept, hi)])
+    stats = {}
+    for field in ("title", "text"):
+        terms = storage.map_counts(Path(base), field)[3][1]
+        indptr, indices, data = _saved_rows(Path(base), field, rows)
+        m = sp.csr_matrix((data, indices.astype(np.int32, copy=False), indptr), shape=(len(rows), terms))
+        stats.update({f"{field}_{k}": v for k, v in _field_stats(m).items()})
+    np.savez(_segment_dir(out) / "stats.npz", **stats)
+    return len(rows)
 
 
 # -- 1. analyze ---------------------------------------------------------------------------
-def analyze_segment(table: Callable, lo: int, hi: int, out: str) -> int:
-    """Rows ``[lo, hi)`` of the table version ``table()`` opens analyzed into ``out``: the
-    segment's terms (its own ids, by first appearance), its title and text counts in those ids,
-    its ids and hashes, and its statistics (per-term document frequencies per field, documents
-    with tokens and tokens per field). Returns its rows."""
-    out_dir = Path(out)
-    if not out_dir.is_dir():
-        raise FileNotFoundError(f"bm25: the segment directory {out_dir} is not on this node (the database must be at the same path on every node)")
+def analyze_segment(table: Callable, lo: int, hi: int, out: str, fresh: str | None = None) -> int:
+    """Rows ``[lo, hi)`` of the table version ``table()`` opens analyzed into ``out`` (with
+    ``fresh``, a Parquet file of doc ids: the table's rows of its ids ``[lo, hi)``, in its
+    order): the segment's terms (its own ids, by first appearance), its title and text counts in
+    those ids, its ids and hashes, and its statistics (per-term document frequencies per field,
+    documents with tokens and tokens per field). Returns its rows."""
+    out_dir = _segment_dir(out)
     vocab, analyze = Vocabulary(), default_analyzer()
     ids, hashes, titles, texts = [], [], [], []
     store = table() if hi > lo else None
     if store is not None:
-        for b in store.scan(SOURCE_COLUMNS, batch_rows=SCAN_ROWS, rows=(lo, hi)):
+        for b in _read_rows(store, lo, hi, fresh):
             ids.append(b.column("doc_id"))
             hashes.append(b.column("content_hash"))
             title, text = field_counts([b.column("title").to_pylist(), b.column("text").to_pylist()], vocab, analyze)
@@ -125,6 +223,27 @@ def analyze_segment(table: Callable, lo: int, hi: int, out: str) -> int:
     return hi - lo
 
 
+def _segment_dir(out: str) -> Path:
+    out_dir = Path(out)
+    if not out_dir.is_dir():
+        raise FileNotFoundError(f"bm25: the segment directory {out_dir} is not on this node (the database must be at the same path on every node)")
+    return out_dir
+
+
+def _read_rows(store, lo: int, hi: int, fresh: str | None):
+    """The record batches :func:`analyze_segment` analyzes: the table's rows ``[lo, hi)``, or
+    the rows of the doc ids ``[lo, hi)`` of the Parquet file ``fresh``, in that file's order."""
+    if fresh is None:
+        yield from store.scan(SOURCE_COLUMNS, batch_rows=SCAN_ROWS, rows=(lo, hi))
+        return
+    wanted = pq.read_table(fresh, columns=["doc_id"]).column("doc_id").slice(lo, hi - lo)
+    rows = store.rows_for(wanted.to_pylist(), SOURCE_COLUMNS[1:]).select(SOURCE_COLUMNS)
+    if rows.num_rows != len(wanted):
+        raise RuntimeError(f"bm25: {len(wanted) - rows.num_rows} of the documents to analyze are not in {store.name!r} v{store.version}")
+    order = pc.index_in(wanted, value_set=rows.column("doc_id"))  # the file's order (the table's, as it was listed)
+    yield from rows.take(order).to_batches(max_chunksize=SCAN_ROWS)
+
+
 def _stack(parts: list[sp.csr_matrix], cols: int) -> sp.csr_matrix:
     if not parts:
         return sp.csr_matrix((0, cols), dtype=np.int32)
@@ -133,61 +252,73 @@ def _stack(parts: list[sp.csr_matrix], cols: int) -> sp.csr_matrix:
 
 def _field_stats(m: sp.csr_matrix) -> dict[str, np.ndarray]:
     """One field's statistics, as :meth:`~.index.BM25Index.stats` counts them."""
-    lengths = np.asarray(m.sum(axis=1)).ravel()
+    lengths = row_sums(m)
     return {"df": np.bincount(m.indices, minlength=m.shape[1]).astype(np.int64),
             "docs": np.int64((lengths > 0).sum()), "tokens": np.int64(lengths.sum())}
 
 
 # -- 2. merge -----------------------------------------------------------------------------
-def merge_segments(work: str, segments: int) -> dict:
-    """The vocabulary (each segment's terms, new ones appended in segment order), each segment's
-    map from its term ids to the vocabulary's (``map.npy``), and the collection's statistics:
-    the idf (``idf.npy``) and the average length, as one scan's build computes them."""
+def merge_segments(work: str, analyzed: Sequence[str], prior: str | None, kept: Sequence[str]) -> dict:
+    """The vocabulary, each analyzed segment's map from its term ids to the vocabulary's
+    (``map.npy``), and the collection's statistics: the idf (``idf.npy``) and the average length,
+    as one scan's build computes them. The vocabulary: the terms of the saved index ``prior``
+    first (a patch: their ids kept), then each analyzed segment's new terms in segment order (the
+    ids one scan gives). ``kept``: directories of statistics of rows counted in ``prior``'s term
+    ids (:func:`count_kept`)."""
     work_dir = Path(work)
-    vocab = Vocabulary()
-    df = {"title": [], "text": []}
+    prior_terms = pq.read_table(Path(prior) / "vocab.parquet").column("term").combine_chunks() if prior else pa.array([], pa.string())
+    parts = [(np.arange(len(prior_terms)), Path(d)) for d in kept]  # (term ids, statistics' directory)
+    terms = [pq.read_table(Path(d) / "terms.parquet").column("term").combine_chunks() for d in analyzed]
+    every = pa.concat_arrays(terms) if terms else pa.array([], pa.string())
+    found = pc.fill_null(pc.index_in(every, value_set=prior_terms), -1).to_numpy() if len(prior_terms) else np.full(len(every), -1)
+    mapping, new = found.astype(np.int64), {}
+    misses = np.flatnonzero(mapping < 0)  # terms the prior vocabulary lacks, numbered on first sight (segment order)
+    for j, term in zip(misses.tolist(), every.take(pa.array(misses)).to_pylist(), strict=True):
+        mapping[j] = new.setdefault(term, len(prior_terms) + len(new))
+    ends = np.cumsum([0, *(len(t) for t in terms)])
+    for i, d in enumerate(analyzed):
+        np.save(Path(d) / "map.npy", mapping[ends[i] : ends[i + 1]])
+        parts.append((mapping[ends[i] : ends[i + 1]], Path(d)))
+    size = len(prior_terms) + len(new)
+    df = {"title": np.zeros(size, np.int64), "text": np.zeros(size, np.int64)}
     docs = {"title": 0, "text": 0}
     tokens = 0
-    for i in range(segments):
-        seg = work_dir / f"s{i:05d}"
-        terms = pq.read_table(seg / "terms.parquet").column("term").to_pylist()
-        mapping = np.fromiter((vocab.id(t) for t in terms), np.int64, len(terms))
-        np.save(seg / "map.npy", mapping)
-        with np.load(seg / "stats.npz") as s:
+    for mapping, d in parts:
+        with np.load(d / "stats.npz") as s:
             for field in ("title", "text"):
-                df[field].append((mapping, s[f"{field}_df"]))
+                df[field][mapping] += s[f"{field}_df"]  # a segment's terms map to distinct ids
                 docs[field] += int(s[f"{field}_docs"])
                 tokens += int(s[f"{field}_tokens"])
-    size = len(vocab)
-    combined = []
-    for field in ("title", "text"):
-        total = np.zeros(size, np.int64)
-        for mapping, part in df[field]:
-            total[mapping] += part  # a segment's terms map to distinct ids
-        combined.append(total)
     n = max(docs["title"], docs["text"])
-    np.save(work_dir / "idf.npy", idf_of(n, np.maximum(*combined)))
-    pq.write_table(pa.table({"term": pa.array(vocab.terms, pa.string())}), work_dir / "vocab.parquet")
+    np.save(work_dir / "idf.npy", idf_of(n, np.maximum(df["title"], df["text"])))
+    vocab = pa.concat_arrays([prior_terms, pa.array(list(new), pa.string())])
+    pq.write_table(pa.table({"term": vocab}), work_dir / "vocab.parquet")
     return {"docs": n, "avgdl": tokens / n if n else 0.0, "terms": size}
 
 
 # -- 3. weigh -----------------------------------------------------------------------------
-def weigh_segment(work: str, i: int, lo: int, avgdl: float) -> int:
-    """Segment ``i``'s counts in the vocabulary's term ids (``title_*.npy``, ``text_*.npy``: CSR
-    arrays, documents x terms) and its weights, terms x documents with the table's row numbers
-    (``w_*.npy``). Returns its postings."""
+Piece = tuple[str, str, int, int]  # (kind, directory, lo, hi): rows of an analyzed segment, or of a saved index's kept rows
+
+
+def weigh_segment(work: str, i: int, lo: int, avgdl: float, pieces: Sequence[Piece]) -> int:
+    """Segment ``i`` of the index (the table's rows from ``lo``): its counts in the vocabulary's
+    term ids (``title_*.npy``, ``text_*.npy``: CSR arrays, documents x terms) and its weights,
+    terms x documents with the index's row numbers (``w_*.npy``), in ``work``'s ``s<i>``. Its
+    rows, in order, are those of ``pieces``: ``("analyzed", dir, lo, hi)``, rows of a segment
+    :func:`analyze_segment` wrote (its term ids mapped by :func:`merge_segments`);
+    ``("saved", dir, lo, hi)``, the kept rows ``[lo, hi)`` (``kept.npy``) of the index saved in
+    ``dir``. Returns its postings."""
     work_dir = Path(work)
-    seg = work_dir / f"s{i:05d}"
-    mapping = np.load(seg / "map.npy")
+    seg = _segment_dir(str(work_dir / f"s{i:05d}"))
     idf = np.load(work_dir / "idf.npy", mmap_mode="r")
     counts = []
     for field in ("title", "text"):
-        local = sp.load_npz(seg / f"{field}.npz").tocsr()
-        m = sp.csr_matrix((local.data, mapping[local.indices].astype(np.int32), local.indptr), shape=(local.shape[0], len(idf)))
+        parts = [_piece_counts(work_dir, piece, field, len(idf)) for piece in pieces]
+        m = sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
         m.sort_indices()  # each document's terms by the vocabulary's ids, as one scan's build holds them
         np.save(seg / f"{field}_indptr.npy", m.indptr.astype(np.int64))  # offsets into every segment's postings after this one's
-        np.save(seg / f"{field}_indices.npy", m.indices)
-        np.save(seg / f"{field}_data.npy", m.data)
+        np.save(seg / f"{field}_indices.npy", m.indices.astype(np.int32, copy=False))
+        np.save(seg / f"{field}_data.npy", m.data.astype(np.int32, copy=False))
         counts.append(m)
     w = weigh(*counts, np.asarray(idf), avgdl)
     np.save(seg / "w_indptr.npy", w.indptr.astype(np.int64))
@@ -196,31 +327,76 @@ def weigh_segment(work: str, i: int, lo: int, avgdl: float) -> int:
     return int(w.nnz)
 
 
+def _piece_counts(work_dir: Path, piece: Piece, field: str, terms: int) -> sp.csr_matrix:
+    """One field's counts of a piece's rows (:func:`weigh_segment`) in the vocabulary's term ids."""
+    kind, where, lo, hi = piece
+    if kind == "analyzed":
+        local = sp.load_npz(Path(where) / f"{field}.npz").tocsr()[lo:hi]
+        mapping = np.load(Path(where) / "map.npy")
+        return sp.csr_matrix((local.data, mapping[local.indices].astype(np.int32), local.indptr), shape=(hi - lo, terms))
+    if kind == "saved":
+        indptr, indices, data = _saved_rows(Path(where), field, np.load(work_dir / "kept.npy", mmap_mode="r")[lo:hi])
+        return sp.csr_matrix((data, indices.astype(np.int32, copy=False), indptr), shape=(hi - lo, terms))  # its ids: the vocabulary's first
+    raise ValueError(f"bm25: unknown piece {kind!r}")
+
+
+def _saved_rows(base: Path, field: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CSR arrays of the given rows (ascending) of a saved index's counts, read from its
+    mapped archive: the postings from their first row to their last, less the others' (a patch
+    keeps most rows: one pass over those bytes, no gather)."""
+    indptr, indices, data, _ = storage.map_counts(base, field)
+    rows = np.asarray(rows, np.int64)
+    if not len(rows):
+        return np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32)
+    first, last = int(rows[0]), int(rows[-1]) + 1
+    bounds = np.asarray(indptr[first : last + 1], np.int64)
+    lengths = np.diff(bounds)
+    block = slice(int(bounds[0]), int(bounds[-1]))
+    out_indptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(lengths[rows - first], out=out_indptr[1:])
+    if len(rows) == last - first:  # every row between: the block as it is
+        return out_indptr, np.asarray(indices[block]), np.asarray(data[block], np.int32)
+    wanted = np.zeros(last - first, bool)
+    wanted[rows - first] = True
+    postings = np.repeat(wanted, lengths)
+    return out_indptr, np.asarray(indices[block])[postings], np.asarray(data[block], np.int32)[postings]
+
+
 # -- 4. assemble --------------------------------------------------------------------------
-def assemble(work: str, segments: int, path: str, version: int, stamp: str, segment_rows: int) -> None:
-    """The saved index (storage.py's files) from the segments' files, written into a temporary
-    sibling of ``path`` and renamed into place."""
-    work_dir, path_ = Path(work), Path(path)
-    segs = [work_dir / f"s{i:05d}" for i in range(segments)]
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path_.name}-", dir=path_.parent))
+PARTS = ("search", "ids", "title", "text")  # the saved index's files, assembled as separate tasks
+
+
+def _assemble(run: Run, work: Path, segments: int, path: Path, version: int, stamp: str, segment_rows: int) -> None:
+    """The saved index (storage.py's files) from the segments' files: its parts (:func:`assemble`)
+    written as tasks into a temporary sibling of ``path``, then its meta, then renamed into place."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
     try:
-        save_id = uuid.uuid4().hex
-        meta = {b"logicrank.save_id": save_id.encode()}
-        docs = pa.concat_tables([pq.read_table(s / "docs.parquet") for s in segs])
-        pq.write_table(docs.replace_schema_metadata(meta), tmp / "docs.parquet")
-        vocab = pq.read_table(work_dir / "vocab.parquet")
-        pq.write_table(vocab.replace_schema_metadata(meta), tmp / "vocab.parquet")
-        terms, n = vocab.num_rows, docs.num_rows
-        for field in ("title", "text"):
-            _write_counts(tmp / f"{field}.npz", work_dir, [(s / f"{field}_indptr.npy", s / f"{field}_indices.npy", s / f"{field}_data.npy")
-                                                          for s in segs], (n, terms))
-        search = tmp / "search"
-        search.mkdir()
+        save_id = uuid.uuid4().hex  # in every file: a load never mixes the files of two saves
+        (tmp / "search").mkdir()
+        run(assemble, [(str(work), segments, str(tmp), part, save_id) for part in PARTS])
+        storage.write_meta(tmp, version, stamp, save_id, _docs(work, segments), _terms(work), segment_rows)
+        storage.place(tmp, path, stamp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def assemble(work: str, segments: int, tmp: str, part: str, save_id: str) -> None:
+    """One part (:data:`PARTS`) of the saved index, from the segments' files in ``work``, into
+    ``tmp``: ``search``, the weights in segments (streamed through memory maps) and the idf;
+    ``ids``, the documents (``docs.parquet``, the doc ids, the tie-break ranks) and the
+    vocabulary; ``title`` and ``text``, that field's counts."""
+    work_dir, out = Path(work), Path(tmp)
+    segs = [work_dir / f"s{i:05d}" for i in range(segments)]
+    meta = {b"logicrank.save_id": save_id.encode()}
+    if part in ("title", "text"):
+        _write_counts(out / f"{part}.npz", work_dir, [(s / f"{part}_indptr.npy", s / f"{part}_indices.npy", s / f"{part}_data.npy")
+                                                      for s in segs], (_docs(work_dir, segments), _terms(work_dir)))
+    elif part == "search":
         parts = [(s / "w_indptr.npy", s / "w_indices.npy", s / "w_data.npy") for s in segs]
         total = sum(int(np.load(p[0], mmap_mode="r")[-1]) for p in parts)
-        out_indices = np.lib.format.open_memmap(search / "indices.npy", "w+", np.int32, (total,))
-        out_data = np.lib.format.open_memmap(search / "data.npy", "w+", np.float32, (total,))
-        layout, offset = np.empty((len(parts), terms + 1), np.int64), 0
+        out_indices = np.lib.format.open_memmap(out / "search" / "indices.npy", "w+", np.int32, (total,))
+        out_data = np.lib.format.open_memmap(out / "search" / "data.npy", "w+", np.float32, (total,))
+        layout, offset = np.empty((len(parts), _terms(work_dir) + 1), np.int64), 0
         for s, (p_indptr, p_indices, p_data) in enumerate(parts):
             indptr = np.load(p_indptr)
             nnz = int(indptr[-1])
@@ -231,15 +407,27 @@ def assemble(work: str, segments: int, path: str, version: int, stamp: str, segm
         out_indices.flush()
         out_data.flush()
         del out_indices, out_data
+        np.save(out / "search" / "indptr.npy", layout)
+        np.save(out / "search" / "idf.npy", np.load(work_dir / "idf.npy"))
+    elif part == "ids":
+        docs = pa.concat_tables([pq.read_table(s / "docs.parquet") for s in segs]).replace_schema_metadata(meta)
+        pq.write_table(docs, out / "docs.parquet")
+        pq.write_table(pq.read_table(work_dir / "vocab.parquet").replace_schema_metadata(meta), out / "vocab.parquet")
         ids = docs.column("doc_id").combine_chunks()
         rank, rows = tiebreak_ranks(ids)
-        for name, a in (("indptr", layout), ("idf", np.load(work_dir / "idf.npy")), ("tiebreak", rank), ("rows_by_rank", rows)):
-            np.save(search / f"{name}.npy", np.ascontiguousarray(a))
-        storage.write_doc_ids(search / "doc_ids.arrow", ids, meta)
-        storage.write_meta(tmp, version, stamp, save_id, n, terms, segment_rows)
-        storage.place(tmp, path_, stamp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        np.save(out / "search" / "tiebreak.npy", rank)
+        np.save(out / "search" / "rows_by_rank.npy", rows)
+        storage.write_doc_ids(out / "search" / "doc_ids.arrow", ids, meta)
+    else:
+        raise ValueError(f"bm25: unknown part {part!r} of a saved index")
+
+
+def _docs(work_dir: Path, segments: int) -> int:
+    return sum(pq.ParquetFile(work_dir / f"s{i:05d}" / "docs.parquet").metadata.num_rows for i in range(segments))
+
+
+def _terms(work_dir: Path) -> int:
+    return pq.ParquetFile(work_dir / "vocab.parquet").metadata.num_rows
 
 
 def _write_counts(target: Path, work_dir: Path, parts: list[tuple[Path, Path, Path]], shape: tuple[int, int]) -> None:

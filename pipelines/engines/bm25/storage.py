@@ -149,6 +149,55 @@ def read_counts(path: Path, stamp: str | None = None) -> tuple[dict, pa.Table, s
     return meta, docs, title, text, terms
 
 
+def counts_meta(path: Path, stamp: str | None = None) -> dict | None:
+    """The meta of the index saved in ``path`` when its term counts (of any of
+    :data:`COUNTS_FORMATS`) are whole by their headers: the files' save ids, the rows of its
+    tables, the shapes and lengths of its arrays. Their data is not read (a patch reads only the
+    rows it keeps, :func:`map_counts`). None when they are absent, partial, damaged, of another
+    format, or (with ``stamp``) of another table that had the same name and version."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        if meta.get("format") not in COUNTS_FORMATS or (stamp is not None and meta.get("stamp") != stamp):
+            return None
+        docs, terms = int(meta["docs"]), int(meta["terms"])
+        for name, rows in (("docs.parquet", docs), ("vocab.parquet", terms)):
+            f = pq.ParquetFile(path / name)
+            if f.metadata.num_rows != rows or (f.schema_arrow.metadata or {}).get(b"logicrank.save_id", b"").decode() != meta["save_id"]:
+                return None
+        for field in ("title", "text"):
+            indptr, indices, data, shape = map_counts(path, field)
+            if shape != (docs, terms) or len(indptr) != docs + 1 or not len(indices) == len(data) == int(indptr[-1]):
+                return None
+    except Exception:  # noqa: BLE001 (whatever a damaged file raises: zipfile, Arrow, JSON, a map past the file's end)
+        return None
+    return meta
+
+
+def map_counts(path: Path, field: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
+    """One field's saved counts (``<field>.npz``, documents x terms CSR) as its CSR arrays
+    (indptr, indices, data) and shape, each array a memory map of its member of the archive
+    (stored uncompressed, as the index writes it): a patch reads only the rows it keeps. A
+    member stored compressed is read whole."""
+    target = Path(path) / f"{field}.npz"
+    out = {}
+    with zipfile.ZipFile(target) as z, open(target, "rb") as f:
+        for name in ("indptr", "indices", "data", "shape"):
+            info = z.getinfo(f"{name}.npy")
+            f.seek(info.header_offset)
+            local = f.read(30)  # the member's local header: its name's and extra field's lengths at 26 and 28
+            f.seek(info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little"))
+            read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(
+                np.lib.format.read_magic(f) if info.compress_type == zipfile.ZIP_STORED else None)
+            shape, fortran, dtype = read_header(f) if read_header else ((), True, None)
+            if fortran or not int(np.prod(shape)):  # compressed, another header, or empty: read whole
+                with z.open(info) as member:
+                    out[name] = np.lib.format.read_array(member)
+            else:
+                out[name] = np.memmap(target, dtype=dtype, mode="r", offset=f.tell(), shape=shape)
+    return out["indptr"], out["indices"], out["data"], tuple(int(x) for x in out["shape"])
+
+
 def map_search_files(path: Path, stamp: str | None = None) -> tuple[dict, dict[str, np.ndarray], pa.Array] | None:
     """The search files of the index saved in ``path``, mapped: its meta, its arrays (memory
     maps) and its doc ids (an Arrow memory map); None when it is absent, partial, damaged, of

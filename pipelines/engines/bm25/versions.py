@@ -1,10 +1,12 @@
 """The saved BM25 indexes beside a table, one per table version: where they live, opening,
-making (patched or built), updating after a write, pruning and dropping them.
+making (patched or built, in segments: segments.py), updating after a write, pruning and
+dropping them.
 
 The index for version ``v`` of table ``t`` in database directory ``db`` lives in
-``db/_bm25/t/v<v>/`` (its files: storage.py); :func:`open_index` builds it on first use (and
-saves it, where the database is a local directory), and :func:`update_index` makes the next
-version's by patching the nearest earlier one with the documents whose content hash changed.
+``db/_bm25/t/v<v>/`` (its files: storage.py). :func:`update_index` makes and saves it after a
+write, patching the nearest earlier saved one with the documents whose content hash changed;
+:func:`open_index` does so on first use where no job did. Where the database is not a local
+directory, nothing is saved: each reader builds the index in memory.
 """
 
 from __future__ import annotations
@@ -16,9 +18,6 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from logicrank.pipelines.engines.bm25 import segments, storage
 from logicrank.pipelines.engines.bm25.index import SOURCE_COLUMNS, BM25Index, BM25Search
@@ -43,22 +42,21 @@ def saved_versions(root: Path | None) -> list[int]:
     return sorted(int(p.name[1:]) for p in root.iterdir() if p.is_dir() and re.fullmatch(r"v\d+", p.name))
 
 
-def open_index(store, save: bool = True) -> BM25Search:
+def open_index(store) -> BM25Search:
     """The BM25 index of the store's version, mapped for search (:class:`MappedBM25`) when
-    saved; else made (patched from the nearest earlier saved version, or built), saved where
-    the database is local and mapped; in memory (:class:`BM25Index`) where it is not."""
-    version, root, stamp = store.version, index_root(store), store.version_stamp()
+    saved; else made (:func:`save_index`: patched from the nearest earlier saved version, or
+    built), saved and mapped where the database is a local directory; built in memory
+    (:class:`BM25Index`) where it is not."""
+    root, stamp = index_root(store), store.version_stamp()
     if root is not None:
-        found = MappedBM25.open(root / f"v{version}", stamp)
+        path = root / f"v{store.version}"
+        found = MappedBM25.open(path, stamp)
+        if found is None:
+            save_index(store, root)
+            found = MappedBM25.open(path, stamp)
         if found is not None:
             return found
-    index, _ = make_index(store, root)
-    if save and root is not None:
-        index.save(root / f"v{version}")
-        mapped = MappedBM25.open(root / f"v{version}", stamp)
-        if mapped is not None:
-            return mapped
-    return index
+    return BM25Index.build(store.scan(SOURCE_COLUMNS, batch_rows=8192, read_ahead=True), store.version, stamp=stamp)
 
 
 def ensure_index(store) -> None:
@@ -76,64 +74,31 @@ def _read_vocabulary(index: MappedBM25) -> None:
         _ = index.vocab
 
 
-def make_index(store, root: Path | None = None) -> tuple[BM25Index, dict]:
-    """Make the store version's index in memory: patch the nearest earlier saved version when it
-    shares most documents, else build from a scan. Returns it and what was done."""
-    patched = _patched(store, root)
-    if patched is not None:
-        return patched
-    index = BM25Index.build(store.scan(SOURCE_COLUMNS, batch_rows=8192, read_ahead=True), store.version, stamp=store.version_stamp())
-    return index, {"how": "built", "analyzed": len(index)}
-
-
-def _patched(store, root: Path | None) -> tuple[BM25Index, dict] | None:
-    """The store version's index patched from the nearest earlier saved counts (an earlier
-    version's, or this version's own where its search files are of an older format or damaged),
-    when they share most documents; else None."""
-    version, stamps = store.version, store.version_stamps()
-    earlier = [v for v in saved_versions(root) if v <= version and v in stamps]
-    base = BM25Index.load(root / f"v{earlier[-1]}", stamps[earlier[-1]]) if earlier else None
-    if base is None:
-        return None
-    stored = store.hashes()
-    changed = len(stored) - int(pc.sum(pc.is_in(stored.column("content_hash"), value_set=pa.array(base.hashes, pa.string()))).as_py() or 0)
-    if changed > PATCH_LIMIT * max(1, len(stored)):
-        return None
-    index, counts = base.patched(stored, lambda ids: store.rows_for(ids, SOURCE_COLUMNS[1:]), version, stamps[version])
-    return index, {"how": "patched", "from_version": base.version, **counts}
-
-
 def update_index(store, run: segments.Run = segments.in_process) -> dict:
-    """After a write (the index job): save the latest version's index and return what was done
-    (for the manifest). Patched from an earlier version's where it applies (one task: it holds
-    that version's counts), else built in segments (segments.py), each step's tasks given to
-    ``run``: one after another in this process by default, on a cluster's workers in the index
-    job (jobs/index.py)."""
+    """After a write (the index job): save the latest version's index unless it is saved, and
+    return what was done (for the manifest). Each step's tasks are given to ``run``
+    (segments.py): one after another in this process by default, on a cluster's workers in the
+    index job (jobs/index.py)."""
     root = index_root(store)
     if root is None:
         return {"how": "not saved (the database is not a local directory: each reader builds it)"}
-    path = root / f"v{store.version}"
-    if storage.is_saved(path, store.version_stamp()):
+    if storage.is_saved(root / f"v{store.version}", store.version_stamp()):
         return {"how": "current", "version": store.version}
-    (done,) = run(patch_saved, [(segments.opener(store),)])
+    return save_index(store, root, run)
+
+
+def save_index(store, root: Path, run: segments.Run = segments.in_process) -> dict:
+    """Make and save the store version's index under ``root`` (:func:`index_root`), its files
+    replacing any there: patched from the nearest saved counts of this version or an earlier one
+    (:func:`segments.patch`) while at most ``PATCH_LIMIT`` of the documents are new or changed,
+    else built (:func:`segments.build`). Returns what was done."""
+    version, stamps = store.version, store.version_stamps()
+    path = root / f"v{version}"
+    earlier = [v for v in saved_versions(root) if v <= version and v in stamps]
+    done = segments.patch(store, root / f"v{earlier[-1]}", stamps[earlier[-1]], path, run, limit=PATCH_LIMIT) if earlier else None
     if done is None:
         done = segments.build(store, path, run)
-        done["docs"] = done["analyzed"]
-    return {**done, "version": store.version}
-
-
-def patch_saved(table) -> dict | None:
-    """A task of :func:`update_index`: the index of the table version ``table()`` opens, patched
-    from the nearest earlier saved one and saved, with what was done; None when no earlier index
-    applies (it is built)."""
-    store = table()
-    root = index_root(store)
-    patched = _patched(store, root)
-    if patched is None:
-        return None
-    index, done = patched
-    index.save(root / f"v{store.version}")
-    return {**done, "docs": len(index), "terms": len(index.vocab)}
+    return {**done, "version": version}
 
 
 def prune_indexes(store, keep_versions: Iterable[int]) -> list[int]:
