@@ -8,10 +8,13 @@ tasks on the worker nodes (and once in one scan, to compare: ``bm25_build``), an
 bm25, dense and ITLR exact three times on the one cluster: in 3 shards (one search actor per
 worker node), unsharded (the driver's search over the whole index), and in 3 shards again with
 one worker node killed (SIGKILL to its raylet) as soon as the first batch has been merged from
-the shards (last: the cluster has lost a node after it). Writes ``WORK/result.json``: the runs'
-paths (``runs``: ``"3"``, ``"1"``, ``"3-killed"``), each stage's counts from the manifests,
-whether a node was killed and how many batches were merged before; an error of the killed run
-is recorded (``kill_error``), not raised, so the equality test still reads the other two.
+the shards (last: the cluster has lost a node after it); then builds the BM25 index once more
+in segments, killing the node of the first segment to be weighed while its task runs
+(``bm25_killed_build``). Writes ``WORK/result.json``: the runs' paths (``runs``: ``"3"``,
+``"1"``, ``"3-killed"``), each stage's counts from the manifests, whether a node was killed and
+how many batches were merged before; an error of the killed run or build is recorded
+(``kill_error``, ``bm25_killed_build["error"]``), not raised, so the equality tests still read
+the others.
 """
 
 from __future__ import annotations
@@ -63,8 +66,6 @@ def _bm25_on_cluster(work: Path, address: str) -> dict:
     ``--bm25-workers``), saved where `retrieve` then maps it from; and a build in one scan in this
     process beside it. Returns what the build did, the nodes its tasks ran on and the arrays
     whose files differ between the two (none, for the test to pass)."""
-    import numpy as np
-
     from logicrank.jobs.raysession import RayTasks, ray_session
     from logicrank.pipelines.config.settings import RayConfig
     from logicrank.pipelines.engines import bm25
@@ -76,13 +77,95 @@ def _bm25_on_cluster(work: Path, address: str) -> dict:
         done = bm25.update_index(store, run=tasks)
     whole = work / "one-process"
     bm25.BM25Index.build(store.scan(bm25.SOURCE_COLUMNS), store.version, stamp=store.version_stamp()).save(whole)
-    saved = bm25.index_root(store) / f"v{store.version}"
+    return {"done": done, "nodes": len(tasks.nodes), "differ": _differ(whole, bm25.index_root(store) / f"v{store.version}")}
+
+
+def _differ(whole: Path, saved: Path) -> list[str]:
+    """The files whose arrays differ between two saved BM25 indexes."""
+    from logicrank.pipelines.engines import bm25
+
     differ = [str(f.relative_to(whole)) for f in sorted(whole.rglob("*.npy")) if not np.array_equal(np.load(f), np.load(saved / f.relative_to(whole)))]
     a, b = (bm25.BM25Index.load(d) for d in (whole, saved))
     differ += [f"{field}.npz" for field in ("title", "text") if (getattr(a, field) != getattr(b, field)).nnz]
     differ += [what for what, x, y in (("vocab.parquet", a.vocab.terms, b.vocab.terms), ("docs.parquet", a.doc_ids.tolist(), b.doc_ids.tolist()),
                                        ("hashes", a.hashes.tolist(), b.hashes.tolist())) if x != y]
-    return {"done": done, "nodes": len(tasks.nodes), "differ": differ}
+    return differ
+
+
+def _held(marker: str, step, *args):
+    """A step's task (a function of this module: sent to the workers by value) that, the first of
+    all to run, writes its arguments' second (a segment's number), its node's id and its process
+    id to ``marker`` and waits for the file ``go`` beside it (its node is killed meanwhile, so it
+    never returns there); every other task, and that one's rerun on another node, runs the step.
+    Each task that returns appends its segment and node to ``done`` beside it."""
+    import os
+    import time
+
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    claim = Path(marker).with_suffix(".claim")
+    try:
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        pass
+    else:
+        Path(f"{marker}.tmp").write_text(f"{args[1]} {node} {os.getpid()}")
+        os.replace(f"{marker}.tmp", marker)
+        while not (Path(marker).parent / "go").exists():
+            time.sleep(0.05)
+    out = step(*args)
+    with open(Path(marker).parent / "done", "a") as f:
+        f.write(f"{args[1]} {node}\n")
+    return out
+
+
+def _bm25_build_with_a_node_killed(work: Path, cluster, workers: list) -> dict:
+    """The table's BM25 index built again in segments by tasks on the worker nodes, into a
+    directory of its own, the node of the first segment to be weighed killed (SIGKILL to its
+    raylet) while its task runs: Ray runs that task again on a node left. Returns what the build
+    did, the node killed, whether the index existed when it was killed, and the arrays whose
+    files differ from the build in one scan (:func:`_bm25_on_cluster`'s)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from logicrank.jobs.raysession import RayTasks, ray_session
+    from logicrank.pipelines.config.settings import RayConfig
+    from logicrank.pipelines.engines.bm25 import segments
+    from logicrank.pipelines.engines.store import DocStore
+
+    store = DocStore(str(work / "db"))
+    marker = work / "held" / "node"
+    marker.parent.mkdir()
+    out = work / "killed-build" / f"v{store.version}"
+    killed: dict = {}
+
+    def kill_the_held_node():
+        while not marker.exists():  # the held task has started
+            time.sleep(0.05)
+        segment, node, pid = marker.read_text().split()
+        killed["segment"] = int(segment)
+        killed["saved_before"] = out.exists()
+        os.kill(int(pid), signal.SIGKILL)  # the node's processes die with it (a worker outlives its raylet's SIGKILL a while)
+        cluster.remove_node(next(w for w in workers if w.node_id == node), allow_graceful=False)
+        killed["node"] = node
+        (marker.parent / "go").write_text("")
+
+    with ray_session(RayConfig(address=cluster.address)) as ray:
+        tasks, weighing = RayTasks(ray, at_once=3), RayTasks(ray, at_once=3)
+
+        def run(step, args):
+            if step is segments.weigh_segment:
+                return weighing(_held, [(str(marker), step, *a) for a in args])
+            return tasks(step, args)
+
+        threading.Thread(target=kill_the_held_node, daemon=True).start()
+        done = segments.build(store, out, run=run)
+    weighed = [line.split() for line in (marker.parent / "done").read_text().splitlines()]
+    held = sorted({node for segment, node in weighed if int(segment) == killed["segment"]})
+    return {"done": done, **killed, "held_weighed_on": held, "differ": _differ(work / "one-process", out)}
 
 
 def main() -> None:
@@ -143,6 +226,10 @@ def main() -> None:
         manifest = json.loads((out / "manifest.json").read_text())
         result["runs"][name] = {"paths": {k: str(v) for k, v in paths.items()}, "manifest": manifest, "itlr_shards_scored": any(sharded_calls)}
     result["killed"] = killed
+    try:  # last: a second worker node is killed
+        result["bm25_killed_build"] = _bm25_build_with_a_node_killed(work, cluster, workers)
+    except Exception:
+        result["bm25_killed_build"] = {"error": traceback.format_exc()}
     (work / "result.json").write_text(json.dumps(result, default=str))
     cluster.shutdown()
 
