@@ -115,7 +115,8 @@ bench-scale: $(STAMP)
 bench-index-job: $(STAMP)
 	$(BIN)/python tests/perf/bench_index_job.py --out runs/bench --side-by-side 1000000
 
-# The BM25 index of a 1M-document table built in one scan, then in segments: in one process, on 1 and 2 Ray workers
+# The BM25 index of a 1M-document table built in one scan, then in segments: in one process, on 1 and 2 Ray workers;
+# then 1% of the documents edited and the index patched, the same three ways
 bench-bm25-build: $(STAMP)
 	$(BIN)/python tests/perf/bench_bm25_build.py --docs 1000000 --out runs/bench
 

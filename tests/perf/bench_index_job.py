@@ -2,6 +2,7 @@
 
     make bench-index-job                                  # 100k and 1M documents; workers vs driver writes at 1M
     python tests/perf/bench_index_job.py --sizes 20000    # a smoke run
+    python tests/perf/bench_index_job.py --sizes 10000000 --runs "first build,1% re-index" --index-args "--bm25-workers 2"
 
 The corpora: passages of two or three sentences drawn (seeded) from bundled SciFact's abstracts,
 as tests/perf/bench_scale.py draws them, each with a random 384-dimensional vector (the index job
@@ -11,11 +12,12 @@ Each run is the command a user runs, in a fresh process with its own Ray (cold):
 ``logicrank index DIR --vector-column vector --vector-dim 384``. Reported per run: wall time,
 the seconds of each step the run's manifest records (``stream``: read, check, classify and
 write every row; ``absent``; ``maintain``: compaction and the table's indexes; ``bm25_index``),
-rows written per second of the stream, the driver's peak RSS and the peak of its Ray workers'
-RSS summed (sampled every 0.2 s), and the bytes the stream brought to the driver. Runs per
+rows written per second of the stream, the driver's peak RSS, the peak of its Ray workers'
+RSS summed and the largest one worker's peak (sampled every 0.2 s), and the bytes the stream brought to the driver. Runs per
 size: the first build, a rerun of the same snapshot (nothing changes) and a 1% re-index (1% of
 the passages with new text and vectors), placed as the job places them on this machine (one
-node: the driver reads and checks).
+node: the driver reads and checks); ``--runs`` picks some, ``--index-args`` adds options to each.
+A corpus is written when a run first needs it and removed once no later run does.
 
 ``--side-by-side N``: two more first builds of N documents, one after the other in this run,
 with the rows read and checked by a pool of one Ray worker (``ray: {embed_actors: 1}``):
@@ -100,7 +102,7 @@ def _index(corpus: Path, db: Path, out: Path, extra: tuple[str, ...] = ()) -> di
            "--vector-dim", str(DIM), "--no-progress", "--allow-mass-delete", *extra]
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = {"driver": 0, "workers": 0}
+    peak = {"driver": 0, "workers": 0, "worker": 0}
     done = threading.Event()
 
     def sample():
@@ -113,7 +115,9 @@ def _index(corpus: Path, db: Path, out: Path, extra: tuple[str, ...] = ()) -> di
             rss = 0
             for p in ray_workers(proc.pid):
                 with contextlib.suppress(psutil.Error):
-                    rss += p.memory_info().rss
+                    one = p.memory_info().rss
+                    rss += one
+                    peak["worker"] = max(peak["worker"], one)
             peak["workers"] = max(peak["workers"], rss)
             done.wait(0.2)
 
@@ -133,6 +137,7 @@ def _index(corpus: Path, db: Path, out: Path, extra: tuple[str, ...] = ()) -> di
             "rows_read": c["rows_read"], "written": written, "unchanged": c["unchanged"], "rejected": c["rejected"],
             "written_per_s": round(written / stream) if stream and written else None,
             "driver_peak_gib": round(peak["driver"] / 2**30, 2), "workers_peak_gib": round(peak["workers"] / 2**30, 2),
+            "largest_worker_peak_gib": round(peak["worker"] / 2**30, 2),
             "driver_received_mib": round(c["writes"]["driver_received_bytes"] / 2**20, 1), "files_committed": c["writes"]["files_committed"],
             "summary": stdout.strip().splitlines()[-1][:300]}
 
@@ -144,6 +149,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--work", type=Path, default=Path("runs/bench/index-job-work"), help="corpora and tables (removed after each size)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
     ap.add_argument("--side-by-side", type=int, default=0, help="documents of the workers-write vs driver-writes first builds (0: none)")
+    ap.add_argument("--runs", default="first build,same snapshot,1% re-index", help="the runs per size, in order")
+    ap.add_argument("--index-args", default="", help="more options of every `logicrank index` run, e.g. '--bm25-workers 2'")
     args = ap.parse_args(argv)
     rows = []
     t0 = time.perf_counter()
@@ -158,30 +165,35 @@ def main(argv: list[str] | None = None) -> None:
             rows.append({"docs": n, "run": f"first build, pool of 1, --writes {writes}", **r})
             print(json.dumps(rows[-1]), flush=True)
         shutil.rmtree(work, ignore_errors=True)
+    corpora = {"first build": "corpus", "same snapshot": "corpus", "1% re-index": "corpus-1pct"}
     for n in (int(s) for s in args.sizes.split(",") if s):
         work = args.work / str(n)
         shutil.rmtree(work, ignore_errors=True)
-        t = time.perf_counter()
-        write_corpus(work / "corpus", n, args.seed)
-        write_corpus(work / "corpus-1pct", n, args.seed, edit=0.01)
-        made = round(time.perf_counter() - t, 1)
-        for run, corpus in (("first build", "corpus"), ("same snapshot", "corpus"), ("1% re-index", "corpus-1pct")):
-            r = _index(work / corpus, work / "db", work / "runs" / run.replace(" ", "-").replace("%", "pct"))
-            rows.append({"docs": n, "run": run, **r})
+        runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+        for i, run in enumerate(runs):
+            corpus, made = work / corpora[run], None
+            if not corpus.exists():  # written when first needed; one removed once no run left needs it (10M: 15 GiB of vectors each)
+                t = time.perf_counter()
+                write_corpus(corpus, n, args.seed, edit=0.01 if corpus.name.endswith("1pct") else 0.0)
+                made = round(time.perf_counter() - t, 1)
+            r = _index(corpus, work / "db", work / "runs" / run.replace(" ", "-").replace("%", "pct"), tuple(args.index_args.split()))
+            rows.append({"docs": n, "run": run, **r, "corpus_made_s": made})
             print(json.dumps(rows[-1]), flush=True)
-        rows[-3]["corpus_made_s"] = made
+            if corpora[run] not in (corpora[later] for later in runs[i + 1 :]):
+                shutil.rmtree(corpus, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "total_s": round(time.perf_counter() - t0),
               "rows": rows}
     (args.out / "bench_index_job.json").write_text(json.dumps(report, indent=1))
     print("| documents | run | wall s | stream s | maintain s | bm25 s | written/s (stream) | driver received MiB | driver peak GiB "
-          "| workers peak GiB |")
+          "| workers peak GiB (largest one) |")
     print("|--:|:--|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in rows:
         s = r["steps_s"]
         print(f"| {r['docs']:,} | {r['run']} | {r['wall_s']} | {s.get('stream')} | {s.get('maintain')} | {s.get('bm25_index')} | "
-              f"{r['written_per_s'] or '-'} | {r['driver_received_mib']} | {r['driver_peak_gib']} | {r['workers_peak_gib']} |")
+              f"{r['written_per_s'] or '-'} | {r['driver_received_mib']} | {r['driver_peak_gib']} | {r['workers_peak_gib']} "
+              f"({r['largest_worker_peak_gib']}) |")
 
 
 if __name__ == "__main__":
