@@ -126,6 +126,7 @@ def _bm25_build_with_a_node_killed(work: Path, cluster, workers: list) -> dict:
     raylet) while its task runs: Ray runs that task again on a node left. Returns what the build
     did, the node killed, whether the index existed when it was killed, and the arrays whose
     files differ from the build in one scan (:func:`_bm25_on_cluster`'s)."""
+    import contextlib
     import os
     import signal
     import threading
@@ -145,13 +146,16 @@ def _bm25_build_with_a_node_killed(work: Path, cluster, workers: list) -> dict:
     def kill_the_held_node():
         while not marker.exists():  # the held task has started
             time.sleep(0.05)
-        segment, node, pid = marker.read_text().split()
-        killed["segment"] = int(segment)
-        killed["saved_before"] = out.exists()
-        os.kill(int(pid), signal.SIGKILL)  # the node's processes die with it (a worker outlives its raylet's SIGKILL a while)
-        cluster.remove_node(next(w for w in workers if w.node_id == node), allow_graceful=False)
-        killed["node"] = node
-        (marker.parent / "go").write_text("")
+        try:
+            segment, node, pid = marker.read_text().split()
+            killed["segment"] = int(segment)
+            killed["saved_before"] = out.exists()
+            cluster.remove_node(next(w for w in workers if w.node_id == node), allow_graceful=False)  # no rerun lands there
+            with contextlib.suppress(ProcessLookupError):  # the node's processes die with it (a worker outlives its raylet's SIGKILL a while)
+                os.kill(int(pid), signal.SIGKILL)
+            killed["node"] = node
+        finally:
+            (marker.parent / "go").write_text("")  # never a task waiting for ever
 
     with ray_session(RayConfig(address=cluster.address)) as ray:
         tasks, weighing = RayTasks(ray, at_once=3), RayTasks(ray, at_once=3)

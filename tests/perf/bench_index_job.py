@@ -13,7 +13,8 @@ Each run is the command a user runs, in a fresh process with its own Ray (cold):
 the seconds of each step the run's manifest records (``stream``: read, check, classify and
 write every row; ``absent``; ``maintain``: compaction and the table's indexes; ``bm25_index``),
 rows written per second of the stream, the driver's peak RSS, the peak of its Ray workers'
-RSS summed and the largest one worker's peak (sampled every 0.2 s), and the bytes the stream brought to the driver. Runs per
+RSS summed and the largest one worker's peak (sampled every 0.2 s), and those two peaks per
+step (the steps placed by the manifest's durations), and the bytes the stream brought to the driver. Runs per
 size: the first build, a rerun of the same snapshot (nothing changes) and a 1% re-index (1% of
 the passages with new text and vectors), placed as the job places them on this machine (one
 node: the driver reads and checks); ``--runs`` picks some, ``--index-args`` adds options to each.
@@ -103,22 +104,26 @@ def _index(corpus: Path, db: Path, out: Path, extra: tuple[str, ...] = ()) -> di
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = {"driver": 0, "workers": 0, "worker": 0}
+    samples: list[tuple[float, int, int]] = []  # (time, driver rss, largest worker rss)
     done = threading.Event()
 
     def sample():
         driver = psutil.Process(proc.pid)
         while not done.is_set():
             try:
-                peak["driver"] = max(peak["driver"], driver.memory_info().rss)
+                rss = driver.memory_info().rss
+                peak["driver"] = max(peak["driver"], rss)
             except psutil.NoSuchProcess:
                 return
-            rss = 0
+            total = largest = 0
             for p in ray_workers(proc.pid):
                 with contextlib.suppress(psutil.Error):
                     one = p.memory_info().rss
-                    rss += one
-                    peak["worker"] = max(peak["worker"], one)
-            peak["workers"] = max(peak["workers"], rss)
+                    total += one
+                    largest = max(largest, one)
+            peak["worker"] = max(peak["worker"], largest)
+            peak["workers"] = max(peak["workers"], total)
+            samples.append((time.time(), rss, largest))
             done.wait(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -139,7 +144,25 @@ def _index(corpus: Path, db: Path, out: Path, extra: tuple[str, ...] = ()) -> di
             "driver_peak_gib": round(peak["driver"] / 2**30, 2), "workers_peak_gib": round(peak["workers"] / 2**30, 2),
             "largest_worker_peak_gib": round(peak["worker"] / 2**30, 2),
             "driver_received_mib": round(c["writes"]["driver_received_bytes"] / 2**20, 1), "files_committed": c["writes"]["files_committed"],
+            "step_peaks_gib": _step_peaks(samples, m),
             "summary": stdout.strip().splitlines()[-1][:300]}
+
+
+def _step_peaks(samples: list[tuple[float, int, int]], manifest: dict) -> dict:
+    """Per step of the run, the driver's and the largest worker's peak RSS (GiB): the steps
+    placed back to back by the manifest's durations, ending when it says the run finished (the
+    tag and the manifest after them take well under a second)."""
+    from datetime import datetime
+
+    end = datetime.fromisoformat(manifest["finished_at"]).timestamp()
+    out = {}
+    for step, seconds in reversed(list(manifest["timings_s"].items())):
+        start = end - float(seconds)
+        inside = [(d, w) for t, d, w in samples if start <= t <= end]
+        if inside:
+            out[step] = {"driver": round(max(d for d, _ in inside) / 2**30, 2), "worker": round(max(w for _, w in inside) / 2**30, 2)}
+        end = start
+    return dict(reversed(list(out.items())))
 
 
 def main(argv: list[str] | None = None) -> None:

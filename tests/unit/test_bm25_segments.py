@@ -5,7 +5,6 @@ documents, tasks run in any order, and documents with no title, no text or only 
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -152,12 +151,22 @@ def _edit(store: DocStore, docs: list[dict], changed: int, added: int, deleted: 
     store.delete_absent(pa.array([d["_id"] for d in docs if d["_id"] not in gone] + [d["_id"] for d in rows[changed:]]))
 
 
-@pytest.mark.parametrize("segment_rows", [16, 7])
-def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, monkeypatch, segment_rows):
+def _backwards(step, args):  # the tasks of each step in reverse order
+    return list(reversed([step(*a) for a in reversed(args)]))
+
+
+def _twice(step, args):  # every task run twice, as Ray reruns a task whose worker died
+    [step(*a) for a in args]
+    return [step(*a) for a in args]
+
+
+@pytest.mark.parametrize(("segment_rows", "run"), [(16, _backwards), (7, _backwards), (7, _twice)], ids=["16-backwards", "7-backwards", "7-twice"])
+def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, monkeypatch, segment_rows, run):
     """The patch keeps the earlier index's rows whose document is unchanged, in their order, then
-    the table's new and changed ones in its order, and its vocabulary's ids: it saves the arrays a
-    build over those rows, starting from that vocabulary, saves. Tasks run in reverse order; at 7
-    rows a segment mixes kept and new rows, and new rows from two analyzed segments."""
+    the table's new and changed ones in its order, and its vocabulary's ids: its saved arrays
+    equal those of a build over those rows whose vocabulary starts from the saved one. Tasks in
+    reverse order, or each run twice; at 7 rows a segment mixes kept and new rows, and new rows
+    from two analyzed segments (of 7 // 8 = 1 row each: every new row its own task)."""
     monkeypatch.setattr(storage, "SEGMENT_ROWS", segment_rows)
     store = _table(tmp_path / "db", docs)
     assert bm25.update_index(store)["how"] == "built"
@@ -167,10 +176,7 @@ def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, 
     _edit(store, docs, changed=3, added=20, deleted=6)
     store = DocStore(str(tmp_path / "db"), version=store.table.version)
 
-    def backwards(step, args):
-        return list(reversed([step(*a) for a in reversed(args)]))
-
-    done = bm25.update_index(store, run=backwards)
+    done = bm25.update_index(store, run=run)
     assert (done["how"], done["kept"], done["dropped"], done["analyzed"], done["docs"]) == ("patched", 61, 9, 23, 84)
 
     pairs = set(zip(*store.hashes().to_pydict().values(), strict=True))
@@ -188,18 +194,54 @@ def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, 
     assert not list(patched.parent.glob(".*"))  # the work directory is removed
 
 
-def test_a_patch_gives_way_to_a_build_when_most_documents_changed_or_the_counts_are_damaged(tmp_path, docs, monkeypatch):
+def test_a_patch_gives_way_to_a_build_when_most_documents_changed(tmp_path, docs, monkeypatch):
+    monkeypatch.setattr(storage, "SEGMENT_ROWS", 16)
+    store = _table(tmp_path / "db", docs)
+    bm25.update_index(store)
+    _edit(store, docs, changed=40, added=0, deleted=0)  # 40 of 70: over the patch's limit
+    assert bm25.update_index(DocStore(str(tmp_path / "db"), version=store.table.version))["how"] == "built"
+
+
+def _cut_short(archive, member: str) -> None:
+    """Rewrite a saved counts archive with one member's data cut short, its header and the
+    archive's directory whole (a file a crash cut and something else rewrote)."""
+    import zipfile
+
+    with zipfile.ZipFile(archive) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    members[member] = members[member][:-8]
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+
+
+@pytest.mark.parametrize("member", ["data.npy", "indices.npy"])
+def test_a_patch_gives_way_to_a_build_when_the_saved_counts_are_short(tmp_path, docs, monkeypatch, member):
     monkeypatch.setattr(storage, "SEGMENT_ROWS", 16)
     store = _table(tmp_path / "db", docs)
     bm25.update_index(store)
     first = bm25.index_root(store) / f"v{store.version}"
-    _edit(store, docs, changed=40, added=0, deleted=0)  # 40 of 70: over the patch's limit
-    assert bm25.update_index(DocStore(str(tmp_path / "db"), version=store.table.version))["how"] == "built"
-    shutil.rmtree(bm25.index_root(store) / f"v{store.table.version}")
-    whole = (first / "text.npz").read_bytes()
-    (first / "text.npz").write_bytes(whole[: len(whole) - 100])  # its directory intact, an array cut short
-    assert storage.counts_meta(first) is None
-    assert bm25.update_index(DocStore(str(tmp_path / "db"), version=store.table.version))["how"] == "built"
+    assert storage.counts_meta(first) is not None
+    _cut_short(first / "text.npz", member)
+    assert storage.counts_meta(first) is None  # the member's size against its header's shape
+    _edit(store, docs, changed=1, added=0, deleted=0)  # within the limit: a patch, were the counts whole
+    done = bm25.update_index(DocStore(str(tmp_path / "db"), version=store.table.version))
+    assert done["how"] == "built" and "patch_failed" not in done
+
+
+def test_a_patch_that_fails_gives_way_to_a_build_and_says_why(tmp_path, docs, monkeypatch):
+    monkeypatch.setattr(storage, "SEGMENT_ROWS", 16)
+    store = _table(tmp_path / "db", docs)
+    bm25.update_index(store)
+    _edit(store, docs, changed=1, added=0, deleted=0)
+
+    def broken(*args):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(segments, "count_kept", broken)
+    done = bm25.update_index(DocStore(str(tmp_path / "db"), version=store.table.version))
+    assert done["how"] == "built" and done["patch_failed"] == "OSError: disk gone"
+    assert not list(bm25.index_root(store).glob(".*"))  # the patch's work directory removed
 
 
 @pytest.mark.parametrize("compressed", [False, True])

@@ -150,8 +150,8 @@ def _widen(m: sp.csr_matrix, cols: int) -> sp.csr_matrix:
 class BM25Search:
     """The batch search of a BM25 index (module doc), over operands its subclass provides: the
     terms x documents weights in segments of documents (:meth:`segments`), the vocabulary, the idf, the
-    tie-break ranks and the document ids. :class:`BM25Index` makes them in memory (a build or
-    a patch); :class:`~logicrank.pipelines.engines.bm25.mapped.MappedBM25` maps them from a saved index,
+    tie-break ranks and the document ids. :class:`BM25Index` makes them in memory (from a
+    scan, or loaded from a saved index's counts); :class:`~logicrank.pipelines.engines.bm25.mapped.MappedBM25` maps them from a saved index,
     so the processes of one node share one copy in the page cache. The base owns the queries'
     side: the word -> term id memo, the query matrix, the search loop's call and the decoding
     of its keys."""
@@ -320,7 +320,8 @@ class BM25Index(BM25Search):
     def build(cls, batches: Iterable[pa.RecordBatch], version: int, analyze: Analyzer | None = None, stamp: str = "",
               vocab: Vocabulary | None = None) -> BM25Index:
         """From record batches of (doc_id, content_hash, title, text). ``vocab``: the vocabulary
-        to start from, its ids kept and new terms appended (a patch's: segments.py)."""
+        to start from, its ids kept and new terms appended (a patch's: segments.py); it grows
+        in place."""
         analyze = analyze or default_analyzer()
         vocab, ids, hashes, titles, texts = vocab or Vocabulary(), [], [], [], []
         for b in batches:

@@ -26,7 +26,7 @@ class MappedBM25(BM25Search):
     with ``shard``) touches only the segments of documents that shard spans (the postings are
     saved segment by segment, :func:`storage.segmented`). The vocabulary is read on
     first use (a shard actor that is handed analyzed queries never reads it); the term counts
-    and hashes (:attr:`title`, :attr:`text`, :attr:`hashes`, :meth:`stats`: patching, tests)
+    and hashes (:attr:`title`, :attr:`text`, :attr:`hashes`, :meth:`stats`: tests, inspection)
     are loaded from the saved index on first use."""
 
     def __init__(self, path: Path, meta: dict, arrays: dict[str, np.ndarray], doc_ids: pa.Array):

@@ -29,13 +29,14 @@ cluster the index job's (jobs/index.py).
 the kept rows' statistics read from the saved counts (:func:`count_kept`, per segment of the
 saved index) beside the new rows analyzed, the merge (the saved vocabulary first, its ids kept),
 then each segment of the new index weighed from its kept rows' saved counts and its new rows'
-(:func:`weigh_segment`) and assembled. Nothing is analyzed again but the new rows; the index
-saves the arrays a build over the same rows, its vocabulary starting from the saved one, saves.
+(:func:`weigh_segment`) and assembled. Only the new and changed rows are analyzed; the saved
+arrays equal those of a build over the same rows whose vocabulary starts from the saved one.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import tempfile
 import uuid
@@ -111,25 +112,24 @@ def patch(store, base: Path, base_stamp: str | None, path: Path, run: Run = in_p
     table version had ``base_stamp``); returns what was done, or None where the saved counts are
     not whole or more than ``limit`` of the table's documents are new or changed (a build costs
     less). Tasks and paths as :func:`build`'s."""
-    path, base = Path(path).expanduser().resolve(), Path(base).expanduser().resolve()
+    path = Path(path).expanduser().resolve()
     segment_rows = segment_rows or storage.SEGMENT_ROWS
-    before = storage.counts_meta(base, base_stamp)
-    if before is None:
-        return None
     path.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{path.name}-patch-", dir=path.parent))
     try:
+        base = _pinned(Path(base).expanduser().resolve(), work / "base")
+        before = storage.counts_meta(base, base_stamp)
+        if before is None:
+            return None
         spans = ranges(store.count(), segment_rows)
         for i in range(len(spans)):
             (work / f"s{i:05d}").mkdir()
-        (plan,) = run(plan_patch, [(opener(store), str(base), str(work), segment_rows)])
-        if plan["fresh"] > limit * max(1, plan["docs"]):
+        (plan,) = run(plan_patch, [(opener(store), str(base), str(work), segment_rows, limit)])
+        if plan["fresh"] > limit * max(1, plan["docs"]) or plan["docs"] != spans[-1][1]:  # most changed; or ids repeated in the saved index
             return None
-        if plan["docs"] != spans[-1][1]:
-            raise RuntimeError(f"bm25: {store.name!r} v{store.version} changed while its index was made ({plan['docs']} rows, then {spans[-1][1]})")
         saved = ranges(before["docs"], int(before.get("segment_rows") or storage.SEGMENT_ROWS))
-        kept_dirs, fresh_dirs = [str(work / f"k{j:05d}") for j in range(len(saved))], []
         fresh = ranges(plan["fresh"], max(1, segment_rows // 8)) if plan["fresh"] else []  # new rows analyzed in smaller tasks, spread
+        kept_dirs = [str(work / f"k{j:05d}") for j in range(len(saved))]
         fresh_dirs = [str(work / f"f{j:05d}") for j in range(len(fresh))]
         for d in kept_dirs + fresh_dirs:
             Path(d).mkdir()
@@ -153,12 +153,27 @@ def patch(store, base: Path, base_stamp: str | None, path: Path, run: Run = in_p
             "analyzed": plan["fresh"], "docs": plan["docs"], "segments": len(spans), "segment_rows": segment_rows, "terms": stats["terms"]}
 
 
-def plan_patch(table: Callable, base: str, work: str, segment_rows: int) -> dict:
+def _pinned(base: Path, into: Path) -> Path:
+    """The saved index's counts' files hard-linked into ``into`` (the patch's work directory, on
+    the same file system): a save of that version meanwhile (a rename into place) or its prune
+    leaves the patch reading the files it checked. Where links fail, ``base`` itself."""
+    try:
+        into.mkdir()
+        for name in ("meta.json", "docs.parquet", "vocab.parquet", "title.npz", "text.npz"):
+            os.link(base / name, into / name)
+    except OSError:
+        return base
+    return into
+
+
+def plan_patch(table: Callable, base: str, work: str, segment_rows: int, limit: float = 1.0) -> dict:
     """A patch's plan (:func:`patch`): the rows of the index saved in ``base`` whose document
     the table version ``table()`` opens still holds, unchanged (its (doc id, content hash)
     pair): their numbers (``kept.npy``); the table's other rows, new or changed (their doc ids,
     in the table's order: ``fresh.parquet``); and the new index's documents, the kept rows then
-    the new ones, written per segment (``s<i>/docs.parquet``). Returns the counts."""
+    the new ones, written per segment (``s<i>/docs.parquet``). Returns the counts; writes
+    nothing where more than ``limit`` of the rows are new or changed, or where the kept and the
+    new rows are not the table's (a doc id repeated in the saved index)."""
     work_dir = Path(work)
     stored = table().hashes().select(["doc_id", "content_hash"])
     old = pq.read_table(Path(base) / "docs.parquet", columns=["doc_id", "content_hash"]).replace_schema_metadata(None)
@@ -166,13 +181,17 @@ def plan_patch(table: Callable, base: str, work: str, segment_rows: int) -> dict
     old_key, new_key = key(old), key(stored)
     keep = pc.is_in(old_key, value_set=new_key)
     fresh = pc.invert(pc.is_in(new_key, value_set=old_key))
-    np.save(work_dir / "kept.npy", np.flatnonzero(keep.to_numpy(zero_copy_only=False)))
+    kept = np.flatnonzero(keep.to_numpy(zero_copy_only=False))
     new = stored.filter(fresh)
+    counts = {"docs": len(kept) + new.num_rows, "kept": len(kept), "fresh": new.num_rows}
+    if new.num_rows > limit * max(1, stored.num_rows) or counts["docs"] != stored.num_rows:
+        return counts
+    np.save(work_dir / "kept.npy", kept)
     pq.write_table(new.select(["doc_id"]), work_dir / "fresh.parquet")
-    docs = pa.concat_tables([old.filter(keep), new.cast(old.schema)])
+    docs = pa.concat_tables([old.take(pa.array(kept)), new.cast(old.schema)])
     for i, (lo, hi) in enumerate(ranges(docs.num_rows, segment_rows)):
         pq.write_table(docs.slice(lo, hi - lo), _segment_dir(str(work_dir / f"s{i:05d}")) / "docs.parquet")
-    return {"docs": docs.num_rows, "kept": docs.num_rows - new.num_rows, "fresh": new.num_rows}
+    return counts
 
 
 def count_kept(base: str, work: str, out: str, lo: int, hi: int) -> int:
@@ -181,9 +200,8 @@ def count_kept(base: str, work: str, out: str, lo: int, hi: int) -> int:
     how many were kept."""
     kept = np.load(Path(work) / "kept.npy", mmap_mode="r")
     rows = np.asarray(kept[np.searchsorted(kept, lo) : np.searchsorted(kept, hi)])
-    stats = {}
+    stats, terms = {}, storage.map_counts(Path(base), "title")[3][1]  # (the fields' shapes are one)
     for field in ("title", "text"):
-        terms = storage.map_counts(Path(base), field)[3][1]
         indptr, indices, data = _saved_rows(Path(base), field, rows)
         m = sp.csr_matrix((data, indices.astype(np.int32, copy=False), indptr), shape=(len(rows), terms))
         stats.update({f"{field}_{k}": v for k, v in _field_stats(m).items()})
@@ -268,25 +286,24 @@ def merge_segments(work: str, analyzed: Sequence[str], prior: str | None, kept: 
     work_dir = Path(work)
     prior_terms = pq.read_table(Path(prior) / "vocab.parquet").column("term").combine_chunks() if prior else pa.array([], pa.string())
     parts = [(np.arange(len(prior_terms)), Path(d)) for d in kept]  # (term ids, statistics' directory)
-    terms = [pq.read_table(Path(d) / "terms.parquet").column("term").combine_chunks() for d in analyzed]
-    every = pa.concat_arrays(terms) if terms else pa.array([], pa.string())
-    found = pc.fill_null(pc.index_in(every, value_set=prior_terms), -1).to_numpy() if len(prior_terms) else np.full(len(every), -1)
-    mapping, new = found.astype(np.int64), {}
-    misses = np.flatnonzero(mapping < 0)  # terms the prior vocabulary lacks, numbered on first sight (segment order)
-    for j, term in zip(misses.tolist(), every.take(pa.array(misses)).to_pylist(), strict=True):
-        mapping[j] = new.setdefault(term, len(prior_terms) + len(new))
-    ends = np.cumsum([0, *(len(t) for t in terms)])
-    for i, d in enumerate(analyzed):
-        np.save(Path(d) / "map.npy", mapping[ends[i] : ends[i + 1]])
-        parts.append((mapping[ends[i] : ends[i + 1]], Path(d)))
+    new: dict[str, int] = {}  # terms the prior vocabulary lacks, numbered on first sight (segment order)
+    for d in analyzed:
+        terms = pq.read_table(Path(d) / "terms.parquet").column("term").combine_chunks()
+        found = pc.fill_null(pc.index_in(terms, value_set=prior_terms), -1).to_numpy() if len(prior_terms) else np.full(len(terms), -1)
+        ids = found.astype(np.int64)
+        misses = np.flatnonzero(ids < 0)
+        for j, term in zip(misses.tolist(), terms.take(pa.array(misses)).to_pylist(), strict=True):
+            ids[j] = new.setdefault(term, len(prior_terms) + len(new))
+        np.save(Path(d) / "map.npy", ids)
+        parts.append((ids, Path(d)))
     size = len(prior_terms) + len(new)
     df = {"title": np.zeros(size, np.int64), "text": np.zeros(size, np.int64)}
     docs = {"title": 0, "text": 0}
     tokens = 0
-    for mapping, d in parts:
+    for ids, d in parts:
         with np.load(d / "stats.npz") as s:
             for field in ("title", "text"):
-                df[field][mapping] += s[f"{field}_df"]  # a segment's terms map to distinct ids
+                df[field][ids] += s[f"{field}_df"]  # a segment's terms map to distinct ids
                 docs[field] += int(s[f"{field}_docs"])
                 tokens += int(s[f"{field}_tokens"])
     n = max(docs["title"], docs["text"])
@@ -301,7 +318,7 @@ Piece = tuple[str, str, int, int]  # (kind, directory, lo, hi): rows of an analy
 
 
 def weigh_segment(work: str, i: int, lo: int, avgdl: float, pieces: Sequence[Piece]) -> int:
-    """Segment ``i`` of the index (the table's rows from ``lo``): its counts in the vocabulary's
+    """Segment ``i`` of the new index (its rows from ``lo``): its counts in the vocabulary's
     term ids (``title_*.npy``, ``text_*.npy``: CSR arrays, documents x terms) and its weights,
     terms x documents with the index's row numbers (``w_*.npy``), in ``work``'s ``s<i>``. Its
     rows, in order, are those of ``pieces``: ``("analyzed", dir, lo, hi)``, rows of a segment
@@ -331,7 +348,8 @@ def _piece_counts(work_dir: Path, piece: Piece, field: str, terms: int) -> sp.cs
     """One field's counts of a piece's rows (:func:`weigh_segment`) in the vocabulary's term ids."""
     kind, where, lo, hi = piece
     if kind == "analyzed":
-        local = sp.load_npz(Path(where) / f"{field}.npz").tocsr()[lo:hi]
+        local = sp.load_npz(Path(where) / f"{field}.npz").tocsr()
+        local = local if (lo, hi) == (0, local.shape[0]) else local[lo:hi]
         mapping = np.load(Path(where) / "map.npy")
         return sp.csr_matrix((local.data, mapping[local.indices].astype(np.int32), local.indptr), shape=(hi - lo, terms))
     if kind == "saved":
@@ -354,8 +372,8 @@ def _saved_rows(base: Path, field: str, rows: np.ndarray) -> tuple[np.ndarray, n
     block = slice(int(bounds[0]), int(bounds[-1]))
     out_indptr = np.zeros(len(rows) + 1, np.int64)
     np.cumsum(lengths[rows - first], out=out_indptr[1:])
-    if len(rows) == last - first:  # every row between: the block as it is
-        return out_indptr, np.asarray(indices[block]), np.asarray(data[block], np.int32)
+    if len(rows) == last - first:  # every row between: the block, copied out of the read-only map
+        return out_indptr, np.array(indices[block]), np.array(data[block], np.int32)
     wanted = np.zeros(last - first, bool)
     wanted[rows - first] = True
     postings = np.repeat(wanted, lengths)

@@ -186,15 +186,19 @@ def map_counts(path: Path, field: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
             info = z.getinfo(f"{name}.npy")
             f.seek(info.header_offset)
             local = f.read(30)  # the member's local header: its name's and extra field's lengths at 26 and 28
-            f.seek(info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little"))
+            member = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little")
+            f.seek(member)
             read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(
                 np.lib.format.read_magic(f) if info.compress_type == zipfile.ZIP_STORED else None)
             shape, fortran, dtype = read_header(f) if read_header else ((), True, None)
             if fortran or not int(np.prod(shape)):  # compressed, another header, or empty: read whole
                 with z.open(info) as member:
                     out[name] = np.lib.format.read_array(member)
-            else:
-                out[name] = np.memmap(target, dtype=dtype, mode="r", offset=f.tell(), shape=shape)
+                continue
+            start = f.tell()
+            if start - member + int(np.prod(shape)) * dtype.itemsize != info.file_size:  # the header's shape against the member's size
+                raise ValueError(f"bm25: {target}'s {name} holds {info.file_size} bytes, not the {shape} its header says")
+            out[name] = np.memmap(target, dtype=dtype, mode="r", offset=start, shape=shape)
     return out["indptr"], out["indices"], out["data"], tuple(int(x) for x in out["shape"])
 
 

@@ -12,6 +12,7 @@ directory, nothing is saved: each reader builds the index in memory.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import shutil
 import threading
@@ -24,7 +25,9 @@ from logicrank.pipelines.engines.bm25.index import SOURCE_COLUMNS, BM25Index, BM
 from logicrank.pipelines.engines.bm25.loading import preload_kernels
 from logicrank.pipelines.engines.bm25.mapped import MappedBM25
 
-PATCH_LIMIT = 0.5  # patch while at most this share of the documents changed (measured: docs/bulk-retrieval.md)
+PATCH_LIMIT = 0.5  # patch while at most this share of the documents changed (a patch weighs every row, but analyzes only those)
+
+log = logging.getLogger(__name__)
 
 
 def index_root(store) -> Path | None:
@@ -91,13 +94,22 @@ def save_index(store, root: Path, run: segments.Run = segments.in_process) -> di
     """Make and save the store version's index under ``root`` (:func:`index_root`), its files
     replacing any there: patched from the nearest saved counts of this version or an earlier one
     (:func:`segments.patch`) while at most ``PATCH_LIMIT`` of the documents are new or changed,
-    else built (:func:`segments.build`). Returns what was done."""
+    else built (:func:`segments.build`); a patch that fails gives way to a build
+    (``patch_failed`` in the result says why). Returns what was done."""
     version, stamps = store.version, store.version_stamps()
     path = root / f"v{version}"
     earlier = [v for v in saved_versions(root) if v <= version and v in stamps]
-    done = segments.patch(store, root / f"v{earlier[-1]}", stamps[earlier[-1]], path, run, limit=PATCH_LIMIT) if earlier else None
+    done, failed = None, None
+    if earlier:
+        try:
+            done = segments.patch(store, root / f"v{earlier[-1]}", stamps[earlier[-1]], path, run, limit=PATCH_LIMIT)
+        except Exception as e:  # noqa: BLE001 (a patch that fails for any reason gives way to a build, which is whole; said in the result)
+            failed = f"{type(e).__name__}: {e}"
+            log.warning("bm25: the patch of %r v%s from v%s failed (%s); building it", store.name, version, earlier[-1], failed)
     if done is None:
         done = segments.build(store, path, run)
+        if failed:
+            done["patch_failed"] = failed
     return {**done, "version": version}
 
 

@@ -36,8 +36,9 @@ APART_FROM_ROWS = 50_000
 def update_index_apart(store: DocStore, apart_from_rows: int = APART_FROM_ROWS) -> dict:
     """:func:`logicrank.pipelines.engines.bm25.update_index` in a child process (a fresh interpreter,
     pipelines/engines/store/apart.py) for a table of ``apart_from_rows`` rows or more: the index
-    job's driver stays small whatever the corpus (the patch holds the previous version's counts
-    and every id and hash, 17 GiB at 10M documents, docs/bulk-retrieval.md); the child's memory
+    job's driver stays small whatever the corpus (a build's or a patch's steps hold a segment's
+    counts and weights at a time, and the plan and the assembly every id and hash:
+    docs/bulk-retrieval.md); the child's memory
     goes when it ends, and an interrupt of the job ends it too. A smaller table's index is made here.
     Not multiprocessing's spawn, which imports the caller's ``__main__`` again: a script without
     a ``__main__`` guard would run again in the child. An OSError in the child is raised here as
