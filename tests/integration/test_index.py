@@ -586,13 +586,15 @@ def test_precomputed_vectors_are_indexed_as_given_and_queries_need_a_model_that_
 def test_ray_tasks_keep_the_order_and_a_failed_task_stops_the_others(ray_cluster, tmp_path):
     """`--bm25-workers`' runner (jobs/raysession.py, RayTasks): results in the arguments' order;
     when a task fails, the tasks still running are cancelled and awaited before the error is
-    raised (here they would run forever: the call returning at all shows it)."""
+    raised (here they would run forever: the call returning at all shows it). The tasks ask for
+    no CPU: the session's cluster may have its CPUs held by other tests' work, and the three
+    must run at once."""
     from logicrank.jobs.raysession import RayTasks
 
     def square(x):
         return x * x
 
-    tasks = RayTasks(ray_cluster, at_once=2)
+    tasks = RayTasks(ray_cluster, at_once=2, num_cpus=0)
     assert tasks(square, [(i,) for i in range(5)]) == [0, 1, 4, 9, 16] and len(tasks.nodes) == 1
 
     def run_or_fail(i, flags):
@@ -608,5 +610,5 @@ def test_ray_tasks_keep_the_order_and_a_failed_task_stops_the_others(ray_cluster
             time.sleep(0.01)
 
     with pytest.raises(Exception, match="segment 2 failed"):
-        RayTasks(ray_cluster, at_once=3, num_cpus=0.5)(run_or_fail, [(i, str(tmp_path)) for i in range(3)])
+        RayTasks(ray_cluster, at_once=3, num_cpus=0)(run_or_fail, [(i, str(tmp_path)) for i in range(3)])
     assert sorted(p.name for p in tmp_path.glob("started-*")) == ["started-0", "started-1"]
