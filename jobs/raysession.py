@@ -320,8 +320,8 @@ class RayTasks:
                     node, results[pending.pop(ref)] = ray.get(ref)
                     self.nodes.add(node)
         except BaseException:
-            for ref in pending:
-                ray.cancel(ref)
+            for ref in pending:  # force: their workers killed (a polite cancel is a KeyboardInterrupt, which a worker whose
+                ray.cancel(ref, force=True)  # earlier task installed its own SIGINT handler never raises); a step is rerun whole
             if pending:
                 ray.wait(list(pending), num_returns=len(pending), fetch_local=False)
             raise
