@@ -55,7 +55,7 @@ from logicrank.pipelines.corpus import Source, SourceError, VectorColumn, check_
 from logicrank.pipelines.engines.bm25 import index_root, update_index
 from logicrank.pipelines.engines.embed import concrete, model_id, resolve_model
 from logicrank.pipelines.engines.placement import EncoderPlacement, encoder_placement
-from logicrank.pipelines.engines.store import DocStore, json_value, update_index_apart
+from logicrank.pipelines.engines.store import DocStore, json_value, maintain_apart, update_index_apart
 from logicrank.pipelines.engines.vector_models import loadable, model_dimension
 from logicrank.pipelines.files import require_writable
 from logicrank.pipelines.operations.indexing import (
@@ -431,8 +431,8 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
     changed = store.version != version_before or bool(summary.embedded or summary.precomputed or summary.deleted or summary.resumed)
     lock.ensure_held()
     with rundir.timed("maintain"), busy("index: maintaining the table (compaction, indexes)"):
-        summary.maintenance = store.maintain(cfg.ann_from(), timedelta(hours=cfg.prune_after_hours), changed,
-                                            rebuild=cfg.rebuild_indexes)
+        summary.maintenance = maintain_apart(store, cfg.ann_from(), timedelta(hours=cfg.prune_after_hours), changed,
+                                             rebuild=cfg.rebuild_indexes)  # in a child process from APART_FROM_ROWS rows
     with rundir.timed("bm25_index"), busy("index: the BM25 index of the new version"):
         try:
             summary.maintenance["bm25_index"] = _bm25_index(cfg, store)

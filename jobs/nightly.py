@@ -178,7 +178,7 @@ class NightRun(NightBook):
                  f"rejected {s.rejected}; table v{s.table_version} ({s.table_rows} rows) tagged {s.tag}")
 
     def _maintain(self) -> None:
-        from logicrank.pipelines.engines.store import DocStore
+        from logicrank.pipelines.engines.store import DocStore, maintain_apart
 
         keep = {self.tag} | ({f"{NIGHTLY_TAG_PREFIX}{self.cfg.baseline}"} if self.cfg.baseline else set())
         try:
@@ -189,7 +189,7 @@ class NightRun(NightBook):
                 for name in dropped:
                     store.table.tags.delete(name)
                 with busy(f"nightly {self.day}: maintaining the table"):
-                    m = store.maintain(self.cfg.index.ann_from(), timedelta(hours=self.cfg.index.prune_after_hours), changed=False)
+                    m = maintain_apart(store, self.cfg.index.ann_from(), timedelta(hours=self.cfg.index.prune_after_hours), changed=False)
         except UserError as exc:
             self.state.record("maintain", {"failed": str(exc)})
             raise _Stopped("maintain", str(exc)) from None

@@ -304,3 +304,38 @@ def test_a_full_disk_while_saving_the_bm25_index_is_an_oserror_for_the_index_job
     with pytest.raises(OSError, match="No space left on device") as info:
         update_index_apart(store[0])
     assert info.value.errno == 28
+
+
+def test_the_table_is_maintained_in_a_child_process_only_when_large_and_the_caller_follows_it(tmp_path, monkeypatch):
+    """``maintain_apart``: a table below ``apart_from_rows`` is maintained in the caller, one at
+    or above it in a child process (LanceDB's compaction and index builds keep what they held
+    in the process that ran them). Both give the same summary as plain JSON values; the
+    caller's store then reads the version the child made, and the completion mark moved with
+    it, as in-process maintenance moves it."""
+    import subprocess
+
+    from logicrank.pipelines.engines.store import maintain_apart
+
+    children = []
+    run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: children.append(a[0]) or run(*a, **k))
+    done, versions = {}, {}
+    for name, apart_from_rows in (("here", 61), ("child", 60)):
+        s = DocStore(str(tmp_path / name))
+        s.open_or_create(8, "gen")
+        for part in range(3):  # three small fragments for compaction to merge
+            ids = range(part * 20, part * 20 + 20)
+            s.upsert(pa.table({"doc_id": [f"d{i}" for i in ids], "title": [None] * 20, "text": [f"apple {i}" for i in ids],
+                               "metadata": [None] * 20, "content_hash": ["h"] * 20,
+                               "vector": to_fixed_size_list(np.eye(20, 8, dtype=np.float32))}))
+        s.mark_complete()
+        before = s.version
+        done[name] = maintain_apart(s, None, timedelta(days=1), apart_from_rows=apart_from_rows)
+        assert len(children) == (name == "child")
+        assert s.version > before and s.version == DocStore(str(tmp_path / name)).version  # the caller follows the child's commits
+        assert s.complete_version() == s.version and s.count() == 60
+        versions[name] = s.version
+        done[name].pop("seconds")
+    assert children[0][1:4] == ["-m", "logicrank.pipelines.engines.store.apart", "maintain"]
+    assert done["here"] == done["child"] and versions["here"] == versions["child"]
+    assert done["here"]["fragments_removed"] == 3 and done["here"]["indexes_rebuilt"] == ["doc_id", "text", "title"]

@@ -114,6 +114,12 @@ class Writing:
         self.table.checkout_latest()
         self._lance = None
 
+    def reopen(self) -> None:
+        """Follow the table's latest version after another process committed to it (the
+        child of :func:`logicrank.pipelines.engines.store.maintain_apart`)."""
+        self.table.checkout_latest()
+        self._lance = None
+
     def file_rows(self, path: str) -> pa.Table:
         """The rows of one uncommitted data file (``path`` under the dataset's ``data/``), read
         back as written: for the writer's rare case of a file holding a row it must not add."""
