@@ -218,6 +218,9 @@ def _plan(cfg: IndexConfig, embed: EmbedConfig, sources: list[Source], stored: S
 
 
 _READ_CPUS = 0.5
+# the writer's LanceDB metadata cache: at LanceDB's default it keeps the manifest of each of the
+# thousands of versions a build commits (10M documents: 2,544), and the driver grows with the corpus
+WRITER_METADATA_CACHE = 64 << 20
 _AUTO_TAG = "index-"  # the tag each run makes when none is given: index-<UTC time>; only these expire
 _AUTO_TAG_NAME = re.compile(r"index-\d{8}T\d{12}Z")
 
@@ -249,7 +252,7 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
 
 def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float, lock: TableLock) -> IndexSummary:
     mid = cfg.vector_model if cfg.vector_column is not None else model_id(cfg.embed)  # what made the table's vectors, recorded in it
-    store = DocStore(cfg.db, cfg.table)
+    store = DocStore(cfg.db, cfg.table, metadata_cache_bytes=WRITER_METADATA_CACHE)
     if store.exists():
         store.require_model(mid, "index", "index into a new table (--table) or delete this one")
         store.require_title_sep(cfg.embed.title_sep, "index")

@@ -32,15 +32,18 @@ class StoreError(UserError, RuntimeError):
 class TableHandle:
     """A LanceDB table by database URI and name, pinned to a version or following the latest."""
 
-    def __init__(self, uri: str, name: str = "docs", version: int | None = None):
+    def __init__(self, uri: str, name: str = "docs", version: int | None = None, metadata_cache_bytes: int | None = None):
         """``version``: read that version of the table (a job's readers all read the version
-        it started with), else the latest.
+        it started with), else the latest. ``metadata_cache_bytes``: bound LanceDB's metadata cache
+        to that many bytes (None: LanceDB's default, which keeps the manifests of the versions a
+        process has read: a process appending 4,096 rows a commit grew from 0.31 to 0.59 GiB
+        over 750 commits with it, to 0.35 bounded to 64 MiB).
 
         Opening creates nothing: the database is connected on first use, and a reader of a
         local path that does not exist is refused (:meth:`exists` is False, :attr:`table`
         raises one line naming the path) without making it (``lancedb.connect`` makes the
         directory tree). Only a write that creates the table makes it."""
-        self.uri, self.name, self._version = uri, name, version
+        self.uri, self.name, self._version, self._metadata_cache_bytes = uri, name, version, metadata_cache_bytes
         self._db = None
         self._table = None
         self._lance = None  # the Lance dataset, for full-text search
@@ -52,7 +55,9 @@ class TableHandle:
     def db(self):
         """The LanceDB connection, made on first use (it makes a missing local directory)."""
         if self._db is None:
-            self._db = lancedb.connect(self.uri)
+            bytes_ = self._metadata_cache_bytes
+            session = None if bytes_ is None else lancedb.Session(metadata_cache_size_bytes=bytes_)
+            self._db = lancedb.connect(self.uri, session=session)
         return self._db
 
     def _missing_path(self) -> Path | None:
