@@ -195,3 +195,12 @@ def test_no_test_imports_a_private_name_of_logicrank():
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("logicrank", "tests"):
                 found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert not found
+
+
+def test_the_command_line_starts_without_the_heavy_libraries():
+    """``logicrank --help`` and every refusal before a job's work are a fresh interpreter's
+    import of logicrank/cli.py: LanceDB (a second on 2 cores), Ray, torch and vLLM are imported
+    by the jobs that use them, not by the command line's start."""
+    code = "import json, sys; import logicrank.cli; print(json.dumps(sorted(m for m in ('lancedb', 'lance', 'ray', 'torch', 'vllm') if m in sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []

@@ -6,13 +6,16 @@ pipelines/evaluation/ablation.py's. No Ray here."""
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.engines.embed import Embedder
-from logicrank.pipelines.engines.store import DocStore
 from logicrank.pipelines.retrieval.logic.fuzzy import Operators
 from logicrank.pipelines.retrieval.methods.evidence import calibrate_evidence, describe, make_evidence
 from logicrank.pipelines.retrieval.methods.itlr import Calibration, refuse_empty_nots, score_exact, unique_terms
+
+if TYPE_CHECKING:  # (the store imports LanceDB: a second of the command line's start)
+    from logicrank.pipelines.engines.store import DocStore
 
 
 def score_grid(parsed: list, store: DocStore, embed: EmbedConfig, k: int, scorer: str, calibration: str,

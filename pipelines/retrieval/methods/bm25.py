@@ -4,14 +4,18 @@ a stage that produced a run, only that run's candidates (:func:`bm25_candidates`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logicrank.pipelines.engines.store import DocStore
 from logicrank.pipelines.retrieval.methods.ranking import candidate_pairs, rank_pairs
 from logicrank.schemas.tables import QUERIES, RUN, repeated, require_columns
+
+if TYPE_CHECKING:  # (the store imports LanceDB: a second of the command line's start)
+    from logicrank.pipelines.engines.store import DocStore
 
 
 def bm25(queries: pa.Table, store: DocStore, k: int, run_id: str = "bm25") -> pa.Table:

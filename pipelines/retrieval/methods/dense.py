@@ -15,6 +15,8 @@ After a stage that produced a run, dense scores only that run's candidates
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -22,11 +24,13 @@ import pyarrow.compute as pc
 
 from logicrank.pipelines.engines.embed import Embedder
 from logicrank.pipelines.engines.exact import merge_top, shard_bounds, top_k
-from logicrank.pipelines.engines.store import DocStore
 from logicrank.pipelines.engines.vectors import Vectors
 from logicrank.pipelines.retrieval.methods.ranking import candidate_pairs, rank_pairs
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import QUERIES, RUN, repeated, require_columns
+
+if TYPE_CHECKING:  # (the store imports LanceDB: a second of the command line's start)
+    from logicrank.pipelines.engines.store import DocStore
 
 REFINE_FACTOR = 4
 _PAIR_BLOCK = 65536  # candidate pairs scored at once (dense_candidates)
