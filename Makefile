@@ -38,14 +38,16 @@ nightly-demo: $(STAMP)
 	$(BIN)/logicrank nightly-demo --out runs/nightly-demo
 
 # Two pytest-xdist workers, each given whole files (--dist loadfile: a file's session fixtures
-# and its Ray cluster are built once, in one worker). Many integration tests wait on an event
-# (a stall detected, a killed process restarted) with a core idle; the other worker fills it.
+# and its Ray cluster are built once, in one worker), the costliest files first (tests/conftest.py
+# orders them by their tests' tiers; --no-loadscope-reorder keeps that order). Many integration
+# tests wait on an event (a stall detected, a killed process restarted) with a core idle; the
+# other worker fills it.
 # A worker that dies (a test that ends its own process) is not replaced: the run fails, naming
 # the test it was running, rather than rerunning it in a fresh worker. Each run keeps its
 # report (junit.xml, and durations.md: the slowest files and tests): runs/tests/, the quick
 # tier's in runs/tests/quick/.
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
-PARALLEL := -n 2 --dist loadfile --max-worker-restart=0 --durations=25
+PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart=0 --durations=25
 
 # The README's test command and CI's: every tier.
 test: $(STAMP)

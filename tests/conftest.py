@@ -32,11 +32,23 @@ def pytest_sessionstart(session):
 _TIER_BY_FIXTURE = {"ray_cluster": "cluster", "tiny_dir": "llm", "tiny_cfg": "llm"}
 
 
+# What a test of each tier costs, roughly, in a file's share of the suite: the files that start
+# engines and clusters are handed out first (the Makefile's `--dist loadfile
+# --no-loadscope-reorder` keeps this order), so the longest ones never start last on one worker
+# while the other has finished.
+_COST_BY_TIER = {"llm": 3, "cluster": 2, "faults": 2, "slow": 2}
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         for fixture, marker in _TIER_BY_FIXTURE.items():
             if fixture in item.fixturenames:
                 item.add_marker(marker)
+    cost: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        cost[path] = cost.get(path, 0) + max((c for tier, c in _COST_BY_TIER.items() if item.get_closest_marker(tier)), default=0)
+    items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
 
 
 def pytest_terminal_summary(terminalreporter, config):
