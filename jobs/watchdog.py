@@ -92,21 +92,39 @@ def beat(what: str | None = None) -> None:
         w.beat(what)
 
 
+def cpu_seconds() -> float:
+    """The CPU time of this process and of every process below it: the step a child process
+    does for it (the table maintained or the BM25 index made apart, pipelines/engines/store/),
+    or Ray's workers on the cluster it started. A child gone since the last look takes its
+    seconds with it (the sum falls: no progress counted for that look)."""
+    import psutil
+
+    total = time.process_time()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            t = child.cpu_times()
+        except psutil.Error:  # (ended between the listing and the look)
+            continue
+        total += t.user + t.system
+    return total
+
+
 @contextmanager
 def busy(what: str, every_s: float = 5.0) -> Iterator[None]:
-    """Around one long call that reports nothing itself (an index build over millions of rows):
-    progress is reported every ``every_s`` seconds as long as the process keeps using CPU
-    time, so a working step is never taken for a stall while one that waits on nothing
-    (a lock, a dead peer) still is."""
+    """Around one long call that reports nothing itself (an index build over millions of rows,
+    here or in a child process): progress is reported every ``every_s`` seconds as long as the
+    process or one below it keeps using CPU time (:func:`cpu_seconds`), so a working step is
+    never taken for a stall while one that waits on nothing (a lock, a dead peer) still is.
+    Ray's own daemons, idle, use about 2% of a core: below the 5% that counts."""
     if _current is None:
         yield
         return
     stop = threading.Event()
 
     def pulse():
-        used = time.process_time()
+        used = cpu_seconds()
         while not stop.wait(every_s):
-            now = time.process_time()
+            now = cpu_seconds()
             if now - used > 0.05 * every_s:  # at least 5% of one core since the last look
                 beat(what)
             used = now

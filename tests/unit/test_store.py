@@ -330,12 +330,58 @@ def test_the_table_is_maintained_in_a_child_process_only_when_large_and_the_call
                                "vector": to_fixed_size_list(np.eye(20, 8, dtype=np.float32))}))
         s.mark_complete()
         before = s.version
-        done[name] = maintain_apart(s, None, timedelta(days=1), apart_from_rows=apart_from_rows)
+        done[name] = maintain_apart(s, None, timedelta(0), apart_from_rows=apart_from_rows)  # every untagged older version pruned
         assert len(children) == (name == "child")
         assert s.version > before and s.version == DocStore(str(tmp_path / name)).version  # the caller follows the child's commits
         assert s.complete_version() == s.version and s.count() == 60
         versions[name] = s.version
         done[name].pop("seconds")
-    assert children[0][1:4] == ["-m", "logicrank.pipelines.engines.store.apart", "maintain"]
+        assert done[name].pop("bytes_pruned") > 0  # (its manifests name the table's path: "here" and "child" differ in length)
+        again = maintain_apart(s, None, timedelta(0), changed=False, apart_from_rows=apart_from_rows)  # the nightly's: nothing to do
+        assert s.version == versions[name] and again["fragments_removed"] == 0 and again["indexes_rebuilt"] == [], again
+    assert children[0][1:4] == ["-m", "logicrank.pipelines.engines.store.apart", "maintain"] and len(children) == 2
     assert done["here"] == done["child"] and versions["here"] == versions["child"]
     assert done["here"]["fragments_removed"] == 3 and done["here"]["indexes_rebuilt"] == ["doc_id", "text", "title"]
+    assert done["here"]["versions_pruned"] > 0 and done["here"]["versions_left"] == 1  # the newest: the complete mark names it
+
+
+def test_a_user_error_in_the_maintaining_child_is_the_stores_one_line(store, monkeypatch):
+    """A table the child cannot open (gone since the caller looked, here never there) is the
+    store's StoreError in the caller, as in process, not a bare failure of the child."""
+    from logicrank.pipelines.engines.store import maintain_apart
+
+    s, _ = store
+    gone = DocStore(s.uri, "missing")
+    monkeypatch.setattr(DocStore, "count", lambda self: 10**9)  # large: maintained in the child
+    with pytest.raises(StoreError, match="no table 'missing'"):
+        maintain_apart(gone, None, timedelta(days=1))
+
+
+def test_the_child_ends_when_its_caller_is_killed(tmp_path):
+    """The child writes under its caller's table lock, which a killed caller lets go: it must
+    not go on writing without it (pipelines/engines/store/apart.py, ``die_with_parent``)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    caller = ("import subprocess, sys; "
+              "child = subprocess.Popen([sys.executable, '-c', 'import os, time; from logicrank.pipelines.engines.store.apart import "
+              "die_with_parent; die_with_parent(os.getppid()); print(os.getpid(), flush=True); time.sleep(600)'], stdout=subprocess.PIPE, text=True); "
+              "print(child.stdout.readline().strip(), flush=True); child.wait()")
+    proc = subprocess.Popen([sys.executable, "-c", caller], stdout=subprocess.PIPE, text=True)
+    child = psutil.Process(int(proc.stdout.readline()))  # the child is running, its parent-death signal asked for
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    def ended() -> bool:  # gone, or a zombie its new parent has not reaped yet
+        try:
+            return child.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    while not ended():  # (pytest's timeout bounds the wait: it would sleep for 10 minutes otherwise)
+        time.sleep(0.05)

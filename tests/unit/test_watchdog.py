@@ -100,6 +100,29 @@ except Stalled as exc:
     assert len(list(tmp_path.glob("stalled-*.txt"))) == 1
 
 
+def test_a_long_call_whose_work_a_child_process_does_is_not_a_stall(tmp_path):
+    """The index job maintains a large table in a child process and waits for it, using no CPU
+    itself: the child's CPU time counts as the step's progress; a child that waits on nothing
+    is still a stall."""
+    res = _child("""
+import subprocess
+from logicrank.jobs.watchdog import busy
+spin = "import time\\nt = time.time()\\nwhile time.time() - t < 3: sum(range(10000))"
+with watch("demo", out, timeout_s=1.0, grace_s=5):
+    with busy("maintaining in a child", every_s=0.2):
+        subprocess.run([sys.executable, "-c", spin], check=True)
+print("worked")
+try:
+    with watch("demo", out, timeout_s=1.0, grace_s=5):
+        with busy("waiting on a child", every_s=0.2):
+            subprocess.run([sys.executable, "-c", "import time; time.sleep(30)"])
+except Stalled as exc:
+    print("STALLED", exc)
+""", tmp_path)
+    lines = res.stdout.strip().splitlines()
+    assert lines[0] == "worked" and lines[1].startswith("STALLED demo: no progress for "), res.stdout + res.stderr
+
+
 def test_a_job_that_cannot_finish_ends_the_command_in_one_line_with_exit_1(tmp_path, capsys):
     import pytest
     import typer

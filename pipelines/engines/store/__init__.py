@@ -10,6 +10,7 @@ No user text is ever pasted into a LanceDB filter string.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
 from logicrank.pipelines.engines.bm25 import ENGLISH_STOP_WORDS
@@ -62,28 +63,37 @@ def maintain_apart(store: DocStore, ann_threshold: int | None, prune_older_than:
     if store.count() < apart_from_rows:
         return _plain(store.maintain(ann_threshold, prune_older_than, changed, rebuild))
     try:
-        return _apart(store, "maintain", args, "maintaining it")
-    finally:
-        store.reopen()  # the child committed: read the table as it left it (or as an interrupt did)
+        result = _apart(store, "maintain", args, "maintaining it")
+    except BaseException:
+        with contextlib.suppress(Exception):  # (the child's error is the one to tell)
+            store.reopen()  # what the child committed before it failed or was stopped
+        raise
+    store.reopen()  # the child committed: read the table as it left it
+    return result
 
 
 def _apart(store: DocStore, what: str, args: dict, doing: str) -> dict:
     """``python -m logicrank.pipelines.engines.store.apart WHAT URI NAME ARGS``: its one JSON line.
     Not multiprocessing's spawn, which imports the caller's ``__main__`` again: a script without
     a ``__main__`` guard would run again in the child. An interrupt kills the child, then
-    propagates; an OSError in the child (exit 3) is raised here as one."""
+    propagates; a caller killed outright takes the child with it (it writes under the caller's
+    lock: apart.py). An OSError in the child (exit 3) is raised here as one, a user error
+    (exit 4) as a :class:`StoreError`."""
     import json
+    import os
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "logicrank.pipelines.engines.store.apart", what, str(store.uri), store.name, json.dumps(args)],
-                          capture_output=True, text=True)
+    command = [sys.executable, "-m", "logicrank.pipelines.engines.store.apart", what, str(store.uri), store.name, json.dumps(args), str(os.getpid())]
+    done = subprocess.run(command, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
-    result = json.loads(lines[-1]) if done.returncode in (0, 3) and lines else {}
-    if done.returncode == 3:
+    result = json.loads(lines[-1]) if done.returncode in (0, 3, 4) and lines else None
+    if done.returncode == 3 and result:
         raise OSError(*result["oserror"])
-    if done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    if done.returncode == 4 and result:
+        raise StoreError(result["usererror"])
+    if done.returncode != 0 or result is None:
+        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}, nothing printed"])[-1]
         raise RuntimeError(f"store: {doing} (table {store.name!r} v{store.version}) failed in its child process: {said}")
     return result
 

@@ -177,7 +177,8 @@ class Versions:
         """This table pinned to the version a reader reads, and the line to say about it:
         ``version`` when given (any version, on purpose: no line), else
         :meth:`readable_version`'s choice."""
+        bound = self._metadata_cache_bytes
         if version is not None:
-            return type(self)(self.uri, self.name, version=version), None
+            return type(self)(self.uri, self.name, version=version, metadata_cache_bytes=bound), None
         read, note = self.readable_version(job, option)
-        return type(self)(self.uri, self.name, version=read), note
+        return type(self)(self.uri, self.name, version=read, metadata_cache_bytes=bound), note

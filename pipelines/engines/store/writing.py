@@ -116,9 +116,11 @@ class Writing:
 
     def reopen(self) -> None:
         """Follow the table's latest version after another process committed to it (the
-        child of :func:`logicrank.pipelines.engines.store.maintain_apart`)."""
+        child of :func:`logicrank.pipelines.engines.store.maintain_apart`), forgetting what this
+        process held of the version before (the Lance dataset, the engines' operands)."""
         self.table.checkout_latest()
         self._lance = None
+        self.release()
 
     def file_rows(self, path: str) -> pa.Table:
         """The rows of one uncommitted data file (``path`` under the dataset's ``data/``), read
