@@ -283,6 +283,7 @@ def test_the_bm25_index_is_saved_in_a_child_process_only_for_a_large_table(tmp_p
                            "text": [f"apple banana {i}" if i % 2 else f"cherry {i}" for i in range(50)], "metadata": [None] * 50,
                            "content_hash": ["h"] * 50, "vector": to_fixed_size_list(np.eye(50, 8, dtype=np.float32))}))
         done[name] = update_index_apart(s, apart_from_rows=apart_from_rows)
+        assert set(done[name].pop("seconds")) == {"analyze_segment", "merge_segments", "weigh_segment", "assemble"}  # each step's time
         assert len(children) == (name == "child")
         assert update_index_apart(s, apart_from_rows=10**9) == {"how": "current", "version": s.version}  # saved: found by a later run
         assert len(children) == (name == "child")

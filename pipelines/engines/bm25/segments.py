@@ -39,6 +39,7 @@ import functools
 import os
 import shutil
 import tempfile
+import time
 import uuid
 import zipfile
 from collections.abc import Callable, Sequence
@@ -57,6 +58,20 @@ from logicrank.pipelines.engines.bm25.index import SOURCE_COLUMNS, field_counts,
 SCAN_ROWS = 8192  # rows per batch read from the table
 
 Run = Callable[[Callable, Sequence[tuple]], list]  # run(step, [args, ...]) -> [result, ...], in the arguments' order
+
+
+def timed(run: Run, seconds: dict[str, float]) -> Run:
+    """``run``, adding each step's wall time to ``seconds`` under the step's name (a build's or a
+    patch's report: where its time went)."""
+
+    def timed_run(step: Callable, args: Sequence[tuple]) -> list:
+        t = time.perf_counter()
+        try:
+            return run(step, args)
+        finally:
+            seconds[step.__name__] = round(seconds.get(step.__name__, 0.0) + time.perf_counter() - t, 3)
+
+    return timed_run
 
 
 def in_process(step: Callable, args: Sequence[tuple]) -> list:
@@ -89,6 +104,8 @@ def build(store, path: Path, run: Run = in_process, segment_rows: int | None = N
     segment_rows = segment_rows or storage.SEGMENT_ROWS
     path.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{path.name}-segments-", dir=path.parent))
+    seconds: dict[str, float] = {}
+    run = timed(run, seconds)
     try:
         spans = ranges(store.count(), segment_rows)
         for i in range(len(spans)):  # made here: a task on a node that does not see the directory fails, never makes its own
@@ -102,7 +119,8 @@ def build(store, path: Path, run: Run = in_process, segment_rows: int | None = N
         _assemble(run, work, len(spans), path, int(store.version), store.version_stamp(), segment_rows)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"how": "built", "analyzed": sum(rows), "docs": sum(rows), "segments": len(spans), "segment_rows": segment_rows, "terms": stats["terms"]}
+    return {"how": "built", "analyzed": sum(rows), "docs": sum(rows), "segments": len(spans), "segment_rows": segment_rows, "terms": stats["terms"],
+            "seconds": seconds}
 
 
 def patch(store, base: Path, base_stamp: str | None, path: Path, run: Run = in_process, limit: float = 1.0,
@@ -116,6 +134,8 @@ def patch(store, base: Path, base_stamp: str | None, path: Path, run: Run = in_p
     segment_rows = segment_rows or storage.SEGMENT_ROWS
     path.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{path.name}-patch-", dir=path.parent))
+    seconds: dict[str, float] = {}
+    run = timed(run, seconds)
     try:
         base = _pinned(Path(base).expanduser().resolve(), work / "base")
         before = storage.counts_meta(base, base_stamp)
@@ -150,7 +170,8 @@ def patch(store, base: Path, base_stamp: str | None, path: Path, run: Run = in_p
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"how": "patched", "from_version": before["version"], "kept": plan["kept"], "dropped": before["docs"] - plan["kept"],
-            "analyzed": plan["fresh"], "docs": plan["docs"], "segments": len(spans), "segment_rows": segment_rows, "terms": stats["terms"]}
+            "analyzed": plan["fresh"], "docs": plan["docs"], "segments": len(spans), "segment_rows": segment_rows, "terms": stats["terms"],
+            "seconds": seconds}
 
 
 def _pinned(base: Path, into: Path) -> Path:
