@@ -50,6 +50,9 @@ def _saved(path) -> dict:
     for name in ("title", "text"):
         with np.load(path / f"{name}.npz") as z:  # the archive's arrays as saved, dtypes included
             out[name] = {k: z[k] for k in z.files}
+    with np.load(path / "stats.npz") as z:
+        assert str(z["save_id"]) == json.loads((path / "meta.json").read_text())["save_id"]
+        out["stats"] = {k: z[k] for k in z.files if k != "save_id"}
     meta = json.loads((path / "meta.json").read_text())
     out["meta"] = {k: v for k, v in meta.items() if k != "save_id"}
     return out
@@ -62,7 +65,7 @@ def _assert_same(a: dict, b: dict) -> None:
         assert np.array_equal(a[name], b[name]), name  # bit for bit: the same arithmetic on the same numbers
     for name in ("doc_ids", "docs", "vocab"):
         assert a[name] == b[name], name
-    for name in ("title", "text"):
+    for name in ("title", "text", "stats"):
         assert sorted(a[name]) == sorted(b[name]), name
         for k in a[name]:
             assert a[name][k].dtype == b[name][k].dtype and np.array_equal(a[name][k], b[name][k]), (name, k)
@@ -127,7 +130,7 @@ def test_update_index_builds_in_segments_then_patches(tmp_path, docs, monkeypatc
     calls.clear()
     second = bm25.update_index(store, run=run)
     assert second["how"] == "patched" and second["analyzed"] == 1 and second["kept"] == 70 and second["segments"] == 5
-    assert calls == [("plan_patch", 1), ("count_kept", 5), ("analyze_segment", 1), ("merge_segments", 1), ("weigh_segment", 5), ("assemble", 4)]
+    assert calls == [("plan_patch", 1), ("count_dropped", 1), ("analyze_segment", 1), ("merge_segments", 1), ("weigh_segment", 5), ("assemble", 4)]
 
 
 def test_segment_ranges():
@@ -160,17 +163,23 @@ def _twice(step, args):  # every task run twice, as Ray reruns a task whose work
     return [step(*a) for a in args]
 
 
-@pytest.mark.parametrize(("segment_rows", "run"), [(16, _backwards), (7, _backwards), (7, _twice)], ids=["16-backwards", "7-backwards", "7-twice"])
-def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, monkeypatch, segment_rows, run):
+@pytest.mark.parametrize(("segment_rows", "run", "statistics"), [(16, _backwards, "saved"), (7, _backwards, "saved"), (7, _twice, "saved"),
+                                                                 (7, _backwards, "absent")],
+                         ids=["16-backwards", "7-backwards", "7-twice", "7-backwards-counted"])
+def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, monkeypatch, segment_rows, run, statistics):
     """The patch keeps the earlier index's rows whose document is unchanged, in their order, then
     the table's new and changed ones in its order, and its vocabulary's ids: its saved arrays
     equal those of a build over those rows whose vocabulary starts from the saved one. Tasks in
     reverse order, or each run twice; at 7 rows a segment mixes kept and new rows, and new rows
-    from two analyzed segments (of 7 // 8 = 1 row each: every new row its own task)."""
+    from two analyzed segments (of 7 // 8 = 1 row each: every new row its own task). The kept
+    rows' statistics: the saved ones less the dropped rows', or (an index saved without them)
+    counted from the kept rows."""
     monkeypatch.setattr(storage, "SEGMENT_ROWS", segment_rows)
     store = _table(tmp_path / "db", docs)
     assert bm25.update_index(store)["how"] == "built"
     before = bm25.index_root(store) / f"v{store.version}"
+    if statistics == "absent":
+        (before / "stats.npz").unlink()
     old = pq.read_table(before / "docs.parquet").to_pydict()
     old_terms = pq.read_table(before / "vocab.parquet").column("term").to_pylist()
     _edit(store, docs, changed=3, added=20, deleted=6)
@@ -178,6 +187,7 @@ def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, 
 
     done = bm25.update_index(store, run=run)
     assert (done["how"], done["kept"], done["dropped"], done["analyzed"], done["docs"]) == ("patched", 61, 9, 23, 84)
+    assert done["kept_statistics"] == {"saved": "saved less dropped", "absent": "counted"}[statistics]
 
     pairs = set(zip(*store.hashes().to_pydict().values(), strict=True))
     kept = [d for d, h in zip(old["doc_id"], old["content_hash"], strict=True) if (d, h) in pairs]
@@ -238,7 +248,7 @@ def test_a_patch_that_fails_gives_way_to_a_build_and_says_why(tmp_path, docs, mo
     def broken(*args):
         raise OSError("disk gone")
 
-    monkeypatch.setattr(segments, "count_kept", broken)
+    monkeypatch.setattr(segments, "count_dropped", broken)
     done = bm25.update_index(DocStore(str(tmp_path / "db"), version=store.table.version))
     assert done["how"] == "built" and done["patch_failed"] == "OSError: disk gone"
     assert not list(bm25.index_root(store).glob(".*"))  # the patch's work directory removed
@@ -252,3 +262,14 @@ def test_saved_counts_are_mapped_as_scipy_wrote_them(tmp_path, compressed):
     indptr, indices, data, shape = storage.map_counts(tmp_path, "title")
     assert shape == m.shape and isinstance(indices, np.memmap) != compressed
     assert np.array_equal(indptr, m.indptr) and np.array_equal(indices, m.indices) and np.array_equal(data, m.data)
+
+
+def test_saved_statistics_are_read_only_whole_and_of_their_save(tmp_path):
+    stats = {k: (np.arange(3, dtype=np.int64) if k.endswith("_df") else np.int64(2)) for k in storage.STATS_KEYS}
+    storage.write_stats(tmp_path, stats, "save-a")
+    got = storage.read_stats(tmp_path, {"terms": 3, "save_id": "save-a"})
+    assert sorted(got) == sorted(storage.STATS_KEYS) and all(np.array_equal(got[k], stats[k]) for k in stats)
+    assert storage.read_stats(tmp_path, {"terms": 3, "save_id": "save-b"}) is None  # another save's
+    assert storage.read_stats(tmp_path, {"terms": 4, "save_id": "save-a"}) is None  # another vocabulary's
+    (tmp_path / "stats.npz").write_bytes(b"damaged")
+    assert storage.read_stats(tmp_path, {"terms": 3, "save_id": "save-a"}) is None

@@ -71,6 +71,15 @@ def row_sums(m: sp.csr_matrix) -> np.ndarray:
     return total[m.indptr[1:]] - total[m.indptr[:-1]]
 
 
+def field_stats(m: sp.csr_matrix) -> dict[str, np.ndarray]:
+    """One field's statistics over the rows of its counts (documents x terms): per-term document
+    frequencies (``df``, int64), the documents with a token (``docs``) and the tokens (``tokens``).
+    A collection's are the sums of its parts' (segments.py, the patch's saved less dropped rows)."""
+    lengths = row_sums(m)
+    return {"df": np.bincount(m.indices, minlength=m.shape[1]).astype(np.int64),
+            "docs": np.int64((lengths > 0).sum()), "tokens": np.int64(lengths.sum())}
+
+
 def _joined(parts: list[sp.spmatrix]) -> sp.csr_matrix:
     """Matrices of one shape whose columns are disjoint (one segment of documents each) as one
     CSR, assembled once."""
@@ -339,16 +348,16 @@ class BM25Index(BM25Search):
     def __len__(self) -> int:
         return len(self.doc_ids)
 
+    def field_stats(self) -> dict[str, np.ndarray]:
+        """Each field's statistics (:func:`field_stats`), keyed ``<field>_<statistic>`` as a saved
+        index holds them (storage.py's ``stats.npz``)."""
+        return {f"{name}_{k}": v for name, m in (("title", self.title), ("text", self.text)) for k, v in field_stats(m).items()}
+
     def stats(self) -> dict:
         """N, the average length, and per-term document frequencies (the combined statistics)."""
-        def field(m):
-            lengths = row_sums(m)
-            df = np.bincount(m.indices, minlength=m.shape[1])
-            return int((lengths > 0).sum()), int(lengths.sum()), df
-        nt, tt, dft = field(self.title)
-        nx, tx, dfx = field(self.text)
-        n = max(nt, nx)
-        return {"docs": n, "avgdl": (tt + tx) / n if n else 0.0, "df": np.maximum(dft, dfx)}
+        t, x = field_stats(self.title), field_stats(self.text)
+        n = int(max(t["docs"], x["docs"]))
+        return {"docs": n, "avgdl": int(t["tokens"] + x["tokens"]) / n if n else 0.0, "df": np.maximum(t["df"], x["df"])}
 
     def nbytes(self) -> int:
         """Bytes this index holds in memory (its count matrices, once made its weights, and its

@@ -26,8 +26,9 @@ cluster the index job's (jobs/index.py).
 
 :func:`patch` makes the next version's index from an earlier saved one in the same steps: a plan
 (:func:`plan_patch`: which saved rows are kept, which of the table's rows are new or changed),
-the kept rows' statistics read from the saved counts (:func:`count_kept`, per segment of the
-saved index) beside the new rows analyzed, the merge (the saved vocabulary first, its ids kept),
+the kept rows' statistics (the saved index's less its dropped rows', :func:`count_dropped`; or,
+for an index saved without its statistics, read from its kept counts, :func:`count_kept`, per
+segment of it) beside the new rows analyzed, the merge (the saved vocabulary first, its ids kept),
 then each segment of the new index weighed from its kept rows' saved counts and its new rows'
 (:func:`weigh_segment`) and assembled. Only the new and changed rows are analyzed; the saved
 arrays equal those of a build over the same rows whose vocabulary starts from the saved one.
@@ -35,7 +36,9 @@ arrays equal those of a build over the same rows whose vocabulary starts from th
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import os
 import shutil
 import tempfile
@@ -53,7 +56,7 @@ import scipy.sparse as sp
 
 from logicrank.pipelines.engines.bm25 import storage
 from logicrank.pipelines.engines.bm25.analyzer import Vocabulary, default_analyzer
-from logicrank.pipelines.engines.bm25.index import SOURCE_COLUMNS, field_counts, idf_of, row_sums, tiebreak_ranks, weigh
+from logicrank.pipelines.engines.bm25.index import SOURCE_COLUMNS, field_counts, field_stats, idf_of, tiebreak_ranks, weigh
 
 SCAN_ROWS = 8192  # rows per batch read from the table
 
@@ -149,11 +152,15 @@ def patch(store, base: Path, base_stamp: str | None, path: Path, run: Run = in_p
             return None
         saved = ranges(before["docs"], int(before.get("segment_rows") or storage.SEGMENT_ROWS))
         fresh = ranges(plan["fresh"], max(1, segment_rows // 8)) if plan["fresh"] else []  # new rows analyzed in smaller tasks, spread
-        kept_dirs = [str(work / f"k{j:05d}") for j in range(len(saved))]
+        counted = storage.read_stats(base, before) is None  # an index saved without its statistics: its kept rows counted
+        kept_dirs = [str(work / f"k{j:05d}") for j in range(len(saved) if counted else 1)]
         fresh_dirs = [str(work / f"f{j:05d}") for j in range(len(fresh))]
         for d in kept_dirs + fresh_dirs:
             Path(d).mkdir()
-        run(count_kept, [(str(base), str(work), d, lo, hi) for d, (lo, hi) in zip(kept_dirs, saved, strict=True)])
+        if counted:
+            run(count_kept, [(str(base), str(work), d, lo, hi) for d, (lo, hi) in zip(kept_dirs, saved, strict=True)])
+        else:
+            run(count_dropped, [(str(base), before, str(work), kept_dirs[0])])
         run(analyze_segment, [(opener(store), lo, hi, d, str(work / "fresh.parquet")) for d, (lo, hi) in zip(fresh_dirs, fresh, strict=True)])
         (stats,) = run(merge_segments, [(str(work), fresh_dirs, str(base), kept_dirs)])
         kept = plan["kept"]
@@ -171,7 +178,7 @@ def patch(store, base: Path, base_stamp: str | None, path: Path, run: Run = in_p
         shutil.rmtree(work, ignore_errors=True)
     return {"how": "patched", "from_version": before["version"], "kept": plan["kept"], "dropped": before["docs"] - plan["kept"],
             "analyzed": plan["fresh"], "docs": plan["docs"], "segments": len(spans), "segment_rows": segment_rows, "terms": stats["terms"],
-            "seconds": seconds}
+            "kept_statistics": "counted" if counted else "saved less dropped", "seconds": seconds}
 
 
 def _pinned(base: Path, into: Path) -> Path:
@@ -184,6 +191,8 @@ def _pinned(base: Path, into: Path) -> Path:
             os.link(base / name, into / name)
     except OSError:
         return base
+    with contextlib.suppress(FileNotFoundError):  # (an index saved before its statistics were)
+        os.link(base / "stats.npz", into / "stats.npz")
     return into
 
 
@@ -225,9 +234,30 @@ def count_kept(base: str, work: str, out: str, lo: int, hi: int) -> int:
     for field in ("title", "text"):
         indptr, indices, data = _saved_rows(Path(base), field, rows)
         m = sp.csr_matrix((data, indices.astype(np.int32, copy=False), indptr), shape=(len(rows), terms))
-        stats.update({f"{field}_{k}": v for k, v in _field_stats(m).items()})
+        stats.update({f"{field}_{k}": v for k, v in field_stats(m).items()})
     np.savez(_segment_dir(out) / "stats.npz", **stats)
     return len(rows)
+
+
+def count_dropped(base: str, meta: dict, work: str, out: str) -> int:
+    """The statistics (:func:`analyze_segment`'s ``stats.npz``) of the kept rows of the index
+    saved in ``base`` (its meta ``meta``): its saved statistics (storage.py's ``stats.npz``) less
+    those of the rows it does not keep, read from its counts (a re-index drops few: it reads
+    those rows' postings only), into ``out``; returns how many were kept."""
+    saved = storage.read_stats(Path(base), meta)
+    if saved is None:
+        raise RuntimeError(f"bm25: the statistics saved in {base} are no longer whole")
+    kept = np.load(Path(work) / "kept.npy")
+    dropped = np.ones(meta["docs"], bool)
+    dropped[kept] = False
+    rows = np.flatnonzero(dropped)
+    stats = {}
+    for field in ("title", "text"):
+        indptr, indices, data = _saved_rows(Path(base), field, rows)
+        gone = field_stats(sp.csr_matrix((data, indices.astype(np.int32, copy=False), indptr), shape=(len(rows), meta["terms"])))
+        stats.update({f"{field}_{k}": saved[f"{field}_{k}"] - v for k, v in gone.items()})
+    np.savez(_segment_dir(out) / "stats.npz", **stats)
+    return len(kept)
 
 
 # -- 1. analyze ---------------------------------------------------------------------------
@@ -258,7 +288,7 @@ def analyze_segment(table: Callable, lo: int, hi: int, out: str, fresh: str | No
     string = pa.string()
     pq.write_table(pa.table({"doc_id": pa.chunked_array(ids, string) if ids else pa.array([], string),
                              "content_hash": pa.chunked_array(hashes, string) if hashes else pa.array([], string)}), out_dir / "docs.parquet")
-    np.savez(out_dir / "stats.npz", **{f"{f}_{k}": v for f, m in (("title", title), ("text", text)) for k, v in _field_stats(m).items()})
+    np.savez(out_dir / "stats.npz", **{f"{f}_{k}": v for f, m in (("title", title), ("text", text)) for k, v in field_stats(m).items()})
     return hi - lo
 
 
@@ -289,13 +319,6 @@ def _stack(parts: list[sp.csr_matrix], cols: int) -> sp.csr_matrix:
     return sp.vstack([sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], cols)) for m in parts], format="csr")
 
 
-def _field_stats(m: sp.csr_matrix) -> dict[str, np.ndarray]:
-    """One field's statistics, as :meth:`~.index.BM25Index.stats` counts them."""
-    lengths = row_sums(m)
-    return {"df": np.bincount(m.indices, minlength=m.shape[1]).astype(np.int64),
-            "docs": np.int64((lengths > 0).sum()), "tokens": np.int64(lengths.sum())}
-
-
 # -- 2. merge -----------------------------------------------------------------------------
 def merge_segments(work: str, analyzed: Sequence[str], prior: str | None, kept: Sequence[str]) -> dict:
     """The vocabulary, each analyzed segment's map from its term ids to the vocabulary's
@@ -320,18 +343,20 @@ def merge_segments(work: str, analyzed: Sequence[str], prior: str | None, kept: 
     size = len(prior_terms) + len(new)
     df = {"title": np.zeros(size, np.int64), "text": np.zeros(size, np.int64)}
     docs = {"title": 0, "text": 0}
-    tokens = 0
+    tokens = {"title": 0, "text": 0}
     for ids, d in parts:
         with np.load(d / "stats.npz") as s:
             for field in ("title", "text"):
                 df[field][ids] += s[f"{field}_df"]  # a segment's terms map to distinct ids
                 docs[field] += int(s[f"{field}_docs"])
-                tokens += int(s[f"{field}_tokens"])
+                tokens[field] += int(s[f"{field}_tokens"])
     n = max(docs["title"], docs["text"])
     np.save(work_dir / "idf.npy", idf_of(n, np.maximum(df["title"], df["text"])))
+    np.savez(work_dir / "stats.npz", **{f"{f}_df": df[f] for f in df}, **{f"{f}_docs": np.int64(docs[f]) for f in docs},
+             **{f"{f}_tokens": np.int64(tokens[f]) for f in tokens})
     vocab = pa.concat_arrays([prior_terms, pa.array(list(new), pa.string())])
     pq.write_table(pa.table({"term": vocab}), work_dir / "vocab.parquet")
-    return {"docs": n, "avgdl": tokens / n if n else 0.0, "terms": size}
+    return {"docs": n, "avgdl": (tokens["title"] + tokens["text"]) / n if n else 0.0, "terms": size}
 
 
 # -- 3. weigh -----------------------------------------------------------------------------
@@ -381,17 +406,24 @@ def _piece_counts(work_dir: Path, piece: Piece, field: str, terms: int) -> sp.cs
 
 def _saved_rows(base: Path, field: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The CSR arrays of the given rows (ascending) of a saved index's counts, read from its
-    mapped archive: the postings from their first row to their last, less the others' (a patch
-    keeps most rows: one pass over those bytes, no gather)."""
+    mapped archive: where they are most of the rows between their first and their last (the kept
+    ones), the postings of that span less the others' (one pass over those bytes); where they are
+    few (the dropped ones), each row's postings gathered."""
     indptr, indices, data, _ = storage.map_counts(base, field)
     rows = np.asarray(rows, np.int64)
     if not len(rows):
         return np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32)
     first, last = int(rows[0]), int(rows[-1]) + 1
+    out_indptr = np.zeros(len(rows) + 1, np.int64)
+    if len(rows) < (last - first) // 4:  # few: a gather of their postings
+        starts = np.asarray(indptr[rows], np.int64)
+        lengths = np.asarray(indptr[rows + 1], np.int64) - starts
+        np.cumsum(lengths, out=out_indptr[1:])
+        at = np.repeat(starts - out_indptr[:-1], lengths) + np.arange(out_indptr[-1])
+        return out_indptr, np.asarray(indices[at]), np.asarray(data[at], np.int32)
     bounds = np.asarray(indptr[first : last + 1], np.int64)
     lengths = np.diff(bounds)
     block = slice(int(bounds[0]), int(bounds[-1]))
-    out_indptr = np.zeros(len(rows) + 1, np.int64)
     np.cumsum(lengths[rows - first], out=out_indptr[1:])
     if len(rows) == last - first:  # every row between: the block, copied out of the read-only map
         return out_indptr, np.array(indices[block]), np.array(data[block], np.int32)
@@ -432,20 +464,18 @@ def assemble(work: str, segments: int, tmp: str, part: str, save_id: str) -> Non
                                                       for s in segs], (_docs(work_dir, segments), _terms(work_dir)))
     elif part == "search":
         parts = [(s / "w_indptr.npy", s / "w_indices.npy", s / "w_data.npy") for s in segs]
-        total = sum(int(np.load(p[0], mmap_mode="r")[-1]) for p in parts)
-        out_indices = np.lib.format.open_memmap(out / "search" / "indices.npy", "w+", np.int32, (total,))
-        out_data = np.lib.format.open_memmap(out / "search" / "data.npy", "w+", np.float32, (total,))
-        layout, offset = np.empty((len(parts), _terms(work_dir) + 1), np.int64), 0
-        for s, (p_indptr, p_indices, p_data) in enumerate(parts):
-            indptr = np.load(p_indptr)
-            nnz = int(indptr[-1])
-            out_indices[offset : offset + nnz] = np.load(p_indices, mmap_mode="r")
-            out_data[offset : offset + nnz] = np.load(p_data, mmap_mode="r")
+        indptrs = [np.load(p[0]) for p in parts]
+        total = sum(int(indptr[-1]) for indptr in indptrs)
+        for name, dtype, k in (("indices", np.int32, 1), ("data", np.float32, 2)):  # each segment's postings appended, term by term
+            with open(out / "search" / f"{name}.npy", "wb") as f:
+                f.write(_npy_header(dtype, total))
+                for p in parts:
+                    _append_npy(f, p[k], dtype)
+        layout = np.empty((len(parts), _terms(work_dir) + 1), np.int64)
+        offset = 0
+        for s, indptr in enumerate(indptrs):
             layout[s] = indptr + offset
-            offset += nnz
-        out_indices.flush()
-        out_data.flush()
-        del out_indices, out_data
+            offset += int(indptr[-1])
         np.save(out / "search" / "indptr.npy", layout)
         np.save(out / "search" / "idf.npy", np.load(work_dir / "idf.npy"))
     elif part == "ids":
@@ -457,6 +487,8 @@ def assemble(work: str, segments: int, tmp: str, part: str, save_id: str) -> Non
         np.save(out / "search" / "tiebreak.npy", rank)
         np.save(out / "search" / "rows_by_rank.npy", rows)
         storage.write_doc_ids(out / "search" / "doc_ids.arrow", ids, meta)
+        with np.load(work_dir / "stats.npz") as stats:
+            storage.write_stats(out, dict(stats), save_id)
     else:
         raise ValueError(f"bm25: unknown part {part!r} of a saved index")
 
@@ -472,29 +504,74 @@ def _terms(work_dir: Path) -> int:
 def _write_counts(target: Path, work_dir: Path, parts: list[tuple[Path, Path, Path]], shape: tuple[int, int]) -> None:
     """One field's documents x terms counts over every segment, as ``scipy.sparse.save_npz``
     writes a CSR (uncompressed): its index arrays in the dtype scipy gives a matrix of that size
-    (int32 while every offset fits), its arrays streamed through memory maps into the archive."""
-    scratch = Path(tempfile.mkdtemp(prefix="counts-", dir=work_dir))
-    try:
-        lengths = [int(np.load(p[0], mmap_mode="r")[-1]) for p in parts]
-        rows = [len(np.load(p[0], mmap_mode="r")) - 1 for p in parts]
-        index = np.int32 if max(sum(lengths), *shape) <= np.iinfo(np.int32).max else np.int64
-        indptr = np.lib.format.open_memmap(scratch / "indptr.npy", "w+", index, (sum(rows) + 1,))
-        indices = np.lib.format.open_memmap(scratch / "indices.npy", "w+", index, (sum(lengths),))
-        data = np.lib.format.open_memmap(scratch / "data.npy", "w+", np.int32, (sum(lengths),))
-        indptr[0], row, at = 0, 0, 0
-        for (p_indptr, p_indices, p_data), nnz, r in zip(parts, lengths, rows, strict=True):
-            indptr[row + 1 : row + r + 1] = np.load(p_indptr, mmap_mode="r")[1:] + at
-            indices[at : at + nnz] = np.load(p_indices, mmap_mode="r")
-            data[at : at + nnz] = np.load(p_data, mmap_mode="r")
-            row, at = row + r, at + nnz
-        for a in (indptr, indices, data):
-            a.flush()
-        del indptr, indices, data
-        np.save(scratch / "format.npy", np.array(b"csr"))
-        np.save(scratch / "shape.npy", np.array(shape, np.int64))
-        with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
-            for name in ("indices", "indptr", "format", "shape", "data"):
-                z.write(scratch / f"{name}.npy", arcname=f"{name}.npy")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    (int32 while every offset fits), each member of the archive written as the segments' arrays
+    are read, one segment at a time."""
+    lengths = [int(np.load(p[0], mmap_mode="r")[-1]) for p in parts]
+    rows = [len(np.load(p[0], mmap_mode="r")) - 1 for p in parts]
+    index = np.int32 if max(sum(lengths), *shape) <= np.iinfo(np.int32).max else np.int64
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        with z.open("indices.npy", "w", force_zip64=True) as f:
+            f.write(_npy_header(index, sum(lengths)))
+            for p in parts:
+                _append_npy(f, p[1], index)
+        with z.open("indptr.npy", "w", force_zip64=True) as f:
+            f.write(_npy_header(index, sum(rows) + 1))
+            f.write(np.zeros(1, index).tobytes())
+            at = 0
+            for p, nnz in zip(parts, lengths, strict=True):
+                f.write((np.load(p[0])[1:] + at).astype(index).tobytes())
+                at += nnz
+        for name, a in (("format", np.array(b"csr")), ("shape", np.array(shape, np.int64))):
+            with z.open(f"{name}.npy", "w") as f:
+                np.lib.format.write_array(f, a)
+        with z.open("data.npy", "w", force_zip64=True) as f:
+            f.write(_npy_header(np.int32, sum(lengths)))
+            for p in parts:
+                _append_npy(f, p[2], np.int32)
 
+
+COPY_BYTES = 64 << 20  # a copy's chunk (:func:`_append_npy`)
+
+
+def _npy_header(dtype, length: int) -> bytes:
+    """The header ``np.save`` writes before a one-dimensional array of ``length`` ``dtype``s."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (length,)})
+    return buf.getvalue()
+
+
+def _append_npy(out, source: Path, dtype) -> None:
+    """The items of the one-dimensional ``.npy`` file ``source`` written to the open binary file
+    ``out`` as ``dtype``s: its bytes copied by the kernel where ``out`` is a plain file of the same
+    dtype, else read in chunks (converted where the dtypes differ)."""
+    items = np.load(source, mmap_mode="r")
+    if items.dtype != np.dtype(dtype):
+        for i in range(0, len(items), COPY_BYTES // 8):
+            out.write(np.asarray(items[i : i + COPY_BYTES // 8]).astype(dtype).tobytes())
+        return
+    start, size = items.offset, items.nbytes
+    del items
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError):  # a member of an archive being written (io.UnsupportedOperation is an OSError)
+        fd = None
+    with open(source, "rb") as f:
+        if fd is not None:
+            out.flush()
+            done = 0
+            with contextlib.suppress(OSError):  # (no copy_file_range between these files: read below)
+                while done < size:
+                    n = os.copy_file_range(f.fileno(), fd, size - done, start + done)
+                    if n == 0:
+                        break
+                    done += n
+            if done == size:
+                return
+            start, size = start + done, size - done
+        f.seek(start)
+        while size:
+            chunk = f.read(min(size, COPY_BYTES))
+            if not chunk:
+                raise RuntimeError(f"bm25: {source} ended {size} bytes early")
+            out.write(chunk)
+            size -= len(chunk)

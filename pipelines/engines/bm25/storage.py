@@ -5,7 +5,10 @@ A saved index is a directory (versions.py names one per table version) holding:
 * ``meta.json``: the format (:data:`FORMAT`), the table version and its stamp, the save's id,
   the counts of documents and terms, the documents per segment;
 * the term counts, which a patch reads: ``title.npz`` and ``text.npz`` (documents x terms,
-  CSR), ``docs.parquet`` (doc id and content hash per row), ``vocab.parquet`` (the terms);
+  CSR), ``docs.parquet`` (doc id and content hash per row), ``vocab.parquet`` (the terms), and
+  ``stats.npz``, each field's statistics over every row (:func:`write_stats`: a patch takes the
+  dropped rows' from them instead of counting the kept ones; an index saved without it is
+  patched all the same);
 * ``search/``, what a search maps (:class:`~logicrank.pipelines.engines.bm25.mapped.MappedBM25`): the
   weights in segments of :data:`SEGMENT_ROWS` documents (:func:`segmented`), the idf, the
   tie-break ranks and their inverse as ``.npy``, the doc ids as an Arrow IPC file.
@@ -72,11 +75,34 @@ def write_index(index, path: Path) -> Path:
                        .replace_schema_metadata(meta), tmp / "docs.parquet")
         pq.write_table(pa.table({"term": pa.array(index.vocab.terms, pa.string())}).replace_schema_metadata(meta), tmp / "vocab.parquet")
         _write_search(index, tmp / "search", meta)
+        write_stats(tmp, index.field_stats(), save_id)
         write_meta(tmp, index.version, index.stamp, save_id, len(index), len(index.vocab))
         place(tmp, path, index.stamp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+STATS_KEYS = tuple(f"{field}_{k}" for field in ("title", "text") for k in ("df", "docs", "tokens"))
+
+
+def write_stats(tmp: Path, stats: dict[str, np.ndarray], save_id: str) -> None:
+    """The saved index's ``stats.npz``: each field's statistics over all its rows (:data:`STATS_KEYS`,
+    :func:`~.index.field_stats`), with the save's id."""
+    np.savez(tmp / "stats.npz", save_id=np.array(save_id), **{k: stats[k] for k in STATS_KEYS})
+
+
+def read_stats(path: Path, meta: dict) -> dict[str, np.ndarray] | None:
+    """The statistics saved with the index in ``path`` whose meta is ``meta``; None where there
+    are none (saved before they were), or they are damaged or another save's."""
+    try:
+        with np.load(Path(path) / "stats.npz") as z:
+            stats = {k: z[k] for k in STATS_KEYS}
+            save_id = str(z["save_id"])
+    except Exception:  # noqa: BLE001 (absent, or whatever a damaged file raises): the kept rows are counted instead
+        return None
+    whole = all(stats[f"{f}_df"].shape == (meta["terms"],) and stats[f"{f}_df"].dtype == np.int64 for f in ("title", "text"))
+    return stats if whole and save_id == meta["save_id"] else None
 
 
 def write_meta(tmp: Path, version: int, stamp: str, save_id: str, docs: int, terms: int, segment_rows: int | None = None) -> None:
