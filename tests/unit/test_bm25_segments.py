@@ -273,3 +273,16 @@ def test_saved_statistics_are_read_only_whole_and_of_their_save(tmp_path):
     assert storage.read_stats(tmp_path, {"terms": 4, "save_id": "save-a"}) is None  # another vocabulary's
     (tmp_path / "stats.npz").write_bytes(b"damaged")
     assert storage.read_stats(tmp_path, {"terms": 3, "save_id": "save-a"}) is None
+
+
+def test_a_plan_refuses_a_saved_index_that_repeats_a_document(tmp_path, docs):
+    """A saved index holding a document twice is no earlier version of the table: the plan writes
+    nothing and its counts do not add up to the table's rows (the patch gives way to a build)."""
+    store = _table(tmp_path / "db", docs[:10])
+    base, work = tmp_path / "base", tmp_path / "work"
+    base.mkdir()
+    work.mkdir()
+    pq.write_table(store.hashes().select(["doc_id", "content_hash"]).take([0, 1, 2, 2]), base / "docs.parquet")
+    counts = segments.plan_patch(segments.opener(store), str(base), str(work), 16)
+    assert counts == {"docs": 11, "kept": 4, "fresh": 7}
+    assert not list(work.iterdir())

@@ -65,9 +65,11 @@ def field_counts(fields: Sequence[Sequence[str | None]], vocab: Vocabulary, anal
 
 def row_sums(m: sp.csr_matrix) -> np.ndarray:
     """Each row's sum of an integer CSR (int64): its data's running sum read at the rows'
-    bounds, the same integers scipy's sum per row gives, faster."""
+    bounds, the same integers scipy's sum per row gives, faster. The data is widened before the
+    sum (a sum that widens as it goes, int32 into int64, is ten times slower)."""
     total = np.zeros(m.nnz + 1, np.int64)
-    np.cumsum(m.data, out=total[1:])
+    total[1:] = m.data
+    np.cumsum(total[1:], out=total[1:])
     return total[m.indptr[1:]] - total[m.indptr[:-1]]
 
 
