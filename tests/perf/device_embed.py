@@ -4,7 +4,7 @@ documents per second by batch size, and its vectors against the same code's on a
     python tests/perf/device_embed.py --model DIR --save-reference ref.npy      # on a CPU machine
     python tests/perf/device_embed.py --model DIR --reference ref.npy --out runs/bench   # on the GPU
 
-Needs numpy, torch, sentence-transformers and pydantic only: logicrank's folders are mapped
+Needs numpy, pyarrow, torch, sentence-transformers and pydantic only: logicrank's folders are mapped
 from the repository (:func:`_mount`), so it runs on a bare GPU machine whose Python is not the
 project's. ``--model``: a sentence-transformers model directory (all-MiniLM-L6-v2's, as the
 package that ships it holds it, or a copy of it); its weights are run in float32 whatever

@@ -5,6 +5,7 @@ documents, tasks run in any order, and documents with no title, no text or only 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -139,11 +140,14 @@ def test_segment_ranges():
     assert segments.ranges(8, 4) == [(0, 4), (4, 8)]
 
 
-def _edit(store: DocStore, docs: list[dict], changed: int, added: int, deleted: int) -> None:
-    """``changed`` documents given another text (the first of them a term no document had),
-    ``added`` new ones, ``deleted`` of the rest removed: one upsert, one delete, as a re-index."""
+def _edit(store: DocStore, docs: list[dict], changed: int, added: int, deleted: int, at: Sequence[int] | None = None) -> None:
+    """``changed`` documents given another text (the first of them a term no document had; the
+    ten after the tenth, or those at ``at``), ``added`` new ones, ``deleted`` of the rest removed:
+    one upsert, one delete, as a re-index."""
     n = changed + added
-    rows = [dict(d, text=f"{d.get('text') or ''} revised{' brandnewterm' if i == 0 else ''}") for i, d in enumerate(docs[10 : 10 + changed])]
+    edited = [docs[i] for i in at] if at is not None else docs[10 : 10 + changed]
+    assert len(edited) == changed
+    rows = [dict(d, text=f"{d.get('text') or ''} revised{' brandnewterm' if i == 0 else ''}") for i, d in enumerate(edited)]
     rows += [{"_id": f"added{i}", "title": f"Added {i}", "text": f"an added document about vitamin {i} and brandnewterm"} for i in range(added)]
     store.upsert(pa.table({
         "doc_id": [d["_id"] for d in rows], "title": [d.get("title") for d in rows], "text": [d.get("text") for d in rows],
@@ -163,17 +167,22 @@ def _twice(step, args):  # every task run twice, as Ray reruns a task whose work
     return [step(*a) for a in args]
 
 
-@pytest.mark.parametrize(("segment_rows", "run", "statistics"), [(16, _backwards, "saved"), (7, _backwards, "saved"), (7, _twice, "saved"),
-                                                                 (7, _backwards, "absent")],
-                         ids=["16-backwards", "7-backwards", "7-twice", "7-backwards-counted"])
-def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, monkeypatch, segment_rows, run, statistics):
+RUNS_OF_EDITS = {"changed": 3, "added": 20, "deleted": 6}, (61, 9, 23, 84)  # edits, then (kept, dropped, analyzed, docs)
+SPREAD_EDITS = {"changed": 3, "added": 20, "deleted": 0, "at": [2, 35, 68]}, (67, 3, 23, 90)  # few dropped rows far apart: gathered
+
+
+@pytest.mark.parametrize(("segment_rows", "run", "statistics", "edits"), [
+    (16, _backwards, "saved", RUNS_OF_EDITS), (7, _backwards, "saved", RUNS_OF_EDITS), (7, _twice, "saved", RUNS_OF_EDITS),
+    (7, _backwards, "absent", RUNS_OF_EDITS), (16, _backwards, "saved", SPREAD_EDITS),
+], ids=["16-backwards", "7-backwards", "7-twice", "7-backwards-counted", "16-backwards-spread"])
+def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, monkeypatch, segment_rows, run, statistics, edits):
     """The patch keeps the earlier index's rows whose document is unchanged, in their order, then
     the table's new and changed ones in its order, and its vocabulary's ids: its saved arrays
     equal those of a build over those rows whose vocabulary starts from the saved one. Tasks in
     reverse order, or each run twice; at 7 rows a segment mixes kept and new rows, and new rows
     from two analyzed segments (of 7 // 8 = 1 row each: every new row its own task). The kept
     rows' statistics: the saved ones less the dropped rows', or (an index saved without them)
-    counted from the kept rows."""
+    counted from the kept rows; dropped rows in runs, or few and far apart."""
     monkeypatch.setattr(storage, "SEGMENT_ROWS", segment_rows)
     store = _table(tmp_path / "db", docs)
     assert bm25.update_index(store)["how"] == "built"
@@ -182,17 +191,17 @@ def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, 
         (before / "stats.npz").unlink()
     old = pq.read_table(before / "docs.parquet").to_pydict()
     old_terms = pq.read_table(before / "vocab.parquet").column("term").to_pylist()
-    _edit(store, docs, changed=3, added=20, deleted=6)
+    _edit(store, docs, **edits[0])
     store = DocStore(str(tmp_path / "db"), version=store.table.version)
 
     done = bm25.update_index(store, run=run)
-    assert (done["how"], done["kept"], done["dropped"], done["analyzed"], done["docs"]) == ("patched", 61, 9, 23, 84)
+    assert (done["how"], done["kept"], done["dropped"], done["analyzed"], done["docs"]) == ("patched", *edits[1])
     assert done["kept_statistics"] == {"saved": "saved less dropped", "absent": "counted"}[statistics]
 
     pairs = set(zip(*store.hashes().to_pydict().values(), strict=True))
     kept = [d for d, h in zip(old["doc_id"], old["content_hash"], strict=True) if (d, h) in pairs]
     fresh = [d for d, h in zip(*store.hashes().to_pydict().values(), strict=True) if (d, h) not in set(zip(old["doc_id"], old["content_hash"], strict=True))]
-    assert len(kept) == 61 and len(fresh) == 23
+    assert (len(kept), len(fresh)) == (edits[1][0], edits[1][2])
     rows = store.rows_for(kept + fresh, bm25.SOURCE_COLUMNS[1:]).select(bm25.SOURCE_COLUMNS)
     order = pa.compute.index_in(pa.array(kept + fresh), value_set=rows.column("doc_id"))
     whole = bm25.BM25Index.build(rows.take(order).to_batches(max_chunksize=5), store.version, stamp=store.version_stamp(),

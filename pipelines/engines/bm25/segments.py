@@ -15,9 +15,9 @@ local disk for one node, a shared file system for a cluster):
 3. :func:`weigh_segment`, per segment: its counts in the vocabulary's ids and its BM25 weights
    under the collection's statistics (:func:`~.index.weigh`: a document's weights depend on
    its own counts and the collection's statistics only);
-4. :func:`assemble`, per part of the saved index (its search files segment after segment,
-   streamed through memory maps; its ids and vocabulary; each field's counts), then its meta,
-   renamed into place.
+4. :func:`assemble`, per part of the saved index (its search files segment after segment, the
+   bytes copied by the kernel; its ids, vocabulary and statistics; each field's counts), then
+   its meta, renamed into place.
 
 A worker holds one segment at a time (its counts and weights), never the collection; the
 assembler holds the doc ids (for the tie-break ranks) and the vocabulary. :func:`build` runs the
@@ -191,7 +191,7 @@ def _pinned(base: Path, into: Path) -> Path:
             os.link(base / name, into / name)
     except OSError:
         return base
-    with contextlib.suppress(FileNotFoundError):  # (an index saved before its statistics were)
+    with contextlib.suppress(OSError):  # (an index saved before its statistics were: its kept rows are counted)
         os.link(base / "stats.npz", into / "stats.npz")
     return into
 
@@ -339,8 +339,9 @@ def merge_segments(work: str, analyzed: Sequence[str], prior: str | None, kept: 
     (``map.npy``), and the collection's statistics: the idf (``idf.npy``) and the average length,
     as one scan's build computes them. The vocabulary: the terms of the saved index ``prior``
     first (a patch: their ids kept), then each analyzed segment's new terms in segment order (the
-    ids one scan gives). ``kept``: directories of statistics of rows counted in ``prior``'s term
-    ids (:func:`count_kept`)."""
+    ids one scan gives). ``kept``: directories of statistics of rows in ``prior``'s term ids
+    (:func:`count_dropped`'s one, or :func:`count_kept`'s per segment). The collection's
+    statistics per field are written too (``stats.npz``, saved with the index)."""
     work_dir = Path(work)
     prior_terms = pq.read_table(Path(prior) / "vocab.parquet").column("term").combine_chunks() if prior else pa.array([], pa.string())
     parts = [(np.arange(len(prior_terms)), Path(d)) for d in kept]  # (term ids, statistics' directory)
@@ -467,29 +468,26 @@ def _assemble(run: Run, work: Path, segments: int, path: Path, version: int, sta
 
 def assemble(work: str, segments: int, tmp: str, part: str, save_id: str) -> None:
     """One part (:data:`PARTS`) of the saved index, from the segments' files in ``work``, into
-    ``tmp``: ``search``, the weights in segments (streamed through memory maps) and the idf;
-    ``ids``, the documents (``docs.parquet``, the doc ids, the tie-break ranks) and the
-    vocabulary; ``title`` and ``text``, that field's counts."""
+    ``tmp``: ``search``, the weights in segments (each segment's bytes copied by the kernel) and
+    the idf; ``ids``, the documents (``docs.parquet``, the doc ids, the tie-break ranks), the
+    vocabulary and the statistics; ``title`` and ``text``, that field's counts."""
     work_dir, out = Path(work), Path(tmp)
     segs = [work_dir / f"s{i:05d}" for i in range(segments)]
     meta = {b"logicrank.save_id": save_id.encode()}
     if part in ("title", "text"):
-        _write_counts(out / f"{part}.npz", work_dir, [(s / f"{part}_indptr.npy", s / f"{part}_indices.npy", s / f"{part}_data.npy")
+        _write_counts(out / f"{part}.npz", [(s / f"{part}_indptr.npy", s / f"{part}_indices.npy", s / f"{part}_data.npy")
                                                       for s in segs], (_docs(work_dir, segments), _terms(work_dir)))
     elif part == "search":
         parts = [(s / "w_indptr.npy", s / "w_indices.npy", s / "w_data.npy") for s in segs]
-        indptrs = [np.load(p[0]) for p in parts]
-        total = sum(int(indptr[-1]) for indptr in indptrs)
+        layout, total = np.empty((len(parts), _terms(work_dir) + 1), np.int64), 0
+        for s, p in enumerate(parts):
+            layout[s] = np.load(p[0]) + total
+            total = int(layout[s, -1])
         for name, dtype, k in (("indices", np.int32, 1), ("data", np.float32, 2)):  # each segment's postings appended, term by term
             with open(out / "search" / f"{name}.npy", "wb") as f:
                 f.write(_npy_header(dtype, total))
                 for p in parts:
                     _append_npy(f, p[k], dtype)
-        layout = np.empty((len(parts), _terms(work_dir) + 1), np.int64)
-        offset = 0
-        for s, indptr in enumerate(indptrs):
-            layout[s] = indptr + offset
-            offset += int(indptr[-1])
         np.save(out / "search" / "indptr.npy", layout)
         np.save(out / "search" / "idf.npy", np.load(work_dir / "idf.npy"))
     elif part == "ids":
@@ -515,7 +513,7 @@ def _terms(work_dir: Path) -> int:
     return pq.ParquetFile(work_dir / "vocab.parquet").metadata.num_rows
 
 
-def _write_counts(target: Path, work_dir: Path, parts: list[tuple[Path, Path, Path]], shape: tuple[int, int]) -> None:
+def _write_counts(target: Path, parts: list[tuple[Path, Path, Path]], shape: tuple[int, int]) -> None:
     """One field's documents x terms counts over every segment, as ``scipy.sparse.save_npz``
     writes a CSR (uncompressed): its index arrays in the dtype scipy gives a matrix of that size
     (int32 while every offset fits), each member of the archive written as the segments' arrays
@@ -550,14 +548,15 @@ COPY_BYTES = 64 << 20  # a copy's chunk (:func:`_append_npy`)
 def _npy_header(dtype, length: int) -> bytes:
     """The header ``np.save`` writes before a one-dimensional array of ``length`` ``dtype``s."""
     buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (length,)})
+    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (int(length),)})
     return buf.getvalue()
 
 
 def _append_npy(out, source: Path, dtype) -> None:
     """The items of the one-dimensional ``.npy`` file ``source`` written to the open binary file
-    ``out`` as ``dtype``s: its bytes copied by the kernel where ``out`` is a plain file of the same
-    dtype, else read in chunks (converted where the dtypes differ)."""
+    ``out`` as ``dtype``s: its bytes copied by the kernel where ``out`` is a plain file (not an
+    archive's member) of the same dtype and the system has ``copy_file_range`` (Linux), else read
+    in chunks (converted where the dtypes differ)."""
     items = np.load(source, mmap_mode="r")
     if items.dtype != np.dtype(dtype):
         for i in range(0, len(items), COPY_BYTES // 8):
@@ -565,17 +564,14 @@ def _append_npy(out, source: Path, dtype) -> None:
         return
     start, size = items.offset, items.nbytes
     del items
-    try:
-        fd = out.fileno()
-    except (AttributeError, OSError):  # a member of an archive being written (io.UnsupportedOperation is an OSError)
-        fd = None
+    copy = getattr(os, "copy_file_range", None)
     with open(source, "rb") as f:
-        if fd is not None:
-            out.flush()
+        if copy is not None and isinstance(out, io.BufferedWriter | io.FileIO):
+            out.flush()  # (the kernel writes at the file's position, then moves it)
             done = 0
             with contextlib.suppress(OSError):  # (no copy_file_range between these files: read below)
                 while done < size:
-                    n = os.copy_file_range(f.fileno(), fd, size - done, start + done)
+                    n = copy(f.fileno(), out.fileno(), size - done, start + done)
                     if n == 0:
                         break
                     done += n
