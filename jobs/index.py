@@ -136,7 +136,7 @@ class IndexSummary:
     redelivered: int = 0  # source rows Ray delivered twice (a retried task), written once
     # the encoder workers' data files of new documents (--writes workers, on a pool): files_committed, committed whole;
     # files_salvaged, those whose kept rows were read back and appended; files_dropped, those of batches delivered twice;
-    # and driver_received_bytes, what the stream brought to the driver
+    # driver_received_bytes, what the stream brought to the driver; and seconds, the driver's time in the table's writes
     writes: dict = field(default_factory=dict)
     maintenance: dict = field(default_factory=dict)
     placement: dict = field(default_factory=dict)  # the embedding pool: actors, CPUs and GPUs each, how decided
@@ -399,7 +399,8 @@ def _count(summary: IndexSummary, writer: IndexWriter, rejects: RejectSink, prec
     summary.rejected, summary.rows_read = c["reject"], writer.rows_read
     summary.redelivered = writer.redelivered
     summary.writes = {"files_committed": writer.files_committed, "files_salvaged": writer.files_salvaged,
-                      "files_dropped": writer.files_dropped, "driver_received_bytes": writer.received_bytes}
+                      "files_dropped": writer.files_dropped, "driver_received_bytes": writer.received_bytes,
+                      "seconds": round(writer.write_seconds, 3)}
     summary.rejects_by_reason = dict(rejects.reasons)
 
 

@@ -29,6 +29,7 @@ import json
 import shutil
 import sqlite3
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -411,6 +412,7 @@ class IndexWriter:
         self.files_salvaged = 0  # workers' files some of whose rows were read back and appended (the rest not kept)
         self.files_dropped = 0  # workers' files none of whose rows was kept (a batch delivered twice), never committed
         self.received_bytes = 0  # what the batches brought to this process
+        self.write_seconds = 0.0  # spent in the table's writes (commits of the workers' files, appends, keyed merges)
         self._opened = store.exists()  # else the first rows written make it (a first build)
 
     @property
@@ -540,7 +542,14 @@ class IndexWriter:
 
     def flush(self) -> None:
         """Commit the workers' files noted so far (one commit), then write the rows pending here,
-        ``chunk_rows`` rows per commit."""
+        ``chunk_rows`` rows per commit (the time it takes: :attr:`write_seconds`)."""
+        start = time.perf_counter()
+        try:
+            self._flush()
+        finally:
+            self.write_seconds += time.perf_counter() - start
+
+    def _flush(self) -> None:
         if self._files or self._salvaged:
             self.before_commit()
             self.store.open_or_create(self._dim, self.model_id, self.title_sep)

@@ -285,6 +285,7 @@ def test_the_driver_and_a_pool_of_one_write_the_same_table(tmp_path, docs300):
     np.testing.assert_allclose(va, vb, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(vc, vb, rtol=RTOL, atol=ATOL)
     assert sent.writes["files_committed"] == here.writes["files_committed"] == 0, (sent.writes, here.writes)  # every row came to the driver
+    assert all(s.writes["seconds"] > 0 for s in (here, pool, sent)), [s.writes for s in (here, pool, sent)]  # the table's writes timed
     assert json.loads((tmp_path / "driver" / "manifest.json").read_text())["counts"]["placement"] == here.placement
     built = pool.maintenance["bm25_index"]
     assert (built["how"], built["workers"], built["docs"], built["nodes"]) == ("built", 2, 120, 1), built  # the session cluster: one node
