@@ -358,10 +358,16 @@ def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: b
             sink = _sink(cfg, store, place)
             with (rundir.timed("stream"), _progress(progress, vectors is not None) as tick,
                   closing(_embedded(cfg, embed, sources, stored, place, vectors, sink)) as batches):
-                for batch in batches:
-                    writer.consume(batch)
-                    tick(batch.num_rows, writer)
-                    beat(f"index: {writer.rows_read} rows read")
+                try:
+                    for batch in batches:
+                        writer.consume(batch)
+                        tick(batch.num_rows, writer)
+                        beat(f"index: {writer.rows_read} rows read")
+                except (KeyboardInterrupt, Stalled):
+                    # what was embedded is kept: the rows waiting (updates wait for larger keyed merges) are written first
+                    with suppress(Exception):
+                        writer.flush()
+                    raise
                 writer.finish()
     except SourceError as exc:
         failure = f"index: {exc} {roll_back(cfg, store, version_before, lock)} Nothing was deleted and no tag made; fix the file and rerun."
@@ -400,7 +406,7 @@ def _count(summary: IndexSummary, writer: IndexWriter, rejects: RejectSink, prec
     summary.redelivered = writer.redelivered
     summary.writes = {"files_committed": writer.files_committed, "files_salvaged": writer.files_salvaged,
                       "files_dropped": writer.files_dropped, "driver_received_bytes": writer.received_bytes,
-                      "seconds": round(writer.write_seconds, 3)}
+                      "merges": writer.merges, "seconds": round(writer.write_seconds, 3)}
     summary.rejects_by_reason = dict(rejects.reasons)
 
 

@@ -368,11 +368,20 @@ class IdSpill:
         self.path.unlink(missing_ok=True)
 
 
+# A keyed merge looks up every stored id (about 0.2 to 1 s a merge at 10M documents, whatever
+# its size up to 100,000 rows), so updates wait for fewer, larger merges: MERGE_ROWS of them,
+# or what waited MERGE_SECONDS (what a kill of the driver can lose of the encoders' work).
+MERGE_ROWS = 1 << 16
+MERGE_SECONDS = 60.0
+
+
 class IndexWriter:
-    """The single committer: dedups ids, routes rejects, and commits in chunks of ``chunk_rows``:
-    the data files the workers wrote for new ids (:class:`FragmentSink`) appended, and the
-    rows that came with their text and vector (updates; inserts when the workers write
-    nothing) written here, inserts appended and updates as keyed merges.
+    """The single committer: dedups ids, routes rejects, and commits what it keeps: the data
+    files the workers wrote for new ids (:class:`FragmentSink`) and the inserts that came with
+    their text and vector (when the workers write nothing) appended in chunks of
+    ``chunk_rows``; updates as keyed merges of ``merge_rows``, or of what waited
+    ``merge_seconds`` (:data:`MERGE_ROWS`, :data:`MERGE_SECONDS`). :meth:`flush` commits
+    everything waiting (the index job calls it on Ctrl-C or SIGTERM too).
 
     ``seen`` (:class:`SeenIds`, on disk under ``seen_dir``) holds each id kept with the key of
     the source row it came from. A row delivered twice (a task Ray re-ran after losing a
@@ -386,6 +395,7 @@ class IndexWriter:
     def __init__(
         self, store: DocStore, model_id: str, rejects: RejectSink, chunk_rows: int = 4096, before_commit: Callable[[], None] = lambda: None,
         title_sep: str = " ", seen_dir: str | Path | None = None, baseline: Callable[[pa.Array], pa.Table] | None = None,
+        merge_rows: int = MERGE_ROWS, merge_seconds: float = MERGE_SECONDS, clock: Callable[[], float] = time.monotonic,
     ):
         """``before_commit`` runs before every write (the job checks it still holds the table's lock).
 
@@ -395,13 +405,17 @@ class IndexWriter:
         self.store, self.model_id, self.rejects, self.chunk_rows, self.title_sep = store, model_id, rejects, chunk_rows, title_sep
         self.before_commit = before_commit
         self.baseline = baseline
+        self.merge_rows, self.merge_seconds, self.clock = merge_rows, merge_seconds, clock
         self.seen = SeenIds(seen_dir)
         self.counts: Counter[str] = Counter()  # what this run does to each row: insert (embedded), update, unchanged, reject
         self.since: Counter[str] = Counter()  # the kept rows classified against ``baseline``
         self.redelivered = 0
         self.written = 0  # rows committed to the table so far (inserts and updates)
-        self._pending: list[pa.Table] = []
+        self._pending: list[pa.Table] = []  # inserts to append
         self._pending_rows = 0
+        self._updates: list[pa.Table] = []  # updates waiting for their keyed merge
+        self._update_rows = 0
+        self._updates_since = 0.0  # when the oldest of them came (``clock``)
         self._files: list[str] = []  # workers' data files to commit whole (their fragments' JSON)
         self._salvaged: list[tuple[str, list[int]]] = []  # (a file's path, the positions of its rows to keep)
         self._arriving: dict[str, dict] = {}  # a file's path -> its fragment and dimension (once come), the rows come, those kept
@@ -413,6 +427,7 @@ class IndexWriter:
         self.files_dropped = 0  # workers' files none of whose rows was kept (a batch delivered twice), never committed
         self.received_bytes = 0  # what the batches brought to this process
         self.write_seconds = 0.0  # spent in the table's writes (commits of the workers' files, appends, keyed merges)
+        self.merges = 0  # keyed merges made (updates)
         self._opened = store.exists()  # else the first rows written make it (a first build)
 
     @property
@@ -461,13 +476,21 @@ class IndexWriter:
         self.counts.update(kept_actions)
         if self.baseline is not None and kept_rows.num_rows:
             self.since.update(classify(kept_rows, self.baseline(kept_rows.column("doc_id"))).to_pylist())
-        write = [j for j, (i, a) in enumerate(zip(keep, kept_actions, strict=True)) if a in ("insert", "update") and not written[i]]
-        if write:
-            self._pending.append(kept_rows.take(pa.array(write, pa.int64())))
-            self._pending_rows += len(write)
+        inserts = [j for j, (i, a) in enumerate(zip(keep, kept_actions, strict=True)) if a == "insert" and not written[i]]
+        updates = [j for j, a in enumerate(kept_actions) if a == "update"]
+        if inserts:
+            self._pending.append(kept_rows.take(pa.array(inserts, pa.int64())))
+            self._pending_rows += len(inserts)
+        if updates:
+            if not self._updates:
+                self._updates_since = self.clock()
+            self._updates.append(kept_rows.take(pa.array(updates, pa.int64())))
+            self._update_rows += len(updates)
         # the first rows written make the table at once when there is none: the workers write into it from then on
-        if self._pending_rows >= self.chunk_rows or self._file_rows >= self.chunk_rows or (self._pending and not self._opened):
-            self.flush()
+        append = self._pending_rows >= self.chunk_rows or self._file_rows >= self.chunk_rows or (self._pending and not self._opened)
+        merge = self._update_rows >= self.merge_rows or (self._updates and self.clock() - self._updates_since >= self.merge_seconds)
+        if append or merge:
+            self._timed(self._append_waiting if not merge else self._flush)
 
     def _take_files(self, batch: pa.Table, written: list[bool], keep: set[int]) -> None:
         """Note which rows of the workers' files this batch keeps; a file whose rows have all
@@ -541,15 +564,31 @@ class IndexWriter:
         )
 
     def flush(self) -> None:
-        """Commit the workers' files noted so far (one commit), then write the rows pending here,
-        ``chunk_rows`` rows per commit (the time it takes: :attr:`write_seconds`)."""
+        """Commit everything waiting: the workers' files noted so far (one commit), the inserts
+        (``chunk_rows`` rows per commit), then the updates (``merge_rows`` per keyed merge). The
+        time it takes: :attr:`write_seconds`."""
+        self._timed(self._flush)
+
+    def _timed(self, write: Callable[[], None]) -> None:
         start = time.perf_counter()
         try:
-            self._flush()
+            write()
         finally:
             self.write_seconds += time.perf_counter() - start
 
     def _flush(self) -> None:
+        self._append_waiting()
+        if not self._updates:
+            return
+        updates = pa.concat_tables(self._updates)
+        self._updates, self._update_rows = [], 0
+        for start in range(0, updates.num_rows, self.merge_rows):
+            self.store.upsert(self._stored_rows(updates.slice(start, self.merge_rows)))
+            self.merges += 1
+            self.written += min(self.merge_rows, updates.num_rows - start)
+
+    def _append_waiting(self) -> None:
+        """Commit the workers' files noted so far (one commit) and append the inserts pending here."""
         if self._files or self._salvaged:
             self.before_commit()
             self.store.open_or_create(self._dim, self.model_id, self.title_sep)
@@ -566,9 +605,15 @@ class IndexWriter:
         pending = pa.concat_tables(self._pending)
         self._pending, self._pending_rows = [], 0
         for start in range(0, pending.num_rows, self.chunk_rows):
-            self._write(pending.slice(start, self.chunk_rows))
+            # an insert's id is absent from the version the run started from and kept once in this run (the seen ids), and
+            # a rerun after a kill reads what this run wrote as stored: appended, no keyed merge
+            chunk = pending.slice(start, self.chunk_rows)
+            self.store.append(self._stored_rows(chunk))
+            self.written += chunk.num_rows
 
-    def _write(self, chunk: pa.Table) -> None:
+    def _stored_rows(self, chunk: pa.Table) -> pa.Table:
+        """``chunk``'s columns as the table stores them (fixed-size vectors), the table opened
+        or made for them and the lock checked: the last step before a write."""
         lists = chunk.column("vector").combine_chunks()
         dim = len(lists[0])
         if (pc.list_value_length(lists).to_numpy() != dim).any():
@@ -578,14 +623,7 @@ class IndexWriter:
         self.before_commit()
         self.store.open_or_create(dim, self.model_id, self.title_sep)
         self._opened = True
-        # an insert's id is absent from the version the run started from and kept once in this run (the seen ids), and a
-        # rerun after a kill reads what this run wrote as stored: appended, no keyed merge (whose look-up of every stored
-        # id grows with the table); an update replaces its stored row by the keyed merge
-        insert = pc.equal(chunk.column("_action"), "insert")
-        rows = chunk.select(CORPUS.names + ["content_hash", "vector"])
-        self.store.append(rows.filter(insert))
-        self.store.upsert(rows.filter(pc.invert(insert)))
-        self.written += chunk.num_rows
+        return chunk.select(CORPUS.names + ["content_hash", "vector"])
 
 
 def _all_arrived(f: dict) -> bool:

@@ -144,7 +144,7 @@ def _index(corpus: Path, db: Path, out: Path, extra: tuple[str, ...] = ()) -> di
             "driver_peak_gib": round(peak["driver"] / 2**30, 2), "workers_peak_gib": round(peak["workers"] / 2**30, 2),
             "largest_worker_peak_gib": round(peak["worker"] / 2**30, 2),
             "driver_received_mib": round(c["writes"]["driver_received_bytes"] / 2**20, 1), "files_committed": c["writes"]["files_committed"],
-            "writes_s": c["writes"].get("seconds"), "bm25_steps_s": (c["maintenance"].get("bm25_index") or {}).get("seconds"),
+            "writes_s": c["writes"].get("seconds"), "merges": c["writes"].get("merges"), "bm25_steps_s": (c["maintenance"].get("bm25_index") or {}).get("seconds"),
             "step_peaks_gib": _step_peaks(samples, m),
             "summary": stdout.strip().splitlines()[-1][:300]}
 

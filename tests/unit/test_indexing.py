@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -18,6 +19,7 @@ class _RecordingStore:
         self.written: list[str] = []  # in the order written
         self.appended: list[str] = []
         self.merged: list[str] = []
+        self.merges: list[list[str]] = []  # each keyed merge's ids
 
     def open_or_create(self, dim, model_id, title_sep=" "):
         pass
@@ -26,6 +28,7 @@ class _RecordingStore:
         return True
 
     def upsert(self, docs: pa.Table) -> None:
+        self.merges.append(docs.column("doc_id").to_pylist())
         self.merged += docs.column("doc_id").to_pylist()
         self.written += docs.column("doc_id").to_pylist()
 
@@ -81,6 +84,43 @@ def test_inserts_are_appended_and_updates_merged_by_id(tmp_path):
     sink.close()
     assert (store.appended, store.merged) == (["a", "c"], ["b", "d"])
     assert (writer.counts["insert"], writer.counts["update"], writer.written) == (2, 2, 4)
+
+
+def _actions(batch: pa.Table, actions: list[str]) -> pa.Table:
+    return batch.set_column(batch.schema.get_field_index("_action"), "_action", pa.array(actions))
+
+
+def test_updates_wait_for_merge_rows_or_merge_seconds_while_inserts_are_appended_each_chunk(tmp_path):
+    """A keyed merge looks up every stored id, so updates wait: one merge of ``merge_rows``,
+    or of what waited ``merge_seconds`` (the writer's clock, here a fake one), or at flush.
+    Inserts are appended every ``chunk_rows`` meanwhile."""
+    now = [0.0]
+    store, sink = _RecordingStore(), RejectSink(tmp_path / "rejects.parquet")
+    writer = IndexWriter(store, "m", sink, chunk_rows=1, merge_rows=3, merge_seconds=10.0, clock=lambda: now[0])
+
+    lines = itertools.count(1)
+
+    def rows(*ids_actions: tuple[str, str]) -> pa.Table:
+        batch = _batch([(i, "f.jsonl", next(lines), None) for i, _ in ids_actions])
+        return _actions(batch, [a for _, a in ids_actions])
+
+    writer.consume(rows(("a", "insert"), ("u1", "update"), ("u2", "update")))
+    assert (store.appended, store.merges, writer.written) == (["a"], [], 1)
+    writer.consume(rows(("u3", "update"), ("u4", "update")))  # 4 waiting >= merge_rows: one merge of 3, then 1
+    assert store.merges == [["u1", "u2", "u3"], ["u4"]] and writer.written == 5
+    now[0] = 100.0
+    writer.consume(rows(("u5", "update")))  # the oldest waiting came now
+    now[0] = 109.9
+    writer.consume(rows(("b", "insert")))
+    assert store.merges[2:] == [] and store.appended == ["a", "b"]
+    now[0] = 110.0
+    writer.consume(rows(("c", "unchanged")))  # u5 waited merge_seconds
+    assert store.merges[2:] == [["u5"]]
+    writer.consume(rows(("u6", "update")))
+    writer.flush()  # at the end, or when the job is interrupted
+    sink.close()
+    assert store.merges[3:] == [["u6"]] and store.merged == ["u1", "u2", "u3", "u4", "u5", "u6"]
+    assert (writer.counts["insert"], writer.counts["update"], writer.counts["unchanged"], writer.written, writer.merges) == (2, 6, 1, 8, 4)
 
 
 def test_a_batch_of_only_rejects_writes_them_and_nothing_else(tmp_path):
