@@ -51,24 +51,67 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
 
 
+_CPU_AT_SETUP = pytest.StashKey[float]()
+
+
+def _tree_cpu() -> float:
+    """CPU seconds of this process and every live descendant (a Ray cluster it started, its
+    workers, the children it runs), each with the children it has reaped; a process killed
+    with its parent is not counted."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_AT_SETUP] = _tree_cpu()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The test's CPU seconds (setup to teardown, its processes' included) on its teardown's
+    report, which carries it from an xdist worker to durations.md."""
+    report = yield
+    if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
+        report.user_properties.append(("cpu_s", _tree_cpu() - item.stash[_CPU_AT_SETUP]))
+    return report
+
+
 def pytest_terminal_summary(terminalreporter, config):
-    """Beside --junitxml's report, durations.md: the slowest test files (setup, call and
-    teardown summed) and tests, so a run's cost is known after the terminal is gone."""
+    """Beside --junitxml's report, durations.md: the test files and the slowest tests, each
+    with its wall time (setup, call and teardown summed) and its CPU seconds (its processes'
+    included), so a run's cost is known after the terminal is gone. The suite is bound by the
+    CPU: a test that waits leaves its core to the other worker, so CPU seconds are what a
+    change must cut to shorten it (docs/testing.md)."""
     xml = getattr(config.option, "xmlpath", None)
     if not xml or hasattr(config, "workerinput"):
         return
-    by_file: dict[str, float] = {}
-    by_test: dict[str, float] = {}
+    wall: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     for reports in terminalreporter.stats.values():
         for r in reports:
             if getattr(r, "when", None) in ("setup", "call", "teardown"):
-                by_file[r.nodeid.split("::")[0]] = by_file.get(r.nodeid.split("::")[0], 0.0) + r.duration
-                by_test[r.nodeid] = by_test.get(r.nodeid, 0.0) + r.duration
-    lines = [f"# Test durations ({len(by_test)} tests, {sum(by_file.values()):.0f} s summed over workers)", "",
-             "| file | seconds |", "|:--|--:|"]
-    lines += [f"| {f} | {t:.1f} |" for f, t in sorted(by_file.items(), key=lambda x: -x[1])]
-    lines += ["", "| test (setup + call + teardown) | seconds |", "|:--|--:|"]
-    lines += [f"| {n} | {t:.1f} |" for n, t in sorted(by_test.items(), key=lambda x: -x[1])[:50]]
+                wall[r.nodeid] = wall.get(r.nodeid, 0.0) + r.duration
+                cpu[r.nodeid] = cpu.get(r.nodeid, 0.0) + sum(v for k, v in r.user_properties if k == "cpu_s")
+    files: dict[str, list[float]] = {}
+    for nodeid, seconds in wall.items():
+        f = files.setdefault(nodeid.split("::")[0], [0.0, 0.0])
+        f[0] += seconds
+        f[1] += cpu[nodeid]
+    lines = [f"# Test durations ({len(wall)} tests, {sum(wall.values()):.0f} s summed over workers, "
+             f"{sum(cpu.values()):.0f} CPU seconds)", "", "| file | seconds | CPU seconds |", "|:--|--:|--:|"]
+    lines += [f"| {f} | {w:.1f} | {c:.1f} |" for f, (w, c) in sorted(files.items(), key=lambda x: -x[1][0])]
+    lines += ["", "| test (setup + call + teardown) | seconds | CPU seconds |", "|:--|--:|--:|"]
+    lines += [f"| {n} | {t:.1f} | {cpu[n]:.1f} |" for n, t in sorted(wall.items(), key=lambda x: -x[1])[:50]]
     out = Path(xml).parent / "durations.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
