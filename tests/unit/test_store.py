@@ -387,26 +387,3 @@ def test_the_child_ends_when_its_caller_is_killed(tmp_path):
     while not ended():  # (pytest's timeout bounds the wait: it would sleep for 10 minutes otherwise)
         time.sleep(0.05)
 
-
-def test_a_keyed_merge_of_a_few_rows_uses_the_id_index_and_a_large_one_scans(tmp_path, monkeypatch):
-    """Both ways of finding the stored rows replace the same rows: a few rows through the id
-    index, more than 1/INDEXED_MERGE_SHARE of the table by a scan of the stored ids."""
-    from lancedb.merge import LanceMergeInsertBuilder
-
-    from logicrank.pipelines.engines.store import writing
-
-    monkeypatch.setattr(writing, "INDEXED_MERGE_SHARE", 10)  # 300 stored rows: the index for fewer than 30
-    asked = []
-    use_index = LanceMergeInsertBuilder.use_index
-    monkeypatch.setattr(LanceMergeInsertBuilder, "use_index", lambda self, flag: asked.append(flag) or use_index(self, flag))
-    s = DocStore(str(tmp_path / "db"))
-    s.open_or_create(8, "gen")
-    s.upsert(_docs([f"d{i}" for i in range(300)], seed=0))
-    s.build_indexes(None)
-    s.upsert(_docs(["d1", "d2", "new1"], seed=1, text="few"))
-    s.upsert(_docs([f"d{i}" for i in range(100, 140)] + ["new2"], seed=2, text="many"))
-    assert asked == [False, True, False]  # (the first upsert: an empty table)
-    rows = s.table.to_arrow().select(["doc_id", "text"]).to_pylist()
-    text = {r["doc_id"]: r["text"] for r in rows}
-    assert len(rows) == len(text) == 302
-    assert (text["d1"], text["new1"], text["d100"], text["new2"], text["d5"]) == ("few d1", "few new1", "many d100", "many new2", "apple banana d5")
