@@ -3,7 +3,7 @@
 Plan: the sources read in turn (generators: bounded memory) -> classify rows by content hash
 and embed only new and changed documents (or, with ``--vector-column``, keep the vectors the
 corpus carries, checked by the reader: nothing is embedded) -> the driver, the table's one
-writer, which writes in chunks (new documents appended, changed ones merged by id). Where
+writer (new documents appended in chunks, changed ones merged by id in fewer, larger merges). Where
 the encoders run (pipelines/engines/placement.py, ``encoder_placement``): on a local
 cluster of one CPU node, in the driver with every core; otherwise one read task per source
 file and a Ray Data actor pool of encoders. Then: the guards, delete ids missing from
@@ -20,7 +20,7 @@ start to end; a second run is refused before it reads anything.
 
 Crash safety: every chunk is committed whole (an append of new ids, a keyed merge of changed
 ones), so a rerun after a kill finds the written documents unchanged, writes the rest, and
-ends with the table a clean run would give.
+ends with the table a clean run would give. Ctrl-C and SIGTERM write the rows waiting first.
 Only complete runs are read: a run's last change to the table marks the version it finished
 complete (pipelines/engines/store/versions.py, ``COMPLETE_TAG``), and readers read the newest version
 so marked. A run that is interrupted (Ctrl-C, SIGTERM, the stall watchdog) or fails writes its
@@ -363,12 +363,13 @@ def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: b
                         writer.consume(batch)
                         tick(batch.num_rows, writer)
                         beat(f"index: {writer.rows_read} rows read")
-                except (KeyboardInterrupt, Stalled):
-                    # what was embedded is kept: the rows waiting (updates wait for larger keyed merges) are written first
+                    writer.finish()
+                except KeyboardInterrupt:
+                    # Ctrl-C, SIGTERM: what was embedded is kept, the rows waiting are written first (updates wait for
+                    # larger keyed merges); a second Ctrl-C stops this too. Not after a stall: the store may be what hangs.
                     with suppress(Exception):
                         writer.flush()
                     raise
-                writer.finish()
     except SourceError as exc:
         failure = f"index: {exc} {roll_back(cfg, store, version_before, lock)} Nothing was deleted and no tag made; fix the file and rerun."
         rundir.write_manifest(

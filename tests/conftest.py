@@ -56,8 +56,9 @@ _CPU_AT_SETUP = pytest.StashKey[float]()
 
 def _tree_cpu() -> float:
     """CPU seconds of this process and every live descendant (a Ray cluster it started, its
-    workers, the children it runs), each with the children it has reaped; a process killed
-    with its parent is not counted."""
+    workers, the children it runs), each with the children it has reaped. Approximate: a
+    process killed with its parent is not counted, and an idle cluster's time goes to the
+    test that runs meanwhile."""
     import psutil
 
     total = 0.0
@@ -79,10 +80,11 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """The test's CPU seconds (setup to teardown, its processes' included) on its teardown's
-    report, which carries it from an xdist worker to durations.md."""
+    report (``cpu_s``: an attribute, which pytest-xdist carries from a worker with the report,
+    and junit.xml leaves out)."""
     report = yield
     if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
-        report.user_properties.append(("cpu_s", _tree_cpu() - item.stash[_CPU_AT_SETUP]))
+        report.cpu_s = max(0.0, _tree_cpu() - item.stash[_CPU_AT_SETUP])
     return report
 
 
@@ -101,7 +103,7 @@ def pytest_terminal_summary(terminalreporter, config):
         for r in reports:
             if getattr(r, "when", None) in ("setup", "call", "teardown"):
                 wall[r.nodeid] = wall.get(r.nodeid, 0.0) + r.duration
-                cpu[r.nodeid] = cpu.get(r.nodeid, 0.0) + sum(v for k, v in r.user_properties if k == "cpu_s")
+                cpu[r.nodeid] = cpu.get(r.nodeid, 0.0) + getattr(r, "cpu_s", 0.0)
     files: dict[str, list[float]] = {}
     for nodeid, seconds in wall.items():
         f = files.setdefault(nodeid.split("::")[0], [0.0, 0.0])

@@ -6,8 +6,8 @@ The stages, in order, each over PARSED tables (see :mod:`logicrank.pipelines.cor
    against the stored hashes of that batch's ids (:class:`StoredHashes`, looked up in the
    table per batch) and embeds only inserts and updates (a Ray actor in the job).
 2. :class:`IndexWriter` (the one writer) keeps the first row of each id, sends later
-   duplicates and rejects to the rejects sink, and writes the rest in chunks: inserts
-   appended, updates as keyed merges.
+   duplicates and rejects to the rejects sink, and writes the rest: inserts appended in
+   chunks, updates in fewer, larger keyed merges.
 
 After the stream, the job deletes stored ids the snapshot did not contain
 (:meth:`SeenIds.absent`, an anti-join in batches).
@@ -368,11 +368,13 @@ class IdSpill:
         self.path.unlink(missing_ok=True)
 
 
-# A keyed merge costs less per row the more rows it has: at 10M documents, through the id index,
-# on 2 cores kept busy by the stream, 3.6 s for 16,384 rows and 5.3 s for 65,536. So updates wait
-# for fewer, larger merges: MERGE_ROWS of them, or what waited MERGE_SECONDS, which bounds what a
-# kill of the driver loses of the encoders' work (the rerun embeds those rows again).
+# A keyed merge costs less per row the more rows it has (docs/bulk-retrieval.md, the 10M
+# re-index), so updates wait for fewer, larger merges: MERGE_ROWS of them, MERGE_BYTES of them
+# (their texts and vectors wait in the driver), or what waited MERGE_SECONDS, which bounds what a
+# kill of the driver loses of the encoders' work (the rerun embeds those rows again). The wait
+# is checked as each batch arrives.
 MERGE_ROWS = 1 << 16
+MERGE_BYTES = 256 << 20
 MERGE_SECONDS = 120.0
 
 
@@ -380,9 +382,9 @@ class IndexWriter:
     """The single committer: dedups ids, routes rejects, and commits what it keeps: the data
     files the workers wrote for new ids (:class:`FragmentSink`) and the inserts that came with
     their text and vector (when the workers write nothing) appended in chunks of
-    ``chunk_rows``; updates as keyed merges of ``merge_rows``, or of what waited
-    ``merge_seconds`` (:data:`MERGE_ROWS`, :data:`MERGE_SECONDS`). :meth:`flush` commits
-    everything waiting (the index job calls it on Ctrl-C or SIGTERM too).
+    ``chunk_rows``; updates as keyed merges of ``merge_rows`` (or ``merge_bytes``), or of what
+    waited ``merge_seconds`` (:data:`MERGE_ROWS`). :meth:`flush` commits everything waiting
+    (the index job calls it on Ctrl-C and SIGTERM too).
 
     ``seen`` (:class:`SeenIds`, on disk under ``seen_dir``) holds each id kept with the key of
     the source row it came from. A row delivered twice (a task Ray re-ran after losing a
@@ -396,7 +398,8 @@ class IndexWriter:
     def __init__(
         self, store: DocStore, model_id: str, rejects: RejectSink, chunk_rows: int = 4096, before_commit: Callable[[], None] = lambda: None,
         title_sep: str = " ", seen_dir: str | Path | None = None, baseline: Callable[[pa.Array], pa.Table] | None = None,
-        merge_rows: int = MERGE_ROWS, merge_seconds: float = MERGE_SECONDS, clock: Callable[[], float] = time.monotonic,
+        merge_rows: int = MERGE_ROWS, merge_bytes: int = MERGE_BYTES, merge_seconds: float = MERGE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ):
         """``before_commit`` runs before every write (the job checks it still holds the table's lock).
 
@@ -406,7 +409,7 @@ class IndexWriter:
         self.store, self.model_id, self.rejects, self.chunk_rows, self.title_sep = store, model_id, rejects, chunk_rows, title_sep
         self.before_commit = before_commit
         self.baseline = baseline
-        self.merge_rows, self.merge_seconds, self.clock = merge_rows, merge_seconds, clock
+        self.merge_rows, self.merge_bytes, self.merge_seconds, self.clock = merge_rows, merge_bytes, merge_seconds, clock
         self.seen = SeenIds(seen_dir)
         self.counts: Counter[str] = Counter()  # what this run does to each row: insert (embedded), update, unchanged, reject
         self.since: Counter[str] = Counter()  # the kept rows classified against ``baseline``
@@ -416,6 +419,7 @@ class IndexWriter:
         self._pending_rows = 0
         self._updates: list[pa.Table] = []  # updates waiting for their keyed merge
         self._update_rows = 0
+        self._update_bytes = 0
         self._updates_since = 0.0  # when the oldest of them came (``clock``)
         self._files: list[str] = []  # workers' data files to commit whole (their fragments' JSON)
         self._salvaged: list[tuple[str, list[int]]] = []  # (a file's path, the positions of its rows to keep)
@@ -487,9 +491,11 @@ class IndexWriter:
                 self._updates_since = self.clock()
             self._updates.append(kept_rows.take(pa.array(updates, pa.int64())))
             self._update_rows += len(updates)
+            self._update_bytes += self._updates[-1].nbytes
         # the first rows written make the table at once when there is none: the workers write into it from then on
         append = self._pending_rows >= self.chunk_rows or self._file_rows >= self.chunk_rows or (self._pending and not self._opened)
-        merge = self._update_rows >= self.merge_rows or (self._updates and self.clock() - self._updates_since >= self.merge_seconds)
+        merge = (self._update_rows >= self.merge_rows or self._update_bytes >= self.merge_bytes
+                 or (self._updates and self.clock() - self._updates_since >= self.merge_seconds))
         if append or merge:
             self._timed(self._append_waiting if not merge else self._flush)
 
@@ -581,12 +587,16 @@ class IndexWriter:
         self._append_waiting()
         if not self._updates:
             return
-        updates = pa.concat_tables(self._updates)
-        self._updates, self._update_rows = [], 0
-        for start in range(0, updates.num_rows, self.merge_rows):
-            self.store.upsert(self._stored_rows(updates.slice(start, self.merge_rows)))
+        # a slice leaves the waiting rows once merged (a merge is idempotent): a flush stopped between two keeps the rest
+        self._updates = [pa.concat_tables(self._updates)]
+        while self._updates:
+            rows = self._updates[0].slice(0, self.merge_rows)
+            self.store.upsert(self._stored_rows(rows))
+            rest = self._updates[0].slice(rows.num_rows)
+            self._updates = [rest] if rest.num_rows else []
+            self._update_rows, self._update_bytes = rest.num_rows, rest.nbytes
             self.merges += 1
-            self.written += min(self.merge_rows, updates.num_rows - start)
+            self.written += rows.num_rows
 
     def _append_waiting(self) -> None:
         """Commit the workers' files noted so far (one commit) and append the inserts pending here."""
@@ -594,13 +604,15 @@ class IndexWriter:
             self.before_commit()
             self.store.open_or_create(self._dim, self.model_id, self.title_sep)
             self._opened = True
-            self.store.commit_fragments(self._files)
-            for path, positions in self._salvaged:
-                self.store.append(self.store.file_rows(path).take(pa.array(positions, pa.int64())))
-            self.written += self._file_rows
-            self.files_committed += len(self._files)
-            self.files_salvaged += len(self._salvaged)
+            # taken before the commit: an interrupt that lands as it returns must not see them again (a second commit)
+            files, salvaged, rows = self._files, self._salvaged, self._file_rows
             self._files, self._salvaged, self._file_rows = [], [], 0
+            self.store.commit_fragments(files)
+            for path, positions in salvaged:
+                self.store.append(self.store.file_rows(path).take(pa.array(positions, pa.int64())))
+            self.written += rows
+            self.files_committed += len(files)
+            self.files_salvaged += len(salvaged)
         if not self._pending:
             return
         pending = pa.concat_tables(self._pending)

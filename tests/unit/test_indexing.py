@@ -91,9 +91,9 @@ def _actions(batch: pa.Table, actions: list[str]) -> pa.Table:
 
 
 def test_updates_wait_for_merge_rows_or_merge_seconds_while_inserts_are_appended_each_chunk(tmp_path):
-    """A keyed merge looks up every stored id, so updates wait: one merge of ``merge_rows``,
-    or of what waited ``merge_seconds`` (the writer's clock, here a fake one), or at flush.
-    Inserts are appended every ``chunk_rows`` meanwhile."""
+    """Updates wait for fewer, larger keyed merges: one of ``merge_rows``, or of ``merge_bytes``,
+    or of what waited ``merge_seconds`` since the oldest came (the writer's clock, here a fake
+    one), or at flush. Inserts are appended every ``chunk_rows`` meanwhile."""
     now = [0.0]
     store, sink = _RecordingStore(), RejectSink(tmp_path / "rejects.parquet")
     writer = IndexWriter(store, "m", sink, chunk_rows=1, merge_rows=3, merge_seconds=10.0, clock=lambda: now[0])
@@ -110,17 +110,22 @@ def test_updates_wait_for_merge_rows_or_merge_seconds_while_inserts_are_appended
     assert store.merges == [["u1", "u2", "u3"], ["u4"]] and writer.written == 5
     now[0] = 100.0
     writer.consume(rows(("u5", "update")))  # the oldest waiting came now
+    now[0] = 105.0
+    writer.consume(rows(("u6", "update")))  # (the wait is the oldest's)
     now[0] = 109.9
     writer.consume(rows(("b", "insert")))
     assert store.merges[2:] == [] and store.appended == ["a", "b"]
     now[0] = 110.0
     writer.consume(rows(("c", "unchanged")))  # u5 waited merge_seconds
-    assert store.merges[2:] == [["u5"]]
-    writer.consume(rows(("u6", "update")))
+    assert store.merges[2:] == [["u5", "u6"]]
+    writer.consume(rows(("u7", "update")))
     writer.flush()  # at the end, or when the job is interrupted
+    assert store.merges[3:] == [["u7"]] and store.merged == ["u1", "u2", "u3", "u4", "u5", "u6", "u7"]
+    assert (writer.counts["insert"], writer.counts["update"], writer.counts["unchanged"], writer.written, writer.merges) == (2, 7, 1, 9, 4)
+    writer.merge_bytes = 1  # bytes waiting count too: the next update is merged at once
+    writer.consume(rows(("u8", "update")))
     sink.close()
-    assert store.merges[3:] == [["u6"]] and store.merged == ["u1", "u2", "u3", "u4", "u5", "u6"]
-    assert (writer.counts["insert"], writer.counts["update"], writer.counts["unchanged"], writer.written, writer.merges) == (2, 6, 1, 8, 4)
+    assert store.merges[4:] == [["u8"]]
 
 
 def test_a_batch_of_only_rejects_writes_them_and_nothing_else(tmp_path):

@@ -386,4 +386,3 @@ def test_the_child_ends_when_its_caller_is_killed(tmp_path):
 
     while not ended():  # (pytest's timeout bounds the wait: it would sleep for 10 minutes otherwise)
         time.sleep(0.05)
-

@@ -132,11 +132,9 @@ class Writing:
     def upsert(self, docs: pa.Table) -> None:
         """Insert new and replace changed documents, keyed by doc_id (idempotent).
 
-        The merge finds the stored rows through the id index (BTREE), LanceDB's default. A scan
-        of the stored ids instead was faster for large merges (at 10M documents on busy cores,
-        16,384 rows in 1.4 s against 3.6 s) but holds the ids it scans: the merge's peak grew
-        by about 80 MiB per million stored rows (670 MiB at 1M, 830 at 3M; flat at 610 to
-        720 through the index), 2.05 GiB in the 10M re-index's driver."""
+        The merge finds the stored rows through the id index (BTREE), LanceDB's default: a scan
+        of the stored ids instead (``use_index(False)``) was faster for large merges but its
+        memory grew with the table (docs/bulk-retrieval.md, the 10M re-index)."""
         if docs.num_rows == 0:
             return
         (
