@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -51,30 +53,52 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
 
 
+class _CpuWatch:
+    """The CPU seconds of this process and its descendants (a Ray cluster it started and that
+    cluster's workers, the children it runs), each process as last seen: a thread looks every
+    half second, so a process that ends still counts up to its last look (Ray's raylet does
+    not collect its workers' times when they end, so a parent's "children" times would miss
+    them). Approximate: a process that lives under half a second, or the last half second of
+    one, is missed, and an idle cluster's time goes to the test that runs meanwhile."""
+
+    def __init__(self):
+        import psutil
+
+        self._me, self._error = psutil.Process(), psutil.Error
+        self._seen: dict[tuple[int, float], float] = {}  # (pid, start time) -> CPU seconds when last seen
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, name="durations-cpu", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            self.look()
+            time.sleep(0.5)
+
+    def look(self) -> float:
+        """Look at every process now; returns the CPU seconds of all seen so far."""
+        with self._lock:
+            try:
+                procs = [self._me, *self._me.children(recursive=True)]
+            except self._error:
+                procs = [self._me]
+            for p in procs:
+                try:
+                    t = p.cpu_times()
+                    self._seen[(p.pid, p.create_time())] = t.user + t.system
+                except self._error:
+                    continue
+            return sum(self._seen.values())
+
+
+_CPU_WATCH: list[_CpuWatch] = []  # one per test process, started at its first test
 _CPU_AT_SETUP = pytest.StashKey[float]()
-
-
-def _tree_cpu() -> float:
-    """CPU seconds of this process and every live descendant (a Ray cluster it started, its
-    workers, the children it runs), each with the children it has reaped. Approximate: a
-    process killed with its parent is not counted, and an idle cluster's time goes to the
-    test that runs meanwhile."""
-    import psutil
-
-    total = 0.0
-    me = psutil.Process()
-    for p in [me, *me.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-        except psutil.Error:
-            continue
-        total += t.user + t.system + t.children_user + t.children_system
-    return total
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    item.stash[_CPU_AT_SETUP] = _tree_cpu()
+    if not _CPU_WATCH:
+        _CPU_WATCH.append(_CpuWatch())
+    item.stash[_CPU_AT_SETUP] = _CPU_WATCH[0].look()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -84,7 +108,7 @@ def pytest_runtest_makereport(item, call):
     and junit.xml leaves out)."""
     report = yield
     if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
-        report.cpu_s = max(0.0, _tree_cpu() - item.stash[_CPU_AT_SETUP])
+        report.cpu_s = _CPU_WATCH[0].look() - item.stash[_CPU_AT_SETUP]
     return report
 
 
