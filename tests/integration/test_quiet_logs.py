@@ -63,12 +63,17 @@ print(f"warnings {seen_then}")
 """
 
 
-def _driver(verbose: bool) -> subprocess.CompletedProcess:
+def _driver(verbose: bool) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "LOGICRANK_VERBOSE"))}
     env["RAY_local_fs_capacity_threshold"] = "0.000001"
     if verbose:
         env["LOGICRANK_VERBOSE"] = "1"
-    return subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True, env=env, cwd=ROOT)
+    return subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def _finished(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    stdout, stderr = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def _warnings(run: subprocess.CompletedProcess) -> int:
@@ -77,9 +82,11 @@ def _warnings(run: subprocess.CompletedProcess) -> int:
 
 
 def test_the_raylets_disk_warning_reaches_the_terminal_only_with_verbose():
-    loud = _driver(verbose=True)
+    # both drivers at once, each with its own cluster: most of each run is waiting for the raylet's
+    # warning, logged every 10 s
+    loud, quiet = _driver(verbose=True), _driver(verbose=False)
+    loud, quiet = _finished(loud), _finished(quiet)
     assert _warnings(loud) >= 2 and "% full" in loud.stderr, loud.stderr[-2000:]  # the warning fired and was forwarded
-    quiet = _driver(verbose=False)
     assert _warnings(quiet) >= 2  # it fired here too
     assert "% full" not in quiet.stderr, quiet.stderr
     # nothing else but the marker's forwarded line (Ray prefixes it with the worker's name and pid)
