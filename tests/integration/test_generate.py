@@ -174,11 +174,13 @@ def test_an_engine_that_keeps_dying_fails_the_job_in_one_line(synthetic, tiny_cf
 
     def keep_killing():
         # each engine core is killed as soon as it appears (found as its actor's spawned child, before it has even
-        # loaded vLLM), so no engine ever answers a batch and the job cannot finish first, on a fast machine or a slow one
+        # loaded vLLM), so no engine ever answers a batch and the job cannot finish first, on a fast machine or a slow one.
+        # A look every 0.1 s: a core takes seconds to import vLLM; each look reads every process on the machine (twice),
+        # and every 0.01 s the looks alone kept a core about half busy
         while not stop.is_set():
             killed.append(kill_engine_cores())
             seen.update(d.split(" ", 1)[-1] for d in descendants())  # each command line, cut to 120 characters
-            stop.wait(0.01)
+            stop.wait(0.1)
 
     killer = threading.Thread(target=keep_killing, daemon=True)
     killer.start()
