@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv models main nightly-demo test test-quick test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-index-job bench-bm25-build bench-engine-load soak-generate lint clean
+.PHONY: venv models main nightly-demo test test-quick test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-index-job bench-bm25-build bench-engine-load bench-engine-start soak-generate lint clean
 
 venv: $(STAMP)
 
@@ -103,6 +103,9 @@ bench-generate: $(STAMP)
 # Not part of `bench`: one LLM call alone, beside two busy processes and under half the machine, per thread binding (docs/benchmarks.md).
 bench-engine-load: $(STAMP)
 	$(BIN)/python tests/perf/bench_engine_load.py --out runs/bench
+
+bench-engine-start: $(STAMP)
+	$(BIN)/python tests/perf/bench_engine_start.py --out runs/bench
 
 bench-bm25-stage: $(STAMP)
 	$(BIN)/python tests/perf/bench_bm25_stage.py --repeat 5 --out runs/bench

@@ -169,8 +169,9 @@ def configure_vllm_env(cfg: LLMConfig) -> None:
 @contextlib.contextmanager
 def _few_collections(first_generation: int = 100_000):
     """Imports that create millions of objects, with the youngest generation collected every
-    ``first_generation`` allocations instead of 700: torch and vLLM imported in 5.0 s instead
-    of 6.2 s here, as each collection of the older generations walks every object made so far."""
+    ``first_generation`` allocations instead of 700, as each collection of the older
+    generations walks every object made so far (docs/benchmarks.md, the engine's start).
+    The threshold is the process's: the engine's start is not run from two threads at once."""
     before = gc.get_threshold()
     gc.set_threshold(first_generation, *before[1:])
     try:
@@ -206,9 +207,13 @@ class Engine:
 
                 make_llvmlite_scannable()  # numba loaded in this process (the BM25 engine, bm25s) would stop vLLM's start
                 from vllm import LLM
-            # vLLM collects garbage five times as it starts, and each collection walked every object
-            # of the modules just loaded: 1.7 of 2.8 CPU seconds of the tiny model's start here. Those
-            # objects live as long as the process; frozen, no collection walks them again.
+            # vLLM collects garbage five times as it starts, each collection walking every object in
+            # the process, the modules just loaded included (docs/benchmarks.md, the engine's start),
+            # then freezes what is left. Here that is done
+            # once, first: one collection, then every object still alive frozen, so the five walk
+            # only what the start makes. (An engine core in its own process, `engine_process:
+            # separate`, collects there: this saves nothing for it.)
+            gc.collect()
             gc.freeze()
 
             # CPU defaults (measured here): float32, as bf16 logits are too coarse for

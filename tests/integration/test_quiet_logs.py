@@ -84,8 +84,14 @@ def _warnings(run: subprocess.CompletedProcess) -> int:
 def test_the_raylets_disk_warning_reaches_the_terminal_only_with_verbose():
     # both drivers at once, each with its own cluster: most of each run is waiting for the raylet's
     # warning, logged every 10 s
-    loud, quiet = _driver(verbose=True), _driver(verbose=False)
-    loud, quiet = _finished(loud), _finished(quiet)
+    drivers = [_driver(verbose=True), _driver(verbose=False)]
+    try:
+        loud, quiet = (_finished(d) for d in drivers)
+    finally:
+        for d in drivers:  # (a driver left running when the test is interrupted)
+            if d.poll() is None:
+                d.kill()
+                d.wait()
     assert _warnings(loud) >= 2 and "% full" in loud.stderr, loud.stderr[-2000:]  # the warning fired and was forwarded
     assert _warnings(quiet) >= 2  # it fired here too
     assert "% full" not in quiet.stderr, quiet.stderr
