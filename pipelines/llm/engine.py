@@ -208,11 +208,11 @@ class Engine:
                 make_llvmlite_scannable()  # numba loaded in this process (the BM25 engine, bm25s) would stop vLLM's start
                 from vllm import LLM
             # vLLM collects garbage five times as it starts, each collection walking every object in
-            # the process, the modules just loaded included (docs/benchmarks.md, the engine's start),
-            # then freezes what is left. Here that is done
-            # once, first: one collection, then every object still alive frozen, so the five walk
-            # only what the start makes. (An engine core in its own process, `engine_process:
-            # separate`, collects there: this saves nothing for it.)
+            # the process, the modules just loaded included, then freezes what is left
+            # (docs/benchmarks.md, the engine's start). Here one collection comes first, then every
+            # object still alive is frozen, so the five walk only what the start makes. An engine
+            # core in its own process (`engine_process: separate`) is started by vLLM and collects
+            # there as before: only this process's share is saved.
             gc.collect()
             gc.freeze()
 
