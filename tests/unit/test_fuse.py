@@ -122,3 +122,26 @@ def test_a_bad_fuse_stage_is_refused_in_one_line(options, message):
     with pytest.raises(PipelineError, match=message) as info:
         Pipeline.parse("x", [{"fuse": options}])
     assert "\n" not in str(info.value)
+
+
+def test_ranx_is_imported_with_its_functions_cached_by_content_under_its_version(tmp_path):
+    """ranx's numba functions (about 25 s to compile) are cached by the content of ranx's files
+    (pipelines/numba_cache.py), so a new virtual environment with the same ranx loads them: the
+    fusion imports ranx so, in a fresh interpreter, here with nothing compiled."""
+    import importlib.metadata
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    child = ("import json\n"
+             "from logicrank.pipelines.retrieval.methods.fuse import fuse\n"
+             "try:\n    fuse([], 1)\nexcept ValueError:\n    pass\n"  # ranx imported, nothing fused
+             "from ranx.fusion.comb_sum import _comb_sum\n"
+             "print(json.dumps(_comb_sum.stats.cache_path))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")} | {"NUMBA_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", child], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    path = Path(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert path.parent == tmp_path and path.name.startswith(f"ranx-{importlib.metadata.version('ranx')}-"), path

@@ -4,14 +4,13 @@
 
 They are defined here, at module level, so that numba's on-disk cache serves every process of
 a machine: the first process to search compiles them (about 15 s on 2 cores) and writes the
-machine code under ``<cache root>/numba/bm25-<digest>`` (pipelines/paths.py; under
-``$NUMBA_CACHE_DIR`` where set), and every later process, shard actor included, loads it in well
-under a second. The directory is named by this file's content (:class:`_SourceKeyedLocator`), not
-by its path and modification time as numba's own locators key it, so another copy of the same
-source (a fresh checkout, a reinstall, a Ray job's working directory unpacked on a node) loads
-what an earlier copy compiled, and an edited file compiles its own. Within it numba keys each
-entry by the argument types and the CPU, and names its files after this module
-(``kernels.top_k-*.nbi``). ``NUMBA_DEBUG_CACHE=1`` prints each load and save.
+machine code under ``<cache root>/numba/bm25-<digest>`` (``$NUMBA_CACHE_DIR/bm25-<digest>``
+where set), and every later process, shard actor included, loads it in well under a second.
+The digest is of this file's content (pipelines/numba_cache.py), not its path and modification
+time as numba keys its own caches, so another copy of the same source (a fresh checkout, a
+reinstall, a Ray job's working directory unpacked on a node) loads what an earlier copy
+compiled. numba names the files after this module (``kernels.top_k-*.nbi``);
+``NUMBA_DEBUG_CACHE=1`` prints each load and save.
 
 The search loop is also compiled ahead of time from this source, once per machine, into a
 module loaded without numba (compiled.py); the JIT kernels here serve the index's builds, and
@@ -23,64 +22,22 @@ which a vLLM engine can still start in the process (pipelines/llvmlite_compat.py
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 
 import numba
 import numpy as np
-from numba.core import caching as _numba_caching
 
 from logicrank.pipelines.llvmlite_compat import make_llvmlite_scannable
-from logicrank.pipelines.paths import cache_root
+from logicrank.pipelines.numba_cache import ContentKeyedCache
 
 make_llvmlite_scannable()
 
 _CHUNK = 64  # documents per vectorised count in the candidate pass
 _INSERTION_MAX = 128  # sample ranks kept by insertion; past it, np.partition (linear in the sample)
 
-_SOURCE = Path(__file__).resolve()
-_SOURCE_DIGEST = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:16]
-
-
-class _SourceKeyedLocator(_numba_caching._CacheLocator):
-    """Where numba caches this module's kernels (module docstring): ``bm25-<digest of this
-    file>`` under ``$NUMBA_CACHE_DIR`` or ``<cache root>/numba``, valid while the file's content
-    is the one digested. numba's own locators key a cache by the file's path and modification
-    time, so each checkout or reinstall of unchanged source compiled every kernel again (about
-    15 s a process that builds or searches, on each node), and each left a directory behind.
-    Functions of other files are not this locator's (None: numba's own serve them)."""
-
-    def __init__(self, py_func):
-        self._lineno = py_func.__code__.co_firstlineno
-        root = os.environ.get("NUMBA_CACHE_DIR") or str(cache_root() / "numba")
-        self._cache_path = os.path.join(root, f"bm25-{_SOURCE_DIGEST}")
-
-    def get_cache_path(self) -> str:
-        return self._cache_path
-
-    def get_source_stamp(self) -> str:
-        return _SOURCE_DIGEST
-
-    def get_disambiguator(self) -> str:
-        return str(self._lineno)
-
-    @classmethod
-    def from_function(cls, py_func, py_file):
-        if Path(py_file).resolve() != _SOURCE:
-            return None
-        locator = cls(py_func)
-        try:
-            locator.ensure_cache_path()
-        except OSError:  # not writable: numba's own locators are tried next
-            return None
-        return locator
-
-
-# The locator numba asks first while the kernels below are decorated (each picks its cache
-# then), taken out afterwards. (numba named the class _CacheImpl before 0.62.)
-_CACHE_IMPL = getattr(_numba_caching, "CacheImpl", None) or _numba_caching._CacheImpl
-_CACHE_IMPL._locator_classes.insert(0, _SourceKeyedLocator)
+# numba picks each kernel's cache as it is decorated below: this file's, by its content
+_CACHE = ContentKeyedCache("bm25", Path(__file__))
+_CACHE.install()
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -252,4 +209,4 @@ def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, seg_rows, ti
         found[r] = len(best)
     return keys_out, found
 
-_CACHE_IMPL._locator_classes.remove(_SourceKeyedLocator)
+_CACHE.remove()

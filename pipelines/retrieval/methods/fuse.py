@@ -20,8 +20,12 @@ descending (trec_eval's order), so a run and its TREC file evaluate alike.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -54,10 +58,26 @@ def ranx_metric(name: str) -> str:
 OPTIMIZABLE = (*PARAMETER, *WEIGHTED)
 
 
+def _ranx():
+    """ranx, its numba functions (compiled on first use: about 25 s for this module's fusions
+    and measures) cached by the content of ranx's files, under its version
+    (pipelines/numba_cache.py): a new virtual environment with the same ranx loads what
+    another compiled. Where ranx was imported before, as it was."""
+    if "ranx" not in sys.modules:
+        from logicrank.pipelines.numba_cache import ContentKeyedCache
+
+        package = Path(importlib.util.find_spec("ranx").origin).parent
+        with ContentKeyedCache(f"ranx-{importlib.metadata.version('ranx')}", package):
+            import ranx  # noqa: F401 (its functions are decorated, so their caches picked, as it is imported)
+    import ranx
+
+    return ranx
+
+
 def _ranx_run(run: pa.Table, query_ids: Sequence[str]):
     """A ranx Run of ``run``'s scores, with an empty entry for each of ``query_ids`` it lacks
     (ranx fuses runs that share their query ids)."""
-    from ranx import Run
+    Run = _ranx().Run
 
     require_columns(run, RUN.names[:4], "fuse")
     held: dict[str, dict[str, float]] = {q: {} for q in query_ids}
@@ -79,7 +99,7 @@ def fuse(runs: Sequence[pa.Table], k: int, method: str = "sum", norm: str = "min
     """The fused run (RUN contract) of ``runs``: ranx's ``method`` over ``norm``-normalised
     scores, each query's top ``k``. ``weights``: one per run (weighted methods; default
     equal); ``parameter``: the method's one parameter (``PARAMETER``; default ranx's)."""
-    from ranx import fuse as ranx_fuse
+    ranx_fuse = _ranx().fuse
 
     if len(runs) < 2:
         raise ValueError("fuse: give two runs or more to fuse")
@@ -108,8 +128,8 @@ def optimize(runs: Sequence[pa.Table], qrels: pa.Table, method: str, norm: str, 
     e.g. ``ndcg@10``, ``map@100``) on the queries that ``qrels`` judges and the runs retrieved
     for, by ranx's grid search (``step`` between weights); and how many queries it used.
     Returns ``({"weights": [...]}, n)`` or ``({"parameter": x}, n)``."""
-    from ranx import Qrels
-    from ranx import optimize_fusion as ranx_optimize
+    ranx = _ranx()
+    Qrels, ranx_optimize = ranx.Qrels, ranx.optimize_fusion
 
     judged = qrels.filter(pa.compute.greater(qrels.column("relevance"), 0))
     held = set(judged.column("query_id").to_pylist())
