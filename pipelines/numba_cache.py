@@ -2,44 +2,44 @@
 
 numba's own cache locators key a compiled function by its file's path and modification time,
 so every copy of unchanged source compiles every function again: a fresh checkout, a
-reinstall or a new virtual environment, a Ray working directory unpacked on a node (the BM25
-engine's kernels, about 15 s a process; ranx's fusion and measures, about 25 s). While a
+reinstall or a new virtual environment, a Ray working directory unpacked on a node. While a
 :class:`ContentKeyedCache` is installed, numba caches the functions of its sources (a file, or
-every ``.py`` file of a package directory) under ``<numba cache dir>/<label>-<digest>``: the
-digest is of every one of those files' content, so an edit to any of them (a function may call
-one of another file, whose code the cache holds) compiles the group again, and a copy of the
-same files loads what an earlier copy compiled. The numba cache directory is
-``$NUMBA_CACHE_DIR`` where set, else ``<cache root>/numba`` (pipelines/paths.py). Within it numba
-keys each entry by its own version, Python's, the argument types and the CPU, as always.
+every ``.py`` file of a package directory) under ``<numba cache dir>/<label>-<digest>``, the
+functions of a package's subdirectory in the same subdirectory there (numba names a cache file
+after its module's base name: ``fusion/common.py`` and ``metrics/common.py`` stay apart). The
+digest is of numba's version and of every one of those files' content, so an edit to any of
+them (a function may call one of another file, whose code the cache holds) compiles the group
+again, another numba keeps its own, and a copy of the same files loads what an earlier copy
+compiled. Each edit leaves its own directory. The numba cache directory is numba's
+``CACHE_DIR`` (``$NUMBA_CACHE_DIR``) where set, else ``<cache root>/numba``
+(pipelines/paths.py). Within it numba keys each entry by Python's version, the argument types
+and the CPU, as always.
 
 numba picks a function's cache when the function is decorated, that is when its module is
-imported: install the cache around that import (a ``with`` block, or :meth:`install` and
-:meth:`remove` around a module's definitions). A user's ``NUMBA_CACHE_LOCATOR_CLASSES`` wins
-(numba then reads only those); where the directory cannot be written, numba's own locators
-serve.
+imported: install the cache before that import (a ``with`` block around it, or
+:meth:`ContentKeyedCache.install` at the top of the module that defines the functions). Its
+locator claims the functions of its own files only, so it may stay installed. A user's
+``NUMBA_CACHE_LOCATOR_CLASSES`` wins (numba then asks only those); where the directory cannot be
+written, numba's own locators serve.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
+import numba
 from numba.core import caching
+from numba.core import config as numba_config
 
 from logicrank.pipelines.paths import cache_root
 
-# numba named the class _CacheImpl before 0.62
-_CACHE_IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+_CACHE_IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # (an older numba's name)
 
 
 def numba_cache_dir() -> Path:
-    """``$NUMBA_CACHE_DIR`` where set, else ``<cache root>/numba``."""
-    return Path(os.environ.get("NUMBA_CACHE_DIR") or cache_root() / "numba")
-
-
-def _files(sources: Path) -> list[Path]:
-    return [sources] if sources.is_file() else sorted(sources.rglob("*.py"))
+    """numba's ``CACHE_DIR`` (``$NUMBA_CACHE_DIR``) where set, else ``<cache root>/numba``."""
+    return Path(numba_config.CACHE_DIR or cache_root() / "numba")
 
 
 class ContentKeyedCache:
@@ -47,25 +47,28 @@ class ContentKeyedCache:
     under ``<numba cache dir>/<label>-<digest of their content>`` while installed (module doc)."""
 
     def __init__(self, label: str, sources: Path):
-        self.sources = Path(sources).resolve()
-        files = _files(self.sources)
-        h = hashlib.sha256()
+        sources = Path(sources).resolve()
+        self.top = sources.parent if sources.is_file() else sources  # the files' paths below the cache's directory are theirs below it
+        files = [sources] if sources.is_file() else sorted(sources.rglob("*.py"))
+        h = hashlib.sha256(numba.__version__.encode() + b"\0")
         for f in files:
-            h.update(str(f.relative_to(self.sources.parent)).encode() + b"\0" + f.read_bytes() + b"\0")
+            h.update(str(f.relative_to(self.top)).encode() + b"\0" + f.read_bytes() + b"\0")
         self.digest = h.hexdigest()[:16]
         self.path = numba_cache_dir() / f"{label}-{self.digest}"
-        self._files = set(files)
+        self.files = frozenset(files)
         self.locator = self._locator()
 
     def _locator(self) -> type:
         cache = self
 
         class Locator(caching._CacheLocator):
-            def __init__(self, py_func):
+            def __init__(self, py_func, py_file: Path):
+                self._py_file = str(py_file)  # (numba names the file in its warning for a function it cannot cache)
                 self._lineno = py_func.__code__.co_firstlineno
+                self._cache_path = str(cache.path / py_file.parent.relative_to(cache.top))
 
             def get_cache_path(self) -> str:
-                return str(cache.path)
+                return self._cache_path
 
             def get_source_stamp(self) -> str:
                 return cache.digest
@@ -75,9 +78,10 @@ class ContentKeyedCache:
 
             @classmethod
             def from_function(cls, py_func, py_file):
-                if Path(py_file).resolve() not in cache._files:
+                path = Path(py_file).resolve()
+                if path not in cache.files:
                     return None  # another file's: numba's own locators
-                locator = cls(py_func)
+                locator = cls(py_func, path)
                 try:
                     locator.ensure_cache_path()
                 except OSError:  # not writable: numba's own locators
@@ -87,6 +91,7 @@ class ContentKeyedCache:
         return Locator
 
     def install(self) -> None:
+        """numba asks this cache's locator first, from now on (or until :meth:`remove`)."""
         _CACHE_IMPL._locator_classes.insert(0, self.locator)
 
     def remove(self) -> None:

@@ -4,12 +4,10 @@
 
 They are defined here, at module level, so that numba's on-disk cache serves every process of
 a machine: the first process to search compiles them (about 15 s on 2 cores) and writes the
-machine code under ``<cache root>/numba/bm25-<digest>`` (``$NUMBA_CACHE_DIR/bm25-<digest>``
-where set), and every later process, shard actor included, loads it in well under a second.
-The digest is of this file's content (pipelines/numba_cache.py), not its path and modification
-time as numba keys its own caches, so another copy of the same source (a fresh checkout, a
-reinstall, a Ray job's working directory unpacked on a node) loads what an earlier copy
-compiled. numba names the files after this module (``kernels.top_k-*.nbi``);
+machine code under ``<cache root>/numba/bm25-<digest>``, and every later process, shard actor
+included, loads it in well under a second. The digest is of this file's content
+(pipelines/numba_cache.py), so another copy of the same source (a fresh checkout, a reinstall)
+loads it too. numba names the files after this module (``kernels.top_k-*.nbi``);
 ``NUMBA_DEBUG_CACHE=1`` prints each load and save.
 
 The search loop is also compiled ahead of time from this source, once per machine, into a
@@ -36,8 +34,8 @@ _CHUNK = 64  # documents per vectorised count in the candidate pass
 _INSERTION_MAX = 128  # sample ranks kept by insertion; past it, np.partition (linear in the sample)
 
 # numba picks each kernel's cache as it is decorated below: this file's, by its content
-_CACHE = ContentKeyedCache("bm25", Path(__file__))
-_CACHE.install()
+# (installed for the process's life: it claims this file's functions only)
+ContentKeyedCache("bm25", Path(__file__)).install()
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -208,5 +206,3 @@ def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, seg_rows, ti
         keys_out[r, : len(best)] = best
         found[r] = len(best)
     return keys_out, found
-
-_CACHE.remove()

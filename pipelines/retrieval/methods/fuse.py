@@ -59,12 +59,12 @@ OPTIMIZABLE = (*PARAMETER, *WEIGHTED)
 
 
 def _ranx():
-    """ranx, its numba functions (compiled on first use: about 25 s for this module's fusions
-    and measures) cached by the content of ranx's files, under its version
-    (pipelines/numba_cache.py): a new virtual environment with the same ranx loads what
-    another compiled. Where ranx was imported before, as it was."""
+    """ranx, imported with its numba functions (compiled on first use) cached by the content of
+    its files (pipelines/numba_cache.py), so a new virtual environment with the same ranx loads
+    what another compiled. If ranx was already imported (by the caller's own code), its
+    functions keep the caches numba gave them then."""
     if "ranx" not in sys.modules:
-        from logicrank.pipelines.numba_cache import ContentKeyedCache
+        from logicrank.pipelines.numba_cache import ContentKeyedCache  # (here: it loads numba, which ranx loads anyway)
 
         package = Path(importlib.util.find_spec("ranx").origin).parent
         with ContentKeyedCache(f"ranx-{importlib.metadata.version('ranx')}", package):
