@@ -123,28 +123,36 @@ class Embedder:
     """Encodes texts into L2-normalised float32 vectors.
 
     Heavy imports happen here, in the constructor, so the class can be shipped to a Ray
-    actor cheaply.
+    actor cheaply. With the OpenVINO backend and the model's conversion cached, the encoder
+    comes from the cache alone: no torch, no sentence-transformers, no weights read (a fresh
+    process's encoder in about 1 CPU second against 5 on 2 cores: :class:`_OpenVINOEncoder`).
     """
 
     def __init__(self, config: EmbedConfig):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        config = concrete(config)
+        self.config, self.device, self.backend = config, config.device, config.backend
+        path = resolve_model(config.model)
+        self.model = None  # the sentence-transformers model: not loaded where the OpenVINO encoder comes from its cache
+        self._ov = _OpenVINOEncoder.cached(path, config) if self.backend == "openvino" else None
+        if self._ov is not None:
+            self.dim = self._ov.dim
+            return
         import torch
         import transformers
         from sentence_transformers import SentenceTransformer
 
         transformers.utils.logging.disable_progress_bar()
-
         torch.set_num_threads(config.threads or os.cpu_count() or 1)
-        config = concrete(config)
-        self.config, self.device, self.backend = config, config.device, config.backend
-        path = resolve_model(config.model)
         self.model = SentenceTransformer(path, device=self.device)
+        own_max_len = self.model.max_seq_length
         if config.max_seq_length is not None:
             self.model.max_seq_length = config.max_seq_length
         self.dim = int(self.model.get_embedding_dimension())
-        self._ov = _OpenVINOEncoder(path, self.model, config.batch_size, config.threads) if self.backend == "openvino" else None
+        if self.backend == "openvino":
+            self._ov = _OpenVINOEncoder.converted(path, self.model, own_max_len, config)
 
     @property
     def model_id(self) -> str:
@@ -231,30 +239,65 @@ class MemoEncoder:
 
 
 class _OpenVINOEncoder:
-    """The sentence-transformers model's transformer, converted in memory to OpenVINO.
+    """The sentence-transformers model's transformer, converted to OpenVINO.
 
     optimum-intel (what sentence-transformers' own ``backend="openvino"`` needs) pins an
     older transformers than vLLM, so we convert with ``openvino.convert_model`` and pool
     here. Only mean pooling + normalisation is supported (what the registered models use);
     other models must use the torch backend. Batches run on a pool of asynchronous requests.
+
+    The conversion is cached (:func:`_ov_cache_dir`) with the rest of what encoding needs:
+    the tokenizer as the model loaded it, and the model's dimension, token window and input
+    names (``encoder.json``, written last). A process that finds them there imports neither
+    torch nor sentence-transformers nor loads the model's weights (:meth:`cached`); it runs the
+    same compiled model on the same token ids, so its vectors are the same.
     """
 
-    def __init__(self, path: str, st_model, batch_size: int, threads: int | None = None):
+    def __init__(self, compiled, tokenizer, inputs: list[str], max_len: int, batch_size: int, dim: int):
+        self.compiled, self.tokenizer, self.inputs = compiled, tokenizer, inputs
+        self.max_len, self.batch_size, self.dim = max_len, batch_size, dim
+
+    @classmethod
+    def cached(cls, path: str, config: EmbedConfig) -> _OpenVINOEncoder | None:
+        """The encoder from the cache alone; None where the cache holds no complete conversion
+        of this model (the caller then loads the model: :meth:`converted`)."""
+        import json
+
+        cached = _ov_cache_dir(path)
+        try:
+            meta = json.loads((cached / "encoder.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        import openvino as ov
+        import transformers
+
+        tokenizer_class = getattr(transformers, meta["tokenizer_class"], None)
+        if tokenizer_class is None:  # (a class this transformers does not export: the model is loaded instead)
+            return None
+        tokenizer = tokenizer_class.from_pretrained(str(cached / "tokenizer"))
+        core = ov.Core()
+        return cls(_compiled(core, core.read_model(cached / "model.xml"), config.threads), tokenizer, meta["inputs"],
+                   config.max_seq_length or meta["max_seq_length"], config.batch_size, meta["dim"])
+
+    @classmethod
+    def converted(cls, path: str, st_model, own_max_len: int, config: EmbedConfig) -> _OpenVINOEncoder:
+        """The loaded model's transformer converted (or read from the cache, where another
+        process converted it meanwhile) and cached with its tokenizer; ``own_max_len``: the
+        model's token window before ``config`` overrode it (what the cache records)."""
         import openvino as ov
         import torch
 
         pooling = [m.get_config_dict().get("pooling_mode") for m in st_model if type(m).__name__ == "Pooling"]
         if pooling != ["mean"]:
             raise ModelError(f"embed: the openvino backend supports mean-pooling models only (found {pooling}); use backend=torch.")
-        self.tokenizer = st_model.tokenizer
-        self.max_len = st_model.max_seq_length
-        self.batch_size = batch_size
-        example = self.tokenizer(["an example", "another example text"], padding=True, return_tensors="pt")
-        self.inputs = list(example.keys())
+        tokenizer = st_model.tokenizer
+        example = tokenizer(["an example", "another example text"], padding=True, return_tensors="pt")
+        inputs = list(example.keys())
+        dim = int(st_model.get_embedding_dimension())
         core = ov.Core()
-        cached = _ov_cache_dir(path) / "model.xml"
-        if cached.exists():
-            converted = core.read_model(cached)
+        cached = _ov_cache_dir(path)
+        if (cached / "model.xml").exists():
+            converted = core.read_model(cached / "model.xml")
         else:
             import warnings
 
@@ -264,15 +307,9 @@ class _OpenVINOEncoder:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 converted = ov.convert_model(hf, example_input=dict(example))
-            _save_atomic(ov, converted, cached)
-        # f32 always: on CPUs with bf16 units (Sapphire Rapids and later) OpenVINO's default is
-        # bf16 inference, whose vectors differ from torch's in the 3rd decimal (and which is
-        # slower: 23 vs 37 docs/s on SciFact abstracts).
-        options = {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"}
-        if threads:  # several encoders on one node: each keeps to its share of the cores
-            options["INFERENCE_NUM_THREADS"] = threads
-        self.compiled = core.compile_model(converted, "CPU", options)
-        self._ov = ov
+            meta = {"tokenizer_class": type(tokenizer).__name__, "inputs": inputs, "dim": dim, "max_seq_length": own_max_len}
+            _save_atomic(ov, converted, tokenizer, meta, cached)
+        return cls(_compiled(core, converted, config.threads), tokenizer, inputs, st_model.max_seq_length, config.batch_size, dim)
 
     def encode(self, texts: list[str], dim: int) -> np.ndarray:
         """Batches in flight on the compiled model's optimal number of requests, pooled in
@@ -303,8 +340,19 @@ class _OpenVINOEncoder:
         return out
 
 
+def _compiled(core, model, threads: int | None):
+    """The model compiled for the CPU. f32 always: on CPUs with bf16 units (Sapphire Rapids and
+    later) OpenVINO's default is bf16 inference, whose vectors differ from torch's in the 3rd
+    decimal (and which is slower: 23 vs 37 docs/s on SciFact abstracts)."""
+    options = {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"}
+    if threads:  # several encoders on one node: each keeps to its share of the cores
+        options["INFERENCE_NUM_THREADS"] = threads
+    return core.compile_model(model, "CPU", options)
+
+
 def _ov_cache_dir(model_path: str) -> Path:
-    """Where the converted model lives: keyed by the model's files and the library versions."""
+    """Where the converted model lives (a directory: :meth:`_OpenVINOEncoder.converted`): keyed
+    by the model's files, the library versions and what the directory holds."""
     import hashlib
     from importlib import metadata
 
@@ -317,21 +365,28 @@ def _ov_cache_dir(model_path: str) -> Path:
             h.update(f"{f.relative_to(model_path)}:{f.stat().st_size}:{f.stat().st_mtime_ns}".encode())
     for pkg in ("openvino", "transformers", "torch"):
         h.update(f"{pkg}={metadata.version(pkg)}".encode())
+    h.update(b"model.xml, tokenizer/, encoder.json")  # (a directory of the IR alone, as saved before, is not this one)
     return root / "openvino" / h.hexdigest()[:16]
 
 
-def _save_atomic(ov, model, target: Path) -> None:
-    """Save the IR beside the target, then rename the directory: readers never see half."""
+def _save_atomic(ov, model, tokenizer, meta: dict, target: Path) -> None:
+    """The IR, the tokenizer and ``encoder.json`` saved into a sibling of ``target``, renamed
+    into place: readers never see half."""
+    import contextlib
+    import json
     import shutil
     import tempfile
 
-    target.parent.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent.parent))
-    ov.save_model(model, tmp / target.name, compress_to_fp16=False)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent))
     try:
-        tmp.rename(target.parent)
-    except OSError:  # another process won the race; its copy is identical
-        shutil.rmtree(tmp, ignore_errors=True)
+        ov.save_model(model, tmp / "model.xml", compress_to_fp16=False)
+        tokenizer.save_pretrained(str(tmp / "tokenizer"))
+        (tmp / "encoder.json").write_text(json.dumps(meta), encoding="utf-8")
+        with contextlib.suppress(OSError):  # another process won the race: its copy is identical
+            tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # (gone once renamed)
 
 
 def to_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:

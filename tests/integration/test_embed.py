@@ -26,11 +26,47 @@ def test_openvino_matches_torch_and_is_cached(tmp_path, monkeypatch):
     written = converted[0].stat().st_mtime_ns
     again = Embedder(EmbedConfig(backend="openvino"))  # reads the cached IR
     assert list(tmp_path.glob("openvino/*/model.xml")) == converted and converted[0].stat().st_mtime_ns == written  # not converted again
+    assert first.model is not None and again.model is None  # the cache alone: the model's weights not loaded
     for e in (first, again):
         got = e.encode(texts)
         assert got.shape == ref.shape
         # f32 inference: 2e-7 apart here. OpenVINO's bf16 default on CPUs with bf16 units was 1.1e-3 apart.
         np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
+    assert np.array_equal(again.encode(texts), first.encode(texts))  # the same compiled model on the same token ids
+    odd = ["", "   ", "Ünïcödé ﬁ ＦＵＬＬ width", "東京 の 研究 😀", "x" * 5000, "word " * 400, "tab\tand\nnewline", "MiXeD CaSe, punct!?"]
+    for window in (256, 16):  # the cached tokenizer gives the model's token ids, truncated alike
+        assert (again._ov.tokenizer(texts + odd, truncation=True, max_length=window)["input_ids"]
+                == first._ov.tokenizer(texts + odd, truncation=True, max_length=window)["input_ids"])
+
+
+def test_a_process_with_the_converted_encoder_cached_loads_neither_torch_nor_the_model(tmp_path, monkeypatch):
+    """The encoder of a fresh process (a CLI job's, an embedding actor's) from the cache alone:
+    no torch, no sentence-transformers, no weights read (4-5 CPU s of a 2-core machine), and
+    the vectors of the process that converted it. A cache whose record names a tokenizer class
+    this transformers lacks is passed over: the model is loaded, as before the cache."""
+    import json
+
+    monkeypatch.setenv("LOGICRANK_CACHE", str(tmp_path))
+    texts = [d["title"] + " " + d["text"] for d in scifact_docs(12)] + ["short", "東京 😀"]
+    np.save(tmp_path / "texts.npy", np.array(texts, dtype=object), allow_pickle=True)
+    converting = Embedder(EmbedConfig(backend="openvino", max_seq_length=128))
+    np.save(tmp_path / "first.npy", converting.encode(texts))
+    child = ("import sys, numpy as np; from logicrank.pipelines.engines.embed import Embedder; "
+             "from logicrank.pipelines.config.settings import EmbedConfig\n"
+             "e = Embedder(EmbedConfig(backend='openvino', max_seq_length=128))\n"
+             "assert e.model is None and 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules, "
+             "sorted(m for m in ('torch', 'sentence_transformers') if m in sys.modules)\n"
+             "texts = list(np.load(sys.argv[1], allow_pickle=True))\n"
+             "assert np.array_equal(e.encode(texts), np.load(sys.argv[2]))\n")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", child, str(tmp_path / "texts.npy"), str(tmp_path / "first.npy")], cwd=root,
+                          capture_output=True, text=True, env={**os.environ, "LOGICRANK_CACHE": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = tmp_path.glob("openvino/*/encoder.json")
+    assert json.loads(record.read_text())["max_seq_length"] == 256  # the model's own window, whatever the converting config set
+    record.write_text(json.dumps(json.loads(record.read_text()) | {"tokenizer_class": "NoSuchTokenizer"}))
+    loaded = Embedder(EmbedConfig(backend="openvino", max_seq_length=128))
+    assert loaded.model is not None and np.array_equal(loaded.encode(texts), np.load(tmp_path / "first.npy"))
 
 
 def test_openvino_encoders_made_and_dropped_in_one_process_never_deadlock(tmp_path):
