@@ -266,18 +266,19 @@ class _OpenVINOEncoder:
         cached = _ov_cache_dir(path)
         try:
             meta = json.loads((cached / "encoder.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            tokenizer_class, inputs, dim, own_max_len = meta["tokenizer_class"], meta["inputs"], meta["dim"], meta["max_seq_length"]
+        except (OSError, ValueError, KeyError, TypeError):  # none there (or not whole: the model is loaded instead)
             return None
         import openvino as ov
         import transformers
 
-        tokenizer_class = getattr(transformers, meta["tokenizer_class"], None)
+        tokenizer_class = getattr(transformers, tokenizer_class, None)
         if tokenizer_class is None:  # (a class this transformers does not export: the model is loaded instead)
             return None
         tokenizer = tokenizer_class.from_pretrained(str(cached / "tokenizer"))
         core = ov.Core()
-        return cls(_compiled(core, core.read_model(cached / "model.xml"), config.threads), tokenizer, meta["inputs"],
-                   config.max_seq_length or meta["max_seq_length"], config.batch_size, meta["dim"])
+        max_len = own_max_len if config.max_seq_length is None else config.max_seq_length
+        return cls(_compiled(core, core.read_model(cached / "model.xml"), config.threads), tokenizer, inputs, max_len, config.batch_size, dim)
 
     @classmethod
     def converted(cls, path: str, st_model, own_max_len: int, config: EmbedConfig) -> _OpenVINOEncoder:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -131,10 +132,26 @@ def _use_torch(product: str) -> bool:
 
 @functools.cache
 def _gpu_visible() -> bool:
-    try:
-        import torch
-    except ImportError:
+    """Whether torch sees a GPU in this process. A torch built for the CPU alone (no CUDA, no
+    ROCm: its ``torch/version.py`` says so) sees none, which is known without importing torch:
+    a second of a fresh process's CPU that a search on a CPU node no longer pays."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
         return False
+    version_spec = importlib.util.spec_from_file_location("_torch_version", Path(spec.origin).with_name("version.py"))
+    if version_spec is not None and version_spec.loader is not None:
+        version = importlib.util.module_from_spec(version_spec)  # (not registered as torch.version: torch is not imported)
+        try:
+            version_spec.loader.exec_module(version)
+        except (OSError, SyntaxError):
+            pass
+        else:
+            if getattr(version, "cuda", None) is None and getattr(version, "hip", None) is None:
+                return False
+    import torch
+
     return bool(torch.cuda.is_available())
 
 

@@ -192,3 +192,28 @@ def test_damaged_saved_vectors_are_written_again_and_a_recreated_table_gets_its_
     other = _store(tmp_path / "db", second)
     assert other.version == version and vectors.root(other) == vectors.root(store)
     np.testing.assert_allclose(np.asarray(other.vectors().matrix), second.astype(np.float32), rtol=0, atol=1e-6)
+
+
+def test_a_search_asks_torch_for_a_gpu_only_where_its_build_has_one():
+    """``product="auto"`` uses torch where it sees a GPU. A CPU build of torch (no CUDA, no
+    ROCm, as its version file says) sees none, so a fresh process's search does not import
+    torch to ask (a second of CPU per process); a GPU build is imported and asked."""
+    import subprocess
+    import sys
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    version = (Path(find_spec("torch").origin).parent / "version.py").read_text()
+    gpu_build = any(line.startswith(("cuda", "hip")) and not line.rstrip().endswith("= None") for line in version.splitlines())
+    child = ("import sys, numpy as np, pyarrow as pa\n"
+             "from logicrank.pipelines.engines.vectors import Vectors, tiebreak_ranks\n"
+             "from logicrank.pipelines.retrieval.methods.dense import top_k\n"
+             "ids = pa.array([f'd{i}' for i in range(50)])\n"
+             "m = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)\n"
+             "m /= np.linalg.norm(m, axis=1, keepdims=True)\n"
+             "rows, _ = top_k(m[:3], Vectors(ids, m, tiebreak_ranks(ids)), 5)\n"
+             "assert rows[:, 0].tolist() == [0, 1, 2]\n"
+             "print('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str(gpu_build), (done.stdout, gpu_build)
