@@ -275,10 +275,14 @@ class _OpenVINOEncoder:
         tokenizer_class = getattr(transformers, tokenizer_class, None)
         if tokenizer_class is None:  # (a class this transformers does not export: the model is loaded instead)
             return None
-        tokenizer = tokenizer_class.from_pretrained(str(cached / "tokenizer"))
         core = ov.Core()
+        try:
+            tokenizer = tokenizer_class.from_pretrained(str(cached / "tokenizer"))
+            model = core.read_model(cached / "model.xml")
+        except (OSError, ValueError, RuntimeError):  # files of it lost or damaged: the model is loaded instead
+            return None
         max_len = own_max_len if config.max_seq_length is None else config.max_seq_length
-        return cls(_compiled(core, core.read_model(cached / "model.xml"), config.threads), tokenizer, inputs, max_len, config.batch_size, dim)
+        return cls(_compiled(core, model, config.threads), tokenizer, inputs, max_len, config.batch_size, dim)
 
     @classmethod
     def converted(cls, path: str, st_model, own_max_len: int, config: EmbedConfig) -> _OpenVINOEncoder:
@@ -297,9 +301,9 @@ class _OpenVINOEncoder:
         dim = int(st_model.get_embedding_dimension())
         core = ov.Core()
         cached = _ov_cache_dir(path)
-        if (cached / "model.xml").exists():
+        if _whole(cached):
             converted = core.read_model(cached / "model.xml")
-        else:
+        else:  # none there, or a copy with files of it lost (replaced)
             import warnings
 
             hf = st_model[0].auto_model.eval()
@@ -370,6 +374,11 @@ def _ov_cache_dir(model_path: str) -> Path:
     return root / "openvino" / h.hexdigest()[:16]
 
 
+def _whole(cached: Path) -> bool:
+    """Whether a conversion's directory holds its files (one whose files were lost is converted again)."""
+    return all((cached / name).is_file() for name in ("model.xml", "model.bin", "encoder.json"))
+
+
 def _save_atomic(ov, model, tokenizer, meta: dict, target: Path) -> None:
     """The IR, the tokenizer and ``encoder.json`` saved into a sibling of ``target``, renamed
     into place: readers never see half."""
@@ -384,10 +393,14 @@ def _save_atomic(ov, model, tokenizer, meta: dict, target: Path) -> None:
         ov.save_model(model, tmp / "model.xml", compress_to_fp16=False)
         tokenizer.save_pretrained(str(tmp / "tokenizer"))
         (tmp / "encoder.json").write_text(json.dumps(meta), encoding="utf-8")
+        if target.is_dir() and not _whole(target):
+            with contextlib.suppress(OSError):  # a damaged copy (files of it lost): set aside to be replaced
+                target.rename(tmp.with_name(tmp.name + "-damaged"))
         with contextlib.suppress(OSError):  # another process won the race: its copy is identical
             tmp.rename(target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # (gone once renamed)
+        shutil.rmtree(tmp.with_name(tmp.name + "-damaged"), ignore_errors=True)
 
 
 def to_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:

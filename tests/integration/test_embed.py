@@ -43,7 +43,8 @@ def test_a_process_with_the_converted_encoder_cached_loads_neither_torch_nor_the
     """The encoder of a fresh process (a CLI job's, an embedding actor's) from the cache alone:
     no torch, no sentence-transformers, no weights read (4-5 CPU s of a 2-core machine), and
     the vectors of the process that converted it. A cache whose record names a tokenizer class
-    this transformers lacks is passed over: the model is loaded, as before the cache."""
+    this transformers lacks is passed over: the model is loaded, as before the cache; one that
+    lost a file is converted again and replaced."""
     import json
 
     monkeypatch.setenv("LOGICRANK_CACHE", str(tmp_path))
@@ -67,6 +68,11 @@ def test_a_process_with_the_converted_encoder_cached_loads_neither_torch_nor_the
     record.write_text(json.dumps(json.loads(record.read_text()) | {"tokenizer_class": "NoSuchTokenizer"}))
     loaded = Embedder(EmbedConfig(backend="openvino", max_seq_length=128))
     assert loaded.model is not None and np.array_equal(loaded.encode(texts), np.load(tmp_path / "first.npy"))
+    (record.parent / "model.xml").unlink()  # a copy with a file of it lost: the model is loaded and the copy replaced
+    for cached in (False, True):
+        again = Embedder(EmbedConfig(backend="openvino", max_seq_length=128))
+        assert (again.model is None) == cached and np.array_equal(again.encode(texts), np.load(tmp_path / "first.npy"))
+    assert len(list(tmp_path.glob("openvino/*"))) == 1  # the damaged copy set aside and removed
 
 
 def test_openvino_encoders_made_and_dropped_in_one_process_never_deadlock(tmp_path):
