@@ -7,6 +7,7 @@ fail at job start with the registered choices.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -18,7 +19,7 @@ import pyarrow as pa
 
 from logicrank.pipelines.config.embedding import EmbedConfig
 from logicrank.schemas.digest import json_digest
-from logicrank.schemas.errors import UserError
+from logicrank.schemas.errors import UserError, first_line
 
 
 def _packaged(module: str) -> Callable[[], str]:
@@ -124,8 +125,9 @@ class Embedder:
 
     Heavy imports happen here, in the constructor, so the class can be shipped to a Ray
     actor cheaply. With the OpenVINO backend and the model's conversion cached, the encoder
-    comes from the cache alone: no torch, no sentence-transformers, no weights read (a fresh
-    process's encoder in about 1 CPU second against 5 on 2 cores: :class:`_OpenVINOEncoder`).
+    comes from the cache alone (:class:`_OpenVINOEncoder`): torch and sentence-transformers are
+    not imported, the model's PyTorch weights not loaded, and ``model`` is None (the cost:
+    docs/bulk-retrieval.md). torch's thread count is set where torch encodes, not otherwise.
     """
 
     def __init__(self, config: EmbedConfig):
@@ -136,7 +138,8 @@ class Embedder:
         self.config, self.device, self.backend = config, config.device, config.backend
         path = resolve_model(config.model)
         self.model = None  # the sentence-transformers model: not loaded where the OpenVINO encoder comes from its cache
-        self._ov = _OpenVINOEncoder.cached(path, config) if self.backend == "openvino" else None
+        cache_dir = _ov_cache_dir(path) if self.backend == "openvino" else None
+        self._ov = _OpenVINOEncoder.cached(cache_dir, config) if cache_dir is not None else None
         if self._ov is not None:
             self.dim = self._ov.dim
             return
@@ -151,8 +154,8 @@ class Embedder:
         if config.max_seq_length is not None:
             self.model.max_seq_length = config.max_seq_length
         self.dim = int(self.model.get_embedding_dimension())
-        if self.backend == "openvino":
-            self._ov = _OpenVINOEncoder.converted(path, self.model, own_max_len, config)
+        if cache_dir is not None:
+            self._ov = _OpenVINOEncoder.converted(cache_dir, self.model, own_max_len, config)
 
     @property
     def model_id(self) -> str:
@@ -164,7 +167,7 @@ class Embedder:
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         if self._ov is not None:
-            return self._ov.encode(list(texts), self.dim)
+            return self._ov.encode(list(texts))
         import torch
 
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -248,9 +251,11 @@ class _OpenVINOEncoder:
 
     The conversion is cached (:func:`_ov_cache_dir`) with the rest of what encoding needs:
     the tokenizer as the model loaded it, and the model's dimension, token window and input
-    names (``encoder.json``, written last). A process that finds them there imports neither
-    torch nor sentence-transformers nor loads the model's weights (:meth:`cached`); it runs the
-    same compiled model on the same token ids, so its vectors are the same.
+    names, in ``encoder.json`` with the size of every file of the copy. A process that finds a
+    whole copy (:func:`_whole`) imports neither torch nor sentence-transformers nor loads the
+    model's PyTorch weights (:meth:`cached`); it runs the same compiled model on the same token
+    ids, so its vectors are the same. A copy that lost or cut a file is converted again and
+    replaced; one that cannot be written is not kept (each process then converts).
     """
 
     def __init__(self, compiled, tokenizer, inputs: list[str], max_len: int, batch_size: int, dim: int):
@@ -258,37 +263,34 @@ class _OpenVINOEncoder:
         self.max_len, self.batch_size, self.dim = max_len, batch_size, dim
 
     @classmethod
-    def cached(cls, path: str, config: EmbedConfig) -> _OpenVINOEncoder | None:
-        """The encoder from the cache alone; None where the cache holds no complete conversion
-        of this model (the caller then loads the model: :meth:`converted`)."""
-        import json
-
-        cached = _ov_cache_dir(path)
-        try:
-            meta = json.loads((cached / "encoder.json").read_text(encoding="utf-8"))
-            tokenizer_class, inputs, dim, own_max_len = meta["tokenizer_class"], meta["inputs"], meta["dim"], meta["max_seq_length"]
-        except (OSError, ValueError, KeyError, TypeError):  # none there (or not whole: the model is loaded instead)
+    def cached(cls, cache_dir: Path, config: EmbedConfig) -> _OpenVINOEncoder | None:
+        """The encoder from the copy in ``cache_dir`` alone; None where there is no whole copy
+        or it does not load (the caller then loads the model: :meth:`converted`)."""
+        meta = _whole(cache_dir)
+        if meta is None:
             return None
         import openvino as ov
         import transformers
 
-        tokenizer_class = getattr(transformers, tokenizer_class, None)
-        if tokenizer_class is None:  # (a class this transformers does not export: the model is loaded instead)
-            return None
         core = ov.Core()
         try:
-            tokenizer = tokenizer_class.from_pretrained(str(cached / "tokenizer"))
-            model = core.read_model(cached / "model.xml")
-        except (OSError, ValueError, RuntimeError):  # files of it lost or damaged: the model is loaded instead
+            tokenizer_cls = getattr(transformers, meta["tokenizer_class"])  # (an unknown class: AttributeError)
+            tokenizer = tokenizer_cls.from_pretrained(str(cache_dir / "tokenizer"))
+            model = core.read_model(cache_dir / "model.xml")
+            if {i.get_any_name() for i in model.inputs} != set(meta["inputs"]):  # (fed by name)
+                return None
+        except Exception:  # noqa: BLE001 - any failure to load the copy: the model is loaded instead, as without a cache
             return None
-        max_len = own_max_len if config.max_seq_length is None else config.max_seq_length
-        return cls(_compiled(core, model, config.threads), tokenizer, inputs, max_len, config.batch_size, dim)
+        max_len = meta["max_seq_length"] if config.max_seq_length is None else config.max_seq_length
+        tokenizer.model_max_length = max_len  # (as sentence-transformers sets it on the loaded model's tokenizer)
+        return cls(_compiled(core, model, config.threads), tokenizer, meta["inputs"], max_len, config.batch_size, meta["dim"])
 
     @classmethod
-    def converted(cls, path: str, st_model, own_max_len: int, config: EmbedConfig) -> _OpenVINOEncoder:
-        """The loaded model's transformer converted (or read from the cache, where another
-        process converted it meanwhile) and cached with its tokenizer; ``own_max_len``: the
-        model's token window before ``config`` overrode it (what the cache records)."""
+    def converted(cls, cache_dir: Path, st_model, own_max_len: int, config: EmbedConfig) -> _OpenVINOEncoder:
+        """The loaded model's transformer, read from the copy in ``cache_dir`` where it is whole
+        and reads (another process converted it meanwhile), else converted and cached with its
+        tokenizer; ``own_max_len``: the model's token window before ``config`` overrode it (what
+        the cache records)."""
         import openvino as ov
         import torch
 
@@ -300,10 +302,11 @@ class _OpenVINOEncoder:
         inputs = list(example.keys())
         dim = int(st_model.get_embedding_dimension())
         core = ov.Core()
-        cached = _ov_cache_dir(path)
-        if _whole(cached):
-            converted = core.read_model(cached / "model.xml")
-        else:  # none there, or a copy with files of it lost (replaced)
+        converted = None
+        if _whole(cache_dir) is not None:
+            with contextlib.suppress(Exception):  # a copy that does not read: converted again and replaced
+                converted = core.read_model(cache_dir / "model.xml")
+        if converted is None:
             import warnings
 
             hf = st_model[0].auto_model.eval()
@@ -313,15 +316,15 @@ class _OpenVINOEncoder:
                 warnings.simplefilter("ignore")
                 converted = ov.convert_model(hf, example_input=dict(example))
             meta = {"tokenizer_class": type(tokenizer).__name__, "inputs": inputs, "dim": dim, "max_seq_length": own_max_len}
-            _save_atomic(ov, converted, tokenizer, meta, cached)
+            _save_atomic(ov, converted, tokenizer, meta, cache_dir)
         return cls(_compiled(core, converted, config.threads), tokenizer, inputs, st_model.max_seq_length, config.batch_size, dim)
 
-    def encode(self, texts: list[str], dim: int) -> np.ndarray:
+    def encode(self, texts: list[str]) -> np.ndarray:
         """Batches in flight on the compiled model's optimal number of requests, pooled in
         this thread. No Python callback runs on OpenVINO's threads: a callback (AsyncInferQueue)
         needs the GIL there, and a model dropped while one of its threads still waits for the
         GIL deadlocks the process (its destructor joins that thread holding the GIL)."""
-        out = np.zeros((len(texts), dim), dtype=np.float32)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
         requests = [self.compiled.create_infer_request() for _ in range(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))]
         pending: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(requests)
 
@@ -356,8 +359,8 @@ def _compiled(core, model, threads: int | None):
 
 
 def _ov_cache_dir(model_path: str) -> Path:
-    """Where the converted model lives (a directory: :meth:`_OpenVINOEncoder.converted`): keyed
-    by the model's files, the library versions and what the directory holds."""
+    """Where the model's converted copy lives (a directory: :class:`_OpenVINOEncoder`): keyed by
+    the model's files and the library versions."""
     import hashlib
     from importlib import metadata
 
@@ -370,37 +373,54 @@ def _ov_cache_dir(model_path: str) -> Path:
             h.update(f"{f.relative_to(model_path)}:{f.stat().st_size}:{f.stat().st_mtime_ns}".encode())
     for pkg in ("openvino", "transformers", "torch"):
         h.update(f"{pkg}={metadata.version(pkg)}".encode())
-    h.update(b"model.xml, tokenizer/, encoder.json")  # (a directory of the IR alone, as saved before, is not this one)
     return root / "openvino" / h.hexdigest()[:16]
 
 
-def _whole(cached: Path) -> bool:
-    """Whether a conversion's directory holds its files (one whose files were lost is converted again)."""
-    return all((cached / name).is_file() for name in ("model.xml", "model.bin", "encoder.json"))
+def _whole(cache_dir: Path) -> dict | None:
+    """The copy's record (``encoder.json``) where every file it lists is there at its size;
+    None otherwise (none there, one that lost or cut a file, one made before the record was)."""
+    import json
+
+    try:
+        meta = json.loads((cache_dir / "encoder.json").read_text(encoding="utf-8"))
+        files = meta["files"]
+        whole = ("model.xml" in files and all(key in meta for key in ("tokenizer_class", "inputs", "dim", "max_seq_length"))
+                 and all((cache_dir / name).stat().st_size == size for name, size in files.items()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return meta if whole else None
 
 
 def _save_atomic(ov, model, tokenizer, meta: dict, target: Path) -> None:
-    """The IR, the tokenizer and ``encoder.json`` saved into a sibling of ``target``, renamed
-    into place: readers never see half."""
-    import contextlib
+    """The IR, the tokenizer and ``encoder.json`` (``meta`` and every file's size) saved into a
+    sibling of ``target``, renamed into place: readers never see half. A copy there that is not
+    whole is replaced; one that cannot be written is not kept, with a warning."""
     import json
     import shutil
     import tempfile
+    import warnings
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent))
+    tmp = aside = None
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent))
+        aside = tmp.with_name(tmp.name + "-replaced")
         ov.save_model(model, tmp / "model.xml", compress_to_fp16=False)
         tokenizer.save_pretrained(str(tmp / "tokenizer"))
-        (tmp / "encoder.json").write_text(json.dumps(meta), encoding="utf-8")
-        if target.is_dir() and not _whole(target):
-            with contextlib.suppress(OSError):  # a damaged copy (files of it lost): set aside to be replaced
-                target.rename(tmp.with_name(tmp.name + "-damaged"))
+        files = {str(f.relative_to(tmp)): f.stat().st_size for f in sorted(tmp.rglob("*")) if f.is_file()}
+        (tmp / "encoder.json").write_text(json.dumps(meta | {"files": files}), encoding="utf-8")
+        if target.is_dir() and _whole(target) is None:
+            with contextlib.suppress(OSError):  # set aside to be replaced (where another process replaced it just now: its copy, whole)
+                target.rename(aside)
         with contextlib.suppress(OSError):  # another process won the race: its copy is identical
             tmp.rename(target)
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot be written (read-only, full, a tokenizer that does not save)
+        warnings.warn(f"embed: the OpenVINO conversion could not be cached in {target.parent} ({first_line(exc)}); "
+                      "each process converts the model again", RuntimeWarning, stacklevel=3)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # (gone once renamed)
-        shutil.rmtree(tmp.with_name(tmp.name + "-damaged"), ignore_errors=True)
+        for d in (tmp, aside):
+            if d is not None:
+                shutil.rmtree(d, ignore_errors=True)  # (gone once renamed)
 
 
 def to_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -133,26 +133,36 @@ def _use_torch(product: str) -> bool:
 @functools.cache
 def _gpu_visible() -> bool:
     """Whether torch sees a GPU in this process. A torch built for the CPU alone (no CUDA, no
-    ROCm: its ``torch/version.py`` says so) sees none, which is known without importing torch:
-    a second of a fresh process's CPU that a search on a CPU node no longer pays."""
+    ROCm: its ``torch/version.py`` says so) sees none, which is known without importing torch,
+    so a search on a CPU node does not pay torch's import (docs/bulk-retrieval.md)."""
     import importlib.util
+    import sys
 
-    spec = importlib.util.find_spec("torch")
-    if spec is None or spec.origin is None:
-        return False
-    version_spec = importlib.util.spec_from_file_location("_torch_version", Path(spec.origin).with_name("version.py"))
-    if version_spec is not None and version_spec.loader is not None:
-        version = importlib.util.module_from_spec(version_spec)  # (not registered as torch.version: torch is not imported)
-        try:
-            version_spec.loader.exec_module(version)
-        except (OSError, SyntaxError):
-            pass
-        else:
-            if getattr(version, "cuda", None) is None and getattr(version, "hip", None) is None:
-                return False
+    if "torch" not in sys.modules:
+        spec = importlib.util.find_spec("torch")
+        if spec is None:
+            return False
+        if spec.origin is not None and _cpu_build(Path(spec.origin).with_name("version.py")):
+            return False
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def _cpu_build(version_file: Path) -> bool:
+    """True where torch's version file names neither a CUDA nor a ROCm build; False where it
+    names one or cannot be read (then torch is asked)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_torch_version", version_file)
+    if spec is None or spec.loader is None:
+        return False
+    version = importlib.util.module_from_spec(spec)  # (not registered as torch.version: torch is not imported)
+    try:
+        spec.loader.exec_module(version)
+    except Exception:  # noqa: BLE001 - an unreadable or odd version file: torch is asked instead
+        return False
+    return getattr(version, "cuda", None) is None and getattr(version, "hip", None) is None
 
 
 def _numpy_product(v: Vectors):

@@ -32,47 +32,55 @@ def test_openvino_matches_torch_and_is_cached(tmp_path, monkeypatch):
         assert got.shape == ref.shape
         # f32 inference: 2e-7 apart here. OpenVINO's bf16 default on CPUs with bf16 units was 1.1e-3 apart.
         np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
-    assert np.array_equal(again.encode(texts), first.encode(texts))  # the same compiled model on the same token ids
     odd = ["", "   ", "Ünïcödé ﬁ ＦＵＬＬ width", "東京 の 研究 😀", "x" * 5000, "word " * 400, "tab\tand\nnewline", "MiXeD CaSe, punct!?"]
-    for window in (256, 16):  # the cached tokenizer gives the model's token ids, truncated alike
-        assert (again._ov.tokenizer(texts + odd, truncation=True, max_length=window)["input_ids"]
-                == first._ov.tokenizer(texts + odd, truncation=True, max_length=window)["input_ids"])
+    assert np.array_equal(again.encode(texts + odd), first.encode(texts + odd))  # the same compiled model on the same token ids
+    monkeypatch.setenv("LOGICRANK_CACHE", str(tmp_path / "window"))  # and with a window of the config's, truncated alike
+    loaded, cached = (Embedder(EmbedConfig(backend="openvino", max_seq_length=16)) for _ in range(2))
+    assert loaded.model is not None and cached.model is None
+    assert np.array_equal(cached.encode(texts + odd), loaded.encode(texts + odd))
 
 
 def test_a_process_with_the_converted_encoder_cached_loads_neither_torch_nor_the_model(tmp_path, monkeypatch):
     """The encoder of a fresh process (a CLI job's, an embedding actor's) from the cache alone:
-    no torch, no sentence-transformers, no weights read (4-5 CPU s of a 2-core machine), and
-    the vectors of the process that converted it. A cache whose record names a tokenizer class
-    this transformers lacks is passed over: the model is loaded, as before the cache; one that
-    lost a file is converted again and replaced."""
+    no torch, no sentence-transformers, and the vectors of the process that converted it,
+    whatever window that one's config set. A copy that lost or cut a file is not read: the
+    model is loaded (the same vectors), and the copy replaced for the next process."""
     import json
 
     monkeypatch.setenv("LOGICRANK_CACHE", str(tmp_path))
-    texts = [d["title"] + " " + d["text"] for d in scifact_docs(12)] + ["short", "東京 😀"]
+    texts = [d["title"] + " " + d["text"] for d in scifact_docs(12)] + ["short", "東京 😀", "word " * 400]
     np.save(tmp_path / "texts.npy", np.array(texts, dtype=object), allow_pickle=True)
     converting = Embedder(EmbedConfig(backend="openvino", max_seq_length=128))
-    np.save(tmp_path / "first.npy", converting.encode(texts))
+    reference = Embedder(EmbedConfig(backend="openvino")).encode(texts)  # the model's own window, from the cache
+    np.save(tmp_path / "reference.npy", reference)
     child = ("import sys, numpy as np; from logicrank.pipelines.engines.embed import Embedder; "
              "from logicrank.pipelines.config.settings import EmbedConfig\n"
-             "e = Embedder(EmbedConfig(backend='openvino', max_seq_length=128))\n"
+             "e = Embedder(EmbedConfig(backend='openvino'))\n"
              "assert e.model is None and 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules, "
              "sorted(m for m in ('torch', 'sentence_transformers') if m in sys.modules)\n"
-             "texts = list(np.load(sys.argv[1], allow_pickle=True))\n"
-             "assert np.array_equal(e.encode(texts), np.load(sys.argv[2]))\n")
+             "assert np.array_equal(e.encode(list(np.load(sys.argv[1], allow_pickle=True))), np.load(sys.argv[2]))\n")
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", child, str(tmp_path / "texts.npy"), str(tmp_path / "first.npy")], cwd=root,
+    done = subprocess.run([sys.executable, "-c", child, str(tmp_path / "texts.npy"), str(tmp_path / "reference.npy")], cwd=root,
                           capture_output=True, text=True, env={**os.environ, "LOGICRANK_CACHE": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
-    (record,) = tmp_path.glob("openvino/*/encoder.json")
-    assert json.loads(record.read_text())["max_seq_length"] == 256  # the model's own window, whatever the converting config set
-    record.write_text(json.dumps(json.loads(record.read_text()) | {"tokenizer_class": "NoSuchTokenizer"}))
-    loaded = Embedder(EmbedConfig(backend="openvino", max_seq_length=128))
-    assert loaded.model is not None and np.array_equal(loaded.encode(texts), np.load(tmp_path / "first.npy"))
-    (record.parent / "model.xml").unlink()  # a copy with a file of it lost: the model is loaded and the copy replaced
-    for cached in (False, True):
-        again = Embedder(EmbedConfig(backend="openvino", max_seq_length=128))
-        assert (again.model is None) == cached and np.array_equal(again.encode(texts), np.load(tmp_path / "first.npy"))
-    assert len(list(tmp_path.glob("openvino/*"))) == 1  # the damaged copy set aside and removed
+    assert converting.model is not None and not np.array_equal(converting.encode(texts), reference)  # (its window cut the long text)
+    (copy,) = tmp_path.glob("openvino/*/")
+    assert json.loads((copy / "encoder.json").read_text())["max_seq_length"] == 256  # the model's own window recorded
+    for name, damage in [("tokenizer/tokenizer.json", "lost"), ("tokenizer/tokenizer.json", "cut"), ("model.bin", "cut"),
+                         ("model.xml", "lost"), ("encoder.json", "lost")]:
+        f = copy / name
+        if damage == "lost":
+            f.unlink()
+        else:
+            f.write_bytes(f.read_bytes()[:1000])
+        for from_cache in (False, True):  # loaded and the copy replaced; then served from the copy
+            e = Embedder(EmbedConfig(backend="openvino"))
+            assert (e.model is None) == from_cache and np.array_equal(e.encode(texts), reference), (name, damage, from_cache)
+        assert [p.name for p in tmp_path.glob("openvino/*")] == [copy.name], (name, damage)  # the damaged copy removed
+    record = json.loads((copy / "encoder.json").read_text())
+    (copy / "encoder.json").write_text(json.dumps(record | {"tokenizer_class": "NoSuchTokenizer"}))  # (a class transformers lacks)
+    e = Embedder(EmbedConfig(backend="openvino"))
+    assert e.model is not None and np.array_equal(e.encode(texts), reference)
 
 
 def test_openvino_encoders_made_and_dropped_in_one_process_never_deadlock(tmp_path):

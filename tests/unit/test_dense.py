@@ -194,10 +194,43 @@ def test_damaged_saved_vectors_are_written_again_and_a_recreated_table_gets_its_
     np.testing.assert_allclose(np.asarray(other.vectors().matrix), second.astype(np.float32), rtol=0, atol=1e-6)
 
 
-def test_a_search_asks_torch_for_a_gpu_only_where_its_build_has_one():
-    """``product="auto"`` uses torch where it sees a GPU. A CPU build of torch (no CUDA, no
-    ROCm, as its version file says) sees none, so a fresh process's search does not import
-    torch to ask (a second of CPU per process); a GPU build is imported and asked."""
+_SEARCH = ("import sys, numpy as np, pyarrow as pa\n"
+           "from logicrank.pipelines.engines.vectors import Vectors, tiebreak_ranks\n"
+           "from logicrank.pipelines.retrieval.methods.dense import top_k\n"
+           "ids = pa.array([f'd{i}' for i in range(50)])\n"
+           "m = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)\n"
+           "m /= np.linalg.norm(m, axis=1, keepdims=True)\n"
+           "rows, _ = top_k(m[:3], Vectors(ids, m, tiebreak_ranks(ids)), 5)\n"
+           "assert rows[:, 0].tolist() == [0, 1, 2]\n"
+           "print('torch' in sys.modules)\n")
+
+
+@pytest.mark.parametrize("version", ["cuda = None\nhip = None\n", "cuda = '12.4'\nhip = None\n", "cuda = None\nhip = '6.2'\n", None])
+def test_a_search_asks_torch_for_a_gpu_only_where_its_build_may_have_one(tmp_path, version):
+    """``product="auto"`` uses torch where it sees a GPU. A torch whose version file names no
+    CUDA and no ROCm build sees none: a fresh process's search does not import it to ask. A
+    CUDA or ROCm build, or one without a readable version file, is imported and asked. The
+    torch here is a stand-in whose import fails, so asking it is seen."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('the stand-in torch was imported')\n")
+    if version is not None:
+        (fake / "version.py").write_text(version)
+    done = subprocess.run([sys.executable, "-c", _SEARCH], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])})
+    if version == "cuda = None\nhip = None\n":
+        assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-2000:]
+    else:
+        assert done.returncode != 0 and "the stand-in torch was imported" in done.stderr, (done.returncode, done.stderr[-2000:])
+
+
+def test_a_search_on_this_machines_torch_imports_it_only_where_its_build_may_have_a_gpu():
+    """The same on the torch installed here (a CPU build on these machines: not imported)."""
     import subprocess
     import sys
     from importlib.util import find_spec
@@ -205,15 +238,6 @@ def test_a_search_asks_torch_for_a_gpu_only_where_its_build_has_one():
 
     version = (Path(find_spec("torch").origin).parent / "version.py").read_text()
     gpu_build = any(line.startswith(("cuda", "hip")) and not line.rstrip().endswith("= None") for line in version.splitlines())
-    child = ("import sys, numpy as np, pyarrow as pa\n"
-             "from logicrank.pipelines.engines.vectors import Vectors, tiebreak_ranks\n"
-             "from logicrank.pipelines.retrieval.methods.dense import top_k\n"
-             "ids = pa.array([f'd{i}' for i in range(50)])\n"
-             "m = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)\n"
-             "m /= np.linalg.norm(m, axis=1, keepdims=True)\n"
-             "rows, _ = top_k(m[:3], Vectors(ids, m, tiebreak_ranks(ids)), 5)\n"
-             "assert rows[:, 0].tolist() == [0, 1, 2]\n"
-             "print('torch' in sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-c", _SEARCH], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == str(gpu_build), (done.stdout, gpu_build)
