@@ -254,8 +254,9 @@ class _OpenVINOEncoder:
     names, in ``encoder.json`` with the size of every file of the copy. A process that finds a
     whole copy (:func:`_whole`) imports neither torch nor sentence-transformers nor loads the
     model's PyTorch weights (:meth:`cached`); it runs the same compiled model on the same token
-    ids, so its vectors are the same. A copy that lost or cut a file is converted again and
-    replaced; one that cannot be written is not kept (each process then converts).
+    ids, so its vectors are the same. A copy that lost or cut a file, or does not load, is
+    converted again and replaced; one that cannot be written is not kept (each process then
+    converts).
     """
 
     def __init__(self, compiled, tokenizer, inputs: list[str], max_len: int, batch_size: int, dim: int):
@@ -273,17 +274,18 @@ class _OpenVINOEncoder:
         import transformers
 
         core = ov.Core()
+        max_len = meta["max_seq_length"] if config.max_seq_length is None else config.max_seq_length
         try:
             tokenizer_cls = getattr(transformers, meta["tokenizer_class"])  # (an unknown class: AttributeError)
             tokenizer = tokenizer_cls.from_pretrained(str(cache_dir / "tokenizer"))
             model = core.read_model(cache_dir / "model.xml")
             if {i.get_any_name() for i in model.inputs} != set(meta["inputs"]):  # (fed by name)
-                return None
-        except Exception:  # noqa: BLE001 - any failure to load the copy: the model is loaded instead, as without a cache
+                raise ValueError(f"the IR's inputs are not the record's {meta['inputs']}")
+            tokenizer.model_max_length = max_len  # (as sentence-transformers sets it on the loaded model's tokenizer)
+            return cls(_compiled(core, model, config.threads), tokenizer, meta["inputs"], max_len, config.batch_size, meta["dim"])
+        except Exception:  # noqa: BLE001 - a copy that does not load: set aside (converted again), the model loaded instead
+            _set_aside(cache_dir)
             return None
-        max_len = meta["max_seq_length"] if config.max_seq_length is None else config.max_seq_length
-        tokenizer.model_max_length = max_len  # (as sentence-transformers sets it on the loaded model's tokenizer)
-        return cls(_compiled(core, model, config.threads), tokenizer, meta["inputs"], max_len, config.batch_size, meta["dim"])
 
     @classmethod
     def converted(cls, cache_dir: Path, st_model, own_max_len: int, config: EmbedConfig) -> _OpenVINOEncoder:
@@ -304,8 +306,10 @@ class _OpenVINOEncoder:
         core = ov.Core()
         converted = None
         if _whole(cache_dir) is not None:
-            with contextlib.suppress(Exception):  # a copy that does not read: converted again and replaced
+            try:
                 converted = core.read_model(cache_dir / "model.xml")
+            except Exception:  # noqa: BLE001 - a copy that does not read: set aside, converted again and replaced
+                _set_aside(cache_dir)
         if converted is None:
             import warnings
 
@@ -391,6 +395,19 @@ def _whole(cache_dir: Path) -> dict | None:
     return meta if whole else None
 
 
+def _set_aside(cache_dir: Path) -> None:
+    """Take a copy that does not load out of its place (renamed, then removed), so that the next
+    conversion installs a new one. A process reading it meanwhile keeps its open files, or fails
+    to open them and loads the model instead."""
+    import shutil
+    import tempfile
+
+    with contextlib.suppress(OSError):
+        aside = Path(tempfile.mkdtemp(prefix=f".{cache_dir.name}-", dir=cache_dir.parent))
+        cache_dir.rename(aside / "copy")
+        shutil.rmtree(aside, ignore_errors=True)
+
+
 def _save_atomic(ov, model, tokenizer, meta: dict, target: Path) -> None:
     """The IR, the tokenizer and ``encoder.json`` (``meta`` and every file's size) saved into a
     sibling of ``target``, renamed into place: readers never see half. A copy there that is not
@@ -409,14 +426,22 @@ def _save_atomic(ov, model, tokenizer, meta: dict, target: Path) -> None:
         tokenizer.save_pretrained(str(tmp / "tokenizer"))
         files = {str(f.relative_to(tmp)): f.stat().st_size for f in sorted(tmp.rglob("*")) if f.is_file()}
         (tmp / "encoder.json").write_text(json.dumps(meta | {"files": files}), encoding="utf-8")
+        for f in [*sorted(tmp.rglob("*")), tmp]:  # on disk before the rename: a crash leaves no copy of the right sizes but zeros
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         if target.is_dir() and _whole(target) is None:
-            with contextlib.suppress(OSError):  # set aside to be replaced (where another process replaced it just now: its copy, whole)
+            with contextlib.suppress(OSError):  # a copy that is not whole: set aside to be replaced
                 target.rename(aside)
         with contextlib.suppress(OSError):  # another process won the race: its copy is identical
             tmp.rename(target)
+        if _whole(target) is None:
+            raise OSError(f"{target} could not be replaced")
     except Exception as exc:  # noqa: BLE001 - a cache that cannot be written (read-only, full, a tokenizer that does not save)
         warnings.warn(f"embed: the OpenVINO conversion could not be cached in {target.parent} ({first_line(exc)}); "
-                      "each process converts the model again", RuntimeWarning, stacklevel=3)
+                      "each process converts the model again", RuntimeWarning, stacklevel=4)
     finally:
         for d in (tmp, aside):
             if d is not None:

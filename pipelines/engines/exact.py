@@ -144,9 +144,12 @@ def _gpu_visible() -> bool:
             return False
         if spec.origin is not None and _cpu_build(Path(spec.origin).with_name("version.py")):
             return False
-    import torch
+    try:
+        import torch
 
-    return bool(torch.cuda.is_available())
+        return bool(torch.cuda.is_available())
+    except (ImportError, AttributeError):  # a torch that does not import: the numpy product
+        return False
 
 
 def _cpu_build(version_file: Path) -> bool:
@@ -162,7 +165,7 @@ def _cpu_build(version_file: Path) -> bool:
         spec.loader.exec_module(version)
     except Exception:  # noqa: BLE001 - an unreadable or odd version file: torch is asked instead
         return False
-    return getattr(version, "cuda", None) is None and getattr(version, "hip", None) is None
+    return all(getattr(version, name, None) is None for name in ("cuda", "hip", "rocm"))
 
 
 def _numpy_product(v: Vectors):

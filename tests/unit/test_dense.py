@@ -205,12 +205,14 @@ _SEARCH = ("import sys, numpy as np, pyarrow as pa\n"
            "print('torch' in sys.modules)\n")
 
 
-@pytest.mark.parametrize("version", ["cuda = None\nhip = None\n", "cuda = '12.4'\nhip = None\n", "cuda = None\nhip = '6.2'\n", None])
-def test_a_search_asks_torch_for_a_gpu_only_where_its_build_may_have_one(tmp_path, version):
+@pytest.mark.parametrize(("version", "imports"), [("cuda = None\nhip = None\n", True), ("cuda = '12.4'\nhip = None\n", True),
+                                                  ("cuda = None\nhip = '6.2'\n", True), (None, True), ("cuda = '12.4'\n", False)])
+def test_a_search_asks_torch_for_a_gpu_only_where_its_build_may_have_one(tmp_path, version, imports):
     """``product="auto"`` uses torch where it sees a GPU. A torch whose version file names no
     CUDA and no ROCm build sees none: a fresh process's search does not import it to ask. A
-    CUDA or ROCm build, or one without a readable version file, is imported and asked. The
-    torch here is a stand-in whose import fails, so asking it is seen."""
+    CUDA or ROCm build, or one without a readable version file, is imported and asked (here a
+    stand-in torch that sees no GPU, so the search runs on numpy either way). A torch that does
+    not import sees no GPU: the search runs on numpy."""
     import os
     import subprocess
     import sys
@@ -218,15 +220,15 @@ def test_a_search_asks_torch_for_a_gpu_only_where_its_build_may_have_one(tmp_pat
 
     fake = tmp_path / "torch"
     fake.mkdir()
-    (fake / "__init__.py").write_text("raise ImportError('the stand-in torch was imported')\n")
+    (fake / "__init__.py").write_text("class cuda:\n    @staticmethod\n    def is_available():\n        return False\n" if imports
+                                      else "raise ImportError('a torch that does not import')\n")
     if version is not None:
         (fake / "version.py").write_text(version)
+    path = os.pathsep.join(p for p in [str(tmp_path), os.environ.get("PYTHONPATH", "")] if p)
     done = subprocess.run([sys.executable, "-c", _SEARCH], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])})
-    if version == "cuda = None\nhip = None\n":
-        assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-2000:]
-    else:
-        assert done.returncode != 0 and "the stand-in torch was imported" in done.stderr, (done.returncode, done.stderr[-2000:])
+                          env={**os.environ, "PYTHONPATH": path})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str(imports and version != "cuda = None\nhip = None\n"), (version, done.stdout)  # imported and asked?
 
 
 def test_a_search_on_this_machines_torch_imports_it_only_where_its_build_may_have_a_gpu():
