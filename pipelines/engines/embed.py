@@ -125,9 +125,10 @@ class Embedder:
 
     Heavy imports happen here, in the constructor, so the class can be shipped to a Ray
     actor cheaply. With the OpenVINO backend and the model's conversion cached, the encoder
-    comes from the cache alone (:class:`_OpenVINOEncoder`): torch and sentence-transformers are
-    not imported, the model's PyTorch weights not loaded, and ``model`` is None (the cost:
-    docs/bulk-retrieval.md). torch's thread count is set where torch encodes, not otherwise.
+    comes from the cache alone (:class:`_OpenVINOEncoder`): torch, sentence-transformers and
+    transformers are not imported, the model's PyTorch weights not loaded, and ``model`` is
+    None (the cost: docs/bulk-retrieval.md). torch's thread count is set where torch encodes,
+    not otherwise.
     """
 
     def __init__(self, config: EmbedConfig):
@@ -241,6 +242,53 @@ class MemoEncoder:
         return out
 
 
+class TokenizerFile:
+    """A fast tokenizer's ``tokenizer.json``, called as transformers calls it: the same token
+    ids, type ids and attention masks as the model's own tokenizer for the calls the encoder
+    makes (:func:`fixed_shape_batches`), from the ``tokenizers`` library alone. transformers'
+    import (0.7 s here) is most of what a fresh process spent building its encoder from the
+    cache (docs/bulk-retrieval.md); ``tests/integration/test_embed.py`` compares the two.
+
+    ``settings``: what transformers adds to the file at call time (:meth:`settings`)."""
+
+    INPUTS = ("input_ids", "token_type_ids", "attention_mask")  # what an Encoding carries, by the model's input names
+
+    def __init__(self, path: Path, settings: dict):
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_file(str(path))
+        self._padding = {"pad_id": int(settings["pad_token_id"]), "pad_type_id": int(settings["pad_token_type_id"]),
+                         "pad_token": str(settings["pad_token"]), "direction": str(settings["padding_side"])}
+        self._truncation_side = str(settings["truncation_side"])
+        if self._tokenizer.token_to_id(self._padding["pad_token"]) != self._padding["pad_id"]:
+            raise ValueError(f"the pad token {self._padding['pad_token']!r} is not id {self._padding['pad_id']} in {path}")
+
+    @classmethod
+    def settings(cls, tokenizer, inputs: list[str]) -> dict:
+        """A loaded transformers tokenizer's call-time settings; ValueError for one this class
+        cannot replay (a slow tokenizer, no pad token, an input an Encoding does not carry)."""
+        if not getattr(tokenizer, "is_fast", False) or tokenizer.pad_token is None or not set(inputs) <= set(cls.INPUTS):
+            raise ValueError(f"{type(tokenizer).__name__} with inputs {inputs} cannot be called without transformers")
+        return {"pad_token": tokenizer.pad_token, "pad_token_id": tokenizer.pad_token_id, "pad_token_type_id": tokenizer.pad_token_type_id,
+                "padding_side": tokenizer.padding_side, "truncation_side": tokenizer.truncation_side}
+
+    def __call__(self, texts: list[str], truncation: bool, max_length: int, padding: bool | str = False,
+                 return_tensors: str | None = None) -> dict:
+        """As ``tokenizer(texts, truncation=True, max_length=..., padding="max_length" or not,
+        return_tensors="np" or None)`` of transformers: special tokens added, the longest first cut."""
+        if not truncation or padding not in (False, "max_length") or return_tensors not in (None, "np"):
+            raise ValueError(f"unsupported call: truncation={truncation}, padding={padding!r}, return_tensors={return_tensors!r}")
+        self._tokenizer.enable_truncation(max_length, stride=0, strategy="longest_first", direction=self._truncation_side)
+        if padding:
+            self._tokenizer.enable_padding(length=max_length, **self._padding)
+        else:
+            self._tokenizer.no_padding()
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=True)
+        out = {"input_ids": [e.ids for e in encodings], "token_type_ids": [e.type_ids for e in encodings],
+               "attention_mask": [e.attention_mask for e in encodings]}
+        return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()} if return_tensors else out
+
+
 class _OpenVINOEncoder:
     """The sentence-transformers model's transformer, converted to OpenVINO.
 
@@ -250,11 +298,12 @@ class _OpenVINOEncoder:
     other models must use the torch backend. Batches run on a pool of asynchronous requests.
 
     The conversion is cached (:func:`_ov_cache_dir`) with the rest of what encoding needs:
-    the tokenizer as the model loaded it, and the model's dimension, token window and input
-    names, in ``encoder.json`` with the size of every file of the copy. A process that finds a
-    whole copy (:func:`_whole`) imports neither torch nor sentence-transformers nor loads the
-    model's PyTorch weights (:meth:`cached`); it runs the same compiled model on the same token
-    ids, so its vectors are the same. A copy that lost or cut a file, or does not load, is
+    the tokenizer as the model loaded it, and the model's dimension, token window, input names
+    and the tokenizer's call-time settings, in ``encoder.json`` with the size of every file of
+    the copy. A process that finds a whole copy (:func:`_whole`) imports neither torch nor
+    sentence-transformers nor transformers, nor loads the model's PyTorch weights
+    (:meth:`cached`); it runs the same compiled model on the same token ids
+    (:class:`TokenizerFile`), so its vectors are the same. A copy that lost or cut a file, or does not load, is
     converted again and replaced; one that cannot be written is not kept (each process then
     converts).
     """
@@ -271,17 +320,14 @@ class _OpenVINOEncoder:
         if meta is None:
             return None
         import openvino as ov
-        import transformers
 
         core = ov.Core()
         max_len = meta["max_seq_length"] if config.max_seq_length is None else config.max_seq_length
         try:
-            tokenizer_cls = getattr(transformers, meta["tokenizer_class"])  # (an unknown class: AttributeError)
-            tokenizer = tokenizer_cls.from_pretrained(str(cache_dir / "tokenizer"))
+            tokenizer = TokenizerFile(cache_dir / "tokenizer" / "tokenizer.json", meta["tokenizer"])
             model = core.read_model(cache_dir / "model.xml")
             if {i.get_any_name() for i in model.inputs} != set(meta["inputs"]):  # (fed by name)
                 raise ValueError(f"the IR's inputs are not the record's {meta['inputs']}")
-            tokenizer.model_max_length = max_len  # (as sentence-transformers sets it on the loaded model's tokenizer)
             return cls(_compiled(core, model, config.threads), tokenizer, meta["inputs"], max_len, config.batch_size, meta["dim"])
         except Exception:  # noqa: BLE001 - a copy that does not load: set aside (converted again), the model loaded instead
             _set_aside(cache_dir)
@@ -319,7 +365,7 @@ class _OpenVINOEncoder:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 converted = ov.convert_model(hf, example_input=dict(example))
-            meta = {"tokenizer_class": type(tokenizer).__name__, "inputs": inputs, "dim": dim, "max_seq_length": own_max_len}
+            meta = {"inputs": inputs, "dim": dim, "max_seq_length": own_max_len}
             _save_atomic(ov, converted, tokenizer, meta, cache_dir)
         return cls(_compiled(core, converted, config.threads), tokenizer, inputs, st_model.max_seq_length, config.batch_size, dim)
 
@@ -375,7 +421,7 @@ def _ov_cache_dir(model_path: str) -> Path:
     for f in sorted(Path(model_path).rglob("*")):
         if f.is_file():
             h.update(f"{f.relative_to(model_path)}:{f.stat().st_size}:{f.stat().st_mtime_ns}".encode())
-    for pkg in ("openvino", "transformers", "torch"):
+    for pkg in ("openvino", "transformers", "tokenizers", "torch"):
         h.update(f"{pkg}={metadata.version(pkg)}".encode())
     return root / "openvino" / h.hexdigest()[:16]
 
@@ -388,7 +434,7 @@ def _whole(cache_dir: Path) -> dict | None:
     try:
         meta = json.loads((cache_dir / "encoder.json").read_text(encoding="utf-8"))
         files = meta["files"]
-        whole = ("model.xml" in files and all(key in meta for key in ("tokenizer_class", "inputs", "dim", "max_seq_length"))
+        whole = ("model.xml" in files and all(key in meta for key in ("tokenizer", "inputs", "dim", "max_seq_length"))
                  and all((cache_dir / name).stat().st_size == size for name, size in files.items()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -422,9 +468,12 @@ def _save_atomic(ov, model, tokenizer, meta: dict, target: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent))
         aside = tmp.with_name(tmp.name + "-replaced")
+        meta = meta | {"tokenizer": TokenizerFile.settings(tokenizer, meta["inputs"])}  # (one it cannot replay: not cached)
         ov.save_model(model, tmp / "model.xml", compress_to_fp16=False)
         tokenizer.save_pretrained(str(tmp / "tokenizer"))
         files = {str(f.relative_to(tmp)): f.stat().st_size for f in sorted(tmp.rglob("*")) if f.is_file()}
+        if "tokenizer/tokenizer.json" not in files:
+            raise ValueError("the tokenizer saved no tokenizer.json")
         (tmp / "encoder.json").write_text(json.dumps(meta | {"files": files}), encoding="utf-8")
         for f in [*sorted(tmp.rglob("*")), tmp]:  # on disk before the rename: a crash leaves no copy of the right sizes but zeros
             fd = os.open(f, os.O_RDONLY)

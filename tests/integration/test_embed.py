@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from logicrank.pipelines.config.settings import EmbedConfig
-from logicrank.pipelines.engines.embed import Embedder, ModelError
+from logicrank.pipelines.engines.embed import Embedder, ModelError, TokenizerFile, fixed_shape_batches
 from tests.conftest import scifact_docs
 
 pytestmark = pytest.mark.integration
@@ -56,8 +56,8 @@ def test_a_process_with_the_converted_encoder_cached_loads_neither_torch_nor_the
     child = ("import sys, numpy as np; from logicrank.pipelines.engines.embed import Embedder; "
              "from logicrank.pipelines.config.settings import EmbedConfig\n"
              "e = Embedder(EmbedConfig(backend='openvino'))\n"
-             "assert e.model is None and 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules, "
-             "sorted(m for m in ('torch', 'sentence_transformers') if m in sys.modules)\n"
+             "heavy = sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules)\n"
+             "assert e.model is None and not heavy, heavy\n"
              "assert np.array_equal(e.encode(list(np.load(sys.argv[1], allow_pickle=True))), np.load(sys.argv[2]))\n")
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", child, str(tmp_path / "texts.npy"), str(tmp_path / "reference.npy")], cwd=root,
@@ -66,16 +66,41 @@ def test_a_process_with_the_converted_encoder_cached_loads_neither_torch_nor_the
     assert converting.model is not None and not np.array_equal(converting.encode(texts), reference)  # (its window cut the long text)
     (copy,) = tmp_path.glob("openvino/*/")
     assert json.loads((copy / "encoder.json").read_text())["max_seq_length"] == 256  # the model's own window recorded
-    def unknown_class(f: Path) -> None:  # a whole copy that does not load: its record names a class transformers lacks
-        f.write_text(json.dumps(json.loads(f.read_text()) | {"tokenizer_class": "NoSuchTokenizer"}))
+    def garbled(f: Path) -> None:  # a whole copy that does not load: the tokenizer's file at its size, not a tokenizer
+        f.write_bytes(b"\0" * f.stat().st_size)
+
+    def no_pad_token(f: Path) -> None:  # a whole copy that does not load: its record's pad token is not in the vocabulary
+        meta = json.loads(f.read_text())
+        f.write_text(json.dumps(meta | {"tokenizer": meta["tokenizer"] | {"pad_token": "[NO-SUCH-PAD]"}}))
 
     for name, damage in [("tokenizer/tokenizer.json", Path.unlink), ("model.bin", lambda f: f.write_bytes(f.read_bytes()[:1000])),
-                         ("encoder.json", unknown_class)]:
+                         ("tokenizer/tokenizer.json", garbled), ("encoder.json", no_pad_token)]:
         damage(copy / name)
         for from_cache in (False, True):  # loaded and the copy replaced; then served from the copy
             e = Embedder(EmbedConfig(backend="openvino"))
             assert (e.model is None) == from_cache and np.array_equal(e.encode(texts), reference), (name, from_cache)
         assert [p.name for p in tmp_path.glob("openvino/*")] == [copy.name], name  # the damaged copy removed
+
+
+def test_the_tokenizer_file_gives_the_models_tokenizers_ids_in_every_batch(tmp_path):
+    """The cached encoder tokenizes with the ``tokenizers`` library alone (TokenizerFile): the
+    same token ids, type ids and masks as the model's own transformers tokenizer, for both
+    calls the encoder makes (lengths, then fixed-shape padded batches), at the model's window
+    and a short one, on texts that stress normalisation and truncation."""
+    tokenizer = Embedder(EmbedConfig(backend="torch")).model.tokenizer
+    inputs = list(tokenizer(["an example"], padding=True).keys())
+    tokenizer.save_pretrained(str(tmp_path))
+    replay = TokenizerFile(tmp_path / "tokenizer.json", TokenizerFile.settings(tokenizer, inputs))
+    texts = [d["title"] + " " + d["text"] for d in scifact_docs(40)] + [
+        "", "   ", "Ünïcödé ﬁ ＦＵＬＬ width", "東京 の 研究 😀", "x" * 5000, "word " * 400, "tab\tand\nnewline", "MiXeD CaSe, punct!?",
+        "[CLS] [SEP] [PAD] [MASK] [UNK]", "naïve café résumé", "e.g. U.S.A. 3.14159 -- don't"]
+    for max_len in (256, 16):
+        ours, theirs = (list(fixed_shape_batches(t, texts, max_len, 8, "np")) for t in (replay, tokenizer))
+        assert [idx.tolist() for idx, _ in ours] == [idx.tolist() for idx, _ in theirs]
+        for (_, a), (_, b) in zip(ours, theirs, strict=True):
+            assert sorted(k for k in a if k in inputs) == sorted(b.keys())
+            for k in b:
+                assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), (max_len, k)
 
 
 def test_openvino_encoders_made_and_dropped_in_one_process_never_deadlock(tmp_path):
