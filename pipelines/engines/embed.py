@@ -242,6 +242,10 @@ class MemoEncoder:
         return out
 
 
+_PROBES = ["an example", "", "[CLS] [SEP] [PAD] [MASK] [UNK] <s> </s> <pad> <unk> <|endoftext|>",
+           "Ünïcödé ﬁ ＦＵＬＬ width 東京 😀 naïve café", "tab\tand\nnewline  MiXeD, e.g. U.S.A. 3.14 -- don't", "word " * 600]
+
+
 class TokenizerFile:
     """A fast tokenizer's ``tokenizer.json``, called as transformers calls it: the same token
     ids, type ids and attention masks as the model's own tokenizer for the calls the encoder
@@ -260,8 +264,11 @@ class TokenizerFile:
         self._padding = {"pad_id": int(settings["pad_token_id"]), "pad_type_id": int(settings["pad_token_type_id"]),
                          "pad_token": str(settings["pad_token"]), "direction": str(settings["padding_side"])}
         self._truncation_side = str(settings["truncation_side"])
+        self._tokenizer.encode_special_tokens = bool(settings["split_special_tokens"])  # (set by transformers at each call)
         if self._tokenizer.token_to_id(self._padding["pad_token"]) != self._padding["pad_id"]:
             raise ValueError(f"the pad token {self._padding['pad_token']!r} is not id {self._padding['pad_id']} in {path}")
+        for padding in (False, "max_length"):  # every setting tried now: one the library refuses fails here, not in encode
+            self(_PROBES[:2], True, 8, padding, "np" if padding else None)
 
     @classmethod
     def settings(cls, tokenizer, inputs: list[str]) -> dict:
@@ -270,7 +277,22 @@ class TokenizerFile:
         if not getattr(tokenizer, "is_fast", False) or tokenizer.pad_token is None or not set(inputs) <= set(cls.INPUTS):
             raise ValueError(f"{type(tokenizer).__name__} with inputs {inputs} cannot be called without transformers")
         return {"pad_token": tokenizer.pad_token, "pad_token_id": tokenizer.pad_token_id, "pad_token_type_id": tokenizer.pad_token_type_id,
-                "padding_side": tokenizer.padding_side, "truncation_side": tokenizer.truncation_side}
+                "padding_side": tokenizer.padding_side, "truncation_side": tokenizer.truncation_side,
+                "split_special_tokens": bool(getattr(tokenizer, "split_special_tokens", False))}
+
+    def check(self, tokenizer, inputs: list[str]) -> None:
+        """ValueError unless this gives ``tokenizer``'s (transformers') ids, type ids and masks
+        for both of the encoder's calls on probe texts (special tokens' strings, Unicode, text
+        cut short): a class that does more in Python than its file says is not replayed."""
+        for max_length in (8, 512):
+            for padding in (False, "max_length"):
+                ours = self(_PROBES, True, max_length, padding, "np" if padding else None)
+                theirs = tokenizer(_PROBES, truncation=True, max_length=max_length, padding=padding, return_tensors="np" if padding else None)
+                for k in inputs:
+                    a, b = ours[k], theirs[k]
+                    same = (a.dtype == b.dtype and np.array_equal(a, b)) if padding else [list(x) for x in a] == [list(x) for x in b]
+                    if not same:
+                        raise ValueError(f"{type(tokenizer).__name__}'s {k} differ from its tokenizer.json's replayed")
 
     def __call__(self, texts: list[str], truncation: bool, max_length: int, padding: bool | str = False,
                  return_tensors: str | None = None) -> dict:
@@ -471,9 +493,8 @@ def _save_atomic(ov, model, tokenizer, meta: dict, target: Path) -> None:
         meta = meta | {"tokenizer": TokenizerFile.settings(tokenizer, meta["inputs"])}  # (one it cannot replay: not cached)
         ov.save_model(model, tmp / "model.xml", compress_to_fp16=False)
         tokenizer.save_pretrained(str(tmp / "tokenizer"))
+        TokenizerFile(tmp / "tokenizer" / "tokenizer.json", meta["tokenizer"]).check(tokenizer, meta["inputs"])
         files = {str(f.relative_to(tmp)): f.stat().st_size for f in sorted(tmp.rglob("*")) if f.is_file()}
-        if "tokenizer/tokenizer.json" not in files:
-            raise ValueError("the tokenizer saved no tokenizer.json")
         (tmp / "encoder.json").write_text(json.dumps(meta | {"files": files}), encoding="utf-8")
         for f in [*sorted(tmp.rglob("*")), tmp]:  # on disk before the rename: a crash leaves no copy of the right sizes but zeros
             fd = os.open(f, os.O_RDONLY)

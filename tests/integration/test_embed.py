@@ -73,8 +73,12 @@ def test_a_process_with_the_converted_encoder_cached_loads_neither_torch_nor_the
         meta = json.loads(f.read_text())
         f.write_text(json.dumps(meta | {"tokenizer": meta["tokenizer"] | {"pad_token": "[NO-SUCH-PAD]"}}))
 
+    def no_such_side(f: Path) -> None:  # a whole copy that does not load: a padding side the tokenizers library refuses
+        meta = json.loads(f.read_text())
+        f.write_text(json.dumps(meta | {"tokenizer": meta["tokenizer"] | {"padding_side": "middle"}}))
+
     for name, damage in [("tokenizer/tokenizer.json", Path.unlink), ("model.bin", lambda f: f.write_bytes(f.read_bytes()[:1000])),
-                         ("tokenizer/tokenizer.json", garbled), ("encoder.json", no_pad_token)]:
+                         ("tokenizer/tokenizer.json", garbled), ("encoder.json", no_pad_token), ("encoder.json", no_such_side)]:
         damage(copy / name)
         for from_cache in (False, True):  # loaded and the copy replaced; then served from the copy
             e = Embedder(EmbedConfig(backend="openvino"))
@@ -101,6 +105,22 @@ def test_the_tokenizer_file_gives_the_models_tokenizers_ids_in_every_batch(tmp_p
             assert sorted(k for k in a if k in inputs) == sorted(b.keys())
             for k in b:
                 assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), (max_len, k)
+
+
+def test_a_tokenizer_its_file_does_not_replay_is_not_cached(tmp_path, monkeypatch):
+    """A tokenizer whose calls its file and settings do not give (here: settings that would cut
+    texts from the other side, as a class doing more in Python than its file says would) is
+    found at conversion, on probe texts: nothing is cached, with a warning, and the vectors
+    are the loaded model's."""
+    monkeypatch.setenv("LOGICRANK_CACHE", str(tmp_path))
+    texts = ["short", "word " * 400]
+    reference = Embedder(EmbedConfig(backend="torch")).encode(texts)
+    settings = TokenizerFile.settings
+    monkeypatch.setattr(TokenizerFile, "settings", classmethod(lambda cls, tok, inputs: settings(tok, inputs) | {"truncation_side": "left"}))
+    with pytest.warns(RuntimeWarning, match="could not be cached"):
+        e = Embedder(EmbedConfig(backend="openvino"))
+    assert e.model is not None and not list(tmp_path.glob("openvino/*"))
+    np.testing.assert_allclose(e.encode(texts), reference, atol=1e-5, rtol=0)
 
 
 def test_openvino_encoders_made_and_dropped_in_one_process_never_deadlock(tmp_path):
