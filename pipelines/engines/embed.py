@@ -325,9 +325,9 @@ class _OpenVINOEncoder:
     the copy. A process that finds a whole copy (:func:`_whole`) imports neither torch nor
     sentence-transformers nor transformers, nor loads the model's PyTorch weights
     (:meth:`cached`); it runs the same compiled model on the same token ids
-    (:class:`TokenizerFile`), so its vectors are the same. A copy that lost or cut a file, or does not load, is
-    converted again and replaced; one that cannot be written is not kept (each process then
-    converts).
+    (:class:`TokenizerFile`), so its vectors are the same. A copy that lost or cut a file, or
+    does not load, is converted again and replaced; one that cannot be written, or whose
+    tokenizer the file does not replay, is not kept (each process then converts).
     """
 
     def __init__(self, compiled, tokenizer, inputs: list[str], max_len: int, batch_size: int, dim: int):
