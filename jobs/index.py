@@ -33,13 +33,14 @@ a snapshot may delete (``max_delete_fraction``).
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import threading
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import closing, contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -58,6 +59,7 @@ from logicrank.pipelines.engines.placement import EncoderPlacement, encoder_plac
 from logicrank.pipelines.engines.store import DocStore, json_value, maintain_apart, update_index_apart
 from logicrank.pipelines.engines.vector_models import loadable, model_dimension
 from logicrank.pipelines.files import require_writable
+from logicrank.pipelines.operations import indexing
 from logicrank.pipelines.operations.indexing import (
     EmbedStage,
     FragmentSink,
@@ -271,8 +273,11 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
         summary.resumed = {"from_version": version_before, "kept_manifest": summary.kept_manifest if left_here else None}
         baseline = StoredHashes(cfg.db, cfg.table, summary.since_version)
     rejects = RejectSink(rundir.path / "rejects.parquet")
+    # updates wait at most MERGE_SECONDS for their keyed merge where an encoder made their vectors (what a kill of
+    # the driver would lose of its work); precomputed vectors cost a rerun nothing but reading, so their updates
+    # wait for full merges (MERGE_ROWS or MERGE_BYTES): fewer, cheaper per row (docs/bulk-retrieval.md, the 10M re-index)
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep,
-                         seen_dir=rundir.path, baseline=baseline)
+                         seen_dir=rundir.path, baseline=baseline, merge_seconds=math.inf if vectors else indexing.MERGE_SECONDS)
     try:
         return _index_written(cfg, rundir, sources, progress, start, lock, mid, store, summary, version_before, rejects, writer, vectors)
     except IndexJobError:
@@ -294,35 +299,38 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
     # the code that makes a document's vector (its text, the encoder): a stored vector made by other code is not reused;
     # precomputed vectors are the corpus's own (a table embedded before takes them all, as changed rows)
     embed_code = PRECOMPUTED if vectors else code_digest("logicrank.pipelines.engines.embed")
-    stored, stored_rows = _stream(cfg, rundir, sources, progress, lock, mid, store, summary, version_before, rejects, writer, embed_code,
-                                  vectors)
-    _count(summary, writer, rejects, precomputed=vectors is not None)
-    with rundir.timed("absent"):  # the stored ids the snapshot lacks, spilled to the run's directory
-        absent = IdSpill(rundir.path / ".absent-ids.parquet")
-        summary.absent = absent.write(writer.seen.absent(stored.ids()))
-    failure = index_refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, restore_hint(cfg, store, version_before))
-    if failure is None:
-        _commit(cfg, rundir, lock, store, summary, version_before, writer, absent, embed_code)
-    absent.remove()
-    if store.exists():
-        summary.table_version, summary.table_rows = store.version, store.count()
-    summary.seconds = round(time.perf_counter() - start, 3)
+    # with --bm25-workers, the stream's Ray session serves the BM25 index's tasks too: a local cluster is started
+    # once, not again after maintenance (a few seconds of a re-index; docs/bulk-retrieval.md, the 10M re-index)
+    with ray_session(cfg.ray) if cfg.bm25_workers else nullcontext():  # (_stream takes SIGTERM back from Ray's start)
+        stored, stored_rows = _stream(cfg, rundir, sources, progress, lock, mid, store, summary, version_before, rejects, writer, embed_code,
+                                      vectors)
+        _count(summary, writer, rejects, precomputed=vectors is not None)
+        with rundir.timed("absent"):  # the stored ids the snapshot lacks, spilled to the run's directory
+            absent = IdSpill(rundir.path / ".absent-ids.parquet")
+            summary.absent = absent.write(writer.seen.absent(stored.ids()))
+        failure = index_refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, restore_hint(cfg, store, version_before))
+        if failure is None:
+            _commit(cfg, rundir, lock, store, summary, version_before, writer, absent, embed_code)
+        absent.remove()
+        if store.exists():
+            summary.table_version, summary.table_rows = store.version, store.count()
+        summary.seconds = round(time.perf_counter() - start, 3)
 
-    rundir.write_manifest(
-        cfg.model_dump(mode="json"),
-        cfg.digest(),
-        {"corpus": [s.fingerprint() for s in sources]},
-        ["rejects.parquet"],
-        status="failed" if failure else "ok",
-        model=mid,
-        table={"db": cfg.db, "name": cfg.table, "version_before": version_before, "version": summary.table_version, "rows": summary.table_rows,
-               "complete": failure is None},
-        counts=asdict(summary),
-        error=failure,
-    )
-    if failure:
-        raise IndexJobError(failure)
-    return summary
+        rundir.write_manifest(
+            cfg.model_dump(mode="json"),
+            cfg.digest(),
+            {"corpus": [s.fingerprint() for s in sources]},
+            ["rejects.parquet"],
+            status="failed" if failure else "ok",
+            model=mid,
+            table={"db": cfg.db, "name": cfg.table, "version_before": version_before, "version": summary.table_version, "rows": summary.table_rows,
+                   "complete": failure is None},
+            counts=asdict(summary),
+            error=failure,
+        )
+        if failure:
+            raise IndexJobError(failure)
+        return summary
 
 
 def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, lock: TableLock, mid: str, store: DocStore,
