@@ -33,7 +33,6 @@ a snapshot may delete (``max_delete_fraction``).
 from __future__ import annotations
 
 import json
-import math
 import re
 import signal
 import threading
@@ -59,7 +58,6 @@ from logicrank.pipelines.engines.placement import EncoderPlacement, encoder_plac
 from logicrank.pipelines.engines.store import DocStore, json_value, maintain_apart, update_index_apart
 from logicrank.pipelines.engines.vector_models import loadable, model_dimension
 from logicrank.pipelines.files import require_writable
-from logicrank.pipelines.operations import indexing
 from logicrank.pipelines.operations.indexing import (
     EmbedStage,
     FragmentSink,
@@ -273,11 +271,8 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
         summary.resumed = {"from_version": version_before, "kept_manifest": summary.kept_manifest if left_here else None}
         baseline = StoredHashes(cfg.db, cfg.table, summary.since_version)
     rejects = RejectSink(rundir.path / "rejects.parquet")
-    # updates wait at most MERGE_SECONDS for their keyed merge where an encoder made their vectors (what a kill of
-    # the driver would lose of its work); precomputed vectors cost a rerun nothing but reading, so their updates
-    # wait for full merges (MERGE_ROWS or MERGE_BYTES): fewer, cheaper per row (docs/bulk-retrieval.md, the 10M re-index)
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep,
-                         seen_dir=rundir.path, baseline=baseline, merge_seconds=math.inf if vectors else indexing.MERGE_SECONDS)
+                         seen_dir=rundir.path, baseline=baseline)
     try:
         return _index_written(cfg, rundir, sources, progress, start, lock, mid, store, summary, version_before, rejects, writer, vectors)
     except IndexJobError:

@@ -371,9 +371,8 @@ class IdSpill:
 # A keyed merge costs less per row the more rows it has (docs/bulk-retrieval.md, the 10M
 # re-index), so updates wait for fewer, larger merges: MERGE_ROWS of them, MERGE_BYTES of them
 # (their texts and vectors wait in the driver), or what waited MERGE_SECONDS, which bounds what a
-# kill of the driver loses of the encoders' work (the rerun embeds those rows again; the index
-# job sets no time bound for precomputed vectors, which a rerun only reads). The wait is checked
-# as each batch arrives.
+# kill of the driver loses of the encoders' work (the rerun embeds those rows again). The wait
+# is checked as each batch arrives.
 MERGE_ROWS = 1 << 16
 MERGE_BYTES = 256 << 20
 MERGE_SECONDS = 120.0

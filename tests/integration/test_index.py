@@ -524,7 +524,7 @@ def test_vectors_made_by_other_embedding_code_are_made_again(tmp_path, docs300, 
     assert run_index(_cfg(corpus, db), tmp_path / "i4").embedded == 0  # recorded: the next run reuses them
 
 
-def test_precomputed_vectors_are_indexed_as_given_and_queries_need_a_model_that_loads(tmp_path, docs300, monkeypatch):
+def test_precomputed_vectors_are_indexed_as_given_and_queries_need_a_model_that_loads(tmp_path, docs300):
     """`--vector-column`: the corpus's own vectors, checked row by row (a wrong one is a reject
     with its reason), stored at unit length, nothing embedded. Vectors a registered model made
     give the table, and the dense run, that embedding the same documents gives; a table of
@@ -585,19 +585,6 @@ def test_precomputed_vectors_are_indexed_as_given_and_queries_need_a_model_that_
     bm25 = run_retrieve(RetrieveConfig(queries=str(queries), db=str(tmp_path / "db-ext"), pipelines={"bm25": both["bm25"]}, ray=RAY),
                         tmp_path / "r-ext-bm25", progress=False)["bm25"]
     assert set(pq.read_table(bm25).column("query_id").to_pylist()) == {f"q{i}" for i in range(6)}
-
-    # updates in every batch of 8, each batch past the wait: embedded updates are merged as each batch comes (what a
-    # killed driver would lose of the encoders' work is bounded); precomputed ones wait for one merge at the end
-    monkeypatch.setattr("logicrank.pipelines.operations.indexing.MERGE_SECONDS", 0.0)
-    small = RAY.model_copy(update={"batch_rows": 8})
-    edited = [{**r, "text": r["text"] + " (revised)"} if i % 8 == 0 else r for i, r in enumerate(rows)]
-    revised = run_index(given.model_copy(update={"corpus": str(write_jsonl(tmp_path / "vec2" / "c.jsonl", edited)), "ray": small}),
-                        tmp_path / "given3")
-    assert (revised.updated, revised.precomputed, revised.writes["merges"]) == (5, 5, 1)
-    plain = [{k: v for k, v in r.items() if k != "emb"} for r in edited]
-    reembedded = run_index(_cfg(write_jsonl(tmp_path / "plain2" / "c.jsonl", plain), tmp_path / "db-embedded").model_copy(update={"ray": small}),
-                           tmp_path / "embedded2")
-    assert (reembedded.updated, reembedded.embedded, reembedded.writes["merges"]) == (5, 5, 5)
 
 
 def test_ray_tasks_keep_the_order_and_a_failed_task_stops_the_others(ray_cluster, tmp_path):
