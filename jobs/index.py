@@ -38,8 +38,8 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import closing, contextmanager, nullcontext, suppress
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -294,9 +294,13 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
     # the code that makes a document's vector (its text, the encoder): a stored vector made by other code is not reused;
     # precomputed vectors are the corpus's own (a table embedded before takes them all, as changed rows)
     embed_code = PRECOMPUTED if vectors else code_digest("logicrank.pipelines.engines.embed")
-    # with --bm25-workers, the stream's Ray session serves the BM25 index's tasks too: a local cluster is started
-    # once, not again after maintenance (a few seconds of a re-index; docs/bulk-retrieval.md, the 10M re-index)
-    with ray_session(cfg.ray) if cfg.bm25_workers else nullcontext():  # (_stream takes SIGTERM back from Ray's start)
+    # a local cluster started for the stream also serves the BM25 index's tasks (--bm25-workers), rather than a second
+    # start after maintenance (docs/bulk-retrieval.md, the 10M rows of 8b24db8); _commit shuts it down after the BM25
+    # index, before the version is marked complete. A joined cluster is joined again at no cost: not held meanwhile.
+    with ExitStack() as ray_held:
+        if cfg.bm25_workers and not cfg.ray.address and index_root(store) is not None:
+            ray_held.enter_context(ray_session(cfg.ray))
+            _rearm_sigterm()  # (Ray's start installs its own handler)
         stored, stored_rows = _stream(cfg, rundir, sources, progress, lock, mid, store, summary, version_before, rejects, writer, embed_code,
                                       vectors)
         _count(summary, writer, rejects, precomputed=vectors is not None)
@@ -305,27 +309,27 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
             summary.absent = absent.write(writer.seen.absent(stored.ids()))
         failure = index_refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, restore_hint(cfg, store, version_before))
         if failure is None:
-            _commit(cfg, rundir, lock, store, summary, version_before, writer, absent, embed_code)
-        absent.remove()
-        if store.exists():
-            summary.table_version, summary.table_rows = store.version, store.count()
-        summary.seconds = round(time.perf_counter() - start, 3)
+            _commit(cfg, rundir, lock, store, summary, version_before, writer, absent, embed_code, ray_held.close)
+    absent.remove()
+    if store.exists():
+        summary.table_version, summary.table_rows = store.version, store.count()
+    summary.seconds = round(time.perf_counter() - start, 3)
 
-        rundir.write_manifest(
-            cfg.model_dump(mode="json"),
-            cfg.digest(),
-            {"corpus": [s.fingerprint() for s in sources]},
-            ["rejects.parquet"],
-            status="failed" if failure else "ok",
-            model=mid,
-            table={"db": cfg.db, "name": cfg.table, "version_before": version_before, "version": summary.table_version, "rows": summary.table_rows,
-                   "complete": failure is None},
-            counts=asdict(summary),
-            error=failure,
-        )
-        if failure:
-            raise IndexJobError(failure)
-        return summary
+    rundir.write_manifest(
+        cfg.model_dump(mode="json"),
+        cfg.digest(),
+        {"corpus": [s.fingerprint() for s in sources]},
+        ["rejects.parquet"],
+        status="failed" if failure else "ok",
+        model=mid,
+        table={"db": cfg.db, "name": cfg.table, "version_before": version_before, "version": summary.table_version, "rows": summary.table_rows,
+               "complete": failure is None},
+        counts=asdict(summary),
+        error=failure,
+    )
+    if failure:
+        raise IndexJobError(failure)
+    return summary
 
 
 def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, lock: TableLock, mid: str, store: DocStore,
@@ -429,9 +433,10 @@ def _bm25_index(cfg: IndexConfig, store: DocStore) -> dict:
 
 
 def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, summary: IndexSummary, version_before: int | None,
-            writer: IndexWriter, absent: IdSpill, embed_code: str) -> None:
+            writer: IndexWriter, absent: IdSpill, embed_code: str, release_ray: Callable[[], None]) -> None:
     """A run the guards let through: the absent ids deleted (``delete_missing``), the table
-    maintained, the BM25 index of the new version made, the version marked complete and tagged."""
+    maintained, the BM25 index of the new version made, the Ray session the run held let go
+    (``release_ray``), the version marked complete and tagged."""
     lock.ensure_held()  # (a lease can lapse; each step below changes the table)
     if cfg.delete_missing and summary.absent and store.exists():
         with rundir.timed("delete"):
@@ -452,6 +457,7 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
             summary.maintenance["bm25_index"] = _bm25_index(cfg, store)
         except OSError as exc:  # (a full disk, say): the table is done; readers build the index on first use
             summary.maintenance["bm25_index"] = {"how": "failed", "error": first_line(exc)}
+    release_ray()  # (a local cluster's shutdown takes seconds: a Ctrl-C in them stops a run not yet marked complete)
     summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
     lock.ensure_held()
     store.mark_complete()  # readers read this version from now on (pipelines/engines/store/versions.py)

@@ -474,14 +474,17 @@ def test_a_resumed_run_counts_what_changed_since_the_last_complete_version(tmp_p
     assert {int(line.split()[0]) for line in res.stdout.splitlines()[1:] if ", read" in line} == {store.version}
 
 
-def test_sigterm_to_an_index_run_with_its_own_ray_stops_it_as_interrupted(tmp_path, docs300):
+@pytest.mark.parametrize("bm25_workers", [0, 2])
+def test_sigterm_to_an_index_run_with_its_own_ray_stops_it_as_interrupted(tmp_path, docs300, bm25_workers):
     """`logicrank index` in its own process, which starts its own Ray: ray.init installs its own
     SIGTERM handler (sys.exit), which the run takes back, so a SIGTERM once the table has
     commits ends it as interrupted: exit 143, one line, an `interrupted` manifest (before the
-    handler was taken back: exit 15 and a `failed` manifest)."""
+    handler was taken back: exit 15 and a `failed` manifest). With `--bm25-workers` the Ray
+    session started for the stream is held until the BM25 index is made: the same stop, and
+    the rerun finishes the table with the index made by the workers."""
     corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300), tmp_path / "db"
     config = tmp_path / "index.yaml"
-    config.write_text(f"corpus: {corpus}\ndb: {db}\nwrite_batch_rows: 32\nray: {{num_cpus: 2, batch_rows: 32}}\n")
+    config.write_text(f"corpus: {corpus}\ndb: {db}\nwrite_batch_rows: 32\nbm25_workers: {bm25_workers}\nray: {{num_cpus: 2, batch_rows: 32}}\n")
     cmd = [sys.executable, "-c", "from logicrank.cli import app; app()", "--stall-timeout", "0", "index", "--config", str(config),
            "--out", str(tmp_path / "run"), "--no-progress"]
     child = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -500,6 +503,13 @@ def test_sigterm_to_an_index_run_with_its_own_ray_stops_it_as_interrupted(tmp_pa
     assert child.returncode == 143, err[-2000:]
     assert lines[-1].startswith("error: index: interrupted after reading ") and "rerun the same command to resume" in lines[-1], err[-2000:]
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "interrupted"
+    if bm25_workers:
+        rerun = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True)
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+        assert manifest["status"] == "ok" and manifest["table"]["complete"] and manifest["table"]["rows"] == 300
+        bm25 = manifest["counts"]["maintenance"]["bm25_index"]
+        assert (bm25["how"], bm25["workers"], bm25["docs"]) == ("built", 2, 300), bm25
 
 
 def test_vectors_made_by_other_embedding_code_are_made_again(tmp_path, docs300, monkeypatch):
