@@ -159,6 +159,12 @@ def configure_vllm_env(cfg: LLMConfig) -> None:
         else:  # an engine outside a pool: a thread count the user set stays
             os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    if cfg.enforce_eager:
+        # eager means nothing compiled: vLLM still compiles one sampler helper (batched_count_greater_than) with
+        # TorchInductor on its first batch, about 1.8 s of an engine's start here and a C++ compiler at run time on CPU.
+        # Its eager form counts the same integers (docs/benchmarks.md, the engine's start). Read by torch when
+        # torch._dynamo is first imported (vLLM's import, after this); a value the user set stays.
+        os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its per-step INFO lines drown a job's own output
     import warnings

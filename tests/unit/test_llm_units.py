@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 
 import pytest
 
@@ -481,3 +482,24 @@ def test_lag_plans_are_decoded_as_json_lists_with_whitespace_between_items():
         assert re.fullmatch(rx, text) and isinstance(json.loads(text), list), text
     for text in ['[]', '["a", "b", "c", "d"]', r"""["it\'s"]""", '["a\\u12"]', '["a\tb"]', '[' + ' ' * 9 + '"a"]', '["a",]']:
         assert not re.fullmatch(rx, text), text
+
+
+def test_an_eager_engine_compiles_nothing_and_a_users_setting_stays():
+    """``enforce_eager`` (the CPU default): torch.compile is off in the engine's process before
+    vLLM is imported (vLLM would compile a sampler helper on the first batch); a compiled
+    engine leaves torch as it is, and so does a value the user set."""
+    import subprocess
+    import sys
+
+    child = (
+        "import os, sys; from logicrank.pipelines.config.settings import LLMConfig; from logicrank.pipelines.llm.engine import configure_vllm_env\n"
+        "configure_vllm_env(LLMConfig(enforce_eager=False)); compiled = os.environ.get('TORCH_COMPILE_DISABLE')\n"
+        "configure_vllm_env(LLMConfig(enforce_eager=True)); import torch._dynamo.config as c\n"
+        "print(compiled, os.environ.get('TORCH_COMPILE_DISABLE'), c.disable)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_COMPILE_DISABLE"}
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, check=True).stdout.split()
+    assert out == ["None", "1", "True"]
+    env["TORCH_COMPILE_DISABLE"] = "0"
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, check=True).stdout.split()
+    assert out == ["0", "0", "False"]
