@@ -17,6 +17,7 @@ import contextlib
 import gc
 import math
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -159,12 +160,15 @@ def configure_vllm_env(cfg: LLMConfig) -> None:
         else:  # an engine outside a pool: a thread count the user set stays
             os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    if cfg.enforce_eager:
+    if cfg.enforce_eager and "TORCH_COMPILE_DISABLE" not in os.environ:  # (a value the user set stays)
         # eager means nothing compiled: vLLM still compiles one sampler helper (batched_count_greater_than) with
-        # TorchInductor on its first batch, about 1.8 s of an engine's start here and a C++ compiler at run time on CPU.
-        # Its eager form counts the same integers (docs/benchmarks.md, the engine's start). Read by torch when
-        # torch._dynamo is first imported (vLLM's import, after this); a value the user set stays.
-        os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
+        # TorchInductor on its first logprobs batch, about 2.5 s of an engine's start here and a C++ compiler at run
+        # time on CPU; its eager form counts the same integers (docs/benchmarks.md, the engine's start). torch reads
+        # the variable when torch._dynamo is first imported (by vLLM, after this, in an engine actor or core); in a
+        # process that imported it already (transformers did), its setting is changed instead
+        os.environ["TORCH_COMPILE_DISABLE"] = "1"
+        if (dynamo := sys.modules.get("torch._dynamo.config")) is not None:
+            dynamo.disable = True
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its per-step INFO lines drown a job's own output
     import warnings

@@ -493,13 +493,15 @@ def test_an_eager_engine_compiles_nothing_and_a_users_setting_stays():
 
     child = (
         "import os, sys; from logicrank.pipelines.config.settings import LLMConfig; from logicrank.pipelines.llm.engine import configure_vllm_env\n"
+        "if sys.argv[1] == 'torch first': import torch._dynamo.config\n"
         "configure_vllm_env(LLMConfig(enforce_eager=False)); compiled = os.environ.get('TORCH_COMPILE_DISABLE')\n"
         "configure_vllm_env(LLMConfig(enforce_eager=True)); import torch._dynamo.config as c\n"
         "print(compiled, os.environ.get('TORCH_COMPILE_DISABLE'), c.disable)"
     )
     env = {k: v for k, v in os.environ.items() if k != "TORCH_COMPILE_DISABLE"}
-    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, check=True).stdout.split()
-    assert out == ["None", "1", "True"]
+    for order in ("engine first", "torch first"):  # an engine actor's process; one that imported torch._dynamo before
+        out = subprocess.run([sys.executable, "-c", child, order], capture_output=True, text=True, env=env, check=True).stdout.split()
+        assert out == ["None", "1", "True"], order
     env["TORCH_COMPILE_DISABLE"] = "0"
-    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, check=True).stdout.split()
+    out = subprocess.run([sys.executable, "-c", child, "torch first"], capture_output=True, text=True, env=env, check=True).stdout.split()
     assert out == ["0", "0", "False"]
