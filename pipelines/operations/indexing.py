@@ -368,8 +368,8 @@ class IdSpill:
         self.path.unlink(missing_ok=True)
 
 
-# A keyed merge costs less per row the more rows it has (docs/bulk-retrieval.md, the 10M
-# re-index), so updates wait for fewer, larger merges: MERGE_ROWS of them, MERGE_BYTES of them
+# Each keyed merge (DocStore.upsert) is a commit, a table version and a look-up of its ids in
+# the id index, so updates wait for fewer, larger merges: MERGE_ROWS of them, MERGE_BYTES of them
 # (their texts and vectors wait in the driver), or what waited MERGE_SECONDS, which bounds what a
 # kill of the driver loses of the encoders' work (the rerun embeds those rows again). The wait
 # is checked as each batch arrives.

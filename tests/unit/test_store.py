@@ -386,3 +386,48 @@ def test_the_child_ends_when_its_caller_is_killed(tmp_path):
 
     while not ended():  # (pytest's timeout bounds the wait: it would sleep for 10 minutes otherwise)
         time.sleep(0.05)
+
+
+def test_upsert_commits_what_a_keyed_merge_commits_in_one_version(tmp_path):
+    """``upsert`` (its own Update commit) against LanceDB's keyed merge (``merge_insert``) on a
+    twin table, upsert after upsert: rows replaced across fragments, every row of one fragment
+    (the fragment removed), a row replaced twice, new ids; the same rows after each, one version
+    per upsert, and the id index still finds every stored row. Ids repeated in one upsert are
+    refused with nothing written, as the keyed merge refuses them."""
+    import pyarrow.compute as pc
+
+    from logicrank.schemas.tables import as_stored
+
+    def dated(t: pa.Table) -> pa.Table:  # the same write time in both tables
+        return t.append_column("indexed_at", pa.array([0] * t.num_rows, pa.timestamp("us", tz="UTC")))
+
+    ours, twin = DocStore(str(tmp_path / "ours")), DocStore(str(tmp_path / "twin"))
+    for s in (ours, twin):
+        s.open_or_create(8, "gen")
+        for lo in (0, 40, 80):  # three fragments of 40 rows
+            s.append(dated(_docs([f"d{i}" for i in range(lo, lo + 40)], seed=lo)))
+        s.build_indexes(ann_threshold=10**9)
+    rounds = [
+        [f"d{i}" for i in (1, 41, 42, 99)] + ["n0"],
+        [f"d{i}" for i in range(40, 80)],  # the whole second fragment
+        ["d1", "n0", "n1"],  # rows the first round wrote, replaced again
+    ]
+    for r, (ids, rows_after) in enumerate(zip(rounds, (121, 121, 122), strict=True), start=1):
+        rows = dated(_docs(ids, seed=100 + r, text=f"round {r}"))
+        before = ours.version
+        ours.upsert(rows)
+        twin.table.merge_insert("doc_id").when_matched_update_all().when_not_matched_insert_all().execute(as_stored(rows, twin.table.schema))
+        assert ours.version == before + 1
+        got, want = (s.table.to_arrow().sort_by("doc_id") for s in (ours, twin))
+        assert got.column_names == want.column_names and got.num_rows == want.num_rows == rows_after
+        for name in got.column_names:
+            assert got.column(name).equals(want.column(name)), (r, name)
+    fragment_ids = [f.fragment_id for f in ours.table.to_lance().get_fragments()]
+    assert 1 not in fragment_ids and 0 in fragment_ids and 2 in fragment_ids  # the second fragment, wholly replaced, removed
+    found = ours.table.to_lance().to_table(columns=["doc_id", "text"], filter=pc.field("doc_id").isin(["d1", "d50", "d99", "n1", "d7"]))
+    assert dict(zip(*(found.column(c).to_pylist() for c in ("doc_id", "text")), strict=True)) == {
+        "d1": "round 3 d1", "d50": "round 2 d50", "d99": "round 1 d99", "n1": "round 3 n1", "d7": "apple banana d7"}
+    version = ours.version
+    with pytest.raises(ValueError, match="repeated"):
+        ours.upsert(_docs(["d2", "d2"], seed=9))
+    assert ours.version == version and ours.table.count_rows() == 122

@@ -2,10 +2,12 @@
 
 One committer per table (LanceDB commits conflict under concurrent writers): the index job
 funnels every commit through one :class:`DocStore`. New documents are appended (rows written
-here, or data files its encoder workers wrote, committed here), changed ones replaced by a
-keyed ``merge_insert`` on ``doc_id``; the job appends only ids absent from the version it
+here, or data files its encoder workers wrote, committed here), changed ones replaced keyed by
+``doc_id`` in one commit (:meth:`DocStore.upsert`: the stored rows deleted, the new ones added, as
+LanceDB's ``merge_insert`` commits them); the job appends only ids absent from the version it
 started from and kept once per run, so a run repeated after a crash never duplicates a row.
-No user text is ever pasted into a LanceDB filter string.
+No user text is ever pasted into a LanceDB filter string (the upsert's filters hold row
+addresses, integers).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -130,19 +131,37 @@ class Writing:
         return LanceFileReader(f"{self.dataset_uri()}/data/{path}").read_all().to_table()
 
     def upsert(self, docs: pa.Table) -> None:
-        """Insert new and replace changed documents, keyed by doc_id (idempotent).
+        """Insert new and replace changed documents, keyed by doc_id (idempotent), in one commit.
 
-        The merge finds the stored rows through the id index (BTREE), LanceDB's default: a scan
-        of the stored ids instead (``use_index(False)``) was faster for large merges but its
-        memory grew with the table (docs/bulk-retrieval.md, the 10M re-index)."""
+        What LanceDB's keyed merge (``merge_insert``) commits, made here: the stored rows of the
+        given ids found through the id index (BTREE) and marked deleted in their fragments'
+        deletion files, the given rows written as new data files, both committed as one version
+        (Lance's Update operation). The keyed merge through the index took ten times as long
+        (a 1% re-index at 10M documents, docs/bulk-retrieval.md); through a scan of the stored
+        ids its memory grew with the table. Ids repeated in ``docs`` are refused, as the keyed
+        merge refuses them."""
         if docs.num_rows == 0:
             return
-        (
-            self.table.merge_insert("doc_id")
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute(self._as_stored(docs))
-        )
+        import lance
+        from lance.fragment import write_fragments
+
+        docs = self._as_stored(docs)
+        ids = docs.column("doc_id").combine_chunks()
+        if len(pc.unique(ids)) != len(ids):
+            raise ValueError("store: doc ids repeated in one upsert (each id may appear once)")
+        ds = self.table.to_lance()
+        found = ds.scanner(columns=[], filter=pc.field("doc_id").isin(ids), with_row_address=True).to_table()
+        addresses = np.sort(found.column("_rowaddr").to_numpy())  # fragment id << 32 | row offset
+        fragments, starts = np.unique(addresses >> np.uint64(32), return_index=True)
+        removed, updated = [], []
+        for fragment, rows in zip(fragments.tolist(), np.split(addresses, starts[1:]) if len(addresses) else [], strict=True):
+            kept = ds.get_fragment(fragment).delete(f"_rowaddr IN ({','.join(map(str, rows.tolist()))})")  # (integers only)
+            (removed.append(fragment) if kept is None else updated.append(kept))
+        new = write_fragments(docs, ds.uri, schema=ds.schema)
+        lance.LanceDataset.commit(ds.uri, lance.LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
+                                                                      new_fragments=new), read_version=ds.version)
+        self.table.checkout_latest()
+        self._lance = None
 
     def append(self, docs: pa.Table) -> None:
         """Add documents whose ids the table does not hold, without the keyed merge's look-up of
