@@ -144,9 +144,18 @@ def p_true(z_true: float, z_false: float) -> float:
     return 1.0 / (1.0 + math.exp(d)) if d < 700 else 0.0
 
 
+_compile_turned_off = False  # torch.compile switched off by configure_vllm_env (not by the user) in this process
+
+
+def _set_dynamo_disable(value: bool) -> None:
+    if (dynamo := sys.modules.get("torch._dynamo.config")) is not None:  # (not imported yet: torch reads the variable)
+        dynamo.disable = value
+
+
 def configure_vllm_env(cfg: LLMConfig) -> None:
     """Process settings vLLM reads at engine start (``engine_process``: the engine core in this
     process, or in a child process of it)."""
+    global _compile_turned_off
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.engine_process == "separate" else "0"
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kv_cache_gib)
     if cfg.cpu_binding == "none":  # (on GPUs vLLM reads none of these for the model's work)
@@ -167,8 +176,12 @@ def configure_vllm_env(cfg: LLMConfig) -> None:
         # the variable when torch._dynamo is first imported (by vLLM, after this, in an engine actor or core); in a
         # process that imported it already (transformers did), its setting is changed instead
         os.environ["TORCH_COMPILE_DISABLE"] = "1"
-        if (dynamo := sys.modules.get("torch._dynamo.config")) is not None:
-            dynamo.disable = True
+        _set_dynamo_disable(True)
+        _compile_turned_off = True
+    elif not cfg.enforce_eager and _compile_turned_off:  # a compiled engine after an eager one: compiling is on again
+        os.environ.pop("TORCH_COMPILE_DISABLE", None)
+        _set_dynamo_disable(False)
+        _compile_turned_off = False
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its per-step INFO lines drown a job's own output
     import warnings

@@ -487,7 +487,8 @@ def test_lag_plans_are_decoded_as_json_lists_with_whitespace_between_items():
 def test_an_eager_engine_compiles_nothing_and_a_users_setting_stays():
     """``enforce_eager`` (the CPU default): torch.compile is off in the engine's process before
     vLLM is imported (vLLM would compile a sampler helper on the first batch); a compiled
-    engine leaves torch as it is, and so does a value the user set."""
+    engine leaves torch as it is, a compiled engine after an eager one in the same process
+    compiles again, and a value the user set stays."""
     import subprocess
     import sys
 
@@ -496,12 +497,13 @@ def test_an_eager_engine_compiles_nothing_and_a_users_setting_stays():
         "if sys.argv[1] == 'torch first': import torch._dynamo.config\n"
         "configure_vllm_env(LLMConfig(enforce_eager=False)); compiled = os.environ.get('TORCH_COMPILE_DISABLE')\n"
         "configure_vllm_env(LLMConfig(enforce_eager=True)); import torch._dynamo.config as c\n"
-        "print(compiled, os.environ.get('TORCH_COMPILE_DISABLE'), c.disable)"
+        "eager = (os.environ.get('TORCH_COMPILE_DISABLE'), c.disable); configure_vllm_env(LLMConfig(enforce_eager=False))\n"
+        "print(compiled, *eager, os.environ.get('TORCH_COMPILE_DISABLE'), c.disable)"
     )
     env = {k: v for k, v in os.environ.items() if k != "TORCH_COMPILE_DISABLE"}
     for order in ("engine first", "torch first"):  # an engine actor's process; one that imported torch._dynamo before
         out = subprocess.run([sys.executable, "-c", child, order], capture_output=True, text=True, env=env, check=True).stdout.split()
-        assert out == ["None", "1", "True"], order
+        assert out == ["None", "1", "True", "None", "False"], order  # a compiled engine after it compiles again
     env["TORCH_COMPILE_DISABLE"] = "0"
     out = subprocess.run([sys.executable, "-c", child, "torch first"], capture_output=True, text=True, env=env, check=True).stdout.split()
-    assert out == ["0", "0", "False"]
+    assert out == ["0", "0", "False", "0", "False"]
