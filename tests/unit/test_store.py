@@ -391,9 +391,9 @@ def test_the_child_ends_when_its_caller_is_killed(tmp_path):
 def test_upsert_commits_what_a_keyed_merge_commits_in_one_version(tmp_path):
     """``upsert`` (its own Update commit) against LanceDB's keyed merge (``merge_insert``) on a
     twin table, upsert after upsert: rows replaced across fragments, every row of one fragment
-    (the fragment removed), a row replaced twice, new ids; the same rows after each, one version
+    (the fragment removed), a row replaced twice, new ids, only new ids; the same rows after each, one version
     per upsert, and the id index still finds every stored row. Ids repeated in one upsert are
-    refused with nothing written, as the keyed merge refuses them."""
+    refused with nothing written."""
     import pyarrow.compute as pc
 
     from logicrank.schemas.tables import as_stored
@@ -411,8 +411,9 @@ def test_upsert_commits_what_a_keyed_merge_commits_in_one_version(tmp_path):
         [f"d{i}" for i in (1, 41, 42, 99)] + ["n0"],
         [f"d{i}" for i in range(40, 80)],  # the whole second fragment
         ["d1", "n0", "n1"],  # rows the first round wrote, replaced again
+        ["n2", "n3"],  # only new ids
     ]
-    for r, (ids, rows_after) in enumerate(zip(rounds, (121, 121, 122), strict=True), start=1):
+    for r, (ids, rows_after) in enumerate(zip(rounds, (121, 121, 122, 124), strict=True), start=1):
         rows = dated(_docs(ids, seed=100 + r, text=f"round {r}"))
         before = ours.version
         ours.upsert(rows)
@@ -430,4 +431,4 @@ def test_upsert_commits_what_a_keyed_merge_commits_in_one_version(tmp_path):
     version = ours.version
     with pytest.raises(ValueError, match="repeated"):
         ours.upsert(_docs(["d2", "d2"], seed=9))
-    assert ours.version == version and ours.table.count_rows() == 122
+    assert ours.version == version and ours.table.count_rows() == 124

@@ -138,8 +138,8 @@ class Writing:
         deletion files, the given rows written as new data files, both committed as one version
         (Lance's Update operation). The keyed merge through the index took ten times as long
         (a 1% re-index at 10M documents, docs/bulk-retrieval.md); through a scan of the stored
-        ids its memory grew with the table. Ids repeated in ``docs`` are refused, as the keyed
-        merge refuses them."""
+        ids its memory grew with the table. Ids repeated in ``docs`` are refused (which row would
+        stand is undefined; the index job's writer keeps one per id)."""
         if docs.num_rows == 0:
             return
         import lance
@@ -155,9 +155,13 @@ class Writing:
         fragments, starts = np.unique(addresses >> np.uint64(32), return_index=True)
         removed, updated = [], []
         for fragment, rows in zip(fragments.tolist(), np.split(addresses, starts[1:]) if len(addresses) else [], strict=True):
-            kept = ds.get_fragment(fragment).delete(f"_rowaddr IN ({','.join(map(str, rows.tolist()))})")  # (integers only)
+            kept = ds.get_fragment(fragment).delete_rows((rows & np.uint64(0xFFFFFFFF)).tolist())  # (offsets in the fragment)
             (removed.append(fragment) if kept is None else updated.append(kept))
         new = write_fragments(docs, ds.uri, schema=ds.schema)
+        # (a version committed since this read that changed the same fragments makes Lance refuse this commit,
+        # CommitConflictError, and nothing is committed: the table's write lock admits one writer, and the files
+        # written stay unreferenced until maintenance removes them.
+        # The new fragments are not in the id index until maintenance, as after a keyed merge: look-ups scan them)
         lance.LanceDataset.commit(ds.uri, lance.LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
                                                                       new_fragments=new), read_version=ds.version)
         self.table.checkout_latest()
