@@ -125,6 +125,12 @@ bench-index-job: $(STAMP)
 bench-bm25-build: $(STAMP)
 	$(BIN)/python tests/perf/bench_bm25_build.py --docs 1000000 --out runs/bench
 
+# Not part of `bench`: the keyed merge of a 1% re-index's changed documents into a 1M-document table, DocStore.upsert
+# against LanceDB's merge_insert side by side (tests/perf/bench_upsert.py; docs/bulk-retrieval.md has the 10M command)
+.PHONY: bench-upsert
+bench-upsert: $(STAMP)
+	$(BIN)/python tests/perf/bench_upsert.py --docs 1000000 --out runs/bench/upsert.jsonl
+
 # Not part of `bench`: a 1% re-index of 100k synthetic documents (upsert, maintenance, BM25 patch), ANN off then on,
 # and the index driver's memory in change detection at 100k and 1M ids (tests/perf/bench_reindex.py).
 .PHONY: bench-reindex
