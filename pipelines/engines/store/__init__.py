@@ -6,8 +6,8 @@ here, or data files its encoder workers wrote, committed here), changed ones rep
 ``doc_id`` in one commit (:meth:`DocStore.upsert`: the stored rows deleted, the new ones added, as
 LanceDB's ``merge_insert`` commits them); the job appends only ids absent from the version it
 started from and kept once per run, so a run repeated after a crash never duplicates a row.
-No user text is ever pasted into a LanceDB filter string (the upsert's filters hold row
-addresses, integers).
+No user text is ever pasted into a LanceDB filter string (the upsert looks ids up with an
+Arrow expression and deletes rows by their offsets).
 """
 
 from __future__ import annotations
