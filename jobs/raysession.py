@@ -187,13 +187,18 @@ def start_failure(exc: BaseException, address: str | None) -> Exception | None:
     return None
 
 
+# Tries of a local start before its time-out is the job's error: Ray waits a fixed 30 s for its raylet (node.py), which a
+# loaded machine can miss once (an index run beside a test that kills engines, on a slow 2-core machine)
+LOCAL_START_ATTEMPTS = 3
+
+
 @contextmanager
 def ray_session(config: RayConfig):
     """Join ``config.address`` or start a local cluster; reuse one already initialised.
 
     Only a cluster this call started is shut down on exit. A cluster that refuses this
-    client's authentication, and a local start that times out, are one line with the fix
-    (:func:`start_failure`).
+    client's authentication, and a local start that times out ``LOCAL_START_ATTEMPTS`` times
+    (each time let go and started again), are one line with the fix (:func:`start_failure`).
     """
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
@@ -210,18 +215,23 @@ def ray_session(config: RayConfig):
     started = False
     if not ray.is_initialized():
         kwargs = {"include_dashboard": False, "logging_level": logging.INFO if verbose() else logging.ERROR, "log_to_driver": True}
-        try:
-            if config.address:
-                ray.init(address=config.address, **kwargs)
-            else:
-                ray.init(num_cpus=config.num_cpus, object_store_memory=config.object_store_memory, **kwargs)
-        except Exception as exc:
-            failure = start_failure(exc, config.address)
-            if failure is None:
-                raise
-            with suppress(Exception):  # what a half-made start left (processes, the driver's state)
-                ray.shutdown()
-            raise failure from None
+        for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+            try:
+                if config.address:
+                    ray.init(address=config.address, **kwargs)
+                else:
+                    ray.init(num_cpus=config.num_cpus, object_store_memory=config.object_store_memory, **kwargs)
+                break
+            except Exception as exc:
+                failure = start_failure(exc, config.address)
+                if failure is None:
+                    raise
+                with suppress(Exception):  # what a half-made start left (processes, the driver's state)
+                    ray.shutdown()
+                if not isinstance(failure, RayStartTimeout) or attempt == LOCAL_START_ATTEMPTS:
+                    raise failure from None
+                print(f"ray: the local Ray cluster did not start within Ray's own wait (try {attempt} of {LOCAL_START_ATTEMPTS}); "
+                      "starting it again", file=sys.stderr, flush=True)
         started = True
     logging.getLogger("ray.data").setLevel(logging.ERROR)
     ctx = ray.data.DataContext.get_current()

@@ -13,7 +13,7 @@ import ray
 from typer.testing import CliRunner
 
 from logicrank.cli import app
-from logicrank.jobs.raysession import RayAuthError, RayStartTimeout, ray_session
+from logicrank.jobs.raysession import LOCAL_START_ATTEMPTS, RayAuthError, RayStartTimeout, ray_session
 from logicrank.pipelines.config.settings import RayConfig
 
 # ray/_private/node.py, after 30 s without the raylet registering
@@ -38,10 +38,12 @@ def _connect_error() -> ConnectionError:
 @pytest.fixture
 def ray_init(monkeypatch):
     """``ray.init`` raising what the test sets; records the clean-up (``ray.shutdown``)."""
-    state = {"raise": None, "shutdowns": 0}
+    state = {"raise": None, "shutdowns": 0, "inits": 0, "fail_first": None}
 
     def init(*args, **kwargs):
-        raise state["raise"]
+        state["inits"] += 1
+        if state["fail_first"] is None or state["inits"] <= state["fail_first"]:
+            raise state["raise"]
 
     def shutdown():
         state["shutdowns"] += 1
@@ -60,7 +62,26 @@ def test_a_local_start_that_timed_out_is_one_line(ray_init):
         f"ray: the local Ray cluster did not start in time ({TIMED_OUT}): the machine is too busy for Ray to start its processes "
         "within its own wait. Rerun when the machine is less loaded, or start Ray once beforehand (ray start --head --num-cpus N) "
         "and pass --ray-address auto.")
-    assert ray_init["shutdowns"] == 1  # what the half-made start left is let go
+    assert ray_init["inits"] == LOCAL_START_ATTEMPTS == 3 and ray_init["shutdowns"] == 3  # each half-made start is let go
+
+
+def test_a_local_start_that_timed_out_once_is_started_again(ray_init, capsys):
+    ray_init["raise"], ray_init["fail_first"] = Exception(TIMED_OUT), 1
+    with ray_session(RayConfig()):
+        assert ray_init["inits"] == 2 and ray_init["shutdowns"] == 1
+    assert ray_init["shutdowns"] == 2  # the cluster it started is shut down on exit
+    assert capsys.readouterr().err == ("ray: the local Ray cluster did not start within Ray's own wait (try 1 of 3); starting it "
+                                       "again\n")
+
+
+def test_a_refused_or_joined_cluster_is_not_tried_again(ray_init):
+    ray_init["raise"] = _connect_error()
+    with pytest.raises(RayAuthError), ray_session(RayConfig(address="10.0.0.5:6379")):
+        pass
+    ray_init["raise"] = Exception(TIMED_OUT)  # a cluster joined by address: its start is not this job's
+    with pytest.raises(Exception, match="timed out during startup"), ray_session(RayConfig(address="10.0.0.5:6379")):
+        pass
+    assert ray_init["inits"] == 2
 
 
 def test_a_cluster_refusing_the_clients_token_is_one_line(ray_init):
@@ -109,5 +130,8 @@ def test_the_command_line_prints_one_line(ray_init, tmp_path, fault, address, co
             "--no-progress", *(["--ray-address", address] if address else [])]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == code, res.output
-    assert res.stderr.startswith(start) and res.stderr.count("\n") == 1, res.stderr
+    tries = [line for line in res.stderr.splitlines() if line.endswith("starting it again")]  # a local start's, before its error
+    assert len(tries) == (LOCAL_START_ATTEMPTS - 1 if fault == "timeout" else 0), res.stderr
+    said = res.stderr.splitlines()[len(tries):]
+    assert len(said) == 1 and said[0].startswith(start), res.stderr
     assert "Index run stopped before reading any rows" in res.stderr or "before writing any" in res.stderr
