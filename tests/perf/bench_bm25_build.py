@@ -29,6 +29,10 @@ Then the patch (``--edit``, 1% by default): that share of the documents (seeded)
 text and hash in one upsert, as a nightly re-index leaves the table, and the new version's
 index made by ``update_index`` from the build's, once per ``--patch-runs`` (the same modes),
 each in a fresh process with its own measures; the first patch is the reference of the others.
+``--baseline DIR`` makes each patch run twice, with another checkout's code (its own ``.venv``)
+and then with this one's, side by side on the same table: a change to the patch measured against
+the code before it. ``--keep`` keeps the table, its build and its edit in ``--work``;
+``--patches-only`` then runs only the patches on them (a 10M table is made and built once).
 """
 
 from __future__ import annotations
@@ -100,14 +104,19 @@ def _table(db: Path, n: int, seed: int, work: Path, dim: int) -> None:
     shutil.rmtree(work / "corpus")
 
 
-def _run(db: Path, mode: str, out: Path) -> dict:
-    """One build in a fresh process, with its peak RSS and its Ray workers' (each) sampled."""
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(db: Path, mode: str, out: Path, code: Path = ROOT) -> dict:
+    """One build in a fresh process, with its peak RSS and its Ray workers' (each) sampled;
+    ``code``: the checkout whose code runs it (its own ``.venv``; this one's by default)."""
     import psutil
 
     from tests.perf.bench_index_job import ray_workers
 
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(db), mode, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=Path(__file__).resolve().parents[2])
+    python = sys.executable if code == ROOT else str(code / ".venv" / "bin" / "python")
+    proc = subprocess.Popen([python, "-c", CHILD, str(db.resolve()), mode, str(out.resolve())], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=code)
     peak = {"process": 0, "worker": 0, "worker_anon": 0}
     done = threading.Event()
 
@@ -184,21 +193,30 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", default="one-scan,in-process,1,2", help="builds, the first the reference: one-scan, in-process, or N Ray workers")
     ap.add_argument("--edit", type=float, default=0.01, help="the share of the documents edited before the patches")
     ap.add_argument("--patch-runs", default="in-process,1,2", help="patches after the edit (empty: none), the first the reference")
+    ap.add_argument("--baseline", type=Path, help="another checkout (with its own .venv): each patch run is made with its code, "
+                                                   "then with this one's, side by side on the same table")
+    ap.add_argument("--keep", action="store_true", help="keep --work (the table, the build's index, the edit) for --patches-only")
+    ap.add_argument("--patches-only", action="store_true", help="only the patch runs, on the table and build a --keep run left in --work")
     args = ap.parse_args(argv)
     from logicrank.pipelines.engines import bm25
     from logicrank.pipelines.engines.store import DocStore
 
     names = {"one-scan": "one scan", "in-process": "segments, in process"}
-    shutil.rmtree(args.work, ignore_errors=True)
     db = args.work / "db"
-    t = time.perf_counter()
-    _table(db, args.docs, args.seed, args.work, args.dim)
-    made = round(time.perf_counter() - t, 1)
+    made = None
+    if args.patches_only:
+        if not (args.work / "edited").exists():
+            raise SystemExit(f"--patches-only: {args.work} holds no table a --keep run built and edited")
+    else:
+        shutil.rmtree(args.work, ignore_errors=True)
+        t = time.perf_counter()
+        _table(db, args.docs, args.seed, args.work, args.dim)
+        made = round(time.perf_counter() - t, 1)
     store = DocStore(str(db))
     saved = bm25.index_root(store) / f"v{store.version}"
     reference = args.work / "reference"
     rows = []
-    for i, mode in enumerate(args.runs.split(",")):
+    for i, mode in enumerate([] if args.patches_only else args.runs.split(",")):
         shutil.rmtree(saved, ignore_errors=True)
         rows.append({"run": names.get(mode, f"segments, {mode} Ray worker{'s' if mode != '1' else ''}"), **_run(db, mode, saved)})
         if i == 0:
@@ -208,33 +226,44 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(rows[-1], default=str), flush=True)
     patches, edited = [], 0
     if args.patch_runs:
-        built = bm25.saved_versions(bm25.index_root(store))
-        edited = _edit(db, args.edit, args.seed)
-        store = DocStore(str(db))
+        if args.patches_only:
+            edited = int((args.work / "edited").read_text())
+            shutil.rmtree(args.work / "patch-reference", ignore_errors=True)
+        else:
+            built = bm25.saved_versions(bm25.index_root(store))
+            edited = _edit(db, args.edit, args.seed)
+            (args.work / "edited").write_text(str(edited))
+            store = DocStore(str(db))
+            assert built and built[-1] < store.version, (built, store.version)
         saved_patch = bm25.index_root(store) / f"v{store.version}"
-        assert built and built[-1] < store.version, (built, store.version)
-        for i, mode in enumerate(args.patch_runs.split(",")):
-            shutil.rmtree(saved_patch, ignore_errors=True)
-            patches.append({"run": "patch, " + (names.get(mode) or f"segments, {mode} Ray worker{'s' if mode != '1' else ''}").removeprefix("segments, "),
-                            **_run(db, mode, saved_patch)})
-            if i == 0:
-                shutil.copytree(saved_patch, args.work / "patch-reference")
-            else:
-                patches[-1]["same_arrays"] = _same(args.work / "patch-reference", saved_patch)
-            print(json.dumps(patches[-1], default=str), flush=True)
-    done = next((r["done"] for r in rows if "done" in r), {})
+        codes = [(args.baseline.resolve(), " (baseline)"), (ROOT, "")] if args.baseline else [(ROOT, "")]
+        for mode in args.patch_runs.split(","):
+            for code, tag in codes:
+                shutil.rmtree(saved_patch, ignore_errors=True)
+                name = (names.get(mode) or f"segments, {mode} Ray worker{'s' if mode != '1' else ''}").removeprefix("segments, ")
+                patches.append({"run": f"patch, {name}{tag}", **_run(db, mode, saved_patch, code)})
+                if len(patches) == 1:
+                    shutil.copytree(saved_patch, args.work / "patch-reference")
+                else:
+                    patches[-1]["same_arrays"] = _same(args.work / "patch-reference", saved_patch)
+                print(json.dumps(patches[-1], default=str), flush=True)
+    done = next((r["done"] for r in rows + patches if "done" in r), {})
     report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "docs": args.docs, "table_made_s": made,
               "segment_rows": done.get("segment_rows"), "segments": done.get("segments"), "rows": rows, "edited": edited, "patches": patches}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_bm25_build.json").write_text(json.dumps(report, indent=1, default=str))
-    shutil.rmtree(args.work, ignore_errors=True)
-    print(f"{args.docs:,} documents, {report['segments']} segments of {report['segment_rows']} rows; table made in {made} s")
-    print("| build | seconds | process peak GiB | largest Ray worker peak GiB (of it not file pages) | arrays equal to the first build's |")
-    print("|:--|--:|--:|--:|:--|")
+    if not args.keep:
+        shutil.rmtree(args.work, ignore_errors=True)
+    print(f"{done.get('docs', args.docs):,} documents, {report['segments']} segments of {report['segment_rows']} rows"
+          + (f"; table made in {made} s" if made is not None else ""))
+    print("| build | seconds | process peak GiB | largest Ray worker peak GiB (of it not file pages) | arrays equal to the first of its kind | "
+          "steps' seconds |")
+    print("|:--|--:|--:|--:|:--|:--|")
     for r in rows + patches:
         worker = f"{r['worker_peak_gib']} ({r['worker_anon_peak_gib']})" if r["worker_peak_gib"] else "-"
+        steps = ", ".join(f"{k} {v:.1f}" for k, v in ((r.get("done") or {}).get("seconds") or {}).items())
         print(f"| {r['run']} | {r['build_s']:.1f} | {r['process_peak_gib']} | {worker} | "
-              f"{'reference' if 'same_arrays' not in r else ('yes' if r['same_arrays'] else 'NO')} |")
+              f"{'reference' if 'same_arrays' not in r else ('yes' if r['same_arrays'] else 'NO')} | {steps or '-'} |")
     if patches:
         print(f"patches: {edited:,} documents edited ({args.edit:.0%}) after the builds")
 
