@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
               "segment_rows": done.get("segment_rows"), "segments": done.get("segments"), "rows": rows, "edited": edited, "patches": patches}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_bm25_build.json").write_text(json.dumps(report, indent=1, default=str))
-    if not args.keep:
+    if not (args.keep or args.patches_only):  # a --patches-only run leaves the kept table for the next
         shutil.rmtree(args.work, ignore_errors=True)
     print(f"{done.get('docs', args.docs):,} documents, {report['segments']} segments of {report['segment_rows']} rows"
           + (f"; table made in {made} s" if made is not None else ""))
