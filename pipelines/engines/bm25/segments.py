@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -379,25 +380,28 @@ Piece = tuple[str, str, int, int]  # (kind, directory, lo, hi): rows of an analy
 
 
 def weigh_segment(work: str, i: int, lo: int, avgdl: float, pieces: Sequence[Piece]) -> int:
-    """Segment ``i`` of the new index (its rows from ``lo``): its counts in the vocabulary's
-    term ids (``title_*.npy``, ``text_*.npy``: CSR arrays, documents x terms) and its weights,
-    terms x documents with the index's row numbers (``w_*.npy``), in ``work``'s ``s<i>``. Its
-    rows, in order, are those of ``pieces``: ``("analyzed", dir, lo, hi)``, rows of a segment
-    :func:`analyze_segment` wrote (its term ids mapped by :func:`merge_segments`);
-    ``("saved", dir, lo, hi)``, the kept rows ``[lo, hi)`` (``kept.npy``) of the index saved in
-    ``dir``. Returns its postings."""
+    """Segment ``i`` of the new index (its rows from ``lo``): its weights, terms x documents with
+    the index's row numbers (``w_*.npy``), and what the assembly needs of its counts in the
+    vocabulary's term ids (documents x terms, each document's terms sorted), in ``work``'s
+    ``s<i>``. Its rows, in order, are those of ``pieces`` (``pieces.json``):
+    ``("analyzed", dir, lo, hi)``, rows of a segment :func:`analyze_segment` wrote (its term ids
+    mapped by :func:`merge_segments`; their counts saved, ``<field>_<k>_*.npy`` for the ``k``-th
+    piece); ``("saved", dir, lo, hi)``, the kept rows ``[lo, hi)`` (``kept.npy``) of the index
+    saved in ``dir`` (their counts, already in the vocabulary's ids and sorted, are read from it
+    again by the assembly: a patch writes the kept rows' counts once). Returns its postings."""
     work_dir = Path(work)
     seg = _segment_dir(str(work_dir / f"s{i:05d}"))
     idf = np.load(work_dir / "idf.npy", mmap_mode="r")
     counts = []
     for field in ("title", "text"):
         parts = [_piece_counts(work_dir, piece, field, len(idf)) for piece in pieces]
-        m = sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
-        m.sort_indices()  # each document's terms by the vocabulary's ids, as one scan's build holds them
-        np.save(seg / f"{field}_indptr.npy", m.indptr.astype(np.int64))  # offsets into every segment's postings after this one's
-        np.save(seg / f"{field}_indices.npy", m.indices.astype(np.int32, copy=False))
-        np.save(seg / f"{field}_data.npy", m.data.astype(np.int32, copy=False))
-        counts.append(m)
+        for k, (piece, part) in enumerate(zip(pieces, parts, strict=True)):
+            if piece[0] == "analyzed":
+                part.sort_indices()  # each document's terms by the vocabulary's ids, as one scan's build holds them
+                for name in ("indptr", "indices", "data"):
+                    np.save(seg / f"{field}_{k}_{name}.npy", getattr(part, name))
+        counts.append(sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0])
+    (seg / "pieces.json").write_text(json.dumps([list(p) for p in pieces]))
     w = weigh(*counts, np.asarray(idf), avgdl)
     np.save(seg / "w_indptr.npy", w.indptr.astype(np.int64))
     np.save(seg / "w_indices.npy", w.indices.astype(np.int32, copy=False) + np.int32(lo))  # (the saved rows are int32)
@@ -421,13 +425,21 @@ def _piece_counts(work_dir: Path, piece: Piece, field: str, terms: int) -> sp.cs
 
 def _saved_rows(base: Path, field: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The CSR arrays of the given rows (ascending) of a saved index's counts, read from its
-    mapped archive: where they are most of the rows between their first and their last (the kept
-    ones), the postings of that span less the others' (one pass over those bytes); where they are
-    few (the dropped ones), each row's postings gathered."""
+    mapped archive (:func:`_row_postings`)."""
     indptr, indices, data, _ = storage.map_counts(base, field)
+    out_indptr, take = _row_postings(indptr, rows)
+    return out_indptr, take(indices), take(data).astype(np.int32, copy=False)
+
+
+def _row_postings(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+    """The CSR indptr of the given rows (ascending) of a CSR whose indptr is ``indptr``, and a
+    function that takes their postings out of one of its arrays (indices or data, mapped): where
+    the rows are most of those between their first and their last (the kept ones), the postings
+    of that span less the others' (one pass over those bytes); where they are few (the dropped
+    ones), each row's postings gathered."""
     rows = np.asarray(rows, np.int64)
     if not len(rows):
-        return np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32)
+        return np.zeros(1, np.int64), lambda a: np.asarray(a[:0])
     first, last = int(rows[0]), int(rows[-1]) + 1
     out_indptr = np.zeros(len(rows) + 1, np.int64)
     if len(rows) < (last - first) // 4:  # few: a gather of their postings
@@ -435,17 +447,17 @@ def _saved_rows(base: Path, field: str, rows: np.ndarray) -> tuple[np.ndarray, n
         lengths = np.asarray(indptr[rows + 1], np.int64) - starts
         np.cumsum(lengths, out=out_indptr[1:])
         at = np.repeat(starts - out_indptr[:-1], lengths) + np.arange(out_indptr[-1])
-        return out_indptr, np.asarray(indices[at]), np.asarray(data[at], np.int32)
+        return out_indptr, lambda a: np.asarray(a[at])
     bounds = np.asarray(indptr[first : last + 1], np.int64)
     lengths = np.diff(bounds)
     block = slice(int(bounds[0]), int(bounds[-1]))
     np.cumsum(lengths[rows - first], out=out_indptr[1:])
     if len(rows) == last - first:  # every row between: the block, copied out of the read-only map
-        return out_indptr, np.array(indices[block]), np.array(data[block], np.int32)
+        return out_indptr, lambda a: np.array(a[block])
     wanted = np.zeros(last - first, bool)
     wanted[rows - first] = True
     postings = np.repeat(wanted, lengths)
-    return out_indptr, np.asarray(indices[block])[postings], np.asarray(data[block], np.int32)[postings]
+    return out_indptr, lambda a: np.asarray(a[block])[postings]
 
 
 # -- 4. assemble --------------------------------------------------------------------------
@@ -475,8 +487,9 @@ def assemble(work: str, segments: int, tmp: str, part: str, save_id: str) -> Non
     segs = [work_dir / f"s{i:05d}" for i in range(segments)]
     meta = {b"logicrank.save_id": save_id.encode()}
     if part in ("title", "text"):
-        _write_counts(out / f"{part}.npz", [(s / f"{part}_indptr.npy", s / f"{part}_indices.npy", s / f"{part}_data.npy")
-                                                      for s in segs], (_docs(work_dir, segments), _terms(work_dir)))
+        blocks = [functools.partial(_piece_postings, work_dir, s, part, k, piece)
+                  for s in segs for k, piece in enumerate(json.loads((s / "pieces.json").read_text()))]
+        _write_counts(out / f"{part}.npz", blocks, (_docs(work_dir, segments), _terms(work_dir)))
     elif part == "search":
         parts = [(s / "w_indptr.npy", s / "w_indices.npy", s / "w_data.npy") for s in segs]
         layout, total = np.empty((len(parts), _terms(work_dir) + 1), np.int64), 0
@@ -513,33 +526,53 @@ def _terms(work_dir: Path) -> int:
     return pq.ParquetFile(work_dir / "vocab.parquet").metadata.num_rows
 
 
-def _write_counts(target: Path, parts: list[tuple[Path, Path, Path]], shape: tuple[int, int]) -> None:
+def _piece_postings(work_dir: Path, seg: Path, field: str, k: int, piece: Piece) -> tuple[np.ndarray, Callable[[str], np.ndarray]]:
+    """The ``k``-th piece of segment ``seg`` (:func:`weigh_segment`), one field's counts: its
+    CSR indptr, and a function giving its indices or its data: an analyzed piece's from the
+    files weigh wrote (mapped), a saved piece's kept rows from the saved index's counts."""
+    kind, where, lo, hi = piece
+    if kind == "saved":
+        indptr, indices, data, _ = storage.map_counts(Path(where), field)
+        out_indptr, take = _row_postings(indptr, np.load(work_dir / "kept.npy", mmap_mode="r")[lo:hi])
+        return out_indptr, lambda name: take({"indices": indices, "data": data}[name])
+    return np.load(seg / f"{field}_{k}_indptr.npy"), lambda name: np.load(seg / f"{field}_{k}_{name}.npy", mmap_mode="r")
+
+
+def _write_counts(target: Path, blocks: list[Callable[[], tuple[np.ndarray, Callable[[str], np.ndarray]]]], shape: tuple[int, int]) -> None:
     """One field's documents x terms counts over every segment, as ``scipy.sparse.save_npz``
     writes a CSR (uncompressed): its index arrays in the dtype scipy gives a matrix of that size
-    (int32 while every offset fits), each member of the archive written as the segments' arrays
-    are read, one segment at a time."""
-    lengths = [int(np.load(p[0], mmap_mode="r")[-1]) for p in parts]
-    rows = [len(np.load(p[0], mmap_mode="r")) - 1 for p in parts]
+    (int32 while every offset fits), each member of the archive written block by block
+    (:func:`_piece_postings`: a block's postings are read, and written, once per member)."""
+    indptrs = [block()[0] for block in blocks]
+    lengths = [int(p[-1]) for p in indptrs]
     index = np.int32 if max(sum(lengths), *shape) <= np.iinfo(np.int32).max else np.int64
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED, allowZip64=True) as z:  # the members in scipy's order
         with z.open("indices.npy", "w", force_zip64=True) as f:
             f.write(_npy_header(index, sum(lengths)))
-            for p in parts:
-                _append_npy(f, p[1], index)
+            for block in blocks:
+                _write_items(f, block()[1]("indices"), index)
         with z.open("indptr.npy", "w", force_zip64=True) as f:
-            f.write(_npy_header(index, sum(rows) + 1))
+            f.write(_npy_header(index, sum(len(p) - 1 for p in indptrs) + 1))
             f.write(np.zeros(1, index).tobytes())
             at = 0
-            for p, nnz in zip(parts, lengths, strict=True):
-                f.write((np.load(p[0])[1:] + at).astype(index).tobytes())
+            for p, nnz in zip(indptrs, lengths, strict=True):
+                f.write((p[1:] + at).astype(index))
                 at += nnz
         for name, a in (("format", np.array(b"csr")), ("shape", np.array(shape, np.int64))):
             with z.open(f"{name}.npy", "w") as f:
                 np.lib.format.write_array(f, a)
         with z.open("data.npy", "w", force_zip64=True) as f:
             f.write(_npy_header(np.int32, sum(lengths)))
-            for p in parts:
-                _append_npy(f, p[2], np.int32)
+            for block in blocks:
+                _write_items(f, block()[1]("data"), np.int32)
+
+
+def _write_items(out, items: np.ndarray, dtype) -> None:
+    """A one-dimensional array's items written to the open binary file ``out`` as ``dtype``s,
+    in chunks (a mapped array's pages are read as they are written)."""
+    step = COPY_BYTES // np.dtype(dtype).itemsize
+    for i in range(0, len(items), step):
+        out.write(np.ascontiguousarray(items[i : i + step], dtype=dtype))
 
 
 COPY_BYTES = 64 << 20  # a copy's chunk (:func:`_append_npy`)
