@@ -140,10 +140,11 @@ def test_segment_ranges():
     assert segments.ranges(8, 4) == [(0, 4), (4, 8)]
 
 
-def _edit(store: DocStore, docs: list[dict], changed: int, added: int, deleted: int, at: Sequence[int] | None = None) -> None:
+def _edit(store: DocStore, docs: list[dict], changed: int, added: int, deleted: int, at: Sequence[int] | None = None,
+          deleted_at: Sequence[int] = ()) -> None:
     """``changed`` documents given another text (the first of them a term no document had; the
-    ten after the tenth, or those at ``at``), ``added`` new ones, ``deleted`` of the rest removed:
-    one upsert, one delete, as a re-index."""
+    ten after the tenth, or those at ``at``), ``added`` new ones, ``deleted`` of the rest removed
+    (from the thirtieth on) and those at ``deleted_at``: one upsert, one delete, as a re-index."""
     n = changed + added
     edited = [docs[i] for i in at] if at is not None else docs[10 : 10 + changed]
     assert len(edited) == changed
@@ -154,7 +155,7 @@ def _edit(store: DocStore, docs: list[dict], changed: int, added: int, deleted: 
         "metadata": [None] * n, "content_hash": [f"e{i}" for i in range(n)],
         "vector": to_fixed_size_list(np.ones((n, 4), np.float32)),
     }))
-    gone = {d["_id"] for d in docs[30 : 30 + deleted]}
+    gone = {d["_id"] for d in docs[30 : 30 + deleted]} | {docs[i]["_id"] for i in deleted_at}
     store.delete_absent(pa.array([d["_id"] for d in docs if d["_id"] not in gone] + [d["_id"] for d in rows[changed:]]))
 
 
@@ -169,12 +170,15 @@ def _twice(step, args):  # every task run twice, as Ray reruns a task whose work
 
 RUNS_OF_EDITS = {"changed": 3, "added": 20, "deleted": 6}, (61, 9, 23, 84)  # edits, then (kept, dropped, analyzed, docs)
 SPREAD_EDITS = {"changed": 3, "added": 20, "deleted": 0, "at": [2, 35, 68]}, (67, 3, 23, 90)  # few dropped rows far apart: gathered
+# 42 of rows 16 to 63 dropped, every eighth kept: at 4 rows a segment, some segments' kept rows are
+# few among those between them (their counts gathered, row by row, into the new index)
+SPARSE_KEPT = {"changed": 3, "added": 2, "deleted": 0, "at": [2, 3, 4], "deleted_at": [i for i in range(16, 64) if i % 8]}, (25, 45, 5, 30)
 
 
 @pytest.mark.parametrize(("segment_rows", "run", "statistics", "edits"), [
     (16, _backwards, "saved", RUNS_OF_EDITS), (7, _backwards, "saved", RUNS_OF_EDITS), (7, _twice, "saved", RUNS_OF_EDITS),
-    (7, _backwards, "absent", RUNS_OF_EDITS), (16, _backwards, "saved", SPREAD_EDITS),
-], ids=["16-backwards", "7-backwards", "7-twice", "7-backwards-counted", "16-backwards-spread"])
+    (7, _backwards, "absent", RUNS_OF_EDITS), (16, _backwards, "saved", SPREAD_EDITS), (4, _backwards, "saved", SPARSE_KEPT),
+], ids=["16-backwards", "7-backwards", "7-twice", "7-backwards-counted", "16-backwards-spread", "4-backwards-sparse-kept"])
 def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, monkeypatch, segment_rows, run, statistics, edits):
     """The patch keeps the earlier index's rows whose document is unchanged, in their order, then
     the table's new and changed ones in its order, and its vocabulary's ids: its saved arrays
@@ -295,3 +299,32 @@ def test_a_plan_refuses_a_saved_index_that_repeats_a_document(tmp_path, docs):
     counts = segments.plan_patch(segments.opener(store), str(base), str(work), 16)
     assert counts == {"docs": 11, "kept": 4, "fresh": 7}
     assert not list(work.iterdir())
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_row_postings_take_the_rows_postings_whichever_way_they_are_read(dtype):
+    """The rows' CSR, taken from the whole one's arrays, equals scipy's row selection: no rows,
+    few rows far apart (gathered), most rows of a span (the span less the others) and every row
+    of a span (the span itself), with the arrays in either index dtype."""
+    m = sp.random(200, 50, density=0.2, format="csr", random_state=np.random.default_rng(7), dtype=np.float64)
+    m.data = np.arange(1, m.nnz + 1, dtype=np.float64)  # each posting its own value: a misplaced one shows
+    indptr, indices, data = m.indptr.astype(dtype), m.indices.astype(dtype), m.data.astype(dtype)
+    for rows in ([], [3, 90, 170], [r for r in range(20, 120) if r % 10], list(range(40, 60)), [199]):
+        out_indptr, take = segments.row_postings(indptr, np.array(rows, np.int64))
+        want = m[np.array(rows, np.int64)] if rows else m[:0]
+        assert out_indptr.tolist() == want.indptr.tolist(), rows
+        assert np.asarray(take(indices)).tolist() == want.indices.tolist(), rows
+        assert np.asarray(take(data)).tolist() == want.data.astype(np.int64).tolist(), rows
+
+
+def test_counts_archives_sum_offsets_past_2_to_the_31st(tmp_path):
+    """A block's offsets follow the postings of the blocks before it in int64, whatever the
+    block's own indptr dtype: past 2**31 postings the archive's indptr is int64 and exact. (The
+    blocks here give no postings, so only the archive's indptr is read back.)"""
+    big = 2**31 - 5
+    blocks = [lambda: (np.array([0, big], np.int64), lambda name: np.zeros(0, np.int32)),
+              lambda: (np.array([0, 4, 9], np.int32), lambda name: np.zeros(0, np.int32))]
+    segments.write_counts(tmp_path / "c.npz", blocks, (3, 10))
+    with np.load(tmp_path / "c.npz") as z:
+        assert z["indptr"].dtype == np.int64
+        assert z["indptr"].tolist() == [0, big, big + 4, big + 9]

@@ -398,7 +398,8 @@ def weigh_segment(work: str, i: int, lo: int, avgdl: float, pieces: Sequence[Pie
         for k, (piece, part) in enumerate(zip(pieces, parts, strict=True)):
             if piece[0] == "analyzed":
                 part.sort_indices()  # each document's terms by the vocabulary's ids, as one scan's build holds them
-                for name in ("indptr", "indices", "data"):
+                np.save(seg / f"{field}_{k}_indptr.npy", part.indptr.astype(np.int64))  # summed with other pieces' offsets past 2**31
+                for name in ("indices", "data"):
                     np.save(seg / f"{field}_{k}_{name}.npy", getattr(part, name))
         counts.append(sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0])
     (seg / "pieces.json").write_text(json.dumps([list(p) for p in pieces]))
@@ -425,18 +426,18 @@ def _piece_counts(work_dir: Path, piece: Piece, field: str, terms: int) -> sp.cs
 
 def _saved_rows(base: Path, field: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The CSR arrays of the given rows (ascending) of a saved index's counts, read from its
-    mapped archive (:func:`_row_postings`)."""
+    mapped archive (:func:`row_postings`)."""
     indptr, indices, data, _ = storage.map_counts(base, field)
-    out_indptr, take = _row_postings(indptr, rows)
-    return out_indptr, take(indices), take(data).astype(np.int32, copy=False)
+    out_indptr, take = row_postings(indptr, rows)
+    return out_indptr, np.require(take(indices), requirements="W"), np.require(take(data), np.int32, "W")  # (scipy may sort them in place)
 
 
-def _row_postings(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+def row_postings(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
     """The CSR indptr of the given rows (ascending) of a CSR whose indptr is ``indptr``, and a
     function that takes their postings out of one of its arrays (indices or data, mapped): where
     the rows are most of those between their first and their last (the kept ones), the postings
-    of that span less the others' (one pass over those bytes); where they are few (the dropped
-    ones), each row's postings gathered."""
+    of that span less the others' (one pass over those bytes; where they are all of them, a view
+    of the span); where they are few (the dropped ones), each row's postings gathered."""
     rows = np.asarray(rows, np.int64)
     if not len(rows):
         return np.zeros(1, np.int64), lambda a: np.asarray(a[:0])
@@ -452,8 +453,8 @@ def _row_postings(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, Cal
     lengths = np.diff(bounds)
     block = slice(int(bounds[0]), int(bounds[-1]))
     np.cumsum(lengths[rows - first], out=out_indptr[1:])
-    if len(rows) == last - first:  # every row between: the block, copied out of the read-only map
-        return out_indptr, lambda a: np.array(a[block])
+    if len(rows) == last - first:  # every row between: the block itself (a view of a mapped array)
+        return out_indptr, lambda a: a[block]
     wanted = np.zeros(last - first, bool)
     wanted[rows - first] = True
     postings = np.repeat(wanted, lengths)
@@ -489,7 +490,7 @@ def assemble(work: str, segments: int, tmp: str, part: str, save_id: str) -> Non
     if part in ("title", "text"):
         blocks = [functools.partial(_piece_postings, work_dir, s, part, k, piece)
                   for s in segs for k, piece in enumerate(json.loads((s / "pieces.json").read_text()))]
-        _write_counts(out / f"{part}.npz", blocks, (_docs(work_dir, segments), _terms(work_dir)))
+        write_counts(out / f"{part}.npz", blocks, (_docs(work_dir, segments), _terms(work_dir)))
     elif part == "search":
         parts = [(s / "w_indptr.npy", s / "w_indices.npy", s / "w_data.npy") for s in segs]
         layout, total = np.empty((len(parts), _terms(work_dir) + 1), np.int64), 0
@@ -533,30 +534,32 @@ def _piece_postings(work_dir: Path, seg: Path, field: str, k: int, piece: Piece)
     kind, where, lo, hi = piece
     if kind == "saved":
         indptr, indices, data, _ = storage.map_counts(Path(where), field)
-        out_indptr, take = _row_postings(indptr, np.load(work_dir / "kept.npy", mmap_mode="r")[lo:hi])
+        out_indptr, take = row_postings(indptr, np.load(work_dir / "kept.npy", mmap_mode="r")[lo:hi])
         return out_indptr, lambda name: take({"indices": indices, "data": data}[name])
     return np.load(seg / f"{field}_{k}_indptr.npy"), lambda name: np.load(seg / f"{field}_{k}_{name}.npy", mmap_mode="r")
 
 
-def _write_counts(target: Path, blocks: list[Callable[[], tuple[np.ndarray, Callable[[str], np.ndarray]]]], shape: tuple[int, int]) -> None:
+def write_counts(target: Path, blocks: list[Callable[[], tuple[np.ndarray, Callable[[str], np.ndarray]]]], shape: tuple[int, int]) -> None:
     """One field's documents x terms counts over every segment, as ``scipy.sparse.save_npz``
     writes a CSR (uncompressed): its index arrays in the dtype scipy gives a matrix of that size
     (int32 while every offset fits), each member of the archive written block by block
-    (:func:`_piece_postings`: a block's postings are read, and written, once per member)."""
-    indptrs = [block()[0] for block in blocks]
-    lengths = [int(p[-1]) for p in indptrs]
+    (``blocks``: each a call giving a block's CSR indptr and a function giving its ``"indices"``
+    or its ``"data"``, :func:`_piece_postings`; a block's arrays are read, and written, once per
+    member, and no more than one block's are held at a time)."""
+    sizes = [(len(p) - 1, int(p[-1])) for p in (block()[0] for block in blocks)]  # (rows, postings)
+    lengths = [nnz for _, nnz in sizes]
     index = np.int32 if max(sum(lengths), *shape) <= np.iinfo(np.int32).max else np.int64
     with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED, allowZip64=True) as z:  # the members in scipy's order
         with z.open("indices.npy", "w", force_zip64=True) as f:
             f.write(_npy_header(index, sum(lengths)))
             for block in blocks:
-                _write_items(f, block()[1]("indices"), index)
+                write_items(f, block()[1]("indices"), index)
         with z.open("indptr.npy", "w", force_zip64=True) as f:
-            f.write(_npy_header(index, sum(len(p) - 1 for p in indptrs) + 1))
+            f.write(_npy_header(index, sum(rows for rows, _ in sizes) + 1))
             f.write(np.zeros(1, index).tobytes())
             at = 0
-            for p, nnz in zip(indptrs, lengths, strict=True):
-                f.write((p[1:] + at).astype(index))
+            for block, nnz in zip(blocks, lengths, strict=True):
+                f.write((np.asarray(block()[0][1:], np.int64) + at).astype(index))  # offsets summed in int64: past 2**31 exact
                 at += nnz
         for name, a in (("format", np.array(b"csr")), ("shape", np.array(shape, np.int64))):
             with z.open(f"{name}.npy", "w") as f:
@@ -564,10 +567,10 @@ def _write_counts(target: Path, blocks: list[Callable[[], tuple[np.ndarray, Call
         with z.open("data.npy", "w", force_zip64=True) as f:
             f.write(_npy_header(np.int32, sum(lengths)))
             for block in blocks:
-                _write_items(f, block()[1]("data"), np.int32)
+                write_items(f, block()[1]("data"), np.int32)
 
 
-def _write_items(out, items: np.ndarray, dtype) -> None:
+def write_items(out, items: np.ndarray, dtype) -> None:
     """A one-dimensional array's items written to the open binary file ``out`` as ``dtype``s,
     in chunks (a mapped array's pages are read as they are written)."""
     step = COPY_BYTES // np.dtype(dtype).itemsize
