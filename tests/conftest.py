@@ -50,7 +50,11 @@ def pytest_collection_modifyitems(items):
     for item in items:
         path = item.nodeid.split("::")[0]
         cost[path] = cost.get(path, 0) + max((c for tier, c in _COST_BY_TIER.items() if item.get_closest_marker(tier)), default=0)
-    items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
+    # stable: a file's tests keep their order; among files of one cost the integration tests'
+    # first (real models and stores: in the quick tier, where no file has a costly marker, the
+    # encoder's file would otherwise be handed out last, its worker alone at the end)
+    integration = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("integration")}
+    items.sort(key=lambda item: (-cost[item.nodeid.split("::")[0]], item.nodeid.split("::")[0] not in integration))
 
 
 class _CpuWatch:
