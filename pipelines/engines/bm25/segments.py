@@ -447,18 +447,21 @@ def row_postings(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, Call
         starts = np.asarray(indptr[rows], np.int64)
         lengths = np.asarray(indptr[rows + 1], np.int64) - starts
         np.cumsum(lengths, out=out_indptr[1:])
-        at = np.repeat(starts - out_indptr[:-1], lengths) + np.arange(out_indptr[-1])
-        return out_indptr, lambda a: np.asarray(a[at])
+        # (the postings' positions found when they are taken: a caller after the indptr alone pays nothing for them)
+        return out_indptr, lambda a: np.asarray(a[np.repeat(starts - out_indptr[:-1], lengths) + np.arange(out_indptr[-1])])
     bounds = np.asarray(indptr[first : last + 1], np.int64)
     lengths = np.diff(bounds)
     block = slice(int(bounds[0]), int(bounds[-1]))
     np.cumsum(lengths[rows - first], out=out_indptr[1:])
     if len(rows) == last - first:  # every row between: the block itself (a view of a mapped array)
         return out_indptr, lambda a: a[block]
-    wanted = np.zeros(last - first, bool)
-    wanted[rows - first] = True
-    postings = np.repeat(wanted, lengths)
-    return out_indptr, lambda a: np.asarray(a[block])[postings]
+
+    def span_less_others(a: np.ndarray) -> np.ndarray:
+        wanted = np.zeros(last - first, bool)
+        wanted[rows - first] = True
+        return np.asarray(a[block])[np.repeat(wanted, lengths)]
+
+    return out_indptr, span_less_others
 
 
 # -- 4. assemble --------------------------------------------------------------------------
