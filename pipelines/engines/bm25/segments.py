@@ -581,7 +581,7 @@ def write_items(out, items: np.ndarray, dtype) -> None:
         out.write(np.ascontiguousarray(items[i : i + step], dtype=dtype))
 
 
-COPY_BYTES = 64 << 20  # a copy's chunk (:func:`_append_npy`)
+COPY_BYTES = 64 << 20  # a copy's chunk (:func:`_append_npy`, :func:`write_items`)
 
 
 def _npy_header(dtype, length: int) -> bytes:
@@ -598,8 +598,7 @@ def _append_npy(out, source: Path, dtype) -> None:
     in chunks (converted where the dtypes differ)."""
     items = np.load(source, mmap_mode="r")
     if items.dtype != np.dtype(dtype):
-        for i in range(0, len(items), COPY_BYTES // 8):
-            out.write(np.asarray(items[i : i + COPY_BYTES // 8]).astype(dtype).tobytes())
+        write_items(out, items, dtype)
         return
     start, size = items.offset, items.nbytes
     del items
