@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from logicrank.pipelines.engines import bm25
 from logicrank.pipelines.engines.bm25 import compiled as bm25_compiled
-from logicrank.pipelines.engines.bm25 import index, loading, storage
+from logicrank.pipelines.engines.bm25 import loading, storage
 
 
 @pytest.fixture(autouse=True, params=["compiled", "jit"])
@@ -188,23 +188,6 @@ def test_the_search_loop_over_an_empty_corpus_finds_nothing():
     keys, found = loading.kernels().top_k(q.indptr, q.indices, q.data, w.indptr[None, :].astype(np.int64), w.indices, w.data, 1,
                                           np.empty(0, np.int64), 5, np.zeros(0, np.float32), np.empty(10, np.int64), 0, 0)
     assert found.tolist() == [0]
-
-
-def test_weights_computed_in_chunks_of_documents_equal_one_pass(monkeypatch):
-    """The weights are made a block of documents at a time (bounded temporaries at 10M
-    documents); each float32 weight is the one a whole-array pass gives."""
-    import pyarrow as pa
-
-    rng = np.random.default_rng(9)
-    words = ["dog", "cat", "owner", "feeds", "runs", "trained", "rescue", "laptop", "engineer", "codes"]
-    texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for _ in range(50)]
-    batch = pa.record_batch({"doc_id": [f"d{i}" for i in range(50)], "content_hash": ["h"] * 50,
-                             "title": [None if i % 3 else "Dog owner" for i in range(50)], "text": texts})
-    whole = bm25.BM25Index.build([batch], version=1).weights()
-    monkeypatch.setattr(index, "WEIGHT_ROWS", 7)  # 8 blocks, the last one short
-    chunked = bm25.BM25Index.build([batch], version=1).weights()
-    assert (chunked.indptr == whole.indptr).all() and (chunked.indices == whole.indices).all()
-    assert chunked.data.dtype == np.float32 and (chunked.data == whole.data).all()
 
 
 def test_a_saved_index_in_segments_searches_and_scores_as_the_index_in_memory(monkeypatch, tmp_path):

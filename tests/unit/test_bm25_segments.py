@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 from logicrank.pipelines.engines import bm25
-from logicrank.pipelines.engines.bm25 import segments, storage
+from logicrank.pipelines.engines.bm25 import index, segments, storage
 from logicrank.pipelines.engines.embed import to_fixed_size_list
 from logicrank.pipelines.engines.store import DocStore
 from tests.conftest import scifact_docs
@@ -328,3 +328,51 @@ def test_counts_archives_sum_offsets_past_2_to_the_31st(tmp_path):
     with np.load(tmp_path / "c.npz") as z:
         assert z["indptr"].dtype == np.int64
         assert z["indptr"].tolist() == [0, big, big + 4, big + 9]
+
+
+def _weights_by_scipy(title, text, idf, avgdl):
+    """BM25 weights as a whole-array numpy and scipy computation gives them: the fields summed,
+    each weight in float64 rounded to float32, the matrix transposed (the reference)."""
+    tf = (title + text).tocsr()
+    tf.sort_indices()
+    dl = np.asarray(tf.sum(axis=1), np.float64).ravel()
+    norm = index.K1 * (1 - index.B + index.B * dl / avgdl)
+    row = np.repeat(np.arange(tf.shape[0]), np.diff(tf.indptr))
+    f = tf.data.astype(np.float64)
+    w = (idf[tf.indices] * (index.K1 + 1) * f / (f + norm[row])).astype(np.float32)
+    return sp.csr_matrix((w, tf.indices, tf.indptr), shape=tf.shape).T.tocsr()
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_weights_equal_a_whole_array_computation(index_dtype):
+    """The compiled passes give, posting for posting, the float32 weights a whole-array float64
+    computation gives: documents with a title only, a text only, neither, a term in both fields,
+    an explicit zero count (no posting), rows not sorted by term (sorted first)."""
+    rng = np.random.default_rng(3)
+    docs, terms = 2000, 300
+
+    def counts(density):
+        return sp.random(docs, terms, density=density, format="csr", random_state=rng, data_rvs=lambda n: rng.integers(1, 9, n)).astype(np.int32)
+
+    title, text = counts(0.05), counts(0.2)
+    title.data[::17] = 0  # stored zeros: a count of 0 makes no posting (scipy's sum drops it)
+    text.data[text.indptr[5] : text.indptr[6]] = 0  # a document with no text (and some with no title)
+    text.eliminate_zeros()
+    for m in (title, text):  # rows in descending term order
+        for r in range(docs):
+            a, b = m.indptr[r], m.indptr[r + 1]
+            m.indices[a:b], m.data[a:b] = m.indices[a:b][::-1].copy(), m.data[a:b][::-1].copy()
+        m.has_sorted_indices = False
+    df = np.maximum(np.bincount(title.indices, minlength=terms), np.bincount(text.indices, minlength=terms))
+    idf = index.idf_of(docs, df)
+    avgdl = (title.sum() + text.sum()) / docs
+    want = _weights_by_scipy(title.copy(), text.copy(), idf, avgdl)
+    for m in (title, text):  # int64: as scipy holds counts past 2**31 postings
+        m.indptr, m.indices = m.indptr.astype(index_dtype), m.indices.astype(index_dtype)
+    got = index.weigh(title, text, idf, avgdl)
+    assert got.shape == (terms, docs) and got.indptr.dtype == np.int64 and got.has_sorted_indices
+    assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+    assert got.data.dtype == np.float32 and np.array_equal(got.data, want.data)
+    # the one-document extremes: no counts at all
+    empty = sp.csr_matrix((1, terms), dtype=np.int32)
+    assert index.weigh(empty, empty.copy(), idf, avgdl).nnz == 0

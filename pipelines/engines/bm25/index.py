@@ -35,7 +35,6 @@ from logicrank.pipelines.engines.bm25.analyzer import WORD, Analyzer, Vocabulary
 
 K1, B = 1.2, 0.75
 SOURCE_COLUMNS = ["doc_id", "content_hash", "title", "text"]  # the table's columns an index is made from
-WEIGHT_ROWS = 1 << 17  # documents whose weights are computed at once (float64 temporaries of ~250 MiB)
 _BLOCK = 1 << 17  # documents scored at once: the accumulator (512 KiB) stays in a core's cache
 
 
@@ -104,25 +103,24 @@ def weigh(title: sp.csr_matrix, text: sp.csr_matrix, idf: np.ndarray, avgdl: flo
     """Documents' term counts (title and text, documents x vocabulary) -> their terms x documents
     BM25 weights (float32, as LanceDB scores; each term's documents sorted; int64 indptr). The
     statistics are the collection's (``idf``, ``avgdl``): the documents may be one segment of it
-    (segments.py), whose weights are those of its rows in the whole collection's. Computed in
-    float64 ``WEIGHT_ROWS`` documents at a time (the temporaries stay bounded at 10M
-    documents), each weight rounded to float32 as one whole-array pass would round it."""
-    tf = (title + text).tocsr()
-    tf.sort_indices()
-    dl = row_sums(tf).astype(np.float64)
+    (segments.py), whose weights are those of its rows in the whole collection's. Two passes of
+    compiled loops over the counts (kernels.py: :func:`~.kernels.weight_layout`,
+    :func:`~.kernels.weight_postings`) write the weights where they go in the transposed layout,
+    each computed in float64 and rounded once to float32: no documents x terms sum of the fields
+    or its transpose is made. The counts' rows are sorted by term id first, where they are not."""
+    kern = loading.kernels()
+    for m in (title, text):
+        m.sum_duplicates()  # each row's terms sorted and distinct (a no-op for the analyzer's and the saved counts)
+    idf = np.ascontiguousarray(idf, np.float64)
+    fields = (title.indptr, title.indices, title.data, text.indptr, text.indices, text.data)
+    starts, dl = kern.weight_layout(*fields, len(idf))
+    dl = dl.astype(np.float64)
     norm = K1 * (1 - B + B * dl / avgdl) if avgdl else np.full(len(dl), K1)
-    w = np.empty(tf.nnz, np.float32)
-    for r0 in range(0, tf.shape[0], WEIGHT_ROWS):
-        r1 = min(tf.shape[0], r0 + WEIGHT_ROWS)
-        a, b = tf.indptr[r0], tf.indptr[r1]
-        row = np.repeat(np.arange(r0, r1), np.diff(tf.indptr[r0 : r1 + 1]))
-        f = tf.data[a:b].astype(np.float64)
-        w[a:b] = idf[tf.indices[a:b]] * (K1 + 1) * f / (f + norm[row])
-    weights = sp.csr_matrix((w, tf.indices, tf.indptr), shape=tf.shape).T.tocsr()
-    del tf, w
-    weights.sort_indices()  # a shard finds its documents in a term's postings by binary search
-    weights.indptr = weights.indptr.astype(np.int64)  # past 2**31 postings (10M documents and more)
-    return weights
+    docs, weights = kern.weight_postings(*fields, starts, idf, K1, norm)
+    out = sp.csr_matrix((weights, docs, starts), shape=(len(idf), title.shape[0]))
+    out.indptr = starts  # int64 past 2**31 postings (10M documents and more); scipy may have narrowed it
+    out.has_sorted_indices = True  # each term's documents ascending: a shard finds its own by binary search
+    return out
 
 
 def merge_keys(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,7 @@
 """The BM25 engine's loops for numba (as bm25s's fastest backend): the search loop
-:func:`top_k`, and the kernels that lay a saved index's postings out in segments of documents
-(:func:`segment_starts`, :func:`segment_copy`).
+:func:`top_k`, the kernels that lay a saved index's postings out in segments of documents
+(:func:`segment_starts`, :func:`segment_copy`), and the two passes that turn documents' term
+counts into their terms' BM25 weights (:func:`weight_layout`, :func:`weight_postings`).
 
 They are defined here, at module level, so that numba's on-disk cache serves every process of
 a machine: the first process to search compiles them (about 15 s on 2 cores) and writes the
@@ -64,6 +65,64 @@ def segment_starts(indptr, indices, seg_rows, n_seg):
             out[t, s] = first_at_least(indices, out[t, s - 1], b, s * seg_rows)
         out[t, n_seg] = b
     return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _next_term(a_indices, a_data, i, ie, b_indices, b_data, j, je):
+    """The next term of two documents' rows merged (each sorted by term id), its count summed
+    over both, and the positions after it."""
+    if j >= je or (i < ie and a_indices[i] < b_indices[j]):
+        return np.int64(a_indices[i]), np.int64(a_data[i]), i + 1, j
+    if i >= ie or b_indices[j] < a_indices[i]:
+        return np.int64(b_indices[j]), np.int64(b_data[j]), i, j + 1
+    return np.int64(a_indices[i]), np.int64(a_data[i]) + np.int64(b_data[j]), i + 1, j + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def weight_layout(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, terms):
+    """The first pass over two fields' counts (documents x terms CSR, each row sorted by term
+    id, the same documents): each term's postings' start in the terms x documents layout
+    (``terms + 1`` offsets, int64) and each document's length (both fields' counts summed). A
+    term a document holds in either field, with a count other than 0, is one posting."""
+    docs = len(a_indptr) - 1
+    starts = np.zeros(terms + 1, np.int64)
+    lengths = np.zeros(docs, np.int64)
+    for d in range(docs):
+        i, ie, j, je = np.int64(a_indptr[d]), np.int64(a_indptr[d + 1]), np.int64(b_indptr[d]), np.int64(b_indptr[d + 1])
+        total = np.int64(0)
+        while i < ie or j < je:
+            t, f, i, j = _next_term(a_indices, a_data, i, ie, b_indices, b_data, j, je)
+            if f != 0:
+                starts[t + 1] += 1
+                total += f
+        lengths[d] = total
+    for t in range(terms):
+        starts[t + 1] += starts[t]
+    return starts, lengths
+
+
+@numba.njit(cache=True, nogil=True)
+def weight_postings(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, starts, idf, k1, norm):
+    """The second pass: every posting's document (int32) and BM25 weight (float32), terms x
+    documents in :func:`weight_layout`'s ``starts``, each term's documents ascending. The weight
+    is ``idf[t] * (k1 + 1) * f / (f + norm[d])`` in float64, operation by operation as numpy
+    evaluates that expression over arrays, rounded once to float32."""
+    docs = len(a_indptr) - 1
+    nnz = starts[len(starts) - 1]
+    out_docs = np.empty(nnz, np.int32)
+    out_weights = np.empty(nnz, np.float32)
+    at = starts[:-1].copy()
+    for d in range(docs):
+        i, ie, j, je = np.int64(a_indptr[d]), np.int64(a_indptr[d + 1]), np.int64(b_indptr[d]), np.int64(b_indptr[d + 1])
+        while i < ie or j < je:
+            t, f, i, j = _next_term(a_indices, a_data, i, ie, b_indices, b_data, j, je)
+            if f != 0:
+                x = np.float64(f)
+                p = at[t]
+                out_docs[p] = d
+                out_weights[p] = np.float32(idf[t] * (k1 + 1) * x / (x + norm[d]))
+                at[t] = p + 1
+    return out_docs, out_weights
 
 
 @numba.njit(cache=True, nogil=True)
