@@ -372,7 +372,8 @@ def test_weights_equal_a_whole_array_computation(index_dtype):
     got = index.weigh(title, text, idf, avgdl)
     assert got.shape == (terms, docs) and got.indptr.dtype == np.int64 and got.has_sorted_indices
     assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
-    assert got.data.dtype == np.float32 and np.array_equal(got.data, want.data)
-    # the one-document extremes: no counts at all
+    assert got.data.dtype == np.float32
+    np.testing.assert_allclose(got.data, want.data, rtol=1e-7, atol=0)  # within float32's rounding of one float64 computation
+    # a document with no counts at all makes no posting
     empty = sp.csr_matrix((1, terms), dtype=np.int32)
     assert index.weigh(empty, empty.copy(), idf, avgdl).nnz == 0
