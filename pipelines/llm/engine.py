@@ -187,6 +187,13 @@ def configure_vllm_env(cfg: LLMConfig) -> None:
     import warnings
 
     warnings.filterwarnings("ignore", message=".*reduce_op.*", category=FutureWarning)  # vLLM's own, harmless
+    # the same, in the engine core's process (``separate``: spawned, it inherits the environment, not this filter)
+    if _REDUCE_OP_WARNING not in os.environ.get("PYTHONWARNINGS", "").split(","):
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), _REDUCE_OP_WARNING]))
+
+
+# (Python's -W syntax: the message's start, matched literally)
+_REDUCE_OP_WARNING = "ignore:`torch.distributed.reduce_op` is deprecated:FutureWarning"
 
 
 @contextlib.contextmanager

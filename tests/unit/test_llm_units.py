@@ -507,3 +507,31 @@ def test_an_eager_engine_compiles_nothing_and_a_users_setting_stays():
     env["TORCH_COMPILE_DISABLE"] = "0"
     out = subprocess.run([sys.executable, "-c", child, "torch first"], capture_output=True, text=True, env=env, check=True).stdout.split()
     assert out == ["0", "0", "False", "0", "False"]
+
+
+def test_the_engine_cores_own_process_drops_vllms_reduce_op_warning_and_keeps_others():
+    """``engine_process: separate``: vLLM spawns the engine core, which inherits the environment
+    but not the filters of the process that set up the engine; vLLM's harmless FutureWarning
+    about ``torch.distributed.reduce_op`` stays out of the job's terminal there too, any other
+    warning still shows, and a filter the user set stays (once, however often the engine starts)."""
+    import subprocess
+    import sys
+
+    core = ("import warnings; warnings.warn('`torch.distributed.reduce_op` is deprecated, please use "
+            "`torch.distributed.ReduceOp` instead', FutureWarning); warnings.warn('something else', FutureWarning)")
+    child = (
+        "import os, subprocess, sys; from logicrank.pipelines.config.settings import LLMConfig\n"
+        "from logicrank.pipelines.llm.engine import configure_vllm_env\n"
+        "configure_vllm_env(LLMConfig(engine_process='separate')); configure_vllm_env(LLMConfig(engine_process='separate'))\n"
+        "print(os.environ['PYTHONWARNINGS'])\n"
+        "sys.stdout.flush(); subprocess.run([sys.executable, '-c', sys.argv[1]], check=True)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    for user in (None, "default::DeprecationWarning"):
+        if user:
+            env["PYTHONWARNINGS"] = user
+        run = subprocess.run([sys.executable, "-c", child, core], capture_output=True, text=True, env=env, check=True)
+        assert "reduce_op" not in run.stderr and "FutureWarning: something else" in run.stderr, run.stderr
+        filters = run.stdout.strip().split(",")
+        assert filters.count("ignore:`torch.distributed.reduce_op` is deprecated:FutureWarning") == 1, filters
+        assert filters[0] == user if user else len(filters) == 1, filters
