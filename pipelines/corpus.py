@@ -8,7 +8,9 @@ as part of its first record.
 
 Every input row comes out exactly once, either valid (``_reason`` null) or marked with
 the reason it was rejected and where it came from (``_source``, ``_location``: the 1-based
-line of a JSONL or TSV row or of a TREC ``<DOC>`` tag, the 0-based row of a Parquet file).
+line of a JSONL or TSV row or of a TREC ``<DOC>`` tag, the 0-based row of a Parquet file;
+``_record``: its place among its source's rows, 0-based, which tells apart the DOCs of one
+TREC line).
 Deciding what to do with rejects is the caller's business; a bad row never hides a good one.
 
 TREC SGML (kind ``trec``; ``.trec``, ``.trectext``, ``.sgml``, ``.sgm``, each with optional
@@ -92,6 +94,8 @@ PARSED = pa.schema(
         pa.field("content_hash", pa.string()),  # null on a rejected row
         pa.field("_source", pa.string(), nullable=False),
         pa.field("_location", pa.int64(), nullable=False),
+        # the row's place among its source's rows, 0-based: with _source, the row's key (a TREC line may hold several DOCs)
+        pa.field("_record", pa.int64(), nullable=False),
         pa.field("_reason", pa.string()),  # null: valid; else one of REJECT_REASONS
         pa.field("_detail", pa.string()),
     ]
@@ -359,6 +363,7 @@ class _Batcher:
         self.uri, self.size = uri, size
         self.schema = PARSED_VECTORS if vectors else PARSED
         self.cols: dict[str, list[Any]] = {name: [] for name in self.schema.names}
+        self.records = 0  # rows added so far: the next row's _record
 
     def add(self, location: int, fields: dict[str, Any], reason: str | None, detail: str | None) -> None:
         c = self.cols
@@ -370,6 +375,8 @@ class _Batcher:
         )
         c["_source"].append(self.uri)
         c["_location"].append(location)
+        c["_record"].append(self.records)
+        self.records += 1
         c["_reason"].append(reason)
         c["_detail"].append(detail)
         if "vector" in c:
@@ -818,7 +825,7 @@ def source_fault(src: Source, error: SourceError, vectors: bool = False) -> pa.T
     """The one PARSED row (PARSED_VECTORS with ``vectors``, as its file's other batches) a reader
     running in a Ray task sends in place of a failed file: ``_reason`` :data:`UNREADABLE`,
     ``_detail`` the refusal. The job's writer raises it."""
-    row = {**_blank(), "content_hash": None, "_source": src.uri, "_location": -1, "_reason": UNREADABLE, "_detail": str(error)}
+    row = {**_blank(), "content_hash": None, "_source": src.uri, "_location": -1, "_record": -1, "_reason": UNREADABLE, "_detail": str(error)}
     return pa.Table.from_pylist([row], schema=PARSED_VECTORS if vectors else PARSED)
 
 

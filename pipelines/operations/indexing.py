@@ -387,7 +387,7 @@ class IndexWriter:
     (the index job calls it on Ctrl-C and SIGTERM too).
 
     ``seen`` (:class:`SeenIds`, on disk under ``seen_dir``) holds each id kept with the key of
-    the source row it came from. A row delivered twice (a task Ray re-ran after losing a
+    the source row it came from (its ``_source`` and ``_record``). A row delivered twice (a task Ray re-ran after losing a
     worker) has the same key and is dropped quietly (counted as ``redelivered``); a second row
     with the same id elsewhere in the snapshot is a ``duplicate_id`` reject. A worker's file is
     committed whole when every row in it is kept, not at all when none is (a batch delivered
@@ -452,7 +452,7 @@ class IndexWriter:
             raise SourceError(batch.filter(faults).column("_detail")[0].as_py())
         actions = batch.column("_action").to_pylist()
         ids = batch.column("doc_id").to_pylist()
-        keys = [hash(k) for k in zip(batch.column("_source").to_pylist(), batch.column("_location").to_pylist(), strict=True)]
+        keys = [hash(k) for k in zip(batch.column("_source").to_pylist(), batch.column("_record").to_pylist(), strict=True)]
         # what came before this batch, asked once for the batch; then the batch's own rows on top
         before, rejected_before = self.seen.keys_of(ids), self.seen.rejected_among(keys)
         kept: dict[str, int] = {}

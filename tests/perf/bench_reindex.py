@@ -153,7 +153,7 @@ def _snapshot(n: int, batch_rows: int = 512):
         hashes = [f"hd{i:09d}" if i % 100 != 3 else f"changed{i}" for i in part]
         k = len(part)
         yield pa.Table.from_pydict({"doc_id": doc_ids, "title": [None] * k, "text": ["x"] * k, "metadata": [None] * k, "content_hash": hashes,
-                                    "_source": ["snap.jsonl"] * k, "_location": part, "_reason": [None] * k, "_detail": [None] * k}, schema=PARSED)
+                                    "_source": ["snap.jsonl"] * k, "_location": part, "_record": part, "_reason": [None] * k, "_detail": [None] * k}, schema=PARSED)
 
 
 class _ZeroEmbedder:

@@ -38,13 +38,14 @@ class _RecordingStore:
 
 
 def _batch(rows: list[tuple[str | None, str, int, str | None]]) -> pa.Table:
-    """(doc_id, source, location, reject reason) -> an embedded batch as the actors send it."""
+    """(doc_id, source, record, reject reason) -> an embedded batch as the actors send it (the
+    record's line, its location, the same number)."""
     n = len(rows)
     t = pa.Table.from_pydict(
         {
             "doc_id": [r[0] for r in rows], "title": [None] * n, "text": [None if r[3] else "x" for r in rows],
             "metadata": [None] * n, "content_hash": [None if r[3] else "h" for r in rows], "_source": [r[1] for r in rows],
-            "_location": [r[2] for r in rows], "_reason": [r[3] for r in rows], "_detail": [None] * n,
+            "_location": [r[2] for r in rows], "_record": [r[2] for r in rows], "_reason": [r[3] for r in rows], "_detail": [None] * n,
         },
         schema=PARSED,
     )
@@ -70,6 +71,27 @@ def test_a_redelivered_row_is_written_once_and_a_repeated_id_is_a_reject(tmp_pat
     assert writer.counts == {"insert": 3, "reject": 2}
     rejects = pq.read_table(tmp_path / "rejects.parquet").to_pylist()
     assert [(r["location"], r["reason"]) for r in rejects] == [(3, "malformed_json"), (9, "duplicate_id")]
+
+
+def test_the_rows_of_one_trec_line_are_told_apart_by_their_record(tmp_path):
+    """Several TREC DOCs on one line share their location (the line of their <DOC>): a reject
+    there, stray text or a repeated id never makes another row of the line look like a
+    redelivery; the rows are known by their record, and a batch delivered twice still is."""
+    store, sink = _RecordingStore(), RejectSink(tmp_path / "rejects.parquet")
+    writer = IndexWriter(store, "m", sink, chunk_rows=2)
+    rows = [("x1", "c.trec", 7, "empty_text"), ("x2", "c.trec", 7, None), (None, "c.trec", 8, "outside_doc"), ("x3", "c.trec", 8, None),
+            ("x2", "c.trec", 8, None)]
+    batch = _batch(rows)
+    batch = batch.set_column(batch.schema.get_field_index("_record"), "_record", pa.array(range(len(rows)), pa.int64()))
+    writer.consume(batch)
+    writer.consume(batch)  # Ray re-ran the task
+    writer.flush()
+    sink.close()
+    assert store.written == ["x2", "x3"]
+    assert writer.redelivered == 5 and writer.counts == {"insert": 2, "reject": 3}
+    rejects = pq.read_table(tmp_path / "rejects.parquet").to_pylist()
+    assert [(r["location"], r["doc_id"], r["reason"]) for r in rejects] == [(7, "x1", "empty_text"), (8, None, "outside_doc"),
+                                                                            (8, "x2", "duplicate_id")]
 
 
 def test_inserts_are_appended_and_updates_merged_by_id(tmp_path):
@@ -144,7 +166,7 @@ def _parsed(ids: list[str | None], hashes: list[str | None], reasons: list[str |
     reasons = reasons or [None] * n
     return pa.Table.from_pydict(
         {"doc_id": ids, "title": [None] * n, "text": ["x"] * n, "metadata": [None] * n, "content_hash": hashes,
-         "_source": ["f.jsonl"] * n, "_location": list(range(n)), "_reason": reasons, "_detail": [None] * n},
+         "_source": ["f.jsonl"] * n, "_location": list(range(n)), "_record": list(range(n)), "_reason": reasons, "_detail": [None] * n},
         schema=PARSED,
     )
 
@@ -289,7 +311,8 @@ def _rows(store) -> dict[str, tuple]:
 
 def _texts(ids: list[str], texts: list[str], start: int) -> pa.Table:
     b = _parsed(ids, [f"h-{t}" for t in texts])
-    return b.set_column(2, "text", pa.array(texts)).set_column(6, "_location", pa.array(range(start, start + len(ids)), pa.int64()))
+    rows = pa.array(range(start, start + len(ids)), pa.int64())
+    return b.set_column(2, "text", pa.array(texts)).set_column(6, "_location", rows).set_column(7, "_record", rows)
 
 
 def test_workers_write_new_rows_the_driver_commits_them_and_the_table_equals_the_drivers_own_writes(tmp_path):

@@ -84,6 +84,18 @@ def test_trec_round_trip(tmp_path, name):
     assert t.column("metadata").to_pylist() == [None] * 4
 
 
+def test_the_docs_of_one_line_share_their_location_and_each_has_its_own_record(tmp_path):
+    """A file with several DOCs on a line (a reject and stray text among them): every DOC is
+    a row, located at its <DOC>'s line, numbered in the file's order across batches."""
+    path = tmp_path / "c.trec"
+    path.write_text("<DOC><DOCNO>A</DOCNO><TEXT>first</TEXT></DOC>\n"
+                    "<DOC><DOCNO>X1</DOCNO><TEXT></TEXT></DOC><DOC><DOCNO>X2</DOCNO><TEXT>two on a line</TEXT></DOC>\n"
+                    "junk <DOC><DOCNO>X3</DOCNO><TEXT>after junk</TEXT></DOC>\n")
+    t = _read_all(path, batch_rows=2)
+    got = list(zip(*(t.column(c).to_pylist() for c in ("doc_id", "_location", "_record", "_reason")), strict=True))
+    assert got == [("A", 1, 0, None), ("X1", 2, 1, "empty_text"), ("X2", 2, 2, None), (None, 3, 3, "outside_doc"), ("X3", 3, 4, None)]
+
+
 @pytest.mark.parametrize("name", ["c.tsv", "c.tsv.gz"])
 def test_tsv_round_trip(tmp_path, name):
     docs = [{"_id": d["_id"], "text": d["text"].replace("\n", " ").replace("\t", " ")} for d in DOCS]
