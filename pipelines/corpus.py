@@ -51,7 +51,7 @@ TSV (kind ``tsv``; ``.tsv``, ``.tsv.gz``): one document per line, ``id<TAB>text`
 no quoting, blank lines skipped, a trailing ``\r`` dropped. A line that is not exactly two
 tab-separated fields (no tab, or a third column) is a ``bad_tsv_row`` reject; the two fields
 are then checked by :func:`validate_record` (an empty id: ``missing_id``; blank text:
-``empty_text``).
+``empty_text``, a TSV line having no title).
 
 Precomputed vectors (``logicrank index --vector-column NAME``, :class:`VectorColumn`): a JSONL
 record's field ``NAME`` holds a list of numbers, a Parquet file's column ``NAME`` a list (or
@@ -332,6 +332,8 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
     if isinstance(doc_id, bool) or (doc_id is not None and not isinstance(doc_id, (str, int))):
         return empty, "bad_field_type", f"id must be a string, got {type(doc_id).__name__}"
     doc_id = None if doc_id is None else str(doc_id)
+    if doc_id is not None and not _encodes(doc_id):
+        return empty, "invalid_utf8", f"the id {doc_id!r} holds a lone surrogate escape (half of a pair: no character)"
     fields = dict(empty, doc_id=doc_id or None)
     if not doc_id or not doc_id.strip():
         return fields, "missing_id", f"none of {list(ID_KEYS)} holds a non-empty id"
@@ -345,14 +347,26 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
         return fields, "bad_field_type", f"title must be a string, got {type(title).__name__}"
     if text is not None and not isinstance(text, str):
         return fields, "bad_field_type", f"text must be a string, got {type(text).__name__}"
-    if not text or not text.strip():
-        return fields, "empty_text", f"none of {list(TEXT_KEYS)} holds non-blank text"
+    if not (text and text.strip()) and not (title and title.strip()):  # a title alone is a document (BEIR has such: an abstract missing)
+        return fields, "empty_text", f"none of {list(TEXT_KEYS)} nor the title holds non-blank text"
     if metadata is not None and not isinstance(metadata, str):
         metadata = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
-    size = len(text.encode("utf-8")) + len((title or "").encode("utf-8"))
+    if not all(map(_encodes, (title or "", text or "", metadata or ""))):
+        return fields, "invalid_utf8", "the title, text or metadata holds a lone surrogate escape (half of a pair: no character)"
+    size = len((text or "").encode("utf-8")) + len((title or "").encode("utf-8"))
     if size > max_doc_bytes:
         return fields, "oversized", f"{size} bytes of title+text > max_doc_bytes={max_doc_bytes}"
-    return {"doc_id": doc_id, "title": title or None, "text": text, "metadata": metadata}, None, None
+    return {"doc_id": doc_id, "title": title or None, "text": text or "", "metadata": metadata}, None, None
+
+
+def _encodes(value: str) -> bool:
+    """Whether ``value`` is text UTF-8 can hold: JSON may escape half of a surrogate pair
+    (``"\\ud800"``), which Python decodes to a string that is no character."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class _Batcher:
@@ -738,7 +752,7 @@ def _parse_trec(body: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | 
 
 # validate_record's details name JSON keys; these say the same of a TREC DOC or a TSV line
 _TREC_SAYS = {"missing_id": "no <DOCNO> element holding a non-blank id",
-              "empty_text": "no non-blank text (in its <TEXT> elements; where it has none, outside its DOCNO and title elements)"}
+              "empty_text": "no non-blank text and no title (text: in its <TEXT> elements; where it has none, outside its DOCNO and title elements)"}
 _TSV_SAYS = {"missing_id": "the id (the first field) is empty", "empty_text": "the text (the second field) is blank"}
 
 

@@ -47,6 +47,32 @@ def test_beir_dir_parquet_and_uri(tmp_path):
     assert via_uri.column("_source")[0].as_py().startswith("file://")
 
 
+def test_a_title_alone_is_a_document_and_a_lone_surrogate_is_a_reject_not_a_crash(tmp_path):
+    """BEIR corpora hold documents with a title and no text (an abstract missing): they are
+    documents, with empty text; a record with neither is ``empty_text``. JSON can escape half of
+    a surrogate pair, which is no character: that record is ``invalid_utf8`` (its id kept where
+    the id is text) and the lines around it are read."""
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join([
+        '{"_id": "t1", "title": "Only a title", "text": ""}',
+        '{"_id": "t2", "title": "No text key"}',
+        '{"_id": "e1", "title": "  ", "text": ""}',
+        '{"_id": "s1", "text": "lone \\ud800 surrogate"}',
+        '{"_id": "s2", "title": "\\udc00", "text": "t"}',
+        '{"_id": "\\ud800x", "text": "t"}',
+        '{"_id": "ok", "text": "a pair \\ud83d\\ude00 is fine"}',
+    ]) + "\n")
+    t = _read_all(str(path))
+    got = list(zip(*(t.column(c).to_pylist() for c in ("doc_id", "title", "text", "_reason")), strict=True))
+    assert got == [("t1", "Only a title", "", None), ("t2", "No text key", "", None), ("e1", None, None, "empty_text"),
+                   ("s1", None, None, "invalid_utf8"), ("s2", None, None, "invalid_utf8"), (None, None, None, "invalid_utf8"),
+                   ("ok", None, "a pair \U0001F600 is fine", None)]
+    trec = tmp_path / "c.trec"
+    trec.write_text("<DOC>\n<DOCNO>T</DOCNO>\n<TITLE>Title only</TITLE>\n<TEXT>\n</TEXT>\n</DOC>\n")
+    assert _read_all(str(trec)).select(["doc_id", "title", "text", "_reason"]).to_pylist() == [
+        {"doc_id": "T", "title": "Title only", "text": "", "_reason": None}]
+
+
 def test_every_bad_row_is_kept_with_reason_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     lines = [
