@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import gzip
 import html
+import json
 import re
 from pathlib import Path
 from typing import Literal
@@ -119,8 +120,37 @@ def _read_jsonl_queries(path: Path) -> list[dict]:
             text = next(obj[k] for k in _QTEXT_KEYS if k in obj)
         except StopIteration:
             raise TopicsError(f"queries {path}: line {n} is not a JSON object {expect}.") from None
-        rows.append({"query_id": str(qid), "text": str(text), "logical_query": obj.get("logical_query")})
+        rows.append({"query_id": _query_id(qid, path, n), "text": _query_text(text, path, n), "logical_query": obj.get("logical_query")})
     return rows
+
+
+def _query_id(qid, path: Path, n: int) -> str:
+    """A JSONL query's id as text: a string, or an integer as its decimal text; anything else
+    (null, true, 3.0, a list) would become an id no qrels line holds, and is refused."""
+    if isinstance(qid, bool) or not isinstance(qid, (str, int)):
+        raise TopicsError(f"queries {path}: line {n}: the query id is {json.dumps(qid)}; give a string (or an integer).")
+    qid = str(qid)
+    if not qid.strip() or qid != qid.strip() or not _utf8(qid):
+        raise TopicsError(f"queries {path}: line {n}: the query id {qid!r} is blank, has surrounding whitespace or is not text; "
+                          "qrels and runs name it exactly as given.")
+    return qid
+
+
+def _query_text(text, path: Path, n: int) -> str:
+    """A JSONL query's text, a string (blank is a query with no text: the jobs say so)."""
+    if not isinstance(text, str):
+        raise TopicsError(f"queries {path}: line {n}: the query text is {json.dumps(text)}; give a string.")
+    if not _utf8(text):
+        raise TopicsError(f"queries {path}: line {n}: the query text holds a lone surrogate escape (half of a pair: no character).")
+    return text
+
+
+def _utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _tab_hint(line: str) -> str:

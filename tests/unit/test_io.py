@@ -27,6 +27,35 @@ def test_trec_formats_and_errors(tmp_path):
         read_queries(tmp_path / "dup.jsonl")
 
 
+@pytest.mark.parametrize("line, says", [
+    ('{"_id": null, "text": "a"}', "the query id is null"),
+    ('{"_id": true, "text": "a"}', "the query id is true"),
+    ('{"_id": 3.0, "text": "a"}', "the query id is 3.0"),
+    ('{"_id": ["q"], "text": "a"}', 'the query id is ["q"]'),
+    ('{"_id": " q6 ", "text": "a"}', "surrounding whitespace"),
+    ('{"_id": "", "text": "a"}', "is blank"),
+    ('{"_id": "\\ud800", "text": "a"}', "not text"),
+    ('{"_id": "q", "text": null}', "the query text is null"),
+    ('{"_id": "q", "text": 7}', "the query text is 7"),
+    ('{"_id": "q", "text": "half \\ud800 a pair"}', "lone surrogate"),
+])
+def test_a_jsonl_query_whose_id_or_text_is_not_text_is_refused_naming_its_line(tmp_path, line, says):
+    """Not read as "None", "True", "3.0" or a list's repr (ids no qrels line holds, or the word
+    "None" searched for): refused in one line."""
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"_id": "ok", "text": "fine"}\n' + line + "\n")
+    with pytest.raises(TopicsError, match="line 2: ") as err:
+        read_queries(path)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_jsonl_query_id_may_be_an_integer_and_a_text_blank(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"_id": 7, "text": "seven"}\n{"_id": "0001", "text": ""}\n')
+    q = read_queries(path)
+    assert q.column("query_id").to_pylist() == ["7", "0001"] and q.column("text").to_pylist() == ["seven", ""]
+
+
 def test_rank_pairs_orders_and_breaks_ties_by_doc_id(tmp_path):
     import pandas as pd
 
