@@ -112,7 +112,7 @@ _TREC_SUFFIXES = tuple(s + gz for s in (".trec", ".trectext", ".sgml", ".sgm") f
 _TSV_SUFFIXES = (".tsv", ".tsv.gz")
 KINDS = ("jsonl", "parquet", "trec", "tsv")
 _KIND_NAMES = {"jsonl": "JSONL", "parquet": "Parquet", "trec": "TREC SGML", "tsv": "TSV"}
-_NOT_DOCUMENTS = ("queries", "qrels", "topics")  # names that, in a directory read --format trec or tsv, are a test collection's other files
+_NOT_DOCUMENTS = ("queries", "qrels", "topics")  # names that, in a directory, are a test collection's other files (never indexed)
 # A directory holding any of these is a BEIR directory, whose corpus must be corpus.jsonl[.gz].
 _BEIR_MARKERS = ("queries.jsonl", "queries.jsonl.gz", "qrels")
 
@@ -292,7 +292,7 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
     else:  # a directory's .tsv files are often its queries and qrels (MS MARCO's layout): read them only when told
         kinds = {p: None if k == "tsv" else k for p, k in kinds.items()}
     wanted = [p for p in files if kinds[p] is not None and (fmt in ("auto", "beir") or kinds[p] == fmt)]
-    not_docs = [p.rsplit("/", 1)[-1] for p in wanted if fmt in ("trec", "tsv") and p.rsplit("/", 1)[-1].lower().startswith(_NOT_DOCUMENTS)]
+    not_docs = [p.rsplit("/", 1)[-1] for p in wanted if p.rsplit("/", 1)[-1].lower().startswith(_NOT_DOCUMENTS)]
     if not_docs:
         raise CorpusError(f"corpus: {location!r} holds query or relevance files ({', '.join(not_docs[:5])}), not documents; "
                           "give the collection file itself.")

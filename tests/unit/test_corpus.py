@@ -29,6 +29,24 @@ def test_jsonl_plain_and_gzip_read_the_same(tmp_path):
     assert plain.column("_location").to_pylist() == [1, 2]
 
 
+def test_a_directory_whose_files_include_queries_is_refused_not_indexed_with_them(tmp_path):
+    """A directory of JSONL files where one is a query file (`queries.dev.jsonl` beside the
+    collection), or of BEIR sets one per subdirectory (CQADupStack's layout): its queries would
+    be indexed as documents; it is refused naming them."""
+    mixed = tmp_path / "mixed"
+    write_jsonl(mixed / "collection.jsonl", ROWS)
+    write_jsonl(mixed / "queries.dev.jsonl", [{"_id": "q1", "text": "a query"}])
+    with pytest.raises(CorpusError, match=r"holds query or relevance files \(queries.dev.jsonl\), not documents"):
+        list_sources(str(mixed))
+    cqa = tmp_path / "cqadupstack"
+    for forum in ("android", "english"):
+        write_jsonl(cqa / forum / "corpus.jsonl", ROWS)
+        write_jsonl(cqa / forum / "queries.jsonl", [{"_id": "q1", "text": "a query"}])
+    with pytest.raises(CorpusError, match=r"holds query or relevance files \(queries.jsonl, queries.jsonl\)"):
+        list_sources(str(cqa))
+    assert [s.path.rsplit("/", 2)[-2:] for s in list_sources(str(cqa / "android"))] == [["android", "corpus.jsonl"]]
+
+
 def test_beir_dir_parquet_and_uri(tmp_path):
     beir = tmp_path / "beir"
     write_jsonl(beir / "corpus.jsonl", ROWS)
