@@ -133,6 +133,7 @@ class IndexSummary:
     table_version: int | None = None
     table_rows: int = 0
     absent: int = 0  # stored documents missing from the snapshot
+    held: int = 0  # stored documents whose only row in the snapshot was rejected: not absent, kept as stored
     redelivered: int = 0  # source rows Ray delivered twice (a retried task), written once
     # the encoder workers' data files of new documents (--writes workers, on a pool): files_committed, committed whole;
     # files_salvaged, those whose kept rows were read back and appended; files_dropped, those of batches delivered twice;
@@ -307,6 +308,7 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
         with rundir.timed("absent"):  # the stored ids the snapshot lacks, spilled to the run's directory
             absent = IdSpill(rundir.path / ".absent-ids.parquet")
             summary.absent = absent.write(writer.seen.absent(stored.ids()))
+            summary.held = writer.seen.held
         failure = index_refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, restore_hint(cfg, store, version_before))
         if failure is None:
             _commit(cfg, rundir, lock, store, summary, version_before, writer, absent, embed_code, ray_held.close)

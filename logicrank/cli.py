@@ -245,6 +245,9 @@ def index(
                    "stored documents were embedded again.")
     if cfg.vector_column is not None:
         typer.echo(f"index: vectors from the corpus's {cfg.vector_column!r} ({cfg.vector_model}), none embedded: {s.precomputed} written.")
+    if s.held:
+        typer.echo(f"index: {s.held} stored documents kept as they were: their rows in this snapshot were rejected (see "
+                   f"{out / 'rejects.parquet'}); fix those rows and rerun to update them.")
     typer.echo(
         f"inserted {s.inserted}, updated {s.updated}, unchanged {s.unchanged}, deleted {s.deleted}, "
         f"rejected {s.rejected} {s.rejects_by_reason or ''}{nothing}; table {cfg.table!r} v{s.table_version} "

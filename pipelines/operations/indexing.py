@@ -279,8 +279,8 @@ class RejectSink:
 
 
 class SeenIds:
-    """The ids this snapshot kept, each with the key of its source row, and the keys of the
-    rows it rejected: on disk (SQLite in ``directory``, a temporary one when None), so the
+    """The ids this snapshot kept, each with the key of its source row, the keys of the rows
+    it rejected and the ids those rows named: on disk (SQLite in ``directory``, a temporary one when None), so the
     writer's memory does not grow with the corpus.
 
     SQLite because the writer asks, batch after batch, "which of these ids came before?", a
@@ -301,7 +301,9 @@ class SeenIds:
             self.db.execute(f"PRAGMA {pragma}")
         self.db.execute("CREATE TABLE seen (doc_id TEXT PRIMARY KEY, key INTEGER NOT NULL) WITHOUT ROWID")
         self.db.execute("CREATE TABLE rejected (key INTEGER PRIMARY KEY)")
+        self.db.execute("CREATE TABLE rejected_ids (doc_id TEXT PRIMARY KEY) WITHOUT ROWID")
         self.kept = 0
+        self.held = 0  # of the stored ids the last :meth:`absent` read: those only a rejected row named
 
     def __len__(self) -> int:
         return self.kept
@@ -316,22 +318,33 @@ class SeenIds:
         wanted = json.dumps(sorted(set(keys)))
         return {k for (k,) in self.db.execute("SELECT key FROM rejected WHERE key IN (SELECT value FROM json_each(?))", (wanted,))}
 
-    def add(self, kept: dict[str, int], rejected: Iterable[int]) -> None:
+    def add(self, kept: dict[str, int], rejected: Iterable[int], rejected_ids: Iterable[str] = ()) -> None:
         self.db.execute("BEGIN")
         self.db.executemany("INSERT INTO seen VALUES (?, ?)", kept.items())
         self.db.executemany("INSERT OR IGNORE INTO rejected VALUES (?)", ((k,) for k in rejected))
+        self.db.executemany("INSERT OR IGNORE INTO rejected_ids VALUES (?)", ((d,) for d in rejected_ids))
         self.db.execute("COMMIT")
         self.kept += len(kept)
 
+    def _rejected_among(self, ids: list[str]) -> list[str]:
+        wanted = json.dumps(sorted(set(ids)))
+        return [d for (d,) in self.db.execute("SELECT doc_id FROM rejected_ids WHERE doc_id IN (SELECT value FROM json_each(?))", (wanted,))]
+
     def absent(self, stored_ids: Iterable[pa.Array]) -> Iterator[pa.Array]:
-        """The ids of ``stored_ids`` (batches) that this snapshot did not keep: an anti-join,
-        one batch at a time."""
+        """The ids of ``stored_ids`` (batches) that this snapshot holds no row of: an anti-join,
+        one batch at a time. An id that only a rejected row of the snapshot named (its text
+        empty, too long, not UTF-8, ...) is not absent: the snapshot holds the document, in a
+        form that cannot be read, and the stored version stays (:attr:`held` counts them)."""
+        self.held = 0
         for ids in stored_ids:
             ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
             if len(ids) == 0:
                 continue
-            present = list(self.keys_of(ids.to_pylist()))
-            missing = ids.filter(pc.invert(pc.is_in(ids, value_set=pa.array(present, pa.string()))))
+            listed = ids.to_pylist()
+            kept = set(self.keys_of(listed))
+            held = [d for d in self._rejected_among(listed) if d not in kept]
+            self.held += len(held)
+            missing = ids.filter(pc.invert(pc.is_in(ids, value_set=pa.array([*kept, *held], pa.string()))))
             if len(missing):
                 yield missing
 
@@ -471,7 +484,7 @@ class IndexWriter:
             else:
                 kept[doc_id] = key
                 keep.append(i)
-        self.seen.add(kept, rejected)
+        self.seen.add(kept, rejected, (ids[i] for i in bad if ids[i] is not None))
         self._reject(batch, bad, dup)
         written = batch.column("_written").to_pylist() if "_written" in batch.column_names else [False] * batch.num_rows
         if any(written):

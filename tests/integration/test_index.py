@@ -80,10 +80,12 @@ def test_index_reindex_and_incremental_changes(tmp_path, docs300):
     snapshot = snapshot[:3] + snapshot[5:]
     added = [{"_id": f"new-{i}", "title": f"New {i}", "text": f"a new abstract number {i} about proteins"} for i in range(4)]
     snapshot += added
-    write_jsonl(corpus, snapshot)
+    # and one stored document whose only row is rejected (neither title nor text): kept as stored, not deleted
+    write_jsonl(corpus, snapshot[:3] + [{"_id": snapshot[3]["_id"], "title": "", "text": ""}] + snapshot[4:])
     versions_before = len(DocStore(str(db)).table.list_versions())
     s3 = run_index(_cfg(corpus, db, prune_after_hours=0, write_batch_rows=2), tmp_path / "run3")
-    assert (s3.inserted, s3.updated, s3.deleted, s3.unchanged, s3.embedded) == (4, 3, 2, 295, 7)
+    assert (s3.inserted, s3.updated, s3.deleted, s3.unchanged, s3.embedded) == (4, 3, 2, 294, 7)
+    assert (s3.rejected, s3.rejects_by_reason, s3.held) == (1, {"empty_text": 1}, 1)
     assert s3.writes["merges"] == 1  # the 3 updates wait for one keyed merge, whatever the chunks of new rows
     # maintenance: fragments compacted, every index covers every row, untagged versions pruned, tags kept
     store = DocStore(str(db))

@@ -94,6 +94,21 @@ def test_the_rows_of_one_trec_line_are_told_apart_by_their_record(tmp_path):
                                                                             (8, "x2", "duplicate_id")]
 
 
+def test_a_stored_document_whose_only_row_was_rejected_is_not_absent(tmp_path):
+    """The snapshot holds the document, in a form that cannot be read (its text empty, too
+    long, ...): its stored version stays, counted as held; an id a valid row also names is
+    simply kept, and a row with no readable id holds nothing back."""
+    store, sink = _RecordingStore(), RejectSink(tmp_path / "rejects.parquet")
+    writer = IndexWriter(store, "m", sink, chunk_rows=2)
+    writer.consume(_batch([("a", "f.jsonl", 1, None), ("b", "f.jsonl", 2, "empty_text"), ("c", "f.jsonl", 3, "oversized"),
+                           ("c", "f.jsonl", 4, None), (None, "f.jsonl", 5, "malformed_json"), ("n", "f.jsonl", 6, "empty_text")]))
+    writer.flush()
+    sink.close()
+    stored = [pa.array(["a", "b", "c", "d"]), pa.array(["e"])]
+    assert [d for ids in writer.seen.absent(stored) for d in ids.to_pylist()] == ["d", "e"]
+    assert writer.seen.held == 1  # b ("n" was never stored)
+
+
 def test_inserts_are_appended_and_updates_merged_by_id(tmp_path):
     """A new id (absent from the version the run started from, kept once per run) is appended;
     a changed one replaces its stored row by the keyed merge."""
