@@ -92,6 +92,7 @@ def evaluate_runs(runs: Sequence[pa.Table], qrels: pa.Table | None, measures: Se
         raise EvaluationError("evaluate: runs need qrels.")
     out, missing, without, depths = [], {}, {}, {}
     for rid, one in parts:
+        _require_shared_queries(rid, one, qrels)
         out.append(run_metrics(one, qrels, parsed, rid))
         missing[rid], without[rid] = query_coverage(one, qrels)
         depths[rid] = run_depth(one)
@@ -111,6 +112,18 @@ def evaluate_runs(runs: Sequence[pa.Table], qrels: pa.Table | None, measures: Se
     n = len(set(qrels.column("query_id").to_pylist())) if qrels is not None and parts else len(set(metrics.column("query_id").to_pylist())) - 1
     return Evaluation(metrics, sig, baseline, [str(m) for m in parsed] if parts else [], qa, n, missing, without, dict(duplicates_removed or {}),
                       unanswered, not_asked, depths)
+
+
+def _require_shared_queries(run_id: str, run: pa.Table, qrels: pa.Table) -> None:
+    """A run with rows, none of them for a query of the qrels, would score 0 on every measure
+    (trec_eval -c's rule for a missed query): almost surely the qrels of other queries, or ids
+    spelt otherwise (``"1"`` against ``"q1"``); refused, as trec_eval refuses it without -c."""
+    in_run = pc.unique(run.column("query_id"))
+    if len(in_run) == 0 or pc.any(pc.is_in(in_run, value_set=pc.unique(qrels.column("query_id")))).as_py():
+        return
+    ours, theirs = (sorted(set(t.column("query_id").to_pylist()))[:3] for t in (run, qrels))
+    raise EvaluationError(f"evaluate: run {run_id} has no query the qrels judge (its queries {ours}..., the qrels' {theirs}...); "
+                          "give the qrels of its queries (or check how the ids are written).")
 
 
 def notes(missing: Mapping[str, int], without_qrels: Mapping[str, int], qrels_queries: int, removed: Mapping[str, int],

@@ -153,6 +153,9 @@ def test_a_mapping_names_its_runs_and_an_empty_run_scores_zero():
     (GOOD.drop_columns(["run_id"]), QRELS, "no run_id column; give a mapping"),
     (GOOD, 3.5, "qrels is a table .* not float"),
     ([], QRELS, "no runs given"),
+    # its queries spelt otherwise than the qrels': every measure would read 0 (trec_eval refuses it without -c)
+    (GOOD.set_column(GOOD.schema.get_field_index("query_id"), "query_id", pa.array(["q" + q for q in GOOD.column("query_id").to_pylist()])),
+     QRELS, r"run good has no query the qrels judge \(its queries \['q1', 'q2'\]\.\.\., the qrels' \['1', '2'\]"),
 ])
 def test_evaluate_mistakes_are_one_line_user_errors(runs, qrels, match):
     with pytest.raises(lr.UserError, match=match) as exc:
