@@ -17,12 +17,15 @@ A text file (gzipped or not) may start with a UTF-8 byte order mark: it is not r
 Evaluation must equal trec_eval or refuse, so the readers follow trec_eval's rules and every
 refusal names the file, what is wrong and the fix:
 
-- a TREC run is ranked as trec_eval ranks it: by score descending, equal scores by docno
-  descending (byte order, trec_eval's reverse ``strcmp``); its rank column is ignored and
-  ``rank`` is recomputed;
+- a TREC run is ranked as trec_eval ranks it: by score descending, the score as trec_eval
+  stores it (``atof`` into a 32-bit ``float``: 40.123401 and 40.1234 are one score), equal
+  scores by docno descending (byte order, trec_eval's reverse ``strcmp``); its rank column is
+  ignored and ``rank`` is recomputed; the ``score`` column keeps the file's 64-bit value; a
+  score ``atof`` would read otherwise than Python's ``float`` (``1_0``, non-ASCII digits) is refused;
 - a Parquet run is ranked by its ``rank`` column, so each stage's own tie-break holds; within
   a query, ranks must be distinct positive integers and a better (lower) rank must never
-  have a strictly lower score than a worse one (equal scores may take any order);
+  have a strictly lower score than a worse one, scores compared in 32 bits as trec_eval
+  stores them (equal scores may take any order);
 - scores must be finite, and a run or qrels file must have at least one row;
 - a (query, doc) pair may appear once in a run (as trec_eval, we refuse repeats;
   ``duplicates="first"`` keeps each pair's best-ranked row instead and counts the others)
@@ -53,6 +56,8 @@ from logicrank.schemas.tables import QRELS, QUERIES, RUN, conform, require_colum
 _QID_KEYS = ("query_id", "_id", "qid", "id")
 _QTEXT_KEYS = ("text", "query", "title")
 _BEIR_HEADER = ("query-id", "query_id", "qid")
+# A TREC run's score as trec_eval's atof reads all of it (inf and nan too: check_run refuses them).
+_SCORE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)", re.IGNORECASE)
 DUPLICATES_REMOVED = b"duplicates_removed"  # read_run's schema metadata: rows dropped by duplicates="first"
 Duplicates = Literal["refuse", "first"]
 
@@ -343,21 +348,30 @@ def _read_trec_run(path: Path) -> pa.Table:
                 continue
             if len(parts) != 6:
                 raise TopicsError(f"run {path}: line {n} has {len(parts)} fields; a TREC run line has 6 (qid Q0 docno rank score tag).")
-            q, _, d, _, score, tag = parts
-            try:
-                value = float(score)
-            except ValueError as exc:
-                raise TopicsError(f"run {path}: line {n}: score {score!r} is not a number.") from exc
+            q, _, d, _, score, tag = parts  # the rank column is ignored, as trec_eval ignores it
+            if not _SCORE.fullmatch(score):  # Python's float reads '1_0' as 10, trec_eval's atof as 1
+                raise TopicsError(f"run {path}: line {n}: score {score!r} is not a number as trec_eval reads one "
+                                  "(ASCII digits, a point, an exponent: 12.5, -3, 1e-3; no '_').")
+            value = float(score)
             for k, v in zip(cols, (q, d, value, tag), strict=True):
                 cols[k].append(v)
     if not cols["query_id"]:
         return RUN.empty_table()
-    df = pd.DataFrame(cols).sort_values(
-        ["run_id", "query_id", "score", "doc_id"], ascending=[True, True, False, False], kind="stable"
+    df = pd.DataFrame(cols)
+    df["sim"] = _as_stored(df["score"])
+    df = df.sort_values(
+        ["run_id", "query_id", "sim", "doc_id"], ascending=[True, True, False, False], kind="stable"
     )  # trec_eval's order; the file's rank column is ignored
     df["rank"] = df.groupby(["run_id", "query_id"], sort=False).cumcount() + 1
     df["method"] = "trec"
     return pa.table({c: df[c].to_numpy() for c in RUN.names}, schema=RUN)  # NaN stays NaN, for check_run to name
+
+
+def _as_stored(score: pd.Series) -> np.ndarray:
+    """Scores as trec_eval stores them (``float sim = atof(...)``), the key it ranks by; one too
+    large for 32 bits is inf there too."""
+    with np.errstate(over="ignore"):
+        return score.to_numpy(dtype=np.float64).astype(np.float32)
 
 
 def check_run(run: pa.Table, source: str, duplicates: Duplicates = "refuse") -> pa.Table:
@@ -396,7 +410,8 @@ def check_run(run: pa.Table, source: str, duplicates: Duplicates = "refuse") -> 
 
 
 def _check_ranks(df: pd.DataFrame, group: list[str], source: str) -> None:
-    """``df`` sorted by group then rank: ranks distinct positive integers, scores never rising."""
+    """``df`` sorted by group then rank: ranks distinct positive integers, scores never rising
+    (in 32 bits: a TREC run ranks 40.123401 after 40.1234, one score to trec_eval, by docno)."""
     rank = df["rank"].astype(float)
     bad = df[(rank < 1) | (rank % 1 != 0) | df.duplicated([*group, "rank"], keep=False)]
     if len(bad):
@@ -407,7 +422,8 @@ def _check_ranks(df: pd.DataFrame, group: list[str], source: str) -> None:
     if "score" not in df:
         return
     same = ~df[group].ne(df[group].shift()).any(axis=1)
-    rises = df[same & (df["score"] > df["score"].shift())]
+    sim = pd.Series(_as_stored(df["score"]), index=df.index)
+    rises = df[same & (sim > sim.shift())]
     if len(rises):
         r = rises.iloc[0]
         prev = df.iloc[df.index.get_loc(rises.index[0]) - 1]

@@ -88,7 +88,7 @@ def _trec_only_values(run_dict: dict, qrels_dict: dict, query_ids: Sequence[str]
     """trec_eval's measures that ir_measures does not name, by pytrec_eval (trec_eval's code)
     directly, or by :mod:`~logicrank.pipelines.evaluation.trec10` where pytrec_eval lacks them: a
     query without results gets an empty ranking (a value pytrec_eval leaves undefined there, 0/0,
-    is 0, as trec_eval -c prints it)."""
+    is 0, as trec_eval -c prints it). A value missing from pytrec_eval's result is a bug, never a 0."""
     tens = [m for m in measures if m.name in trec10.FAMILIES]
     got10 = trec10.values([(m.name, m.params) for m in tens], run_dict, qrels_dict, query_ids)
     out = {m: got10[(m.name, m.params)] for m in tens}
@@ -101,7 +101,10 @@ def _trec_only_values(run_dict: dict, qrels_dict: dict, query_ids: Sequence[str]
     got = pytrec_eval.RelevanceEvaluator(judged, {m.trec_request for m in measures}).evaluate(
         {q: run_dict.get(q, {}) for q in judged}) if judged else {}
     for m in measures:
-        out[m] = np.nan_to_num(np.array([got.get(q, {}).get(str(m), 0.0) for q in query_ids], dtype=np.float64), nan=0.0)
+        lost = [q for q in query_ids if q in judged and str(m) not in got.get(q, {})]
+        if lost:  # pytrec_eval evaluates every judged query, an empty ranking too: a miss is a name it keys otherwise
+            raise RuntimeError(f"evaluate: pytrec_eval gave no {str(m)!r} (asked {m.trec_request!r}) for query {lost[0]!r} (a bug)")
+        out[m] = np.nan_to_num(np.array([got[q][str(m)] if q in judged else 0.0 for q in query_ids], dtype=np.float64), nan=0.0)
     return out
 
 

@@ -18,9 +18,11 @@ The canonical spelling is the project's for its six families (``RR@10`` prints `
 measure: it is the harmonic mean of P@k and R@k, which ir_measures computes. trec_eval's
 measures that ir_measures does not name (``gm_map``, ``gm_bpref``, ``Rprec_mult_0.20``,
 ``relative_P_5``, ``utility``, ``binG``, ``G``, ``ndcg_rel``, ``Rndcg``,
-``num_nonrel_judged_ret``) keep trec_eval's spelling and are computed by trec_eval's code
-(pytrec_eval) directly, aggregated over queries as trec_eval does (a geometric mean for
-``gm_*``, whose per-query values are trec_eval's logs; a sum for counts). trec_eval 10's
+``num_nonrel_judged_ret``) keep trec_eval's spelling, a parameter as trec_eval prints it
+(``Rprec_mult_0.2`` is ``Rprec_mult_0.20``, ``relative_P_05`` ``relative_P_5``: pytrec_eval
+keys its result so), and are computed by trec_eval's code (pytrec_eval) directly,
+aggregated over queries as trec_eval does (a geometric mean for ``gm_*``, whose per-query
+values are trec_eval's logs; a sum for counts). trec_eval 10's
 ``rbp``, ``rbp_resid`` and ``unj_k``, which pytrec_eval's trec_eval lacks, and its
 ``iprec_at_recall_r`` and ``11pt_avg``, which it rounds otherwise, are computed by
 :mod:`logicrank.pipelines.evaluation.trec10`.
@@ -35,10 +37,11 @@ Conventions follow trec_eval (the reference the tests compare with):
 - the mean over queries (query ``all``) is a sum for the counts (NumQ, NumRet, NumRel,
   NumRelRet), as trec_eval prints them;
 - the ranking is the run's ``rank`` column, never trec_eval's score order: a TREC run file is
-  ranked by score descending, equal scores by docno descending, by ``read_run``, whatever its
-  rank column says; a Parquet run keeps its ``rank``, which must agree with its scores (a
-  better rank never has a lower score; ties in any order). The provider is given the score
-  ``-rank`` so that it follows those ranks;
+  ranked by score descending (the score in 32 bits, as trec_eval stores it), equal scores by
+  docno descending, by ``read_run``, whatever its rank column says; a Parquet run keeps its
+  ``rank``, which must agree with its scores (a better rank never has a lower score in 32
+  bits; ties in any order). The provider is given the score ``-rank`` so that it follows
+  those ranks;
 - a run or qrels that repeats a (query, doc) pair, a run with a non-finite score, and an
   empty run file or qrels are refused, never scored (``logicrank.pipelines.io.check_run`` and ``check_qrels`` check the rules).
 """
@@ -60,6 +63,8 @@ PROJECT = {"nDCG": "nDCG", "P": "P", "R": "R", "F1": None, "MRR": "RR", "MAP": "
 IR_ALIASES = {"NumRelRet": "NumRet(rel=1)", "SetRelP": "SetP(relative=True)"}
 # Families whose "@" is not an integer rank cutoff but a level in [0, 1].
 LEVEL_AT = {"IPrec"}
+# The largest rank cutoff: trec_eval reads one into a C long (a larger one saturates, keyed otherwise).
+MAX_CUTOFF = 2**63 - 1
 # The valid spellings, briefly, for the one-line error.
 SYNTAX = ("nDCG[@k]", "P@k", "R@k", "F1@k", "MRR[@k]/RR[@k]", "MAP[@k]/AP[@k]", "Bpref", "infAP", "Rprec", "Judged[@k]",
           "Success@k", "IPrec@r", "NumQ", "NumRet", "NumRel", "NumRelRet", "SetP", "SetR", "SetF", "SetAP", "SetRelP", "Compat")
@@ -108,7 +113,7 @@ class Measure:
 
     name: str
     cutoff: int | float | None = None
-    params: str = ""  # trec_eval-only measures: trec_eval's parameter text (``"0.20"`` of Rprec_mult_0.20)
+    params: str = ""  # trec_eval-only measures: the parameter as trec_eval prints it (``"0.20"`` of Rprec_mult_0.2), its result's key
     trec: bool = False  # computed by pytrec_eval (or trec10) directly, under trec_eval's name (TREC_ONLY)
 
     def __str__(self) -> str:
@@ -191,6 +196,8 @@ def parse_measure(text: str) -> Measure:
     cutoff = (float(at) if family in LEVEL_AT else int(at)) if at is not None else None
     if family not in LEVEL_AT and cutoff is not None and cutoff < 1:
         raise MeasureError(f"measure {text!r}: the cutoff must be >= 1.")
+    if family not in LEVEL_AT and cutoff is not None and cutoff > MAX_CUTOFF:
+        raise MeasureError(f"measure {text!r}: the cutoff must be at most {MAX_CUTOFF} (trec_eval's C long).")
     if family in LEVEL_AT and cutoff is not None and not 0 <= cutoff <= 1:
         raise MeasureError(f"measure {text!r}: the recall level must be in [0, 1].")
     if family == "F1":
@@ -252,6 +259,18 @@ def _parse_trec(text: str) -> Measure:
         if not (only.group(2).isdigit() and int(only.group(2)) >= 1):
             raise MeasureError(f"measure {text!r}: unj's cutoff must be a positive integer, e.g. unj_10.")
         return Measure("unj", None, str(int(only.group(2))), trec=True)
+    if only and only.group(1) == "relative_P" and only.group(2) is not None:  # trec_eval's key: the integer (relative_P_05 -> _5)
+        if not (only.group(2).isdigit() and 1 <= int(only.group(2)) <= MAX_CUTOFF):
+            raise MeasureError(f"measure {text!r}: relative_P's cutoff must be a positive integer (at most {MAX_CUTOFF}), e.g. relative_P_10.")
+        return Measure("relative_P", None, str(int(only.group(2))), trec=True)
+    if only and only.group(1) == "Rprec_mult" and only.group(2) is not None:  # trec_eval's key: 2 decimals (_0.2 -> _0.20)
+        mult = float(only.group(2))
+        if float(f"{mult:.2f}") != mult:  # trec_eval would compute at 0.125 but name it Rprec_mult_0.12
+            raise MeasureError(f"measure {text!r}: trec_eval names Rprec_mult's multiplier to 2 decimals; give one with at most 2, "
+                               "e.g. Rprec_mult_0.20.")
+        if mult >= 100000:  # trec_eval's name keeps 8 characters of it: Rprec_mult_100000.0
+            raise MeasureError(f"measure {text!r}: Rprec_mult's multiplier must be below 100000 (trec_eval's name cuts a longer one).")
+        return Measure("Rprec_mult", None, f"{mult:.2f}", trec=True)
     if only and only.group(1) == "iprec_at_recall" and only.group(2) is not None:
         level = float(only.group(2))
         if not 0 <= level <= 1:
@@ -274,7 +293,12 @@ def _parse_trec(text: str) -> Measure:
         raise _unknown(text)
     if not provider().supports(found[0]):
         raise MeasureError(f"measure {text!r} ({found[0]}): no ir_measures provider installed here computes it.")
-    return _canonical(found[0])
+    measure = _canonical(found[0])
+    if measure.name not in LEVEL_AT and measure.cutoff is not None and measure.cutoff < 1:  # ndcg_cut_0 aborts pytrec_eval
+        raise MeasureError(f"measure {text!r}: the cutoff must be >= 1.")
+    if measure.name not in LEVEL_AT and measure.cutoff is not None and measure.cutoff > MAX_CUTOFF:
+        raise MeasureError(f"measure {text!r}: the cutoff must be at most {MAX_CUTOFF} (trec_eval's C long).")
+    return measure
 
 
 def parse_measures(texts: Iterable[str]) -> list[Measure]:

@@ -6,6 +6,7 @@ One test per fault found in the issue "Trust: evaluation never reports a wrong n
 import json
 import random
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -131,6 +132,47 @@ def test_trec_runs_are_ranked_by_score_like_trec_eval(tmp_path):
     _assert_equals_trec_eval(run, _qrels_table(qrels_rows), rows, qrels_rows)
 
 
+def test_trec_run_scores_rank_as_trec_eval_stores_them_in_32_bits(tmp_path):
+    # old code ranked the 64-bit scores: D1 first, nDCG@10 1.0, MAP 1.0, where trec_eval gives 0.6309 and 0.5
+    rows = [("1", "D1", 1, "40.123401"), ("1", "D2", 2, "40.123400")]
+    qrels = [("1", "D1", 1), ("1", "D2", 0)]
+    run = read_run(_write_trec(tmp_path / "pyserini.trec", rows, tag="pyserini"))
+    assert run.column("doc_id").to_pylist() == ["D2", "D1"]  # one float32 score: docno descending
+    assert run.column("score").to_pylist() == [40.1234, 40.123401]  # the scores as written, 64 bits
+    _assert_equals_trec_eval(run, _qrels_table(qrels), rows, qrels)
+    ours = _ours(run, _qrels_table(qrels))
+    assert ours["1", "nDCG@10"] == pytest.approx(0.6309, abs=1e-4)
+    assert ours["1", "MAP"] == pytest.approx(0.5, abs=1e-4) and ours["1", "MRR"] == pytest.approx(0.5, abs=1e-4)
+
+    # 64-bit order a, b, c, d; 32-bit: a and b one score (0.3), c above it, d below
+    rows = [("q1", "a", 1, "0.30000005"), ("q1", "b", 2, "0.30000001"), ("q1", "c", 3, "0.3"), ("q1", "d", 4, "0.29999998")]
+    assert np.float32(0.30000005) > np.float32(0.30000001) == np.float32(0.3) > np.float32(0.29999998)
+    qrels = [("q1", "b", 1), ("q1", "d", 2)]
+    run = read_run(_write_trec(tmp_path / "close.trec", rows))
+    assert run.column("doc_id").to_pylist() == ["a", "c", "b", "d"] and run.column("rank").to_pylist() == [1, 2, 3, 4]
+    _assert_equals_trec_eval(run, _qrels_table(qrels), rows, qrels)
+    # the run as Parquet keeps these ranks: a better rank's lower 64-bit score is one 32-bit score
+    pq.write_table(run, tmp_path / "close.parquet")
+    assert read_run(tmp_path / "close.parquet").column("doc_id").to_pylist() == ["a", "c", "b", "d"]
+
+
+@pytest.mark.parametrize("score", ["1_0", "1_000.5", "1e1_0", "\u0661", "\uff15"])
+def test_a_trec_run_score_trec_eval_reads_otherwise_is_refused(tmp_path, score):
+    # old code: Python's float read '1_0' as 10.0 and '\u0661' as 1.0; trec_eval's atof reads 1 and 0
+    path = tmp_path / "us.trec"
+    path.write_text(f"1 Q0 b 1 5 t\n1 Q0 a 2 {score} t\n", encoding="utf-8")
+    with pytest.raises(TopicsError) as exc:
+        read_run(path)
+    msg = _one_line(exc)
+    assert "us.trec: line 2: score" in msg and repr(score) in msg
+
+    # the spellings atof and Python read alike are read; the rank column is ignored, as trec_eval ignores it
+    path.write_text("1 Q0 a 1_0 1e-3 t\n1 Q0 b x +.5 t\n1 Q0 c 3 -2. t\n1 Q0 d 4 1E+2 t\n1 Q0 e 5 7 t\n")
+    run = read_run(path)
+    assert run.column("doc_id").to_pylist() == ["d", "e", "b", "a", "c"]
+    assert run.column("score").to_pylist() == pytest.approx([100.0, 7.0, 0.5, 1e-3, -2.0], abs=1e-12)
+
+
 # a Parquet run's ranks that old code evaluated silently by their rank column: file -> rows, what the error says
 BAD_RANKS = {
     "rises.parquet": ([("q1", "d1", 1, 0.5), ("q1", "d2", 2, 0.9)], "puts doc 'd2' (score 0.9) at rank 2, after doc 'd1'"),
@@ -183,9 +225,11 @@ def test_ids_a_trec_line_cannot_carry(tmp_path, col, value):
 
 
 def test_trec_runs_keep_full_precision_and_qrels_split_as_their_format_does(tmp_path):
-    # full-precision scores: a TREC file read back keeps the Parquet ranking
-    close = _run_table([("q1", "a", 1, 0.1 + 3e-9), ("q1", "b", 2, 0.1)])
-    assert read_run(write_trec_run(close, tmp_path / "c.trec")).column("doc_id").to_pylist() == ["a", "b"]
+    # full-precision scores: a TREC file read back keeps the Parquet ranking (0.10000003 and 0.1,
+    # one score at 6 decimals, are two in trec_eval's 32 bits) and the scores themselves
+    close = _run_table([("q1", "a", 1, 0.1 + 3e-8), ("q1", "b", 2, 0.1)])
+    back = read_run(write_trec_run(close, tmp_path / "c.trec"))
+    assert back.column("doc_id").to_pylist() == ["a", "b"] and back.column("score").to_pylist() == [0.1 + 3e-8, 0.1]
 
     # BEIR qrels split on tabs only: ids with spaces survive; TREC qrels split on whitespace
     (tmp_path / "beir.tsv").write_text("query-id\tcorpus-id\tscore\nq 1\td 1\t1\nq2\td2\t0\n")

@@ -9,15 +9,18 @@ and how the output was made). The measures pytrec_eval computes also equal pytre
 
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import pytrec_eval
 
 from logicrank.pipelines.evaluation import trec10
 from logicrank.pipelines.evaluation.core import run_metrics
-from logicrank.pipelines.evaluation.measures import MeasureError, parse_measure, parse_measures
+from logicrank.pipelines.evaluation.measures import Measure, MeasureError, parse_measure, parse_measures
 from logicrank.pipelines.io import read_qrels, read_run
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 from tests.data.trec_eval.make_data import data
@@ -240,3 +243,79 @@ def test_trec_eval_s_m_option_spelling_and_its_printed_one_are_one_measure():
                            ("rbp_resid.p=.5", "rbp_resid_p=0.5"), ("relative_P.5", "relative_P_5")]:
         assert str(parse_measure(taken)) == printed and parse_measure(printed) == parse_measure(taken)
     assert parse_measure("iprec_at_recall_0.10") != parse_measure("IPrec@0.1")  # trec_eval 10's and ir_measures'
+
+
+@pytest.mark.parametrize(("typed", "printed"), [("Rprec_mult_0.2", "Rprec_mult_0.20"), ("Rprec_mult_2", "Rprec_mult_2.00"),
+                                                ("Rprec_mult_2.0", "Rprec_mult_2.00"), ("Rprec_mult.1.2", "Rprec_mult_1.20"),
+                                                ("relative_P_05", "relative_P_5"), ("relative_P.010", "relative_P_10")])
+def test_a_trec_eval_parameter_spelled_otherwise_gives_the_number_of_its_printed_name(files, typed, printed):
+    """pytrec_eval keys its result by trec_eval's printed name (a multiplier to 2 decimals, a
+    cutoff as an integer); old code looked the value up under the name as typed and gave 0."""
+    qrels_path, run_path, qrels_rows, run_rows = files
+    ref = _reference(qrels_rows, run_rows)
+    assert any(values[printed] > 0 for values in ref.values())
+    ours, theirs = _ours(qrels_path, run_path, [typed]), _ours(qrels_path, run_path, [printed])
+    label = str(parse_measure(typed))
+    for qid, values in ref.items():
+        assert ours[(qid, label)] == pytest.approx(values[printed], abs=1e-4), qid
+    assert label == printed and ours == theirs
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("Rprec_mult_0.125", "2 decimals"), ("Rprec_mult_0.001", "2 decimals"), ("Rprec_mult_100000", "below 100000"),
+    ("relative_P_5.0", "positive integer"), ("relative_P_2.5", "positive integer"), ("relative_P_0", "positive integer")])
+def test_a_trec_eval_parameter_its_printed_name_cannot_carry_is_refused(name, message):
+    """trec_eval would compute Rprec_mult at 0.125 but print (and key) it as 0.12; a cutoff of 0 aborts pytrec_eval."""
+    with pytest.raises(MeasureError, match=message) as exc:
+        parse_measures([name])
+    assert "\n" not in str(exc.value) and repr(name) in str(exc.value)
+
+
+@pytest.mark.parametrize("name", ["ndcg_cut_0", "P_0", "recall_0", "map_cut_0", "success_0", "P_00", "ndcg_cut.0"])
+def test_a_cutoff_of_0_in_trec_eval_s_spelling_is_refused_as_at_0_is(name):
+    # old code: parsed as nDCG@0, P@0..., and pytrec_eval aborted the process (SIGABRT, exit 134)
+    with pytest.raises(MeasureError, match="the cutoff must be >= 1") as exc:
+        parse_measures([name])
+    assert "\n" not in str(exc.value) and repr(name) in str(exc.value)
+
+
+def test_two_spellings_of_one_trec_eval_measure_are_one_measure():
+    # old code: two measures, and pytrec_eval, asked for one twice, aborted the process (SIGABRT, exit 134)
+    assert parse_measures(["Rprec_mult_0.20", "Rprec_mult_0.2", "Rprec_mult.0.20"]) == [parse_measure("Rprec_mult_0.20")]
+    assert parse_measures(["relative_P_5", "relative_P_05", "P_5", "P_05"]) == [parse_measure("relative_P_5"), parse_measure("P@5")]
+
+
+def test_evaluate_refuses_in_one_line_or_merges_what_aborted_it(tmp_path):
+    """The command itself, in a child process: old code exited 134 (SIGABRT in pytrec_eval) on both."""
+    (tmp_path / "qrels.txt").write_text("1 0 a 1\n1 0 b 0\n")
+    (tmp_path / "run.txt").write_text("1 Q0 a 1 2 t\n1 Q0 b 2 1 t\n")
+
+    def evaluate(*measures):
+        args = [a for m in measures for a in ("--measure", m)]
+        return subprocess.run([sys.executable, "-m", "logicrank.cli", "evaluate", "qrels.txt", "run.txt", *args, "--out", "ev"],
+                              cwd=tmp_path, capture_output=True, text=True)
+
+    done = evaluate("Rprec_mult_0.20", "Rprec_mult_0.2", "relative_P_5", "relative_P_05")
+    assert done.returncode == 0, done.stderr
+    assert sorted(set(pq.read_table(tmp_path / "ev" / "metrics.parquet").column("measure").to_pylist())) == [
+        "Rprec_mult_0.20", "relative_P_5"]
+    done = evaluate("ndcg_cut_0", "P@5")
+    assert done.returncode == 2 and "'ndcg_cut_0': the cutoff must be >= 1" in done.stderr, (done.returncode, done.stderr)
+
+
+def test_a_value_pytrec_eval_leaves_out_is_a_bug_never_a_0():
+    """A trec_eval-only measure named otherwise than pytrec_eval keys its value (made by hand:
+    parse_measure prints Rprec_mult_0.2 as Rprec_mult_0.20); old code scored every query 0."""
+    run = pa.table({"query_id": ["1"], "doc_id": ["a"], "rank": pa.array([1], pa.int32()), "score": [1.0], "run_id": ["r"]})
+    qrels = pa.table({"query_id": ["1", "2"], "doc_id": ["a", "b"], "relevance": pa.array([1, 1], pa.int32())})
+    with pytest.raises(RuntimeError, match=r"pytrec_eval gave no 'Rprec_mult_0.2' \(asked 'Rprec_mult.0.2'\) for query '1' \(a bug\)"):
+        run_metrics(run, qrels, [Measure("Rprec_mult", None, "0.2", trec=True)])
+
+
+@pytest.mark.parametrize("name", ["P_9223372036854775808", "P@99999999999999999999", "relative_P_9223372036854775808"])
+def test_a_cutoff_beyond_trec_eval_s_long_is_refused(name):
+    # old code: trec_eval saturated it to 2**63 - 1 and keyed its value so: a KeyError, or a relative_P of 0
+    with pytest.raises(MeasureError, match="at most 9223372036854775807") as exc:
+        parse_measures([name])
+    assert "\n" not in str(exc.value) and repr(name) in str(exc.value)
+    assert parse_measures([name.replace("808", "807").replace("99999999999999999999", "9223372036854775807")])
