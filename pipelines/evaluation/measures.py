@@ -301,6 +301,20 @@ def _parse_trec(text: str) -> Measure:
     return measure
 
 
+def over_queries(name: str, values) -> float:
+    """The value over queries of the measure a METRICS table names ``name``, from its per-query
+    values (a group's, a run's): the measure's own aggregation (:meth:`Measure.aggregate`: a sum
+    for counts, the geometric mean for ``gm_*``, whose per-query values are logs; else the
+    mean); the mean for a name no retrieval measure has (an answers measure)."""
+    import numpy as np
+
+    try:
+        measure = parse_measure(name)
+    except MeasureError:
+        return float(np.mean(values)) if len(values) else 0.0
+    return measure.aggregate(values)
+
+
 def parse_measures(texts: Iterable[str]) -> list[Measure]:
     """Parse all, report all bad names at once, drop repeats keeping order."""
     out: list[Measure] = []

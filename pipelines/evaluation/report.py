@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from logicrank.pipelines.evaluation.measures import over_queries
 from logicrank.pipelines.markdown import table
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 
@@ -51,6 +52,23 @@ def coverage_notes(
         for path, n in (duplicates_removed or {}).items() if n
     ]
     return lines
+
+
+GM_NOTE = ("gm_*: trec_eval's per-query values are logs (of AP, floored at 1e-5); over queries, their geometric mean; "
+           "the median is the median query's AP.")
+
+
+def _spread(measure: str, values: pd.Series) -> list:
+    """A run's row for ``measure``: the value over its queries (the measure's own aggregation,
+    as the summary's), then the median, spread and count of queries above 0 of the per-query
+    values; of a ``gm_*`` measure, whose per-query values are logs, only the median query's
+    value (as AP)."""
+    import numpy as np
+
+    over = _fmt(over_queries(measure, values.to_numpy()))
+    if measure.startswith("gm_"):
+        return [measure, over, _fmt(float(np.exp(values.median()))), "-", "-"]
+    return [measure, over, _fmt(values.median()), _fmt(values.std(ddof=0)), int((values > 0).sum())]
 
 
 def markdown_report(
@@ -100,9 +118,10 @@ def markdown_report(
     for run_id in summary.index:
         block = per_query[per_query["run_id"] == run_id]
         lines += ["", f"## Run `{run_id}`", ""]
-        lines += table(["measure", "mean", "median", "std", "queries > 0"],
-                       ([measure, _fmt(vals.mean()), _fmt(vals.median()), _fmt(vals.std(ddof=0)), int((vals > 0).sum())]
-                        for measure, vals in block.groupby("measure", sort=False)["value"]), "lrrrr")
+        lines += table(["measure", "over queries", "median", "std", "queries > 0"],
+                       (_spread(measure, vals) for measure, vals in block.groupby("measure", sort=False)["value"]), "lrrrr")
+        if any(m.startswith("gm_") for m in block["measure"].unique()):
+            lines += ["", GM_NOTE]
     if plot:
         lines += ["", "## Per-query comparison", "", f"![per-query comparison]({plot})"]
     return "\n".join(lines) + "\n"

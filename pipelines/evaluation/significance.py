@@ -66,6 +66,12 @@ def adjust(p_values: Sequence[float], method: str = "holm") -> np.ndarray:
     raise ValueError(f"unknown correction {method!r}; valid: {list(CORRECTIONS)}")
 
 
+def _mean(measure: str, values: np.ndarray) -> float:
+    """The mean the paired test compares: of a ``gm_*`` measure, whose per-query values are
+    logs (trec_eval's), the geometric mean, its value over queries."""
+    return float(np.exp(values.mean())) if measure.startswith("gm_") else float(values.mean())
+
+
 def compare(
     metrics: pa.Table,
     baseline: str,
@@ -95,8 +101,8 @@ def compare(
                     "measure": measure,
                     "baseline": baseline,
                     "run_id": r,
-                    "mean_baseline": float(base.mean()),
-                    "mean_run": float(wide[r].mean()),
+                    "mean_baseline": _mean(measure, base),
+                    "mean_run": _mean(measure, wide[r].to_numpy()),
                     "test": test,
                     "p_value": p,
                     "p_adjusted": float(pa_),

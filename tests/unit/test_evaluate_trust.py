@@ -373,3 +373,37 @@ def test_an_empty_run_is_refused_or_in_an_experiment_a_row_of_zeros(tmp_path):
     for given in ((str(full), str(twin), str(tmp_path / "lag.parquet")), (str(full), str(tmp_path / "full.parquet"))):
         with pytest.raises(EvaluationError, match="run ids repeat across the given runs"):
             run_evaluate(EvaluateConfig(qrels=str(qrels), runs=given, measures=("P@1",), empty_runs="zero"), tmp_path / "dup")
+
+
+def test_gm_and_count_measures_aggregate_as_trec_eval_in_every_table(tmp_path):
+    """gm_map's per-query values are logs (trec_eval's), the counts sum over queries: a run's
+    table in the report, an experiment's groups and the significance means aggregate them as
+    the summary does, never as a plain mean of the logs (-7.7 for a gm_map of 0.017)."""
+    from logicrank.pipelines.evaluation.experiment.report import grouped
+    from logicrank.pipelines.evaluation.report import markdown_report
+    from logicrank.pipelines.evaluation.runs import evaluate_runs
+
+    qrels = pa.table({"query_id": ["q1", "q2", "q3"], "doc_id": ["a", "b", "c"], "relevance": [1, 1, 1]})
+
+    def run(rid, rows):
+        return pa.table({"query_id": [q for q, _ in rows], "doc_id": [d for _, d in rows], "score": [-float(i) for i in range(len(rows))],
+                         "rank": pa.array(range(1, len(rows) + 1), pa.int32()), "method": [rid] * len(rows), "run_id": [rid] * len(rows)})
+
+    # r: AP 1, 0.5 and none (q3 missed); s: AP 1, 1, 1
+    r = run("r", [("q1", "a"), ("q2", "x"), ("q2", "b")])
+    s = run("s", [("q1", "a"), ("q2", "b"), ("q3", "c")])
+    ev = evaluate_runs([r, s], qrels, ["gm_map", "NumRet", "MAP"], baseline="s")
+    gm = (1.0 * 0.5 * 1e-5) ** (1 / 3)
+    summary = {(x["run_id"], x["measure"]): x["value"] for x in ev.metrics.to_pylist() if x["query_id"] == AGGREGATE_QUERY_ID}
+    assert summary[("r", "gm_map")] == pytest.approx(gm, rel=1e-6) and summary[("r", "NumRet")] == 3
+    report = markdown_report(ev.metrics, ev.significance)
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in report.split("## Run `r`")[1].split("## Run")[0].splitlines()
+            if line.startswith("| ") and not line.startswith("| measure")}
+    assert rows["gm_map"] == [f"{gm:.4f}", "0.5000", "-", "-"] and rows["NumRet"][0] == "3.0000" and rows["MAP"][0] == "0.5000"
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps({"_id": q, "kind": k}) + "\n" for q, k in [("q1", "A"), ("q2", "A"), ("q3", "B")]))
+    by = grouped(ev.metrics, tmp_path / "q.jsonl", "kind")
+    assert list(by.index) == [("r", "A"), ("r", "B"), ("s", "A"), ("s", "B")]
+    assert by.loc[("r", "A"), "gm_map"] == pytest.approx(0.5 ** 0.5, rel=1e-6) and by.loc[("r", "B"), "gm_map"] == pytest.approx(1e-5, rel=1e-6)
+    assert by.loc[("r", "A"), "NumRet"] == 3 and by.loc[("s", "A"), "NumRet"] == 2 and by.loc[("r", "A"), "MAP"] == pytest.approx(0.75)
+    sig = {x["measure"]: x for x in ev.significance.to_pylist()}
+    assert sig["gm_map"]["mean_run"] == pytest.approx(gm, rel=1e-6) and sig["gm_map"]["mean_baseline"] == pytest.approx(1.0)

@@ -129,8 +129,8 @@ def test_unknown_templates_are_refused(tmp_path):
 
 
 def test_measures_are_averaged_per_template(tmp_path):
-    """An experiment's group_by (pipelines/evaluation/experiment/report.py): the mean of each run's per-query values by
-    a field of the queries file, the aggregate row left out, with the number of queries."""
+    """An experiment's group_by (pipelines/evaluation/experiment/report.py): each run's measures over the queries of
+    each group of a field of the queries file (P@1: their mean), the aggregate row left out, with the number of queries."""
     import pyarrow as pa
 
     (tmp_path / "q.jsonl").write_text("".join(json.dumps({"_id": q, "template": t}) + "\n" for q, t in [("1", "A"), ("2", "A"), ("3", "A or B")]))

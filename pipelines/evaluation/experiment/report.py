@@ -85,15 +85,21 @@ def _value(summary: pd.DataFrame, run: str, measure: str) -> float | None:
 
 
 def grouped(metrics: pa.Table, queries: Path, column: str) -> pd.DataFrame:
-    """Mean of each run's per-query values by a field of the queries file (rows: (run, group);
-    columns: measures; plus the number of queries per group)."""
+    """Each run's measures over the queries of each group of a field of the queries file, each
+    aggregated as over all queries (:func:`~logicrank.pipelines.evaluation.measures.over_queries`:
+    a mean, a sum for counts, a geometric mean for ``gm_*``) (rows: (run, group); columns:
+    measures; plus the number of queries per group)."""
+    from logicrank.pipelines.evaluation.measures import over_queries
     from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 
     groups = group_of(queries, column)
     df = metrics.to_pandas()
     df = df[df["query_id"] != AGGREGATE_QUERY_ID]
     df[column] = df["query_id"].map(groups)
-    table = df.pivot_table(index=["run_id", column], columns="measure", values="value", aggfunc="mean", sort=False)
+    table = (df.groupby(["run_id", column, "measure"], sort=False)["value"]
+             .apply(lambda v: over_queries(v.name[2], v.to_numpy()))
+             .unstack("measure")[list(dict.fromkeys(df["measure"]))])
+    table = table.reindex(pd.MultiIndex.from_tuples(list(dict.fromkeys(zip(df["run_id"], df[column], strict=True))), names=["run_id", column]))
     counts = df[df["measure"] == df["measure"].iloc[0]].groupby(["run_id", column], sort=False).size()
     return table.assign(queries=counts.astype(int))
 
