@@ -130,11 +130,12 @@ class Table:
         if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
             raise PipelineError(f"table.search: k is a positive integer, not {k!r:.60}.")
         text, logical = query, logical_query
+        pipe = as_pipeline(pipeline, "search", "table.search")
         if logical is None and (node := _logical(query)) is not None:
             text, logical = _words(node), query
+            _require_logic(pipe, query)
         queries = queries_table(pa.table({"query_id": ["1"], "text": [text], "logical_query": pa.array([logical], pa.string())}),
                                 "table.search")
-        pipe = as_pipeline(pipeline, "search", "table.search")
         pipe.validate(frozenset(queries.column_names))
         run = pipe.run(self.context, queries, stage_cache(cache, "table.search")).run
         if k is not None:
@@ -601,6 +602,22 @@ def _logical(query: str):
         raise UnparsedQueryError(unparsed_message("table.search", [("1", query, first_line(exc))], hint=(
             'Quote each term with straight double quotes ("vitamin D" AND NOT "bone"); plain words without quotes or '
             "upper-case AND, OR, NOT are searched as text"))) from None
+
+
+# the stages that read a query's logical_query (itlr as a query column; orlog and reasoner: a logical form over its atoms)
+_LOGIC_STAGES = frozenset({"orlog", "reasoner"})
+
+
+def _require_logic(pipe: Pipeline, query: str) -> None:
+    """A logical query given to a pipeline none of whose stages reads its logic is refused: the
+    stages would search its words, where a negated term raises the score of documents about it."""
+    from logicrank.pipelines.retrieval.runner import stage_classes
+
+    if any("logical_query" in cls.reads or cls.name in _LOGIC_STAGES for cls in stage_classes(pipe.stages)):
+        return
+    raise PipelineError(f"table.search: {query!r:.80} is a logical query, and no stage of the pipeline reads its logic (its words "
+                        "would be searched, a NOT term raising the documents about it); give a logic-aware pipeline, e.g. "
+                        "pipeline=lr.bm25() >> lr.itlr(scorer=\"bm25\"), or the words as plain text.")
 
 
 def _words(node) -> str:

@@ -249,6 +249,9 @@ def test_search_answers_one_query_text_or_logical(table_db):
     (lambda t: lr.retrieve(t, "malaria", {}), "at least one pipeline"),
     (lambda t: lr.retrieve(t, "malaria", "bm25", cache=5), "cache is a directory or a StageCache, not int"),
     (lambda t: t.search("malaria", "bm25", cache=5), "cache is a directory or a StageCache, not int"),
+    # a logical query to a pipeline that would search its words (NOT raising the documents about children): refused
+    (lambda t: t.search('"malaria" AND NOT "children"'), "is a logical query, and no stage of the pipeline reads its logic"),
+    (lambda t: t.search('"malaria" AND NOT "children"', lr.bm25(k=10) >> lr.cut(k=5)), "no stage of the pipeline reads its logic"),
 ])
 def test_table_mistakes_are_one_line_user_errors(table_db, call, match):
     with pytest.raises(lr.UserError, match=match) as exc:
