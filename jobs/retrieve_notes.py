@@ -58,6 +58,11 @@ def fallback_notes(pipeline: str, steps: list[dict], where: str = "") -> list[st
             lines.append(f"retrieve: {stage}: {count_queries(n)} whose every candidate holds a negated term or atom, so none "
                          f"satisfies {'its' if n == 1 else 'their'} NOT (give the stage a deeper or another first stage, or use "
                          f"itlr's exact mode): {shown_ids(step.get('unsatisfiable_query_ids'), n)}.")
+        if step.get("logic_in_text"):
+            n = step["logic_in_text"]
+            lines.append(f"retrieve: {stage}: {count_queries(n)} with no logical query whose text reads as one ('\"a\" AND NOT \"b\"') "
+                         f"scored as {'its' if n == 1 else 'their'} whole text, one term, a NOT raising what it negates (give the form "
+                         f"as logical_query, or decompose them): {shown_ids(step.get('logic_in_text_query_ids'), n)}.")
         if step.get("blank_logical"):
             n = step["blank_logical"]
             lines.append(f"retrieve: {stage}: {count_queries(n)} whose logical query is blank scored as {'its' if n == 1 else 'their'} "

@@ -124,6 +124,20 @@ def test_a_blank_logical_query_is_no_parse_error_and_is_named():
     assert (unused["fallback"], unused["blank_logical"]) == (2, 0)
 
 
+def test_a_logical_query_written_as_the_text_is_named_not_scored_silently():
+    """A TSV or BEIR queries file holds only text: a formula written there is no logical query
+    (the stage scores the text as one term, its NOT words raising what they negate); the
+    terminal names those queries, and leaves plain words alone."""
+    queries = pa.table({"query_id": ["q1", "q2", "q3", "q4"],
+                        "text": ['"vitamin D" AND NOT "bone"', "vitamin D AND NOT bone", "vitamin D and bone health", '"a" OR "b"'],
+                        "logical_query": pa.array([None, None, None, '"a" OR "b"'], pa.string())})
+    step = _run(queries, ["itlr"]).steps[0]
+    assert (step["logic_in_text"], step["logic_in_text_query_ids"]) == (2, ["q1", "q2"])
+    assert fallback_notes("p", [step])[0] == (
+        "retrieve: pipeline 'p', stage itlr: 2 queries with no logical query whose text reads as one ('\"a\" AND NOT \"b\"') scored "
+        "as their whole text, one term, a NOT raising what it negates (give the form as logical_query, or decompose them): q1, q2.")
+
+
 def _decompositions(path, rows):
     base = {"method": "itlr", "model": "hand", "prompt_sha": "-", "raw_output": None, "atoms": None, "expansion": None, "error": None,
             "finish_reason": None, "prompt_tokens": 0, "generated_tokens": 0, "cached": False}

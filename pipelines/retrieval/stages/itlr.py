@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from logicrank.pipelines.retrieval.logic.fuzzy import Operators
 from logicrank.pipelines.retrieval.logic.grammar import BLANK
-from logicrank.pipelines.retrieval.logic.query import Term, UnparsedQueryError, unparsed_message
+from logicrank.pipelines.retrieval.logic.query import Term, UnparsedQueryError, looks_logical, unparsed_message
 from logicrank.pipelines.retrieval.methods.evidence import check_calibration, evidence_class, make_evidence
 from logicrank.pipelines.retrieval.methods.itlr import (
     TERM_SCORES,
@@ -194,9 +194,11 @@ class ITLR(Stage):
             raise UnparsedQueryError(refusal(unparsed, "decomposition_status" in queries.column_names))
         fallback = [q.query_id for q in parsed if q.status == "fallback"]
         blank = blank_logical_queries(queries)
+        written = logic_in_text(queries)
         counts = {"fallback": len(fallback), "fallback_query_ids": fallback[:100],
                   "unparsed": len(unparsed), "unparsed_query_ids": [qid for qid, _, _ in unparsed[:100]],
-                  "blank_logical": len(blank), "blank_logical_query_ids": blank[:100]}
+                  "blank_logical": len(blank), "blank_logical_query_ids": blank[:100],
+                  "logic_in_text": len(written), "logic_in_text_query_ids": written[:100]}
         if "decomposition_status" in queries.column_names:  # after a decomposition stage: its fallbacks are named too
             ids = queries.column("query_id").to_pylist()
             fell = [qid for qid, status in zip(ids, queries.column("decomposition_status").to_pylist(), strict=True) if status != "ok"]
@@ -224,6 +226,15 @@ def unparsed_queries(queries: pa.Table, parsed: list) -> list[tuple[str, str, st
     logical = queries.column("logical_query").to_pylist()
     return [(q.query_id, text, q.error) for q, text in zip(parsed, logical, strict=True)
             if q.status == "fallback" and text and text.strip(BLANK)]
+
+
+def logic_in_text(queries: pa.Table) -> list[str]:
+    """The ids of the queries with no logical query whose text reads as one (``"vitamin D" AND
+    NOT "bone"``, :func:`~logicrank.pipelines.retrieval.logic.query.looks_logical`): scored as
+    one term, their words searched, a NOT raising what it negates; the terminal names them."""
+    logical = queries.column("logical_query").to_pylist()
+    return [qid for qid, text, form in zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), logical, strict=True)
+            if not (form and form.strip(BLANK)) and text and looks_logical(text)]
 
 
 def blank_logical_queries(queries: pa.Table) -> list[str]:
