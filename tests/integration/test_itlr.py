@@ -55,6 +55,9 @@ def test_sigmoid_calibration_needs_and_uses_labels(synthetic, tmp_path):
         _cfg(synthetic, methods=("itlr",), k=5, calibration="sigmoid", labels=str(synthetic / "syn" / "labels.jsonl")), tmp_path / "s"
     )
     assert pq.read_table(runs["itlr"]).num_rows == 32 * 5
+    # the synthetic labels never hold three of the composed terms beside a document that does not: named, composed raw
+    step = json.loads((tmp_path / "s" / "manifest.json").read_text())["pipelines"]["itlr"]["stages"][0]
+    assert step["uncalibrated_terms"] == 3 and len(step["uncalibrated_term_names"]) == 3, step
 
 
 def test_itlr_over_bm25_and_hybrid_evidence_on_a_real_table(synthetic, tmp_path):

@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from logicrank.jobs.retrieve_notes import fallback_notes
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.generate.synthetic import TEMPLATES, generate
 from logicrank.pipelines.retrieval.logic.fuzzy import Operators, compile_query
@@ -19,6 +20,7 @@ from logicrank.pipelines.retrieval.methods.itlr import (
     score_candidates,
     score_exact,
     term_scores,
+    unfitted_terms,
 )
 
 
@@ -120,6 +122,25 @@ def test_calibrations():
     assert got[1, 0] > 0.95 and got[1, 1] > 0.95  # two standard deviations up, whatever the scale
     with pytest.raises(ValueError, match="valid: none, zscore, sigmoid"):
         Calibration("platt")
+
+
+def test_a_sigmoid_left_unfitted_for_a_composed_term_is_named():
+    """Labels that never hold a term beside one that does fit no sigmoid for it: composed with
+    calibrated terms, its raw scores (BM25's 12, a NOT of it -11) leave [0, 1], so the run names
+    it. A one-term query (a fallback's text) ranks by its raw score alike, and a term no
+    document holds is 0 whatever the calibration: neither is named."""
+    queries = pa.table({"query_id": ["q1", "q2"], "text": ["t", "whole text of a fallback"],
+                        "logical_query": pa.array(['"a" AND NOT "b"', None], pa.string())})
+    parsed = parse_queries(queries)
+    fitted = Calibration("sigmoid", {"a": (0.5, 4.0)})
+    assert unfitted_terms(fitted, parsed) == ["b"]
+    assert unfitted_terms(fitted, parsed, {"b": "no document holds it"}) == []
+    assert unfitted_terms(Calibration("sigmoid", {"a": (0.5, 4.0), "b": (0.5, 4.0)}), parsed) == []
+    assert unfitted_terms(Calibration("max", {}), parsed) == []  # (another calibration: nothing to fit)
+    line = fallback_notes("p", [{"stage": "itlr", "uncalibrated_terms": 1, "uncalibrated_term_names": ["b"]}])
+    assert line == ["retrieve: pipeline 'p', stage itlr: sigmoid calibration fitted no sigmoid for 1 composed term (no labelled document "
+                    "holds it beside one that does not), composed raw beside calibrated ones: 'b'; add labels for it, or use another "
+                    "calibration."]
 
 
 def test_term_scores_table(setup):

@@ -22,7 +22,7 @@ Candidate modes:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -70,6 +70,19 @@ def parse_queries(queries: pa.Table) -> list[LogicalQuery]:
         except QueryParseError as exc:
             out.append(LogicalQuery(qid, Term(text), "fallback", str(exc).splitlines()[0]))
     return out
+
+
+def unfitted_terms(calibration: Calibration, parsed: Sequence[LogicalQuery], empty: Mapping[str, str] | frozenset = frozenset()) -> list[str]:
+    """The terms composed with others (in a query of more than one term) that a ``sigmoid``
+    calibration has no fit for (no labelled document holds the term beside one that does not):
+    they are composed raw (a cosine, BM25's unbounded score) beside calibrated terms, out of
+    [0, 1], so the run names them. A query of one term (a fallback's whole text) ranks by its
+    raw score alike, and a term no document holds is 0 whatever the calibration: neither is
+    named."""
+    if calibration.name != "sigmoid":
+        return []
+    composed = dict.fromkeys(t for q in parsed if len(set(q.ast.terms())) > 1 for t in q.ast.terms())
+    return [t for t in composed if t not in calibration.params and t not in empty]
 
 
 class EmptyNotError(UserError, ValueError):

@@ -25,6 +25,7 @@ from logicrank.pipelines.retrieval.methods.itlr import (
     refuse_empty_nots,
     score_listed,
     term_scores_from,
+    unfitted_terms,
     unique_terms,
 )
 from logicrank.pipelines.retrieval.methods.ranking import candidate_pairs, rank_pairs
@@ -140,6 +141,8 @@ class ITLR(Stage):
                 calibration = evidence.calibrate(name, o.calibration_sample, _read_labels(o.labels) if name == "sigmoid" else None)
                 empty = evidence.empty_terms()
         refuse_empty_nots(parsed, empty)
+        if unfit := unfitted_terms(calibration, parsed, empty):
+            fallbacks |= {"uncalibrated_terms": len(unfit), "uncalibrated_term_names": unfit[:100]}
         calibration = dataclasses.replace(calibration, empty=frozenset(empty))
         drop = evidence.sparse and not o.pad
         ops = dataclasses.replace(Operators.parse(o.operators), strict_not=o.strict_not)
