@@ -54,6 +54,7 @@ def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False,
         return DecomposeSummary(target, prev.get("rows", 0), prev.get("by_status", {}), skipped=True)
 
     n = queries.num_rows
+    rundir.begin()
     with ray_session(cfg.ray), rundir.timed("decompose"):
         llm = LLMService(cfg.llm, echo=(lambda line: echo(f"decompose: {line}")) if progress else None)
         try:

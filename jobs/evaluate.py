@@ -44,6 +44,7 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     qrels = read_qrels(cfg.qrels) if cfg.runs else None
     runs, removed, empty, run_ids = _read_runs(cfg, echo)
     ev = _evaluate(cfg, qrels, runs, run_ids, removed, qa_measures)
+    rundir.begin()
     outputs = _write_outputs(ev, rundir, title, echo)
     rundir.write_manifest(
         cfg.model_dump(mode="json"),

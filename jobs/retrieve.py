@@ -75,6 +75,7 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     inputs_read = {str(Path(f).resolve()) for f in job.needs.files}  # a run file this run reads is never moved, wherever it lies
     if _skip_if_fresh(cfg, rundir, job, inputs, inputs_read, echo):
         return {rid: rundir.path / o for rid, o in outputs.items()}
+    rundir.begin()
     written, report, llm, encoded = _run_pipelines(cfg, rundir, job, files, outputs, echo, progress)
     made = set(outputs.values()) | set(written) | ({f"runs/{p.name}.trec" for p in job.pipelines} if cfg.trec else set())
     rundir.set_aside([rel for rel in earlier_outputs(rundir, cfg, made) if str((rundir.path / rel).resolve()) not in inputs_read],
@@ -138,7 +139,7 @@ def _fingerprint(cfg: RetrieveConfig, job: _Job) -> tuple[dict, dict]:
     """(what the run's outputs depend on, the input files' fingerprints): an unchanged-looking
     rerun is skipped only when none of it changed."""
     inputs = {"queries": input_fingerprint("queries", cfg.queries, TopicsError),
-              "table": {"db": cfg.db, "name": cfg.table, "version": job.store.version}}
+              "table": {"db": cfg.db, "name": cfg.table, "version": job.store.version, "made": job.store.version_stamp()}}
     files = {f: input_fingerprint("input file", f, TopicsError) for f in dict.fromkeys(job.needs.files)}
     inputs.update({f"file:{f}": fp for f, fp in files.items()})
     # what else changes a stage's output, so that an unchanged-looking rerun is not skipped wrongly: each stage's

@@ -144,6 +144,16 @@ class RunDir:
         os.replace(self.manifest_path, self.path / name)
         return name
 
+    def begin(self) -> None:
+        """Say, before this run writes its first output, that the directory is being changed: the
+        manifest of an earlier finished run is marked ``running`` (a run killed from here on
+        leaves new outputs beside it, which a rerun of the earlier inputs would otherwise take
+        as its own and skip); nothing here is fresh again until this run writes its manifest."""
+        prev = self.previous()
+        if prev and prev.get("status") == "ok":
+            prev = {**prev, "status": "running", "started_at": datetime.now(UTC).isoformat()}
+            write_text_atomic(json.dumps(prev, indent=2, sort_keys=False) + "\n", self.manifest_path)
+
     @contextmanager
     def timed(self, name: str):
         start = time.perf_counter()

@@ -68,10 +68,12 @@ class Inputs:
     def of(cls, queries: pa.Table, store: Store, encoder: str | None = None, llm: tuple | None = None,
            files: Iterable[str] = ()) -> Inputs:
         """From the queries' content, the table's identity (its database's absolute path, its
-        name) and version, and the files' content. The one way to key: the retrieve job
+        name), version and the time that version was made (a table dropped and made again
+        reuses version numbers), and the files' content. The one way to key: the retrieve job
         (jobs/retrieve.py) and a notebook (``Pipeline.run``, ``lr.retrieve``) both build theirs
         here, so each reuses the other's stage outputs."""
-        table = {"db": table_uri(store), "name": getattr(store, "name", ""), "version": store.version}
+        stamp = getattr(store, "version_stamp", lambda: "")()
+        table = {"db": table_uri(store), "name": getattr(store, "name", ""), "version": store.version, "made": stamp}
         base = json_digest([{"sha256": queries_digest(queries)}, table])
         return cls(base, encoder, llm, {f: {"sha256": content_digest(f)} for f in files})
 

@@ -219,6 +219,12 @@ def test_inputs_key_the_queries_by_their_content_and_a_relative_table_path_as_it
     assert Inputs.of(q, Store("db")).base != Inputs.of(q.slice(0, 2), Store("db")).base
     assert Inputs.of(q, Store("db")).base != Inputs.of(q, Store("other")).base
 
+    class Remade(Store):  # the table dropped and made again: the same version number, made at another time
+        def version_stamp(self):
+            return "2026-12-03T13:00:00"
+
+    assert Inputs.of(q, Remade("db")).base != Inputs.of(q, Store("db")).base
+
 
 def test_a_jobs_rerun_is_fresh_only_with_the_same_code(tmp_path, monkeypatch):
     """RunDir's check (retrieve, evaluate, decompose; the nightly's evaluation step and --at runs go

@@ -407,3 +407,33 @@ def test_gm_and_count_measures_aggregate_as_trec_eval_in_every_table(tmp_path):
     assert by.loc[("r", "A"), "NumRet"] == 3 and by.loc[("s", "A"), "NumRet"] == 2 and by.loc[("r", "A"), "MAP"] == pytest.approx(0.75)
     sig = {x["measure"]: x for x in ev.significance.to_pylist()}
     assert sig["gm_map"]["mean_run"] == pytest.approx(gm, rel=1e-6) and sig["gm_map"]["mean_baseline"] == pytest.approx(1.0)
+
+
+def test_an_evaluate_stopped_after_writing_never_lets_a_rerun_of_the_earlier_inputs_skip(tmp_path, monkeypatch):
+    """A run killed between its outputs and its manifest left the new metrics beside the earlier
+    run's manifest ("ok", the earlier inputs): a rerun of those inputs was skipped and handed back
+    the killed run's metrics. The manifest is marked running before any output is written."""
+    from logicrank.jobs.rundir import RunDir
+
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\nq1\td1\t1\n")
+    run = _write_trec(tmp_path / "r.trec", [("q0", "d0", 1, 1.0), ("q1", "d1", 1, 1.0)], tag="r")
+    cfg, out = EvaluateConfig(qrels=str(qrels), runs=(str(run),), measures=("P@1",)), tmp_path / "eval"
+
+    def p_at_1(metrics):
+        return {m["run_id"]: m["value"] for m in metrics.to_pylist() if m["query_id"] == AGGREGATE_QUERY_ID}["r"]
+
+    assert p_at_1(run_evaluate(cfg, out)) == 1.0
+    original = run.read_bytes()
+    _write_trec(run, [("q0", "dx", 1, 1.0), ("q1", "d1", 1, 1.0)], tag="r")  # P@1 0.5
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed before its manifest")
+
+    monkeypatch.setattr(RunDir, "write_manifest", killed)
+    with pytest.raises(RuntimeError, match="killed"):
+        run_evaluate(cfg, out)
+    monkeypatch.undo()
+    assert json.loads((out / "manifest.json").read_text())["status"] == "running"
+    run.write_bytes(original)
+    assert p_at_1(run_evaluate(cfg, out)) == 1.0  # evaluated again, not the killed run's 0.5
