@@ -410,14 +410,22 @@ class LLMClient:
     ) -> list[Generation]:
         params = {
             "task": "generate", "constraint": constraint.describe() if constraint else None, "max_tokens": max_tokens,
-            "temperature": temperature, "seed": seed, "chat": self.cfg.chat,
+            "temperature": temperature, "seed": seed, "chat": self.cfg.chat, "engine": self._engine_settings(),
         }
         run = lambda texts: self.engine.generate(texts, constraint, max_tokens, temperature, seed)  # noqa: E731
         return self._cached(template, values, params, run, Generation)
 
     def truth(self, template: Template, values: Sequence[Mapping[str, str]]) -> list[Truth]:
-        params = {"task": "truth", "labels": list(self.cfg.labels)}
+        params = {"task": "truth", "labels": list(self.cfg.labels), "engine": self._engine_settings()}
         return self._cached(template, values, params, self.engine.truth, Truth)
+
+    def _engine_settings(self) -> dict:
+        """The engine's settings that move its numbers (a bfloat16 engine's P(True) is not a
+        float32 one's): part of every prompt's cache key, so one cache serves several engines
+        and hands each only its own answers."""
+        c = self.cfg
+        return {"dtype": c.dtype, "seed": c.seed, "max_model_len": c.max_model_len, "enforce_eager": c.enforce_eager,
+                "tensor_parallel_size": c.tensor_parallel_size, "enable_prefix_caching": c.enable_prefix_caching}
 
     def _cached(self, template: Template, values, params: dict, run, kind):
         texts = [template.render(**v) for v in values]

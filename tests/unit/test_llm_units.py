@@ -256,6 +256,26 @@ def test_cache_key_covers_model_template_prompt_and_params():
     assert len(keys) == 5
 
 
+def test_one_prompt_cache_hands_each_engine_setting_only_its_own_answers(tmp_path, monkeypatch):
+    """A bfloat16 engine's P(True) is not a float32 one's: with one cache, the second engine's
+    prompts are run, not answered with the first one's (the engine is a stand-in: no model loads)."""
+    from logicrank.pipelines.config.settings import LLMConfig
+    from logicrank.pipelines.llm.engine import Engine, LLMClient, Truth
+
+    def stand_in(engine, texts):
+        p = {"float32": 0.25, "bfloat16": 0.75}[engine.cfg.dtype]
+        return [Truth(p, 0.0, 0.0, True, 3, 0) for _ in texts]
+
+    monkeypatch.setattr(Engine, "truth", stand_in)
+    template, values = prompts.load("truth"), [{"context": "", "statement": "the sky is blue"}]
+    got = {}
+    for dtype in ("float32", "bfloat16", "float32"):
+        client = LLMClient(LLMConfig(dtype=dtype, cache=str(tmp_path / "c.sqlite")))
+        (t,) = client.truth(template, values)
+        got.setdefault(dtype, []).append((t.p_true, t.cached))
+    assert got == {"float32": [(0.25, False), (0.25, True)], "bfloat16": [(0.75, False)]}
+
+
 # -- model registry --------------------------------------------------------------------------
 def test_unknown_models_fail_with_the_choices(tmp_path):
     with pytest.raises(models.LLMModelError, match=r"registered name \(smollm2-135m-instruct, qwen2.5-coder-1.5b-instruct\)"):
