@@ -44,12 +44,24 @@ def package_versions() -> dict[str, str | None]:
 
 
 def file_fingerprint(path: str | Path) -> dict[str, Any]:
-    """Size and SHA-256 of a (small) local file, or size+mtime of each file under a directory."""
+    """Size and SHA-256 of a local file; of a directory (a BEIR directory given as queries or
+    qrels), each file's size and SHA-256, or its size and modification time where it is larger
+    than :data:`HASHED_BYTES` (the corpus beside the queries and qrels, which the jobs that
+    fingerprint a directory never read): an edit that keeps a small file's size and time (a
+    qrels grade changed in place) is seen."""
     p = Path(path)
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file())
-        return {"path": str(p), "files": {str(f.relative_to(p)): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}}
+        return {"path": str(p), "files": {str(f.relative_to(p)): _dir_member(f) for f in files}}
     return {"path": str(p), "size": p.stat().st_size, "sha256": sha256_file(p)}
+
+
+HASHED_BYTES = 256 << 20  # a directory's files up to this size are fingerprinted by their content
+
+
+def _dir_member(f: Path) -> list:
+    st = f.stat()
+    return [st.st_size, sha256_file(f)] if st.st_size <= HASHED_BYTES else [st.st_size, st.st_mtime_ns]
 
 
 def input_fingerprint(label: str, path: str | Path, error: type[Exception]) -> dict[str, Any]:

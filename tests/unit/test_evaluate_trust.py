@@ -437,3 +437,26 @@ def test_an_evaluate_stopped_after_writing_never_lets_a_rerun_of_the_earlier_inp
     assert json.loads((out / "manifest.json").read_text())["status"] == "running"
     run.write_bytes(original)
     assert p_at_1(run_evaluate(cfg, out)) == 1.0  # evaluated again, not the killed run's 0.5
+
+
+def test_a_qrels_directory_edited_in_place_is_evaluated_again(tmp_path):
+    """A BEIR directory given as qrels: a grade changed in place, the file's size and time kept
+    (`touch -r`), is seen (its files are fingerprinted by content), not skipped as unchanged."""
+    import os
+
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    tsv = beir / "qrels" / "test.tsv"
+    tsv.write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\nq1\td1\t1\n")
+    run = _write_trec(tmp_path / "r.trec", [("q0", "d0", 1, 1.0), ("q1", "d1", 1, 1.0)], tag="r")
+    cfg, out = EvaluateConfig(qrels=str(beir), runs=(str(run),), measures=("P@1",)), tmp_path / "eval"
+
+    def p_at_1(metrics):
+        return {m["run_id"]: m["value"] for m in metrics.to_pylist() if m["query_id"] == AGGREGATE_QUERY_ID}["r"]
+
+    assert p_at_1(run_evaluate(cfg, out)) == 1.0
+    stat = tsv.stat()
+    tsv.write_text("query-id\tcorpus-id\tscore\nq0\td0\t0\nq1\td1\t1\n")  # q0's grade 1 -> 0, same size
+    os.utime(tsv, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert tsv.stat().st_size == stat.st_size and tsv.stat().st_mtime_ns == stat.st_mtime_ns
+    assert p_at_1(run_evaluate(cfg, out)) == 0.5
