@@ -269,8 +269,12 @@ def resolve(model: str, log=lambda msg: None) -> ResolvedModel:
 
 
 def _light_fingerprint(path: Path) -> str:
-    """Names, sizes and config of a checkpoint (hashing 15 GB of weights per run is too slow)."""
+    """Config, and each file's name, size and modification time, of a checkpoint (hashing 15 GB
+    of weights per run is too slow): a fine-tune saved over it (the same names and sizes) is
+    another model, with its own prompt-cache keys. A copy that does not keep the times (``cp``
+    without ``-p``) is another id too: its cache is filled again, never wrong."""
     h = hashlib.sha256((path / "config.json").read_bytes())
     for f in sorted(p for p in path.iterdir() if p.is_file()):
-        h.update(f"{f.name}:{f.stat().st_size}".encode())
+        st = f.stat()
+        h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()[:12]

@@ -284,6 +284,24 @@ def test_unknown_models_fail_with_the_choices(tmp_path):
         models.prepare("gpt-17", root=tmp_path)
 
 
+def test_a_checkpoint_saved_over_with_the_same_sizes_is_another_model(tmp_path):
+    """A local checkpoint's id (its prompt-cache keys): a fine-tune saved over it keeps every
+    file's name and size; its new weights are another model, never the old one's answers."""
+    import os
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"model_type": "llama"}')
+    weights = ckpt / "model.safetensors"
+    weights.write_bytes(os.urandom(4096))
+    first = models.resolve(str(ckpt)).model_id
+    assert models.resolve(str(ckpt)).model_id == first  # unchanged: the same id
+    st = weights.stat()
+    weights.write_bytes(os.urandom(4096))
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # (saved later: a file system's time, not this test's speed)
+    assert models.resolve(str(ckpt)).model_id != first
+
+
 def test_prepare_is_idempotent_and_rebuilds_a_damaged_checkpoint(tmp_path, monkeypatch):
     calls = []
 
