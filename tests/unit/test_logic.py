@@ -1,4 +1,5 @@
 import doctest
+import unicodedata
 
 import numpy as np
 import pytest
@@ -117,8 +118,9 @@ def test_module_doctests():
 
 
 # -- the decoding grammar (GBNF) against the parser -------------------------------------------
-_gen_terms = st.builds(
-    Term, st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12).filter(lambda t: t.strip(BLANK))
+_gen_terms = st.builds(  # a term holds a character that is neither a space (ASCII or Unicode) nor a zero-width format character
+    Term, st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12).filter(
+        lambda t: not all(c in BLANK or unicodedata.category(c) in ("Zs", "Zl", "Zp", "Cf") for c in t))
 )
 gen_asts = st.recursive(_gen_terms, _extend, max_leaves=10)
 
@@ -157,3 +159,28 @@ def test_an_empty_or_blank_term_is_a_parse_error(query, position):
     with pytest.raises(QueryParseError, match="an empty term") as exc:
         parse(query)
     assert exc.value.position == position
+
+
+def test_a_term_keeps_every_character_it_was_given_or_is_refused():
+    r"""Only \" and \\ are escapes (as the decoding grammar has them): another backslash pair
+    ("C:\new") is refused, never read with its backslash gone; a term of Unicode spaces
+    (no-break, ideographic, zero-width) is an empty term, as one of ASCII spaces is."""
+    assert parse(r'"a \"b\" \\ c"') == Term('a "b" \\ c')
+    for query in (r'"C:\new"', r'"a\x" AND "b"'):
+        with pytest.raises(QueryParseError):
+            parse(query)
+    for blank in ("\u00a0", "\u3000", "\u200b", " \u00a0 "):
+        with pytest.raises(QueryParseError, match="an empty term"):
+            parse(f'"a" AND "{blank}"')
+
+
+def test_a_query_nested_past_pythons_stack_is_a_parse_error():
+    assert parse("(" * 3000 + '"a"' + ")" * 3000) == Term("a")  # bare parentheses are no nesting
+    for query in ('"b" AND (' * 1500 + '"a"' + ")" * 1500, "NOT (" * 1500 + '"a"' + ")" * 1500):
+        with pytest.raises(QueryParseError, match="nests groups too deeply"):
+            parse(query)
+
+
+def test_an_operator_named_twice_is_refused():
+    with pytest.raises(OperatorError, match="names and twice"):
+        Operators.parse("and=min,or=max,and=product")

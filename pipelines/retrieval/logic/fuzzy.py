@@ -69,12 +69,15 @@ class Operators:
     @classmethod
     def parse(cls, spec: str) -> Operators:
         """``"and=min,or=max"``; unnamed operators keep their defaults."""
-        chosen = dict(DEFAULTS)
+        chosen, given = dict(DEFAULTS), set()
         for part in filter(None, (p.strip() for p in spec.split(","))):
             op, sep, name = part.partition("=")
             op, name = op.strip().lower(), name.strip().lower()
             if not sep or op not in FAMILIES:
                 raise OperatorError(f"cannot read {part!r}; write op=family with op in {list(FAMILIES)}, e.g. 'and=product,or=sum,not=complement'.")
+            if op in given:  # 'and=min,...,and=product': which one was meant?
+                raise OperatorError(f"{spec!r} names {op} twice; give each operator once, e.g. 'and=product,or=sum,not=complement'.")
+            given.add(op)
             chosen[op] = name
         return cls(chosen["and"], chosen["or"], chosen["not"])
 

@@ -13,6 +13,7 @@ A chain ``a AND b AND c`` is one n-ary node; explicit parentheses are kept as st
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import cache
 
@@ -151,12 +152,15 @@ def _parser():
     return Lark(to_lark(), parser="lalr", maybe_placeholders=False)
 
 
+_UNICODE_BLANK = ("Zs", "Zl", "Zp", "Cf")  # spaces and separators (no-break, ideographic), and zero-width format characters
+
+
 def _build(tree, query: str) -> Node:
     from lark import Token
 
     if isinstance(tree, Token):
         text = unquote(str(tree))
-        if not text.strip(BLANK):
+        if all(c in BLANK or unicodedata.category(c) in _UNICODE_BLANK for c in text):  # (a no-break or zero-width space too)
             raise QueryParseError(query, tree.start_pos or 0, "an empty term; a term holds at least one non-blank character")
         return Term(text)
     kids = [c for c in tree.children if not (isinstance(c, Token) and c.type in ("AND", "OR", "NOT"))]
@@ -197,7 +201,10 @@ def parse(query: str) -> Node:
         raise QueryParseError(query, len(query), "the query ends too early") from None
     except UnexpectedInput as exc:  # any other lark input error
         raise QueryParseError(query, getattr(exc, "pos_in_stream", 0) or 0, str(exc).splitlines()[0]) from None
-    return _build(tree, query)
+    try:
+        return _build(tree, query)
+    except RecursionError:
+        raise QueryParseError(query, 0, "the query nests groups too deeply (hundreds of parentheses or NOTs)") from None
 
 
 _QUOTES = '"' + _TYPOGRAPHIC
