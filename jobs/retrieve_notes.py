@@ -58,12 +58,12 @@ def fallback_notes(pipeline: str, steps: list[dict], where: str = "") -> list[st
             lines.append(f"retrieve: {stage}: {count_queries(n)} whose every candidate holds a negated term or atom, so none "
                          f"satisfies {'its' if n == 1 else 'their'} NOT (give the stage a deeper or another first stage, or use "
                          f"itlr's exact mode): {shown_ids(step.get('unsatisfiable_query_ids'), n)}.")
-        if step.get("uncalibrated_terms"):
-            n, names = step["uncalibrated_terms"], step.get("uncalibrated_term_names") or []
-            shown = ", ".join(repr(t) for t in names[:5]) + (f" and {n - 5} more" if n > 5 else "")
+        if n := step.get("uncalibrated_terms"):
+            them = "them" if n > 1 else "it"
             lines.append(f"retrieve: {stage}: sigmoid calibration fitted no sigmoid for {n} composed term{'s' if n > 1 else ''} (no labelled "
-                         f"document holds {'them' if n > 1 else 'it'} beside one that does not), composed raw beside calibrated ones: "
-                         f"{shown}; add labels for {'them' if n > 1 else 'it'}, or use another calibration.")
+                         f"document holds {them} beside one that does not), composed raw beside calibrated ones: "
+                         f"{shown_ids([repr(t) for t in step.get('uncalibrated_term_names') or []], n, 5)}; add labels for {them}, "
+                         "or use another calibration.")
         if step.get("logic_in_text"):
             n = step["logic_in_text"]
             lines.append(f"retrieve: {stage}: {count_queries(n)} with no logical query whose text reads as one ('\"a\" AND NOT \"b\"') "

@@ -409,6 +409,11 @@ def test_gm_and_count_measures_aggregate_as_trec_eval_in_every_table(tmp_path):
     assert sig["gm_map"]["mean_run"] == pytest.approx(gm, rel=1e-6) and sig["gm_map"]["mean_baseline"] == pytest.approx(1.0)
 
 
+def _p_at_1(metrics, run_id: str = "r") -> float:
+    """A run's P@1 over the queries, from an evaluation's metrics."""
+    return {m["run_id"]: m["value"] for m in metrics.to_pylist() if m["query_id"] == AGGREGATE_QUERY_ID}[run_id]
+
+
 def test_an_evaluate_stopped_after_writing_never_lets_a_rerun_of_the_earlier_inputs_skip(tmp_path, monkeypatch):
     """A run killed between its outputs and its manifest left the new metrics beside the earlier
     run's manifest ("ok", the earlier inputs): a rerun of those inputs was skipped and handed back
@@ -420,10 +425,7 @@ def test_an_evaluate_stopped_after_writing_never_lets_a_rerun_of_the_earlier_inp
     run = _write_trec(tmp_path / "r.trec", [("q0", "d0", 1, 1.0), ("q1", "d1", 1, 1.0)], tag="r")
     cfg, out = EvaluateConfig(qrels=str(qrels), runs=(str(run),), measures=("P@1",)), tmp_path / "eval"
 
-    def p_at_1(metrics):
-        return {m["run_id"]: m["value"] for m in metrics.to_pylist() if m["query_id"] == AGGREGATE_QUERY_ID}["r"]
-
-    assert p_at_1(run_evaluate(cfg, out)) == 1.0
+    assert _p_at_1(run_evaluate(cfg, out)) == 1.0
     original = run.read_bytes()
     _write_trec(run, [("q0", "dx", 1, 1.0), ("q1", "d1", 1, 1.0)], tag="r")  # P@1 0.5
 
@@ -436,7 +438,7 @@ def test_an_evaluate_stopped_after_writing_never_lets_a_rerun_of_the_earlier_inp
     monkeypatch.undo()
     assert json.loads((out / "manifest.json").read_text())["status"] == "running"
     run.write_bytes(original)
-    assert p_at_1(run_evaluate(cfg, out)) == 1.0  # evaluated again, not the killed run's 0.5
+    assert _p_at_1(run_evaluate(cfg, out)) == 1.0  # evaluated again, not the killed run's 0.5
 
 
 def test_a_qrels_directory_edited_in_place_is_evaluated_again(tmp_path):
@@ -451,12 +453,9 @@ def test_a_qrels_directory_edited_in_place_is_evaluated_again(tmp_path):
     run = _write_trec(tmp_path / "r.trec", [("q0", "d0", 1, 1.0), ("q1", "d1", 1, 1.0)], tag="r")
     cfg, out = EvaluateConfig(qrels=str(beir), runs=(str(run),), measures=("P@1",)), tmp_path / "eval"
 
-    def p_at_1(metrics):
-        return {m["run_id"]: m["value"] for m in metrics.to_pylist() if m["query_id"] == AGGREGATE_QUERY_ID}["r"]
-
-    assert p_at_1(run_evaluate(cfg, out)) == 1.0
+    assert _p_at_1(run_evaluate(cfg, out)) == 1.0
     stat = tsv.stat()
     tsv.write_text("query-id\tcorpus-id\tscore\nq0\td0\t0\nq1\td1\t1\n")  # q0's grade 1 -> 0, same size
     os.utime(tsv, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert tsv.stat().st_size == stat.st_size and tsv.stat().st_mtime_ns == stat.st_mtime_ns
-    assert p_at_1(run_evaluate(cfg, out)) == 0.5
+    assert _p_at_1(run_evaluate(cfg, out)) == 0.5
