@@ -133,7 +133,7 @@ class Table:
         pipe = as_pipeline(pipeline, "search", "table.search")
         if logical is None and (node := _logical(query)) is not None:
             text, logical = _words(node), query
-            _require_logic(pipe, query)
+            _require_logic(pipe, node, query)
         queries = queries_table(pa.table({"query_id": ["1"], "text": [text], "logical_query": pa.array([logical], pa.string())}),
                                 "table.search")
         pipe.validate(frozenset(queries.column_names))
@@ -608,15 +608,18 @@ def _logical(query: str):
 _LOGIC_STAGES = frozenset({"orlog", "reasoner"})
 
 
-def _require_logic(pipe: Pipeline, query: str) -> None:
-    """A logical query given to a pipeline none of whose stages reads its logic is refused: the
-    stages would search its words, where a negated term raises the score of documents about it."""
+def _require_logic(pipe: Pipeline, node, query: str) -> None:
+    """A logical query with a NOT given to a pipeline none of whose stages reads its logic is
+    refused: the stages would search its words, where the negated term raises the score of the
+    documents about it. Without a NOT (a quoted phrase, an AND or OR of terms) its words are
+    searched, as a plain query's are."""
+    from logicrank.pipelines.retrieval.methods.itlr import negated_terms
     from logicrank.pipelines.retrieval.runner import stage_classes
 
-    if any("logical_query" in cls.reads or cls.name in _LOGIC_STAGES for cls in stage_classes(pipe.stages)):
+    if not negated_terms(node) or any("logical_query" in cls.reads or cls.name in _LOGIC_STAGES for cls in stage_classes(pipe.stages)):
         return
-    raise PipelineError(f"table.search: {query!r:.80} is a logical query, and no stage of the pipeline reads its logic (its words "
-                        "would be searched, a NOT term raising the documents about it); give a logic-aware pipeline, e.g. "
+    raise PipelineError(f"table.search: {query!r:.80} negates a term, and no stage of the pipeline reads its logic (its words would "
+                        "be searched, the NOT term raising the documents about it); give a logic-aware pipeline, e.g. "
                         "pipeline=lr.bm25() >> lr.itlr(scorer=\"bm25\"), or the words as plain text.")
 
 

@@ -246,8 +246,10 @@ def index(
     if cfg.vector_column is not None:
         typer.echo(f"index: vectors from the corpus's {cfg.vector_column!r} ({cfg.vector_model}), none embedded: {s.precomputed} written.")
     if s.held:
-        typer.echo(f"index: {s.held} stored documents kept as they were: their rows in this snapshot were rejected (see "
-                   f"{out / 'rejects.parquet'}); fix those rows and rerun to update them.")
+        one = s.held == 1
+        typer.echo(f"index: {s.held} stored document{'' if one else 's'} kept as {'it was' if one else 'they were'}: "
+                   f"{'its row' if one else 'their rows'} in this snapshot {'was' if one else 'were'} rejected (see "
+                   f"{out / 'rejects.parquet'}); fix {'it' if one else 'them'} and rerun to update {'it' if one else 'them'}.")
     typer.echo(
         f"inserted {s.inserted}, updated {s.updated}, unchanged {s.unchanged}, deleted {s.deleted}, "
         f"rejected {s.rejected} {s.rejects_by_reason or ''}{nothing}; table {cfg.table!r} v{s.table_version} "

@@ -292,7 +292,7 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
     else:  # a directory's .tsv files are often its queries and qrels (MS MARCO's layout): read them only when told
         kinds = {p: None if k == "tsv" else k for p, k in kinds.items()}
     wanted = [p for p in files if kinds[p] is not None and (fmt in ("auto", "beir") or kinds[p] == fmt)]
-    not_docs = [p.rsplit("/", 1)[-1] for p in wanted if p.rsplit("/", 1)[-1].lower().startswith(_NOT_DOCUMENTS)]
+    not_docs = [p[len(path.rstrip("/")) + 1 :] for p in wanted if p.rsplit("/", 1)[-1].lower().startswith(_NOT_DOCUMENTS)]  # (relative)
     if not_docs:
         raise CorpusError(f"corpus: {location!r} holds query or relevance files ({', '.join(not_docs[:5])}), not documents; "
                           "give the collection file itself.")
@@ -351,9 +351,12 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
         return fields, "empty_text", f"none of {list(TEXT_KEYS)} nor the title holds non-blank text"
     if metadata is not None and not isinstance(metadata, str):
         metadata = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
-    if not all(map(_encodes, (title or "", text or "", metadata or ""))):
+    try:  # (the size in UTF-8; a lone surrogate escape has none)
+        size = len((text or "").encode("utf-8")) + len((title or "").encode("utf-8"))
+    except UnicodeEncodeError:
+        size = None
+    if size is None or not _encodes(metadata or ""):
         return fields, "invalid_utf8", "the title, text or metadata holds a lone surrogate escape (half of a pair: no character)"
-    size = len((text or "").encode("utf-8")) + len((title or "").encode("utf-8"))
     if size > max_doc_bytes:
         return fields, "oversized", f"{size} bytes of title+text > max_doc_bytes={max_doc_bytes}"
     return {"doc_id": doc_id, "title": title or None, "text": text or "", "metadata": metadata}, None, None

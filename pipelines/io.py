@@ -125,7 +125,8 @@ def _read_jsonl_queries(path: Path) -> list[dict]:
             text = next(obj[k] for k in _QTEXT_KEYS if k in obj)
         except StopIteration:
             raise TopicsError(f"queries {path}: line {n} is not a JSON object {expect}.") from None
-        rows.append({"query_id": _query_id(qid, path, n), "text": _query_text(text, path, n), "logical_query": obj.get("logical_query")})
+        rows.append({"query_id": _query_id(qid, path, n), "text": _query_text(text, path, n),
+                     "logical_query": _logical_text(obj.get("logical_query"), path, n)})
     return rows
 
 
@@ -148,6 +149,16 @@ def _query_text(text, path: Path, n: int) -> str:
     if not _utf8(text):
         raise TopicsError(f"queries {path}: line {n}: the query text holds a lone surrogate escape (half of a pair: no character).")
     return text
+
+
+def _logical_text(form, path: Path, n: int) -> str | None:
+    """A JSONL query's ``logical_query``: a string, or null (none)."""
+    if form is not None and not isinstance(form, str):
+        raise TopicsError(f"queries {path}: line {n}: the logical query is {json.dumps(form)}; give a string ('\"a\" AND NOT \"b\"') "
+                          "or leave it out.")
+    if form is not None and not _utf8(form):
+        raise TopicsError(f"queries {path}: line {n}: the logical query holds a lone surrogate escape (half of a pair: no character).")
+    return form
 
 
 def _utf8(value: str) -> bool:
@@ -443,8 +454,10 @@ def write_trec_run(run: pa.Table, path: str | Path) -> Path:
     """Write a run table as a TREC run file (sorted by query, then rank; scores as Python's repr).
 
     Refuses an empty id or one holding whitespace (query, doc or run id): a TREC line cannot
-    carry it. Read back, the file is ranked by score (trec_eval's rule), so equal scores come
-    back ordered by doc_id descending whatever their ranks were.
+    carry it. Read back, the file is ranked by score as trec_eval stores it (a 32-bit float),
+    so scores equal there (equal, or apart only past float32's precision: a float64
+    composition's last bits) come back ordered by doc_id descending whatever their ranks were,
+    and such a query's measures may differ from the Parquet run's.
     """
     path = Path(path)
     table = conform(run, RUN, "write_trec_run").sort_by([("query_id", "ascending"), ("rank", "ascending")])

@@ -54,8 +54,8 @@ def coverage_notes(
     return lines
 
 
-GM_NOTE = ("gm_*: trec_eval's per-query values are logs (of AP, floored at 1e-5); over queries, their geometric mean; "
-           "the median is the median query's AP.")
+GM_NOTE = ("gm_*: trec_eval's per-query values are logs (of AP for gm_map, bpref for gm_bpref, floored at 1e-5); over "
+           "queries, their geometric mean; the median is the median query's AP (or bpref).")
 
 
 def _spread(measure: str, values: pd.Series) -> list:

@@ -118,8 +118,8 @@ def _require_shared_queries(run_id: str, run: pa.Table, qrels: pa.Table) -> None
     """A run with rows, none of them for a query of the qrels, would score 0 on every measure
     (trec_eval -c's rule for a missed query): almost surely the qrels of other queries, or ids
     spelt otherwise (``"1"`` against ``"q1"``); refused, as trec_eval refuses it without -c."""
-    in_run = pc.unique(run.column("query_id"))
-    if len(in_run) == 0 or pc.any(pc.is_in(in_run, value_set=pc.unique(qrels.column("query_id")))).as_py():
+    in_run = pc.unique(run.column("query_id")).cast(pa.string())
+    if len(in_run) == 0 or pc.any(pc.is_in(in_run, value_set=pc.unique(qrels.column("query_id")).cast(pa.string()))).as_py():
         return
     ours, theirs = (sorted(set(t.column("query_id").to_pylist()))[:3] for t in (run, qrels))
     raise EvaluationError(f"evaluate: run {run_id} has no query the qrels judge (its queries {ours}..., the qrels' {theirs}...); "

@@ -303,6 +303,7 @@ class SeenIds:
         self.db.execute("CREATE TABLE rejected (key INTEGER PRIMARY KEY)")
         self.db.execute("CREATE TABLE rejected_ids (doc_id TEXT PRIMARY KEY) WITHOUT ROWID")
         self.kept = 0
+        self.named_by_rejects = 0  # ids rejected rows named (a clean snapshot: 0, and absent asks nothing of them)
         self.held = 0  # of the stored ids the last :meth:`absent` read: those only a rejected row named
 
     def __len__(self) -> int:
@@ -322,9 +323,11 @@ class SeenIds:
         self.db.execute("BEGIN")
         self.db.executemany("INSERT INTO seen VALUES (?, ?)", kept.items())
         self.db.executemany("INSERT OR IGNORE INTO rejected VALUES (?)", ((k,) for k in rejected))
-        self.db.executemany("INSERT OR IGNORE INTO rejected_ids VALUES (?)", ((d,) for d in rejected_ids))
+        named = [(d,) for d in rejected_ids]
+        self.db.executemany("INSERT OR IGNORE INTO rejected_ids VALUES (?)", named)
         self.db.execute("COMMIT")
         self.kept += len(kept)
+        self.named_by_rejects += len(named)
 
     def _rejected_among(self, ids: list[str]) -> list[str]:
         wanted = json.dumps(sorted(set(ids)))
@@ -341,10 +344,13 @@ class SeenIds:
             if len(ids) == 0:
                 continue
             listed = ids.to_pylist()
-            kept = set(self.keys_of(listed))
-            held = [d for d in self._rejected_among(listed) if d not in kept]
-            self.held += len(held)
-            missing = ids.filter(pc.invert(pc.is_in(ids, value_set=pa.array([*kept, *held], pa.string()))))
+            present = list(self.keys_of(listed))
+            if self.named_by_rejects:  # (a clean snapshot asks nothing more)
+                kept = set(present)
+                held = [d for d in self._rejected_among(listed) if d not in kept]
+                self.held += len(held)
+                present += held
+            missing = ids.filter(pc.invert(pc.is_in(ids, value_set=pa.array(present, pa.string()))))
             if len(missing):
                 yield missing
 

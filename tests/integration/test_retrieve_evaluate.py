@@ -37,7 +37,7 @@ def indexed(tmp_path_factory, docs300):
     again = runner.invoke(app, ["index", str(again), "--db", str(root / "db"), "--out", str(root / "index2"), "--no-progress"])
     said = " ".join(again.output.split())
     assert again.exit_code == 0 and "unchanged 299, deleted 0, rejected 1" in said and "(nothing changed)" in said, again.output
-    assert f"index: 1 stored documents kept as they were: their rows in this snapshot were rejected (see {root / 'index2' / 'rejects.parquet'})" in said
+    assert f"index: 1 stored document kept as it was: its row in this snapshot was rejected (see {root / 'index2' / 'rejects.parquet'})" in said
     picked = docs300[::7][:40]
     write_jsonl(root / "queries.jsonl", [{"_id": f"q{i}", "text": d["title"]} for i, d in enumerate(picked)])
     (root / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\t{d['_id']}\t1\n" for i, d in enumerate(picked)))

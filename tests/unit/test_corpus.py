@@ -42,7 +42,7 @@ def test_a_directory_whose_files_include_queries_is_refused_not_indexed_with_the
     for forum in ("android", "english"):
         write_jsonl(cqa / forum / "corpus.jsonl", ROWS)
         write_jsonl(cqa / forum / "queries.jsonl", [{"_id": "q1", "text": "a query"}])
-    with pytest.raises(CorpusError, match=r"holds query or relevance files \(queries.jsonl, queries.jsonl\)"):
+    with pytest.raises(CorpusError, match=r"holds query or relevance files \(android/queries.jsonl, english/queries.jsonl\)"):
         list_sources(str(cqa))
     assert [s.path.rsplit("/", 2)[-2:] for s in list_sources(str(cqa / "android"))] == [["android", "corpus.jsonl"]]
 

@@ -38,6 +38,9 @@ def test_trec_formats_and_errors(tmp_path):
     ('{"_id": "q", "text": null}', "the query text is null"),
     ('{"_id": "q", "text": 7}', "the query text is 7"),
     ('{"_id": "q", "text": "half \\ud800 a pair"}', "lone surrogate"),
+    ('{"_id": "q", "text": "a", "logical_query": 5}', "the logical query is 5"),
+    ('{"_id": "q", "text": "a", "logical_query": ["x"]}', 'the logical query is ["x"]'),
+    ('{"_id": "q", "text": "a", "logical_query": "\\"\\ud800\\""}', "lone surrogate"),
 ])
 def test_a_jsonl_query_whose_id_or_text_is_not_text_is_refused_naming_its_line(tmp_path, line, says):
     """Not read as "None", "True", "3.0" or a list's repr (ids no qrels line holds, or the word

@@ -134,6 +134,12 @@ def test_evaluate_takes_a_run_a_list_or_a_mapping(runs):
     assert lr.compare(ev, "good").to_pandas().equals(sig) and lr.compare(ev.metrics, "good").num_rows == 2  # both forms kept
 
 
+def test_qrels_with_integer_query_ids_evaluate_as_their_decimal_text():
+    """A qrels table read with pandas gives integer ids; the run's are text: the same queries."""
+    ints = QRELS.set_column(0, "query_id", pa.array([1, 1, 2], pa.int64()))
+    assert lr.evaluate(GOOD, ints, ["P@1"]).summary.loc["good", "P@1"] == lr.evaluate(GOOD, QRELS, ["P@1"]).summary.loc["good", "P@1"] == 1.0
+
+
 def test_a_mapping_names_its_runs_and_an_empty_run_scores_zero():
     results = lr.Results(good=lr.Result("good", GOOD, {}, []), nothing=lr.Result("nothing", RUN.empty_table(), {}, []))
     assert results.run.num_rows == GOOD.num_rows and len(results.to_pandas()) == GOOD.num_rows
@@ -233,6 +239,14 @@ def test_search_answers_one_query_text_or_logical(table_db):
     np.testing.assert_allclose(apart["score"], logical.set_index("doc_id").loc[apart["doc_id"], "score"], rtol=1e-6)
 
 
+def test_a_logical_query_without_a_not_is_searched_by_its_words(table_db):
+    """A quoted phrase, or terms joined by AND or OR, loses nothing to a pipeline that reads
+    words: searched as the words, as before (only a NOT would be turned around)."""
+    table = lr.open_table(table_db)
+    for query, words in (('"malaria"', "malaria"), ('"malaria" AND "children"', "malaria and children")):
+        assert table.search(query)["doc_id"].tolist() == table.search(words)["doc_id"].tolist()
+
+
 @pytest.mark.parametrize(("call", "match"), [
     (lambda t: t.search("malaria", "nope"), "table.search: unknown preset 'nope'; presets: "),
     (lambda t: t.search("malaria", 5), "a pipeline is a Pipeline, a preset name, a stage"),
@@ -250,7 +264,7 @@ def test_search_answers_one_query_text_or_logical(table_db):
     (lambda t: lr.retrieve(t, "malaria", "bm25", cache=5), "cache is a directory or a StageCache, not int"),
     (lambda t: t.search("malaria", "bm25", cache=5), "cache is a directory or a StageCache, not int"),
     # a logical query to a pipeline that would search its words (NOT raising the documents about children): refused
-    (lambda t: t.search('"malaria" AND NOT "children"'), "is a logical query, and no stage of the pipeline reads its logic"),
+    (lambda t: t.search('"malaria" AND NOT "children"'), "negates a term, and no stage of the pipeline reads its logic"),
     (lambda t: t.search('"malaria" AND NOT "children"', lr.bm25(k=10) >> lr.cut(k=5)), "no stage of the pipeline reads its logic"),
 ])
 def test_table_mistakes_are_one_line_user_errors(table_db, call, match):

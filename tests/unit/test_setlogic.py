@@ -134,8 +134,8 @@ def test_measures_are_averaged_per_template(tmp_path):
     import pyarrow as pa
 
     (tmp_path / "q.jsonl").write_text("".join(json.dumps({"_id": q, "template": t}) + "\n" for q, t in [("1", "A"), ("2", "A"), ("3", "A or B")]))
-    m = pa.Table.from_pandas(pd.DataFrame({"run_id": ["r"] * 4, "query_id": ["1", "2", "3", "all"], "measure": ["P@1"] * 4,
-                                           "value": [1.0, 0.0, 1.0, 0.6667]}))
+    m = pa.Table.from_pandas(pd.DataFrame({"run_id": ["r"] * 5, "query_id": ["1", "2", "3", "9", "all"], "measure": ["P@1"] * 5,
+                                           "value": [1.0, 0.0, 1.0, 1.0, 0.75]}))  # 9: a qrels query the queries file lacks
     t = grouped(m, tmp_path / "q.jsonl", "template")
     assert t.loc[("r", "A"), "P@1"] == 0.5 and t.loc[("r", "A or B"), "P@1"] == 1.0
-    assert t["queries"].to_dict() == {("r", "A"): 2, ("r", "A or B"): 1}
+    assert t["queries"].to_dict() == {("r", "A"): 2, ("r", "A or B"): 1}  # 9 in no group, no row of its own

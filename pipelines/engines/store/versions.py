@@ -34,7 +34,13 @@ class Versions:
         return {int(v["version"]): str(v["timestamp"]) for v in self.table.list_versions()}
 
     def version_stamp(self) -> str:
-        return self.version_stamps().get(self.version, "")
+        """When the current version was made; asked once per table object and version (every
+        search keys its stages by it, and listing the versions reads each one's manifest)."""
+        version, memo = self.version, getattr(self, "_stamp_memo", None)
+        if memo is None or memo[0] is not self.table or memo[1] != version:
+            memo = (self.table, version, self.version_stamps().get(version, ""))
+            self._stamp_memo = memo
+        return memo[2]
 
     def version_rows(self) -> list[dict]:
         """Every version kept, oldest first: ``version``, ``made`` (when), ``rows``, ``tags`` (the

@@ -96,6 +96,7 @@ def grouped(metrics: pa.Table, queries: Path, column: str) -> pd.DataFrame:
     df = metrics.to_pandas()
     df = df[df["query_id"] != AGGREGATE_QUERY_ID]
     df[column] = df["query_id"].map(groups)
+    df = df[df[column].notna()]  # a qrels query the queries file lacks belongs to no group
     table = (df.groupby(["run_id", column, "measure"], sort=False)["value"]
              .apply(lambda v: over_queries(v.name[2], v.to_numpy()))
              .unstack("measure")[list(dict.fromkeys(df["measure"]))])

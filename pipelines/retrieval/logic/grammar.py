@@ -63,8 +63,8 @@ START = next(iter(RULES))
 # A term: any characters but an unescaped quote or backslash, or the escape pairs \" and \\
 # (another backslash pair, "\x", is refused: its backslash would vanish), as the GBNF has it.
 # The regex admits "" so the parser can name an empty term; the parser refuses a term whose
-# text holds only blank characters (BLANK, and Unicode spaces), and the GBNF encodes the same
-# rule over BLANK (a non-blank character inside).
+# text holds only BLANK characters, and the GBNF encodes the same rule (a non-blank character
+# inside).
 _TERM_REGEX = r'"(?:[^"\\]|\\["\\])*"'
 BLANK = " \t\r\n"
 

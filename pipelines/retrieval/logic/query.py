@@ -13,7 +13,6 @@ A chain ``a AND b AND c`` is one n-ary node; explicit parentheses are kept as st
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 from functools import cache
 
@@ -152,15 +151,12 @@ def _parser():
     return Lark(to_lark(), parser="lalr", maybe_placeholders=False)
 
 
-_UNICODE_BLANK = ("Zs", "Zl", "Zp", "Cf")  # spaces and separators (no-break, ideographic), and zero-width format characters
-
-
 def _build(tree, query: str) -> Node:
     from lark import Token
 
     if isinstance(tree, Token):
         text = unquote(str(tree))
-        if all(c in BLANK or unicodedata.category(c) in _UNICODE_BLANK for c in text):  # (a no-break or zero-width space too)
+        if not text.strip(BLANK):
             raise QueryParseError(query, tree.start_pos or 0, "an empty term; a term holds at least one non-blank character")
         return Term(text)
     kids = [c for c in tree.children if not (isinstance(c, Token) and c.type in ("AND", "OR", "NOT"))]
