@@ -81,7 +81,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from logicrank.pipelines.files import not_text, reading
+from logicrank.pipelines.files import not_text, reading, utf8_text
 from logicrank.schemas.errors import UserError, first_line
 
 # The reader's output: corpus columns plus provenance and the verdict.
@@ -332,7 +332,7 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
     if isinstance(doc_id, bool) or (doc_id is not None and not isinstance(doc_id, (str, int))):
         return empty, "bad_field_type", f"id must be a string, got {type(doc_id).__name__}"
     doc_id = None if doc_id is None else str(doc_id)
-    if doc_id is not None and not _encodes(doc_id):
+    if doc_id is not None and not utf8_text(doc_id):
         return empty, "invalid_utf8", f"the id {doc_id!r} holds a lone surrogate escape (half of a pair: no character)"
     fields = dict(empty, doc_id=doc_id or None)
     if not doc_id or not doc_id.strip():
@@ -355,21 +355,13 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
         size = len((text or "").encode("utf-8")) + len((title or "").encode("utf-8"))
     except UnicodeEncodeError:
         size = None
-    if size is None or not _encodes(metadata or ""):
+    if size is None or not utf8_text(metadata or ""):
         return fields, "invalid_utf8", "the title, text or metadata holds a lone surrogate escape (half of a pair: no character)"
     if size > max_doc_bytes:
         return fields, "oversized", f"{size} bytes of title+text > max_doc_bytes={max_doc_bytes}"
     return {"doc_id": doc_id, "title": title or None, "text": text or "", "metadata": metadata}, None, None
 
 
-def _encodes(value: str) -> bool:
-    """Whether ``value`` is text UTF-8 can hold: JSON may escape half of a surrogate pair
-    (``"\\ud800"``), which Python decodes to a string that is no character."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class _Batcher:

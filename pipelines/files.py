@@ -20,6 +20,16 @@ import pyarrow.parquet as pq
 from logicrank.schemas.errors import UserError, first_line
 
 
+def utf8_text(value: str) -> bool:
+    """Whether ``value`` is text UTF-8 can hold: JSON may escape half of a surrogate pair
+    (``"\\ud800"``), which Python decodes to a string that is no character."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def sha256_file(path: str | Path) -> str:
     """SHA-256 of a file's bytes, read in 1 MiB chunks."""
     h = hashlib.sha256()

@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from logicrank.pipelines.files import atomic_path, read_jsonl, reading
+from logicrank.pipelines.files import atomic_path, read_jsonl, reading, utf8_text
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import QRELS, QUERIES, RUN, conform, require_columns
 
@@ -136,7 +136,7 @@ def _query_id(qid, path: Path, n: int) -> str:
     if isinstance(qid, bool) or not isinstance(qid, (str, int)):
         raise TopicsError(f"queries {path}: line {n}: the query id is {json.dumps(qid)}; give a string (or an integer).")
     qid = str(qid)
-    if not qid.strip() or qid != qid.strip() or not _utf8(qid):
+    if not qid.strip() or qid != qid.strip() or not utf8_text(qid):
         raise TopicsError(f"queries {path}: line {n}: the query id {qid!r} is blank, has surrounding whitespace or is not text; "
                           "qrels and runs name it exactly as given.")
     return qid
@@ -146,7 +146,7 @@ def _query_text(text, path: Path, n: int) -> str:
     """A JSONL query's text, a string (blank is a query with no text: the jobs say so)."""
     if not isinstance(text, str):
         raise TopicsError(f"queries {path}: line {n}: the query text is {json.dumps(text)}; give a string.")
-    if not _utf8(text):
+    if not utf8_text(text):
         raise TopicsError(f"queries {path}: line {n}: the query text holds a lone surrogate escape (half of a pair: no character).")
     return text
 
@@ -156,17 +156,11 @@ def _logical_text(form, path: Path, n: int) -> str | None:
     if form is not None and not isinstance(form, str):
         raise TopicsError(f"queries {path}: line {n}: the logical query is {json.dumps(form)}; give a string ('\"a\" AND NOT \"b\"') "
                           "or leave it out.")
-    if form is not None and not _utf8(form):
+    if form is not None and not utf8_text(form):
         raise TopicsError(f"queries {path}: line {n}: the logical query holds a lone surrogate escape (half of a pair: no character).")
     return form
 
 
-def _utf8(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _tab_hint(line: str) -> str:
