@@ -25,7 +25,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from logicrank.jobs.watchdog import beat
+from logicrank.jobs.watchdog import beat, cpu_seconds, working
 from logicrank.pipelines.config.settings import LLMConfig
 from logicrank.pipelines.llm.engine import (
     Constraint,
@@ -105,6 +105,14 @@ class _EngineActor:
         """Requests its engine holds now (asked from the "health" group, beside a running call)."""
         return self.llm.requests_in_flight()
 
+    def cpu_seconds(self) -> tuple[float, float]:
+        """The CPU seconds of this actor's process and of the processes below it (its engine
+        core, run apart), and when they were read (this node's monotonic clock), asked from
+        the "health" group beside a running call: an engine at work on a long call (its start,
+        a large model's first batch) is progress to the job's stall watchdog, and a paused or
+        hung one is not."""
+        return cpu_seconds(), time.monotonic()
+
     def stats(self) -> dict:
         loaded = self.llm.client._engine is not None
         threads = self.threads
@@ -142,7 +150,8 @@ class _Dispatch:
 class LLMService:
     """Started on first use; :meth:`close` ends the actors and returns the counts for the manifest."""
 
-    def __init__(self, cfg: LLMConfig, echo: Callable[[str], None] | None = None, replace_timeout_s: float = 600.0):
+    def __init__(self, cfg: LLMConfig, echo: Callable[[str], None] | None = None, replace_timeout_s: float = 600.0,
+                 poll_s: float = 5.0):
         from logicrank.pipelines.llm.models import resolve
 
         self.resolved = resolve(cfg.model, log=echo or (lambda m: None))  # prepared once, on the driver
@@ -150,6 +159,7 @@ class LLMService:
         self.cfg = cfg.model_copy(update={"model": str(self.resolved.path)})
         self.echo = echo
         self.replace_timeout_s = replace_timeout_s
+        self.poll_s = poll_s  # how long the pool waits for a batch before it looks at its engines (dead? at work?)
         self._actors: list = []
         self._ready: dict = {}  # actor -> bool
         self._worker_ids: dict = {}  # actor -> the Ray worker id of its running instance
@@ -163,6 +173,8 @@ class LLMService:
         self._pool_first = 0
         self._totals: Counter = Counter()
         self._threads = 0  # the most threads an engine of this service ran
+        self._cpu: dict = {}  # actor -> its last reading: (CPU seconds, when, on its node's clock)
+        self._cpu_asked: dict = {}  # actor -> its cpu_seconds() call not answered yet
 
     @property
     def model_id(self) -> str:
@@ -248,9 +260,11 @@ class LLMService:
         while d.pending or d.inflight:
             self._send(d)
             self._check_engines_left(d)
-            ready, _ = ray.wait(list(d.inflight) + list(d.readiness), num_returns=1, timeout=5.0)
+            ready, _ = ray.wait(list(d.inflight) + list(d.readiness), num_returns=1, timeout=self.poll_s)
             if not ready and self.cfg.engine_process == "separate":
                 self._resend_from_dead_engines(ray, d)
+            if not ready:
+                self._beat_while_engines_work(ray, d)
             for ref in ready:
                 if ref in d.readiness:
                     self._engine_ready(ray, d, ref)
@@ -269,6 +283,7 @@ class LLMService:
                 ref = actor.call.remote(d.task, d.template, [dict(d.values[i]) for i in d.chunks[c]], d.kwargs)
                 d.inflight[ref] = (c, actor)
                 busy[actor] += 1
+                self._ask_cpu(actor)  # the reading its work is measured from (_beat_while_engines_work)
 
     def _check_engines_left(self, d: _Dispatch) -> None:
         """Fail when no engine holds a batch and none is coming up, or a replacement has not
@@ -382,6 +397,49 @@ class LLMService:
                 continue
         return dead
 
+    def _ask_cpu(self, actor) -> None:
+        """Ask ``actor`` its CPU seconds (in its health group, beside a running call), unless
+        a question is still unanswered."""
+        if actor not in self._cpu_asked:
+            self._cpu_asked[actor] = actor.cpu_seconds.options(concurrency_group="health").remote()
+
+    def _beat_while_engines_work(self, ray, d: _Dispatch) -> None:
+        """While no batch comes back, the stall watchdog hears from the engines holding batches
+        that they work. Each is asked its CPU seconds (when its batch is sent, and at each of
+        these looks); an engine that used at least a quarter of a core between two answers two
+        seconds or more apart (``working``) is at work: starting (a core's worth, importing and
+        loading), or on a long batch. An engine that is paused, hung or dead uses a few
+        percent (its actor's Ray threads), or does not answer within a second: no beat, and
+        the watchdog's timeout runs."""
+        from ray.exceptions import RayError
+
+        holding = {a for _, a in d.inflight.values()}
+        at_work = set()
+        for _ in range(2):  # the answers waiting since the last look (or the send), then readings now
+            for actor in holding:
+                self._ask_cpu(actor)
+            asked = {self._cpu_asked[a]: a for a in holding}
+            answered, _ = ray.wait(list(asked), num_returns=len(asked), timeout=1.0) if asked else ([], [])
+            for ref in answered:
+                actor = asked.pop(ref)
+                del self._cpu_asked[actor]
+                try:
+                    cpu, when = ray.get(ref)
+                except RayError:  # lost or restarting: found by the other checks
+                    self._cpu.pop(actor, None)
+                    continue
+                before = self._cpu.get(actor)
+                if before is None or cpu < before[0]:  # the first reading, or a restarted process's
+                    self._cpu[actor] = (cpu, when)
+                elif when - before[1] >= 2.0:
+                    self._cpu[actor] = (cpu, when)
+                    if working(before[0], cpu, when - before[1], share=0.25):
+                        at_work.add(actor)
+            if not answered:
+                break
+        if at_work:
+            beat(f"{d.label}: {len(at_work)} engine(s) at work, {d.done}/{len(d.values)} prompts answered")
+
     def _engine_died(self, exc: EngineDied) -> None:
         """Count an engine death; past ``max_engine_restarts`` per engine actor, fail the job."""
         cause = getattr(exc, "cause", None) or exc  # the actor's EngineDied, not Ray's wrapper with its traceback
@@ -436,6 +494,8 @@ class LLMService:
             self._ready.clear()
             self._worker_ids.clear()
             self._killed.clear()
+            self._cpu.clear()
+            self._cpu_asked.clear()
 
     def holds(self) -> dict[str, float]:
         """The resources the running pool holds (nothing when it is not running)."""

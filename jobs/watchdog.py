@@ -149,13 +149,21 @@ def _proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14 and 15 of stat)
 
 
+def working(cpu_before: float, cpu_now: float, seconds: float, share: float = 0.05) -> bool:
+    """Whether CPU seconds that went from ``cpu_before`` to ``cpu_now`` over ``seconds`` of
+    wall time show work: at least ``share`` of one core. Ray's own daemons, idle, use about
+    2% (an engine actor whose engine core is paused, about 3%); a process that waits on
+    nothing (a lock, a dead peer) uses little more."""
+    return cpu_now - cpu_before >= share * seconds
+
+
 @contextmanager
 def busy(what: str, every_s: float = 5.0) -> Iterator[None]:
     """Around one long call that reports nothing itself (an index build over millions of rows,
     here or in a child process): progress is reported every ``every_s`` seconds as long as the
     process or one below it keeps using CPU time (:func:`cpu_seconds`), so a working step is
-    never taken for a stall while one that waits on nothing (a lock, a dead peer) still is.
-    Ray's own daemons, idle, use about 2% of a core: below the 5% that counts."""
+    never taken for a stall while one that waits on nothing (a lock, a dead peer) still is
+    (:func:`working`)."""
     if _current is None:
         yield
         return
@@ -165,7 +173,7 @@ def busy(what: str, every_s: float = 5.0) -> Iterator[None]:
         used = cpu_seconds()
         while not stop.wait(every_s):
             now = cpu_seconds()
-            if now - used > 0.05 * every_s:  # at least 5% of one core since the last look
+            if working(used, now, every_s):
                 beat(what)
             used = now
 
