@@ -1,10 +1,11 @@
 """Night-over-night comparison, the metrics history and its plots (`logicrank nightly`).
 
 A night is the per-query metrics of every (query set, pipeline) against one table version.
-:func:`compare_nights` pairs two nights query by query: a paired test per measure, the
-p-values corrected within each measure over every (query set, pipeline) compared, and a
-regression when the mean drops by more than the measure's ``max_drop`` (and, when the rule
-asks, the drop is significant). A pipeline or query set whose definition changed between the
+:func:`compare_nights` pairs tonight with the previous night (and a pinned baseline night)
+query by query: a paired test per measure, the p-values corrected within each measure over
+every (reference night, query set, pipeline) compared that night, and a regression when the
+value over queries (the measure's own aggregation, as the report prints it) drops by more
+than the measure's ``max_drop`` (and, when the rule asks, the drop is significant). A pipeline or query set whose definition changed between the
 nights (another config hash) is not compared: the note says so, and that night is the new
 reference. :func:`merge_history` replaces a night's rows, so writing the same night twice
 leaves one copy.
@@ -20,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from logicrank.pipelines.evaluation.measures import over_queries
 from logicrank.pipelines.evaluation.report import save_figure
 from logicrank.pipelines.evaluation.significance import adjust, paired_p_value
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID, METRICS, NIGHTLY_COMPARISONS, NIGHTLY_HISTORY, conform, require_columns
@@ -42,10 +44,28 @@ class Rule:
     significant: bool = True
 
 
-def compare_nights(old: Night, new: Night, rules: Mapping[str, Rule], against: str = "previous",
+def compare_nights(old: Night | None, new: Night, rules: Mapping[str, Rule], baseline: Night | None = None,
                    test: str = "t-test", correction: str = "holm", alpha: float = 0.05) -> pa.Table:
-    """One row per (query set, pipeline, measure) of ``new``: its change from ``old`` (NIGHTLY_COMPARISONS)."""
+    """One row per reference night (``old``, the previous one; ``baseline``, a pinned one; each
+    may be None) and (query set, pipeline, measure) of ``new``: its change from that night
+    (NIGHTLY_COMPARISONS). Both references' tests are one family per measure for the correction."""
     rows, family = [], {}  # measure -> indexes of the rows tested, for the correction
+    for reference, against in ((old, "previous"), (baseline, "baseline")):
+        if reference is not None:
+            _compare(reference, new, rules, against, test, rows, family)
+    for indexes in family.values():
+        for i, p in zip(indexes, adjust([rows[i]["p_value"] for i in indexes], correction), strict=True):
+            rows[i]["p_adjusted"] = float(p)
+    for row in rows:
+        rule = rules.get(row["measure"])
+        if rule is not None and row["delta"] is not None:
+            dropped = -row["delta"] > rule.max_drop
+            row["regression"] = bool(dropped and (row["p_adjusted"] < alpha if rule.significant else True))
+    return pa.Table.from_pylist(rows, schema=NIGHTLY_COMPARISONS)
+
+
+def _compare(old: Night, new: Night, rules: Mapping[str, Rule], against: str, test: str, rows: list, family: dict) -> None:
+    """``new``'s rows against ``old`` appended to ``rows``; each tested row's index to its measure's ``family``."""
     for query_set, metrics in new.metrics.items():
         require_columns(metrics, METRICS, "nightly")
         new_df = _per_query(metrics)
@@ -71,18 +91,10 @@ def compare_nights(old: Night, new: Night, rules: Mapping[str, Rule], against: s
                 row["note"] = f"no query in common with {old.date}"
                 continue
             a, b = before.loc[common].to_numpy(np.float64), after.loc[common].to_numpy(np.float64)
-            row.update(old_value=float(a.mean()), new_value=float(b.mean()), delta=float(b.mean() - a.mean()),
+            old_value, new_value = over_queries(measure, a), over_queries(measure, b)  # (gm_*: a geometric mean; counts: a sum)
+            row.update(old_value=old_value, new_value=new_value, delta=new_value - old_value,
                        queries=len(common), p_value=paired_p_value(a, b, test))
             family.setdefault(measure, []).append(len(rows) - 1)
-    for indexes in family.values():
-        for i, p in zip(indexes, adjust([rows[i]["p_value"] for i in indexes], correction), strict=True):
-            rows[i]["p_adjusted"] = float(p)
-    for row in rows:
-        rule = rules.get(row["measure"])
-        if rule is not None and row["delta"] is not None:
-            dropped = -row["delta"] > rule.max_drop
-            row["regression"] = bool(dropped and (row["p_adjusted"] < alpha if rule.significant else True))
-    return pa.Table.from_pylist(rows, schema=NIGHTLY_COMPARISONS)
 
 
 def _per_query(metrics: pa.Table):

@@ -30,7 +30,6 @@ from logicrank.pipelines.markdown import table
 from logicrank.pipelines.operations.alerts import deliver
 from logicrank.schemas.digest import json_digest
 from logicrank.schemas.errors import UserError
-from logicrank.schemas.tables import NIGHTLY_COMPARISONS
 
 EXIT_REGRESSION = 3  # the night finished and a measure regressed
 EXIT_STOPPED = 4  # the re-index (or maintenance) refused: nothing was evaluated, the served tag did not move
@@ -315,19 +314,17 @@ class NightBook:
         if held and earlier and held[-1] > earlier[-1]:
             self.say(f"compare: night(s) {', '.join(d for d in held if d > earlier[-1])} held on a regression (not served): "
                      f"compared with {earlier[-1]}, the last night served")
-        parts = []
-        if earlier:
-            parts.append(compare_nights(self._stored(earlier[-1]), new, rules, "previous", cfg.test, cfg.correction, cfg.alpha))
         baseline = cfg.baseline if cfg.baseline and cfg.baseline < self.day and cfg.baseline not in earlier[-1:] else None
-        if baseline:  # (a baseline that is also the previous night is compared once, as the previous)
-            parts.append(compare_nights(self._stored(baseline), new, rules, "baseline", cfg.test, cfg.correction, cfg.alpha))
-        table = pa.concat_tables(parts) if parts else NIGHTLY_COMPARISONS.empty_table()
+        # (a baseline that is also the previous night is compared once, as the previous)
+        previous = self._stored(earlier[-1]) if earlier else None
+        pinned = self._stored(baseline) if baseline else None
+        table = compare_nights(previous, new, rules, pinned, cfg.test, cfg.correction, cfg.alpha)
         write_parquet_atomic(table, self.night / "comparisons.parquet")
         self.state.record("compare", {"previous": earlier[-1] if earlier else None, "baseline": baseline,
                                       "regressions": int(pc.sum(table.column("regression")).as_py() or 0)})
         for line in comparison_lines(table):
             self.say(line)
-        if not parts:
+        if previous is None and pinned is None:
             self.say("compare: the first night of the history; nothing to compare with")
 
     def _history(self) -> None:

@@ -72,6 +72,32 @@ def test_a_significant_drop_past_the_rule_is_a_regression_and_nothing_else_is():
     assert not none["regression"].any() and none["max_drop"].isna().all() and none["p_value"].notna().all()
 
 
+def test_the_previous_and_the_baseline_night_are_one_family_per_measure():
+    """With a baseline pinned, the correction runs over both references' tests of a measure,
+    as over every pipeline's: each comparison alone would halve Bonferroni's factor."""
+    baseline = _night("2026-11-19", 4, {"a": BASE})
+    previous = _night("2026-11-20", 5, {"a": BASE + NOISE / 2})
+    new = _night("2026-11-21", 6, {"a": BASE - 0.02 + NOISE})
+    t = compare_nights(previous, new, {"nDCG@10": Rule(0.01)}, baseline, correction="bonferroni").to_pandas().set_index("against")
+    raw = [paired_p_value(BASE + NOISE / 2, BASE - 0.02 + NOISE), paired_p_value(BASE, BASE - 0.02 + NOISE)]
+    assert t.loc[["previous", "baseline"], "p_value"].tolist() == pytest.approx(raw)
+    assert t.loc[["previous", "baseline"], "p_adjusted"].tolist() == pytest.approx(list(adjust(raw, "bonferroni")))
+    assert t.loc[["previous", "baseline"], "p_adjusted"].tolist() == pytest.approx([min(1.0, 2 * p) for p in raw])
+
+
+@pytest.mark.parametrize(("measure", "over"), [("gm_map", lambda v: float(np.exp(np.mean(v)))), ("NumRelRet", np.sum)])
+def test_a_comparison_reads_the_value_over_queries_as_the_report_does(measure, over):
+    """gm_map's per-query values are logs (its value over queries their geometric mean) and a
+    count's value is their sum: the comparison's values and its drop are those, not plain means."""
+    logs_old, logs_new = np.log(BASE), np.log(BASE / 2)
+    values = (logs_old, logs_new) if measure == "gm_map" else (np.full(20, 3.0), np.full(20, 2.0))
+    old = Night("2026-11-20", 5, {"s": _metrics({"a": values[0]}, measure)}, {("s", "a"): "h"})
+    new = Night("2026-11-21", 6, {"s": _metrics({"a": values[1]}, measure)}, {("s", "a"): "h"})
+    row = compare_nights(old, new, {measure: Rule(0.01, significant=False)}).to_pylist()[0]
+    assert row["old_value"] == pytest.approx(over(values[0]), rel=1e-9) and row["new_value"] == pytest.approx(over(values[1]), rel=1e-9)
+    assert row["delta"] == pytest.approx(over(values[1]) - over(values[0]), rel=1e-9) and row["regression"]
+
+
 def test_a_changed_pipeline_or_a_new_one_is_not_compared():
     old = _night("2026-11-20", 5, {"a": BASE, "b": BASE}, {("s", "a"): "h1", ("s", "b"): "h1"})
     new = _night("2026-11-21", 6, {"a": BASE - 0.3 + NOISE, "b": BASE - 0.3 + NOISE, "c": BASE}, {("s", "a"): "h1", ("s", "b"): "h2", ("s", "c"): "h1"})
