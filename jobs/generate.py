@@ -77,7 +77,8 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
     llm = LLMService(cfg.llm, echo=echo if progress else None)  # an unknown model fails here, before the directory is claimed
     from logicrank.pipelines.llm import prompts
 
-    state = {"dataset_digest": cfg.dataset_digest(), "table_version": store.version, "model": llm.model_id,
+    # the version and when it was made: a table dropped and indexed again reuses version numbers
+    state = {"dataset_digest": cfg.dataset_digest(), "table_version": store.version, "table_made": store.version_stamp(), "model": llm.model_id,
              "prompts": {p: prompts.load(p).sha for p in PROMPTS}, "generator": GENERATOR_VERSION}
     _claim(out, state)
     wave = cfg.wave_shards or 2 * cfg.llm.actors
@@ -96,7 +97,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
             if _crowded(cfg):  # the retrievers' actors need the CPUs the engines hold: the next request starts the pool again
                 llm.release()
             t = time.perf_counter()
-            candidates = _candidates(cfg, queries_path, out)
+            candidates = _candidates(cfg, store, queries_path, out)
             timings["candidates"] = time.perf_counter() - t
             t = time.perf_counter()
             labelled, done["label_shards_resumed"] = _labels_phase(cfg, out, store, kept, candidates, llm, wave, echo)
@@ -164,8 +165,9 @@ def _questions_phase(cfg: GenerateConfig, out: Path, store: DocStore, shards: li
     return resumed
 
 
-def _candidates(cfg: GenerateConfig, queries: Path, out: Path) -> dict[str, dict[str, list[str]]]:
-    """query_id -> doc_id -> the retrievers that proposed it (union of each one's top k)."""
+def _candidates(cfg: GenerateConfig, store: DocStore, queries: Path, out: Path) -> dict[str, dict[str, list[str]]]:
+    """query_id -> doc_id -> the retrievers that proposed it (union of each one's top k), from
+    the table version the job pinned at its start (an index run finished since is not read)."""
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.retrieval.pipeline import parse_stages
@@ -173,7 +175,8 @@ def _candidates(cfg: GenerateConfig, queries: Path, out: Path) -> dict[str, dict
     if not queries.read_text(encoding="utf-8").strip():
         return {}
     pipelines = {name: parse_stages([{name: {"k": cfg.candidate_k}}]) for name in cfg.candidates}
-    runs = run_retrieve(RetrieveConfig(queries=str(queries), db=cfg.db, table=cfg.table, embed=cfg.embed, ray=cfg.ray, pipelines=pipelines),
+    runs = run_retrieve(RetrieveConfig(queries=str(queries), db=cfg.db, table=cfg.table, table_version=store.version, embed=cfg.embed,
+                                       ray=cfg.ray, pipelines=pipelines),
                         out / "checkpoints" / "candidates", progress=False)
     found: dict[str, dict[str, list[str]]] = {}
     for name in cfg.candidates:

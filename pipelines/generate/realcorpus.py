@@ -247,6 +247,7 @@ def dedup(query_ids: list[str], texts: list[str], vectors: np.ndarray, threshold
             j = int(np.argmax(sims))
             if sims[j] > threshold:
                 dropped[qid] = f"near {query_ids[kept[j]]} {sims[j]:.3f}"
+                seen[key] = qid  # (an exact copy of it, later, is an exact duplicate, of this dropped one)
                 continue
         seen[key] = qid
         kept.append(i)

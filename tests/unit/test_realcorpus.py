@@ -56,6 +56,14 @@ def test_an_llm_output_becomes_its_row_or_the_counted_fallback_and_an_engine_err
         assert (row["text"], row["status"], row["raw_output"]) == (rc.fallback_question(d), "fallback", raw)
 
 
+def test_an_exact_copy_of_a_near_duplicate_counts_as_exact():
+    ids = ["g-0", "g-1", "g-2"]
+    texts = ["Is aspirin linked to bleeding?", "Is aspirin linked with bleeding?", "is aspirin linked with bleeding"]
+    v = np.array([[1.0, 0.0], [0.99, 0.141], [0.99, 0.141]])
+    kept, dropped = rc.dedup(ids, texts, v / np.linalg.norm(v, axis=1, keepdims=True), threshold=0.95)
+    assert kept == [0] and dropped["g-1"].startswith("near g-0 ") and dropped["g-2"] == "exact g-1"
+
+
 def test_dedup_drops_exact_then_near_duplicates_keeping_the_first():
     ids = ["q1", "q2", "q3", "q4"]
     texts = ["Which drugs lower IL-6?", "which drugs lower IL6", "Which drugs raise IL-6?", "What is bone density?"]
