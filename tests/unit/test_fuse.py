@@ -71,6 +71,22 @@ def test_zmuv_is_the_z_score_and_none_keeps_the_raw_scores():
     assert fuse([empty, empty], k=10).num_rows == 0
 
 
+@pytest.mark.parametrize("norm", ["zmuv", "min-max", "max", "sum", "rank", "borda", "none"])
+def test_a_run_without_some_queries_loses_no_pair_of_the_others(norm):
+    """Run b found nothing for three of forty queries (a BM25 query of stop words): every
+    (query, document) of either run is in the fused run, and a query b holds is scored from
+    both runs' normalised scores, whatever queries b lacks."""
+    rows = [(f"q{i:02d}", f"d{(i + j) % 30}", 1.0 + ((i * 7 + j * 3) % 11)) for i in range(40) for j in range(5)]
+    a = _run(sorted(rows, key=lambda r: (r[0], -r[2], r[1])), "a")
+    b_rows = [(q, d, s / 2 + 0.25 * (d == "d0")) for q, d, s in rows if q not in ("q00", "q05", "q20")]
+    b = _run(sorted(b_rows, key=lambda r: (r[0], -r[2], r[1])), "b")
+    fused = fuse([a, b], k=1000, method="sum", norm=norm)
+    assert set(_scores(fused)) == set(_scores(a)) | set(_scores(b))
+    alone = fuse([a.filter(pa.compute.equal(a.column("query_id"), "q39")), b.filter(pa.compute.equal(b.column("query_id"), "q39"))],
+                 k=1000, method="sum", norm=norm)  # a query both hold, fused alone
+    assert {k: v for k, v in _scores(fused).items() if k[0] == "q39"} == pytest.approx(_scores(alone), abs=1e-12)
+
+
 def test_ranx_rrf_equals_the_rrf_stage():
     assert _scores(fuse([A, B], k=10, method="rrf", norm="none")) == pytest.approx(_scores(rrf([A, B], k=10)), abs=1e-12)
     assert _scores(fuse([A, B], k=10, method="rrf", norm="none", parameter=10)) == pytest.approx(_scores(rrf([A, B], k=10, rrf_k=10)))

@@ -74,16 +74,23 @@ def _ranx():
     return ranx
 
 
-def _ranx_run(run: pa.Table, query_ids: Sequence[str]):
-    """A ranx Run of ``run``'s scores, with an empty entry for each of ``query_ids`` it lacks
-    (ranx fuses runs that share their query ids)."""
-    Run = _ranx().Run
+def _ranx_run(run: pa.Table, query_ids: Sequence[str], norm: str):
+    """A ranx Run of ``run``'s scores normalised (``norm``, but borda, which ranx computes over
+    all the runs' candidates together), with an empty entry for each of ``query_ids`` it lacks
+    (ranx fuses runs that share their query ids). Normalised over the run's own queries
+    first: ranx's zmuv of a query without a document divides by zero inside a numba loop,
+    which ends silently and leaves the other queries of its thread's share unnormalised."""
+    ranx = _ranx()
 
     require_columns(run, RUN.names[:4], "fuse")
-    held: dict[str, dict[str, float]] = {q: {} for q in query_ids}
+    held: dict[str, dict[str, float]] = {}
     for q, d, s in zip(*(run.column(c).to_pylist() for c in ("query_id", "doc_id", "score")), strict=True):
-        held[q][d] = float(s)
-    return Run(held)
+        held.setdefault(q, {})[d] = float(s)
+    if norm not in ("none", "borda"):
+        from ranx.normalization import norm_switch
+
+        held = norm_switch(norm)(ranx.Run(held)).to_dict()
+    return ranx.Run(held | {q: {} for q in query_ids if q not in held})
 
 
 def _ranx_params(method: str, weights: Sequence[float] | None, parameter: float | None, n_runs: int) -> dict[str, Any]:
@@ -112,10 +119,10 @@ def fuse(runs: Sequence[pa.Table], k: int, method: str = "sum", norm: str = "min
     runs = [runs[i] for i in held]
     weights = [weights[i] for i in held] if weights is not None else None
     query_ids = list(dict.fromkeys(q for run in runs for q in run.column("query_id").to_pylist()))
-    ranx_runs = [_ranx_run(run, query_ids) for run in runs]
     with warnings.catch_warnings():  # numba's type-safety warnings from ranx's kernels are not the user's business
         warnings.simplefilter("ignore")
-        fused = ranx_fuse(ranx_runs, norm=None if norm == "none" else norm, method=method,
+        ranx_runs = [_ranx_run(run, query_ids, norm) for run in runs]
+        fused = ranx_fuse(ranx_runs, norm="borda" if norm == "borda" else None, method=method,
                           params=_ranx_params(method, weights, parameter, len(ranx_runs)))
     rows = [(q, d, s) for q, docs in fused.to_dict().items() for d, s in docs.items()]
     pairs = pd.DataFrame(rows, columns=["query_id", "doc_id", "score"])
@@ -143,7 +150,8 @@ def optimize(runs: Sequence[pa.Table], qrels: pa.Table, method: str, norm: str, 
         if q in truth:
             truth[q][d] = int(r)
     keep = pa.array(query_ids)
-    ranx_runs = [_ranx_run(run.filter(pa.compute.is_in(run.column("query_id"), keep)), query_ids) for run in runs]
+    # (every run holds every one of these queries: ranx normalises them)
+    ranx_runs = [_ranx_run(run.filter(pa.compute.is_in(run.column("query_id"), keep)), query_ids, "none") for run in runs]
     kwargs: dict[str, Any] = {"show_progress": False}
     if method in WEIGHTED:
         kwargs["step"] = step
