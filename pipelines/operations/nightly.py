@@ -309,7 +309,10 @@ class NightBook:
         rules = {m: Rule(r.max_drop, r.significant) for m, r in cfg.regressions.items()}
         history = read_history(self.root)
         dates = sorted({d for d in history.column("date").to_pylist() if d < self.day}) if history is not None else []
-        held = [d for d in dates if (NightState(self.root / "nights" / d).done("serve") or {}).get("held")]
+        # a night held on a regression, unless the served tag was moved to its version since (by hand): then it is served
+        versions = dict(zip(history.column("date").to_pylist(), history.column("table_version").to_pylist(), strict=True)) if dates else {}
+        served = self._served().get("version") if dates else None
+        held = [d for d in dates if (NightState(self.root / "nights" / d).done("serve") or {}).get("held") and versions[d] != served]
         earlier = [d for d in dates if d not in held]  # the nights served: tonight's reference is the last of them
         if held and earlier and held[-1] > earlier[-1]:
             self.say(f"compare: night(s) {', '.join(d for d in held if d > earlier[-1])} held on a regression (not served): "

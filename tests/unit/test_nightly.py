@@ -378,3 +378,37 @@ def test_the_cli_option_overrides_the_config_file(tmp_path, monkeypatch):
     path.write_text(yaml.safe_dump(_config(tmp_path)))
     assert runner.invoke(app, ["nightly", str(path)]).exit_code == 2
     assert seen == [True, False, True, False]
+
+
+def test_a_held_night_whose_version_is_served_by_hand_is_the_next_nights_reference(tmp_path):
+    """Night 21 was held on an accepted drop; the operator moved the served tag to its v2 by
+    hand (docs/operations.md). Night 22, at night 21's level, is compared with night 21: no
+    regression, and the tag moves on to v3 (before: compared with night 20 again, alerted and
+    held, every night)."""
+    import lancedb
+
+    cfg = NightlyConfig.model_validate(_config(tmp_path))
+    table = lancedb.connect(cfg.index.db).create_table(cfg.index.table, data=pa.table({"doc_id": ["a"]}))
+    table.add(pa.table({"doc_id": ["b"]}))
+    table.add(pa.table({"doc_id": ["c"]}))
+    table.tags.create(cfg.served_tag, 2)  # moved by hand to the held night's version
+    root, history = tmp_path / "nightly", None
+    for day, version, values, serve in [("2026-11-20", 1, BASE, {"version": 1, "held": False}),
+                                        ("2026-11-21", 2, BASE - 0.1, {"version": 1, "held": True}),
+                                        ("2026-11-22", 3, BASE - 0.1 + NOISE / 10, None)]:
+        night = _night(day, version, {"bm25": values})
+        (root / "nights" / day / "sets" / "s" / "evaluate").mkdir(parents=True)
+        pq.write_table(night.metrics["s"], root / "nights" / day / "sets" / "s" / "evaluate" / "metrics.parquet")
+        state = NightState(root / "nights" / day)
+        state.record("index", {"version": version, "tag": f"nightly-{day}"})
+        state.record("evaluate", {"version": version, "hashes": {"s/bm25": "h"}})
+        if serve:
+            state.record("serve", {"tag": "served", "tonight": version, **serve})
+            history = merge_history(history, history_rows(night, f"nightly-{day}", None))
+    pq.write_table(history, root / "history.parquet")
+    lines: list[str] = []
+    tonight = NightRun(cfg, root, "2026-11-22", state, lines.append, False)
+    tonight._compare()
+    assert state.done("compare")["previous"] == "2026-11-21" and state.done("compare")["regressions"] == 0, lines
+    tonight._serve()
+    assert table.tags.get_version("served") == 3 and not state.done("serve")["held"]
