@@ -30,7 +30,7 @@ from logicrank.pipelines.retrieval.stages.shards import in_shards
 
 class _RerankOptions(StageOptions):
     k: int = Field(100, ge=1, le=10_000, description="Documents kept per query.")
-    depth: int | None = Field(None, ge=1, description="Rerank the incoming run's top `depth` per query (None: all of it).")
+    depth: int | None = Field(None, ge=1, description="Rerank the incoming run's top `depth` per query, the only documents it returns (None: all of it).")
     context: bool = Field(True, description="Put the candidate's text before each statement.")
     context_tokens: int = Field(256, ge=1, description="Token budget of that text (the LLM's tokenizer).")
 
