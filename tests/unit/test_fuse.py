@@ -87,6 +87,17 @@ def test_a_run_without_some_queries_loses_no_pair_of_the_others(norm):
     assert {k: v for k, v in _scores(fused).items() if k[0] == "q39"} == pytest.approx(_scores(alone), abs=1e-12)
 
 
+@pytest.mark.parametrize("norm", ["min-max", "max", "sum", "zmuv"])
+def test_a_normalisation_keeps_ties_in_the_order_the_raw_scores_give_them(norm):
+    """A rank-based fusion reads each run's ranks: a normalisation, which keeps the scores'
+    order, must keep the order of tied documents too, so rrf over normalised scores equals rrf
+    over the raw ones."""
+    tied = _run([("q1", f"d{i:02d}", 1.0) for i in range(20)] + [("q2", "d00", 1.0)], "a")
+    ranked = _run([("q1", f"d{i:02d}", float(20 - i)) for i in range(0, 20, 2)], "b")
+    assert _scores(fuse([tied, ranked], k=100, method="rrf", norm=norm)) == pytest.approx(
+        _scores(fuse([tied, ranked], k=100, method="rrf", norm="none")), abs=1e-12)
+
+
 def test_ranx_rrf_equals_the_rrf_stage():
     assert _scores(fuse([A, B], k=10, method="rrf", norm="none")) == pytest.approx(_scores(rrf([A, B], k=10)), abs=1e-12)
     assert _scores(fuse([A, B], k=10, method="rrf", norm="none", parameter=10)) == pytest.approx(_scores(rrf([A, B], k=10, rrf_k=10)))

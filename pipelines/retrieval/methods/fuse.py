@@ -86,11 +86,16 @@ def _ranx_run(run: pa.Table, query_ids: Sequence[str], norm: str):
     held: dict[str, dict[str, float]] = {}
     for q, d, s in zip(*(run.column(c).to_pylist() for c in ("query_id", "doc_id", "score")), strict=True):
         held.setdefault(q, {})[d] = float(s)
-    if norm not in ("none", "borda"):
-        from ranx.normalization import norm_switch
+    if norm in ("none", "borda"):
+        return ranx.Run(held | {q: {} for q in query_ids if q not in held})
+    from numba import typed, types
+    from ranx.normalization import norm_switch
 
-        held = norm_switch(norm)(ranx.Run(held)).to_dict()
-    return ranx.Run(held | {q: {} for q in query_ids if q not in held})
+    normed = norm_switch(norm)(ranx.Run(held))  # (each query's documents in the order ranx sorted them once: its ties kept)
+    for q in query_ids:
+        if q not in held:
+            normed.run[q] = typed.Dict.empty(types.unicode_type, types.float64)
+    return normed
 
 
 def _ranx_params(method: str, weights: Sequence[float] | None, parameter: float | None, n_runs: int) -> dict[str, Any]:
