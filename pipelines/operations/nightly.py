@@ -309,10 +309,11 @@ class NightBook:
         rules = {m: Rule(r.max_drop, r.significant) for m, r in cfg.regressions.items()}
         history = read_history(self.root)
         dates = sorted({d for d in history.column("date").to_pylist() if d < self.day}) if history is not None else []
-        # a night held on a regression, unless the served tag was moved to its version since (by hand): then it is served
-        versions = dict(zip(history.column("date").to_pylist(), history.column("table_version").to_pylist(), strict=True)) if dates else {}
+        # a night held on a regression (the tag kept on another version than its own), unless the served tag was moved to its
+        # version since (by hand): then it is served
         served = self._served().get("version") if dates else None
-        held = [d for d in dates if (NightState(self.root / "nights" / d).done("serve") or {}).get("held") and versions[d] != served]
+        records = {d: NightState(self.root / "nights" / d).done("serve") or {} for d in dates}
+        held = [d for d, r in records.items() if r.get("held") and not (r.get("tonight") == served != r.get("version"))]
         earlier = [d for d in dates if d not in held]  # the nights served: tonight's reference is the last of them
         if held and earlier and held[-1] > earlier[-1]:
             self.say(f"compare: night(s) {', '.join(d for d in held if d > earlier[-1])} held on a regression (not served): "

@@ -380,11 +380,13 @@ def test_the_cli_option_overrides_the_config_file(tmp_path, monkeypatch):
     assert seen == [True, False, True, False]
 
 
-def test_a_held_night_whose_version_is_served_by_hand_is_the_next_nights_reference(tmp_path):
-    """Night 21 was held on an accepted drop; the operator moved the served tag to its v2 by
-    hand (docs/operations.md). Night 22, at night 21's level, is compared with night 21: no
-    regression, and the tag moves on to v3 (before: compared with night 20 again, alerted and
-    held, every night)."""
+@pytest.mark.parametrize("kept", [1, 2])
+def test_a_held_night_whose_version_is_served_by_hand_is_the_next_nights_reference(tmp_path, kept):
+    """Night 21 was held on an accepted drop, the tag kept on v1; the operator moved the served
+    tag to its v2 by hand (docs/operations.md). Night 22, at night 21's level, is compared with
+    night 21: no regression, and the tag moves on to v3 (before: compared with night 20 again,
+    alerted and held, every night). A night held with the tag on its own version (a snapshot
+    that changed nothing, ``kept`` 2) was not served by hand: it stays held."""
     import lancedb
 
     cfg = NightlyConfig.model_validate(_config(tmp_path))
@@ -394,7 +396,7 @@ def test_a_held_night_whose_version_is_served_by_hand_is_the_next_nights_referen
     table.tags.create(cfg.served_tag, 2)  # moved by hand to the held night's version
     root, history = tmp_path / "nightly", None
     for day, version, values, serve in [("2026-11-20", 1, BASE, {"version": 1, "held": False}),
-                                        ("2026-11-21", 2, BASE - 0.1, {"version": 1, "held": True}),
+                                        ("2026-11-21", 2, BASE - 0.1, {"version": kept, "held": True}),
                                         ("2026-11-22", 3, BASE - 0.1 + NOISE / 10, None)]:
         night = _night(day, version, {"bm25": values})
         (root / "nights" / day / "sets" / "s" / "evaluate").mkdir(parents=True)
@@ -409,6 +411,9 @@ def test_a_held_night_whose_version_is_served_by_hand_is_the_next_nights_referen
     lines: list[str] = []
     tonight = NightRun(cfg, root, "2026-11-22", state, lines.append, False)
     tonight._compare()
+    if kept == 2:
+        assert state.done("compare")["previous"] == "2026-11-20" and state.done("compare")["regressions"] == 1, lines
+        return
     assert state.done("compare")["previous"] == "2026-11-21" and state.done("compare")["regressions"] == 0, lines
     tonight._serve()
     assert table.tags.get_version("served") == 3 and not state.done("serve")["held"]
