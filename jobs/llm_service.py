@@ -174,6 +174,7 @@ class LLMService:
         self._totals: Counter = Counter()
         self._threads = 0  # the most threads an engine of this service ran
         self._cpu: dict = {}  # actor -> its last reading: (CPU seconds, when, on its node's clock)
+        self._answered: set = set()  # the actors that answered a batch since they (re)started
         self._cpu_asked: dict = {}  # actor -> its cpu_seconds() call not answered yet
 
     @property
@@ -360,6 +361,7 @@ class LLMService:
         for i, r in zip(d.chunks[c], out, strict=True):
             d.results[i] = r
         d.done += len(out)
+        self._answered.add(actor)
         beat(f"{d.label}: {d.done}/{len(d.values)} prompts")
         if self.echo:
             self.echo(f"{d.label}: {d.done}/{len(d.values)} prompts {'scored' if d.task == 'truth' else 'generated'}")
@@ -404,13 +406,15 @@ class LLMService:
             self._cpu_asked[actor] = actor.cpu_seconds.options(concurrency_group="health").remote()
 
     def _beat_while_engines_work(self, ray, d: _Dispatch) -> None:
-        """While no batch comes back, the stall watchdog hears from the engines holding batches
-        that they work. Each is asked its CPU seconds (when its batch is sent, and at each of
-        these looks); an engine that used at least a quarter of a core between two answers two
-        seconds or more apart (``working``) is at work: starting (a core's worth, importing and
-        loading), or on a long batch. An engine that is paused, hung or dead uses a few
-        percent (its actor's Ray threads), or does not answer within a second: no beat, and
-        the watchdog's timeout runs."""
+        """While no batch comes back, the stall watchdog hears from the engines that hold a
+        batch and have answered none since they (re)started that they work: starting (a core's
+        worth, importing and loading) and on their first batch. Each is asked its CPU seconds
+        (when its batch is sent, and at each of these looks); one that used at least a quarter
+        of a core between two answers two seconds or more apart (``working``) is at work. An
+        engine that is paused, deadlocked or dead uses a few percent (its actor's Ray threads),
+        or does not answer within a second: no beat, and the watchdog's timeout runs. Once an
+        engine has answered a batch, only its answers are progress: a hang that spins (a GPU
+        collective that never completes) uses CPU too, and would beat for ever."""
         from ray.exceptions import RayError
 
         holding = {a for _, a in d.inflight.values()}
@@ -433,7 +437,7 @@ class LLMService:
                     self._cpu[actor] = (cpu, when)
                 elif when - before[1] >= 2.0:
                     self._cpu[actor] = (cpu, when)
-                    if working(before[0], cpu, when - before[1], share=0.25):
+                    if working(before[0], cpu, when - before[1], share=0.25) and actor not in self._answered:
                         at_work.add(actor)
             if not answered:
                 break
@@ -452,9 +456,16 @@ class LLMService:
                                   f"max_engine_restarts {self.cfg.max_engine_restarts} x {self.cfg.actors} actor(s)); last engine error: "
                                   f"{self.last_engine_error}")
 
+    def _forget_work(self, actor) -> None:
+        """An actor restarted or replaced: its CPU readings and first batch start again."""
+        self._cpu.pop(actor, None)
+        self._cpu_asked.pop(actor, None)
+        self._answered.discard(actor)
+
     def _restart(self, ray, actor, readiness: dict) -> None:
         """An actor whose engine died: Ray restarts its process (a new engine), then it is used
         again; until the new instance answers (another worker id), it gets no batch."""
+        self._forget_work(actor)
         self._ready[actor] = False
         self._killed[actor] = self._worker_ids.get(actor)
         ray.kill(actor, no_restart=False)
@@ -462,6 +473,7 @@ class LLMService:
 
     def _lose(self, actor, readiness: dict) -> None:
         """An actor's call failed with its process or node: use it again once Ray has restarted it."""
+        self._forget_work(actor)
         if self._ready.get(actor):
             self._ready[actor] = False
             self.actors_lost += 1
@@ -469,6 +481,7 @@ class LLMService:
 
     def _replace(self, ray, actor, readiness: dict) -> None:
         """An actor that cannot be restarted: forget it and start a new one."""
+        self._forget_work(actor)
         if actor in self._ready:
             del self._ready[actor]
             self._actors.remove(actor)
@@ -496,6 +509,7 @@ class LLMService:
             self._killed.clear()
             self._cpu.clear()
             self._cpu_asked.clear()
+            self._answered.clear()
 
     def holds(self) -> dict[str, float]:
         """The resources the running pool holds (nothing when it is not running)."""

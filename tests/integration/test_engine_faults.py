@@ -34,7 +34,7 @@ def test_a_core_that_dies_under_a_running_call_is_found_and_its_batch_sent_again
     fast the machine is; once the engine holds all of the call's prompts (an event the actor
     reports), the core is killed under it. The pool finds the dead core, restarts the engine
     and sends the batch again. Meanwhile the pool looks at its engine's CPU time for the stall
-    watchdog: the engine starting is at work, the paused core is not."""
+    watchdog: the engine starting is at work (and the watchdog hears so), the paused core is not."""
     import ray
 
     cfg = tiny_cfg.model_copy(update={"cache": None, "engine_process": "separate", "batch_rows": 64})
@@ -47,12 +47,15 @@ def test_a_core_that_dies_under_a_running_call_is_found_and_its_batch_sent_again
         return looks[-1]
 
     monkeypatch.setattr(llm_service, "working", look)
+    beats: list[str] = []
+    monkeypatch.setattr(llm_service, "beat", lambda what=None: beats.append(what))
     pool = LLMService(cfg, poll_s=0.5)  # (a look at the engines every half second the call waits, not every 5)
     # the reference, from the engine before it is killed (it is then up: the kill below lands in generation, not
     # in its start); the batch sent again after the kill goes to a new engine, so both answers come from a cold
     # prefix cache
     want = [g.text for g in pool.generate(template, values, max_tokens=160)]
     assert any(looks), f"the engine's start was never seen at work: {looks}"
+    assert any("1 engine(s) at work, 0/64 prompts answered" in b for b in beats), beats
     cores = engine_cores()
     assert len(cores) == 1, descendants()
     cores[0].suspend()  # it takes the next call's requests but answers none of them

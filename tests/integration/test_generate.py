@@ -212,9 +212,9 @@ def test_a_stalled_run_stops_with_its_stacks_and_a_rerun_finishes_it(synthetic, 
 
     out = tmp_path / "g"
     address = ray_cluster.get_runtime_context().gcs_address
-    # 45 s: an engine at work beats every few seconds (its first batch too: its start), so the
+    # 45 s: an engine starting beats every few seconds (on its first batch: its start), so the
     # longest honest gap between two beats is the job's start up to its first engine actor's
-    # answer, 7 s on a 2-core AVX2 machine (docs/operations.md, the stall watchdog): a stall
+    # answer, 7 s on a 2-core AVX2 machine (docs/failures.md, the stall watchdog): a stall
     # must be longer than that on a machine several times slower
     args = ["--stall-timeout", "45", "generate", "itlr", "--db", str(synthetic / "db"), "--out", str(out), "--docs", "12",
             "--shard-docs", "4", "--questions-per-shard", "3", "--candidate-k", "3", "--wave-shards", "1", "--backend", "torch",
