@@ -78,7 +78,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
     from logicrank.pipelines.llm import prompts
 
     # the version and when it was made: a table dropped and indexed again reuses version numbers
-    state = {"dataset_digest": cfg.dataset_digest(), "table_version": store.version, "table_made": store.version_stamp(), "model": llm.model_id,
+    state = {"dataset_digest": cfg.dataset_digest(), "table_version": store.version, "table_made": store.version_made(), "model": llm.model_id,
              "prompts": {p: prompts.load(p).sha for p in PROMPTS}, "generator": GENERATOR_VERSION}
     _claim(out, state)
     wave = cfg.wave_shards or 2 * cfg.llm.actors

@@ -236,7 +236,8 @@ def dedup(query_ids: list[str], texts: list[str], vectors: np.ndarray, threshold
     <kept id> <cosine>'). ``vectors``: normalised embeddings of ``texts``."""
     kept: list[int] = []
     dropped: dict[str, str] = {}
-    seen: dict[str, str] = {}
+    seen: dict[str, str] = {}  # normalised text -> the kept question
+    near: dict[str, str] = {}  # normalised text -> a question dropped as a near duplicate
     for i, (qid, text) in enumerate(zip(query_ids, texts, strict=True)):
         key = normalise(text)
         if key in seen:
@@ -245,9 +246,9 @@ def dedup(query_ids: list[str], texts: list[str], vectors: np.ndarray, threshold
         if kept:
             sims = vectors[kept] @ vectors[i]
             j = int(np.argmax(sims))
-            if sims[j] > threshold:
-                dropped[qid] = f"near {query_ids[kept[j]]} {sims[j]:.3f}"
-                seen[key] = qid  # (an exact copy of it, later, is an exact duplicate, of this dropped one)
+            if sims[j] > threshold:  # dropped; an exact copy of a question dropped so is counted exact
+                dropped[qid] = f"exact {near[key]}" if key in near else f"near {query_ids[kept[j]]} {sims[j]:.3f}"
+                near.setdefault(key, qid)
                 continue
         seen[key] = qid
         kept.append(i)

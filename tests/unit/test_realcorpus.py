@@ -62,6 +62,10 @@ def test_an_exact_copy_of_a_near_duplicate_counts_as_exact():
     v = np.array([[1.0, 0.0], [0.99, 0.141], [0.99, 0.141]])
     kept, dropped = rc.dedup(ids, texts, v / np.linalg.norm(v, axis=1, keepdims=True), threshold=0.95)
     assert kept == [0] and dropped["g-1"].startswith("near g-0 ") and dropped["g-2"] == "exact g-1"
+    # a copy whose own embedding is not near what was kept is kept, as the embedding decides
+    v = np.array([[1.0, 0.0], [0.99, 0.141], [0.0, 1.0]])
+    kept, dropped = rc.dedup(ids, texts, v / np.linalg.norm(v, axis=1, keepdims=True), threshold=0.95)
+    assert kept == [0, 2] and list(dropped) == ["g-1"]
 
 
 def test_dedup_drops_exact_then_near_duplicates_keeping_the_first():

@@ -432,3 +432,19 @@ def test_upsert_commits_what_a_keyed_merge_commits_in_one_version(tmp_path):
     with pytest.raises(ValueError, match="repeated"):
         ours.upsert(_docs(["d2", "d2"], seed=9))
     assert ours.version == version and ours.table.count_rows() == 124
+
+
+def test_when_a_version_was_made_reads_the_same_in_every_time_zone(store, monkeypatch):
+    store, _ = store
+    """``version_made`` (a generate run's claim holds it) is seconds since the epoch; LanceDB's
+    own stamp is local time, so a resume under another TZ would read another value."""
+    import time
+
+    made = {}
+    for tz in ("UTC", "America/New_York"):
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+        made[tz] = store.version_made()
+    monkeypatch.undo()
+    time.tzset()
+    assert made["UTC"] > 0 and made["UTC"] == pytest.approx(made["America/New_York"], abs=1e-6)

@@ -42,6 +42,12 @@ class Versions:
             self._stamp_memo = memo
         return memo[2]
 
+    def version_made(self) -> float:
+        """When the current version was made, in seconds since the epoch: the same in every
+        time zone (``version_stamp`` is LanceDB's local time)."""
+        made = next((v["timestamp"] for v in self.table.list_versions() if int(v["version"]) == self.version), None)
+        return round(made.timestamp(), 6) if made is not None else 0.0
+
     def version_rows(self) -> list[dict]:
         """Every version kept, oldest first: ``version``, ``made`` (when), ``rows``, ``tags`` (the
         user's and the index job's, not the reserved marks), ``state`` and ``read`` (the one
