@@ -145,7 +145,7 @@ class QuerySetConfig(_Config):
 class RegressionRule(_Config):
     """When a measure's change from one night to the next is a regression."""
 
-    max_drop: float = Field(0.01, ge=0, description="A drop of the mean by more than this (absolute) ...")
+    max_drop: float = Field(0.01, ge=0, description="A drop of the value over queries (the report's: the mean; gm_*: the geometric mean; counts: the sum) by more than this (absolute) ...")
     significant: bool = Field(True, description="... that is also significant (paired test, corrected p < alpha); false: the drop alone.")
 
 
