@@ -114,6 +114,27 @@ def test_term_ids_follow_the_documents_order_whatever_the_batches(tmp_path, docs
     assert a.vocab.terms == b.vocab.terms and (a.title != b.title).nnz == 0 and (a.text != b.text).nnz == 0
 
 
+def test_field_counts_number_terms_by_first_appearance_and_count_them_per_document():
+    """Ids by first appearance, document by document and title before text, after the terms the
+    vocabulary already holds; each row's terms sorted by id with their counts; documents with
+    no title, an empty text or only stop words give empty rows."""
+    vocab = bm25.Vocabulary(["cell"])
+    titles = ["Zebra cells", None, "the of", "zebra"]
+    texts = ["apple zebra apple cell", "mango", "", "apple apple mango kiwi"]
+    title, text = index.field_counts([titles, texts], vocab, bm25.default_analyzer())
+    assert vocab.terms == ["cell", "zebra", "appl", "mango", "kiwi"]
+    expected_title = [{1: 1, 0: 1}, {}, {}, {1: 1}]
+    expected_text = [{2: 2, 1: 1, 0: 1}, {3: 1}, {}, {2: 2, 3: 1, 4: 1}]
+    for m, expected in ((title, expected_title), (text, expected_text)):
+        assert m.shape == (4, 5) and m.indices.dtype == np.int32 and m.data.dtype == np.int32
+        for row, want in enumerate(expected):
+            got = m.indices[m.indptr[row] : m.indptr[row + 1]]
+            assert got.tolist() == sorted(want)  # sorted by id
+            assert m.data[m.indptr[row] : m.indptr[row + 1]].tolist() == [want[t] for t in sorted(want)]
+    empty = index.field_counts([[], []], bm25.Vocabulary(), bm25.default_analyzer())
+    assert [m.shape for m in empty] == [(0, 0), (0, 0)]
+
+
 def test_update_index_builds_in_segments_then_patches(tmp_path, docs, monkeypatch):
     monkeypatch.setattr(storage, "SEGMENT_ROWS", 16)
     store = _table(tmp_path / "db", docs)
