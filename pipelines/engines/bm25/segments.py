@@ -235,8 +235,8 @@ def plan_patch(table: Callable, base: str, work: str, segment_rows: int, limit: 
 
 def _write_work(table: pa.Table, path: Path) -> None:
     """A work file of documents (read once, by a later step): uncompressed, without dictionaries
-    (unique ids: at 10M written in half the time, read in a fifth)."""
-    pq.write_table(table, path, compression="none", use_dictionary=False)
+    (unique ids: at 10M written in half the time, read in a fifth), as the saved index's own."""
+    storage.write_docs(table, path)
 
 
 def count_kept(base: str, work: str, out: str, lo: int, hi: int) -> int:
@@ -509,7 +509,7 @@ def assemble(work: str, segments: int, tmp: str, part: str, save_id: str) -> Non
         np.save(out / "search" / "idf.npy", np.load(work_dir / "idf.npy"))
     elif part == "ids":
         docs = pa.concat_tables([pq.read_table(s / "docs.parquet") for s in segs]).replace_schema_metadata(meta)
-        pq.write_table(docs, out / "docs.parquet")
+        storage.write_docs(docs, out / "docs.parquet")
         pq.write_table(pq.read_table(work_dir / "vocab.parquet").replace_schema_metadata(meta), out / "vocab.parquet")
         ids = docs.column("doc_id").combine_chunks()
         rank, rows = tiebreak_ranks(ids)

