@@ -141,6 +141,7 @@ def test_the_fuse_stage_fuses_its_sub_pipelines_and_optimises_on_a_qrels_file(tm
     ({"method": "wsum", "weights": [1, 1], "optimize": "q.tsv", "of": [["dense"], ["bm25"]]}, "weights or optimize, not both"),
     ({"method": "mnz", "parameter": 3, "of": [["dense"], ["bm25"]]}, "method mnz takes no parameter"),
     ({"method": "mnz", "optimize": "q.tsv", "of": [["dense"], ["bm25"]]}, "method mnz has nothing to optimise"),
+    ({"method": "rbc", "of": [["dense"], ["bm25"]]}, "method rbc has no default phi: give its parameter"),
     ({"k": 0, "of": [["dense"], ["bm25"]]}, "greater than or equal to 1"),
     ({"method": "wsum", "optimize": "q.tsv", "metric": "ndcgg@10", "of": [["dense"], ["bm25"]]}, "metric 'ndcgg@10': give one of ndcg"),
     ({"method": "wsum", "optimize": "q.tsv", "metric": "ndcg@x", "of": [["dense"], ["bm25"]]}, "metric 'ndcg@x'"),
@@ -149,6 +150,18 @@ def test_a_bad_fuse_stage_is_refused_in_one_line(options, message):
     with pytest.raises(PipelineError, match=message) as info:
         Pipeline.parse("x", [{"fuse": options}])
     assert "\n" not in str(info.value)
+
+
+def test_rbc_without_its_phi_is_refused_in_one_line_and_runs_with_it():
+    """ranx's rbc has no default phi (a TypeError from inside ranx before): the API refuses it
+    in one line; given, or with the stage optimising it, it runs."""
+    a = _run([("q1", "d1", 3.0), ("q1", "d2", 1.0)], "a")
+    b = _run([("q1", "d2", 2.0), ("q1", "d3", 1.0)], "b")
+    with pytest.raises(ValueError, match="method rbc has no default phi") as info:
+        fuse([a, b], 10, method="rbc")
+    assert "\n" not in str(info.value)
+    assert fuse([a, b], 10, method="rbc", parameter=0.8).column("doc_id").to_pylist() == ["d2", "d1", "d3"]
+    Pipeline.parse("x", [{"fuse": {"method": "rbc", "optimize": "q.tsv", "of": [["dense"], ["bm25"]]}}])
 
 
 def test_ranx_is_imported_with_its_functions_cached_by_content_under_its_version(tmp_path):

@@ -37,6 +37,7 @@ from logicrank.schemas.tables import RUN, require_columns
 NORMS = ("min-max", "max", "sum", "zmuv", "rank", "borda", "none")
 PLAIN = ("sum", "mnz", "max", "min", "med", "anz", "isr", "log_isr", "bordafuse", "condorcet")
 PARAMETER = {"gmnz": "gamma", "logn_isr": "sigma", "rrf": "k", "rbc": "phi"}  # method -> its one parameter
+REQUIRED = ("rbc",)  # the methods whose parameter ranx gives no default: given, or optimised
 WEIGHTED = ("wsum", "wmnz", "w_bordafuse", "w_condorcet", "mixed")
 METHODS = (*PLAIN, *PARAMETER, *WEIGHTED)
 # the measures optimize may maximise: ranx's names, with the project's spellings of the same families
@@ -106,6 +107,11 @@ def _ranx_params(method: str, weights: Sequence[float] | None, parameter: float 
     return {}
 
 
+def missing_parameter(method: str) -> str:
+    """The one-line refusal of a method whose parameter has no default (:data:`REQUIRED`)."""
+    return f"fuse: method {method} has no default {PARAMETER[method]}: give its parameter (rbc's phi in (0, 1), e.g. 0.8) or optimize it"
+
+
 def fuse(runs: Sequence[pa.Table], k: int, method: str = "sum", norm: str = "min-max", weights: Sequence[float] | None = None,
          parameter: float | None = None, run_id: str = "fuse") -> pa.Table:
     """The fused run (RUN contract) of ``runs``: ranx's ``method`` over ``norm``-normalised
@@ -115,6 +121,8 @@ def fuse(runs: Sequence[pa.Table], k: int, method: str = "sum", norm: str = "min
 
     if len(runs) < 2:
         raise ValueError("fuse: give two runs or more to fuse")
+    if method in REQUIRED and parameter is None:
+        raise ValueError(missing_parameter(method))
     label = f"fuse-{method}"
     held = [i for i, run in enumerate(runs) if run.num_rows]  # ranx cannot read a run without a row
     if len(held) < 2:  # nothing to fuse with: the one run that found anything ranks as itself

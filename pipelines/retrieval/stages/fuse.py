@@ -25,7 +25,7 @@ class FuseOptions(FusionOptions):
         "retrieved by that run.")
     weights: tuple[float, ...] | None = Field(
         None, description="Weighted methods: one weight per sub-pipeline, in order (default equal); not with optimize.")
-    parameter: float | None = Field(None, description="gmnz's gamma, logn_isr's sigma, rrf's k or rbc's phi (default ranx's).")
+    parameter: float | None = Field(None, description="gmnz's gamma, logn_isr's sigma, rrf's k or rbc's phi (default ranx's; rbc has none: give it or optimize).")
     optimize: str | None = Field(
         None, description="A qrels file (TREC or BEIR TSV) to pick the weights (or the parameter) on, by metric: use training "
         "queries, not those you report.")
@@ -48,6 +48,8 @@ class FuseOptions(FusionOptions):
         if self.parameter is not None and m not in fusion.PARAMETER:
             raise ValueError(f"method {m} takes no parameter (those that do: "
                              + ", ".join(f"{k} ({v})" for k, v in fusion.PARAMETER.items()) + ")")
+        if m in fusion.REQUIRED and self.parameter is None and not self.optimize:
+            raise ValueError(fusion.missing_parameter(m).removeprefix("fuse: "))
         if self.optimize and m not in fusion.OPTIMIZABLE:
             raise ValueError(f"method {m} has nothing to optimise (those that do: {', '.join(fusion.OPTIMIZABLE)})")
         if self.optimize and self.parameter is not None:
