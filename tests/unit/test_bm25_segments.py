@@ -135,6 +135,15 @@ def test_field_counts_number_terms_by_first_appearance_and_count_them_per_docume
     assert [m.shape for m in empty] == [(0, 0), (0, 0)]
 
 
+def test_codes_in_order_of_first_appearance_whichever_way_they_are_numbered():
+    """Arrow's dictionary numbers entries as met (one pass checks it); codes numbered otherwise
+    are ordered by a sort."""
+    assert index.first_appearance(np.array([0, 1, 0, 2, 1, 3])).tolist() == [0, 1, 2, 3]
+    assert index.first_appearance(np.array([2, 0, 2, 3, 1, 0])).tolist() == [2, 0, 3, 1]
+    assert index.first_appearance(np.array([1, 1, 0])).tolist() == [1, 0]
+    assert index.first_appearance(np.array([], np.int32)).tolist() == []
+
+
 def test_update_index_builds_in_segments_then_patches(tmp_path, docs, monkeypatch):
     monkeypatch.setattr(storage, "SEGMENT_ROWS", 16)
     store = _table(tmp_path / "db", docs)

@@ -60,13 +60,13 @@ def field_counts(fields: Sequence[Sequence[str | None]], vocab: Vocabulary, anal
             lengths[k] = len(found)
             k += 1
     if terms:
-        codes = pa.array(terms, pa.string()).dictionary_encode()
-        _, first = np.unique(codes.indices.to_numpy(), return_index=True)  # each dictionary entry's first position
+        codes = pa.array(terms, pa.large_string()).dictionary_encode()  # (large: a batch's terms may pass 2 GiB)
+        at = codes.indices.to_numpy()
         entries = codes.dictionary.to_pylist()
         ids = np.empty(len(entries), np.int64)
-        for e in np.argsort(first, kind="stable").tolist():  # in order of first appearance: new terms numbered as met
+        for e in first_appearance(at).tolist():  # new terms numbered as met
             ids[e] = vocab.id(entries[e])
-        keys = (np.repeat(np.arange(slots, dtype=np.int64), lengths) << 32) | ids[codes.indices.to_numpy()]
+        keys = (np.repeat(np.arange(slots, dtype=np.int64), lengths) << 32) | ids[at]
         keys, counts = np.unique(keys, return_counts=True)
     else:
         keys, counts = np.empty(0, np.int64), np.empty(0, np.int64)
@@ -79,6 +79,16 @@ def field_counts(fields: Sequence[Sequence[str | None]], vocab: Vocabulary, anal
         np.cumsum(np.bincount(slot[mine] // len(fields), minlength=docs), out=indptr[1:])
         out.append(sp.csr_matrix((counts[mine].astype(np.int32), term[mine], indptr), shape=(docs, len(vocab))))
     return out
+
+
+def first_appearance(codes: np.ndarray) -> np.ndarray:
+    """The codes that occur in ``codes`` (each of ``0 .. max``, as a dictionary's indices),
+    in order of their first occurrence. Arrow's dictionary encoding numbers its entries so,
+    which one pass checks; else one sort."""
+    if (np.diff(np.maximum.accumulate(codes), prepend=-1) <= 1).all():  # each new code one past the largest before it
+        return np.arange(int(codes.max()) + 1 if len(codes) else 0)
+    values, first = np.unique(codes, return_index=True)
+    return values[np.argsort(first, kind="stable")]
 
 
 def row_sums(m: sp.csr_matrix) -> np.ndarray:

@@ -109,7 +109,7 @@ def _ranx_params(method: str, weights: Sequence[float] | None, parameter: float 
 
 def missing_parameter(method: str) -> str:
     """The one-line refusal of a method whose parameter has no default (:data:`REQUIRED`)."""
-    return f"fuse: method {method} has no default {PARAMETER[method]}: give its parameter (rbc's phi in (0, 1), e.g. 0.8) or optimize it"
+    return f"fuse: method {method} has no default {PARAMETER[method]}: give its parameter or optimize it"
 
 
 def fuse(runs: Sequence[pa.Table], k: int, method: str = "sum", norm: str = "min-max", weights: Sequence[float] | None = None,
