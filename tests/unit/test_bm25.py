@@ -84,3 +84,19 @@ def test_a_table_indexed_with_another_analyzer_is_refused_then_reindexed(tmp_pat
         s.require_fts("retrieve")
     report = s.maintain(10**9, prune_older_than=__import__("datetime").timedelta(days=1), changed=False)
     assert report["indexes_rebuilt"] == ["text", "title"] and s.fts_current()
+
+
+def test_ascii_text_splits_into_the_simple_tokenizers_words():
+    """ASCII text is split by the standard library's engine (faster) into the words the
+    tokenizer's Unicode pattern finds: every ASCII character, and random ASCII strings; a text
+    with any other character goes to the Unicode pattern."""
+    from logicrank.pipelines.engines.bm25.analyzer import WORD, split_words
+
+    every = "".join(map(chr, range(128)))
+    rng = np.random.default_rng(3)
+    texts = [every, every[::-1], "snake_case x-ray C3PO 42nd", "", "___", *("".join(rng.choice(list(every), 60)) for _ in range(200))]
+    for text in texts:
+        assert split_words(text) == WORD.findall(text), text
+    assert split_words("naïve café 12") == ["naïve", "café", "12"]
+    hindi = "नमस्ते दुनिया"
+    assert split_words(hindi) == WORD.findall(hindi) and "दुनिया" in split_words(hindi)  # its vowel signs inside the word

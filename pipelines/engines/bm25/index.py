@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import scipy.sparse as sp
 
 from logicrank.pipelines.engines.bm25 import loading, storage
-from logicrank.pipelines.engines.bm25.analyzer import WORD, Analyzer, Vocabulary, default_analyzer
+from logicrank.pipelines.engines.bm25.analyzer import Analyzer, Vocabulary, default_analyzer, split_words
 
 K1, B = 1.2, 0.75
 SOURCE_COLUMNS = ["doc_id", "content_hash", "title", "text"]  # the table's columns an index is made from
@@ -45,28 +45,33 @@ def field_counts(fields: Sequence[Sequence[str | None]], vocab: Vocabulary, anal
     however they are batched: an index built in segments (segments.py) numbers its terms as one
     built in one scan.
 
-    The batch's terms are analyzed into one list, then counted at once: Arrow's dictionary of
-    the terms, its entries ordered by first appearance and given the vocabulary's ids (new ones
-    appended in that order), and one sort of (document, field, term) keys. Per document in
-    numpy, the counting cost more than the analysis."""
+    The batch's words are split into one list, then turned into terms and counted at once:
+    Arrow's dictionary of the words, its entries in order of first appearance each made a term
+    (:meth:`~.analyzer.Analyzer.term`, memoised) given the vocabulary's id (new terms appended
+    as met), and one sort of (document, field, term) keys. Per word and per document in
+    Python, this cost more than splitting the texts."""
     slots = len(fields) * (len(fields[0]) if fields else 0)  # (document, field) pairs, documents first
-    terms: list[str] = []
+    words: list[str] = []
     lengths = np.empty(slots, np.int64)
     k = 0
     for row in zip(*fields, strict=True):
         for text in row:
-            found = analyze(text)
-            terms.extend(found)
+            found = analyze.words(text)
+            words.extend(found)
             lengths[k] = len(found)
             k += 1
-    if terms:
-        codes = pa.array(terms, pa.large_string()).dictionary_encode()  # (large: a batch's terms may pass 2 GiB)
+    if words:
+        codes = pa.array(words, pa.large_string()).dictionary_encode()  # (large: a batch's words may pass 2 GiB)
         at = codes.indices.to_numpy()
         entries = codes.dictionary.to_pylist()
-        ids = np.empty(len(entries), np.int64)
-        for e in first_appearance(at).tolist():  # new terms numbered as met
-            ids[e] = vocab.id(entries[e])
-        keys = (np.repeat(np.arange(slots, dtype=np.int64), lengths) << 32) | ids[at]
+        ids = np.full(len(entries), -1, np.int64)  # -1: a word that gives no term (a stop word, a token too long)
+        for e in first_appearance(at).tolist():  # a term's id fixed by the first of its words met
+            term = analyze.term(entries[e])
+            if term is not None:
+                ids[e] = vocab.id(term)
+        found_ids = ids[at]
+        kept = found_ids >= 0
+        keys = (np.repeat(np.arange(slots, dtype=np.int64), lengths)[kept] << 32) | found_ids[kept]
         keys, counts = np.unique(keys, return_counts=True)
     else:
         keys, counts = np.empty(0, np.int64), np.empty(0, np.int64)
@@ -277,7 +282,7 @@ class BM25Search:
         if len(memo) > 2_000_000:  # bounded, as the analyzer's memo
             memo.clear()
         out = []
-        for word in WORD.findall(text):
+        for word in split_words(text):
             i = memo.get(word)
             if i is None:
                 term = default_analyzer().term(word)
