@@ -117,9 +117,9 @@ def test_term_ids_follow_the_documents_order_whatever_the_batches(tmp_path, docs
 def test_field_counts_number_terms_by_first_appearance_and_count_them_per_document():
     """Ids by first appearance, document by document and title before text, after the terms the
     vocabulary already holds; each row's terms sorted by id with their counts; documents with
-    no title, an empty text or only stop words give empty rows."""
+    no title, an empty text or only stop words and tokens too long give empty rows."""
     vocab = bm25.Vocabulary(["cell"])
-    titles = ["Zebra cells", None, "the of", "zebra"]
+    titles = ["Zebra cells", None, "the of " + "x" * 40, "zebra"]  # (a token of 40 bytes or more is dropped)
     texts = ["apple zebra apple cell", "mango", "", "apple apple mango kiwi"]
     title, text = index.field_counts([titles, texts], vocab, bm25.default_analyzer())
     assert vocab.terms == ["cell", "zebra", "appl", "mango", "kiwi"]
