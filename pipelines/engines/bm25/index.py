@@ -362,9 +362,11 @@ class BM25Index(BM25Search):
     @classmethod
     def build(cls, batches: Iterable[pa.RecordBatch], version: int, analyze: Analyzer | None = None, stamp: str = "",
               vocab: Vocabulary | None = None) -> BM25Index:
-        """From record batches of (doc_id, content_hash, title, text). ``vocab``: the vocabulary
-        to start from, its ids kept and new terms appended (a patch's: segments.py); it grows
-        in place."""
+        """From record batches of (doc_id, content_hash, title, text). ``analyze``: an
+        :class:`~.analyzer.Analyzer`, whose ``words`` and ``term`` make the documents' terms
+        (:func:`field_counts`), as its call makes a query's: a subclass changes those two, not
+        its call alone. ``vocab``: the vocabulary to start from, its ids kept and new terms
+        appended (a patch's: segments.py); it grows in place."""
         analyze = analyze or default_analyzer()
         vocab, ids, hashes, titles, texts = vocab or Vocabulary(), [], [], [], []
         for b in batches:
