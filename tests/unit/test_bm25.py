@@ -100,3 +100,26 @@ def test_ascii_text_splits_into_the_simple_tokenizers_words():
     assert split_words("naïve café 12") == ["naïve", "café", "12"]
     hindi = "नमस्ते दुनिया"
     assert split_words(hindi) == WORD.findall(hindi) and "दुनिया" in split_words(hindi)  # its vowel signs inside the word
+
+
+def test_an_analyzer_subclass_analyzes_the_documents_as_its_queries():
+    """A subclass that changes its call, or its words, makes the documents' terms as it makes a
+    query's: an index whose documents were analyzed otherwise finds nothing it should."""
+    from logicrank.pipelines.engines.bm25 import Analyzer, BM25Index
+
+    class Prefixed(Analyzer):  # its own call; words and term inherited
+        def __call__(self, text):
+            return ["en:" + t for t in super().__call__(text)]
+
+    class Spaces(Analyzer):  # its own words (split at spaces only); the call inherited
+        def words(self, text):
+            return text.split() if text else []
+
+    batch = pa.record_batch({"doc_id": ["d1", "d2"], "content_hash": ["h", "h"], "title": ["X-ray dogs", None],
+                             "text": ["dogs run", "cats sleep"]})
+    for analyzer, query, terms in ((Prefixed(), "running dogs", {"en:dog", "en:run", "en:cat", "en:sleep", "en:x", "en:ray"}),
+                                   (Spaces(), "x-ray", {"x-ray", "dog", "run", "cat", "sleep"})):
+        index = BM25Index.build([batch], 1, analyze=analyzer)
+        assert set(index.vocab.ids) == terms
+        q = index.query_matrix([query], analyze=analyzer)
+        assert q.nnz == len(analyzer(query)) > 0  # every query term is one of the documents'

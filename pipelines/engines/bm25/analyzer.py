@@ -97,7 +97,7 @@ class Analyzer:
         if not text:
             return []
         memo, out = self._memo, []
-        for word in split_words(text):
+        for word in self.words(text):
             term = memo.get(word, 0)
             if term == 0:
                 term = self.term(word)

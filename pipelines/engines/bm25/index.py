@@ -22,7 +22,7 @@ over title and text (BM25F with Lucene's combined statistics), its analyzer's te
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -53,10 +53,11 @@ def field_counts(fields: Sequence[Sequence[str | None]], vocab: Vocabulary, anal
     slots = len(fields) * (len(fields[0]) if fields else 0)  # (document, field) pairs, documents first
     words: list[str] = []
     lengths = np.empty(slots, np.int64)
+    split, make_term = _words_and_term(analyze)
     k = 0
     for row in zip(*fields, strict=True):
         for text in row:
-            found = analyze.words(text)
+            found = split(text)
             words.extend(found)
             lengths[k] = len(found)
             k += 1
@@ -66,7 +67,7 @@ def field_counts(fields: Sequence[Sequence[str | None]], vocab: Vocabulary, anal
         entries = codes.dictionary.to_pylist()
         ids = np.full(len(entries), -1, np.int64)  # -1: a word that gives no term (a stop word, a token too long)
         for e in first_appearance(at).tolist():  # a term's id fixed by the first of its words met
-            term = analyze.term(entries[e])
+            term = make_term(entries[e])
             if term is not None:
                 ids[e] = vocab.id(term)
         found_ids = ids[at]
@@ -84,6 +85,16 @@ def field_counts(fields: Sequence[Sequence[str | None]], vocab: Vocabulary, anal
         np.cumsum(np.bincount(slot[mine] // len(fields), minlength=docs), out=indptr[1:])
         out.append(sp.csr_matrix((counts[mine].astype(np.int32), term[mine], indptr), shape=(docs, len(vocab))))
     return out
+
+
+def _words_and_term(analyze: Analyzer) -> tuple[Callable[[str | None], list[str]], Callable[[str], str | None]]:
+    """How :func:`field_counts` splits a text into words and makes a word's term: the
+    analyzer's ``words`` and ``term``, which its call uses for a query. An analyzer whose class
+    makes its own call (a subclass overriding ``__call__``) has its call's terms taken as the
+    words, each its own term, so documents are analyzed as its queries are."""
+    if type(analyze).__call__ is Analyzer.__call__:
+        return analyze.words, analyze.term
+    return (lambda text: list(analyze(text))), (lambda term: term)
 
 
 def first_appearance(codes: np.ndarray) -> np.ndarray:
@@ -363,9 +374,9 @@ class BM25Index(BM25Search):
     def build(cls, batches: Iterable[pa.RecordBatch], version: int, analyze: Analyzer | None = None, stamp: str = "",
               vocab: Vocabulary | None = None) -> BM25Index:
         """From record batches of (doc_id, content_hash, title, text). ``analyze``: an
-        :class:`~.analyzer.Analyzer`, whose ``words`` and ``term`` make the documents' terms
-        (:func:`field_counts`), as its call makes a query's: a subclass changes those two, not
-        its call alone. ``vocab``: the vocabulary to start from, its ids kept and new terms
+        :class:`~.analyzer.Analyzer`: its ``words`` and ``term`` make the documents' terms
+        (:func:`field_counts`), as its call makes a query's; a subclass that makes its own call
+        has that call make the documents' terms too. ``vocab``: the vocabulary to start from, its ids kept and new terms
         appended (a patch's: segments.py); it grows in place."""
         analyze = analyze or default_analyzer()
         vocab, ids, hashes, titles, texts = vocab or Vocabulary(), [], [], [], []
