@@ -48,6 +48,7 @@ from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.retrieval.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions, Store
 from logicrank.pipelines.retrieval.stages.registry import build
 from logicrank.schemas.digest import json_digest
+from logicrank.schemas.errors import JobFailed
 from logicrank.schemas.tables import RUN, conform
 
 MapQueries = Callable[[Stage, Context, pa.Table], Output]
@@ -276,6 +277,18 @@ def check_keyed(run: pa.Table, queries: pa.Table, stage: str, contiguous: bool =
                            f"{len(stray)} unknown query ids (e.g. {sorted(stray)[:3]}), {dup} duplicate pairs, ranks contiguous: {ranks_ok}")
 
 
+def check_scores(run: pa.Table, stage: str) -> None:
+    """Every score finite: a NaN or infinite score has no place in a ranking (trec_eval and
+    ``evaluate`` refuse it), so the stage's run is refused here, before it is cached or written."""
+    scores = run.column("score").to_numpy(zero_copy_only=False).astype(np.float64)  # a null is NaN here
+    bad = ~np.isfinite(scores)
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        raise JobFailed(f"{stage}: {int(bad.sum())} score(s) are missing, NaN or infinite, e.g. {scores[at]} for query "
+                        f"{run.column('query_id')[at].as_py()!r}, doc {run.column('doc_id')[at].as_py()!r}; "
+                        "nothing is written, as no ranking or measure can use them.")
+
+
 class _State:
     """What flows between stages: the queries, the run so far, the side tables."""
 
@@ -339,6 +352,7 @@ class StageRunner:
             raise RuntimeError(f"{stage.name}: a rewriter must return one row per query, in order (a bug)")
         if out.run is not None:  # a run assembled from batches must also rank each query 1..n
             check_keyed(out.run, queries, stage.name, contiguous=bulk)
+            check_scores(out.run, stage.name)
         undeclared = sorted(set(out.side) - set(stage.side_tables))
         if undeclared:
             raise RuntimeError(f"{stage.name}: side table(s) {undeclared} not declared in its side_tables (a bug)")

@@ -185,6 +185,36 @@ class _NoTable:
     uri, name, version = "none", "docs", 1
 
 
+class _NaNOptions(StageOptions):
+    stage: Literal["nan_test"] = "nan_test"
+
+
+class _NaN(Stage):
+    """Not registered: a reranker whose second row of its input gets a NaN score (as OrLog's
+    calibration of two -inf label logits gives)."""
+
+    name, kind, Options = "nan_test", Kind.RERANKER, _NaNOptions
+
+    def run(self, ctx, queries, runs):
+        score = runs[0].column("score").to_numpy().copy()
+        score[1] = np.nan
+        return Output(run=runs[0].set_column(runs[0].schema.get_field_index("score"), "score", pa.array(score)))
+
+
+def test_a_run_with_a_nan_score_is_refused_before_it_is_cached(two_runs, tmp_path):
+    from logicrank.schemas.errors import JobFailed
+
+    queries, a, *_ = two_runs
+    a = a.filter(pa.compute.not_equal(a.column("query_id"), "q3"))
+    cache = StageCache(tmp_path / "stages")
+    runner = StageRunner(Context(store=_NoTable()), Inputs("b"), cache, Hooks())
+    with pytest.raises(JobFailed, match=r"^nan_test: 1 score\(s\) are missing, NaN or infinite, e.g. nan for query 'q1', doc 'd2'; nothing"):
+        runner.run_stage("k1", _NaN(_NaNOptions()), queries, [a])
+    assert cache.get("k1") is None
+    out, cached = runner.run_stage("k2", _Side(_SideOptions()), queries, [a])  # finite scores pass
+    assert not cached and out.run.equals(a)
+
+
 def test_the_runner_imports_neither_ray_nor_a_job():
     import subprocess
 
