@@ -297,10 +297,10 @@ def versions(
     if not store.exists():
         _fail(f"versions: {store.absent()}; check --db and --table.")
     rows = _run(store.version_rows)
-    typer.echo(f"{'version':>7}  {'made':<26}  {'rows':>10}  {'state':<20}  tags")
+    typer.echo(f"{'version':>7}  {'made':<27}  {'rows':>10}  {'state':<20}  tags")
     for r in rows:
         state = r["state"] + (", read" if r["read"] else "")
-        typer.echo(f"{r['version']:>7}  {r['made']:<26}  {r['rows']:>10,}  {state:<20}  {', '.join(r['tags']) or '-'}".rstrip())
+        typer.echo(f"{r['version']:>7}  {r['made']:<27}  {r['rows']:>10,}  {state:<20}  {', '.join(r['tags']) or '-'}".rstrip())
     if not any(r["read"] for r in rows):
         typer.echo(f"no version of table {table!r} was finished by a completed index run: readers refuse it (rerun logicrank index).")
 

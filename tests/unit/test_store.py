@@ -1,5 +1,6 @@
 """DocStore on a real LanceDB table (no Ray, no model: generated vectors)."""
 
+import json
 from datetime import timedelta
 
 import numpy as np
@@ -436,15 +437,24 @@ def test_upsert_commits_what_a_keyed_merge_commits_in_one_version(tmp_path):
 
 def test_when_a_version_was_made_reads_the_same_in_every_time_zone(store, monkeypatch):
     store, _ = store
-    """``version_made`` (a generate run's claim holds it) is seconds since the epoch; LanceDB's
-    own stamp is local time, so a resume under another TZ would read another value."""
+    """``version_made`` (a generate run's claim holds it) and the version's stamp (a saved
+    index's and the stage cache's key) read the same in every zone: LanceDB's own time is local
+    time, so a process in another zone took the BM25 index a UTC job saved for another table's,
+    rebuilt it and replaced it under its readers."""
     import time
 
-    made = {}
+    from logicrank.pipelines.engines import bm25
+
+    made, stamps, saves = {}, {}, {}
     for tz in ("UTC", "America/New_York"):
         monkeypatch.setenv("TZ", tz)
         time.tzset()
         made[tz] = store.version_made()
+        stamps[tz] = store.version_stamps()
+        again = DocStore(store.uri, store.name)  # a new process's store: nothing memoised
+        saves[tz] = json.loads((bm25.open_index(again).path / "meta.json").read_text())["save_id"]
     monkeypatch.undo()
     time.tzset()
     assert made["UTC"] > 0 and made["UTC"] == pytest.approx(made["America/New_York"], abs=1e-6)
+    assert stamps["UTC"] == stamps["America/New_York"] and stamps["UTC"][store.version].endswith("Z")
+    assert saves["UTC"] == saves["America/New_York"]  # opened, not rebuilt

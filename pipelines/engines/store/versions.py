@@ -14,11 +14,17 @@ complete version carry the mark to the version they make, which holds the same d
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 from logicrank.pipelines.engines.store.base import StoreError
 
 COMPLETE_TAG = "logicrank-complete"  # the newest version a completed index run finished (moved by each such run)
 EMBEDDED_BY = "logicrank-embedded-by-"  # + the digest of the code that embedded the table's vectors (pipelines.codedigest)
+
+
+def utc_stamp(made: datetime) -> str:
+    """LanceDB's time of a version (local time, no zone) in UTC, to the microsecond."""
+    return made.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%fZ")
 
 
 class Versions:
@@ -29,9 +35,11 @@ class Versions:
         return int(self.table.version)
 
     def version_stamps(self) -> dict[int, str]:
-        """Version -> when it was made, for every version kept (a table dropped and made again
-        reuses version numbers, not times)."""
-        return {int(v["version"]): str(v["timestamp"]) for v in self.table.list_versions()}
+        """Version -> when it was made, in UTC (``2026-12-04 14:22:06.063575Z``), for every
+        version kept (a table dropped and made again reuses version numbers, not times). LanceDB
+        gives local time without a zone; a saved index and a stage cache keyed by that would be
+        another table's to a process in another time zone."""
+        return {int(v["version"]): utc_stamp(v["timestamp"]) for v in self.table.list_versions()}
 
     def version_stamp(self) -> str:
         """When the current version was made; asked once per table object and version (every
@@ -44,7 +52,7 @@ class Versions:
 
     def version_made(self) -> float:
         """When the current version was made, in seconds since the epoch: the same in every
-        time zone (``version_stamp`` is LanceDB's local time)."""
+        time zone."""
         made = next((v["timestamp"] for v in self.table.list_versions() if int(v["version"]) == self.version), None)
         return round(made.timestamp(), 6) if made is not None else 0.0
 
