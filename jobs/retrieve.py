@@ -312,10 +312,11 @@ class _Host:
         share = gpu_share(shards, gpus)
         self._fit_shards(shards, share)
         restarts = len([node for node in ray.nodes() if node.get("Alive")]) + 2  # each node lost once, and then some; not forever
-        actor = ray.remote(_ShardSearch).options(num_cpus=r.retrieve_num_cpus, num_gpus=share, max_restarts=restarts, max_task_retries=restarts,
+        actor = ray.remote(ShardSearch).options(num_cpus=r.retrieve_num_cpus, num_gpus=share, max_restarts=restarts, max_task_retries=restarts,
                                                  scheduling_strategy="SPREAD")
+        save = getattr(index, "save_id", None) if engine == "bm25" else None  # each shard searches the index whose terms the driver sends
         actors = [actor.remote(self.cfg.db, self.cfg.table, self.version, engine, lo, hi, getattr(o, "precision", "float32"),
-                               getattr(o, "product", "auto")) for lo, hi in bounds]
+                               getattr(o, "product", "auto"), save) for lo, hi in bounds]
         n, rows, parts = queries.num_rows, r.retrieve_batch_rows, []
         try:
             pending = []
@@ -477,19 +478,25 @@ def shard_searched() -> None:
     kill a node once a batch has been searched)."""
 
 
-class _ShardSearch:
+class ShardSearch:
     """A Ray actor holding one shard of a table version's index, mapped: the BM25 weights'
     postings of rows ``[lo, hi)`` (the collection's statistics whole: the weights were made
     over every document) or those rows' vectors. It searches what the driver sends (analyzed
-    queries, or query vectors) and returns its top k as keys (bm25) or (rows, scores) (dense)."""
+    queries, or query vectors) and returns its top k as keys (bm25) or (rows, scores) (dense).
+    A BM25 shard refuses to start on a save of the index other than the driver's (``save_id``:
+    its term ids and rows would not be the driver's)."""
 
-    def __init__(self, db: str, table: str, version: int, engine: str, lo: int, hi: int, precision: str, product: str):
+    def __init__(self, db: str, table: str, version: int, engine: str, lo: int, hi: int, precision: str, product: str,
+                 save_id: str | None = None):
         import psutil
 
         self._start = psutil.Process().memory_full_info()  # before the index is mapped: what the shard adds is measured against it
         store = DocStore(db, table, version=version)
         self.engine, self.shard, self.product = engine, (lo, hi), product
         self.index = store.bm25_index() if engine == "bm25" else store.vectors(precision)
+        if engine == "bm25" and getattr(self.index, "save_id", None) != save_id:
+            raise RuntimeError(f"bm25: the saved index of table {table!r} v{version} was replaced during the job "
+                               f"(save {getattr(self.index, 'save_id', None)}, the driver's {save_id}); rerun the job")
 
     def search(self, payload, k: int):
         if self.engine == "bm25":

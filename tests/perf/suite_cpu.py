@@ -28,7 +28,7 @@ KINDS = (  # (kind, pattern over the command line), first match wins; anchored w
     ("vLLM engine actor", r"^ray::_EngineActor\b"),
     ("vLLM engine core and its worker", r"^VLLM::"),
     ("embedding actor", r"^ray::\S*_EmbedActor"),
-    ("retrieval actor", r"^ray::\S*(_RetrieveActor|_ShardSearch|_ShardTask)"),
+    ("retrieval actor", r"^ray::\S*(_RetrieveActor|ShardSearch|_ShardTask)"),
     ("idle Ray worker", r"^ray::IDLE\b|^\S*python\S* \S*/ray/_private/workers/default_worker\.py"),
     ("other Ray actor or task", r"^ray::"),
     ("Ray daemons (GCS, raylet, agents, monitors)",

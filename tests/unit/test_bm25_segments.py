@@ -407,3 +407,28 @@ def test_weights_equal_a_whole_array_computation(index_dtype):
     # a document with no counts at all makes no posting
     empty = sp.csr_matrix((1, terms), dtype=np.int32)
     assert index.weigh(empty, empty.copy(), idf, avgdl).nnz == 0
+
+
+def test_an_index_saved_over_while_open_is_refused_not_searched_with_another_saves_terms(tmp_path, docs):
+    """A mapped index reads its vocabulary on first use, and a shard actor maps the index on
+    its own: where another save took the directory's place meanwhile (its terms numbered
+    otherwise), each refuses instead of mixing two saves' term ids and rows."""
+    import shutil
+
+    from logicrank.jobs.retrieve import ShardSearch
+
+    store = _table(tmp_path / "db", docs)
+    path = bm25.open_index(store).path
+    mapped = bm25.MappedBM25.open(path)
+    shard = ShardSearch(store.uri, store.name, store.version, "bm25", 0, 10, "float32", "auto", mapped.save_id)  # the driver's save: searches
+    assert shard.index.save_id == mapped.save_id
+    other = bm25.BM25Index.build([pa.record_batch({"doc_id": ["x"], "content_hash": ["h"], "title": [None], "text": ["zyxwvut alone"]})],
+                                 store.version, stamp=store.version_stamp())
+    shutil.rmtree(path)
+    other.save(path)
+    with pytest.raises(RuntimeError, match="changed or was damaged while open"):
+        _ = mapped.vocab
+    with pytest.raises(ValueError, match="analyzed for another index"):
+        mapped.search_keys(other.query_matrix(["zyxwvut"]), 3)
+    with pytest.raises(RuntimeError, match=r"was replaced during the job \(save [0-9a-f]+, the driver's " + mapped.save_id):
+        ShardSearch(store.uri, store.name, store.version, "bm25", 0, 10, "float32", "auto", mapped.save_id)

@@ -329,6 +329,9 @@ class BM25Search:
             raise ValueError("bm25: the search keys hold a document's rank in 32 bits; index below 4.29 billion documents per table")
         lo, hi = (0, n) if shard is None else (max(0, shard[0]), min(n, shard[1]))
         indptr, indices, data, seg_rows = self.segments()
+        if q.shape[1] != indptr.shape[1] - 1:  # the loop reads each query term's postings unchecked
+            raise ValueError(f"bm25: the queries hold {q.shape[1]} terms and the index {indptr.shape[1] - 1}: "
+                             "they were analyzed for another index")
         block = max(0, min(hi - lo, _BLOCK))
         acc, cand = np.zeros(block, np.float32), np.empty(block + 2 * k, np.int64)
         return loading.kernels().top_k(q.indptr, q.indices, q.data, indptr, indices, data, seg_rows, self.tiebreak(), k, acc, cand, lo, hi)

@@ -72,13 +72,21 @@ class MappedBM25(BM25Search):
     def vocab(self) -> Vocabulary:
         with self._vocab_lock:  # read once, whichever thread asks first (versions.py's :func:`ensure_index` reads it ahead)
             if self._vocab is None:
-                self._vocab = Vocabulary(pq.read_table(self.path / "vocab.parquet").column("term").to_pylist())
+                terms = pq.read_table(self.path / "vocab.parquet")
+                if (terms.schema.metadata or {}).get(b"logicrank.save_id", b"").decode() != self.save_id or terms.num_rows != self._meta["terms"]:
+                    raise RuntimeError(f"bm25: the saved index {self.path} changed or was damaged while open; open it again")
+                self._vocab = Vocabulary(terms.column("term").to_pylist())
         return self._vocab
+
+    @property
+    def save_id(self) -> str:
+        """The id of the save mapped (storage.py): every process that searches one index holds the same."""
+        return self._meta["save_id"]
 
     def _full(self) -> BM25Index:
         if self._counts is None:
             try:
-                same = json.loads((self.path / "meta.json").read_text()).get("save_id") == self._meta["save_id"]
+                same = json.loads((self.path / "meta.json").read_text()).get("save_id") == self.save_id
             except (OSError, ValueError):
                 same = False
             self._counts = BM25Index.load(self.path, self.stamp) if same else None
