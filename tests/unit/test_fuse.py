@@ -98,6 +98,24 @@ def test_a_normalisation_keeps_ties_in_the_order_the_raw_scores_give_them(norm):
         _scores(fuse([tied, ranked], k=100, method="rrf", norm="none")), abs=1e-12)
 
 
+@pytest.mark.parametrize(("method", "norm"), [(m, "none") for m in ("rrf", "isr", "log_isr", "logn_isr", "rbc", "bordafuse", "condorcet")]
+                         + [("w_bordafuse", "none"), ("w_condorcet", "none"), ("sum", "rank"), ("sum", "borda")])
+def test_a_fusion_of_ranks_reads_tied_documents_in_the_runs_own_order(method, norm):
+    """ranx orders each query's documents by a sort of their scores that leaves ties in any
+    order past 15 documents; a fusion or normalisation of ranks reads the run's ranks instead,
+    so a run of tied scores fuses as the same ranks with distinct scores do, and rrf as the
+    rrf stage."""
+    rows = [("q1", f"d{i:02d}") for i in range(19, -1, -1)] + [("q2", "d00")]  # ranked as trec_eval ranks ties: doc id descending
+    tied = _run([(q, d, 1.0) for q, d in rows], "a")
+    distinct = _run([(q, d, 100.0 - i) for i, (q, d) in enumerate(rows)], "a")
+    other = _run([("q1", f"d{i:02d}", float(20 - i)) for i in range(0, 20, 3)] + [("q1", "zz", 0.5)], "b")
+    parameter = 0.8 if method == "rbc" else None
+    got = _order(fuse([tied, other], k=100, method=method, norm=norm, parameter=parameter))
+    assert got == _order(fuse([distinct, other], k=100, method=method, norm=norm, parameter=parameter))
+    if method == "rrf":
+        assert got == _order(rrf([tied, other], k=100))
+
+
 def test_ranx_rrf_equals_the_rrf_stage():
     assert _scores(fuse([A, B], k=10, method="rrf", norm="none")) == pytest.approx(_scores(rrf([A, B], k=10)), abs=1e-12)
     assert _scores(fuse([A, B], k=10, method="rrf", norm="none", parameter=10)) == pytest.approx(_scores(rrf([A, B], k=10, rrf_k=10)))

@@ -14,7 +14,8 @@ the fused run cut to each query's top ``k``.
 
 A document a run did not retrieve contributes nothing (ranx's rule); a query that only some
 runs retrieved for is fused over those runs; when only one run retrieved anything at all, the
-fused run ranks as that run. Ties in the fused scores rank by doc id
+fused run ranks as that run. A fusion or normalisation of ranks reads each run's own ranks,
+its tied documents in its order (:data:`BY_RANK_METHODS`). Ties in the fused scores rank by doc id
 descending (trec_eval's order), so a run and its TREC file evaluate alike.
 """
 
@@ -57,6 +58,10 @@ def ranx_metric(name: str) -> str:
                          "with @k for a cutoff, e.g. ndcg@10")
     return got + (f"@{int(cutoff)}" if at else "")
 OPTIMIZABLE = (*PARAMETER, *WEIGHTED)
+# what reads each run's order, not its scores: ranx takes the order from a sort of the scores
+# that leaves tied documents in any order, so these are given the run's own ranks as scores
+BY_RANK_METHODS = ("rrf", "isr", "log_isr", "logn_isr", "rbc", "bordafuse", "w_bordafuse", "condorcet", "w_condorcet")
+BY_RANK_NORMS = ("rank", "borda")
 
 
 def _ranx():
@@ -75,18 +80,21 @@ def _ranx():
     return ranx
 
 
-def _ranx_run(run: pa.Table, query_ids: Sequence[str], norm: str):
+def _ranx_run(run: pa.Table, query_ids: Sequence[str], norm: str, by_rank: bool = False):
     """A ranx Run of ``run``'s scores normalised (``norm``, but borda, which ranx computes over
     all the runs' candidates together), with an empty entry for each of ``query_ids`` it lacks
     (ranx fuses runs that share their query ids). Normalised over the run's own queries
     first: ranx's zmuv of a query without a document divides by zero inside a numba loop,
-    which ends silently and leaves the other queries of its thread's share unnormalised."""
+    which ends silently and leaves the other queries of its thread's share unnormalised.
+    ``by_rank``: each document's score is minus its rank (:data:`BY_RANK_METHODS`), so ranx's
+    order of tied documents is the run's (trec_eval's: doc id descending)."""
     ranx = _ranx()
 
     require_columns(run, RUN.names[:4], "fuse")
     held: dict[str, dict[str, float]] = {}
-    for q, d, s in zip(*(run.column(c).to_pylist() for c in ("query_id", "doc_id", "score")), strict=True):
-        held.setdefault(q, {})[d] = float(s)
+    values = run.column("rank") if by_rank else run.column("score")
+    for q, d, s in zip(run.column("query_id").to_pylist(), run.column("doc_id").to_pylist(), values.to_pylist(), strict=True):
+        held.setdefault(q, {})[d] = -float(s) if by_rank else float(s)
     if norm in ("none", "borda"):
         return ranx.Run(held | {q: {} for q in query_ids if q not in held})
     from numba import typed, types
@@ -134,7 +142,8 @@ def fuse(runs: Sequence[pa.Table], k: int, method: str = "sum", norm: str = "min
     query_ids = list(dict.fromkeys(q for run in runs for q in run.column("query_id").to_pylist()))
     with warnings.catch_warnings():  # numba's type-safety warnings from ranx's kernels are not the user's business
         warnings.simplefilter("ignore")
-        ranx_runs = [_ranx_run(run, query_ids, norm) for run in runs]
+        by_rank = method in BY_RANK_METHODS or norm in BY_RANK_NORMS
+        ranx_runs = [_ranx_run(run, query_ids, norm, by_rank) for run in runs]
         fused = ranx_fuse(ranx_runs, norm="borda" if norm == "borda" else None, method=method,
                           params=_ranx_params(method, weights, parameter, len(ranx_runs)))
     rows = [(q, d, s) for q, docs in fused.to_dict().items() for d, s in docs.items()]
@@ -164,7 +173,8 @@ def optimize(runs: Sequence[pa.Table], qrels: pa.Table, method: str, norm: str, 
             truth[q][d] = int(r)
     keep = pa.array(query_ids)
     # (every run holds every one of these queries: ranx normalises them)
-    ranx_runs = [_ranx_run(run.filter(pa.compute.is_in(run.column("query_id"), keep)), query_ids, "none") for run in runs]
+    by_rank = method in BY_RANK_METHODS or norm in BY_RANK_NORMS
+    ranx_runs = [_ranx_run(run.filter(pa.compute.is_in(run.column("query_id"), keep)), query_ids, "none", by_rank) for run in runs]
     kwargs: dict[str, Any] = {"show_progress": False}
     if method in WEIGHTED:
         kwargs["step"] = step
