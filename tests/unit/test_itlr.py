@@ -13,6 +13,7 @@ from logicrank.pipelines.retrieval.logic.fuzzy import Operators, compile_query
 from logicrank.pipelines.retrieval.logic.query import holds, parse
 from logicrank.pipelines.retrieval.methods.itlr import (
     Calibration,
+    LogicalQuery,
     ann_candidates,
     compose,
     parse_queries,
@@ -281,4 +282,26 @@ def test_exact_scoring_in_shards_merges_into_the_one_pass_pairs(setup, shards):
              for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
     merged = merge_exact(parts, 10, [q.query_id for q in qs])
     assert merged[["query_id", "doc_id"]].equals(whole[["query_id", "doc_id"]])
+    np.testing.assert_allclose(merged["score"], whole["score"], rtol=1e-6, atol=1e-7)
+
+
+def test_exact_scoring_in_shards_with_a_strict_not_that_leaves_a_shard_short_of_k():
+    """A strict NOT that excludes all but two documents leaves most shards fewer than k pairs;
+    their empty slots are no pairs (they once mapped row 0 outside the shard: an IndexError),
+    and the shards merge into the one pass's pairs."""
+    from logicrank.pipelines.retrieval.methods.itlr import merge_exact
+
+    qs = [LogicalQuery("q1", parse('"a" AND NOT "b"'), "ok"), LogicalQuery("q2", parse('"a"'), "ok")]
+    raw = np.random.default_rng(1).random((300, 2)).astype(np.float32)
+    raw[:, 1] = 0.9  # every document holds b, so q1 excludes it
+    raw[[5, 250], 1] = 0.1  # but two
+    ids = np.array([f"d{i:05d}" for i in range(300)], dtype=object)
+    ops = dataclasses.replace(Operators(), strict_not=0.5)
+    whole = score_exact(qs, ["a", "b"], None, [(ids, raw)], 10, [ops], Calibration())[ops].reset_index(drop=True)
+    blocks = lambda lo: [(ids[b:min(b + 40, lo + 100)], raw[b:min(b + 40, lo + 100)]) for b in range(lo, lo + 100, 40)]  # noqa: E731 - a shard in blocks
+    parts = [score_exact(qs, ["a", "b"], None, blocks(lo), 10, [ops], Calibration(), first_row=lo, with_rows=True)[ops] for lo in (0, 100, 200)]
+    assert [len(p[p["query_id"] == "q1"]) for p in parts] == [1, 0, 1]
+    merged = merge_exact(parts, 10, ["q1", "q2"])
+    assert merged[["query_id", "doc_id"]].equals(whole[["query_id", "doc_id"]])
+    assert sorted(merged[merged["query_id"] == "q1"]["doc_id"]) == ["d00005", "d00250"]
     np.testing.assert_allclose(merged["score"], whole["score"], rtol=1e-6, atol=1e-7)

@@ -514,15 +514,17 @@ def _pairs(queries: Sequence[LogicalQuery], top: _TopK, ids: np.ndarray, first_r
     n, k = top.scores.shape
     order = np.lexsort((top.rows, -np.where(np.isnan(top.scores), -np.inf, top.scores)), axis=1)
     rows = np.take_along_axis(top.rows, order, axis=1).reshape(-1)
-    df = pd.DataFrame(
+    scores = np.take_along_axis(top.scores, order, axis=1).reshape(-1)
+    kept = np.isfinite(scores)  # not an excluded document, nor an empty slot (-inf at row 0, outside a shard's rows)
+    rows = rows[kept]
+    return pd.DataFrame(
         {
-            "query_id": np.repeat([q.query_id for q in queries], k),
+            "query_id": np.repeat([q.query_id for q in queries], k)[kept],
             "doc_id": ids[rows - first_row] if len(ids) else np.empty(0, dtype=object),
-            "score": np.take_along_axis(top.scores, order, axis=1).reshape(-1),
+            "score": scores[kept],
             "row": rows,
         }
     )
-    return df[np.isfinite(df["score"])]
 
 
 def term_scores(
