@@ -71,6 +71,8 @@ class MappedBM25(BM25Search):
     @property
     def vocab(self) -> Vocabulary:
         with self._vocab_lock:  # read once, whichever thread asks first (versions.py's :func:`ensure_index` reads it ahead)
+            if self._vocab is None and self._counts is not None:  # loaded whole from this save: its terms are there
+                self._vocab = self._counts.vocab
             if self._vocab is None:
                 terms = pq.read_table(self.path / "vocab.parquet")
                 if (terms.schema.metadata or {}).get(b"logicrank.save_id", b"").decode() != self.save_id or terms.num_rows != self._meta["terms"]:
