@@ -432,3 +432,22 @@ def test_an_index_saved_over_while_open_is_refused_not_searched_with_another_sav
         mapped.search_keys(other.query_matrix(["zyxwvut"]), 3)
     with pytest.raises(RuntimeError, match=r"was replaced during the job \(save [0-9a-f]+, the driver's " + mapped.save_id):
         ShardSearch(store.uri, store.name, store.version, "bm25", 0, 10, "float32", "auto", mapped.save_id)
+
+
+def test_an_index_another_analyzer_made_is_rebuilt_not_searched_or_patched(tmp_path, docs):
+    """A saved index records its analyzer's digest (stop words, longest token, PyStemmer's
+    version, the terms of a probe text): one saved under another analyzer is neither mapped
+    for search (its terms are not the queries') nor patched (its counts are not), but rebuilt."""
+    from logicrank.pipelines.engines.bm25.analyzer import ENGLISH_STOP_WORDS, Analyzer, analyzer_digest
+
+    assert analyzer_digest(Analyzer([*ENGLISH_STOP_WORDS, "apple"])) != analyzer_digest() == analyzer_digest(Analyzer())
+    store = _table(tmp_path / "db", docs)
+    path = bm25.open_index(store).path
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["analyzer"] == analyzer_digest()
+    (path / "meta.json").write_text(json.dumps({**meta, "analyzer": "another"}))  # as another analyzer saved it
+    assert bm25.MappedBM25.open(path) is None and storage.counts_meta(path) is None and not storage.is_saved(path, meta["stamp"])
+    store.upsert(pa.table({"doc_id": ["new"], "title": ["t"], "text": ["a brand new zyxwvut document"], "metadata": [None],
+                           "content_hash": ["hn"], "vector": to_fixed_size_list(np.ones((1, 4), np.float32))}))
+    done = bm25.update_index(store)
+    assert done["how"] == "built" and done["docs"] == 71 and "patch_failed" not in done

@@ -106,6 +106,32 @@ class Analyzer:
         return out
 
 
+# a text that each step of the analysis changes: the split, the long-token cut, lower case,
+# stemming, the stop words, folding; in three scripts
+_PROBE = ("The runners' X-ray: naïve CAFÉ Straße, Ōsaka ﬁne jumped 42nd caught flies under an old oak-tree "
+          "नमस्ते दुनिया مرحبا " + "x" * (MAX_TOKEN_BYTES - 1) + " " + "y" * MAX_TOKEN_BYTES)
+
+
+def analyzer_digest(analyze: Analyzer | None = None) -> str:
+    """What an analyzer (default: the project's) makes of a text, as a saved index records it
+    (storage.py): its stop words, its longest token, PyStemmer's version, and the terms it makes
+    of a probe text. An index saved under another digest is rebuilt, never patched or searched
+    with query terms this one makes."""
+    if analyze is None:
+        return _default_digest()
+    import hashlib
+    import importlib.metadata
+    import json
+
+    facts = [sorted(analyze._stop), MAX_TOKEN_BYTES, importlib.metadata.version("PyStemmer"), analyze(_PROBE)]
+    return hashlib.sha256(json.dumps(facts, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def _default_digest() -> str:
+    return analyzer_digest(Analyzer())
+
+
 @functools.cache
 def default_analyzer() -> Analyzer:
     """The process's one analyzer with Lucene's English stop words (its memo shared)."""

@@ -2,7 +2,8 @@
 
 A saved index is a directory (versions.py names one per table version) holding:
 
-* ``meta.json``: the format (:data:`FORMAT`), the table version and its stamp, the save's id,
+* ``meta.json``: the format (:data:`FORMAT`), the analyzer's digest
+  (:func:`~.analyzer.analyzer_digest`), the table version and its stamp, the save's id,
   the counts of documents and terms, the documents per segment;
 * the term counts, which a patch reads: ``title.npz`` and ``text.npz`` (documents x terms,
   CSR), ``docs.parquet`` (doc id and content hash per row), ``vocab.parquet`` (the terms), and
@@ -35,6 +36,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from logicrank.pipelines.engines.bm25 import loading
+from logicrank.pipelines.engines.bm25.analyzer import analyzer_digest
 
 FORMAT = 3  # the on-disk layout; an index of another format is rebuilt (2: the mapped search files; 3: in segments of documents)
 COUNTS_FORMATS = (2, 3)  # the formats whose term counts a patch reads (formats 2 and 3 store them alike): an older index is re-saved, not re-analyzed
@@ -107,8 +109,8 @@ def read_stats(path: Path, meta: dict) -> dict[str, np.ndarray] | None:
 
 def write_meta(tmp: Path, version: int, stamp: str, save_id: str, docs: int, terms: int, segment_rows: int | None = None) -> None:
     """The saved index's meta.json (the module doc), written last: a directory without it is no index."""
-    (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": version, "stamp": stamp, "save_id": save_id,
-                                               "docs": docs, "terms": terms, "segment_rows": segment_rows or SEGMENT_ROWS}))
+    (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "analyzer": analyzer_digest(), "version": version, "stamp": stamp,
+                                               "save_id": save_id, "docs": docs, "terms": terms, "segment_rows": segment_rows or SEGMENT_ROWS}))
 
 
 def place(tmp: Path, path: Path, stamp: str) -> None:
@@ -168,7 +170,7 @@ def read_counts(path: Path, stamp: str | None = None) -> tuple[dict, pa.Table, s
     path = Path(path)
     try:
         meta = json.loads((path / "meta.json").read_text())
-        if meta.get("format") not in COUNTS_FORMATS or (stamp is not None and meta.get("stamp") != stamp):
+        if not of_this(meta, stamp, COUNTS_FORMATS):
             return None
         docs = pq.read_table(path / "docs.parquet")
         terms = pq.read_table(path / "vocab.parquet")
@@ -191,7 +193,7 @@ def counts_meta(path: Path, stamp: str | None = None) -> dict | None:
     path = Path(path)
     try:
         meta = json.loads((path / "meta.json").read_text())
-        if meta.get("format") not in COUNTS_FORMATS or (stamp is not None and meta.get("stamp") != stamp):
+        if not of_this(meta, stamp, COUNTS_FORMATS):
             return None
         docs, terms = int(meta["docs"]), int(meta["terms"])
         for name, rows in (("docs.parquet", docs), ("vocab.parquet", terms)):
@@ -242,7 +244,7 @@ def map_search_files(path: Path, stamp: str | None = None) -> tuple[dict, dict[s
     path = Path(path)
     try:
         meta = json.loads((path / "meta.json").read_text())
-        if meta.get("format") != FORMAT or (stamp is not None and meta.get("stamp") != stamp):
+        if not of_this(meta, stamp):
             return None
         arrays = {name: np.load(path / "search" / f"{name}.npy", mmap_mode="r")
                   for name in ("indptr", "indices", "data", "idf", "tiebreak", "rows_by_rank")}
@@ -281,4 +283,11 @@ def is_saved(path: Path, stamp: str) -> bool:
         meta = json.loads((Path(path) / "meta.json").read_text())
     except (OSError, ValueError):
         return False
-    return meta.get("format") == FORMAT and meta.get("stamp") == stamp
+    return of_this(meta, stamp)
+
+
+def of_this(meta: dict, stamp: str | None, formats: tuple[int, ...] = (FORMAT,)) -> bool:
+    """Whether a saved index's meta is of one of ``formats``, of this analyzer
+    (:func:`~.analyzer.analyzer_digest`: an index whose terms another analyzer made is rebuilt)
+    and (with ``stamp``) of this table version."""
+    return meta.get("format") in formats and meta.get("analyzer") == analyzer_digest() and (stamp is None or meta.get("stamp") == stamp)
