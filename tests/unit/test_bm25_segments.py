@@ -451,3 +451,23 @@ def test_an_index_another_analyzer_made_is_rebuilt_not_searched_or_patched(tmp_p
                            "content_hash": ["hn"], "vector": to_fixed_size_list(np.ones((1, 4), np.float32))}))
     done = bm25.update_index(store)
     assert done["how"] == "built" and done["docs"] == 71 and "patch_failed" not in done
+
+
+def test_pruning_removes_a_save_nothing_wrote_in_for_an_hour_not_one_in_progress(tmp_path, docs):
+    """A build or patch in progress writes into its segments' subdirectories, whose parent's
+    time does not move: a leftover is judged by the newest file under it."""
+    import os
+    import time
+
+    store = _table(tmp_path / "db", docs)
+    root = bm25.open_index(store).path.parent
+    hour_ago = time.time() - 2 * 3600
+    for name, fresh in ((".v9-segments-busy", True), (".v9-patch-dead", False)):
+        (root / name / "s00001").mkdir(parents=True)
+        (root / name / "s00001" / "title.npz").write_bytes(b"x")
+        for p in (root / name / "s00001" / "title.npz", root / name / "s00001", root / name):
+            if not fresh or p.is_dir():
+                os.utime(p, (hour_ago, hour_ago))
+    bm25.prune_indexes(store, keep_versions=[store.version])
+    assert (root / ".v9-segments-busy").is_dir() and not (root / ".v9-patch-dead").exists()
+    assert (root / f"v{store.version}").is_dir()

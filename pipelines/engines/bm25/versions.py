@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import shutil
 import threading
@@ -124,10 +125,23 @@ def prune_indexes(store, keep_versions: Iterable[int]) -> list[int]:
     gone = [v for v in saved_versions(root) if v not in keep]
     for v in gone:
         shutil.rmtree(root / f"v{v}", ignore_errors=True)
-    for leftover in root.glob(".v*-*") if root is not None and root.is_dir() else ():  # a save a crash cut short (an hour old)
-        if time.time() - leftover.stat().st_mtime > 3600:
+    for leftover in root.glob(".v*-*") if root is not None and root.is_dir() else ():  # a save a crash cut short
+        if time.time() - last_written(leftover) > 3600:  # nothing written in it for an hour: no process is making it
             shutil.rmtree(leftover, ignore_errors=True)
     return gone
+
+
+def last_written(path: Path) -> float:
+    """The newest modification time of ``path`` and everything under it (a build in progress
+    writes into its segments' subdirectories, not the top one); now where it is being removed."""
+    newest = 0.0
+    try:
+        for top, _dirs, files in os.walk(path):
+            for name in (top, *(os.path.join(top, f) for f in files)):
+                newest = max(newest, os.stat(name).st_mtime)
+    except OSError:  # removed meanwhile: whoever removes it is done with it
+        return time.time()
+    return newest
 
 
 def drop_indexes(store) -> None:
