@@ -471,3 +471,27 @@ def test_pruning_removes_a_save_nothing_wrote_in_for_an_hour_not_one_in_progress
     bm25.prune_indexes(store, keep_versions=[store.version])
     assert (root / ".v9-segments-busy").is_dir() and not (root / ".v9-patch-dead").exists()
     assert (root / f"v{store.version}").is_dir()
+
+
+def test_a_save_renamed_into_place_while_another_checks_is_not_deleted(tmp_path, monkeypatch):
+    """Two processes save one version: the second's rename lands while the first looks at
+    the place (here: inside the first's check). Whichever save reached the place first stands,
+    whole, and is never moved aside and deleted under the readers that opened it."""
+    batch = pa.record_batch({"doc_id": ["a", "b"], "content_hash": ["h", "h"], "title": [None, None], "text": ["dog runs", "cat sleeps"]})
+    index = bm25.BM25Index.build([batch], 1, stamp="s")
+    ours, theirs = (storage.write_index(index, tmp_path / name) for name in ("ours", "theirs"))  # two whole saves
+    path = tmp_path / "v1"  # nothing at the place yet
+    save = lambda p: json.loads((p / "meta.json").read_text())["save_id"]  # noqa: E731
+    first, check = [], storage.is_whole
+
+    def is_whole(p, stamp):  # the other process's rename lands during this process's check
+        was = check(p, stamp)
+        if not first and not p.exists():
+            first.append(save(theirs))
+            theirs.rename(p)
+        return was
+
+    monkeypatch.setattr(storage, "is_whole", is_whole)
+    mine = save(ours)
+    storage.place(ours, path, "s")
+    assert save(path) == (first or [mine])[0] and storage.is_whole(path, "s")

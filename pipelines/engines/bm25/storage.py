@@ -22,6 +22,7 @@ partial, damaged, of another format or of another table (its stamp) gets None an
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -115,7 +116,15 @@ def write_meta(tmp: Path, version: int, stamp: str, save_id: str, docs: int, ter
 
 def place(tmp: Path, path: Path, stamp: str) -> None:
     """A whole index written in ``tmp`` (a sibling of ``path``) renamed into place. Where another
-    process saved a valid index there meanwhile, that one stands (``tmp`` is left to the caller)."""
+    process saved a valid index there meanwhile, that one stands (``tmp`` is left to the caller).
+    The rename is tried first: a whole index another process renamed in after a check that
+    found none would otherwise be moved aside and deleted under its readers."""
+    try:
+        os.rename(tmp, path)  # atomic where nothing is there; refused where something is
+        return
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
     if is_whole(path, stamp):
         return
     if path.exists():  # damaged or another table's: moved aside, then replaced
