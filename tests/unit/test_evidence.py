@@ -211,6 +211,18 @@ def test_orlog_over_bm25_is_the_exact_posterior_of_calibrated_scores(store):
     assert dense["p_true"].between(0, 1).all() and len(dense) == 8
 
 
+@pytest.mark.parametrize("calibration", ["zscore", "max"])
+def test_orlog_over_bm25_holds_an_atom_no_document_holds_false(store, calibration):
+    """An atom whose text no document holds is false of every candidate (P(True) 0, as ITLR's
+    empty terms), not what the calibration makes of a zero score (z-score: 0.5)."""
+    q = OrlogQuery("q", "who likes apples but not zebras", (("a1", "{x} likes Apples"), ("a2", "{x} Zebras")),
+                   parse('"a1" AND NOT "a2"'), "ok")
+    cands = pd.DataFrame({"query_id": ["q"] * 3, "doc_id": ["ada", "bo", "cy"], "base_rank": [1, 2, 3]})
+    res = retrieval_truth([q], cands, "bm25", calibration, store)
+    assert res[res["atom_id"] == "a2"]["p_true"].tolist() == [0.0, 0.0, 0.0]
+    assert res[res["atom_id"] == "a1"]["p_true"].gt(0).any()
+
+
 def test_an_empty_table_and_no_candidates_give_empty_results():
     empty = TableStore({})
     ev = BM25Evidence(empty, ["Apples"])

@@ -14,7 +14,7 @@ The LLM-as-reasoner baseline asks the whole question of each candidate in one pr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -126,7 +126,8 @@ def retrieval_truth(queries: Sequence[OrlogQuery], candidates: pd.DataFrame, sco
     out["atom_text"] = [atom_query(a) for a in out["atom"]]
     texts = list(dict.fromkeys(out["atom_text"]))
     evidence = make_evidence(scorer, store, texts, encode, sample=sample)
-    cal = calibrate_evidence(evidence, calibration, sample)
+    # an atom no document holds is false of every candidate, whatever the calibration (as ITLR's terms)
+    cal = replace(calibrate_evidence(evidence, calibration, sample), empty=frozenset(evidence.empty_terms()))
     docs = list(dict.fromkeys(out["doc_id"]))
     P = cal.apply(evidence.raw(docs), texts) if docs else np.zeros((0, len(texts)))
     doc_row, text_col = {d: i for i, d in enumerate(docs)}, {t: j for j, t in enumerate(texts)}
