@@ -79,7 +79,10 @@ def test_retrieval_text_carries_the_previous_answer_or_leaves_placeholders():
 @pytest.mark.parametrize(("text", "ok"), [
     ('["Who wrote X?", "When was #1 born?"]', True),
     ("[]", False), ('["a", ""]', False), ('"just a string"', False), ('["a", "b"', False), ('["a","b","c","d","e"]', False),
-    ('[","]', False), ('["Who wrote X?", " ?! "]', False), ('["Où est né #1 ?"]', True), ('["1984"]', True),  # a real model's plan of punctuation
+    ('[","]', False), ('["Who wrote X?", " ?! "]', False), ('["Who wrote X?", "Où est né #1 ?"]', True), ('["1984"]', True),  # a real model's plan of punctuation
+    # a #k must name an earlier sub-question: not itself, a later one (a cycle), #0, or one the plan lacks
+    ('["Who founded #2?", "Where did #1 study?"]', False), ('["Who wrote X?", "Is #2 old?"]', False), ('["Where is #1?"]', False),
+    ('["Who wrote X?", "When was #0 born?"]', False), ('["Who wrote X?", "When was #3 born?"]', False),
 ])
 def test_parse_plan(text, ok):
     subs, why = lag.parse_plan(text, 4)
@@ -241,6 +244,19 @@ def test_rounds_batch_all_questions_and_every_question_gets_one_answer_row():
         rows = [r for r in run.to_pylist() if r["query_id"] == q]
         assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
         assert all(a["score"] > b["score"] for a, b in zip(rows, rows[1:], strict=False))
+
+
+def test_a_question_asked_whole_keeps_its_hash_numbers_as_text():
+    """"#1" in a question asked whole (plan ``question``, or an LLM plan that fell back) is
+    text: the step is not deferred as if it waited on an answer, and the synthesis prompt
+    quotes the question as asked."""
+    s = lag.LagOptions(k=1, plan="question", redundancy=None, min_support=None)
+    llm = ScriptedLLM(lambda name, v: gen("Ann" if name == "lag_answer" else "Final"))
+    chains = lag.plan(llm, ["q"], ["alpha: which album hit #1 in #2?"], s)
+    lag.solve(chains, VectorRetriever(DOCS, axis_of), llm, texts_of, s)
+    lag.synthesise(chains, VectorRetriever(DOCS, axis_of), llm, texts_of, s)
+    assert [st["status"] for st in chains[0].steps] == ["answered"] and chains[0].stop == "done"
+    assert "Q1: alpha: which album hit #1 in #2? A1: Ann" in llm.calls[-1][1][0]["sub_answers"]
 
 
 def test_synthesis_reads_sub_answers_and_marks_unsolved_parts():

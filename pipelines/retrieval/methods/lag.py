@@ -203,6 +203,12 @@ class Chain:
     answer: str | None = None
     synthesis_status: str | None = None
 
+    @property
+    def refers(self) -> bool:
+        """Whether its sub-questions' ``#k`` name earlier sub-questions (an LLM's checked plan or
+        a gold one); in a question asked whole (a fallback, plan ``question``) "#1" is text."""
+        return self.plan_status in ("ok", "gold")
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -236,6 +242,9 @@ def parse_plan(text: str, max_items: int) -> tuple[list[str] | None, str | None]
     for i, sub in enumerate(value, 1):
         if not any(ch.isalnum() for ch in sub):
             return None, f"sub-question {i} has no word: {sub[:40]!r}"
+        wrong = sorted(k for k in depends_on(sub) if not 1 <= k < i)
+        if wrong:  # itself, a later one, one the plan lacks: never filled, or a cycle
+            return None, f"sub-question {i} refers to #{wrong[0]}: a #k must name an earlier sub-question"
     return [" ".join(s.split()) for s in value], None
 
 
@@ -348,7 +357,7 @@ def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callabl
                 step["error"] = f"engine: {type(reply).__name__}: {reply}"
                 continue
             answer = reply if isinstance(reply, str) else reply.text.strip()
-            solved_deps = depends_on(c.subs[j - 1]) <= c.answers.keys()
+            solved_deps = not c.refers or depends_on(c.subs[j - 1]) <= c.answers.keys()
             if answer and normalize_answer(answer) != UNKNOWN:
                 step["status"], step["sub_answer"] = "answered", answer
                 c.answers[j] = answer
@@ -398,7 +407,7 @@ def synthesise(chains: list[Chain], retriever: Retriever, llm, passage_texts: Ca
     texts_of = passage_texts(sorted({d for docs in read.values() for d in docs}))
     values = []
     for c in chains:
-        solved = "\n".join(f"Q{j}: {fill(q, c.answers)} A{j}: {c.answers.get(j, '(unsolved)')}" for j, q in enumerate(c.subs, 1))
+        solved = "\n".join(f"Q{j}: {fill(q, c.answers) if c.refers else q} A{j}: {c.answers.get(j, '(unsolved)')}" for j, q in enumerate(c.subs, 1))
         values.append({"question": " ".join(c.question.split()), "sub_answers": solved,
                        "passages": _numbered([texts_of[d] for d in read[c.query_id]]) or "(none)"})
     gens = llm.generate(template, values, Constraint("regex", answer_regex(s.answer_words)), s.answer_tokens, s.temperature, None, label="lag:synthesis")
