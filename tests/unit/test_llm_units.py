@@ -113,6 +113,13 @@ def test_misplaced_negations_in_itlr_forms_are_refused():
         ("Who likes Blogging but not Smoothies?", '"likes Blogging" AND "does not like Smoothies"'): "holds a negation",
         ("films with Tom Hanks", '"films" AND "doesn\u2019t star Meg Ryan"'): "holds a negation",
         ("not Autonomic neuropathy and QT interval", '"not Autonomic neuropathy" AND "QT interval"'): "holds a negation",
+        # other cues, and operators written inside a term (the grammar lets a model escape a whole formula into one)
+        ("dogs or cats except giraffes", '"dogs" AND "NOT giraffes"'): "holds a negation",
+        ("dogs or cats except giraffes", '("dogs" OR "cats") AND "except giraffes"'): "holds a negation",
+        ("dogs or cats excluding giraffes", '("dogs" OR "cats") AND "excluding giraffes"'): "holds a negation",
+        ("dogs or cats other than giraffes", '("dogs" OR "cats") AND "animals other than giraffes"'): "holds a negation",
+        ("dogs or cats, not giraffes", '"dogs or cats, not giraffes"'): "holds a negation",
+        ("dogs or cats but not giraffes", '"\\"dogs\\" OR \\"cats\\" AND NOT \\"giraffes"'): "holds a negation",
     }
     for (q, form), why in refused.items():
         got = parse_output("itlr", q, _gen(form))
