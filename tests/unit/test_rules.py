@@ -36,6 +36,8 @@ def test_rule_regex_accepts_the_shape_within_its_word_bounds():
         ("Person X can feed Animal Y.", "stop", False),  # unconstrained and not the shape
         ("If Person X owns Animal Y, then Person X can feed Animal Y.\nQuery: and so on", "length", True),  # the first line is the rule
         ("If Person X owns Animal Y.", "stop", False),
+        # an unconstrained model's explanation after its rule, on the same line, is not the rule
+        ("If Person X owns Animal Y, then Person X can feed Animal Y. This holds since Maya owns Rex, so yes.", "stop", True),
     ],
 )
 def test_parse_rule(text, finish, ok):
@@ -83,7 +85,8 @@ TEXTS = {"q0": "Alice owns a cat named Tom.\nCan Alice feed Tom?", "q1": "Bob ha
 def test_parse_permutation_never_fails_and_always_returns_a_permutation(text, n):
     perm, rep = rules.parse_permutation(text, n)
     assert sorted(perm) == list(range(n))
-    assert rep.missing == n - len({int(m) - 1 for m in re.findall(r"\d+", text) if len(m.lstrip("0")) <= 6 and 0 < int(m) <= n})
+    ids = re.findall(r"\[(\d+)\]", text) or re.findall(r"\d+", text)  # the bracketed ones where there are any
+    assert rep.missing == n - len({int(m) - 1 for m in ids if len(m.lstrip("0")) <= 6 and 0 < int(m) <= n})
 
 
 @given(st.permutations(list(range(1, 21))))
@@ -95,7 +98,11 @@ def test_a_clean_output_is_read_as_written(order):
 def test_parse_permutation_repairs():
     perm, rep = rules.parse_permutation("[3] > [1] > [3] > [9] > [0] > junk " + "9" * 5000, 4)
     assert perm == [2, 0, 1, 3]  # 3, 1, then the missing 2 and 4 in their previous order
-    assert (rep.unknown, rep.duplicate, rep.missing) == (3, 1, 2)
+    assert (rep.unknown, rep.duplicate, rep.missing) == (2, 1, 2)  # [9] and [0]; the unbracketed 99...9 is no identifier here
+    # where any identifier is bracketed, the other numbers are the model's prose: a count, a list's numbering
+    assert rules.parse_permutation("Here are the 3 rules ranked: [2] > [3] > [1]", 3) == ([1, 2, 0], rules.Repairs(0, 0, 0))
+    assert rules.parse_permutation("1. [3]\n2. [1]\n3. [2]", 3) == ([2, 0, 1], rules.Repairs(0, 0, 0))
+    assert rules.parse_permutation("3 then 1, 2", 3) == ([2, 0, 1], rules.Repairs(0, 0, 0))  # none bracketed: every number
 
 
 def test_permutation_regex_holds_exactly_n_identifiers_from_1_to_n():

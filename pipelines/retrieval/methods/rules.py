@@ -98,8 +98,9 @@ INDUCE_TEMPLATE = "siar_induce"
 RERANK_TEMPLATE = "r3_rerank"
 MODES = ("rule", "rule+query")
 
-# a finished rule: "If <condition>, then <conclusion>." on one line
-RULE = re.compile(r"If \S.*?, then \S[^\n]*\.")
+# a finished rule: "If <condition>, then <conclusion>." on one line, up to its first full stop
+# (the constrained regex's words hold none; an unconstrained model may explain itself after it)
+RULE = re.compile(r"If \S[^.\n]*?, then \S[^.\n]*\.")
 
 
 def rule_regex(condition_words: int = 40, conclusion_words: int = 30) -> str:
@@ -135,8 +136,9 @@ def parse_rule(gen: Generation) -> tuple[str | None, str | None]:
     """(rule, None) for a finished "If ..., then ..." output; (None, why) otherwise."""
     text = gen.text.strip()
     first = text.split("\n", 1)[0].strip()  # an unconstrained model may go on after its rule
-    if RULE.fullmatch(first):
-        return first, None
+    rule = RULE.match(first)
+    if rule:
+        return rule.group(0), None
     if gen.finish_reason == "length":
         return None, f"output cut at max_tokens ({gen.generated_tokens} tokens)"
     return None, f"not an 'If ..., then ...' rule: {text[:80]!r}"
@@ -221,19 +223,23 @@ class Repairs:
 
 
 _NUMBER = re.compile(r"\d+")
+_BRACKETED = re.compile(r"\[(\d+)\]")
 
 
 def parse_permutation(text: str, n: int) -> tuple[list[int], Repairs]:
     """Read a ranking of identifiers 1..n from whatever the model wrote: every run of digits
-    is an identifier (RankGPT's reading: "[3] > [1]", "3, 1", "3 then 1" all give 3, 1);
-    numbers outside 1..n are dropped, repeats dropped after their first mention, and the
-    identifiers never named appended in their previous order. Returns 0-based positions, a
-    permutation of range(n), and what was repaired. Never raises."""
+    is an identifier (RankGPT's reading: "[3] > [1]", "3, 1", "3 then 1" all give 3, 1), but
+    where the text brackets any ("[3] > [1]"), only the bracketed ones (a preamble's "the 3
+    rules" or a list's "1." are not identifiers); numbers outside 1..n are dropped, repeats
+    dropped after their first mention, and the identifiers never named appended in their
+    previous order. Returns 0-based positions, a permutation of range(n), and what was
+    repaired. Never raises."""
     seen: set[int] = set()
     order: list[int] = []
     unknown = duplicate = 0
-    for m in _NUMBER.finditer(text):
-        digits = m.group().lstrip("0")
+    found = _BRACKETED if _BRACKETED.search(text) else _NUMBER
+    for m in found.finditer(text):
+        digits = m.group(m.lastindex or 0).lstrip("0")
         i = int(digits) - 1 if digits and len(digits) <= 6 else -1
         if not 0 <= i < n:
             unknown += 1
