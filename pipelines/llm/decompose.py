@@ -400,6 +400,9 @@ def apply_to_queries(queries: pa.Table, decompositions: pa.Table, method: str) -
     require_columns(decompositions, ["query_id", "method", "status", *kind.columns], "decompositions")
     rows = decompositions.filter(pa.compute.equal(decompositions.column("method"), method)).to_pylist()
     by_id = {r["query_id"]: r for r in rows}
+    if len(by_id) < len(rows):  # (two runs' tables concatenated): which one holds would be the file's order
+        twice = sorted(q for q, n in Counter(r["query_id"] for r in rows).items() if n > 1)
+        raise DecompositionsError(f"decompositions: {len(twice)} queries have more than one {method} row (e.g. {twice[:3]}); keep one per query.")
     qids = queries.column("query_id").to_pylist()
     missing = [q for q in qids if q not in by_id]
     if missing:

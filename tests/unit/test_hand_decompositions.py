@@ -83,6 +83,8 @@ def test_a_decomposition_stage_names_its_unusable_outputs_on_the_terminal(tmp_pa
              "error": 'degenerate: "x" AND NOT "x" can match no document', "prompt_tokens": 1, "generated_tokens": 1, "cached": False},
             {"query_id": "q2", "method": "itlr", "model": "m", "prompt_sha": "p", "raw_output": '"malaria" AND NOT "children"',
              "logical_query": '"malaria" AND NOT "children"', "status": "ok", "prompt_tokens": 1, "generated_tokens": 1, "cached": False}]
+    # `logicrank decompose` writes every kind, maybe for more queries: neither is this stage's to count
+    rows += [dict(rows[0], method="orlog", status="fallback", error="not JSON"), dict(rows[0], query_id="q3", status="fallback", error="x")]
     pq.write_table(pa.Table.from_pylist(rows, schema=DECOMPOSITIONS), tmp_path / "d.parquet")
     (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
     files = {str(tmp_path / "d.parquet"): {"sha256": "x"}, str(tmp_path / "qrels.tsv"): {"sha256": "y"}}
@@ -93,3 +95,5 @@ def test_a_decomposition_stage_names_its_unusable_outputs_on_the_terminal(tmp_pa
     assert got.steps[0]["by_status"] == {"degenerate": 1, "ok": 1}
     assert said == ['decomposition: 1 of 2 outputs unusable (unparsed, degenerate or failed), the question used instead '
                     '(e.g. q1: degenerate: "x" AND NOT "x" can match no document); counts in the manifest\'s by_status']
+    with pytest.raises(DecompositionsError, match=r"^decompositions: 1 queries have more than one itlr row \(e\.g\. \['q2'\]\)"):
+        apply_to_queries(QUERIES, pa.Table.from_pylist(rows + [rows[1]], schema=DECOMPOSITIONS), "itlr")  # two runs' tables concatenated

@@ -89,10 +89,11 @@ class _Rewriter(Stage):
             table, sharding = self._generate(ctx, queries)
             side = {"decompositions": table}
         out = apply_to_queries(queries, table, self.method)
-        unusable = [f"{r['query_id']}: {r['error']}" for r in table.select(["query_id", "status", "error"]).to_pylist()
-                    if r["status"] in ("degenerate", "fallback", "error")]
+        asked = set(queries.column("query_id").to_pylist())  # a decompose table may hold other methods' rows and other queries
+        ours = [r for r in table.select(["query_id", "method", "status", "error"]).to_pylist() if r["method"] == self.method and r["query_id"] in asked]
+        unusable = [f"{r['query_id']}: {r['error']}" for r in ours if r["status"] in ("degenerate", "fallback", "error")]
         if unusable and ctx.echo:  # named, as blank queries and empty terms are: the question itself stands in for each
-            echo_unusable(ctx.echo, self.name, unusable, table.num_rows)
+            echo_unusable(ctx.echo, self.name, unusable, len(ours))
         return Output(queries=out, side=side, counts={"by_status": dict(Counter(out.column("decomposition_status").to_pylist())), **sharding})
 
     def _generate(self, ctx: Context, queries: pa.Table) -> tuple[pa.Table, dict]:
