@@ -166,6 +166,15 @@ def test_unanswerable_fires_once_the_dependencies_are_solved():
     assert go_on.stop == "done" and [st["status"] for st in go_on.steps] == ["answered", "unanswerable", "unanswerable"]
 
 
+@pytest.mark.parametrize("reply", ["The passages do not say.", "Not mentioned", "N/A", "Cannot be determined.", "not enough information"])
+def test_a_reply_that_says_unknown_otherwise_is_no_answer(reply):
+    """A model writes "unknown" other ways: none is taken as the answer and filled into the next step."""
+    c, _, _ = run_chain(["alpha: who?", "beta: what of #1?"], lambda q: reply if q.startswith("alpha") else "Paris")
+    assert c.steps[0]["status"] != "answered" and 1 not in c.answers
+    kept, _, _ = run_chain(["alpha: who?"], lambda q: "The Unknown Soldier")  # an answer that holds the word
+    assert kept.answers == {1: "The Unknown Soldier"}
+
+
 def test_a_sub_question_with_unsolved_dependencies_is_deferred_then_retried():
     # random order put the dependent question first: it is deferred, then answered once #1 is known
     s = dict(order="random", seed=0)
