@@ -139,8 +139,11 @@ def label_logits(values: Mapping[int, float], ids: Sequence[int]) -> tuple[float
 
 
 def p_true(z_true: float, z_false: float) -> float:
-    """exp(z_T) / (exp(z_T) + exp(z_F)), computed stably."""
+    """exp(z_T) / (exp(z_T) + exp(z_F)), computed stably; NaN where a logit is NaN (an
+    overflow in the model), so the stage refuses it rather than read it as 0."""
     d = z_false - z_true
+    if math.isnan(d):
+        return math.nan
     return 1.0 / (1.0 + math.exp(d)) if d < 700 else 0.0
 
 

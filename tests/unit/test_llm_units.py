@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing as mp
 import os
 
@@ -53,6 +54,7 @@ def test_label_logits_when_a_label_is_missing():
     assert label_logits({}, [5, 7]) == (0.0, 0.0, False)
     assert p_true(2.0, 1.0) == pytest.approx(1 / (1 + 2.718281828459045 ** -1))
     assert p_true(0.0, 1e6) == 0.0 and p_true(1e6, 0.0) == 1.0
+    assert math.isnan(p_true(float("nan"), 0.0)) and math.isnan(p_true(float("inf"), float("inf")))  # never read as 0
 
 
 def test_constraint_kinds_are_checked():
