@@ -33,6 +33,26 @@ def test_a_sample_cuts_queries_and_qrels_to_the_same_queries(tmp_path):
         sample_queries(beir, 11, seed=0, out=tmp_path / "s")
 
 
+@pytest.mark.parametrize("layout", ["headerless", "trec"])
+def test_a_sample_of_qrels_without_a_header_keeps_every_judgement_of_the_drawn_queries_and_no_other(tmp_path, layout):
+    """A qrels file without BEIR's header (3 fields, or TREC's 4) is read by evaluation; its
+    first line is a judgement, not a header to copy: a query never drawn must not be evaluated."""
+    from logicrank.pipelines.io import read_qrels
+
+    beir = _beir(tmp_path / "beir")
+    lines = (beir / "qrels" / "test.tsv").read_text().splitlines()[1:]
+    if layout == "trec":
+        lines = [line.replace("\t", " 0 ", 1).replace("\t", " ") for line in lines]
+    (beir / "qrels" / "test.tsv").write_text("\n".join(lines) + "\n")
+    for n in range(1, 11):
+        queries, qrels = sample_queries(beir, n, seed=n, out=tmp_path / f"s{n}")
+        drawn = {json.loads(line)["_id"] for line in queries.read_text().splitlines()}
+        got = read_qrels(qrels)
+        assert set(got.column("query_id").to_pylist()) == drawn
+        assert got.num_rows == sum(1 for line in lines if line.split()[0] in drawn)
+    assert sample_queries(beir, 10, seed=0, out=tmp_path / "all")[0].read_text().count("\n") == 10  # ulogic-0 can be drawn
+
+
 @pytest.mark.parametrize("given", [None, "missing-dir"])
 def test_without_the_set_the_rules_section_is_one_line_saying_how_to_get_it(tmp_path, given):
     lines = []

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from logicrank.pipelines.evaluation.experiment.model import Dataset, ExperimentError
 from logicrank.pipelines.files import write_text_atomic
+from logicrank.pipelines.io import read_qrels
 from logicrank.schemas.errors import UserError
 
 
@@ -114,8 +115,11 @@ def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str =
     queries, qrels = beir / "queries.jsonl", beir / qrels
     if n is None and ids is None:
         return queries, qrels
-    rows = qrels.read_text(encoding="utf-8").splitlines()
-    judged = {r.split("\t")[0] for r in rows[1:] if r.strip()}
+    # each judgement's query as evaluation reads it (a BEIR header or none, TREC's four fields)
+    read = read_qrels(qrels).column("query_id").to_pylist()
+    rows = [r for r in qrels.read_text(encoding="utf-8").splitlines() if r.strip()]
+    header, rows = rows[: len(rows) - len(read)], rows[len(rows) - len(read):]  # (read_qrels skips only a header)
+    judged = set(read)
     # drawn among the queries the qrels judge (evaluation averages over those): a BEIR queries
     # file may hold other splits' queries too
     lines = [line for line in queries.read_text(encoding="utf-8").splitlines() if line.strip() and str(json.loads(line)["_id"]) in judged]
@@ -132,7 +136,7 @@ def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str =
     keep = {str(json.loads(lines[i])["_id"]) for i in picked}
     out_q, out_r = out / "queries.jsonl", out / "qrels.tsv"
     write_text_atomic("".join(lines[i] + "\n" for i in picked), out_q)
-    write_text_atomic("\n".join([rows[0], *(r for r in rows[1:] if r.split("\t")[0] in keep)]) + "\n", out_r)
+    write_text_atomic("\n".join([*header, *(r for r, q in zip(rows, read, strict=True) if q in keep)]) + "\n", out_r)
     return out_q, out_r
 
 
