@@ -211,7 +211,8 @@ def read_predictions(path: str | Path) -> dict[str, str]:
             t = pq.read_table(path, columns=["query_id", "answer"])
         except (pa.ArrowInvalid, KeyError, OSError) as exc:
             raise QAError(f"answers {path}: not a Parquet table with query_id and answer ({str(exc).splitlines()[0]}).") from None
-        pairs = list(zip(t.column("query_id").to_pylist(), t.column("answer").to_pylist(), strict=True))
+        # ids as the gold file's and JSONL's are read: strings (a Parquet column of integers matched none)
+        pairs = [(None if q is None else str(q), a) for q, a in zip(t.column("query_id").to_pylist(), t.column("answer").to_pylist(), strict=True)]
     else:
         pairs = []
         for n, obj in read_jsonl(path, "answers", QAError, "with query_id and answer"):
@@ -220,6 +221,8 @@ def read_predictions(path: str | Path) -> dict[str, str]:
             pairs.append((str(obj["query_id"]), obj.get("answer")))
     out: dict[str, str] = {}
     for qid, answer in pairs:
+        if qid is None:
+            raise QAError(f"answers {path}: a row has no query_id; give each answer its question's id.")
         if qid in out:
             raise QAError(f"answers {path}: query {qid!r} has more than one answer; give one per question.")
         if answer is not None and not isinstance(answer, str):

@@ -9,6 +9,7 @@ import pandas as pd
 import pyarrow as pa
 
 from logicrank.pipelines.evaluation.measures import over_queries
+from logicrank.pipelines.evaluation.qa import REGISTRY as QA_MEASURES
 from logicrank.pipelines.markdown import table
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 
@@ -81,9 +82,11 @@ def markdown_report(
     per_query = df[df["query_id"] != AGGREGATE_QUERY_ID]
     summary = summary_frame(metrics)
     sig = significance.to_pandas() if significance is not None and significance.num_rows else None
-    n_queries = per_query["query_id"].nunique()
+    answered = per_query["measure"].isin(QA_MEASURES)  # an answers run's rows are the gold's questions, not the qrels' queries
+    counts = [f"{per_query[~answered]['query_id'].nunique()} queries (the qrels' queries)"] if (~answered).any() or not answered.any() else []
+    counts += [f"{per_query[answered]['query_id'].nunique()} questions (the gold answers')"] if answered.any() else []
 
-    lines = [f"# {title}", "", f"{len(summary)} run(s), {n_queries} queries (the qrels' queries).", ""]
+    lines = [f"# {title}", "", f"{len(summary)} run(s), {', '.join(counts)}.", ""]
     if notes:
         lines += [*(f"- {n}" for n in notes), ""]
     lines += ["## Summary", ""]

@@ -106,6 +106,8 @@ def test_reading_gold_and_predictions(tmp_path):
     pq.write_table(pa.table({"query_id": ["q1", "q1"], "answer": ["Ann", "Bob"]}), p)
     with pytest.raises(qa.QAError, match="more than one answer"):
         qa.read_predictions(p)
+    pq.write_table(pa.table({"query_id": [1, 2], "answer": ["Ann", "Paris"]}), p)  # integer ids: read as the gold's strings
+    assert qa.read_predictions(p) == {"1": "Ann", "2": "Paris"}
     j = tmp_path / "a.jsonl"
     j.write_text(json.dumps({"query_id": "q1", "answer": "Ann"}) + "\nnot json\n")
     with pytest.raises(qa.QAError, match="line 2"):
@@ -175,3 +177,14 @@ def test_a_multiple_choice_gold_is_scored_by_the_option_the_answer_chooses(predi
     from logicrank.pipelines.evaluation.qa import contain_match, exact_match, token_f1
 
     assert exact_match(prediction, [gold]) == contain_match(prediction, [gold]) == token_f1(prediction, [gold]) == want
+
+
+def test_the_reports_first_line_counts_the_qrels_queries_and_the_gold_questions_apart():
+    from logicrank.pipelines.evaluation.report import markdown_report
+    from logicrank.schemas.tables import METRICS
+
+    rows = [("a", q, "nDCG@10", 1.0) for q in ("q1", "q2", "all")] + [("a", q, "EM", 0.0) for q in ("g1", "g2", "g3", "g4", "g5", "all")]
+    metrics = pa.Table.from_pylist([dict(zip(METRICS.names, r, strict=True)) for r in rows], schema=METRICS)
+    assert markdown_report(metrics, None).splitlines()[2] == "1 run(s), 2 queries (the qrels' queries), 5 questions (the gold answers')."
+    only = metrics.filter(pa.compute.equal(metrics.column("measure"), "nDCG@10"))
+    assert markdown_report(only, None).splitlines()[2] == "1 run(s), 2 queries (the qrels' queries)."
