@@ -82,6 +82,9 @@ def test_a_reference_is_reproduced_within_its_tolerance_and_never_without_a_figu
     ref = Reference(run="question", measure="R@100", value=0.697, tolerance=0.01, source="x")
     assert ReferenceCheck(ref, 0.6875).ok and ReferenceCheck(ref, 0.7065).ok
     assert not ReferenceCheck(ref, 0.6865).ok and not ReferenceCheck(ref, 0.7075).ok and not ReferenceCheck(ref, None).ok
+    edge = Reference(run="question", measure="R@100", value=0.645, tolerance=0.005, source="x")
+    assert ReferenceCheck(edge, 0.65).ok and ReferenceCheck(edge, 0.64).ok  # at the edge, 4e-18 past it in floats
+    assert not ReferenceCheck(edge, 0.6500001).ok
 
 
 def test_set_items_are_yaml_values_and_a_stage_name_reaches_every_such_stage():
