@@ -357,22 +357,32 @@ def decompose(client: LLMClient, query_ids: Sequence[str], questions: Sequence[s
 
 def _generate_isolating_failures(client, template, questions, constraint, max_tokens, s) -> list:
     """One batched call; if the engine raises, retry one prompt at a time so a bad prompt
-    (e.g. longer than the model's window) fails alone, as an exception in its slot."""
+    (e.g. longer than the model's window) fails alone, as an exception in its slot. What
+    stops the whole call (the LLM cannot go on, a pool the cluster cannot place, a bad
+    setting) stops the job: never a table of "error" rows, cached as if answered."""
     values = [{"question": q} for q in questions]
     try:
         return client.generate(template, values, constraint, max_tokens, s.temperature, s.seed)
-    except JobFailed:  # the LLM cannot go on: the job stops (never a table of "error" rows, cached as if answered)
-        raise
-    except Exception:  # noqa: BLE001 - isolate below, and record each failure
+    except Exception as exc:  # noqa: BLE001 - isolate below, and record each failure
+        if _stops_the_job(exc):
+            raise
         out: list = []
         for v in values:
             try:
                 out += client.generate(template, [v], constraint, max_tokens, s.temperature, s.seed)
-            except JobFailed:
-                raise
             except Exception as exc:  # noqa: BLE001
+                if _stops_the_job(exc):
+                    raise
                 out.append(exc)
         return out
+
+
+def _stops_the_job(exc: Exception) -> bool:
+    """A failure no prompt of its own causes: the LLM cannot go on, or a refusal (a user's
+    error) other than a prompt longer than the model's window."""
+    from logicrank.pipelines.llm.engine import PromptTooLong
+
+    return isinstance(exc, JobFailed) or (isinstance(exc, UserError) and not isinstance(exc, PromptTooLong))
 
 
 

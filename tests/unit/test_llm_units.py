@@ -467,6 +467,16 @@ def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_r
     with pytest.raises(LLMFailed, match="core died"):
         decompose(dead, ["q1", "q2"], ["a?", "b?"], DecomposeSettings(methods=("itlr",)))
     assert dead.calls == 1
+    from logicrank.jobs.llm_service import LLMServiceError  # a pool the cluster cannot place: a refusal of the whole call
+    from logicrank.pipelines.llm.engine import PromptTooLong
+
+    unplaced = _Failing(LLMServiceError("llm: 1 actor(s) x (4 CPU, 1 GPU) need more than the cluster has"))
+    with pytest.raises(LLMServiceError, match="cluster"):
+        decompose(unplaced, ["q1", "q2"], ["a?", "b?"], DecomposeSettings(methods=("itlr",)))
+    assert unplaced.calls == 1
+    too_long = _Failing(PromptTooLong("llm: 1 prompt(s) longer than the window"))  # a prompt's own failure: isolated
+    table = decompose(too_long, ["q1", "q2"], ["a?", "b?"], DecomposeSettings(methods=("itlr",)))
+    assert table.column("status").to_pylist() == ["error", "error"] and too_long.calls == 3
 
 
 def test_decomposition_kinds_are_one_registry_that_the_table_contract_and_the_config_agree_with():
