@@ -97,6 +97,27 @@ def test_only_a_whole_shard_counts(tmp_path):
     assert shards.read_shard(where, 0)["extra"].column("b").to_pylist() == [2]
 
 
+def test_a_shard_rewritten_for_another_cut_and_killed_leaves_no_shard_of_mixed_tables(tmp_path, monkeypatch):
+    """Shard 0 written for units [a, b], then rewritten for [a, b, c] (another shard size under
+    the same key) and killed between its extras and its main file: the old main file must not
+    stand beside the new extras, to be read with them by a rerun of the first cut."""
+    where = tmp_path / "p"
+    tables = lambda ids: {"main": pa.table({"u": ids}), "extra": pa.table({"u": ids})}  # noqa: E731
+    shards.write_shard(where, 0, shards.tag("k", ["a", "b"]), tables(["a", "b"]))
+    write = shards.write_parquet_atomic
+
+    def killed_at_the_main_file(table, path):
+        if path == shards.shard_path(where, 0):
+            raise KeyboardInterrupt("killed")
+        write(table, path)
+
+    monkeypatch.setattr(shards, "write_parquet_atomic", killed_at_the_main_file)
+    with pytest.raises(KeyboardInterrupt):
+        shards.write_shard(where, 0, shards.tag("k", ["a", "b", "c"]), tables(["a", "b", "c"]))
+    monkeypatch.undo()
+    assert shards.finished(where, "k", [["a", "b"]]) == []  # computed again, not read with [a, b, c]'s extra
+
+
 def test_a_write_that_fails_leaves_no_shard(tmp_path, monkeypatch):
     import logicrank.pipelines.files as files
 

@@ -55,8 +55,11 @@ def tag(key: str, ids: Sequence[str]) -> dict:
 
 def write_shard(where: Path, shard: int, shard_tag: dict, tables: Tables) -> None:
     """The shard's extra tables, then its main table carrying the tag (and the extras' names):
-    each atomically, the main one last, so a shard is whole once its main file exists."""
+    each atomically, the main one last, so a shard is whole once its main file exists. A main
+    file there from before (another cut of the units, under the same key) goes first: left
+    beside this write's extras by a crash, it would be read with them."""
     names = list(tables)
+    shard_path(where, shard).unlink(missing_ok=True)
     for name in names[1:]:
         write_parquet_atomic(tables[name], shard_path(where, shard, name))
     main = tables[names[0]]
