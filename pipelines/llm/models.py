@@ -263,8 +263,9 @@ def resolve(model: str, log=lambda msg: None) -> ResolvedModel:
         raise LLMModelError(
             f"model {model!r} is neither a registered name ({', '.join(REGISTRY)}) nor a checkpoint directory with config.json."
         )
-    marker = path / MARKER
-    tag = json.loads(marker.read_text())["checksum"][:12] if marker.is_file() else _light_fingerprint(path)
+    marker = path / MARKER  # a prepared checkpoint (a copy of one): its recorded checksum, where its files still have it
+    recorded = json.loads(marker.read_text()).get("checksum") if marker.is_file() else None
+    tag = recorded[:12] if recorded and recorded == checksum(path) else _light_fingerprint(path)  # saved over: another model
     return ResolvedModel(path.resolve(), f"{path.resolve().name}@{tag}")
 
 

@@ -309,6 +309,12 @@ def test_a_checkpoint_saved_over_with_the_same_sizes_is_another_model(tmp_path):
     weights.write_bytes(os.urandom(4096))
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # (saved later: a file system's time, not this test's speed)
     assert models.resolve(str(ckpt)).model_id != first
+    # a prepared checkpoint's copy keeps its recorded checksum while its files have it; a fine-tune saved over it is another model
+    (ckpt / models.MARKER).write_text(json.dumps({"checksum": models.checksum(ckpt)}))
+    prepared = models.resolve(str(ckpt)).model_id
+    assert prepared == f"ckpt@{models.checksum(ckpt)[:12]}"
+    weights.write_bytes(os.urandom(4096))
+    assert models.resolve(str(ckpt)).model_id != prepared
 
 
 def test_prepare_is_idempotent_and_rebuilds_a_damaged_checkpoint(tmp_path, monkeypatch):
