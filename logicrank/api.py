@@ -134,6 +134,8 @@ class Table:
         if logical is None and (node := _logical(query)) is not None:
             text, logical = _words(node), query
             _require_logic(pipe, node, query)
+        elif logical is not None and (node := _logical(logical)) is not None:  # given apart: the same guard
+            _require_logic(pipe, node, logical)
         queries = queries_table(pa.table({"query_id": ["1"], "text": [text], "logical_query": pa.array([logical], pa.string())}),
                                 "table.search")
         pipe.validate(frozenset(queries.column_names))
@@ -308,6 +310,10 @@ def as_pipelines(pipes: Any) -> list[Pipeline]:
         out = [as_pipeline(pipes, pipes.name if isinstance(pipes, Pipeline) else pipes if isinstance(pipes, str) else pipes.stage,
                            "retrieve")]
     elif isinstance(pipes, Iterable):
+        pipes = list(pipes)
+        if sum(isinstance(p, StageOptions) for p in pipes) >= 2:  # table.search reads such a list as one pipeline
+            raise PipelineError("retrieve: a list of stages is one pipeline to table.search and several runs here; give "
+                                "lr.bm25() >> lr.itlr() for one pipeline, or a mapping {'a': lr.bm25(), 'b': lr.dense()} for several runs.")
         out = []
         for p in pipes:
             if isinstance(p, Pipeline):
@@ -424,12 +430,25 @@ def retrieve(table: Table, queries: Any, pipes: Any, cache: StageCache | str | P
                             "(results[rid].side, .steps; results.run or .to_pandas() for every run).")
     if not isinstance(table, Table):
         raise PipelineError(f"retrieve: table is lr.open_table(...), not {type(table).__name__}.")
+    one = isinstance(queries, str) and queries.strip() and not _is_file(queries) and not looks_like_path(queries)
+    if one and (node := _logical(queries)) is not None:  # one logical query's string, read as table.search reads it
+        queries = [{"query_id": "1", "text": _words(node), "logical_query": queries}]
     queries = as_queries(queries, "retrieve")
     cache = stage_cache(cache, "retrieve")
     pipes = as_pipelines(pipes)
+    logical = [q for q in (queries.column("logical_query").to_pylist() if "logical_query" in queries.column_names else []) if q]
+    negating = next(((q, node) for q in logical if (node := _logical(q)) is not None and _negates(node)), None)
     for p in pipes:
         p.validate(frozenset(queries.column_names))  # every pipeline before any runs
+        if negating is not None:
+            _require_logic(p, negating[1], negating[0], "retrieve")
     return Results((p.name, p.run(table.context, queries, cache)) for p in pipes)
+
+
+def _negates(node) -> bool:
+    from logicrank.pipelines.retrieval.methods.itlr import negated_terms
+
+    return bool(negated_terms(node))
 
 
 class Evaluation:
@@ -608,7 +627,7 @@ def _logical(query: str):
 _LOGIC_STAGES = frozenset({"orlog", "reasoner"})
 
 
-def _require_logic(pipe: Pipeline, node, query: str) -> None:
+def _require_logic(pipe: Pipeline, node, query: str, where: str = "table.search") -> None:
     """A logical query with a NOT given to a pipeline none of whose stages reads its logic is
     refused: the stages would search its words, where the negated term raises the score of the
     documents about it. Without a NOT (a quoted phrase, an AND or OR of terms) its words are
@@ -618,7 +637,8 @@ def _require_logic(pipe: Pipeline, node, query: str) -> None:
 
     if not negated_terms(node) or any("logical_query" in cls.reads or cls.name in _LOGIC_STAGES for cls in stage_classes(pipe.stages)):
         return
-    raise PipelineError(f"table.search: {query!r:.80} negates a term, and no stage of the pipeline reads its logic (its words would "
+    named = f"pipeline {pipe.name!r}" if where != "table.search" else "the pipeline"
+    raise PipelineError(f"{where}: {query!r:.80} negates a term, and no stage of {named} reads its logic (its words would "
                         "be searched, the NOT term raising the documents about it); give a logic-aware pipeline, e.g. "
                         "pipeline=lr.bm25() >> lr.itlr(scorer=\"bm25\"), or the words as plain text.")
 

@@ -237,6 +237,9 @@ def test_search_answers_one_query_text_or_logical(table_db):
     apart = table.search("malaria", lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10), logical_query='"malaria" AND NOT "children"')
     assert apart["doc_id"].tolist() == [d for d in logical["doc_id"] if d != "d4"]  # the text picks bm25's candidates: three here
     np.testing.assert_allclose(apart["score"], logical.set_index("doc_id").loc[apart["doc_id"], "score"], rtol=1e-6)
+    # lr.retrieve reads one logical query's string as table.search does (not as one ITLR term)
+    same = lr.retrieve(table, '"malaria" AND NOT "children"', {"i": lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10)})["i"].run
+    assert same.column("doc_id").to_pylist() == logical["doc_id"].tolist()
 
 
 def test_a_logical_query_without_a_not_is_searched_by_its_words(table_db):
@@ -259,6 +262,13 @@ def test_a_logical_query_without_a_not_is_searched_by_its_words(table_db):
     (lambda t: lr.retrieve("db", "malaria", "bm25"), r"table is lr.open_table\(...\), not str"),
     (lambda t: lr.retrieve(t, "malaria", 5), "pipes is a mapping"),
     (lambda t: lr.retrieve(t, "malaria", ["bm25", lr.bm25(k=3)]), r"run ids repeat: \['bm25'\]"),
+    # stages in a list: one pipeline to table.search, so never read as separate runs here
+    (lambda t: lr.retrieve(t, "malaria", [lr.bm25(k=100), lr.itlr(scorer="bm25")]), "a list of stages is one pipeline to table.search"),
+    # a logical query's string, or a logical_query given apart, to a pipeline that would search its words: refused as search refuses it
+    (lambda t: lr.retrieve(t, '"malaria" AND NOT "children"', "bm25"), "retrieve: .* no stage of pipeline 'bm25' reads its logic"),
+    (lambda t: lr.retrieve(t, [{"query_id": "1", "text": "malaria", "logical_query": '"malaria" AND NOT "children"'}], {"b": lr.bm25()}),
+     "no stage of pipeline 'b' reads its logic"),
+    (lambda t: t.search("malaria", logical_query='"malaria" AND NOT "children"'), "no stage of the pipeline reads its logic"),
     (lambda t: lr.retrieve(t, "malaria", {"a b": "bm25"}), "run ids"),
     (lambda t: lr.retrieve(t, "malaria", {}), "at least one pipeline"),
     (lambda t: lr.retrieve(t, "malaria", "bm25", cache=5), "cache is a directory or a StageCache, not int"),
