@@ -120,7 +120,9 @@ class Table:
         (:class:`UserError`); any other string is the query's text. ``logical_query`` gives both apart.
         ``pipeline``: a :class:`Pipeline`, a preset name (``"bm25"``), a stage
         (``lr.bm25(k=20)``), a composition (``lr.bm25() >> lr.itlr()``) or a list of stages
-        (``["bm25", {"itlr": {"scorer": "bm25"}}]``). ``k``: keep the top k."""
+        (``["bm25", {"itlr": {"scorer": "bm25"}}]``). ``k``: the results' depth, as the job's
+        ``--k``: the pipeline's last top-k stage keeps k (deepened where its own k was less; a
+        reranker keeps at most what it reranks), then the top k are kept."""
         if not isinstance(query, str) or not query.strip():
             raise PipelineError(f"table.search: a query is a non-blank string, not {query!r:.60}.")
         if logical_query is not None and not isinstance(logical_query, str):
@@ -131,6 +133,12 @@ class Table:
             raise PipelineError(f"table.search: k is a positive integer, not {k!r:.60}.")
         text, logical = query, logical_query
         pipe = as_pipeline(pipeline, "search", "table.search")
+        if k is not None:  # deepened as --k deepens a run: a preset's 100 is not the k=1000 asked for
+            from logicrank.pipelines.retrieval.overrides import OverrideError
+            from logicrank.pipelines.retrieval.pipeline import with_sets
+
+            with contextlib.suppress(OverrideError):  # (no stage keeps a top k: the run is cut below)
+                pipe = Pipeline(pipe.name, with_sets({pipe.name: pipe.stages}, None, k)[pipe.name])
         if logical is None and (node := _logical(query)) is not None:
             text, logical = _words(node), query
             _require_logic(pipe, node, query)

@@ -227,6 +227,7 @@ def test_search_answers_one_query_text_or_logical(table_db):
     assert list(hits.columns) == ["query_id", "doc_id", "rank", "score", "title", "text"]
     assert set(hits["doc_id"]) == {"d0", "d1", "d2"} and list(hits["rank"]) == [1, 2, 3] and set(hits["query_id"]) == {"1"}
     assert len(table.search("malaria", "bm25", k=1)) == 1
+    assert len(table.search("malaria", lr.bm25(k=2), k=3)) == 3  # deepened, as --k deepens a run: not cut at the stage's 2
     assert table.search("malaria", ["bm25"])["doc_id"].tolist() == hits["doc_id"].tolist()  # a list of stages
     logical = table.search('"malaria" AND NOT "children"', lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10))
     assert "d0" not in set(logical["doc_id"][:2]) and set(logical["doc_id"][:2]) == {"d1", "d2"}
