@@ -167,6 +167,9 @@ def _tab_hint(line: str) -> str:
     return " (a qid<TAB>text file must be named .tsv)" if "\t" in line else ""
 
 
+_QUERY_HEADER = frozenset({"qid", "query_id", "query-id", "queryid", "id", "_id", "topic", "topic_id"})  # a header's first field
+
+
 def _read_tsv_queries(f, path: Path) -> list[dict]:
     """``qid<TAB>text`` a line; no header; blank lines skipped; the text's surrounding whitespace stripped."""
     rows = []
@@ -182,6 +185,9 @@ def _read_tsv_queries(f, path: Path) -> list[dict]:
         qid, text = parts[0].strip(), parts[1].strip()
         if not qid:
             raise TopicsError(f"queries {path}: line {n} has an empty query id; give every query an id before its tab.")
+        if not rows and qid.lower() in _QUERY_HEADER:
+            raise TopicsError(f"queries {path}: line {n} is a header ({line!r}), which a TSV queries file has none of: "
+                              "remove it (every line is qid<TAB>text).")
         rows.append({"query_id": qid, "text": text, "logical_query": None})
     return rows
 

@@ -224,7 +224,9 @@ class LLMConfig(_Config):
     )
 
     _resources = field_validator("resources", mode="before")(lambda v: _resource_pairs(v, "resources"))
-    _cache_off = field_validator("cache", mode="before")(lambda v: None if v == "none" else v)  # the command line's way to say null
+    # the command line's ways to say null (and YAML's None, which it reads as a string): the cache off, never a file so named
+    _cache_off = field_validator("cache", mode="before")(lambda v: None if isinstance(v, str) and v.strip().lower() in ("none", "null", "~", "")
+                                                          else v)
 
     def engine_digest(self) -> str:
         """The digest of what changes the engine's outputs (placement and the cache path do not)."""

@@ -118,6 +118,15 @@ def test_a_byte_order_mark_is_not_part_of_the_first_id_or_header(tmp_path):
     for name in ("beir.tsv", "beir.tsv.gz", "qrels.trec"):
         assert read_qrels(tmp_path / name).to_pylist() == [{"query_id": "q1", "doc_id": "d1", "relevance": 1},
                                                            {"query_id": "q2", "doc_id": "d2", "relevance": 2}], name
+
+
+@pytest.mark.parametrize("header", ["qid\tquery", "query_id\ttext", "QID\tTEXT"])
+def test_a_tsv_queries_files_header_is_refused_not_read_as_a_query(tmp_path, header):
+    (tmp_path / "q.tsv").write_text(f"{header}\nq1\tfirst\n")
+    with pytest.raises(TopicsError, match=r"line 1 is a header .*remove it"):
+        read_queries(tmp_path / "q.tsv")
+    (tmp_path / "q.tsv").write_text("q1\tfirst\nid\tthe query named id, after the first\n")  # only a first line is a header
+    assert read_queries(tmp_path / "q.tsv").column("query_id").to_pylist() == ["q1", "id"]
     (tmp_path / "run.trec").write_bytes(BOM + b"q1 Q0 d1 1 2.5 tag\nq1 Q0 d2 2 1.5 tag\n")
     run = read_run(tmp_path / "run.trec")
     assert run.column("query_id").to_pylist() == ["q1", "q1"] and run.column("doc_id").to_pylist() == ["d1", "d2"]

@@ -598,3 +598,13 @@ def test_the_engine_cores_own_process_drops_vllms_reduce_op_warning_and_keeps_ot
         filters = run.stdout.strip().split(",")
         assert filters.count("ignore:`torch.distributed.reduce_op` is deprecated:FutureWarning") == 1, filters
         assert filters[0] == user if user else len(filters) == 1, filters
+
+
+@pytest.mark.parametrize("off", ["none", "None", "null", "NULL", "~", ""])
+def test_every_way_to_say_no_llm_cache_turns_it_off(off):
+    """The help says 'none' (or null); YAML's None reaches the model as the string 'None'. Each
+    is the cache off, never a cache file so named in the working directory."""
+    from logicrank.pipelines.config.settings import LLMConfig
+
+    assert LLMConfig(cache=off).cache is None
+    assert LLMConfig(cache="runs/llm-cache.sqlite").cache == "runs/llm-cache.sqlite"
