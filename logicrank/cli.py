@@ -358,11 +358,12 @@ def stages():
 @app.command()
 @configured(config=EvaluateConfig, file=True, qrels="qrels", runs=("runs", repeated), measure="measures", baseline="baseline", test="test",
             correction="correction", dedupe="dedupe", answers="answers", gold="gold", qa_measure="qa_measures",
-            judge_llm=("judge", lambda v: {"model": v} if v else None), name=("names", repeated))
+            judge_llm=("judge.model", lambda v: v or None), name=("names", repeated))  # declared: the judge is optional, its model's default none
 def evaluate(
     qrels: Annotated[str | None, typer.Argument(help="BEIR qrels TSV (or a BEIR dir) or TREC qrels (not needed for --answers alone).")] = None,
     runs: Annotated[list[str] | None, typer.Argument(help="Run tables (Parquet) or TREC run files.")] = None,
-    judge_llm: Annotated[str | None, typer.Option(help="The LLM of the Judge measure (a registered name or a checkpoint dir).")] = None,
+    judge_llm: Annotated[str | None, typer.Option(help="The LLM of the Judge measure (a registered name or a checkpoint dir); "
+                                                  "the judge's other settings as --config gives them.")] = None,
     name: Annotated[list[str] | None, typer.Option(
         help="NEWID=FILE: evaluate the run in FILE (one of RUNS, or added to them) as run id NEWID, e.g. two files both tagged bm25; repeat.")] = None,
     out: Path = Path("runs/evaluate"),

@@ -164,6 +164,21 @@ def test_evaluate_from_a_config_file(tmp_path):
     assert "P@2" in r.output and "MRR" not in r.output
 
 
+def test_judge_llm_sets_the_judges_model_and_keeps_the_files_other_judge_settings(tmp_path, monkeypatch):
+    """Every option overrides one key of --config's, --judge-llm too (it replaced the judge whole)."""
+    from logicrank import cli
+
+    seen = {}
+    monkeypatch.setattr(cli, "run_job", lambda stage, out, fn, cfg, *a, **k: seen.setdefault("cfg", cfg) and {})
+    f = tmp_path / "evaluate.yaml"
+    f.write_text("judge: {model: foo, dtype: bfloat16, max_model_len: 4096}\n")
+    runner.invoke(app, ["evaluate", "--config", str(f), "--judge-llm", "bar", "--answers", "a.jsonl", "--gold", "g.jsonl"])
+    judge = seen.pop("cfg").judge
+    assert (judge.model, judge.dtype, judge.max_model_len) == ("bar", "bfloat16", 4096)
+    runner.invoke(app, ["evaluate", "--answers", "a.jsonl", "--gold", "g.jsonl"])
+    assert seen["cfg"].judge is None  # no judge unless one is named
+
+
 def _every_command(group, path=()):
     """(path, click command) of every command of the CLI, groups' subcommands included."""
     import typer.main
