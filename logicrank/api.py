@@ -120,9 +120,9 @@ class Table:
         (:class:`UserError`); any other string is the query's text. ``logical_query`` gives both apart.
         ``pipeline``: a :class:`Pipeline`, a preset name (``"bm25"``), a stage
         (``lr.bm25(k=20)``), a composition (``lr.bm25() >> lr.itlr()``) or a list of stages
-        (``["bm25", {"itlr": {"scorer": "bm25"}}]``). ``k``: the results' depth, as the job's
-        ``--k``: the pipeline's last top-k stage keeps k (deepened where its own k was less; a
-        reranker keeps at most what it reranks), then the top k are kept."""
+        (``["bm25", {"itlr": {"scorer": "bm25"}}]``). ``k``: the top k of the run; where the
+        pipeline's last top-k stage keeps fewer, the pipeline is deepened to k first, as the
+        job's ``--k`` deepens a run (a reranker keeps at most what it reranks)."""
         if not isinstance(query, str) or not query.strip():
             raise PipelineError(f"table.search: a query is a non-blank string, not {query!r:.60}.")
         if logical_query is not None and not isinstance(logical_query, str):
@@ -133,12 +133,11 @@ class Table:
             raise PipelineError(f"table.search: k is a positive integer, not {k!r:.60}.")
         text, logical = query, logical_query
         pipe = as_pipeline(pipeline, "search", "table.search")
-        if k is not None:  # deepened as --k deepens a run: a preset's 100 is not the k=1000 asked for
-            from logicrank.pipelines.retrieval.overrides import OverrideError
+        depth = next((o for o in reversed(pipe.stages) if type(o).depth_option in type(o).model_fields), None)  # the run's top-k stage
+        if k is not None and depth is not None and k > getattr(depth, type(depth).depth_option):  # deepened as --k deepens a run
             from logicrank.pipelines.retrieval.pipeline import with_sets
 
-            with contextlib.suppress(OverrideError):  # (no stage keeps a top k: the run is cut below)
-                pipe = Pipeline(pipe.name, with_sets({pipe.name: pipe.stages}, None, k)[pipe.name])
+            pipe = Pipeline(pipe.name, with_sets({pipe.name: pipe.stages}, None, k)[pipe.name])
         if logical is None and (node := _logical(query)) is not None:
             text, logical = _words(node), query
             _require_logic(pipe, node, query)
@@ -439,24 +438,17 @@ def retrieve(table: Table, queries: Any, pipes: Any, cache: StageCache | str | P
     if not isinstance(table, Table):
         raise PipelineError(f"retrieve: table is lr.open_table(...), not {type(table).__name__}.")
     one = isinstance(queries, str) and queries.strip() and not _is_file(queries) and not looks_like_path(queries)
-    if one and (node := _logical(queries)) is not None:  # one logical query's string, read as table.search reads it
-        queries = [{"query_id": "1", "text": _words(node), "logical_query": queries}]
+    node = _logical(queries) if one else None
+    if node is not None:  # one logical query's string, read as table.search reads it: its text is the formula's words
+        original, queries = queries, [{"query_id": "1", "text": _words(node), "logical_query": queries}]
     queries = as_queries(queries, "retrieve")
     cache = stage_cache(cache, "retrieve")
     pipes = as_pipelines(pipes)
-    logical = [q for q in (queries.column("logical_query").to_pylist() if "logical_query" in queries.column_names else []) if q]
-    negating = next(((q, node) for q in logical if (node := _logical(q)) is not None and _negates(node)), None)
     for p in pipes:
         p.validate(frozenset(queries.column_names))  # every pipeline before any runs
-        if negating is not None:
-            _require_logic(p, negating[1], negating[0], "retrieve")
+        if node is not None:  # (a queries file has its own text: a pipeline that reads only the text never sees the NOT's words)
+            _require_logic(p, node, original, "retrieve")
     return Results((p.name, p.run(table.context, queries, cache)) for p in pipes)
-
-
-def _negates(node) -> bool:
-    from logicrank.pipelines.retrieval.methods.itlr import negated_terms
-
-    return bool(negated_terms(node))
 
 
 class Evaluation:
