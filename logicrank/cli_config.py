@@ -207,7 +207,9 @@ class Bound:
 def _put(tree: dict, path: str, value: Any) -> None:
     *parents, leaf = path.split(".")
     for key in parents:
-        tree = tree.setdefault(key, {})
+        if not isinstance(tree.get(key), dict):  # absent, or null in a config file (judge: null, then --judge-llm)
+            tree[key] = {}
+        tree = tree[key]
     tree[leaf] = value
 
 

@@ -176,7 +176,10 @@ def test_judge_llm_sets_the_judges_model_and_keeps_the_files_other_judge_setting
     judge = seen.pop("cfg").judge
     assert (judge.model, judge.dtype, judge.max_model_len) == ("bar", "bfloat16", 4096)
     runner.invoke(app, ["evaluate", "--answers", "a.jsonl", "--gold", "g.jsonl"])
-    assert seen["cfg"].judge is None  # no judge unless one is named
+    assert seen.pop("cfg").judge is None  # no judge unless one is named
+    f.write_text("judge: null\n")  # the file says none; the command line names one
+    runner.invoke(app, ["evaluate", "--config", str(f), "--judge-llm", "bar", "--answers", "a.jsonl", "--gold", "g.jsonl"])
+    assert seen["cfg"].judge.model == "bar"
 
 
 def _every_command(group, path=()):
