@@ -205,13 +205,15 @@ _QUESTION_NEGATION = re.compile(
 _EXCLUSION = re.compile(r"(?:^|[,;:(]|\b(?:and|or|but)\b)\s*not\b(?=\s*\w)"
                         r"|\b(?:except(?: for)?|excluding|other than|apart from|aside from|besides|without)\b", re.IGNORECASE)
 # A negation a model wrote inside a term, in lower case ("but not Smoothies", "not Autonomic
-# neuropathy", "does not like X", "except giraffes", "dogs, not cats"), or an operator in capitals
-# ("NOT giraffes"; a whole formula escaped into one term: 'dogs" OR "cats'); a title keeps its
-# capitals ("Not Fade Away", "Doctors Without Borders", "Don't Look Up") and "not-for-profit" is a word.
-_TERM_NEGATION = re.compile(rf"^(?:not|never|without|except|excluding)\s|\b(?:but|and|or) not\b|,\s*not\b"
-                            rf"|\b(?:except|excluding|other than|apart from|aside from)\s"
+# neuropathy", "does not like X", "dogs, not cats"), an exclusion a term starts with ("except
+# giraffes", "other than X", "NOT giraffes"), or a whole formula escaped into one term ('dogs" OR
+# "cats'); a title keeps its capitals ("Not Fade Away", "Doctors Without Borders", "Don't Look
+# Up", "I'M NOT THERE"), "not-for-profit" is a word, and a phrase that holds one inside it is the
+# question's ("anything other than water", "children living apart from their parents").
+_TERM_NEGATION = re.compile(rf"^(?:not|never|without|except|excluding|other than|apart from|aside from|NOT)\s"
+                            rf"|\b(?:but|and|or) not\b|,\s*not\b(?!-)"
                             rf"|\b(?:do|does|did|is|are|was|were) not\b|\b(?:do|does|did|is|are|was|were)n{_APOSTROPHE}?t\b"
-                            rf"|\bNOT\s|\"\s*(?:AND|OR|NOT)\b|\b(?:AND|OR|NOT)\s*\"")
+                            rf"|\"\s*(?:AND|OR|NOT)\b|\b(?:AND|OR|NOT)\s*\"")
 
 
 def misplaced_negation(node: Node, question: str) -> str | None:

@@ -139,8 +139,11 @@ def label_logits(values: Mapping[int, float], ids: Sequence[int]) -> tuple[float
 
 
 def p_true(z_true: float, z_false: float) -> float:
-    """exp(z_T) / (exp(z_T) + exp(z_F)), computed stably; NaN where a logit is NaN (an
-    overflow in the model), so the stage refuses it rather than read it as 0."""
+    """exp(z_T) / (exp(z_T) + exp(z_F)), computed stably; 0.5 for equal logits (infinite too);
+    NaN where a logit is NaN (an overflow in the model), so the stage refuses it rather than
+    read it as 0."""
+    if z_true == z_false:  # (both -inf, both labels masked: as label_logits says, p = 0.5)
+        return 0.5
     d = z_false - z_true
     if math.isnan(d):
         return math.nan
