@@ -173,6 +173,8 @@ def test_a_reply_that_says_unknown_otherwise_is_no_answer(reply):
     assert c.steps[0]["status"] != "answered" and 1 not in c.answers
     kept, _, _ = run_chain(["alpha: who?"], lambda q: "The Unknown Soldier")  # an answer that holds the word
     assert kept.answers == {1: "The Unknown Soldier"}
+    sodium, _, _ = run_chain(["alpha: which element?"], lambda q: "Na")  # "N/A" is no answer; sodium's symbol is one
+    assert sodium.answers == {1: "Na"}
 
 
 def test_a_sub_question_with_unsolved_dependencies_is_deferred_then_retried():

@@ -46,6 +46,11 @@ def test_parse_rule(text, finish, ok):
     assert rule is None or rule == "If Person X owns Animal Y, then Person X can feed Animal Y."
 
 
+def test_a_full_stop_inside_a_word_does_not_end_a_rule():
+    for rule in ("If Person X lives in the U.S., then Person X pays U.S.-federal taxes.", "If Item X weighs 2.5 kg, then Item X costs 3.5 dollars."):
+        assert rules.parse_rule(gen(rule + " Because of the law.", "stop")) == (rule, None)
+
+
 class ScriptedLLM:
     """Stands in for the job's LLM service: answers each prompt with ``answer(values)``."""
 

@@ -98,9 +98,11 @@ INDUCE_TEMPLATE = "siar_induce"
 RERANK_TEMPLATE = "r3_rerank"
 MODES = ("rule", "rule+query")
 
-# a finished rule: "If <condition>, then <conclusion>." on one line, up to its first full stop
-# (the constrained regex's words hold none; an unconstrained model may explain itself after it)
-RULE = re.compile(r"If \S[^.\n]*?, then \S[^.\n]*\.")
+# a finished rule: "If <condition>, then <conclusion>." on one line, up to its first full stop before
+# a space or the end (one inside a word, "3.5" or "U.S.,", does not; an unconstrained model may explain
+# itself after its rule; the constrained regex's words hold no full stop)
+_CLAUSE = r"\S(?:[^.\n]|\.(?=[^\s]))*?"
+RULE = re.compile(rf"If {_CLAUSE}, then {_CLAUSE}\.(?=\s|$)")
 
 
 def rule_regex(condition_words: int = 40, conclusion_words: int = 30) -> str:
