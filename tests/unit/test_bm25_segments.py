@@ -451,6 +451,12 @@ def test_an_index_another_analyzer_made_is_rebuilt_not_searched_or_patched(tmp_p
                            "content_hash": ["hn"], "vector": to_fixed_size_list(np.ones((1, 4), np.float32))}))
     done = bm25.update_index(store)
     assert done["how"] == "built" and done["docs"] == 71 and "patch_failed" not in done
+    # an index another analyzer built in process, saved: its digest, not the project's, so no job searches it
+    own = bm25.BM25Index.build(store.scan(bm25.SOURCE_COLUMNS), store.version, analyze=Analyzer([*ENGLISH_STOP_WORDS, "apple"]),
+                               stamp=store.version_stamp())
+    saved = own.save(tmp_path / "own")
+    assert json.loads((saved / "meta.json").read_text())["analyzer"] == analyzer_digest(Analyzer([*ENGLISH_STOP_WORDS, "apple"]))
+    assert bm25.MappedBM25.open(saved) is None
 
 
 def test_pruning_removes_a_save_nothing_wrote_in_for_an_hour_not_one_in_progress(tmp_path, docs):

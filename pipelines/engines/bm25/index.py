@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import scipy.sparse as sp
 
 from logicrank.pipelines.engines.bm25 import loading, storage
-from logicrank.pipelines.engines.bm25.analyzer import Analyzer, Vocabulary, default_analyzer, split_words
+from logicrank.pipelines.engines.bm25.analyzer import Analyzer, Vocabulary, analyzer_digest, default_analyzer, split_words
 
 K1, B = 1.2, 0.75
 SOURCE_COLUMNS = ["doc_id", "content_hash", "title", "text"]  # the table's columns an index is made from
@@ -367,6 +367,7 @@ class BM25Index(BM25Search):
         version numbers; the stamp tells its versions apart)."""
         super().__init__()
         self.doc_ids, self.hashes, self.vocab, self.version, self.stamp = doc_ids, hashes, vocab, version, stamp
+        self.analyzer: str | None = None  # the digest of the analyzer that made its terms, where not the project's (saved with it)
         cols = len(vocab)
         self.title, self.text = _widen(title, cols), _widen(text, cols)
         self._weights = None  # terms x documents BM25 weights, made on first search
@@ -392,7 +393,10 @@ class BM25Index(BM25Search):
         cols = len(vocab)
         stack = lambda ms: sp.vstack([_widen(m, cols) for m in ms], format="csr") if ms else sp.csr_matrix((0, cols), dtype=np.int32)  # noqa: E731
         empty = np.empty(0, dtype=object)
-        return cls(np.concatenate(ids) if ids else empty, np.concatenate(hashes) if hashes else empty, stack(titles), stack(texts), vocab, version, stamp)
+        index = cls(np.concatenate(ids) if ids else empty, np.concatenate(hashes) if hashes else empty, stack(titles), stack(texts), vocab, version, stamp)
+        if analyze is not default_analyzer():
+            index.analyzer = analyzer_digest(analyze)
+        return index
 
     # -- statistics and weights ------------------------------------------------------
     def __len__(self) -> int:

@@ -79,7 +79,7 @@ def write_index(index, path: Path) -> Path:
         pq.write_table(pa.table({"term": pa.array(index.vocab.terms, pa.string())}).replace_schema_metadata(meta), tmp / "vocab.parquet")
         _write_search(index, tmp / "search", meta)
         write_stats(tmp, index.field_stats(), save_id)
-        write_meta(tmp, index.version, index.stamp, save_id, len(index), len(index.vocab))
+        write_meta(tmp, index.version, index.stamp, save_id, len(index), len(index.vocab), analyzer=getattr(index, "analyzer", None))
         place(tmp, path, index.stamp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -108,9 +108,11 @@ def read_stats(path: Path, meta: dict) -> dict[str, np.ndarray] | None:
     return stats if whole and save_id == meta["save_id"] else None
 
 
-def write_meta(tmp: Path, version: int, stamp: str, save_id: str, docs: int, terms: int, segment_rows: int | None = None) -> None:
-    """The saved index's meta.json (the module doc), written last: a directory without it is no index."""
-    (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "analyzer": analyzer_digest(), "version": version, "stamp": stamp,
+def write_meta(tmp: Path, version: int, stamp: str, save_id: str, docs: int, terms: int, segment_rows: int | None = None,
+               analyzer: str | None = None) -> None:
+    """The saved index's meta.json (the module doc), written last: a directory without it is no index. ``analyzer``: the
+    digest of the analyzer that made its terms (default: the project's)."""
+    (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "analyzer": analyzer or analyzer_digest(), "version": version, "stamp": stamp,
                                                "save_id": save_id, "docs": docs, "terms": terms, "segment_rows": segment_rows or SEGMENT_ROWS}))
 
 
