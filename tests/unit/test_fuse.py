@@ -180,6 +180,9 @@ def test_rbc_without_its_phi_is_refused_in_one_line_and_runs_with_it():
     assert "\n" not in str(info.value)
     assert fuse([a, b], 10, method="rbc", parameter=0.8).column("doc_id").to_pylist() == ["d2", "d1", "d3"]
     Pipeline.parse("x", [{"fuse": {"method": "rbc", "optimize": "q.tsv", "of": [["dense"], ["bm25"]]}}])
+    with pytest.raises(ValueError, match="method gmnz has no default gamma"):  # ranx's gmnz has none either
+        fuse([a, b], 10, method="gmnz")
+    assert fuse([a, b], 10, method="gmnz", parameter=1.0).num_rows == 3
 
 
 def test_ranx_is_imported_with_its_functions_cached_by_content_under_its_version(tmp_path):

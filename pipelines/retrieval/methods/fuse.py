@@ -38,7 +38,7 @@ from logicrank.schemas.tables import RUN, require_columns
 NORMS = ("min-max", "max", "sum", "zmuv", "rank", "borda", "none")
 PLAIN = ("sum", "mnz", "max", "min", "med", "anz", "isr", "log_isr", "bordafuse", "condorcet")
 PARAMETER = {"gmnz": "gamma", "logn_isr": "sigma", "rrf": "k", "rbc": "phi"}  # method -> its one parameter
-REQUIRED = ("rbc",)  # the methods whose parameter ranx gives no default: given, or optimised
+REQUIRED = ("gmnz", "rbc")  # the methods whose parameter ranx gives no default: given, or optimised
 WEIGHTED = ("wsum", "wmnz", "w_bordafuse", "w_condorcet", "mixed")
 METHODS = (*PLAIN, *PARAMETER, *WEIGHTED)
 # the measures optimize may maximise: ranx's names, with the project's spellings of the same families

@@ -25,7 +25,7 @@ class FuseOptions(FusionOptions):
         "retrieved by that run.")
     weights: tuple[float, ...] | None = Field(
         None, description="Weighted methods: one weight per sub-pipeline, in order (default equal); not with optimize.")
-    parameter: float | None = Field(None, description="gmnz's gamma, logn_isr's sigma, rrf's k or rbc's phi (default ranx's; rbc has none: give it or optimize).")
+    parameter: float | None = Field(None, description="gmnz's gamma, logn_isr's sigma, rrf's k or rbc's phi (default ranx's; gmnz and rbc have none: give it or optimize).")
     optimize: str | None = Field(
         None, description="A qrels file (TREC or BEIR TSV) to pick the weights (or the parameter) on, by metric: use training "
         "queries, not those you report.")
