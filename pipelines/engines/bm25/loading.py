@@ -78,5 +78,6 @@ def _load_kernels(index) -> None:
         with global_compiler_lock:  # as numba's own compiles do: a search's compile in the other thread waits, never sees them half loaded
             cpu_target.typing_context.refresh()  # the registries numba loads before its first call or cache load
             cpu_target.target_context.refresh()
-        if index is not None:  # no queries: the types dispatched, the code loaded from the cache, nothing searched
-            index.search_keys(sp.csr_matrix((np.ones(0, np.float32), np.zeros(0, np.int32), np.zeros(1, np.int64)), shape=(0, 1)), 1)
+        if index is not None:  # no queries (as wide as its terms): the types dispatched, the code loaded from the cache, nothing searched
+            terms = index.segments()[0].shape[1] - 1
+            index.search_keys(sp.csr_matrix((np.ones(0, np.float32), np.zeros(0, np.int32), np.zeros(1, np.int64)), shape=(0, terms)), 1)
