@@ -25,6 +25,7 @@ written, numba's own locators serve.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from pathlib import Path
 
@@ -103,3 +104,29 @@ class ContentKeyedCache:
 
     def __exit__(self, *exc) -> None:
         self.remove()
+
+
+_typed_cached = False
+
+
+def cache_typed_containers() -> None:
+    """Cache the helper functions of numba's typed containers (``numba.typed.Dict`` and
+    ``List``: their creation, append, lookup, iteration) by the content of numba's ``typed``
+    package, as :class:`ContentKeyedCache` caches a package's own functions. numba declares them
+    without ``cache=True``, so every process compiled them again on first use, most of ranx's
+    first fusion's time (docs/bulk-retrieval.md). numba still refuses to cache a function
+    it cannot (one holding an address of this process), as for any cached function. Call it
+    before the containers are first used; calling it again does nothing."""
+    global _typed_cached
+    if _typed_cached:
+        return
+    from numba.core.dispatcher import Dispatcher
+    from numba.typed import typeddict, typedlist
+
+    ContentKeyedCache("numba-typed", Path(typeddict.__file__).parent).install()
+    for module in (typeddict, typedlist):
+        for f in vars(module).values():
+            if isinstance(f, Dispatcher) and f.py_func.__module__ == module.__name__:
+                with contextlib.suppress(RuntimeError):  # no locator can write its cache: compiled in each process, as before
+                    f.enable_caching()
+    _typed_cached = True

@@ -207,3 +207,34 @@ def test_ranx_is_imported_with_its_functions_cached_by_content_under_its_version
     path = Path(json.loads(done.stdout.strip().splitlines()[-1]))
     top, *below = path.relative_to(tmp_path).parts
     assert top.startswith(f"ranx-{importlib.metadata.version('ranx')}-") and below == ["fusion"], path
+
+
+@pytest.mark.slow  # two fresh interpreters, the first compiling ranx and numba's containers
+def test_the_typed_containers_ranx_uses_are_compiled_once_for_every_later_process(tmp_path):
+    """numba compiles the helpers of its typed dicts and lists (no cache of its own) on first
+    use; the fusion caches them by the content of numba's files, so a second process fusing
+    loads them (docs/bulk-retrieval.md) and gives the same fused run."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    child = ("import json, pyarrow as pa\n"
+             "from logicrank.pipelines.retrieval.methods.fuse import fuse\n"
+             "a = pa.table({'query_id': ['q1'] * 3, 'doc_id': ['d1', 'd2', 'd3'], 'score': [10.0, 6.0, 2.0], 'rank': [1, 2, 3]})\n"
+             "b = pa.table({'query_id': ['q1'] * 2, 'doc_id': ['d3', 'd4'], 'score': [5.0, 1.0], 'rank': [1, 2]})\n"
+             "fused = fuse([a, b], k=10, method='sum', norm='zmuv')\n"
+             "from numba.typed import typeddict\n"
+             "s = typeddict._make_dict.stats\n"
+             "print(json.dumps([s.cache_path, sum(s.cache_hits.values()), sum(s.cache_misses.values()), fused.to_pylist()]))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")} | {"NUMBA_CACHE_DIR": str(tmp_path)}
+    out = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", child], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        out.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    (path, hits, misses, fused), (path2, hits2, misses2, fused2) = out
+    assert Path(path).relative_to(tmp_path).parts[0].startswith("numba-typed-") and path2 == path
+    assert (hits, misses) == (0, 1) and (hits2, misses2) == (1, 0)  # compiled by the first process, loaded by the second
+    assert fused2 == fused

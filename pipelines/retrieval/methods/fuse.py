@@ -67,11 +67,14 @@ BY_RANK_NORMS = ("rank", "borda")
 def _ranx():
     """ranx, imported with its numba functions (compiled on first use) cached by the content of
     its files (pipelines/numba_cache.py), so a new virtual environment with the same ranx loads
-    what another compiled. If ranx was already imported (by the caller's own code), its
-    functions keep the caches numba gave them then."""
-    if "ranx" not in sys.modules:
-        from logicrank.pipelines.numba_cache import ContentKeyedCache  # (here: it loads numba, which ranx loads anyway)
+    what another compiled, and with numba's typed containers' helpers cached alike. If ranx was
+    already imported (by the caller's own code), its functions keep the caches numba gave them
+    then."""
+    # (here: it loads numba, which ranx loads anyway)
+    from logicrank.pipelines.numba_cache import ContentKeyedCache, cache_typed_containers
 
+    cache_typed_containers()  # ranx holds its runs in numba's typed dicts and lists
+    if "ranx" not in sys.modules:
         package = Path(importlib.util.find_spec("ranx").origin).parent
         with ContentKeyedCache(f"ranx-{importlib.metadata.version('ranx')}", package):
             import ranx  # noqa: F401 (its functions are decorated, so their caches picked, as it is imported)
