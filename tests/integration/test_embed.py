@@ -15,6 +15,25 @@ from tests.conftest import scifact_docs
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> Path:
+    """A cache root holding the packaged model's OpenVINO conversion, for the tests of what is
+    done with a converted encoder (the conversion's own tests make theirs)."""
+    root = tmp_path_factory.mktemp("converted")
+    previous = os.environ.get("LOGICRANK_CACHE")
+    os.environ["LOGICRANK_CACHE"] = str(root)
+    try:
+        Embedder(EmbedConfig(backend="openvino"))
+    finally:
+        if previous is None:
+            del os.environ["LOGICRANK_CACHE"]
+        else:
+            os.environ["LOGICRANK_CACHE"] = previous
+    assert len(list(root.glob("openvino/*/model.xml"))) == 1
+    return root
+
+
+@pytest.mark.slow  # the encoder converted three times, and loaded from each
 def test_openvino_matches_torch_and_is_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("LOGICRANK_CACHE", str(tmp_path))
     texts = [d["title"] + " " + d["text"] for d in scifact_docs(24)] + ["short", "a b c"]
@@ -40,6 +59,7 @@ def test_openvino_matches_torch_and_is_cached(tmp_path, monkeypatch):
     assert np.array_equal(cached.encode(texts + odd), loaded.encode(texts + odd))
 
 
+@pytest.mark.slow  # the encoder converted twice, then loaded again for each of five damaged copies
 def test_a_process_with_the_converted_encoder_cached_loads_neither_torch_nor_the_model(tmp_path, monkeypatch):
     """The encoder of a fresh process (a CLI job's, an embedding actor's) from the cache alone:
     no torch, no sentence-transformers, and the vectors of the process that converted it,
@@ -123,7 +143,7 @@ def test_a_tokenizer_its_file_does_not_replay_is_not_cached(tmp_path, monkeypatc
     np.testing.assert_allclose(e.encode(texts), reference, atol=1e-5, rtol=0)
 
 
-def test_openvino_encoders_made_and_dropped_in_one_process_never_deadlock(tmp_path):
+def test_openvino_encoders_made_and_dropped_in_one_process_never_deadlock(converted):
     """Jobs build an encoder per use (question dedup, query encoding) in a long-lived process.
     With a Python callback on OpenVINO's threads (AsyncInferQueue), dropping a model whose
     thread still waited for the GIL hung the process within two rounds of this loop, every
@@ -134,7 +154,7 @@ def test_openvino_encoders_made_and_dropped_in_one_process_never_deadlock(tmp_pa
              "    assert Embedder(EmbedConfig(backend='openvino')).encode(texts).shape == (40, 384)\n")
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", child], cwd=root, capture_output=True, text=True,
-                          env={**os.environ, "LOGICRANK_CACHE": str(tmp_path)})
+                          env={**os.environ, "LOGICRANK_CACHE": str(converted)})
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -144,7 +164,7 @@ def test_unknown_model_lists_the_registry():
 
 
 @pytest.mark.parametrize("backend", ["torch", "openvino"])
-def test_a_texts_vector_is_the_same_in_any_batch(backend, tmp_path, monkeypatch):
+def test_a_texts_vector_is_the_same_in_any_batch(backend, converted, monkeypatch):
     """A query's vector must not move with the texts encoded beside it: padded to its batch's
     longest, SciFact queries got vectors 1.6e-7 apart between one call and two halves (36 of
     200 differed), enough for two documents 3.9e-7 apart to swap ranks between ``--shards 1``
@@ -153,7 +173,7 @@ def test_a_texts_vector_is_the_same_in_any_batch(backend, tmp_path, monkeypatch)
 
     from logicrank.pipelines.datasets import scifact
 
-    monkeypatch.setenv("LOGICRANK_CACHE", str(tmp_path))
+    monkeypatch.setenv("LOGICRANK_CACHE", str(converted))
     with open(scifact().queries, encoding="utf-8") as f:
         queries = [json.loads(line)["text"] for line in f][:120]
     docs = [d["title"] + " " + d["text"] for d in scifact_docs(8)]  # longer texts: other length buckets
