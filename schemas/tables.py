@@ -104,6 +104,9 @@ DECOMPOSITIONS = pa.schema(
         pa.field("method", pa.string(), nullable=False),  # a registered decomposition kind (pipelines/llm/decompose.py KINDS)
         pa.field("model", pa.string(), nullable=False),  # model id (name@checksum)
         pa.field("prompt_sha", pa.string(), nullable=False),  # the prompt template's hash
+        # question_sha(the question's text) it was made for: a row is applied to that text only (null: unchecked,
+        # as in hand-written tables and tables written before the column)
+        pa.field("question_sha", pa.string()),
         pa.field("raw_output", pa.string()),  # what the model wrote (null on error)
         # itlr: over quoted text terms; orlog: over quoted atom ids ("a1" AND NOT "a2")
         pa.field("logical_query", pa.string()),
@@ -117,6 +120,15 @@ DECOMPOSITIONS = pa.schema(
         pa.field("cached", pa.bool_(), nullable=False),  # read from the persistent LLM cache
     ]
 )
+
+
+
+def question_sha(text: str) -> str:
+    """The key of a question's text in a decompositions table: its UTF-8 bytes' SHA-256, 16 hex."""
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
 
 # query columns a decomposition stage (pipelines/retrieval/stages/rewriters.py) adds to QUERIES, for
 # the stages after it: its status, and for orlog the atoms (logical_query then holds the

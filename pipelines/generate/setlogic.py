@@ -187,7 +187,7 @@ def generate(out: str | Path, per_template: int = 20, seed: int = 0, root: str |
     import pyarrow.parquet as pq
 
     from logicrank.pipelines.files import atomic_path
-    from logicrank.schemas.tables import DECOMPOSITIONS
+    from logicrank.schemas.tables import DECOMPOSITIONS, question_sha
 
     unknown = [t for t in templates if t not in TEMPLATE_NAMES]
     if unknown:
@@ -236,7 +236,7 @@ def generate(out: str | Path, per_template: int = 20, seed: int = 0, root: str |
     with atomic_path(out / "qrels" / "test.tsv") as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write("query-id\tcorpus-id\tscore\n")
         f.writelines(f"{q['_id']}\t{d}\t1\n" for q in queries for d in q["gold"])
-    rows = [{"query_id": q["_id"], "method": "orlog", "model": GOLD_MODEL, "prompt_sha": GOLD_MODEL, "raw_output": None,
+    rows = [{"query_id": q["_id"], "method": "orlog", "model": GOLD_MODEL, "prompt_sha": GOLD_MODEL, "question_sha": question_sha(q["text"]), "raw_output": None,
              "logical_query": q["form"], "atoms": q["atoms"], "expansion": None, "status": "ok", "error": None, "finish_reason": None,
              "prompt_tokens": 0, "generated_tokens": 0, "cached": False} for q in queries]
     with atomic_path(out / "decompositions.parquet") as tmp:

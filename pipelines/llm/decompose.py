@@ -34,7 +34,7 @@ from logicrank.pipelines.llm.engine import Constraint, Generation, LLMClient
 from logicrank.pipelines.retrieval.logic.grammar import to_gbnf
 from logicrank.pipelines.retrieval.logic.query import And, Node, Not, QueryParseError, Term, parse, quote, to_text
 from logicrank.schemas.errors import JobFailed, UserError
-from logicrank.schemas.tables import DECOMPOSITIONS
+from logicrank.schemas.tables import DECOMPOSITIONS, question_sha
 
 MAX_ATOMS = 8
 ATOM_ID = re.compile(r"^a[0-9]{1,2}$")
@@ -348,7 +348,7 @@ def decompose(client: LLMClient, query_ids: Sequence[str], questions: Sequence[s
             else:
                 parsed = parse_output(method, question, gen)
             rows.append({
-                "query_id": qid, "method": method, "model": client.model_id, "prompt_sha": template.sha,
+                "query_id": qid, "method": method, "model": client.model_id, "prompt_sha": template.sha, "question_sha": question_sha(question),
                 "raw_output": gen.text if gen else None, "logical_query": parsed.logical_query, "atoms": parsed.atoms,
                 "expansion": parsed.expansion, "status": parsed.status, "error": parsed.error,
                 "finish_reason": gen.finish_reason if gen else None, "prompt_tokens": gen.prompt_tokens if gen else 0,
@@ -420,6 +420,14 @@ def apply_to_queries(queries: pa.Table, decompositions: pa.Table, method: str) -
     if missing:
         raise DecompositionsError(f"decompositions: no {method} row for {len(missing)} queries (e.g. {missing[:3]}); run `logicrank decompose` on these queries.")
     picked = [by_id[q] for q in qids]
+    if "question_sha" in decompositions.column_names:  # made for another question under the same id: another query set's table
+        texts = queries.column("text").to_pylist()
+        other = [(q, t) for q, t, r in zip(qids, texts, picked, strict=True) if r.get("question_sha") not in (None, question_sha(t))]
+        if other:
+            raise DecompositionsError(
+                f"decompositions: {len(other)} of {len(qids)} queries' {method} rows were made for another question text under the same id "
+                f"(e.g. {other[0][0]}: {other[0][1][:60]!r}): a table of another query set (or topics field); run `logicrank decompose` "
+                "on these queries.")
     out = _put(queries, "decomposition_status", [r["status"] for r in picked], DECOMPOSED_QUERY.field("decomposition_status").type)
     return kind.apply(out, picked)
 

@@ -97,3 +97,24 @@ def test_a_decomposition_stage_names_its_unusable_outputs_on_the_terminal(tmp_pa
                     '(e.g. q1: degenerate: "x" AND NOT "x" can match no document); counts in the manifest\'s by_status']
     with pytest.raises(DecompositionsError, match=r"^decompositions: 1 queries have more than one itlr row \(e\.g\. \['q2'\]\)"):
         apply_to_queries(QUERIES, pa.Table.from_pylist(rows + [rows[1]], schema=DECOMPOSITIONS), "itlr")  # two runs' tables concatenated
+
+
+def test_a_row_made_for_another_question_under_the_same_id_is_refused():
+    """`logicrank decompose` records the text each row was made for (question_sha): a table of
+    another query set whose ids overlap (BEIR's "1", "2", ...) is refused, never applied to
+    other questions; a row without it (hand-written, or an older table) is applied as before."""
+    from logicrank.schemas.tables import question_sha
+
+    made = [{"query_id": q, "method": "itlr", "model": "m", "prompt_sha": "p", "question_sha": question_sha(t), "logical_query": f'"{t}"',
+             "status": "ok", "prompt_tokens": 1, "generated_tokens": 1, "cached": False}
+            for q, t in zip(QUERIES.column("query_id").to_pylist(), QUERIES.column("text").to_pylist(), strict=True)]
+    got = apply_to_queries(QUERIES, pa.Table.from_pylist(made, schema=DECOMPOSITIONS), "itlr")
+    assert got.column("logical_query").to_pylist() == ['"museums in Paris but not art museums"', '"malaria, not in children"']
+    other = [made[0], dict(made[1], question_sha=question_sha("dengue in adults"))]
+    with pytest.raises(DecompositionsError, match=r"^decompositions: 1 of 2 queries' itlr rows were made for another question text under "
+                                                  r"the same id \(e\.g\. q2: 'malaria, not in children'\)"):
+        apply_to_queries(QUERIES, pa.Table.from_pylist(other, schema=DECOMPOSITIONS), "itlr")
+    unchecked = [made[0], dict(made[1], question_sha=None)]
+    assert apply_to_queries(QUERIES, pa.Table.from_pylist(unchecked, schema=DECOMPOSITIONS), "itlr").num_rows == 2
+    older = pa.Table.from_pylist(other, schema=DECOMPOSITIONS).drop(["question_sha"])  # a table written before the column
+    assert apply_to_queries(QUERIES, older, "itlr").num_rows == 2

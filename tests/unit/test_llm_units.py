@@ -474,6 +474,9 @@ def test_an_llm_that_cannot_go_on_stops_decomposition_instead_of_writing_error_r
     one_bad = _Failing(ValueError("prompt longer than the window"))
     table = decompose(one_bad, ["q1", "q2"], ["a?", "b?"], DecomposeSettings(methods=("itlr",)))
     assert table.column("status").to_pylist() == ["error", "error"] and one_bad.calls == 3  # the batch, then each prompt alone
+    from logicrank.schemas.tables import question_sha
+
+    assert table.column("question_sha").to_pylist() == [question_sha("a?"), question_sha("b?")]  # each row keyed by its question
     dead = _Failing(LLMFailed("EngineDeadError: the core died"))
     with pytest.raises(LLMFailed, match="core died"):
         decompose(dead, ["q1", "q2"], ["a?", "b?"], DecomposeSettings(methods=("itlr",)))
