@@ -3,6 +3,7 @@ the one JSON Lines and YAML readers."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -172,6 +173,35 @@ def is_gzip(path: str | Path) -> bool:
 _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false", type(None): "null"}
 
 
+def load_yaml(text: str) -> Any:
+    """``text`` as YAML (PyYAML's safe loader), a number written as no one writes a count kept as
+    the text it is: PyYAML follows YAML 1.1, where ``010`` is 8 (octal), ``1_000`` is 1000 and
+    ``12:30`` is 750 (base 60), so a query id ``010`` became ``8`` and ``orlog.k=010`` was 8.
+    Here only YAML 1.2's forms are numbers (``10``, ``-3``, ``0x1F``, ``0o17``, ``1.5``,
+    ``1e3``, ``.inf``); ``010``, ``1_000`` and ``12:30`` are strings (an integer option still
+    reads ``"010"`` as 10). A :class:`yaml.YAMLError` for text that is not YAML."""
+    import yaml
+
+    return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a SafeLoader, its number forms narrowed)
+
+
+@functools.cache
+def _yaml_loader() -> type:
+    import re
+
+    import yaml
+
+    numbers = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    loader = type("YAML12Numbers", (yaml.SafeLoader,), {})
+    loader.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in rules if tag not in numbers]
+                                      for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    loader.add_implicit_resolver(numbers[0], re.compile(r"^(?:[-+]?(?:0|[1-9][0-9]*)|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
+    loader.add_implicit_resolver(numbers[1], re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|(?:0|[1-9][0-9]*)\.[0-9]*)(?:[eE][-+]?[0-9]+)?|[-+]?(?:0|[1-9][0-9]*)[eE][-+]?[0-9]+"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
+    return loader
+
+
 def read_yaml(path: str | Path, what: str, error: type[Exception]) -> Any:
     """A YAML file's content (UTF-8). An unreadable file is ``error("<what> <path>: <strerror>")``,
     text that is not UTF-8 ``error("<what> <path>: <why>")`` (:func:`read_fault`), bad YAML
@@ -179,7 +209,7 @@ def read_yaml(path: str | Path, what: str, error: type[Exception]) -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        return load_yaml(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise error(f"{what} {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

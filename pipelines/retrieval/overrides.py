@@ -46,8 +46,10 @@ Pipelines = Mapping[str, Sequence[StageOptions]]
 
 def parse_sets(items: Iterable[str] | Mapping[str, Any] | None) -> dict[str, Any]:
     """``KEY=VALUE`` items (or a mapping of them, as an experiment file's ``set:``) as
-    {KEY: value}, each value read as YAML."""
+    {KEY: value}, each value read as YAML (:func:`~logicrank.pipelines.files.load_yaml`)."""
     import yaml
+
+    from logicrank.pipelines.files import load_yaml
 
     if not items:
         return {}
@@ -59,7 +61,7 @@ def parse_sets(items: Iterable[str] | Mapping[str, Any] | None) -> dict[str, Any
         if not sep or not key.strip():
             raise OverrideError(f"--set {item!r}: give KEY=VALUE (e.g. orlog.k=20, or RUN/STAGE.OPTION=VALUE for one pipeline)")
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            out[key.strip()] = load_yaml(value)
         except yaml.YAMLError:
             raise OverrideError(f"--set {item!r}: the value is not valid YAML") from None
     return out

@@ -200,3 +200,21 @@ def test_the_report_prints_counts_as_integers_and_stage_counts_as_words(tmp_path
     assert "40.0" not in text and "None" not in text and "[]" not in text and "{" not in text
     assert ("- `itlr`: itlr (cached) (queries 4, fallback query ids none, mean candidates none, by status (ok 3, fallback 1), "
             "fallback decomposition query ids q1, q2, forward passes per pair 2, seconds per pair 0.0001234)") in text
+
+
+def test_a_number_written_with_a_leading_zero_is_the_text_the_user_typed(tmp_path):
+    """PyYAML reads YAML 1.1, where an unquoted 010 is 8 (octal), 1_000 is 1000 and 12:30 is
+    750: query ids 010 and 007 became "8" and "7", and orlog.k=010 was 8. Only YAML 1.2's
+    numbers are numbers now, in experiment files and --set alike."""
+    from logicrank.pipelines.files import load_yaml
+    from logicrank.pipelines.retrieval.overrides import parse_sets
+
+    assert load_yaml("[010, 007, 1_000, '12:30', 12:30, 12, -3, 0x1F, 0o17, 1.5, .5, 1e3, 0]") == [
+        "010", "007", "1_000", "12:30", "12:30", 12, -3, 31, 15, 1.5, 0.5, 1000.0, 0]
+    assert load_yaml("{a: true, b: null, c: ~, d: .inf}") == {"a": True, "b": None, "c": None, "d": float("inf")}
+    assert parse_sets(["orlog.k=010", "dataset.query_ids=[010, 7]"]) == {"orlog.k": "010", "dataset.query_ids": ["010", 7]}
+    text = (EXPERIMENTS / "itlr-llm.yaml").read_text().replace("query_ids: [syn-00-000, syn-09-000, syn-19-000, syn-31-000]",
+                                                                "query_ids: [010, 007, 12]")
+    (tmp_path / "e.yaml").write_text(text)
+    assert load(tmp_path / "e.yaml").dataset.query_ids == ("010", "007", "12")
+    assert override(load("setlogic"), parse_sets(["orlog/bm25.k=010"])).pipelines_to_run()["orlog"][0].k == 10  # not 8
