@@ -10,7 +10,7 @@ import json
 import os
 import tempfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -179,7 +179,8 @@ def load_yaml(text: str) -> Any:
     ``12:30`` is 750 (base 60), so a query id ``010`` became ``8`` and ``orlog.k=010`` was 8.
     Here only YAML 1.2's forms are numbers (``10``, ``-3``, ``0x1F``, ``0o17``, ``1.5``,
     ``1e3``, ``.inf``); ``010``, ``1_000`` and ``12:30`` are strings (an integer option still
-    reads ``"010"`` as 10). A :class:`yaml.YAMLError` for text that is not YAML."""
+    reads ``"010"`` as 10). A key given twice in one mapping, which PyYAML resolves by keeping
+    the last, is a :class:`yaml.YAMLError`, as is text that is not YAML."""
     import yaml
 
     return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a SafeLoader, its number forms narrowed)
@@ -191,8 +192,15 @@ def _yaml_loader() -> type:
 
     import yaml
 
+    def mapping(self, node, deep=False):  # a key given twice: which one holds would be the file's order
+        keys = [self.construct_object(k, deep=True) for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"]  # (<<: merged keys may be overridden)
+        twice = next((k for i, k in enumerate(keys) if isinstance(k, Hashable) and k in keys[:i]), None)
+        if twice is not None:
+            raise yaml.constructor.ConstructorError(None, None, f"the key {twice!r} is given twice in one mapping", node.start_mark)
+        return yaml.SafeLoader.construct_mapping(self, node, deep)
+
     numbers = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-    loader = type("YAML12Numbers", (yaml.SafeLoader,), {})
+    loader = type("YAML12Numbers", (yaml.SafeLoader,), {"construct_mapping": mapping})
     loader.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in rules if tag not in numbers]
                                       for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()}
     loader.add_implicit_resolver(numbers[0], re.compile(r"^(?:[-+]?(?:0|[1-9][0-9]*)|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))

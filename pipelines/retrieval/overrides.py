@@ -60,10 +60,12 @@ def parse_sets(items: Iterable[str] | Mapping[str, Any] | None) -> dict[str, Any
         key, sep, value = str(item).partition("=")
         if not sep or not key.strip():
             raise OverrideError(f"--set {item!r}: give KEY=VALUE (e.g. orlog.k=20, or RUN/STAGE.OPTION=VALUE for one pipeline)")
+        if key.strip() in out:  # which one holds would be the order the options were given in
+            raise OverrideError(f"--set {key.strip()}: given twice; give each key once")
         try:
             out[key.strip()] = load_yaml(value)
-        except yaml.YAMLError:
-            raise OverrideError(f"--set {item!r}: the value is not valid YAML") from None
+        except yaml.YAMLError as exc:
+            raise OverrideError(f"--set {item!r}: the value is not valid YAML ({' '.join(str(exc).split())[:160]})") from None
     return out
 
 

@@ -207,12 +207,19 @@ def test_a_number_written_with_a_leading_zero_is_the_text_the_user_typed(tmp_pat
     750: query ids 010 and 007 became "8" and "7", and orlog.k=010 was 8. Only YAML 1.2's
     numbers are numbers now, in experiment files and --set alike."""
     from logicrank.pipelines.files import load_yaml
-    from logicrank.pipelines.retrieval.overrides import parse_sets
+    from logicrank.pipelines.retrieval.overrides import OverrideError, parse_sets
 
     assert load_yaml("[010, 007, 1_000, '12:30', 12:30, 12, -3, 0x1F, 0o17, 1.5, .5, 1e3, 0]") == [
         "010", "007", "1_000", "12:30", "12:30", 12, -3, 31, 15, 1.5, 0.5, 1000.0, 0]
     assert load_yaml("{a: true, b: null, c: ~, d: .inf}") == {"a": True, "b": None, "c": None, "d": float("inf")}
     assert parse_sets(["orlog.k=010", "dataset.query_ids=[010, 7]"]) == {"orlog.k": "010", "dataset.query_ids": ["010", 7]}
+    with pytest.raises(OverrideError, match=r"^--set orlog\.k: given twice; give each key once$"):  # PyYAML and a dict: the last won
+        parse_sets(["orlog.k=10", "bm25.k=5", "orlog.k=20"])
+    with pytest.raises(OverrideError, match=r"^--set 'itlr.weights=\{a: 1, a: 2\}': the value is not valid YAML \(the key 'a' is given twice"):
+        parse_sets(["itlr.weights={a: 1, a: 2}"])
+    (tmp_path / "twice.yaml").write_text((EXPERIMENTS / "itlr-llm.yaml").read_text() + "title: again\n")  # a second top-level title
+    with pytest.raises(ExperimentError, match=r"not valid YAML: .*the key 'title' is given twice"):
+        load(tmp_path / "twice.yaml")
     text = (EXPERIMENTS / "itlr-llm.yaml").read_text().replace("query_ids: [syn-00-000, syn-09-000, syn-19-000, syn-31-000]",
                                                                 "query_ids: [010, 007, 12]")
     (tmp_path / "e.yaml").write_text(text)
