@@ -43,15 +43,36 @@ def sha256_file(path: str | Path) -> str:
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary name beside ``path``; on success rename it to ``path``, so readers
-    never see half a file; on failure remove it."""
+    never see half a file; on failure remove it. The file's bytes reach the disk before the
+    rename, and the rename before the return (fsync of the file, then of its directory), so
+    a machine that loses power after a write returns holds the whole file, not an empty one
+    under its name."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         yield tmp
+        if tmp.is_file():
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())  # (a failure here is the write's: the file may not be on the disk)
         tmp.replace(path)
+        _sync_directory(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _sync_directory(path: Path) -> None:
+    """A rename in ``path`` to the disk, where the system can sync a directory (not on every one)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 # What reading a file can raise when the file itself is at fault (cut off, corrupt, binary,

@@ -98,3 +98,37 @@ def test_read_yaml_refuses_in_one_line(tmp_path, name, data, message):
         read_yaml(path, "config", ReadError)
     text = str(exc.value)
     assert text.startswith(f"config {path}: {message}") and "\n" not in text, text
+
+
+def test_an_atomic_write_reaches_the_disk_before_its_rename_and_the_rename_before_it_returns(tmp_path, monkeypatch):
+    """A machine that loses power after a write returned must hold the whole file under its
+    name, not an empty one: the file is synced before the rename, its directory after."""
+    import os
+    from pathlib import Path
+
+    from logicrank.pipelines.files import atomic_path
+
+    events = []
+    real_fsync, real_replace = os.fsync, Path.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(self, target):
+        events.append(("rename", str(target)))
+        return real_replace(self, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(Path, "replace", replace)
+    target = tmp_path / "out" / "table.parquet"
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(b"rows")
+        written = str(tmp)
+    assert events == [("fsync", written), ("rename", str(target)), ("fsync", str(target.parent))]
+    assert target.read_bytes() == b"rows" and not Path(written).exists()
+    events.clear()
+    with pytest.raises(RuntimeError), atomic_path(tmp_path / "out" / "failed.parquet") as tmp:  # a failed write: nothing synced, nothing left
+        tmp.write_bytes(b"half")
+        raise RuntimeError("the writer failed")
+    assert events == [] and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["table.parquet"]
