@@ -195,9 +195,16 @@ def _labels_phase(cfg: GenerateConfig, out: Path, store: DocStore, kept: pa.Tabl
     for r in kept.select(["query_id", "shard", "text"]).to_pylist():  # shard: the question's, as drafted
         by_shard.setdefault(r["shard"], []).append(r)
     shards = sorted(by_shard)
-    todo = [s for s in shards if not (out / _shard_file("labels", s)).is_file()]
+    want = {s: {(q["query_id"], d, tuple(candidates.get(q["query_id"], {})[d])) for q in by_shard[s] for d in candidates.get(q["query_id"], {})}
+            for s in shards}
+    written = [s for s in shards if (out / _shard_file("labels", s)).is_file()]
+    todo = [s for s in shards if s not in written or label_pairs(out / _shard_file("labels", s)) != want[s]]
     if len(todo) < len(shards):
         echo(f"generate: {len(shards) - len(todo)} of {len(shards)} shards' labels read from checkpoints")
+    other = [s for s in written if s in todo]
+    if other:  # the questions kept, or their candidates, are not those it labelled (another host's near-duplicate call)
+        echo(f"generate: {len(other)} label checkpoint(s) hold other pairs than the kept questions' candidates (shards "
+             f"{', '.join(map(str, other[:5]))}{', ...' if len(other) > 5 else ''}): labelled again")
     template = prompts.load("gen_relevance")
     for n, group in enumerate(rc.waves(todo, wave), 1):
         pairs = [(q, d, candidates.get(q["query_id"], {})[d]) for s in group for q in by_shard[s] for d in sorted(candidates.get(q["query_id"], {}))]
@@ -211,6 +218,18 @@ def _labels_phase(cfg: GenerateConfig, out: Path, store: DocStore, kept: pa.Tabl
         echo(f"generate: labels, wave {n}: {len(pairs)} pairs of shards {group[0]}-{group[-1]} written")
         beat(f"generate: labels wave {n} written")
     return shards, len(shards) - len(todo)
+
+
+def label_pairs(path: Path) -> set[tuple[str, str, tuple[str, ...]]] | None:
+    """The (question, document, candidate runs that found it) triples a label checkpoint
+    holds; None where it cannot be read (it is labelled again)."""
+    from logicrank.pipelines.files import READ_ERRORS
+
+    try:
+        t = pq.read_table(path, columns=["query_id", "doc_id", "sources"])
+    except READ_ERRORS:
+        return None
+    return {(q, d, tuple(src)) for q, d, src in zip(*(t.column(c).to_pylist() for c in ("query_id", "doc_id", "sources")), strict=True)}
 
 
 def _finish(cfg: GenerateConfig, out: Path, store: DocStore, shards, kept: pa.Table, dropped: dict, labels: pa.Table, llm, llm_counts: dict,

@@ -107,8 +107,15 @@ def test_a_killed_run_resumes_without_losing_or_repeating_rows(synthetic, tiny_c
     assert not (killed / "card.md").exists()  # it was killed before the end, so the rerun has work left
     labelled_before = len(list((killed / "checkpoints" / "labels").glob("shard-*.parquet")))
     assert labelled_before < 6
-    c = run_generate(cfg, killed, echo=lambda m: None)
-    assert c["resumed"]["question_shards_resumed"] == 6 and c["resumed"]["label_shards_resumed"] == labelled_before
+    # a label checkpoint that does not hold the pairs the kept questions' candidates give (as where another host's encoder
+    # kept other near-duplicates): labelled again, never read as the shard's labels
+    shard0 = pq.read_table(first_label)
+    assert shard0.num_rows > 1
+    pq.write_table(shard0.slice(0, shard0.num_rows - 1), first_label)
+    said = []
+    c = run_generate(cfg, killed, echo=said.append)
+    assert c["resumed"]["question_shards_resumed"] == 6 and c["resumed"]["label_shards_resumed"] == labelled_before - 1
+    assert any(m.startswith("generate: 1 label checkpoint(s) hold other pairs than the kept questions' candidates (shards 0)") for m in said), said
     _same(clean[0], killed)  # nothing lost, nothing twice
     labels = pq.read_table(killed / "labels.parquet")
     assert len(set(zip(labels.column("query_id").to_pylist(), labels.column("doc_id").to_pylist(), strict=True))) == labels.num_rows
