@@ -13,7 +13,10 @@
 - ``TokenF1``: SQuAD's token F1 on the normalised texts, best over the gold answers and the
   two readings;
 - ``Acc``: contain-match accuracy (LAG's and many RAG papers' "accuracy"): 1 when a
-  normalised gold answer or alias is a substring of the normalised prediction;
+  normalised gold answer or alias is a substring of the normalised prediction, except that
+  no answer ("unknown", "not mentioned": pipelines/answers.py) never matches: as a substring
+  "unknown" holds the gold "no" of every yes/no question, and LAG writes it when it stops
+  without an answer;
 - ``Judge``: an LLM judge: one True/False truth prompt per question (``qa_judge`` template)
   through an LLM pool (the evaluate job starts one); 1 when P(True) > 0.5; a blank answer
   is 0 without a prompt. Needs an LLM (``logicrank evaluate --judge-llm``). A prompt the
@@ -39,7 +42,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from logicrank.pipelines.answers import normalize_answer
+from logicrank.pipelines.answers import is_no_answer, normalize_answer
 from logicrank.pipelines.files import read_jsonl
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import METRICS
@@ -129,8 +132,11 @@ def token_f1(prediction: str, gold: Sequence[str]) -> float:
 
 
 def contain_match(prediction: str, gold: Sequence[str]) -> float:
-    """1 when a normalised gold answer (non-empty) occurs in the normalised prediction;
-    against an option letter, the chosen option (a letter is a substring of most answers)."""
+    """1 when a normalised gold answer (non-empty) occurs in the normalised prediction, and
+    the prediction is not no answer; against an option letter, the chosen option (a letter is
+    a substring of most answers)."""
+    if is_no_answer(prediction):
+        return 0.0
     if (option := _option_match(prediction, gold)) is not None:
         return option
     p = normalize_answer(prediction)

@@ -30,6 +30,10 @@ def test_exact_match_token_f1_and_contain_match():
     assert qa.contain_match("It was G. Stanley Hall, in 1892.", gold) == 1.0
     assert qa.contain_match("Hall", gold) == 0.0
     assert qa.contain_match("anything", ["the"]) == 0.0  # a gold answer that normalises to nothing matches nothing
+    # no answer never matches: as a substring, "unknown" holds "no", the gold of every other yes/no question
+    for abstention in ("unknown", "Unknown.", "UNKNOWN", "Not mentioned", "N/A", "The passages do not say."):
+        assert qa.contain_match(abstention, ["no"]) == 0.0 and qa.contain_match(abstention, ["No", "not known"]) == 0.0, abstention
+    assert qa.contain_match("No.", ["no"]) == qa.contain_match("no, it is unknown to him", ["no"]) == 1.0  # an answer that says no
 
 
 def test_an_answer_opening_with_yes_or_no_is_also_read_without_it():

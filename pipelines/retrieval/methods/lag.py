@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-from logicrank.pipelines.answers import normalize_answer
+from logicrank.pipelines.answers import UNKNOWN, is_no_answer
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint
 from logicrank.pipelines.retrieval.options import StageOptions
@@ -93,15 +93,6 @@ DECOMPOSE_TEMPLATE = "lag_decompose"
 ANSWER_TEMPLATE = "lag_answer"
 SYNTHESIS_TEMPLATE = "lag_synthesize"
 PLACEHOLDER = re.compile(r"#(\d+)")
-UNKNOWN = "unknown"
-# what a model writes for "unknown" other than the word the prompt asks for (normalised: lower
-# case, no punctuation, no articles): each is no answer, never an A_i filled into the next step
-NO_ANSWER = frozenset({
-    UNKNOWN, "none given", "not known", "not mentioned", "not stated", "not specified", "not given", "not provided",
-    "no answer", "no information", "not enough information", "insufficient information", "cannot be determined",
-    "cannot determine", "cannot answer", "cannot be answered", "it is unknown", "answer is unknown", "passages do not say",
-    "passages do not mention", "passages do not give answer", "passages do not give", "passages do not specify",
-})
 STOP_REASONS = ("done", "no_support", "unanswerable", "redundant", "budget", "error")
 PLANS = ("llm", "gold", "question")
 
@@ -366,7 +357,7 @@ def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callabl
                 continue
             answer = reply if isinstance(reply, str) else reply.text.strip()
             solved_deps = not c.refers or depends_on(c.subs[j - 1]) <= c.answers.keys()
-            if answer and normalize_answer(answer) not in NO_ANSWER and answer.strip().lower().rstrip(".") not in ("n/a", "n.a"):
+            if answer and not is_no_answer(answer):
                 step["status"], step["sub_answer"] = "answered", answer
                 c.answers[j] = answer
                 c.last_solved = j
