@@ -551,8 +551,12 @@ def test_lag_plans_are_decoded_as_json_lists_with_whitespace_between_items():
     ok = ['["Who wrote X?", "When was #1 born?"]', '[\n  "Who wrote \\"X\\"?",\n  "Where is #1?"\n]', '["caf\\u00e9?"]']
     for text in ok:
         assert re.fullmatch(rx, text) and isinstance(json.loads(text), list), text
-    for text in ['[]', '["a", "b", "c", "d"]', r"""["it\'s"]""", '["a\\u12"]', '["a\tb"]', '[' + ' ' * 9 + '"a"]', '["a",]']:
+    for text in ['[]', '["a", "b", "c", "d"]', r"""["it\'s"]""", '["a\\u12"]', '["a\tb"]', '[' + ' ' * 9 + '"a"]', '["a",]',
+                 '["a"\xa0, "b"]', '[\u2003"a"]', '["a"\x0b]']:
         assert not re.fullmatch(rx, text), text
+    for text in ('["a"\xa0, "b"]', '[\u2003"a"]', '["a"\x0b]'):  # whitespace to regex's \s, not to JSON (SmolLM2's no-break spaces)
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(text)
 
 
 def test_an_eager_engine_compiles_nothing_and_a_users_setting_stays():
