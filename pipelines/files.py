@@ -3,6 +3,7 @@ the one JSON Lines and YAML readers."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import gzip
 import hashlib
@@ -54,7 +55,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp
         if tmp.is_file():
             with open(tmp, "rb") as f:
-                os.fsync(f.fileno())  # (a failure here is the write's: the file may not be on the disk)
+                try:
+                    os.fsync(f.fileno())
+                except OSError as exc:  # a file system that cannot sync (some FUSE and object-store mounts) says so; any other failure is the write's
+                    if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+                        raise
         tmp.replace(path)
         _sync_directory(path.parent)
     finally:
@@ -198,10 +203,12 @@ def load_yaml(text: str) -> Any:
     """``text`` as YAML (PyYAML's safe loader), a number written as no one writes a count kept as
     the text it is: PyYAML follows YAML 1.1, where ``010`` is 8 (octal), ``1_000`` is 1000 and
     ``12:30`` is 750 (base 60), so a query id ``010`` became ``8`` and ``orlog.k=010`` was 8.
-    Here only YAML 1.2's forms are numbers (``10``, ``-3``, ``0x1F``, ``0o17``, ``1.5``,
-    ``1e3``, ``.inf``); ``010``, ``1_000`` and ``12:30`` are strings (an integer option still
-    reads ``"010"`` as 10). A key given twice in one mapping, which PyYAML resolves by keeping
-    the last, is a :class:`yaml.YAMLError`, as is text that is not YAML."""
+    Here a number is only a form YAML 1.1 and 1.2 both read as one (``10``, ``-3``, ``0x1F``,
+    ``1.5``, ``-2.5e+3``, ``.inf``); ``010``, ``1_000`` and ``12:30`` are strings (an integer
+    option still reads ``"010"`` as 10). Every plain number here is one to PyYAML too, so what
+    ``yaml.safe_dump`` writes reads back the same. A key given twice in one mapping, which PyYAML
+    resolves by keeping the last, is a :class:`yaml.YAMLError` (a key a merge ``<<`` brings in
+    may be given again), as is text that is not YAML."""
     import yaml
 
     return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a SafeLoader, its number forms narrowed)
@@ -213,21 +220,32 @@ def _yaml_loader() -> type:
 
     import yaml
 
-    def mapping(self, node, deep=False):  # a key given twice: which one holds would be the file's order
-        keys = [self.construct_object(k, deep=True) for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"]  # (<<: merged keys may be overridden)
-        twice = next((k for i, k in enumerate(keys) if isinstance(k, Hashable) and k in keys[:i]), None)
-        if twice is not None:
-            raise yaml.constructor.ConstructorError(None, None, f"the key {twice!r} is given twice in one mapping", node.start_mark)
-        return yaml.SafeLoader.construct_mapping(self, node, deep)
+    def flatten_mapping(self, node):
+        # each mapping's own keys, checked once, before any merge: flattening a mapping that merges
+        # another flattens that one too, and then its value holds the keys it merged beside its own
+        checked = self.__dict__.setdefault("_checked", set())
+        if id(node) not in checked:
+            checked.add(id(node))  # (the nodes live as long as the loader)
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, Hashable):
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice in one mapping",
+                                                                key_node.start_mark)
+                    seen.add(key)
+        yaml.SafeLoader.flatten_mapping(self, node)
 
     numbers = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-    loader = type("YAML12Numbers", (yaml.SafeLoader,), {"construct_mapping": mapping})
+    loader = type("YAMLNumbersBothRead", (yaml.SafeLoader,), {"flatten_mapping": flatten_mapping})
     loader.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in rules if tag not in numbers]
                                       for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    loader.add_implicit_resolver(numbers[0], re.compile(r"^(?:[-+]?(?:0|[1-9][0-9]*)|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
+    loader.add_implicit_resolver(numbers[0], re.compile(r"^[-+]?(?:0|[1-9][0-9]*|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
     loader.add_implicit_resolver(numbers[1], re.compile(
-        r"^(?:[-+]?(?:\.[0-9]+|(?:0|[1-9][0-9]*)\.[0-9]*)(?:[eE][-+]?[0-9]+)?|[-+]?(?:0|[1-9][0-9]*)[eE][-+]?[0-9]+"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
+        r"^(?:[-+]?(?:0|[1-9][0-9]*)\.[0-9]*(?:[eE][-+][0-9]+)?|\.[0-9]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."))
     return loader
 
 

@@ -206,12 +206,22 @@ def test_a_number_written_with_a_leading_zero_is_the_text_the_user_typed(tmp_pat
     """PyYAML reads YAML 1.1, where an unquoted 010 is 8 (octal), 1_000 is 1000 and 12:30 is
     750: query ids 010 and 007 became "8" and "7", and orlog.k=010 was 8. Only YAML 1.2's
     numbers are numbers now, in experiment files and --set alike."""
+    import yaml
+
     from logicrank.pipelines.files import load_yaml
     from logicrank.pipelines.retrieval.overrides import OverrideError, parse_sets
 
-    assert load_yaml("[010, 007, 1_000, '12:30', 12:30, 12, -3, 0x1F, 0o17, 1.5, .5, 1e3, 0]") == [
-        "010", "007", "1_000", "12:30", "12:30", 12, -3, 31, 15, 1.5, 0.5, 1000.0, 0]
+    assert load_yaml("[010, 007, 1_000, '12:30', 12:30, 12, -3, 0x1F, 1.5, .5, -2.5e+3, 0]") == [
+        "010", "007", "1_000", "12:30", "12:30", 12, -3, 31, 1.5, 0.5, -2500.0, 0]
     assert load_yaml("{a: true, b: null, c: ~, d: .inf}") == {"a": True, "b": None, "c": None, "d": float("inf")}
+    # a number is one to YAML 1.1 too, so a string yaml.safe_dump writes bare reads back a string (the dataset registry's
+    # descriptions and names: 1e3 and 0o17 are strings to PyYAML, not numbers)
+    for text in ("1e3", "2E5", "0o17", "-.5", ".5e1", "010", "12:30", "1_000", "0x1F", "yes"):
+        assert load_yaml(yaml.safe_dump({"name": text})) == {"name": text}, text
+    chain = "base: &base {k: 100, scorer: bm25}\npipelines:\n  a: [{itlr: &itlr {<<: *base, k: 50}}]\n  b: {<<: *itlr, scorer: dense}\n"
+    assert load_yaml(chain) == yaml.safe_load(chain)  # a merged key given again is an override, not a key given twice
+    with pytest.raises(yaml.YAMLError, match="the key 'k' is given twice"):
+        load_yaml("x: &x {k: 1, k: 2}\ny: {<<: *x}\n")
     assert parse_sets(["orlog.k=010", "dataset.query_ids=[010, 7]"]) == {"orlog.k": "010", "dataset.query_ids": ["010", 7]}
     with pytest.raises(OverrideError, match=r"^--set orlog\.k: given twice; give each key once$"):  # PyYAML and a dict: the last won
         parse_sets(["orlog.k=10", "bm25.k=5", "orlog.k=20"])

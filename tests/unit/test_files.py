@@ -132,3 +132,26 @@ def test_an_atomic_write_reaches_the_disk_before_its_rename_and_the_rename_befor
         tmp.write_bytes(b"half")
         raise RuntimeError("the writer failed")
     assert events == [] and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["table.parquet"]
+
+
+def test_a_file_system_that_cannot_sync_still_takes_the_write_and_a_failed_sync_fails_it(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from logicrank.pipelines.files import atomic_path
+
+    def cannot(fd):
+        raise OSError(errno.EINVAL, "Invalid argument")  # a mount without fsync
+
+    monkeypatch.setattr(os, "fsync", cannot)
+    with atomic_path(tmp_path / "a.txt") as tmp:
+        tmp.write_text("rows")
+    assert (tmp_path / "a.txt").read_text() == "rows"
+
+    def failed(fd):
+        raise OSError(errno.EIO, "Input/output error")  # the disk did not take the bytes
+
+    monkeypatch.setattr(os, "fsync", failed)
+    with pytest.raises(OSError, match="Input/output error"), atomic_path(tmp_path / "b.txt") as tmp:
+        tmp.write_text("rows")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
