@@ -14,9 +14,9 @@
   two readings;
 - ``Acc``: contain-match accuracy (LAG's and many RAG papers' "accuracy"): 1 when a
   normalised gold answer or alias is a substring of the normalised prediction, except that
-  no answer ("unknown", "not mentioned": pipelines/answers.py) never matches: as a substring
-  "unknown" holds the gold "no" of every yes/no question, and LAG writes it when it stops
-  without an answer;
+  no answer ("unknown", "not mentioned": pipelines/answers.py) matches only a gold answer
+  that is itself no answer: as a substring "unknown" holds the gold "no" of every yes/no
+  question, and LAG writes it when it stops without an answer;
 - ``Judge``: an LLM judge: one True/False truth prompt per question (``qa_judge`` template)
   through an LLM pool (the evaluate job starts one); 1 when P(True) > 0.5; a blank answer
   is 0 without a prompt. Needs an LLM (``logicrank evaluate --judge-llm``). A prompt the
@@ -133,9 +133,9 @@ def token_f1(prediction: str, gold: Sequence[str]) -> float:
 
 def contain_match(prediction: str, gold: Sequence[str]) -> float:
     """1 when a normalised gold answer (non-empty) occurs in the normalised prediction, and
-    the prediction is not no answer; against an option letter, the chosen option (a letter is
+    the prediction is not no answer (unless a gold answer is); against an option letter, the chosen option (a letter is
     a substring of most answers)."""
-    if is_no_answer(prediction):
+    if is_no_answer(prediction) and not any(is_no_answer(a) for a in gold):  # (a gold "Unknown" is matched as any answer)
         return 0.0
     if (option := _option_match(prediction, gold)) is not None:
         return option
