@@ -422,12 +422,15 @@ def apply_to_queries(queries: pa.Table, decompositions: pa.Table, method: str) -
     picked = [by_id[q] for q in qids]
     if "question_sha" in decompositions.column_names:  # made for another question under the same id: another query set's table
         texts = queries.column("text").to_pylist()
-        other = [(q, t) for q, t, r in zip(qids, texts, picked, strict=True) if r.get("question_sha") not in (None, question_sha(t))]
+        # the question as asked, where a stage before rewrote the text (siar keeps it; an expansion does not)
+        asked = queries.column("original_text").to_pylist() if "original_text" in queries.column_names else texts
+        other = [(q, t) for q, t, a, r in zip(qids, texts, asked, picked, strict=True)
+                 if r.get("question_sha") not in (None, question_sha(t), question_sha(a))]
         if other:
             raise DecompositionsError(
                 f"decompositions: {len(other)} of {len(qids)} queries' {method} rows were made for another question text under the same id "
-                f"(e.g. {other[0][0]}: {other[0][1][:60]!r}): a table of another query set (or topics field); run `logicrank decompose` "
-                "on these queries.")
+                f"(e.g. {other[0][0]}: {other[0][1][:60]!r}): a table of another query set (or topics field), or one made before a stage "
+                "that rewrites the text; run `logicrank decompose` on these queries.")
     out = _put(queries, "decomposition_status", [r["status"] for r in picked], DECOMPOSED_QUERY.field("decomposition_status").type)
     return kind.apply(out, picked)
 

@@ -112,8 +112,10 @@ def test_a_row_made_for_another_question_under_the_same_id_is_refused():
     assert got.column("logical_query").to_pylist() == ['"museums in Paris but not art museums"', '"malaria, not in children"']
     other = [made[0], dict(made[1], question_sha=question_sha("dengue in adults"))]
     with pytest.raises(DecompositionsError, match=r"^decompositions: 1 of 2 queries' itlr rows were made for another question text under "
-                                                  r"the same id \(e\.g\. q2: 'malaria, not in children'\)"):
+                                                  r"the same id \(e\.g\. q2: 'malaria, not in children'\): a table of another"):
         apply_to_queries(QUERIES, pa.Table.from_pylist(other, schema=DECOMPOSITIONS), "itlr")
+    rewritten = QUERIES.set_column(1, "text", pa.array(["rule one", "rule two"])).append_column("original_text", QUERIES.column("text"))
+    assert apply_to_queries(rewritten, pa.Table.from_pylist(made, schema=DECOMPOSITIONS), "itlr").num_rows == 2  # siar kept the question
     unchecked = [made[0], dict(made[1], question_sha=None)]
     assert apply_to_queries(QUERIES, pa.Table.from_pylist(unchecked, schema=DECOMPOSITIONS), "itlr").num_rows == 2
     older = pa.Table.from_pylist(other, schema=DECOMPOSITIONS).drop(["question_sha"])  # a table written before the column
