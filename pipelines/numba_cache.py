@@ -115,7 +115,10 @@ def cache_typed_containers() -> None:
     package, as :class:`ContentKeyedCache` caches a package's own functions. numba declares them
     without ``cache=True``, so every process compiled them again on first use, most of ranx's
     first fusion's time (docs/bulk-retrieval.md). numba still refuses to cache a function
-    it cannot (one holding an address of this process), as for any cached function. Call it
+    it cannot (one holding an address of this process), as for any cached function. The
+    caching holds for the whole process: a typed container of a user's own types whose hash or
+    equality (an ``@overload``, a jitclass) is edited later would load the helpers compiled with
+    the old one, numba's limit for any cached function that calls code of another file. Call it
     before the containers are first used; calling it again does nothing."""
     global _typed_cached
     if _typed_cached:
