@@ -54,7 +54,11 @@ def parse_sets(items: Iterable[str] | Mapping[str, Any] | None) -> dict[str, Any
     if not items:
         return {}
     if isinstance(items, Mapping):
-        return {str(k).strip(): v for k, v in items.items()}
+        out = {str(k).strip(): v for k, v in items.items()}
+        if len(out) < len(items):  # two keys that differ only by spaces (or 1 and "1"): which one holds would be the order
+            twice = sorted(k for k in out if sum(str(j).strip() == k for j in items) > 1)
+            raise OverrideError(f"set: {twice[0]} given twice; give each key once")
+        return out
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = str(item).partition("=")

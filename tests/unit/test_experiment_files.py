@@ -225,6 +225,8 @@ def test_a_number_written_with_a_leading_zero_is_the_text_the_user_typed(tmp_pat
     assert parse_sets(["orlog.k=010", "dataset.query_ids=[010, 7]"]) == {"orlog.k": "010", "dataset.query_ids": ["010", 7]}
     with pytest.raises(OverrideError, match=r"^--set orlog\.k: given twice; give each key once$"):  # PyYAML and a dict: the last won
         parse_sets(["orlog.k=10", "bm25.k=5", "orlog.k=20"])
+    with pytest.raises(OverrideError, match=r"^set: orlog\.k given twice; give each key once$"):  # an experiment file's set: mapping
+        parse_sets({"orlog.k": 10, "orlog.k ": 20})
     with pytest.raises(OverrideError, match=r"^--set 'itlr.weights=\{a: 1, a: 2\}': the value is not valid YAML \(the key 'a' is given twice"):
         parse_sets(["itlr.weights={a: 1, a: 2}"])
     (tmp_path / "twice.yaml").write_text((EXPERIMENTS / "itlr-llm.yaml").read_text() + "title: again\n")  # a second top-level title
