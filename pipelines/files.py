@@ -230,7 +230,8 @@ def _yaml_loader() -> type:
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue
-                key = self.construct_object(key_node, deep=True)
+                # a plain = key, which PyYAML's flatten makes the string "=" (not yet made here)
+                key = key_node.value if key_node.tag == "tag:yaml.org,2002:value" else self.construct_object(key_node, deep=True)
                 if isinstance(key, Hashable):
                     if key in seen:
                         raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice in one mapping",

@@ -135,8 +135,10 @@ def contain_match(prediction: str, gold: Sequence[str]) -> float:
     """1 when a normalised gold answer (non-empty) occurs in the normalised prediction, and
     the prediction is not no answer (unless a gold answer is); against an option letter, the chosen option (a letter is
     a substring of most answers)."""
-    if is_no_answer(prediction) and not any(is_no_answer(a) for a in gold):  # (a gold "Unknown" is matched as any answer)
-        return 0.0
+    if is_no_answer(prediction):  # matched against the gold answers that are themselves no answer only
+        gold = [a for a in gold if is_no_answer(a)]
+        if not gold:
+            return 0.0
     if (option := _option_match(prediction, gold)) is not None:
         return option
     p = normalize_answer(prediction)

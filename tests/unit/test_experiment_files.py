@@ -220,6 +220,7 @@ def test_a_number_written_with_a_leading_zero_is_the_text_the_user_typed(tmp_pat
         assert load_yaml(yaml.safe_dump({"name": text})) == {"name": text}, text
     chain = "base: &base {k: 100, scorer: bm25}\npipelines:\n  a: [{itlr: &itlr {<<: *base, k: 50}}]\n  b: {<<: *itlr, scorer: dense}\n"
     assert load_yaml(chain) == yaml.safe_load(chain)  # a merged key given again is an override, not a key given twice
+    assert load_yaml("a: 1\n=: 2\n") == yaml.safe_load("a: 1\n=: 2\n") == {"a": 1, "=": 2}  # a plain = key is the string "="
     with pytest.raises(yaml.YAMLError, match="the key 'k' is given twice"):
         load_yaml("x: &x {k: 1, k: 2}\ny: {<<: *x}\n")
     assert parse_sets(["orlog.k=010", "dataset.query_ids=[010, 7]"]) == {"orlog.k": "010", "dataset.query_ids": ["010", 7]}

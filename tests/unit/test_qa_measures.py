@@ -36,6 +36,7 @@ def test_exact_match_token_f1_and_contain_match():
     # unless the gold is itself no answer (a True / False / Unknown set): then it is matched as any answer
     assert qa.contain_match("Unknown.", ["Unknown"]) == qa.contain_match("unknown", ["no", "unknown"]) == 1.0
     assert qa.contain_match("Not mentioned", ["unknown"]) == 0.0  # (another no-answer phrase is not the gold's text)
+    assert qa.contain_match("Not mentioned", ["no", "unknown"]) == qa.contain_match("No answer", ["no", "unknown"]) == 0.0  # never via "no"
     assert qa.contain_match("No.", ["no"]) == qa.contain_match("no, it is unknown to him", ["no"]) == 1.0  # an answer that says no
 
 
