@@ -48,6 +48,14 @@ class EngineDied(RuntimeError):
     the actor and sends the batch again."""
 
 
+def engine_dtype(dtype: str, on_cpu: bool) -> str:
+    """The dtype an engine set to ``dtype`` runs in, as the prompt cache keys it: ``auto`` is
+    float32 on a CPU (bf16 logits are too coarse for P(True) there) and the checkpoint's own on
+    a GPU (vLLM's choice, kept as ``auto``), so a cache shared by CPU and GPU engines never
+    hands one the other's answers."""
+    return "float32" if dtype == "auto" and on_cpu else dtype
+
+
 def engine_dead(exc: BaseException, engine: Engine | None) -> bool:
     """Whether ``exc``, raised by a batch, means the engine itself is gone rather than one bad
     prompt: vLLM says so (``EngineDeadError``), the engine's start raised, or the started
@@ -261,7 +269,7 @@ class Engine:
                 # OpenMP read OMP_NUM_THREADS when torch was loaded, which may have been before configure_vllm_env (Ray
                 # sets it to a worker's CPUs): set the count itself, as vLLM does not with its binding off
                 torch.set_num_threads(self.cfg.cpu_threads)
-            dtype = "float32" if self.cfg.dtype == "auto" and on_cpu else self.cfg.dtype
+            dtype = engine_dtype(self.cfg.dtype, on_cpu)
             block_size = self.cfg.block_size or (32 if on_cpu else None)
             t = time.perf_counter()
             try:
@@ -429,8 +437,10 @@ class LLMClient:
         """The engine's settings that move its numbers (a bfloat16 engine's P(True) is not a
         float32 one's): part of every prompt's cache key, so one cache serves several engines
         and hands each only its own answers."""
+        import torch  # (whether this process has a GPU; the engine loads torch anyway, so only a rerun served wholly from the cache pays)
+
         c = self.cfg
-        return {"dtype": c.dtype, "seed": c.seed, "max_model_len": c.max_model_len, "enforce_eager": c.enforce_eager,
+        return {"dtype": engine_dtype(c.dtype, not torch.cuda.is_available()), "seed": c.seed, "max_model_len": c.max_model_len, "enforce_eager": c.enforce_eager,
                 "tensor_parallel_size": c.tensor_parallel_size, "enable_prefix_caching": c.enable_prefix_caching}
 
     def _cached(self, template: Template, values, params: dict, run, kind):

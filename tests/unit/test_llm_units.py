@@ -273,21 +273,29 @@ def test_cache_key_covers_model_template_prompt_and_params():
 def test_one_prompt_cache_hands_each_engine_setting_only_its_own_answers(tmp_path, monkeypatch):
     """A bfloat16 engine's P(True) is not a float32 one's: with one cache, the second engine's
     prompts are run, not answered with the first one's (the engine is a stand-in: no model loads)."""
+    import torch
+
     from logicrank.pipelines.config.settings import LLMConfig
     from logicrank.pipelines.llm.engine import Engine, LLMClient, Truth
 
-    def stand_in(engine, texts):
-        p = {"float32": 0.25, "bfloat16": 0.75}[engine.cfg.dtype]
+    gpu = False  # what torch says of this process's device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+
+    def stand_in(engine, texts):  # auto: float32 on a CPU, the checkpoint's bfloat16 on a GPU
+        p = {"float32": 0.25, "bfloat16": 0.75, "auto": 0.75 if gpu else 0.25}[engine.cfg.dtype]
         return [Truth(p, 0.0, 0.0, True, 3, 0) for _ in texts]
 
     monkeypatch.setattr(Engine, "truth", stand_in)
     template, values = prompts.load("truth"), [{"context": "", "statement": "the sky is blue"}]
     got = {}
-    for dtype in ("float32", "bfloat16", "float32"):
+    for gpu, dtype in ((False, "float32"), (False, "bfloat16"), (False, "float32"), (False, "auto"), (True, "auto"), (True, "float32")):
         client = LLMClient(LLMConfig(dtype=dtype, cache=str(tmp_path / "c.sqlite")))
         (t,) = client.truth(template, values)
-        got.setdefault(dtype, []).append((t.p_true, t.cached))
-    assert got == {"float32": [(0.25, False), (0.25, True)], "bfloat16": [(0.75, False)]}
+        got.setdefault((gpu, dtype), []).append((t.p_true, t.cached))
+    # auto on a CPU runs float32: its answers are float32's; auto on a GPU runs the checkpoint's
+    # dtype: it is not handed the CPU's float32 answers
+    assert got == {(False, "float32"): [(0.25, False), (0.25, True)], (False, "bfloat16"): [(0.75, False)],
+                   (False, "auto"): [(0.25, True)], (True, "auto"): [(0.75, False)], (True, "float32"): [(0.25, True)]}
 
 
 # -- model registry --------------------------------------------------------------------------
