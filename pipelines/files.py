@@ -47,9 +47,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     never see half a file; on failure remove it. The file's bytes reach the disk before the
     rename, and the rename before the return (fsync of the file, then of its directory), so
     a machine that loses power after a write returns holds the whole file, not an empty one
-    under its name."""
+    under its name. A directory it makes for the file is synced into its parent too."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         yield tmp
@@ -64,6 +64,21 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         _sync_directory(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def make_dirs(path: str | Path) -> None:
+    """Directory ``path``, with its missing parents, made as ``mkdir -p`` does; each one made
+    is synced into its parent, so a file renamed into a new directory is not lost with the
+    directory's entry when the machine loses power."""
+    path, missing = Path(path), []
+    while not path.is_dir():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for made in reversed(missing):
+        made.mkdir(exist_ok=True)  # (another process may make it meanwhile; a file of that name is refused)
+        _sync_directory(made.parent)
 
 
 def _sync_directory(path: Path) -> None:

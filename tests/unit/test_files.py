@@ -102,7 +102,8 @@ def test_read_yaml_refuses_in_one_line(tmp_path, name, data, message):
 
 def test_an_atomic_write_reaches_the_disk_before_its_rename_and_the_rename_before_it_returns(tmp_path, monkeypatch):
     """A machine that loses power after a write returned must hold the whole file under its
-    name, not an empty one: the file is synced before the rename, its directory after."""
+    name, not an empty one: the file is synced before the rename, its directory after, and a
+    directory made for it into its own parent."""
     import os
     from pathlib import Path
 
@@ -125,8 +126,18 @@ def test_an_atomic_write_reaches_the_disk_before_its_rename_and_the_rename_befor
     with atomic_path(target) as tmp:
         tmp.write_bytes(b"rows")
         written = str(tmp)
-    assert events == [("fsync", written), ("rename", str(target)), ("fsync", str(target.parent))]
+    # out/ is made for it: its entry synced in tmp_path first
+    assert events == [("fsync", str(tmp_path)), ("fsync", written), ("rename", str(target)), ("fsync", str(target.parent))]
     assert target.read_bytes() == b"rows" and not Path(written).exists()
+    events.clear()
+    deep = tmp_path / "out" / "a" / "b" / "runs.parquet"  # two directories made, each synced into its parent
+    with atomic_path(deep) as tmp:
+        tmp.write_bytes(b"rows")
+    assert [e for e in events if e[0] == "fsync"][:2] == [("fsync", str(tmp_path / "out")), ("fsync", str(tmp_path / "out" / "a"))]
+    assert deep.read_bytes() == b"rows"
+    (tmp_path / "out" / "a" / "b" / "runs.parquet").unlink()
+    for d in (tmp_path / "out" / "a" / "b", tmp_path / "out" / "a"):
+        d.rmdir()
     events.clear()
     with pytest.raises(RuntimeError), atomic_path(tmp_path / "out" / "failed.parquet") as tmp:  # a failed write: nothing synced, nothing left
         tmp.write_bytes(b"half")
