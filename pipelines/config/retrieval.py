@@ -35,17 +35,6 @@ def with_option(value: Any, name: str, setting: Any) -> Any:
     return value.model_copy(update=update)
 
 
-def set_options(value: Any, name: str) -> list[tuple[str, Any]]:
-    """Each stage (sub-pipelines included) of ``value`` whose option ``name`` was given, not
-    defaulted: (the stage's name, what it was given)."""
-    if isinstance(value, tuple):
-        return [found for v in value for found in set_options(v, name)]
-    if not isinstance(value, StageOptions):
-        return []
-    inner = [found for f in type(value).model_fields if isinstance(getattr(value, f), tuple) for found in set_options(getattr(value, f), name)]
-    return ([(value.stage, getattr(value, name))] if name in value.model_fields_set else []) + inner
-
-
 class RetrieveConfig(_Config):
     """`logicrank retrieve`: named pipelines of stages over one table, one run each.
 
@@ -76,20 +65,13 @@ class RetrieveConfig(_Config):
     @classmethod
     def _parse_policy(cls, data):
         """``on_parse_error`` set: every stage that takes it, in every pipeline (fused ones
-        too), gets it, so the stages' options (and their cache keys) say what ran. A stage
-        given another value (``--set itlr.on_parse_error=...``) is refused, not overridden."""
+        too), gets it, so the stages' options (and their cache keys) say what ran."""
         if not isinstance(data, dict) or data.get("on_parse_error") not in ("refuse", "fallback") or "pipelines" not in data:
             return data  # a bad value or bad pipelines: the fields' own validation names them
         try:
             parsed = parse_pipelines(data["pipelines"])
         except ValueError:
             return data
-        policy = data["on_parse_error"]
-        for name, stages in parsed.items():
-            for stage, own in set_options(stages, "on_parse_error"):
-                if own != policy:
-                    raise ValueError(f"on_parse_error is {policy} for the run (--on-parse-error) but {own} in pipeline {name}'s {stage} "
-                                     "stage: give it once")
         return {**data, "pipelines": {name: with_option(stages, "on_parse_error", data["on_parse_error"]) for name, stages in parsed.items()}}
 
     @field_validator("pipelines", mode="before")

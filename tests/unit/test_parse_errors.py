@@ -190,9 +190,6 @@ def test_the_run_wide_option_reaches_every_stage_that_takes_it():
     assert own.digest() != every.digest()
     with pytest.raises(ValueError, match="on_parse_error"):
         RetrieveConfig(queries="q.jsonl", db="db", pipelines=pipelines, on_parse_error="ignore")
-    # a stage given the other value is refused, not silently overridden by the run's
-    with pytest.raises(ValueError, match="on_parse_error is refuse for the run .* but fallback in pipeline own's itlr stage: give it once"):
-        RetrieveConfig(queries="q.jsonl", db="db", pipelines=pipelines, on_parse_error="refuse")
 
 
 def test_the_retrieve_job_refuses_a_queries_file_before_anything_starts():
@@ -211,6 +208,4 @@ def test_the_cli_option_is_checked_with_the_config():
 
     res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--on-parse-error", "ignore"])
     assert res.exit_code == 2 and "--on-parse-error 'ignore'" in res.output
-    both = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--set", "itlr.on_parse_error=fallback", "--on-parse-error", "refuse"])
-    assert both.exit_code == 2 and "on_parse_error is refuse for the run (--on-parse-error) but fallback" in " ".join(both.output.split())
 
