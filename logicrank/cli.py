@@ -329,8 +329,14 @@ def retrieve(
 ):
     """Run named pipelines of stages (or --method presets); writes one run table per pipeline."""
     from logicrank.jobs.retrieve import run_retrieve
+    from logicrank.pipelines.retrieval.overrides import parse_sets
     from logicrank.pipelines.retrieval.pipeline import pipelines_file, read_presets, with_sets
 
+    if "on_parse_error" in bound.given:  # it replaces every stage's: a --set of a stage's own that differs is refused, not overridden
+        policy = bound.values["on_parse_error"]
+        for key, value in _run(parse_sets, set_ or []).items():
+            if key.rsplit(".", 1)[-1] == "on_parse_error" and value != policy:
+                _fail(f"retrieve: --on-parse-error {policy} and --set {key}={value} disagree; give it once.")
     in_file = bound.file is not None and "pipelines" in _run(read_file, bound.file)
     if pipelines is not None or in_file:
         where = "--pipelines" if pipelines is not None else f"the pipelines of {bound.file}"

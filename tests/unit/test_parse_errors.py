@@ -208,4 +208,11 @@ def test_the_cli_option_is_checked_with_the_config():
 
     res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--on-parse-error", "ignore"])
     assert res.exit_code == 2 and "--on-parse-error 'ignore'" in res.output
+    # --on-parse-error replaces every stage's: a --set of a stage's own that differs is refused, not silently overridden
+    both = ["retrieve", "q.jsonl", "--method", "itlr", "--set", "itlr.on_parse_error=fallback", "--on-parse-error", "refuse"]
+    refused = CliRunner().invoke(app, both)
+    assert refused.exit_code == 2 and "--on-parse-error refuse and --set itlr.on_parse_error=fallback disagree" in " ".join(refused.output.split())
+    for other in (["--set", "itlr.k=50"], ["--k", "50"], ["--set", "itlr.on_parse_error=fallback"]):  # (the store is then refused: no db)
+        res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--db", "no-db-here", *other, "--on-parse-error", "fallback"])
+        assert "disagree" not in res.output and "no database at 'no-db-here'" in " ".join(res.output.split()), (other, res.output)
 
