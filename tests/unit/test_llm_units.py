@@ -272,14 +272,22 @@ def test_cache_key_covers_model_template_prompt_and_params():
 
 def test_one_prompt_cache_hands_each_engine_setting_only_its_own_answers(tmp_path, monkeypatch):
     """A bfloat16 engine's P(True) is not a float32 one's: with one cache, the second engine's
-    prompts are run, not answered with the first one's (the engine is a stand-in: no model loads)."""
+    prompts are run, not answered with the first one's (the engine is a stand-in: no model loads).
+    dtype auto is keyed by the dtype it runs in: float32 on a CPU, vLLM's choice on a GPU."""
+    import importlib.metadata
+
     import torch
 
     from logicrank.pipelines.config.settings import LLMConfig
-    from logicrank.pipelines.llm.engine import Engine, LLMClient, Truth
+    from logicrank.pipelines.llm import engine as engine_module
+    from logicrank.pipelines.llm.engine import Engine, LLMClient, Truth, dtype_key
 
-    gpu = False  # what torch says of this process's device
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    gpu, asked = False, []  # the device; the process settings made and torch asked, in order
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: ("2.13.0+cu128" if gpu else "2.13.0+cpu") if name == "torch"
+                        else real_version(name))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append("torch asked") or gpu)
+    monkeypatch.setattr(engine_module, "configure_vllm_env", lambda cfg: asked.append("vllm settings"))  # (not this process's)
 
     def stand_in(engine, texts):  # auto: float32 on a CPU, the checkpoint's bfloat16 on a GPU
         p = {"float32": 0.25, "bfloat16": 0.75, "auto": 0.75 if gpu else 0.25}[engine.cfg.dtype]
@@ -296,6 +304,11 @@ def test_one_prompt_cache_hands_each_engine_setting_only_its_own_answers(tmp_pat
     # dtype: it is not handed the CPU's float32 answers
     assert got == {(False, "float32"): [(0.25, False), (0.25, True)], (False, "bfloat16"): [(0.75, False)],
                    (False, "auto"): [(0.25, True)], (True, "auto"): [(0.75, False)], (True, "float32"): [(0.25, True)]}
+    # torch asked once: for auto with a CUDA build (a +cpu build is a CPU, an explicit dtype is
+    # keyed as given), after the settings OpenMP reads when torch loads it
+    assert asked == ["vllm settings", "torch asked"]
+    # never plain "auto": caches written before keyed it so, with the float32 answers of CPU engines
+    assert [dtype_key("auto", True), dtype_key("auto", False), dtype_key("bfloat16", True)] == ["float32", "auto@gpu", "bfloat16"]
 
 
 # -- model registry --------------------------------------------------------------------------
