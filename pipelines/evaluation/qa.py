@@ -132,9 +132,10 @@ def token_f1(prediction: str, gold: Sequence[str]) -> float:
 
 
 def contain_match(prediction: str, gold: Sequence[str]) -> float:
-    """1 when a normalised gold answer (non-empty) occurs in the normalised prediction, and
-    the prediction is not no answer (unless a gold answer is); against an option letter, the chosen option (a letter is
-    a substring of most answers)."""
+    """1 when a normalised gold answer (non-empty) occurs in the normalised prediction; a
+    prediction that is no answer is matched only against gold answers that are no answer too
+    ("No answer" never matches the gold "no"); against an option letter, the chosen option (a
+    letter is a substring of most answers)."""
     if is_no_answer(prediction):  # matched against the gold answers that are themselves no answer only
         gold = [a for a in gold if is_no_answer(a)]
         if not gold:
