@@ -284,7 +284,7 @@ def read_qrels(path: str | Path) -> pa.Table:
     if not path.exists():
         raise TopicsError(f"qrels: no file at {str(path)!r}; give a BEIR qrels TSV, a BEIR directory or a TREC qrels file.")
     qids, dids, rels = [], [], []
-    beir = False
+    beir, width = False, None  # width: the fields of the first line, and its number
     with reading(f"qrels {path}", TopicsError), _open_text(path) as f:
         for n, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
@@ -303,20 +303,32 @@ def read_qrels(path: str | Path) -> pa.Table:
                 q, d, r = parts
             else:
                 parts = line.split()
-                if len(parts) == 3:
-                    q, d, r = parts
-                elif len(parts) == 4:
-                    q, _, d, r = parts
-                else:
+                if len(parts) not in (3, 4):
                     raise TopicsError(f"qrels {path}: line {n} has {len(parts)} fields; expected 4 (TREC: qid 0 docno rel) or 3.")
-            try:
-                rel = int(float(r))
-            except ValueError as exc:
-                raise TopicsError(f"qrels {path}: line {n}: relevance {r!r} is not a number.") from exc
-            qids.append(q), dids.append(d), rels.append(rel)
+                width = width or (len(parts), n)
+                if len(parts) != width[0]:  # (a line missing its docno, or an id with a space in a file without a header)
+                    raise TopicsError(f"qrels {path}: line {n} has {len(parts)} fields and line {width[1]} has {width[0]}; "
+                                      "every line of a qrels file has the same fields (TREC: qid 0 docno rel).")
+                q, d, r = (parts[0], parts[2], parts[3]) if len(parts) == 4 else parts
+            qids.append(q), dids.append(d), rels.append(_relevance(r, f"qrels {path}: line {n}"))
     qrels = pa.table({"query_id": qids, "doc_id": dids, "relevance": pa.array(rels, pa.int32())}, schema=QRELS)
     check_qrels(qrels, f"qrels {path}")
     return qrels
+
+
+# a relevance as trec_eval reads it (C's atol): an integer, or a decimal read up to its point
+# (0.5 is 0); an exponent, an underscore or inf would read otherwise there, so they are refused
+_RELEVANCE = re.compile(r"[+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+")
+
+
+def _relevance(text: str, where: str) -> int:
+    if not _RELEVANCE.fullmatch(text):
+        raise TopicsError(f"{where}: relevance {text!r} is not an integer (trec_eval reads the digits before any point: write 0, 1, 2, -1).")
+    whole = text.split(".")[0]
+    rel = int(whole) if whole.lstrip("+-") else 0  # (".5" and "-.5" are 0)
+    if not -(2**31) <= rel < 2**31:
+        raise TopicsError(f"{where}: relevance {text!r} is out of range (qrels hold 32-bit integers).")
+    return rel
 
 
 def check_qrels(qrels: pa.Table, source: str) -> None:

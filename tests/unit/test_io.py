@@ -1,3 +1,5 @@
+import re
+
 import pyarrow as pa
 import pytest
 
@@ -14,6 +16,27 @@ def test_bundled_scifact_reads():
     assert q.num_rows == 300 and q.column("query_id")[0].as_py() == "1"
     qr = read_qrels(d.qrels)
     assert qr.schema == QRELS and qr.num_rows == 339
+
+
+def test_qrels_lines_keep_one_layout_and_relevance_reads_as_trec_eval_reads_it(tmp_path):
+    """A line missing its docno in a 4-column file (or an id with a space in a 3-column one)
+    would be read as a judgement of another document: refused. A relevance is an integer as
+    trec_eval reads one (the digits before any point); a form it reads otherwise (an exponent:
+    atol reads 5E-1 as 5) is refused, not read as Python reads it."""
+    path = tmp_path / "qrels.trec"
+    path.write_text("301 0 d1 1\n301 0 1\n")
+    with pytest.raises(TopicsError, match=r"line 2 has 3 fields and line 1 has 4; every line of a qrels file has the same fields"):
+        read_qrels(path)
+    path.write_text("q1\td1\t1\nq1\tdoc 7\t1\n")
+    with pytest.raises(TopicsError, match=r"line 2 has 4 fields and line 1 has 3"):
+        read_qrels(path)
+    path.write_text("1 0 a 0.5\n1 0 b 1.0\n1 0 c -1\n1 0 d +2\n1 0 e 3.\n1 0 f .5\n")
+    assert read_qrels(path).column("relevance").to_pylist() == [0, 1, -1, 2, 3, 0]
+    for rel, says in (("5E-1", "is not an integer"), ("1e3", "is not an integer"), ("1_0", "is not an integer"), ("inf", "is not an integer"),
+                      ("3000000000", "is out of range")):
+        path.write_text(f"1 0 a 1\n1 0 b {rel}\n")
+        with pytest.raises(TopicsError, match=f"^qrels {re.escape(str(path))}: line 2: relevance '{rel}' {says}"):
+            read_qrels(path)
 
 
 def test_trec_formats_and_errors(tmp_path):
