@@ -198,6 +198,8 @@ _TOPIC_CLOSE = re.compile(r"</(top|topic)\s*>", re.I)
 _TOPIC_TAG = re.compile(r"<(/?)([A-Za-z][\w.:-]*)(?:\s[^<>]*)?/?>")
 _TOPIC_NUMBER = re.compile(r"""\bnumber\s*=\s*["']?([^"'\s>]+)""", re.I)
 _TOPIC_LABEL = re.compile(r"^\s*(number|topic|description|narrative)\s*:", re.I)
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_CDATA = re.compile(r"<!\[CDATA\[(.*?)\]\]>", re.S)
 _FIELD_TAGS = {"title": ("title", "query"), "desc": ("desc", "description", "question"), "narr": ("narr", "narrative")}
 _FIELD_NAMES = {"title": "<title> (or <query>)", "desc": "<desc> (or <description>, <question>)", "narr": "<narr> (or <narrative>)"}
 
@@ -209,6 +211,10 @@ def _topic_text(raw: str) -> str:
 
 
 def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
+    # a comment (a topic commented out) is no text, its lines kept for the line numbers; a CDATA
+    # section is its characters, escaped here as the rest of the text is (decoded with it)
+    text = _COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    text = _CDATA.sub(lambda m: html.escape(m.group(1), quote=False), text)
     rows = []
     opens = list(_TOPIC_OPEN.finditer(text))
     if not opens:
@@ -221,6 +227,9 @@ def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
         line = text.count("\n", 0, m.start()) + 1
         fields: dict[str, str] = {}
         tags = list(_TOPIC_TAG.finditer(block))
+        if sum(not t.group(1) and t.group(2).lower() == "num" for t in tags) > 1:
+            raise TopicsError(f"queries {path}: the topic at line {line} holds two <num> fields (a </top> and <top> missing between "
+                              "two topics?); give each topic its own <top> block.")
         for j, t in enumerate(tags):
             name = t.group(2).lower()
             if t.group(1) or name in fields:

@@ -313,6 +313,15 @@ def test_xml_topics(tmp_path):
     assert read_queries(path, "narr").column("query_id").to_pylist() == ["1", "2"]
     path.write_text('<topics><topic number="0001"><query>padded</query></topic></topics>')
     assert read_queries(path).column("query_id").to_pylist() == ["0001"]  # an attribute's id is kept as written
+    # a topic commented out is not read; a CDATA section is its characters, taken literally
+    path.write_text('<topics>\n<!-- retired:\n<topic number="99"><query>old</query></topic> -->\n'
+                    '<topic number="1"><query><![CDATA[salt & pepper <b>]]></query></topic>\n'
+                    '<topic number="2"><query>fish &amp; chips</query></topic>\n<topic number="3"></topic>\n</topics>\n')
+    with pytest.raises(TopicsError, match=r"topic 3 \(line 6\) has no <title>"):  # (the comment's lines still counted)
+        read_queries(path)
+    path.write_text(path.read_text().replace('<topic number="3"></topic>\n', ""))
+    assert read_queries(path).to_pylist() == [{"query_id": "1", "text": "salt & pepper <b>", "logical_query": None},
+                                              {"query_id": "2", "text": "fish & chips", "logical_query": None}]
 
 
 def test_topics_refusals_name_the_topic_and_the_fix(tmp_path):
@@ -328,6 +337,9 @@ def test_topics_refusals_name_the_topic_and_the_fix(tmp_path):
         read_queries(path)
     path.write_text(TOPICS + TOPICS)
     with pytest.raises(TopicsError, match=r"duplicate query ids \['301', '51'\]"):
+        read_queries(path)
+    path.write_text("<top>\n<num> Number: 301\n<title> one\n\n<num> Number: 302\n<title> two\n</top>\n")  # a </top><top> missing
+    with pytest.raises(TopicsError, match=r"the topic at line 1 holds two <num> fields"):
         read_queries(path)
     path.write_text("<html>not topics</html>")
     with pytest.raises(TopicsError, match="holds no <top> or <topic> element"):
