@@ -53,6 +53,22 @@ def test_a_sample_of_qrels_without_a_header_keeps_every_judgement_of_the_drawn_q
     assert sample_queries(beir, 10, seed=0, out=tmp_path / "all")[0].read_text().count("\n") == 10  # ulogic-0 can be drawn
 
 
+def test_a_sample_reads_the_queries_as_the_run_reads_them(tmp_path):
+    """A queries file as BEIR's tools may write it: a byte order mark, integer ids, the id
+    under another of its keys. The sample keys each query as evaluation does ("7" judges
+    query 7) and keeps each record whole."""
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    records = [{"_id": i, "text": f"q{i}", "metadata": {"n": i}} for i in range(6)] + [{"query_id": "x", "text": "other key"}]
+    (beir / "queries.jsonl").write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in records).encode())
+    (beir / "qrels" / "test.tsv").write_bytes(b"\xef\xbb\xbfquery-id\tcorpus-id\tscore\r\n" + b"".join(f"{q}\td{q}\t1\r\n".encode() for q in [0, 2, 4, "x"]))
+    queries, qrels = sample_queries(beir, None, 0, tmp_path / "s", ids=("4", "x", "0"))
+    assert [json.loads(line) for line in queries.read_text().splitlines()] == [records[0], records[4], records[6]]  # in the file's order
+    assert qrels.read_text().splitlines() == ["query-id\tcorpus-id\tscore", "0\td0\t1", "4\td4\t1", "x\tdx\t1"]
+    with pytest.raises(ExperimentError, match=r"\['1'\] not among the queries the qrels judge"):
+        sample_queries(beir, None, 0, tmp_path / "s", ids=("1",))
+
+
 @pytest.mark.parametrize("given", [None, "missing-dir"])
 def test_without_the_set_the_rules_section_is_one_line_saying_how_to_get_it(tmp_path, given):
     lines = []

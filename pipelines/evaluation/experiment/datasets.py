@@ -5,14 +5,15 @@ named queries (:func:`sample_queries`). Paths may hold environment variables (:f
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
 from pathlib import Path
 
 from logicrank.pipelines.evaluation.experiment.model import Dataset, ExperimentError
-from logicrank.pipelines.files import write_text_atomic
-from logicrank.pipelines.io import read_qrels
+from logicrank.pipelines.files import is_gzip, read_jsonl, write_text_atomic
+from logicrank.pipelines.io import read_qrels, read_queries
 from logicrank.schemas.errors import UserError
 
 
@@ -117,14 +118,19 @@ def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str =
         return queries, qrels
     # each judgement's query as evaluation reads it (a BEIR header or none, TREC's four fields)
     read = read_qrels(qrels).column("query_id").to_pylist()
-    rows = [r for r in qrels.read_text(encoding="utf-8").splitlines() if r.strip()]
+    with gzip.open(qrels, "rt", encoding="utf-8-sig") if is_gzip(qrels) else open(qrels, encoding="utf-8-sig") as f:
+        rows = [r.rstrip("\r\n") for r in f if r.strip()]
     header, rows = rows[: len(rows) - len(read)], rows[len(rows) - len(read):]  # (read_qrels skips only a header)
     judged = set(read)
     # drawn among the queries the qrels judge (evaluation averages over those): a BEIR queries
-    # file may hold other splits' queries too
-    lines = [line for line in queries.read_text(encoding="utf-8").splitlines() if line.strip() and str(json.loads(line)["_id"]) in judged]
+    # file may hold other splits' queries too. Each query's id as the run reads it (any of the
+    # id keys, a byte order mark, gzip: read_queries), beside its whole record
+    qids = read_queries(queries).column("query_id").to_pylist()
+    records = [obj for _, obj in read_jsonl(queries, "queries", ExperimentError)]
+    kept = [(q, obj) for q, obj in zip(qids, records, strict=True) if q in judged]
+    lines = [json.dumps(obj, ensure_ascii=False) for _, obj in kept]
     if ids is not None:
-        position = {str(json.loads(line)["_id"]): i for i, line in enumerate(lines)}
+        position = {q: i for i, (q, _) in enumerate(kept)}
         missing = [q for q in ids if q not in position]
         if missing:
             raise ExperimentError(f"dataset query_ids: {missing[:5]} not among the queries the qrels judge ({len(missing)} of {len(ids)})")
@@ -133,7 +139,7 @@ def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str =
         raise ExperimentError(f"dataset sample {n}: must be between 1 and {len(lines)} (the queries the qrels judge)")
     else:
         picked = sorted(random.Random(seed).sample(range(len(lines)), n))
-    keep = {str(json.loads(lines[i])["_id"]) for i in picked}
+    keep = {kept[i][0] for i in picked}
     out_q, out_r = out / "queries.jsonl", out / "qrels.tsv"
     write_text_atomic("".join(lines[i] + "\n" for i in picked), out_q)
     write_text_atomic("\n".join([*header, *(r for r, q in zip(rows, read, strict=True) if q in keep)]) + "\n", out_r)
