@@ -73,6 +73,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -825,6 +826,9 @@ def check_sources(sources: list[Source], vector_column: str | None = None) -> No
                 continue
             with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
                 head = stream.read(_HEAD_BYTES)
+            if head[:2] == b"\x1f\x8b":  # (compression is told by the name: Arrow's streams, local or remote)
+                raise SourceError(f"corpus file {src.uri}: gzip data under a name without .gz; name the file {Path(src.path).name}.gz "
+                                  "(or gunzip it).")
             if not_text(head):
                 raise SourceError(f"corpus file {src.uri}: not UTF-8 text (it holds NUL bytes: a binary file, or UTF-16/32 text); "
                                   f"a {_KIND_NAMES.get(src.kind, src.kind)} corpus is UTF-8 text, {_TEXT_LAYOUT.get(src.kind, '')}.")

@@ -4,6 +4,7 @@ faults found part-way through a file are in tests/integration/test_unreadable_co
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -111,7 +112,7 @@ def test_evaluate_refuses_unreadable_answers_and_gold_answers(tmp_path):
 CORPUS = "\n".join(json.dumps(d) for d in scifact_docs(200)).encode()
 
 
-@pytest.mark.parametrize("kind", ["truncated-head", "not-gzip", "parquet-footer", "binary", "utf16", "unopenable"])
+@pytest.mark.parametrize("kind", ["truncated-head", "not-gzip", "gzip-unnamed", "parquet-footer", "binary", "utf16", "unopenable"])
 def test_index_refuses_a_corpus_file_it_cannot_open_before_anything_starts(tmp_path, kind):
     """Faults seen in a file's first bytes: refused before Ray starts, no table created."""
     if kind == "truncated-head":  # cut inside its first 64 KiB: the check reads that far
@@ -119,6 +120,9 @@ def test_index_refuses_a_corpus_file_it_cannot_open_before_anything_starts(tmp_p
     elif kind == "not-gzip":
         path, words = tmp_path / "c.jsonl.gz", CORRUPT
         path.write_bytes(CORPUS)
+    elif kind == "gzip-unnamed":  # (compression is told by the name)
+        path, words = tmp_path / "c.jsonl", "gzip data under a name without .gz; name the file c.jsonl.gz"
+        path.write_bytes(gzip.compress(CORPUS))
     elif kind == "parquet-footer":
         path, words = faults.corrupt_parquet_footer(tmp_path / "c.parquet", scifact_docs(20)), "not a Parquet file, or its footer is damaged"
     elif kind == "binary":
