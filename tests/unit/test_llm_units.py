@@ -274,18 +274,15 @@ def test_one_prompt_cache_hands_each_engine_setting_only_its_own_answers(tmp_pat
     """A bfloat16 engine's P(True) is not a float32 one's: with one cache, the second engine's
     prompts are run, not answered with the first one's (the engine is a stand-in: no model loads).
     dtype auto is keyed by the dtype it runs in: float32 on a CPU, vLLM's choice on a GPU."""
-    import importlib.metadata
-
     import torch
 
+    from logicrank.pipelines import torch_build
     from logicrank.pipelines.config.settings import LLMConfig
     from logicrank.pipelines.llm import engine as engine_module
     from logicrank.pipelines.llm.engine import Engine, LLMClient, Truth, dtype_key
 
-    gpu, asked = False, []  # the device; the process settings made and torch asked, in order
-    real_version = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: ("2.13.0+cu128" if gpu else "2.13.0+cpu") if name == "torch"
-                        else real_version(name))
+    gpu, asked = False, []  # the device (a CUDA build of torch, or a CPU one); the process settings made and torch asked, in order
+    monkeypatch.setattr(torch_build, "cpu_only", lambda: not gpu)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append("torch asked") or gpu)
     monkeypatch.setattr(engine_module, "configure_vllm_env", lambda cfg: asked.append("vllm settings"))  # (not this process's)
 
