@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv models main nightly-demo test test-quick test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-index-job bench-bm25-build bench-engine-load bench-engine-start soak-generate lint clean
+.PHONY: venv models main nightly-demo test test-quick test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-index-job bench-bm25-build bench-engine-load bench-engine-start bench-corpus-read soak-generate lint clean
 
 venv: $(STAMP)
 
@@ -106,6 +106,9 @@ bench-engine-load: $(STAMP)
 
 bench-engine-start: $(STAMP)
 	$(BIN)/python tests/perf/bench_engine_start.py --out runs/bench
+
+bench-corpus-read: $(STAMP)
+	$(BIN)/python tests/perf/bench_corpus_read.py
 
 bench-bm25-stage: $(STAMP)
 	$(BIN)/python tests/perf/bench_bm25_stage.py --repeat 5 --out runs/bench

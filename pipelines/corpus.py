@@ -70,7 +70,6 @@ import hashlib
 import html
 import json
 import re
-import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -308,10 +307,19 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
     return [source(p, kinds[p]) for p in wanted]  # type: ignore[arg-type]
 
 
+_json_string = json.encoder.encode_basestring  # a str as json.dumps(..., ensure_ascii=False) writes it
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (category Cc), every one
+
+
 def content_hash(title: str | None, text: str, metadata: str | None, vector: np.ndarray | None = None) -> str:
     """SHA-256 of a document's content (and the float32 numbers of its given vector); equal
     content gives equal hashes, whatever the id."""
-    h = hashlib.sha256(json.dumps([title, text, metadata], ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    parts = (title, text, metadata)
+    if all(p is None or type(p) is str for p in parts):  # the bytes json.dumps writes, without its encoder's set-up per call
+        blob = "[" + ",".join("null" if p is None else _json_string(p) for p in parts) + "]"
+    else:
+        blob = json.dumps(list(parts), ensure_ascii=False, separators=(",", ":"))
+    h = hashlib.sha256(blob.encode("utf-8"))
     if vector is not None:
         h.update(b"\0vector\0" + np.ascontiguousarray(vector, dtype="<f4").tobytes())
     return h.hexdigest()
@@ -338,7 +346,7 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
     fields = dict(empty, doc_id=doc_id or None)
     if not doc_id or not doc_id.strip():
         return fields, "missing_id", f"none of {list(ID_KEYS)} holds a non-empty id"
-    if doc_id != doc_id.strip() or any(unicodedata.category(c) == "Cc" for c in doc_id):
+    if doc_id != doc_id.strip() or _CONTROL.search(doc_id):
         # ids are stored exactly as given; one that differs from another only by surrounding
         # whitespace, or holds a tab or newline, is almost surely a mistake (and no TSV or
         # TREC file can carry it), so it is refused rather than silently changed
@@ -403,7 +411,8 @@ class _Batcher:
 
 def _lines(stream, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None]:
     """Lines of a binary stream without their newline; ``None`` for a line over ``max_line``
-    bytes, whose bytes are skipped, never held."""
+    bytes, whose bytes are skipped, never held. The lines of a chunk are sliced from it by
+    offset (each line's bytes copied once, not the rest of the chunk with every line)."""
     buf = b""
     skipping = False
     while True:
@@ -411,18 +420,17 @@ def _lines(stream, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None
         if not data:
             break
         buf += data
-        while True:
-            nl = buf.find(b"\n")
-            if nl < 0:
-                break
-            line, buf = buf[:nl], buf[nl + 1 :]
+        start = 0
+        while (nl := buf.find(b"\n", start)) >= 0:
             if skipping:
                 skipping = False
                 yield None
-            elif len(line) > max_line:
+            elif nl - start > max_line:
                 yield None
             else:
-                yield line
+                yield buf[start:nl]
+            start = nl + 1
+        buf = buf[start:]
         if len(buf) > max_line:
             buf, skipping = b"", True
     if skipping:

@@ -134,6 +134,19 @@ def test_an_overlong_line_is_skipped_without_losing_the_next(tmp_path):
     assert t.column("doc_id").to_pylist() == [None, "after"]
 
 
+def test_every_line_of_a_file_of_several_read_chunks_is_read_once_in_order(tmp_path):
+    """Lines cut by the reader's 1 MiB reads, of every length up to the limit and past it."""
+    path = tmp_path / "many.tsv"
+    texts = ["w" * (1 + (i * 7919) % 700) for i in range(6000)]  # about 2 MiB: two cuts, at lines of any length
+    texts[3000] = "v" * 5000  # past the limit: oversized, its neighbours read
+    path.write_bytes(b"".join(f"d{i}\t{t}\n".encode() for i, t in enumerate(texts)))
+    t = _read_all(str(path), max_doc_bytes=1000, batch_rows=4096)
+    assert t.column("_location").to_pylist() == list(range(1, 6001))
+    assert t.column("doc_id").to_pylist() == [f"d{i}" for i in range(6000)]  # (the oversized one named by its id)
+    assert t.column("text").to_pylist() == [x if i != 3000 else None for i, x in enumerate(texts)]
+    assert [r for r in t.column("_reason").to_pylist() if r] == ["oversized"]
+
+
 def test_batches_are_bounded(tmp_path):
     write_jsonl(tmp_path / "c.jsonl", [{"_id": str(i), "text": "t"} for i in range(25)])
     sizes = [b.num_rows for b in iter_corpus(str(tmp_path / "c.jsonl"), batch_rows=10)]
@@ -141,6 +154,19 @@ def test_batches_are_bounded(tmp_path):
 
 
 def test_content_hash_tracks_content_only():
+    # its definition, which every table's hashes were made by (a re-index compares them): the
+    # SHA-256 of the compact JSON list [title, text, metadata], characters as they are
+    import hashlib
+    import json
+
+    tricky = ["", "x", 'a "quoted" \\ back\\slash', "tab\there\nnewline\r", "\x00\x1f\x7f\x9f", "café ß 漢字 😀", "\u2028\u2029\ufeff",
+              "</script>", "null"]
+    for title in (None, *tricky):
+        for text in tricky:
+            for metadata in (None, '{"a": 1}', "é"):
+                blob = json.dumps([title, text, metadata], ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+                assert content_hash(title, text, metadata) == hashlib.sha256(blob).hexdigest(), (title, text, metadata)
+    assert content_hash("t", "x", None) == "0e6cdcfa117d53a10743c9e5946f16f5afc9c691f6aec72f94ee828a2a3ccd13"  # (as tables hold it)
     assert content_hash("t", "x", None) == content_hash("t", "x", None)
     assert content_hash("t", "x", None) != content_hash("t", "x ", None)
     assert content_hash(None, "x", None) != content_hash("", "x", None)
