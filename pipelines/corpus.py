@@ -25,9 +25,10 @@ case-insensitive and may carry attributes. In a DOC:
 - the text is the text of its ``<LEADPARA>`` (SJM), ``<LP>`` (WSJ) and ``<TEXT>`` elements in
   document order, joined by a newline; where the DOC has none, the text is all its text
   outside its DOCNO and title elements;
-- a web page (a DOC holding ``<html>`` or ``<!DOCTYPE>``: GOV2, ClueWeb) has HTML's ``<title>``
-  as its title and no TEXT of TREC's (its ``<head>`` and an SVG's ``<text>`` are HTML's):
-  its text is everything else but its ``<script>`` and ``<style>`` code;
+- a web page (a DOC holding ``<html>``, ``<!DOCTYPE>``, ``<body>`` or a web collection's
+  ``<DOCHDR>``: WT10g, GOV2, ClueWeb) has HTML's ``<title>`` as its title and no TEXT of
+  TREC's (its ``<head>`` and an SVG's ``<text>`` are HTML's): its text is everything else but
+  its ``<script>`` and ``<style>`` code and its declarations (``<!DOCTYPE ...>``, ``<?xml ...?>``);
 - the one rule for every other tag (``<DATE>``, ``<BYLINE>``, ``<DOCHDR>``, ...): its text is
   dropped when the DOC has a ``<TEXT>`` element, and is part of the text otherwise;
 - each field's markup (``<P>``, an unclosed ``<F P=105>``, comments) is removed, leaving its
@@ -442,12 +443,13 @@ def _lines(stream, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None
 def _read_rows(src: Source, batch_rows: int, max_line: int,
                parse: Callable[[bytes], tuple[dict[str, Any], str | None, str | None]], vectors: bool = False) -> Iterator[pa.Table]:
     """A line-per-record file (JSONL, TSV): each non-blank line parsed by ``parse(raw)``,
-    a UTF-8 byte order mark starting the file removed (never part of a record or an id);
+    a UTF-8 byte order mark starting the file or a line removed (never part of a record or
+    an id: files written with one and joined by ``cat`` hold one at a line's start);
     a line longer than ``max_line`` bytes is an ``oversized`` reject, never read whole."""
     batch = _Batcher(src.uri, batch_rows, vectors)
     with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
         for line_no, raw in enumerate(_lines(stream, max_line), 1):
-            if line_no == 1 and raw is not None:
+            if raw is not None:
                 raw = raw.removeprefix(_BOM)
             if raw is None:
                 batch.add(line_no, _blank(), "oversized", f"line longer than {max_line} bytes")
@@ -588,8 +590,11 @@ _CLOSE_TAG = re.compile(r"</([A-Za-z][\w.:-]*)\s*>")
 _TITLE_TAGS = ("title", "head", "headline", "hl", "ttl", "ti")  # a DOC's title: the first of these it has (LA Times/FT HEADLINE, WSJ HL, FBIS TI)
 _TEXT_TAGS = ("leadpara", "lp", "text")  # a DOC's text, in document order (SJM's LEADPARA, WSJ's LP before TEXT)
 _TREC_FIELDS = ("docno", *_TITLE_TAGS, *_TEXT_TAGS)  # the elements read as fields; every other tag is markup
-_HTML_FIELDS = ("docno", "title")  # a web page's (a DOC holding <html> or <!DOCTYPE>): its HEAD and TEXT are HTML's, not TREC's
-_HTML = re.compile(r"<(?:html|!doctype)\b", re.IGNORECASE)
+_HTML_FIELDS = ("docno", "title")  # a web page's (a DOC _HTML finds): its HEAD and TEXT are HTML's, not TREC's
+# a web page: HTML (its <html>, a <!DOCTYPE>, a <body>) or a web collection's DOCHDR (the URL
+# and HTTP headers before the page: WT10g and GOV2 pages often start at <HEAD>, no <html>)
+_HTML = re.compile(r"<(?:html|!doctype|body|dochdr)\b", re.IGNORECASE)
+_DECLARATION = re.compile(r"<[!?][^<>]*>")  # <!DOCTYPE ...>, <?xml ...?> (comments are gone first): markup, not text
 _SCRIPT = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.S)  # a web page's code, not its text
 _BLOCK_TAGS = frozenset({"p", "br", "div", "td", "th", "tr", "li", "ul", "ol", "dl", "dd", "dt", "table", "hr", "blockquote", "pre",
                          "h1", "h2", "h3", "h4", "h5", "h6", "title"})  # tags that end a word; inline ones (<b>, <sub>) do not
@@ -746,6 +751,8 @@ def _parse_trec(body: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | 
         return dict(_blank(), doc_id=docno if docno and "\ufffd" not in docno else None), "invalid_utf8", str(exc)
     page = _HTML.search(doc) is not None
     doc = _COMMENT.sub(" ", _SCRIPT.sub(" ", doc) if page else doc)  # a comment between two words parts them
+    if page:
+        doc = _DECLARATION.sub(" ", doc)
     fields = _trec_fields(doc, _HTML_FIELDS if page else _TREC_FIELDS)
     docno = fields.get("docno", [""])[0]
     titles = next((fields[t] for t in _TITLE_TAGS if t in fields), [])

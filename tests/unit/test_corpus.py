@@ -147,6 +147,18 @@ def test_every_line_of_a_file_of_several_read_chunks_is_read_once_in_order(tmp_p
     assert [r for r in t.column("_reason").to_pylist() if r] == ["oversized"]
 
 
+@pytest.mark.parametrize("layout", ["jsonl", "tsv"])
+def test_a_byte_order_mark_starting_any_line_is_dropped(tmp_path, layout):
+    """Two files written with a byte order mark and joined with cat: the second's first record
+    is read whole, its id without the mark (qrels name it "2")."""
+    bom = b"\xef\xbb\xbf"
+    one, two = (b'{"_id": "1", "text": "a"}\n', b'{"_id": "2", "text": "b"}\n') if layout == "jsonl" else (b"1\ta\n", b"2\tb\n")
+    path = tmp_path / f"joined.{layout}"
+    path.write_bytes(bom + one + bom + two)
+    t = _read_all(str(path))
+    assert t.column("doc_id").to_pylist() == ["1", "2"] and t.column("_reason").to_pylist() == [None, None]
+
+
 def test_batches_are_bounded(tmp_path):
     write_jsonl(tmp_path / "c.jsonl", [{"_id": str(i), "text": "t"} for i in range(25)])
     sizes = [b.num_rows for b in iter_corpus(str(tmp_path / "c.jsonl"), batch_rows=10)]

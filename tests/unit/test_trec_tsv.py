@@ -478,3 +478,13 @@ def test_web_pages_lead_paragraphs_and_word_boundaries(tmp_path):
         ("WSJ910102-0001", "A Headline", "Lead paragraph.\nBody text."),
         ("SJMN91-0001", None, "Lead.\nH2O is water, one two"),
     ]
+    # a web collection's page without <html> (WT10g, GOV2: it starts at <HEAD>) is a page too:
+    # its <HEAD> is not a news title, nor an SVG's <text> its text; declarations are markup
+    path.write_text(
+        "<DOC><DOCNO>WTX001-B01-1</DOCNO><DOCHDR>http://a.b/</DOCHDR><HEAD><TITLE>T</TITLE><SCRIPT>var a=1;</SCRIPT>"
+        "<STYLE>b{c:d}</STYLE></HEAD><BODY>hello <p>main body</p><svg><text>label</text></svg></BODY></DOC>\n"
+        '<DOC><DOCNO>G2</DOCNO><?xml version="1.0"?><!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0//EN" "http://w3.org/x">'
+        "<html><title>P</title>words</html></DOC>\n", encoding="utf-8")
+    rows = _rows(_read_all(path))
+    assert [(r[0], r[1], r[2].split()) for r in rows] == [("WTX001-B01-1", "T", ["http://a.b/", "hello", "main", "body", "label"]),
+                                                          ("G2", "P", ["words"])]
