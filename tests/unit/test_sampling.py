@@ -69,6 +69,23 @@ def test_a_sample_reads_the_queries_as_the_run_reads_them(tmp_path):
         sample_queries(beir, None, 0, tmp_path / "s", ids=("1",))
 
 
+def test_the_gold_answers_of_a_sample_are_its_queries_records_whole(tmp_path):
+    """Gold answers cut to a sample's queries, read as JSON Lines are: a byte order mark, and a
+    line separator (U+2028) inside an answer, which str.splitlines would split at."""
+    from logicrank.pipelines.evaluation.experiment.datasets import gold_of
+
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"query_id": q, "text": f"t{q}"}) + "\n" for q in ("1", "3")))
+    records = [{"query_id": 1, "answers": ["a\u2028b"]}, {"query_id": "2", "answers": ["c"]}, {"query_id": "3", "answers": ["d"]}]
+    gold = tmp_path / "gold.jsonl"
+    gold.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode())
+    cut = gold_of(gold, queries, tmp_path / "cut.jsonl")
+    assert cut == tmp_path / "cut.jsonl"
+    assert [json.loads(line) for line in cut.read_text(encoding="utf-8").split("\n") if line] == [records[0], records[2]]
+    queries.write_text("".join(json.dumps({"query_id": q, "text": "t"}) + "\n" for q in ("1", "2", "3")))
+    assert gold_of(gold, queries, tmp_path / "all.jsonl") == gold  # every query's: the file itself
+
+
 @pytest.mark.parametrize("given", [None, "missing-dir"])
 def test_without_the_set_the_rules_section_is_one_line_saying_how_to_get_it(tmp_path, given):
     lines = []

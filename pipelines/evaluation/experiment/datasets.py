@@ -100,11 +100,15 @@ def gold_of(gold: Path, queries: Path, to: Path) -> Path:
         raise ExperimentError(f"gold answers: no file at {str(gold)!r} (prepare-qa writes one; prepare-rulebench when every record has a "
                               "text output, and says which has none)")
     keep = set(group_of(queries, None))
-    lines = [line for line in gold.read_text(encoding="utf-8").splitlines() if line.strip()]
-    kept = [line for line in lines if str(json.loads(line)["query_id"]) in keep]
-    if len(kept) == len(lines):
+    records = []  # (read as JSON Lines are: a line ends at a newline only, never at a U+2028 inside an answer)
+    for n, obj in read_jsonl(gold, "gold answers", ExperimentError):
+        if "query_id" not in obj:
+            raise ExperimentError(f"gold answers {gold}: line {n} has no query_id; every gold record names its query.")
+        records.append(obj)
+    kept = [obj for obj in records if str(obj["query_id"]) in keep]
+    if len(kept) == len(records):
         return gold
-    write_text_atomic("".join(line + "\n" for line in kept), to)
+    write_text_atomic("".join(json.dumps(obj, ensure_ascii=False) + "\n" for obj in kept), to)
     return to
 
 
@@ -175,8 +179,6 @@ def maybe(path: str | None) -> str | None:
 def group_of(queries: Path, column: str | None) -> dict[str, str]:
     """query id -> its value of ``column`` (a top-level field of the queries file, or under
     metadata; None: the id itself)."""
-    from logicrank.pipelines.files import read_jsonl
-
     groups = {}
     for _, row in read_jsonl(queries, "group_by: queries", ExperimentError):
         qid = str(row.get("_id", row.get("query_id")))
