@@ -25,8 +25,8 @@ case-insensitive and may carry attributes. In a DOC:
 - the text is the text of its ``<LEADPARA>`` (SJM), ``<LP>`` (WSJ) and ``<TEXT>`` elements in
   document order, joined by a newline; where the DOC has none, the text is all its text
   outside its DOCNO and title elements;
-- a web page (a DOC holding ``<html>``, ``<!DOCTYPE>``, ``<body>`` or a web collection's
-  ``<DOCHDR>``: WT10g, GOV2, ClueWeb) has HTML's ``<title>`` as its title and no TEXT of
+- a web page (a DOC holding ``<html>``, ``<!DOCTYPE>`` or a web collection's ``<DOCHDR>``:
+  WT10g, GOV2, ClueWeb) has HTML's ``<title>`` as its title and no TEXT of
   TREC's (its ``<head>`` and an SVG's ``<text>`` are HTML's): its text is everything else but
   its ``<script>`` and ``<style>`` code and its declarations (``<!DOCTYPE ...>``, ``<?xml ...?>``);
 - the one rule for every other tag (``<DATE>``, ``<BYLINE>``, ``<DOCHDR>``, ...): its text is
@@ -591,9 +591,10 @@ _TITLE_TAGS = ("title", "head", "headline", "hl", "ttl", "ti")  # a DOC's title:
 _TEXT_TAGS = ("leadpara", "lp", "text")  # a DOC's text, in document order (SJM's LEADPARA, WSJ's LP before TEXT)
 _TREC_FIELDS = ("docno", *_TITLE_TAGS, *_TEXT_TAGS)  # the elements read as fields; every other tag is markup
 _HTML_FIELDS = ("docno", "title")  # a web page's (a DOC _HTML finds): its HEAD and TEXT are HTML's, not TREC's
-# a web page: HTML (its <html>, a <!DOCTYPE>, a <body>) or a web collection's DOCHDR (the URL
-# and HTTP headers before the page: WT10g and GOV2 pages often start at <HEAD>, no <html>)
-_HTML = re.compile(r"<(?:html|!doctype|body|dochdr)\b", re.IGNORECASE)
+# a web page: HTML (its <html>, a <!DOCTYPE>) or a web collection's DOCHDR (the URL and HTTP
+# headers before the page: WT10g and GOV2 pages often start at <HEAD>, no <html>). Not <BODY>:
+# news collections' DOCs hold one (AQUAINT's <BODY> holds its <HEADLINE> and <TEXT>)
+_HTML = re.compile(r"<(?:html|!doctype|dochdr)\b", re.IGNORECASE)
 _DECLARATION = re.compile(r"<[!?][^<>]*>")  # <!DOCTYPE ...>, <?xml ...?> (comments are gone first): markup, not text
 _SCRIPT = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.S)  # a web page's code, not its text
 _BLOCK_TAGS = frozenset({"p", "br", "div", "td", "th", "tr", "li", "ul", "ol", "dl", "dd", "dt", "table", "hr", "blockquote", "pre",

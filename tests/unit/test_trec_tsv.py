@@ -488,3 +488,8 @@ def test_web_pages_lead_paragraphs_and_word_boundaries(tmp_path):
     rows = _rows(_read_all(path))
     assert [(r[0], r[1], r[2].split()) for r in rows] == [("WTX001-B01-1", "T", ["http://a.b/", "hello", "main", "body", "label"]),
                                                           ("G2", "P", ["words"])]
+    # a news DOC with a <BODY> (AQUAINT's) is news: its HEADLINE the title, its TEXT the text
+    path.write_text("<DOC>\n<DOCNO> APW19980601.0003 </DOCNO>\n<DOCTYPE> NEWS STORY </DOCTYPE>\n<DATE_TIME> 1998-06-01 </DATE_TIME>\n"
+                    "<BODY>\n<SLUG> BC-Soccer </SLUG>\n<HEADLINE>\nBrazil wins\n</HEADLINE>\n<TEXT>\n<P>\nThe story.\n</P>\n</TEXT>\n"
+                    "</BODY>\n<TRAILER> AP-NY-06-01-98 </TRAILER>\n</DOC>\n", encoding="utf-8")
+    assert _rows(_read_all(path)) == [("APW19980601.0003", "Brazil wins", "The story.")]
