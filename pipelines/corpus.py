@@ -308,6 +308,7 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
     return [source(p, kinds[p]) for p in wanted]  # type: ignore[arg-type]
 
 
+_COMPRESSED = (".gz", ".bz2", ".zst", ".lz4", ".br")  # names whose compression Arrow's streams undo
 _json_string = json.encoder.encode_basestring  # a str as json.dumps(..., ensure_ascii=False) writes it
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (category Cc), every one
 
@@ -595,7 +596,8 @@ _HTML_FIELDS = ("docno", "title")  # a web page's (a DOC _HTML finds): its HEAD 
 # headers before the page: WT10g and GOV2 pages often start at <HEAD>, no <html>). Not <BODY>:
 # news collections' DOCs hold one (AQUAINT's <BODY> holds its <HEADLINE> and <TEXT>)
 _HTML = re.compile(r"<(?:html|!doctype|dochdr)\b", re.IGNORECASE)
-_DECLARATION = re.compile(r"<[!?][^<>]*>")  # <!DOCTYPE ...>, <?xml ...?> (comments are gone first): markup, not text
+_DECLARATION = re.compile(r"<(?:![^\[<>][^<>]*|\?[^<>]*)>")  # <!DOCTYPE ...>, <?xml ...?> (comments are gone first): markup, not text
+_CDATA = re.compile(r"<!\[CDATA\[(.*?)\]\]>", re.S)  # an XHTML page's CDATA section: its characters are text
 _SCRIPT = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.S)  # a web page's code, not its text
 _BLOCK_TAGS = frozenset({"p", "br", "div", "td", "th", "tr", "li", "ul", "ol", "dl", "dd", "dt", "table", "hr", "blockquote", "pre",
                          "h1", "h2", "h3", "h4", "h5", "h6", "title"})  # tags that end a word; inline ones (<b>, <sub>) do not
@@ -753,7 +755,7 @@ def _parse_trec(body: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | 
     page = _HTML.search(doc) is not None
     doc = _COMMENT.sub(" ", _SCRIPT.sub(" ", doc) if page else doc)  # a comment between two words parts them
     if page:
-        doc = _DECLARATION.sub(" ", doc)
+        doc = _CDATA.sub(lambda m: html.escape(m.group(1), quote=False), _DECLARATION.sub(" ", doc))
     fields = _trec_fields(doc, _HTML_FIELDS if page else _TREC_FIELDS)
     docno = fields.get("docno", [""])[0]
     titles = next((fields[t] for t in _TITLE_TAGS if t in fields), [])
@@ -842,7 +844,7 @@ def check_sources(sources: list[Source], vector_column: str | None = None) -> No
                 continue
             with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
                 head = stream.read(_HEAD_BYTES)
-            if head[:2] == b"\x1f\x8b":  # (compression is told by the name: Arrow's streams, local or remote)
+            if head[:2] == b"\x1f\x8b" and Path(src.path).suffix.lower() not in _COMPRESSED:  # (told by the name: Arrow's streams)
                 raise SourceError(f"corpus file {src.uri}: gzip data under a name without .gz; name the file {Path(src.path).name}.gz "
                                   "(or gunzip it).")
             if not_text(head):

@@ -6,10 +6,13 @@
   ``<top>`` blocks (``<num> Number: 301``, ``<title>``, ``<desc> Description:``,
   ``<narr> Narrative:``; closing tags optional, the labels stripped) or ``<topic number="1">``
   elements (``<query>``, ``<question>`` or ``<description>``, ``<narrative>``), the query text
-  being the field ``field`` names (title, desc or narr), whitespace runs made one space;
+  being the field ``field`` names (title, desc or narr), whitespace runs made one space; a
+  comment is no text, a CDATA section its characters, two ``<num>`` in one block refused;
 - qrels: BEIR TSV (first line the header ``query-id<TAB>corpus-id<TAB>score``, or with
   ``query_id``/``qid``; every line split on tabs only, so ids may hold spaces) or TREC
-  (``qid 0 docno rel``, no header, split on any whitespace; ``qid docno rel`` is accepted too);
+  (``qid 0 docno rel``, no header, split on any whitespace; ``qid docno rel`` is accepted too,
+  every line with the fields of the first); a relevance as trec_eval reads it (an integer, or
+  a decimal up to its point), any other form refused;
 - runs: our Parquet run table (RUN), or a TREC run file (``qid Q0 docno rank score tag``).
 
 A text file (gzipped or not) may start with a UTF-8 byte order mark: it is not read as text.
@@ -198,8 +201,7 @@ _TOPIC_CLOSE = re.compile(r"</(top|topic)\s*>", re.I)
 _TOPIC_TAG = re.compile(r"<(/?)([A-Za-z][\w.:-]*)(?:\s[^<>]*)?/?>")
 _TOPIC_NUMBER = re.compile(r"""\bnumber\s*=\s*["']?([^"'\s>]+)""", re.I)
 _TOPIC_LABEL = re.compile(r"^\s*(number|topic|description|narrative)\s*:", re.I)
-_COMMENT = re.compile(r"<!--.*?-->", re.S)
-_CDATA = re.compile(r"<!\[CDATA\[(.*?)\]\]>", re.S)
+_COMMENT_OR_CDATA = re.compile(r"<!--.*?-->|<!\[CDATA\[(.*?)\]\]>", re.S)  # in one pass: either may hold the other's marks
 _FIELD_TAGS = {"title": ("title", "query"), "desc": ("desc", "description", "question"), "narr": ("narr", "narrative")}
 _FIELD_NAMES = {"title": "<title> (or <query>)", "desc": "<desc> (or <description>, <question>)", "narr": "<narr> (or <narrative>)"}
 
@@ -213,8 +215,7 @@ def _topic_text(raw: str) -> str:
 def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
     # a comment (a topic commented out) is no text, its lines kept for the line numbers; a CDATA
     # section is its characters, escaped here as the rest of the text is (decoded with it)
-    text = _COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), text)
-    text = _CDATA.sub(lambda m: html.escape(m.group(1), quote=False), text)
+    text = _COMMENT_OR_CDATA.sub(lambda m: "\n" * m.group(0).count("\n") if m.group(1) is None else html.escape(m.group(1), quote=False), text)
     rows = []
     opens = list(_TOPIC_OPEN.finditer(text))
     if not opens:
@@ -319,7 +320,7 @@ def read_qrels(path: str | Path) -> pa.Table:
                     raise TopicsError(f"qrels {path}: line {n} has {len(parts)} fields and line {width[1]} has {width[0]}; "
                                       "every line of a qrels file has the same fields (TREC: qid 0 docno rel).")
                 q, d, r = (parts[0], parts[2], parts[3]) if len(parts) == 4 else parts
-            qids.append(q), dids.append(d), rels.append(_relevance(r, f"qrels {path}: line {n}"))
+            qids.append(q), dids.append(d), rels.append(_relevance(r.strip(), f"qrels {path}: line {n}"))  # (a BEIR score's spaces)
     qrels = pa.table({"query_id": qids, "doc_id": dids, "relevance": pa.array(rels, pa.int32())}, schema=QRELS)
     check_qrels(qrels, f"qrels {path}")
     return qrels

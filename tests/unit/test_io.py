@@ -32,6 +32,8 @@ def test_qrels_lines_keep_one_layout_and_relevance_reads_as_trec_eval_reads_it(t
         read_qrels(path)
     path.write_text("1 0 a 0.5\n1 0 b 1.0\n1 0 c -1\n1 0 d +2\n1 0 e 3.\n1 0 f .5\n")
     assert read_qrels(path).column("relevance").to_pylist() == [0, 1, -1, 2, 3, 0]
+    path.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1 \nq1\td2\t 2\n")  # a BEIR score's spaces
+    assert read_qrels(path).column("relevance").to_pylist() == [1, 2]
     for rel, says in (("5E-1", "is not an integer"), ("1e3", "is not an integer"), ("1_0", "is not an integer"), ("inf", "is not an integer"),
                       ("3000000000", "is out of range")):
         path.write_text(f"1 0 a 1\n1 0 b {rel}\n")

@@ -315,12 +315,12 @@ def test_xml_topics(tmp_path):
     assert read_queries(path).column("query_id").to_pylist() == ["0001"]  # an attribute's id is kept as written
     # a topic commented out is not read; a CDATA section is its characters, taken literally
     path.write_text('<topics>\n<!-- retired:\n<topic number="99"><query>old</query></topic> -->\n'
-                    '<topic number="1"><query><![CDATA[salt & pepper <b>]]></query></topic>\n'
+                    '<topic number="1"><query><![CDATA[salt & pepper <b> <!--]]></query></topic>\n'
                     '<topic number="2"><query>fish &amp; chips</query></topic>\n<topic number="3"></topic>\n</topics>\n')
     with pytest.raises(TopicsError, match=r"topic 3 \(line 6\) has no <title>"):  # (the comment's lines still counted)
         read_queries(path)
     path.write_text(path.read_text().replace('<topic number="3"></topic>\n', ""))
-    assert read_queries(path).to_pylist() == [{"query_id": "1", "text": "salt & pepper <b>", "logical_query": None},
+    assert read_queries(path).to_pylist() == [{"query_id": "1", "text": "salt & pepper <b> <!--", "logical_query": None},
                                               {"query_id": "2", "text": "fish & chips", "logical_query": None}]
 
 
@@ -484,10 +484,10 @@ def test_web_pages_lead_paragraphs_and_word_boundaries(tmp_path):
         "<DOC><DOCNO>WTX001-B01-1</DOCNO><DOCHDR>http://a.b/</DOCHDR><HEAD><TITLE>T</TITLE><SCRIPT>var a=1;</SCRIPT>"
         "<STYLE>b{c:d}</STYLE></HEAD><BODY>hello <p>main body</p><svg><text>label</text></svg></BODY></DOC>\n"
         '<DOC><DOCNO>G2</DOCNO><?xml version="1.0"?><!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0//EN" "http://w3.org/x">'
-        "<html><title>P</title>words</html></DOC>\n", encoding="utf-8")
+        "<html><title>P</title>words <![CDATA[a<b]]></html></DOC>\n", encoding="utf-8")
     rows = _rows(_read_all(path))
     assert [(r[0], r[1], r[2].split()) for r in rows] == [("WTX001-B01-1", "T", ["http://a.b/", "hello", "main", "body", "label"]),
-                                                          ("G2", "P", ["words"])]
+                                                          ("G2", "P", ["words", "a<b"])]
     # a news DOC with a <BODY> (AQUAINT's) is news: its HEADLINE the title, its TEXT the text
     path.write_text("<DOC>\n<DOCNO> APW19980601.0003 </DOCNO>\n<DOCTYPE> NEWS STORY </DOCTYPE>\n<DATE_TIME> 1998-06-01 </DATE_TIME>\n"
                     "<BODY>\n<SLUG> BC-Soccer </SLUG>\n<HEADLINE>\nBrazil wins\n</HEADLINE>\n<TEXT>\n<P>\nThe story.\n</P>\n</TEXT>\n"

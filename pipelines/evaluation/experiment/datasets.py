@@ -108,7 +108,7 @@ def gold_of(gold: Path, queries: Path, to: Path) -> Path:
     kept = [obj for obj in records if str(obj["query_id"]) in keep]
     if len(kept) == len(records):
         return gold
-    write_text_atomic("".join(json.dumps(obj, ensure_ascii=False) + "\n" for obj in kept), to)
+    write_text_atomic("".join(json.dumps(obj) + "\n" for obj in kept), to)
     return to
 
 
@@ -132,7 +132,7 @@ def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str =
     qids = read_queries(queries).column("query_id").to_pylist()
     records = [obj for _, obj in read_jsonl(queries, "queries", ExperimentError)]
     kept = [(q, obj) for q, obj in zip(qids, records, strict=True) if q in judged]
-    lines = [json.dumps(obj, ensure_ascii=False) for _, obj in kept]
+    lines = [json.dumps(obj) for _, obj in kept]
     if ids is not None:
         position = {q: i for i, (q, _) in enumerate(kept)}
         missing = [q for q in ids if q not in position]
