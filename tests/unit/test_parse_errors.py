@@ -201,7 +201,7 @@ def test_the_retrieve_job_refuses_a_queries_file_before_anything_starts():
     refuse_unparsed([Pipeline.parse("b", [{"decomposition": {"target": "itlr", "decompositions": "d.parquet"}}, "itlr"])], queries)
 
 
-def test_the_cli_option_is_checked_with_the_config():
+def test_the_cli_option_is_checked_with_the_config(tmp_path):
     from typer.testing import CliRunner
 
     from logicrank.cli import app
@@ -212,7 +212,10 @@ def test_the_cli_option_is_checked_with_the_config():
     both = ["retrieve", "q.jsonl", "--method", "itlr", "--set", "itlr.on_parse_error=fallback", "--on-parse-error", "refuse"]
     refused = CliRunner().invoke(app, both)
     assert refused.exit_code == 2 and "--on-parse-error refuse and --set itlr.on_parse_error=fallback disagree" in " ".join(refused.output.split())
+    queries, db = tmp_path / "q.jsonl", tmp_path / "no-db-here"
+    queries.write_text('{"_id": "1", "text": "vitamin D"}\n')
     for other in (["--set", "itlr.k=50"], ["--k", "50"], ["--set", "itlr.on_parse_error=fallback"]):  # (the store is then refused: no db)
-        res = CliRunner().invoke(app, ["retrieve", "q.jsonl", "--method", "itlr", "--db", "no-db-here", *other, "--on-parse-error", "fallback"])
-        assert "disagree" not in res.output and "no database at 'no-db-here'" in " ".join(res.output.split()), (other, res.output)
+        res = CliRunner().invoke(app, ["retrieve", str(queries), "--method", "itlr", "--db", str(db), *other, "--on-parse-error", "fallback"])
+        # (compared without whitespace: the terminal's width may wrap a long path)
+        assert "disagree" not in res.output and "".join(f"no database at '{db}'".split()) in "".join(res.output.split()), (other, res.output)
 
