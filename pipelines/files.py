@@ -187,8 +187,7 @@ def read_jsonl(path: str | Path, what: str, error: type[Exception], expect: str 
     ``error("<what> <path>: <why>.")`` (:func:`reading`). Streams: one line is held at a time."""
     path = Path(path)
     label = f"{what} {path}"
-    with reading(label, error), (gzip.open(path, "rt", encoding="utf-8-sig") if is_gzip(path)
-                                 else open(path, encoding="utf-8-sig")) as f:
+    with reading(label, error), open_text(path) as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -203,6 +202,12 @@ def read_jsonl(path: str | Path, what: str, error: type[Exception], expect: str 
                 why = f"found {_JSON_KINDS.get(type(obj), 'a JSON value')}"
             expected = f" {expect}" if expect else ""
             raise error(f"{label}: line {n} is not a JSON object{expected} ({why}){hint(line) if hint else ''}.")
+
+
+def open_text(path: str | Path):
+    """A UTF-8 text file to read, gunzipped where its first bytes are gzip's (whatever its name),
+    a byte order mark starting it dropped."""
+    return gzip.open(path, "rt", encoding="utf-8-sig") if is_gzip(path) else open(path, encoding="utf-8-sig")
 
 
 def is_gzip(path: str | Path) -> bool:

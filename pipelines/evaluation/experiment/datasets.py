@@ -5,14 +5,13 @@ named queries (:func:`sample_queries`). Paths may hold environment variables (:f
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import random
 from pathlib import Path
 
 from logicrank.pipelines.evaluation.experiment.model import Dataset, ExperimentError
-from logicrank.pipelines.files import is_gzip, read_jsonl, write_text_atomic
+from logicrank.pipelines.files import open_text, read_jsonl, write_text_atomic
 from logicrank.pipelines.io import read_qrels, read_queries
 from logicrank.schemas.errors import UserError
 
@@ -122,7 +121,7 @@ def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str =
         return queries, qrels
     # each judgement's query as evaluation reads it (a BEIR header or none, TREC's four fields)
     read = read_qrels(qrels).column("query_id").to_pylist()
-    with gzip.open(qrels, "rt", encoding="utf-8-sig") if is_gzip(qrels) else open(qrels, encoding="utf-8-sig") as f:
+    with open_text(qrels) as f:
         rows = [r.rstrip("\r\n") for r in f if r.strip()]
     header, rows = rows[: len(rows) - len(read)], rows[len(rows) - len(read):]  # (read_qrels skips only a header)
     judged = set(read)
