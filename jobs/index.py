@@ -135,6 +135,7 @@ class IndexSummary:
     absent: int = 0  # stored documents missing from the snapshot
     held: int = 0  # stored documents whose only row in the snapshot was rejected: not absent, kept as stored
     redelivered: int = 0  # source rows Ray delivered twice (a retried task), written once
+    not_utf8: int = 0  # documents kept (TREC DOCs) with bytes that are not UTF-8, read as U+FFFD as Anserini and ir_datasets read them
     # the encoder workers' data files of new documents (--writes workers, on a pool): files_committed, committed whole;
     # files_salvaged, those whose kept rows were read back and appended; files_dropped, those of batches delivered twice;
     # driver_received_bytes, what the stream brought to the driver; and seconds, the driver's time in the table's writes
@@ -413,7 +414,7 @@ def _count(summary: IndexSummary, writer: IndexWriter, rejects: RejectSink, prec
     since = writer.since if writer.baseline is not None else c  # a resumed run: against the last complete version
     summary.inserted, summary.updated, summary.unchanged = since["insert"], since["update"], since["unchanged"]
     summary.rejected, summary.rows_read = c["reject"], writer.rows_read
-    summary.redelivered = writer.redelivered
+    summary.redelivered, summary.not_utf8 = writer.redelivered, writer.not_utf8
     summary.writes = {"files_committed": writer.files_committed, "files_salvaged": writer.files_salvaged,
                       "files_dropped": writer.files_dropped, "driver_received_bytes": writer.received_bytes,
                       "merges": writer.merges, "seconds": round(writer.write_seconds, 3)}

@@ -245,6 +245,9 @@ def index(
                    "stored documents were embedded again.")
     if cfg.vector_column is not None:
         typer.echo(f"index: vectors from the corpus's {cfg.vector_column!r} ({cfg.vector_model}), none embedded: {s.precomputed} written.")
+    if s.not_utf8:
+        typer.echo(f"index: {s.not_utf8} TREC document(s) held bytes that are not UTF-8 (an older collection's Latin-1): indexed with "
+                   "U+FFFD in their place, as Anserini and ir_datasets read them.")
     if s.held:
         one = s.held == 1
         typer.echo(f"index: {s.held} stored document{'' if one else 's'} kept as {'it was' if one else 'they were'}: "

@@ -45,7 +45,10 @@ JSONL row is; a TREC document has no metadata. A DOC that no ``</DOC>`` closes b
 ``<DOC>`` or the end of the file is an ``unclosed_doc`` reject and reading goes on with the
 next DOC; a DOC longer than ``trec_raw_limit(max_doc_bytes)`` bytes is an ``oversized``
 reject, skipped without being held; non-blank text between DOCs is an ``outside_doc`` reject
-(one per stretch), so nothing in a file goes unread silently.
+(one per stretch), so nothing in a file goes unread silently. Bytes of a DOC that are not UTF-8
+(older collections' Latin-1) read as U+FFFD, as Anserini's and ir_datasets' TREC readers read
+them: the DOC is valid, its ``_detail`` noting them (:data:`NOT_UTF8_NOTE`), unless its DOCNO
+holds such bytes (``invalid_utf8``: an id is never guessed).
 
 TSV (kind ``tsv``; ``.tsv``, ``.tsv.gz``): one document per line, ``id<TAB>text`` (MS MARCO's
 ``collection.tsv``), no header (a first line ``id<TAB>text`` is a document like any other),
@@ -748,10 +751,24 @@ def _trec_docno(body: str) -> str | None:
 
 def _parse_trec(body: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
     try:
-        doc = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        docno = _trec_docno(body.decode("utf-8", errors="replace"))
-        return dict(_blank(), doc_id=docno if docno and "\ufffd" not in docno else None), "invalid_utf8", str(exc)
+        doc, replaced = body.decode("utf-8"), 0
+    except UnicodeDecodeError as exc:  # (TREC's older collections hold Latin-1 bytes: read as Anserini and ir_datasets read them)
+        doc = body.decode("utf-8", errors="replace")
+        replaced, error = doc.count("\ufffd") - body.count(_REPLACEMENT), str(exc)
+    fields, reason, detail = _trec_record(doc, max_doc_bytes)
+    if replaced and "\ufffd" in (fields["doc_id"] or ""):  # an id is never guessed at
+        return _blank(), "invalid_utf8", f"the DOCNO is not UTF-8 ({error})"
+    if replaced and reason is None:
+        detail = f"{NOT_UTF8_NOTE}: {replaced} byte sequence(s) read as U+FFFD"
+    return fields, reason, detail
+
+
+_REPLACEMENT = "\ufffd".encode()  # U+FFFD written in UTF-8: a character of the text, not a replaced byte
+# the note (``_detail``) of a valid TREC document some of whose bytes were not UTF-8 (IndexWriter counts these)
+NOT_UTF8_NOTE = "bytes not UTF-8"
+
+
+def _trec_record(doc: str, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
     page = _HTML.search(doc) is not None
     doc = _COMMENT.sub(" ", _SCRIPT.sub(" ", doc) if page else doc)  # a comment between two words parts them
     if page:

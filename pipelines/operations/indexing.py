@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
-from logicrank.pipelines.corpus import UNREADABLE, SourceError
+from logicrank.pipelines.corpus import NOT_UTF8_NOTE, UNREADABLE, SourceError
 from logicrank.pipelines.engines.embed import Embedder, document_text
 from logicrank.schemas.errors import first_line
 from logicrank.schemas.tables import CORPUS, REJECTS, as_stored
@@ -433,6 +433,7 @@ class IndexWriter:
         self.counts: Counter[str] = Counter()  # what this run does to each row: insert (embedded), update, unchanged, reject
         self.since: Counter[str] = Counter()  # the kept rows classified against ``baseline``
         self.redelivered = 0
+        self.not_utf8 = 0  # documents kept whose bytes were not all UTF-8 (TREC: read as U+FFFD, corpus.NOT_UTF8_NOTE)
         self.written = 0  # rows committed to the table so far (inserts and updates)
         self._pending: list[pa.Table] = []  # inserts to append
         self._pending_rows = 0
@@ -497,6 +498,7 @@ class IndexWriter:
             self._take_files(batch, written, set(keep))
         kept_rows = batch.take(pa.array(keep, pa.int64()))
         kept_actions = kept_rows.column("_action").to_pylist()
+        self.not_utf8 += pc.sum(pc.starts_with(kept_rows.column("_detail").cast(pa.string()).fill_null(""), NOT_UTF8_NOTE)).as_py() or 0
         self.counts.update(kept_actions)
         if self.baseline is not None and kept_rows.num_rows:
             self.since.update(classify(kept_rows, self.baseline(kept_rows.column("doc_id"))).to_pylist())

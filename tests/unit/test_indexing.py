@@ -433,3 +433,22 @@ def test_the_progress_line_says_embedded_only_where_the_run_embeds(precomputed, 
         rows_read, counts = 5, Counter({"insert": 3, "update": 1, "reject": 1})
 
     assert progress_line(_Writer(), precomputed) == f"indexing: 5 rows read, 4 {word}, 0 unchanged, 1 rejected"
+
+
+def test_documents_whose_bytes_were_not_all_utf8_are_counted_when_kept(tmp_path):
+    """A TREC DOC read with U+FFFD for bytes that are not UTF-8 carries the reader's note; the
+    writer counts the ones it keeps (the job's summary: ``not_utf8``), not a redelivery of one,
+    nor a rejected row whose detail says the same."""
+    from logicrank.pipelines.corpus import NOT_UTF8_NOTE
+
+    store, sink = _RecordingStore(), RejectSink(tmp_path / "rejects.parquet")
+    writer = IndexWriter(store, "m", sink, chunk_rows=2)
+    batch = _batch([("a", "f.trec", 1, None), ("b", "f.trec", 2, None), ("c", "f.trec", 3, None), (None, "f.trec", 4, "invalid_utf8")])
+    notes = [f"{NOT_UTF8_NOTE}: 1 byte sequence(s) read as U+FFFD", None, f"{NOT_UTF8_NOTE}: 2 byte sequence(s) read as U+FFFD",
+             f"{NOT_UTF8_NOTE}: the DOCNO"]
+    batch = batch.set_column(batch.schema.get_field_index("_detail"), "_detail", pa.array(notes, pa.string()))
+    writer.consume(batch)
+    writer.consume(batch)  # delivered twice: counted once
+    writer.flush()
+    sink.close()
+    assert store.written == ["a", "b", "c"] and writer.not_utf8 == 2

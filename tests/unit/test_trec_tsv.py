@@ -178,7 +178,7 @@ def test_malformed_trec_and_tsv_are_rejects_and_every_good_document_is_read(tmp_
         b"<DOC>\n<DOCNO>u1</DOCNO>\n<TEXT>never closed</TEXT>\n",  # unclosed_doc, followed by a good DOC
         GOOD.format("g3").encode(),
         b"<DOC>\n<DOCNO>big</DOCNO>\n<TEXT>" + b"y" * 300 + b"</TEXT>\n</DOC>\n",  # oversized (title + text)
-        b"<DOC>\n<DOCNO>utf</DOCNO>\n<TEXT>bad \xff\xfe bytes</TEXT>\n</DOC>\n",  # invalid_utf8
+        b"<DOC>\n<DOCNO>ut\xe9</DOCNO>\n<TEXT>bad \xff\xfe bytes</TEXT>\n</DOC>\n",  # invalid_utf8: its id is not UTF-8
         GOOD.format("g4").encode(),
         b"a stray line between documents\n",  # outside_doc
         b"<DOC>\n<DOCNO>raw</DOCNO>\n<TEXT>" + b"<P>" * 30_000 + b"</TEXT>\n</DOC>\n",  # oversized: the raw DOC, never held
@@ -193,7 +193,7 @@ def test_malformed_trec_and_tsv_are_rejects_and_every_good_document_is_read(tmp_
         "missing_id": 1, "empty_text": 1, "unclosed_doc": 1, "oversized": 2, "invalid_utf8": 1, "outside_doc": 1}
     rejects = [(loc, d, r) for loc, d, r in zip(*(t.column(c).to_pylist() for c in ("_location", "doc_id", "_reason")), strict=True) if r]
     assert rejects == [(7, None, "missing_id"), (16, "e1", "empty_text"), (22, "u1", "unclosed_doc"), (31, "big", "oversized"),
-                       (35, "utf", "invalid_utf8"), (45, None, "outside_doc"), (46, "raw", "oversized")]
+                       (35, None, "invalid_utf8"), (45, None, "outside_doc"), (46, "raw", "oversized")]
     assert all(t.column("_detail").to_pylist()[i] for i, r in enumerate(reasons) if r)
     assert t.column("content_hash").null_count == len(rejects)
 
@@ -206,6 +206,24 @@ def test_malformed_trec_and_tsv_are_rejects_and_every_good_document_is_read(tmp_
     assert t.column("text").to_pylist()[0] == "good one"  # the \r of a CRLF line is dropped
     assert Counter(r for _, _, r in got if r) == {"bad_tsv_row": 2, "missing_id": 1, "empty_text": 1, "invalid_utf8": 1, "bad_id": 1}
     assert {"unclosed_doc", "outside_doc", "bad_tsv_row"} <= set(REJECT_REASONS)
+
+
+def test_a_trec_doc_with_bytes_that_are_not_utf8_is_read_as_anserini_reads_it(tmp_path):
+    """Latin-1 bytes (older TREC collections) read as U+FFFD, as Anserini's and ir_datasets' TREC
+    readers read them: the document is kept, its note counting the bytes replaced (a U+FFFD
+    the file wrote in UTF-8 is text, not counted). A DOCNO not UTF-8 is rejected: no id is guessed."""
+    trec = tmp_path / "ft.trec"
+    trec.write_bytes(
+        b"<DOC>\n<DOCNO>FT911-1</DOCNO>\n<HEADLINE>Caf\xe9 prices</HEADLINE>\n<TEXT>\nUp 5\xa3 \xef\xbf\xbd and \xff\xfe\n</TEXT>\n</DOC>\n"
+        b"<DOC>\n<DOCNO>FT911-\xe9</DOCNO>\n<TEXT>ok</TEXT>\n</DOC>\n"
+        + GOOD.format("FT911-3").encode()
+    )
+    t = _read_all(trec)
+    got = list(zip(*(t.column(c).to_pylist() for c in ("doc_id", "title", "text", "_reason", "_detail")), strict=True))
+    assert got[0] == ("FT911-1", "Caf\ufffd prices", "Up 5\ufffd \ufffd and \ufffd\ufffd", None, "bytes not UTF-8: 4 byte sequence(s) read as U+FFFD")
+    assert got[1][0] is None and got[1][3] == "invalid_utf8" and "DOCNO is not UTF-8" in got[1][4]
+    assert got[2] == ("FT911-3", None, "text of FT911-3", None, None)
+    assert t.column("content_hash").to_pylist()[0] is not None
 
 
 def test_list_sources_picks_trec_and_reads_suffixless_files_with_format_trec(tmp_path):
