@@ -391,6 +391,7 @@ def _read_trec_run(path: Path) -> pa.Table:
     if not cols["query_id"]:
         return RUN.empty_table()
     df = pd.DataFrame(cols)
+    _check_tags(df, path)
     df["sim"] = _as_stored(df["score"])
     df = df.sort_values(
         ["run_id", "query_id", "sim", "doc_id"], ascending=[True, True, False, False], kind="stable"
@@ -398,6 +399,21 @@ def _read_trec_run(path: Path) -> pa.Table:
     df["rank"] = df.groupby(["run_id", "query_id"], sort=False).cumcount() + 1
     df["method"] = "trec"
     return pa.table({c: df[c].to_numpy() for c in RUN.names}, schema=RUN)  # NaN stays NaN, for check_run to name
+
+
+def _check_tags(df: pd.DataFrame, path: Path) -> None:
+    """A file's tags are its runs (several runs of one file each rank every query they have);
+    tags that split the queries between them, no query under two, are one run's per-query tags
+    to trec_eval, which reads a file as one run: each read as a run would score apart from it."""
+    queries = df.groupby("run_id", sort=True)["query_id"].unique()
+    if len(queries) < 2 or sum(map(len, queries)) != df["query_id"].nunique():
+        return
+    first, second = queries.index[:2]
+    raise TopicsError(
+        f"run {path}: its {len(queries)} tags split its queries, none under two (query {queries[first][0]!r} only under "
+        f"{first!r}, {queries[second][0]!r} only under {second!r}): trec_eval reads such a file as one run, logicrank a tag as "
+        "a run; give the file one tag for one run (its sixth column), or each run every query it ranks."
+    )
 
 
 def _as_stored(score: pd.Series) -> np.ndarray:

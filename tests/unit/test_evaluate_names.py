@@ -25,7 +25,7 @@ def files(tmp_path):
     bad = tmp_path / "bad.trec"
     bad.write_text("q1 Q0 d2 1 2.0 bm25\nq1 Q0 d1 2 1.0 bm25\nq2 Q0 d1 1 2.0 bm25\nq2 Q0 d2 2 1.0 bm25\n")
     two = tmp_path / "two.trec"
-    two.write_text("q1 Q0 d1 1 2.0 x\nq2 Q0 d2 1 2.0 y\n")
+    two.write_text("q1 Q0 d1 1 2.0 x\nq2 Q0 d2 1 2.0 x\nq1 Q0 d2 1 2.0 y\n")  # two runs (a tag per run, not per query)
     return tmp_path, qrels, good, bad, two
 
 

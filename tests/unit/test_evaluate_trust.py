@@ -156,6 +156,23 @@ def test_trec_run_scores_rank_as_trec_eval_stores_them_in_32_bits(tmp_path):
     assert read_run(tmp_path / "close.parquet").column("doc_id").to_pylist() == ["a", "c", "b", "d"]
 
 
+def test_tags_that_split_a_trec_runs_queries_are_refused_and_several_runs_of_one_file_are_read(tmp_path):
+    """trec_eval reads a file as one run whatever its sixth column says; logicrank reads each
+    tag as a run. Tags that split the queries between them (a tool writing one per query) would
+    be scored as partial runs, each with the other queries missing: refused in one line. Runs
+    that share queries (files joined with cat) are several runs, each ranked on its own."""
+    path = tmp_path / "per_query.trec"
+    path.write_text("301 Q0 a 1 2.0 run-301\n301 Q0 b 2 1.0 run-301\n302 Q0 a 1 2.0 run-302\n303 Q0 c 1 1.0 run-302\n")
+    with pytest.raises(TopicsError) as exc:
+        read_run(path)
+    msg = _one_line(exc)
+    assert "per_query.trec: its 2 tags split its queries" in msg and "'301' only under 'run-301'" in msg and "one tag" in msg
+    path.write_text("301 Q0 a 1 2.0 x\n302 Q0 a 1 2.0 x\n301 Q0 b 1 3.0 y\n301 Q0 a 2 1.0 y\n")
+    run = read_run(path)
+    got = list(zip(*(run.column(c).to_pylist() for c in ("run_id", "query_id", "doc_id", "rank")), strict=True))
+    assert got == [("x", "301", "a", 1), ("x", "302", "a", 1), ("y", "301", "b", 1), ("y", "301", "a", 2)]
+
+
 @pytest.mark.parametrize("score", ["1_0", "1_000.5", "1e1_0", "\u0661", "\uff15"])
 def test_a_trec_run_score_trec_eval_reads_otherwise_is_refused(tmp_path, score):
     # old code: Python's float read '1_0' as 10.0 and '\u0661' as 1.0; trec_eval's atof reads 1 and 0
