@@ -108,9 +108,11 @@ PARSED = pa.schema(
 PARSED_VECTORS = PARSED.append(pa.field("vector", pa.list_(pa.float32())))
 VECTOR_KINDS = ("jsonl", "parquet")  # the formats that can carry a vector per document
 
-ID_KEYS = ("doc_id", "_id", "id", "docid", "docno")
-TEXT_KEYS = ("text", "contents", "body")
-_JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")
+# A record's id and text: the first of these keys it has. MS MARCO v2's passages ({"pid", "passage", "docid"}) carry
+# their document's docid beside their own pid; v2.1's segments ({"docid", "segment"}) a docid of their own.
+ID_KEYS = ("doc_id", "_id", "id", "pid", "docid", "docno")
+TEXT_KEYS = ("text", "contents", "body", "passage", "segment")
+_JSONL_SUFFIXES = tuple(s + gz for s in (".jsonl", ".json", ".ndjson", ".jl") for gz in ("", ".gz"))  # (.jl: the Washington Post's)
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 _TREC_SUFFIXES = tuple(s + gz for s in (".trec", ".trectext", ".sgml", ".sgm") for gz in ("", ".gz"))
 _TSV_SUFFIXES = (".tsv", ".tsv.gz")
@@ -246,9 +248,9 @@ def list_sources(location: str, fmt: str = "auto") -> list[Source]:
     ``fmt`` is ``auto``, ``beir`` (a directory holding ``corpus.jsonl[.gz]``), ``jsonl``,
     ``parquet``, ``trec`` or ``tsv`` (a file, or a directory of such files). ``auto`` tells a
     file's kind by its suffix. A file named with a format is read as that format whatever its
-    name (``fmt="trec"`` on ``la010189``); in a directory, ``fmt="trec"`` or ``"tsv"`` also reads
-    every file whose name marks no format (TREC collections ship as ``la010189``,
-    ``fr940104.0``), except hidden ones (``.name``).
+    name (``fmt="trec"`` on ``la010189``); in a directory, ``fmt="jsonl"``, ``"trec"`` or ``"tsv"``
+    also reads every file whose name marks no format (TREC collections ship as ``la010189``,
+    ``fr940104.0``, MS MARCO v2 as ``msmarco_passage_00.gz``), except hidden ones (``.name``).
     """
     with reading(f"corpus {location}", CorpusError):  # e.g. a directory that cannot be listed
         return _list_sources(location, fmt)
@@ -291,7 +293,7 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
         f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if f.type == pafs.FileType.File
     )
     kinds = {p: _kind_of(p) for p in files}
-    if fmt in ("trec", "tsv"):  # files named with no format are this one's (hidden ones aside)
+    if fmt in ("jsonl", "trec", "tsv"):  # files named with no format are this one's (hidden ones aside)
         kinds = {p: k or (None if p.rsplit("/", 1)[-1].startswith(".") else fmt) for p, k in kinds.items()}
     else:  # a directory's .tsv files are often its queries and qrels (MS MARCO's layout): read them only when told
         kinds = {p: None if k == "tsv" else k for p, k in kinds.items()}
@@ -357,6 +359,8 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
         # TREC file can carry it), so it is refused rather than silently changed
         return fields, "bad_id", f"id {doc_id!r} has surrounding whitespace or a control character (tab, newline)"
     title, text, metadata = obj.get("title"), _first(obj, TEXT_KEYS), obj.get("metadata")
+    if isinstance(text, list):
+        text = _list_text(text)
     if title is not None and not isinstance(title, str):
         return fields, "bad_field_type", f"title must be a string, got {type(title).__name__}"
     if text is not None and not isinstance(text, str):
@@ -376,6 +380,24 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
     return {"doc_id": doc_id, "title": title or None, "text": text or "", "metadata": metadata}, None, None
 
 
+
+
+_ARTICLE_ITEMS = ("sanitized_html", "tweet")  # the items of a Washington Post article's contents that are its text
+
+
+def _list_text(items: list) -> Any:
+    """A text given as a list: paragraphs (strings), a line each; or a Washington Post article's
+    ``contents`` (TREC Core 2018, News track: ``{"type", "content"}`` objects), whose text is
+    the content of its ``sanitized_html`` and ``tweet`` items, as Anserini's
+    WashingtonPostCollection takes it, a line each, its markup removed and its entities decoded
+    as a TREC field's are (its kicker, title, byline, date and images are not text; null items
+    are skipped). Any other list is returned as it is (a ``bad_field_type`` reject)."""
+    if all(isinstance(i, str) for i in items):
+        return "\n".join(items)
+    if all(i is None or (isinstance(i, dict) and "type" in i) for i in items):
+        return "\n".join(_trec_clean(i["content"]) for i in items
+                         if i is not None and i["type"] in _ARTICLE_ITEMS and isinstance(i.get("content"), str))
+    return items
 
 
 class _Batcher:

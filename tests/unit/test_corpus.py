@@ -29,6 +29,39 @@ def test_jsonl_plain_and_gzip_read_the_same(tmp_path):
     assert plain.column("_location").to_pylist() == [1, 2]
 
 
+def test_the_publishers_jsonl_layouts_give_each_record_its_own_id_and_text(tmp_path):
+    """As their publishers write them: MS MARCO v2's passage files (``msmarco_passage_00.gz``,
+    no format in the name: read with --format jsonl; each passage's ``pid`` beside its
+    document's ``docid``), v2.1's segments (``docid`` and ``segment``), the Washington Post's
+    ``.jl`` articles (TREC Core 2018: the text in ``contents`` items, only the
+    ``sanitized_html`` and ``tweet`` ones), and a list of paragraphs. No passage takes its
+    document's id (each would be a duplicate_id reject but the first)."""
+    v2 = tmp_path / "msmarco_v2_passage"
+    v2.mkdir()
+    with gzip.open(v2 / "msmarco_passage_00.gz", "wt") as f:
+        for pid, text in (("msmarco_passage_00_0", "The hero of the story."), ("msmarco_passage_00_49", "Another passage.")):
+            f.write(json.dumps({"pid": pid, "passage": text, "spans": "(0,22)", "docid": "msmarco_doc_00_0"}) + "\n")
+    with pytest.raises(CorpusError, match="no JSONL"):
+        list_sources(str(v2))  # (its name marks no format)
+    t = _read_all(str(v2), fmt="jsonl")
+    assert list(zip(t.column("doc_id").to_pylist(), t.column("text").to_pylist(), t.column("_reason").to_pylist(), strict=True)) == [
+        ("msmarco_passage_00_0", "The hero of the story.", None), ("msmarco_passage_00_49", "Another passage.", None)]
+
+    segment = {"docid": "msmarco_v2.1_doc_00_0#0_0", "url": "http://x", "title": "T", "headings": "H", "segment": "seg", "start_char": 0}
+    article = {"id": "b2e89334", "article_url": "https://www.washingtonpost.com/x", "title": "Danny Coale", "published_date": 1325376562000,
+               "contents": [{"content": "Colleges", "type": "kicker"}, {"content": 1325376562000, "type": "date"}, None,
+                            {"content": "<b>Virginia Tech</b> receivers &amp; more", "type": "sanitized_html", "subtype": "paragraph"},
+                            {"type": "image", "imageURL": "x", "fullcaption": "a caption"},
+                            {"content": "a <a href=\"x\">tweet</a>", "type": "tweet"}],
+               "type": "article", "source": "The Washington Post"}
+    write_jsonl(tmp_path / "wapo" / "TREC_Washington_Post_collection.v2.jl", [segment, article, {"_id": "k", "text": ["p1", "p2"]},
+                                                                               {"_id": "n", "text": ["p1", 2]}])
+    t = _read_all(str(tmp_path / "wapo"))
+    got = list(zip(*(t.column(c).to_pylist() for c in ("doc_id", "title", "text", "_reason")), strict=True))
+    assert got == [("msmarco_v2.1_doc_00_0#0_0", "T", "seg", None), ("b2e89334", "Danny Coale", "Virginia Tech receivers & more\na tweet", None),
+                   ("k", None, "p1\np2", None), ("n", None, None, "bad_field_type")]
+
+
 def test_a_directory_whose_files_include_queries_is_refused_not_indexed_with_them(tmp_path):
     """A directory of JSONL files where one is a query file (`queries.dev.jsonl` beside the
     collection), or of BEIR sets one per subdirectory (CQADupStack's layout): its queries would
