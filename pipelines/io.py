@@ -283,7 +283,8 @@ def _read_parquet(path: Path, what: str) -> pa.Table:
 
 
 def read_qrels(path: str | Path) -> pa.Table:
-    """Qrels table (QRELS) from BEIR TSV or TREC qrels; a BEIR dir means its qrels/test.tsv.
+    """Qrels table (QRELS) from BEIR TSV, TREC qrels or Parquet (``.parquet``, ``.pq``); a BEIR
+    dir means its qrels/test.tsv.
 
     A file whose first line is a BEIR header is split on tabs, any other on whitespace.
     Refuses an empty file and repeated (query, doc) pairs, as trec_eval does.
@@ -293,6 +294,8 @@ def read_qrels(path: str | Path) -> pa.Table:
         path = path / "qrels" / "test.tsv"
     if not path.exists():
         raise TopicsError(f"qrels: no file at {str(path)!r}; give a BEIR qrels TSV, a BEIR directory or a TREC qrels file.")
+    if path.suffix in (".parquet", ".pq"):
+        return _parquet_qrels(path)
     qids, dids, rels = [], [], []
     beir, width = False, None  # width: the fields of the first line, and its number
     with reading(f"qrels {path}", TopicsError), _open_text(path) as f:
@@ -322,6 +325,38 @@ def read_qrels(path: str | Path) -> pa.Table:
                 q, d, r = (parts[0], parts[2], parts[3]) if len(parts) == 4 else parts
             qids.append(q), dids.append(d), rels.append(_relevance(r.strip(), f"qrels {path}: line {n}"))  # (a BEIR score's spaces)
     qrels = pa.table({"query_id": qids, "doc_id": dids, "relevance": pa.array(rels, pa.int32())}, schema=QRELS)
+    check_qrels(qrels, f"qrels {path}")
+    return qrels
+
+
+# a Parquet qrels table's columns under their usual names: QRELS's, BEIR's (MTEB's Parquet qrels), ir_datasets'
+_QRELS_COLUMNS = {"query_id": ("query_id", "query-id", "qid"), "doc_id": ("doc_id", "corpus-id", "docid", "docno"),
+                  "relevance": ("relevance", "score", "rel", "label")}
+
+
+def _parquet_qrels(path: Path) -> pa.Table:
+    """Qrels from a Parquet table: a query, a document and an integer relevance column, each
+    under one of its usual names; ids of an integer type read as their decimal text."""
+    table = _read_parquet(path, "qrels")
+    columns = {}
+    for name, names in _QRELS_COLUMNS.items():
+        found = [n for n in names if n in table.column_names]
+        if len(found) != 1:
+            raise TopicsError(f"qrels {path}: {'no' if not found else 'more than one'} {name} column ({' or '.join(names)}) among its "
+                              f"columns {table.column_names}; a Parquet qrels table has one of each.")
+        column = table.column(found[0])
+        if name == "relevance" and not pa.types.is_integer(column.type):
+            raise TopicsError(f"qrels {path}: column {found[0]!r} is {column.type}; relevance is an integer (0, 1, 2, -1).")
+        if name != "relevance" and not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+                                        or pa.types.is_integer(column.type)):
+            raise TopicsError(f"qrels {path}: column {found[0]!r} is {column.type}; ids are strings or integers.")
+        if column.null_count:
+            raise TopicsError(f"qrels {path}: column {found[0]!r} has {column.null_count} null(s); every judgement needs its query, "
+                              "document and relevance.")
+        if name == "relevance" and len(column) and not (pc.min(column).as_py() >= -(2**31) and pc.max(column).as_py() < 2**31):
+            raise TopicsError(f"qrels {path}: column {found[0]!r} holds values past 32 bits; qrels hold 32-bit integers.")
+        columns[name] = column.cast(pa.int32() if name == "relevance" else pa.string())
+    qrels = pa.table(columns, schema=QRELS)
     check_qrels(qrels, f"qrels {path}")
     return qrels
 

@@ -156,6 +156,30 @@ def test_trec_run_scores_rank_as_trec_eval_stores_them_in_32_bits(tmp_path):
     assert read_run(tmp_path / "close.parquet").column("doc_id").to_pylist() == ["a", "c", "b", "d"]
 
 
+def test_parquet_qrels_read_under_their_usual_column_names_or_are_refused_in_one_line(tmp_path):
+    """MTEB publishes qrels as Parquet with BEIR's columns (query-id, corpus-id, score);
+    logicrank's QRELS names and integer ids read too. A relevance that is not an integer, a
+    null, a missing or doubled column, a repeated pair: refused in one line."""
+    path = tmp_path / "test.parquet"
+    pq.write_table(pa.table({"query-id": ["1", "1", "2"], "corpus-id": ["a", "b", "a"], "score": pa.array([1, 0, 2], pa.int64())}), path)
+    assert read_qrels(path).to_pylist() == [{"query_id": "1", "doc_id": "a", "relevance": 1}, {"query_id": "1", "doc_id": "b", "relevance": 0},
+                                            {"query_id": "2", "doc_id": "a", "relevance": 2}]
+    pq.write_table(pa.table({"query_id": [301], "doc_id": ["FT911-1"], "relevance": pa.array([1], pa.int8())}), path)
+    assert read_qrels(path).to_pylist() == [{"query_id": "301", "doc_id": "FT911-1", "relevance": 1}]
+    for table, words in [
+        (pa.table({"query_id": ["1"], "doc_id": ["a"], "relevance": [0.5]}), "column 'relevance' is double; relevance is an integer"),
+        (pa.table({"query_id": ["1"], "doc_id": ["a"]}), "no relevance column (relevance or score or rel or label)"),
+        (pa.table({"query_id": ["1"], "qid": ["1"], "doc_id": ["a"], "score": [1]}), "more than one query_id column"),
+        (pa.table({"query_id": ["1", None], "doc_id": ["a", "b"], "score": [1, 1]}), "column 'query_id' has 1 null(s)"),
+        (pa.table({"query_id": ["1"], "doc_id": ["a"], "score": [2**31]}), "values past 32 bits"),
+        (pa.table({"query_id": ["1", "1"], "doc_id": ["a", "a"], "score": [1, 0]}), "repeat a (query, doc) pair"),
+    ]:
+        pq.write_table(table, path)
+        with pytest.raises(TopicsError) as exc:
+            read_qrels(path)
+        assert words in _one_line(exc) and "test.parquet" in str(exc.value), str(exc.value)
+
+
 def test_tags_that_split_a_trec_runs_queries_are_refused_and_several_runs_of_one_file_are_read(tmp_path):
     """trec_eval reads a file as one run whatever its sixth column says; logicrank reads each
     tag as a run. Tags that split the queries between them (a tool writing one per query) would
