@@ -133,9 +133,14 @@ def test_measures_are_averaged_per_template(tmp_path):
     each group of a field of the queries file (P@1: their mean), the aggregate row left out, with the number of queries."""
     import pyarrow as pa
 
-    (tmp_path / "q.jsonl").write_text("".join(json.dumps({"_id": q, "template": t}) + "\n" for q, t in [("1", "A"), ("2", "A"), ("3", "A or B")]))
     m = pa.Table.from_pandas(pd.DataFrame({"run_id": ["r"] * 5, "query_id": ["1", "2", "3", "9", "all"], "measure": ["P@1"] * 5,
                                            "value": [1.0, 0.0, 1.0, 1.0, 0.75]}))  # 9: a qrels query the queries file lacks
-    t = grouped(m, tmp_path / "q.jsonl", "template")
-    assert t.loc[("r", "A"), "P@1"] == 0.5 and t.loc[("r", "A or B"), "P@1"] == 1.0
-    assert t["queries"].to_dict() == {("r", "A"): 2, ("r", "A or B"): 1}  # 9 in no group, no row of its own
+    # each query known by its id as the run reads it (read_queries: query_id before _id; qid, id): not one group "None"
+    for key in ("_id", "qid", "id", "query_id"):
+        rows = [{key: q, "text": f"question {q}", "template": t} for q, t in [("1", "A"), ("2", "A"), ("3", "A or B")]]
+        if key == "query_id":
+            rows = [{**r, "_id": f"beir-{r['query_id']}"} for r in rows]
+        (tmp_path / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        t = grouped(m, tmp_path / "q.jsonl", "template")
+        assert t.loc[("r", "A"), "P@1"] == 0.5 and t.loc[("r", "A or B"), "P@1"] == 1.0, key
+        assert t["queries"].to_dict() == {("r", "A"): 2, ("r", "A or B"): 1}, key  # 9 in no group, no row of its own

@@ -179,9 +179,12 @@ def group_of(queries: Path, column: str | None) -> dict[str, str]:
     """query id -> its value of ``column`` (a top-level field of the queries file, or under
     metadata; None: the id itself)."""
     groups = {}
-    for _, row in read_jsonl(queries, "group_by: queries", ExperimentError):
-        qid = str(row.get("_id", row.get("query_id")))
-        value = qid if column is None else row.get(column, (row.get("metadata") or {}).get(column))
+    # each query's id as the run reads it (the first of the id keys it has: read_queries), beside its whole record
+    qids = read_queries(queries).column("query_id").to_pylist()
+    records = [row for _, row in read_jsonl(queries, "group_by: queries", ExperimentError)]
+    for qid, row in zip(qids, records, strict=True):
+        metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+        value = qid if column is None else row.get(column, metadata.get(column))
         if value is None:
             raise ExperimentError(f"group_by {column!r}: query {qid} has no such field")
         groups[qid] = str(value)
