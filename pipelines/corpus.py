@@ -55,7 +55,9 @@ TSV (kind ``tsv``; ``.tsv``, ``.tsv.gz``): one document per line, ``id<TAB>text`
 no quoting, blank lines skipped, a trailing ``\r`` dropped. A line that is not exactly two
 tab-separated fields (no tab, or a third column) is a ``bad_tsv_row`` reject; the two fields
 are then checked by :func:`validate_record` (an empty id: ``missing_id``; blank text:
-``empty_text``, a TSV line having no title).
+``empty_text``, a TSV line having no title). A file whose first line is DPR's header
+``id<TAB>text<TAB>title`` (its Wikipedia passages, ``psgs_w100.tsv``) is read as DPR reads
+it: three fields a line, each in double quotes where it holds one (``""`` a quote inside).
 
 Precomputed vectors (``logicrank index --vector-column NAME``, :class:`VectorColumn`): a JSONL
 record's field ``NAME`` holds a list of numbers, a Parquet file's column ``NAME`` a list (or
@@ -70,6 +72,7 @@ same text update the document.
 from __future__ import annotations
 
 import bisect
+import csv
 import hashlib
 import html
 import json
@@ -467,11 +470,12 @@ def _lines(stream, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None
 
 
 def _read_rows(src: Source, batch_rows: int, max_line: int,
-               parse: Callable[[bytes], tuple[dict[str, Any], str | None, str | None]], vectors: bool = False) -> Iterator[pa.Table]:
-    """A line-per-record file (JSONL, TSV): each non-blank line parsed by ``parse(raw)``,
-    a UTF-8 byte order mark starting the file or a line removed (never part of a record or
-    an id: files written with one and joined by ``cat`` hold one at a line's start);
-    a line longer than ``max_line`` bytes is an ``oversized`` reject, never read whole."""
+               parse: Callable[[bytes], tuple[dict[str, Any], str | None, str | None] | None], vectors: bool = False) -> Iterator[pa.Table]:
+    """A line-per-record file (JSONL, TSV): each non-blank line parsed by ``parse(raw)``
+    (None: a header, no record), a UTF-8 byte order mark starting the file or a line removed
+    (never part of a record or an id: files written with one and joined by ``cat`` hold one at
+    a line's start); a line longer than ``max_line`` bytes is an ``oversized`` reject, never
+    read whole."""
     batch = _Batcher(src.uri, batch_rows, vectors)
     with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
         for line_no, raw in enumerate(_lines(stream, max_line), 1):
@@ -481,8 +485,8 @@ def _read_rows(src: Source, batch_rows: int, max_line: int,
                 batch.add(line_no, _blank(), "oversized", f"line longer than {max_line} bytes")
             elif not raw.strip():
                 continue  # blank lines are layout, not records
-            else:
-                batch.add(line_no, *parse(raw))
+            elif (parsed := parse(raw)) is not None:
+                batch.add(line_no, *parsed)
             if len(batch) >= batch_rows:
                 yield batch.flush()
     if len(batch):
@@ -587,8 +591,37 @@ def _decode_binary(rec: dict[str, Any]) -> dict[str, Any] | tuple[str, str]:
 
 
 def _read_tsv(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
-    # TSV escapes nothing: a line longer than a document and its id is oversized whatever it holds
-    return _read_rows(src, batch_rows, max_doc_bytes + (1 << 16), lambda raw: _parse_tsv(raw, max_doc_bytes))
+    # TSV escapes nothing (DPR's quotes aside): a line longer than a document, its id and its title is oversized whatever it holds
+    layout: list[Callable[[bytes, int], tuple[dict[str, Any], str | None, str | None]]] = []  # the parser the first line picks
+
+    def parse(raw: bytes) -> tuple[dict[str, Any], str | None, str | None] | None:
+        if not layout:
+            if raw.rstrip(b"\r\n") == _DPR_HEADER:  # DPR's Wikipedia passages (psgs_w100.tsv): a header, then quoted fields
+                layout.append(_parse_dpr)
+                return None
+            layout.append(_parse_tsv)
+        return layout[0](raw, max_doc_bytes)
+
+    return _read_rows(src, batch_rows, max_doc_bytes + (1 << 16), parse)
+
+
+_DPR_HEADER = b"id\ttext\ttitle"
+
+
+def _parse_dpr(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
+    """A line of DPR's passages file: id, text, title, tab-separated, a field in double quotes
+    where it holds one (``""`` inside), as DPR reads it (Python's csv, tab-delimited)."""
+    try:
+        line = raw.decode("utf-8").removesuffix("\r")
+    except UnicodeDecodeError as exc:
+        return _blank(), "invalid_utf8", str(exc)
+    try:
+        parts = next(csv.reader([line], delimiter="\t", strict=True))
+    except csv.Error as exc:
+        return _blank(), "bad_tsv_row", f"{exc}; a line of a DPR passages file (header id<TAB>text<TAB>title) is three fields, quoted as CSV quotes"
+    if len(parts) != 3:
+        return _blank(), "bad_tsv_row", f"{len(parts)} tab-separated fields; a DPR passages line is id<TAB>text<TAB>title (its header's)"
+    return _say(validate_record({"_id": parts[0], "text": parts[1], "title": parts[2]}, max_doc_bytes), _TSV_SAYS)
 
 
 def _parse_tsv(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:

@@ -226,6 +226,23 @@ def test_a_trec_doc_with_bytes_that_are_not_utf8_is_read_as_anserini_reads_it(tm
     assert t.column("content_hash").to_pylist()[0] is not None
 
 
+def test_dpr_passages_tsv_is_read_as_dpr_reads_it(tmp_path):
+    """DPR's Wikipedia passages (psgs_w100.tsv, gzipped as published): a header id<TAB>text<TAB>title,
+    then fields in double quotes where they hold one, "" a quote inside (DPR reads them with
+    Python's csv). Without that header a TSV stays id<TAB>text, unquoted."""
+    path = tmp_path / "psgs_w100.tsv.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(b'id\ttext\ttitle\r\n1\t"Aaron Aaron ( or ; ""Ah\xc3\xa4r\xc3\xb4n"") is a prophet"\tAaron\r\n'
+                b'2\t"a text\twith a tab"\t"Title, quoted"\n3\tplain text\tPlain\n4\t"unclosed\tT\n5\ttwo fields\n')
+    t = _read_all(path)
+    got = list(zip(*(t.column(c).to_pylist() for c in ("_location", "doc_id", "title", "text", "_reason")), strict=True))
+    assert got == [(2, "1", "Aaron", 'Aaron Aaron ( or ; "Ah\u00e4r\u00f4n") is a prophet', None), (3, "2", "Title, quoted", "a text\twith a tab", None),
+                   (4, "3", "Plain", "plain text", None), (5, None, None, None, "bad_tsv_row"), (6, None, None, None, "bad_tsv_row")]
+    plain = tmp_path / "collection.tsv"
+    plain.write_bytes(b'id\ttext\n1\t"quoted"\n')  # MS MARCO's layout: no header, no quoting (this first line is a document)
+    assert _rows(_read_all(plain)) == [("id", None, "text"), ("1", None, '"quoted"')]
+
+
 def test_list_sources_picks_trec_and_reads_suffixless_files_with_format_trec(tmp_path):
     write_trec(tmp_path / "a.trec.gz", DOCS[:1])
     assert [s.kind for s in list_sources(str(tmp_path / "a.trec.gz"))] == ["trec"]
