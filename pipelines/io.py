@@ -123,14 +123,24 @@ def _read_jsonl_queries(path: Path) -> list[dict]:
     rows = []
     expect = f"with an id ({list(_QID_KEYS)}) and a text ({list(_QTEXT_KEYS)})"
     for n, obj in read_jsonl(path, "queries", TopicsError, expect, _tab_hint):
-        try:
-            qid = next(obj[k] for k in _QID_KEYS if k in obj)
-            text = next(obj[k] for k in _QTEXT_KEYS if k in obj)
-        except StopIteration:
-            raise TopicsError(f"queries {path}: line {n} is not a JSON object {expect}.") from None
-        rows.append({"query_id": _query_id(qid, path, n), "text": _query_text(text, path, n),
+        text = next((obj[k] for k in _QTEXT_KEYS if k in obj), _MISSING)
+        if text is _MISSING or not any(k in obj for k in _QID_KEYS):
+            raise TopicsError(f"queries {path}: line {n} is not a JSON object {expect}.")
+        rows.append({"query_id": jsonl_query_id(obj, path, n), "text": _query_text(text, path, n),
                      "logical_query": _logical_text(obj.get("logical_query"), path, n)})
     return rows
+
+
+_MISSING = object()
+
+
+def jsonl_query_id(obj: dict, path: Path, n: int) -> str:
+    """The id of the JSONL query record ``obj`` (line ``n`` of ``path``) as every job reads
+    it: the first of ``query_id``, ``_id``, ``qid``, ``id`` it has (see :func:`_query_id`)."""
+    qid = next((obj[k] for k in _QID_KEYS if k in obj), _MISSING)
+    if qid is _MISSING:
+        raise TopicsError(f"queries {path}: line {n} has no id (one of {list(_QID_KEYS)}).")
+    return _query_id(qid, path, n)
 
 
 def _query_id(qid, path: Path, n: int) -> str:

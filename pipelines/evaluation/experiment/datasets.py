@@ -12,7 +12,7 @@ from pathlib import Path
 
 from logicrank.pipelines.evaluation.experiment.model import Dataset, ExperimentError
 from logicrank.pipelines.files import open_text, read_jsonl, write_text_atomic
-from logicrank.pipelines.io import read_qrels, read_queries
+from logicrank.pipelines.io import jsonl_query_id, read_qrels, read_queries
 from logicrank.schemas.errors import UserError
 
 
@@ -179,10 +179,8 @@ def group_of(queries: Path, column: str | None) -> dict[str, str]:
     """query id -> its value of ``column`` (a top-level field of the queries file, or under
     metadata; None: the id itself)."""
     groups = {}
-    # each query's id as the run reads it (the first of the id keys it has: read_queries), beside its whole record
-    qids = read_queries(queries).column("query_id").to_pylist()
-    records = [row for _, row in read_jsonl(queries, "group_by: queries", ExperimentError)]
-    for qid, row in zip(qids, records, strict=True):
+    for n, row in read_jsonl(queries, "group_by: queries", ExperimentError):
+        qid = jsonl_query_id(row, queries, n)  # as the runs read it (the first of the id keys it has)
         metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
         value = qid if column is None else row.get(column, metadata.get(column))
         if value is None:
