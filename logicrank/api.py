@@ -377,8 +377,9 @@ def as_queries(queries: Any, where: str = "retrieve") -> pa.Table:
         return queries_table(queries, source)
     if type(queries).__module__.startswith("pandas") and hasattr(queries, "columns"):
         try:
-            table = pa.Table.from_pandas(queries.astype({c: str for c in queries.columns if c in ("query_id", "_id", "qid", "id")}),
-                                         preserve_index=False)
+            # an id column of objects: its integers as their decimal text (floats, booleans stay, for queries_table to refuse)
+            ids = {c: queries[c].map(_int_as_text) for c in queries.columns if c in ("query_id", "_id", "qid", "id") and queries[c].dtype == object}
+            table = pa.Table.from_pandas(queries.assign(**ids), preserve_index=False)
         except (pa.ArrowException, ValueError, TypeError) as exc:
             raise TopicsError(f"{source}: the DataFrame does not convert to a table: {first_line(exc)}") from None
         return queries_table(table, source)
@@ -389,7 +390,7 @@ def as_queries(queries: Any, where: str = "retrieve") -> pa.Table:
         if bad:
             raise TopicsError(f"{source}: item {bad[0]} is a {type(queries[bad[0]]).__name__}; give dicts like "
                               "{'query_id': '1', 'text': '...'} (optionally 'logical_query').")
-        rows = [{k: (str(v) if k in ("query_id", "_id", "qid", "id") and v is not None else v) for k, v in q.items()} for q in queries]
+        rows = [{k: (_int_as_text(v) if k in ("query_id", "_id", "qid", "id") else v) for k, v in q.items()} for q in queries]
         try:
             table = pa.Table.from_pylist(rows)
         except (pa.ArrowException, ValueError, TypeError) as exc:
@@ -397,6 +398,11 @@ def as_queries(queries: Any, where: str = "retrieve") -> pa.Table:
         return queries_table(table, source)
     raise TopicsError(f"{source}: give a queries file, a query's text, an Arrow table, a DataFrame or a list of dicts, "
                       f"not {type(queries).__name__}.")
+
+
+def _int_as_text(value: Any) -> Any:
+    """An integer id as its decimal text (as a JSONL query's); any other value as it is."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 def stage_cache(cache: Any, where: str) -> StageCache:

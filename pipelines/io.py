@@ -81,8 +81,11 @@ TOPICS_FIELDS: tuple[str, ...] = ("title", "desc", "narr")
 
 def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
     """Queries table (QUERIES) from BEIR JSONL, Parquet, TSV or a TREC topics file (module
-    docstring); ``field`` picks a TREC topic's text (``title``, ``desc`` or ``narr``) and
-    matters for nothing else. Rejects unreadable lines loudly: a query set must be whole."""
+    docstring); ``field`` picks a topic's text: ``title`` (the default) a TREC topic's title
+    or a record's ``text``/``query``/``title``; ``desc`` or ``narr`` a TREC topic's field or a
+    JSONL record's key or Parquet column of that name (ir_datasets' ``description``,
+    ``narrative``), refused where there is none (a TSV file holds one text). Rejects
+    unreadable lines loudly: a query set must be whole."""
     path = Path(path)
     if field not in TOPICS_FIELDS:
         raise TopicsError(f"queries {path}: topics field {field!r}; use one of {', '.join(TOPICS_FIELDS)}.")
@@ -91,14 +94,17 @@ def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
     if not path.exists():
         raise TopicsError(f"queries: no file at {str(path)!r}.")
     if path.suffix in (".parquet", ".pq"):
-        return queries_table(_read_parquet(path, "queries"), f"queries {path}")
+        return queries_table(_field_column(_read_parquet(path, "queries"), field, path), f"queries {path}")
     with reading(f"queries {path}", TopicsError), _open_text(path) as f:
         if path.name.lower().endswith((".tsv", ".tsv.gz")):
+            if field != "title":
+                raise TopicsError(f"queries {path}: topics field {field!r}, but a TSV query file holds one text a query (qid<TAB>text); "
+                                  "give the topics file or a JSONL file with that field, or leave the topics field as title.")
             rows = _read_tsv_queries(f, path)
         elif _first_char(f) == "<":
             rows = _read_trec_topics(f.read(), path, field)
         else:
-            rows = _read_jsonl_queries(path)
+            rows = _read_jsonl_queries(path, field)
     if not rows:
         raise TopicsError(f"queries {path}: no queries (the file is empty); give the queries to run.")
     ids = [r["query_id"] for r in rows]
@@ -119,11 +125,12 @@ def _first_char(f) -> str:
     return ""
 
 
-def _read_jsonl_queries(path: Path) -> list[dict]:
+def _read_jsonl_queries(path: Path, field: TopicsField = "title") -> list[dict]:
     rows = []
-    expect = f"with an id ({list(_QID_KEYS)}) and a text ({list(_QTEXT_KEYS)})"
+    keys = _QTEXT_KEYS if field == "title" else _FIELD_TAGS[field]  # (ir_datasets' JSONL topics: title, description, narrative)
+    expect = f"with an id ({list(_QID_KEYS)}) and a text ({list(keys)}{'' if field == 'title' else ': the topics field ' + field})"
     for n, obj in read_jsonl(path, "queries", TopicsError, expect, _tab_hint):
-        text = next((obj[k] for k in _QTEXT_KEYS if k in obj), _MISSING)
+        text = next((obj[k] for k in keys if k in obj), _MISSING)
         if text is _MISSING or not any(k in obj for k in _QID_KEYS):
             raise TopicsError(f"queries {path}: line {n} is not a JSON object {expect}.")
         rows.append({"query_id": jsonl_query_id(obj, path, n), "text": _query_text(text, path, n),
@@ -250,8 +257,8 @@ def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
         qid = number.group(1) if number else _topic_text(fields.get("num", ""))
         if not qid:
             raise TopicsError(f"queries {path}: the topic at line {line} has no number (<num> Number: N, or <topic number=\"N\">); give every topic its number.")
-        if number is None and qid.isascii() and qid.isdigit():  # <num> Number: 051 is topic 51, as the classic qrels write it
-            qid = str(int(qid))  # (<topic number="0001"> keeps its id as written)
+        if m.group(1).lower() == "top" and qid.isascii() and qid.isdigit():  # TREC's <num> Number: 051 is topic 51, as its qrels write it
+            qid = str(int(qid))  # (<topic number="0001">, NTCIR's <TOPIC><NUM>0001, keep their ids as written, as their qrels do)
         raw = next((fields[t] for t in _FIELD_TAGS[field] if t in fields), None)
         query = _topic_text(raw) if raw is not None else ""
         if not query:
@@ -261,6 +268,18 @@ def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
                               "config file), or add the field to the topic.")
         rows.append({"query_id": qid, "text": query, "logical_query": None})
     return rows
+
+
+def _field_column(table: pa.Table, field: TopicsField, path: Path) -> pa.Table:
+    """A Parquet queries table with the topics field's column as its text (``title``: the
+    table as it is)."""
+    if field == "title":
+        return table
+    column = next((c for c in _FIELD_TAGS[field] if c in table.column_names), None)
+    if column is None:
+        raise TopicsError(f"queries {path}: topics field {field!r}, but no column {' or '.join(_FIELD_TAGS[field])} among "
+                          f"{table.column_names}; name the column, or leave the topics field as title.")
+    return table.drop_columns([c for c in ("text",) if c in table.column_names]).append_column("text", table.column(column))
 
 
 def queries_table(table: pa.Table, source: str) -> pa.Table:
@@ -276,8 +295,19 @@ def queries_table(table: pa.Table, source: str) -> pa.Table:
         table = table.append_column("logical_query", pa.nulls(table.num_rows, pa.string()))
     if table.num_rows == 0:
         raise TopicsError(f"{source}: no queries (the table has no rows); give the queries to run.")
+    # as a JSONL query's (_query_id): an id is text or an integer, a text is text; another type (1.0, true, a decimal)
+    # would be written as no qrels line writes it
+    for name, kinds in (("query_id", (pa.types.is_string, pa.types.is_large_string, pa.types.is_integer)),
+                        ("text", (pa.types.is_string, pa.types.is_large_string))):
+        if name in table.column_names and not any(kind(table.column(name).type) for kind in kinds):
+            raise TopicsError(f"{source}: column {name!r} is {table.column(name).type}; give "
+                              f"{'strings (or integers)' if name == 'query_id' else 'strings'}.")
     table = conform(table, QUERIES, source)
     ids = table.column("query_id")
+    bad = pc.or_(pc.equal(pc.utf8_trim_whitespace(ids), ""), pc.not_equal(pc.utf8_trim_whitespace(ids), ids))
+    if pc.any(bad).as_py():
+        raise TopicsError(f"{source}: the query id {ids.filter(bad)[0].as_py()!r} is blank or has surrounding whitespace; qrels and runs "
+                          "name it exactly as given.")
     if pc.count_distinct(ids).as_py() != len(ids):
         counts = pc.value_counts(ids)
         dup = sorted(v["values"] for v in counts.to_pylist() if v["counts"] > 1)[:5]

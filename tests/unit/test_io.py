@@ -121,6 +121,63 @@ def test_a_queries_table_is_checked_as_a_queries_file_is(tmp_path):
         read_queries(tmp_path / "q.parquet")
 
 
+def test_ids_that_are_not_text_or_integers_are_refused_in_any_form_not_written_as_no_qrels_writes_them(tmp_path):
+    """A Parquet file, an Arrow table, a DataFrame or dicts: ids checked as a JSONL query's are.
+    Integers read as their decimal text; 1048585.0 (a float id column), a decimal, a bool, a
+    blank or space-padded id or a text that is not text are refused, never '1048585.0'."""
+    import decimal
+
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from logicrank.api import as_queries
+
+    assert as_queries(pd.DataFrame({"query_id": [1048585], "text": ["a"]})).column("query_id").to_pylist() == ["1048585"]
+    assert as_queries(pd.DataFrame({"qid": ["q1", 2], "text": ["a", "b"]})).column("query_id").to_pylist() == ["q1", "2"]
+    refused = [
+        (pd.DataFrame({"query_id": [1048585.0], "text": ["a"]}), "column 'query_id' is double"),
+        ([{"query_id": 1.0, "text": "a"}], "column 'query_id' is double"),
+        ([{"_id": True, "text": "a"}], "column 'query_id' is bool"),
+        (pa.table({"query_id": pa.array([decimal.Decimal("1.00")]), "text": ["a"]}), "column 'query_id' is decimal128(3, 2)"),
+        (pa.table({"query_id": [" 1"], "text": ["a"]}), "the query id ' 1' is blank or has surrounding whitespace"),
+        (pa.table({"query_id": [""], "text": ["a"]}), "the query id '' is blank"),
+        (pa.table({"query_id": ["1"], "text": [5]}), "column 'text' is int64; give strings"),
+    ]
+    for queries, says in refused:
+        with pytest.raises(TopicsError) as exc:
+            as_queries(queries)
+        assert says in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+    pq.write_table(pa.table({"query_id": [1.0], "text": ["a"]}), tmp_path / "q.parquet")
+    with pytest.raises(TopicsError, match=r"q.parquet: column 'query_id' is double"):
+        read_queries(tmp_path / "q.parquet")
+
+
+def test_the_topics_field_picks_a_jsonl_key_or_parquet_column_and_is_refused_where_there_is_none(tmp_path):
+    """ir_datasets exports TREC topics as JSONL (query_id, title, description, narrative): the
+    topics field desc reads the description, not silently the title; a file without that
+    field, or a TSV file (one text a query), is refused in one line."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    robust = tmp_path / "robust04.jsonl"
+    robust.write_text(json.dumps({"query_id": "301", "title": "International Organized Crime", "description": "Identify organizations.",
+                                  "narrative": "A relevant document must name one."}) + "\n")
+    assert [read_queries(robust, f).column("text").to_pylist() for f in ("title", "desc", "narr")] == [
+        ["International Organized Crime"], ["Identify organizations."], ["A relevant document must name one."]]
+    beir = tmp_path / "queries.jsonl"
+    beir.write_text('{"_id": "1", "text": "a query"}\n')
+    with pytest.raises(TopicsError, match=r"line 1 is not a JSON object .*the topics field desc"):
+        read_queries(beir, "desc")
+    pq.write_table(pa.table({"query_id": ["1"], "text": ["t"], "description": ["d"]}), tmp_path / "q.parquet")
+    assert read_queries(tmp_path / "q.parquet", "desc").column("text").to_pylist() == ["d"]
+    with pytest.raises(TopicsError, match=r"topics field 'narr', but no column narr or narrative"):
+        read_queries(tmp_path / "q.parquet", "narr")
+    (tmp_path / "q.tsv").write_text("1\ta query\n")
+    with pytest.raises(TopicsError, match=r"a TSV query file holds one text a query"):
+        read_queries(tmp_path / "q.tsv", "desc")
+
+
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, as Windows tools write one at the start of a file
 
 

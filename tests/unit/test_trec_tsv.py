@@ -348,6 +348,9 @@ def test_xml_topics(tmp_path):
     assert read_queries(path, "narr").column("query_id").to_pylist() == ["1", "2"]
     path.write_text('<topics><topic number="0001"><query>padded</query></topic></topics>')
     assert read_queries(path).column("query_id").to_pylist() == ["0001"]  # an attribute's id is kept as written
+    # NTCIR's topics: <TOPIC><NUM>0001</NUM>, its qrels writing 0001 (only TREC's <top> blocks drop the zeros)
+    path.write_text("<TOPIC>\n<NUM>0001</NUM>\n<SLANG>EN</SLANG>\n<TITLE>Emergency Room Service</TITLE>\n</TOPIC>\n")
+    assert read_queries(path).to_pylist() == [{"query_id": "0001", "text": "Emergency Room Service", "logical_query": None}]
     # a topic commented out is not read; a CDATA section is its characters, taken literally
     path.write_text('<topics>\n<!-- retired:\n<topic number="99"><query>old</query></topic> -->\n'
                     '<topic number="1"><query><![CDATA[salt & pepper <b> <!--]]></query></topic>\n'
