@@ -93,7 +93,7 @@ def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
         path = path / "queries.jsonl"
     if not path.exists():
         raise TopicsError(f"queries: no file at {str(path)!r}.")
-    if path.suffix in (".parquet", ".pq"):
+    if path.suffix.lower() in (".parquet", ".pq"):
         return queries_table(_field_column(_read_parquet(path, "queries"), field, path), f"queries {path}")
     with reading(f"queries {path}", TopicsError), _open_text(path) as f:
         if path.name.lower().endswith((".tsv", ".tsv.gz")):
@@ -334,7 +334,7 @@ def read_qrels(path: str | Path) -> pa.Table:
         path = path / "qrels" / "test.tsv"
     if not path.exists():
         raise TopicsError(f"qrels: no file at {str(path)!r}; give a BEIR qrels TSV, a BEIR directory or a TREC qrels file.")
-    if path.suffix in (".parquet", ".pq"):
+    if path.suffix.lower() in (".parquet", ".pq"):
         return _parquet_qrels(path)
     qids, dids, rels = [], [], []
     beir, width = False, None  # width: the fields of the first line, and its number
@@ -441,7 +441,7 @@ def read_run(path: str | Path, duplicates: Duplicates = "refuse", empty: Literal
     path = Path(path)
     if not path.exists():
         raise TopicsError(f"run: no file at {str(path)!r}; give a run table (Parquet) or a TREC run file.")
-    table = conform(_read_parquet(path, "run"), RUN, f"run {path.name}") if path.suffix in (".parquet", ".pq") else _read_trec_run(path)
+    table = conform(_read_parquet(path, "run"), RUN, f"run {path.name}") if path.suffix.lower() in (".parquet", ".pq") else _read_trec_run(path)
     if table.num_rows == 0 and empty == "refuse":
         raise TopicsError(f"run {path}: no rows; an empty run cannot be evaluated: give the run file that holds results.")
     return check_run(table, f"run {path}", duplicates)

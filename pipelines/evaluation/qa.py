@@ -215,7 +215,7 @@ def read_predictions(path: str | Path) -> dict[str, str]:
     path = Path(path)
     if not path.is_file():
         raise QAError(f"answers: no file at {str(path)!r}; give an answers table (answers/<run_id>.parquet) or JSONL.")
-    if path.suffix in (".parquet", ".pq"):
+    if path.suffix.lower() in (".parquet", ".pq"):
         try:
             t = pq.read_table(path, columns=["query_id", "answer"])
         except (pa.ArrowInvalid, KeyError, OSError) as exc:

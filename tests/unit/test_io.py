@@ -119,6 +119,8 @@ def test_a_queries_table_is_checked_as_a_queries_file_is(tmp_path):
     pq.write_table(pa.table({"query_id": ["x", "x"], "text": ["a", "b"]}), tmp_path / "q.parquet")
     with pytest.raises(TopicsError, match=r"duplicate query ids \['x'\]"):  # a Parquet file was read without this check
         read_queries(tmp_path / "q.parquet")
+    pq.write_table(pa.table({"query_id": ["x"], "text": ["a"]}), tmp_path / "Q.PARQUET")  # (a name in capitals: Parquet still)
+    assert read_queries(tmp_path / "Q.PARQUET").column("query_id").to_pylist() == ["x"]
 
 
 def test_ids_that_are_not_text_or_integers_are_refused_in_any_form_not_written_as_no_qrels_writes_them(tmp_path):
