@@ -39,7 +39,6 @@ refusal names the file, what is wrong and the fix:
 
 from __future__ import annotations
 
-import gzip
 import html
 import json
 import re
@@ -52,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from logicrank.pipelines.files import atomic_path, read_jsonl, reading, utf8_text
+from logicrank.pipelines.files import atomic_path, open_text, read_jsonl, reading, utf8_text
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import QRELS, QUERIES, RUN, conform, require_columns
 
@@ -67,12 +66,6 @@ Duplicates = Literal["refuse", "first"]
 
 class TopicsError(UserError, ValueError):
     """A queries, qrels or run file (or table) cannot be read or evaluated as it is."""
-
-
-def _open_text(path: Path):
-    """``path`` as text, gunzipped when named ``.gz``; a UTF-8 byte order mark starting it is dropped
-    (never part of the first id or header)."""
-    return gzip.open(path, "rt", encoding="utf-8-sig") if path.suffix == ".gz" else open(path, encoding="utf-8-sig")
 
 
 TopicsField = Literal["title", "desc", "narr"]
@@ -95,7 +88,7 @@ def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
         raise TopicsError(f"queries: no file at {str(path)!r}.")
     if path.suffix.lower() in (".parquet", ".pq"):
         return queries_table(_field_column(_read_parquet(path, "queries"), field, path), f"queries {path}")
-    with reading(f"queries {path}", TopicsError), _open_text(path) as f:
+    with reading(f"queries {path}", TopicsError), open_text(path) as f:
         if path.name.lower().endswith((".tsv", ".tsv.gz")):
             if field != "title":
                 raise TopicsError(f"queries {path}: topics field {field!r}, but a TSV query file holds one text a query (qid<TAB>text); "
@@ -338,7 +331,7 @@ def read_qrels(path: str | Path) -> pa.Table:
         return _parquet_qrels(path)
     qids, dids, rels = [], [], []
     beir, width = False, None  # width: the fields of the first line, and its number
-    with reading(f"qrels {path}", TopicsError), _open_text(path) as f:
+    with reading(f"qrels {path}", TopicsError), open_text(path) as f:
         for n, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
             if not line.strip():
@@ -449,7 +442,7 @@ def read_run(path: str | Path, duplicates: Duplicates = "refuse", empty: Literal
 
 def _read_trec_run(path: Path) -> pa.Table:
     cols: dict[str, list] = {"query_id": [], "doc_id": [], "score": [], "run_id": []}
-    with reading(f"run {path}", TopicsError), _open_text(path) as f:
+    with reading(f"run {path}", TopicsError), open_text(path) as f:
         for n, line in enumerate(f, 1):
             parts = line.split()
             if not parts:

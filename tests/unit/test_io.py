@@ -123,6 +123,24 @@ def test_a_queries_table_is_checked_as_a_queries_file_is(tmp_path):
     assert read_queries(tmp_path / "Q.PARQUET").column("query_id").to_pylist() == ["x"]
 
 
+def test_text_files_are_gunzipped_by_their_first_bytes_whatever_their_names(tmp_path):
+    """Queries, qrels and TREC runs gzipped under a plain name (a download saved without .gz),
+    or plain under a .gz name, read as what their bytes are."""
+    import gzip
+
+    with gzip.open(tmp_path / "queries.jsonl", "wt") as f:
+        f.write('{"_id": "1", "text": "a query"}\n')
+    with gzip.open(tmp_path / "qrels.txt", "wt") as f:
+        f.write("1 0 d1 1\n")
+    with gzip.open(tmp_path / "run.trec", "wt") as f:
+        f.write("1 Q0 d1 1 2.0 r\n")
+    (tmp_path / "queries.tsv.gz").write_text("2\tplain text\n")
+    assert read_queries(tmp_path / "queries.jsonl").column("text").to_pylist() == ["a query"]
+    assert read_queries(tmp_path / "queries.tsv.gz").column("query_id").to_pylist() == ["2"]
+    assert read_qrels(tmp_path / "qrels.txt").to_pylist() == [{"query_id": "1", "doc_id": "d1", "relevance": 1}]
+    assert read_run(tmp_path / "run.trec").column("doc_id").to_pylist() == ["d1"]
+
+
 def test_ids_that_are_not_text_or_integers_are_refused_in_any_form_not_written_as_no_qrels_writes_them(tmp_path):
     """A Parquet file, an Arrow table, a DataFrame or dicts: ids checked as a JSONL query's are.
     Integers read as their decimal text; 1048585.0 (a float id column), a decimal, a bool, a
