@@ -3,10 +3,12 @@ the one JSON Lines and YAML readers."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import gzip
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -204,16 +206,16 @@ def read_jsonl(path: str | Path, what: str, error: type[Exception], expect: str 
             raise error(f"{label}: line {n} is not a JSON object{expected} ({why}){hint(line) if hint else ''}.")
 
 
-def open_text(path: str | Path):
+@contextmanager
+def open_text(path: str | Path) -> Iterator[io.TextIOWrapper]:
     """A UTF-8 text file to read, gunzipped where its first bytes are gzip's (whatever its name),
-    a byte order mark starting it dropped."""
-    return gzip.open(path, "rt", encoding="utf-8-sig") if is_gzip(path) else open(path, encoding="utf-8-sig")
-
-
-def is_gzip(path: str | Path) -> bool:
-    """Whether the file starts with gzip's magic bytes."""
-    with open(path, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
+    a byte order mark starting it dropped. Opened once, its first bytes peeked, not read: a
+    pipe (``<(zcat qrels.gz)``) loses none of them."""
+    with open(path, "rb") as raw:
+        gzipped = raw.peek(2)[:2] == b"\x1f\x8b"
+        with gzip.GzipFile(fileobj=raw) if gzipped else contextlib.nullcontext(raw) as binary, \
+                io.TextIOWrapper(binary, encoding="utf-8-sig") as text:
+            yield text
 
 
 _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false", type(None): "null"}

@@ -40,14 +40,13 @@ A UTF-8 byte order mark starting a file is not read as text.
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from logicrank.pipelines.datasets import _HERE
-from logicrank.pipelines.files import atomic_path, is_gzip, read_jsonl, reading
+from logicrank.pipelines.files import atomic_path, open_text, read_jsonl, reading
 from logicrank.schemas.errors import UserError
 
 SETS = ("musique", "hotpotqa")
@@ -70,7 +69,7 @@ def _records(path: Path) -> Iterator[tuple[int, int | None, Any]]:
     if not path.exists():
         raise QADataError(f"{path}: no such file.")
     with reading(label, QADataError):
-        with gzip.open(path, "rt", encoding="utf-8-sig") if is_gzip(path) else open(path, encoding="utf-8-sig") as f:
+        with open_text(path) as f:
             head = ""
             while not head and (chunk := f.read(4096)):
                 head = chunk.lstrip()
@@ -79,7 +78,7 @@ def _records(path: Path) -> Iterator[tuple[int, int | None, Any]]:
         if head[0] not in "[{":
             raise QADataError(f"{path}: neither a JSON array nor JSON Lines: it starts with {head[0]!r} (expected '[' or '{{').")
         if head[0] == "[":
-            with gzip.open(path, "rt", encoding="utf-8-sig") if is_gzip(path) else open(path, encoding="utf-8-sig") as f:
+            with open_text(path) as f:
                 try:
                     data = json.load(f)
                 except json.JSONDecodeError as exc:

@@ -123,6 +123,26 @@ def test_a_queries_table_is_checked_as_a_queries_file_is(tmp_path):
     assert read_queries(tmp_path / "Q.PARQUET").column("query_id").to_pylist() == ["x"]
 
 
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_qrels_from_a_pipe_lose_none_of_their_first_bytes(gzipped):
+    """`evaluate <(zcat qrels.gz) ...`: the file is a pipe, read once. Its first bytes are
+    peeked at to tell gzip, never read and dropped (a first open to look at them swallowed a
+    buffer's worth of judgements, 8 KB)."""
+    import gzip
+    import os
+
+    data = "".join(f"301 0 DOC-{i} 1\n" for i in range(2000)).encode()  # 34 KB: held whole by the pipe (64 KB)
+    data = gzip.compress(data) if gzipped else data
+    r, w = os.pipe()
+    try:
+        os.write(w, data)
+        os.close(w)
+        qrels = read_qrels(f"/dev/fd/{r}")
+    finally:
+        os.close(r)
+    assert qrels.column("doc_id").to_pylist() == [f"DOC-{i}" for i in range(2000)]
+
+
 def test_text_files_are_gunzipped_by_their_first_bytes_whatever_their_names(tmp_path):
     """Queries, qrels and TREC runs gzipped under a plain name (a download saved without .gz),
     or plain under a .gz name, read as what their bytes are."""
