@@ -111,9 +111,10 @@ PARSED = pa.schema(
 PARSED_VECTORS = PARSED.append(pa.field("vector", pa.list_(pa.float32())))
 VECTOR_KINDS = ("jsonl", "parquet")  # the formats that can carry a vector per document
 
-# A record's id and text: the first of these keys it has. MS MARCO v2's passages ({"pid", "passage", "docid"}) carry
-# their document's docid beside their own pid; v2.1's segments ({"docid", "segment"}) a docid of their own.
-ID_KEYS = ("doc_id", "_id", "id", "pid", "docid", "docno")
+# A record's id and text: the first of these keys it has; v2.1's segments ({"docid", "segment"}) have a docid of their own.
+# MS MARCO v2's passages ({"pid", "passage", "docid"}) carry their document's docid beside their own pid: a record with a
+# pid and a passage and none of the first three ids is known by its pid (a pid elsewhere, a chunk's number, is no id)
+ID_KEYS = ("doc_id", "_id", "id", "docid", "docno")
 TEXT_KEYS = ("text", "contents", "body", "passage", "segment")
 _JSONL_SUFFIXES = tuple(s + gz for s in (".jsonl", ".json", ".ndjson", ".jl") for gz in ("", ".gz"))  # (.jl: the Washington Post's)
 _PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -251,9 +252,11 @@ def list_sources(location: str, fmt: str = "auto") -> list[Source]:
     ``fmt`` is ``auto``, ``beir`` (a directory holding ``corpus.jsonl[.gz]``), ``jsonl``,
     ``parquet``, ``trec`` or ``tsv`` (a file, or a directory of such files). ``auto`` tells a
     file's kind by its suffix. A file named with a format is read as that format whatever its
-    name (``fmt="trec"`` on ``la010189``); in a directory, ``fmt="jsonl"``, ``"trec"`` or ``"tsv"``
-    also reads every file whose name marks no format (TREC collections ship as ``la010189``,
-    ``fr940104.0``, MS MARCO v2 as ``msmarco_passage_00.gz``), except hidden ones (``.name``).
+    name (``fmt="trec"`` on ``la010189``); in a directory, ``fmt="trec"`` or ``"tsv"`` also
+    reads every file whose name marks no format (TREC collections ship as ``la010189``,
+    ``fr940104.0``), and ``fmt="jsonl"`` every such file that is compressed (MS MARCO v2 ships
+    as ``msmarco_passage_00.gz``; a README or MD5SUMS beside it is not read), except hidden
+    ones (``.name``).
     """
     with reading(f"corpus {location}", CorpusError):  # e.g. a directory that cannot be listed
         return _list_sources(location, fmt)
@@ -296,8 +299,9 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
         f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if f.type == pafs.FileType.File
     )
     kinds = {p: _kind_of(p) for p in files}
-    if fmt in ("jsonl", "trec", "tsv"):  # files named with no format are this one's (hidden ones aside)
-        kinds = {p: k or (None if p.rsplit("/", 1)[-1].startswith(".") else fmt) for p, k in kinds.items()}
+    if fmt in ("jsonl", "trec", "tsv"):  # files named with no format are this one's (hidden ones aside; JSONL: compressed ones)
+        kinds = {p: k or (None if p.rsplit("/", 1)[-1].startswith(".") or (fmt == "jsonl" and not p.lower().endswith(_COMPRESSED))
+                          else fmt) for p, k in kinds.items()}
     else:  # a directory's .tsv files are often its queries and qrels (MS MARCO's layout): read them only when told
         kinds = {p: None if k == "tsv" else k for p, k in kinds.items()}
     wanted = [p for p in files if kinds[p] is not None and (fmt in ("auto", "beir") or kinds[p] == fmt)]
@@ -347,7 +351,8 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
     empty = {"doc_id": None, "title": None, "text": None, "metadata": None}
     if not isinstance(obj, dict):
         return empty, "malformed_json", f"expected a JSON object, got {type(obj).__name__}"
-    doc_id = _first(obj, ID_KEYS)
+    passage = "pid" in obj and "passage" in obj and not any(k in obj for k in ID_KEYS[:3])  # MS MARCO v2's
+    doc_id = obj["pid"] if passage else _first(obj, ID_KEYS)
     if isinstance(doc_id, bool) or (doc_id is not None and not isinstance(doc_id, (str, int))):
         return empty, "bad_field_type", f"id must be a string, got {type(doc_id).__name__}"
     doc_id = None if doc_id is None else str(doc_id)
@@ -393,13 +398,14 @@ def _list_text(items: list) -> Any:
     ``contents`` (TREC Core 2018, News track: ``{"type", "content"}`` objects), whose text is
     the content of its ``sanitized_html`` and ``tweet`` items, as Anserini's
     WashingtonPostCollection takes it, a line each, its markup removed and its entities decoded
-    as a TREC field's are (its kicker, title, byline, date and images are not text; null items
-    are skipped). Any other list is returned as it is (a ``bad_field_type`` reject)."""
+    as a TREC field's are (its kicker, title, byline, date and images are not text; null
+    items and those without a type are skipped, as Anserini skips them). Any other list is
+    returned as it is (a ``bad_field_type`` reject)."""
     if all(isinstance(i, str) for i in items):
         return "\n".join(items)
-    if all(i is None or (isinstance(i, dict) and "type" in i) for i in items):
+    if all(i is None or isinstance(i, dict) for i in items) and any(isinstance(i, dict) and "type" in i for i in items):
         return "\n".join(_trec_clean(i["content"]) for i in items
-                         if i is not None and i["type"] in _ARTICLE_ITEMS and isinstance(i.get("content"), str))
+                          if i is not None and i.get("type") in _ARTICLE_ITEMS and isinstance(i.get("content"), str))
     return items
 
 
@@ -616,7 +622,7 @@ def _parse_dpr(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | No
     except UnicodeDecodeError as exc:
         return _blank(), "invalid_utf8", str(exc)
     try:
-        parts = next(csv.reader([line], delimiter="\t", strict=True))
+        parts = next(csv.reader([line], delimiter="\t"))  # (not strict, as DPR's: "abc"def is abcdef)
     except csv.Error as exc:
         return _blank(), "bad_tsv_row", f"{exc}; a line of a DPR passages file (header id<TAB>text<TAB>title) is three fields, quoted as CSV quotes"
     if len(parts) != 3:

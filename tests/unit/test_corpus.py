@@ -43,6 +43,9 @@ def test_the_publishers_jsonl_layouts_give_each_record_its_own_id_and_text(tmp_p
             f.write(json.dumps({"pid": pid, "passage": text, "spans": "(0,22)", "docid": "msmarco_doc_00_0"}) + "\n")
     with pytest.raises(CorpusError, match="no JSONL"):
         list_sources(str(v2))  # (its name marks no format)
+    (v2 / "README").write_text("MS MARCO v2 passages\n")  # files beside them that are not compressed: not read
+    (v2 / "qrels.dev").write_text("1 0 msmarco_passage_00_0 1\n")
+    assert [s.path.rsplit("/", 1)[-1] for s in list_sources(str(v2), "jsonl")] == ["msmarco_passage_00.gz"]
     t = _read_all(str(v2), fmt="jsonl")
     assert list(zip(t.column("doc_id").to_pylist(), t.column("text").to_pylist(), t.column("_reason").to_pylist(), strict=True)) == [
         ("msmarco_passage_00_0", "The hero of the story.", None), ("msmarco_passage_00_49", "Another passage.", None)]
@@ -54,12 +57,14 @@ def test_the_publishers_jsonl_layouts_give_each_record_its_own_id_and_text(tmp_p
                             {"type": "image", "imageURL": "x", "fullcaption": "a caption"},
                             {"content": "a <a href=\"x\">tweet</a>", "type": "tweet"}],
                "type": "article", "source": "The Washington Post"}
+    article["contents"].append({"content": "an item without a type"})  # skipped, as Anserini skips it
+    chunk = {"docid": "D1", "pid": 0, "text": "a chunk numbered by pid"}  # a pid that is not the passage's own id (no passage)
     write_jsonl(tmp_path / "wapo" / "TREC_Washington_Post_collection.v2.jl", [segment, article, {"_id": "k", "text": ["p1", "p2"]},
-                                                                               {"_id": "n", "text": ["p1", 2]}])
+                                                                               {"_id": "n", "text": ["p1", 2]}, chunk])
     t = _read_all(str(tmp_path / "wapo"))
     got = list(zip(*(t.column(c).to_pylist() for c in ("doc_id", "title", "text", "_reason")), strict=True))
     assert got == [("msmarco_v2.1_doc_00_0#0_0", "T", "seg", None), ("b2e89334", "Danny Coale", "Virginia Tech receivers & more\na tweet", None),
-                   ("k", None, "p1\np2", None), ("n", None, None, "bad_field_type")]
+                   ("k", None, "p1\np2", None), ("n", None, None, "bad_field_type"), ("D1", None, "a chunk numbered by pid", None)]
 
 
 def test_a_directory_whose_files_include_queries_is_refused_not_indexed_with_them(tmp_path):

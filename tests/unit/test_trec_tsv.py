@@ -233,11 +233,12 @@ def test_dpr_passages_tsv_is_read_as_dpr_reads_it(tmp_path):
     path = tmp_path / "psgs_w100.tsv.gz"
     with gzip.open(path, "wb") as f:
         f.write(b'id\ttext\ttitle\r\n1\t"Aaron Aaron ( or ; ""Ah\xc3\xa4r\xc3\xb4n"") is a prophet"\tAaron\r\n'
-                b'2\t"a text\twith a tab"\t"Title, quoted"\n3\tplain text\tPlain\n4\t"unclosed\tT\n5\ttwo fields\n')
+                b'2\t"a text\twith a tab"\t"Title, quoted"\n3\tplain text\tPlain\n4\t"unclosed\tT\n5\ttwo fields\n6\t"abc"def\tT\n')
     t = _read_all(path)
     got = list(zip(*(t.column(c).to_pylist() for c in ("_location", "doc_id", "title", "text", "_reason")), strict=True))
     assert got == [(2, "1", "Aaron", 'Aaron Aaron ( or ; "Ah\u00e4r\u00f4n") is a prophet', None), (3, "2", "Title, quoted", "a text\twith a tab", None),
-                   (4, "3", "Plain", "plain text", None), (5, None, None, None, "bad_tsv_row"), (6, None, None, None, "bad_tsv_row")]
+                   (4, "3", "Plain", "plain text", None), (5, None, None, None, "bad_tsv_row"), (6, None, None, None, "bad_tsv_row"),
+                   (7, "6", "T", "abcdef", None)]  # (DPR's csv is not strict: text after a closing quote is kept)
     plain = tmp_path / "collection.tsv"
     plain.write_bytes(b'id\ttext\n1\t"quoted"\n')  # MS MARCO's layout: no header, no quoting (this first line is a document)
     assert _rows(_read_all(plain)) == [("id", None, "text"), ("1", None, '"quoted"')]
