@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -401,8 +402,9 @@ def as_queries(queries: Any, where: str = "retrieve") -> pa.Table:
 
 
 def _int_as_text(value: Any) -> Any:
-    """An integer id as its decimal text (as a JSONL query's); any other value as it is."""
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    """An integer id (Python's or numpy's) as its decimal text (as a JSONL query's); any other
+    value as it is."""
+    return str(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
 
 
 def stage_cache(cache: Any, where: str) -> StageCache:

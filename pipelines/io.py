@@ -289,9 +289,12 @@ def queries_table(table: pa.Table, source: str) -> pa.Table:
     if table.num_rows == 0:
         raise TopicsError(f"{source}: no queries (the table has no rows); give the queries to run.")
     # as a JSONL query's (_query_id): an id is text or an integer, a text is text; another type (1.0, true, a decimal)
-    # would be written as no qrels line writes it
-    for name, kinds in (("query_id", (pa.types.is_string, pa.types.is_large_string, pa.types.is_integer)),
-                        ("text", (pa.types.is_string, pa.types.is_large_string))):
+    # would be written as no qrels line writes it. A dictionary column (a pandas Categorical) is its values
+    for name, kinds in (("query_id", (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view, pa.types.is_integer)),
+                        ("text", (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view))):
+        if name in table.column_names and pa.types.is_dictionary(table.column(name).type):
+            column = table.column(name)
+            table = table.set_column(table.column_names.index(name), name, column.cast(column.type.value_type))
         if name in table.column_names and not any(kind(table.column(name).type) for kind in kinds):
             raise TopicsError(f"{source}: column {name!r} is {table.column(name).type}; give "
                               f"{'strings (or integers)' if name == 'query_id' else 'strings'}.")

@@ -174,6 +174,13 @@ def test_ids_that_are_not_text_or_integers_are_refused_in_any_form_not_written_a
 
     assert as_queries(pd.DataFrame({"query_id": [1048585], "text": ["a"]})).column("query_id").to_pylist() == ["1048585"]
     assert as_queries(pd.DataFrame({"qid": ["q1", 2], "text": ["a", "b"]})).column("query_id").to_pylist() == ["q1", "2"]
+    # numpy's integers, a Categorical (dictionary) column, Arrow's string_view: read as they were before the checks
+    import numpy as np
+
+    assert as_queries([{"query_id": np.int64(1), "text": "a"}, {"query_id": "x", "text": "b"}]).column("query_id").to_pylist() == ["1", "x"]
+    assert as_queries(pd.DataFrame({"query_id": pd.Categorical(["a", "b"]), "text": ["x", "y"]})).column("query_id").to_pylist() == ["a", "b"]
+    view = pa.table({"query_id": pa.array(["a"], pa.string_view()), "text": pa.array(["x"], pa.string_view())})
+    assert as_queries(view).to_pylist() == [{"query_id": "a", "text": "x", "logical_query": None}]
     refused = [
         (pd.DataFrame({"query_id": [1048585.0], "text": ["a"]}), "column 'query_id' is double"),
         ([{"query_id": 1.0, "text": "a"}], "column 'query_id' is double"),
