@@ -818,7 +818,7 @@ def _parse_trec(body: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | 
         replaced, error = doc.count("\ufffd") - body.count(_REPLACEMENT), str(exc)
     fields, reason, detail = _trec_record(doc, max_doc_bytes)
     if replaced and "\ufffd" in (fields["doc_id"] or ""):  # an id is never guessed at
-        return _blank(), "invalid_utf8", f"the DOCNO is not UTF-8 ({error})"
+        return _blank(), "invalid_utf8", f"the DOCNO holds U+FFFD in a DOC with bytes that are not UTF-8 ({error}): an id is never guessed"
     if replaced and reason is None:
         detail = f"{NOT_UTF8_NOTE}: {replaced} byte sequence(s) read as U+FFFD"
     return fields, reason, detail

@@ -250,7 +250,7 @@ def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
         qid = number.group(1) if number else _topic_text(fields.get("num", ""))
         if not qid:
             raise TopicsError(f"queries {path}: the topic at line {line} has no number (<num> Number: N, or <topic number=\"N\">); give every topic its number.")
-        if m.group(1).lower() == "top" and qid.isascii() and qid.isdigit():  # TREC's <num> Number: 051 is topic 51, as its qrels write it
+        if number is None and m.group(1).lower() == "top" and qid.isascii() and qid.isdigit():  # TREC's <num> Number: 051 is topic 51, as its qrels write it
             qid = str(int(qid))  # (<topic number="0001">, NTCIR's <TOPIC><NUM>0001, keep their ids as written, as their qrels do)
         raw = next((fields[t] for t in _FIELD_TAGS[field] if t in fields), None)
         query = _topic_text(raw) if raw is not None else ""
@@ -265,12 +265,13 @@ def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
 
 def _field_column(table: pa.Table, field: TopicsField, path: Path) -> pa.Table:
     """A Parquet queries table with the topics field's column as its text (``title``: the
-    table as it is)."""
-    if field == "title":
+    first of ``text``, ``query``, ``title``, as a JSONL record's)."""
+    keys = _QTEXT_KEYS if field == "title" else _FIELD_TAGS[field]
+    column = next((c for c in keys if c in table.column_names), None)
+    if column == "text" or (column is None and field == "title"):  # (no text: queries_table names the column missing)
         return table
-    column = next((c for c in _FIELD_TAGS[field] if c in table.column_names), None)
     if column is None:
-        raise TopicsError(f"queries {path}: topics field {field!r}, but no column {' or '.join(_FIELD_TAGS[field])} among "
+        raise TopicsError(f"queries {path}: topics field {field!r}, but no column {' or '.join(keys)} among "
                           f"{table.column_names}; name the column, or leave the topics field as title.")
     return table.drop_columns([c for c in ("text",) if c in table.column_names]).append_column("text", table.column(column))
 

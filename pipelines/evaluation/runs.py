@@ -119,11 +119,28 @@ def _require_shared_queries(run_id: str, run: pa.Table, qrels: pa.Table) -> None
     (trec_eval -c's rule for a missed query): almost surely the qrels of other queries, or ids
     spelt otherwise (``"1"`` against ``"q1"``); refused, as trec_eval refuses it without -c."""
     in_run = pc.unique(run.column("query_id")).cast(pa.string())
-    if len(in_run) == 0 or pc.any(pc.is_in(in_run, value_set=pc.unique(qrels.column("query_id")).cast(pa.string()))).as_py():
+    judged = pc.unique(qrels.column("query_id")).cast(pa.string())
+    _require_ids_spelt_alike(run_id, set(in_run.to_pylist()), set(judged.to_pylist()))
+    if len(in_run) == 0 or pc.any(pc.is_in(in_run, value_set=judged)).as_py():
         return
     ours, theirs = (sorted(set(t.column("query_id").to_pylist()))[:3] for t in (run, qrels))
     raise EvaluationError(f"evaluate: run {run_id} has no query the qrels judge (its queries {ours}..., the qrels' {theirs}...); "
                           "give the qrels of its queries (or check how the ids are written).")
+
+
+def _require_ids_spelt_alike(run_id: str, in_run: set[str], judged: set[str]) -> None:
+    """A run query the qrels lack whose number they hold with other leading zeros (``051``
+    against ``51``: TREC's topics files pad what its qrels do not, NTCIR's qrels keep the
+    zeros) would score 0 as a missed query, silently; refused, naming the pair."""
+    def number(qid: str) -> str | None:
+        return (qid.lstrip("0") or "0") if qid.isascii() and qid.isdigit() else None
+
+    theirs = {number(q): q for q in judged if number(q) is not None}
+    spelt = [(q, theirs[number(q)]) for q in sorted(in_run - judged) if number(q) in theirs]
+    if spelt:
+        ours, their = spelt[0]
+        raise EvaluationError(f"evaluate: run {run_id}'s query {ours!r} is the qrels' {their!r} with other leading zeros ({len(spelt)} "
+                              "such quer(ies)), and would score 0 as a query the run misses; write the run's ids as the qrels write them.")
 
 
 def notes(missing: Mapping[str, int], without_qrels: Mapping[str, int], qrels_queries: int, removed: Mapping[str, int],

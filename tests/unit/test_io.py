@@ -220,6 +220,8 @@ def test_the_topics_field_picks_a_jsonl_key_or_parquet_column_and_is_refused_whe
     assert read_queries(tmp_path / "q.parquet", "desc").column("text").to_pylist() == ["d"]
     with pytest.raises(TopicsError, match=r"topics field 'narr', but no column narr or narrative"):
         read_queries(tmp_path / "q.parquet", "narr")
+    pq.write_table(pa.table({"query_id": ["301"], "title": ["crime"], "description": ["d"]}), tmp_path / "topics.parquet")
+    assert [read_queries(tmp_path / "topics.parquet", f).column("text").to_pylist() for f in ("title", "desc")] == [["crime"], ["d"]]
     (tmp_path / "q.tsv").write_text("1\ta query\n")
     with pytest.raises(TopicsError, match=r"a TSV query file holds one text a query"):
         read_queries(tmp_path / "q.tsv", "desc")

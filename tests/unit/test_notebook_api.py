@@ -162,6 +162,10 @@ def test_a_mapping_names_its_runs_and_an_empty_run_scores_zero():
     # its queries spelt otherwise than the qrels': every measure would read 0 (trec_eval refuses it without -c)
     (GOOD.set_column(GOOD.schema.get_field_index("query_id"), "query_id", pa.array(["q" + q for q in GOOD.column("query_id").to_pylist()])),
      QRELS, r"run good has no query the qrels judge \(its queries \['q1', 'q2'\]\.\.\., the qrels' \['1', '2'\]"),
+    # one query spelt with other leading zeros ('02' for the qrels' '2': TREC pads its topics, NTCIR its qrels): it would score
+    # 0 as a missed query while the other query matches
+    (GOOD.set_column(GOOD.schema.get_field_index("query_id"), "query_id", pa.array([q.replace("2", "02") for q in GOOD.column("query_id").to_pylist()])),
+     QRELS, r"run good's query '02' is the qrels' '2' with other leading zeros \(1 such"),
 ])
 def test_evaluate_mistakes_are_one_line_user_errors(runs, qrels, match):
     with pytest.raises(lr.UserError, match=match) as exc:

@@ -221,7 +221,7 @@ def test_a_trec_doc_with_bytes_that_are_not_utf8_is_read_as_anserini_reads_it(tm
     t = _read_all(trec)
     got = list(zip(*(t.column(c).to_pylist() for c in ("doc_id", "title", "text", "_reason", "_detail")), strict=True))
     assert got[0] == ("FT911-1", "Caf\ufffd prices", "Up 5\ufffd \ufffd and \ufffd\ufffd", None, "bytes not UTF-8: 4 byte sequence(s) read as U+FFFD")
-    assert got[1][0] is None and got[1][3] == "invalid_utf8" and "DOCNO is not UTF-8" in got[1][4]
+    assert got[1][0] is None and got[1][3] == "invalid_utf8" and "DOCNO holds U+FFFD in a DOC with bytes that are not UTF-8" in got[1][4]
     assert got[2] == ("FT911-3", None, "text of FT911-3", None, None)
     assert t.column("content_hash").to_pylist()[0] is not None
 
@@ -349,6 +349,8 @@ def test_xml_topics(tmp_path):
     assert read_queries(path, "narr").column("query_id").to_pylist() == ["1", "2"]
     path.write_text('<topics><topic number="0001"><query>padded</query></topic></topics>')
     assert read_queries(path).column("query_id").to_pylist() == ["0001"]  # an attribute's id is kept as written
+    path.write_text('<top number="0001">\n<title> padded\n</top>\n')
+    assert read_queries(path).column("query_id").to_pylist() == ["0001"]  # an attribute's id, even on <top>
     # NTCIR's topics: <TOPIC><NUM>0001</NUM>, its qrels writing 0001 (only TREC's <top> blocks drop the zeros)
     path.write_text("<TOPIC>\n<NUM>0001</NUM>\n<SLANG>EN</SLANG>\n<TITLE>Emergency Room Service</TITLE>\n</TOPIC>\n")
     assert read_queries(path).to_pylist() == [{"query_id": "0001", "text": "Emergency Room Service", "logical_query": None}]
