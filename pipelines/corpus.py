@@ -360,7 +360,8 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
         return empty, "invalid_utf8", f"the id {doc_id!r} holds a lone surrogate escape (half of a pair: no character)"
     fields = dict(empty, doc_id=doc_id or None)
     if not doc_id or not doc_id.strip():
-        return fields, "missing_id", f"none of {list(ID_KEYS)} holds a non-empty id"
+        pid = " (a pid is an id only beside a passage, as in MS MARCO v2's passages)" if "pid" in obj and not passage else ""
+        return fields, "missing_id", f"none of {list(ID_KEYS)} holds a non-empty id{pid}"
     if doc_id != doc_id.strip() or _CONTROL.search(doc_id):
         # ids are stored exactly as given; one that differs from another only by surrounding
         # whitespace, or holds a tab or newline, is almost surely a mistake (and no TSV or
@@ -401,8 +402,8 @@ def _list_text(items: list) -> Any:
     as a TREC field's are (its kicker, title, byline, date and images are not text; null
     items and those without a type are skipped, as Anserini skips them). Any other list is
     returned as it is (a ``bad_field_type`` reject)."""
-    if all(isinstance(i, str) for i in items):
-        return "\n".join(items)
+    if all(isinstance(i, str) for i in items) or all(i is None for i in items):
+        return "\n".join(i for i in items if i is not None)
     if all(i is None or isinstance(i, dict) for i in items) and any(isinstance(i, dict) and "type" in i for i in items):
         return "\n".join(_trec_clean(i["content"]) for i in items
                           if i is not None and i.get("type") in _ARTICLE_ITEMS and isinstance(i.get("content"), str))

@@ -210,9 +210,10 @@ def read_jsonl(path: str | Path, what: str, error: type[Exception], expect: str 
 def open_text(path: str | Path) -> Iterator[io.TextIOWrapper]:
     """A UTF-8 text file to read, gunzipped where its first bytes are gzip's (whatever its name),
     a byte order mark starting it dropped. Opened once, its first bytes peeked, not read: a
-    pipe (``<(zcat qrels.gz)``) loses none of them."""
+    pipe (``<(zcat qrels.gz)``) read through it loses none of them (a reader that opens its
+    file twice, or seeks, still needs a regular file)."""
     with open(path, "rb") as raw:
-        gzipped = raw.peek(2)[:2] == b"\x1f\x8b"
+        gzipped = raw.peek(2)[:2] == b"\x1f\x8b"  # (gzip writes its 10-byte header at once)
         with gzip.GzipFile(fileobj=raw) if gzipped else contextlib.nullcontext(raw) as binary, \
                 io.TextIOWrapper(binary, encoding="utf-8-sig") as text:
             yield text

@@ -68,6 +68,8 @@ def _records(path: Path) -> Iterator[tuple[int, int | None, Any]]:
     label = str(path)
     if not path.exists():
         raise QADataError(f"{path}: no such file.")
+    if not path.is_file():  # (read twice: first its start, to tell an array from JSON Lines; a pipe would lose that start)
+        raise QADataError(f"{path}: not a regular file (a pipe or a directory); save the questions to a file and give its path.")
     with reading(label, QADataError):
         with open_text(path) as f:
             head = ""

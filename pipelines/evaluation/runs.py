@@ -135,7 +135,7 @@ def _require_ids_spelt_alike(run_id: str, in_run: set[str], judged: set[str]) ->
     def number(qid: str) -> str | None:
         return (qid.lstrip("0") or "0") if qid.isascii() and qid.isdigit() else None
 
-    theirs = {number(q): q for q in judged if number(q) is not None}
+    theirs = {number(q): q for q in sorted(judged, reverse=True) if number(q) is not None}  # (the same one named every run)
     spelt = [(q, theirs[number(q)]) for q in sorted(in_run - judged) if number(q) in theirs]
     if spelt:
         ours, their = spelt[0]

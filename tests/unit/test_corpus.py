@@ -59,6 +59,8 @@ def test_the_publishers_jsonl_layouts_give_each_record_its_own_id_and_text(tmp_p
                "type": "article", "source": "The Washington Post"}
     article["contents"].append({"content": "an item without a type"})  # skipped, as Anserini skips it
     chunk = {"docid": "D1", "pid": 0, "text": "a chunk numbered by pid"}  # a pid that is not the passage's own id (no passage)
+    assert validate_record({"_id": "a", "title": "T", "contents": [None]}, 100)[1] is None  # an article of null items: its title alone
+    assert "a pid is an id only beside a passage" in validate_record({"pid": 7, "text": "x"}, 100)[2]
     write_jsonl(tmp_path / "wapo" / "TREC_Washington_Post_collection.v2.jl", [segment, article, {"_id": "k", "text": ["p1", "p2"]},
                                                                                {"_id": "n", "text": ["p1", 2]}, chunk])
     t = _read_all(str(tmp_path / "wapo"))

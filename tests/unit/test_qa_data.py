@@ -7,6 +7,7 @@ the field; `bench-lag --src` carries the path to the experiment's dataset."""
 import gzip
 import json
 import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -257,6 +258,17 @@ def test_a_file_is_an_array_or_json_lines_and_a_bad_line_is_named(tmp_path):
         qa.hotpotqa(tmp_path / "truncated.json.gz")
     with pytest.raises(qa.QADataError, match="a corpus file .* is MuSiQue's"):
         qa.to_beir("hotpotqa", tmp_path / "out", tmp_path / "q.jsonl", tmp_path / "q.jsonl")
+    # a pipe: read twice (its start tells an array from JSON Lines), it would come back short or empty: refused
+    import os
+
+    r, w = os.pipe()
+    try:
+        os.write(w, (lines[0] + "\n").encode())
+        os.close(w)
+        with pytest.raises(qa.QADataError, match="not a regular file"):
+            qa.hotpotqa(Path(f"/dev/fd/{r}"))
+    finally:
+        os.close(r)
 
 
 def test_bench_lag_carries_the_path_to_the_experiments_dataset(tmp_path, monkeypatch):
