@@ -11,8 +11,9 @@
 - qrels: BEIR TSV (first line the header ``query-id<TAB>corpus-id<TAB>score``, or with
   ``query_id``/``qid``; every line split on tabs only, so ids may hold spaces) or TREC
   (``qid 0 docno rel``, no header, split on any whitespace; ``qid docno rel`` is accepted too,
-  every line with the fields of the first); a relevance as trec_eval reads it (an integer, or
-  a decimal up to its point), any other form refused;
+  every line with the fields of the first) or Parquet (a query, a document and an integer
+  relevance column under QRELS's, BEIR's or ir_datasets' names); a relevance as trec_eval
+  reads it (an integer, or a decimal up to its point), any other form refused;
 - runs: our Parquet run table (RUN), or a TREC run file (``qid Q0 docno rank score tag``).
 
 A text file (gzipped or not) may start with a UTF-8 byte order mark: it is not read as text.
