@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 import zlib
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -187,23 +187,28 @@ def read_jsonl(path: str | Path, what: str, error: type[Exception], expect: str 
     bytes, whatever the name) is gunzipped. A line that is not a JSON object is ``error("<what> <path>: line <n> is not a JSON
     object[ <expect>] (<why>)[<hint(line)>].")``; a fault of the file itself is
     ``error("<what> <path>: <why>.")`` (:func:`reading`). Streams: one line is held at a time."""
-    path = Path(path)
-    label = f"{what} {path}"
+    label = f"{what} {Path(path)}"
     with reading(label, error), open_text(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+        yield from jsonl_objects(f, label, error, expect, hint)
+
+
+def jsonl_objects(lines: Iterable[str], label: str, error: type[Exception], expect: str = "",
+                  hint: Callable[[str], str] | None = None) -> Iterator[tuple[int, dict]]:
+    """:func:`read_jsonl` over lines already open (``label`` names their file in an error)."""
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            why = f"{exc.msg} at column {exc.pos + 1}"
+        else:
+            if isinstance(obj, dict):
+                yield n, obj
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                why = f"{exc.msg} at column {exc.pos + 1}"
-            else:
-                if isinstance(obj, dict):
-                    yield n, obj
-                    continue
-                why = f"found {_JSON_KINDS.get(type(obj), 'a JSON value')}"
-            expected = f" {expect}" if expect else ""
-            raise error(f"{label}: line {n} is not a JSON object{expected} ({why}){hint(line) if hint else ''}.")
+            why = f"found {_JSON_KINDS.get(type(obj), 'a JSON value')}"
+        expected = f" {expect}" if expect else ""
+        raise error(f"{label}: line {n} is not a JSON object{expected} ({why}){hint(line) if hint else ''}.")
 
 
 @contextmanager

@@ -41,8 +41,10 @@ refusal names the file, what is wrong and the fix:
 from __future__ import annotations
 
 import html
+import io
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -52,7 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from logicrank.pipelines.files import atomic_path, open_text, read_jsonl, reading, utf8_text
+from logicrank.pipelines.files import atomic_path, jsonl_objects, open_text, reading, utf8_text
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import QRELS, QUERIES, RUN, conform, require_columns
 
@@ -90,15 +92,18 @@ def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
     if path.suffix.lower() in (".parquet", ".pq"):
         return queries_table(_field_column(_read_parquet(path, "queries"), field, path), f"queries {path}")
     with reading(f"queries {path}", TopicsError), open_text(path) as f:
-        if path.name.lower().endswith((".tsv", ".tsv.gz")):
-            if field != "title":
-                raise TopicsError(f"queries {path}: topics field {field!r}, but a TSV query file holds one text a query (qid<TAB>text); "
-                                  "give the topics file or a JSONL file with that field, or leave the topics field as title.")
-            rows = _read_tsv_queries(f, path)
-        elif _first_char(f) == "<":
-            rows = _read_trec_topics(f.read(), path, field)
-        else:
-            rows = _read_jsonl_queries(path, field)
+        # read once, whole (a query set is small): a pipe (`--queries <(zcat queries.jsonl.gz)`) cannot be rewound
+        # after its first character tells its format. Lines end as a file's read through open_text end: \n, \r\n or \r
+        f = io.StringIO(f.read(), newline=None)
+    if path.name.lower().endswith((".tsv", ".tsv.gz")):
+        if field != "title":
+            raise TopicsError(f"queries {path}: topics field {field!r}, but a TSV query file holds one text a query (qid<TAB>text); "
+                              "give the topics file or a JSONL file with that field, or leave the topics field as title.")
+        rows = _read_tsv_queries(f, path)
+    elif _first_char(f) == "<":
+        rows = _read_trec_topics(f.read(), path, field)
+    else:
+        rows = _read_jsonl_queries(f, path, field)
     if not rows:
         raise TopicsError(f"queries {path}: no queries (the file is empty); give the queries to run.")
     ids = [r["query_id"] for r in rows]
@@ -119,11 +124,11 @@ def _first_char(f) -> str:
     return ""
 
 
-def _read_jsonl_queries(path: Path, field: TopicsField = "title") -> list[dict]:
+def _read_jsonl_queries(lines: Iterable[str], path: Path, field: TopicsField = "title") -> list[dict]:
     rows = []
     keys = _QTEXT_KEYS if field == "title" else _FIELD_TAGS[field]  # (ir_datasets' JSONL topics: title, description, narrative)
     expect = f"with an id ({list(_QID_KEYS)}) and a text ({list(keys)}{'' if field == 'title' else ': the topics field ' + field})"
-    for n, obj in read_jsonl(path, "queries", TopicsError, expect, _tab_hint):
+    for n, obj in jsonl_objects(lines, f"queries {path}", TopicsError, expect, _tab_hint):
         text = next((obj[k] for k in keys if k in obj), _MISSING)
         if text is _MISSING or not any(k in obj for k in _QID_KEYS):
             raise TopicsError(f"queries {path}: line {n} is not a JSON object {expect}.")

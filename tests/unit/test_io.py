@@ -143,6 +143,31 @@ def test_qrels_from_a_pipe_lose_none_of_their_first_bytes(gzipped):
     assert qrels.column("doc_id").to_pylist() == [f"DOC-{i}" for i in range(2000)]
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "jsonl.gz", "trec"])
+def test_queries_from_a_pipe_are_read_once(kind):
+    """`retrieve --queries <(zcat queries.jsonl.gz)`: the file is a pipe, which cannot be rewound
+    after its first character tells JSONL from TREC topics (a seek failed: "underlying stream is
+    not seekable"), nor opened again to read its records."""
+    import gzip
+    import os
+
+    if kind == "trec":
+        data = "".join(f"<top>\n<num> Number: {i}\n<title> topic {i}\n</top>\n" for i in range(300, 900)).encode()
+        ids = [str(i) for i in range(300, 900)]
+    else:
+        data = "".join(f'{{"_id": "q{i}", "text": "query {i}"}}\n' for i in range(1500)).encode()  # 52 KB: held whole by the pipe
+        ids = [f"q{i}" for i in range(1500)]
+    data = gzip.compress(data) if kind.endswith(".gz") else data
+    r, w = os.pipe()
+    try:
+        os.write(w, data)
+        os.close(w)
+        queries = read_queries(f"/dev/fd/{r}")
+    finally:
+        os.close(r)
+    assert queries.column("query_id").to_pylist() == ids
+
+
 def test_text_files_are_gunzipped_by_their_first_bytes_whatever_their_names(tmp_path):
     """Queries, qrels and TREC runs gzipped under a plain name (a download saved without .gz),
     or plain under a .gz name, read as what their bytes are."""
