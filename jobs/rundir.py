@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -48,11 +49,16 @@ def file_fingerprint(path: str | Path) -> dict[str, Any]:
     qrels), each file's size and SHA-256, or its size and modification time where it is larger
     than :data:`HASHED_BYTES` (the corpus beside the queries and qrels, which the jobs that
     fingerprint a directory never read): an edit that keeps a small file's size and time (a
-    qrels grade changed in place) is seen."""
+    qrels grade changed in place) is seen. A pipe (``<(zcat qrels.gz)``) or other stream is not
+    read here, as its bytes are the job's to read, once: it fingerprints as a value no other run
+    has, so a run that reads one is never skipped as unchanged (every pipe digested as empty
+    once looked unchanged, and the last run's outputs were kept for other queries)."""
     p = Path(path)
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file())
         return {"path": str(p), "files": {str(f.relative_to(p)): _dir_member(f) for f in files}}
+    if p.exists() and not p.is_file():
+        return {"path": str(p), "stream": uuid.uuid4().hex}
     return {"path": str(p), "size": p.stat().st_size, "sha256": sha256_file(p)}
 
 

@@ -300,3 +300,51 @@ def test_a_reused_out_holds_only_this_runs_outputs(indexed, tmp_path):
         f"error: retrieve: --out {mine} holds files that no retrieve run wrote there (runs/x.parquet; no manifest.json); they would "
         "be read as this run's outputs: choose another --out, or move them."), refused.output
     assert (mine / "runs" / "x.parquet").is_file() and not (mine / "previous").exists()
+
+
+def _pipe(data: bytes) -> int:
+    """A pipe's read end holding ``data`` (under the 64 KB a pipe holds), its write end closed."""
+    import os
+
+    r, w = os.pipe()
+    os.write(w, data)
+    os.close(w)
+    return r
+
+
+def test_pipes_are_read_once_and_never_taken_for_an_unchanged_input(indexed, tmp_path):
+    """`retrieve <(zcat queries.jsonl.gz)` and `evaluate <(zcat qrels.gz) <(cat run.trec)`: a
+    pipe is read by the job alone, once. Fingerprinting it for the rerun check read it first,
+    so evaluate was left no judgements, and retrieve (whose queries are read before) found
+    every pipe "unchanged" (the digest of nothing), and a rerun with other queries kept the
+    last run's runs."""
+    import os
+
+    lines = (indexed / "queries.jsonl").read_bytes().splitlines(keepends=True)
+    out, got = tmp_path / "r", []
+    for part in (lines[:5], lines[5:12]):
+        fd = _pipe(b"".join(part))
+        try:
+            res = runner.invoke(app, ["retrieve", f"/dev/fd/{fd}", "--db", str(indexed / "db"), "--method", "bm25", "--out", str(out), "--trec"])
+        finally:
+            os.close(fd)
+        assert res.exit_code == 0 and "skipped" not in res.output, res.output
+        got.append(sorted(set(pq.read_table(out / "runs" / "bm25.parquet").column("query_id").to_pylist())))
+    assert got == [sorted(f"q{i}" for i in range(5)), sorted(f"q{i}" for i in range(5, 12))]
+
+    run, qrels = (out / "runs" / "bm25.trec").read_bytes(), (indexed / "qrels.tsv").read_bytes()
+    by_pipe = []
+    head, *judgements = qrels.splitlines(keepends=True)
+    for judged in (qrels, b"".join([head, *judgements[5:9]])):  # every query's judgement, then q5-q8's alone (the run's q5-q11)
+        fds = _pipe(judged), _pipe(run)
+        try:
+            res = runner.invoke(app, ["evaluate", *(f"/dev/fd/{fd}" for fd in fds), "--measure", "P@1", "--out", str(tmp_path / "e")])
+        finally:
+            for fd in fds:
+                os.close(fd)
+        assert res.exit_code == 0 and "skipped" not in res.output, res.output
+        by_pipe.append(pq.read_table(tmp_path / "e" / "metrics.parquet").to_pylist())
+    (tmp_path / "qrels.tsv").write_bytes(qrels)
+    (tmp_path / "run.trec").write_bytes(run)
+    from_files = run_evaluate(EvaluateConfig(qrels=str(tmp_path / "qrels.tsv"), runs=(str(tmp_path / "run.trec"),), measures=("P@1",)), tmp_path / "f")
+    assert by_pipe[0] == from_files.to_pylist() and by_pipe[1] != by_pipe[0]
