@@ -57,7 +57,10 @@ tab-separated fields (no tab, or a third column) is a ``bad_tsv_row`` reject; th
 are then checked by :func:`validate_record` (an empty id: ``missing_id``; blank text:
 ``empty_text``, a TSV line having no title). A file whose first line is DPR's header
 ``id<TAB>text<TAB>title`` (its Wikipedia passages, ``psgs_w100.tsv``) is read as DPR reads
-it: three fields a line, each in double quotes where it holds one (``""`` a quote inside).
+it: three fields a line, each in double quotes where it holds one (``""`` a quote inside). A
+file whose first line is four fields, the second a URL, is MS MARCO v1's documents
+(``msmarco-docs.tsv``: ``docid<TAB>url<TAB>title<TAB>body``, no header, no quoting): every line
+four fields, the body the text, the URL in the metadata (``{"url": ...}``, not searched).
 
 Precomputed vectors (``logicrank index --vector-column NAME``, :class:`VectorColumn`): a JSONL
 record's field ``NAME`` holds a list of numbers, a Parquet file's column ``NAME`` a list (or
@@ -606,7 +609,7 @@ def _read_tsv(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.T
             if raw.rstrip(b"\r\n") == _DPR_HEADER:  # DPR's Wikipedia passages (psgs_w100.tsv): a header, then quoted fields
                 layout.append(_parse_dpr)
                 return None
-            layout.append(_parse_tsv)
+            layout.append(_parse_msmarco_docs if _MSMARCO_DOCS.fullmatch(raw.rstrip(b"\r\n")) else _parse_tsv)
         return layout[0](raw, max_doc_bytes)
 
     return _read_rows(src, batch_rows, max_doc_bytes + (1 << 16), parse)
@@ -629,6 +632,26 @@ def _parse_dpr(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | No
     if len(parts) != 3:
         return _blank(), "bad_tsv_row", f"{len(parts)} tab-separated fields; a DPR passages line is id<TAB>text<TAB>title (its header's)"
     return _say(validate_record({"_id": parts[0], "text": parts[1], "title": parts[2]}, max_doc_bytes), _TSV_SAYS)
+
+
+# MS MARCO v1's documents (msmarco-docs.tsv): docid, URL, title, body; told by a first line of four fields, the second a URL
+_MSMARCO_DOCS = re.compile(rb"[^\t]+\thttps?://[^\t]*\t[^\t]*\t[^\t]*")
+
+
+def _parse_msmarco_docs(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
+    """A line of MS MARCO v1's documents file: docid, URL, title, body, tab-separated, no
+    quoting. The body is the text, the title the title, the URL kept in the metadata (not
+    searched)."""
+    try:
+        line = raw.decode("utf-8").removesuffix("\r")
+    except UnicodeDecodeError as exc:
+        return _blank(), "invalid_utf8", str(exc)
+    parts = line.split("\t")
+    if len(parts) != 4:
+        return _blank(), "bad_tsv_row", (f"{len(parts)} tab-separated fields; an MS MARCO documents line is docid<TAB>url<TAB>title<TAB>body "
+                                         "(its first line's layout)")
+    record = {"_id": parts[0], "title": parts[2], "text": parts[3], "metadata": {"url": parts[1]}}
+    return _say(validate_record(record, max_doc_bytes), _MSMARCO_DOCS_SAYS)
 
 
 def _parse_tsv(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
@@ -847,6 +870,7 @@ def _trec_record(doc: str, max_doc_bytes: int) -> tuple[dict[str, Any], str | No
 _TREC_SAYS = {"missing_id": "no <DOCNO> element holding a non-blank id",
               "empty_text": "no non-blank text and no title (text: in its <TEXT> elements; where it has none, outside its DOCNO and title elements)"}
 _TSV_SAYS = {"missing_id": "the id (the first field) is empty", "empty_text": "the text (the second field) is blank"}
+_MSMARCO_DOCS_SAYS = {"missing_id": "the docid (the first field) is empty", "empty_text": "the title and the body (the third and fourth fields) are blank"}
 
 
 def _say(checked: tuple[dict[str, Any], str | None, str | None], says: dict[str, str]) -> tuple[dict[str, Any], str | None, str | None]:

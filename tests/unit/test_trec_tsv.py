@@ -244,6 +244,35 @@ def test_dpr_passages_tsv_is_read_as_dpr_reads_it(tmp_path):
     assert _rows(_read_all(plain)) == [("id", None, "text"), ("1", None, '"quoted"')]
 
 
+def test_ms_marco_v1_documents_tsv_is_read_as_published(tmp_path):
+    """MS MARCO v1's documents (msmarco-docs.tsv.gz as published): docid<TAB>url<TAB>title<TAB>body,
+    no header, no quoting; a title may be blank or ".". Each was a bad_tsv_row (four fields)
+    and the file indexed nothing. The body is the text, the URL kept in the metadata."""
+    import json
+
+    path = tmp_path / "msmarco-docs.tsv.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(b"D1555982\thttps://answers.yahoo.com/question/index?qid=20071007114826AAwCFvR\tThe hot glowing surfaces of stars\t"
+                b"Science & Mathematics Physics The hot glowing surfaces of stars emit energy\r\n"
+                b"D301595\thttp://childparenting.about.com/od/physicalemotionalgrowth/tp/Child-Development.htm\t\tChild development \"stages\"\n"
+                b"D1359209\thttp://example.org/\t.\t\n"  # (a title alone is a document: "." here)
+                b"D5\thttp://example.org/five\ttitle only\n"  # three fields: not this file's layout
+                b"\thttp://example.org/x\tT\tbody of no id\n"
+                b"D7\thttp://example.org/seven\t\t \n")
+    t = _read_all(path)
+    got = list(zip(*(t.column(c).to_pylist() for c in ("_location", "doc_id", "title", "text", "_reason")), strict=True))
+    assert got == [(1, "D1555982", "The hot glowing surfaces of stars", "Science & Mathematics Physics The hot glowing surfaces of stars emit energy", None),
+                   (2, "D301595", None, 'Child development "stages"', None), (3, "D1359209", ".", "", None),
+                   (4, None, None, None, "bad_tsv_row"), (5, None, None, None, "missing_id"), (6, "D7", None, None, "empty_text")]
+    assert [json.loads(m) if m else None for m in t.column("metadata").to_pylist()[:3]] == [
+        {"url": "https://answers.yahoo.com/question/index?qid=20071007114826AAwCFvR"},
+        {"url": "http://childparenting.about.com/od/physicalemotionalgrowth/tp/Child-Development.htm"}, {"url": "http://example.org/"}]
+    assert "docid<TAB>url<TAB>title<TAB>body" in t.column("_detail").to_pylist()[3]
+    plain = tmp_path / "collection.tsv"  # four fields whose second is no URL: MS MARCO passages' layout, each line a bad row
+    plain.write_bytes(b"1\tnot a url\tT\tbody\n")
+    assert _read_all(plain).column("_reason").to_pylist() == ["bad_tsv_row"]
+
+
 def test_list_sources_picks_trec_and_reads_suffixless_files_with_format_trec(tmp_path):
     write_trec(tmp_path / "a.trec.gz", DOCS[:1])
     assert [s.kind for s in list_sources(str(tmp_path / "a.trec.gz"))] == ["trec"]
