@@ -273,8 +273,11 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
         summary.resumed = {"from_version": version_before, "kept_manifest": summary.kept_manifest if left_here else None}
         baseline = StoredHashes(cfg.db, cfg.table, summary.since_version)
     rejects = RejectSink(rundir.path / "rejects.parquet")
+    # the code that makes a document's vector (its text, the encoder): a stored vector made by other code is not reused;
+    # precomputed vectors are the corpus's own (a table embedded before takes them all, as changed rows)
+    embed_code = PRECOMPUTED if vectors else code_digest("logicrank.pipelines.engines.embed")
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep,
-                         seen_dir=rundir.path, baseline=baseline)
+                         seen_dir=rundir.path, baseline=baseline, embedded_by=embed_code)
     try:
         return _index_written(cfg, rundir, sources, progress, start, lock, mid, store, summary, version_before, rejects, writer, vectors)
     except IndexJobError:
@@ -293,9 +296,7 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
                    vectors: VectorColumn | None) -> IndexSummary:
     """The locked run: stream, count, the guards, then (unless refused) deletes, maintenance,
     the completion mark and the run's tag; the manifest."""
-    # the code that makes a document's vector (its text, the encoder): a stored vector made by other code is not reused;
-    # precomputed vectors are the corpus's own (a table embedded before takes them all, as changed rows)
-    embed_code = PRECOMPUTED if vectors else code_digest("logicrank.pipelines.engines.embed")
+    embed_code = writer.embedded_by
     # a local cluster started for the stream also serves the BM25 index's tasks (--bm25-workers), rather than a second
     # start after maintenance (docs/bulk-retrieval.md, the 10M rows of 8b24db8); _commit shuts it down after the BM25
     # index, before the version is marked complete. A joined cluster is joined again at no cost: not held meanwhile.
@@ -450,6 +451,9 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
         summary.deleted = sum(len(ids) for ids in writer.seen.absent(writer.baseline.ids()))
     if not store.exists():
         return
+    # every vector is written: the version records the code that made them (in its schema: a later run whose code
+    # differs embeds every document again, and a restored version brings back the record of its own vectors)
+    store.mark_embedded_by(embed_code)
     changed = store.version != version_before or bool(summary.embedded or summary.precomputed or summary.deleted or summary.resumed)
     lock.ensure_held()
     with rundir.timed("maintain"), busy("index: maintaining the table (compaction, indexes)"):
@@ -464,7 +468,6 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
     summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
     lock.ensure_held()
     store.mark_complete()  # readers read this version from now on (pipelines/engines/store/versions.py)
-    store.mark_embedded_by(embed_code)  # a later run whose embedding code differs embeds every document again
     store.tag(summary.tag)
     summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG_NAME, cfg.keep_index_tags)
 

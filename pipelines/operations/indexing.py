@@ -418,14 +418,18 @@ class IndexWriter:
         self, store: DocStore, model_id: str, rejects: RejectSink, chunk_rows: int = 4096, before_commit: Callable[[], None] = lambda: None,
         title_sep: str = " ", seen_dir: str | Path | None = None, baseline: Callable[[pa.Array], pa.Table] | None = None,
         merge_rows: int = MERGE_ROWS, merge_bytes: int = MERGE_BYTES, merge_seconds: float = MERGE_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, embedded_by: str | None = None,
     ):
         """``before_commit`` runs before every write (the job checks it still holds the table's lock).
 
         ``baseline``: the stored hashes of another version than the one the rows were
         classified against (a run that resumes one that did not finish counts what changed
-        since the last complete version, :attr:`since`); None: no second count."""
+        since the last complete version, :attr:`since`); None: no second count.
+
+        ``embedded_by``: the digest of the code that makes the vectors, recorded in a table this
+        writer creates (``DocStore.embedded_by``)."""
         self.store, self.model_id, self.rejects, self.chunk_rows, self.title_sep = store, model_id, rejects, chunk_rows, title_sep
+        self.embedded_by = embedded_by
         self.before_commit = before_commit
         self.baseline = baseline
         self.merge_rows, self.merge_bytes, self.merge_seconds, self.clock = merge_rows, merge_bytes, merge_seconds, clock
@@ -623,7 +627,7 @@ class IndexWriter:
         """Commit the workers' files noted so far (one commit) and append the inserts pending here."""
         if self._files or self._salvaged:
             self.before_commit()
-            self.store.open_or_create(self._dim, self.model_id, self.title_sep)
+            self.store.open_or_create(self._dim, self.model_id, self.title_sep, self.embedded_by)
             self._opened = True
             # taken before the commit: an interrupt that lands as it returns must not see them again (a second commit)
             files, salvaged, rows = self._files, self._salvaged, self._file_rows
@@ -655,7 +659,7 @@ class IndexWriter:
         fixed = pa.FixedSizeListArray.from_arrays(lists.flatten(), dim)
         chunk = chunk.set_column(chunk.schema.get_field_index("vector"), "vector", fixed)
         self.before_commit()
-        self.store.open_or_create(dim, self.model_id, self.title_sep)
+        self.store.open_or_create(dim, self.model_id, self.title_sep, self.embedded_by)
         self._opened = True
         return chunk.select(CORPUS.names + ["content_hash", "vector"])
 

@@ -534,6 +534,13 @@ def test_vectors_made_by_other_embedding_code_are_made_again(tmp_path, docs300, 
     store = DocStore(str(db))
     assert store.embedded_by() == "edited" and store.count() == 40
     assert run_index(_cfg(corpus, db), tmp_path / "i4").embedded == 0  # recorded: the next run reuses them
+    # the first run's version restored holds the vectors the first code made, and says so: the "edited" code's next run
+    # embeds every document again (the record was the table's, not the version's: the restored vectors were reused as
+    # the edited code's, and queries encoded by it searched them)
+    store.restore(first.tag)
+    assert DocStore(str(db)).embedded_by() == now
+    after = run_index(_cfg(corpus, db), tmp_path / "i5")
+    assert (after.updated, after.embedded, after.embedded_by) == (40, 40, {"before": now, "now": "edited", "reembedded": 40})
 
 
 def test_precomputed_vectors_are_indexed_as_given_and_queries_need_a_model_that_loads(tmp_path, docs300):

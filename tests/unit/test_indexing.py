@@ -21,7 +21,7 @@ class _RecordingStore:
         self.merged: list[str] = []
         self.merges: list[list[str]] = []  # each keyed merge's ids
 
-    def open_or_create(self, dim, model_id, title_sep=" "):
+    def open_or_create(self, dim, model_id, title_sep=" ", embedded_by=None):
         pass
 
     def exists(self) -> bool:

@@ -458,3 +458,25 @@ def test_when_a_version_was_made_reads_the_same_in_every_time_zone(store, monkey
     assert made["UTC"] > 0 and made["UTC"] == pytest.approx(made["America/New_York"], abs=1e-6)
     assert stamps["UTC"] == stamps["America/New_York"] and stamps["UTC"][store.version].endswith("Z")
     assert saves["UTC"] == saves["America/New_York"]  # opened, not rebuilt
+
+
+def test_the_embedding_codes_record_is_the_versions_and_a_tables_older_tag_is_read_once(store):
+    """The digest of the code that made a version's vectors lives in that version's schema (a
+    restored version brings back its own); a table indexed before holds it as a tag, read
+    until the next record replaces it. The record changes only the schema's own key."""
+    from logicrank.pipelines.engines.store.versions import EMBEDDED_BY
+
+    s = DocStore(store[0].uri)
+    assert s.embedded_by() is None  # (a table made with no record)
+    s.tag(EMBEDDED_BY + "old")
+    assert DocStore(store[0].uri).embedded_by() == "old"
+    s.mark_embedded_by("new")
+    s = DocStore(store[0].uri)
+    marked = s.version
+    assert s.embedded_by() == "new" and not [t for t in s.table.tags.list() if t.startswith(EMBEDDED_BY)]
+    assert s.model_id() == "gen" and s.count() == 50
+    s.mark_embedded_by("new")
+    assert DocStore(store[0].uri).version == marked  # the same record: no new version
+    s.mark_embedded_by("newer")
+    s.restore(marked)
+    assert DocStore(store[0].uri).embedded_by() == "new"

@@ -12,6 +12,7 @@ from logicrank.pipelines.engines.bm25 import ENGLISH_STOP_WORDS, default_analyze
 from logicrank.schemas.errors import UserError
 
 _META_MODEL = b"logicrank.model"
+_META_EMBEDDED_BY = b"logicrank.embedded_by"  # the digest of the code that made every vector of the version (versions.py)
 _META_TITLE_SEP = b"logicrank.title_sep"  # how documents' titles were joined to their text when embedded (absent: a space)
 _FTS_COLUMNS = ("title", "text")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from logicrank.pipelines.engines.store.base import StoreError
+from logicrank.pipelines.engines.store.base import _META_EMBEDDED_BY, StoreError
 
 COMPLETE_TAG = "logicrank-complete"  # the newest version a completed index run finished (moved by each such run)
 EMBEDDED_BY = "logicrank-embedded-by-"  # + the digest of the code that embedded the table's vectors (pipelines.codedigest)
@@ -101,8 +101,9 @@ class Versions:
     def restore(self, version: int | str) -> int:
         """Make ``version`` (a number or a tag) the latest version again; returns the new version.
 
-        The new version holds the documents of ``version``: it is marked complete when that
-        one was (the version :data:`COMPLETE_TAG` names, or one a completed run tagged)."""
+        The new version holds the documents of ``version``, and its schema, so the record of the
+        code that made their vectors (:meth:`embedded_by`): it is marked complete when that one
+        was (the version :data:`COMPLETE_TAG` names, or one a completed run tagged)."""
         t = self.table
         versions = [v["version"] for v in t.list_versions()]
         tags = t.tags.list()
@@ -138,19 +139,26 @@ class Versions:
         self.tag(COMPLETE_TAG, version)
 
     def embedded_by(self) -> str | None:
-        """The digest of the code that embedded this table's vectors (``pipelines.engines.embed`` and
-        what it imports, :func:`logicrank.pipelines.codedigest.code_digest`), as the last completed index
-        run recorded it; None where the table holds no such record."""
+        """The digest of the code that embedded the vectors of this version (``pipelines.engines.embed``
+        and what it imports, :func:`logicrank.pipelines.codedigest.code_digest`): in the version's
+        schema, so a version restored brings back its own; where that holds none (a table indexed
+        before it did), the last completed run's tag; None where the table holds no record."""
+        value = (self.table.schema.metadata or {}).get(_META_EMBEDDED_BY)
+        if value is not None:
+            return value.decode()
         names = [n for n in self.table.tags.list() if n.startswith(EMBEDDED_BY)]
         return max(names, key=lambda n: self.tagged_version(n) or -1).removeprefix(EMBEDDED_BY) if names else None
 
     def mark_embedded_by(self, digest: str) -> None:
         """Record that every vector of the latest version was made by the code ``digest`` (the
-        index job, at the end of a completed run); the record of earlier code goes."""
+        index job, once every vector of the run is written): in the version's schema (a new
+        version where the record changes), the tags of tables indexed before dropped."""
+        if (self.table.schema.metadata or {}).get(_META_EMBEDDED_BY) != digest.encode():
+            self.table.to_lance().update_schema_metadata({_META_EMBEDDED_BY.decode(): digest})
+            self.table.checkout_latest()
         tags = self.table.tags
-        for name in [n for n in tags.list() if n.startswith(EMBEDDED_BY) and n != EMBEDDED_BY + digest]:
+        for name in [n for n in tags.list() if n.startswith(EMBEDDED_BY)]:
             tags.delete(name)
-        self.tag(EMBEDDED_BY + digest)
 
     def complete_version(self) -> int | None:
         """The newest version a completed index run finished, or None (none did, or the table

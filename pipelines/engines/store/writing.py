@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logicrank.pipelines.engines.bm25 import drop_indexes, prune_indexes
-from logicrank.pipelines.engines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _META_MODEL, _META_TITLE_SEP
+from logicrank.pipelines.engines.store.base import _FTS_ANALYZER, _FTS_COLUMNS, _META_EMBEDDED_BY, _META_MODEL, _META_TITLE_SEP
 from logicrank.schemas.tables import as_stored, docs_schema
 
 
@@ -71,10 +71,14 @@ def _timed(into: dict[str, float], name: str):
 class Writing:
     """The write side of :class:`logicrank.pipelines.engines.store.DocStore`."""
 
-    def open_or_create(self, dim: int, model_id: str, title_sep: str = " "):
-        """Open the table, checking it was embedded with ``model_id`` and ``title_sep``; create it when absent."""
+    def open_or_create(self, dim: int, model_id: str, title_sep: str = " ", embedded_by: str | None = None):
+        """Open the table, checking it was embedded with ``model_id`` and ``title_sep``; create it when absent
+        (``embedded_by``: the digest of the code that makes its vectors, :meth:`embedded_by`)."""
         if not self.exists():
-            schema = docs_schema(dim).with_metadata({_META_MODEL: model_id.encode(), _META_TITLE_SEP: title_sep.encode()})
+            meta = {_META_MODEL: model_id.encode(), _META_TITLE_SEP: title_sep.encode()}
+            if embedded_by is not None:
+                meta[_META_EMBEDDED_BY] = embedded_by.encode()
+            schema = docs_schema(dim).with_metadata(meta)
             self._table = self.db.create_table(self.name, schema=schema)
             return self._table
         self.require_model(model_id, "store", "index into a new table (--table) or delete this one")
