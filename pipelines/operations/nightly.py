@@ -76,21 +76,33 @@ class NightState:
 
 
 def pipeline_hashes(cfg: NightlyConfig) -> dict[str, str]:
-    """'<query set>/<pipeline>' -> what defines its numbers apart from the corpus: its stages,
-    the encoder and LLM it uses, the queries and qrels."""
+    """'<query set>/<pipeline>' -> what defines its numbers apart from the corpus: its stages
+    (options, code), the files they read (their content: a decompositions file or a run
+    regenerated at the same path), the encoder, the LLM (its engine, its checkpoint as
+    ``resolve`` identifies it, the prompt templates), the queries and qrels. Two nights are
+    compared only where it is equal, so whatever else moves their numbers is the corpus."""
     from logicrank.pipelines.engines.embed import model_id
     from logicrank.pipelines.retrieval.pipeline import validate
+    from logicrank.pipelines.retrieval.runner import stage_classes
 
+    llm = None
     out = {}
     for qs, files in cfg.query_sets.items():
         rcfg = cfg.retrieve_config(qs)
         data = [content_digest(files.queries), content_digest(files.qrels)]
         for name, stages in rcfg.pipelines.items():
             needs = validate(name, stages)
+            if needs.llm and llm is None:
+                from logicrank.pipelines.llm.models import resolve
+                from logicrank.pipelines.llm.prompts import templates_digest
+
+                llm = [cfg.llm.engine_digest(), resolve(cfg.llm.model, log=lambda m: None).model_id, templates_digest()]
             out[f"{qs}/{name}"] = json_digest({
                 "stages": [s.model_dump(mode="json") for s in stages], "inputs": data,
+                "code": sorted({(c.name, c.version, c.code()) for c in stage_classes(stages)}),
+                "files": {f: content_digest(f) for f in sorted(needs.files)},
                 "encoder": model_id(cfg.index.embed) if needs.encoder else None,
-                "llm": cfg.llm.engine_digest() if needs.llm else None,
+                "llm": llm if needs.llm else None,
             })
     return out
 

@@ -107,6 +107,30 @@ def test_a_changed_pipeline_or_a_new_one_is_not_compared():
     assert not t.loc["c", "regression"] and "not in the previous night" in t.loc["c", "note"]
 
 
+def test_a_pipelines_hash_holds_the_content_of_the_files_its_stages_read_and_its_code(tmp_path, monkeypatch):
+    """Two nights are compared only where a pipeline's hash is equal: a run (or a decompositions
+    file) regenerated at the same path, or its stage's code changed, is another pipeline, never
+    a night-to-night change blamed on the corpus (the hash held the path alone, so a
+    regenerated file read as a regression, or hid one)."""
+    from logicrank.pipelines.operations.nightly import pipeline_hashes
+    from logicrank.pipelines.retrieval.stages.base import Stage
+
+    (tmp_path / "q.jsonl").write_text('{"_id": "q1", "text": "a"}\n')
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 3.0 x\n")
+    cfg = NightlyConfig(out=str(tmp_path / "out"), index={"corpus": str(tmp_path / "q.jsonl"), "db": str(tmp_path / "db")},
+                        query_sets={"s": {"queries": str(tmp_path / "q.jsonl"), "qrels": str(tmp_path / "qrels.tsv")}},
+                        pipelines={"fromfile": [{"run_file": {"path": str(run)}}], "bm25": ["bm25"]})
+    first = pipeline_hashes(cfg)
+    assert pipeline_hashes(cfg) == first
+    run.write_text("q1 Q0 d2 1 3.0 x\n")  # the same path, another run
+    second = pipeline_hashes(cfg)
+    assert second["s/fromfile"] != first["s/fromfile"] and second["s/bm25"] == first["s/bm25"]
+    monkeypatch.setattr(Stage, "code", classmethod(lambda cls: "edited"))  # as an edit of the stages' code changes its digest
+    assert all(pipeline_hashes(cfg)[k] != second[k] for k in second)
+
+
 def test_the_history_replaces_a_night_written_twice():
     n1 = _night("2026-11-20", 5, {"a": BASE})
     n2 = _night("2026-11-21", 6, {"a": BASE - 0.3 + NOISE})
