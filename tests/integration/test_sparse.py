@@ -5,6 +5,7 @@ one; every table version with its own index. Real LanceDB tables, generated vect
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import subprocess
@@ -204,6 +205,32 @@ def test_an_index_the_table_lacks_is_built_and_a_damaged_one_rebuilt(tmp_path):
     assert bm25.MappedBM25.open(path) is None
     _equal_indexes(a, DocStore(str(tmp_path / "db")).bm25_index())
     assert bm25.MappedBM25.open(path) is not None
+
+
+def test_weights_other_weighting_code_computed_are_made_again_from_their_counts(tmp_path):
+    """A saved index records the digest of the code its weights come from (K1, b, the combined
+    statistics, the formula: storage.WEIGHTING). Weights a release computed otherwise are not
+    searched (an edit of the formula was answered from the old weights, and the stage's new
+    key cached them); their term counts, which no weighting changes, are weighed again."""
+    from logicrank.pipelines.engines.bm25 import storage
+
+    store = _store(tmp_path / "db", _rules(50))
+    a = store.bm25_index()
+    a.stats()  # (its counts read before the save below replaces its files)
+    path = bm25.index_root(store) / f"v{store.version}"
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["weighting"] == storage.weighting_digest()
+    (path / "meta.json").write_text(json.dumps({**meta, "weighting": "another"}))  # as a release with other weights saved it
+    assert bm25.MappedBM25.open(path) is None and storage.counts_meta(path) is not None
+    done = bm25.update_index(store)
+    assert done["how"] == "patched" and done["analyzed"] == 0 and done["kept"] == len(a)
+    assert json.loads((path / "meta.json").read_text())["weighting"] == storage.weighting_digest()
+    _equal_indexes(a, DocStore(str(tmp_path / "db")).bm25_index())
+    # the digest follows the code of the definitions named, not their docstrings or comments
+    source = ast.parse('def weigh(a):\n    """doc"""\n    return a * 2\n')
+    edited = ast.parse('def weigh(a):\n    """another doc"""\n    # a comment\n    return a * 2\n')
+    other = ast.parse("def weigh(a):\n    return a * 3\n")
+    assert storage._definitions(source) == storage._definitions(edited) != storage._definitions(other)
 
 
 def test_an_index_of_the_previous_format_is_saved_again_from_its_counts(tmp_path):

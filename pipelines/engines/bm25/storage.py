@@ -3,7 +3,8 @@
 A saved index is a directory (versions.py names one per table version) holding:
 
 * ``meta.json``: the format (:data:`FORMAT`), the analyzer's digest
-  (:func:`~.analyzer.analyzer_digest`), the table version and its stamp, the save's id,
+  (:func:`~.analyzer.analyzer_digest`), the weighting's (:func:`weighting_digest`), the table
+  version and its stamp, the save's id,
   the counts of documents and terms, the documents per segment;
 * the term counts, which a patch reads: ``title.npz`` and ``text.npz`` (documents x terms,
   CSR), ``docs.parquet`` (doc id and content hash per row), ``vocab.parquet`` (the terms), and
@@ -16,13 +17,17 @@ A saved index is a directory (versions.py names one per table version) holding:
 
 Every file carries the save's id, so that a reader never mixes the files of two saves; a save
 writes into a temporary sibling and renames it into place. A reader that finds an index absent,
-partial, damaged, of another format or of another table (its stamp) gets None and rebuilds it.
+partial, damaged, of another format, analyzer or weighting, or of another table (its stamp)
+gets None and rebuilds it.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import errno
+import functools
+import hashlib
 import json
 import os
 import shutil
@@ -112,8 +117,55 @@ def write_meta(tmp: Path, version: int, stamp: str, save_id: str, docs: int, ter
                analyzer: str | None = None) -> None:
     """The saved index's meta.json (the module doc), written last: a directory without it is no index. ``analyzer``: the
     digest of the analyzer that made its terms (default: the project's)."""
-    (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "analyzer": analyzer or analyzer_digest(), "version": version, "stamp": stamp,
-                                               "save_id": save_id, "docs": docs, "terms": terms, "segment_rows": segment_rows or SEGMENT_ROWS}))
+    (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "analyzer": analyzer or analyzer_digest(), "weighting": weighting_digest(),
+                                               "version": version, "stamp": stamp, "save_id": save_id, "docs": docs, "terms": terms,
+                                               "segment_rows": segment_rows or SEGMENT_ROWS}))
+
+
+# The code a saved index's weights come from: BM25's parameters, the combined statistics and the formula (each
+# definition's code, its docstring and comments aside). A saved index records its digest, so weights an earlier
+# release computed otherwise are made again from its counts, never searched as this code's. A definition renamed
+# must be renamed here.
+WEIGHTING = {"index.py": ("K1", "field_stats", "idf_of", "weigh", "BM25Index.stats"), "kernels.py": ("weight_layout", "weight_postings"),
+             "segments.py": ("merge_segments",)}
+
+
+@functools.cache
+def weighting_digest() -> str:
+    """16 hex digits of the SHA-256 of the :data:`WEIGHTING` definitions' code, read from their
+    files (nothing imported: a search process loads no compiler for it)."""
+    h = hashlib.sha256()
+    for file, names in WEIGHTING.items():
+        found = _definitions(ast.parse((Path(__file__).with_name(file)).read_text(encoding="utf-8")))
+        for name in names:
+            h.update(f"{file}:{name}:{found[name]}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _definitions(module: ast.Module) -> dict[str, str]:
+    """A module's functions, classes' methods (``Class.method``) and assignments (by their first
+    name) -> their code as :func:`ast.dump` writes it, docstrings removed."""
+    out = {}
+    for node in module.body:
+        if isinstance(node, ast.ClassDef):
+            out.update({f"{node.name}.{n.name}": _code(n) for n in node.body if isinstance(n, ast.FunctionDef)})
+        elif isinstance(node, ast.FunctionDef):
+            out[node.name] = _code(node)
+        elif isinstance(node, ast.Assign):
+            target = node.targets[0]
+            first = target.elts[0] if isinstance(target, ast.Tuple) and target.elts else target
+            if isinstance(first, ast.Name):
+                out[first.id] = _code(node)
+    return out
+
+
+def _code(node: ast.AST) -> str:
+    for n in ast.walk(node):
+        body = getattr(n, "body", None)
+        if (isinstance(n, (ast.FunctionDef, ast.ClassDef)) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            n.body = body[1:] or [ast.Pass()]
+    return ast.dump(node)
 
 
 def place(tmp: Path, path: Path, stamp: str) -> None:
@@ -181,7 +233,7 @@ def read_counts(path: Path, stamp: str | None = None) -> tuple[dict, pa.Table, s
     path = Path(path)
     try:
         meta = json.loads((path / "meta.json").read_text())
-        if not of_this(meta, stamp, COUNTS_FORMATS):
+        if not of_this(meta, stamp, COUNTS_FORMATS, weights=False):
             return None
         docs = pq.read_table(path / "docs.parquet")
         terms = pq.read_table(path / "vocab.parquet")
@@ -204,7 +256,7 @@ def counts_meta(path: Path, stamp: str | None = None) -> dict | None:
     path = Path(path)
     try:
         meta = json.loads((path / "meta.json").read_text())
-        if not of_this(meta, stamp, COUNTS_FORMATS):
+        if not of_this(meta, stamp, COUNTS_FORMATS, weights=False):
             return None
         docs, terms = int(meta["docs"]), int(meta["terms"])
         for name, rows in (("docs.parquet", docs), ("vocab.parquet", terms)):
@@ -297,8 +349,11 @@ def is_saved(path: Path, stamp: str) -> bool:
     return of_this(meta, stamp)
 
 
-def of_this(meta: dict, stamp: str | None, formats: tuple[int, ...] = (FORMAT,)) -> bool:
+def of_this(meta: dict, stamp: str | None, formats: tuple[int, ...] = (FORMAT,), weights: bool = True) -> bool:
     """Whether a saved index's meta is of one of ``formats``, of this analyzer
-    (:func:`~.analyzer.analyzer_digest`: an index whose terms another analyzer made is rebuilt)
-    and (with ``stamp``) of this table version."""
-    return meta.get("format") in formats and meta.get("analyzer") == analyzer_digest() and (stamp is None or meta.get("stamp") == stamp)
+    (:func:`~.analyzer.analyzer_digest`: an index whose terms another analyzer made is rebuilt),
+    with ``weights``, of this weighting (:func:`weighting_digest`: weights other code computed
+    are not searched; the term counts beside them, which no weighting changes, are weighed
+    again by a patch) and (with ``stamp``) of this table version."""
+    return (meta.get("format") in formats and meta.get("analyzer") == analyzer_digest()
+            and (not weights or meta.get("weighting") == weighting_digest()) and (stamp is None or meta.get("stamp") == stamp))
