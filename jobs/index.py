@@ -56,7 +56,7 @@ from logicrank.pipelines.engines.bm25 import index_root, update_index
 from logicrank.pipelines.engines.embed import concrete, model_id, resolve_model
 from logicrank.pipelines.engines.placement import EncoderPlacement, encoder_placement
 from logicrank.pipelines.engines.store import DocStore, json_value, maintain_apart, update_index_apart
-from logicrank.pipelines.engines.vector_models import loadable, model_dimension
+from logicrank.pipelines.engines.vector_models import embedding_code, loadable, model_dimension, model_files_digest
 from logicrank.pipelines.files import require_writable
 from logicrank.pipelines.operations.indexing import (
     EmbedStage,
@@ -273,9 +273,10 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
         summary.resumed = {"from_version": version_before, "kept_manifest": summary.kept_manifest if left_here else None}
         baseline = StoredHashes(cfg.db, cfg.table, summary.since_version)
     rejects = RejectSink(rundir.path / "rejects.parquet")
-    # the code that makes a document's vector (its text, the encoder): a stored vector made by other code is not reused;
-    # precomputed vectors are the corpus's own (a table embedded before takes them all, as changed rows)
-    embed_code = PRECOMPUTED if vectors else code_digest("logicrank.pipelines.engines.embed")
+    # the code that makes a document's vector (its text, the encoder) and a local model directory's files: a stored vector
+    # made by other code or other weights is not reused; precomputed vectors are the corpus's own (a table embedded
+    # before takes them all, as changed rows)
+    embed_code = PRECOMPUTED if vectors else embedding_code(code_digest("logicrank.pipelines.engines.embed"), model_files_digest(cfg.embed.model))
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep,
                          seen_dir=rundir.path, baseline=baseline, embedded_by=embed_code)
     try:

@@ -11,11 +11,13 @@ the code that makes it (embed.py and what it imports), and nothing here changes 
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from logicrank.pipelines.engines.embed import MODELS, ModelError, resolve_model
+from logicrank.schemas.digest import json_digest
 from logicrank.schemas.errors import first_line
 
 if TYPE_CHECKING:
@@ -48,9 +50,56 @@ def require_query_encoder(recorded: str | None, where: str) -> None:
 
 def require_query_model(store: DocStore, expected: str, job: str, fix: str = "use the table's model (--model)") -> None:
     """For a job that encodes queries with model ``expected``: the table's vectors must come from a
-    model logicrank can load (:func:`require_query_encoder`), and from that one (``require_model``)."""
+    model logicrank can load (:func:`require_query_encoder`), and from that one (``require_model``);
+    for a local model directory, from its files as they are now (:func:`embedding_code`'s record:
+    a fine-tune saved over the directory encodes queries into another space than the table's)."""
     require_query_encoder(store.model_id(), f"{job}: table {store.name!r} in {store.uri!r}")
     store.require_model(expected, job, fix)
+    made = model_files_of(store.embedded_by())
+    if made is not None and made != (now := model_files_digest(model_of(expected))):
+        raise ModelError(f"{job}: table {store.name!r} in {store.uri!r} holds vectors the files of {model_of(expected)!r} made as they were "
+                         f"({made}), not as they are now ({now or 'not there'}): the model was saved over since; index the table again "
+                         "(`logicrank index` embeds every document with the model as it is), or restore the model's files.")
+
+
+def model_files_digest(name: str) -> str | None:
+    """16 hex digits of the content of a local model directory (each file's path and SHA-256,
+    a README or hidden file aside): a fine-tune saved over it is another encoder, though its
+    path is its id (embed.py's ``model_id``). None for a registered model (its package's pinned
+    version is its content). Each file is read once per process and state (size, time, inode)."""
+    if name in MODELS or not Path(name).is_dir():
+        return None
+    root = Path(name).resolve()
+    files = sorted(f for f in root.rglob("*") if f.is_file() and not _unread(f.relative_to(root)))
+    return json_digest([(f.relative_to(root).as_posix(), _file_sha(f, *_state(f))) for f in files])
+
+
+def _unread(rel: Path) -> bool:
+    return any(part.startswith(".") for part in rel.parts) or rel.suffix.lower() == ".md"
+
+
+def _state(f: Path) -> tuple[int, int, int]:
+    st = f.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+@functools.cache
+def _file_sha(f: Path, size: int, mtime_ns: int, inode: int) -> str:
+    from logicrank.pipelines.files import sha256_file
+
+    return sha256_file(f)
+
+
+def embedding_code(code: str, files: str | None) -> str:
+    """The record of what made a table's vectors (``DocStore.embedded_by``): the embedding code's
+    digest, and a local model directory's content (:func:`model_files_digest`)
+    after a ``+``."""
+    return code if files is None else f"{code}+{files}"
+
+
+def model_files_of(record: str | None) -> str | None:
+    """The model directory's content in an :func:`embedding_code` record; None where it holds none."""
+    return record.partition("+")[2] or None if record else None
 
 
 def model_dimension(name: str) -> int:

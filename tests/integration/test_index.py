@@ -543,6 +543,36 @@ def test_vectors_made_by_other_embedding_code_are_made_again(tmp_path, docs300, 
     assert (after.updated, after.embedded, after.embedded_by) == (40, 40, {"before": now, "now": "edited", "reembedded": 40})
 
 
+def test_a_local_model_saved_over_is_another_encoder_to_the_index_job_and_to_queries(tmp_path, docs300):
+    """A local model directory is named by its path, so a fine-tune saved over it kept the
+    table's vectors as the new model's: the index job reused every stored vector and queries
+    were encoded into another space than the documents'. Its files' content is part of the
+    table's record of what made its vectors: the next index run embeds every document again,
+    and until then a job that encodes queries refuses the table in one line."""
+    import shutil
+
+    from logicrank.pipelines.engines.embed import ModelError, resolve_model
+    from logicrank.pipelines.engines.vector_models import require_query_model
+
+    model = tmp_path / "encoder"
+    shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
+    corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300[:40]), tmp_path / "db"
+    embed = EmbedConfig(model=str(model))
+    assert run_index(_cfg(corpus, db, embed=embed), tmp_path / "i1").inserted == 40
+    assert run_index(_cfg(corpus, db, embed=embed), tmp_path / "i2").embedded == 0  # the same files: every vector reused
+    require_query_model(DocStore(str(db)), str(model), "retrieve")
+    (model / "README.md").write_text("notes")  # not the model: nothing changes
+    require_query_model(DocStore(str(db)), str(model), "retrieve")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 1e-5}))  # as a model saved over it
+    with pytest.raises(ModelError, match=r"^retrieve: table 'docs' in .* holds vectors the files of .* made as they were \(\w+\), "
+                                         r"not as they are now \(\w+\): the model was saved over since; index the table again"):
+        require_query_model(DocStore(str(db)), str(model), "retrieve")
+    again = run_index(_cfg(corpus, db, embed=embed), tmp_path / "i3")
+    assert (again.updated, again.embedded, again.embedded_by["reembedded"]) == (40, 40, 40)
+    require_query_model(DocStore(str(db)), str(model), "retrieve")
+
+
 def test_precomputed_vectors_are_indexed_as_given_and_queries_need_a_model_that_loads(tmp_path, docs300):
     """`--vector-column`: the corpus's own vectors, checked row by row (a wrong one is a reject
     with its reason), stored at unit length, nothing embedded. Vectors a registered model made
