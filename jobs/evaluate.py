@@ -36,7 +36,7 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     """
     measures, qa_measures = _check_inputs(cfg)
     rundir = RunDir(out, "evaluate")
-    inputs = _fingerprint(cfg, qa_measures)
+    inputs = {**_fingerprint(cfg, qa_measures), "title": title}  # (the report's heading: another title is another report)
     if rundir.is_fresh(cfg.digest(), inputs) and {"missing_queries", "depths"} <= set(rundir.previous() or {}):  # (older reports lack depths)
         if echo:
             echo(f"evaluate: config, qrels and runs unchanged since the last run: skipped; metrics in {rundir.path / 'metrics.parquet'}")

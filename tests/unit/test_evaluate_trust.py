@@ -347,8 +347,13 @@ def test_queries_missing_from_a_run_are_counted_and_reported(tmp_path):
     report = (out / "report.md").read_text()
     assert all(n in report for n in notes) and "run full" not in report
     # a rerun is skipped and the counts stay readable
-    run_evaluate(EvaluateConfig(qrels=str(qrels), runs=(str(full), str(part)), measures=("P@1",)), out)
+    said = []
+    run_evaluate(EvaluateConfig(qrels=str(qrels), runs=(str(full), str(part)), measures=("P@1",)), out, echo=said.append)
     assert json.loads((out / "manifest.json").read_text())["missing_queries"] == {"full": 0, "part": 3}
+    assert any("skipped" in line for line in said)
+    # another title is another report (its heading was left as the last run's)
+    run_evaluate(EvaluateConfig(qrels=str(qrels), runs=(str(full), str(part)), measures=("P@1",)), out, title="Ablation")
+    assert (out / "report.md").read_text().startswith("# Ablation")
 
 
 def test_the_per_query_plot_has_a_column_per_measure_whose_panels_share_their_axis():
