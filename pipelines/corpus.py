@@ -618,13 +618,20 @@ def _read_tsv(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.T
 _DPR_HEADER = b"id\ttext\ttitle"
 
 
+def _decoded(raw: bytes) -> tuple[str | None, str | None]:
+    """A TSV line's bytes as text, a trailing ``\\r`` dropped; (None, why) where they are not UTF-8."""
+    try:
+        return raw.decode("utf-8").removesuffix("\r"), None
+    except UnicodeDecodeError as exc:
+        return None, str(exc)
+
+
 def _parse_dpr(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
     """A line of DPR's passages file: id, text, title, tab-separated, a field in double quotes
     where it holds one (``""`` inside), as DPR reads it (Python's csv, tab-delimited)."""
-    try:
-        line = raw.decode("utf-8").removesuffix("\r")
-    except UnicodeDecodeError as exc:
-        return _blank(), "invalid_utf8", str(exc)
+    line, bad = _decoded(raw)
+    if line is None:
+        return _blank(), "invalid_utf8", bad
     try:
         parts = next(csv.reader([line], delimiter="\t"))  # (not strict, as DPR's: "abc"def is abcdef)
     except csv.Error as exc:
@@ -642,10 +649,9 @@ def _parse_msmarco_docs(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any],
     """A line of MS MARCO v1's documents file: docid, URL, title, body, tab-separated, no
     quoting. The body is the text, the title the title, the URL kept in the metadata (not
     searched)."""
-    try:
-        line = raw.decode("utf-8").removesuffix("\r")
-    except UnicodeDecodeError as exc:
-        return _blank(), "invalid_utf8", str(exc)
+    line, bad = _decoded(raw)
+    if line is None:
+        return _blank(), "invalid_utf8", bad
     parts = line.split("\t")
     if len(parts) != 4:
         return _blank(), "bad_tsv_row", (f"{len(parts)} tab-separated fields; an MS MARCO documents line is docid<TAB>url<TAB>title<TAB>body "
@@ -655,10 +661,9 @@ def _parse_msmarco_docs(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any],
 
 
 def _parse_tsv(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
-    try:
-        line = raw.decode("utf-8").removesuffix("\r")
-    except UnicodeDecodeError as exc:
-        return _blank(), "invalid_utf8", str(exc)
+    line, bad = _decoded(raw)
+    if line is None:
+        return _blank(), "invalid_utf8", bad
     parts = line.split("\t")
     if len(parts) != 2:
         what = "no tab" if len(parts) == 1 else f"{len(parts)} tab-separated fields"

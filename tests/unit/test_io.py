@@ -129,18 +129,23 @@ def test_qrels_from_a_pipe_lose_none_of_their_first_bytes(gzipped):
     peeked at to tell gzip, never read and dropped (a first open to look at them swallowed a
     buffer's worth of judgements, 8 KB)."""
     import gzip
-    import os
 
     data = "".join(f"301 0 DOC-{i} 1\n" for i in range(2000)).encode()  # 34 KB: held whole by the pipe (64 KB)
-    data = gzip.compress(data) if gzipped else data
+    qrels = _read_piped(gzip.compress(data) if gzipped else data, read_qrels)
+    assert qrels.column("doc_id").to_pylist() == [f"DOC-{i}" for i in range(2000)]
+
+
+def _read_piped(data: bytes, read):
+    """``read`` of a pipe holding ``data`` (under the 64 KB a pipe holds), its write end closed."""
+    import os
+
     r, w = os.pipe()
     try:
         os.write(w, data)
         os.close(w)
-        qrels = read_qrels(f"/dev/fd/{r}")
+        return read(f"/dev/fd/{r}")
     finally:
         os.close(r)
-    assert qrels.column("doc_id").to_pylist() == [f"DOC-{i}" for i in range(2000)]
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "jsonl.gz", "trec"])
@@ -149,7 +154,6 @@ def test_queries_from_a_pipe_are_read_once(kind):
     after its first character tells JSONL from TREC topics (a seek failed: "underlying stream is
     not seekable"), nor opened again to read its records."""
     import gzip
-    import os
 
     if kind == "trec":
         data = "".join(f"<top>\n<num> Number: {i}\n<title> topic {i}\n</top>\n" for i in range(300, 900)).encode()
@@ -157,14 +161,7 @@ def test_queries_from_a_pipe_are_read_once(kind):
     else:
         data = "".join(f'{{"_id": "q{i}", "text": "query {i}"}}\n' for i in range(1500)).encode()  # 52 KB: held whole by the pipe
         ids = [f"q{i}" for i in range(1500)]
-    data = gzip.compress(data) if kind.endswith(".gz") else data
-    r, w = os.pipe()
-    try:
-        os.write(w, data)
-        os.close(w)
-        queries = read_queries(f"/dev/fd/{r}")
-    finally:
-        os.close(r)
+    queries = _read_piped(gzip.compress(data) if kind.endswith(".gz") else data, read_queries)
     assert queries.column("query_id").to_pylist() == ids
 
 
