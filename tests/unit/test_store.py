@@ -464,10 +464,11 @@ def test_the_embedding_codes_record_is_the_versions_and_a_tables_older_tag_is_re
     """The digest of the code that made a version's vectors lives in that version's schema (a
     restored version brings back its own); a table indexed before holds it as a tag, read
     until the next record replaces it. The record changes only the schema's own key."""
-    from logicrank.pipelines.engines.store.versions import EMBEDDED_BY
+    from logicrank.pipelines.engines.store.versions import EMBEDDED_BY, UNKNOWN_EMBEDDED_BY
 
     s = DocStore(store[0].uri)
     assert s.embedded_by() is None  # (a table made with no record)
+    before_records = s.version
     s.tag(EMBEDDED_BY + "old")
     assert DocStore(store[0].uri).embedded_by() == "old"
     s.mark_embedded_by("new")
@@ -480,3 +481,7 @@ def test_the_embedding_codes_record_is_the_versions_and_a_tables_older_tag_is_re
     s.mark_embedded_by("newer")
     s.restore(marked)
     assert DocStore(store[0].uri).embedded_by() == "new"
+    # a version from before the first record (its older tag dropped since): the making of its vectors
+    # is unknown, never None (which would let the next run reuse them)
+    s.restore(before_records)
+    assert DocStore(store[0].uri).embedded_by() == UNKNOWN_EMBEDDED_BY and DocStore(store[0].uri).count() == 50

@@ -20,6 +20,9 @@ from logicrank.pipelines.engines.store.base import _META_EMBEDDED_BY, StoreError
 
 COMPLETE_TAG = "logicrank-complete"  # the newest version a completed index run finished (moved by each such run)
 EMBEDDED_BY = "logicrank-embedded-by-"  # + the digest of the code that embedded the table's vectors (pipelines.codedigest)
+# the record of a version restored from before its table recorded the code in each version: no code's digest equals it,
+# so the next index run embeds every document again rather than trust vectors of unknown making
+UNKNOWN_EMBEDDED_BY = "unknown"
 
 
 def utc_stamp(made: datetime) -> str:
@@ -102,7 +105,8 @@ class Versions:
         """Make ``version`` (a number or a tag) the latest version again; returns the new version.
 
         The new version holds the documents of ``version``, and its schema, so the record of the
-        code that made their vectors (:meth:`embedded_by`): it is marked complete when that one
+        code that made their vectors (:meth:`embedded_by`; :data:`UNKNOWN_EMBEDDED_BY` for a version
+        older than the table's first record): it is marked complete when that one
         was (the version :data:`COMPLETE_TAG` names, or one a completed run tagged)."""
         t = self.table
         versions = [v["version"] for v in t.list_versions()]
@@ -113,7 +117,12 @@ class Versions:
             )
         number = int(tags[version]["version"]) if version in tags else int(version)
         complete = number in {int(v["version"]) for v in tags.values()}  # every tag names a version a completed run finished
+        recorded = self.embedded_by()
         t.restore(version)
+        if recorded is not None and self.embedded_by() is None:
+            # a version from before the table recorded its embedding code in each version (the older
+            # tags were dropped when it began): what made its vectors is not known
+            self.mark_embedded_by(UNKNOWN_EMBEDDED_BY)
         if complete:
             self.mark_complete()
         return self.version
