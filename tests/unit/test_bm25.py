@@ -3,9 +3,11 @@ against: the same analyzer (Snowball English stemming, Lucene's English stop wor
 formula (Lucene's idf, k1 1.2, b 0.75; times k1 + 1) and the query's repeated terms counted as often as
 they occur. Real LanceDB tables, no model (generated vectors)."""
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -123,3 +125,20 @@ def test_an_analyzer_subclass_analyzes_the_documents_as_its_queries():
         assert set(index.vocab.ids) == terms
         q = index.query_matrix([query], analyze=analyzer)
         assert q.nnz == len(analyzer(query)) > 0  # every query term is one of the documents'
+
+
+def test_every_definition_the_weighting_digest_names_exists_and_a_missing_one_is_an_error(monkeypatch):
+    """storage.WEIGHTING names the code a saved index's weights come from; a name left behind by
+    a rename would leave that code out of the digest (or fail every search process with a bare
+    KeyError), so each one must be found, and one that is not is said in one line."""
+    from logicrank.pipelines.engines.bm25 import storage
+
+    for file, names in storage.WEIGHTING.items():
+        found = storage._definitions(ast.parse((Path(storage.__file__).with_name(file)).read_text(encoding="utf-8")))
+        assert [n for n in names if n not in found] == [], file
+    storage.weighting_digest.cache_clear()
+    monkeypatch.setitem(storage.WEIGHTING, "kernels.py", ("weight_postings", "weight_postings_renamed"))
+    with pytest.raises(RuntimeError, match=r"names 'weight_postings_renamed' in kernels.py, which defines no such thing"):
+        storage.weighting_digest()
+    monkeypatch.undo()
+    storage.weighting_digest.cache_clear()

@@ -122,12 +122,18 @@ def write_meta(tmp: Path, version: int, stamp: str, save_id: str, docs: int, ter
                                                "segment_rows": segment_rows or SEGMENT_ROWS}))
 
 
-# The code a saved index's weights come from: BM25's parameters, the combined statistics and the formula (each
-# definition's code, its docstring and comments aside). A saved index records its digest, so weights an earlier
-# release computed otherwise are made again from its counts, never searched as this code's. A definition renamed
-# must be renamed here.
-WEIGHTING = {"index.py": ("K1", "field_stats", "idf_of", "weigh", "BM25Index.stats"), "kernels.py": ("weight_layout", "weight_postings"),
-             "segments.py": ("merge_segments",)}
+# The code a saved index's weights come from: BM25's parameters, the statistics (of a build's segments, of a patch's
+# kept and dropped rows, combined), the formula and the compiled passes that write it (each definition's code, its
+# docstring and comments aside). A saved index records its digest, so weights an earlier release computed otherwise
+# are made again from its counts, never searched as this code's. What it covers is this list, no more: a definition
+# the weights come to depend on is added here, one renamed is renamed here (a name not found is an error, and
+# tests/unit/test_bm25.py checks each one).
+WEIGHTING = {
+    "index.py": ("K1", "row_sums", "field_stats", "idf_of", "weigh", "BM25Index.field_stats", "BM25Index.stats", "BM25Index.weights"),
+    "kernels.py": ("_next_term", "weight_layout", "weight_postings"),
+    "segments.py": ("analyze_segment", "count_kept", "count_dropped", "merge_segments", "weigh_segment", "_piece_counts", "_saved_rows",
+                    "row_postings"),
+}
 
 
 @functools.cache
@@ -138,6 +144,8 @@ def weighting_digest() -> str:
     for file, names in WEIGHTING.items():
         found = _definitions(ast.parse((Path(__file__).with_name(file)).read_text(encoding="utf-8")))
         for name in names:
+            if name not in found:
+                raise RuntimeError(f"bm25: storage.WEIGHTING names {name!r} in {file}, which defines no such thing; rename it there")
             h.update(f"{file}:{name}:{found[name]}\n".encode())
     return h.hexdigest()[:16]
 
