@@ -14,6 +14,7 @@ from logicrank.pipelines.retrieval.logic.query import holds, parse
 from logicrank.pipelines.retrieval.methods.itlr import (
     Calibration,
     LogicalQuery,
+    ScoreError,
     ann_candidates,
     compose,
     parse_queries,
@@ -77,6 +78,24 @@ def test_exact_streaming_equals_brute_force(setup, block, threads, copies):
             row = {d: i for i, d in enumerate(ids)}
             np.testing.assert_allclose(full[[row[d] for d in top["doc_id"]]], top["score"].to_numpy(), rtol=1e-5)
             assert top["doc_id"].is_unique
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_nan_score_is_refused_not_ranked_below_every_document(setup, threads):
+    """A document whose vector holds a NaN composes to NaN: it used to count as -inf and leave
+    the run silently (the exact pass and the candidates' re-scoring alike). It is refused, the
+    query and document named."""
+    docs, ids, terms, T, qs = setup
+    docs = docs.copy()
+    docs[123, 0] = np.nan
+    with pytest.raises(ScoreError, match=r"composed score\(s\) are NaN, e\.g\. query 'q1', doc 'd123'"):
+        score_exact(qs[:2], terms, T, [(ids[i : i + 50], docs[i : i + 50]) for i in range(0, len(docs), 50)], 10, [Operators()],
+                    Calibration(), threads=threads)
+    with pytest.raises(ScoreError, match=r"query 'q1', doc 'd123'"):
+        score_candidates(qs[:1], terms, T, {"q1": (ids[120:130], docs[120:130])}, 5, Operators(), Calibration())
+    # the other documents score as before: only the NaN is refused
+    assert len(score_exact(qs[:2], terms, T, [(np.delete(ids, 123), np.delete(docs, 123, axis=0))], 10, [Operators()],
+                           Calibration())[Operators()]) == 20
 
 
 def test_positive_terms_and_ann_candidates(setup):

@@ -89,6 +89,21 @@ class EmptyNotError(UserError, ValueError):
     """A NOT over a term no document holds: it would hold for every document."""
 
 
+class ScoreError(UserError, ValueError):
+    """A composed score that is NaN: a document it ranks nowhere would silently leave the run."""
+
+
+def refuse_nan(scores: np.ndarray, queries: Sequence[LogicalQuery], doc_ids) -> None:
+    """Raise :class:`ScoreError` where the (queries x docs) ``scores`` hold a NaN (a NaN in the
+    table's vectors, or a calibration that divides by a zero spread): such a document would
+    rank below every other and leave the run without a word. ``doc_ids``: the columns' ids."""
+    bad = np.isnan(scores)
+    if bad.any():
+        q, d = (int(i[0]) for i in np.nonzero(bad))
+        raise ScoreError(f"itlr: {int(bad.sum())} composed score(s) are NaN, e.g. query {queries[q].query_id!r}, doc {doc_ids[d]!r} "
+                         "(a NaN in the table's vectors or its term scores, or a calibration with a zero spread); nothing is ranked.")
+
+
 def refuse_empty_nots(parsed: Sequence[LogicalQuery], empty: dict[str, str], where: str = "itlr") -> None:
     """Refuse the queries that negate a term with no evidence in the table (``empty``: term ->
     why, :meth:`~logicrank.pipelines.retrieval.methods.evidence.Evidence.empty_terms`): NOT of it is 1
@@ -333,7 +348,7 @@ def score_exact(
     direct = len(layout) <= 1.5 * len(terms)  # the product straight into the layout costs at most 1.5x
     T_rows = T[layout] if direct and T is not None else T
 
-    def compose(M: np.ndarray, E: np.ndarray | None, Z: np.ndarray | None, part: int, first_row: int) -> None:
+    def compose(M: np.ndarray, E: np.ndarray | None, Z: np.ndarray | None, part: int, first_row: int, block_ids: np.ndarray) -> None:
         cols = np.array_split(np.arange(M.shape[1]), n_threads)[part]
         if len(cols) == 0:
             return
@@ -352,12 +367,14 @@ def score_exact(
                             len(slots), len(rows), t1 - t0).transpose(1, 2, 0))
                         scores = np.where((support == 0) & ~held, -np.inf, scores)
                     block[rows, t0 - lo : t1 - lo] = scores
+            refuse_nan(block, queries, block_ids[lo:hi])
             tops[ops][part].push(block, first_row + lo)
 
     ids: list[np.ndarray] = []
     seen = first_row
     with ThreadPoolExecutor(n_threads) as pool:
         for block_ids, vecs in doc_blocks:
+            ids_now = np.asarray(block_ids, dtype=object)
             V = np.asarray(vecs, dtype=np.float32)
             E = Z = None
             if T_rows is None:  # raw scores given (docs x terms): calibrated per term, then laid out
@@ -367,9 +384,9 @@ def score_exact(
             else:  # the cosines, straight into the layout
                 M = T_rows @ V.T if direct else (T_rows @ V.T)[layout]
                 M = np.ascontiguousarray(calibration.apply(M.T, layout_terms).T)
-            for done in [pool.submit(compose, M, E, Z, part, seen) for part in range(n_threads)]:
+            for done in [pool.submit(compose, M, E, Z, part, seen, ids_now) for part in range(n_threads)]:
                 done.result()
-            ids.append(np.asarray(block_ids, dtype=object))
+            ids.append(ids_now)
             seen += len(block_ids)
     all_ids = np.concatenate(ids) if ids else np.empty(0, dtype=object)
     out = {ops: _pairs(queries, _TopK.merged(parts), all_ids, first_row) for ops, parts in tops.items()}
@@ -453,6 +470,7 @@ def score_listed(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, can
             continue
         R = raw(ids, payload)
         scores = compose([q], terms, R, ops, calibration)[0]
+        refuse_nan(scores[None, :], [q], ids)
         if drop_unsupported:
             scores = np.where(unsupported(q, terms, R, scores, ops, calibration), -np.inf, scores)
         ids = np.asarray(ids, dtype=object)
