@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,14 +137,14 @@ def _no_downloads() -> Iterator[None]:
 
 def irds_to_beir(dataset_id: str, out: Path) -> Path:
     """ir_datasets' ``dataset_id`` written as a BEIR directory under ``out`` (corpus.jsonl,
-    queries.jsonl, qrels/test.tsv), once: a directory already complete is reused."""
-    import json
-
+    queries.jsonl, qrels/test.tsv), once: a directory that this conversion (the dataset, this
+    module's code, ir_datasets' version: :func:`_conversion`) completed is reused."""
     import ir_datasets
 
-    done = out / ".complete"
-    if done.is_file() and done.read_text(encoding="utf-8") == dataset_id:
+    done, made_by = out / ".complete", _conversion(dataset_id)
+    if done.is_file() and done.read_text(encoding="utf-8") == made_by:
         return out
+    done.unlink(missing_ok=True)  # the files are about to change: no earlier conversion is complete meanwhile
     home = os.environ.get("IR_DATASETS_HOME", str(Path.home() / ".ir_datasets"))
     where = f"{IRDS}{dataset_id}"
     try:
@@ -171,8 +172,19 @@ def irds_to_beir(dataset_id: str, out: Path) -> Path:
     except Exception as exc:  # noqa: BLE001 - any failure inside ir_datasets is the dataset's, said in one line
         raise DatasetError(f"{where}: ir_datasets could not read it from its cache {home} ({type(exc).__name__}: "
                            f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
-    write_text_atomic(dataset_id, done)
+    write_text_atomic(made_by, done)
     return out
+
+
+def _conversion(dataset_id: str) -> str:
+    """What a converted directory is the output of: the dataset, the code that converts it (this
+    module's, :func:`~logicrank.pipelines.codedigest.code_digest`) and the version of
+    ir_datasets that reads it. A change of either converts again."""
+    from importlib.metadata import version
+
+    from logicrank.pipelines.codedigest import code_digest
+
+    return json.dumps({"dataset": dataset_id, "code": code_digest(__name__), "ir_datasets": version("ir_datasets")}, sort_keys=True)
 
 
 def _doc_text(doc) -> str:

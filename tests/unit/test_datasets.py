@@ -131,3 +131,47 @@ def test_irds_downloads_nothing_and_names_an_unknown_id_in_one_line(tmp_path, mo
     assert "\n" not in str(info.value)
     with pytest.raises(ExperimentError, match="irds:no-such-set: ir_datasets knows no dataset 'no-such-set'"):
         prepare_dataset(Dataset.model_validate("irds:no-such-set"), tmp_path / "out2")
+
+
+def test_irds_conversion_is_reused_only_as_this_code_made_it_and_never_half_written(tmp_path, monkeypatch):
+    """The BEIR directory an ``irds:`` dataset is converted into was reused by the dataset's id
+    alone: a release that converts otherwise (or another ir_datasets) kept the old files, and a
+    conversion of another id that failed half-way into the same directory left the first id's
+    mark over mixed files. The mark is the conversion's (id, code, ir_datasets' version), and
+    it is taken away before any file is written."""
+    import ir_datasets
+
+    from logicrank.pipelines.datasets import registry
+
+    def register(name, docs):
+        (tmp_path / f"{name}.tsv").write_text("".join(f"d{i}\t{t}\n" for i, t in enumerate(docs)))
+        (tmp_path / "queries.tsv").write_text("q1\tmalaria\n")
+        (tmp_path / "qrels.txt").write_text("q1 0 d1 1\n")
+        ir_datasets.registry.register(f"{name}-{tmp_path.name}", ir_datasets.create_dataset(
+            docs_tsv=str(tmp_path / f"{name}.tsv"), queries_tsv=str(tmp_path / "queries.tsv"), qrels_trec=str(tmp_path / "qrels.txt")))
+        return f"{name}-{tmp_path.name}"
+
+    def texts(out):
+        return [json.loads(line)["text"] for line in (out / "corpus.jsonl").read_text().splitlines()]
+
+    a, b = register("a", ["malaria in children", "malaria in adults"]), register("b", ["other", "texts", "here"])
+    out = tmp_path / "irds"
+    assert texts(registry.irds_to_beir(a, out)) == ["malaria in children", "malaria in adults"]
+    (tmp_path / "a.tsv").write_text("d0\tchanged\nd1\tchanged too\n")
+    assert texts(registry.irds_to_beir(a, out)) == ["malaria in children", "malaria in adults"]  # the same conversion: reused
+    from logicrank.pipelines import codedigest
+
+    monkeypatch.setattr(codedigest, "code_digest", lambda module: "another release")
+    assert texts(registry.irds_to_beir(a, out)) == ["changed", "changed too"]  # another converter's code: converted again
+    monkeypatch.undo()
+    assert texts(registry.irds_to_beir(a, out)) == ["changed", "changed too"]
+
+    def fails(doc):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(registry, "_doc_text", fails)
+    with pytest.raises(registry.DatasetError, match="disk full"):
+        registry.irds_to_beir(b, out)  # the other id fails half-way over the same directory
+    monkeypatch.undo()
+    (tmp_path / "a.tsv").write_text("d0\tmalaria in children\nd1\tmalaria in adults\n")
+    assert texts(registry.irds_to_beir(a, out)) == ["malaria in children", "malaria in adults"]  # not taken for complete
