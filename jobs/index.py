@@ -65,6 +65,7 @@ from logicrank.pipelines.operations.indexing import (
     IndexWriter,
     RejectSink,
     StoredHashes,
+    embed_left_behind,
     index_refusal,
     restore_hint,
     roll_back,
@@ -452,6 +453,12 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
         summary.deleted = sum(len(ids) for ids in writer.seen.absent(writer.baseline.ids()))
     if not store.exists():
         return
+    if summary.embedded_by.get("reembedded") and embed_code != PRECOMPUTED:
+        # the stored documents no valid row rewrote (held, or absent and kept) still hold the earlier code's vectors
+        with rundir.timed("reembed_left"), busy("index: embedding again the stored documents this snapshot did not rewrite"):
+            left = embed_left_behind(store, writer.seen, concrete(cfg.embed), before_each=lock.ensure_held)
+        summary.embedded += left
+        summary.embedded_by["reembedded"] = writer.counts["update"] + left
     # every vector is written: the version records the code that made them (in its schema: a later run whose code
     # differs embeds every document again, and a restored version brings back the record of its own vectors)
     store.mark_embedded_by(embed_code)

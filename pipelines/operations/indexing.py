@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
 from logicrank.pipelines.corpus import NOT_UTF8_NOTE, UNREADABLE, SourceError
-from logicrank.pipelines.engines.embed import Embedder, document_text
+from logicrank.pipelines.engines.embed import Embedder, document_text, to_fixed_size_list
 from logicrank.schemas.errors import first_line
 from logicrank.schemas.tables import CORPUS, REJECTS, as_stored
 
@@ -339,18 +339,20 @@ class SeenIds:
         empty, too long, not UTF-8, ...) is not absent: the snapshot holds the document, in a
         form that cannot be read, and the stored version stays (:attr:`held` counts them)."""
         self.held = 0
+        for missing in self.not_kept(stored_ids):
+            if self.named_by_rejects:  # (a clean snapshot asks nothing more)
+                held = self._rejected_among(missing.to_pylist())
+                self.held += len(held)
+                missing = _without(missing, held)
+            if len(missing):
+                yield missing
+
+    def not_kept(self, stored_ids: Iterable[pa.Array]) -> Iterator[pa.Array]:
+        """The ids of ``stored_ids`` (batches) that no row this snapshot kept holds: the absent
+        ones and the held ones (:meth:`absent`), whose stored rows this run did not write."""
         for ids in stored_ids:
             ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
-            if len(ids) == 0:
-                continue
-            listed = ids.to_pylist()
-            present = list(self.keys_of(listed))
-            if self.named_by_rejects:  # (a clean snapshot asks nothing more)
-                kept = set(present)
-                held = [d for d in self._rejected_among(listed) if d not in kept]
-                self.held += len(held)
-                present += held
-            missing = ids.filter(pc.invert(pc.is_in(ids, value_set=pa.array(present, pa.string()))))
+            missing = _without(ids, list(self.keys_of(ids.to_pylist()))) if len(ids) else ids
             if len(missing):
                 yield missing
 
@@ -360,6 +362,37 @@ class SeenIds:
         self.path.unlink(missing_ok=True)
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _without(ids: pa.Array, drop: list[str]) -> pa.Array:
+    """``ids`` less those in ``drop``, in their order."""
+    return ids.filter(pc.invert(pc.is_in(ids, value_set=pa.array(drop, pa.string())))) if drop else ids
+
+
+LEFT_BEHIND_ROWS = 4096  # stored documents embedded again per keyed merge (:func:`embed_left_behind`)
+
+
+def embed_left_behind(store: DocStore, seen: SeenIds, config: EmbedConfig, before_each: Callable[[], None] = lambda: None,
+                      embedder_factory: Callable[[EmbedConfig], Embedder] = Embedder) -> int:
+    """In a run that embeds every stored document again (the code that makes vectors changed:
+    the table's record is not this run's), the stored documents that no valid row of the
+    snapshot rewrote (held: only a rejected row named them; absent ones a run that deletes
+    nothing keeps) embedded again here, from their stored title and text, and written back by
+    keyed merges: no vector of the earlier code stays under this code's record. ``seen``: the
+    run's kept ids; ``before_each``: called before each write (the table's lock). Returns how
+    many were embedded."""
+    columns = [name for name in store.table.schema.names if name != "vector"]
+    ids = StoredHashes(store.uri, store.name, store.version).ids(LEFT_BEHIND_ROWS)  # this version, read while the merges add others
+    embedder, done = None, 0
+    for batch in seen.not_kept(ids):
+        rows = store.rows_for(batch.to_pylist(), columns)
+        embedder = embedder or embedder_factory(config)
+        texts = [document_text(t, x, embedder.config.title_sep) for t, x in zip(rows.column("title").to_pylist(),
+                                                                                 rows.column("text").to_pylist(), strict=True)]
+        before_each()
+        store.upsert(rows.append_column("vector", to_fixed_size_list(embedder.encode(texts))))
+        done += rows.num_rows
+    return done
 
 
 class IdSpill:

@@ -573,6 +573,39 @@ def test_a_local_model_saved_over_is_another_encoder_to_the_index_job_and_to_que
     require_query_model(DocStore(str(db)), str(model), "retrieve")
 
 
+def test_a_new_encoder_embeds_again_the_stored_documents_no_valid_row_rewrote(tmp_path, docs300):
+    """A run whose encoder is not the one that made the table's vectors embeds every stored
+    document again, but it rewrote only those a valid row of the snapshot holds: a held
+    document (its row rejected) and an absent one kept by --no-delete-missing kept the earlier
+    encoder's vectors under the new encoder's record, and the next run took them as current
+    (a query encoded by the new model searched them). They are embedded again from their stored
+    title and text: every vector is the one a clean run with the new encoder gives."""
+    import shutil
+
+    from logicrank.pipelines.engines.embed import Embedder, document_text, resolve_model
+
+    model = tmp_path / "encoder"
+    shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
+    corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300[:40]), tmp_path / "db"
+    embed = EmbedConfig(model=str(model))
+    assert run_index(_cfg(corpus, db, embed=embed), tmp_path / "i1").inserted == 40
+    pooling = model / "1_Pooling" / "config.json"
+    config = json.loads(pooling.read_text())
+    pooling.write_text(json.dumps({**config, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))  # another encoder
+    held, gone = docs300[0]["_id"], docs300[1]["_id"]
+    snapshot = [{**docs300[0], "title": "", "text": ""}, *docs300[2:40]]  # the first document's row rejected, the second absent
+    again = run_index(_cfg(write_jsonl(tmp_path / "c2.jsonl", snapshot), db, embed=embed, delete_missing=False, max_reject_fraction=0.5),
+                      tmp_path / "i2")
+    assert (again.held, again.absent, again.updated, again.embedded, again.embedded_by["reembedded"]) == (1, 1, 38, 40, 40)
+    table = _table(db)
+    assert {held, gone} <= set(table.column("doc_id").to_pylist()) and table.num_rows == 40
+    encoder = Embedder(EmbedConfig(model=str(model)))
+    texts = [document_text(t, x, encoder.config.title_sep) for t, x in zip(table.column("title").to_pylist(), table.column("text").to_pylist(),
+                                                                        strict=True)]
+    np.testing.assert_allclose(np.stack(table.column("vector").to_numpy(zero_copy_only=False)), encoder.encode(texts), atol=1e-5)
+    assert run_index(_cfg(corpus, db, embed=embed), tmp_path / "i3").embedded == 0  # every vector now the new encoder's: reused
+
+
 def test_precomputed_vectors_are_indexed_as_given_and_queries_need_a_model_that_loads(tmp_path, docs300):
     """`--vector-column`: the corpus's own vectors, checked row by row (a wrong one is a reject
     with its reason), stored at unit length, nothing embedded. Vectors a registered model made
