@@ -313,7 +313,12 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
             absent = IdSpill(rundir.path / ".absent-ids.parquet")
             summary.absent = absent.write(writer.seen.absent(stored.ids()))
             summary.held = writer.seen.held
-        failure = index_refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, restore_hint(cfg, store, version_before))
+        guard = None
+        if writer.baseline is not None:  # resumed: the deletes readers would see, of the last complete version's documents
+            # (the version the run started from also holds the unfinished run's inserts, which would thin the share)
+            guard = (sum(len(ids) for ids in writer.seen.absent(writer.baseline.ids())), writer.baseline.count())
+        failure = index_refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, restore_hint(cfg, store, version_before),
+                                deletes=guard)
         if failure is None:
             _commit(cfg, rundir, lock, store, summary, version_before, writer, absent, embed_code, ray_held.close)
     absent.remove()

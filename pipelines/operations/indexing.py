@@ -702,10 +702,13 @@ def _all_arrived(f: dict) -> bool:
     return f["meta"] is not None and len(f["seen"]) == f["meta"]["fragment"]["physical_rows"]
 
 
-def index_refusal(cfg: IndexConfig, s, stored: int, any_valid: bool, rejects: Path, restore: str) -> str | None:
+def index_refusal(cfg: IndexConfig, s, stored: int, any_valid: bool, rejects: Path, restore: str,
+                  deletes: tuple[int, int] | None = None) -> str | None:
     """Why this snapshot must not change the table further (no deletes, no tag), or None. ``s``: the
     run's counts (the index job's summary: ``rejected``, ``rows_read``, ``rejects_by_reason``,
-    ``absent``); ``stored``: the documents the table held; ``restore``: :func:`restore_hint`'s line."""
+    ``absent``); ``stored``: the documents the table held; ``restore``: :func:`restore_hint`'s line;
+    ``deletes``: (the deletes, of how many documents) the mass-delete guard weighs, when not
+    (``s.absent``, ``stored``): a resumed run's, against the last complete version."""
     fraction = s.rejected / s.rows_read if s.rows_read else 0.0
     if fraction > cfg.max_reject_fraction:
         return (
@@ -719,10 +722,11 @@ def index_refusal(cfg: IndexConfig, s, stored: int, any_valid: bool, rejects: Pa
             f"an empty snapshot never deletes anything, so the table is unchanged. Check the corpus path and format"
             + (f"; see {rejects} for each rejected row's reason." if s.rejected else ".")
         )
-    share = s.absent / stored if stored else 0.0
+    gone, of = deletes or (s.absent, stored)
+    share = gone / of if of else 0.0
     if cfg.delete_missing and share > cfg.max_delete_fraction and not cfg.allow_mass_delete:
         return (
-            f"index: this snapshot would delete {s.absent} of the {stored} documents in table {cfg.table!r} "
+            f"index: this snapshot would delete {gone} of the {of} documents in table {cfg.table!r} "
             f"({share:.1%} > max_delete_fraction {cfg.max_delete_fraction:.1%}); refused, nothing was deleted. If the "
             f"deletions are meant, rerun with --allow-mass-delete (or raise --max-delete-fraction).{restore}"
         )

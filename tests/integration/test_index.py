@@ -232,13 +232,18 @@ def test_snapshots_that_would_empty_the_table_are_refused_and_restorable(tmp_pat
     assert json.loads((tmp_path / "r3" / "manifest.json").read_text())["status"] == "failed"
     assert DocStore(str(db)).version == v1
 
-    # a snapshot that drops 10 of 60 (17% > 10%) and revises one: refused before any delete,
+    # a snapshot that drops 10 of 60 (17% > 10%), revises one and adds 50: refused before any delete,
     # and the message gives the command that brings the table back
-    shrunk = [dict(docs[0], text="revised")] + docs[1:50]
+    shrunk = [dict(docs[0], text="revised")] + docs[1:50] + docs300[60:110]
     write_jsonl(corpus, shrunk)
     with pytest.raises(IndexJobError, match=r"would delete 10 of the 60 documents .*--allow-mass-delete") as exc:
         run_index(_cfg(corpus, db), tmp_path / "r4")
-    assert DocStore(str(db)).count() == 60
+    assert DocStore(str(db)).count() == 110  # (the refused run's new documents are written, in a version readers do not read)
+    # the same command again is refused again: the share is of what readers read (60), not of the refused run's version
+    # (110, its inserts included, where 10 deletes are 9% and passed)
+    with pytest.raises(IndexJobError, match=r"would delete 10 of the 60 documents .*--allow-mass-delete"):
+        run_index(_cfg(corpus, db), tmp_path / "r4")
+    assert DocStore(str(db)).count() == 110 and DocStore(str(db)).complete_version() == v1
     command = str(exc.value).split("before this run: ")[1]
     assert command == f"logicrank restore --db {db} --table docs --version {v1}"
     from typer.testing import CliRunner
