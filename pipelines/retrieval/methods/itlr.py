@@ -22,7 +22,7 @@ Candidate modes:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -230,72 +230,87 @@ _TILE = 2048  # columns composed at a time
 
 # -- scoring -------------------------------------------------------------------------------
 class _TopK:
-    """Running top-k (score, row position) per query over streamed blocks, in one total order:
-    score descending, then row position ascending. Ties at the k-th score (common over BM25
-    evidence: every document a NOT-only query's term misses scores 1) thus go to the earliest
-    rows of the table, whatever the block size and the number of threads."""
+    """Running top-k (score, doc id, table row) per query over streamed blocks, in the run's
+    order (``rank_pairs``'): score descending, then doc id descending. Ties at the k-th score
+    (common over BM25 evidence: every document a NOT-only query's term misses scores 1) thus go
+    to the largest doc ids, whatever the table's row order, the block size, the number of
+    threads or shards, and whatever k: the top k is the first k of a deeper run's. Excluded
+    documents (-inf) never enter. Doc ids are held as numpy strings, compared in C."""
 
     def __init__(self, n_queries: int, k: int):
         self.k = k
         self.scores = np.full((n_queries, 0), -np.inf, dtype=np.float32)
         self.rows = np.zeros((n_queries, 0), dtype=np.int64)
+        self.ids = np.zeros((n_queries, 0), dtype=str)
 
-    def push(self, block_scores: np.ndarray, first_row: int) -> None:
+    def push(self, block_scores: np.ndarray, first_row: int, block_ids: np.ndarray) -> None:
         n_q, width = block_scores.shape
         if self.scores.shape[1] == self.k:
-            # only scores above a query's current k-th best can enter
-            hits = block_scores > self.scores.min(axis=1, keepdims=True)
+            # only scores at least the current k-th best can enter (one tied with it, by its doc id)
+            hits = block_scores >= self.scores.min(axis=1, keepdims=True)
         elif width >= self.k:
-            # not yet k kept: the k-th best of a leading sample of the block is a lower
-            # bound of the k-th best overall, so nothing below it can enter; nor can a tie
-            # with it after the sample (k entries at least as good come in earlier rows)
+            # not yet k kept: the k-th best of a leading sample of the block is a lower bound of the
+            # k-th best overall, so nothing below it can enter
             n_sample = max(self.k, min(width, 4096))
-            sample = block_scores[:, :n_sample]
-            kth = np.partition(sample, -self.k, axis=1)[:, -self.k :][:, :1]
-            hits = block_scores > kth
-            hits[:, :n_sample] |= sample == kth
+            kth = np.partition(block_scores[:, :n_sample], -self.k, axis=1)[:, -self.k :][:, :1]
+            hits = block_scores >= kth
         else:
             hits = np.ones(block_scores.shape, dtype=bool)
+        hits &= block_scores > -np.inf  # an excluded document is no result
         flat = np.flatnonzero(hits)  # (flat is ~4x faster than 2-d nonzero)
+        if len(flat) == 0:
+            return
         hit_q, hit_col = np.divmod(flat, width)
         per_q = np.bincount(hit_q, minlength=n_q)
         width = max(int(per_q.max(initial=0)), 1)
         slot = np.arange(len(flat)) - np.repeat(np.cumsum(per_q) - per_q, per_q)
         scores = np.full((n_q, width), -np.inf, dtype=block_scores.dtype)
-        rows = np.zeros((n_q, width), dtype=np.int64)
+        cols = np.zeros((n_q, width), dtype=np.int64)
         scores[hit_q, slot] = block_scores.reshape(-1)[flat]
-        rows[hit_q, slot] = first_row + hit_col
-        self._merge(scores, rows)
+        cols[hit_q, slot] = hit_col
+        block_ids = np.asarray(block_ids, dtype=object)
+        if width > self.k:  # (a tie over much of the block: its k best by id, in the block's own order of its ids)
+            def key(over: np.ndarray) -> np.ndarray:
+                _, order = np.unique(block_ids.astype(str), return_inverse=True)  # the block's ids' places, ascending
+                return -order.reshape(-1)[cols[over]]  # the largest id first
 
-    def _merge(self, block_scores: np.ndarray, block_rows: np.ndarray) -> None:
+            keep = _best_columns(scores, key, self.k)
+            scores, cols = np.take_along_axis(scores, keep, axis=1), np.take_along_axis(cols, keep, axis=1)
+        self._merge(scores, first_row + cols, np.where(np.isfinite(scores), block_ids[cols], "").astype(str))
+
+    def _merge(self, block_scores: np.ndarray, block_rows: np.ndarray, block_ids: np.ndarray) -> None:
         scores = np.concatenate([self.scores, block_scores], axis=1)
         rows = np.concatenate([self.rows, block_rows], axis=1)
+        ids = np.concatenate([self.ids, block_ids], axis=1)
         if scores.shape[1] > self.k:
-            keep = _best_columns(scores, rows, self.k)
-            scores, rows = np.take_along_axis(scores, keep, axis=1), np.take_along_axis(rows, keep, axis=1)
-        self.scores, self.rows = scores, rows
+            def key(over: np.ndarray) -> np.ndarray:
+                _, order = np.unique(ids[over], return_inverse=True)
+                return -order.reshape(len(over), -1)
+
+            keep = _best_columns(scores, key, self.k)
+            scores, rows, ids = (np.take_along_axis(a, keep, axis=1) for a in (scores, rows, ids))
+        self.scores, self.rows, self.ids = scores, rows, ids
 
     @classmethod
     def merged(cls, parts: Sequence[_TopK]) -> _TopK:
         """One top-k over the rows of several (disjoint) top-k."""
         out = cls(parts[0].scores.shape[0], parts[0].k)
         for p in parts:
-            out._merge(p.scores, p.rows)
+            out._merge(p.scores, p.rows, p.ids)
         return out
 
 
-def _best_columns(scores: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+def _best_columns(scores: np.ndarray, key: Callable[[np.ndarray], np.ndarray], k: int) -> np.ndarray:
     """Per query (row of ``scores``), the columns of its ``k`` best entries by score descending,
-    then ``rows`` ascending (a NaN counts as -inf); ``scores`` is wider than ``k``."""
-    scores = np.where(np.isnan(scores), -np.inf, scores)
+    then ``key`` ascending (``key(rows)``: the keys of those rows' entries, asked only of the
+    rows with more ties at the k-th score than places); ``scores`` is wider than ``k``."""
     kth = np.partition(scores, -k, axis=1)[:, -k][:, None]  # each query's k-th largest score
     above, tied = scores > kth, scores == kth
     need = k - above.sum(axis=1)  # how many of the tied entries each query keeps (>= 1)
     keep = above | tied
-    over = np.flatnonzero(tied.sum(axis=1) > need)  # more ties than places: the earliest rows win
+    over = np.flatnonzero(tied.sum(axis=1) > need)  # more ties than places: the smallest keys win
     if len(over):
-        key = np.where(tied[over], rows[over], np.iinfo(np.int64).max)
-        order = np.argsort(key, axis=1, kind="stable")
+        order = np.argsort(np.where(tied[over], key(over), np.iinfo(np.int64).max), axis=1, kind="stable")
         place = np.empty_like(order)
         np.put_along_axis(place, order, np.broadcast_to(np.arange(order.shape[1]), order.shape), axis=1)
         keep[over] = above[over] | (place < need[over, None])
@@ -318,7 +333,8 @@ def score_exact(
     """Top-k (query_id, doc_id, score) per operator choice, every document scored.
 
     ``first_row``: the table row of the blocks' first document (a shard's first row);
-    ``with_rows`` adds each pair's table ``row``, by which the top k of several shards merge
+    ``with_rows`` adds each pair's table ``row``. The top k is in the run's order (score
+    descending, then doc id descending: :class:`_TopK`), so the top k of several shards merge
     exactly (:func:`merge_exact`).
 
     ``doc_blocks`` yields (doc_ids, unit vectors) blocks; composing several operator
@@ -368,9 +384,8 @@ def score_exact(
                         scores = np.where((support == 0) & ~held, -np.inf, scores)
                     block[rows, t0 - lo : t1 - lo] = scores
             refuse_nan(block, queries, block_ids[lo:hi])
-            tops[ops][part].push(block, first_row + lo)
+            tops[ops][part].push(block, first_row + lo, block_ids[lo:hi])
 
-    ids: list[np.ndarray] = []
     seen = first_row
     with ThreadPoolExecutor(n_threads) as pool:
         for block_ids, vecs in doc_blocks:
@@ -386,10 +401,8 @@ def score_exact(
                 M = np.ascontiguousarray(calibration.apply(M.T, layout_terms).T)
             for done in [pool.submit(compose, M, E, Z, part, seen, ids_now) for part in range(n_threads)]:
                 done.result()
-            ids.append(ids_now)
             seen += len(block_ids)
-    all_ids = np.concatenate(ids) if ids else np.empty(0, dtype=object)
-    out = {ops: _pairs(queries, _TopK.merged(parts), all_ids, first_row) for ops, parts in tops.items()}
+    out = {ops: _pairs(queries, _TopK.merged(parts)) for ops, parts in tops.items()}
     return out if with_rows else {ops: df.drop(columns="row") for ops, df in out.items()}
 
 
@@ -403,13 +416,13 @@ def exact_shard(queries, terms, term_vectors, k, ops, calibration, block_rows, s
 def merge_exact(parts: Sequence[pd.DataFrame], k: int, query_order: Sequence[str]) -> pd.DataFrame:
     """The top k of several shards' :func:`score_exact` (each over its own rows of the table)
     under the order one pass keeps, and laid out as one pass lays them out: the queries in
-    ``query_order``, each one's pairs by score descending, then table row ascending. Exact:
+    ``query_order``, each one's pairs by score descending, then doc id descending. Exact:
     each shard kept its own k best under that order."""
     if not parts:
         return pd.DataFrame({"query_id": [], "doc_id": [], "score": []})
     both = pd.concat(parts, ignore_index=True)
     both["position"] = both["query_id"].map({q: i for i, q in enumerate(query_order)})
-    both = both.sort_values(["position", "score", "row"], ascending=[True, False, True], kind="stable")
+    both = both.sort_values(["position", "score", "doc_id"], ascending=[True, False, False], kind="stable")
     return both.groupby("position", sort=False).head(k).drop(columns=["row", "position"]).reset_index(drop=True)
 
 
@@ -526,23 +539,21 @@ def excluded_everywhere(queries: Sequence[LogicalQuery], terms: Sequence[str], r
     return out
 
 
-def _pairs(queries: Sequence[LogicalQuery], top: _TopK, ids: np.ndarray, first_row: int = 0) -> pd.DataFrame:
-    """The top k as pairs: the queries in order, each one's by score descending, then table row
-    (the layout :func:`merge_exact` gives shards too)."""
+def _pairs(queries: Sequence[LogicalQuery], top: _TopK) -> pd.DataFrame:
+    """The top k as pairs: the queries in order, each one's by score descending, then doc id
+    descending (the run's order; the layout :func:`merge_exact` gives shards too), with each
+    pair's table ``row``."""
     n, k = top.scores.shape
-    order = np.lexsort((top.rows, -np.where(np.isnan(top.scores), -np.inf, top.scores)), axis=1)
-    rows = np.take_along_axis(top.rows, order, axis=1).reshape(-1)
-    scores = np.take_along_axis(top.scores, order, axis=1).reshape(-1)
-    kept = np.isfinite(scores)  # not an excluded document, nor an empty slot (-inf at row 0, outside a shard's rows)
-    rows = rows[kept]
-    return pd.DataFrame(
-        {
-            "query_id": np.repeat([q.query_id for q in queries], k)[kept],
-            "doc_id": ids[rows - first_row] if len(ids) else np.empty(0, dtype=object),
-            "score": scores[kept],
-            "row": rows,
-        }
-    )
+    kept = np.isfinite(top.scores).reshape(-1)  # not an excluded document, nor an empty slot
+    pairs = pd.DataFrame({
+        "position": np.repeat(np.arange(n), k)[kept],
+        "doc_id": top.ids.reshape(-1)[kept].astype(object),
+        "score": top.scores.reshape(-1)[kept],
+        "row": top.rows.reshape(-1)[kept],
+    }).sort_values(["position", "score", "doc_id"], ascending=[True, False, False], kind="stable")
+    query_ids = np.array([q.query_id for q in queries], dtype=object)
+    return pd.DataFrame({"query_id": query_ids[pairs["position"].to_numpy()] if n else np.empty(0, dtype=object),
+                         "doc_id": pairs["doc_id"].to_numpy(), "score": pairs["score"].to_numpy(), "row": pairs["row"].to_numpy()})
 
 
 def term_scores(
