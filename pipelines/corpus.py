@@ -449,12 +449,21 @@ class _Batcher:
         return table
 
 
-def _lines(stream, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None]:
-    """Lines of a binary stream without their newline; ``None`` for a line over ``max_line``
-    bytes, whose bytes are skipped, never held. The lines of a chunk are sliced from it by
-    offset (each line's bytes copied once, not the rest of the chunk with every line)."""
+class _Long(bytes):
+    """The first :data:`_LONG_HEAD` bytes of a line over the reader's limit, the rest skipped
+    (never held): enough to read the id a record starts with (:func:`_long_id`)."""
+
+
+_LONG_HEAD = 4096
+
+
+def _lines(stream, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """Lines of a binary stream without their newline; a :class:`_Long` for a line over
+    ``max_line`` bytes, whose other bytes are skipped, never held. The lines of a chunk are
+    sliced from it by offset (each line's bytes copied once, not the rest of the chunk with
+    every line)."""
     buf = b""
-    skipping = False
+    skipping = None  # the head of the long line being skipped
     while True:
         data = stream.read(chunk)
         if not data:
@@ -462,38 +471,71 @@ def _lines(stream, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None
         buf += data
         start = 0
         while (nl := buf.find(b"\n", start)) >= 0:
-            if skipping:
-                skipping = False
-                yield None
+            if skipping is not None:
+                yield skipping
+                skipping = None
             elif nl - start > max_line:
-                yield None
+                yield _Long(buf[start : start + _LONG_HEAD])
             else:
                 yield buf[start:nl]
             start = nl + 1
         buf = buf[start:]
         if len(buf) > max_line:
-            buf, skipping = b"", True
-    if skipping:
-        yield None
+            buf, skipping = b"", (skipping if skipping is not None else _Long(buf[:_LONG_HEAD]))
+    if skipping is not None:
+        yield skipping
     elif buf:
         yield buf
 
 
+# The id a JSON record starts with, read from a long line's head: the first key one of ID_KEYS, its value a string or an integer
+_ID_NAMES = b"|".join(k.encode() for k in ID_KEYS)
+_JSON_ID = re.compile(rb'\s*\{\s*"(' + _ID_NAMES + rb')"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)\s*[,}]')
+_JSON_ANY_ID = re.compile(rb'"(' + _ID_NAMES + rb')"\s*:')
+
+
+def _long_id(head: bytes, kind: str) -> str | None:
+    """The id of the record a line over the limit holds, read from its head (:class:`_Long`),
+    so that a stored document of that id is held, as one whose record is rejected for its size
+    within the limit is, not taken for absent and deleted. JSON Lines: the record's first key
+    when it is an id key and no other id key is in the head (which one a record's id is read
+    from depends on all its keys); TSV: the first field. None where it cannot be told."""
+    head = head.removeprefix(_BOM)
+    if kind == "jsonl":
+        m = _JSON_ID.match(head)
+        if m is None or len(_JSON_ANY_ID.findall(head)) != 1:
+            return None
+        try:
+            value = json.loads(m.group(2))
+        except ValueError:
+            return None
+        candidate = str(value) if isinstance(value, (str, int)) else None
+    else:
+        field, tab, _ = head.partition(b"\t")
+        if not tab or field.startswith(b'"'):
+            return None
+        try:
+            candidate = field.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    ok = candidate and candidate == candidate.strip() and not _CONTROL.search(candidate) and utf8_text(candidate)
+    return candidate if ok else None
+
+
 def _read_rows(src: Source, batch_rows: int, max_line: int,
-               parse: Callable[[bytes], tuple[dict[str, Any], str | None, str | None] | None], vectors: bool = False) -> Iterator[pa.Table]:
-    """A line-per-record file (JSONL, TSV): each non-blank line parsed by ``parse(raw)``
+               parse: Callable[[bytes], tuple[dict[str, Any], str | None, str | None] | None], vectors: bool = False,
+               kind: str = "jsonl") -> Iterator[pa.Table]:
+    """A line-per-record file (JSONL, TSV: ``kind``): each non-blank line parsed by ``parse(raw)``
     (None: a header, no record), a UTF-8 byte order mark starting the file or a line removed
     (never part of a record or an id: files written with one and joined by ``cat`` hold one at
     a line's start); a line longer than ``max_line`` bytes is an ``oversized`` reject, never
-    read whole."""
+    read whole, naming the id its head holds (:func:`_long_id`)."""
     batch = _Batcher(src.uri, batch_rows, vectors)
     with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
         for line_no, raw in enumerate(_lines(stream, max_line), 1):
-            if raw is not None:
-                raw = raw.removeprefix(_BOM)
-            if raw is None:
-                batch.add(line_no, _blank(), "oversized", f"line longer than {max_line} bytes")
-            elif not raw.strip():
+            if isinstance(raw, _Long):
+                batch.add(line_no, dict(_blank(), doc_id=_long_id(raw, kind)), "oversized", f"line longer than {max_line} bytes")
+            elif not (raw := raw.removeprefix(_BOM)).strip():
                 continue  # blank lines are layout, not records
             elif (parsed := parse(raw)) is not None:
                 batch.add(line_no, *parsed)
@@ -612,7 +654,7 @@ def _read_tsv(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.T
             layout.append(_parse_msmarco_docs if _MSMARCO_DOCS.fullmatch(raw.rstrip(b"\r\n")) else _parse_tsv)
         return layout[0](raw, max_doc_bytes)
 
-    return _read_rows(src, batch_rows, max_doc_bytes + (1 << 16), parse)
+    return _read_rows(src, batch_rows, max_doc_bytes + (1 << 16), parse, kind="tsv")
 
 
 _DPR_HEADER = b"id\ttext\ttitle"
