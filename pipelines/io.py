@@ -470,7 +470,7 @@ def _read_trec_run(path: Path) -> pa.Table:
         return RUN.empty_table()
     df = pd.DataFrame(cols)
     _check_tags(df, path)
-    df["sim"] = _as_stored(df["score"])
+    df["sim"] = trec_score(df["score"])
     df = df.sort_values(
         ["run_id", "query_id", "sim", "doc_id"], ascending=[True, True, False, False], kind="stable"
     )  # trec_eval's order; the file's rank column is ignored
@@ -494,9 +494,10 @@ def _check_tags(df: pd.DataFrame, path: Path) -> None:
     )
 
 
-def _as_stored(score: pd.Series) -> np.ndarray:
+def trec_score(score: pd.Series) -> np.ndarray:
     """Scores as trec_eval stores them (``float sim = atof(...)``), the key it ranks by; one too
-    large for 32 bits is inf there too."""
+    large for 32 bits is inf there too. A run is ranked by it (``ranking.rank_pairs``), so the
+    run and its TREC file evaluate alike."""
     with np.errstate(over="ignore"):
         return score.to_numpy(dtype=np.float64).astype(np.float32)
 
@@ -549,7 +550,7 @@ def _check_ranks(df: pd.DataFrame, group: list[str], source: str) -> None:
     if "score" not in df:
         return
     same = ~df[group].ne(df[group].shift()).any(axis=1)
-    sim = pd.Series(_as_stored(df["score"]), index=df.index)
+    sim = pd.Series(trec_score(df["score"]), index=df.index)
     rises = df[same & (sim > sim.shift())]
     if len(rises):
         r = rises.iloc[0]
@@ -572,8 +573,9 @@ def write_trec_run(run: pa.Table, path: str | Path) -> Path:
     Refuses an empty id or one holding whitespace (query, doc or run id): a TREC line cannot
     carry it. Read back, the file is ranked by score as trec_eval stores it (a 32-bit float),
     so scores equal there (equal, or apart only past float32's precision: a float64
-    composition's last bits) come back ordered by doc_id descending whatever their ranks were,
-    and such a query's measures may differ from the Parquet run's.
+    composition's last bits) come back ordered by doc_id descending whatever their ranks were:
+    a run logicrank ranked (``ranking.rank_pairs``, by that same key) comes back in its own
+    order; a run ranked otherwise may not, and its measures may differ from the Parquet run's.
     """
     path = Path(path)
     table = conform(run, RUN, "write_trec_run").sort_by([("query_id", "ascending"), ("rank", "ascending")])

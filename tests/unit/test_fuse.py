@@ -121,6 +121,27 @@ def test_ranx_rrf_equals_the_rrf_stage():
     assert _scores(fuse([A, B], k=10, method="rrf", norm="none", parameter=10)) == pytest.approx(_scores(rrf([A, B], k=10, rrf_k=10)))
 
 
+def test_fused_scores_equal_in_arithmetic_tie_as_trec_eval_reads_them_so_the_trec_file_agrees(tmp_path):
+    """RRF sums equal in arithmetic (1/66 + 1/99 = 1/72 + 1/88 = 5/198) differ in their last
+    64-bit bits (0.025252525252525256 and ...252), and the run ranked them by those bits, while
+    trec_eval, reading the run's TREC file as 32-bit floats, ties them and ranks by doc id
+    descending: the Parquet run and its TREC file gave two MRRs (a helper's audit). A run is
+    ranked by the score as trec_eval stores it; its scores keep their 64 bits."""
+    from logicrank.pipelines.io import read_run, write_trec_run
+
+    def ranked(places: dict[str, int], run_id: str) -> pa.Table:
+        at = {r: d for d, r in places.items()}
+        return _run([("q1", at.get(r, f"f{run_id}{r:02d}"), 1.0 / r) for r in range(1, 41)], run_id)
+
+    fused = rrf([ranked({"d00": 6, "d39": 12}, "a"), ranked({"d00": 39, "d39": 28}, "b")], k=100)
+    scores = _scores(fused)
+    assert scores[("q1", "d00")] != scores[("q1", "d39")] and scores[("q1", "d00")] == pytest.approx(5 / 198, abs=1e-15)
+    order = [d for _, d, _ in _order(fused)]
+    assert order.index("d39") == order.index("d00") - 1  # one score: the larger doc id first
+    back = read_run(write_trec_run(fused, tmp_path / "run.trec"))
+    assert _order(back) == _order(fused)
+
+
 def test_weights_optimised_on_qrels_favour_the_run_that_finds_the_relevant_document():
     qrels = pa.table({"query_id": ["q1"], "doc_id": ["d4"], "relevance": pa.array([1], pa.int32())})
     best, n = optimize([A, B], qrels, "wsum", "min-max", "nDCG@10", step=0.1)  # the project's spelling of ranx's ndcg@10

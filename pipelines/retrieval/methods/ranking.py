@@ -8,19 +8,23 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from logicrank.pipelines.io import trec_score
 from logicrank.schemas.tables import RUN
 
 
 def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Table:
     """``pairs`` has query_id, doc_id, score; keep each query's top ``k``.
 
-    Higher score ranks first; equal scores are ordered by a ``tiebreak`` column when the
-    pairs have one (lower first, e.g. a base rank), then by doc_id descending: trec_eval's
-    rule, so a run and its TREC file evaluate alike. Runs are deterministic.
+    Higher score ranks first, the score as trec_eval stores it (a 32-bit float,
+    :func:`~logicrank.pipelines.io.trec_score`: sums equal in arithmetic whose 64-bit last bits
+    differ, as a fusion's, are one score); equal scores are ordered by a ``tiebreak`` column
+    when the pairs have one (lower first, e.g. a base rank), then by doc_id descending:
+    trec_eval's rule, so a run and its TREC file evaluate alike. Runs are deterministic. The
+    run keeps each score's 64 bits.
     """
     extra = ["tiebreak"] if "tiebreak" in pairs.columns else []
-    df = pairs[["query_id", "doc_id", "score", *extra]].sort_values(
-        ["query_id", "score", *extra, "doc_id"], ascending=[True, False, *[True] * len(extra), False], kind="stable"
+    df = pairs[["query_id", "doc_id", "score", *extra]].assign(_key=trec_score(pairs["score"])).sort_values(
+        ["query_id", "_key", *extra, "doc_id"], ascending=[True, False, *[True] * len(extra), False], kind="stable"
     )
     df = df.drop_duplicates(["query_id", "doc_id"], keep="first")
     df["rank"] = df.groupby("query_id", sort=False).cumcount().astype(np.int32) + 1
