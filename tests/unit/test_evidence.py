@@ -266,7 +266,8 @@ def test_ties_past_a_blocks_leading_sample_never_enter():
     n, terms = 12_000, ["a", "b"]
     raw = rng.integers(0, 3, size=(n, 2)).astype(np.float32) / 2  # 0, 0.5, 1: ties everywhere
     ids = np.array([f"d{i:05d}" for i in range(n)], dtype=object)
-    qs = [LogicalQuery("q1", parse('"a" AND NOT "b"'), "ok"), LogicalQuery("q2", parse('"a" OR "b"'), "ok")]
+    qs = [LogicalQuery("q1", parse('"a" AND NOT "b"'), "ok"), LogicalQuery("q2", parse('"a" OR "b"'), "ok"),
+          LogicalQuery("q3", parse('NOT "b"'), "ok")]  # (q3: a third of every block ties at 1, the cut's score)
     full = compose(qs, terms, raw, Operators(), Calibration())
     shuffled = rng.permutation(n)  # the table's rows in another order: the same top k
     for k in (10, 100):

@@ -262,17 +262,23 @@ class _TopK:
             return
         hit_q, hit_col = np.divmod(flat, width)
         per_q = np.bincount(hit_q, minlength=n_q)
-        width = max(int(per_q.max(initial=0)), 1)
-        slot = np.arange(len(flat)) - np.repeat(np.cumsum(per_q) - per_q, per_q)
-        scores = np.full((n_q, width), -np.inf, dtype=block_scores.dtype)
-        cols = np.zeros((n_q, width), dtype=np.int64)
-        scores[hit_q, slot] = block_scores.reshape(-1)[flat]
-        cols[hit_q, slot] = hit_col
+        most = int(per_q.max(initial=0))
+        if most > self.k and most > width // 4:  # a tie over much of the block: the block itself, what cannot enter at -inf
+            scores, cols = np.where(hits, block_scores, -np.inf), np.broadcast_to(np.arange(width), (n_q, width))
+        else:  # the hits alone, each query's in its row
+            slot = np.arange(len(flat)) - np.repeat(np.cumsum(per_q) - per_q, per_q)
+            scores = np.full((n_q, max(most, 1)), -np.inf, dtype=block_scores.dtype)
+            cols = np.zeros((n_q, max(most, 1)), dtype=np.int64)
+            scores[hit_q, slot] = block_scores.reshape(-1)[flat]
+            cols[hit_q, slot] = hit_col
         block_ids = np.asarray(block_ids, dtype=object)
-        if width > self.k:  # (a tie over much of the block: its k best by id, in the block's own order of its ids)
-            def key(over: np.ndarray) -> np.ndarray:
-                _, order = np.unique(block_ids.astype(str), return_inverse=True)  # the block's ids' places, ascending
-                return -order.reshape(-1)[cols[over]]  # the largest id first
+        if scores.shape[1] > self.k:  # the k best of each query's hits, ties by id in the block's own order of its ids
+            order: list[np.ndarray] = []
+
+            def key(rows: np.ndarray) -> np.ndarray:
+                if not order:
+                    order.append(np.unique(block_ids.astype(str), return_inverse=True)[1].reshape(-1))  # each id's place, ascending
+                return -order[0][cols[rows]]  # the largest id first
 
             keep = _best_columns(scores, key, self.k)
             scores, cols = np.take_along_axis(scores, keep, axis=1), np.take_along_axis(cols, keep, axis=1)
@@ -309,12 +315,16 @@ def _best_columns(scores: np.ndarray, key: Callable[[np.ndarray], np.ndarray], k
     need = k - above.sum(axis=1)  # how many of the tied entries each query keeps (>= 1)
     keep = above | tied
     over = np.flatnonzero(tied.sum(axis=1) > need)  # more ties than places: the smallest keys win
-    if len(over):
-        order = np.argsort(np.where(tied[over], key(over), np.iinfo(np.int64).max), axis=1, kind="stable")
+    for lo in range(0, len(over), _KEY_ROWS):  # (in parts: a tie may span a whole block, for every query)
+        rows = over[lo : lo + _KEY_ROWS]
+        order = np.argsort(np.where(tied[rows], key(rows), np.iinfo(np.int64).max), axis=1, kind="stable")
         place = np.empty_like(order)
         np.put_along_axis(place, order, np.broadcast_to(np.arange(order.shape[1]), order.shape), axis=1)
-        keep[over] = above[over] | (place < need[over, None])
+        keep[rows] = above[rows] | (place < need[rows, None])
     return np.nonzero(keep)[1].reshape(len(scores), k)
+
+
+_KEY_ROWS = 256  # queries whose ties are ordered at once (:func:`_best_columns`)
 
 
 def score_exact(
