@@ -58,7 +58,7 @@ from logicrank.pipelines.files import atomic_path, jsonl_objects, open_text, rea
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import QRELS, QUERIES, RUN, conform, require_columns
 
-_QID_KEYS = ("query_id", "_id", "qid", "id")
+QUERY_ID_KEYS = ("query_id", "_id", "qid", "id")
 _QTEXT_KEYS = ("text", "query", "title")
 _BEIR_HEADER = ("query-id", "query_id", "qid")
 # A TREC run's score as trec_eval's atof reads all of it (inf and nan too: check_run refuses them).
@@ -127,10 +127,10 @@ def _first_char(f) -> str:
 def _read_jsonl_queries(lines: Iterable[str], path: Path, field: TopicsField = "title") -> list[dict]:
     rows = []
     keys = _QTEXT_KEYS if field == "title" else _FIELD_TAGS[field]  # (ir_datasets' JSONL topics: title, description, narrative)
-    expect = f"with an id ({list(_QID_KEYS)}) and a text ({list(keys)}{'' if field == 'title' else ': the topics field ' + field})"
+    expect = f"with an id ({list(QUERY_ID_KEYS)}) and a text ({list(keys)}{'' if field == 'title' else ': the topics field ' + field})"
     for n, obj in jsonl_objects(lines, f"queries {path}", TopicsError, expect, _tab_hint):
         text = next((obj[k] for k in keys if k in obj), _MISSING)
-        if text is _MISSING or not any(k in obj for k in _QID_KEYS):
+        if text is _MISSING or not any(k in obj for k in QUERY_ID_KEYS):
             raise TopicsError(f"queries {path}: line {n} is not a JSON object {expect}.")
         rows.append({"query_id": jsonl_query_id(obj, path, n), "text": _query_text(text, path, n),
                      "logical_query": _logical_text(obj.get("logical_query"), path, n)})
@@ -143,9 +143,9 @@ _MISSING = object()
 def jsonl_query_id(obj: dict, path: Path, n: int) -> str:
     """The id of the JSONL query record ``obj`` (line ``n`` of ``path``) as every job reads
     it: the first of ``query_id``, ``_id``, ``qid``, ``id`` it has (see :func:`_query_id`)."""
-    qid = next((obj[k] for k in _QID_KEYS if k in obj), _MISSING)
+    qid = next((obj[k] for k in QUERY_ID_KEYS if k in obj), _MISSING)
     if qid is _MISSING:
-        raise TopicsError(f"queries {path}: line {n} has no id (one of {list(_QID_KEYS)}).")
+        raise TopicsError(f"queries {path}: line {n} has no id (one of {list(QUERY_ID_KEYS)}).")
     return _query_id(qid, path, n)
 
 
@@ -287,7 +287,7 @@ def queries_table(table: pa.Table, source: str) -> pa.Table:
     ids as strings, ``logical_query`` added when absent; no rows or a repeated id is refused
     (``source`` names the input in the one-line error)."""
     if "query_id" not in table.column_names:
-        for alt in _QID_KEYS[1:]:
+        for alt in QUERY_ID_KEYS[1:]:
             if alt in table.column_names:
                 table = table.rename_columns(["query_id" if c == alt else c for c in table.column_names])
                 break

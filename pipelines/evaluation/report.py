@@ -68,7 +68,7 @@ def _spread(measure: str, values: pd.Series) -> list:
 
     over = _fmt(over_queries(measure, values.to_numpy()))
     if measure.startswith("gm_"):
-        return [measure, over, _fmt(float(np.exp(values.median()))), "-", "-"]
+        return [measure, over, _fmt(float(np.median(np.exp(values.to_numpy())))), "-", "-"]  # (of an even count: the two middle APs' mean)
     return [measure, over, _fmt(values.median()), _fmt(values.std(ddof=0)), int((values > 0).sum())]
 
 
@@ -115,7 +115,7 @@ def markdown_report(
             "## Significance",
             "",
         ]
-        lines += table(["measure", "run", "baseline mean", "run mean", "p", "p adjusted"],
+        lines += table(["measure", "run", "baseline", "run's", "p", "p adjusted"],  # (each the summary's value over the queries)
                        ([r.measure, r.run_id, _fmt(r.mean_baseline), _fmt(r.mean_run), f"{r.p_value:.3g}", f"{r.p_adjusted:.3g}"]
                         for r in sig.itertuples()), "llrrrr")
     for run_id in summary.index:

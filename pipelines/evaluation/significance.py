@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 from scipy import stats
 
+from logicrank.pipelines.evaluation.measures import over_queries
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID, METRICS, SIGNIFICANCE, require_columns
 
 TESTS = ("t-test", "randomisation")
@@ -67,9 +68,11 @@ def adjust(p_values: Sequence[float], method: str = "holm") -> np.ndarray:
 
 
 def _mean(measure: str, values: np.ndarray) -> float:
-    """The mean the paired test compares: of a ``gm_*`` measure, whose per-query values are
-    logs (trec_eval's), the geometric mean, its value over queries."""
-    return float(np.exp(values.mean())) if measure.startswith("gm_") else float(values.mean())
+    """The figure the table gives beside the paired test: the measure's value over the queries,
+    as the summary gives it (:func:`~logicrank.pipelines.evaluation.measures.over_queries`:
+    the sum of a count, NumRet; the geometric mean of a ``gm_*`` measure, whose per-query values
+    are logs; else the mean)."""
+    return over_queries(measure, values)
 
 
 def compare(

@@ -87,6 +87,29 @@ def test_trec_topics_and_qrels_are_read_as_the_jobs_read_them_and_sampled_alike(
         prepare_dataset(Dataset.model_validate({**files, "qrels": str(tmp_path / "missing")}), tmp_path / "x")
 
 
+def test_the_fields_group_by_reads_survive_a_dataset_given_as_three_files(tmp_path):
+    """A dataset of corpus, queries and qrels files has its queries read and written again for
+    sampling; only the id, text and logical query were kept, so ``group_by`` over a field of
+    the queries file (top level or under metadata, as docs/experiments.md says) failed on every
+    query. The records' other fields are kept (JSON Lines and Parquet)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from logicrank.pipelines.evaluation.experiment.datasets import group_of
+
+    files = _trec_files(tmp_path)
+    records = [{"_id": "401", "text": "german minorities", "template": "A|B", "metadata": {"source": "x"}},
+               {"_id": "402", "text": "behavioral genetics", "template": "C", "metadata": {"source": "y"}}]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    pq.write_table(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "metadata"} for r in records]), tmp_path / "q.parquet")
+    written = {}
+    for name in ("q.jsonl", "q.parquet"):
+        _, written[name], _ = prepare_dataset(Dataset.model_validate({**files, "queries": str(tmp_path / name)}), tmp_path / name.replace(".", "-"))
+        assert group_of(written[name], "template") == {"401": "A|B", "402": "C"}
+        assert [json.loads(line)["text"] for line in written[name].read_text().splitlines()] == ["german minorities", "behavioral genetics"]
+    assert group_of(written["q.jsonl"], "source") == {"401": "x", "402": "y"}  # (under metadata)
+
+
 def test_datasets_lists_the_bundled_and_the_registered_and_an_experiment_names_one(tmp_path, user_registry):
     files = _trec_files(tmp_path)
     r = runner.invoke(app, ["datasets"])

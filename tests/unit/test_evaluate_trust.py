@@ -453,6 +453,13 @@ def test_gm_and_count_measures_aggregate_as_trec_eval_in_every_table(tmp_path):
     assert by.loc[("r", "A"), "NumRet"] == 3 and by.loc[("s", "A"), "NumRet"] == 2 and by.loc[("r", "A"), "MAP"] == pytest.approx(0.75)
     sig = {x["measure"]: x for x in ev.significance.to_pylist()}
     assert sig["gm_map"]["mean_run"] == pytest.approx(gm, rel=1e-6) and sig["gm_map"]["mean_baseline"] == pytest.approx(1.0)
+    # a count's figure beside its test is its sum, the summary's (it was the mean: NumRet 1 against the summary's 3)
+    assert (sig["NumRet"]["mean_run"], sig["NumRet"]["mean_baseline"]) == (3, 3)
+    # of an even count of queries, gm_map's median query's AP is the two middle APs' mean (0.75), not their geometric mean
+    qrels4 = pa.concat_tables([qrels, pa.table({"query_id": ["q4"], "doc_id": ["d"], "relevance": [1]})])
+    even = evaluate_runs([run("r", [("q1", "a"), ("q2", "x"), ("q2", "b"), ("q4", "d")])], qrels4, ["gm_map"])
+    line = next(x for x in markdown_report(even.metrics, None).split("## Run `r`")[1].splitlines() if x.startswith("| gm_map"))
+    assert [c.strip() for c in line.split("|")[2:-1]][1] == "0.7500"
 
 
 def _p_at_1(metrics, run_id: str = "r") -> float:

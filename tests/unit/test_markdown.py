@@ -26,3 +26,10 @@ def test_cells_are_written_as_they_are():
 def test_a_table_refuses_alignments_that_do_not_match_its_columns(align):
     with pytest.raises(ValueError, match="2 columns need as many alignments"):
         table(["a", "b"], [], align)
+
+
+def test_a_pipe_or_a_line_break_in_a_cell_stays_in_its_cell():
+    """A group value holding ``|`` (a template "A|B") ended its cell and moved every figure after
+    it one column to the right; a line break ended the row."""
+    lines = table(["run", "template", "n"], [["b10", "A|B", 5], ["b3", "two\nlines", 1]], "llr")
+    assert lines[2] == "| b10   | A\\|B       |   5 |" and lines[3] == "| b3    | two lines  |   1 |"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from logicrank.pipelines.evaluation.experiment.model import Dataset, ExperimentError
 from logicrank.pipelines.files import open_text, read_jsonl, write_text_atomic
-from logicrank.pipelines.io import jsonl_query_id, read_qrels, read_queries
+from logicrank.pipelines.io import QUERY_ID_KEYS, jsonl_query_id, read_qrels, read_queries
 from logicrank.schemas.errors import UserError
 
 
@@ -84,12 +84,35 @@ def _from_files(d: Dataset, out: Path) -> tuple[Path, Path, Path]:
         raise ExperimentError(f"dataset: {exc}") from None
     root = out / "data"
     logical = asked.column("logical_query").to_pylist() if "logical_query" in asked.column_names else [None] * asked.num_rows
-    write_text_atomic("".join(json.dumps({"_id": q, "text": t, **({"logical_query": lq} if lq else {})}) + "\n" for q, t, lq in zip(
-        asked.column("query_id").to_pylist(), asked.column("text").to_pylist(), logical, strict=True)), root / "queries.jsonl")
+    fields = _query_fields(queries)  # (what group_by reads: a template, a metadata object)
+    write_text_atomic("".join(json.dumps({**fields.get(q, {}), "_id": q, "text": t, **({"logical_query": lq} if lq else {})}) + "\n"
+                              for q, t, lq in zip(asked.column("query_id").to_pylist(), asked.column("text").to_pylist(), logical, strict=True)),
+                      root / "queries.jsonl")
     write_text_atomic("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{doc}\t{r}\n" for q, doc, r in zip(
         *(judged.column(c).to_pylist() for c in ("query_id", "doc_id", "relevance")), strict=True)), root / "qrels" / "test.tsv")
     q, r = sample_queries(root, d.sample, d.seed, out / "sample", qrels="qrels/test.tsv", ids=d.query_ids)
     return corpus, q, r
+
+
+def _query_fields(path: Path) -> dict[str, dict]:
+    """Query id -> the other fields of its record in a JSON Lines or Parquet queries file (a
+    template, a metadata object: what ``group_by`` reads), its ids and logical query aside;
+    none from TSV queries or TREC topics, which hold a text alone."""
+    import pyarrow.parquet as pq
+
+    path = path / "queries.jsonl" if path.is_dir() else path
+    drop = {*QUERY_ID_KEYS, "logical_query"}
+    if path.suffix.lower() in (".parquet", ".pq"):
+        rows = pq.read_table(path).to_pylist()
+        key = next(k for k in QUERY_ID_KEYS if rows and k in rows[0])
+        return {str(r[key]): {k: v for k, v in r.items() if k not in drop} for r in rows} if rows else {}
+    if path.name.lower().endswith((".tsv", ".tsv.gz")):
+        return {}
+    with open_text(path) as f:
+        if f.read(4096).lstrip().startswith("<"):  # TREC topics
+            return {}
+    return {jsonl_query_id(obj, path, n): {k: v for k, v in obj.items() if k not in drop}
+            for n, obj in read_jsonl(path, "queries", ExperimentError)}
 
 
 def gold_of(gold: Path, queries: Path, to: Path) -> Path:

@@ -127,7 +127,7 @@ def render(r: ExperimentResult) -> str:
         sig = r.significance.to_pandas()
         lines += ["", f"Against `{sig['baseline'].iloc[0]}` ({sig['test'].iloc[0]}, {sig['correction'].iloc[0]} within each measure; "
                   "* significant):", ""]
-        lines += table(["run", "measure", "mean", "baseline", "p adjusted"],
+        lines += table(["run", "measure", "value", "baseline", "p adjusted"],  # (each the summary's value over the queries)
                        ([s.run_id, s.measure, f"{s.mean_run:.4f}", f"{s.mean_baseline:.4f}", f"{s.p_adjusted:.3g}{' *' if s.significant else ''}"]
                         for s in sig.itertuples()), "llrrr")
     for column, by in r.groups.items():
