@@ -45,14 +45,18 @@ class Rule:
 
 
 def compare_nights(old: Night | None, new: Night, rules: Mapping[str, Rule], baseline: Night | None = None,
-                   test: str = "t-test", correction: str = "holm", alpha: float = 0.05) -> pa.Table:
+                   test: str = "t-test", correction: str = "holm", alpha: float = 0.05,
+                   since: Mapping[tuple[str, str], Night] | None = None) -> pa.Table:
     """One row per reference night (``old``, the previous one; ``baseline``, a pinned one; each
     may be None) and (query set, pipeline, measure) of ``new``: its change from that night
-    (NIGHTLY_COMPARISONS). Both references' tests are one family per measure for the correction."""
+    (NIGHTLY_COMPARISONS). Both references' tests are one family per measure for the correction.
+    ``since``: for a (query set, pipeline) that ``old`` ran otherwise or not at all, the first
+    night that ran it as ``new`` does, when later than ``old`` (held nights, never served):
+    its previous night instead of ``old``."""
     rows, family = [], {}  # measure -> indexes of the rows tested, for the correction
     for reference, against in ((old, "previous"), (baseline, "baseline")):
         if reference is not None:
-            _compare(reference, new, rules, against, test, rows, family)
+            _compare(reference, new, rules, against, test, rows, family, since if against == "previous" else None)
     for indexes in family.values():
         for i, p in zip(indexes, adjust([rows[i]["p_value"] for i in indexes], correction), strict=True):
             rows[i]["p_adjusted"] = float(p)
@@ -64,25 +68,32 @@ def compare_nights(old: Night | None, new: Night, rules: Mapping[str, Rule], bas
     return pa.Table.from_pylist(rows, schema=NIGHTLY_COMPARISONS)
 
 
-def _compare(old: Night, new: Night, rules: Mapping[str, Rule], against: str, test: str, rows: list, family: dict) -> None:
-    """``new``'s rows against ``old`` appended to ``rows``; each tested row's index to its measure's ``family``."""
+def _compare(old: Night, new: Night, rules: Mapping[str, Rule], against: str, test: str, rows: list, family: dict,
+             since: Mapping[tuple[str, str], Night] | None = None) -> None:
+    """``new``'s rows against ``old`` (or a pair's night in ``since``: :func:`compare_nights`)
+    appended to ``rows``; each tested row's index to its measure's ``family``."""
     for query_set, metrics in new.metrics.items():
         require_columns(metrics, METRICS, "nightly")
         new_df = _per_query(metrics)
-        old_df = _per_query(old.metrics[query_set]) if query_set in old.metrics else None
         for (pipeline, measure), values in new_df.groupby(["run_id", "measure"], sort=False):
+            key = (query_set, pipeline)
+            ref = old
+            if since and key in since and old.hashes.get(key) != new.hashes[key]:
+                ref = since[key]
             row = {"query_set": query_set, "pipeline": pipeline, "measure": measure, "against": against,
-                   "old_date": old.date, "new_date": new.date, "old_table_version": old.table_version,
+                   "old_date": ref.date, "new_date": new.date, "old_table_version": ref.table_version,
                    "new_table_version": new.table_version, "old_value": None, "new_value": None, "delta": None,
                    "queries": 0, "p_value": None, "p_adjusted": None,
-                   "max_drop": rules[measure].max_drop if measure in rules else None, "regression": False, "note": ""}
+                   "max_drop": rules[measure].max_drop if measure in rules else None, "regression": False,
+                   "note": "" if ref is old else (f"the {against} night ({old.date}) ran it otherwise or not at all: compared with "
+                                                  f"{ref.date}, the first night that ran it as tonight (held since)")}
             rows.append(row)
-            key = (query_set, pipeline)
-            if old_df is None or key not in old.hashes:
-                row["note"] = f"not in the {against} night ({old.date})"
+            old_df = _per_query(ref.metrics[query_set]) if query_set in ref.metrics else None
+            if old_df is None or key not in ref.hashes:
+                row["note"] = f"not in the {against} night ({ref.date})"
                 continue
-            if old.hashes[key] != new.hashes[key]:
-                row["note"] = f"pipeline, encoder, LLM or query set changed since {old.date}: not compared (this night is the new reference)"
+            if ref.hashes[key] != new.hashes[key]:
+                row["note"] = f"pipeline, encoder, LLM or query set changed since {ref.date}: not compared (this night is the new reference)"
                 continue
             before = old_df[(old_df["run_id"] == pipeline) & (old_df["measure"] == measure)].set_index("query_id")["value"]
             after = values.set_index("query_id")["value"]

@@ -334,7 +334,8 @@ class NightBook:
         # (a baseline that is also the previous night is compared once, as the previous)
         previous = self._stored(earlier[-1]) if earlier else None
         pinned = self._stored(baseline) if baseline else None
-        table = compare_nights(previous, new, rules, pinned, cfg.test, cfg.correction, cfg.alpha)
+        since = self._first_nights_as_tonight(history, previous, new)
+        table = compare_nights(previous, new, rules, pinned, cfg.test, cfg.correction, cfg.alpha, since=since)
         write_parquet_atomic(table, self.night / "comparisons.parquet")
         self.state.record("compare", {"previous": earlier[-1] if earlier else None, "baseline": baseline,
                                       "regressions": int(pc.sum(table.column("regression")).as_py() or 0)})
@@ -342,6 +343,24 @@ class NightBook:
             self.say(line)
         if previous is None and pinned is None:
             self.say("compare: the first night of the history; nothing to compare with")
+
+    def _first_nights_as_tonight(self, history, previous: Night | None, new: Night) -> dict[tuple[str, str], Night]:
+        """For each (query set, pipeline) the previous night (the last served) ran otherwise or
+        not at all, the first held night since that ran it as tonight: its reference. That night
+        was "the new reference" of the pair, and a night held on another pair's regression is
+        never served, so without it a changed pair would go uncompared until a night was served,
+        a regression of it meanwhile served unseen."""
+        if previous is None or history is None:
+            return {}
+        changed = {key: h for key, h in new.hashes.items() if previous.hashes.get(key) != h}
+        rows = history.filter(pc.and_(pc.greater(history.column("date"), previous.date), pc.less(history.column("date"), self.day)))
+        first: dict[tuple[str, str], str] = {}
+        for r in sorted(rows.select(["date", "query_set", "pipeline", "config_hash"]).to_pylist(), key=lambda r: r["date"]):
+            key = (r["query_set"], r["pipeline"])
+            if key in changed and key not in first and r["config_hash"] == changed[key]:
+                first[key] = r["date"]
+        nights = {day: self._stored(day) for day in set(first.values())}
+        return {key: nights[day] for key, day in first.items()}
 
     def _history(self) -> None:
         comparisons = pq.read_table(self.night / "comparisons.parquet")

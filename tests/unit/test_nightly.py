@@ -441,3 +441,38 @@ def test_a_held_night_whose_version_is_served_by_hand_is_the_next_nights_referen
     assert state.done("compare")["previous"] == "2026-11-21" and state.done("compare")["regressions"] == 0, lines
     tonight._serve()
     assert table.tags.get_version("served") == 3 and not state.done("serve")["held"]
+
+
+def test_a_pipeline_changed_on_a_held_night_is_compared_with_that_night_until_one_is_served(tmp_path):
+    """Night 21 was held on pipeline a's regression; pipeline b changed that night (another
+    hash: not compared, "the new reference"). A held night is never served, so night 22 was
+    compared with night 20 alone, which ran b otherwise: b's drop on night 22 went unseen, and
+    the first night a recovered, b's drop was served (a helper's audit). b is compared with the
+    first night that ran it as tonight does, night 21."""
+    import lancedb
+
+    cfg = NightlyConfig.model_validate(_config(tmp_path))
+    table = lancedb.connect(cfg.index.db).create_table(cfg.index.table, data=pa.table({"doc_id": ["a"]}))
+    table.add(pa.table({"doc_id": ["b"]}))
+    table.tags.create(cfg.served_tag, 1)  # held on night 20's version
+    root, history = tmp_path / "nightly", None
+    for day, version, values, hashes, serve in [
+            ("2026-11-20", 1, {"a": BASE, "b": BASE}, {"a": "h", "b": "h1"}, {"version": 1, "held": False}),
+            ("2026-11-21", 2, {"a": BASE - 0.1, "b": BASE}, {"a": "h", "b": "h2"}, {"version": 1, "held": True}),
+            ("2026-11-22", 2, {"a": BASE - 0.1, "b": BASE - 0.3 + NOISE}, {"a": "h", "b": "h2"}, None)]:
+        night = _night(day, version, values, {("s", p): h for p, h in hashes.items()})
+        (root / "nights" / day / "sets" / "s" / "evaluate").mkdir(parents=True)
+        pq.write_table(night.metrics["s"], root / "nights" / day / "sets" / "s" / "evaluate" / "metrics.parquet")
+        state = NightState(root / "nights" / day)
+        state.record("index", {"version": version, "tag": f"nightly-{day}"})
+        state.record("evaluate", {"version": version, "hashes": {f"s/{p}": h for p, h in hashes.items()}})
+        if serve:
+            state.record("serve", {"tag": "served", "tonight": version, **serve})
+            history = merge_history(history, history_rows(night, f"nightly-{day}", None))
+    pq.write_table(history, root / "history.parquet")
+    lines: list[str] = []
+    NightRun(cfg, root, "2026-11-22", state, lines.append, False)._compare()
+    assert state.done("compare")["previous"] == "2026-11-20" and state.done("compare")["regressions"] == 2, lines
+    rows = pq.read_table(root / "nights" / "2026-11-22" / "comparisons.parquet").to_pandas().set_index("pipeline")
+    assert rows.loc["a", "old_date"] == "2026-11-20" and rows.loc["a", "regression"]
+    assert rows.loc["b", "old_date"] == "2026-11-21" and rows.loc["b", "regression"] and "held since" in rows.loc["b", "note"]
