@@ -284,6 +284,11 @@ def restore(
     finally:
         lock.release()
     typer.echo(f"table {table!r} in {db!r}: version {target} restored as v{new} ({store.count()} rows).")
+    if store.complete_version() not in (None, new):
+        # (a version is known complete by a tag a completed run made; one whose tags were dropped since is not)
+        typer.echo(f"restore: v{new} is not marked complete (version {target} holds no tag of a completed index run any more), so "
+                   f"readers still read v{store.complete_version()} by default; read it with --table-version {new}, or run the index "
+                   "job to make a complete version.")
 
 
 @app.command()

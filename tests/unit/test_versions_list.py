@@ -68,6 +68,33 @@ def test_a_completed_version_whose_tag_expired_is_unrecorded_not_incomplete(tmp_
     assert {states[v] for v in states if v < finished[0]} <= {"unrecorded"}  # the first run's own commits on its way
 
 
+def test_a_restore_that_readers_will_not_read_says_so(tmp_path):
+    """A version a completed run finished whose tag was dropped since is restored as a version
+    with no mark: readers keep reading the last complete one. ``restore`` says so in a line,
+    and how to read it (before: only "restored as vN", and default readers read the other)."""
+    import re
+
+    db = str(tmp_path / "db")
+    s = DocStore(db)
+    s.open_or_create(4, "gen")
+    finished = []
+    for n, stamp in enumerate(["20261124T000000000000Z", "20261125T000000000000Z"]):
+        s.upsert(_rows(["a", f"b{n}"], f"text {n}"))
+        s.mark_complete()
+        s.tag(f"index-{stamp}")
+        finished.append(s.version)
+    s.drop_old_tags(re.compile(r"index-\d{8}T\d{12}Z"), keep=1)
+    res = CliRunner().invoke(app, ["restore", "--db", db, "--version", str(finished[0])])
+    assert res.exit_code == 0, res.output
+    restored = DocStore(db).version
+    assert res.stdout.splitlines() == [
+        f"table 'docs' in {db!r}: version {finished[0]} restored as v{restored} (2 rows).",
+        f"restore: v{restored} is not marked complete (version {finished[0]} holds no tag of a completed index run any more), so readers "
+        f"still read v{finished[1]} by default; read it with --table-version {restored}, or run the index job to make a complete version."]
+    res = CliRunner().invoke(app, ["restore", "--db", db, "--version", f"index-{'20261125T000000000000Z'}"])
+    assert res.exit_code == 0 and len(res.stdout.splitlines()) == 1, res.output  # a tagged (complete) version: read by default
+
+
 def test_versions_of_a_table_no_run_completed_says_readers_refuse_it(tmp_path):
     db = str(tmp_path / "db")
     s = DocStore(db)
