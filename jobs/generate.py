@@ -44,7 +44,7 @@ PROMPTS = ("gen_topics", "gen_question", "gen_relevance")
 # the card's note when the generator is the bundled plumbing model
 DEMO_NOTE = ("Generated with SmolLM2-135M: a demo of the pipeline, not a benchmark; its questions and labels are not a dataset to "
              "report numbers on.")
-GENERATOR_VERSION = 1  # bump when the recipe's code changes what a shard holds: a resume then refuses older checkpoints
+GENERATOR_VERSION = 2  # bump when the recipe's code changes what a shard holds: a resume then refuses older checkpoints
 
 
 def _shard_file(kind: str, shard: int) -> str:

@@ -178,21 +178,34 @@ def template_for(shard: int, j: int, per_shard: int) -> Template:
 
 def fill_templates(shard: int, topics: dict[str, list[str]], per_shard: int, seed: int) -> list[Draft]:
     """``per_shard`` logical queries from the shard's topics (doc_id -> topics, documents with
-    at least one topic), each with three topics of three different documents; none when the
-    shard has fewer than three such documents."""
+    at least one topic), each with three topics of three different documents, no two the same
+    (case aside: ``a AND NOT a`` is no instance of its template); none when the shard's
+    documents offer fewer than three such topics."""
     docs = sorted(d for d, ts in topics.items() if ts)
-    if len(docs) < 3:
-        return []
     rng = random.Random(f"generate:{seed}:{shard}")
     out = []
     for j in range(per_shard):
-        picked = rng.sample(docs, 3)
-        terms = tuple(rng.choice(topics[d]) for d in picked)
-        if len({t.lower() for t in terms}) < 3:  # two documents gave the same topic: draw again once
-            picked = rng.sample(docs, 3)
-            terms = tuple(rng.choice(topics[d]) for d in picked)
-        out.append(Draft(f"gen-{shard:05d}-{j:03d}", shard, template_for(shard, j, per_shard), terms, tuple(picked)))  # type: ignore[arg-type]
+        drawn = _three_topics(rng, docs, topics)
+        if drawn is None:
+            return []
+        picked, terms = drawn
+        out.append(Draft(f"gen-{shard:05d}-{j:03d}", shard, template_for(shard, j, per_shard), terms, picked))
     return out
+
+
+def _three_topics(rng: random.Random, docs: list[str], topics: dict[str, list[str]]) -> tuple[tuple[str, str, str], tuple[str, str, str]] | None:
+    """Three documents of ``docs`` in a random order and a topic of each, the topics distinct
+    (case aside), or None when no three documents offer three such topics."""
+    picked: list[str] = []
+    terms: list[str] = []
+    for d in rng.sample(docs, len(docs)):
+        fresh = [t for t in topics[d] if t.lower() not in {u.lower() for u in terms}]
+        if fresh:
+            picked.append(d)
+            terms.append(rng.choice(fresh))
+            if len(terms) == 3:
+                return tuple(picked), tuple(terms)  # type: ignore[return-value]
+    return None
 
 
 def usable_question(text: str | None) -> str | None:

@@ -33,6 +33,21 @@ def test_templates_are_filled_with_three_documents_topics_evenly_and_reproducibl
     assert rc.fill_templates(0, {"a": ["x y"], "b": ["y z"]}, 4, 0) == []  # fewer than three documents with topics
 
 
+def test_a_shard_whose_documents_share_topics_gives_queries_of_three_distinct_topics():
+    """Documents of one shard often share a topic ("COVID-19"): a query is filled with three
+    different topics (case aside), never ``"COVID-19" AND NOT "covid-19"``, and a shard with
+    fewer than three different topics gives none."""
+    topics = {f"d{i}": ["COVID-19", f"topic {i}"] for i in range(4)} | {"d4": ["covid-19"], "d5": ["Covid-19", "masks"]}
+    for seed in range(20):
+        drafts = rc.fill_templates(1, topics, 8, seed)
+        assert len(drafts) == 8
+        for d in drafts:
+            assert len({t.lower() for t in d.terms}) == 3 and len(set(d.source_doc_ids)) == 3, d
+            assert all(t in topics[doc] for t, doc in zip(d.terms, d.source_doc_ids, strict=True))
+            assert parse(d.logical_query).terms() == d.terms
+    assert rc.fill_templates(0, {f"d{i}": ["COVID-19", "Masks"] for i in range(5)} | {"d9": ["masks"]}, 4, 0) == []
+
+
 def test_questions_must_be_one_capitalised_line_ending_in_a_question_mark():
     assert rc.usable_question("Which trials  report vitamin D?") == "Which trials report vitamin D?"
     for bad in ("which trials?", "Which trials", 'Which "trials"?', "Why?", None):
