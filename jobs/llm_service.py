@@ -34,6 +34,7 @@ from logicrank.pipelines.llm.engine import (
     LLMFailed,
     PromptTooLong,
     Truth,
+    check_label_follows,
     describe,
     generate_within_window,
     over_window,
@@ -196,6 +197,7 @@ class LLMService:
               keys: Sequence[str] | None = None) -> list[Truth]:
         """P(True) per prompt; a prompt over the model's window stops the call in one line
         naming it (its key, where the caller gives ``keys``) before any prompt is sent."""
+        check_label_follows(template, self.cfg.labels)
         if over := over_window(str(self.resolved.path), self.cfg, "truth", template, values):
             raise PromptTooLong(too_long_message(label or "llm", self.model_id, self.cfg, over, len(values), keys))
         return self._map("truth", template, values, {}, label)

@@ -155,6 +155,16 @@ def label_token_ids(tokenizer, labels: Sequence[str]) -> tuple[list[int], str | 
     return firsts, note
 
 
+def check_label_follows(template: Template, labels: Sequence[str]) -> None:
+    """Refuse a truth template that ends in white space before labels that start with it
+    (" True" after "Answer:\n"): the label's logit would be read where the model writes the
+    label without its space, a token it almost never gives, and P(True), renormalised over the
+    two labels, would look like any other. (An editor's final newline does this.)"""
+    if template.text != template.text.rstrip() and any(label[:1].isspace() for label in labels):
+        raise LLMConfigError(f"prompt template {template.name!r} ends in {template.text[len(template.text.rstrip()):]!r} and the labels "
+                             f"{list(labels)} start with white space: end the template where the label follows (e.g. at 'Answer:').")
+
+
 def label_logits(values: Mapping[int, float], ids: Sequence[int]) -> tuple[float, float, bool]:
     """(z_true, z_false, exact) from the values vLLM returned for one position.
 
@@ -455,6 +465,7 @@ class LLMClient:
         return self._cached(template, values, params, run, Generation)
 
     def truth(self, template: Template, values: Sequence[Mapping[str, str]]) -> list[Truth]:
+        check_label_follows(template, self.cfg.labels)
         params = {"task": "truth", "labels": list(self.cfg.labels), "engine": self._engine_settings()}
         return self._cached(template, values, params, self.engine.truth, Truth)
 

@@ -9,10 +9,11 @@ import os
 
 import pytest
 
+from logicrank.pipelines.config.settings import LLMConfig
 from logicrank.pipelines.llm import models, prompts
 from logicrank.pipelines.llm.cache import LLMCache, cache_key
 from logicrank.pipelines.llm.decompose import fallback, parse_output, read_form
-from logicrank.pipelines.llm.engine import Constraint, Generation, LLMConfigError, label_logits, label_token_ids, p_true
+from logicrank.pipelines.llm.engine import Constraint, Generation, LLMConfigError, check_label_follows, label_logits, label_token_ids, p_true
 from logicrank.pipelines.retrieval.logic.query import QueryParseError, parse
 
 
@@ -45,6 +46,21 @@ def test_label_tokens_single_multi_and_colliding():
     assert ids == [5, 8] and "first token" in note and "' False' (2 tokens)" in note
     with pytest.raises(LLMConfigError, match="same token"):
         label_token_ids(_Tok({" Tr": [5, 1], " Tx": [5, 2]}), (" Tr", " Tx"))
+
+
+@pytest.mark.parametrize("name", ["truth", "qa_judge", "gen_relevance", "rule_reason"])
+def test_a_truth_template_ends_where_its_label_follows(name):
+    """The label " True" is read right after the prompt: a template ending "Answer:\n" (an
+    editor's final newline) reads it where the model writes "True" without its space, so
+    P(True) comes from tokens it almost never gives. Each template read for P(True) ends at
+    its last word, and one that does not is refused in one line."""
+    labels = LLMConfig.model_fields["labels"].default
+    template = prompts.load(name)
+    check_label_follows(template, labels)
+    assert template.render(**dict.fromkeys(template.fields, "x")).endswith(":")
+    with pytest.raises(LLMConfigError, match=r"ends in '\\n'.*end the template where the label follows"):
+        check_label_follows(prompts.Template(name, template.text + "\n"), labels)
+    check_label_follows(prompts.Template(name, template.text + "\n"), ("True", "False"))  # labels without a space: a line may end first
 
 
 def test_label_logits_when_a_label_is_missing():
