@@ -81,3 +81,19 @@ def test_posteriors_name_a_missing_atom():
     both = pd.concat([scored, pd.DataFrame({"query_id": ["q2"], "doc_id": ["d1"], "base_rank": [1], "atom_id": ["a2"], "p_calibrated": [0.5]})])
     with pytest.raises(KeyError, match=r"query 'q1' has no P\(True\) for atom\(s\) \['a2'\]"):
         posteriors([Q, other], both)
+
+
+def test_a_candidate_whose_every_p_true_is_nan_keeps_its_nan_posterior():
+    """A NaN logit gives a NaN P(True), which the stage must refuse (runner.check_scores): a
+    candidate whose every atom is NaN (a fallback decomposition has one atom) keeps its row
+    with a NaN posterior, where pandas' pivot_table dropped it and the run came out a
+    document short, unrefused. Both labels masked (-inf, -inf) is P(True) 0.5, as the engine
+    says, in every calibration."""
+    one = OrlogQuery("q1", "?", (("a1", "{x} answers the question: ?"),), parse('"a1"'), "fallback")
+    scored = pd.DataFrame({"query_id": ["q1"] * 3, "doc_id": ["d1", "d2", "d3"], "base_rank": [1, 2, 3], "atom_id": ["a1"] * 3,
+                           "logit_true": [2.0, np.nan, -np.inf], "logit_false": [0.0, 1.0, -np.inf]})
+    scored["p_calibrated"] = calibrate(scored, "none")
+    np.testing.assert_allclose(scored["p_calibrated"], [1 / (1 + np.exp(-2.0)), np.nan, 0.5])
+    post = posteriors([one], scored).set_index("doc_id")["score"]
+    assert list(post.index) == ["d1", "d2", "d3"] and np.isnan(post["d2"])
+    np.testing.assert_allclose(post[["d1", "d3"]], [1 / (1 + np.exp(-2.0)), 0.5])

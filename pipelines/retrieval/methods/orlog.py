@@ -96,7 +96,9 @@ def calibrate(scored: pd.DataFrame, mode: str, content_free: pd.DataFrame | None
     ``pool-mean``: sigmoid(d - mean d of the atom over the query's candidates)."""
     if mode not in CALIBRATIONS:
         raise ValueError(f"unknown calibration {mode!r}; valid: {', '.join(CALIBRATIONS)}")
-    d = (scored["logit_true"] - scored["logit_false"]).to_numpy(dtype=np.float64)
+    zt, zf = scored["logit_true"].to_numpy(dtype=np.float64), scored["logit_false"].to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore"):  # (both labels masked, -inf and -inf: P(True) 0.5, as the engine's p_true)
+        d = np.where(zt == zf, 0.0, zt - zf)
     if mode == "content-free":
         cf = content_free.assign(d=content_free["logit_true"] - content_free["logit_false"]).set_index(["query_id", "atom_id"])["d"]
         d = d - cf.loc[list(zip(scored["query_id"], scored["atom_id"], strict=True))].to_numpy()
@@ -136,6 +138,14 @@ def retrieval_truth(queries: Sequence[OrlogQuery], candidates: pd.DataFrame, sco
     return out.assign(p_true=p, p_calibrated=p, logit_true=np.log(clipped) - np.log1p(-clipped), logit_false=0.0)
 
 
+def by_atom(scored: pd.DataFrame, index: list[str]) -> pd.DataFrame:
+    """``scored``'s calibrated P(True) as a (candidates x atom ids) frame, one row per
+    candidate, in ``scored``'s order: a candidate whose every P(True) is NaN keeps its row
+    (pandas' ``pivot_table`` drops such a row, and the candidate left the run unrefused); a
+    (candidate, atom) scored twice is an error."""
+    return scored.set_index([*index, "atom_id"])["p_calibrated"].unstack("atom_id", sort=False)
+
+
 def negated_everywhere(queries: Sequence[OrlogQuery], scored: pd.DataFrame, threshold: float = 0.5) -> list[str]:
     """The queries whose every candidate is excluded by a negated conjunct of the form
     (``... AND NOT X``, X holding with its atoms' P(True) at least ``threshold``): the
@@ -145,7 +155,7 @@ def negated_everywhere(queries: Sequence[OrlogQuery], scored: pd.DataFrame, thre
 
     if scored.empty:
         return []
-    wide = scored.pivot_table(index=["query_id", "doc_id"], columns="atom_id", values="p_calibrated", sort=False)
+    wide = by_atom(scored, ["query_id", "doc_id"])
     rows_of = pd.Series(np.arange(len(wide))).groupby(wide.index.get_level_values(0).to_numpy(), sort=False).indices
     out = []
     for q in queries:
@@ -168,8 +178,9 @@ def posteriors(queries: Sequence[OrlogQuery], scored: pd.DataFrame, reasoner: st
         return pd.DataFrame(columns=columns)
     # one pivot for every query (candidates x atom ids), then each query's rows by position:
     # a per-query filter of ``scored`` would cost queries x rows (quadratic in the batch)
-    wide = scored.pivot_table(index=["query_id", "doc_id", "base_rank"], columns="atom_id", values="p_calibrated", sort=False)
+    wide = by_atom(scored, ["query_id", "doc_id", "base_rank"])
     values, col = wide.to_numpy(), {a: i for i, a in enumerate(wide.columns)}
+    scored_atoms = scored.groupby("query_id", sort=False)["atom_id"].agg(set)
     keys = wide.index.get_level_values(0)
     rows_of = pd.Series(np.arange(len(wide))).groupby(keys.to_numpy(), sort=False).indices
     frames = []
@@ -179,7 +190,8 @@ def posteriors(queries: Sequence[OrlogQuery], scored: pd.DataFrame, reasoner: st
             continue
         atom_ids = [a for a, _ in q.atoms]
         # atom ids repeat across queries (a1, a2, ...): a column another query fills is not this query's P(True)
-        missing = [a for a in atom_ids if a not in col or np.isnan(values[pos, col[a]]).all()]
+        # (a P(True) of NaN is kept: the posterior is NaN, and the run refuses it)
+        missing = [a for a in atom_ids if a not in scored_atoms.get(q.query_id, ())]
         if missing:
             raise KeyError(f"orlog: query {q.query_id!r} has no P(True) for atom(s) {missing}")
         P = values[np.ix_(pos, [col[a] for a in atom_ids])]
