@@ -119,9 +119,12 @@ def generate(corpus_path: str | Path, out: str | Path, per_template: int = 10, s
                     doc_id = f"{qid}-{kind}{j}"
                     order = sorted(s)
                     rng.shuffle(order)
-                    text = " ".join(topics[picked[i]][1] for i in order) if order else topics[picked[3]][1]
+                    # the empty set's document holds the unrelated topic's sentence: it contains that
+                    # topic, which may be another query's term (pooled_qrels reads it from here)
+                    shown = order or [3]
+                    text = " ".join(topics[picked[i]][1] for i in shown)
                     docs.append({"_id": doc_id, "title": "", "text": text})
-                    labels.append({"doc_id": doc_id, "query_id": qid, "present": [terms[i] for i in sorted(s)]})
+                    labels.append({"doc_id": doc_id, "query_id": qid, "present": [topics[picked[i]][0] for i in sorted(shown)]})
                     if kind == "p":
                         qrels.append((qid, doc_id, 1))
             queries.append(
@@ -149,9 +152,9 @@ def generate(corpus_path: str | Path, out: str | Path, per_template: int = 10, s
 def pooled_qrels(queries: list[tuple[str, str]], present: dict[str, list[str]]) -> list[tuple[str, str, int]]:
     """Ground truth over the pooled corpus, (query id, doc id, 1) rows: a document is relevant
     to a query (id, logical query) when the query holds for the query's topics the document
-    contains (``present``: doc_id -> topics). Other queries' documents usually contain none of
-    them, so they match exactly the queries that the empty set satisfies (``NOT a AND NOT b
-    AND NOT c``, ...)."""
+    contains (``present``: doc_id -> every topic whose sentence it holds). Other queries'
+    documents usually contain none of them, so they match exactly the queries that the empty
+    set satisfies (``NOT a AND NOT b AND NOT c``, ...)."""
     rows = []
     for qid, logical in queries:
         ast = parse(logical)

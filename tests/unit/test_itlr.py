@@ -1,6 +1,7 @@
 import dataclasses
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -8,7 +9,7 @@ import pytest
 
 from logicrank.jobs.retrieve_notes import fallback_notes
 from logicrank.pipelines.datasets import scifact
-from logicrank.pipelines.generate.synthetic import TEMPLATES, generate
+from logicrank.pipelines.generate.synthetic import TEMPLATES, _topics, generate
 from logicrank.pipelines.retrieval.logic.fuzzy import Operators, compile_query
 from logicrank.pipelines.retrieval.logic.query import holds, parse
 from logicrank.pipelines.retrieval.methods.itlr import (
@@ -190,13 +191,20 @@ def test_generator_is_deterministic_and_correct(tmp_path):
         by_query.setdefault(r["query_id"], []).append(r)
     for qid, rows in by_query.items():
         ast = parse(queries[qid]["logical_query"])
-        pos = [set(r["present"]) for r in rows if (qid, r["doc_id"]) in relevant]
-        neg = [set(r["present"]) for r in rows if (qid, r["doc_id"]) not in relevant]
+        terms = set(queries[qid]["terms"])
+        pos = [set(r["present"]) & terms for r in rows if (qid, r["doc_id"]) in relevant]
+        neg = [set(r["present"]) & terms for r in rows if (qid, r["doc_id"]) not in relevant]
         assert 1 <= len(pos) <= 3 and len(neg) <= 3
         assert all(holds(ast, p) for p in pos) and not any(holds(ast, n) for n in neg)
         # each negative is a positive with exactly one term moved to the other side
         assert all(any(len(n ^ p) == 1 for p in pos) for n in neg)
         assert queries[qid]["negations"] == ast.negations()
+    # a document's labels name every topic whose sentence it holds, the unrelated sentence of
+    # an empty set's document included (it may be another query's term: pooled.tsv reads it)
+    sentence = dict(_topics(Path(scifact().corpus), 55))
+    corpus = {d["_id"]: d["text"] for d in map(json.loads, (tmp_path / "a" / "corpus.jsonl").read_text().splitlines())}
+    for r in labels:
+        assert sorted(" ".join(sentence[t] for t in r["present"]).split()) == sorted(corpus[r["doc_id"]].split()), r
     words = [len(json.loads(x)["text"].split()) for x in (tmp_path / "a" / "corpus.jsonl").read_text().splitlines()]
     assert max(words) <= 3 * 55
     # own.tsv lists each query's own documents; pooled.tsv judges every document against every
