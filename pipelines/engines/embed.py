@@ -86,7 +86,7 @@ def resolve_backend(config: EmbedConfig, device: str) -> str:
         return config.backend
     if device != "cpu" or importlib.util.find_spec("openvino") is None:
         return "torch"
-    return "openvino" if _mean_pooled(resolve_model(config.model)) else "torch"
+    return "openvino" if _openvino_fits(resolve_model(config.model)) else "torch"
 
 
 def concrete(config: EmbedConfig, gpu: bool = False) -> EmbedConfig:
@@ -105,16 +105,25 @@ def encoder_digest(config: EmbedConfig) -> str:
     return json_digest([model_id(config), config.backend, precision, config.device, config.batch_size, config.max_seq_length, shapes])
 
 
-def _mean_pooled(path: str) -> bool:
-    """Whether the sentence-transformers model at ``path`` pools by the mean of its tokens only
-    (what the OpenVINO encoder implements); False when that cannot be read."""
+# the modules the OpenVINO encoder runs: the transformer, the mean of its tokens, L2 normalising
+_OPENVINO_MODULES = ("Transformer", "Pooling", "Normalize")
+
+
+def _openvino_fits(path: str) -> bool:
+    """Whether the sentence-transformers model at ``path`` is what the OpenVINO encoder runs: a
+    transformer, a pooling by the mean of its tokens only, at most a normalisation after (a
+    Dense projection after the pooling, as GTR-T5 and sentence-T5 have, is not run there);
+    False when that cannot be read."""
     import json
 
     try:
         modules = json.loads((Path(path) / "modules.json").read_text(encoding="utf-8"))
+        kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules]
         pooling = next(m for m in modules if m.get("type", "").endswith("Pooling"))
         cfg = json.loads((Path(path) / pooling.get("path", "") / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, StopIteration):
+    except (OSError, ValueError, StopIteration, AttributeError):
+        return False
+    if kinds not in (list(_OPENVINO_MODULES[:2]), list(_OPENVINO_MODULES)):
         return False
     modes = {k: v for k, v in cfg.items() if k.startswith("pooling_mode_")}
     return modes.get("pooling_mode_mean_tokens") is True and not any(v for k, v in modes.items() if k != "pooling_mode_mean_tokens")
@@ -367,6 +376,10 @@ class _OpenVINOEncoder:
         pooling = [m.get_config_dict().get("pooling_mode") for m in st_model if type(m).__name__ == "Pooling"]
         if pooling != ["mean"]:
             raise ModelError(f"embed: the openvino backend supports mean-pooling models only (found {pooling}); use backend=torch.")
+        kinds = [type(m).__name__ for m in st_model]
+        if kinds not in (list(_OPENVINO_MODULES[:2]), list(_OPENVINO_MODULES)):
+            raise ModelError(f"embed: the openvino backend runs a transformer, a mean pooling and a normalisation only; this model's modules are "
+                             f"{kinds}; use backend=torch.")
         tokenizer = st_model.tokenizer
         example = tokenizer(["an example", "another example text"], padding=True, return_tensors="pt")
         inputs = list(example.keys())

@@ -161,13 +161,23 @@ def test_auto_picks_openvino_only_for_mean_pooled_models(tmp_path):
     assert EmbedConfig().model == "all-MiniLM-L6-v2"
     assert concrete(EmbedConfig()).backend == "openvino"  # mean-pooled; openvino is installed with the project
     (tmp_path / "1_Pooling").mkdir()
-    (tmp_path / "modules.json").write_text(json.dumps([{"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (tmp_path / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                                                       {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
     assert concrete(EmbedConfig(model=str(tmp_path))).backend == "torch"  # a CLS-pooled local model: torch, not a refusal
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True}))
     assert concrete(EmbedConfig(model=str(tmp_path))).backend == "openvino"
     (tmp_path / "bare").mkdir()  # no modules.json: the pooling cannot be read
     assert concrete(EmbedConfig(model=str(tmp_path / "bare"))).backend == "torch"
+    # a Dense projection after the mean (GTR-T5, sentence-T5): the OpenVINO encoder would skip it
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+               {"idx": 3, "name": "3", "path": "3_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    assert concrete(EmbedConfig(model=str(tmp_path))).backend == "torch"
+    (tmp_path / "modules.json").write_text(json.dumps([m for m in modules if m["name"] != "2"]))
+    assert concrete(EmbedConfig(model=str(tmp_path))).backend == "openvino"
 
 
 def test_a_cluster_joined_by_address_never_runs_work_in_the_driver():
