@@ -156,7 +156,8 @@ def irds_to_beir(dataset_id: str, out: Path) -> Path:
             out.mkdir(parents=True, exist_ok=True)
             with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
                 for doc in ds.docs_iter():
-                    f.write(json.dumps({"_id": doc.doc_id, "title": getattr(doc, "title", "") or "", "text": _doc_text(doc)}) + "\n")
+                    title, text = _doc_fields(doc)
+                    f.write(json.dumps({"_id": doc.doc_id, "title": title, "text": text}) + "\n")
             with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
                 for q in ds.queries_iter():
                     f.write(json.dumps({"_id": q.query_id, "text": _query_text(q)}) + "\n")
@@ -187,10 +188,19 @@ def _conversion(dataset_id: str) -> str:
     return json.dumps({"dataset": dataset_id, "code": code_digest(__name__), "ir_datasets": version("ir_datasets")}, sort_keys=True)
 
 
-def _doc_text(doc) -> str:
-    """A document's text: its ``text`` field (its title goes apart), else ir_datasets' default text."""
+def _doc_fields(doc) -> tuple[str, str]:
+    """A document's (title, text): its ``title`` and ``text`` fields, else ir_datasets' default
+    text, which for a document without a ``text`` field (MS MARCO documents, TREC's parsed
+    documents, NFCorpus, WaPo) starts with the title: the title is taken off it, so the title
+    and body embedded and indexed hold the title once, as for a BEIR corpus."""
+    title = getattr(doc, "title", "") or ""
     text = getattr(doc, "text", None)
-    return text if isinstance(text, str) else doc.default_text()
+    if isinstance(text, str):
+        return title, text
+    text = doc.default_text()
+    if title and text.startswith(title):
+        return title, text[len(title):].lstrip()
+    return ("", text) if title and title in text else (title, text)
 
 
 def _query_text(query) -> str:

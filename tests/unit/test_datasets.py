@@ -147,6 +147,21 @@ def test_irds_reads_a_dataset_ir_datasets_builds_from_local_files(tmp_path):
     assert qrels.read_text().splitlines()[1:] == ["q1\td2\t1", "q1\td1\t0"]
 
 
+def test_an_irds_document_without_a_text_field_holds_its_title_once():
+    """ir_datasets' default text of a document without a ``text`` field (MS MARCO documents,
+    TREC's parsed documents) is its title and body: with the title beside it, the indexed and
+    embedded text read "title title body". The title is taken off the text."""
+    from ir_datasets.datasets.msmarco_document import MsMarcoDocument
+    from ir_datasets.formats import GenericDoc, TrecParsedDoc
+
+    from logicrank.pipelines.datasets.registry import _doc_fields
+
+    assert _doc_fields(MsMarcoDocument("D1", "http://x", "Airbus Subsidies", "Government assistance to Airbus.")) == (
+        "Airbus Subsidies", "Government assistance to Airbus.")
+    assert _doc_fields(TrecParsedDoc("D2", "A title", "A body.", "<html/>")) == ("A title", "A body.")
+    assert _doc_fields(GenericDoc("D3", "plain text")) == ("", "plain text")
+
+
 def test_irds_downloads_nothing_and_names_an_unknown_id_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("IR_DATASETS_HOME", str(tmp_path / "empty-cache"))
     with pytest.raises(ExperimentError, match=r"irds:cranfield: .*nothing is downloaded here") as info:
@@ -192,7 +207,7 @@ def test_irds_conversion_is_reused_only_as_this_code_made_it_and_never_half_writ
     def fails(doc):
         raise OSError("disk full")
 
-    monkeypatch.setattr(registry, "_doc_text", fails)
+    monkeypatch.setattr(registry, "_doc_fields", fails)
     with pytest.raises(registry.DatasetError, match="disk full"):
         registry.irds_to_beir(b, out)  # the other id fails half-way over the same directory
     monkeypatch.undo()
