@@ -129,6 +129,23 @@ def _openvino_fits(path: str) -> bool:
     return modes.get("pooling_mode_mean_tokens") is True and not any(v for k, v in modes.items() if k != "pooling_mode_mean_tokens")
 
 
+def refuse_prompts(path: str) -> None:
+    """Refuse a sentence-transformers model that defines prompts (``config_sentence_transformers
+    .json``: "query: " and "passage: " for E5-style models, an instruction for BGE's queries):
+    this encoder reads texts as given, and a query encoded without its prompt against documents
+    embedded with theirs ranks by another model's geometry, silently."""
+    import json
+
+    try:
+        cfg = json.loads((Path(path) / "config_sentence_transformers.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    prompts = {k: v for k, v in (cfg.get("prompts") or {}).items() if v} if isinstance(cfg, dict) else {}
+    if prompts:
+        raise ModelError(f"embed: model {path} defines prompts {prompts} for its queries or documents, which this encoder does not "
+                         f"apply; use a model without prompts (or save one with its prompts emptied, to encode texts as given).")
+
+
 class Embedder:
     """Encodes texts into L2-normalised float32 vectors.
 
@@ -147,6 +164,7 @@ class Embedder:
         config = concrete(config)
         self.config, self.device, self.backend = config, config.device, config.backend
         path = resolve_model(config.model)
+        refuse_prompts(path)
         self.model = None  # the sentence-transformers model: not loaded where the OpenVINO encoder comes from its cache
         cache_dir = _ov_cache_dir(path) if self.backend == "openvino" else None
         self._ov = _OpenVINOEncoder.cached(cache_dir, config) if cache_dir is not None else None

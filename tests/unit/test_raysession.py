@@ -180,6 +180,25 @@ def test_auto_picks_openvino_only_for_mean_pooled_models(tmp_path):
     assert concrete(EmbedConfig(model=str(tmp_path))).backend == "openvino"
 
 
+def test_a_model_with_query_or_document_prompts_is_refused_not_encoded_without_them(tmp_path):
+    """E5- and BGE-style models define prompts ("query: ", "passage: ") in
+    config_sentence_transformers.json; the encoder reads texts as given, so such a model is
+    refused in one line before anything loads. Empty prompts (what sentence-transformers
+    saves by default) and no config at all are a model like any other."""
+    import json
+
+    from logicrank.pipelines.engines.embed import Embedder, ModelError, refuse_prompts
+
+    config = tmp_path / "config_sentence_transformers.json"
+    refuse_prompts(str(tmp_path))
+    config.write_text(json.dumps({"prompts": {"query": "", "document": ""}, "default_prompt_name": None}))
+    refuse_prompts(str(tmp_path))
+    config.write_text(json.dumps({"prompts": {"query": "query: ", "document": "passage: "}}))
+    with pytest.raises(ModelError, match=r"defines prompts \{'query': 'query: ', 'document': 'passage: '\}.*does not apply") as info:
+        Embedder(EmbedConfig(model=str(tmp_path)))
+    assert "\n" not in str(info.value)
+
+
 def test_a_cluster_joined_by_address_never_runs_work_in_the_driver():
     """Shared: its work goes to pools that reserve CPUs (decided before Ray is asked anything)."""
     assert local_driver_node(RayConfig(address="ray://head:10001")) is None
