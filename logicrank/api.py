@@ -349,28 +349,34 @@ def looks_like_path(text: str) -> bool:
     return "\n" not in text and text.strip().lower().endswith(QUERY_FILE_SUFFIXES)
 
 
-def _is_file(text: str) -> bool:
-    """Whether ``text`` names an existing path (a text too long for a path name is none)."""
+def _existing(text: str) -> str | None:
+    """``"file"`` or ``"dir"`` where ``text`` names one (a text too long for a path name is
+    none), else None."""
     try:
-        return Path(text).exists()
+        path = Path(text)
+        return "file" if path.is_file() else "dir" if path.is_dir() else None
     except (OSError, ValueError):
-        return False
+        return None
 
 
 def as_queries(queries: Any, where: str = "retrieve") -> pa.Table:
     """Queries in any form as the QUERIES table (ids as strings, a repeated id refused): a
     queries file (path), an Arrow table, a pandas DataFrame, a list of dicts (query_id, text,
     optionally logical_query) or one string: an existing file's path, else one query's text
-    (id ``"1"``); a string that looks like a path (:func:`looks_like_path`) but names no file
-    is refused."""
+    (id ``"1"``); a string that looks like a path (:func:`looks_like_path`) but names no file,
+    or that names a directory, is refused."""
     source = f"{where}: queries"
     if isinstance(queries, Path):
         return read_queries(queries)
     if isinstance(queries, str):
         if not queries.strip():
             raise TopicsError(f"{source}: a blank string; give a query's text, a queries file or a table.")
-        if _is_file(queries):
+        found = _existing(queries)
+        if found == "file":
             return read_queries(queries)
+        if found == "dir":  # (read_queries would read its queries.jsonl: a query's text that names a folder here is not one)
+            raise TopicsError(f"{source}: {queries!r} names a directory; give Path({queries!r}) to read its queries.jsonl, "
+                              f"or a table to ask a query of that text.")
         if looks_like_path(queries):
             raise TopicsError(f"{source}: no file at {queries!r} (a string that looks like a path is not read as a query's text).")
         return queries_table(pa.table({"query_id": ["1"], "text": [queries]}), source)
@@ -445,7 +451,7 @@ def retrieve(table: Table, queries: Any, pipes: Any, cache: StageCache | str | P
                             "(results[rid].side, .steps; results.run or .to_pandas() for every run).")
     if not isinstance(table, Table):
         raise PipelineError(f"retrieve: table is lr.open_table(...), not {type(table).__name__}.")
-    one = isinstance(queries, str) and queries.strip() and not _is_file(queries) and not looks_like_path(queries)
+    one = isinstance(queries, str) and queries.strip() and _existing(queries) is None and not looks_like_path(queries)
     node = _logical(queries) if one else None
     if node is not None:  # one logical query's string, read as table.search reads it: its text is the formula's words
         original, queries = queries, [{"query_id": "1", "text": _words(node), "logical_query": queries}]

@@ -13,7 +13,15 @@ from logicrank.pipelines.config.settings import LLMConfig
 from logicrank.pipelines.llm import models, prompts
 from logicrank.pipelines.llm.cache import LLMCache, cache_key
 from logicrank.pipelines.llm.decompose import fallback, parse_output, read_form
-from logicrank.pipelines.llm.engine import Constraint, Generation, LLMConfigError, check_label_follows, label_logits, label_token_ids, p_true
+from logicrank.pipelines.llm.engine import (
+    Constraint,
+    Generation,
+    LLMConfigError,
+    check_label_follows,
+    label_logits,
+    label_token_ids,
+    p_true,
+)
 from logicrank.pipelines.retrieval.logic.query import QueryParseError, parse
 
 

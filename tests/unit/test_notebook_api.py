@@ -56,6 +56,11 @@ def test_a_string_is_a_file_when_one_exists_else_one_querys_text(tmp_path):
     path.write_text('{"_id": "q7", "text": "fever"}\n', encoding="utf-8")
     assert as_queries(str(path)).column("query_id").to_pylist() == ["q7"]
     assert as_queries(path).column("query_id").to_pylist() == ["q7"]
+    (tmp_path / "malaria").mkdir()  # a folder named as the query, beside: not read for its queries.jsonl
+    (tmp_path / "malaria" / "queries.jsonl").write_text('{"_id": "q9", "text": "something else"}\n', encoding="utf-8")
+    with pytest.raises(lr.UserError, match=r"names a directory; give Path\(.*\) to read its queries.jsonl"):
+        as_queries(str(tmp_path / "malaria"))
+    assert as_queries(tmp_path / "malaria").column("query_id").to_pylist() == ["q9"]
 
 
 @pytest.mark.parametrize(("queries", "match"), [
