@@ -56,7 +56,7 @@ from logicrank.pipelines.engines.bm25 import index_root, update_index
 from logicrank.pipelines.engines.embed import concrete, model_id, resolve_model
 from logicrank.pipelines.engines.placement import EncoderPlacement, encoder_placement
 from logicrank.pipelines.engines.store import DocStore, json_value, maintain_apart, update_index_apart
-from logicrank.pipelines.engines.vector_models import embedding_code, loadable, model_dimension, model_files_digest
+from logicrank.pipelines.engines.vector_models import embedding_code, loadable, model_dimension, model_files_digest, model_of
 from logicrank.pipelines.files import require_writable
 from logicrank.pipelines.operations.indexing import (
     EmbedStage,
@@ -277,7 +277,9 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progr
     # the code that makes a document's vector (its text, the encoder) and a local model directory's files: a stored vector
     # made by other code or other weights is not reused; precomputed vectors are the corpus's own (a table embedded
     # before takes them all, as changed rows)
-    embed_code = PRECOMPUTED if vectors else embedding_code(code_digest("logicrank.pipelines.engines.embed"), model_files_digest(cfg.embed.model))
+    # (precomputed vectors from a local model directory: its files' content, so queries are refused once it is saved over)
+    embed_code = (embedding_code(PRECOMPUTED, model_files_digest(model_of(cfg.vector_model))) if vectors
+                  else embedding_code(code_digest("logicrank.pipelines.engines.embed"), model_files_digest(cfg.embed.model)))
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep,
                          seen_dir=rundir.path, baseline=baseline, embedded_by=embed_code)
     try:
@@ -458,7 +460,7 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
         summary.deleted = sum(len(ids) for ids in writer.seen.absent(writer.baseline.ids()))
     if not store.exists():
         return
-    if summary.embedded_by.get("reembedded") and embed_code != PRECOMPUTED:
+    if summary.embedded_by.get("reembedded") and embed_code.partition("+")[0] != PRECOMPUTED:
         # the stored documents no valid row rewrote (held, or absent and kept) still hold the earlier code's vectors
         with rundir.timed("reembed_left"), busy("index: embedding again the stored documents this snapshot did not rewrite"):
             left = embed_left_behind(store, writer.seen, concrete(cfg.embed), before_each=lock.ensure_held)
@@ -485,7 +487,7 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
     summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG_NAME, cfg.keep_index_tags)
 
 
-PRECOMPUTED = "precomputed"  # the embedded-by mark of a table whose vectors the corpus gave
+PRECOMPUTED = "precomputed"  # the embedded-by mark of a table whose vectors the corpus gave (+ the named local model's files)
 
 
 def vector_column(cfg: IndexConfig, store: DocStore) -> VectorColumn | None:

@@ -556,7 +556,7 @@ def test_a_local_model_saved_over_is_another_encoder_to_the_index_job_and_to_que
     and until then a job that encodes queries refuses the table in one line."""
     import shutil
 
-    from logicrank.pipelines.engines.embed import ModelError, resolve_model
+    from logicrank.pipelines.engines.embed import Embedder, ModelError, document_text, resolve_model
     from logicrank.pipelines.engines.vector_models import require_query_model
 
     model = tmp_path / "encoder"
@@ -576,6 +576,15 @@ def test_a_local_model_saved_over_is_another_encoder_to_the_index_job_and_to_que
     again = run_index(_cfg(corpus, db, embed=embed), tmp_path / "i3")
     assert (again.updated, again.embedded, again.embedded_by["reembedded"]) == (40, 40, 40)
     require_query_model(DocStore(str(db)), str(model), "retrieve")
+    # vectors made elsewhere by the directory's model (--vector-model DIR): its files are recorded alike
+    vectors = Embedder(embed).encode([document_text(d["title"], d["text"]) for d in docs300[:40]])
+    given = write_jsonl(tmp_path / "vec" / "c.jsonl", [{**d, "emb": v.tolist()} for d, v in zip(docs300[:40], vectors, strict=True)])
+    db2 = tmp_path / "db-precomputed"
+    assert run_index(_cfg(given, db2, vector_column="emb", vector_model=str(model)), tmp_path / "p1").precomputed == 40
+    require_query_model(DocStore(str(db2)), str(model), "retrieve")
+    (model / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 1e-6}))  # saved over again
+    with pytest.raises(ModelError, match=r"^retrieve: table 'docs' in .* holds vectors the files of .* made as they were"):
+        require_query_model(DocStore(str(db2)), str(model), "retrieve")
 
 
 def test_a_new_encoder_embeds_again_the_stored_documents_no_valid_row_rewrote(tmp_path, docs300):
