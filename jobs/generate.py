@@ -44,7 +44,6 @@ PROMPTS = ("gen_topics", "gen_question", "gen_relevance")
 # the card's note when the generator is the bundled plumbing model
 DEMO_NOTE = ("Generated with SmolLM2-135M: a demo of the pipeline, not a benchmark; its questions and labels are not a dataset to "
              "report numbers on.")
-GENERATOR_VERSION = 2  # bump when the recipe's code changes what a shard holds: a resume then refuses older checkpoints
 
 
 def _shard_file(kind: str, shard: int) -> str:
@@ -79,7 +78,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
 
     # the version and when it was made: a table dropped and indexed again reuses version numbers
     state = {"dataset_digest": cfg.dataset_digest(), "table_version": store.version, "table_made": store.version_made(), "model": llm.model_id,
-             "prompts": {p: prompts.load(p).sha for p in PROMPTS}, "generator": GENERATOR_VERSION}
+             "prompts": {p: prompts.load(p).sha for p in PROMPTS}, "generator": generator_code()}
     _claim(out, state)
     wave = cfg.wave_shards or 2 * cfg.llm.actors
     timings: dict[str, float] = {}
@@ -117,12 +116,21 @@ def _crowded(cfg: GenerateConfig) -> bool:
     return ray.available_resources().get("CPU", 0.0) < cfg.ray.retrieve_num_cpus
 
 
+def generator_code() -> str:
+    """The digest of the recipe's code (pipelines/generate/realcorpus.py and what it imports:
+    the templates, the parsing of topics, the draw): checkpoints another code wrote are not
+    resumed (a changed draw gives other queries under the same ids)."""
+    from logicrank.pipelines.codedigest import code_digest
+
+    return code_digest(rc.__name__)
+
+
 def _claim(out: Path, state: dict) -> None:
     path = out / "checkpoints" / "state.json"
     if path.is_file():
         held = json.loads(path.read_text(encoding="utf-8"))
         if held != state:
-            raise rc.GenerateError(f"generate: {out} holds the checkpoints of another config or table version ({held}); "
+            raise rc.GenerateError(f"generate: {out} holds the checkpoints of another config, table version or generator code ({held}); "
                                 "give a new --out, or remove that directory to start over")
         return
     write_text_atomic(json.dumps(state) + "\n", path)

@@ -80,9 +80,18 @@ def test_a_dataset_is_complete_and_the_same_config_gives_the_same_dataset(synthe
     assert (tmp_path / "c" / "queries.jsonl").read_bytes() != (a / "queries.jsonl").read_bytes() and other["questions"] > 0
 
 
-def test_a_run_directory_of_another_config_is_refused(synthetic, tiny_cfg, clean):
+def test_a_run_directory_of_another_config_is_refused(synthetic, tiny_cfg, clean, tmp_path):
     with pytest.raises(GenerateError, match="holds the checkpoints of another config"):
         run_generate(_cfg(synthetic, tiny_cfg, seed=5), clean[0], echo=lambda m: None)
+    # checkpoints the generator's earlier code wrote (another draw: other queries under the same ids) are not resumed
+    import shutil
+
+    older = tmp_path / "older"
+    shutil.copytree(clean[0], older)
+    state = json.loads((older / "checkpoints" / "state.json").read_text())
+    (older / "checkpoints" / "state.json").write_text(json.dumps({**state, "generator": "0" * 16}))
+    with pytest.raises(GenerateError, match="holds the checkpoints of another config, table version or generator code"):
+        run_generate(_cfg(synthetic, tiny_cfg), older, echo=lambda m: None)
 
 
 @pytest.mark.faults

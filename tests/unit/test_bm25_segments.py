@@ -247,6 +247,28 @@ def test_a_patch_saves_the_arrays_of_a_build_over_the_same_rows(tmp_path, docs, 
     assert not list(patched.parent.glob(".*"))  # the work directory is removed
 
 
+def test_a_patched_index_bounds_scores_as_a_build_of_the_same_table(tmp_path, docs, monkeypatch):
+    """A patch keeps the terms of the documents it removed (their ids stay), with no document
+    and the largest idf. ITLR's saturation calibration divides a term's score by the text's
+    largest possible score (``score_bounds``): counting such a term there scaled a re-indexed
+    table's scores down by orders of magnitude. A patched index bounds every text as a build
+    of the same table does, and scores it the same."""
+    monkeypatch.setattr(storage, "SEGMENT_ROWS", 16)
+    store = _table(tmp_path / "db", docs)
+    assert bm25.update_index(store)["how"] == "built"
+    gone = docs[40]  # the one document with "zyxwvut"
+    store.delete_absent(pa.array([d["_id"] for d in docs if d["_id"] != gone["_id"]]))
+    store = DocStore(str(tmp_path / "db"), version=store.table.version)
+    assert bm25.update_index(store)["how"] == "patched"
+    patched = store.bm25_index()
+    built = bm25.BM25Index.build(store.scan(bm25.SOURCE_COLUMNS), store.version)
+    assert "zyxwvut" in patched.vocab.ids and "zyxwvut" not in built.vocab.ids
+    texts = ["zyxwvut", "vitamin zyxwvut", "vitamin", "the of"]
+    np.testing.assert_allclose(patched.score_bounds(texts), built.score_bounds(texts), rtol=1e-12, atol=0)
+    assert patched.score_bounds(["zyxwvut"])[0] == 0
+    np.testing.assert_allclose(patched.term_scores(texts).toarray(), built.term_scores(texts).toarray(), rtol=1e-6, atol=1e-7)
+
+
 def test_a_patch_gives_way_to_a_build_when_most_documents_changed(tmp_path, docs, monkeypatch):
     monkeypatch.setattr(storage, "SEGMENT_ROWS", 16)
     store = _table(tmp_path / "db", docs)

@@ -261,8 +261,16 @@ class BM25Search:
 
     def score_bounds(self, texts: Sequence[str | None]) -> np.ndarray:
         """Each text's largest possible BM25 score, sum over its terms of idf x (k1 + 1): the
-        limit of a document's score as every term's frequency grows (BM25's saturation)."""
-        return np.asarray(self.query_matrix(texts) @ (self.idf() * (K1 + 1)), dtype=np.float64).ravel()
+        limit of a document's score as every term's frequency grows (BM25's saturation). A term
+        no document holds adds nothing: a patched index keeps the terms of the documents it
+        removed, with the largest idf, where a build of the same table has none."""
+        q = self.query_matrix(texts)
+        terms = np.unique(q.indices)
+        indptr = self.segments()[0]
+        held = terms[(np.asarray(indptr[:, terms + 1]) - np.asarray(indptr[:, terms])).sum(axis=0) > 0]
+        per_term = np.zeros(q.shape[1], np.float64)
+        per_term[held] = np.asarray(self.idf(), np.float64)[held] * (K1 + 1)
+        return np.asarray(q @ per_term, dtype=np.float64).ravel()
 
     # -- search ------------------------------------------------------------------
     def query_matrix(self, texts: Sequence[str | None], analyze: Analyzer | None = None) -> sp.csr_matrix:
