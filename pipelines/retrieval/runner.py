@@ -180,12 +180,20 @@ class Hooks:
     done: Callable[[str], None] = lambda message: None
 
 
+CONTEXT_CODE = ("logicrank.pipelines.engines.store", "logicrank.pipelines.llm.engine", "logicrank.jobs.llm_service")
+"""The modules behind a stage's :class:`~logicrank.pipelines.retrieval.stages.Context` (the table's
+reads, the query encoder's model checks, the LLM in process or as the job's engine pool): their
+code is in every stage's key (named, not imported: nothing here imports jobs/)."""
+
+
 def run_stages(run_id: str, stages: Sequence[StageOptions], ctx: Context, queries: pa.Table, inputs: Inputs,
                cache: StageCache, hooks: Hooks | None = None) -> Result:
     """Run a validated pipeline (:meth:`logicrank.pipelines.retrieval.pipeline.Pipeline.run` validates first)."""
     hooks = hooks or Hooks()
     starts = reads(stages[0])
-    start = json_digest([inputs.base, "input", starts, code_digest(__name__)])  # the runner's code shapes every output (blank queries, conform)
+    # the runner's code shapes every output (blank queries, conform), and a stage reads the table and asks the LLM
+    # through code its module does not import (the Context's): theirs is in every key too
+    start = json_digest([inputs.base, "input", starts, code_digest(__name__), [code_digest(m) for m in CONTEXT_CODE]])
     state, steps = StageRunner(ctx, inputs, cache, hooks).pipeline(stages, with_content(queries, starts), start)
     run = state.run.set_column(state.run.schema.get_field_index("run_id"), "run_id", pa.array([run_id] * state.run.num_rows, pa.string()))
     side = {f"{kind}/{run_id}@{where}" if where else f"{kind}/{run_id}": table for (kind, where), table in state.side.items()}  # '@' is not allowed in a run id

@@ -199,6 +199,12 @@ def test_the_runners_own_code_is_part_of_every_key(tmp_path, monkeypatch):
     monkeypatch.setattr(logicrank.pipelines.retrieval.runner, "code_digest", lambda m: "edited")
     assert not p.run(ctx, queries, cache, inputs).steps[0]["cached"]
     monkeypatch.undo()
+    # the code a stage runs through its Context without importing it: the table's reads, the LLM's service
+    real = logicrank.pipelines.retrieval.runner.code_digest
+    for module in ("logicrank.pipelines.engines.store", "logicrank.jobs.llm_service"):
+        monkeypatch.setattr(logicrank.pipelines.retrieval.runner, "code_digest", lambda m, module=module: real(m) + ("-edited" if m == module else ""))
+        assert not p.run(ctx, queries, cache, inputs).steps[0]["cached"], module
+        monkeypatch.undo()
     again = p.run(ctx, queries, cache, inputs).steps[0]
     assert again["cached"] and again["digest"] == first["digest"]
 
