@@ -129,7 +129,8 @@ def write_meta(tmp: Path, version: int, stamp: str, save_id: str, docs: int, ter
 # the weights come to depend on is added here, one renamed is renamed here (a name not found is an error, and
 # tests/unit/test_bm25.py checks each one).
 WEIGHTING = {
-    "index.py": ("K1", "row_sums", "field_stats", "idf_of", "weigh", "BM25Index.field_stats", "BM25Index.stats", "BM25Index.weights"),
+    "index.py": ("K1", "row_sums", "field_stats", "idf_of", "weigh", "tiebreak_ranks", "BM25Index.field_stats", "BM25Index.stats",
+                 "BM25Index.weights"),
     "kernels.py": ("_next_term", "weight_layout", "weight_postings"),
     "segments.py": ("analyze_segment", "count_kept", "count_dropped", "merge_segments", "weigh_segment", "_piece_counts", "_saved_rows",
                     "row_postings"),
