@@ -485,3 +485,28 @@ def test_the_embedding_codes_record_is_the_versions_and_a_tables_older_tag_is_re
     # is unknown, never None (which would let the next run reuse them)
     s.restore(before_records)
     assert DocStore(store[0].uri).embedded_by() == UNKNOWN_EMBEDDED_BY and DocStore(store[0].uri).count() == 50
+
+
+def test_a_store_that_writes_searches_its_new_version_not_the_index_it_opened_before(tmp_path):
+    """A DocStore opens its BM25 index and its vectors once; an upsert or a delete through the
+    same object moves it to a new version, and its search must be that version's (a notebook's
+    store searched the old index after a write: the deleted document back, the new one missing,
+    under the new version's stage keys)."""
+    from logicrank.pipelines.retrieval.methods.bm25 import bm25
+
+    store = DocStore(str(tmp_path / "db"))
+    store.open_or_create(4, "gen")
+
+    def put(ids, texts):
+        store.upsert(pa.table({"doc_id": ids, "title": [None] * len(ids), "text": texts, "metadata": [None] * len(ids),
+                               "content_hash": texts, "vector": to_fixed_size_list(np.eye(4, dtype=np.float32)[: len(ids)])}))
+
+    put(["a", "b", "c"], ["apple pie", "banana bread", "cherry tart"])
+    queries = pa.table({"query_id": ["q1", "q2"], "text": ["apple", "durian"]})
+    assert bm25(queries, store, 10).column("doc_id").to_pylist() == ["a"]
+    assert len(store.vectors()) == 3
+    store.delete_ids([pa.array(["a"])])
+    put(["d"], ["durian apple smoothie"])
+    assert store.bm25_index().version == store.version
+    assert bm25(queries, store, 10).select(["query_id", "doc_id"]).to_pylist() == [{"query_id": "q1", "doc_id": "d"}, {"query_id": "q2", "doc_id": "d"}]
+    assert sorted(store.vectors().ids.to_pylist()) == ["b", "c", "d"]

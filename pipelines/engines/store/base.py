@@ -50,6 +50,7 @@ class TableHandle:
         self._lance = None  # the Lance dataset, for full-text search
         self._bm25 = None  # the BM25 engine's index of this version (pipelines/engines/bm25/)
         self._vectors: dict = {}  # precision -> the dense engine's vectors of this version (pipelines/engines/vectors.py)
+        self._operands_of: int | None = None  # the version the two above were opened for
 
     # -- lifecycle ---------------------------------------------------------------
     @property

@@ -152,14 +152,25 @@ class Reading:
     def bm25_index(self):
         """The BM25 engine's index of this version (pipelines/engines/bm25/), opened once: mapped
         from its saved files where the database is a local directory."""
+        self._forget_other_versions()
         if self._bm25 is None:
             self._bm25 = open_index(self)
         return self._bm25
+
+    def _forget_other_versions(self) -> None:
+        """Forget the engines' operands opened for another version than the store's now: a
+        write through this store (an upsert, a delete) moves it to a new version, whose search
+        must not answer from the old one's index (deleted documents back, new ones missing)."""
+        now = self.version
+        if self._operands_of != now:
+            self.release()
+            self._operands_of = now
 
     def vectors(self, precision: str = "float32"):
         """The dense engine's operand of this version (pipelines/engines/vectors.py: unit vectors, doc ids,
         tie-break ranks), opened once per precision: mapped from their saved files where the
         database is a local directory (saved first if missing), else read into memory."""
+        self._forget_other_versions()
         if precision not in self._vectors:
             from logicrank.pipelines.engines.vectors import open_vectors
 
