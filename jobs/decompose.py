@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from logicrank.jobs.llm_service import LLMService
@@ -48,6 +49,11 @@ def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False,
     resolved = resolve(cfg.llm.model, log=echo)  # prepares a registered model once, before any actor starts
     templates = {m: prompts.load(TEMPLATES[m]).sha for m in cfg.methods}
     inputs = {"queries": file_fingerprint(cfg.queries), "model": resolved.model_id, "templates": templates}
+    with rundir.held():
+        return _decompose(cfg, rundir, progress, echo, start, queries, inputs)
+
+
+def _decompose(cfg: DecomposeConfig, rundir: RunDir, progress: bool, echo, start: float, queries: pa.Table, inputs: dict) -> DecomposeSummary:
     target = rundir.path / "decompositions.parquet"
     if rundir.is_fresh(cfg.digest(), inputs):
         prev = rundir.previous() or {}
@@ -77,7 +83,7 @@ def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False,
     fresh = pc.invert(table.column("cached"))
     rundir.write_manifest(
         cfg.model_dump(mode="json"), cfg.digest(), inputs, ["decompositions.parquet"],
-        rows=table.num_rows, queries=n, by_status=summary.by_status, model=resolved.model_id, prompt_sha=templates,
+        rows=table.num_rows, queries=n, by_status=summary.by_status, model=inputs["model"], prompt_sha=inputs["templates"],
         prompts_run=summary.prompts_run, cache_hits=cached, llm=pool,
         prompt_tokens=pc.sum(pc.filter(table.column("prompt_tokens"), fresh)).as_py() or 0,
         generated_tokens=pc.sum(pc.filter(table.column("generated_tokens"), fresh)).as_py() or 0,

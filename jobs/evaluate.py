@@ -37,6 +37,12 @@ def run_evaluate(cfg: EvaluateConfig, out: str | Path, title: str = "Evaluation"
     measures, qa_measures = _check_inputs(cfg)
     rundir = RunDir(out, "evaluate")
     inputs = {**_fingerprint(cfg, qa_measures), "title": title}  # (the report's heading: another title is another report)
+    with rundir.held():
+        return _evaluate_into(cfg, rundir, title, echo, measures, qa_measures, inputs)
+
+
+def _evaluate_into(cfg: EvaluateConfig, rundir: RunDir, title: str, echo: Callable[[str], None] | None, measures, qa_measures,
+                   inputs: dict) -> pa.Table:
     if rundir.is_fresh(cfg.digest(), inputs) and {"missing_queries", "depths"} <= set(rundir.previous() or {}):  # (older reports lack depths)
         if echo:
             echo(f"evaluate: config, qrels and runs unchanged since the last run: skipped; metrics in {rundir.path / 'metrics.parquet'}")

@@ -67,6 +67,11 @@ def run_retrieve(cfg: RetrieveConfig, out: str | Path, echo: Callable[[str], Non
     skipped rerun) and, with ``progress``, the progress lines of LLM stages."""
     rundir = RunDir(out, "retrieve")
     job = _check_inputs(cfg, echo, progress)
+    with rundir.held():  # (after the checks: a refused run makes no directory)
+        return _retrieve(cfg, rundir, job, echo, progress)
+
+
+def _retrieve(cfg: RetrieveConfig, rundir: RunDir, job: _Job, echo: Callable[[str], None] | None, progress: bool) -> dict[str, Path]:
     outputs = {p.name: f"runs/{p.name}.parquet" for p in job.pipelines}
     inputs, files = _fingerprint(cfg, job)
     if job.blank_ids and echo:

