@@ -145,3 +145,21 @@ def test_every_definition_the_weighting_digest_names_exists_and_a_missing_one_is
         storage.weighting_digest()
     monkeypatch.undo()
     storage.weighting_digest.cache_clear()
+
+
+def test_an_index_built_with_its_own_analyzer_reads_queries_through_it():
+    """``BM25Index.build(analyze=A)`` made the documents' terms with A while ``search``,
+    ``term_scores`` and ``score_bounds`` read queries through the project's analyzer: an index
+    of unstemmed words found nothing for the words it holds."""
+    from logicrank.pipelines.engines.bm25 import Analyzer, BM25Index
+
+    class NoStem(Analyzer):
+        def __call__(self, text):
+            return [w.lower() for w in self.words(text)]
+
+    batch = pa.record_batch({"doc_id": ["d1", "d2"], "content_hash": ["h", "h"], "title": [None, None], "text": ["running dogs", "a runner"]})
+    index = BM25Index.build([batch], 1, analyze=NoStem())
+    assert sorted(index.vocab.ids) == ["a", "dogs", "runner", "running"]
+    [(rows, scores)] = index.search(["running dogs"], 5)
+    assert rows.tolist() == [0] and scores[0] > 0
+    assert index.term_scores(["running dogs"]).nnz == 1 and index.score_bounds(["running dogs"])[0] > 0

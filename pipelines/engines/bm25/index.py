@@ -278,7 +278,10 @@ class BM25Search:
 
         With the default analyzer each distinct word is looked up once per index (word ->
         term id, or -1 for a stop word, a too-long token or a term the index lacks): queries
-        repeat their words, and a bulk run spends its Python time here."""
+        repeat their words, and a bulk run spends its Python time here. An index built with
+        another analyzer (:meth:`BM25Index.build`) reads queries through that one unless
+        ``analyze`` is given."""
+        analyze = analyze or getattr(self, "analyze", None)
         if analyze is not None and analyze is not default_analyzer():
             ids = self.vocab.ids
             rows = ([i for i in (ids.get(t) for t in analyze(text)) if i is not None] for text in texts)
@@ -376,6 +379,7 @@ class BM25Index(BM25Search):
         super().__init__()
         self.doc_ids, self.hashes, self.vocab, self.version, self.stamp = doc_ids, hashes, vocab, version, stamp
         self.analyzer: str | None = None  # the digest of the analyzer that made its terms, where not the project's (saved with it)
+        self.analyze: Analyzer | None = None  # that analyzer, where the index was built with it: queries read through it too
         cols = len(vocab)
         self.title, self.text = _widen(title, cols), _widen(text, cols)
         self._weights = None  # terms x documents BM25 weights, made on first search
@@ -404,6 +408,7 @@ class BM25Index(BM25Search):
         index = cls(np.concatenate(ids) if ids else empty, np.concatenate(hashes) if hashes else empty, stack(titles), stack(texts), vocab, version, stamp)
         if analyze is not default_analyzer():
             index.analyzer = analyzer_digest(analyze)
+            index.analyze = analyze  # its queries are analyzed as its documents were
         return index
 
     # -- statistics and weights ------------------------------------------------------
