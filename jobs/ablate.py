@@ -34,7 +34,7 @@ from logicrank.pipelines.retrieval.stages.itlr import unparsed_queries
 
 def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, embed: EmbedConfig, table: str = "docs",
                measure: str = "nDCG@10", k: int = 100, scorer: str = "dense", calibration: str | None = None,
-               hybrid_weight: float = 0.5, echo: Callable[[str], None] | None = None) -> pd.DataFrame:
+               hybrid_weight: float = 0.5, echo: Callable[[str], None] | None = None, empty_not: str = "refuse") -> pd.DataFrame:
     """``calibration``: the term scores' (None: the scorer's default; dense none, bm25 max).
     The table is read at the last version a completed index run finished (``echo`` gets the
     line saying so when a newer one was left)."""
@@ -53,7 +53,7 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     if unparsed := unparsed_queries(queries, parsed):  # its operators would be measured on queries read as one term
         raise UnparsedQueryError(unparsed_message("ablate", unparsed, hint='Quote each term ("vitamin D" AND NOT "bone")'))
     with rundir.timed("score"):
-        pairs, calibration = score_grid(parsed, store, embed, k, scorer, calibration, hybrid_weight)
+        pairs, calibration = score_grid(parsed, store, embed, k, scorer, calibration, hybrid_weight, empty_not)
     df = grid_table(pairs, qrels, m, k)
     write_parquet_atomic(pa.Table.from_pandas(df, preserve_index=False), Path(out) / "ablation.parquet")
     write_text_atomic(grid_markdown(df, m), Path(out) / "ablation.md")

@@ -690,14 +690,18 @@ def ablate(
     scorer: Annotated[str, typer.Option(help="Term evidence: dense (cosines), bm25 or hybrid.")] = "dense",
     calibration: Annotated[str | None, typer.Option(help="Term-score calibration (default: the scorer's; dense none, bm25 max): none, zscore, max, saturation.")] = None,
     hybrid_weight: Annotated[float, typer.Option(help="hybrid: the share of calibrated BM25 evidence.", min=0.0, max=1.0)] = 0.5,
+    empty_not: Annotated[str, typer.Option(help="A NOT over a term no document holds: refuse (one line), or hold (it holds for every "
+                                                "document), as the itlr stage's empty_not.")] = "refuse",
     *,
     bound: Bound,
 ):
     """ITLR operator ablation for one term scorer: every AND x OR x NOT family, one exact pass, one table."""
     from logicrank.jobs.ablate import run_ablate
 
+    if empty_not not in ("refuse", "hold"):
+        raise typer.BadParameter(f"--empty-not {empty_not!r}: give refuse or hold")
     df = run_job("ablate", out, run_ablate, queries, qrels, db, out, _config(EmbedConfig, bound, "embed"), table, measure, 100, scorer,
-              calibration, hybrid_weight, typer.echo)
+              calibration, hybrid_weight, typer.echo, empty_not)
     typer.echo(df.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
 
 

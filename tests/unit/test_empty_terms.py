@@ -156,9 +156,20 @@ def test_a_not_over_a_term_no_document_holds_is_refused_in_one_line(logical):
     term = next(t for t in ("the", "Aples", "🙂") if f'"{t}"' in logical)
     assert isinstance(exc.value, UserError) and "\n" not in message
     assert message.startswith(f'itlr: query q7\'s NOT "{term}" negates a term no document holds (')
-    assert message.endswith("remove the NOT, or negate words the table's documents hold (the scorer's words: bm25 drops stop words).")
+    assert message.endswith("remove the NOT, or negate words the table's documents hold (the scorer's words: bm25 drops stop words), "
+                            "or let such a NOT hold for every document (itlr's empty_not: hold).")
     with pytest.raises(EmptyNotError, match=r"^itlr: 2 queries negate terms no document holds \(q1, q2\); q1's NOT \"the\""):
         _run([("q1", "t", '"Apples" AND NOT "the"'), ("q2", "t", 'NOT "Aples"')])
+
+
+def test_a_not_over_a_term_no_document_holds_may_be_let_hold_for_every_document():
+    """``empty_not: hold`` (a benchmark whose terms are titles its documents only paraphrase):
+    such a NOT holds for every document, as fuzzy logic reads NOT of no evidence, so the query
+    ranks as its other terms do; the queries are counted, not refused."""
+    held, step = _run([("q1", "t", '"Apples" AND NOT "Aples"'), ("q2", "t", '"Tea"')], empty_not="hold")
+    alone, _ = _run([("q1", "t", '"Apples"')])
+    assert held["q1"] == alone["q1"] and held["q2"]
+    assert step[0]["empty_nots"] == 1 and step[0]["empty_not_query_ids"] == ["q1"]
 
 
 def test_a_decomposed_form_negating_a_term_no_document_holds_is_scored_as_its_question():

@@ -112,9 +112,10 @@ def test_a_second_run_of_a_job_over_the_same_directory_is_refused_while_the_firs
 
     first = RunDir(tmp_path / "out", "retrieve")
     with first.held():
-        with pytest.raises(RunDirBusy, match=r"^retrieve: another retrieve run is writing .*out now; wait for it to finish, or give another --out$"):
-            with RunDir(tmp_path / "out", "retrieve").held():
-                pass
+        second = RunDir(tmp_path / "out", "retrieve")
+        with pytest.raises(RunDirBusy, match=r"^retrieve: another retrieve run is writing .*out now; wait for it to finish, or give another --out$"), \
+                second.held():
+            pass
         with RunDir(tmp_path / "out", "evaluate").held():  # another job's manifest: its own lock
             pass
     with RunDir(tmp_path / "out", "retrieve").held():

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # (the store imports LanceDB: a second of the command line's 
 
 
 def score_grid(parsed: list, store: DocStore, embed: EmbedConfig, k: int, scorer: str, calibration: str,
-               hybrid_weight: float) -> tuple[dict, str]:
+               hybrid_weight: float, empty_not: str = "refuse") -> tuple[dict, str]:
     """Every operator choice's top ``k`` (query, document) pairs over ``store`` for the parsed
     queries, in one exact pass, and the term scores' calibration as the manifest records it."""
     terms = unique_terms(parsed)
@@ -28,6 +28,7 @@ def score_grid(parsed: list, store: DocStore, embed: EmbedConfig, k: int, scorer
         return score_exact(parsed, terms, Embedder(embed).encode(terms), store.vector_blocks(), k, grid, Calibration()), calibration
     evidence = make_evidence(scorer, store, terms, lambda texts: Embedder(embed).encode(texts), hybrid_weight)
     empty = evidence.empty_terms()  # as the itlr stage: a NOT over a term no document holds refused, the term 0, no padding
-    refuse_empty_nots(parsed, empty, "ablate")
+    if empty_not == "refuse":  # (hold: such a NOT holds for every document, as the itlr stage's empty_not: hold)
+        refuse_empty_nots(parsed, empty, "ablate")
     cal = dataclasses.replace(calibrate_evidence(evidence, calibration), empty=frozenset(empty))
     return score_exact(parsed, terms, None, evidence.blocks(32768), k, grid, cal, drop_unsupported=evidence.sparse), describe(evidence, calibration)

@@ -104,6 +104,11 @@ def refuse_nan(scores: np.ndarray, queries: Sequence[LogicalQuery], doc_ids) -> 
                          "(a NaN in the table's vectors or its term scores, or a calibration with a zero spread); nothing is ranked.")
 
 
+def empty_not_queries(parsed: Sequence[LogicalQuery], empty: dict[str, str]) -> list[str]:
+    """The ids of the queries that negate a term with no evidence in the table (``empty``)."""
+    return [q.query_id for q in parsed if negated_terms(q.ast) & empty.keys()]
+
+
 def refuse_empty_nots(parsed: Sequence[LogicalQuery], empty: dict[str, str], where: str = "itlr") -> None:
     """Refuse the queries that negate a term with no evidence in the table (``empty``: term ->
     why, :meth:`~logicrank.pipelines.retrieval.methods.evidence.Evidence.empty_terms`): NOT of it is 1
@@ -120,7 +125,8 @@ def refuse_empty_nots(parsed: Sequence[LogicalQuery], empty: dict[str, str], whe
         ids = list(dict.fromkeys(q for q, _ in found))
         shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
         head = f"{where}: {len(ids)} quer{'y negates' if len(ids) == 1 else 'ies negate'} terms no document holds ({shown}); {qid}'s {why}"
-    raise EmptyNotError(head + "; remove the NOT, or negate words the table's documents hold (the scorer's words: bm25 drops stop words).")
+    raise EmptyNotError(head + "; remove the NOT, or negate words the table's documents hold (the scorer's words: bm25 drops stop words), "
+                        "or let such a NOT hold for every document (itlr's empty_not: hold).")
 
 
 def unique_terms(queries: Sequence[LogicalQuery]) -> list[str]:

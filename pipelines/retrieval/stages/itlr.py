@@ -19,6 +19,7 @@ from logicrank.pipelines.retrieval.logic.query import Term, UnparsedQueryError, 
 from logicrank.pipelines.retrieval.methods.evidence import check_calibration, evidence_class, make_evidence
 from logicrank.pipelines.retrieval.methods.itlr import (
     TERM_SCORES,
+    empty_not_queries,
     excluded_everywhere,
     negated_terms,
     parse_queries,
@@ -66,6 +67,11 @@ class ITLROptions(StageOptions):
         False, description="bm25: also return documents whose score carries no evidence (no positive term of the query in the document, "
         "and 0 with the terms it misses counted 0), filling each query's k; off: a query may return fewer than k (docs/itlr.md, Terms "
         "without evidence)."
+    )
+    empty_not: Literal["refuse", "hold"] = Field(
+        "refuse", description="A NOT over a term no document holds (none of its words in the table: a misspelling, a title its documents "
+        "only paraphrase): refuse the run in one line naming the query, or let the NOT hold for every document, as fuzzy logic reads "
+        "NOT of no evidence (the queries counted: empty_nots)."
     )
 
     @field_validator("operators")
@@ -140,7 +146,10 @@ class ITLR(Stage):
                                          o.calibration_sample)
                 calibration = evidence.calibrate(name, o.calibration_sample, _read_labels(o.labels) if name == "sigmoid" else None)
                 empty = evidence.empty_terms()
-        refuse_empty_nots(parsed, empty)
+        if o.empty_not == "refuse":
+            refuse_empty_nots(parsed, empty)
+        elif held := empty_not_queries(parsed, empty):
+            fallbacks |= {"empty_nots": len(held), "empty_not_query_ids": held[:100]}
         if unfit := unfitted_terms(calibration, parsed, empty):
             fallbacks |= {"uncalibrated_terms": len(unfit), "uncalibrated_term_names": unfit[:100]}
         calibration = dataclasses.replace(calibration, empty=frozenset(empty))
