@@ -194,18 +194,24 @@ def fill_templates(shard: int, topics: dict[str, list[str]], per_shard: int, see
 
 
 def _three_topics(rng: random.Random, docs: list[str], topics: dict[str, list[str]]) -> tuple[tuple[str, str, str], tuple[str, str, str]] | None:
-    """Three documents of ``docs`` in a random order and a topic of each, the topics distinct
-    (case aside), or None when no three documents offer three such topics."""
-    picked: list[str] = []
-    terms: list[str] = []
-    for d in rng.sample(docs, len(docs)):
-        fresh = [t for t in topics[d] if t.lower() not in {u.lower() for u in terms}]
-        if fresh:
-            picked.append(d)
-            terms.append(rng.choice(fresh))
-            if len(terms) == 3:
-                return tuple(picked), tuple(terms)  # type: ignore[return-value]
-    return None
+    """Three documents of ``docs`` and a topic of each, the topics distinct (case aside), drawn
+    at random among the ways there are (documents and each one's topics in a random order,
+    searched in that order: a topic taken early never leaves a later document without one
+    when another choice would do); None when no three documents offer three such topics."""
+    order = rng.sample(docs, len(docs))
+    choices = {d: rng.sample(topics[d], len(topics[d])) for d in order}
+
+    def pick(start: int, picked: tuple[str, ...], terms: tuple[str, ...]):
+        if len(terms) == 3:
+            return picked, terms
+        taken = {t.lower() for t in terms}
+        for i in range(start, len(order) - (2 - len(terms))):
+            for t in choices[order[i]]:
+                if t.lower() not in taken and (found := pick(i + 1, (*picked, order[i]), (*terms, t))):
+                    return found
+        return None
+
+    return pick(0, (), ())
 
 
 def usable_question(text: str | None) -> str | None:

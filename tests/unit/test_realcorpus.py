@@ -46,6 +46,11 @@ def test_a_shard_whose_documents_share_topics_gives_queries_of_three_distinct_to
             assert all(t in topics[doc] for t, doc in zip(d.terms, d.source_doc_ids, strict=True))
             assert parse(d.logical_query).terms() == d.terms
     assert rc.fill_templates(0, {f"d{i}": ["COVID-19", "Masks"] for i in range(5)} | {"d9": ["masks"]}, 4, 0) == []
+    # one way only (a/x, b/y, d/z): a draw that takes x from b first must still find it, not leave the shard empty
+    narrow = {"a": ["x"], "b": ["x", "y"], "c": ["x"], "d": ["z"]}
+    for seed in range(50):
+        drafts = rc.fill_templates(0, narrow, 3, seed)
+        assert len(drafts) == 3 and all(len({t.lower() for t in d.terms}) == 3 for d in drafts), seed
 
 
 def test_questions_must_be_one_capitalised_line_ending_in_a_question_mark():
