@@ -235,14 +235,8 @@ def index(
         typer.echo(f"index: {start}; the counts below are of what changed since {since}.")
     elif s.kept_manifest:
         typer.echo(f"index: the manifest of the run that stopped before this one is kept as {out / s.kept_manifest}.")
-    if s.embedded_by.get("reembedded") and "precomputed" in (s.embedded_by["before"], s.embedded_by["now"]):
-        how = {True: "given by the corpus (--vector-column)", False: "embedded by logicrank"}
-        typer.echo(f"index: table {cfg.table!r}'s vectors were {how[s.embedded_by['before'] == 'precomputed']}; this run's are "
-                   f"{how[s.embedded_by['now'] == 'precomputed']}, so its {s.embedded_by['reembedded']} stored documents were written again.")
-    elif s.embedded_by.get("reembedded"):
-        typer.echo(f"index: the code that embeds documents (pipelines/engines/embed.py and what it imports) changed since table {cfg.table!r}'s "
-                   f"vectors were made ({s.embedded_by['before']} -> {s.embedded_by['now']}): its {s.embedded_by['reembedded']} "
-                   "stored documents were embedded again.")
+    if note := reembed_note(cfg.table, s.embedded_by):
+        typer.echo(note)
     if cfg.vector_column is not None:
         typer.echo(f"index: vectors from the corpus's {cfg.vector_column!r} ({cfg.vector_model}), none embedded: {s.precomputed} written.")
     if s.not_utf8:
@@ -873,3 +867,23 @@ def main_job(
 
 if __name__ == "__main__":
     app()
+
+
+def reembed_note(table: str, embedded_by: dict) -> str | None:
+    """The index job's line on the stored documents it wrote again because what made the
+    table's vectors changed (``embedded_by``: the summary's before, now, reembedded); None
+    when it wrote none again. A record is the embedding code's digest, or ``precomputed`` for
+    the corpus's own vectors, either followed by ``+`` and a local model directory's files."""
+    n = embedded_by.get("reembedded")
+    if not n:
+        return None
+    given = {k: (embedded_by.get(k) or "").partition("+")[0] == "precomputed" for k in ("before", "now")}
+    if given["before"] != given["now"]:
+        how = {True: "given by the corpus (--vector-column)", False: "embedded by logicrank"}
+        return (f"index: table {table!r}'s vectors were {how[given['before']]}; this run's are {how[given['now']]}, so its {n} stored "
+                "documents were written again.")
+    if given["now"]:
+        return (f"index: table {table!r}'s vectors were given by the corpus for another --vector-model, or for its files as they were then: "
+                f"its {n} stored documents were written again with this run's vectors.")
+    return (f"index: the code that embeds documents (pipelines/engines/embed.py and what it imports) changed since table {table!r}'s "
+            f"vectors were made ({embedded_by['before']} -> {embedded_by['now']}): its {n} stored documents were embedded again.")

@@ -120,3 +120,20 @@ def test_a_second_run_of_a_job_over_the_same_directory_is_refused_while_the_firs
             pass
     with RunDir(tmp_path / "out", "retrieve").held():
         pass
+
+
+def test_the_index_jobs_line_on_documents_written_again_reads_a_records_kind_whatever_follows_it():
+    """A table's record of what made its vectors is the embedding code's digest or
+    ``precomputed``, either followed by ``+`` and a local model directory's files: the line
+    read ``precomputed+<files>`` as embedding code, and said the embedding code had changed."""
+    from logicrank.cli import reembed_note
+
+    assert reembed_note("docs", {"before": "abc", "now": "abc"}) is None
+    switched = reembed_note("docs", {"before": "abc+f1", "now": "precomputed+f2", "reembedded": 40})
+    assert switched == ("index: table 'docs''s vectors were embedded by logicrank; this run's are given by the corpus (--vector-column), "
+                        "so its 40 stored documents were written again.")
+    back = reembed_note("docs", {"before": "precomputed", "now": "abc", "reembedded": 3})
+    assert back is not None and "were given by the corpus (--vector-column); this run's are embedded by logicrank" in back
+    saved_over = reembed_note("docs", {"before": "precomputed+f1", "now": "precomputed+f2", "reembedded": 40})
+    assert saved_over is not None and saved_over.startswith("index: table 'docs''s vectors were given by the corpus for another --vector-model")
+    assert "code that embeds documents" in reembed_note("docs", {"before": "abc", "now": "def", "reembedded": 5})
