@@ -94,6 +94,8 @@ def test_a_candidate_whose_every_p_true_is_nan_keeps_its_nan_posterior():
                            "logit_true": [2.0, np.nan, -np.inf], "logit_false": [0.0, 1.0, -np.inf]})
     scored["p_calibrated"] = calibrate(scored, "none")
     np.testing.assert_allclose(scored["p_calibrated"], [1 / (1 + np.exp(-2.0)), np.nan, 0.5])
+    masked = pd.DataFrame({"query_id": ["q1"], "atom_id": ["a1"], "logit_true": [-np.inf], "logit_false": [-np.inf]})  # content-free too
+    np.testing.assert_allclose(calibrate(scored, "content-free", masked), [1 / (1 + np.exp(-2.0)), np.nan, 0.5])
     post = posteriors([one], scored).set_index("doc_id")["score"]
     assert list(post.index) == ["d1", "d2", "d3"] and np.isnan(post["d2"])
     np.testing.assert_allclose(post[["d1", "d3"]], [1 / (1 + np.exp(-2.0)), 0.5])

@@ -90,17 +90,23 @@ def content_free_prompts(queries: Sequence[OrlogQuery]) -> pd.DataFrame:
     return out
 
 
+def _logit_gap(scored: pd.DataFrame) -> np.ndarray:
+    """z_True - z_False per row; 0 where both labels are masked (-inf and -inf: P(True) 0.5, as
+    the engine's p_true says), not NaN."""
+    zt, zf = scored["logit_true"].to_numpy(dtype=np.float64), scored["logit_false"].to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.where(zt == zf, 0.0, zt - zf)
+
+
 def calibrate(scored: pd.DataFrame, mode: str, content_free: pd.DataFrame | None = None) -> np.ndarray:
     """P(True) per row after calibration of the logit difference d = z_True - z_False:
     ``none``: sigmoid(d); ``content-free``: sigmoid(d - d of the atom about "N/A");
     ``pool-mean``: sigmoid(d - mean d of the atom over the query's candidates)."""
     if mode not in CALIBRATIONS:
         raise ValueError(f"unknown calibration {mode!r}; valid: {', '.join(CALIBRATIONS)}")
-    zt, zf = scored["logit_true"].to_numpy(dtype=np.float64), scored["logit_false"].to_numpy(dtype=np.float64)
-    with np.errstate(invalid="ignore"):  # (both labels masked, -inf and -inf: P(True) 0.5, as the engine's p_true)
-        d = np.where(zt == zf, 0.0, zt - zf)
+    d = _logit_gap(scored)
     if mode == "content-free":
-        cf = content_free.assign(d=content_free["logit_true"] - content_free["logit_false"]).set_index(["query_id", "atom_id"])["d"]
+        cf = content_free.assign(d=_logit_gap(content_free)).set_index(["query_id", "atom_id"])["d"]
         d = d - cf.loc[list(zip(scored["query_id"], scored["atom_id"], strict=True))].to_numpy()
     elif mode == "pool-mean":
         d = d - scored.assign(d=d).groupby(["query_id", "atom_id"])["d"].transform("mean").to_numpy()
