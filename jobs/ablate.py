@@ -39,6 +39,8 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     The table is read at the last version a completed index run finished (``echo`` gets the
     line saying so when a newer one was left)."""
     m = parse_measure(measure)
+    if empty_not not in ("refuse", "hold"):
+        raise EvidenceError(f"ablate: empty_not {empty_not!r}: give refuse or hold")
     calibration = check_calibration(scorer, calibration, "ablate")
     if calibration == "sigmoid":
         raise EvidenceError("ablate: calibration 'sigmoid' needs labels; use the itlr stage's (labels option) in an experiment.")
@@ -59,6 +61,6 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     write_text_atomic(grid_markdown(df, m), Path(out) / "ablation.md")
     fallback = sum(q.status != "ok" for q in parsed)
     rundir.write_manifest({"queries": queries_path, "qrels": qrels_path, "db": db, "measure": str(m), "k": k, "scorer": scorer,
-                           "calibration": calibration},
+                           "calibration": calibration, "empty_not": empty_not},
                           "", {}, ["ablation.parquet", "ablation.md"], fallback_queries=fallback)
     return df

@@ -30,5 +30,7 @@ def score_grid(parsed: list, store: DocStore, embed: EmbedConfig, k: int, scorer
     empty = evidence.empty_terms()  # as the itlr stage: a NOT over a term no document holds refused, the term 0, no padding
     if empty_not == "refuse":  # (hold: such a NOT holds for every document, as the itlr stage's empty_not: hold)
         refuse_empty_nots(parsed, empty, "ablate")
+    elif empty_not != "hold":
+        raise ValueError(f"ablate: empty_not {empty_not!r}: give refuse or hold")
     cal = dataclasses.replace(calibrate_evidence(evidence, calibration), empty=frozenset(empty))
     return score_exact(parsed, terms, None, evidence.blocks(32768), k, grid, cal, drop_unsupported=evidence.sparse), describe(evidence, calibration)
