@@ -865,10 +865,6 @@ def main_job(
         raise typer.Exit(1)
 
 
-if __name__ == "__main__":
-    app()
-
-
 def reembed_note(table: str, embedded_by: dict) -> str | None:
     """The index job's line on the stored documents it wrote again because what made the
     table's vectors changed (``embedded_by``: the summary's before, now, reembedded); None
@@ -887,3 +883,8 @@ def reembed_note(table: str, embedded_by: dict) -> str | None:
                 f"its {n} stored documents were written again with this run's vectors.")
     return (f"index: the code that embeds documents (pipelines/engines/embed.py and what it imports) changed since table {table!r}'s "
             f"vectors were made ({embedded_by['before']} -> {embedded_by['now']}): its {n} stored documents were embedded again.")
+
+
+if __name__ == "__main__":
+    app()
+
