@@ -156,7 +156,7 @@ def irds_to_beir(dataset_id: str, out: Path) -> Path:
             out.mkdir(parents=True, exist_ok=True)
             with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
                 for doc in ds.docs_iter():
-                    title, text = _doc_fields(doc)
+                    title, text = doc_fields(doc)
                     f.write(json.dumps({"_id": doc.doc_id, "title": title, "text": text}) + "\n")
             with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
                 for q in ds.queries_iter():
@@ -188,7 +188,7 @@ def _conversion(dataset_id: str) -> str:
     return json.dumps({"dataset": dataset_id, "code": code_digest(__name__), "ir_datasets": version("ir_datasets")}, sort_keys=True)
 
 
-def _doc_fields(doc) -> tuple[str, str]:
+def doc_fields(doc) -> tuple[str, str]:
     """A document's (title, text): its ``title`` and ``text`` fields, else ir_datasets' default
     text, which for a document without a ``text`` field (MS MARCO documents, TREC's parsed
     documents, NFCorpus, WaPo) starts with the title: the title is taken off it, so the title

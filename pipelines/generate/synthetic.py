@@ -82,7 +82,7 @@ def first_sentence(text: str, max_words: int) -> str:
     return " ".join(words[:max_words])
 
 
-def _topics(corpus_path: Path, max_words: int) -> list[tuple[str, str]]:
+def scifact_topics(corpus_path: Path, max_words: int) -> list[tuple[str, str]]:
     """(title, first sentence) of every SciFact document with both."""
     out = []
     for _, d in read_jsonl(corpus_path, "synthetic: corpus", SyntheticError):
@@ -95,7 +95,7 @@ def _topics(corpus_path: Path, max_words: int) -> list[tuple[str, str]]:
 def generate(corpus_path: str | Path, out: str | Path, per_template: int = 10, seed: int = 0, max_words: int = 55) -> dict[str, int]:
     """Write the benchmark to ``out``; returns counts. Same inputs, same files."""
     rng = random.Random(seed)
-    topics = _topics(Path(corpus_path), max_words)
+    topics = scifact_topics(Path(corpus_path), max_words)
     out = Path(out)
     (out / "qrels").mkdir(parents=True, exist_ok=True)
     docs, queries, qrels, labels = [], [], [], []

@@ -154,12 +154,12 @@ def test_an_irds_document_without_a_text_field_holds_its_title_once():
     from ir_datasets.datasets.msmarco_document import MsMarcoDocument
     from ir_datasets.formats import GenericDoc, TrecParsedDoc
 
-    from logicrank.pipelines.datasets.registry import _doc_fields
+    from logicrank.pipelines.datasets.registry import doc_fields
 
-    assert _doc_fields(MsMarcoDocument("D1", "http://x", "Airbus Subsidies", "Government assistance to Airbus.")) == (
+    assert doc_fields(MsMarcoDocument("D1", "http://x", "Airbus Subsidies", "Government assistance to Airbus.")) == (
         "Airbus Subsidies", "Government assistance to Airbus.")
-    assert _doc_fields(TrecParsedDoc("D2", "A title", "A body.", "<html/>")) == ("A title", "A body.")
-    assert _doc_fields(GenericDoc("D3", "plain text")) == ("", "plain text")
+    assert doc_fields(TrecParsedDoc("D2", "A title", "A body.", "<html/>")) == ("A title", "A body.")
+    assert doc_fields(GenericDoc("D3", "plain text")) == ("", "plain text")
 
 
 def test_irds_downloads_nothing_and_names_an_unknown_id_in_one_line(tmp_path, monkeypatch):
@@ -207,7 +207,7 @@ def test_irds_conversion_is_reused_only_as_this_code_made_it_and_never_half_writ
     def fails(doc):
         raise OSError("disk full")
 
-    monkeypatch.setattr(registry, "_doc_fields", fails)
+    monkeypatch.setattr(registry, "doc_fields", fails)
     with pytest.raises(registry.DatasetError, match="disk full"):
         registry.irds_to_beir(b, out)  # the other id fails half-way over the same directory
     monkeypatch.undo()

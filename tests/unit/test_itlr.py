@@ -9,7 +9,7 @@ import pytest
 
 from logicrank.jobs.retrieve_notes import fallback_notes
 from logicrank.pipelines.datasets import scifact
-from logicrank.pipelines.generate.synthetic import TEMPLATES, _topics, generate
+from logicrank.pipelines.generate.synthetic import TEMPLATES, generate, scifact_topics
 from logicrank.pipelines.retrieval.logic.fuzzy import Operators, compile_query
 from logicrank.pipelines.retrieval.logic.query import holds, parse
 from logicrank.pipelines.retrieval.methods.itlr import (
@@ -201,7 +201,7 @@ def test_generator_is_deterministic_and_correct(tmp_path):
         assert queries[qid]["negations"] == ast.negations()
     # a document's labels name every topic whose sentence it holds, the unrelated sentence of
     # an empty set's document included (it may be another query's term: pooled.tsv reads it)
-    sentence = dict(_topics(Path(scifact().corpus), 55))
+    sentence = dict(scifact_topics(Path(scifact().corpus), 55))
     corpus = {d["_id"]: d["text"] for d in map(json.loads, (tmp_path / "a" / "corpus.jsonl").read_text().splitlines())}
     for r in labels:
         assert sorted(" ".join(sentence[t] for t in r["present"]).split()) == sorted(corpus[r["doc_id"]].split()), r
