@@ -22,6 +22,7 @@ from logicrank.pipelines.retrieval.methods.itlr import (
     positive_terms,
     score_candidates,
     score_exact,
+    score_listed,
     term_scores,
     unfitted_terms,
 )
@@ -97,6 +98,25 @@ def test_a_nan_score_is_refused_not_ranked_below_every_document(setup, threads):
     # the other documents score as before: only the NaN is refused
     assert len(score_exact(qs[:2], terms, T, [(np.delete(ids, 123), np.delete(docs, 123, axis=0))], 10, [Operators()],
                            Calibration())[Operators()]) == 20
+
+
+def test_a_reciprocal_not_past_float32_is_refused_not_dropped():
+    """not=reciprocal gives 1/1e-6 for each negated term a document misses: seven overflow
+    float32 to +inf, and the filters that drop strict NOT's exclusions (-inf) dropped the very
+    documents that hold none of the negated terms, leaving the one that holds one. Refused."""
+    terms = ["a"] + [f"n{i}" for i in range(7)]
+    q = LogicalQuery("q1", parse('"a" AND ' + " AND ".join(f'NOT "{t}"' for t in terms[1:])), "ok")
+    raw = np.array([[5.0] + [0.0] * 7, [5.0, 3.0] + [0.0] * 6, [2.0] + [0.0] * 7], np.float32)  # d_good, d_bad (holds n0), d_ok
+    ids = np.array(["d_good", "d_bad", "d_ok"], dtype=object)
+    ops, cal = Operators.parse("not=reciprocal"), Calibration.divide("max", terms, np.array([5.0] + [3.0] * 7))
+    with pytest.warns(RuntimeWarning), pytest.raises(ScoreError, match=r"2 composed score\(s\) are \+inf, e\.g\. query 'q1', doc 'd_good'.*not=reciprocal"):
+        score_listed([q], terms, lambda i, p: raw, {"q1": (ids, None)}, 10, ops, cal, drop_unsupported=True)
+    with pytest.warns(RuntimeWarning), pytest.raises(ScoreError, match=r"are \+inf"):
+        score_exact([q], terms, None, iter([(ids, raw)]), 10, [ops], cal, drop_unsupported=True)
+    # six negations stay in range and rank as the operator says
+    q6 = LogicalQuery("q1", parse('"a" AND ' + " AND ".join(f'NOT "{t}"' for t in terms[1:7])), "ok")
+    top = score_listed([q6], terms[:7], lambda i, p: raw[:, :7], {"q1": (ids, None)}, 10, ops, cal, drop_unsupported=True)
+    assert top["doc_id"].tolist() == ["d_good", "d_ok", "d_bad"]
 
 
 def test_positive_terms_and_ann_candidates(setup):

@@ -93,15 +93,19 @@ class ScoreError(UserError, ValueError):
     """A composed score that is NaN: a document it ranks nowhere would silently leave the run."""
 
 
-def refuse_nan(scores: np.ndarray, queries: Sequence[LogicalQuery], doc_ids) -> None:
+def refuse_unrankable(scores: np.ndarray, queries: Sequence[LogicalQuery], doc_ids) -> None:
     """Raise :class:`ScoreError` where the (queries x docs) ``scores`` hold a NaN (a NaN in the
-    table's vectors, or a calibration that divides by a zero spread): such a document would
-    rank below every other and leave the run without a word. ``doc_ids``: the columns' ids."""
-    bad = np.isnan(scores)
-    if bad.any():
-        q, d = (int(i[0]) for i in np.nonzero(bad))
-        raise ScoreError(f"itlr: {int(bad.sum())} composed score(s) are NaN, e.g. query {queries[q].query_id!r}, doc {doc_ids[d]!r} "
-                         "(a NaN in the table's vectors or its term scores, or a calibration with a zero spread); nothing is ranked.")
+    table's vectors, or a calibration that divides by a zero spread) or +inf (``not=reciprocal``
+    overflowed: 1/1e-6 for each negated term a document misses, past float32's range at seven):
+    such a document would rank below every other, or be dropped as an exclusion, and leave the
+    run without a word. -inf is strict NOT's exclusion, not refused. ``doc_ids``: the columns' ids."""
+    for bad, what, why in ((np.isnan(scores), "NaN", "a NaN in the table's vectors or its term scores, or a calibration with a zero spread"),
+                           (np.isposinf(scores), "+inf", "an operator past float32's range: not=reciprocal over many negated terms "
+                                                         "a document misses; use not=complement")):
+        if bad.any():
+            q, d = (int(i[0]) for i in np.nonzero(bad))
+            raise ScoreError(f"itlr: {int(bad.sum())} composed score(s) are {what}, e.g. query {queries[q].query_id!r}, doc {doc_ids[d]!r} "
+                             f"({why}); nothing is ranked.")
 
 
 def empty_not_queries(parsed: Sequence[LogicalQuery], empty: dict[str, str]) -> list[str]:
@@ -399,7 +403,7 @@ def score_exact(
                             len(slots), len(rows), t1 - t0).transpose(1, 2, 0))
                         scores = np.where((support == 0) & ~held, -np.inf, scores)
                     block[rows, t0 - lo : t1 - lo] = scores
-            refuse_nan(block, queries, block_ids[lo:hi])
+            refuse_unrankable(block, queries, block_ids[lo:hi])
             tops[ops][part].push(block, first_row + lo, block_ids[lo:hi])
 
     seen = first_row
@@ -499,7 +503,7 @@ def score_listed(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, can
             continue
         R = raw(ids, payload)
         scores = compose([q], terms, R, ops, calibration)[0]
-        refuse_nan(scores[None, :], [q], ids)
+        refuse_unrankable(scores[None, :], [q], ids)
         if drop_unsupported:
             scores = np.where(unsupported(q, terms, R, scores, ops, calibration), -np.inf, scores)
         ids = np.asarray(ids, dtype=object)
