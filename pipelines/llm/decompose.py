@@ -32,7 +32,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint, Generation, LLMClient
 from logicrank.pipelines.retrieval.logic.grammar import to_gbnf
-from logicrank.pipelines.retrieval.logic.query import And, Node, Not, QueryParseError, Term, parse, quote, to_text
+from logicrank.pipelines.retrieval.logic.query import And, Node, Not, QueryParseError, Term, parse, quote, relabel, to_text
 from logicrank.schemas.errors import JobFailed, UserError
 from logicrank.schemas.tables import DECOMPOSITIONS, question_sha
 
@@ -261,7 +261,7 @@ def _read_orlog(question: str, text: str) -> Parsed:
     """An OrLog decomposition's JSON as written (by the LLM or by hand): atoms and a form over
     their ids. Atoms the form does not use are dropped (they cannot change a posterior; a real
     model defines helper statements it then leaves out); every atom the form uses must mention
-    ``{x}``."""
+    ``{x}``; atoms of the same statement (words compared case-folded) become the first one's id."""
     try:
         obj = json.loads(text, strict=False)  # xgrammar lets raw control characters into strings
         atoms = obj["atoms"]
@@ -277,6 +277,12 @@ def _read_orlog(question: str, text: str) -> Parsed:
         kept = [(i, t) for i, t in zip(ids, texts, strict=True) if i in used]
         if not all(isinstance(t, str) and PLACEHOLDER in t for _, t in kept):
             raise ValueError(f"every atom the form uses must mention {PLACEHOLDER}")
+        # one statement under two ids is one atom: scored apart, the posterior would take them for independent facts
+        first: dict[str, str] = {}
+        names = {i: first.setdefault(_fold(t), i) for i, t in kept}
+        if any(names[i] != i for i, _ in kept):
+            form = to_text(relabel(parse(form), names))
+            kept = [(i, t) for i, t in kept if names[i] == i]
         return Parsed("ok", logical_query=form, atoms=[{"id": i, "text": t} for i, t in kept])
     except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and QueryParseError are ValueErrors
         return _orlog_fallback(question, f"{type(exc).__name__}: {str(exc).splitlines()[0]}", "fallback")

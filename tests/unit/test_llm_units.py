@@ -243,6 +243,30 @@ def test_orlog_outputs_as_a_real_model_writes_them():
     assert parse_output("orlog", "q", _gen(json.dumps(self_neg))).status == "degenerate"
 
 
+def test_orlog_atoms_of_one_statement_are_one_atom():
+    """Two ids for one statement were two independent facts to the exact posterior, given the
+    same P(True): "(chess AND golf) OR (chess AND tennis)" ranked a weaker chess player first,
+    and "chess AND golf AND NOT golf" was accepted. The second id becomes the first's."""
+    import pandas as pd
+
+    from logicrank.pipelines.retrieval.methods import orlog
+
+    def read(atoms, form):
+        return parse_output("orlog", "q", _gen(json.dumps({"atoms": [{"id": i, "text": t} for i, t in atoms], "form": form})))
+
+    p = read([("a1", "{x} plays chess"), ("a2", "{x} plays golf"), ("a3", "{x} Plays chess."), ("a4", "{x} plays tennis")],
+             "(a1 AND a2) OR (a3 AND a4)")
+    assert p.status == "ok" and p.logical_query == '"a1" AND "a2" OR "a1" AND "a4"' and [a["id"] for a in p.atoms] == ["a1", "a2", "a4"]
+    truth = {"A": {"a1": 0.6, "a2": 0.9, "a4": 0.9}, "B": {"a1": 0.7, "a2": 0.9, "a4": 0.0}}
+    q = orlog.OrlogQuery("q1", "q", tuple((a["id"], a["text"]) for a in p.atoms), parse(p.logical_query), p.status)
+    rows = [{"query_id": "q1", "doc_id": d, "base_rank": r, "atom_id": a, "p_calibrated": pt} for r, (d, ps) in enumerate(truth.items())
+            for a, pt in ps.items()]
+    scores = orlog.posteriors([q], pd.DataFrame(rows)).set_index("doc_id")["score"]
+    assert scores["A"] == pytest.approx(0.6 * (1 - 0.1 * 0.1), abs=1e-9) and scores["B"] == pytest.approx(0.7 * 0.9, abs=1e-9)
+    golf = read([("a1", "{x} plays chess"), ("a2", "{x} plays golf"), ("a3", "{x} plays golf")], "a1 AND a2 AND NOT a3")
+    assert golf.status == "degenerate" and '"a2" AND NOT "a2"' in golf.error
+
+
 def test_hand_written_orlog_decompositions_may_negate_a_negative_statement(tmp_path):
     """A person means what they write: the LLM-only check does not apply to a decompositions file."""
     from logicrank.pipelines.llm.decompose import read_decompositions
