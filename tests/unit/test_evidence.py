@@ -31,7 +31,7 @@ from logicrank.pipelines.retrieval.methods.itlr import (
     score_listed,
     term_scores_from,
 )
-from logicrank.pipelines.retrieval.methods.orlog import OrlogQuery, atom_query, posteriors, retrieval_truth
+from logicrank.pipelines.retrieval.methods.orlog import OrlogQuery, atom_query, negative_atoms_as_questions, posteriors, retrieval_truth
 
 # a LIMIT-like table: who likes what; "Ada" likes apples and pears, "Bo" apples only, ...
 LIKES = {
@@ -210,6 +210,22 @@ def test_orlog_over_bm25_is_the_exact_posterior_of_calibrated_scores(store):
     assert post.idxmax() == "bo" and post["ada"] < post["bo"]
     dense = retrieval_truth([q], cands, "dense", "zscore", store, _encode)
     assert dense["p_true"].between(0, 1).all() and len(dense) == 8
+
+
+def test_orlog_over_bm25_reads_a_negative_atom_as_the_question_not_its_opposite(store):
+    """"{x} does not like Pears" is "like Pears" to BM25 ("not" is a stop word): the query
+    "a1 AND a2" ranked the pear lovers first, selecting what it excludes. Under a retrieval
+    scorer such a query falls back to the question as its one atom, and is named."""
+    neg = OrlogQuery("q", "who likes apples but not pears", (("a1", "{x} likes Apples"), ("a2", "{x} does not like Pears")),
+                     parse('"a1" AND "a2"'), "ok")
+    pos = OrlogQuery("p", "who likes apples but not pears", (("a1", "{x} likes Apples"), ("a2", "{x} likes Pears")),
+                     parse('"a1" AND NOT "a2"'), "ok")
+    qs, fell = negative_atoms_as_questions([neg, pos])
+    assert fell == ["q"] and qs[1] is pos
+    assert qs[0].status == "negative-atom" and qs[0].atoms == (("a1", "{x} answers the question: who likes apples but not pears"),)
+    cands = pd.DataFrame({"query_id": ["q"] * 2, "doc_id": ["ada", "bo"], "base_rank": [1, 2]})
+    post = posteriors([neg], retrieval_truth([neg], cands, "bm25", "max", store)).set_index("doc_id")["score"]
+    assert post["ada"] > post["bo"]  # what the fallback prevents: Ada likes pears, yet ranks first for "not pears"
 
 
 @pytest.mark.parametrize("calibration", ["zscore", "max"])

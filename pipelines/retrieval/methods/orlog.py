@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from logicrank.pipelines.llm.decompose import PLACEHOLDER
+from logicrank.pipelines.llm.decompose import NEGATIVE_STATEMENT, PLACEHOLDER
 from logicrank.pipelines.retrieval.logic.probability import compile_probability, problog_probability
 from logicrank.pipelines.retrieval.logic.query import Node, parse
 from logicrank.schemas.tables import require_columns
@@ -117,6 +117,22 @@ def atom_query(atom: str) -> str:
     """An atom's text as a retrieval query: ``{x}`` dropped, spaces closed up
     ("{x} likes Quokkas" -> "likes Quokkas")."""
     return " ".join(atom.replace(PLACEHOLDER, " ").split())
+
+
+def negative_atoms_as_questions(queries: Sequence[OrlogQuery]) -> tuple[list[OrlogQuery], list[str]]:
+    """For a retrieval scorer (bm25, dense): each decomposed query with a negative atom ("{x} is
+    not a comedy") falls back to the question as its one atom, as an unusable decomposition
+    does (status ``negative-atom``): BM25 drops "not" as a stop word and a dense vector barely
+    moves, so the atom's P(True) would be its opposite's and the query would select what it
+    excludes. Returns the queries and the ids of those that fell back."""
+    out, fell = [], []
+    for q in queries:
+        if q.status == "ok" and any(NEGATIVE_STATEMENT.search(text) for _, text in q.atoms):
+            q = OrlogQuery(q.query_id, q.question, (("a1", f"{PLACEHOLDER} answers the question: {q.question}"),), parse('"a1"'),
+                           "negative-atom")
+            fell.append(q.query_id)
+        out.append(q)
+    return out, fell
 
 
 def retrieval_truth(queries: Sequence[OrlogQuery], candidates: pd.DataFrame, scorer: str, calibration: str, store, encode=None,

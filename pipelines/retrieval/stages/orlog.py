@@ -162,10 +162,12 @@ class Orlog(_LLMReranker):
             counts = _cost(res, len(cands), n_cf) | sharding
         else:
             cands = self._pairs(runs[0])
+            qs, negative = orlog.negative_atoms_as_questions(qs)  # (counted among the fallbacks below, and apart)
             calibration = o.score_calibration or RETRIEVAL_CALIBRATIONS[o.scorer][0]
             encode = (lambda texts: ctx.embedder().encode(texts)) if o.scorer == "dense" else None  # noqa: E731
             res = orlog.retrieval_truth(qs, cands, o.scorer, calibration, ctx.store, encode, o.calibration_sample)
             counts = {"pairs": len(cands), "scorer": o.scorer, "score_calibration": calibration, "forward_passes": 0,
+                      "negative_atom_fallbacks": len(negative), "negative_atom_fallback_query_ids": negative[:100],
                       "distinct_atom_texts": int(res["atom_text"].nunique()) if len(res) else 0}
         seconds = time.perf_counter() - started
         counts |= {"scoring_seconds": round(seconds, 4), "seconds_per_pair": seconds / max(counts["pairs"], 1)}
