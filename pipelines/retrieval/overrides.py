@@ -5,7 +5,8 @@ calibration ``none``), alike on the command line and in a file.
 
 A stage option is addressed by the stage's name: ``STAGE.OPTION=VALUE`` sets OPTION in every
 stage named STAGE of every pipeline (the sub-pipelines a fusion runs included), and
-``RUN/STAGE.OPTION=VALUE`` in pipeline RUN alone, whatever the order the keys are given in::
+``RUN/STAGE.OPTION=VALUE`` in pipeline RUN alone, whatever the order the keys are given in
+(stage and option names hold no dots, run ids may: a key splits at its last dot)::
 
     orlog.k=20            itlr.scorer=bm25            orlog/bm25.k=50
 
@@ -78,7 +79,7 @@ def is_stage_key(key: str, pipelines: Pipelines) -> bool:
     rather than another place (an experiment's ``dataset.sample``)."""
     from logicrank.pipelines.retrieval.stages import stages
 
-    target, _, _ = key.partition(".")
+    target, _, _ = key.rpartition(".")
     return "/" in target or target in stages() or any(_named(p, target) for p in pipelines.values())
 
 
@@ -89,7 +90,7 @@ def set_stage_options(pipelines: Pipelines, changes: Mapping[str, Any]) -> dict[
     out = {name: tuple(stages) for name, stages in pipelines.items()}
     groups: dict[tuple[str | None, str], dict[str, tuple[Any, str]]] = {}  # (run or None, stage) -> option -> (value, key)
     for key, value in changes.items():
-        target, dot, option = key.partition(".")
+        target, dot, option = key.rpartition(".")
         run, slash, stage = target.rpartition("/")
         if not dot or not option or not stage or "." in option:
             raise OverrideError(f"--set {key}: give STAGE.OPTION=VALUE or RUN/STAGE.OPTION=VALUE (e.g. orlog.k=20)")
@@ -139,7 +140,7 @@ def with_depth(changes: Mapping[str, Any], pipelines: Pipelines, k: int | None) 
         return dict(changes)
     depth = depth_sets(pipelines, k)
     for key in changes:
-        target, _, option = key.partition(".")
+        target, _, option = key.rpartition(".")
         run, slash, stage = target.rpartition("/")
         same = [d for d in depth if d.endswith(f"/{stage}.{option}") and (not slash or d.startswith(f"{run}/"))]
         if same:

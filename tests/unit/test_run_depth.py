@@ -139,3 +139,15 @@ def test_an_unknown_flag_that_was_never_renamed_keeps_clicks_message():
 def test_k_and_hits_are_one_option_checked_before_any_work():
     res = CliRunner().invoke(app, ["retrieve", "x", "--hits", "0"])
     assert res.exit_code == 2 and "'--k' / '--hits'" in res.output, res.output
+
+
+def test_a_run_id_with_a_dot_takes_k_and_its_own_overrides():
+    """Run ids may hold dots (`itlr-bm25-strict-0.1` in a shipped experiment, `--run-tag v1.2`);
+    keys were split at the first dot, so `--k` and `RUN/STAGE.OPTION` were refused for them.
+    Stage and option names hold no dots: a key splits at its last one."""
+    got = read_presets(["bm25", "dense"], run_tag="v1.2", k=7)
+    assert {run: _k(stages) for run, stages in got.items()} == {"v1.2-bm25": [7], "v1.2-dense": [7]}
+    got = read_presets(["bm25", "dense"], run_tag="v1.2", sets=["v1.2-bm25/bm25.k=3"])
+    assert _k(got["v1.2-bm25"]) == [3] and _k(got["v1.2-dense"]) == _k(read_presets(["dense"])["dense"])
+    with pytest.raises(OverrideError, match=r"no stage 'bm25\.x' in pipeline 'v1\.2-bm25'"):
+        read_presets(["bm25"], run_tag="v1.2", sets=["v1.2-bm25/bm25.x.k=3"])
