@@ -61,6 +61,17 @@ def test_override_sets_stage_options_by_name_and_drops_only_the_references_it_mo
     assert override(exp, ["question/cut.times=3"]) == got  # --set items, read as YAML
 
 
+def test_a_stage_key_for_every_run_beats_the_files_key_for_one_run():
+    """`--set cut.times=2` over a file whose `set:` holds `question/cut.times: 3`: the file's
+    run-scoped key won (RUN/STAGE.OPTION wins whatever the order), so the command line was
+    silently ignored for that run. The command line beats the file."""
+    exp = override(load("lag-oracle"), {"question/cut.times": 3})
+    got = override(exp, ["cut.times=2"])
+    assert got.set == {"cut.times": 2}
+    assert all(o.times == 2 for stages in got.pipelines_to_run().values() for o in stages if o.stage == "cut")
+    assert override(exp, ["question/cut.times=5"]).set == {"question/cut.times": 5}
+
+
 @pytest.mark.parametrize(("key", "value", "why"), [
     ("pipelines.question.1.cut.times", 3, "address a stage's option by its name"),
     ("references.7.value", 3, "no such place in the experiment"),

@@ -277,7 +277,8 @@ def load(path: str | Path) -> Experiment:
 def override(exp: Experiment, changes: dict[str, Any] | list[str]) -> Experiment:
     """``exp`` with overrides (``--set KEY=VALUE`` items, or a mapping of them): a stage option
     by the stage's name (``orlog.k``, ``orlog/bm25.k``: :mod:`logicrank.pipelines.retrieval.overrides`,
-    kept in the experiment's ``set``), else a dotted place in the experiment
+    kept in the experiment's ``set``; ``orlog.k`` replaces the file's ``RUN/orlog.k`` keys too,
+    as the command line beats the file), else a dotted place in the experiment
     (``dataset.sample``; a key that is not there is added, and validated). The file's
     references are figures of its own dataset and pipelines: a change to the dataset, or to a
     pipeline a reference names, drops them (a caveat says so)."""
@@ -288,7 +289,10 @@ def override(exp: Experiment, changes: dict[str, Any] | list[str]) -> Experiment
     runs = exp.pipelines_to_run()
     for key, value in changes.items():
         if is_stage_key(key, runs):
-            spec["set"] = {**spec.get("set", {}), key: value}
+            held = spec.get("set", {})
+            if "/" not in key.rpartition(".")[0]:  # every run's option: the file's keys of one run for it give way too
+                held = {k: v for k, v in held.items() if k.rpartition("/")[2] != key}
+            spec["set"] = {**held, key: value}
             continue
         *path, last = key.split(".")
         if path[:1] == ["pipelines"] and len(path) > 1:
