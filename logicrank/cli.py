@@ -829,9 +829,15 @@ def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool =
     from logicrank.jobs.experiment import run_experiment
     from logicrank.pipelines.evaluation.report import depth_cell
 
+    from logicrank.pipelines.evaluation.experiment import override
+
     embed, ray, llm = _parts(bound)
+    # the encoder options given on the command line beat the file's embed (each a change of encoder: references unchecked)
+    encoder = {path: bound.values[path] for path in sorted(bound.given) if path.startswith("embed.")}
     missed = []
     for exp in exps:
+        if encoder:
+            exp = _run(override, exp, encoder)
         where = out / exp.name if nested else out
         result = run_job(job, out, run_experiment, exp, where, embed, ray, llm, strict=False, progress=progress, echo=typer.echo, index_dir=out)
         for rid, row in result.summary.iterrows():

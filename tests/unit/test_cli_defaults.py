@@ -214,3 +214,20 @@ def test_help_names_every_option_and_default_in_full_at_80_columns_and_piped(pat
             if param.is_flag:  # --x / --no-x: the default is the flag's name
                 default = (param.opts if param.default else param.secondary_opts)[0].lstrip("-")
             assert "".join(f"default: {default}".split()) in text, (param.opts, default)
+
+
+def test_the_encoder_given_on_the_command_line_beats_the_experiment_files(tmp_path, monkeypatch):
+    """docs/experiments.md: the encoder (--model, --backend) comes from the command line. A
+    file's `embed:` used to win over it, silently: the index was built with the file's."""
+    import logicrank.cli as cli
+    import logicrank.jobs.experiment as job
+
+    seen = []
+    monkeypatch.setattr(job, "run_experiment", lambda exp, *a, **kw: seen.append(exp) or (_ for _ in ()).throw(SystemExit(0)))
+    monkeypatch.setattr(cli, "run_job", lambda name, out, fn, *a, **kw: fn(*a, **kw))
+    (tmp_path / "e.yaml").write_text("name: e\ntitle: e\ndataset: scifact\npresets: [bm25]\nembed: {backend: torch, title_sep: ' | '}\n")
+    runner = CliRunner()
+    runner.invoke(app, ["experiment", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "o"), "--backend", "openvino"])
+    assert seen and seen[-1].embed == {"backend": "openvino", "title_sep": " | "}
+    runner.invoke(app, ["experiment", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "o")])
+    assert seen[-1].embed == {"backend": "torch", "title_sep": " | "}  # nothing given: the file's
