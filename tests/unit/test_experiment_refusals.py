@@ -48,3 +48,14 @@ def test_an_unset_variable_in_a_dataset_path_is_one_line(tmp_path, monkeypatch):
     (tmp_path / "env.yaml").write_text(yaml.safe_dump({**BASE, "dataset": {"beir": "${NO_SUCH_DIR}/ulogic"}, "presets": ["bm25"]}))
     res = CliRunner().invoke(app, ["experiment", str(tmp_path / "env.yaml"), "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and res.output.strip() == "error: dataset path '${NO_SUCH_DIR}/ulogic': an environment variable in it is not set", res.output
+
+
+@pytest.mark.parametrize("path", ["${EMPTY_DIR}", "$EMPTY_DIR", "${EMPTY_DIR}/ulogic"])
+def test_a_variable_set_to_nothing_in_a_dataset_path_is_one_line(tmp_path, monkeypatch, path):
+    """`DATA= logicrank experiment ...` over `beir: ${DATA}` read the working directory as the
+    dataset (and `${DATA}/ulogic` the root's ulogic), silently. Refused, the variable named."""
+    monkeypatch.setenv("EMPTY_DIR", "")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "env.yaml").write_text(yaml.safe_dump({**BASE, "dataset": {"beir": path}, "presets": ["bm25"]}))
+    res = CliRunner().invoke(app, ["experiment", str(tmp_path / "env.yaml"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and res.output.strip() == f"error: dataset path {path!r}: the environment variable EMPTY_DIR is set to nothing", res.output
