@@ -118,7 +118,7 @@ def option(config, name: str, bind: Bind | str) -> Opt:
     flag = "--" + name.replace("_", "-")
     decls = (f"{flag}/--no-{flag[2:]}" if kind is bool else flag, *bind.flags) if bind.flags else ()  # none: typer's, --x/--no-x for a bool
     help = field.description + (" Repeat the option for each value." if to_field is repeated else "")
-    info = typer.Option(*decls, help=help, metavar="|".join(choices).upper() if choices else None)
+    info = typer.Option(*decls, help=help, metavar="|".join(choices) if choices else None)  # as typed: the values are case-sensitive
     return Opt(name, bind.path, Annotated[kind, info], value, to_field)
 
 

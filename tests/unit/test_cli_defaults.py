@@ -231,3 +231,13 @@ def test_the_encoder_given_on_the_command_line_beats_the_experiment_files(tmp_pa
     assert seen and seen[-1].embed == {"backend": "openvino", "title_sep": " | "}
     runner.invoke(app, ["experiment", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "o")])
     assert seen[-1].embed == {"backend": "torch", "title_sep": " | "}  # nothing given: the file's
+
+
+def test_the_help_shows_choices_as_they_must_be_typed():
+    """`--format AUTO|BEIR|...` was shown, and `--format TREC` then refused: choices are
+    case-sensitive, so the help shows them as typed."""
+    import re
+
+    out = CliRunner().invoke(app, ["index", "--help"], terminal_width=200).output
+    assert re.search(r"--format\s+auto\|beir\|", out), out
+    assert "AUTO|BEIR" not in out
