@@ -213,7 +213,9 @@ _EXCLUSION = re.compile(r"(?:^|[,;:(]|\b(?:and|or|but)\b)\s*not\b(?=\s*\w)"
 _TERM_NEGATION = re.compile(rf"^(?:not|never|without|except|excluding|other than|apart from|aside from|NOT)\s"
                             rf"|\b(?:but|and|or) not\b|,\s*not\b(?!-)"
                             rf"|\b(?:do|does|did|is|are|was|were) not\b|\b(?:do|does|did|is|are|was|were)n{_APOSTROPHE}?t\b"
-                            rf"|\"\s*(?:AND|OR|NOT)\b|\b(?:AND|OR|NOT)\s*\"")
+                            rf"|\"\s*(?:AND|OR|NOT)\b|\b(?:AND|OR|NOT)\s*\""
+                            # a whole formula in one term ("dogs AND NOT cats"), a negation after a bracket or semicolon, an exception
+                            rf"|\b(?:AND|OR)\s+NOT\b|[(;]\s*not\b|\s(?:except|excluding)\s")
 
 
 def misplaced_negation(node: Node, question: str) -> str | None:

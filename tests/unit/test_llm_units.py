@@ -147,6 +147,11 @@ def test_misplaced_negations_in_itlr_forms_are_refused():
         ("dogs or cats other than giraffes", '("dogs" OR "cats") AND "other than giraffes"'): "holds a negation",
         ("dogs or cats, not giraffes", '"dogs or cats, not giraffes"'): "holds a negation",
         ("dogs or cats but not giraffes", '"\\"dogs\\" OR \\"cats\\" AND NOT \\"giraffes"'): "holds a negation",
+        # a whole formula in a term, a negation after a bracket or a semicolon, an exception inside a term
+        ("dogs but not cats", '"dogs AND NOT cats"'): "holds a negation",
+        ("dogs but not cats", '"dogs (not cats)"'): "holds a negation",
+        ("dogs but not cats", '"dogs; not cats"'): "holds a negation",
+        ("dogs but not cats", '"dogs except cats"'): "holds a negation",
     }
     for (q, form), why in refused.items():
         got = parse_output("itlr", q, _gen(form))
