@@ -27,6 +27,19 @@ NO_ANSWER = frozenset({
 })
 
 
+# the same said at more length (normalised): "Not mentioned in the passages.", "The passages do not mention it.",
+# "Unknown from the passages", "I don't know"; whole sentences of saying so, never a title that opens with such a word
+_NO_ANSWER_SAID = re.compile(
+    r"(?:it is |this is |answer is )?(?:unknown|not known|not mentioned|not stated|not specified|not given|not provided)"
+    r"(?: (?:in|from|by|based on|according to|given) (?:provided |given )?(?:passages?|context|text|documents?|information)(?: provided| given)?)?"
+    r"|(?:passages?|context|text|documents?) (?:do|does) not (?:say|mention|give|specify|state|contain|provide|answer)\b.*"
+    r"|i (?:do not|dont|cannot|cant) (?:know|say|answer)\b.*"
+    r"|(?:there is )?(?:no|not enough|insufficient) (?:information|info|answer)(?: (?:given|provided|available|in (?:passages?|context)))?"
+    r"|(?:cannot|can not|cant) (?:be )?(?:determined?|answered?)\b.*")
+
+
 def is_no_answer(text: str) -> bool:
-    """Whether ``text`` says there is no answer ("Unknown.", "Not mentioned", "N/A")."""
-    return normalize_answer(text) in NO_ANSWER or str(text).strip().lower().rstrip(".") in ("n/a", "n.a")
+    """Whether ``text`` says there is no answer ("Unknown.", "Not mentioned in the passages.",
+    "I don't know", "N/A"); an answer that holds such a word ("The Unknown Soldier") is one."""
+    said = normalize_answer(text)
+    return said in NO_ANSWER or _NO_ANSWER_SAID.fullmatch(said) is not None or str(text).strip().lower().rstrip(".") in ("n/a", "n.a")

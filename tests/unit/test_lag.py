@@ -166,7 +166,8 @@ def test_unanswerable_fires_once_the_dependencies_are_solved():
     assert go_on.stop == "done" and [st["status"] for st in go_on.steps] == ["answered", "unanswerable", "unanswerable"]
 
 
-@pytest.mark.parametrize("reply", ["The passages do not say.", "Not mentioned", "N/A", "Cannot be determined.", "not enough information"])
+@pytest.mark.parametrize("reply", ["The passages do not say.", "Not mentioned", "N/A", "Cannot be determined.", "not enough information",
+                                   "Not mentioned in the passages.", "The passages do not mention it.", "I don't know"])
 def test_a_reply_that_says_unknown_otherwise_is_no_answer(reply):
     """A model writes "unknown" other ways: none is taken as the answer and filled into the next step."""
     c, _, _ = run_chain(["alpha: who?", "beta: what of #1?"], lambda q: reply if q.startswith("alpha") else "Paris")

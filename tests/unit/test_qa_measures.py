@@ -31,13 +31,17 @@ def test_exact_match_token_f1_and_contain_match():
     assert qa.contain_match("Hall", gold) == 0.0
     assert qa.contain_match("anything", ["the"]) == 0.0  # a gold answer that normalises to nothing matches nothing
     # no answer never matches: as a substring, "unknown" holds "no", the gold of every other yes/no question
-    for abstention in ("unknown", "Unknown.", "UNKNOWN", "Not mentioned", "N/A", "The passages do not say."):
+    for abstention in ("unknown", "Unknown.", "UNKNOWN", "Not mentioned", "N/A", "The passages do not say.",
+                       # said at more length (a helper's audit): each counted correct on a gold "no" as a substring
+                       "Not mentioned in the passages.", "The passages do not mention it.", "Unknown from the passages",
+                       "I don't know", "Not enough info", "No information given", "There is no information in the passages."):
         assert qa.contain_match(abstention, ["no"]) == 0.0 and qa.contain_match(abstention, ["No", "Nothing"]) == 0.0, abstention
     # unless the gold is itself no answer (a True / False / Unknown set): then it is matched as any answer
     assert qa.contain_match("Unknown.", ["Unknown"]) == qa.contain_match("unknown", ["no", "unknown"]) == 1.0
     assert qa.contain_match("Not mentioned", ["unknown"]) == 0.0  # (another no-answer phrase is not the gold's text)
     assert qa.contain_match("Not mentioned", ["no", "unknown"]) == qa.contain_match("No answer", ["no", "unknown"]) == 0.0  # never via "no"
     assert qa.contain_match("No.", ["no"]) == qa.contain_match("no, it is unknown to him", ["no"]) == 1.0  # an answer that says no
+    assert qa.contain_match("Unknown Pleasures", ["Unknown Pleasures"]) == qa.contain_match("Not Fade Away", ["not fade away"]) == 1.0  # titles
 
 
 def test_an_answer_opening_with_yes_or_no_is_also_read_without_it():
