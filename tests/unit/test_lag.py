@@ -195,6 +195,27 @@ def test_a_sub_question_with_unsolved_dependencies_is_deferred_then_retried():
     assert c.stop == "done" and c.answers == {1: "Ann", 2: "Paris"}
 
 
+def test_the_oracle_in_random_order_defers_what_it_cannot_answer_yet():
+    """Gold sub-answers in random order: the dependent sub-question drawn first was answered
+    with its gold answer at once, so it was never deferred, and that answer (the question's
+    final one) was put before the first sub-question's retrieval text. The oracle now answers
+    a sub-question once what it refers to is solved, as the LLM path defers it."""
+    subs = ["alpha: who?", "beta: what of #1?"]
+    gold = {"q": [{"question": "alpha: who?", "answer": "Ann"}, {"question": "beta: what of #1?", "answer": "Paris"}]}
+    for seed in range(20):  # a seed that puts sub-question 2 first
+        s = lag.LagOptions(k=1, plan="gold", sub_answers="gold", synthesis=False, order="random", seed=seed, gold="gold.jsonl", t_max=5)
+        chains = lag.plan(None, ["q"], ["the question"], s, gold)
+        if list(chains[0].pending) == [2, 1]:
+            break
+    else:
+        pytest.fail("no seed put sub-question 2 first")
+    lag.solve(chains, VectorRetriever(DOCS, axis_of), ScriptedLLM(lambda name, v: gen("unused")), texts_of, s)
+    c = chains[0]
+    assert [(st["sub_index"], st["status"]) for st in c.steps] == [(2, "deferred"), (1, "answered"), (2, "answered")]
+    assert c.steps[1]["retrieval_text"] == "alpha: who?"  # no answer of a later hop before it
+    assert c.steps[2]["retrieval_text"] == "A_1: Ann, Q_2: beta: what of Ann?" and c.answers == {1: "Ann", 2: "Paris"}
+
+
 def test_a_sub_question_whose_dependency_is_never_solved_does_not_stop_the_chain():
     """#1 stays unsolved (the rule is off for it), so #2's failure is recorded without stopping."""
     subs = ["alpha: who?", "beta: what of #1?", "gamma: and?"]

@@ -344,8 +344,9 @@ def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callabl
                     c.context.append(h.doc_id)
                     c.vectors[h.doc_id] = h.vector
             asking.append((c, j, step, saturated))
-        if s.sub_answers == "gold":
-            replies = [chain.gold[j - 1] for chain, j, _, _ in asking]
+        if s.sub_answers == "gold":  # the oracle reader answers a sub-question once what it refers to is solved, as a model could
+            replies = [chain.gold[j - 1] if not chain.refers or depends_on(chain.subs[j - 1]) <= chain.answers.keys() else UNKNOWN
+                       for chain, j, _, _ in asking]
         elif not asking:
             replies = []
         else:
