@@ -158,10 +158,20 @@ def musique(questions: Path, corpus: Path) -> tuple[list[dict], list[dict], list
         doc_id = f"musique-{n}"
         docs.append({"_id": doc_id, "title": title, "text": text})
         ids.setdefault((title, text), doc_id)
-    queries, qrels, answers = [], [], []
+    queries, qrels, answers, seen = [], [], [], {}
     for n, line, q in _records(questions):
         r = _Record("musique", questions, n, line, q)
         qid, question, answer = r.string(q, "id"), r.string(q, "question"), r.string(q, "answer")
+        # MuSiQue-Full holds each id twice, the unanswerable contrast copy (answerable: false) beside the answerable
+        # one; MuSiQue's evaluation scores answers of answerable questions only, so such a file is refused
+        if (answerable := q.get("answerable", True)) is not True:
+            if answerable is False:
+                raise QADataError(f"{r.where}: question {qid!r} is answerable: false (MuSiQue-Full's contrast copy), whose answer "
+                                  "MuSiQue's evaluation does not score; give the answerable set (musique_ans_v1.0_*.jsonl)")
+            raise r.error("answerable", "true or false", answerable)
+        if qid in seen:
+            raise QADataError(f"{r.where}: question id {qid!r} is also record {seen[qid]}'s; each question once")
+        seen[qid] = n
         aliases = q.get("answer_aliases") or []
         if not _strings(aliases):
             raise r.error("answer_aliases", "a list of strings", aliases)

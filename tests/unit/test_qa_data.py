@@ -37,6 +37,25 @@ def test_musique_keeps_every_question_and_gold_paragraph(tmp_path):
         assert a["type"] == f"{len(a['decomposition'])}hop"
 
 
+def test_musique_full_contrast_questions_and_repeated_ids_are_refused(tmp_path):
+    """MuSiQue-Full holds each id twice: the answerable question and its unanswerable contrast
+    copy (answerable: false), whose answer MuSiQue's evaluation does not score. Both were read
+    as gold questions under one id, silently."""
+    questions = json.loads(gzip.decompress(qa._BUNDLED["musique"][0].read_bytes()))[:2]
+    (tmp_path / "c.json").write_bytes(gzip.decompress(qa._BUNDLED["musique"][1].read_bytes()))
+    cases = {
+        "answerable: false (MuSiQue-Full's contrast copy)": [questions[0], {**questions[0], "answerable": False}],
+        f"question id {questions[0]['id']!r} is also record 0's": [questions[0], questions[0]],
+        "field 'answerable': expected true or false": [{**questions[0], "answerable": "yes"}],
+    }
+    for why, records in cases.items():
+        (tmp_path / "q.json").write_text(json.dumps(records))
+        with pytest.raises(qa.QADataError, match=re.escape(why)):
+            qa.to_beir("musique", tmp_path / "out", tmp_path / "q.json", tmp_path / "c.json")
+    (tmp_path / "q.json").write_text(json.dumps([{**q, "answerable": True} for q in questions]))
+    assert qa.to_beir("musique", tmp_path / "ok", tmp_path / "q.json", tmp_path / "c.json")["queries"] == 2
+
+
 def test_hotpotqa_corpus_is_the_union_of_context_paragraphs(tmp_path):
     counts = qa.to_beir("hotpotqa", tmp_path)
     assert counts["queries"] == 100 and counts["qrels"] == 200  # two gold paragraphs each
