@@ -202,7 +202,8 @@ def musique(questions: Path, corpus: Path) -> tuple[list[dict], list[dict], list
             steps.append({"question": r.string(s, "question", f"{field}.question"), "answer": r.string(s, "answer", f"{field}.answer"), "doc_id": doc_of(idx)})
         queries.append({"_id": qid, "text": question})
         qrels += [(qid, d) for d in dict.fromkeys(doc_of(i) for i, p in enumerate(paragraphs) if p[2])]
-        answers.append({"query_id": qid, "question": question, "answers": [answer, *aliases], "type": f"{len(steps)}hop", "decomposition": steps})
+        answers.append({"query_id": qid, "question": question, "answers": [answer, *aliases], "type": f"{len(steps)}hop", "decomposition": steps,
+                        "scoring": "squad"})  # MuSiQue's metrics/answer.py: SQuAD's
     return docs, queries, qrels, answers
 
 
@@ -301,7 +302,7 @@ def hotpotqa(questions: Path) -> tuple[list[dict], list[dict], list[tuple[str, s
             raise QADataError(f"{r.where}: field 'supporting_facts': title {missing[0]!r} is not among the context's titles.")
         queries.append({"_id": qid, "text": question})
         qrels += [(qid, d) for d in dict.fromkeys(d for title, d in own if title in gold_titles)]
-        answers.append({"query_id": qid, "question": question, "answers": [answer], "type": kind})
+        answers.append({"query_id": qid, "question": question, "answers": [answer], "type": kind, "scoring": "hotpotqa"})
     return docs, queries, qrels, answers
 
 

@@ -104,26 +104,43 @@ def readings(prediction: str) -> list[str]:
     return [prediction, prediction[m.end():]] if m else [prediction]
 
 
-def exact_match(prediction: str, gold: Sequence[str]) -> float:
-    """SQuAD's exact match, best over the gold answers and the prediction's :func:`readings`;
-    against a multiple-choice gold answer (an option letter), the option the prediction
-    chooses (:func:`chosen_option`)."""
+SCORINGS = ("hotpotqa", "squad")  # a gold file's ``scoring``: its set's official script; absent, logicrank's own (below)
+_HOTPOT_SPECIAL = frozenset({"yes", "no", "noanswer"})
+
+
+def _readings(prediction: str, scoring: str | None) -> list[str]:
+    """:func:`readings` under logicrank's own scoring; the prediction as written under a set's
+    official script (HotpotQA's and SQuAD's read no reply word off)."""
+    return readings(prediction) if scoring is None else [prediction]
+
+
+def exact_match(prediction: str, gold: Sequence[str], scoring: str | None = None) -> float:
+    """SQuAD's exact match, best over the gold answers and the prediction's :func:`readings`
+    (``scoring`` None; a set's official script reads the prediction as written); against a
+    multiple-choice gold answer (an option letter), the option the prediction chooses
+    (:func:`chosen_option`)."""
     if (option := _option_match(prediction, gold)) is not None:
         return option
-    said = {normalize_answer(r) for r in readings(prediction)}
+    said = {normalize_answer(r) for r in _readings(prediction, scoring)}
     return float(any(g in said for g in map(normalize_answer, gold) if g))  # (a gold that normalises to nothing matches nothing)
 
 
-def token_f1(prediction: str, gold: Sequence[str]) -> float:
+def token_f1(prediction: str, gold: Sequence[str], scoring: str | None = None) -> float:
     """SQuAD's token F1 (multiset overlap of normalised tokens), best over the gold answers;
-    against an option letter, the chosen option (0 or 1)."""
+    against an option letter, the chosen option (0 or 1). ``scoring`` "hotpotqa": HotpotQA's
+    script (hotpot_evaluate_v1.py), where a prediction or gold of yes, no or noanswer scores 0
+    unless the two are equal ("Yes, they are." against "yes": 0, not 0.5)."""
     if (option := _option_match(prediction, gold)) is not None:
         return option
     best = 0.0
-    for reading in readings(prediction):
-        p = normalize_answer(reading).split()
+    for reading in _readings(prediction, scoring):
+        said = normalize_answer(reading)
+        p = said.split()
         for g in gold:
-            t = normalize_answer(g).split()
+            truth = normalize_answer(g)
+            if scoring == "hotpotqa" and (said in _HOTPOT_SPECIAL or truth in _HOTPOT_SPECIAL) and said != truth:
+                continue
+            t = truth.split()
             common = sum((Counter(p) & Counter(t)).values())
             if common:
                 precision, recall = common / len(p), common / len(t)
@@ -131,11 +148,11 @@ def token_f1(prediction: str, gold: Sequence[str]) -> float:
     return best
 
 
-def contain_match(prediction: str, gold: Sequence[str]) -> float:
+def contain_match(prediction: str, gold: Sequence[str], scoring: str | None = None) -> float:
     """1 when a normalised gold answer (non-empty) occurs in the normalised prediction; a
     prediction that is no answer is matched only against gold answers that are no answer too
     ("No answer" never matches the gold "no"); against an option letter, the chosen option (a
-    letter is a substring of most answers)."""
+    letter is a substring of most answers). The LAG paper's measure, whatever the ``scoring``."""
     if is_no_answer(prediction):  # matched against the gold answers that are themselves no answer only
         gold = [a for a in gold if is_no_answer(a)]
         if not gold:
@@ -153,8 +170,10 @@ class _Spec:
 
 
 REGISTRY: dict[str, _Spec] = {
-    "EM": _Spec(exact_match, "exact match after SQuAD normalisation, best over the gold answer and aliases (a leading Yes/No reply read off too)"),
-    "TokenF1": _Spec(token_f1, "SQuAD token F1, best over the gold answer and aliases (a leading Yes/No reply read off too)"),
+    "EM": _Spec(exact_match, "exact match after SQuAD normalisation, best over the gold answer and aliases (a leading Yes/No reply read off "
+                             "too, unless the gold names its set's script)"),
+    "TokenF1": _Spec(token_f1, "SQuAD token F1, best over the gold answer and aliases (a leading Yes/No reply read off too, unless the "
+                                "gold names its set's script: HotpotQA's scores a yes/no mismatch 0)"),
     "Acc": _Spec(contain_match, "contain-match accuracy: a gold answer or alias is a substring of the normalised prediction"),
     "Judge": _Spec(None, "LLM judge: P(True) > 0.5 on a True/False prompt (needs an LLM)"),
 }
@@ -180,11 +199,13 @@ def parse_qa_measures(texts: Iterable[str]) -> list[str]:
 class Gold:
     question: str | None
     answers: tuple[str, ...]
+    scoring: str | None = None  # "hotpotqa", "squad": the set's official script; None: logicrank's (a Yes/No reply read off)
 
 
 def read_gold(path: str | Path) -> dict[str, Gold]:
     """query_id -> gold answers from an answers file (JSONL: query_id, answers [answer,
-    *aliases], optional question), as ``logicrank prepare-qa`` writes it; a BEIR directory
+    *aliases], optional question and scoring: :data:`SCORINGS`), as ``logicrank prepare-qa``
+    writes it; a BEIR directory
     means its answers.jsonl."""
     path = Path(path)
     if path.is_dir():
@@ -203,7 +224,9 @@ def read_gold(path: str | Path) -> dict[str, Gold]:
             raise QAError(f"gold answers {path}: line {n} is not a JSON object with query_id and answers ({exc}).") from None
         if qid in out:
             raise QAError(f"gold answers {path}: query {qid!r} appears twice.")
-        out[qid] = Gold(obj.get("question"), tuple(answers))
+        if (scoring := obj.get("scoring")) is not None and scoring not in SCORINGS:
+            raise QAError(f"gold answers {path}: line {n}: scoring {scoring!r} is not one of {', '.join(SCORINGS)} (or absent).")
+        out[qid] = Gold(obj.get("question"), tuple(answers), scoring)
     if not out:
         raise QAError(f"gold answers {path}: no answers (the file is empty).")
     return out
@@ -258,7 +281,8 @@ def evaluate_answers(predictions: dict[str, str], gold: dict[str, Gold], measure
             values = np.asarray(judge(questions, [gold[q].answers for q in ids], preds), dtype=np.float64)
         else:
             kernel = REGISTRY[name].kernel
-            values = np.array([kernel(p, gold[q].answers) if p.strip() else 0.0 for q, p in zip(ids, preds, strict=True)], dtype=np.float64)
+            values = np.array([kernel(p, gold[q].answers, gold[q].scoring) if p.strip() else 0.0 for q, p in zip(ids, preds, strict=True)],
+                              dtype=np.float64)
         frames.append(pd.DataFrame({"query_id": ids, "measure": name, "value": values}))
         frames.append(pd.DataFrame({"query_id": [AGGREGATE_QUERY_ID], "measure": [name], "value": [float(values.mean()) if len(values) else 0.0]}))
     df = pd.concat(frames, ignore_index=True)

@@ -31,6 +31,7 @@ def test_musique_keeps_every_question_and_gold_paragraph(tmp_path):
     pairs = set(zip(qrels.column("query_id").to_pylist(), qrels.column("doc_id").to_pylist(), strict=True))
     first = answers[0]
     assert first["answers"] == ["G. Stanley Hall", "Stanley Hall"] and first["question"].startswith("Who was the first president")
+    assert first["scoring"] == "squad"  # MuSiQue's metrics/answer.py
     assert first["decomposition"][1]["question"] == "Who was the first president of #1 ?"
     for a in answers:  # every step's supporting paragraph is a gold paragraph of its question
         assert all((a["query_id"], s["doc_id"]) in pairs for s in a["decomposition"])
@@ -62,7 +63,8 @@ def test_hotpotqa_corpus_is_the_union_of_context_paragraphs(tmp_path):
     docs = _lines(tmp_path / "corpus.jsonl")
     assert len({(d["title"], d["text"]) for d in docs}) == len(docs) == counts["docs"]
     first = _lines(tmp_path / "answers.jsonl")[0]
-    assert first == {"query_id": "hotpotqa-0", "question": "Were Scott Derrickson and Ed Wood of the same nationality?", "answers": ["yes"], "type": "comparison"}
+    assert first == {"query_id": "hotpotqa-0", "question": "Were Scott Derrickson and Ed Wood of the same nationality?", "answers": ["yes"], "type": "comparison",
+                     "scoring": "hotpotqa"}
     qrels = read_qrels(tmp_path)
     gold_ids = {d for q, d in zip(qrels.column("query_id").to_pylist(), qrels.column("doc_id").to_pylist(), strict=True) if q == "hotpotqa-0"}
     assert {d["title"] for d in docs if d["_id"] in gold_ids} == {"Scott Derrickson", "Ed Wood"}  # its supporting_facts titles

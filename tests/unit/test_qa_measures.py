@@ -200,3 +200,31 @@ def test_the_reports_first_line_counts_the_qrels_queries_and_the_gold_questions_
     assert markdown_report(metrics, None).splitlines()[2] == "1 run(s), 2 queries (the qrels' queries), 5 questions (the gold answers')."
     only = metrics.filter(pa.compute.equal(metrics.column("measure"), "nDCG@10"))
     assert markdown_report(only, None).splitlines()[2] == "1 run(s), 2 queries (the qrels' queries)."
+
+
+def test_hotpotqa_and_musique_gold_are_scored_by_their_own_scripts():
+    """HotpotQA's hotpot_evaluate_v1.py scores F1 0 where a prediction or the gold is yes, no
+    or noanswer and the two differ, and neither it nor MuSiQue's SQuAD script reads a "Yes,"
+    / "No," reply off: "Yes, they are." against "yes" scored F1 0.5 here, "No, Arthur's
+    Magazine" EM 1. The converters mark each set's gold with its script (`scoring`)."""
+    cases = [("Yes, they are.", ["yes"], 0.5, 0.0), ("no, not both", ["no"], 0.5, 0.0), ("yes", ["yes sir"], 2 / 3, 0.0),
+             ("No, Arthur's Magazine", ["Arthur's Magazine"], 1.0, 0.8), ("yes", ["Yes"], 1.0, 1.0), ("the Eiffel tower", ["Eiffel Tower"], 1.0, 1.0)]
+    for prediction, gold, own, hotpot in cases:
+        assert qa.token_f1(prediction, gold) == pytest.approx(own), prediction
+        assert qa.token_f1(prediction, gold, "hotpotqa") == pytest.approx(hotpot), prediction
+    assert qa.exact_match("No, Arthur's Magazine", ["Arthur's Magazine"]) == 1.0  # logicrank's own: RuleBench's sentence gold
+    assert qa.exact_match("No, Arthur's Magazine", ["Arthur's Magazine"], "hotpotqa") == 0.0
+    assert qa.exact_match("No, Arthur's Magazine", ["Arthur's Magazine"], "squad") == 0.0
+    assert qa.token_f1("no, not both", ["no"], "squad") == pytest.approx(0.5)  # SQuAD's F1 has no yes/no rule
+
+
+def test_the_gold_files_scoring_is_read_and_checked(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    path.write_text('{"query_id": "q1", "answers": ["yes"], "scoring": "hotpotqa"}\n{"query_id": "q2", "answers": ["Paris"]}\n')
+    gold = qa.read_gold(path)
+    assert gold["q1"].scoring == "hotpotqa" and gold["q2"].scoring is None
+    got = qa.evaluate_answers({"q1": "Yes, it is.", "q2": "Yes, Paris."}, gold, ["TokenF1"], "r").to_pylist()
+    assert {r["query_id"]: r["value"] for r in got} == pytest.approx({"q1": 0.0, "q2": 1.0, "all": 0.5})
+    path.write_text('{"query_id": "q1", "answers": ["yes"], "scoring": "hotpot"}\n')
+    with pytest.raises(qa.QAError, match=r"line 1: scoring 'hotpot' is not one of hotpotqa, squad"):
+        qa.read_gold(path)
