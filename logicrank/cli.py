@@ -817,6 +817,8 @@ def experiment(
                 with_sets(runs, {key: v for key, v in given.items() if is_stage_key(key, runs)}, k)
             return override(exp, with_depth(given, runs, k))
         exp = _run(overridden)
+    if seed is not None and sample is None and exp.dataset.sample is None:
+        _fail(f"--seed {seed}: the seed of a sample, and neither --sample nor the file's dataset.sample draws one; give --sample N too")
     if sample is not None or seed is not None:
         exp = _run(with_sample, exp, sample, seed)
     _experiments("experiment", [exp], out or Path("runs/experiments") / exp.name, bound, progress)

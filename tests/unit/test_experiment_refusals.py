@@ -59,3 +59,12 @@ def test_a_variable_set_to_nothing_in_a_dataset_path_is_one_line(tmp_path, monke
     (tmp_path / "env.yaml").write_text(yaml.safe_dump({**BASE, "dataset": {"beir": path}, "presets": ["bm25"]}))
     res = CliRunner().invoke(app, ["experiment", str(tmp_path / "env.yaml"), "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and res.output.strip() == f"error: dataset path {path!r}: the environment variable EMPTY_DIR is set to nothing", res.output
+
+
+def test_a_seed_without_a_sample_is_refused(tmp_path):
+    """`--seed 5` over a file without a sample drew nothing and changed nothing, silently,
+    though its help says it sets the dataset's seed."""
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump({**BASE, "presets": ["bm25"]}))
+    res = CliRunner().invoke(app, ["experiment", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "o"), "--seed", "5"])
+    assert res.exit_code == 2 and res.output.strip() == ("error: --seed 5: the seed of a sample, and neither --sample nor the file's "
+                                                         "dataset.sample draws one; give --sample N too"), res.output
