@@ -241,3 +241,14 @@ def test_the_help_shows_choices_as_they_must_be_typed():
     out = CliRunner().invoke(app, ["index", "--help"], terminal_width=200).output
     assert re.search(r"--format\s+auto\|beir\|", out), out
     assert "AUTO|BEIR" not in out
+
+
+def test_an_unquoted_date_or_number_tag_in_a_config_file_is_the_text_written(tmp_path):
+    """YAML reads `tag: 2026-11-25` as a date and `tag: 2026` as a number: the index config
+    refused them with a Python repr ("tag datetime.date(2026, 11, 25): must be a valid string")."""
+    import yaml
+
+    from logicrank.pipelines.config.settings import IndexConfig
+
+    for text, tag in (("2026-11-25", "2026-11-25"), ("2026", "2026"), ("v1", "v1")):
+        assert IndexConfig.model_validate(yaml.safe_load(f"corpus: c\ndb: d\ntag: {text}")).tag == tag
