@@ -334,11 +334,13 @@ def retrieve(
     from logicrank.pipelines.retrieval.overrides import parse_sets
     from logicrank.pipelines.retrieval.pipeline import pipelines_file, read_presets, with_sets
 
-    if "on_parse_error" in bound.given:  # it replaces every stage's: a --set of a stage's own that differs is refused, not overridden
-        policy = bound.values["on_parse_error"]
+    # on_parse_error (the command line's or the config file's) replaces every stage's: a --set of a stage's own that differs
+    # is refused, not overridden one way or the other
+    if (policy := _run(bound.data).get("on_parse_error")) is not None:
+        said = "--on-parse-error" if "on_parse_error" in bound.given else f"{bound.file}'s on_parse_error:"
         for key, value in _run(parse_sets, set_ or []).items():
             if key.rsplit(".", 1)[-1] == "on_parse_error" and value != policy:
-                _fail(f"retrieve: --on-parse-error {policy} and --set {key}={value} disagree; give it once.")
+                _fail(f"retrieve: {said} {policy} and --set {key}={value} disagree; give it once.")
     in_file = bound.file is not None and "pipelines" in _run(read_file, bound.file)
     if pipelines is not None or in_file:
         where = "--pipelines" if pipelines is not None else f"the pipelines of {bound.file}"

@@ -219,3 +219,19 @@ def test_the_cli_option_is_checked_with_the_config(tmp_path):
         # (compared without whitespace: the terminal's width may wrap a long path)
         assert "disagree" not in res.output and "".join(f"no database at '{db}'".split()) in "".join(res.output.split()), (other, res.output)
 
+
+
+def test_the_config_files_policy_and_a_stages_own_that_differs_are_refused(tmp_path):
+    """A config file's on_parse_error beside --set itlr.on_parse_error: with --method the
+    file's won silently; with --pipelines the stage kept the --set while the config said the
+    file's, so the recorded config contradicted itself. Refused, as on the command line."""
+    from typer.testing import CliRunner
+
+    from logicrank.cli import app
+
+    (tmp_path / "r.yaml").write_text("on_parse_error: fallback\n")
+    (tmp_path / "p.yaml").write_text("itlr: [itlr]\n")
+    for route in (["--method", "itlr"], ["--pipelines", str(tmp_path / "p.yaml")]):
+        res = CliRunner().invoke(app, ["retrieve", "q.jsonl", *route, "--config", str(tmp_path / "r.yaml"), "--set", "itlr.on_parse_error=refuse"])
+        assert res.exit_code == 2 and f"{tmp_path / 'r.yaml'}'s on_parse_error: fallback and --set itlr.on_parse_error=refuse disagree" in \
+            "".join(res.output.split("\n")), (route, res.output)
