@@ -6,7 +6,9 @@ out of the outcome digests. Imports no other project module but the digest.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import typing
+
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from logicrank.schemas.digest import json_digest
 
@@ -20,8 +22,21 @@ were stored (nights, datasets, the LLM cache's keys hold them). An OUTSIDE field
 its default, so adding one changes every stored digest; adding an UNHASHED one changes none."""
 
 
+def no_yes_no_for_numbers(model: type[BaseModel], data):
+    """A model validator (``mode="before"``) refusing true/false for a number field: pydantic's
+    lax mode reads True as 1, so ``--set bm25.k=true`` (YAML's ``yes``, ``on``) set k to 1."""
+    if isinstance(data, dict):
+        for name, value in data.items():
+            if isinstance(value, bool) and (field := model.model_fields.get(name)) is not None:
+                kinds = set(typing.get_args(field.annotation)) or {field.annotation}
+                if bool not in kinds and kinds & {int, float}:
+                    raise ValueError(f"{name} {str(value).lower()}: a yes or no, where a number is asked")
+    return data
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    _numbers = model_validator(mode="before")(classmethod(no_yes_no_for_numbers))
 
     def digest(self) -> str:
         """A stable hash of the config, for manifests and rerun detection."""

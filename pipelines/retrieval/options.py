@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from logicrank.pipelines.config.base import no_yes_no_for_numbers
 
 
 class StageOptions(BaseModel):
@@ -15,6 +17,7 @@ class StageOptions(BaseModel):
     :mod:`logicrank.pipelines.retrieval.pipeline` gives this class (it holds ``Pipeline``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    _numbers = model_validator(mode="before")(classmethod(no_yes_no_for_numbers))
     depth_option: ClassVar[str | None] = "k"
     """The option bounding how many documents per query the stage's run keeps, where the class
     has it (``--k N`` sets it: :func:`logicrank.pipelines.retrieval.overrides.depth_sets`); None where

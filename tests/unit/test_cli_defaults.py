@@ -252,3 +252,19 @@ def test_an_unquoted_date_or_number_tag_in_a_config_file_is_the_text_written(tmp
 
     for text, tag in (("2026-11-25", "2026-11-25"), ("2026", "2026"), ("v1", "v1")):
         assert IndexConfig.model_validate(yaml.safe_load(f"corpus: c\ndb: d\ntag: {text}")).tag == tag
+
+
+def test_a_yes_or_no_for_a_number_is_refused_not_read_as_one():
+    """pydantic's lax mode read True as 1: `--set bm25.k=true` (YAML's yes, on) ran bm25 with
+    k 1, and `batch_rows: yes` in a config file batched one row."""
+    from logicrank.pipelines.retrieval.overrides import OverrideError
+    from logicrank.pipelines.retrieval.pipeline import read_presets
+
+    with pytest.raises(OverrideError, match="k true: a yes or no, where a number is asked"):
+        read_presets(["bm25"], sets=["bm25.k=yes"])
+    with pytest.raises(ValueError, match="batch_rows true: a yes or no"):
+        RayConfig(batch_rows=True)
+    assert read_presets(["bm25"], sets=["bm25.k=7"])["bm25"][0].k == 7 and RayConfig(batch_rows=5).batch_rows == 5
+    from logicrank.pipelines.config.settings import LLMConfig
+
+    assert LLMConfig(enforce_eager=False).enforce_eager is False  # a yes/no field takes one
