@@ -831,9 +831,8 @@ def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool =
     they share one index (``out``), and with ``nested`` each writes under ``out/<name>``. A
     missed reference exits 1 after every report is written."""
     from logicrank.jobs.experiment import run_experiment
-    from logicrank.pipelines.evaluation.report import depth_cell
-
     from logicrank.pipelines.evaluation.experiment import override
+    from logicrank.pipelines.evaluation.report import depth_cell
 
     embed, ray, llm = _parts(bound)
     # the encoder options given on the command line beat the file's embed (each a change of encoder: references unchecked)

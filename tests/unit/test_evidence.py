@@ -31,7 +31,13 @@ from logicrank.pipelines.retrieval.methods.itlr import (
     score_listed,
     term_scores_from,
 )
-from logicrank.pipelines.retrieval.methods.orlog import OrlogQuery, atom_query, negative_atoms_as_questions, posteriors, retrieval_truth
+from logicrank.pipelines.retrieval.methods.orlog import (
+    OrlogQuery,
+    atom_query,
+    negative_atoms_as_questions,
+    posteriors,
+    retrieval_truth,
+)
 
 # a LIMIT-like table: who likes what; "Ada" likes apples and pears, "Bo" apples only, ...
 LIKES = {

@@ -200,7 +200,6 @@ def test_the_oracle_in_random_order_defers_what_it_cannot_answer_yet():
     with its gold answer at once, so it was never deferred, and that answer (the question's
     final one) was put before the first sub-question's retrieval text. The oracle now answers
     a sub-question once what it refers to is solved, as the LLM path defers it."""
-    subs = ["alpha: who?", "beta: what of #1?"]
     gold = {"q": [{"question": "alpha: who?", "answer": "Ann"}, {"question": "beta: what of #1?", "answer": "Paris"}]}
     for seed in range(20):  # a seed that puts sub-question 2 first
         s = lag.LagOptions(k=1, plan="gold", sub_answers="gold", synthesis=False, order="random", seed=seed, gold="gold.jsonl", t_max=5)
