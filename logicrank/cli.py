@@ -835,12 +835,13 @@ def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool =
     from logicrank.pipelines.evaluation.report import depth_cell
 
     embed, ray, llm = _parts(bound)
-    # the encoder options given on the command line beat the file's embed (each a change of encoder: references unchecked)
-    encoder = {path: bound.values[path] for path in sorted(bound.given) if path.startswith("embed.")}
+    # an encoder option given on the command line beats the file's embed where the two differ (a change of encoder: the
+    # references are left unchecked); where the file sets none, the option reaches the index through ``embed`` as before
+    given = {path.partition(".")[2]: bound.values[path] for path in sorted(bound.given) if path.startswith("embed.")}
     missed = []
     for exp in exps:
-        if encoder:
-            exp = _run(override, exp, encoder)
+        if changed := {f"embed.{k}": v for k, v in given.items() if k in exp.embed and exp.embed[k] != v}:
+            exp = _run(override, exp, changed)
         where = out / exp.name if nested else out
         result = run_job(job, out, run_experiment, exp, where, embed, ray, llm, strict=False, progress=progress, echo=typer.echo, index_dir=out)
         for rid, row in result.summary.iterrows():

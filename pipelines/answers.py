@@ -33,7 +33,7 @@ _NO_ANSWER_SAID = re.compile(
     r"(?:it is |this is |answer is )?(?:unknown|not known|not mentioned|not stated|not specified|not given|not provided)"
     r"(?: (?:in|from|by|based on|according to|given) (?:provided |given )?(?:passages?|context|text|documents?|information)(?: provided| given)?)?"
     r"|(?:passages?|context|text|documents?) (?:do|does) not (?:say|mention|give|specify|state|contain|provide|answer)\b.*"
-    r"|i (?:do not|dont|cannot|cant) (?:know|say|answer)\b.*"
+    r"|i (?:do not|dont|cannot|cant) (?:know|say|answer|tell)(?: (?:from|based on|in) (?:passages?|context|text|documents?))?"
     r"|(?:there is )?(?:no|not enough|insufficient) (?:information|info|answer)(?: (?:given|provided|available|in (?:passages?|context)))?"
     r"|(?:cannot|can not|cant) (?:be )?(?:determined?|answered?)\b.*")
 

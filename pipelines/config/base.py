@@ -27,7 +27,7 @@ def no_yes_no_for_numbers(model: type[BaseModel], data):
     lax mode reads True as 1, so ``--set bm25.k=true`` (YAML's ``yes``, ``on``) set k to 1."""
     if isinstance(data, dict):
         for name, value in data.items():
-            if isinstance(value, bool) and (field := model.model_fields.get(name)) is not None:
+            if type(value).__name__ in ("bool", "bool_") and (field := model.model_fields.get(name)) is not None:  # (numpy's)
                 kinds = set(typing.get_args(field.annotation)) or {field.annotation}
                 if bool not in kinds and kinds & {int, float}:
                     raise ValueError(f"{name} {str(value).lower()}: a yes or no, where a number is asked")

@@ -140,9 +140,8 @@ class IndexConfig(_Config):
     )
     ann_threshold: int = Field(100_000, ge=1, description="With ann: build the ANN index from this many rows; exact below.")
     tag: str | None = Field(None, description="LanceDB tag for this index run; default index-<time>.")
-    # YAML reads an unquoted 2026-11-25 as a date (and 2026 as a number): the tag is the text written
-    _tag = field_validator("tag", mode="before")(
-        lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
+    # YAML reads an unquoted 2026-11-25 as a date: the tag is the date written (a number or a time is refused: quote it)
+    _tag = field_validator("tag", mode="before")(lambda v: v.isoformat() if type(v).__name__ == "date" else v)
     # UNHASHED: the index digests nights hold leave it out, so those digests stay valid
     ann: bool = Field(
         False, description="Build LanceDB's ANN index (IVF_HNSW_SQ) once the table has ann_threshold rows. Off: no ANN index is "

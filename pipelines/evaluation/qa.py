@@ -119,7 +119,7 @@ def exact_match(prediction: str, gold: Sequence[str], scoring: str | None = None
     (``scoring`` None; a set's official script reads the prediction as written); against a
     multiple-choice gold answer (an option letter), the option the prediction chooses
     (:func:`chosen_option`)."""
-    if (option := _option_match(prediction, gold)) is not None:
+    if scoring is None and (option := _option_match(prediction, gold)) is not None:  # (no official script reads options)
         return option
     said = {normalize_answer(r) for r in _readings(prediction, scoring)}
     return float(any(g in said for g in map(normalize_answer, gold) if g))  # (a gold that normalises to nothing matches nothing)
@@ -130,7 +130,7 @@ def token_f1(prediction: str, gold: Sequence[str], scoring: str | None = None) -
     against an option letter, the chosen option (0 or 1). ``scoring`` "hotpotqa": HotpotQA's
     script (hotpot_evaluate_v1.py), where a prediction or gold of yes, no or noanswer scores 0
     unless the two are equal ("Yes, they are." against "yes": 0, not 0.5)."""
-    if (option := _option_match(prediction, gold)) is not None:
+    if scoring is None and (option := _option_match(prediction, gold)) is not None:
         return option
     best = 0.0
     for reading in _readings(prediction, scoring):

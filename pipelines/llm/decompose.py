@@ -214,8 +214,8 @@ _TERM_NEGATION = re.compile(rf"^(?:not|never|without|except|excluding|other than
                             rf"|\b(?:but|and|or) not\b|,\s*not\b(?!-)"
                             rf"|\b(?:do|does|did|is|are|was|were) not\b|\b(?:do|does|did|is|are|was|were)n{_APOSTROPHE}?t\b"
                             rf"|\"\s*(?:AND|OR|NOT)\b|\b(?:AND|OR|NOT)\s*\""
-                            # a whole formula in one term ("dogs AND NOT cats"), a negation after a bracket or semicolon, an exception
-                            rf"|\b(?:AND|OR)\s+NOT\b|[(;]\s*not\b|\s(?:except|excluding)\s")
+                            # a whole formula in one term ("dogs AND NOT cats"), a negation after a bracket or a semicolon
+                            rf"|\b(?:AND|OR)\s+NOT\b|[(;]\s*not\b")
 
 
 def misplaced_negation(node: Node, question: str) -> str | None:
@@ -259,6 +259,17 @@ def _conjunctions(node: Node):
         yield from _conjunctions(child)
 
 
+def one_id_per_statement(atoms: Sequence[tuple[str, str]], form: Node) -> tuple[list[tuple[str, str]], Node]:
+    """Atoms (id, text) and a form over their ids with each statement under one id, the first
+    (words compared case-folded): scored apart, two ids of one statement would be taken for
+    independent facts by the exact posterior, though their P(True) is the same."""
+    first: dict[str, str] = {}
+    names = {i: first.setdefault(_fold(t), i) for i, t in atoms}
+    if all(names[i] == i for i, _ in atoms):
+        return list(atoms), form
+    return [(i, t) for i, t in atoms if names[i] == i], relabel(form, {**{t: t for t in form.terms()}, **names})
+
+
 def _read_orlog(question: str, text: str) -> Parsed:
     """An OrLog decomposition's JSON as written (by the LLM or by hand): atoms and a form over
     their ids. Atoms the form does not use are dropped (they cannot change a posterior; a real
@@ -279,13 +290,8 @@ def _read_orlog(question: str, text: str) -> Parsed:
         kept = [(i, t) for i, t in zip(ids, texts, strict=True) if i in used]
         if not all(isinstance(t, str) and PLACEHOLDER in t for _, t in kept):
             raise ValueError(f"every atom the form uses must mention {PLACEHOLDER}")
-        # one statement under two ids is one atom: scored apart, the posterior would take them for independent facts
-        first: dict[str, str] = {}
-        names = {i: first.setdefault(_fold(t), i) for i, t in kept}
-        if any(names[i] != i for i, _ in kept):
-            form = to_text(relabel(parse(form), names))
-            kept = [(i, t) for i, t in kept if names[i] == i]
-        return Parsed("ok", logical_query=form, atoms=[{"id": i, "text": t} for i, t in kept])
+        kept, node = one_id_per_statement(kept, parse(form))
+        return Parsed("ok", logical_query=to_text(node), atoms=[{"id": i, "text": t} for i, t in kept])
     except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and QueryParseError are ValueErrors
         return _orlog_fallback(question, f"{type(exc).__name__}: {str(exc).splitlines()[0]}", "fallback")
 

@@ -231,6 +231,13 @@ def test_the_encoder_given_on_the_command_line_beats_the_experiment_files(tmp_pa
     assert seen and seen[-1].embed == {"backend": "openvino", "title_sep": " | "}
     runner.invoke(app, ["experiment", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "o")])
     assert seen[-1].embed == {"backend": "torch", "title_sep": " | "}  # nothing given: the file's
+    # the file's own value given again is no change of encoder: the file's references stay checked
+    (tmp_path / "r.yaml").write_text("name: e\ntitle: e\ndataset: scifact\npresets: [bm25]\nembed: {backend: torch}\nreferences: "
+                                     "[{run: bm25, measure: nDCG@10, value: 0.68, tolerance: 0.01, source: s}]\n")
+    runner.invoke(app, ["experiment", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "o"), "--backend", "torch"])
+    assert len(seen[-1].references) == 1
+    runner.invoke(app, ["experiment", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "o"), "--backend", "openvino"])
+    assert seen[-1].embed == {"backend": "openvino"} and seen[-1].references == ()
 
 
 def test_the_help_shows_choices_as_they_must_be_typed():
@@ -243,15 +250,20 @@ def test_the_help_shows_choices_as_they_must_be_typed():
     assert "AUTO|BEIR" not in out
 
 
-def test_an_unquoted_date_or_number_tag_in_a_config_file_is_the_text_written(tmp_path):
-    """YAML reads `tag: 2026-11-25` as a date and `tag: 2026` as a number: the index config
-    refused them with a Python repr ("tag datetime.date(2026, 11, 25): must be a valid string")."""
+def test_an_unquoted_date_tag_in_a_config_file_is_the_date_written(tmp_path):
+    """YAML reads `tag: 2026-11-25` as a date: the index config refused it with a Python repr
+    ("tag datetime.date(2026, 11, 25): must be a valid string"). A number is still refused
+    (YAML reads `1.10` as 1.1 and `010` as 8: quote it)."""
+    import pydantic
     import yaml
 
     from logicrank.pipelines.config.settings import IndexConfig
 
-    for text, tag in (("2026-11-25", "2026-11-25"), ("2026", "2026"), ("v1", "v1")):
+    for text, tag in (("2026-11-25", "2026-11-25"), ("v1", "v1"), ("'1.10'", "1.10")):
         assert IndexConfig.model_validate(yaml.safe_load(f"corpus: c\ndb: d\ntag: {text}")).tag == tag
+    for text in ("1.10", "2026-11-25 10:00:00"):
+        with pytest.raises(pydantic.ValidationError):
+            IndexConfig.model_validate(yaml.safe_load(f"corpus: c\ndb: d\ntag: {text}"))
 
 
 def test_a_yes_or_no_for_a_number_is_refused_not_read_as_one():
@@ -265,6 +277,10 @@ def test_a_yes_or_no_for_a_number_is_refused_not_read_as_one():
     with pytest.raises(ValueError, match="batch_rows true: a yes or no"):
         RayConfig(batch_rows=True)
     assert read_presets(["bm25"], sets=["bm25.k=7"])["bm25"][0].k == 7 and RayConfig(batch_rows=5).batch_rows == 5
+    import numpy as np
+
+    with pytest.raises(ValueError, match="batch_rows true: a yes or no"):
+        RayConfig(batch_rows=np.bool_(True))  # numpy's yes or no too
     from logicrank.pipelines.config.settings import LLMConfig
 
     assert LLMConfig(enforce_eager=False).enforce_eager is False  # a yes/no field takes one

@@ -226,8 +226,10 @@ def test_orlog_over_bm25_reads_a_negative_atom_as_the_question_not_its_opposite(
                      parse('"a1" AND "a2"'), "ok")
     pos = OrlogQuery("p", "who likes apples but not pears", (("a1", "{x} likes Apples"), ("a2", "{x} likes Pears")),
                      parse('"a1" AND NOT "a2"'), "ok")
-    qs, fell = negative_atoms_as_questions([neg, pos])
-    assert fell == ["q"] and qs[1] is pos
+    titles = OrlogQuery("t", "films like Don't Look Up but not Not Fade Away", (("a1", "{x} is like Don't Look Up"), ("a2", "{x} is Not Fade Away"),
+                                                                                 ("a3", "{x} funds Doctors Without Borders")), parse('"a1" AND NOT "a2" AND "a3"'), "ok")
+    qs, fell = negative_atoms_as_questions([neg, pos, titles])
+    assert fell == ["q"] and qs[1] is pos and qs[2] is titles  # titles keep their capitals: no negation
     assert qs[0].status == "negative-atom" and qs[0].atoms == (("a1", "{x} answers the question: who likes apples but not pears"),)
     cands = pd.DataFrame({"query_id": ["q"] * 2, "doc_id": ["ada", "bo"], "base_rank": [1, 2]})
     post = posteriors([neg], retrieval_truth([neg], cands, "bm25", "max", store)).set_index("doc_id")["score"]

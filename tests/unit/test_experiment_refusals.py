@@ -61,6 +61,13 @@ def test_a_variable_set_to_nothing_in_a_dataset_path_is_one_line(tmp_path, monke
     assert res.exit_code == 2 and res.output.strip() == f"error: dataset path {path!r}: the environment variable EMPTY_DIR is set to nothing", res.output
 
 
+def test_a_variable_set_to_nothing_inside_a_dataset_path_is_a_path(monkeypatch):
+    from logicrank.pipelines.evaluation.experiment.datasets import expand
+
+    monkeypatch.setenv("VARIANT", "")
+    assert expand("data/scifact${VARIANT}") == "data/scifact"  # a valid path, a suffix left out
+
+
 def test_a_seed_without_a_sample_is_refused(tmp_path):
     """`--seed 5` over a file without a sample drew nothing and changed nothing, silently,
     though its help says it sets the dataset's seed."""

@@ -42,6 +42,8 @@ def test_exact_match_token_f1_and_contain_match():
     assert qa.contain_match("Not mentioned", ["no", "unknown"]) == qa.contain_match("No answer", ["no", "unknown"]) == 0.0  # never via "no"
     assert qa.contain_match("No.", ["no"]) == qa.contain_match("no, it is unknown to him", ["no"]) == 1.0  # an answer that says no
     assert qa.contain_match("Unknown Pleasures", ["Unknown Pleasures"]) == qa.contain_match("Not Fade Away", ["not fade away"]) == 1.0  # titles
+    for title in ("I Don't Know How to Love Him", "I Can't Say No", "I Cannot Answer That"):
+        assert qa.contain_match(title, [title]) == 1.0, title
 
 
 def test_an_answer_opening_with_yes_or_no_is_also_read_without_it():
@@ -216,6 +218,9 @@ def test_hotpotqa_and_musique_gold_are_scored_by_their_own_scripts():
     assert qa.exact_match("No, Arthur's Magazine", ["Arthur's Magazine"], "hotpotqa") == 0.0
     assert qa.exact_match("No, Arthur's Magazine", ["Arthur's Magazine"], "squad") == 0.0
     assert qa.token_f1("no, not both", ["no"], "squad") == pytest.approx(0.5)  # SQuAD's F1 has no yes/no rule
+    # no official script reads an option letter: "C" is a text answer there
+    assert qa.exact_match("The C programming language", ["C"], "squad") == 0.0
+    assert qa.token_f1("The C programming language", ["C"], "squad") == pytest.approx(0.5)
 
 
 def test_the_gold_files_scoring_is_read_and_checked(tmp_path):

@@ -188,15 +188,15 @@ def dataset_root(d: Dataset, out: Path) -> Path:
 
 
 def expand(path: str) -> str:
-    """``path`` with its environment variables expanded; one unset, or set to nothing (which
-    would leave a path read from the working directory, ``${DATA}`` as ``.``), is refused."""
+    """``path`` with its environment variables expanded; one unset, or one opening the path set
+    to nothing (``${DATA}`` read as ``.``, ``${DATA}/ulogic`` as the root's ulogic), is refused."""
     expanded = os.path.expandvars(path)
     if "$" in expanded:
         raise ExperimentError(f"dataset path {path!r}: an environment variable in it is not set")
-    empty = sorted({m.group(1) or m.group(2) for m in re.finditer(r"\$\{(\w+)\}|\$(\w+)", path)} - {""})
-    empty = [name for name in empty if os.environ.get(name) == ""]
-    if empty or not expanded.strip():
-        raise ExperimentError(f"dataset path {path!r}: {'the environment variable ' + empty[0] + ' is set to nothing' if empty else 'it is empty'}")
+    if (first := re.match(r"\$\{(\w+)\}|\$(\w+)", path)) and os.environ.get(name := first.group(1) or first.group(2)) == "":
+        raise ExperimentError(f"dataset path {path!r}: the environment variable {name} is set to nothing")
+    if not expanded.strip():
+        raise ExperimentError(f"dataset path {path!r}: it is empty")
     return expanded
 
 

@@ -13,6 +13,7 @@ The LLM-as-reasoner baseline asks the whole question of each candidate in one pr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -20,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from logicrank.pipelines.llm.decompose import NEGATIVE_STATEMENT, PLACEHOLDER
+from logicrank.pipelines.llm.decompose import PLACEHOLDER, one_id_per_statement
 from logicrank.pipelines.retrieval.logic.probability import compile_probability, problog_probability
 from logicrank.pipelines.retrieval.logic.query import Node, parse
 from logicrank.schemas.tables import require_columns
@@ -58,10 +59,11 @@ def orlog_queries(queries: pa.Table) -> list[OrlogQuery]:
     orlog) adds: ``atoms``, ``logical_query`` (over atom ids), ``decomposition_status``."""
     require_columns(queries, ["query_id", "text", "atoms", "logical_query", "decomposition_status"], "orlog")
     cols = (queries.column(c).to_pylist() for c in ("query_id", "text", "atoms", "logical_query", "decomposition_status"))
-    return [
-        OrlogQuery(qid, text, tuple((a["id"], a["text"]) for a in atoms), parse(form), status)
-        for qid, text, atoms, form, status in zip(*cols, strict=True)
-    ]
+    out = []
+    for qid, text, atoms, form, status in zip(*cols, strict=True):  # (a table written before atoms were merged at parsing too)
+        merged, node = one_id_per_statement([(a["id"], a["text"]) for a in atoms], parse(form))
+        out.append(OrlogQuery(qid, text, tuple(merged), node, status))
+    return out
 
 
 def truth_prompts(queries: Sequence[OrlogQuery], candidates: pd.DataFrame, names: dict[str, str], contexts: dict[str, str]) -> pd.DataFrame:
@@ -119,6 +121,12 @@ def atom_query(atom: str) -> str:
     return " ".join(atom.replace(PLACEHOLDER, " ").split())
 
 
+# a statement that says not, as written in lower case ("{x} is not a comedy", "{x} doesn't smoke", "{x} never married");
+# a title keeps its capitals ("Doctors Without Borders", "Don't Look Up", "Not Fade Away")
+_SAYS_NOT = re.compile(r"\b(?:is|are|was|were|am|do|does|did|has|have|had|can|could|will|would|should|may|might|must)(?: not\b(?!-)|n['\u2019]t\b)"
+                       r"|\b(?:not|never|without|neither|nor)\b(?!-)|\b(?:can|won|ain)['\u2019]t\b")
+
+
 def negative_atoms_as_questions(queries: Sequence[OrlogQuery]) -> tuple[list[OrlogQuery], list[str]]:
     """For a retrieval scorer (bm25, dense): each decomposed query with a negative atom ("{x} is
     not a comedy") falls back to the question as its one atom, as an unusable decomposition
@@ -127,7 +135,7 @@ def negative_atoms_as_questions(queries: Sequence[OrlogQuery]) -> tuple[list[Orl
     excludes. Returns the queries and the ids of those that fell back."""
     out, fell = [], []
     for q in queries:
-        if q.status == "ok" and any(NEGATIVE_STATEMENT.search(text) for _, text in q.atoms):
+        if q.status == "ok" and any(_SAYS_NOT.search(text) for _, text in q.atoms):
             q = OrlogQuery(q.query_id, q.question, (("a1", f"{PLACEHOLDER} answers the question: {q.question}"),), parse('"a1"'),
                            "negative-atom")
             fell.append(q.query_id)
