@@ -51,6 +51,7 @@ def test_precedence_chains_case_and_escapes():
     assert parse('not ("a" or "b")') == Not(Or((Term("a"), Term("b"))))
     assert parse(r'"say \"hi\" \\ bye"') == Term('say "hi" \\ bye')
     assert to_text(parse('  "x"   or("y")  ')) == '"x" OR "y"'
+    assert parse('"a"AND NOT("b")') == And((Term("a"), Not(Term("b"))))  # a keyword beside a quote or a bracket is a whole word
 
 
 @pytest.mark.parametrize(
@@ -61,6 +62,8 @@ def test_precedence_chains_case_and_escapes():
         ('"a" OR OR "b"', 7, "expected"),
         ('NOT NOT "a"', 4, "a quoted term"),
         ('"a" "b"', 4, "unexpected"),
+        ('"a" ANDNOT "b"', 4, "double-quoted"),  # a keyword is a whole word: glued ones were read as AND NOT
+        ('"a" ORNOT "b"', 4, "double-quoted"),
     ],
 )
 def test_parse_errors_name_the_position_with_a_caret(bad, position, words):

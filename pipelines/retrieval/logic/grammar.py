@@ -117,7 +117,7 @@ def to_lark() -> str:
     """Lark grammar (LALR) of the language; rules are inlined where they pass one child on."""
     lines = [f"start: {START}"]
     lines += [f"?{name}: {_lark(body)}" for name, body in RULES.items()]
-    lines += [f'{kw}: /{kw.lower()}/i' for kw in KEYWORDS]
+    lines += [f'{kw}: /\\b{kw.lower()}\\b/i' for kw in KEYWORDS]  # a whole word: "a" ANDNOT "b" is no query
     lines += [f"TERM: /{_TERM_REGEX}/", "%import common.WS", "%ignore WS"]
     return "\n".join(lines) + "\n"
 
