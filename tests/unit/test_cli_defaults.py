@@ -254,16 +254,18 @@ def test_an_unquoted_date_tag_in_a_config_file_is_the_date_written(tmp_path):
     """YAML reads `tag: 2026-11-25` as a date: the index config refused it with a Python repr
     ("tag datetime.date(2026, 11, 25): must be a valid string"). A number is still refused
     (YAML reads `1.10` as 1.1 and `010` as 8: quote it)."""
+    import datetime
+
     import pydantic
-    import yaml
 
     from logicrank.pipelines.config.settings import IndexConfig
+    from logicrank.pipelines.files import load_yaml
 
-    for text, tag in (("2026-11-25", "2026-11-25"), ("v1", "v1"), ("'1.10'", "1.10")):
-        assert IndexConfig.model_validate(yaml.safe_load(f"corpus: c\ndb: d\ntag: {text}")).tag == tag
-    for text in ("1.10", "2026-11-25 10:00:00"):
+    for text, tag in (("2026-11-25", "2026-11-25"), ("v1", "v1"), ("'1.10'", "1.10")):  # read as a --config file is read
+        assert IndexConfig.model_validate(load_yaml(f"corpus: c\ndb: d\ntag: {text}")).tag == tag
+    for value in (1.1, 8, datetime.datetime(2026, 11, 25, 10)):  # what YAML makes of 1.10, 010, 2026-11-25 10:00:00
         with pytest.raises(pydantic.ValidationError):
-            IndexConfig.model_validate(yaml.safe_load(f"corpus: c\ndb: d\ntag: {text}"))
+            IndexConfig(corpus="c", db="d", tag=value)
 
 
 def test_a_yes_or_no_for_a_number_is_refused_not_read_as_one():
