@@ -296,7 +296,7 @@ def _read_orlog(question: str, text: str) -> Parsed:
         return _orlog_fallback(question, f"{type(exc).__name__}: {str(exc).splitlines()[0]}", "fallback")
 
 
-NEGATIVE_STATEMENT = re.compile(r"\b(?:not|never|neither|nor|without)\b|n['\u2019]t\b", re.IGNORECASE)  # ("no": titles such as "No Country for Old Men")
+_NEGATIVE = re.compile(r"\b(?:not|never|neither|nor|without)\b|n['\u2019]t\b", re.IGNORECASE)  # ("no": titles such as "No Country for Old Men")
 
 
 def _parse_orlog(question: str, text: str) -> Parsed:
@@ -310,7 +310,7 @@ def _parse_orlog(question: str, text: str) -> Parsed:
     node = parse(parsed.logical_query)
     why = degenerate(node, question, frozenset())
     texts = {a["id"]: a["text"] for a in parsed.atoms}
-    negated = sorted({t for n in _negations(node) for t in n.child.terms() if NEGATIVE_STATEMENT.search(texts[t])})  # NOT a2, NOT (a2 OR a3)
+    negated = sorted({t for n in _negations(node) for t in n.child.terms() if _NEGATIVE.search(texts[t])})  # NOT a2, NOT (a2 OR a3)
     if why is None and negated:
         why = f"degenerate: NOT {negated[0]} negates a statement already negative ({texts[negated[0]]!r})"
     return _orlog_fallback(question, why, "degenerate") if why else parsed
