@@ -327,7 +327,11 @@ class RayTasks:
                     pending[self._task.remote(step, *a)] = i
                 done, _ = ray.wait(list(pending), num_returns=1)
                 for ref in done:
-                    node, results[pending.pop(ref)] = ray.get(ref)
+                    # out of pending before its result is read: a task that failed has finished, and is not cancelled
+                    # below (Ray's force-cancel of a finished task can abort the driver: "Tried to complete task that
+                    # was not pending", once in the suite)
+                    i = pending.pop(ref)
+                    node, results[i] = ray.get(ref)
                     self.nodes.add(node)
         except BaseException:
             for ref in pending:  # force: their workers killed (a polite cancel is a KeyboardInterrupt, which a worker whose

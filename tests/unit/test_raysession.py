@@ -203,3 +203,47 @@ def test_a_cluster_joined_by_address_never_runs_work_in_the_driver():
     """Shared: its work goes to pools that reserve CPUs (decided before Ray is asked anything)."""
     assert local_driver_node(RayConfig(address="ray://head:10001")) is None
     assert local_driver_node(RayConfig(address="10.0.0.1:6379")) is None
+
+
+class _FakeRay:
+    """Ray's calls RayTasks makes, in one process: each task finishes at once, in the order
+    sent; ``fails`` names the arguments whose task raises. Records what is cancelled."""
+
+    def __init__(self, fails: set):
+        self.fails, self.cancelled, self.results = fails, [], {}
+
+    def remote(self, **_):
+        fake = self
+
+        class _Task:
+            @staticmethod
+            def remote(step, *args):
+                ref = object()
+                fake.results[ref] = (args, step)
+                return ref
+
+        return lambda fn: _Task
+
+    def wait(self, refs, num_returns=1, fetch_local=True):
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref):
+        args, step = self.results[ref]
+        if args[0] in self.fails:
+            raise ValueError(f"task {args[0]} failed")
+        return "node", step(*args)
+
+    def cancel(self, ref, force=False):
+        self.cancelled.append(self.results[ref][0][0])
+
+
+def test_a_failed_task_is_not_cancelled_only_the_tasks_still_running():
+    """The task that failed has finished: RayTasks cancels the others it sent, never that one
+    (Ray's force-cancel of a finished task aborted the driver once)."""
+    from logicrank.jobs.raysession import RayTasks
+
+    fake = _FakeRay(fails={0})
+    with pytest.raises(ValueError, match="task 0 failed"):
+        RayTasks(fake, at_once=3)(lambda x: x, [(0,), (1,), (2,)])
+    assert fake.cancelled == [1, 2]
+    assert RayTasks(_FakeRay(fails=set()), at_once=2)(lambda x: x * x, [(i,) for i in range(5)]) == [0, 1, 4, 9, 16]
