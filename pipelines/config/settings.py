@@ -282,7 +282,14 @@ class EvaluateConfig(_Config):
         if not isinstance(data, dict) or not data.get("names"):
             return data
         given = data["names"]
-        pairs = list(given.items()) if isinstance(given, dict) else []
+        pairs = []
+        if isinstance(given, dict):  # a config file's mapping: YAML may make a key a number (1: run.tsv) or a value null
+            for newid, path in given.items():
+                if not isinstance(newid, str | int) or isinstance(newid, bool) or not str(newid).strip():
+                    raise ValueError(f"names: the run id {newid!r} is not a name; give each run file a run id (NEWID: FILE)")
+                if not isinstance(path, str) or not path.strip():
+                    raise ValueError(f"names: {newid}: {path!r} is not a run file's path")
+                pairs.append((str(newid).strip(), path.strip()))
         if not isinstance(given, dict):
             for text in [given] if isinstance(given, str) else given:
                 newid, sep, path = str(text).partition("=")
@@ -346,6 +353,16 @@ class GenerateConfig(_Config):
     ray: RayConfig = Field(RayConfig(), json_schema_extra=OUTSIDE)
 
     _distinct = field_validator("candidates")(lambda v: distinct(v))
+
+    @model_validator(mode="after")
+    def _shards_are_generate_s(self):
+        """generate cuts its work by documents (shard_docs) and sends wave_shards of those shards
+        at once; the LLM stages' own shard options would be ignored without a word, so they are
+        refused."""
+        if ignored := [f"llm.{f}" for f in ("shard_queries", "wave_shards") if f in self.llm.model_fields_set]:
+            raise ValueError(f"generate does not read {' or '.join(ignored)} (the retrieval stages' shards): "
+                             "its shards are shard_docs documents, sent wave_shards at once")
+        return self
 
     def dataset_digest(self) -> str:
         """What changes the dataset: placement, the wave size, the LLM cache and the note do not."""

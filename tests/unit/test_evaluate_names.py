@@ -73,6 +73,13 @@ def test_names_in_a_config(files):
     assert EvaluateConfig(qrels=str(qrels), runs=(str(good),), names=[f"new={good}"]).runs == (str(good),)
     with pytest.raises(ValidationError, match="NEWID=FILE"):
         EvaluateConfig(qrels=str(qrels), names=["new"])
+    # a YAML mapping: a number is a run id as its text; 1 and "1" are one id given twice; a key or file that is no name, refused
+    assert EvaluateConfig(qrels=str(qrels), runs=(str(bad),), names={1: str(good)}).run_id_for(str(good)) == "1"
+    with pytest.raises(ValidationError, match="given twice"):
+        EvaluateConfig(qrels=str(qrels), names={1: str(good), "1": str(bad)})
+    for names in ({None: str(good)}, {True: str(good)}, {" ": str(good)}, {"new": None}, {"new": 3}, {"new": ""}):
+        with pytest.raises(ValidationError, match="names: "):
+            EvaluateConfig(qrels=str(qrels), names=names)
 
 
 def test_two_names_may_swap_two_files_run_ids(files):

@@ -115,6 +115,13 @@ def test_the_dataset_digest_ignores_placement_but_not_what_changes_the_data():
         GenerateConfig(db="db", candidates=("dense", "dense"))
 
 
+def test_the_llm_stages_shard_options_are_refused_where_generate_would_ignore_them():
+    for llm in ({"wave_shards": 3}, {"shard_queries": 16}, {"wave_shards": 3, "shard_queries": 16}):
+        with pytest.raises(ValueError, match=r"llm\.(wave_shards|shard_queries).* not generate's: its shards are shard_docs"):
+            GenerateConfig.model_validate({"db": "db", "llm": llm})
+    assert GenerateConfig.model_validate({"db": "db", "wave_shards": 3, "llm": {"actors": 2}}).wave_shards == 3
+
+
 def test_a_last_shard_too_small_for_a_template_joins_the_one_before():
     from logicrank.pipelines.generate.realcorpus import shard
 
