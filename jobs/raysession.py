@@ -51,6 +51,15 @@ def quiet_logs() -> None:
 # notes, at error level, that such an actor's restart needs that object (it is owned by the
 # driver, which outlives the job's actors).
 _NATIVE_NOISE = re.compile(rb"core_worker\.cc:\d+: Actor with class name: .* has constructor arguments in the object store")
+_TERMINAL: list[int] = []  # the real stderr's descriptor of each open drop_native_noise, innermost last
+
+
+def write_to_terminal(text: str) -> None:
+    """Write ``text`` to the real stderr at once, past :func:`drop_native_noise`'s pipe where
+    one is open: for a process about to end with ``os._exit``, which stops the pump thread
+    before it forwards what was written to fd 2 (the stall watchdog's last line was lost so)."""
+    _flush_stderr()
+    _write_all(_TERMINAL[-1] if _TERMINAL else 2, text.encode(errors="replace"))
 
 
 @contextmanager
@@ -90,9 +99,11 @@ def drop_native_noise():
 
     thread = threading.Thread(target=pump, daemon=True, name="stderr-filter")
     thread.start()
+    _TERMINAL.append(original)
     try:
         yield
     finally:
+        _TERMINAL.remove(original)
         _flush_stderr()
         # Put the real stderr back only if fd 2 is still our pipe: whoever replaced it since
         # (pytest's capture does, between tests) owns it now, and the pipe is closed already.

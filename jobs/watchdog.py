@@ -23,7 +23,6 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -67,8 +66,9 @@ class _Watch:
                 if self.done.wait(self.grace_s / 2):
                     return
             if signalled or not self.done.wait(self.grace_s):  # the main thread did not come back: end the process ourselves
-                sys.stderr.write(f"error: {self.message}\n")
-                sys.stderr.flush()
+                from logicrank.jobs.raysession import write_to_terminal
+
+                write_to_terminal(f"error: {self.message}\n")  # (past the stderr filter, whose thread os._exit stops)
                 os._exit(1)
             return
 

@@ -65,6 +65,20 @@ print("not reached")
     assert len(list(tmp_path.glob("stalled-*.txt"))) == 1
 
 
+def test_the_last_line_of_a_process_the_watchdog_ends_passes_the_stderr_filter(tmp_path):
+    """A job's fd 2 is a pipe read by a thread (jobs/raysession.py, drop_native_noise) that
+    os._exit stops: the watchdog writes its line past it, to the real stderr."""
+    res = _child("""
+import signal
+from logicrank.jobs.raysession import drop_native_noise
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
+with drop_native_noise(), watch("demo", out, timeout_s=1.0, grace_s=1.0):
+    time.sleep(60)
+""", tmp_path)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1].startswith("error: demo: no progress for "), res.stderr
+
+
 def test_progress_keeps_a_slow_job_alive_and_no_timeout_means_no_watchdog(tmp_path):
     res = _child("""
 with watch("demo", out, timeout_s=1.0, grace_s=1.0):
