@@ -358,8 +358,10 @@ class GenerateConfig(_Config):
     def _shards_are_generate_s(self):
         """generate cuts its work by documents (shard_docs) and sends wave_shards of those shards
         at once; the LLM stages' own shard options would be ignored without a word, so they are
-        refused."""
-        if ignored := [f"llm.{f}" for f in ("shard_queries", "wave_shards") if f in self.llm.model_fields_set]:
+        refused. A value equal to the default passes: a config written out whole (model_dump_json,
+        every field set) must read back."""
+        fields = type(self.llm).model_fields
+        if ignored := [f"llm.{f}" for f in ("shard_queries", "wave_shards") if getattr(self.llm, f) != fields[f].default]:
             raise ValueError(f"generate does not read {' or '.join(ignored)} (the retrieval stages' shards): "
                              "its shards are shard_docs documents, sent wave_shards at once")
         return self

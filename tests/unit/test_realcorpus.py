@@ -117,8 +117,10 @@ def test_the_dataset_digest_ignores_placement_but_not_what_changes_the_data():
 
 def test_the_llm_stages_shard_options_are_refused_where_generate_would_ignore_them():
     for llm in ({"wave_shards": 3}, {"shard_queries": 16}, {"wave_shards": 3, "shard_queries": 16}):
-        with pytest.raises(ValueError, match=r"llm\.(wave_shards|shard_queries).* not generate's: its shards are shard_docs"):
+        with pytest.raises(ValueError, match=r"generate does not read llm\.(wave_shards|shard_queries).*: its shards are shard_docs"):
             GenerateConfig.model_validate({"db": "db", "llm": llm})
+    whole = GenerateConfig(db="db", wave_shards=3)  # written out with every field set, it reads back
+    assert GenerateConfig.model_validate_json(whole.model_dump_json()) == whole
     assert GenerateConfig.model_validate({"db": "db", "wave_shards": 3, "llm": {"actors": 2}}).wave_shards == 3
 
 
