@@ -157,12 +157,15 @@ _OPTION_NAMES = {"methods": "method", "measures": "measure", "runs": "runs", "em
                  "enforce_eager": "compiled", "candidates": "candidate"}
 
 
-def validation_message(exc: ValidationError) -> str:
-    """A pydantic error as one line: each bad option (as its command-line flag), the value
+def validation_message(exc: ValidationError, flags: dict[str, str] | None = None) -> str:
+    """A pydantic error as one line: each bad option (as its command-line flag: ``flags``, a
+    field's path -> the flag the command spells it with, else the field's name), the value
     given, what it accepts (:func:`logicrank.schemas.errors.validation_line`)."""
     def option(loc: tuple) -> str:
         names = [x for x in loc if isinstance(x, str)]
-        return "--" + _OPTION_NAMES.get(names[-1], names[-1]).replace("_", "-") if names else ""
+        if not names:
+            return ""
+        return (flags or {}).get(".".join(names)) or "--" + _OPTION_NAMES.get(names[-1], names[-1]).replace("_", "-")
 
     return f"{exc.title.removesuffix('Config').lower()}: {validation_line(exc, name=option)}"
 
@@ -188,7 +191,7 @@ def _config(config, bound: Bound, part: str = "", **computed):
     try:
         return config.model_validate(data)
     except ValidationError as exc:
-        _fail(config_message(exc, bound.file, config) if bound.file is not None else validation_message(exc))
+        _fail(config_message(exc, bound.file, config) if bound.file is not None else validation_message(exc, bound.flags_under(part)))
 
 
 _INDEX_FIELDS = ("table", "format", "delete_missing", "max_delete_fraction", "allow_mass_delete", "prune_after_hours",

@@ -22,6 +22,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -180,6 +181,12 @@ class Bound:
     values: dict[str, Any]  # path -> value (defaults included)
     given: frozenset[str]  # the paths whose option was given on the command line
     file: Path | None  # --config
+    flags: dict[str, str] = dataclass_field(default_factory=dict)  # path -> the option as this command spells it (--max-model-len)
+
+    def flags_under(self, prefix: str = "") -> dict[str, str]:
+        """:attr:`flags` of the part under ``prefix`` (``llm``), by the path inside it."""
+        head = f"{prefix}." if prefix else ""
+        return {path.removeprefix(head): flag for path, flag in self.flags.items() if path.startswith(head)}
 
     def data(self, prefix: str = "") -> dict[str, Any]:
         """The config as a nested mapping, in the module docstring's order; ``prefix``: the
@@ -202,6 +209,13 @@ class Bound:
         for key in path.split("."):
             node = node[key]
         return node
+
+
+def _spelling(param: Any) -> str:
+    """How a user types ``param`` (a click parameter): its long flags (``--llm-max-model-len``;
+    an option with an older name too: ``--llm-max-model-len/--max-model-len``), or an
+    argument's name as help shows it (``CORPUS``)."""
+    return "/".join(o for o in param.opts if o.startswith("--")) or param.name.upper()
 
 
 def _put(tree: dict, path: str, value: Any) -> None:
@@ -255,6 +269,7 @@ def configured(*blocks: Block, config=None, file: bool = False, **own: str | Bin
         @functools.wraps(fn)
         def wrapper(_ctx: typer.Context, **kwargs):
             values, given = {}, set()
+            spelled = {p.name: _spelling(p) for p in _ctx.command.params}
             for name, path, to_field in bindings:
                 value = kwargs[name]
                 values[path] = to_field(value) if to_field else value
@@ -264,7 +279,8 @@ def configured(*blocks: Block, config=None, file: bool = False, **own: str | Bin
             path = kwargs.pop("config", None) if file else None
             for o in opts:
                 kwargs.pop(o.name)
-            return fn(**kwargs, bound=Bound(values, frozenset(given), path))
+            flags = {path: spelled[name] for name, path, _ in bindings if name in spelled}
+            return fn(**kwargs, bound=Bound(values, frozenset(given), path, flags))
 
         wrapper.__signature__ = sig.replace(parameters=params)
         # tests walk these: option -> (path, to_field), which of them are generated, and the config the paths are in

@@ -5,6 +5,8 @@ options builds the config in the documented order."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -17,6 +19,7 @@ from logicrank.cli_config import Bound, cli_type, field_at
 from logicrank.pipelines.config.retrieval import NightlyConfig  # noqa: F401 - every config importable beside the CLI
 from logicrank.pipelines.config.settings import EmbedConfig, RayConfig
 
+EXPERIMENT = Path(__file__).resolve().parents[2] / "jobs" / "experiments" / "itlr-synthetic.yaml"
 UNBOUND = {"backend": (EmbedConfig, "backend"), "ray_address": (RayConfig, "address")}  # commands that pass them alone (main, nightly)
 
 
@@ -141,7 +144,7 @@ def test_index_reads_a_config_file_and_an_option_overrides_it(tmp_path):
 
 def test_a_required_field_missing_from_options_and_file(tmp_path):
     r = runner.invoke(app, ["index"])
-    assert r.exit_code == 2 and "--corpus: Field required" in _err(r), _err(r)
+    assert r.exit_code == 2 and "CORPUS: Field required" in _err(r), _err(r)  # an argument, by the name help shows
     f = tmp_path / "index.yaml"
     f.write_text("db: x\n")
     r = runner.invoke(app, ["index", "--config", str(f)])
@@ -286,3 +289,31 @@ def test_a_yes_or_no_for_a_number_is_refused_not_read_as_one():
     from logicrank.pipelines.config.settings import LLMConfig
 
     assert LLMConfig(enforce_eager=False).enforce_eager is False  # a yes/no field takes one
+
+
+def _below_their_minimum():
+    """(command, option, value) for every bound int option with a minimum: the value under it."""
+    import annotated_types
+
+    for command, cmd in sorted(BOUND.items()):
+        for option, (path, to_field) in cmd.callback.bindings.items():
+            field = field_at(cmd.callback.config, path)
+            low = [m.ge for m in field.metadata if isinstance(m, annotated_types.Ge)]
+            if to_field is None and low and isinstance(low[0], int) and not isinstance(low[0], bool):
+                yield command, option, low[0] - 1
+
+
+@pytest.mark.parametrize("command, option, value", list(_below_their_minimum()))
+def test_a_value_refused_is_named_by_the_flag_it_was_typed_with(command, option, value):
+    """`retrieve --llm-max-model-len 0` was blamed on `--max-model-len`, `--shards 0` on
+    `--retrieve-shards`: the one-line error names each option as this command spells it."""
+    cmd = BOUND[command]
+    params = {p.name: p for p in cmd.params}
+    flags = [o for o in params[option].opts if o.startswith("--")]
+    words = ["generate", "itlr"] if command == "generate_itlr" else [command.replace("_", "-")]
+    # every argument given (an experiment file is read before its options are checked), and every required option
+    args = [{"experiment": str(EXPERIMENT), "bench_lag": "musique"}.get(command, "x") for p in cmd.params if p.param_type_name == "argument"]
+    required = [w for p in cmd.params if p.param_type_name == "option" and p.required for w in (p.opts[0], "x")]
+    r = runner.invoke(app, [*words, *args, *required, flags[-1], str(value)])
+    said = re.escape(f"{'/'.join(flags)} {value}") + r"(\.0)?: must be greater than or equal to"  # a float field shows -1.0
+    assert r.exit_code == 2 and re.search(said, _err(r)), (command, option, _err(r))
