@@ -170,10 +170,23 @@ def validation_message(exc: ValidationError, flags: dict[str, str] | None = None
     return f"{exc.title.removesuffix('Config').lower()}: {validation_line(exc, name=option)}"
 
 
-def config_message(exc: ValidationError, path: Path, model=None) -> str:
+def config_message(exc: ValidationError, path: Path, model=None, typed: dict[str, str] | None = None) -> str:
     """A pydantic error about a config file as one line: each bad key by its place in the file;
-    an unknown key lists the keys there are (``model``: the file's config class)."""
-    return f"config {path}: {validation_line(exc, model)}"
+    an unknown key lists the keys there are (``model``: the file's config class). ``typed``:
+    the paths whose value came from the command line, not the file (path -> flag): an error
+    there is named by its flag, and the file only where its own value was refused."""
+    typed = typed or {}
+
+    def dotted(loc: tuple) -> str:
+        return ".".join(x for x in loc if isinstance(x, str))
+
+    if not any(dotted(e["loc"]) in typed for e in exc.errors(include_url=False)):
+        return f"config {path}: {validation_line(exc, model)}"
+
+    def name(loc: tuple) -> str:
+        return typed.get(dotted(loc)) or f"{path}'s {'.'.join(map(str, loc))}"
+
+    return f"{exc.title.removesuffix('Config').lower()}: {validation_line(exc, model, name=name)}"
 
 
 def _parts(bound: Bound) -> tuple[EmbedConfig, RayConfig, LLMConfig]:
@@ -191,7 +204,11 @@ def _config(config, bound: Bound, part: str = "", **computed):
     try:
         return config.model_validate(data)
     except ValidationError as exc:
-        _fail(config_message(exc, bound.file, config) if bound.file is not None else validation_message(exc, bound.flags_under(part)))
+        flags = bound.flags_under(part)
+        if bound.file is None:
+            _fail(validation_message(exc, flags))
+        head = f"{part}." if part else ""
+        _fail(config_message(exc, bound.file, config, {p: f for p, f in flags.items() if head + p in bound.given}))
 
 
 _INDEX_FIELDS = ("table", "format", "delete_missing", "max_delete_fraction", "allow_mass_delete", "prune_after_hours",
