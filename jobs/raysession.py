@@ -345,10 +345,12 @@ class RayTasks:
                     node, results[i] = ray.get(ref)
                     self.nodes.add(node)
         except BaseException:
-            for ref in pending:  # force: their workers killed (a polite cancel is a KeyboardInterrupt, which a worker whose
+            # only the tasks still running are cancelled (those that finished meanwhile are left, as the one that failed)
+            running = ray.wait(list(pending), num_returns=len(pending), timeout=0, fetch_local=False)[1] if pending else []
+            for ref in running:  # force: their workers killed (a polite cancel is a KeyboardInterrupt, which a worker whose
                 ray.cancel(ref, force=True)  # earlier task installed its own SIGINT handler never raises); a step is rerun whole
-            if pending:
-                ray.wait(list(pending), num_returns=len(pending), fetch_local=False)
+            if running:
+                ray.wait(running, num_returns=len(running), fetch_local=False)
             raise
         return results
 

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from logicrank.jobs.raysession import write_to_terminal
 from logicrank.schemas.errors import JobFailed
 
 DEFAULT_TIMEOUT_S = 1800.0  # the longest step without progress seen on a GPU cluster is a large model's start (minutes)
@@ -66,10 +67,10 @@ class _Watch:
                 if self.done.wait(self.grace_s / 2):
                     return
             if signalled or not self.done.wait(self.grace_s):  # the main thread did not come back: end the process ourselves
-                from logicrank.jobs.raysession import write_to_terminal
-
-                write_to_terminal(f"error: {self.message}\n")  # (past the stderr filter, whose thread os._exit stops)
-                os._exit(1)
+                try:
+                    write_to_terminal(f"error: {self.message}\n")  # (past the stderr filter, whose thread os._exit stops)
+                finally:
+                    os._exit(1)  # whatever the write did
             return
 
     def _dump(self, idle: float) -> Path:

@@ -173,20 +173,26 @@ def validation_message(exc: ValidationError, flags: dict[str, str] | None = None
 def config_message(exc: ValidationError, path: Path, model=None, typed: dict[str, str] | None = None) -> str:
     """A pydantic error about a config file as one line: each bad key by its place in the file;
     an unknown key lists the keys there are (``model``: the file's config class). ``typed``:
-    the paths whose value came from the command line, not the file (path -> flag): an error
-    there is named by its flag, and the file only where its own value was refused."""
+    the paths whose value came from the command line, not the file (path -> flag). Where one
+    of those was refused, or the config as a whole (a rule over several fields), the line says
+    both sources: a typed value by its flag, the file's by its key, a field neither gave by
+    its name."""
     typed = typed or {}
 
     def dotted(loc: tuple) -> str:
         return ".".join(x for x in loc if isinstance(x, str))
 
-    if not any(dotted(e["loc"]) in typed for e in exc.errors(include_url=False)):
+    errors = exc.errors(include_url=False)
+    if not typed or not any(dotted(e["loc"]) in typed or not e["loc"] for e in errors):
         return f"config {path}: {validation_line(exc, model)}"
+    missing = {tuple(e["loc"]) for e in errors if e["type"] == "missing"}
 
     def name(loc: tuple) -> str:
+        if not loc or tuple(loc) in missing:
+            return dotted(loc)
         return typed.get(dotted(loc)) or f"{path}'s {'.'.join(map(str, loc))}"
 
-    return f"{exc.title.removesuffix('Config').lower()}: {validation_line(exc, model, name=name)}"
+    return f"{exc.title.removesuffix('Config').lower()} (--config {path} and the command line): {validation_line(exc, model, name=name)}"
 
 
 def _parts(bound: Bound) -> tuple[EmbedConfig, RayConfig, LLMConfig]:

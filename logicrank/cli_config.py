@@ -214,8 +214,8 @@ class Bound:
 def _spelling(param: Any) -> str:
     """How a user types ``param`` (a click parameter): its long flags (``--llm-max-model-len``;
     an option with an older name too: ``--llm-max-model-len/--max-model-len``), or an
-    argument's name as help shows it (``CORPUS``)."""
-    return "/".join(o for o in param.opts if o.startswith("--")) or param.name.upper()
+    argument's name as help shows it (``corpus``)."""
+    return "/".join(o for o in param.opts if o.startswith("--")) or param.name
 
 
 def _put(tree: dict, path: str, value: Any) -> None:

@@ -283,8 +283,12 @@ class EvaluateConfig(_Config):
             return data
         given = data["names"]
         pairs = []
+        if not isinstance(given, dict | list | tuple | str):
+            raise ValueError(f"names: a mapping of run ids to run files (NEWID: FILE) is required, got {given!r}")
         if isinstance(given, dict):  # a config file's mapping: YAML may make a key a number (1: run.tsv) or a value null
             for newid, path in given.items():
+                if isinstance(newid, float):  # its text is not what was typed (1.50 reads as 1.5)
+                    raise ValueError(f"names: the run id {newid!r} was read as a number: quote it ('{newid}': FILE)")
                 if not isinstance(newid, str | int) or isinstance(newid, bool) or not str(newid).strip():
                     raise ValueError(f"names: the run id {newid!r} is not a name; give each run file a run id (NEWID: FILE)")
                 if not isinstance(path, str) or not path.strip():

@@ -97,7 +97,8 @@ def test_a_bool_field_is_a_switch_both_ways(tmp_path):
     f.write_text("corpus: /nowhere\nann: true\nembed: {batch_size: 0}\n")
     r = runner.invoke(app, ["index", "--config", str(f), "--no-ann", "--ann-threshold", "0"])
     # each refused value named where it came from: the flag typed, the file's key
-    assert r.exit_code == 2 and f"index: {f}'s embed.batch_size 0: " in _err(r) and "; --ann-threshold 0: " in _err(r), _err(r)
+    assert r.exit_code == 2 and f"index (--config {f} and the command line): {f}'s embed.batch_size 0: " in _err(r), _err(r)
+    assert "; --ann-threshold 0: " in _err(r), _err(r)
     params = {p.name: p for p in BOUND["index"].params}
     assert params["ann"].secondary_opts == ["--no-ann"] and params["delete_missing"].secondary_opts == ["--no-delete-missing"]
 
@@ -135,7 +136,13 @@ def test_index_reads_a_config_file_and_an_option_overrides_it(tmp_path):
     assert r.exit_code == 2 and f"config {f}: embed.batch_size 0:" in _err(r), _err(r)
     f.write_text("corpus: /nowhere\nembed: {batch_size: 8}\nmax_delete_fraction: 0.5\n")
     r = runner.invoke(app, ["index", "--config", str(f), "--max-delete-fraction", "2"])
-    assert r.exit_code == 2 and _err(r).startswith("error: index: --max-delete-fraction 2.0: "), _err(r)  # the typed value, not the file's
+    assert r.exit_code == 2 and _err(r).startswith(f"error: index (--config {f} and the command line): --max-delete-fraction 2.0: "), _err(r)
+    f.write_text("corpus: /nowhere\n")  # a rule over two fields, one of them typed: not the file's alone
+    r = runner.invoke(app, ["index", "--config", str(f), "--vector-dim", "8"])
+    assert r.exit_code == 2 and _err(r).startswith(f"error: index (--config {f} and the command line): vector_model and vector_dim"), _err(r)
+    f.write_text("db: x\n")  # a field neither gives, beside a typed value refused: by its name
+    r = runner.invoke(app, ["index", "--config", str(f), "--batch-size", "0"])
+    assert r.exit_code == 2 and "line): corpus: Field required; --batch-size 0: " in _err(r), _err(r)
     r = runner.invoke(app, ["index", "--config", str(tmp_path / "missing.yaml")])
     assert r.exit_code == 2 and "missing.yaml" in _err(r), _err(r)
     f.write_text("- a list\n")
@@ -145,7 +152,7 @@ def test_index_reads_a_config_file_and_an_option_overrides_it(tmp_path):
 
 def test_a_required_field_missing_from_options_and_file(tmp_path):
     r = runner.invoke(app, ["index"])
-    assert r.exit_code == 2 and "CORPUS: Field required" in _err(r), _err(r)  # an argument, by the name help shows
+    assert r.exit_code == 2 and "error: index: corpus: Field required" in _err(r), _err(r)  # an argument, by the name help shows
     f = tmp_path / "index.yaml"
     f.write_text("db: x\n")
     r = runner.invoke(app, ["index", "--config", str(f)])

@@ -77,9 +77,11 @@ def test_names_in_a_config(files):
     assert EvaluateConfig(qrels=str(qrels), runs=(str(bad),), names={1: str(good)}).run_id_for(str(good)) == "1"
     with pytest.raises(ValidationError, match="given twice"):
         EvaluateConfig(qrels=str(qrels), names={1: str(good), "1": str(bad)})
-    for names in ({None: str(good)}, {True: str(good)}, {" ": str(good)}, {"new": None}, {"new": 3}, {"new": ""}):
-        with pytest.raises(ValidationError, match="names: "):
+    for names in ({None: str(good)}, {True: str(good)}, {" ": str(good)}, {"new": None}, {"new": 3}, {"new": ""}, 5, True):
+        with pytest.raises(ValidationError, match="names: "):  # (names: 5 was a TypeError's traceback)
             EvaluateConfig(qrels=str(qrels), names=names)
+    with pytest.raises(ValidationError, match=r"names: the run id 1.5 was read as a number: quote it \('1.5': FILE\)"):
+        EvaluateConfig(qrels=str(qrels), names={1.5: str(good)})
 
 
 def test_two_names_may_swap_two_files_run_ids(files):

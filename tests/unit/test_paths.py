@@ -1,5 +1,6 @@
 """Where logicrank keeps what it derives (pipelines/paths.py): its own variable, then XDG's,
-then the home directory; a variable set but empty is unset, never the working directory."""
+then the home directory; a variable set but empty is unset, never the working directory, and
+so is a relative XDG_CACHE_HOME."""
 
 from pathlib import Path
 
@@ -13,8 +14,9 @@ def test_the_cache_root_reads_its_variables_in_order_and_an_empty_one_as_unset(m
     assert cache_root() == tmp_path / "own"
     monkeypatch.setenv("LOGICRANK_CACHE", "")  # as `LOGICRANK_CACHE= logicrank ...` sets it
     assert cache_root() == tmp_path / "xdg" / "logicrank"
-    monkeypatch.setenv("XDG_CACHE_HOME", "")
-    assert cache_root() == tmp_path / "home" / ".cache" / "logicrank"
+    for invalid in ("", "relative/cache"):  # XDG: a relative path is invalid, and ignored
+        monkeypatch.setenv("XDG_CACHE_HOME", invalid)
+        assert cache_root() == tmp_path / "home" / ".cache" / "logicrank"
     monkeypatch.delenv("LOGICRANK_CACHE")
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert cache_root() == Path(tmp_path / "home" / ".cache" / "logicrank")

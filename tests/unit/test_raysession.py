@@ -207,10 +207,11 @@ def test_a_cluster_joined_by_address_never_runs_work_in_the_driver():
 
 class _FakeRay:
     """Ray's calls RayTasks makes, in one process: each task finishes at once, in the order
-    sent; ``fails`` names the arguments whose task raises. Records what is cancelled."""
+    sent; ``fails`` names the arguments whose task raises, ``finished`` those whose task has
+    finished when a look (a wait of no timeout) is made. Records what is cancelled."""
 
-    def __init__(self, fails: set):
-        self.fails, self.cancelled, self.results = fails, [], {}
+    def __init__(self, fails: set, finished: set = frozenset()):
+        self.fails, self.finished, self.cancelled, self.results = fails, finished, [], {}
 
     def remote(self, **_):
         fake = self
@@ -224,7 +225,10 @@ class _FakeRay:
 
         return lambda fn: _Task
 
-    def wait(self, refs, num_returns=1, fetch_local=True):
+    def wait(self, refs, num_returns=1, fetch_local=True, timeout=None):
+        if timeout == 0:
+            done = [r for r in refs if self.results[r][0][0] in self.finished]
+            return done, [r for r in refs if r not in done]
         return refs[:num_returns], refs[num_returns:]
 
     def get(self, ref):
@@ -238,12 +242,17 @@ class _FakeRay:
 
 
 def test_a_failed_task_is_not_cancelled_only_the_tasks_still_running():
-    """The task that failed has finished: RayTasks cancels the others it sent, never that one
-    (Ray's force-cancel of a finished task aborted the driver once)."""
+    """The task that failed has finished: RayTasks cancels the others it sent that still run,
+    never that one nor one finished meanwhile (Ray's force-cancel of a finished task aborted
+    the driver once)."""
     from logicrank.jobs.raysession import RayTasks
 
     fake = _FakeRay(fails={0})
     with pytest.raises(ValueError, match="task 0 failed"):
         RayTasks(fake, at_once=3)(lambda x: x, [(0,), (1,), (2,)])
     assert fake.cancelled == [1, 2]
+    fake = _FakeRay(fails={0}, finished={2})  # task 2 finished while task 0's failure was read: left, as task 0
+    with pytest.raises(ValueError, match="task 0 failed"):
+        RayTasks(fake, at_once=3)(lambda x: x, [(0,), (1,), (2,)])
+    assert fake.cancelled == [1]
     assert RayTasks(_FakeRay(fails=set()), at_once=2)(lambda x: x * x, [(i,) for i in range(5)]) == [0, 1, 4, 9, 16]

@@ -67,10 +67,18 @@ print("not reached")
 
 def test_the_last_line_of_a_process_the_watchdog_ends_passes_the_stderr_filter(tmp_path):
     """A job's fd 2 is a pipe read by a thread (jobs/raysession.py, drop_native_noise) that
-    os._exit stops: the watchdog writes its line past it, to the real stderr."""
+    os._exit stops: the watchdog writes its line past it, to the real stderr. The pump is held
+    back here (as on a busy machine), so a line left to it is lost every time, not sometimes."""
     res = _child("""
-import signal
+import signal, threading
+import logicrank.jobs.raysession as raysession
 from logicrank.jobs.raysession import drop_native_noise
+forward = raysession._write_all
+def held_back(fd, data):
+    if threading.current_thread().name == "stderr-filter":
+        time.sleep(30)
+    forward(fd, data)
+raysession._write_all = held_back
 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
 with drop_native_noise(), watch("demo", out, timeout_s=1.0, grace_s=1.0):
     time.sleep(60)
