@@ -301,11 +301,12 @@ class EvaluateConfig(_Config):
                     raise ValueError(f"--name takes NEWID=FILE (a run id, then the run file), got {str(text)!r}")
                 pairs.append((newid.strip(), path.strip()))
         names: dict[str, str] = {}
+        where = "names:" if isinstance(given, dict) else "--name"  # a config file's key, or the option
         for newid, path in pairs:
             if newid in names:
-                raise ValueError(f"--name {newid}: given twice ({names[newid]} and {path}); give each file its own run id")
+                raise ValueError(f"{where} {newid}: given twice ({names[newid]} and {path}); give each file its own run id")
             if any(same_file(path, other) for other in names.values()):
-                raise ValueError(f"--name: {path} named twice; a file's run gets one run id")
+                raise ValueError(f"{where}: {path} named twice; a file's run gets one run id")
             names[str(newid)] = str(path)
         runs = tuple(data.get("runs") or ())
         added = tuple(path for path in names.values() if not any(same_file(path, r) for r in runs))

@@ -75,7 +75,7 @@ def test_names_in_a_config(files):
         EvaluateConfig(qrels=str(qrels), names=["new"])
     # a YAML mapping: a number is a run id as its text; 1 and "1" are one id given twice; a key or file that is no name, refused
     assert EvaluateConfig(qrels=str(qrels), runs=(str(bad),), names={1: str(good)}).run_id_for(str(good)) == "1"
-    with pytest.raises(ValidationError, match="given twice"):
+    with pytest.raises(ValidationError, match="names: 1: given twice"):  # named as the file's key, not --name
         EvaluateConfig(qrels=str(qrels), names={1: str(good), "1": str(bad)})
     for names in ({None: str(good)}, {True: str(good)}, {" ": str(good)}, {"new": None}, {"new": 3}, {"new": ""}, 5, True):
         with pytest.raises(ValidationError, match="names: "):  # (names: 5 was a TypeError's traceback)
