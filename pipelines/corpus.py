@@ -118,11 +118,12 @@ VECTOR_KINDS = ("jsonl", "parquet")  # the formats that can carry a vector per d
 # MS MARCO v2's passages ({"pid", "passage", "docid"}) carry their document's docid beside their own pid: a record with a
 # pid and a passage and none of the first three ids is known by its pid (a pid elsewhere, a chunk's number, is no id)
 ID_KEYS = ("doc_id", "_id", "id", "docid", "docno")
-TEXT_KEYS = ("text", "contents", "body", "passage", "segment")
-_JSONL_SUFFIXES = tuple(s + gz for s in (".jsonl", ".json", ".ndjson", ".jl") for gz in ("", ".gz"))  # (.jl: the Washington Post's)
+TEXT_KEYS = ("text", "contents", "body", "passage", "segment", "abstract")  # (abstract: ir_datasets' CORD-19, NFCorpus, Medline)
+_COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")  # names whose compression Arrow's streams undo (pyarrow.Codec.detect)
+_JSONL_SUFFIXES = tuple(s + c for s in (".jsonl", ".json", ".ndjson", ".jl") for c in ("", *_COMPRESSED))  # (.jl: the Washington Post's)
 _PARQUET_SUFFIXES = (".parquet", ".pq")
-_TREC_SUFFIXES = tuple(s + gz for s in (".trec", ".trectext", ".sgml", ".sgm") for gz in ("", ".gz"))
-_TSV_SUFFIXES = (".tsv", ".tsv.gz")
+_TREC_SUFFIXES = tuple(s + c for s in (".trec", ".trectext", ".sgml", ".sgm") for c in ("", *_COMPRESSED))
+_TSV_SUFFIXES = tuple(".tsv" + c for c in ("", *_COMPRESSED))
 KINDS = ("jsonl", "parquet", "trec", "tsv")
 _KIND_NAMES = {"jsonl": "JSONL", "parquet": "Parquet", "trec": "TREC SGML", "tsv": "TSV"}
 _NOT_DOCUMENTS = ("queries", "qrels", "topics")  # names that, in a directory, are a test collection's other files (never indexed)
@@ -308,7 +309,9 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
     else:  # a directory's .tsv files are often its queries and qrels (MS MARCO's layout): read them only when told
         kinds = {p: None if k == "tsv" else k for p, k in kinds.items()}
     wanted = [p for p in files if kinds[p] is not None and (fmt in ("auto", "beir") or kinds[p] == fmt)]
-    not_docs = [p[len(path.rstrip("/")) + 1 :] for p in wanted if p.rsplit("/", 1)[-1].lower().startswith(_NOT_DOCUMENTS)]  # (relative)
+    # a file, or a folder below the corpus's (Hugging Face's BEIR layout: queries/queries/0000.parquet), named as one
+    not_docs = [rel for rel in (p[len(path.rstrip("/")) + 1 :] for p in wanted)
+                if any(part.lower().startswith(_NOT_DOCUMENTS) for part in rel.split("/"))]  # (relative)
     if not_docs:
         raise CorpusError(f"corpus: {location!r} holds query or relevance files ({', '.join(not_docs[:5])}), not documents; "
                           "give the collection file itself.")
@@ -322,8 +325,6 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
         raise CorpusError(f"corpus: {location!r} mixes {' and '.join(_KIND_NAMES[k] for k in found)} files; pass --format to pick one.")
     return [source(p, kinds[p]) for p in wanted]  # type: ignore[arg-type]
 
-
-_COMPRESSED = (".gz", ".bz2", ".zst", ".lz4", ".br")  # names whose compression Arrow's streams undo
 _json_string = json.encoder.encode_basestring  # a str as json.dumps(..., ensure_ascii=False) writes it
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (category Cc), every one
 
@@ -340,6 +341,13 @@ def content_hash(title: str | None, text: str, metadata: str | None, vector: np.
     if vector is not None:
         h.update(b"\0vector\0" + np.ascontiguousarray(vector, dtype="<f4").tobytes())
     return h.hexdigest()
+
+
+def _unread_text_fields(obj: dict[str, Any]) -> list[str]:
+    """The fields of a record holding non-blank text that are neither its id, title, text nor
+    metadata (nor MS MARCO v2's ``pid``/``docid``, nor a vector)."""
+    known = {*ID_KEYS, *TEXT_KEYS, "title", "metadata", "pid"}
+    return [k for k, v in obj.items() if k not in known and isinstance(v, str) and v.strip()]
 
 
 def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -379,6 +387,11 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
         return fields, "bad_field_type", f"text must be a string, got {type(text).__name__}"
     if not (text and text.strip()) and not (title and title.strip()):  # a title alone is a document (BEIR has such: an abstract missing)
         return fields, "empty_text", f"none of {list(TEXT_KEYS)} nor the title holds non-blank text"
+    if not any(k in obj for k in TEXT_KEYS) and (others := sorted(_unread_text_fields(obj))):
+        # a title alone where the record names no text field but carries other text: its text is under a name not read
+        # here (ClinicalTrials' summary), never silently dropped
+        return fields, "empty_text", (f"no field named {' or '.join(TEXT_KEYS)}; its other text fields ({', '.join(others[:5])}) are not "
+                                      "read: convert the records to one of those names")
     if metadata is not None and not isinstance(metadata, str):
         metadata = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
     try:  # (the size in UTF-8; a lone surrogate escape has none)

@@ -29,6 +29,18 @@ def test_jsonl_plain_and_gzip_read_the_same(tmp_path):
     assert plain.column("_location").to_pylist() == [1, 2]
 
 
+def test_a_directorys_files_in_any_compression_arrow_reads_are_read_never_skipped(tmp_path):
+    """In a directory read as `auto`, `part-1.jsonl.bz2` and `part-2.jsonl.zst` were files of no
+    known kind and skipped without a word: every compression Arrow's streams undo is read."""
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    write_jsonl(mixed / "part-0.jsonl", [ROWS[0]])
+    for i, (suffix, codec) in enumerate((("bz2", "bz2"), ("zst", "zstd"), ("lz4", "lz4"), ("gz", "gzip")), 1):
+        with pa.CompressedOutputStream(str(mixed / f"part-{i}.jsonl.{suffix}"), codec) as out:
+            out.write(json.dumps({"_id": f"d{i}", "text": f"text {i}"}).encode() + b"\n")
+    assert _read_all(str(mixed)).column("doc_id").to_pylist() == ["a", "d1", "d2", "d3", "d4"]
+
+
 def test_the_publishers_jsonl_layouts_give_each_record_its_own_id_and_text(tmp_path):
     """As their publishers write them: MS MARCO v2's passage files (``msmarco_passage_00.gz``,
     no format in the name: read with --format jsonl; each passage's ``pid`` beside its
@@ -85,6 +97,14 @@ def test_a_directory_whose_files_include_queries_is_refused_not_indexed_with_the
     with pytest.raises(CorpusError, match=r"holds query or relevance files \(android/queries.jsonl, english/queries.jsonl\)"):
         list_sources(str(cqa))
     assert [s.path.rsplit("/", 2)[-2:] for s in list_sources(str(cqa / "android"))] == [["android", "corpus.jsonl"]]
+    # Hugging Face's layout of a BEIR set: the queries in a folder of their own, under a file name of no meaning
+    hf = tmp_path / "hf"
+    for part in ("corpus", "queries"):
+        (hf / part / part).mkdir(parents=True)
+        pq.write_table(pa.table({"_id": ["1"], "title": [""], "text": [f"a {part} row"]}), hf / part / part / "0000.parquet")
+    with pytest.raises(CorpusError, match=r"holds query or relevance files \(queries/queries/0000.parquet\)"):
+        list_sources(str(hf))
+    assert _read_all(str(hf / "corpus")).column("text").to_pylist() == ["a corpus row"]
 
 
 def test_beir_dir_parquet_and_uri(tmp_path):
@@ -119,12 +139,15 @@ def test_a_title_alone_is_a_document_and_a_lone_surrogate_is_a_reject_not_a_cras
         '{"_id": "s2", "title": "\\udc00", "text": "t"}',
         '{"_id": "\\ud800x", "text": "t"}',
         '{"_id": "ok", "text": "a pair \\ud83d\\ude00 is fine"}',
+        '{"doc_id": "c1", "title": "CORD-19", "doi": "10.1/x", "abstract": "its text"}',  # ir_datasets' exports: the abstract is the text
+        '{"doc_id": "n1", "title": "A trial", "summary": "its text", "url": "http://x"}',  # a text under a name not read: no title-only document
     ]) + "\n")
     t = _read_all(str(path))
     got = list(zip(*(t.column(c).to_pylist() for c in ("doc_id", "title", "text", "_reason")), strict=True))
     assert got == [("t1", "Only a title", "", None), ("t2", "No text key", "", None), ("e1", None, None, "empty_text"),
                    ("s1", None, None, "invalid_utf8"), ("s2", None, None, "invalid_utf8"), (None, None, None, "invalid_utf8"),
-                   ("ok", None, "a pair \U0001F600 is fine", None)]
+                   ("ok", None, "a pair \U0001F600 is fine", None), ("c1", "CORD-19", "its text", None), ("n1", None, None, "empty_text")]
+    assert "its other text fields (summary, url) are not read" in t.column("_detail").to_pylist()[-1]
     trec = tmp_path / "c.trec"
     trec.write_text("<DOC>\n<DOCNO>T</DOCNO>\n<TITLE>Title only</TITLE>\n<TEXT>\n</TEXT>\n</DOC>\n")
     assert _read_all(str(trec)).select(["doc_id", "title", "text", "_reason"]).to_pylist() == [
