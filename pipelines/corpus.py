@@ -571,11 +571,33 @@ def _blank() -> dict[str, Any]:
     return {"doc_id": None, "title": None, "text": None, "metadata": None}
 
 
+def _undecodable_id(raw: bytes, kind: str) -> str | None:
+    """The id of a line that is not UTF-8 where its id itself is (a Latin-1 byte in the text),
+    so that the stored document of that id is held, not taken for absent and deleted, as for
+    any other reject that names its id: JSON Lines: the record read with U+FFFD for the bad
+    bytes, its id as :func:`validate_record` reads it, unless the id holds one; TSV: the first
+    field (:func:`_long_id`). None where the id cannot be told; never guessed."""
+    if kind != "jsonl":
+        return _long_id(raw, kind)
+    try:
+        return _replaced_id(json.loads(raw.decode("utf-8", "replace")))
+    except ValueError:
+        return None
+
+
+def _replaced_id(obj: Any) -> str | None:
+    """The id :func:`validate_record` reads from ``obj``, a record whose bytes that are not
+    UTF-8 were read as U+FFFD, unless the id holds one (or is no valid id)."""
+    doc_id = validate_record(obj, 1 << 62)[0]["doc_id"] if isinstance(obj, dict) else None
+    ok = doc_id and "\ufffd" not in doc_id and doc_id == doc_id.strip() and not _CONTROL.search(doc_id)
+    return doc_id if ok else None
+
+
 def _parse_line(raw: bytes, max_doc_bytes: int, vectors: VectorColumn | None = None) -> tuple[dict[str, Any], str | None, str | None]:
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return _blank(), "invalid_utf8", str(exc)
+        return dict(_blank(), doc_id=_undecodable_id(raw, "jsonl")), "invalid_utf8", str(exc)
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -599,11 +621,12 @@ def _read_parquet(src: Source, batch_rows: int, max_doc_bytes: int, vectors: Vec
                 if vectors.name in record_batch.schema.names:
                     record_batch = record_batch.drop_columns([vectors.name])
             for i, rec in enumerate(record_batch.to_pylist()):
-                rec = _decode_binary(rec)
-                if isinstance(rec, tuple):  # (reason, detail)
-                    batch.add(row, _blank(), *rec)
+                decoded = _decode_binary(rec)
+                if isinstance(decoded, tuple):  # (reason, detail): named by its id where the id is UTF-8 (_undecodable_id)
+                    replaced = {k: v.decode("utf-8", "replace") if isinstance(v, bytes) else v for k, v in rec.items()}
+                    batch.add(row, dict(_blank(), doc_id=_replaced_id(replaced)), *decoded)
                 else:
-                    fields, reason, detail = validate_record(rec, max_doc_bytes)
+                    fields, reason, detail = validate_record(decoded, max_doc_bytes)
                     if given is not None and reason is None:
                         vector, reason, detail = given[i]
                         fields = {**fields, "vector": vector}
@@ -686,7 +709,7 @@ def _parse_dpr(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | No
     where it holds one (``""`` inside), as DPR reads it (Python's csv, tab-delimited)."""
     line, bad = _decoded(raw)
     if line is None:
-        return _blank(), "invalid_utf8", bad
+        return dict(_blank(), doc_id=_undecodable_id(raw, "tsv")), "invalid_utf8", bad
     try:
         parts = next(csv.reader([line], delimiter="\t"))  # (not strict, as DPR's: "abc"def is abcdef)
     except csv.Error as exc:
@@ -706,7 +729,7 @@ def _parse_msmarco_docs(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any],
     searched)."""
     line, bad = _decoded(raw)
     if line is None:
-        return _blank(), "invalid_utf8", bad
+        return dict(_blank(), doc_id=_undecodable_id(raw, "tsv")), "invalid_utf8", bad
     parts = line.split("\t")
     if len(parts) != 4:
         return _blank(), "bad_tsv_row", (f"{len(parts)} tab-separated fields; an MS MARCO documents line is docid<TAB>url<TAB>title<TAB>body "
@@ -718,7 +741,7 @@ def _parse_msmarco_docs(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any],
 def _parse_tsv(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
     line, bad = _decoded(raw)
     if line is None:
-        return _blank(), "invalid_utf8", bad
+        return dict(_blank(), doc_id=_undecodable_id(raw, "tsv")), "invalid_utf8", bad
     parts = line.split("\t")
     if len(parts) != 2:
         what = "no tab" if len(parts) == 1 else f"{len(parts)} tab-separated fields"

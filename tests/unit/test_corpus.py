@@ -154,6 +154,25 @@ def test_a_title_alone_is_a_document_and_a_lone_surrogate_is_a_reject_not_a_cras
         {"doc_id": "T", "title": "Title only", "text": "", "_reason": None}]
 
 
+def test_a_line_not_utf8_names_its_id_where_the_id_is(tmp_path):
+    """A Latin-1 byte in a record's text: the line is an `invalid_utf8` reject that names its
+    id, so a re-index holds the stored document of that id instead of deleting it as absent; a
+    line whose id holds the byte names none (an id is never guessed)."""
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"_id": "ok", "text": "fine"}\n'
+                     b'{"title": "caf\xe9", "_id": "x1", "text": "t"}\n'  # the id after the bad byte
+                     b'{"_id": "caf\xe9", "text": "t"}\n'
+                     b'{"_id": "x2", "text": "caf\xe9", \n')  # not JSON either: no id read
+    t = _read_all(str(path))
+    assert list(zip(t.column("doc_id").to_pylist(), t.column("_reason").to_pylist(), strict=True)) == [
+        ("ok", None), ("x1", "invalid_utf8"), (None, "invalid_utf8"), (None, "invalid_utf8")]
+    binary = pa.table({"_id": pa.array([b"ok", b"x1", b"caf\xe9"], pa.binary()), "text": pa.array([b"fine", b"caf\xe9", b"t"], pa.binary())})
+    pq.write_table(binary, tmp_path / "b.parquet")  # Parquet binary columns, as some writers leave text
+    t = _read_all(str(tmp_path / "b.parquet"))
+    assert list(zip(t.column("doc_id").to_pylist(), t.column("text").to_pylist(), t.column("_reason").to_pylist(), strict=True)) == [
+        ("ok", "fine", None), ("x1", None, "invalid_utf8"), (None, None, "invalid_utf8")]
+
+
 def test_every_bad_row_is_kept_with_reason_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     lines = [

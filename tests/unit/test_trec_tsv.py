@@ -202,7 +202,7 @@ def test_malformed_trec_and_tsv_are_rejects_and_every_good_document_is_read(tmp_
     t = _read_all(tsv, batch_rows=3)
     got = list(zip(t.column("_location").to_pylist(), t.column("doc_id").to_pylist(), t.column("_reason").to_pylist(), strict=True))
     assert got == [(1, "1", None), (2, None, "bad_tsv_row"), (3, None, "missing_id"), (4, "3", "empty_text"), (5, None, "bad_tsv_row"),
-                   (6, None, "invalid_utf8"), (8, " 6", "bad_id"), (9, "7", None)]
+                   (6, "5", "invalid_utf8"), (8, " 6", "bad_id"), (9, "7", None)]  # (6: its id is UTF-8, so its stored copy is held)
     assert t.column("text").to_pylist()[0] == "good one"  # the \r of a CRLF line is dropped
     assert Counter(r for _, _, r in got if r) == {"bad_tsv_row": 2, "missing_id": 1, "empty_text": 1, "invalid_utf8": 1, "bad_id": 1}
     assert {"unclosed_doc", "outside_doc", "bad_tsv_row"} <= set(REJECT_REASONS)
