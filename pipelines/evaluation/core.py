@@ -68,9 +68,7 @@ def measure_values(run: pa.Table, qrels: pa.Table, query_ids: Sequence[str], mea
     wanted = list(dict.fromkeys(ir for m in measures for ir in m.ir_measures()))
     got: dict[tuple[str, object], float] = {}
     if run_dict and qrels_dict and wanted:  # wanted is empty when every measure is trec_eval's own
-        evaluator = provider().evaluator(wanted, qrels_dict)
-        for metric in evaluator.iter_calc(run_dict):
-            got[(metric.query_id, metric.measure)] = float(metric.value)
+        got = _ir_measures_values(wanted, run_dict, qrels_dict)
     missed = [qid for qid in query_ids if qid not in run_dict]
     for ir in wanted:  # trec_eval -c: the counts it gives a query without results
         for qid in missed:
@@ -82,6 +80,65 @@ def measure_values(run: pa.Table, qrels: pa.Table, query_ids: Sequence[str], mea
         irs = m.ir_measures()
         out[m] = np.array([m.combine([got.get((qid, ir), 0.0) for ir in irs]) for qid in query_ids], dtype=np.float64)
     return out
+
+
+def _floating(ir) -> bool:
+    """A measure ir_measures' pytrec_eval provider files under whichever trec_eval call it
+    builds first (nDCG without gains, NumRet without rel, NumQ): beside another measure it
+    takes that call's gains or judged-only setting."""
+    from ir_measures.providers.base import NOT_PROVIDED
+
+    return (ir.NAME == "nDCG" and ir["gains"] is NOT_PROVIDED) or (ir.NAME == "NumRet" and ir["rel"] is NOT_PROVIDED) or ir.NAME == "NumQ"
+
+
+def _default_call(ir) -> bool:
+    """Whether ``ir`` is computed in the trec_eval call a floating measure builds alone
+    (relevance level 1, every document, trec_eval's own gains), so that one beside it takes
+    nothing of another's."""
+    def param(name: str, default):
+        return ir[name] if name in ir.SUPPORTED_PARAMS else default  # (the value given, else the measure's default)
+
+    return param("rel", 1) == 1 and not param("judged_only", False) and "gains" not in ir.params
+
+
+def _ir_measures_values(wanted: list, run_dict: dict, qrels_dict: dict) -> dict[tuple[str, object], float]:
+    """Each query's value of each of ``wanted`` (ir_measures' measures), by ir_measures, in
+    calls that cannot mix them up. ir_measures 0.4's pytrec_eval provider puts a "floating"
+    measure (:func:`_floating`) in whichever call it built first, so nDCG@10 beside
+    nDCG(gains=...)@10 took those gains, and NumRet beside a judged-only measure counted only
+    judged documents; and it files values by trec_eval's name, cut to two decimals, so of
+    IPrec@0.12 and IPrec@0.125 in one call one got 0 for every query. So the floating measures
+    go in calls of their own (one per judged-only setting), as does each measure at a
+    fractional cutoff (IPrec's recall level), and a measure left without the values of a query
+    it should have is asked again alone; still none is a bug, never a 0."""
+    groups: dict[object, list] = {}
+    for ir in wanted:
+        if _floating(ir):
+            key: object = ("floating", ir["judged_only"] if ir.NAME == "nDCG" else False)
+        elif any(isinstance(v, float) for v in ir.params.values()):
+            key = ("alone", ir)
+        else:
+            key = "fixed"
+        groups.setdefault(key, []).append(ir)
+    plain = ("floating", False)
+    if plain in groups and "fixed" in groups and all(_default_call(ir) for ir in groups["fixed"]):
+        groups["fixed"] += groups.pop(plain)  # every call there is the one a floating measure gets alone: one call, as ir_measures makes
+    got: dict[tuple[str, object], float] = {}
+    calls = list(groups.values())
+    expected = [q for q, docs in qrels_dict.items() if docs and q in run_dict]  # (the queries every provider scores)
+    asked_alone: set = set()
+    while calls:
+        group = calls.pop(0)
+        for metric in provider().evaluator(group, qrels_dict).iter_calc(run_dict):
+            got[(metric.query_id, metric.measure)] = float(metric.value)
+        for ir in group:
+            if any((q, ir) not in got for q in expected):
+                if ir in asked_alone or len(group) == 1:
+                    lost = next(q for q in expected if (q, ir) not in got)
+                    raise RuntimeError(f"evaluate: ir_measures gave no {ir} for query {lost!r} (a bug)")
+                asked_alone.add(ir)
+                calls.append([ir])
+    return got
 
 
 def _trec_only_values(run_dict: dict, qrels_dict: dict, query_ids: Sequence[str], measures: Sequence[Measure]) -> dict[Measure, np.ndarray]:

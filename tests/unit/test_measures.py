@@ -158,3 +158,53 @@ def test_bad_names_list_the_valid_ones(bad, match):
         parse_measures([bad])
     if "unknown" in match:
         assert "nDCG[@k]" in str(exc.value) and "F1@k" in str(exc.value)
+
+
+_SEEDED = """
+import json, sys
+import pyarrow as pa
+from logicrank.pipelines.evaluation.core import run_metrics
+from logicrank.pipelines.evaluation.measures import parse_measures
+qrels = pa.table({"query_id": ["q1"] * 4 + ["q2"] * 2, "doc_id": ["d1", "d2", "d3", "d4", "d5", "d6"], "relevance": [1, 2, 0, -1, 2, 1]})
+run = pa.table({"query_id": ["q1"] * 5 + ["q2"] * 2, "doc_id": ["dx", "d4", "d3", "d1", "d2", "d6", "d5"],
+                "score": [9.0, 5.0, 4.0, 3.0, 2.0, 2.0, 1.0], "rank": [1, 2, 3, 4, 5, 1, 2]})
+table = run_metrics(run, qrels, parse_measures(sys.argv[1:]), run_id="r")
+print(json.dumps({f"{m}|{q}": v for m, q, v in zip(*(table.column(c).to_pylist() for c in ("measure", "query_id", "value")), strict=True)}))
+"""
+
+
+def test_measures_that_ir_measures_would_file_together_keep_their_own_values_under_any_hash_seed():
+    """ir_measures 0.4 puts nDCG without gains and NumRet (and NumQ) in whichever trec_eval
+    call its set of measures yields first, and files values by trec_eval's two-decimal name:
+    by the hash seed, nDCG@10 took nDCG(gains=...)@10's gains (and that one printed 0), NumRet
+    counted only judged documents beside a judged-only P, and IPrec@0.125 beside IPrec@0.12
+    printed 0. Each value is trec_eval's (pytrec_eval) in processes of several seeds (1: the
+    gains; 4: NumRet)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    asked = ["nDCG(gains={0:0,1:5,2:1})@10", "nDCG@10", "nDCG@5", "P(judged_only=True)@10", "NumRet", "IPrec@0.125", "IPrec@0.12"]
+    q = {"q1": {"d1": 1, "d2": 2, "d3": 0, "d4": -1}, "q2": {"d5": 2, "d6": 1}}
+    r = {"q1": {"dx": 9.0, "d4": 5.0, "d3": 4.0, "d1": 3.0, "d2": 2.0}, "q2": {"d6": 2.0, "d5": 1.0}}
+    plain = pytrec_eval.RelevanceEvaluator(q, {"ndcg_cut.5,10", "num_ret", "iprec_at_recall.0.12"}).evaluate(r)
+    gains = pytrec_eval.RelevanceEvaluator({k: {d: {0: 0, 1: 5, 2: 1}.get(v, v) for d, v in docs.items()} for k, docs in q.items()},
+                                           {"ndcg_cut.10"}).evaluate(r)
+    judged = pytrec_eval.RelevanceEvaluator(q, {"P.10"}, judged_docs_only_flag=True).evaluate(r)
+    want = {}
+    for qid in q:
+        want |= {f"{parse_measure(asked[0])}|{qid}": gains[qid]["ndcg_cut_10"], f"nDCG@10|{qid}": plain[qid]["ndcg_cut_10"],
+                 f"nDCG@5|{qid}": plain[qid]["ndcg_cut_5"], f"P(judged_only=True)@10|{qid}": judged[qid]["P_10"],
+                 f"NumRet|{qid}": plain[qid]["num_ret"], f"IPrec@0.125|{qid}": plain[qid]["iprec_at_recall_0.12"],
+                 f"IPrec@0.12|{qid}": plain[qid]["iprec_at_recall_0.12"]}  # (ir_measures' IPrec: trec_eval's level cut to 2 decimals)
+    assert want[f"{parse_measure(asked[0])}|q1"] != want["nDCG@10|q1"] and want["NumRet|q1"] == 5  # the case: values that differ
+    for seed in ("1", "4", "5"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", _SEEDED, *asked], capture_output=True, text=True, env=env,
+                              cwd=Path(__file__).resolve().parents[2])
+        assert done.returncode == 0, done.stderr[-3000:]
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        for key, value in want.items():
+            assert got[key] == pytest.approx(value, abs=1e-9), (seed, key, got[key], value)
