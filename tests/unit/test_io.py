@@ -98,6 +98,37 @@ def test_rank_pairs_orders_and_breaks_ties_by_doc_id(tmp_path):
     assert back.column("rank").to_pylist() == [1, 2, 3]
 
 
+def test_a_tie_broken_by_a_base_rank_keeps_its_order_in_the_trec_file(tmp_path):
+    """OrLog and the reasoner break equal posteriors by the base run's rank, which trec_eval
+    does not read: the run ranked a above b, its TREC file (equal scores) b above a, and
+    `evaluate` gave the run MRR 1 and its file 0.5. A tied row placed against trec_eval's rule
+    has its score lowered to the next 32-bit float, so the file ranks as the run does, and
+    pytrec_eval (trec_eval's code) on the file gives the run's figures."""
+    import pandas as pd
+    import pytrec_eval
+
+    from logicrank.pipelines.evaluation.core import run_metrics
+    from logicrank.pipelines.evaluation.measures import parse_measures
+
+    pairs = pd.DataFrame({"query_id": ["q1"] * 5 + ["q2"] * 2, "doc_id": ["a", "b", "c", "e", "d", "x", "y"],
+                          "score": [0.99, 0.99, 0.99, 0.5, 0.5, 0.7, 0.7], "tiebreak": [1, 2, 3, 4, 5, 2, 1]})
+    run = rank_pairs(pairs, 10, "orlog", "r")
+    assert run.column("doc_id").to_pylist() == ["a", "b", "c", "e", "d", "y", "x"]  # the base rank's order
+    scores = run.column("score").to_pylist()
+    assert scores[0] == 0.99 and scores[0] > scores[1] > scores[2] > 0.5 and scores[2] == pytest.approx(0.99, abs=1e-6)
+    assert scores[3:5] == [0.5, 0.5] and scores[5:] == [0.7, 0.7]  # ties already in trec_eval's order (doc_id descending) keep their scores
+    back = read_run(write_trec_run(run, tmp_path / "r.trec"))
+    assert back.column("doc_id").to_pylist() == run.column("doc_id").to_pylist()
+    qrels = pa.table({"query_id": ["q1", "q2"], "doc_id": ["a", "y"], "relevance": [1, 1]})
+    measures = parse_measures(["MRR", "P@1", "nDCG@10"])
+    ours = [run_metrics(r, qrels, measures, run_id="r").column("value").to_pylist() for r in (run, back)]
+    assert ours[0] == ours[1] and ours[0][-3:] == [1.0, 1.0, 1.0]
+    lines = [line.split() for line in (tmp_path / "r.trec").read_text().splitlines()]
+    trec = pytrec_eval.RelevanceEvaluator({"q1": {"a": 1}, "q2": {"y": 1}}, {"recip_rank"}).evaluate(
+        {q: {d: float(s) for q2, _, d, _, s, _ in lines if q2 == q} for q in ("q1", "q2")})
+    assert trec["q1"]["recip_rank"] == trec["q2"]["recip_rank"] == 1.0
+
+
 def test_rrf_fuses_by_reciprocal_rank():
     def run(docs):
         return pa.table({"query_id": ["q"] * len(docs), "doc_id": docs, "rank": pa.array(range(1, len(docs) + 1), pa.int32())})

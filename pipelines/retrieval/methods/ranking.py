@@ -20,7 +20,9 @@ def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Tabl
     differ, as a fusion's, are one score); equal scores are ordered by a ``tiebreak`` column
     when the pairs have one (lower first, e.g. a base rank), then by doc_id descending:
     trec_eval's rule, so a run and its TREC file evaluate alike. Runs are deterministic. The
-    run keeps each score's 64 bits.
+    run keeps each score's 64 bits, except where the ``tiebreak`` orders two equal scores
+    otherwise than trec_eval would: the later one's score is lowered to the next 32-bit float
+    below (:func:`_ties_apart`), so that its TREC file ranks as the run does.
     """
     extra = ["tiebreak"] if "tiebreak" in pairs.columns else []
     df = pairs[["query_id", "doc_id", "score", *extra]].assign(_key=trec_score(pairs["score"])).sort_values(
@@ -29,6 +31,8 @@ def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Tabl
     df = df.drop_duplicates(["query_id", "doc_id"], keep="first")
     df["rank"] = df.groupby("query_id", sort=False).cumcount().astype(np.int32) + 1
     df = df[df["rank"] <= k]
+    if extra:
+        df = df.assign(score=_ties_apart(df["query_id"].to_numpy(), df["_key"].to_numpy(), df["doc_id"].to_numpy(), df["score"].to_numpy()))
     return pa.table(
         {
             "query_id": pa.array(df["query_id"].astype(str), pa.string()),
@@ -40,6 +44,23 @@ def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Tabl
         },
         schema=RUN,
     )
+
+
+def _ties_apart(queries: np.ndarray, keys: np.ndarray, docs: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """``scores`` (rows in rank order; ``keys``: their 32-bit scores, trec_eval's key) with each
+    row that trec_eval would put before the row above it (an equal key and a greater doc_id, as
+    a tie broken by a base rank leaves it) lowered to the next 32-bit float below that row's,
+    and so on down the run while rows tie with a lowered one: the order is then the scores'
+    alone, in any reader (Anserini's ScoreTiesAdjusterReranker does the same for its docid
+    order). Other rows keep their 64-bit scores."""
+    keys, scores = keys.copy(), scores.astype(np.float64, copy=True)
+    for i in np.flatnonzero((queries[1:] == queries[:-1]) & (keys[1:] >= keys[:-1])) + 1:
+        while i < len(keys) and queries[i] == queries[i - 1] and (
+                keys[i] > keys[i - 1] or (keys[i] == keys[i - 1] and docs[i] > docs[i - 1])):
+            keys[i] = np.nextafter(keys[i - 1], np.float32(-np.inf), dtype=np.float32)
+            scores[i] = float(keys[i])
+            i += 1
+    return scores
 
 
 def candidate_pairs(run: pa.Table, query_ids: Sequence[str]) -> pd.DataFrame:
