@@ -184,6 +184,9 @@ def run_metrics(
     run_id = run_id if run_id is not None else ids[0]
     run = check_run(run, f"evaluate: run {run_id!r}", duplicates)
     query_ids = sorted(set(qrels.column("query_id").to_pylist()))
+    if AGGREGATE_QUERY_ID in query_ids:  # its rows would be taken for the mean's (trec_eval prints the mean as "all" too)
+        raise EvaluationError(f"evaluate: the qrels hold a query {AGGREGATE_QUERY_ID!r}, the name of the mean's row; "
+                              "rename that query (in the qrels, the queries and the run).")
     values = measure_values(run, qrels, query_ids, measures)
 
     frames = []

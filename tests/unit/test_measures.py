@@ -208,3 +208,14 @@ def test_measures_that_ir_measures_would_file_together_keep_their_own_values_und
         got = json.loads(done.stdout.strip().splitlines()[-1])
         for key, value in want.items():
             assert got[key] == pytest.approx(value, abs=1e-9), (seed, key, got[key], value)
+
+
+def test_a_query_named_as_the_means_row_is_refused_in_one_line():
+    """trec_eval, and the metrics table, name the mean's row "all": a query of that id would be
+    read as the mean (a pandas traceback before)."""
+    from logicrank.pipelines.evaluation.core import EvaluationError
+
+    qrels = pa.table({"query_id": [AGGREGATE_QUERY_ID, "q2"], "doc_id": ["d1", "d2"], "relevance": [1, 1]})
+    run = pa.table({"query_id": [AGGREGATE_QUERY_ID, "q2"], "doc_id": ["d1", "d2"], "score": [1.0, 1.0], "rank": [1, 1]})
+    with pytest.raises(EvaluationError, match=r"^evaluate: the qrels hold a query 'all', the name of the mean's row; rename"):
+        run_metrics(run, qrels, parse_measures(["MRR"]), run_id="r")
