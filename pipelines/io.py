@@ -346,7 +346,7 @@ def read_qrels(path: str | Path) -> pa.Table:
             line = line.rstrip("\r\n")
             if not line.strip():
                 continue
-            if n == 1 and line.split()[0].lower() in _BEIR_HEADER:
+            if n == 1 and trec_fields(line)[0].lower() in _BEIR_HEADER:
                 beir = True
                 continue
             if beir:
@@ -358,7 +358,7 @@ def read_qrels(path: str | Path) -> pa.Table:
                     )
                 q, d, r = parts
             else:
-                parts = line.split()
+                parts = trec_fields(line)
                 if len(parts) not in (3, 4):
                     raise TopicsError(f"qrels {path}: line {n} has {len(parts)} fields; expected 4 (TREC: qid 0 docno rel) or 3.")
                 width = width or (len(parts), n)
@@ -450,11 +450,21 @@ def read_run(path: str | Path, duplicates: Duplicates = "refuse", empty: Literal
     return check_run(table, f"run {path}", duplicates)
 
 
+_ASCII_SPACE = re.compile(r"[ \t\n\r\f\v]+")
+
+
+def trec_fields(line: str) -> list[str]:
+    """A TREC line's fields as trec_eval splits them: on ASCII spaces and tabs only, so an id
+    holding a no-break space or another Unicode space (which ``str.split`` splits on, and strips
+    from an id's ends) stays whole."""
+    return line.split() if line.isascii() else [p for p in _ASCII_SPACE.split(line) if p]
+
+
 def _read_trec_run(path: Path) -> pa.Table:
     cols: dict[str, list] = {"query_id": [], "doc_id": [], "score": [], "run_id": []}
     with reading(f"run {path}", TopicsError), open_text(path) as f:
         for n, line in enumerate(f, 1):
-            parts = line.split()
+            parts = trec_fields(line)
             if not parts:
                 continue
             if len(parts) != 6:
@@ -580,7 +590,7 @@ def write_trec_run(run: pa.Table, path: str | Path) -> Path:
     path = Path(path)
     table = conform(run, RUN, "write_trec_run").sort_by([("query_id", "ascending"), ("rank", "ascending")])
     for col in ("query_id", "doc_id", "run_id"):
-        bad = [v for v in table.column(col).unique().to_pylist() if v.split() != [v]]
+        bad = [v for v in table.column(col).unique().to_pylist() if trec_fields(v) != [v]]
         if bad:
             run_ids = table.column("run_id").unique().to_pylist()
             raise TopicsError(

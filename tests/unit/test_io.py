@@ -325,3 +325,17 @@ def test_a_bad_line_of_a_file_with_a_byte_order_mark_is_named(tmp_path):
     with pytest.raises(TopicsError) as exc:
         read_queries(tmp_path / "q.jsonl")
     assert str(exc.value).startswith(f"queries {tmp_path / 'q.jsonl'}: line 1 is not a JSON object with an id")
+
+
+def test_trec_files_split_on_ascii_spaces_only_as_trec_eval_does(tmp_path):
+    """Python's str.split splits on (and strips) Unicode spaces too: a docno ending in a
+    no-break space, or holding an ideographic space, was read as another id than trec_eval
+    reads. TREC runs and qrels split on ASCII spaces and tabs only."""
+    run = tmp_path / "r.trec"
+    run.write_text("q1 Q0 d1\u00a0 1 2.0 r\nq1 Q0 d\u3000two 2 1.0 r\nq1\tQ0\td3\t3\t0.5\tr\n", encoding="utf-8")
+    assert read_run(run).column("doc_id").to_pylist() == ["d1\u00a0", "d\u3000two", "d3"]
+    qrels = tmp_path / "q.trec"
+    qrels.write_text("q1 0 d1\u00a0 1\nq1 0 d\u3000two 0\n", encoding="utf-8")
+    assert read_qrels(qrels).column("doc_id").to_pylist() == ["d1\u00a0", "d\u3000two"]
+    back = read_run(write_trec_run(read_run(run), tmp_path / "again.trec"))  # such an id is one field of a TREC line: written
+    assert back.column("doc_id").to_pylist() == ["d1\u00a0", "d\u3000two", "d3"]
