@@ -302,10 +302,10 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
     files = sorted(
         f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if f.type == pafs.FileType.File
     )
+    files = [p for p in files if not any(part.startswith(".") for part in p[len(path.rstrip("/")) + 1 :].split("/"))]  # hidden: not read
     kinds = {p: _kind_of(p) for p in files}
     if fmt in ("jsonl", "trec", "tsv"):  # files named with no format are this one's (hidden ones aside; JSONL: compressed ones)
-        kinds = {p: k or (None if p.rsplit("/", 1)[-1].startswith(".") or (fmt == "jsonl" and not p.lower().endswith(_COMPRESSED))
-                          else fmt) for p, k in kinds.items()}
+        kinds = {p: k or (None if fmt == "jsonl" and not p.lower().endswith(_COMPRESSED) else fmt) for p, k in kinds.items()}
     else:  # a directory's .tsv files are often its queries and qrels (MS MARCO's layout): read them only when told
         kinds = {p: None if k == "tsv" else k for p, k in kinds.items()}
     wanted = [p for p in files if kinds[p] is not None and (fmt in ("auto", "beir") or kinds[p] == fmt)]
@@ -341,6 +341,19 @@ def content_hash(title: str | None, text: str, metadata: str | None, vector: np.
     if vector is not None:
         h.update(b"\0vector\0" + np.ascontiguousarray(vector, dtype="<f4").tobytes())
     return h.hexdigest()
+
+
+def _json_value(value: Any) -> Any:
+    """A metadata value JSON has no type for, as text: a Parquet timestamp, date or time in ISO
+    8601, a decimal or a duration as written; anything else refused (TypeError)."""
+    import datetime
+    import decimal
+
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | datetime.timedelta):
+        return str(value)
+    raise TypeError(f"a value of type {type(value).__name__} has no JSON form")
 
 
 def _unread_text_fields(obj: dict[str, Any]) -> list[str]:
@@ -393,7 +406,10 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
         return fields, "empty_text", (f"no field named {' or '.join(TEXT_KEYS)}; its other text fields ({', '.join(others[:5])}) are not "
                                       "read: convert the records to one of those names")
     if metadata is not None and not isinstance(metadata, str):
-        metadata = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
+        try:
+            metadata = json.dumps(metadata, ensure_ascii=False, sort_keys=True, default=_json_value)
+        except (TypeError, ValueError) as exc:  # a value JSON has no form for
+            return fields, "bad_field_type", f"metadata: {exc}"
     try:  # (the size in UTF-8; a lone surrogate escape has none)
         size = len((text or "").encode("utf-8")) + len((title or "").encode("utf-8"))
     except UnicodeEncodeError:

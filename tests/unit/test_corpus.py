@@ -154,6 +154,30 @@ def test_a_title_alone_is_a_document_and_a_lone_surrogate_is_a_reject_not_a_cras
         {"doc_id": "T", "title": "Title only", "text": "", "_reason": None}]
 
 
+def test_hidden_files_and_folders_are_not_read_and_metadata_of_any_parquet_type_is_kept(tmp_path):
+    """A notebook's `.ipynb_checkpoints/` copy of a part sorted first, so its stale rows were
+    indexed and the real ones became duplicate_id rejects: hidden files and folders are not
+    read, in any format. A Parquet metadata struct holding a timestamp or a decimal was a
+    TypeError's traceback: such values are kept as text (ISO 8601, the decimal as written)."""
+    import datetime
+    import decimal
+
+    parts = tmp_path / "parts"
+    write_jsonl(parts / "part-0.jsonl", [{"_id": "a", "text": "new text"}])
+    write_jsonl(parts / ".ipynb_checkpoints" / "part-0-checkpoint.jsonl", [{"_id": "a", "text": "stale text"}])
+    write_jsonl(parts / ".part-1.jsonl", [{"_id": "b", "text": "hidden"}])
+    for fmt in ("auto", "jsonl"):
+        t = _read_all(str(parts), fmt=fmt)
+        assert t.column("text").to_pylist() == ["new text"] and t.column("_reason").to_pylist() == [None], fmt
+    when = datetime.datetime(2020, 3, 1, 12, 30, tzinfo=datetime.UTC)
+    meta = pa.array([{"published": when, "price": decimal.Decimal("1.50")}],
+                    pa.struct([("published", pa.timestamp("us", tz="UTC")), ("price", pa.decimal128(5, 2))]))
+    pq.write_table(pa.table({"_id": ["m"], "text": ["t"], "metadata": meta}), tmp_path / "m.parquet")
+    t = _read_all(str(tmp_path / "m.parquet"))
+    assert t.column("_reason").to_pylist() == [None]
+    assert json.loads(t.column("metadata")[0].as_py()) == {"price": "1.50", "published": "2020-03-01T12:30:00+00:00"}
+
+
 def test_a_line_not_utf8_names_its_id_where_the_id_is(tmp_path):
     """A Latin-1 byte in a record's text: the line is an `invalid_utf8` reject that names its
     id, so a re-index holds the stored document of that id instead of deleting it as absent; a
