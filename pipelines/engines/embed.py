@@ -463,7 +463,9 @@ def _compiled(core, model, threads: int | None):
 
 def _ov_cache_dir(model_path: str) -> Path:
     """Where the model's converted copy lives (a directory: :class:`_OpenVINOEncoder`): keyed by
-    the model's files and the library versions."""
+    the model's files (each one's name, size, modification time and change time: a model
+    rewritten in place with its size and modification time kept, ``touch -r``, ``cp -p``,
+    still changes its files' change time, which no tool sets) and the library versions."""
     import hashlib
     from importlib import metadata
 
@@ -473,7 +475,8 @@ def _ov_cache_dir(model_path: str) -> Path:
     h = hashlib.sha256()
     for f in sorted(Path(model_path).rglob("*")):
         if f.is_file():
-            h.update(f"{f.relative_to(model_path)}:{f.stat().st_size}:{f.stat().st_mtime_ns}".encode())
+            st = f.stat()
+            h.update(f"{f.relative_to(model_path)}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}".encode())
     for pkg in ("openvino", "transformers", "tokenizers", "torch"):
         h.update(f"{pkg}={metadata.version(pkg)}".encode())
     return root / "openvino" / h.hexdigest()[:16]

@@ -270,12 +270,14 @@ def resolve(model: str, log=lambda msg: None) -> ResolvedModel:
 
 
 def _light_fingerprint(path: Path) -> str:
-    """Config, and each file's name, size and modification time, of a checkpoint (hashing 15 GB
-    of weights per run is too slow): a fine-tune saved over it (the same names and sizes) is
-    another model, with its own prompt-cache keys. A copy that does not keep the times (``cp``
-    without ``-p``) is another id too: its cache is filled again, never wrong."""
+    """Config, and each file's name, size, modification time and change time, of a checkpoint
+    (hashing 15 GB of weights per run is too slow): a fine-tune saved over it (the same names
+    and sizes), even with the old modification times put back (``touch -r``), is another
+    model, with its own prompt-cache keys: writing a file sets its change time, which no tool
+    sets back. A copy of the directory is another id too (``cp -p`` keeps the modification
+    times, not the change times): its cache is filled again, never wrong."""
     h = hashlib.sha256((path / "config.json").read_bytes())
     for f in sorted(p for p in path.iterdir() if p.is_file()):
         st = f.stat()
-        h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+        h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}".encode())
     return h.hexdigest()[:12]
