@@ -48,7 +48,8 @@ def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False,
     queries = read_queries(cfg.queries, cfg.topics_field).select(["query_id", "text"])
     resolved = resolve(cfg.llm.model, log=echo)  # prepares a registered model once, before any actor starts
     templates = {m: prompts.load(TEMPLATES[m]).sha for m in cfg.methods}
-    inputs = {"queries": file_fingerprint(cfg.queries), "model": resolved.model_id, "templates": templates}
+    inputs = {"queries": file_fingerprint(cfg.queries), "model": resolved.model_id, "templates": templates,
+              "engine": cfg.llm.engine_digest()}  # (dtype auto: float32 on a CPU, the GPU's own there)
     with rundir.held():
         return _decompose(cfg, rundir, progress, echo, start, queries, inputs)
 

@@ -97,7 +97,8 @@ def _fingerprint(cfg: EvaluateConfig, qa_measures: list[str]) -> dict:
             from logicrank.pipelines.llm import prompts
             from logicrank.pipelines.llm.models import resolve
 
-            inputs["judge"] = {"template": prompts.load(JUDGE_TEMPLATE).sha, "model": resolve(cfg.judge.model, log=lambda m: None).model_id}
+            inputs["judge"] = {"template": prompts.load(JUDGE_TEMPLATE).sha, "model": resolve(cfg.judge.model, log=lambda m: None).model_id,
+                               "engine": cfg.judge.engine_digest()}  # (dtype auto: float32 on a CPU, the GPU's own there)
     return inputs
 
 

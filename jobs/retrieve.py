@@ -153,7 +153,7 @@ def _fingerprint(cfg: RetrieveConfig, job: _Job) -> tuple[dict, dict]:
     if job.needs.encoder:
         inputs["encoder"] = model_id(cfg.embed)
     if job.llm is not None:
-        inputs["llm"] = {"model": job.llm.model_id, "templates": templates_digest()}
+        inputs["llm"] = {"model": job.llm.model_id, "templates": templates_digest(), "engine": cfg.llm.engine_digest()}  # (CPU or GPU dtype)
     return inputs, files
 
 

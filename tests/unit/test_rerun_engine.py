@@ -1,0 +1,50 @@
+"""A whole job's rerun check tells a run on a CPU from one on a GPU (``dtype: auto`` runs
+float32 on a CPU, the GPU's own choice there: LLMConfig.engine_digest): a decompose or an
+evaluate's Judge run again into the same --out on a shared file system, on the other kind of
+machine, is not skipped as unchanged. (retrieve's check keys the same digest, in
+jobs/retrieve.py's _fingerprint, which needs a whole job to call.)"""
+
+import pytest
+
+from logicrank.pipelines import torch_build
+from logicrank.pipelines.config.retrieval import DecomposeConfig
+from logicrank.pipelines.config.settings import EvaluateConfig, LLMConfig
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "model"
+    path.mkdir()
+    (path / "config.json").write_text('{"model_type": "llama"}')
+    return path
+
+
+def _on(monkeypatch, gpu: bool) -> None:
+    monkeypatch.setattr(torch_build, "cpu_only", lambda: not gpu)
+
+
+def test_a_decompose_on_a_gpu_is_not_the_cpu_runs_rerun(tmp_path, model, monkeypatch):
+    from logicrank.jobs import decompose
+
+    seen = []
+    monkeypatch.setattr(decompose, "_decompose", lambda cfg, rundir, progress, echo, start, queries, inputs: seen.append(inputs))
+    (tmp_path / "q.jsonl").write_text('{"_id": "q1", "text": "a or b"}\n')
+    cfg = DecomposeConfig(queries=str(tmp_path / "q.jsonl"), llm=LLMConfig(model=str(model)))
+    for gpu in (False, False, True):
+        _on(monkeypatch, gpu)
+        decompose.run_decompose(cfg, tmp_path / "out", echo=lambda m: None)
+    assert seen[0] == seen[1] and seen[2] != seen[0]
+
+
+def test_an_evaluates_judge_on_a_gpu_is_not_the_cpu_runs_rerun(tmp_path, model, monkeypatch):
+    from logicrank.jobs.evaluate import _fingerprint
+
+    (tmp_path / "a.jsonl").write_text('{"query_id": "q1", "answer": "x"}\n')
+    (tmp_path / "g.jsonl").write_text('{"query_id": "q1", "answers": ["x"]}\n')
+    cfg = EvaluateConfig(answers=(str(tmp_path / "a.jsonl"),), gold=str(tmp_path / "g.jsonl"), qa_measures=("Judge",),
+                         judge=LLMConfig(model=str(model)))
+    seen = []
+    for gpu in (False, False, True):
+        _on(monkeypatch, gpu)
+        seen.append(_fingerprint(cfg, ["Judge"]))
+    assert seen[0] == seen[1] and seen[2] != seen[0]
