@@ -72,7 +72,8 @@ HASHED_BYTES = 256 << 20  # a directory's files up to this size are fingerprinte
 
 def _dir_member(f: Path) -> list:
     st = f.stat()
-    return [st.st_size, sha256_file(f)] if st.st_size <= HASHED_BYTES else [st.st_size, st.st_mtime_ns]
+    # (past that size: its size, modification and change times, which an edit in place sets even with `touch -r`)
+    return [st.st_size, sha256_file(f)] if st.st_size <= HASHED_BYTES else [st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def input_fingerprint(label: str, path: str | Path, error: type[Exception]) -> dict[str, Any]:

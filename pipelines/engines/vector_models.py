@@ -66,7 +66,8 @@ def model_files_digest(name: str) -> str | None:
     """16 hex digits of the content of a local model directory (each file's path and SHA-256,
     a README or hidden file aside): a fine-tune saved over it is another encoder, though its
     path is its id (embed.py's ``model_id``). None for a registered model (its package's pinned
-    version is its content). Each file is read once per process and state (size, time, inode)."""
+    version is its content). Each file is read once per process and state (size, modification
+    and change times, inode)."""
     if name in MODELS or not Path(name).is_dir():
         return None
     root = Path(name).resolve()
@@ -78,13 +79,13 @@ def _unread(rel: Path) -> bool:
     return any(part.startswith(".") for part in rel.parts) or rel.suffix.lower() == ".md"
 
 
-def _state(f: Path) -> tuple[int, int, int]:
+def _state(f: Path) -> tuple[int, int, int, int]:
     st = f.stat()
-    return st.st_size, st.st_mtime_ns, st.st_ino
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns  # (a rewrite in place with its times put back sets the change time)
 
 
 @functools.cache
-def _file_sha(f: Path, size: int, mtime_ns: int, inode: int) -> str:
+def _file_sha(f: Path, size: int, mtime_ns: int, inode: int, ctime_ns: int) -> str:
     from logicrank.pipelines.files import sha256_file
 
     return sha256_file(f)

@@ -1,4 +1,4 @@
-"""The keys of what is derived from a model directory (the OpenVINO encoder's converted copy,
+"""The keys of what is derived from a model directory or a large input (the OpenVINO encoder's converted copy,
 pipelines/engines/embed.py; a checkpoint's LLM model id, pipelines/llm/models.py, which keys
 the prompt cache and the stages' reruns): weights saved over a model in place, with the old
 size and modification time put back (``touch -r``, or a tool that keeps times), are another
@@ -34,3 +34,22 @@ def test_weights_saved_over_with_their_times_kept_are_another_model(tmp_path, mo
     _saved_over(model, "model.safetensors")
     assert _ov_cache_dir(str(model)) != converted
     assert resolve(str(model), log=lambda m: None).model_id != model_id
+
+
+def test_a_files_digest_read_earlier_in_the_process_is_not_kept_for_its_rewrite(tmp_path, monkeypatch):
+    """An encoder directory's content digest (read once per process and file state) and a run
+    directory's fingerprint of a file past the size it hashes (jobs/rundir.py) see a rewrite
+    in place with the old size and modification time put back."""
+    from logicrank.jobs import rundir
+    from logicrank.pipelines.engines.vector_models import model_files_digest
+
+    model = tmp_path / "encoder"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(os.urandom(1000))
+    before = model_files_digest(str(model))
+    monkeypatch.setattr(rundir, "HASHED_BYTES", 100)  # the weights are "large": fingerprinted without being read
+    fingerprint = rundir.file_fingerprint(model)
+    _saved_over(model, "model.safetensors")
+    assert model_files_digest(str(model)) != before
+    assert rundir.file_fingerprint(model) != fingerprint
