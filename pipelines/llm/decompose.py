@@ -261,20 +261,31 @@ def _conjunctions(node: Node):
 
 def one_id_per_statement(atoms: Sequence[tuple[str, str]], form: Node) -> tuple[list[tuple[str, str]], Node]:
     """Atoms (id, text) and a form over their ids with each statement under one id, the first
-    (words compared case-folded): scored apart, two ids of one statement would be taken for
-    independent facts by the exact posterior, though their P(True) is the same."""
+    (compared case-folded, spaces and a closing full stop aside: :func:`_statement`): scored
+    apart, two ids of one statement would be taken for independent facts by the exact
+    posterior, though their P(True) is the same."""
     first: dict[str, str] = {}
-    names = {i: first.setdefault(_fold(t), i) for i, t in atoms}
+    names = {i: first.setdefault(_statement(t), i) for i, t in atoms}
     if all(names[i] == i for i, _ in atoms):
         return list(atoms), form
     return [(i, t) for i, t in atoms if names[i] == i], relabel(form, {**{t: t for t in form.terms()}, **names})
+
+
+def _statement(text: str) -> str:
+    """An atom's statement as compared for sameness: its words and its symbols, case-folded
+    (``{x} is written in C++`` is not ``{x} is written in C``, nor ``> 5`` ``< 5``: words alone
+    made them one, and ``a1 AND NOT a2`` a contradiction), without a closing full stop."""
+    tokens = re.findall(r"\w+|[^\w\s]", text.casefold())
+    while tokens and tokens[-1] in (".", "!", "?", ";"):
+        tokens.pop()
+    return " ".join(tokens)
 
 
 def _read_orlog(question: str, text: str) -> Parsed:
     """An OrLog decomposition's JSON as written (by the LLM or by hand): atoms and a form over
     their ids. Atoms the form does not use are dropped (they cannot change a posterior; a real
     model defines helper statements it then leaves out); every atom the form uses must mention
-    ``{x}``; atoms of the same statement (words compared case-folded) become the first one's id."""
+    ``{x}``; atoms of the same statement (:func:`_statement`) become the first one's id."""
     try:
         obj = json.loads(text, strict=False)  # xgrammar lets raw control characters into strings
         atoms = obj["atoms"]

@@ -280,6 +280,31 @@ def test_orlog_atoms_of_one_statement_are_one_atom():
     assert read_back.atoms == (("a1", "{x} plays chess"), ("a2", "{x} plays golf")) and read_back.form == parse('"a1" AND "a2" OR "a1"')
 
 
+def test_orlog_atoms_that_differ_by_a_symbol_are_two_statements(tmp_path):
+    """Atoms were compared by their words alone, so "{x} is written in C++" and "{x} is written
+    in C" were one, and a hand-written "a1 AND NOT a2" was read, status ok, as "a1 AND NOT a1".
+    Symbols count; case, spaces and a closing full stop do not."""
+    from logicrank.pipelines.llm.decompose import read_decompositions
+
+    path = tmp_path / "dec.jsonl"
+    pairs = [("{x} is written in C++", "{x} is written in C"), ("{x} has > 5 stars", "{x} has < 5 stars"),
+             ("{x} is rated 4.5", "{x} is rated 4-5")]
+    path.write_text("".join(json.dumps({"query_id": f"q{n}", "logical_query": "a1 AND NOT a2", "atoms": {"a1": a, "a2": b}}) + "\n"
+                            for n, (a, b) in enumerate(pairs)))
+    for row in read_decompositions(str(path), "orlog").to_pylist():
+        assert row["status"] == "ok" and row["logical_query"] == '"a1" AND NOT "a2"' and len(row["atoms"]) == 2, row
+    same = read_decompositions_of(tmp_path, {"a1": "{x} plays  Chess.", "a2": "{x} plays chess"}, "a1 OR a2")
+    assert same["logical_query"] == '"a1" OR "a1"' and [a["id"] for a in same["atoms"]] == ["a1"]
+
+
+def read_decompositions_of(tmp_path, atoms: dict, form: str) -> dict:
+    from logicrank.pipelines.llm.decompose import read_decompositions
+
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"query_id": "q", "logical_query": form, "atoms": atoms}) + "\n")
+    return read_decompositions(str(path), "orlog").to_pylist()[0]
+
+
 def test_hand_written_orlog_decompositions_may_negate_a_negative_statement(tmp_path):
     """A person means what they write: the LLM-only check does not apply to a decompositions file."""
     from logicrank.pipelines.llm.decompose import read_decompositions

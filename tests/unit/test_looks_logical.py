@@ -95,3 +95,15 @@ def test_a_blank_logical_query_is_refused(table_db):  # noqa: F811
     with pytest.raises(lr.UserError, match="table.search: logical_query is blank") as exc:
         lr.open_table(table_db).search("malaria", "bm25", logical_query="  ")
     assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("query", ['"vitamin D” AND NOT “bone"', '"a" AND "b” OR “c"', '"vitamin D″ AND NOT ″bone"', '"a” AND (“b"'])
+def test_curly_quotes_inside_straight_ones_around_an_operator_are_refused(query):
+    """Fixing a fully curly query's first and last quotes leaves curly ones inside: the whole
+    formula parsed as one term, and a NOT was searched as the word "not". Refused, at the
+    curly quote; a term that only holds curly quotes (a title) still parses."""
+    from logicrank.pipelines.retrieval.logic.query import QueryParseError, Term, parse
+
+    with pytest.raises(QueryParseError, match="typographic quotes delimit no term"):
+        parse(query)
+    assert parse('"the “Godfather” and “Scarface” films"') == Term("the “Godfather” and “Scarface” films")

@@ -198,9 +198,19 @@ def parse(query: str) -> Node:
     except UnexpectedInput as exc:  # any other lark input error
         raise QueryParseError(query, getattr(exc, "pos_in_stream", 0) or 0, str(exc).splitlines()[0]) from None
     try:
-        return _build(tree, query)
+        node = _build(tree, query)
     except RecursionError:
         raise QueryParseError(query, 0, "the query nests groups too deeply (hundreds of parentheses or NOTs)") from None
+    if found := next((m for t in node.terms() if (m := _KEYWORD_IN_TERM.search(t))), None):
+        # "vitamin D” AND NOT “bone": typographic quotes inside straight ones make the whole formula one term
+        at = query.find(found.group(0))
+        raise QueryParseError(query, max(at, 0), f"a term holds {found.group(0)!r}: typographic quotes delimit no term, so the "
+                                                 "operator is read as words of one term; type straight double quotes")
+    return node
+
+
+# a closing typographic quote, an operator in capitals, an opening one: a formula typed with curly quotes inside straight ones
+_KEYWORD_IN_TERM = re.compile(f"[{_TYPOGRAPHIC}]\\s+(?:(?:AND|OR)\\s+(?:NOT\\s+)?|NOT\\s+)\\(*\\s*[{_TYPOGRAPHIC}]")
 
 
 _QUOTES = '"' + _TYPOGRAPHIC
