@@ -166,7 +166,7 @@ class Embedder:
         path = resolve_model(config.model)
         refuse_prompts(path)
         self.model = None  # the sentence-transformers model: not loaded where the OpenVINO encoder comes from its cache
-        cache_dir = _ov_cache_dir(path) if self.backend == "openvino" else None
+        cache_dir = openvino_cache_dir(path) if self.backend == "openvino" else None
         self._ov = _OpenVINOEncoder.cached(cache_dir, config) if cache_dir is not None else None
         if self._ov is not None:
             self.dim = self._ov.dim
@@ -346,7 +346,7 @@ class _OpenVINOEncoder:
     here. Only mean pooling + normalisation is supported (what the registered models use);
     other models must use the torch backend. Batches run on a pool of asynchronous requests.
 
-    The conversion is cached (:func:`_ov_cache_dir`) with the rest of what encoding needs:
+    The conversion is cached (:func:`openvino_cache_dir`) with the rest of what encoding needs:
     the tokenizer as the model loaded it, and the model's dimension, token window, input names
     and the tokenizer's call-time settings, in ``encoder.json`` with the size of every file of
     the copy. A process that finds a whole copy (:func:`_whole`) imports neither torch nor
@@ -461,7 +461,7 @@ def _compiled(core, model, threads: int | None):
     return core.compile_model(model, "CPU", options)
 
 
-def _ov_cache_dir(model_path: str) -> Path:
+def openvino_cache_dir(model_path: str) -> Path:
     """Where the model's converted copy lives (a directory: :class:`_OpenVINOEncoder`): keyed by
     the model's files (each one's name, size, modification time and change time: a model
     rewritten in place with its size and modification time kept, ``touch -r``, ``cp -p``,

@@ -6,7 +6,7 @@ model, never served from the old one's cache."""
 
 import os
 
-from logicrank.pipelines.engines.embed import _ov_cache_dir
+from logicrank.pipelines.engines.embed import openvino_cache_dir
 from logicrank.pipelines.llm.models import resolve
 
 
@@ -29,10 +29,10 @@ def test_weights_saved_over_with_their_times_kept_are_another_model(tmp_path, mo
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "llama"}')
     (model / "model.safetensors").write_bytes(os.urandom(1000))
-    converted, model_id = _ov_cache_dir(str(model)), resolve(str(model), log=lambda m: None).model_id
-    assert _ov_cache_dir(str(model)) == converted and resolve(str(model), log=lambda m: None).model_id == model_id  # stable
+    converted, model_id = openvino_cache_dir(str(model)), resolve(str(model), log=lambda m: None).model_id
+    assert openvino_cache_dir(str(model)) == converted and resolve(str(model), log=lambda m: None).model_id == model_id  # stable
     _saved_over(model, "model.safetensors")
-    assert _ov_cache_dir(str(model)) != converted
+    assert openvino_cache_dir(str(model)) != converted
     assert resolve(str(model), log=lambda m: None).model_id != model_id
 
 

@@ -225,8 +225,8 @@ class _FakeRay:
 
         return lambda fn: _Task
 
-    def wait(self, refs, num_returns=1, fetch_local=True, timeout=None):
-        if timeout == 0:
+    def wait(self, refs, num_returns=1, fetch_local=True, **options):
+        if options.get("timeout") == 0:  # a look: those finished now
             done = [r for r in refs if self.results[r][0][0] in self.finished]
             return done, [r for r in refs if r not in done]
         return refs[:num_returns], refs[num_returns:]

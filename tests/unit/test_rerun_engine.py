@@ -37,14 +37,15 @@ def test_a_decompose_on_a_gpu_is_not_the_cpu_runs_rerun(tmp_path, model, monkeyp
 
 
 def test_an_evaluates_judge_on_a_gpu_is_not_the_cpu_runs_rerun(tmp_path, model, monkeypatch):
-    from logicrank.jobs.evaluate import _fingerprint
+    from logicrank.jobs import evaluate
 
+    seen = []
+    monkeypatch.setattr(evaluate, "_evaluate_into", lambda cfg, rundir, title, echo, measures, qa, inputs: seen.append(inputs))
     (tmp_path / "a.jsonl").write_text('{"query_id": "q1", "answer": "x"}\n')
     (tmp_path / "g.jsonl").write_text('{"query_id": "q1", "answers": ["x"]}\n')
     cfg = EvaluateConfig(answers=(str(tmp_path / "a.jsonl"),), gold=str(tmp_path / "g.jsonl"), qa_measures=("Judge",),
                          judge=LLMConfig(model=str(model)))
-    seen = []
     for gpu in (False, False, True):
         _on(monkeypatch, gpu)
-        seen.append(_fingerprint(cfg, ["Judge"]))
+        evaluate.run_evaluate(cfg, tmp_path / "out")
     assert seen[0] == seen[1] and seen[2] != seen[0]
