@@ -76,7 +76,7 @@ from logicrank.jobs.raysession import drop_native_noise
 forward = raysession._write_all
 def held_back(fd, data):
     if threading.current_thread().name == "stderr-filter":
-        time.sleep(30)
+        threading.Event().wait()  # held back until the process ends: only os._exit ends it
     forward(fd, data)
 raysession._write_all = held_back
 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
