@@ -83,7 +83,26 @@ def _check_inputs(cfg: EvaluateConfig) -> tuple[list, list[str]]:
     for kind, path in given:
         if not Path(path).exists():
             raise EvaluationError(f"evaluate: no {kind} file at {str(path)!r}; check the path.")
+    for path in cfg.runs:
+        _refuse_unfinished_retrieve(Path(path))
     return measures, qa_measures
+
+
+def _refuse_unfinished_retrieve(path: Path) -> None:
+    """Refuse a run file in the ``runs/`` folder of a retrieve run that has not finished (its
+    manifest says ``running``, ``interrupted`` or ``failed``): a run killed after writing one
+    method's file leaves the other methods' files of the run before it, of another table
+    version or config, which would be evaluated as this run's."""
+    manifest = path.parent.parent / "manifest.json"
+    if path.parent.name != "runs" or not manifest.is_file():
+        return
+    try:
+        prev = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return  # (not a manifest this project wrote: the file is read as any other)
+    if isinstance(prev, dict) and prev.get("stage") == "retrieve" and prev.get("status") != "ok":
+        raise EvaluationError(f"evaluate: {path} is an output of a retrieve run that has not finished ({manifest} says "
+                              f"{prev.get('status')!r}), so it may be an earlier run's; rerun that retrieve command to finish it.")
 
 
 def _fingerprint(cfg: EvaluateConfig, qa_measures: list[str]) -> dict:

@@ -512,3 +512,24 @@ def test_a_qrels_directory_edited_in_place_is_evaluated_again(tmp_path):
     os.utime(tsv, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert tsv.stat().st_size == stat.st_size and tsv.stat().st_mtime_ns == stat.st_mtime_ns
     assert _p_at_1(run_evaluate(cfg, out)) == 0.5
+
+
+@pytest.mark.parametrize("status", ["running", "interrupted", "failed"])
+def test_a_run_file_of_a_retrieve_run_that_has_not_finished_is_refused(tmp_path, status):
+    """A retrieve run killed after writing one method's file leaves the run before it's other
+    files beside it (another table version, another config): evaluating one of those as the
+    new run's would print the old run's figures. A finished run's file is evaluated."""
+    out = tmp_path / "retrieve"
+    (out / "runs").mkdir(parents=True)
+    rows = [("q1", "d1", 1, 2.0), ("q1", "d2", 2, 1.0)]
+    pq.write_table(_run_table(rows), out / "runs" / "bm25.parquet")
+    qrels = pq.write_table(_qrels_table([("q1", "d2", 1)]), tmp_path / "qrels.parquet") or tmp_path / "qrels.parquet"
+    manifest = {"stage": "retrieve", "status": status, "outputs": ["runs/bm25.parquet"]}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    cfg = EvaluateConfig(qrels=str(qrels), runs=(str(out / "runs" / "bm25.parquet"),))
+    with pytest.raises(EvaluationError, match=f"has not finished .*says '{status}'") as err:
+        run_evaluate(cfg, tmp_path / "eval")
+    assert "\n" not in str(err.value)
+    (out / "manifest.json").write_text(json.dumps({**manifest, "status": "ok"}))
+    metrics = run_evaluate(cfg, tmp_path / "eval").to_pandas()
+    assert metrics.set_index(["query_id", "measure"]).loc[("q1", "MRR"), "value"] == pytest.approx(0.5, abs=1e-12)
