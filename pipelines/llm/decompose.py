@@ -32,7 +32,19 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint, Generation, LLMClient
 from logicrank.pipelines.retrieval.logic.grammar import to_gbnf
-from logicrank.pipelines.retrieval.logic.query import And, Node, Not, QueryParseError, Term, parse, quote, relabel, to_text
+from logicrank.pipelines.retrieval.logic.query import (
+    And,
+    Node,
+    Not,
+    QueryParseError,
+    Term,
+    negated_terms,
+    parse,
+    positive_terms,
+    quote,
+    relabel,
+    to_text,
+)
 from logicrank.schemas.errors import JobFailed, UserError
 from logicrank.schemas.tables import DECOMPOSITIONS, question_sha
 
@@ -157,6 +169,8 @@ def _parse_itlr(question: str, text: str) -> Parsed:
         return parsed
     node = parse(parsed.logical_query)
     why = degenerate(node, question, example_terms(KINDS["itlr"].template)) or misplaced_negation(node, question)
+    excluded = [t for t in node.terms() if t in negated_terms(node)]
+    why = why or missed_exclusion(question, excluded, node.terms())
     return _itlr_fallback(question, why, "degenerate") if why else parsed
 
 
@@ -228,20 +242,58 @@ def misplaced_negation(node: Node, question: str) -> str | None:
     for term in node.terms():
         if _TERM_NEGATION.search(term):
             return f"degenerate: the term {quote(term)} holds a negation no evidence applies (NOT goes outside the quotes)"
-    negated = [t for n in _negations(node) for t in n.child.terms()]
-    if not negated:
+    # negated: under an odd number of NOTs (NOT (NOT "x") negates nothing)
+    return misplaced_exclusion(question, [(f"NOT {quote(t)}", t) for t in node.terms() if t in negated_terms(node)])
+
+
+def misplaced_exclusion(question: str, excluded: list[tuple[str, str]]) -> str | None:
+    """Why what a form excludes cannot be what the question excludes, or None: ``excluded`` is
+    (how the form says it, its words) for each statement the form excludes; refused when the
+    question leaves nothing out, or when every word of one is said only before the question's
+    first exclusion phrase (ITLR's negated terms; OrLog's atoms under an odd number of NOTs,
+    or a negative statement asserted)."""
+    if not excluded:
         return None
     if _QUESTION_NEGATION.search(question) is None:
-        return f"degenerate: NOT {quote(negated[0])}, but the question leaves nothing out"
+        return f"degenerate: {excluded[0][0]}, but the question leaves nothing out"
     cue = _EXCLUSION.search(question)
     if cue is None:
         return None
     before, after = set(_fold(question[: cue.start()]).split()), set(_fold(question[cue.start():]).split())
-    for term in negated:
-        words = set(_fold(term).split())
+    for said, text in excluded:
+        words = set(_fold(text).split())
         if words and words <= before and not words & after:
-            return f"degenerate: NOT {quote(term)} negates words the question says before {cue.group(0)!r}, not after it"
+            return f"degenerate: {said} negates words the question says before {cue.group(0)!r}, not after it"
     return None
+
+
+# The phrases after which a question surely excludes something ("A but not B", "not A and B",
+# "A, except B", "A other than B"): a form must negate a word of what follows. ("without",
+# "apart from", "besides" also say "with" or "in addition to": "children living apart from
+# their parents".)
+_SURE_EXCLUSION = re.compile(r"(?:^|[,;:(]|\b(?:and|or|but)\b)\s*not\b(?=\s*\w)|\b(?:except(?: for)?|excluding|other than)\b",
+                             re.IGNORECASE)
+
+
+def missed_exclusion(question: str, excluded: list[str], terms: list[str]) -> str | None:
+    """Why a form leaves out what the question excludes, or None: the question says "but not
+    X" ("except X", "other than X", "not X and Y") and no statement the form excludes
+    (``excluded``: its texts) shares a word, as BM25 reads it, with what follows the phrase.
+    A model drops the NOT (``"vitamin D" AND "bone health"``), cancels it (``NOT (NOT ...)``)
+    or negates the wrong side; each ran as ``ok``. A term that keeps the question's phrase
+    (``"anything other than water"``: ``terms``) is the question's wording, searched as it is."""
+    from logicrank.pipelines.engines.bm25 import default_analyzer
+
+    cue = _SURE_EXCLUSION.search(question)
+    if cue is None:
+        return None
+    phrase = f" {_fold(cue.group(0))} "
+    if any(phrase in f" {_fold(t)} " for t in terms):
+        return None
+    after = set(default_analyzer()(question[cue.end():]))
+    if not after or any(set(default_analyzer()(t)) & after for t in excluded):
+        return None
+    return f"degenerate: the question excludes what follows {cue.group(0).strip()!r}, and the form negates none of it"
 
 
 def _conjuncts(node: And):
@@ -321,17 +373,16 @@ def _parse_orlog(question: str, text: str) -> Parsed:
     node = parse(parsed.logical_query)
     why = degenerate(node, question, frozenset())
     texts = {a["id"]: a["text"] for a in parsed.atoms}
-    negated = sorted({t for n in _negations(node) for t in n.child.terms() if _NEGATIVE.search(texts[t])})  # NOT a2, NOT (a2 OR a3)
+    odd, even = negated_terms(node), positive_terms(node)
+    negated = sorted(t for t in odd if _NEGATIVE.search(texts[t]))  # NOT a2, NOT (a2 OR a3)
     if why is None and negated:
         why = f"degenerate: NOT {negated[0]} negates a statement already negative ({texts[negated[0]]!r})"
+    # what the form excludes: a statement under an odd number of NOTs, or a negative one asserted ("{x} does not like X")
+    excluded = [t for t in node.terms() if (t in odd and not _NEGATIVE.search(texts[t])) or (t in even and _NEGATIVE.search(texts[t]))]
+    words = {t: texts[t].replace(PLACEHOLDER, " ") for t in node.terms()}
+    why = why or misplaced_exclusion(question, [(f"{'NOT ' * (t in odd)}{t} ({texts[t]!r})", words[t]) for t in excluded])
+    why = why or missed_exclusion(question, [words[t] for t in excluded], list(words.values()))
     return _orlog_fallback(question, why, "degenerate") if why else parsed
-
-
-def _negations(node: Node):
-    if isinstance(node, Not):
-        yield node
-    for child in getattr(node, "children", ()) or ((node.child,) if isinstance(node, Not) else ()):
-        yield from _negations(child)
 
 
 @dataclass(frozen=True)

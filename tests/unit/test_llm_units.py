@@ -23,7 +23,7 @@ from logicrank.pipelines.llm.engine import (
     label_token_ids,
     p_true,
 )
-from logicrank.pipelines.retrieval.logic.query import QueryParseError, parse
+from logicrank.pipelines.retrieval.logic.query import QueryParseError, parse, quote
 
 
 # -- templates -------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def test_prompt_example_terms_are_refused_only_where_the_question_lacks_their_wo
 
 def test_orlog_output_validated():
     ok = {"atoms": [{"id": "a1", "text": "{x} is a book"}, {"id": "a2", "text": "{x} is French"}], "form": "a1 and not (a2)"}
-    p = parse_output("orlog", "q", _gen(json.dumps(ok)))
+    p = parse_output("orlog", "books, but not French ones", _gen(json.dumps(ok)))
     assert p.status == "ok" and p.logical_query == '"a1" AND NOT "a2"' and [a["id"] for a in p.atoms] == ["a1", "a2"]
     cases = {
         "not json": "JSONDecodeError",
@@ -234,18 +234,57 @@ def test_orlog_outputs_as_a_real_model_writes_them():
     assert d.status == "degenerate" and "NOT a2 negates a statement already negative" in d.error and d.logical_query == '"a1"'
     for text in ("{x} doesn't smoke", "{x} isn\u2019t red", "{x} never married", "{x} is not tall"):
         neg = {"atoms": [{"id": "a1", "text": "{x} is a person"}, {"id": "a2", "text": text}], "form": "a1 AND NOT a2"}
-        assert parse_output("orlog", "q", _gen(json.dumps(neg))).status == "degenerate", text
+        assert parse_output("orlog", "people, but not those", _gen(json.dumps(neg))).status == "degenerate", text
     inside = {"atoms": [{"id": "a1", "text": "{x} is a film"}, {"id": "a2", "text": "{x} is red"}, {"id": "a3", "text": "{x} is not blue"}],
               "form": "a1 AND NOT (a2 OR a3)"}
-    assert parse_output("orlog", "q", _gen(json.dumps(inside))).status == "degenerate"  # a negative atom anywhere under a NOT
+    assert parse_output("orlog", "films, but not red or blue", _gen(json.dumps(inside))).status == "degenerate"  # a negative atom under a NOT
     title = {"atoms": [{"id": "a1", "text": "{x} is a film"}, {"id": "a2", "text": "{x} is No Country for Old Men"}], "form": "a1 AND NOT a2"}
-    assert parse_output("orlog", "q", _gen(json.dumps(title))).status == "ok"  # "No" in a title is no negation
+    assert parse_output("orlog", "films, but not No Country for Old Men", _gen(json.dumps(title))).status == "ok"  # "No" in a title: no negation
     kept = {"atoms": [{"id": "a1", "text": "{x} is a person"}, {"id": "a2", "text": "{x} does not smoke"}], "form": "a1 AND a2"}
-    assert parse_output("orlog", "q", _gen(json.dumps(kept))).status == "ok"  # a negative statement, not negated: fine
+    assert parse_output("orlog", "people, but not those who smoke", _gen(json.dumps(kept))).status == "ok"  # a negative statement asserted
     notknot = {"atoms": [{"id": "a1", "text": "{x} is a knot"}, {"id": "a2", "text": "{x} is nothing"}], "form": "a1 AND NOT a2"}
-    assert parse_output("orlog", "q", _gen(json.dumps(notknot))).status == "ok"  # "knot" and "nothing" are no negations
+    assert parse_output("orlog", "knots, but not nothing", _gen(json.dumps(notknot))).status == "ok"  # "knot", "nothing": no negations
     self_neg = {"atoms": [{"id": "a1", "text": "{x} flies"}], "form": "a1 AND NOT a1"}
     assert parse_output("orlog", "q", _gen(json.dumps(self_neg))).status == "degenerate"
+
+
+def test_a_form_that_drops_cancels_or_inverts_the_questions_exclusion_is_refused():
+    """Forms that parsed and ran as ``ok`` though they exclude nothing the question excludes,
+    or exclude what it asks for: the posterior or the fuzzy score then ranks the excluded
+    documents first (chess-only 0.0025 against golf-only 0.9025 for "chess but not golf" read
+    as ``NOT a1 AND a2``). Each is refused, the question used instead; the right forms pass."""
+    itlr = {
+        ("vitamin D benefits but not bone health", '"vitamin D benefits" AND "bone health"'): "negates none of it",
+        ("vitamin D benefits but not bone health", '"vitamin D benefits"'): "negates none of it",
+        ("Who likes Mace but not Napkins?", '"Mace" AND NOT (NOT "Napkins")'): "negates none of it",  # the NOTs cancel
+        ("museums in Paris, except art museums", '"museums" AND "Paris" AND "art museums"'): "negates none of it",
+    }
+    for (q, form), why in itlr.items():
+        got = parse_output("itlr", q, _gen(form))
+        assert got.status == "degenerate" and why in got.error and got.logical_query == quote(q), (q, form, got)
+    for q, form in {"vitamin D benefits but not bone health": '"vitamin D benefits" AND NOT "bone health"',
+                    "Who likes Mace but not Napkins?": 'NOT (NOT "Mace" OR "Napkins")',  # Mace AND NOT Napkins: once refused
+                    "Who likes Mace and Napkins?": '"Mace" AND NOT (NOT "Napkins")'}.items():
+        got = parse_output("itlr", q, _gen(form))
+        assert got.status == "ok", (q, form, got.error)
+
+    def orlog(question, form, golf="{x} plays golf"):
+        atoms = [{"id": "a1", "text": "{x} plays chess"}, {"id": "a2", "text": golf}]
+        return parse_output("orlog", question, _gen(json.dumps({"atoms": atoms, "form": form})))
+
+    refused = {
+        ("Who plays chess but not golf?", "NOT a1 AND a2"): "negates words the question says before",  # inverted
+        ("Who plays chess but not golf?", "a1 AND a2"): "negates none of it",  # the NOT dropped
+        ("Who plays chess but not golf?", "a1"): "negates none of it",  # the golf atom left out of the form
+        ("Who plays chess but not golf?", "a1 AND NOT (NOT a2)"): "negates none of it",
+        ("Who plays chess and golf?", "a1 AND NOT a2"): "the question leaves nothing out",
+    }
+    for (q, form), why in refused.items():
+        got = orlog(q, form)
+        assert got.status == "degenerate" and why in got.error and got.logical_query == '"a1"', (q, form, got)
+    assert orlog("Who plays chess but not golf?", "a1 AND NOT a2").status == "ok"
+    assert orlog("Who plays chess but not golf?", "a1 AND a2", golf="{x} does not play golf").status == "ok"
+    assert orlog("Who plays chess but not golf?", "NOT (NOT a1 OR a2)").status == "ok"
 
 
 def test_orlog_atoms_of_one_statement_are_one_atom():

@@ -261,6 +261,20 @@ def looks_logical(text: str) -> bool:
     return ("T" in kinds or any(c.islower() for c in text)) and bool(_UPPER_KEYWORD.search(outside))
 
 
+def positive_terms(node: Node, negated: bool = False) -> set[str]:
+    """Terms that appear at least once under an even number of NOTs."""
+    if isinstance(node, Term):
+        return set() if negated else {node.text}
+    if isinstance(node, Not):
+        return positive_terms(node.child, not negated)
+    return set().union(*(positive_terms(c, negated) for c in node.children))  # type: ignore[attr-defined]
+
+
+def negated_terms(node: Node) -> set[str]:
+    """Terms that appear at least once under an odd number of NOTs (``NOT (NOT "x")`` negates nothing)."""
+    return positive_terms(node, negated=True)
+
+
 def holds(node: Node, present: set[str]) -> bool:
     """Crisp truth of the query for a document containing exactly the terms in ``present``."""
     if isinstance(node, Term):

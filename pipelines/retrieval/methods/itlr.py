@@ -32,7 +32,16 @@ import pyarrow as pa
 
 from logicrank.pipelines.engines.embed import to_matrix
 from logicrank.pipelines.retrieval.logic.fuzzy import Operators, compile_query
-from logicrank.pipelines.retrieval.logic.query import Node, Not, QueryParseError, Term, parse, quote, relabel
+from logicrank.pipelines.retrieval.logic.query import (
+    Node,
+    QueryParseError,
+    Term,
+    negated_terms,
+    parse,
+    positive_terms,
+    quote,
+    relabel,
+)
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import QUERIES, require_columns
 
@@ -136,20 +145,6 @@ def refuse_empty_nots(parsed: Sequence[LogicalQuery], empty: dict[str, str], whe
 def unique_terms(queries: Sequence[LogicalQuery]) -> list[str]:
     """Every distinct term of the queries, in first-seen order (each is embedded once)."""
     return list(dict.fromkeys(t for q in queries for t in q.ast.terms()))
-
-
-def positive_terms(node: Node, negated: bool = False) -> set[str]:
-    """Terms that appear at least once under an even number of NOTs."""
-    if isinstance(node, Term):
-        return set() if negated else {node.text}
-    if isinstance(node, Not):
-        return positive_terms(node.child, not negated)
-    return set().union(*(positive_terms(c, negated) for c in node.children))  # type: ignore[attr-defined]
-
-
-def negated_terms(node: Node) -> set[str]:
-    """Terms that appear at least once under an odd number of NOTs."""
-    return positive_terms(node, negated=True)
 
 
 # -- calibration ---------------------------------------------------------------------------
