@@ -56,6 +56,7 @@ from logicrank.pipelines.engines.bm25 import index_root, update_index
 from logicrank.pipelines.engines.embed import concrete, model_id, resolve_model
 from logicrank.pipelines.engines.placement import EncoderPlacement, encoder_placement
 from logicrank.pipelines.engines.store import DocStore, json_value, maintain_apart, update_index_apart
+from logicrank.pipelines.engines.store.versions import UNKNOWN_EMBEDDED_BY
 from logicrank.pipelines.engines.vector_models import embedding_code, loadable, model_dimension, model_files_digest, model_of
 from logicrank.pipelines.files import require_writable
 from logicrank.pipelines.operations.indexing import (
@@ -369,7 +370,11 @@ def _stream(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: b
             stored_rows = stored.count()
             summary.embedded_by = {"before": store.embedded_by() if store.exists() else None, "now": embed_code}
             if summary.embedded_by["before"] not in (None, embed_code) and stored_rows:
-                # vectors made by other code are not reused: every stored document is embedded again (an update)
+                # vectors made by other code are not reused: every stored document is embedded again (an update). Until
+                # this run has written them all the table holds vectors of both codes: its record says "unknown" from
+                # before the first write, so a run that stops leaves no version whose record is either code's
+                lock.ensure_held()
+                store.mark_embedded_by(UNKNOWN_EMBEDDED_BY)
                 stored.reembed = True
                 if writer.baseline is not None:
                     writer.baseline.reembed = True

@@ -546,6 +546,22 @@ def test_vectors_made_by_other_embedding_code_are_made_again(tmp_path, docs300, 
     assert DocStore(str(db)).embedded_by() == now
     after = run_index(_cfg(corpus, db), tmp_path / "i5")
     assert (after.updated, after.embedded, after.embedded_by) == (40, 40, {"before": now, "now": "edited", "reembedded": 40})
+    # a run of other code that stops before its end leaves vectors of two codes under the record of the first: the
+    # next run of that first code took every stored vector as its own (a rolled-back deploy's nightly). The record
+    # says "unknown" from the stopping run's first write, so the next run, of either code, embeds every document again
+    monkeypatch.setattr(logicrank.jobs.index, "code_digest", lambda module: "other" if module == "logicrank.pipelines.engines.embed" else code_digest(module))
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(logicrank.jobs.index, "embed_left_behind", disk_full)  # after the stream wrote every row again
+    with pytest.raises(OSError):
+        run_index(_cfg(corpus, db), tmp_path / "i6")
+    monkeypatch.undo()
+    monkeypatch.setattr(logicrank.jobs.index, "code_digest", lambda module: "edited" if module == "logicrank.pipelines.engines.embed" else code_digest(module))
+    back = run_index(_cfg(corpus, db), tmp_path / "i7")
+    assert (back.embedded, back.embedded_by["reembedded"]) == (40, 40), back.embedded_by
+    assert DocStore(str(db)).embedded_by() == "edited"
 
 
 def test_a_local_model_saved_over_is_another_encoder_to_the_index_job_and_to_queries(tmp_path, docs300):
