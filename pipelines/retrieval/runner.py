@@ -231,6 +231,8 @@ def with_content(queries: pa.Table, columns: tuple[str, ...]) -> pa.Table:
     dense ranking the whole corpus by the empty string's vector while BM25 returns
     nothing); itlr still runs a blank-text query that carries its own logical form. Blank
     queries score 0 in evaluation (trec_eval -c's rule)."""
+    if not columns:
+        return queries
     keep = pc.invert(blank(queries.column(columns[0])))
     for c in columns[1:]:
         keep = pc.or_(keep, pc.invert(blank(queries.column(c))))
@@ -325,7 +327,9 @@ class StageRunner:
             if stage.kind is Kind.RERANKER or (stage.kind is Kind.RETRIEVER and state.run is not None):  # a retriever after a run scores its candidates
                 runs = [state.run]
             for j, child in enumerate(stage.children(), 1):  # each starts from this point's queries (and shares the cache)
-                sub_state, sub_steps = self.pipeline(child, state.queries, key)
+                # those with content in what the child reads: a fusion's own filter is over every child's columns together,
+                # so a query blank in one child's (its text, beside an itlr sibling's logical form) reached that child
+                sub_state, sub_steps = self.pipeline(child, with_content(state.queries, reads(child[0])), key)
                 runs.append(sub_state.run)
                 subs.append(sub_steps[-1]["digest"])  # the fusion's key covers everything its inputs depend on
                 steps.append({"stage": f"{options.stage}[{j}]", "sub": sub_steps})

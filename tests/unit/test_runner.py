@@ -77,6 +77,13 @@ def test_a_blank_query_gets_no_results_and_the_pipeline_validates_first(two_runs
 
     out = dense.run(encoder, blank, inputs=Inputs("b", encoder="e"), hooks=Hooks(map_queries=hook))
     assert seen == [["q2"]] and out.run.num_rows == 0
+    # inside a fusion too: the fusion's queries are those with content in any child's columns (a run file's beside
+    # dense), and each child runs only those with content in its own (dense ranked the corpus for "   ", fused first)
+    seen.clear()
+    fused = Pipeline.parse("f", [{"rrf": {"k": 3, "rrf_k": 10, "of": [[{"run_file": {"path": str(tmp / "a.parquet")}}], ["dense"]]}}])
+    out = fused.run(encoder, blank, inputs=Inputs("b", encoder="e", files={str(tmp / "a.parquet"): "fp"}), hooks=Hooks(map_queries=hook))
+    assert seen == [["q2"]], seen
+    assert out.run.filter(pa.compute.equal(out.run.column("query_id"), "q1")).column("doc_id").to_pylist() == ["d1", "d2"]  # the file's
 
 
 def test_the_per_query_hook_runs_batches_and_its_run_must_stay_keyed_by_the_queries(two_runs):
