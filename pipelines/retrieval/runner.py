@@ -139,8 +139,10 @@ class StageCache:
         if key in self.memo:
             return self.memo[key]
         if self.root is not None and (self.root / key / "done.json").is_file():
-            self.memo[key] = _load(self.root / key)
-            return self.memo[key]
+            out = _load(self.root / key)
+            if out is not None:
+                self.memo[key] = out
+            return out
         return None
 
     def put(self, key: str, out: Output) -> None:
@@ -381,15 +383,24 @@ def _save(out: Output, where: Path) -> None:
         write_parquet_atomic(out.run, where / "run.parquet")
     for kind, table in out.side.items():
         write_parquet_atomic(table, where / f"side-{kind}.parquet")
-    write_text_atomic(json.dumps({"counts": out.counts, "side": sorted(out.side)}, default=str), where / "done.json")
+    made = {"queries": out.queries is not None, "run": out.run is not None, "side": sorted(out.side)}
+    write_text_atomic(json.dumps({"counts": out.counts, **made}, default=str), where / "done.json")
 
 
-def _load(where: Path) -> Output:
+def _load(where: Path) -> Output | None:
+    """A stage's saved output, or None where a file its ``done.json`` names is gone (a cache
+    pruned by hand): a miss, so the stage runs again; a missing run was read as a stage that
+    makes none, and the run before it passed on as this stage's."""
     meta = json.loads((where / "done.json").read_text(encoding="utf-8"))
+    if "run" not in meta:  # (written by code before done.json named its files)
+        return None
     q, r = where / "queries.parquet", where / "run.parquet"
+    files = [q] * bool(meta.get("queries")) + [r] * bool(meta.get("run")) + [where / f"side-{kind}.parquet" for kind in meta["side"]]
+    if not all(f.is_file() for f in files):
+        return None
     return Output(
-        queries=pq.read_table(q) if q.exists() else None,
-        run=pq.read_table(r) if r.exists() else None,
+        queries=pq.read_table(q) if meta.get("queries") else None,
+        run=pq.read_table(r) if meta.get("run") else None,
         side={kind: pq.read_table(where / f"side-{kind}.parquet") for kind in meta["side"]},
         counts=meta["counts"],
     )

@@ -52,6 +52,13 @@ def test_a_pipeline_runs_in_process_and_a_second_process_reads_its_stages_from_t
     assert again.run.equals(first.run) and again.steps[-1]["cached"] and again.steps[0]["sub"][0]["cached"]
     changed = Inputs.of(queries.slice(0, 1), _NoTable(), files=inputs.files)  # other queries: other keys
     assert not fused.run(Context(store=_NoTable()), queries.slice(0, 1), StageCache(tmp / "stages"), changed).steps[-1]["cached"]
+    # a stage's saved run removed by hand (a cache pruned): a miss, the stage runs again; it was read as a stage that
+    # makes no run, and the run before it passed on as its own
+    cut = Pipeline.parse("cut", [{"run_file": {"path": str(tmp / "a.parquet")}}, {"cut": {"k": 1}}])
+    whole = cut.run(Context(store=_NoTable()), queries, StageCache(tmp / "stages"), inputs)
+    (tmp / "stages" / whole.steps[-1]["digest"] / "run.parquet").unlink()
+    pruned = cut.run(Context(store=_NoTable()), queries, StageCache(tmp / "stages"), inputs)
+    assert pruned.run.equals(whole.run) and not pruned.steps[-1]["cached"]
 
 
 def test_a_blank_query_gets_no_results_and_the_pipeline_validates_first(two_runs):
