@@ -230,7 +230,7 @@ def test_weights_other_weighting_code_computed_are_made_again_from_their_counts(
     source = ast.parse('def weigh(a):\n    """doc"""\n    return a * 2\n')
     edited = ast.parse('def weigh(a):\n    """another doc"""\n    # a comment\n    return a * 2\n')
     other = ast.parse("def weigh(a):\n    return a * 3\n")
-    assert storage._definitions(source) == storage._definitions(edited) != storage._definitions(other)
+    assert storage.code_definitions(source) == storage.code_definitions(edited) != storage.code_definitions(other)
 
 
 def test_an_index_of_the_previous_format_is_saved_again_from_its_counts(tmp_path):

@@ -456,13 +456,20 @@ def test_an_index_saved_over_while_open_is_refused_not_searched_with_another_sav
         ShardSearch(store.uri, store.name, store.version, "bm25", 0, 10, "float32", "auto", mapped.save_id)
 
 
-def test_an_index_another_analyzer_made_is_rebuilt_not_searched_or_patched(tmp_path, docs):
+def test_an_index_another_analyzer_made_is_rebuilt_not_searched_or_patched(tmp_path, docs, monkeypatch):
     """A saved index records its analyzer's digest (stop words, longest token, PyStemmer's
-    version, the terms of a probe text): one saved under another analyzer is neither mapped
-    for search (its terms are not the queries') nor patched (its counts are not), but rebuilt."""
+    version, the terms of a probe text, the analyzer's code): one saved under another analyzer
+    is neither mapped for search (its terms are not the queries') nor patched (its counts are
+    not), but rebuilt."""
+    from logicrank.pipelines.engines.bm25 import analyzer
     from logicrank.pipelines.engines.bm25.analyzer import ENGLISH_STOP_WORDS, Analyzer, analyzer_digest
 
     assert analyzer_digest(Analyzer([*ENGLISH_STOP_WORDS, "apple"])) != analyzer_digest() == analyzer_digest(Analyzer())
+    # an edit of the analyzer's code the probe text does not show (a letter folded that it lacks: a patch kept the old
+    # terms of every document it did not analyze again, and "ŋaro" found nothing a rebuild finds) is another analyzer
+    with monkeypatch.context() as m:
+        m.setattr(analyzer, "_code_digest", lambda: "edited")
+        assert analyzer_digest(Analyzer()) != analyzer_digest()
     store = _table(tmp_path / "db", docs)
     path = bm25.open_index(store).path
     meta = json.loads((path / "meta.json").read_text())

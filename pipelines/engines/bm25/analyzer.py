@@ -114,8 +114,8 @@ _PROBE = ("The runners' X-ray: naïve CAFÉ Straße, Ōsaka ﬁne jumped 42nd ca
 
 def analyzer_digest(analyze: Analyzer | None = None) -> str:
     """What an analyzer (default: the project's) makes of a text, as a saved index records it
-    (storage.py): its stop words, its longest token, PyStemmer's version, and the terms it makes
-    of a probe text. An index saved under another digest is rebuilt, never patched or searched
+    (storage.py): its stop words, its longest token, PyStemmer's version, the terms it makes
+    of a probe text, this module's code and the Unicode and ``regex`` versions it reads. An index saved under another digest is rebuilt, never patched or searched
     with query terms this one makes."""
     if analyze is None:
         return _default_digest()
@@ -123,8 +123,25 @@ def analyzer_digest(analyze: Analyzer | None = None) -> str:
     import importlib.metadata
     import json
 
-    facts = [sorted(analyze._stop), MAX_TOKEN_BYTES, importlib.metadata.version("PyStemmer"), analyze(_PROBE)]
+    facts = [sorted(analyze._stop), MAX_TOKEN_BYTES, importlib.metadata.version("PyStemmer"), analyze(_PROBE), _code_digest(),
+             unicodedata.unidata_version, importlib.metadata.version("regex")]
     return hashlib.sha256(json.dumps(facts, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def _code_digest() -> str:
+    """This module's code, docstrings and comments aside: an edit to the folding or the split
+    that the probe text does not show (a letter folded that it lacks) makes another analyzer
+    too; a patch of an index the old code analyzed would keep its terms beside the new ones."""
+    import ast
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from logicrank.pipelines.engines.bm25.storage import code_definitions
+
+    found = code_definitions(ast.parse(Path(__file__).read_text(encoding="utf-8")))
+    return hashlib.sha256(json.dumps(sorted(found.items())).encode()).hexdigest()[:16]
 
 
 @functools.cache

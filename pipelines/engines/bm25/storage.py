@@ -143,7 +143,7 @@ def weighting_digest() -> str:
     files (nothing imported: a search process loads no compiler for it)."""
     h = hashlib.sha256()
     for file, names in WEIGHTING.items():
-        found = _definitions(ast.parse((Path(__file__).with_name(file)).read_text(encoding="utf-8")))
+        found = code_definitions(ast.parse((Path(__file__).with_name(file)).read_text(encoding="utf-8")))
         for name in names:
             if name not in found:
                 raise RuntimeError(f"bm25: storage.WEIGHTING names {name!r} in {file}, which defines no such thing; rename it there")
@@ -151,7 +151,7 @@ def weighting_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def _definitions(module: ast.Module) -> dict[str, str]:
+def code_definitions(module: ast.Module) -> dict[str, str]:
     """A module's functions, classes' methods (``Class.method``) and assignments (by their first
     name) -> their code as :func:`ast.dump` writes it, docstrings removed."""
     out = {}
