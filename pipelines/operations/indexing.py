@@ -528,7 +528,9 @@ class IndexWriter:
             else:
                 kept[doc_id] = key
                 keep.append(i)
-        self.seen.add(kept, rejected, (ids[i] for i in bad if ids[i] is not None))
+        # a rejected row holds back the stored document it names; an id refused for surrounding whitespace names the
+        # stored one without it too (ids are never stripped, so "d1 " is refused, and "d1" is not absent)
+        self.seen.add(kept, rejected, (n for i in bad if ids[i] is not None for n in dict.fromkeys((ids[i], ids[i].strip())) if n))
         self._reject(batch, bad, dup)
         written = batch.column("_written").to_pylist() if "_written" in batch.column_names else [False] * batch.num_rows
         if any(written):

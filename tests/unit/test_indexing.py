@@ -101,12 +101,15 @@ def test_a_stored_document_whose_only_row_was_rejected_is_not_absent(tmp_path):
     store, sink = _RecordingStore(), RejectSink(tmp_path / "rejects.parquet")
     writer = IndexWriter(store, "m", sink, chunk_rows=2)
     writer.consume(_batch([("a", "f.jsonl", 1, None), ("b", "f.jsonl", 2, "empty_text"), ("c", "f.jsonl", 3, "oversized"),
-                           ("c", "f.jsonl", 4, None), (None, "f.jsonl", 5, "malformed_json"), ("n", "f.jsonl", 6, "empty_text")]))
+                           ("c", "f.jsonl", 4, None), (None, "f.jsonl", 5, "malformed_json"), ("n", "f.jsonl", 6, "empty_text"),
+                           ("f ", "f.jsonl", 7, "bad_id")]))
     writer.flush()
     sink.close()
-    stored = [pa.array(["a", "b", "c", "d"]), pa.array(["e"])]
+    stored = [pa.array(["a", "b", "c", "d"]), pa.array(["e", "f"])]
     assert [d for ids in writer.seen.absent(stored) for d in ids.to_pylist()] == ["d", "e"]
-    assert writer.seen.held == 1  # b ("n" was never stored)
+    # b ("n" was never stored), and f: its row's id gained a space (refused as bad_id, not stripped), which named only
+    # "f " and so deleted the stored "f"
+    assert writer.seen.held == 2
 
 
 def test_inserts_are_appended_and_updates_merged_by_id(tmp_path):
