@@ -103,7 +103,7 @@ class TableLock:
 
     def __init__(self, db: str, table: str, job: str, ttl_s: float = 600.0, settle_s: float = 2.0, kind: str | None = None,
                  clock: Clock | None = None):
-        self.db, self.table, self.job = db, table, job
+        self.db, self.table, self.job = os.path.expanduser(db) if "://" not in db else db, table, job  # ("~" as LanceDB reads it)
         self.ttl_s, self.settle_s, self.clock = ttl_s, settle_s, clock or Clock()
         self.kind = kind or ("flock" if _is_local(db) else "lease")
         self._fd: int | None = None

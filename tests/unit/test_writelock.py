@@ -234,3 +234,21 @@ def test_an_unreadable_lease_is_never_taken_for_a_free_one(tmp_path):
     (tmp_path / "_locks" / "docs.lease").mkdir(parents=True)  # exists, but cannot be read as a file
     with pytest.raises(TableLockedError, match="cannot read or write the lease"):
         TableLock(f"file://{tmp_path}", "docs", "index", settle_s=0.05, kind="lease").acquire()
+
+
+def test_a_path_under_home_written_with_a_tilde_is_the_same_table_and_the_same_lock(tmp_path, monkeypatch):
+    """A config file's ``db: ~/x`` reaches no shell: LanceDB expands the ``~``, and so must the
+    store's path checks and the write lock (two spellings of one table were two locks, and the
+    ``~`` one a folder named ``~`` in the working directory)."""
+    import lancedb
+    import pyarrow as pa
+
+    from logicrank.pipelines.engines.store import DocStore
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    lancedb.connect(str(tmp_path / "home" / "db")).create_table("docs", pa.table({"a": [1]}))
+    assert DocStore("~/db", "docs").exists()
+    with TableLock(str(tmp_path / "home" / "db"), "docs", "index"), pytest.raises(TableLockedError):
+        TableLock("~/db", "docs", "index").acquire()
+    assert not (tmp_path / "~").exists()

@@ -3,6 +3,7 @@ which model; the metadata and analyzer constants; :class:`StoreError`."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -44,6 +45,9 @@ class TableHandle:
         local path that does not exist is refused (:meth:`exists` is False, :attr:`table`
         raises one line naming the path) without making it (``lancedb.connect`` makes the
         directory tree). Only a write that creates the table makes it."""
+        # "~" expanded as LanceDB expands it (a config file's "db: ~/x" reaches no shell): else the path checks here
+        # and the table's write lock (writelock.py) looked elsewhere than LanceDB writes
+        uri = os.path.expanduser(uri) if "://" not in uri else uri
         self.uri, self.name, self._version, self._metadata_cache_bytes = uri, name, version, metadata_cache_bytes
         self._db = None
         self._table = None
