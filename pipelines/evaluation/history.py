@@ -97,9 +97,12 @@ def _compare(old: Night, new: Night, rules: Mapping[str, Rule], against: str, te
                 continue
             before = old_df[(old_df["run_id"] == pipeline) & (old_df["measure"] == measure)].set_index("query_id")["value"]
             after = values.set_index("query_id")["value"]
+            if before.empty:  # (a measure added since)
+                row["note"] = f"{measure} was not evaluated on {ref.date}: not compared"
+                continue
             common = sorted(set(before.index) & set(after.index))
             if not common:
-                row["note"] = f"no query in common with {old.date}"
+                row["note"] = f"no query in common with {ref.date}"
                 continue
             a, b = before.loc[common].to_numpy(np.float64), after.loc[common].to_numpy(np.float64)
             old_value, new_value = over_queries(measure, a), over_queries(measure, b)  # (gm_*: a geometric mean; counts: a sum)

@@ -262,6 +262,8 @@ def alert_markdown(alert: dict) -> str:
                                                       f"v{served.get('tonight')} is not served)" if held else f"v{served.get('version')}")]
     for against, old in alert["compared_with"].items():
         lines.append(f"- compared with the {against} night {old['date']} (v{old['table_version']})")
+    if alert.get("history_error"):
+        lines.append(f"- {alert['history_error']}")
     if alert["regressions"]:
         lines += [""] + table(["query set", "pipeline", "measure", "against", "old", "new", "delta", "p (corrected)", "table versions"], (
             [r["query_set"], r["pipeline"], r["measure"], f"{r['against']} {r['old_date']}", f"{r['old_value']:.4f}", f"{r['new_value']:.4f}",
@@ -382,19 +384,21 @@ class NightBook:
                step: str | None = None, message: str | None = None) -> tuple[Path, dict[str, str]]:
         index = self.state.done("index") or {}
         compare = self.state.done("compare") or {}
-        old_versions = {}
+        old_versions, history_error = {}, None
         try:
             history = read_history(self.root)
             for against in ("previous", "baseline"):
                 if compare.get(against) and history is not None:
                     rows = history.filter(pc.equal(history.column("date"), compare[against]))
                     old_versions[against] = {"date": compare[against], "table_version": rows.column("table_version")[0].as_py()}
-        except Exception as exc:  # noqa: BLE001 (the alert goes out without them)
-            old_versions = {"error": f"the history could not be read: {exc}"}
+        except Exception as exc:  # noqa: BLE001 (the alert goes out without them; it was filed under compared_with, whose
+            # rendering then failed before any receiver was called: a corrupt history's failed night alerted no one)
+            old_versions, history_error = {}, f"the history could not be read: {type(exc).__name__}: {exc}"
         alert = {
             "date": self.day, "status": status, "exit_code": code, "step": step, "message": message,
             "table": {"db": self.cfg.index.db, "name": self.cfg.index.table, "version": index.get("version"), "tag": index.get("tag")},
             "compared_with": old_versions,
+            **({"history_error": history_error} if history_error else {}),
             "served": served if served is not None else self._served(),
             "regressions": regressions.to_pylist() if regressions is not None else [],
             "report": str(self.root / "report.md"),

@@ -476,3 +476,37 @@ def test_a_pipeline_changed_on_a_held_night_is_compared_with_that_night_until_on
     rows = pq.read_table(root / "nights" / "2026-11-22" / "comparisons.parquet").to_pandas().set_index("pipeline")
     assert rows.loc["a", "old_date"] == "2026-11-20" and rows.loc["a", "regression"]
     assert rows.loc["b", "old_date"] == "2026-11-21" and rows.loc["b", "regression"] and "held since" in rows.loc["b", "note"]
+
+
+def test_a_failed_night_over_a_corrupt_history_still_alerts_its_receivers(tmp_path):
+    """The history unreadable (a truncated file: the night fails at compare) was filed as the
+    alert's ``compared_with``, whose rendering then raised before any receiver was called: the
+    failed night that most needs an alert sent none. It goes out, and says why it compares with
+    no night."""
+    import types
+
+    from logicrank.pipelines.operations.nightly import NightBook
+
+    root, day = tmp_path / "nightly", "2026-01-02"
+    night = root / "nights" / day
+    night.mkdir(parents=True)
+    (root / "history.parquet").write_bytes(b"not a parquet file")
+    sink = tmp_path / "received.json"
+    script = f"import sys, pathlib; pathlib.Path({str(sink)!r}).write_bytes(sys.stdin.buffer.read())"
+    cfg = types.SimpleNamespace(index=types.SimpleNamespace(db="db", table="t"), alert=AlertConfig(command=(sys.executable, "-c", script)))
+    book = NightBook(cfg, root, day, NightState(night), lambda m: None, False)
+    path, receivers = book._alert("failed", 1, step="compare", message="ArrowInvalid: history.parquet", served={"tag": "served", "version": 2})
+    assert receivers == {"command": "ok: exit 0"}
+    sent = json.loads(sink.read_text())
+    assert sent["status"] == "failed" and sent["compared_with"] == {} and sent["history_error"].startswith("the history could not be read: ")
+    assert "- the history could not be read: " in (night / "alert.md").read_text()
+
+
+def test_a_measure_added_since_the_reference_night_is_named_as_not_evaluated_then():
+    """A measure added to the config tonight: the previous night has no value of it, which the
+    note called "no query in common"."""
+    old = _night("2026-11-20", 5, {"a": BASE})
+    new = Night("2026-11-21", 6, {"s": pa.concat_tables([_metrics({"a": BASE}), _metrics({"a": BASE}, "R@100")])}, {("s", "a"): "h"})
+    rows = {r["measure"]: r for r in compare_nights(old, new, {"nDCG@10": Rule(0.01)}).to_pylist()}
+    assert rows["R@100"]["note"] == "R@100 was not evaluated on 2026-11-20: not compared" and rows["R@100"]["delta"] is None
+    assert rows["nDCG@10"]["note"] == "" and rows["nDCG@10"]["delta"] == pytest.approx(0.0, abs=1e-12)
