@@ -74,12 +74,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
     sample = rc.sample_docs(store, cfg.docs, cfg.seed)
     shards = rc.shard(sample, cfg.shard_docs)
     llm = LLMService(cfg.llm, echo=echo if progress else None)  # an unknown model fails here, before the directory is claimed
-    from logicrank.pipelines.llm import prompts
-
-    # the version and when it was made: a table dropped and indexed again reuses version numbers
-    state = {"dataset_digest": cfg.dataset_digest(), "table_version": store.version, "table_made": store.version_made(), "model": llm.model_id,
-             "prompts": {p: prompts.load(p).sha for p in PROMPTS}, "generator": generator_code()}
-    _claim(out, state)
+    _claim(out, checkpoints_state(cfg, store, llm.model_id))
     wave = cfg.wave_shards or 2 * cfg.llm.actors
     timings: dict[str, float] = {}
     with ray_session(cfg.ray):
@@ -125,13 +120,25 @@ def generator_code() -> str:
     return code_digest(rc.__name__)
 
 
+def checkpoints_state(cfg: GenerateConfig, store: DocStore, model_id: str) -> dict:
+    """What a run's checkpoints depend on (``checkpoints/state.json``): a run resumes from them
+    only where this is unchanged. The table's version and when it was made (a table dropped and
+    indexed again reuses version numbers); the engine as it runs (``dtype: auto`` is float32 on a
+    CPU, the GPU's own there: a run stopped on one and resumed on the other kept the first's
+    shards and went on at the other precision)."""
+    from logicrank.pipelines.llm import prompts
+
+    return {"dataset_digest": cfg.dataset_digest(), "table_version": store.version, "table_made": store.version_made(), "model": model_id,
+            "engine": cfg.llm.engine_digest(), "prompts": {p: prompts.load(p).sha for p in PROMPTS}, "generator": generator_code()}
+
+
 def _claim(out: Path, state: dict) -> None:
     path = out / "checkpoints" / "state.json"
     if path.is_file():
         held = json.loads(path.read_text(encoding="utf-8"))
         if held != state:
-            raise rc.GenerateError(f"generate: {out} holds the checkpoints of another config, table version or generator code ({held}); "
-                                "give a new --out, or remove that directory to start over")
+            raise rc.GenerateError(f"generate: {out} holds the checkpoints of another config, table version, engine or generator code "
+                                   f"({held}); give a new --out, or remove that directory to start over")
         return
     write_text_atomic(json.dumps(state) + "\n", path)
 

@@ -115,6 +115,24 @@ def test_the_dataset_digest_ignores_placement_but_not_what_changes_the_data():
         GenerateConfig(db="db", candidates=("dense", "dense"))
 
 
+def test_checkpoints_made_by_the_engine_on_another_device_are_not_resumed(monkeypatch):
+    """``dtype: auto`` is float32 on a CPU and the GPU's own there, and the dataset digest keys
+    it as written: a run stopped on one and resumed on the other kept the first's shards and
+    went on at the other precision. The checkpoints' state keys the engine as it runs."""
+    import types
+
+    from logicrank.jobs.generate import checkpoints_state
+    from logicrank.pipelines import torch_build
+
+    cfg, store = GenerateConfig(db="db"), types.SimpleNamespace(version=3, version_made=lambda: "2026-12-06T00:00:00")
+    monkeypatch.setattr(torch_build, "cpu_only", lambda: True)
+    cpu = checkpoints_state(cfg, store, "m")
+    monkeypatch.setattr(torch_build, "cpu_only", lambda: False)
+    gpu = checkpoints_state(cfg, store, "m")
+    assert cpu != gpu and cpu["dataset_digest"] == gpu["dataset_digest"]
+    assert checkpoints_state(cfg.model_copy(update={"wave_shards": 7}), store, "m") == gpu  # placement: the same checkpoints
+
+
 def test_the_llm_stages_shard_options_are_refused_where_generate_would_ignore_them():
     for llm in ({"wave_shards": 3}, {"shard_queries": 16}, {"wave_shards": 3, "shard_queries": 16}):
         with pytest.raises(ValueError, match=r"generate does not read llm\.(wave_shards|shard_queries).*: its shards are shard_docs"):
