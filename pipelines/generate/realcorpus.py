@@ -111,8 +111,27 @@ def dedup_questions(cfg: GenerateConfig, questions: pa.Table) -> tuple[pa.Table,
     questions = questions.sort_by("query_id")
     texts = questions.column("text").to_pylist()
     vectors = Embedder(cfg.embed).encode(texts) if texts else None
-    keep, dropped = dedup(questions.column("query_id").to_pylist(), texts, vectors, cfg.dedup_threshold) if texts else ([], {})
+    forms = [logic_key(q) for q in questions.column("logical_query").to_pylist()]
+    keep, dropped = dedup(questions.column("query_id").to_pylist(), texts, vectors, cfg.dedup_threshold, forms) if texts else ([], {})
     return questions.take(pa.array(keep, pa.int64())), dropped
+
+
+def logic_key(logical_query: str) -> tuple:
+    """What a question's logical form asks, for near-duplicate removal: its terms (as
+    :func:`normalise` writes them) and its truth table over them. "A and B or C" and "A and B
+    and C" embed alike (cosine 0.96 with MiniLM) but have other gold sets; two forms alike up to
+    term order, brackets and case have one key."""
+    from logicrank.pipelines.retrieval.logic.query import holds, parse
+
+    node = parse(logical_query)
+    terms = sorted({normalise(t) for t in node.terms()})
+    if len(terms) > 12:  # (no template has so many: the form as written)
+        return (logical_query,)
+    table = []
+    for bits in range(1 << len(terms)):
+        present = {normalise(t) for i, t in enumerate(terms) if bits >> i & 1}
+        table.append(holds(node, {t for t in node.terms() if normalise(t) in present}))
+    return tuple(terms), tuple(table)
 
 
 def write_queries(kept: pa.Table, path: Path) -> None:
@@ -250,9 +269,12 @@ def normalise(text: str) -> str:
     return " ".join(text.lower().translate(_PUNCT).split())
 
 
-def dedup(query_ids: list[str], texts: list[str], vectors: np.ndarray, threshold: float) -> tuple[list[int], dict[str, str]]:
+def dedup(query_ids: list[str], texts: list[str], vectors: np.ndarray, threshold: float,
+          forms: list[tuple] | None = None) -> tuple[list[int], dict[str, str]]:
     """Indices kept (in the given order) and, for each dropped query, why ('exact' or 'near
-    <kept id> <cosine>'). ``vectors``: normalised embeddings of ``texts``."""
+    <kept id> <cosine>'). ``vectors``: normalised embeddings of ``texts``. ``forms``: each
+    question's :func:`logic_key`: a near duplicate is one of a kept question of the same logic
+    (an exact copy of a text goes whatever its form: one question cannot have two gold sets)."""
     kept: list[int] = []
     dropped: dict[str, str] = {}
     seen: dict[str, str] = {}  # normalised text -> the kept question
@@ -262,11 +284,12 @@ def dedup(query_ids: list[str], texts: list[str], vectors: np.ndarray, threshold
         if key in seen:
             dropped[qid] = f"exact {seen[key]}"
             continue
-        if kept:
-            sims = vectors[kept] @ vectors[i]
+        alike = kept if forms is None else [k for k in kept if forms[k] == forms[i]]
+        if alike:
+            sims = vectors[alike] @ vectors[i]
             j = int(np.argmax(sims))
             if sims[j] > threshold:  # dropped; an exact copy of a question dropped so is counted exact
-                dropped[qid] = f"exact {near[key]}" if key in near else f"near {query_ids[kept[j]]} {sims[j]:.3f}"
+                dropped[qid] = f"exact {near[key]}" if key in near else f"near {query_ids[alike[j]]} {sims[j]:.3f}"
                 near.setdefault(key, qid)
                 continue
         seen[key] = qid

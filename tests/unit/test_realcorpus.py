@@ -99,6 +99,21 @@ def test_dedup_drops_exact_then_near_duplicates_keeping_the_first():
     assert kept == [0, 2, 3]
 
 
+def test_near_duplicates_are_only_questions_of_the_same_logic():
+    """Questions that differ by AND / OR or where a NOT sits embed almost alike (MiniLM: 0.998
+    for "X and Y but not Z" against "X or Y but not Z") but have other gold sets: only a
+    question of the same terms and truth table is a near duplicate; an exact copy of a text
+    goes whatever its form."""
+    forms = ['"a" AND "b" AND NOT "c"', '"a" OR "b" AND NOT "c"', 'NOT "c" AND ("B" AND "a")', '"x" AND "y"']
+    keys = [rc.logic_key(f) for f in forms]
+    assert keys[0] != keys[1] and keys[0] == keys[2] != keys[3]
+    ids = ["g-0", "g-1", "g-2", "g-3"]
+    texts = ["A and B, not C?", "A or B, not C?", "B and A, not C?", "A and B, not C?"]
+    v = np.ones((4, 2)) / np.sqrt(2)  # every pair alike by its embedding
+    kept, dropped = rc.dedup(ids, texts, v, threshold=0.95, forms=[keys[0], keys[1], keys[2], keys[3]])
+    assert kept == [0, 1] and dropped["g-2"].startswith("near g-0 ") and dropped["g-3"] == "exact g-0"
+
+
 def test_label_counts():
     c = rc.label_counts([0.05, 0.55, 0.95], [0, 1, 1], Counter({"q1": 2, "q2": 0}))
     assert c["relevant"] == 2 and c["p_true_histogram"]["0.9-1.0"] == 1 and c["relevant_per_question"]["questions_without_any"] == 1
