@@ -101,19 +101,27 @@ TEMPLATES: tuple[SetTemplate, ...] = (
 TEMPLATE_NAMES = tuple(t.name for t in TEMPLATES)
 
 
-def parse_likes(name: str, text: str) -> list[str]:
-    """The items of "<name> likes A, B, ..., Y and Z." in order (no serial comma in LIMIT; an
-    item may itself hold " and ", e.g. "Fish and Chips", except as the last two)."""
+def parse_likes(name: str, text: str, known: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """The items of "<name> likes A, B, ..., Y and Z." in order (no serial comma in LIMIT). An
+    item may itself hold " and " ("Fish and Chips", "Macaroni and Cheese"): where the last two
+    items' " and " is not the only one, the split is the one into two ``known`` items (those
+    read where nothing is ambiguous: :func:`load_limit`), and none or two such is refused."""
     head = f"{name} likes "
     if not text.startswith(head) or not text.endswith("."):
         raise SetLogicError(f"limit: document {name!r} is not '{name} likes A, B and C.': {text[:80]!r}")
-    body = text[len(head) : -1]
-    if ", " not in body:
-        return [s for s in body.split(" and ", 1)] if " and " in body else [body]
-    *first, last = body.split(", ")
+    *first, last = text[len(head) : -1].split(", ")
     if " and " not in last:
-        raise SetLogicError(f"limit: document {name!r}: no ' and ' before the last item: {last!r}")
-    return [*first, *last.rsplit(" and ", 1)]
+        if first:
+            raise SetLogicError(f"limit: document {name!r}: no ' and ' before the last item: {last!r}")
+        return [last]
+    words = last.split(" and ")
+    splits = [(" and ".join(words[:k]), " and ".join(words[k:])) for k in range(1, len(words))]
+    if len(splits) > 1:
+        splits = [s for s in splits if s[0] in known and s[1] in known]
+        if len(splits) != 1:
+            raise SetLogicError(f"limit: document {name!r}: {last!r} is two items split at one of its ' and 's, and "
+                                f"{len(splits)} of those splits give items read elsewhere in the corpus; the like-list is ambiguous")
+    return [*first, *splits[0]]
 
 
 def _lines(path: Path) -> list[dict]:
@@ -136,9 +144,13 @@ def load_limit(root: str | Path | None = None) -> dict[str, list[str]]:
     """name -> liked items, checked against LIMIT's own qrels: the people whose parsed list
     holds a query's item must be exactly the query's relevant documents (all 1,000)."""
     root = Path(root) if root else LIMIT_DIR
-    likes = {}
-    for d in _lines(_file(root, "corpus")):
-        likes[d["_id"]] = parse_likes(d["_id"], d["text"])
+    docs, queries = _lines(_file(root, "corpus")), _lines(_file(root, "queries"))
+    # the items read where no " and " can mislead: every item but a list's last two, and the queried ones
+    known = {q["text"].removeprefix("Who likes ").removesuffix("?") for q in queries}
+    for d in docs:
+        body = d["text"].removeprefix(f"{d['_id']} likes ").removesuffix(".")
+        known.update(body.split(", ")[:-1])
+    likes = {d["_id"]: parse_likes(d["_id"], d["text"], known) for d in docs}
     holders: dict[str, set[str]] = {}
     for name, items in likes.items():
         for item in items:
@@ -147,7 +159,7 @@ def load_limit(root: str | Path | None = None) -> dict[str, list[str]]:
     for r in _lines(_file(root, "qrels")):
         if int(r.get("score", 1)) > 0:
             gold.setdefault(r["query-id"], set()).add(r["corpus-id"])
-    for q in _lines(_file(root, "queries")):
+    for q in queries:
         item = q["text"].removeprefix("Who likes ").removesuffix("?")
         if holders.get(item, set()) != gold.get(q["_id"], set()):
             raise SetLogicError(f"limit: query {q['_id']} ({q['text']!r}): the parsed like-lists give {sorted(holders.get(item, ()))}, "

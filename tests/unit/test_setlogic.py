@@ -19,6 +19,24 @@ def test_like_lists_parse_with_items_holding_and():
         parse_likes("Bo", "Ann Lee likes Tea and Cats.")
 
 
+def test_an_item_holding_and_among_the_last_two_is_split_by_the_items_read_elsewhere(tmp_path):
+    """LIMIT's items include "Macaroni and Cheese" and "Fish and Chips": "..., Boots and Macaroni
+    and Cheese." was read as "Boots and Macaroni" and "Cheese", and the qrels check (only items
+    with a query) let it through: Cy missing from two gold sets, an item invented. The split is
+    the one into items read where nothing is ambiguous; a list no such item settles is refused."""
+    docs = {"Ann Lee": "Macaroni and Cheese, Kites and Boots", "Cy Dunn": "Kites, Boots and Macaroni and Cheese", "Di Eno": "Boots and Kites"}
+    items = {"q1": ("Macaroni and Cheese", ["Ann Lee", "Cy Dunn"]), "q2": ("Boots", ["Ann Lee", "Cy Dunn", "Di Eno"]),
+             "q3": ("Kites", ["Ann Lee", "Cy Dunn", "Di Eno"])}
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"_id": n, "title": "", "text": f"{n} likes {t}."}) + "\n" for n, t in docs.items()))
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": f"Who likes {i}?"}) + "\n" for q, (i, _) in items.items()))
+    (tmp_path / "qrels.jsonl").write_text("".join(json.dumps({"query-id": q, "corpus-id": n, "score": 1}) + "\n"
+                                                  for q, (_, names) in items.items() for n in names))
+    likes = load_limit(tmp_path)
+    assert likes["Cy Dunn"] == ["Kites", "Boots", "Macaroni and Cheese"] and likes["Ann Lee"] == ["Macaroni and Cheese", "Kites", "Boots"]
+    with pytest.raises(SetLogicError, match="the like-list is ambiguous"):
+        parse_likes("Cy Dunn", "Cy Dunn likes Kites, Boots and Macaroni and Cheese.")  # nothing read elsewhere settles it
+
+
 def test_the_bundled_lists_reproduce_limits_own_qrels():
     likes = load_limit()  # raises when any of the 1,000 queries' holders differ from its qrels
     assert len(likes) == 46 and all(len(items) == 45 for items in likes.values())
