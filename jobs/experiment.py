@@ -13,7 +13,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from logicrank.pipelines.config.settings import EmbedConfig, LLMConfig, RayConfig
-from logicrank.pipelines.evaluation.experiment import Experiment, ExperimentError, ExperimentResult, conclude, prepared
+from logicrank.pipelines.evaluation.experiment import (
+    Experiment,
+    ExperimentError,
+    ExperimentResult,
+    conclude,
+    prepared,
+    with_encoder,
+)
 
 
 def run_experiment(exp: Experiment, out: str | Path, embed: EmbedConfig | None = None, ray: RayConfig | None = None,
@@ -40,6 +47,7 @@ def _run(exp: Experiment, out: Path, index_dir: Path, embed: EmbedConfig, ray: R
 
     corpus, queries, qrels, root, pipelines, gold = prepared(exp, out)
     embed = EmbedConfig.model_validate({**embed.model_dump(), **exp.embed})
+    exp = with_encoder(exp, embed)  # another encoder than the file's: its references are not checked
     cfg = RetrieveConfig(queries=str(queries), db=str(index_dir / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)
     timings: dict[str, float] = {}
     t = time.perf_counter()

@@ -679,7 +679,7 @@ def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, 
     runs here, in this process, without Ray. Otherwise it runs the jobs (index, retrieve,
     evaluate) on a local Ray cluster, or the one ``placement`` names
     (``ray=RayConfig(address=...)``; ``embed``, ``llm``: configs). docs/experiments.md."""
-    from logicrank.pipelines.evaluation.experiment import Experiment, load, override, run_in_process
+    from logicrank.pipelines.evaluation.experiment import Experiment, load, override, run_in_process, with_encoder
 
     exp = experiment if isinstance(experiment, Experiment) else load(experiment)
     if set:
@@ -691,6 +691,7 @@ def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, 
         return run(exp, out, strict=strict, **placement)
     if placement:
         raise PipelineError(f"run_experiment: {sorted(placement)} place the jobs; with a table the run is in this process (drop them).")
+    exp = with_encoder(exp, table.embed)  # a table of another encoder than the file's: its references are not checked
     wanted = EmbedConfig.model_validate({**table.embed.model_dump(), **exp.embed})
     if wanted != table.embed:
         raise PipelineError(f"run_experiment: experiment {exp.name} fixes embed {exp.embed}; open the table with open_table(embed=...) to match.")

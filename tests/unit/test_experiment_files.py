@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from logicrank.pipelines.evaluation.experiment import EXPERIMENTS, ExperimentError, load, override, with_sample
+from logicrank.pipelines.config.settings import EmbedConfig
+from logicrank.pipelines.evaluation.experiment import EXPERIMENTS, ExperimentError, load, override, with_encoder, with_sample
 
 
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.yaml")), ids=lambda p: p.stem)
@@ -249,3 +250,17 @@ def test_a_number_written_with_a_leading_zero_is_the_text_the_user_typed(tmp_pat
     (tmp_path / "e.yaml").write_text(text)
     assert load(tmp_path / "e.yaml").dataset.query_ids == ("010", "007", "12")
     assert override(load("setlogic"), parse_sets(["orlog/bm25.k=010"])).pipelines_to_run()["orlog"][0].k == 10  # not 8
+
+
+def test_another_encoder_than_the_files_leaves_its_references_unchecked(tmp_path):
+    """scifact.yaml sets no ``embed``: its dense reference is all-MiniLM-L6-v2's published
+    figure. Run with another encoder (``--model``, ``--config``, or ``lr.run_experiment`` on a
+    table of another encoder) it was checked against that figure, "reproduced" or "MISSED"."""
+    exp = load("scifact")
+    assert not exp.embed and any(r.run == "dense" for r in exp.references)
+    assert with_encoder(exp, EmbedConfig()) == exp  # the encoder it was written for
+    assert with_encoder(exp, EmbedConfig(backend="torch", batch_size=8)) == exp  # the same vectors
+    (tmp_path / "encoder").mkdir()
+    got = with_encoder(exp, EmbedConfig(model=str(tmp_path / "encoder")))
+    assert got.references == () and "not checked on this run" in got.caveats[-1] and got.embed["model"] == str(tmp_path / "encoder")
+    assert with_encoder(exp, EmbedConfig(max_seq_length=128)).references == ()  # another token window: another vector space

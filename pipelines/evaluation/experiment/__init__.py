@@ -28,6 +28,7 @@ from logicrank.pipelines.evaluation.experiment.model import (
     ReferenceMissed,
     load,
     override,
+    with_encoder,
     with_sample,
 )
 from logicrank.pipelines.evaluation.experiment.report import ExperimentResult, ReferenceCheck, conclude, grouped, render
@@ -35,4 +36,4 @@ from logicrank.pipelines.evaluation.experiment.run import prepared, run_in_proce
 
 __all__ = ["EXPERIMENTS", "Dataset", "Experiment", "ExperimentError", "ExperimentResult", "Reference", "ReferenceCheck", "ReferenceMissed",
            "conclude", "dataset_root", "grouped", "load", "override", "prepare_dataset", "prepared", "render", "run_in_process",
-           "sample_queries", "with_sample"]
+           "sample_queries", "with_encoder", "with_sample"]

@@ -322,6 +322,19 @@ def override(exp: Experiment, changes: dict[str, Any] | list[str]) -> Experiment
     return got
 
 
+def with_encoder(exp: Experiment, embed: EmbedConfig) -> Experiment:
+    """``exp`` as run with the encoder ``embed``: where its vectors are not
+    those the file was written for (its ``embed``, else the default encoder's), the encoder is
+    set in it as an override is, so the references (figures of that encoder) are not checked
+    and a caveat says so. A file without ``embed`` run with ``--model X`` (or on a table of
+    another encoder) checked X's dense figures against all-MiniLM-L6-v2's published ones."""
+    from logicrank.pipelines.engines.embed import model_id
+
+    if model_id(embed) == model_id(EmbedConfig.model_validate(exp.embed)):
+        return exp
+    return override(exp, {"embed.model": embed.model, "embed.max_seq_length": embed.max_seq_length})
+
+
 def _same_data(a: Dataset, b: Dataset) -> bool:
     """The same queries and corpus: paths compared with their variables expanded and resolved
     (``${LOGICRANK_RULEBENCH}`` and the directory it names are one dataset)."""
