@@ -95,6 +95,12 @@ def compare(
         others = [r for r in runs if r != baseline and r in wide.columns]
         if not others or baseline not in wide.columns:  # (a measure the baseline lacks: QA measures of answers-only runs)
             continue
+        for r in [baseline, *others]:  # a paired test pairs each query's values: a run without some gave NaN, and a NaN p
+            # counted in the correction's family (the other runs' adjusted p inflated), or scipy's error under bh
+            if (missing := wide.index[wide[r].isna()]).size:
+                raise ValueError(f"significance: run {r!r} has no {measure} for {missing.size} of the {len(wide)} queries the runs "
+                                 f"hold (e.g. {missing[0]!r}); compare runs evaluated over the same queries (evaluate them together, "
+                                 "where a query a run misses scores 0).")
         base = wide[baseline].to_numpy()
         pvals = [paired_p_value(base, wide[r].to_numpy(), test) for r in others]
         padj = adjust(pvals, correction)

@@ -139,6 +139,19 @@ def test_evaluate_takes_a_run_a_list_or_a_mapping(runs):
     assert lr.compare(ev, "good").to_pandas().equals(sig) and lr.compare(ev.metrics, "good").num_rows == 2  # both forms kept
 
 
+def test_compare_refuses_runs_evaluated_over_other_queries():
+    """Metrics of two evaluations put together, one run lacking some queries: its p-value was
+    NaN, its mean NaN, and the NaN counted in Holm's family doubled the other run's adjusted p
+    (under bh, scipy's error). Refused in one line naming the run."""
+    ev = lr.evaluate([GOOD, POOR], QRELS, ["P@1"])
+    other = lr.evaluate(GOOD.set_column(GOOD.schema.get_field_index("run_id"), "run_id", pa.array(["third"] * GOOD.num_rows)), QRELS, ["P@1"])
+    partial = other.metrics.filter(pa.compute.not_equal(other.metrics.column("query_id"), "2"))
+    with pytest.raises(lr.PipelineError, match=r"^compare: significance: run 'third' has no P@1 for 1 of the 2 queries .*\(e.g. '2'\)") as err:
+        lr.compare(pa.concat_tables([ev.metrics, partial]), "good")
+    assert "\n" not in str(err.value)
+    assert lr.compare(pa.concat_tables([ev.metrics, other.metrics]), "good").num_rows == 2  # the same queries: compared
+
+
 def test_qrels_with_integer_query_ids_evaluate_as_their_decimal_text():
     """A qrels table read with pandas gives integer ids; the run's are text: the same queries."""
     ints = QRELS.set_column(0, "query_id", pa.array([1, 1, 2], pa.int64()))
