@@ -98,12 +98,30 @@ def test_rank_pairs_orders_and_breaks_ties_by_doc_id(tmp_path):
     assert back.column("rank").to_pylist() == [1, 2, 3]
 
 
+def test_scores_equal_in_32_bits_are_written_as_they_are_ranked():
+    """Two RRF sums equal in 32 bits (trec_eval's key: doc_id descending breaks the tie) whose
+    64 bits differ the other way: the run wrote the 64 bits, so ranx, which sorts by them,
+    ranked the later row first (nDCG@262 0.124 against the run's 0). Scores tied in 32 bits
+    are written as that 32-bit value; the others keep their 64 bits."""
+    import numpy as np
+    import pandas as pd
+
+    low, high = 0.006211239844238258, 0.00621124002970593
+    assert np.float32(low) == np.float32(high) and high > low
+    pairs = pd.DataFrame({"query_id": ["q"] * 3, "doc_id": ["z", "a", "m"], "score": [low, high, 0.001]})
+    run = rank_pairs(pairs, 10, "rrf", "r")
+    assert run.column("doc_id").to_pylist() == ["z", "a", "m"]
+    scores = run.column("score").to_pylist()
+    assert scores[0] == scores[1] == float(np.float32(high)) and scores[2] == 0.001  # (0.001: no tie, its 64 bits)
+
+
 def test_a_tie_broken_by_a_base_rank_keeps_its_order_in_the_trec_file(tmp_path):
     """OrLog and the reasoner break equal posteriors by the base run's rank, which trec_eval
     does not read: the run ranked a above b, its TREC file (equal scores) b above a, and
     `evaluate` gave the run MRR 1 and its file 0.5. A tied row placed against trec_eval's rule
     has its score lowered to the next 32-bit float, so the file ranks as the run does, and
     pytrec_eval (trec_eval's code) on the file gives the run's figures."""
+    import numpy as np
     import pandas as pd
     import pytrec_eval
 
@@ -115,8 +133,9 @@ def test_a_tie_broken_by_a_base_rank_keeps_its_order_in_the_trec_file(tmp_path):
     run = rank_pairs(pairs, 10, "orlog", "r")
     assert run.column("doc_id").to_pylist() == ["a", "b", "c", "e", "d", "y", "x"]  # the base rank's order
     scores = run.column("score").to_pylist()
-    assert scores[0] == 0.99 and scores[0] > scores[1] > scores[2] > 0.5 and scores[2] == pytest.approx(0.99, abs=1e-6)
-    assert scores[3:5] == [0.5, 0.5] and scores[5:] == [0.7, 0.7]  # ties already in trec_eval's order (doc_id descending) keep their scores
+    assert scores[0] == pytest.approx(0.99, abs=1e-6) and scores[0] > scores[1] > scores[2] > 0.5 and scores[2] == pytest.approx(0.99, abs=1e-6)
+    # ties already in trec_eval's order (doc_id descending) keep their score, as its 32 bits (the key they are ranked by)
+    assert scores[3:5] == [0.5, 0.5] and scores[5:] == [float(np.float32(0.7))] * 2
     back = read_run(write_trec_run(run, tmp_path / "r.trec"))
     assert back.column("doc_id").to_pylist() == run.column("doc_id").to_pylist()
     qrels = pa.table({"query_id": ["q1", "q2"], "doc_id": ["a", "y"], "relevance": [1, 1]})
