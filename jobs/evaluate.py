@@ -83,18 +83,18 @@ def _check_inputs(cfg: EvaluateConfig) -> tuple[list, list[str]]:
     for kind, path in given:
         if not Path(path).exists():
             raise EvaluationError(f"evaluate: no {kind} file at {str(path)!r}; check the path.")
-    for path in cfg.runs:
-        _refuse_unfinished_retrieve(Path(path))
+    for path in (*cfg.runs, *cfg.answers):
+        _refuse_unfinished_retrieve(Path(path).resolve())
     return measures, qa_measures
 
 
 def _refuse_unfinished_retrieve(path: Path) -> None:
-    """Refuse a run file in the ``runs/`` folder of a retrieve run that has not finished (its
-    manifest says ``running``, ``interrupted`` or ``failed``): a run killed after writing one
-    method's file leaves the other methods' files of the run before it, of another table
-    version or config, which would be evaluated as this run's."""
+    """Refuse a run or answers file in the ``runs/`` or ``answers/`` folder of a retrieve run
+    that has not finished (its manifest says ``running``, ``interrupted`` or ``failed``): a run
+    killed after writing one pipeline's file leaves the other pipelines' files of the run before
+    it, of another table version or config, which would be evaluated as this run's."""
     manifest = path.parent.parent / "manifest.json"
-    if path.parent.name != "runs" or not manifest.is_file():
+    if path.parent.name not in ("runs", "answers") or not manifest.is_file():
         return
     try:
         prev = json.loads(manifest.read_text())

@@ -515,7 +515,7 @@ def test_a_qrels_directory_edited_in_place_is_evaluated_again(tmp_path):
 
 
 @pytest.mark.parametrize("status", ["running", "interrupted", "failed"])
-def test_a_run_file_of_a_retrieve_run_that_has_not_finished_is_refused(tmp_path, status):
+def test_a_run_file_of_a_retrieve_run_that_has_not_finished_is_refused(tmp_path, status, monkeypatch):
     """A retrieve run killed after writing one method's file leaves the run before it's other
     files beside it (another table version, another config): evaluating one of those as the
     new run's would print the old run's figures. A finished run's file is evaluated."""
@@ -530,6 +530,13 @@ def test_a_run_file_of_a_retrieve_run_that_has_not_finished_is_refused(tmp_path,
     with pytest.raises(EvaluationError, match=f"has not finished .*says '{status}'") as err:
         run_evaluate(cfg, tmp_path / "eval")
     assert "\n" not in str(err.value)
+    with pytest.raises(EvaluationError, match="has not finished"):  # named from inside the folder, as a bare file name
+        monkeypatch.chdir(out / "runs")
+        run_evaluate(EvaluateConfig(qrels=str(qrels), runs=("bm25.parquet",)), tmp_path / "eval")
+    (out / "answers").mkdir()
+    (out / "answers" / "lag.jsonl").write_text('{"query_id": "q1", "answer": "x"}\n')
+    with pytest.raises(EvaluationError, match="has not finished"):  # a LAG pipeline's answers, as its runs
+        run_evaluate(EvaluateConfig(answers=(str(out / "answers" / "lag.jsonl"),), gold=str(tmp_path / "gold.jsonl")), tmp_path / "eval")
     (out / "manifest.json").write_text(json.dumps({**manifest, "status": "ok"}))
     metrics = run_evaluate(cfg, tmp_path / "eval").to_pandas()
     assert metrics.set_index(["query_id", "measure"]).loc[("q1", "MRR"), "value"] == pytest.approx(0.5, abs=1e-12)
