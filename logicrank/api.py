@@ -691,7 +691,8 @@ def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, 
         return run(exp, out, strict=strict, **placement)
     if placement:
         raise PipelineError(f"run_experiment: {sorted(placement)} place the jobs; with a table the run is in this process (drop them).")
-    exp = with_encoder(exp, table.embed)  # a table of another encoder than the file's: its references are not checked
+    if not {"model", "max_seq_length"} & exp.embed.keys():  # (a file that fixes its encoder is refused below on another table)
+        exp = with_encoder(exp, table.embed)  # a table of another encoder than the default the file was written for: unchecked
     wanted = EmbedConfig.model_validate({**table.embed.model_dump(), **exp.embed})
     if wanted != table.embed:
         raise PipelineError(f"run_experiment: experiment {exp.name} fixes embed {exp.embed}; open the table with open_table(embed=...) to match.")

@@ -318,3 +318,18 @@ def test_retrieve_returns_results_by_run_id_keeping_empty_runs(table_db):
     assert list(nothing) == ["bm25"] and nothing["bm25"].run.num_rows == 0
     ev = lr.evaluate(nothing, pa.table({"query_id": ["1"], "doc_id": ["d0"], "relevance": pa.array([1], pa.int32())}), ["P@1"])
     assert ev.summary.loc["bm25", "P@1"] == 0.0
+
+
+def test_run_experiment_refuses_a_table_of_another_encoder_than_the_file_fixes(tmp_path):
+    """A file that names its encoder is run on a table of that encoder only (a file that names
+    none is run on any, its references unchecked on another: test_experiment_files.py)."""
+    import types
+
+    from logicrank.pipelines.config.settings import EmbedConfig
+    from logicrank.pipelines.evaluation.experiment import load, override
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    exp = override(load("scifact"), {"embed.model": str(tmp_path / "a")})
+    with pytest.raises(lr.PipelineError, match=r"^run_experiment: experiment scifact fixes embed .*open the table with open_table\(embed=\.\.\.\)"):
+        lr.run_experiment(exp, table=types.SimpleNamespace(embed=EmbedConfig(model=str(tmp_path / "b"))))
