@@ -127,7 +127,7 @@ def test_fused_scores_equal_in_arithmetic_tie_as_trec_eval_reads_them_so_the_tre
     trec_eval, reading the run's TREC file as 32-bit floats, ties them and ranks by doc id
     descending: the Parquet run and its TREC file gave two MRRs (a helper's audit). A run is
     ranked by the score as trec_eval stores it; scores tied so are written as that 32-bit
-    value, so every reader (ranx sorts by the 64 bits) ranks them as the run does."""
+    value, so no reader (ranx sorts by the 64 bits) ranks a later one first."""
     from logicrank.pipelines.io import read_run, write_trec_run
 
     def ranked(places: dict[str, int], run_id: str) -> pa.Table:

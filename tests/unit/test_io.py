@@ -113,6 +113,11 @@ def test_scores_equal_in_32_bits_are_written_as_they_are_ranked():
     assert run.column("doc_id").to_pylist() == ["z", "a", "m"]
     scores = run.column("score").to_pylist()
     assert scores[0] == scores[1] == float(np.float32(high)) and scores[2] == 0.001  # (0.001: no tie, its 64 bits)
+    # a row whose score rounds to one a base-rank tie was lowered to: tied with it, never above it
+    below = float(np.nextafter(np.float32(0.5), np.float32(0)))
+    pairs = pd.DataFrame({"query_id": ["q"] * 3, "doc_id": ["a", "b", "0"], "score": [0.5, 0.5, below + 1e-12], "tiebreak": [1, 2, 3]})
+    scores = rank_pairs(pairs, 10, "orlog", "r").column("score").to_pylist()
+    assert scores == sorted(scores, reverse=True) and scores[1] == scores[2] == below, scores
 
 
 def test_a_tie_broken_by_a_base_rank_keeps_its_order_in_the_trec_file(tmp_path):

@@ -20,11 +20,11 @@ def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Tabl
     differ, as a fusion's, are one score); equal scores are ordered by a ``tiebreak`` column
     when the pairs have one (lower first, e.g. a base rank), then by doc_id descending:
     trec_eval's rule, so a run and its TREC file evaluate alike. Runs are deterministic. The
-    run keeps each score's 64 bits, except for scores equal in 32 bits, which are written as
-    that 32-bit value (:func:`_ties_as_ranked`: a reader that sorts by the 64 bits, as ranx
-    does, would put a later row first), and where the ``tiebreak`` orders two equal scores
+    run keeps each score's 64 bits, except where the ``tiebreak`` orders two equal scores
     otherwise than trec_eval would: the later one's score is lowered to the next 32-bit float
-    below (:func:`_ties_apart`), so that its TREC file ranks as the run does.
+    below (:func:`_ties_apart`), so that its TREC file ranks as the run does; and scores then
+    equal in 32 bits are written as that 32-bit value (:func:`_ties_as_ranked`: a reader that
+    sorts by the 64 bits, as ranx does, put a later row first).
     """
     extra = ["tiebreak"] if "tiebreak" in pairs.columns else []
     df = pairs[["query_id", "doc_id", "score", *extra]].assign(_key=trec_score(pairs["score"])).sort_values(
@@ -33,9 +33,10 @@ def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Tabl
     df = df.drop_duplicates(["query_id", "doc_id"], keep="first")
     df["rank"] = df.groupby("query_id", sort=False).cumcount().astype(np.int32) + 1
     df = df[df["rank"] <= k]
-    df = df.assign(score=_ties_as_ranked(df["query_id"].to_numpy(), df["_key"].to_numpy(), df["score"].to_numpy()))
     if extra:
         df = df.assign(score=_ties_apart(df["query_id"].to_numpy(), df["_key"].to_numpy(), df["doc_id"].to_numpy(), df["score"].to_numpy()))
+    # (after the lowering: a row whose score rounds to a lowered one's is tied with it)
+    df = df.assign(score=_ties_as_ranked(df["query_id"].to_numpy(), trec_score(df["score"]), df["score"].to_numpy()))
     return pa.table(
         {
             "query_id": pa.array(df["query_id"].astype(str), pa.string()),
@@ -53,8 +54,9 @@ def _ties_as_ranked(queries: np.ndarray, keys: np.ndarray, scores: np.ndarray) -
     """``scores`` (rows in rank order; ``keys``: their 32-bit scores) with each row whose key
     equals a neighbour's in its query written as the key itself: rows ranked as ties (by doc_id
     descending, trec_eval's rule) whose 64 bits differ were ranked against those bits (an RRF
-    of two depth-1,000 runs held 5,958 such pairs), so ranx, which sorts by them, ranked them
-    otherwise than the run and trec_eval. Then the scores never rise down a query's run."""
+    of two depth-1,000 runs held 5,958 such pairs), so a reader that sorts by them (ranx) put a
+    later row before an earlier one. Then the scores never rise down a query's run; rows with
+    one score are left to the reader's tie rule (trec_eval's is the run's)."""
     same = (queries[1:] == queries[:-1]) & (keys[1:] == keys[:-1])
     tied = np.zeros(len(keys), dtype=bool)
     tied[1:] |= same
