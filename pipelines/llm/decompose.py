@@ -243,15 +243,18 @@ def misplaced_negation(node: Node, question: str) -> str | None:
         if _TERM_NEGATION.search(term):
             return f"degenerate: the term {quote(term)} holds a negation no evidence applies (NOT goes outside the quotes)"
     # negated: under an odd number of NOTs (NOT (NOT "x") negates nothing)
-    return misplaced_exclusion(question, [(f"NOT {quote(t)}", t) for t in node.terms() if t in negated_terms(node)])
+    also = positive_terms(node)
+    return misplaced_exclusion(question, [(f"NOT {quote(t)}", t, t in also) for t in node.terms() if t in negated_terms(node)])
 
 
-def misplaced_exclusion(question: str, excluded: list[tuple[str, str]]) -> str | None:
+def misplaced_exclusion(question: str, excluded: list[tuple[str, str, bool]]) -> str | None:
     """Why what a form excludes cannot be what the question excludes, or None: ``excluded`` is
-    (how the form says it, its words) for each statement the form excludes; refused when the
-    question leaves nothing out, or when every word of one is said only before the question's
-    first exclusion phrase (ITLR's negated terms; OrLog's atoms under an odd number of NOTs,
-    or a negative statement asserted)."""
+    (how the form says it, its words, whether the form also asserts it) for each statement the
+    form excludes; refused when the question leaves nothing out (``("A" OR "B") AND NOT ("A" AND
+    "B")`` for "A or B", a real model's), or when every word of one the form only excludes is
+    said before the question's first exclusion phrase (ITLR's negated terms; OrLog's atoms
+    under an odd number of NOTs, or a negative statement asserted): ``"A" AND NOT ("A" AND
+    "B")`` for "A but not B" excludes B alone."""
     if not excluded:
         return None
     if _QUESTION_NEGATION.search(question) is None:
@@ -260,7 +263,9 @@ def misplaced_exclusion(question: str, excluded: list[tuple[str, str]]) -> str |
     if cue is None:
         return None
     before, after = set(_fold(question[: cue.start()]).split()), set(_fold(question[cue.start():]).split())
-    for said, text in excluded:
+    for said, text, asserted in excluded:
+        if asserted:
+            continue
         words = set(_fold(text).split())
         if words and words <= before and not words & after:
             return f"degenerate: {said} negates words the question says before {cue.group(0)!r}, not after it"
@@ -380,7 +385,8 @@ def _parse_orlog(question: str, text: str) -> Parsed:
     # what the form excludes: a statement under an odd number of NOTs, or a negative one asserted ("{x} does not like X")
     excluded = [t for t in node.terms() if (t in odd and not _NEGATIVE.search(texts[t])) or (t in even and _NEGATIVE.search(texts[t]))]
     words = {t: texts[t].replace(PLACEHOLDER, " ") for t in node.terms()}
-    why = why or misplaced_exclusion(question, [(f"{'NOT ' * (t in odd)}{t} ({texts[t]!r})", words[t]) for t in excluded])
+    why = why or misplaced_exclusion(question, [(f"{'NOT ' * (t in odd)}{t} ({texts[t]!r})", words[t], t in odd and t in even)
+                                                for t in excluded])
     why = why or missed_exclusion(question, [words[t] for t in excluded], list(words.values()))
     return _orlog_fallback(question, why, "degenerate") if why else parsed
 

@@ -285,6 +285,12 @@ def test_a_form_that_drops_cancels_or_inverts_the_questions_exclusion_is_refused
     assert orlog("Who plays chess but not golf?", "a1 AND NOT a2").status == "ok"
     assert orlog("Who plays chess but not golf?", "a1 AND a2", golf="{x} does not play golf").status == "ok"
     assert orlog("Who plays chess but not golf?", "NOT (NOT a1 OR a2)").status == "ok"
+    assert orlog("Who plays chess but not golf?", "a1 AND NOT (a1 AND a2)").status == "ok"  # (a1 AND NOT a2: a1 is not excluded)
+    assert parse_output("itlr", "Who likes Mace but not Napkins?", _gen('"Mace" AND NOT ("Mace" AND "Napkins")')).status == "ok"
+    # ... but a term negated and asserted still counts where the question leaves nothing out (Qwen's, on the test split)
+    xor = parse_output("itlr", "Who likes Sparkling Water or Inline Skating?",
+                       _gen('("Sparkling Water" OR "Inline Skating") AND NOT ("Sparkling Water" AND "Inline Skating")'))
+    assert xor.status == "degenerate" and "the question leaves nothing out" in xor.error
 
 
 def test_orlog_atoms_of_one_statement_are_one_atom():
