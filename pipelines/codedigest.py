@@ -163,3 +163,29 @@ if __name__ == "__main__":
         print(f"{arg}: {code_digest(arg)}")
         for m in closure(arg):
             print(f"  {m}")
+
+
+def code_definitions(module: ast.Module) -> dict[str, str]:
+    """A module's functions, classes' methods (``Class.method``) and assignments (by their first
+    name) -> their code as :func:`ast.dump` writes it, docstrings removed."""
+    out = {}
+    for node in module.body:
+        if isinstance(node, ast.ClassDef):
+            out.update({f"{node.name}.{n.name}": _code(n) for n in node.body if isinstance(n, ast.FunctionDef)})
+        elif isinstance(node, ast.FunctionDef):
+            out[node.name] = _code(node)
+        elif isinstance(node, ast.Assign):
+            target = node.targets[0]
+            first = target.elts[0] if isinstance(target, ast.Tuple) and target.elts else target
+            if isinstance(first, ast.Name):
+                out[first.id] = _code(node)
+    return out
+
+
+def _code(node: ast.AST) -> str:
+    for n in ast.walk(node):
+        body = getattr(n, "body", None)
+        if (isinstance(n, (ast.FunctionDef, ast.ClassDef)) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            n.body = body[1:] or [ast.Pass()]
+    return ast.dump(node)

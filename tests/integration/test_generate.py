@@ -90,7 +90,7 @@ def test_a_run_directory_of_another_config_is_refused(synthetic, tiny_cfg, clean
     shutil.copytree(clean[0], older)
     state = json.loads((older / "checkpoints" / "state.json").read_text())
     (older / "checkpoints" / "state.json").write_text(json.dumps({**state, "generator": "0" * 16}))
-    with pytest.raises(GenerateError, match="holds the checkpoints of another config, table version or generator code"):
+    with pytest.raises(GenerateError, match="holds the checkpoints of another config, table version, engine or generator code"):
         run_generate(_cfg(synthetic, tiny_cfg), older, echo=lambda m: None)
 
 

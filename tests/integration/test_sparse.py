@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from logicrank.pipelines.codedigest import code_definitions
 from logicrank.pipelines.datasets import scifact
 from logicrank.pipelines.engines import bm25
 from logicrank.pipelines.engines.embed import to_fixed_size_list
@@ -230,7 +231,7 @@ def test_weights_other_weighting_code_computed_are_made_again_from_their_counts(
     source = ast.parse('def weigh(a):\n    """doc"""\n    return a * 2\n')
     edited = ast.parse('def weigh(a):\n    """another doc"""\n    # a comment\n    return a * 2\n')
     other = ast.parse("def weigh(a):\n    return a * 3\n")
-    assert storage.code_definitions(source) == storage.code_definitions(edited) != storage.code_definitions(other)
+    assert code_definitions(source) == code_definitions(edited) != code_definitions(other)
 
 
 def test_an_index_of_the_previous_format_is_saved_again_from_its_counts(tmp_path):

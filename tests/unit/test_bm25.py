@@ -131,10 +131,11 @@ def test_every_definition_the_weighting_digest_names_exists_and_a_missing_one_is
     """storage.WEIGHTING names the code a saved index's weights come from; a name left behind by
     a rename would leave that code out of the digest (or fail every search process with a bare
     KeyError), so each one must be found, and one that is not is said in one line."""
+    from logicrank.pipelines.codedigest import code_definitions
     from logicrank.pipelines.engines.bm25 import storage
 
     for file, names in storage.WEIGHTING.items():
-        found = storage.code_definitions(ast.parse((Path(storage.__file__).with_name(file)).read_text(encoding="utf-8")))
+        found = code_definitions(ast.parse((Path(storage.__file__).with_name(file)).read_text(encoding="utf-8")))
         assert [n for n in names if n not in found] == [], file
     # the code of the tie-break ranks (search/tiebreak.npy, saved beside the weights) is the search files' too: an
     # edit to it left indexes saved before it ordering their ties as they did

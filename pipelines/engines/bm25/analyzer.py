@@ -138,7 +138,7 @@ def _code_digest() -> str:
     import json
     from pathlib import Path
 
-    from logicrank.pipelines.engines.bm25.storage import code_definitions
+    from logicrank.pipelines.codedigest import code_definitions
 
     found = code_definitions(ast.parse(Path(__file__).read_text(encoding="utf-8")))
     return hashlib.sha256(json.dumps(sorted(found.items())).encode()).hexdigest()[:16]
