@@ -51,7 +51,16 @@ from logicrank.jobs.rundir import RunDir
 from logicrank.jobs.watchdog import Stalled, beat, busy
 from logicrank.pipelines.codedigest import code_digest
 from logicrank.pipelines.config.settings import EmbedConfig, IndexConfig
-from logicrank.pipelines.corpus import Source, SourceError, VectorColumn, check_sources, list_sources, read_source, source_fault
+from logicrank.pipelines.corpus import (
+    Source,
+    SourceError,
+    Sources,
+    VectorColumn,
+    check_sources,
+    list_sources,
+    read_source,
+    source_fault,
+)
 from logicrank.pipelines.engines.bm25 import index_root, update_index
 from logicrank.pipelines.engines.embed import concrete, model_id, resolve_model
 from logicrank.pipelines.engines.placement import EncoderPlacement, encoder_placement
@@ -138,6 +147,9 @@ class IndexSummary:
     held: int = 0  # stored documents whose only row in the snapshot was rejected: not absent, kept as stored
     redelivered: int = 0  # source rows Ray delivered twice (a retried task), written once
     not_utf8: int = 0  # documents kept (TREC DOCs) with bytes that are not UTF-8, read as U+FFFD as Anserini and ir_datasets read them
+    # corpus files a directory holds that were left out by rule (--format trec: TREC's disks' READMEs, DTDs and Congressional
+    # Record, as Anserini's TrecCollection leaves them out; corpus.list_sources)
+    not_read: list[str] = field(default_factory=list)
     # the encoder workers' data files of new documents (--writes workers, on a pool): files_committed, committed whole;
     # files_salvaged, those whose kept rows were read back and appended; files_dropped, those of batches delivered twice;
     # driver_received_bytes, what the stream brought to the driver; and seconds, the driver's time in the table's writes
@@ -254,14 +266,14 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
         return _index_locked(cfg, rundir, sources, progress, start, lock)
 
 
-def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: list[Source], progress: bool, start: float, lock: TableLock) -> IndexSummary:
+def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: Sources, progress: bool, start: float, lock: TableLock) -> IndexSummary:
     mid = cfg.vector_model if cfg.vector_column is not None else model_id(cfg.embed)  # what made the table's vectors, recorded in it
     store = DocStore(cfg.db, cfg.table, metadata_cache_bytes=WRITER_METADATA_CACHE)
     if store.exists():
         store.require_model(mid, "index", "index into a new table (--table) or delete this one")
         store.require_title_sep(cfg.embed.title_sep, "index")
     vectors = vector_column(cfg, store)
-    summary = IndexSummary()
+    summary = IndexSummary(not_read=list(sources.not_read))
     version_before = store.version if store.exists() else None
     summary.since_version = last_complete(store)
     stopped = rundir.previous() or {}

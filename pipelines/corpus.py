@@ -18,7 +18,9 @@ TREC SGML (kind ``trec``; ``.trec``, ``.trectext``, ``.sgml``, ``.sgm``, each wi
 ``<DOC> ... </DOC>`` records, read DOC by DOC from the byte stream. Tag names are
 case-insensitive and may carry attributes. In a DOC:
 
-- the id is the ``<DOCNO>`` element's text, surrounding whitespace stripped;
+- the id is the ``<DOCNO>`` element's text, surrounding whitespace stripped; a DOC with no
+  DOCNO element is known by its tag's ``id`` attribute (``<DOC id="APW_ENG_20041001.0001"
+  type="story">``: AQUAINT-2, Gigaword);
 - the title is the text of its ``<TITLE>`` elements or, where it has none, of the first of
   ``<HEAD>``, ``<HEADLINE>`` (LA Times, FT), ``<HL>`` (WSJ), ``<TTL>``, ``<TI>`` (FBIS) it
   has, several joined by a space; none: no title;
@@ -41,7 +43,13 @@ case-insensitive and may carry attributes. In a DOC:
   escape it.
 
 The record ``{"docno", "title", "text"}`` is then checked by :func:`validate_record`, as a
-JSONL row is; a TREC document has no metadata. A DOC that no ``</DOC>`` closes before the next
+JSONL row is; a TREC document has no metadata. TREC's disks ship their files compressed by Unix
+``compress`` (``fr940104.0z``, ``la010189.z``): a file whose name ends ``.z`` or ``.<digits>z``
+(any case) is decompressed first, as Anserini's ``TrecCollection`` reads it, and a directory read
+with ``fmt="trec"`` leaves out what that collection leaves out of TREC's disks: files whose name
+starts ``readme`` and the folders ``dtd``, ``dtds`` (document type definitions) and ``cr`` (the
+Congressional Record, not part of Robust04's collection); :func:`list_sources` names them in
+its result's ``not_read``. A DOC that no ``</DOC>`` closes before the next
 ``<DOC>`` or the end of the file is an ``unclosed_doc`` reject and reading goes on with the
 next DOC; a DOC longer than ``trec_raw_limit(max_doc_bytes)`` bytes is an ``oversized``
 reject, skipped without being held; non-blank text between DOCs is an ``outside_doc`` reject
@@ -80,7 +88,9 @@ import hashlib
 import html
 import json
 import re
+import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -120,6 +130,12 @@ VECTOR_KINDS = ("jsonl", "parquet")  # the formats that can carry a vector per d
 ID_KEYS = ("doc_id", "_id", "id", "docid", "docno")
 TEXT_KEYS = ("text", "contents", "body", "passage", "segment", "abstract")  # (abstract: ir_datasets' CORD-19, NFCorpus, Medline)
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")  # names whose compression Arrow's streams undo (pyarrow.Codec.detect)
+# Unix compress (LZW), undone by ncompress: .Z, and TREC's disks' .z, .0z, .1z, .2z (Anserini's TrecCollection's rule)
+_LZW_NAME = re.compile(r"\.\d*z$", re.IGNORECASE)
+_LZW_MAGIC = b"\x1f\x9d"
+# what Anserini's TrecCollection leaves out of a directory of TREC's disks: file names starting so, and these folders
+_TREC_NOT_READ_PREFIX = "readme"
+_TREC_NOT_READ_FOLDERS = frozenset({"cr", "dtd", "dtds"})
 _JSONL_SUFFIXES = tuple(s + c for s in (".jsonl", ".json", ".ndjson", ".jl") for c in ("", *_COMPRESSED))  # (.jl: the Washington Post's)
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 _TREC_SUFFIXES = tuple(s + c for s in (".trec", ".trectext", ".sgml", ".sgm") for c in ("", *_COMPRESSED))
@@ -232,8 +248,12 @@ def _units(rows: np.ndarray) -> list[tuple[Vector | None, str | None, str | None
     return out
 
 
+def _compressed(path: str) -> bool:
+    return path.lower().endswith(_COMPRESSED) or _LZW_NAME.search(path) is not None
+
+
 def _kind_of(path: str) -> str | None:
-    lower = path.lower()
+    lower = _LZW_NAME.sub("", path.lower())  # (corpus.trec.Z is TREC SGML)
     for kind, suffixes in (("jsonl", _JSONL_SUFFIXES), ("parquet", _PARQUET_SUFFIXES), ("trec", _TREC_SUFFIXES), ("tsv", _TSV_SUFFIXES)):
         if lower.endswith(suffixes):
             return kind
@@ -250,7 +270,15 @@ def _resolve(location: str) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), os.path.abspath(location)
 
 
-def list_sources(location: str, fmt: str = "auto") -> list[Source]:
+class Sources(list):
+    """:func:`list_sources`' files (a list of :class:`Source`), with ``not_read``: the paths of
+    the files a directory holds that are left out by rule (TREC's disks' READMEs, DTDs and
+    Congressional Record, ``fmt="trec"``), for the run's record."""
+
+    not_read: tuple[str, ...] = ()
+
+
+def list_sources(location: str, fmt: str = "auto") -> Sources:
     """The files making up the corpus at ``location``, in a stable order.
 
     ``fmt`` is ``auto``, ``beir`` (a directory holding ``corpus.jsonl[.gz]``), ``jsonl``,
@@ -260,13 +288,19 @@ def list_sources(location: str, fmt: str = "auto") -> list[Source]:
     reads every file whose name marks no format (TREC collections ship as ``la010189``,
     ``fr940104.0``), and ``fmt="jsonl"`` every such file that is compressed (MS MARCO v2 ships
     as ``msmarco_passage_00.gz``; a README or MD5SUMS beside it is not read), except hidden
-    ones (``.name``).
+    ones (``.name``). ``fmt="trec"`` on a directory leaves out TREC's disks' READMEs, DTDs and
+    Congressional Record, as Anserini's ``TrecCollection`` does (the result's ``not_read``).
     """
     with reading(f"corpus {location}", CorpusError):  # e.g. a directory that cannot be listed
         return _list_sources(location, fmt)
 
 
-def _list_sources(location: str, fmt: str) -> list[Source]:
+def _trec_not_read(rel: str) -> bool:
+    *folders, name = rel.lower().split("/")
+    return name.startswith(_TREC_NOT_READ_PREFIX) or any(f in _TREC_NOT_READ_FOLDERS for f in folders)
+
+
+def _list_sources(location: str, fmt: str) -> Sources:
     fs, path = _resolve(location)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
@@ -284,7 +318,7 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
         kind = _kind_of(path) if fmt in ("auto", "beir") else fmt
         if kind is None:
             raise CorpusError(f"corpus: cannot tell the format of {location!r} from its name; pass --format jsonl, parquet, trec or tsv.")
-        return [source(path, kind)]
+        return Sources([source(path, kind)])
 
     if fmt in ("auto", "beir"):
         for name in ("corpus.jsonl", "corpus.jsonl.gz"):
@@ -303,9 +337,13 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
         f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if f.type == pafs.FileType.File
     )
     files = [p for p in files if not any(part.startswith(".") for part in p[len(path.rstrip("/")) + 1 :].split("/"))]  # hidden: not read
+    not_read: list[str] = []
+    if fmt == "trec":
+        not_read = [p for p in files if _trec_not_read(p[len(path.rstrip("/")) + 1 :])]
+        files = [p for p in files if p not in frozenset(not_read)]
     kinds = {p: _kind_of(p) for p in files}
     if fmt in ("jsonl", "trec", "tsv"):  # files named with no format are this one's (hidden ones aside; JSONL: compressed ones)
-        kinds = {p: k or (None if fmt == "jsonl" and not p.lower().endswith(_COMPRESSED) else fmt) for p, k in kinds.items()}
+        kinds = {p: k or (None if fmt == "jsonl" and not _compressed(p) else fmt) for p, k in kinds.items()}
     else:  # a directory's .tsv files are often its queries and qrels (MS MARCO's layout): read them only when told
         kinds = {p: None if k == "tsv" else k for p, k in kinds.items()}
     wanted = [p for p in files if kinds[p] is not None and (fmt in ("auto", "beir") or kinds[p] == fmt)]
@@ -323,7 +361,37 @@ def _list_sources(location: str, fmt: str) -> list[Source]:
     found = sorted({kinds[p] for p in wanted})  # type: ignore[type-var]
     if len(found) > 1:
         raise CorpusError(f"corpus: {location!r} mixes {' and '.join(_KIND_NAMES[k] for k in found)} files; pass --format to pick one.")
-    return [source(p, kinds[p]) for p in wanted]  # type: ignore[arg-type]
+    out = Sources(source(p, kinds[p]) for p in wanted)  # type: ignore[arg-type]
+    out.not_read = tuple(source(p, "trec").uri for p in not_read)
+    return out
+
+
+@contextmanager
+def open_stream(src: Source) -> Iterator[Any]:
+    """A corpus file's bytes, decompressed: Arrow's stream undoes the compressions it knows by
+    name (``.gz``, ``.bz2``, ``.zst``, ``.lz4``); Unix compress (``.Z``, TREC's ``.0z``) is
+    undone by ncompress into a temporary file first, as LZW is not read part-way."""
+    if _LZW_NAME.search(src.path) is None:
+        with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
+            yield stream
+        return
+    import ncompress
+
+    with src.filesystem.open_input_file(src.path) as raw, tempfile.TemporaryFile() as plain:
+        _require_lzw(src, raw.read(len(_LZW_MAGIC)))
+        raw.seek(0)
+        try:
+            ncompress.decompress(raw, plain)
+        except ValueError as exc:  # (ncompress's word for data that is not LZW, or is corrupt)
+            raise SourceError(f"corpus file {src.uri}: unreadable: not Unix compress (.Z) data or corrupt ({exc}).") from None
+        plain.seek(0)
+        yield plain
+
+
+def _require_lzw(src: Source, head: bytes) -> None:
+    if head != _LZW_MAGIC:
+        raise SourceError(f"corpus file {src.uri}: a name ending {_LZW_NAME.search(src.path).group()} is Unix compress (.Z) data, "  # type: ignore[union-attr]
+                          "and this file is not; rename it, or compress it.")
 
 _json_string = json.encoder.encode_basestring  # a str as json.dumps(..., ensure_ascii=False) writes it
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (category Cc), every one
@@ -560,7 +628,7 @@ def _read_rows(src: Source, batch_rows: int, max_line: int,
     a line's start); a line longer than ``max_line`` bytes is an ``oversized`` reject, never
     read whole, naming the id its head holds (:func:`_long_id`)."""
     batch = _Batcher(src.uri, batch_rows, vectors)
-    with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
+    with open_stream(src) as stream:
         for line_no, raw in enumerate(_lines(stream, max_line), 1):
             if isinstance(raw, _Long):
                 batch.add(line_no, dict(_blank(), doc_id=_long_id(raw, kind)), "oversized", f"line longer than {max_line} bytes")
@@ -801,7 +869,8 @@ def trec_raw_limit(max_doc_bytes: int) -> int:
 def trec_units(stream, cap: int, chunk: int = 1 << 20) -> Iterator[tuple[str, int, bytes, str | None]]:
     """The DOCs of a TREC SGML byte stream, in bounded memory: (kind, line, data, detail).
 
-    kind ``doc``: ``data`` is the body between ``<DOC>`` and ``</DOC>``; ``unclosed_doc`` and
+    kind ``doc``: ``data`` is the DOC from its ``<DOC>`` tag (whose attributes may hold its id)
+    to its ``</DOC>``, that tag left out; ``unclosed_doc`` and
     ``oversized``: the first bytes of the DOC; ``outside_doc``: the first bytes of a stretch of
     non-blank text outside every DOC. ``line``: 1-based, of the ``<DOC>`` tag (or the text).
     ``cap``: the most bytes of one DOC held (:func:`trec_raw_limit`); ``chunk``: the size of
@@ -810,7 +879,7 @@ def trec_units(stream, cap: int, chunk: int = 1 << 20) -> Iterator[tuple[str, in
     buf = buf.removeprefix(_BOM)  # a UTF-8 byte order mark is not text outside the DOCs
     keep_head = min(_KEEP_HEAD, cap)  # the same bytes whatever the read boundaries
     counted, line = 0, 1  # buf[counted] is on this line
-    doc_line, doc_start, head = 0, -1, None  # inside a DOC: its line, where its body starts; head: it is being skipped
+    doc_line, doc_start, head, tag_len = 0, -1, None, 0  # inside a DOC: its line, where its tag starts; head: it is being skipped
     stray: tuple[int, bytes] | None = None  # non-blank text seen outside the DOCs, not reported yet
 
     def line_of(p: int) -> int:
@@ -841,7 +910,7 @@ def trec_units(stream, cap: int, chunk: int = 1 << 20) -> Iterator[tuple[str, in
             if doc_start < 0:
                 note_stray(pos, tail)
                 pos = tail
-            elif head is None and tail - doc_start > cap:  # bytes before tail hold no </DOC> (a cut tag lies after it)
+            elif head is None and tail - doc_start - tag_len > cap:  # bytes before tail hold no </DOC> (a cut tag lies after it)
                 head = buf[doc_start : doc_start + keep_head]
             if head is not None:
                 pos = tail
@@ -867,7 +936,7 @@ def trec_units(stream, cap: int, chunk: int = 1 << 20) -> Iterator[tuple[str, in
             if (unit := stray_unit()) is not None:
                 yield unit
         elif closing:
-            if head is not None or m.start() - doc_start > cap:  # (the same whatever the read boundaries)
+            if head is not None or m.start() - doc_start - tag_len > cap:  # (the same whatever the read boundaries)
                 yield "oversized", doc_line, head or buf[doc_start : doc_start + keep_head], f"the DOC is longer than {cap} bytes"
             else:
                 yield "doc", doc_line, buf[doc_start : m.start()], None
@@ -877,7 +946,8 @@ def trec_units(stream, cap: int, chunk: int = 1 << 20) -> Iterator[tuple[str, in
         else:  # a <DOC> while one is open
             body = head if head is not None else buf[doc_start : min(m.start(), doc_start + keep_head)]
             yield "unclosed_doc", doc_line, body, f"no </DOC> before the next <DOC> at line {line_of(m.start())}"
-        doc_line, doc_start, head = line_of(m.start()), m.end(), None
+        doc_line, doc_start, head = line_of(m.start()), m.start(), None
+        tag_len = m.end() - m.start()  # (cap bounds the DOC's body, after its tag)
         pos = scan = m.end()
     if doc_start >= 0:
         body = head if head is not None else buf[doc_start : doc_start + keep_head]
@@ -930,7 +1000,18 @@ def _trec_clean(raw: str) -> str:
 
 def _trec_docno(body: str) -> str | None:
     m = re.search(r"<docno(?:\s[^<>]*)?>(.*?)</docno", body, re.IGNORECASE | re.S)
-    return _trec_clean(m.group(1)) if m else None
+    if m is None:
+        return _trec_clean(attribute) if (attribute := _doc_id_attribute(body)) is not None else None
+    return _trec_clean(m.group(1))
+
+
+# a DOC tag's id attribute (AQUAINT-2's and Gigaword's <DOC id="APW_ENG_20041001.0001" type="story">), its value quoted or not
+_DOC_ID = re.compile(r"""\A\s*<doc\s[^<>]*?\bid\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'<>]+))""", re.IGNORECASE)
+
+
+def _doc_id_attribute(doc: str) -> str | None:
+    m = _DOC_ID.match(doc)
+    return next(g for g in m.groups() if g is not None) if m else None  # (raw: _trec_clean decodes its entities)
 
 
 def _parse_trec(body: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
@@ -958,7 +1039,7 @@ def _trec_record(doc: str, max_doc_bytes: int) -> tuple[dict[str, Any], str | No
     if page:
         doc = _CDATA.sub(lambda m: html.escape(m.group(1), quote=False), _DECLARATION.sub(" ", doc))
     fields = _trec_fields(doc, _HTML_FIELDS if page else _TREC_FIELDS)
-    docno = fields.get("docno", [""])[0]
+    docno = fields["docno"][0] if "docno" in fields else _doc_id_attribute(doc) or ""  # (no DOCNO: the DOC tag's id)
     titles = next((fields[t] for t in _TITLE_TAGS if t in fields), [])
     title = " ".join(t for t in map(_trec_clean, titles) if t)
     text = "\n".join(_trec_clean(t) for t in fields["text"]) if "text" in fields else _trec_clean(fields[""][0])
@@ -966,7 +1047,7 @@ def _trec_record(doc: str, max_doc_bytes: int) -> tuple[dict[str, Any], str | No
 
 
 # validate_record's details name JSON keys; these say the same of a TREC DOC or a TSV line
-_TREC_SAYS = {"missing_id": "no <DOCNO> element holding a non-blank id",
+_TREC_SAYS = {"missing_id": "no <DOCNO> element (nor an id attribute of its <DOC> tag) holding a non-blank id",
               "empty_text": "no non-blank text and no title (text: in its <TEXT> elements; where it has none, outside its DOCNO and title elements)"}
 _TSV_SAYS = {"missing_id": "the id (the first field) is empty", "empty_text": "the text (the second field) is blank"}
 _MSMARCO_DOCS_SAYS = {"missing_id": "the docid (the first field) is empty", "empty_text": "the title and the body (the third and fourth fields) are blank"}
@@ -979,7 +1060,7 @@ def _say(checked: tuple[dict[str, Any], str | None, str | None], says: dict[str,
 
 def _read_trec(src: Source, batch_rows: int, max_doc_bytes: int) -> Iterator[pa.Table]:
     batch = _Batcher(src.uri, batch_rows)
-    with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
+    with open_stream(src) as stream:
         for kind, line, data, detail in trec_units(stream, trec_raw_limit(max_doc_bytes)):
             if kind == "doc":
                 batch.add(line, *_parse_trec(data, max_doc_bytes))
@@ -1044,8 +1125,15 @@ def check_sources(sources: list[Source], vector_column: str | None = None) -> No
                     raise SourceError(f"corpus file {src.uri}: no column {vector_column!r} (--vector-column); its columns: "
                                       f"{', '.join(schema.names)}.")
                 continue
+            if _LZW_NAME.search(src.path) is not None:  # (decompressed whole to be read: its first bytes say it is LZW)
+                with src.filesystem.open_input_file(src.path) as f:
+                    _require_lzw(src, f.read(len(_LZW_MAGIC)))
+                continue
             with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
                 head = stream.read(_HEAD_BYTES)
+            if head[:2] == _LZW_MAGIC:
+                raise SourceError(f"corpus file {src.uri}: Unix compress (.Z) data under a name without .Z; name the file "
+                                  f"{Path(src.path).name}.Z (or uncompress it).")
             if head[:2] == b"\x1f\x8b" and Path(src.path).suffix.lower() not in _COMPRESSED:  # (told by the name: Arrow's streams)
                 raise SourceError(f"corpus file {src.uri}: gzip data under a name without .gz; name the file {Path(src.path).name}.gz "
                                   "(or gunzip it).")

@@ -197,6 +197,7 @@ def test_a_trec_collection_runs_as_an_experiment_with_no_converter(tmp_path):
     TREC run files it wrote."""
     import gzip
 
+    import ncompress
     import pytrec_eval
 
     from logicrank.pipelines.datasets import scifact
@@ -215,9 +216,13 @@ def test_a_trec_collection_runs_as_an_experiment_with_no_converter(tmp_path):
                 docs.append({"_id": d["_id"], "title": d["title"], "text": d["text"][:600]})
     root = tmp_path / "trec"
     (root / "docs").mkdir(parents=True)
-    for part in range(3):  # like TREC's fr940104 or la010189: no suffix
-        (root / "docs" / f"sf{part:04d}").write_text("".join(
-            f"<DOC>\n<DOCNO> {d['_id']} </DOCNO>\n<HEAD>{d['title']}</HEAD>\n<TEXT>\n{d['text']}\n</TEXT>\n</DOC>\n" for d in docs[part::3]))
+    for part in range(3):  # like TREC's fr940104 or la010189: no suffix; the first compressed as TREC's disks ship it (fr940104.0z)
+        sgml = "".join(f"<DOC>\n<DOCNO> {d['_id']} </DOCNO>\n<HEAD>{d['title']}</HEAD>\n<TEXT>\n{d['text']}\n</TEXT>\n</DOC>\n"
+                       for d in docs[part::3]).encode()
+        (root / "docs" / f"sf{part:04d}{'.0z' if part == 0 else ''}").write_bytes(ncompress.compress(sgml) if part == 0 else sgml)
+    (root / "docs" / "readme").write_text("SciFact's abstracts as TREC SGML.\n")  # beside them, as on TREC's disks: never read
+    (root / "docs" / "dtds").mkdir()
+    (root / "docs" / "dtds" / "sf.dtd").write_text("<!ELEMENT DOC - - (DOCNO, HEAD, TEXT)>\n")
     (root / "topics.1-40").write_text("".join(
         f"<top>\n<num> Number: {q}\n<title> {claims[q]}\n<desc> Description:\nEvidence about: {claims[q]}\n</top>\n\n" for q in topics))
     nonrelevant = [d["_id"] for d in docs if d["_id"] not in wanted]
@@ -232,6 +237,9 @@ def test_a_trec_collection_runs_as_an_experiment_with_no_converter(tmp_path):
     r = CliRunner().invoke(app, ["experiment", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "exp"), "--no-progress"])
     assert r.exit_code == 0, r.output
     report = (tmp_path / "exp" / "experiment.md").read_text()
+    counts = json.loads((tmp_path / "exp" / "index" / "manifest.json").read_text())["counts"]
+    assert (counts["inserted"], counts["rejected"]) == (len(docs), 0)
+    assert sorted(Path(f).relative_to(root / "docs").as_posix() for f in counts["not_read"]) == ["dtds/sf.dtd", "readme"]
     assert re.search(r"^\| run +\| +depth \| +MAP \| +nDCG@10 \| +Bpref \|$", report, re.M), report  # trec_eval's names, the project's spellings
     assert re.search(r"^\| dense +\| +100 \|", report, re.M), report  # the preset's depth, stated: MAP is MAP at 100
     qrels = {}

@@ -299,6 +299,87 @@ def test_list_sources_picks_trec_and_reads_suffixless_files_with_format_trec(tmp
     assert [s.kind for s in list_sources(str(tmp_path / "mixed"), "tsv")] == ["tsv"]
 
 
+def test_trec_disks_as_published_are_read_as_anserinis_trec_collection_reads_them(tmp_path):
+    """TREC's disks 4 and 5 as NIST ships them: files compressed by Unix compress (``.0z``,
+    ``.z``, any case) beside plain ones, READMEs, DTDs and the Congressional Record. With
+    ``--format trec`` the compressed files are decompressed and read as their plain copies are;
+    the READMEs, ``dtds/`` and ``cr/`` are left out, as Anserini's TrecCollection leaves them out
+    (Robust04's collection), and named in ``not_read``."""
+    import ncompress
+
+    from logicrank.pipelines.corpus import check_sources
+
+    plain, disks = tmp_path / "plain", tmp_path / "disks"
+    for root in (plain, disks):
+        for sub in ("disk4/fr94/01", "disk4/ft/ft911", "disk4/fr94/dtds", "disk4/cr/hfiles", "disk5/latimes"):
+            (root / sub).mkdir(parents=True)
+    write_trec(plain / "disk4/fr94/01/fr940104", DOCS[:2])
+    write_trec(plain / "disk4/ft/ft911/ft911_1", DOCS[2:3])
+    write_trec(plain / "disk5/latimes/la010189", DOCS[3:])
+    for name, packed in (("disk4/fr94/01/fr940104", "disk4/fr94/01/fr940104.0z"), ("disk4/ft/ft911/ft911_1", "disk4/ft/ft911/ft911_1"),
+                         ("disk5/latimes/la010189", "disk5/latimes/LA010189.Z")):
+        data = (plain / name).read_bytes()
+        (disks / packed).write_bytes(ncompress.compress(data) if packed != name else data)
+    write_trec(disks / "disk4/cr/hfiles/cr93h1.1z", [{"_id": "CR93H-1", "title": None, "text": "the record"}])
+    (disks / "disk4/fr94/dtds/fr94.dtd").write_text("<!ELEMENT DOC - - (DOCNO, TEXT)>\n")
+    (disks / "disk4/readmefr").write_text("Federal Register, 1994\n")
+    sources = list_sources(str(disks), "trec")
+    assert [Path(s.path).relative_to(disks).as_posix() for s in sources] == [
+        "disk4/fr94/01/fr940104.0z", "disk4/ft/ft911/ft911_1", "disk5/latimes/LA010189.Z"]
+    assert sorted(Path(u).relative_to(disks).as_posix() for u in sources.not_read) == [
+        "disk4/cr/hfiles/cr93h1.1z", "disk4/fr94/dtds/fr94.dtd", "disk4/readmefr"]
+    check_sources(sources)
+    got, want = _read_all(disks, fmt="trec"), _read_all(plain, fmt="trec")
+    assert got.column("_reason").null_count == got.num_rows == len(DOCS)
+    assert _rows(got) == _rows(want) == [(d["_id"], d["title"], d["text"]) for d in DOCS]
+    assert got.column("content_hash").to_pylist() == want.column("content_hash").to_pylist()
+    assert [s.kind for s in list_sources(str(disks / "disk5/latimes/LA010189.Z"), "trec")] == ["trec"]
+    (tmp_path / "one.trec.Z").write_bytes((disks / "disk5/latimes/LA010189.Z").read_bytes())
+    assert [s.kind for s in list_sources(str(tmp_path / "one.trec.Z"))] == ["trec"]  # (.trec under .Z: auto tells it)
+
+
+def test_a_compress_name_or_compress_data_that_do_not_match_are_refused_in_one_line(tmp_path):
+    import ncompress
+
+    from logicrank.pipelines.corpus import SourceError, check_sources, read_source
+
+    doc = b"<DOC><DOCNO>d1</DOCNO><TEXT>text</TEXT></DOC>\n"
+    (tmp_path / "plain.0z").write_bytes(doc)  # a .0z name over plain text
+    with pytest.raises(SourceError, match=r"plain.0z: a name ending .0z is Unix compress \(.Z\) data, and this file is not"):
+        check_sources(list_sources(str(tmp_path / "plain.0z"), "trec"))
+    (tmp_path / "packed.trec").write_bytes(ncompress.compress(doc))  # compress data under a plain name
+    with pytest.raises(SourceError, match=r"packed.trec: Unix compress \(.Z\) data under a name without .Z; name the file packed.trec.Z"):
+        check_sources(list_sources(str(tmp_path / "packed.trec")))
+    (tmp_path / "corrupt.z").write_bytes(b"\x1f\x9d\x90" + b"\xff" * 64)  # compress's header over codes that decode to nothing
+    sources = list_sources(str(tmp_path / "corrupt.z"), "trec")
+    check_sources(sources)  # (its first bytes are compress's)
+    with pytest.raises(SourceError, match=r"corrupt.z: unreadable: not Unix compress \(.Z\) data or corrupt") as info:
+        list(read_source(sources[0]))
+    assert "\n" not in str(info.value)
+
+
+def test_aquaint2_and_gigaword_docs_are_known_by_their_doc_tags_id(tmp_path):
+    """AQUAINT-2 and Gigaword write no DOCNO: the id is the DOC tag's ``id`` attribute (quoted
+    either way, or not); a DOCNO, where a DOC has one, is its id; a DOC with neither is a
+    ``missing_id`` reject naming both."""
+    path = tmp_path / "apw_eng_200410"
+    path.write_text(
+        '<DOC id="APW_ENG_20041001.0001" type="story" >\n<HEADLINE>\nQuake &amp; aftershocks\n</HEADLINE>\n'
+        "<DATELINE>TOKYO (AP) -- </DATELINE>\n<TEXT>\n<P>\nA strong quake shook Tokyo.\n</P>\n<P>\nNo damage.\n</P>\n</TEXT>\n</DOC>\n"
+        "<DOC type='story' id='APW_ENG_20041001.0002'>\n<TEXT>\n<P>Second.</P>\n</TEXT>\n</DOC>\n"
+        "<doc id=XIN_ENG_20041001.0003>\n<TEXT>Third.</TEXT>\n</doc>\n"
+        '<DOC id="ignored">\n<DOCNO> FT911-9 </DOCNO>\n<TEXT>Fourth.</TEXT>\n</DOC>\n'
+        '<DOC type="story">\n<TEXT>No id.</TEXT>\n</DOC>\n',
+        encoding="utf-8",
+    )
+    table = _read_all(path, fmt="trec")
+    assert _rows(table) == [("APW_ENG_20041001.0001", "Quake & aftershocks", "A strong quake shook Tokyo.\n\n\nNo damage."),
+                            ("APW_ENG_20041001.0002", None, "Second."), ("XIN_ENG_20041001.0003", None, "Third."),
+                            ("FT911-9", None, "Fourth."), (None, None, None)]
+    assert table.column("_reason").to_pylist() == [None, None, None, None, "missing_id"]
+    assert "nor an id attribute of its <DOC> tag" in table.column("_detail").to_pylist()[4]
+
+
 def test_a_directory_in_ms_marcos_layout_never_indexes_its_queries_or_qrels(tmp_path):
     """collection.tsv beside queries.dev.tsv and qrels.dev.tsv (MS MARCO's layout): a directory's
     .tsv files are read only with --format tsv, which refuses the queries and qrels files; the
@@ -563,3 +644,19 @@ def test_web_pages_lead_paragraphs_and_word_boundaries(tmp_path):
                     "<BODY>\n<SLUG> BC-Soccer </SLUG>\n<HEADLINE>\nBrazil wins\n</HEADLINE>\n<TEXT>\n<P>\nThe story.\n</P>\n</TEXT>\n"
                     "</BODY>\n<TRAILER> AP-NY-06-01-98 </TRAILER>\n</DOC>\n", encoding="utf-8")
     assert _rows(_read_all(path)) == [("APW19980601.0003", "Brazil wins", "The story.")]
+
+
+def test_the_index_command_says_which_corpus_files_it_left_out(tmp_path, monkeypatch):
+    """The files ``--format trec`` leaves out of a directory (READMEs, DTDs, ``cr/``) are named
+    on the terminal, not only in the run's manifest."""
+    import logicrank.jobs.index
+    from logicrank.cli import app
+    from logicrank.jobs.index import IndexSummary
+
+    left = [str(tmp_path / "disk4" / "readmefr"), str(tmp_path / "disk4" / "cr" / "hfiles" / "cr93h1.1z")]
+    monkeypatch.setattr(logicrank.jobs.index, "run_index", lambda cfg, out, progress=False: IndexSummary(not_read=left, table_version=1))
+    res = CliRunner().invoke(app, ["--stall-timeout", "0", "index", str(tmp_path), "--format", "trec", "--db", str(tmp_path / "db"),
+                                   "--out", str(tmp_path / "r"), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert f"index: 2 file(s) under the corpus directory not read, as Anserini's TrecCollection leaves them out (READMEs, DTDs, " \
+           f"the Congressional Record: cr/), e.g. {left[0]}; the run's manifest lists them." in " ".join(res.output.split())
