@@ -444,7 +444,8 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
     if not isinstance(obj, dict):
         return empty, "malformed_json", f"expected a JSON object, got {type(obj).__name__}"
     passage = "pid" in obj and "passage" in obj and not any(k in obj for k in ID_KEYS[:3])  # MS MARCO v2's
-    doc_id = obj["pid"] if passage else _first(obj, ID_KEYS)
+    entity = obj.keys() == {"title", "text"}  # QUEST's documents.jsonl: an entity's page, known by its title (unique there)
+    doc_id = obj["pid"] if passage else obj["title"] if entity else _first(obj, ID_KEYS)
     if isinstance(doc_id, bool) or (doc_id is not None and not isinstance(doc_id, (str, int))):
         return empty, "bad_field_type", f"id must be a string, got {type(doc_id).__name__}"
     doc_id = None if doc_id is None else str(doc_id)

@@ -8,6 +8,10 @@
   elements (``<query>``, ``<question>`` or ``<description>``, ``<narrative>``), the query text
   being the field ``field`` names (title, desc or narr), whitespace runs made one space; a
   comment is no text, a CDATA section its characters, two ``<num>`` in one block refused;
+- QUEST's examples (``train.jsonl``, ``test.jsonl``: ``query``, ``docs``, no id; Malaviya et al.,
+  2023) are queries and qrels at once: an example's id is its line number, its text ``query``,
+  and each title in ``docs`` a relevant document (relevance 1), the title being the id of
+  QUEST's documents (``documents.jsonl``: ``title``, ``text``; :mod:`logicrank.pipelines.corpus`);
 - qrels: BEIR TSV (first line the header ``query-id<TAB>corpus-id<TAB>score``, or with
   ``query_id``/``qid``; every line split on tabs only, so ids may hold spaces) or TREC
   (``qid 0 docno rel``, no header, split on any whitespace; ``qid docno rel`` is accepted too,
@@ -54,7 +58,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from logicrank.pipelines.files import atomic_path, jsonl_objects, open_text, reading, utf8_text
+from logicrank.pipelines.files import atomic_path, jsonl_objects, open_text, read_jsonl, reading, utf8_text
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import QRELS, QUERIES, RUN, conform, require_columns
 
@@ -130,7 +134,7 @@ def _read_jsonl_queries(lines: Iterable[str], path: Path, field: TopicsField = "
     expect = f"with an id ({list(QUERY_ID_KEYS)}) and a text ({list(keys)}{'' if field == 'title' else ': the topics field ' + field})"
     for n, obj in jsonl_objects(lines, f"queries {path}", TopicsError, expect, _tab_hint):
         text = next((obj[k] for k in keys if k in obj), _MISSING)
-        if text is _MISSING or not any(k in obj for k in QUERY_ID_KEYS):
+        if text is _MISSING or not (any(k in obj for k in QUERY_ID_KEYS) or quest_example(obj)):
             raise TopicsError(f"queries {path}: line {n} is not a JSON object {expect}.")
         rows.append({"query_id": jsonl_query_id(obj, path, n), "text": _query_text(text, path, n),
                      "logical_query": _logical_text(obj.get("logical_query"), path, n)})
@@ -140,9 +144,18 @@ def _read_jsonl_queries(lines: Iterable[str], path: Path, field: TopicsField = "
 _MISSING = object()
 
 
+def quest_example(obj: dict) -> bool:
+    """Whether a JSONL record is one of QUEST's examples: a ``query`` and its ``docs`` (a list
+    of titles), no id of its own."""
+    return "query" in obj and isinstance(obj.get("docs"), list) and not any(k in obj for k in QUERY_ID_KEYS)
+
+
 def jsonl_query_id(obj: dict, path: Path, n: int) -> str:
     """The id of the JSONL query record ``obj`` (line ``n`` of ``path``) as every job reads
-    it: the first of ``query_id``, ``_id``, ``qid``, ``id`` it has (see :func:`_query_id`)."""
+    it: the first of ``query_id``, ``_id``, ``qid``, ``id`` it has (see :func:`_query_id`);
+    one of QUEST's examples, which have none, is known by its line number."""
+    if quest_example(obj):
+        return str(n)
     qid = next((obj[k] for k in QUERY_ID_KEYS if k in obj), _MISSING)
     if qid is _MISSING:
         raise TopicsError(f"queries {path}: line {n} has no id (one of {list(QUERY_ID_KEYS)}).")
@@ -339,6 +352,8 @@ def read_qrels(path: str | Path) -> pa.Table:
         raise TopicsError(f"qrels: no file at {str(path)!r}; give a BEIR qrels TSV, a BEIR directory or a TREC qrels file.")
     if path.suffix.lower() in (".parquet", ".pq"):
         return _parquet_qrels(path)
+    if path.name.lower().endswith((".jsonl", ".jsonl.gz")):
+        return _quest_qrels(path)
     qids, dids, rels = [], [], []
     beir, width = False, None  # width: the fields of the first line, and its number
     with reading(f"qrels {path}", TopicsError), open_text(path) as f:
@@ -368,6 +383,27 @@ def read_qrels(path: str | Path) -> pa.Table:
                 q, d, r = (parts[0], parts[2], parts[3]) if len(parts) == 4 else parts
             qids.append(q), dids.append(d), rels.append(_relevance(r.strip(), f"qrels {path}: line {n}"))  # (a BEIR score's spaces)
     qrels = pa.table({"query_id": qids, "doc_id": dids, "relevance": pa.array(rels, pa.int32())}, schema=QRELS)
+    check_qrels(qrels, f"qrels {path}")
+    return qrels
+
+
+def _quest_qrels(path: Path) -> pa.Table:
+    """Qrels from QUEST's examples: each title in an example's ``docs`` relevant (1) to it, as
+    QUEST's evaluation reads the list (a set: a title listed twice is one judgement); an example
+    with no docs is refused, as QUEST's evaluation refuses it."""
+    qids, dids = [], []
+    expect = "of QUEST's (a query and its docs: a list of document titles)"
+    for n, obj in read_jsonl(path, "qrels", TopicsError, expect):
+        docs = obj.get("docs")
+        if not quest_example(obj) and not (isinstance(docs, list) and any(k in obj for k in QUERY_ID_KEYS)):
+            raise TopicsError(f"qrels {path}: line {n} is not a JSON object {expect}.")
+        if not docs or not all(isinstance(d, str) and d for d in docs):
+            raise TopicsError(f"qrels {path}: line {n}: docs is {json.dumps(docs)[:80]}; each example lists its relevant documents' "
+                              "titles (non-empty strings), at least one.")
+        qid = jsonl_query_id(obj, path, n)
+        for title in dict.fromkeys(docs):
+            qids.append(qid), dids.append(title)
+    qrels = pa.table({"query_id": qids, "doc_id": dids, "relevance": pa.array([1] * len(qids), pa.int32())}, schema=QRELS)
     check_qrels(qrels, f"qrels {path}")
     return qrels
 

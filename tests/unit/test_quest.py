@@ -1,0 +1,85 @@
+"""QUEST (Malaviya et al., 2023) as Google publishes it: ``documents.jsonl`` (``title``,
+``text``: an entity's page, known by its title) and the examples files (``query``, ``docs``:
+the relevant titles, no id), which are queries and qrels at once. Written here in the
+publisher's layout (the collection is not bundled): the corpus keyed by title, the examples
+read as queries and qrels with one id rule, and a run over titles evaluated as QUEST's recall
+is computed by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from logicrank.cli import app
+from logicrank.pipelines.corpus import iter_corpus
+from logicrank.pipelines.io import TopicsError, read_qrels, read_queries
+from logicrank.schemas.tables import RUN
+
+DOCUMENTS = [
+    {"title": "The Matrix", "text": "The Matrix is a 1999 science fiction action film."},
+    {"title": "Amélie", "text": "Amélie is a 2001 French romantic comedy film."},
+    {"title": "Ponyo", "text": "Ponyo is a 2008 Japanese animated fantasy film."},
+]
+EXAMPLES = [
+    {"query": "1999 science fiction films or French comedies", "docs": ["The Matrix", "Amélie", "The Matrix"],
+     "original_query": "<mark>1999 science fiction films</mark> or <mark>French comedy films</mark>", "scores": None,
+     "metadata": {"template": "_ or _", "domain": "films", "fluency": [True], "relevance_ratings": None}},
+    {"query": "Japanese animated films", "docs": ["Ponyo"], "original_query": "<mark>Japanese animated films</mark>",
+     "scores": None, "metadata": {"template": "_", "domain": "films"}},
+]
+
+
+def _write(path, rows, blank_after: int | None = None):
+    lines = [json.dumps(r, ensure_ascii=False) for r in rows]
+    if blank_after is not None:
+        lines.insert(blank_after, "")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_quests_documents_are_known_by_their_titles(tmp_path):
+    path = _write(tmp_path / "documents.jsonl", [*DOCUMENTS, {"title": "Unnamed", "text": "a page", "url": "https://x"}])
+    table = pa.concat_tables(list(iter_corpus(str(path))))
+    assert table.column("doc_id").to_pylist() == ["The Matrix", "Amélie", "Ponyo", None]
+    assert table.column("title").to_pylist()[:3] == [d["title"] for d in DOCUMENTS]
+    assert table.column("text").to_pylist()[:3] == [d["text"] for d in DOCUMENTS]
+    # only QUEST's two keys make the title an id: a record with other keys and no id is still refused
+    assert table.column("_reason").to_pylist() == [None, None, None, "missing_id"]
+
+
+def test_quests_examples_are_its_queries_and_qrels_under_one_id(tmp_path):
+    path = _write(tmp_path / "test.jsonl", EXAMPLES, blank_after=1)  # (a blank line: ids are line numbers, in both readers)
+    queries = read_queries(path)
+    assert queries.column("query_id").to_pylist() == ["1", "3"]
+    assert queries.column("text").to_pylist() == [e["query"] for e in EXAMPLES]
+    qrels = read_qrels(path)
+    assert list(zip(*(qrels.column(c).to_pylist() for c in ("query_id", "doc_id", "relevance")), strict=True)) == [
+        ("1", "The Matrix", 1), ("1", "Amélie", 1), ("3", "Ponyo", 1)]  # a title listed twice: one judgement, as QUEST's set
+
+
+@pytest.mark.parametrize("docs", [[], None, ["Ponyo", ""], ["Ponyo", 3]])
+def test_an_example_without_its_titles_is_refused_naming_the_line(tmp_path, docs):
+    bad = dict(EXAMPLES[1], docs=docs)
+    path = _write(tmp_path / "test.jsonl", [EXAMPLES[0], bad])
+    with pytest.raises(TopicsError, match=r"test.jsonl: line 2"):
+        read_qrels(path)
+
+
+def test_a_run_over_titles_is_evaluated_against_quests_examples(tmp_path):
+    """Recall@2 as QUEST's evaluation computes it over the top 2 (|gold ∩ top 2| / |gold|):
+    example 1 finds The Matrix of its two titles (0.5), example 2 finds Ponyo (1.0)."""
+    examples = _write(tmp_path / "test.jsonl", EXAMPLES)
+    rows = [("1", "The Matrix", 3.0), ("1", "Ponyo", 2.0), ("1", "Amélie", 1.0), ("2", "Ponyo", 2.0), ("2", "Amélie", 1.0)]
+    run = pa.table({"query_id": [r[0] for r in rows], "doc_id": [r[1] for r in rows], "rank": pa.array([1, 2, 3, 1, 2], pa.int32()),
+                    "score": [r[2] for r in rows], "method": ["dense"] * 5, "run_id": ["dense"] * 5}, schema=RUN)
+    pq.write_table(run, tmp_path / "dense.parquet")
+    res = CliRunner().invoke(app, ["evaluate", str(examples), str(tmp_path / "dense.parquet"),
+                                   "--measure", "R@2", "--out", str(tmp_path / "ev")])
+    assert res.exit_code == 0, res.output
+    metrics = pq.read_table(tmp_path / "ev" / "metrics.parquet").to_pylist()
+    got = {m["query_id"]: m["value"] for m in metrics if m["measure"] == "R@2"}
+    assert got == pytest.approx({"1": 0.5, "2": 1.0, "all": 0.75}, abs=1e-9)
