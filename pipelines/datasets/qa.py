@@ -24,7 +24,9 @@ fails with its number (from 0, the order of the file), its id (``_id``/``id``) a
   sub-question refers to an earlier answer as ``#k`` (1-based).
 - HotpotQA: the corpus is the union of the questions' context paragraphs (a paragraph is its
   sentences joined; one document per distinct title and text), ids ``hotpotqa-doc-<n>`` in
-  order of first appearance; query ids ``hotpotqa-<n>`` (the question's position); gold
+  order of first appearance; query ids HotpotQA's own (``_id``, as its evaluation script keys
+  answers; Hugging Face's ``id``), ``hotpotqa-<n>`` (the question's position) for a record
+  with neither (the bundled copy); gold
   paragraphs are the context paragraphs whose title is a supporting fact's. ``context``:
   official pairs ``[[title, [sentences]], ...]``, the Hugging Face mapping ``{"title": [...],
   "sentences": [...]}`` or objects ``[{"title", "sentences"}, ...]`` (``paragraph_text`` or
@@ -286,10 +288,17 @@ def _fact_title(r: _Record, fact: list | tuple, field: str) -> str:
 
 def hotpotqa(questions: Path) -> tuple[list[dict], list[dict], list[tuple[str, str]], list[dict]]:
     """(docs, queries, qrels, answers) of a HotpotQA (distractor) question file."""
-    docs, ids, queries, qrels, answers = [], {}, [], [], []
+    docs, ids, queries, qrels, answers, seen = [], {}, [], [], [], {}
     for n, line, q in _records(questions):
         r = _Record("hotpotqa", questions, n, line, q)
-        qid, question, answer = f"hotpotqa-{n}", r.string(q, "question"), r.string(q, "answer")
+        key = next((k for k in ("_id", "id") if k in q), None)  # (the official file's _id, Hugging Face's id)
+        qid = f"hotpotqa-{n}" if key is None else r.string(q, key)
+        if not qid.strip() or qid != qid.strip():
+            raise r.error(key or "_id", "a question id, not blank, without surrounding whitespace (runs and qrels name it)", qid)
+        if qid in seen:
+            raise QADataError(f"{r.where}: question id {qid!r} is also record {seen[qid]}'s; each question once")
+        seen[qid] = n
+        question, answer = r.string(q, "question"), r.string(q, "answer")
         kind = r.string(q, "type", optional=True) or ""
         paragraphs, supporting = _hotpot_context(r, q), _hotpot_supporting(r, q)
         own, gold_titles = [], set(supporting)

@@ -5,6 +5,7 @@ Hugging Face and grouped layouts) give the same BEIR files; a layout error names
 the field; `bench-lag --src` carries the path to the experiment's dataset."""
 
 import gzip
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -135,6 +136,11 @@ def test_musique_reads_json_lines_and_gzip_told_by_content(tmp_path):
         assert _beir(tmp_path / shape, "musique", q, c) == want, shape
 
 
+def _hotpot_id(q: dict) -> str:
+    """An id in the shape of HotpotQA's own (24 hex digits), made from the question."""
+    return hashlib.md5(q["question"].encode()).hexdigest()[:24]
+
+
 def _hf_to(layout: str, q: dict) -> dict:
     """A bundled (Hugging Face layout) HotpotQA question in another layout."""
     titles, sentences = q["context"]["title"], q["context"]["sentences"]
@@ -144,7 +150,7 @@ def _hf_to(layout: str, q: dict) -> dict:
         by_title.setdefault(t, []).append(i)
     sents = dict(zip(titles, sentences, strict=True))
     if layout == "official":
-        return dict(q, _id=f"id-{q['question'][:8]}", context=[[t, s] for t, s in zip(titles, sentences, strict=True)],
+        return dict({k: v for k, v in q.items() if k != "id"}, _id=q.get("id") or _hotpot_id(q), context=[[t, s] for t, s in zip(titles, sentences, strict=True)],
                     supporting_facts=[[t, i] for t, i in facts])
     if layout == "grouped":  # supporting facts per title with their sentences; context as objects
         return dict(q, context=[{"title": t, "sentences": s} for t, s in zip(titles, sentences, strict=True)],
@@ -161,7 +167,7 @@ def _hf_to(layout: str, q: dict) -> dict:
 
 
 def test_hotpotqa_layouts_and_file_shapes_give_the_same_beir_files(tmp_path):
-    bundled = _bundled("hotpotqa")[:6]
+    bundled = [dict(q, id=_hotpot_id(q)) for q in _bundled("hotpotqa")[:6]]  # (Hugging Face's id; the official file's _id)
     want = _beir(tmp_path / "ref", "hotpotqa", _write(tmp_path / "hf.json", bundled))
     assert want["queries.jsonl"].count("\n") == 6 and want["qrels/test.tsv"].count("\n") == 1 + 12
     shapes = {
@@ -181,7 +187,7 @@ def test_hotpotqa_reads_fact_lists_with_trailing_elements_and_byte_order_marks(t
     """Supporting facts grouped as [title, [sentence ids], [sentences], {id, title, text, score}]
     (the elements past the ids not read) give the BEIR files of the Hugging Face layout, in a
     JSON array or JSON Lines, gzipped or not, with a UTF-8 byte order mark or without."""
-    bundled = _bundled("hotpotqa")[:6]
+    bundled = [dict(q, id=_hotpot_id(q)) for q in _bundled("hotpotqa")[:6]]
     grouped = [_hf_to("grouped-lists", q) for q in bundled]
     assert len(grouped[0]["supporting_facts"][0]) == 4
     want = _beir(tmp_path / "ref", "hotpotqa", _write(tmp_path / "hf.json", bundled))
@@ -195,7 +201,7 @@ def test_hotpotqa_reads_fact_lists_with_trailing_elements_and_byte_order_marks(t
     for shape, src in shapes.items():
         assert _beir(tmp_path / shape, "hotpotqa", src) == want, shape
     queries = read_queries(tmp_path / "lists jsonl.gz, bom").column("query_id").to_pylist()
-    assert queries == [f"hotpotqa-{n}" for n in range(6)]
+    assert queries == [_hotpot_id(q) for q in bundled]
     assert _lines(tmp_path / "lists jsonl.gz, bom" / "corpus.jsonl")[0]["_id"] == "hotpotqa-doc-0"
 
 
@@ -325,3 +331,22 @@ def test_bench_lag_carries_the_path_to_the_experiments_dataset(tmp_path, monkeyp
     assert (job, exp.dataset.qa_src, exp.dataset.sample, str(out)) == ("bench-lag", str(src), 3, "runs/lag-hotpotqa")
     r = CliRunner().invoke(cli.app, ["bench-lag", "hotpotqa", "--src", str(src), "--corpus", str(src)])
     assert r.exit_code == 2 and "--corpus is MuSiQue's" in " ".join(r.output.split())
+
+
+def test_hotpotqa_questions_keep_their_own_ids(tmp_path):
+    """The official file's ``_id`` (the key of HotpotQA's evaluation script) and Hugging Face's
+    ``id`` are the query ids of the queries, qrels and answers; the position names a question
+    only where the record has neither (the bundled copy); a repeated id is refused."""
+    bundled = _bundled("hotpotqa")[:3]
+    ids = ["5a8b57f25542995d1e6f1371", "5a8c7595554299585d9e36b6", "5a85ea095542994775f606a8"]
+    for key in ("_id", "id"):
+        src = _write(tmp_path / f"{key}.json", [{key: i, **q} for i, q in zip(ids, bundled, strict=True)])
+        files = _beir(tmp_path / key, "hotpotqa", src)
+        assert [json.loads(line)["_id"] for line in files["queries.jsonl"].splitlines()] == ids, key
+        assert [json.loads(line)["query_id"] for line in files["answers.jsonl"].splitlines()] == ids, key
+        assert {line.split("\t")[0] for line in files["qrels/test.tsv"].splitlines()[1:]} == set(ids), key
+        want = _beir(tmp_path / f"plain-{key}", "hotpotqa", _write(tmp_path / "plain.json", bundled))
+        assert files["corpus.jsonl"] == want["corpus.jsonl"]  # (the paragraphs and their ids do not depend on it)
+    src = _write(tmp_path / "twice.json", [{"_id": ids[0], **q} for q in bundled[:2]])
+    with pytest.raises(qa.QADataError, match=rf"record 1 .*question id '{ids[0]}' is also record 0's"):
+        qa.to_beir("hotpotqa", tmp_path / "twice", src)
