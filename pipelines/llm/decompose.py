@@ -210,7 +210,7 @@ _APOSTROPHE = "['\u2019\u02bc]"
 # Anything a question may exclude by: a generous list (a cue wrongly seen only keeps a form).
 _QUESTION_NEGATION = re.compile(
     r"\b(?:not|no|none|non|nothing|nobody|never|neither|nor|without|but|except\w*|exclud\w*|besides|aside|minus|unless"
-    r"|lack\w*|other than|apart from|rather than|instead of|free of|\w+-free)\b"
+    r"|lack\w*|other than|apart from|rather than|instead of|free of|\w+-free|dislik\w*|hate[sd]?|hating|avoid\w*|unlike)\b"
     rf"|n{_APOSTROPHE}t\b|\b(?:do|does|did|is|are|was|were|has|have|had|wo|ca|could|would|should)nt\b", re.IGNORECASE)
 # The phrases by which a question excludes what follows them ("A but not B", "not A and B", "A,
 # except B"): the words before one are not what it excludes. A negated verb is no such phrase

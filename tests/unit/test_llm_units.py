@@ -168,6 +168,9 @@ def test_misplaced_negations_in_itlr_forms_are_refused():
         "gluten-free pasta recipes": '"pasta recipes" AND NOT "gluten"',
         "anything but jazz": '"music" AND NOT "jazz"',
         "Which animals lack a backbone?": '"animals" AND NOT "backbone"',
+        "Who likes Mace and dislikes Napkins?": '"Mace" AND NOT "Napkins"',  # a negation said by the verb
+        "Which diets avoid sugar?": '"diets" AND NOT "sugar"',
+        "people who hate jazz": '"people" AND NOT "jazz"',
         "cats that are vaccinated or not": '"vaccinated" OR NOT "vaccinated"',
         "isn\u02bct it red": '"red" AND NOT "blue"',
         "Who likes knots or nothing?": '"knots" OR "nothing"',  # no negation in either term
