@@ -324,7 +324,7 @@ def _list_sources(location: str, fmt: str) -> Sources:
         for name in ("corpus.jsonl", "corpus.jsonl.gz"):
             candidate = f"{path.rstrip('/')}/{name}"
             if fs.get_file_info(candidate).type == pafs.FileType.File:
-                return [source(candidate, "jsonl")]
+                return Sources([source(candidate, "jsonl")])
         top = sorted(f.base_name for f in fs.get_file_info(pafs.FileSelector(path)))
         if fmt == "beir" or any(n in _BEIR_MARKERS for n in top):
             # a BEIR directory without its corpus file: never index its queries as documents

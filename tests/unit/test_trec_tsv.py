@@ -660,3 +660,19 @@ def test_the_index_command_says_which_corpus_files_it_left_out(tmp_path, monkeyp
     assert res.exit_code == 0, res.output
     assert f"index: 2 file(s) under the corpus directory not read, as Anserini's TrecCollection leaves them out (READMEs, DTDs, " \
            f"the Congressional Record: cr/), e.g. {left[0]}; the run's manifest lists them." in " ".join(res.output.split())
+
+
+def test_every_layout_lists_its_sources_with_what_was_left_out(tmp_path):
+    """A BEIR directory, a file and a directory of files: each listing carries ``not_read`` (the
+    index job records it), empty where nothing is left out by rule."""
+    from logicrank.pipelines.corpus import Sources
+
+    beir = tmp_path / "beir"
+    beir.mkdir()
+    (beir / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n')
+    (beir / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n')
+    (tmp_path / "dir").mkdir()
+    write_trec(tmp_path / "dir" / "a.trec", DOCS[:1])
+    for location, fmt in ((beir, "auto"), (beir / "corpus.jsonl", "auto"), (tmp_path / "dir", "auto"), (tmp_path / "dir", "trec")):
+        listed = list_sources(str(location), fmt)
+        assert isinstance(listed, Sources) and listed.not_read == () and len(listed) == 1, (location, fmt)
