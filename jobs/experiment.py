@@ -32,12 +32,14 @@ def run_experiment(exp: Experiment, out: str | Path, embed: EmbedConfig | None =
     the same corpus and encoder can share one, and a corpus already there is not encoded again."""
     from logicrank.jobs.raysession import ray_session
 
+    inputs = prepared(exp, Path(out))  # a dataset that cannot be read, or a pipeline that cannot run, is refused before Ray starts
     with ray_session(ray or RayConfig()):
-        return _run(exp, Path(out), Path(index_dir or out), embed or EmbedConfig(), ray or RayConfig(), llm or LLMConfig(), strict, progress, echo)
+        return _run(exp, Path(out), Path(index_dir or out), embed or EmbedConfig(), ray or RayConfig(), llm or LLMConfig(), strict, progress, echo,
+                    inputs)
 
 
 def _run(exp: Experiment, out: Path, index_dir: Path, embed: EmbedConfig, ray: RayConfig, llm: LLMConfig, strict: bool, progress: bool,
-         echo) -> ExperimentResult:
+         echo, inputs: tuple) -> ExperimentResult:
     from logicrank.jobs.evaluate import run_evaluate
     from logicrank.jobs.index import run_index
     from logicrank.jobs.retrieve import run_retrieve
@@ -45,7 +47,7 @@ def _run(exp: Experiment, out: Path, index_dir: Path, embed: EmbedConfig, ray: R
     from logicrank.pipelines.config.settings import EvaluateConfig, IndexConfig
     from logicrank.pipelines.evaluation.qa import parse_qa_measures
 
-    corpus, queries, qrels, root, pipelines, gold = prepared(exp, out)
+    corpus, queries, qrels, root, pipelines, gold = inputs  # (prepared: checked before the cluster started)
     embed = EmbedConfig.model_validate({**embed.model_dump(), **exp.embed})
     exp = with_encoder(exp, embed)  # another encoder than the file's: its references are not checked
     cfg = RetrieveConfig(queries=str(queries), db=str(index_dir / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)

@@ -44,6 +44,13 @@ def test_a_bad_experiment_file_is_one_line(tmp_path, spec, message):
 
 
 def test_an_unset_variable_in_a_dataset_path_is_one_line(tmp_path, monkeypatch):
+    """Refused before a Ray cluster starts (it was after: seconds of start-up for a typo)."""
+    import logicrank.jobs.raysession
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a Ray session started before the dataset was checked")
+
+    monkeypatch.setattr(logicrank.jobs.raysession, "ray_session", no_cluster)
     monkeypatch.delenv("NO_SUCH_DIR", raising=False)
     (tmp_path / "env.yaml").write_text(yaml.safe_dump({**BASE, "dataset": {"beir": "${NO_SUCH_DIR}/ulogic"}, "presets": ["bm25"]}))
     res = CliRunner().invoke(app, ["experiment", str(tmp_path / "env.yaml"), "--out", str(tmp_path / "o")])
