@@ -461,6 +461,10 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
         # TREC file can carry it), so it is refused rather than silently changed
         return fields, "bad_id", f"id {doc_id!r} has surrounding whitespace or a control character (tab, newline)"
     title, text, metadata = obj.get("title"), _first(obj, TEXT_KEYS), obj.get("metadata")
+    if _msmarco_v2_document(obj) and isinstance(obj["headings"], str) and isinstance(text, str):
+        # MS MARCO v2 and v2.1's documents and segments: the headings are text (Anserini indexes url, title, headings and
+        # body), the URL kept in the metadata as v1's documents keep it (not searched)
+        text, metadata = "\n".join(part for part in (obj["headings"], text) if part.strip()), {"url": obj["url"]}
     if isinstance(text, list):
         text = _list_text(text)
     if title is not None and not isinstance(title, str):
@@ -493,6 +497,12 @@ def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str |
 
 
 _ARTICLE_ITEMS = ("sanitized_html", "tweet")  # the items of a Washington Post article's contents that are its text
+
+
+def _msmarco_v2_document(obj: dict) -> bool:
+    """MS MARCO v2's and v2.1's documents (``docid``, ``url``, ``title``, ``headings``, ``body``)
+    and v2.1's segments (``segment`` for ``body``, with ``start_char``, ``end_char``)."""
+    return "docid" in obj and "url" in obj and "headings" in obj and ("body" in obj or "segment" in obj) and "metadata" not in obj
 
 
 def _list_text(items: list) -> Any:

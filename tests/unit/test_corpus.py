@@ -77,8 +77,27 @@ def test_the_publishers_jsonl_layouts_give_each_record_its_own_id_and_text(tmp_p
                                                                                {"_id": "n", "text": ["p1", 2]}, chunk])
     t = _read_all(str(tmp_path / "wapo"))
     got = list(zip(*(t.column(c).to_pylist() for c in ("doc_id", "title", "text", "_reason")), strict=True))
-    assert got == [("msmarco_v2.1_doc_00_0#0_0", "T", "seg", None), ("b2e89334", "Danny Coale", "Virginia Tech receivers & more\na tweet", None),
+    assert got == [("msmarco_v2.1_doc_00_0#0_0", "T", "H\nseg", None), ("b2e89334", "Danny Coale", "Virginia Tech receivers & more\na tweet", None),
                    ("k", None, "p1\np2", None), ("n", None, None, "bad_field_type"), ("D1", None, "a chunk numbered by pid", None)]
+
+
+def test_ms_marco_v2_documents_keep_their_headings_as_text_and_their_url(tmp_path):
+    """MS MARCO v2's and v2.1's documents (``msmarco_doc_00.gz``: docid, url, title, headings,
+    body) and v2.1's segments: the headings are text, as Anserini indexes them, before the
+    body; the URL is kept in the metadata, as v1's documents keep it. Blank headings add nothing."""
+    rows = [{"url": "http://a.example/x", "title": "Hero", "headings": "Hero\nEarly life\n", "body": "Born in 1900.", "docid": "msmarco_doc_00_0"},
+            {"url": "http://b.example/", "title": "B", "headings": " ", "body": "Body only.", "docid": "msmarco_doc_00_1"},
+            {"url": "http://c.example/", "title": "C", "headings": "Heading", "segment": "A segment.", "start_char": 0, "end_char": 10,
+             "docid": "msmarco_v2.1_doc_00_2#0_0"}]
+    d = tmp_path / "msmarco_v2_doc"
+    d.mkdir()
+    with gzip.open(d / "msmarco_doc_00.gz", "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    t = _read_all(str(d), fmt="jsonl")
+    got = list(zip(*(t.column(c).to_pylist() for c in ("doc_id", "title", "text", "metadata", "_reason")), strict=True))
+    assert got == [("msmarco_doc_00_0", "Hero", "Hero\nEarly life\n\nBorn in 1900.", '{"url": "http://a.example/x"}', None),
+                   ("msmarco_doc_00_1", "B", "Body only.", '{"url": "http://b.example/"}', None),
+                   ("msmarco_v2.1_doc_00_2#0_0", "C", "Heading\nA segment.", '{"url": "http://c.example/"}', None)]
 
 
 def test_a_directory_whose_files_include_queries_is_refused_not_indexed_with_them(tmp_path):
