@@ -1,8 +1,8 @@
 """Queries, qrels and runs (PyTerrier's ``pt.io``): readers and writers for the formats users bring.
 
 - queries: BEIR ``queries.jsonl`` (``_id``, ``text``), JSONL with ``query_id``/``qid``, Parquet,
-  ``qid<TAB>text`` TSV (MS MARCO's ``queries.tsv``: a ``.tsv`` name, no header, exactly two
-  fields a line) or a TREC topics file (told by its first non-blank character, ``<``):
+  ``qid<TAB>text`` TSV (MS MARCO's ``queries.tsv``: a ``.tsv`` name, or a first line of that
+  shape, as Anserini's ``topics.*.txt``; no header, exactly two fields a line) or a TREC topics file (told by its first non-blank character, ``<``):
   ``<top>`` blocks (``<num> Number: 301``, ``<title>``, ``<desc> Description:``,
   ``<narr> Narrative:``; closing tags optional, the labels stripped) or ``<topic number="1">``
   elements (``<query>``, ``<question>`` or ``<description>``, ``<narrative>``), the query text
@@ -99,7 +99,7 @@ def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
         # read once, whole (a query set is small): a pipe (`--queries <(zcat queries.jsonl.gz)`) cannot be rewound
         # after its first character tells its format. Lines end as a file's read through open_text end: \n, \r\n or \r
         f = io.StringIO(f.read(), newline=None)
-    if path.name.lower().endswith((".tsv", ".tsv.gz")):
+    if path.name.lower().endswith((".tsv", ".tsv.gz")) or _tab_separated(f):
         if field != "title":
             raise TopicsError(f"queries {path}: topics field {field!r}, but a TSV query file holds one text a query (qid<TAB>text); "
                               "give the topics file or a JSONL file with that field, or leave the topics field as title.")
@@ -115,6 +115,15 @@ def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
         dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
         raise TopicsError(f"queries {path}: duplicate query ids {dup}.")
     return pa.Table.from_pylist(rows, schema=QUERIES)
+
+
+def _tab_separated(f) -> bool:
+    """Whether a text file whose name marks no format holds ``qid<TAB>text`` lines (Anserini's
+    ``topics.*.txt``, TREC RAG's ``topics.rag24.test.txt``): its first non-blank line holds a tab
+    and is neither a JSON object nor a tag. The file rewound."""
+    first = next((line for line in f if line.strip()), "")
+    f.seek(0)
+    return "\t" in first and not first.lstrip().startswith(("{", "<"))
 
 
 def _first_char(f) -> str:
@@ -196,7 +205,7 @@ def _logical_text(form, path: Path, n: int) -> str | None:
 
 
 def _tab_hint(line: str) -> str:
-    return " (a qid<TAB>text file must be named .tsv)" if "\t" in line else ""
+    return " (a qid<TAB>text line: a TSV query file holds only such lines)" if "\t" in line else ""
 
 
 _QUERY_HEADER = frozenset({"qid", "query_id", "query-id", "queryid", "id", "_id", "topic", "topic_id"})  # a header's first field

@@ -507,9 +507,18 @@ def test_tsv_queries(tmp_path):
     with gzip.open(gz, "wt", encoding="utf-8") as f:
         f.write("1048585\twhat is paula deen's brother\n2\t)what was the immediate impact\n")
     assert read_queries(gz).equals(q)
-    path = tmp_path / "queries.txt"
-    path.write_text("1\tnot named .tsv\n")
-    with pytest.raises(TopicsError, match=r"must be named \.tsv"):
+    # named otherwise, told by its first line (Anserini's topics.*.txt, TREC RAG 2024's topics.rag24.test.txt)
+    path = tmp_path / "topics.rag24.test.txt"
+    path.write_text("\n2024-105741\tdo abortion rights vary by state\n2024-127349\thow does a solar panel work\n")
+    assert read_queries(path).column("query_id").to_pylist() == ["2024-105741", "2024-127349"]
+    with gzip.open(tmp_path / "topics.dl19.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("1048585\twhat is paula deen's brother\n2\t)what was the immediate impact\n")
+    assert read_queries(tmp_path / "topics.dl19.txt.gz").equals(q)
+    path = tmp_path / "queries.txt"  # a JSONL file with a tab inside a line is JSONL
+    path.write_text('{"_id":\t"1", "text": "a\\tb"}\n')  # (a tab between JSON's tokens, and JSON's escape of one)
+    assert read_queries(path).column("text").to_pylist() == ["a\tb"]
+    path.write_text('{"_id": "1", "text": "a"}\n2\tno JSON\n')
+    with pytest.raises(TopicsError, match=r"line 2 .*a TSV query file holds only such lines"):
         read_queries(path)
 
 
