@@ -8,6 +8,7 @@ from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from logicrank.jobs.rundir import RunDir, input_fingerprint
@@ -49,6 +50,7 @@ def _evaluate_into(cfg: EvaluateConfig, rundir: RunDir, title: str, echo: Callab
         return pq.read_table(rundir.path / "metrics.parquet")
     qrels = read_qrels(cfg.qrels) if cfg.runs else None
     runs, removed, empty, run_ids = _read_runs(cfg, echo)
+    runs, identical = _identical_ids(cfg, runs, echo)
     ev = _evaluate(cfg, qrels, runs, run_ids, removed, qa_measures)
     rundir.begin()
     outputs = _write_outputs(ev, rundir, title, echo)
@@ -68,6 +70,7 @@ def _evaluate_into(cfg: EvaluateConfig, rundir: RunDir, title: str, echo: Callab
         answers_without_gold=ev.answers_without_gold,
         depths=ev.depths,
         empty_runs=empty,
+        identical_ids={"rows": identical, "dropped": cfg.ignore_identical_ids},
     )
     return ev.metrics
 
@@ -142,6 +145,29 @@ def _read_runs(cfg: EvaluateConfig, echo: Callable[[str], None] | None) -> tuple
         if echo:
             echo(f"evaluate: {len(empty)} run{'s' if len(empty) > 1 else ''} retrieved nothing ({', '.join(empty)}): every query scores 0.")
     return runs, removed, empty, run_ids
+
+
+def _identical_ids(cfg: EvaluateConfig, runs: list[pa.Table], echo: Callable[[str], None] | None) -> tuple[list[pa.Table], dict[str, int]]:
+    """The runs, without the rows whose doc id is their query's id where ``cfg.ignore_identical_ids``
+    (BEIR's evaluation drops them: ArguAna's and Quora's queries are documents of their corpus,
+    each retrieving itself first); the count of such rows per run file. Left in, they are scored
+    as trec_eval scores them, and a note says so."""
+    out, counts = [], {}
+    for path, run in zip(cfg.runs, runs, strict=True):
+        same = pc.equal(run.column("query_id"), run.column("doc_id")) if run.num_rows else pa.array([], pa.bool_())
+        n = pc.sum(same).as_py() or 0
+        if n:
+            counts[str(path)] = n
+        if n and cfg.ignore_identical_ids:
+            run = run.filter(pc.invert(same))
+        out.append(run)
+    if counts and echo:
+        files = ", ".join(f"{p} ({n})" for p, n in counts.items())
+        echo(f"evaluate: {sum(counts.values())} row(s) rank a query's own id as a document ({files}): "
+             + ("dropped before measuring, as BEIR's evaluation drops them (--ignore-identical-ids)." if cfg.ignore_identical_ids else
+                "scored as trec_eval scores them; BEIR's evaluation drops them (its ArguAna and Quora hold each query in the corpus): "
+                "--ignore-identical-ids."))
+    return out, counts
 
 
 def _evaluate(cfg: EvaluateConfig, qrels: pa.Table | None, runs: list[pa.Table], run_ids: list[str] | None, removed: dict[str, int], qa_measures: list[str]):

@@ -396,7 +396,7 @@ def stages():
 
 @app.command()
 @configured(config=EvaluateConfig, file=True, qrels="qrels", runs=("runs", repeated), measure="measures", baseline="baseline", test="test",
-            correction="correction", dedupe="dedupe", answers="answers", gold="gold", qa_measure="qa_measures",
+            correction="correction", dedupe="dedupe", ignore_identical_ids="ignore_identical_ids", answers="answers", gold="gold", qa_measure="qa_measures",
             judge_llm=("judge.model", lambda v: v or None), name=("names", repeated))  # declared: the judge is optional, its model's default none
 def evaluate(
     qrels: Annotated[str | None, typer.Argument(help="BEIR qrels TSV (or a BEIR dir) or TREC qrels (not needed for --answers alone).")] = None,

@@ -268,6 +268,9 @@ class EvaluateConfig(_Config):
     correction: Literal["holm", "bonferroni", "bh"] = Field("holm", description="Multiple-comparison correction over the runs compared.")
     alpha: float = Field(0.05, gt=0, lt=1)
     dedupe: bool = Field(False, description="Keep each repeated (query, doc) pair's best-ranked row instead of refusing the run.")
+    ignore_identical_ids: bool = Field(
+        False, description="Drop the rows whose document id is their query's id before measuring, as BEIR's evaluation does (ArguAna and "
+                           "Quora hold each query in the corpus); off: scored as trec_eval scores them, with a note where a run has such rows.")
     empty_runs: Literal["refuse", "zero"] = Field(
         "refuse", description="A run file with no rows: refused (a file given by mistake), or evaluated as a run that retrieved nothing, "
                               "every query 0, under the file's stem as its run id (an experiment's own runs: a method that found nothing).")

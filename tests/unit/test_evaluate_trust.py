@@ -540,3 +540,29 @@ def test_a_run_file_of_a_retrieve_run_that_has_not_finished_is_refused(tmp_path,
     (out / "manifest.json").write_text(json.dumps({**manifest, "status": "ok"}))
     metrics = run_evaluate(cfg, tmp_path / "eval").to_pandas()
     assert metrics.set_index(["query_id", "measure"]).loc[("q1", "MRR"), "value"] == pytest.approx(0.5, abs=1e-12)
+
+
+def test_a_query_ranking_its_own_id_is_noted_and_dropped_as_beir_drops_it_when_asked(tmp_path):
+    """BEIR's ArguAna and Quora hold each query in the corpus, so a run ranks the query itself
+    first. trec_eval scores that row (the default here, with a note); BEIR's evaluation drops
+    it (``--ignore-identical-ids``): nDCG@10 0.6309 (the relevant document second) against 1.0."""
+    from typer.testing import CliRunner
+
+    from logicrank.cli import app
+
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\ntest-env-pro02b\ttest-env-con01a\t1\nq2\td2\t1\n")
+    run = tmp_path / "bm25.trec"
+    run.write_text("test-env-pro02b Q0 test-env-pro02b 1 9.0 bm25\ntest-env-pro02b Q0 test-env-con01a 2 8.0 bm25\n"
+                   "q2 Q0 d2 1 5.0 bm25\n")
+    for flag, want in (([], (0.63093, 1.0)), (["--ignore-identical-ids"], (1.0, 1.0))):
+        out = tmp_path / f"ev{len(flag)}"
+        res = CliRunner().invoke(app, ["evaluate", str(qrels), str(run), "--measure", "nDCG@10", "--out", str(out), *flag])
+        assert res.exit_code == 0, res.output
+        metrics = {(m["query_id"]): m["value"] for m in pq.read_table(out / "metrics.parquet").to_pylist()}
+        assert (metrics["test-env-pro02b"], metrics["q2"]) == pytest.approx(want, abs=1e-5), flag
+        said = " ".join(res.output.split())
+        assert f"1 row(s) rank a query's own id as a document ({run} (1))" in said
+        assert ("dropped before measuring" in said) == bool(flag) and ("scored as trec_eval scores them" in said) != bool(flag)
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["identical_ids"] == {"rows": {str(run): 1}, "dropped": bool(flag)}
