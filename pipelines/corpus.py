@@ -39,7 +39,7 @@ case-insensitive and may carry attributes. In a DOC:
   nothing), its surrounding whitespace is stripped as layout, then SGML/HTML entities are decoded
   (``html.unescape``), so ``&#32;`` keeps a space a field starts or ends with and ``&lt;``
   is a ``<`` of the text (an entity ``html.unescape`` does not know, such as the Federal
-  Register's ``&hyph;``, stays as written). A bare ``<`` followed by a letter starts a tag:
+  Register's ``&hyph;``, stays as written; its ``&blank;`` is a space, not HTML5's U+2423). A bare ``<`` followed by a letter starts a tag:
   escape it.
 
 The record ``{"docno", "title", "text"}`` is then checked by :func:`validate_record`, as a
@@ -1006,7 +1006,8 @@ def _trec_clean(raw: str) -> str:
     ``<B>`` or ``<SUB>`` leaves nothing: ``H<SUB>2</SUB>O`` is ``H2O``), layout whitespace
     stripped, entities decoded."""
     marked = _TAG.sub(lambda m: "\0" if m.group(2).lower() in _BLOCK_TAGS else "", _CLOSE_OPEN.sub("\\1\0", _COMMENT.sub("\0", raw)))
-    return html.unescape(_GLUE.sub(" ", marked).replace("\0", "").strip())
+    # (the Federal Register's &blank; is a blank, which HTML5 names U+2423, the symbol for one)
+    return html.unescape(_GLUE.sub(" ", marked).replace("\0", "").strip().replace("&blank;", " "))
 
 
 def _trec_docno(body: str) -> str | None:

@@ -12,6 +12,7 @@
   2023) are queries and qrels at once: an example's id is its line number, its text ``query``,
   and each title in ``docs`` a relevant document (relevance 1), the title being the id of
   QUEST's documents (``documents.jsonl``: ``title``, ``text``; :mod:`logicrank.pipelines.corpus`);
+  LoTTE's ``qas.*.jsonl`` (``qid``, ``answer_pids``) are qrels the same way;
 - qrels: BEIR TSV (first line the header ``query-id<TAB>corpus-id<TAB>score``, or with
   ``query_id``/``qid``; every line split on tabs only, so ids may hold spaces) or TREC
   (``qid 0 docno rel``, no header, split on any whitespace; ``qid docno rel`` is accepted too,
@@ -240,8 +241,11 @@ _TOPIC_TAG = re.compile(r"<(/?)([A-Za-z][\w.:-]*)(?:\s[^<>]*)?/?>")
 _TOPIC_NUMBER = re.compile(r"""\bnumber\s*=\s*["']?([^"'\s>]+)""", re.I)
 _TOPIC_LABEL = re.compile(r"^\s*(number|topic|description|narrative)\s*:", re.I)
 _COMMENT_OR_CDATA = re.compile(r"<!--.*?-->|<!\[CDATA\[(.*?)\]\]>", re.S)  # in one pass: either may hold the other's marks
-_FIELD_TAGS = {"title": ("title", "query"), "desc": ("desc", "description", "question"), "narr": ("narr", "narrative")}
-_FIELD_NAMES = {"title": "<title> (or <query>)", "desc": "<desc> (or <description>, <question>)", "narr": "<narr> (or <narrative>)"}
+# (CLEF's English topics: <EN-title>, <EN-desc>, <EN-narr>)
+_FIELD_TAGS = {"title": ("title", "query", "en-title"), "desc": ("desc", "description", "question", "en-desc"),
+               "narr": ("narr", "narrative", "en-narr")}
+_FIELD_NAMES = {"title": "<title> (or <query>, <EN-title>)", "desc": "<desc> (or <description>, <question>, <EN-desc>)",
+                "narr": "<narr> (or <narrative>, <EN-narr>)"}
 
 
 def _topic_text(raw: str) -> str:
@@ -275,9 +279,11 @@ def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
                 continue
             fields[name] = block[t.end() : tags[j + 1].start() if j + 1 < len(tags) else len(block)]
         number = _TOPIC_NUMBER.search(m.group(2) or "")
-        qid = number.group(1) if number else _topic_text(fields.get("num", ""))
+        # (TREC Genomics 2004's <TOPIC><ID>1</ID>: the number under <ID>)
+        qid = number.group(1) if number else _topic_text(fields.get("num", "") or fields.get("id", ""))
         if not qid:
-            raise TopicsError(f"queries {path}: the topic at line {line} has no number (<num> Number: N, or <topic number=\"N\">); give every topic its number.")
+            raise TopicsError(f"queries {path}: the topic at line {line} has no number (<num> Number: N, <ID>N</ID>, or <topic number=\"N\">); "
+                              "give every topic its number.")
         if number is None and m.group(1).lower() == "top" and qid.isascii() and qid.isdigit():  # TREC's <num> Number: 051 is topic 51, as its qrels write it
             qid = str(int(qid))  # (<topic number="0001">, NTCIR's <TOPIC><NUM>0001, keep their ids as written, as their qrels do)
         raw = next((fields[t] for t in _FIELD_TAGS[field] if t in fields), None)
@@ -362,7 +368,7 @@ def read_qrels(path: str | Path) -> pa.Table:
     if path.suffix.lower() in (".parquet", ".pq"):
         return _parquet_qrels(path)
     if path.name.lower().endswith((".jsonl", ".jsonl.gz")):
-        return _quest_qrels(path)
+        return _jsonl_qrels(path)
     qids, dids, rels = [], [], []
     beir, width = False, None  # width: the fields of the first line, and its number
     with reading(f"qrels {path}", TopicsError), open_text(path) as f:
@@ -396,22 +402,27 @@ def read_qrels(path: str | Path) -> pa.Table:
     return qrels
 
 
-def _quest_qrels(path: Path) -> pa.Table:
-    """Qrels from QUEST's examples: each title in an example's ``docs`` relevant (1) to it, as
-    QUEST's evaluation reads the list (a set: a title listed twice is one judgement); an example
-    with no docs is refused, as QUEST's evaluation refuses it."""
+def _jsonl_qrels(path: Path) -> pa.Table:
+    """Qrels from JSONL examples that list their relevant documents: QUEST's (``query``,
+    ``docs``: titles, its line number the id) and LoTTE's ``qas.*.jsonl`` (``qid``,
+    ``answer_pids``: passage ids, integers read as their decimal text). Each listed document is
+    relevant (1), the list read as a set (a document listed twice is one judgement); an example
+    listing none is refused, as QUEST's evaluation refuses it."""
     qids, dids = [], []
-    expect = "of QUEST's (a query and its docs: a list of document titles)"
+    expect = "listing its relevant documents (QUEST's query and docs, LoTTE's qid and answer_pids)"
     for n, obj in read_jsonl(path, "qrels", TopicsError, expect):
-        docs = obj.get("docs")
+        key = "docs" if "docs" in obj else "answer_pids"
+        docs = obj.get(key)
         if not quest_example(obj) and not (isinstance(docs, list) and any(k in obj for k in QUERY_ID_KEYS)):
             raise TopicsError(f"qrels {path}: line {n} is not a JSON object {expect}.")
-        if not docs or not all(isinstance(d, str) and d for d in docs):
-            raise TopicsError(f"qrels {path}: line {n}: docs is {json.dumps(docs)[:80]}; each example lists its relevant documents' "
-                              "titles (non-empty strings), at least one.")
+        numbers = key == "answer_pids"  # (LoTTE's passage ids are integers; QUEST's titles strings)
+        if not docs or not all((isinstance(d, str) and d) or (numbers and isinstance(d, int) and not isinstance(d, bool)) for d in docs):
+            kind = "ids (integers or non-empty strings)" if numbers else "titles (non-empty strings)"
+            raise TopicsError(f"qrels {path}: line {n}: {key} is {json.dumps(docs)[:80]}; each example lists its relevant documents' "
+                              f"{kind}, at least one.")
         qid = jsonl_query_id(obj, path, n)
-        for title in dict.fromkeys(docs):
-            qids.append(qid), dids.append(title)
+        for doc in dict.fromkeys(str(d) for d in docs):
+            qids.append(qid), dids.append(doc)
     qrels = pa.table({"query_id": qids, "doc_id": dids, "relevance": pa.array([1] * len(qids), pa.int32())}, schema=QRELS)
     check_qrels(qrels, f"qrels {path}")
     return qrels

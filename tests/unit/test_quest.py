@@ -83,3 +83,15 @@ def test_a_run_over_titles_is_evaluated_against_quests_examples(tmp_path):
     metrics = pq.read_table(tmp_path / "ev" / "metrics.parquet").to_pylist()
     got = {m["query_id"]: m["value"] for m in metrics if m["measure"] == "R@2"}
     assert got == pytest.approx({"1": 0.5, "2": 1.0, "all": 0.75}, abs=1e-9)
+
+
+def test_lottes_answer_lists_are_qrels(tmp_path):
+    """LoTTE's ``qas.search.jsonl`` (``qid``, ``query``, ``answer_pids``, ``url``): each listed
+    passage relevant to its question, ids as its collection.tsv and questions.search.tsv write them."""
+    path = _write(tmp_path / "qas.search.jsonl", [{"qid": 0, "query": "how to fix a flat", "answer_pids": [12, 34, 12], "url": "https://x"},
+                                                   {"qid": 1, "query": "best tent", "answer_pids": [7]}])
+    qrels = read_qrels(path)
+    assert list(zip(qrels.column("query_id").to_pylist(), qrels.column("doc_id").to_pylist(), strict=True)) == [("0", "12"), ("0", "34"), ("1", "7")]
+    _write(path, [{"qid": 0, "query": "q", "answer_pids": []}])
+    with pytest.raises(TopicsError, match=r"line 1: answer_pids is \[\]"):
+        read_qrels(path)

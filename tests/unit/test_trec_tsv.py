@@ -146,6 +146,14 @@ def test_the_tag_rules(tmp_path):
     ]
 
 
+def test_the_federal_registers_blank_entity_is_a_space_and_its_own_entities_stay(tmp_path):
+    """FR94 writes ``&blank;`` for a blank (HTML5 names U+2423, the symbol for one) and
+    entities of its own (``&hyph;``), which stay as written."""
+    path = tmp_path / "fr940104.trec"
+    path.write_text("<DOC>\n<DOCNO> FR940104-0-00001 </DOCNO>\n<TEXT>\nNo. 2 &blank;/&blank;Tuesday, non&hyph;profit &sect; 3\n</TEXT>\n</DOC>\n")
+    assert _rows(_read_all(path)) == [("FR940104-0-00001", None, "No. 2  / Tuesday, non&hyph;profit \u00a7 3")]
+
+
 def test_reading_is_the_same_whatever_the_read_boundaries():
     data = b"stray\n" + "".join(f"<DOC><DOCNO>n{i}</DOCNO><TEXT>{'x' * (i * 37)}</TEXT></DOC>\n" for i in range(12)).encode()
     data += b"<DOC attr='1'><DOCNO>open</DOCNO>\n<doc>\n<DOCNO>last</DOCNO><TEXT>t</TEXT>\n</Doc >\ntail\n"
@@ -473,6 +481,24 @@ def test_xml_topics(tmp_path):
     path.write_text(path.read_text().replace('<topic number="3"></topic>\n', ""))
     assert read_queries(path).to_pylist() == [{"query_id": "1", "text": "salt & pepper <b> <!--", "logical_query": None},
                                               {"query_id": "2", "text": "fish & chips", "logical_query": None}]
+
+
+def test_clef_and_trec_genomics_topics_as_published(tmp_path):
+    """CLEF's ad hoc topics (``<num> C041 </num>``, ``<EN-title>``, ``<EN-desc>``, ``<EN-narr>``)
+    and TREC Genomics 2004's (``<TOPIC><ID>1</ID><TITLE>``): their fields and numbers, ids kept
+    as written."""
+    clef = tmp_path / "Top-en03.txt"
+    clef.write_text("<top>\n<num> C141 </num>\n<EN-title> Letter Bomb for Kiesbauer </EN-title>\n"
+                    "<EN-desc> Find information on the explosion of a letter bomb. </EN-desc>\n"
+                    "<EN-narr> Relevant documents report the attack. </EN-narr>\n</top>\n")
+    assert read_queries(clef).to_pylist() == [{"query_id": "C141", "text": "Letter Bomb for Kiesbauer", "logical_query": None}]
+    assert read_queries(clef, "desc").column("text").to_pylist() == ["Find information on the explosion of a letter bomb."]
+    assert read_queries(clef, "narr").column("text").to_pylist() == ["Relevant documents report the attack."]
+    genomics = tmp_path / "2004_TREC_ASCII_ADHOC_TOPICS.txt"
+    genomics.write_text("<TOPIC>\n<ID>1</ID>\n<TITLE>Ferroportin-1 in humans</TITLE>\n<NEED>Find articles about Ferroportin-1.</NEED>\n"
+                        "</TOPIC>\n<TOPIC>\n<ID>2</ID>\n<TITLE>Generating transgenic mice</TITLE>\n</TOPIC>\n")
+    assert read_queries(genomics).to_pylist() == [{"query_id": "1", "text": "Ferroportin-1 in humans", "logical_query": None},
+                                                  {"query_id": "2", "text": "Generating transgenic mice", "logical_query": None}]
 
 
 def test_topics_refusals_name_the_topic_and_the_fix(tmp_path):
