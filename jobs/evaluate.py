@@ -8,7 +8,6 @@ from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from logicrank.jobs.rundir import RunDir, input_fingerprint
@@ -17,7 +16,7 @@ from logicrank.pipelines.config.settings import EvaluateConfig
 from logicrank.pipelines.evaluation.core import EvaluationError
 from logicrank.pipelines.evaluation.measures import parse_measures
 from logicrank.pipelines.evaluation.qa import JUDGE_TEMPLATE, QAError, llm_judge, parse_qa_measures, read_gold, read_predictions
-from logicrank.pipelines.evaluation.runs import evaluate_runs, named_runs, notes
+from logicrank.pipelines.evaluation.runs import evaluate_runs, named_runs, notes, without_identical_ids
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.io import DUPLICATES_REMOVED, read_qrels, read_run
 
@@ -50,7 +49,7 @@ def _evaluate_into(cfg: EvaluateConfig, rundir: RunDir, title: str, echo: Callab
         return pq.read_table(rundir.path / "metrics.parquet")
     qrels = read_qrels(cfg.qrels) if cfg.runs else None
     runs, removed, empty, run_ids = _read_runs(cfg, echo)
-    runs, identical = _identical_ids(cfg, runs, echo)
+    runs, run_ids, identical = _identical_ids(cfg, runs, run_ids, echo)
     ev = _evaluate(cfg, qrels, runs, run_ids, removed, qa_measures)
     rundir.begin()
     outputs = _write_outputs(ev, rundir, title, echo)
@@ -147,27 +146,32 @@ def _read_runs(cfg: EvaluateConfig, echo: Callable[[str], None] | None) -> tuple
     return runs, removed, empty, run_ids
 
 
-def _identical_ids(cfg: EvaluateConfig, runs: list[pa.Table], echo: Callable[[str], None] | None) -> tuple[list[pa.Table], dict[str, int]]:
-    """The runs, without the rows whose doc id is their query's id where ``cfg.ignore_identical_ids``
-    (BEIR's evaluation drops them: ArguAna's and Quora's queries are documents of their corpus,
-    each retrieving itself first); the count of such rows per run file. Left in, they are scored
-    as trec_eval scores them, and a note says so."""
+def _identical_ids(cfg: EvaluateConfig, runs: list[pa.Table], run_ids: list[str] | None,
+                   echo: Callable[[str], None] | None) -> tuple[list[pa.Table], list[str] | None, dict[str, int]]:
+    """(the runs, the run ids to evaluate, the count per run file of the rows whose doc id is
+    their query's id). With ``cfg.ignore_identical_ids`` those rows are dropped, as BEIR's
+    evaluation drops them (ArguAna's and Quora's queries are documents of their corpus, each
+    retrieving itself first); a run left with no row is still evaluated, every query 0 (its
+    ids are then all named, as for an empty run). Left in, they are scored as trec_eval scores
+    them, and a note says so."""
+    every = run_ids or [rid for run in runs for rid in dict.fromkeys(run.column("run_id").to_pylist())]
     out, counts = [], {}
     for path, run in zip(cfg.runs, runs, strict=True):
-        same = pc.equal(run.column("query_id"), run.column("doc_id")) if run.num_rows else pa.array([], pa.bool_())
-        n = pc.sum(same).as_py() or 0
+        kept, n = without_identical_ids(run)
         if n:
             counts[str(path)] = n
-        if n and cfg.ignore_identical_ids:
-            run = run.filter(pc.invert(same))
-        out.append(run)
+        out.append(kept if cfg.ignore_identical_ids else run)
+    if cfg.ignore_identical_ids and counts:
+        left = {rid for run in out for rid in run.column("run_id").to_pylist()}
+        if any(rid not in left for rid in every):  # a run whose every row was its queries' own ids: 0, not gone
+            run_ids = every
     if counts and echo:
         files = ", ".join(f"{p} ({n})" for p, n in counts.items())
-        echo(f"evaluate: {sum(counts.values())} row(s) rank a query's own id as a document ({files}): "
+        echo(f"evaluate: {sum(counts.values())} row(s) have a document id equal to their query's id ({files}): "
              + ("dropped before measuring, as BEIR's evaluation drops them (--ignore-identical-ids)." if cfg.ignore_identical_ids else
-                "scored as trec_eval scores them; BEIR's evaluation drops them (its ArguAna and Quora hold each query in the corpus): "
-                "--ignore-identical-ids."))
-    return out, counts
+                "scored as trec_eval scores them. Where the queries are documents of the corpus (BEIR's ArguAna and Quora), BEIR's "
+                "evaluation drops them: --ignore-identical-ids (an experiment file's ignore_identical_ids: true); where the ids only coincide (numbered queries and documents), keep them."))
+    return out, run_ids, counts
 
 
 def _evaluate(cfg: EvaluateConfig, qrels: pa.Table | None, runs: list[pa.Table], run_ids: list[str] | None, removed: dict[str, int], qa_measures: list[str]):

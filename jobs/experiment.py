@@ -69,7 +69,8 @@ def _run(exp: Experiment, out: Path, index_dir: Path, embed: EmbedConfig, ray: R
                   ray=ray)
     # a pipeline that retrieved nothing (every LAG chain stopped before retrieving) is a row of zeros, not the end of the experiment
     metrics = run_evaluate(EvaluateConfig(qrels=str(qrels), runs=tuple(str(p) for p in runs.values()), measures=exp.measures,
-                                          baseline=exp.baseline, empty_runs="zero", **qa), out / "evaluate", title=exp.title, echo=echo)
+                                          baseline=exp.baseline, empty_runs="zero", ignore_identical_ids=exp.ignore_identical_ids, **qa),
+                           out / "evaluate", title=exp.title, echo=echo)
     timings["evaluate"] = time.perf_counter() - t
     sig_path = out / "evaluate" / "significance.parquet"
     significance = pq.read_table(sig_path) if sig_path.is_file() else None

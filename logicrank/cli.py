@@ -399,7 +399,7 @@ def stages():
             correction="correction", dedupe="dedupe", ignore_identical_ids="ignore_identical_ids", answers="answers", gold="gold", qa_measure="qa_measures",
             judge_llm=("judge.model", lambda v: v or None), name=("names", repeated))  # declared: the judge is optional, its model's default none
 def evaluate(
-    qrels: Annotated[str | None, typer.Argument(help="BEIR qrels TSV (or a BEIR dir) or TREC qrels (not needed for --answers alone).")] = None,
+    qrels: Annotated[str | None, typer.Argument(help="BEIR qrels TSV (or a BEIR dir), TREC qrels, Parquet or QUEST's examples (not needed for --answers alone).")] = None,
     runs: Annotated[list[str] | None, typer.Argument(help="Run tables (Parquet) or TREC run files.")] = None,
     judge_llm: Annotated[str | None, typer.Option(help="The LLM of the Judge measure (a registered name or a checkpoint dir); "
                                                   "the judge's other settings as --config gives them.")] = None,

@@ -130,8 +130,9 @@ VECTOR_KINDS = ("jsonl", "parquet")  # the formats that can carry a vector per d
 ID_KEYS = ("doc_id", "_id", "id", "docid", "docno")
 TEXT_KEYS = ("text", "contents", "body", "passage", "segment", "abstract")  # (abstract: ir_datasets' CORD-19, NFCorpus, Medline)
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")  # names whose compression Arrow's streams undo (pyarrow.Codec.detect)
-# Unix compress (LZW), undone by ncompress: .Z, and TREC's disks' .z, .0z, .1z, .2z (Anserini's TrecCollection's rule)
-_LZW_NAME = re.compile(r"\.\d*z$", re.IGNORECASE)
+# Unix compress (LZW), undone by ncompress: .Z, and TREC's disks' .z, .0z, .1z, .2z (as Anserini's TrecCollection reads them).
+# LZW records no length: a file cut short reads as far as it goes (its last DOC an unclosed_doc reject, unless cut between DOCs)
+_LZW_NAME = re.compile(r"\.[0-2]?z$", re.IGNORECASE)  # (not 7-Zip's .7z)
 _LZW_MAGIC = b"\x1f\x9d"
 # what Anserini's TrecCollection leaves out of a directory of TREC's disks: file names starting so, and these folders
 _TREC_NOT_READ_PREFIX = "readme"
@@ -340,7 +341,8 @@ def _list_sources(location: str, fmt: str) -> Sources:
     not_read: list[str] = []
     if fmt == "trec":
         not_read = [p for p in files if _trec_not_read(p[len(path.rstrip("/")) + 1 :])]
-        files = [p for p in files if p not in frozenset(not_read)]
+        left_out = frozenset(not_read)
+        files = [p for p in files if p not in left_out]
     kinds = {p: _kind_of(p) for p in files}
     if fmt in ("jsonl", "trec", "tsv"):  # files named with no format are this one's (hidden ones aside; JSONL: compressed ones)
         kinds = {p: k or (None if fmt == "jsonl" and not _compressed(p) else fmt) for p, k in kinds.items()}
@@ -1018,7 +1020,7 @@ def _trec_docno(body: str) -> str | None:
 
 
 # a DOC tag's id attribute (AQUAINT-2's and Gigaword's <DOC id="APW_ENG_20041001.0001" type="story">), its value quoted or not
-_DOC_ID = re.compile(r"""\A\s*<doc\s[^<>]*?\bid\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'<>]+))""", re.IGNORECASE)
+_DOC_ID = re.compile(r"""\A\s*<doc\s[^<>]*?(?<![\w-])id\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'<>]+))""", re.IGNORECASE)
 
 
 def _doc_id_attribute(doc: str) -> str | None:
@@ -1144,8 +1146,10 @@ def check_sources(sources: list[Source], vector_column: str | None = None) -> No
             with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
                 head = stream.read(_HEAD_BYTES)
             if head[:2] == _LZW_MAGIC:
-                raise SourceError(f"corpus file {src.uri}: Unix compress (.Z) data under a name without .Z; name the file "
-                                  f"{Path(src.path).name}.Z (or uncompress it).")
+                packed = Path(src.path).suffix.lower() in _COMPRESSED  # (its bytes, once undone, are LZW: two layers)
+                raise SourceError(f"corpus file {src.uri}: Unix compress (.Z) data under a name without .Z; "
+                                  + ("undo its outer compression and name the file .Z (or uncompress it)." if packed else
+                                     f"name the file {Path(src.path).name}.Z (or uncompress it)."))
             if head[:2] == b"\x1f\x8b" and Path(src.path).suffix.lower() not in _COMPRESSED:  # (told by the name: Arrow's streams)
                 raise SourceError(f"corpus file {src.uri}: gzip data under a name without .gz; name the file {Path(src.path).name}.gz "
                                   "(or gunzip it).")

@@ -100,12 +100,13 @@ def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
         # read once, whole (a query set is small): a pipe (`--queries <(zcat queries.jsonl.gz)`) cannot be rewound
         # after its first character tells its format. Lines end as a file's read through open_text end: \n, \r\n or \r
         f = io.StringIO(f.read(), newline=None)
-    if path.name.lower().endswith((".tsv", ".tsv.gz")) or _tab_separated(f):
+    kind = text_queries_format(f, path)
+    if kind == "tsv":
         if field != "title":
             raise TopicsError(f"queries {path}: topics field {field!r}, but a TSV query file holds one text a query (qid<TAB>text); "
                               "give the topics file or a JSONL file with that field, or leave the topics field as title.")
         rows = _read_tsv_queries(f, path)
-    elif _first_char(f) == "<":
+    elif kind == "trec":
         rows = _read_trec_topics(f.read(), path, field)
     else:
         rows = _read_jsonl_queries(f, path, field)
@@ -116,6 +117,15 @@ def read_queries(path: str | Path, field: TopicsField = "title") -> pa.Table:
         dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
         raise TopicsError(f"queries {path}: duplicate query ids {dup}.")
     return pa.Table.from_pylist(rows, schema=QUERIES)
+
+
+def text_queries_format(f, path: Path) -> Literal["tsv", "trec", "jsonl"]:
+    """The format of a queries file that is text (``f``, open, rewound after): ``tsv`` (a
+    ``.tsv`` name, or a first line of ``qid<TAB>text``), ``trec`` (topics: its first character
+    ``<``) or ``jsonl``."""
+    if path.name.lower().endswith((".tsv", ".tsv.gz")) or _tab_separated(f):
+        return "tsv"
+    return "trec" if _first_char(f) == "<" else "jsonl"
 
 
 def _tab_separated(f) -> bool:
@@ -354,7 +364,8 @@ def _read_parquet(path: Path, what: str) -> pa.Table:
 
 
 def read_qrels(path: str | Path) -> pa.Table:
-    """Qrels table (QRELS) from BEIR TSV, TREC qrels or Parquet (``.parquet``, ``.pq``); a BEIR
+    """Qrels table (QRELS) from BEIR TSV, TREC qrels, Parquet (``.parquet``, ``.pq``) or JSONL
+    examples that list their relevant documents (``.jsonl[.gz]``: QUEST's, LoTTE's); a BEIR
     dir means its qrels/test.tsv.
 
     A file whose first line is a BEIR header is split on tabs, any other on whitespace.
@@ -364,7 +375,7 @@ def read_qrels(path: str | Path) -> pa.Table:
     if path.is_dir():
         path = path / "qrels" / "test.tsv"
     if not path.exists():
-        raise TopicsError(f"qrels: no file at {str(path)!r}; give a BEIR qrels TSV, a BEIR directory or a TREC qrels file.")
+        raise TopicsError(f"qrels: no file at {str(path)!r}; give a BEIR qrels TSV, a BEIR directory, a TREC qrels file, Parquet qrels or QUEST's examples.")
     if path.suffix.lower() in (".parquet", ".pq"):
         return _parquet_qrels(path)
     if path.name.lower().endswith((".jsonl", ".jsonl.gz")):

@@ -151,6 +151,17 @@ def notes(missing: Mapping[str, int], without_qrels: Mapping[str, int], qrels_qu
         f"answers {rid}: {n} answer(s) to questions the gold lacks; not evaluated." for rid, n in not_asked.items() if n]
 
 
+def without_identical_ids(run: pa.Table) -> tuple[pa.Table, int]:
+    """(the run without the rows whose document id is their query's id, how many there were):
+    BEIR's evaluation drops them (``ignore_identical_ids``), as ArguAna's and Quora's queries
+    are documents of their corpus, each retrieving itself first; trec_eval scores them."""
+    if not run.num_rows:
+        return run, 0
+    same = pc.equal(run.column("query_id"), run.column("doc_id"))
+    n = pc.sum(same).as_py() or 0
+    return (run.filter(pc.invert(same)) if n else run), n
+
+
 def named_runs(runs: Sequence[pa.Table], paths: Sequence[str], names: Mapping[str, str | None]) -> list[pa.Table]:
     """Each run file's run under the run id ``--name NEWID=FILE`` gives it (``names``: path ->
     NEWID, None keeping the file's own). A named file of several runs, or a NEWID that is

@@ -562,7 +562,39 @@ def test_a_query_ranking_its_own_id_is_noted_and_dropped_as_beir_drops_it_when_a
         metrics = {(m["query_id"]): m["value"] for m in pq.read_table(out / "metrics.parquet").to_pylist()}
         assert (metrics["test-env-pro02b"], metrics["q2"]) == pytest.approx(want, abs=1e-5), flag
         said = " ".join(res.output.split())
-        assert f"1 row(s) rank a query's own id as a document ({run} (1))" in said
+        assert f"1 row(s) have a document id equal to their query's id ({run} (1))" in said
         assert ("dropped before measuring" in said) == bool(flag) and ("scored as trec_eval scores them" in said) != bool(flag)
         manifest = json.loads((out / "manifest.json").read_text())
         assert manifest["identical_ids"] == {"rows": {str(run): 1}, "dropped": bool(flag)}
+
+
+def test_a_run_of_only_identical_ids_dropped_still_scores_zero(tmp_path):
+    """A run every row of which is its query's own id (ArguAna retrieved at depth 1) is, with
+    the rows dropped, a run that retrieved nothing: every query 0, not a run gone from the table."""
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
+    (tmp_path / "a.trec").write_text("q1 Q0 q1 1 9.0 a\nq2 Q0 q2 1 9.0 a\n")
+    (tmp_path / "b.trec").write_text("q1 Q0 d1 1 9.0 b\nq2 Q0 x 1 9.0 b\n")
+    for runs in ((tmp_path / "a.trec", tmp_path / "b.trec"), (tmp_path / "a.trec",)):
+        cfg = EvaluateConfig(qrels=str(qrels), runs=tuple(map(str, runs)), measures=("P@1",), ignore_identical_ids=True)
+        metrics = run_evaluate(cfg, tmp_path / f"ev{len(runs)}").to_pylist()
+        got = {(m["run_id"], m["query_id"]): m["value"] for m in metrics if m["measure"] == "P@1"}
+        want = {("a", "q1"): 0.0, ("a", "q2"): 0.0, ("a", "all"): 0.0}
+        if len(runs) == 2:
+            want.update({("b", "q1"): 1.0, ("b", "q2"): 0.0, ("b", "all"): 0.5})
+        assert got == pytest.approx(want), runs
+
+
+def test_an_experiment_drops_identical_ids_when_its_file_says_so():
+    """An experiment file's ``ignore_identical_ids`` (BEIR's ArguAna and Quora): the rows whose
+    document is the query itself go before measuring, in the job and in a notebook alike."""
+    from logicrank.pipelines.evaluation.experiment import Experiment
+    from logicrank.pipelines.evaluation.runs import without_identical_ids
+
+    exp = Experiment.model_validate({"name": "arguana", "title": "ArguAna", "dataset": {"beir": "x"}, "presets": ["bm25"], "ignore_identical_ids": True})
+    assert exp.ignore_identical_ids and not Experiment.model_validate({"name": "a", "title": "A", "dataset": {"beir": "x"}, "presets": ["bm25"]}).ignore_identical_ids
+    run = pa.table({"query_id": ["q1", "q1", "q2"], "doc_id": ["q1", "d1", "d2"], "rank": pa.array([1, 2, 1], pa.int32()),
+                    "score": [3.0, 2.0, 1.0], "method": ["bm25"] * 3, "run_id": ["bm25"] * 3})
+    kept, n = without_identical_ids(run)
+    assert n == 1 and kept.column("doc_id").to_pylist() == ["d1", "d2"] and kept.column("rank").to_pylist() == [2, 1]
+    assert without_identical_ids(kept) == (kept, 0)

@@ -95,3 +95,18 @@ def test_lottes_answer_lists_are_qrels(tmp_path):
     _write(path, [{"qid": 0, "query": "q", "answer_pids": []}])
     with pytest.raises(TopicsError, match=r"line 1: answer_pids is \[\]"):
         read_qrels(path)
+
+
+def test_an_experiments_dataset_takes_quests_files_and_topics_named_txt(tmp_path):
+    """`dataset: {corpus, queries, qrels}` over QUEST's files, and over a qid<TAB>text topics file
+    named .txt (read as retrieve reads it): the BEIR queries and qrels written for the run."""
+    from logicrank.pipelines.evaluation.experiment import Dataset, prepare_dataset
+
+    docs, examples = _write(tmp_path / "documents.jsonl", DOCUMENTS), _write(tmp_path / "test.jsonl", EXAMPLES)
+    _, queries, qrels = prepare_dataset(Dataset(corpus=str(docs), queries=str(examples), qrels=str(examples)), tmp_path / "quest")
+    assert [json.loads(line)["_id"] for line in queries.read_text().splitlines()] == ["1", "2"]
+    assert qrels.read_text().splitlines()[1:] == ["1\tThe Matrix\t1", "1\tAmélie\t1", "2\tPonyo\t1"]
+    topics = tmp_path / "topics.quest.txt"
+    topics.write_text("1\t1999 science fiction films or French comedies\n2\tJapanese animated films\n")
+    _, queries, _ = prepare_dataset(Dataset(corpus=str(docs), queries=str(topics), qrels=str(examples)), tmp_path / "txt")
+    assert [json.loads(line)["text"] for line in queries.read_text().splitlines()] == [e["query"] for e in EXAMPLES]

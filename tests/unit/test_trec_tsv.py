@@ -358,6 +358,10 @@ def test_a_compress_name_or_compress_data_that_do_not_match_are_refused_in_one_l
     (tmp_path / "packed.trec").write_bytes(ncompress.compress(doc))  # compress data under a plain name
     with pytest.raises(SourceError, match=r"packed.trec: Unix compress \(.Z\) data under a name without .Z; name the file packed.trec.Z"):
         check_sources(list_sources(str(tmp_path / "packed.trec")))
+    (tmp_path / "jsonl").mkdir()  # 7-Zip's .7z is no Unix compress name: not read as a compressed JSONL file
+    (tmp_path / "jsonl" / "part_00.gz").write_bytes(gzip.compress(b'{"_id": "d1", "text": "x"}\n'))
+    (tmp_path / "jsonl" / "backup.7z").write_bytes(b"7z\xbc\xaf\x27\x1c")
+    assert [Path(s.path).name for s in list_sources(str(tmp_path / "jsonl"), "jsonl")] == ["part_00.gz"]
     (tmp_path / "corrupt.z").write_bytes(b"\x1f\x9d\x90" + b"\xff" * 64)  # compress's header over codes that decode to nothing
     sources = list_sources(str(tmp_path / "corrupt.z"), "trec")
     check_sources(sources)  # (its first bytes are compress's)
@@ -375,9 +379,9 @@ def test_aquaint2_and_gigaword_docs_are_known_by_their_doc_tags_id(tmp_path):
         '<DOC id="APW_ENG_20041001.0001" type="story" >\n<HEADLINE>\nQuake &amp; aftershocks\n</HEADLINE>\n'
         "<DATELINE>TOKYO (AP) -- </DATELINE>\n<TEXT>\n<P>\nA strong quake shook Tokyo.\n</P>\n<P>\nNo damage.\n</P>\n</TEXT>\n</DOC>\n"
         "<DOC type='story' id='APW_ENG_20041001.0002'>\n<TEXT>\n<P>Second.</P>\n</TEXT>\n</DOC>\n"
-        "<doc id=XIN_ENG_20041001.0003>\n<TEXT>Third.</TEXT>\n</doc>\n"
+        "<doc data-id='x' id=XIN_ENG_20041001.0003>\n<TEXT>Third.</TEXT>\n</doc>\n"
         '<DOC id="ignored">\n<DOCNO> FT911-9 </DOCNO>\n<TEXT>Fourth.</TEXT>\n</DOC>\n'
-        '<DOC type="story">\n<TEXT>No id.</TEXT>\n</DOC>\n',
+        '<DOC type="story" data-id="not-its-id">\n<TEXT>No id.</TEXT>\n</DOC>\n',
         encoding="utf-8",
     )
     table = _read_all(path, fmt="trec")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from logicrank.pipelines.evaluation.experiment.model import Dataset, ExperimentError
 from logicrank.pipelines.files import open_text, read_jsonl, write_text_atomic
-from logicrank.pipelines.io import QUERY_ID_KEYS, jsonl_query_id, read_qrels, read_queries
+from logicrank.pipelines.io import QUERY_ID_KEYS, jsonl_query_id, read_qrels, read_queries, text_queries_format
 from logicrank.schemas.errors import UserError
 
 
@@ -107,10 +107,8 @@ def _query_fields(path: Path) -> dict[str, dict]:
         rows = pq.read_table(path).to_pylist()
         key = next(k for k in QUERY_ID_KEYS if rows and k in rows[0])
         return {str(r[key]): {k: v for k, v in r.items() if k not in drop} for r in rows} if rows else {}
-    if path.name.lower().endswith((".tsv", ".tsv.gz")):
-        return {}
     with open_text(path) as f:
-        if f.read(4096).lstrip().startswith("<"):  # TREC topics
+        if text_queries_format(f, path) != "jsonl":  # TSV queries, TREC topics
             return {}
     return {jsonl_query_id(obj, path, n): {k: v for k, v in obj.items() if k not in drop}
             for n, obj in read_jsonl(path, "queries", ExperimentError)}

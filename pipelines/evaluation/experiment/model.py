@@ -208,6 +208,8 @@ class Experiment(_Model):
     references: tuple[Reference, ...] = ()
     caveats: tuple[str, ...] = ()
     trec: bool = Field(False, description="Also write TREC run files.")
+    ignore_identical_ids: bool = Field(False, description="Drop the run rows whose document id is their query's id before measuring, "
+                                       "as BEIR's evaluation does (its ArguAna and Quora hold each query in the corpus).")
 
     @model_validator(mode="after")
     def _something_to_run(self):

@@ -45,7 +45,7 @@ def run_in_process(exp: Experiment, ctx: Any, out: str | Path, strict: bool = Tr
     import time
 
     from logicrank.pipelines.evaluation.qa import read_gold, read_predictions
-    from logicrank.pipelines.evaluation.runs import evaluate_runs
+    from logicrank.pipelines.evaluation.runs import evaluate_runs, without_identical_ids
     from logicrank.pipelines.files import write_parquet_atomic
     from logicrank.pipelines.io import read_qrels, read_queries
     from logicrank.pipelines.retrieval.pipeline import Pipeline
@@ -67,7 +67,10 @@ def run_in_process(exp: Experiment, ctx: Any, out: str | Path, strict: bool = Tr
     if exp.qa_measures and not answers:
         raise ExperimentError(f"experiment {exp.name}: qa_measures, but no pipeline answers (a LAG stage writes answers)")
     t = time.perf_counter()
-    ev = evaluate_runs([pq.read_table(p) for p in runs.values()], read_qrels(qrels), exp.measures, exp.baseline,
+    tables = [pq.read_table(p) for p in runs.values()]
+    if exp.ignore_identical_ids:  # (as the evaluate job drops them)
+        tables = [without_identical_ids(t)[0] for t in tables]
+    ev = evaluate_runs(tables, read_qrels(qrels), exp.measures, exp.baseline,
                        run_ids=list(runs),  # every pipeline's run, one that retrieved nothing a row of zeros
                        answers=answers if exp.qa_measures else None, gold=read_gold(gold) if gold else None,
                        qa_measures=exp.qa_measures, judge=judge)
