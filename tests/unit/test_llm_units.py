@@ -326,6 +326,14 @@ def test_orlog_atoms_of_one_statement_are_one_atom():
                        "logical_query": ['"a1" AND "a2" OR "a3"'], "decomposition_status": ["ok"]})
     (read_back,) = orlog.orlog_queries(stored)
     assert read_back.atoms == (("a1", "{x} plays chess"), ("a2", "{x} plays golf")) and read_back.form == parse('"a1" AND "a2" OR "a1"')
+    # ... edited by hand: an id naming two statements, or a form over an id no atom has, is refused in one line
+    from logicrank.pipelines.retrieval.logic.query import UnparsedQueryError
+
+    twice = stored.set_column(2, "atoms", pa.array([[{"id": "a1", "text": "{x} plays chess"}, {"id": "a1", "text": "{x} plays golf"}]]))
+    with pytest.raises(UnparsedQueryError, match=r"query 'q1': atom id 'a1' names two atoms"):
+        orlog.orlog_queries(twice.set_column(3, "logical_query", pa.array(['"a1"'])))
+    with pytest.raises(UnparsedQueryError, match=r"query 'q1': the form uses atom id\(s\) \['a9'\] that no atom has"):
+        orlog.orlog_queries(stored.set_column(3, "logical_query", pa.array(['"a1" AND "a9"'])))
 
 
 def test_orlog_atoms_that_differ_by_a_symbol_are_two_statements(tmp_path):

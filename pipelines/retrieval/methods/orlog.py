@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from logicrank.pipelines.llm.decompose import PLACEHOLDER, one_id_per_statement
 from logicrank.pipelines.retrieval.logic.probability import compile_probability, problog_probability
-from logicrank.pipelines.retrieval.logic.query import Node, parse
+from logicrank.pipelines.retrieval.logic.query import Node, UnparsedQueryError, parse
 from logicrank.schemas.tables import require_columns
 
 # The side tables its stage writes (the stage declares them; nothing else in logicrank reads them back).
@@ -59,10 +59,21 @@ def orlog_queries(queries: pa.Table) -> list[OrlogQuery]:
     orlog) adds: ``atoms``, ``logical_query`` (over atom ids), ``decomposition_status``."""
     require_columns(queries, ["query_id", "text", "atoms", "logical_query", "decomposition_status"], "orlog")
     cols = (queries.column(c).to_pylist() for c in ("query_id", "text", "atoms", "logical_query", "decomposition_status"))
-    out = []
+    out, bad = [], []
     for qid, text, atoms, form, status in zip(*cols, strict=True):  # (a table written before atoms were merged at parsing too)
-        merged, node = one_id_per_statement([(a["id"], a["text"]) for a in atoms], parse(form))
-        out.append(OrlogQuery(qid, text, tuple(merged), node, status))
+        ids, node = [a["id"] for a in atoms or []], parse(form)
+        # a decompositions file edited by hand: an id naming two statements would score one of them for both; a form over
+        # an id no atom has, none
+        if twice := sorted({i for i in ids if ids.count(i) > 1}):
+            bad.append(f"query {qid!r}: atom id {twice[0]!r} names two atoms")
+        elif unknown := sorted(set(node.terms()) - set(ids)):
+            bad.append(f"query {qid!r}: the form uses atom id(s) {unknown[:3]} that no atom has")
+        else:
+            merged, node = one_id_per_statement([(a["id"], a["text"]) for a in atoms], node)
+            out.append(OrlogQuery(qid, text, tuple(merged), node, status))
+    if bad:
+        raise UnparsedQueryError(f"orlog: {len(bad)} decomposition(s) cannot be scored ({bad[0]}{'; ...' if len(bad) > 1 else ''}); "
+                                 "give each atom its own id and the form only those ids, in the decompositions file.")
     return out
 
 
