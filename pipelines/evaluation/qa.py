@@ -122,7 +122,9 @@ def exact_match(prediction: str, gold: Sequence[str], scoring: str | None = None
     if scoring is None and (option := _option_match(prediction, gold)) is not None:  # (no official script reads options)
         return option
     said = {normalize_answer(r) for r in _readings(prediction, scoring)}
-    return float(any(g in said for g in map(normalize_answer, gold) if g))  # (a gold that normalises to nothing matches nothing)
+    # a gold that normalises to nothing ("The") matches nothing under logicrank's own scoring; the official scripts compare
+    # the two strings, so there a prediction that normalises to nothing too matches it
+    return float(any(g in said for g in map(normalize_answer, gold) if g or scoring is not None))
 
 
 def token_f1(prediction: str, gold: Sequence[str], scoring: str | None = None) -> float:

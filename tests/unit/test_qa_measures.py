@@ -30,6 +30,11 @@ def test_exact_match_token_f1_and_contain_match():
     assert qa.contain_match("It was G. Stanley Hall, in 1892.", gold) == 1.0
     assert qa.contain_match("Hall", gold) == 0.0
     assert qa.contain_match("anything", ["the"]) == 0.0  # a gold answer that normalises to nothing matches nothing
+    # exact match: under logicrank's own scoring a gold that normalises to nothing matches nothing; the official scripts
+    # (HotpotQA's, SQuAD's) compare the normalised strings, so there "A" matches "the", and F1 is 0 (no common token)
+    assert qa.exact_match("A", ["the"]) == 0.0
+    assert qa.exact_match("A", ["the"], "hotpotqa") == qa.exact_match("an", ["The"], "squad") == 1.0
+    assert qa.exact_match("a cat", ["the"], "squad") == 0.0 and qa.token_f1("A", ["the"], "squad") == 0.0
     # no answer never matches: as a substring, "unknown" holds "no", the gold of every other yes/no question
     for abstention in ("unknown", "Unknown.", "UNKNOWN", "Not mentioned", "N/A", "The passages do not say.",
                        # said at more length (a helper's audit): each counted correct on a gold "no" as a substring
