@@ -14,6 +14,7 @@ never as top-level packages. The graph names modules by folder (``pipelines.retr
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import subprocess
@@ -33,6 +34,12 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def _import_nodes(path: Path) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """Every import statement of ``path`` (also inside functions): each file parsed once per run."""
+    return tuple(n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.Import | ast.ImportFrom))
+
+
 def _graph() -> dict[str, set[str]]:
     """Module -> the project modules it imports (``from a.b import c`` counts ``a.b.c`` when
     that is a module, else ``a.b``)."""
@@ -47,7 +54,7 @@ def _graph() -> dict[str, set[str]]:
     graph = {}
     for name, path in modules.items():
         deps = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _import_nodes(path):
             if isinstance(node, ast.Import):
                 deps |= {known(a.name) for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -133,7 +140,7 @@ def test_an_upward_import_is_found():
 def _imports_of(path: Path) -> set[str]:
     """Every module ``path`` imports (top-level name), also inside functions."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _import_nodes(path):
         if isinstance(node, ast.Import):
             found |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -158,7 +165,7 @@ def test_no_import_cycle():
 def _top_level_imports(path: Path) -> list[str]:
     """The imports in ``path`` of a folder as a top-level package (``from pipelines.x import y``)."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _import_nodes(path):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module] if (
             isinstance(node, ast.ImportFrom) and node.module and node.level == 0) else []
         out += [n for n in names if n.split(".")[0] in PACKAGES[:3]]
@@ -191,7 +198,7 @@ def test_no_test_imports_a_private_name_of_logicrank():
     """Tests go through public seams: no ``from logicrank... import _name`` (nor of a test helper)."""
     found = []
     for path in sorted((ROOT / "tests").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _import_nodes(path):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("logicrank", "tests"):
                 found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert not found
