@@ -9,7 +9,8 @@
   being the field ``field`` names (title, desc or narr), whitespace runs made one space; a
   comment is no text, a CDATA section its characters, two ``<num>`` in one block refused;
 - QUEST's examples (``train.jsonl``, ``test.jsonl``: ``query``, ``docs``, no id; Malaviya et al.,
-  2023) are queries and qrels at once: an example's id is its line number, its text ``query``,
+  2023) are queries and qrels at once: an example's id is made from its query's text
+  (:func:`quest_query_id`), its text ``query``,
   and each title in ``docs`` a relevant document (relevance 1), the title being the id of
   QUEST's documents (``documents.jsonl``: ``title``, ``text``; :mod:`logicrank.pipelines.corpus`);
   LoTTE's ``qas.*.jsonl`` (``qid``, ``answer_pids``) are qrels the same way;
@@ -45,6 +46,7 @@ refusal names the file, what is wrong and the fix:
 
 from __future__ import annotations
 
+import hashlib
 import html
 import io
 import json
@@ -164,6 +166,14 @@ def _read_jsonl_queries(lines: Iterable[str], path: Path, field: TopicsField = "
 _MISSING = object()
 
 
+def quest_query_id(query: str) -> str:
+    """The id of QUEST's example asking ``query``: ``quest-`` and 16 hex digits of its SHA-256.
+    From the text, not the line: the same question has one id in every file (train, val,
+    test, a sample of one), and the qrels of another file share no id with a run (refused,
+    never scored against another question's documents)."""
+    return "quest-" + hashlib.sha256(query.encode("utf-8")).hexdigest()[:16]
+
+
 def quest_example(obj: dict) -> bool:
     """Whether a JSONL record is one of QUEST's examples: a ``query`` and its ``docs`` (a list
     of titles), no id of its own."""
@@ -173,9 +183,12 @@ def quest_example(obj: dict) -> bool:
 def jsonl_query_id(obj: dict, path: Path, n: int) -> str:
     """The id of the JSONL query record ``obj`` (line ``n`` of ``path``) as every job reads
     it: the first of ``query_id``, ``_id``, ``qid``, ``id`` it has (see :func:`_query_id`);
-    one of QUEST's examples, which have none, is known by its line number."""
+    one of QUEST's examples, which have none, is known by its query's text, as QUEST's
+    evaluation matches predictions (:func:`quest_query_id`)."""
     if quest_example(obj):
-        return str(n)
+        if not isinstance(obj["query"], str):
+            raise TopicsError(f"queries {path}: line {n}: the query is {json.dumps(obj['query'])[:80]}; give a string.")
+        return quest_query_id(obj["query"])
     qid = next((obj[k] for k in QUERY_ID_KEYS if k in obj), _MISSING)
     if qid is _MISSING:
         raise TopicsError(f"queries {path}: line {n} has no id (one of {list(QUERY_ID_KEYS)}).")

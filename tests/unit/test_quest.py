@@ -2,11 +2,13 @@
 ``text``: an entity's page, known by its title) and the examples files (``query``, ``docs``:
 the relevant titles, no id), which are queries and qrels at once. Written here in the
 publisher's layout (the collection is not bundled): the corpus keyed by title, the examples
-read as queries and qrels with one id rule, and a run over titles evaluated as QUEST's recall
-is computed by hand."""
+read as queries and qrels with one id rule (made from the question's text, as QUEST's
+evaluation matches predictions by it), and a run over titles evaluated as QUEST's recall is
+computed by hand."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pyarrow as pa
@@ -16,7 +18,7 @@ from typer.testing import CliRunner
 
 from logicrank.cli import app
 from logicrank.pipelines.corpus import iter_corpus
-from logicrank.pipelines.io import TopicsError, read_qrels, read_queries
+from logicrank.pipelines.io import TopicsError, quest_query_id, read_qrels, read_queries
 from logicrank.schemas.tables import RUN
 
 DOCUMENTS = [
@@ -52,13 +54,18 @@ def test_quests_documents_are_known_by_their_titles(tmp_path):
 
 
 def test_quests_examples_are_its_queries_and_qrels_under_one_id(tmp_path):
-    path = _write(tmp_path / "test.jsonl", EXAMPLES, blank_after=1)  # (a blank line: ids are line numbers, in both readers)
+    path = _write(tmp_path / "test.jsonl", EXAMPLES, blank_after=1)
+    q1, q2 = (quest_query_id(e["query"]) for e in EXAMPLES)
+    assert q1 == "quest-" + hashlib.sha256(EXAMPLES[0]["query"].encode()).hexdigest()[:16] and q1 != q2
     queries = read_queries(path)
-    assert queries.column("query_id").to_pylist() == ["1", "3"]
+    assert queries.column("query_id").to_pylist() == [q1, q2]
     assert queries.column("text").to_pylist() == [e["query"] for e in EXAMPLES]
     qrels = read_qrels(path)
     assert list(zip(*(qrels.column(c).to_pylist() for c in ("query_id", "doc_id", "relevance")), strict=True)) == [
-        ("1", "The Matrix", 1), ("1", "Amélie", 1), ("3", "Ponyo", 1)]  # a title listed twice: one judgement, as QUEST's set
+        (q1, "The Matrix", 1), (q1, "Amélie", 1), (q2, "Ponyo", 1)]  # a title listed twice: one judgement, as QUEST's set
+    # the same question has its id in every file: another split's examples share none of this one's
+    other = _write(tmp_path / "val.jsonl", [dict(EXAMPLES[1], query="Korean war films"), EXAMPLES[0]])
+    assert read_queries(other).column("query_id").to_pylist() == [quest_query_id("Korean war films"), q1]
 
 
 @pytest.mark.parametrize("docs", [[], None, ["Ponyo", ""], ["Ponyo", 3]])
@@ -73,7 +80,8 @@ def test_a_run_over_titles_is_evaluated_against_quests_examples(tmp_path):
     """Recall@2 as QUEST's evaluation computes it over the top 2 (|gold ∩ top 2| / |gold|):
     example 1 finds The Matrix of its two titles (0.5), example 2 finds Ponyo (1.0)."""
     examples = _write(tmp_path / "test.jsonl", EXAMPLES)
-    rows = [("1", "The Matrix", 3.0), ("1", "Ponyo", 2.0), ("1", "Amélie", 1.0), ("2", "Ponyo", 2.0), ("2", "Amélie", 1.0)]
+    q1, q2 = (quest_query_id(e["query"]) for e in EXAMPLES)
+    rows = [(q1, "The Matrix", 3.0), (q1, "Ponyo", 2.0), (q1, "Amélie", 1.0), (q2, "Ponyo", 2.0), (q2, "Amélie", 1.0)]
     run = pa.table({"query_id": [r[0] for r in rows], "doc_id": [r[1] for r in rows], "rank": pa.array([1, 2, 3, 1, 2], pa.int32()),
                     "score": [r[2] for r in rows], "method": ["dense"] * 5, "run_id": ["dense"] * 5}, schema=RUN)
     pq.write_table(run, tmp_path / "dense.parquet")
@@ -82,7 +90,7 @@ def test_a_run_over_titles_is_evaluated_against_quests_examples(tmp_path):
     assert res.exit_code == 0, res.output
     metrics = pq.read_table(tmp_path / "ev" / "metrics.parquet").to_pylist()
     got = {m["query_id"]: m["value"] for m in metrics if m["measure"] == "R@2"}
-    assert got == pytest.approx({"1": 0.5, "2": 1.0, "all": 0.75}, abs=1e-9)
+    assert got == pytest.approx({q1: 0.5, q2: 1.0, "all": 0.75}, abs=1e-9)
 
 
 def test_lottes_answer_lists_are_qrels(tmp_path):
@@ -104,9 +112,10 @@ def test_an_experiments_dataset_takes_quests_files_and_topics_named_txt(tmp_path
 
     docs, examples = _write(tmp_path / "documents.jsonl", DOCUMENTS), _write(tmp_path / "test.jsonl", EXAMPLES)
     _, queries, qrels = prepare_dataset(Dataset(corpus=str(docs), queries=str(examples), qrels=str(examples)), tmp_path / "quest")
-    assert [json.loads(line)["_id"] for line in queries.read_text().splitlines()] == ["1", "2"]
-    assert qrels.read_text().splitlines()[1:] == ["1\tThe Matrix\t1", "1\tAmélie\t1", "2\tPonyo\t1"]
+    q1, q2 = (quest_query_id(e["query"]) for e in EXAMPLES)
+    assert [json.loads(line)["_id"] for line in queries.read_text().splitlines()] == [q1, q2]
+    assert qrels.read_text().splitlines()[1:] == [f"{q1}\tThe Matrix\t1", f"{q1}\tAmélie\t1", f"{q2}\tPonyo\t1"]
     topics = tmp_path / "topics.quest.txt"
-    topics.write_text("1\t1999 science fiction films or French comedies\n2\tJapanese animated films\n")
+    topics.write_text(f"{q1}\t1999 science fiction films or French comedies\n{q2}\tJapanese animated films\n")
     _, queries, _ = prepare_dataset(Dataset(corpus=str(docs), queries=str(topics), qrels=str(examples)), tmp_path / "txt")
     assert [json.loads(line)["text"] for line in queries.read_text().splitlines()] == [e["query"] for e in EXAMPLES]
