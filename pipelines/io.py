@@ -283,6 +283,8 @@ def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
     text = _COMMENT_OR_CDATA.sub(lambda m: "\n" * m.group(0).count("\n") if m.group(1) is None else html.escape(m.group(1), quote=False), text)
     rows = []
     opens = list(_TOPIC_OPEN.finditer(text))
+    if not opens and _NTCIR_QUERY.search(text):
+        return _read_ntcir_queries(text, path, field)
     if not opens:
         raise TopicsError(f"queries {path}: starts with '<' but holds no <top> or <topic> element; give a TREC topics file "
                           "(<top> <num> Number: 301 <title> ...), or JSONL, TSV or Parquet queries.")
@@ -316,6 +318,29 @@ def _read_trec_topics(text: str, path: Path, field: str) -> list[dict]:
             raise TopicsError(f"queries {path}: topic {qid} (line {line}) has no {'text in its ' if raw is not None else ''}{_FIELD_NAMES[field]}; "
                               f"pick a field it has ({', '.join(has) or 'none'}) as the topics field (retrieve --topics-field; topics_field: in a "
                               "config file), or add the field to the topic.")
+        rows.append({"query_id": qid, "text": query, "logical_query": None})
+    return rows
+
+
+# NTCIR WWW's topics: <queries><query><qid>0001</qid><content>...</content><description>...</description></query>
+_NTCIR_QUERY = re.compile(r"<query>\s*<qid>", re.I)
+_NTCIR_BLOCK = re.compile(r"<query>(.*?)</query>", re.I | re.S)
+_NTCIR_FIELDS = {"title": "content", "desc": "description", "narr": "narrative"}
+
+
+def _read_ntcir_queries(text: str, path: Path, field: str) -> list[dict]:
+    """NTCIR WWW's topics (``<query>`` elements, each ``<qid>``, ``<content>`` (its title),
+    ``<description>``): ids kept as written (``0001``, as its qrels write them)."""
+    rows = []
+    for m in _NTCIR_BLOCK.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        parts = {t.lower(): v for t, v in re.findall(r"<(\w+)>(.*?)</\1\s*>", m.group(1), re.S)}
+        qid, query = _topic_text(parts.get("qid", "")), _topic_text(parts.get(_NTCIR_FIELDS[field], ""))
+        if not qid:
+            raise TopicsError(f"queries {path}: the query at line {line} has no <qid>; give every query its id.")
+        if not query:
+            raise TopicsError(f"queries {path}: query {qid} (line {line}) has no <{_NTCIR_FIELDS[field]}>; pick a field it has as the "
+                              "topics field (retrieve --topics-field), or add the field to the query.")
         rows.append({"query_id": qid, "text": query, "logical_query": None})
     return rows
 

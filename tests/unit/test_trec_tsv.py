@@ -505,6 +505,19 @@ def test_clef_and_trec_genomics_topics_as_published(tmp_path):
                                                   {"query_id": "2", "text": "Generating transgenic mice", "logical_query": None}]
 
 
+def test_ntcir_www_topics_as_published(tmp_path):
+    """NTCIR WWW's topics (``<queries><query><qid>0001</qid><content>``): the content is the
+    title, the description the desc, ids as written (its qrels write 0001)."""
+    path = tmp_path / "www3topics-E.xml"
+    path.write_text('<?xml version="1.0" encoding="UTF-8"?>\n<queries>\n<query>\n<qid>0001</qid>\n<content>ascii code</content>\n'
+                    "<description>I want to look up the ASCII code table &amp; its history.</description>\n</query>\n"
+                    "<query><qid>0002</qid><content>\n  hotel booking\n</content></query>\n</queries>\n")
+    assert read_queries(path).to_pylist() == [{"query_id": "0001", "text": "ascii code", "logical_query": None},
+                                              {"query_id": "0002", "text": "hotel booking", "logical_query": None}]
+    with pytest.raises(TopicsError, match=r"query 0002 \(line 8\) has no <description>"):
+        read_queries(path, "desc")
+
+
 def test_topics_refusals_name_the_topic_and_the_fix(tmp_path):
     path = tmp_path / "topics.trec"
     path.write_text(TOPICS + "<top>\n<num> Number: 399\n<title> Only a title\n</top>\n")
