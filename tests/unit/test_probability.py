@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 
 import numpy as np
@@ -16,6 +17,10 @@ from logicrank.pipelines.retrieval.logic.probability import (
     problog_program,
 )
 from logicrank.pipelines.retrieval.logic.query import And, Not, Or, Term, parse
+
+# ProbLog raises the recursion limit when it is first imported; imported here, not inside a hypothesis test (which warns
+# that the limit changed under it, in whichever worker runs this file before any other test imports ProbLog)
+importlib.import_module("problog")
 
 # atom texts that would break a program pasted together from text
 ADVERSARIAL = ["{x} is 'quoted'", 'a "b"', "p :- q", "\\+ r", "50% off", "line\nbreak", "'; drop", "X", "evidence(q, false)."]
