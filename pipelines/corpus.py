@@ -44,7 +44,7 @@ case-insensitive and may carry attributes. In a DOC:
 
 The record ``{"docno", "title", "text"}`` is then checked by :func:`validate_record`, as a
 JSONL row is; a TREC document has no metadata. TREC's disks ship their files compressed by Unix
-``compress`` (``fr940104.0z``, ``la010189.z``): a file whose name ends ``.z`` or ``.<digits>z``
+``compress`` (``fr940104.0z``, ``la010189.z``): a file whose name ends ``.z``, ``.0z``, ``.1z`` or ``.2z``
 (any case) is decompressed first, as Anserini's ``TrecCollection`` reads it, and a directory read
 with ``fmt="trec"`` leaves out what that collection leaves out of TREC's disks: files whose name
 starts ``readme`` and the folders ``dtd``, ``dtds`` (document type definitions) and ``cr`` (the
