@@ -20,7 +20,11 @@
   every line with the fields of the first) or Parquet (a query, a document and an integer
   relevance column under QRELS's, BEIR's or ir_datasets' names); a relevance as trec_eval
   reads it (an integer, or a decimal up to its point), any other form refused;
-- runs: our Parquet run table (RUN), or a TREC run file (``qid Q0 docno rank score tag``).
+- runs: our Parquet run table (RUN), or a TREC run file (``qid Q0 docno rank score tag``;
+  fields after the tag ignored, as trec_eval ignores them).
+
+A TREC run's or TREC qrels' line that starts with ``#`` is a comment, skipped as trec_eval
+skips it (a run's after leading spaces too).
 
 A text file (gzipped or not) may start with a UTF-8 byte order mark: it is not read as text.
 
@@ -423,7 +427,7 @@ def read_qrels(path: str | Path) -> pa.Table:
     with reading(f"qrels {path}", TopicsError), open_text(path) as f:
         for n, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
-            if not line.strip():
+            if not line.strip() or (not beir and line.startswith("#")):  # trec_eval skips a line that starts with #
                 continue
             if n == 1 and trec_fields(line)[0].lower() in _BEIR_HEADER:
                 beir = True
@@ -570,11 +574,11 @@ def _read_trec_run(path: Path) -> pa.Table:
     with reading(f"run {path}", TopicsError), open_text(path) as f:
         for n, line in enumerate(f, 1):
             parts = trec_fields(line)
-            if not parts:
+            if not parts or parts[0].startswith("#"):  # trec_eval skips blank lines and comments (# first)
                 continue
-            if len(parts) != 6:
+            if len(parts) < 6:
                 raise TopicsError(f"run {path}: line {n} has {len(parts)} fields; a TREC run line has 6 (qid Q0 docno rank score tag).")
-            q, _, d, _, score, tag = parts  # the rank column is ignored, as trec_eval ignores it
+            q, _, d, _, score, tag = parts[:6]  # the rank column and any after the tag ignored, as trec_eval ignores them
             if not _SCORE.fullmatch(score):  # Python's float reads '1_0' as 10, trec_eval's atof as 1
                 raise TopicsError(f"run {path}: line {n}: score {score!r} is not a number as trec_eval reads one "
                                   "(ASCII digits, a point, an exponent: 12.5, -3, 1e-3; no '_').")
@@ -685,8 +689,8 @@ def _pairs(df: pd.DataFrame, n: int = 3) -> str:
 def write_trec_run(run: pa.Table, path: str | Path) -> Path:
     """Write a run table as a TREC run file (sorted by query, then rank; scores as Python's repr).
 
-    Refuses an empty id or one holding whitespace (query, doc or run id): a TREC line cannot
-    carry it. Read back, the file is ranked by score as trec_eval stores it (a 32-bit float),
+    Refuses an empty id or one holding whitespace (query, doc or run id), or a query id that
+    starts with ``#`` (a comment line to trec_eval): a TREC line cannot carry it. Read back, the file is ranked by score as trec_eval stores it (a 32-bit float),
     so scores equal there (equal, or apart only past float32's precision: a float64
     composition's last bits) come back ordered by doc_id descending whatever their ranks were:
     a run logicrank ranked (``ranking.rank_pairs``, by that same key) comes back in its own
@@ -695,12 +699,12 @@ def write_trec_run(run: pa.Table, path: str | Path) -> Path:
     path = Path(path)
     table = conform(run, RUN, "write_trec_run").sort_by([("query_id", "ascending"), ("rank", "ascending")])
     for col in ("query_id", "doc_id", "run_id"):
-        bad = [v for v in table.column(col).unique().to_pylist() if trec_fields(v) != [v]]
-        if bad:
+        bad = [v for v in table.column(col).unique().to_pylist() if trec_fields(v) != [v] or (col == "query_id" and v.startswith("#"))]
+        if bad:  # (a line that starts with # is a comment to trec_eval)
             run_ids = table.column("run_id").unique().to_pylist()
             raise TopicsError(
-                f"write_trec_run {path}: {col} {bad[0]!r} of run {run_ids[0]!r} is empty or holds whitespace "
-                f"({len(bad)} such id(s)); a TREC line cannot carry it: use the Parquet run instead."
+                f"write_trec_run {path}: {col} {bad[0]!r} of run {run_ids[0]!r} is empty, holds whitespace or starts a "
+                f"comment ({len(bad)} such id(s)); a TREC line cannot carry it: use the Parquet run instead."
             )
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for q, d, rank, score, rid in zip(*(table.column(c).to_pylist() for c in ("query_id", "doc_id", "rank", "score", "run_id")), strict=True):

@@ -598,3 +598,28 @@ def test_an_experiment_drops_identical_ids_when_its_file_says_so():
     kept, n = without_identical_ids(run)
     assert n == 1 and kept.column("doc_id").to_pylist() == ["d1", "d2"] and kept.column("rank").to_pylist() == [2, 1]
     assert without_identical_ids(kept) == (kept, 0)
+
+
+def test_trec_comments_and_fields_after_the_tag_are_read_as_trec_eval_reads_them(tmp_path):
+    """trec_eval skips a run line whose first field starts with ``#`` and ignores any field after
+    the tag (a tool's extra column); a qrels line that starts with ``#`` is a comment too. Old
+    code refused such a run (7 fields) and read a qrels comment as a judgement or refused it."""
+    rows = [("q1", "d1", 1, 3.0), ("q1", "d2", 2, 2.0), ("q1", "d3", 3, 1.0), ("q2", "d1", 1, 1.0), ("q2", "d4", 2, 0.5)]
+    qrels_rows = [("q1", "d2", 1), ("q1", "d3", 2), ("q2", "d4", 1)]
+    path = tmp_path / "extra.trec"
+    path.write_text("# run by a tool: qid Q0 docno rank score tag seconds\n"
+                    + "".join(f"{q} Q0 {d} {rank} {score} r 0.{rank}\n" for q, d, rank, score in rows[:3])
+                    + "   # indented comment\n"
+                    + "".join(f"{q} Q0 {d} {rank} {score} r\n" for q, d, rank, score in rows[3:]))
+    run = read_run(path)
+    assert list(zip(*(run.column(c).to_pylist() for c in ("query_id", "doc_id", "rank", "run_id")), strict=True)) == [
+        (q, d, rank, "r") for q, d, rank, _ in rows]
+    (tmp_path / "qrels.txt").write_text("# judged by assessors; 4 fields: a b 1\n" + "".join(f"{q} 0 {d} {r}\n" for q, d, r in qrels_rows))
+    qrels = read_qrels(tmp_path / "qrels.txt")
+    assert list(zip(*(qrels.column(c).to_pylist() for c in ("query_id", "doc_id", "relevance")), strict=True)) == qrels_rows
+    _assert_equals_trec_eval(run, qrels, rows, qrels_rows)
+    path.write_text("q1 Q0 d1 1 3.0\n")  # fewer than six fields: still refused
+    with pytest.raises(TopicsError, match=r"extra.trec: line 1 has 5 fields"):
+        read_run(path)
+    with pytest.raises(TopicsError, match=r"query_id '#1' .* starts a comment"):  # written, trec_eval would skip it
+        write_trec_run(_run_table([("#1", "d1", 1, 1.0)]), tmp_path / "hash.trec")

@@ -33,24 +33,31 @@ def test_a_sample_cuts_queries_and_qrels_to_the_same_queries(tmp_path):
         sample_queries(beir, 11, seed=0, out=tmp_path / "s")
 
 
-@pytest.mark.parametrize("layout", ["headerless", "trec"])
+@pytest.mark.parametrize("layout", ["headerless", "trec", "trec with comments"])
 def test_a_sample_of_qrels_without_a_header_keeps_every_judgement_of_the_drawn_queries_and_no_other(tmp_path, layout):
     """A qrels file without BEIR's header (3 fields, or TREC's 4) is read by evaluation; its
-    first line is a judgement, not a header to copy: a query never drawn must not be evaluated."""
+    first line is a judgement, not a header to copy: a query never drawn must not be evaluated.
+    Comment lines (``#`` first, skipped by trec_eval) anywhere: old code cut the file's lines by
+    counting the judgements read, so a comment shifted every judgement onto the next query's."""
     from logicrank.pipelines.io import read_qrels
 
     beir = _beir(tmp_path / "beir")
     lines = (beir / "qrels" / "test.tsv").read_text().splitlines()[1:]
     if layout == "trec":
         lines = [line.replace("\t", " 0 ", 1).replace("\t", " ") for line in lines]
+    if layout == "trec with comments":
+        lines = [f"# judgements {i}" if i % 4 == 2 else line.replace("\t", " 0 ", 1).replace("\t", " ") for i, line in enumerate(lines)]
     (beir / "qrels" / "test.tsv").write_text("\n".join(lines) + "\n")
-    for n in range(1, 11):
+    judged = {line.split()[0] for line in lines if not line.startswith("#")}
+    for n in range(1, len(judged) + 1):
         queries, qrels = sample_queries(beir, n, seed=n, out=tmp_path / f"s{n}")
         drawn = {json.loads(line)["_id"] for line in queries.read_text().splitlines()}
         got = read_qrels(qrels)
         assert set(got.column("query_id").to_pylist()) == drawn
         assert got.num_rows == sum(1 for line in lines if line.split()[0] in drawn)
-    assert sample_queries(beir, 10, seed=0, out=tmp_path / "all")[0].read_text().count("\n") == 10  # ulogic-0 can be drawn
+        assert set(zip(got.column("query_id").to_pylist(), got.column("doc_id").to_pylist(), strict=True)) == {
+            (f[0], f[-2]) for f in map(str.split, lines) if f[0] in drawn}
+    assert sample_queries(beir, len(judged), seed=0, out=tmp_path / "all")[0].read_text().count("\n") == len(judged)  # ulogic-0 can be drawn
 
 
 def test_a_sample_reads_the_queries_as_the_run_reads_them(tmp_path):

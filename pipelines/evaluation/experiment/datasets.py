@@ -11,6 +11,9 @@ import random
 import re
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from logicrank.pipelines.evaluation.experiment.model import Dataset, ExperimentError
 from logicrank.pipelines.files import open_text, read_jsonl, write_text_atomic
 from logicrank.pipelines.io import QUERY_ID_KEYS, jsonl_query_id, read_qrels, read_queries, text_queries_format
@@ -141,12 +144,9 @@ def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str =
     queries, qrels = beir / "queries.jsonl", beir / qrels
     if n is None and ids is None:
         return queries, qrels
-    # each judgement's query as evaluation reads it (a BEIR header or none, TREC's four fields)
-    read = read_qrels(qrels).column("query_id").to_pylist()
-    with open_text(qrels) as f:
-        rows = [r.rstrip("\r\n") for r in f if r.strip()]
-    header, rows = rows[: len(rows) - len(read)], rows[len(rows) - len(read):]  # (read_qrels skips only a header)
-    judged = set(read)
+    # the judgements as evaluation reads them (a BEIR header or none, TREC's four fields, comments)
+    table = read_qrels(qrels)
+    judged = set(table.column("query_id").to_pylist())
     # drawn among the queries the qrels judge (evaluation averages over those): a BEIR queries
     # file may hold other splits' queries too. Each query's id as the run reads it (any of the
     # id keys, a byte order mark, gzip: read_queries), beside its whole record
@@ -167,7 +167,9 @@ def sample_queries(beir: Path, n: int | None, seed: int, out: Path, qrels: str =
     keep = {kept[i][0] for i in picked}
     out_q, out_r = out / "queries.jsonl", out / "qrels.tsv"
     write_text_atomic("".join(lines[i] + "\n" for i in picked), out_q)
-    write_text_atomic("\n".join([*header, *(r for r, q in zip(rows, read, strict=True) if q in keep)]) + "\n", out_r)
+    cut = table.filter(pc.is_in(table.column("query_id"), value_set=pa.array(sorted(keep), pa.string())))
+    write_text_atomic("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{r}\n" for q, d, r in zip(
+        *(cut.column(c).to_pylist() for c in ("query_id", "doc_id", "relevance")), strict=True)), out_r)  # BEIR's TSV
     return out_q, out_r
 
 
