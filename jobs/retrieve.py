@@ -152,6 +152,10 @@ def _fingerprint(cfg: RetrieveConfig, job: _Job) -> tuple[dict, dict]:
     inputs["stages"] = sorted({(cls.name, cls.version, cls.code()) for p in job.pipelines for cls in stage_classes(p.stages)})
     if job.needs.encoder:
         inputs["encoder"] = model_id(cfg.embed)
+    if job.needs.fulltext:  # (another PyStemmer or regex: the table's BM25 index is rebuilt, its runs made again)
+        from logicrank.pipelines.engines.bm25.analyzer import analyzer_digest
+
+        inputs["analyzer"] = analyzer_digest()
     if job.llm is not None:
         inputs["llm"] = {"model": job.llm.model_id, "templates": templates_digest(), "engine": cfg.llm.engine_digest()}  # (CPU or GPU dtype)
     return inputs, files

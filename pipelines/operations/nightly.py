@@ -78,10 +78,13 @@ class NightState:
 def pipeline_hashes(cfg: NightlyConfig) -> dict[str, str]:
     """'<query set>/<pipeline>' -> what defines its numbers apart from the corpus: its stages
     (options, code), the files they read (their content: a decompositions file or a run
-    regenerated at the same path), the encoder, the LLM (its engine, its checkpoint as
-    ``resolve`` identifies it, the prompt templates), the queries and qrels. Two nights are
+    regenerated at the same path), the encoder (a local one's files too), the BM25 analyzer, the
+    LLM (its engine, its checkpoint as ``resolve`` identifies it, the prompt templates), the
+    queries and qrels. Two nights are
     compared only where it is equal, so whatever else moves their numbers is the corpus."""
+    from logicrank.pipelines.engines.bm25.analyzer import analyzer_digest
     from logicrank.pipelines.engines.embed import model_id
+    from logicrank.pipelines.engines.vector_models import model_files_digest
     from logicrank.pipelines.retrieval.pipeline import validate
     from logicrank.pipelines.retrieval.runner import stage_classes
 
@@ -103,6 +106,10 @@ def pipeline_hashes(cfg: NightlyConfig) -> dict[str, str]:
                 "files": {f: content_digest(f) for f in sorted(needs.files)},
                 "encoder": model_id(cfg.index.embed) if needs.encoder else None,
                 "llm": llm if needs.llm else None,
+                # what else makes other scores of the same corpus: a local encoder's files (a fine-tune saved over
+                # its directory) and the BM25 analyzer's libraries (added where they are, so other hashes stand)
+                **({"encoder_files": files_now} if needs.encoder and (files_now := model_files_digest(cfg.index.embed.model)) else {}),
+                **({"analyzer": analyzer_digest()} if needs.fulltext else {}),
             })
     return out
 

@@ -81,13 +81,17 @@ class Inputs:
     def key(self, prev: str, stage: Stage, subs: Sequence[str]) -> str:
         """The digest of ``stage``'s output after the prefix ``prev``: the stage (name, the digest
         of its code, its manual ``version``, options), its sub-pipelines' keys, and the encoder,
-        LLM and files it reads."""
+        BM25 analyzer, LLM and files it reads."""
         needs = stage.needs()
         parts = [prev, stage.name, stage.code(), stage.version, stage.options.model_dump(mode="json"), list(subs)]
         if needs.encoder:
             if self.encoder is None:
                 raise ValueError(f"stage {stage.name} encodes queries: give Inputs an encoder digest (pipelines.engines.embed.encoder_digest)")
             parts.append(["embed", self.encoder])
+        if needs.fulltext:  # the analyzer and the libraries it reads (PyStemmer, regex, Unicode): its index is rebuilt under another
+            from logicrank.pipelines.engines.bm25.analyzer import analyzer_digest
+
+            parts.append(["fulltext", analyzer_digest()])
         if needs.llm:
             if self.llm is None:
                 raise ValueError(f"stage {stage.name} asks the LLM: give Inputs the LLM's (model id, engine digest, templates digest)")

@@ -450,6 +450,32 @@ def test_one_prompt_cache_hands_each_engine_setting_only_its_own_answers(tmp_pat
     assert [dtype_key("auto", True), dtype_key("auto", False), dtype_key("bfloat16", True)] == ["float32", "auto@gpu", "bfloat16"]
 
 
+
+def test_answers_sampled_without_a_seed_are_drawn_anew_and_greedy_or_seeded_ones_cached(tmp_path, monkeypatch):
+    """temperature above 0 without a seed (siar, r3, lag's ``temperature``): every run draws its
+    answers anew. Old code cached the first draw, so every later run on the node, in any --out,
+    got it again and reruns meant to show sampling's spread showed none. Greedy answers (and
+    seeded draws, a function of their key) are still cached (the engine is a stand-in)."""
+    from logicrank.pipelines import torch_build
+    from logicrank.pipelines.config.settings import LLMConfig
+    from logicrank.pipelines.llm import engine as engine_module
+    from logicrank.pipelines.llm.engine import Engine, Generation, LLMClient
+
+    monkeypatch.setattr(torch_build, "cpu_only", lambda: True)
+    monkeypatch.setattr(engine_module, "configure_vllm_env", lambda cfg: None)
+    draws = iter(range(100))
+    monkeypatch.setattr(Engine, "generate", lambda engine, texts, constraint, max_tokens, temperature, seed: [
+        Generation(f"draw {next(draws)}", "stop", 3, 0, 2) for _ in texts])
+    template, values = prompts.load("lag_decompose"), [{"question": "Who directed the film?"}]
+    got = {}
+    for temperature, seed in ((0.7, None), (0.7, None), (0.0, None), (0.0, None), (0.7, 5), (0.7, 5)):
+        client = LLMClient(LLMConfig(cache=str(tmp_path / "c.sqlite")))
+        (g,) = client.generate(template, values, temperature=temperature, seed=seed)
+        got.setdefault((temperature, seed), []).append((g.text, g.cached))
+    assert got == {(0.7, None): [("draw 0", False), ("draw 1", False)], (0.0, None): [("draw 2", False), ("draw 2", True)],
+                   (0.7, 5): [("draw 3", False), ("draw 3", True)]}
+
+
 # -- model registry --------------------------------------------------------------------------
 def test_unknown_models_fail_with_the_choices(tmp_path):
     with pytest.raises(models.LLMModelError, match=r"registered name \(smollm2-135m-instruct, qwen2.5-coder-1.5b-instruct\)"):

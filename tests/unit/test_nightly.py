@@ -131,6 +131,32 @@ def test_a_pipelines_hash_holds_the_content_of_the_files_its_stages_read_and_its
     assert all(pipeline_hashes(cfg)[k] != second[k] for k in second)
 
 
+def test_a_pipelines_hash_holds_a_local_encoders_files_and_the_bm25_analyzer(tmp_path, monkeypatch):
+    """A fine-tune saved over the encoder's directory (the index job embeds again) or another
+    PyStemmer (the BM25 index is rebuilt) scores the same corpus otherwise: another pipeline,
+    not a night-to-night change blamed on the corpus (the hash held the encoder's path alone,
+    and no analyzer). Each changes only the pipelines that read it."""
+    from logicrank.pipelines.engines.bm25 import analyzer
+    from logicrank.pipelines.operations.nightly import pipeline_hashes
+
+    (tmp_path / "q.jsonl").write_text('{"_id": "q1", "text": "a"}\n')
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    model = tmp_path / "encoder"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "bert"}')
+    (model / "model.safetensors").write_bytes(b"weights 1")
+    cfg = NightlyConfig(out=str(tmp_path / "out"), index={"corpus": str(tmp_path / "q.jsonl"), "db": str(tmp_path / "db"), "embed": {"model": str(model)}},
+                        query_sets={"s": {"queries": str(tmp_path / "q.jsonl"), "qrels": str(tmp_path / "qrels.tsv")}},
+                        pipelines={"dense": ["dense"], "bm25": ["bm25"]})
+    first = pipeline_hashes(cfg)
+    (model / "model.safetensors").write_bytes(b"weights 2")  # saved over: the same path, other weights
+    second = pipeline_hashes(cfg)
+    assert second["s/dense"] != first["s/dense"] and second["s/bm25"] == first["s/bm25"]
+    monkeypatch.setattr(analyzer, "analyzer_digest", lambda: "another PyStemmer")
+    third = pipeline_hashes(cfg)
+    assert third["s/bm25"] != second["s/bm25"] and third["s/dense"] == second["s/dense"]
+
+
 def test_the_history_replaces_a_night_written_twice():
     n1 = _night("2026-11-20", 5, {"a": BASE})
     n2 = _night("2026-11-21", 6, {"a": BASE - 0.3 + NOISE})

