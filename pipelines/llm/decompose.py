@@ -57,7 +57,8 @@ class DecompositionsError(UserError, ValueError):
     """A decompositions table does not cover the queries it is used with."""
 
 
-_FORM_OPERAND = r"(NOT )*\(*(NOT )*a[0-9]+\)*"
+# each NOT before a bracket or, the last, before an atom id, as the grammar reads a NOT (no "NOT NOT a1")
+_FORM_OPERAND = r"(NOT \(|\()*(NOT )?a[0-9]+\)*"
 FORM_PATTERN = rf"^\(*{_FORM_OPERAND}( (AND|OR) \(*{_FORM_OPERAND})*$"  # an OrLog form as the schema lets it be decoded
 
 

@@ -55,6 +55,9 @@ def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str]
         if stage.kind in (Kind.RETRIEVER, Kind.FUSION) and made_run is not None and (instead := stage.after_run()) is not None:
             raise PipelineError(f"{where} comes after {made_run}, which produced a run, but {instead}: it would discard that run; "
                                 f"put {o.stage} first, or fuse the two runs (rrf).")
+        for col in sorted(set(stage.misreads) & cols):
+            raise PipelineError(f"{where} cannot read queries that carry {col!r} (a stage before it, or the queries, add it): "
+                                f"{stage.misreads[col]}.")
         missing = stage.requires - cols
         if missing:
             raise PipelineError(f"{where} needs query column(s) {sorted(missing)} that no stage before it adds; "

@@ -203,6 +203,33 @@ def test_prompt_example_terms_are_refused_only_where_the_question_lacks_their_wo
     assert copied.status == "degenerate" and "comes from the prompt's examples" in copied.error
 
 
+def test_the_orlog_schemas_form_pattern_admits_only_forms_the_grammar_reads():
+    """Constrained decoding must give a form that parses: the pattern admitted "NOT NOT a1",
+    which the grammar (a NOT before an atom or a bracket) refuses, so the whole decomposition
+    fell back to the question. Every NOT but the last before a bracket; nesting still admitted."""
+    import itertools
+    import re
+
+    from logicrank.pipelines.llm.decompose import FORM_PATTERN, read_form
+    from logicrank.pipelines.retrieval.logic.query import QueryParseError
+
+    for form in ("NOT NOT a1", "a1 AND NOT NOT a2", "NOT NOT (a1)", "(NOT NOT a1)"):
+        assert not re.fullmatch(FORM_PATTERN, form), form
+    for form in ("NOT (NOT a1)", "(NOT (a1 OR a2)) AND a3", "NOT ((a1))", "a1 AND NOT (a2 OR NOT a3)", "((a1 OR a2) AND NOT a3)"):
+        assert re.fullmatch(FORM_PATTERN, form) and read_form(form), form
+    # every string of up to 5 of these pieces the pattern admits parses, unless its brackets do not match
+    pieces = ["NOT ", "(", ")", "a1", " AND ", " OR "]
+    for n in range(1, 6):
+        for combo in itertools.product(pieces, repeat=n):
+            form = "".join(combo)
+            depths = list(itertools.accumulate({"(": 1, ")": -1}.get(c, 0) for c in form))
+            if re.fullmatch(FORM_PATTERN, form) and min(depths) >= 0 and depths[-1] == 0:
+                try:
+                    read_form(form)
+                except QueryParseError as exc:
+                    raise AssertionError(f"{form!r} admitted by the schema but refused: {exc}") from None
+
+
 def test_orlog_output_validated():
     ok = {"atoms": [{"id": "a1", "text": "{x} is a book"}, {"id": "a2", "text": "{x} is French"}], "form": "a1 and not (a2)"}
     p = parse_output("orlog", "books, but not French ones", _gen(json.dumps(ok)))

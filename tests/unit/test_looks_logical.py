@@ -24,6 +24,9 @@ MEANT = {  # near-miss logical queries: each refused
     "only keywords outside the quotes": 'and not "bone"',
     "upper-case keywords beside quotes": '"vitamin D" AND NOT bone',
     "an inch mark, then a quote missing": 'a 15" screen AND NOT "glare',
+    # old code: plain words, and BM25 dropped "but" and "not" as stop words, so "bone" was raised
+    "but not between quoted terms": '"vitamin D" but not "bone"',
+    "except between quoted terms": '"museums in Paris" except not "art"',
 }
 PLAIN = {  # text
     "lower-case and": "vitamin D and bone health",
@@ -42,6 +45,7 @@ PLAIN = {  # text
     "an inch mark and a quoted phrase": 'a 15" screen and "retina" display',
     "a quoted phrase ending in a digit": '"vitamin D3" and bone health',
     "two quoted phrases": '"vitamin D" "bone health" trials',
+    "but between quoted phrases, no keyword": '"cheap" but "good" hotels',
 }
 
 
@@ -97,13 +101,19 @@ def test_a_blank_logical_query_is_refused(table_db):  # noqa: F811
     assert "\n" not in str(exc.value)
 
 
-@pytest.mark.parametrize("query", ['"vitamin D” AND NOT “bone"', '"a" AND "b” OR “c"', '"vitamin D″ AND NOT ″bone"', '"a” AND (“b"'])
+@pytest.mark.parametrize("query", ['"vitamin D” AND NOT “bone"', '"a" AND "b” OR “c"', '"vitamin D″ AND NOT ″bone"', '"a” AND (“b"',
+                                   # keywords read in any case: a lower-case NOT was lost in one term (old code), so was one
+                                   # between curly single quotes
+                                   '"vitamin D” and not “bone"', '"vitamin D” And Not “bone"', '"a” not “b"', '"vitamin D’ AND NOT ‘bone"'])
 def test_curly_quotes_inside_straight_ones_around_an_operator_are_refused(query):
     """Fixing a fully curly query's first and last quotes leaves curly ones inside: the whole
     formula parsed as one term, and a NOT was searched as the word "not". Refused, at the
-    curly quote; a term that only holds curly quotes (a title) still parses."""
+    curly quote; a term that only holds curly quotes (a title, "or"/"and" between them in
+    lower case) still parses."""
     from logicrank.pipelines.retrieval.logic.query import QueryParseError, Term, parse
 
     with pytest.raises(QueryParseError, match="typographic quotes delimit no term"):
         parse(query)
     assert parse('"the “Godfather” and “Scarface” films"') == Term("the “Godfather” and “Scarface” films")
+    assert parse('"the “yes” or “no” question"') == Term("the “yes” or “no” question")
+    assert list(parse('"children’s books" AND NOT "bone"').terms()) == ["children’s books", "bone"]  # (an apostrophe: no quote)

@@ -65,6 +65,11 @@ def test_stage_spellings_are_equivalent_and_unknown_ones_list_the_registry():
         (["bm25", "orlog"], r"stage 2 \(orlog\) needs query column\(s\) \['atoms'\]"),
         ([{"decomposition": {"target": "itlr"}}], "produces no run"),
         ([{"rrf": {"of": [["dense"], ["reasoner"]]}}], r"pipeline 'p/rrf\[2\]', stage 1 \(reasoner\) reranks a run"),
+        # OrLog's decomposition makes logical_query a form over atom ids: itlr searched "a1", "a2" as words (old code: run, status ok)
+        ([{"decomposition": {"target": "orlog", "decompositions": "d.jsonl"}}, "itlr"],
+         r"stage 2 \(itlr\) cannot read queries that carry 'atoms'.*OrLog's atom ids"),
+        ([{"decomposition": {"target": "orlog", "decompositions": "d.jsonl"}}, {"rrf": {"of": [["bm25"], ["itlr"]]}}],
+         r"pipeline 'p/rrf\[2\]', stage 1 \(itlr\) cannot read queries that carry 'atoms'"),
     ],
 )
 def test_a_pipeline_is_validated_as_a_whole_before_any_work(pipeline, message):

@@ -104,3 +104,13 @@ def test_strict_not_needs_calibrated_evidence_and_a_threshold_in_0_1(options, me
         Pipeline.parse("x", [{"itlr": options}])
     Pipeline.parse("ok", [{"itlr": {"strict_not": 0.5, "calibration": "zscore"}}])
     Pipeline.parse("ok", [{"itlr": {"strict_not": 0.5, "scorer": "hybrid"}}])  # hybrid's evidence is calibrated already
+
+
+def test_strict_not_keeps_the_sum_ors_values_past_one_as_docs_itlr_says():
+    """docs/itlr.md said strict NOT keeps every value in [0, 1]; it drops documents at or above
+    its threshold only, and negated terms each just under it sum past 1 under the sum OR. The
+    page's figures, computed: 0.548 above 0.144 for a document holding the negated terms less."""
+    f = compile_query(parse('"x" AND NOT ("a" OR "b") AND NOT ("c" OR "d")'), ["x", "a", "b", "c", "d"], Operators(strict_not=0.9))
+    np.testing.assert_allclose(f(np.array([[0.9, 0.89, 0.89, 0.89, 0.89], [0.9, 0.3, 0.3, 0.3, 0.3]])), [0.548, 0.144], atol=5e-4)
+    g = compile_query(parse('"x" AND NOT ("a" OR "b") AND NOT ("c" OR "d")'), ["x", "a", "b", "c", "d"], Operators())
+    np.testing.assert_allclose(g(np.array([[1.0, 1.0, 1.0, 1.0, 1.0], [1.0, 0.1, 0.1, 0.1, 0.1]])), [1.0, 0.64], atol=1e-12)

@@ -209,8 +209,11 @@ def parse(query: str) -> Node:
     return node
 
 
-# a closing typographic quote, an operator in capitals, an opening one: a formula typed with curly quotes inside straight ones
-_KEYWORD_IN_TERM = re.compile(f"[{_TYPOGRAPHIC}]\\s+(?:(?:AND|OR)\\s+(?:NOT\\s+)?|NOT\\s+)\\(*\\s*[{_TYPOGRAPHIC}]")
+# a closing typographic quote, an operator, an opening one: a formula typed with curly quotes inside straight ones. AND
+# and OR in capitals only (a title may hold “yes” or “no”); a NOT in any case, whose loss would invert the query, and
+# with curly single quotes too
+_KEYWORD_IN_TERM = re.compile(f"[{_TYPOGRAPHIC}]\\s+(?:(?:AND|OR)\\s+(?:NOT\\s+)?|NOT\\s+)\\(*\\s*[{_TYPOGRAPHIC}]"
+                              f"|(?i:[{_TYPOGRAPHIC}’]\\s+(?:(?:and|or)\\s+)?not\\s+\\(*\\s*[{_TYPOGRAPHIC}‘])")
 
 
 _QUOTES = '"' + _TYPOGRAPHIC
@@ -218,7 +221,8 @@ _MINUS_QUOTE = re.compile(f"-\\s*[{_QUOTES}]")
 _PREFIX = [k for k in KEYWORDS if k not in INFIX]
 _UPPER_KEYWORD = re.compile(r"\S\s+(?:" + "|".join(INFIX) + r")\s+\S|(?<!\w)(?:" + "|".join(_PREFIX) + r")\s+\S")
 _TERM = "\x00"  # a quoted span's stand-in among the words outside quotes
-_JOINED = re.compile("T[kp]*k[kp]*T")  # a keyword, maybe with parentheses, between two quoted terms
+_JOINED = re.compile("T[kpc]*k[kpc]*T")  # a keyword, maybe with parentheses or "but", between two quoted terms
+_CONNECTIVES = ("but", "except")  # words that join an exclusion to what it excludes ("a" but not "b")
 
 
 def _outside_quotes(text: str) -> tuple[str, bool]:
@@ -243,9 +247,10 @@ def looks_logical(text: str) -> bool:
     - a quote is left open (``"vitamin D" AND NOT "bone``; straight or typographic quotes; a
       quote right after a digit is an inch mark, ``a 15" screen``), or a minus precedes a quote
       (``-"bone"``);
-    - AND, OR or NOT in any case sits between two quoted terms, parentheses allowed
-      (``"vitamin D" and not "bone" health``, ``"a" and ("b" or c)``), or every word outside
-      the quotes is a keyword or parenthesis (``and not "bone"``);
+    - AND, OR or NOT in any case sits between two quoted terms, parentheses and "but" or
+      "except" allowed (``"vitamin D" and not "bone" health``, ``"a" and ("b" or c)``,
+      ``"vitamin D" but not "bone"``), or every word outside the quotes is a keyword or
+      parenthesis (``and not "bone"``);
     - an upper-case AND or OR sits between words or NOT before one, in a text that has lower
       case or a quoted term (``vitamin D AND NOT bone``, ``'vitamin D' AND NOT 'bone'``).
 
@@ -255,7 +260,8 @@ def looks_logical(text: str) -> bool:
     if unterminated or _MINUS_QUOTE.search(text):
         return True
     words = outside.replace("(", " ( ").replace(")", " ) ").split()
-    kinds = "".join("T" if w == _TERM else "p" if w in ("(", ")") else "k" if w.upper() in KEYWORDS else "w" for w in words)
+    kinds = "".join("T" if w == _TERM else "p" if w in ("(", ")") else "k" if w.upper() in KEYWORDS else "c" if w.lower() in _CONNECTIVES
+                    else "w" for w in words)
     if "T" in kinds and (_JOINED.search(kinds) or ("k" in kinds and "w" not in kinds)):
         return True
     return ("T" in kinds or any(c.islower() for c in text)) and bool(_UPPER_KEYWORD.search(outside))

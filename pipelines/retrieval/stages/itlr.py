@@ -108,6 +108,8 @@ class ITLR(Stage):
     kind = Kind.RETRIEVER
     Options = ITLROptions
     reads = ("text", "logical_query")  # a blank-text query still runs when it carries its logical form
+    misreads = {"atoms": "its logical_query is then a form over OrLog's atom ids (a1, a2, ...), which itlr would search as words; "
+                         "decompose with target itlr for itlr, or rerank with orlog"}
 
     def needs(self) -> Needs:
         files = tuple(f for f in (self.options.labels, self.options.pairs) if f)
