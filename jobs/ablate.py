@@ -21,7 +21,7 @@ from logicrank.pipelines.config.settings import EmbedConfig
 from logicrank.pipelines.engines.embed import model_id
 from logicrank.pipelines.engines.store import DocStore
 from logicrank.pipelines.engines.vector_models import require_query_model
-from logicrank.pipelines.evaluation.ablation import grid_markdown, grid_table
+from logicrank.pipelines.evaluation.ablation import grid_markdown, grid_notes, grid_table
 from logicrank.pipelines.evaluation.measures import parse_measure
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.io import read_qrels, read_queries
@@ -51,6 +51,7 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
         echo(note)
     if scorer != "bm25":
         require_query_model(store, model_id(embed), "ablate")
+    notes = grid_notes(queries, qrels, m, k)  # (a queries file sharing no query with the qrels: refused before scoring)
     parsed = parse_queries(queries)
     if unparsed := unparsed_queries(queries, parsed):  # its operators would be measured on queries read as one term
         raise UnparsedQueryError(unparsed_message("ablate", unparsed, hint='Quote each term ("vitamin D" AND NOT "bone")'))
@@ -58,9 +59,11 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
         pairs, calibration = score_grid(parsed, store, embed, k, scorer, calibration, hybrid_weight, empty_not)
     df = grid_table(pairs, qrels, m, k)
     write_parquet_atomic(pa.Table.from_pandas(df, preserve_index=False), Path(out) / "ablation.parquet")
-    write_text_atomic(grid_markdown(df, m), Path(out) / "ablation.md")
+    write_text_atomic(grid_markdown(df, m, notes), Path(out) / "ablation.md")
+    for note in notes if echo else ():
+        echo(note)
     fallback = sum(q.status != "ok" for q in parsed)
     rundir.write_manifest({"queries": queries_path, "qrels": qrels_path, "db": db, "measure": str(m), "k": k, "scorer": scorer,
                            "calibration": calibration, "empty_not": empty_not},
-                          "", {}, ["ablation.parquet", "ablation.md"], fallback_queries=fallback)
+                          "", {}, ["ablation.parquet", "ablation.md"], fallback_queries=fallback, notes=notes)
     return df

@@ -413,7 +413,7 @@ def evaluate(
     from logicrank.jobs.evaluate import evaluated_depths, evaluation_notes, run_evaluate
     from logicrank.pipelines.evaluation.measures import parse_measures
     from logicrank.pipelines.evaluation.qa import parse_qa_measures
-    from logicrank.pipelines.evaluation.report import depth_cell, summary_frame
+    from logicrank.pipelines.evaluation.report import depth_cell, figure, summary_frame
 
     cfg = _config(EvaluateConfig, bound)
     _run(parse_measures, cfg.measures)
@@ -422,7 +422,7 @@ def evaluate(
     metrics = run_job("evaluate", out, run_evaluate, cfg, out, echo=typer.echo)
     frame, depths = summary_frame(metrics), evaluated_depths(out)
     frame.insert(0, "depth", [depth_cell(depths, rid) for rid in frame.index])
-    typer.echo(frame.to_string(float_format=lambda v: f"{v:.4f}"))
+    typer.echo(frame.to_string(float_format=figure, na_rep="-"))
     for line in evaluation_notes(out):
         typer.echo(line)
     typer.echo(f"report: {out / 'report.md'}")
@@ -768,13 +768,13 @@ def nightly(
     _run(require_writable, cfg.out, "nightly", f"out (in {config})")
     if at is not None:
         from logicrank.jobs.evaluate import evaluated_depths
-        from logicrank.pipelines.evaluation.report import depth_cell, summary_frame
+        from logicrank.pipelines.evaluation.report import depth_cell, figure, summary_frame
 
         for qs, metrics in run_job("nightly", cfg.out, run_at, cfg, at, echo=typer.echo, progress=progress).items():
             typer.echo(f"{qs} at table version {at}:")
             frame, depths = summary_frame(metrics), evaluated_depths(Path(cfg.out) / "at" / at / "sets" / qs / "evaluate")  # (run_at's)
             frame.insert(0, "depth", [depth_cell(depths, rid) for rid in frame.index])
-            typer.echo(frame.to_string(float_format=lambda v: f"{v:.4f}"))
+            typer.echo(frame.to_string(float_format=figure, na_rep="-"))
         return
     _run(require_writable, cfg.index.db, "nightly", f"index.db (in {config})")  # (--at only reads the table)
     result = run_job("nightly", cfg.out, run_nightly, cfg, date, echo=typer.echo, progress=progress)
@@ -861,7 +861,7 @@ def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool =
     missed reference exits 1 after every report is written."""
     from logicrank.jobs.experiment import run_experiment
     from logicrank.pipelines.evaluation.experiment import override
-    from logicrank.pipelines.evaluation.report import depth_cell
+    from logicrank.pipelines.evaluation.report import depth_cell, figure
 
     embed, ray, llm = _parts(bound)
     # an encoder option given on the command line beats the file's embed where the two differ (a change of encoder: the
@@ -874,9 +874,9 @@ def _experiments(job: str, exps: list, out: Path, bound: Bound, progress: bool =
         where = out / exp.name if nested else out
         result = run_job(job, out, run_experiment, exp, where, embed, ray, llm, strict=False, progress=progress, echo=typer.echo, index_dir=out)
         for rid, row in result.summary.iterrows():
-            typer.echo(f"{rid}: depth {depth_cell(result.depths, rid)}  " + "  ".join(f"{m} {v:.4f}" for m, v in row.items()))
+            typer.echo(f"{rid}: depth {depth_cell(result.depths, rid)}  " + "  ".join(f"{m} {figure(v)}" for m, v in row.items()))
         for c in result.checks:
-            got = "-" if c.got is None else f"{c.got:.4f}"
+            got = figure(c.got)
             typer.echo(f"reference {c.reference.run} {c.reference.measure}: {got} vs {c.reference.value} ± {c.reference.tolerance}: "
                        + ("reproduced" if c.ok else "MISSED"))
             missed += [] if c.ok else [f"{exp.name} {c.reference.run} {c.reference.measure}"]

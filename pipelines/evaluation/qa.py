@@ -274,6 +274,9 @@ def evaluate_answers(predictions: dict[str, str], gold: dict[str, Gold], measure
     names = parse_qa_measures(measures)
     if "Judge" in names and judge is None:
         raise QAError("the Judge measure needs an LLM; give one (logicrank evaluate --judge-llm MODEL) or drop Judge.")
+    if AGGREGATE_QUERY_ID in gold:  # its rows would be taken for the mean's, as a qrels query so named would (core.run_metrics)
+        raise QAError(f"gold answers: a question {AGGREGATE_QUERY_ID!r}, the name of the mean's row; "
+                      "rename that question (in the gold answers and the answers).")
     ids = sorted(gold)
     preds = [predictions.get(q, "") for q in ids]
     frames = []

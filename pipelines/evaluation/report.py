@@ -14,8 +14,10 @@ from logicrank.pipelines.markdown import table
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.4f}"
+def figure(x: float | None) -> str:
+    """A figure as the reports and the terminal print it: 4 decimals; ``-`` where a run has no
+    value (a measure it lacks: a run of answers alone has no nDCG, a ranking no EM)."""
+    return "-" if x is None or x != x else f"{x:.4f}"
 
 
 def summary_frame(metrics: pa.Table) -> pd.DataFrame:
@@ -66,10 +68,10 @@ def _spread(measure: str, values: pd.Series) -> list:
     value (as AP)."""
     import numpy as np
 
-    over = _fmt(over_queries(measure, values.to_numpy()))
+    over = figure(over_queries(measure, values.to_numpy()))
     if measure.startswith("gm_"):
-        return [measure, over, _fmt(float(np.median(np.exp(values.to_numpy())))), "-", "-"]  # (of an even count: the two middle APs' mean)
-    return [measure, over, _fmt(values.median()), _fmt(values.std(ddof=0)), int((values > 0).sum())]
+        return [measure, over, figure(float(np.median(np.exp(values.to_numpy())))), "-", "-"]  # (of an even count: the two middle APs' mean)
+    return [measure, over, figure(values.median()), figure(values.std(ddof=0)), int((values > 0).sum())]
 
 
 def markdown_report(
@@ -99,7 +101,7 @@ def markdown_report(
                 hit = sig[(sig["run_id"] == run_id) & (sig["measure"] == measure)]
                 if len(hit) and bool(hit["significant"].iloc[0]):
                     mark = "&dagger;"
-            cells.append(_fmt(value) + mark)
+            cells.append(figure(value) + mark)
         rows.append([run_id, *([depth_cell(depths, run_id)] if depths is not None else []), *cells])
     depth = ["depth"] if depths is not None else []
     lines += table(["run", *depth, *summary.columns], rows, "l" + "r" * (len(depth) + len(summary.columns)))
@@ -116,7 +118,7 @@ def markdown_report(
             "",
         ]
         lines += table(["measure", "run", "baseline", "run's", "p", "p adjusted"],  # (each the summary's value over the queries)
-                       ([r.measure, r.run_id, _fmt(r.mean_baseline), _fmt(r.mean_run), f"{r.p_value:.3g}", f"{r.p_adjusted:.3g}"]
+                       ([r.measure, r.run_id, figure(r.mean_baseline), figure(r.mean_run), f"{r.p_value:.3g}", f"{r.p_adjusted:.3g}"]
                         for r in sig.itertuples()), "llrrrr")
     for run_id in summary.index:
         block = per_query[per_query["run_id"] == run_id]

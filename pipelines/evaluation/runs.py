@@ -92,7 +92,7 @@ def evaluate_runs(runs: Sequence[pa.Table], qrels: pa.Table | None, measures: Se
         raise EvaluationError("evaluate: runs need qrels.")
     out, missing, without, depths = [], {}, {}, {}
     for rid, one in parts:
-        _require_shared_queries(rid, one, qrels)
+        require_shared_queries(rid, one, qrels)
         out.append(run_metrics(one, qrels, parsed, rid))
         missing[rid], without[rid] = query_coverage(one, qrels)
         depths[rid] = run_depth(one)
@@ -114,21 +114,24 @@ def evaluate_runs(runs: Sequence[pa.Table], qrels: pa.Table | None, measures: Se
                       unanswered, not_asked, depths)
 
 
-def _require_shared_queries(run_id: str, run: pa.Table, qrels: pa.Table) -> None:
+def require_shared_queries(run_id: str, run: pa.Table, qrels: pa.Table, who: str | None = None) -> None:
     """A run with rows, none of them for a query of the qrels, would score 0 on every measure
     (trec_eval -c's rule for a missed query): almost surely the qrels of other queries, or ids
-    spelt otherwise (``"1"`` against ``"q1"``); refused, as trec_eval refuses it without -c."""
+    spelt otherwise (``"1"`` against ``"q1"``); refused, as trec_eval refuses it without -c.
+    ``run`` may be any table of ``query_id``s (``ablate``'s queries), ``who`` naming it in the
+    message (default: ``evaluate: run <run_id>``)."""
+    who = who or f"evaluate: run {run_id}"
     in_run = pc.unique(run.column("query_id")).cast(pa.string())
     judged = pc.unique(qrels.column("query_id")).cast(pa.string())
-    _require_ids_spelt_alike(run_id, set(in_run.to_pylist()), set(judged.to_pylist()))
+    _require_ids_spelt_alike(who, set(in_run.to_pylist()), set(judged.to_pylist()))
     if len(in_run) == 0 or pc.any(pc.is_in(in_run, value_set=judged)).as_py():
         return
     ours, theirs = (sorted(set(t.column("query_id").to_pylist()))[:3] for t in (run, qrels))
-    raise EvaluationError(f"evaluate: run {run_id} has no query the qrels judge (its queries {ours}..., the qrels' {theirs}...); "
+    raise EvaluationError(f"{who} has no query the qrels judge (its queries {ours}..., the qrels' {theirs}...); "
                           "give the qrels of its queries (or check how the ids are written).")
 
 
-def _require_ids_spelt_alike(run_id: str, in_run: set[str], judged: set[str]) -> None:
+def _require_ids_spelt_alike(who: str, in_run: set[str], judged: set[str]) -> None:
     """A run query the qrels lack whose number they hold with other leading zeros (``051``
     against ``51``: TREC's topics files pad what its qrels do not, NTCIR's qrels keep the
     zeros) would score 0 as a missed query, silently; refused, naming the pair."""
@@ -139,7 +142,7 @@ def _require_ids_spelt_alike(run_id: str, in_run: set[str], judged: set[str]) ->
     spelt = [(q, theirs[number(q)]) for q in sorted(in_run - judged) if number(q) in theirs]
     if spelt:
         ours, their = spelt[0]
-        raise EvaluationError(f"evaluate: run {run_id}'s query {ours!r} is the qrels' {their!r} with other leading zeros ({len(spelt)} "
+        raise EvaluationError(f"{who}'s query {ours!r} is the qrels' {their!r} with other leading zeros ({len(spelt)} "
                               "such quer(ies)), and would score 0 as a query the run misses; write the run's ids as the qrels write them.")
 
 

@@ -623,3 +623,30 @@ def test_trec_comments_and_fields_after_the_tag_are_read_as_trec_eval_reads_them
         read_run(path)
     with pytest.raises(TopicsError, match=r"query_id '#1' .* starts a comment"):  # written, trec_eval would skip it
         write_trec_run(_run_table([("#1", "d1", 1, 1.0)]), tmp_path / "hash.trec")
+
+
+def test_ablates_grid_is_refused_or_noted_as_evaluate_would():
+    """``logicrank ablate`` measured its 18 runs without evaluate's checks: queries written
+    ``051`` against qrels' ``51``, or sharing none with them, gave a table of zeros with no
+    word; qrels queries absent from the queries file scored 0 unsaid; R@1000 over each
+    choice's top 100 was printed as R@1000."""
+    from logicrank.pipelines.evaluation.ablation import grid_markdown, grid_notes
+    from logicrank.pipelines.evaluation.measures import parse_measure
+
+    qrels = _qrels_table([("51", "d1", 1), ("52", "d2", 1), ("53", "d3", 1)])
+    queries = lambda *ids: pa.table({"query_id": list(ids), "text": ["t"] * len(ids)})  # noqa: E731
+    with pytest.raises(EvaluationError, match=r"ablate: the queries file's query '051' is the qrels' '51' with other leading zeros"):
+        grid_notes(queries("051", "052"), qrels, parse_measure("nDCG@10"), 100)
+    with pytest.raises(EvaluationError, match=r"ablate: the queries file has no query the qrels judge"):
+        grid_notes(queries("q1", "q2"), qrels, parse_measure("nDCG@10"), 100)
+    assert grid_notes(queries("51", "52", "53"), qrels, parse_measure("nDCG@10"), 100) == []
+    notes = grid_notes(queries("51", "52", "x"), qrels, parse_measure("R@1000"), 100)
+    assert notes == ["ablate: 1 of the qrels' 3 queries are not in the queries file; each scores 0 in every row, as trec_eval -c "
+                     "scores a query a run misses.", "ablate: 1 queries of the queries file have no qrels; not evaluated.",
+                     "ablate: each operator choice ranks its top 100 documents of a query, so R@1000 counts no deeper."]
+    assert grid_notes(queries("51", "52", "53"), qrels, parse_measure("MAP"), 100)[-1].endswith("so MAP counts no deeper.")
+    import pandas as pd
+
+    md = grid_markdown(pd.DataFrame([{"operators": "and=product,or=sum,not=complement", "measure": "R@1000", "value": 0.5}]),
+                       parse_measure("R@1000"), notes)
+    assert md.endswith(f"- {notes[-1]}\n") and "0.5000" in md

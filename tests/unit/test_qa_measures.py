@@ -81,6 +81,26 @@ def test_every_gold_question_is_scored_and_a_missing_answer_scores_zero():
     assert qa.coverage(preds, gold) == (1, 1)
 
 
+def test_a_gold_question_named_as_the_means_row_is_refused_before_anything_is_written(tmp_path):
+    """A gold question ``all`` (the mean's row) gave two ``all`` rows per run: the significance
+    table was computed from the other questions alone (means 0.0 and 1.0 where the runs' EMs
+    were 0.5 and 1.0) and written, then the report crashed. Refused in one line, as a qrels
+    query so named is."""
+    from logicrank.jobs.evaluate import run_evaluate
+    from logicrank.pipelines.config.settings import EvaluateConfig
+
+    gold = {"all": qa.Gold("Capital of France?", ("paris",)), "q2": qa.Gold("Of Italy?", ("rome",))}
+    with pytest.raises(qa.QAError, match="gold answers: a question 'all', the name of the mean's row"):
+        qa.evaluate_answers({"all": "paris", "q2": "x"}, gold, ["EM"], "a")
+    (tmp_path / "gold.jsonl").write_text("".join(json.dumps({"query_id": q, "answers": list(g.answers)}) + "\n" for q, g in gold.items()))
+    for name, answers in (("a", ["paris", "x"]), ("b", ["paris", "rome"])):
+        pq.write_table(pa.table({"query_id": ["all", "q2"], "answer": answers}), tmp_path / f"{name}.parquet")
+    with pytest.raises(qa.QAError) as exc:
+        run_evaluate(EvaluateConfig(answers=(str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")), gold=str(tmp_path / "gold.jsonl")),
+                     tmp_path / "e")
+    assert "\n" not in str(exc.value) and not list((tmp_path / "e").glob("*.parquet"))
+
+
 def test_the_judge_needs_an_llm_and_uses_its_verdicts():
     gold = {"q1": qa.Gold("Who?", ("Ann",)), "q2": qa.Gold("Where?", ("Paris",))}
     with pytest.raises(qa.QAError, match="needs an LLM"):
@@ -174,6 +194,9 @@ def test_the_evaluate_job_scores_answers_alone_or_beside_runs(tmp_path):
                                                       answers=(str(tmp_path / "lag.parquet"), str(tmp_path / "rag.parquet")), gold=str(gold),
                                                       baseline="rag"), tmp_path / "e2"))
     assert mixed.loc["lag", "P@1"] == 1.0 and np.isnan(mixed.loc["rag", "P@1"]) and mixed.loc["rag", "EM"] == pytest.approx(2 / 3)
+    # the report prints "-" for the measure rag lacks (old code: "nan", read as a figure)
+    (rag_row,) = [line for line in (tmp_path / "e2" / "report.md").read_text().splitlines() if line.startswith("| rag ")]
+    assert "nan" not in rag_row.lower() and [c.strip() for c in rag_row.strip("|").split("|")][2] == "-", rag_row
 
 
 @pytest.mark.parametrize(

@@ -73,8 +73,10 @@ def conclude(exp: Experiment, metrics: pa.Table, significance: pa.Table | None, 
     write_text_atomic(render(result), result.report)
     missed = [c for c in checks if not c.ok]
     if missed and strict:
+        from logicrank.pipelines.evaluation.report import figure
+
         raise ReferenceMissed(f"experiment {exp.name}: {len(missed)} reference figure(s) missed: " + "; ".join(
-            f"{c.reference.run} {c.reference.measure} {_fmt(c.got)} vs {c.reference.value} ± {c.reference.tolerance}" for c in missed)
+            f"{c.reference.run} {c.reference.measure} {figure(c.got)} vs {c.reference.value} ± {c.reference.tolerance}" for c in missed)
             + f" (report: {result.report})")
     return result
 
@@ -106,21 +108,16 @@ def grouped(metrics: pa.Table, queries: Path, column: str) -> pd.DataFrame:
     return table.assign(queries=counts.astype(int))
 
 
-
-def _fmt(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4f}"
-
-
 def render(r: ExperimentResult) -> str:
     """The experiment's one report (Markdown)."""
-    from logicrank.pipelines.evaluation.report import DEPTH_NOTE, depth_cell
+    from logicrank.pipelines.evaluation.report import DEPTH_NOTE, depth_cell, figure
 
     exp = r.experiment
     d = exp.dataset
     lines = [f"# {exp.title}", "", f"Dataset: {d.label} (table v{r.table_version}); measures over the qrels' queries "
              "(a query a run misses scores 0, trec_eval -c).", ""]
     measures = list(r.summary.columns)
-    lines += table(["run", "depth", *measures], ([run, depth_cell(r.depths, run), *(f"{row[m]:.4f}" for m in measures)]
+    lines += table(["run", "depth", *measures], ([run, depth_cell(r.depths, run), *(figure(row[m]) for m in measures)]
                                                  for run, row in r.summary.iterrows()), "lr" + "r" * len(measures))
     lines += ["", DEPTH_NOTE]
     if r.significance is not None and r.significance.num_rows:
@@ -133,12 +130,12 @@ def render(r: ExperimentResult) -> str:
     for column, by in r.groups.items():
         cols = [c for c in by.columns if c != "queries"]
         lines += ["", f"By {column}:", ""]
-        lines += table(["run", column, "queries", *cols], ([run, g, int(row["queries"]), *(f"{row[c]:.4f}" for c in cols)]
+        lines += table(["run", column, "queries", *cols], ([run, g, int(row["queries"]), *(figure(row[c]) for c in cols)]
                                                           for (run, g), row in by.iterrows()), "llr" + "r" * len(cols))
     if r.checks:
         lines += ["", "References:", ""]
         lines += table(["run", "measure", "here", "reference", "tolerance", "source", ""],
-                       ([c.reference.run, c.reference.measure, _fmt(c.got), c.reference.value, c.reference.tolerance, c.reference.source,
+                       ([c.reference.run, c.reference.measure, figure(c.got), c.reference.value, c.reference.tolerance, c.reference.source,
                          "reproduced" if c.ok else "**missed**"] for c in r.checks), "llrrrll")
     if r.stages:
         lines += ["", "Stages (the retrieve manifest's counts):", ""]
