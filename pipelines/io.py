@@ -44,8 +44,9 @@ refusal names the file, what is wrong and the fix:
 - a (query, doc) pair may appear once in a run (as trec_eval, we refuse repeats;
   ``duplicates="first"`` keeps each pair's best-ranked row instead and counts the others)
   and once in the qrels;
-- a TREC run line cannot carry an empty id or one holding whitespace: ``write_trec_run``
-  refuses them (the Parquet run carries any id).
+- a TREC run line cannot carry an empty id, one holding whitespace or a query id starting
+  with ``#`` (a comment to trec_eval): ``write_trec_run`` refuses them (the Parquet run carries
+  any id).
 """
 
 from __future__ import annotations

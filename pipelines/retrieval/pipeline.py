@@ -67,7 +67,7 @@ def validate(name: str, options: Sequence[StageOptions], columns: frozenset[str]
                 raise PipelineError(f"{where} fuses no sub-pipelines (a fusion stage returns them from children()).")
             for j, sub in enumerate(stage.children(), 1):
                 needs = needs | validate(f"{name}/{o.stage}[{j}]", sub, frozenset(cols))
-        cols |= stage.adds
+        cols = (cols - stage.drops) | stage.adds
         if stage.kind is not Kind.REWRITER:  # a rewriter passes the run through
             made_run = f"stage {i} ({o.stage})"
         needs = needs | stage.needs()

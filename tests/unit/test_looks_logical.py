@@ -104,7 +104,8 @@ def test_a_blank_logical_query_is_refused(table_db):  # noqa: F811
 @pytest.mark.parametrize("query", ['"vitamin D” AND NOT “bone"', '"a" AND "b” OR “c"', '"vitamin D″ AND NOT ″bone"', '"a” AND (“b"',
                                    # keywords read in any case: a lower-case NOT was lost in one term (old code), so was one
                                    # between curly single quotes
-                                   '"vitamin D” and not “bone"', '"vitamin D” And Not “bone"', '"a” not “b"', '"vitamin D’ AND NOT ‘bone"'])
+                                   '"vitamin D” and not “bone"', '"vitamin D” And Not “bone"', '"a” not “b"', '"vitamin D’ AND NOT ‘bone"',
+                                   '"vitamin D’ AND ‘bone"', '"vitamin D’ OR ‘bone"'])
 def test_curly_quotes_inside_straight_ones_around_an_operator_are_refused(query):
     """Fixing a fully curly query's first and last quotes leaves curly ones inside: the whole
     formula parsed as one term, and a NOT was searched as the word "not". Refused, at the

@@ -83,6 +83,13 @@ def test_stages_fit_when_their_inputs_are_produced_before_them():
     assert needs.llm == {"truth"} and needs.files == ("d.parquet",) and not needs.encoder
     needs = validate("p", parse_stages([{"rrf": {"of": [["dense"], ["bm25"]]}}, {"reasoner": {"depth": 5}}]))
     assert needs.encoder and needs.llm == {"truth"}
+    # a decomposition for itlr after one for orlog: itlr reads its own logical query, over text terms (no misread), and an
+    # orlog after it would read that form as one over the atoms: refused
+    validate("p", parse_stages([{"decomposition": {"target": "orlog", "decompositions": "d.jsonl"}},
+                                {"rrf": {"of": [["bm25", "orlog"], [{"decomposition": {"target": "itlr", "decompositions": "i.jsonl"}}, "itlr"]]}}]))
+    with pytest.raises(PipelineError, match=r"stage 4 \(orlog\) needs query column\(s\) \['atoms'\]"):
+        validate("p", parse_stages([{"decomposition": {"target": "orlog", "decompositions": "d.jsonl"}}, "bm25",
+                                    {"decomposition": {"target": "itlr", "decompositions": "i.jsonl"}}, "orlog"]))
     # without a table, the decomposition asks the LLM to generate
     assert validate("p", parse_stages([{"decomposition": {"target": "itlr"}}, "itlr"])).llm == {"generate"}
 

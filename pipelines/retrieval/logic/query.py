@@ -209,10 +209,10 @@ def parse(query: str) -> Node:
     return node
 
 
-# a closing typographic quote, an operator, an opening one: a formula typed with curly quotes inside straight ones. AND
-# and OR in capitals only (a title may hold “yes” or “no”); a NOT in any case, whose loss would invert the query, and
-# with curly single quotes too
-_KEYWORD_IN_TERM = re.compile(f"[{_TYPOGRAPHIC}]\\s+(?:(?:AND|OR)\\s+(?:NOT\\s+)?|NOT\\s+)\\(*\\s*[{_TYPOGRAPHIC}]"
+# a closing typographic quote (double or single), an operator, an opening one: a formula typed with curly quotes inside
+# straight ones. AND and OR in capitals only (a title may hold “yes” or “no”); a NOT in any case, whose loss would
+# invert the query (so a title holding “is” not “ought” is refused too: type it with escaped straight quotes)
+_KEYWORD_IN_TERM = re.compile(f"[{_TYPOGRAPHIC}’]\\s+(?:(?:AND|OR)\\s+(?:NOT\\s+)?|NOT\\s+)\\(*\\s*[{_TYPOGRAPHIC}‘]"
                               f"|(?i:[{_TYPOGRAPHIC}’]\\s+(?:(?:and|or)\\s+)?not\\s+\\(*\\s*[{_TYPOGRAPHIC}‘])")
 
 

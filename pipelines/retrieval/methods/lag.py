@@ -149,7 +149,8 @@ class LagOptions(StageOptions):
     passage_tokens: int = Field(96, ge=8, le=1_000, description="Each passage cut to this many tokens in a prompt.")
     synthesis: bool = Field(True, description="Answer the question from the sub-answers and passages (False: the last sub-answer is the answer).")
     synthesis_passages: int = Field(10, ge=1, le=50, description="Passages of the chain's context the synthesis prompt reads, first in first.")
-    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible; above 0: each run draws its answers anew, none from the LLM cache).")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible; above 0: answers drawn anew, never from the LLM cache; a rerun "
+        "into the same --out still reuses its stage outputs).")
 
     @model_validator(mode="after")
     def _gold_fits(self):

@@ -126,7 +126,8 @@ class SiarOptions(StageOptions):
     max_tokens: int = Field(96, ge=8, description="Token budget of the rule; an output cut there falls back to the query.")
     condition_words: int = Field(40, ge=1, le=200, description="Longest 'If' clause the regex allows, in words.")
     conclusion_words: int = Field(30, ge=1, le=200, description="Longest 'then' clause the regex allows, in words.")
-    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible; above 0: each run draws its answers anew, none from the LLM cache).")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible; above 0: answers drawn anew, never from the LLM cache; a rerun "
+        "into the same --out still reuses its stage outputs).")
 
 
 def query_prompt_text(text: str) -> str:
@@ -264,7 +265,8 @@ class R3Options(StageOptions):
         96, ge=1, le=1_000, description="Each rule's text cut to this many tokens (a window's prompt must fit the LLM's context, or the window keeps its order and counts as an error)."
     )
     constrained: bool = Field(True, description="Decode under the permutation syntax ([i] > [j] > ...).")
-    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible; above 0: each run draws its answers anew, none from the LLM cache).")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible; above 0: answers drawn anew, never from the LLM cache; a rerun "
+        "into the same --out still reuses its stage outputs).")
 
     @model_validator(mode="after")
     def _stride_fits(self):
@@ -378,7 +380,8 @@ class ReasonOptions(StageOptions):
     max_tokens: int = Field(64, ge=1, description="Token budget of an answer; an answer cut there is kept and counted (status length).")
     answer_words: int = Field(40, ge=1, le=200, description="Longest answer the one-line regex allows, in words.")
     doc_tokens: int = Field(128, ge=8, description="Each rule cut to this many tokens of the LLM's tokenizer.")
-    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible; above 0: each run draws its answers anew, none from the LLM cache).")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, reproducible; above 0: answers drawn anew, never from the LLM cache; a rerun "
+        "into the same --out still reuses its stage outputs).")
 
 
 def reason_values(questions: Sequence[str], instructions: Sequence[str], rules: Sequence[Sequence[str]]) -> list[dict[str, str]]:

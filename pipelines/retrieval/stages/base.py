@@ -158,6 +158,7 @@ class Stage:
     adds: ClassVar[frozenset[str]] = frozenset()  # query columns it adds (a rewriter)
     # query columns under which it would misread a query, each with why (validation refuses the pipeline)
     misreads: ClassVar[dict[str, str]] = {}
+    drops: ClassVar[frozenset[str]] = frozenset()  # query columns it leaves stale (a rewriter: atoms of a form it replaces)
     per_query: ClassVar[bool] = False  # each query's output depends on that query alone: the job may run it on Ray over query batches
     shardable: ClassVar[bool] = False  # it may search in shards of the table's rows, one search actor each (pipelines/engines/placement.py)
     # The cache keys hold the digest of the stage's code (:meth:`code`: its module and every

@@ -39,7 +39,8 @@ class DecompositionOptions(StageOptions):
     max_tokens: int | None = Field(None, ge=8, description="LLM: token budget (None: the target's own, "
                                    + ", ".join(f"{KINDS[t].max_tokens} for {t}" for t in TARGETS) + ").")
     max_term_chars: int | None = Field(None, ge=1, description="LLM, itlr: longest term the grammar allows.")
-    temperature: float = Field(0.0, ge=0, description="LLM: sampling temperature (0: greedy, reproducible).")
+    temperature: float = Field(0.0, ge=0, description="LLM: sampling temperature (0: greedy, reproducible; above 0: answers drawn anew, never from the "
+        "LLM cache; a rerun into the same --out still reuses its stage outputs).")
 
     _table_or_llm = model_validator(mode="after")(lambda self: _table_or_llm(self))
 
@@ -48,7 +49,8 @@ class ExpansionOptions(StageOptions):
     stage: Literal["expansion"] = "expansion"
     decompositions: str | None = Field(None, description="A decompositions table to read; None: generate on the job's LLM.")
     max_tokens: int = Field(256, ge=8, description="LLM: token budget of the reasoning text.")
-    temperature: float = Field(0.0, ge=0, description="LLM: sampling temperature (0: greedy, reproducible).")
+    temperature: float = Field(0.0, ge=0, description="LLM: sampling temperature (0: greedy, reproducible; above 0: answers drawn anew, never from the "
+        "LLM cache; a rerun into the same --out still reuses its stage outputs).")
 
     _table_or_llm = model_validator(mode="after")(lambda self: _table_or_llm(self))
 
@@ -133,6 +135,12 @@ class Decomposition(_Rewriter):
     @property
     def adds(self) -> frozenset[str]:
         return frozenset(KINDS[self.options.target].columns) - set(QUERIES.names)  # orlog: atoms
+
+    @property
+    def drops(self) -> frozenset[str]:
+        """itlr's logical query replaces an OrLog form: the atoms of an earlier decomposition are
+        no longer what the query's form is over."""
+        return frozenset({"atoms"}) - self.adds
 
 
 @register
