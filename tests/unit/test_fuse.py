@@ -116,6 +116,17 @@ def test_a_fusion_of_ranks_reads_tied_documents_in_the_runs_own_order(method, no
         assert got == _order(rrf([tied, other], k=100))
 
 
+@pytest.mark.parametrize("method", ["sum", "rrf"])
+def test_one_run_with_rows_beside_empty_ones_ranks_as_itself_ties_in_its_own_order(method):
+    """With one run that found anything, the fused run ranks as that run: old code re-ranked
+    it by score alone, so its tied documents went doc id descending (d3, d2, d1) and, cut at
+    k, its first document was lost. ranx is not asked (no second run): no compile."""
+    qrels_like = _run([("q1", "d1", 1.0), ("q1", "d2", 1.0), ("q1", "d3", 1.0)], "a")  # a qrels run: one score, ranked by the file
+    empty = _run([], "b")
+    assert _order(fuse([qrels_like, empty], k=3, method=method)) == [("q1", "d1", 1), ("q1", "d2", 2), ("q1", "d3", 3)]
+    assert _order(fuse([empty, qrels_like], k=2, method=method)) == [("q1", "d1", 1), ("q1", "d2", 2)]
+
+
 def test_ranx_rrf_equals_the_rrf_stage():
     assert _scores(fuse([A, B], k=10, method="rrf", norm="none")) == pytest.approx(_scores(rrf([A, B], k=10)), abs=1e-12)
     assert _scores(fuse([A, B], k=10, method="rrf", norm="none", parameter=10)) == pytest.approx(_scores(rrf([A, B], k=10, rrf_k=10)))

@@ -256,3 +256,12 @@ def test_qrels_stage_is_each_querys_judged_documents_as_a_run(tmp_path):
     assert [(r["query_id"], r["doc_id"], r["rank"]) for r in run.to_pylist()] == [("q1", "d1", 1), ("q1", "d3", 2), ("q2", "d2", 1)]
     run = Qrels(QrelsOptions(path=str(path), k=1)).run(None, queries, []).run
     assert [(r["query_id"], r["doc_id"]) for r in run.to_pylist()] == [("q1", "d1"), ("q2", "d2")]
+    # documents of one relevance keep the file's order, and the run's TREC file ranks them so (old code: the same
+    # score for both, so trec_eval read dC before dA, doc id descending)
+    from logicrank.pipelines.io import read_run, write_trec_run
+
+    path.write_text("query-id\tcorpus-id\tscore\nq1\tdA\t1\nq1\tdC\t1\nq1\tdB\t1\n")
+    run = Qrels(QrelsOptions(path=str(path), k=2)).run(None, queries, []).run
+    assert [(r["doc_id"], r["rank"]) for r in run.to_pylist()] == [("dA", 1), ("dC", 2)]
+    back = read_run(write_trec_run(run, tmp_path / "qrels.trec"))
+    assert back.column("doc_id").to_pylist() == ["dA", "dC"] and all(abs(s - 1.0) < 1e-6 for s in back.column("score").to_pylist())

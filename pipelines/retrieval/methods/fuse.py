@@ -136,9 +136,9 @@ def fuse(runs: Sequence[pa.Table], k: int, method: str = "sum", norm: str = "min
         raise ValueError(missing_parameter(method))
     label = f"fuse-{method}"
     held = [i for i, run in enumerate(runs) if run.num_rows]  # ranx cannot read a run without a row
-    if len(held) < 2:  # nothing to fuse with: the one run that found anything ranks as itself
-        frame = runs[held[0]].select(["query_id", "doc_id", "score"]).to_pandas() if held else pd.DataFrame(
-            {"query_id": [], "doc_id": [], "score": []})
+    if len(held) < 2:  # nothing to fuse with: the one run that found anything ranks as itself, its ties in its own order
+        frame = runs[held[0]].select(["query_id", "doc_id", "score", "rank"]).to_pandas().rename(columns={"rank": "tiebreak"}) if held \
+            else pd.DataFrame({"query_id": [], "doc_id": [], "score": []})
         return rank_pairs(frame, k, label, run_id)
     runs = [runs[i] for i in held]
     weights = [weights[i] for i in held] if weights is not None else None

@@ -148,14 +148,13 @@ class Qrels(Stage):
 
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         from logicrank.pipelines.io import read_qrels
-        from logicrank.schemas.tables import RUN
+        from logicrank.pipelines.retrieval.methods.ranking import rank_pairs
+        from logicrank.schemas.tables import RUN, conform
 
         qrels = read_qrels(self.options.path).to_pandas()
         qrels = qrels[(qrels["relevance"] > 0) & qrels["query_id"].isin(queries.column("query_id").to_pylist())]
-        qrels = qrels.assign(order=range(len(qrels))).sort_values(["query_id", "relevance", "order"], ascending=[True, False, True], kind="stable")
-        qrels["rank"] = qrels.groupby("query_id").cumcount() + 1
-        if self.options.k is not None:
-            qrels = qrels[qrels["rank"] <= self.options.k]
-        run = pa.table({"query_id": qrels["query_id"].astype(str), "doc_id": qrels["doc_id"].astype(str), "rank": qrels["rank"].astype("int32"),
-                        "score": qrels["relevance"].astype("float64"), "method": ["qrels"] * len(qrels), "run_id": ["qrels"] * len(qrels)}, schema=RUN)
+        # ranked by relevance, then the file's order; the scores (the relevance) nudged where that order is not trec_eval's
+        # (rank_pairs), so the run's TREC file ranks as the run does
+        pairs = qrels.assign(score=qrels["relevance"].astype("float64"), tiebreak=range(len(qrels)))
+        run = conform(rank_pairs(pairs, self.options.k or max(len(qrels), 1), "qrels", "qrels"), RUN, "qrels")
         return Output(run=run, counts={"rows": run.num_rows})
