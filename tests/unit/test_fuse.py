@@ -67,7 +67,7 @@ def test_zmuv_is_the_z_score_and_none_keeps_the_raw_scores():
         fuse([A], k=10)
     empty = B.slice(0, 0)  # a sub-pipeline that found nothing: the other ranks as itself
     assert _order(fuse([A, empty], k=10, method="mnz")) == [("q1", "d1", 1), ("q1", "d2", 2), ("q1", "d3", 3),
-                                                            ("q2", "d4", 1), ("q2", "d1", 2)]  # a's tie by doc id descending
+                                                            ("q2", "d1", 1), ("q2", "d4", 2)]  # a's tie in a's own order
     assert fuse([empty, empty], k=10).num_rows == 0
 
 
