@@ -5,9 +5,15 @@ Only numpy (and torch, for the product on a GPU) are needed here, so that the de
 
 A block of queries meets tiles of ``_TILE`` documents; each tile keeps its k best under the
 run order (score descending, then doc id descending) and the tiles merge exactly, as the
-shards' top k do (:func:`merge_top`). A document's score is one dot product whatever tile or
-shard holds it, up to the order in which a BLAS kernel sums: scores agree within 1e-6. The product runs
-with numpy, or with torch (``product="torch"``; ``"auto"`` picks torch where a GPU is
+shards' top k do (:func:`merge_top`). The product picks each tile's candidates; a BLAS kernel
+sums a dot product in an order that depends on where the document sits in the tile, so two
+identical vectors could score a few float32 units apart and rank by their place, not by doc
+id. Each candidate that may make the k best is therefore scored again as one float64 sum of
+its products, rounded to float32 (:func:`_pair_scores`): a document's score is the same
+whatever tile, shard or product (numpy, torch, a GPU) found it, and identical vectors tie and
+rank by doc id; a tile whose cut has more documents within ``_MARGIN`` of it than its
+candidates hands on the best of all of them (:func:`_near_cut`). The product
+runs with numpy, or with torch (``product="torch"``; ``"auto"`` picks torch where a GPU is
 visible): on a GPU the shard's vectors are copied to its memory once per process.
 
 Beside it, the placement arithmetic of the retrieve job's actors (pure functions): how many
@@ -27,6 +33,9 @@ from logicrank.pipelines.engines.vectors import Vectors
 _TILE = 4096  # documents per tile of the product
 _ALIGN = 128  # shard bounds are multiples of it (whole cache lines of rows)
 _QUERY_BLOCK = 1024  # queries per pass over the vectors: each pass streams them once from memory
+# how far below the k-th product score a candidate may be and still make the top k once scored exactly: far past a BLAS
+# kernel's error on a dot product of unit vectors (a few float32 units, 1e-7 each near 1)
+_MARGIN = 1e-5
 
 
 def shard_bounds(n: int, shards: int, align: int = _ALIGN) -> list[tuple[int, int]]:
@@ -93,11 +102,15 @@ def top_k(queries: np.ndarray, v: Vectors, k: int, shard: tuple[int, int] | None
         block = q[i : i + _QUERY_BLOCK]
         best = best_s = None
         for j in range(lo, hi, tile):
-            t_rows, t_s = product_fn(block, j, min(hi, j + tile), kk, v.tiebreak)
-            if best is None:
-                best, best_s = t_rows, t_s
-            else:  # the k best of both under the run order (score, then doc id descending): exact
-                best, best_s = _best(np.concatenate([best, t_rows], axis=1), np.concatenate([best_s, t_s], axis=1), v.tiebreak, kk)
+            t_rows, t_s = product_fn(block, j, min(hi, j + tile), kk, v.tiebreak)  # the tile's candidates, product scores
+            # each candidate that may still make the k best scored exactly (_pair_scores); the others cannot (-inf)
+            cut = best_s[:, -1:] if best is not None else -np.partition(-t_s, kk - 1, axis=1)[:, kk - 1 : kk]
+            qi, ci = np.nonzero(t_s >= cut - _MARGIN)
+            exact = np.full(t_s.shape, -np.inf, np.float32)
+            exact[qi, ci] = _pair_scores(block, qi, v.matrix, t_rows[qi, ci])
+            if best is not None:
+                t_rows, exact = np.concatenate([best, t_rows], axis=1), np.concatenate([best_s, exact], axis=1)
+            best, best_s = _best(t_rows, exact, v.tiebreak, kk)  # the k best under the run order (score, then doc id descending)
         out_rows[i : i + len(block)], out_scores[i : i + len(block)] = best, best_s
     return out_rows, out_scores
 
@@ -148,11 +161,21 @@ def _gpu_visible() -> bool:
         return False
 
 
+def _pair_scores(block: np.ndarray, queries: np.ndarray, matrix: np.ndarray, rows: np.ndarray, chunk: int = 2048) -> np.ndarray:
+    """The scores of (query, document) pairs, the ``queries`` (rows of ``block``) beside the
+    ``rows`` of ``matrix``: each one float64 sum of float64 products, in one order whatever the
+    document's place, rounded to float32; ``chunk`` pairs at a time (their vectors gathered)."""
+    out = np.empty(len(rows), np.float32)
+    for i in range(0, len(rows), chunk):
+        out[i : i + chunk] = np.einsum("pd,pd->p", block[queries[i : i + chunk]], matrix[rows[i : i + chunk]], dtype=np.float64)
+    return out
+
+
 def _numpy_product(v: Vectors):
     def run(block: np.ndarray, j: int, end: int, k: int, tiebreak: np.ndarray):
         docs = v.matrix[j:end]
         s = block @ (docs if docs.dtype == np.float32 else docs.astype(np.float32)).T
-        return _tile_top(s, j, k, tiebreak)
+        return _tile_top(s, j, k, tiebreak, block, v.matrix)
 
     return run
 
@@ -163,8 +186,8 @@ _DEVICE_VECTORS: dict = {}  # (saved path, save id, dtype, lo, hi) -> the shard'
 def _torch_product(v: Vectors, lo: int, hi: int):
     """The product with torch: on the GPU where one is visible (the shard's vectors copied
     there once), else on the CPU (CI's check of this path). The per-tile selection keeps
-    ``k + 8`` candidates on the device; ties at the cut wider than that are ranked on the host
-    from the tile's row, as :func:`_tile_top` does."""
+    ``k + 8`` candidates on the device; near ties at the cut wider than that are scored and
+    ranked on the host, as :func:`_tile_top` does."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -188,34 +211,38 @@ def _torch_product(v: Vectors, lo: int, hi: int):
         n = s.shape[1]
         take = min(n, k + 8)
         vals, idx = torch.topk(s, take, dim=1)
-        kth = vals[:, min(k, take) - 1 : min(k, take)]
-        wide = torch.nonzero((s >= kth).sum(dim=1) > take).flatten().cpu().numpy() if take < n else np.zeros(0, np.int64)
-        part, ps = idx.cpu().numpy(), vals.cpu().numpy()
-        order = np.lexsort((tiebreak[part + j], -ps), axis=1)[:, :k]
-        top, top_s = np.take_along_axis(part, order, axis=1), np.take_along_axis(ps, order, axis=1)
-        for r in wide:  # a tie at the cut wider than the candidates taken: that query's whole tie, ranked
-            row = s[r].cpu().numpy()
-            cand = np.flatnonzero(row >= kth[r, 0].item())
-            pick = cand[np.lexsort((tiebreak[cand + j], -row[cand]))[:k]]
-            top[r], top_s[r] = pick, row[pick]
+        low = vals[:, min(k, take) - 1 : min(k, take)] - _MARGIN
+        wide = torch.nonzero((s >= low).sum(dim=1) > take).flatten().cpu().numpy() if take < n else np.zeros(0, np.int64)
+        top, top_s = idx.cpu().numpy(), vals.cpu().numpy()
+        for r in wide:  # more documents near the cut than the candidates taken: the best of all of them, scored exactly
+            cand = torch.nonzero(s[r] >= low[r, 0]).flatten().cpu().numpy()
+            top[r], top_s[r] = _near_cut(block[r], cand, j, take, tiebreak, v.matrix)
         return top + j, top_s
 
     return run
 
 
-def _tile_top(s: np.ndarray, offset: int, k: int, tiebreak: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The k best of a (queries x documents) tile of scores under the run order (score, then
-    doc id descending), as (document rows offset by ``offset``, scores)."""
+def _tile_top(s: np.ndarray, offset: int, k: int, tiebreak: np.ndarray, block: np.ndarray, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A (queries x documents) tile of product scores -> each query's candidates for its k best,
+    (document rows offset by ``offset``, product scores): its ``k + 8`` best products; where
+    more documents than that lie within ``_MARGIN`` of the k-th (identical vectors, whose
+    products differ by their place), the ``k + 8`` best of all of those, scored exactly
+    (:func:`_near_cut`: ``block``'s query, ``matrix``'s rows)."""
     n = s.shape[1]
-    take = min(n, k + 8)  # candidates per query: a few past k, so that ties at the cut are usually among them
+    take = min(n, k + 8)  # candidates per query: a few past k, so that near ties at the cut are usually among them
     part = np.argpartition(-s, take - 1, axis=1)[:, :take] if take < n else np.broadcast_to(np.arange(n), s.shape)
     ps = np.take_along_axis(s, part, axis=1)
-    order = np.lexsort((tiebreak[part + offset], -ps), axis=1)[:, :k]
-    top, top_s = np.take_along_axis(part, order, axis=1), np.take_along_axis(ps, order, axis=1)
-    if take < n and top_s.shape[1]:  # a tie at the cut wider than the candidates taken: that query's whole tie, ranked
-        kth = top_s[:, -1:]
-        for r in np.flatnonzero((s >= kth).sum(axis=1) > take):
-            cand = np.flatnonzero(s[r] >= kth[r, 0])
-            pick = cand[np.lexsort((tiebreak[cand + offset], -s[r, cand]))[:k]]
-            top[r], top_s[r] = pick, s[r, pick]
-    return top + offset, top_s
+    if take < n:
+        part = np.array(part)
+        low = -np.partition(-ps, k - 1, axis=1)[:, k - 1 : k] - _MARGIN
+        for r in np.flatnonzero((s >= low).sum(axis=1) > take):
+            part[r], ps[r] = _near_cut(block[r], np.flatnonzero(s[r] >= low[r, 0]), offset, take, tiebreak, matrix)
+    return part + offset, ps
+
+
+def _near_cut(query: np.ndarray, cand: np.ndarray, offset: int, take: int, tiebreak: np.ndarray, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of a tile's documents ``cand`` (rows from ``offset``) near its cut, the ``take`` best under
+    the run order, scored exactly: (their rows in the tile, their scores)."""
+    scores = _pair_scores(query[None, :], np.zeros(len(cand), np.intp), matrix, cand + offset)
+    pick = np.lexsort((tiebreak[cand + offset], -scores))[:take]
+    return cand[pick], scores[pick]

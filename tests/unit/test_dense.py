@@ -154,6 +154,36 @@ def test_shards_merge_into_exactly_the_unsharded_run_on_either_product(tmp_path,
     assert v.ids.take(whole_rows[0, :6]).to_pylist() == ["d00999", "d00777", "d00400", "d00130", "d00005", "d00000"]
 
 
+@pytest.mark.parametrize("product", ["numpy", "torch"])
+def test_identical_vectors_tie_and_rank_by_doc_id_wherever_they_sit(tmp_path, monkeypatch, product):
+    """Copies of one vector (duplicate passages) anywhere in the table: a BLAS product scored
+    them a few float32 units apart by their place in the tile, so which copies made the top k,
+    and in what order, moved with the tiles and the shards (10 of 64 queries' top 10 changed
+    between one shard and two, at 300 vectors copied 30 times each). Each candidate is scored
+    as one float64 sum: copies tie, rank by doc id descending, and every layout and product
+    gives the definition's run, its scores bit for bit alike; a group of copies wider than the
+    candidates a tile keeps (k + 8) at the cut included."""
+    import logicrank.pipelines.engines.exact as engine
+    from logicrank.pipelines.retrieval.methods.dense import merge_top, shard_bounds, top_k
+
+    monkeypatch.setattr(engine, "_TILE", 256)
+    rng = np.random.default_rng(7)
+    distinct = _unit(rng.normal(size=(40, DIM)))
+    docs = distinct[rng.integers(0, 40, 3000)]  # about 75 copies of each vector, spread over tiles and shards
+    store = _store(tmp_path / "db", docs)
+    v = store.vectors()
+    queries = _unit(rng.normal(size=(32, DIM)) + distinct[rng.integers(0, 40, 32)]).astype(np.float32)
+    k = 20
+    exact = (queries.astype(np.float64) @ v.matrix.astype(np.float64).T).astype(np.float32)
+    want = np.lexsort((np.broadcast_to(v.tiebreak, exact.shape), -exact), axis=1)[:, :k]  # score, then doc id descending
+    whole_rows, whole_scores = top_k(queries, v, k, product=product)
+    assert whole_rows.tolist() == want.tolist()
+    np.testing.assert_allclose(whole_scores, np.take_along_axis(exact, want, axis=1), rtol=0, atol=1e-6)  # (another float64 sum)
+    for shards in (2, 3, 7):
+        rows, scores = merge_top([top_k(queries, v, k, shard=b, product=product) for b in shard_bounds(len(v), shards)], v.tiebreak, k)
+        assert rows.tolist() == want.tolist() and np.array_equal(scores, whole_scores), shards
+
+
 def test_float16_vectors_keep_recall(tmp_path):
     """The float16 copy of the vectors (half the bytes): recall@10 against float32's exact run."""
     rng = np.random.default_rng(6)
