@@ -94,24 +94,30 @@ def top_k(queries: np.ndarray, v: Vectors, k: int, shard: tuple[int, int] | None
     out_rows, out_scores = np.zeros((len(q), kk), np.int64), np.zeros((len(q), kk), np.float32)
     if kk == 0:
         return out_rows, out_scores
+    # a query of zeros scores every document 0: its k best are the first by doc id descending, without a product (in one
+    # it would tie every document of every tile at the cut, each tile scored exactly)
+    zero = np.flatnonzero(~q.any(axis=1))
+    out_rows[zero] = lo + np.argsort(v.tiebreak[lo:hi], kind="stable")[:kk]
+    live = np.flatnonzero(q.any(axis=1))
     torch_product = _use_torch(product)
     # on a GPU, tiles of 64 CPU tiles: the host's per-tile work (the ranked merge) stays small beside the product
     tile = max(_TILE * (64 if torch_product and _gpu_visible() else 1), k + 8)
     product_fn = _torch_product(v, lo, hi) if torch_product else _numpy_product(v)
-    for i in range(0, len(q), _QUERY_BLOCK):
-        block = q[i : i + _QUERY_BLOCK]
+    for i in range(0, len(live), _QUERY_BLOCK):
+        block = q[live[i : i + _QUERY_BLOCK]]
         best = best_s = None
         for j in range(lo, hi, tile):
             t_rows, t_s = product_fn(block, j, min(hi, j + tile), kk, v.tiebreak)  # the tile's candidates, product scores
-            # each candidate that may still make the k best scored exactly (_pair_scores); the others cannot (-inf)
+            # each candidate that may still make the k best scored exactly (_pair_scores); the others cannot (-inf). A NaN
+            # at the cut (a NaN vector) is no cut: every candidate scored
             cut = best_s[:, -1:] if best is not None else -np.partition(-t_s, kk - 1, axis=1)[:, kk - 1 : kk]
-            qi, ci = np.nonzero(t_s >= cut - _MARGIN)
+            qi, ci = np.nonzero(t_s >= np.where(np.isnan(cut), -np.inf, cut) - _MARGIN)
             exact = np.full(t_s.shape, -np.inf, np.float32)
             exact[qi, ci] = _pair_scores(block, qi, v.matrix, t_rows[qi, ci])
             if best is not None:
                 t_rows, exact = np.concatenate([best, t_rows], axis=1), np.concatenate([best_s, exact], axis=1)
             best, best_s = _best(t_rows, exact, v.tiebreak, kk)  # the k best under the run order (score, then doc id descending)
-        out_rows[i : i + len(block)], out_scores[i : i + len(block)] = best, best_s
+        out_rows[live[i : i + _QUERY_BLOCK]], out_scores[live[i : i + _QUERY_BLOCK]] = best, best_s
     return out_rows, out_scores
 
 

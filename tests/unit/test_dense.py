@@ -184,6 +184,30 @@ def test_identical_vectors_tie_and_rank_by_doc_id_wherever_they_sit(tmp_path, mo
         assert rows.tolist() == want.tolist() and np.array_equal(scores, whole_scores), shards
 
 
+def test_nan_vectors_never_hide_the_others_and_a_query_of_zeros_takes_the_first_by_doc_id():
+    """A tile holding NaN vectors (a small corpus, or a shard): a NaN at the cut made every
+    candidate fall below it, and the query's whole run came back as -inf in doc id order (the
+    first version of the exact scoring). A query of zeros scores every document 0: its k best
+    are the first by doc id descending, found without scoring each tile exactly."""
+    from logicrank.pipelines.engines.exact import top_k
+    from logicrank.pipelines.engines.vectors import Vectors, tiebreak_ranks
+
+    rng = np.random.default_rng(3)
+    m = _unit(rng.normal(size=(14, DIM)))
+    m[[1, 4, 6, 9, 12]] = np.nan
+    ids = pa.array([f"d{i:02d}" for i in range(14)])
+    v = Vectors(ids, m, tiebreak_ranks(ids))
+    q = _unit(rng.normal(size=(3, DIM))).astype(np.float32)
+    q[2] = 0
+    rows, scores = top_k(q, v, 10, product="numpy")
+    finite = [i for i in range(14) if i not in (1, 4, 6, 9, 12)]
+    for r in range(2):
+        cos = (m[finite].astype(np.float64) @ q[r].astype(np.float64)).astype(np.float32)
+        assert rows[r, :9].tolist() == [finite[i] for i in np.argsort(-cos, kind="stable")], r  # every finite vector, ranked
+        np.testing.assert_allclose(scores[r, :9], np.sort(cos)[::-1], rtol=0, atol=1e-6)
+    assert rows[2].tolist() == list(range(13, 3, -1)) and scores[2].tolist() == [0.0] * 10  # d13, d12, ...: doc id descending
+
+
 def test_float16_vectors_keep_recall(tmp_path):
     """The float16 copy of the vectors (half the bytes): recall@10 against float32's exact run."""
     rng = np.random.default_rng(6)
