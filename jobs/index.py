@@ -148,8 +148,10 @@ class IndexSummary:
     redelivered: int = 0  # source rows Ray delivered twice (a retried task), written once
     not_utf8: int = 0  # documents kept (TREC DOCs) with bytes that are not UTF-8, read as U+FFFD as Anserini and ir_datasets read them
     # corpus files a directory holds that were left out by rule (--format trec: TREC's disks' READMEs, DTDs and Congressional
-    # Record, as Anserini's TrecCollection leaves them out; corpus.list_sources)
+    # Record, as Anserini's TrecCollection leaves them out; a BEIR directory's document files other than its corpus.jsonl;
+    # corpus.list_sources)
     not_read: list[str] = field(default_factory=list)
+    why_not_read: str = ""  # (the rule that left them out: corpus.Sources)
     # the encoder workers' data files of new documents (--writes workers, on a pool): files_committed, committed whole;
     # files_salvaged, those whose kept rows were read back and appended; files_dropped, those of batches delivered twice;
     # driver_received_bytes, what the stream brought to the driver; and seconds, the driver's time in the table's writes
@@ -273,7 +275,7 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: Sources, progress: 
         store.require_model(mid, "index", "index into a new table (--table) or delete this one")
         store.require_title_sep(cfg.embed.title_sep, "index")
     vectors = vector_column(cfg, store)
-    summary = IndexSummary(not_read=list(sources.not_read))
+    summary = IndexSummary(not_read=list(sources.not_read), why_not_read=sources.why_not_read)
     version_before = store.version if store.exists() else None
     summary.since_version = last_complete(store)
     stopped = rundir.previous() or {}

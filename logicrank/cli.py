@@ -266,8 +266,8 @@ def index(
     if cfg.vector_column is not None:
         typer.echo(f"index: vectors from the corpus's {cfg.vector_column!r} ({cfg.vector_model}), none embedded: {s.precomputed} written.")
     if s.not_read:
-        typer.echo(f"index: {len(s.not_read)} file(s) under the corpus directory not read, as Anserini's TrecCollection leaves them out "
-                   f"(READMEs, DTDs, the Congressional Record: cr/), e.g. {s.not_read[0]}; the run's manifest lists them.")
+        typer.echo(f"index: {len(s.not_read)} file(s) under the corpus directory not read, {s.why_not_read}, e.g. {s.not_read[0]}; "
+                   "the run's manifest lists them.")
     if s.not_utf8:
         typer.echo(f"index: {s.not_utf8} TREC document(s) held bytes that are not UTF-8 (an older collection's Latin-1): indexed with "
                    "U+FFFD in their place, as Anserini and ir_datasets read them.")

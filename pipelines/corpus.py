@@ -249,6 +249,12 @@ def _units(rows: np.ndarray) -> list[tuple[Vector | None, str | None, str | None
     return out
 
 
+def _compression(path: str) -> str | None:
+    """Arrow's codec for a file's name, in any case (Arrow's own detection knows ``.gz`` but not
+    ``.GZ``)."""
+    return {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}.get(Path(path).suffix.lower())
+
+
 def _compressed(path: str) -> bool:
     return path.lower().endswith(_COMPRESSED) or _LZW_NAME.search(path) is not None
 
@@ -271,12 +277,18 @@ def _resolve(location: str) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), os.path.abspath(location)
 
 
+TREC_NOT_READ = "as Anserini's TrecCollection leaves them out (READMEs, DTDs, the Congressional Record: cr/)"
+BEIR_NOT_READ = "as a BEIR directory's corpus is its corpus.jsonl alone (give a file, or a directory of them, to read others)"
+
+
 class Sources(list):
     """:func:`list_sources`' files (a list of :class:`Source`), with ``not_read``: the paths of
     the files a directory holds that are left out by rule (TREC's disks' READMEs, DTDs and
-    Congressional Record, ``fmt="trec"``), for the run's record."""
+    Congressional Record, ``fmt="trec"``; a BEIR directory's document files beside its
+    corpus.jsonl), for the run's record, and ``why_not_read``, the rule in words."""
 
     not_read: tuple[str, ...] = ()
+    why_not_read: str = ""  # (the rule, for the job's line: "as Anserini's TrecCollection leaves them out ...")
 
 
 def list_sources(location: str, fmt: str = "auto") -> Sources:
@@ -294,6 +306,20 @@ def list_sources(location: str, fmt: str = "auto") -> Sources:
     """
     with reading(f"corpus {location}", CorpusError):  # e.g. a directory that cannot be listed
         return _list_sources(location, fmt)
+
+
+def _beside_beir_corpus(fs, path: str, corpus: str) -> list[str]:
+    """The document files (JSONL or Parquet by name, not hidden) under a BEIR directory other
+    than its corpus file, its queries, qrels, topics and QA answers."""
+    root = path.rstrip("/")
+    out = []
+    for f in fs.get_file_info(pafs.FileSelector(path, recursive=True)):
+        rel = f.path[len(root) + 1 :]
+        parts = rel.split("/")
+        if (f.type == pafs.FileType.File and f.path != corpus and _kind_of(f.path) in ("jsonl", "parquet")
+                and not any(part.startswith(".") or part.lower().startswith((*_NOT_DOCUMENTS, "answers")) for part in parts)):
+            out.append(f.path)
+    return sorted(out)
 
 
 def _trec_not_read(rel: str) -> bool:
@@ -325,7 +351,12 @@ def _list_sources(location: str, fmt: str) -> Sources:
         for name in ("corpus.jsonl", "corpus.jsonl.gz"):
             candidate = f"{path.rstrip('/')}/{name}"
             if fs.get_file_info(candidate).type == pafs.FileType.File:
-                return Sources([source(candidate, "jsonl")])
+                # BEIR's layout: corpus.jsonl is the corpus. Other document files beside it (a corpus-2.jsonl, a
+                # Parquet export) are not read, and said so: never skipped without a word
+                out = Sources([source(candidate, "jsonl")])
+                out.not_read = tuple(source(p, "jsonl").uri for p in _beside_beir_corpus(fs, path, candidate))
+                out.why_not_read = BEIR_NOT_READ
+                return out
         top = sorted(f.base_name for f in fs.get_file_info(pafs.FileSelector(path)))
         if fmt == "beir" or any(n in _BEIR_MARKERS for n in top):
             # a BEIR directory without its corpus file: never index its queries as documents
@@ -365,6 +396,7 @@ def _list_sources(location: str, fmt: str) -> Sources:
         raise CorpusError(f"corpus: {location!r} mixes {' and '.join(_KIND_NAMES[k] for k in found)} files; pass --format to pick one.")
     out = Sources(source(p, kinds[p]) for p in wanted)  # type: ignore[arg-type]
     out.not_read = tuple(source(p, "trec").uri for p in not_read)
+    out.why_not_read = TREC_NOT_READ
     return out
 
 
@@ -374,7 +406,7 @@ def open_stream(src: Source) -> Iterator[Any]:
     name (``.gz``, ``.bz2``, ``.zst``, ``.lz4``); Unix compress (``.Z``, TREC's ``.0z``) is
     undone by ncompress into a temporary file first, as LZW is not read part-way."""
     if _LZW_NAME.search(src.path) is None:
-        with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
+        with src.filesystem.open_input_stream(src.path, compression=_compression(src.path)) as stream:
             yield stream
         return
     import ncompress
@@ -434,10 +466,15 @@ def _unread_text_fields(obj: dict[str, Any]) -> list[str]:
 
 
 def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    for k in keys:
-        if k in obj:
-            return obj[k]
-    return None
+    """The value of the first of ``keys`` the record has that holds one: a key whose value is
+    null, a blank string or an empty list is passed over (a Parquet file merged from two
+    exports fills ``text`` on some rows and ``contents`` on others, the other one null), else
+    the first key's value as it is (None where the record has none of them)."""
+    present = [obj[k] for k in keys if k in obj]
+    for value in present:
+        if not (value is None or value == [] or (isinstance(value, str) and not value.strip())):
+            return value
+    return present[0] if present else None
 
 
 def validate_record(obj: Any, max_doc_bytes: int) -> tuple[dict[str, Any], str | None, str | None]:
@@ -1143,7 +1180,7 @@ def check_sources(sources: list[Source], vector_column: str | None = None) -> No
                 with src.filesystem.open_input_file(src.path) as f:
                     _require_lzw(src, f.read(len(_LZW_MAGIC)))
                 continue
-            with src.filesystem.open_input_stream(src.path, compression="detect") as stream:
+            with src.filesystem.open_input_stream(src.path, compression=_compression(src.path)) as stream:
                 head = stream.read(_HEAD_BYTES)
             if head[:2] == _LZW_MAGIC:
                 packed = Path(src.path).suffix.lower() in _COMPRESSED  # (its bytes, once undone, are LZW: two layers)

@@ -5,7 +5,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logicrank.pipelines.corpus import PARSED, CorpusError, content_hash, iter_corpus, list_sources, validate_record
+from logicrank.pipelines.corpus import (
+    PARSED,
+    CorpusError,
+    check_sources,
+    content_hash,
+    iter_corpus,
+    list_sources,
+    validate_record,
+)
 from tests.conftest import write_jsonl
 
 
@@ -512,3 +520,47 @@ def test_jsonl_and_parquet_give_the_same_vectors_and_hashes_bit_for_bit(tmp_path
     a, b = _vector_rows(tmp_path / "j" / "c.jsonl", dim=384), _vector_rows(tmp_path / "c.parquet", dim=384)
     assert [r["_reason"] for r in a] == [None] * 50
     assert [(r["vector"], r["content_hash"]) for r in a] == [(r["vector"], r["content_hash"]) for r in b]
+
+
+def test_a_text_or_id_key_that_holds_nothing_gives_way_to_the_next_one(tmp_path):
+    """A Parquet file merged from two exports fills `text` on some rows and `contents` on the
+    others, the other column null: each row's body was read from the null (a title-only
+    document, every `contents` body lost without a word). The first key that holds a value is
+    read; a record whose every text key is empty stays a title-only document."""
+    pq.write_table(pa.table({"_id": ["a", "b", "c"], "title": ["A", "B", "C"], "text": ["one", None, ""],
+                             "contents": [None, "two", None]}), tmp_path / "merged.parquet")
+    t = _read_all(str(tmp_path / "merged.parquet"))
+    assert t.column("text").to_pylist() == ["one", "two", ""] and t.column("_reason").to_pylist() == [None, None, None]
+    fields, reason, _ = validate_record({"_id": None, "id": "x", "text": "body"}, 1 << 20)
+    assert (fields["doc_id"], reason) == ("x", None)  # a null `_id` beside an `id`: not a missing id
+    fields, reason, _ = validate_record({"_id": "", "id": "", "text": "body"}, 1 << 20)
+    assert reason == "missing_id"
+
+
+def test_a_beir_directorys_other_document_files_are_named_not_read(tmp_path):
+    """A directory holding corpus.jsonl is read as BEIR lays it out, its corpus that file alone:
+    a corpus-2.jsonl or a Parquet export beside it was skipped without a word. They are listed
+    as not read, with the rule; queries, qrels and QA answers are not documents and not listed."""
+    beir = tmp_path / "beir"
+    write_jsonl(beir / "corpus.jsonl", ROWS)
+    write_jsonl(beir / "corpus-2.jsonl", [{"_id": "c", "text": "three"}])
+    write_jsonl(beir / "queries.jsonl", [{"_id": "q", "text": "x"}])
+    write_jsonl(beir / "answers.jsonl", [{"query_id": "q", "answers": ["x"]}])
+    (beir / "more").mkdir()
+    pq.write_table(pa.table({"_id": ["d"], "text": ["four"]}), beir / "more" / "part.parquet")
+    sources = list_sources(str(beir))
+    assert [s.path for s in sources] == [str(beir / "corpus.jsonl")]
+    assert [u.rsplit("/beir/", 1)[1] for u in sources.not_read] == ["corpus-2.jsonl", "more/part.parquet"]
+    assert "corpus.jsonl alone" in sources.why_not_read
+    write_jsonl(tmp_path / "plain" / "corpus.jsonl", ROWS)
+    assert list_sources(str(tmp_path / "plain")).not_read == ()
+
+
+def test_a_compressed_files_name_is_read_in_any_case(tmp_path):
+    """`C.JSONL.GZ` was taken for its kind by the lower-cased name but opened by Arrow's own
+    detection, which knows `.gz` only: refused as "not UTF-8 text", each line a reject."""
+    with gzip.open(tmp_path / "C.JSONL.GZ", "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in ROWS)
+    check_sources(list_sources(str(tmp_path / "C.JSONL.GZ")))
+    t = _read_all(str(tmp_path / "C.JSONL.GZ"))
+    assert t.column("doc_id").to_pylist() == ["a", "b"] and t.column("_reason").to_pylist() == [None, None]

@@ -706,7 +706,10 @@ def test_the_index_command_says_which_corpus_files_it_left_out(tmp_path, monkeyp
     from logicrank.jobs.index import IndexSummary
 
     left = [str(tmp_path / "disk4" / "readmefr"), str(tmp_path / "disk4" / "cr" / "hfiles" / "cr93h1.1z")]
-    monkeypatch.setattr(logicrank.jobs.index, "run_index", lambda cfg, out, progress=False: IndexSummary(not_read=left, table_version=1))
+    from logicrank.pipelines.corpus import TREC_NOT_READ
+
+    monkeypatch.setattr(logicrank.jobs.index, "run_index",
+                        lambda cfg, out, progress=False: IndexSummary(not_read=left, why_not_read=TREC_NOT_READ, table_version=1))
     res = CliRunner().invoke(app, ["--stall-timeout", "0", "index", str(tmp_path), "--format", "trec", "--db", str(tmp_path / "db"),
                                    "--out", str(tmp_path / "r"), "--no-progress"])
     assert res.exit_code == 0, res.output
