@@ -134,6 +134,7 @@ _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")  # names whose compression Arrow's
 # LZW records no length: a file cut short reads as far as it goes (its last DOC an unclosed_doc reject, unless cut between DOCs)
 _LZW_NAME = re.compile(r"\.[0-2]?z$", re.IGNORECASE)  # (not 7-Zip's .7z)
 _LZW_MAGIC = b"\x1f\x9d"
+_UNREAD_COMPRESSED = (".xz", ".lzma", ".7z", ".zip", ".br")  # compressions no reader here undoes: refused in a directory by name
 # what Anserini's TrecCollection leaves out of a directory of TREC's disks: file names starting so, and these folders
 _TREC_NOT_READ_PREFIX = "readme"
 _TREC_NOT_READ_FOLDERS = frozenset({"cr", "dtd", "dtds"})
@@ -379,6 +380,11 @@ def _list_sources(location: str, fmt: str) -> Sources:
         kinds = {p: k or (None if fmt == "jsonl" and not _compressed(p) else fmt) for p, k in kinds.items()}
     else:  # a directory's .tsv files are often its queries and qrels (MS MARCO's layout): read them only when told
         kinds = {p: None if k == "tsv" else k for p, k in kinds.items()}
+    unread = [p for p in files if kinds[p] is None and p.lower().endswith(_UNREAD_COMPRESSED) and _kind_of(p.rsplit(".", 1)[0])]
+    if unread:  # a document file in a compression Arrow's streams do not undo: refused, never skipped
+        rel = unread[0][len(path.rstrip("/")) + 1 :]
+        raise CorpusError(f"corpus: {location!r} holds {len(unread)} document file(s) in a compression that is not read ({rel}); "
+                          "decompress them, or compress them as .gz, .bz2, .zst or .lz4.")
     wanted = [p for p in files if kinds[p] is not None and (fmt in ("auto", "beir") or kinds[p] == fmt)]
     # a file, or a folder below the corpus's (Hugging Face's BEIR layout: queries/queries/0000.parquet), named as one
     not_docs = [rel for rel in (p[len(path.rstrip("/")) + 1 :] for p in wanted)

@@ -564,3 +564,17 @@ def test_a_compressed_files_name_is_read_in_any_case(tmp_path):
     check_sources(list_sources(str(tmp_path / "C.JSONL.GZ")))
     t = _read_all(str(tmp_path / "C.JSONL.GZ"))
     assert t.column("doc_id").to_pylist() == ["a", "b"] and t.column("_reason").to_pylist() == [None, None]
+
+
+def test_a_directorys_document_file_in_a_compression_not_read_is_refused_not_skipped(tmp_path):
+    """`b.jsonl.xz` beside `a.jsonl` was a file of no known kind, skipped without a word (the
+    same file given alone is refused): the directory is refused, naming it."""
+    write_jsonl(tmp_path / "d" / "a.jsonl", ROWS)
+    (tmp_path / "d" / "b.jsonl.xz").write_bytes(b"\xfd7zXZ\x00")
+    (tmp_path / "d" / "README.zip").write_bytes(b"PK")  # not named as documents: not refused
+    with pytest.raises(CorpusError, match=r"1 document file\(s\) in a compression that is not read \(b.jsonl.xz\)"):
+        list_sources(str(tmp_path / "d"))
+    with pytest.raises(CorpusError, match="not read"):
+        list_sources(str(tmp_path / "d"), "jsonl")
+    (tmp_path / "d" / "b.jsonl.xz").unlink()
+    assert [s.path for s in list_sources(str(tmp_path / "d"))] == [str(tmp_path / "d" / "a.jsonl")]
