@@ -39,6 +39,10 @@ class RunDirBusy(UserError, RuntimeError):
     """Another run of the same job is writing the run directory."""
 
 
+class RunDirOfAnotherJob(UserError, RuntimeError):
+    """The run directory holds another job's manifest (an evaluate given the retrieve's --out)."""
+
+
 def package_versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {"python": platform.python_version()}
     for name in _PACKAGES:
@@ -190,22 +194,40 @@ class RunDir:
                 raise RunDirBusy(f"{self.stage}: another {self.stage} run is writing {self.path} now; wait for it to finish, or give "
                                  f"another --out") from None
             except OSError:  # (no locks on this file system)
+                self._refuse_another_jobs()
                 yield
                 return
+            self._refuse_another_jobs()
             try:
                 yield
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
+    def _refuse_another_jobs(self) -> None:
+        """One job's runs to a directory: a manifest another job wrote here (an evaluate given the
+        retrieve's --out) would be marked ``running`` by this run and written over, so that a
+        retrieve killed here later would leave no unfinished retrieve's manifest, and evaluate
+        would read its new runs beside the earlier run's as one run set."""
+        prev = self.previous()
+        if isinstance(prev, dict) and prev.get("stage") not in (None, self.stage):
+            raise RunDirOfAnotherJob(f"{self.stage}: {self.path} holds the {prev['stage']} job's manifest; give this run another --out "
+                                     "(each job's outputs and manifest go to a directory of their own).")
+
     def begin(self) -> None:
         """Say, before this run writes its first output, that the directory is being changed: the
         manifest of an earlier finished run is marked ``running`` (a run killed from here on
         leaves new outputs beside it, which a rerun of the earlier inputs would otherwise take
-        as its own and skip); nothing here is fresh again until this run writes its manifest."""
+        as its own and skip), and a directory with no manifest gets one that says ``running``
+        (a first run killed mid-write leaves a record that it did not finish, which evaluate
+        reads); nothing here is fresh again until this run writes its manifest."""
         prev = self.previous()
         if prev and prev.get("status") == "ok":
             prev = {**prev, "status": "running", "started_at": datetime.now(UTC).isoformat()}
-            write_text_atomic(json.dumps(prev, indent=2, sort_keys=False) + "\n", self.manifest_path)
+        elif prev is None:
+            prev = {"stage": self.stage, "status": "running", "started_at": datetime.now(UTC).isoformat()}
+        else:
+            return
+        write_text_atomic(json.dumps(prev, indent=2, sort_keys=False) + "\n", self.manifest_path)
 
     @contextmanager
     def timed(self, name: str):

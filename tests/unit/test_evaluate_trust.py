@@ -542,6 +542,38 @@ def test_a_run_file_of_a_retrieve_run_that_has_not_finished_is_refused(tmp_path,
     assert metrics.set_index(["query_id", "measure"]).loc[("q1", "MRR"), "value"] == pytest.approx(0.5, abs=1e-12)
 
 
+def test_an_evaluate_into_the_retrieves_out_is_refused_and_a_first_run_says_it_is_running(tmp_path):
+    """`evaluate --out R` over the runs of `retrieve --out R` replaced the retrieve's manifest
+    with its own, so a retrieve later killed in R (its new bm25 beside the old dense) left no
+    unfinished retrieve's manifest, and evaluate read the two as one run set. A job now refuses
+    a directory holding another job's manifest; and a first run, with no manifest yet, writes
+    one saying `running` before its first output, so a first run killed mid-write is refused too."""
+    from logicrank.jobs.rundir import RunDir, RunDirOfAnotherJob
+
+    out = tmp_path / "R"
+    (out / "runs").mkdir(parents=True)
+    pq.write_table(_run_table([("q1", "d1", 1, 2.0), ("q1", "d2", 2, 1.0)]), out / "runs" / "bm25.parquet")
+    (out / "manifest.json").write_text(json.dumps({"stage": "retrieve", "status": "ok", "outputs": ["runs/bm25.parquet"]}))
+    qrels = tmp_path / "qrels.parquet"
+    pq.write_table(_qrels_table([("q1", "d2", 1)]), qrels)
+    cfg = EvaluateConfig(qrels=str(qrels), runs=(str(out / "runs" / "bm25.parquet"),))
+    with pytest.raises(RunDirOfAnotherJob, match="holds the retrieve job's manifest; give this run another --out") as err:
+        run_evaluate(cfg, out)
+    assert "\n" not in str(err.value) and json.loads((out / "manifest.json").read_text())["stage"] == "retrieve"
+    run_evaluate(cfg, tmp_path / "eval")
+    with pytest.raises(RunDirOfAnotherJob, match="holds the evaluate job's manifest"), RunDir(tmp_path / "eval", "retrieve").held():
+        pass
+
+    first = RunDir(tmp_path / "first", "retrieve")  # a first retrieve, killed after begin() and one file
+    with first.held():
+        first.begin()
+    (first.path / "runs").mkdir()
+    pq.write_table(_run_table([("q1", "d2", 1, 1.0)]), first.path / "runs" / "bm25.parquet")
+    assert json.loads(first.manifest_path.read_text())["status"] == "running"
+    with pytest.raises(EvaluationError, match="has not finished"):
+        run_evaluate(EvaluateConfig(qrels=str(qrels), runs=(str(first.path / "runs" / "bm25.parquet"),)), tmp_path / "eval2")
+
+
 def test_a_query_ranking_its_own_id_is_noted_and_dropped_as_beir_drops_it_when_asked(tmp_path):
     """BEIR's ArguAna and Quora hold each query in the corpus, so a run ranks the query itself
     first. trec_eval scores that row (the default here, with a note); BEIR's evaluation drops
