@@ -81,7 +81,8 @@ def main() -> None:
     except Killed as stop:
         result["killed"] = str(stop)
     result["killed_lines"] = seen
-    result["manifest_after_kill"] = (work / "resumed" / "manifest.json").exists()
+    killed_manifest = work / "resumed" / "manifest.json"  # (a first run's: it says it is running until it finishes)
+    result["manifest_after_kill"] = json.loads(killed_manifest.read_text())["status"] if killed_manifest.exists() else None
     lines: list[str] = []
     run_retrieve(cfg, work / "resumed", echo=lines.append)
     result["resumed_lines"] = lines
