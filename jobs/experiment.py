@@ -50,7 +50,9 @@ def _run(exp: Experiment, out: Path, index_dir: Path, embed: EmbedConfig, ray: R
     corpus, queries, qrels, root, pipelines, gold = inputs  # (prepared: checked before the cluster started)
     embed = EmbedConfig.model_validate({**embed.model_dump(), **exp.embed})
     exp = with_encoder(exp, embed)  # another encoder than the file's: its references are not checked
-    cfg = RetrieveConfig(queries=str(queries), db=str(index_dir / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec)
+    table = {"table": exp.index["table"]} if "table" in exp.index else {}  # (the table the index recipe writes is the one searched)
+    cfg = RetrieveConfig(queries=str(queries), db=str(index_dir / "lancedb"), pipelines=pipelines, embed=embed, ray=ray, llm=llm, trec=exp.trec,
+                         **table)
     timings: dict[str, float] = {}
     t = time.perf_counter()
     fmt = {"format": exp.dataset.format} if exp.dataset.corpus is not None and "format" not in exp.index else {}

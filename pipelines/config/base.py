@@ -22,15 +22,32 @@ were stored (nights, datasets, the LLM cache's keys hold them). An OUTSIDE field
 its default, so adding one changes every stored digest; adding an UNHASHED one changes none."""
 
 
+def _leaf_types(annotation) -> set:
+    """The types an annotation admits at its leaves (``tuple[float, ...]``: float; ``dict[str,
+    float] | None``: str, float, None)."""
+    args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+    return set().union(*(_leaf_types(a) for a in args)) if args else {annotation}
+
+
+def _a_bool_in(value) -> bool:
+    if type(value).__name__ in ("bool", "bool_"):  # (numpy's)
+        return True
+    if isinstance(value, list | tuple):
+        return any(_a_bool_in(v) for v in value)
+    return isinstance(value, dict) and any(_a_bool_in(v) for v in value.values())
+
+
 def no_yes_no_for_numbers(model: type[BaseModel], data):
-    """A model validator (``mode="before"``) refusing true/false for a number field: pydantic's
-    lax mode reads True as 1, so ``--set bm25.k=true`` (YAML's ``yes``, ``on``) set k to 1."""
+    """A model validator (``mode="before"``) refusing true/false for a number field, or inside a
+    list or mapping of numbers: pydantic's lax mode reads True as 1, so ``--set bm25.k=true``
+    (YAML's ``yes``, ``on``) set k to 1, and ``weights: [yes, 0.5]`` gave (1.0, 0.5)."""
     if isinstance(data, dict):
         for name, value in data.items():
-            if type(value).__name__ in ("bool", "bool_") and (field := model.model_fields.get(name)) is not None:  # (numpy's)
-                kinds = set(typing.get_args(field.annotation)) or {field.annotation}
+            if _a_bool_in(value) and (field := model.model_fields.get(name)) is not None:
+                kinds = _leaf_types(field.annotation)
                 if bool not in kinds and kinds & {int, float}:
-                    raise ValueError(f"{name} {str(value).lower()}: a yes or no, where a number is asked")
+                    shown = str(value).lower() if not isinstance(value, list | tuple | dict) else value
+                    raise ValueError(f"{name} {shown}: a yes or no, where a number is asked")
     return data
 
 

@@ -297,6 +297,16 @@ def test_a_yes_or_no_for_a_number_is_refused_not_read_as_one():
     from logicrank.pipelines.config.settings import LLMConfig
 
     assert LLMConfig(enforce_eager=False).enforce_eager is False  # a yes/no field takes one
+    # inside a list or a mapping of numbers: fuse's weights [yes, 0.5] were (1.0, 0.5), an LLM resource {gpu_a: yes} 1.0
+    from logicrank.pipelines.retrieval.stages.fuse import FuseOptions
+
+    fuse = {"method": "wsum", "of": [["bm25"], ["dense"]]}
+    with pytest.raises(ValueError, match=r"weights \[True, 0.5\]: a yes or no, where a number is asked"):
+        FuseOptions.model_validate(fuse | {"weights": [True, 0.5]})
+    with pytest.raises(ValueError, match="resources {'gpu_a': True}: a yes or no, where a number is asked"):
+        LLMConfig(resources={"gpu_a": True})
+    assert FuseOptions.model_validate(fuse | {"weights": [2, 0.5]}).weights == (2.0, 0.5)
+    assert LLMConfig(resources={"gpu_a": 1}).resources == (("gpu_a", 1.0),)
 
 
 def _below_their_minimum():

@@ -187,6 +187,8 @@ def test_query_ids_cut_queries_and_qrels_to_those_queries_in_file_order(tmp_path
         Experiment.model_validate(exp.model_dump(exclude_none=True) | {"dataset": {**exp.dataset.model_dump(exclude_none=True), "sample": 2}})
     numeric = Experiment.model_validate(exp.model_dump(exclude_none=True) | {"dataset": {**exp.dataset.model_dump(exclude_none=True), "query_ids": [1, 3]}})
     assert numeric.dataset.query_ids == ("1", "3")  # YAML reads [1, 3] as numbers; BEIR ids are strings
+    with pytest.raises(ValueError, match="query id 1.1: YAML read it as a number"):  # `1.10` in the file: its text is not "1.10"
+        Experiment.model_validate(exp.model_dump(exclude_none=True) | {"dataset": {**exp.dataset.model_dump(exclude_none=True), "query_ids": [1.10]}})
     sampled = with_sample(exp, 2, 5)  # --sample on the command line replaces the file's queries
     assert (sampled.dataset.sample, sampled.dataset.seed, sampled.dataset.query_ids) == (2, 5, None)
 
@@ -264,3 +266,37 @@ def test_another_encoder_than_the_files_leaves_its_references_unchecked(tmp_path
     got = with_encoder(exp, EmbedConfig(model=str(tmp_path / "encoder")))
     assert got.references == () and "not checked on this run" in got.caveats[-1] and got.embed["model"] == str(tmp_path / "encoder")
     assert with_encoder(exp, EmbedConfig(max_seq_length=128)).references == ()  # another token window: another vector space
+
+
+def test_the_table_an_experiments_index_recipe_writes_is_the_one_its_pipelines_search(tmp_path, monkeypatch):
+    """`index: {table: v2}` indexed the corpus into v2 while every pipeline searched the default
+    table `docs`: in an index folder another experiment had filled, the wrong corpus scored."""
+    import contextlib
+    from pathlib import Path
+
+    import logicrank.jobs.experiment as job
+    import logicrank.jobs.index
+    import logicrank.jobs.raysession
+    import logicrank.jobs.retrieve
+
+    class Stop(Exception):
+        pass
+
+    seen = {}
+
+    def index(cfg, out, progress=True):
+        seen["index"] = cfg.table
+        return type("Summary", (), {"table_version": 1})()
+
+    def retrieve(cfg, out, echo=None, progress=True):
+        seen["retrieve"] = cfg.table
+        raise Stop
+
+    monkeypatch.setattr(job, "prepared", lambda exp, out: (Path("c"), Path("q.jsonl"), Path("qrels.tsv"), Path("."), exp.pipelines_to_run(), None))
+    monkeypatch.setattr(logicrank.jobs.raysession, "ray_session", lambda ray: contextlib.nullcontext())
+    monkeypatch.setattr(logicrank.jobs.index, "run_index", index)
+    monkeypatch.setattr(logicrank.jobs.retrieve, "run_retrieve", retrieve)
+    for sets, table in (([], "docs"), (["index.table=v2"], "v2")):
+        with pytest.raises(Stop):
+            job.run_experiment(override(load("scifact"), sets), tmp_path / "out", progress=False)
+        assert seen == {"index": table, "retrieve": table}

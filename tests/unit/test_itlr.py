@@ -311,6 +311,19 @@ def test_listed_mode_scores_only_each_querys_listed_documents(setup, tmp_path):
         Pipeline.parse("l", [{"itlr": {"mode": "listed"}}])
 
 
+def test_a_hybrid_weight_without_the_hybrid_scorer_is_refused_not_ignored():
+    """`--set itlr.hybrid_weight=0.7` on the dense preset ran plain dense evidence under the
+    ITLR name, the weight read by the hybrid scorer alone: refused, as other options a stage
+    would not use are; a config dumped with every default (a manifest's) still reads."""
+    from logicrank.pipelines.retrieval.pipeline import Pipeline
+
+    with pytest.raises(ValueError, match="hybrid_weight is the hybrid scorer's share of BM25 evidence; with scorer dense it is not used"):
+        Pipeline.parse("i", [{"itlr": {"hybrid_weight": 0.7}}])
+    assert Pipeline.parse("i", [{"itlr": {"scorer": "hybrid", "hybrid_weight": 0.7}}]).stages[0].hybrid_weight == 0.7
+    dumped = Pipeline.parse("i", [{"itlr": {}}]).stages[0].model_dump()
+    assert Pipeline.parse("i", [{"itlr": dumped}]).stages[0].scorer == "dense"
+
+
 @pytest.mark.parametrize("shards", [2, 3, 7])
 def test_exact_scoring_in_shards_merges_into_the_one_pass_pairs(setup, shards):
     """Each shard scores its rows (``first_row``: the table's row numbers) and keeps its top k;

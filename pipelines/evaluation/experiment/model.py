@@ -92,6 +92,14 @@ def _dataset_form(v: Any) -> Any:
                      f"(`logicrank datasets add`); or irds:<id> (ir_datasets)")
 
 
+
+def _query_id(value: Any) -> str:
+    """A query id as written: YAML reads ``1.10`` as 1.1 and ``0x1F`` as 31, so a number that is
+    not a whole one is refused (write ids in quotes); a whole number (``51``) is its digits."""
+    if isinstance(value, float) or type(value).__name__ in ("bool", "bool_"):
+        raise ValueError(f"query id {value!r}: YAML read it as a number or a yes or no, whose text may not be what was typed; write it in quotes")
+    return str(value)
+
 class Dataset(_Model):
     """Where the queries, qrels and corpus come from: exactly one of ``bundled`` (a set in
     pipelines/datasets), ``beir`` (a BEIR directory: corpus.jsonl, queries.jsonl,
@@ -127,8 +135,8 @@ class Dataset(_Model):
     qrels: str = Field("qrels/test.tsv", description="The qrels file inside a BEIR directory; with corpus, the qrels file (BEIR TSV or TREC).")
     sample: int | None = Field(None, ge=1)
     seed: int = 0
-    query_ids: tuple[Annotated[str, BeforeValidator(str)], ...] | None = Field(
-        None, min_length=1, description="Run only these queries (not with sample); numbers are read as ids.")
+    query_ids: tuple[Annotated[str, BeforeValidator(_query_id)], ...] | None = Field(
+        None, min_length=1, description="Run only these queries (not with sample); whole numbers are read as ids.")
 
     @model_validator(mode="before")
     @classmethod

@@ -85,6 +85,9 @@ class ITLROptions(StageOptions):
         if self.strict_not is not None and chosen == "none" and self.scorer != "hybrid":
             raise ValueError(f"itlr: strict_not compares calibrated evidence with its threshold; with scorer {self.scorer} give a "
                              "calibration (" + ("zscore or sigmoid" if self.scorer == "dense" else "max, saturation, zscore or sigmoid") + ")")
+        if self.scorer != "hybrid" and self.hybrid_weight != type(self).model_fields["hybrid_weight"].default:
+            raise ValueError(f"itlr: hybrid_weight is the hybrid scorer's share of BM25 evidence; with scorer {self.scorer} it is not "
+                             "used: give scorer: hybrid, or leave it out.")
         if self.calibration == "sigmoid" and not self.labels:
             raise ValueError("itlr calibration 'sigmoid' is supervised: give labels (JSONL of doc_id and present terms).")
         if (self.mode == "listed") != (self.pairs is not None):
