@@ -146,6 +146,7 @@ KINDS = ("jsonl", "parquet", "trec", "tsv")
 _KIND_NAMES = {"jsonl": "JSONL", "parquet": "Parquet", "trec": "TREC SGML", "tsv": "TSV"}
 _NOT_DOCUMENTS = ("queries", "qrels", "topics")  # names that, in a directory, are a test collection's other files (never indexed)
 # A directory holding any of these is a BEIR directory, whose corpus must be corpus.jsonl[.gz].
+_BEIR_BESIDE = ("answers", "decompositions")  # a QA set's gold answers, a set-logic set's gold decompositions: beside a corpus, no documents
 _BEIR_MARKERS = ("queries.jsonl", "queries.jsonl.gz", "qrels")
 
 
@@ -311,14 +312,15 @@ def list_sources(location: str, fmt: str = "auto") -> Sources:
 
 def _beside_beir_corpus(fs, path: str, corpus: str) -> list[str]:
     """The document files (JSONL or Parquet by name, not hidden) under a BEIR directory other
-    than its corpus file, its queries, qrels, topics and QA answers."""
+    than its corpus file, its queries, qrels and topics, and the gold answers or decompositions
+    this project's datasets keep beside their corpus."""
     root = path.rstrip("/")
     out = []
     for f in fs.get_file_info(pafs.FileSelector(path, recursive=True)):
         rel = f.path[len(root) + 1 :]
         parts = rel.split("/")
         if (f.type == pafs.FileType.File and f.path != corpus and _kind_of(f.path) in ("jsonl", "parquet")
-                and not any(part.startswith(".") or part.lower().startswith((*_NOT_DOCUMENTS, "answers")) for part in parts)):
+                and not any(part.startswith(".") or part.lower().startswith((*_NOT_DOCUMENTS, *_BEIR_BESIDE)) for part in parts)):
             out.append(f.path)
     return sorted(out)
 
@@ -380,8 +382,12 @@ def _list_sources(location: str, fmt: str) -> Sources:
         kinds = {p: k or (None if fmt == "jsonl" and not _compressed(p) else fmt) for p, k in kinds.items()}
     else:  # a directory's .tsv files are often its queries and qrels (MS MARCO's layout): read them only when told
         kinds = {p: None if k == "tsv" else k for p, k in kinds.items()}
-    unread = [p for p in files if kinds[p] is None and p.lower().endswith(_UNREAD_COMPRESSED) and _kind_of(p.rsplit(".", 1)[0])]
-    if unread:  # a document file in a compression Arrow's streams do not undo: refused, never skipped
+    # a document file in a compression Arrow's streams do not undo: refused, never skipped (a queries, qrels or topics file, or
+    # a .tsv one read only with --format tsv, is no document: left alone as before)
+    unread = sorted({p for p in files if kinds[p] is None and p.lower().endswith(_UNREAD_COMPRESSED)
+                     and _kind_of(p.rsplit(".", 1)[0]) in ("jsonl", "parquet", "trec")
+                     and not any(part.lower().startswith(_NOT_DOCUMENTS) for part in p[len(path.rstrip("/")) + 1 :].split("/"))})
+    if unread:
         rel = unread[0][len(path.rstrip("/")) + 1 :]
         raise CorpusError(f"corpus: {location!r} holds {len(unread)} document file(s) in a compression that is not read ({rel}); "
                           "decompress them, or compress them as .gz, .bz2, .zst or .lz4.")

@@ -546,6 +546,7 @@ def test_a_beir_directorys_other_document_files_are_named_not_read(tmp_path):
     write_jsonl(beir / "corpus-2.jsonl", [{"_id": "c", "text": "three"}])
     write_jsonl(beir / "queries.jsonl", [{"_id": "q", "text": "x"}])
     write_jsonl(beir / "answers.jsonl", [{"query_id": "q", "answers": ["x"]}])
+    pq.write_table(pa.table({"query_id": ["q"]}), beir / "decompositions.parquet")  # a set-logic set's gold, beside its corpus
     (beir / "more").mkdir()
     pq.write_table(pa.table({"_id": ["d"], "text": ["four"]}), beir / "more" / "part.parquet")
     sources = list_sources(str(beir))
@@ -577,4 +578,7 @@ def test_a_directorys_document_file_in_a_compression_not_read_is_refused_not_ski
     with pytest.raises(CorpusError, match="not read"):
         list_sources(str(tmp_path / "d"), "jsonl")
     (tmp_path / "d" / "b.jsonl.xz").unlink()
+    for name in ("queries.jsonl.xz", "topics.tsv.zip", "collection.tsv.xz"):  # no documents here (a .tsv one only with --format tsv)
+        (tmp_path / "d" / name).write_bytes(b"\xfd7zXZ\x00")
+    assert [s.path for s in list_sources(str(tmp_path / "d"))] == [str(tmp_path / "d" / "a.jsonl")]
     assert [s.path for s in list_sources(str(tmp_path / "d"))] == [str(tmp_path / "d" / "a.jsonl")]
