@@ -129,7 +129,8 @@ VECTOR_KINDS = ("jsonl", "parquet")  # the formats that can carry a vector per d
 # pid and a passage and none of the first three ids is known by its pid (a pid elsewhere, a chunk's number, is no id)
 ID_KEYS = ("doc_id", "_id", "id", "docid", "docno")
 TEXT_KEYS = ("text", "contents", "body", "passage", "segment", "abstract")  # (abstract: ir_datasets' CORD-19, NFCorpus, Medline)
-_COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")  # names whose compression Arrow's streams undo (pyarrow.Codec.detect)
+_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}  # names whose compression Arrow's streams undo, and its codec
+_COMPRESSED = tuple(_CODECS)
 # Unix compress (LZW), undone by ncompress: .Z, and TREC's disks' .z, .0z, .1z, .2z (as Anserini's TrecCollection reads them).
 # LZW records no length: a file cut short reads as far as it goes (its last DOC an unclosed_doc reject, unless cut between DOCs)
 _LZW_NAME = re.compile(r"\.[0-2]?z$", re.IGNORECASE)  # (not 7-Zip's .7z)
@@ -254,7 +255,7 @@ def _units(rows: np.ndarray) -> list[tuple[Vector | None, str | None, str | None
 def _compression(path: str) -> str | None:
     """Arrow's codec for a file's name, in any case (Arrow's own detection knows ``.gz`` but not
     ``.GZ``)."""
-    return {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}.get(Path(path).suffix.lower())
+    return _CODECS.get(Path(path).suffix.lower())
 
 
 def _compressed(path: str) -> bool:
