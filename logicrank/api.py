@@ -659,14 +659,18 @@ def _require_logic(pipe: Pipeline, node, query: str, where: str = "table.search"
 
 def _words(node) -> str:
     """A logical query's terms in words (``malaria and not children``), as the generated
-    benchmarks write a query's text."""
-    from logicrank.pipelines.retrieval.logic.query import And, Not, Term
+    benchmarks write a query's text, its groups in parentheses where to_text keeps them
+    (``cancer and not (breast or lung)``): the text an LLM stage reads means what the query does."""
+    from logicrank.pipelines.retrieval.logic.query import And, Not, Or, Term
 
     if isinstance(node, Term):
         return node.text
     if isinstance(node, Not):
-        return f"not {_words(node.child)}"
-    return (" and " if isinstance(node, And) else " or ").join(_words(c) for c in node.children)
+        inner = _words(node.child)
+        return f"not {inner}" if isinstance(node.child, Term) else f"not ({inner})"
+    grouped = (And, Or) if isinstance(node, And) else (Or,)
+    return (" and " if isinstance(node, And) else " or ").join(
+        f"({_words(c)})" if isinstance(c, grouped) else _words(c) for c in node.children)
 
 
 def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, strict: bool = True, table: Table | None = None,

@@ -109,14 +109,35 @@ def test_a_reciprocal_not_past_float32_is_refused_not_dropped():
     raw = np.array([[5.0] + [0.0] * 7, [5.0, 3.0] + [0.0] * 6, [2.0] + [0.0] * 7], np.float32)  # d_good, d_bad (holds n0), d_ok
     ids = np.array(["d_good", "d_bad", "d_ok"], dtype=object)
     ops, cal = Operators.parse("not=reciprocal"), Calibration.divide("max", terms, np.array([5.0] + [3.0] * 7))
-    with pytest.warns(RuntimeWarning), pytest.raises(ScoreError, match=r"2 composed score\(s\) are \+inf, e\.g\. query 'q1', doc 'd_good'.*not=reciprocal"):
+    with pytest.warns(RuntimeWarning), pytest.raises(ScoreError, match=r"2 composed score\(s\) are infinite, e\.g\. query 'q1', doc 'd_good'.*not=reciprocal"):
         score_listed([q], terms, lambda i, p: raw, {"q1": (ids, None)}, 10, ops, cal, drop_unsupported=True)
-    with pytest.warns(RuntimeWarning), pytest.raises(ScoreError, match=r"are \+inf"):
+    with pytest.warns(RuntimeWarning), pytest.raises(ScoreError, match=r"are infinite"):
         score_exact([q], terms, None, iter([(ids, raw)]), 10, [ops], cal, drop_unsupported=True)
     # six negations stay in range and rank as the operator says
     q6 = LogicalQuery("q1", parse('"a" AND ' + " AND ".join(f'NOT "{t}"' for t in terms[1:7])), "ok")
     top = score_listed([q6], terms[:7], lambda i, p: raw[:, :7], {"q1": (ids, None)}, 10, ops, cal, drop_unsupported=True)
     assert top["doc_id"].tolist() == ["d_good", "d_ok", "d_bad"]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_a_reciprocal_not_overflowing_to_minus_inf_is_refused_not_read_as_strict_nots_exclusion():
+    """Over raw scores below 0 (cosines), not=reciprocal's 1/1e-6 per missed negated term times
+    a negative score overflows float32 to -inf: the filters that drop strict NOT's exclusions
+    dropped that document, though no strict NOT was asked for. Refused; with strict_not set,
+    -inf stays its exclusion."""
+    terms = ["a"] + [f"n{i}" for i in range(7)]
+    q = LogicalQuery("q1", parse('"a" AND ' + " AND ".join(f'NOT "{t}"' for t in terms[1:])), "ok")
+    raw = np.array([[-0.1] + [-0.05] * 7, [0.6] + [0.3] * 7], np.float32)
+    ids = np.array(["d1", "d2"], dtype=object)
+    ops = Operators.parse("not=reciprocal")
+    with np.errstate(over="ignore"), pytest.raises(ScoreError, match=r"1 composed score\(s\) are infinite, e\.g\. query 'q1', doc 'd1'"):
+        score_listed([q], terms, lambda i, p: raw, {"q1": (ids, None)}, 10, ops, Calibration())
+    with np.errstate(over="ignore"), pytest.raises(ScoreError, match=r"query 'q1', doc 'd1'"):
+        score_exact([q], terms, None, iter([(ids, raw)]), 10, [ops], Calibration())
+    strict = dataclasses.replace(ops, strict_not=0.5)
+    with np.errstate(over="ignore"):  # a strict NOT: every -inf is an exclusion, as before
+        kept = score_listed([q], terms, lambda i, p: raw, {"q1": (ids, None)}, 10, strict, Calibration())
+    assert "d1" not in kept["doc_id"].tolist()
 
 
 def test_positive_terms_and_ann_candidates(setup):

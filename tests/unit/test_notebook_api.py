@@ -333,3 +333,21 @@ def test_run_experiment_refuses_a_table_of_another_encoder_than_the_file_fixes(t
     exp = override(load("scifact"), {"embed.model": str(tmp_path / "a")})
     with pytest.raises(lr.PipelineError, match=r"^run_experiment: experiment scifact fixes embed .*open the table with open_table\(embed=\.\.\.\)"):
         lr.run_experiment(exp, table=types.SimpleNamespace(embed=EmbedConfig(model=str(tmp_path / "b"))))
+
+
+@pytest.mark.parametrize(("query", "words"), [
+    ('"malaria" AND NOT "children"', "malaria and not children"),
+    ('"cancer" AND NOT ("breast" OR "lung")', "cancer and not (breast or lung)"),
+    ('"a" AND NOT ("b" AND "c")', "a and not (b and c)"),
+    ('("dog" OR "cat") AND "mouse"', "(dog or cat) and mouse"),
+    ('"dog" OR "cat" AND "mouse"', "dog or cat and mouse"),
+    ('NOT ("x" OR "y")', "not (x or y)"),
+])
+def test_a_logical_querys_words_keep_its_groups(query, words):
+    """The text an LLM stage reads for a logical query given to table.search or lr.retrieve
+    (OrLog's decomposition, the reasoner) means what the query does: a group under NOT or
+    AND keeps its parentheses (``cancer and not breast or lung`` would read the OR last)."""
+    from logicrank.api import _words
+    from logicrank.pipelines.retrieval.logic.query import parse
+
+    assert _words(parse(query)) == words

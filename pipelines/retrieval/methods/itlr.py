@@ -102,15 +102,18 @@ class ScoreError(UserError, ValueError):
     """A composed score that is NaN: a document it ranks nowhere would silently leave the run."""
 
 
-def refuse_unrankable(scores: np.ndarray, queries: Sequence[LogicalQuery], doc_ids) -> None:
-    """Raise :class:`ScoreError` where the (queries x docs) ``scores`` hold a NaN (a NaN in the
-    table's vectors, or a calibration that divides by a zero spread) or +inf (``not=reciprocal``
-    overflowed: 1/1e-6 for each negated term a document misses, past float32's range at seven):
-    such a document would rank below every other, or be dropped as an exclusion, and leave the
-    run without a word. -inf is strict NOT's exclusion, not refused. ``doc_ids``: the columns' ids."""
+def refuse_unrankable(scores: np.ndarray, queries: Sequence[LogicalQuery], doc_ids, strict_not: bool = False) -> None:
+    """Raise :class:`ScoreError` where the (queries x docs) composed ``scores`` hold a NaN (a NaN
+    in the table's vectors, or a calibration that divides by a zero spread) or an infinity
+    (``not=reciprocal`` overflowed: 1/1e-6 for each negated term a document misses, past
+    float32's range at seven; -inf where the reciprocals multiply a negative score): such a
+    document would rank below every other, or be dropped as an exclusion, and leave the run
+    without a word. With ``strict_not`` (the operators' ``strict_not`` is set) -inf is strict
+    NOT's exclusion, not refused. ``doc_ids``: the columns' ids."""
+    overflow = np.isinf(scores) if not strict_not else np.isposinf(scores)
     for bad, what, why in ((np.isnan(scores), "NaN", "a NaN in the table's vectors or its term scores, or a calibration with a zero spread"),
-                           (np.isposinf(scores), "+inf", "an operator past float32's range: not=reciprocal over many negated terms "
-                                                         "a document misses; use not=complement")):
+                           (overflow, "infinite", "an operator past float32's range: not=reciprocal over many negated terms "
+                                                  "a document misses; use not=complement")):
         if bad.any():
             q, d = (int(i[0]) for i in np.nonzero(bad))
             raise ScoreError(f"itlr: {int(bad.sum())} composed score(s) are {what}, e.g. query {queries[q].query_id!r}, doc {doc_ids[d]!r} "
@@ -392,13 +395,14 @@ def score_exact(
                 for f, (_, slots, rows, _), start, pos in zip(fs, groups, offsets, positive, strict=False):
                     slab = M[start : start + len(slots) * len(rows), t0:t1].reshape(len(slots), len(rows), t1 - t0)
                     scores = f(slab.transpose(1, 2, 0))  # (queries, docs, slots), a view
+                    if not np.isfinite(scores).all():  # (before unsupported documents are marked -inf below)
+                        refuse_unrankable(scores, [queries[r] for r in rows], block_ids[t0:t1], ops.strict_not is not None)
                     if E is not None:  # the raw evidence laid out as M: :func:`unsupported`'s rule
                         held = E[start : start + len(slots) * len(rows), t0:t1].reshape(len(slots), len(rows), t1 - t0)[pos].any(axis=0)
                         support = scores if Z is None else f(Z[start : start + len(slots) * len(rows), t0:t1].reshape(
                             len(slots), len(rows), t1 - t0).transpose(1, 2, 0))
                         scores = np.where((support == 0) & ~held, -np.inf, scores)
                     block[rows, t0 - lo : t1 - lo] = scores
-            refuse_unrankable(block, queries, block_ids[lo:hi])
             tops[ops][part].push(block, first_row + lo, block_ids[lo:hi])
 
     seen = first_row
@@ -498,7 +502,7 @@ def score_listed(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, can
             continue
         R = raw(ids, payload)
         scores = compose([q], terms, R, ops, calibration)[0]
-        refuse_unrankable(scores[None, :], [q], ids)
+        refuse_unrankable(scores[None, :], [q], ids, ops.strict_not is not None)
         if drop_unsupported:
             scores = np.where(unsupported(q, terms, R, scores, ops, calibration), -np.inf, scores)
         ids = np.asarray(ids, dtype=object)
