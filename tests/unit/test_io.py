@@ -363,3 +363,19 @@ def test_trec_files_split_on_ascii_spaces_only_as_trec_eval_does(tmp_path):
     assert read_qrels(qrels).column("doc_id").to_pylist() == ["d1\u00a0", "d\u3000two"]
     back = read_run(write_trec_run(read_run(run), tmp_path / "again.trec"))  # such an id is one field of a TREC line: written
     assert back.column("doc_id").to_pylist() == ["d1\u00a0", "d\u3000two", "d3"]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf"), None])
+def test_a_score_that_is_no_number_is_refused_even_where_k_would_cut_it_away(bad):
+    """OrLog at k=3 over four candidates, one posterior NaN: the NaN sorted last and was cut
+    away with the run's k, the base run's top document gone from the run without a word (the
+    run's own check sees only the rows kept). Refused, the query and document named."""
+    import pandas as pd
+
+    from logicrank.schemas.errors import JobFailed
+
+    pairs = pd.DataFrame({"query_id": ["q"] * 4, "doc_id": ["d1", "d2", "d3", "d4"], "score": [bad, 0.5, 0.4, 0.3],
+                          "tiebreak": [1, 2, 3, 4]})
+    with pytest.raises(JobFailed, match=r"^orlog: 1 score\(s\) are missing, NaN or infinite, e\.g\. .* for query 'q', doc 'd1'"):
+        rank_pairs(pairs, 3, "orlog", "orlog")
+    assert rank_pairs(pairs.iloc[1:], 3, "orlog", "orlog").column("doc_id").to_pylist() == ["d2", "d3", "d4"]

@@ -31,6 +31,22 @@ def test_calibrations():
         calibrate(scored, "platt")
 
 
+def test_an_infinite_logit_gap_is_certain_and_does_not_move_the_pools_mean():
+    """One candidate with its False label masked (-inf): its gap is +inf and its P(True) 1.
+    The pool's mean was +inf, so every other candidate's P(True) became 0, and that
+    candidate's NaN. The mean is now the finite gaps'. A content-free gap that is infinite
+    calibrates nothing: refused in one line."""
+    from logicrank.schemas.errors import JobFailed
+
+    scored = pd.DataFrame({"query_id": ["q1"] * 3, "atom_id": ["a1"] * 3,
+                           "logit_true": [-1.0, -5.0, 0.0], "logit_false": [-2.0, -1.0, -np.inf]})
+    sig = lambda d: 1 / (1 + np.exp(-np.asarray(d, dtype=float)))  # noqa: E731
+    np.testing.assert_allclose(calibrate(scored, "pool-mean"), sig([1 - (-1.5), -4 - (-1.5), np.inf]))
+    masked = pd.DataFrame({"query_id": ["q1"], "atom_id": ["a1"], "logit_true": [0.0], "logit_false": [-np.inf]})
+    with pytest.raises(JobFailed, match=r"^orlog: calibration content-free: the atom 'a1' of query 'q1' .* use calibration pool-mean or none\.$"):
+        calibrate(scored, "content-free", masked)
+
+
 def test_posteriors_per_candidate():
     scored = pd.DataFrame({
         "query_id": ["q1"] * 4, "doc_id": ["d1", "d1", "d2", "d2"], "base_rank": [1, 1, 2, 2],

@@ -24,6 +24,7 @@ import pyarrow as pa
 from logicrank.pipelines.llm.decompose import PLACEHOLDER, one_id_per_statement
 from logicrank.pipelines.retrieval.logic.probability import compile_probability, problog_probability
 from logicrank.pipelines.retrieval.logic.query import Node, UnparsedQueryError, parse
+from logicrank.schemas.errors import JobFailed
 from logicrank.schemas.tables import require_columns
 
 # The side tables its stage writes (the stage declares them; nothing else in logicrank reads them back).
@@ -114,15 +115,28 @@ def _logit_gap(scored: pd.DataFrame) -> np.ndarray:
 def calibrate(scored: pd.DataFrame, mode: str, content_free: pd.DataFrame | None = None) -> np.ndarray:
     """P(True) per row after calibration of the logit difference d = z_True - z_False:
     ``none``: sigmoid(d); ``content-free``: sigmoid(d - d of the atom about "N/A");
-    ``pool-mean``: sigmoid(d - mean d of the atom over the query's candidates)."""
+    ``pool-mean``: sigmoid(d - mean d of the atom over the query's candidates).
+
+    A gap is infinite where one label's logit is -inf (masked): that row's P(True) is 1 or 0
+    in every calibration. The pool's mean is over its finite gaps (one infinite gap made every
+    other candidate's P(True) 1 or 0); a content-free gap that is infinite (the atom about "N/A"
+    certain) calibrates nothing and is refused in one line."""
     if mode not in CALIBRATIONS:
         raise ValueError(f"unknown calibration {mode!r}; valid: {', '.join(CALIBRATIONS)}")
     d = _logit_gap(scored)
     if mode == "content-free":
         cf = content_free.assign(d=_logit_gap(content_free)).set_index(["query_id", "atom_id"])["d"]
-        d = d - cf.loc[list(zip(scored["query_id"], scored["atom_id"], strict=True))].to_numpy()
+        ref = cf.loc[list(zip(scored["query_id"], scored["atom_id"], strict=True))].to_numpy()
+        if np.isinf(ref).any():
+            at = int(np.flatnonzero(np.isinf(ref))[0])
+            raise JobFailed(f"orlog: calibration content-free: the atom {scored['atom_id'].iloc[at]!r} of query "
+                            f"{scored['query_id'].iloc[at]!r} about \"N/A\" has a label's logit -inf (masked), so it calibrates "
+                            "nothing; use calibration pool-mean or none.")
+        d = d - ref
     elif mode == "pool-mean":
-        d = d - scored.assign(d=d).groupby(["query_id", "atom_id"])["d"].transform("mean").to_numpy()
+        finite = np.where(np.isinf(d), np.nan, d)  # (pandas' mean passes over NaN: the finite gaps' mean)
+        mean = scored.assign(d=finite).groupby(["query_id", "atom_id"])["d"].transform("mean").to_numpy()
+        d = d - np.nan_to_num(mean, nan=0.0)  # a pool without a finite gap: nothing to subtract
     return 1.0 / (1.0 + np.exp(-d))
 
 

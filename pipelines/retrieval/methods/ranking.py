@@ -9,6 +9,7 @@ import pandas as pd
 import pyarrow as pa
 
 from logicrank.pipelines.io import trec_score
+from logicrank.schemas.errors import JobFailed
 from logicrank.schemas.tables import RUN
 
 
@@ -26,6 +27,7 @@ def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Tabl
     equal in 32 bits are written as that 32-bit value (:func:`_ties_as_ranked`: a reader that
     sorts by the 64 bits, as ranx does, put a later row first).
     """
+    refuse_non_finite(pairs, method)
     extra = ["tiebreak"] if "tiebreak" in pairs.columns else []
     df = pairs[["query_id", "doc_id", "score", *extra]].assign(_key=trec_score(pairs["score"])).sort_values(
         ["query_id", "_key", *extra, "doc_id"], ascending=[True, False, *[True] * len(extra), False], kind="stable"
@@ -48,6 +50,19 @@ def rank_pairs(pairs: pd.DataFrame, k: int, method: str, run_id: str) -> pa.Tabl
         },
         schema=RUN,
     )
+
+
+def refuse_non_finite(pairs: pd.DataFrame, method: str) -> None:
+    """Every pair's score finite, checked before a query's run is cut to its k: a NaN sorts last
+    and would be cut away unseen (the base run's top document gone from an OrLog run of
+    ``k=10`` over 20 candidates), where the run's own check sees only the rows kept."""
+    scores = pd.to_numeric(pairs["score"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(scores)
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        raise JobFailed(f"{method}: {int(bad.sum())} score(s) are missing, NaN or infinite, e.g. {scores[at]} for query "
+                        f"{pairs['query_id'].iloc[at]!r}, doc {pairs['doc_id'].iloc[at]!r}; nothing is ranked, as no ranking "
+                        "or measure can use them.")
 
 
 def _ties_as_ranked(queries: np.ndarray, keys: np.ndarray, scores: np.ndarray) -> np.ndarray:
