@@ -264,7 +264,8 @@ def run_index(cfg: IndexConfig, out: str | Path, progress: bool = False) -> Inde
     if cfg.vector_column is None:  # (precomputed vectors need no encoder)
         resolve_model(cfg.embed.model)
     concrete(cfg.embed)  # openvino asked to run on cuda: refused now
-    with sigterm_interrupts(), TableLock(cfg.db, cfg.table, "index") as lock:
+    # the run directory held too: a second index run writing its manifest and rejects there (another table's) is refused
+    with sigterm_interrupts(), TableLock(cfg.db, cfg.table, "index") as lock, rundir.held():
         return _index_locked(cfg, rundir, sources, progress, start, lock)
 
 
@@ -280,6 +281,9 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: Sources, progress: 
     summary.since_version = last_complete(store)
     stopped = rundir.previous() or {}
     summary.kept_manifest = rundir.keep_unfinished()  # a stopped run's record is never written over, whatever it left
+    # a run killed outright (SIGKILL, the OOM killer, a lost node) leaves a manifest that says `running`, not the earlier
+    # run's `ok` beside a table this run changed
+    rundir.begin()
     baseline = None
     if version_before is not None and summary.since_version != version_before:
         # the latest version is not one readers read: this run counts against what they read. It resumes a run that
@@ -331,8 +335,11 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
             summary.absent = absent.write(writer.seen.absent(stored.ids()))
             summary.held = writer.seen.held
         guard = None
-        if writer.baseline is not None:  # resumed: the deletes readers would see, of the last complete version's documents
-            # (the version the run started from also holds the unfinished run's inserts, which would thin the share)
+        if writer.baseline is not None and summary.since_version is not None:
+            # resumed: the deletes readers would see, of the last complete version's documents (the version the run
+            # started from also holds the unfinished run's inserts, which would thin the share). Where no version was
+            # ever complete (a first build killed or refused), the share is of the documents the table holds: the
+            # complete version's would be 0 of 0, and a wrong snapshot deleted every document the first run wrote
             guard = (sum(len(ids) for ids in writer.seen.absent(writer.baseline.ids())), writer.baseline.count())
         failure = index_refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, restore_hint(cfg, store, version_before),
                                 deletes=guard)
@@ -501,8 +508,8 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
     release_ray()  # (a local cluster's shutdown takes seconds: a Ctrl-C in them stops a run not yet marked complete)
     summary.tag = cfg.tag or f"{_AUTO_TAG}{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
     lock.ensure_held()
+    store.tag(summary.tag)  # (before the mark: a tag that fails leaves the version unread, as the run's manifest says)
     store.mark_complete()  # readers read this version from now on (pipelines/engines/store/versions.py)
-    store.tag(summary.tag)
     summary.maintenance["tags_dropped"] = store.drop_old_tags(_AUTO_TAG_NAME, cfg.keep_index_tags)
 
 
@@ -562,7 +569,7 @@ def _stopped(cfg: IndexConfig, rundir: RunDir, sources: list[Source], mid: str, 
             cfg.model_dump(mode="json"), cfg.digest(), {"corpus": [s.fingerprint() for s in sources]}, ["rejects.parquet"],
             status="interrupted" if interrupted else "failed", model=mid,
             table={"db": cfg.db, "name": cfg.table, "version_before": version_before,
-                   "version": store.version if store.exists() else None, "complete": False},
+                   "version": store.version if store.exists() else None, "complete": _marked_complete(store)},
             counts={"rows_read": writer.rows_read, "written": writer.written, **dict(writer.counts)},
             error=line if isinstance(exc, KeyboardInterrupt) else f"{line} {type(exc).__name__}: {first_line(exc)}",
         )
@@ -573,6 +580,14 @@ def _stopped(cfg: IndexConfig, rundir: RunDir, sources: list[Source], mid: str, 
     else:
         exc.add_note(line)
     return exc
+
+
+def _marked_complete(store: DocStore) -> bool:
+    """Whether the table's latest version is one readers read (a step after the completion mark
+    failed, the old tags' drop say): what a stopped run's manifest records, as read."""
+    with suppress(Exception):
+        return store.exists() and store.complete_version() == store.version
+    return False
 
 
 def progress_line(w: IndexWriter, precomputed: bool) -> str:

@@ -142,6 +142,18 @@ class IndexConfig(_Config):
     tag: str | None = Field(None, description="LanceDB tag for this index run; default index-<time>.")
     # YAML reads an unquoted 2026-11-25 as a date: the tag is the date written (a number or a time is refused: quote it)
     _tag = field_validator("tag", mode="before")(lambda v: v.isoformat() if type(v).__name__ == "date" else v)
+
+    @field_validator("tag")
+    @classmethod
+    def _tag_name(cls, v: str | None) -> str | None:
+        """A tag LanceDB can make and the job does not keep for itself, checked before the run
+        (LanceDB refused it at the run's very end)."""
+        from logicrank.pipelines.engines.store.versions import tag_problem
+
+        if v is not None and (why := tag_problem(v)):
+            raise ValueError(f"{v!r} cannot tag a version: {why}")
+        return v
+
     # UNHASHED: the index digests nights hold leave it out, so those digests stay valid
     ann: bool = Field(
         False, description="Build LanceDB's ANN index (IVF_HNSW_SQ) once the table has ann_threshold rows. Off: no ANN index is "

@@ -172,6 +172,8 @@ def test_killed_mid_write_then_rerun_equals_a_clean_run(tmp_path, docs300):
             os.killpg(child.pid, signal.SIGKILL)
         child.wait()
     assert f"pid {child.pid}" in str(refused.value)
+    # the killed run's directory says it did not finish (it said nothing, or an earlier run's `ok`)
+    assert json.loads((tmp_path / "r" / "manifest.json").read_text())["status"] == "running"
     killed_at = DocStore(str(db)).count()
     assert 0 < killed_at < 300, f"the child must die mid-write for this test to mean anything (rows: {killed_at})"
 
@@ -731,3 +733,76 @@ def test_ray_tasks_keep_the_order_and_a_failed_task_stops_the_others(ray_cluster
     with pytest.raises(Exception, match="segment 2 failed"):
         RayTasks(ray_cluster, at_once=3, num_cpus=0)(run_or_fail, [(i, str(tmp_path)) for i in range(3)])
     assert sorted(p.name for p in tmp_path.glob("started-*")) == ["started-0", "started-1"]
+
+
+def test_a_rerun_of_a_first_build_that_never_completed_is_held_by_the_mass_delete_guard(tmp_path):
+    """A first build that did not complete (here refused for its rejects; killed is the same)
+    leaves its documents in a version no reader reads. Its rerun with a wrong snapshot (10 of
+    its 60 documents) was weighed against the last complete version, which does not exist: 0
+    deletes of 0, so it deleted 50 documents and marked 10 complete. The share is now of the
+    documents the table holds, and refused; the right snapshot completes it."""
+    rng = np.random.default_rng(0)
+    docs = [{"_id": f"d{i}", "text": f"document {i}", "emb": rng.standard_normal(8).round(3).tolist()} for i in range(60)]
+    cfg = lambda corpus: _cfg(corpus, tmp_path / "db", vector_column="emb", vector_dim=8)  # noqa: E731
+    bad = write_jsonl(tmp_path / "first.jsonl", docs + [{"text": "no id"}] * 60)
+    with pytest.raises(IndexJobError, match=r"60 of 120 rows rejected"):
+        run_index(cfg(bad), tmp_path / "r1")
+    assert DocStore(str(tmp_path / "db")).count() == 60 and DocStore(str(tmp_path / "db")).complete_version() is None
+    with pytest.raises(IndexJobError, match=r"would delete 50 of the 60 documents in table 'docs' .*--allow-mass-delete"):
+        run_index(cfg(write_jsonl(tmp_path / "wrong.jsonl", docs[:10])), tmp_path / "r2")
+    assert DocStore(str(tmp_path / "db")).count() == 60
+    s = run_index(cfg(write_jsonl(tmp_path / "right.jsonl", docs)), tmp_path / "r3")
+    # (counted against what readers read, none: every document is new to them)
+    assert (s.inserted, s.deleted, s.table_rows) == (60, 0, 60) and DocStore(str(tmp_path / "db")).complete_version() == s.table_version
+
+
+def test_a_step_after_the_versions_tag_that_fails_leaves_a_manifest_that_says_what_readers_read(tmp_path, monkeypatch):
+    """The run's tag is made before the completion mark: a tag that fails leaves the version
+    unread, and its manifest says `complete: false` (the mark came first, so readers read a
+    version whose run said failed and incomplete). A step after the mark that fails (the old
+    tags' drop) records the version as complete, as readers read it. A tag LanceDB cannot make
+    is refused before the run, in one line."""
+    rng = np.random.default_rng(1)
+    docs = [{"_id": f"d{i}", "text": f"document {i}", "emb": rng.standard_normal(8).round(3).tolist()} for i in range(20)]
+    cfg = lambda n, **kw: _cfg(write_jsonl(tmp_path / f"c{n}.jsonl", docs[:n]), tmp_path / "db", vector_column="emb", vector_dim=8,  # noqa: E731
+                               allow_mass_delete=True, **kw)
+    first = run_index(cfg(20), tmp_path / "r1").table_version
+
+    from logicrank.pipelines.engines.store.versions import COMPLETE_TAG
+
+    real_tag = DocStore.tag
+
+    def refuse(self, name, version=None):  # the run's own tag fails; the completion mark (a tag too) would not
+        if name != COMPLETE_TAG:
+            raise RuntimeError("lance error: Ref is invalid")
+        real_tag(self, name, version)
+
+    with monkeypatch.context() as m:
+        m.setattr(DocStore, "tag", refuse)
+        with pytest.raises(RuntimeError, match="Ref is invalid"):
+            run_index(cfg(15), tmp_path / "r2")
+    manifest = json.loads((tmp_path / "r2" / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["table"]["complete"] is False
+    assert DocStore(str(tmp_path / "db")).complete_version() == first and DocStore(str(tmp_path / "db")).version > first
+
+    def drop_fails(self, *a, **kw):
+        raise OSError("disk gone")
+
+    with monkeypatch.context() as m:
+        m.setattr(DocStore, "drop_old_tags", drop_fails)
+        with pytest.raises(OSError, match="disk gone"):
+            run_index(cfg(15), tmp_path / "r3")
+    manifest = json.loads((tmp_path / "r3" / "manifest.json").read_text())
+    store = DocStore(str(tmp_path / "db"))
+    assert manifest["status"] == "failed" and manifest["table"]["complete"] is True
+    assert store.complete_version() == store.version == manifest["table"]["version"] and store.count() == 15
+    with pytest.raises(ValueError, match=r"'prod v2' cannot tag a version: a tag has only letters, digits"):
+        cfg(15, tag="prod v2")
+    # an --out holding another job's manifest is refused before the table is touched
+    from logicrank.jobs.rundir import RunDirOfAnotherJob
+
+    (tmp_path / "ret").mkdir()
+    (tmp_path / "ret" / "manifest.json").write_text(json.dumps({"stage": "retrieve", "status": "ok"}))
+    with pytest.raises(RunDirOfAnotherJob, match=r"holds the retrieve job's manifest"):
+        run_index(cfg(10), tmp_path / "ret")
+    assert DocStore(str(tmp_path / "db")).count() == 15

@@ -25,6 +25,21 @@ EMBEDDED_BY = "logicrank-embedded-by-"  # + the digest of the code that embedded
 UNKNOWN_EMBEDDED_BY = "unknown"
 
 
+def tag_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a user's tag of a table version, or None: Lance's rule for a ref
+    (letters, digits, '.', '-', '_'; no leading or trailing dot, no '..', no '.lock' ending),
+    a name short enough for a file, and none of the names this project keeps for itself."""
+    if not name or len(name) > 200:
+        return "a tag has 1 to 200 characters"
+    if not all(c.isalnum() or c in "._-" for c in name):
+        return "a tag has only letters, digits, '.', '-' and '_'"
+    if name.startswith(".") or name.endswith(".") or ".." in name or name.endswith(".lock"):
+        return "a tag neither starts nor ends with a dot, holds no '..' and does not end with '.lock'"
+    if name == COMPLETE_TAG or name.startswith(EMBEDDED_BY):
+        return f"{COMPLETE_TAG!r} and {EMBEDDED_BY}... are the index job's own tags"
+    return None
+
+
 def utc_stamp(made: datetime) -> str:
     """LanceDB's time of a version (local time, no zone) in UTC, to the microsecond."""
     return made.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%fZ")
