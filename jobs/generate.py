@@ -225,11 +225,14 @@ def _labels_phase(cfg: GenerateConfig, out: Path, store: DocStore, kept: pa.Tabl
         pairs = [(q, d, candidates.get(q["query_id"], {})[d]) for s in group for q in by_shard[s] for d in sorted(candidates.get(q["query_id"], {}))]
         _, texts = rc.document_texts(store, sorted({d for _, d, _ in pairs}), str(llm.resolved.path), cfg.document_tokens)
         res = llm.truth(template, [{"document": texts[d], "question": q["text"]} for q, d, _ in pairs], label="generate:labels")
+        # every label of the wave made before any is written: a refused one (a NaN) leaves none of the wave's shards
+        recs = [{"query_id": q["query_id"], "doc_id": d, "sources": src, "p_true": r.p_true, "logit_true": r.logit_true,
+                 "logit_false": r.logit_false, "exact": r.exact, "shard": q["shard"],
+                 "label": rc.label(r.p_true, r.logit_true, r.logit_false, r.exact, cfg.label_threshold, f"question {q['query_id']!r}, doc {d!r}")}
+                for (q, d, src), r in zip(pairs, res, strict=True)]
         for s in group:
-            recs = [{"query_id": q["query_id"], "doc_id": d, "sources": src, "p_true": r.p_true, "logit_true": r.logit_true,
-                     "logit_false": r.logit_false, "exact": r.exact, "label": int(r.p_true >= cfg.label_threshold)}
-                    for (q, d, src), r in zip(pairs, res, strict=True) if q["shard"] == s]
-            write_parquet_atomic(pa.Table.from_pylist(recs, schema=rc.LABELS), out / _shard_file("labels", s))
+            write_parquet_atomic(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "shard"} for r in recs if r["shard"] == s],
+                                                      schema=rc.LABELS), out / _shard_file("labels", s))
         echo(f"generate: labels, wave {n}: {len(pairs)} pairs of shards {group[0]}-{group[-1]} written")
         beat(f"generate: labels wave {n} written")
     return shards, len(shards) - len(todo)
@@ -279,7 +282,9 @@ def _finish(cfg: GenerateConfig, out: Path, store: DocStore, shards, kept: pa.Ta
         "questions": qs.num_rows,
         "per_template": {t.name: templates.get(t.name, 0) for t in TEMPLATES},
         "per_negations": {str(k): v for k, v in sorted(Counter(qs.column("negations").to_pylist()).items())},
-        "labels": rc.label_counts(labels.column("p_true").to_pylist(), labels.column("label").to_pylist(), per_query),
+        "labels": rc.label_counts(labels.column("p_true").to_pylist(), labels.column("label").to_pylist(), per_query,
+                                  labels.column("exact").to_pylist(),
+                                  list(zip(labels.column("logit_true").to_pylist(), labels.column("logit_false").to_pylist(), strict=True))),
         "demo_note": cfg.demo_note, "resumed": resumed, "llm": llm_counts,
         "timings": {k: round(v, 2) for k, v in timings.items()},
     }

@@ -28,6 +28,7 @@ with the schemas of the checkpoint tables (``TOPICS``, ``QUESTIONS``, ``LABELS``
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import string
@@ -297,15 +298,39 @@ def dedup(query_ids: list[str], texts: list[str], vectors: np.ndarray, threshold
     return kept, dropped
 
 
-def label_counts(p_true: list[float], labels: list[int], per_query: Counter) -> dict:
-    """The card's label distribution: positives, P(True) histogram, positives per question."""
+def label(p_true: float, logit_true: float, logit_false: float, exact: bool, threshold: float, where: str) -> int:
+    """A judged pair's label: relevant when P(True) >= ``threshold``, except a pair the engine
+    gave no evidence for (neither label's logit returned, or both masked: P(True) 0.5 from
+    nothing, which a threshold of 0.5 read as relevant): not relevant, and counted on the card
+    (:func:`label_counts`). A NaN P(True) (a NaN logit: an overflow in the model) is refused,
+    naming the pair (``where``), rather than read as not relevant."""
+    if math.isnan(p_true):
+        raise GenerateError(f"generate: the engine's P(True) is NaN for {where} (logits {logit_true}, {logit_false}: an overflow in "
+                            "the model); nothing of this wave is written. Try another dtype or model.")
+    return 0 if no_evidence(logit_true, logit_false, exact) else int(p_true >= threshold)
+
+
+def no_evidence(logit_true: float, logit_false: float, exact: bool) -> bool:
+    """Neither label's logit came back, or both were masked (-inf): the engine's 0.5 says nothing."""
+    return logit_true == logit_false and (not exact or math.isinf(logit_true))
+
+
+def label_counts(p_true: list[float], labels: list[int], per_query: Counter, exact: list[bool] | None = None,
+                 logits: list[tuple[float, float]] | None = None) -> dict:
+    """The card's label distribution: positives, P(True) histogram, positives per question, and
+    the pairs whose logits were not both returned (``inexact``: one label bounded by the
+    smallest value returned) or neither (``no_evidence``: labelled not relevant, :func:`label`)."""
     hist, edges = np.histogram(np.asarray(p_true, dtype=float), bins=10, range=(0.0, 1.0))
-    pos = np.asarray(list(per_query.values()) or [0])
+    pos = np.asarray(list(per_query.values()), dtype=int)
+    exact = exact if exact is not None else [True] * len(labels)
+    logits = logits if logits is not None else [(0.0, 1.0)] * len(labels)
     return {
         "pairs": len(labels), "relevant": int(sum(labels)), "relevant_share": round(float(np.mean(labels)) if labels else 0.0, 4),
+        "inexact": sum(not e for e in exact),
+        "no_evidence": sum(no_evidence(t, f, e) for (t, f), e in zip(logits, exact, strict=True)),
         "p_true_histogram": {f"{edges[i]:.1f}-{edges[i + 1]:.1f}": int(h) for i, h in enumerate(hist)},
-        "relevant_per_question": {"mean": round(float(pos.mean()), 3), "min": int(pos.min()), "max": int(pos.max()),
-                                  "questions_without_any": int((pos == 0).sum())},
+        "relevant_per_question": {"mean": round(float(pos.mean()), 3) if len(pos) else 0.0, "min": int(pos.min()) if len(pos) else 0,
+                                  "max": int(pos.max()) if len(pos) else 0, "questions_without_any": int((pos == 0).sum())},
     }
 
 
@@ -334,7 +359,9 @@ def card(c: dict) -> str:
         f"- Labels: {c['labels']['pairs']:,} (question, document) pairs judged; relevant when P(True) >= {cfg['label_threshold']} "
         f"(qrels/test.tsv holds those): {c['labels']['relevant']:,} ({100 * c['labels']['relevant_share']:.1f}%); "
         f"relevant per question mean {c['labels']['relevant_per_question']['mean']}, "
-        f"{c['labels']['relevant_per_question']['questions_without_any']} questions with none.",
+        f"{c['labels']['relevant_per_question']['questions_without_any']} questions with none. "
+        f"{c['labels'].get('inexact', 0)} pair(s) had a label's logit missing from the engine's output (bounded by the smallest "
+        f"returned), {c['labels'].get('no_evidence', 0)} both (P(True) 0.5 from nothing: labelled not relevant).",
         "",
         *table(["template", "questions"], ([f"`{t}`", n] for t, n in c["per_template"].items() if n), "lr"),
         "",

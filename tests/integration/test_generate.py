@@ -17,7 +17,7 @@ import pytest
 from logicrank.jobs.generate import run_generate
 from logicrank.jobs.llm_service import LLMEngineFailed
 from logicrank.pipelines.config.settings import GenerateConfig
-from logicrank.pipelines.generate.realcorpus import GenerateError
+from logicrank.pipelines.generate.realcorpus import GenerateError, no_evidence
 from logicrank.pipelines.generate.synthetic import TEMPLATES
 from logicrank.pipelines.llm.models import resolve
 from tests.compare import assert_tables_close, close
@@ -71,7 +71,9 @@ def test_a_dataset_is_complete_and_the_same_config_gives_the_same_dataset(synthe
         for r in pq.read_table(a / "checkpoints" / "candidates" / "runs" / f"{name}.parquet").to_pylist():
             candidates.setdefault((r["query_id"], r["doc_id"]), set()).add(name)
     assert {(r["query_id"], r["doc_id"]): set(r["sources"]) for r in labels} == candidates
-    assert all(r["label"] == int(r["p_true"] >= cfg.label_threshold) for r in labels)
+    assert all(r["label"] == (0 if no_evidence(r["logit_true"], r["logit_false"], r["exact"]) else int(r["p_true"] >= cfg.label_threshold))
+               for r in labels)
+    assert c["labels"]["no_evidence"] == sum(no_evidence(r["logit_true"], r["logit_false"], r["exact"]) for r in labels)
     qrels = (a / "qrels" / "test.tsv").read_text().splitlines()[1:]
     assert len(qrels) == c["labels"]["relevant"] == sum(r["label"] for r in labels)
     card = (a / "card.md").read_text()

@@ -119,6 +119,25 @@ def test_label_counts():
     assert c["relevant"] == 2 and c["p_true_histogram"]["0.9-1.0"] == 1 and c["relevant_per_question"]["questions_without_any"] == 1
 
 
+def test_a_label_from_no_evidence_is_not_relevant_and_a_nan_is_refused():
+    """Neither label's logit returned (or both masked) gives P(True) 0.5 from nothing, which
+    the default threshold of 0.5 labelled relevant (written to the qrels); a NaN P(True) was
+    labelled not relevant and left out of the card's histogram. The first is not relevant and
+    counted on the card; the second refused, the pair named. An empty dataset has no question
+    without a relevant document (it said one)."""
+    inf = float("inf")
+    assert rc.label(0.5, -3.0, -3.0, False, 0.5, "q1/d1") == 0  # (label_logits: neither label among the values returned)
+    assert rc.label(0.5, -inf, -inf, True, 0.5, "q1/d1") == 0  # both masked
+    assert rc.label(0.6, -1.0, -1.4, False, 0.5, "q1/d1") == 1  # one label bounded: still evidence, counted as inexact
+    assert rc.label(0.5, 1.0, 1.0, True, 0.5, "q1/d1") == 1  # equal logits, both returned: the threshold says
+    with pytest.raises(rc.GenerateError, match=r"^generate: the engine's P\(True\) is NaN for question 'q1', doc 'd1' .*nothing of"):
+        rc.label(float("nan"), float("nan"), 0.0, True, 0.5, "question 'q1', doc 'd1'")
+    c = rc.label_counts([0.5, 0.6, 0.9], [0, 1, 1], Counter({"q1": 2}), [False, False, True], [(-3.0, -3.0), (-1.0, -1.4), (-inf, -inf)])
+    assert (c["inexact"], c["no_evidence"], c["relevant"]) == (2, 2, 2)
+    empty = rc.label_counts([], [], Counter())
+    assert empty["relevant_per_question"] == {"mean": 0.0, "min": 0, "max": 0, "questions_without_any": 0}
+
+
 def test_the_dataset_digest_ignores_placement_but_not_what_changes_the_data():
     cfg = GenerateConfig(db="db")
     moved = cfg.model_copy(update={"wave_shards": 7, "ray": RayConfig(address="ray://x:10001"),
