@@ -343,11 +343,20 @@ def test_run_experiment_refuses_a_table_of_another_encoder_than_the_file_fixes(t
     ('"dog" OR "cat" AND "mouse"', "dog or cat and mouse"),
     ('NOT ("x" OR "y")', "not (x or y)"),
 ])
-def test_a_logical_querys_words_keep_its_groups(query, words):
+def test_a_logical_querys_words_keep_its_groups(table_db, monkeypatch, query, words):
     """The text an LLM stage reads for a logical query given to table.search or lr.retrieve
     (OrLog's decomposition, the reasoner) means what the query does: a group under NOT or
     AND keeps its parentheses (``cancer and not breast or lung`` would read the OR last)."""
-    from logicrank.api import _words
-    from logicrank.pipelines.retrieval.logic.query import parse
+    from logicrank.pipelines.retrieval.pipeline import Pipeline
 
-    assert _words(parse(query)) == words
+    seen, run = [], Pipeline.run
+
+    def recording(self, context, queries, *a, **kw):
+        seen.append((queries.column("text")[0].as_py(), queries.column("logical_query")[0].as_py()))
+        return run(self, context, queries, *a, **kw)
+
+    monkeypatch.setattr(Pipeline, "run", recording)
+    table = lr.open_table(table_db)
+    table.search(query, lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10, empty_not="hold"))
+    lr.retrieve(table, query, {"i": lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10, empty_not="hold")})
+    assert seen == [(words, query)] * 2
