@@ -215,6 +215,27 @@ def test_the_oracle_in_random_order_defers_what_it_cannot_answer_yet():
     assert c.steps[2]["retrieval_text"] == "A_1: Ann, Q_2: beta: what of Ann?" and c.answers == {1: "Ann", 2: "Paris"}
 
 
+def test_a_sub_question_is_deferred_again_while_what_it_refers_to_is_still_to_be_tried():
+    """Random order [3, 2, 1] of a chain 1 <- 2 <- 3: 3 deferred, 2 deferred, 1 answered, then 3
+    was tried again while 2 was still pending, recorded unanswerable, and dropped; the chain
+    ended "done" with 3 unsolved (its final answer #2's). 3 now waits for 2."""
+    subs = ["alpha: who?", "beta: what of #1?", "gamma: what of #2?"]
+    gold = {"q": [{"question": x, "answer": a} for x, a in zip(subs, ["Ann", "Paris", "France"], strict=True)]}
+    for seed in range(50):  # a seed that draws the order [3, 2, 1]
+        s = lag.LagOptions(k=1, plan="gold", sub_answers="gold", synthesis=False, order="random", seed=seed, gold="gold.jsonl", t_max=None,
+                           min_support=None, redundancy=None)
+        chains = lag.plan(None, ["q"], ["the question"], s, gold)
+        if list(chains[0].pending) == [3, 2, 1]:
+            break
+    else:
+        pytest.fail("no seed drew the order [3, 2, 1]")
+    lag.solve(chains, VectorRetriever(DOCS, axis_of), ScriptedLLM(lambda name, v: gen("unused")), texts_of, s)
+    c = chains[0]
+    assert [(st["sub_index"], st["status"]) for st in c.steps] == [(3, "deferred"), (2, "deferred"), (1, "answered"), (3, "deferred"),
+                                                                    (2, "answered"), (3, "answered")]
+    assert c.answers == {1: "Ann", 2: "Paris", 3: "France"} and c.stop == "done"
+
+
 def test_a_sub_question_whose_dependency_is_never_solved_does_not_stop_the_chain():
     """#1 stays unsolved (the rule is off for it), so #2's failure is recorded without stopping."""
     subs = ["alpha: who?", "beta: what of #1?", "gamma: and?"]

@@ -365,8 +365,10 @@ def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callabl
                 step["status"], step["sub_answer"] = "answered", answer
                 c.answers[j] = answer
                 c.last_solved = j
-            elif not solved_deps and j not in c.deferred:
-                step["status"] = "deferred"  # it may become answerable once what it refers to is solved
+            elif not solved_deps and (j not in c.deferred or (depends_on(c.subs[j - 1]) - c.answers.keys()) & set(c.pending)):
+                # it may become answerable once what it refers to is solved: deferred once, and again while what it refers to
+                # is still to be tried (random order [3, 2, 1] of a chain 1 <- 2 <- 3: 3 is tried before 2 is answered)
+                step["status"] = "deferred"
                 c.deferred.add(j)
                 c.pending.append(j)
             elif s.stop_unanswerable and solved_deps:
