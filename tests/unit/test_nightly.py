@@ -536,3 +536,27 @@ def test_a_measure_added_since_the_reference_night_is_named_as_not_evaluated_the
     rows = {r["measure"]: r for r in compare_nights(old, new, {"nDCG@10": Rule(0.01)}).to_pylist()}
     assert rows["R@100"]["note"] == "R@100 was not evaluated on 2026-11-20: not compared" and rows["R@100"]["delta"] is None
     assert rows["nDCG@10"]["note"] == "" and rows["nDCG@10"]["delta"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_night_with_nothing_compared_does_not_say_no_regression():
+    """Every pair changed since the last night (a new encoder, a qrels edit): the terminal said
+    "compare: no regression (0 comparison(s) ...)", read as a checked night. It says nothing
+    was compared; a night with some pairs compared says how many were not."""
+    from logicrank.pipelines.operations.nightly import comparison_lines
+    from logicrank.schemas.tables import NIGHTLY_COMPARISONS
+
+    def row(delta, note=""):
+        return {"query_set": "test", "pipeline": "bm25", "measure": "nDCG@10", "against": "previous", "old_date": "2026-11-20",
+                "new_date": "2026-11-21", "old_table_version": 2, "new_table_version": 3, "old_value": None if delta is None else 0.5,
+                "new_value": None if delta is None else 0.5 + delta, "delta": delta, "queries": 10, "p_value": None, "p_adjusted": None,
+                "max_drop": 0.02, "regression": False, "note": note}
+
+    changed = pa.Table.from_pylist([row(None, "pipeline, encoder, LLM or query set changed since 2026-11-20: not compared")] * 2,
+                                   schema=NIGHTLY_COMPARISONS)
+    assert comparison_lines(changed) == ["compare: nothing compared with 2026-11-20: each of the 2 pair(s) changed since, or is new "
+                                         "(report.md's notes say why); this night is their new reference"]
+    some = pa.Table.from_pylist([row(0.01), row(None, "changed")], schema=NIGHTLY_COMPARISONS)
+    assert comparison_lines(some) == ["compare: no regression (1 comparison(s) with 2026-11-20; 1 pair(s) not compared, report.md's "
+                                      "notes say why)"]
+    assert comparison_lines(pa.Table.from_pylist([row(0.01)], schema=NIGHTLY_COMPARISONS)) == [
+        "compare: no regression (1 comparison(s) with 2026-11-20)"]
