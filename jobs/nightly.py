@@ -50,8 +50,10 @@ from logicrank.pipelines.operations.nightly import (
     NightlyError,
     NightResult,
     NightState,
+    at_config_notes,
     claim_night,
     pipeline_hashes,
+    read_history,
     regression_reason,
     require_date,
     require_inputs,
@@ -111,6 +113,8 @@ def run_at(cfg: NightlyConfig, version: str, echo: Callable[[str], None] | None 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", version):
         raise NightlyError(f"nightly --at {version!r}: a table version is a number or a tag name.")
     require_inputs(cfg, baseline=False)
+    for line in at_config_notes(pipeline_hashes(cfg), read_history(Path(cfg.out)), version):
+        (echo or (lambda m: None))(line)
     out = {}
     with ray_session(cfg.index.ray):
         for qs in cfg.query_sets:

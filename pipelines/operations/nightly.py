@@ -127,6 +127,21 @@ def read_history(root: Path) -> pa.Table | None:
     return pq.read_table(path) if path.exists() else None
 
 
+def at_config_notes(hashes: Mapping[str, str], history: pa.Table | None, version: str) -> list[str]:
+    """The lines ``nightly --at VERSION`` says where a night that served ``version`` (its tag,
+    or its table version) ran a pipeline otherwise than ``hashes`` (:func:`pipeline_hashes`, of
+    today's config) define it: numbers printed "at" that night's table then differ from that
+    night's history for the config's sake, not the corpus's, and a bisect would blame the corpus."""
+    if history is None or history.num_rows == 0:
+        return []
+    rows = history.select(["date", "table_version", "tag", "query_set", "pipeline", "config_hash"]).to_pylist()
+    that = [r for r in rows if r["tag"] == version or str(r["table_version"]) == version]
+    then = {f"{r['query_set']}/{r['pipeline']}": (r["date"], r["config_hash"]) for r in sorted(that, key=lambda r: r["date"])}
+    return [f"nightly --at {version}: {key} ran otherwise on night {then[key][0]} (its pipeline, encoder, LLM, queries or qrels "
+            "changed since): its numbers here are today's config on that table, not that night's" for key in sorted(hashes)
+            if key in then and then[key][1] != hashes[key]]
+
+
 def require_date(day: str) -> None:
     try:
         night_date(day)

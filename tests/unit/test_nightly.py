@@ -560,3 +560,24 @@ def test_a_night_with_nothing_compared_does_not_say_no_regression():
                                       "notes say why)"]
     assert comparison_lines(pa.Table.from_pylist([row(0.01)], schema=NIGHTLY_COMPARISONS)) == [
         "compare: no regression (1 comparison(s) with 2026-11-20)"]
+
+
+def test_time_travel_says_which_pipelines_ran_otherwise_on_the_night_it_names():
+    """`nightly --at nightly-D` runs today's config on night D's table: a pipeline whose config
+    changed since gives other numbers than night D's history, said in one line each (before:
+    nothing said, and a bisect blamed the corpus)."""
+    from logicrank.pipelines.operations.nightly import at_config_notes
+    from logicrank.schemas.tables import NIGHTLY_HISTORY
+
+    def row(day, version, pipeline, digest):
+        return {"date": day, "table_version": version, "tag": f"nightly-{day}", "query_set": "judged", "pipeline": pipeline,
+                "measure": "nDCG@10", "value": 0.5, "queries": 10, "config_hash": digest, "regression": False}
+
+    history = pa.Table.from_pylist([row("2026-11-20", 4, "bm25", "a"), row("2026-11-20", 4, "dense", "b"),
+                                    row("2026-11-21", 7, "dense", "c")], schema=NIGHTLY_HISTORY)
+    today = {"judged/bm25": "a", "judged/dense": "c", "judged/hybrid": "z"}
+    assert at_config_notes(today, history, "nightly-2026-11-20") == [
+        "nightly --at nightly-2026-11-20: judged/dense ran otherwise on night 2026-11-20 (its pipeline, encoder, LLM, queries or qrels "
+        "changed since): its numbers here are today's config on that table, not that night's"]
+    assert at_config_notes(today, history, "7") == [] and at_config_notes(today, None, "4") == []
+    assert len(at_config_notes({"judged/dense": "c"}, history, "4")) == 1  # by table version too
