@@ -143,7 +143,7 @@ DECOMPOSED_QUERY = pa.schema(
 INDUCTION_STATUS = ("ok", "fallback", "error")  # fallback: not an "If ..., then ..." rule (the query stands in); error: the engine failed
 
 # query columns the siar stage adds: the query's text before the rewrite (what a later
-# reranker reads), the induced rule and its status
+# reranker reads; an expansion adds it too), the induced rule and its status
 INDUCED_QUERY = pa.schema(
     [
         pa.field("original_text", pa.string(), nullable=False),
@@ -151,6 +151,13 @@ INDUCED_QUERY = pa.schema(
         pa.field("induction_status", pa.string(), nullable=False),  # one of INDUCTION_STATUS
     ]
 )
+
+
+def question_column(queries: pa.Table) -> str:
+    """The column of ``queries`` holding each question as it was asked: ``original_text`` where
+    a stage before rewrote ``text`` (siar's rule, an expansion's reasoning), else ``text``. What
+    an LLM stage asks about (a reranker, the reasoner, a decomposition) reads it."""
+    return "original_text" if "original_text" in queries.column_names else "text"
 
 
 # truth scores: P(True) of one prompt from one forward pass (jobs/llm_service.py)

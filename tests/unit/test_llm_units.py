@@ -665,6 +665,9 @@ def test_apply_decompositions_to_queries():
         "logical_query": ['"a" AND NOT "b"', '"c"', None], "expansion": [None, None, "about a"], "status": ["ok", "fallback", "ok"],
     })
     assert apply_to_queries(queries, dec, "itlr").column("logical_query").to_pylist() == ['"a" AND NOT "b"', '"c"']
+    # an expansion's reasoning replaces the text; the question as asked stays, for a later LLM stage (the reasoner, R3)
+    expanded = apply_to_queries(queries.slice(0, 1), dec, "reasoning")
+    assert expanded.column("text").to_pylist() == ["about a"] and expanded.column("original_text").to_pylist() == ["a b"]
     with pytest.raises(ValueError, match=r"no reasoning row for 1 queries \(e.g. \['q2'\]\)"):
         apply_to_queries(queries, dec, "reasoning")
 

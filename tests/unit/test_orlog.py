@@ -47,6 +47,23 @@ def test_an_infinite_logit_gap_is_certain_and_does_not_move_the_pools_mean():
         calibrate(scored, "content-free", masked)
 
 
+def test_the_reasoner_asks_about_the_question_as_asked_not_a_rewritten_text():
+    """After siar (its rule the text) or an expansion (its reasoning the text), the reasoner
+    asked whether a candidate "is an answer to the question: If a person is a father, then
+    ...". It asks about the question the user asked (``original_text``)."""
+    import pyarrow as pa
+
+    from logicrank.pipelines.retrieval.methods.orlog import reasoner_prompts
+
+    cands = pd.DataFrame({"query_id": ["q1"], "doc_id": ["d1"], "base_rank": [1]})
+    rewritten = pa.table({"query_id": ["q1"], "text": ["If a person is a father, then they are a parent."],
+                          "original_text": ["Who is Tom's parent?"]})
+    assert reasoner_prompts(rewritten, cands, {"d1": "Tom"}, {})["statement"].tolist() == ["Tom is an answer to the question: Who is Tom's parent?"]
+    plain = rewritten.drop_columns(["original_text"])
+    assert reasoner_prompts(plain, cands, {"d1": "Tom"}, {})["statement"].tolist() == [
+        "Tom is an answer to the question: If a person is a father, then they are a parent."]
+
+
 def test_posteriors_per_candidate():
     scored = pd.DataFrame({
         "query_id": ["q1"] * 4, "doc_id": ["d1", "d1", "d2", "d2"], "base_rank": [1, 1, 2, 2],

@@ -79,6 +79,10 @@ def test_induce_keeps_every_row_and_rewrites_in_both_modes():
     assert both.column("text").to_pylist()[0] == "If Person X owns Animal Y, then Person X can feed Animal Y.\n" + TEXTS["q0"]
     assert both.column("original_text").to_pylist() == list(TEXTS.values())
     assert both.column("induction_status").to_pylist() == ["ok", "fallback", "error"]
+    # after an expansion (its reasoning the text, the question kept as original_text): the question stays the original
+    expanded = queries.append_column("original_text", pa.array(["asked 0", "asked 1", "asked 2"])).set_column(
+        1, "text", pa.array(["reasoning 0", "reasoning 1", "reasoning 2"]))
+    assert rules.rewrite(expanded, induced, "rule").column("original_text").to_pylist() == ["asked 0", "asked 1", "asked 2"]
 
 
 TEXTS = {"q0": "Alice owns a cat named Tom.\nCan Alice feed Tom?", "q1": "Bob has a laptop.\nDoes Bob use it?", "q2": "x"}

@@ -25,7 +25,7 @@ from logicrank.pipelines.llm.decompose import PLACEHOLDER, one_id_per_statement
 from logicrank.pipelines.retrieval.logic.probability import compile_probability, problog_probability
 from logicrank.pipelines.retrieval.logic.query import Node, UnparsedQueryError, parse
 from logicrank.schemas.errors import JobFailed
-from logicrank.schemas.tables import require_columns
+from logicrank.schemas.tables import question_column, require_columns
 
 # The side tables its stage writes (the stage declares them; nothing else in logicrank reads them back).
 # predicate_scores: OrLog's P(True) per (query, candidate, atom) (raw logits of the label tokens)
@@ -266,7 +266,8 @@ def predicate_scores(scored: pd.DataFrame) -> pa.Table:
 
 def reasoner_prompts(queries: pa.Table, candidates: pd.DataFrame, names: dict[str, str], contexts: dict[str, str]) -> pd.DataFrame:
     """LLM-as-reasoner baseline: one prompt per (query, candidate) asking the whole question."""
-    text = dict(zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True))
+    # the question as asked: a stage before may have rewritten the text (siar's rule, an expansion's reasoning)
+    text = dict(zip(queries.column("query_id").to_pylist(), queries.column(question_column(queries)).to_pylist(), strict=True))
     out = pd.DataFrame({
         "query_id": candidates["query_id"], "doc_id": candidates["doc_id"], "base_rank": candidates["base_rank"],
         "context": [contexts.get(d, "") for d in candidates["doc_id"]],

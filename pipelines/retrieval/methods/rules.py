@@ -32,7 +32,7 @@ from pydantic import Field, model_validator
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.engine import Constraint, Generation
 from logicrank.pipelines.retrieval.options import StageOptions
-from logicrank.schemas.tables import INDUCED_QUERY, RUN
+from logicrank.schemas.tables import INDUCED_QUERY, RUN, question_column
 
 # The side tables its stage writes (the stage declares them; nothing else in logicrank reads them back).
 # induced_rules: SIAR's hypothetical rule per query; never dropped
@@ -179,10 +179,11 @@ def rewrite(queries: pa.Table, induced: pa.Table, mode: str) -> pa.Table:
     if induced.column("query_id").to_pylist() != queries.column("query_id").to_pylist():
         raise ValueError("induced rules are not row-aligned with the queries (a bug)")
     texts = queries.column("text").to_pylist()
+    asked = queries.column(question_column(queries)).to_pylist()  # (an earlier rewrite's original stays the original)
     rules = induced.column("rule").to_pylist()
     new = [t if r is None else (r if mode == "rule" else f"{r}\n{t}") for t, r in zip(texts, rules, strict=True)]
     out = queries
-    for name, values in (("original_text", texts), ("induced_rule", rules), ("induction_status", induced.column("status").to_pylist())):
+    for name, values in (("original_text", asked), ("induced_rule", rules), ("induction_status", induced.column("status").to_pylist())):
         if name in out.column_names:
             out = out.drop_columns([name])
         out = out.append_column(INDUCED_QUERY.field(name), pa.array(values, INDUCED_QUERY.field(name).type))

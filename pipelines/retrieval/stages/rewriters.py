@@ -24,7 +24,7 @@ from logicrank.pipelines.llm.decompose import KINDS, DecomposeSettings, apply_to
 from logicrank.pipelines.retrieval.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.retrieval.stages.registry import register
 from logicrank.pipelines.retrieval.stages.shards import in_shards
-from logicrank.schemas.tables import DECOMPOSITIONS, QUERIES
+from logicrank.schemas.tables import DECOMPOSITIONS, QUERIES, question_column
 
 # the kinds that give a query a logical form (the rest, free text, are the expansion stage's)
 TARGETS = tuple(name for name, kind in KINDS.items() if "logical_query" in kind.columns)
@@ -102,7 +102,8 @@ class _Rewriter(Stage):
         """The LLM's decompositions, by shards of the queries (pipelines/retrieval/stages/shards.py), each
         written as it finishes so a killed job resumes from them; one row per query, in order."""
         llm, settings = ctx.llm_service(), self._settings()
-        text_of = dict(zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True))
+        # the question as asked, where a stage before rewrote the text (siar's rule): a decomposition is of the question
+        text_of = dict(zip(queries.column("query_id").to_pylist(), queries.column(question_column(queries)).to_pylist(), strict=True))
 
         def compute(wave: list[list[str]]) -> list[dict[str, pa.Table]]:
             asked = [q for shard in wave for q in shard]
@@ -152,3 +153,4 @@ class Expansion(_Rewriter):
     name = "expansion"
     Options = ExpansionOptions
     method = "reasoning"
+    adds = frozenset({"original_text"})  # the question as asked, which a later LLM stage reads

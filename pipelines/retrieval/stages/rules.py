@@ -26,6 +26,7 @@ from logicrank.pipelines.retrieval.stages.base import Context, Kind, Needs, Outp
 from logicrank.pipelines.retrieval.stages.registry import register
 from logicrank.pipelines.retrieval.stages.shards import in_shards
 from logicrank.schemas.errors import UserError
+from logicrank.schemas.tables import question_column
 
 
 @register
@@ -48,7 +49,7 @@ class Siar(Stage):
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         o = self.options
         # the rule is induced from the query's own text, also when an earlier rewriter changed it
-        source = queries.column("original_text") if "original_text" in queries.column_names else queries.column("text")
+        source = queries.column(question_column(queries))
         induced = rules.induce(ctx.llm_service(), queries.column("query_id").to_pylist(), source.to_pylist(), o)
         out = rules.rewrite(queries.set_column(queries.schema.get_field_index("text"), "text", source), induced, o.mode)
         status = Counter(induced.column("status").to_pylist())
@@ -86,7 +87,7 @@ class R3(Stage):
         lists: dict[str, list[str]] = {}
         for q, d in zip(run.column("query_id").to_pylist(), run.column("doc_id").to_pylist(), strict=True):
             lists.setdefault(q, []).append(d)
-        column = "original_text" if "original_text" in queries.column_names else "text"
+        column = question_column(queries)
         texts_of = dict(zip(queries.column("query_id").to_pylist(), queries.column(column).to_pylist(), strict=True))
 
         def compute(shards: list[list[str]]) -> list[dict[str, pa.Table]]:
@@ -136,7 +137,7 @@ class Reason(Stage):
             if len(top.setdefault(q, [])) < o.rules:
                 top[q].append(d)
         qids = queries.column("query_id").to_pylist()
-        column = "original_text" if "original_text" in queries.column_names else "text"
+        column = question_column(queries)
         questions, instructions = queries.column(column).to_pylist(), [""] * len(qids)
         if o.gold:
             given = read_inputs(o.gold, qids)
