@@ -9,7 +9,7 @@ shards' top k do (:func:`merge_top`). The product picks each tile's candidates; 
 sums a dot product in an order that depends on where the document sits in the tile, so two
 identical vectors could score a few float32 units apart and rank by their place, not by doc
 id. Each candidate that may make the k best is therefore scored again as one float64 sum of
-its products, rounded to float32 (:func:`_pair_scores`): a document's score is the same
+its products, rounded to float32 (:func:`pair_scores`): a document's score is the same
 whatever tile, shard or product (numpy, torch, a GPU) found it, and identical vectors tie and
 rank by doc id; a tile whose cut has more documents within ``_MARGIN`` of it than its
 candidates hands on the best of all of them (:func:`_near_cut`). The product
@@ -88,8 +88,7 @@ def top_k(queries: np.ndarray, v: Vectors, k: int, shard: tuple[int, int] | None
     lo, hi = (0, len(v)) if shard is None else shard
     if k < 1:
         raise ValueError(f"dense: k must be at least 1, got {k}")
-    q = np.asarray(queries, np.float32)
-    q = q / np.where((norm := np.linalg.norm(q, axis=1, keepdims=True)) > 0, norm, 1)
+    q = unit_queries(queries)
     kk = min(k, hi - lo)
     out_rows, out_scores = np.zeros((len(q), kk), np.int64), np.zeros((len(q), kk), np.float32)
     if kk == 0:
@@ -108,12 +107,12 @@ def top_k(queries: np.ndarray, v: Vectors, k: int, shard: tuple[int, int] | None
         best = best_s = None
         for j in range(lo, hi, tile):
             t_rows, t_s = product_fn(block, j, min(hi, j + tile), kk, v.tiebreak)  # the tile's candidates, product scores
-            # each candidate that may still make the k best scored exactly (_pair_scores); the others cannot (-inf). A NaN
+            # each candidate that may still make the k best scored exactly (pair_scores); the others cannot (-inf). A NaN
             # at the cut (a NaN vector) is no cut: every candidate scored
             cut = best_s[:, -1:] if best is not None else -np.partition(-t_s, kk - 1, axis=1)[:, kk - 1 : kk]
             qi, ci = np.nonzero(t_s >= np.where(np.isnan(cut), -np.inf, cut) - _MARGIN)
             exact = np.full(t_s.shape, -np.inf, np.float32)
-            exact[qi, ci] = _pair_scores(block, qi, v.matrix, t_rows[qi, ci])
+            exact[qi, ci] = pair_scores(block, qi, v.matrix, t_rows[qi, ci])
             if best is not None:
                 t_rows, exact = np.concatenate([best, t_rows], axis=1), np.concatenate([best_s, exact], axis=1)
             best, best_s = _best(t_rows, exact, v.tiebreak, kk)  # the k best under the run order (score, then doc id descending)
@@ -167,7 +166,14 @@ def _gpu_visible() -> bool:
         return False
 
 
-def _pair_scores(block: np.ndarray, queries: np.ndarray, matrix: np.ndarray, rows: np.ndarray, chunk: int = 2048) -> np.ndarray:
+def unit_queries(queries: np.ndarray) -> np.ndarray:
+    """The query vectors as float32 of unit length (a query of zeros stays zeros): what every
+    dense score is a product with."""
+    q = np.asarray(queries, np.float32)
+    return q / np.where((norm := np.linalg.norm(q, axis=1, keepdims=True)) > 0, norm, 1)
+
+
+def pair_scores(block: np.ndarray, queries: np.ndarray, matrix: np.ndarray, rows: np.ndarray, chunk: int = 2048) -> np.ndarray:
     """The scores of (query, document) pairs, the ``queries`` (rows of ``block``) beside the
     ``rows`` of ``matrix``: each one float64 sum of float64 products, in one order whatever the
     document's place, rounded to float32; ``chunk`` pairs at a time (their vectors gathered)."""
@@ -249,6 +255,6 @@ def _tile_top(s: np.ndarray, offset: int, k: int, tiebreak: np.ndarray, block: n
 def _near_cut(query: np.ndarray, cand: np.ndarray, offset: int, take: int, tiebreak: np.ndarray, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Of a tile's documents ``cand`` (rows from ``offset``) near its cut, the ``take`` best under
     the run order, scored exactly: (their rows in the tile, their scores)."""
-    scores = _pair_scores(query[None, :], np.zeros(len(cand), np.intp), matrix, cand + offset)
+    scores = pair_scores(query[None, :], np.zeros(len(cand), np.intp), matrix, cand + offset)
     pick = np.lexsort((tiebreak[cand + offset], -scores))[:take]
     return cand[pick], scores[pick]

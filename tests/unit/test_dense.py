@@ -297,3 +297,26 @@ def test_a_search_on_this_machines_torch_imports_it_only_where_its_build_may_hav
     done = subprocess.run([sys.executable, "-c", _SEARCH], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == str(gpu_build), (done.stdout, gpu_build)
+
+
+def test_dense_over_a_runs_candidates_ranks_and_scores_them_as_the_full_dense_run(tmp_path):
+    """`a >> dense` ranks a's candidates "as dense ranks, its full ranking restricted to the
+    candidates". It scored each pair with a float32 product of the raw query vector, where the
+    full search scores with the query of unit length and one float64 sum rounded to float32:
+    near-duplicate passages swapped places. Fed dense's own top 200, it gives that run back:
+    ids and ranks exactly, scores within 1e-7."""
+    from logicrank.pipelines.retrieval.methods.dense import dense_candidates
+
+    rng = np.random.default_rng(7)
+    bases = _unit(rng.normal(size=(60, DIM)))
+    docs = _unit(bases[rng.integers(0, 60, 3000)] + 1e-4 * rng.normal(size=(3000, DIM)))  # near-duplicates around 60 passages
+    store = _store(tmp_path / "db", docs)
+    raw = (3.0 * (bases[rng.integers(0, 60, 20)] + 0.05 * rng.normal(size=(20, DIM)))).astype(np.float32)  # not of unit length
+    queries = pa.table({"query_id": [f"q{i}" for i in range(20)], "text": [str(i) for i in range(20)]})
+    full = exact_top_k(queries.column("query_id").to_pylist(), raw, store, 200)
+    again, counts = dense_candidates(queries, full, store, _Encoder(raw), 200)
+    assert counts == {"candidates": 4000, "candidates_not_in_table": 0}
+    again, full = (t.sort_by([("query_id", "ascending"), ("rank", "ascending")]) for t in (again, full))
+    for col in ("query_id", "doc_id", "rank"):
+        assert again.column(col).to_pylist() == full.column(col).to_pylist(), col
+    np.testing.assert_allclose(again.column("score").to_numpy(), full.column("score").to_numpy(), rtol=1e-7, atol=0)

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logicrank.pipelines.engines.embed import Embedder
-from logicrank.pipelines.engines.exact import merge_top, shard_bounds, top_k
+from logicrank.pipelines.engines.exact import merge_top, pair_scores, shard_bounds, top_k, unit_queries
 from logicrank.pipelines.engines.vectors import Vectors
 from logicrank.pipelines.retrieval.methods.ranking import candidate_pairs, rank_pairs
 from logicrank.schemas.errors import UserError
@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # (the store imports LanceDB: a second of the command line's 
     from logicrank.pipelines.engines.store import DocStore
 
 REFINE_FACTOR = 4
-_PAIR_BLOCK = 65536  # candidate pairs scored at once (dense_candidates)
 __all__ = ["DenseError", "dense", "dense_candidates", "exact_top_k", "merge_top", "run_table", "shard_bounds", "top_k"]
 
 
@@ -70,12 +69,11 @@ def dense_candidates(queries: pa.Table, run: pa.Table, store: DocStore, embedder
     rows = pc.fill_null(pc.index_in(pa.array(pairs["doc_id"], pa.string()), value_set=v.ids), -1).to_numpy()
     held = rows >= 0
     pairs, rows = pairs[held], rows[held]
-    Q = np.asarray(embedder.encode(queries.column("text").to_pylist()), dtype=np.float32)
+    # each pair scored as the exact search scores it (the query of unit length, one float64 sum rounded to float32), so
+    # that the candidates rank as they do in dense's full ranking: a float32 product moved near-ties by a last bit
+    Q = unit_queries(embedder.encode(queries.column("text").to_pylist()))
     at = pd.Index(qids).get_indexer(pairs["query_id"])
-    scores = np.empty(len(rows), np.float32)
-    for lo in range(0, len(rows), _PAIR_BLOCK):  # bounded memory: a block of candidates' vectors at a time
-        hi = lo + _PAIR_BLOCK
-        scores[lo:hi] = np.einsum("ij,ij->i", np.asarray(v.matrix[rows[lo:hi]], dtype=np.float32), Q[at[lo:hi]])
+    scores = pair_scores(Q, at, v.matrix, rows)  # (a chunk of candidates' vectors at a time)
     ranked = rank_pairs(pairs.assign(score=scores), k, "dense", run_id)
     return ranked, {"candidates": int(len(held)), "candidates_not_in_table": int((~held).sum())}
 
