@@ -193,11 +193,11 @@ def comparison_lines(table: pa.Table) -> list[str]:
         left = table.num_rows - compared
         nights = ", ".join(sorted({str(d) for d in table.column("old_date").to_pylist() if d is not None}))
         if compared == 0:  # (every pair changed or new: "no regression" would read as checked)
-            lines.append(f"compare: nothing compared with {nights or 'an earlier night'}: each of the {left} pair(s) changed since, or is "
-                         "new (report.md's notes say why); this night is their new reference")
+            lines.append(f"compare: nothing compared with {nights or 'an earlier night'}: each of the {left} measure(s) of a pipeline and "
+                         "query set changed since, or is new (report.md's notes say why); this night is their new reference")
         else:
             lines.append(f"compare: no regression ({compared} comparison(s) with {nights}"
-                         + (f"; {left} pair(s) not compared, report.md's notes say why)" if left else ")"))
+                         + (f"; {left} not compared, report.md's notes say why)" if left else ")"))
     return lines
 
 

@@ -236,6 +236,22 @@ def test_a_sub_question_is_deferred_again_while_what_it_refers_to_is_still_to_be
     assert c.answers == {1: "Ann", 2: "Paris", 3: "France"} and c.stop == "done"
 
 
+def test_a_gold_plan_whose_references_go_round_ends():
+    """A hand-written gold plan where #1 refers to #2 and #2 to #1 (nothing checks a gold
+    plan's references), terminators off: each is deferred once, then, the chain not having
+    moved on, recorded unanswerable; the chain ends (deferring while a dependency was pending
+    went round forever)."""
+    subs = ["alpha: what of #2?", "beta: what of #1?"]
+    gold = {"q": [{"question": x, "answer": a} for x, a in zip(subs, ["Ann", "Paris"], strict=True)]}
+    s = lag.LagOptions(k=1, plan="gold", sub_answers="gold", synthesis=False, gold="gold.jsonl", t_max=None, min_support=None,
+                       redundancy=None)
+    chains = lag.plan(None, ["q"], ["the question"], s, gold)
+    lag.solve(chains, VectorRetriever(DOCS, axis_of), ScriptedLLM(lambda name, v: gen("unused")), texts_of, s)
+    assert [(st["sub_index"], st["status"]) for st in chains[0].steps] == [(1, "deferred"), (2, "deferred"), (1, "unanswerable"),
+                                                                            (2, "unanswerable")]
+    assert chains[0].stop == "done" and chains[0].answers == {}
+
+
 def test_a_sub_question_whose_dependency_is_never_solved_does_not_stop_the_chain():
     """#1 stays unsolved (the rule is off for it), so #2's failure is recorded without stopping."""
     subs = ["alpha: who?", "beta: what of #1?", "gamma: and?"]
@@ -374,3 +390,34 @@ def test_an_unusable_plan_is_named_on_the_terminal_and_the_question_asked_whole(
     assert [(c.subs, c.plan_status) for c in chains] == [(["Who wrote X?"], "fallback"), (["When?"], "fallback")]
     assert said == ["lag: 2 of 2 plans unusable, those questions asked whole (e.g. q1: sub-question 1 has no word: ','; "
                     "q2: sub-question 1 has no word: ',')"]
+
+
+def test_the_lag_stage_plans_the_question_as_asked_after_a_rewrite(tmp_path, monkeypatch):
+    """After siar (its rule the text) or an expansion (its reasoning the text), the stage
+    planned sub-questions of the rewritten text; it plans the question as asked
+    (``original_text``), as the other LLM stages read it."""
+    import pyarrow as pa
+
+    from logicrank.pipelines.engines.embed import to_fixed_size_list
+    from logicrank.pipelines.engines.store import DocStore
+    from logicrank.pipelines.llm import prompts
+    from logicrank.pipelines.retrieval.stages import Context
+    from logicrank.pipelines.retrieval.stages.lag import Lag
+
+    class Encoder:
+        def encode(self, texts):
+            return np.tile(np.array([1.0, 0.0], np.float32), (len(texts), 1))
+
+    store = DocStore(str(tmp_path / "db"))
+    store.open_or_create(2, "test-encoder")
+    store.upsert(pa.table({"doc_id": ["d-alpha"], "title": [None], "text": ["alpha"], "metadata": [None], "content_hash": ["h"],
+                           "vector": to_fixed_size_list(np.array([[1.0, 0.0]], np.float32))}))
+    store.mark_complete()
+    monkeypatch.setattr(prompts, "cut_to_tokens", lambda model, texts, budget: texts)  # (no tokenizer: the passages as they are)
+    llm = ScriptedLLM(lambda name, v: gen("not a plan" if name == lag.DECOMPOSE_TEMPLATE else "Ann"))
+    ctx = Context(store, encoder=Encoder, llm=lambda: llm)
+    queries = pa.table({"query_id": ["q"], "text": ["If a person wrote a book, then they are an author."],
+                        "original_text": ["Who wrote alpha?"], "logical_query": pa.array([None], pa.string())})
+    Lag(lag.LagOptions(synthesis=False, min_support=None, redundancy=None)).run(ctx, queries, [])
+    asked = [v["question"] for name, values in llm.calls if name == lag.DECOMPOSE_TEMPLATE for v in values]
+    assert asked == ["Who wrote alpha?"]

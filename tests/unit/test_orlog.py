@@ -41,7 +41,7 @@ def test_an_infinite_logit_gap_is_certain_and_does_not_move_the_pools_mean():
     scored = pd.DataFrame({"query_id": ["q1"] * 3, "atom_id": ["a1"] * 3,
                            "logit_true": [-1.0, -5.0, 0.0], "logit_false": [-2.0, -1.0, -np.inf]})
     sig = lambda d: 1 / (1 + np.exp(-np.asarray(d, dtype=float)))  # noqa: E731
-    np.testing.assert_allclose(calibrate(scored, "pool-mean"), sig([1 - (-1.5), -4 - (-1.5), np.inf]))
+    np.testing.assert_allclose(calibrate(scored, "pool-mean"), sig([1 - (-1.5), -4 - (-1.5), np.inf]), rtol=1e-12, atol=0)
     masked = pd.DataFrame({"query_id": ["q1"], "atom_id": ["a1"], "logit_true": [0.0], "logit_false": [-np.inf]})
     with pytest.raises(JobFailed, match=r"^orlog: calibration content-free: the atom 'a1' of query 'q1' .* use calibration pool-mean or none\.$"):
         calibrate(scored, "content-free", masked)

@@ -16,8 +16,9 @@ A complex question is answered in four parts, for all questions of a batch at on
 3. **Terminate** (the logical terminator, each rule configurable, the one that fired
    recorded): ``no_support`` (every top-k passage has cosine below ``min_support`` (0.3) to
    the filled sub-question), ``unanswerable`` (the LLM cannot answer a sub-question whose
-   dependencies are all solved; one whose dependencies are not yet solved is deferred once
-   to the end of the plan, and if they never get solved it is recorded and the chain goes on),
+   dependencies are all solved; one whose dependencies are not yet solved is deferred to the
+   end of the plan, again while they are still to be tried and the chain has moved on since,
+   and if they never get solved it is recorded and the chain goes on),
    ``redundant`` (more than ``redundant_share`` of a step's passages have cosine above
    ``redundancy`` (0.9) to a passage already in the context, a repeat included: the step's
    sub-question is still answered from them, then the chain stops; a retried deferred
@@ -194,7 +195,7 @@ class Chain:
     gold: list[str] | None = None  # gold sub-answers (oracle)
     plan_status: str = "ok"  # ok | fallback | error | gold | question
     pending: deque = field(default_factory=deque)  # 1-based indices, in solving order
-    deferred: set = field(default_factory=set)
+    deferred: dict = field(default_factory=dict)  # sub-question -> how many were answered when it was last deferred
     answers: dict = field(default_factory=dict)  # 1-based index -> answer
     last_solved: int | None = None
     context: list = field(default_factory=list)  # doc ids, in the order they came in
@@ -365,11 +366,13 @@ def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callabl
                 step["status"], step["sub_answer"] = "answered", answer
                 c.answers[j] = answer
                 c.last_solved = j
-            elif not solved_deps and (j not in c.deferred or (depends_on(c.subs[j - 1]) - c.answers.keys()) & set(c.pending)):
+            elif not solved_deps and (j not in c.deferred or (len(c.answers) > c.deferred[j]
+                                                                and (depends_on(c.subs[j - 1]) - c.answers.keys()) & set(c.pending))):
                 # it may become answerable once what it refers to is solved: deferred once, and again while what it refers to
-                # is still to be tried (random order [3, 2, 1] of a chain 1 <- 2 <- 3: 3 is tried before 2 is answered)
+                # is still to be tried and the chain moved on since (random order [3, 2, 1] of a chain 1 <- 2 <- 3: 3 is tried
+                # again once 1 is answered, before 2 is; a gold plan whose references go round never moves on, and ends)
                 step["status"] = "deferred"
-                c.deferred.add(j)
+                c.deferred[j] = len(c.answers)
                 c.pending.append(j)
             elif s.stop_unanswerable and solved_deps:
                 step["status"], c.stop = "unanswerable", "unanswerable"

@@ -22,7 +22,7 @@ from logicrank.pipelines.retrieval.stages.base import Context, Kind, Needs, Outp
 from logicrank.pipelines.retrieval.stages.registry import register
 from logicrank.pipelines.retrieval.stages.shards import in_shards
 from logicrank.schemas.errors import UserError
-from logicrank.schemas.tables import RUN
+from logicrank.schemas.tables import RUN, question_column
 
 
 class LagError(UserError, ValueError):
@@ -50,7 +50,8 @@ class Lag(Stage):
     def run(self, ctx: Context, queries: pa.Table, runs: list[pa.Table]) -> Output:
         o = s = self.options  # the method reads the stage's options as they are
         llm = ctx.llm_service() if o.uses_llm() else None
-        qids, texts = queries.column("query_id").to_pylist(), queries.column("text").to_pylist()
+        # the question as asked, where a stage before rewrote the text (siar's rule, an expansion's reasoning)
+        qids, texts = queries.column("query_id").to_pylist(), queries.column(question_column(queries)).to_pylist()
         gold = read_decompositions(o.gold, qids) if o.plan == "gold" else None
         retriever = StoreRetriever(ctx.store, ctx.embedder())
 
