@@ -143,6 +143,9 @@ def token_f1(prediction: str, gold: Sequence[str], scoring: str | None = None) -
             if scoring == "hotpotqa" and (said in _HOTPOT_SPECIAL or truth in _HOTPOT_SPECIAL) and said != truth:
                 continue
             t = truth.split()
+            if scoring == "squad" and not (p and t):  # SQuAD v2's compute_f1, which MuSiQue's script uses: an empty side
+                best = max(best, float(p == t))       # (an answer of articles only) scores whether both are empty
+                continue
             common = sum((Counter(p) & Counter(t)).values())
             if common:
                 precision, recall = common / len(p), common / len(t)
@@ -317,6 +320,8 @@ def llm_judge(llm) -> Judge:
         for i, t in zip(asked, llm.truth(template, values, label="judge") if values else [], strict=True):
             if isinstance(t, Exception):
                 raise QAError(f"the LLM judge failed on question {i}: {type(t).__name__}: {t}")
+            if t.p_true != t.p_true:  # NaN (a NaN logit: an overflow in the model) is no verdict, not "wrong"
+                raise QAError(f"the LLM judge's P(True) is NaN on question {i} (an overflow in the model); no Judge figure is given.")
             out[i] = float(t.p_true > 0.5)
         return out
 

@@ -34,7 +34,9 @@ def test_exact_match_token_f1_and_contain_match():
     # (HotpotQA's, SQuAD's) compare the normalised strings, so there "A" matches "the", and F1 is 0 (no common token)
     assert qa.exact_match("A", ["the"]) == 0.0
     assert qa.exact_match("A", ["the"], "hotpotqa") == qa.exact_match("an", ["The"], "squad") == 1.0
-    assert qa.exact_match("a cat", ["the"], "squad") == 0.0 and qa.token_f1("A", ["the"], "squad") == 0.0
+    assert qa.exact_match("a cat", ["the"], "squad") == 0.0 and qa.token_f1("A", ["the"], "hotpotqa") == 0.0
+    # MuSiQue's script (`scoring: squad`: SQuAD v2's compute_f1) scores an F1 with an empty side by whether both are empty
+    assert qa.token_f1("A", ["the"], "squad") == 1.0 and qa.token_f1("a cat", ["the"], "squad") == 0.0
     # no answer never matches: as a substring, "unknown" holds "no", the gold of every other yes/no question
     for abstention in ("unknown", "Unknown.", "UNKNOWN", "Not mentioned", "N/A", "The passages do not say.",
                        # said at more length (a helper's audit): each counted correct on a gold "no" as a substring
@@ -128,6 +130,17 @@ def test_llm_judge_asks_one_truth_prompt_per_non_blank_answer():
     out = qa.llm_judge(llm)(["Who?", "Where?", "When?"], [("Ann",), ("Paris",), ("1900",)], ["Ann", "Rome", " "])
     assert list(out) == [1.0, 0.0, 0.0] and len(llm.values) == 2  # the blank answer is 0 without a prompt
     assert llm.values[0] == {"question": "Who?", "gold": "Ann", "prediction": "Ann"}
+
+
+def test_a_nan_from_the_judge_is_refused_not_scored_wrong():
+    """A NaN P(True) (a NaN logit: an overflow in the model) was read as "wrong", lowering the
+    Judge figure without a word; it is refused, naming the question."""
+    class NaNs:
+        def truth(self, template, values, label=None, keys=None):
+            return [type("T", (), {"p_true": float("nan")})() for _ in values]
+
+    with pytest.raises(qa.QAError, match=r"^the LLM judge's P\(True\) is NaN on question 0 "):
+        qa.llm_judge(NaNs())(["Who?"], [("Ann",)], ["Ann"])
 
 
 def test_reading_gold_and_predictions(tmp_path):
