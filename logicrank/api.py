@@ -134,8 +134,12 @@ class Table:
             raise PipelineError(f"table.search: k is a positive integer, not {k!r:.60}.")
         text, logical = query, logical_query
         pipe = as_pipeline(pipeline, "search", "table.search")
-        depth = next((o for o in reversed(pipe.stages) if type(o).depth_option in type(o).model_fields), None)  # the run's top-k stage
-        if k is not None and depth is not None and k > getattr(depth, type(depth).depth_option):  # deepened as --k deepens a run
+        from logicrank.pipelines.retrieval.overrides import depth_stages
+
+        # the stages that set the run's depth (its top-k stage, and the sub-pipelines a fusion fuses): deepened to k where one
+        # is shallower, as --k deepens a run; a depth left to a file or to the input (None) is cut by rank below
+        depths = [d for o in depth_stages(pipe.stages) if (d := getattr(o, type(o).depth_option)) is not None]
+        if k is not None and any(k > d for d in depths):
             from logicrank.pipelines.retrieval.pipeline import with_sets
 
             pipe = Pipeline(pipe.name, with_sets({pipe.name: pipe.stages}, None, k)[pipe.name])
@@ -516,6 +520,12 @@ class Evaluation:
         return self.evaluation.notes()
 
     def markdown(self, title: str = "Evaluation", plot: str | None = None) -> str:
+        """The report evaluate's report.md is, its significance section included (each run
+        against the first, as :meth:`compare`'s defaults)."""
+        if self.evaluation.significance is None and len(self.run_ids) > 1:
+            from dataclasses import replace
+
+            return replace(self.evaluation, significance=compare(self.metrics, self.evaluation.baseline)).markdown(title, plot)
         return self.evaluation.markdown(title, plot)
 
     def plot(self, path: str | Path) -> Path:

@@ -119,7 +119,7 @@ def depth_sets(pipelines: Pipelines, k: int) -> dict[str, int]:
     whose depth stage's name also names a stage before another (its key would set both)."""
     out: dict[str, int] = {}
     for run, stages in pipelines.items():
-        depth = _depth_stages(stages)
+        depth = depth_stages(stages)
         if not depth:
             raise OverrideError(f"--k {k}: pipeline {run!r} ({' -> '.join(o.stage for o in stages)}) has no stage that keeps a top k; "
                                 "drop --k, or add a cut stage (cut: {k: N})")
@@ -149,12 +149,12 @@ def with_depth(changes: Mapping[str, Any], pipelines: Pipelines, k: int | None) 
     return {**changes, **depth}
 
 
-def _depth_stages(stages: Sequence[StageOptions]) -> list[StageOptions]:
+def depth_stages(stages: Sequence[StageOptions]) -> list[StageOptions]:
     """The stages that set the depth of ``stages``' run: its last stage that keeps a top k and,
     where that stage fuses sub-pipelines, theirs (a fusion keeps no more than it fuses)."""
     for o in reversed(stages):
         if type(o).depth_option in type(o).model_fields:
-            return [o, *(d for f in type(o).model_fields for sub in _subs(getattr(o, f)) for d in _depth_stages(sub))]
+            return [o, *(d for f in type(o).model_fields for sub in _subs(getattr(o, f)) for d in depth_stages(sub))]
     return []
 
 

@@ -360,3 +360,26 @@ def test_a_logical_querys_words_keep_its_groups(table_db, monkeypatch, query, wo
     table.search(query, lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10, empty_not="hold"))
     lr.retrieve(table, query, {"i": lr.bm25(k=10) >> lr.itlr(scorer="bm25", k=10, empty_not="hold")})
     assert seen == [(words, query)] * 2
+
+
+def test_an_evaluations_markdown_holds_the_significance_the_cli_report_holds():
+    """lr.evaluate computed no significance, so Evaluation.markdown() had no significance
+    section, where the CLI's report.md of the same runs has one."""
+    from logicrank.pipelines.evaluation.runs import evaluate_runs
+
+    ev = lr.evaluate([GOOD, POOR], QRELS, ["P@1"])
+    cli = evaluate_runs([GOOD, POOR], QRELS, ["P@1"]).markdown("Evaluation", None)
+    assert "## Significance" in cli and ev.markdown(plot=None) == cli
+    assert "## Significance" not in lr.evaluate(GOOD, QRELS, ["P@1"]).markdown(plot=None)  # one run: nothing to compare
+
+
+def test_search_with_k_deepens_a_fusions_inputs_and_cuts_an_unset_depth_by_rank(table_db, tmp_path):
+    """table.search(k=3) over a fusion of 1-deep lists gave 1 row where the job's --k 3 gives
+    3 (only the fusion's own k was weighed); over a stage whose depth is left unset (a run file,
+    a cut by a depths file) it raised a TypeError. Deepened as --k deepens, or cut by rank."""
+    table = lr.open_table(table_db)
+    fused = lr.rrf(k=100, of=[[lr.bm25(k=1)], [lr.bm25(k=1)]])
+    assert len(table.search("malaria children fever", fused, k=3)) == 3
+    run = tmp_path / "run.trec"
+    run.write_text("".join(f"1 Q0 d{i} {i + 1} {6 - i} r\n" for i in range(5)))
+    assert table.search("malaria", lr.run_file(path=str(run)), k=2)["doc_id"].tolist() == ["d0", "d1"]
