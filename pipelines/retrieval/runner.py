@@ -48,7 +48,6 @@ from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.retrieval.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions, Store
 from logicrank.pipelines.retrieval.stages.registry import build
 from logicrank.schemas.digest import json_digest
-from logicrank.schemas.errors import JobFailed
 from logicrank.schemas.tables import RUN, conform
 
 MapQueries = Callable[[Stage, Context, pa.Table], Output]
@@ -296,13 +295,10 @@ def check_keyed(run: pa.Table, queries: pa.Table, stage: str, contiguous: bool =
 def check_scores(run: pa.Table, stage: str) -> None:
     """Every score finite: a NaN or infinite score has no place in a ranking (trec_eval and
     ``evaluate`` refuse it), so the stage's run is refused here, before it is cached or written."""
+    from logicrank.pipelines.retrieval.methods.ranking import refuse_unrankable
+
     scores = run.column("score").to_numpy(zero_copy_only=False).astype(np.float64)  # a null is NaN here
-    bad = ~np.isfinite(scores)
-    if bad.any():
-        at = int(np.flatnonzero(bad)[0])
-        raise JobFailed(f"{stage}: {int(bad.sum())} score(s) are missing, NaN or infinite, e.g. {scores[at]} for query "
-                        f"{run.column('query_id')[at].as_py()!r}, doc {run.column('doc_id')[at].as_py()!r}; "
-                        "nothing is written, as no ranking or measure can use them.")
+    refuse_unrankable(scores, lambda i: (run.column("query_id")[i].as_py(), run.column("doc_id")[i].as_py()), stage)
 
 
 class _State:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -57,12 +57,19 @@ def refuse_non_finite(pairs: pd.DataFrame, method: str) -> None:
     and would be cut away unseen (the base run's top document gone from an OrLog run of
     ``k=10`` over 20 candidates), where the run's own check sees only the rows kept."""
     scores = pd.to_numeric(pairs["score"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    refuse_unrankable(scores, lambda i: (pairs["query_id"].iloc[i], pairs["doc_id"].iloc[i]), method)
+
+
+def refuse_unrankable(scores: np.ndarray, pair: Callable[[int], tuple[str, str]], where: str) -> None:
+    """Refuse ``scores`` (float64; a null read as NaN) holding a NaN or an infinity, naming the
+    first such (query, document) (``pair(i)``): no ranking or measure can use them (trec_eval
+    and ``evaluate`` refuse them), so nothing is ranked or written."""
     bad = ~np.isfinite(scores)
     if bad.any():
         at = int(np.flatnonzero(bad)[0])
-        raise JobFailed(f"{method}: {int(bad.sum())} score(s) are missing, NaN or infinite, e.g. {scores[at]} for query "
-                        f"{pairs['query_id'].iloc[at]!r}, doc {pairs['doc_id'].iloc[at]!r}; nothing is ranked, as no ranking "
-                        "or measure can use them.")
+        query, doc = pair(at)
+        raise JobFailed(f"{where}: {int(bad.sum())} score(s) are missing, NaN or infinite, e.g. {scores[at]} for query {query!r}, doc "
+                        f"{doc!r}; nothing is ranked or written, as no ranking or measure can use them.")
 
 
 def _ties_as_ranked(queries: np.ndarray, keys: np.ndarray, scores: np.ndarray) -> np.ndarray:
