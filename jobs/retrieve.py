@@ -52,7 +52,17 @@ from logicrank.pipelines.files import write_parquet_atomic
 from logicrank.pipelines.io import TopicsError, read_queries, write_trec_run
 from logicrank.pipelines.llm.prompts import templates_digest
 from logicrank.pipelines.retrieval.pipeline import Pipeline, build
-from logicrank.pipelines.retrieval.runner import Hooks, Inputs, StageCache, assemble, blank, reads, stage_classes, with_content
+from logicrank.pipelines.retrieval.runner import (
+    Hooks,
+    Inputs,
+    StageCache,
+    assemble,
+    blank,
+    queries_digest,
+    reads,
+    stage_classes,
+    with_content,
+)
 from logicrank.pipelines.retrieval.stages import Context, Needs, Output, StageOptions
 from logicrank.schemas.errors import UserError
 from logicrank.schemas.tables import RUN
@@ -85,8 +95,9 @@ def _retrieve(cfg: RetrieveConfig, rundir: RunDir, job: _Job, echo: Callable[[st
     made = set(outputs.values()) | set(written) | ({f"runs/{p.name}.trec" for p in job.pipelines} if cfg.trec else set())
     rundir.set_aside([rel for rel in earlier_outputs(rundir, cfg, made) if str((rundir.path / rel).resolve()) not in inputs_read],
                      echo)  # a side table this run's pipelines no longer make
+    trec = [f"runs/{p.name}.trec" for p in job.pipelines] if cfg.trec else []  # (a rerun is fresh only with them too)
     rundir.write_manifest(
-        cfg.model_dump(mode="json"), cfg.digest(), inputs, list(outputs.values()) + written,
+        cfg.model_dump(mode="json"), cfg.digest(), inputs, list(outputs.values()) + written + trec,
         model=model_id(cfg.embed) if job.needs.encoder else None,
         rows={rid: r["rows"] for rid, r in report.items()},
         pipelines=report,
@@ -144,6 +155,9 @@ def _fingerprint(cfg: RetrieveConfig, job: _Job) -> tuple[dict, dict]:
     """(what the run's outputs depend on, the input files' fingerprints): an unchanged-looking
     rerun is skipped only when none of it changed."""
     inputs = {"queries": input_fingerprint("queries", cfg.queries, TopicsError),
+              # the queries as read: a file replaced between the read and the fingerprint above would record the new file's
+              # content beside runs of the old, and a rerun on the new file be skipped as fresh
+              "queries_read": queries_digest(job.queries),
               "table": {"db": cfg.db, "name": cfg.table, "version": job.store.version, "made": job.store.version_stamp()}}
     files = {f: input_fingerprint("input file", f, TopicsError) for f in dict.fromkeys(job.needs.files)}
     inputs.update({f"file:{f}": fp for f, fp in files.items()})
@@ -226,6 +240,7 @@ class _Host:
     def __init__(self, cfg: RetrieveConfig, store: DocStore, rundir: RunDir, echo, llm=None):
         self.cfg, self.store, self.rundir = cfg, store, rundir
         self.version = store.version  # every reader of the table reads this version
+        self.stamp = store.version_stamp()  # (and checks it is this table's: when the version was made)
         self._embedder = None
         self._llm = llm  # the job's LLM service (None: no stage needs it); its actors start on first use
         self.ctx = Context(store, encoder=self._encoder, llm=self._llm_service, llm_model=str(llm.resolved.path) if llm else None, echo=echo,
@@ -325,7 +340,7 @@ class _Host:
                                                  scheduling_strategy="SPREAD")
         save = getattr(index, "save_id", None) if engine == "bm25" else None  # each shard searches the index whose terms the driver sends
         actors = [actor.remote(self.cfg.db, self.cfg.table, self.version, engine, lo, hi, getattr(o, "precision", "float32"),
-                               getattr(o, "product", "auto"), save) for lo, hi in bounds]
+                               getattr(o, "product", "auto"), save, self.stamp) for lo, hi in bounds]
         n, rows, parts = queries.num_rows, r.retrieve_batch_rows, []
         try:
             pending = []
@@ -388,7 +403,7 @@ class _Host:
         actor = ray.remote(_ShardTask).options(num_cpus=r.retrieve_num_cpus, max_restarts=restarts, max_task_retries=restarts,
                                                scheduling_strategy="SPREAD")
         bounds = shard_bounds(n, shards)
-        actors = [actor.remote(self.cfg.db, self.cfg.table, self.version) for _ in bounds]
+        actors = [actor.remote(self.cfg.db, self.cfg.table, self.version, self.stamp) for _ in bounds]
         try:
             work = ray.put(task)
             parts = ray.get([a.run.remote(work, b) for a, b in zip(actors, bounds, strict=True)])
@@ -461,7 +476,8 @@ class _Host:
         ds = ray.data.from_arrow([queries.slice(i, r.retrieve_batch_rows) for i in range(0, n, r.retrieve_batch_rows)])
         ds = ds.map_batches(
             _RetrieveActor,
-            fn_constructor_kwargs={"db": self.cfg.db, "table": self.cfg.table, "version": self.version, "embed": embed, "options": stage.options},
+            fn_constructor_kwargs={"db": self.cfg.db, "table": self.cfg.table, "version": self.version, "embed": embed, "options": stage.options,
+                                   "stamp": self.stamp},
             compute=ray.data.ActorPoolStrategy(size=actors),
             batch_size=r.retrieve_batch_rows,
             batch_format="pyarrow",
@@ -496,11 +512,11 @@ class ShardSearch:
     its term ids and rows would not be the driver's)."""
 
     def __init__(self, db: str, table: str, version: int, engine: str, lo: int, hi: int, precision: str, product: str,
-                 save_id: str | None = None):
+                 save_id: str | None = None, stamp: str | None = None):
         import psutil
 
         self._start = psutil.Process().memory_full_info()  # before the index is mapped: what the shard adds is measured against it
-        store = DocStore(db, table, version=version)
+        store = pinned(db, table, version, stamp)
         self.engine, self.shard, self.product = engine, (lo, hi), product
         self.index = store.bm25_index() if engine == "bm25" else store.vectors(precision)
         if engine == "bm25" and getattr(self.index, "save_id", None) != save_id:
@@ -532,12 +548,23 @@ class ShardSearch:
                 "rss_at_start_mib": round(start.rss / mib, 1), "pss_at_start_mib": round(start.pss / mib, 1)}
 
 
+def pinned(db: str, table: str, version: int, stamp: str | None) -> DocStore:
+    """The table at the driver's version, as an actor opens it: refused where that version was
+    made at another time than the driver's (``stamp``), the table dropped and made again during
+    the job (its version numbers start over), so that no part of a run searches another table."""
+    store = DocStore(db, table, version=version)
+    if stamp is not None and store.version_stamp() != stamp:
+        raise RuntimeError(f"retrieve: table {table!r} v{version} was made again during the job (made {store.version_stamp()}, the "
+                           f"driver's {stamp}); rerun the job")
+    return store
+
+
 class _ShardTask:
     """A Ray actor that runs a stage's scoring over one shard of a table version's rows
     (``Context.shards``: ITLR's exact scoring reads its rows' vectors and keeps its top k)."""
 
-    def __init__(self, db: str, table: str, version: int):
-        self.store = DocStore(db, table, version=version)
+    def __init__(self, db: str, table: str, version: int, stamp: str | None = None):
+        self.store = pinned(db, table, version, stamp)
 
     def run(self, task, rows: tuple[int, int]):
         return task(self.store, rows)
@@ -552,8 +579,8 @@ def _node_ip() -> str:
 class _RetrieveActor:
     """A Ray Data actor: the table and the encoder opened once, then one stage over query batches."""
 
-    def __init__(self, db: str, table: str, version: int, embed: EmbedConfig | None, options: StageOptions):
-        store = DocStore(db, table, version=version)
+    def __init__(self, db: str, table: str, version: int, embed: EmbedConfig | None, options: StageOptions, stamp: str | None = None):
+        store = pinned(db, table, version, stamp)
         embedder = None
         if embed is not None:
             from logicrank.pipelines.engines.embed import Embedder

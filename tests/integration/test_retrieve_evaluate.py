@@ -207,6 +207,28 @@ def test_evaluate_tells_the_terminal_about_missing_queries_and_skips(indexed, tm
     assert "skipped" in res.output and "has no results for 1 of 40" in res.output
 
 
+def test_a_rerun_is_fresh_only_with_the_queries_it_read_and_its_trec_files(indexed, tmp_path, monkeypatch):
+    """A queries file replaced while a retrieve starts (read, then fingerprinted after the
+    table and the LLM are prepared): the manifest recorded the new file beside runs of the old
+    queries, and a rerun on the new file was skipped as fresh. What was read is recorded too.
+    And `--trec` files removed since: the rerun was skipped and left them missing."""
+    import logicrank.jobs.retrieve as job
+
+    new = tmp_path / "queries.jsonl"
+    new.write_text("".join(line + "\n" for line in (indexed / "queries.jsonl").read_text().splitlines()[:10]))
+    cfg = RetrieveConfig.preset(queries=str(new), db=str(indexed / "db"), methods=("bm25",), set={"bm25.k": 5}, trec=True)
+    read = job.read_queries
+    with monkeypatch.context() as m:  # read before the file was replaced: the 40 queries it held then
+        m.setattr(job, "read_queries", lambda path, field=None: read(str(indexed / "queries.jsonl"), field))
+        first = run_retrieve(cfg, tmp_path / "r")["bm25"]
+    assert len(set(pq.read_table(first).column("query_id").to_pylist())) == 40
+    again = run_retrieve(cfg, tmp_path / "r")["bm25"]  # the file as it is: run, not skipped
+    assert len(set(pq.read_table(again).column("query_id").to_pylist())) == 10
+    (tmp_path / "r" / "runs" / "bm25.trec").unlink()
+    run_retrieve(cfg, tmp_path / "r")
+    assert (tmp_path / "r" / "runs" / "bm25.trec").is_file()
+
+
 def test_pipelines_share_prefixes_and_a_rerun_reuses_unchanged_stages(indexed, tmp_path):
     """A pipelines file through the CLI: dense and bm25 are computed once for three pipelines;
     a rerun that changes only the fusion reruns only the fusion."""

@@ -456,6 +456,25 @@ def test_an_index_saved_over_while_open_is_refused_not_searched_with_another_sav
         ShardSearch(store.uri, store.name, store.version, "bm25", 0, 10, "float32", "auto", mapped.save_id)
 
 
+def test_an_actor_refuses_a_table_made_again_under_the_drivers_version(tmp_path, docs):
+    """The table dropped and made again during a retrieve reaches the driver's version number
+    again: each actor (a search shard, a shard task, a retrieval actor) opened it without a
+    word, and the run mixed two tables. An actor checks when its version was made against the
+    driver's."""
+    from logicrank.jobs.retrieve import ShardSearch, pinned
+
+    store = _table(tmp_path / "db", docs)
+    version, stamp = store.version, store.version_stamp()
+    store.drop()
+    again = _table(tmp_path / "db", docs[:5])
+    assert again.version == version
+    with pytest.raises(RuntimeError, match=rf"^retrieve: table 'docs' v{version} was made again during the job \(made .*, the driver's {stamp}\)"):
+        pinned(store.uri, store.name, version, stamp)
+    with pytest.raises(RuntimeError, match="was made again during the job"):
+        ShardSearch(store.uri, store.name, version, "dense", 0, 5, "float32", "auto", None, stamp)
+    assert pinned(store.uri, store.name, version, again.version_stamp()).count() == 5
+
+
 def test_an_index_another_analyzer_made_is_rebuilt_not_searched_or_patched(tmp_path, docs, monkeypatch):
     """A saved index records its analyzer's digest (stop words, longest token, PyStemmer's
     version, the terms of a probe text, the analyzer's code): one saved under another analyzer
