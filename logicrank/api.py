@@ -122,8 +122,9 @@ class Table:
         ``pipeline``: a :class:`Pipeline`, a preset name (``"bm25"``), a stage
         (``lr.bm25(k=20)``), a composition (``lr.bm25() >> lr.itlr()``) or a list of stages
         (``["bm25", {"itlr": {"scorer": "bm25"}}]``). ``k``: the top k of the run; where the
-        pipeline's last top-k stage keeps fewer, the pipeline is deepened to k first, as the
-        job's ``--k`` deepens a run (a reranker keeps at most what it reranks)."""
+        pipeline's last top-k stage keeps fewer, or it fuses lists all shallower than k, the
+        pipeline is deepened to k first, as the job's ``--k`` deepens a run (a reranker keeps at
+        most what it reranks)."""
         if not isinstance(query, str) or not query.strip():
             raise PipelineError(f"table.search: a query is a non-blank string, not {query!r:.60}.")
         if logical_query is not None and not isinstance(logical_query, str):
@@ -136,10 +137,11 @@ class Table:
         pipe = as_pipeline(pipeline, "search", "table.search")
         from logicrank.pipelines.retrieval.overrides import depth_stages
 
-        # the stages that set the run's depth (its top-k stage, and the sub-pipelines a fusion fuses): deepened to k where one
-        # is shallower, as --k deepens a run; a depth left to a file or to the input (None) is cut by rank below
-        depths = [d for o in depth_stages(pipe.stages) if (d := getattr(o, type(o).depth_option)) is not None]
-        if k is not None and any(k > d for d in depths):
+        # deepened to k, as --k deepens a run, where the run could come out shorter than k: its top-k stage keeps fewer, or
+        # (a fusion) every list it fuses is shallower; a depth left to a file or to the input (None) is cut by rank below
+        top, *fused = [getattr(o, type(o).depth_option) for o in depth_stages(pipe.stages)] or [None]
+        fused = [d for d in fused if d is not None]
+        if k is not None and ((top is not None and k > top) or (fused and k > max(fused))):
             from logicrank.pipelines.retrieval.pipeline import with_sets
 
             pipe = Pipeline(pipe.name, with_sets({pipe.name: pipe.stages}, None, k)[pipe.name])

@@ -193,8 +193,8 @@ def comparison_lines(table: pa.Table) -> list[str]:
         left = table.num_rows - compared
         nights = ", ".join(sorted({str(d) for d in table.column("old_date").to_pylist() if d is not None}))
         if compared == 0:  # (every pair changed or new: "no regression" would read as checked)
-            lines.append(f"compare: nothing compared with {nights or 'an earlier night'}: each of the {left} measure(s) of a pipeline and "
-                         "query set changed since, or is new (report.md's notes say why); this night is their new reference")
+            lines.append(f"compare: nothing compared with {nights or 'an earlier night'}: each pipeline and query set changed since, or is "
+                         f"new ({left} comparison(s) not made; report.md's notes say why); this night is their new reference")
         else:
             lines.append(f"compare: no regression ({compared} comparison(s) with {nights}"
                          + (f"; {left} not compared, report.md's notes say why)" if left else ")"))

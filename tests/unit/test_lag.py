@@ -243,8 +243,8 @@ def test_a_gold_plan_whose_references_go_round_ends():
     went round forever)."""
     subs = ["alpha: what of #2?", "beta: what of #1?"]
     gold = {"q": [{"question": x, "answer": a} for x, a in zip(subs, ["Ann", "Paris"], strict=True)]}
-    s = lag.LagOptions(k=1, plan="gold", sub_answers="gold", synthesis=False, gold="gold.jsonl", t_max=None, min_support=None,
-                       redundancy=None)
+    s = lag.LagOptions(k=1, plan="gold", sub_answers="gold", synthesis=False, gold="gold.jsonl", t_max=10, min_support=None,
+                       redundancy=None)  # (a budget the chain does not reach; deferring for ever stops at it, as "budget")
     chains = lag.plan(None, ["q"], ["the question"], s, gold)
     lag.solve(chains, VectorRetriever(DOCS, axis_of), ScriptedLLM(lambda name, v: gen("unused")), texts_of, s)
     assert [(st["sub_index"], st["status"]) for st in chains[0].steps] == [(1, "deferred"), (2, "deferred"), (1, "unanswerable"),

@@ -553,8 +553,8 @@ def test_a_night_with_nothing_compared_does_not_say_no_regression():
 
     changed = pa.Table.from_pylist([row(None, "pipeline, encoder, LLM or query set changed since 2026-11-20: not compared")] * 2,
                                    schema=NIGHTLY_COMPARISONS)
-    assert comparison_lines(changed) == ["compare: nothing compared with 2026-11-20: each of the 2 measure(s) of a pipeline and query "
-                                         "set changed since, or is new (report.md's notes say why); this night is their new reference"]
+    assert comparison_lines(changed) == ["compare: nothing compared with 2026-11-20: each pipeline and query set changed since, or is "
+                                         "new (2 comparison(s) not made; report.md's notes say why); this night is their new reference"]
     some = pa.Table.from_pylist([row(0.01), row(None, "changed")], schema=NIGHTLY_COMPARISONS)
     assert comparison_lines(some) == ["compare: no regression (1 comparison(s) with 2026-11-20; 1 not compared, report.md's "
                                       "notes say why)"]

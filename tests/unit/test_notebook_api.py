@@ -373,13 +373,22 @@ def test_an_evaluations_markdown_holds_the_significance_the_cli_report_holds():
     assert "## Significance" not in lr.evaluate(GOOD, QRELS, ["P@1"]).markdown(plot=None)  # one run: nothing to compare
 
 
-def test_search_with_k_deepens_a_fusions_inputs_and_cuts_an_unset_depth_by_rank(table_db, tmp_path):
+def test_search_with_k_deepens_a_fusions_inputs_and_cuts_an_unset_depth_by_rank(table_db, tmp_path, monkeypatch):
     """table.search(k=3) over a fusion of 1-deep lists gave 1 row where the job's --k 3 gives
     3 (only the fusion's own k was weighed); over a stage whose depth is left unset (a run file,
     a cut by a depths file) it raised a TypeError. Deepened as --k deepens, or cut by rank."""
     table = lr.open_table(table_db)
     fused = lr.rrf(k=100, of=[[lr.bm25(k=1)], [lr.bm25(k=1)]])
     assert len(table.search("malaria children fever", fused, k=3)) == 3
+    # k within the run's depth (one fused list deep enough): the pipeline runs as given, its run cut by rank
+    from logicrank.pipelines.retrieval.pipeline import Pipeline
+
+    ran, real_run = [], Pipeline.run
+    monkeypatch.setattr(Pipeline, "run", lambda self, *a, **kw: ran.append(self.stages) or real_run(self, *a, **kw))
+    deep = lr.rrf(k=100, of=[[lr.bm25(k=100)], [lr.bm25(k=1)]])
+    whole = table.search("malaria children fever", deep)
+    assert table.search("malaria children fever", deep, k=2)["doc_id"].tolist() == whole["doc_id"].tolist()[:2]
+    assert ran[0] == ran[1] == (deep,)
     run = tmp_path / "run.trec"
     run.write_text("".join(f"1 Q0 d{i} {i + 1} {6 - i} r\n" for i in range(5)))
     assert table.search("malaria", lr.run_file(path=str(run)), k=2)["doc_id"].tolist() == ["d0", "d1"]
