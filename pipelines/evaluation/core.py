@@ -209,7 +209,8 @@ def run_depth(run: pa.Table) -> int:
 
 
 def query_coverage(run: pa.Table, qrels: pa.Table) -> tuple[int, int]:
-    """(qrels queries with no row in the run: they score 0, run queries absent from the qrels: not evaluated)."""
-    in_run = set(run.column("query_id").unique().to_pylist())
-    in_qrels = set(qrels.column("query_id").unique().to_pylist())
+    """(qrels queries with no row in the run: they score 0, run queries absent from the qrels: not evaluated);
+    ids compared as text, as they are evaluated (a qrels table with integer ids: ``1`` is the run's ``"1"``)."""
+    in_run = set(pc.unique(run.column("query_id")).cast(pa.string()).to_pylist())
+    in_qrels = set(pc.unique(qrels.column("query_id")).cast(pa.string()).to_pylist())
     return len(in_qrels - in_run), len(in_run - in_qrels)

@@ -363,6 +363,11 @@ def test_trec_files_split_on_ascii_spaces_only_as_trec_eval_does(tmp_path):
     assert read_qrels(qrels).column("doc_id").to_pylist() == ["d1\u00a0", "d\u3000two"]
     back = read_run(write_trec_run(read_run(run), tmp_path / "again.trec"))  # such an id is one field of a TREC line: written
     assert back.column("doc_id").to_pylist() == ["d1\u00a0", "d\u3000two", "d3"]
+    # an ASCII line too: str.split splits on the separator controls \x1c-\x1f, which trec_eval leaves in an id (every
+    # column after it moved: the docno read "doc", the score the rank)
+    ascii_run = tmp_path / "a.trec"
+    ascii_run.write_text("q1 Q0 doc\x1fx 1 2.0 r\n", encoding="utf-8")
+    assert read_run(ascii_run).column("doc_id").to_pylist() == ["doc\x1fx"]
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf"), None])

@@ -156,6 +156,8 @@ def test_qrels_with_integer_query_ids_evaluate_as_their_decimal_text():
     """A qrels table read with pandas gives integer ids; the run's are text: the same queries."""
     ints = QRELS.set_column(0, "query_id", pa.array([1, 1, 2], pa.int64()))
     assert lr.evaluate(GOOD, ints, ["P@1"]).summary.loc["good", "P@1"] == lr.evaluate(GOOD, QRELS, ["P@1"]).summary.loc["good", "P@1"] == 1.0
+    # and its notes count the queries alike (they compared 1 with "1": every qrels query missing from the run)
+    assert lr.evaluate(GOOD, ints, ["P@1"]).notes() == lr.evaluate(GOOD, QRELS, ["P@1"]).notes()
 
 
 def test_a_mapping_names_its_runs_and_an_empty_run_scores_zero():
