@@ -77,6 +77,7 @@ def test_a_retrieve_under_another_bm25_analyzer_is_not_the_last_runs_rerun(tmp_p
     from logicrank.jobs import retrieve
     from logicrank.pipelines.config.retrieval import RetrieveConfig
     from logicrank.pipelines.engines.bm25 import analyzer
+    from logicrank.pipelines.io import read_queries
     from logicrank.pipelines.retrieval.pipeline import Pipeline
 
     (tmp_path / "q.jsonl").write_text('{"_id": "q1", "text": "a or b"}\n')
@@ -86,7 +87,8 @@ def test_a_retrieve_under_another_bm25_analyzer_is_not_the_last_runs_rerun(tmp_p
         cfg = RetrieveConfig(queries=str(tmp_path / "q.jsonl"), db=str(tmp_path / "db"), pipelines={"p": stages})
         pipelines = [Pipeline.parse(name, spec) for name, spec in cfg.pipelines.items()]
         needs = pipelines[0].validate(frozenset({"query_id", "text"}))
-        return retrieve._fingerprint(cfg, SimpleNamespace(store=store, needs=needs, pipelines=pipelines, llm=None))[0]
+        queries = read_queries(cfg.queries)
+        return retrieve._fingerprint(cfg, SimpleNamespace(store=store, needs=needs, pipelines=pipelines, llm=None, queries=queries))[0]
 
     before = {s: fingerprint([s]) for s in ("bm25", "dense")}
     monkeypatch.setattr(analyzer, "analyzer_digest", lambda: "another PyStemmer")
