@@ -53,7 +53,8 @@ class _Encoder:
         return _encode(texts)
 
 
-@pytest.mark.parametrize(("term", "why"), [("Aples", "in no document"), ("the", "only stop words"), ("🙂", "no word")])
+@pytest.mark.parametrize(("term", "why"), [("Aples", "in no document"), ("the", "only stop words"), ("🙂", "no word"),
+                                           ("x" * 45, "words too long to index"), ("the " + "x" * 45, "only stop words and words too long to index")])
 def test_a_term_no_document_holds_returns_nothing_and_is_named(term, why):
     rows = [("q1", "t", f'"{term}"'), ("q2", "t", '"Tea"')]
     runs, (step,) = _run(rows)

@@ -1,6 +1,7 @@
 """BM25 as a batch engine: a sparse index kept beside the table, tied to its version, whose
 scores are LanceDB's full-text search's (``CombinedFieldsQuery`` over title and text: BM25F
-with Lucene's combined statistics), searched by one compiled loop per batch of queries.
+with Lucene's combined statistics; a query term counts as often as the query repeats it, where
+LanceDB counts it once), searched by one compiled loop per batch of queries.
 
 The modules, from the bottom up:
 

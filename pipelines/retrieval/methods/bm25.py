@@ -1,5 +1,6 @@
 """BM25 over a batch of queries: the table version's BM25 index searched by one compiled loop
-(pipelines/engines/bm25/), the same scores as LanceDB's full-text search over title and text; after
+(pipelines/engines/bm25/), LanceDB's full-text scores over title and text (a query term counted as
+often as the query repeats it, where LanceDB counts it once: docs/bulk-retrieval.md); after
 a stage that produced a run, only that run's candidates (:func:`bm25_candidates`)."""
 
 from __future__ import annotations

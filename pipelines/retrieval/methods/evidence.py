@@ -272,13 +272,19 @@ class BM25Evidence(Evidence):
 
     def empty_terms(self) -> dict[str, str]:
         """The terms no document of the table holds (every score 0), each with why: no word in
-        it, only stop words (the analyzer keeps none of its words), or words no document has."""
+        it (the analyzer's split), only stop words or words too long to index (the analyzer keeps
+        none of its words: LanceDB drops a token of 40 bytes or more), or words no document has."""
         from logicrank.pipelines.engines.bm25 import default_analyzer
+        from logicrank.pipelines.engines.bm25.analyzer import MAX_TOKEN_BYTES, split_words
 
         def why(term: str) -> str:
-            if not any(c.isalnum() for c in term):
+            words = split_words(term)
+            if not words:
                 return "no word"
-            return "only stop words" if not default_analyzer()(term) else "in no document"
+            if default_analyzer()(term):
+                return "in no document"
+            long = sum(len(w.encode()) >= MAX_TOKEN_BYTES for w in words)
+            return "only stop words" if not long else "words too long to index" if long == len(words) else "only stop words and words too long to index"
 
         return {t: why(t) for t, m in zip(self.terms, self.maxima(), strict=True) if m <= 0}
 
