@@ -553,8 +553,8 @@ def pinned(db: str, table: str, version: int, stamp: str | None) -> DocStore:
     made at another time than the driver's (``stamp``), the table dropped and made again during
     the job (its version numbers start over), so that no part of a run searches another table."""
     store = DocStore(db, table, version=version)
-    if stamp is not None and store.version_stamp() != stamp:
-        raise RuntimeError(f"retrieve: table {table!r} v{version} was made again during the job (made {store.version_stamp()}, the "
+    if stamp is not None and (made := store.version_stamp()) != stamp:
+        raise RuntimeError(f"retrieve: table {table!r} v{version} was made again during the job (made {made}, the "
                            f"driver's {stamp}); rerun the job")
     return store
 

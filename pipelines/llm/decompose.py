@@ -46,7 +46,7 @@ from logicrank.pipelines.retrieval.logic.query import (
     to_text,
 )
 from logicrank.schemas.errors import JobFailed, UserError
-from logicrank.schemas.tables import DECOMPOSITIONS, question_column, question_sha
+from logicrank.schemas.tables import DECOMPOSITIONS, INDUCED_QUERY, question_column, question_sha
 
 MAX_ATOMS = 8
 ATOM_ID = re.compile(r"^a[0-9]{1,2}$")
@@ -505,7 +505,7 @@ def apply_to_queries(queries: pa.Table, decompositions: pa.Table, method: str) -
     picked = [by_id[q] for q in qids]
     if "question_sha" in decompositions.column_names:  # made for another question under the same id: another query set's table
         texts = queries.column("text").to_pylist()
-        # the question as asked, where a stage before rewrote the text (siar keeps it; an expansion does not)
+        # the question as asked, where a stage before rewrote the text (siar and an expansion keep it as original_text)
         asked = queries.column(question_column(queries)).to_pylist()
         other = [(q, t) for q, t, a, r in zip(qids, texts, asked, picked, strict=True)
                  if r.get("question_sha") not in (None, question_sha(t), question_sha(a))]
@@ -537,8 +537,6 @@ def _apply_atoms(queries: pa.Table, rows: list[dict]) -> pa.Table:
 def _apply_expansion(queries: pa.Table, rows: list[dict]) -> pa.Table:
     """The reasoning text replaces the query's text; the question as asked is kept as
     ``original_text`` (an earlier rewrite's kept), which a later LLM stage asks about."""
-    from logicrank.schemas.tables import INDUCED_QUERY
-
     asked = _put(queries, "original_text", queries.column(question_column(queries)), INDUCED_QUERY.field("original_text").type)
     return _put(asked, "text", [r["expansion"] for r in rows], pa.string())
 
