@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv models main nightly-demo test test-quick test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-index-job bench-bm25-build bench-engine-load bench-engine-start bench-corpus-read soak-generate lint clean
+.PHONY: venv models main nightly-demo test test-quick test-unit test-faults test-faults-slow bench bench-index bench-itlr bench-llm bench-posterior bench-orlog bench-retrieval bench-bm25-stage bench-lag bench-generate bench-scale bench-index-job bench-bm25-build bench-bm25-weights bench-engine-load bench-engine-start bench-corpus-read soak-generate lint clean
 
 venv: $(STAMP)
 
@@ -132,6 +132,11 @@ bench-index-job: $(STAMP)
 # then 1% of the documents edited and the index patched, the same three ways
 bench-bm25-build: $(STAMP)
 	$(BIN)/python tests/perf/bench_bm25_build.py --docs 1000000 --out runs/bench
+
+# Not part of `bench`: the search loop over saved weights against weights computed at query time from term counts
+# (a saved index that a re-index could patch in place), side by side on one synthetic 1M-document collection
+bench-bm25-weights: $(STAMP)
+	$(BIN)/python tests/perf/bench_bm25_query_weights.py --docs 1000000 --out runs/bench
 
 # Not part of `bench`: the keyed merge of a 1% re-index's changed documents into a 1M-document table, DocStore.upsert
 # against LanceDB's merge_insert side by side (tests/perf/bench_upsert.py; docs/bulk-retrieval.md has the 10M command)
