@@ -349,8 +349,38 @@ def test_a_plan_refuses_a_saved_index_that_repeats_a_document(tmp_path, docs):
     work.mkdir()
     pq.write_table(store.hashes().select(["doc_id", "content_hash"]).take([0, 1, 2, 2]), base / "docs.parquet")
     counts = segments.plan_patch(segments.opener(store), str(base), str(work), 16)
-    assert counts == {"docs": 11, "kept": 4, "fresh": 7}
+    assert counts == {"docs": 11, "kept": 4, "fresh": 7, "repeated": False}
     assert not list(work.iterdir())
+
+
+def _rows(ids: list[str], texts: list[str], hashes: list[str]) -> pa.Table:
+    n = len(ids)
+    return pa.table({"doc_id": ids, "title": [None] * n, "text": texts, "metadata": [None] * n, "content_hash": hashes,
+                     "vector": to_fixed_size_list(np.ones((n, 4), np.float32))})
+
+
+@pytest.mark.parametrize("kept_one", [False, True], ids=["both new", "one kept"])
+def test_a_table_that_holds_a_doc_id_twice_is_built_not_patched(tmp_path, docs, monkeypatch, kept_one):
+    """A table that holds one doc id in two rows (a store's ``append`` does not check): both new,
+    or one kept from the saved index and one new. The patch read the new rows by id, so that one
+    row was analyzed twice and the other lost; it gives way to a build, which indexes both rows as
+    a build of the table does."""
+    monkeypatch.setattr(storage, "SEGMENT_ROWS", 16)
+    store = _table(tmp_path / "db", docs[:30])
+    if kept_one:
+        store.append(_rows(["dup"], ["apple banana"], ["x1"]))
+    bm25.update_index(store)
+    store.append(_rows(["dup"] if kept_one else ["dup", "dup"], ["zebra giraffe"] if kept_one else ["apple banana", "zebra giraffe"],
+                       ["x2"] if kept_one else ["x1", "x2"]))
+    again = DocStore(str(tmp_path / "db"), version=store.table.version)
+    done = bm25.update_index(again)
+    assert done["how"] == "built" and "patch_failed" not in done  # given way to, not failed
+    built = bm25.BM25Index.build(again.scan(bm25.SOURCE_COLUMNS), again.version)
+    saved = bm25.open_index(again)
+    for query in ("zebra", "apple"):
+        (rows, scores), (want_rows, want_scores) = saved.search([query], 5)[0], built.search([query], 5)[0]
+        assert saved.doc_id_array().take(rows).to_pylist() == [built.doc_ids[r] for r in want_rows] == ["dup"]
+        np.testing.assert_allclose(scores, want_scores, rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
