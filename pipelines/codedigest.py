@@ -65,6 +65,13 @@ def _digest(module: str) -> str:
     return h.hexdigest()[:16]
 
 
+def source_digest(module: str) -> str:
+    """16 hex digits of the SHA-256 of ``module``'s own source, none of its imports' (empty: no
+    such project module): for code whose imports are keyed apart, as the retrieve job's, which
+    imports every stage (runner.py's ``HOST_CODE``)."""
+    return hashlib.sha256(_source(module)).hexdigest()[:16]
+
+
 def source_file(module: str) -> Path | None:
     """Where ``module``'s source is read from (None: no such project module, or no file)."""
     return _path(module)

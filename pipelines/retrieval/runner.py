@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from logicrank.pipelines.codedigest import code_digest
+from logicrank.pipelines.codedigest import code_digest, source_digest
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.retrieval.stages.base import Checkpoint, Context, Kind, Output, Stage, StageOptions, Store
 from logicrank.pipelines.retrieval.stages.registry import build
@@ -190,6 +190,13 @@ CONTEXT_CODE = ("logicrank.pipelines.engines.store", "logicrank.pipelines.llm.en
 reads, the query encoder's model checks, the LLM in process or as the job's engine pool): their
 code is in every stage's key (named, not imported: nothing here imports jobs/)."""
 
+HOST_CODE = ("logicrank.jobs.retrieve",)
+"""The module of the retrieve job's :class:`Hooks` and shard searches (its query batches, the
+searches on shard actors, the merge of the shards' top k), which shape what a stage returns in
+the job: its own source is in every stage's key, in a job and in a notebook alike
+(:func:`~logicrank.pipelines.codedigest.source_digest`; its imports, every stage among them, are
+keyed by each stage's own code)."""
+
 
 def run_stages(run_id: str, stages: Sequence[StageOptions], ctx: Context, queries: pa.Table, inputs: Inputs,
                cache: StageCache, hooks: Hooks | None = None) -> Result:
@@ -198,7 +205,8 @@ def run_stages(run_id: str, stages: Sequence[StageOptions], ctx: Context, querie
     starts = reads(stages[0])
     # the runner's code shapes every output (blank queries, conform), and a stage reads the table and asks the LLM
     # through code its module does not import (the Context's): theirs is in every key too
-    start = json_digest([inputs.base, "input", starts, code_digest(__name__), [code_digest(m) for m in CONTEXT_CODE]])
+    start = json_digest([inputs.base, "input", starts, code_digest(__name__), [code_digest(m) for m in CONTEXT_CODE],
+                         [source_digest(m) for m in HOST_CODE]])
     state, steps = StageRunner(ctx, inputs, cache, hooks).pipeline(stages, with_content(queries, starts), start)
     run = state.run.set_column(state.run.schema.get_field_index("run_id"), "run_id", pa.array([run_id] * state.run.num_rows, pa.string()))
     side = {f"{kind}/{run_id}@{where}" if where else f"{kind}/{run_id}": table for (kind, where), table in state.side.items()}  # '@' is not allowed in a run id

@@ -5,6 +5,7 @@ edited and digested in fresh processes, and pipelines run in process with stand-
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -76,6 +77,13 @@ def test_the_digest_is_computed_once_per_process(tmp_path):
     once = _digests(copy, code, [])
     assert once["first"] == once["again"] == code_digest("logicrank.pipelines.retrieval.stages.itlr")  # the edit is not seen by this process
     assert _digests(copy, DIGEST, ["logicrank.pipelines.retrieval.stages.itlr"])["logicrank.pipelines.retrieval.stages.itlr"] != once["first"]  # the next one sees it
+
+
+def test_a_source_digest_is_of_the_modules_own_source(tmp_path):
+    from logicrank.pipelines.codedigest import source_digest
+
+    assert source_digest("logicrank.jobs.retrieve") == hashlib.sha256((ROOT / "jobs" / "retrieve.py").read_bytes()).hexdigest()[:16]
+    assert source_digest("logicrank.no_such_module") == hashlib.sha256(b"").hexdigest()[:16]
 
 
 def test_the_closure_follows_import_statements_not_the_packages_python_runs_first():
@@ -205,6 +213,12 @@ def test_the_runners_own_code_is_part_of_every_key(tmp_path, monkeypatch):
         monkeypatch.setattr(logicrank.pipelines.retrieval.runner, "code_digest", lambda m, module=module: real(m) + ("-edited" if m == module else ""))
         assert not p.run(ctx, queries, cache, inputs).steps[0]["cached"], module
         monkeypatch.undo()
+    # the retrieve job's own code, which batches the queries, searches shards and merges their top k (an edit there
+    # served the runs the earlier code made): its source alone
+    source = logicrank.pipelines.retrieval.runner.source_digest
+    monkeypatch.setattr(logicrank.pipelines.retrieval.runner, "source_digest", lambda m: source(m) + ("-edited" if m == "logicrank.jobs.retrieve" else ""))
+    assert not p.run(ctx, queries, cache, inputs).steps[0]["cached"]
+    monkeypatch.undo()
     again = p.run(ctx, queries, cache, inputs).steps[0]
     assert again["cached"] and again["digest"] == first["digest"]
 
