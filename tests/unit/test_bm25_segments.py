@@ -579,3 +579,35 @@ def test_a_save_renamed_into_place_while_another_checks_is_not_deleted(tmp_path,
     mine = save(ours)
     storage.place(ours, path, "s")
     assert save(path) == (first or [mine])[0] and storage.is_whole(path, "s")
+
+
+def test_a_patched_index_ranks_as_a_build_when_its_terms_are_numbered_otherwise(tmp_path, monkeypatch):
+    """A patch keeps the saved index's term ids; a build numbers terms by their first appearance.
+    Once the documents that first held the query's words are deleted, the two number them in
+    other orders. The search sums a document's terms in float32 in the query's term order, which
+    was the ids' order: the same document's score was summed in two orders, its last bits
+    differed, and close documents swapped ranks. The terms are now summed in their strings'
+    order: the patched index ranks every query as the build does."""
+    import itertools
+    import random
+
+    monkeypatch.setattr(storage, "SEGMENT_ROWS", 512)
+    rng = random.Random(1)
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta"]
+    rows = [(f"a{i}", w) for i, w in enumerate(reversed(words))]  # the words' first appearances: theta first, alpha last
+    rows += [(f"d{i:04d}", " ".join(rng.choice(words) for _ in range(rng.randint(2, 9)))) for i in range(400)]
+    rows += [(f"x{i:05d}", f"filler text number {i}") for i in range(3000)]
+    store = DocStore(str(tmp_path / "db"))
+    store.open_or_create(4, "gen")
+    store.upsert(_rows([r[0] for r in rows], [r[1] for r in rows], [f"h{i}" for i in range(len(rows))]))
+    bm25.update_index(store)
+    store.delete_absent(pa.array([r[0] for r in rows[8:]]))  # the documents that numbered the words
+    store = DocStore(str(tmp_path / "db"), version=store.table.version)
+    assert bm25.update_index(store)["how"] == "patched"
+    patched, built = bm25.open_index(store), bm25.BM25Index.build(store.scan(bm25.SOURCE_COLUMNS), store.version)
+    assert patched.vocab.terms[: len(words)] != built.vocab.terms[: len(words)]  # numbered otherwise
+    queries = [" ".join(c) for n in (4, 6, 8) for c in itertools.combinations(words, n)]
+    patched_ids = patched.doc_id_array().to_pylist()
+    for text, (p_rows, p_scores), (b_rows, b_scores) in zip(queries, patched.search(queries, 100), built.search(queries, 100), strict=True):
+        assert [patched_ids[r] for r in p_rows] == [built.doc_ids[r] for r in b_rows], text
+        np.testing.assert_allclose(p_scores, b_scores, rtol=1e-6, atol=0, err_msg=text)

@@ -255,7 +255,7 @@ class BM25Search:
         if rows is None:
             return _joined([q @ w for w in self._segment_weights()])  # one segment at a time: the index is never copied whole
         terms = np.unique(q.indices)
-        q = q[:, terms]
+        q = sp.csr_matrix((q.data, np.searchsorted(terms, q.indices).astype(np.int32), q.indptr), shape=(q.shape[0], len(terms)))  # each row's order kept
         parts = [q @ w[terms][:, rows] for w in self._segment_weights()]  # each segment's columns are its documents alone
         return sum(parts[1:], parts[0]).tocsr()
 
@@ -275,6 +275,12 @@ class BM25Search:
     # -- search ------------------------------------------------------------------
     def query_matrix(self, texts: Sequence[str | None], analyze: Analyzer | None = None) -> sp.csr_matrix:
         """queries x terms counts; terms the index has never seen are left out (they score 0).
+        Each query's terms are held in the order of their strings, not of their ids: the search
+        sums a document's terms in float32 in that order, and an index patched from an earlier
+        version numbers its terms otherwise than a build of the same table (by first appearance
+        in other documents), so in id order the two summed one score in two orders and could
+        differ in its last bits, and rank ties otherwise. Not sorted by id after: scipy's
+        product keeps the order too (:meth:`term_scores`).
 
         With the default analyzer each distinct word is looked up once per index (word ->
         term id, or -1 for a stop word, a too-long token or a term the index lacks): queries
@@ -287,14 +293,23 @@ class BM25Search:
             rows = ([i for i in (ids.get(t) for t in analyze(text)) if i is not None] for text in texts)
         else:
             rows = (self._word_ids(text) for text in texts)
-        indptr, indices = [0], []
+        terms = self.vocab.terms
+        indptr, indices, counts = [0], [], []
         for found in rows:
+            if len(found) > 1 and len(set(found)) < len(found):  # a repeated query term counts as often as it occurs
+                times: dict[int, int] = {}
+                for i in found:
+                    times[i] = times.get(i, 0) + 1
+                found = sorted(times, key=terms.__getitem__)
+                counts.extend(times[i] for i in found)
+            else:
+                if len(found) > 1:
+                    found = sorted(found, key=terms.__getitem__)
+                counts.extend([1] * len(found))
             indices.extend(found)
             indptr.append(len(indices))
-        data = np.ones(len(indices), np.float32)
-        q = sp.csr_matrix((data, np.asarray(indices, np.int32), np.asarray(indptr, np.int64)), shape=(len(texts), len(self.vocab)))
-        q.sum_duplicates()  # a repeated query term counts as often as it occurs
-        return q
+        return sp.csr_matrix((np.asarray(counts, np.float32), np.asarray(indices, np.int32), np.asarray(indptr, np.int64)),
+                             shape=(len(texts), len(self.vocab)))
 
     def _word_ids(self, text: str | None) -> list[int]:
         """``text``'s term ids through the default analyzer, memoised per word (query_matrix)."""

@@ -169,7 +169,7 @@ def top_k(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, seg_rows, ti
 
     1. per block, its terms' postings in the block (found by binary search: each term's
        postings are sorted by row) summed into the accumulator in the order a sparse product
-       sums them (the query's terms by id; float32, as LanceDB scores);
+       sums them (the query's terms in its order: by their strings, index.py's ``query_matrix``; float32, as LanceDB scores);
     2. in the first block, a threshold estimated from a strided sample of the accumulator (its
        rank chosen so that about 1.5k documents score at least that);
     3. the candidates, every document of the block scoring at least the threshold, collected
