@@ -60,6 +60,11 @@ def test_override_sets_stage_options_by_name_and_drops_only_the_references_it_mo
     assert override(exp, {"pipelines": {"gold-chain": exp.pipelines["gold-chain"]}, "baseline": None, "references": []}).pipelines.keys() == {"gold-chain"}
     assert override(exp, {}) == exp
     assert override(exp, ["question/cut.times=3"]) == got  # --set items, read as YAML
+    # what every figure is measured on: the rows measured (BEIR's rule for a query's own id), the QA measures' gold answers
+    assert override(exp, {"qa_measures": ["EM"]}).references == exp.references
+    for changed in ({"ignore_identical_ids": True}, {"qa_measures": ["EM"], "gold": "other-answers.jsonl"}):
+        moved = override(exp, changed)
+        assert moved.references == () and "not checked on this run" in moved.caveats[-1], changed
 
 
 def test_a_stage_key_for_every_run_beats_the_files_key_for_one_run():

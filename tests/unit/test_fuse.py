@@ -127,6 +127,21 @@ def test_one_run_with_rows_beside_empty_ones_ranks_as_itself_ties_in_its_own_ord
     assert _order(fuse([empty, qrels_like], k=2, method=method)) == [("q1", "d1", 1), ("q1", "d2", 2)]
 
 
+def test_max_refuses_a_query_whose_scores_are_none_above_zero():
+    """ranx's max divides by max(largest, 1e-9): a run of log-probabilities (all below 0) was
+    multiplied by 1e9 and ranked the fusion alone, the other run counting for nothing. Refused
+    in one line; a run with its largest score above 0 is divided by it."""
+    loglik = _run([("q1", "d1", -1.0), ("q1", "d2", -2.0), ("q1", "d3", -3.0)], "a")
+    other = _run([("q1", "d3", 0.9), ("q1", "d2", 0.5), ("q1", "d1", 0.1)], "b")
+    with pytest.raises(ValueError, match="norm max divides each query's scores by its largest, and query 'q1' has none above 0") as info:
+        fuse([loglik, other], 10, method="sum", norm="max")
+    assert "\n" not in str(info.value)
+    assert _scores(fuse([A, B], 10, method="sum", norm="max")) == pytest.approx(
+        {("q1", "d1"): 1.0 + 0.1 / 0.9, ("q1", "d2"): 0.6, ("q1", "d3"): 0.2 + 1.0, ("q1", "d4"): 0.5 / 0.9, ("q2", "d1"): 1.0, ("q2", "d4"): 1.0})
+    with pytest.raises(ValueError, match="rrf's k is a whole number"):
+        fuse([A, B], 10, method="rrf", parameter=60.7)
+
+
 def test_ranx_rrf_equals_the_rrf_stage():
     assert _scores(fuse([A, B], k=10, method="rrf", norm="none")) == pytest.approx(_scores(rrf([A, B], k=10)), abs=1e-12)
     assert _scores(fuse([A, B], k=10, method="rrf", norm="none", parameter=10)) == pytest.approx(_scores(rrf([A, B], k=10, rrf_k=10)))
@@ -194,6 +209,8 @@ def test_the_fuse_stage_fuses_its_sub_pipelines_and_optimises_on_a_qrels_file(tm
     ({"method": "mnz", "optimize": "q.tsv", "of": [["dense"], ["bm25"]]}, "method mnz has nothing to optimise"),
     ({"method": "rbc", "of": [["dense"], ["bm25"]]}, "method rbc has no default phi: give its parameter"),
     ({"k": 0, "of": [["dense"], ["bm25"]]}, "greater than or equal to 1"),
+    ({"method": "rrf", "parameter": 60.7, "of": [["dense"], ["bm25"]]}, "rrf's k is a whole number of 1 or more"),
+    ({"method": "rrf", "parameter": 0.5, "of": [["dense"], ["bm25"]]}, "rrf's k is a whole number of 1 or more"),
     ({"method": "wsum", "optimize": "q.tsv", "metric": "ndcgg@10", "of": [["dense"], ["bm25"]]}, "metric 'ndcgg@10': give one of ndcg"),
     ({"method": "wsum", "optimize": "q.tsv", "metric": "ndcg@x", "of": [["dense"], ["bm25"]]}, "metric 'ndcg@x'"),
 ])

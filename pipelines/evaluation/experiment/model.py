@@ -322,7 +322,10 @@ def override(exp: Experiment, changes: dict[str, Any] | list[str]) -> Experiment
         got = Experiment.model_validate(spec)
     except ValidationError as exc:
         raise ExperimentError(f"experiment {exp.name}: {validation_line(exc, Experiment)}") from None
-    everything = not _same_data(got.dataset, exp.dataset) or any(getattr(got, f) != getattr(exp, f) for f in ("embed", "index"))
+    # what every figure is measured on: the data, the vectors, the index, the run rows measured (BEIR's rule for a
+    # query's own id) and the QA measures' gold answers
+    everything = not _same_data(got.dataset, exp.dataset) or any(getattr(got, f) != getattr(exp, f)
+                                                                 for f in ("embed", "index", "ignore_identical_ids", "gold"))
     after = got.pipelines_to_run()
     moved = [r for r in got.references if everything or after.get(r.run) != runs.get(r.run)]
     if moved:

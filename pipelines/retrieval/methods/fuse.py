@@ -2,9 +2,11 @@
 run's scores normalised per query (``norm``), then combined by one of ranx's fusion methods,
 the fused run cut to each query's top ``k``.
 
-- Normalisations (ranx's names): ``min-max``, ``max``, ``sum``, ``zmuv`` (z-score: zero mean,
-  unit variance), ``rank`` (1 / rank), ``borda``; ``none`` keeps the raw scores. A query whose
-  scores are all equal normalises to 0 under ``min-max`` (ranx's rule).
+- Normalisations (ranx's names): ``min-max``, ``max`` (each score over the query's largest:
+  refused where that is not above 0, as log-probabilities are, which ranx would multiply by
+  1e9), ``sum``, ``zmuv`` (z-score: zero mean, unit variance), ``rank`` (``1 - (rank - 1) / n``
+  over the query's ``n`` documents: linear, not 1 / rank), ``borda``; ``none`` keeps the raw
+  scores. A query whose scores are all equal normalises to 0 under ``min-max`` (ranx's rule).
 - Methods that need no training: CombSUM ``sum``, CombMNZ ``mnz``, ``max``, ``min``, ``med``,
   ``anz``, ``gmnz`` (``gamma``), ``isr``, ``log_isr``, ``logn_isr`` (``sigma``), ``rrf``
   (``k``), ``rbc`` (``phi``), ``bordafuse``, ``condorcet``; weighted, one weight per run:
@@ -100,6 +102,8 @@ def _ranx_run(run: pa.Table, query_ids: Sequence[str], norm: str, by_rank: bool 
         held.setdefault(q, {})[d] = -float(s) if by_rank else float(s)
     if norm in ("none", "borda"):
         return ranx.Run(held | {q: {} for q in query_ids if q not in held})
+    if norm == "max" and not by_rank:  # (minus ranks: only their order is read)
+        _require_positive_max(held)
     from numba import typed, types
     from ranx.normalization import norm_switch
 
@@ -110,12 +114,31 @@ def _ranx_run(run: pa.Table, query_ids: Sequence[str], norm: str, by_rank: bool 
     return normed
 
 
+def _require_positive_max(held: dict[str, dict[str, float]]) -> None:
+    """Refuse ``max`` over a query whose largest score is not above 0: ranx divides by
+    ``max(largest, 1e-9)``, so such a run's scores (log-probabilities, say) would be multiplied
+    by 1e9 and decide the fused ranking alone."""
+    for q, scores in held.items():
+        top = max(scores.values())
+        if not top > 0:
+            raise ValueError(f"fuse: norm max divides each query's scores by its largest, and query {q!r} has none above 0 "
+                             f"(its largest: {top!r}); use min-max or sum for scores that may be negative")
+
+
 def _ranx_params(method: str, weights: Sequence[float] | None, parameter: float | None, n_runs: int) -> dict[str, Any]:
     if method in WEIGHTED:
         return {"weights": list(weights) if weights is not None else [1.0 / n_runs] * n_runs}
     if method in PARAMETER and parameter is not None:
         return {PARAMETER[method]: int(parameter) if method == "rrf" else parameter}
     return {}
+
+
+def parameter_problem(method: str, parameter: float | None) -> str | None:
+    """Why ``parameter`` cannot be ``method``'s, or None: rrf's k is a whole number above 0
+    (ranx reads it as an integer: 60.7 would run as 60, 0.5 as 0)."""
+    if method == "rrf" and parameter is not None and not (float(parameter).is_integer() and parameter >= 1):
+        return f"fuse: rrf's k is a whole number of 1 or more (ranx reads it as one), got {parameter!r}"
+    return None
 
 
 def missing_parameter(method: str) -> str:
@@ -134,6 +157,8 @@ def fuse(runs: Sequence[pa.Table], k: int, method: str = "sum", norm: str = "min
         raise ValueError("fuse: give two runs or more to fuse")
     if method in REQUIRED and parameter is None:
         raise ValueError(missing_parameter(method))
+    if problem := parameter_problem(method, parameter):
+        raise ValueError(problem)
     label = f"fuse-{method}"
     held = [i for i, run in enumerate(runs) if run.num_rows]  # ranx cannot read a run without a row
     if len(held) < 2:  # nothing to fuse with: the one run that found anything ranks as itself, its ties in its own order

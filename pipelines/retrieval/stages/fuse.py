@@ -48,6 +48,8 @@ class FuseOptions(FusionOptions):
         if self.parameter is not None and m not in fusion.PARAMETER:
             raise ValueError(f"method {m} takes no parameter (those that do: "
                              + ", ".join(f"{k} ({v})" for k, v in fusion.PARAMETER.items()) + ")")
+        if problem := fusion.parameter_problem(m, self.parameter):
+            raise ValueError(problem.removeprefix("fuse: "))
         if m in fusion.REQUIRED and self.parameter is None and not self.optimize:
             raise ValueError(fusion.missing_parameter(m).removeprefix("fuse: "))
         if self.optimize and m not in fusion.OPTIMIZABLE:
