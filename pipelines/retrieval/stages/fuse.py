@@ -20,7 +20,8 @@ class FuseOptions(FusionOptions):
         "sum", description="ranx's fusion method: sum (CombSUM), mnz (CombMNZ), max, min, med, anz, gmnz, isr, log_isr, logn_isr, "
         "rrf, rbc, bordafuse, condorcet; weighted: wsum, wmnz, w_bordafuse, w_condorcet, mixed.")
     norm: Literal[fusion.NORMS] = Field(  # type: ignore[valid-type]
-        "min-max", description="Each run's scores per query before fusing: min-max, max, sum, zmuv (z-score), rank, borda, or none. "
+        "min-max", description="Each run's scores per query before fusing: min-max, max (over the query's largest score, which "
+        "must be above 0), sum, zmuv (z-score), rank (1 - (rank - 1) / n, n the query's documents), borda, or none. "
         "ranx's min-max maps a query's one document, or scores all equal, to 0: under sum or mnz such a document counts as not "
         "retrieved by that run.")
     weights: tuple[float, ...] | None = Field(
