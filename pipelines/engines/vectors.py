@@ -14,7 +14,10 @@ is not a local directory keeps nothing: each reader reads the vectors into memor
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
+import hashlib
 import json
 import os
 import re
@@ -30,6 +33,10 @@ import pyarrow.compute as pc
 
 PRECISIONS = ("float32", "float16")
 FORMAT = 1
+# The code saved vectors come from (each definition's code, docstrings aside): the unit vectors in their precision, the
+# tie-break ranks and the save's layout. A save records its digest (:func:`code_digest`), so files an earlier release
+# computed otherwise are written again, never mapped as this code's (BM25's ``storage.WEIGHTING`` does the same).
+CODE = ("tiebreak_ranks", "_rows", "_save")
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,18 @@ def tiebreak_ranks(ids: pa.Array) -> np.ndarray:
     rank = np.empty(len(ids), np.int64)
     rank[order] = np.arange(len(ids))
     return rank
+
+
+@functools.cache
+def code_digest() -> str:
+    """16 hex digits of the SHA-256 of the :data:`CODE` definitions' code, read from this file."""
+    from logicrank.pipelines.codedigest import code_definitions
+
+    found = code_definitions(ast.parse(Path(__file__).read_text(encoding="utf-8")))
+    missing = [name for name in CODE if name not in found]
+    if missing:
+        raise RuntimeError(f"dense: vectors.CODE names {missing}, which vectors.py does not define; rename them there")
+    return hashlib.sha256("".join(f"{name}:{found[name]}\n" for name in CODE).encode()).hexdigest()[:16]
 
 
 def root(store) -> Path | None:
@@ -143,7 +162,7 @@ def _save(store, path: Path, precision: str, stamp: str) -> None:
         with pa.OSFile(str(tmp / "doc_ids.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "version": store.version, "stamp": stamp, "save_id": save_id,
-                                                   "rows": n, "dim": store.dim, "precision": precision}))
+                                                   "rows": n, "dim": store.dim, "precision": precision, "code": code_digest()}))
         target = path / precision
         if _open(path, precision, stamp) is not None:
             return  # another process saved it meanwhile
@@ -162,11 +181,13 @@ def _save(store, path: Path, precision: str, stamp: str) -> None:
 
 
 def _open(path: Path, precision: str, stamp: str | None) -> Vectors | None:
-    """The saved vectors mapped; None when absent, partial, damaged or another table's."""
+    """The saved vectors mapped; None when absent, partial, damaged, another table's or made by
+    other code (:func:`code_digest`)."""
     where = path / precision
     try:
         meta = json.loads((where / "meta.json").read_text())
-        if meta.get("format") != FORMAT or meta.get("precision") != precision or (stamp is not None and meta.get("stamp") != stamp):
+        if (meta.get("format") != FORMAT or meta.get("precision") != precision or (stamp is not None and meta.get("stamp") != stamp)
+                or meta.get("code") != code_digest()):
             return None
         matrix = np.load(where / "vectors.npy", mmap_mode="r")
         tiebreak = np.load(where / "tiebreak.npy", mmap_mode="r")

@@ -5,6 +5,8 @@ refined ANN search keeps recall@10 against exact. Real LanceDB tables, generated
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -221,6 +223,25 @@ def test_float16_vectors_keep_recall(tmp_path):
     recall = np.mean([len(set(half[half.query_id == q].doc_id) & set(full[full.query_id == q].doc_id)) / 10 for q in qids])
     assert recall >= 0.99, recall
     np.testing.assert_allclose(half.groupby("query_id").score.max(), full.groupby("query_id").score.max(), atol=2e-3)
+
+
+def test_vectors_saved_by_other_code_are_written_again_not_mapped(tmp_path, monkeypatch):
+    """The saved vectors record the digest of the code that made them (the unit vectors, the
+    tie-break ranks, the layout): an edit there wrote nothing new before, and every later search
+    mapped what the earlier code had saved, cached under the new code's stage key."""
+    from logicrank.pipelines.engines import vectors
+
+    store = _store(tmp_path / "db", _unit(np.random.default_rng(3).normal(size=(50, DIM))))
+    first = store.vectors()
+    assert json.loads((first.path / "meta.json").read_text())["code"] == vectors.code_digest()
+    store.release()
+    del first
+    monkeypatch.setattr(vectors, "tiebreak_ranks", lambda ids: np.arange(len(ids), dtype=np.int64))  # another rule ...
+    monkeypatch.setattr(vectors, "code_digest", lambda: "edited")  # ... in another release of the code
+    again = DocStore(str(tmp_path / "db")).vectors()
+    assert np.array_equal(np.asarray(again.tiebreak), np.arange(50)), "the vectors the earlier code saved were mapped"
+    for name in vectors.CODE:  # each definition the digest names exists
+        assert callable(getattr(vectors, name))
 
 
 def test_damaged_saved_vectors_are_written_again_and_a_recreated_table_gets_its_own(tmp_path):
