@@ -457,14 +457,21 @@ def read_qrels(path: str | Path) -> pa.Table:
 
 
 def _jsonl_qrels(path: Path) -> pa.Table:
-    """Qrels from JSONL examples that list their relevant documents: QUEST's (``query``,
+    """Qrels from JSONL: examples that list their relevant documents, QUEST's (``query``,
     ``docs``: titles, its line number the id) and LoTTE's ``qas.*.jsonl`` (``qid``,
-    ``answer_pids``: passage ids, integers read as their decimal text). Each listed document is
-    relevant (1), the list read as a set (a document listed twice is one judgement); an example
-    listing none is refused, as QUEST's evaluation refuses it."""
-    qids, dids = [], []
-    expect = "listing its relevant documents (QUEST's query and docs, LoTTE's qid and answer_pids)"
+    ``answer_pids``: passage ids, integers read as their decimal text), each listed document
+    relevant (1), the list read as a set (a document listed twice is one judgement), an example
+    listing none refused, as QUEST's evaluation refuses it; or one judgement a line, BEIR's
+    qrels as JSON (``query-id``, ``corpus-id``, ``score``: LIMIT's, and BEIR sets on the Hugging
+    Face hub), under any of the names a Parquet qrels table's columns take."""
+    qids, dids, rels = [], [], []
+    expect = ("listing its relevant documents (QUEST's query and docs, LoTTE's qid and answer_pids) or holding one judgement "
+              "(query-id, corpus-id, score)")
     for n, obj in read_jsonl(path, "qrels", TopicsError, expect):
+        judged = _jsonl_judgement(obj, path, n)
+        if judged is not None:
+            qids.append(judged[0]), dids.append(judged[1]), rels.append(judged[2])
+            continue
         key = "docs" if "docs" in obj else "answer_pids"
         docs = obj.get(key)
         if not quest_example(obj) and not (isinstance(docs, list) and any(k in obj for k in QUERY_ID_KEYS)):
@@ -476,10 +483,35 @@ def _jsonl_qrels(path: Path) -> pa.Table:
                               f"{kind}, at least one.")
         qid = jsonl_query_id(obj, path, n)
         for doc in dict.fromkeys(str(d) for d in docs):
-            qids.append(qid), dids.append(doc)
-    qrels = pa.table({"query_id": qids, "doc_id": dids, "relevance": pa.array([1] * len(qids), pa.int32())}, schema=QRELS)
+            qids.append(qid), dids.append(doc), rels.append(1)
+    qrels = pa.table({"query_id": qids, "doc_id": dids, "relevance": pa.array(rels, pa.int32())}, schema=QRELS)
     check_qrels(qrels, f"qrels {path}")
     return qrels
+
+
+def _jsonl_judgement(obj: dict, path: Path, n: int) -> tuple[str, str, int] | None:
+    """A JSONL line of one judgement (:func:`_jsonl_qrels`): its query id, doc id and
+    relevance, ids that are integers read as their decimal text; None where the line names no
+    document by one of the doc id keys (an example that lists them)."""
+    names = {name: [k for k in keys if k in obj] for name, keys in _QRELS_COLUMNS.items()}
+    if not names["doc_id"] or isinstance(obj[names["doc_id"][0]], list):
+        return None
+    where = f"qrels {path}: line {n}"
+    got = []
+    for name, found in names.items():
+        if len(found) != 1:
+            raise TopicsError(f"{where}: {'no' if not found else 'more than one'} {name} ({' or '.join(_QRELS_COLUMNS[name])}); "
+                              "a judgement line holds one query id, one doc id and one relevance.")
+        value = obj[found[0]]
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise TopicsError(f"{where}: {found[0]} is {json.dumps(value)[:80]}; give "
+                              + ("an integer." if name == "relevance" else "a string (or an integer)."))
+        got.append(value if name == "relevance" else str(value))
+    if not isinstance(got[2], int):
+        got[2] = _relevance(got[2].strip(), where)
+    elif not -(2**31) <= got[2] < 2**31:
+        raise TopicsError(f"{where}: relevance {got[2]} is out of range (qrels hold 32-bit integers).")
+    return got[0], got[1], got[2]
 
 
 # a Parquet qrels table's columns under their usual names: QRELS's, BEIR's (MTEB's Parquet qrels), ir_datasets'
@@ -530,9 +562,19 @@ def _relevance(text: str, where: str) -> int:
 
 
 def check_qrels(qrels: pa.Table, source: str) -> None:
-    """Refuse qrels with no rows or with a (query, doc) pair judged twice; ``source`` names them."""
+    """Refuse qrels with no rows, with an id blank or with surrounding ASCII whitespace (it would
+    match no query or document, and its query would count as missed; trec_eval, which splits on
+    it, keeps other spaces in an id), or with a (query, doc) pair judged twice; ``source`` names
+    them."""
     if qrels.num_rows == 0:
         raise TopicsError(f"{source}: no judgements (the file is empty or holds only a header); give the qrels of the queries evaluated.")
+    for column in ("query_id", "doc_id"):
+        ids = qrels.column(column)
+        bad = pc.or_(pc.equal(pc.utf8_length(ids), 0), pc.not_equal(pc.ascii_trim_whitespace(ids), ids))  # (ASCII: trec_eval's separators)
+        if pc.any(bad).as_py():
+            found = ids.filter(bad)
+            raise TopicsError(f"{source}: {len(found)} judgement(s) with a {column.replace('_', ' ')} blank or with surrounding "
+                              f"whitespace, e.g. {found[0].as_py()!r}; queries, documents and runs name each id exactly.")
     df = qrels.select(["query_id", "doc_id"]).to_pandas()
     dup = df[df.duplicated(keep="first")]
     if len(dup):

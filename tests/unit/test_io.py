@@ -41,6 +41,42 @@ def test_qrels_lines_keep_one_layout_and_relevance_reads_as_trec_eval_reads_it(t
             read_qrels(path)
 
 
+def test_qrels_of_one_judgement_a_json_line_read_as_beirs_tsv(tmp_path):
+    """BEIR's qrels as JSON lines (``query-id``, ``corpus-id``, ``score``), as LIMIT
+    (google-deepmind/limit) and BEIR's sets on the Hugging Face hub publish them: each line one
+    judgement, integer ids read as their decimal text. A line lacking a part, or with two
+    spellings of one, is refused in one line."""
+    import json
+
+    path = tmp_path / "qrels.jsonl"
+    rows = [{"query-id": "query_0", "corpus-id": "Geneva Durben", "score": 1}, {"query-id": "query_0", "corpus-id": "Dorathea Bastress", "score": 1},
+            {"query-id": 7, "corpus-id": 12, "score": 0}, {"qid": "q9", "docid": "d1", "relevance": "2"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = read_qrels(path)
+    assert got.schema == QRELS and got.to_pylist() == [
+        {"query_id": "query_0", "doc_id": "Geneva Durben", "relevance": 1}, {"query_id": "query_0", "doc_id": "Dorathea Bastress", "relevance": 1},
+        {"query_id": "7", "doc_id": "12", "relevance": 0}, {"query_id": "q9", "doc_id": "d1", "relevance": 2}]
+    for row, says in (({"query-id": "q", "corpus-id": "d"}, "no relevance"), ({"query-id": "q", "corpus-id": "d", "score": 1, "label": 1}, "more than one relevance"),
+                      ({"query-id": "q", "corpus-id": "d", "score": 0.5}, "score is 0.5; give an integer"),
+                      ({"corpus-id": "d", "score": 1}, "no query_id")):
+        path.write_text(json.dumps(row) + "\n")
+        with pytest.raises(TopicsError, match=f"line 1: {says}") as info:
+            read_qrels(path)
+        assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["query-id\tcorpus-id\tscore\nq2 \td2\t1\n", "query-id\tcorpus-id\tscore\n\td1\t1\n",
+                                  "query-id\tcorpus-id\tscore\nq1\t d1\t1\n"])
+def test_a_qrels_id_blank_or_with_surrounding_whitespace_is_refused(tmp_path, text):
+    """A BEIR qrels line is split on tabs, so an id may keep a space: ``q2 `` matched no query of
+    the run, which then scored 0 on it (nDCG@10 0.5 for a perfect run of two queries) while the
+    run's ``q2`` was left out. Refused, as the queries' and the corpus's readers refuse such ids."""
+    path = tmp_path / "qrels.tsv"
+    path.write_text(text)
+    with pytest.raises(TopicsError, match="blank or with surrounding whitespace"):
+        read_qrels(path)
+
+
 def test_trec_formats_and_errors(tmp_path):
     (tmp_path / "q.trec").write_text("q1 0 d1 2\nq1 0 d2 0\n")
     assert read_qrels(tmp_path / "q.trec").column("relevance").to_pylist() == [2, 0]
