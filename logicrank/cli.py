@@ -500,7 +500,7 @@ def prepare_qa(
     name: Annotated[str, typer.Argument(help="musique | hotpotqa (bundled: 100 questions each).")],
     out: Annotated[Path | None, typer.Option(help="Where the BEIR layout and answers.jsonl go (default data/<name>).")] = None,
     src: Annotated[Path | None, typer.Option(help="Another question file of the same format instead of the bundled one.")] = None,
-    corpus: Annotated[Path | None, typer.Option(help="MuSiQue: the paragraph corpus file going with --src.")] = None,
+    corpus: Annotated[Path | None, typer.Option(help="MuSiQue: the paragraph corpus file going with --src (default: its questions' paragraphs).")] = None,
 ):
     """Write a bundled multi-hop QA set (MuSiQue, HotpotQA) as BEIR (corpus, queries, qrels of gold paragraphs) plus answers.jsonl."""
     from logicrank.pipelines.datasets.qa import to_beir
@@ -518,7 +518,7 @@ def bench_lag(
     out: Annotated[Path | None, typer.Option(help="Where the set, index, runs and reports go (default runs/lag-<name>).")] = None,
     src: Annotated[Path | None, typer.Option(help="The set's question file instead of the bundled one: a JSON array or JSON Lines, "
                                              "gzip or not, as `prepare-qa --src` reads it.")] = None,
-    corpus: Annotated[Path | None, typer.Option(help="MuSiQue: the paragraph corpus file going with --src.")] = None,
+    corpus: Annotated[Path | None, typer.Option(help="MuSiQue: the paragraph corpus file going with --src (default: its questions' paragraphs).")] = None,
     sample: Annotated[int | None, typer.Option(help="LLM rows on this many questions, drawn with --seed (default: all).")] = None,
     seed: int = 0,
     llm_rows: Annotated[bool, typer.Option(help="Run RAG, LAG and the ablations with the LLM (--no-llm-rows: the oracle table only).")] = True,

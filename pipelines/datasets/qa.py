@@ -150,10 +150,13 @@ def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(s, str) for s in value)
 
 
-def musique(questions: Path, corpus: Path) -> tuple[list[dict], list[dict], list[tuple[str, str]], list[dict]]:
-    """(docs, queries, qrels, answers) of a MuSiQue question file and its paragraph corpus."""
+def musique(questions: Path, corpus: Path | None) -> tuple[list[dict], list[dict], list[tuple[str, str]], list[dict]]:
+    """(docs, queries, qrels, answers) of a MuSiQue question file and its paragraph corpus; with
+    no corpus (MuSiQue publishes none: each question carries its own paragraphs), the corpus is
+    the questions' paragraphs, each distinct (title, text) once in the order met, as HotpotQA's
+    is its questions' context (:func:`hotpotqa`)."""
     docs, ids = [], {}
-    for n, line, p in _records(corpus):
+    for n, line, p in _records(corpus) if corpus is not None else ():
         r = _Record("musique", corpus, n, line, p)
         title = r.string(p, "title", optional=True) or ""
         text = r.string(p, "text" if "text" in p or "paragraph_text" not in p else "paragraph_text")
@@ -186,6 +189,12 @@ def musique(questions: Path, corpus: Path) -> tuple[list[dict], list[dict], list
             if not isinstance(supporting := p.get("is_supporting", _MISSING), bool):
                 raise r.error(f"paragraphs[{i}].is_supporting", "true or false", supporting)
             paragraphs.append((title, text, supporting))
+
+        if corpus is None:  # the questions' own paragraphs are the corpus
+            for title, text, _ in paragraphs:
+                if (title, text) not in ids:
+                    ids[title, text] = f"musique-p{len(docs)}"
+                    docs.append({"_id": ids[title, text], "title": title, "text": text})
 
         def doc_of(i: int, r=r, paragraphs=paragraphs) -> str:
             title, text, _ = paragraphs[i]
@@ -316,8 +325,9 @@ def hotpotqa(questions: Path) -> tuple[list[dict], list[dict], list[tuple[str, s
 
 
 def to_beir(name: str, out: str | Path, src: str | Path | None = None, corpus: str | Path | None = None) -> dict[str, int]:
-    """Write set ``name`` (the bundled copy unless ``src`` and, for MuSiQue, ``corpus`` are
-    given) to ``out``; returns the counts written."""
+    """Write set ``name`` to ``out`` (the bundled copy unless ``src`` is given; MuSiQue's
+    ``src`` with its ``corpus``, or without one with its questions' paragraphs as the corpus,
+    :func:`musique`); returns the counts written."""
     if name not in SETS:
         raise QADataError(f"unknown QA set {name!r}; valid: {', '.join(SETS)}")
     if name == "hotpotqa" and corpus:
@@ -325,7 +335,7 @@ def to_beir(name: str, out: str | Path, src: str | Path | None = None, corpus: s
     bundled_q, bundled_c = _BUNDLED[name]
     questions = Path(src) if src else bundled_q
     if name == "musique":
-        docs, queries, qrels, answers = musique(questions, Path(corpus) if corpus else bundled_c)
+        docs, queries, qrels, answers = musique(questions, Path(corpus) if corpus else None if src else bundled_c)
     else:
         docs, queries, qrels, answers = hotpotqa(questions)
     out = Path(out)

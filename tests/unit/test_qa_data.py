@@ -58,6 +58,23 @@ def test_musique_full_contrast_questions_and_repeated_ids_are_refused(tmp_path):
     assert qa.to_beir("musique", tmp_path / "ok", tmp_path / "q.json", tmp_path / "c.json")["queries"] == 2
 
 
+def test_musique_as_published_without_a_corpus_takes_its_questions_paragraphs(tmp_path):
+    """MuSiQue publishes no corpus: each question carries its paragraphs. Its file given alone
+    was checked against the bundled set's corpus and refused ("not in the corpus" of a file the
+    user never gave). Its corpus is now its questions' paragraphs, each distinct one once."""
+    questions = _bundled("musique")[:3]
+    counts = qa.to_beir("musique", tmp_path / "out", _write(tmp_path / "q.jsonl", questions, jsonl=True))
+    docs = _lines(tmp_path / "out" / "corpus.jsonl")
+    paragraphs = list(dict.fromkeys((p["title"], p["paragraph_text"]) for q in questions for p in q["paragraphs"]))
+    assert [(d["title"], d["text"]) for d in docs] == paragraphs and len({d["_id"] for d in docs}) == len(docs)
+    assert counts == {"docs": len(paragraphs), "queries": 3, "qrels": sum(p["is_supporting"] for q in questions for p in q["paragraphs"])}
+    by_id = {d["_id"]: (d["title"], d["text"]) for d in docs}
+    qrels = read_qrels(tmp_path / "out")
+    for q, d in zip(qrels.column("query_id").to_pylist(), qrels.column("doc_id").to_pylist(), strict=True):  # each a supporting paragraph
+        question = next(x for x in questions if x["id"] == q)
+        assert any(p["is_supporting"] and (p["title"], p["paragraph_text"]) == by_id[d] for p in question["paragraphs"])
+
+
 def test_hotpotqa_corpus_is_the_union_of_context_paragraphs(tmp_path):
     counts = qa.to_beir("hotpotqa", tmp_path)
     assert counts["queries"] == 100 and counts["qrels"] == 200  # two gold paragraphs each

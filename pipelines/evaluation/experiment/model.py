@@ -131,7 +131,7 @@ class Dataset(_Model):
     synthetic: Synthetic | None = None
     qa: Literal["musique", "hotpotqa"] | None = Field(None, description="A bundled multi-hop QA set, converted as `logicrank prepare-qa` does.")
     qa_src: str | None = Field(None, description="With qa: the set's question file instead of the bundled one (`prepare-qa --src`).")
-    qa_corpus: str | None = Field(None, description="With qa: musique: the paragraph corpus file going with qa_src (`prepare-qa --corpus`).")
+    qa_corpus: str | None = Field(None, description="With qa: musique: the paragraph corpus file going with qa_src (`prepare-qa --corpus`; default: its questions' paragraphs).")
     qrels: str = Field("qrels/test.tsv", description="The qrels file inside a BEIR directory; with corpus, the qrels file (BEIR TSV or TREC).")
     sample: int | None = Field(None, ge=1)
     seed: int = 0
