@@ -234,6 +234,35 @@ def test_weights_other_weighting_code_computed_are_made_again_from_their_counts(
     assert code_definitions(source) == code_definitions(edited) != code_definitions(other)
 
 
+def test_counts_other_counting_code_made_or_of_another_save_are_not_searched_or_patched(tmp_path):
+    """A saved index records the digest of the code its term counts come from besides the
+    analyzer (storage.COUNTING: the counting, the vocabulary's numbering, the rows a build or a
+    patch reads): an edit there changed neither the analyzer's digest nor the weighting's, and
+    every later patch reused the counts the earlier code made. Counts of other code are built
+    again. And a counts file of another save, of the same shape, is told by its postings
+    (recorded in meta.json): a patch weighed it under this save's ids before."""
+    import scipy.sparse as sp
+
+    from logicrank.pipelines.engines.bm25 import storage
+
+    store = _store(tmp_path / "db", _rules(50))
+    a = store.bm25_index()
+    a.stats()
+    path = bm25.index_root(store) / f"v{store.version}"
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["counting"] == storage.counting_digest() and meta["nnz"]["text"] == a.text.nnz
+    (path / "meta.json").write_text(json.dumps({**meta, "counting": "another"}))  # as a release that counted otherwise saved it
+    assert bm25.MappedBM25.open(path) is None and storage.counts_meta(path) is None
+    done = bm25.update_index(store)
+    assert done["how"] == "built" and done["analyzed"] == len(a)
+    _equal_indexes(a, DocStore(str(tmp_path / "db")).bm25_index())
+    text = sp.load_npz(path / "text.npz").tolil()  # another save's counts of the same shape: one posting fewer
+    row, col = text.nonzero()
+    text[row[0], col[0]] = 0
+    sp.save_npz(path / "text.npz", text.tocsr(), compressed=False)
+    assert storage.counts_meta(path) is None and bm25.BM25Index.load(path) is None
+
+
 def test_an_index_of_the_previous_format_is_saved_again_from_its_counts(tmp_path):
     """An index saved before the search files were cut in segments (format 2) is not searched,
     and not re-analyzed either: its term counts (unchanged since) make this format's files."""

@@ -134,9 +134,10 @@ def test_every_definition_the_weighting_digest_names_exists_and_a_missing_one_is
     from logicrank.pipelines.codedigest import code_definitions
     from logicrank.pipelines.engines.bm25 import storage
 
-    for file, names in storage.WEIGHTING.items():
-        found = code_definitions(ast.parse((Path(storage.__file__).with_name(file)).read_text(encoding="utf-8")))
-        assert [n for n in names if n not in found] == [], file
+    for table in (storage.WEIGHTING, storage.COUNTING):  # (the counts' code: COUNTING)
+        for file, names in table.items():
+            found = code_definitions(ast.parse((Path(storage.__file__).with_name(file)).read_text(encoding="utf-8")))
+            assert [n for n in names if n not in found] == [], file
     # the code of the tie-break ranks (search/tiebreak.npy, saved beside the weights) is the search files' too: an
     # edit to it left indexes saved before it ordering their ties as they did
     assert "tiebreak_ranks" in storage.WEIGHTING["index.py"]
@@ -146,6 +147,12 @@ def test_every_definition_the_weighting_digest_names_exists_and_a_missing_one_is
         storage.weighting_digest()
     monkeypatch.undo()
     storage.weighting_digest.cache_clear()
+    storage.counting_digest.cache_clear()
+    monkeypatch.setitem(storage.COUNTING, "index.py", ("field_counts_renamed",))
+    with pytest.raises(RuntimeError, match=r"storage.COUNTING names 'field_counts_renamed' in index.py"):
+        storage.counting_digest()
+    monkeypatch.undo()
+    storage.counting_digest.cache_clear()
 
 
 def test_an_index_built_with_its_own_analyzer_reads_queries_through_it():

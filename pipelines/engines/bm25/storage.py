@@ -117,10 +117,13 @@ def read_stats(path: Path, meta: dict) -> dict[str, np.ndarray] | None:
 def write_meta(tmp: Path, version: int, stamp: str, save_id: str, docs: int, terms: int, segment_rows: int | None = None,
                analyzer: str | None = None) -> None:
     """The saved index's meta.json (the module doc), written last: a directory without it is no index. ``analyzer``: the
-    digest of the analyzer that made its terms (default: the project's)."""
+    digest of the analyzer that made its terms (default: the project's). The term counts' postings per field, read
+    from the counts already written in ``tmp`` (their headers), are recorded: a counts file of another save (of the
+    same shape) is told apart by them."""
+    nnz = {field: len(map_counts(tmp, field)[1]) for field in ("title", "text")}
     (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "analyzer": analyzer or analyzer_digest(), "weighting": weighting_digest(),
-                                               "version": version, "stamp": stamp, "save_id": save_id, "docs": docs, "terms": terms,
-                                               "segment_rows": segment_rows or SEGMENT_ROWS}))
+                                               "counting": counting_digest(), "version": version, "stamp": stamp, "save_id": save_id,
+                                               "docs": docs, "terms": terms, "segment_rows": segment_rows or SEGMENT_ROWS, "nnz": nnz}))
 
 
 # The code a saved index's weights come from: BM25's parameters, the statistics (of a build's segments, of a patch's
@@ -138,18 +141,42 @@ WEIGHTING = {
 }
 
 
-@functools.cache
-def weighting_digest() -> str:
-    """16 hex digits of the SHA-256 of the :data:`WEIGHTING` definitions' code, read from their
-    files (nothing imported: a search process loads no compiler for it)."""
+# The code a saved index's term counts come from besides the analyzer (whose digest is apart): the counting of a batch's
+# terms, the vocabulary's numbering, the rows a build or a patch reads and keeps, and the counts' files written. A saved
+# index records its digest; counts other code made are neither searched nor patched: the index is built again. Kept as
+# WEIGHTING is (tests/unit/test_bm25.py checks each name).
+COUNTING = {
+    "index.py": ("field_counts", "_words_and_term", "first_appearance", "_widen", "BM25Index.__init__", "BM25Index.build"),
+    "segments.py": ("ranges", "build", "patch", "plan_patch", "_repeated", "analyze_segment", "_read_rows", "_stack", "merge_segments",
+                    "weigh_segment", "_piece_counts", "_saved_rows", "row_postings", "assemble", "_piece_postings", "write_counts",
+                    "write_items", "_npy_header", "_append_npy"),
+    "storage.py": ("write_index", "map_counts", "read_counts"),
+}
+
+
+def _definitions_digest(table: dict[str, tuple[str, ...]], label: str) -> str:
+    """16 hex digits of the SHA-256 of ``table``'s definitions' code (file -> names), read from
+    their files (nothing imported: a search process loads no compiler for it)."""
     h = hashlib.sha256()
-    for file, names in WEIGHTING.items():
+    for file, names in table.items():
         found = code_definitions(ast.parse((Path(__file__).with_name(file)).read_text(encoding="utf-8")))
         for name in names:
             if name not in found:
-                raise RuntimeError(f"bm25: storage.WEIGHTING names {name!r} in {file}, which defines no such thing; rename it there")
+                raise RuntimeError(f"bm25: storage.{label} names {name!r} in {file}, which defines no such thing; rename it there")
             h.update(f"{file}:{name}:{found[name]}\n".encode())
     return h.hexdigest()[:16]
+
+
+@functools.cache
+def weighting_digest() -> str:
+    """The digest of the :data:`WEIGHTING` definitions' code."""
+    return _definitions_digest(WEIGHTING, "WEIGHTING")
+
+
+@functools.cache
+def counting_digest() -> str:
+    """The digest of the :data:`COUNTING` definitions' code."""
+    return _definitions_digest(COUNTING, "COUNTING")
 
 
 def place(tmp: Path, path: Path, stamp: str) -> None:
@@ -223,7 +250,7 @@ def read_counts(path: Path, stamp: str | None = None) -> tuple[dict, pa.Table, s
         terms = pq.read_table(path / "vocab.parquet")
         ids = {(t.schema.metadata or {}).get(b"logicrank.save_id", b"").decode() for t in (docs, terms)}
         title, text = (sp.load_npz(path / f"{n}.npz").tocsr() for n in ("title", "text"))
-        shapes_ok = all(m.shape == (meta["docs"], meta["terms"]) for m in (title, text))
+        shapes_ok = all(m.shape == (meta["docs"], meta["terms"]) and m.nnz == meta["nnz"][n] for n, m in (("title", title), ("text", text)))
         if ids != {meta["save_id"]} or docs.num_rows != meta["docs"] or terms.num_rows != meta["terms"] or not shapes_ok:
             return None
     except Exception:  # noqa: BLE001 (whatever a damaged file raises: zipfile, pickle, Arrow, JSON): rebuilt
@@ -249,7 +276,7 @@ def counts_meta(path: Path, stamp: str | None = None) -> dict | None:
                 return None
         for field in ("title", "text"):
             indptr, indices, data, shape = map_counts(path, field)
-            if shape != (docs, terms) or len(indptr) != docs + 1 or not len(indices) == len(data) == int(indptr[-1]):
+            if shape != (docs, terms) or len(indptr) != docs + 1 or not len(indices) == len(data) == int(indptr[-1]) == meta["nnz"][field]:
                 return None
     except Exception:  # noqa: BLE001 (whatever a damaged file raises: zipfile, Arrow, JSON, a map past the file's end)
         return None
@@ -339,5 +366,5 @@ def of_this(meta: dict, stamp: str | None, formats: tuple[int, ...] = (FORMAT,),
     with ``weights``, of this weighting (:func:`weighting_digest`: weights other code computed
     are not searched; the term counts beside them, which no weighting changes, are weighed
     again by a patch) and (with ``stamp``) of this table version."""
-    return (meta.get("format") in formats and meta.get("analyzer") == analyzer_digest()
+    return (meta.get("format") in formats and meta.get("analyzer") == analyzer_digest() and meta.get("counting") == counting_digest()
             and (not weights or meta.get("weighting") == weighting_digest()) and (stamp is None or meta.get("stamp") == stamp))
