@@ -80,6 +80,21 @@ def test_queries_whose_every_candidate_holds_a_negated_term_are_counted_and_name
         "(give the stage a deeper or another first stage, or use itlr's exact mode): q1."]
 
 
+def test_over_bm25_evidence_a_document_without_a_negated_term_does_not_hold_it_in_the_count():
+    """BM25's evidence is sparse: a raw 0 is a term the document misses. zscore calibrates it to
+    about 0.5 (exactly 0.5 for a term its sample lacks), so the count at 0.5 named a query whose
+    candidates all lack the negated term as unsatisfiable. Counted over the missed terms at 0."""
+    terms = ["a", "b"]
+    queries = parse_queries(pa.table({"query_id": ["q"], "text": [""], "logical_query": ['"a" AND NOT "b"']}))
+    raw = np.array([[3.0, 0.0]] * 5 + [[3.0, 4.0]], np.float32)  # d5 alone holds b
+    ids = np.array([f"d{i}" for i in range(6)], dtype=object)
+    zscore = Calibration.zscore(terms, np.array([[1.0, 0.0], [3.0, 0.0]], np.float32))  # b in none of the sample: 0.5 where missed
+    assert zscore.apply(raw, terms)[0, 1] == pytest.approx(0.5)
+    looked = lambda want, _: raw[[list(ids).index(d) for d in want]]  # noqa: E731
+    assert excluded_everywhere(queries, terms, looked, {"q": (ids, None)}, zscore, 0.5, sparse=True) == []
+    assert excluded_everywhere(queries, terms, looked, {"q": (ids[5:], None)}, zscore, 0.5, sparse=True) == ["q"]  # d5 holds b
+
+
 def test_orlog_counts_the_queries_whose_every_candidate_holds_a_negated_atom():
     qs = [OrlogQuery("q1", "cancer but not breast or lung", (("a1", "{x} is about cancer"), ("a2", "{x} is about breast cancer")),
                      parse('"a1" AND NOT "a2"'), "ok"),
@@ -93,7 +108,10 @@ def test_orlog_counts_the_queries_whose_every_candidate_holds_a_negated_atom():
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"strict_not": 0.5}, "with scorer dense give a calibration \\(zscore or sigmoid\\)"),  # raw cosines are not calibrated
-    ({"strict_not": 0.5, "scorer": "bm25", "calibration": "none"}, "with scorer bm25 give a calibration"),
+    ({"strict_not": 0.5, "scorer": "bm25", "calibration": "none"}, "with scorer bm25 give a calibration \\(max or saturation\\)"),
+    # a document without the term scores 0, which zscore and sigmoid calibrate to about 0.5: the threshold excluded them all
+    ({"strict_not": 0.5, "scorer": "bm25", "calibration": "zscore"}, "needs a calibration that keeps a missed term at 0"),
+    ({"strict_not": 0.3, "scorer": "bm25", "calibration": "sigmoid", "labels": "l.jsonl"}, "needs a calibration that keeps a missed term at 0"),
     ({"strict_not": 0, "scorer": "bm25"}, "greater than 0"),
     ({"strict_not": 1.5, "scorer": "bm25"}, "less than or equal to 1"),
 ])

@@ -536,13 +536,14 @@ def unsupported(query: LogicalQuery, terms: Sequence[str], raw: np.ndarray, scor
 
 
 def excluded_everywhere(queries: Sequence[LogicalQuery], terms: Sequence[str], raw, candidates: dict, calibration: Calibration,
-                        threshold: float | None) -> list[str]:
+                        threshold: float | None, sparse: bool = False) -> list[str]:
     """The queries whose every candidate is excluded by a negated conjunct (``... AND NOT X``:
     X holds with calibrated evidence at least ``threshold``, :func:`logicrank.pipelines.retrieval.logic.fuzzy.exclusion`):
     their candidates cannot satisfy the query (strict NOT returns none of them; fuzzy NOT only
     ranks excluded documents), so a deeper candidate list or exact mode is needed. Queries
     without candidates or negated conjuncts are never counted; ``threshold`` None counts
-    nothing."""
+    nothing. ``sparse``: a raw 0 is a term the document misses (BM25's evidence), which does
+    not hold the term whatever its calibrated value (zscore and sigmoid give it about 0.5)."""
     from logicrank.pipelines.retrieval.logic.fuzzy import exclusion
 
     if threshold is None:
@@ -553,7 +554,9 @@ def excluded_everywhere(queries: Sequence[LogicalQuery], terms: Sequence[str], r
         ids, payload = candidates.get(q.query_id, (np.empty(0, dtype=object), None))
         if excluded is None or len(ids) == 0:
             continue
-        if excluded(calibration.apply(np.asarray(raw(ids, payload), dtype=np.float32), terms)).all():
+        R = np.asarray(raw(ids, payload), dtype=np.float32)
+        C = calibration.apply(R, terms)
+        if excluded(np.where(R > 0, C, 0.0) if sparse else C).all():
             out.append(q.query_id)
     return out
 

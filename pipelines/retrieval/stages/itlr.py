@@ -84,7 +84,13 @@ class ITLROptions(StageOptions):
         chosen = check_calibration(self.scorer, self.calibration, "itlr")
         if self.strict_not is not None and chosen == "none" and self.scorer != "hybrid":
             raise ValueError(f"itlr: strict_not compares calibrated evidence with its threshold; with scorer {self.scorer} give a "
-                             "calibration (" + ("zscore or sigmoid" if self.scorer == "dense" else "max, saturation, zscore or sigmoid") + ")")
+                             "calibration (" + ("zscore or sigmoid" if self.scorer == "dense" else "max or saturation") + ")")
+        if self.strict_not is not None and evidence_class(self.scorer).sparse and chosen in ("zscore", "sigmoid"):
+            # a document without the term scores 0 and calibrates to about 0.5 (exactly 0.5 for a term the sample lacks):
+            # a threshold at or below that excluded every document the query asks for
+            raise ValueError(f"itlr: strict_not over {self.scorer}'s evidence needs a calibration that keeps a missed term at 0 "
+                             f"(max or saturation): {chosen} gives a document without the term about 0.5, which the threshold "
+                             "would read as holding it")
         if self.scorer != "hybrid" and self.hybrid_weight != type(self).model_fields["hybrid_weight"].default:
             raise ValueError(f"itlr: hybrid_weight is the hybrid scorer's share of BM25 evidence; with scorer {self.scorer} it is not "
                              "used: give scorer: hybrid, or leave it out.")
@@ -177,7 +183,7 @@ class ITLR(Stage):
         if candidates:
             raw = evidence.candidate_raw(candidates)
             frames.append(score_listed(parsed, terms, raw, candidates, o.k, ops, calibration, drop_unsupported=drop))
-            held = excluded_everywhere(parsed, terms, raw, candidates, calibration, self._holds(calibration.name))
+            held = excluded_everywhere(parsed, terms, raw, candidates, calibration, self._holds(calibration.name), sparse=evidence.sparse)
             mode_counts |= {"unsatisfiable": len(held), "unsatisfiable_query_ids": held[:100]}
         if exact_queries:
             frames.append(evidence.exact(exact_queries, o.k, ops, calibration, o.block_rows, ctx.shards, pad=o.pad))
