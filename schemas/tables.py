@@ -251,12 +251,26 @@ def require_columns(table: pa.Table | pa.Schema, contract: pa.Schema | Iterable[
         )
 
 
+def _as_text(t: pa.DataType) -> bool:
+    """Whether a column of type ``t`` casts to a string column as its values are written: text,
+    bytes (checked as UTF-8), integers (their decimal text), or all nulls. A float does not
+    (1e18 casts to '1e+18', 10.0 to '10': an id a qrels line never names), nor does a boolean."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+            or pa.types.is_integer(t) or pa.types.is_null(t) or str(t) in ("string_view", "binary_view"))
+
+
 def conform(table: pa.Table, contract: pa.Schema, stage: str) -> pa.Table:
-    """Select and cast ``table``'s columns to ``contract`` (in its order); returns a new table."""
+    """Select and cast ``table``'s columns to ``contract`` (in its order); returns a new table.
+    A string column is made only of text, bytes or integers (:func:`_as_text`)."""
     require_columns(table, contract, stage)
     columns = []
     for field in contract:
         col = table.column(field.name)
+        if (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)) and not _as_text(col.type):
+            raise SchemaError(f"{stage}: column {field.name!r} has type {col.type}; it holds text (ids as strings or integers): "
+                              f"a {col.type} would be written as another id ({'1e+18 for 1e18' if pa.types.is_floating(col.type) else 'true'})")
         if not col.type.equals(field.type):
             try:
                 col = col.cast(field.type)

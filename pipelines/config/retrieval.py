@@ -229,7 +229,12 @@ class NightlyConfig(_Config):
 
     @model_validator(mode="after")
     def _whole(self):
-        canonical = {str(parse_measures([m])[0]): m for m in self.regressions}
+        canonical: dict[str, str] = {}
+        for m in self.regressions:  # one rule per measure: two spellings of one kept the last one's rule, silently
+            c = str(parse_measures([m])[0])
+            if c in canonical:
+                raise ValueError(f"regressions name measure {c} twice ({canonical[c]!r} and {m!r}); give one rule per measure")
+            canonical[c] = m
         unknown = [m for c, m in canonical.items() if c not in self.measures]
         if unknown:
             raise ValueError(f"regressions name measure(s) {unknown} that are not among the measures {list(self.measures)}")

@@ -31,6 +31,8 @@ def _resource_pairs(v, name: str) -> tuple[tuple[str, float], ...]:
     hashable and its digest stable."""
     pairs = tuple(sorted(dict(v).items())) if isinstance(v, dict) else tuple(tuple(p) for p in v)
     for key, amount in pairs:
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):  # (checked before pydantic's own: a mode="before" check)
+            raise ValueError(f"{name}: {key!r} asks for {amount!r}; an amount is a number, e.g. {key}: 1")
         if amount < 0:
             raise ValueError(f"{name}: {key!r} asks for {amount}; amounts must be >= 0")
     return pairs

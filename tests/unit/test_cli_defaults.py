@@ -307,6 +307,8 @@ def test_a_yes_or_no_for_a_number_is_refused_not_read_as_one():
         LLMConfig(resources={"gpu_a": True})
     assert FuseOptions.model_validate(fuse | {"weights": [2, 0.5]}).weights == (2.0, 0.5)
     assert LLMConfig(resources={"gpu_a": 1}).resources == (("gpu_a", 1.0),)
+    with pytest.raises(ValueError, match="resources: 'gpu_a' asks for '1'; an amount is a number"):  # a TypeError's traceback before
+        LLMConfig(resources={"gpu_a": "1"})
 
 
 def _below_their_minimum():

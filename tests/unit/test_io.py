@@ -77,6 +77,25 @@ def test_a_qrels_id_blank_or_with_surrounding_whitespace_is_refused(tmp_path, te
         read_qrels(path)
 
 
+@pytest.mark.parametrize("ids", [[1.0e18, 2.0e18], [10.0, 11.0], [True, False]])
+def test_a_parquet_run_whose_ids_are_floats_or_booleans_is_refused(tmp_path, ids):
+    """A run's ids written as floats (numeric ids through numpy or pandas) were cast to their
+    float text: 1e18 became '1e+18' and 10.0 '10', ids no qrels line names, and every measure
+    read 0 without a word. Refused, as the Parquet qrels reader refuses them; integers stay
+    their decimal text."""
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "run.parquet"
+    n = len(ids)
+    table = {"query_id": ["q1"] * n, "doc_id": ids, "rank": pa.array(range(1, n + 1), pa.int32()), "score": [2.0, 1.0][:n],
+             "method": ["m"] * n, "run_id": ["r"] * n}
+    pq.write_table(pa.table(table), path)
+    with pytest.raises(Exception, match="column 'doc_id' has type (double|bool); it holds text"):
+        read_run(path)
+    pq.write_table(pa.table(table | {"doc_id": [10, 11][:n]}), path)
+    assert read_run(path).column("doc_id").to_pylist() == ["10", "11"][:n]
+
+
 def test_trec_formats_and_errors(tmp_path):
     (tmp_path / "q.trec").write_text("q1 0 d1 2\nq1 0 d2 0\n")
     assert read_qrels(tmp_path / "q.trec").column("relevance").to_pylist() == [2, 0]

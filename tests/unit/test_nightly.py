@@ -283,6 +283,10 @@ def test_bad_configs_are_refused_with_the_reason(tmp_path, over, message):
 def test_regression_rules_take_any_spelling_of_a_measure(tmp_path):
     cfg = NightlyConfig.model_validate(_config(tmp_path, measures=["ndcg@10", "p@1"], regressions={"NDCG@10": {"max_drop": 0.02}}))
     assert cfg.measures == ("nDCG@10", "P@1") and set(cfg.regressions) == {"nDCG@10"}
+    # two spellings of one measure: the last one's rule was kept, which of the two decided by the keys' order
+    with pytest.raises(ValueError, match=r"regressions name measure nDCG@10 twice \('nDCG@10' and 'ndcg_cut_10'\)"):
+        NightlyConfig.model_validate(_config(tmp_path, measures=["ndcg@10"], regressions={"nDCG@10": {"max_drop": 0.01},
+                                                                                        "ndcg_cut_10": {"max_drop": 0.5}}))
     import datetime
 
     assert NightlyConfig.model_validate(_config(tmp_path, baseline=datetime.date(2026, 11, 20))).baseline == "2026-11-20"  # unquoted in YAML
