@@ -208,6 +208,11 @@ def generate(out: str | Path, per_template: int = 20, seed: int = 0, root: str |
         raise SetLogicError(f"setlogic: per_template {per_template}: must be at least 1")
     likes = load_limit(root)
     people = sorted(likes)
+    ids: dict[str, str] = {}
+    for person in people:  # "Ann Lee" and "Ann_Lee" would be one document id: two people merged in the corpus and the qrels
+        if (other := ids.setdefault(doc_id(person), person)) != person:
+            raise SetLogicError(f"limit: {other!r} and {person!r} make one document id {doc_id(person)!r}; give people names "
+                                "that differ other than by spaces and underscores")
     vocab = sorted({i for items in likes.values() for i in items})
     holders: dict[str, list[str]] = {}
     for p in people:

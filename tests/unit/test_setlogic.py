@@ -37,6 +37,19 @@ def test_an_item_holding_and_among_the_last_two_is_split_by_the_items_read_elsew
         parse_likes("Cy Dunn", "Cy Dunn likes Kites, Boots and Macaroni and Cheese.")  # nothing read elsewhere settles it
 
 
+def test_two_people_whose_names_make_one_document_id_are_refused(tmp_path):
+    """A document id is the name with spaces as '_': "Ann Lee" and "Ann_Lee" were one id, two
+    people merged in the corpus and the qrels (the one who likes Limes relevant to "not Limes")."""
+    docs = {"Ann Lee": "Tapirs and Quokkas", "Ann_Lee": "Tapirs and Limes", "Bob Roy": "Limes and Quokkas"}
+    items = {"q1": ("Tapirs", ["Ann Lee", "Ann_Lee"]), "q2": ("Quokkas", ["Ann Lee", "Bob Roy"]), "q3": ("Limes", ["Ann_Lee", "Bob Roy"])}
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"_id": n, "title": "", "text": f"{n} likes {t}."}) + "\n" for n, t in docs.items()))
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": f"Who likes {i}?"}) + "\n" for q, (i, _) in items.items()))
+    (tmp_path / "qrels.jsonl").write_text("".join(json.dumps({"query-id": q, "corpus-id": n, "score": 1}) + "\n"
+                                                  for q, (_, names) in items.items() for n in names))
+    with pytest.raises(SetLogicError, match="'Ann Lee' and 'Ann_Lee' make one document id 'Ann_Lee'"):
+        generate(tmp_path / "out", 2, 0, root=tmp_path)
+
+
 def test_the_bundled_lists_reproduce_limits_own_qrels():
     likes = load_limit()  # raises when any of the 1,000 queries' holders differ from its qrels
     assert len(likes) == 46 and all(len(items) == 45 for items in likes.values())
