@@ -346,7 +346,14 @@ class StageRunner:
                 for (kind, where), table in sub_state.side.items():  # kept, named by where they come from
                     state.side[kind, f"{i}-{options.stage}{j}" + (f"-{where}" if where else "")] = table
             key = self.inputs.key(key, stage, subs)
-            out, cached = self.run_stage(key, stage, state.queries, runs)
+            given = state.queries
+            if runs and not stage.children() and stage.reads:  # scoring a run's candidates by what it reads: as a first stage, a
+                # query blank there asks for nothing (after a stage that reads only query_id, dense ranked a blank query's
+                # candidates by the empty string's vector, and bm25 dropped them)
+                given = with_content(state.queries, stage.reads)
+                if given.num_rows < state.queries.num_rows:
+                    runs = [r.filter(pc.is_in(r.column("query_id"), value_set=given.column("query_id"))) for r in runs]
+            out, cached = self.run_stage(key, stage, given, runs)
             if out.queries is not None:
                 state.queries = out.queries
             if out.run is not None:

@@ -93,6 +93,36 @@ def test_a_blank_query_gets_no_results_and_the_pipeline_validates_first(two_runs
     assert out.run.filter(pa.compute.equal(out.run.column("query_id"), "q1")).column("doc_id").to_pylist() == ["d1", "d2"]  # the file's
 
 
+def test_a_blank_query_asks_a_stage_after_a_run_for_nothing(tmp_path):
+    """A pipeline whose first stage reads only query ids (a run file) keeps a blank query; a
+    stage after it that scores the run's candidates by the text read it as a first stage does
+    not: dense ranked the blank query's candidates by the empty string's vector (bm25 returned
+    none). Such a stage now sees only the queries with text, as a first stage does."""
+    import pyarrow.parquet as pq
+
+    class Vectors:
+        ids, matrix = pa.array(["d1", "d5", "d9", "d3"]), np.eye(4, dtype=np.float32)
+
+    class Store(_NoTable):
+        def version_stamp(self):
+            return "x"
+
+        def vectors(self, precision="float32"):
+            return Vectors()
+
+    class Encoder:
+        model_id = "fake"
+
+        def encode(self, texts):
+            return np.array([[1.0, 0.5, 0.2, 0.1] if not t.strip() else [0.1, 0.2, 0.5, 1.0] for t in texts], np.float32)
+
+    pq.write_table(_run([("q1", "d1", 1), ("q1", "d3", 2), ("q2", "d1", 1), ("q2", "d3", 2)], "f"), tmp_path / "run.parquet")
+    queries = pa.table({"query_id": ["q1", "q2"], "text": ["a", "   "]})
+    pipeline = Pipeline.parse("rd", [{"run_file": {"path": str(tmp_path / "run.parquet")}}, {"dense": {"k": 10}}])
+    out = pipeline.run(Context(store=Store(), encoder=lambda: Encoder()), queries, inputs=Inputs("b", encoder="e", files={str(tmp_path / "run.parquet"): "x"}))
+    assert out.run.column("query_id").to_pylist() == ["q1", "q1"] and out.run.column("doc_id").to_pylist() == ["d3", "d1"]
+
+
 def test_the_per_query_hook_runs_batches_and_its_run_must_stay_keyed_by_the_queries(two_runs):
     queries, *_ = two_runs
     bm25 = Pipeline.parse("b", ["bm25"])
