@@ -87,6 +87,7 @@ import csv
 import hashlib
 import html
 import json
+import os
 import re
 import tempfile
 from collections.abc import Callable, Iterator
@@ -331,6 +332,26 @@ def _trec_not_read(rel: str) -> bool:
     return name.startswith(_TREC_NOT_READ_PREFIX) or any(f in _TREC_NOT_READ_FOLDERS for f in folders)
 
 
+def _refuse_broken_links(path: str, location: str) -> None:
+    """Refuse a corpus directory holding a link to nothing (not hidden): Arrow's listing leaves
+    it out, so its documents were read as absent from the snapshot and deleted (git-annex or DVC
+    content never fetched looks so). Links to directories are followed, as Arrow follows them,
+    each real directory once."""
+    seen: set[str] = set()
+    for top, dirs, names in os.walk(path, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in names + dirs:
+            full = os.path.join(top, name)
+            if not name.startswith(".") and os.path.islink(full) and not os.path.exists(full):
+                raise CorpusError(f"corpus {location}: {full} is a link to nothing ({os.readlink(full)}); its documents would be read as "
+                                  "deleted: fetch its content, or remove the link")
+
+
 def _list_sources(location: str, fmt: str) -> Sources:
     fs, path = _resolve(location)
     info = fs.get_file_info(path)
@@ -369,6 +390,8 @@ def _list_sources(location: str, fmt: str) -> Sources:
                 f"(found: {', '.join(top[:10]) or 'nothing'}); give the directory that holds the corpus, or the corpus file itself."
             )
 
+    if isinstance(fs, pafs.LocalFileSystem):
+        _refuse_broken_links(path, location)
     files = sorted(
         f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if f.type == pafs.FileType.File
     )
@@ -747,8 +770,8 @@ def _parse_line(raw: bytes, max_doc_bytes: int, vectors: VectorColumn | None = N
         return dict(_blank(), doc_id=_undecodable_id(raw, "jsonl")), "invalid_utf8", str(exc)
     try:
         obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        return _blank(), "malformed_json", str(exc)
+    except json.JSONDecodeError as exc:  # its id read from its head, so that a stored document of that id is held, not deleted
+        return dict(_blank(), doc_id=_long_id(raw, "jsonl")), "malformed_json", str(exc)
     checked = validate_record(obj, max_doc_bytes)
     if vectors is None or checked[1] is not None:
         return checked
@@ -862,7 +885,8 @@ def _parse_dpr(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | No
     except csv.Error as exc:
         return _blank(), "bad_tsv_row", f"{exc}; a line of a DPR passages file (header id<TAB>text<TAB>title) is three fields, quoted as CSV quotes"
     if len(parts) != 3:
-        return _blank(), "bad_tsv_row", f"{len(parts)} tab-separated fields; a DPR passages line is id<TAB>text<TAB>title (its header's)"
+        return dict(_blank(), doc_id=_long_id(raw, "tsv")), "bad_tsv_row", (f"{len(parts)} tab-separated fields; a DPR passages line is "
+                                                                           "id<TAB>text<TAB>title (its header's)")
     return _say(validate_record({"_id": parts[0], "text": parts[1], "title": parts[2]}, max_doc_bytes), _TSV_SAYS)
 
 
@@ -879,8 +903,8 @@ def _parse_msmarco_docs(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any],
         return dict(_blank(), doc_id=_undecodable_id(raw, "tsv")), "invalid_utf8", bad
     parts = line.split("\t")
     if len(parts) != 4:
-        return _blank(), "bad_tsv_row", (f"{len(parts)} tab-separated fields; an MS MARCO documents line is docid<TAB>url<TAB>title<TAB>body "
-                                         "(its first line's layout)")
+        return dict(_blank(), doc_id=_long_id(raw, "tsv")), "bad_tsv_row", (f"{len(parts)} tab-separated fields; an MS MARCO documents "
+                                                                           "line is docid<TAB>url<TAB>title<TAB>body (its first line's layout)")
     record = {"_id": parts[0], "title": parts[2], "text": parts[3], "metadata": {"url": parts[1]}}
     return _say(validate_record(record, max_doc_bytes), _MSMARCO_DOCS_SAYS)
 
@@ -892,7 +916,8 @@ def _parse_tsv(raw: bytes, max_doc_bytes: int) -> tuple[dict[str, Any], str | No
     parts = line.split("\t")
     if len(parts) != 2:
         what = "no tab" if len(parts) == 1 else f"{len(parts)} tab-separated fields"
-        return _blank(), "bad_tsv_row", f"{what}; a TSV corpus line is id<TAB>text (a text holding a tab cannot be given as TSV)"
+        return (dict(_blank(), doc_id=_long_id(raw, "tsv")), "bad_tsv_row",  # (its first field: a stored document of that id is held)
+                f"{what}; a TSV corpus line is id<TAB>text (a text holding a tab cannot be given as TSV)")
     return _say(validate_record({"_id": parts[0], "text": parts[1]}, max_doc_bytes), _TSV_SAYS)
 
 

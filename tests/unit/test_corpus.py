@@ -256,6 +256,36 @@ def test_every_bad_row_is_kept_with_reason_and_line(tmp_path):
     ]
     assert t.column("doc_id").to_pylist()[-1] == "7"
     assert all(d for d in t.column("_detail").to_pylist()[1:-1])
+    # a line that is not JSON names the id its record starts with, as an overlong line does: the stored document of that
+    # id is held by the re-index, not taken for absent and deleted (its id was dropped); an object that is no record names none
+    assert t.column("doc_id").to_pylist()[1] == "x" and t.column("doc_id").to_pylist()[6] is None
+
+
+def test_a_tsv_line_of_other_fields_names_its_first_field_as_its_id(tmp_path):
+    """A TSV corpus line whose text holds a tab is a ``bad_tsv_row``; it names its first field,
+    so that the stored document of that id is held by a re-index, not deleted as absent."""
+    path = tmp_path / "c.tsv"
+    path.write_text("a\tfine\nl\tnew\ttext\nnotab\n", encoding="utf-8")
+    t = _read_all(str(path), fmt="tsv")
+    assert list(zip(t.column("doc_id").to_pylist(), t.column("_reason").to_pylist(), strict=True)) == [
+        ("a", None), ("l", "bad_tsv_row"), (None, "bad_tsv_row")]
+
+
+def test_a_corpus_directory_holding_a_link_to_nothing_is_refused(tmp_path):
+    """A link to nothing (git-annex or DVC content never fetched) was left out of Arrow's listing
+    without a word: its documents were read as absent and deleted. Refused, naming it; a link to
+    a directory is followed, a hidden one is not read."""
+    d = tmp_path / "d"
+    (tmp_path / "real").mkdir()
+    write_jsonl(tmp_path / "real" / "b.jsonl", [{"_id": "b", "text": "t"}])
+    d.mkdir()
+    write_jsonl(d / "a.jsonl", [{"_id": "a", "text": "t"}])
+    (d / "sub").symlink_to(tmp_path / "real")
+    (d / ".hidden.jsonl").symlink_to(tmp_path / "nowhere-hidden")
+    assert sorted(s.path.rsplit("/", 1)[-1] for s in list_sources(str(d))) == ["a.jsonl", "b.jsonl"]
+    (d / "broken.jsonl").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(CorpusError, match=r"broken.jsonl is a link to nothing"):
+        list_sources(str(d))
 
 
 def test_an_overlong_line_is_skipped_without_losing_the_next_and_names_the_id_it_starts_with(tmp_path):

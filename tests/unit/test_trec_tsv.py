@@ -209,8 +209,8 @@ def test_malformed_trec_and_tsv_are_rejects_and_every_good_document_is_read(tmp_
     tsv.write_bytes(b"1\tgood one\r\nno tab here\n\tempty id\n3\t   \n4\ttitle\ttext\n5\tbad \xff bytes\n\n 6\tspaced id\n7\tgood two\n")
     t = _read_all(tsv, batch_rows=3)
     got = list(zip(t.column("_location").to_pylist(), t.column("doc_id").to_pylist(), t.column("_reason").to_pylist(), strict=True))
-    assert got == [(1, "1", None), (2, None, "bad_tsv_row"), (3, None, "missing_id"), (4, "3", "empty_text"), (5, None, "bad_tsv_row"),
-                   (6, "5", "invalid_utf8"), (8, " 6", "bad_id"), (9, "7", None)]  # (6: its id is UTF-8, so its stored copy is held)
+    assert got == [(1, "1", None), (2, None, "bad_tsv_row"), (3, None, "missing_id"), (4, "3", "empty_text"), (5, "4", "bad_tsv_row"),
+                   (6, "5", "invalid_utf8"), (8, " 6", "bad_id"), (9, "7", None)]  # (5, 6: their ids are read, so their stored copies are held)
     assert t.column("text").to_pylist()[0] == "good one"  # the \r of a CRLF line is dropped
     assert Counter(r for _, _, r in got if r) == {"bad_tsv_row": 2, "missing_id": 1, "empty_text": 1, "invalid_utf8": 1, "bad_id": 1}
     assert {"unclosed_doc", "outside_doc", "bad_tsv_row"} <= set(REJECT_REASONS)
@@ -245,7 +245,7 @@ def test_dpr_passages_tsv_is_read_as_dpr_reads_it(tmp_path):
     t = _read_all(path)
     got = list(zip(*(t.column(c).to_pylist() for c in ("_location", "doc_id", "title", "text", "_reason")), strict=True))
     assert got == [(2, "1", "Aaron", 'Aaron Aaron ( or ; "Ah\u00e4r\u00f4n") is a prophet', None), (3, "2", "Title, quoted", "a text\twith a tab", None),
-                   (4, "3", "Plain", "plain text", None), (5, None, None, None, "bad_tsv_row"), (6, None, None, None, "bad_tsv_row"),
+                   (4, "3", "Plain", "plain text", None), (5, "4", None, None, "bad_tsv_row"), (6, "5", None, None, "bad_tsv_row"),
                    (7, "6", "T", "abcdef", None)]  # (DPR's csv is not strict: text after a closing quote is kept)
     plain = tmp_path / "collection.tsv"
     plain.write_bytes(b'id\ttext\n1\t"quoted"\n')  # MS MARCO's layout: no header, no quoting (this first line is a document)
@@ -271,7 +271,7 @@ def test_ms_marco_v1_documents_tsv_is_read_as_published(tmp_path):
     got = list(zip(*(t.column(c).to_pylist() for c in ("_location", "doc_id", "title", "text", "_reason")), strict=True))
     assert got == [(1, "D1555982", "The hot glowing surfaces of stars", "Science & Mathematics Physics The hot glowing surfaces of stars emit energy", None),
                    (2, "D301595", None, 'Child development "stages"', None), (3, "D1359209", ".", "", None),
-                   (4, None, None, None, "bad_tsv_row"), (5, None, None, None, "missing_id"), (6, "D7", None, None, "empty_text")]
+                   (4, "D5", None, None, "bad_tsv_row"), (5, None, None, None, "missing_id"), (6, "D7", None, None, "empty_text")]
     assert [json.loads(m) if m else None for m in t.column("metadata").to_pylist()[:3]] == [
         {"url": "https://answers.yahoo.com/question/index?qid=20071007114826AAwCFvR"},
         {"url": "http://childparenting.about.com/od/physicalemotionalgrowth/tp/Child-Development.htm"}, {"url": "http://example.org/"}]
