@@ -798,6 +798,15 @@ def test_a_step_after_the_versions_tag_that_fails_leaves_a_manifest_that_says_wh
     assert store.complete_version() == store.version == manifest["table"]["version"] and store.count() == 15
     with pytest.raises(ValueError, match=r"'prod v2' cannot tag a version: a tag has only letters, digits"):
         cfg(15, tag="prod v2")
+    with pytest.raises(ValueError, match=r"a tag of digits alone would read as a version number"):
+        cfg(15, tag="3")
+    # a tag already naming a version a completed run finished is not moved to this run's: what a manifest, a paper or
+    # --table-version TAG names would read other documents, and the version, untagged, be pruned
+    paper = run_index(cfg(15, tag="paper"), tmp_path / "r4")
+    with pytest.raises(IndexJobError, match=r"tag 'paper' already names v\d+, which a completed run finished.*give this run another tag"):
+        run_index(cfg(12, tag="paper"), tmp_path / "r5")
+    store = DocStore(str(tmp_path / "db"))
+    assert store.tagged_version("paper") == paper.table_version == store.complete_version() and store.count() == 15
     # an --out holding another job's manifest is refused before the table is touched
     from logicrank.jobs.rundir import RunDirOfAnotherJob
 

@@ -35,6 +35,8 @@ def tag_problem(name: str) -> str | None:
         return "a tag has only letters, digits, '.', '-' and '_'"
     if name.startswith(".") or name.endswith(".") or ".." in name or name.endswith(".lock"):
         return "a tag neither starts nor ends with a dot, holds no '..' and does not end with '.lock'"
+    if name.isdigit():
+        return "a tag of digits alone would read as a version number (--table-version 3 reads version 3)"
     if name == COMPLETE_TAG or name.startswith(EMBEDDED_BY):
         return f"{COMPLETE_TAG!r} and {EMBEDDED_BY}... are the index job's own tags"
     return None
