@@ -332,24 +332,30 @@ def _trec_not_read(rel: str) -> bool:
     return name.startswith(_TREC_NOT_READ_PREFIX) or any(f in _TREC_NOT_READ_FOLDERS for f in folders)
 
 
-def _refuse_broken_links(path: str, location: str) -> None:
-    """Refuse a corpus directory holding a link to nothing (not hidden): Arrow's listing leaves
-    it out, so its documents were read as absent from the snapshot and deleted (git-annex or DVC
-    content never fetched looks so). Links to directories are followed, as Arrow follows them,
-    each real directory once."""
-    seen: set[str] = set()
-    for top, dirs, names in os.walk(path, followlinks=True):
+def _broken_links(path: str) -> list[str]:
+    """The links to nothing under directory ``path`` (hidden ones aside), which Arrow's listing
+    leaves out without a word (git-annex or DVC content never fetched looks so). Links to
+    directories are followed, as Arrow follows them, each real directory once; only a link's
+    entry costs a second look at the disk."""
+    out, seen, todo = [], set(), [path]
+    while todo:
+        top = todo.pop()
         real = os.path.realpath(top)
         if real in seen:
-            dirs[:] = []
             continue
         seen.add(real)
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in names + dirs:
-            full = os.path.join(top, name)
-            if not name.startswith(".") and os.path.islink(full) and not os.path.exists(full):
-                raise CorpusError(f"corpus {location}: {full} is a link to nothing ({os.readlink(full)}); its documents would be read as "
-                                  "deleted: fetch its content, or remove the link")
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue  # (a directory this process cannot list: Arrow's listing says so)
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            if e.is_dir():  # (follows a link to a directory)
+                todo.append(e.path)
+            elif e.is_symlink() and not os.path.exists(e.path):
+                out.append(e.path)
+    return sorted(out)
 
 
 def _list_sources(location: str, fmt: str) -> Sources:
@@ -390,11 +396,10 @@ def _list_sources(location: str, fmt: str) -> Sources:
                 f"(found: {', '.join(top[:10]) or 'nothing'}); give the directory that holds the corpus, or the corpus file itself."
             )
 
-    if isinstance(fs, pafs.LocalFileSystem):
-        _refuse_broken_links(path, location)
+    broken = _broken_links(path) if isinstance(fs, pafs.LocalFileSystem) else []
     files = sorted(
-        f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if f.type == pafs.FileType.File
-    )
+        [f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if f.type == pafs.FileType.File] + broken
+    )  # (a link to nothing goes through the filters below: refused where it would be read)
     files = [p for p in files if not any(part.startswith(".") for part in p[len(path.rstrip("/")) + 1 :].split("/"))]  # hidden: not read
     not_read: list[str] = []
     if fmt == "trec":
@@ -416,6 +421,9 @@ def _list_sources(location: str, fmt: str) -> Sources:
         raise CorpusError(f"corpus: {location!r} holds {len(unread)} document file(s) in a compression that is not read ({rel}); "
                           "decompress them, or compress them as .gz, .bz2, .zst or .lz4.")
     wanted = [p for p in files if kinds[p] is not None and (fmt in ("auto", "beir") or kinds[p] == fmt)]
+    if gone := sorted(set(wanted) & set(broken)):
+        raise CorpusError(f"corpus {location}: {gone[0]} is a link to nothing ({os.readlink(gone[0])}; {len(gone)} such document file(s)); "
+                          "its documents would be read as deleted: fetch its content, or remove the link")
     # a file, or a folder below the corpus's (Hugging Face's BEIR layout: queries/queries/0000.parquet), named as one
     not_docs = [rel for rel in (p[len(path.rstrip("/")) + 1 :] for p in wanted)
                 if any(part.lower().startswith(_NOT_DOCUMENTS) for part in rel.split("/"))]  # (relative)

@@ -268,9 +268,10 @@ def conform(table: pa.Table, contract: pa.Schema, stage: str) -> pa.Table:
     columns = []
     for field in contract:
         col = table.column(field.name)
-        if (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)) and not _as_text(col.type):
-            raise SchemaError(f"{stage}: column {field.name!r} has type {col.type}; it holds text (ids as strings or integers): "
-                              f"a {col.type} would be written as another id ({'1e+18 for 1e18' if pa.types.is_floating(col.type) else 'true'})")
+        if (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)) and not _as_text(col.type) and col.null_count < len(col):
+            # (a column of nulls alone, pandas' float NaN of an empty column, is nulls as text too)
+            raise SchemaError(f"{stage}: column {field.name!r} has type {col.type}; it holds text (ids as strings or integers), "
+                              f"and a {col.type} value would be written otherwise than given (a float 1e18 as '1e+18', 10.0 as '10')")
         if not col.type.equals(field.type):
             try:
                 col = col.cast(field.type)

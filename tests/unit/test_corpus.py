@@ -283,6 +283,9 @@ def test_a_corpus_directory_holding_a_link_to_nothing_is_refused(tmp_path):
     (d / "sub").symlink_to(tmp_path / "real")
     (d / ".hidden.jsonl").symlink_to(tmp_path / "nowhere-hidden")
     assert sorted(s.path.rsplit("/", 1)[-1] for s in list_sources(str(d))) == ["a.jsonl", "b.jsonl"]
+    (d / "README.md").symlink_to(tmp_path / "nowhere-readme")  # a file the reader would not read: no matter
+    (d / "queries.tsv").symlink_to(tmp_path / "nowhere-queries")
+    assert sorted(s.path.rsplit("/", 1)[-1] for s in list_sources(str(d))) == ["a.jsonl", "b.jsonl"]
     (d / "broken.jsonl").symlink_to(tmp_path / "nowhere")
     with pytest.raises(CorpusError, match=r"broken.jsonl is a link to nothing"):
         list_sources(str(d))

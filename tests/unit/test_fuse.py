@@ -140,6 +140,9 @@ def test_max_refuses_a_query_whose_scores_are_none_above_zero():
         {("q1", "d1"): 1.0 + 0.1 / 0.9, ("q1", "d2"): 0.6, ("q1", "d3"): 0.2 + 1.0, ("q1", "d4"): 0.5 / 0.9, ("q2", "d1"): 1.0, ("q2", "d4"): 1.0})
     with pytest.raises(ValueError, match="rrf's k is a whole number"):
         fuse([A, B], 10, method="rrf", parameter=60.7)
+    zeros = _run([("q1", "d1", 0.0), ("q1", "d2", 0.0)], "z")  # scores all 0 stay 0 (ranx's 0 / 1e-9): fused, not refused
+    assert _scores(fuse([zeros, other], 10, method="sum", norm="max")) == pytest.approx(
+        {("q1", "d1"): 0.1 / 0.9, ("q1", "d2"): 0.5 / 0.9, ("q1", "d3"): 1.0})
 
 
 def test_ranx_rrf_equals_the_rrf_stage():

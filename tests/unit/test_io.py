@@ -94,6 +94,11 @@ def test_a_parquet_run_whose_ids_are_floats_or_booleans_is_refused(tmp_path, ids
         read_run(path)
     pq.write_table(pa.table(table | {"doc_id": [10, 11][:n]}), path)
     assert read_run(path).column("doc_id").to_pylist() == ["10", "11"][:n]
+    # a column of nulls alone (pandas' float NaN of an empty column) is nulls as text, as before
+    from logicrank.schemas.tables import QUERIES, conform
+
+    empty = pa.table({"query_id": ["1"], "text": ["a"], "logical_query": pa.array([None], pa.float64())})
+    assert conform(empty, QUERIES, "queries").column("logical_query").to_pylist() == [None]
 
 
 def test_trec_formats_and_errors(tmp_path):

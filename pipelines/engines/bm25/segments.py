@@ -223,8 +223,11 @@ def plan_patch(table: Callable, base: str, work: str, segment_rows: int, limit: 
     hit = np.zeros(stored.num_rows, bool)  # the table's rows some kept row is
     hit[pc.fill_null(at, 0).to_numpy(zero_copy_only=False)[kept]] = True
     new = stored.filter(pa.array(~hit))
-    counts = {"docs": len(kept) + new.num_rows, "kept": len(kept), "fresh": new.num_rows, "repeated": _repeated(old, keep, new)}
-    if new.num_rows > limit * max(1, stored.num_rows) or counts["docs"] != stored.num_rows or counts["repeated"]:
+    counts = {"docs": len(kept) + new.num_rows, "kept": len(kept), "fresh": new.num_rows, "repeated": False}
+    if new.num_rows > limit * max(1, stored.num_rows) or counts["docs"] != stored.num_rows:
+        return counts  # (a build: the look-up below is not paid for)
+    counts["repeated"] = _repeated(old, keep, new)
+    if counts["repeated"]:
         return counts
     np.save(work_dir / "kept.npy", kept)
     _write_work(new.select(["doc_id"]), work_dir / "fresh.parquet")

@@ -3,9 +3,10 @@
 A saved index is a directory (versions.py names one per table version) holding:
 
 * ``meta.json``: the format (:data:`FORMAT`), the analyzer's digest
-  (:func:`~.analyzer.analyzer_digest`), the weighting's (:func:`weighting_digest`), the table
-  version and its stamp, the save's id,
-  the counts of documents and terms, the documents per segment;
+  (:func:`~.analyzer.analyzer_digest`), the weighting's (:func:`weighting_digest`), the
+  counting's (:func:`counting_digest`), the table version and its stamp, the save's id, the
+  counts of documents and terms, the documents per segment, each field's postings (``nnz``:
+  a counts file of another save is told by it);
 * the term counts, which a patch reads: ``title.npz`` and ``text.npz`` (documents x terms,
   CSR), ``docs.parquet`` (doc id and content hash per row), ``vocab.parquet`` (the terms), and
   ``stats.npz``, each field's statistics over every row (:func:`write_stats`: a patch takes the
@@ -17,8 +18,9 @@ A saved index is a directory (versions.py names one per table version) holding:
 
 Every file carries the save's id, so that a reader never mixes the files of two saves; a save
 writes into a temporary sibling and renames it into place. A reader that finds an index absent,
-partial, damaged, of another format, analyzer or weighting, or of another table (its stamp)
-gets None and rebuilds it.
+partial, damaged, of another format, analyzer, counting or weighting, or of another table
+(its stamp) gets None and rebuilds it (weights of another weighting alone are weighed again
+from the counts).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from logicrank.pipelines.engines.bm25 import loading
 from logicrank.pipelines.engines.bm25.analyzer import analyzer_digest
 
 FORMAT = 3  # the on-disk layout; an index of another format is rebuilt (2: the mapped search files; 3: in segments of documents)
-COUNTS_FORMATS = (2, 3)  # the formats whose term counts a patch reads (formats 2 and 3 store them alike): an older index is re-saved, not re-analyzed
+COUNTS_FORMATS = (2, 3)  # the formats whose term counts a patch reads (formats 2 and 3 store them alike; of this counting's digest)
 SEGMENT_ROWS = 1 << 19  # documents per segment of a saved index (:func:`segmented`): a shard reads only its segments
 
 

@@ -3,8 +3,8 @@ run's scores normalised per query (``norm``), then combined by one of ranx's fus
 the fused run cut to each query's top ``k``.
 
 - Normalisations (ranx's names): ``min-max``, ``max`` (each score over the query's largest:
-  refused where that is not above 0, as log-probabilities are, which ranx would multiply by
-  1e9), ``sum``, ``zmuv`` (z-score: zero mean, unit variance), ``rank`` (``1 - (rank - 1) / n``
+  refused where that is not above 0 and some score is below, as log-probabilities are, which
+  ranx would multiply by 1e9), ``sum``, ``zmuv`` (z-score: zero mean, unit variance), ``rank`` (``1 - (rank - 1) / n``
   over the query's ``n`` documents: linear, not 1 / rank), ``borda``; ``none`` keeps the raw
   scores. A query whose scores are all equal normalises to 0 under ``min-max`` (ranx's rule).
 - Methods that need no training: CombSUM ``sum``, CombMNZ ``mnz``, ``max``, ``min``, ``med``,
@@ -115,12 +115,12 @@ def _ranx_run(run: pa.Table, query_ids: Sequence[str], norm: str, by_rank: bool 
 
 
 def _require_positive_max(held: dict[str, dict[str, float]]) -> None:
-    """Refuse ``max`` over a query whose largest score is not above 0: ranx divides by
+    """Refuse ``max`` over a query whose scores are below 0 and none above: ranx divides by
     ``max(largest, 1e-9)``, so such a run's scores (log-probabilities, say) would be multiplied
-    by 1e9 and decide the fused ranking alone."""
+    by 1e9 and decide the fused ranking alone. Scores all 0 stay 0."""
     for q, scores in held.items():
-        top = max(scores.values())
-        if not top > 0:
+        top, low = max(scores.values()), min(scores.values())
+        if not top > 0 and low < 0:
             raise ValueError(f"fuse: norm max divides each query's scores by its largest, and query {q!r} has none above 0 "
                              f"(its largest: {top!r}); use min-max or sum for scores that may be negative")
 
