@@ -63,7 +63,9 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     for note in notes if echo else ():
         echo(note)
     fallback = sum(q.status != "ok" for q in parsed)
+    # the table version read, as retrieve records it: an index run moving the complete mark later leaves this tied to its documents
+    read = {"table": {"db": db, "name": table, "version": store.version, "made": store.version_stamp()}}
     rundir.write_manifest({"queries": queries_path, "qrels": qrels_path, "db": db, "measure": str(m), "k": k, "scorer": scorer,
                            "calibration": calibration, "empty_not": empty_not},
-                          "", {}, ["ablation.parquet", "ablation.md"], fallback_queries=fallback, notes=notes)
+                          "", read, ["ablation.parquet", "ablation.md"], fallback_queries=fallback, notes=notes, table_note=note)
     return df

@@ -115,14 +115,27 @@ def run_at(cfg: NightlyConfig, version: str, echo: Callable[[str], None] | None 
     require_inputs(cfg, baseline=False)
     for line in at_config_notes(pipeline_hashes(cfg), read_history(Path(cfg.out)), version):
         (echo or (lambda m: None))(line)
+    # a tag resolved once: every query set reads one version, though the night (or an index run) moves the tag meanwhile
+    pinned = _pinned_version(cfg, version)
     out = {}
     with ray_session(cfg.index.ray):
         for qs in cfg.query_sets:
             where = Path(cfg.out) / "at" / version / "sets" / qs
-            runs = run_retrieve(cfg.retrieve_config(qs, version), where / "retrieve", echo=echo, progress=progress)
+            runs = run_retrieve(cfg.retrieve_config(qs, pinned), where / "retrieve", echo=echo, progress=progress)
             out[qs] = run_evaluate(cfg.evaluate_config(qs, tuple(str(runs[p]) for p in cfg.pipelines)), where / "evaluate",
                                    title=f"{qs} at table version {version}")
     return out
+
+
+def _pinned_version(cfg: NightlyConfig, version: str) -> int | str:
+    """The table version ``version`` (a number, or a tag) names now, as a number; as given where
+    the table cannot be opened at it (retrieve says why, in one line)."""
+    from logicrank.pipelines.engines.store import DocStore
+
+    try:
+        return int(DocStore(cfg.index.db, cfg.index.table, version=version).version)
+    except Exception:  # noqa: BLE001 (no table, no such tag or version: the retrieve job's own refusal names it)
+        return version
 
 
 class NightRun(NightBook):

@@ -133,6 +133,8 @@ def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(sy
     assert len(table) == 18
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert (manifest["config"]["scorer"], manifest["config"]["calibration"]) == ("bm25", "max")
+    read = DocStore(str(synthetic / "db")).readable(None, "ablate")[0]  # the version read is recorded, as retrieve records it
+    assert manifest["inputs"]["table"] == {"db": str(synthetic / "db"), "name": "docs", "version": read.version, "made": read.version_stamp()}
     runs = run_retrieve(_cfg(synthetic, methods=("itlr",), k=100, scorer="bm25"), tmp_path / "r")
     m = run_metrics(pq.read_table(runs["itlr"]), read_qrels(str(qrels)), [parse_measure("nDCG@10")], "itlr").to_pandas()
     assert abs(table["and=product,or=sum,not=complement"] - m[m["query_id"] == "all"]["value"].item()) < 1e-9

@@ -226,6 +226,43 @@ def test_nightly_at_prints_each_runs_depth(tmp_path, monkeypatch):
     assert re.search(r"^measure +depth +nDCG@10$", res.stdout, re.M) and re.search(r"^bm25 +10 +0\.6000$", res.stdout, re.M), res.stdout
 
 
+def test_nightly_at_a_tag_reads_one_version_for_every_query_set(tmp_path, monkeypatch):
+    """`nightly --at served` resolved the tag once per query set: a night (or an index run)
+    moving it between two sets had them read two versions, presented as one. Resolved once."""
+    import contextlib
+
+    import numpy as np
+    import pyarrow as pa
+
+    from logicrank.jobs import evaluate, raysession, retrieve
+    from logicrank.jobs.nightly import run_at
+    from logicrank.pipelines.engines.embed import to_fixed_size_list
+    from logicrank.pipelines.engines.store import DocStore
+
+    store = DocStore(str(tmp_path / "db"))
+    store.open_or_create(4, "gen")
+    rows = lambda ids: pa.table({"doc_id": ids, "title": [None] * len(ids), "text": ["t"] * len(ids), "metadata": [None] * len(ids),  # noqa: E731
+                                 "content_hash": ids, "vector": to_fixed_size_list(np.ones((len(ids), 4), np.float32))})
+    store.upsert(rows(["d1"]))
+    store.tag("served")
+    first = store.version
+    store.upsert(rows(["d2"]))
+    cfg = NightlyConfig.model_validate(_config(tmp_path, query_sets={n: {"queries": str(tmp_path / "q.jsonl"), "qrels": str(tmp_path / "qrels.tsv")}
+                                                                     for n in ("a", "b")}))
+    asked = []
+
+    def fake_retrieve(rc, out, **kw):
+        asked.append(rc.table_version)
+        DocStore(str(tmp_path / "db")).tag("served", store.version)  # the night moves the tag meanwhile
+        return {"bm25": out / "bm25.parquet"}
+
+    monkeypatch.setattr(retrieve, "run_retrieve", fake_retrieve)
+    monkeypatch.setattr(evaluate, "run_evaluate", lambda *a, **kw: None)
+    monkeypatch.setattr(raysession, "ray_session", lambda *a, **kw: contextlib.nullcontext())
+    run_at(cfg, "served")
+    assert asked == [first, first]
+
+
 class _Recorder(BaseHTTPRequestHandler):
     bodies: list = []
 
