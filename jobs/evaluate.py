@@ -48,6 +48,9 @@ def _evaluate_into(cfg: EvaluateConfig, rundir: RunDir, title: str, echo: Callab
             echo(f"evaluate: config, qrels and runs unchanged since the last run: skipped; metrics in {rundir.path / 'metrics.parquet'}")
         return pq.read_table(rundir.path / "metrics.parquet")
     qrels = read_qrels(cfg.qrels) if cfg.runs else None
+    tables = retrieved_from(cfg.runs)
+    if len({json.dumps(t, sort_keys=True) for t in tables.values()}) > 1 and echo:
+        echo(table_versions_note(tables))
     runs, removed, empty, run_ids = _read_runs(cfg, echo)
     runs, run_ids, identical = _identical_ids(cfg, runs, run_ids, echo)
     ev = _evaluate(cfg, qrels, runs, run_ids, removed, qa_measures)
@@ -70,8 +73,37 @@ def _evaluate_into(cfg: EvaluateConfig, rundir: RunDir, title: str, echo: Callab
         depths=ev.depths,
         empty_runs=empty,
         identical_ids={"rows": identical, "dropped": cfg.ignore_identical_ids},
+        retrieved_from=tables,
     )
     return ev.metrics
+
+
+def retrieved_from(runs) -> dict[str, dict]:
+    """Per run file that a retrieve run wrote (its ``runs/`` folder beside the run's manifest),
+    the table it was retrieved from (db, name, version, when made), as that manifest records it."""
+    out = {}
+    for path in runs:
+        manifest = Path(path).resolve().parent.parent / "manifest.json"
+        if Path(path).resolve().parent.name != "runs" or not manifest.is_file():
+            continue
+        try:
+            table = json.loads(manifest.read_text()).get("inputs", {}).get("table")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(table, dict):
+            out[str(path)] = table
+    return out
+
+
+def table_versions_note(tables: dict[str, dict]) -> str:
+    """The one line said where the runs were retrieved from more than one table version: their
+    figures are of other documents, and a significance test pairs them as one collection's."""
+    by: dict[str, list[str]] = {}
+    for path, t in tables.items():
+        by.setdefault(f"{t.get('name')} v{t.get('version')} (made {t.get('made')})", []).append(Path(path).name)
+    parts = "; ".join(f"{v}: {', '.join(names)}" for v, names in by.items())
+    return (f"evaluate: the runs were retrieved from {len(by)} table versions ({parts}): their figures are of other documents, "
+            "and the significance tests pair them as if of one collection.")
 
 
 def _check_inputs(cfg: EvaluateConfig) -> tuple[list, list[str]]:

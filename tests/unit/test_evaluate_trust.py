@@ -542,6 +542,30 @@ def test_a_run_file_of_a_retrieve_run_that_has_not_finished_is_refused(tmp_path,
     assert metrics.set_index(["query_id", "measure"]).loc[("q1", "MRR"), "value"] == pytest.approx(0.5, abs=1e-12)
 
 
+def test_runs_retrieved_from_two_table_versions_are_said_so_and_recorded(tmp_path):
+    """Runs of two retrieve runs over two table versions were compared, significance tests
+    included, without a word: their figures are of other documents. A note says so, and the
+    manifest records each run's table (from its retrieve run's manifest)."""
+    qrels = pq.write_table(_qrels_table([("q1", "d2", 1)]), tmp_path / "qrels.parquet") or tmp_path / "qrels.parquet"
+    paths = []
+    for name, version in (("a", 3), ("b", 5)):
+        out = tmp_path / name
+        (out / "runs").mkdir(parents=True)
+        pq.write_table(_run_table([("q1", "d1", 1, 2.0), ("q1", "d2", 2, 1.0)]).set_column(5, "run_id", pa.array([name] * 2)),
+                       out / "runs" / f"{name}.parquet")
+        table = {"db": "db", "name": "docs", "version": version, "made": f"2026-12-0{version} 10:00:00.000000Z"}
+        (out / "manifest.json").write_text(json.dumps({"stage": "retrieve", "status": "ok", "inputs": {"table": table}}))
+        paths.append(str(out / "runs" / f"{name}.parquet"))
+    said = []
+    run_evaluate(EvaluateConfig(qrels=str(qrels), runs=tuple(paths)), tmp_path / "eval", echo=said.append)
+    notes = [line for line in said if "table versions" in line]
+    assert notes == ["evaluate: the runs were retrieved from 2 table versions (docs v3 (made 2026-12-03 10:00:00.000000Z): a.parquet; "
+                     "docs v5 (made 2026-12-05 10:00:00.000000Z): b.parquet): their figures are of other documents, and the "
+                     "significance tests pair them as if of one collection."]
+    manifest = json.loads((tmp_path / "eval" / "manifest.json").read_text())
+    assert [manifest["retrieved_from"][p]["version"] for p in paths] == [3, 5]
+
+
 def test_an_evaluate_into_the_retrieves_out_is_refused_and_a_first_run_says_it_is_running(tmp_path):
     """`evaluate --out R` over the runs of `retrieve --out R` replaced the retrieve's manifest
     with its own, so a retrieve later killed in R (its new bm25 beside the old dense) left no
