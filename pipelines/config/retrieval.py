@@ -44,7 +44,8 @@ class RetrieveConfig(_Config):
 
     queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL, Parquet, qid<TAB>text TSV (.tsv) or a TREC topics file.")
     topics_field: Literal["title", "desc", "narr"] = Field(
-        "title", description="The field of a TREC topics file whose text is the query (title, desc or narr); only TREC topics files have one."
+        "title", description="The topic field that is the query: a TREC topics file's title, desc or narr; in JSONL or Parquet queries, "
+        "desc and narr read the key desc/description/question and narr/narrative (title: text, query or title); a TSV file has title alone."
     )
     db: str = Field(description="LanceDB directory or URI.")
     table: str = Field("docs", description="The table in the LanceDB directory.")
@@ -105,7 +106,8 @@ class DecomposeConfig(_Config):
 
     queries: str = Field(description="Queries: BEIR queries.jsonl, JSONL, Parquet, qid<TAB>text TSV (.tsv) or a TREC topics file.")
     topics_field: Literal["title", "desc", "narr"] = Field(
-        "title", description="The field of a TREC topics file whose text is the query (title, desc or narr); only TREC topics files have one."
+        "title", description="The topic field that is the query: a TREC topics file's title, desc or narr; in JSONL or Parquet queries, "
+        "desc and narr read the key desc/description/question and narr/narrative (title: text, query or title); a TSV file has title alone."
     )
     llm: LLMConfig = LLMConfig()
     ray: RayConfig = RayConfig()
