@@ -3,7 +3,8 @@
     make bench-orlog     # 16 ITLR-benchmark questions x dense top 10 x 3 gold atoms, SmolLM2 scoring
 
 Builds the ITLR benchmark's small layout (one question per template), indexes it, writes gold
-OrLog decompositions (one atom per term), then times the orlog method alone: candidate
+OrLog decompositions (one atom per term), then times the whole `retrieve` call of the orlog
+pipeline (Ray's start, its dense first stage and its decomposition stage included): candidate
 fetch, truth prompts on the Ray actor pool (actor and engine start-up included), calibration,
 exact posterior and ranking. Reports pairs/s and prompts/s, and the same for the reasoner.
 """
