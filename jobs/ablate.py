@@ -60,8 +60,8 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     df = grid_table(pairs, qrels, m, k)
     write_parquet_atomic(pa.Table.from_pandas(df, preserve_index=False), Path(out) / "ablation.parquet")
     write_text_atomic(grid_markdown(df, m, notes), Path(out) / "ablation.md")
-    for note in notes if echo else ():
-        echo(note)
+    for line in notes if echo else ():
+        echo(line)
     fallback = sum(q.status != "ok" for q in parsed)
     # the table version read, as retrieve records it: an index run moving the complete mark later leaves this tied to its documents
     read = {"table": {"db": db, "name": table, "version": store.version, "made": store.version_stamp()}}

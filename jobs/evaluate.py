@@ -49,7 +49,7 @@ def _evaluate_into(cfg: EvaluateConfig, rundir: RunDir, title: str, echo: Callab
         return pq.read_table(rundir.path / "metrics.parquet")
     qrels = read_qrels(cfg.qrels) if cfg.runs else None
     tables = retrieved_from(cfg.runs)
-    if len({json.dumps(t, sort_keys=True) for t in tables.values()}) > 1 and echo:
+    if len({_version_key(t) for t in tables.values()}) > 1 and echo:
         echo(table_versions_note(tables))
     runs, removed, empty, run_ids = _read_runs(cfg, echo)
     runs, run_ids, identical = _identical_ids(cfg, runs, run_ids, echo)
@@ -95,12 +95,18 @@ def retrieved_from(runs) -> dict[str, dict]:
     return out
 
 
+def _version_key(table: dict) -> str:
+    """A table version as the note names it: the table, the version, when it was made (the db's
+    path as written may differ for one table: not compared)."""
+    return f"{table.get('name')} v{table.get('version')} (made {table.get('made')})"
+
+
 def table_versions_note(tables: dict[str, dict]) -> str:
     """The one line said where the runs were retrieved from more than one table version: their
     figures are of other documents, and a significance test pairs them as one collection's."""
     by: dict[str, list[str]] = {}
     for path, t in tables.items():
-        by.setdefault(f"{t.get('name')} v{t.get('version')} (made {t.get('made')})", []).append(Path(path).name)
+        by.setdefault(_version_key(t), []).append(Path(path).name)
     parts = "; ".join(f"{v}: {', '.join(names)}" for v, names in by.items())
     return (f"evaluate: the runs were retrieved from {len(by)} table versions ({parts}): their figures are of other documents, "
             "and the significance tests pair them as if of one collection.")

@@ -279,8 +279,8 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: Sources, progress: 
     summary = IndexSummary(not_read=list(sources.not_read), why_not_read=sources.why_not_read)
     version_before = store.version if store.exists() else None
     summary.since_version = last_complete(store)
-    _refuse_a_finished_tag(cfg, store, summary.since_version)
     stopped = rundir.previous() or {}
+    _refuse_a_finished_tag(cfg, store, summary.since_version, stopped)
     summary.kept_manifest = rundir.keep_unfinished()  # a stopped run's record is never written over, whatever it left
     # a run killed outright (SIGKILL, the OOM killer, a lost node) leaves a manifest that says `running`, not the earlier
     # run's `ok` beside a table this run changed
@@ -539,14 +539,17 @@ def vector_column(cfg: IndexConfig, store: DocStore) -> VectorColumn | None:
     return VectorColumn(cfg.vector_column, next(iter(dims.values())))
 
 
-def _refuse_a_finished_tag(cfg: IndexConfig, store: DocStore, complete: int | None) -> None:
+def _refuse_a_finished_tag(cfg: IndexConfig, store: DocStore, complete: int | None, previous: dict) -> None:
     """Refuse ``--tag`` where the tag already names a version a completed run finished (at or
     before the last complete one): it was moved to this run's version without a word, so a
     manifest, a paper or ``--table-version TAG`` naming it read other documents, and its
-    version, untagged, was pruned. A tag this job made on a version it then did not mark (a run
-    stopped between the two, rerun) names a later version and is moved."""
+    version, untagged, was pruned. Moved as before: a tag this job made on a version it then
+    did not mark (a run stopped between the two, rerun), and one naming the last complete
+    version where this run directory's previous run did not finish (``previous``: its manifest;
+    stopped after the tag and the mark, before its record: a nightly's index step resumed)."""
     at = store.tagged_version(cfg.tag) if cfg.tag and store.exists() else None
-    if at is not None and complete is not None and at <= complete:
+    own_retry = at == complete and previous.get("status") not in (None, "ok")
+    if at is not None and complete is not None and at <= complete and not own_retry:
         raise IndexJobError(f"index: tag {cfg.tag!r} already names v{at}, which a completed run finished; a tag names one version "
                             "(what its manifests and --table-version read): give this run another tag. Nothing was read into the table.")
 

@@ -807,6 +807,14 @@ def test_a_step_after_the_versions_tag_that_fails_leaves_a_manifest_that_says_wh
         run_index(cfg(12, tag="paper"), tmp_path / "r5")
     store = DocStore(str(tmp_path / "db"))
     assert store.tagged_version("paper") == paper.table_version == store.complete_version() and store.count() == 15
+    # the same run directory's run stopped after its tag and mark, before its record (a nightly's index step resumed):
+    # its own tag, moved as before; and a finished run's rerun there is refused
+    manifest = json.loads((tmp_path / "r4" / "manifest.json").read_text())
+    (tmp_path / "r4" / "manifest.json").write_text(json.dumps({**manifest, "status": "running"}))
+    again = run_index(cfg(12, tag="paper"), tmp_path / "r4")
+    assert DocStore(str(tmp_path / "db")).tagged_version("paper") == again.table_version != paper.table_version
+    with pytest.raises(IndexJobError, match="tag 'paper' already names"):
+        run_index(cfg(10, tag="paper"), tmp_path / "r4")
     # an --out holding another job's manifest is refused before the table is touched
     from logicrank.jobs.rundir import RunDirOfAnotherJob
 
@@ -814,4 +822,4 @@ def test_a_step_after_the_versions_tag_that_fails_leaves_a_manifest_that_says_wh
     (tmp_path / "ret" / "manifest.json").write_text(json.dumps({"stage": "retrieve", "status": "ok"}))
     with pytest.raises(RunDirOfAnotherJob, match=r"holds the retrieve job's manifest"):
         run_index(cfg(10), tmp_path / "ret")
-    assert DocStore(str(tmp_path / "db")).count() == 15
+    assert DocStore(str(tmp_path / "db")).count() == 12  # (the retried run's 12)

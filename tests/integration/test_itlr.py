@@ -150,6 +150,13 @@ def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(sy
     assert refused.exit_code == 2, refused.output
     assert f"ablate: query {rows[1]['_id']}'s logical query 'vitamin D AND NOT bone' does not parse" in refused.output, refused.output
     assert not (tmp_path / "c" / "ablation.parquet").exists()
+    # a query the qrels do not judge: a note of the grid's, which the manifest recorded as the table's
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text((synthetic / "syn" / "queries.jsonl").read_text() + json.dumps({**rows[0], "_id": "unjudged"}) + "\n")
+    noted = CliRunner().invoke(app, ["ablate", str(extra), str(qrels), "--db", str(synthetic / "db"), "--scorer", "bm25", "--out", str(tmp_path / "d")])
+    assert noted.exit_code == 0 and "have no qrels" in noted.output, noted.output
+    table_note = DocStore(str(synthetic / "db")).readable(None, "ablate")[1]
+    assert json.loads((tmp_path / "d" / "manifest.json").read_text())["table_note"] == table_note
 
 
 def test_side_tables_of_a_fused_sub_pipeline_are_kept(synthetic, tmp_path):

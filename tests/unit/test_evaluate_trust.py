@@ -564,6 +564,13 @@ def test_runs_retrieved_from_two_table_versions_are_said_so_and_recorded(tmp_pat
                      "significance tests pair them as if of one collection."]
     manifest = json.loads((tmp_path / "eval" / "manifest.json").read_text())
     assert [manifest["retrieved_from"][p]["version"] for p in paths] == [3, 5]
+    # one table version named by two spellings of its db's path: nothing to say
+    b = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    b["inputs"]["table"] = dict(json.loads((tmp_path / "a" / "manifest.json").read_text())["inputs"]["table"], db="./db")
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps(b))
+    said.clear()
+    run_evaluate(EvaluateConfig(qrels=str(qrels), runs=tuple(paths)), tmp_path / "eval2", echo=said.append)
+    assert not [line for line in said if "table versions" in line]
 
 
 def test_an_evaluate_into_the_retrieves_out_is_refused_and_a_first_run_says_it_is_running(tmp_path):
