@@ -59,6 +59,8 @@ def _run(exp: Experiment, out: Path, index_dir: Path, embed: EmbedConfig, ray: R
     index = run_index(IndexConfig(corpus=str(corpus), db=cfg.db, embed=embed, ray=ray, **fmt, **exp.index), index_dir / "index", progress=progress)
     timings["index"] = time.perf_counter() - t
     t = time.perf_counter()
+    # the version the index run made, pinned: resolved again, another writer of a shared index_dir could move it between
+    cfg = cfg.model_copy(update={"table_version": index.table_version})
     runs = run_retrieve(cfg, out / "retrieve", echo=echo, progress=progress)
     timings["retrieve"] = time.perf_counter() - t
     t = time.perf_counter()

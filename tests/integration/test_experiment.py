@@ -98,6 +98,9 @@ def test_an_experiment_gives_the_table_of_its_jobs_run_by_hand_groups_and_checks
         assert_runs_close(pq.read_table(res.runs[rid]), pq.read_table(runs[rid]), f"{rid}: experiment vs by hand")
         assert (tmp_path / "exp" / "retrieve" / "runs" / f"{rid}.trec").is_file()
     assert res.reproduced and res.checks[0].got == pytest.approx(hand.loc["bm25", "nDCG@10"], abs=1e-9)
+    # retrieve reads the version the experiment's index run made, pinned, not the complete mark resolved again
+    made = json.loads((tmp_path / "exp" / "index" / "manifest.json").read_text())["table"]["version"]
+    assert json.loads((tmp_path / "exp" / "retrieve" / "manifest.json").read_text())["config"]["table_version"] == made
     by = res.groups["template"]
     assert set(by.index) == {(r, t) for r in runs for t in "AB"} and set(by["queries"]) == {20}
     per_query = res.metrics.to_pandas()
