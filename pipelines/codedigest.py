@@ -172,6 +172,21 @@ if __name__ == "__main__":
             print(f"  {m}")
 
 
+def definitions_digest(files: dict[Path, tuple[str, ...]], label: str) -> str:
+    """16 hex digits of the SHA-256 of named definitions' code (:func:`code_definitions`), read
+    from their files (nothing imported): what a saved file records of the code that made it
+    (BM25's weights and counts, the dense engine's vectors), so other code's files are made
+    again. A name not found is an error naming ``label``, the list that holds it."""
+    h = hashlib.sha256()
+    for file, names in files.items():
+        found = code_definitions(ast.parse(file.read_text(encoding="utf-8")))
+        for name in names:
+            if name not in found:
+                raise RuntimeError(f"{label} names {name!r} in {file.name}, which defines no such thing; rename it there")
+            h.update(f"{file.name}:{name}:{found[name]}\n".encode())
+    return h.hexdigest()[:16]
+
+
 def code_definitions(module: ast.Module) -> dict[str, str]:
     """A module's functions, classes' methods (``Class.method``) and assignments (by their first
     name) -> their code as :func:`ast.dump` writes it, docstrings removed."""

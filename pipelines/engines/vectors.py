@@ -14,10 +14,8 @@ is not a local directory keeps nothing: each reader reads the vectors into memor
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import re
@@ -72,14 +70,10 @@ def tiebreak_ranks(ids: pa.Array) -> np.ndarray:
 
 @functools.cache
 def code_digest() -> str:
-    """16 hex digits of the SHA-256 of the :data:`CODE` definitions' code, read from this file."""
-    from logicrank.pipelines.codedigest import code_definitions
+    """The digest of the :data:`CODE` definitions' code, read from this file."""
+    from logicrank.pipelines.codedigest import definitions_digest
 
-    found = code_definitions(ast.parse(Path(__file__).read_text(encoding="utf-8")))
-    missing = [name for name in CODE if name not in found]
-    if missing:
-        raise RuntimeError(f"dense: vectors.CODE names {missing}, which vectors.py does not define; rename them there")
-    return hashlib.sha256("".join(f"{name}:{found[name]}\n" for name in CODE).encode()).hexdigest()[:16]
+    return definitions_digest({Path(__file__): CODE}, "dense: vectors.CODE")
 
 
 def root(store) -> Path | None:

@@ -25,11 +25,9 @@ from the counts).
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import errno
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -43,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from logicrank.pipelines.codedigest import code_definitions
+from logicrank.pipelines.codedigest import definitions_digest
 from logicrank.pipelines.engines.bm25 import loading
 from logicrank.pipelines.engines.bm25.analyzer import analyzer_digest
 
@@ -157,16 +155,8 @@ COUNTING = {
 
 
 def _definitions_digest(table: dict[str, tuple[str, ...]], label: str) -> str:
-    """16 hex digits of the SHA-256 of ``table``'s definitions' code (file -> names), read from
-    their files (nothing imported: a search process loads no compiler for it)."""
-    h = hashlib.sha256()
-    for file, names in table.items():
-        found = code_definitions(ast.parse((Path(__file__).with_name(file)).read_text(encoding="utf-8")))
-        for name in names:
-            if name not in found:
-                raise RuntimeError(f"bm25: storage.{label} names {name!r} in {file}, which defines no such thing; rename it there")
-            h.update(f"{file}:{name}:{found[name]}\n".encode())
-    return h.hexdigest()[:16]
+    """The digest of ``table``'s definitions (file in this package -> names), :func:`~logicrank.pipelines.codedigest.definitions_digest`."""
+    return definitions_digest({Path(__file__).with_name(file): names for file, names in table.items()}, f"bm25: storage.{label}")
 
 
 @functools.cache
