@@ -147,8 +147,8 @@ class QuerySetConfig(_Config):
 class RegressionRule(_Config):
     """When a measure's change from one night to the next is a regression."""
 
-    max_drop: float = Field(0.01, ge=0, description="A drop of the value over queries (the report's: the mean; gm_*: the geometric mean; counts: the sum) by more than this (absolute) ...")
-    significant: bool = Field(True, description="... that is also significant (paired test, corrected p < alpha); false: the drop alone.")
+    max_drop: float = Field(0.01, ge=0, description="A change for the worse of the value over queries (the report's: the mean; gm_*: the geometric mean; counts: the sum) by more than this (absolute): a drop, or a rise for unj_k, rbp_resid and num_nonrel_judged_ret, where lower is better ...")
+    significant: bool = Field(True, description="... that is also significant (paired test, corrected p < alpha); false: the change alone.")
 
 
 class AlertConfig(_Config):

@@ -32,12 +32,13 @@ def grid_notes(queries, qrels, m, k: int) -> list[str]:
 
 def grid_table(pairs: dict, qrels, m, k: int) -> pd.DataFrame:
     """One row per operator choice (operators, measure, value: ``m`` over ``qrels``), best first
-    (a stable sort: ties keep the grid's order)."""
+    (the lowest first for a measure where lower is better, ``unj_k``; a stable sort: ties keep
+    the grid's order)."""
     rows = []
     for ops in Operators.grid():
         metrics = run_metrics(rank_pairs(pairs[ops], k, "itlr", str(ops)), qrels, [m], str(ops)).to_pandas()
         rows.append({"operators": str(ops), "measure": str(m), "value": float(metrics[metrics["query_id"] == "all"]["value"].item())})
-    return pd.DataFrame(rows).sort_values("value", ascending=False, kind="stable")
+    return pd.DataFrame(rows).sort_values("value", ascending=m.lower_is_better, kind="stable")
 
 
 def grid_markdown(df: pd.DataFrame, m, notes: list[str] = ()) -> str:

@@ -4,8 +4,10 @@ A night is the per-query metrics of every (query set, pipeline) against one tabl
 :func:`compare_nights` pairs tonight with the previous night (and a pinned baseline night)
 query by query: a paired test per measure, the p-values corrected within each measure over
 every (reference night, query set, pipeline) compared that night, and a regression when the
-value over queries (the measure's own aggregation, as the report prints it) drops by more
-than the measure's ``max_drop`` (and, when the rule asks, the drop is significant). A pipeline or query set whose definition changed between the
+value over queries (the measure's own aggregation, as the report prints it) changes for the
+worse by more than the measure's ``max_drop``: drops, or rises for a measure where lower is
+better (``unj_k``, ``rbp_resid``, ``num_nonrel_judged_ret``: ``Measure.lower_is_better``),
+and, when the rule asks, the change is significant. A pipeline or query set whose definition changed between the
 nights (another config hash) is not compared: the note says so, and that night is the new
 reference. :func:`merge_history` replaces a night's rows, so writing the same night twice
 leaves one copy.
@@ -21,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logicrank.pipelines.evaluation.measures import over_queries
+from logicrank.pipelines.evaluation.measures import lower_is_better, over_queries
 from logicrank.pipelines.evaluation.report import save_figure
 from logicrank.pipelines.evaluation.significance import adjust, paired_p_value
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID, METRICS, NIGHTLY_COMPARISONS, NIGHTLY_HISTORY, conform, require_columns
@@ -63,8 +65,8 @@ def compare_nights(old: Night | None, new: Night, rules: Mapping[str, Rule], bas
     for row in rows:
         rule = rules.get(row["measure"])
         if rule is not None and row["delta"] is not None:
-            dropped = -row["delta"] > rule.max_drop
-            row["regression"] = bool(dropped and (row["p_adjusted"] < alpha if rule.significant else True))
+            worse = row["delta"] if lower_is_better(row["measure"]) else -row["delta"]  # (unj_10 rising is worse)
+            row["regression"] = bool(worse > rule.max_drop and (row["p_adjusted"] < alpha if rule.significant else True))
     return pa.Table.from_pylist(rows, schema=NIGHTLY_COMPARISONS)
 
 

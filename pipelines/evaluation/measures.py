@@ -81,6 +81,10 @@ _TREC_ONLY = re.compile(r"^(" + "|".join(sorted(map(re.escape, TREC_ONLY), key=l
 _PERSISTENCE = re.compile(r"^(rbp|rbp_resid)[_.]p=([0-9]*\.?[0-9]+)$")
 
 
+# the families a run improves by lowering (Measure.lower_is_better)
+LOWER_IS_BETTER = frozenset({"unj", "rbp_resid", "num_nonrel_judged_ret"})
+
+
 class MeasureError(UserError, ValueError):
     """A measure name that does not parse; the message lists the valid ones."""
 
@@ -144,6 +148,15 @@ class Measure:
             return values[0]
         p, r = values
         return 2 * p * r / (p + r) if p + r else 0.0
+
+    @property
+    def lower_is_better(self) -> bool:
+        """Whether a fall of this measure is an improvement: ``unj_k`` (unjudged documents in
+        the top k), ``rbp_resid`` (what unjudged documents could add) and
+        ``num_nonrel_judged_ret`` (judged non-relevant documents retrieved). Every other
+        measure is better higher; NumQ, NumRet and NumRel count what was asked and returned,
+        and are read as the others."""
+        return self.name in LOWER_IS_BETTER
 
     @property
     def is_count(self) -> bool:
@@ -313,6 +326,15 @@ def over_queries(name: str, values) -> float:
     except MeasureError:
         return float(np.mean(values)) if len(values) else 0.0
     return measure.aggregate(values)
+
+
+def lower_is_better(name: str) -> bool:
+    """Whether a fall of the measure a metrics table names ``name`` is an improvement
+    (:attr:`Measure.lower_is_better`: ``unj_10``); the QA measures (EM, TokenF1, Acc, Judge)
+    are better higher."""
+    from logicrank.pipelines.evaluation.qa import REGISTRY
+
+    return name not in REGISTRY and parse_measure(name).lower_is_better
 
 
 def parse_measures(texts: Iterable[str]) -> list[Measure]:

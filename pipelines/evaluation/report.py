@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from logicrank.pipelines.evaluation.measures import over_queries
+from logicrank.pipelines.evaluation.measures import lower_is_better, over_queries
 from logicrank.pipelines.evaluation.qa import REGISTRY as QA_MEASURES
 from logicrank.pipelines.markdown import table
 from logicrank.schemas.tables import AGGREGATE_QUERY_ID
@@ -166,10 +166,11 @@ def per_query_figure(metrics: pa.Table, measures: str | Sequence[str], baseline:
                 ax.set_title(f"{baseline}: per-query {measure}")
             else:
                 delta = (wide[run_id] - wide[baseline]).sort_values(ascending=False).to_numpy()
-                _bars(ax, delta, delta > 0, "tab:green")
-                _bars(ax, delta, delta < 0, "tab:red")
+                better, worse = (delta < 0, delta > 0) if lower_is_better(measure) else (delta > 0, delta < 0)  # (fewer unjudged: unj_10 falls)
+                _bars(ax, delta, better, "tab:green")
+                _bars(ax, delta, worse, "tab:red")
                 ax.axhline(0, color="black", linewidth=0.6)
-                wins, losses = int((delta > 0).sum()), int((delta < 0).sum())
+                wins, losses = int(better.sum()), int(worse.sum())
                 ax.set_title(f"{run_id} - {baseline}: {measure} ({wins} better, {losses} worse)")
                 ax.set_ylabel(f"delta {measure}")
             ax.set_xlabel("queries, sorted")

@@ -25,6 +25,7 @@ from logicrank.pipelines.evaluation.history import (
     plot_file,
     plot_history,
 )
+from logicrank.pipelines.evaluation.measures import lower_is_better
 from logicrank.pipelines.files import sha256_file, write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.markdown import table
 from logicrank.pipelines.operations.alerts import deliver
@@ -185,8 +186,9 @@ def comparison_lines(table: pa.Table) -> list[str]:
     lines = []
     for r in table.to_pylist():
         if r["regression"]:
-            lines.append(f"REGRESSION {r['pipeline']} / {r['query_set']} {r['measure']}: {r['old_value']:.4f} -> "
-                         f"{r['new_value']:.4f} ({r['delta']:+.4f}, p {r['p_adjusted']:.3g}) against the {r['against']} "
+            old, new, delta = figures(r)
+            lines.append(f"REGRESSION {r['pipeline']} / {r['query_set']} {r['measure']}: {old} -> {new} ({delta}, "
+                         f"p {r['p_adjusted']:.3g}) against the {r['against']} "
                          f"night {r['old_date']} (v{r['old_table_version']} -> v{r['new_table_version']})")
     if table.num_rows and not lines:
         compared = table.filter(pc.is_valid(table.column("delta"))).num_rows
@@ -201,12 +203,17 @@ def comparison_lines(table: pa.Table) -> list[str]:
     return lines
 
 
+def figures(row: Mapping) -> tuple[str, str, str]:
+    """A comparison row's old and new values and their change, to four decimals, or to as many
+    more (up to ten) as tell the two values apart: a regression past a ``max_drop`` below
+    0.0001 printed "0.5000 -> 0.5000 (-0.0000)"."""
+    old, new = row["old_value"], row["new_value"]
+    places = next((p for p in range(4, 11) if f"{old:.{p}f}" != f"{new:.{p}f}"), 4)
+    return f"{old:.{places}f}", f"{new:.{places}f}", f"{row['delta']:+.{places}f}"
+
+
 def _fmt(v) -> str:
     return "" if v is None else f"{v:.4f}"
-
-
-def _signed(v) -> str:
-    return "" if v is None else f"{v:+.4f}"
 
 
 def night_depths(root: Path, day: str, query_sets) -> dict[str, dict[str, int]]:
@@ -224,8 +231,8 @@ def history_markdown(cfg: NightlyConfig, history: pa.Table, comparisons: pa.Tabl
     nights = sorted(set(history.column("date").to_pylist()))
     lines = [f"# Nightly evaluation: {cfg.index.table} in {cfg.index.db}", "",
              f"{len(nights)} night(s), {nights[0]} to {nights[-1]}; latest written: {day}. History: `history.parquet`.", ""]
-    rules = ", ".join(f"{m}: drop > {r.max_drop}" + (f" and corrected p < {cfg.alpha}" if r.significant else "")
-                      for m, r in cfg.regressions.items())
+    rules = ", ".join(f"{m}: {'rise' if lower_is_better(m) else 'drop'} > {r.max_drop}"
+                      + (f" and corrected p < {cfg.alpha}" if r.significant else "") for m, r in cfg.regressions.items())
     lines += [f"Regression rules ({cfg.test}, {cfg.correction} within each measure): {rules or 'none'}.", ""]
     lines += [f"## Night {day}", ""]
     lines += table(["query set", "pipeline", "depth"], ([qs, p, depth_cell(depths.get(qs, {}), p)] for qs in cfg.query_sets for p in cfg.pipelines),
@@ -233,8 +240,9 @@ def history_markdown(cfg: NightlyConfig, history: pa.Table, comparisons: pa.Tabl
     lines += ["", DEPTH_NOTE, ""]
     if comparisons.num_rows:
         lines += table(["against", "query set", "pipeline", "measure", "old", "new", "delta", "p (corrected)", "regression", "note"], (
-            [f"{r['against']} {r['old_date']} (v{r['old_table_version']})", r["query_set"], r["pipeline"], r["measure"], _fmt(r["old_value"]),
-             _fmt(r["new_value"]), _signed(r["delta"]), "" if r["p_adjusted"] is None else f"{r['p_adjusted']:.3g}",
+            [f"{r['against']} {r['old_date']} (v{r['old_table_version']})", r["query_set"], r["pipeline"], r["measure"],
+             *(figures(r) if r["delta"] is not None else (_fmt(r["old_value"]), _fmt(r["new_value"]), "")),
+             "" if r["p_adjusted"] is None else f"{r['p_adjusted']:.3g}",
              "**yes**" if r["regression"] else "", r["note"]] for r in comparisons.to_pylist()))
     else:
         lines.append("Nothing to compare with (the first night).")
@@ -256,8 +264,8 @@ def regression_reason(regressions: pa.Table) -> str:
     """One line naming tonight's regressions (the first in full, then how many more)."""
     rows = regressions.to_pylist()
     r = rows[0]
-    first = (f"{r['pipeline']} / {r['query_set']} {r['measure']} {r['old_value']:.4f} -> {r['new_value']:.4f} "
-             f"(p {r['p_adjusted']:.3g}) against the {r['against']} night {r['old_date']}")
+    old, new, _ = figures(r)
+    first = f"{r['pipeline']} / {r['query_set']} {r['measure']} {old} -> {new} (p {r['p_adjusted']:.3g}) against the {r['against']} night {r['old_date']}"
     return f"{len(rows)} regression(s): {first}" + (f", and {len(rows) - 1} more" if len(rows) > 1 else "")
 
 
@@ -295,8 +303,8 @@ def alert_markdown(alert: dict) -> str:
         lines.append(f"- {alert['history_error']}")
     if alert["regressions"]:
         lines += [""] + table(["query set", "pipeline", "measure", "against", "old", "new", "delta", "p (corrected)", "table versions"], (
-            [r["query_set"], r["pipeline"], r["measure"], f"{r['against']} {r['old_date']}", f"{r['old_value']:.4f}", f"{r['new_value']:.4f}",
-             f"{r['delta']:+.4f}", f"{r['p_adjusted']:.3g}", f"v{r['old_table_version']} -> v{r['new_table_version']}"] for r in alert["regressions"]))
+            [r["query_set"], r["pipeline"], r["measure"], f"{r['against']} {r['old_date']}", *figures(r),
+             f"{r['p_adjusted']:.3g}", f"v{r['old_table_version']} -> v{r['new_table_version']}"] for r in alert["regressions"]))
     lines += ["", f"Report: `{alert['report']}`", ""]
     return "\n".join(lines)
 

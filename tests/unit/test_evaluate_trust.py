@@ -388,6 +388,41 @@ def test_the_per_query_plot_leaves_a_panel_empty_for_a_run_without_the_measure()
     plt.close(fig)
 
 
+def test_the_per_query_plot_counts_a_fall_of_a_measure_where_lower_is_better_as_better():
+    """unj_2 (unjudged documents in the top 2) rising is worse: run a adds one on q1."""
+    import matplotlib.pyplot as plt
+
+    from logicrank.pipelines.evaluation.report import per_query_figure
+
+    rows = [("base", "q1", "unj_2", 0.0), ("a", "q1", "unj_2", 0.5), ("base", "q2", "unj_2", 0.5), ("a", "q2", "unj_2", 0.5),
+            ("base", "q1", "P@1", 0.0), ("a", "q1", "P@1", 1.0)]
+    metrics = pa.table({k: [r[i] for r in rows] for i, k in enumerate(("run_id", "query_id", "measure", "value"))})
+    fig = per_query_figure(metrics, ["unj_2", "P@1"], "base")
+    assert [ax.get_title() for ax in fig.axes] == ["a - base: unj_2 (0 better, 1 worse)", "a - base: P@1 (1 better, 0 worse)"]
+    plt.close(fig)
+
+
+def test_ablates_grid_puts_the_best_row_first_whichever_way_its_measure_is_better():
+    """Operator choice i ranks i % 4 unjudged documents above the three relevant ones: by
+    unj_3 (lower is better) the choices with none come first, by P@3 too."""
+    import pandas as pd
+
+    from logicrank.pipelines.evaluation.ablation import grid_table
+    from logicrank.pipelines.evaluation.measures import parse_measure
+    from logicrank.pipelines.retrieval.logic.fuzzy import Operators
+
+    qrels = _qrels_table([("q1", f"d{j}", 1) for j in range(3)])
+    pairs = {}
+    for i, ops in enumerate(Operators.grid()):
+        docs = [f"u{j}" for j in range(i % 4)] + [f"d{j}" for j in range(3)]
+        pairs[ops] = pd.DataFrame({"query_id": "q1", "doc_id": docs, "score": [10.0 - j for j in range(len(docs))]})
+    for measure in ("unj_3", "P@3"):
+        table = grid_table(pairs, qrels, parse_measure(measure), 10)
+        first = table["operators"].iloc[: len(table) // 4 + 1].tolist()
+        assert table["value"].iloc[0] == (0.0 if measure == "unj_3" else 1.0), table
+        assert first == [str(ops) for i, ops in enumerate(Operators.grid()) if i % 4 == 0], table
+
+
 def test_an_empty_run_is_refused_or_in_an_experiment_a_row_of_zeros(tmp_path):
     """A run file with no rows is refused by `logicrank evaluate` (a file given by mistake); an
     experiment's own run that retrieved nothing (every LAG chain stopped before retrieving) is

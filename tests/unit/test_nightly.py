@@ -98,6 +98,32 @@ def test_a_comparison_reads_the_value_over_queries_as_the_report_does(measure, o
     assert row["delta"] == pytest.approx(over(values[1]) - over(values[0]), rel=1e-9) and row["regression"]
 
 
+@pytest.mark.parametrize("measure", ["unj_10", "rbp_resid", "num_nonrel_judged_ret"])
+def test_a_measure_where_lower_is_better_regresses_when_it_rises(measure):
+    """More unjudged documents in the top 10 (unj_10 up) is the regression, fewer is a gain:
+    the rule reads the change for the worse, not a drop."""
+    values = {"rises": BASE / 2 + 0.2 + NOISE, "falls": BASE / 2 - 0.1 + NOISE}
+    old = Night("2026-11-20", 5, {"s": _metrics({r: BASE / 2 for r in values}, measure)}, {("s", r): "h" for r in values})
+    new = Night("2026-11-21", 6, {"s": _metrics(values, measure)}, {("s", r): "h" for r in values})
+    t = compare_nights(old, new, {measure: Rule(0.01)}).to_pandas().set_index("pipeline")
+    assert t.loc["rises", "delta"] > 0.01 and t.loc["rises", "regression"], t
+    assert t.loc["falls", "delta"] < -0.01 and not t.loc["falls", "regression"], t
+
+
+def test_a_regression_smaller_than_four_decimals_prints_values_that_differ():
+    """max_drop 0 and one query 0.0008 lower (the mean 0.00004 lower): its line printed
+    "0.5000 -> 0.5000 (-0.0000)"."""
+    from logicrank.pipelines.operations.nightly import comparison_lines, regression_reason
+
+    new_values = np.full(20, 0.5)
+    new_values[0] -= 0.0008
+    old = _night("2026-11-20", 5, {"a": np.full(20, 0.5)})
+    t = compare_nights(old, _night("2026-11-21", 6, {"a": new_values}), {"nDCG@10": Rule(0.0, significant=False)})
+    (line,) = comparison_lines(t)
+    assert "nDCG@10: 0.50000 -> 0.49996 (-0.00004," in line, line
+    assert "nDCG@10 0.50000 -> 0.49996 (p " in regression_reason(t.filter(pa.compute.field("regression"))), line
+
+
 def test_a_changed_pipeline_or_a_new_one_is_not_compared():
     old = _night("2026-11-20", 5, {"a": BASE, "b": BASE}, {("s", "a"): "h1", ("s", "b"): "h1"})
     new = _night("2026-11-21", 6, {"a": BASE - 0.3 + NOISE, "b": BASE - 0.3 + NOISE, "c": BASE}, {("s", "a"): "h1", ("s", "b"): "h2", ("s", "c"): "h1"})
