@@ -32,14 +32,18 @@ NO_ANSWER = frozenset({
 _NO_ANSWER_SAID = re.compile(
     r"(?:it is |this is |answer is )?(?:unknown|not known|not mentioned|not stated|not specified|not given|not provided)"
     r"(?: (?:in|from|by|based on|according to|given) (?:provided |given )?(?:passages?|context|text|documents?|information)(?: provided| given)?)?"
-    r"|(?:passages?|context|text|documents?) (?:do|does) not (?:say|mention|give|specify|state|contain|provide|answer)\b.*"
+    r"|(?:passages?|context|text|documents?) (?:(?:do|does|did) not|dont|doesnt|didnt) (?:say|mention|give|specify|state|contain|provide|answer)\b.*"
     r"|i (?:do not|dont|cannot|cant) (?:know|say|answer|tell)(?: (?:from|based on|in) (?:passages?|context|text|documents?))?"
     r"|(?:there is )?(?:no|not enough|insufficient) (?:information|info|answer)(?: (?:given|provided|available|in (?:passages?|context)))?"
-    r"|(?:cannot|can not|cant) (?:be )?(?:determined?|answered?)\b.*")
+    r"(?: to (?:answer|determine|tell)\b.*)?"
+    r"|(?:i |we |it )?(?:cannot|can not|cant) (?:be )?(?:determined?|answer(?:ed)?)(?: (?:that|this|it|question))?"
+    r"(?: (?:from|based on|with|without|given|in|using|according to) .*)?")
+# typographic apostrophes (I don’t know) read as the ASCII one, which the normalisation drops
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 
 
 def is_no_answer(text: str) -> bool:
     """Whether ``text`` says there is no answer ("Unknown.", "Not mentioned in the passages.",
     "I don't know", "N/A"); an answer that holds such a word ("The Unknown Soldier") is one."""
-    said = normalize_answer(text)
+    said = normalize_answer(str(text).translate(_APOSTROPHES))
     return said in NO_ANSWER or _NO_ANSWER_SAID.fullmatch(said) is not None or str(text).strip().lower().rstrip(".") in ("n/a", "n.a")

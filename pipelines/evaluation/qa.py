@@ -253,9 +253,9 @@ def read_predictions(path: str | Path) -> dict[str, str]:
     else:
         pairs = []
         for n, obj in read_jsonl(path, "answers", QAError, "with query_id and answer"):
-            if "query_id" not in obj:
+            if "query_id" not in obj or "answer" not in obj:  # (an answer under another key read as blank: every question 0, none counted)
                 raise QAError(f"answers {path}: line {n} is not a JSON object with query_id and answer.")
-            pairs.append((str(obj["query_id"]), obj.get("answer")))
+            pairs.append((None if obj["query_id"] is None else str(obj["query_id"]), obj["answer"]))
     out: dict[str, str] = {}
     for qid, answer in pairs:
         if qid is None:
@@ -299,8 +299,9 @@ def evaluate_answers(predictions: dict[str, str], gold: dict[str, Gold], measure
 
 
 def coverage(predictions: dict[str, str], gold: dict[str, Gold]) -> tuple[int, int]:
-    """(gold questions without a prediction: they score 0, predictions for questions the gold lacks: not evaluated)."""
-    return len(gold.keys() - predictions.keys()), len(predictions.keys() - gold.keys())
+    """(gold questions without a prediction or with a blank one: they score 0, predictions
+    for questions the gold lacks: not evaluated)."""
+    return sum(not (predictions.get(q) or "").strip() for q in gold), len(predictions.keys() - gold.keys())
 
 
 JUDGE_TEMPLATE = "qa_judge"

@@ -150,7 +150,7 @@ def notes(missing: Mapping[str, int], without_qrels: Mapping[str, int], qrels_qu
           unanswered: Mapping[str, int], not_asked: Mapping[str, int]) -> list[str]:
     """A report's notes from an evaluation's counts (also read back from an evaluate manifest)."""
     return coverage_notes(dict(missing), dict(without_qrels), qrels_queries, dict(removed)) + [
-        f"answers {rid}: {n} gold question(s) without an answer; they score 0." for rid, n in unanswered.items() if n] + [
+        f"answers {rid}: {n} gold question(s) without an answer or with a blank one; they score 0." for rid, n in unanswered.items() if n] + [
         f"answers {rid}: {n} answer(s) to questions the gold lacks; not evaluated." for rid, n in not_asked.items() if n]
 
 

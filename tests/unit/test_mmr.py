@@ -29,7 +29,7 @@ class _Table:
     uri, name, version = "stand-in", "docs", 1
 
     def vectors_for(self, doc_ids):
-        return {d: DOCS[d] for d in doc_ids}
+        return {d: DOCS[d] for d in doc_ids if d in DOCS}  # as the table: an id it lacks is left out
 
 
 class _Encoder:
@@ -52,3 +52,18 @@ def test_mmr_reranks_the_top_depth_of_the_run_before_it_and_keeps_the_rest_in_or
     assert set(out.column("method").to_pylist()) == {"mmr"}
     with pytest.raises(ValueError, match="reranks a run, but no stage before it produces one"):
         Pipeline.parse("bad", ["mmr"])
+
+
+def test_a_document_the_table_has_no_vector_for_follows_the_reranked_head(tmp_path):
+    """A run_file naming a document outside the table ("x", rank 2): the stage failed with a
+    bare KeyError. It keeps its incoming order after the reranked head, and is counted."""
+    rows = [("q1", d, r) for r, d in enumerate(["d0", "x", "d1", "d2", "d3"], 1)]
+    run = pa.table({"query_id": [q for q, _, _ in rows], "doc_id": [d for _, d, _ in rows], "rank": pa.array([r for *_, r in rows], pa.int32()),
+                    "score": [1.0 / r for *_, r in rows], "method": ["x"] * len(rows), "run_id": ["x"] * len(rows)}, schema=RUN)
+    pq.write_table(run, tmp_path / "run.parquet")
+    pipeline = Pipeline.parse("m", [{"run_file": {"path": str(tmp_path / "run.parquet")}}, {"mmr": {"depth": 4, "relevance": 0.3, "k": 10}}])
+    res = pipeline.run(Context(store=_Table(), encoder=_Encoder), pa.table({"query_id": ["q1"], "text": ["first"]}),
+                       inputs=Inputs("b", encoder="e", files={str(tmp_path / "run.parquet"): {"sha256": "r"}}))
+    assert res.run.column("doc_id").to_pylist() == ["d0", "d2", "d1", "x", "d3"]
+    counts = res.steps[-1]
+    assert counts["docs_without_vector"] == 1 and counts["docs_without_vector_ids"] == ["x"], res.steps

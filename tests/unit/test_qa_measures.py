@@ -80,7 +80,7 @@ def test_every_gold_question_is_scored_and_a_missing_answer_scores_zero():
     df = t.to_pandas()
     assert sorted(df[df.query_id != "all"].query_id.unique()) == ["q1", "q2", "q3"]
     assert df[(df.query_id == "all") & (df.measure == "EM")].value.item() == pytest.approx(1 / 3)
-    assert qa.coverage(preds, gold) == (1, 1)
+    assert qa.coverage(preds, gold) == (2, 1)  # q2 blank and q3 missing: both score 0, both counted
 
 
 def test_a_gold_question_named_as_the_means_row_is_refused_before_anything_is_written(tmp_path):
@@ -167,6 +167,13 @@ def test_reading_gold_and_predictions(tmp_path):
     j.write_text(json.dumps({"query_id": "q1", "answer": 1984}) + "\n")
     with pytest.raises(qa.QAError, match="not a string"):
         qa.read_predictions(j)
+    # an answer under another key was read as blank (every question 0, none counted); a null id as the string 'None'
+    j.write_text(json.dumps({"query_id": "q1", "prediction": "Ann"}) + "\n")
+    with pytest.raises(qa.QAError, match="line 1 is not a JSON object with query_id and answer"):
+        qa.read_predictions(j)
+    j.write_text(json.dumps({"query_id": None, "answer": "Ann"}) + "\n")
+    with pytest.raises(qa.QAError, match="a row has no query_id"):
+        qa.read_predictions(j)
 
 
 def test_evaluate_config_refuses_what_it_cannot_evaluate():
@@ -198,7 +205,7 @@ def test_the_evaluate_job_scores_answers_alone_or_beside_runs(tmp_path):
     table = summary_frame(run_evaluate(EvaluateConfig(answers=(str(tmp_path / "lag.parquet"), str(tmp_path / "rag.parquet")), gold=str(gold)), out))
     assert table.loc["lag"].tolist() == pytest.approx([1 / 3, (1 + 2 * (1 / 3) * 1 / (1 / 3 + 1)) / 3, 2 / 3])  # EM, TokenF1, Acc
     assert table.loc["rag", "EM"] == pytest.approx(2 / 3)
-    assert evaluation_notes(out) == ["answers lag: 1 gold question(s) without an answer; they score 0."]
+    assert evaluation_notes(out) == ["answers lag: 1 gold question(s) without an answer or with a blank one; they score 0."]
     assert (out / "significance.parquet").is_file() and (out / "plots" / "per_query.png").is_file()
     # beside a run, with an answers-only baseline: the plot takes a measure the baseline has
     (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")

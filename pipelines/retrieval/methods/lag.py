@@ -310,8 +310,9 @@ def solve(chains: list[Chain], retriever: Retriever, llm, passage_texts: Callabl
         for c in chains:
             if c.stop is not None:
                 continue
-            if not c.pending:
-                c.stop = "done"
+            if not c.pending:  # every sub-question tried: done when each was answered (stop_unanswerable off, or a
+                # dependency never solved, leaves unanswered ones behind)
+                c.stop = "done" if len(c.answers) == len(c.subs) else "unanswerable"
             elif s.t_max is not None and len(c.steps) >= s.t_max:
                 c.stop = "budget"
             else:

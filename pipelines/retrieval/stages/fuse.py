@@ -22,8 +22,8 @@ class FuseOptions(FusionOptions):
     norm: Literal[fusion.NORMS] = Field(  # type: ignore[valid-type]
         "min-max", description="Each run's scores per query before fusing: min-max, max (over the query's largest score, which "
         "must be above 0), sum, zmuv (z-score), rank (1 - (rank - 1) / n, n the query's documents), borda, or none. "
-        "ranx's min-max maps a query's one document, or scores all equal, to 0: under sum or mnz such a document counts as not "
-        "retrieved by that run.")
+        "ranx's min-max maps a query's one document, or scores all equal, to 0: under sum such a document adds nothing from that "
+        "run, under mnz it still counts among the runs that hold it (its sum times their number).")
     weights: tuple[float, ...] | None = Field(
         None, description="Weighted methods: one weight per sub-pipeline, in order (default equal); not with optimize.")
     parameter: float | None = Field(None, description="gmnz's gamma, logn_isr's sigma, rrf's k or rbc's phi (default ranx's; gmnz and rbc have none: give it or optimize).")

@@ -30,7 +30,8 @@ class MMR(Stage):
     """Maximal marginal relevance: from the incoming run's top ``depth``, repeatedly take the
     document with the highest lambda * cos(query, d) - (1 - lambda) * max cos(d, taken),
     so near-duplicates of what is already taken move down. Cosines from the table's vectors
-    and the query's embedding; ties by the incoming rank."""
+    and the query's embedding; ties by the incoming rank. A document of the top ``depth`` the
+    table has no vector for follows the reranked ones in its incoming order (counted)."""
 
     name = "mmr"
     kind = Kind.RERANKER
@@ -47,14 +48,20 @@ class MMR(Stage):
         texts = dict(zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True))
         asked = [q for q in dict.fromkeys(run["query_id"]) if q in texts]
         query_vectors = dict(zip(asked, ctx.embedder().encode([texts[q] for q in asked]), strict=True)) if asked else {}
-        rows = []
+        rows, unknown = [], set()
         for qid, group in run.groupby("query_id", sort=False):
             head = group[group["rank"] <= o.depth]["doc_id"].tolist()
+            # a document the table has no vector for (a run_file's or qrels' first stage naming one outside this version)
+            # keeps its incoming order after the reranked head, before the deeper documents
+            absent = [d for d in head if d not in vectors]
+            unknown.update(absent)
+            head = [d for d in head if d in vectors]
             order = select(query_vectors[qid], np.stack([vectors[d] for d in head]), o.relevance) if head and qid in query_vectors else range(len(head))
-            ranked = [head[i] for i in order] + group[group["rank"] > o.depth]["doc_id"].tolist()
+            ranked = [head[i] for i in order] + absent + group[group["rank"] > o.depth]["doc_id"].tolist()
             rows += [(qid, d, 1.0 / (i + 1), i) for i, d in enumerate(ranked[: o.k])]  # score: the reciprocal of the new rank
         pairs = pd.DataFrame(rows, columns=["query_id", "doc_id", "score", "tiebreak"])
-        return Output(run=rank_pairs(pairs, o.k, "mmr", "mmr"), counts={"queries": len(asked)})
+        return Output(run=rank_pairs(pairs, o.k, "mmr", "mmr"),
+                      counts={"queries": len(asked), "docs_without_vector": len(unknown), "docs_without_vector_ids": sorted(unknown)[:100]})
 
 
 def select(query: np.ndarray, docs: np.ndarray, relevance: float) -> list[int]:
