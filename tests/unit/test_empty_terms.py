@@ -191,6 +191,12 @@ def test_a_decomposed_form_negating_a_term_no_document_holds_is_scored_as_its_qu
     assert list(got[got["query_id"] == "q1"]["doc_id"]) == [d for d, _ in as_question["q1"]]
     tea, _ = _run([("q2", "Who likes Tea?", '"Tea"')])
     assert list(got[got["query_id"] == "q2"]["doc_id"]) == [d for d, _ in tea["q2"]]
+    # after a rewriter (siar's rule, an expansion's reasoning in text), the question as asked, not the rewritten text
+    rewritten = queries.set_column(1, "text", pa.array(["If a person likes fruit, then they like Tea.", "x"])).append_column(
+        "original_text", pa.array(["Who likes Apples?", "Who likes Tea?"]))
+    again = Pipeline.parse("p", [{"itlr": {"scorer": "bm25", "k": 6}}]).run(
+        Context(store=TableStore(LIKES), encoder=lambda: _Encoder()), rewritten, inputs=Inputs("b", encoder="e", files={})).run.to_pandas()
+    assert list(again[again["query_id"] == "q1"]["doc_id"]) == [d for d, _ in as_question["q1"]]
 
 
 def test_dense_and_hybrid_evidence_have_no_empty_term():

@@ -64,6 +64,54 @@ def test_the_reasoner_asks_about_the_question_as_asked_not_a_rewritten_text():
         "Tom is an answer to the question: If a person is a father, then they are a parent."]
 
 
+def test_an_atom_over_bm25_that_no_candidate_holds_does_not_make_the_query_unsatisfiable():
+    """"zebras" is in one document, outside zscore's sample: its mean 0 and spread 1e-6 gave
+    every candidate without it P = 0.5, read as holding the negated atom, so the query was
+    counted unsatisfiable (and named as needing a deeper first stage). A BM25 miss holds
+    nothing, as in ITLR's count; the posteriors are unchanged."""
+    import pyarrow as pa
+
+    from logicrank.pipelines.engines.bm25 import BM25Index
+    from logicrank.pipelines.retrieval.methods.orlog import negated_everywhere, retrieval_truth
+
+    rng = np.random.default_rng(1)
+    docs = {f"d{i:02d}": f"Person {i} likes apples " + " ".join(rng.choice(["tea", "kites", "chess", "tango"], size=1 + i % 5))
+            for i in range(40)}
+    sample = set(np.random.default_rng(0).choice(40, 10, replace=False).tolist())  # zscore's sample of 10 (evidence.sample)
+    docs[f"d{[i for i in range(40) if i not in sample][5]:02d}"] += " and zebras"
+
+    class Store:
+        index = BM25Index.build([pa.record_batch({"doc_id": list(docs), "content_hash": [f"h{i}" for i in range(40)],
+                                                  "title": [""] * 40, "text": list(docs.values())})], version=1)
+
+        def bm25_index(self):
+            return self.index
+
+    q = OrlogQuery("q1", "who likes apples but not zebras", (("a1", "{x} apples"), ("a2", "{x} zebras")), parse('"a1" AND NOT "a2"'), "ok")
+    cands = pd.DataFrame({"query_id": "q1", "doc_id": [f"d{i:02d}" for i in range(8)], "base_rank": range(1, 9)})
+    assert not any("zebras" in docs[d] for d in cands["doc_id"])
+    res = retrieval_truth([q], cands, "bm25", "zscore", Store(), sample=10)
+    assert (res[res["atom_id"] == "a2"]["p_true"] == 0.5).all()  # the calibration as it is: undecided
+    assert negated_everywhere([q], res) == []
+    assert negated_everywhere([q], res.drop(columns="missed")) == ["q1"]  # the count as it was
+
+
+def test_a_negative_atom_query_falls_back_to_the_question_as_asked():
+    """After siar or an expansion, a query with a negative atom ("{x} is not a comedy", for a
+    retrieval scorer) fell back to the rewritten text as its one atom; it is the question the
+    user asked (``original_text``)."""
+    import pyarrow as pa
+
+    from logicrank.pipelines.retrieval.methods.orlog import negative_atoms_as_questions, orlog_queries
+
+    queries = pa.table({"query_id": ["q1"], "text": ["EXPANSION: an answer is a film shot in France"],
+                        "original_text": ["Which French films are not comedies?"],
+                        "atoms": [[{"id": "a1", "text": "{x} is not a comedy"}]], "logical_query": ['"a1"'],
+                        "decomposition_status": ["ok"]})
+    qs, fell = negative_atoms_as_questions(orlog_queries(queries))
+    assert fell == ["q1"] and qs[0].atoms[0][1] == "{x} answers the question: Which French films are not comedies?", qs[0].atoms
+
+
 def test_posteriors_per_candidate():
     scored = pd.DataFrame({
         "query_id": ["q1"] * 4, "doc_id": ["d1", "d1", "d2", "d2"], "base_rank": [1, 1, 2, 2],

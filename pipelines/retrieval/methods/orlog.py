@@ -59,7 +59,8 @@ def orlog_queries(queries: pa.Table) -> list[OrlogQuery]:
     """Each query's atoms and form, from the columns the ``decomposition`` stage (target
     orlog) adds: ``atoms``, ``logical_query`` (over atom ids), ``decomposition_status``."""
     require_columns(queries, ["query_id", "text", "atoms", "logical_query", "decomposition_status"], "orlog")
-    cols = (queries.column(c).to_pylist() for c in ("query_id", "text", "atoms", "logical_query", "decomposition_status"))
+    # the question as asked: a stage before may have rewritten the text (siar's rule, an expansion's reasoning)
+    cols = (queries.column(c).to_pylist() for c in ("query_id", question_column(queries), "atoms", "logical_query", "decomposition_status"))
     out, bad = [], []
     for qid, text, atoms, form, status in zip(*cols, strict=True):  # (a table written before atoms were merged at parsing too)
         ids, node = [a["id"] for a in atoms or []], parse(form)
@@ -186,11 +187,17 @@ def retrieval_truth(queries: Sequence[OrlogQuery], candidates: pd.DataFrame, sco
     # an atom no document holds is false of every candidate, whatever the calibration (as ITLR's terms)
     cal = replace(calibrate_evidence(evidence, calibration, sample), empty=frozenset(evidence.empty_terms()))
     docs = list(dict.fromkeys(out["doc_id"]))
-    P = cal.apply(evidence.raw(docs), texts) if docs else np.zeros((0, len(texts)))
+    R = evidence.raw(docs) if docs else np.zeros((0, len(texts)), np.float32)
+    P = cal.apply(R, texts) if docs else np.zeros((0, len(texts)))
     doc_row, text_col = {d: i for i, d in enumerate(docs)}, {t: j for j, t in enumerate(texts)}
-    p = np.asarray(P, dtype=np.float64)[[doc_row[d] for d in out["doc_id"]], [text_col[t] for t in out["atom_text"]]] if len(out) else np.zeros(0)
+    at = ([doc_row[d] for d in out["doc_id"]], [text_col[t] for t in out["atom_text"]])
+    p = np.asarray(P, dtype=np.float64)[at] if len(out) else np.zeros(0)
     clipped = np.clip(p, 1e-12, 1 - 1e-12)
-    return out.assign(p_true=p, p_calibrated=p, logit_true=np.log(clipped) - np.log1p(-clipped), logit_false=0.0)
+    out = out.assign(p_true=p, p_calibrated=p, logit_true=np.log(clipped) - np.log1p(-clipped), logit_false=0.0)
+    if evidence.sparse:  # BM25: a raw 0 is an atom the candidate misses, not held whatever its calibrated P (zscore: 0.5
+        # for an atom the sample lacks), for the unsatisfiable count (:func:`negated_everywhere`), as ITLR's
+        out["missed"] = (np.asarray(R)[at] <= 0) if len(out) else np.zeros(0, bool)
+    return out
 
 
 def by_atom(scored: pd.DataFrame, index: list[str]) -> pd.DataFrame:
@@ -210,6 +217,8 @@ def negated_everywhere(queries: Sequence[OrlogQuery], scored: pd.DataFrame, thre
 
     if scored.empty:
         return []
+    if "missed" in scored.columns:  # (retrieval_truth over BM25) an atom a candidate misses does not hold it
+        scored = scored.assign(p_calibrated=scored["p_calibrated"].where(~scored["missed"].astype(bool), 0.0))
     wide = by_atom(scored, ["query_id", "doc_id"])
     rows_of = pd.Series(np.arange(len(wide))).groupby(wide.index.get_level_values(0).to_numpy(), sort=False).indices
     out = []

@@ -32,6 +32,7 @@ from logicrank.pipelines.retrieval.methods.itlr import (
 from logicrank.pipelines.retrieval.methods.ranking import candidate_pairs, rank_pairs
 from logicrank.pipelines.retrieval.stages.base import Context, Kind, Needs, Output, Stage, StageOptions
 from logicrank.pipelines.retrieval.stages.registry import register
+from logicrank.schemas.tables import question_column
 
 
 class ITLROptions(StageOptions):
@@ -145,8 +146,8 @@ class ITLR(Stage):
         calibration = evidence.calibrate(name, o.calibration_sample, _read_labels(o.labels) if name == "sigmoid" else None)
         empty = evidence.empty_terms()  # held by no document: named, 0 whatever the calibration, refused under a NOT
         if "decomposition_status" in queries.column_names and empty:  # an LLM's form negating such a term: that query asks its question
-            parsed, fell = _empty_not_fallbacks(parsed, empty, dict(zip(queries.column("query_id").to_pylist(),
-                                                                          queries.column("text").to_pylist(), strict=True)))
+            parsed, fell = _empty_not_fallbacks(parsed, empty, dict(zip(queries.column("query_id").to_pylist(),  # the question as asked
+                                                                          queries.column(question_column(queries)).to_pylist(), strict=True)))
             if fell:
                 fallbacks |= {"empty_not_decompositions": len(fell), "empty_not_decomposition_query_ids": fell[:100]}
                 if ctx.echo:
