@@ -124,11 +124,11 @@ def _check_inputs(cfg: EvaluateConfig) -> tuple[list, list[str]]:
         if not Path(path).exists():
             raise EvaluationError(f"evaluate: no {kind} file at {str(path)!r}; check the path.")
     for path in (*cfg.runs, *cfg.answers):
-        _refuse_unfinished_retrieve(Path(path).resolve())
+        refuse_unfinished_retrieve(Path(path).resolve())
     return measures, qa_measures
 
 
-def _refuse_unfinished_retrieve(path: Path) -> None:
+def refuse_unfinished_retrieve(path: Path) -> None:
     """Refuse a run or answers file in the ``runs/`` or ``answers/`` folder of a retrieve run
     that has not finished (its manifest says ``running``, ``interrupted`` or ``failed``): a run
     killed after writing one pipeline's file leaves the other pipelines' files of the run before

@@ -478,9 +478,10 @@ class Evaluation:
     (significance against a baseline) and ``evaluation`` (the evaluation underneath: notes,
     :meth:`markdown`, :meth:`plot`)."""
 
-    def __init__(self, evaluation: _Evaluation):
+    def __init__(self, evaluation: _Evaluation, notes: Sequence[str] = ()):
         self.evaluation = evaluation
         self.metrics: pa.Table = evaluation.metrics
+        self._notes = list(notes)  # what the evaluate job says on the terminal (identical ids, several table versions)
 
     @property
     def run_ids(self) -> list[str]:
@@ -519,16 +520,16 @@ class Evaluation:
         return compare(self.metrics, baseline or self.run_ids[0], test, correction, alpha).to_pandas()
 
     def notes(self) -> list[str]:
-        return self.evaluation.notes()
+        return [*self.evaluation.notes(), *self._notes]
 
     def markdown(self, title: str = "Evaluation", plot: str | None = None) -> str:
         """The report evaluate's report.md is, its significance section included (each run
-        against the first, as :meth:`compare`'s defaults)."""
-        if self.evaluation.significance is None and len(self.run_ids) > 1:
-            from dataclasses import replace
+        against the first, as :meth:`compare`'s defaults), and the notes the job prints."""
+        from logicrank.pipelines.evaluation.report import markdown_report
 
-            return replace(self.evaluation, significance=compare(self.metrics, self.evaluation.baseline)).markdown(title, plot)
-        return self.evaluation.markdown(title, plot)
+        ev = self.evaluation
+        significance = ev.significance if ev.significance is not None or len(self.run_ids) < 2 else compare(self.metrics, ev.baseline)
+        return markdown_report(ev.metrics, significance, plot, title, self.notes(), ev.depths)
 
     def plot(self, path: str | Path) -> Path:
         return self.evaluation.plot(path)
@@ -554,6 +555,9 @@ def _one_run(value: Any, where: str, key: str | None = None) -> tuple[pa.Table, 
         except (pa.ArrowException, ValueError, TypeError) as exc:
             raise PipelineError(f"{where}: the DataFrame does not convert to a run table: {first_line(exc)}") from None
     elif isinstance(value, (str, Path)):
+        from logicrank.jobs.evaluate import refuse_unfinished_retrieve
+
+        refuse_unfinished_retrieve(Path(value).resolve())  # another run's leftovers beside a killed retrieve's files, as the job
         table = read_run(value)
     else:
         raise PipelineError(f"{where}: a run is a RUN table, a DataFrame, a Result or a run file, not {type(value).__name__}.")
@@ -573,13 +577,16 @@ def _one_run(value: Any, where: str, key: str | None = None) -> tuple[pa.Table, 
 
 
 def evaluate(runs: Any, qrels: pa.Table | str | Path, measures: Sequence[str] = DEFAULT_MEASURES,
-             run_ids: Sequence[str] | None = None) -> Evaluation:
+             run_ids: Sequence[str] | None = None, ignore_identical_ids: bool = False) -> Evaluation:
     """Evaluate ``runs`` against ``qrels`` (a table: query_id, doc_id, relevance, or a file)
     on ``measures``, trec_eval's rules (a qrels query a run misses scores 0). ``runs``: a run
     (an Arrow RUN table, a DataFrame, a :class:`Result`, a run file; every run id it holds), a
     list of runs, or a mapping run id -> run (:func:`retrieve`'s :class:`Results` as it is; a
     key whose run is empty scores 0). A run id given twice is refused. ``run_ids``: the runs to
-    evaluate (default: all; one named with no rows scores 0). Returns an :class:`Evaluation`."""
+    evaluate (default: all; one named with no rows scores 0). ``ignore_identical_ids``: drop
+    the rows whose document id is their query's id, as BEIR's evaluation does (ArguAna,
+    Quora; ``logicrank evaluate --ignore-identical-ids``). Returns an :class:`Evaluation`,
+    whose notes say what the job says on the terminal."""
     if isinstance(runs, Mapping):
         parts = [_one_run(v, f"evaluate: run {k!r}", str(k)) for k, v in runs.items()]
     elif isinstance(runs, (list, tuple)):
@@ -605,7 +612,25 @@ def evaluate(runs: Any, qrels: pa.Table | str | Path, measures: Sequence[str] = 
         if not isinstance(qrels, (str, Path)):
             raise PipelineError(f"evaluate: qrels is a table (query_id, doc_id, relevance) or a qrels file, not {type(qrels).__name__}.")
         qrels = read_qrels(qrels)
-    return Evaluation(evaluate_runs([t for t, _ in parts], qrels, measures, run_ids=list(run_ids if run_ids is not None else seen), significance=False))
+    from logicrank.jobs.evaluate import retrieved_from, table_versions_note
+    from logicrank.pipelines.evaluation.runs import without_identical_ids
+
+    said, tables, identical = [], [], 0
+    for table, _ in parts:
+        kept, n = without_identical_ids(table)
+        identical += n
+        tables.append(kept if ignore_identical_ids else table)
+    if identical:
+        said.append(f"evaluate: {identical} row(s) have a document id equal to their query's id: " + (
+            "dropped before measuring, as BEIR's evaluation drops them (ignore_identical_ids)." if ignore_identical_ids else
+            "scored as trec_eval scores them; where the queries are documents of the corpus (BEIR's ArguAna and Quora), BEIR's "
+            "evaluation drops them: ignore_identical_ids=True; where the ids only coincide, keep them."))
+    files = [v for v in (runs.values() if isinstance(runs, Mapping) else runs if isinstance(runs, (list, tuple)) else [runs])
+             if isinstance(v, (str, Path))]
+    versions = retrieved_from(files)
+    if len({(t.get("name"), t.get("version"), t.get("made")) for t in versions.values()}) > 1:
+        said.append(table_versions_note(versions))
+    return Evaluation(evaluate_runs(tables, qrels, measures, run_ids=list(run_ids if run_ids is not None else seen), significance=False), said)
 
 
 def compare(metrics: pa.Table | Evaluation, baseline: str, test: str = "t-test", correction: str = "holm", alpha: float = 0.05) -> pa.Table:
@@ -616,6 +641,16 @@ def compare(metrics: pa.Table | Evaluation, baseline: str, test: str = "t-test",
         metrics = metrics.metrics
     if not isinstance(metrics, pa.Table):
         raise PipelineError(f"compare: give lr.evaluate(...)'s result or its METRICS table, not {type(metrics).__name__}.")
+    from typing import get_args
+
+    from logicrank.pipelines.config.settings import EvaluateConfig
+
+    # the values the evaluate job's config takes (alpha=5, for 5%, marked every run significant)
+    for name, value in (("test", test), ("correction", correction)):
+        if value not in (allowed := get_args(EvaluateConfig.model_fields[name].annotation)):
+            raise PipelineError(f"compare: {name} {value!r}: must be one of {', '.join(map(repr, allowed))}.")
+    if not (isinstance(alpha, numbers.Real) and 0 < alpha < 1):
+        raise PipelineError(f"compare: alpha {alpha!r}: must be between 0 and 1 (0.05 for 5%).")
     try:
         return _compare(metrics, baseline, test, correction, alpha)
     except UserError:
@@ -702,9 +737,25 @@ def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, 
         exp = override(exp, set)
     out = out or Path("runs/experiments") / exp.name
     if table is None:
-        from logicrank.jobs.experiment import run_experiment as run
+        from pydantic import ValidationError
 
-        return run(exp, out, strict=strict, **placement)
+        from logicrank.jobs.experiment import run_experiment as run
+        from logicrank.pipelines.config.settings import RayConfig
+
+        kinds = {"embed": EmbedConfig, "ray": RayConfig, "llm": LLMConfig}
+        if unknown := sorted(placement.keys() - kinds.keys()):  # (`set` is a parameter here)
+            raise PipelineError(f"run_experiment: no option {', '.join(unknown)}; the jobs take embed, ray and llm.")
+        checked = {}
+        for key, value in placement.items():  # a config or a mapping of its fields, checked before Ray starts
+            try:
+                checked[key] = kinds[key].model_validate(value)
+            except ValidationError as exc:
+                raise PipelineError(f"run_experiment: {key}: {validation_line(exc, kinds[key])}.") from None
+        if "embed" in checked:  # the encoder given beats the file's where the two differ, as the CLI's --model does
+            given = {k: getattr(checked["embed"], k) for k in checked["embed"].model_fields_set}
+            if changed := {f"embed.{k}": v for k, v in given.items() if k in exp.embed and exp.embed[k] != v}:
+                exp = override(exp, changed)
+        return run(exp, out, strict=strict, **checked)
     if placement:
         raise PipelineError(f"run_experiment: {sorted(placement)} place the jobs; with a table the run is in this process (drop them).")
     if not {"model", "max_seq_length"} & exp.embed.keys():  # (a file that fixes its encoder is refused below on another table)

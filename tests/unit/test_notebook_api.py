@@ -394,3 +394,53 @@ def test_search_with_k_deepens_a_fusions_inputs_and_cuts_an_unset_depth_by_rank(
     run = tmp_path / "run.trec"
     run.write_text("".join(f"1 Q0 d{i} {i + 1} {6 - i} r\n" for i in range(5)))
     assert table.search("malaria", lr.run_file(path=str(run)), k=2)["doc_id"].tolist() == ["d0", "d1"]
+
+
+def test_evaluate_refuses_a_run_file_of_an_unfinished_retrieve_and_notes_what_the_job_says(tmp_path):
+    """lr.evaluate scored a runs/ file beside a killed retrieve's manifest (another run's
+    leftover), which `logicrank evaluate` refuses; and said nothing of rows whose document is
+    their query (BEIR's ArguAna), of runs from two table versions, nor took ignore_identical_ids."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from logicrank.schemas.errors import UserError
+
+    for name, status, version in (("a", "running", 3), ("b", "ok", 3), ("c", "ok", 4)):
+        (tmp_path / name / "runs").mkdir(parents=True)
+        pq.write_table(GOOD, tmp_path / name / "runs" / "good.parquet")
+        (tmp_path / name / "manifest.json").write_text(json.dumps(
+            {"stage": "retrieve", "status": status, "inputs": {"table": {"name": "docs", "version": version, "made": "t"}}}))
+    with pytest.raises(UserError, match="is an output of a retrieve run that has not finished"):
+        lr.evaluate(str(tmp_path / "a" / "runs" / "good.parquet"), QRELS, ["P@1"])
+    ev = lr.evaluate({"b": tmp_path / "b" / "runs" / "good.parquet", "c": str(tmp_path / "c" / "runs" / "good.parquet")}, QRELS, ["P@1"])
+    assert any("retrieved from 2 table versions" in n for n in ev.notes()) and "2 table versions" in ev.markdown()
+    own = run("own", [("1", "1"), ("1", "a"), ("2", "c")])  # query 1 retrieves the document "1" first
+    kept = lr.evaluate(own, QRELS, ["P@1"])
+    assert kept.summary.loc["own", "P@1"] == 0.5 and any("1 row(s) have a document id equal to their query's id" in n for n in kept.notes())
+    dropped = lr.evaluate(own, QRELS, ["P@1"], ignore_identical_ids=True)
+    assert dropped.summary.loc["own", "P@1"] == 1.0 and any("dropped before measuring" in n for n in dropped.notes())
+    with pytest.raises(UserError, match="alpha 5: must be between 0 and 1"):
+        kept.compare(alpha=5)
+    with pytest.raises(UserError, match="test 'wilcoxon': must be one of"):
+        lr.compare(lr.evaluate([GOOD, own], QRELS, ["P@1"]), "good", test="wilcoxon")
+
+
+def test_run_experiment_checks_its_placement_before_ray_and_its_encoder_beats_the_files(monkeypatch):
+    """A mapping given as ``ray`` reached the job unchecked (an AttributeError once Ray was
+    starting), and ``embed=`` lost to the file's embed where the CLI's --model wins."""
+    from logicrank.jobs import experiment as job
+    from logicrank.pipelines.evaluation.experiment import load, override
+    from logicrank.schemas.errors import UserError
+
+    with pytest.raises(UserError, match=r"run_experiment: ray: adress .*no such option; options: address"):
+        lr.run_experiment("scifact", ray={"adress": "ray://head:10001"})
+    with pytest.raises(UserError, match="run_experiment: no option bogus; the jobs take embed, ray and llm"):
+        lr.run_experiment("scifact", bogus=1)
+    ran = {}
+    monkeypatch.setattr(job, "run_experiment", lambda exp, out, strict, **placement: ran.update(exp=exp, **placement))
+    fixed = override(load("scifact"), {"embed.title_sep": " | "})
+    lr.run_experiment(fixed, out="unused", embed=lr.EmbedConfig(title_sep=". "), ray={"num_cpus": 2})
+    assert ran["exp"].embed["title_sep"] == ". " and ran["ray"].num_cpus == 2, ran
+    lr.run_experiment(fixed, out="unused", embed=lr.EmbedConfig(max_seq_length=128))  # a field the file leaves alone: the file's stays
+    assert ran["exp"].embed["title_sep"] == " | " and ran["embed"].max_seq_length == 128, ran
