@@ -28,7 +28,7 @@ from logicrank.pipelines.io import read_qrels, read_queries
 from logicrank.pipelines.retrieval.logic.query import UnparsedQueryError, unparsed_message
 from logicrank.pipelines.retrieval.methods.ablation import score_grid
 from logicrank.pipelines.retrieval.methods.evidence import EvidenceError, check_calibration
-from logicrank.pipelines.retrieval.methods.itlr import parse_queries
+from logicrank.pipelines.retrieval.methods.itlr import ScoreError, parse_queries
 from logicrank.pipelines.retrieval.stages.itlr import unparsed_queries
 
 
@@ -55,8 +55,24 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
     parsed = parse_queries(queries)
     if unparsed := unparsed_queries(queries, parsed):  # its operators would be measured on queries read as one term
         raise UnparsedQueryError(unparsed_message("ablate", unparsed, hint='Quote each term ("vitamin D" AND NOT "bone")'))
+    if fell := [q.query_id for q in parsed if q.status != "ok"]:  # one term: every operator choice scores it alike
+        if len(fell) == len(parsed):
+            raise UnparsedQueryError(f"ablate: none of the {len(parsed)} queries has a logical query (a logical_query field, or a "
+                                     "text in the query language), so every operator choice would score them alike; give the queries' "
+                                     'logical forms ("vitamin D" AND NOT "bone").')
+        notes.append(f"ablate: {len(fell)} of the {len(parsed)} queries have no logical query (e.g. {fell[0]!r}) and are scored as "
+                     "their whole text, one term: alike under every operator choice, so they narrow the differences between rows.")
     with rundir.timed("score"):
-        pairs, calibration = score_grid(parsed, store, embed, k, scorer, calibration, hybrid_weight, empty_not)
+        try:
+            pairs, calibration = score_grid(parsed, store, embed, k, scorer, calibration, hybrid_weight, empty_not)
+        except ScoreError as exc:
+            what = str(exc).removeprefix("itlr: ")
+            if " are infinite" not in what:
+                raise ScoreError(f"ablate: {what}") from None
+            # (the itlr stage's advice, an operator option, is none of ablate's: the grid holds every NOT family)
+            raise ScoreError(f"ablate: {what.split(' (', 1)[0]}: the grid's not=reciprocal choices overflow float32 (1/1e-6 for "
+                             "each negated term a document misses, past its range at seven), and no row is computed; leave such "
+                             "queries out of the queries file.") from None
     df = grid_table(pairs, qrels, m, k)
     write_parquet_atomic(pa.Table.from_pandas(df, preserve_index=False), Path(out) / "ablation.parquet")
     write_text_atomic(grid_markdown(df, m, notes), Path(out) / "ablation.md")

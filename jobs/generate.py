@@ -39,6 +39,7 @@ from logicrank.pipelines.engines.store import DocStore
 from logicrank.pipelines.files import write_parquet_atomic, write_text_atomic
 from logicrank.pipelines.generate import realcorpus as rc
 from logicrank.pipelines.generate.synthetic import TEMPLATES
+from logicrank.schemas.digest import json_digest
 
 PROMPTS = ("gen_topics", "gen_question", "gen_relevance")
 # the card's note when the generator is the bundled plumbing model
@@ -113,11 +114,14 @@ def _crowded(cfg: GenerateConfig) -> bool:
 
 def generator_code() -> str:
     """The digest of the recipe's code (pipelines/generate/realcorpus.py and what it imports:
-    the templates, the parsing of topics, the draw): checkpoints another code wrote are not
-    resumed (a changed draw gives other queries under the same ids)."""
-    from logicrank.pipelines.codedigest import code_digest
+    the templates, the parsing of topics, the draw) and of this job's own source (what each
+    call asks: the prompts' inputs, constraints and token budgets, and the label records):
+    checkpoints another code wrote are not resumed (a changed draw gives other queries under
+    the same ids). This module's imports (the LLM pool, the Ray session) are not in it: a fix
+    there resumes."""
+    from logicrank.pipelines.codedigest import code_digest, source_digest
 
-    return code_digest(rc.__name__)
+    return json_digest([code_digest(rc.__name__), source_digest(__name__)])
 
 
 def checkpoints_state(cfg: GenerateConfig, store: DocStore, model_id: str) -> dict:

@@ -12,6 +12,7 @@ from logicrank.pipelines.config.retrieval import RetrieveConfig
 from logicrank.pipelines.engines.store import DocStore
 from logicrank.pipelines.retrieval.methods.itlr import TERM_SCORES
 from logicrank.schemas.tables import RUN
+from tests.conftest import write_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
 
@@ -157,6 +158,37 @@ def test_ablate_over_bm25_runs_every_family_and_its_default_is_the_stages_run(sy
     assert noted.exit_code == 0 and "have no qrels" in noted.output, noted.output
     table_note = DocStore(str(synthetic / "db")).readable(None, "ablate")[1]
     assert json.loads((tmp_path / "d" / "manifest.json").read_text())["table_note"] == table_note
+
+
+def test_ablate_says_when_queries_have_no_logical_form_and_names_an_overflow_in_its_own_terms(synthetic, tmp_path, monkeypatch):
+    """Queries without a logical form are one term each, alike under every operator choice: the
+    18 rows were equal with no word (all such: refused; some: a note). A query the grid's
+    not=reciprocal overflows on stopped ablate with the itlr stage's advice, an operator option
+    ablate has none of."""
+    from typer.testing import CliRunner
+
+    from logicrank.cli import app
+    from logicrank.jobs import ablate
+    from logicrank.pipelines.retrieval.methods.itlr import ScoreError
+
+    qrels = synthetic / "syn" / "qrels" / "test.tsv"
+    rows = [json.loads(line) for line in (synthetic / "syn" / "queries.jsonl").read_text().splitlines()]
+    plain = write_jsonl(tmp_path / "plain.jsonl", [{"_id": r["_id"], "text": r["text"]} for r in rows])
+    args = [str(qrels), "--db", str(synthetic / "db"), "--scorer", "bm25"]
+    res = CliRunner().invoke(app, ["ablate", str(plain), *args, "--out", str(tmp_path / "p")])
+    assert res.exit_code != 0 and f"none of the {len(rows)} queries has a logical query" in res.output, res.output
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [rows[0], *({"_id": r["_id"], "text": r["text"]} for r in rows[1:3]), *rows[3:]])
+    res = CliRunner().invoke(app, ["ablate", str(mixed), *args, "--out", str(tmp_path / "m")])
+    assert res.exit_code == 0 and f"2 of the {len(rows)} queries have no logical query" in (tmp_path / "m" / "ablation.md").read_text()
+
+    def overflow(*a, **kw):
+        raise ScoreError("itlr: 3 composed score(s) are infinite, e.g. query 'q1', doc 'd1' (an operator past float32's range: "
+                         "not=reciprocal over many negated terms a document misses; use not=complement); nothing is ranked.")
+
+    monkeypatch.setattr(ablate, "score_grid", overflow)
+    res = CliRunner().invoke(app, ["ablate", str(synthetic / "syn" / "queries.jsonl"), *args, "--out", str(tmp_path / "o")])
+    assert res.exit_code != 0 and "ablate: 3 composed score(s) are infinite, e.g. query 'q1', doc 'd1': the grid's not=reciprocal" in res.output
+    assert "use not=complement" not in res.output, res.output
 
 
 def test_side_tables_of_a_fused_sub_pipeline_are_kept(synthetic, tmp_path):

@@ -280,3 +280,19 @@ def test_a_module_moved_with_its_code_unchanged_keeps_its_digest(tmp_path):
     got = _digests(copy, DIGEST, [f"logicrank.pipelines.{p}.moved_probe" for p in ("engines", "retrieval", "evaluation")])
     assert got["logicrank.pipelines.engines.moved_probe"] == got["logicrank.pipelines.retrieval.moved_probe"]
     assert got["logicrank.pipelines.evaluation.moved_probe"] != got["logicrank.pipelines.engines.moved_probe"]
+
+
+def test_generates_checkpoints_are_keyed_by_the_jobs_own_source_too(monkeypatch):
+    """jobs/generate.py decides what each checkpoint holds (the prompts' inputs, constraints,
+    token budgets, the label records), and only the recipe's closure keyed the checkpoints: a
+    run resumed shards an earlier job code wrote beside new ones."""
+    from logicrank.jobs import generate
+    from logicrank.pipelines import codedigest
+
+    asked = []
+    real = codedigest.source_digest
+    monkeypatch.setattr(codedigest, "source_digest", lambda module: asked.append(module) or real(module))
+    before = generate.generator_code()
+    assert asked == ["logicrank.jobs.generate"]
+    monkeypatch.setattr(codedigest, "source_digest", lambda module: "edited")
+    assert generate.generator_code() != before
