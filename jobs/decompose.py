@@ -28,6 +28,7 @@ from logicrank.pipelines.io import read_queries
 from logicrank.pipelines.llm import prompts
 from logicrank.pipelines.llm.decompose import TEMPLATES, check_conserved, decompose, settings_of
 from logicrank.pipelines.llm.models import resolve
+from logicrank.pipelines.retrieval.runner import queries_digest
 from logicrank.schemas.tables import DECOMPOSITIONS, conform
 
 
@@ -48,8 +49,10 @@ def run_decompose(cfg: DecomposeConfig, out: str | Path, progress: bool = False,
     queries = read_queries(cfg.queries, cfg.topics_field).select(["query_id", "text"])
     resolved = resolve(cfg.llm.model, log=echo)  # prepares a registered model once, before any actor starts
     templates = {m: prompts.load(TEMPLATES[m]).sha for m in cfg.methods}
-    inputs = {"queries": file_fingerprint(cfg.queries), "model": resolved.model_id, "templates": templates,
-              "engine": cfg.llm.engine_digest()}  # (dtype auto: float32 on a CPU, the GPU's own there)
+    # the queries as read beside the file's fingerprint, as retrieve records them: a file replaced while the model was
+    # prepared was recorded beside decompositions of the queries read before, and a rerun on it skipped as fresh
+    inputs = {"queries": file_fingerprint(cfg.queries), "queries_read": queries_digest(queries), "model": resolved.model_id,
+              "templates": templates, "engine": cfg.llm.engine_digest()}  # (dtype auto: float32 on a CPU, the GPU's own there)
     with rundir.held():
         return _decompose(cfg, rundir, progress, echo, start, queries, inputs)
 

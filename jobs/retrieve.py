@@ -164,8 +164,8 @@ def _fingerprint(cfg: RetrieveConfig, job: _Job) -> tuple[dict, dict]:
     # what else changes a stage's output, so that an unchanged-looking rerun is not skipped wrongly: each stage's
     # manual version and the digest of its code (RunDir's own check covers this job's code, every stage's included)
     inputs["stages"] = sorted({(cls.name, cls.version, cls.code()) for p in job.pipelines for cls in stage_classes(p.stages)})
-    if job.needs.encoder:
-        inputs["encoder"] = model_id(cfg.embed)
+    if job.needs.encoder:  # the encoder as it runs (backend auto: OpenVINO where installed, else torch: other vectors), as the stage keys
+        inputs["encoder"] = [model_id(cfg.embed), encoder_digest(cfg.embed)]
     if job.needs.fulltext:  # (another PyStemmer or regex: the table's BM25 index is rebuilt, its runs made again)
         from logicrank.pipelines.engines.bm25.analyzer import analyzer_digest
 

@@ -98,6 +98,9 @@ class RunDir:
         self.record: dict[str, Any] = {}
         self.aside: Path | None = None  # where this run moved earlier outputs (previous/<time>/)
         self.moved: list[str] = []  # what it moved there (paths relative to the run directory)
+        # the job's code as it starts, before any work: read at the end, an edit made while the job ran was recorded
+        # beside the earlier code's outputs, and the next run (on the new code) skipped as fresh
+        self._code = self._code_now()
 
     def previous(self) -> dict[str, Any] | None:
         if not self.manifest_path.exists():
@@ -108,7 +111,11 @@ class RunDir:
             return None
 
     def code(self) -> str | None:
-        """The digest of the job's code (None when ``jobs.<stage>`` is no module of this project)."""
+        """The digest of the job's code as it was when the run started (None when
+        ``jobs.<stage>`` is no module of this project)."""
+        return self._code
+
+    def _code_now(self) -> str | None:
         from logicrank.pipelines.codedigest import code_digest, source_file
 
         return code_digest(self.module) if source_file(self.module) is not None else None

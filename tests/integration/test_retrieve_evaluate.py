@@ -207,6 +207,25 @@ def test_evaluate_tells_the_terminal_about_missing_queries_and_skips(indexed, tm
     assert "skipped" in res.output and "has no results for 1 of 40" in res.output
 
 
+def test_a_rerun_is_not_skipped_when_the_query_encoder_would_run_otherwise(indexed, tmp_path, monkeypatch):
+    """The skip check keyed the encoder by its model's name, the stage keys by how it runs
+    (backend auto: OpenVINO where installed, else torch, whose vectors differ in their last
+    bits): openvino removed, the rerun kept the runs of the other backend's vectors."""
+    from logicrank.jobs import retrieve
+
+    cfg = RetrieveConfig.preset(queries=str(indexed / "queries.jsonl"), db=str(indexed / "db"), set={"dense.k": 10})
+    said = []
+    run_retrieve(cfg, tmp_path / "r", echo=said.append)
+    run_retrieve(cfg, tmp_path / "r", echo=said.append)
+    assert sum("skipped" in line for line in said) == 1, said
+    real = retrieve.encoder_digest
+    monkeypatch.setattr(retrieve, "encoder_digest", lambda config: real(config.model_copy(update={"backend": "torch"}))
+                        if config.backend == "auto" else real(config))
+    said.clear()
+    run_retrieve(cfg, tmp_path / "r", echo=said.append)
+    assert not any("skipped" in line for line in said), said
+
+
 def test_a_rerun_is_fresh_only_with_the_queries_it_read_and_its_trec_files(indexed, tmp_path, monkeypatch):
     """A queries file replaced while a retrieve starts (read, then fingerprinted after the
     table and the LLM are prepared): the manifest recorded the new file beside runs of the old

@@ -296,3 +296,20 @@ def test_generates_checkpoints_are_keyed_by_the_jobs_own_source_too(monkeypatch)
     assert asked == ["logicrank.jobs.generate"]
     monkeypatch.setattr(codedigest, "source_digest", lambda module: "edited")
     assert generate.generator_code() != before
+
+
+def test_a_run_records_the_code_it_started_with(tmp_path, monkeypatch):
+    """The job's code digest was first read when its manifest was written, after the work: an
+    edit made while the job ran was recorded beside the earlier code's outputs, and the next
+    run, on the edited code, was skipped as fresh."""
+    from logicrank.jobs.rundir import RunDir
+    from logicrank.pipelines import codedigest
+
+    source = {"digest": "as started"}
+    monkeypatch.setattr(codedigest, "code_digest", lambda module: source["digest"])
+    rundir = RunDir(tmp_path / "r", "evaluate")
+    source["digest"] = "edited while it ran"
+    (tmp_path / "r").mkdir()
+    rundir.write_manifest({}, "h", {}, [])
+    assert json.loads((tmp_path / "r" / "manifest.json").read_text())["code"] == "as started"
+    assert not RunDir(tmp_path / "r", "evaluate").is_fresh("h", {})  # the edited code runs again

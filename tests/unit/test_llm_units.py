@@ -848,3 +848,33 @@ def test_every_way_to_say_no_llm_cache_turns_it_off(off):
 
     assert LLMConfig(cache=off).cache is None
     assert LLMConfig(cache="runs/llm-cache.sqlite").cache == "runs/llm-cache.sqlite"
+
+
+def test_decompose_records_the_queries_it_read_not_a_file_replaced_since(tmp_path, monkeypatch):
+    """The queries were read, then the model prepared (minutes on first use), then the file
+    fingerprinted: a file replaced meanwhile was recorded beside decompositions of the queries
+    read before, and a rerun on it was skipped as fresh."""
+    from types import SimpleNamespace
+
+    from logicrank.jobs import decompose
+    from logicrank.jobs.rundir import RunDir
+    from logicrank.pipelines.config.retrieval import DecomposeConfig
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"_id": "q1", "text": "old query"}) + "\n")
+
+    def prepare(model, log=None):
+        queries.write_text(json.dumps({"_id": "q1", "text": "new query"}) + "\n")  # replaced while the model is prepared
+        return SimpleNamespace(model_id="m@1")
+
+    seen = {}
+    monkeypatch.setattr(decompose, "resolve", prepare)
+    monkeypatch.setattr(decompose, "_decompose", lambda cfg, rundir, progress, echo, start, q, inputs: seen.update(q=q, inputs=inputs))
+    cfg = DecomposeConfig(queries=str(queries))
+    decompose.run_decompose(cfg, tmp_path / "d")
+    assert seen["q"].column("text").to_pylist() == ["old query"]
+    (tmp_path / "d").mkdir(exist_ok=True)
+    RunDir(tmp_path / "d", "decompose").write_manifest({}, cfg.digest(), seen["inputs"], [])  # that run, finished
+    monkeypatch.setattr(decompose, "resolve", lambda model, log=None: SimpleNamespace(model_id="m@1"))
+    decompose.run_decompose(cfg, tmp_path / "d")  # the rerun, on the new file
+    assert not RunDir(tmp_path / "d", "decompose").is_fresh(cfg.digest(), seen["inputs"]), "the new queries were taken for decomposed"
