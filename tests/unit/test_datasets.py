@@ -71,6 +71,33 @@ def test_a_bad_dataset_is_one_line_naming_what_is_valid(dataset, message, user_r
     assert "\n" not in str(info.value)
 
 
+def test_another_dataset_name_set_on_an_experiment_is_that_dataset(user_registry, tmp_path):
+    """`--set dataset.name=OTHER` changed the label and kept the first name's spelled-out
+    fields (they won on validation): B's report held A's figures, and A's references passed."""
+    from logicrank.pipelines.evaluation.experiment import override
+
+    files = _trec_files(tmp_path)
+    assert runner.invoke(app, ["datasets", "add", "trec2", "--corpus", files["corpus"], "--queries", files["queries"],
+                               "--qrels", files["qrels"], "--format", "trec"]).exit_code == 0
+    exp = override(load("scifact"), ["dataset.sample=5"])
+    assert exp.dataset.bundled == "scifact"
+    other = override(exp, ["dataset.name=trec2"])
+    assert (other.dataset.name, other.dataset.bundled, other.dataset.corpus, other.dataset.sample) == ("trec2", None, files["corpus"], 5)
+    assert other.references == () and override(other, ["dataset.name=scifact"]).dataset.bundled == "scifact"
+    irds = override(override(exp, ["dataset.name=irds:beir/scifact/test"]), ["dataset.name=irds:beir/nfcorpus/test"])
+    assert irds.dataset.irds == "beir/nfcorpus/test"
+
+
+def test_a_qrels_file_is_refused_where_the_dataset_reads_its_own():
+    """A bundled, QA, RuleBench, set-logic or ir_datasets set is judged by its own
+    qrels/test.tsv: another split given was ignored, the run made on the test split."""
+    for dataset in ({"bundled": "scifact", "qrels": "qrels/dev.tsv"}, {"qa": "hotpotqa", "qrels": "qrels/dev.tsv"},
+                    {"name": "irds:cranfield", "qrels": "qrels/dev.tsv"}):
+        with pytest.raises(ValueError, match="only a beir directory, corpus files or a synthetic set take a qrels file"):
+            Dataset.model_validate(dataset)
+    assert Dataset.model_validate({"beir": "b", "qrels": "qrels/dev.tsv"}).qrels == "qrels/dev.tsv"
+
+
 def test_trec_topics_and_qrels_are_read_as_the_jobs_read_them_and_sampled_alike(tmp_path):
     files = _trec_files(tmp_path)
     d = Dataset.model_validate({**files, "format": "trec", "topics_field": "desc"})

@@ -159,6 +159,10 @@ class Dataset(_Model):
             raise ValueError("qa_corpus is MuSiQue's paragraph corpus; HotpotQA's corpus is its questions' context (give qa_src alone)")
         if self.sample is not None and self.query_ids is not None:
             raise ValueError("give sample or query_ids, not both")
+        if self.qrels != "qrels/test.tsv" and self.beir is None and self.corpus is None and self.synthetic is None:
+            # (a bundled, qa, rulebench, setlogic or irds set is read with its own qrels/test.tsv: another split given was ignored)
+            raise ValueError(f"qrels {self.qrels!r}: only a beir directory, corpus files or a synthetic set take a qrels file; "
+                             "this dataset is judged by its own qrels/test.tsv")
         return self
 
     @property
@@ -297,6 +301,8 @@ def override(exp: Experiment, changes: dict[str, Any] | list[str]) -> Experiment
     changes = parse_sets(changes)
     spec = exp.model_dump(mode="json", exclude_none=True)
     runs = exp.pipelines_to_run()
+    if "dataset.name" in changes:  # another dataset by name: its own fields, not the old name's spelled-out ones (which won)
+        spec["dataset"] = {k: v for k, v in spec.get("dataset", {}).items() if k in ("sample", "seed", "query_ids")}
     for key, value in changes.items():
         if is_stage_key(key, runs):
             held = spec.get("set", {})
