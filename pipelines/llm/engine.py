@@ -162,10 +162,15 @@ def check_label_follows(template: Template, labels: Sequence[str]) -> None:
     """Refuse a truth template that ends in white space before labels that start with it
     (" True" after "Answer:\n"): the label's logit would be read where the model writes the
     label without its space, a token it almost never gives, and P(True), renormalised over the
-    two labels, would look like any other. (An editor's final newline does this.)"""
+    two labels, would look like any other. (An editor's final newline does this.) And the
+    reverse: labels without their space ("True") after a template that ends at a word."""
     if template.text != template.text.rstrip() and any(label[:1].isspace() for label in labels):
         raise LLMConfigError(f"prompt template {template.name!r} ends in {template.text[len(template.text.rstrip()):]!r} and the labels "
                              f"{list(labels)} start with white space: end the template where the label follows (e.g. at 'Answer:').")
+    # the reverse: after "Answer:" the model writes " True"; "True" without its space is a token it almost never gives there
+    if template.text == template.text.rstrip() and any(not label[:1].isspace() for label in labels):
+        raise LLMConfigError(f"prompt template {template.name!r} ends at {template.text.rstrip()[-12:]!r} and the labels {list(labels)} do "
+                             "not start with a space: give labels as the model writes them after it (' True', ' False').")
 
 
 def label_logits(values: Mapping[int, float], ids: Sequence[int]) -> tuple[float, float, bool]:
@@ -174,9 +179,14 @@ def label_logits(values: Mapping[int, float], ids: Sequence[int]) -> tuple[float
     With ``logprob_token_ids`` both labels are always present. Should a label be missing
     (a top-k-only path), its value is bounded by the smallest value returned (it ranked
     below all of them): the result leans towards the label that was seen, and ``exact``
-    says so. With neither label present both get that bound (p = 0.5).
+    says so. With neither label present both get that bound (p = 0.5). A value that is not
+    finite is an overflow (the engine's raw logits are read before any processor could mask
+    a token): both logits are NaN then, refused downstream as a NaN is, never read as a
+    certain 1, 0 or an undecided 0.5.
     """
     t, f = (values.get(i) for i in ids)
+    if any(v is not None and not math.isfinite(v) for v in (t, f)):
+        return math.nan, math.nan, t is not None and f is not None
     if t is not None and f is not None:
         return float(t), float(f), True
     floor = min(values.values()) if values else 0.0

@@ -217,24 +217,26 @@ def prepare(name: str, root: Path | None = None, force: bool = False, log=lambda
             "note": spec.note,
         }
         (tmp / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
-        _move_into_place(tmp, target, versions)
+        _move_into_place(tmp, target, versions, replace=force)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
-    return ResolvedModel(target, f"{name}@{meta['checksum'][:12]}")
+    # the id of what is in place (another process's identical copy may have won the race), never of a build dropped
+    return ResolvedModel(target, f"{name}@{json.loads((target / MARKER).read_text())['checksum'][:12]}")
 
 
-def _move_into_place(tmp: Path, target: Path, versions: dict) -> None:
+def _move_into_place(tmp: Path, target: Path, versions: dict, replace: bool = False) -> None:
     """Rename a finished checkpoint onto its target. Concurrent preparers (Ray actors on one
     node) race safely: a rename onto an existing, valid checkpoint of the same packages'
-    ``versions`` gives way to it; one of other versions (the one being replaced) does not."""
+    ``versions`` gives way to it; one of other versions (the one being replaced) does not, nor
+    does any with ``replace`` (``prepare(force=True)``: the rebuild asked for replaces it)."""
     try:
         tmp.rename(target)
         return
     except OSError:
         pass
     marker = target / MARKER
-    if marker.is_file() and (meta := json.loads(marker.read_text())).get("checksum") == checksum(target) \
+    if not replace and marker.is_file() and (meta := json.loads(marker.read_text())).get("checksum") == checksum(target) \
             and meta.get("source_versions") == versions:
         return  # another process finished first; its copy is identical
     stale = target.with_name(f".{target.name}.stale-{os.getpid()}")

