@@ -57,9 +57,9 @@ def run_ablate(queries_path: str, qrels_path: str, db: str, out: str | Path, emb
         raise UnparsedQueryError(unparsed_message("ablate", unparsed, hint='Quote each term ("vitamin D" AND NOT "bone")'))
     if fell := [q.query_id for q in parsed if q.status != "ok"]:  # one term: every operator choice scores it alike
         if len(fell) == len(parsed):
-            raise UnparsedQueryError(f"ablate: none of the {len(parsed)} queries has a logical query (a logical_query field, or a "
-                                     "text in the query language), so every operator choice would score them alike; give the queries' "
-                                     'logical forms ("vitamin D" AND NOT "bone").')
+            raise UnparsedQueryError(f"ablate: none of the {len(parsed)} queries has a logical_query, so each is its whole text as one "
+                                     "term and every operator choice would score them alike; give each query its logical form in "
+                                     'logical_query ("vitamin D" AND NOT "bone"; a form written in the text is read as words).')
         notes.append(f"ablate: {len(fell)} of the {len(parsed)} queries have no logical query (e.g. {fell[0]!r}) and are scored as "
                      "their whole text, one term: alike under every operator choice, so they narrow the differences between rows.")
     with rundir.timed("score"):

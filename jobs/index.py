@@ -77,6 +77,7 @@ from logicrank.pipelines.operations.indexing import (
     StoredHashes,
     embed_left_behind,
     index_refusal,
+    left_behind,
     restore_hint,
     roll_back,
     table_state,
@@ -493,6 +494,13 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
             left = embed_left_behind(store, writer.seen, concrete(cfg.embed), before_each=lock.ensure_held)
         summary.embedded += left
         summary.embedded_by["reembedded"] = writer.counts["update"] + left
+    elif summary.embedded_by.get("reembedded"):  # vectors from the corpus: nothing here can make the ones it did not give
+        n, named = left_behind(store, writer.seen)
+        if n:
+            raise IndexJobError(
+                f"index: {n} stored document(s) no valid row of this snapshot rewrote (held by a rejected row, or absent and kept), "
+                f"e.g. {', '.join(map(repr, named))}, would keep vectors of the earlier code ({summary.embedded_by.get('before')}) "
+                f"under this run's record ({embed_code}); give them valid rows with vectors, or leave them out of the snapshot with --delete-missing.")
     # every vector is written: the version records the code that made them (in its schema: a later run whose code
     # differs embeds every document again, and a restored version brings back the record of its own vectors)
     store.mark_embedded_by(embed_code)

@@ -743,15 +743,17 @@ def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, 
         from logicrank.pipelines.config.settings import RayConfig
 
         kinds = {"embed": EmbedConfig, "ray": RayConfig, "llm": LLMConfig}
-        if unknown := sorted(placement.keys() - kinds.keys()):  # (`set` is a parameter here)
-            raise PipelineError(f"run_experiment: no option {', '.join(unknown)}; the jobs take embed, ray and llm.")
-        checked = {}
+        taken = (*kinds, "progress", "echo", "index_dir")  # the job's own keywords besides the configs
+        if unknown := sorted(placement.keys() - {*taken}):  # (`set` is a parameter here, not the builtin)
+            raise PipelineError(f"run_experiment: no option {', '.join(unknown)}; the jobs take {', '.join(taken)}.")
+        checked = dict(placement)
         for key, value in placement.items():  # a config or a mapping of its fields, checked before Ray starts
-            try:
-                checked[key] = kinds[key].model_validate(value)
-            except ValidationError as exc:
-                raise PipelineError(f"run_experiment: {key}: {validation_line(exc, kinds[key])}.") from None
-        if "embed" in checked:  # the encoder given beats the file's where the two differ, as the CLI's --model does
+            if key in kinds and value is not None:
+                try:
+                    checked[key] = kinds[key].model_validate(value)
+                except ValidationError as exc:
+                    raise PipelineError(f"run_experiment: {key}: {validation_line(exc, kinds[key])}.") from None
+        if checked.get("embed") is not None:  # the encoder given beats the file's where the two differ, as the CLI's --model does
             given = {k: getattr(checked["embed"], k) for k in checked["embed"].model_fields_set}
             if changed := {f"embed.{k}": v for k, v in given.items() if k in exp.embed and exp.embed[k] != v}:
                 exp = override(exp, changed)

@@ -35,8 +35,11 @@ _NO_ANSWER_SAID = re.compile(
     r"|(?:passages?|context|text|documents?) (?:(?:do|does|did) not|dont|doesnt|didnt) (?:say|mention|give|specify|state|contain|provide|answer)\b.*"
     r"|i (?:do not|dont|cannot|cant) (?:know|say|answer|tell)(?: (?:from|based on|in) (?:passages?|context|text|documents?))?"
     r"|(?:there is )?(?:no|not enough|insufficient) (?:information|info|answer)(?: (?:given|provided|available|in (?:passages?|context)))?"
-    r"(?: to (?:answer|determine|tell)\b.*)?"
-    r"|(?:i |we |it )?(?:cannot|can not|cant) (?:be )?(?:determined?|answer(?:ed)?)(?: (?:that|this|it|question))?"
+    r"(?: to (?:answer|determine|tell)\b.*| to (?:this |that )?question)?"
+    # "cannot be determined ..." and "cannot be answered ..." with any reason after; "cannot answer" with only its object
+    # and a source after it: "Cannot Answer Back" is a title
+    r"|(?:i |we |it )?(?:cannot|can not|cant) (?:be (?:determined|answered)|determined?)\b.*"
+    r"|(?:i |we |it )?(?:cannot|can not|cant) answer(?: (?:that|this|it))?(?: question)?"
     r"(?: (?:from|based on|with|without|given|in|using|according to) .*)?")
 # typographic apostrophes (I don’t know) read as the ASCII one, which the normalisation drops
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})

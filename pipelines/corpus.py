@@ -778,8 +778,9 @@ def _parse_line(raw: bytes, max_doc_bytes: int, vectors: VectorColumn | None = N
         return dict(_blank(), doc_id=_undecodable_id(raw, "jsonl")), "invalid_utf8", str(exc)
     try:
         obj = json.loads(line)
-    except json.JSONDecodeError as exc:  # its id read from its head, so that a stored document of that id is held, not deleted
-        return dict(_blank(), doc_id=_long_id(raw, "jsonl")), "malformed_json", str(exc)
+    except (ValueError, RecursionError) as exc:  # its id read from its head, so that a stored document of that id is held, not deleted
+        # (JSONDecodeError is a ValueError; so is an integer of more than 4,300 digits, and a nesting too deep is a RecursionError)
+        return dict(_blank(), doc_id=_long_id(raw, "jsonl")), "malformed_json", first_line(exc)
     checked = validate_record(obj, max_doc_bytes)
     if vectors is None or checked[1] is not None:
         return checked

@@ -70,8 +70,8 @@ def cut_to_tokens(model_dir: str, texts: dict[str, str], budget: int) -> dict[st
 def _cut(tok, text: str, budget: int) -> str:
     ids = tok.encode(text, add_special_tokens=False)
     cut = tok.decode(ids[:budget])
-    if len(ids) > budget and "\ufffd" not in text:
-        cut = cut.rstrip("\ufffd")
+    while len(ids) > budget and cut.endswith("\ufffd") and not text.startswith(cut):  # (one the text holds there stays)
+        cut = cut[:-1]
     return cut
 
 

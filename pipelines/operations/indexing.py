@@ -395,6 +395,18 @@ def embed_left_behind(store: DocStore, seen: SeenIds, config: EmbedConfig, befor
     return done
 
 
+def left_behind(store: DocStore, seen: SeenIds, first: int = 3) -> tuple[int, list[str]]:
+    """How many stored documents no valid row of the snapshot rewrote (held: only a rejected
+    row named them; absent ones a run that deletes nothing keeps), and the first ``first`` of
+    their ids: in a run whose vectors come with the corpus they keep the earlier vectors."""
+    ids = StoredHashes(store.uri, store.name, store.version).ids(LEFT_BEHIND_ROWS)
+    n, named = 0, []
+    for batch in seen.not_kept(ids):
+        n += len(batch)
+        named += batch.to_pylist()[: max(0, first - len(named))]
+    return n, named
+
+
 class IdSpill:
     """Ids written to a Parquet file in batches and read back in batches: the absent ids
     between the guards, which count them, and the deletes, which need them again."""

@@ -700,6 +700,16 @@ def test_precomputed_vectors_are_indexed_as_given_and_queries_need_a_model_that_
                         tmp_path / "r-ext-bm25", progress=False)["bm25"]
     assert set(pq.read_table(bm25).column("query_id").to_pylist()) == {f"q{i}" for i in range(6)}
 
+    # vectors from the corpus for the table whose vectors the job made: every stored document is written again, and one
+    # whose row is rejected kept the job's vector under the corpus's record (queries trusted it): refused, nothing marked
+    complete = DocStore(str(tmp_path / "db-embedded")).complete_version()
+    switched = write_jsonl(tmp_path / "switch" / "c.jsonl", [dict(rows[0], emb=[float("nan")] * 384), *rows[1:]])
+    with pytest.raises(IndexJobError, match=r"index: 1 stored document\(s\) no valid row of this snapshot rewrote .*e\.g\. "
+                                            rf"'{docs[0]['_id']}', would keep vectors of the earlier code"):
+        run_index(_cfg(switched, tmp_path / "db-embedded", vector_column="emb", vector_model="all-MiniLM-L6-v2", max_reject_fraction=0.05),
+                  tmp_path / "switch-run")
+    assert DocStore(str(tmp_path / "db-embedded")).complete_version() == complete
+
 
 def test_ray_tasks_keep_the_order_and_a_failed_task_stops_the_others(ray_cluster, tmp_path):
     """`--bm25-workers`' runner (jobs/raysession.py, RayTasks): results in the arguments' order;

@@ -176,7 +176,7 @@ def test_ablate_says_when_queries_have_no_logical_form_and_names_an_overflow_in_
     plain = write_jsonl(tmp_path / "plain.jsonl", [{"_id": r["_id"], "text": r["text"]} for r in rows])
     args = [str(qrels), "--db", str(synthetic / "db"), "--scorer", "bm25"]
     res = CliRunner().invoke(app, ["ablate", str(plain), *args, "--out", str(tmp_path / "p")])
-    assert res.exit_code != 0 and f"none of the {len(rows)} queries has a logical query" in res.output, res.output
+    assert res.exit_code != 0 and f"none of the {len(rows)} queries has a logical_query" in res.output, res.output
     mixed = write_jsonl(tmp_path / "mixed.jsonl", [rows[0], *({"_id": r["_id"], "text": r["text"]} for r in rows[1:3]), *rows[3:]])
     res = CliRunner().invoke(app, ["ablate", str(mixed), *args, "--out", str(tmp_path / "m")])
     assert res.exit_code == 0 and f"2 of the {len(rows)} queries have no logical query" in (tmp_path / "m" / "ablation.md").read_text()

@@ -261,6 +261,17 @@ def test_every_bad_row_is_kept_with_reason_and_line(tmp_path):
     assert t.column("doc_id").to_pylist()[1] == "x" and t.column("doc_id").to_pylist()[6] is None
 
 
+def test_a_json_integer_past_pythons_limit_is_a_reject_not_a_crash(tmp_path):
+    """json.loads raises a plain ValueError (not JSONDecodeError) for an integer of more than
+    4,300 digits: the run failed with a traceback, reading none of the file's other lines."""
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"_id": "a", "text": "fine"}\n{"_id": "b", "text": "x", "n": ' + "9" * 5000 + '}\n{"_id": "c", "text": "ok"}\n')
+    t = _read_all(str(path))
+    assert list(zip(t.column("doc_id").to_pylist(), t.column("_reason").to_pylist(), strict=True)) == [
+        ("a", None), ("b", "malformed_json"), ("c", None)]
+    assert "4300" in t.column("_detail").to_pylist()[1]
+
+
 def test_a_tsv_line_of_other_fields_names_its_first_field_as_its_id(tmp_path):
     """A TSV corpus line whose text holds a tab is a ``bad_tsv_row``; it names its first field,
     so that the stored document of that id is held by a re-index, not deleted as absent."""

@@ -170,7 +170,9 @@ def test_unanswerable_fires_once_the_dependencies_are_solved():
 @pytest.mark.parametrize("reply", ["The passages do not say.", "Not mentioned", "N/A", "Cannot be determined.", "not enough information",
                                    "Not mentioned in the passages.", "The passages do not mention it.", "I don't know",
                                    "The passages don't mention it.", "I don\u2019t know", "Can\u2019t be determined", "I cannot answer that.",
-                                   "Not enough information to answer."])
+                                   "Not enough information to answer.", "Cannot be determined because the passages do not say.",
+                                   "Cannot be answered: no passage names him.", "Cannot determine who", "I can't answer this question.",
+                                   "There is no answer to this question."])
 def test_a_reply_that_says_unknown_otherwise_is_no_answer(reply):
     """A model writes "unknown" other ways: none is taken as the answer and filled into the next step."""
     c, _, _ = run_chain(["alpha: who?", "beta: what of #1?"], lambda q: reply if q.startswith("alpha") else "Paris")

@@ -908,3 +908,4 @@ def test_a_passage_cut_to_its_token_budget_is_never_cut_inside_a_character(monke
     assert prompts.cut_to_tokens("m", {"p": "café 東京"}, 8) == {"p": "café "}
     assert prompts.cut_to_tokens("m", {"p": "café 東京"}, 9) == {"p": "café 東"}
     assert prompts.cut_to_tokens("m", {"p": "a\ufffdb"}, 4) == {"p": "a\ufffd"}  # one the text holds is kept
+    assert prompts.cut_to_tokens("m", {"p": "\ufffd ok 東京"}, 8) == {"p": "\ufffd ok "}  # and one elsewhere does not stop the cut

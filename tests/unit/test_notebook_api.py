@@ -435,7 +435,7 @@ def test_run_experiment_checks_its_placement_before_ray_and_its_encoder_beats_th
 
     with pytest.raises(UserError, match=r"run_experiment: ray: adress .*no such option; options: address"):
         lr.run_experiment("scifact", ray={"adress": "ray://head:10001"})
-    with pytest.raises(UserError, match="run_experiment: no option bogus; the jobs take embed, ray and llm"):
+    with pytest.raises(UserError, match="run_experiment: no option bogus; the jobs take embed, ray, llm, progress, echo, index_dir"):
         lr.run_experiment("scifact", bogus=1)
     ran = {}
     monkeypatch.setattr(job, "run_experiment", lambda exp, out, strict, **placement: ran.update(exp=exp, **placement))
@@ -444,3 +444,5 @@ def test_run_experiment_checks_its_placement_before_ray_and_its_encoder_beats_th
     assert ran["exp"].embed["title_sep"] == ". " and ran["ray"].num_cpus == 2, ran
     lr.run_experiment(fixed, out="unused", embed=lr.EmbedConfig(max_seq_length=128))  # a field the file leaves alone: the file's stays
     assert ran["exp"].embed["title_sep"] == " | " and ran["embed"].max_seq_length == 128, ran
+    lr.run_experiment(fixed, out="unused", ray=None, index_dir="shared", progress=False)  # the job's other keywords pass as they are
+    assert (ran["ray"], ran["index_dir"], ran["progress"]) == (None, "shared", False), ran
