@@ -346,7 +346,7 @@ def _index_written(cfg: IndexConfig, rundir: RunDir, sources: list[Source], prog
         failure = index_refusal(cfg, summary, stored_rows, bool(writer.seen), rejects.path, restore_hint(cfg, store, version_before),
                                 deletes=guard)
         if failure is None:
-            _commit(cfg, rundir, lock, store, summary, version_before, writer, absent, embed_code, ray_held.close)
+            failure = _commit(cfg, rundir, lock, store, summary, version_before, writer, absent, embed_code, ray_held.close)
     absent.remove()
     if store.exists():
         summary.table_version, summary.table_rows = store.version, store.count()
@@ -474,10 +474,12 @@ def _bm25_index(cfg: IndexConfig, store: DocStore) -> dict:
 
 
 def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, summary: IndexSummary, version_before: int | None,
-            writer: IndexWriter, absent: IdSpill, embed_code: str, release_ray: Callable[[], None]) -> None:
+            writer: IndexWriter, absent: IdSpill, embed_code: str, release_ray: Callable[[], None]) -> str | None:
     """A run the guards let through: the absent ids deleted (``delete_missing``), the table
     maintained, the BM25 index of the new version made, the Ray session the run held let go
-    (``release_ray``), the version marked complete and tagged."""
+    (``release_ray``), the version marked complete and tagged. Returns a refusal found only
+    here (a re-embed from the corpus that leaves earlier vectors), as the guards give one: the
+    version is not marked complete, and the manifest records it."""
     lock.ensure_held()  # (a lease can lapse; each step below changes the table)
     if cfg.delete_missing and summary.absent and store.exists():
         with rundir.timed("delete"):
@@ -497,10 +499,10 @@ def _commit(cfg: IndexConfig, rundir: RunDir, lock: TableLock, store: DocStore, 
     elif summary.embedded_by.get("reembedded"):  # vectors from the corpus: nothing here can make the ones it did not give
         n, named = left_behind(store, writer.seen)
         if n:
-            raise IndexJobError(
-                f"index: {n} stored document(s) no valid row of this snapshot rewrote (held by a rejected row, or absent and kept), "
-                f"e.g. {', '.join(map(repr, named))}, would keep vectors of the earlier code ({summary.embedded_by.get('before')}) "
-                f"under this run's record ({embed_code}); give them valid rows with vectors, or leave them out of the snapshot with --delete-missing.")
+            return (f"index: {n} stored document(s) no valid row of this snapshot rewrote (held by a rejected row, or absent and kept), "
+                    f"e.g. {', '.join(map(repr, named))}, would keep vectors of the earlier code ({summary.embedded_by.get('before')}) "
+                    f"under this run's record ({embed_code}); give them valid rows with vectors, or leave them out of the snapshot with "
+                    f"--delete-missing.{restore_hint(cfg, store, version_before)}")
     # every vector is written: the version records the code that made them (in its schema: a later run whose code
     # differs embeds every document again, and a restored version brings back the record of its own vectors)
     store.mark_embedded_by(embed_code)

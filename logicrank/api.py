@@ -729,7 +729,8 @@ def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, 
     Given ``table`` (:func:`open_table` of a table indexed from the experiment's corpus), it
     runs here, in this process, without Ray. Otherwise it runs the jobs (index, retrieve,
     evaluate) on a local Ray cluster, or the one ``placement`` names
-    (``ray=RayConfig(address=...)``; ``embed``, ``llm``: configs). docs/experiments.md."""
+    (``ray=RayConfig(address=...)``; ``embed``, ``llm``: configs or mappings of their fields;
+    the job's ``index_dir``, ``progress`` and ``echo`` too). docs/experiments.md."""
     from logicrank.pipelines.evaluation.experiment import Experiment, load, override, run_in_process, with_encoder
 
     exp = experiment if isinstance(experiment, Experiment) else load(experiment)
@@ -759,7 +760,8 @@ def run_experiment(experiment: str | Path | Any, out: str | Path | None = None, 
                 exp = override(exp, changed)
         return run(exp, out, strict=strict, **checked)
     if placement:
-        raise PipelineError(f"run_experiment: {sorted(placement)} place the jobs; with a table the run is in this process (drop them).")
+        raise PipelineError(f"run_experiment: {sorted(placement)} are options of the jobs; with a table the run is in this process "
+                            "(drop them).")
     if not {"model", "max_seq_length"} & exp.embed.keys():  # (a file that fixes its encoder is refused below on another table)
         exp = with_encoder(exp, table.embed)  # a table of another encoder than the default the file was written for: unchecked
     wanted = EmbedConfig.model_validate({**table.embed.model_dump(), **exp.embed})

@@ -27,6 +27,10 @@ NO_ANSWER = frozenset({
 })
 
 
+# who says it cannot be told, and what may follow: a reason or a source (normalised: no articles, no punctuation)
+_WHO = r"i |we |it |this |that |answer |question "
+_WHY = (r"(?: (?:because|as|since|from|based on|with|without|given|in|using|according to|due to|for|passages?|context|text|"
+        r"documents?|information|no|not|there|answer|question|who|what|when|where|which|whom|whose|how|this|that|it)\b.*)?")
 # the same said at more length (normalised): "Not mentioned in the passages.", "The passages do not mention it.",
 # "Unknown from the passages", "I don't know"; whole sentences of saying so, never a title that opens with such a word
 _NO_ANSWER_SAID = re.compile(
@@ -35,12 +39,12 @@ _NO_ANSWER_SAID = re.compile(
     r"|(?:passages?|context|text|documents?) (?:(?:do|does|did) not|dont|doesnt|didnt) (?:say|mention|give|specify|state|contain|provide|answer)\b.*"
     r"|i (?:do not|dont|cannot|cant) (?:know|say|answer|tell)(?: (?:from|based on|in) (?:passages?|context|text|documents?))?"
     r"|(?:there is )?(?:no|not enough|insufficient) (?:information|info|answer)(?: (?:given|provided|available|in (?:passages?|context)))?"
-    r"(?: to (?:answer|determine|tell)\b.*| to (?:this |that )?question)?"
-    # "cannot be determined ..." and "cannot be answered ..." with any reason after; "cannot answer" with only its object
-    # and a source after it: "Cannot Answer Back" is a title
-    r"|(?:i |we |it )?(?:cannot|can not|cant) (?:be (?:determined|answered)|determined?)\b.*"
-    r"|(?:i |we |it )?(?:cannot|can not|cant) answer(?: (?:that|this|it))?(?: question)?"
-    r"(?: (?:from|based on|with|without|given|in|using|according to) .*)?")
+    r"(?: to (?:answer|determine|tell)\b.*| to (?:this |that )?question| about\b.*)?"
+    # "cannot be determined ..." and "cannot be answered ..." with a reason or a source after (never an answer given
+    # after all: "Cannot be determined, but probably 1965"; nor a title: "Cannot Answer Back")
+    rf"|(?:{_WHO})?(?:cannot|can not|cant) (?:be (?:determined|answered)|determined?){_WHY}"
+    rf"|(?:{_WHO})?(?:cannot|can not|cant) answer(?: (?:that|this|it))?(?: question)?{_WHY}"
+    r"|(?:it is )?impossible to (?:determine|answer|tell|say)\b.*")
 # typographic apostrophes (I don’t know) read as the ASCII one, which the normalisation drops
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 

@@ -759,8 +759,8 @@ def _undecodable_id(raw: bytes, kind: str) -> str | None:
         return _long_id(raw, kind)
     try:
         return _replaced_id(json.loads(raw.decode("utf-8", "replace")))
-    except ValueError:
-        return None
+    except (ValueError, RecursionError):  # not JSON, an integer past Python's limit, a nesting too deep: the id its head names
+        return _long_id(raw, "jsonl")
 
 
 def _replaced_id(obj: Any) -> str | None:

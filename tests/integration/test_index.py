@@ -709,6 +709,9 @@ def test_precomputed_vectors_are_indexed_as_given_and_queries_need_a_model_that_
         run_index(_cfg(switched, tmp_path / "db-embedded", vector_column="emb", vector_model="all-MiniLM-L6-v2", max_reject_fraction=0.05),
                   tmp_path / "switch-run")
     assert DocStore(str(tmp_path / "db-embedded")).complete_version() == complete
+    manifest = json.loads((tmp_path / "switch-run" / "manifest.json").read_text())  # recorded as any refusal is, with how to restore
+    assert manifest["status"] == "failed" and "would keep vectors" in manifest["error"] and "logicrank restore" in manifest["error"]
+    assert not manifest["table"]["complete"] and not (tmp_path / "switch-run" / ".absent-ids.parquet").exists()
 
 
 def test_ray_tasks_keep_the_order_and_a_failed_task_stops_the_others(ray_cluster, tmp_path):

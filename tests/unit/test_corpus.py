@@ -270,6 +270,12 @@ def test_a_json_integer_past_pythons_limit_is_a_reject_not_a_crash(tmp_path):
     assert list(zip(t.column("doc_id").to_pylist(), t.column("_reason").to_pylist(), strict=True)) == [
         ("a", None), ("b", "malformed_json"), ("c", None)]
     assert "4300" in t.column("_detail").to_pylist()[1]
+    # the same in a line that is not UTF-8 (a Latin-1 byte), and a nesting too deep: rejects naming their ids, not a traceback
+    path.write_bytes(b'{"_id": "a", "text": "caf\xe9", "n": ' + b"9" * 5000 + b'}\n{"_id": "d", "text": "x", "n": ' + b"[" * 5000
+                     + b"]" * 5000 + b'}\n{"_id": "e", "text": "caf\xe9", "n": ' + b"[" * 5000 + b"]" * 5000 + b"}\n")
+    t = _read_all(str(path))
+    assert list(zip(t.column("doc_id").to_pylist(), t.column("_reason").to_pylist(), strict=True)) == [
+        ("a", "invalid_utf8"), ("d", "malformed_json"), ("e", "invalid_utf8")]
 
 
 def test_a_tsv_line_of_other_fields_names_its_first_field_as_its_id(tmp_path):

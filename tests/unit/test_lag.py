@@ -172,12 +172,14 @@ def test_unanswerable_fires_once_the_dependencies_are_solved():
                                    "The passages don't mention it.", "I don\u2019t know", "Can\u2019t be determined", "I cannot answer that.",
                                    "Not enough information to answer.", "Cannot be determined because the passages do not say.",
                                    "Cannot be answered: no passage names him.", "Cannot determine who", "I can't answer this question.",
-                                   "There is no answer to this question."])
+                                   "There is no answer to this question.", "The answer cannot be determined from the passages.",
+                                   "This cannot be determined.", "It is impossible to determine"])
 def test_a_reply_that_says_unknown_otherwise_is_no_answer(reply):
     """A model writes "unknown" other ways: none is taken as the answer and filled into the next step."""
     c, _, _ = run_chain(["alpha: who?", "beta: what of #1?"], lambda q: reply if q.startswith("alpha") else "Paris")
     assert c.steps[0]["status"] != "answered" and 1 not in c.answers
-    for title in ("The Unknown Soldier", "Cannot Answer Back", "No Information Society"):  # answers that hold such words
+    for title in ("The Unknown Soldier", "Cannot Answer Back", "No Information Society", "Cannot Be Determined (song)",
+                  "Cannot be determined, but probably 1965."):  # answers that hold such words, a hedged one among them
         kept, _, _ = run_chain(["alpha: who?"], lambda q, title=title: title)
         assert kept.answers == {1: title}
     sodium, _, _ = run_chain(["alpha: which element?"], lambda q: "Na")  # "N/A" is no answer; sodium's symbol is one
