@@ -49,8 +49,8 @@ def _evaluate_into(cfg: EvaluateConfig, rundir: RunDir, title: str, echo: Callab
         return pq.read_table(rundir.path / "metrics.parquet")
     qrels = read_qrels(cfg.qrels) if cfg.runs else None
     tables = retrieved_from(cfg.runs)
-    if len({_version_key(t) for t in tables.values()}) > 1 and echo:
-        echo(table_versions_note(tables))
+    if (note := table_versions_note(tables)) and echo:
+        echo(note)
     runs, removed, empty, run_ids = _read_runs(cfg, echo)
     runs, run_ids, identical = _identical_ids(cfg, runs, run_ids, echo)
     ev = _evaluate(cfg, qrels, runs, run_ids, removed, qa_measures)
@@ -101,12 +101,15 @@ def _version_key(table: dict) -> str:
     return f"{table.get('name')} v{table.get('version')} (made {table.get('made')})"
 
 
-def table_versions_note(tables: dict[str, dict]) -> str:
+def table_versions_note(tables: dict[str, dict]) -> str | None:
     """The one line said where the runs were retrieved from more than one table version: their
-    figures are of other documents, and a significance test pairs them as one collection's."""
+    figures are of other documents, and a significance test pairs them as one collection's
+    (None from one version, or none known)."""
     by: dict[str, list[str]] = {}
     for path, t in tables.items():
         by.setdefault(_version_key(t), []).append(Path(path).name)
+    if len(by) < 2:
+        return None
     parts = "; ".join(f"{v}: {', '.join(names)}" for v, names in by.items())
     return (f"evaluate: the runs were retrieved from {len(by)} table versions ({parts}): their figures are of other documents, "
             "and the significance tests pair them as if of one collection.")
@@ -205,11 +208,18 @@ def _identical_ids(cfg: EvaluateConfig, runs: list[pa.Table], run_ids: list[str]
             run_ids = every
     if counts and echo:
         files = ", ".join(f"{p} ({n})" for p, n in counts.items())
-        echo(f"evaluate: {sum(counts.values())} row(s) have a document id equal to their query's id ({files}): "
-             + ("dropped before measuring, as BEIR's evaluation drops them (--ignore-identical-ids)." if cfg.ignore_identical_ids else
-                "scored as trec_eval scores them. Where the queries are documents of the corpus (BEIR's ArguAna and Quora), BEIR's "
-                "evaluation drops them: --ignore-identical-ids (an experiment file's ignore_identical_ids: true); where the ids only coincide (numbered queries and documents), keep them."))
+        echo(identical_ids_note(sum(counts.values()), f" ({files})", cfg.ignore_identical_ids,
+                                "--ignore-identical-ids (an experiment file's ignore_identical_ids: true)"))
     return out, run_ids, counts
+
+
+def identical_ids_note(rows: int, where: str, dropped: bool, option: str) -> str:
+    """The line said of ``rows`` rows whose document id is their query's (``where``: in which
+    runs), ``dropped`` or scored; ``option``: how the caller drops them (a flag, a keyword)."""
+    return (f"evaluate: {rows} row(s) have a document id equal to their query's id{where}: "
+            + (f"dropped before measuring, as BEIR's evaluation drops them ({option})." if dropped else
+               "scored as trec_eval scores them. Where the queries are documents of the corpus (BEIR's ArguAna and Quora), BEIR's "
+               f"evaluation drops them: {option}; where the ids only coincide (numbered queries and documents), keep them."))
 
 
 def _evaluate(cfg: EvaluateConfig, qrels: pa.Table | None, runs: list[pa.Table], run_ids: list[str] | None, removed: dict[str, int], qa_measures: list[str]):

@@ -612,7 +612,7 @@ def evaluate(runs: Any, qrels: pa.Table | str | Path, measures: Sequence[str] = 
         if not isinstance(qrels, (str, Path)):
             raise PipelineError(f"evaluate: qrels is a table (query_id, doc_id, relevance) or a qrels file, not {type(qrels).__name__}.")
         qrels = read_qrels(qrels)
-    from logicrank.jobs.evaluate import retrieved_from, table_versions_note
+    from logicrank.jobs.evaluate import identical_ids_note, retrieved_from, table_versions_note
     from logicrank.pipelines.evaluation.runs import without_identical_ids
 
     said, tables, identical = [], [], 0
@@ -621,15 +621,11 @@ def evaluate(runs: Any, qrels: pa.Table | str | Path, measures: Sequence[str] = 
         identical += n
         tables.append(kept if ignore_identical_ids else table)
     if identical:
-        said.append(f"evaluate: {identical} row(s) have a document id equal to their query's id: " + (
-            "dropped before measuring, as BEIR's evaluation drops them (ignore_identical_ids)." if ignore_identical_ids else
-            "scored as trec_eval scores them; where the queries are documents of the corpus (BEIR's ArguAna and Quora), BEIR's "
-            "evaluation drops them: ignore_identical_ids=True; where the ids only coincide, keep them."))
+        said.append(identical_ids_note(identical, "", ignore_identical_ids, "ignore_identical_ids=True"))
     files = [v for v in (runs.values() if isinstance(runs, Mapping) else runs if isinstance(runs, (list, tuple)) else [runs])
              if isinstance(v, (str, Path))]
-    versions = retrieved_from(files)
-    if len({(t.get("name"), t.get("version"), t.get("made")) for t in versions.values()}) > 1:
-        said.append(table_versions_note(versions))
+    if note := table_versions_note(retrieved_from(files)):
+        said.append(note)
     return Evaluation(evaluate_runs(tables, qrels, measures, run_ids=list(run_ids if run_ids is not None else seen), significance=False), said)
 
 

@@ -382,9 +382,8 @@ def embed_left_behind(store: DocStore, seen: SeenIds, config: EmbedConfig, befor
     run's kept ids; ``before_each``: called before each write (the table's lock). Returns how
     many were embedded."""
     columns = [name for name in store.table.schema.names if name != "vector"]
-    ids = StoredHashes(store.uri, store.name, store.version).ids(LEFT_BEHIND_ROWS)  # this version, read while the merges add others
     embedder, done = None, 0
-    for batch in seen.not_kept(ids):
+    for batch in _not_rewritten(store, seen):
         rows = store.rows_for(batch.to_pylist(), columns)
         embedder = embedder or embedder_factory(config)
         texts = [document_text(t, x, embedder.config.title_sep) for t, x in zip(rows.column("title").to_pylist(),
@@ -395,13 +394,18 @@ def embed_left_behind(store: DocStore, seen: SeenIds, config: EmbedConfig, befor
     return done
 
 
+def _not_rewritten(store: DocStore, seen: SeenIds) -> Iterator[pa.Array]:
+    """The ids of the stored documents no valid row of the snapshot rewrote, in batches: those
+    of this version, read while the merges add others."""
+    return seen.not_kept(StoredHashes(store.uri, store.name, store.version).ids(LEFT_BEHIND_ROWS))
+
+
 def left_behind(store: DocStore, seen: SeenIds, first: int = 3) -> tuple[int, list[str]]:
     """How many stored documents no valid row of the snapshot rewrote (held: only a rejected
     row named them; absent ones a run that deletes nothing keeps), and the first ``first`` of
     their ids: in a run whose vectors come with the corpus they keep the earlier vectors."""
-    ids = StoredHashes(store.uri, store.name, store.version).ids(LEFT_BEHIND_ROWS)
     n, named = 0, []
-    for batch in seen.not_kept(ids):
+    for batch in _not_rewritten(store, seen):
         n += len(batch)
         named += batch.to_pylist()[: max(0, first - len(named))]
     return n, named
