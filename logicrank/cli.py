@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from logicrank.cli_config import EMBED, LLM, Bind, Bound, configured, option, read_file, repeated
+from logicrank.cli_config import EMBED, LLM, Bind, Bound, configured, option, put, read_file, repeated
 from logicrank.cli_config import default as _d
 from logicrank.jobs.watchdog import DEFAULT_TIMEOUT_S, watch
 from logicrank.pipelines.config.retrieval import DecomposeConfig, RetrieveConfig
@@ -296,7 +296,7 @@ def restore(
     from logicrank.pipelines.operations.writelock import TableLock
 
     store = _run(DocStore, db, table)
-    if not store.exists():
+    if not _run(store.exists):
         _fail(f"restore: {store.absent()}; check --db and --table.")
     # a tag first (a tag may be all digits), else a version number
     target: int | str = int(version) if version.isdigit() and version not in store.table.tags.list() else version
@@ -325,7 +325,7 @@ def versions(
     from logicrank.pipelines.engines.store import DocStore
 
     store = _run(DocStore, db, table)
-    if not store.exists():
+    if not _run(store.exists):
         _fail(f"versions: {store.absent()}; check --db and --table.")
     rows = _run(store.version_rows)
     typer.echo(f"{'version':>7}  {'made':<27}  {'rows':>10}  {'state':<20}  tags")
@@ -477,7 +477,7 @@ def bench_rules(
     queries: Annotated[Path | None, typer.Option(help="The query file, where the set names it otherwise (see prepare-rulebench).")] = None,
     split: Annotated[str, typer.Option(help="Which split's files to look for: test, validation, train.")] = "test",
     sample: Annotated[int | None, typer.Option(help="Run this many queries, drawn with --seed (default: all).")] = None,
-    seed: int = 0,
+    seed: Annotated[int | None, typer.Option(help="The seed of --sample's draw (default 0).")] = None,
     r3_n: Annotated[int | None, typer.Option(help="R3: rules reordered per query (default: the file's, 20).", min=2, max=1000)] = None,
     vanilla: Annotated[bool, typer.Option(help="The vanilla rows only (rulebench-vanilla.yaml: no LLM).")] = False,
     reasoning: Annotated[bool, typer.Option(help="Then the reasoning table (rulebench-reasoning.yaml): answers with no rule, the gold "
@@ -488,10 +488,12 @@ def bench_rules(
     """Rule retrieval on a RuleBench set (read from a path): vanilla, SIAR, SIAR + R3 (jobs/experiments/rulebench-siar.yaml), and reasoning with the retrieved rules."""
     from logicrank.pipelines.evaluation import benchmarks
 
+    if seed is not None and sample is None:  # (as `experiment` refuses it: no draw to seed, the whole set runs)
+        _fail(f"bench-rules: --seed {seed}: the seed of a sample; give --sample N too")
     where = {"rules": rules, "queries": queries, "split": split}
-    exps = [_run(benchmarks.rules, src, sample, seed, r3_n, vanilla=vanilla, **where)]
+    exps = [_run(benchmarks.rules, src, sample, seed or 0, r3_n, vanilla=vanilla, **where)]
     if reasoning:
-        exps.append(_run(benchmarks.reasoning, src, sample, seed, **where))
+        exps.append(_run(benchmarks.reasoning, src, sample, seed or 0, **where))
     _experiments("bench-rules", exps, out, bound, nested=reasoning)
 
 
@@ -585,7 +587,7 @@ def bench_setlogic(
     out: Annotated[Path, typer.Option(help="Where the set, index, runs and report go.")] = Path("runs/setlogic"),
     per_template: Annotated[int, typer.Option(help="Queries per QUEST template (7 templates).")] = 20,
     seed: int = 0,
-    k: Annotated[int, typer.Option(help="Depth of R@k and F1@k (the predicted set).")] = 5,
+    k: Annotated[int, typer.Option(min=1, help="Depth of R@k and F1@k (the predicted set).")] = 5,
     orlog: Annotated[bool, typer.Option(help="Add OrLog with the gold atoms (LLM scoring; --no-orlog: dense, bm25, ITLR only).")] = True,
     set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE (repeat), as `logicrank experiment --set`: e.g. "
                                                   "orlog/bm25.k=50 --set orlog-bm25/bm25.k=50 (both OrLog rows over BM25's top 50: the same candidates), orlog.context_tokens=128.")] = None,
@@ -758,7 +760,7 @@ def nightly(
         _fail("nightly: --at evaluates one table version and --date names a night to run; give one of them.")
     data = _run(_read_config, config)
     if ray_address:
-        data.setdefault("index", {}).setdefault("ray", {})["address"] = ray_address
+        put(data, "index.ray.address", ray_address)  # (an empty ``index:`` or ``ray: null`` reads as no settings)
     if promote_on_regression is not None:  # given: it overrides the config file's
         data["promote_on_regression"] = promote_on_regression
     try:
@@ -787,7 +789,7 @@ def nightly(
 @app.command("nightly-demo")
 def nightly_demo(
     out: Annotated[Path, typer.Option(help="Where the snapshots, the table and the nightly directory go (emptied first).")] = Path("runs/nightly-demo"),
-    corrupt_queries: Annotated[int, typer.Option(help="Night 3 swaps the texts of the relevant documents of this many queries.")] = 60,
+    corrupt_queries: Annotated[int, typer.Option(min=1, help="Night 3 swaps the texts of the relevant documents of this many queries.")] = 60,
     backend: Backend = _d(EmbedConfig, "backend"),
     ray_address: RayAddress = None,
 ):

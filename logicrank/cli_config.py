@@ -194,11 +194,11 @@ class Bound:
         out: dict[str, Any] = {}
         for path, value in self.values.items():
             if path not in self.given and value is not None:  # a None default leaves the config's own (None or required)
-                _put(out, path, value)
+                put(out, path, value)
         if self.file is not None:
             _merge(out, read_file(self.file))
         for path in self.given:
-            _put(out, path, self.values[path])
+            put(out, path, self.values[path])
         for key in filter(None, prefix.split(".")):
             out = out.get(key, {})
         return out
@@ -218,7 +218,9 @@ def _spelling(param: Any) -> str:
     return "/".join(o for o in param.opts if o.startswith("--")) or param.name
 
 
-def _put(tree: dict, path: str, value: Any) -> None:
+def put(tree: dict, path: str, value: Any) -> None:
+    """Set ``value`` at a dotted ``path`` of a config's mapping, making each parent a mapping
+    where it is absent or not one (``index:`` left empty in a file reads as null)."""
     *parents, leaf = path.split(".")
     for key in parents:
         if not isinstance(tree.get(key), dict):  # absent, or null in a config file (judge: null, then --judge-llm)

@@ -72,13 +72,18 @@ def test_options_are_declared_once_by_their_fields(command):
             assert param.param_type_name == "argument" or to_field is not None, (command, option)
 
 
+# the commands that pass these options alone, and which of them each has
+UNBOUND_IN = {"main_job": ("backend", "ray_address"), "nightly": ("ray_address",), "nightly_demo": ("backend", "ray_address")}
+
+
 @pytest.mark.parametrize("command", sorted(set(_commands()) - set(BOUND)))
 def test_unbound_options_read_their_config(command):
     params = {p.name: p for p in _commands()[command].params}
-    for option, (config, name) in UNBOUND.items():
-        if option in params:
-            assert params[option].default == config.model_fields[name].default
-            assert params[option].help == config.model_fields[name].description
+    assert [o for o in UNBOUND if o in params] == list(UNBOUND_IN.get(command, ())), command
+    for option in UNBOUND_IN.get(command, ()):
+        config, name = UNBOUND[option]
+        assert params[option].default == config.model_fields[name].default
+        assert params[option].help == config.model_fields[name].description
 
 
 def test_option_types_from_field_annotations():
@@ -337,3 +342,23 @@ def test_a_value_refused_is_named_by_the_flag_it_was_typed_with(command, option,
     r = runner.invoke(app, [*words, *args, *required, flags[-1], str(value)])
     said = re.escape(f"{'/'.join(flags)} {value}") + r"(\.0)?: must be greater than or equal to"  # a float field shows -1.0
     assert r.exit_code == 2 and re.search(said, _err(r)), (command, option, _err(r))
+
+
+def test_values_that_would_change_what_a_command_does_are_refused_before_it_works(tmp_path, monkeypatch):
+    """A seed with nothing to draw (bench-rules without --sample ran the whole set), a count of
+    queries to corrupt below 1 (nightly-demo read -5 as all but five, and 0 failed only after
+    three nights), a depth of 0: one line, exit 2, and no job started."""
+    from logicrank.pipelines.evaluation import benchmarks
+
+    started = []
+    monkeypatch.setattr("logicrank.cli.run_job", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(benchmarks, "rules", lambda *a, **k: started.append(a))
+    runner = CliRunner()
+    seed = runner.invoke(app, ["bench-rules", str(tmp_path), "--seed", "3", "--out", str(tmp_path / "o")])
+    assert seed.exit_code == 2 and "--seed 3: the seed of a sample; give --sample N too" in seed.stderr, seed.output
+    for value in ("0", "-5"):
+        res = runner.invoke(app, ["nightly-demo", "--corrupt-queries", value, "--out", str(tmp_path / "d")])
+        assert res.exit_code == 2 and "--corrupt-queries" in res.output, res.output
+    k = runner.invoke(app, ["bench-setlogic", "--k", "0", "--out", str(tmp_path / "s")])
+    assert k.exit_code == 2 and "--k" in k.output, k.output
+    assert started == []

@@ -307,7 +307,7 @@ def test_receivers_get_the_alert_json_and_failures_are_reported_not_raised(tmp_p
     try:
         sink = tmp_path / "alert.json"
         script = f"import sys, pathlib; pathlib.Path({str(sink)!r}).write_bytes(sys.stdin.buffer.read())"
-        cfg = AlertConfig(webhook=f"http://127.0.0.1:{server.server_port}/hook", command=(sys.executable, "-c", script), timeout_s=10)
+        cfg = AlertConfig(webhook=f"http://127.0.0.1:{server.server_port}/hook", command=(sys.executable, "-c", script))
         alert = {"date": "2026-11-21", "status": "regression", "regressions": [{"measure": "nDCG@10", "old_value": 0.7}]}
         assert deliver(alert, cfg) == {"webhook": "ok: HTTP 200", "command": "ok: exit 0"}
         assert _Recorder.bodies == [alert] and json.loads(sink.read_text()) == alert
@@ -315,7 +315,8 @@ def test_receivers_get_the_alert_json_and_failures_are_reported_not_raised(tmp_p
         assert len(_Recorder.bodies) == 1
     finally:
         server.shutdown()
-    closed = AlertConfig(webhook=f"http://127.0.0.1:{server.server_port}/hook", command=(sys.executable, "-c", "import sys; sys.exit(5)"), timeout_s=5)
+        server.server_close()  # refused from here: the failure below comes at once, not at a timeout
+    closed = AlertConfig(webhook=f"http://127.0.0.1:{server.server_port}/hook", command=(sys.executable, "-c", "import sys; sys.exit(5)"))
     results = deliver({"status": "regression"}, closed)
     assert results["webhook"].startswith("failed: ") and results["command"].startswith("failed: ") and "exited 5" in results["command"]
 
@@ -418,6 +419,12 @@ def test_cli_refusals_are_one_line_exit_2(tmp_path):
     deep = tmp_path / "deep.yaml"
     deep.write_text(yaml.safe_dump(_config(tmp_path, index={"corpus": "c", "db": "d", "embed": {"batch_size": 0}})))
     assert "index.embed.batch_size 0: must be greater than or equal to 1" in runner.invoke(app, ["nightly", str(deep)]).output
+    # --ray-address over an ``index:`` left empty, or ``ray: null``: the config's own refusal (before: a traceback)
+    for name, index in (("empty", None), ("ray-null", {"corpus": "c", "db": str(tmp_path / "db"), "ray": None, "embed": {"batch_size": 0}})):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(_config(tmp_path, index=index)))
+        result = runner.invoke(app, ["nightly", str(path), "--ray-address", "auto"])
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1 and f"config {path}: index." in result.stderr, result.output
 
 
 def _serving_night(tmp_path, regressed: bool, **over):

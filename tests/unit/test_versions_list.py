@@ -113,6 +113,18 @@ def test_versions_of_a_missing_table_is_one_line(tmp_path):
     assert res.exit_code == 2 and res.stderr.count("\n") == 1 and res.stderr.startswith("error: versions: "), res.output
 
 
+def test_a_db_that_is_a_file_is_one_line(tmp_path):
+    """--db naming a file (a qrels file given by mistake): one line, exit 2, for every command
+    that opens a table (before: lancedb.connect's FileExistsError, with its traceback)."""
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("q1 0 d1 1\n")
+    for args in (["versions"], ["restore", "--version", "1"]):
+        res = CliRunner().invoke(app, [*args, "--db", str(qrels)])
+        assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.output
+        assert "qrels.txt' is a file, not a database" in res.stderr, res.stderr
+    assert qrels.read_text() == "q1 0 d1 1\n"
+
+
 def test_an_unfinished_runs_manifest_is_kept_by_the_run_that_resumes_it(tmp_path):
     run = RunDir(tmp_path / "r", "index")
     assert run.keep_unfinished() is None  # no manifest yet

@@ -67,7 +67,8 @@ class TableHandle:
         return self._db
 
     def _missing_path(self) -> Path | None:
-        """The local directory of the database when it does not exist (None: it does, or the URI is remote)."""
+        """The local directory of the database when it does not exist (None: it does, or the URI is
+        remote); a path that is a file is refused."""
         if self._db is not None:
             return None
         if "://" not in self.uri:
@@ -76,6 +77,8 @@ class TableHandle:
             path = Path(self.uri[len("file://"):])
         else:
             return None
+        if path.exists() and not path.is_dir():  # (lancedb.connect would fail making its directory, with a traceback)
+            raise StoreError(f"store: {self.uri!r} is a file, not a database (a LanceDB directory); check --db")
         return None if path.exists() else path
 
     def exists(self) -> bool:
