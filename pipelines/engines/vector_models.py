@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from logicrank.pipelines.engines.embed import MODELS, ModelError, resolve_model
+from logicrank.pipelines.engines.embed import MODELS, ModelError, registered_package, resolve_model
 from logicrank.schemas.digest import json_digest
 from logicrank.schemas.errors import first_line
 
@@ -32,10 +32,12 @@ def model_of(recorded: str) -> str:
 
 def loadable(recorded: str) -> bool:
     """Whether logicrank can load the model of a recorded model id: a registered name or a local
-    model directory, one holding a ``config.json`` (not ``external``, the mark of vectors made
-    elsewhere)."""
+    model directory, one holding a ``config.json`` or a sentence-transformers ``modules.json``
+    (its transformer's config in a module's folder, as older releases saved a model), not
+    ``external``, the mark of vectors made elsewhere."""
     model = model_of(recorded)
-    return model in MODELS or (Path(model) / "config.json").is_file()  # (a directory holding a model, not any directory)
+    # (a directory holding a model, not any directory)
+    return model in MODELS or any((Path(model) / name).is_file() for name in ("config.json", "modules.json"))
 
 
 def require_query_encoder(recorded: str | None, where: str) -> None:
@@ -52,23 +54,27 @@ def require_query_model(store: DocStore, expected: str, job: str, fix: str = "us
     """For a job that encodes queries with model ``expected``: the table's vectors must come from a
     model logicrank can load (:func:`require_query_encoder`), and from that one (``require_model``);
     for a local model directory, from its files as they are now (:func:`embedding_code`'s record:
-    a fine-tune saved over the directory encodes queries into another space than the table's)."""
+    a fine-tune saved over the directory encodes queries into another space than the table's),
+    and for a registered one, from its package's version as it is now."""
     require_query_encoder(store.model_id(), f"{job}: table {store.name!r} in {store.uri!r}")
     store.require_model(expected, job, fix)
     made = model_files_of(store.embedded_by())
     if made is not None and made != (now := model_files_digest(model_of(expected))):
         raise ModelError(f"{job}: table {store.name!r} in {store.uri!r} holds vectors the files of {model_of(expected)!r} made as they were "
-                         f"({made}), not as they are now ({now or 'not there'}): the model was saved over since; index the table again "
-                         "(`logicrank index` embeds every document with the model as it is), or restore the model's files.")
+                         f"({made}), not as they are now ({now or 'not there'}): the model was saved over (or its package upgraded) "
+                         "since; index the table again (`logicrank index` embeds every document with the model as it is), or restore "
+                         "the model's files.")
 
 
 def model_files_digest(name: str) -> str | None:
     """16 hex digits of the content of a local model directory (each file's path and SHA-256,
     a README or hidden file aside): a fine-tune saved over it is another encoder, though its
-    path is its id (embed.py's ``model_id``). None for a registered model (its package's pinned
-    version is its content). Each file is read once per process and state (size, modification
-    and change times, inode)."""
-    if name in MODELS or not Path(name).is_dir():
+    path is its id (embed.py's ``model_id``). For a registered model, of the package that ships
+    it and its version (an upgrade of the package is another encoder). Each file is read once
+    per process and state (size, modification and change times, inode)."""
+    if name in MODELS:
+        return json_digest(registered_package(name))
+    if not Path(name).is_dir():
         return None
     root = Path(name).resolve()
     files = sorted(f for f in root.rglob("*") if f.is_file() and not _unread(f.relative_to(root)))

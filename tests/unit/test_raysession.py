@@ -187,16 +187,26 @@ def test_a_model_with_query_or_document_prompts_is_refused_not_encoded_without_t
     saves by default) and no config at all are a model like any other."""
     import json
 
-    from logicrank.pipelines.engines.embed import Embedder, ModelError, refuse_prompts
+    from logicrank.pipelines.engines.embed import Embedder, ModelError, refuse_unapplied
 
     config = tmp_path / "config_sentence_transformers.json"
-    refuse_prompts(str(tmp_path))
+    refuse_unapplied(str(tmp_path))
     config.write_text(json.dumps({"prompts": {"query": "", "document": ""}, "default_prompt_name": None}))
-    refuse_prompts(str(tmp_path))
+    refuse_unapplied(str(tmp_path))
     config.write_text(json.dumps({"prompts": {"query": "query: ", "document": "passage: "}}))
     with pytest.raises(ModelError, match=r"defines prompts \{'query': 'query: ', 'document': 'passage: '\}.*does not apply") as info:
         Embedder(EmbedConfig(model=str(tmp_path)))
     assert "\n" not in str(info.value)
+    # one route for queries and documents, scored by the cosine: a Router, or another similarity, is refused too
+    config.write_text(json.dumps({"prompts": {}, "similarity_fn_name": "cosine"}))
+    refuse_unapplied(str(tmp_path))
+    config.write_text(json.dumps({"prompts": {}, "similarity_fn_name": "dot"}))
+    with pytest.raises(ModelError, match=r"scored by 'dot' similarity"):
+        Embedder(EmbedConfig(model=str(tmp_path)))
+    config.write_text("{}")
+    (tmp_path / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Router"}]))
+    with pytest.raises(ModelError, match=r"routes queries and documents through different modules \(sentence_transformers.models.Router\)"):
+        Embedder(EmbedConfig(model=str(tmp_path)))
 
 
 def test_a_cluster_joined_by_address_never_runs_work_in_the_driver():
