@@ -21,7 +21,8 @@ reached the driver, so nothing arrives twice. Small blocks live in the driver's 
 not on the dead node, so nothing needs lineage reconstruction. The index job's writer would
 drop a row Ray did deliver twice (``redelivered``); a rerun after a failure would find the
 written rows unchanged. The child handles a failure too (records it, checks what was written,
-reruns): the tests accept either outcome, but always demand the exact end state.
+reruns): the index test accepts either outcome, but always demands the exact end state; the
+scoring test demands that the job completed.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def test_scoring_job_survives_a_worker_node_killed_mid_job(tmp_path):
     work = tmp_path / "score"
     r = _run_child("score", work, "--n", str(N_PROMPTS), "--kill-after", "40")
     _check_kill(r, "done_at_kill", N_PROMPTS)
-    assert r["outcome"] in ("completed", "failed-then-rerun"), r
+    # the service sends a lost engine's batches to the other engine: the job completes, never by the child's rerun
+    assert r["outcome"] == "completed", r.get("error")
 
     scores = pq.read_table(work / "scores.parquet")
     ids = scores.column("prompt_id").to_pylist()

@@ -53,7 +53,7 @@ def test_pipelines_run_in_process_equal_the_retrieve_jobs_runs_and_side_tables(s
         at_cut = assert_runs_close(result.run, pq.read_table(runs[rid]), f"{rid}: in process vs the job")
         assert result.run.num_rows > 0
         if rid == "itlr-llm":
-            assert set(result.side) == {"term_scores/itlr-llm"}
+            assert set(result.side) == {"term_scores/itlr-llm"} and result.side["term_scores/itlr-llm"].num_rows > 0
             assert_tables_close(result.side["term_scores/itlr-llm"], pq.read_table(out / "term_scores" / "itlr-llm.parquet"),
                                 ["query_id", "doc_id", "term_id"], "term_scores", may_differ=at_cut)
     again = Pipeline("hybrid", cfg.pipelines["hybrid"]).run(ctx, table, cache)  # every stage from the shared cache

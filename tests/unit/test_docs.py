@@ -130,8 +130,10 @@ def test_the_readme_is_a_front_page():
 
 def test_every_python_block_compiles():
     """A syntax check in a second; tests/integration/test_docs_examples.py runs every block on a small table."""
-    for page, block in _blocks("python"):
+    blocks = list(_blocks("python"))
+    for page, block in blocks:
         compile(block, page, "exec")
+    assert len(blocks) >= 5, blocks  # (the pages' examples are found: 7 when written)
 
 
 def test_python_api_names_every_stage_that_asks_the_llm():

@@ -116,7 +116,8 @@ def test_unknown_family_lists_the_valid_ones():
 
 def test_module_doctests():
     for mod in (query_mod, fuzzy_mod):
-        assert doctest.testmod(mod).failed == 0
+        result = doctest.testmod(mod)
+        assert result.failed == 0 and result.attempted > 0, (mod.__name__, result)
 
 
 # -- the decoding grammar (GBNF) against the parser -------------------------------------------
@@ -141,11 +142,21 @@ def test_what_the_parser_prints_the_decoder_grammar_accepts(gbnf, ast):
     assert gbnf(to_text(ast))
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.text(alphabet='"\\() ANDORT xy', max_size=30))
-def test_every_string_the_decoder_grammar_accepts_parses(gbnf, s):
-    if gbnf(s):
-        parse(s)  # raises if not
+def test_every_string_the_decoder_grammar_accepts_parses(gbnf):
+    """Strings of the query language's tokens in any order (most are not queries): each one the
+    decoder's grammar accepts parses, and enough are accepted for that to say something (random
+    characters were accepted about once in 400)."""
+    import random
+
+    tokens = ['"x"', '"y z"', ' AND ', ' OR ', 'NOT ', '(', ')', ' ', '"']
+    rng = random.Random(7)
+    accepted = 0
+    for _ in range(1500):
+        s = "".join(rng.choice(tokens) for _ in range(rng.randint(1, 9)))
+        if gbnf(s):
+            accepted += 1
+            parse(s)  # raises if not
+    assert accepted >= 30, accepted  # (46 of this seed's 1,500)
 
 
 def test_decoder_grammar_examples(gbnf):

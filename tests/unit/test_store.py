@@ -372,7 +372,7 @@ def test_the_child_ends_when_its_caller_is_killed(tmp_path):
 
     caller = ("import subprocess, sys; "
               "child = subprocess.Popen([sys.executable, '-c', 'import os, time; from logicrank.pipelines.engines.store.apart import "
-              "die_with_parent; die_with_parent(os.getppid()); print(os.getpid(), flush=True); time.sleep(600)'], stdout=subprocess.PIPE, text=True); "
+              "die_with_parent; die_with_parent(os.getppid()); print(os.getpid(), flush=True); time.sleep(3600)'], stdout=subprocess.PIPE, text=True); "
               "print(child.stdout.readline().strip(), flush=True); child.wait()")
     proc = subprocess.Popen([sys.executable, "-c", caller], stdout=subprocess.PIPE, text=True)
     child = psutil.Process(int(proc.stdout.readline()))  # the child is running, its parent-death signal asked for
@@ -385,7 +385,7 @@ def test_the_child_ends_when_its_caller_is_killed(tmp_path):
         except psutil.NoSuchProcess:
             return True
 
-    while not ended():  # (pytest's timeout bounds the wait: it would sleep for 10 minutes otherwise)
+    while not ended():  # (a child that outlives its caller sleeps past pytest's timeout, 1800 s: the test fails)
         time.sleep(0.05)
 
 

@@ -89,8 +89,8 @@ with drop_native_noise(), watch("demo", out, timeout_s=1.0, grace_s=1.0):
 
 def test_progress_keeps_a_slow_job_alive_and_no_timeout_means_no_watchdog(tmp_path):
     res = _child("""
-with watch("demo", out, timeout_s=1.0, grace_s=1.0):
-    for i in range(15):
+with watch("demo", out, timeout_s=2.5, grace_s=1.0):  # (beats 0.2 s apart: a loaded machine's pauses stay inside 2.5 s)
+    for i in range(30):
         time.sleep(0.2)
         beat(f"item {i}")
 with watch("demo", out, timeout_s=0):
@@ -104,10 +104,10 @@ print("finished")
 def test_a_long_call_that_works_is_not_a_stall_but_one_that_waits_is(tmp_path):
     res = _child("""
 from logicrank.jobs.watchdog import busy
-with watch("demo", out, timeout_s=1.0, grace_s=5):
+with watch("demo", out, timeout_s=2.5, grace_s=5):
     with busy("building an index", every_s=0.2):
         t = time.time()
-        while time.time() - t < 3:  # CPU work, no progress reported: busy reports it
+        while time.time() - t < 5:  # CPU work, no progress reported: busy reports it
             sum(range(10000))
 print("worked")
 try:
@@ -129,8 +129,8 @@ def test_a_long_call_whose_work_a_child_process_does_is_not_a_stall(tmp_path):
     res = _child("""
 import subprocess
 from logicrank.jobs.watchdog import busy
-spin = "import time\\nt = time.time()\\nwhile time.time() - t < 3: sum(range(10000))"
-with watch("demo", out, timeout_s=1.0, grace_s=5):
+spin = "import time\\nt = time.time()\\nwhile time.time() - t < 5: sum(range(10000))"
+with watch("demo", out, timeout_s=2.5, grace_s=5):
     with busy("maintaining in a child", every_s=0.2):
         subprocess.run([sys.executable, "-c", spin], check=True)
 print("worked")
