@@ -88,14 +88,16 @@ class _EngineActor:
 
         return ray.get_runtime_context().get_worker_id()
 
-    def call(self, task: str, template: Template, values: list, kwargs: dict) -> list:
+    def call(self, task: str, template: Template, values: list, kwargs: dict) -> tuple[list, dict]:
         """The batch's results, under the LLM failure contract (pipelines.llm.engine.LocalLLM):
         a dead engine raises :class:`EngineDied` (the pool restarts this actor and sends the
         batch again), a failed truth batch fails the job, a prompt that fails alone gets its
-        exception in its slot."""
-        if task == "truth":
-            return self.llm.truth(template, values)
-        return self.llm.generate(template, values, **kwargs)
+        exception in its slot. With them, what the batch added to the engine's counts (prompts
+        run, cache hits, tokens): the pool counts the batches it keeps, so what an actor counted
+        before its restart or loss is not lost with its process."""
+        before = Counter(self.llm.client.stats)
+        out = self.llm.truth(template, values) if task == "truth" else self.llm.generate(template, values, **kwargs)
+        return out, dict(Counter(self.llm.client.stats) - before)
 
     def engine_alive(self) -> bool:
         """False once the engine started and its core has died since (asked from the "health"
@@ -346,7 +348,7 @@ class LLMService:
 
         c, actor = d.inflight[ref]
         try:
-            out = ray.get(ref)
+            out, counted = ray.get(ref)
         except (RayActorError, ActorDiedError, ActorUnavailableError, EngineDied) as exc:
             died = isinstance(exc, EngineDied)  # the engine, inside a live actor; else the actor itself
             if died:
@@ -360,6 +362,7 @@ class LLMService:
         d.inflight.pop(ref)
         if len(out) != len(d.chunks[c]):
             raise RuntimeError(f"llm: {len(d.chunks[c])} prompts in, {len(out)} results out (a bug)")
+        self._totals.update(counted)
         for i, r in zip(d.chunks[c], out, strict=True):
             d.results[i] = r
         d.done += len(out)
@@ -499,10 +502,10 @@ class LLMService:
             asks = [actor.stats.remote() for actor, ok in self._ready.items() if ok]
             answered, _ = ray.wait(asks, num_returns=len(asks), timeout=10.0)  # all at once: a hung actor costs 10 s, not each
             for ref in answered:
-                with contextlib.suppress(RayError):  # a lost actor's counts are lost with it
+                with contextlib.suppress(RayError):  # (a lost actor's engine is not counted as loaded)
                     stats = ray.get(ref)
-                    self._threads = max(self._threads, stats.pop("engine_threads", 0))  # per engine, not summed over engines or pools
-                    self._totals.update(stats)
+                    self._threads = max(self._threads, stats["engine_threads"])  # per engine, not summed over engines or pools
+                    self._totals["engine_loaded"] += stats["engine_loaded"]  # (its work was counted batch by batch: _batch_back)
             for actor in self._actors:
                 ray.kill(actor)
             self._actors.clear()

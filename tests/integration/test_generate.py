@@ -160,6 +160,8 @@ def test_an_engine_killed_inside_its_actor_is_restarted_and_its_batch_sent_again
     c = run_generate(cfg, tmp_path / "d", echo=killer, progress=True)
     assert killer.left == [] and all(n >= 1 for n in killer.killed), (killer.killed, killer.seen)
     assert c["llm"]["engine_restarts"] == 2 and c["llm"]["actors_lost"] == 0, c["llm"]
+    # every prompt counted once: the restarted engines' earlier batches too, the batches they lost not twice
+    assert c["llm"]["prompts_run"] == clean[1]["llm"]["prompts_run"] > 0, (c["llm"], clean[1]["llm"])
     # a killed core surfaces as vLLM's EngineDeadError, or, when the kill lands mid-request, as the
     # dead core's socket failing under the call (found dead by the health probe): either is named
     assert c["llm"]["last_engine_error"].startswith(("EngineDeadError", "ZMQError")), c["llm"]["last_engine_error"]
@@ -181,6 +183,7 @@ def test_an_engine_actor_killed_with_its_engine_is_restarted(synthetic, tiny_cfg
     c = run_generate(_cfg(synthetic, tiny_cfg, wave_shards=3), tmp_path / "e", echo=killer, progress=True)
     assert killer.left == [] and all(n >= 1 for n in killer.killed), (killer.killed, killer.seen)
     assert c["llm"]["actors_lost"] >= 1 and c["llm"]["engine_restarts"] == 0, c["llm"]
+    assert c["llm"]["prompts_run"] == clean[1]["llm"]["prompts_run"] > 0, (c["llm"], clean[1]["llm"])
     _same(clean[0], tmp_path / "e")
 
 
