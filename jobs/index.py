@@ -62,7 +62,7 @@ from logicrank.pipelines.corpus import (
     source_fault,
 )
 from logicrank.pipelines.engines.bm25 import index_root, update_index
-from logicrank.pipelines.engines.embed import concrete, model_id, resolve_model
+from logicrank.pipelines.engines.embed import MODELS, concrete, model_id, resolve_model
 from logicrank.pipelines.engines.placement import EncoderPlacement, encoder_placement
 from logicrank.pipelines.engines.store import DocStore, json_value, maintain_apart, update_index_apart
 from logicrank.pipelines.engines.store.versions import UNKNOWN_EMBEDDED_BY
@@ -298,9 +298,13 @@ def _index_locked(cfg: IndexConfig, rundir: RunDir, sources: Sources, progress: 
     # the code that makes a document's vector (its text, the encoder) and a local model directory's files: a stored vector
     # made by other code or other weights is not reused; precomputed vectors are the corpus's own (a table embedded
     # before takes them all, as changed rows)
-    # (precomputed vectors from a local model directory: its files' content, so queries are refused once it is saved over)
-    embed_code = (embedding_code(PRECOMPUTED, model_files_digest(model_of(cfg.vector_model))) if vectors
-                  else embedding_code(code_digest("logicrank.pipelines.engines.embed"), model_files_digest(cfg.embed.model)))
+    # (precomputed vectors from a local model directory: its files' content, so queries are refused once it is saved over;
+    # not a registered model's package version, which made none of them: an upgrade would take every row as changed)
+    if vectors:
+        named = model_of(cfg.vector_model)
+        embed_code = embedding_code(PRECOMPUTED, None if named in MODELS else model_files_digest(named))
+    else:
+        embed_code = embedding_code(code_digest("logicrank.pipelines.engines.embed"), model_files_digest(cfg.embed.model))
     writer = IndexWriter(store, mid, rejects, cfg.write_batch_rows, before_commit=lock.ensure_held, title_sep=cfg.embed.title_sep,
                          seen_dir=rundir.path, baseline=baseline, embedded_by=embed_code)
     try:

@@ -671,7 +671,9 @@ def test_precomputed_vectors_are_indexed_as_given_and_queries_need_a_model_that_
     a, b = _table(tmp_path / "db-given"), _table(tmp_path / "db-embedded")
     assert a.column("doc_id").to_pylist() == b.column("doc_id").to_pylist()
     np.testing.assert_allclose(*(np.stack(t.column("vector").to_numpy(zero_copy_only=False)) for t in (a, b)), rtol=RTOL, atol=ATOL)
-    assert DocStore(str(tmp_path / "db-given")).model_id() == "all-MiniLM-L6-v2"
+    # the record: the corpus's own vectors, not the registered model's package (which made none of them: its upgrade
+    # would take every stored row as changed)
+    assert DocStore(str(tmp_path / "db-given")).model_id() == "all-MiniLM-L6-v2" and DocStore(str(tmp_path / "db-given")).embedded_by() == "precomputed"
     again = run_index(given, tmp_path / "given2")  # the same vectors again: nothing changes
     assert (again.unchanged, again.precomputed, again.updated) == (40, 0, 0)
     pooled = run_index(given.model_copy(update={"db": str(tmp_path / "db-pool"), "ray": RAY.model_copy(update={"embed_actors": 1})}),
