@@ -85,7 +85,7 @@ bench-itlr: $(STAMP)
 	$(BIN)/python tests/perf/bench_itlr.py --out runs/bench
 
 # The real instruct model (make models) beside SmolLM2, every section
-# (docs/llm.md: about 56 minutes here, within the hour it aims at); the SIAR + R3 section reads RuleBench's ULogic set from LOGICRANK_RULEBENCH
+# (docs/llm.md has its time, within the hour it aims at); the SIAR + R3 section reads RuleBench's ULogic set from LOGICRANK_RULEBENCH
 # (not bundled) and is reported not run without it.
 bench-llm: models
 	$(BIN)/python tests/perf/bench_llm.py --out runs/bench
