@@ -95,9 +95,9 @@ class _EngineActor:
         exception in its slot. With them, what the batch added to the engine's counts (prompts
         run, cache hits, tokens): the pool counts the batches it keeps, so what an actor counted
         before its restart or loss is not lost with its process."""
-        before = Counter(self.llm.client.stats)
+        before = dict(self.llm.client.stats)
         out = self.llm.truth(template, values) if task == "truth" else self.llm.generate(template, values, **kwargs)
-        return out, dict(Counter(self.llm.client.stats) - before)
+        return out, {k: v - before.get(k, 0) for k, v in self.llm.client.stats.items()}  # (zeros kept: the manifest lists them)
 
     def engine_alive(self) -> bool:
         """False once the engine started and its core has died since (asked from the "health"
