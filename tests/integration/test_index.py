@@ -595,7 +595,7 @@ def test_a_local_model_saved_over_is_another_encoder_to_the_index_job_and_to_que
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 1e-5}))  # as a model saved over it
     with pytest.raises(ModelError, match=r"^retrieve: table 'docs' in .* holds vectors the files of .* made as they were \(\w+\), "
-                                         r"not as they are now \(\w+\): the model was saved over since; index the table again"):
+                                         r"not as they are now \(\w+\): the model was saved over \(or its package upgraded\) since; index the table again"):
         require_query_model(DocStore(str(db)), str(model), "retrieve")
     again = run_index(_cfg(corpus, db, embed=embed), tmp_path / "i3")
     assert (again.updated, again.embedded, again.embedded_by["reembedded"]) == (40, 40, 40)
