@@ -8,6 +8,7 @@ from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from logicrank.jobs.rundir import RunDir, input_fingerprint
@@ -178,7 +179,7 @@ def _read_runs(cfg: EvaluateConfig, echo: Callable[[str], None] | None) -> tuple
     run_ids = None
     if empty:  # the run ids in order, an empty file's its stem; one id in two files is refused, as without an empty run
         run_ids = [rid for path, run in zip(cfg.runs, runs, strict=True)
-                   for rid in (dict.fromkeys(run.column("run_id").to_pylist()) if run.num_rows else [cfg.run_id_for(path) or Path(path).stem])]
+                   for rid in (pc.unique(run.column("run_id")).to_pylist() if run.num_rows else [cfg.run_id_for(path) or Path(path).stem])]
         if len(run_ids) != len(set(run_ids)):
             raise EvaluationError(f"evaluate: run ids repeat across the given runs: {run_ids} (an empty run's id is its file's stem); "
                                   "give each run a distinct run_id, or --name NEWID=FILE.")
@@ -195,7 +196,7 @@ def _identical_ids(cfg: EvaluateConfig, runs: list[pa.Table], run_ids: list[str]
     retrieving itself first); a run left with no row is still evaluated, every query 0 (its
     ids are then all named, as for an empty run). Left in, they are scored as trec_eval scores
     them, and a note says so."""
-    every = run_ids or [rid for run in runs for rid in dict.fromkeys(run.column("run_id").to_pylist())]
+    every = run_ids or [rid for run in runs for rid in pc.unique(run.column("run_id")).to_pylist()]  # (first seen first)
     out, counts = [], {}
     for path, run in zip(cfg.runs, runs, strict=True):
         kept, n = without_identical_ids(run)

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from logicrank.jobs.raysession import local_driver_node, unread_blocks_allowed
 from logicrank.jobs.retrieve_notes import fallback_notes, refuse_unparsed
@@ -226,7 +227,7 @@ def _run_pipelines(cfg: RetrieveConfig, rundir: RunDir, job: _Job, files: dict, 
                     written.append(str(write_parquet_atomic(table, rundir.path / f"{stem}.parquet").relative_to(rundir.path)))
                 for line in fallback_notes(p.name, result.steps) if echo else ():
                     echo(line)
-                report[p.name] = {"rows": result.run.num_rows, "queries": len(set(result.run.column("query_id").to_pylist())), "stages": result.steps}
+                report[p.name] = {"rows": result.run.num_rows, "queries": pc.count_distinct(result.run.column("query_id")).as_py(), "stages": result.steps}
         finally:
             llm = host.close()
     return written, report, llm, host.encoded()

@@ -81,7 +81,7 @@ def evaluate_runs(runs: Sequence[pa.Table], qrels: pa.Table | None, measures: Se
     if "Judge" in qa and judge is None:
         raise EvaluationError("evaluate: the Judge measure needs an LLM judge; or drop Judge.")
     if run_ids is None:  # each run id of each table, in order; one run id in two tables is refused
-        parts = [(rid, t.filter(pc.equal(t.column("run_id"), rid))) for t in runs for rid in dict.fromkeys(t.column("run_id").to_pylist())]
+        parts = [(rid, t.filter(pc.equal(t.column("run_id"), rid))) for t in runs for rid in pc.unique(t.column("run_id")).to_pylist()]
     else:
         table = pa.concat_tables(runs) if runs else RUN.empty_table()
         parts = [(rid, table.filter(pc.equal(table.column("run_id"), rid))) for rid in run_ids]

@@ -302,3 +302,29 @@ def test_ties_past_a_blocks_leading_sample_never_enter():
             assert {q: set(g["doc_id"]) for q, g in got.groupby("query_id")} == want, (k, threads, block)
             deeper = score_exact(qs, terms, None, blocks, 3 * k, [Operators()], Calibration(), threads=threads)[Operators()]
             assert got.reset_index(drop=True).equals(deeper.groupby("query_id", sort=False).head(k).reset_index(drop=True))
+
+
+def test_bm25_evidence_over_a_mapped_index_never_loads_it_whole(store, tmp_path, monkeypatch):
+    """A mapped index's ``doc_ids`` loads the whole saved index (its ids, hashes and counts: at
+    10M documents about 6 GiB) into the process; BM25 evidence reads the mapped id column
+    instead, and scores, blocks, samples, maxima and per-term tops equal the in-memory index's."""
+    from logicrank.pipelines.engines.bm25 import MappedBM25, storage
+
+    terms = ["Apples", "Pears", "Tango Dancing", "zebra"]
+    monkeypatch.setattr(storage, "SEGMENT_ROWS", 4)  # two segments
+    mapped = MappedBM25.open(store.index.save(tmp_path / "v1"))
+
+    def whole(self):
+        raise AssertionError("the whole saved index was loaded")
+
+    monkeypatch.setattr(MappedBM25, "_full", whole)
+    in_memory, on_map = BM25Evidence(store, terms), BM25Evidence(type("Mapped", (), {"bm25_index": lambda self: mapped})(), terms)
+    ids = list(store.ids)
+    np.testing.assert_allclose(on_map.raw(ids), in_memory.raw(ids), rtol=1e-6)
+    assert on_map.has(["ada", "nobody"]).tolist() == [True, False]
+    for (a_ids, a), (b_ids, b) in zip(on_map.blocks(4), in_memory.blocks(4), strict=True):
+        assert list(a_ids) == list(b_ids)
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    np.testing.assert_allclose(on_map.sample(3), in_memory.sample(3), rtol=1e-6)
+    np.testing.assert_allclose(on_map.maxima(), in_memory.maxima(), rtol=1e-6)
+    assert on_map.top(terms, 3) == in_memory.top(terms, 3)

@@ -225,7 +225,9 @@ class DenseEvidence(Evidence):
 
 
 class BM25Evidence(Evidence):
-    """Each term's BM25 score for every document of the table (terms x documents, sparse)."""
+    """Each term's BM25 score for every document of the table (terms x documents, sparse: the
+    postings of the terms, made from the mapped index one segment at a time). The documents'
+    ids are read from the index's mapped id column; the index's counts are never loaded whole."""
 
     name = "bm25"
     calibrations = ("max", "saturation", "zscore", "none", "sigmoid")
@@ -235,7 +237,15 @@ class BM25Evidence(Evidence):
         self.index, self.terms = store.bm25_index(), list(terms)
         # terms x documents, by document (CSC: a block or a candidate set is a column slice)
         self.by_doc = self.index.term_scores(self.terms).tocsc()
-        self.rows = pd.Index(self.index.doc_ids)
+        self.ids = self.index.doc_id_array()  # (a mapped index's ``doc_ids`` loads the whole saved index)
+        self._rows: pd.Index | None = None
+
+    @property
+    def rows(self) -> pd.Index:
+        """The documents' rows by id, made on the first look-up (candidates, a run's pairs)."""
+        if self._rows is None:
+            self._rows = pd.Index(self.ids.to_numpy(zero_copy_only=False))
+        return self._rows
 
     @classmethod
     def make(cls, store, terms: Sequence[str], encode=None, hybrid_weight: float = 0.5, sample: int = 10_000) -> BM25Evidence:
@@ -253,14 +263,14 @@ class BM25Evidence(Evidence):
         return self.by_doc[:, rows].toarray().T.astype(np.float32)
 
     def blocks(self, block_rows: int, rows: tuple[int, int] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        first, last = rows if rows is not None else (0, len(self.rows))
+        first, last = rows if rows is not None else (0, len(self.ids))
         for lo in range(first, last, block_rows):
             hi = min(lo + block_rows, last)
-            yield self.index.doc_ids[lo:hi], self.by_doc[:, lo:hi].toarray().T.astype(np.float32)
+            yield self.ids.slice(lo, hi - lo).to_numpy(zero_copy_only=False), self.by_doc[:, lo:hi].toarray().T.astype(np.float32)
 
     def sample(self, n: int, seed: int = 0) -> np.ndarray:
         """(sampled docs x terms) scores of up to ``n`` documents drawn uniformly."""
-        n_docs = len(self.rows)
+        n_docs = len(self.ids)
         pick = np.sort(np.random.default_rng(seed).choice(n_docs, n, replace=False)) if n < n_docs else np.arange(n_docs)
         return self.by_doc[:, pick].toarray().T.astype(np.float32)
 
@@ -294,7 +304,7 @@ class BM25Evidence(Evidence):
 
     def top(self, terms: Sequence[str], k: int) -> list[list[str]]:
         """Each term's ``k`` best documents (the bm25 stage's order), for candidate generation."""
-        return [self.index.doc_ids[rows].tolist() for rows, _ in self.index.search(list(terms), k)]
+        return [self.ids.take(np.asarray(rows, np.int64)).to_pylist() for rows, _ in self.index.search(list(terms), k)]
 
     def found(self, wanted, k, nprobes):
         """ann mode: each term's BM25 top k (only documents that share a word: maybe none)."""
