@@ -196,3 +196,27 @@ def test_the_generate_commands_fail_in_one_line_on_user_mistakes(tmp_path):
     assert not (tmp_path / "none").exists()  # a mistyped --db is read, never created
     res = CliRunner().invoke(app, ["generate", "setlogic", "--out", str(tmp_path / "s"), "--per-template", "2"])
     assert res.exit_code == 0 and "14 queries" in res.output
+
+
+def test_the_sample_is_the_one_a_sorted_list_of_every_id_gives():
+    """The ids sorted and drawn in Arrow give the documents a Python list of every id gave (the
+    sample a dataset was made from), whatever the ids' scripts and the table's batches."""
+    import random as stdlib_random
+
+    import pyarrow as pa
+
+    rng = stdlib_random.Random(5)
+    alphabet = "abcXYZ019-_éßжי中😀"
+    ids = list({"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))) for _ in range(3000)})
+
+    class Store:
+        def scan(self, columns):
+            for lo in range(0, len(ids), 700):
+                yield pa.record_batch({"doc_id": ids[lo : lo + 700]})
+
+    for seed, n in ((0, 4), (3, 50), (7, len(ids))):
+        listed = sorted(stdlib_random.Random(f"generate:{seed}:docs").sample(sorted(ids), n))
+        assert rc.sample_docs(Store(), n, seed) == listed
+    with pytest.raises(rc.GenerateError, match="holds 3"):
+        ids[:] = ids[:3]
+        rc.sample_docs(Store(), 4, 0)
