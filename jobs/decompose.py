@@ -65,8 +65,8 @@ def _decompose(cfg: DecomposeConfig, rundir: RunDir, progress: bool, echo, start
 
     n = queries.num_rows
     rundir.begin()
-    with ray_session(cfg.ray), rundir.timed("decompose"):
-        llm = LLMService(cfg.llm, echo=(lambda line: echo(f"decompose: {line}")) if progress else None)
+    llm = LLMService(cfg.llm, echo=(lambda line: echo(f"decompose: {line}")) if progress else None)
+    with ray_session(cfg.ray, llm=llm), rundir.timed("decompose"):
         try:
             table = decompose(llm, queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), settings_of(cfg))
         finally:

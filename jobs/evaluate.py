@@ -234,8 +234,8 @@ def _evaluate(cfg: EvaluateConfig, qrels: pa.Table | None, runs: list[pa.Table],
     from logicrank.jobs.llm_service import LLMService
     from logicrank.jobs.raysession import ray_session
 
-    with ray_session(cfg.ray):
-        llm = LLMService(cfg.judge)
+    llm = LLMService(cfg.judge)
+    with ray_session(cfg.ray, llm=llm):
         try:
             return evaluate(judge=llm_judge(llm))
         finally:

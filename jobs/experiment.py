@@ -30,10 +30,10 @@ def run_experiment(exp: Experiment, out: str | Path, embed: EmbedConfig | None =
     placement and models of this run (the file holds the benchmark itself). ``index_dir``: where
     the index lives (``lancedb/`` and its ``index/`` run; default ``out``): experiments over
     the same corpus and encoder can share one, and a corpus already there is not encoded again."""
-    from logicrank.jobs.raysession import ray_session
+    from logicrank.jobs.raysession import keep_engines, ray_session
 
     inputs = prepared(exp, Path(out))  # a dataset that cannot be read, or a pipeline that cannot run, is refused before Ray starts
-    with ray_session(ray or RayConfig()):
+    with ray_session(ray or RayConfig()), keep_engines():  # (the LLM judge's engines: the retrieve job's pool, kept)
         return _run(exp, Path(out), Path(index_dir or out), embed or EmbedConfig(), ray or RayConfig(), llm or LLMConfig(), strict, progress, echo,
                     inputs)
 

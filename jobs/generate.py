@@ -78,7 +78,7 @@ def run_generate(cfg: GenerateConfig, out: str | Path, echo: Callable[[str], Non
     _claim(out, checkpoints_state(cfg, store, llm.model_id))
     wave = cfg.wave_shards or 2 * cfg.llm.actors
     timings: dict[str, float] = {}
-    with ray_session(cfg.ray):
+    with ray_session(cfg.ray, llm=llm):
         try:
             t = time.perf_counter()
             done = _questions_phase(cfg, out, store, shards, llm, wave, echo)

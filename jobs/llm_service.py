@@ -21,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from logicrank.jobs.raysession import drop_kept, keep, kept_for, take_kept
 from logicrank.jobs.watchdog import beat, cpu_seconds, working
 from logicrank.pipelines.config.settings import LLMConfig
 from logicrank.pipelines.llm.engine import (
@@ -88,13 +90,15 @@ class _EngineActor:
 
         return ray.get_runtime_context().get_worker_id()
 
-    def call(self, task: str, template: Template, values: list, kwargs: dict) -> tuple[list, dict]:
-        """The batch's results, under the LLM failure contract (pipelines.llm.engine.LocalLLM):
+    def call(self, task: str, template: Template, values: list, kwargs: dict, cache: str | None, user: str) -> tuple[list, dict]:
+        """The batch's results, answered from ``cache`` (the asking job's, ``user``: an actor
+        kept between jobs serves each from its own), under the LLM failure contract (pipelines.llm.engine.LocalLLM):
         a dead engine raises :class:`EngineDied` (the pool restarts this actor and sends the
         batch again), a failed truth batch fails the job, a prompt that fails alone gets its
         exception in its slot. With them, what the batch added to the engine's counts (prompts
         run, cache hits, tokens): the pool counts the batches it keeps, so what an actor counted
         before its restart or loss is not lost with its process."""
+        self.llm.client.use_cache(cache, user)
         before = dict(self.llm.client.stats)
         out = self.llm.truth(template, values) if task == "truth" else self.llm.generate(template, values, **kwargs)
         return out, {k: v - before.get(k, 0) for k, v in self.llm.client.stats.items()}  # (zeros kept: the manifest lists them)
@@ -179,10 +183,20 @@ class LLMService:
         self._cpu: dict = {}  # actor -> its last reading: (CPU seconds, when, on its node's clock)
         self._answered: set = set()  # the actors that answered a batch since they (re)started
         self._cpu_asked: dict = {}  # actor -> its cpu_seconds() call not answered yet
+        self._running = False  # the pool started (_start) and not released since
+        self._dispatching = False  # inside _map: a call that raised leaves batches on the engines
+        self._user = uuid.uuid4().hex  # this service's name to an actor kept between jobs (its cache is opened for it)
+        self.actors_adopted = 0  # engine actors taken over from an earlier job's pool (jobs.raysession.keep_engines)
 
     @property
     def model_id(self) -> str:
         return self.resolved.model_id
+
+    @property
+    def engine_key(self) -> str:
+        """What an engine actor is made of: every LLMConfig field but the cache (named with each
+        batch) and how the driver cuts and restarts its work. Equal keys: the same engines."""
+        return self.cfg.model_dump_json(exclude={"cache", "batch_rows", "shard_queries", "wave_shards", "max_engine_restarts"})
 
     # ------------------------------------------------------------------ the client interface
     def generate(
@@ -241,13 +255,20 @@ class LLMService:
     def _start(self):
         import ray
 
-        if self._actors:
+        if self._running:
             return ray
         self.check_fit()
         self.pools += 1
         self._pool_first = self.actors_started  # this pool's budget of engine deaths starts here
         self._pool_restarts = 0
-        for _ in range(self.cfg.actors):
+        self._running = True
+        # an earlier job's pool of the same engines on this cluster, kept (jobs.raysession.keep_engines): its actors are
+        # this pool's, each asked `ready` before its first batch (one lost since is replaced as any other)
+        for actor in take_kept(self.engine_key):
+            self._actors.append(actor)
+            self._ready[actor] = False
+            self.actors_adopted += 1
+        for _ in range(self.cfg.actors - len(self._actors)):
             self._spawn(ray)
         return ray
 
@@ -257,6 +278,7 @@ class LLMService:
         if len(values) == 0:
             return []
         ray = self._start()
+        self._dispatching = True
         # at most batch_rows per call, and no fewer batches than engines: a small request keeps every engine busy (at the
         # price of splitting some shared prefixes between engines; with one engine nothing changes)
         size = min(self.cfg.batch_rows, -(-len(values) // max(len(self._actors), 1)))
@@ -277,6 +299,7 @@ class LLMService:
                     self._batch_back(ray, d, ref)
         if any(r is None for r in d.results):
             raise RuntimeError("llm: a prompt has no result (a bug)")
+        self._dispatching = False
         return d.results
 
     def _send(self, d: _Dispatch) -> None:
@@ -285,7 +308,7 @@ class LLMService:
         for actor in [a for a, ok in self._ready.items() if ok]:
             while d.pending and busy[actor] < 2:
                 c = d.pending.popleft()
-                ref = actor.call.remote(d.task, d.template, [dict(d.values[i]) for i in d.chunks[c]], d.kwargs)
+                ref = actor.call.remote(d.task, d.template, [dict(d.values[i]) for i in d.chunks[c]], d.kwargs, self.cfg.cache, self._user)
                 d.inflight[ref] = (c, actor)
                 busy[actor] += 1
                 self._ask_cpu(actor)  # the reading its work is measured from (_beat_while_engines_work)
@@ -494,43 +517,66 @@ class LLMService:
             readiness[new.ready.remote()] = new
 
     def release(self) -> None:
-        """End the actors now, keeping their counts; the next request starts a new pool."""
+        """End the actors now, keeping their counts; the next request starts a new pool. A pool
+        kept for this job by an earlier one and not taken yet ends too (it holds what this
+        job's other work needs)."""
+        if not self._running:
+            drop_kept(self.engine_key)
         if self._actors:
             import ray
-            from ray.exceptions import RayError
 
-            asks = [actor.stats.remote() for actor, ok in self._ready.items() if ok]
-            answered, _ = ray.wait(asks, num_returns=len(asks), timeout=10.0)  # all at once: a hung actor costs 10 s, not each
-            for ref in answered:
-                with contextlib.suppress(RayError):  # (a lost actor's engine is not counted as loaded)
-                    stats = ray.get(ref)
-                    self._threads = max(self._threads, stats["engine_threads"])  # per engine, not summed over engines or pools
-                    self._totals["engine_loaded"] += stats["engine_loaded"]  # (its work was counted batch by batch: _batch_back)
+            self._count_engines(ray)
             for actor in self._actors:
                 ray.kill(actor)
-            self._actors.clear()
-            self._ready.clear()
-            self._worker_ids.clear()
-            self._killed.clear()
-            self._cpu.clear()
-            self._cpu_asked.clear()
-            self._answered.clear()
+            self._forget_pool()
+
+    def _count_engines(self, ray) -> None:
+        """The engines this pool loaded and their threads, asked of its ready actors (its work
+        was counted batch by batch: _batch_back)."""
+        from ray.exceptions import RayError
+
+        asks = [actor.stats.remote() for actor, ok in self._ready.items() if ok]
+        answered, _ = ray.wait(asks, num_returns=len(asks), timeout=10.0)  # all at once: a hung actor costs 10 s, not each
+        for ref in answered:
+            with contextlib.suppress(RayError):  # (a lost actor's engine is not counted as loaded)
+                stats = ray.get(ref)
+                self._threads = max(self._threads, stats["engine_threads"])  # per engine, not summed over engines or pools
+                self._totals["engine_loaded"] += stats["engine_loaded"]
+
+    def _forget_pool(self) -> None:
+        self._actors.clear()
+        self._ready.clear()
+        self._worker_ids.clear()
+        self._killed.clear()
+        self._cpu.clear()
+        self._cpu_asked.clear()
+        self._answered.clear()
+        self._running = False
 
     def holds(self) -> dict[str, float]:
-        """The resources the running pool holds (nothing when it is not running)."""
-        if not self._actors:
+        """The resources the running pool holds, or the pool an earlier job kept for this one
+        (nothing when neither runs)."""
+        n = len(self._actors) or kept_for(self.engine_key)
+        if not n:
             return {}
         import ray
 
-        return {"CPU": len(self._actors) * self.cfg.cpus_per_actor, "GPU": len(self._actors) * self._gpus(ray)}
+        return {"CPU": n * self.cfg.cpus_per_actor, "GPU": n * self._gpus(ray)}
 
     def close(self) -> dict:
-        """End the actors; the counts for the manifest (pools, actors started and lost,
-        engines loaded, cache use)."""
-        self.release()
+        """End the actors, or hand them to the next job inside ``keep_engines`` (unless a call
+        failed on them: its batches may still run there); the counts for the manifest (pools,
+        actors started, taken over from an earlier job and lost, engines loaded, cache use)."""
+        if self._actors and not self._dispatching and keep(self.engine_key, self._actors):
+            import ray
+
+            self._count_engines(ray)
+            self._forget_pool()
+        elif self._actors:
+            self.release()
         totals = Counter(self._totals)
         return {
-            "model": self.model_id, "pools": self.pools, "actors_started": self.actors_started,
+            "model": self.model_id, "pools": self.pools, "actors_started": self.actors_started, "actors_adopted": self.actors_adopted,
             "actors_lost": self.actors_lost, "engine_restarts": self.engine_restarts, "last_engine_error": self.last_engine_error,
             "engines_loaded": totals.pop("engine_loaded", 0), "engine_threads": self._threads, **dict(totals),
         }

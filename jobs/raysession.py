@@ -10,6 +10,7 @@ import threading
 from collections import deque
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from logicrank.pipelines.config.settings import RayConfig
 from logicrank.schemas.errors import JobFailed, UserError, first_line
@@ -198,14 +199,100 @@ def start_failure(exc: BaseException, address: str | None) -> Exception | None:
     return None
 
 
+# ---------------------------------------------------------------- engines kept between jobs
+# Inside keep_engines(): [] or [(cluster, key, actors)], the one LLM pool a finished job left running.
+_kept: list | None = None
+
+
+def cluster_id() -> str | None:
+    """This driver's Ray cluster and its connection to it (its node's id, new with each start of
+    a node, and its job's: actors die with the job), or None when Ray is not initialised."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    ctx = ray.get_runtime_context()
+    return f"{ctx.gcs_address}/{ctx.get_node_id()}/{ctx.get_job_id()}"
+
+
+@contextmanager
+def keep_engines():
+    """Within this block, in this process, a job's LLM pool outlives the job: the next job that
+    asks the same Ray cluster for the same engines takes it over, its engines loaded (an
+    engine's start takes seconds on a CPU, minutes for a large model on GPUs). What a
+    job computes is unchanged: it answers from its own cache and counts its own work
+    (jobs/llm_service.py). At most one pool is kept, and until a job takes it, it is the
+    block's: it ends with the block, and when a job's Ray session starts for other engines or
+    none (its CPUs and GPUs are that job's). An experiment runs its jobs in one block (its LLM
+    judge takes its retrieve job's pool). Nested blocks are one."""
+    global _kept
+    if _kept is not None:
+        yield
+        return
+    _kept = []
+    try:
+        yield
+    finally:
+        end_kept()
+        _kept = None
+
+
+def keep(key: str, actors: list) -> bool:
+    """Hand ``actors`` (a closing job's pool of engines ``key``) to the next job that asks for
+    them: True inside :func:`keep_engines` on a running cluster; False elsewhere (the caller
+    ends them)."""
+    cluster = cluster_id() if _kept is not None else None
+    if cluster is None:
+        return False
+    end_kept()
+    _kept.append((cluster, key, list(actors)))
+    return True
+
+
+def kept_for(key: str) -> int:
+    """How many engine actors are kept for ``key`` on this cluster (they hold its resources)."""
+    return len(_kept[0][2]) if _kept and _kept[0][:2] == (cluster_id(), key) else 0
+
+
+def take_kept(key: str) -> list:
+    """The actors kept for ``key`` on this cluster, now the caller's; a pool kept for other
+    engines is ended (its resources are the caller's job's)."""
+    if kept_for(key):
+        return _kept.pop()[2]
+    end_kept()
+    return []
+
+
+def drop_kept(key: str) -> None:
+    """End the pool kept for ``key`` on this cluster, if one is (its job releases it untaken)."""
+    if kept_for(key):
+        end_kept()
+
+
+def end_kept(unless: str | None = None) -> None:
+    """End the kept pool, unless it is kept for ``unless`` on this cluster (a pool kept on a
+    cluster this driver has left died with it)."""
+    if not _kept or (unless is not None and kept_for(unless)):
+        return
+    cluster, _, actors = _kept.pop()
+    if cluster == cluster_id():
+        import ray
+
+        for actor in actors:
+            with suppress(Exception):  # (one already lost)
+                ray.kill(actor)
+
+
 # Tries of a local start before its time-out is the job's error: Ray waits a fixed 30 s for its raylet (node.py), which a
 # loaded machine can miss once (an index run beside a test that kills engines, on a slow 2-core machine)
 LOCAL_START_ATTEMPTS = 3
 
 
 @contextmanager
-def ray_session(config: RayConfig):
+def ray_session(config: RayConfig, llm: Any = None):
     """Join ``config.address`` or start a local cluster; reuse one already initialised.
+    ``llm``: the job's LLM service (jobs/llm_service.py), which takes over the pool an earlier
+    job kept for the same engines (:func:`keep_engines`); any other kept pool ends here.
 
     Only a cluster this call started is shut down on exit. A cluster that refuses this
     client's authentication, and a local start that times out ``LOCAL_START_ATTEMPTS`` times
@@ -244,6 +331,7 @@ def ray_session(config: RayConfig):
                 print(f"ray: the local Ray cluster did not start within Ray's own wait (try {attempt} of {LOCAL_START_ATTEMPTS}); "
                       "starting it again", file=sys.stderr, flush=True)
         started = True
+    end_kept(unless=llm.engine_key if llm is not None else None)  # a pool kept for other engines: its CPUs and GPUs are this job's
     logging.getLogger("ray.data").setLevel(logging.ERROR)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False

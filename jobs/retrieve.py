@@ -212,7 +212,7 @@ def _run_pipelines(cfg: RetrieveConfig, rundir: RunDir, job: _Job, files: dict, 
     llm = job.llm
     keys = Inputs.of(job.queries, job.store, encoder_digest(cfg.embed) if job.needs.encoder else None,
                      (llm.model_id, cfg.llm.engine_digest(), templates_digest()) if llm is not None else None, files)
-    with ray_session(cfg.ray):
+    with ray_session(cfg.ray, llm=llm):
         host = _Host(cfg, job.store, rundir, echo if progress else None, llm)
         try:
             host.check_fit(job.needs)  # every pool fits the cluster, before any stage runs

@@ -455,12 +455,27 @@ class LLMClient:
         self.resolved = resolve(self.cfg.model, log=self.log or (lambda m: None))
         path = default_path() if self.cfg.cache == "default" else self.cfg.cache
         self.cache = LLMCache(path) if path else None
+        self._cache_user: str | None = None  # whom the cache was opened for (use_cache); None: this client's creator
         self._engine: Engine | None = None
         self._on_cpu: bool | None = None  # where this process's engine runs (asked once, for a dtype of auto)
 
     @property
     def model_id(self) -> str:
         return self.resolved.model_id
+
+    def use_cache(self, cache: str | None, user: str) -> None:
+        """Answer from, and into, ``cache`` (an ``LLMConfig.cache``) for ``user``, the engine
+        kept: an engine actor kept between jobs (jobs/llm_service.py, ``keep_engines``) serves
+        each job from that job's own cache, opened anew for each job (a cache file removed or
+        replaced between two jobs is not read through the earlier job's handle)."""
+        if user == self._cache_user:
+            return
+        if self.cache is not None:
+            self.cache.close()
+        self.cfg = self.cfg.model_copy(update={"cache": cache})
+        path = default_path() if cache == "default" else cache
+        self.cache = LLMCache(path) if path else None
+        self._cache_user = user
 
     @property
     def engine(self) -> Engine:

@@ -17,6 +17,18 @@ def ray_cluster():
         yield ray
 
 
+@pytest.fixture(scope="module")
+def kept_engines(ray_cluster):
+    """A module's jobs on the session's cluster, each LLM pool kept for the next job that asks
+    for the same engines (``keep_engines``, as an experiment runs its jobs): an engine starts
+    once per module and engine settings, not once per job. The pool ends with the module, or
+    when a job (or a fixture's job) starts for other engines or none."""
+    from logicrank.jobs.raysession import keep_engines
+
+    with keep_engines():
+        yield
+
+
 @pytest.fixture(scope="session")
 def synthetic(tmp_path_factory, ray_cluster):
     """The ITLR benchmark's layout, small: 32 queries (one per template), ~150 documents, indexed."""

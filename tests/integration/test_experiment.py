@@ -31,7 +31,7 @@ from tests.compare import assert_runs_close
 from tests.conftest import write_jsonl
 from tests.integration.conftest import RAY
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kept_engines")]  # jobs join the session's cluster, LLM pools kept between them (conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from logicrank.pipelines.retrieval.methods.itlr import TERM_SCORES
 from logicrank.schemas.tables import RUN
 from tests.conftest import write_jsonl
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kept_engines")]  # jobs join the session's cluster, LLM pools kept between them (conftest.py)
 
 
 def _cfg(root, methods, run_tag=None, k=100, **itlr) -> RetrieveConfig:

@@ -13,7 +13,7 @@ from logicrank.pipelines.retrieval.methods.lag import LAG_ANSWERS, LAG_STEPS
 from tests.compare import close
 from tests.integration.conftest import RAY
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kept_engines")]  # jobs join the session's cluster, LLM pools kept between them (conftest.py)
 
 QUESTIONS = 8
 SEP = ". "

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +16,7 @@ import pytest
 
 from logicrank.pipelines.config.retrieval import DecomposeConfig
 from logicrank.pipelines.llm import prompts
+from logicrank.pipelines.llm.cache import LLMCache
 from logicrank.pipelines.llm.decompose import FORM_PATTERN, orlog_schema, parse_output
 from logicrank.pipelines.llm.engine import Constraint, Engine, LLMClient
 from logicrank.pipelines.retrieval.logic.grammar import to_gbnf
@@ -109,7 +112,7 @@ def _decompose_cfg(tmp_path, tiny_cfg, n, **kw) -> DecomposeConfig:
     )
 
 
-@pytest.mark.usefixtures("ray_cluster")  # the decompose job joins the session's cluster
+@pytest.mark.usefixtures("kept_engines")  # the job joins the session's cluster; its LLM pool is kept for the next job (conftest.py)
 def test_decompose_job_conserves_rows_and_counts_fallbacks(tmp_path, tiny_cfg):
     from logicrank.jobs.decompose import run_decompose
 
@@ -134,7 +137,7 @@ def test_decompose_job_conserves_rows_and_counts_fallbacks(tmp_path, tiny_cfg):
         assert r["model"].startswith("tiny-llama@") and len(r["prompt_sha"]) == 16
 
 
-@pytest.mark.usefixtures("ray_cluster")  # the decompose job joins the session's cluster
+@pytest.mark.usefixtures("kept_engines")  # the job joins the session's cluster; its LLM pool is kept for the next job (conftest.py)
 def test_constrained_decompose_then_rerun_from_cache(tmp_path, tiny_cfg):
     from logicrank.jobs.decompose import run_decompose
 
@@ -152,6 +155,60 @@ def test_constrained_decompose_then_rerun_from_cache(tmp_path, tiny_cfg):
     assert pq.read_table(second.path).drop(["cached"]).equals(pq.read_table(first.path).drop(["cached"]))
 
 
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_kept_pool_serves_the_next_job_for_the_same_engines_from_that_jobs_cache(tmp_path, tiny_cfg):
+    """Inside ``keep_engines`` (an experiment's jobs): a job's engine actor outlives it and the
+    next job for the same engines takes it over, starting none. Each job answers from its own
+    cache, opened for it: the cache file removed between two jobs is not read through the
+    first job's handle (every prompt runs again, and lands in the new file). A job for other
+    engines ends the kept pool and starts its own; a job's Ray session that takes none, and the
+    block's end, end what is kept."""
+    import ray
+
+    from logicrank.jobs import raysession
+    from logicrank.jobs.decompose import run_decompose
+
+    def kept_actor():
+        assert raysession._kept and len(raysession._kept[0][2]) == 1, raysession._kept
+        return raysession._kept[0][2][0]
+
+    def ended(actor) -> bool:  # (ray.kill is asynchronous: a call sent just after it may still be answered)
+        while True:
+            try:
+                ray.get(actor.ready.remote())
+            except ray.exceptions.RayActorError:
+                return True
+            time.sleep(0.1)
+
+    cfg = _decompose_cfg(tmp_path, tiny_cfg, 4, methods=("reasoning",))
+    cache = Path(cfg.llm.cache)
+    with raysession.keep_engines():
+        first = run_decompose(cfg, tmp_path / "a")
+        llm = json.loads((tmp_path / "a" / "manifest.json").read_text())["llm"]
+        assert (llm["actors_started"], llm["actors_adopted"], llm["prompts_run"]) == (1, 0, 4), llm
+        actor = kept_actor()
+        for f in cache.parent.glob(cache.name + "*"):  # the cache, its WAL and shared memory
+            f.unlink()
+        second = run_decompose(cfg, tmp_path / "b")
+        llm = json.loads((tmp_path / "b" / "manifest.json").read_text())["llm"]
+        assert (llm["actors_started"], llm["actors_adopted"], llm["prompts_run"], llm["cache_hits"]) == (0, 1, 4, 0), llm
+        assert kept_actor() == actor and second.prompts_run == 4
+        assert pq.read_table(second.path).drop(["cached"]).equals(pq.read_table(first.path).drop(["cached"]))
+        assert len(LLMCache(cache)) == 4  # the second job's answers, in its own (new) file
+        other = cfg.model_copy(update={"llm": cfg.llm.model_copy(update={"max_num_seqs": 32})})
+        run_decompose(other, tmp_path / "c")
+        llm = json.loads((tmp_path / "c" / "manifest.json").read_text())["llm"]
+        assert (llm["actors_started"], llm["actors_adopted"]) == (1, 0), llm
+        assert ended(actor)
+        actor = kept_actor()
+        with raysession.ray_session(RAY):  # a job that asks for no LLM
+            assert ended(actor) and not raysession._kept
+        run_decompose(cfg, tmp_path / "d")
+        actor = kept_actor()
+    assert ended(actor) and raysession._kept is None
+
+
+@pytest.mark.usefixtures("kept_engines")
 def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, synthetic):
     from logicrank.jobs.decompose import run_decompose
     from logicrank.jobs.retrieve import run_retrieve
@@ -177,6 +234,7 @@ def test_decomposed_queries_flow_into_itlr_and_expansion(tmp_path, tiny_cfg, syn
         assert set(group["term"]) == set(parse(logical[qid]).terms())
 
 
+@pytest.mark.usefixtures("kept_engines")
 def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg, synthetic):
     from logicrank.jobs.retrieve import run_retrieve
     from logicrank.pipelines.config.retrieval import RetrieveConfig
@@ -218,13 +276,15 @@ def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg,
     orlog, reasoner = (manifest["pipelines"][m]["stages"][-1] for m in ("orlog", "reasoner"))
     assert orlog["forward_passes_per_pair"] == 2.0 and reasoner["forward_passes_per_pair"] == 1.0
     assert orlog["pairs"] == 6 * k and orlog["generated_tokens_per_pair"] == 2.0
-    # one LLM pool for the job, shared by orlog and the reasoner: one engine started
-    assert manifest["llm"]["pools"] == 1 and manifest["llm"]["actors_started"] == 1 and manifest["llm"]["engines_loaded"] == 1
+    # one LLM pool for the job, shared by orlog and the reasoner: one engine, started or taken over from the previous job
+    assert manifest["llm"]["pools"] == 1 and manifest["llm"]["actors_started"] + manifest["llm"]["actors_adopted"] == 1
+    assert manifest["llm"]["engines_loaded"] == 1
     # its threads (torch's count in the engine) cover the cluster's CPUs (cpu_threads unset), though Ray reserved one CPU for it
     assert tiny_cfg.cpu_threads is None and tiny_cfg.cpus_per_actor == 1.0
     assert manifest["llm"]["engine_threads"] == min(RAY.num_cpus, len(os.sched_getaffinity(0)))
 
 
+@pytest.mark.usefixtures("kept_engines")
 def test_reasoner_over_a_dense_base_then_a_retriever_that_needs_the_llm_pools_cpus(tmp_path, tiny_cfg, synthetic):
     """Two engines take both of the cluster's CPUs; the bm25 pipeline after the reasoner needs
     one for its retrieval actor: the LLM pool gives its CPUs back instead of the job hanging."""
@@ -259,6 +319,7 @@ def test_a_scoring_pool_too_big_for_the_cluster_fails_fast(tmp_path, tiny_dir, s
     assert not (tmp_path / "r" / "runs" / "reasoner.parquet").exists()
 
 
+@pytest.mark.usefixtures("kept_engines")
 def test_orlog_with_problog_as_the_reasoner_gives_the_compiled_posteriors(tmp_path, tiny_cfg, synthetic):
     """The reference reasoner on the same predicate scores (served from the LLM cache on the second run)."""
     from logicrank.jobs.retrieve import run_retrieve

@@ -13,7 +13,7 @@ from logicrank.pipelines.retrieval.methods import rules
 from logicrank.pipelines.retrieval.methods.rules import INDUCED_RULES, RERANK_WINDOWS
 from tests.integration.conftest import RAY
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kept_engines")]  # jobs join the session's cluster, LLM pools kept between them (conftest.py)
 
 RULES = {
     "0": "If Person X owns Animal Y, then Person X can feed Animal Y.",

@@ -37,7 +37,7 @@ from tests.conftest import scifact_docs, write_jsonl
 from tests.integration.conftest import RAY
 from tests.tiny_llm import build_tiny_llm
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]  # jobs join the session's cluster (conftest.py)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("kept_engines")]  # jobs join the session's cluster, LLM pools kept between them (conftest.py)
 REF = Path(__file__).parents[1] / "data" / "parity" / "reference"
 TERM_KEYS = ["query_id", "doc_id", "term_id"]
 ATOM_KEYS = ["query_id", "doc_id", "atom_id"]

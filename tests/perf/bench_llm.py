@@ -501,7 +501,7 @@ def pool(args) -> None:
                 service.truth(truth_t, truth_values[:1])  # the pool placed and one engine started
                 import ray
 
-                ray.get([a.call.remote("truth", truth_t, truth_values[:1], {}) for a in service._actors])  # every engine started, untimed
+                ray.get([a.call.remote("truth", truth_t, truth_values[:1], {}, service.cfg.cache, "bench") for a in service._actors])  # every engine started, untimed
                 t = time.perf_counter()
                 truth_out = service.truth(truth_t, truth_values)
                 truth_s = time.perf_counter() - t
