@@ -18,7 +18,6 @@ GPUs, 0 without), ``resources``, ``batch_rows``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 import uuid
@@ -96,12 +95,17 @@ class _EngineActor:
         a dead engine raises :class:`EngineDied` (the pool restarts this actor and sends the
         batch again), a failed truth batch fails the job, a prompt that fails alone gets its
         exception in its slot. With them, what the batch added to the engine's counts (prompts
-        run, cache hits, tokens): the pool counts the batches it keeps, so what an actor counted
-        before its restart or loss is not lost with its process."""
+        run, cache hits, tokens; the engine, when this batch started it; the threads of the
+        engine that ran its prompts, 0 when every one came from the cache): the pool counts the
+        batches it keeps, so what an actor counted before its restart or loss is not lost with
+        its process, and a job that took over a kept actor counts only its own work."""
         self.llm.client.use_cache(cache, user)
-        before = dict(self.llm.client.stats)
+        before, loaded = dict(self.llm.client.stats), self.llm.client._engine is not None
         out = self.llm.truth(template, values) if task == "truth" else self.llm.generate(template, values, **kwargs)
-        return out, {k: v - before.get(k, 0) for k, v in self.llm.client.stats.items()}  # (zeros kept: the manifest lists them)
+        counts = {k: v - before.get(k, 0) for k, v in self.llm.client.stats.items()}  # (zeros kept: the manifest lists them)
+        counts["engine_loaded"] = int(not loaded and self.llm.client._engine is not None)
+        counts["engine_threads"] = self._engine_threads() if counts.get("engine_calls") else 0
+        return out, counts
 
     def engine_alive(self) -> bool:
         """False once the engine started and its core has died since (asked from the "health"
@@ -120,14 +124,13 @@ class _EngineActor:
         hung one is not."""
         return cpu_seconds(), time.monotonic()
 
-    def stats(self) -> dict:
-        loaded = self.llm.client._engine is not None
-        threads = self.threads
-        if loaded and self.llm.client.cfg.engine_process == "inline":  # the model runs here: the threads torch has
+    def _engine_threads(self) -> int:
+        """The threads of the engine (loaded): torch's where the model runs in this process."""
+        if self.llm.client.cfg.engine_process == "inline":
             import torch
 
-            threads = torch.get_num_threads()
-        return {**self.llm.client.stats, "engine_loaded": int(loaded), "engine_threads": threads if loaded else 0}
+            return torch.get_num_threads()
+        return self.threads
 
 
 @dataclass
@@ -184,7 +187,7 @@ class LLMService:
         self._answered: set = set()  # the actors that answered a batch since they (re)started
         self._cpu_asked: dict = {}  # actor -> its cpu_seconds() call not answered yet
         self._running = False  # the pool started (_start) and not released since
-        self._dispatching = False  # inside _map: a call that raised leaves batches on the engines
+        self._failed = False  # a call raised: its batches may still run on the engines, which are not handed to another job
         self._user = uuid.uuid4().hex  # this service's name to an actor kept between jobs (its cache is opened for it)
         self.actors_adopted = 0  # engine actors taken over from an earlier job's pool (jobs.raysession.keep_engines)
 
@@ -194,9 +197,12 @@ class LLMService:
 
     @property
     def engine_key(self) -> str:
-        """What an engine actor is made of: every LLMConfig field but the cache (named with each
-        batch) and how the driver cuts and restarts its work. Equal keys: the same engines."""
-        return self.cfg.model_dump_json(exclude={"cache", "batch_rows", "shard_queries", "wave_shards", "max_engine_restarts"})
+        """What an engine actor is made of: the checkpoint (its id, made from its files, so a
+        directory rewritten between two jobs is another model) and every LLMConfig field but the
+        cache (named with each batch) and how the driver cuts and restarts its work. Equal
+        keys: the same engines."""
+        return self.model_id + " " + self.cfg.model_dump_json(exclude={"cache", "batch_rows", "shard_queries", "wave_shards",
+                                                                                "max_engine_restarts"})
 
     # ------------------------------------------------------------------ the client interface
     def generate(
@@ -235,7 +241,8 @@ class LLMService:
         )
         wanted = {"CPU": self.cfg.cpus_per_actor, **dict(self.cfg.resources)}  # the nodes an engine actor can be placed on
         nodes = sum(1 for n in ray.nodes() if n.get("Alive") and all(n["Resources"].get(k, 0) >= v for k, v in wanted.items())) or 1
-        actor = remote.remote(self.cfg, -(-self.cfg.actors // nodes))  # SPREAD: engines per node, at most
+        # (no cache of its own: each batch names its job's, so a restarted or kept actor never opens an earlier job's)
+        actor = remote.remote(self.cfg.model_copy(update={"cache": None}), -(-self.cfg.actors // nodes))  # SPREAD: engines per node, at most
         self._actors.append(actor)
         self._ready[actor] = False
         self.actors_started += 1
@@ -278,7 +285,13 @@ class LLMService:
         if len(values) == 0:
             return []
         ray = self._start()
-        self._dispatching = True
+        try:
+            return self._dispatch(ray, task, template, values, kwargs, label)
+        except BaseException:
+            self._failed = True
+            raise
+
+    def _dispatch(self, ray, task: str, template: Template, values: Sequence[Mapping[str, str]], kwargs: dict, label: str | None) -> list:
         # at most batch_rows per call, and no fewer batches than engines: a small request keeps every engine busy (at the
         # price of splitting some shared prefixes between engines; with one engine nothing changes)
         size = min(self.cfg.batch_rows, -(-len(values) // max(len(self._actors), 1)))
@@ -299,7 +312,6 @@ class LLMService:
                     self._batch_back(ray, d, ref)
         if any(r is None for r in d.results):
             raise RuntimeError("llm: a prompt has no result (a bug)")
-        self._dispatching = False
         return d.results
 
     def _send(self, d: _Dispatch) -> None:
@@ -385,6 +397,8 @@ class LLMService:
         d.inflight.pop(ref)
         if len(out) != len(d.chunks[c]):
             raise RuntimeError(f"llm: {len(d.chunks[c])} prompts in, {len(out)} results out (a bug)")
+        counted = dict(counted)
+        self._threads = max(self._threads, counted.pop("engine_threads", 0))  # per engine, not summed over engines or pools
         self._totals.update(counted)
         for i, r in zip(d.chunks[c], out, strict=True):
             d.results[i] = r
@@ -525,23 +539,9 @@ class LLMService:
         if self._actors:
             import ray
 
-            self._count_engines(ray)
             for actor in self._actors:
                 ray.kill(actor)
             self._forget_pool()
-
-    def _count_engines(self, ray) -> None:
-        """The engines this pool loaded and their threads, asked of its ready actors (its work
-        was counted batch by batch: _batch_back)."""
-        from ray.exceptions import RayError
-
-        asks = [actor.stats.remote() for actor, ok in self._ready.items() if ok]
-        answered, _ = ray.wait(asks, num_returns=len(asks), timeout=10.0)  # all at once: a hung actor costs 10 s, not each
-        for ref in answered:
-            with contextlib.suppress(RayError):  # (a lost actor's engine is not counted as loaded)
-                stats = ray.get(ref)
-                self._threads = max(self._threads, stats["engine_threads"])  # per engine, not summed over engines or pools
-                self._totals["engine_loaded"] += stats["engine_loaded"]
 
     def _forget_pool(self) -> None:
         self._actors.clear()
@@ -564,17 +564,24 @@ class LLMService:
         return {"CPU": n * self.cfg.cpus_per_actor, "GPU": n * self._gpus(ray)}
 
     def close(self) -> dict:
-        """End the actors, or hand them to the next job inside ``keep_engines`` (unless a call
-        failed on them: its batches may still run there); the counts for the manifest (pools,
-        actors started, taken over from an earlier job and lost, engines loaded, cache use)."""
-        if self._actors and not self._dispatching and keep(self.engine_key, self._actors):
+        """End the actors, or hand the ready ones to the next job inside ``keep_engines``
+        (unless a call failed on them: its batches may still run there; one restarting ends);
+        the counts for the manifest (pools, actors started, taken over from an earlier job and
+        lost, engines this job loaded, cache use)."""
+        ready = [a for a in self._actors if self._ready.get(a)]
+        if ready and not self._failed and keep(self.engine_key, ready):
             import ray
 
-            self._count_engines(ray)
+            for actor in self._actors:
+                if actor not in ready:
+                    ray.kill(actor)
             self._forget_pool()
         elif self._actors:
             self.release()
+        # every count the manifest lists, 0 where nothing was counted (a job answered from the cache ran no prompt)
         totals = Counter(self._totals)
+        for k in ("engine_calls", "prompts_run", "cache_hits", "prompt_tokens", "cached_prompt_tokens", "generated_tokens"):
+            totals.setdefault(k, 0)
         return {
             "model": self.model_id, "pools": self.pools, "actors_started": self.actors_started, "actors_adopted": self.actors_adopted,
             "actors_lost": self.actors_lost, "engine_restarts": self.engine_restarts, "last_engine_error": self.last_engine_error,

@@ -29,7 +29,7 @@ stage's code recomputes that stage and those after it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -369,14 +369,13 @@ class _Host:
     def _fit_shards(self, shards: int, gpu_share: float = 0.0) -> None:
         """Refuse, before any actor starts, shard actors the cluster cannot hold all at once (Ray
         would leave the last ones pending, and the job would wait forever); the LLM pool gives
-        its CPUs back first when the shards would fit without it."""
+        its CPUs and GPUs back first when the shards would fit without it."""
         import ray
 
         r = self.cfg.ray
         total = ray.cluster_resources()
         need = shards * r.retrieve_num_cpus
-        held = self._llm.holds() if self._llm is not None else None
-        if held and need > total.get("CPU", 0) - held["CPU"]:
+        if self._llm is not None and crowded(self._llm.holds(), total, need, shards * gpu_share):
             self._llm.release()
         if need > total.get("CPU", 0) or (gpu_share and shards * gpu_share > total.get("GPU", 0)):
             most = int(total.get("CPU", 0) // r.retrieve_num_cpus)
@@ -468,11 +467,8 @@ class _Host:
         n = queries.num_rows
         if n == 0:
             return []
-        if self._llm is not None:  # the LLM pool gives its CPUs/GPUs back when the retrieval pool would not fit beside it
-            free = ray.cluster_resources()
-            held = self._llm.holds()
-            if held and (actors * r.retrieve_num_cpus > free.get("CPU", 0) - held["CPU"]):
-                self._llm.release()
+        if self._llm is not None and crowded(self._llm.holds(), ray.cluster_resources(), actors * r.retrieve_num_cpus):
+            self._llm.release()  # the LLM pool gives its CPUs back when the retrieval pool would not fit beside it
         embed = concrete(self.cfg.embed).model_copy(update={"model": str(resolved(self.cfg.embed.model))}) if stage.needs().encoder else None
         ds = ray.data.from_arrow([queries.slice(i, r.retrieve_batch_rows) for i in range(0, n, r.retrieve_batch_rows)])
         ds = ds.map_batches(
@@ -490,6 +486,13 @@ class _Host:
             parts.append(part)
             beat(f"retrieve: {stage.name}: {sum(p.num_rows for p in parts)} result rows")
         return parts
+
+
+def crowded(held: Mapping[str, float], total: Mapping[str, float], cpus: float, gpus: float = 0.0) -> bool:
+    """True when work that needs ``cpus`` and ``gpus`` fits the cluster (``total``) only
+    without what the LLM pool holds (``held``, nothing when no pool runs or is kept for the
+    job): the pool gives it back, or the work would wait for ever."""
+    return bool(held) and (cpus > total.get("CPU", 0) - held.get("CPU", 0) or (gpus > 0 and gpus > total.get("GPU", 0) - held.get("GPU", 0)))
 
 
 def _cluster_memory() -> float:

@@ -156,17 +156,21 @@ def test_constrained_decompose_then_rerun_from_cache(tmp_path, tiny_cfg):
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_a_kept_pool_serves_the_next_job_for_the_same_engines_from_that_jobs_cache(tmp_path, tiny_cfg):
+def test_a_kept_pool_serves_the_next_job_for_the_same_engines_from_that_jobs_cache(tmp_path, tiny_cfg, monkeypatch):
     """Inside ``keep_engines`` (an experiment's jobs): a job's engine actor outlives it and the
     next job for the same engines takes it over, starting none. Each job answers from its own
     cache, opened for it: the cache file removed between two jobs is not read through the
-    first job's handle (every prompt runs again, and lands in the new file). A job for other
+    first job's handle (every prompt runs again, and lands in the new file), another file or
+    none is that job's alone, and each job counts only the engines it loaded. A job for other
     engines ends the kept pool and starts its own; a job's Ray session that takes none, and the
     block's end, end what is kept."""
     import ray
 
     from logicrank.jobs import raysession
     from logicrank.jobs.decompose import run_decompose
+
+    raysession.end_kept()  # this module's block (the kept_engines fixture) set aside: the block below is the test's own
+    monkeypatch.setattr(raysession, "_kept", None)
 
     def kept_actor():
         assert raysession._kept and len(raysession._kept[0][2]) == 1, raysession._kept
@@ -180,30 +184,35 @@ def test_a_kept_pool_serves_the_next_job_for_the_same_engines_from_that_jobs_cac
                 return True
             time.sleep(0.1)
 
+    def run(cfg, out):
+        table = pq.read_table(run_decompose(cfg, tmp_path / out).path).drop(["cached"])
+        llm = json.loads((tmp_path / out / "manifest.json").read_text())["llm"]
+        return table, (llm["actors_started"], llm["actors_adopted"], llm["engines_loaded"], llm["prompts_run"], llm["cache_hits"])
+
     cfg = _decompose_cfg(tmp_path, tiny_cfg, 4, methods=("reasoning",))
     cache = Path(cfg.llm.cache)
     with raysession.keep_engines():
-        first = run_decompose(cfg, tmp_path / "a")
-        llm = json.loads((tmp_path / "a" / "manifest.json").read_text())["llm"]
-        assert (llm["actors_started"], llm["actors_adopted"], llm["prompts_run"]) == (1, 0, 4), llm
+        first, counts = run(cfg, "a")
+        assert counts == (1, 0, 1, 4, 0)
         actor = kept_actor()
         for f in cache.parent.glob(cache.name + "*"):  # the cache, its WAL and shared memory
             f.unlink()
-        second = run_decompose(cfg, tmp_path / "b")
-        llm = json.loads((tmp_path / "b" / "manifest.json").read_text())["llm"]
-        assert (llm["actors_started"], llm["actors_adopted"], llm["prompts_run"], llm["cache_hits"]) == (0, 1, 4, 0), llm
-        assert kept_actor() == actor and second.prompts_run == 4
-        assert pq.read_table(second.path).drop(["cached"]).equals(pq.read_table(first.path).drop(["cached"]))
+        table, counts = run(cfg, "b")
+        assert counts == (0, 1, 0, 4, 0) and table.equals(first) and kept_actor() == actor
         assert len(LLMCache(cache)) == 4  # the second job's answers, in its own (new) file
+        other_file = cfg.model_copy(update={"llm": cfg.llm.model_copy(update={"cache": str(tmp_path / "other.sqlite")})})
+        table, counts = run(other_file, "b2")
+        assert counts == (0, 1, 0, 4, 0) and table.equals(first) and len(LLMCache(tmp_path / "other.sqlite")) == 4
+        table, counts = run(cfg.model_copy(update={"llm": cfg.llm.model_copy(update={"cache": None})}), "b3")
+        assert counts == (0, 1, 0, 4, 0) and table.equals(first) and kept_actor() == actor
+        assert len(LLMCache(cache)) == len(LLMCache(tmp_path / "other.sqlite")) == 4  # (the job without a cache wrote to neither)
         other = cfg.model_copy(update={"llm": cfg.llm.model_copy(update={"max_num_seqs": 32})})
-        run_decompose(other, tmp_path / "c")
-        llm = json.loads((tmp_path / "c" / "manifest.json").read_text())["llm"]
-        assert (llm["actors_started"], llm["actors_adopted"]) == (1, 0), llm
+        assert run(other, "c")[1] == (1, 0, 0, 0, 4)  # its own actor; every answer from the cache: no engine loaded
         assert ended(actor)
         actor = kept_actor()
         with raysession.ray_session(RAY):  # a job that asks for no LLM
             assert ended(actor) and not raysession._kept
-        run_decompose(cfg, tmp_path / "d")
+        run(cfg, "d")
         actor = kept_actor()
     assert ended(actor) and raysession._kept is None
 
@@ -278,7 +287,7 @@ def test_orlog_reranks_by_exact_posterior_and_conserves_rows(tmp_path, tiny_cfg,
     assert orlog["pairs"] == 6 * k and orlog["generated_tokens_per_pair"] == 2.0
     # one LLM pool for the job, shared by orlog and the reasoner: one engine, started or taken over from the previous job
     assert manifest["llm"]["pools"] == 1 and manifest["llm"]["actors_started"] + manifest["llm"]["actors_adopted"] == 1
-    assert manifest["llm"]["engines_loaded"] == 1
+    assert manifest["llm"]["engines_loaded"] == manifest["llm"]["actors_started"]  # (a kept engine ran the previous job's prompts)
     # its threads (torch's count in the engine) cover the cluster's CPUs (cpu_threads unset), though Ray reserved one CPU for it
     assert tiny_cfg.cpu_threads is None and tiny_cfg.cpus_per_actor == 1.0
     assert manifest["llm"]["engine_threads"] == min(RAY.num_cpus, len(os.sched_getaffinity(0)))

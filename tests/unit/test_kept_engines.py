@@ -73,7 +73,6 @@ def service(monkeypatch, cluster):
     from logicrank.pipelines.llm import models
 
     monkeypatch.setattr(models, "resolve", lambda model, log=None: SimpleNamespace(path="/models/m", model_id="m@1"))
-    monkeypatch.setattr(llm_service.LLMService, "_count_engines", lambda self, ray: None)
     monkeypatch.setattr(llm_service.LLMService, "_gpus", lambda self, ray: 0.0)
 
     def make(actors=()):
@@ -90,9 +89,13 @@ def test_a_closed_pool_is_kept_unless_a_call_failed_on_it(service, cluster):
         closed.close()
         assert raysession.kept_for(closed.engine_key) == 2 and cluster.killed == []
         failed = service(["c", "d"])
-        failed._dispatching = True  # a call raised: its batches may still run on the engines
+        failed._failed = True  # a call raised: its batches may still run on the engines
         failed.close()
         assert cluster.killed == ["c", "d"] and raysession.kept_for(closed.engine_key) == 2
+        restarting = service(["e", "f"])
+        restarting._ready["f"] = False  # its engine died: Ray restarts it
+        restarting.close()  # its ready actor replaces the kept pool (a, b); the restarting one ends
+        assert cluster.killed == ["c", "d", "a", "b", "f"] and raysession.take_kept(closed.engine_key) == ["e"]
 
 
 def test_a_pool_kept_for_a_job_holds_its_resources_until_released_and_outlives_a_job_that_did_not_take_it(service, cluster):
@@ -107,15 +110,28 @@ def test_a_pool_kept_for_a_job_holds_its_resources_until_released_and_outlives_a
         assert cluster.killed == ["a", "b"] and crowded.holds() == {}
 
 
-def test_the_engine_key_leaves_out_the_cache_and_the_drivers_batching_only():
+def test_the_engine_key_is_the_checkpoint_and_every_setting_but_the_cache_and_the_drivers_batching():
     from logicrank.jobs.llm_service import LLMService
 
-    key = LLMService.engine_key.fget
-    base = SimpleNamespace(cfg=LLMConfig(model="m"))
+    def key(model_id="m@1", **update):
+        return LLMService.engine_key.fget(SimpleNamespace(model_id=model_id, cfg=LLMConfig(model="m").model_copy(update=update)))
+
     same = [{"cache": None}, {"batch_rows": 8}, {"shard_queries": 2}, {"wave_shards": 3}, {"max_engine_restarts": 0}]
     other = [{"max_num_seqs": 8}, {"actors": 2}, {"cpus_per_actor": 2.0}, {"cpu_threads": 1}, {"max_model_len": 512}, {"model": "n"},
-             {"engine_process": "separate"}, {"dtype": "float32"}, {"seed": 1}]
+             {"engine_process": "separate"}, {"dtype": "float32"}, {"seed": 1}, {"labels": (" Yes", " No")}, {"chat": False}]
     for update in same:
-        assert key(SimpleNamespace(cfg=base.cfg.model_copy(update=update))) == key(base), update
+        assert key(**update) == key(), update
     for update in other:
-        assert key(SimpleNamespace(cfg=base.cfg.model_copy(update=update))) != key(base), update
+        assert key(**update) != key(), update
+    assert key(model_id="m@2") != key()  # the directory's files rewritten between two jobs: another model
+
+
+def test_work_that_fits_only_without_the_llm_pools_cpus_or_gpus_makes_it_give_them_back():
+    """A pool (kept, or started by an earlier stage) beside the retrieval work a job starts
+    (search shards, a retrieval actor pool): released where the work would otherwise wait for ever."""
+    from logicrank.jobs.retrieve import crowded
+
+    total, pool = {"CPU": 8.0, "GPU": 2.0}, {"CPU": 1.0, "GPU": 1.0}
+    assert not crowded(pool, total, cpus=7.0) and crowded(pool, total, cpus=8.0)
+    assert not crowded(pool, total, cpus=2.0, gpus=1.0) and crowded(pool, total, cpus=2.0, gpus=2.0)  # dense shards of a GPU each
+    assert not crowded({}, total, cpus=8.0, gpus=2.0)  # no pool: nothing to give back
