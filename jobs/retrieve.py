@@ -489,9 +489,9 @@ class _Host:
 
 
 def crowded(held: Mapping[str, float], total: Mapping[str, float], cpus: float, gpus: float = 0.0) -> bool:
-    """True when work that needs ``cpus`` and ``gpus`` fits the cluster (``total``) only
-    without what the LLM pool holds (``held``, nothing when no pool runs or is kept for the
-    job): the pool gives it back, or the work would wait for ever."""
+    """True when work that needs ``cpus`` and ``gpus`` does not fit the cluster (``total``)
+    beside what the LLM pool holds (``held``, nothing when no pool runs or is kept for the
+    job): the pool gives it back first, or the work would wait for ever."""
     return bool(held) and (cpus > total.get("CPU", 0) - held.get("CPU", 0) or (gpus > 0 and gpus > total.get("GPU", 0) - held.get("GPU", 0)))
 
 

@@ -504,7 +504,7 @@ class LLMClient:
     def truth(self, template: Template, values: Sequence[Mapping[str, str]]) -> list[Truth]:
         check_label_follows(template, self.cfg.labels)
         params = {"task": "truth", "labels": list(self.cfg.labels), "engine": self._engine_settings()}
-        return self._cached(template, values, params, self.engine.truth, Truth)
+        return self._cached(template, values, params, lambda texts: self.engine.truth(texts), Truth)  # (the engine made on a miss only)
 
     def _engine_settings(self) -> dict:
         """The engine's settings that move its numbers (a bfloat16 engine's P(True) is not a

@@ -98,6 +98,24 @@ def test_a_closed_pool_is_kept_unless_a_call_failed_on_it(service, cluster):
         assert cluster.killed == ["c", "d", "a", "b", "f"] and raysession.take_kept(closed.engine_key) == ["e"]
 
 
+def test_a_call_that_raised_marks_the_pool_failed_for_good(service, monkeypatch):
+    from logicrank.jobs import llm_service
+
+    s = service(["a"])
+    monkeypatch.setattr(llm_service.LLMService, "_start", lambda self: None)
+    outcomes = iter([RuntimeError("the engine broke mid-call"), ["ok"]])
+
+    def dispatch(self, ray, task, template, values, kwargs, label):
+        out = next(outcomes)
+        if isinstance(out, Exception):
+            raise out
+        return out
+    monkeypatch.setattr(llm_service.LLMService, "_dispatch", dispatch)
+    with pytest.raises(RuntimeError, match="mid-call"):
+        s._map("generate", None, [{"q": "x"}], {}, None)
+    assert s._map("generate", None, [{"q": "x"}], {}, None) == ["ok"] and s._failed  # a later call's success does not clear it
+
+
 def test_a_pool_kept_for_a_job_holds_its_resources_until_released_and_outlives_a_job_that_did_not_take_it(service, cluster):
     with raysession.keep_engines():
         raysession.keep(service().engine_key, ["a", "b"])

@@ -509,6 +509,28 @@ def test_answers_sampled_without_a_seed_are_drawn_anew_and_greedy_or_seeded_ones
                    (0.7, 5): [("draw 3", False), ("draw 3", True)]}
 
 
+def test_truth_answered_from_the_cache_makes_no_engine(tmp_path, monkeypatch):
+    """A truth call whose every prompt is in the cache never makes the engine: its actor's
+    batch reports no engine loaded (the manifest's ``engines_loaded``, jobs/llm_service.py).
+    Before, the engine's method was looked up, making the engine, before the cache was read."""
+    from logicrank.pipelines import torch_build
+    from logicrank.pipelines.config.settings import LLMConfig
+    from logicrank.pipelines.llm import engine as engine_module
+    from logicrank.pipelines.llm.engine import Engine, LLMClient, Truth
+    from logicrank.pipelines.llm.prompts import Template
+
+    monkeypatch.setattr(torch_build, "cpu_only", lambda: True)
+    monkeypatch.setattr(engine_module, "configure_vllm_env", lambda cfg: None)
+    monkeypatch.setattr(Engine, "truth", lambda engine, texts: [Truth(0.6, 0.2, -0.2, True, 5, 0) for _ in texts])
+    template, values = Template("probe", "Is $text true? Answer:"), [{"text": "water is wet"}, {"text": "fire is cold"}]
+    first = LLMClient(LLMConfig(cache=str(tmp_path / "c.sqlite")))
+    first.truth(template, values)
+    assert first._engine is not None and first.stats["prompts_run"] == 2
+    again = LLMClient(LLMConfig(cache=str(tmp_path / "c.sqlite")))
+    assert [t.p_true for t in again.truth(template, values)] == [0.6, 0.6]
+    assert again._engine is None and again.stats["cache_hits"] == 2 and again.stats["prompts_run"] == 0
+
+
 # -- model registry --------------------------------------------------------------------------
 def test_unknown_models_fail_with_the_choices(tmp_path):
     with pytest.raises(models.LLMModelError, match=r"registered name \(smollm2-135m-instruct, qwen2.5-coder-1.5b-instruct\)"):
