@@ -54,7 +54,7 @@ def _evaluate_into(cfg: EvaluateConfig, rundir: RunDir, title: str, echo: Callab
         echo(note)
     runs, removed, empty, run_ids = _read_runs(cfg, echo)
     runs, run_ids, identical = _identical_ids(cfg, runs, run_ids, echo)
-    ev = _evaluate(cfg, qrels, runs, run_ids, removed, qa_measures)
+    ev, judge = _evaluate(cfg, qrels, runs, run_ids, removed, qa_measures)
     rundir.begin()
     outputs = _write_outputs(ev, rundir, title, echo)
     rundir.write_manifest(
@@ -75,6 +75,7 @@ def _evaluate_into(cfg: EvaluateConfig, rundir: RunDir, title: str, echo: Callab
         empty_runs=empty,
         identical_ids={"rows": identical, "dropped": cfg.ignore_identical_ids},
         retrieved_from=tables,
+        llm=judge,
     )
     return ev.metrics
 
@@ -225,21 +226,24 @@ def identical_ids_note(rows: int, where: str, dropped: bool, option: str) -> str
 
 def _evaluate(cfg: EvaluateConfig, qrels: pa.Table | None, runs: list[pa.Table], run_ids: list[str] | None, removed: dict[str, int], qa_measures: list[str]):
     """The evaluation (:func:`~logicrank.pipelines.evaluation.runs.evaluate_runs`), with the
-    judge's LLM pool started for it alone when the Judge measure is asked for."""
+    judge's LLM pool started for it alone when the Judge measure is asked for (or taken over
+    from the experiment's retrieve job, jobs.raysession.keep_engines), and the pool's counts
+    (None without the judge)."""
     answers, gold = (_answers(cfg), read_gold(cfg.gold)) if cfg.answers else ({}, None)
     evaluate = partial(evaluate_runs, runs, qrels, cfg.measures, cfg.baseline, cfg.test, cfg.correction, cfg.alpha, run_ids=run_ids, answers=answers,
                        gold=gold, qa_measures=cfg.qa_measures if cfg.answers else (), duplicates_removed=removed, done=beat)
     if "Judge" not in qa_measures:
-        return evaluate()
+        return evaluate(), None
     from logicrank.jobs.llm_service import LLMService
     from logicrank.jobs.raysession import ray_session
 
     llm = LLMService(cfg.judge)
     with ray_session(cfg.ray, llm=llm):
         try:
-            return evaluate(judge=llm_judge(llm))
+            ev = evaluate(judge=llm_judge(llm))
         finally:
-            llm.close()
+            counts = llm.close()
+    return ev, counts
 
 
 def _write_outputs(ev, rundir: RunDir, title: str, echo: Callable[[str], None] | None) -> list[str]:
